@@ -1,0 +1,244 @@
+/* weft.h — the public interface of libweft, the client of weftd.
+ *
+ * This is the only installed header. It declares the status codes (the same
+ * stable numbers the daemon puts on the wire, see proto/PROTOCOL.md), the
+ * tensor descriptor used to pass borrowed buffers, and the client calls:
+ * connect, hello, status, attention (synchronous) and submit / poll / wait
+ * (asynchronous, several jobs in flight on one connection).
+ *
+ * Threading: a wf_client_t is used by one thread at a time. Open one
+ * connection per thread; they are independent.
+ *
+ * Memory: tensors are borrowed. Input buffers are sent without a copy and
+ * must stay valid and unchanged until the job is finished (wf_attention
+ * returns, or wf_job_wait / wf_job_poll reports the job done). Output
+ * buffers are written by the library when the reply arrives.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WF_VERSION_MAJOR 0
+#define WF_VERSION_MINOR 1
+#define WF_VERSION_PATCH 0
+#define WF_VERSION_STRING "0.1.0"
+
+/* Wire protocol version spoken by this library (the "v" field). */
+#define WF_PROTOCOL_VERSION 1
+
+/* Largest tensor rank accepted anywhere. */
+#define WF_MAX_RANK 8
+
+/* Default endpoint of the daemon (the systemd unit's RuntimeDirectory). */
+#define WF_DEFAULT_ENDPOINT "ipc:///run/weftd/weftd.sock"
+
+/* Status codes. Numbers are stable: they are part of the wire protocol.
+ * 1..39 come from the daemon in error replies; 100.. are raised by the
+ * client library itself and never travel on the wire. */
+typedef enum wf_status {
+    WF_OK = 0,
+    /* request could not be parsed (truncated / invalid msgpack, header not a map) */
+    WF_E_MALFORMED = 1,
+    /* protocol version missing or not supported */
+    WF_E_VERSION = 2,
+    /* a limit was exceeded: header size, nesting, element count, string
+     * length, frame count, tensor bytes */
+    WF_E_LIMIT = 3,
+    /* op code unknown */
+    WF_E_UNKNOWN_OP = 4,
+    /* a field is missing, has the wrong type or an out-of-range value */
+    WF_E_BAD_FIELD = 5,
+    /* dtype name unknown or not allowed for this tensor */
+    WF_E_BAD_DTYPE = 6,
+    /* shape invalid: rank 0 or > 8, a dim <= 0, element count overflows */
+    WF_E_BAD_SHAPE = 7,
+    /* frame count or a frame's byte size does not match the descriptors */
+    WF_E_FRAME_MISMATCH = 8,
+    /* well-formed tensors that do not fit together for the op
+     * (e.g. K/V heads that do not divide Q heads, head dims differ) */
+    WF_E_BAD_ARGUMENT = 9,
+    /* the job queue is full; retry later */
+    WF_E_QUEUE_FULL = 20,
+    /* the job does not fit in device memory (refused before allocating) */
+    WF_E_NO_MEMORY = 21,
+    /* the daemon is draining for shutdown and takes no new jobs */
+    WF_E_SHUTTING_DOWN = 22,
+    /* another reconfiguration is running */
+    WF_E_BUSY = 23,
+    /* a bug or an unexpected failure inside the daemon */
+    WF_E_INTERNAL = 40,
+
+    /* client-side only */
+    WF_E_INVALID = 100,  /* bad argument to a libweft call */
+    WF_E_TIMEOUT = 101,  /* no reply within the timeout */
+    WF_E_CONNECT = 102,  /* endpoint invalid or connection failed */
+    WF_E_IO = 103,       /* ZeroMQ send / receive failed */
+    WF_E_PROTOCOL = 104, /* the reply did not follow the protocol */
+    WF_E_NOMEM = 105,    /* allocation failed in the client */
+    WF_E_PENDING = 106   /* wf_job_poll: the job is not finished yet */
+} wf_status_t;
+
+/* Stable short name of a status ("WF_E_LIMIT"); never NULL. */
+const char *wf_status_name(wf_status_t s);
+/* One-line English description of a status; never NULL. */
+const char *wf_status_str(wf_status_t s);
+
+/* Element types. The numbers are library-local; the wire uses the names
+ * "f32", "f16", "bf16". */
+typedef enum wf_dtype {
+    WF_DTYPE_F32 = 0,
+    WF_DTYPE_F16 = 1,
+    WF_DTYPE_BF16 = 2
+} wf_dtype_t;
+
+/* Size in bytes of one element (0 for an unknown dtype). */
+size_t wf_dtype_size(wf_dtype_t dt);
+/* Wire name of a dtype ("f32"), or NULL if unknown. */
+const char *wf_dtype_name(wf_dtype_t dt);
+
+/* A dense little-endian C-order tensor in caller memory. Borrowed: the
+ * library never frees `data`. */
+typedef struct wf_tensor {
+    void *data;                     /* first element; any alignment */
+    wf_dtype_t dtype;               /* element type */
+    int rank;                       /* number of dims, 1..WF_MAX_RANK */
+    int64_t shape[WF_MAX_RANK];     /* dims, outermost first, each > 0 */
+} wf_tensor_t;
+
+/* Number of elements of t, or -1 when the shape is invalid or overflows. */
+int64_t wf_tensor_numel(const wf_tensor_t *t);
+
+typedef struct wf_client wf_client_t;
+typedef struct wf_job wf_job_t;
+
+/* Open a connection to a daemon at `endpoint` (ipc://PATH or
+ * tcp://HOST:PORT; NULL means WF_DEFAULT_ENDPOINT). `timeout_ms` is the
+ * default reply timeout of every synchronous call on this connection
+ * (<= 0: 30000). Connecting does not wait for the daemon; the first call
+ * does. On success *ret_client is set; caller owns it. */
+wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
+                              wf_client_t **ret_client);
+
+/* Close the connection, cancel unfinished jobs and free the client; sets
+ * *client to NULL. Jobs created on it must be destroyed first. Accepts NULL
+ * and a pointer to NULL. */
+void wf_client_destroy(wf_client_t **client);
+
+/* Message of the last error on this client (from the daemon's reply or
+ * from the library); "" when none. Borrowed until the next call. */
+const char *wf_client_last_error(const wf_client_t *client);
+
+/* What the daemon says of itself in the hello handshake. */
+typedef struct wf_hello_info {
+    uint32_t protocol;          /* protocol version the daemon speaks */
+    char weft_version[32];      /* daemon version string */
+    char backend[16];           /* "cpu" or "cuda" */
+    uint32_t devices;           /* number of devices it owns */
+    uint64_t max_header_bytes;  /* limit on the msgpack header frame */
+    uint64_t max_tensor_bytes;  /* limit on one tensor frame */
+    uint32_t max_tensors;       /* limit on tensor frames per request */
+} wf_hello_info_t;
+
+/* Version handshake: sends hello, checks the daemon speaks
+ * WF_PROTOCOL_VERSION. Fills *ret_info when not NULL. */
+wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info);
+
+/* One device as status reports it. */
+typedef struct wf_device_info {
+    uint32_t index;          /* device index inside the daemon */
+    char name[32];           /* "cpu:0", "cuda:1" */
+    uint64_t memory_total;   /* bytes the device may use for jobs */
+    uint64_t memory_used;    /* bytes reserved by jobs right now */
+    uint64_t jobs_served;    /* job parts this device has run */
+    uint32_t busy;           /* 1 while running a job part */
+} wf_device_info_t;
+
+#define WF_STATUS_MAX_DEVICES 64
+
+/* What status reports. */
+typedef struct wf_status_info {
+    char weft_version[32];    /* daemon version string */
+    char backend[16];         /* "cpu" or "cuda" */
+    uint64_t epoch;           /* mesh epoch */
+    uint64_t uptime_ms;       /* since the daemon started */
+    uint32_t queue_depth;     /* jobs admitted and not yet dispatched */
+    uint32_t queue_capacity;  /* bound of the job queue */
+    uint32_t in_flight;       /* jobs running on devices */
+    uint64_t jobs_served;     /* jobs finished successfully */
+    uint64_t jobs_failed;     /* jobs finished with an error */
+    uint64_t requests_rejected; /* requests refused before queueing */
+    uint64_t rss_bytes;       /* resident memory of the daemon */
+    uint32_t device_count;    /* entries used in devices[] */
+    wf_device_info_t devices[WF_STATUS_MAX_DEVICES];
+} wf_status_info_t;
+
+/* Ask the daemon for its status. */
+wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info);
+
+/* Options of an attention job. Zero-initialise, then set what you need. */
+typedef struct wf_attention_opts {
+    float scale;        /* softmax scale; 0 means 1/sqrt(D) */
+    int causal;         /* 1: query i sees keys j <= i (top-left aligned) */
+    uint32_t devices;   /* at most this many devices split the heads; 0: daemon decides */
+} wf_attention_opts_t;
+
+/* Result of a finished job. */
+typedef struct wf_job_result {
+    wf_status_t status;   /* WF_OK or the error */
+    uint64_t epoch;       /* mesh epoch the job ran under */
+    uint64_t queue_us;    /* time waiting in the daemon's queue */
+    uint64_t compute_us;  /* time on the devices */
+    uint32_t devices;     /* devices the job used */
+} wf_job_result_t;
+
+/* Attention forward, synchronous.
+ *   q: (B, Sq, Hq, D)   k, v: (B, Skv, Hkv, D), Hkv divides Hq (GQA)
+ *   out: (B, Sq, Hq, D), caller-allocated, any of the three dtypes
+ *   lse: (B, Sq, Hq) f32, caller-allocated; NULL if not wanted
+ * q, k, v may have different dtypes. Blocks up to the client's timeout.
+ * Fills *ret_result when not NULL. */
+wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
+                         const wf_tensor_t *k, const wf_tensor_t *v,
+                         const wf_attention_opts_t *opts, wf_tensor_t *out,
+                         float *lse, wf_job_result_t *ret_result);
+
+/* Attention forward, asynchronous: sends the job and returns at once.
+ * Same arguments as wf_attention; q, k, v, out and lse are borrowed until
+ * the job is finished. *ret_job is set on success; caller owns it and
+ * destroys it with wf_job_destroy. */
+wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
+                                const wf_tensor_t *k, const wf_tensor_t *v,
+                                const wf_attention_opts_t *opts,
+                                wf_tensor_t *out, float *lse,
+                                wf_job_t **ret_job);
+
+/* Check without blocking: WF_E_PENDING while the job runs, otherwise the
+ * job's final status (its result is then available). */
+wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job);
+
+/* Block until the job finishes or `timeout_ms` passes (< 0: forever).
+ * Returns the job's status, or WF_E_TIMEOUT (the job stays pending). */
+wf_status_t wf_job_wait(wf_client_t *client, wf_job_t *job, int timeout_ms);
+
+/* Result of a finished job; WF_E_PENDING if it is not finished. */
+wf_status_t wf_job_result(const wf_job_t *job, wf_job_result_t *ret_result);
+
+/* Error message of a finished job ("" on success). Borrowed until
+ * wf_job_destroy. */
+const char *wf_job_error(const wf_job_t *job);
+
+/* Forget a job (a reply that arrives later is discarded) and free it; sets
+ * *job to NULL. Blocks until the library no longer reads the job's input
+ * buffers. Accepts NULL and a pointer to NULL. */
+void wf_job_destroy(wf_client_t *client, wf_job_t **job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */

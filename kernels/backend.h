@@ -1,0 +1,81 @@
+/* backend.h — the ops table every compute backend implements.
+ *
+ * A backend is a table of function pointers (wf_backend_ops_t) plus an
+ * opaque per-device context (wf_backend_ctx_t) that the worker thread of
+ * that device creates, owns and uses alone. The CPU backend is the
+ * reference; the CUDA backend sits beside it with the same entries.
+ *
+ * Layout of attention tensors, as in diffusers:
+ *   q    (B, Sq,  Hq,  D)      k, v (B, Skv, Hkv, D), Hkv divides Hq
+ *   out  (B, Sq,  Hq,  D)      lse  (B, Sq, Hq) f32, natural log
+ * Query head h reads K/V head h / (Hq / Hkv) (GQA).
+ * Causal masking uses global positions: query row i (global position
+ * q_offset + i) sees key j (global position kv_offset + j) iff
+ * kv_offset + j <= q_offset + i. A row that sees no key gets out = 0 and
+ * lse = -inf, which the log-sum-exp merge of ring steps treats as empty.
+ *
+ * Backends never log above debug; they return a status.
+ */
+#ifndef WF_BACKEND_H
+#define WF_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+typedef struct wf_backend_ctx wf_backend_ctx_t;
+
+/* One attention call: a contiguous range of query heads of one job. */
+typedef struct wf_attn_params {
+    int64_t B, Sq, Skv, Hq, Hkv, D;  /* shapes, see the file comment */
+    int64_t h_begin, h_end;          /* query heads computed: [h_begin, h_end) */
+    float scale;                     /* softmax scale (already resolved) */
+    bool causal;                     /* apply the causal mask */
+    int64_t q_offset, kv_offset;     /* global positions for the mask */
+    const void *q;  wf_dtype_t q_dtype;  /* any alignment */
+    const void *k;  wf_dtype_t k_dtype;  /* any alignment */
+    const void *v;  wf_dtype_t v_dtype;  /* any alignment */
+    void *out;      wf_dtype_t out_dtype; /* full (B, Sq, Hq, D); only the head range is written */
+    float *lse;                      /* full (B, Sq, Hq) or NULL; only the head range is written */
+} wf_attn_params_t;
+
+typedef struct wf_backend_ops {
+    const char *name;   /* "cpu", "cuda" */
+
+    /* Create the context of device `index` (its memory budget in bytes:
+     * 0 = the backend decides). Called on the worker thread that will use
+     * it. Caller owns *ret_ctx. */
+    wf_status_t (*ctx_new)(int index, uint64_t memory_budget,
+                           wf_backend_ctx_t **ret_ctx);
+
+    /* Free a context; sets *ctx to NULL; accepts NULL. */
+    void (*ctx_destroy)(wf_backend_ctx_t **ctx);
+
+    /* Device memory for jobs: total bytes and bytes free now. */
+    void (*memory_info)(const wf_backend_ctx_t *ctx, uint64_t *ret_total,
+                        uint64_t *ret_free);
+
+    /* Bytes of workspace that attention() needs for these params. Pure
+     * function of the shapes; used for memory admission before a job is
+     * accepted. */
+    size_t (*attention_workspace)(const wf_attn_params_t *p);
+
+    /* Flash-style attention forward (tiled, online softmax, fp32
+     * accumulation) for the heads [p->h_begin, p->h_end). `workspace` holds
+     * attention_workspace(p) bytes, 64-byte aligned, owned by the caller.
+     * Returns WF_OK or WF_E_INVALID for inconsistent params. */
+    wf_status_t (*attention)(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                             void *workspace);
+} wf_backend_ops_t;
+
+/* The CPU reference backend (OpenBLAS). Always available. */
+const wf_backend_ops_t *wf_backend_cpu(void);
+
+/* Floating-point operations of the attention of params p over all heads
+ * (4 * B * Hq * Sq * Skv * D, halved-ish by the mask when causal: counts
+ * only the visible score elements). For benchmarks and reports. */
+double wf_attention_flops(const wf_attn_params_t *p);
+
+#endif /* WF_BACKEND_H */

@@ -1,0 +1,40 @@
+/* tensor.h — element conversions between the wire dtypes and f32.
+ *
+ * Sources may sit at any alignment (received ZeroMQ frames are not
+ * aligned), so every load goes through memcpy; nothing here casts a
+ * received pointer to float *. bf16 and f16 are converted with
+ * round-to-nearest-even; NaN stays NaN, overflow becomes infinity.
+ */
+#ifndef WF_TENSOR_H
+#define WF_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+/* Scalar conversions. */
+float wf_bf16_to_f32(uint16_t h);
+uint16_t wf_f32_to_bf16(float f);
+float wf_f16_to_f32(uint16_t h);
+uint16_t wf_f32_to_f16(float f);
+
+/* dst[i] = (float)src[i] for n elements of dtype dt. src: any alignment.
+ * dst: float-aligned. */
+void wf_convert_to_f32(float *dst, const void *src, wf_dtype_t dt, size_t n);
+
+/* dst[i] = (dt)src[i] for n elements. dst: any alignment. */
+void wf_convert_from_f32(void *dst, wf_dtype_t dt, const float *src, size_t n);
+
+/* Strided gather-convert: rows of n elements, src row r starts at
+ * src + r * src_stride elements (of dt), dst rows are contiguous
+ * (dst + r * n). Used to pull one head's (S, D) slice out of a
+ * (B, S, H, D) tensor. */
+void wf_convert_rows_to_f32(float *dst, const void *src, wf_dtype_t dt,
+                            size_t rows, size_t n, size_t src_stride);
+
+/* Strided scatter-convert, the inverse of wf_convert_rows_to_f32. */
+void wf_convert_rows_from_f32(void *dst, wf_dtype_t dt, size_t dst_stride,
+                              const float *src, size_t rows, size_t n);
+
+#endif /* WF_TENSOR_H */

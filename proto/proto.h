@@ -1,0 +1,172 @@
+/* proto.h — weft's wire protocol as typed C structs, and its codec.
+ *
+ * Decodes every header frame into a wf_request_t / wf_reply_t and encodes
+ * them back, with msgpack-c kept inside proto/. Before msgpack-c sees a
+ * byte, wf_msgpack_prevalidate() walks the raw bytes and enforces the
+ * limits (declared counts <= bytes left, nesting depth, total element
+ * count, string / bin length), because msgpack-c reserves memory for
+ * whatever count a header declares.
+ *
+ * No I/O and no logging: callers own sockets and frames. proto/PROTOCOL.md
+ * is the normative description of what these functions read and write.
+ */
+#ifndef WF_PROTO_H
+#define WF_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+/* Op codes: stable numbers, part of the protocol. */
+typedef enum wf_op {
+    WF_OP_HELLO = 1,
+    WF_OP_STATUS = 2,
+    WF_OP_ATTENTION = 3
+} wf_op_t;
+
+/* Compile-time ceilings of the structs below; the runtime limits
+ * (wf_limits_t) may only be lower. */
+#define WF_PROTO_MAX_TENSORS 16   /* tensor frames in one message */
+#define WF_PROTO_NAME_MAX 64      /* tensor name, including the NUL */
+#define WF_PROTO_ERROR_MAX 256    /* error message, including the NUL */
+
+/* Limits enforced on every request header. The daemon fills them from its
+ * settings; wf_limits_default() gives the documented defaults. */
+typedef struct wf_limits {
+    uint64_t max_header_bytes;  /* size of the msgpack header frame */
+    uint32_t max_depth;         /* nesting of arrays / maps (top map = 1) */
+    uint32_t max_elements;      /* msgpack objects in the header, all levels */
+    uint32_t max_str_bytes;     /* length of any str / bin in the header */
+    uint32_t max_tensors;       /* tensor frames per message (<= WF_PROTO_MAX_TENSORS) */
+    uint64_t max_tensor_bytes;  /* bytes of one tensor frame */
+} wf_limits_t;
+
+/* Defaults: 64 KiB header, depth 8, 4096 elements, 1024-byte strings,
+ * 16 tensors, 4 GiB per tensor. */
+void wf_limits_default(wf_limits_t *ret_limits);
+
+/* One tensor as the header describes it. */
+typedef struct wf_tensor_desc {
+    char name[WF_PROTO_NAME_MAX]; /* NUL-terminated; unique in the message */
+    wf_dtype_t dtype;             /* element type */
+    int rank;                     /* 1..WF_MAX_RANK */
+    int64_t shape[WF_MAX_RANK];   /* each > 0 */
+    uint32_t frame;               /* index among the tensor frames (0 = first after the header) */
+    uint64_t numel;               /* product of shape, overflow-checked */
+    uint64_t nbytes;              /* numel * dtype size, overflow-checked */
+} wf_tensor_desc_t;
+
+/* Arguments of an attention request ("args" map). */
+typedef struct wf_attention_args {
+    int q, k, v;               /* indices into wf_request_t.tensors */
+    bool has_scale;            /* false: 1/sqrt(D) */
+    float scale;               /* softmax scale when has_scale; finite, > 0 */
+    bool causal;               /* top-left aligned causal mask */
+    bool return_lse;           /* also return lse (B, Sq, Hq) f32 */
+    bool has_out_dtype;        /* false: the dtype of q */
+    wf_dtype_t out_dtype;      /* dtype of the output when has_out_dtype */
+    uint32_t devices;          /* at most this many devices; 0 = daemon decides */
+} wf_attention_args_t;
+
+/* A decoded request header. */
+typedef struct wf_request {
+    uint32_t version;          /* "v" */
+    uint64_t id;               /* "id", chosen by the client, echoed back */
+    uint32_t op;               /* "op", a wf_op_t */
+    uint32_t n_tensors;        /* entries used in tensors[] */
+    wf_tensor_desc_t tensors[WF_PROTO_MAX_TENSORS];
+    union {
+        wf_attention_args_t attention; /* op == WF_OP_ATTENTION */
+    } args;
+} wf_request_t;
+
+/* Result fields of an attention reply. */
+typedef struct wf_attention_result {
+    uint64_t queue_us;    /* time in the daemon's queue */
+    uint64_t compute_us;  /* time on the devices */
+    uint32_t devices;     /* devices used */
+} wf_attention_result_t;
+
+/* A decoded reply header. */
+typedef struct wf_reply {
+    uint32_t version;                 /* "v" */
+    uint64_t id;                      /* the request's id */
+    uint32_t op;                      /* the request's op */
+    wf_status_t status;               /* WF_OK or an error code */
+    char error[WF_PROTO_ERROR_MAX];   /* message when status != WF_OK, else "" */
+    uint64_t epoch;                   /* mesh epoch the request ran under */
+    uint32_t n_tensors;               /* output tensors (frames after the header) */
+    wf_tensor_desc_t tensors[WF_PROTO_MAX_TENSORS];
+    union {
+        wf_hello_info_t hello;         /* op == WF_OP_HELLO */
+        wf_status_info_t status;       /* op == WF_OP_STATUS */
+        wf_attention_result_t attention; /* op == WF_OP_ATTENTION */
+    } result;
+} wf_reply_t;
+
+/* A growable byte buffer that encoders append to. Zero-initialise it;
+ * free with wf_buf_free. */
+typedef struct wf_buf {
+    char *data;     /* owned */
+    size_t len;     /* bytes used */
+    size_t cap;     /* bytes allocated */
+} wf_buf_t;
+
+void wf_buf_reset(wf_buf_t *b);   /* len = 0, keeps the allocation */
+void wf_buf_free(wf_buf_t *b);    /* frees and zeroes; accepts NULL */
+
+/* Walk raw msgpack bytes without allocating: the data must be exactly one
+ * object (no trailing bytes), every declared count / length must fit in the
+ * bytes left, nesting <= lim->max_depth, total objects <=
+ * lim->max_elements, str / bin / ext <= lim->max_str_bytes, and the size
+ * <= lim->max_header_bytes. Returns WF_OK, WF_E_MALFORMED or WF_E_LIMIT,
+ * with a message in err (may be NULL). */
+wf_status_t wf_msgpack_prevalidate(const void *data, size_t len,
+                                   const wf_limits_t *lim,
+                                   char *err, size_t err_len);
+
+/* Decode a request header: prevalidate, unpack, check every field's type,
+ * the version, the op, the tensor descriptors (dtype names, rank, dims > 0,
+ * overflow-checked products, nbytes <= lim->max_tensor_bytes, frames a
+ * permutation of 0..n-1, unique names) and the op's arguments (attention:
+ * tensors named q, k, v of rank 4, consistent B / D / Skv, Hkv dividing Hq,
+ * no other tensors).
+ * *req is always written: on failure req->id and req->op hold what could
+ * be read (0 otherwise) so that the error reply can echo them. The message
+ * goes to err (may be NULL). */
+wf_status_t wf_request_decode(const void *data, size_t len,
+                              const wf_limits_t *lim, wf_request_t *req,
+                              char *err, size_t err_len);
+
+/* Check the frames that followed the header: n_frames must equal
+ * req->n_tensors and frame i must be exactly the nbytes of the tensor
+ * whose .frame is i. Returns WF_OK or WF_E_FRAME_MISMATCH / WF_E_LIMIT. */
+wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
+                                    const size_t *frame_bytes,
+                                    char *err, size_t err_len);
+
+/* Encode a request header (client side). Tensor numel / nbytes are not
+ * sent. Appends to out. Returns WF_OK, WF_E_INVALID or WF_E_NOMEM. */
+wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out);
+
+/* Encode a reply header (daemon side): the common fields, the output
+ * tensor descriptors and the result of the op (rep->result is read for
+ * op hello / status / attention when status == WF_OK). Appends to out. */
+wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out);
+
+/* Decode a reply header (client side), with the default limits raised to
+ * what a status reply needs. *rep is always written (id / op when they
+ * could be read). */
+wf_status_t wf_reply_decode(const void *data, size_t len, wf_reply_t *rep,
+                            char *err, size_t err_len);
+
+/* Parse a dtype name ("f32", "f16", "bf16"); false if unknown. */
+bool wf_dtype_parse(const char *name, size_t len, wf_dtype_t *ret_dtype);
+
+/* Fill d->numel and d->nbytes from dtype and shape; WF_E_BAD_SHAPE when a
+ * dim <= 0, rank out of range or the product overflows uint64 / int64. */
+wf_status_t wf_tensor_desc_finish(wf_tensor_desc_t *d);
+
+#endif /* WF_PROTO_H */

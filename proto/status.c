@@ -1,0 +1,96 @@
+/* status.c — names and messages of status codes, dtype facts.
+ * Shared by libweft and weftd (both link weft_proto). */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+const char *wf_status_name(wf_status_t s)
+{
+    switch (s) {
+    case WF_OK: return "WF_OK";
+    case WF_E_MALFORMED: return "WF_E_MALFORMED";
+    case WF_E_VERSION: return "WF_E_VERSION";
+    case WF_E_LIMIT: return "WF_E_LIMIT";
+    case WF_E_UNKNOWN_OP: return "WF_E_UNKNOWN_OP";
+    case WF_E_BAD_FIELD: return "WF_E_BAD_FIELD";
+    case WF_E_BAD_DTYPE: return "WF_E_BAD_DTYPE";
+    case WF_E_BAD_SHAPE: return "WF_E_BAD_SHAPE";
+    case WF_E_FRAME_MISMATCH: return "WF_E_FRAME_MISMATCH";
+    case WF_E_BAD_ARGUMENT: return "WF_E_BAD_ARGUMENT";
+    case WF_E_QUEUE_FULL: return "WF_E_QUEUE_FULL";
+    case WF_E_NO_MEMORY: return "WF_E_NO_MEMORY";
+    case WF_E_SHUTTING_DOWN: return "WF_E_SHUTTING_DOWN";
+    case WF_E_BUSY: return "WF_E_BUSY";
+    case WF_E_INTERNAL: return "WF_E_INTERNAL";
+    case WF_E_INVALID: return "WF_E_INVALID";
+    case WF_E_TIMEOUT: return "WF_E_TIMEOUT";
+    case WF_E_CONNECT: return "WF_E_CONNECT";
+    case WF_E_IO: return "WF_E_IO";
+    case WF_E_PROTOCOL: return "WF_E_PROTOCOL";
+    case WF_E_NOMEM: return "WF_E_NOMEM";
+    case WF_E_PENDING: return "WF_E_PENDING";
+    }
+    return "WF_E_UNKNOWN";
+}
+
+const char *wf_status_str(wf_status_t s)
+{
+    switch (s) {
+    case WF_OK: return "success";
+    case WF_E_MALFORMED: return "malformed request";
+    case WF_E_VERSION: return "unsupported protocol version";
+    case WF_E_LIMIT: return "request exceeds a limit";
+    case WF_E_UNKNOWN_OP: return "unknown op";
+    case WF_E_BAD_FIELD: return "missing or invalid field";
+    case WF_E_BAD_DTYPE: return "unknown or unsupported dtype";
+    case WF_E_BAD_SHAPE: return "invalid tensor shape";
+    case WF_E_FRAME_MISMATCH: return "tensor frames do not match their descriptors";
+    case WF_E_BAD_ARGUMENT: return "tensors do not fit together for this op";
+    case WF_E_QUEUE_FULL: return "job queue is full";
+    case WF_E_NO_MEMORY: return "job does not fit in device memory";
+    case WF_E_SHUTTING_DOWN: return "daemon is shutting down";
+    case WF_E_BUSY: return "another reconfiguration is running";
+    case WF_E_INTERNAL: return "internal error in the daemon";
+    case WF_E_INVALID: return "invalid argument";
+    case WF_E_TIMEOUT: return "timed out";
+    case WF_E_CONNECT: return "cannot connect";
+    case WF_E_IO: return "socket I/O failed";
+    case WF_E_PROTOCOL: return "reply does not follow the protocol";
+    case WF_E_NOMEM: return "out of memory in the client";
+    case WF_E_PENDING: return "job not finished";
+    }
+    return "unknown status";
+}
+
+size_t wf_dtype_size(wf_dtype_t dt)
+{
+    switch (dt) {
+    case WF_DTYPE_F32: return 4;
+    case WF_DTYPE_F16: return 2;
+    case WF_DTYPE_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *wf_dtype_name(wf_dtype_t dt)
+{
+    switch (dt) {
+    case WF_DTYPE_F32: return "f32";
+    case WF_DTYPE_F16: return "f16";
+    case WF_DTYPE_BF16: return "bf16";
+    }
+    return NULL;
+}
+
+int64_t wf_tensor_numel(const wf_tensor_t *t)
+{
+    if (!t || t->rank < 1 || t->rank > WF_MAX_RANK)
+        return -1;
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->shape[i] <= 0 || __builtin_mul_overflow(n, t->shape[i], &n))
+            return -1;
+    }
+    return n;
+}
