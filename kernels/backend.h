@@ -70,7 +70,15 @@ typedef struct wf_backend_ops {
                              void *workspace);
 } wf_backend_ops_t;
 
-/* The CPU reference backend (OpenBLAS). Always available. */
+/* The CPU reference backend (OpenBLAS). Always available. Its ctx_new
+ * calls openblas_set_num_threads(1), which is process-wide: every BLAS call
+ * then runs on its caller's thread (one worker thread per virtual device).
+ * Contexts share no mutable state, so workers run attention() concurrently.
+ * memory_info reports free == total (the budget given to ctx_new, or half
+ * the physical RAM when 0): the daemon accounts its reservations itself.
+ * Tiles: 128 query rows x 512 keys; attention_workspace() is
+ * 4 * (2 * Skv * D + 2 * tq * D + tq * tk + 2 * tq) bytes, each region
+ * rounded up to 64 bytes (tq = min(Sq, 128), tk = min(Skv, 512)). */
 const wf_backend_ops_t *wf_backend_cpu(void);
 
 /* Floating-point operations of the attention of params p over all heads

@@ -1,2 +1,353 @@
-/* placeholder: being written */
-typedef int wf_placeholder_cpu_backend_t;
+/* cpu_backend.c — the CPU reference backend: flash-style attention on
+ * OpenBLAS (see backend.h for the layout and masking contract).
+ *
+ * For each batch b and query head h in [h_begin, h_end):
+ *   K_h, V_h  (Skv, D)  f32 copies of the KV head (converted once per group
+ *                       of consecutive query heads that share it, GQA)
+ *   for each query tile Q_t (tq, D), scaled by nothing (the scale goes into
+ *   the sgemm alpha):
+ *     for each key tile (tk keys) that any row of the tile can see:
+ *       S = alpha * Q_t K_tile^T            (tq, tk)   cblas_sgemm
+ *       online softmax in base 2: m = running max, l = running sum,
+ *       P = 2^(S - m), O *= 2^(m_old - m)
+ *       O += P V_tile                        (tq, D)    cblas_sgemm
+ *     out = O / l, lse = (m + log2 l) * ln 2  (natural log, as diffusers)
+ * Working in base 2 (alpha = scale * log2 e) turns every exp into exp2,
+ * which is a cheap polynomial plus an exponent shift.
+ *
+ * Threading: the backend has no shared mutable state; each context belongs
+ * to one worker thread. ctx_new sets OpenBLAS to one thread, which is
+ * process-wide: weft parallelises across devices (one worker per device),
+ * not inside a BLAS call.
+ *
+ * Not here: memory accounting of jobs (the daemon reserves against
+ * memory_info's total), logging, allocation inside attention().
+ */
+#include "backend.h"
+#include "tensor.h"
+#include "softmax.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Tile sizes. A (TQ x TK) f32 score tile is 256 KiB: it stays in L2 next
+ * to the K/V tiles it multiplies, and both sgemms are large enough for
+ * OpenBLAS to run near its peak even at D = 64. */
+enum { TQ = 128, TK = 512 };
+
+/* OpenBLAS exports this; Debian's cblas.h declares it, other cblas.h
+ * headers may not. */
+void openblas_set_num_threads(int num_threads);
+
+struct wf_backend_ctx {
+    int index;              /* device index (cpu:index) */
+    uint64_t memory_total;  /* budget given to ctx_new, or RAM / 2 */
+};
+
+static wf_status_t cpu_ctx_new(int index, uint64_t memory_budget,
+                               wf_backend_ctx_t **ret_ctx)
+{
+    if (!ret_ctx || index < 0)
+        return WF_E_INVALID;
+    wf_backend_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return WF_E_NOMEM;
+    ctx->index = index;
+    if (memory_budget == 0) {
+        long pages = sysconf(_SC_PHYS_PAGES);
+        long page = sysconf(_SC_PAGESIZE);
+        memory_budget = (pages > 0 && page > 0)
+                            ? (uint64_t)pages * (uint64_t)page / 2u
+                            : (uint64_t)1 << 30;
+    }
+    ctx->memory_total = memory_budget;
+    /* Process-wide: every BLAS call of the process runs on its caller's
+     * thread. Each device has its own worker thread; a BLAS thread pool on
+     * top would oversubscribe the cores. Idempotent. */
+    openblas_set_num_threads(1);
+    *ret_ctx = ctx;
+    return WF_OK;
+}
+
+static void cpu_ctx_destroy(wf_backend_ctx_t **ctx)
+{
+    if (!ctx || !*ctx)
+        return;
+    free(*ctx);
+    *ctx = NULL;
+}
+
+/* free = total: the backend tracks no allocation of its own; the daemon
+ * accounts the reservations of the jobs it admits against total. */
+static void cpu_memory_info(const wf_backend_ctx_t *ctx, uint64_t *ret_total,
+                            uint64_t *ret_free)
+{
+    uint64_t total = ctx ? ctx->memory_total : 0;
+    if (ret_total)
+        *ret_total = total;
+    if (ret_free)
+        *ret_free = total;
+}
+
+/* ---- workspace ----------------------------------------------------------- */
+
+/* Layout of the workspace, every region 64-byte aligned. */
+typedef struct ws_layout {
+    size_t k, v;      /* K_h, V_h: (Skv, D) f32 each */
+    size_t q;         /* Q tile: (tq, D) */
+    size_t o;         /* accumulator: (tq, D) */
+    size_t s;         /* scores / probabilities: (tq, tk) */
+    size_t m, l;      /* running max and sum: (tq) each */
+    size_t total;     /* bytes */
+} ws_layout_t;
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Adds `count` floats to *off, rounded up to 64 bytes; returns the region's
+ * start, or SIZE_MAX on overflow (also left in *off). */
+static size_t ws_take(size_t *off, int64_t count)
+{
+    if (*off == SIZE_MAX || count < 0 ||
+        (uint64_t)count > (SIZE_MAX - 128u) / sizeof(float) / 2u) {
+        *off = SIZE_MAX;
+        return SIZE_MAX;
+    }
+    size_t bytes = ((size_t)count * sizeof(float) + 63u) & ~(size_t)63u;
+    size_t start = *off;
+    if (bytes > SIZE_MAX / 2u - start) {
+        *off = SIZE_MAX;
+        return SIZE_MAX;
+    }
+    *off = start + bytes;
+    return start;
+}
+
+static int64_t mul_or_neg(int64_t a, int64_t b)
+{
+    if (a < 0 || b < 0 || (a != 0 && b > INT64_MAX / a))
+        return -1;
+    return a * b;
+}
+
+static ws_layout_t ws_layout(const wf_attn_params_t *p)
+{
+    ws_layout_t w;
+    size_t off = 0;
+    int64_t tq = min64(p->Sq, TQ), tk = min64(p->Skv, TK);
+    int64_t kv = mul_or_neg(p->Skv, p->D);
+    w.k = ws_take(&off, kv);
+    w.v = ws_take(&off, kv);
+    w.q = ws_take(&off, mul_or_neg(tq, p->D));
+    w.o = ws_take(&off, mul_or_neg(tq, p->D));
+    w.s = ws_take(&off, mul_or_neg(tq, tk));
+    w.m = ws_take(&off, tq);
+    w.l = ws_take(&off, tq);
+    w.total = off;
+    return w;
+}
+
+static bool params_valid(const wf_attn_params_t *p)
+{
+    if (!p)
+        return false;
+    if (p->B < 1 || p->Sq < 1 || p->Skv < 1 || p->Hq < 1 || p->Hkv < 1 ||
+        p->D < 1 || p->Hq % p->Hkv != 0)
+        return false;
+    if (p->h_begin < 0 || p->h_end < p->h_begin || p->h_end > p->Hq)
+        return false;
+    if (p->Sq > INT32_MAX || p->Skv > INT32_MAX || p->D > INT32_MAX)
+        return false; /* BLAS dimensions are int */
+    wf_dtype_t dts[4] = {p->q_dtype, p->k_dtype, p->v_dtype, p->out_dtype};
+    for (int i = 0; i < 4; i++)
+        if (dts[i] != WF_DTYPE_F32 && dts[i] != WF_DTYPE_F16 &&
+            dts[i] != WF_DTYPE_BF16)
+            return false;
+    if (!p->q || !p->k || !p->v || !p->out)
+        return false;
+    return true;
+}
+
+static size_t cpu_attention_workspace(const wf_attn_params_t *p)
+{
+    if (!p || p->Sq < 1 || p->Skv < 1 || p->D < 1)
+        return 0;
+    return ws_layout(p).total;
+}
+
+/* ---- attention ----------------------------------------------------------- */
+
+static size_t dt_size(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
+
+/* Element (b, s, h, 0) of a (B, S, H, D) tensor of dtype dt, as bytes. */
+static const unsigned char *at4(const void *base, wf_dtype_t dt, int64_t b,
+                                int64_t s, int64_t h, int64_t S, int64_t H,
+                                int64_t D)
+{
+    size_t idx = (size_t)(((b * S + s) * H + h) * D);
+    return (const unsigned char *)base + idx * dt_size(dt);
+}
+
+/* One query tile of one head against the keys it can see.
+ * q: (tq, D) f32; k, v: (Skv, D) f32; o: (tq, D); s: (tq, TK);
+ * m, l: (tq). Writes o (normalised) and m (lse, natural log). */
+static void attend_tile(const wf_attn_params_t *p, int64_t q0, int64_t tq,
+                        const float *q, const float *k, const float *v,
+                        float *o, float *s, float *m, float *l)
+{
+    const int64_t D = p->D, Skv = p->Skv;
+    const float alpha = p->scale * (float)M_LOG2E;
+
+    /* Keys the tile can see at all: row i sees key j iff
+     * kv_offset + j <= q_offset + q0 + i. */
+    int64_t k_end = Skv;
+    if (p->causal)
+        k_end = min64(Skv, max64(0, p->q_offset + q0 + tq - p->kv_offset));
+
+    for (int64_t i = 0; i < tq; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    memset(o, 0, (size_t)(tq * D) * sizeof(float));
+
+    for (int64_t k0 = 0; k0 < k_end; k0 += TK) {
+        int64_t tk = min64(TK, k_end - k0);
+        /* S = alpha * Q K^T: (tq, D) x (D, tk) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tq, (int)tk,
+                    (int)D, alpha, q, (int)D, k + k0 * D, (int)D, 0.0f, s,
+                    (int)tk);
+
+        /* Only tiles that cross the diagonal need a mask: the first row
+         * sees keys up to j_first (relative to k0). */
+        bool diag = p->causal &&
+                    k0 + tk - 1 > p->q_offset + q0 - p->kv_offset;
+        for (int64_t i = 0; i < tq; i++) {
+            float *row = s + i * tk;
+            int64_t n = tk;
+            if (diag) {
+                /* Visible keys of this row: [0, n); the rest contribute 0. */
+                n = min64(tk, max64(0, p->q_offset + q0 + i - p->kv_offset - k0 + 1));
+                for (int64_t j = n; j < tk; j++)
+                    row[j] = 0.0f;
+                if (n == 0)
+                    continue; /* nothing visible yet: m, l, o unchanged */
+            }
+            float m_new = fmaxf(m[i], wf_cpu_row_max(row, n));
+            /* P = 2^(S - m_new); rowsum = sum P. */
+            float sum = wf_cpu_row_exp2(row, n, m_new);
+            float corr = exp2f(m[i] - m_new); /* 0 when m[i] was -inf */
+            l[i] = l[i] * corr + sum;
+            m[i] = m_new;
+            if (corr != 1.0f) {
+                float *orow = o + i * D;
+                for (int64_t d = 0; d < D; d++)
+                    orow[d] *= corr;
+            }
+        }
+        /* O += P V: (tq, tk) x (tk, D) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tq, (int)D,
+                    (int)tk, 1.0f, s, (int)tk, v + k0 * D, (int)D, 1.0f, o,
+                    (int)D);
+    }
+
+    for (int64_t i = 0; i < tq; i++) {
+        float *orow = o + i * D;
+        if (l[i] > 0.0f) {
+            float inv = 1.0f / l[i];
+            for (int64_t d = 0; d < D; d++)
+                orow[d] *= inv;
+            m[i] = (m[i] + log2f(l[i])) * (float)M_LN2;
+        } else {
+            /* no visible key: empty row for the log-sum-exp merge */
+            memset(orow, 0, (size_t)D * sizeof(float));
+            m[i] = -INFINITY;
+        }
+    }
+}
+
+static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
+                                 const wf_attn_params_t *p, void *workspace)
+{
+    (void)ctx;
+    if (!params_valid(p) || !workspace)
+        return WF_E_INVALID;
+    const int64_t B = p->B, Sq = p->Sq, Skv = p->Skv, Hq = p->Hq,
+                  Hkv = p->Hkv, D = p->D;
+    const int64_t group = Hq / Hkv;
+    ws_layout_t w = ws_layout(p);
+    if (w.total == SIZE_MAX)
+        return WF_E_INVALID;
+    unsigned char *base = workspace;
+    float *kf = (float *)(void *)(base + w.k);
+    float *vf = (float *)(void *)(base + w.v);
+    float *qf = (float *)(void *)(base + w.q);
+    float *of = (float *)(void *)(base + w.o);
+    float *sf = (float *)(void *)(base + w.s);
+    float *mf = (float *)(void *)(base + w.m);
+    float *lf = (float *)(void *)(base + w.l);
+
+    for (int64_t b = 0; b < B; b++) {
+        int64_t kv_loaded = -1;
+        for (int64_t h = p->h_begin; h < p->h_end; h++) {
+            int64_t hk = h / group;
+            /* Consecutive query heads share a KV head: convert it once. */
+            if (hk != kv_loaded) {
+                wf_convert_rows_to_f32(kf, at4(p->k, p->k_dtype, b, 0, hk, Skv, Hkv, D),
+                                       p->k_dtype, (size_t)Skv, (size_t)D,
+                                       (size_t)(Hkv * D));
+                wf_convert_rows_to_f32(vf, at4(p->v, p->v_dtype, b, 0, hk, Skv, Hkv, D),
+                                       p->v_dtype, (size_t)Skv, (size_t)D,
+                                       (size_t)(Hkv * D));
+                kv_loaded = hk;
+            }
+            for (int64_t q0 = 0; q0 < Sq; q0 += TQ) {
+                int64_t tq = min64(TQ, Sq - q0);
+                wf_convert_rows_to_f32(qf, at4(p->q, p->q_dtype, b, q0, h, Sq, Hq, D),
+                                       p->q_dtype, (size_t)tq, (size_t)D,
+                                       (size_t)(Hq * D));
+                attend_tile(p, q0, tq, qf, kf, vf, of, sf, mf, lf);
+                wf_convert_rows_from_f32(
+                    (void *)at4(p->out, p->out_dtype, b, q0, h, Sq, Hq, D),
+                    p->out_dtype, (size_t)(Hq * D), of, (size_t)tq, (size_t)D);
+                if (p->lse)
+                    for (int64_t i = 0; i < tq; i++)
+                        p->lse[(b * Sq + q0 + i) * Hq + h] = mf[i];
+            }
+        }
+    }
+    return WF_OK;
+}
+
+double wf_attention_flops(const wf_attn_params_t *p)
+{
+    if (!p)
+        return 0.0;
+    double visible; /* visible (query, key) pairs of one (b, head) */
+    if (!p->causal) {
+        visible = (double)p->Sq * (double)p->Skv;
+    } else {
+        visible = 0.0;
+        for (int64_t i = 0; i < p->Sq; i++) {
+            int64_t n = p->q_offset + i - p->kv_offset + 1;
+            visible += (double)min64(p->Skv, max64(0, n));
+        }
+    }
+    return 4.0 * (double)p->B * (double)p->Hq * visible * (double)p->D;
+}
+
+static const wf_backend_ops_t cpu_ops = {
+    .name = "cpu",
+    .ctx_new = cpu_ctx_new,
+    .ctx_destroy = cpu_ctx_destroy,
+    .memory_info = cpu_memory_info,
+    .attention_workspace = cpu_attention_workspace,
+    .attention = cpu_attention,
+};
+
+const wf_backend_ops_t *wf_backend_cpu(void)
+{
+    return &cpu_ops;
+}

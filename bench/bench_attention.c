@@ -1,0 +1,206 @@
+/* bench_attention.c — throughput of the CPU attention kernel against the
+ * OpenBLAS sgemm of the same machine, measured in the same run.
+ *
+ * For S = 4096, H = 8, D in {64, 128}, f32, B = 1: attention GFLOP/s
+ * (4 B H S^2 D / time; causal counts only visible score elements) with 1
+ * thread (all heads on one context) and 2 threads (two contexts, each
+ * running attention() on half the heads, as the daemon's workers do),
+ * beside sgemm GFLOP/s of a large square product with the same thread
+ * count (openblas_set_num_threads). Best of a few runs. Prints a markdown
+ * table. Usage: bench_attention [S] [reps]
+ */
+#include "backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void openblas_set_num_threads(int num_threads);
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *xaligned(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63u) & ~(size_t)63u);
+    if (!p) {
+        fprintf(stderr, "bench_attention: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static void fill(float *x, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+}
+
+/* sgemm GFLOP/s of an n x n x n product with `threads` OpenBLAS threads. */
+static double sgemm_gflops(int n, int threads, int reps)
+{
+    openblas_set_num_threads(threads);
+    size_t nn = (size_t)n * (size_t)n;
+    float *a = xaligned(nn * 4), *b = xaligned(nn * 4), *c = xaligned(nn * 4);
+    fill(a, nn, 1);
+    fill(b, nn, 2);
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double t = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
+                    a, n, b, n, 0.0f, c, n);
+        t = now_s() - t;
+        if (r > 0 && t < best) /* the first run warms up */
+            best = t;
+    }
+    free(a);
+    free(b);
+    free(c);
+    openblas_set_num_threads(1);
+    return 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
+}
+
+typedef struct worker {
+    const wf_backend_ops_t *ops;
+    wf_backend_ctx_t *ctx;
+    wf_attn_params_t p;
+    void *ws;
+    wf_status_t st;
+} worker_t;
+
+static void *worker_run(void *arg)
+{
+    worker_t *w = arg;
+    w->st = w->ops->attention(w->ctx, &w->p, w->ws);
+    return NULL;
+}
+
+/* Seconds of one attention over all heads, split over `threads` contexts. */
+static double attention_time(const wf_backend_ops_t *ops, wf_backend_ctx_t **ctx,
+                             const wf_attn_params_t *p, int threads, void **ws)
+{
+    worker_t w[2];
+    pthread_t tid[2];
+    int64_t per = (p->Hq + threads - 1) / threads;
+    double t = now_s();
+    for (int i = 0; i < threads; i++) {
+        w[i] = (worker_t){ops, ctx[i], *p, ws[i], WF_OK};
+        w[i].p.h_begin = i * per;
+        w[i].p.h_end = (i + 1) * per < p->Hq ? (i + 1) * per : p->Hq;
+        if (threads == 1)
+            worker_run(&w[i]);
+        else
+            pthread_create(&tid[i], NULL, worker_run, &w[i]);
+    }
+    if (threads > 1)
+        for (int i = 0; i < threads; i++)
+            pthread_join(tid[i], NULL);
+    t = now_s() - t;
+    for (int i = 0; i < threads; i++)
+        if (w[i].st != WF_OK) {
+            fprintf(stderr, "bench_attention: attention failed (%d)\n", (int)w[i].st);
+            exit(1);
+        }
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    int S = argc > 1 ? atoi(argv[1]) : 4096;
+    int reps = argc > 2 ? atoi(argv[2]) : 3;
+    if (S < 1 || reps < 1) {
+        fprintf(stderr, "usage: bench_attention [S >= 1] [reps >= 1]\n");
+        return 2;
+    }
+    const int H = 8;
+    const wf_backend_ops_t *ops = wf_backend_cpu();
+    wf_backend_ctx_t *ctx[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        if (ops->ctx_new(i, 0, &ctx[i]) != WF_OK) {
+            fprintf(stderr, "bench_attention: ctx_new failed\n");
+            return 1;
+        }
+
+    /* The machine may be shared: sgemm is measured before and after the
+     * attention runs and its best figure is the baseline, so contention
+     * can only lower the printed ratio, never inflate it. */
+    double gemm[3] = {0, sgemm_gflops(2048, 1, reps), sgemm_gflops(2048, 2, reps)};
+
+    enum { ROWS = 8 };
+    struct { int D, causal, threads; double gf; } row[ROWS];
+    int nrows = 0;
+    const int Ds[2] = {64, 128};
+    for (int di = 0; di < 2; di++) {
+        int D = Ds[di];
+        size_t n = (size_t)S * (size_t)H * (size_t)D;
+        float *q = xaligned(n * 4), *k = xaligned(n * 4), *v = xaligned(n * 4),
+              *o = xaligned(n * 4), *lse = xaligned((size_t)S * H * 4);
+        fill(q, n, 3);
+        fill(k, n, 4);
+        fill(v, n, 5);
+        for (int causal = 0; causal < 2; causal++) {
+            wf_attn_params_t p = {
+                .B = 1, .Sq = S, .Skv = S, .Hq = H, .Hkv = H, .D = D,
+                .h_begin = 0, .h_end = H, .scale = 1.0f / sqrtf((float)D),
+                .causal = causal, .q = q, .q_dtype = WF_DTYPE_F32,
+                .k = k, .k_dtype = WF_DTYPE_F32, .v = v, .v_dtype = WF_DTYPE_F32,
+                .out = o, .out_dtype = WF_DTYPE_F32, .lse = lse,
+            };
+            void *ws[2] = {xaligned(ops->attention_workspace(&p)),
+                           xaligned(ops->attention_workspace(&p))};
+            for (int threads = 1; threads <= 2; threads++) {
+                double best = 1e30;
+                for (int r = 0; r < reps; r++) {
+                    double t = attention_time(ops, ctx, &p, threads, ws);
+                    if (t < best)
+                        best = t;
+                }
+                row[nrows].D = D;
+                row[nrows].causal = causal;
+                row[nrows].threads = threads;
+                row[nrows].gf = wf_attention_flops(&p) / best * 1e-9;
+                nrows++;
+            }
+            free(ws[0]);
+            free(ws[1]);
+        }
+        free(q);
+        free(k);
+        free(v);
+        free(o);
+        free(lse);
+    }
+    for (int t = 1; t <= 2; t++) {
+        double again = sgemm_gflops(2048, t, reps);
+        if (again > gemm[t])
+            gemm[t] = again;
+    }
+
+    printf("| S | H | D | causal | threads | attention GFLOP/s | sgemm GFLOP/s | ratio |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nrows; i++)
+        printf("| %d | %d | %d | %s | %d | %.1f | %.1f | %.2f |\n", S, H, row[i].D,
+               row[i].causal ? "yes" : "no", row[i].threads, row[i].gf,
+               gemm[row[i].threads], row[i].gf / gemm[row[i].threads]);
+    for (int i = 0; i < nrows; i++)
+        if (row[i].gf > gemm[row[i].threads]) {
+            /* attention cannot beat the sgemm it is built on: the baseline
+             * was measured while other processes held the cores */
+            printf("\nnote: a ratio above 1 means the sgemm baseline was disturbed "
+                   "by other load; rerun on an idle machine\n");
+            break;
+        }
+    for (int i = 0; i < 2; i++)
+        ops->ctx_destroy(&ctx[i]);
+    return 0;
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# bench/run.sh — run every benchmark from one build and write BENCHMARKS.md.
+# Usage: bench/run.sh [BUILD_DIR]   (build with -DCMAKE_BUILD_TYPE=Release)
+set -euo pipefail
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/BENCHMARKS.md"
+weftd="$build/daemon/weftd"
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+
+{
+    echo "# weft benchmarks"
+    echo
+    echo "Made by \`bench/run.sh $build\` on $(date -u +%Y-%m-%d) — $(nproc) cores,"
+    echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'),"
+    echo "$(free -g | awk '/Mem:/ {print $2}') GiB. Every figure is a ratio against a baseline"
+    echo "measured in the same run on the same machine."
+    echo
+    echo "## CPU attention beside OpenBLAS sgemm (target: ≥ 50%)"
+    echo
+    echo "Command: \`$build/bench/bench_attention\`"
+    echo
+    "$build/bench/bench_attention"
+    echo
+    echo "## Round trip of a tiny job beside raw ZeroMQ (target: ≤ 2×)"
+    echo
+    echo "Command: \`$build/bench/bench_roundtrip $weftd\`"
+    echo
+    "$build/bench/bench_roundtrip" "$weftd"
+    echo
+    echo "## Submitting a 256 MiB job beside memcpy (target: ≥ 25%)"
+    echo
+    echo "Command: \`$build/bench/bench_submit $weftd\`"
+    echo
+    "$build/bench/bench_submit" "$weftd"
+} > "$tmp"
+mv "$tmp" "$out"
+trap - EXIT
+cat "$out"
