@@ -140,6 +140,13 @@ wf_status_t wf_request_decode(const void *data, size_t len,
                               const wf_limits_t *lim, wf_request_t *req,
                               char *err, size_t err_len);
 
+/* Best effort, for the error reply to a header that failed to decode
+ * before its fields were read (e.g. a limit): if the bytes start with a
+ * map, scan its top-level entries, without allocating, for "id" and "op"
+ * holding unsigned integers and store them. Leaves *id / *op unchanged
+ * when not found. wf_request_decode already does this itself. */
+void wf_request_peek(const void *data, size_t len, uint64_t *id, uint32_t *op);
+
 /* Check the frames that followed the header: n_frames must equal
  * req->n_tensors and frame i must be exactly the nbytes of the tensor
  * whose .frame is i. Returns WF_OK or WF_E_FRAME_MISMATCH / WF_E_LIMIT. */
@@ -148,7 +155,11 @@ wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
                                     char *err, size_t err_len);
 
 /* Encode a request header (client side). Tensor numel / nbytes are not
- * sent. Appends to out. Returns WF_OK, WF_E_INVALID or WF_E_NOMEM. */
+ * sent; req->version 0 is sent as WF_PROTOCOL_VERSION; for attention,
+ * scale / out_dtype only when has_scale / has_out_dtype, devices only
+ * when != 0 (args.attention.q / k / v are not read: names identify the
+ * tensors). Appends to out. Returns WF_OK, WF_E_INVALID (bad descriptor,
+ * frames not < n_tensors, too many tensors) or WF_E_NOMEM. */
 wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out);
 
 /* Encode a reply header (daemon side): the common fields, the output
@@ -158,7 +169,9 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out);
 
 /* Decode a reply header (client side), with the default limits raised to
  * what a status reply needs. *rep is always written (id / op when they
- * could be read). */
+ * could be read). Unknown keys are skipped (forward compatibility); a
+ * status number this side does not know is kept as it is. Returns WF_OK,
+ * WF_E_VERSION (reply "v" != 1) or WF_E_PROTOCOL (anything else wrong). */
 wf_status_t wf_reply_decode(const void *data, size_t len, wf_reply_t *rep,
                             char *err, size_t err_len);
 

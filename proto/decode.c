@@ -1,0 +1,712 @@
+/* decode.c — msgpack header frames into wf_request_t / wf_reply_t.
+ *
+ * Requests are decoded strictly (the daemon side): every key is known,
+ * none repeats, every field has its type, and the first problem found is
+ * returned with a stable code and a message naming the field. Replies are
+ * decoded tolerantly (the client side): unknown keys are skipped so that a
+ * newer daemon can add fields. msgpack-c only ever sees bytes that passed
+ * wf_msgpack_prevalidate(). The order of the checks is normative, see
+ * proto/PROTOCOL.md "Validation order".
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "proto.h"
+
+/* Where messages go. */
+typedef struct dec {
+    char *err;
+    size_t err_len;
+} dec_t;
+
+__attribute__((format(printf, 3, 4)))
+static wf_status_t fail(dec_t *d, wf_status_t code, const char *fmt, ...)
+{
+    if (d->err && d->err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(d->err, d->err_len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* A printable excerpt of a str object for messages: at most 32 bytes,
+ * anything outside printable ASCII shown as '?'. */
+static const char *excerpt(const msgpack_object *o, char buf[40])
+{
+    size_t n = 0;
+    if (o->type == MSGPACK_OBJECT_STR) {
+        for (; n < o->via.str.size && n < 32; n++) {
+            unsigned char c = (unsigned char)o->via.str.ptr[n];
+            buf[n] = (c >= 0x20 && c < 0x7f && c != '"') ? (char)c : '?';
+        }
+        if (o->via.str.size > 32) {
+            memcpy(buf + n, "...", 3);
+            n += 3;
+        }
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static const char *type_name(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return "nil";
+    case MSGPACK_OBJECT_BOOLEAN: return "bool";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: return "unsigned integer";
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "negative integer";
+    case MSGPACK_OBJECT_FLOAT32: return "float32";
+    case MSGPACK_OBJECT_FLOAT64: return "float64";
+    case MSGPACK_OBJECT_STR: return "str";
+    case MSGPACK_OBJECT_ARRAY: return "array";
+    case MSGPACK_OBJECT_MAP: return "map";
+    case MSGPACK_OBJECT_BIN: return "bin";
+    case MSGPACK_OBJECT_EXT: return "ext";
+    }
+    return "unknown";
+}
+
+static bool key_is(const msgpack_object *k, const char *s)
+{
+    size_t n = strlen(s);
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+           memcmp(k->via.str.ptr, s, n) == 0;
+}
+
+/* First value stored under key `name`, or NULL. */
+static const msgpack_object *map_get(const msgpack_object *map, const char *name)
+{
+    for (uint32_t i = 0; i < map->via.map.size; i++)
+        if (key_is(&map->via.map.ptr[i].key, name))
+            return &map->via.map.ptr[i].val;
+    return NULL;
+}
+
+/* Strict map: every key is a str among names[0..n), none twice. vals[i]
+ * gets the value of names[i] or NULL. */
+static wf_status_t map_fields(dec_t *d, const msgpack_object *map,
+                             const char *path, const char *const *names,
+                             int n, const msgpack_object **vals)
+{
+    for (int j = 0; j < n; j++)
+        vals[j] = NULL;
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr[i].key;
+        char buf[40];
+        if (k->type != MSGPACK_OBJECT_STR)
+            return fail(d, WF_E_BAD_FIELD, "%s: key #%u is a %s, keys must be str",
+                        path, i, type_name(k));
+        int j = 0;
+        while (j < n && !key_is(k, names[j]))
+            j++;
+        if (j == n)
+            return fail(d, WF_E_BAD_FIELD, "%s: unknown key \"%s\"", path,
+                        excerpt(k, buf));
+        if (vals[j])
+            return fail(d, WF_E_BAD_FIELD, "%s: duplicate key \"%s\"", path,
+                        names[j]);
+        vals[j] = &map->via.map.ptr[i].val;
+    }
+    return WF_OK;
+}
+
+static bool as_uint(const msgpack_object *o, uint64_t *v)
+{
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return false;
+    *v = o->via.u64;
+    return true;
+}
+
+/* Any msgpack number as a double (integers included). */
+static bool as_number(const msgpack_object *o, double *v)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: *v = (double)o->via.u64; return true;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: *v = (double)o->via.i64; return true;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: *v = o->via.f64; return true;
+    default: return false;
+    }
+}
+
+bool wf_dtype_parse(const char *name, size_t len, wf_dtype_t *ret_dtype)
+{
+    static const wf_dtype_t all[] = { WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16 };
+    if (!name)
+        return false;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        const char *n = wf_dtype_name(all[i]);
+        if (strlen(n) == len && memcmp(n, name, len) == 0) {
+            *ret_dtype = all[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+wf_status_t wf_tensor_desc_finish(wf_tensor_desc_t *desc)
+{
+    size_t esize = wf_dtype_size(desc->dtype);
+    if (esize == 0)
+        return WF_E_BAD_DTYPE;
+    if (desc->rank < 1 || desc->rank > WF_MAX_RANK)
+        return WF_E_BAD_SHAPE;
+    int64_t numel = 1;
+    for (int i = 0; i < desc->rank; i++)
+        if (desc->shape[i] <= 0 || __builtin_mul_overflow(numel, desc->shape[i], &numel))
+            return WF_E_BAD_SHAPE;
+    int64_t nbytes;
+    if (__builtin_mul_overflow(numel, (int64_t)esize, &nbytes))
+        return WF_E_BAD_SHAPE;
+    desc->numel = (uint64_t)numel;
+    desc->nbytes = (uint64_t)nbytes;
+    return WF_OK;
+}
+
+/* One tensor descriptor {name, dtype, shape, frame}. strict: unknown keys
+ * are an error (requests); otherwise skipped (replies). n_frames: frame
+ * indices must be below it. */
+static wf_status_t decode_desc(dec_t *d, const msgpack_object *o, uint32_t idx,
+                               bool strict, uint32_t n_frames,
+                               uint64_t max_tensor_bytes, wf_tensor_desc_t *t)
+{
+    static const char *const names[] = { "name", "dtype", "shape", "frame" };
+    const msgpack_object *f[4];
+    char buf[40];
+    wf_status_t rc;
+
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_BAD_FIELD, "tensors[%u]: must be a map, got %s", idx,
+                    type_name(o));
+    if (strict) {
+        char path[32];
+        snprintf(path, sizeof(path), "tensors[%u]", idx);
+        if ((rc = map_fields(d, o, path, names, 4, f)) != WF_OK)
+            return rc;
+    } else {
+        for (int j = 0; j < 4; j++)
+            f[j] = map_get(o, names[j]);
+    }
+    for (int j = 0; j < 4; j++)
+        if (!f[j])
+            return fail(d, WF_E_BAD_FIELD, "tensors[%u].%s: missing", idx, names[j]);
+
+    /* name: 1..WF_PROTO_NAME_MAX-1 bytes, no NUL (it becomes a C string) */
+    if (f[0]->type != MSGPACK_OBJECT_STR)
+        return fail(d, WF_E_BAD_FIELD, "tensors[%u].name: must be a str, got %s",
+                    idx, type_name(f[0]));
+    uint32_t nlen = f[0]->via.str.size;
+    if (nlen == 0 || nlen >= WF_PROTO_NAME_MAX ||
+        memchr(f[0]->via.str.ptr, '\0', nlen))
+        return fail(d, WF_E_BAD_FIELD,
+                    "tensors[%u].name: must be 1..%d bytes without NUL, got %u bytes",
+                    idx, WF_PROTO_NAME_MAX - 1, nlen);
+    memcpy(t->name, f[0]->via.str.ptr, nlen);
+    t->name[nlen] = '\0';
+
+    if (f[1]->type != MSGPACK_OBJECT_STR)
+        return fail(d, WF_E_BAD_FIELD, "tensors[%u].dtype: must be a str, got %s",
+                    idx, type_name(f[1]));
+    if (!wf_dtype_parse(f[1]->via.str.ptr, f[1]->via.str.size, &t->dtype))
+        return fail(d, WF_E_BAD_DTYPE,
+                    "tensors[%u].dtype: unknown dtype \"%s\" (f32, f16, bf16)", idx,
+                    excerpt(f[1], buf));
+
+    if (f[2]->type != MSGPACK_OBJECT_ARRAY)
+        return fail(d, WF_E_BAD_FIELD, "tensors[%u].shape: must be an array, got %s",
+                    idx, type_name(f[2]));
+    uint32_t rank = f[2]->via.array.size;
+    if (rank < 1 || rank > WF_MAX_RANK)
+        return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape: rank must be 1..%d, got %u",
+                    idx, WF_MAX_RANK, rank);
+    t->rank = (int)rank;
+    for (uint32_t i = 0; i < rank; i++) {
+        const msgpack_object *e = &f[2]->via.array.ptr[i];
+        if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim must be > 0, got %lld",
+                        idx, i, (long long)e->via.i64);
+        if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim must be an integer, got %s",
+                        idx, i, type_name(e));
+        if (e->via.u64 == 0)
+            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim must be > 0, got 0",
+                        idx, i);
+        if (e->via.u64 > (uint64_t)INT64_MAX)
+            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim %llu overflows int64",
+                        idx, i, (unsigned long long)e->via.u64);
+        t->shape[i] = (int64_t)e->via.u64;
+    }
+    if (wf_tensor_desc_finish(t) != WF_OK)
+        return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape: byte size overflows int64", idx);
+
+    uint64_t fr;
+    if (!as_uint(f[3], &fr))
+        return fail(d, WF_E_BAD_FIELD, "tensors[%u].frame: must be an unsigned integer, got %s",
+                    idx, type_name(f[3]));
+    if (fr >= n_frames)
+        return fail(d, WF_E_FRAME_MISMATCH, "tensors[%u].frame: %llu out of range 0..%u",
+                    idx, (unsigned long long)fr, n_frames - 1);
+    t->frame = (uint32_t)fr;
+
+    if (t->nbytes > max_tensor_bytes)
+        return fail(d, WF_E_LIMIT, "tensors[%u] (\"%s\"): %llu bytes, limit %llu", idx,
+                    t->name, (unsigned long long)t->nbytes,
+                    (unsigned long long)max_tensor_bytes);
+    return WF_OK;
+}
+
+/* The "tensors" array: descriptors, frames a permutation of 0..n-1,
+ * unique names. */
+static wf_status_t decode_tensors(dec_t *d, const msgpack_object *o, bool strict,
+                                  uint32_t max_tensors, uint64_t max_tensor_bytes,
+                                  uint32_t *ret_n, wf_tensor_desc_t *tensors)
+{
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return fail(d, WF_E_BAD_FIELD, "tensors: must be an array, got %s", type_name(o));
+    uint32_t n = o->via.array.size;
+    if (max_tensors > WF_PROTO_MAX_TENSORS)
+        max_tensors = WF_PROTO_MAX_TENSORS;
+    if (n > max_tensors)
+        return fail(d, WF_E_LIMIT, "tensors: %u tensors, limit %u", n, max_tensors);
+    bool seen[WF_PROTO_MAX_TENSORS] = { false };
+    for (uint32_t i = 0; i < n; i++) {
+        wf_status_t rc = decode_desc(d, &o->via.array.ptr[i], i, strict, n,
+                                     max_tensor_bytes, &tensors[i]);
+        if (rc != WF_OK)
+            return rc;
+        *ret_n = i + 1;
+        if (seen[tensors[i].frame])
+            return fail(d, WF_E_FRAME_MISMATCH, "tensors[%u].frame: %u used twice", i,
+                        tensors[i].frame);
+        seen[tensors[i].frame] = true;
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(tensors[j].name, tensors[i].name) == 0)
+                return fail(d, WF_E_BAD_FIELD, "tensors[%u].name: \"%s\" used twice", i,
+                            tensors[i].name);
+    }
+    *ret_n = n;
+    return WF_OK;
+}
+
+static int find_tensor(const wf_request_t *req, const char *name)
+{
+    for (uint32_t i = 0; i < req->n_tensors; i++)
+        if (strcmp(req->tensors[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
+                                    wf_request_t *req)
+{
+    static const char *const names[] = { "scale", "causal", "return_lse",
+                                         "out_dtype", "devices" };
+    const msgpack_object *f[5] = { NULL, NULL, NULL, NULL, NULL };
+    wf_attention_args_t *a = &req->args.attention;
+    wf_status_t rc;
+    char buf[40];
+
+    if (args && (rc = map_fields(d, args, "args", names, 5, f)) != WF_OK)
+        return rc;
+    double scale = 0;
+    if (f[0]) {
+        if (!as_number(f[0], &scale))
+            return fail(d, WF_E_BAD_FIELD, "args.scale: must be a number, got %s",
+                        type_name(f[0]));
+        a->has_scale = true;
+    }
+    if (f[1]) {
+        if (f[1]->type != MSGPACK_OBJECT_BOOLEAN)
+            return fail(d, WF_E_BAD_FIELD, "args.causal: must be a bool, got %s",
+                        type_name(f[1]));
+        a->causal = f[1]->via.boolean;
+    }
+    if (f[2]) {
+        if (f[2]->type != MSGPACK_OBJECT_BOOLEAN)
+            return fail(d, WF_E_BAD_FIELD, "args.return_lse: must be a bool, got %s",
+                        type_name(f[2]));
+        a->return_lse = f[2]->via.boolean;
+    }
+    if (f[3]) {
+        if (f[3]->type != MSGPACK_OBJECT_STR)
+            return fail(d, WF_E_BAD_FIELD, "args.out_dtype: must be a str, got %s",
+                        type_name(f[3]));
+        if (!wf_dtype_parse(f[3]->via.str.ptr, f[3]->via.str.size, &a->out_dtype))
+            return fail(d, WF_E_BAD_DTYPE, "args.out_dtype: unknown dtype \"%s\"",
+                        excerpt(f[3], buf));
+        a->has_out_dtype = true;
+    }
+    if (f[4]) {
+        uint64_t n;
+        if (!as_uint(f[4], &n) || n > UINT32_MAX)
+            return fail(d, WF_E_BAD_FIELD, "args.devices: must be an unsigned 32-bit integer");
+        a->devices = (uint32_t)n;
+    }
+
+    static const char *const qkv[] = { "q", "k", "v" };
+    int idx[3];
+    for (int i = 0; i < 3; i++)
+        if ((idx[i] = find_tensor(req, qkv[i])) < 0)
+            return fail(d, WF_E_BAD_FIELD, "tensors: no tensor named \"%s\"", qkv[i]);
+    if (req->n_tensors != 3) {
+        for (uint32_t i = 0; i < req->n_tensors; i++)
+            if ((int)i != idx[0] && (int)i != idx[1] && (int)i != idx[2])
+                return fail(d, WF_E_BAD_ARGUMENT,
+                            "tensors[%u]: unexpected tensor \"%s\" (attention takes q, k, v)",
+                            i, req->tensors[i].name);
+    }
+    a->q = idx[0];
+    a->k = idx[1];
+    a->v = idx[2];
+    const wf_tensor_desc_t *q = &req->tensors[a->q], *k = &req->tensors[a->k],
+                           *v = &req->tensors[a->v];
+    for (int i = 0; i < 3; i++)
+        if (req->tensors[idx[i]].rank != 4)
+            return fail(d, WF_E_BAD_ARGUMENT, "%s: rank must be 4 (B, S, H, D), got %d",
+                        qkv[i], req->tensors[idx[i]].rank);
+    for (int i = 0; i < 4; i++)
+        if (k->shape[i] != v->shape[i])
+            return fail(d, WF_E_BAD_ARGUMENT, "k and v shapes differ in dim %d (%lld vs %lld)",
+                        i, (long long)k->shape[i], (long long)v->shape[i]);
+    if (q->shape[0] != k->shape[0])
+        return fail(d, WF_E_BAD_ARGUMENT, "batch of q (%lld) and k (%lld) differ",
+                    (long long)q->shape[0], (long long)k->shape[0]);
+    if (q->shape[3] != k->shape[3])
+        return fail(d, WF_E_BAD_ARGUMENT, "head dim of q (%lld) and k (%lld) differ",
+                    (long long)q->shape[3], (long long)k->shape[3]);
+    if (q->shape[2] % k->shape[2] != 0)
+        return fail(d, WF_E_BAD_ARGUMENT, "k/v heads (%lld) do not divide q heads (%lld)",
+                    (long long)k->shape[2], (long long)q->shape[2]);
+    if (a->has_scale) {
+        float s = (float)scale;
+        if (!isfinite(scale) || !isfinite(s) || !(s > 0.0f))
+            return fail(d, WF_E_BAD_ARGUMENT, "args.scale: must be finite and > 0, got %g",
+                        scale);
+        a->scale = s;
+    }
+    return WF_OK;
+}
+
+static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
+                                      const wf_limits_t *lim, wf_request_t *req)
+{
+    static const char *const names[] = { "v", "id", "op", "tensors", "args" };
+    const msgpack_object *f[5];
+    uint64_t u;
+    wf_status_t rc;
+
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_MALFORMED, "header must be a map, got %s", type_name(o));
+    /* id / op first, best effort, so that every later error echoes them */
+    const msgpack_object *x;
+    if ((x = map_get(o, "id")) && as_uint(x, &u))
+        req->id = u;
+    if ((x = map_get(o, "op")) && as_uint(x, &u) && u <= UINT32_MAX)
+        req->op = (uint32_t)u;
+
+    /* the version comes before anything else: a future client must learn
+     * that it speaks another version, not that a field is wrong */
+    if (!(x = map_get(o, "v")))
+        return fail(d, WF_E_VERSION, "v: missing (protocol version, must be %d)",
+                    WF_PROTOCOL_VERSION);
+    if (!as_uint(x, &u))
+        return fail(d, WF_E_VERSION, "v: must be an unsigned integer, got %s", type_name(x));
+    if (u != WF_PROTOCOL_VERSION)
+        return fail(d, WF_E_VERSION, "v: protocol version %llu not supported (this side speaks %d)",
+                    (unsigned long long)u, WF_PROTOCOL_VERSION);
+    req->version = (uint32_t)u;
+
+    if ((rc = map_fields(d, o, "header", names, 5, f)) != WF_OK)
+        return rc;
+    if (!f[1])
+        return fail(d, WF_E_BAD_FIELD, "id: missing");
+    if (!as_uint(f[1], &u))
+        return fail(d, WF_E_BAD_FIELD, "id: must be an unsigned integer, got %s",
+                    type_name(f[1]));
+    if (!f[2])
+        return fail(d, WF_E_BAD_FIELD, "op: missing");
+    if (!as_uint(f[2], &u))
+        return fail(d, WF_E_BAD_FIELD, "op: must be an unsigned integer, got %s",
+                    type_name(f[2]));
+    if (u != WF_OP_HELLO && u != WF_OP_STATUS && u != WF_OP_ATTENTION)
+        return fail(d, WF_E_UNKNOWN_OP, "op: unknown op %llu", (unsigned long long)u);
+
+    if (f[3] && (rc = decode_tensors(d, f[3], true, lim->max_tensors,
+                                     lim->max_tensor_bytes, &req->n_tensors,
+                                     req->tensors)) != WF_OK)
+        return rc;
+    if (f[4] && f[4]->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_BAD_FIELD, "args: must be a map, got %s", type_name(f[4]));
+
+    if (req->op == WF_OP_ATTENTION)
+        return decode_attention(d, f[4], req);
+    /* hello and status: no arguments, no tensors */
+    if (f[4] && f[4]->via.map.size > 0) {
+        char buf[40];
+        const msgpack_object *k = &f[4]->via.map.ptr[0].key;
+        return fail(d, WF_E_BAD_FIELD, "args: unknown key \"%s\" (op %u takes no args)",
+                    excerpt(k, buf), req->op);
+    }
+    if (req->n_tensors > 0)
+        return fail(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
+                    req->op, req->n_tensors);
+    return WF_OK;
+}
+
+wf_status_t wf_request_decode(const void *data, size_t len,
+                              const wf_limits_t *lim, wf_request_t *req,
+                              char *err, size_t err_len)
+{
+    dec_t d = { err, err_len };
+    memset(req, 0, sizeof(*req));
+    if (err && err_len)
+        err[0] = '\0';
+    wf_status_t rc = wf_msgpack_prevalidate(data, len, lim, err, err_len);
+    if (rc != WF_OK) {
+        wf_request_peek(data, len, &req->id, &req->op);
+        return rc;
+    }
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+        rc = fail(&d, WF_E_MALFORMED, "msgpack could not be unpacked");
+    else
+        rc = decode_request_obj(&d, &up.data, lim, req);
+    msgpack_unpacked_destroy(&up);
+    if (rc != WF_OK) {
+        /* only the fields that identify the request survive a failure */
+        uint64_t id = req->id;
+        uint32_t op = req->op;
+        memset(req, 0, sizeof(*req));
+        req->id = id;
+        req->op = op;
+    }
+    return rc;
+}
+
+wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
+                                    const size_t *frame_bytes,
+                                    char *err, size_t err_len)
+{
+    dec_t d = { err, err_len };
+    if (err && err_len)
+        err[0] = '\0';
+    if (n_frames != req->n_tensors)
+        return fail(&d, n_frames > WF_PROTO_MAX_TENSORS ? WF_E_LIMIT : WF_E_FRAME_MISMATCH,
+                    "%zu tensor frames follow the header, %u tensors described",
+                    n_frames, req->n_tensors);
+    for (uint32_t i = 0; i < req->n_tensors; i++) {
+        const wf_tensor_desc_t *t = &req->tensors[i];
+        if (t->frame >= n_frames || frame_bytes[t->frame] != t->nbytes)
+            return fail(&d, WF_E_FRAME_MISMATCH,
+                        "frame %u (tensor \"%s\") has %zu bytes, expected %llu",
+                        t->frame, t->name, t->frame < n_frames ? frame_bytes[t->frame] : 0,
+                        (unsigned long long)t->nbytes);
+    }
+    return WF_OK;
+}
+
+/* ---- replies: tolerant of unknown keys ---- */
+
+/* Reply limits: a status reply lists up to WF_STATUS_MAX_DEVICES devices,
+ * and a newer daemon may add fields, so the header limits are generous;
+ * output tensors are as big as the daemon allowed the inputs to be. */
+static void reply_limits(wf_limits_t *lim)
+{
+    wf_limits_default(lim);
+    lim->max_header_bytes = 16u * 1024u * 1024u;
+    lim->max_depth = 16;
+    lim->max_elements = 1u << 20;
+    lim->max_str_bytes = 64u * 1024u;
+    lim->max_tensors = WF_PROTO_MAX_TENSORS;
+    lim->max_tensor_bytes = UINT64_MAX;
+}
+
+/* Optional unsigned field of a map: absent leaves *v, wrong type fails. */
+static wf_status_t opt_uint(dec_t *d, const msgpack_object *map, const char *path,
+                            const char *name, uint64_t max, uint64_t *v)
+{
+    const msgpack_object *x = map_get(map, name);
+    uint64_t u;
+    if (!x)
+        return WF_OK;
+    if (!as_uint(x, &u) || u > max)
+        return fail(d, WF_E_PROTOCOL, "%s.%s: must be an unsigned integer <= %llu", path,
+                    name, (unsigned long long)max);
+    *v = u;
+    return WF_OK;
+}
+
+static wf_status_t opt_u32(dec_t *d, const msgpack_object *map, const char *path,
+                           const char *name, uint32_t *v)
+{
+    uint64_t u = *v;
+    wf_status_t rc = opt_uint(d, map, path, name, UINT32_MAX, &u);
+    *v = (uint32_t)u;
+    return rc;
+}
+
+static wf_status_t opt_u64(dec_t *d, const msgpack_object *map, const char *path,
+                           const char *name, uint64_t *v)
+{
+    return opt_uint(d, map, path, name, UINT64_MAX, v);
+}
+
+/* Optional str field copied (truncated) into a fixed buffer. */
+static wf_status_t opt_str(dec_t *d, const msgpack_object *map, const char *path,
+                           const char *name, char *out, size_t cap)
+{
+    const msgpack_object *x = map_get(map, name);
+    if (!x)
+        return WF_OK;
+    if (x->type != MSGPACK_OBJECT_STR)
+        return fail(d, WF_E_PROTOCOL, "%s.%s: must be a str, got %s", path, name,
+                    type_name(x));
+    size_t n = x->via.str.size < cap - 1 ? x->via.str.size : cap - 1;
+    memcpy(out, x->via.str.ptr, n);
+    out[n] = '\0';
+    return WF_OK;
+}
+
+#define TRY(expr) do { wf_status_t rc_ = (expr); if (rc_ != WF_OK) return rc_; } while (0)
+
+static wf_status_t decode_hello_result(dec_t *d, const msgpack_object *r,
+                                       wf_hello_info_t *h)
+{
+    TRY(opt_u32(d, r, "result", "protocol", &h->protocol));
+    TRY(opt_str(d, r, "result", "weft_version", h->weft_version, sizeof(h->weft_version)));
+    TRY(opt_str(d, r, "result", "backend", h->backend, sizeof(h->backend)));
+    TRY(opt_u32(d, r, "result", "devices", &h->devices));
+    const msgpack_object *l = map_get(r, "limits");
+    if (l) {
+        if (l->type != MSGPACK_OBJECT_MAP)
+            return fail(d, WF_E_PROTOCOL, "result.limits: must be a map");
+        TRY(opt_u64(d, l, "result.limits", "max_header_bytes", &h->max_header_bytes));
+        TRY(opt_u64(d, l, "result.limits", "max_tensor_bytes", &h->max_tensor_bytes));
+        TRY(opt_u32(d, l, "result.limits", "max_tensors", &h->max_tensors));
+    }
+    return WF_OK;
+}
+
+static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
+                                        wf_status_info_t *s)
+{
+    TRY(opt_str(d, r, "result", "weft_version", s->weft_version, sizeof(s->weft_version)));
+    TRY(opt_str(d, r, "result", "backend", s->backend, sizeof(s->backend)));
+    TRY(opt_u64(d, r, "result", "epoch", &s->epoch));
+    TRY(opt_u64(d, r, "result", "uptime_ms", &s->uptime_ms));
+    TRY(opt_u32(d, r, "result", "queue_depth", &s->queue_depth));
+    TRY(opt_u32(d, r, "result", "queue_capacity", &s->queue_capacity));
+    TRY(opt_u32(d, r, "result", "in_flight", &s->in_flight));
+    TRY(opt_u64(d, r, "result", "jobs_served", &s->jobs_served));
+    TRY(opt_u64(d, r, "result", "jobs_failed", &s->jobs_failed));
+    TRY(opt_u64(d, r, "result", "requests_rejected", &s->requests_rejected));
+    TRY(opt_u64(d, r, "result", "rss_bytes", &s->rss_bytes));
+    const msgpack_object *a = map_get(r, "devices");
+    if (!a)
+        return WF_OK;
+    if (a->type != MSGPACK_OBJECT_ARRAY)
+        return fail(d, WF_E_PROTOCOL, "result.devices: must be an array");
+    /* more devices than the struct holds: the first ones are kept */
+    uint32_t n = a->via.array.size < WF_STATUS_MAX_DEVICES ? a->via.array.size
+                                                          : WF_STATUS_MAX_DEVICES;
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *m = &a->via.array.ptr[i];
+        wf_device_info_t *dv = &s->devices[i];
+        if (m->type != MSGPACK_OBJECT_MAP)
+            return fail(d, WF_E_PROTOCOL, "result.devices[%u]: must be a map", i);
+        TRY(opt_u32(d, m, "result.devices[]", "index", &dv->index));
+        TRY(opt_str(d, m, "result.devices[]", "name", dv->name, sizeof(dv->name)));
+        TRY(opt_u64(d, m, "result.devices[]", "memory_total", &dv->memory_total));
+        TRY(opt_u64(d, m, "result.devices[]", "memory_used", &dv->memory_used));
+        TRY(opt_u64(d, m, "result.devices[]", "jobs_served", &dv->jobs_served));
+        TRY(opt_u32(d, m, "result.devices[]", "busy", &dv->busy));
+    }
+    s->device_count = n;
+    return WF_OK;
+}
+
+static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_t *rep)
+{
+    const msgpack_object *x;
+    uint64_t u;
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_PROTOCOL, "reply header must be a map, got %s", type_name(o));
+    if ((x = map_get(o, "id")) && as_uint(x, &u))
+        rep->id = u;
+    if ((x = map_get(o, "op")) && as_uint(x, &u) && u <= UINT32_MAX)
+        rep->op = (uint32_t)u;
+    if (!(x = map_get(o, "v")) || !as_uint(x, &u))
+        return fail(d, WF_E_PROTOCOL, "reply: v missing or not an unsigned integer");
+    if (u != WF_PROTOCOL_VERSION)
+        return fail(d, WF_E_VERSION, "reply: protocol version %llu, this side speaks %d",
+                    (unsigned long long)u, WF_PROTOCOL_VERSION);
+    rep->version = (uint32_t)u;
+    static const char *const req_names[] = { "id", "op", "status" };
+    for (int i = 0; i < 3; i++)
+        if (!(x = map_get(o, req_names[i])) || !as_uint(x, &u))
+            return fail(d, WF_E_PROTOCOL, "reply: %s missing or not an unsigned integer",
+                        req_names[i]);
+    if (u > INT32_MAX)
+        return fail(d, WF_E_PROTOCOL, "reply: status %llu out of range", (unsigned long long)u);
+    /* a status number this side does not know is kept as it is */
+    rep->status = (wf_status_t)u;
+    TRY(opt_str(d, o, "reply", "error", rep->error, sizeof(rep->error)));
+    TRY(opt_u64(d, o, "reply", "epoch", &rep->epoch));
+    if ((x = map_get(o, "tensors"))) {
+        wf_status_t rc = decode_tensors(d, x, false, WF_PROTO_MAX_TENSORS, UINT64_MAX,
+                                        &rep->n_tensors, rep->tensors);
+        if (rc != WF_OK) {
+            rep->n_tensors = 0;
+            return WF_E_PROTOCOL;
+        }
+    }
+    if (rep->status != WF_OK || !(x = map_get(o, "result")))
+        return WF_OK;
+    if (x->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_PROTOCOL, "result: must be a map, got %s", type_name(x));
+    switch (rep->op) {
+    case WF_OP_HELLO: return decode_hello_result(d, x, &rep->result.hello);
+    case WF_OP_STATUS: return decode_status_result(d, x, &rep->result.status);
+    case WF_OP_ATTENTION:
+        TRY(opt_u64(d, x, "result", "queue_us", &rep->result.attention.queue_us));
+        TRY(opt_u64(d, x, "result", "compute_us", &rep->result.attention.compute_us));
+        TRY(opt_u32(d, x, "result", "devices", &rep->result.attention.devices));
+        return WF_OK;
+    default:
+        return WF_OK;
+    }
+}
+
+wf_status_t wf_reply_decode(const void *data, size_t len, wf_reply_t *rep,
+                            char *err, size_t err_len)
+{
+    dec_t d = { err, err_len };
+    wf_limits_t lim;
+    memset(rep, 0, sizeof(*rep));
+    if (err && err_len)
+        err[0] = '\0';
+    reply_limits(&lim);
+    if (wf_msgpack_prevalidate(data, len, &lim, err, err_len) != WF_OK) {
+        wf_request_peek(data, len, &rep->id, &rep->op);
+        return WF_E_PROTOCOL;
+    }
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    wf_status_t rc;
+    if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+        rc = fail(&d, WF_E_PROTOCOL, "reply msgpack could not be unpacked");
+    else
+        rc = decode_reply_obj(&d, &up.data, rep);
+    msgpack_unpacked_destroy(&up);
+    return rc;
+}

@@ -1,0 +1,263 @@
+/* encode.c — wf_request_t / wf_reply_t into msgpack header frames, and
+ * the wf_buf_t they are written to.
+ *
+ * msgpack-c's packer writes through a callback into a wf_buf_t; the first
+ * failed write (out of memory) is remembered and turns the whole encode
+ * into WF_E_NOMEM. Only the header is encoded here: tensor bytes travel in
+ * their own frames and never pass through msgpack.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "proto.h"
+
+void wf_buf_reset(wf_buf_t *b)
+{
+    b->len = 0;
+}
+
+void wf_buf_free(wf_buf_t *b)
+{
+    if (!b)
+        return;
+    free(b->data);
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}
+
+static int buf_write(void *data, const char *src, size_t n)
+{
+    wf_buf_t *b = data;
+    if (n > SIZE_MAX - b->len)
+        return -1;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) {
+            if (cap > SIZE_MAX / 2)
+                return -1;
+            cap *= 2;
+        }
+        char *p = realloc(b->data, cap);
+        if (!p)
+            return -1;
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+/* A packer plus a sticky failure flag. */
+typedef struct enc {
+    msgpack_packer pk;
+    int failed;
+} enc_t;
+
+static void put_str(enc_t *e, const char *s)
+{
+    e->failed |= msgpack_pack_str_with_body(&e->pk, s, strlen(s));
+}
+
+static void put_key_uint(enc_t *e, const char *k, uint64_t v)
+{
+    put_str(e, k);
+    e->failed |= msgpack_pack_uint64(&e->pk, v);
+}
+
+static void put_key_str(enc_t *e, const char *k, const char *v)
+{
+    put_str(e, k);
+    put_str(e, v);
+}
+
+static void put_key_bool(enc_t *e, const char *k, bool v)
+{
+    put_str(e, k);
+    e->failed |= v ? msgpack_pack_true(&e->pk) : msgpack_pack_false(&e->pk);
+}
+
+/* A fixed-size char array that may lack its NUL: at most cap bytes. */
+static void put_key_fixstr(enc_t *e, const char *k, const char *v, size_t cap)
+{
+    put_str(e, k);
+    e->failed |= msgpack_pack_str_with_body(&e->pk, v, strnlen(v, cap));
+}
+
+static bool desc_ok(const wf_tensor_desc_t *t)
+{
+    size_t n = strnlen(t->name, WF_PROTO_NAME_MAX);
+    if (n == 0 || n == WF_PROTO_NAME_MAX || !wf_dtype_name(t->dtype))
+        return false;
+    if (t->rank < 1 || t->rank > WF_MAX_RANK)
+        return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->shape[i] <= 0)
+            return false;
+    return true;
+}
+
+/* Descriptors a peer would accept: each valid, frames a permutation. */
+static bool descs_ok(uint32_t n, const wf_tensor_desc_t *ts)
+{
+    uint32_t seen = 0;
+    if (n > WF_PROTO_MAX_TENSORS)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!desc_ok(&ts[i]) || ts[i].frame >= n || (seen & (1u << ts[i].frame)))
+            return false;
+        seen |= 1u << ts[i].frame;
+    }
+    return true;
+}
+
+static void put_tensors(enc_t *e, uint32_t n, const wf_tensor_desc_t *ts)
+{
+    put_str(e, "tensors");
+    e->failed |= msgpack_pack_array(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const wf_tensor_desc_t *t = &ts[i];
+        e->failed |= msgpack_pack_map(&e->pk, 4);
+        put_key_str(e, "name", t->name);
+        put_key_str(e, "dtype", wf_dtype_name(t->dtype));
+        put_str(e, "shape");
+        e->failed |= msgpack_pack_array(&e->pk, (size_t)t->rank);
+        for (int j = 0; j < t->rank; j++)
+            e->failed |= msgpack_pack_uint64(&e->pk, (uint64_t)t->shape[j]);
+        put_key_uint(e, "frame", t->frame);
+    }
+}
+
+static wf_status_t finish(enc_t *e, wf_buf_t *out, size_t start)
+{
+    if (e->failed) {
+        out->len = start;
+        return WF_E_NOMEM;
+    }
+    return WF_OK;
+}
+
+wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
+{
+    if (!req || !out || !descs_ok(req->n_tensors, req->tensors))
+        return WF_E_INVALID;
+    const wf_attention_args_t *a = &req->args.attention;
+    bool attn = req->op == WF_OP_ATTENTION;
+    if (attn && ((a->has_out_dtype && !wf_dtype_name(a->out_dtype))))
+        return WF_E_INVALID;
+
+    enc_t e = { .failed = 0 };
+    size_t start = out->len;
+    msgpack_packer_init(&e.pk, out, buf_write);
+    uint32_t n = 3 + (req->n_tensors > 0) + attn;
+    e.failed |= msgpack_pack_map(&e.pk, n);
+    /* a zeroed version means "the one this library speaks" */
+    put_key_uint(&e, "v", req->version ? req->version : WF_PROTOCOL_VERSION);
+    put_key_uint(&e, "id", req->id);
+    put_key_uint(&e, "op", req->op);
+    if (req->n_tensors > 0)
+        put_tensors(&e, req->n_tensors, req->tensors);
+    if (attn) {
+        put_str(&e, "args");
+        uint32_t m = 2 + a->has_scale + a->has_out_dtype + (a->devices != 0);
+        e.failed |= msgpack_pack_map(&e.pk, m);
+        if (a->has_scale) {
+            put_str(&e, "scale");
+            e.failed |= msgpack_pack_double(&e.pk, a->scale);
+        }
+        put_key_bool(&e, "causal", a->causal);
+        put_key_bool(&e, "return_lse", a->return_lse);
+        if (a->has_out_dtype)
+            put_key_str(&e, "out_dtype", wf_dtype_name(a->out_dtype));
+        if (a->devices)
+            put_key_uint(&e, "devices", a->devices);
+    }
+    return finish(&e, out, start);
+}
+
+static void put_hello(enc_t *e, const wf_hello_info_t *h)
+{
+    e->failed |= msgpack_pack_map(&e->pk, 5);
+    put_key_uint(e, "protocol", h->protocol);
+    put_key_fixstr(e, "weft_version", h->weft_version, sizeof(h->weft_version));
+    put_key_fixstr(e, "backend", h->backend, sizeof(h->backend));
+    put_key_uint(e, "devices", h->devices);
+    put_str(e, "limits");
+    e->failed |= msgpack_pack_map(&e->pk, 3);
+    put_key_uint(e, "max_header_bytes", h->max_header_bytes);
+    put_key_uint(e, "max_tensor_bytes", h->max_tensor_bytes);
+    put_key_uint(e, "max_tensors", h->max_tensors);
+}
+
+static void put_status(enc_t *e, const wf_status_info_t *s)
+{
+    uint32_t n = s->device_count < WF_STATUS_MAX_DEVICES ? s->device_count
+                                                         : WF_STATUS_MAX_DEVICES;
+    e->failed |= msgpack_pack_map(&e->pk, 12);
+    put_key_fixstr(e, "weft_version", s->weft_version, sizeof(s->weft_version));
+    put_key_fixstr(e, "backend", s->backend, sizeof(s->backend));
+    put_key_uint(e, "epoch", s->epoch);
+    put_key_uint(e, "uptime_ms", s->uptime_ms);
+    put_key_uint(e, "queue_depth", s->queue_depth);
+    put_key_uint(e, "queue_capacity", s->queue_capacity);
+    put_key_uint(e, "in_flight", s->in_flight);
+    put_key_uint(e, "jobs_served", s->jobs_served);
+    put_key_uint(e, "jobs_failed", s->jobs_failed);
+    put_key_uint(e, "requests_rejected", s->requests_rejected);
+    put_key_uint(e, "rss_bytes", s->rss_bytes);
+    put_str(e, "devices");
+    e->failed |= msgpack_pack_array(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const wf_device_info_t *d = &s->devices[i];
+        e->failed |= msgpack_pack_map(&e->pk, 6);
+        put_key_uint(e, "index", d->index);
+        put_key_fixstr(e, "name", d->name, sizeof(d->name));
+        put_key_uint(e, "memory_total", d->memory_total);
+        put_key_uint(e, "memory_used", d->memory_used);
+        put_key_uint(e, "jobs_served", d->jobs_served);
+        put_key_uint(e, "busy", d->busy);
+    }
+}
+
+wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
+{
+    if (!rep || !out || !descs_ok(rep->n_tensors, rep->tensors))
+        return WF_E_INVALID;
+    bool ok = rep->status == WF_OK;
+    bool has_result = ok && (rep->op == WF_OP_HELLO || rep->op == WF_OP_STATUS ||
+                             rep->op == WF_OP_ATTENTION);
+
+    enc_t e = { .failed = 0 };
+    size_t start = out->len;
+    msgpack_packer_init(&e.pk, out, buf_write);
+    uint32_t n = 5 + !ok + (rep->n_tensors > 0) + has_result;
+    e.failed |= msgpack_pack_map(&e.pk, n);
+    put_key_uint(&e, "v", rep->version ? rep->version : WF_PROTOCOL_VERSION);
+    put_key_uint(&e, "id", rep->id);
+    put_key_uint(&e, "op", rep->op);
+    put_key_uint(&e, "status", (uint64_t)rep->status);
+    if (!ok)
+        /* an error reply always explains itself, even if the caller forgot */
+        put_key_fixstr(&e, "error", rep->error[0] ? rep->error : wf_status_str(rep->status),
+                       sizeof(rep->error));
+    put_key_uint(&e, "epoch", rep->epoch);
+    if (rep->n_tensors > 0)
+        put_tensors(&e, rep->n_tensors, rep->tensors);
+    if (has_result) {
+        put_str(&e, "result");
+        switch (rep->op) {
+        case WF_OP_HELLO: put_hello(&e, &rep->result.hello); break;
+        case WF_OP_STATUS: put_status(&e, &rep->result.status); break;
+        default:
+            e.failed |= msgpack_pack_map(&e.pk, 3);
+            put_key_uint(&e, "queue_us", rep->result.attention.queue_us);
+            put_key_uint(&e, "compute_us", rep->result.attention.compute_us);
+            put_key_uint(&e, "devices", rep->result.attention.devices);
+            break;
+        }
+    }
+    return finish(&e, out, start);
+}

@@ -1,0 +1,851 @@
+/* test_badinput.c — end to end: a real weftd against malformed requests.
+ *
+ * Starts weftd (argv[1]) on a private ipc endpoint with a 1 MiB tensor
+ * limit, then speaks raw ZeroMQ + msgpack to it (no libweft, so the bytes
+ * are exactly the ones under test). Every bad request must get exactly one
+ * error reply with the right stable code and the request's id when the id
+ * could be read; after each one a good small attention job must still
+ * succeed and match an fp64 reference. At the end the daemon must still be
+ * alive, and SIGTERM must make it exit 0.
+ *
+ * Every receive goes through zmq_poll with a timeout: a daemon that stays
+ * silent fails the test instead of hanging it.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "proto.h"
+#include "fuzz/mp_build.h"
+
+#define REPLY_TIMEOUT_MS 20000
+#define MAX_PARTS 24
+#define MAX_TENSOR_BYTES 1048576
+
+/* Good job: q (1, 4, 2, 8), k / v (1, 5, 1, 8) f32, GQA 2:1, causal,
+ * scale 0.3, lse requested. */
+enum { B_ = 1, SQ_ = 4, HQ_ = 2, D_ = 8, SKV_ = 5, HKV_ = 1 };
+#define NQ (B_ * SQ_ * HQ_ * D_)
+#define NKV (B_ * SKV_ * HKV_ * D_)
+#define SCALE 0.3
+
+typedef struct t {
+    void *zctx;
+    void *sock;
+    pid_t pid;
+    uint64_t next_id;
+    int failures;
+    int bad_cases;
+    float q[NQ], k[NKV], v[NKV];
+    double ref_out[NQ];
+    double ref_lse[B_ * SQ_ * HQ_];
+    msgpack_sbuffer sb;
+} t_t;
+
+#define CHECK(T, cond, ...)                                                \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            (T)->failures++;                                               \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+        }                                                                  \
+    } while (0)
+
+/* A received multipart message, copied out of ZeroMQ (frames arrive at
+ * arbitrary alignment). */
+typedef struct msg {
+    int n;
+    size_t len[MAX_PARTS];
+    unsigned char *part[MAX_PARTS];
+} msg_t;
+
+static void msg_free(msg_t *m)
+{
+    for (int i = 0; i < m->n; i++)
+        free(m->part[i]);
+    m->n = 0;
+}
+
+/* One frame to send. */
+typedef struct frame {
+    const void *p;
+    size_t n;
+} frame_t;
+
+static int send_parts(t_t *t, bool delimiter, const void *hdr, size_t hlen,
+                      const frame_t *frames, int nframes)
+{
+    /* hdr NULL: a message of the delimiter alone */
+    if (delimiter && zmq_send(t->sock, "", 0, hdr ? ZMQ_SNDMORE : 0) < 0)
+        return -1;
+    if (hdr && zmq_send(t->sock, hdr, hlen, nframes > 0 ? ZMQ_SNDMORE : 0) < 0)
+        return -1;
+    for (int i = 0; i < nframes; i++)
+        if (zmq_send(t->sock, frames[i].p, frames[i].n, i + 1 < nframes ? ZMQ_SNDMORE : 0) < 0)
+            return -1;
+    return 0;
+}
+
+/* Wait up to timeout_ms for one whole message. Returns 0, or -1 on
+ * timeout / error. */
+static int recv_msg(t_t *t, int timeout_ms, msg_t *m)
+{
+    zmq_pollitem_t it = { t->sock, 0, ZMQ_POLLIN, 0 };
+    m->n = 0;
+    if (zmq_poll(&it, 1, timeout_ms) <= 0 || !(it.revents & ZMQ_POLLIN))
+        return -1;
+    int more = 1;
+    while (more) {
+        zmq_msg_t zm;
+        zmq_msg_init(&zm);
+        if (zmq_msg_recv(&zm, t->sock, 0) < 0) {
+            zmq_msg_close(&zm);
+            msg_free(m);
+            return -1;
+        }
+        more = zmq_msg_more(&zm);
+        if (m->n < MAX_PARTS) {
+            size_t n = zmq_msg_size(&zm);
+            m->part[m->n] = malloc(n ? n : 1);
+            memcpy(m->part[m->n], zmq_msg_data(&zm), n);
+            m->len[m->n] = n;
+            m->n++;
+        }
+        zmq_msg_close(&zm);
+    }
+    return 0;
+}
+
+/* Receive the reply to `id`: a message whose header decodes, with the
+ * delimiter echoed iff one was sent. Returns the header's part index or -1. */
+static int recv_reply(t_t *t, const char *what, bool delimiter, msg_t *m, wf_reply_t *rep)
+{
+    char err[WF_PROTO_ERROR_MAX];
+    if (recv_msg(t, REPLY_TIMEOUT_MS, m) != 0) {
+        CHECK(t, 0, "%s: no reply within %d ms", what, REPLY_TIMEOUT_MS);
+        return -1;
+    }
+    int h = 0;
+    if (delimiter) {
+        CHECK(t, m->n >= 2 && m->len[0] == 0, "%s: empty delimiter not echoed", what);
+        if (m->n < 2 || m->len[0] != 0) {
+            msg_free(m);
+            return -1;
+        }
+        h = 1;
+    }
+    if (m->n <= h) {
+        CHECK(t, 0, "%s: reply has no header", what);
+        msg_free(m);
+        return -1;
+    }
+    wf_status_t rc = wf_reply_decode(m->part[h], m->len[h], rep, err, sizeof(err));
+    if (rc != WF_OK) {
+        CHECK(t, 0, "%s: reply header does not decode: %s %s", what, wf_status_name(rc), err);
+        msg_free(m);
+        return -1;
+    }
+    return h;
+}
+
+/* ---- the good job ---- */
+
+static void fill_inputs(t_t *t)
+{
+    uint32_t s = 12345;
+    float *all[3] = { t->q, t->k, t->v };
+    int n[3] = { NQ, NKV, NKV };
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < n[a]; i++) {
+            s = s * 1664525u + 1013904223u;
+            all[a][i] = (float)((double)(s >> 8) / (double)(1u << 24) * 2.0 - 1.0);
+        }
+    /* fp64 reference: causal top-left, query i sees keys j <= i */
+    for (int b = 0; b < B_; b++)
+        for (int i = 0; i < SQ_; i++)
+            for (int h = 0; h < HQ_; h++) {
+                int kh = h / (HQ_ / HKV_);
+                const float *qr = &t->q[((b * SQ_ + i) * HQ_ + h) * D_];
+                double sc[SKV_], mx = -INFINITY;
+                int nvis = i + 1 < SKV_ ? i + 1 : SKV_;
+                for (int j = 0; j < nvis; j++) {
+                    const float *kr = &t->k[((b * SKV_ + j) * HKV_ + kh) * D_];
+                    double dot = 0;
+                    for (int d = 0; d < D_; d++)
+                        dot += (double)qr[d] * kr[d];
+                    sc[j] = dot * (double)(float)SCALE;
+                    if (sc[j] > mx)
+                        mx = sc[j];
+                }
+                double sum = 0, acc[D_] = { 0 };
+                for (int j = 0; j < nvis; j++) {
+                    double w = exp(sc[j] - mx);
+                    sum += w;
+                    const float *vr = &t->v[((b * SKV_ + j) * HKV_ + kh) * D_];
+                    for (int d = 0; d < D_; d++)
+                        acc[d] += w * vr[d];
+                }
+                for (int d = 0; d < D_; d++)
+                    t->ref_out[((b * SQ_ + i) * HQ_ + h) * D_ + d] = acc[d] / sum;
+                t->ref_lse[(b * SQ_ + i) * HQ_ + h] = mx + log(sum);
+            }
+}
+
+static const int64_t GQ[4] = { B_, SQ_, HQ_, D_ };
+static const int64_t GKV[4] = { B_, SKV_, HKV_, D_ };
+
+/* {v, id, op: 3, tensors: [q, k, v], args: {scale, causal, return_lse}} */
+static void good_header(msgpack_sbuffer *sb, uint64_t id)
+{
+    mpb(sb, "M5 si sU si s A3", "v", 1, "id", id, "op", 3, "tensors");
+    mpb_tensor(sb, "q", "f32", 4, GQ, 0);
+    mpb_tensor(sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    mpb(sb, "s M3 sd sb sb", "args", "scale", SCALE, "causal", 1, "return_lse", 1);
+}
+
+static int good_frames(t_t *t, frame_t *f)
+{
+    f[0] = (frame_t){ t->q, sizeof(t->q) };
+    f[1] = (frame_t){ t->k, sizeof(t->k) };
+    f[2] = (frame_t){ t->v, sizeof(t->v) };
+    return 3;
+}
+
+static const wf_tensor_desc_t *find_out(const wf_reply_t *rep, const char *name)
+{
+    for (uint32_t i = 0; i < rep->n_tensors; i++)
+        if (strcmp(rep->tensors[i].name, name) == 0)
+            return &rep->tensors[i];
+    return NULL;
+}
+
+/* Run the good job and check every number. Returns 0 when all matched. */
+static int good_job(t_t *t, const char *after, bool delimiter)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    uint64_t id = t->next_id++;
+    good_header(&sb, id);
+    frame_t f[3];
+    int before = t->failures;
+    if (send_parts(t, delimiter, sb.data, sb.size, f, good_frames(t, f)) != 0)
+        CHECK(t, 0, "good job after %s: send failed: %s", after, zmq_strerror(errno));
+    msgpack_sbuffer_destroy(&sb);
+
+    msg_t m;
+    wf_reply_t rep;
+    char what[160];
+    snprintf(what, sizeof(what), "good job after \"%s\"", after);
+    int h = recv_reply(t, what, delimiter, &m, &rep);
+    if (h < 0)
+        return -1;
+    CHECK(t, rep.id == id, "%s: reply id %llu, want %llu (an extra reply to the bad request?)",
+          what, (unsigned long long)rep.id, (unsigned long long)id);
+    CHECK(t, rep.status == WF_OK, "%s: status %s: %s", what, wf_status_name(rep.status),
+          rep.error);
+    const wf_tensor_desc_t *o = find_out(&rep, "out"), *l = find_out(&rep, "lse");
+    CHECK(t, o && l && rep.n_tensors == 2, "%s: reply lacks out / lse", what);
+    if (rep.status != WF_OK || !o || !l || rep.n_tensors != 2) {
+        msg_free(&m);
+        return -1;
+    }
+    CHECK(t, m.n == h + 1 + 2, "%s: %d parts, want header + 2 frames", what, m.n);
+    CHECK(t, o->dtype == WF_DTYPE_F32 && o->rank == 4 && memcmp(o->shape, GQ, sizeof(GQ)) == 0,
+          "%s: out descriptor", what);
+    CHECK(t, l->dtype == WF_DTYPE_F32 && l->rank == 3 && memcmp(l->shape, GQ, 3 * sizeof(int64_t)) == 0,
+          "%s: lse descriptor", what);
+    if (m.n != h + 3 || m.len[h + 1 + o->frame] != sizeof(float) * NQ ||
+        m.len[h + 1 + l->frame] != sizeof(float) * B_ * SQ_ * HQ_) {
+        CHECK(t, 0, "%s: output frame sizes", what);
+        msg_free(&m);
+        return -1;
+    }
+    float out[NQ], lse[B_ * SQ_ * HQ_];
+    memcpy(out, m.part[h + 1 + o->frame], sizeof(out));
+    memcpy(lse, m.part[h + 1 + l->frame], sizeof(lse));
+    /* f32 compute with fp32 accumulation over D = 8, S = 5 */
+    const double atol = 2e-5, rtol = 2e-5;
+    double worst = 0;
+    for (int i = 0; i < NQ; i++) {
+        double e = fabs(out[i] - t->ref_out[i]);
+        if (e > worst)
+            worst = e;
+        CHECK(t, e <= atol + rtol * fabs(t->ref_out[i]), "%s: out[%d] = %.7g, ref %.7g", what,
+              i, out[i], t->ref_out[i]);
+    }
+    for (int i = 0; i < B_ * SQ_ * HQ_; i++)
+        CHECK(t, fabs(lse[i] - t->ref_lse[i]) <= atol + rtol * fabs(t->ref_lse[i]),
+              "%s: lse[%d] = %.7g, ref %.7g", what, i, lse[i], t->ref_lse[i]);
+    msg_free(&m);
+    return t->failures == before ? 0 : -1;
+}
+
+/* ---- bad requests ---- */
+
+/* Send one bad request, expect exactly one error reply with `want` and
+ * `want_id`, then prove the daemon still serves. */
+static void bad(t_t *t, const char *what, bool delimiter, const void *hdr, size_t hlen,
+                const frame_t *frames, int nframes, wf_status_t want, uint64_t want_id)
+{
+    t->bad_cases++;
+    if (send_parts(t, delimiter, hdr, hlen, frames, nframes) != 0) {
+        CHECK(t, 0, "%s: send failed: %s", what, zmq_strerror(errno));
+        return;
+    }
+    msg_t m;
+    wf_reply_t rep;
+    int h = recv_reply(t, what, delimiter, &m, &rep);
+    if (h >= 0) {
+        CHECK(t, rep.status == want, "%s: got %s (%s), want %s", what,
+              wf_status_name(rep.status), rep.error, wf_status_name(want));
+        CHECK(t, rep.id == want_id, "%s: reply id %llu, want %llu", what,
+              (unsigned long long)rep.id, (unsigned long long)want_id);
+        CHECK(t, rep.error[0] != '\0', "%s: error reply without a message", what);
+        CHECK(t, m.n == h + 1 && rep.n_tensors == 0, "%s: error reply carries frames", what);
+        msg_free(&m);
+    }
+    good_job(t, what, false);
+}
+
+/* bad() with the header in t->sb and the good job's three frames */
+static void bad_sb(t_t *t, const char *what, wf_status_t want, uint64_t want_id)
+{
+    frame_t f[3];
+    bad(t, what, false, t->sb.data, t->sb.size, f, good_frames(t, f), want, want_id);
+}
+
+static void hdr_begin(t_t *t, int entries, uint64_t id)
+{
+    msgpack_sbuffer_clear(&t->sb);
+    mpb(&t->sb, "M* si sU si", entries, "v", 1, "id", id, "op", 3);
+}
+
+/* A good attention header whose tensors are (name, dtype, shape, frame)
+ * as given, with empty args. */
+static void hdr_tensors(t_t *t, uint64_t id, int n, const char *const *names,
+                        const char *const *dtypes, const int *ranks,
+                        const int64_t *const *shapes, const int *frames)
+{
+    hdr_begin(t, 5, id);
+    mpb(&t->sb, "s A*", "tensors", n);
+    for (int i = 0; i < n; i++)
+        mpb_tensor(&t->sb, names[i], dtypes[i], ranks[i], shapes[i], frames[i]);
+    mpb(&t->sb, "s M0", "args");
+}
+
+/* the good header with the k descriptor's shape replaced */
+static void hdr_kshape(t_t *t, uint64_t id, int rank, const int64_t *kshape)
+{
+    const char *names[3] = { "q", "k", "v" }, *dts[3] = { "f32", "f32", "f32" };
+    const int ranks[3] = { 4, rank, 4 }, frames[3] = { 0, 1, 2 };
+    const int64_t *shapes[3] = { GQ, kshape, GKV };
+    hdr_tensors(t, id, 3, names, dts, ranks, shapes, frames);
+}
+
+/* the good header with args replaced by a map written by fmt */
+static void hdr_args(t_t *t, uint64_t id)
+{
+    hdr_begin(t, 5, id);
+    mpb(&t->sb, "s A3", "tensors");
+    mpb_tensor(&t->sb, "q", "f32", 4, GQ, 0);
+    mpb_tensor(&t->sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(&t->sb, "v", "f32", 4, GKV, 2);
+    mpb(&t->sb, "s", "args");
+}
+
+static void run_bad_cases(t_t *t)
+{
+    msgpack_sbuffer *sb = &t->sb;
+    frame_t f[5];
+    good_frames(t, f);
+    uint64_t id;
+
+    /* --- bytes that are not a msgpack map --- */
+    msgpack_sbuffer_clear(sb);
+    good_header(sb, id = 1001);
+    bad(t, "truncated msgpack (half a good header)", false, sb->data, sb->size / 2, f, 3,
+        WF_E_MALFORMED, id);
+    msgpack_sbuffer_clear(sb);
+    good_header(sb, id = 1002);
+    bad(t, "truncated msgpack (last byte missing)", false, sb->data, sb->size - 1, f, 3,
+        WF_E_MALFORMED, id);
+    /* an empty first frame is the REQ-style delimiter, so "no header" is
+     * a message of that frame alone (PROTOCOL.md, Transport) */
+    bad(t, "no header (a lone empty frame)", true, NULL, 0, NULL, 0, WF_E_MALFORMED, 0);
+    bad(t, "empty header after a delimiter", true, "", 0, NULL, 0, WF_E_MALFORMED, 0);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "A3 si s", "v", 1, "id");
+    bad_sb(t, "header is an array", WF_E_MALFORMED, 0);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "i", 42);
+    bad_sb(t, "header is an integer", WF_E_MALFORMED, 0);
+    static const unsigned char c1[] = { 0xc1 };
+    bad(t, "never-used byte 0xc1", false, c1, 1, f, 3, WF_E_MALFORMED, 0);
+    static const unsigned char arr32[] = { 0xdd, 0x80, 0, 0, 0, 1, 2, 3, 4, 5 };
+    bad(t, "array32 of 2^31 in 10 bytes", false, arr32, sizeof(arr32), f, 3, WF_E_MALFORMED, 0);
+    static const unsigned char str32[] = { 0xdb, 0xff, 0xff, 0xff, 0xff, 'a', 'b' };
+    bad(t, "str32 of 4 GiB", false, str32, sizeof(str32), f, 3, WF_E_LIMIT, 0);
+    /* the same lies inside a request map: the id before them is echoed */
+    hdr_begin(t, 4, id = 1003);
+    mpb(sb, "s R", "x", arr32, sizeof(arr32));
+    bad_sb(t, "map holding an array32 of 2^31", WF_E_MALFORMED, id);
+    hdr_begin(t, 4, id = 1004);
+    static const unsigned char map32[] = { 0xdf, 0xff, 0xff, 0xff, 0xff, 1, 2, 3 };
+    mpb(sb, "s R", "x", map32, sizeof(map32));
+    bad_sb(t, "map holding a map32 of 2^32-1", WF_E_MALFORMED, id);
+    hdr_begin(t, 4, id = 1005);
+    mpb(sb, "s R", "x", str32, sizeof(str32));
+    bad_sb(t, "map holding a str32 of 4 GiB", WF_E_LIMIT, id);
+    hdr_begin(t, 4, id = 1006);
+    static const unsigned char bin32[] = { 0xc6, 0x7f, 0xff, 0xff, 0xff, 0 };
+    mpb(sb, "s R", "x", bin32, sizeof(bin32));
+    bad_sb(t, "map holding a bin32 of 2 GiB", WF_E_LIMIT, id);
+    msgpack_sbuffer_clear(sb);
+    good_header(sb, id = 1007);
+    mpb(sb, "n");
+    bad_sb(t, "trailing bytes after the header", WF_E_MALFORMED, id);
+
+    /* --- limits of the header --- */
+    hdr_begin(t, 4, id = 1010);
+    mpb(sb, "s", "deep");
+    for (int i = 0; i < 40; i++)
+        mpb(sb, "A1");
+    mpb(sb, "i", 0);
+    bad_sb(t, "nesting depth 41", WF_E_LIMIT, id);
+    hdr_begin(t, 4, id = 1011);
+    mpb(sb, "s A*", "many", 5000);
+    for (int i = 0; i < 5000; i++)
+        mpb(sb, "i", 0);
+    bad_sb(t, "5000 elements", WF_E_LIMIT, id);
+    hdr_begin(t, 4, id = 1012);
+    mpb(sb, "s A*", "pad", 3500);
+    for (int i = 0; i < 3500; i++)
+        mpb(sb, "s", "0123456789abcdefghij");
+    bad_sb(t, "header of 70 KiB", WF_E_LIMIT, id);
+    hdr_begin(t, 4, id = 1013);
+    mpb(sb, "s A17", "tensors");
+    for (int i = 0; i < 17; i++) {
+        char nm[8];
+        snprintf(nm, sizeof(nm), "t%d", i);
+        mpb_tensor(sb, nm, "f32", 4, GKV, i);
+    }
+    bad_sb(t, "17 tensors", WF_E_LIMIT, id);
+
+    /* --- version --- */
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M2 si si", "id", 1020, "op", 1);
+    bad_sb(t, "version missing", WF_E_VERSION, 1020);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 si si si", "v", 2, "id", 1021, "op", 1);
+    bad_sb(t, "version 2", WF_E_VERSION, 1021);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 ss si si", "v", "1", "id", 1022, "op", 1);
+    bad_sb(t, "version is a str", WF_E_VERSION, 1022);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 si si si", "v", 2, "id", 1023, "op", 3);
+    bad(t, "version 2 with a REQ-style delimiter", true, sb->data, sb->size, f, 3,
+        WF_E_VERSION, 1023);
+
+    /* --- fields: wrong types, missing, unknown, duplicated --- */
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 si ss si", "v", 1, "id", "1030", "op", 1);
+    bad_sb(t, "id is a str", WF_E_BAD_FIELD, 0);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 si si si", "v", 1, "id", -5, "op", 1);
+    bad_sb(t, "id negative", WF_E_BAD_FIELD, 0);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M2 si si", "v", 1, "op", 1);
+    bad_sb(t, "id missing", WF_E_BAD_FIELD, 0);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M2 si si", "v", 1, "id", 1031);
+    bad_sb(t, "op missing", WF_E_BAD_FIELD, 1031);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 si si ss", "v", 1, "id", 1032, "op", "attention");
+    bad_sb(t, "op is a str", WF_E_BAD_FIELD, 1032);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 si si sd", "v", 1, "id", 1033, "op", 3.0);
+    bad_sb(t, "op is a float", WF_E_BAD_FIELD, 1033);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M3 si si si", "v", 1, "id", 1034, "op", 77);
+    bad_sb(t, "unknown op 77", WF_E_UNKNOWN_OP, 1034);
+    hdr_begin(t, 4, id = 1035);
+    mpb(sb, "s i", "priority", 1);
+    bad_sb(t, "unknown top-level key", WF_E_BAD_FIELD, id);
+    hdr_begin(t, 4, id = 1036);
+    mpb(sb, "s i", "op", 3);
+    bad_sb(t, "duplicate key op", WF_E_BAD_FIELD, id);
+    hdr_begin(t, 4, id = 1037);
+    mpb(sb, "s M0", "tensors");
+    bad_sb(t, "tensors is a map", WF_E_BAD_FIELD, id);
+    hdr_begin(t, 4, id = 1038);
+    mpb(sb, "s A1 s", "tensors", "q");
+    bad_sb(t, "tensor descriptor is a str", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1039);
+    mpb(sb, "s", "causal");
+    bad_sb(t, "args is a str", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1040);
+    mpb(sb, "M1 ss", "scale", "0.5");
+    bad_sb(t, "scale is a str", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1041);
+    mpb(sb, "M1 si", "causal", 1);
+    bad_sb(t, "causal is an integer", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1042);
+    mpb(sb, "M1 ss", "return_lse", "yes");
+    bad_sb(t, "return_lse is a str", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1043);
+    mpb(sb, "M1 si", "devices", -2);
+    bad_sb(t, "devices negative", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1044);
+    mpb(sb, "M1 sb", "dropout", 1);
+    bad_sb(t, "unknown args key", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1045);
+    mpb(sb, "M2 sd sd", "scale", 0.5, "scale", 0.25);
+    bad_sb(t, "duplicate args key", WF_E_BAD_FIELD, id);
+    hdr_begin(t, 4, id = 1046);
+    mpb(sb, "s A3", "tensors");
+    mpb(sb, "M4 si ss sA4iiii si", "name", 1, "dtype", "f32", "shape", B_, SQ_, HQ_, D_, "frame", 0);
+    mpb_tensor(sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    bad_sb(t, "tensor name is an integer", WF_E_BAD_FIELD, id);
+    hdr_begin(t, 4, id = 1047);
+    mpb(sb, "s A3", "tensors");
+    mpb(sb, "M4 ss si sA4iiii si", "name", "q", "dtype", 0, "shape", B_, SQ_, HQ_, D_, "frame", 0);
+    mpb_tensor(sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    bad_sb(t, "dtype is an integer", WF_E_BAD_FIELD, id);
+    hdr_begin(t, 4, id = 1048);
+    mpb(sb, "s A3", "tensors");
+    mpb(sb, "M4 ss ss ss si", "name", "q", "dtype", "f32", "shape", "1x4x2x8", "frame", 0);
+    mpb_tensor(sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    bad_sb(t, "shape is a str", WF_E_BAD_FIELD, id);
+    hdr_begin(t, 4, id = 1049);
+    mpb(sb, "s A3", "tensors");
+    mpb(sb, "M4 ss ss sA4iiii sd", "name", "q", "dtype", "f32", "shape", B_, SQ_, HQ_, D_,
+        "frame", 0.0);
+    mpb_tensor(sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    bad_sb(t, "frame is a float", WF_E_BAD_FIELD, id);
+
+    /* --- dtypes --- */
+    {
+        const char *names[3] = { "q", "k", "v" }, *dts[3] = { "f32", "f64", "f32" };
+        const int ranks[3] = { 4, 4, 4 }, frames[3] = { 0, 1, 2 };
+        const int64_t *shapes[3] = { GQ, GKV, GKV };
+        hdr_tensors(t, id = 1050, 3, names, dts, ranks, shapes, frames);
+        bad_sb(t, "unknown dtype f64", WF_E_BAD_DTYPE, id);
+    }
+    hdr_args(t, id = 1051);
+    mpb(sb, "M1 ss", "out_dtype", "fp8");
+    bad_sb(t, "unknown out_dtype fp8", WF_E_BAD_DTYPE, id);
+
+    /* --- shapes --- */
+    int64_t s[9] = { B_, SKV_, HKV_, D_ };
+    s[2] = -1;
+    hdr_kshape(t, id = 1060, 4, s);
+    bad_sb(t, "negative dim", WF_E_BAD_SHAPE, id);
+    s[2] = 0;
+    hdr_kshape(t, id = 1061, 4, s);
+    bad_sb(t, "zero dim", WF_E_BAD_SHAPE, id);
+    s[2] = (int64_t)1 << 40; s[1] = (int64_t)1 << 40;
+    hdr_kshape(t, id = 1062, 4, s);
+    bad_sb(t, "element count overflows", WF_E_BAD_SHAPE, id);
+    s[1] = (int64_t)1 << 31; s[2] = (int64_t)1 << 30; s[0] = 1; s[3] = 1;
+    hdr_kshape(t, id = 1063, 4, s);
+    bad_sb(t, "byte count overflows (2^61 f32)", WF_E_BAD_SHAPE, id);
+    for (int i = 0; i < 9; i++)
+        s[i] = 1;
+    hdr_kshape(t, id = 1064, 9, s);
+    bad_sb(t, "rank 9", WF_E_BAD_SHAPE, id);
+    hdr_kshape(t, id = 1065, 0, s);
+    bad_sb(t, "rank 0", WF_E_BAD_SHAPE, id);
+    hdr_begin(t, 4, id = 1066);
+    mpb(sb, "s A3", "tensors");
+    mpb_tensor(sb, "q", "f32", 4, GQ, 0);
+    mpb(sb, "M4 ss ss sA4 i i d i si", "name", "k", "dtype", "f32", "shape", B_, SKV_,
+        (double)HKV_, D_, "frame", 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    bad_sb(t, "dim is a float", WF_E_BAD_SHAPE, id);
+    hdr_begin(t, 4, id = 1067);
+    mpb(sb, "s A3", "tensors");
+    mpb_tensor(sb, "q", "f32", 4, GQ, 0);
+    mpb(sb, "M4 ss ss sA4 i i U i si", "name", "k", "dtype", "f32", "shape", B_, SKV_,
+        (uint64_t)1 << 63, D_, "frame", 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    bad_sb(t, "dim 2^63 overflows int64", WF_E_BAD_SHAPE, id);
+
+    /* --- tensor bytes and frames --- */
+    {
+        /* q one element over the 1 MiB limit, and its frame sent too
+         * (below ZMQ_MAXMSGSIZE = 2 MiB, so the daemon sees it) */
+        int64_t bigq[4] = { 1, 1, 1, MAX_TENSOR_BYTES / 4 + 1 };
+        int64_t bigkv[4] = { 1, 1, 1, MAX_TENSOR_BYTES / 4 + 1 };
+        const char *names[3] = { "q", "k", "v" }, *dts[3] = { "f32", "f32", "f32" };
+        const int ranks[3] = { 4, 4, 4 }, frames[3] = { 0, 1, 2 };
+        const int64_t *shapes[3] = { bigq, bigkv, bigkv };
+        hdr_tensors(t, id = 1070, 3, names, dts, ranks, shapes, frames);
+        size_t nb = (size_t)MAX_TENSOR_BYTES + 4;
+        void *big = calloc(1, nb);
+        frame_t bf[3] = { { big, nb }, { big, nb }, { big, nb } };
+        bad(t, "tensor one element over max_tensor_bytes", false, sb->data, sb->size, bf, 3,
+            WF_E_LIMIT, id);
+        free(big);
+    }
+    msgpack_sbuffer_clear(sb);
+    good_header(sb, id = 1071);
+    bad(t, "two frames for three tensors", false, sb->data, sb->size, f, 2,
+        WF_E_FRAME_MISMATCH, id);
+    msgpack_sbuffer_clear(sb);
+    good_header(sb, id = 1072);
+    f[3] = f[2];
+    bad(t, "four frames for three tensors", false, sb->data, sb->size, f, 4,
+        WF_E_FRAME_MISMATCH, id);
+    msgpack_sbuffer_clear(sb);
+    good_header(sb, id = 1073);
+    bad(t, "no frames for three tensors", false, sb->data, sb->size, f, 0,
+        WF_E_FRAME_MISMATCH, id);
+    msgpack_sbuffer_clear(sb);
+    good_header(sb, id = 1074);
+    {
+        frame_t g[3] = { f[0], f[1], { f[2].p, f[2].n - 4 } };
+        bad(t, "frame 2 four bytes short", false, sb->data, sb->size, g, 3,
+            WF_E_FRAME_MISMATCH, id);
+    }
+    {
+        /* q described as frame 1 and k as frame 0, but sent in list order:
+         * sizes differ, so the frame sizes no longer match */
+        const char *names[3] = { "q", "k", "v" }, *dts[3] = { "f32", "f32", "f32" };
+        const int ranks[3] = { 4, 4, 4 }, swapped[3] = { 1, 0, 2 };
+        const int64_t *shapes[3] = { GQ, GKV, GKV };
+        hdr_tensors(t, id = 1075, 3, names, dts, ranks, shapes, swapped);
+        bad_sb(t, "frames sent in list order, described permuted", WF_E_FRAME_MISMATCH, id);
+        const int out_of_range[3] = { 0, 1, 3 };
+        hdr_tensors(t, id = 1076, 3, names, dts, ranks, shapes, out_of_range);
+        bad_sb(t, "frame index out of range", WF_E_FRAME_MISMATCH, id);
+        const int dup[3] = { 0, 1, 1 };
+        hdr_tensors(t, id = 1077, 3, names, dts, ranks, shapes, dup);
+        bad_sb(t, "frame index used twice", WF_E_FRAME_MISMATCH, id);
+    }
+
+    /* --- tensors that do not fit together --- */
+    {
+        const char *names[3] = { "q", "k", "v" }, *dts[3] = { "f32", "f32", "f32" };
+        const int ranks[3] = { 4, 4, 4 }, frames[3] = { 0, 1, 2 };
+        int64_t q3[4] = { B_, SQ_, 3, D_ }, k2[4] = { B_, SKV_, 2, D_ };
+        const int64_t *shapes[3] = { q3, k2, k2 };
+        hdr_tensors(t, id = 1080, 3, names, dts, ranks, shapes, frames);
+        frame_t g[3] = { { t->q, 4 * B_ * SQ_ * 3 * D_ }, { t->k, 4 * B_ * SKV_ * 2 * D_ },
+                         { t->v, 4 * B_ * SKV_ * 2 * D_ } };
+        /* frames of the described size, taken from a big enough buffer */
+        float *buf = calloc(1, 4096);
+        for (int i = 0; i < 3; i++)
+            g[i].p = buf;
+        bad(t, "GQA: 2 kv heads do not divide 3 q heads", false, t->sb.data, t->sb.size, g, 3,
+            WF_E_BAD_ARGUMENT, id);
+        int64_t d16[4] = { B_, SQ_, HQ_, 16 };
+        const int64_t *shapes2[3] = { d16, GKV, GKV };
+        hdr_tensors(t, id = 1081, 3, names, dts, ranks, shapes2, frames);
+        frame_t g2[3] = { { buf, 4 * B_ * SQ_ * HQ_ * 16 }, f[1], f[2] };
+        bad(t, "head dim of q and k differ", false, t->sb.data, t->sb.size, g2, 3,
+            WF_E_BAD_ARGUMENT, id);
+        free(buf);
+        int64_t kv6[4] = { B_, 6, HKV_, D_ };
+        const int64_t *shapes3[3] = { GQ, GKV, kv6 };
+        hdr_tensors(t, id = 1082, 3, names, dts, ranks, shapes3, frames);
+        bad_sb(t, "k and v shapes differ", WF_E_BAD_ARGUMENT, id);
+        const int r3[3] = { 3, 4, 4 };
+        hdr_tensors(t, id = 1083, 3, names, dts, r3, shapes, frames);
+        bad_sb(t, "q of rank 3", WF_E_BAD_ARGUMENT, id);
+    }
+    hdr_begin(t, 5, id = 1084);
+    mpb(sb, "s A2", "tensors");
+    mpb_tensor(sb, "k", "f32", 4, GKV, 0);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 1);
+    mpb(sb, "s M0", "args");
+    bad(t, "missing q", false, sb->data, sb->size, f + 1, 2, WF_E_BAD_FIELD, id);
+    hdr_begin(t, 5, id = 1085);
+    mpb(sb, "s A4", "tensors");
+    mpb_tensor(sb, "q", "f32", 4, GQ, 0);
+    mpb_tensor(sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(sb, "v", "f32", 4, GKV, 2);
+    mpb_tensor(sb, "bias", "f32", 4, GKV, 3);
+    mpb(sb, "s M0", "args");
+    f[3] = f[2];
+    bad(t, "extra tensor bias", false, sb->data, sb->size, f, 4, WF_E_BAD_ARGUMENT, id);
+    const double scales[] = { NAN, -0.5, 0.0, INFINITY };
+    const char *scale_names[] = { "scale NaN", "scale negative", "scale zero", "scale inf" };
+    for (int i = 0; i < 4; i++) {
+        hdr_args(t, id = 1086 + (uint64_t)i);
+        mpb(sb, "M1 sd", "scale", scales[i]);
+        bad_sb(t, scale_names[i], WF_E_BAD_ARGUMENT, id);
+    }
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s A1", "v", 1, "id", 1090, "op", 1, "tensors");
+    mpb_tensor(sb, "q", "f32", 4, GQ, 0);
+    bad(t, "hello with a tensor", false, sb->data, sb->size, f, 1, WF_E_BAD_ARGUMENT, 1090);
+}
+
+/* ---- daemon process ---- */
+
+static pid_t start_daemon(const char *weftd, const char *endpoint)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    char maxb[32];
+    snprintf(maxb, sizeof(maxb), "%d", MAX_TENSOR_BYTES);
+    execl(weftd, weftd, "--devices", "cpu:2", "--listen", endpoint, "--max-tensor-bytes",
+          maxb, "--log-level", "warning", (char *)NULL);
+    fprintf(stderr, "exec %s: %s\n", weftd, strerror(errno));
+    _exit(127);
+}
+
+/* Wait for the child to exit, up to timeout_ms; SIGCHLD is blocked in this
+ * process so sigtimedwait sees it. Returns the wait status or -1. */
+static int wait_exit(pid_t pid, int timeout_ms)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    struct timespec end, now;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += timeout_ms / 1000;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        if (r < 0)
+            return -1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec >= end.tv_sec)
+            return -1;
+        struct timespec left = { end.tv_sec - now.tv_sec, 0 };
+        sigtimedwait(&set, NULL, &left);
+    }
+}
+
+static int hello(t_t *t)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    uint64_t id = t->next_id++;
+    mpb(&sb, "M3 si sU si", "v", 1, "id", id, "op", 1);
+    int rc = send_parts(t, false, sb.data, sb.size, NULL, 0);
+    msgpack_sbuffer_destroy(&sb);
+    if (rc != 0)
+        return -1;
+    /* the daemon may still be starting: wait for the reply in slices and
+     * stop early if the process died */
+    msg_t m;
+    for (int waited = 0; waited < REPLY_TIMEOUT_MS; waited += 200) {
+        if (recv_msg(t, 200, &m) == 0) {
+            wf_reply_t rep;
+            char err[WF_PROTO_ERROR_MAX];
+            wf_status_t st = wf_reply_decode(m.part[0], m.len[0], &rep, err, sizeof(err));
+            CHECK(t, st == WF_OK && rep.status == WF_OK && rep.id == id &&
+                  rep.op == WF_OP_HELLO, "hello reply: %s %s %s", wf_status_name(st), err,
+                  rep.error);
+            CHECK(t, rep.result.hello.protocol == WF_PROTOCOL_VERSION &&
+                  rep.result.hello.devices == 2 &&
+                  rep.result.hello.max_tensor_bytes == MAX_TENSOR_BYTES,
+                  "hello result: protocol %u devices %u max_tensor_bytes %llu",
+                  rep.result.hello.protocol, rep.result.hello.devices,
+                  (unsigned long long)rep.result.hello.max_tensor_bytes);
+            msg_free(&m);
+            return 0;
+        }
+        int st;
+        if (waitpid(t->pid, &st, WNOHANG) == t->pid) {
+            t->pid = 0;
+            fprintf(stderr, "weftd exited before answering hello (status 0x%x)\n", st);
+            return -1;
+        }
+    }
+    fprintf(stderr, "weftd did not answer hello within %d ms\n", REPLY_TIMEOUT_MS);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    static t_t T;
+    t_t *t = &T;
+    t->next_id = 1;
+    fill_inputs(t);
+    msgpack_sbuffer_init(&t->sb);
+
+    char endpoint[96], path[80];
+    snprintf(path, sizeof(path), "/tmp/weft-bad-%d.sock", (int)getpid());
+    snprintf(endpoint, sizeof(endpoint), "ipc://%s", path);
+    unlink(path);
+
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    t->pid = start_daemon(argv[1], endpoint);
+    if (t->pid < 0) {
+        perror("fork");
+        return 1;
+    }
+
+    t->zctx = zmq_ctx_new();
+    t->sock = zmq_socket(t->zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(t->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_connect(t->sock, endpoint) != 0) {
+        fprintf(stderr, "connect %s: %s\n", endpoint, zmq_strerror(errno));
+        return 1;
+    }
+
+    int rc = 1;
+    if (hello(t) == 0 && good_job(t, "nothing (first job)", false) == 0 &&
+        good_job(t, "nothing, with a delimiter", true) == 0) {
+        run_bad_cases(t);
+        /* the daemon is alive and still answers hello */
+        int st;
+        CHECK(t, waitpid(t->pid, &st, WNOHANG) == 0, "weftd died during the bad requests");
+        CHECK(t, hello(t) == 0, "hello after the bad requests");
+        rc = 0;
+    }
+    if (rc != 0)
+        t->failures++;
+
+    if (t->pid > 0) {
+        kill(t->pid, SIGTERM);
+        int st = wait_exit(t->pid, 20000);
+        if (st < 0) {
+            CHECK(t, 0, "weftd did not exit within 20 s of SIGTERM");
+            kill(t->pid, SIGKILL);
+            waitpid(t->pid, &st, 0);
+        } else {
+            CHECK(t, WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "weftd after SIGTERM: %s %d", WIFEXITED(st) ? "exit" : "signal",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        }
+    }
+    zmq_close(t->sock);
+    zmq_ctx_term(t->zctx);
+    msgpack_sbuffer_destroy(&t->sb);
+    unlink(path);
+
+    printf("test_badinput: %d bad requests, %d failures\n", t->bad_cases, t->failures);
+    return t->failures ? 1 : 0;
+}
