@@ -24,6 +24,14 @@
 extern "C" {
 #endif
 
+/* Symbols of the public API. libweft.so is built with hidden visibility,
+ * so only what is marked WF_API is exported. */
+#if defined(__GNUC__) || defined(__clang__)
+#define WF_API __attribute__((visibility("default")))
+#else
+#define WF_API
+#endif
+
 #define WF_VERSION_MAJOR 0
 #define WF_VERSION_MINOR 1
 #define WF_VERSION_PATCH 0
@@ -85,9 +93,9 @@ typedef enum wf_status {
 } wf_status_t;
 
 /* Stable short name of a status ("WF_E_LIMIT"); never NULL. */
-const char *wf_status_name(wf_status_t s);
+WF_API const char *wf_status_name(wf_status_t s);
 /* One-line English description of a status; never NULL. */
-const char *wf_status_str(wf_status_t s);
+WF_API const char *wf_status_str(wf_status_t s);
 
 /* Element types. The numbers are library-local; the wire uses the names
  * "f32", "f16", "bf16". */
@@ -98,9 +106,9 @@ typedef enum wf_dtype {
 } wf_dtype_t;
 
 /* Size in bytes of one element (0 for an unknown dtype). */
-size_t wf_dtype_size(wf_dtype_t dt);
+WF_API size_t wf_dtype_size(wf_dtype_t dt);
 /* Wire name of a dtype ("f32"), or NULL if unknown. */
-const char *wf_dtype_name(wf_dtype_t dt);
+WF_API const char *wf_dtype_name(wf_dtype_t dt);
 
 /* A dense little-endian C-order tensor in caller memory. Borrowed: the
  * library never frees `data`. */
@@ -112,7 +120,7 @@ typedef struct wf_tensor {
 } wf_tensor_t;
 
 /* Number of elements of t, or -1 when the shape is invalid or overflows. */
-int64_t wf_tensor_numel(const wf_tensor_t *t);
+WF_API int64_t wf_tensor_numel(const wf_tensor_t *t);
 
 typedef struct wf_client wf_client_t;
 typedef struct wf_job wf_job_t;
@@ -122,17 +130,17 @@ typedef struct wf_job wf_job_t;
  * default reply timeout of every synchronous call on this connection
  * (<= 0: 30000). Connecting does not wait for the daemon; the first call
  * does. On success *ret_client is set; caller owns it. */
-wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
-                              wf_client_t **ret_client);
+WF_API wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
+                                     wf_client_t **ret_client);
 
 /* Close the connection, cancel unfinished jobs and free the client; sets
  * *client to NULL. Jobs created on it must be destroyed first. Accepts NULL
  * and a pointer to NULL. */
-void wf_client_destroy(wf_client_t **client);
+WF_API void wf_client_destroy(wf_client_t **client);
 
 /* Message of the last error on this client (from the daemon's reply or
  * from the library); "" when none. Borrowed until the next call. */
-const char *wf_client_last_error(const wf_client_t *client);
+WF_API const char *wf_client_last_error(const wf_client_t *client);
 
 /* What the daemon says of itself in the hello handshake. */
 typedef struct wf_hello_info {
@@ -147,7 +155,7 @@ typedef struct wf_hello_info {
 
 /* Version handshake: sends hello, checks the daemon speaks
  * WF_PROTOCOL_VERSION. Fills *ret_info when not NULL. */
-wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info);
+WF_API wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info);
 
 /* One device as status reports it. */
 typedef struct wf_device_info {
@@ -179,7 +187,8 @@ typedef struct wf_status_info {
 } wf_status_info_t;
 
 /* Ask the daemon for its status. */
-wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info);
+WF_API wf_status_t wf_status(wf_client_t *client,
+                             wf_status_info_t *ret_info);
 
 /* Options of an attention job. Zero-initialise, then set what you need. */
 typedef struct wf_attention_opts {
@@ -203,40 +212,47 @@ typedef struct wf_job_result {
  *   lse: (B, Sq, Hq) f32, caller-allocated; NULL if not wanted
  * q, k, v may have different dtypes. Blocks up to the client's timeout.
  * Fills *ret_result when not NULL. */
-wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
-                         const wf_tensor_t *k, const wf_tensor_t *v,
-                         const wf_attention_opts_t *opts, wf_tensor_t *out,
-                         float *lse, wf_job_result_t *ret_result);
-
-/* Attention forward, asynchronous: sends the job and returns at once.
- * Same arguments as wf_attention; q, k, v, out and lse are borrowed until
- * the job is finished. *ret_job is set on success; caller owns it and
- * destroys it with wf_job_destroy. */
-wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
+WF_API wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
                                 const wf_tensor_t *k, const wf_tensor_t *v,
                                 const wf_attention_opts_t *opts,
                                 wf_tensor_t *out, float *lse,
-                                wf_job_t **ret_job);
+                                wf_job_result_t *ret_result);
+
+/* Attention forward, asynchronous: sends the job and returns at once
+ * (while no connection to the daemon is up, it waits for one, up to the
+ * client's timeout: WF_E_TIMEOUT, nothing sent).
+ * Same arguments as wf_attention; q, k, v, out and lse are borrowed until
+ * the job is finished. *ret_job is set on success; caller owns it and
+ * destroys it with wf_job_destroy. */
+WF_API wf_status_t wf_attention_submit(wf_client_t *client,
+                                       const wf_tensor_t *q,
+                                       const wf_tensor_t *k,
+                                       const wf_tensor_t *v,
+                                       const wf_attention_opts_t *opts,
+                                       wf_tensor_t *out, float *lse,
+                                       wf_job_t **ret_job);
 
 /* Check without blocking: WF_E_PENDING while the job runs, otherwise the
  * job's final status (its result is then available). */
-wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job);
+WF_API wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job);
 
 /* Block until the job finishes or `timeout_ms` passes (< 0: forever).
  * Returns the job's status, or WF_E_TIMEOUT (the job stays pending). */
-wf_status_t wf_job_wait(wf_client_t *client, wf_job_t *job, int timeout_ms);
+WF_API wf_status_t wf_job_wait(wf_client_t *client, wf_job_t *job,
+                               int timeout_ms);
 
 /* Result of a finished job; WF_E_PENDING if it is not finished. */
-wf_status_t wf_job_result(const wf_job_t *job, wf_job_result_t *ret_result);
+WF_API wf_status_t wf_job_result(const wf_job_t *job,
+                                 wf_job_result_t *ret_result);
 
 /* Error message of a finished job ("" on success). Borrowed until
  * wf_job_destroy. */
-const char *wf_job_error(const wf_job_t *job);
+WF_API const char *wf_job_error(const wf_job_t *job);
 
 /* Forget a job (a reply that arrives later is discarded) and free it; sets
  * *job to NULL. Blocks until the library no longer reads the job's input
  * buffers. Accepts NULL and a pointer to NULL. */
-void wf_job_destroy(wf_client_t *client, wf_job_t **job);
+WF_API void wf_job_destroy(wf_client_t *client, wf_job_t **job);
 
 #ifdef __cplusplus
 }

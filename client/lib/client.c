@@ -1,2 +1,919 @@
-/* placeholder: being written */
-typedef int wf_placeholder_client_t;
+/* client.c — libweft: one ZeroMQ DEALER connection to weftd.
+ *
+ * A request is [msgpack header, tensor frames...]; the tensor frames point
+ * at the caller's buffers (zmq_msg_init_data, no copy) and ZeroMQ's I/O
+ * thread tells us through a free callback when it no longer reads them.
+ * Replies carry the request id and are matched to the jobs still waiting;
+ * several jobs may be in flight on one connection and their replies may
+ * come back in any order. A reply for a job that was destroyed is dropped.
+ *
+ * The socket uses ZMQ_IMMEDIATE so nothing is queued while no daemon is
+ * connected: a send then waits (up to the timeout) instead of leaving
+ * borrowed buffers in a queue that may never drain.
+ *
+ * Not here: the wire encoding (proto/), logging (a library never logs;
+ * errors go to wf_client_last_error / wf_job_error).
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <zmq.h>
+
+#include "proto.h"
+#include "weft.h"
+
+#define WF_CLIENT_DEFAULT_TIMEOUT_MS 30000
+/* Room for the daemon's message (WF_PROTO_ERROR_MAX) plus our prefix. */
+#define WF_CLIENT_ERR_MAX (WF_PROTO_ERROR_MAX + 64)
+
+typedef enum job_kind {
+    JOB_HELLO,
+    JOB_STATUS,
+    JOB_ATTENTION
+} job_kind_t;
+
+struct wf_job {
+    wf_client_t *client;       /* connection that sent it */
+    uint64_t id;               /* request id, unique on this client */
+    job_kind_t kind;           /* which reply it expects */
+    wf_job_t *prev, *next;     /* client's list of jobs awaiting a reply */
+    bool linked;               /* on that list */
+    bool replied;              /* final status known (reply or local failure) */
+    atomic_int frames_out;     /* zero-copy frames ZeroMQ still holds */
+    wf_status_t status;        /* final status once replied */
+    wf_job_result_t result;    /* filled from the reply */
+    char error[WF_CLIENT_ERR_MAX]; /* message when status != WF_OK */
+    wf_hello_info_t *hello;    /* JOB_HELLO: where the answer goes */
+    wf_status_info_t *info;    /* JOB_STATUS: where the answer goes */
+    void *out;                 /* JOB_ATTENTION: caller's output buffer */
+    wf_dtype_t out_dtype;      /* its dtype */
+    int64_t shape[4];          /* expected out shape (B, Sq, Hq, D) */
+    float *lse;                /* caller's lse buffer (B, Sq, Hq) or NULL */
+};
+
+struct wf_client {
+    void *zctx;                /* own ZeroMQ context: no shared globals */
+    void *sock;                /* DEALER connected to the daemon */
+    char *endpoint;            /* kept to reconnect after a reset */
+    int timeout_ms;            /* default timeout of synchronous calls */
+    uint64_t next_id;          /* next request id (increasing) */
+    wf_job_t *pending;         /* jobs awaiting a reply (doubly linked) */
+    pthread_mutex_t mu;        /* guards frame releases against waiters */
+    pthread_cond_t released;   /* signalled when a job's last frame is freed */
+    wf_buf_t hdr;              /* reused header encode buffer */
+    wf_request_t req;          /* reused request (large: kept off the stack) */
+    wf_reply_t rep;            /* reused decoded reply */
+    char last_error[WF_CLIENT_ERR_MAX]; /* see wf_client_last_error */
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left before `deadline` (-1: none), for zmq_poll. */
+static long remaining_ms(int64_t deadline)
+{
+    if (deadline < 0)
+        return -1;
+    int64_t left = deadline - now_ms();
+    return left > 0 ? (long)left : 0;
+}
+
+static int64_t deadline_after(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+}
+
+__attribute__((format(printf, 3, 4)))
+static wf_status_t fail(wf_client_t *c, wf_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+__attribute__((format(printf, 3, 4)))
+static void job_fail(wf_job_t *job, wf_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(job->error, sizeof job->error, fmt, ap);
+    va_end(ap);
+    job->status = st;
+    job->result.status = st;
+}
+
+static void job_link(wf_client_t *c, wf_job_t *job)
+{
+    job->prev = NULL;
+    job->next = c->pending;
+    if (c->pending)
+        c->pending->prev = job;
+    c->pending = job;
+    job->linked = true;
+}
+
+static void job_unlink(wf_client_t *c, wf_job_t *job)
+{
+    if (!job->linked)
+        return;
+    if (job->prev)
+        job->prev->next = job->next;
+    else
+        c->pending = job->next;
+    if (job->next)
+        job->next->prev = job->prev;
+    job->prev = job->next = NULL;
+    job->linked = false;
+}
+
+static wf_job_t *job_find(wf_client_t *c, uint64_t id)
+{
+    for (wf_job_t *j = c->pending; j; j = j->next)
+        if (j->id == id)
+            return j;
+    return NULL;
+}
+
+/* The job's final status is known: take it off the waiting list. */
+static void job_finish(wf_client_t *c, wf_job_t *job)
+{
+    job_unlink(c, job);
+    job->replied = true;
+}
+
+/* ZeroMQ's free callback of a zero-copy frame; runs on the I/O thread.
+ * The decrement happens under the client's mutex so that a waiter that
+ * sees zero (and then frees the job) cannot race with this function still
+ * touching the job. */
+static void frame_released(void *data, void *hint)
+{
+    (void)data;
+    wf_job_t *job = hint;
+    wf_client_t *c = job->client;
+    pthread_mutex_lock(&c->mu);
+    if (atomic_fetch_sub(&job->frames_out, 1) == 1)
+        pthread_cond_broadcast(&c->released);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Wait until ZeroMQ has released every frame of the job, up to
+ * `deadline` (-1: no limit). True when released. */
+static bool wait_released(wf_client_t *c, wf_job_t *job, int64_t deadline)
+{
+    bool ok = true;
+    pthread_mutex_lock(&c->mu);
+    while (atomic_load(&job->frames_out) > 0) {
+        if (deadline < 0) {
+            pthread_cond_wait(&c->released, &c->mu);
+            continue;
+        }
+        struct timespec ts = {
+            .tv_sec = (time_t)(deadline / 1000),
+            .tv_nsec = (long)(deadline % 1000) * 1000000,
+        };
+        if (pthread_cond_timedwait(&c->released, &c->mu, &ts) == ETIMEDOUT &&
+            atomic_load(&job->frames_out) > 0) {
+            ok = false;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+/* ---- socket ----------------------------------------------------------- */
+
+static wf_status_t socket_open(wf_client_t *c)
+{
+    void *s = zmq_socket(c->zctx, ZMQ_DEALER);
+    if (!s)
+        return fail(c, WF_E_CONNECT, "zmq_socket: %s", zmq_strerror(errno));
+    int linger = 0, immediate = 1, ivl = 10, ivl_max = 250;
+    /* linger 0: closing never waits for a daemon that is gone.
+     * immediate: queue only on a completed connection (see file comment).
+     * Short reconnect interval: a daemon started after us is found fast. */
+    if (zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_setsockopt(s, ZMQ_IMMEDIATE, &immediate, sizeof immediate) != 0 ||
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl) != 0 ||
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max) != 0) {
+        int e = errno;
+        zmq_close(s);
+        return fail(c, WF_E_CONNECT, "zmq_setsockopt: %s", zmq_strerror(e));
+    }
+    if (zmq_connect(s, c->endpoint) != 0) {
+        int e = errno;
+        zmq_close(s);
+        return fail(c, WF_E_CONNECT, "cannot connect to '%s': %s",
+                    c->endpoint, zmq_strerror(e));
+    }
+    c->sock = s;
+    return WF_OK;
+}
+
+/* Drop the connection and open a new one. Closing with linger 0 makes
+ * ZeroMQ discard (and release) the frames it still queues; the daemon's
+ * replies to the old connection can no longer reach us, so every job still
+ * waiting fails. Used when a half-sent message or frames that the daemon
+ * does not read would otherwise keep buffers borrowed forever. */
+static wf_status_t socket_reset(wf_client_t *c, const char *why)
+{
+    if (c->sock)
+        zmq_close(c->sock);
+    c->sock = NULL;
+    while (c->pending) {
+        wf_job_t *j = c->pending;
+        job_fail(j, WF_E_IO, "connection reset (%s) before the reply", why);
+        job_finish(c, j);
+    }
+    return socket_open(c);
+}
+
+/* Receive one more part of a multipart message (it is already complete
+ * in ZeroMQ: parts arrive atomically), retrying on a signal. */
+static int recv_part(wf_client_t *c, zmq_msg_t *m)
+{
+    for (;;) {
+        int rc = zmq_msg_recv(m, c->sock, 0);
+        if (rc >= 0 || errno != EINTR)
+            return rc;
+    }
+}
+
+/* Read and drop the rest of a message. */
+static void drain_parts(wf_client_t *c, bool more)
+{
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (recv_part(c, &m) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+    }
+}
+
+/* Wait until the socket can take a message (a connection is up). */
+static wf_status_t wait_writable(wf_client_t *c, int64_t deadline)
+{
+    for (;;) {
+        zmq_pollitem_t it = { .socket = c->sock, .events = ZMQ_POLLOUT };
+        int rc = zmq_poll(&it, 1, remaining_ms(deadline));
+        if (rc < 0) {
+            if (errno == EINTR)
+                continue;
+            return fail(c, WF_E_IO, "zmq_poll: %s", zmq_strerror(errno));
+        }
+        if (it.revents & ZMQ_POLLOUT)
+            return WF_OK;
+        if (deadline >= 0 && now_ms() >= deadline)
+            return fail(c, WF_E_TIMEOUT,
+                        "no connection to the daemon at '%s' within the timeout",
+                        c->endpoint);
+    }
+}
+
+/* Send c->req (already filled) and, for an attention job, the tensor frames
+ * data[i] / bytes[i] without copying. On failure nothing stays borrowed. */
+static wf_status_t send_request(wf_client_t *c, wf_job_t *job, int n_frames,
+                                void *const *data, const size_t *bytes,
+                                int64_t deadline)
+{
+    wf_buf_reset(&c->hdr);
+    wf_status_t st = wf_request_encode(&c->req, &c->hdr);
+    if (st != WF_OK)
+        return fail(c, st, "cannot encode the request header");
+
+    for (;;) {
+        st = wait_writable(c, deadline);
+        if (st != WF_OK)
+            return st;
+        int flags = ZMQ_DONTWAIT | (n_frames > 0 ? ZMQ_SNDMORE : 0);
+        if (zmq_send(c->sock, c->hdr.data, c->hdr.len, flags) >= 0)
+            break;
+        /* EAGAIN: the connection went away between poll and send. */
+        if (errno != EAGAIN && errno != EINTR)
+            return fail(c, WF_E_IO, "zmq_send: %s", zmq_strerror(errno));
+    }
+
+    for (int i = 0; i < n_frames; i++) {
+        zmq_msg_t m;
+        atomic_fetch_add(&job->frames_out, 1);
+        if (zmq_msg_init_data(&m, data[i], bytes[i], frame_released, job) != 0) {
+            atomic_fetch_sub(&job->frames_out, 1);
+            socket_reset(c, "frame allocation failed");
+            return fail(c, WF_E_NOMEM, "zmq_msg_init_data: %s",
+                        zmq_strerror(errno));
+        }
+        int flags = i + 1 < n_frames ? ZMQ_SNDMORE : 0;
+        int rc;
+        do {
+            rc = zmq_msg_send(&m, c->sock, flags);
+        } while (rc < 0 && errno == EINTR);
+        if (rc < 0) {
+            int e = errno;
+            zmq_msg_close(&m); /* runs frame_released */
+            /* Half a message is queued: only a new socket gets rid of it. */
+            socket_reset(c, "send failed mid-message");
+            wait_released(c, job, -1);
+            return fail(c, WF_E_IO, "zmq_msg_send: %s", zmq_strerror(e));
+        }
+    }
+    return WF_OK;
+}
+
+/* ---- replies ---------------------------------------------------------- */
+
+static bool shape_eq(const wf_tensor_desc_t *d, int rank, const int64_t *shape)
+{
+    if (d->rank != rank)
+        return false;
+    for (int i = 0; i < rank; i++)
+        if (d->shape[i] != shape[i])
+            return false;
+    return true;
+}
+
+/* An OK attention reply: check its tensors against what the caller gave,
+ * then copy the frames into the caller's buffers. Received frames are not
+ * aligned, hence memcpy. `more`: frames follow the header. */
+static void take_attention(wf_client_t *c, wf_job_t *job, const wf_reply_t *r,
+                           bool more)
+{
+    uint32_t want = job->lse ? 2 : 1;
+    int out_i = -1, lse_i = -1;
+    void *dst[2] = { NULL, NULL };
+    uint64_t dst_bytes[2] = { 0, 0 };
+    char what[64];
+
+    if (r->n_tensors != want) {
+        job_fail(job, WF_E_PROTOCOL, "reply has %u tensors, expected %u",
+                 r->n_tensors, want);
+        goto drop;
+    }
+    for (uint32_t i = 0; i < r->n_tensors; i++) {
+        const wf_tensor_desc_t *d = &r->tensors[i];
+        if (d->frame >= want || dst[d->frame]) {
+            job_fail(job, WF_E_PROTOCOL, "reply tensor '%s' has frame %u",
+                     d->name, d->frame);
+            goto drop;
+        }
+        if (strcmp(d->name, "out") == 0 && out_i < 0) {
+            if (d->dtype != job->out_dtype || !shape_eq(d, 4, job->shape)) {
+                snprintf(what, sizeof what, "out");
+                goto mismatch;
+            }
+            out_i = (int)i;
+            dst[d->frame] = job->out;
+        } else if (strcmp(d->name, "lse") == 0 && job->lse && lse_i < 0) {
+            if (d->dtype != WF_DTYPE_F32 || !shape_eq(d, 3, job->shape)) {
+                snprintf(what, sizeof what, "lse");
+                goto mismatch;
+            }
+            lse_i = (int)i;
+            dst[d->frame] = job->lse;
+        } else {
+            job_fail(job, WF_E_PROTOCOL, "unexpected reply tensor '%s'",
+                     d->name);
+            goto drop;
+        }
+        dst_bytes[d->frame] = d->nbytes;
+    }
+
+    for (uint32_t f = 0; f < want; f++) {
+        if (!more) {
+            job_fail(job, WF_E_PROTOCOL, "reply has %u frames, expected %u",
+                     f, want);
+            return;
+        }
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (recv_part(c, &m) < 0) {
+            zmq_msg_close(&m);
+            job_fail(job, WF_E_IO, "zmq_msg_recv: %s", zmq_strerror(errno));
+            return;
+        }
+        more = zmq_msg_more(&m);
+        size_t sz = zmq_msg_size(&m);
+        if (sz != dst_bytes[f]) {
+            zmq_msg_close(&m);
+            job_fail(job, WF_E_PROTOCOL,
+                     "reply frame %u has %zu bytes, its descriptor says %llu",
+                     f, sz, (unsigned long long)dst_bytes[f]);
+            goto drop;
+        }
+        memcpy(dst[f], zmq_msg_data(&m), sz);
+        zmq_msg_close(&m);
+    }
+    if (more) {
+        job_fail(job, WF_E_PROTOCOL, "reply has more frames than tensors");
+        goto drop;
+    }
+    job->status = WF_OK;
+    job->result.status = WF_OK;
+    job->error[0] = '\0';
+    return;
+
+mismatch:
+    job_fail(job, WF_E_PROTOCOL, "reply tensor '%s' does not have the dtype "
+             "or shape the caller expects", what);
+drop:
+    drain_parts(c, more);
+}
+
+/* Receive one reply if one is waiting. WF_OK: one was handled (perhaps
+ * dropped); WF_E_PENDING: none; otherwise a socket error. */
+static wf_status_t recv_reply(wf_client_t *c)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, c->sock, ZMQ_DONTWAIT) < 0) {
+        int e = errno;
+        zmq_msg_close(&m);
+        if (e == EAGAIN || e == EINTR)
+            return WF_E_PENDING;
+        return fail(c, WF_E_IO, "zmq_msg_recv: %s", zmq_strerror(e));
+    }
+    bool more = zmq_msg_more(&m);
+    /* A REQ-style empty delimiter may precede the header. */
+    if (zmq_msg_size(&m) == 0 && more) {
+        if (recv_part(c, &m) < 0) {
+            int e = errno;
+            zmq_msg_close(&m);
+            return fail(c, WF_E_IO, "zmq_msg_recv: %s", zmq_strerror(e));
+        }
+        more = zmq_msg_more(&m);
+    }
+
+    wf_reply_t *r = &c->rep;
+    char err[WF_PROTO_ERROR_MAX];
+    err[0] = '\0';
+    wf_status_t dst = wf_reply_decode(zmq_msg_data(&m), zmq_msg_size(&m), r,
+                                      err, sizeof err);
+    zmq_msg_close(&m);
+
+    wf_job_t *job = job_find(c, r->id);
+    if (!job) {
+        /* A destroyed job's reply, or one we cannot attribute. */
+        drain_parts(c, more);
+        if (dst != WF_OK)
+            fail(c, WF_E_PROTOCOL, "dropped an undecodable reply: %s", err);
+        return WF_OK;
+    }
+
+    static const uint32_t op_of[] = {
+        [JOB_HELLO] = WF_OP_HELLO,
+        [JOB_STATUS] = WF_OP_STATUS,
+        [JOB_ATTENTION] = WF_OP_ATTENTION,
+    };
+    job->result.epoch = r->epoch;
+    if (dst != WF_OK) {
+        /* WF_E_VERSION when the reply speaks another version. */
+        job_fail(job, dst, "reply header: %s", err);
+        drain_parts(c, more);
+    } else if (r->status != WF_OK) {
+        /* The daemon's own error: keep its code and message. */
+        job_fail(job, r->status, "%s",
+                 r->error[0] ? r->error : wf_status_str(r->status));
+        drain_parts(c, more);
+    } else if (r->version != WF_PROTOCOL_VERSION) {
+        job_fail(job, WF_E_VERSION, "reply has protocol version %u, "
+                 "this library speaks %u", r->version, WF_PROTOCOL_VERSION);
+        drain_parts(c, more);
+    } else if (r->op != op_of[job->kind]) {
+        job_fail(job, WF_E_PROTOCOL, "reply has op %u, the request had %u",
+                 r->op, op_of[job->kind]);
+        drain_parts(c, more);
+    } else if (job->kind == JOB_ATTENTION) {
+        job->result.queue_us = r->result.attention.queue_us;
+        job->result.compute_us = r->result.attention.compute_us;
+        job->result.devices = r->result.attention.devices;
+        take_attention(c, job, r, more);
+    } else {
+        drain_parts(c, more);
+        job->status = WF_OK;
+        job->result.status = WF_OK;
+        if (job->kind == JOB_HELLO) {
+            if (r->result.hello.protocol != WF_PROTOCOL_VERSION)
+                job_fail(job, WF_E_VERSION, "daemon speaks protocol %u, "
+                         "this library speaks %u", r->result.hello.protocol,
+                         WF_PROTOCOL_VERSION);
+            else if (job->hello)
+                *job->hello = r->result.hello;
+        } else if (job->info) {
+            *job->info = r->result.status;
+        }
+    }
+    job_finish(c, job);
+    return WF_OK;
+}
+
+/* Handle every reply already waiting, without blocking. */
+static wf_status_t recv_ready(wf_client_t *c)
+{
+    wf_status_t st;
+    while ((st = recv_reply(c)) == WF_OK)
+        ;
+    return st == WF_E_PENDING ? WF_OK : st;
+}
+
+/* Receive until `job` has its reply and its frames are released, or the
+ * deadline (-1: none) passes. Returns the job's status or WF_E_TIMEOUT. */
+static wf_status_t job_wait_until(wf_client_t *c, wf_job_t *job,
+                                  int64_t deadline)
+{
+    while (!job->replied) {
+        zmq_pollitem_t it = { .socket = c->sock, .events = ZMQ_POLLIN };
+        int rc = zmq_poll(&it, 1, remaining_ms(deadline));
+        if (rc < 0) {
+            if (errno == EINTR)
+                continue;
+            return fail(c, WF_E_IO, "zmq_poll: %s", zmq_strerror(errno));
+        }
+        if (it.revents & ZMQ_POLLIN) {
+            wf_status_t st = recv_ready(c);
+            if (st != WF_OK)
+                return st;
+            continue;
+        }
+        if (deadline >= 0 && now_ms() >= deadline)
+            return fail(c, WF_E_TIMEOUT, "no reply from the daemon at '%s' "
+                        "within the timeout", c->endpoint);
+    }
+    if (!wait_released(c, job, deadline))
+        return fail(c, WF_E_TIMEOUT,
+                    "the daemon has not read the job's inputs within the timeout");
+    if (job->status != WF_OK)
+        fail(c, job->status, "%s", job->error);
+    else
+        c->last_error[0] = '\0';
+    return job->status;
+}
+
+/* Give up on a job: forget it (a late reply is dropped) and get its
+ * borrowed frames back, waiting up to `wait_ms` for ZeroMQ to finish with
+ * them before resetting the connection. */
+static void job_release(wf_client_t *c, wf_job_t *job, int wait_ms)
+{
+    job_unlink(c, job);
+    if (!wait_released(c, job, deadline_after(wait_ms))) {
+        socket_reset(c, "a cancelled job's inputs were still queued");
+        wait_released(c, job, -1);
+    }
+}
+
+/* ---- public API ------------------------------------------------------- */
+
+wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
+                              wf_client_t **ret_client)
+{
+    if (!ret_client)
+        return WF_E_INVALID;
+    if (!endpoint)
+        endpoint = WF_DEFAULT_ENDPOINT;
+    if (!*endpoint)
+        return WF_E_INVALID;
+
+    wf_client_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return WF_E_NOMEM;
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : WF_CLIENT_DEFAULT_TIMEOUT_MS;
+    c->next_id = 1;
+    c->endpoint = strdup(endpoint);
+    pthread_condattr_t ca;
+    bool mu_ok = false, cond_ok = false;
+    if (!c->endpoint)
+        goto nomem;
+    if (pthread_mutex_init(&c->mu, NULL) != 0)
+        goto nomem;
+    mu_ok = true;
+    /* Monotonic clock: deadlines must not move with the wall clock. */
+    if (pthread_condattr_init(&ca) != 0)
+        goto nomem;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    cond_ok = pthread_cond_init(&c->released, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    if (!cond_ok)
+        goto nomem;
+    c->zctx = zmq_ctx_new();
+    if (!c->zctx)
+        goto nomem;
+    if (socket_open(c) != WF_OK) {
+        zmq_ctx_term(c->zctx);
+        pthread_cond_destroy(&c->released);
+        pthread_mutex_destroy(&c->mu);
+        free(c->endpoint);
+        free(c);
+        return WF_E_CONNECT;
+    }
+    *ret_client = c;
+    return WF_OK;
+
+nomem:
+    if (cond_ok)
+        pthread_cond_destroy(&c->released);
+    if (mu_ok)
+        pthread_mutex_destroy(&c->mu);
+    free(c->endpoint);
+    free(c);
+    return WF_E_NOMEM;
+}
+
+void wf_client_destroy(wf_client_t **client)
+{
+    if (!client || !*client)
+        return;
+    wf_client_t *c = *client;
+    /* Jobs left by a careless caller: fail them; terminating the context
+     * below releases every frame ZeroMQ still holds. */
+    while (c->pending) {
+        wf_job_t *j = c->pending;
+        job_fail(j, WF_E_IO, "client destroyed before the reply");
+        job_finish(c, j);
+    }
+    if (c->sock)
+        zmq_close(c->sock);
+    zmq_ctx_term(c->zctx);
+    wf_buf_free(&c->hdr);
+    pthread_cond_destroy(&c->released);
+    pthread_mutex_destroy(&c->mu);
+    free(c->endpoint);
+    free(c);
+    *client = NULL;
+}
+
+const char *wf_client_last_error(const wf_client_t *client)
+{
+    return client ? client->last_error : "";
+}
+
+/* hello and status: a request without tensors, waited for at once. Other
+ * jobs' replies that arrive meanwhile are handled as usual. */
+static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, wf_op_t op,
+                               wf_hello_info_t *hello, wf_status_info_t *info)
+{
+    wf_job_t job;
+    memset(&job, 0, sizeof job);
+    job.client = c;
+    job.kind = kind;
+    job.hello = hello;
+    job.info = info;
+    job.id = c->next_id++;
+    atomic_init(&job.frames_out, 0);
+
+    memset(&c->req, 0, sizeof c->req);
+    c->req.version = WF_PROTOCOL_VERSION;
+    c->req.id = job.id;
+    c->req.op = op;
+
+    int64_t deadline = deadline_after(c->timeout_ms);
+    wf_status_t st = send_request(c, &job, 0, NULL, NULL, deadline);
+    if (st != WF_OK)
+        return st;
+    job_link(c, &job);
+    st = job_wait_until(c, &job, deadline);
+    job_unlink(c, &job); /* on timeout a late reply is dropped */
+    return st;
+}
+
+wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
+{
+    if (!client)
+        return WF_E_INVALID;
+    return simple_call(client, JOB_HELLO, WF_OP_HELLO, ret_info, NULL);
+}
+
+wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info)
+{
+    if (!client)
+        return WF_E_INVALID;
+    return simple_call(client, JOB_STATUS, WF_OP_STATUS, NULL, ret_info);
+}
+
+static bool dtype_ok(wf_dtype_t dt)
+{
+    return wf_dtype_size(dt) != 0;
+}
+
+/* Check one rank-4 tensor argument; bytes gets its size. */
+static wf_status_t check_tensor(wf_client_t *c, const char *name,
+                                const wf_tensor_t *t, size_t *bytes)
+{
+    if (!t)
+        return fail(c, WF_E_INVALID, "%s is NULL", name);
+    if (!t->data)
+        return fail(c, WF_E_INVALID, "%s->data is NULL", name);
+    if (!dtype_ok(t->dtype))
+        return fail(c, WF_E_INVALID, "%s has unknown dtype %d", name,
+                    (int)t->dtype);
+    if (t->rank != 4)
+        return fail(c, WF_E_INVALID, "%s has rank %d, attention needs 4",
+                    name, t->rank);
+    int64_t n = wf_tensor_numel(t);
+    if (n <= 0)
+        return fail(c, WF_E_INVALID, "%s has a dim <= 0 or its element "
+                    "count overflows", name);
+    uint64_t b;
+    if (__builtin_mul_overflow((uint64_t)n, (uint64_t)wf_dtype_size(t->dtype), &b) ||
+        b > SIZE_MAX)
+        return fail(c, WF_E_INVALID, "%s is too large", name);
+    *bytes = (size_t)b;
+    return WF_OK;
+}
+
+static void fill_desc(wf_tensor_desc_t *d, const char *name,
+                      const wf_tensor_t *t, uint32_t frame)
+{
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->dtype = t->dtype;
+    d->rank = t->rank;
+    for (int i = 0; i < t->rank; i++)
+        d->shape[i] = t->shape[i];
+    d->frame = frame;
+    wf_tensor_desc_finish(d);
+}
+
+wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
+                                const wf_tensor_t *k, const wf_tensor_t *v,
+                                const wf_attention_opts_t *opts,
+                                wf_tensor_t *out, float *lse,
+                                wf_job_t **ret_job)
+{
+    if (!client)
+        return WF_E_INVALID;
+    wf_client_t *c = client;
+    if (!ret_job)
+        return fail(c, WF_E_INVALID, "ret_job is NULL");
+
+    /* Validate here so that a mistake costs no round trip and sends
+     * nothing: shapes q (B,Sq,Hq,D), k = v (B,Skv,Hkv,D), Hkv | Hq,
+     * out like q. */
+    size_t qb, kb, vb, ob;
+    wf_status_t st;
+    if ((st = check_tensor(c, "q", q, &qb)) != WF_OK ||
+        (st = check_tensor(c, "k", k, &kb)) != WF_OK ||
+        (st = check_tensor(c, "v", v, &vb)) != WF_OK ||
+        (st = check_tensor(c, "out", out, &ob)) != WF_OK)
+        return st;
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0])
+        return fail(c, WF_E_INVALID, "batch differs: q %lld, k %lld, v %lld",
+                    (long long)q->shape[0], (long long)k->shape[0],
+                    (long long)v->shape[0]);
+    if (k->shape[3] != q->shape[3] || v->shape[3] != q->shape[3])
+        return fail(c, WF_E_INVALID, "head dim differs: q %lld, k %lld, v %lld",
+                    (long long)q->shape[3], (long long)k->shape[3],
+                    (long long)v->shape[3]);
+    if (v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
+        return fail(c, WF_E_INVALID, "k and v shapes differ");
+    if (q->shape[2] % k->shape[2] != 0)
+        return fail(c, WF_E_INVALID, "k/v heads (%lld) do not divide q heads "
+                    "(%lld)", (long long)k->shape[2], (long long)q->shape[2]);
+    for (int i = 0; i < 4; i++)
+        if (out->shape[i] != q->shape[i])
+            return fail(c, WF_E_INVALID, "out shape differs from q's in dim %d",
+                        i);
+    float scale = opts ? opts->scale : 0.0f;
+    if (!isfinite(scale) || scale < 0.0f)
+        return fail(c, WF_E_INVALID, "scale must be finite and >= 0 "
+                    "(0: 1/sqrt(D))");
+
+    wf_job_t *job = calloc(1, sizeof *job);
+    if (!job)
+        return fail(c, WF_E_NOMEM, "cannot allocate a job");
+    job->client = c;
+    job->kind = JOB_ATTENTION;
+    job->id = c->next_id++;
+    atomic_init(&job->frames_out, 0);
+    job->status = WF_E_PENDING;
+    job->result.status = WF_E_PENDING;
+    job->out = out->data;
+    job->out_dtype = out->dtype;
+    memcpy(job->shape, q->shape, sizeof job->shape);
+    job->lse = lse;
+
+    wf_request_t *req = &c->req;
+    memset(req, 0, sizeof *req);
+    req->version = WF_PROTOCOL_VERSION;
+    req->id = job->id;
+    req->op = WF_OP_ATTENTION;
+    req->n_tensors = 3;
+    fill_desc(&req->tensors[0], "q", q, 0);
+    fill_desc(&req->tensors[1], "k", k, 1);
+    fill_desc(&req->tensors[2], "v", v, 2);
+    wf_attention_args_t *a = &req->args.attention;
+    a->q = 0;
+    a->k = 1;
+    a->v = 2;
+    a->has_scale = scale > 0.0f;
+    a->scale = scale;
+    a->causal = opts && opts->causal;
+    a->return_lse = lse != NULL;
+    a->has_out_dtype = true;
+    a->out_dtype = out->dtype;
+    a->devices = opts ? opts->devices : 0;
+
+    void *const data[3] = { q->data, k->data, v->data };
+    const size_t bytes[3] = { qb, kb, vb };
+    st = send_request(c, job, 3, data, bytes, deadline_after(c->timeout_ms));
+    if (st != WF_OK) {
+        free(job);
+        return st;
+    }
+    job_link(c, job);
+    c->last_error[0] = '\0';
+    *ret_job = job;
+    return WF_OK;
+}
+
+wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job)
+{
+    if (!client || !job || job->client != client)
+        return WF_E_INVALID;
+    if (!job->replied) {
+        wf_status_t st = recv_ready(client);
+        if (st != WF_OK)
+            return st;
+    }
+    if (!job->replied || atomic_load(&job->frames_out) > 0)
+        return WF_E_PENDING;
+    return job->status;
+}
+
+wf_status_t wf_job_wait(wf_client_t *client, wf_job_t *job, int timeout_ms)
+{
+    if (!client || !job || job->client != client)
+        return WF_E_INVALID;
+    return job_wait_until(client, job, deadline_after(timeout_ms));
+}
+
+wf_status_t wf_job_result(const wf_job_t *job, wf_job_result_t *ret_result)
+{
+    if (!job)
+        return WF_E_INVALID;
+    if (!job->replied || atomic_load(&job->frames_out) > 0)
+        return WF_E_PENDING;
+    if (ret_result)
+        *ret_result = job->result;
+    return job->status;
+}
+
+const char *wf_job_error(const wf_job_t *job)
+{
+    if (!job || !job->replied)
+        return "";
+    return job->error;
+}
+
+void wf_job_destroy(wf_client_t *client, wf_job_t **job)
+{
+    if (!job || !*job)
+        return;
+    wf_job_t *j = *job;
+    if (client && j->client == client)
+        job_release(client, j, client->timeout_ms);
+    else
+        wait_released(j->client, j, -1); /* wrong client: still be safe */
+    free(j);
+    *job = NULL;
+}
+
+wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
+                         const wf_tensor_t *k, const wf_tensor_t *v,
+                         const wf_attention_opts_t *opts, wf_tensor_t *out,
+                         float *lse, wf_job_result_t *ret_result)
+{
+    wf_job_t *job = NULL;
+    int64_t deadline = deadline_after(client ? client->timeout_ms : 0);
+    wf_status_t st = wf_attention_submit(client, q, k, v, opts, out, lse, &job);
+    if (st != WF_OK)
+        return st;
+    st = job_wait_until(client, job, deadline);
+    if (st == WF_E_TIMEOUT) {
+        /* The job had its whole timeout: do not wait again for its frames. */
+        job_release(client, job, 0);
+        free(job);
+        return fail(client, WF_E_TIMEOUT, "no reply from the daemon at '%s' "
+                    "within %d ms", client->endpoint, client->timeout_ms);
+    }
+    if (ret_result)
+        *ret_result = job->result;
+    wf_job_destroy(client, &job);
+    return st;
+}

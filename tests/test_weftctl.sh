@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# test_weftctl.sh — weftctl against a real weftd: hello, status,
+# attention-demo (PASS and its figures), WEFT_ENDPOINT and --endpoint,
+# exit codes 0 / 1 / 2, then SIGTERM makes the daemon exit 0.
+#
+# usage: test_weftctl.sh PATH_TO_WEFTD PATH_TO_WEFTCTL
+# Readiness is a `weftctl hello` with a long timeout: it returns as soon as
+# the daemon answers (no sleeps).
+set -u
+weftd=$1
+weftctl=$2
+ep="ipc:///tmp/weft-test-$$-ctl.sock"
+dead="ipc:///tmp/weft-test-$$-none.sock"
+fails=0
+tmp=$(mktemp -d)
+unset WEFT_ENDPOINT
+
+"$weftd" --devices cpu:2 --listen "$ep" --log-level warning \
+    --max-tensor-bytes 1M &
+pid=$!
+trap 'kill -KILL $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# run NAME EXPECTED_RC CMD...: output in $tmp/NAME.out / .err
+run() {
+    local name=$1 want=$2
+    shift 2
+    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+    local rc=$?
+    echo "== $name (exit $rc)"
+    cat "$tmp/$name.out" "$tmp/$name.err"
+    [ "$rc" -eq "$want" ] || fail "$name: exit $rc, expected $want"
+}
+
+# expect NAME REGEX: the output of NAME (stdout + stderr) matches
+expect() {
+    cat "$tmp/$1.out" "$tmp/$1.err" | grep -Eq -- "$2" || fail "$1: no match for '$2'"
+}
+
+run ready 0 "$weftctl" --endpoint "$ep" --timeout 20000 hello
+expect ready 'protocol 1, backend cpu, 2 devices'
+expect ready 'tensor 1\.0 MiB'
+
+run status 0 "$weftctl" --endpoint "$ep" status
+expect status '^weftd .* \(cpu\)  epoch [0-9]+'
+expect status '^queue [0-9]+/[0-9]+'
+expect status '^0 +cpu:0 '
+expect status '^1 +cpu:1 '
+
+run demo_f32 0 "$weftctl" --endpoint "$ep" attention-demo --iters 3
+expect demo_f32 'max abs error +[0-9.e+-]+ \(relative [0-9.e+-]+\), tolerance 1\.0e-04'
+expect demo_f32 'GFLOP/s'
+expect demo_f32 '^PASS$'
+
+run demo_f16 0 "$weftctl" --endpoint "$ep" attention-demo --dtype f16 \
+    --batch 1 --seq 96 --kv-seq 64 --heads 4 --kv-heads 2 --dim 32 --causal \
+    --devices 2
+expect demo_f16 'Sq=96 Skv=64 Hq=4 Hkv=2 D=32 f16 causal devices=2'
+expect demo_f16 '^PASS$'
+
+run demo_bf16 0 "$weftctl" --endpoint "$ep" attention-demo --dtype bf16 \
+    --seq 40 --heads 3 --dim 16 --devices 1
+expect demo_bf16 '^PASS$'
+
+# The status counters saw the demo jobs.
+run status2 0 "$weftctl" --endpoint "$ep" status
+grep -Eq 'served ([5-9]|[1-9][0-9]+) ' "$tmp/status2.out" \
+    || fail "status2: expected at least 5 jobs served"
+
+# Endpoint from the environment, and --endpoint wins over it.
+run env_status 0 env WEFT_ENDPOINT="$ep" "$weftctl" status
+expect env_status 'cpu:1'
+run env_override 0 env WEFT_ENDPOINT="$dead" "$weftctl" --endpoint "$ep" hello
+run env_dead 1 env WEFT_ENDPOINT="$dead" "$weftctl" --timeout 300 hello
+expect env_dead 'WF_E_TIMEOUT'
+
+# A daemon error: 1.5 MiB of q against --max-tensor-bytes 1M.
+run too_big 1 "$weftctl" --endpoint "$ep" attention-demo --batch 1 \
+    --seq 768 --heads 8 --dim 64
+expect too_big 'WF_E_LIMIT: .+'
+
+# Usage errors.
+run no_command 2 "$weftctl"
+run bad_command 2 "$weftctl" --endpoint "$ep" frobnicate
+run bad_dtype 2 "$weftctl" --endpoint "$ep" attention-demo --dtype f64
+run bad_heads 2 "$weftctl" --endpoint "$ep" attention-demo --heads 4 --kv-heads 3
+run bad_value 2 "$weftctl" --endpoint "$ep" attention-demo --seq x
+run extra_arg 2 "$weftctl" --endpoint "$ep" status now
+
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 0 ] || fail "weftd exited $rc on SIGTERM"
+trap 'rm -rf "$tmp"' EXIT
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed" >&2
+    exit 1
+fi
+echo "all weftctl checks passed"
