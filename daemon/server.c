@@ -1,2 +1,721 @@
-/* placeholder: being written */
-typedef int wf_placeholder_server_t;
+/* server.c — weftd's main loop: ROUTER + signalfd + eventfd under
+ * zmq_poll, request validation, hello / status, job replies, reload and
+ * drain (see server.h). Compute happens on the workers, never here.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "attention.h"
+#include "backend.h"
+#include "job.h"
+#include "notify.h"
+#include "scheduler.h"
+#include "worker.h"
+
+/* identity, optional empty delimiter, header, tensor frames */
+#define MAX_PARTS (3 + WF_PROTO_MAX_TENSORS)
+/* messages read per wake-up, so signals and completions are not starved */
+#define RECV_BATCH 64
+
+struct wf_server {
+    wf_settings_t settings;      /* in effect (reload updates the reloadable ones) */
+    const wf_cli_t *cli;         /* borrowed: flags, for reload */
+    char *const *envp;           /* borrowed: environment, for reload */
+    wf_log_t *log;               /* borrowed */
+    wf_notify_t notify;          /* sd_notify state */
+    const wf_backend_ops_t *ops; /* backend of every device */
+    void *zctx;                  /* ZeroMQ context */
+    void *router;                /* client endpoint */
+    bool bound;                  /* router is bound to settings.listen */
+    int sigfd;                   /* SIGTERM / SIGINT / SIGHUP */
+    sigset_t old_mask;           /* signal mask to restore */
+    bool mask_set;               /* old_mask is valid */
+    struct sigaction old_act[3]; /* dispositions of handled_signals to restore */
+    bool act_set;                /* old_act is valid */
+    wf_done_box_t done;          /* finished jobs from the workers */
+    wf_worker_t workers[WF_SETTINGS_MAX_DEVICES]; /* one per device */
+    uint32_t n_workers;          /* workers started */
+    wf_sched_t sched;            /* queue, admission, dispatch */
+    uint64_t rejected;           /* requests refused before queueing */
+    bool stopping;               /* draining: no new jobs */
+    uint64_t drain_deadline_us;  /* when draining gives up */
+    uint64_t t_start_us;         /* for uptime */
+    wf_buf_t buf;                /* reply header encoding scratch */
+    wf_request_t req;            /* request decoding scratch */
+    wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
+};
+
+/* ------------------------------------------------------------------ */
+/* start-up and teardown */
+
+static const int handled_signals[3] = { SIGTERM, SIGINT, SIGHUP };
+
+/* Threads that libraries start before main() (OpenBLAS's pool is one)
+ * do not carry our signal mask, so the kernel may deliver SIGTERM to one
+ * of them. Send it on to the main thread (its tid is the pid), which
+ * keeps it blocked: it waits there for the signalfd. Async-signal-safe,
+ * and needs no global. */
+static void forward_to_main_thread(int signo)
+{
+    int saved = errno;
+    pid_t pid = getpid();
+    if (gettid() != pid)
+        tgkill(pid, pid, signo);
+    errno = saved;
+}
+
+static uint64_t device_budget(const wf_settings_t *s)
+{
+    if (s->cpu_memory)
+        return s->cpu_memory;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return UINT64_C(1) << 30;
+    return (uint64_t)pages * (uint64_t)page / s->device_count;
+}
+
+static void set_max_msg_size(wf_server_t *srv)
+{
+    /* ZeroMQ drops a peer that sends a bigger frame, before we see it. */
+    int64_t max = (int64_t)(2 * srv->settings.limits.max_tensor_bytes);
+    if (zmq_setsockopt(srv->router, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0)
+        wf_log(srv->log, WF_LOG_WARNING, "ZMQ_MAXMSGSIZE: %s",
+               zmq_strerror(zmq_errno()));
+}
+
+wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
+                          char *const *envp, wf_log_t *log,
+                          wf_server_t **ret_srv)
+{
+    wf_server_t *srv = calloc(1, sizeof *srv);
+    if (!srv) {
+        wf_log(log, WF_LOG_ERR, "out of memory");
+        return WF_E_INTERNAL;
+    }
+    srv->settings = *settings;
+    srv->cli = cli;
+    srv->envp = envp;
+    srv->log = log;
+    srv->sigfd = -1;
+    srv->done.efd = -1;
+    srv->ops = wf_backend_cpu();
+    srv->t_start_us = wf_now_usec();
+    wf_notify_init(&srv->notify);
+
+    /* Blocked before any thread exists (workers, ZeroMQ's I/O thread), so
+     * every thread inherits the mask and the signals reach only the
+     * signalfd. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int i = 0; i < 3; i++)
+        sigaddset(&mask, handled_signals[i]);
+    int rc = pthread_sigmask(SIG_BLOCK, &mask, &srv->old_mask);
+    if (rc != 0) {
+        wf_log(log, WF_LOG_ERR, "pthread_sigmask: %s", strerror(rc));
+        goto fail;
+    }
+    srv->mask_set = true;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_to_main_thread;
+    sigfillset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 3; i++)
+        sigaction(handled_signals[i], &sa, &srv->old_act[i]);
+    srv->act_set = true;
+    srv->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (srv->sigfd < 0) {
+        wf_log(log, WF_LOG_ERR, "signalfd: %s", strerror(errno));
+        goto fail;
+    }
+    if (wf_done_box_init(&srv->done) != WF_OK) {
+        wf_log(log, WF_LOG_ERR, "eventfd: %s", strerror(errno));
+        goto fail;
+    }
+
+    uint64_t budget = device_budget(settings);
+    for (uint32_t d = 0; d < settings->device_count; d++) {
+        wf_status_t st = wf_worker_start(&srv->workers[d], d, srv->ops, budget,
+                                         log);
+        srv->n_workers = d + 1;      /* a failed one is still joined */
+        if (st != WF_OK)
+            goto fail;
+    }
+    wf_sched_init(&srv->sched, srv->workers, settings->device_count,
+                  settings->queue_capacity, log);
+
+    srv->zctx = zmq_ctx_new();
+    if (!srv->zctx) {
+        wf_log(log, WF_LOG_ERR, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    srv->router = zmq_socket(srv->zctx, ZMQ_ROUTER);
+    if (!srv->router) {
+        wf_log(log, WF_LOG_ERR, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    int one = 1, zero = 0;
+    /* MANDATORY: a reply to a vanished client fails (EHOSTUNREACH) instead
+     * of vanishing silently, so we can log it. LINGER 0: close never
+     * blocks on dead peers (drain raises it just before closing). */
+    zmq_setsockopt(srv->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof zero);
+    set_max_msg_size(srv);
+    if (zmq_bind(srv->router, settings->listen) != 0) {
+        wf_log(log, WF_LOG_ERR, "cannot bind %s: %s", settings->listen,
+               zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    srv->bound = true;
+    *ret_srv = srv;
+    return WF_OK;
+
+fail:
+    wf_server_destroy(&srv);
+    return WF_E_INTERNAL;
+}
+
+void wf_server_destroy(wf_server_t **psrv)
+{
+    if (!psrv || !*psrv)
+        return;
+    wf_server_t *srv = *psrv;
+    /* Workers first: they run what is queued, and their jobs' replies
+     * are no longer wanted here (wf_server_run already drained). */
+    for (uint32_t d = 0; d < srv->n_workers; d++)
+        wf_worker_stop(&srv->workers[d]);
+    if (srv->done.efd >= 0) {
+        wf_djob_t *j = wf_done_box_take(&srv->done);
+        while (j) {
+            wf_djob_t *next = j->next;
+            wf_djob_free(&j);
+            j = next;
+        }
+    }
+    wf_djob_t *q = wf_sched_take_queued(&srv->sched);
+    while (q) {
+        wf_djob_t *next = q->next;
+        wf_djob_free(&q);
+        q = next;
+    }
+    if (srv->router)
+        zmq_close(srv->router);
+    if (srv->zctx)
+        zmq_ctx_term(srv->zctx);  /* waits for queued replies up to LINGER */
+    /* libzmq 4.3 leaves the socket file of a bound ipc endpoint behind;
+     * the path is ours (the bind succeeded on it), so remove it. */
+    if (srv->bound && strncmp(srv->settings.listen, "ipc://", 6) == 0 &&
+        unlink(srv->settings.listen + 6) != 0 && errno != ENOENT)
+        wf_log(srv->log, WF_LOG_WARNING, "cannot remove %s: %s",
+               srv->settings.listen + 6, strerror(errno));
+    wf_done_box_destroy(&srv->done);
+    if (srv->sigfd >= 0)
+        close(srv->sigfd);
+    if (srv->act_set)
+        for (int i = 0; i < 3; i++)
+            sigaction(handled_signals[i], &srv->old_act[i], NULL);
+    if (srv->mask_set)
+        pthread_sigmask(SIG_SETMASK, &srv->old_mask, NULL);
+    wf_buf_free(&srv->buf);
+    free(srv);
+    *psrv = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* replies */
+
+static void free_output(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+/* Send [identity, (empty), header, outputs of job...]. The identity is
+ * consumed on success. Output buffers pass to ZeroMQ (zero-copy; freed on
+ * its I/O thread once sent) and are taken out of the job. */
+static void send_reply(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                       const wf_reply_t *rep, wf_djob_t *job)
+{
+    wf_buf_reset(&srv->buf);
+    wf_status_t st = wf_reply_encode(rep, &srv->buf);
+    if (st != WF_OK) {
+        wf_log(srv->log, WF_LOG_ERR, "reply to request %" PRIu64 ": cannot "
+               "encode: %s", rep->id, wf_status_name(st));
+        return;
+    }
+    uint32_t n_out = job && rep->status == WF_OK ? job->n_outputs : 0;
+    if (zmq_msg_send(identity, srv->router, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        wf_log(srv->log, e == EHOSTUNREACH ? WF_LOG_INFO : WF_LOG_WARNING,
+               "reply to request %" PRIu64 " dropped: %s", rep->id,
+               e == EHOSTUNREACH ? "client gone" : zmq_strerror(e));
+        return;
+    }
+    /* After the identity frame ZeroMQ takes the rest of the message. */
+    if (delim)
+        zmq_send(srv->router, "", 0, ZMQ_SNDMORE);
+    zmq_send(srv->router, srv->buf.data, srv->buf.len, n_out ? ZMQ_SNDMORE : 0);
+    for (uint32_t i = 0; i < n_out; i++) {
+        zmq_msg_t m;
+        if (zmq_msg_init_data(&m, job->out[i], (size_t)job->out_desc[i].nbytes,
+                              free_output, NULL) != 0) {
+            /* Cannot happen with a non-NULL buffer; keep the frame count. */
+            zmq_send(srv->router, "", 0, i + 1 < n_out ? ZMQ_SNDMORE : 0);
+            continue;
+        }
+        job->out[i] = NULL;
+        if (zmq_msg_send(&m, srv->router, i + 1 < n_out ? ZMQ_SNDMORE : 0) < 0)
+            zmq_msg_close(&m);
+    }
+}
+
+static void send_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                       uint64_t id, uint32_t op, wf_status_t st, const char *msg)
+{
+    wf_reply_t *rep = &srv->reply;
+    memset(rep, 0, sizeof *rep);
+    rep->version = WF_PROTOCOL_VERSION;
+    rep->id = id;
+    rep->op = op;
+    rep->status = st;
+    rep->epoch = srv->sched.epoch;
+    snprintf(rep->error, sizeof rep->error, "%s", msg && *msg ? msg : wf_status_str(st));
+    send_reply(srv, identity, delim, rep, NULL);
+}
+
+static void reply_job(wf_server_t *srv, wf_djob_t *job)
+{
+    wf_status_t st = (wf_status_t)atomic_load(&job->status);
+    if (st != WF_OK) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "job failed on a device: %s", wf_status_str(st));
+        send_error(srv, &job->identity, job->has_delim, job->req.id, job->req.op,
+                   st, msg);
+        return;
+    }
+    wf_reply_t *rep = &srv->reply;
+    memset(rep, 0, sizeof *rep);
+    rep->version = WF_PROTOCOL_VERSION;
+    rep->id = job->req.id;
+    rep->op = job->req.op;
+    rep->status = WF_OK;
+    rep->epoch = job->epoch;
+    rep->n_tensors = job->n_outputs;
+    memcpy(rep->tensors, job->out_desc, job->n_outputs * sizeof job->out_desc[0]);
+    rep->result.attention.queue_us = job->t_dispatch_us - job->t_recv_us;
+    rep->result.attention.compute_us = job->t_done_us - job->t_dispatch_us;
+    rep->result.attention.devices = (uint32_t)job->group_size;
+    wf_log(srv->log, WF_LOG_DEBUG, "job %" PRIu64 " done: queue %" PRIu64
+           " us, compute %" PRIu64 " us, %d device(s)", job->req.id,
+           rep->result.attention.queue_us, rep->result.attention.compute_us,
+           job->group_size);
+    send_reply(srv, &job->identity, job->has_delim, rep, job);
+}
+
+/* snprintf(dst, "%s", src) without the restrict trouble: the reply
+ * scratch and the workers live in the same wf_server_t. */
+static void copy_name(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memmove(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void fill_hello(const wf_server_t *srv, wf_hello_info_t *h)
+{
+    h->protocol = WF_PROTOCOL_VERSION;
+    snprintf(h->weft_version, sizeof h->weft_version, "%s", WEFT_VERSION);
+    snprintf(h->backend, sizeof h->backend, "%s", srv->ops->name);
+    h->devices = srv->settings.device_count;
+    h->max_header_bytes = srv->settings.limits.max_header_bytes;
+    h->max_tensor_bytes = srv->settings.limits.max_tensor_bytes;
+    h->max_tensors = srv->settings.limits.max_tensors;
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (!f)
+        return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? resident * (uint64_t)page : 0;
+}
+
+static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
+{
+    const wf_sched_t *s = &srv->sched;
+    snprintf(si->weft_version, sizeof si->weft_version, "%s", WEFT_VERSION);
+    snprintf(si->backend, sizeof si->backend, "%s", srv->ops->name);
+    si->epoch = s->epoch;
+    si->uptime_ms = (wf_now_usec() - srv->t_start_us) / 1000;
+    si->queue_depth = s->depth;
+    si->queue_capacity = s->capacity;
+    si->in_flight = s->in_flight;
+    si->jobs_served = s->served;
+    si->jobs_failed = s->failed;
+    si->requests_rejected = srv->rejected;
+    si->rss_bytes = rss_bytes();
+    si->device_count = srv->n_workers;
+    for (uint32_t d = 0; d < srv->n_workers; d++) {
+        const wf_worker_t *w = &srv->workers[d];
+        wf_device_info_t *di = &si->devices[d];
+        di->index = d;
+        copy_name(di->name, sizeof di->name, w->name);
+        di->memory_total = w->memory_total;
+        di->memory_used = s->used[d];
+        di->jobs_served = atomic_load(&w->jobs_served);
+        di->busy = atomic_load(&w->busy) ? 1 : 0;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* requests */
+
+/* Dispatch what fits and answer the jobs that failed to start. */
+static void dispatch(wf_server_t *srv)
+{
+    wf_djob_t *failed = NULL;
+    wf_sched_dispatch(&srv->sched, wf_now_usec(), &failed);
+    while (failed) {
+        wf_djob_t *next = failed->next;
+        reply_job(srv, failed);
+        wf_djob_free(&failed);
+        failed = next;
+    }
+}
+
+/* An attention request that passed validation: plan, admit, dispatch.
+ * Takes the identity and tensor frames out of parts[]. */
+static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
+                             size_t n, bool delim, uint64_t t_recv)
+{
+    const wf_request_t *req = &srv->req;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st;
+    wf_djob_t *job = NULL;
+    if (srv->stopping) {
+        st = WF_E_SHUTTING_DOWN;
+        snprintf(err, sizeof err, "daemon is shutting down; no new jobs");
+        goto reject;
+    }
+    job = wf_djob_new();
+    if (!job) {
+        st = WF_E_INTERNAL;
+        snprintf(err, sizeof err, "out of memory");
+        wf_log(srv->log, WF_LOG_ERR, "request %" PRIu64 ": out of memory", req->id);
+        goto reject;
+    }
+    job->req = *req;
+    job->has_delim = delim;
+    job->t_recv_us = t_recv;
+    job->done = &srv->done;
+    st = wf_attention_plan(job, srv->ops, srv->settings.device_count, err, sizeof err);
+    if (st == WF_OK)
+        st = wf_sched_admit(&srv->sched, job, err, sizeof err);
+    if (st != WF_OK) {
+        wf_djob_free(&job);
+        goto reject;
+    }
+    zmq_msg_move(&job->identity, &parts[0]);
+    for (size_t i = h + 1; i < n; i++) {
+        zmq_msg_init(&job->frames[job->n_frames]);
+        zmq_msg_move(&job->frames[job->n_frames++], &parts[i]);
+    }
+    dispatch(srv);
+    return;
+
+reject:
+    srv->rejected++;
+    wf_log(srv->log, st == WF_E_QUEUE_FULL ? WF_LOG_DEBUG : WF_LOG_INFO,
+           "request %" PRIu64 " refused: %s: %s", req->id, wf_status_name(st), err);
+    send_error(srv, &parts[0], delim, req->id, req->op, st, err);
+}
+
+/* Validate and answer / admit one received message. parts[0] is the
+ * identity; the caller closes every part afterwards. */
+static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
+                           bool overflow, uint64_t t_recv)
+{
+    wf_request_t *req = &srv->req;
+    const wf_limits_t *lim = &srv->settings.limits;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st;
+    bool delim = n > 1 && zmq_msg_size(&parts[1]) == 0;
+    size_t h = delim ? 2 : 1;       /* index of the header frame */
+
+    memset(req, 0, offsetof(wf_request_t, tensors));
+    if (h >= n) {
+        st = WF_E_MALFORMED;
+        snprintf(err, sizeof err, "message has no header frame");
+        goto reject;
+    }
+    const void *hdr = zmq_msg_data(&parts[h]);
+    size_t hdr_len = zmq_msg_size(&parts[h]);
+    if (hdr_len > lim->max_header_bytes || overflow) {
+        wf_request_peek(hdr, hdr_len, &req->id, &req->op);
+        st = WF_E_LIMIT;
+        if (overflow)
+            snprintf(err, sizeof err, "more than %d tensor frames",
+                     WF_PROTO_MAX_TENSORS);
+        else
+            snprintf(err, sizeof err, "header of %zu bytes exceeds max_header_bytes "
+                     "%" PRIu64, hdr_len, lim->max_header_bytes);
+        goto reject;
+    }
+    st = wf_request_decode(hdr, hdr_len, lim, req, err, sizeof err);
+    if (st != WF_OK)
+        goto reject;
+    size_t n_frames = n - h - 1, sizes[WF_PROTO_MAX_TENSORS];
+    for (size_t i = 0; i < n_frames; i++)
+        sizes[i] = zmq_msg_size(&parts[h + 1 + i]);
+    st = wf_request_check_frames(req, n_frames, sizes, err, sizeof err);
+    if (st != WF_OK)
+        goto reject;
+
+    wf_reply_t *rep = &srv->reply;
+    switch (req->op) {
+    case WF_OP_HELLO:
+    case WF_OP_STATUS:
+        memset(rep, 0, sizeof *rep);
+        rep->version = WF_PROTOCOL_VERSION;
+        rep->id = req->id;
+        rep->op = req->op;
+        rep->status = WF_OK;
+        rep->epoch = srv->sched.epoch;
+        if (req->op == WF_OP_HELLO)
+            fill_hello(srv, &rep->result.hello);
+        else
+            fill_status(srv, &rep->result.status);
+        send_reply(srv, &parts[0], delim, rep, NULL);
+        return;
+    case WF_OP_ATTENTION:
+        handle_attention(srv, parts, h, n, delim, t_recv);
+        return;
+    default:
+        /* The decoder refuses unknown ops; keep a reply for a new one. */
+        st = WF_E_UNKNOWN_OP;
+        snprintf(err, sizeof err, "op %u not served", req->op);
+        goto reject;
+    }
+
+reject:
+    srv->rejected++;
+    wf_log(srv->log, WF_LOG_INFO, "request %" PRIu64 " op %u refused: %s: %s",
+           req->id, req->op, wf_status_name(st), err);
+    send_error(srv, &parts[0], delim, req->id, req->op, st, err);
+}
+
+/* Read one whole multipart message (every frame, even of a message that
+ * will be refused) and handle it. False when none was waiting. */
+static bool recv_message(wf_server_t *srv)
+{
+    zmq_msg_t parts[MAX_PARTS];
+    zmq_msg_init(&parts[0]);
+    if (zmq_msg_recv(&parts[0], srv->router, ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        if (e != EAGAIN && e != EINTR)
+            wf_log(srv->log, WF_LOG_ERR, "receive: %s", zmq_strerror(e));
+        zmq_msg_close(&parts[0]);
+        return false;
+    }
+    uint64_t t_recv = wf_now_usec();
+    size_t n = 1;
+    bool overflow = false;
+    bool more = zmq_msg_more(&parts[0]);
+    while (more) {
+        /* The rest of a multipart message is already here: no waiting. */
+        zmq_msg_t *m = &parts[n];
+        zmq_msg_t spill;
+        if (n == MAX_PARTS) {
+            m = &spill;
+            overflow = true;
+        }
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, srv->router, 0) < 0) {
+            wf_log(srv->log, WF_LOG_ERR, "receive: %s", zmq_strerror(zmq_errno()));
+            zmq_msg_close(m);
+            break;
+        }
+        more = zmq_msg_more(m);
+        if (m == &spill)
+            zmq_msg_close(m);
+        else
+            n++;
+    }
+    handle_message(srv, parts, n, overflow, t_recv);
+    for (size_t i = 0; i < n; i++)
+        zmq_msg_close(&parts[i]);
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* signals, completions, the loop */
+
+static void handle_completions(wf_server_t *srv)
+{
+    wf_djob_t *job = wf_done_box_take(&srv->done);
+    while (job) {
+        wf_djob_t *next = job->next;
+        wf_sched_complete(&srv->sched, job);
+        reply_job(srv, job);
+        wf_djob_free(&job);
+        job = next;
+    }
+}
+
+static void status_line(const wf_server_t *srv, char *buf, size_t len)
+{
+    snprintf(buf, len, "serving on %s, %u %s devices", srv->settings.listen,
+             srv->settings.device_count, srv->ops->name);
+}
+
+static void reload(wf_server_t *srv)
+{
+    wf_notify_reloading(&srv->notify);
+    wf_settings_t next;
+    char err[512];
+    if (wf_config_build(srv->cli, srv->envp, &next, err, sizeof err) != WF_OK) {
+        wf_log(srv->log, WF_LOG_ERR, "reload failed, settings unchanged: %s", err);
+    } else {
+        const char *restart[16];
+        size_t n_restart = 0;
+        size_t applied = wf_settings_apply_reload(&srv->settings, &next, restart,
+                                                  16, &n_restart);
+        for (size_t i = 0; i < n_restart && i < 16; i++)
+            wf_log(srv->log, WF_LOG_WARNING, "reload: %s changed; it needs a "
+                   "restart, ignored", restart[i]);
+        wf_log_set_level(srv->log, (wf_log_level_t)srv->settings.log_level);
+        srv->sched.capacity = srv->settings.queue_capacity;
+        set_max_msg_size(srv);
+        wf_log(srv->log, WF_LOG_INFO, "reloaded: %zu setting(s) applied, "
+               "queue_capacity %u, log_level %s", applied,
+               srv->settings.queue_capacity,
+               wf_log_level_name((wf_log_level_t)srv->settings.log_level));
+        /* A tighter queue bound applies to new jobs only; queued ones stay. */
+        dispatch(srv);
+    }
+    char line[WF_SETTINGS_ENDPOINT_MAX + 64];
+    status_line(srv, line, sizeof line);
+    wf_notify_ready(&srv->notify, line);
+}
+
+static void begin_drain(wf_server_t *srv, int signo)
+{
+    if (srv->stopping)
+        return;
+    srv->stopping = true;
+    srv->drain_deadline_us = wf_now_usec() +
+                             (uint64_t)srv->settings.drain_timeout_ms * 1000;
+    char line[96];
+    snprintf(line, sizeof line, "draining %u queued and %u running jobs",
+             srv->sched.depth, srv->sched.in_flight);
+    wf_notify_stopping(&srv->notify, line);
+    wf_log(srv->log, WF_LOG_INFO, "%s: %s", strsignal(signo), line);
+}
+
+static void handle_signals(wf_server_t *srv)
+{
+    struct signalfd_siginfo si;
+    while (read(srv->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGHUP)
+            reload(srv);
+        else
+            begin_drain(srv, (int)si.ssi_signo);
+    }
+}
+
+static int poll_timeout_ms(const wf_server_t *srv, uint64_t now)
+{
+    int t = wf_notify_timeout_ms(&srv->notify, now);
+    if (srv->stopping) {
+        int d = now >= srv->drain_deadline_us
+                    ? 0 : (int)((srv->drain_deadline_us - now + 999) / 1000);
+        if (t < 0 || d < t)
+            t = d;
+    }
+    return t;
+}
+
+/* Drain ended (all done, or the deadline passed): answer what never ran,
+ * let the workers finish what they hold, answer that too. */
+static void finish_drain(wf_server_t *srv)
+{
+    wf_djob_t *q = wf_sched_take_queued(&srv->sched);
+    if (q)
+        wf_log(srv->log, WF_LOG_WARNING, "drain timeout: refusing jobs that "
+               "never ran");
+    while (q) {
+        wf_djob_t *next = q->next;
+        send_error(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
+                   WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
+        srv->sched.failed++;
+        wf_djob_free(&q);
+        q = next;
+    }
+    for (uint32_t d = 0; d < srv->n_workers; d++)
+        wf_worker_stop(&srv->workers[d]);
+    handle_completions(srv);
+    /* Replies are queued in ZeroMQ; give them up to the drain timeout to
+     * leave before zmq_ctx_term drops them. */
+    int linger = (int)srv->settings.drain_timeout_ms;
+    zmq_setsockopt(srv->router, ZMQ_LINGER, &linger, sizeof linger);
+}
+
+wf_status_t wf_server_run(wf_server_t *srv)
+{
+    char line[WF_SETTINGS_ENDPOINT_MAX + 64];
+    status_line(srv, line, sizeof line);
+    wf_notify_ready(&srv->notify, line);
+    wf_log(srv->log, WF_LOG_INFO, "ready on %s, %u %s devices",
+           srv->settings.listen, srv->settings.device_count, srv->ops->name);
+
+    wf_status_t result = WF_OK;
+    for (;;) {
+        if (srv->stopping && wf_sched_idle(&srv->sched))
+            break;
+        uint64_t now = wf_now_usec();
+        if (srv->stopping && now >= srv->drain_deadline_us)
+            break;
+        zmq_pollitem_t items[3] = {
+            { srv->router, 0, ZMQ_POLLIN, 0 },
+            { NULL, srv->sigfd, ZMQ_POLLIN, 0 },
+            { NULL, srv->done.efd, ZMQ_POLLIN, 0 },
+        };
+        int rc = zmq_poll(items, 3, poll_timeout_ms(srv, now));
+        if (rc < 0 && zmq_errno() != EINTR) {
+            wf_log(srv->log, WF_LOG_ERR, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+            result = WF_E_INTERNAL;
+            break;
+        }
+        wf_notify_watchdog(&srv->notify, wf_now_usec());
+        if (rc <= 0)
+            continue;
+        if (items[1].revents)
+            handle_signals(srv);
+        if (items[2].revents) {
+            handle_completions(srv);
+            dispatch(srv);
+        }
+        if (items[0].revents) {
+            for (int i = 0; i < RECV_BATCH && recv_message(srv); i++)
+                ;
+        }
+    }
+    finish_drain(srv);
+    wf_log(srv->log, WF_LOG_INFO, "stopped: %" PRIu64 " jobs served, %" PRIu64
+           " failed, %" PRIu64 " requests refused", srv->sched.served,
+           srv->sched.failed, srv->rejected);
+    return result;
+}

@@ -765,7 +765,7 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
     /* Validate here so that a mistake costs no round trip and sends
      * nothing: shapes q (B,Sq,Hq,D), k = v (B,Skv,Hkv,D), Hkv | Hq,
      * out like q. */
-    size_t qb, kb, vb, ob;
+    size_t qb = 0, kb = 0, vb = 0, ob = 0;
     wf_status_t st;
     if ((st = check_tensor(c, "q", q, &qb)) != WF_OK ||
         (st = check_tensor(c, "k", k, &kb)) != WF_OK ||

@@ -1,0 +1,539 @@
+/* config.c — the settings table and its sources (see config.h).
+ *
+ * Every setting is one row of `settings_table`; defaults, parsing, bounds,
+ * --help and the reload rules all read that row, so adding a setting is
+ * adding a row (and a field to wf_settings_t).
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum setting_kind {
+    KIND_ENDPOINT,  /* char[WF_SETTINGS_ENDPOINT_MAX] */
+    KIND_DEVICES,   /* "cpu:N" -> devices + device_count */
+    KIND_U32,       /* uint32_t; K/M/G/T suffixes accepted */
+    KIND_U64,       /* uint64_t; K/M/G/T suffixes accepted */
+    KIND_LEVEL      /* uint32_t holding a wf_log_level_t */
+} setting_kind_t;
+
+typedef struct setting_def {
+    const char *name;       /* key in the file; flag --name with '-'; env WEFT_NAME */
+    setting_kind_t kind;    /* how the value is parsed and stored */
+    size_t offset;          /* of the field in wf_settings_t */
+    const char *def;        /* default as text; NULL: from wf_limits_default */
+    uint64_t min, max;      /* bounds of integer kinds */
+    bool reloadable;        /* SIGHUP applies it without a restart */
+    const char *help;       /* one line for --help */
+} setting_def_t;
+
+#define OFF(f) offsetof(wf_settings_t, f)
+#define GIB (UINT64_C(1) << 30)
+
+static const setting_def_t settings_table[] = {
+    { "listen", KIND_ENDPOINT, OFF(listen), WF_DEFAULT_ENDPOINT, 0, 0, false,
+      "ZeroMQ endpoint to bind (ipc://PATH or tcp://HOST:PORT)" },
+    { "devices", KIND_DEVICES, OFF(devices), "cpu:2", 1,
+      WF_SETTINGS_MAX_DEVICES, false, "devices to own: cpu:N (N virtual CPU devices)" },
+    { "queue_capacity", KIND_U32, OFF(queue_capacity), "64", 1, 65536, true,
+      "jobs admitted and waiting for devices; more get WF_E_QUEUE_FULL" },
+    { "max_header_bytes", KIND_U64, OFF(limits.max_header_bytes), NULL, 64,
+      16u << 20, true, "largest msgpack header frame" },
+    { "max_depth", KIND_U32, OFF(limits.max_depth), NULL, 2, 32, true,
+      "deepest nesting of maps / arrays in a header" },
+    { "max_elements", KIND_U32, OFF(limits.max_elements), NULL, 16, 1u << 20,
+      true, "msgpack objects in one header, all levels" },
+    { "max_str_bytes", KIND_U32, OFF(limits.max_str_bytes), NULL, 64, 1u << 20,
+      true, "longest string / bin in a header" },
+    { "max_tensors", KIND_U32, OFF(limits.max_tensors), NULL, 1,
+      WF_PROTO_MAX_TENSORS, true, "tensor frames in one request" },
+    { "max_tensor_bytes", KIND_U64, OFF(limits.max_tensor_bytes), NULL, 1,
+      64 * GIB, true, "bytes of one tensor frame" },
+    { "cpu_memory", KIND_U64, OFF(cpu_memory), "0", 0, UINT64_C(1) << 50,
+      false, "job memory per CPU device in bytes; 0 = physical RAM / devices" },
+    { "log_level", KIND_LEVEL, OFF(log_level), "info", 0, 0, true,
+      "err, warning, notice, info or debug" },
+    { "drain_timeout_ms", KIND_U32, OFF(drain_timeout_ms), "30000", 0,
+      3600000, true, "at shutdown, how long queued and running jobs may take" },
+};
+
+#define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (!err || err_len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Find a setting by name; '-' and '_' are the same, case matters not. */
+static const setting_def_t *find_setting(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const char *t = settings_table[i].name;
+        size_t j = 0;
+        for (; j < len && t[j]; j++) {
+            char c = name[j] == '-' ? '_' : (char)tolower((unsigned char)name[j]);
+            if (c != t[j])
+                break;
+        }
+        if (j == len && t[j] == '\0')
+            return &settings_table[i];
+    }
+    return NULL;
+}
+
+bool wf_parse_size(const char *s, uint64_t *ret)
+{
+    if (!isdigit((unsigned char)s[0]))
+        return false;   /* strtoull would accept "-1" and " 1" */
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return false;
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (*end != '\0')
+        return false;
+    if (shift && v > (UINT64_MAX >> shift))
+        return false;
+    *ret = (uint64_t)v << shift;
+    return true;
+}
+
+/* Parse "cpu:N". */
+static bool parse_devices(const char *v, char *canon, size_t canon_len,
+                          uint32_t *ret_count, char *why, size_t why_len)
+{
+    if (strncasecmp(v, "cuda", 4) == 0) {
+        snprintf(why, why_len, "CUDA backend not built (this weftd has the CPU backend only)");
+        return false;
+    }
+    if (strncasecmp(v, "cpu:", 4) != 0) {
+        snprintf(why, why_len, "expected cpu:N");
+        return false;
+    }
+    uint64_t n;
+    if (!wf_parse_size(v + 4, &n) || n < 1 || n > WF_SETTINGS_MAX_DEVICES) {
+        snprintf(why, why_len, "expected cpu:N with N in 1..%d",
+                 WF_SETTINGS_MAX_DEVICES);
+        return false;
+    }
+    snprintf(canon, canon_len, "cpu:%" PRIu64, n);
+    *ret_count = (uint32_t)n;
+    return true;
+}
+
+static bool parse_endpoint(const char *v, char *why, size_t why_len)
+{
+    size_t len = strlen(v);
+    if (len >= WF_SETTINGS_ENDPOINT_MAX) {
+        snprintf(why, why_len, "endpoint longer than %d bytes",
+                 WF_SETTINGS_ENDPOINT_MAX - 1);
+        return false;
+    }
+    if (strncmp(v, "ipc://", 6) == 0) {
+        /* sockaddr_un.sun_path holds 108 bytes with the NUL. */
+        if (len - 6 == 0 || len - 6 > 107) {
+            snprintf(why, why_len, "ipc path must have 1..107 characters");
+            return false;
+        }
+        return true;
+    }
+    if (strncmp(v, "tcp://", 6) == 0 && len > 6)
+        return true;
+    snprintf(why, why_len, "expected ipc://PATH or tcp://HOST:PORT");
+    return false;
+}
+
+/* Parse `value` into the field of `d` in *s. On failure writes why. */
+static bool parse_value(const setting_def_t *d, const char *value,
+                        wf_settings_t *s, char *why, size_t why_len)
+{
+    char *field = (char *)s + d->offset;
+    switch (d->kind) {
+    case KIND_ENDPOINT:
+        if (!parse_endpoint(value, why, why_len))
+            return false;
+        snprintf(field, WF_SETTINGS_ENDPOINT_MAX, "%s", value);
+        return true;
+    case KIND_DEVICES:
+        return parse_devices(value, s->devices, sizeof s->devices,
+                             &s->device_count, why, why_len);
+    case KIND_LEVEL: {
+        wf_log_level_t lv;
+        if (!wf_log_level_parse(value, &lv)) {
+            snprintf(why, why_len, "expected err, warning, notice, info or debug");
+            return false;
+        }
+        uint32_t u = (uint32_t)lv;
+        memcpy(field, &u, sizeof u);
+        return true;
+    }
+    case KIND_U32:
+    case KIND_U64: {
+        uint64_t v;
+        if (!wf_parse_size(value, &v)) {
+            snprintf(why, why_len, "expected an integer (K/M/G/T suffixes allowed)");
+            return false;
+        }
+        if (v < d->min || v > d->max) {
+            snprintf(why, why_len, "%" PRIu64 " out of bounds [%" PRIu64
+                     ", %" PRIu64 "]", v, d->min, d->max);
+            return false;
+        }
+        if (d->kind == KIND_U32) {
+            uint32_t u = (uint32_t)v;
+            memcpy(field, &u, sizeof u);
+        } else {
+            memcpy(field, &v, sizeof v);
+        }
+        return true;
+    }
+    }
+    return false;
+}
+
+void wf_settings_default(wf_settings_t *ret)
+{
+    memset(ret, 0, sizeof *ret);
+    wf_limits_default(&ret->limits);
+    char why[128];
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting_def_t *d = &settings_table[i];
+        /* A default that does not parse is a bug in the table. */
+        if (d->def && !parse_value(d, d->def, ret, why, sizeof why))
+            abort();
+    }
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static wf_status_t read_file(const char *path, wf_settings_t *s, char *err,
+                             size_t err_len)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        return WF_E_INVALID;
+    }
+    char line[4096];
+    unsigned lineno = 0;
+    wf_status_t st = WF_OK;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
+            set_err(err, err_len, "%s:%u: line longer than %zu bytes", path,
+                    lineno, sizeof line - 2);
+            st = WF_E_INVALID;
+            break;
+        }
+        char *p = trim(line);
+        if (*p == '\0' || *p == '#')
+            continue;
+        char *eq = strchr(p, '=');
+        if (!eq) {
+            set_err(err, err_len, "%s:%u: expected `key = value`", path, lineno);
+            st = WF_E_INVALID;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(p);
+        char *value = trim(eq + 1);
+        size_t vlen = strlen(value);
+        if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
+            value[vlen - 1] = '\0';
+            value++;
+        }
+        const setting_def_t *d = find_setting(key, strlen(key));
+        if (!d) {
+            set_err(err, err_len, "%s:%u: unknown setting '%s'", path, lineno, key);
+            st = WF_E_INVALID;
+            break;
+        }
+        char why[160];
+        if (!parse_value(d, value, s, why, sizeof why)) {
+            set_err(err, err_len, "%s:%u: %s = '%s': %s", path, lineno, d->name,
+                    value, why);
+            st = WF_E_INVALID;
+            break;
+        }
+    }
+    if (st == WF_OK && ferror(f)) {
+        set_err(err, err_len, "%s: read error", path);
+        st = WF_E_INVALID;
+    }
+    fclose(f);
+    return st;
+}
+
+/* Value of NAME in a "K=V" array, or NULL. */
+static const char *env_get(char *const *envp, const char *name)
+{
+    if (!envp)
+        return NULL;
+    size_t n = strlen(name);
+    for (size_t i = 0; envp[i]; i++) {
+        if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=')
+            return envp[i] + n + 1;
+    }
+    return NULL;
+}
+
+static void env_name(const setting_def_t *d, char *buf, size_t len)
+{
+    size_t j = (size_t)snprintf(buf, len, "WEFT_");
+    for (size_t i = 0; d->name[i] && j + 1 < len; i++)
+        buf[j++] = (char)toupper((unsigned char)d->name[i]);
+    buf[j] = '\0';
+}
+
+wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
+                            wf_settings_t *ret, char *err, size_t err_len)
+{
+    wf_settings_t s;
+    wf_settings_default(&s);
+
+    const char *file = cli->config_file ? cli->config_file
+                                        : env_get(envp, "WEFT_CONFIG");
+    if (file && *file) {
+        wf_status_t st = read_file(file, &s, err, err_len);
+        if (st != WF_OK)
+            return st;
+    }
+
+    char why[160];
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting_def_t *d = &settings_table[i];
+        char name[64];
+        env_name(d, name, sizeof name);
+        const char *v = env_get(envp, name);
+        if (v && !parse_value(d, v, &s, why, sizeof why)) {
+            set_err(err, err_len, "environment %s='%s': %s", name, v, why);
+            return WF_E_INVALID;
+        }
+    }
+
+    for (size_t i = 0; i < cli->n_sets; i++) {
+        const setting_def_t *d = find_setting(cli->sets[i].name,
+                                              strlen(cli->sets[i].name));
+        if (!d || !parse_value(d, cli->sets[i].value, &s, why, sizeof why)) {
+            char flag[64];
+            size_t j = 0;
+            for (; cli->sets[i].name[j] && j + 1 < sizeof flag; j++)
+                flag[j] = cli->sets[i].name[j] == '_' ? '-' : cli->sets[i].name[j];
+            flag[j] = '\0';
+            set_err(err, err_len, "--%s '%s': %s", flag, cli->sets[i].value,
+                    d ? why : "unknown setting");
+            return WF_E_INVALID;
+        }
+    }
+    *ret = s;
+    return WF_OK;
+}
+
+wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli, char *err,
+                         size_t err_len)
+{
+    wf_cli_t cli;
+    memset(&cli, 0, sizeof cli);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cli.help = true;
+            continue;
+        }
+        if (strcmp(a, "--version") == 0) {
+            cli.version = true;
+            continue;
+        }
+        if (strcmp(a, "--check-config") == 0) {
+            cli.check_config = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            set_err(err, err_len, "unexpected argument '%s' (see --help)", a);
+            return WF_E_INVALID;
+        }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        const char *value = eq ? eq + 1 : NULL;
+        bool is_config = nlen == 6 && strncmp(name, "config", 6) == 0;
+        const setting_def_t *d = is_config ? NULL : find_setting(name, nlen);
+        if (!is_config && !d) {
+            set_err(err, err_len, "unknown option '--%.*s' (see --help)",
+                    (int)nlen, name);
+            return WF_E_INVALID;
+        }
+        if (!value) {
+            if (i + 1 >= argc) {
+                set_err(err, err_len, "option '--%.*s' needs a value", (int)nlen,
+                        name);
+                return WF_E_INVALID;
+            }
+            value = argv[++i];
+        }
+        if (is_config) {
+            cli.config_file = value;
+            continue;
+        }
+        if (cli.n_sets == WF_CLI_MAX_SETS) {
+            set_err(err, err_len, "too many options");
+            return WF_E_INVALID;
+        }
+        cli.sets[cli.n_sets].name = d->name;
+        cli.sets[cli.n_sets].value = value;
+        cli.n_sets++;
+    }
+    *ret_cli = cli;
+    return WF_OK;
+}
+
+static bool field_equal(const setting_def_t *d, const wf_settings_t *a,
+                        const wf_settings_t *b)
+{
+    const char *fa = (const char *)a + d->offset;
+    const char *fb = (const char *)b + d->offset;
+    switch (d->kind) {
+    case KIND_ENDPOINT:
+    case KIND_DEVICES:
+        return strcmp(fa, fb) == 0;
+    case KIND_U32:
+    case KIND_LEVEL:
+        return memcmp(fa, fb, sizeof(uint32_t)) == 0;
+    case KIND_U64:
+        return memcmp(fa, fb, sizeof(uint64_t)) == 0;
+    }
+    return true;
+}
+
+static void field_copy(const setting_def_t *d, wf_settings_t *dst,
+                       const wf_settings_t *src)
+{
+    char *fd = (char *)dst + d->offset;
+    const char *fs = (const char *)src + d->offset;
+    switch (d->kind) {
+    case KIND_ENDPOINT:
+        memcpy(fd, fs, WF_SETTINGS_ENDPOINT_MAX);
+        break;
+    case KIND_DEVICES:
+        /* Never reloadable (workers own devices); kept for completeness. */
+        memcpy(dst->devices, src->devices, sizeof dst->devices);
+        dst->device_count = src->device_count;
+        break;
+    case KIND_U32:
+    case KIND_LEVEL:
+        memcpy(fd, fs, sizeof(uint32_t));
+        break;
+    case KIND_U64:
+        memcpy(fd, fs, sizeof(uint64_t));
+        break;
+    }
+}
+
+size_t wf_settings_apply_reload(wf_settings_t *cur, const wf_settings_t *next,
+                                const char **ret_restart, size_t max,
+                                size_t *ret_n_restart)
+{
+    size_t applied = 0, restart = 0;
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting_def_t *d = &settings_table[i];
+        if (field_equal(d, cur, next))
+            continue;
+        if (d->reloadable) {
+            field_copy(d, cur, next);
+            applied++;
+        } else {
+            if (restart < max)
+                ret_restart[restart] = d->name;
+            restart++;
+        }
+    }
+    *ret_n_restart = restart;
+    return applied;
+}
+
+static void format_value(const setting_def_t *d, const wf_settings_t *s,
+                         char *buf, size_t len)
+{
+    const char *f = (const char *)s + d->offset;
+    uint32_t u32;
+    uint64_t u64;
+    switch (d->kind) {
+    case KIND_ENDPOINT:
+    case KIND_DEVICES:
+        snprintf(buf, len, "%s", f);
+        return;
+    case KIND_LEVEL:
+        memcpy(&u32, f, sizeof u32);
+        snprintf(buf, len, "%s", wf_log_level_name((wf_log_level_t)u32));
+        return;
+    case KIND_U32:
+        memcpy(&u32, f, sizeof u32);
+        snprintf(buf, len, "%" PRIu32, u32);
+        return;
+    case KIND_U64:
+        memcpy(&u64, f, sizeof u64);
+        snprintf(buf, len, "%" PRIu64, u64);
+        return;
+    }
+}
+
+void wf_config_print_help(FILE *out, const char *argv0)
+{
+    wf_settings_t s;
+    wf_settings_default(&s);
+    fprintf(out,
+            "usage: %s [--config FILE] [--SETTING VALUE]... [--check-config]\n"
+            "       [--help] [--version]\n"
+            "\n"
+            "Serves attention jobs to libweft clients over ZeroMQ.\n"
+            "Each setting comes from, last one winning: its default, the config\n"
+            "file (`setting = value` lines, # comments), the environment variable\n"
+            "WEFT_<SETTING>, the flag --setting VALUE (or --setting=VALUE).\n"
+            "Integers accept K/M/G/T suffixes (powers of 1024). SIGHUP re-reads\n"
+            "the file; settings marked 'reload' take effect, others need a restart.\n"
+            "--check-config resolves every setting, reports the first error and\n"
+            "exits (0: valid, 2: invalid) without starting.\n"
+            "\n",
+            argv0);
+    fprintf(out, "%-18s %-28s %-26s %-6s %s\n", "setting", "default", "bounds",
+            "reload", "meaning");
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting_def_t *d = &settings_table[i];
+        char def[WF_SETTINGS_ENDPOINT_MAX], bounds[64] = "";
+        format_value(d, &s, def, sizeof def);
+        if (d->kind == KIND_U32 || d->kind == KIND_U64 || d->kind == KIND_DEVICES)
+            snprintf(bounds, sizeof bounds, "%" PRIu64 "..%" PRIu64, d->min, d->max);
+        fprintf(out, "%-18s %-28s %-26s %-6s %s\n", d->name, def, bounds,
+                d->reloadable ? "yes" : "no", d->help);
+    }
+}

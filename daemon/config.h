@@ -1,0 +1,85 @@
+/* config.h — weftd's settings: one table (name, kind, default, bounds,
+ * reloadable, help) and the sources that fill it, in increasing
+ * precedence: built-in defaults < config file (`key = value` lines) <
+ * WEFT_<NAME> environment variables < command-line flags (--name value).
+ *
+ * Nothing here logs or exits: errors come back as a status and a message
+ * naming where the bad value came from (file:line, variable or flag).
+ */
+#ifndef WF_CONFIG_H
+#define WF_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+#include "proto.h"
+
+#define WF_SETTINGS_MAX_DEVICES 64      /* == WF_STATUS_MAX_DEVICES */
+#define WF_SETTINGS_ENDPOINT_MAX 256    /* listen endpoint, with the NUL */
+
+/* Every setting, resolved. */
+typedef struct wf_settings {
+    char listen[WF_SETTINGS_ENDPOINT_MAX]; /* ZeroMQ endpoint to bind */
+    char devices[32];            /* canonical "cpu:N" */
+    uint32_t device_count;       /* N of devices */
+    uint32_t queue_capacity;     /* jobs admitted and waiting for devices */
+    wf_limits_t limits;          /* request limits (proto) */
+    uint64_t cpu_memory;         /* bytes per CPU device; 0 = RAM / devices */
+    uint32_t log_level;          /* a wf_log_level_t */
+    uint32_t drain_timeout_ms;   /* bound on finishing jobs at shutdown */
+} wf_settings_t;
+
+/* Command-line flags that are not settings, plus the setting flags in the
+ * order given (applied last, so they win). */
+#define WF_CLI_MAX_SETS 64
+typedef struct wf_cli {
+    const char *config_file;     /* --config FILE, or NULL; borrowed from argv */
+    bool help;                   /* --help / -h */
+    bool version;                /* --version */
+    bool check_config;           /* --check-config: validate the settings, exit */
+    size_t n_sets;               /* entries used in sets[] */
+    struct {
+        const char *name;        /* setting name (table spelling); static */
+        const char *value;       /* borrowed from argv */
+    } sets[WF_CLI_MAX_SETS];
+} wf_cli_t;
+
+/* Parse argv. Accepts "--name value" and "--name=value" with the setting's
+ * name spelled with '-' or '_'. Unknown flags and missing values are
+ * errors (WF_E_INVALID, message in err). Values are checked later, by
+ * wf_config_build. */
+wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli,
+                         char *err, size_t err_len);
+
+/* The built-in defaults. */
+void wf_settings_default(wf_settings_t *ret);
+
+/* Resolve every setting: defaults, then the config file (cli->config_file,
+ * else WEFT_CONFIG from envp, else none), then WEFT_<NAME> variables from
+ * envp (a NULL-terminated "K=V" array, usually environ), then the flags.
+ * On error *ret is untouched and err names the source (file:line,
+ * variable, flag) and the problem. */
+wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
+                            wf_settings_t *ret, char *err, size_t err_len);
+
+/* SIGHUP: copy into *cur the reloadable settings in which `next` differs.
+ * Names of the non-reloadable settings that differ (they need a restart
+ * and are ignored) are stored in ret_restart (up to max, static strings)
+ * and counted in *ret_n_restart. Returns the number of reloadable settings
+ * applied. */
+size_t wf_settings_apply_reload(wf_settings_t *cur, const wf_settings_t *next,
+                                const char **ret_restart, size_t max,
+                                size_t *ret_n_restart);
+
+/* Parse an integer with an optional K/M/G/T suffix (powers of 1024).
+ * False on anything else or on overflow. */
+bool wf_parse_size(const char *s, uint64_t *ret);
+
+/* Print the usage and the settings table (name, default, bounds,
+ * reloadable, help) for --help. */
+void wf_config_print_help(FILE *out, const char *argv0);
+
+#endif /* WF_CONFIG_H */

@@ -1,0 +1,110 @@
+/* job.h — one admitted job of the daemon, executed as a gang.
+ *
+ * A job runs on a group of g devices (its ranks 0..g-1). The scheduler
+ * queues the same job on the FIFO of every worker of the group in global
+ * sequence order, so all workers see gang jobs in the same relative order:
+ * the property that collectives (ring / ulysses context parallelism) need,
+ * since a half-started collective hangs every rank. Each worker calls
+ * job->run(job, rank, g, worker); the last rank to finish pushes the job to
+ * the completion box, which wakes the main thread through an eventfd.
+ *
+ * The job owns the received frames (zmq_msg_t, closed when it is freed)
+ * so the kernels read the tensors where ZeroMQ put them, and it owns its
+ * output buffers until the reply hands them to ZeroMQ (zero-copy).
+ *
+ * Threads: the main thread creates, dispatches, replies and frees; workers
+ * only call run() and wf_djob_rank_done(). Named wf_djob_t because weft.h
+ * already names the client's job wf_job_t.
+ */
+#ifndef WF_JOB_H
+#define WF_JOB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "config.h"
+#include "proto.h"
+
+typedef struct wf_worker wf_worker_t;
+typedef struct wf_djob wf_djob_t;
+
+/* The step function of rank `rank` of a group of `group_size` on worker w.
+ * Every rank of the group runs it exactly once. */
+typedef wf_status_t (*wf_djob_run_fn)(wf_djob_t *job, int rank, int group_size,
+                                      wf_worker_t *w);
+
+#define WF_DJOB_MAX_OUTPUTS 2
+
+/* One entry of a worker's FIFO: (job, rank). Lives inside the job. */
+typedef struct wf_task {
+    wf_djob_t *job;            /* the job */
+    int rank;                  /* this worker's rank in the job's group */
+    struct wf_task *next;      /* next in the worker's FIFO */
+} wf_task_t;
+
+/* Where finished jobs go: a locked list plus an eventfd the main thread
+ * polls. */
+typedef struct wf_done_box {
+    pthread_mutex_t mu;        /* guards head / tail */
+    wf_djob_t *head, *tail;    /* finished jobs, oldest first */
+    int efd;                   /* eventfd written once per finished job */
+} wf_done_box_t;
+
+struct wf_djob {
+    /* routing */
+    zmq_msg_t identity;        /* ROUTER identity of the client */
+    bool has_delim;            /* the client sent an empty delimiter: echo it */
+    wf_request_t req;          /* decoded header */
+    zmq_msg_t frames[WF_PROTO_MAX_TENSORS]; /* tensor frames as received */
+    uint32_t n_frames;         /* frames[] entries initialised */
+
+    /* scheduling (main thread) */
+    uint64_t seq;              /* global sequence number, in admission order */
+    uint64_t epoch;            /* mesh epoch it runs under */
+    wf_djob_run_fn run;        /* step function of every rank */
+    int group_size;            /* g: ranks of the gang */
+    uint32_t device[WF_SETTINGS_MAX_DEVICES];  /* device of each rank */
+    uint64_t reserve[WF_SETTINGS_MAX_DEVICES]; /* bytes each rank reserves on its device */
+    wf_task_t task[WF_SETTINGS_MAX_DEVICES];   /* FIFO entry of each rank */
+    wf_djob_t *next;           /* scheduler queue / completion box link */
+
+    /* op-specific plan, filled at admission */
+    float scale;               /* attention: resolved softmax scale */
+    uint32_t n_outputs;        /* output tensors of the reply */
+    wf_tensor_desc_t out_desc[WF_DJOB_MAX_OUTPUTS]; /* their descriptors */
+    void *out[WF_DJOB_MAX_OUTPUTS]; /* their buffers (64-byte aligned); owned until sent */
+
+    /* completion (workers, then main) */
+    atomic_int remaining;      /* ranks not finished */
+    atomic_int status;         /* first error of any rank (WF_OK if none) */
+    wf_done_box_t *done;       /* where the last rank reports */
+    uint64_t t_recv_us;        /* received (monotonic) */
+    uint64_t t_dispatch_us;    /* handed to the workers */
+    uint64_t t_done_us;        /* last rank finished */
+};
+
+/* A zeroed job with empty frames; NULL when out of memory. Caller owns it
+ * (wf_djob_free). */
+wf_djob_t *wf_djob_new(void);
+
+/* Close the frames, free the outputs still owned, free the job; sets *job
+ * to NULL; accepts NULL. */
+void wf_djob_free(wf_djob_t **job);
+
+/* Called by the worker of `rank` when its step returned st: records the
+ * first error, and the last rank stamps t_done and pushes the job to its
+ * done box. The job must not be touched by that worker afterwards. */
+void wf_djob_rank_done(wf_djob_t *job, wf_status_t st);
+
+/* Set up / tear down a done box (creates / closes its eventfd). */
+wf_status_t wf_done_box_init(wf_done_box_t *box);
+void wf_done_box_destroy(wf_done_box_t *box);
+
+/* Take every finished job, oldest first (main thread); clears the eventfd. */
+wf_djob_t *wf_done_box_take(wf_done_box_t *box);
+
+#endif /* WF_JOB_H */

@@ -1,0 +1,81 @@
+/* log.c — journald-prefixed stderr lines with a level filter (see log.h). */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+void wf_log_init(wf_log_t *lg, int fd, wf_log_level_t level)
+{
+    atomic_init(&lg->level, (int)level);
+    lg->fd = fd;
+}
+
+void wf_log_set_level(wf_log_t *lg, wf_log_level_t level)
+{
+    atomic_store_explicit(&lg->level, (int)level, memory_order_relaxed);
+}
+
+bool wf_log_enabled(const wf_log_t *lg, wf_log_level_t level)
+{
+    return (int)level <= atomic_load_explicit(&((wf_log_t *)lg)->level,
+                                              memory_order_relaxed);
+}
+
+void wf_log(wf_log_t *lg, wf_log_level_t level, const char *fmt, ...)
+{
+    if (!wf_log_enabled(lg, level))
+        return;
+    char line[1024];
+    int n = snprintf(line, sizeof line, "<%d>", (int)level);
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof line - 2)
+        len = sizeof line - 2;      /* truncated: keep room for '\n' */
+    line[len++] = '\n';
+    /* A lost log line is not worth failing for; nothing to do on error. */
+    ssize_t w = write(lg->fd, line, len);
+    (void)w;
+}
+
+static const struct {
+    const char *name;
+    wf_log_level_t level;
+} level_names[] = {
+    { "err", WF_LOG_ERR },         { "error", WF_LOG_ERR },
+    { "warning", WF_LOG_WARNING }, { "warn", WF_LOG_WARNING },
+    { "notice", WF_LOG_NOTICE },   { "info", WF_LOG_INFO },
+    { "debug", WF_LOG_DEBUG },
+};
+
+bool wf_log_level_parse(const char *s, wf_log_level_t *ret_level)
+{
+    if (s[0] >= '3' && s[0] <= '7' && s[1] == '\0') {
+        *ret_level = (wf_log_level_t)(s[0] - '0');
+        return true;
+    }
+    for (size_t i = 0; i < sizeof level_names / sizeof level_names[0]; i++) {
+        if (strcasecmp(s, level_names[i].name) == 0) {
+            *ret_level = level_names[i].level;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *wf_log_level_name(wf_log_level_t level)
+{
+    switch (level) {
+    case WF_LOG_ERR: return "err";
+    case WF_LOG_WARNING: return "warning";
+    case WF_LOG_NOTICE: return "notice";
+    case WF_LOG_INFO: return "info";
+    case WF_LOG_DEBUG: return "debug";
+    }
+    return "?";
+}

@@ -1,0 +1,50 @@
+/* log.h — the daemon's logger: one stderr line per event, prefixed with a
+ * journald priority ("<3>" error .. "<7>" debug) so that journald files
+ * each line at its level, and filtered by a level that SIGHUP may change.
+ *
+ * There is no global logger: the daemon context owns one and passes it to
+ * whatever logs (server, scheduler, workers). Safe to call from any thread.
+ */
+#ifndef WF_LOG_H
+#define WF_LOG_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* syslog / journald priorities. */
+typedef enum wf_log_level {
+    WF_LOG_ERR = 3,
+    WF_LOG_WARNING = 4,
+    WF_LOG_NOTICE = 5,
+    WF_LOG_INFO = 6,
+    WF_LOG_DEBUG = 7
+} wf_log_level_t;
+
+typedef struct wf_log {
+    atomic_int level;   /* lines above this priority number are dropped */
+    int fd;             /* where lines go (stderr) */
+} wf_log_t;
+
+/* Initialise a logger writing to fd at `level`. */
+void wf_log_init(wf_log_t *lg, int fd, wf_log_level_t level);
+
+/* Change the level (SIGHUP reload); any thread may log meanwhile. */
+void wf_log_set_level(wf_log_t *lg, wf_log_level_t level);
+
+/* True when a line of this level would be written (skip costly formatting). */
+bool wf_log_enabled(const wf_log_t *lg, wf_log_level_t level);
+
+/* Write one line "<N>text\n" with a single write(2), so that lines of
+ * different threads never interleave. Long lines are truncated. */
+void wf_log(wf_log_t *lg, wf_log_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parse "err"/"error", "warning"/"warn", "notice", "info", "debug" or the
+ * digits 3..7. False if unknown. */
+bool wf_log_level_parse(const char *s, wf_log_level_t *ret_level);
+
+/* Canonical name of a level ("info"). */
+const char *wf_log_level_name(wf_log_level_t level);
+
+#endif /* WF_LOG_H */

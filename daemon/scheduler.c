@@ -1,0 +1,183 @@
+/* scheduler.c — job queue, memory admission, gang dispatch (see
+ * scheduler.h). */
+#include "scheduler.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void wf_sched_init(wf_sched_t *s, wf_worker_t *workers, uint32_t n_devices,
+                   uint32_t capacity, wf_log_t *log)
+{
+    memset(s, 0, sizeof *s);
+    s->workers = workers;
+    s->n_devices = n_devices;
+    s->capacity = capacity;
+    s->log = log;
+}
+
+static uint64_t max_reserve(const wf_djob_t *job)
+{
+    uint64_t m = 0;
+    for (int r = 0; r < job->group_size; r++)
+        if (job->reserve[r] > m)
+            m = job->reserve[r];
+    return m;
+}
+
+wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
+                           size_t err_len)
+{
+    /* Could it ever fit? Ranks go to distinct devices; the largest share
+     * must fit in the largest device (CPU devices are all alike). */
+    uint64_t biggest = 0;
+    for (uint32_t d = 0; d < s->n_devices; d++)
+        if (s->workers[d].memory_total > biggest)
+            biggest = s->workers[d].memory_total;
+    uint64_t need = max_reserve(job);
+    if ((uint32_t)job->group_size > s->n_devices || need > biggest) {
+        snprintf(err, err_len, "job needs %" PRIu64 " bytes on each of %d "
+                 "device(s); a device has %" PRIu64, need, job->group_size,
+                 biggest);
+        return WF_E_NO_MEMORY;
+    }
+    if (s->depth >= s->capacity) {
+        snprintf(err, err_len, "job queue is full (%u jobs waiting)", s->depth);
+        return WF_E_QUEUE_FULL;
+    }
+    job->seq = s->next_seq++;
+    job->epoch = s->epoch;
+    job->next = NULL;
+    if (s->tail)
+        s->tail->next = job;
+    else
+        s->head = job;
+    s->tail = job;
+    s->depth++;
+    return WF_OK;
+}
+
+/* Pick job->group_size idle devices with room for the reservations, in
+ * device order; false when the head must wait. */
+static bool pick_devices(wf_sched_t *s, wf_djob_t *job)
+{
+    /* Idle devices, most free memory first, so the big ranks (rank 0.. get
+     * the extra head of an uneven split) land where room is. */
+    uint32_t cand[WF_SETTINGS_MAX_DEVICES], n = 0;
+    for (uint32_t d = 0; d < s->n_devices; d++)
+        if (s->tasks[d] == 0)
+            cand[n++] = d;
+    if (n < (uint32_t)job->group_size)
+        return false;
+    for (uint32_t i = 1; i < n; i++) {      /* insertion sort: n <= 64 */
+        uint32_t c = cand[i], j = i;
+        uint64_t fc = s->workers[c].memory_total - s->used[c];
+        while (j > 0 && s->workers[cand[j - 1]].memory_total - s->used[cand[j - 1]] < fc) {
+            cand[j] = cand[j - 1];
+            j--;
+        }
+        cand[j] = c;
+    }
+    /* The first g candidates, back in device order for the ranks. */
+    uint32_t g = (uint32_t)job->group_size;
+    for (uint32_t i = 1; i < g; i++) {
+        uint32_t c = cand[i], j = i;
+        while (j > 0 && cand[j - 1] > c) {
+            cand[j] = cand[j - 1];
+            j--;
+        }
+        cand[j] = c;
+    }
+    for (uint32_t r = 0; r < g; r++) {
+        uint32_t d = cand[r];
+        if (job->reserve[r] > s->workers[d].memory_total - s->used[d])
+            return false;
+        job->device[r] = d;
+    }
+    return true;
+}
+
+static bool alloc_outputs(wf_djob_t *job)
+{
+    for (uint32_t i = 0; i < job->n_outputs; i++) {
+        size_t n = (size_t)job->out_desc[i].nbytes;
+        size_t size = (n + 63) & ~(size_t)63;
+        job->out[i] = aligned_alloc(64, size ? size : 64);
+        if (!job->out[i])
+            return false;
+    }
+    return true;
+}
+
+size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
+{
+    size_t dispatched = 0;
+    wf_djob_t *failed = NULL, **failed_tail = &failed;
+    while (s->head && pick_devices(s, s->head)) {
+        wf_djob_t *job = s->head;
+        s->head = job->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->depth--;
+        job->next = NULL;
+        if (!alloc_outputs(job)) {
+            wf_log(s->log, WF_LOG_ERR, "job %" PRIu64 ": cannot allocate its "
+                   "outputs", job->req.id);
+            atomic_store(&job->status, WF_E_NO_MEMORY);
+            *failed_tail = job;
+            failed_tail = &job->next;
+            s->failed++;
+            continue;
+        }
+        job->t_dispatch_us = now_us;
+        atomic_store(&job->remaining, job->group_size);
+        for (int r = 0; r < job->group_size; r++) {
+            uint32_t d = job->device[r];
+            s->used[d] += job->reserve[r];
+            s->tasks[d]++;
+        }
+        s->in_flight++;
+        wf_log(s->log, WF_LOG_DEBUG, "job %" PRIu64 " (seq %" PRIu64 ") on %d "
+               "device(s) from %s", job->req.id, job->seq, job->group_size,
+               s->workers[job->device[0]].name);
+        /* Workers may finish the job while this loop submits, but only the
+         * main thread frees it (after wf_sched_complete), so it stays valid. */
+        for (int r = 0; r < job->group_size; r++) {
+            job->task[r].job = job;
+            job->task[r].rank = r;
+        }
+        for (int r = 0; r < job->group_size; r++)
+            wf_worker_submit(&s->workers[job->device[r]], &job->task[r]);
+        dispatched++;
+    }
+    *ret_failed = failed;
+    return dispatched;
+}
+
+void wf_sched_complete(wf_sched_t *s, const wf_djob_t *job)
+{
+    for (int r = 0; r < job->group_size; r++) {
+        uint32_t d = job->device[r];
+        s->used[d] -= job->reserve[r];
+        s->tasks[d]--;
+    }
+    s->in_flight--;
+    if (atomic_load(&job->status) == WF_OK)
+        s->served++;
+    else
+        s->failed++;
+}
+
+wf_djob_t *wf_sched_take_queued(wf_sched_t *s)
+{
+    wf_djob_t *list = s->head;
+    s->head = s->tail = NULL;
+    s->depth = 0;
+    return list;
+}
+
+bool wf_sched_idle(const wf_sched_t *s)
+{
+    return s->depth == 0 && s->in_flight == 0;
+}

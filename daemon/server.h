@@ -1,0 +1,39 @@
+/* server.h — the daemon context and its main loop.
+ *
+ * The main thread owns a ZeroMQ ROUTER bound to the listen endpoint, a
+ * signalfd (SIGTERM / SIGINT drain and stop, SIGHUP reloads the settings)
+ * and the eventfd through which workers report finished jobs; it polls the
+ * three with zmq_poll. It validates every request before anything is
+ * allocated for it, answers hello and status itself, and hands attention
+ * jobs to the scheduler. All state hangs off wf_server_t: no globals.
+ */
+#ifndef WF_SERVER_H
+#define WF_SERVER_H
+
+#include "config.h"
+#include "log.h"
+
+typedef struct wf_server wf_server_t;
+
+/* Build the daemon. Call from the process's initial thread (signals that
+ * land on a thread a library started before main() are forwarded to it).
+ * Blocks the handled signals (before any thread of ours starts, so that
+ * only the signalfd sees them), starts one worker per device
+ * (synchronously), binds the ROUTER. `cli` and `envp` are borrowed for the
+ * daemon's lifetime (SIGHUP rebuilds the settings from them); `log` too.
+ * Logs what failed. Caller owns *ret_srv. */
+wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
+                          char *const *envp, wf_log_t *log,
+                          wf_server_t **ret_srv);
+
+/* Serve until SIGTERM / SIGINT, then drain: every admitted job is run and
+ * answered (bounded by drain_timeout_ms), workers stop. Returns WF_OK
+ * after a clean shutdown. */
+wf_status_t wf_server_run(wf_server_t *srv);
+
+/* Stop the workers, close the sockets (the ipc socket file goes with the
+ * bound socket), restore the signal mask, free; sets *srv to NULL; accepts
+ * NULL. */
+void wf_server_destroy(wf_server_t **srv);
+
+#endif /* WF_SERVER_H */

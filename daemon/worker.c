@@ -1,0 +1,133 @@
+/* worker.c — the device thread (see worker.h). */
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *worker_main(void *arg)
+{
+    wf_worker_t *w = arg;
+    wf_backend_ctx_t *ctx = NULL;
+    wf_status_t st = w->ops->ctx_new((int)w->index, w->memory_budget, &ctx);
+    uint64_t total = 0, avail = 0;
+    if (st == WF_OK)
+        w->ops->memory_info(ctx, &total, &avail);
+
+    pthread_mutex_lock(&w->mu);
+    w->ctx = ctx;
+    w->memory_total = total ? total : w->memory_budget;
+    w->start_status = st;
+    w->started = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (st != WF_OK)
+        return NULL;
+
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->head && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        wf_task_t *t = w->head;
+        if (!t) {                       /* stop, and the FIFO is empty */
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        w->head = t->next;
+        if (!w->head)
+            w->tail = NULL;
+        pthread_mutex_unlock(&w->mu);
+
+        wf_djob_t *job = t->job;
+        atomic_store(&w->busy, true);
+        wf_status_t rs = job->run(job, t->rank, job->group_size, w);
+        atomic_store(&w->busy, false);
+        atomic_fetch_add(&w->jobs_served, 1);
+        if (rs != WF_OK)
+            wf_log(w->log, WF_LOG_ERR, "%s: job %llu rank %d failed: %s",
+                   w->name, (unsigned long long)job->req.id, t->rank,
+                   wf_status_name(rs));
+        wf_djob_rank_done(job, rs);    /* job may be freed from here on */
+    }
+
+    free(w->arena);
+    w->arena = NULL;
+    w->arena_bytes = 0;
+    w->ops->ctx_destroy(&w->ctx);
+    return NULL;
+}
+
+wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index,
+                            const wf_backend_ops_t *ops,
+                            uint64_t memory_budget, wf_log_t *log)
+{
+    memset(w, 0, sizeof *w);
+    w->index = index;
+    snprintf(w->name, sizeof w->name, "%s:%u", ops->name, index);
+    w->ops = ops;
+    w->memory_budget = memory_budget;
+    w->log = log;
+    atomic_init(&w->jobs_served, 0);
+    atomic_init(&w->busy, false);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+
+    int rc = pthread_create(&w->thread, NULL, worker_main, w);
+    if (rc != 0) {
+        wf_log(log, WF_LOG_ERR, "%s: cannot start worker thread: %s", w->name,
+               strerror(rc));
+        return WF_E_INTERNAL;
+    }
+    w->running = true;
+    pthread_mutex_lock(&w->mu);
+    while (!w->started)
+        pthread_cond_wait(&w->cv, &w->mu);
+    wf_status_t st = w->start_status;
+    pthread_mutex_unlock(&w->mu);
+    if (st != WF_OK)
+        wf_log(log, WF_LOG_ERR, "%s: backend context failed: %s", w->name,
+               wf_status_str(st));
+    return st;
+}
+
+void wf_worker_submit(wf_worker_t *w, wf_task_t *task)
+{
+    task->next = NULL;
+    pthread_mutex_lock(&w->mu);
+    if (w->tail)
+        w->tail->next = task;
+    else
+        w->head = task;
+    w->tail = task;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void wf_worker_stop(wf_worker_t *w)
+{
+    if (!w->running)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    w->running = false;
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+void *wf_worker_workspace(wf_worker_t *w, size_t bytes)
+{
+    if (w->arena && bytes <= w->arena_bytes)
+        return w->arena;
+    /* Never NULL for 0 bytes; aligned_alloc wants a multiple of 64. */
+    size_t size = bytes ? (bytes + 63) & ~(size_t)63 : 64;
+    void *p = aligned_alloc(64, size);
+    if (!p)
+        return NULL;
+    free(w->arena);
+    w->arena = p;
+    w->arena_bytes = size;
+    return p;
+}

@@ -1,0 +1,11 @@
+# weftd: the settings table (unit, tests/test_config.c) and a real daemon
+# driven over real ZeroMQ sockets (end-to-end, tests/test_daemon.c).
+add_executable(test_config ${CMAKE_CURRENT_LIST_DIR}/test_config.c)
+target_link_libraries(test_config PRIVATE weftd_core)
+add_test(NAME daemon_config COMMAND test_config)
+
+add_executable(test_daemon ${CMAKE_CURRENT_LIST_DIR}/test_daemon.c)
+target_link_libraries(test_daemon PRIVATE weft_proto PkgConfig::ZMQ
+  Threads::Threads m)
+add_test(NAME e2e_daemon COMMAND test_daemon $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_daemon PROPERTIES TIMEOUT 300)

@@ -1,0 +1,285 @@
+/* test_config.c — weftd's settings: defaults, bounds, the config file
+ * (errors name file:line), environment and flag precedence, size
+ * suffixes, devices, and which settings a reload applies. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static int failures;
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+/* Build settings from argv-style flags and an envp; returns the status. */
+static wf_status_t build(int argc, char **argv, char **envp, wf_settings_t *s,
+                         char *err, size_t err_len)
+{
+    wf_cli_t cli;
+    wf_status_t st = wf_cli_parse(argc, argv, &cli, err, err_len);
+    if (st != WF_OK)
+        return st;
+    return wf_config_build(&cli, envp, s, err, err_len);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_defaults(void)
+{
+    wf_settings_t s, b;
+    wf_limits_t lim;
+    char err[256];
+    wf_settings_default(&s);
+    wf_limits_default(&lim);
+    CHECK(strcmp(s.listen, WF_DEFAULT_ENDPOINT) == 0);
+    CHECK(strcmp(s.devices, "cpu:2") == 0 && s.device_count == 2);
+    CHECK(s.queue_capacity == 64);
+    CHECK(s.cpu_memory == 0);
+    CHECK(s.log_level == WF_LOG_INFO);
+    CHECK(memcmp(&s.limits, &lim, sizeof lim) == 0);
+    char *argv[] = { "weftd", NULL };
+    char *envp[] = { NULL };
+    CHECK(build(1, argv, envp, &b, err, sizeof err) == WF_OK);
+    CHECK(memcmp(&s, &b, sizeof s) == 0);
+}
+
+static void test_sizes(void)
+{
+    uint64_t v;
+    CHECK(wf_parse_size("0", &v) && v == 0);
+    CHECK(wf_parse_size("4K", &v) && v == 4096);
+    CHECK(wf_parse_size("2m", &v) && v == (UINT64_C(2) << 20));
+    CHECK(wf_parse_size("1G", &v) && v == (UINT64_C(1) << 30));
+    CHECK(wf_parse_size("3T", &v) && v == (UINT64_C(3) << 40));
+    CHECK(!wf_parse_size("", &v));
+    CHECK(!wf_parse_size("-1", &v));
+    CHECK(!wf_parse_size(" 1", &v));
+    CHECK(!wf_parse_size("1X", &v));
+    CHECK(!wf_parse_size("1KB", &v));
+    CHECK(!wf_parse_size("99999999999999999999", &v));
+    CHECK(!wf_parse_size("17000000T", &v));   /* overflows after the shift */
+}
+
+static void test_flags_and_bounds(void)
+{
+    wf_settings_t s;
+    char err[256];
+    char *envp[] = { NULL };
+    {
+        char *argv[] = { "weftd", "--queue-capacity", "8", "--cpu-memory=512M",
+                         "--log-level", "debug", "--max_tensor_bytes", "1G",
+                         "--devices", "cpu:4", "--listen", "tcp://127.0.0.1:5555",
+                         NULL };
+        CHECK(build(12, argv, envp, &s, err, sizeof err) == WF_OK);
+        CHECK(s.queue_capacity == 8);
+        CHECK(s.cpu_memory == (UINT64_C(512) << 20));
+        CHECK(s.log_level == WF_LOG_DEBUG);
+        CHECK(s.limits.max_tensor_bytes == (UINT64_C(1) << 30));
+        CHECK(s.device_count == 4 && strcmp(s.devices, "cpu:4") == 0);
+        CHECK(strcmp(s.listen, "tcp://127.0.0.1:5555") == 0);
+    }
+    {   /* bounds are inclusive */
+        char *argv[] = { "weftd", "--queue-capacity", "65536", NULL };
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_OK);
+        CHECK(s.queue_capacity == 65536);
+    }
+    {
+        char *argv[] = { "weftd", "--queue-capacity", "0", NULL };
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "--queue-capacity") && strstr(err, "out of bounds"));
+    }
+    {
+        char *argv[] = { "weftd", "--max-tensors", "17", NULL };
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "--max-tensors") != NULL);
+    }
+    {
+        char *argv[] = { "weftd", "--devices", "cuda:0", NULL };
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "CUDA backend not built") != NULL);
+    }
+    {
+        char *argv[] = { "weftd", "--devices", "cpu:0", NULL };
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        char *argv2[] = { "weftd", "--devices", "cpu:65", NULL };
+        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_INVALID);
+        char *argv3[] = { "weftd", "--devices", "gpu", NULL };
+        CHECK(build(3, argv3, envp, &s, err, sizeof err) == WF_E_INVALID);
+    }
+    {
+        char *argv[] = { "weftd", "--log-level", "loud", NULL };
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "--log-level") != NULL);
+    }
+    {
+        char *argv[] = { "weftd", "--listen", "udp://x", NULL };
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        char longpath[160] = "ipc:///tmp/";
+        memset(longpath + 11, 'x', 120);
+        longpath[131] = '\0';
+        char *argv2[] = { "weftd", "--listen", longpath, NULL };
+        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "107") != NULL);
+    }
+    {   /* argv errors, before any value is looked at */
+        wf_cli_t cli;
+        char *a1[] = { "weftd", "--bogus", "1", NULL };
+        CHECK(wf_cli_parse(3, a1, &cli, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "--bogus") != NULL);
+        char *a2[] = { "weftd", "--queue-capacity", NULL };
+        CHECK(wf_cli_parse(2, a2, &cli, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "needs a value") != NULL);
+        char *a3[] = { "weftd", "stray", NULL };
+        CHECK(wf_cli_parse(2, a3, &cli, err, sizeof err) == WF_E_INVALID);
+        char *a4[] = { "weftd", "--help", "--config=/x.conf", NULL };
+        CHECK(wf_cli_parse(3, a4, &cli, err, sizeof err) == WF_OK);
+        CHECK(cli.help && cli.config_file && strcmp(cli.config_file, "/x.conf") == 0);
+        CHECK(!cli.check_config && !cli.version);
+        char *a5[] = { "weftd", "--check-config", "--version", NULL };
+        CHECK(wf_cli_parse(3, a5, &cli, err, sizeof err) == WF_OK);
+        CHECK(cli.check_config && cli.version && cli.n_sets == 0);
+    }
+}
+
+static void test_file_env_precedence(const char *dir)
+{
+    char path[256], cfg[300], err[512];
+    wf_settings_t s;
+    snprintf(path, sizeof path, "%s/weftd.conf", dir);
+    snprintf(cfg, sizeof cfg, "--config=%s", path);
+
+    write_file(path,
+               "# weftd test config\n"
+               "\n"
+               "queue_capacity = 8\n"
+               "  max-header-bytes=128K   \n"
+               "listen = \"ipc:///tmp/weft-cfg.sock\"\n"
+               "log_level = warning\n");
+    char *argv[] = { "weftd", cfg, NULL };
+    char *envp0[] = { "HOME=/root", NULL };
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_OK);
+    CHECK(s.queue_capacity == 8);
+    CHECK(s.limits.max_header_bytes == 128 * 1024);
+    CHECK(strcmp(s.listen, "ipc:///tmp/weft-cfg.sock") == 0);
+    CHECK(s.log_level == WF_LOG_WARNING);
+
+    /* file < env < flag */
+    char *envp1[] = { "WEFT_QUEUE_CAPACITY=9", "WEFT_LOG_LEVEL=debug", NULL };
+    CHECK(build(2, argv, envp1, &s, err, sizeof err) == WF_OK);
+    CHECK(s.queue_capacity == 9 && s.log_level == WF_LOG_DEBUG);
+    char *argv2[] = { "weftd", cfg, "--queue-capacity", "10", NULL };
+    CHECK(build(4, argv2, envp1, &s, err, sizeof err) == WF_OK);
+    CHECK(s.queue_capacity == 10 && s.log_level == WF_LOG_DEBUG);
+
+    /* WEFT_CONFIG names the file when --config does not */
+    char envcfg[300];
+    snprintf(envcfg, sizeof envcfg, "WEFT_CONFIG=%s", path);
+    char *envp2[] = { envcfg, NULL };
+    char *argv3[] = { "weftd", NULL };
+    CHECK(build(1, argv3, envp2, &s, err, sizeof err) == WF_OK);
+    CHECK(s.queue_capacity == 8);
+
+    /* a bad environment value names the variable */
+    char *envp3[] = { "WEFT_MAX_DEPTH=99", NULL };
+    CHECK(build(2, argv, envp3, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "WEFT_MAX_DEPTH") != NULL);
+
+    /* file errors name file:line, and leave *ret untouched */
+    wf_settings_t before = s;
+    char want[300];
+    write_file(path, "# ok\nqueue_capacity = 4\n\nbogus = 1\n");
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    snprintf(want, sizeof want, "%s:4:", path);
+    CHECK(strstr(err, want) && strstr(err, "unknown setting 'bogus'"));
+    CHECK(memcmp(&s, &before, sizeof s) == 0);
+
+    write_file(path, "queue_capacity = 4\nqueue_capacity = 70000\n");
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    snprintf(want, sizeof want, "%s:2:", path);
+    CHECK(strstr(err, want) && strstr(err, "out of bounds"));
+
+    write_file(path, "\n\njust words\n");
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    snprintf(want, sizeof want, "%s:3:", path);
+    CHECK(strstr(err, want) != NULL);
+
+    write_file(path, "devices = cuda:1\n");
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, ":1:") && strstr(err, "CUDA backend not built"));
+
+    unlink(path);
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "cannot open") != NULL);
+}
+
+static void test_reload_rules(void)
+{
+    wf_settings_t cur, next;
+    wf_settings_default(&cur);
+    next = cur;
+    const char *restart[8];
+    size_t n_restart = 99;
+    CHECK(wf_settings_apply_reload(&cur, &next, restart, 8, &n_restart) == 0);
+    CHECK(n_restart == 0);
+
+    next.queue_capacity = 7;
+    next.log_level = WF_LOG_DEBUG;
+    next.limits.max_tensor_bytes = 1024;
+    snprintf(next.listen, sizeof next.listen, "ipc:///tmp/other.sock");
+    snprintf(next.devices, sizeof next.devices, "cpu:4");
+    next.device_count = 4;
+    next.cpu_memory = 1 << 20;
+    size_t applied = wf_settings_apply_reload(&cur, &next, restart, 8, &n_restart);
+    CHECK(applied == 3);
+    CHECK(cur.queue_capacity == 7 && cur.log_level == WF_LOG_DEBUG);
+    CHECK(cur.limits.max_tensor_bytes == 1024);
+    CHECK(n_restart == 3);
+    bool saw_listen = false, saw_devices = false, saw_mem = false;
+    for (size_t i = 0; i < n_restart && i < 8; i++) {
+        saw_listen |= strcmp(restart[i], "listen") == 0;
+        saw_devices |= strcmp(restart[i], "devices") == 0;
+        saw_mem |= strcmp(restart[i], "cpu_memory") == 0;
+    }
+    CHECK(saw_listen && saw_devices && saw_mem);
+    /* the non-reloadable ones are unchanged */
+    CHECK(strcmp(cur.listen, WF_DEFAULT_ENDPOINT) == 0);
+    CHECK(cur.device_count == 2 && cur.cpu_memory == 0);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/weft-test-config-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_defaults();
+    test_sizes();
+    test_flags_and_bounds();
+    test_file_env_precedence(dir);
+    test_reload_rules();
+    rmdir(dir);
+    if (failures) {
+        fprintf(stderr, "test_config: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_config: all checks passed\n");
+    return 0;
+}
