@@ -34,6 +34,11 @@ trap 'rm -f "$tmp"' EXIT
     echo "Command: \`$build/bench/bench_submit $weftd\`"
     echo
     "$build/bench/bench_submit" "$weftd"
+    echo
+    echo "The same with the environment units/weftd.service gives the daemon"
+    echo "(\`GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $build/bench/bench_submit $weftd\`):"
+    echo
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$build/bench/bench_submit" "$weftd"
 } > "$tmp"
 mv "$tmp" "$out"
 trap - EXIT
