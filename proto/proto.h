@@ -23,7 +23,8 @@
 typedef enum wf_op {
     WF_OP_HELLO = 1,
     WF_OP_STATUS = 2,
-    WF_OP_ATTENTION = 3
+    WF_OP_ATTENTION = 3,
+    WF_OP_RECONFIGURE = 4
 } wf_op_t;
 
 /* Compile-time ceilings of the structs below; the runtime limits
@@ -68,7 +69,19 @@ typedef struct wf_attention_args {
     bool has_out_dtype;        /* false: the dtype of q */
     wf_dtype_t out_dtype;      /* dtype of the output when has_out_dtype */
     uint32_t devices;          /* at most this many devices; 0 = daemon decides */
+    wf_rotate_t rotate_method; /* "rotate_method": "allgather" | "alltoall"; absent = DEFAULT */
+    wf_opt_t convert_to_fp32;  /* bool "convert_to_fp32"; absent = DEFAULT */
+    wf_opt_t ring_anything;    /* bool "ring_anything"; absent = DEFAULT */
+    wf_opt_t ulysses_anything; /* bool "ulysses_anything"; absent = DEFAULT */
+    wf_opt_t load_balance;     /* bool "load_balance"; absent = DEFAULT */
 } wf_attention_args_t;
+
+/* Arguments of a reconfigure request ("args" map {"dp","ring","ulysses",
+ * "tp"}: uints; an absent degree is 1). Validation against the device
+ * count is the daemon's. */
+typedef struct wf_reconfigure_args {
+    wf_mesh_t mesh;
+} wf_reconfigure_args_t;
 
 /* A decoded request header. */
 typedef struct wf_request {
@@ -78,7 +91,8 @@ typedef struct wf_request {
     uint32_t n_tensors;        /* entries used in tensors[] */
     wf_tensor_desc_t tensors[WF_PROTO_MAX_TENSORS];
     union {
-        wf_attention_args_t attention; /* op == WF_OP_ATTENTION */
+        wf_attention_args_t attention;     /* op == WF_OP_ATTENTION */
+        wf_reconfigure_args_t reconfigure; /* op == WF_OP_RECONFIGURE */
     } args;
 } wf_request_t;
 
@@ -88,6 +102,12 @@ typedef struct wf_attention_result {
     uint64_t compute_us;  /* time on the devices */
     uint32_t devices;     /* devices used */
 } wf_attention_result_t;
+
+/* Result of a reconfigure reply: {"epoch", "mesh": {"dp","ring","ulysses","tp"}}. */
+typedef struct wf_reconfigure_result {
+    uint64_t epoch;   /* the new epoch */
+    wf_mesh_t mesh;   /* the mesh now in force */
+} wf_reconfigure_result_t;
 
 /* A decoded reply header. */
 typedef struct wf_reply {
@@ -103,6 +123,7 @@ typedef struct wf_reply {
         wf_hello_info_t hello;         /* op == WF_OP_HELLO */
         wf_status_info_t status;       /* op == WF_OP_STATUS */
         wf_attention_result_t attention; /* op == WF_OP_ATTENTION */
+        wf_reconfigure_result_t reconfigure; /* op == WF_OP_RECONFIGURE */
     } result;
 } wf_reply_t;
 

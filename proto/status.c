@@ -23,6 +23,7 @@ const char *wf_status_name(wf_status_t s)
     case WF_E_SHUTTING_DOWN: return "WF_E_SHUTTING_DOWN";
     case WF_E_BUSY: return "WF_E_BUSY";
     case WF_E_INTERNAL: return "WF_E_INTERNAL";
+    case WF_E_ABORTED: return "WF_E_ABORTED";
     case WF_E_INVALID: return "WF_E_INVALID";
     case WF_E_TIMEOUT: return "WF_E_TIMEOUT";
     case WF_E_CONNECT: return "WF_E_CONNECT";
@@ -52,6 +53,7 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_SHUTTING_DOWN: return "daemon is shutting down";
     case WF_E_BUSY: return "another reconfiguration is running";
     case WF_E_INTERNAL: return "internal error in the daemon";
+    case WF_E_ABORTED: return "a communicator was aborted while the job ran";
     case WF_E_INVALID: return "invalid argument";
     case WF_E_TIMEOUT: return "timed out";
     case WF_E_CONNECT: return "cannot connect";

@@ -81,6 +81,8 @@ typedef enum wf_status {
     WF_E_BUSY = 23,
     /* a bug or an unexpected failure inside the daemon */
     WF_E_INTERNAL = 40,
+    /* a communicator was aborted (a peer failed) while the job ran */
+    WF_E_ABORTED = 41,
 
     /* client-side only */
     WF_E_INVALID = 100,  /* bad argument to a libweft call */
@@ -165,7 +167,18 @@ typedef struct wf_device_info {
     uint64_t memory_used;    /* bytes reserved by jobs right now */
     uint64_t jobs_served;    /* job parts this device has run */
     uint32_t busy;           /* 1 while running a job part */
+    uint32_t rank;           /* global rank in the mesh */
+    uint32_t coords[4];      /* mesh coordinates: dp, ring, ulysses, tp */
 } wf_device_info_t;
+
+/* Degrees of the parallel mesh; their product is the number of devices.
+ * Ranks are laid out row-major (dp, ring, ulysses, tp), tp innermost. */
+typedef struct wf_mesh {
+    uint32_t dp;       /* independent replicas, each serving its own jobs */
+    uint32_t ring;     /* ring attention degree */
+    uint32_t ulysses;  /* Ulysses (all-to-all) degree */
+    uint32_t tp;       /* tensor parallel degree: ranks split heads */
+} wf_mesh_t;
 
 #define WF_STATUS_MAX_DEVICES 64
 
@@ -182,6 +195,8 @@ typedef struct wf_status_info {
     uint64_t jobs_failed;     /* jobs finished with an error */
     uint64_t requests_rejected; /* requests refused before queueing */
     uint64_t rss_bytes;       /* resident memory of the daemon */
+    wf_mesh_t mesh;           /* current mesh degrees */
+    uint32_t reconfiguring;   /* 1 while a reconfiguration runs */
     uint32_t device_count;    /* entries used in devices[] */
     wf_device_info_t devices[WF_STATUS_MAX_DEVICES];
 } wf_status_info_t;
@@ -191,11 +206,40 @@ WF_API wf_status_t wf_status(wf_client_t *client,
                              wf_status_info_t *ret_info);
 
 /* Options of an attention job. Zero-initialise, then set what you need. */
+/* How ring attention moves K/V between ranks. */
+typedef enum wf_rotate {
+    WF_ROTATE_DEFAULT = 0,   /* the daemon's rotate_method setting */
+    WF_ROTATE_ALLGATHER = 1, /* gather every K/V shard first (diffusers) */
+    WF_ROTATE_ALLTOALL = 2   /* pass one shard per step, overlapped with compute */
+} wf_rotate_t;
+
+/* A tri-state option: zero means "the daemon's setting". */
+typedef enum wf_opt {
+    WF_OPT_DEFAULT = 0,
+    WF_OPT_ON = 1,
+    WF_OPT_OFF = 2
+} wf_opt_t;
+
 typedef struct wf_attention_opts {
     float scale;        /* softmax scale; 0 means 1/sqrt(D) */
     int causal;         /* 1: query i sees keys j <= i (top-left aligned) */
-    uint32_t devices;   /* at most this many devices split the heads; 0: daemon decides */
+    uint32_t devices;   /* mesh with ring = ulysses = 1 only: at most this many
+                           tp ranks split the heads; 0: all of them */
+    wf_rotate_t rotate_method;  /* ring: allgather or alltoall */
+    wf_opt_t convert_to_fp32;   /* ring: merge per-step results in fp32 */
+    wf_opt_t ring_anything;     /* allow S not divisible by the shards */
+    wf_opt_t ulysses_anything;  /* allow heads not divisible by ulysses */
+    wf_opt_t load_balance;      /* causal ring: zigzag sharding */
 } wf_attention_opts_t;
+
+/* Change the mesh of a running daemon (hot reconfiguration): the daemon
+ * validates the degrees (product = its devices, each >= 1), stops
+ * dispatching, drains running jobs, regroups, bumps the epoch and resumes.
+ * Queued jobs wait; none is dropped. WF_E_BUSY when another
+ * reconfiguration runs; an invalid mesh changes nothing (WF_E_BAD_ARGUMENT).
+ * On success *ret_epoch (when not NULL) is the new epoch. */
+WF_API wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_t *mesh,
+                                  uint64_t *ret_epoch);
 
 /* Result of a finished job. */
 typedef struct wf_job_result {
