@@ -8,7 +8,11 @@
  * Layout of attention tensors, as in diffusers:
  *   q    (B, Sq,  Hq,  D)      k, v (B, Skv, Hkv, D), Hkv divides Hq
  *   out  (B, Sq,  Hq,  D)      lse  (B, Sq, Hq) f32, natural log
- * Query head h reads K/V head h / (Hq / Hkv) (GQA).
+ * Query head h reads K/V head h / (Hq / Hkv) (GQA), unless an explicit
+ * mapping is given (gqa_group > 0, for a rank holding a slice of the
+ * heads of a larger problem on local buffers): local query head h reads
+ * local K/V head (q_head_base + h) / gqa_group - kv_head_base, which must
+ * lie in [0, Hkv) for every computed head; Hkv then need not divide Hq.
  * Causal masking uses global positions: query row i (global position
  * q_offset + i) sees key j (global position kv_offset + j) iff
  * kv_offset + j <= q_offset + i. A row that sees no key gets out = 0 and
@@ -39,6 +43,10 @@ typedef struct wf_attn_params {
     const void *v;  wf_dtype_t v_dtype;  /* any alignment */
     void *out;      wf_dtype_t out_dtype; /* full (B, Sq, Hq, D); only the head range is written */
     float *lse;                      /* full (B, Sq, Hq) or NULL; only the head range is written */
+    /* Explicit GQA mapping; all zero = the default h / (Hq / Hkv). */
+    int64_t gqa_group;               /* query heads per K/V head of the global problem; 0 = Hq / Hkv */
+    int64_t q_head_base;             /* global index of local query head 0 (with gqa_group > 0) */
+    int64_t kv_head_base;            /* global index of local K/V head 0 (with gqa_group > 0) */
 } wf_attn_params_t;
 
 typedef struct wf_backend_ops {

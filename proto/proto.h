@@ -80,7 +80,7 @@ typedef struct wf_attention_args {
  * "tp"}: uints; an absent degree is 1). Validation against the device
  * count is the daemon's. */
 typedef struct wf_reconfigure_args {
-    wf_mesh_t mesh;
+    wf_mesh_degrees_t mesh;
 } wf_reconfigure_args_t;
 
 /* A decoded request header. */
@@ -106,7 +106,7 @@ typedef struct wf_attention_result {
 /* Result of a reconfigure reply: {"epoch", "mesh": {"dp","ring","ulysses","tp"}}. */
 typedef struct wf_reconfigure_result {
     uint64_t epoch;   /* the new epoch */
-    wf_mesh_t mesh;   /* the mesh now in force */
+    wf_mesh_degrees_t mesh;   /* the mesh now in force */
 } wf_reconfigure_result_t;
 
 /* A decoded reply header. */

@@ -537,6 +537,103 @@ static void test_attention_grid(const wf_backend_ops_t *ops, wf_backend_ctx_t *c
            worst_out_err[WF_DTYPE_BF16], worst_lse_err);
 }
 
+/* Explicit GQA mapping (gqa_group, q_head_base, kv_head_base): a rank that
+ * holds query heads [a, b) and K/V heads [c, d) of a larger problem in
+ * local buffers must get, bit for bit, what the global call computes for
+ * those heads; a mapping that leaves the local K/V heads is refused. */
+static void test_gqa_mapping(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
+{
+    enum { B = 2, S = 37, HQ = 6, HKV = 2, D = 8, G = HQ / HKV };
+    size_t nq = (size_t)B * S * HQ * D, nkv = (size_t)B * S * HKV * D;
+    float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4);
+    float *og = malloc(nq * 4), *lg = malloc((size_t)B * S * HQ * 4);
+    float *ql = malloc(nq * 4), *kl = malloc(nkv * 4), *vl = malloc(nkv * 4);
+    float *ol = malloc(nq * 4), *ll = malloc((size_t)B * S * HQ * 4);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = rnd_unit();
+    for (size_t i = 0; i < nkv; i++) {
+        k[i] = rnd_unit();
+        v[i] = rnd_unit();
+    }
+    wf_attn_params_t p = {
+        .B = B, .Sq = S, .Skv = S, .Hq = HQ, .Hkv = HKV, .D = D, .h_begin = 0,
+        .h_end = HQ, .scale = 0.3f, .causal = true, .q = q, .k = k, .v = v,
+        .out = og, .lse = lg,
+    };
+    size_t wsb = ops->attention_workspace(&p);
+    void *ws = aligned_alloc(64, wsb);
+    CHECK(ops->attention(ctx, &p, ws) == WF_OK, "global call");
+    /* slices [a, b) of query heads: across a K/V boundary, inside one K/V
+     * head (replication: one local K/V head), and all of them */
+    static const int64_t slices[][2] = {{2, 5}, {4, 5}, {3, 6}, {0, 6}, {1, 2}};
+    for (size_t c = 0; c < sizeof slices / sizeof slices[0]; c++) {
+        int64_t a = slices[c][0], bq = slices[c][1];
+        int64_t ka = a / G, kb = (bq - 1) / G + 1, nh = bq - a, nk = kb - ka;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < S; s++) {
+                memcpy(ql + ((b * S + s) * nh) * D, q + ((b * S + s) * HQ + a) * D,
+                       (size_t)(nh * D) * 4);
+                memcpy(kl + ((b * S + s) * nk) * D, k + ((b * S + s) * HKV + ka) * D,
+                       (size_t)(nk * D) * 4);
+                memcpy(vl + ((b * S + s) * nk) * D, v + ((b * S + s) * HKV + ka) * D,
+                       (size_t)(nk * D) * 4);
+            }
+        wf_attn_params_t l = p;
+        l.Hq = nh;
+        l.Hkv = nk;
+        l.h_begin = 0;
+        l.h_end = nh;
+        l.q = ql;
+        l.k = kl;
+        l.v = vl;
+        l.out = ol;
+        l.lse = ll;
+        l.gqa_group = G;
+        l.q_head_base = a;
+        l.kv_head_base = ka;
+        CHECK(ops->attention_workspace(&l) <= wsb, "workspace");
+        CHECK(ops->attention(ctx, &l, ws) == WF_OK, "local call [%lld,%lld)",
+              (long long)a, (long long)bq);
+        bool same = true;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < S; s++) {
+                same &= memcmp(ol + ((b * S + s) * nh) * D, og + ((b * S + s) * HQ + a) * D,
+                               (size_t)(nh * D) * 4) == 0;
+                same &= memcmp(ll + (b * S + s) * nh, lg + (b * S + s) * HQ + a,
+                               (size_t)nh * 4) == 0;
+            }
+        CHECK(same, "mapped slice [%lld,%lld) differs from the global call",
+              (long long)a, (long long)bq);
+        /* the K/V head of the first query head is below the local ones */
+        l.kv_head_base = ka + 1;
+        CHECK(ops->attention(ctx, &l, ws) == WF_E_INVALID, "mapping below 0 accepted");
+        l.kv_head_base = ka;
+        l.Hkv = nk - 1;
+        if (nk > 1)
+            CHECK(ops->attention(ctx, &l, ws) == WF_E_INVALID, "mapping past Hkv accepted");
+        l.Hkv = nk;
+        l.gqa_group = -1;
+        CHECK(ops->attention(ctx, &l, ws) == WF_E_INVALID, "negative group accepted");
+    }
+    /* bases without a group are refused (they would be silently ignored) */
+    wf_attn_params_t bad = p;
+    bad.q_head_base = 1;
+    CHECK(ops->attention(ctx, &bad, ws) == WF_E_INVALID, "base without group");
+    printf("gqa mapping: %zu slices bit-identical to the global call\n",
+           sizeof slices / sizeof slices[0]);
+    free(ws);
+    free(q);
+    free(k);
+    free(v);
+    free(og);
+    free(lg);
+    free(ql);
+    free(kl);
+    free(vl);
+    free(ol);
+    free(ll);
+}
+
 /* ---- contexts, validation, threads ------------------------------------------ */
 
 typedef struct job {
@@ -667,6 +764,7 @@ int main(void)
         return 1;
     }
     test_attention_grid(ops, ctx);
+    test_gqa_mapping(ops, ctx);
     ops->ctx_destroy(&ctx);
     test_threads(ops);
     printf("%ld checks, %d failures\n", checks, failures);

@@ -173,12 +173,12 @@ typedef struct wf_device_info {
 
 /* Degrees of the parallel mesh; their product is the number of devices.
  * Ranks are laid out row-major (dp, ring, ulysses, tp), tp innermost. */
-typedef struct wf_mesh {
+typedef struct wf_mesh_degrees {
     uint32_t dp;       /* independent replicas, each serving its own jobs */
     uint32_t ring;     /* ring attention degree */
     uint32_t ulysses;  /* Ulysses (all-to-all) degree */
     uint32_t tp;       /* tensor parallel degree: ranks split heads */
-} wf_mesh_t;
+} wf_mesh_degrees_t;
 
 #define WF_STATUS_MAX_DEVICES 64
 
@@ -195,7 +195,7 @@ typedef struct wf_status_info {
     uint64_t jobs_failed;     /* jobs finished with an error */
     uint64_t requests_rejected; /* requests refused before queueing */
     uint64_t rss_bytes;       /* resident memory of the daemon */
-    wf_mesh_t mesh;           /* current mesh degrees */
+    wf_mesh_degrees_t mesh;           /* current mesh degrees */
     uint32_t reconfiguring;   /* 1 while a reconfiguration runs */
     uint32_t device_count;    /* entries used in devices[] */
     wf_device_info_t devices[WF_STATUS_MAX_DEVICES];
@@ -238,7 +238,7 @@ typedef struct wf_attention_opts {
  * Queued jobs wait; none is dropped. WF_E_BUSY when another
  * reconfiguration runs; an invalid mesh changes nothing (WF_E_BAD_ARGUMENT).
  * On success *ret_epoch (when not NULL) is the new epoch. */
-WF_API wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_t *mesh,
+WF_API wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
                                   uint64_t *ret_epoch);
 
 /* Result of a finished job. */

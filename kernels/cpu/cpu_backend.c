@@ -150,15 +150,36 @@ static ws_layout_t ws_layout(const wf_attn_params_t *p)
     return w;
 }
 
+/* Local K/V head read by local query head h (see backend.h, GQA). */
+static int64_t kv_head_of(const wf_attn_params_t *p, int64_t h)
+{
+    if (p->gqa_group == 0)
+        return h / (p->Hq / p->Hkv);
+    return (p->q_head_base + h) / p->gqa_group - p->kv_head_base;
+}
+
 static bool params_valid(const wf_attn_params_t *p)
 {
     if (!p)
         return false;
     if (p->B < 1 || p->Sq < 1 || p->Skv < 1 || p->Hq < 1 || p->Hkv < 1 ||
-        p->D < 1 || p->Hq % p->Hkv != 0)
+        p->D < 1)
         return false;
     if (p->h_begin < 0 || p->h_end < p->h_begin || p->h_end > p->Hq)
         return false;
+    if (p->gqa_group == 0) {
+        if (p->Hq % p->Hkv != 0 || p->q_head_base != 0 || p->kv_head_base != 0)
+            return false;
+    } else {
+        /* Explicit mapping: the K/V heads of the first and last computed
+         * query heads (the map is monotone) must be local. */
+        if (p->gqa_group < 0 || p->q_head_base < 0 || p->kv_head_base < 0 ||
+            p->q_head_base > INT64_MAX - p->Hq)
+            return false;
+        if (p->h_end > p->h_begin &&
+            (kv_head_of(p, p->h_begin) < 0 || kv_head_of(p, p->h_end - 1) >= p->Hkv))
+            return false;
+    }
     if (p->Sq > INT32_MAX || p->Skv > INT32_MAX || p->D > INT32_MAX)
         return false; /* BLAS dimensions are int */
     wf_dtype_t dts[4] = {p->q_dtype, p->k_dtype, p->v_dtype, p->out_dtype};
@@ -276,7 +297,6 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
         return WF_E_INVALID;
     const int64_t B = p->B, Sq = p->Sq, Skv = p->Skv, Hq = p->Hq,
                   Hkv = p->Hkv, D = p->D;
-    const int64_t group = Hq / Hkv;
     ws_layout_t w = ws_layout(p);
     if (w.total == SIZE_MAX)
         return WF_E_INVALID;
@@ -292,7 +312,7 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
     for (int64_t b = 0; b < B; b++) {
         int64_t kv_loaded = -1;
         for (int64_t h = p->h_begin; h < p->h_end; h++) {
-            int64_t hk = h / group;
+            int64_t hk = kv_head_of(p, h);
             /* Consecutive query heads share a KV head: convert it once. */
             if (hk != kv_loaded) {
                 wf_convert_rows_to_f32(kf, at4(p->k, p->k_dtype, b, 0, hk, Skv, Hkv, D),
