@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm.h"
 #include "worker.h"
+
+#include "cp_attention.h"
 
 void wf_attention_heads(int64_t hq, int rank, int group_size,
                         int64_t *ret_begin, int64_t *ret_end)
@@ -40,16 +43,105 @@ static void base_params(const wf_djob_t *job, wf_attn_params_t *p)
     p->out_dtype = job->out_desc[0].dtype;
 }
 
-static wf_status_t attention_run(wf_djob_t *job, int rank, int group_size,
-                                 wf_worker_t *w);
+static bool opt(wf_opt_t o, bool def)
+{
+    return o == WF_OPT_ON ? true : o == WF_OPT_OFF ? false : def;
+}
+
+static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
+                                  wf_worker_t *w);
+static wf_status_t cp_run(wf_djob_t *job, int rank, int group_size,
+                          wf_worker_t *w);
+
+/* The context-parallel job of tp slice t (tensor pointers left NULL). */
+static void cp_job_of(const wf_djob_t *job, int t, wf_cp_job_t *cj)
+{
+    wf_attn_params_t p;
+    base_params(job, &p);
+    int64_t T = job->mesh.deg.tp, per = p.Hq / T;
+    memset(cj, 0, sizeof *cj);
+    cj->B = p.B;
+    cj->Sq = p.Sq;
+    cj->Skv = p.Skv;
+    cj->Hq = p.Hq;
+    cj->Hkv = p.Hkv;
+    cj->D = p.D;
+    cj->hq_begin = t * per;
+    cj->hq_end = (t + 1) * per;
+    cj->scale = p.scale;
+    cj->causal = p.causal;
+    cj->q_dtype = p.q_dtype;
+    cj->k_dtype = p.k_dtype;
+    cj->v_dtype = p.v_dtype;
+    cj->out_dtype = p.out_dtype;
+    cj->return_lse = job->n_outputs > 1;
+    cj->rotate_method = job->rotate_method == WF_ROTATE_ALLTOALL
+                            ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER;
+    cj->convert_to_fp32 = job->convert_to_fp32;
+    cj->ring_anything = job->ring_anything;
+    cj->ulysses_anything = job->ulysses_anything;
+    cj->load_balance = job->load_balance;
+}
+
+/* Plan of a context-parallel job: checks and per-rank memory. */
+static wf_status_t plan_cp(wf_djob_t *job, const wf_backend_ops_t *ops,
+                           uint64_t out_per_head, uint64_t lse_per_head,
+                           char *err, size_t err_len)
+{
+    const wf_mesh_t *m = &job->mesh;
+    int64_t hq = job->req.tensors[job->req.args.attention.q].shape[2];
+    if (hq > INT32_MAX || wf_mesh_check_heads(m, (int)hq, err, err_len) != WF_OK) {
+        if (hq > INT32_MAX)
+            snprintf(err, err_len, "%lld attention heads: too many", (long long)hq);
+        return WF_E_BAD_ARGUMENT;
+    }
+    int R = (int)m->deg.ring, U = (int)m->deg.ulysses, T = (int)m->deg.tp;
+    wf_cp_job_t cj;
+    cp_job_of(job, 0, &cj);
+    wf_status_t st = wf_cp_attention_check(&cj, R, U, err, err_len);
+    /* On the wire WF_E_BAD_SHAPE means an invalid descriptor (PROTOCOL.md
+     * section 6); a valid shape that the mesh cannot shard is a job that
+     * does not fit: WF_E_BAD_ARGUMENT, with the module's message. */
+    if (st == WF_E_BAD_SHAPE)
+        st = WF_E_BAD_ARGUMENT;
+    if (st != WF_OK)
+        return st;
+    size_t ws = wf_cp_attention_workspace(&cj, R, U, ops);
+    if (ws == 0) {
+        snprintf(err, err_len, "context-parallel plan refused the job");
+        return WF_E_BAD_ARGUMENT;
+    }
+    uint64_t share = (uint64_t)(cj.hq_end - cj.hq_begin) * (out_per_head + lse_per_head);
+    job->group_size = R * U * T;
+    for (int r = 0; r < job->group_size; r++) {
+        /* replica rank r: tp coordinate r % T, seq index r / T; seq index
+         * 0 is its slice's root and writes the slice's outputs */
+        uint64_t mine = r < T ? share : 0;
+        job->reserve[r] = ws > UINT64_MAX - mine ? UINT64_MAX : ws + mine;
+    }
+    job->run = cp_run;
+    return WF_OK;
+}
 
 wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
-                              uint32_t n_devices, char *err, size_t err_len)
+                              const wf_mesh_t *mesh,
+                              const wf_settings_t *defaults, char *err,
+                              size_t err_len)
 {
     const wf_attention_args_t *a = &job->req.args.attention;
     const wf_tensor_desc_t *q = &job->req.tensors[a->q];
 
+    job->kind = WF_DJOB_ATTENTION;
+    job->mesh = *mesh;
+    job->plan_epoch = mesh->epoch;
     job->scale = a->has_scale ? a->scale : (float)(1.0 / sqrt((double)q->shape[3]));
+    job->rotate_method = a->rotate_method != WF_ROTATE_DEFAULT
+                             ? a->rotate_method
+                             : (wf_rotate_t)defaults->rotate_method;
+    job->convert_to_fp32 = opt(a->convert_to_fp32, defaults->convert_to_fp32);
+    job->ring_anything = opt(a->ring_anything, defaults->ring_anything);
+    job->ulysses_anything = opt(a->ulysses_anything, defaults->ulysses_anything);
+    job->load_balance = opt(a->load_balance, defaults->load_balance);
 
     wf_tensor_desc_t *out = &job->out_desc[0];
     memset(out, 0, sizeof *out);
@@ -76,8 +168,18 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
         return st;
     }
 
+    /* Bytes per head are exact: out and lse have heads as their
+     * second-innermost / innermost dim. */
     int64_t hq = q->shape[2];
-    uint64_t g = n_devices;
+    uint64_t out_per_head = out->nbytes / (uint64_t)hq;
+    uint64_t lse_per_head = a->return_lse ? job->out_desc[1].nbytes / (uint64_t)hq : 0;
+    memset(job->reserve, 0, sizeof job->reserve);
+
+    job->cp = mesh->deg.ring * mesh->deg.ulysses > 1;
+    if (job->cp)
+        return plan_cp(job, ops, out_per_head, lse_per_head, err, err_len);
+
+    uint64_t g = mesh->deg.tp;
     if (a->devices > 0 && a->devices < g)
         g = a->devices;
     if ((uint64_t)hq < g)
@@ -85,10 +187,7 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     job->group_size = (int)g;
 
     /* Memory of rank r: its share of out and lse plus the backend's
-     * workspace for its head range. Bytes per head are exact: out and lse
-     * have heads as their second-innermost / innermost dim. */
-    uint64_t out_per_head = out->nbytes / (uint64_t)hq;
-    uint64_t lse_per_head = a->return_lse ? job->out_desc[1].nbytes / (uint64_t)hq : 0;
+     * workspace for its head range. */
     wf_attn_params_t p;
     base_params(job, &p);
     for (int r = 0; r < job->group_size; r++) {
@@ -99,12 +198,12 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
         /* Saturate: a workspace that overflows can never fit. */
         job->reserve[r] = ws > UINT64_MAX - share ? UINT64_MAX : share + ws;
     }
-    job->run = attention_run;
+    job->run = head_split_run;
     return WF_OK;
 }
 
-static wf_status_t attention_run(wf_djob_t *job, int rank, int group_size,
-                                 wf_worker_t *w)
+static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
+                                  wf_worker_t *w)
 {
     const wf_attention_args_t *a = &job->req.args.attention;
     wf_attn_params_t p;
@@ -121,4 +220,54 @@ static wf_status_t attention_run(wf_djob_t *job, int rank, int group_size,
     if (!ws)
         return WF_E_NO_MEMORY;
     return w->ops->attention(w->ctx, &p, ws);
+}
+
+/* The single call site of the context-parallel module. */
+static wf_status_t cp_step(wf_djob_t *job, int rank, wf_worker_t *w)
+{
+    const wf_attention_args_t *a = &job->req.args.attention;
+    int T = (int)job->mesh.deg.tp;
+    int t = rank % T;
+    bool root = rank / T == 0;
+    wf_cp_job_t cj;
+    cp_job_of(job, t, &cj);
+    if (root) {
+        cj.q = zmq_msg_data(&job->frames[job->req.tensors[a->q].frame]);
+        cj.k = zmq_msg_data(&job->frames[job->req.tensors[a->k].frame]);
+        cj.v = zmq_msg_data(&job->frames[job->req.tensors[a->v].frame]);
+        cj.out = job->out[0];
+        cj.lse = a->return_lse ? (float *)job->out[1] : NULL;
+    }
+    wf_cp_group_t grp = {
+        .seq = w->group[WF_MESH_DIM_SEQ],
+        .ring = w->group[WF_MESH_DIM_RING],
+        .ulysses = w->group[WF_MESH_DIM_ULYSSES],
+        .ring_degree = (int)job->mesh.deg.ring,
+        .ulysses_degree = (int)job->mesh.deg.ulysses,
+    };
+    size_t bytes = wf_cp_attention_workspace(&cj, grp.ring_degree,
+                                             grp.ulysses_degree, w->ops);
+    void *ws = wf_worker_workspace(w, bytes);
+    if (!ws)
+        return WF_E_NO_MEMORY;
+    return wf_cp_attention_run(&cj, &grp, w->ops, w->ctx, ws, bytes);
+}
+
+static wf_status_t cp_run(wf_djob_t *job, int rank, int group_size,
+                          wf_worker_t *w)
+{
+    (void)group_size;
+    wf_status_t st;
+    if (!w->world || w->mesh.epoch != job->epoch ||
+        memcmp(&w->mesh.deg, &job->mesh.deg, sizeof w->mesh.deg) != 0) {
+        /* the scheduler only dispatches between regroups: a bug */
+        st = WF_E_INTERNAL;
+    } else {
+        st = cp_step(job, rank, w);
+    }
+    /* Peers may be inside a collective waiting for this rank: abort the
+     * world so they return WF_E_ABORTED; the daemon rebuilds it. */
+    if (st != WF_OK && w->world)
+        wf_comm_abort(w->world);
+    return st;
 }

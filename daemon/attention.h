@@ -1,30 +1,52 @@
-/* attention.h — the attention op as a gang job: the plan (group size, head
- * split, outputs, memory per rank) made on the main thread at admission,
- * and the step function each rank runs on its worker.
+/* attention.h — the attention op as a gang job on one dp replica of the
+ * mesh: the plan (group size, per-rank memory, outputs, resolved per-job
+ * options) made on the main thread, and the step function each rank runs
+ * on its worker.
  *
- * Heads are split over the g ranks, contiguous and as even as possible
- * (the first Hq % g ranks get one more); each rank reads Q/K/V straight
- * from the received frames (any alignment) and writes its heads into the
- * one shared output buffer. No communication between ranks.
+ * Two shapes of job, chosen by the mesh:
+ *  - ring = ulysses = 1: the query heads are split over g of the replica's
+ *    tp ranks (g = min(tp, the job's `devices` when set, Hq)), contiguous
+ *    and as even as possible (the first Hq % g ranks get one more); each
+ *    rank reads Q/K/V straight from the received frames (any alignment)
+ *    and writes its heads into the one shared output buffer. No
+ *    communication.
+ *  - ring x ulysses > 1 (context parallelism): every rank of the replica;
+ *    each tp slice (ranks with the same tp coordinate) is a context-
+ *    parallel group serving query heads [t*Hq/T, (t+1)*Hq/T) (tp must
+ *    divide Hq) with wf_cp_attention_run over its seq / ring / ulysses
+ *    communicators. The slice's root (seq index 0) reads the frames and
+ *    writes its heads of the outputs. `devices` is not used.
+ * Every check happens in the plan, on the main thread, so a bad job never
+ * reaches a collective; a rank whose step fails after that aborts the
+ * world (the daemon then rebuilds it).
  */
 #ifndef WF_ATTENTION_H
 #define WF_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
+#include "config.h"
 #include "job.h"
+#include "mesh.h"
 
-/* Plan the attention job of a decoded, frame-checked request on a daemon
- * with n_devices devices: sets group_size, reserve[] (output + lse share
- * + workspace of each rank's head range), scale, the output descriptors
- * and run. Returns WF_OK, or an error with a message. */
+/* Plan the attention job of a decoded, frame-checked request for `mesh`
+ * (its epoch goes to job->plan_epoch): resolves the per-job options (the
+ * request's, else the settings' defaults), sets cp, group_size, reserve[]
+ * (output share + workspace of each rank), scale, the output descriptors
+ * and run. Returns WF_OK, or an error with a message: WF_E_BAD_ARGUMENT
+ * (tp does not divide the heads; context parallelism not built) or what
+ * the context-parallel check says (WF_E_BAD_ARGUMENT, WF_E_BAD_SHAPE). */
 wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
-                              uint32_t n_devices, char *err, size_t err_len);
+                              const wf_mesh_t *mesh,
+                              const wf_settings_t *defaults, char *err,
+                              size_t err_len);
 
 /* Query heads [*ret_begin, *ret_end) of `rank` out of `group_size`. */
 void wf_attention_heads(int64_t hq, int rank, int group_size,
                         int64_t *ret_begin, int64_t *ret_end);
+
 
 #endif /* WF_ATTENTION_H */

@@ -6,6 +6,8 @@
  */
 #include "config.h"
 
+#include "mesh.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -19,7 +21,10 @@ typedef enum setting_kind {
     KIND_DEVICES,   /* "cpu:N" -> devices + device_count */
     KIND_U32,       /* uint32_t; K/M/G/T suffixes accepted */
     KIND_U64,       /* uint64_t; K/M/G/T suffixes accepted */
-    KIND_LEVEL      /* uint32_t holding a wf_log_level_t */
+    KIND_LEVEL,     /* uint32_t holding a wf_log_level_t */
+    KIND_MESH,      /* "dp=..,ring=..": mesh text + mesh_deg */
+    KIND_ROTATE,    /* uint32_t holding a wf_rotate_t: allgather | alltoall */
+    KIND_BOOL       /* bool: true/false, yes/no, on/off, 1/0 */
 } setting_kind_t;
 
 typedef struct setting_def {
@@ -60,6 +65,19 @@ static const setting_def_t settings_table[] = {
       "err, warning, notice, info or debug" },
     { "drain_timeout_ms", KIND_U32, OFF(drain_timeout_ms), "30000", 0,
       3600000, true, "at shutdown, how long queued and running jobs may take" },
+    { "mesh", KIND_MESH, OFF(mesh), "", 0, 0, true,
+      "degrees dp,ring,ulysses,tp (e.g. ring=2,ulysses=2), product = devices; "
+      "empty = tp=devices; a change runs a hot reconfiguration" },
+    { "rotate_method", KIND_ROTATE, OFF(rotate_method), "allgather", 0, 0, true,
+      "jobs' default ring K/V movement: allgather or alltoall" },
+    { "convert_to_fp32", KIND_BOOL, OFF(convert_to_fp32), "true", 0, 0, true,
+      "jobs' default: merge ring steps in fp32" },
+    { "ring_anything", KIND_BOOL, OFF(ring_anything), "false", 0, 0, true,
+      "jobs' default: allow sequence lengths not divisible by the shards" },
+    { "ulysses_anything", KIND_BOOL, OFF(ulysses_anything), "false", 0, 0, true,
+      "jobs' default: allow heads / lengths not divisible by ulysses" },
+    { "load_balance", KIND_BOOL, OFF(load_balance), "true", 0, 0, true,
+      "jobs' default: zigzag sharding of causal ring attention" },
 };
 
 #define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
@@ -188,6 +206,46 @@ static bool parse_value(const setting_def_t *d, const char *value,
         memcpy(field, &u, sizeof u);
         return true;
     }
+    case KIND_MESH: {
+        wf_mesh_degrees_t deg;
+        if (strlen(value) >= WF_SETTINGS_MESH_MAX) {
+            snprintf(why, why_len, "longer than %d bytes", WF_SETTINGS_MESH_MAX - 1);
+            return false;
+        }
+        if (wf_mesh_parse(value, &deg, why, why_len) != WF_OK)
+            return false;
+        snprintf(s->mesh, sizeof s->mesh, "%s", value);
+        s->mesh_deg = deg;     /* checked against the devices at the end */
+        return true;
+    }
+    case KIND_ROTATE: {
+        uint32_t u;
+        if (strcmp(value, "allgather") == 0) {
+            u = WF_ROTATE_ALLGATHER;
+        } else if (strcmp(value, "alltoall") == 0) {
+            u = WF_ROTATE_ALLTOALL;
+        } else {
+            snprintf(why, why_len, "expected allgather or alltoall");
+            return false;
+        }
+        memcpy(field, &u, sizeof u);
+        return true;
+    }
+    case KIND_BOOL: {
+        bool b;
+        if (!strcasecmp(value, "true") || !strcasecmp(value, "yes") ||
+            !strcasecmp(value, "on") || !strcmp(value, "1")) {
+            b = true;
+        } else if (!strcasecmp(value, "false") || !strcasecmp(value, "no") ||
+                   !strcasecmp(value, "off") || !strcmp(value, "0")) {
+            b = false;
+        } else {
+            snprintf(why, why_len, "expected true or false");
+            return false;
+        }
+        memcpy(field, &b, sizeof b);
+        return true;
+    }
     case KIND_U32:
     case KIND_U64: {
         uint64_t v;
@@ -212,17 +270,36 @@ static bool parse_value(const setting_def_t *d, const char *value,
     return false;
 }
 
+/* The mesh against the device count: "" is tp = devices (today's head
+ * split over every device); otherwise the product must match. */
+static bool resolve_mesh(wf_settings_t *s, char *why, size_t why_len)
+{
+    if (s->mesh[0] == '\0' || wf_mesh_parse(s->mesh, &s->mesh_deg, NULL, 0) != WF_OK)
+        s->mesh_deg = (wf_mesh_degrees_t){ 1, 1, 1, s->device_count };
+    if (s->mesh[0] == '\0')
+        return true;
+    wf_mesh_t m;
+    if (wf_mesh_init(&m, &s->mesh_deg, (int)s->device_count, why, why_len) != WF_OK) {
+        size_t n = strlen(why);
+        if (n + 1 < why_len)
+            snprintf(why + n, why_len - n, " (devices = %s)", s->devices);
+        return false;
+    }
+    return true;
+}
+
 void wf_settings_default(wf_settings_t *ret)
 {
     memset(ret, 0, sizeof *ret);
     wf_limits_default(&ret->limits);
-    char why[128];
+    char why[256];
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const setting_def_t *d = &settings_table[i];
         /* A default that does not parse is a bug in the table. */
         if (d->def && !parse_value(d, d->def, ret, why, sizeof why))
             abort();
     }
+    resolve_mesh(ret, why, sizeof why);
 }
 
 static char *trim(char *s)
@@ -235,7 +312,8 @@ static char *trim(char *s)
     return s;
 }
 
-static wf_status_t read_file(const char *path, wf_settings_t *s, char *err,
+static wf_status_t read_file(const char *path, wf_settings_t *s,
+                             char *mesh_src, size_t mesh_src_len, char *err,
                              size_t err_len)
 {
     FILE *f = fopen(path, "re");
@@ -278,13 +356,15 @@ static wf_status_t read_file(const char *path, wf_settings_t *s, char *err,
             st = WF_E_INVALID;
             break;
         }
-        char why[160];
+        char why[256];
         if (!parse_value(d, value, s, why, sizeof why)) {
             set_err(err, err_len, "%s:%u: %s = '%s': %s", path, lineno, d->name,
                     value, why);
             st = WF_E_INVALID;
             break;
         }
+        if (d->kind == KIND_MESH)
+            snprintf(mesh_src, mesh_src_len, "%s:%u", path, lineno);
     }
     if (st == WF_OK && ferror(f)) {
         set_err(err, err_len, "%s: read error", path);
@@ -320,16 +400,18 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
 {
     wf_settings_t s;
     wf_settings_default(&s);
+    char mesh_src[160] = "default";
 
     const char *file = cli->config_file ? cli->config_file
                                         : env_get(envp, "WEFT_CONFIG");
     if (file && *file) {
-        wf_status_t st = read_file(file, &s, err, err_len);
+        wf_status_t st = read_file(file, &s, mesh_src, sizeof mesh_src, err,
+                                   err_len);
         if (st != WF_OK)
             return st;
     }
 
-    char why[160];
+    char why[256];
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const setting_def_t *d = &settings_table[i];
         char name[64];
@@ -339,6 +421,8 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
             set_err(err, err_len, "environment %s='%s': %s", name, v, why);
             return WF_E_INVALID;
         }
+        if (v && d->kind == KIND_MESH)
+            snprintf(mesh_src, sizeof mesh_src, "environment %s", name);
     }
 
     for (size_t i = 0; i < cli->n_sets; i++) {
@@ -354,6 +438,12 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
                     d ? why : "unknown setting");
             return WF_E_INVALID;
         }
+        if (d->kind == KIND_MESH)
+            snprintf(mesh_src, sizeof mesh_src, "--mesh");
+    }
+    if (!resolve_mesh(&s, why, sizeof why)) {
+        set_err(err, err_len, "%s: mesh = '%s': %s", mesh_src, s.mesh, why);
+        return WF_E_INVALID;
     }
     *ret = s;
     return WF_OK;
@@ -431,6 +521,13 @@ static bool field_equal(const setting_def_t *d, const wf_settings_t *a,
         return memcmp(fa, fb, sizeof(uint32_t)) == 0;
     case KIND_U64:
         return memcmp(fa, fb, sizeof(uint64_t)) == 0;
+    case KIND_MESH:
+        /* "" and "tp=N" on N devices are the same mesh */
+        return memcmp(&a->mesh_deg, &b->mesh_deg, sizeof a->mesh_deg) == 0;
+    case KIND_ROTATE:
+        return memcmp(fa, fb, sizeof(uint32_t)) == 0;
+    case KIND_BOOL:
+        return memcmp(fa, fb, sizeof(bool)) == 0;
     }
     return true;
 }
@@ -455,6 +552,16 @@ static void field_copy(const setting_def_t *d, wf_settings_t *dst,
         break;
     case KIND_U64:
         memcpy(fd, fs, sizeof(uint64_t));
+        break;
+    case KIND_MESH:
+        memcpy(dst->mesh, src->mesh, sizeof dst->mesh);
+        dst->mesh_deg = src->mesh_deg;
+        break;
+    case KIND_ROTATE:
+        memcpy(fd, fs, sizeof(uint32_t));
+        break;
+    case KIND_BOOL:
+        memcpy(fd, fs, sizeof(bool));
         break;
     }
 }
@@ -504,6 +611,19 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
         memcpy(&u64, f, sizeof u64);
         snprintf(buf, len, "%" PRIu64, u64);
         return;
+    case KIND_MESH:
+        snprintf(buf, len, "%s", s->mesh[0] ? s->mesh : "\"\" (tp=devices)");
+        return;
+    case KIND_ROTATE:
+        memcpy(&u32, f, sizeof u32);
+        snprintf(buf, len, "%s", u32 == WF_ROTATE_ALLTOALL ? "alltoall" : "allgather");
+        return;
+    case KIND_BOOL: {
+        bool b;
+        memcpy(&b, f, sizeof b);
+        snprintf(buf, len, "%s", b ? "true" : "false");
+        return;
+    }
     }
 }
 

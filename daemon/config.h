@@ -19,6 +19,7 @@
 
 #define WF_SETTINGS_MAX_DEVICES 64      /* == WF_STATUS_MAX_DEVICES */
 #define WF_SETTINGS_ENDPOINT_MAX 256    /* listen endpoint, with the NUL */
+#define WF_SETTINGS_MESH_MAX 96         /* mesh text, with the NUL */
 
 /* Every setting, resolved. */
 typedef struct wf_settings {
@@ -30,6 +31,13 @@ typedef struct wf_settings {
     uint64_t cpu_memory;         /* bytes per CPU device; 0 = RAM / devices */
     uint32_t log_level;          /* a wf_log_level_t */
     uint32_t drain_timeout_ms;   /* bound on finishing jobs at shutdown */
+    char mesh[WF_SETTINGS_MESH_MAX]; /* "ring=2,ulysses=2" as given; "" = tp=devices */
+    wf_mesh_degrees_t mesh_deg;  /* resolved and validated against device_count */
+    uint32_t rotate_method;      /* per-job default, a wf_rotate_t (never DEFAULT) */
+    bool convert_to_fp32;        /* per-job default: merge ring steps in f32 */
+    bool ring_anything;          /* per-job default: any S under ring */
+    bool ulysses_anything;       /* per-job default: any S / heads under ulysses */
+    bool load_balance;           /* per-job default: zigzag causal ring sharding */
 } wf_settings_t;
 
 /* Command-line flags that are not settings, plus the setting flags in the
@@ -54,18 +62,24 @@ typedef struct wf_cli {
 wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli,
                          char *err, size_t err_len);
 
-/* The built-in defaults. */
+/* The built-in defaults (mesh_deg: tp = device_count of the default
+ * devices). */
 void wf_settings_default(wf_settings_t *ret);
 
 /* Resolve every setting: defaults, then the config file (cli->config_file,
  * else WEFT_CONFIG from envp, else none), then WEFT_<NAME> variables from
  * envp (a NULL-terminated "K=V" array, usually environ), then the flags.
+ * Last, the mesh is resolved against the device count ("" means tp =
+ * devices: today's head split) and validated: degrees >= 1 and their
+ * product = the device count (the message names both numbers).
  * On error *ret is untouched and err names the source (file:line,
  * variable, flag) and the problem. */
 wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
                             wf_settings_t *ret, char *err, size_t err_len);
 
 /* SIGHUP: copy into *cur the reloadable settings in which `next` differs.
+ * `mesh` is copied like the others (text and degrees); the caller compares
+ * cur->mesh_deg before and after to start a hot reconfiguration.
  * Names of the non-reloadable settings that differ (they need a restart
  * and are ignored) are stored in ret_restart (up to max, static strings)
  * and counted in *ret_n_restart. Returns the number of reloadable settings

@@ -36,7 +36,9 @@ void wf_djob_rank_done(wf_djob_t *job, wf_status_t st)
 {
     if (st != WF_OK) {
         int expected = WF_OK;
-        atomic_compare_exchange_strong(&job->status, &expected, (int)st);
+        if (!atomic_compare_exchange_strong(&job->status, &expected, (int)st) &&
+            expected == WF_E_ABORTED && st != WF_E_ABORTED)
+            atomic_compare_exchange_strong(&job->status, &expected, (int)st);
     }
     /* acq_rel: the last rank sees every other rank's writes to the
      * outputs before it hands the job to the main thread. */

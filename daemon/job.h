@@ -26,7 +26,9 @@
 #include <stdint.h>
 #include <zmq.h>
 
+#include "comm_host.h"
 #include "config.h"
+#include "mesh.h"
 #include "proto.h"
 
 typedef struct wf_worker wf_worker_t;
@@ -38,6 +40,12 @@ typedef wf_status_t (*wf_djob_run_fn)(wf_djob_t *job, int rank, int group_size,
                                       wf_worker_t *w);
 
 #define WF_DJOB_MAX_OUTPUTS 2
+
+/* What a job does. */
+typedef enum wf_djob_kind {
+    WF_DJOB_ATTENTION = 0,  /* a client's attention request */
+    WF_DJOB_REGROUP = 1     /* every worker (re)builds its communicators */
+} wf_djob_kind_t;
 
 /* One entry of a worker's FIFO: (job, rank). Lives inside the job. */
 typedef struct wf_task {
@@ -62,9 +70,12 @@ struct wf_djob {
     zmq_msg_t frames[WF_PROTO_MAX_TENSORS]; /* tensor frames as received */
     uint32_t n_frames;         /* frames[] entries initialised */
 
+    wf_djob_kind_t kind;       /* attention or regroup */
+
     /* scheduling (main thread) */
     uint64_t seq;              /* global sequence number, in admission order */
-    uint64_t epoch;            /* mesh epoch it runs under */
+    uint64_t epoch;            /* mesh epoch it runs under (set at dispatch) */
+    uint32_t replica;          /* dp replica it runs on (set at dispatch) */
     wf_djob_run_fn run;        /* step function of every rank */
     int group_size;            /* g: ranks of the gang */
     uint32_t device[WF_SETTINGS_MAX_DEVICES];  /* device of each rank */
@@ -72,7 +83,18 @@ struct wf_djob {
     wf_task_t task[WF_SETTINGS_MAX_DEVICES];   /* FIFO entry of each rank */
     wf_djob_t *next;           /* scheduler queue / completion box link */
 
-    /* op-specific plan, filled at admission */
+    /* op-specific plan, filled at admission and again at dispatch when the
+     * mesh changed in between (plan_epoch != the mesh's epoch) */
+    uint64_t plan_epoch;       /* epoch of the mesh the plan was made for */
+    wf_mesh_t mesh;            /* that mesh (regroup: the mesh to split for) */
+    bool cp;                   /* attention: context parallel (ring x ulysses > 1) */
+    wf_rotate_t rotate_method; /* attention: resolved per-job options */
+    bool convert_to_fp32;      /*   (job's value, else the daemon's setting) */
+    bool ring_anything;
+    bool ulysses_anything;
+    bool load_balance;
+    wf_comm_host_world_t *world; /* regroup: take handles on this new world
+                                    (borrowed; NULL: keep the current one) */
     float scale;               /* attention: resolved softmax scale */
     uint32_t n_outputs;        /* output tensors of the reply */
     wf_tensor_desc_t out_desc[WF_DJOB_MAX_OUTPUTS]; /* their descriptors */
@@ -80,7 +102,9 @@ struct wf_djob {
 
     /* completion (workers, then main) */
     atomic_int remaining;      /* ranks not finished */
-    atomic_int status;         /* first error of any rank (WF_OK if none) */
+    atomic_int status;         /* first error of any rank (WF_OK if none); an
+                                  error beats WF_E_ABORTED (its consequence) */
+    char err[WF_PROTO_ERROR_MAX]; /* message when failed before running */
     wf_done_box_t *done;       /* where the last rank reports */
     uint64_t t_recv_us;        /* received (monotonic) */
     uint64_t t_dispatch_us;    /* handed to the workers */
@@ -96,8 +120,10 @@ wf_djob_t *wf_djob_new(void);
 void wf_djob_free(wf_djob_t **job);
 
 /* Called by the worker of `rank` when its step returned st: records the
- * first error, and the last rank stamps t_done and pushes the job to its
- * done box. The job must not be touched by that worker afterwards. */
+ * first error (a later error replaces WF_E_ABORTED: the rank that failed
+ * names the cause, the others only saw the abort), and the last rank
+ * stamps t_done and pushes the job to its done box. The job must not be
+ * touched by that worker afterwards. */
 void wf_djob_rank_done(wf_djob_t *job, wf_status_t st);
 
 /* Set up / tear down a done box (creates / closes its eventfd). */

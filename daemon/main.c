@@ -35,8 +35,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cli.check_config) {
-        printf("weftd: configuration OK (listen %s, devices %s)\n",
-               settings.listen, settings.devices);
+        printf("weftd: configuration OK (listen %s, devices %s, mesh dp=%u,"
+               "ring=%u,ulysses=%u,tp=%u)\n", settings.listen, settings.devices,
+               settings.mesh_deg.dp, settings.mesh_deg.ring,
+               settings.mesh_deg.ulysses, settings.mesh_deg.tp);
         return 0;
     }
 

@@ -1,5 +1,5 @@
-/* scheduler.c — job queue, memory admission, gang dispatch (see
- * scheduler.h). */
+/* scheduler.c — job queue, memory admission, dispatch onto dp replicas
+ * (see scheduler.h). */
 #include "scheduler.h"
 
 #include <inttypes.h>
@@ -8,12 +8,13 @@
 #include <string.h>
 
 void wf_sched_init(wf_sched_t *s, wf_worker_t *workers, uint32_t n_devices,
-                   uint32_t capacity, wf_log_t *log)
+                   uint32_t capacity, const wf_mesh_t *mesh, wf_log_t *log)
 {
     memset(s, 0, sizeof *s);
     s->workers = workers;
     s->n_devices = n_devices;
     s->capacity = capacity;
+    s->mesh = *mesh;
     s->log = log;
 }
 
@@ -26,28 +27,38 @@ static uint64_t max_reserve(const wf_djob_t *job)
     return m;
 }
 
-wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
-                           size_t err_len)
+/* Could the job ever fit? Its ranks go to distinct devices of one
+ * replica; the largest share must fit in the largest device (CPU devices
+ * are all alike). */
+static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
+                             size_t err_len)
 {
-    /* Could it ever fit? Ranks go to distinct devices; the largest share
-     * must fit in the largest device (CPU devices are all alike). */
     uint64_t biggest = 0;
     for (uint32_t d = 0; d < s->n_devices; d++)
         if (s->workers[d].memory_total > biggest)
             biggest = s->workers[d].memory_total;
     uint64_t need = max_reserve(job);
-    if ((uint32_t)job->group_size > s->n_devices || need > biggest) {
+    uint32_t replica = s->n_devices / s->mesh.deg.dp;
+    if ((uint32_t)job->group_size > replica || need > biggest) {
         snprintf(err, err_len, "job needs %" PRIu64 " bytes on each of %d "
                  "device(s); a device has %" PRIu64, need, job->group_size,
                  biggest);
         return WF_E_NO_MEMORY;
     }
+    return WF_OK;
+}
+
+wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
+                           size_t err_len)
+{
+    wf_status_t st = check_fit(s, job, err, err_len);
+    if (st != WF_OK)
+        return st;
     if (s->depth >= s->capacity) {
         snprintf(err, err_len, "job queue is full (%u jobs waiting)", s->depth);
         return WF_E_QUEUE_FULL;
     }
     job->seq = s->next_seq++;
-    job->epoch = s->epoch;
     job->next = NULL;
     if (s->tail)
         s->tail->next = job;
@@ -58,18 +69,42 @@ wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
     return WF_OK;
 }
 
-/* Pick job->group_size idle devices with room for the reservations, in
- * device order; false when the head must wait. */
-static bool pick_devices(wf_sched_t *s, wf_djob_t *job)
+void wf_sched_replan(wf_sched_t *s, wf_sched_plan_fn plan, void *arg,
+                     wf_djob_t **ret_failed)
 {
-    /* Idle devices, most free memory first, so the big ranks (rank 0.. get
-     * the extra head of an uneven split) land where room is. */
-    uint32_t cand[WF_SETTINGS_MAX_DEVICES], n = 0;
-    for (uint32_t d = 0; d < s->n_devices; d++)
-        if (s->tasks[d] == 0)
-            cand[n++] = d;
-    if (n < (uint32_t)job->group_size)
-        return false;
+    wf_djob_t *failed = NULL, **failed_tail = &failed;
+    wf_djob_t **link = &s->head, *prev = NULL;
+    while (*link) {
+        wf_djob_t *job = *link;
+        wf_status_t st = WF_OK;
+        if (job->plan_epoch != s->mesh.epoch) {
+            st = plan(job, &s->mesh, arg);
+            if (st == WF_OK)
+                st = check_fit(s, job, job->err, sizeof job->err);
+        }
+        if (st == WF_OK) {
+            prev = job;
+            link = &job->next;
+            continue;
+        }
+        *link = job->next;          /* unlink; keep order of the rest */
+        s->depth--;
+        if (s->tail == job)
+            s->tail = prev;
+        atomic_store(&job->status, (int)st);
+        job->next = NULL;
+        *failed_tail = job;
+        failed_tail = &job->next;
+        s->failed++;
+    }
+    *ret_failed = failed;
+}
+
+/* Put the candidates cand[0..n) in order of free memory, most first, so
+ * the big ranks (rank 0.. get the extra head of an uneven split) land
+ * where room is. */
+static void sort_by_free(const wf_sched_t *s, uint32_t *cand, uint32_t n)
+{
     for (uint32_t i = 1; i < n; i++) {      /* insertion sort: n <= 64 */
         uint32_t c = cand[i], j = i;
         uint64_t fc = s->workers[c].memory_total - s->used[c];
@@ -79,23 +114,73 @@ static bool pick_devices(wf_sched_t *s, wf_djob_t *job)
         }
         cand[j] = c;
     }
-    /* The first g candidates, back in device order for the ranks. */
+}
+
+/* Give the job its devices on replica `rep`; false when they are not all
+ * idle with room. */
+static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
+{
+    uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n;
     uint32_t g = (uint32_t)job->group_size;
-    for (uint32_t i = 1; i < g; i++) {
-        uint32_t c = cand[i], j = i;
-        while (j > 0 && cand[j - 1] > c) {
-            cand[j] = cand[j - 1];
-            j--;
+    uint32_t cand[WF_SETTINGS_MAX_DEVICES], nc = 0;
+    if (job->cp) {
+        /* every rank of the replica: job rank r is replica rank r, whose
+         * communicators match the mesh coordinates of device base + r */
+        for (uint32_t r = 0; r < g; r++)
+            cand[r] = base + r;
+        nc = g;
+    } else {
+        for (uint32_t d = base; d < base + n; d++)
+            if (s->tasks[d] == 0)
+                cand[nc++] = d;
+        if (nc < g)
+            return false;
+        sort_by_free(s, cand, nc);
+        /* the first g candidates, back in device order for the ranks */
+        for (uint32_t i = 1; i < g; i++) {
+            uint32_t c = cand[i], j = i;
+            while (j > 0 && cand[j - 1] > c) {
+                cand[j] = cand[j - 1];
+                j--;
+            }
+            cand[j] = c;
         }
-        cand[j] = c;
     }
     for (uint32_t r = 0; r < g; r++) {
         uint32_t d = cand[r];
-        if (job->reserve[r] > s->workers[d].memory_total - s->used[d])
+        if (s->tasks[d] != 0 ||
+            job->reserve[r] > s->workers[d].memory_total - s->used[d])
             return false;
-        job->device[r] = d;
     }
+    for (uint32_t r = 0; r < g; r++)
+        job->device[r] = cand[r];
+    job->replica = rep;
     return true;
+}
+
+/* Try the replicas, fewest jobs in flight first, ties in round-robin
+ * order from next_replica; false when the head must wait. */
+static bool pick_devices(wf_sched_t *s, wf_djob_t *job)
+{
+    uint32_t dp = s->mesh.deg.dp;
+    uint32_t order[WF_SETTINGS_MAX_DEVICES];
+    for (uint32_t i = 0; i < dp; i++)
+        order[i] = (s->next_replica + i) % dp;
+    for (uint32_t i = 1; i < dp; i++) {     /* stable insertion sort by load */
+        uint32_t c = order[i], j = i;
+        while (j > 0 && s->replica_jobs[order[j - 1]] > s->replica_jobs[c]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = c;
+    }
+    for (uint32_t i = 0; i < dp; i++) {
+        if (pick_on_replica(s, job, order[i])) {
+            s->next_replica = (order[i] + 1) % dp;
+            return true;
+        }
+    }
+    return false;
 }
 
 static bool alloc_outputs(wf_djob_t *job)
@@ -114,7 +199,7 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
 {
     size_t dispatched = 0;
     wf_djob_t *failed = NULL, **failed_tail = &failed;
-    while (s->head && pick_devices(s, s->head)) {
+    while (!s->paused && s->head && pick_devices(s, s->head)) {
         wf_djob_t *job = s->head;
         s->head = job->next;
         if (!s->head)
@@ -131,16 +216,19 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
             continue;
         }
         job->t_dispatch_us = now_us;
+        job->epoch = s->mesh.epoch;
         atomic_store(&job->remaining, job->group_size);
         for (int r = 0; r < job->group_size; r++) {
             uint32_t d = job->device[r];
             s->used[d] += job->reserve[r];
             s->tasks[d]++;
         }
+        s->replica_jobs[job->replica]++;
         s->in_flight++;
         wf_log(s->log, WF_LOG_DEBUG, "job %" PRIu64 " (seq %" PRIu64 ") on %d "
-               "device(s) from %s", job->req.id, job->seq, job->group_size,
-               s->workers[job->device[0]].name);
+               "device(s) from %s, replica %u, epoch %" PRIu64, job->req.id,
+               job->seq, job->group_size, s->workers[job->device[0]].name,
+               job->replica, job->epoch);
         /* Workers may finish the job while this loop submits, but only the
          * main thread frees it (after wf_sched_complete), so it stays valid. */
         for (int r = 0; r < job->group_size; r++) {
@@ -162,6 +250,7 @@ void wf_sched_complete(wf_sched_t *s, const wf_djob_t *job)
         s->used[d] -= job->reserve[r];
         s->tasks[d]--;
     }
+    s->replica_jobs[job->replica]--;
     s->in_flight--;
     if (atomic_load(&job->status) == WF_OK)
         s->served++;

@@ -1,14 +1,25 @@
 /* scheduler.h — the bounded job queue, memory admission and gang dispatch.
  *
- * Main thread only. A job is admitted (sequence number, epoch) when the
- * queue has room and its per-rank memory could ever fit on the devices;
+ * Main thread only. A job is admitted (sequence number) when the queue
+ * has room and its per-rank memory could ever fit on the devices;
  * otherwise it is refused at once (WF_E_QUEUE_FULL, WF_E_NO_MEMORY).
- * Dispatch takes jobs strictly in sequence order: the head job waits until
- * g devices are idle and each has room for its rank's reservation, then it
- * gets its output buffers and is queued on those g workers, rank order =
- * device order. One gang task per device at a time keeps the queue the
- * place where jobs wait (so queue_capacity means something) and keeps
- * every worker's FIFO in the same relative order.
+ *
+ * The devices form the mesh (mesh.h); device index = global rank. A job
+ * runs on one dp replica: the ranks sharing a dp coordinate, which are
+ * consecutive (dp is the outermost dim). Replicas serve different jobs at
+ * once. Dispatch takes jobs strictly in sequence order: the head job goes
+ * to a replica where its g ranks are idle and have room for their
+ * reservations (the replica with the fewest jobs in flight, round-robin
+ * on ties), gets its output buffers and its epoch (the mesh's, now), and
+ * is queued on those workers. A context-parallel job takes every rank of
+ * the replica, job rank = rank inside the replica; a head-split job takes
+ * g idle ranks of the replica, rank order = device order. One gang task
+ * per device at a time keeps the queue the place where jobs wait (so
+ * queue_capacity means something) and keeps every worker's FIFO in the
+ * same relative order.
+ *
+ * While `paused` (a reconfiguration) nothing is dispatched; jobs queued
+ * meanwhile wait and are re-planned for the new mesh (wf_sched_replan).
  */
 #ifndef WF_SCHEDULER_H
 #define WF_SCHEDULER_H
@@ -26,18 +37,34 @@ typedef struct wf_sched {
     uint32_t n_devices;          /* entries of workers[] */
     uint64_t used[WF_SETTINGS_MAX_DEVICES];   /* bytes reserved per device */
     uint32_t tasks[WF_SETTINGS_MAX_DEVICES];  /* gang tasks outstanding per device */
+    uint32_t replica_jobs[WF_SETTINGS_MAX_DEVICES]; /* jobs in flight per dp replica */
+    uint32_t next_replica;       /* round-robin start among equally loaded replicas */
+    wf_mesh_t mesh;              /* the mesh in force, with its epoch */
+    bool paused;                 /* reconfiguring: dispatch nothing */
     wf_djob_t *head, *tail;      /* admitted, not dispatched, in sequence order */
     uint32_t depth;              /* jobs in the queue */
     uint32_t capacity;           /* bound on depth (reloadable) */
     uint32_t in_flight;          /* dispatched, not completed */
     uint64_t next_seq;           /* sequence number of the next admitted job */
-    uint64_t epoch;              /* mesh epoch (0 until meshes exist) */
     uint64_t served, failed;     /* completed jobs by outcome */
     wf_log_t *log;               /* borrowed */
 } wf_sched_t;
 
+/* `mesh` must be valid for n_devices (its epoch is kept). */
 void wf_sched_init(wf_sched_t *s, wf_worker_t *workers, uint32_t n_devices,
-                   uint32_t capacity, wf_log_t *log);
+                   uint32_t capacity, const wf_mesh_t *mesh, wf_log_t *log);
+
+/* Plan (or re-plan) a job for a mesh: sets cp, group_size, reserve[],
+ * plan_epoch... Returns WF_OK or an error with a message in job->err. */
+typedef wf_status_t (*wf_sched_plan_fn)(wf_djob_t *job, const wf_mesh_t *mesh,
+                                        void *arg);
+
+/* Re-plan every queued job whose plan is for another epoch than s->mesh's
+ * (after a reconfiguration). Jobs the new mesh refuses, or that can never
+ * fit, leave the queue with their status set and go to *ret_failed (a
+ * list linked by ->next) for the caller to answer. */
+void wf_sched_replan(wf_sched_t *s, wf_sched_plan_fn plan, void *arg,
+                     wf_djob_t **ret_failed);
 
 /* Admit a planned job (group_size, reserve[], n_outputs set): WF_OK and
  * the queue takes ownership, or WF_E_QUEUE_FULL / WF_E_NO_MEMORY with a
@@ -45,7 +72,7 @@ void wf_sched_init(wf_sched_t *s, wf_worker_t *workers, uint32_t n_devices,
 wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
                            size_t err_len);
 
-/* Dispatch queued jobs while the head fits. Jobs whose outputs cannot be
+/* Dispatch queued jobs while the head fits (nothing while paused). Jobs whose outputs cannot be
  * allocated are failed: they go to *ret_failed (a list linked by ->next,
  * status set) for the caller to answer. Returns the number dispatched. */
 size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed);

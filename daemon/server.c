@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,9 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "comm_host.h"
 #include "job.h"
+#include "mesh.h"
 #include "notify.h"
 #include "scheduler.h"
 #include "worker.h"
@@ -44,7 +47,25 @@ struct wf_server {
     wf_done_box_t done;          /* finished jobs from the workers */
     wf_worker_t workers[WF_SETTINGS_MAX_DEVICES]; /* one per device */
     uint32_t n_workers;          /* workers started */
-    wf_sched_t sched;            /* queue, admission, dispatch */
+    wf_sched_t sched;            /* queue, admission, dispatch; the mesh in force */
+    wf_comm_host_world_t *world; /* our reference on the workers' comm world */
+    bool workers_stopped;        /* finish_drain stopped them: submit nothing */
+    struct {                     /* the hot reconfiguration that runs, if any */
+        bool active;             /* validated, dispatch paused */
+        bool regrouping;         /* drained; its regroup job is on the workers */
+        bool new_world;          /* regroup on a new world (the old was aborted) */
+        wf_mesh_t target;        /* mesh it installs, epoch = old + 1 */
+        wf_mesh_degrees_t from;  /* mesh it replaces, for the log */
+        const char *why;         /* "request", "SIGHUP", "abort recovery" (static) */
+        bool notify;             /* READY=1 at the end (RELOADING=1 was sent) */
+        bool has_client;         /* a reconfigure request waits for the reply */
+        zmq_msg_t identity;      /* its ROUTER identity (when has_client) */
+        bool delim;              /* it sent an empty delimiter */
+        uint64_t id;             /* its id */
+        uint64_t t_start_us;     /* validated */
+        uint64_t t_drained_us;   /* in-flight jobs done, regroup submitted */
+        unsigned failures;       /* consecutive failed regroups */
+    } reconf;
     uint64_t rejected;           /* requests refused before queueing */
     bool stopping;               /* draining: no new jobs */
     uint64_t drain_deadline_us;  /* when draining gives up */
@@ -92,6 +113,77 @@ static void set_max_msg_size(wf_server_t *srv)
                zmq_strerror(zmq_errno()));
 }
 
+/* A regroup job for every worker: split the world (a new one when
+ * `world` is set) into the groups of `mesh`. NULL when out of memory. */
+static wf_djob_t *regroup_job_new(wf_server_t *srv, const wf_mesh_t *mesh,
+                                  wf_comm_host_world_t *world)
+{
+    wf_djob_t *job = wf_djob_new();
+    if (!job)
+        return NULL;
+    job->kind = WF_DJOB_REGROUP;
+    job->mesh = *mesh;
+    job->plan_epoch = mesh->epoch;
+    job->epoch = mesh->epoch;
+    job->world = world;
+    job->run = wf_worker_regroup_run;
+    job->group_size = (int)srv->n_workers;
+    job->done = &srv->done;
+    atomic_store(&job->remaining, job->group_size);
+    for (int r = 0; r < job->group_size; r++) {
+        job->device[r] = (uint32_t)r;       /* rank = device index */
+        job->task[r].job = job;
+        job->task[r].rank = r;
+    }
+    return job;
+}
+
+static void regroup_submit(wf_server_t *srv, wf_djob_t *job)
+{
+    job->t_dispatch_us = wf_now_usec();
+    for (int r = 0; r < job->group_size; r++)
+        wf_worker_submit(&srv->workers[r], &job->task[r]);
+}
+
+/* Build the world and the groups of the initial mesh before serving:
+ * waits (on the completion eventfd) for the regroup job. */
+static wf_status_t regroup_at_start(wf_server_t *srv)
+{
+    wf_status_t st = wf_comm_host_world_new((int)srv->n_workers, &srv->world);
+    if (st != WF_OK) {
+        wf_log(srv->log, WF_LOG_ERR, "comm world: %s", wf_status_str(st));
+        return st;
+    }
+    wf_djob_t *job = regroup_job_new(srv, &srv->sched.mesh, srv->world);
+    if (!job) {
+        wf_log(srv->log, WF_LOG_ERR, "out of memory");
+        return WF_E_INTERNAL;
+    }
+    regroup_submit(srv, job);
+    /* Nothing else runs yet: the box receives this job only. */
+    wf_djob_t *got = NULL;
+    while (!got) {
+        struct pollfd p = { .fd = srv->done.efd, .events = POLLIN };
+        int rc = poll(&p, 1, 60000);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            /* The job stays with the workers; leak it rather than free
+             * what they may still touch. */
+            wf_log(srv->log, WF_LOG_ERR, "communicators: regroup at start-up "
+                   "did not finish within 60 s");
+            return WF_E_INTERNAL;
+        }
+        got = wf_done_box_take(&srv->done);
+    }
+    st = (wf_status_t)atomic_load(&got->status);
+    wf_djob_free(&got);
+    if (st != WF_OK)
+        wf_log(srv->log, WF_LOG_ERR, "communicators: regroup failed: %s",
+               wf_status_str(st));
+    return st;
+}
+
 wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                           char *const *envp, wf_log_t *log,
                           wf_server_t **ret_srv)
@@ -107,6 +199,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->log = log;
     srv->sigfd = -1;
     srv->done.efd = -1;
+    zmq_msg_init(&srv->reconf.identity);
     srv->ops = wf_backend_cpu();
     srv->t_start_us = wf_now_usec();
     wf_notify_init(&srv->notify);
@@ -142,6 +235,13 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         goto fail;
     }
 
+    wf_mesh_t mesh;
+    char merr[256];
+    if (wf_mesh_init(&mesh, &settings->mesh_deg, (int)settings->device_count,
+                     merr, sizeof merr) != WF_OK) {
+        wf_log(log, WF_LOG_ERR, "mesh: %s", merr);
+        goto fail;
+    }
     uint64_t budget = device_budget(settings);
     for (uint32_t d = 0; d < settings->device_count; d++) {
         wf_status_t st = wf_worker_start(&srv->workers[d], d, srv->ops, budget,
@@ -151,7 +251,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             goto fail;
     }
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
-                  settings->queue_capacity, log);
+                  settings->queue_capacity, &mesh, log);
+    if (regroup_at_start(srv) != WF_OK)
+        goto fail;
 
     srv->zctx = zmq_ctx_new();
     if (!srv->zctx) {
@@ -193,6 +295,8 @@ void wf_server_destroy(wf_server_t **psrv)
      * are no longer wanted here (wf_server_run already drained). */
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
+    wf_comm_host_world_unref(&srv->world);  /* workers dropped their handles */
+    zmq_msg_close(&srv->reconf.identity);
     if (srv->done.efd >= 0) {
         wf_djob_t *j = wf_done_box_take(&srv->done);
         while (j) {
@@ -287,7 +391,7 @@ static void send_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
     rep->id = id;
     rep->op = op;
     rep->status = st;
-    rep->epoch = srv->sched.epoch;
+    rep->epoch = srv->sched.mesh.epoch;
     snprintf(rep->error, sizeof rep->error, "%s", msg && *msg ? msg : wf_status_str(st));
     send_reply(srv, identity, delim, rep, NULL);
 }
@@ -296,8 +400,11 @@ static void reply_job(wf_server_t *srv, wf_djob_t *job)
 {
     wf_status_t st = (wf_status_t)atomic_load(&job->status);
     if (st != WF_OK) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "job failed on a device: %s", wf_status_str(st));
+        char msg[WF_PROTO_ERROR_MAX];
+        if (job->err[0])
+            snprintf(msg, sizeof msg, "%s", job->err);
+        else
+            snprintf(msg, sizeof msg, "job failed on a device: %s", wf_status_str(st));
         send_error(srv, &job->identity, job->has_delim, job->req.id, job->req.op,
                    st, msg);
         return;
@@ -358,7 +465,9 @@ static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
     const wf_sched_t *s = &srv->sched;
     snprintf(si->weft_version, sizeof si->weft_version, "%s", WEFT_VERSION);
     snprintf(si->backend, sizeof si->backend, "%s", srv->ops->name);
-    si->epoch = s->epoch;
+    si->epoch = s->mesh.epoch;
+    si->mesh = s->mesh.deg;
+    si->reconfiguring = srv->reconf.active ? 1 : 0;
     si->uptime_ms = (wf_now_usec() - srv->t_start_us) / 1000;
     si->queue_depth = s->depth;
     si->queue_capacity = s->capacity;
@@ -377,6 +486,13 @@ static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
         di->memory_used = s->used[d];
         di->jobs_served = atomic_load(&w->jobs_served);
         di->busy = atomic_load(&w->busy) ? 1 : 0;
+        wf_mesh_coords_t c = { 0, 0, 0, 0 };
+        wf_mesh_coords(&s->mesh, (int)d, &c);   /* device index = global rank */
+        di->rank = d;
+        di->coords[0] = (uint32_t)c.dp;
+        di->coords[1] = (uint32_t)c.ring;
+        di->coords[2] = (uint32_t)c.ulysses;
+        di->coords[3] = (uint32_t)c.tp;
     }
 }
 
@@ -386,6 +502,8 @@ static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
 /* Dispatch what fits and answer the jobs that failed to start. */
 static void dispatch(wf_server_t *srv)
 {
+    if (srv->workers_stopped)
+        return;
     wf_djob_t *failed = NULL;
     wf_sched_dispatch(&srv->sched, wf_now_usec(), &failed);
     while (failed) {
@@ -394,6 +512,200 @@ static void dispatch(wf_server_t *srv)
         wf_djob_free(&failed);
         failed = next;
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* hot reconfiguration (DESIGN.md): validate, pause dispatch, drain the
+ * running jobs, regroup every worker, epoch + 1, resume. Also the
+ * recovery after an aborted world (same mesh, new world). */
+
+/* "dp=1,ring=2,ulysses=2,tp=1" (at most 63 bytes with the NUL). */
+static void format_deg(const wf_mesh_degrees_t *d, char *buf, size_t len)
+{
+    snprintf(buf, len, "dp=%" PRIu32 ",ring=%" PRIu32 ",ulysses=%" PRIu32
+             ",tp=%" PRIu32, d->dp, d->ring, d->ulysses, d->tp);
+}
+
+static wf_status_t plan_for_mesh(wf_djob_t *job, const wf_mesh_t *mesh, void *arg)
+{
+    wf_server_t *srv = arg;
+    job->err[0] = '\0';
+    return wf_attention_plan(job, srv->ops, mesh, &srv->settings, job->err,
+                             sizeof job->err);
+}
+
+static void status_line(const wf_server_t *srv, char *buf, size_t len);
+static void finish_reconfigure(wf_server_t *srv, wf_status_t st);
+
+/* Drained? Then put the regroup job on every worker. */
+static void advance_reconfigure(wf_server_t *srv)
+{
+    if (!srv->reconf.active || srv->reconf.regrouping || srv->sched.in_flight > 0 ||
+        srv->workers_stopped)
+        return;
+    srv->reconf.t_drained_us = wf_now_usec();
+    wf_comm_host_world_t *fresh = NULL;
+    if (srv->reconf.new_world) {
+        wf_status_t st = wf_comm_host_world_new((int)srv->n_workers, &fresh);
+        if (st != WF_OK) {
+            wf_log(srv->log, WF_LOG_ERR, "comm world: %s", wf_status_str(st));
+            finish_reconfigure(srv, st);
+            return;
+        }
+    }
+    wf_djob_t *job = regroup_job_new(srv, &srv->reconf.target, fresh);
+    if (!job) {
+        wf_comm_host_world_unref(&fresh);
+        wf_log(srv->log, WF_LOG_ERR, "reconfiguration: out of memory");
+        finish_reconfigure(srv, WF_E_INTERNAL);
+        return;
+    }
+    if (fresh) {
+        /* The workers' handles keep the old world alive until they drop
+         * them in the regroup. */
+        wf_comm_host_world_unref(&srv->world);
+        srv->world = fresh;
+    }
+    srv->reconf.regrouping = true;
+    regroup_submit(srv, job);
+}
+
+/* Start a reconfiguration to `deg` (the same degrees too: a regroup).
+ * Validation first: an invalid mesh changes nothing. With a client
+ * (identity != NULL) its identity is taken and it gets the reply at the
+ * end. `notify`: send RELOADING=1 now and READY=1 at the end. */
+static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *deg,
+                                     bool new_world, const char *why, bool notify,
+                                     zmq_msg_t *identity, bool delim, uint64_t id,
+                                     char *err, size_t err_len)
+{
+    if (srv->stopping && identity) {
+        snprintf(err, err_len, "daemon is shutting down; no reconfiguration");
+        return WF_E_SHUTTING_DOWN;
+    }
+    wf_mesh_t target = srv->sched.mesh;
+    if (wf_mesh_reconfigure(&target, deg, err, err_len) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    if (srv->reconf.active) {
+        char to[96];
+        format_deg(&srv->reconf.target.deg, to, sizeof to);
+        snprintf(err, err_len, "a reconfiguration is running (to %s, %s); "
+                 "retry when it is done", to, srv->reconf.why);
+        return WF_E_BUSY;
+    }
+    srv->reconf.active = true;
+    srv->reconf.regrouping = false;
+    srv->reconf.new_world = new_world;
+    srv->reconf.target = target;
+    srv->reconf.from = srv->sched.mesh.deg;
+    srv->reconf.why = why;
+    srv->reconf.notify = notify;
+    srv->reconf.has_client = identity != NULL;
+    if (identity)
+        zmq_msg_move(&srv->reconf.identity, identity);
+    srv->reconf.delim = delim;
+    srv->reconf.id = id;
+    srv->reconf.t_start_us = wf_now_usec();
+    srv->sched.paused = true;
+    if (notify)
+        wf_notify_reloading(&srv->notify);
+    advance_reconfigure(srv);
+    return WF_OK;
+}
+
+/* The regroup ended with st (or could not start): install the mesh and
+ * resume, answer the client; after a failed regroup rebuild the world on
+ * the old mesh (the workers' groups are gone). */
+static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
+{
+    uint64_t now = wf_now_usec();
+    char from[96], to[96];
+    format_deg(&srv->reconf.from, from, sizeof from);
+    format_deg(&srv->reconf.target.deg, to, sizeof to);
+    if (st == WF_OK) {
+        srv->sched.mesh = srv->reconf.target;
+        srv->reconf.failures = 0;
+        wf_log(srv->log, WF_LOG_INFO, "reconfigured (%s): %s -> %s, epoch %"
+               PRIu64 ", drain %.1f ms, regroup %.1f ms", srv->reconf.why, from,
+               to, srv->sched.mesh.epoch,
+               (double)(srv->reconf.t_drained_us - srv->reconf.t_start_us) / 1e3,
+               (double)(now - srv->reconf.t_drained_us) / 1e3);
+    } else {
+        srv->reconf.failures++;
+        wf_log(srv->log, WF_LOG_ERR, "reconfiguration (%s) %s -> %s failed: %s",
+               srv->reconf.why, from, to, wf_status_str(st));
+    }
+    if (srv->reconf.has_client) {
+        if (st == WF_OK) {
+            wf_reply_t *rep = &srv->reply;
+            memset(rep, 0, sizeof *rep);
+            rep->version = WF_PROTOCOL_VERSION;
+            rep->id = srv->reconf.id;
+            rep->op = WF_OP_RECONFIGURE;
+            rep->status = WF_OK;
+            rep->epoch = srv->sched.mesh.epoch;
+            rep->result.reconfigure.epoch = srv->sched.mesh.epoch;
+            rep->result.reconfigure.mesh = srv->sched.mesh.deg;
+            send_reply(srv, &srv->reconf.identity, srv->reconf.delim, rep, NULL);
+        } else {
+            send_error(srv, &srv->reconf.identity, srv->reconf.delim,
+                       srv->reconf.id, WF_OP_RECONFIGURE, WF_E_INTERNAL,
+                       "reconfiguration failed: the communicators could not be "
+                       "rebuilt; the mesh is unchanged");
+        }
+        zmq_msg_close(&srv->reconf.identity);
+        zmq_msg_init(&srv->reconf.identity);
+        srv->reconf.has_client = false;
+    }
+    if (st != WF_OK && srv->reconf.failures < 3 && !srv->workers_stopped) {
+        /* Rebuild on the mesh in force, with a new world. */
+        srv->reconf.regrouping = false;
+        srv->reconf.new_world = true;
+        srv->reconf.target = srv->sched.mesh;
+        srv->reconf.target.epoch++;
+        srv->reconf.from = srv->sched.mesh.deg;
+        srv->reconf.why = "recovery";
+        srv->reconf.t_start_us = now;
+        advance_reconfigure(srv);
+        return;
+    }
+    if (st != WF_OK)
+        wf_log(srv->log, WF_LOG_ERR, "communicators unavailable: "
+               "context-parallel jobs will fail");
+    srv->reconf.active = false;
+    srv->reconf.regrouping = false;
+    srv->sched.paused = false;
+    if (srv->reconf.notify) {
+        char line[WF_SETTINGS_ENDPOINT_MAX + 256];
+        status_line(srv, line, sizeof line);
+        wf_notify_ready(&srv->notify, line);
+    }
+    /* Jobs queued meanwhile were planned for the old mesh. */
+    wf_djob_t *failed = NULL;
+    wf_sched_replan(&srv->sched, plan_for_mesh, srv, &failed);
+    while (failed) {
+        wf_djob_t *next = failed->next;
+        reply_job(srv, failed);
+        wf_djob_free(&failed);
+        failed = next;
+    }
+    dispatch(srv);
+}
+
+/* A reconfigure request that decoded: start it or refuse it. */
+static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim)
+{
+    const wf_request_t *req = &srv->req;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st = start_reconfigure(srv, &req->args.reconfigure.mesh, false,
+                                       "request", true, identity, delim, req->id,
+                                       err, sizeof err);
+    if (st == WF_OK)
+        return;
+    srv->rejected++;
+    wf_log(srv->log, WF_LOG_INFO, "reconfigure request %" PRIu64 " refused: "
+           "%s: %s", req->id, wf_status_name(st), err);
+    send_error(srv, identity, delim, req->id, req->op, st, err);
 }
 
 /* An attention request that passed validation: plan, admit, dispatch.
@@ -421,7 +733,8 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
     job->has_delim = delim;
     job->t_recv_us = t_recv;
     job->done = &srv->done;
-    st = wf_attention_plan(job, srv->ops, srv->settings.device_count, err, sizeof err);
+    st = wf_attention_plan(job, srv->ops, &srv->sched.mesh, &srv->settings, err,
+                           sizeof err);
     if (st == WF_OK)
         st = wf_sched_admit(&srv->sched, job, err, sizeof err);
     if (st != WF_OK) {
@@ -493,7 +806,7 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         rep->id = req->id;
         rep->op = req->op;
         rep->status = WF_OK;
-        rep->epoch = srv->sched.epoch;
+        rep->epoch = srv->sched.mesh.epoch;
         if (req->op == WF_OP_HELLO)
             fill_hello(srv, &rep->result.hello);
         else
@@ -502,6 +815,9 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         return;
     case WF_OP_ATTENTION:
         handle_attention(srv, parts, h, n, delim, t_recv);
+        return;
+    case WF_OP_RECONFIGURE:
+        handle_reconfigure(srv, &parts[0], delim);
         return;
     default:
         /* The decoder refuses unknown ops; keep a reply for a new one. */
@@ -568,17 +884,42 @@ static void handle_completions(wf_server_t *srv)
     wf_djob_t *job = wf_done_box_take(&srv->done);
     while (job) {
         wf_djob_t *next = job->next;
+        if (job->kind == WF_DJOB_REGROUP) {
+            wf_status_t st = (wf_status_t)atomic_load(&job->status);
+            wf_djob_free(&job);
+            finish_reconfigure(srv, st);
+            job = next;
+            continue;
+        }
         wf_sched_complete(&srv->sched, job);
         reply_job(srv, job);
         wf_djob_free(&job);
         job = next;
     }
+    /* A rank failed inside a collective and aborted the world: rebuild it
+     * (same mesh, epoch + 1) once the running jobs are done. */
+    if (srv->world && wf_comm_host_world_aborted(srv->world) &&
+        !srv->workers_stopped) {
+        if (srv->reconf.active) {
+            srv->reconf.new_world = true;
+        } else {
+            char err[WF_PROTO_ERROR_MAX];
+            wf_log(srv->log, WF_LOG_WARNING, "comm world aborted by a failed "
+                   "job: rebuilding it");
+            start_reconfigure(srv, &srv->sched.mesh.deg, true, "abort recovery",
+                              false, NULL, false, 0, err, sizeof err);
+        }
+    }
+    advance_reconfigure(srv);
 }
 
 static void status_line(const wf_server_t *srv, char *buf, size_t len)
 {
-    snprintf(buf, len, "serving on %s, %u %s devices", srv->settings.listen,
-             srv->settings.device_count, srv->ops->name);
+    char mesh[64];
+    format_deg(&srv->sched.mesh.deg, mesh, sizeof mesh);
+    snprintf(buf, len, "serving on %s, %u %s devices, mesh %s, epoch %" PRIu64,
+             srv->settings.listen, srv->settings.device_count, srv->ops->name,
+             mesh, srv->sched.mesh.epoch);
 }
 
 static void reload(wf_server_t *srv)
@@ -586,9 +927,13 @@ static void reload(wf_server_t *srv)
     wf_notify_reloading(&srv->notify);
     wf_settings_t next;
     char err[512];
+    bool reconfiguring = false;
     if (wf_config_build(srv->cli, srv->envp, &next, err, sizeof err) != WF_OK) {
         wf_log(srv->log, WF_LOG_ERR, "reload failed, settings unchanged: %s", err);
     } else {
+        char mesh_before[WF_SETTINGS_MESH_MAX];
+        wf_mesh_degrees_t deg_before = srv->settings.mesh_deg;
+        memcpy(mesh_before, srv->settings.mesh, sizeof mesh_before);
         const char *restart[16];
         size_t n_restart = 0;
         size_t applied = wf_settings_apply_reload(&srv->settings, &next, restart,
@@ -603,10 +948,29 @@ static void reload(wf_server_t *srv)
                "queue_capacity %u, log_level %s", applied,
                srv->settings.queue_capacity,
                wf_log_level_name((wf_log_level_t)srv->settings.log_level));
+        if (memcmp(&deg_before, &srv->settings.mesh_deg, sizeof deg_before) != 0) {
+            /* RELOADING=1 is out; READY=1 comes when the regroup is done. */
+            char rerr[WF_PROTO_ERROR_MAX];
+            wf_status_t st = start_reconfigure(srv, &srv->settings.mesh_deg, false,
+                                               "SIGHUP", false, NULL, false, 0,
+                                               rerr, sizeof rerr);
+            if (st == WF_OK) {
+                srv->reconf.notify = true;
+                reconfiguring = true;
+            } else {
+                /* Keep the old text so that the next SIGHUP sees the change. */
+                wf_log(srv->log, WF_LOG_WARNING, "reload: mesh '%s' not applied: "
+                       "%s", srv->settings.mesh, rerr);
+                memcpy(srv->settings.mesh, mesh_before, sizeof mesh_before);
+                srv->settings.mesh_deg = deg_before;
+            }
+        }
         /* A tighter queue bound applies to new jobs only; queued ones stay. */
         dispatch(srv);
     }
-    char line[WF_SETTINGS_ENDPOINT_MAX + 64];
+    if (reconfiguring)
+        return;
+    char line[WF_SETTINGS_ENDPOINT_MAX + 256];
     status_line(srv, line, sizeof line);
     wf_notify_ready(&srv->notify, line);
 }
@@ -666,7 +1030,14 @@ static void finish_drain(wf_server_t *srv)
     }
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
+    srv->workers_stopped = true;
     handle_completions(srv);
+    if (srv->reconf.active && srv->reconf.has_client) {
+        send_error(srv, &srv->reconf.identity, srv->reconf.delim, srv->reconf.id,
+                   WF_OP_RECONFIGURE, WF_E_SHUTTING_DOWN,
+                   "daemon stopped before the reconfiguration ran");
+        srv->reconf.has_client = false;
+    }
     /* Replies are queued in ZeroMQ; give them up to the drain timeout to
      * leave before zmq_ctx_term drops them. */
     int linger = (int)srv->settings.drain_timeout_ms;
@@ -675,15 +1046,18 @@ static void finish_drain(wf_server_t *srv)
 
 wf_status_t wf_server_run(wf_server_t *srv)
 {
-    char line[WF_SETTINGS_ENDPOINT_MAX + 64];
+    char line[WF_SETTINGS_ENDPOINT_MAX + 256];
     status_line(srv, line, sizeof line);
     wf_notify_ready(&srv->notify, line);
-    wf_log(srv->log, WF_LOG_INFO, "ready on %s, %u %s devices",
-           srv->settings.listen, srv->settings.device_count, srv->ops->name);
+    char mesh[96];
+    format_deg(&srv->sched.mesh.deg, mesh, sizeof mesh);
+    wf_log(srv->log, WF_LOG_INFO, "ready on %s, %u %s devices, mesh %s, epoch %"
+           PRIu64, srv->settings.listen, srv->settings.device_count,
+           srv->ops->name, mesh, srv->sched.mesh.epoch);
 
     wf_status_t result = WF_OK;
     for (;;) {
-        if (srv->stopping && wf_sched_idle(&srv->sched))
+        if (srv->stopping && wf_sched_idle(&srv->sched) && !srv->reconf.active)
             break;
         uint64_t now = wf_now_usec();
         if (srv->stopping && now >= srv->drain_deadline_us)

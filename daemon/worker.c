@@ -1,9 +1,18 @@
 /* worker.c — the device thread (see worker.h). */
 #include "worker.h"
 
+#include "comm_host.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void drop_comms(wf_worker_t *w)
+{
+    for (int i = 0; i < WF_MESH_NGROUPS; i++)
+        wf_comm_destroy(&w->group[i]);
+    wf_comm_destroy(&w->world);
+}
 
 static void *worker_main(void *arg)
 {
@@ -39,10 +48,14 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->mu);
 
         wf_djob_t *job = t->job;
-        atomic_store(&w->busy, true);
+        bool counted = job->kind != WF_DJOB_REGROUP;  /* housekeeping: not a job part */
+        if (counted)
+            atomic_store(&w->busy, true);
         wf_status_t rs = job->run(job, t->rank, job->group_size, w);
-        atomic_store(&w->busy, false);
-        atomic_fetch_add(&w->jobs_served, 1);
+        if (counted) {
+            atomic_store(&w->busy, false);
+            atomic_fetch_add(&w->jobs_served, 1);
+        }
         if (rs != WF_OK)
             wf_log(w->log, WF_LOG_ERR, "%s: job %llu rank %d failed: %s",
                    w->name, (unsigned long long)job->req.id, t->rank,
@@ -50,11 +63,47 @@ static void *worker_main(void *arg)
         wf_djob_rank_done(job, rs);    /* job may be freed from here on */
     }
 
+    drop_comms(w);
     free(w->arena);
     w->arena = NULL;
     w->arena_bytes = 0;
     w->ops->ctx_destroy(&w->ctx);
     return NULL;
+}
+
+wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
+                                  wf_worker_t *w)
+{
+    (void)group_size;
+    for (int i = 0; i < WF_MESH_NGROUPS; i++)
+        wf_comm_destroy(&w->group[i]);
+    if (job->world) {
+        wf_comm_destroy(&w->world);
+        wf_status_t st = wf_comm_host_init(job->world, rank, &w->world);
+        if (st != WF_OK) {
+            /* Not collective: peers proceed to the split and would wait
+             * for this rank there. */
+            wf_comm_host_world_abort(job->world);
+            return st;
+        }
+    }
+    if (!w->world)
+        return WF_E_INTERNAL;
+    for (int i = 0; i < WF_MESH_NGROUPS; i++) {
+        int color, key;
+        wf_status_t st = wf_mesh_color(&job->mesh, (wf_mesh_dim_t)i, rank,
+                                       &color, &key);
+        if (st == WF_OK)
+            st = wf_comm_split(w->world, color, key, &w->group[i]);
+        if (st != WF_OK) {
+            wf_comm_abort(w->world);
+            for (int j = 0; j < WF_MESH_NGROUPS; j++)
+                wf_comm_destroy(&w->group[j]);
+            return st;
+        }
+    }
+    w->mesh = job->mesh;
+    return WF_OK;
 }
 
 wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index,

@@ -1,8 +1,11 @@
 /* worker.h — one thread per device. The worker owns its device: the
  * backend context (created and destroyed on its own thread), a workspace
  * arena that grows to the high-water mark and is reused by every job, its
- * counters, and (later) its communicators. It runs the (job, rank) tasks of
- * its FIFO in order; the scheduler fills the FIFO in global sequence order.
+ * counters, and its communicators: a handle on the world of all devices
+ * (global rank = device index) and one per mesh group, split from the
+ * world by a regroup job that runs on every worker (the split is
+ * collective). It runs the (job, rank) tasks of its FIFO in order; the
+ * scheduler fills the FIFO in global sequence order.
  *
  * Start and stop are synchronous: wf_worker_start returns once the backend
  * context exists (or failed); wf_worker_stop runs what is still queued and
@@ -18,8 +21,10 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "job.h"
 #include "log.h"
+#include "mesh.h"
 
 struct wf_worker {
     uint32_t index;              /* device index in the daemon */
@@ -30,10 +35,13 @@ struct wf_worker {
     wf_backend_ctx_t *ctx;       /* backend context; worker thread only */
     void *arena;                 /* workspace, 64-byte aligned; worker thread only */
     size_t arena_bytes;          /* its size (high-water mark) */
-    /* Communicator of this device for collective step functions (ring /
-     * ulysses context parallelism): NULL until the host / NCCL comm
-     * backend exists. A step function of rank r uses w->comm. */
-    void *comm;
+    /* Communicators, worker thread only (regroup jobs set them, step
+     * functions use them): this device's handle on the world, and on its
+     * group along each wf_mesh_dim_t (dp, ring, ulysses, tp, and seq =
+     * ring x ulysses) of `mesh`. NULL before the first regroup. */
+    wf_comm_t *world;
+    wf_comm_t *group[WF_MESH_NGROUPS];
+    wf_mesh_t mesh;              /* the mesh the groups were split for (with its epoch) */
     wf_log_t *log;               /* borrowed from the daemon */
 
     pthread_t thread;            /* the worker thread */
@@ -62,6 +70,16 @@ void wf_worker_submit(wf_worker_t *w, wf_task_t *task);
 /* Run what is queued, destroy the context, join. Accepts a worker whose
  * start failed or that never started (zeroed). */
 void wf_worker_stop(wf_worker_t *w);
+
+/* The step function of a regroup job (job->kind WF_DJOB_REGROUP, on every
+ * worker, rank = device index): when job->world is set, drop this
+ * worker's handles and take its rank's handle on that new world; then
+ * split the world into the groups of job->mesh with wf_mesh_color and set
+ * w->mesh. Collective: every worker must run the same regroup job with
+ * nothing else in flight. On a failure after splitting may have started
+ * it aborts the world so no peer stays blocked. */
+wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
+                                  wf_worker_t *w);
 
 /* Workspace of at least `bytes` for the task being run (worker thread
  * only): grows the arena when needed, never shrinks it. Borrowed until the

@@ -303,17 +303,40 @@ static int find_tensor(const wf_request_t *req, const char *name)
     return -1;
 }
 
+/* An optional bool argument as a tri-state: absent stays DEFAULT. */
+static wf_status_t opt_flag(dec_t *d, const msgpack_object *o, const char *name,
+                            wf_opt_t *ret)
+{
+    if (!o)
+        return WF_OK;
+    if (o->type != MSGPACK_OBJECT_BOOLEAN)
+        return fail(d, WF_E_BAD_FIELD, "args.%s: must be a bool, got %s", name,
+                    type_name(o));
+    *ret = o->via.boolean ? WF_OPT_ON : WF_OPT_OFF;
+    return WF_OK;
+}
+
+static bool str_is(const msgpack_object *o, const char *s)
+{
+    size_t n = strlen(s);
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
+           memcmp(o->via.str.ptr, s, n) == 0;
+}
+
 static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
                                     wf_request_t *req)
 {
     static const char *const names[] = { "scale", "causal", "return_lse",
-                                         "out_dtype", "devices" };
-    const msgpack_object *f[5] = { NULL, NULL, NULL, NULL, NULL };
+                                         "out_dtype", "devices", "rotate_method",
+                                         "convert_to_fp32", "ring_anything",
+                                         "ulysses_anything", "load_balance" };
+    enum { N_ARGS = sizeof(names) / sizeof(names[0]) };
+    const msgpack_object *f[N_ARGS] = { NULL };
     wf_attention_args_t *a = &req->args.attention;
     wf_status_t rc;
     char buf[40];
 
-    if (args && (rc = map_fields(d, args, "args", names, 5, f)) != WF_OK)
+    if (args && (rc = map_fields(d, args, "args", names, N_ARGS, f)) != WF_OK)
         return rc;
     double scale = 0;
     if (f[0]) {
@@ -349,6 +372,24 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
             return fail(d, WF_E_BAD_FIELD, "args.devices: must be an unsigned 32-bit integer");
         a->devices = (uint32_t)n;
     }
+    if (f[5]) {
+        if (f[5]->type != MSGPACK_OBJECT_STR)
+            return fail(d, WF_E_BAD_FIELD, "args.rotate_method: must be a str, got %s",
+                        type_name(f[5]));
+        if (str_is(f[5], "allgather"))
+            a->rotate_method = WF_ROTATE_ALLGATHER;
+        else if (str_is(f[5], "alltoall"))
+            a->rotate_method = WF_ROTATE_ALLTOALL;
+        else
+            return fail(d, WF_E_BAD_FIELD,
+                        "args.rotate_method: unknown method \"%s\" (allgather, alltoall)",
+                        excerpt(f[5], buf));
+    }
+    if ((rc = opt_flag(d, f[6], names[6], &a->convert_to_fp32)) != WF_OK ||
+        (rc = opt_flag(d, f[7], names[7], &a->ring_anything)) != WF_OK ||
+        (rc = opt_flag(d, f[8], names[8], &a->ulysses_anything)) != WF_OK ||
+        (rc = opt_flag(d, f[9], names[9], &a->load_balance)) != WF_OK)
+        return rc;
 
     static const char *const qkv[] = { "q", "k", "v" };
     int idx[3];
@@ -394,6 +435,39 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
     return WF_OK;
 }
 
+/* Mesh degrees of a reconfigure request: each a uint in
+ * 1..WF_PROTO_MAX_DEGREE, absent = 1. Whether their product matches the
+ * devices is the daemon's check. */
+static wf_status_t decode_reconfigure(dec_t *d, const msgpack_object *args,
+                                      wf_request_t *req)
+{
+    static const char *const names[] = { "dp", "ring", "ulysses", "tp" };
+    const msgpack_object *f[4] = { NULL, NULL, NULL, NULL };
+    uint32_t deg[4] = { 1, 1, 1, 1 };
+    wf_status_t rc;
+
+    if (args && (rc = map_fields(d, args, "args", names, 4, f)) != WF_OK)
+        return rc;
+    for (int i = 0; i < 4; i++) {
+        uint64_t u;
+        if (!f[i])
+            continue;
+        if (!as_uint(f[i], &u))
+            return fail(d, WF_E_BAD_FIELD, "args.%s: must be an unsigned integer, got %s",
+                        names[i], type_name(f[i]));
+        if (u < 1 || u > WF_PROTO_MAX_DEGREE)
+            return fail(d, WF_E_BAD_FIELD, "args.%s: degree must be 1..%d, got %llu",
+                        names[i], WF_PROTO_MAX_DEGREE, (unsigned long long)u);
+        deg[i] = (uint32_t)u;
+    }
+    if (req->n_tensors > 0)
+        return fail(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
+                    req->op, req->n_tensors);
+    req->args.reconfigure.mesh = (wf_mesh_degrees_t){ .dp = deg[0], .ring = deg[1],
+                                                      .ulysses = deg[2], .tp = deg[3] };
+    return WF_OK;
+}
+
 static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
                                       const wf_limits_t *lim, wf_request_t *req)
 {
@@ -435,7 +509,8 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     if (!as_uint(f[2], &u))
         return fail(d, WF_E_BAD_FIELD, "op: must be an unsigned integer, got %s",
                     type_name(f[2]));
-    if (u != WF_OP_HELLO && u != WF_OP_STATUS && u != WF_OP_ATTENTION)
+    if (u != WF_OP_HELLO && u != WF_OP_STATUS && u != WF_OP_ATTENTION &&
+        u != WF_OP_RECONFIGURE)
         return fail(d, WF_E_UNKNOWN_OP, "op: unknown op %llu", (unsigned long long)u);
 
     if (f[3] && (rc = decode_tensors(d, f[3], true, lim->max_tensors,
@@ -447,6 +522,8 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
 
     if (req->op == WF_OP_ATTENTION)
         return decode_attention(d, f[4], req);
+    if (req->op == WF_OP_RECONFIGURE)
+        return decode_reconfigure(d, f[4], req);
     /* hello and status: no arguments, no tensors */
     if (f[4] && f[4]->via.map.size > 0) {
         char buf[40];
@@ -578,6 +655,36 @@ static wf_status_t opt_str(dec_t *d, const msgpack_object *map, const char *path
 
 #define TRY(expr) do { wf_status_t rc_ = (expr); if (rc_ != WF_OK) return rc_; } while (0)
 
+/* Optional "mesh" map {"dp","ring","ulysses","tp"} of uints; absent keys
+ * leave the degree as it is. */
+static wf_status_t opt_mesh(dec_t *d, const msgpack_object *map, const char *path,
+                            wf_mesh_degrees_t *m)
+{
+    const msgpack_object *x = map_get(map, "mesh");
+    if (!x)
+        return WF_OK;
+    if (x->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_PROTOCOL, "%s.mesh: must be a map, got %s", path,
+                    type_name(x));
+    TRY(opt_u32(d, x, "mesh", "dp", &m->dp));
+    TRY(opt_u32(d, x, "mesh", "ring", &m->ring));
+    TRY(opt_u32(d, x, "mesh", "ulysses", &m->ulysses));
+    TRY(opt_u32(d, x, "mesh", "tp", &m->tp));
+    return WF_OK;
+}
+
+/* Optional flag: a bool (what weftd sends) or a uint 0 / 1. */
+static wf_status_t opt_flag_u32(dec_t *d, const msgpack_object *map, const char *path,
+                                const char *name, uint32_t *v)
+{
+    const msgpack_object *x = map_get(map, name);
+    if (x && x->type == MSGPACK_OBJECT_BOOLEAN) {
+        *v = x->via.boolean ? 1 : 0;
+        return WF_OK;
+    }
+    return opt_u32(d, map, path, name, v);
+}
+
 static wf_status_t decode_hello_result(dec_t *d, const msgpack_object *r,
                                        wf_hello_info_t *h)
 {
@@ -610,6 +717,8 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     TRY(opt_u64(d, r, "result", "jobs_failed", &s->jobs_failed));
     TRY(opt_u64(d, r, "result", "requests_rejected", &s->requests_rejected));
     TRY(opt_u64(d, r, "result", "rss_bytes", &s->rss_bytes));
+    TRY(opt_mesh(d, r, "result", &s->mesh));
+    TRY(opt_flag_u32(d, r, "result", "reconfiguring", &s->reconfiguring));
     const msgpack_object *a = map_get(r, "devices");
     if (!a)
         return WF_OK;
@@ -629,6 +738,21 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
         TRY(opt_u64(d, m, "result.devices[]", "memory_used", &dv->memory_used));
         TRY(opt_u64(d, m, "result.devices[]", "jobs_served", &dv->jobs_served));
         TRY(opt_u32(d, m, "result.devices[]", "busy", &dv->busy));
+        TRY(opt_u32(d, m, "result.devices[]", "rank", &dv->rank));
+        const msgpack_object *c = map_get(m, "coords");
+        if (c) {
+            if (c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != 4)
+                return fail(d, WF_E_PROTOCOL,
+                            "result.devices[%u].coords: must be an array of 4", i);
+            for (uint32_t k = 0; k < 4; k++) {
+                uint64_t u;
+                if (!as_uint(&c->via.array.ptr[k], &u) || u > UINT32_MAX)
+                    return fail(d, WF_E_PROTOCOL,
+                                "result.devices[%u].coords[%u]: must be an unsigned integer",
+                                i, k);
+                dv->coords[k] = (uint32_t)u;
+            }
+        }
     }
     s->device_count = n;
     return WF_OK;
@@ -681,6 +805,9 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
         TRY(opt_u64(d, x, "result", "compute_us", &rep->result.attention.compute_us));
         TRY(opt_u32(d, x, "result", "devices", &rep->result.attention.devices));
         return WF_OK;
+    case WF_OP_RECONFIGURE:
+        TRY(opt_u64(d, x, "result", "epoch", &rep->result.reconfigure.epoch));
+        return opt_mesh(d, x, "result", &rep->result.reconfigure.mesh);
     default:
         return WF_OK;
     }

@@ -140,19 +140,63 @@ static wf_status_t finish(enc_t *e, wf_buf_t *out, size_t start)
     return WF_OK;
 }
 
+static const char *rotate_name(wf_rotate_t r)
+{
+    switch (r) {
+    case WF_ROTATE_ALLGATHER: return "allgather";
+    case WF_ROTATE_ALLTOALL: return "alltoall";
+    case WF_ROTATE_DEFAULT: break;
+    }
+    return NULL;
+}
+
+static bool opt_valid(wf_opt_t o)
+{
+    return o == WF_OPT_DEFAULT || o == WF_OPT_ON || o == WF_OPT_OFF;
+}
+
+static bool degree_ok(uint32_t d)
+{
+    return d >= 1 && d <= WF_PROTO_MAX_DEGREE;
+}
+
+/* A tri-state sent as a bool, only when it is not DEFAULT. */
+static void put_opt(enc_t *e, const char *k, wf_opt_t o)
+{
+    if (o != WF_OPT_DEFAULT)
+        put_key_bool(e, k, o == WF_OPT_ON);
+}
+
+static void put_mesh(enc_t *e, const wf_mesh_degrees_t *m)
+{
+    e->failed |= msgpack_pack_map(&e->pk, 4);
+    put_key_uint(e, "dp", m->dp);
+    put_key_uint(e, "ring", m->ring);
+    put_key_uint(e, "ulysses", m->ulysses);
+    put_key_uint(e, "tp", m->tp);
+}
+
 wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
 {
     if (!req || !out || !descs_ok(req->n_tensors, req->tensors))
         return WF_E_INVALID;
     const wf_attention_args_t *a = &req->args.attention;
+    const wf_mesh_degrees_t *m = &req->args.reconfigure.mesh;
     bool attn = req->op == WF_OP_ATTENTION;
-    if (attn && ((a->has_out_dtype && !wf_dtype_name(a->out_dtype))))
+    bool recon = req->op == WF_OP_RECONFIGURE;
+    if (attn && ((a->has_out_dtype && !wf_dtype_name(a->out_dtype)) ||
+                 (a->rotate_method != WF_ROTATE_DEFAULT && !rotate_name(a->rotate_method)) ||
+                 !opt_valid(a->convert_to_fp32) || !opt_valid(a->ring_anything) ||
+                 !opt_valid(a->ulysses_anything) || !opt_valid(a->load_balance)))
+        return WF_E_INVALID;
+    if (recon && !(degree_ok(m->dp) && degree_ok(m->ring) && degree_ok(m->ulysses) &&
+                   degree_ok(m->tp)))
         return WF_E_INVALID;
 
     enc_t e = { .failed = 0 };
     size_t start = out->len;
     msgpack_packer_init(&e.pk, out, buf_write);
-    uint32_t n = 3 + (req->n_tensors > 0) + attn;
+    uint32_t n = 3 + (req->n_tensors > 0) + (attn || recon);
     e.failed |= msgpack_pack_map(&e.pk, n);
     /* a zeroed version means "the one this library speaks" */
     put_key_uint(&e, "v", req->version ? req->version : WF_PROTOCOL_VERSION);
@@ -162,8 +206,13 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
         put_tensors(&e, req->n_tensors, req->tensors);
     if (attn) {
         put_str(&e, "args");
-        uint32_t m = 2 + a->has_scale + a->has_out_dtype + (a->devices != 0);
-        e.failed |= msgpack_pack_map(&e.pk, m);
+        uint32_t k = 2 + a->has_scale + a->has_out_dtype + (a->devices != 0) +
+                     (a->rotate_method != WF_ROTATE_DEFAULT) +
+                     (a->convert_to_fp32 != WF_OPT_DEFAULT) +
+                     (a->ring_anything != WF_OPT_DEFAULT) +
+                     (a->ulysses_anything != WF_OPT_DEFAULT) +
+                     (a->load_balance != WF_OPT_DEFAULT);
+        e.failed |= msgpack_pack_map(&e.pk, k);
         if (a->has_scale) {
             put_str(&e, "scale");
             e.failed |= msgpack_pack_double(&e.pk, a->scale);
@@ -174,6 +223,16 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
             put_key_str(&e, "out_dtype", wf_dtype_name(a->out_dtype));
         if (a->devices)
             put_key_uint(&e, "devices", a->devices);
+        if (a->rotate_method != WF_ROTATE_DEFAULT)
+            put_key_str(&e, "rotate_method", rotate_name(a->rotate_method));
+        put_opt(&e, "convert_to_fp32", a->convert_to_fp32);
+        put_opt(&e, "ring_anything", a->ring_anything);
+        put_opt(&e, "ulysses_anything", a->ulysses_anything);
+        put_opt(&e, "load_balance", a->load_balance);
+    }
+    if (recon) {
+        put_str(&e, "args");
+        put_mesh(&e, m);
     }
     return finish(&e, out, start);
 }
@@ -196,7 +255,7 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
 {
     uint32_t n = s->device_count < WF_STATUS_MAX_DEVICES ? s->device_count
                                                          : WF_STATUS_MAX_DEVICES;
-    e->failed |= msgpack_pack_map(&e->pk, 12);
+    e->failed |= msgpack_pack_map(&e->pk, 14);
     put_key_fixstr(e, "weft_version", s->weft_version, sizeof(s->weft_version));
     put_key_fixstr(e, "backend", s->backend, sizeof(s->backend));
     put_key_uint(e, "epoch", s->epoch);
@@ -208,17 +267,25 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
     put_key_uint(e, "jobs_failed", s->jobs_failed);
     put_key_uint(e, "requests_rejected", s->requests_rejected);
     put_key_uint(e, "rss_bytes", s->rss_bytes);
+    put_str(e, "mesh");
+    put_mesh(e, &s->mesh);
+    put_key_bool(e, "reconfiguring", s->reconfiguring != 0);
     put_str(e, "devices");
     e->failed |= msgpack_pack_array(&e->pk, n);
     for (uint32_t i = 0; i < n; i++) {
         const wf_device_info_t *d = &s->devices[i];
-        e->failed |= msgpack_pack_map(&e->pk, 6);
+        e->failed |= msgpack_pack_map(&e->pk, 8);
         put_key_uint(e, "index", d->index);
         put_key_fixstr(e, "name", d->name, sizeof(d->name));
         put_key_uint(e, "memory_total", d->memory_total);
         put_key_uint(e, "memory_used", d->memory_used);
         put_key_uint(e, "jobs_served", d->jobs_served);
         put_key_uint(e, "busy", d->busy);
+        put_key_uint(e, "rank", d->rank);
+        put_str(e, "coords");
+        e->failed |= msgpack_pack_array(&e->pk, 4);
+        for (int k = 0; k < 4; k++)
+            e->failed |= msgpack_pack_uint64(&e->pk, d->coords[k]);
     }
 }
 
@@ -228,7 +295,8 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
         return WF_E_INVALID;
     bool ok = rep->status == WF_OK;
     bool has_result = ok && (rep->op == WF_OP_HELLO || rep->op == WF_OP_STATUS ||
-                             rep->op == WF_OP_ATTENTION);
+                             rep->op == WF_OP_ATTENTION ||
+                             rep->op == WF_OP_RECONFIGURE);
 
     enc_t e = { .failed = 0 };
     size_t start = out->len;
@@ -251,6 +319,12 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
         switch (rep->op) {
         case WF_OP_HELLO: put_hello(&e, &rep->result.hello); break;
         case WF_OP_STATUS: put_status(&e, &rep->result.status); break;
+        case WF_OP_RECONFIGURE:
+            e.failed |= msgpack_pack_map(&e.pk, 2);
+            put_key_uint(&e, "epoch", rep->result.reconfigure.epoch);
+            put_str(&e, "mesh");
+            put_mesh(&e, &rep->result.reconfigure.mesh);
+            break;
         default:
             e.failed |= msgpack_pack_map(&e.pk, 3);
             put_key_uint(&e, "queue_us", rep->result.attention.queue_us);

@@ -32,6 +32,7 @@ typedef enum wf_op {
 #define WF_PROTO_MAX_TENSORS 16   /* tensor frames in one message */
 #define WF_PROTO_NAME_MAX 64      /* tensor name, including the NUL */
 #define WF_PROTO_ERROR_MAX 256    /* error message, including the NUL */
+#define WF_PROTO_MAX_DEGREE 4096  /* largest mesh degree a reconfigure may name */
 
 /* Limits enforced on every request header. The daemon fills them from its
  * settings; wf_limits_default() gives the documented defaults. */
@@ -77,8 +78,8 @@ typedef struct wf_attention_args {
 } wf_attention_args_t;
 
 /* Arguments of a reconfigure request ("args" map {"dp","ring","ulysses",
- * "tp"}: uints; an absent degree is 1). Validation against the device
- * count is the daemon's. */
+ * "tp"}: uints in 1..WF_PROTO_MAX_DEGREE, else WF_E_BAD_FIELD; an absent
+ * degree is 1). Validation against the device count is the daemon's. */
 typedef struct wf_reconfigure_args {
     wf_mesh_degrees_t mesh;
 } wf_reconfigure_args_t;
@@ -178,14 +179,18 @@ wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
 /* Encode a request header (client side). Tensor numel / nbytes are not
  * sent; req->version 0 is sent as WF_PROTOCOL_VERSION; for attention,
  * scale / out_dtype only when has_scale / has_out_dtype, devices only
- * when != 0 (args.attention.q / k / v are not read: names identify the
- * tensors). Appends to out. Returns WF_OK, WF_E_INVALID (bad descriptor,
- * frames not < n_tensors, too many tensors) or WF_E_NOMEM. */
+ * when != 0, rotate_method and the wf_opt_t flags only when not DEFAULT
+ * (args.attention.q / k / v are not read: names identify the tensors);
+ * for reconfigure all four degrees. Appends to out. Returns WF_OK,
+ * WF_E_INVALID (bad descriptor, frames not < n_tensors, too many tensors,
+ * an option value outside its enum, a degree outside
+ * 1..WF_PROTO_MAX_DEGREE) or WF_E_NOMEM. */
 wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out);
 
 /* Encode a reply header (daemon side): the common fields, the output
  * tensor descriptors and the result of the op (rep->result is read for
- * op hello / status / attention when status == WF_OK). Appends to out. */
+ * op hello / status / attention / reconfigure when status == WF_OK).
+ * Appends to out. */
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out);
 
 /* Decode a reply header (client side), with the default limits raised to

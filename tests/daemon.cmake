@@ -9,3 +9,12 @@ target_link_libraries(test_daemon PRIVATE weft_proto PkgConfig::ZMQ
   Threads::Threads m)
 add_test(NAME e2e_daemon COMMAND test_daemon $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_daemon PROPERTIES TIMEOUT 300)
+
+# Mesh and hot reconfiguration basics on a real daemon (cpu:4): status
+# coordinates, dp replicas in parallel, reconfigure / busy / invalid,
+# SIGHUP with a new mesh (tests/test_reconfig_basic.c).
+add_executable(test_reconfig_basic ${CMAKE_CURRENT_LIST_DIR}/test_reconfig_basic.c)
+target_link_libraries(test_reconfig_basic PRIVATE weft_proto PkgConfig::ZMQ
+  Threads::Threads m)
+add_test(NAME e2e_reconfig_basic COMMAND test_reconfig_basic $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_reconfig_basic PROPERTIES TIMEOUT 300)

@@ -689,6 +689,47 @@ static void run_bad_cases(t_t *t)
         mpb(sb, "M1 sd", "scale", scales[i]);
         bad_sb(t, scale_names[i], WF_E_BAD_ARGUMENT, id);
     }
+
+    /* --- context-parallel options and the reconfigure op --- */
+    hdr_args(t, id = 1100);
+    mpb(sb, "M1 ss", "rotate_method", "ring");
+    bad_sb(t, "rotate_method unknown string", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1101);
+    mpb(sb, "M1 si", "rotate_method", 2);
+    bad_sb(t, "rotate_method is an integer", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1102);
+    mpb(sb, "M1 si", "convert_to_fp32", 1);
+    bad_sb(t, "convert_to_fp32 is an integer", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1103);
+    mpb(sb, "M1 ss", "ring_anything", "yes");
+    bad_sb(t, "ring_anything is a str", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1104);
+    mpb(sb, "M1 sn", "ulysses_anything");
+    bad_sb(t, "ulysses_anything is nil", WF_E_BAD_FIELD, id);
+    hdr_args(t, id = 1105);
+    mpb(sb, "M1 sd", "load_balance", 1.0);
+    bad_sb(t, "load_balance is a float", WF_E_BAD_FIELD, id);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M1 si", "v", 1, "id", 1110, "op", 4, "args", "dp", 0);
+    bad(t, "reconfigure dp 0", false, sb->data, sb->size, NULL, 0, WF_E_BAD_FIELD, 1110);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M1 sU", "v", 1, "id", 1111, "op", 4, "args", "ring",
+        (uint64_t)1 << 33);
+    bad(t, "reconfigure ring 2^33", false, sb->data, sb->size, NULL, 0, WF_E_BAD_FIELD, 1111);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M1 ss", "v", 1, "id", 1112, "op", 4, "args", "ulysses", "2");
+    bad(t, "reconfigure ulysses is a str", false, sb->data, sb->size, NULL, 0,
+        WF_E_BAD_FIELD, 1112);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M1 si", "v", 1, "id", 1113, "op", 4, "args", "pp", 2);
+    bad(t, "reconfigure unknown degree pp", false, sb->data, sb->size, NULL, 0,
+        WF_E_BAD_FIELD, 1113);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s A1", "v", 1, "id", 1114, "op", 4, "tensors");
+    mpb_tensor(sb, "q", "f32", 4, GQ, 0);
+    bad(t, "reconfigure with a tensor", false, sb->data, sb->size, f, 1, WF_E_BAD_ARGUMENT,
+        1114);
+
     msgpack_sbuffer_clear(sb);
     mpb(sb, "M4 si si si s A1", "v", 1, "id", 1090, "op", 1, "tensors");
     mpb_tensor(sb, "q", "f32", 4, GQ, 0);

@@ -7,7 +7,8 @@
  * synchronous attention over dtypes / causal / GQA / Sq != Skv / devices /
  * LSE against an fp64 reference, 16 jobs in flight answered in any order,
  * poll, destroying a job before its reply, client-side validation (nothing
- * reaches the daemon), a daemon error with its message, a daemon that
+ * reaches the daemon; bad option enums and mesh degrees included), the
+ * mesh and coordinates in status, a daemon error with its message, a daemon that
  * stops reading (SIGSTOP: timeout, buffers released, client recovers), a
  * timeout on an endpoint without a daemon, two clients in two threads, and finally that
  * SIGTERM makes the daemon exit 0.
@@ -346,7 +347,17 @@ static void test_hello_status(wf_client_t *c)
               s->devices[i].name);
         CHECK(s->devices[i].memory_total > 0, "device %u has no memory", i);
         CHECK(s->devices[i].index == i, "device index %u", s->devices[i].index);
+        /* default mesh of a 2-device daemon: tp = 2 */
+        CHECK(s->devices[i].rank == i && s->devices[i].coords[0] == 0 &&
+              s->devices[i].coords[1] == 0 && s->devices[i].coords[2] == 0 &&
+              s->devices[i].coords[3] == i, "device %u: rank %u coords [%u,%u,%u,%u]",
+              i, s->devices[i].rank, s->devices[i].coords[0], s->devices[i].coords[1],
+              s->devices[i].coords[2], s->devices[i].coords[3]);
     }
+    CHECK(s->mesh.dp == 1 && s->mesh.ring == 1 && s->mesh.ulysses == 1 && s->mesh.tp == 2,
+          "mesh dp=%u ring=%u ulysses=%u tp=%u", s->mesh.dp, s->mesh.ring,
+          s->mesh.ulysses, s->mesh.tp);
+    CHECK(s->reconfiguring == 0, "reconfiguring %u", s->reconfiguring);
     free(s);
 }
 
@@ -590,12 +601,28 @@ static void test_invalid(wf_client_t *c)
     EXPECT_INVALID("NaN scale", &a.q, &a.k, &a.v, &bad, &a.out, a.lse);
     bad.scale = -1.0f;
     EXPECT_INVALID("negative scale", &a.q, &a.k, &a.v, &bad, &a.out, a.lse);
+    bad = (wf_attention_opts_t){ .rotate_method = (wf_rotate_t)3 };
+    EXPECT_INVALID("rotate_method 3", &a.q, &a.k, &a.v, &bad, &a.out, a.lse);
+    bad = (wf_attention_opts_t){ .ring_anything = (wf_opt_t)-1 };
+    EXPECT_INVALID("ring_anything -1", &a.q, &a.k, &a.v, &bad, &a.out, a.lse);
+    bad = (wf_attention_opts_t){ .load_balance = (wf_opt_t)9 };
+    EXPECT_INVALID("load_balance 9", &a.q, &a.k, &a.v, &bad, &a.out, a.lse);
     t = a.q; t.shape[0] = INT64_MAX / 2;
     t2 = a.k; t2.shape[0] = INT64_MAX / 2;
     wf_tensor_t t3 = a.v; t3.shape[0] = INT64_MAX / 2;
     wf_tensor_t t4 = a.out; t4.shape[0] = INT64_MAX / 2;
     EXPECT_INVALID("element count overflows", &t, &t2, &t3, &o, &t4, a.lse);
 #undef EXPECT_INVALID
+
+    wf_mesh_degrees_t m0 = { 1, 0, 1, 2 }, mbig = { 1, 1, 4097, 1 }, m1 = { 1, 1, 1, 2 };
+    uint64_t ep = 99;
+    CHECK(wf_reconfigure(c, NULL, &ep) == WF_E_INVALID && ep == 99, "reconfigure NULL mesh");
+    CHECK(wf_reconfigure(c, &m0, &ep) == WF_E_INVALID && ep == 99, "reconfigure ring 0");
+    CHECK(strstr(wf_client_last_error(c), "ring") != NULL, "message '%s'",
+          wf_client_last_error(c));
+    CHECK(wf_reconfigure(c, &mbig, &ep) == WF_E_INVALID, "reconfigure ulysses 4097");
+    CHECK(wf_reconfigure(NULL, &m1, &ep) == WF_E_INVALID, "reconfigure NULL client");
+    n_cases += 4;
 
     wf_status_t st = wf_attention_submit(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, NULL);
     CHECK(st == WF_E_INVALID, "NULL ret_job: %s", wf_status_name(st));

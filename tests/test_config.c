@@ -1,6 +1,8 @@
 /* test_config.c — weftd's settings: defaults, bounds, the config file
  * (errors name file:line), environment and flag precedence, size
- * suffixes, devices, and which settings a reload applies. */
+ * suffixes, devices, the mesh (resolved against the device count, with
+ * messages naming both numbers) and the per-job defaults of context
+ * parallelism, and which settings a reload applies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +265,98 @@ static void test_reload_rules(void)
     CHECK(cur.device_count == 2 && cur.cpu_memory == 0);
 }
 
+/* mesh, rotate_method and the boolean per-job defaults */
+static void test_mesh_and_job_defaults(const char *dir)
+{
+    wf_settings_t s;
+    char err[512];
+    wf_settings_default(&s);
+    CHECK(s.mesh[0] == '\0');
+    CHECK(s.mesh_deg.dp == 1 && s.mesh_deg.ring == 1 && s.mesh_deg.ulysses == 1 &&
+          s.mesh_deg.tp == 2);                      /* tp = devices */
+    CHECK(s.rotate_method == WF_ROTATE_ALLGATHER);
+    CHECK(s.convert_to_fp32 && !s.ring_anything && !s.ulysses_anything &&
+          s.load_balance);
+
+    /* default mesh follows the device count */
+    char *a1[] = { "weftd", "--devices", "cpu:4", NULL };
+    char *env0[] = { NULL };
+    CHECK(build(3, a1, env0, &s, err, sizeof err) == WF_OK);
+    CHECK(s.mesh_deg.tp == 4 && s.mesh_deg.dp == 1);
+
+    char *a2[] = { "weftd", "--devices", "cpu:4", "--mesh", "ring=2, ulysses=2",
+                   "--rotate-method=alltoall", "--convert-to-fp32", "off",
+                   "--ring-anything", "yes", "--ulysses_anything=1",
+                   "--load-balance", "false", NULL };
+    CHECK(build(13, a2, env0, &s, err, sizeof err) == WF_OK);
+    CHECK(s.mesh_deg.dp == 1 && s.mesh_deg.ring == 2 && s.mesh_deg.ulysses == 2 &&
+          s.mesh_deg.tp == 1);
+    CHECK(s.rotate_method == WF_ROTATE_ALLTOALL);
+    CHECK(!s.convert_to_fp32 && s.ring_anything && s.ulysses_anything &&
+          !s.load_balance);
+
+    /* product != devices: both numbers in the message, and the source */
+    char *a3[] = { "weftd", "--devices", "cpu:4", "--mesh", "ring=3", NULL };
+    CHECK(build(5, a3, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "--mesh") && strstr(err, "is 3") && strstr(err, "(4)"));
+    printf("  %s\n", err);
+    /* the device count may come after the mesh: checked at the end */
+    char *a4[] = { "weftd", "--mesh", "dp=2,tp=2", "--devices", "cpu:4", NULL };
+    CHECK(build(5, a4, env0, &s, err, sizeof err) == WF_OK);
+    CHECK(s.mesh_deg.dp == 2 && s.mesh_deg.tp == 2);
+    /* zero degree, unknown name, bad values */
+    char *a5[] = { "weftd", "--mesh", "ring=0", NULL };
+    CHECK(build(3, a5, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "`ring` degree must be greater than or equal to 1"));
+    printf("  %s\n", err);
+    char *a6[] = { "weftd", "--mesh", "rings=2", NULL };
+    CHECK(build(3, a6, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "unknown mesh dim \"rings\""));
+    char *a7[] = { "weftd", "--rotate-method", "ring", NULL };
+    CHECK(build(3, a7, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "allgather or alltoall"));
+    char *a8[] = { "weftd", "--load-balance", "maybe", NULL };
+    CHECK(build(3, a8, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "true or false"));
+
+    /* environment and file, with the file's line in the error */
+    char *a9[] = { "weftd", "--devices", "cpu:4", NULL };
+    char *env1[] = { "WEFT_MESH=dp=4", NULL };
+    CHECK(build(3, a9, env1, &s, err, sizeof err) == WF_OK);
+    CHECK(s.mesh_deg.dp == 4 && s.mesh_deg.tp == 1);
+    char path[256];
+    snprintf(path, sizeof path, "%s/mesh.conf", dir);
+    write_file(path, "devices = cpu:4\n# two replicas\nmesh = dp=2,ring=3\n");
+    char *a10[] = { "weftd", "--config", path, NULL };
+    CHECK(build(3, a10, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(strstr(err, "mesh.conf:3") && strstr(err, "is 6") && strstr(err, "(4)"));
+    printf("  %s\n", err);
+    /* a flag overrides the file's mesh, and the check follows the flag */
+    char *a11[] = { "weftd", "--config", path, "--mesh", "ulysses=4", NULL };
+    CHECK(build(5, a11, env0, &s, err, sizeof err) == WF_OK);
+    CHECK(s.mesh_deg.ulysses == 4 && s.mesh_deg.dp == 1);
+    unlink(path);
+
+    /* reload: the mesh and the job defaults are reloadable; "" and tp=2
+     * on two devices are the same mesh (nothing to apply) */
+    wf_settings_t cur, next;
+    const char *restart[8];
+    size_t n_restart = 99;
+    wf_settings_default(&cur);
+    next = cur;
+    snprintf(next.mesh, sizeof next.mesh, "tp=2");
+    CHECK(wf_settings_apply_reload(&cur, &next, restart, 8, &n_restart) == 0);
+    snprintf(next.mesh, sizeof next.mesh, "ring=2");
+    next.mesh_deg = (wf_mesh_degrees_t){ 1, 2, 1, 1 };
+    next.rotate_method = WF_ROTATE_ALLTOALL;
+    next.load_balance = false;
+    CHECK(wf_settings_apply_reload(&cur, &next, restart, 8, &n_restart) == 3);
+    CHECK(n_restart == 0);
+    CHECK(strcmp(cur.mesh, "ring=2") == 0 && cur.mesh_deg.ring == 2 &&
+          cur.mesh_deg.tp == 1);
+    CHECK(cur.rotate_method == WF_ROTATE_ALLTOALL && !cur.load_balance);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/weft-test-config-XXXXXX";
@@ -275,6 +369,7 @@ int main(void)
     test_flags_and_bounds();
     test_file_env_precedence(dir);
     test_reload_rules();
+    test_mesh_and_job_defaults(dir);
     rmdir(dir);
     if (failures) {
         fprintf(stderr, "test_config: %d check(s) failed\n", failures);

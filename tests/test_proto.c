@@ -186,6 +186,7 @@ static void test_round_trip_replies(void)
     s->epoch = 9; s->uptime_ms = 123456; s->queue_depth = 2; s->queue_capacity = 64;
     s->in_flight = 1; s->jobs_served = 1000; s->jobs_failed = 3; s->requests_rejected = 77;
     s->rss_bytes = 1ull << 30; s->device_count = WF_STATUS_MAX_DEVICES;
+    s->mesh = (wf_mesh_degrees_t){ 2, 4, 2, 4 }; s->reconfiguring = 1;
     for (uint32_t i = 0; i < WF_STATUS_MAX_DEVICES; i++) {
         s->devices[i].index = i;
         snprintf(s->devices[i].name, sizeof(s->devices[i].name), "cpu:%u", i);
@@ -193,6 +194,9 @@ static void test_round_trip_replies(void)
         s->devices[i].memory_used = i * 1000;
         s->devices[i].jobs_served = i * 7;
         s->devices[i].busy = i & 1;
+        s->devices[i].rank = 63 - i;
+        for (uint32_t k = 0; k < 4; k++)
+            s->devices[i].coords[k] = (i >> (2 * k)) & 3;
     }
     wf_buf_reset(&buf);
     CHECK(wf_reply_encode(&r, &buf) == WF_OK, "encode status reply");
@@ -490,6 +494,8 @@ static void test_request_errors(void)
     expect_req("op 0", WF_E_UNKNOWN_OP, 9, NULL);
     B(); mpb(&sb, "M3 si si sU", "v", 1, "id", 9, "op", (uint64_t)1 << 40);
     expect_req("op 2^40", WF_E_UNKNOWN_OP, 9, NULL);
+    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 9, "op", 5);
+    expect_req("op 5 (after reconfigure)", WF_E_UNKNOWN_OP, 9, "5");
 
     /* BAD_FIELD: top level */
     B(); mpb(&sb, "M2 si si", "v", 1, "op", 1);
@@ -675,6 +681,212 @@ static void test_request_errors(void)
     expect_req("scale integer", WF_OK, 24, NULL);
 }
 
+/* Context-parallel attention options, the reconfigure op and the status
+ * additions. */
+static void test_parallel_fields(void)
+{
+    wf_limits_t lim;
+    wf_limits_default(&lim);
+    wf_buf_t buf = { 0 };
+    char err[WF_PROTO_ERROR_MAX];
+    wf_status_t rc;
+
+    /* attention options: every value of every option survives encode ->
+     * decode; DEFAULT is not sent at all */
+    for (int rot = 0; rot < 3; rot++)
+        for (int o = 0; o < 3 * 3 * 3 * 3; o++) {
+            wf_request_t r, d;
+            memset(&r, 0, sizeof(r));
+            r.id = 500 + (uint64_t)(rot * 81 + o);
+            r.op = WF_OP_ATTENTION;
+            r.n_tensors = 3;
+            const char *names[3] = { "q", "k", "v" };
+            for (int i = 0; i < 3; i++) {
+                snprintf(r.tensors[i].name, sizeof(r.tensors[i].name), "%s", names[i]);
+                r.tensors[i].rank = 4;
+                memcpy(r.tensors[i].shape, i == 0 ? SQ : SKV, sizeof(SQ));
+                r.tensors[i].frame = (uint32_t)i;
+            }
+            wf_attention_args_t *a = &r.args.attention;
+            a->rotate_method = (wf_rotate_t)rot;
+            a->convert_to_fp32 = (wf_opt_t)(o % 3);
+            a->ring_anything = (wf_opt_t)(o / 3 % 3);
+            a->ulysses_anything = (wf_opt_t)(o / 9 % 3);
+            a->load_balance = (wf_opt_t)(o / 27 % 3);
+            wf_buf_reset(&buf);
+            CHECK(wf_request_encode(&r, &buf) == WF_OK, "encode options %d/%d", rot, o);
+            bool any = rot || o;
+            CHECK(any == (memmem(buf.data, buf.len, "anything", 8) || memmem(buf.data, buf.len,
+                  "rotate", 6) || memmem(buf.data, buf.len, "fp32", 4) ||
+                  memmem(buf.data, buf.len, "load_balance", 12)),
+                  "options %d/%d: DEFAULT must not be sent, others must", rot, o);
+            rc = wf_request_decode(buf.data, buf.len, &lim, &d, err, sizeof(err));
+            CHECK(rc == WF_OK, "decode options %d/%d: %s", rot, o, err);
+            const wf_attention_args_t *b = &d.args.attention;
+            CHECK(rc != WF_OK || (b->rotate_method == a->rotate_method &&
+                  b->convert_to_fp32 == a->convert_to_fp32 &&
+                  b->ring_anything == a->ring_anything &&
+                  b->ulysses_anything == a->ulysses_anything &&
+                  b->load_balance == a->load_balance), "options %d/%d differ", rot, o);
+        }
+    {
+        wf_request_t r;
+        memset(&r, 0, sizeof(r));
+        r.op = WF_OP_ATTENTION;
+        r.args.attention.rotate_method = (wf_rotate_t)3;
+        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode rotate_method 3");
+        r.args.attention.rotate_method = WF_ROTATE_DEFAULT;
+        r.args.attention.load_balance = (wf_opt_t)7;
+        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode load_balance 7");
+    }
+    /* wire spellings, absent = DEFAULT, and wrong values */
+    B(); attn_prefix(600, SQ, SKV, SKV);
+    mpb(&sb, "M5 ss sb sb sb sb", "rotate_method", "alltoall", "convert_to_fp32", 0,
+        "ring_anything", 1, "ulysses_anything", 1, "load_balance", 0);
+    {
+        wf_request_t d;
+        rc = wf_request_decode(sb.data, sb.size, &lim, &d, err, sizeof(err));
+        const wf_attention_args_t *b = &d.args.attention;
+        CHECK(rc == WF_OK && b->rotate_method == WF_ROTATE_ALLTOALL &&
+              b->convert_to_fp32 == WF_OPT_OFF && b->ring_anything == WF_OPT_ON &&
+              b->ulysses_anything == WF_OPT_ON && b->load_balance == WF_OPT_OFF,
+              "explicit options: %s %s", wf_status_name(rc), err);
+        B(); attn_prefix(601, SQ, SKV, SKV); mpb(&sb, "M1 ss", "rotate_method", "allgather");
+        rc = wf_request_decode(sb.data, sb.size, &lim, &d, err, sizeof(err));
+        CHECK(rc == WF_OK && d.args.attention.rotate_method == WF_ROTATE_ALLGATHER &&
+              d.args.attention.convert_to_fp32 == WF_OPT_DEFAULT &&
+              d.args.attention.ring_anything == WF_OPT_DEFAULT &&
+              d.args.attention.ulysses_anything == WF_OPT_DEFAULT &&
+              d.args.attention.load_balance == WF_OPT_DEFAULT, "allgather, rest absent");
+    }
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 ss", "rotate_method", "ring");
+    expect_req("rotate_method ring", WF_E_BAD_FIELD, 602, "args.rotate_method: unknown method \"ring\"");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 ss", "rotate_method", "AllGather");
+    expect_req("rotate_method case", WF_E_BAD_FIELD, 602, "rotate_method");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 si", "rotate_method", 1);
+    expect_req("rotate_method int", WF_E_BAD_FIELD, 602, "args.rotate_method: must be a str");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 si", "convert_to_fp32", 1);
+    expect_req("convert_to_fp32 int", WF_E_BAD_FIELD, 602, "args.convert_to_fp32: must be a bool");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 ss", "ring_anything", "true");
+    expect_req("ring_anything str", WF_E_BAD_FIELD, 602, "args.ring_anything");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 sn", "ulysses_anything");
+    expect_req("ulysses_anything nil", WF_E_BAD_FIELD, 602, "args.ulysses_anything");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 sd", "load_balance", 1.0);
+    expect_req("load_balance float", WF_E_BAD_FIELD, 602, "args.load_balance");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M2 sb sb", "ring_anything", 1, "ring_anything", 1);
+    expect_req("ring_anything twice", WF_E_BAD_FIELD, 602, "duplicate");
+    B(); attn_prefix(602, SQ, SKV, SKV); mpb(&sb, "M1 sb", "ring_degree", 1);
+    expect_req("ring_degree is not a job option", WF_E_BAD_FIELD, 602, "unknown key");
+    /* the order of checks: a bad option comes before the tensors' fit */
+    {
+        int64_t q3[4] = { 2, 5, 3, 8 };
+        B(); attn_prefix(603, q3, SKV, SKV); mpb(&sb, "M1 si", "load_balance", 2);
+        expect_req("bad option before Hkv | Hq", WF_E_BAD_FIELD, 603, "load_balance");
+    }
+
+    /* reconfigure */
+    for (uint32_t v = 1; v <= WF_PROTO_MAX_DEGREE; v = v * 2 + 1) {
+        wf_request_t r, d;
+        memset(&r, 0, sizeof(r));
+        r.id = 700 + v;
+        r.op = WF_OP_RECONFIGURE;
+        r.args.reconfigure.mesh = (wf_mesh_degrees_t){ v, 1, v % 7 + 1, WF_PROTO_MAX_DEGREE };
+        wf_buf_reset(&buf);
+        CHECK(wf_request_encode(&r, &buf) == WF_OK, "encode reconfigure %u", v);
+        rc = wf_request_decode(buf.data, buf.len, &lim, &d, err, sizeof(err));
+        CHECK(rc == WF_OK && d.op == WF_OP_RECONFIGURE && d.id == r.id &&
+              memcmp(&d.args.reconfigure.mesh, &r.args.reconfigure.mesh,
+                     sizeof(wf_mesh_degrees_t)) == 0,
+              "reconfigure %u round trip: %s %s", v, wf_status_name(rc), err);
+    }
+    {
+        wf_request_t r;
+        memset(&r, 0, sizeof(r));
+        r.op = WF_OP_RECONFIGURE;
+        r.args.reconfigure.mesh = (wf_mesh_degrees_t){ 1, 0, 1, 1 };
+        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode ring 0");
+        r.args.reconfigure.mesh = (wf_mesh_degrees_t){ 1, 1, WF_PROTO_MAX_DEGREE + 1, 1 };
+        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode ulysses 4097");
+        wf_request_t d;
+        B(); mpb(&sb, "M4 si si si s M2 si si", "v", 1, "id", 710, "op", 4, "args",
+                 "ring", 2, "ulysses", 2);
+        rc = wf_request_decode(sb.data, sb.size, &lim, &d, err, sizeof(err));
+        CHECK(rc == WF_OK && d.args.reconfigure.mesh.dp == 1 && d.args.reconfigure.mesh.ring == 2 &&
+              d.args.reconfigure.mesh.ulysses == 2 && d.args.reconfigure.mesh.tp == 1,
+              "absent degrees are 1: %s %s", wf_status_name(rc), err);
+        B(); mpb(&sb, "M3 si si si", "v", 1, "id", 711, "op", 4);
+        rc = wf_request_decode(sb.data, sb.size, &lim, &d, err, sizeof(err));
+        CHECK(rc == WF_OK && d.args.reconfigure.mesh.dp == 1 && d.args.reconfigure.mesh.tp == 1,
+              "no args: all degrees 1: %s", err);
+    }
+    B(); mpb(&sb, "M4 si si si s M1 si", "v", 1, "id", 720, "op", 4, "args", "dp", 0);
+    expect_req("reconfigure dp 0", WF_E_BAD_FIELD, 720, "args.dp: degree must be 1..4096, got 0");
+    B(); mpb(&sb, "M4 si si si s M1 sU", "v", 1, "id", 720, "op", 4, "args", "ring",
+             (uint64_t)1 << 40);
+    expect_req("reconfigure ring 2^40", WF_E_BAD_FIELD, 720, "args.ring");
+    B(); mpb(&sb, "M4 si si si s M1 si", "v", 1, "id", 720, "op", 4, "args", "ulysses", -2);
+    expect_req("reconfigure ulysses -2", WF_E_BAD_FIELD, 720, "args.ulysses: must be an unsigned");
+    B(); mpb(&sb, "M4 si si si s M1 ss", "v", 1, "id", 720, "op", 4, "args", "tp", "2");
+    expect_req("reconfigure tp str", WF_E_BAD_FIELD, 720, "args.tp");
+    B(); mpb(&sb, "M4 si si si s M1 sd", "v", 1, "id", 720, "op", 4, "args", "tp", 2.0);
+    expect_req("reconfigure tp float", WF_E_BAD_FIELD, 720, "args.tp");
+    B(); mpb(&sb, "M4 si si si s M1 si", "v", 1, "id", 720, "op", 4, "args", "pp", 2);
+    expect_req("reconfigure unknown degree", WF_E_BAD_FIELD, 720, "unknown key \"pp\"");
+    B(); mpb(&sb, "M4 si si si s M2 si si", "v", 1, "id", 720, "op", 4, "args", "dp", 2,
+             "dp", 2);
+    expect_req("reconfigure dp twice", WF_E_BAD_FIELD, 720, "duplicate");
+    B(); mpb(&sb, "M4 si si si s A0", "v", 1, "id", 720, "op", 4, "args");
+    expect_req("reconfigure args array", WF_E_BAD_FIELD, 720, "args: must be a map");
+    B(); mpb(&sb, "M4 si si si sA1", "v", 1, "id", 721, "op", 4, "tensors");
+    mpb_tensor(&sb, "q", "f32", 4, SQ, 0);
+    expect_req("reconfigure with a tensor", WF_E_BAD_ARGUMENT, 721, "no tensors");
+
+    /* reconfigure reply */
+    wf_reply_t rep, d;
+    memset(&rep, 0, sizeof(rep));
+    rep.id = 730; rep.op = WF_OP_RECONFIGURE; rep.epoch = 7;
+    rep.result.reconfigure.epoch = 7;
+    rep.result.reconfigure.mesh = (wf_mesh_degrees_t){ 1, 2, 2, 1 };
+    wf_buf_reset(&buf);
+    CHECK(wf_reply_encode(&rep, &buf) == WF_OK, "encode reconfigure reply");
+    rc = wf_reply_decode(buf.data, buf.len, &d, err, sizeof(err));
+    CHECK(rc == WF_OK && d.op == WF_OP_RECONFIGURE && d.epoch == 7 &&
+          d.result.reconfigure.epoch == 7 &&
+          memcmp(&d.result.reconfigure.mesh, &rep.result.reconfigure.mesh,
+                 sizeof(wf_mesh_degrees_t)) == 0,
+          "reconfigure reply round trip: %s %s", wf_status_name(rc), err);
+    rep.status = WF_E_BUSY;
+    strcpy(rep.error, "another reconfiguration is running");
+    wf_buf_reset(&buf);
+    wf_reply_encode(&rep, &buf);
+    rc = wf_reply_decode(buf.data, buf.len, &d, err, sizeof(err));
+    CHECK(rc == WF_OK && d.status == WF_E_BUSY && d.result.reconfigure.epoch == 0 &&
+          strstr(d.error, "another"), "busy reply: %s", err);
+    /* status additions, as a tolerant client reads them: reconfiguring as
+     * a bool or a uint; coords must be 4 uints */
+    B();
+    mpb(&sb, "M5 si si si si s M3 s M2 si si s i s A1 M2 si s A4 iiii", "v", 1, "id", 731,
+        "op", 2, "status", 0, "result", "mesh", "ring", 4, "future", 1, "reconfiguring", 1,
+        "devices", "rank", 3, "coords", 0, 3, 0, 0);
+    rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
+    CHECK(rc == WF_OK && d.result.status.mesh.ring == 4 && d.result.status.reconfiguring == 1 &&
+          d.result.status.devices[0].rank == 3 && d.result.status.devices[0].coords[1] == 3,
+          "status additions: %s %s", wf_status_name(rc), err);
+    B();
+    mpb(&sb, "M5 si si si si s M1 s A1 M1 s A3 iii", "v", 1, "id", 732, "op", 2, "status", 0,
+        "result", "devices", "coords", 0, 0, 0);
+    rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
+    CHECK(rc == WF_E_PROTOCOL && strstr(err, "coords"), "3 coords: %s %s", wf_status_name(rc), err);
+    B();
+    mpb(&sb, "M5 si si si si s M1 s i", "v", 1, "id", 733, "op", 2, "status", 0,
+        "result", "mesh", 4);
+    rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
+    CHECK(rc == WF_E_PROTOCOL && strstr(err, "mesh"), "mesh not a map: %s", wf_status_name(rc));
+    CHECK(strcmp(wf_status_name(WF_E_ABORTED), "WF_E_ABORTED") == 0 && WF_E_ABORTED == 41 &&
+          WF_E_BUSY == 23, "status numbers");
+    wf_buf_free(&buf);
+}
+
 static void test_frames(void)
 {
     wf_limits_t lim;
@@ -760,6 +972,7 @@ int main(void)
     test_round_trip_replies();
     test_prevalidate();
     test_request_errors();
+    test_parallel_fields();
     test_frames();
     test_misc();
     msgpack_sbuffer_destroy(&sb);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# test_weftctl.sh — weftctl against a real weftd: hello, status,
-# attention-demo (PASS and its figures), WEFT_ENDPOINT and --endpoint,
-# exit codes 0 / 1 / 2, then SIGTERM makes the daemon exit 0.
+# test_weftctl.sh — weftctl against a real weftd: hello, status (mesh,
+# epoch, ranks and coordinates), attention-demo (PASS and its figures),
+# reconfigure (old -> new mesh and epoch, a refused mesh, usage errors),
+# the demo's context-parallel options on a ring mesh, WEFT_ENDPOINT and
+# --endpoint, exit codes 0 / 1 / 2, then SIGTERM makes the daemon exit 0.
 #
 # usage: test_weftctl.sh PATH_TO_WEFTD PATH_TO_WEFTCTL
 # Readiness is a `weftctl hello` with a long timeout: it returns as soon as
@@ -45,6 +47,8 @@ expect ready 'tensor 1\.0 MiB'
 run status 0 "$weftctl" --endpoint "$ep" status
 expect status '^weftd .* \(cpu\)  epoch [0-9]+'
 expect status '^queue [0-9]+/[0-9]+'
+expect status '^mesh dp=1 ring=1 ulysses=1 tp=2  epoch 0$'
+expect status '^1 +cpu:1 +1 +\[0,0,0,1\] '
 expect status '^0 +cpu:0 '
 expect status '^1 +cpu:1 '
 
@@ -87,6 +91,32 @@ run bad_dtype 2 "$weftctl" --endpoint "$ep" attention-demo --dtype f64
 run bad_heads 2 "$weftctl" --endpoint "$ep" attention-demo --heads 4 --kv-heads 3
 run bad_value 2 "$weftctl" --endpoint "$ep" attention-demo --seq x
 run extra_arg 2 "$weftctl" --endpoint "$ep" status now
+
+# Reconfiguration: tp=2 -> ring=2, then context-parallel demos on it.
+run reconf_ring 0 "$weftctl" --endpoint "$ep" reconfigure --ring 2
+expect reconf_ring '^mesh dp=1 ring=1 ulysses=1 tp=2 \(epoch 0\) -> dp=1 ring=2 ulysses=1 tp=1 \(epoch 1\)$'
+run status3 0 "$weftctl" --endpoint "$ep" status
+expect status3 '^mesh dp=1 ring=2 ulysses=1 tp=1  epoch 1$'
+expect status3 '^1 +cpu:1 +1 +\[0,1,0,0\] '
+run demo_ring 0 "$weftctl" --endpoint "$ep" attention-demo --dtype bf16 \
+    --seq 45 --kv-seq 38 --heads 4 --dim 16 --causal --rotate alltoall \
+    --no-fp32-merge --ring-anything --no-load-balance
+expect demo_ring 'Sq=45 Skv=38 .* epoch 1$'
+expect demo_ring 'rotate alltoall, fp32 merge off, ring_anything on, ulysses_anything default, load_balance off'
+expect demo_ring '^PASS$'
+run demo_uneven 1 "$weftctl" --endpoint "$ep" attention-demo --seq 45 --heads 2 --dim 16
+expect demo_uneven 'WF_E_BAD_ARGUMENT: .+'
+run reconf_bad 1 "$weftctl" --endpoint "$ep" reconfigure --ring 3
+expect reconf_bad 'WF_E_BAD_ARGUMENT: .+'
+run reconf_usage 2 "$weftctl" --endpoint "$ep" reconfigure --ring 0
+run reconf_usage2 2 "$weftctl" --endpoint "$ep" reconfigure --pp 2
+run reconf_uly 0 "$weftctl" --endpoint "$ep" reconfigure --ulysses 2
+expect reconf_uly '-> dp=1 ring=1 ulysses=2 tp=1 \(epoch 2\)$'
+run demo_uly 0 "$weftctl" --endpoint "$ep" attention-demo --seq 33 --heads 3 \
+    --kv-heads 1 --dim 16 --ulysses-anything --ring-anything
+expect demo_uly 'epoch 2$'
+expect demo_uly '^PASS$'
+run bad_rotate 2 "$weftctl" --endpoint "$ep" attention-demo --rotate ring
 
 kill -TERM "$pid"
 wait "$pid"

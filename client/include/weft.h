@@ -232,12 +232,14 @@ typedef struct wf_attention_opts {
     wf_opt_t load_balance;      /* causal ring: zigzag sharding */
 } wf_attention_opts_t;
 
-/* Change the mesh of a running daemon (hot reconfiguration): the daemon
- * validates the degrees (product = its devices, each >= 1), stops
- * dispatching, drains running jobs, regroups, bumps the epoch and resumes.
- * Queued jobs wait; none is dropped. WF_E_BUSY when another
- * reconfiguration runs; an invalid mesh changes nothing (WF_E_BAD_ARGUMENT).
- * On success *ret_epoch (when not NULL) is the new epoch. */
+/* Change the mesh of a running daemon (hot reconfiguration). The daemon
+ * validates the degrees first: each must be in 1..4096 (refused here with
+ * WF_E_INVALID, nothing sent) and their product must equal its device
+ * count (WF_E_BAD_ARGUMENT; nothing changes). Then it stops dispatching,
+ * drains running jobs, regroups, bumps the epoch and resumes. Queued jobs
+ * wait; none is dropped. WF_E_BUSY when another reconfiguration runs.
+ * It can take as long as the longest running job, within the client's
+ * timeout. On success *ret_epoch (when not NULL) is the new epoch. */
 WF_API wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
                                   uint64_t *ret_epoch);
 

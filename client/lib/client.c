@@ -37,7 +37,8 @@
 typedef enum job_kind {
     JOB_HELLO,
     JOB_STATUS,
-    JOB_ATTENTION
+    JOB_ATTENTION,
+    JOB_RECONFIGURE
 } job_kind_t;
 
 struct wf_job {
@@ -53,6 +54,7 @@ struct wf_job {
     char error[WF_CLIENT_ERR_MAX]; /* message when status != WF_OK */
     wf_hello_info_t *hello;    /* JOB_HELLO: where the answer goes */
     wf_status_info_t *info;    /* JOB_STATUS: where the answer goes */
+    wf_reconfigure_result_t *recon; /* JOB_RECONFIGURE: where the answer goes */
     void *out;                 /* JOB_ATTENTION: caller's output buffer */
     wf_dtype_t out_dtype;      /* its dtype */
     int64_t shape[4];          /* expected out shape (B, Sq, Hq, D) */
@@ -482,6 +484,7 @@ static wf_status_t recv_reply(wf_client_t *c)
         [JOB_HELLO] = WF_OP_HELLO,
         [JOB_STATUS] = WF_OP_STATUS,
         [JOB_ATTENTION] = WF_OP_ATTENTION,
+        [JOB_RECONFIGURE] = WF_OP_RECONFIGURE,
     };
     job->result.epoch = r->epoch;
     if (dst != WF_OK) {
@@ -517,8 +520,11 @@ static wf_status_t recv_reply(wf_client_t *c)
                          WF_PROTOCOL_VERSION);
             else if (job->hello)
                 *job->hello = r->result.hello;
-        } else if (job->info) {
-            *job->info = r->result.status;
+        } else if (job->kind == JOB_STATUS) {
+            if (job->info)
+                *job->info = r->result.status;
+        } else if (job->recon) {
+            *job->recon = r->result.reconfigure;
         }
     }
     job_finish(c, job);
@@ -664,10 +670,13 @@ const char *wf_client_last_error(const wf_client_t *client)
     return client ? client->last_error : "";
 }
 
-/* hello and status: a request without tensors, waited for at once. Other
- * jobs' replies that arrive meanwhile are handled as usual. */
+/* hello, status and reconfigure: a request without tensors, waited for
+ * at once. Other jobs' replies that arrive meanwhile are handled as usual.
+ * `mesh`: the degrees of a reconfigure request, else NULL. */
 static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, wf_op_t op,
-                               wf_hello_info_t *hello, wf_status_info_t *info)
+                               wf_hello_info_t *hello, wf_status_info_t *info,
+                               const wf_mesh_degrees_t *mesh,
+                               wf_reconfigure_result_t *recon)
 {
     wf_job_t job;
     memset(&job, 0, sizeof job);
@@ -675,6 +684,7 @@ static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, wf_op_t op,
     job.kind = kind;
     job.hello = hello;
     job.info = info;
+    job.recon = recon;
     job.id = c->next_id++;
     atomic_init(&job.frames_out, 0);
 
@@ -682,6 +692,8 @@ static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, wf_op_t op,
     c->req.version = WF_PROTOCOL_VERSION;
     c->req.id = job.id;
     c->req.op = op;
+    if (mesh)
+        c->req.args.reconfigure.mesh = *mesh;
 
     int64_t deadline = deadline_after(c->timeout_ms);
     wf_status_t st = send_request(c, &job, 0, NULL, NULL, deadline);
@@ -697,14 +709,38 @@ wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
 {
     if (!client)
         return WF_E_INVALID;
-    return simple_call(client, JOB_HELLO, WF_OP_HELLO, ret_info, NULL);
+    return simple_call(client, JOB_HELLO, WF_OP_HELLO, ret_info, NULL, NULL, NULL);
 }
 
 wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info)
 {
     if (!client)
         return WF_E_INVALID;
-    return simple_call(client, JOB_STATUS, WF_OP_STATUS, NULL, ret_info);
+    return simple_call(client, JOB_STATUS, WF_OP_STATUS, NULL, ret_info, NULL, NULL);
+}
+
+wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
+                           uint64_t *ret_epoch)
+{
+    if (!client)
+        return WF_E_INVALID;
+    if (!mesh)
+        return fail(client, WF_E_INVALID, "mesh is NULL");
+    const uint32_t deg[4] = { mesh->dp, mesh->ring, mesh->ulysses, mesh->tp };
+    static const char *const names[4] = { "dp", "ring", "ulysses", "tp" };
+    for (int i = 0; i < 4; i++)
+        if (deg[i] < 1 || deg[i] > WF_PROTO_MAX_DEGREE)
+            return fail(client, WF_E_INVALID, "mesh.%s must be 1..%d, got %u",
+                        names[i], WF_PROTO_MAX_DEGREE, deg[i]);
+    /* The daemon drains running jobs before it answers: the call may take
+     * as long as the longest of them, within the client's timeout. */
+    wf_reconfigure_result_t r;
+    memset(&r, 0, sizeof r);
+    wf_status_t st = simple_call(client, JOB_RECONFIGURE, WF_OP_RECONFIGURE, NULL,
+                                 NULL, mesh, &r);
+    if (st == WF_OK && ret_epoch)
+        *ret_epoch = r.epoch;
+    return st;
 }
 
 static bool dtype_ok(wf_dtype_t dt)
@@ -793,6 +829,19 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
     if (!isfinite(scale) || scale < 0.0f)
         return fail(c, WF_E_INVALID, "scale must be finite and >= 0 "
                     "(0: 1/sqrt(D))");
+    if (opts) {
+        if ((unsigned)opts->rotate_method > WF_ROTATE_ALLTOALL)
+            return fail(c, WF_E_INVALID, "rotate_method %d is not a wf_rotate_t",
+                        (int)opts->rotate_method);
+        const wf_opt_t flags[4] = { opts->convert_to_fp32, opts->ring_anything,
+                                    opts->ulysses_anything, opts->load_balance };
+        static const char *const fnames[4] = { "convert_to_fp32", "ring_anything",
+                                               "ulysses_anything", "load_balance" };
+        for (int i = 0; i < 4; i++)
+            if ((unsigned)flags[i] > WF_OPT_OFF)
+                return fail(c, WF_E_INVALID, "%s %d is not a wf_opt_t", fnames[i],
+                            (int)flags[i]);
+    }
 
     wf_job_t *job = calloc(1, sizeof *job);
     if (!job)
@@ -828,6 +877,15 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
     a->has_out_dtype = true;
     a->out_dtype = out->dtype;
     a->devices = opts ? opts->devices : 0;
+    if (opts) {
+        /* only what the caller set travels: DEFAULT leaves the daemon's
+         * setting in force (and keeps requests valid for older daemons) */
+        a->rotate_method = opts->rotate_method;
+        a->convert_to_fp32 = opts->convert_to_fp32;
+        a->ring_anything = opts->ring_anything;
+        a->ulysses_anything = opts->ulysses_anything;
+        a->load_balance = opts->load_balance;
+    }
 
     void *const data[3] = { q->data, k->data, v->data };
     const size_t bytes[3] = { qb, kb, vb };

@@ -53,6 +53,19 @@ static void fuzz_request(const uint8_t *data, size_t size)
         check(req.n_tensors == 3);
         check(req.tensors[a->q].shape[2] % req.tensors[a->k].shape[2] == 0);
         check(!a->has_scale || a->scale > 0.0f);
+        check((unsigned)a->rotate_method <= WF_ROTATE_ALLTOALL);
+        check((unsigned)a->convert_to_fp32 <= WF_OPT_OFF &&
+              (unsigned)a->ring_anything <= WF_OPT_OFF &&
+              (unsigned)a->ulysses_anything <= WF_OPT_OFF &&
+              (unsigned)a->load_balance <= WF_OPT_OFF);
+    }
+    if (req.op == WF_OP_RECONFIGURE) {
+        const wf_mesh_degrees_t *m = &req.args.reconfigure.mesh;
+        check(req.n_tensors == 0);
+        check(m->dp >= 1 && m->dp <= WF_PROTO_MAX_DEGREE && m->ring >= 1 &&
+              m->ring <= WF_PROTO_MAX_DEGREE && m->ulysses >= 1 &&
+              m->ulysses <= WF_PROTO_MAX_DEGREE && m->tp >= 1 &&
+              m->tp <= WF_PROTO_MAX_DEGREE);
     }
     wf_buf_t buf = { 0 };
     check(wf_request_encode(&req, &buf) == WF_OK);
@@ -63,6 +76,9 @@ static void fuzz_request(const uint8_t *data, size_t size)
     if (req.op == WF_OP_ATTENTION)
         check(memcmp(&again.args.attention, &req.args.attention,
                      sizeof(req.args.attention)) == 0);
+    if (req.op == WF_OP_RECONFIGURE)
+        check(memcmp(&again.args.reconfigure, &req.args.reconfigure,
+                     sizeof(req.args.reconfigure)) == 0);
     wf_buf_free(&buf);
 }
 
@@ -87,6 +103,12 @@ static void fuzz_reply(const uint8_t *data, size_t size)
     if (rep.status == WF_OK && rep.op == WF_OP_ATTENTION)
         check(memcmp(&again.result.attention, &rep.result.attention,
                      sizeof(rep.result.attention)) == 0);
+    if (rep.status == WF_OK && rep.op == WF_OP_RECONFIGURE)
+        check(memcmp(&again.result.reconfigure, &rep.result.reconfigure,
+                     sizeof(rep.result.reconfigure)) == 0);
+    if (rep.status == WF_OK && rep.op == WF_OP_STATUS)
+        check(memcmp(&again.result.status.mesh, &rep.result.status.mesh,
+                     sizeof(rep.result.status.mesh)) == 0);
     wf_buf_free(&buf);
 }
 

@@ -55,6 +55,18 @@ int main(int argc, char **argv)
     r.args.attention.devices = 2;
     wf_buf_reset(&b);
     bad |= wf_request_encode(&r, &b) != WF_OK || put(argv[1], "req_attention", 0, &b);
+    r.args.attention.rotate_method = WF_ROTATE_ALLTOALL;
+    r.args.attention.convert_to_fp32 = WF_OPT_OFF;
+    r.args.attention.ring_anything = WF_OPT_ON;
+    r.args.attention.ulysses_anything = WF_OPT_ON;
+    r.args.attention.load_balance = WF_OPT_OFF;
+    wf_buf_reset(&b);
+    bad |= wf_request_encode(&r, &b) != WF_OK || put(argv[1], "req_attention_cp", 0, &b);
+    memset(&r, 0, sizeof(r));
+    r.version = 1; r.id = 2; r.op = WF_OP_RECONFIGURE;
+    r.args.reconfigure.mesh = (wf_mesh_degrees_t){ 1, 2, 2, 1 };
+    wf_buf_reset(&b);
+    bad |= wf_request_encode(&r, &b) != WF_OK || put(argv[1], "req_reconfigure", 0, &b);
 
     wf_reply_t p;
     memset(&p, 0, sizeof(p));
@@ -67,6 +79,10 @@ int main(int argc, char **argv)
     p.version = 1; p.id = 9; p.op = WF_OP_STATUS;
     p.result.status.device_count = 2;
     strcpy(p.result.status.devices[1].name, "cpu:1");
+    p.result.status.mesh = (wf_mesh_degrees_t){ 1, 2, 1, 1 };
+    p.result.status.reconfiguring = 1;
+    p.result.status.devices[1].rank = 1;
+    p.result.status.devices[1].coords[1] = 1;
     wf_buf_reset(&b);
     bad |= wf_reply_encode(&p, &b) != WF_OK || put(argv[1], "rep_status", 1, &b);
     memset(&p, 0, sizeof(p));
@@ -77,6 +93,12 @@ int main(int argc, char **argv)
     p.tensors[1].shape[0] = p.tensors[1].shape[1] = p.tensors[1].shape[2] = 2;
     wf_buf_reset(&b);
     bad |= wf_reply_encode(&p, &b) != WF_OK || put(argv[1], "rep_attention", 1, &b);
+    memset(&p, 0, sizeof(p));
+    p.version = 1; p.id = 9; p.op = WF_OP_RECONFIGURE; p.epoch = 3;
+    p.result.reconfigure.epoch = 3;
+    p.result.reconfigure.mesh = (wf_mesh_degrees_t){ 2, 2, 1, 1 };
+    wf_buf_reset(&b);
+    bad |= wf_reply_encode(&p, &b) != WF_OK || put(argv[1], "rep_reconfigure", 1, &b);
     memset(&p, 0, sizeof(p));
     p.version = 1; p.id = 9; p.op = WF_OP_ATTENTION; p.status = WF_E_BAD_SHAPE;
     strcpy(p.error, "tensors[0].shape[1]: dim must be > 0, got 0");

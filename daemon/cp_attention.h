@@ -1,0 +1,147 @@
+/* cp_attention.h — context-parallel attention (ring, ulysses, unified /
+ * USP) over the comm data plane, as the per-rank step of an attention job.
+ *
+ * Layout as in diffusers: q (B, Sq, Hq, D), k, v (B, Skv, Hkv, D),
+ * out (B, Sq, Hq, D), lse (B, Sq, Hq) f32, natural log. One context-
+ * parallel group serves the query heads [hq_begin, hq_end) of the job
+ * (tensor-parallel ranks split the heads: each tp slice is its own group);
+ * with GQA (Hkv < Hq, query head h reads K/V head h / (Hq / Hkv)) the
+ * slice's K/V heads follow from that mapping.
+ *
+ * The group's root (seq index 0) alone reads the full inputs and writes
+ * the full outputs (only the slice's heads); it scatters the shards over
+ * the seq communicator and gathers the results back. Other ranks never
+ * touch the tensor pointers of the job (across processes they have none).
+ *
+ * Sequence plan (the same pure function on every rank): the ring group
+ * holds the sequence in R ring holdings — without load balancing the
+ * tensor_split of S into R*U shards, ring rank r holding shards
+ * r*U .. r*U+U-1 (one contiguous range); with load balancing (zigzag) the
+ * tensor_split of S into 2R chunks, ring rank r holding chunks r and
+ * 2R-1-r. Seq rank (r, u) holds piece u of the tensor_split of ring
+ * holding r into U. Queries and keys are planned alike (Sq and Skv
+ * separately). Ulysses splits the slice's heads into U contiguous ranges
+ * as even as possible (first ones one more); K/V heads travel with the
+ * query heads that read them (replicated when several ranges need one).
+ *
+ * No logging, no globals, no allocation: all memory is the caller's
+ * workspace, whose size wf_cp_attention_workspace computes in advance.
+ */
+#ifndef WF_CP_ATTENTION_H
+#define WF_CP_ATTENTION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "weft.h"
+
+/* How K/V shards move round the ring. */
+typedef enum wf_cp_rotate {
+    WF_CP_ROTATE_ALLGATHER = 0, /* gather every K/V shard first (memory x R) */
+    WF_CP_ROTATE_ALLTOALL = 1   /* pass one shard per step, overlapped (memory 2/R) */
+} wf_cp_rotate_t;
+
+/* One attention job as every rank of the group sees it. Shapes, options
+ * and dtypes must be identical on every rank; the tensor pointers are
+ * read on the root only (may be NULL elsewhere). */
+typedef struct wf_cp_job {
+    int64_t B, Sq, Skv, Hq, Hkv, D;  /* full problem (see the file comment) */
+    int64_t hq_begin, hq_end;        /* query heads this group serves */
+    float scale;                     /* softmax scale (already resolved) */
+    bool causal;                     /* top-left: query i sees keys j <= i */
+    wf_dtype_t q_dtype, k_dtype, v_dtype; /* input dtypes (f32, f16, bf16) */
+    wf_dtype_t out_dtype;            /* dtype of out */
+    bool return_lse;                 /* write lse (then lse != NULL on the root) */
+    wf_cp_rotate_t rotate_method;    /* ring K/V movement */
+    bool convert_to_fp32;            /* merge ring steps in f32, else in q_dtype */
+    bool ring_anything;              /* any Sq / Skv (tensor_split sharding) */
+    bool ulysses_anything;           /* any head count per ulysses rank */
+    bool load_balance;               /* zigzag ring holdings (for causal; R > 1) */
+    const void *q;                   /* root: (B, Sq, Hq, D) q_dtype, any alignment */
+    const void *k;                   /* root: (B, Skv, Hkv, D) k_dtype, any alignment */
+    const void *v;                   /* root: (B, Skv, Hkv, D) v_dtype, any alignment */
+    void *out;                       /* root: (B, Sq, Hq, D) out_dtype, any alignment */
+    float *lse;                      /* root: (B, Sq, Hq) f32, or NULL if !return_lse */
+} wf_cp_job_t;
+
+/* This rank's communicators. Borrowed for the duration of a call. */
+typedef struct wf_cp_group {
+    wf_comm_t *seq;      /* flattened ring x ulysses, index ring_c * U + ulysses_c;
+                            may be NULL when R * U == 1 */
+    wf_comm_t *ring;     /* same ulysses coordinate, index ring_c; NULL when R == 1 */
+    wf_comm_t *ulysses;  /* same ring coordinate, index ulysses_c; NULL when U == 1 */
+    int ring_degree;     /* R >= 1 */
+    int ulysses_degree;  /* U >= 1 */
+} wf_cp_group_t;
+
+/* One piece of a rank's holding of the sequence: global positions
+ * [start, start + len), stored at local rows [local, local + len). */
+typedef struct wf_cp_seg {
+    int64_t start; /* global position of the first token */
+    int64_t len;   /* tokens (may be 0) */
+    int64_t local; /* row of the first token in the holding */
+} wf_cp_seg_t;
+
+/* Largest number of segments of one holding (ring or seq shard). */
+#define WF_CP_MAX_SEGS 2
+
+/* Validate a job for ring degree R and ulysses degree U before anything
+ * runs (a bad job must never reach a collective). Pure. Errors, with a
+ * one-line message in err (errlen bytes; "" on success; err may be NULL):
+ *   WF_E_BAD_ARGUMENT: degrees < 1 or R * U too large, bad head slice,
+ *     Hkv not dividing Hq, a bad dtype or rotate method, non-positive or
+ *     overflowing shapes;
+ *   WF_E_BAD_SHAPE: without ring_anything, Sq or Skv not divisible by
+ *     R * U ("Tensor size along dimension to be sharded must be divisible
+ *     by mesh size", as diffusers); without ulysses_anything, the slice's
+ *     head count not divisible by U.
+ * With the anything flags every shape is accepted, also both at once and
+ * with R > 1 and U > 1 (diffusers refuses those combinations). */
+wf_status_t wf_cp_attention_check(const wf_cp_job_t *job, int R, int U,
+                                  char *err, size_t errlen);
+
+/* Bytes of workspace that wf_cp_attention_run needs on any rank of a
+ * group of degrees (R, U) with backend `ops` (the maximum over the ranks,
+ * so the daemon can admit one figure per device). Pure. Returns 0 when
+ * wf_cp_attention_check refuses the job, SIZE_MAX on overflow. */
+size_t wf_cp_attention_workspace(const wf_cp_job_t *job, int R, int U,
+                                 const wf_backend_ops_t *ops);
+
+/* Segments of the sequence held by seq rank `seq_index` (= ring_c * U +
+ * ulysses_c) after the scatter (`ring_holding` false), or by its whole
+ * ring rank (`ring_holding` true: what its attention covers), for the
+ * queries (`keys` false, length Sq) or the keys (`keys` true, Skv).
+ * Writes up to WF_CP_MAX_SEGS entries into ret_segs and their number into
+ * *ret_n. Pure; WF_E_BAD_ARGUMENT for a job check() refuses or an index
+ * out of range. Used by the run and by tests of the load balance. */
+wf_status_t wf_cp_attention_segments(const wf_cp_job_t *job, int R, int U,
+                                     int seq_index, bool ring_holding,
+                                     bool keys, wf_cp_seg_t *ret_segs,
+                                     int *ret_n);
+
+/* Run the job on this rank; every rank of the group calls it with the
+ * same job (pointers: root only) and its own communicators. `workspace`
+ * is 64-byte aligned, `bytes` >= wf_cp_attention_workspace(job, R, U,
+ * ops), owned by the caller, contents unspecified before and after.
+ * Steps: the root scatters shards over seq; ulysses all-to-all (sequence
+ * -> heads) over ulysses; ring attention over ring (all-gather or
+ * rotation overlapped with compute; zigzag with load_balance; fully
+ * masked (q, kv) pieces skipped; partial results merged with their lse);
+ * reverse all-to-all; gather to the root, which writes its heads of out
+ * and lse. Returns WF_OK; WF_E_BAD_ARGUMENT when check() refuses the job
+ * or the group does not match (R, U); WF_E_INVALID for a short workspace
+ * or missing root tensors; a comm error (WF_E_ABORTED) or a backend
+ * error. On any error after validation this rank aborts the group's
+ * world (wf_comm_abort) so that no peer waits forever in a collective;
+ * validation that every rank computes alike fails on every rank at once
+ * and aborts nothing. */
+wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
+                                const wf_cp_group_t *group,
+                                const wf_backend_ops_t *ops,
+                                wf_backend_ctx_t *ctx, void *workspace,
+                                size_t bytes);
+
+#endif /* WF_CP_ATTENTION_H */

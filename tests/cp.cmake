@@ -1,0 +1,6 @@
+# Context-parallel attention on real threads with the host comm: every
+# mesh shape, rotate method, merge mode and dtype against fp64.
+add_executable(test_cp_attention ${CMAKE_CURRENT_LIST_DIR}/test_cp_attention.c)
+target_link_libraries(test_cp_attention PRIVATE weftd_core m)
+add_test(NAME cp_attention COMMAND test_cp_attention)
+set_tests_properties(cp_attention PROPERTIES TIMEOUT 300)

@@ -1,0 +1,711 @@
+/* test_cp_attention.c — multi-threaded test of cp_attention: N threads =
+ * N ranks of a host-comm world laid out as (dp 1, ring R, ulysses U, tp T),
+ * split into seq / ring / ulysses groups with wf_mesh_color; each tp slice
+ * is a context-parallel group serving its heads, whose root alone reads the
+ * full inputs and writes its heads of the full outputs. Results are checked
+ * against an fp64 reference over a grid of meshes, rotate methods, merge
+ * precision, dtypes, even and uneven sequences and heads, causal with and
+ * without zigzag, GQA (with replication), cross-attention. Also: check()
+ * verdicts and messages, the load balance of the zigzag plan (visible score
+ * elements per ring rank), workspace guards, and an error on one rank
+ * reaching the others as an abort instead of a hang.
+ * WF_TEST_QUICK=1 thins the grid (for the sanitizers). */
+#include "cp_attention.h"
+#include "comm_host.h"
+#include "mesh.h"
+#include "tensor.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static long checks, failures;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        checks++;                                                            \
+        if (!(cond)) {                                                       \
+            failures++;                                                      \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                  \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+
+static float rnd_unit(void) /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static size_t dsize(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4 : 2; }
+
+/* unit roundoff of a dtype */
+static double eps_of(wf_dtype_t dt)
+{
+    return dt == WF_DTYPE_F32 ? 0x1p-24 : dt == WF_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
+}
+
+static const char *dt_name(wf_dtype_t dt)
+{
+    return dt == WF_DTYPE_F32 ? "f32" : dt == WF_DTYPE_F16 ? "f16" : "bf16";
+}
+
+static void hsplit(int64_t n, int64_t parts, int64_t i, int64_t *s, int64_t *l)
+{
+    int64_t q = n / parts, rem = n % parts;
+    *s = i * q + (i < rem ? i : rem);
+    *l = q + (i < rem ? 1 : 0);
+}
+
+/* ---- one case ------------------------------------------------------------------ */
+
+typedef struct tcase {
+    int R, U, T;                        /* mesh */
+    int64_t B, Sq, Skv, Hq, Hkv, D;     /* problem */
+    bool causal, lb;                    /* mask, zigzag */
+    wf_cp_rotate_t rot;                 /* ring K/V movement */
+    bool fp32;                          /* convert_to_fp32 */
+    wf_dtype_t in, out;                 /* dtypes of q/k/v and out */
+    bool ring_any, uly_any;             /* anything flags */
+    bool lse;                           /* return_lse */
+    int64_t h_begin, h_end;             /* T = 1 only: slice served (0,0 = all) */
+} tcase_t;
+
+/* Buffers of a case, shared by the rank threads (roots only touch them). */
+typedef struct tdata {
+    const tcase_t *c;          /* the case */
+    unsigned char *q, *k, *v;  /* inputs in c->in, at odd addresses */
+    unsigned char *out;        /* output in c->out, odd address */
+    float *lse;                /* (B, Sq, Hq) */
+    wf_comm_host_world_t *w;   /* the world */
+    int short_rank;            /* rank given a short workspace, or -1 */
+} tdata_t;
+
+typedef struct trank {
+    pthread_t tid;       /* thread */
+    tdata_t *d;          /* case */
+    int rank;            /* world rank */
+    wf_status_t st;      /* result of run */
+    bool guard_ok;       /* workspace guard untouched */
+    bool setup_ok;       /* comm / mesh setup worked */
+} trank_t;
+
+#define GUARD 256
+
+static void *rank_main(void *arg)
+{
+    trank_t *t = arg;
+    const tcase_t *c = t->d->c;
+    t->st = WF_E_INTERNAL;
+    t->guard_ok = true;
+    t->setup_ok = false;
+    wf_comm_t *world = NULL, *seq = NULL, *ring = NULL, *uly = NULL;
+    wf_backend_ctx_t *ctx = NULL;
+    const wf_backend_ops_t *ops = wf_backend_cpu();
+    if (wf_comm_host_init(t->d->w, t->rank, &world) != WF_OK)
+        return NULL;
+    wf_mesh_t m;
+    wf_mesh_degrees_t deg = {.dp = 1, .ring = c->R, .ulysses = c->U, .tp = c->T};
+    wf_mesh_coords_t co;
+    int col, key;
+    if (wf_mesh_init(&m, &deg, c->R * c->U * c->T, NULL, 0) != WF_OK ||
+        wf_mesh_coords(&m, t->rank, &co) != WF_OK)
+        goto out;
+    wf_mesh_dim_t dims[3] = {WF_MESH_DIM_SEQ, WF_MESH_DIM_RING, WF_MESH_DIM_ULYSSES};
+    wf_comm_t **sub[3] = {&seq, &ring, &uly};
+    for (int i = 0; i < 3; i++)
+        if (wf_mesh_color(&m, dims[i], t->rank, &col, &key) != WF_OK ||
+            wf_comm_split(world, col, key, sub[i]) != WF_OK)
+            goto out;
+    if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
+        goto out;
+    t->setup_ok = true;
+
+    wf_cp_job_t job = {
+        .B = c->B, .Sq = c->Sq, .Skv = c->Skv, .Hq = c->Hq, .Hkv = c->Hkv, .D = c->D,
+        .scale = (float)(1.0 / sqrt((double)c->D)), .causal = c->causal,
+        .q_dtype = c->in, .k_dtype = c->in, .v_dtype = c->in, .out_dtype = c->out,
+        .return_lse = c->lse, .rotate_method = c->rot, .convert_to_fp32 = c->fp32,
+        .ring_anything = c->ring_any, .ulysses_anything = c->uly_any,
+        .load_balance = c->lb,
+    };
+    if (c->h_end > 0) {
+        job.hq_begin = c->h_begin;
+        job.hq_end = c->h_end;
+    } else {
+        int64_t hb, hl;
+        hsplit(c->Hq, c->T, co.tp, &hb, &hl);
+        job.hq_begin = hb;
+        job.hq_end = hb + hl;
+    }
+    if (co.ring == 0 && co.ulysses == 0) { /* the slice's root */
+        job.q = t->d->q;
+        job.k = t->d->k;
+        job.v = t->d->v;
+        job.out = t->d->out;
+        job.lse = c->lse ? t->d->lse : NULL;
+    }
+    wf_cp_group_t grp = {.seq = seq, .ring = ring, .ulysses = uly,
+                         .ring_degree = c->R, .ulysses_degree = c->U};
+    size_t bytes = wf_cp_attention_workspace(&job, c->R, c->U, ops);
+    if (bytes == 0 || bytes == SIZE_MAX) {
+        t->st = WF_E_INVALID;
+        goto out;
+    }
+    size_t alloc = (bytes + GUARD + 63) & ~(size_t)63;
+    unsigned char *ws = aligned_alloc(64, alloc);
+    memset(ws, 0xff, bytes); /* NaN everywhere: reading stale bytes shows */
+    memset(ws + bytes, 0xa5, alloc - bytes);
+    size_t give = t->rank == t->d->short_rank ? 64 : bytes;
+    t->st = wf_cp_attention_run(&job, &grp, ops, ctx, ws, give);
+    for (size_t i = bytes; i < alloc; i++)
+        t->guard_ok &= ws[i] == 0xa5;
+    free(ws);
+out:
+    ops->ctx_destroy(&ctx);
+    wf_comm_destroy(&uly);
+    wf_comm_destroy(&ring);
+    wf_comm_destroy(&seq);
+    wf_comm_destroy(&world);
+    return NULL;
+}
+
+/* fp64 reference over all heads; causal is top-left (query i sees j <= i). */
+static void ref_attention(const tcase_t *c, const float *q, const float *k,
+                          const float *v, double *out, double *lse)
+{
+    const int64_t G = c->Hq / c->Hkv, D = c->D;
+    const double scale = (double)(float)(1.0 / sqrt((double)D));
+    double *s = malloc((size_t)c->Skv * sizeof(double));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t i = 0; i < c->Sq; i++)
+            for (int64_t h = 0; h < c->Hq; h++) {
+                const float *qr = q + ((b * c->Sq + i) * c->Hq + h) * D;
+                int64_t hk = h / G, n = c->causal ? (i + 1 < c->Skv ? i + 1 : c->Skv) : c->Skv;
+                double m = -INFINITY;
+                for (int64_t j = 0; j < n; j++) {
+                    const float *kr = k + ((b * c->Skv + j) * c->Hkv + hk) * D;
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        dot += (double)qr[d] * (double)kr[d];
+                    s[j] = dot * scale;
+                    m = s[j] > m ? s[j] : m;
+                }
+                double *o = out + ((b * c->Sq + i) * c->Hq + h) * D, l = 0;
+                for (int64_t d = 0; d < D; d++)
+                    o[d] = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    double p = exp(s[j] - m);
+                    l += p;
+                    const float *vr = v + ((b * c->Skv + j) * c->Hkv + hk) * D;
+                    for (int64_t d = 0; d < D; d++)
+                        o[d] += p * (double)vr[d];
+                }
+                for (int64_t d = 0; d < D && n > 0; d++)
+                    o[d] /= l;
+                lse[(b * c->Sq + i) * c->Hq + h] = n > 0 ? m + log(l) : -INFINITY;
+            }
+    free(s);
+}
+
+static unsigned char *make_input(size_t n, wf_dtype_t dt, float amp, float **ret_f32)
+{
+    float *f = malloc(n * sizeof(float) + 4);
+    unsigned char *buf = malloc(n * dsize(dt) + 1);
+    for (size_t i = 0; i < n; i++)
+        f[i] = amp * rnd_unit();
+    wf_convert_from_f32(buf + 1, dt, f, n);
+    wf_convert_to_f32(f, buf + 1, dt, n);
+    *ret_f32 = f;
+    return buf;
+}
+
+/* Worst errors, relative to max |ref| for out and absolute for lse, by
+ * [input dtype][output dtype][merge in dtype], over cases with R > 1
+ * (where ring steps are merged) and over all cases. */
+static double worst_out[3][3][2], worst_lse[3][3][2];
+static double worst_out_all[3][3][2];
+static long ncases, ncases_ring;
+
+/* Tolerances, out relative to max |ref|, lse absolute. fp32 merge: the
+ * f32 kernel and merges (4e-6; the kernel test allows 2e-5 for longer
+ * rows) plus two roundings to the output dtype. Merge in the input dtype
+ * (u = its unit roundoff): a row is merged from at most m = 2R partial
+ * results (R ring steps, two zigzag pieces each), each partial and each
+ * merged value rounded to the dtype: (m + 2) u on out. lse stays f32 in
+ * both modes; the rounded partial outputs shift it by no more than the
+ * out error does (it is computed from f32 partial lse values). A single
+ * step (R = 1) merges nothing and is not rounded. */
+static void tolerances(const tcase_t *c, double max_lse, double *tol_out,
+                       double *tol_lse)
+{
+    bool in_dtype = !c->fp32 && c->in != WF_DTYPE_F32 && c->R > 1;
+    double m = 2.0 * c->R;
+    *tol_out = 4e-6 + 2.0 * eps_of(c->out);
+    *tol_lse = 2e-6 * (1.0 + max_lse);
+    if (in_dtype) {
+        double u = eps_of(c->in);
+        *tol_out += (m + 2.0) * u;
+    }
+}
+
+/* Largest error / tolerance seen (how much margin the tolerances leave). */
+static double worst_ratio_out, worst_ratio_lse;
+
+static int run_case(const tcase_t *c, int short_rank)
+{
+    const int N = c->R * c->U * c->T;
+    size_t nq = (size_t)(c->B * c->Sq * c->Hq * c->D);
+    size_t nkv = (size_t)(c->B * c->Skv * c->Hkv * c->D);
+    size_t nl = (size_t)(c->B * c->Sq * c->Hq);
+    float *qf, *kf, *vf;
+    tdata_t d = {.c = c, .short_rank = short_rank};
+    unsigned char *qb = make_input(nq, c->in, 2.0f, &qf);
+    unsigned char *kb = make_input(nkv, c->in, 1.0f, &kf);
+    unsigned char *vb = make_input(nkv, c->in, 1.0f, &vf);
+    size_t ob = nq * dsize(c->out);
+    unsigned char *outb = malloc(ob + 1);
+    memset(outb, 0x5a, ob + 1);
+    d.q = qb + 1;
+    d.k = kb + 1;
+    d.v = vb + 1;
+    d.out = outb + 1;
+    d.lse = malloc(nl * sizeof(float));
+    for (size_t i = 0; i < nl; i++)
+        d.lse[i] = 12345.0f;
+    int fails_before = (int)failures;
+
+    CHECK(wf_comm_host_world_new(N, &d.w) == WF_OK, "world");
+    trank_t *t = calloc((size_t)N, sizeof *t);
+    for (int i = 0; i < N; i++) {
+        t[i] = (trank_t){.d = &d, .rank = i};
+        CHECK(pthread_create(&t[i].tid, NULL, rank_main, &t[i]) == 0, "thread");
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i].tid, NULL);
+    wf_comm_host_world_unref(&d.w);
+
+    bool ran = true;
+    for (int i = 0; i < N; i++) {
+        CHECK(t[i].setup_ok, "rank %d: setup", i);
+        CHECK(t[i].guard_ok, "rank %d: wrote past its workspace", i);
+        if (short_rank >= 0) {
+            wf_status_t want = i == short_rank ? WF_E_INVALID : WF_E_ABORTED;
+            CHECK(t[i].st == want, "rank %d: short workspace on rank %d gave %d, want %d",
+                  i, short_rank, (int)t[i].st, (int)want);
+        } else {
+            CHECK(t[i].st == WF_OK, "rank %d: run returned %d", i, (int)t[i].st);
+        }
+        ran &= t[i].st == WF_OK;
+    }
+    free(t);
+
+    if (short_rank < 0 && ran) {
+        double *ro = malloc(nq * sizeof(double)), *rl = malloc(nl * sizeof(double));
+        ref_attention(c, qf, kf, vf, ro, rl);
+        float *of = malloc(nq * sizeof(float));
+        wf_convert_to_f32(of, d.out, c->out, nq);
+        int64_t hb = c->h_end > 0 ? c->h_begin : 0, he = c->h_end > 0 ? c->h_end : c->Hq;
+        double maxref = 0, eo = 0, el = 0;
+        for (size_t i = 0; i < nq; i++) {
+            int64_t h = (int64_t)(i / (size_t)c->D) % c->Hq;
+            if (h >= hb && h < he)
+                maxref = fabs(ro[i]) > maxref ? fabs(ro[i]) : maxref;
+        }
+        double max_lse = 0;
+        for (size_t i = 0; i < nl; i++)
+            if (!isinf(rl[i]))
+                max_lse = fmax(max_lse, fabs(rl[i]));
+        double tol_out, tol_lse;
+        tolerances(c, max_lse, &tol_out, &tol_lse);
+        int bad = 0;
+        for (size_t row = 0; row < nl; row++) {
+            int64_t h = (int64_t)row % c->Hq;
+            if (h < hb || h >= he) {
+                bool untouched = true;
+                size_t rb = (size_t)c->D * dsize(c->out);
+                for (size_t x = 0; x < rb; x++)
+                    untouched &= d.out[row * rb + x] == 0x5a;
+                CHECK(untouched && d.lse[row] == 12345.0f,
+                      "head %lld outside the slice written", (long long)h);
+                continue;
+            }
+            for (int64_t x = 0; x < c->D; x++) {
+                size_t i = row * (size_t)c->D + (size_t)x;
+                double e = fabs((double)of[i] - ro[i]) / (maxref > 0 ? maxref : 1);
+                if (!(e <= eo))
+                    eo = e; /* NaN sticks */
+            }
+            if (c->lse) {
+                if (isinf(rl[row])) {
+                    CHECK(isinf(d.lse[row]) && d.lse[row] < 0, "lse %g, want -inf",
+                          (double)d.lse[row]);
+                } else {
+                    double e = fabs((double)d.lse[row] - rl[row]);
+                    if (!(e <= el))
+                        el = e;
+                }
+            } else {
+                bad += d.lse[row] != 12345.0f;
+            }
+        }
+        CHECK(bad == 0, "lse written although not requested");
+        CHECK(eo <= tol_out, "out error %.3g > tol %.3g", eo, tol_out);
+        CHECK(el <= tol_lse, "lse error %.3g > tol %.3g", el, tol_lse);
+        worst_ratio_out = fmax(worst_ratio_out, eo / tol_out);
+        worst_ratio_lse = fmax(worst_ratio_lse, el / tol_lse);
+        int md = !c->fp32 && c->in != WF_DTYPE_F32;
+        if (c->R > 1) {
+            worst_out[c->in][c->out][md] = fmax(worst_out[c->in][c->out][md], eo);
+            worst_lse[c->in][c->out][md] = fmax(worst_lse[c->in][c->out][md], el);
+            ncases_ring++;
+        }
+        worst_out_all[c->in][c->out][md] = fmax(worst_out_all[c->in][c->out][md], eo);
+        ncases++;
+        free(ro);
+        free(rl);
+        free(of);
+    }
+    if ((int)failures != fails_before)
+        fprintf(stderr,
+                "  in case mesh (R%d,U%d,T%d) B%lld Sq%lld Skv%lld Hq%lld Hkv%lld D%lld "
+                "causal=%d lb=%d rot=%s fp32=%d %s->%s ring_any=%d uly_any=%d lse=%d "
+                "slice [%lld,%lld)\n",
+                c->R, c->U, c->T, (long long)c->B, (long long)c->Sq, (long long)c->Skv,
+                (long long)c->Hq, (long long)c->Hkv, (long long)c->D, c->causal, c->lb,
+                c->rot == WF_CP_ROTATE_ALLGATHER ? "allgather" : "alltoall", c->fp32,
+                dt_name(c->in), dt_name(c->out), c->ring_any, c->uly_any, c->lse,
+                (long long)c->h_begin, (long long)c->h_end);
+    free(qb);
+    free(kb);
+    free(vb);
+    free(qf);
+    free(kf);
+    free(vf);
+    free(outb);
+    free(d.lse);
+    return (int)failures - fails_before;
+}
+
+/* ---- the grid ------------------------------------------------------------------- */
+
+typedef struct shape {
+    const char *name;
+    int64_t B, Sq, Skv, Hq, Hkv, D;
+    bool anything; /* needs the anything flags on some meshes */
+} shape_t;
+
+static void test_grid(bool quick)
+{
+    static const int meshes[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 2, 1},
+                                    {1, 4, 1}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2},
+                                    {3, 1, 1}, {1, 3, 1}};
+    static const shape_t shapes[] = {
+        {"divisible", 2, 24, 24, 12, 12, 16, false},
+        {"uneven S, H", 2, 23, 23, 7, 7, 16, true},
+        {"GQA 8/2", 2, 24, 24, 8, 2, 16, false},
+        {"GQA 6/2 uneven", 2, 19, 19, 6, 2, 8, true},
+        {"GQA 4/1", 1, 24, 24, 4, 1, 16, false},
+        {"cross Sq<Skv", 2, 17, 29, 6, 3, 16, true},
+        {"cross Sq>Skv", 1, 30, 12, 4, 2, 16, true},
+        {"tiny S<P, H<U", 2, 3, 3, 3, 1, 8, true},
+    };
+    static const wf_dtype_t dts[][2] = {{WF_DTYPE_F32, WF_DTYPE_F32},
+                                        {WF_DTYPE_F16, WF_DTYPE_F16},
+                                        {WF_DTYPE_BF16, WF_DTYPE_BF16},
+                                        {WF_DTYPE_BF16, WF_DTYPE_F32},
+                                        {WF_DTYPE_F16, WF_DTYPE_F32}};
+    long n = 0, run = 0;
+    double t0 = now_s();
+    for (size_t mi = 0; mi < sizeof meshes / sizeof meshes[0]; mi++) {
+        int R = meshes[mi][0], U = meshes[mi][1], T = meshes[mi][2];
+        int fails = 0;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const shape_t *s = &shapes[si];
+            for (int cm = 0; cm < 3; cm++)          /* none, causal, causal + zigzag */
+                for (int rot = 0; rot < (R > 1 ? 2 : 1); rot++)
+                    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
+                        for (int fp = 1; fp >= (dts[di][0] == WF_DTYPE_F32 ? 1 : 0); fp--) {
+                            n++;
+                            /* quick: every 6th, rotating through the grid */
+                            if (quick && (n % 6) != (long)(mi % 6))
+                                continue;
+                            tcase_t c = {
+                                .R = R, .U = U, .T = T, .B = s->B, .Sq = s->Sq,
+                                .Skv = s->Skv, .Hq = s->Hq, .Hkv = s->Hkv, .D = s->D,
+                                .causal = cm > 0, .lb = cm == 2,
+                                .rot = rot ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER,
+                                .fp32 = fp == 1, .in = dts[di][0], .out = dts[di][1],
+                                .ring_any = s->anything, .uly_any = s->anything,
+                                .lse = (n % 4) != 3,
+                            };
+                            /* a shape that does not divide over this mesh
+                             * is refused without the flags, then runs with
+                             * them */
+                            if (!s->anything) {
+                                wf_cp_job_t j = {.B = c.B, .Sq = c.Sq, .Skv = c.Skv,
+                                                 .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
+                                                 .hq_end = c.Hq / T, .scale = 1.0f};
+                                wf_status_t st = wf_cp_attention_check(&j, R, U, NULL, 0);
+                                bool divides = c.Sq % (R * U) == 0 &&
+                                               c.Skv % (R * U) == 0 &&
+                                               (c.Hq / T) % U == 0;
+                                CHECK(st == (divides ? WF_OK : WF_E_BAD_SHAPE),
+                                      "check() of %s on (%d,%d,%d): %d", s->name, R, U,
+                                      T, (int)st);
+                                c.ring_any = c.uly_any = !divides;
+                            }
+                            fails += run_case(&c, -1);
+                            run++;
+                        }
+        }
+        printf("  mesh ring=%d ulysses=%d tp=%d: %s\n", R, U, T, fails ? "FAILED" : "ok");
+    }
+    printf("grid: %ld cases run (%ld in the grid), %.1f s\n", run, n, now_s() - t0);
+}
+
+/* A group serving a slice of the heads writes exactly those heads. */
+static void test_slices(void)
+{
+    static const int meshes[][2] = {{2, 2}, {4, 1}, {1, 3}};
+    for (size_t i = 0; i < 3; i++) {
+        tcase_t c = {.R = meshes[i][0], .U = meshes[i][1], .T = 1, .B = 2, .Sq = 21,
+                     .Skv = 26, .Hq = 8, .Hkv = 4, .D = 8, .causal = true, .lb = true,
+                     .rot = WF_CP_ROTATE_ALLTOALL, .fp32 = true, .in = WF_DTYPE_BF16,
+                     .out = WF_DTYPE_F16, .ring_any = true, .uly_any = true, .lse = true,
+                     .h_begin = 3, .h_end = 8};
+        run_case(&c, -1);
+    }
+    printf("head slices: 3 groups wrote only heads [3, 8)\n");
+}
+
+/* Sequences longer than the kernel's tiles (128 query rows, 512 keys), so
+ * that pieces cross tile boundaries and zigzag pieces straddle the
+ * diagonal inside a tile. */
+static void test_long(bool quick)
+{
+    static const int meshes[][3] = {{2, 2, 1}, {4, 1, 1}, {1, 4, 1}};
+    int n = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int rot = 0; rot < 2; rot++) {
+            if (quick && rot != mi % 2)
+                continue;
+            tcase_t c = {.R = meshes[mi][0], .U = meshes[mi][1], .T = meshes[mi][2],
+                         .B = 1, .Sq = 1100, .Skv = 1100, .Hq = 4, .Hkv = 2, .D = 32,
+                         .causal = true, .lb = mi != 2,
+                         .rot = rot ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER,
+                         .fp32 = rot == 0, .in = WF_DTYPE_BF16, .out = WF_DTYPE_F32,
+                         .ring_any = true, .uly_any = true, .lse = true};
+            run_case(&c, -1);
+            n++;
+        }
+    printf("long: %d cases of S = 1100 (tiles crossed)\n", n);
+}
+
+/* One rank with a short workspace fails alone and aborts the world: the
+ * others return WF_E_ABORTED instead of waiting forever. */
+static void test_error_aborts(void)
+{
+    tcase_t c = {.R = 2, .U = 2, .T = 1, .B = 1, .Sq = 16, .Skv = 16, .Hq = 4,
+                 .Hkv = 4, .D = 8, .rot = WF_CP_ROTATE_ALLTOALL, .fp32 = true,
+                 .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .lse = true};
+    run_case(&c, 3);
+    run_case(&c, 0);
+    printf("short workspace on one rank: it returns WF_E_INVALID, the others WF_E_ABORTED\n");
+}
+
+/* ---- check() ---------------------------------------------------------------------- */
+
+static void test_check(void)
+{
+    char err[256];
+    wf_cp_job_t j = {.B = 1, .Sq = 10, .Skv = 12, .Hq = 6, .Hkv = 2, .D = 8,
+                     .hq_begin = 0, .hq_end = 6, .scale = 0.3f};
+    const char *msg = "Tensor size along dimension to be sharded must be divisible by mesh size";
+    CHECK(wf_cp_attention_check(&j, 4, 1, err, sizeof err) == WF_E_BAD_SHAPE &&
+              strstr(err, msg) && strstr(err, "Sq = 10"),
+          "Sq 10 over 4 ring ranks: %s", err);
+    CHECK(wf_cp_attention_check(&j, 1, 2, err, sizeof err) == WF_OK, "10 / 2: %s", err);
+    j.Sq = 12;
+    j.Skv = 10;
+    CHECK(wf_cp_attention_check(&j, 2, 2, err, sizeof err) == WF_E_BAD_SHAPE &&
+              strstr(err, msg) && strstr(err, "Skv = 10"),
+          "Skv 10 over 2x2: %s", err);
+    CHECK(wf_cp_attention_workspace(&j, 2, 2, wf_backend_cpu()) == 0,
+          "workspace of a refused job");
+    j.ring_anything = true;
+    CHECK(wf_cp_attention_check(&j, 2, 2, err, sizeof err) == WF_OK && err[0] == 0,
+          "ring_anything with USP accepted: %s", err);
+    j.ring_anything = false;
+    j.ulysses_anything = true; /* diffusers: also covers sequence lengths, R = 1 */
+    CHECK(wf_cp_attention_check(&j, 1, 4, err, sizeof err) == WF_OK, "ulysses_anything S");
+    CHECK(wf_cp_attention_check(&j, 3, 1, err, sizeof err) == WF_E_BAD_SHAPE,
+          "ulysses_anything does not cover ring sharding");
+    j.ulysses_anything = false;
+    j.Skv = 12;
+    CHECK(wf_cp_attention_check(&j, 1, 4, err, sizeof err) == WF_E_BAD_SHAPE &&
+              strstr(err, "must be divisible by ulysses_degree"),
+          "6 heads over 4: %s", err);
+    j.ulysses_anything = true;
+    j.ring_anything = true;
+    CHECK(wf_cp_attention_check(&j, 3, 4, err, sizeof err) == WF_OK,
+          "anything + USP with uneven heads (6 over 4, beyond the padding limit)");
+    j.hq_begin = 2;
+    j.hq_end = 3; /* one head over 4 ulysses ranks */
+    CHECK(wf_cp_attention_check(&j, 2, 4, err, sizeof err) == WF_OK, "1 head over 4");
+    j.hq_end = 2;
+    CHECK(wf_cp_attention_check(&j, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT,
+          "empty slice");
+    j.hq_end = 6;
+    CHECK(wf_cp_attention_check(&j, 0, 1, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+              strstr(err, "greater than or equal to 1"),
+          "degree 0: %s", err);
+    j.Hkv = 4;
+    CHECK(wf_cp_attention_check(&j, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT,
+          "Hkv must divide Hq");
+    j.Hkv = 2;
+    j.q_dtype = (wf_dtype_t)9;
+    CHECK(wf_cp_attention_check(&j, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT, "dtype");
+    j.q_dtype = WF_DTYPE_F32;
+    j.rotate_method = (wf_cp_rotate_t)5;
+    CHECK(wf_cp_attention_check(&j, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT, "rotate");
+    j.rotate_method = WF_CP_ROTATE_ALLGATHER;
+    j.B = INT64_MAX / 4;
+    CHECK(wf_cp_attention_check(&j, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT,
+          "overflowing sizes");
+    j.B = 1;
+    CHECK(wf_cp_attention_check(&j, 1, 1, NULL, 0) == WF_OK, "NULL err");
+    /* run() refuses a refused job on every rank without touching a comm */
+    wf_cp_group_t g = {.ring_degree = 2, .ulysses_degree = 2};
+    j.ring_anything = j.ulysses_anything = false;
+    j.Sq = 7;
+    unsigned char ws[64] __attribute__((aligned(64)));
+    CHECK(wf_cp_attention_run(&j, &g, wf_backend_cpu(), NULL, ws, sizeof ws) ==
+              WF_E_BAD_ARGUMENT,
+          "run of a refused job");
+    printf("check: divisibility and head verdicts with diffusers' message\n");
+}
+
+/* ---- load balance ------------------------------------------------------------------ */
+
+/* Visible (query, key) pairs of ring rank r's queries against every key
+ * (top-left causal, Sq = Skv), from the plan's segments. */
+static double visible_of(const wf_cp_job_t *j, int R, int U, int r)
+{
+    wf_cp_seg_t s[WF_CP_MAX_SEGS];
+    int n = 0;
+    if (wf_cp_attention_segments(j, R, U, r * U, true, false, s, &n) != WF_OK)
+        return -1;
+    double v = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t t = 0; t < s[i].len; t++)
+            v += (double)(s[i].start + t + 1 < j->Skv ? s[i].start + t + 1 : j->Skv);
+    return v;
+}
+
+static void test_balance(void)
+{
+    static const int cfg[][2] = {{2, 1}, {4, 1}, {8, 1}, {4, 2}, {3, 1}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        int R = cfg[c][0], U = cfg[c][1];
+        double ratio[2];
+        for (int lb = 0; lb < 2; lb++) {
+            wf_cp_job_t j = {.B = 1, .Sq = 4800, .Skv = 4800, .Hq = 8, .Hkv = 8, .D = 64,
+                             .hq_begin = 0, .hq_end = 8, .scale = 0.125f,
+                             .causal = true, .load_balance = lb == 1};
+            double mx = 0, mn = INFINITY, sum = 0;
+            for (int r = 0; r < R; r++) {
+                double v = visible_of(&j, R, U, r);
+                mx = v > mx ? v : mx;
+                mn = v < mn ? v : mn;
+                sum += v;
+            }
+            CHECK(sum == 4800.0 * 4801.0 / 2.0, "plan covers every pair once");
+            ratio[lb] = mx / mn;
+            /* every token held exactly once across the seq ranks */
+            int64_t covered = 0;
+            for (int i = 0; i < R * U; i++) {
+                wf_cp_seg_t s[WF_CP_MAX_SEGS];
+                int n = 0;
+                wf_cp_attention_segments(&j, R, U, i, false, true, s, &n);
+                for (int k = 0; k < n; k++)
+                    covered += s[k].len;
+            }
+            CHECK(covered == 4800, "shards cover the sequence");
+        }
+        CHECK(ratio[1] < 1.01, "zigzag R=%d: max/min %.4f", R, ratio[1]);
+        CHECK(fabs(ratio[0] - (2.0 * R - 1.0)) < 0.05 * (2.0 * R - 1.0),
+              "contiguous R=%d: max/min %.3f, want about %d", R, ratio[0], 2 * R - 1);
+        printf("balance R=%d U=%d causal S=4800: visible scores max/min contiguous %.3f "
+               "(2R-1 = %d), zigzag %.4f\n", R, U, ratio[0], 2 * R - 1, ratio[1]);
+    }
+}
+
+/* Workspace of the two rotate methods for a long sequence (memory: all
+ * K/V shards vs two). */
+static void test_workspace_sizes(void)
+{
+    wf_cp_job_t j = {.B = 1, .Sq = 16384, .Skv = 16384, .Hq = 16, .Hkv = 16, .D = 64,
+                     .hq_begin = 0, .hq_end = 16, .scale = 0.125f, .causal = true,
+                     .load_balance = true, .q_dtype = WF_DTYPE_BF16,
+                     .k_dtype = WF_DTYPE_BF16, .v_dtype = WF_DTYPE_BF16,
+                     .out_dtype = WF_DTYPE_BF16, .return_lse = true};
+    size_t ag = wf_cp_attention_workspace(&j, 8, 1, wf_backend_cpu());
+    j.rotate_method = WF_CP_ROTATE_ALLTOALL;
+    size_t a2a = wf_cp_attention_workspace(&j, 8, 1, wf_backend_cpu());
+    CHECK(a2a < ag, "alltoall workspace %zu >= allgather %zu", a2a, ag);
+    printf("workspace R=8, S=16384, 16 heads x 64, bf16: allgather %.1f MiB, "
+           "alltoall %.1f MiB\n", (double)ag / 1048576.0, (double)a2a / 1048576.0);
+}
+
+int main(void)
+{
+    const char *q = getenv("WF_TEST_QUICK");
+    bool quick = q && q[0] == '1';
+    double t0 = now_s();
+    wf_backend_ctx_t *ctx = NULL; /* sets OpenBLAS to one thread up front */
+    wf_backend_cpu()->ctx_new(0, 0, &ctx);
+    wf_backend_cpu()->ctx_destroy(&ctx);
+    test_check();
+    test_balance();
+    test_workspace_sizes();
+    test_slices();
+    test_error_aborts();
+    test_long(quick);
+    test_grid(quick);
+    printf("worst out error / max|ref| (R > 1 | all cases), lse abs error (R > 1):\n");
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 3; o++)
+            for (int md = 0; md < 2; md++)
+                if (worst_out_all[i][o][md] > 0)
+                    printf("  %-4s -> %-4s merge %-5s: out %.3g | %.3g, lse %.3g\n",
+                           dt_name((wf_dtype_t)i), dt_name((wf_dtype_t)o),
+                           md ? dt_name((wf_dtype_t)i) : "f32", worst_out[i][o][md],
+                           worst_out_all[i][o][md], worst_lse[i][o][md]);
+    /* merging in the input dtype must make the output measurably worse
+     * than merging in f32 (lse stays f32 in both modes, as in diffusers) */
+    for (int i = WF_DTYPE_F16; i <= WF_DTYPE_BF16; i++)
+        if (worst_out[i][WF_DTYPE_F32][1] > 0)
+            CHECK(worst_out[i][WF_DTYPE_F32][1] > 4.0 * worst_out[i][WF_DTYPE_F32][0],
+                  "%s merge not measurably worse than f32 merge", dt_name((wf_dtype_t)i));
+    printf("largest error / tolerance: out %.3f, lse %.3f\n", worst_ratio_out,
+           worst_ratio_lse);
+    printf("%ld cases (%ld with ring merges), %ld checks, %ld failures, %.1f s\n", ncases,
+           ncases_ring, checks, failures, now_s() - t0);
+    return failures ? 1 : 0;
+}

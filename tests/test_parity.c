@@ -1,0 +1,655 @@
+/* test_parity.c — end to end: context-parallel attention through a real
+ * weftd (cpu:4) and libweft, against an fp64 reference, on every mesh.
+ *
+ * usage: test_parity PATH_TO_WEFTD
+ *
+ * One daemon with 4 CPU devices is reconfigured (wf_reconfigure) through
+ *   dp=4 (one device per job), ring=2 x dp=2, ring=4, ulysses=2 x dp=2,
+ *   ulysses=4, ring=2 x ulysses=2 (USP), ring=2 x tp=2, ulysses=2 x tp=2,
+ *   tp=4
+ * and on each mesh runs the same grid of jobs. The grid is a
+ * representative subset, not the cross product (which would not fit the
+ * time budget): every row below varies two or three axes at once so that
+ * over the grid every value of every axis appears, each on every mesh:
+ *   - rotate_method allgather / alltoall,
+ *   - convert_to_fp32 on / off (off matters for f16 / bf16 when the
+ *     sequence is sharded),
+ *   - f32 / f16 / bf16 inputs, outputs in the same or another dtype,
+ *   - divisible S (48, a multiple of 2 x 4 shards, so zigzag halves are
+ *     even too) and uneven S (45, 37: remainders under 2 and 4 shards)
+ *     with ring_anything + ulysses_anything on,
+ *   - uneven heads under Ulysses (H / tp not a multiple of ulysses) with
+ *     ulysses_anything on, alone and together with uneven S,
+ *   - causal with load_balance on and off, and non-causal,
+ *   - GQA / MQA (Hkv = 4, 2, 1 for Hq = 8: fewer K/V heads than the
+ *     ulysses degree 4),
+ *   - cross-attention Sq != Skv (both ways, causal and not),
+ *   - lse requested or not,
+ *   - two longer rows (S 320 and 259 / 197, D 64) so that each rank
+ *     works over several kernel tiles.
+ * Then, on meshes that shard the sequence, indivisible shapes with the
+ * anything flags off must be refused with WF_E_BAD_ARGUMENT and a message,
+ * and the daemon must keep serving (the next job of the grid checks it).
+ * Every reply's epoch must be the epoch wf_reconfigure returned, and
+ * status must show the mesh with row-major (dp, ring, ulysses, tp)
+ * coordinates.
+ *
+ * Tolerances (inputs uniform in [-1, 1], so |out| <= 1; the reference
+ * reads the same rounded inputs, so what remains is the daemon's
+ * arithmetic and the rounding of its outputs):
+ *   results kept in fp32 (convert_to_fp32 on, or ring = 1: nothing to merge):
+ *     out: f32 1e-4, f16 5e-4 (half an ulp below 1 is 2.4e-4), bf16 4e-3
+ *     (half an ulp is 2e-3); lse 1e-4 relative to max(1, |lse|).
+ *   merged in the input dtype (ring > 1, convert_to_fp32 off, f16 / bf16
+ *   inputs): every step's out and every merged out are rounded to the
+ *   input dtype (at most 2R + 2 roundings of u = 2^-11 / 2^-8): out f16
+ *   4e-3, bf16 3e-2; lse stays f32 (computed from f32 partial lse values),
+ *   so its tolerance does not change.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "weft.h"
+
+static int failures; /* single-threaded test bookkeeping */
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            failures++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- dtypes, written here so the check shares no code with kernels/ --- */
+
+static double from_f16(uint16_t h)
+{
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24)
+             : e == 31 ? (m ? NAN : INFINITY)
+             : ldexp(m + 1024, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static uint16_t to_f16(float f)
+{
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    double a = fabs((double)f);
+    if (isnan(f))
+        return sign | 0x7e00;
+    if (a >= 65520.0)
+        return sign | 0x7c00;
+    if (a < 0x1p-14)
+        return sign | (uint16_t)nearbyint(a * 0x1p24);
+    int e;
+    double m = nearbyint(frexp(a, &e) * 2048.0);
+    if (m == 2048.0) {
+        m = 1024.0;
+        e++;
+    }
+    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)((int)m - 1024);
+}
+
+static uint16_t to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); /* nearest even; inputs are finite */
+    return (uint16_t)(u >> 16);
+}
+
+static void store(void *buf, wf_dtype_t dt, size_t i, float x)
+{
+    if (dt == WF_DTYPE_F32) {
+        memcpy((char *)buf + 4 * i, &x, 4);
+        return;
+    }
+    uint16_t h = dt == WF_DTYPE_F16 ? to_f16(x) : to_bf16(x);
+    memcpy((char *)buf + 2 * i, &h, 2);
+}
+
+static double load(const void *buf, wf_dtype_t dt, size_t i)
+{
+    uint16_t h;
+    if (dt == WF_DTYPE_F32) {
+        float f;
+        memcpy(&f, (const char *)buf + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, (const char *)buf + 2 * i, 2);
+    if (dt == WF_DTYPE_F16)
+        return from_f16(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(uint64_t *s)
+{
+    return (float)((double)(rng_next(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+/* ---- one job: buffers, reference, check ------------------------------- */
+
+typedef struct jcase {
+    const char *name;
+    int64_t B, Sq, Skv, Hq, Hkv, D;
+    wf_dtype_t in, out;        /* q, k, v share `in` */
+    int causal;
+    bool want_lse;
+    float scale;               /* 0: 1/sqrt(D) */
+    wf_rotate_t rotate;
+    wf_opt_t fp32, ring_any, uly_any, lb;
+} jcase_t;
+
+typedef struct jbuf {
+    jcase_t c;
+    wf_tensor_t q, k, v, out;
+    float *lse;
+} jbuf_t;
+
+static void jbuf_free(jbuf_t *a)
+{
+    wf_tensor_t *t[4] = { &a->q, &a->k, &a->v, &a->out };
+    for (int i = 0; i < 4; i++)
+        free(t[i]->data);
+    free(a->lse);
+    memset(a, 0, sizeof *a);
+}
+
+static bool jbuf_init(jbuf_t *a, const jcase_t *c, uint64_t seed)
+{
+    memset(a, 0, sizeof *a);
+    a->c = *c;
+    int64_t qs[4] = { c->B, c->Sq, c->Hq, c->D };
+    int64_t ks[4] = { c->B, c->Skv, c->Hkv, c->D };
+    wf_tensor_t *t[4] = { &a->q, &a->k, &a->v, &a->out };
+    uint64_t s = seed;
+    for (int i = 0; i < 4; i++) {
+        wf_dtype_t dt = i < 3 ? c->in : c->out;
+        t[i]->dtype = dt;
+        t[i]->rank = 4;
+        memcpy(t[i]->shape, i == 1 || i == 2 ? ks : qs, sizeof qs);
+        size_t n = (size_t)wf_tensor_numel(t[i]);
+        t[i]->data = malloc(n * wf_dtype_size(dt));
+        if (!t[i]->data)
+            return false;
+        if (i < 3)
+            for (size_t j = 0; j < n; j++)
+                store(t[i]->data, dt, j, rng_uniform(&s));
+        else
+            memset(t[i]->data, 0xff, n * wf_dtype_size(dt)); /* NaN */
+    }
+    if (c->want_lse) {
+        size_t nl = (size_t)(c->B * c->Sq * c->Hq);
+        if (!(a->lse = malloc(nl * sizeof *a->lse)))
+            return false;
+        for (size_t j = 0; j < nl; j++)
+            a->lse[j] = NAN;
+    }
+    return true;
+}
+
+/* Worst errors of out (absolute) and lse (relative to max(1, |lse|))
+ * against the fp64 reference over the stored inputs.
+ *   q (B,Sq,Hq,D), k / v (B,Skv,Hkv,D); query head h reads kv head
+ *   h / (Hq / Hkv); causal: query i sees keys j <= i (top-left). */
+static void jbuf_errors(const jbuf_t *a, double *ret_out, double *ret_lse)
+{
+    const jcase_t *c = &a->c;
+    double scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->D);
+    double sc[512], o[128];
+    double max_err = 0.0, max_lse = 0.0;
+    int64_t group = c->Hq / c->Hkv;
+    for (int64_t b = 0; b < c->B; b++)
+    for (int64_t i = 0; i < c->Sq; i++)
+    for (int64_t h = 0; h < c->Hq; h++) {
+        int64_t hk = h / group;
+        int64_t nk = c->causal ? (i + 1 < c->Skv ? i + 1 : c->Skv) : c->Skv;
+        size_t qo = (size_t)(((b * c->Sq + i) * c->Hq + h) * c->D);
+        double m = -INFINITY;
+        for (int64_t j = 0; j < nk; j++) {
+            size_t ko = (size_t)(((b * c->Skv + j) * c->Hkv + hk) * c->D);
+            double s = 0.0;
+            for (int64_t d = 0; d < c->D; d++)
+                s += load(a->q.data, c->in, qo + (size_t)d) *
+                     load(a->k.data, c->in, ko + (size_t)d);
+            sc[j] = s * scale;
+            m = fmax(m, sc[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < nk; j++)
+            sum += (sc[j] = exp(sc[j] - m));
+        for (int64_t d = 0; d < c->D; d++)
+            o[d] = 0.0;
+        for (int64_t j = 0; j < nk; j++) {
+            size_t vo = (size_t)(((b * c->Skv + j) * c->Hkv + hk) * c->D);
+            for (int64_t d = 0; d < c->D; d++)
+                o[d] += sc[j] / sum * load(a->v.data, c->in, vo + (size_t)d);
+        }
+        for (int64_t d = 0; d < c->D; d++) {
+            double e = fabs(load(a->out.data, c->out, qo + (size_t)d) - o[d]);
+            if (!(e <= max_err))
+                max_err = e; /* a NaN sticks */
+        }
+        if (a->lse) {
+            double ref = m + log(sum);
+            size_t li = (size_t)((b * c->Sq + i) * c->Hq + h);
+            double e = fabs((double)a->lse[li] - ref) / fmax(1.0, fabs(ref));
+            if (!(e <= max_lse))
+                max_lse = e;
+        }
+    }
+    *ret_out = max_err;
+    *ret_lse = max_lse;
+}
+
+/* Tolerances, see the file comment. */
+static void tolerances(const jcase_t *c, const wf_mesh_degrees_t *m,
+                       double *ret_out, double *ret_lse)
+{
+    double out = c->out == WF_DTYPE_F32 ? 1e-4 : c->out == WF_DTYPE_F16 ? 5e-4 : 4e-3;
+    double lse = 1e-4;
+    bool lowp = m->ring > 1 && c->fp32 == WF_OPT_OFF && c->in != WF_DTYPE_F32;
+    if (lowp)
+        out = fmax(out, c->in == WF_DTYPE_F16 ? 4e-3 : 3e-2);
+    *ret_out = out;
+    *ret_lse = lse;
+}
+
+static wf_attention_opts_t opts_of(const jcase_t *c)
+{
+    return (wf_attention_opts_t){ .scale = c->scale, .causal = c->causal,
+                                  .rotate_method = c->rotate,
+                                  .convert_to_fp32 = c->fp32,
+                                  .ring_anything = c->ring_any,
+                                  .ulysses_anything = c->uly_any,
+                                  .load_balance = c->lb };
+}
+
+/* ---- the daemon --------------------------------------------------------- */
+
+static pid_t start_daemon(const char *weftd, const char *endpoint,
+                          const char *devices)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        char *argv[] = { (char *)weftd, "--devices", (char *)devices, "--listen",
+                         (char *)endpoint, "--log-level", "warning", NULL };
+        execv(weftd, argv);
+        perror("execv weftd");
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Ready = answers hello (the client finds the daemon once it binds). */
+static bool wait_ready(const char *endpoint)
+{
+    wf_client_t *c = NULL;
+    if (wf_client_connect(endpoint, 20000, &c) != WF_OK)
+        return false;
+    wf_status_t st = wf_hello(c, NULL);
+    if (st != WF_OK)
+        fprintf(stderr, "daemon not ready: %s: %s\n", wf_status_name(st),
+                wf_client_last_error(c));
+    wf_client_destroy(&c);
+    return st == WF_OK;
+}
+
+/* SIGTERM, then wait up to timeout_ms for exit 0 (SIGCHLD is blocked, so
+ * sigtimedwait wakes on it; no polling). */
+static void stop_daemon(pid_t pid, int timeout_ms)
+{
+    kill(pid, SIGTERM);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    double end = now_s() + timeout_ms / 1000.0;
+    for (;;) {
+        int ws;
+        pid_t r = waitpid(pid, &ws, WNOHANG);
+        if (r == pid) {
+            CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+                  "weftd did not exit 0 on SIGTERM (status 0x%x)", ws);
+            return;
+        }
+        double left = end - now_s();
+        if (r < 0 || left <= 0) {
+            CHECK(0, "weftd did not exit within %d ms of SIGTERM", timeout_ms);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            return;
+        }
+        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
+        sigtimedwait(&set, NULL, &ts);
+    }
+}
+
+/* ---- meshes --------------------------------------------------------------- */
+
+typedef struct mesh_case {
+    const char *name;
+    wf_mesh_degrees_t m;
+} mesh_case_t;
+
+static const mesh_case_t meshes[] = {
+    { "dp=4", { 4, 1, 1, 1 } },
+    { "ring=2,dp=2", { 2, 2, 1, 1 } },
+    { "ring=4", { 1, 4, 1, 1 } },
+    { "ulysses=2,dp=2", { 2, 1, 2, 1 } },
+    { "ulysses=4", { 1, 1, 4, 1 } },
+    { "ring=2,ulysses=2", { 1, 2, 2, 1 } },
+    { "ring=2,tp=2", { 1, 2, 1, 2 } },
+    { "ulysses=2,tp=2", { 1, 1, 2, 2 } },
+    { "tp=4", { 1, 1, 1, 4 } },
+};
+#define N_MESHES (sizeof meshes / sizeof meshes[0])
+
+static bool mesh_eq(const wf_mesh_degrees_t *a, const wf_mesh_degrees_t *b)
+{
+    return a->dp == b->dp && a->ring == b->ring && a->ulysses == b->ulysses &&
+           a->tp == b->tp;
+}
+
+/* status shows the mesh, no reconfiguration running, and every device's
+ * coordinates are its rank unravelled row-major over (dp, ring, ulysses,
+ * tp), tp innermost; on one node device i is rank i. */
+static void check_status_mesh(wf_client_t *c, const mesh_case_t *mc, uint64_t epoch)
+{
+    wf_status_info_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        CHECK(0, "out of memory");
+        return;
+    }
+    wf_status_t st = wf_status(c, s);
+    CHECK(st == WF_OK, "status: %s %s", wf_status_name(st), wf_client_last_error(c));
+    if (st == WF_OK) {
+        CHECK(mesh_eq(&s->mesh, &mc->m), "%s: status mesh dp=%u ring=%u ulysses=%u tp=%u",
+              mc->name, s->mesh.dp, s->mesh.ring, s->mesh.ulysses, s->mesh.tp);
+        CHECK(s->epoch == epoch, "%s: status epoch %" PRIu64 ", reconfigure said %" PRIu64,
+              mc->name, s->epoch, epoch);
+        CHECK(s->reconfiguring == 0, "%s: still reconfiguring", mc->name);
+        CHECK(s->device_count == 4, "%s: %u devices", mc->name, s->device_count);
+        const uint32_t dims[4] = { mc->m.dp, mc->m.ring, mc->m.ulysses, mc->m.tp };
+        for (uint32_t i = 0; i < s->device_count && i < 4; i++) {
+            const wf_device_info_t *d = &s->devices[i];
+            CHECK(d->rank == d->index, "%s: device %u has rank %u", mc->name, d->index,
+                  d->rank);
+            uint32_t r = d->rank, want[4];
+            for (int k = 3; k >= 0; k--) {
+                want[k] = r % dims[k];
+                r /= dims[k];
+            }
+            CHECK(memcmp(want, d->coords, sizeof want) == 0,
+                  "%s: rank %u coords [%u,%u,%u,%u], want [%u,%u,%u,%u]", mc->name,
+                  d->rank, d->coords[0], d->coords[1], d->coords[2], d->coords[3],
+                  want[0], want[1], want[2], want[3]);
+        }
+    }
+    free(s);
+}
+
+/* ---- the grid ------------------------------------------------------------- */
+
+#define F32 WF_DTYPE_F32
+#define F16 WF_DTYPE_F16
+#define BF16 WF_DTYPE_BF16
+#define AG WF_ROTATE_ALLGATHER
+#define A2A WF_ROTATE_ALLTOALL
+#define DEF WF_OPT_DEFAULT
+#define ON WF_OPT_ON
+#define OFF WF_OPT_OFF
+
+/* Rows valid on every mesh (S a multiple of 8, H of 4, or anything on). */
+static const jcase_t grid[] = {
+    /* name                         B  Sq  Skv Hq Hkv D   in    out   causal lse  scale rotate fp32 ring uly lb */
+    { "f32 allgather fp32",         2, 48, 48, 8, 8, 16, F32,  F32,  0, true,  0,    AG,  ON,  DEF, DEF, DEF },
+    { "f32 alltoall causal lb",     1, 48, 48, 8, 8, 16, F32,  F32,  1, true,  0,    A2A, OFF, DEF, DEF, ON },
+    { "f32 causal no-lb scale .3",  1, 48, 48, 4, 4, 32, F32,  F32,  1, false, 0.3f, AG,  DEF, DEF, DEF, OFF },
+    { "f16 alltoall GQA 8/2 causal",1, 48, 48, 8, 2, 16, F16,  F16,  1, true,  0,    A2A, ON,  DEF, DEF, OFF },
+    { "f16 no-fp32 MQA 8/1",        2, 48, 48, 8, 1, 16, F16,  F16,  0, true,  0,    AG,  OFF, DEF, DEF, DEF },
+    { "f16 no-fp32 alltoall causal",1, 48, 48, 4, 4, 16, F16,  F32,  1, true,  0,    A2A, OFF, DEF, DEF, ON },
+    { "bf16 alltoall GQA 8/4 lb",   1, 48, 48, 8, 4, 16, BF16, BF16, 1, true,  0,    A2A, ON,  DEF, DEF, ON },
+    { "bf16 no-fp32 allgather",     2, 48, 48, 4, 4, 16, BF16, BF16, 0, true,  0,    AG,  OFF, DEF, DEF, DEF },
+    { "bf16->f32 cross 48/32 causal",1, 48, 32, 8, 8, 16, BF16, F32,  1, true,  0,    A2A, DEF, DEF, DEF, DEF },
+    { "f32 cross 24/56 GQA 8/2",    1, 24, 56, 8, 2, 16, F32,  F16,  0, true,  0,    AG,  ON,  DEF, DEF, DEF },
+    { "f32 uneven S 45 causal lb",  1, 45, 45, 8, 8, 16, F32,  F32,  1, true,  0,    A2A, ON,  ON,  ON,  ON },
+    { "f16 uneven cross 45/38",     1, 45, 38, 4, 2, 16, F16,  F16,  0, true,  0,    AG,  OFF, ON,  ON,  DEF },
+    { "bf16 uneven S 37 causal",    2, 37, 37, 8, 2, 16, BF16, BF16, 1, true,  0,    A2A, ON,  ON,  ON,  OFF },
+    { "f32 uneven causal cross 45/40", 1, 45, 40, 4, 1, 16, F32, F32, 1, true, 0,    AG,  ON,  ON,  ON,  DEF },
+    /* longer rows: several kernel tiles per rank, D = 64 */
+    { "f32 S 320 D 64 causal lb",   1, 320, 320, 8, 2, 64, F32, F32, 1, true, 0,    A2A, ON,  DEF, DEF, ON },
+    { "bf16 uneven 259/197 D 64",   1, 259, 197, 4, 4, 64, BF16, F32, 0, true, 0,   AG,  OFF, ON,  ON,  DEF },
+};
+#define N_GRID (sizeof grid / sizeof grid[0])
+
+/* Uneven heads under Ulysses: H / tp not a multiple of the ulysses
+ * degree (3 per tp rank under ulysses 2, 6 under ulysses 4). */
+static jcase_t uneven_heads_case(const wf_mesh_degrees_t *m, bool uneven_s)
+{
+    int64_t per_tp = m->ulysses == 4 ? 6 : 3;
+    int64_t hq = per_tp * m->tp;
+    jcase_t c = { uneven_s ? "f32 uneven H + uneven S" : "f32 uneven H",
+                  1, uneven_s ? 45 : 48, uneven_s ? 45 : 48, hq, hq / 3, 16,
+                  F32, F32, uneven_s, true, 0, A2A, ON, uneven_s ? ON : DEF, ON, DEF };
+    return c;
+}
+
+typedef struct tally {
+    int jobs, refused;
+    double worst_out_ratio, worst_lse_ratio; /* error / tolerance */
+} tally_t;
+
+/* Run one job that must succeed; check numbers and epoch. */
+static void run_ok(wf_client_t *c, const mesh_case_t *mc, const jcase_t *jc,
+                   uint64_t epoch, uint64_t seed, tally_t *t)
+{
+    jbuf_t a;
+    if (!jbuf_init(&a, jc, seed)) {
+        CHECK(0, "out of memory");
+        jbuf_free(&a);
+        return;
+    }
+    wf_attention_opts_t o = opts_of(jc);
+    wf_job_result_t r;
+    memset(&r, 0, sizeof r);
+    wf_status_t st = wf_attention(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &r);
+    CHECK(st == WF_OK, "%s / %s: %s %s", mc->name, jc->name, wf_status_name(st),
+          wf_client_last_error(c));
+    if (st == WF_OK) {
+        double eo, el, to, tl;
+        jbuf_errors(&a, &eo, &el);
+        tolerances(jc, &mc->m, &to, &tl);
+        CHECK(eo <= to, "%s / %s: out error %.3e > %.1e", mc->name, jc->name, eo, to);
+        CHECK(el <= tl, "%s / %s: lse error %.3e > %.1e", mc->name, jc->name, el, tl);
+        CHECK(r.epoch == epoch, "%s / %s: reply epoch %" PRIu64 ", mesh epoch %" PRIu64,
+              mc->name, jc->name, r.epoch, epoch);
+        uint32_t per_job = mc->m.ring * mc->m.ulysses * mc->m.tp;
+        CHECK(r.devices >= 1 && r.devices <= per_job, "%s / %s: used %u devices, a "
+              "replica has %u", mc->name, jc->name, r.devices, per_job);
+        t->jobs++;
+        if (eo / to > t->worst_out_ratio)
+            t->worst_out_ratio = eo / to;
+        if (el / tl > t->worst_lse_ratio)
+            t->worst_lse_ratio = el / tl;
+    }
+    jbuf_free(&a);
+}
+
+/* Run one job that must be refused with WF_E_BAD_ARGUMENT, with a message
+ * that says what to do (a divisibility / "anything" hint). */
+static void run_refused(wf_client_t *c, const mesh_case_t *mc, const jcase_t *jc,
+                        tally_t *t)
+{
+    jbuf_t a;
+    if (!jbuf_init(&a, jc, 99)) {
+        CHECK(0, "out of memory");
+        jbuf_free(&a);
+        return;
+    }
+    wf_attention_opts_t o = opts_of(jc);
+    wf_status_t st = wf_attention(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, NULL);
+    const char *msg = wf_client_last_error(c);
+    CHECK(st == WF_E_BAD_ARGUMENT, "%s / %s: %s %s", mc->name, jc->name,
+          wf_status_name(st), msg);
+    CHECK(strstr(msg, "divisible") || strstr(msg, "anything"),
+          "%s / %s: message \"%s\" names neither divisibility nor the anything flags",
+          mc->name, jc->name, msg);
+    if (st == WF_E_BAD_ARGUMENT)
+        printf("    refused %-28s %s\n", jc->name, msg);
+    t->refused++;
+    jbuf_free(&a);
+}
+
+static void run_mesh(wf_client_t *c, const mesh_case_t *mc, uint64_t *epoch)
+{
+    double t0 = now_s();
+    uint64_t e = 0;
+    wf_status_t st = wf_reconfigure(c, &mc->m, &e);
+    double dt = now_s() - t0;
+    CHECK(st == WF_OK, "reconfigure to %s: %s %s", mc->name, wf_status_name(st),
+          wf_client_last_error(c));
+    if (st != WF_OK)
+        return;
+    CHECK(e == *epoch + 1, "reconfigure to %s: epoch %" PRIu64 " after %" PRIu64,
+          mc->name, e, *epoch);
+    *epoch = e;
+    check_status_mesh(c, mc, e);
+
+    tally_t t = { 0 };
+    uint32_t shards = mc->m.ring * mc->m.ulysses;
+    for (size_t i = 0; i < N_GRID; i++) {
+        run_ok(c, mc, &grid[i], e, 1000 * (uint64_t)(i + 1) + e, &t);
+        if (i == 2 && shards > 1) {
+            /* indivisible S, flags explicitly off: refused, and the next
+             * row proves the daemon still serves */
+            jcase_t bad = grid[0];
+            bad.name = "S 45 without anything";
+            bad.Sq = bad.Skv = 45;
+            bad.ring_any = bad.uly_any = OFF;
+            run_refused(c, mc, &bad, &t);
+        }
+    }
+    if (mc->m.ulysses > 1) {
+        jcase_t uh = uneven_heads_case(&mc->m, false);
+        run_ok(c, mc, &uh, e, 77 + e, &t);
+        jcase_t uhs = uneven_heads_case(&mc->m, true);
+        run_ok(c, mc, &uhs, e, 78 + e, &t);
+        jcase_t bad = uh;
+        bad.name = "uneven H without anything";
+        bad.uly_any = OFF;
+        bad.ring_any = OFF;
+        run_refused(c, mc, &bad, &t);
+        run_ok(c, mc, &grid[0], e, 79 + e, &t); /* still serving */
+    }
+    printf("  %-18s epoch %" PRIu64 "  reconfigure %.1f ms  %d jobs ok, %d refused  "
+           "worst error/tolerance: out %.2f lse %.2f  (%.2f s)\n",
+           mc->name, e, dt * 1e3, t.jobs, t.refused, t.worst_out_ratio,
+           t.worst_lse_ratio, now_s() - t0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    double t0 = now_s();
+    char endpoint[96];
+    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/weft-test-%d-parity.sock",
+             (int)getpid());
+
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    pid_t pid = start_daemon(argv[1], endpoint, "cpu:4");
+    if (pid < 0) {
+        perror("fork");
+        return 1;
+    }
+    if (!wait_ready(endpoint)) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fprintf(stderr, "FAIL: weftd did not answer hello\n");
+        return 1;
+    }
+
+    wf_client_t *c = NULL;
+    wf_status_t st = wf_client_connect(endpoint, 30000, &c);
+    CHECK(st == WF_OK, "connect: %s", wf_status_name(st));
+    if (c) {
+        wf_status_info_t *s = calloc(1, sizeof *s);
+        uint64_t epoch = 0;
+        st = s ? wf_status(c, s) : WF_E_NOMEM;
+        CHECK(st == WF_OK, "status: %s %s", wf_status_name(st), wf_client_last_error(c));
+        size_t order[N_MESHES];
+        for (size_t i = 0; i < N_MESHES; i++)
+            order[i] = i;
+        if (st == WF_OK) {
+            epoch = s->epoch;
+            printf("daemon starts with mesh dp=%u ring=%u ulysses=%u tp=%u, epoch %"
+                   PRIu64 "\n", s->mesh.dp, s->mesh.ring, s->mesh.ulysses, s->mesh.tp,
+                   epoch);
+            /* every step must change the mesh, so that each bumps the epoch */
+            if (mesh_eq(&s->mesh, &meshes[0].m)) {
+                order[0] = 1;
+                order[1] = 0;
+            }
+        }
+        free(s);
+        for (size_t i = 0; i < N_MESHES; i++)
+            run_mesh(c, &meshes[order[i]], &epoch);
+
+        /* an invalid mesh changes nothing */
+        wf_mesh_degrees_t bad = { 1, 3, 1, 1 };
+        uint64_t e = 12345;
+        st = wf_reconfigure(c, &bad, &e);
+        CHECK(st == WF_E_BAD_ARGUMENT, "reconfigure ring=3 on 4 devices: %s",
+              wf_status_name(st));
+        CHECK(e == 12345, "a refused reconfigure wrote the epoch");
+        CHECK(wf_client_last_error(c)[0] != '\0', "no message for ring=3");
+        printf("  ring=3 refused: %s\n", wf_client_last_error(c));
+        check_status_mesh(c, &meshes[order[N_MESHES - 1]], epoch);
+        wf_mesh_degrees_t zero = { 0, 4, 1, 1 };
+        CHECK(wf_reconfigure(c, &zero, NULL) == WF_E_INVALID, "dp=0 passed the client");
+        wf_client_destroy(&c);
+    }
+    stop_daemon(pid, 20000);
+
+    printf("test_parity: %.1f s, %d failure(s)\n", now_s() - t0, failures);
+    return failures ? 1 : 0;
+}
