@@ -1,0 +1,59 @@
+/* jobcheck.h — test support for end-to-end attention jobs through
+ * libweft: a job case, its buffers with seeded inputs, the fp64 reference
+ * check, and helpers every such test needs. Tests only. */
+#ifndef WF_TEST_JOBCHECK_H
+#define WF_TEST_JOBCHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+/* Monotonic seconds. */
+double now_s(void);
+
+/* Element i of buf (dtype dt) written from x / read as double;
+ * round-to-nearest-even, any alignment. */
+void store(void *buf, wf_dtype_t dt, size_t i, float x);
+double load(const void *buf, wf_dtype_t dt, size_t i);
+
+/* Uniform in [-1, 1) from a splitmix64 state. */
+float rng_uniform(uint64_t *s);
+
+typedef struct jcase {
+    const char *name;
+    int64_t B, Sq, Skv, Hq, Hkv, D;
+    wf_dtype_t in, out;        /* q, k, v share `in` */
+    int causal;
+    bool want_lse;
+    float scale;               /* 0: 1/sqrt(D) */
+    wf_rotate_t rotate;
+    wf_opt_t fp32, ring_any, uly_any, lb;
+} jcase_t;
+
+typedef struct jbuf {
+    jcase_t c;
+    wf_tensor_t q, k, v, out;
+    float *lse;
+} jbuf_t;
+
+/* Free the buffers of a job; zeroes *a. */
+void jbuf_free(jbuf_t *a);
+
+/* Allocate q, k, v (seeded uniform inputs), out (NaN) and lse (NaN, when
+ * c->want_lse) for case c. False when out of memory. */
+bool jbuf_init(jbuf_t *a, const jcase_t *c, uint64_t seed);
+
+/* Worst errors of out (absolute) and lse (relative to max(1, |lse|))
+ * against the fp64 reference computed over the stored inputs. Cases up to
+ * Skv = 512 and D = 128 (larger ones report infinite errors). */
+void jbuf_errors(const jbuf_t *a, double *ret_out, double *ret_lse);
+
+/* The libweft options of case c. */
+wf_attention_opts_t opts_of(const jcase_t *c);
+
+/* True once the daemon at endpoint answers hello (20 s timeout). */
+bool wait_ready(const char *endpoint);
+
+#endif
