@@ -156,6 +156,17 @@ static int cmd_status(wf_client_t *c)
                d->index, d->name, d->rank, coords, used, total, pct,
                d->jobs_served, d->busy ? "yes" : "no");
     }
+    if (s->role[0]) {
+        printf("\ncluster: %s of %s  state %s  world epoch %" PRIu64 "  %u rank(s)"
+               "  world id %s\n", s->role, s->coordinator, s->cluster_state,
+               s->world_epoch, s->world_size, s->world_id[0] ? s->world_id : "-");
+        printf("%-20s %-10s %10s %6s\n", "NODE", "STATE", "FIRST RANK", "RANKS");
+        uint32_t nn = s->node_count < WF_STATUS_MAX_NODES ? s->node_count
+                                                          : WF_STATUS_MAX_NODES;
+        for (uint32_t i = 0; i < nn; i++)
+            printf("%-20s %-10s %10u %6u\n", s->nodes[i].name, s->nodes[i].state,
+                   s->nodes[i].first_rank, s->nodes[i].ranks);
+    }
     free(s);
     return 0;
 }

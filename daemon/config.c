@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 typedef enum setting_kind {
     KIND_ENDPOINT,  /* char[WF_SETTINGS_ENDPOINT_MAX] */
@@ -24,7 +25,9 @@ typedef enum setting_kind {
     KIND_LEVEL,     /* uint32_t holding a wf_log_level_t */
     KIND_MESH,      /* "dp=..,ring=..": mesh text + mesh_deg */
     KIND_ROTATE,    /* uint32_t holding a wf_rotate_t: allgather | alltoall */
-    KIND_BOOL       /* bool: true/false, yes/no, on/off, 1/0 */
+    KIND_BOOL,      /* bool: true/false, yes/no, on/off, 1/0 */
+    KIND_HOSTPORT,  /* char[WF_SETTINGS_NAME_MAX]: "" or HOST:PORT */
+    KIND_NAME       /* char[WF_SETTINGS_NAME_MAX]: [A-Za-z0-9._-]{1,63}; "" = hostname */
 } setting_kind_t;
 
 typedef struct setting_def {
@@ -78,6 +81,19 @@ static const setting_def_t settings_table[] = {
       "jobs' default: allow heads / lengths not divisible by ulysses" },
     { "load_balance", KIND_BOOL, OFF(load_balance), "true", 0, 0, true,
       "jobs' default: zigzag sharding of causal ring attention" },
+    { "coordinator", KIND_HOSTPORT, OFF(coordinator), "", 0, 0, false,
+      "cluster: HOST:PORT of the rendezvous, the same on every node; the node "
+      "that can bind it coordinates; empty = single node" },
+    { "nodes", KIND_U32, OFF(nodes), "1", 1, WF_SETTINGS_MAX_NODES, false,
+      "cluster: nodes expected in the world (the coordinator's value counts)" },
+    { "node_name", KIND_NAME, OFF(node_name), "", 0, 0, false,
+      "cluster: this node's name, unique in the world; empty = hostname" },
+    { "cluster_timeout_ms", KIND_U32, OFF(cluster_timeout_ms), "10000", 100,
+      3600000, false, "cluster: bound on each rendezvous step" },
+    { "heartbeat_ms", KIND_U32, OFF(heartbeat_ms), "500", 10, 60000, false,
+      "cluster: interval of the pings between coordinator and members" },
+    { "heartbeat_timeout_ms", KIND_U32, OFF(heartbeat_timeout_ms), "2000", 50,
+      600000, false, "cluster: silence after which a peer counts as lost" },
 };
 
 #define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
@@ -216,6 +232,39 @@ static bool parse_value(const setting_def_t *d, const char *value,
             return false;
         snprintf(s->mesh, sizeof s->mesh, "%s", value);
         s->mesh_deg = deg;     /* checked against the devices at the end */
+        return true;
+    }
+    case KIND_HOSTPORT: {
+        if (value[0] == '\0') {
+            field[0] = '\0';
+            return true;
+        }
+        const char *colon = strrchr(value, ':');
+        uint64_t port;
+        if (strlen(value) >= WF_SETTINGS_NAME_MAX || !colon || colon == value ||
+            !wf_parse_size(colon + 1, &port) || port < 1 || port > 65535 ||
+            !isdigit((unsigned char)colon[strlen(colon) - 1])) {
+            snprintf(why, why_len, "expected HOST:PORT (port 1..65535, at most "
+                     "%d characters) or empty", WF_SETTINGS_NAME_MAX - 1);
+            return false;
+        }
+        snprintf(field, WF_SETTINGS_NAME_MAX, "%s", value);
+        return true;
+    }
+    case KIND_NAME: {
+        size_t n = strlen(value);
+        if (n >= WF_SETTINGS_NAME_MAX) {
+            snprintf(why, why_len, "longer than %d characters", WF_SETTINGS_NAME_MAX - 1);
+            return false;
+        }
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)value[i];
+            if (!isalnum(c) && c != '.' && c != '_' && c != '-') {
+                snprintf(why, why_len, "only letters, digits, '.', '_' and '-'");
+                return false;
+            }
+        }
+        memcpy(field, value, n + 1);
         return true;
     }
     case KIND_ROTATE: {
@@ -445,6 +494,11 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
         set_err(err, err_len, "%s: mesh = '%s': %s", mesh_src, s.mesh, why);
         return WF_E_INVALID;
     }
+    if (s.coordinator[0] && s.heartbeat_timeout_ms <= s.heartbeat_ms) {
+        set_err(err, err_len, "heartbeat_timeout_ms (%u) must exceed heartbeat_ms "
+                "(%u)", s.heartbeat_timeout_ms, s.heartbeat_ms);
+        return WF_E_INVALID;
+    }
     *ret = s;
     return WF_OK;
 }
@@ -515,6 +569,8 @@ static bool field_equal(const setting_def_t *d, const wf_settings_t *a,
     switch (d->kind) {
     case KIND_ENDPOINT:
     case KIND_DEVICES:
+    case KIND_HOSTPORT:
+    case KIND_NAME:
         return strcmp(fa, fb) == 0;
     case KIND_U32:
     case KIND_LEVEL:
@@ -540,6 +596,10 @@ static void field_copy(const setting_def_t *d, wf_settings_t *dst,
     switch (d->kind) {
     case KIND_ENDPOINT:
         memcpy(fd, fs, WF_SETTINGS_ENDPOINT_MAX);
+        break;
+    case KIND_HOSTPORT:
+    case KIND_NAME:
+        memcpy(fd, fs, WF_SETTINGS_NAME_MAX);
         break;
     case KIND_DEVICES:
         /* Never reloadable (workers own devices); kept for completeness. */
@@ -598,6 +658,12 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
     case KIND_ENDPOINT:
     case KIND_DEVICES:
         snprintf(buf, len, "%s", f);
+        return;
+    case KIND_HOSTPORT:
+        snprintf(buf, len, "%s", f[0] ? f : "\"\" (single node)");
+        return;
+    case KIND_NAME:
+        snprintf(buf, len, "%s", f[0] ? f : "\"\" (hostname)");
         return;
     case KIND_LEVEL:
         memcpy(&u32, f, sizeof u32);

@@ -20,6 +20,8 @@
 #define WF_SETTINGS_MAX_DEVICES 64      /* == WF_STATUS_MAX_DEVICES */
 #define WF_SETTINGS_ENDPOINT_MAX 256    /* listen endpoint, with the NUL */
 #define WF_SETTINGS_MESH_MAX 96         /* mesh text, with the NUL */
+#define WF_SETTINGS_NAME_MAX 64         /* node_name / coordinator, with the NUL */
+#define WF_SETTINGS_MAX_NODES 16        /* bound of the nodes setting */
 
 /* Every setting, resolved. */
 typedef struct wf_settings {
@@ -38,6 +40,13 @@ typedef struct wf_settings {
     bool ring_anything;          /* per-job default: any S under ring */
     bool ulysses_anything;       /* per-job default: any S / heads under ulysses */
     bool load_balance;           /* per-job default: zigzag causal ring sharding */
+    /* cluster (daemon/cluster.h); none reloadable */
+    char coordinator[WF_SETTINGS_NAME_MAX]; /* HOST:PORT; "" = single node */
+    uint32_t nodes;              /* nodes expected in the world */
+    char node_name[WF_SETTINGS_NAME_MAX]; /* this node's name; default hostname */
+    uint32_t cluster_timeout_ms; /* bound on each rendezvous step */
+    uint32_t heartbeat_ms;       /* interval of control-plane pings */
+    uint32_t heartbeat_timeout_ms; /* silence after which a peer is lost */
 } wf_settings_t;
 
 /* Command-line flags that are not settings, plus the setting flags in the

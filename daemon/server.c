@@ -17,6 +17,7 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "cluster.h"
 #include "comm_host.h"
 #include "job.h"
 #include "mesh.h"
@@ -70,6 +71,7 @@ struct wf_server {
     bool stopping;               /* draining: no new jobs */
     uint64_t drain_deadline_us;  /* when draining gives up */
     uint64_t t_start_us;         /* for uptime */
+    wf_cluster_t *cluster;       /* control plane between nodes; NULL: single node */
     wf_buf_t buf;                /* reply header encoding scratch */
     wf_request_t req;            /* request decoding scratch */
     wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
@@ -278,6 +280,10 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         goto fail;
     }
     srv->bound = true;
+    if (settings->coordinator[0] &&
+        wf_cluster_new(&srv->settings, srv->zctx, "", envp, log, &srv->notify,
+                       &srv->cluster) != WF_OK)
+        goto fail;
     *ret_srv = srv;
     return WF_OK;
 
@@ -311,6 +317,7 @@ void wf_server_destroy(wf_server_t **psrv)
         wf_djob_free(&q);
         q = next;
     }
+    wf_cluster_destroy(&srv->cluster);
     if (srv->router)
         zmq_close(srv->router);
     if (srv->zctx)
@@ -477,6 +484,8 @@ static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
     si->requests_rejected = srv->rejected;
     si->rss_bytes = rss_bytes();
     si->device_count = srv->n_workers;
+    if (srv->cluster)
+        wf_cluster_fill_status(srv->cluster, si);
     for (uint32_t d = 0; d < srv->n_workers; d++) {
         const wf_worker_t *w = &srv->workers[d];
         wf_device_info_t *di = &si->devices[d];
@@ -697,11 +706,20 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
 {
     const wf_request_t *req = &srv->req;
     char err[WF_PROTO_ERROR_MAX] = "";
-    wf_status_t st = start_reconfigure(srv, &req->args.reconfigure.mesh, false,
-                                       "request", true, identity, delim, req->id,
-                                       err, sizeof err);
-    if (st == WF_OK)
+    wf_status_t st;
+    if (srv->cluster && wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER) {
+        st = WF_E_NOT_COORDINATOR;
+        wf_cluster_why_not(srv->cluster, err, sizeof err);
+    } else {
+        st = start_reconfigure(srv, &req->args.reconfigure.mesh, false, "request",
+                               true, identity, delim, req->id, err, sizeof err);
+    }
+    if (st == WF_OK) {
+        /* every node is whole replicas: each takes the same local mesh */
+        if (srv->cluster)
+            wf_cluster_broadcast_mesh(srv->cluster, &req->args.reconfigure.mesh);
         return;
+    }
     srv->rejected++;
     wf_log(srv->log, WF_LOG_INFO, "reconfigure request %" PRIu64 " refused: "
            "%s: %s", req->id, wf_status_name(st), err);
@@ -720,6 +738,13 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
     if (srv->stopping) {
         st = WF_E_SHUTTING_DOWN;
         snprintf(err, sizeof err, "daemon is shutting down; no new jobs");
+        goto reject;
+    }
+    if (srv->cluster && (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER ||
+                         !wf_cluster_serving(srv->cluster))) {
+        st = wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER
+                 ? WF_E_NOT_COORDINATOR : WF_E_UNAVAILABLE;
+        wf_cluster_why_not(srv->cluster, err, sizeof err);
         goto reject;
     }
     job = wf_djob_new();
@@ -1062,18 +1087,44 @@ wf_status_t wf_server_run(wf_server_t *srv)
         uint64_t now = wf_now_usec();
         if (srv->stopping && now >= srv->drain_deadline_us)
             break;
-        zmq_pollitem_t items[3] = {
+        zmq_pollitem_t items[4] = {
             { srv->router, 0, ZMQ_POLLIN, 0 },
             { NULL, srv->sigfd, ZMQ_POLLIN, 0 },
             { NULL, srv->done.efd, ZMQ_POLLIN, 0 },
+            { srv->cluster ? wf_cluster_socket(srv->cluster) : NULL, 0,
+              ZMQ_POLLIN, 0 },
         };
-        int rc = zmq_poll(items, 3, poll_timeout_ms(srv, now));
+        int timeout = poll_timeout_ms(srv, now);
+        if (srv->cluster) {
+            int ct = wf_cluster_timeout_ms(srv->cluster, now);
+            if (timeout < 0 || ct < timeout)
+                timeout = ct;
+        }
+        int rc = zmq_poll(items, srv->cluster ? 4 : 3, timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
             wf_log(srv->log, WF_LOG_ERR, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             result = WF_E_INTERNAL;
             break;
         }
         wf_notify_watchdog(&srv->notify, wf_now_usec());
+        if (srv->cluster) {
+            /* timers run on every wake-up, messages when there are some */
+            wf_cluster_handle(srv->cluster, wf_now_usec());
+            const char *fatal = wf_cluster_fatal(srv->cluster);
+            if (fatal) {
+                wf_log(srv->log, WF_LOG_ERR, "stopping: %s", fatal);
+                result = WF_E_INTERNAL;
+                break;
+            }
+            wf_mesh_degrees_t deg;
+            if (wf_cluster_take_mesh(srv->cluster, &deg)) {
+                char err[WF_PROTO_ERROR_MAX];
+                if (start_reconfigure(srv, &deg, false, "coordinator", false, NULL,
+                                      false, 0, err, sizeof err) != WF_OK)
+                    wf_log(srv->log, WF_LOG_WARNING, "cluster: mesh from the "
+                           "coordinator not applied: %s", err);
+            }
+        }
         if (rc <= 0)
             continue;
         if (items[1].revents)

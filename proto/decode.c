@@ -719,6 +719,42 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     TRY(opt_u64(d, r, "result", "rss_bytes", &s->rss_bytes));
     TRY(opt_mesh(d, r, "result", &s->mesh));
     TRY(opt_flag_u32(d, r, "result", "reconfiguring", &s->reconfiguring));
+    const msgpack_object *cl = map_get(r, "cluster");
+    if (cl) {
+        if (cl->type != MSGPACK_OBJECT_MAP)
+            return fail(d, WF_E_PROTOCOL, "result.cluster: must be a map");
+        TRY(opt_str(d, cl, "result.cluster", "role", s->role, sizeof(s->role)));
+        TRY(opt_str(d, cl, "result.cluster", "coordinator", s->coordinator,
+                    sizeof(s->coordinator)));
+        TRY(opt_str(d, cl, "result.cluster", "state", s->cluster_state,
+                    sizeof(s->cluster_state)));
+        TRY(opt_u64(d, cl, "result.cluster", "world_epoch", &s->world_epoch));
+        TRY(opt_u32(d, cl, "result.cluster", "world_size", &s->world_size));
+        TRY(opt_str(d, cl, "result.cluster", "world_id", s->world_id,
+                    sizeof(s->world_id)));
+        const msgpack_object *na = map_get(cl, "nodes");
+        if (na) {
+            if (na->type != MSGPACK_OBJECT_ARRAY)
+                return fail(d, WF_E_PROTOCOL, "result.cluster.nodes: must be an array");
+            uint32_t nn = na->via.array.size < WF_STATUS_MAX_NODES
+                              ? na->via.array.size : WF_STATUS_MAX_NODES;
+            for (uint32_t i = 0; i < nn; i++) {
+                const msgpack_object *m = &na->via.array.ptr[i];
+                wf_node_info_t *ni = &s->nodes[i];
+                if (m->type != MSGPACK_OBJECT_MAP)
+                    return fail(d, WF_E_PROTOCOL,
+                                "result.cluster.nodes[%u]: must be a map", i);
+                TRY(opt_str(d, m, "result.cluster.nodes[]", "name", ni->name,
+                            sizeof(ni->name)));
+                TRY(opt_str(d, m, "result.cluster.nodes[]", "state", ni->state,
+                            sizeof(ni->state)));
+                TRY(opt_u32(d, m, "result.cluster.nodes[]", "first_rank",
+                            &ni->first_rank));
+                TRY(opt_u32(d, m, "result.cluster.nodes[]", "ranks", &ni->ranks));
+            }
+            s->node_count = nn;
+        }
+    }
     const msgpack_object *a = map_get(r, "devices");
     if (!a)
         return WF_OK;

@@ -255,7 +255,8 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
 {
     uint32_t n = s->device_count < WF_STATUS_MAX_DEVICES ? s->device_count
                                                          : WF_STATUS_MAX_DEVICES;
-    e->failed |= msgpack_pack_map(&e->pk, 14);
+    bool cl = s->role[0] != '\0';
+    e->failed |= msgpack_pack_map(&e->pk, 14 + (cl ? 1 : 0));
     put_key_fixstr(e, "weft_version", s->weft_version, sizeof(s->weft_version));
     put_key_fixstr(e, "backend", s->backend, sizeof(s->backend));
     put_key_uint(e, "epoch", s->epoch);
@@ -286,6 +287,28 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
         e->failed |= msgpack_pack_array(&e->pk, 4);
         for (int k = 0; k < 4; k++)
             e->failed |= msgpack_pack_uint64(&e->pk, d->coords[k]);
+    }
+    if (!cl)
+        return;
+    uint32_t nn = s->node_count < WF_STATUS_MAX_NODES ? s->node_count
+                                                      : WF_STATUS_MAX_NODES;
+    put_str(e, "cluster");
+    e->failed |= msgpack_pack_map(&e->pk, 7);
+    put_key_fixstr(e, "role", s->role, sizeof(s->role));
+    put_key_fixstr(e, "coordinator", s->coordinator, sizeof(s->coordinator));
+    put_key_fixstr(e, "state", s->cluster_state, sizeof(s->cluster_state));
+    put_key_uint(e, "world_epoch", s->world_epoch);
+    put_key_uint(e, "world_size", s->world_size);
+    put_key_fixstr(e, "world_id", s->world_id, sizeof(s->world_id));
+    put_str(e, "nodes");
+    e->failed |= msgpack_pack_array(&e->pk, nn);
+    for (uint32_t i = 0; i < nn; i++) {
+        const wf_node_info_t *nd = &s->nodes[i];
+        e->failed |= msgpack_pack_map(&e->pk, 4);
+        put_key_fixstr(e, "name", nd->name, sizeof(nd->name));
+        put_key_fixstr(e, "state", nd->state, sizeof(nd->state));
+        put_key_uint(e, "first_rank", nd->first_rank);
+        put_key_uint(e, "ranks", nd->ranks);
     }
 }
 

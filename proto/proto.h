@@ -208,4 +208,45 @@ bool wf_dtype_parse(const char *name, size_t len, wf_dtype_t *ret_dtype);
  * dim <= 0, rank out of range or the product overflows uint64 / int64. */
 wf_status_t wf_tensor_desc_finish(wf_tensor_desc_t *d);
 
+/* --- control messages between daemons (proto/ctl.c) -----------------
+ * weftd's cluster control plane (daemon/cluster.c, PROTOCOL.md section 8)
+ * speaks small msgpack maps of str keys to uint or str values; lists are
+ * flattened into keys ("n0.name"). Never tensor bytes. */
+#define WF_CTL_MAX_FIELDS 96     /* fields in one message */
+#define WF_CTL_KEY_MAX 24        /* key length, with the NUL */
+#define WF_CTL_STR_MAX 256       /* str value length, with the NUL */
+#define WF_CTL_MAX_BYTES 65536   /* encoded size accepted */
+
+typedef struct wf_ctl_field {
+    char key[WF_CTL_KEY_MAX];    /* NUL-terminated, non-empty */
+    bool is_str;                 /* value is s (else u) */
+    uint64_t u;                  /* uint value */
+    char s[WF_CTL_STR_MAX];      /* str value, NUL-terminated */
+} wf_ctl_field_t;
+
+typedef struct wf_ctl_msg {
+    uint32_t n;                  /* fields used */
+    wf_ctl_field_t f[WF_CTL_MAX_FIELDS];
+} wf_ctl_msg_t;
+
+/* Empty the message. */
+void wf_ctl_init(wf_ctl_msg_t *m);
+/* Append a field; WF_E_LIMIT when full or the key / value is too long. */
+wf_status_t wf_ctl_put_uint(wf_ctl_msg_t *m, const char *key, uint64_t v);
+wf_status_t wf_ctl_put_str(wf_ctl_msg_t *m, const char *key, const char *v);
+/* The field named key, or NULL. Borrowed from m. */
+const wf_ctl_field_t *wf_ctl_get(const wf_ctl_msg_t *m, const char *key);
+/* A uint field: true and *ret when present with that type. */
+bool wf_ctl_get_uint(const wf_ctl_msg_t *m, const char *key, uint64_t *ret);
+/* A str field (borrowed from m), or NULL when absent or not a str. */
+const char *wf_ctl_get_str(const wf_ctl_msg_t *m, const char *key);
+/* Append the encoded map to out. WF_OK or WF_E_NOMEM. */
+wf_status_t wf_ctl_encode(const wf_ctl_msg_t *m, wf_buf_t *out);
+/* Decode one message: prevalidated (size <= WF_CTL_MAX_BYTES, depth 2),
+ * a map of <= WF_CTL_MAX_FIELDS unique non-empty str keys to uints or
+ * strs of < WF_CTL_STR_MAX bytes without NUL. WF_OK, or WF_E_MALFORMED /
+ * WF_E_LIMIT with a message; *m is empty on failure. */
+wf_status_t wf_ctl_decode(const void *data, size_t len, wf_ctl_msg_t *m,
+                          char *err, size_t err_len);
+
 #endif /* WF_PROTO_H */

@@ -22,8 +22,11 @@ const char *wf_status_name(wf_status_t s)
     case WF_E_NO_MEMORY: return "WF_E_NO_MEMORY";
     case WF_E_SHUTTING_DOWN: return "WF_E_SHUTTING_DOWN";
     case WF_E_BUSY: return "WF_E_BUSY";
+    case WF_E_NOT_COORDINATOR: return "WF_E_NOT_COORDINATOR";
+    case WF_E_UNAVAILABLE: return "WF_E_UNAVAILABLE";
     case WF_E_INTERNAL: return "WF_E_INTERNAL";
     case WF_E_ABORTED: return "WF_E_ABORTED";
+    case WF_E_NODE_LOST: return "WF_E_NODE_LOST";
     case WF_E_INVALID: return "WF_E_INVALID";
     case WF_E_TIMEOUT: return "WF_E_TIMEOUT";
     case WF_E_CONNECT: return "WF_E_CONNECT";
@@ -52,8 +55,11 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_NO_MEMORY: return "job does not fit in device memory";
     case WF_E_SHUTTING_DOWN: return "daemon is shutting down";
     case WF_E_BUSY: return "another reconfiguration is running";
+    case WF_E_NOT_COORDINATOR: return "this daemon is a cluster member; submit to the coordinator";
+    case WF_E_UNAVAILABLE: return "the cluster cannot serve now";
     case WF_E_INTERNAL: return "internal error in the daemon";
     case WF_E_ABORTED: return "a communicator was aborted while the job ran";
+    case WF_E_NODE_LOST: return "a node of the cluster was lost while the job ran";
     case WF_E_INVALID: return "invalid argument";
     case WF_E_TIMEOUT: return "timed out";
     case WF_E_CONNECT: return "cannot connect";

@@ -79,10 +79,19 @@ typedef enum wf_status {
     WF_E_SHUTTING_DOWN = 22,
     /* another reconfiguration is running */
     WF_E_BUSY = 23,
+    /* this daemon is a member of a cluster: submit jobs to the coordinator
+     * (the message names its address) */
+    WF_E_NOT_COORDINATOR = 24,
+    /* the cluster cannot serve now: its world is forming or waits for a
+     * lost node (the message says which); retry later */
+    WF_E_UNAVAILABLE = 25,
     /* a bug or an unexpected failure inside the daemon */
     WF_E_INTERNAL = 40,
     /* a communicator was aborted (a peer failed) while the job ran */
     WF_E_ABORTED = 41,
+    /* a node of the cluster was lost (died or stopped answering) while the
+     * job ran; the message names it */
+    WF_E_NODE_LOST = 42,
 
     /* client-side only */
     WF_E_INVALID = 100,  /* bad argument to a libweft call */
@@ -181,6 +190,17 @@ typedef struct wf_mesh_degrees {
 } wf_mesh_degrees_t;
 
 #define WF_STATUS_MAX_DEVICES 64
+/* Most nodes a status reply lists. */
+#define WF_STATUS_MAX_NODES 16
+
+/* One node of a cluster as status reports it. */
+typedef struct wf_node_info {
+    char name[64];           /* node_name setting */
+    char state[16];          /* "self", "joining", "ready", "lost", "refused",
+                                "waiting" (see PROTOCOL.md 3.2) */
+    uint32_t first_rank;     /* global rank of its first device in the world */
+    uint32_t ranks;          /* its devices (ranks) in the world; 0 when out */
+} wf_node_info_t;
 
 /* What status reports. */
 typedef struct wf_status_info {
@@ -199,6 +219,17 @@ typedef struct wf_status_info {
     uint32_t reconfiguring;   /* 1 while a reconfiguration runs */
     uint32_t device_count;    /* entries used in devices[] */
     wf_device_info_t devices[WF_STATUS_MAX_DEVICES];
+    /* cluster (PROTOCOL.md 3.2): role "single", "coordinator" or "member";
+     * the others are 0 / "" for "single" */
+    char role[16];            /* this daemon's role */
+    char coordinator[64];     /* HOST:PORT of the coordinator */
+    char cluster_state[24];   /* "forming", "serving", "degraded", "waiting",
+                                 "coordinator-lost" */
+    uint64_t world_epoch;     /* epoch of the current world (each rendezvous + 1) */
+    uint32_t world_size;      /* ranks of the world */
+    char world_id[40];        /* fresh per epoch (hex); the NCCL unique-id slot */
+    uint32_t node_count;      /* entries used in nodes[] */
+    wf_node_info_t nodes[WF_STATUS_MAX_NODES];
 } wf_status_info_t;
 
 /* Ask the daemon for its status. */

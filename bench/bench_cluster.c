@@ -1,0 +1,156 @@
+/* bench_cluster.c — time to form a world of 3 weftd daemons (cpu:2 each)
+ * on loopback: from starting the two members (the coordinator already
+ * serving) to the coordinator's "cluster serving" notify line, i.e. hello,
+ * version check, rank assignment, world broadcast, readies and serve.
+ * Baseline in the same run: a single daemon's start to READY=1. Prints
+ * markdown rows. Ring attention across processes is not measured: cross-
+ * process jobs are not wired yet (see the cluster report).
+ *
+ * Usage: bench_cluster PATH_TO_WEFTD [ROUNDS]
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+typedef struct proc {
+    pid_t pid;
+    int pidfd, nfd;
+    char notify[108], endpoint[108];
+} proc_t;
+
+static int seq;
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        exit(1);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static bool start(proc_t *p, const char *weftd, const char *name, const char *coord)
+{
+    memset(p, 0, sizeof *p);
+    int n = seq++;
+    snprintf(p->endpoint, sizeof p->endpoint, "ipc:///tmp/weft-bc-%d-%d.sock",
+             (int)getpid(), n);
+    snprintf(p->notify, sizeof p->notify, "/tmp/weft-bcn-%d-%d.sock", (int)getpid(), n);
+    unlink(p->notify);
+    p->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p->notify);
+    if (p->nfd < 0 || bind(p->nfd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        return false;
+    const char *argv[] = { weftd, "--listen", p->endpoint, "--devices", "cpu:2",
+                           "--cpu-memory", "256M", "--log-level", "warning",
+                           coord ? "--coordinator" : NULL, coord, "--nodes", "3",
+                           "--node-name", name, NULL };
+    p->pid = fork();
+    if (p->pid == 0) {
+        setenv("NOTIFY_SOCKET", p->notify, 1);
+        execv(weftd, (char *const *)argv);
+        _exit(127);
+    }
+    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    return p->pid > 0 && p->pidfd >= 0;
+}
+
+static bool wait_line(proc_t *p, const char *prefix, int timeout_ms)
+{
+    double deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(deadline - now_ms());
+        struct pollfd pf = { .fd = p->nfd, .events = POLLIN };
+        if (left <= 0 || poll(&pf, 1, left) != 1)
+            return false;
+        char buf[4096];
+        ssize_t n = recv(p->nfd, buf, sizeof buf - 1, 0);
+        if (n < 0)
+            return false;
+        buf[n] = '\0';
+        for (char *s = NULL, *l = strtok_r(buf, "\n", &s); l; l = strtok_r(NULL, "\n", &s))
+            if (strncmp(l, prefix, strlen(prefix)) == 0)
+                return true;
+    }
+}
+
+static void stop(proc_t *p)
+{
+    kill(p->pid, SIGTERM);
+    struct pollfd pf = { .fd = p->pidfd, .events = POLLIN };
+    if (poll(&pf, 1, 10000) != 1)
+        kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    close(p->pidfd);
+    close(p->nfd);
+    unlink(p->notify);
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    int rounds = argc > 2 ? atoi(argv[2]) : 5;
+    if (rounds < 1 || rounds > 100)
+        rounds = 5;
+    double form[100], single[100];
+    for (int r = 0; r < rounds; r++) {
+        proc_t s;
+        double t0 = now_ms();
+        if (!start(&s, argv[1], "solo", NULL) || !wait_line(&s, "READY=1", 30000))
+            return 1;
+        single[r] = now_ms() - t0;
+        stop(&s);
+
+        char coord[64];
+        snprintf(coord, sizeof coord, "127.0.0.1:%d", free_port());
+        proc_t a, b, c;
+        if (!start(&a, argv[1], "a", coord) || !wait_line(&a, "READY=1", 30000))
+            return 1;
+        t0 = now_ms();
+        if (!start(&b, argv[1], "b", coord) || !start(&c, argv[1], "c", coord) ||
+            !wait_line(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)", 30000))
+            return 1;
+        form[r] = now_ms() - t0;
+        stop(&a);
+        stop(&b);
+        stop(&c);
+    }
+    qsort(form, (size_t)rounds, sizeof form[0], cmp);
+    qsort(single, (size_t)rounds, sizeof single[0], cmp);
+    double fm = form[rounds / 2], sm = single[rounds / 2];
+    printf("| benchmark | median of %d | baseline | ratio |\n|---|---|---|---|\n", rounds);
+    printf("| world of 3 daemons (cpu:2 each): members started -> coordinator serving | "
+           "%.1f ms | one daemon start -> READY=1: %.1f ms | %.2fx |\n", fm, sm, fm / sm);
+    return 0;
+}

@@ -1,0 +1,971 @@
+/* cluster.c — rendezvous, heartbeats, node loss and rejoin between weftd
+ * daemons (see cluster.h). The protocol messages are documented in
+ * proto/PROTOCOL.md section 8.
+ */
+#include "cluster.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "proto.h"
+
+#define NCCL_VERSION_NONE "none"   /* the CPU build has no NCCL */
+#define IDENTITY_MAX 256
+
+typedef enum node_state {
+    NODE_SELF = 0,     /* the coordinator itself */
+    NODE_JOINING,      /* hello accepted, not in a world yet */
+    NODE_WORLD,        /* sent the current world, waiting for its ready */
+    NODE_READY,        /* in the current world, ready */
+    NODE_LOST,         /* silent for heartbeat_timeout_ms */
+    NODE_REFUSED       /* its hello failed the checks */
+} node_state_t;
+
+static const char *node_state_name(node_state_t s)
+{
+    switch (s) {
+    case NODE_SELF: return "self";
+    case NODE_JOINING: return "joining";
+    case NODE_WORLD: return "joining";
+    case NODE_READY: return "ready";
+    case NODE_LOST: return "lost";
+    case NODE_REFUSED: return "refused";
+    }
+    return "?";
+}
+
+typedef struct node {
+    char name[WF_SETTINGS_NAME_MAX];       /* from its hello */
+    char data[WF_SETTINGS_ENDPOINT_MAX];   /* its data-plane endpoint */
+    unsigned char id[IDENTITY_MAX];        /* ROUTER identity */
+    size_t id_len;
+    uint32_t devices;                      /* from its hello */
+    node_state_t state;
+    bool in_world;                         /* part of the current world */
+    uint32_t first_rank;                   /* in the current world */
+    uint64_t last_heard_us;                /* last message from it */
+} node_t;
+
+typedef enum cstate {
+    CS_FORMING = 0,    /* gathering hellos / waiting for readies */
+    CS_SERVING,        /* world of every expected node */
+    CS_DEGRADED,       /* world without some nodes (lost) */
+    CS_COORD_LOST      /* member: the coordinator is silent */
+} cstate_t;
+
+static const char *cstate_name(cstate_t s)
+{
+    switch (s) {
+    case CS_FORMING: return "forming";
+    case CS_SERVING: return "serving";
+    case CS_DEGRADED: return "degraded";
+    case CS_COORD_LOST: return "coordinator-lost";
+    }
+    return "?";
+}
+
+struct wf_cluster {
+    wf_cluster_role_t role;
+    const wf_settings_t *settings;   /* borrowed (the server's copy) */
+    wf_log_t *log;                   /* borrowed */
+    wf_notify_t *notify;             /* borrowed */
+    void *sock;                      /* ROUTER (coordinator) / DEALER (member) */
+    uint32_t protocol;               /* advertised protocol version */
+    char data[WF_SETTINGS_ENDPOINT_MAX]; /* our data-plane endpoint */
+    char name[WF_SETTINGS_NAME_MAX]; /* node_name, else the hostname */
+    cstate_t state;
+    char fatal[WF_PROTO_ERROR_MAX];  /* non-empty: stop the daemon */
+    uint64_t epoch;                  /* of the current (or forming) world */
+    char world_id[40];               /* hex, fresh per epoch */
+    bool had_world;                  /* a world was formed once */
+    bool round_open;                 /* coordinator: world sent, readies pending */
+    uint64_t step_deadline_us;       /* of the current rendezvous step */
+    uint64_t next_ping_us;           /* next heartbeat send / check */
+    uint64_t coord_heard_us;         /* member: last message from the coordinator */
+    /* the world, both roles: nodes[0..n_nodes) (coordinator: every node
+     * ever seen, self first; member: the world as received) */
+    node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint32_t n_nodes;
+    bool mesh_pending;               /* member: a mesh change to apply */
+    wf_mesh_degrees_t mesh_deg;      /* its degrees */
+    wf_ctl_msg_t msg;                /* scratch (large: kept off the stack) */
+    wf_ctl_msg_t in;                 /* received message */
+    wf_buf_t buf;                    /* encoding scratch */
+};
+
+/* ------------------------------------------------------------------ */
+
+static void status_line(wf_cluster_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Log at notice and mirror the line as STATUS= (what tests watch). */
+static void status_line(wf_cluster_t *c, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    wf_log(c->log, WF_LOG_NOTICE, "%s", line);
+    wf_notify_status(c->notify, line);
+}
+
+static void new_world_id(char out[40])
+{
+    unsigned char r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        uint64_t t = wf_now_usec();
+        memcpy(r, &t, 8);
+        memcpy(r + 8, &t, 8);
+    }
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", r[i]);
+}
+
+/* Send c->msg: to `to` (coordinator) or to the coordinator (member).
+ * Never blocks: a peer that is gone loses the message. */
+static void send_msg(wf_cluster_t *c, const node_t *to)
+{
+    wf_buf_reset(&c->buf);
+    if (wf_ctl_encode(&c->msg, &c->buf) != WF_OK) {
+        wf_log(c->log, WF_LOG_ERR, "cluster: out of memory encoding a message");
+        return;
+    }
+    if (c->role == WF_CLUSTER_COORDINATOR) {
+        if (zmq_send(c->sock, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+            return;   /* EHOSTUNREACH: gone; its silence reports it */
+    }
+    zmq_send(c->sock, c->buf.data, c->buf.len, ZMQ_DONTWAIT);
+}
+
+static void msg_type(wf_cluster_t *c, const char *t)
+{
+    wf_ctl_init(&c->msg);
+    wf_ctl_put_str(&c->msg, "t", t);
+}
+
+/* ------------------------------------------------------------------ */
+/* coordinator */
+
+static uint32_t local_devices(const wf_cluster_t *c)
+{
+    return c->settings->device_count;
+}
+
+static bool alive(const node_t *n)
+{
+    return n->state == NODE_SELF || n->state == NODE_JOINING ||
+           n->state == NODE_WORLD || n->state == NODE_READY;
+}
+
+static uint32_t count_alive(const wf_cluster_t *c)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++)
+        k += alive(&c->nodes[i]);
+    return k;
+}
+
+/* Names of the nodes in `state` (or of the expected ones never seen). */
+static void names_in(const wf_cluster_t *c, node_state_t st, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < c->n_nodes && o + 1 < len; i++)
+        if (c->nodes[i].state == st)
+            o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "",
+                                  c->nodes[i].name);
+    if (o >= len)
+        buf[len - 1] = '\0';
+}
+
+/* Put the alive nodes in world order (self first, then by name) and give
+ * them ranks; start a round: world to every member, wait for readies. */
+static void start_round(wf_cluster_t *c, uint64_t now)
+{
+    /* insertion sort of nodes[1..) by name; lost / refused go last */
+    for (uint32_t i = 2; i < c->n_nodes; i++) {
+        node_t tmp = c->nodes[i];
+        uint32_t j = i;
+        while (j > 1 && (alive(&tmp) > alive(&c->nodes[j - 1]) ||
+                         (alive(&tmp) == alive(&c->nodes[j - 1]) &&
+                          strcmp(tmp.name, c->nodes[j - 1].name) < 0))) {
+            c->nodes[j] = c->nodes[j - 1];
+            j--;
+        }
+        c->nodes[j] = tmp;
+    }
+    c->epoch++;
+    new_world_id(c->world_id);
+    uint32_t rank = 0, nn = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        node_t *n = &c->nodes[i];
+        n->in_world = alive(n);
+        if (!n->in_world)
+            continue;
+        n->first_rank = rank;
+        rank += n->devices;
+        nn++;
+        if (n->state != NODE_SELF)
+            n->state = NODE_WORLD;
+    }
+    c->round_open = true;
+    c->state = CS_FORMING;
+    c->step_deadline_us = now + (uint64_t)c->settings->cluster_timeout_ms * 1000;
+    /* one message for all: the world, and each member finds itself by name */
+    msg_type(c, "world");
+    wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
+    wf_ctl_put_str(&c->msg, "id", c->world_id);
+    wf_ctl_put_uint(&c->msg, "nn", nn);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        const node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        char key[WF_CTL_KEY_MAX];
+        snprintf(key, sizeof key, "n%u.name", k);
+        wf_ctl_put_str(&c->msg, key, n->name);
+        snprintf(key, sizeof key, "n%u.rank", k);
+        wf_ctl_put_uint(&c->msg, key, n->first_rank);
+        snprintf(key, sizeof key, "n%u.ranks", k);
+        wf_ctl_put_uint(&c->msg, key, n->devices);
+        snprintf(key, sizeof key, "n%u.data", k);
+        wf_ctl_put_str(&c->msg, key, n->data);
+        k++;
+    }
+    wf_log(c->log, WF_LOG_INFO, "cluster: rendezvous round of epoch %" PRIu64
+           ": world of %u node(s), %u rank(s), id %s", c->epoch, nn, rank,
+           c->world_id);
+    for (uint32_t i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i].in_world && c->nodes[i].state == NODE_WORLD)
+            send_msg(c, &c->nodes[i]);
+}
+
+/* Every member of the round is ready: serve (the barrier). */
+static void maybe_serve(wf_cluster_t *c)
+{
+    if (!c->round_open)
+        return;
+    uint32_t ranks = 0, nn = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        const node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        if (n->state == NODE_WORLD)
+            return;
+        ranks += n->devices;
+        nn++;
+    }
+    c->round_open = false;
+    c->had_world = true;
+    c->state = nn >= c->settings->nodes ? CS_SERVING : CS_DEGRADED;
+    msg_type(c, "serve");
+    wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
+    for (uint32_t i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i].in_world && c->nodes[i].state == NODE_READY)
+            send_msg(c, &c->nodes[i]);
+    status_line(c, "cluster %s: epoch %" PRIu64 ", %u node(s), %u rank(s)",
+                cstate_name(c->state), c->epoch, nn, ranks);
+}
+
+static node_t *find_by_id(wf_cluster_t *c, const void *id, size_t len)
+{
+    for (uint32_t i = 1; i < c->n_nodes; i++)
+        if (c->nodes[i].id_len == len && memcmp(c->nodes[i].id, id, len) == 0)
+            return &c->nodes[i];
+    return NULL;
+}
+
+static node_t *find_by_name(wf_cluster_t *c, const char *name)
+{
+    for (uint32_t i = 0; i < c->n_nodes; i++)
+        if (strcmp(c->nodes[i].name, name) == 0)
+            return &c->nodes[i];
+    return NULL;
+}
+
+static void refuse(wf_cluster_t *c, const void *id, size_t id_len, const char *err)
+{
+    node_t tmp;
+    memset(&tmp, 0, sizeof tmp);
+    memcpy(tmp.id, id, id_len);
+    tmp.id_len = id_len;
+    msg_type(c, "refuse");
+    wf_ctl_put_str(&c->msg, "error", err);
+    send_msg(c, &tmp);
+    wf_log(c->log, WF_LOG_ERR, "cluster: refused: %s", err);
+}
+
+/* A node is out: a new round without it once the world existed. */
+static void lose_node(wf_cluster_t *c, node_t *n, const char *why, uint64_t now)
+{
+    if (!alive(n) || n->state == NODE_SELF)
+        return;
+    bool was_in_world = n->in_world;
+    n->state = NODE_LOST;
+    n->in_world = false;
+    status_line(c, "cluster: node %s lost (%s) during %s, epoch %" PRIu64,
+                n->name, why, c->round_open ? "the rendezvous step 'ready'"
+                : c->had_world ? "service" : "the rendezvous step 'hello'",
+                c->epoch);
+    if (c->had_world && (was_in_world || c->round_open))
+        start_round(c, now);
+}
+
+static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t now)
+{
+    const wf_ctl_msg_t *m = &c->in;
+    char err[WF_PROTO_ERROR_MAX];
+    const char *name = wf_ctl_get_str(m, "name");
+    const char *who = name && name[0] ? name : "(unnamed)";
+    uint64_t proto = 0, devices = 0, epoch = 0;
+    const char *weft = wf_ctl_get_str(m, "weft");
+    const char *nccl = wf_ctl_get_str(m, "nccl");
+    const char *data = wf_ctl_get_str(m, "data");
+    /* The version check comes first: nothing else is read before it. */
+    if (!wf_ctl_get_uint(m, "proto", &proto) || proto != c->protocol) {
+        snprintf(err, sizeof err, "node %.63s: field 'protocol version': %" PRIu64
+                 " differs from the coordinator's %u", who, proto, c->protocol);
+        goto refused;
+    }
+    if (!weft || strcmp(weft, WEFT_VERSION) != 0) {
+        snprintf(err, sizeof err, "node %.63s: field 'weft version': %.40s differs "
+                 "from the coordinator's %s", who, weft ? weft : "(missing)",
+                 WEFT_VERSION);
+        goto refused;
+    }
+    if (!nccl || strcmp(nccl, NCCL_VERSION_NONE) != 0) {
+        snprintf(err, sizeof err, "node %.63s: field 'NCCL version': %.40s differs "
+                 "from the coordinator's %s", who, nccl ? nccl : "(missing)",
+                 NCCL_VERSION_NONE);
+        goto refused;
+    }
+    if (!name || !name[0] || strlen(name) >= WF_SETTINGS_NAME_MAX) {
+        snprintf(err, sizeof err, "node %.63s: field 'node name': missing or too "
+                 "long", who);
+        goto refused;
+    }
+    if (!wf_ctl_get_uint(m, "devices", &devices) || devices < 1 ||
+        devices > WF_SETTINGS_MAX_DEVICES) {
+        snprintf(err, sizeof err, "node %.63s: field 'devices': %" PRIu64 " not in "
+                 "1..%d", name, devices, WF_SETTINGS_MAX_DEVICES);
+        goto refused;
+    }
+    if (devices != local_devices(c)) {
+        /* each node is whole replicas of the world mesh */
+        snprintf(err, sizeof err, "node %.63s: field 'devices': %" PRIu64 " differs "
+                 "from the coordinator's %u (every node brings the same devices)",
+                 name, devices, local_devices(c));
+        goto refused;
+    }
+    if (!data || strlen(data) >= WF_SETTINGS_ENDPOINT_MAX) {
+        snprintf(err, sizeof err, "node %.63s: field 'data endpoint': missing", name);
+        goto refused;
+    }
+    if (strcmp(name, c->nodes[0].name) == 0) {
+        snprintf(err, sizeof err, "node %.63s: field 'node name': taken by the "
+                 "coordinator", name);
+        goto refused;
+    }
+    wf_ctl_get_uint(m, "epoch", &epoch);
+    if (epoch > c->epoch)
+        c->epoch = epoch;     /* a restarted coordinator continues the count */
+
+    node_t *n = find_by_name(c, name);
+    if (n && alive(n) && n->id_len == id_len && memcmp(n->id, id, id_len) == 0) {
+        n->last_heard_us = now;
+        if (n->in_world && (n->state == NODE_READY || n->state == NODE_WORLD) &&
+            !c->round_open) {
+            /* a repeated hello of a node already in the world: a new round
+             * brings it back in step */
+            start_round(c, now);
+        }
+        return;
+    }
+    if (!n) {
+        if (c->n_nodes == WF_SETTINGS_MAX_NODES) {
+            snprintf(err, sizeof err, "node %.63s: the cluster already has %d "
+                     "nodes", name, WF_SETTINGS_MAX_NODES);
+            goto refused;
+        }
+        n = &c->nodes[c->n_nodes++];
+        memset(n, 0, sizeof *n);
+        snprintf(n->name, sizeof n->name, "%s", name);
+    } else if (alive(n)) {
+        wf_log(c->log, WF_LOG_WARNING, "cluster: node %s said hello again from a "
+               "new connection (restarted?)", name);
+    }
+    memcpy(n->id, id, id_len);
+    n->id_len = id_len;
+    n->devices = (uint32_t)devices;
+    snprintf(n->data, sizeof n->data, "%s", data);
+    n->state = NODE_JOINING;
+    n->in_world = false;
+    n->last_heard_us = now;
+    uint32_t have = count_alive(c);
+    wf_log(c->log, WF_LOG_INFO, "cluster: node %s joined (%" PRIu64 " devices); "
+           "%u of %u node(s)", name, devices, have, c->settings->nodes);
+    if (c->had_world || have >= c->settings->nodes)
+        start_round(c, now);
+    return;
+
+refused:
+    if (name && name[0]) {
+        node_t *r = find_by_name(c, name);
+        if (!r && c->n_nodes < WF_SETTINGS_MAX_NODES) {
+            r = &c->nodes[c->n_nodes++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "%s", name);
+            r->state = NODE_REFUSED;
+        }
+        /* a refused hello never touches a node of the world (it may come
+         * from an impostor of its name) */
+        if (r && !alive(r))
+            r->state = NODE_REFUSED;
+    }
+    refuse(c, id, id_len, err);
+}
+
+static void coord_message(wf_cluster_t *c, const void *id, size_t id_len,
+                          uint64_t now)
+{
+    const char *t = wf_ctl_get_str(&c->in, "t");
+    if (!t)
+        return;
+    if (strcmp(t, "hello") == 0) {
+        coord_hello(c, id, id_len, now);
+        return;
+    }
+    node_t *n = find_by_id(c, id, id_len);
+    if (!n || !alive(n)) {
+        /* not (or no longer) known here: e.g. this coordinator restarted */
+        node_t tmp;
+        memset(&tmp, 0, sizeof tmp);
+        memcpy(tmp.id, id, id_len);
+        tmp.id_len = id_len;
+        msg_type(c, "rejoin");
+        send_msg(c, &tmp);
+        return;
+    }
+    n->last_heard_us = now;
+    uint64_t epoch = 0;
+    wf_ctl_get_uint(&c->in, "epoch", &epoch);
+    if (strcmp(t, "ping") == 0) {
+        msg_type(c, "pong");
+        wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
+        send_msg(c, n);
+    } else if (strcmp(t, "ready") == 0) {
+        if (epoch == c->epoch && n->state == NODE_WORLD && c->round_open) {
+            n->state = NODE_READY;
+            maybe_serve(c);
+        }
+    }
+}
+
+static void coord_timers(wf_cluster_t *c, uint64_t now)
+{
+    uint64_t limit = (uint64_t)c->settings->heartbeat_timeout_ms * 1000;
+    for (uint32_t i = 1; i < c->n_nodes; i++) {
+        node_t *n = &c->nodes[i];
+        if (alive(n) && now - n->last_heard_us > limit) {
+            char why[96];
+            snprintf(why, sizeof why, "silent for %" PRIu64 " ms",
+                     (now - n->last_heard_us) / 1000);
+            lose_node(c, n, why, now);
+        }
+    }
+    if (now < c->step_deadline_us)
+        return;
+    uint64_t tmo = (uint64_t)c->settings->cluster_timeout_ms;
+    char names[512];
+    if (c->round_open) {
+        names_in(c, NODE_WORLD, names, sizeof names);
+        status_line(c, "cluster: rendezvous step 'ready' of epoch %" PRIu64
+                    " timed out after %" PRIu64 " ms: no answer from node(s) %s",
+                    c->epoch, tmo, names);
+        for (uint32_t i = 1; i < c->n_nodes; i++)
+            if (c->nodes[i].state == NODE_WORLD) {
+                c->nodes[i].state = NODE_LOST;
+                c->nodes[i].in_world = false;
+            }
+        start_round(c, now);
+        return;
+    }
+    if (!c->had_world) {
+        char lost[256];
+        names_in(c, NODE_LOST, lost, sizeof lost);
+        uint32_t have = count_alive(c);
+        status_line(c, "cluster: rendezvous step 'hello' timed out after %" PRIu64
+                    " ms: %u of %u node(s) missing%s%s; still waiting",
+                    tmo, c->settings->nodes - have, c->settings->nodes,
+                    lost[0] ? ", lost: " : "", lost);
+    }
+    c->step_deadline_us = now + tmo * 1000;
+}
+
+/* ------------------------------------------------------------------ */
+/* member */
+
+static void member_hello(wf_cluster_t *c)
+{
+    msg_type(c, "hello");
+    wf_ctl_put_uint(&c->msg, "proto", c->protocol);
+    wf_ctl_put_str(&c->msg, "weft", WEFT_VERSION);
+    wf_ctl_put_str(&c->msg, "nccl", NCCL_VERSION_NONE);
+    wf_ctl_put_str(&c->msg, "name", c->name);
+    wf_ctl_put_uint(&c->msg, "devices", local_devices(c));
+    wf_ctl_put_str(&c->msg, "data", c->data);
+    wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
+    send_msg(c, NULL);
+}
+
+static void member_world(wf_cluster_t *c)
+{
+    const wf_ctl_msg_t *m = &c->in;
+    uint64_t epoch, nn;
+    const char *id = wf_ctl_get_str(m, "id");
+    if (!wf_ctl_get_uint(m, "epoch", &epoch) || !wf_ctl_get_uint(m, "nn", &nn) ||
+        nn < 1 || nn > WF_SETTINGS_MAX_NODES || !id) {
+        wf_log(c->log, WF_LOG_WARNING, "cluster: malformed world message ignored");
+        return;
+    }
+    node_t nodes[WF_SETTINGS_MAX_NODES];
+    bool found = false;
+    uint32_t next_rank = 0;
+    for (uint32_t k = 0; k < nn; k++) {
+        char key[WF_CTL_KEY_MAX];
+        uint64_t rank, ranks;
+        snprintf(key, sizeof key, "n%u.name", k);
+        const char *name = wf_ctl_get_str(m, key);
+        snprintf(key, sizeof key, "n%u.rank", k);
+        bool ok = name && wf_ctl_get_uint(m, key, &rank);
+        snprintf(key, sizeof key, "n%u.ranks", k);
+        ok = ok && wf_ctl_get_uint(m, key, &ranks);
+        snprintf(key, sizeof key, "n%u.data", k);
+        const char *data = wf_ctl_get_str(m, key);
+        if (!ok || !data || rank != next_rank || ranks < 1 ||
+            ranks > WF_SETTINGS_MAX_DEVICES || strlen(name) >= WF_SETTINGS_NAME_MAX) {
+            wf_log(c->log, WF_LOG_WARNING, "cluster: world message with a bad "
+                   "node %u ignored", k);
+            return;
+        }
+        next_rank = (uint32_t)(rank + ranks);
+        memset(&nodes[k], 0, sizeof nodes[k]);
+        snprintf(nodes[k].name, sizeof nodes[k].name, "%s", name);
+        snprintf(nodes[k].data, sizeof nodes[k].data, "%s", data);
+        nodes[k].first_rank = (uint32_t)rank;
+        nodes[k].devices = (uint32_t)ranks;
+        nodes[k].in_world = true;
+        nodes[k].state = NODE_WORLD;
+        if (strcmp(name, c->name) == 0) {
+            found = ranks == local_devices(c);
+        }
+    }
+    if (!found) {
+        wf_log(c->log, WF_LOG_WARNING, "cluster: world of epoch %" PRIu64 " does "
+               "not hold this node as it is; ignored", epoch);
+        return;
+    }
+    memcpy(c->nodes, nodes, nn * sizeof nodes[0]);
+    c->n_nodes = (uint32_t)nn;
+    c->epoch = epoch;
+    snprintf(c->world_id, sizeof c->world_id, "%s", id);
+    c->state = CS_FORMING;
+    /* The host comm needs nothing per world; a cross-process backend
+     * initialises its communicators here, before ready. */
+    msg_type(c, "ready");
+    wf_ctl_put_uint(&c->msg, "epoch", epoch);
+    send_msg(c, NULL);
+    wf_log(c->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " (%u node(s), "
+           "%u rank(s), id %s) received; ready", epoch, (unsigned)nn, next_rank, id);
+}
+
+static void member_message(wf_cluster_t *c, uint64_t now)
+{
+    const char *t = wf_ctl_get_str(&c->in, "t");
+    if (!t)
+        return;
+    bool was_lost = c->state == CS_COORD_LOST;
+    c->coord_heard_us = now;
+    if (strcmp(t, "refuse") == 0) {
+        const char *e = wf_ctl_get_str(&c->in, "error");
+        snprintf(c->fatal, sizeof c->fatal, "refused by the coordinator %s: %s",
+                 c->settings->coordinator, e ? e : "(no reason given)");
+        wf_log(c->log, WF_LOG_ERR, "cluster: %s", c->fatal);
+        return;
+    }
+    if (strcmp(t, "world") == 0) {
+        member_world(c);
+        return;
+    }
+    uint64_t epoch = 0;
+    wf_ctl_get_uint(&c->in, "epoch", &epoch);
+    if (strcmp(t, "serve") == 0) {
+        if (epoch == c->epoch && c->n_nodes > 0) {
+            for (uint32_t i = 0; i < c->n_nodes; i++)
+                c->nodes[i].state = NODE_READY;
+            c->had_world = true;
+            c->state = c->n_nodes >= c->settings->nodes ? CS_SERVING : CS_DEGRADED;
+            uint32_t ranks = c->nodes[c->n_nodes - 1].first_rank +
+                             c->nodes[c->n_nodes - 1].devices;
+            status_line(c, "cluster %s: epoch %" PRIu64 ", %u node(s), %u rank(s)",
+                        cstate_name(c->state), c->epoch, c->n_nodes, ranks);
+        }
+    } else if (strcmp(t, "rejoin") == 0) {
+        c->state = CS_FORMING;
+        c->n_nodes = 0;
+        member_hello(c);
+    } else if (strcmp(t, "mesh") == 0) {
+        uint64_t d[4];
+        if (wf_ctl_get_uint(&c->in, "dp", &d[0]) && wf_ctl_get_uint(&c->in, "ring", &d[1]) &&
+            wf_ctl_get_uint(&c->in, "ulysses", &d[2]) && wf_ctl_get_uint(&c->in, "tp", &d[3]) &&
+            d[0] <= WF_SETTINGS_MAX_DEVICES && d[1] <= WF_SETTINGS_MAX_DEVICES &&
+            d[2] <= WF_SETTINGS_MAX_DEVICES && d[3] <= WF_SETTINGS_MAX_DEVICES) {
+            c->mesh_deg = (wf_mesh_degrees_t){ (uint32_t)d[0], (uint32_t)d[1],
+                                               (uint32_t)d[2], (uint32_t)d[3] };
+            c->mesh_pending = true;
+        }
+    } else if (strcmp(t, "pong") == 0 && was_lost) {
+        /* the coordinator answers but has no world with us: it restarted
+         * and will send rejoin; meanwhile say hello */
+        member_hello(c);
+    }
+    if (was_lost && c->state == CS_COORD_LOST) {
+        c->state = CS_FORMING;
+        status_line(c, "cluster: coordinator %s answers again; rejoining",
+                    c->settings->coordinator);
+    }
+}
+
+static void member_timers(wf_cluster_t *c, uint64_t now)
+{
+    uint64_t limit = (uint64_t)c->settings->heartbeat_timeout_ms * 1000;
+    if (c->state != CS_COORD_LOST && now - c->coord_heard_us > limit) {
+        c->state = CS_COORD_LOST;
+        c->n_nodes = 0;
+        status_line(c, "cluster: coordinator %s lost (silent for %" PRIu64 " ms); "
+                    "waiting for it", c->settings->coordinator,
+                    (now - c->coord_heard_us) / 1000);
+    }
+    if (c->state == CS_COORD_LOST || (!c->had_world && c->n_nodes == 0))
+        member_hello(c);   /* until a coordinator answers with a world */
+    if (now >= c->step_deadline_us) {
+        if (c->state == CS_FORMING)
+            status_line(c, "cluster: rendezvous step 'world' timed out after %u ms: "
+                        "no world from the coordinator %s yet; still waiting",
+                        c->settings->cluster_timeout_ms, c->settings->coordinator);
+        c->step_deadline_us = now + (uint64_t)c->settings->cluster_timeout_ms * 1000;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+
+static void set_sock_opts(void *s, const wf_settings_t *st)
+{
+    int zero = 0, ivl = (int)st->heartbeat_ms, tmo = (int)st->heartbeat_timeout_ms;
+    int64_t max = WF_CTL_MAX_BYTES + 1024;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
+    zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &tmo, sizeof tmo);
+}
+
+wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
+                           const char *data_endpoint, char *const *envp,
+                           wf_log_t *log, wf_notify_t *notify,
+                           wf_cluster_t **ret)
+{
+    wf_cluster_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        wf_log(log, WF_LOG_ERR, "cluster: out of memory");
+        return WF_E_INTERNAL;
+    }
+    c->settings = settings;
+    c->log = log;
+    c->notify = notify;
+    c->protocol = WF_PROTOCOL_VERSION;
+    snprintf(c->name, sizeof c->name, "%s", settings->node_name);
+    if (!c->name[0]) {
+        /* the hostname, cut at the first character a name may not hold */
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) != 0)
+            host[0] = '\0';
+        size_t n = 0;
+        while (n + 1 < sizeof c->name && (isalnum((unsigned char)host[n]) ||
+                                          host[n] == '.' || host[n] == '_' ||
+                                          host[n] == '-'))
+            n++;
+        memcpy(c->name, host, n);
+        c->name[n] = '\0';
+        if (n == 0)
+            snprintf(c->name, sizeof c->name, "node");
+    }
+    snprintf(c->data, sizeof c->data, "%s", data_endpoint ? data_endpoint : "");
+    for (size_t i = 0; envp && envp[i]; i++) {
+        /* Test-only: advertise another protocol version in the hello, to
+         * test the coordinator's refusal (tests/test_cluster.c). */
+        const char *k = "WEFT_TEST_PROTOCOL_VERSION=";
+        if (strncmp(envp[i], k, strlen(k)) == 0) {
+            uint64_t v;
+            if (wf_parse_size(envp[i] + strlen(k), &v) && v <= UINT32_MAX) {
+                c->protocol = (uint32_t)v;
+                wf_log(log, WF_LOG_WARNING, "cluster: advertising protocol "
+                       "version %u (WEFT_TEST_PROTOCOL_VERSION, test only)",
+                       c->protocol);
+            }
+        }
+    }
+    char ep[WF_SETTINGS_NAME_MAX + 8];
+    snprintf(ep, sizeof ep, "tcp://%s", settings->coordinator);
+    uint64_t now = wf_now_usec();
+
+    c->sock = zmq_socket(zctx, ZMQ_ROUTER);
+    if (!c->sock)
+        goto zfail;
+    int one = 1;
+    zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    set_sock_opts(c->sock, settings);
+    if (zmq_bind(c->sock, ep) == 0) {
+        c->role = WF_CLUSTER_COORDINATOR;
+        node_t *self = &c->nodes[0];
+        snprintf(self->name, sizeof self->name, "%s", c->name);
+        self->devices = settings->device_count;
+        self->state = NODE_SELF;
+        c->n_nodes = 1;
+        c->step_deadline_us = now + (uint64_t)settings->cluster_timeout_ms * 1000;
+        wf_log(log, WF_LOG_INFO, "cluster: coordinator on %s as node %s, waiting "
+               "for %u node(s)", ep, self->name, settings->nodes);
+        if (settings->nodes <= 1)
+            start_round(c, now);
+        maybe_serve(c);
+    } else if (zmq_errno() == EADDRINUSE) {
+        zmq_close(c->sock);
+        c->sock = zmq_socket(zctx, ZMQ_DEALER);
+        if (!c->sock)
+            goto zfail;
+        set_sock_opts(c->sock, settings);
+        /* Do not queue hellos for a coordinator that is not there: they
+         * are re-sent every heartbeat until one answers. */
+        zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one);
+        if (zmq_connect(c->sock, ep) != 0)
+            goto zfail;
+        c->role = WF_CLUSTER_MEMBER;
+        c->coord_heard_us = now;
+        c->step_deadline_us = now + (uint64_t)settings->cluster_timeout_ms * 1000;
+        wf_log(log, WF_LOG_INFO, "cluster: member %s of the coordinator %s",
+               settings->node_name, ep);
+        member_hello(c);
+    } else {
+        goto zfail;
+    }
+    c->next_ping_us = now + (uint64_t)settings->heartbeat_ms * 1000;
+    *ret = c;
+    return WF_OK;
+
+zfail:
+    wf_log(log, WF_LOG_ERR, "cluster: %s: %s", ep, zmq_strerror(zmq_errno()));
+    wf_cluster_destroy(&c);
+    return WF_E_INTERNAL;
+}
+
+void wf_cluster_destroy(wf_cluster_t **pc)
+{
+    if (!pc || !*pc)
+        return;
+    wf_cluster_t *c = *pc;
+    if (c->sock)
+        zmq_close(c->sock);
+    wf_buf_free(&c->buf);
+    free(c);
+    *pc = NULL;
+}
+
+wf_cluster_role_t wf_cluster_role(const wf_cluster_t *c)
+{
+    return c->role;
+}
+
+void *wf_cluster_socket(const wf_cluster_t *c)
+{
+    return c->sock;
+}
+
+int wf_cluster_timeout_ms(const wf_cluster_t *c, uint64_t now)
+{
+    uint64_t next = c->next_ping_us < c->step_deadline_us ? c->next_ping_us
+                                                          : c->step_deadline_us;
+    return next <= now ? 0 : (int)((next - now + 999) / 1000);
+}
+
+bool wf_cluster_handle(wf_cluster_t *c, uint64_t now)
+{
+    uint64_t epoch_before = c->epoch;
+    cstate_t state_before = c->state;
+    uint32_t n_before = c->n_nodes;
+    for (int budget = 0; budget < 256; budget++) {
+        unsigned char id[IDENTITY_MAX];
+        int id_len = 0;
+        if (c->role == WF_CLUSTER_COORDINATOR) {
+            id_len = zmq_recv(c->sock, id, sizeof id, ZMQ_DONTWAIT);
+            if (id_len < 0)
+                break;
+            if ((size_t)id_len > sizeof id)
+                id_len = -1;    /* truncated identity: drain, ignore */
+        }
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        int rc = zmq_msg_recv(&m, c->sock, c->role == WF_CLUSTER_COORDINATOR
+                                               ? 0 : ZMQ_DONTWAIT);
+        bool more = rc >= 0 && zmq_msg_more(&m);
+        char err[160];
+        bool ok = rc >= 0 && !more && id_len >= 0 &&
+                  wf_ctl_decode(zmq_msg_data(&m), zmq_msg_size(&m), &c->in, err,
+                                sizeof err) == WF_OK;
+        zmq_msg_close(&m);
+        while (more) {     /* a peer that sends extra frames: drop them */
+            zmq_msg_t x;
+            zmq_msg_init(&x);
+            more = zmq_msg_recv(&x, c->sock, 0) >= 0 && zmq_msg_more(&x);
+            zmq_msg_close(&x);
+        }
+        if (rc < 0)
+            break;
+        if (!ok) {
+            wf_log(c->log, WF_LOG_WARNING, "cluster: bad control message dropped");
+            continue;
+        }
+        if (c->role == WF_CLUSTER_COORDINATOR)
+            coord_message(c, id, (size_t)id_len, now);
+        else
+            member_message(c, now);
+    }
+    if (now >= c->next_ping_us) {
+        if (c->role == WF_CLUSTER_MEMBER && c->state != CS_COORD_LOST) {
+            msg_type(c, "ping");
+            wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
+            send_msg(c, NULL);
+        }
+        c->next_ping_us = now + (uint64_t)c->settings->heartbeat_ms * 1000;
+        if (c->role == WF_CLUSTER_COORDINATOR)
+            coord_timers(c, now);
+        else
+            member_timers(c, now);
+    } else if (now >= c->step_deadline_us) {
+        if (c->role == WF_CLUSTER_COORDINATOR)
+            coord_timers(c, now);
+        else
+            member_timers(c, now);
+    }
+    return c->epoch != epoch_before || c->state != state_before ||
+           c->n_nodes != n_before;
+}
+
+const char *wf_cluster_fatal(const wf_cluster_t *c)
+{
+    return c->fatal[0] ? c->fatal : NULL;
+}
+
+bool wf_cluster_serving(const wf_cluster_t *c)
+{
+    return c->state == CS_SERVING || c->state == CS_DEGRADED;
+}
+
+void wf_cluster_world(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
+                      uint32_t *ret_n, uint64_t *ret_epoch)
+{
+    uint32_t k = 0;
+    if (wf_cluster_serving(c)) {
+        for (uint32_t i = 0; i < c->n_nodes && k < max; i++) {
+            const node_t *n = &c->nodes[i];
+            if (!n->in_world)
+                continue;
+            wf_cluster_node_t *o = &ret[k++];
+            snprintf(o->name, sizeof o->name, "%s", n->name);
+            snprintf(o->data, sizeof o->data, "%s", n->data);
+            o->first_rank = n->first_rank;
+            o->ranks = n->devices;
+            o->self = strcmp(n->name, c->name) == 0;
+        }
+    }
+    *ret_n = k;
+    *ret_epoch = c->epoch;
+}
+
+void wf_cluster_why_not(const wf_cluster_t *c, char *buf, size_t len)
+{
+    if (c->role == WF_CLUSTER_MEMBER) {
+        snprintf(buf, len, "node %s is a member of the cluster coordinated by %s; "
+                 "submit jobs to the coordinator's endpoint",
+                 c->name, c->settings->coordinator);
+        return;
+    }
+    uint32_t have = count_alive(c);
+    snprintf(buf, len, "the cluster world is %s (epoch %" PRIu64 ", %u of %u "
+             "node(s) present); retry later", cstate_name(c->state), c->epoch,
+             have, c->settings->nodes);
+}
+
+void wf_cluster_node_lost(wf_cluster_t *c, const char *name, const char *why,
+                          uint64_t now)
+{
+    if (c->role != WF_CLUSTER_COORDINATOR)
+        return;
+    node_t *n = find_by_name(c, name);
+    if (n)
+        lose_node(c, n, why, now);
+}
+
+void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg)
+{
+    if (c->role != WF_CLUSTER_COORDINATOR)
+        return;
+    msg_type(c, "mesh");
+    wf_ctl_put_uint(&c->msg, "dp", deg->dp);
+    wf_ctl_put_uint(&c->msg, "ring", deg->ring);
+    wf_ctl_put_uint(&c->msg, "ulysses", deg->ulysses);
+    wf_ctl_put_uint(&c->msg, "tp", deg->tp);
+    for (uint32_t i = 1; i < c->n_nodes; i++)
+        if (c->nodes[i].in_world && alive(&c->nodes[i]))
+            send_msg(c, &c->nodes[i]);
+}
+
+bool wf_cluster_take_mesh(wf_cluster_t *c, wf_mesh_degrees_t *ret_deg)
+{
+    if (!c->mesh_pending)
+        return false;
+    c->mesh_pending = false;
+    *ret_deg = c->mesh_deg;
+    return true;
+}
+
+void wf_cluster_fill_status(const wf_cluster_t *c, wf_status_info_t *si)
+{
+    snprintf(si->role, sizeof si->role, "%s",
+             c->role == WF_CLUSTER_COORDINATOR ? "coordinator" : "member");
+    snprintf(si->coordinator, sizeof si->coordinator, "%s", c->settings->coordinator);
+    snprintf(si->cluster_state, sizeof si->cluster_state, "%.23s", cstate_name(c->state));
+    si->world_epoch = c->epoch;
+    snprintf(si->world_id, sizeof si->world_id, "%s", c->world_id);
+    uint32_t k = 0, ranks = 0;
+    for (uint32_t i = 0; i < c->n_nodes && k < WF_STATUS_MAX_NODES; i++) {
+        const node_t *n = &c->nodes[i];
+        wf_node_info_t *o = &si->nodes[k++];
+        snprintf(o->name, sizeof o->name, "%s", n->name);
+        snprintf(o->state, sizeof o->state, "%s", node_state_name(n->state));
+        o->first_rank = n->in_world ? n->first_rank : 0;
+        o->ranks = n->in_world ? n->devices : 0;
+        if (n->in_world)
+            ranks += n->devices;
+    }
+    si->node_count = k;
+    si->world_size = ranks;
+}

@@ -1,0 +1,121 @@
+/* cluster.h — the control plane between the weftd daemons of several
+ * nodes (DESIGN.md "Rendezvous between nodes"): rendezvous into one world,
+ * heartbeats, losing and regaining nodes. Main thread only; the server
+ * polls its socket with the others and calls wf_cluster_handle.
+ *
+ * Every node runs with the same `coordinator` HOST:PORT. The node that can
+ * bind it is the coordinator (ZeroMQ ROUTER); the others are members
+ * (DEALER). Messages are small msgpack maps (proto.h wf_ctl_msg_t, key
+ * "t" = type), never tensor bytes:
+ *   member -> coordinator: hello {proto, weft, nccl, name, devices, data,
+ *       epoch}, ready {epoch}, ping {epoch}
+ *   coordinator -> member: refuse {error}, world {epoch, id, mesh, nodes,
+ *       you}, serve {epoch}, pong {epoch}, rejoin {}, mesh {dp, ring,
+ *       ulysses, tp}
+ * Nothing from a peer is used before its hello passed the version check
+ * (protocol, weft and NCCL versions must equal the coordinator's).
+ *
+ * A round (one epoch): once `nodes` nodes are known (or, after the first
+ * world, whenever a node joins or is lost) the coordinator assigns global
+ * ranks (itself first, then the members by name; each node's devices
+ * contiguous), draws a fresh world id, sends the world to every member
+ * at once, waits for every ready (cluster_timeout_ms) and sends serve:
+ * the barrier. A step that times out is logged with the missing nodes
+ * and the step; a member that said nothing for heartbeat_timeout_ms is
+ * lost and the next round leaves it out. Each node is whole dp replicas
+ * of the world mesh (world dp = local dp x nodes in the world), so the
+ * survivors of a loss always fit: they keep serving with fewer replicas
+ * ("degraded") until the node comes back in a new epoch.
+ *
+ * A member refused by the coordinator (version mismatch, name taken)
+ * reports the reason through wf_cluster_fatal and the daemon exits 1. A
+ * member whose coordinator is silent says so (log, status
+ * "coordinator-lost") and keeps sending hello until one answers.
+ */
+#ifndef WF_CLUSTER_H
+#define WF_CLUSTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "log.h"
+#include "notify.h"
+
+typedef struct wf_cluster wf_cluster_t;
+
+typedef enum wf_cluster_role {
+    WF_CLUSTER_COORDINATOR = 1,  /* bound the coordinator address */
+    WF_CLUSTER_MEMBER = 2        /* connected to it */
+} wf_cluster_role_t;
+
+/* One node of the current world, as the server needs it. */
+typedef struct wf_cluster_node {
+    char name[WF_SETTINGS_NAME_MAX]; /* node_name */
+    char data[WF_SETTINGS_ENDPOINT_MAX]; /* its data-plane endpoint ("" for the coordinator) */
+    uint32_t first_rank;         /* global rank of its first device */
+    uint32_t ranks;              /* its devices */
+    bool self;                   /* this daemon */
+} wf_cluster_node_t;
+
+/* Start the control plane for settings->coordinator (non-empty): bind it
+ * (coordinator) or connect to it (member) with zctx. `data_endpoint` is
+ * this node's data-plane endpoint, announced in the hello (members).
+ * `envp` is read once for WEFT_TEST_PROTOCOL_VERSION, a test-only
+ * override of the protocol version this node advertises. Borrowed: log,
+ * notify (for STATUS= lines), until wf_cluster_destroy. Logs what failed.
+ * Caller owns *ret. */
+wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
+                           const char *data_endpoint, char *const *envp,
+                           wf_log_t *log, wf_notify_t *notify,
+                           wf_cluster_t **ret);
+
+/* Close the socket, free; sets *c to NULL; accepts NULL. */
+void wf_cluster_destroy(wf_cluster_t **c);
+
+wf_cluster_role_t wf_cluster_role(const wf_cluster_t *c);
+
+/* The ZeroMQ socket the server polls for ZMQ_POLLIN. Borrowed. */
+void *wf_cluster_socket(const wf_cluster_t *c);
+
+/* Milliseconds until the next timer (heartbeat, step deadline); >= 0. */
+int wf_cluster_timeout_ms(const wf_cluster_t *c, uint64_t now_us);
+
+/* Read every waiting message and run the timers. Returns true when the
+ * world changed (a new epoch was installed or a node was lost): the
+ * server then re-reads wf_cluster_world. */
+bool wf_cluster_handle(wf_cluster_t *c, uint64_t now_us);
+
+/* Non-NULL when the daemon must stop with an error (this member was
+ * refused); the message names the node and the field. Borrowed. */
+const char *wf_cluster_fatal(const wf_cluster_t *c);
+
+/* True when the world is formed and serving (all its nodes ready). */
+bool wf_cluster_serving(const wf_cluster_t *c);
+
+/* The nodes of the current world into ret (room for max), count into
+ * *ret_n, and the world epoch into *ret_epoch. Nodes known to be lost are
+ * not included. Before the first world *ret_n is 0. */
+void wf_cluster_world(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
+                      uint32_t *ret_n, uint64_t *ret_epoch);
+
+/* Why the cluster does not serve now (for an error reply). */
+void wf_cluster_why_not(const wf_cluster_t *c, char *buf, size_t len);
+
+/* Coordinator: a node of the world stopped answering on the data plane
+ * (or its jobs failed): treat it as lost now. */
+void wf_cluster_node_lost(wf_cluster_t *c, const char *name, const char *why,
+                          uint64_t now_us);
+
+/* Coordinator: tell every member of the world to reconfigure its local
+ * mesh to `deg` (their part of the world mesh). */
+void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg);
+
+/* Member: a mesh change the coordinator asked for, taken once (true and
+ * *ret_deg) after wf_cluster_handle. */
+bool wf_cluster_take_mesh(wf_cluster_t *c, wf_mesh_degrees_t *ret_deg);
+
+/* The cluster part of a status reply. */
+void wf_cluster_fill_status(const wf_cluster_t *c, wf_status_info_t *si);
+
+#endif /* WF_CLUSTER_H */

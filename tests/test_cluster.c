@@ -1,0 +1,422 @@
+/* test_cluster.c — the cluster control plane end to end: real weftd
+ * processes on loopback (127.0.0.1 only), driven through libweft and
+ * watched through their sd_notify sockets (STATUS= lines mirror every
+ * cluster event). Every wait is an event wait with a deadline.
+ *
+ *  1. coordinator a (cpu:2, nodes 3) started first (READY=1), members b, c:
+ *     one world of 3 nodes, 6 ranks, epoch 1; status on a lists a, b, c
+ *     with first ranks 0, 2, 4; status on b says member, epoch 1.
+ *  2. an attention job (ring=2 on the coordinator's devices) against the
+ *     fp64 reference (f32 out: 1e-4 absolute, values in [-1, 1]); the
+ *     same job sent to member b is refused with WF_E_NOT_COORDINATOR.
+ *  3. a member advertising protocol version 2 (WEFT_TEST_PROTOCOL_VERSION,
+ *     test only) is refused: it exits non-zero, a's status lists it
+ *     "refused", the world is untouched.
+ *  4. member c killed (SIGKILL): a reports it lost and serves a degraded
+ *     world of 2 nodes, 4 ranks, epoch 2, within 5 s of the kill.
+ *  5. c restarted: rejoins, epoch 3, 3 nodes, 6 ranks.
+ *  6. coordinator a killed: b says the coordinator is lost; a restarted:
+ *     b and c rejoin it in a new epoch (4: a member's hello carries the
+ *     epoch it knew).
+ *  7. a second cluster (e coordinator, nodes 3): member f joins and is
+ *     killed during the rendezvous; e reports f lost within
+ *     heartbeat_timeout_ms and names it when the 'hello' step times out.
+ *
+ * Usage: test_cluster PATH_TO_WEFTD.
+ */
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "weft.h"
+
+#define TIMEOUT_MS 30000
+#define HB "200"            /* heartbeat_ms */
+#define HB_TIMEOUT "1000"   /* heartbeat_timeout_ms */
+
+static int failures;
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int left_ms(int64_t deadline)
+{
+    int64_t l = deadline - now_ms();
+    return l < 0 ? 0 : (int)l;
+}
+
+typedef struct node {
+    char name[16];
+    pid_t pid;
+    int pidfd;
+    int nfd;
+    char notify_path[108];
+    char endpoint[128];
+    bool reaped;
+    int exit_status;
+} node_t;
+
+static int counter;
+static char coordinator[64];
+
+/* A free loopback port: bind port 0, read it, close. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        perror("free_port");
+        exit(1);
+    }
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static bool node_start(node_t *d, const char *weftd, const char *name,
+                       const char *coord, const char *nodes,
+                       const char *cluster_timeout, const char *env)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", name);
+    int n = counter++;
+    snprintf(d->endpoint, sizeof d->endpoint, "ipc:///tmp/weft-cl-%d-%d.sock",
+             (int)getpid(), n);
+    snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-cln-%d-%d.sock",
+             (int)getpid(), n);
+    unlink(d->notify_path);
+    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
+    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        perror("notify socket");
+        return false;
+    }
+    const char *argv[] = { weftd, "--listen", d->endpoint, "--devices", "cpu:2",
+                           "--mesh", "ring=2", "--coordinator", coord,
+                           "--nodes", nodes, "--node-name", name,
+                           "--cluster-timeout-ms", cluster_timeout,
+                           "--heartbeat-ms", HB, "--heartbeat-timeout-ms",
+                           HB_TIMEOUT, "--cpu-memory", "256M", NULL };
+    d->pid = fork();
+    if (d->pid < 0)
+        return false;
+    if (d->pid == 0) {
+        setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        if (env)
+            putenv((char *)env);
+        execv(weftd, (char *const *)argv);
+        _exit(127);
+    }
+    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
+    return d->pidfd >= 0;
+}
+
+static bool node_wait_exit(node_t *d, int timeout_ms)
+{
+    if (d->reaped)
+        return true;
+    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
+    if (poll(&p, 1, timeout_ms) != 1)
+        return false;
+    int st;
+    if (waitpid(d->pid, &st, 0) != d->pid)
+        return false;
+    d->exit_status = st;
+    d->reaped = true;
+    return true;
+}
+
+static void node_kill(node_t *d, int sig)
+{
+    if (!d->reaped && d->pid > 0) {
+        kill(d->pid, sig);
+        node_wait_exit(d, TIMEOUT_MS);
+    }
+}
+
+static void node_close(node_t *d)
+{
+    node_kill(d, SIGKILL);
+    if (d->pidfd > 0)
+        close(d->pidfd);
+    if (d->nfd > 0)
+        close(d->nfd);
+    unlink(d->notify_path);
+    unlink(d->endpoint + 6);
+    memset(d, 0, sizeof *d);
+}
+
+/* Wait for a notify line starting with `prefix` (earlier lines skipped);
+ * the line goes to got (may be NULL). */
+static bool notify_wait(node_t *d, const char *prefix, int timeout_ms,
+                        char *got, size_t got_len)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    size_t pl = strlen(prefix);
+    for (;;) {
+        struct pollfd p = { .fd = d->nfd, .events = POLLIN };
+        if (poll(&p, 1, left_ms(deadline)) != 1) {
+            fprintf(stderr, "%s: no '%s' within %d ms\n", d->name, prefix, timeout_ms);
+            return false;
+        }
+        char buf[4096];
+        ssize_t n = recv(d->nfd, buf, sizeof buf - 1, 0);
+        if (n < 0)
+            return false;
+        buf[n] = '\0';
+        for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save))
+            if (strncmp(line, prefix, pl) == 0) {
+                if (got)
+                    snprintf(got, got_len, "%s", line);
+                return true;
+            }
+    }
+}
+
+static bool get_status(node_t *d, wf_status_info_t *s)
+{
+    wf_client_t *c = NULL;
+    bool ok = wf_client_connect(d->endpoint, TIMEOUT_MS, &c) == WF_OK &&
+              wf_status(c, s) == WF_OK;
+    wf_client_destroy(&c);
+    return ok;
+}
+
+static const wf_node_info_t *find_node(const wf_status_info_t *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->node_count; i++)
+        if (strcmp(s->nodes[i].name, name) == 0)
+            return &s->nodes[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* one attention job and its fp64 reference */
+
+enum { B = 1, S = 64, H = 2, D = 16 };
+
+static double rnd(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(*x >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+/* Run the job on d; WF_OK and the max error against fp64, or the status. */
+static wf_status_t attention_on(node_t *d, double *ret_err)
+{
+    static float q[B * S * H * D], k[B * S * H * D], v[B * S * H * D], o[B * S * H * D];
+    uint64_t x = 42;
+    for (int i = 0; i < B * S * H * D; i++) {
+        q[i] = (float)rnd(&x);
+        k[i] = (float)rnd(&x);
+        v[i] = (float)rnd(&x);
+    }
+    wf_tensor_t tq = { q, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_tensor_t tk = { k, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_tensor_t tv = { v, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_tensor_t to = { o, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_attention_opts_t opts;
+    memset(&opts, 0, sizeof opts);
+    wf_client_t *c = NULL;
+    wf_status_t st = wf_client_connect(d->endpoint, TIMEOUT_MS, &c);
+    if (st == WF_OK)
+        st = wf_attention(c, &tq, &tk, &tv, &opts, &to, NULL, NULL);
+    if (st != WF_OK)
+        fprintf(stderr, "%s: attention: %s: %s\n", d->name, wf_status_name(st),
+                wf_client_last_error(c));
+    wf_client_destroy(&c);
+    if (st != WF_OK)
+        return st;
+    double worst = 0, scale = 1.0 / sqrt((double)D);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < S; i++) {
+            double sc[S], m = -INFINITY, sum = 0;
+            for (int j = 0; j < S; j++) {
+                double acc = 0;
+                for (int e = 0; e < D; e++)
+                    acc += (double)q[(i * H + h) * D + e] * (double)k[(j * H + h) * D + e];
+                sc[j] = acc * scale;
+                if (sc[j] > m)
+                    m = sc[j];
+            }
+            for (int j = 0; j < S; j++)
+                sum += (sc[j] = exp(sc[j] - m));
+            for (int e = 0; e < D; e++) {
+                double acc = 0;
+                for (int j = 0; j < S; j++)
+                    acc += sc[j] * (double)v[(j * H + h) * D + e];
+                double err = fabs(acc / sum - (double)o[(i * H + h) * D + e]);
+                if (err > worst)
+                    worst = err;
+            }
+        }
+    *ret_err = worst;
+    return WF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    const char *weftd = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", free_port());
+    static wf_status_info_t si;
+    char line[512];
+    node_t a, b, c, d;
+
+    /* 1. rendezvous of three */
+    int64_t t0 = now_ms();
+    CHECK(node_start(&a, weftd, "a", coordinator, "3", "5000", NULL));
+    CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));
+    CHECK(node_start(&b, weftd, "b", coordinator, "3", "5000", NULL));
+    CHECK(node_start(&c, weftd, "c", coordinator, "3", "5000", NULL));
+    CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
+                      TIMEOUT_MS, NULL, 0));
+    printf("world of 3 formed in %lld ms (processes started to serving)\n",
+           (long long)(now_ms() - t0));
+    CHECK(notify_wait(&b, "STATUS=cluster serving: epoch 1", TIMEOUT_MS, NULL, 0));
+    memset(&si, 0, sizeof si);
+    CHECK(get_status(&a, &si));
+    CHECK(strcmp(si.role, "coordinator") == 0);
+    CHECK(strcmp(si.cluster_state, "serving") == 0);
+    CHECK(si.world_epoch == 1 && si.world_size == 6 && si.node_count == 3);
+    CHECK(strlen(si.world_id) == 32);
+    const char *names[3] = { "a", "b", "c" };
+    for (int i = 0; i < 3; i++) {
+        const wf_node_info_t *n = find_node(&si, names[i]);
+        CHECK(n && n->first_rank == (uint32_t)(2 * i) && n->ranks == 2);
+        CHECK(n && strcmp(n->state, i == 0 ? "self" : "ready") == 0);
+    }
+    char world1[40];
+    snprintf(world1, sizeof world1, "%s", si.world_id);
+    memset(&si, 0, sizeof si);
+    CHECK(get_status(&b, &si));
+    CHECK(strcmp(si.role, "member") == 0 && si.world_epoch == 1 &&
+          si.world_size == 6 && strcmp(si.world_id, world1) == 0);
+
+    /* 2. jobs: the coordinator serves, a member points at it */
+    double err = 1;
+    CHECK(attention_on(&a, &err) == WF_OK);
+    printf("attention on the coordinator: max error %.3g (tolerance 1e-4)\n", err);
+    CHECK(err < 1e-4);
+    CHECK(attention_on(&b, &err) == WF_E_NOT_COORDINATOR);
+
+    /* 3. version mismatch */
+    CHECK(node_start(&d, weftd, "d", coordinator, "3", "5000",
+                     "WEFT_TEST_PROTOCOL_VERSION=2"));
+    CHECK(node_wait_exit(&d, TIMEOUT_MS));
+    CHECK(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) != 0);
+    memset(&si, 0, sizeof si);
+    CHECK(get_status(&a, &si));
+    const wf_node_info_t *nd = find_node(&si, "d");
+    CHECK(nd && strcmp(nd->state, "refused") == 0);
+    CHECK(si.world_epoch == 1 && si.world_size == 6);
+    node_close(&d);
+
+    /* 4. a member killed */
+    int64_t tk = now_ms();
+    node_kill(&c, SIGKILL);
+    CHECK(notify_wait(&a, "STATUS=cluster: node c lost", TIMEOUT_MS, line, sizeof line));
+    CHECK(notify_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), 4 rank(s)",
+                      TIMEOUT_MS, NULL, 0));
+    int64_t lost_ms = now_ms() - tk;
+    printf("member killed: reported and degraded world in %lld ms (bound 5000)\n",
+           (long long)lost_ms);
+    CHECK(lost_ms < 5000);
+    CHECK(attention_on(&a, &err) == WF_OK && err < 1e-4);
+    node_close(&c);
+
+    /* 5. the member comes back */
+    CHECK(node_start(&c, weftd, "c", coordinator, "3", "5000", NULL));
+    CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 3, 3 node(s), 6 rank(s)",
+                      TIMEOUT_MS, NULL, 0));
+    memset(&si, 0, sizeof si);
+    CHECK(get_status(&c, &si));
+    CHECK(si.world_epoch == 3 && si.world_size == 6 && strcmp(si.world_id, world1) != 0);
+
+    /* 6. the coordinator dies and comes back */
+    node_close(&a);
+    CHECK(notify_wait(&b, "STATUS=cluster: coordinator 127.0.0.1:", TIMEOUT_MS, line,
+                      sizeof line));
+    CHECK(strstr(line, "lost") != NULL);
+    memset(&si, 0, sizeof si);
+    CHECK(get_status(&b, &si));
+    CHECK(strcmp(si.cluster_state, "coordinator-lost") == 0);
+    CHECK(node_start(&a, weftd, "a", coordinator, "3", "5000", NULL));
+    CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 4, 3 node(s), 6 rank(s)",
+                      TIMEOUT_MS, NULL, 0));
+    CHECK(notify_wait(&b, "STATUS=cluster serving: epoch 4", TIMEOUT_MS, NULL, 0));
+    CHECK(attention_on(&a, &err) == WF_OK && err < 1e-4);
+    node_close(&a);
+    node_close(&b);
+    node_close(&c);
+
+    /* 7. a member killed during the rendezvous */
+    char coord2[64];
+    snprintf(coord2, sizeof coord2, "127.0.0.1:%d", free_port());
+    node_t e, f;
+    CHECK(node_start(&e, weftd, "e", coord2, "3", "1500", NULL));
+    CHECK(notify_wait(&e, "READY=1", TIMEOUT_MS, NULL, 0));
+    CHECK(node_start(&f, weftd, "f", coord2, "3", "1500", NULL));
+    memset(&si, 0, sizeof si);
+    /* f is known once e lists it: wait on f's own notify for its READY,
+     * then on e's status */
+    CHECK(notify_wait(&f, "READY=1", TIMEOUT_MS, NULL, 0));
+    int64_t deadline = now_ms() + TIMEOUT_MS;
+    bool joined = false;
+    while (!joined && now_ms() < deadline) {
+        /* each status call is a round trip, not a sleep */
+        CHECK(get_status(&e, &si));
+        joined = find_node(&si, "f") != NULL;
+    }
+    CHECK(joined);
+    tk = now_ms();
+    node_kill(&f, SIGKILL);
+    CHECK(notify_wait(&e, "STATUS=cluster: node f lost", TIMEOUT_MS, line, sizeof line));
+    CHECK(strstr(line, "rendezvous step 'hello'") != NULL);
+    CHECK(notify_wait(&e, "STATUS=cluster: rendezvous step 'hello' timed out",
+                      TIMEOUT_MS, line, sizeof line));
+    CHECK(strstr(line, "lost: f") != NULL);
+    printf("member killed during the rendezvous: reported in %lld ms (%s)\n",
+           (long long)(now_ms() - tk), line + 7);
+    node_close(&e);
+    node_close(&f);
+
+    printf("%s: %d failure(s)\n", argv[0], failures);
+    return failures ? 1 : 0;
+}
