@@ -18,6 +18,15 @@
  * kv_offset + j <= q_offset + i. A row that sees no key gets out = 0 and
  * lse = -inf, which the log-sum-exp merge of ring steps treats as empty.
  *
+ * Where the tensors live: for the CPU backend every pointer of
+ * wf_attn_params_t (q, k, v, out, lse, workspace) is host memory. For the
+ * CUDA backend they are DEVICE pointers of the context's device (16-byte
+ * aligned; buffers from dev_alloc are), and attention() is asynchronous
+ * on the context's stream: the daemon stages the frames with copy_h2d,
+ * runs attention, copies back with copy_d2h and calls synchronize.
+ * Entries marked "(optional)" are NULL for the CPU backend (ggml style:
+ * the caller checks before use); the CUDA backend fills them all.
+ *
  * Backends never log above debug; they return a status.
  */
 #ifndef WF_BACKEND_H
@@ -28,6 +37,10 @@
 #include <stdint.h>
 
 #include "weft.h"
+
+#ifdef __cplusplus /* the CUDA backend (.cu) is compiled as C++ */
+extern "C" {
+#endif
 
 typedef struct wf_backend_ctx wf_backend_ctx_t;
 
@@ -76,6 +89,57 @@ typedef struct wf_backend_ops {
      * Returns WF_OK or WF_E_INVALID for inconsistent params. */
     wf_status_t (*attention)(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
                              void *workspace);
+
+    /* ---- device memory (all optional: NULL where host memory is used) -- */
+
+    /* (optional) Per-job device scratch of `bytes` bytes, 256-byte aligned,
+     * taken from the context's arena (allocated once at ctx_new; nothing
+     * is allocated here). WF_E_NO_MEMORY when the arena cannot hold it
+     * (nothing changes). Borrowed until dev_reset. */
+    wf_status_t (*dev_alloc)(wf_backend_ctx_t *ctx, size_t bytes,
+                             void **ret_ptr);
+
+    /* (optional) Release every dev_alloc buffer of the context at once
+     * (end of a job). Call after synchronize. */
+    void (*dev_reset)(wf_backend_ctx_t *ctx);
+
+    /* (optional) Copy host -> device / device -> host, asynchronous on the
+     * context's stream (host memory should be pinned for overlap; any host
+     * memory works). Complete after synchronize. */
+    wf_status_t (*copy_h2d)(wf_backend_ctx_t *ctx, void *dst, const void *src,
+                            size_t bytes);
+    wf_status_t (*copy_d2h)(wf_backend_ctx_t *ctx, void *dst, const void *src,
+                            size_t bytes);
+
+    /* (optional) Wait for everything queued on the context's stream; the
+     * first asynchronous error (a failed kernel) comes back here as
+     * WF_E_INTERNAL. */
+    wf_status_t (*synchronize)(wf_backend_ctx_t *ctx);
+
+    /* (optional) The context's native stream (cudaStream_t as void *), for
+     * a comm backend that must order its operations with the kernels
+     * (comm_nccl). Borrowed until ctx_destroy. */
+    void *(*native_stream)(wf_backend_ctx_t *ctx);
+
+    /* (optional) Fused log-sum-exp merge of a ring step into accumulators,
+     * one pass, on the backend's memory: for each of `rows` rows,
+     *   lse_p = -inf: unchanged;  lse_a = -inf: (out_a, lse_a) = (out_p, lse_p);
+     *   else w = sigmoid(lse_p - lse_a), out_a -= w * (out_a - out_p),
+     *        lse_a = max + log1p(exp(-|lse_a - lse_p|)).
+     * acc_out, part_out (rows, D) f32; acc_lse, part_lse (rows) f32.
+     * round_dtype F16 / BF16 rounds out_p and the new out_a to that dtype
+     * after each step (convert_to_fp32 off), F32 keeps fp32. Exactly
+     * daemon/cp_attention.c's merge_rows. */
+    wf_status_t (*lse_merge)(wf_backend_ctx_t *ctx, float *acc_out,
+                             float *acc_lse, const float *part_out,
+                             const float *part_lse, int64_t rows, int64_t D,
+                             wf_dtype_t round_dtype);
+
+    /* (optional) dst[i] = (dst_dtype)src[i] for n elements, on the
+     * backend's memory (round-to-nearest-even, as tensor.h). */
+    wf_status_t (*convert)(wf_backend_ctx_t *ctx, void *dst,
+                           wf_dtype_t dst_dtype, const void *src,
+                           wf_dtype_t src_dtype, size_t n);
 } wf_backend_ops_t;
 
 /* The CPU reference backend (OpenBLAS). Always available. Its ctx_new
@@ -89,9 +153,18 @@ typedef struct wf_backend_ops {
  * rounded up to 64 bytes (tq = min(Sq, 128), tk = min(Skv, 512)). */
 const wf_backend_ops_t *wf_backend_cpu(void);
 
+/* The CUDA backend (kernels/cuda): NULL when weft was built without CUDA,
+ * so callers need no #ifdef. Pointers are device pointers (see above);
+ * head dims 64 and 128. */
+const wf_backend_ops_t *wf_backend_cuda(void);
+
 /* Floating-point operations of the attention of params p over all heads
  * (4 * B * Hq * Sq * Skv * D, halved-ish by the mask when causal: counts
  * only the visible score elements). For benchmarks and reports. */
 double wf_attention_flops(const wf_attn_params_t *p);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* WF_BACKEND_H */

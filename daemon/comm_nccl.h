@@ -1,0 +1,151 @@
+/* comm_nccl.h — the NCCL backend of comm.h: one communicator per GPU,
+ * built when NCCL is found (daemon/CMakeLists.txt). Only comm_nccl.c
+ * includes nccl.h; this header does not.
+ *
+ * Buffers are DEVICE pointers of the handle's device. Operations are
+ * enqueued on the worker's stream (given at creation, borrowed), so they
+ * are ordered after the kernels the worker queued before them; a call
+ * returns when its part is complete, as comm.h says, by polling an event
+ * together with ncclCommGetAsyncError, the world's abort flag and the
+ * operation timeout (never a blocking NCCL or CUDA wait that an abort
+ * could not interrupt).
+ *
+ * Init is non-blocking (ncclConfig_t.blocking = 0): ncclCommInitRankConfig
+ * and ncclCommSplit return at once and are polled under init_timeout_ms;
+ * on failure or timeout the communicator is ncclCommAbort-ed and the call
+ * returns WF_E_ABORTED (timeout, remote failure) or WF_E_INTERNAL.
+ *
+ * Errors of operations: an asynchronous NCCL error, a timeout or an abort
+ * of the world aborts this communicator (ncclCommAbort) and every later
+ * call on every handle of the world returns WF_E_ABORTED; a local CUDA /
+ * NCCL failure returns WF_E_INTERNAL (and aborts too: a half-started
+ * collective cannot be resumed). Differences from the host backend:
+ *   - sizes that differ between ranks are not detected (NCCL cannot); the
+ *     daemon computes them from one plan on every rank;
+ *   - allreduce is NCCL's: identical on every rank, not in rank order;
+ *   - isend / irecv are issued as one NCCL group when a send and a receive
+ *     are both pending (the ring exchange), or at the next wait / test /
+ *     other call; post more than one exchange inside group_start / end.
+ * abort() only raises the world's flag (safe from any thread); each
+ * handle's owner thread then calls ncclCommAbort in its next poll.
+ *
+ * The pure functions at the end (split colors, grouped point-to-point
+ * plans, deadlines, error mapping) hold the NCCL-independent logic and
+ * are unit-tested without a GPU (tests/test_cuda_host.c).
+ */
+#ifndef WF_COMM_NCCL_H
+#define WF_COMM_NCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "mesh.h"
+
+/* ncclUniqueId as plain bytes (NCCL_UNIQUE_ID_BYTES, pinned by a static
+ * assert in comm_nccl.c): what the rendezvous hands to every node. */
+#define WF_NCCL_ID_BYTES 128
+typedef struct wf_nccl_id {
+    unsigned char bytes[WF_NCCL_ID_BYTES]; /* opaque */
+} wf_nccl_id_t;
+
+/* Creation options of one rank. */
+typedef struct wf_comm_nccl_opts {
+    int device;               /* CUDA device of this rank */
+    void *stream;             /* cudaStream_t of the worker (borrowed); NULL: the legacy default stream */
+    uint32_t init_timeout_ms; /* init / split / finalize; 0 = 60000 */
+    uint32_t op_timeout_ms;   /* each operation; 0 = none */
+} wf_comm_nccl_opts_t;
+
+/* Make a fresh unique id (ncclGetUniqueId), on the coordinator: locally
+ * for one node, handed out by the rendezvous across nodes.
+ * Errors: WF_E_INTERNAL. */
+wf_status_t wf_comm_nccl_unique_id(wf_nccl_id_t *ret_id);
+
+/* This rank's world handle: ncclCommInitRankConfig (non-blocking) on
+ * opts->device, polled under the init timeout. Every rank of the world
+ * calls it with the same id and nranks (one thread per device; ranks of
+ * one process may call it concurrently). Caller owns *ret_comm
+ * (wf_comm_destroy). Errors: WF_E_BAD_ARGUMENT, WF_E_NOMEM,
+ * WF_E_ABORTED (timeout or remote failure), WF_E_INTERNAL. */
+wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
+                              const wf_comm_nccl_opts_t *opts,
+                              wf_comm_t **ret_comm);
+
+/* NCCL's version as major * 10000 + minor * 100 + patch (the version the
+ * rendezvous compares between nodes). */
+int wf_comm_nccl_version(void);
+
+/* ---- pure host logic (no NCCL, no CUDA) ------------------------------------ */
+
+/* Color and key of world rank `rank` for each group kind (index =
+ * wf_mesh_dim_t, WF_MESH_NGROUPS entries): what each rank passes to
+ * wf_comm_split, one split per kind, to build its sub-communicators
+ * (wf_mesh_color; colors are >= 0, so no rank is left out). */
+wf_status_t wf_nccl_split_plan(const wf_mesh_t *m, int rank,
+                               int ret_color[WF_MESH_NGROUPS],
+                               int ret_key[WF_MESH_NGROUPS]);
+
+/* One point-to-point operation of a grouped plan. Offsets are from the
+ * send buffer (send) or the receive buffer (recv). */
+typedef struct wf_nccl_p2p {
+    int peer;      /* group rank */
+    int is_send;   /* 1 send, 0 receive */
+    size_t offset; /* bytes */
+    size_t bytes;  /* > 0 (zero-byte transfers are left out on both sides) */
+} wf_nccl_p2p_t;
+
+/* The local part of a plan: copy `bytes` from sendbuf + src to recvbuf +
+ * dst (bytes 0: none). Skipped by the executor when the two addresses
+ * coincide (in place). */
+typedef struct wf_nccl_copy {
+    size_t src, dst, bytes;
+} wf_nccl_copy_t;
+
+/* Plans for rank `rank` of `n`; `ops` has room for 2 * n entries; the
+ * return value is the number written. Peers come in ring order (step s:
+ * send to rank + s, receive from rank - s), so every rank's list is the
+ * mirror of its peers'. Arguments as in comm.h. */
+size_t wf_nccl_plan_alltoallv(int rank, int n, const size_t *sendcounts,
+                              const size_t *sdispls, const size_t *recvcounts,
+                              const size_t *rdispls, wf_nccl_p2p_t *ops,
+                              wf_nccl_copy_t *ret_self);
+size_t wf_nccl_plan_allgatherv(int rank, int n, size_t sendbytes,
+                               const size_t *recvcounts, const size_t *displs,
+                               wf_nccl_p2p_t *ops, wf_nccl_copy_t *ret_self);
+/* sendcounts / displs read on the root only (may be NULL elsewhere). */
+size_t wf_nccl_plan_scatterv(int rank, int n, int root,
+                             const size_t *sendcounts, const size_t *displs,
+                             size_t recvbytes, wf_nccl_p2p_t *ops,
+                             wf_nccl_copy_t *ret_self);
+/* recvcounts / displs read on the root only. */
+size_t wf_nccl_plan_gatherv(int rank, int n, int root, size_t sendbytes,
+                            const size_t *recvcounts, const size_t *displs,
+                            wf_nccl_p2p_t *ops, wf_nccl_copy_t *ret_self);
+
+/* 1 when an all-gatherv is an even, packed all-gather (every count equal,
+ * displs[j] = j * count): then ncclAllGather runs it; *ret_bytes = count. */
+int wf_nccl_allgather_even(int n, const size_t *recvcounts,
+                           const size_t *displs, size_t *ret_bytes);
+
+/* A deadline for polling: timeout 0 never expires. */
+typedef struct wf_nccl_deadline {
+    uint64_t start_ns;   /* CLOCK_MONOTONIC at the start */
+    uint64_t timeout_ns; /* 0 = none */
+} wf_nccl_deadline_t;
+
+/* 1 when `now_ns` is past the deadline. */
+int wf_nccl_deadline_expired(const wf_nccl_deadline_t *d, uint64_t now_ns);
+
+/* Pause before poll number `iteration` (0, 1, ...): spin first (an
+ * operation on NVLink completes in microseconds), then back off to
+ * 100 us so a long wait costs no core. Nanoseconds; 0 = do not sleep. */
+uint64_t wf_nccl_poll_delay_ns(unsigned iteration);
+
+/* weft status of an ncclResult_t value (its number), as a job error:
+ * success / in progress -> WF_OK; invalid argument / usage ->
+ * WF_E_BAD_ARGUMENT; remote error -> WF_E_ABORTED; anything else
+ * (CUDA, system, internal) -> WF_E_INTERNAL. */
+wf_status_t wf_nccl_status(int nccl_result);
+
+#endif /* WF_COMM_NCCL_H */

@@ -1,0 +1,438 @@
+/* attention.cu — flash-style attention forward on tensor cores (FA2
+ * layout), the kernel and its launcher. Shapes and the masking / GQA
+ * contract are backend.h's; the geometry is cuda_plan.h's.
+ *
+ * One block: BR = 64 query rows of one (b, query head h), 4 warps of 16
+ * rows. Per key tile (BC = 64 keys) each warp computes
+ *   S (16, 64)  = Q_w (16, D) K_tile^T        mma.sync m16n8k16, fp32 acc
+ *   online softmax in base 2 on S (rows live in quads of 4 lanes)
+ *   O (16, D)  += P (16, 64) V_tile (64, D)    P reused from S's registers
+ * Fragments come from shared memory with ldmatrix (.trans for V, so V
+ * stays row-major as it arrives). K/V tiles are double-buffered: tile j+1
+ * is in flight (cp.async) while tile j is computed, when the input dtype
+ * is the compute dtype; other dtypes are converted on the way in
+ * (synchronous loads). Everything stays on chip: no workspace.
+ *
+ * A row that sees no key (causal, global offsets) ends with l = 0: it
+ * writes out = 0 and lse = -inf (the empty row of the ring merge).
+ *
+ * Not here: validation (cuda_plan.c), memory, streams (cuda_backend.cu).
+ */
+#include "cuda_launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int BR = WF_CUDA_BR;
+constexpr int BC = WF_CUDA_BC;
+constexpr int NWARPS = WF_CUDA_WARPS;
+constexpr int PAD = WF_CUDA_PAD;
+constexpr int NTHREADS = 32 * NWARPS;
+static_assert(BR == 16 * NWARPS, "one warp per 16 query rows");
+static_assert(BC % 16 == 0, "key tile in k-steps of 16");
+
+/* Parameters as the kernel sees them (by value). Element offsets are
+ * int64: a (B, S, H, D) tensor may exceed 2^31 elements. */
+struct attn_args {
+    const char *q, *k, *v; /* device, 16-byte aligned */
+    char *out;
+    float *lse;            /* or nullptr */
+    int q_dt, k_dt, v_dt, out_dt;
+    int Sq, Skv, Hq, Hkv;
+    int h_begin;
+    int gqa_group, q_head_base, kv_head_base; /* gqa_group 0: Hq / Hkv */
+    int causal;
+    long long q_offset, kv_offset;
+    float alpha; /* scale * log2(e) */
+};
+
+/* ---- element helpers -------------------------------------------------------- */
+
+template <typename T> struct cvt;
+template <> struct cvt<__nv_bfloat16> {
+    static constexpr int dtype = WF_DTYPE_BF16;
+    __device__ static uint32_t pack(float a, float b)
+    {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b); /* .x = a: low half */
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+};
+template <> struct cvt<__half> {
+    static constexpr int dtype = WF_DTYPE_F16;
+    __device__ static uint32_t pack(float a, float b)
+    {
+        __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+};
+
+/* 8 consecutive elements of dtype dt at element index e, as floats. */
+__device__ __forceinline__ void load8(const char *base, int dt, long long e, float f[8])
+{
+    if (dt == WF_DTYPE_F32) {
+        const float4 *p = reinterpret_cast<const float4 *>(base + e * 4);
+        float4 a = p[0], b = p[1];
+        f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+        f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+        return;
+    }
+    uint4 u = *reinterpret_cast<const uint4 *>(base + e * 2);
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    for (int i = 0; i < 4; i++) {
+        if (dt == WF_DTYPE_BF16) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        } else {
+            __half2 h = *reinterpret_cast<__half2 *>(&w[i]);
+            float2 x = __half22float2(h);
+            f[2 * i] = x.x;
+            f[2 * i + 1] = x.y;
+        }
+    }
+}
+
+/* Store two consecutive elements (a at e, b at e + 1) in dtype dt. */
+__device__ __forceinline__ void store2(char *base, int dt, long long e, float a, float b)
+{
+    if (dt == WF_DTYPE_F32) {
+        *reinterpret_cast<float2 *>(base + e * 4) = make_float2(a, b);
+    } else if (dt == WF_DTYPE_BF16) {
+        *reinterpret_cast<uint32_t *>(base + e * 2) = cvt<__nv_bfloat16>::pack(a, b);
+    } else {
+        *reinterpret_cast<uint32_t *>(base + e * 2) = cvt<__half>::pack(a, b);
+    }
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+/* d (16x8 f32) += a (16x16, row) * b (16x8, col). */
+template <typename T>
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float d[4], const uint32_t a[4],
+                                                        uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float d[4], const uint32_t a[4],
+                                                 uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Copy `nrows` rows of D elements (source row r at element row0 + r *
+ * stride, dtype dt) into shared rows of dpad elements of T. Rows at or
+ * past `valid` are zero. Same dtype: cp.async (the caller commits and
+ * waits); other dtypes: converted with plain loads. */
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T *sm, const char *g, int dt, long long row0,
+                                          long long stride, int valid, int nrows)
+{
+    constexpr int CPR = D / 8; /* 16-byte chunks of T per row */
+    constexpr int DP = D + PAD;
+    for (int c = threadIdx.x; c < nrows * CPR; c += NTHREADS) {
+        int r = c / CPR, col = (c % CPR) * 8;
+        T *dst = sm + r * DP + col;
+        if (r >= valid) {
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+            continue;
+        }
+        long long e = row0 + (long long)r * stride + col;
+        if (dt == cvt<T>::dtype) {
+            cp_async16(dst, g + e * 2);
+        } else {
+            float f[8];
+            load8(g, dt, e, f);
+            uint4 u;
+            u.x = cvt<T>::pack(f[0], f[1]);
+            u.y = cvt<T>::pack(f[2], f[3]);
+            u.z = cvt<T>::pack(f[4], f[5]);
+            u.w = cvt<T>::pack(f[6], f[7]);
+            *reinterpret_cast<uint4 *>(dst) = u;
+        }
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(NTHREADS)
+flash_fwd_kernel(attn_args a, int stages)
+{
+    constexpr int DP = D + PAD;
+    constexpr int NT_S = BC / 8;  /* n-tiles of S per warp */
+    constexpr int NT_O = D / 8;   /* n-tiles of O per warp */
+    constexpr int KS_QK = D / 16; /* k-steps of Q K^T */
+    constexpr int KS_PV = BC / 16;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *sQ = reinterpret_cast<T *>(smem_raw);
+    T *sKV = sQ + BR * DP; /* stage s: K at s * 2 * BC * DP, V after it */
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    /* Heavy causal tiles (late rows) first. */
+    const int qt = gridDim.x - 1 - blockIdx.x;
+    const int q0 = qt * BR;
+    const int h = a.h_begin + blockIdx.y;
+    const int b = blockIdx.z;
+    const int hk = a.gqa_group == 0 ? h / (a.Hq / a.Hkv)
+                                    : (a.q_head_base + h) / a.gqa_group - a.kv_head_base;
+    const int q_rows = min(BR, a.Sq - q0);
+
+    /* Keys any row of the block can see: [0, k_end). */
+    int k_end = a.Skv;
+    if (a.causal) {
+        long long last = a.q_offset + q0 + q_rows - a.kv_offset; /* keys < last */
+        k_end = (int)min((long long)a.Skv, max(0LL, last));
+    }
+    const int ntiles = (k_end + BC - 1) / BC;
+
+    const long long q_stride = (long long)a.Hq * D, kv_stride = (long long)a.Hkv * D;
+    const long long q_row0 = (((long long)b * a.Sq + q0) * a.Hq + h) * D;
+    const long long kv_row0 = ((long long)b * a.Skv * a.Hkv + hk) * D;
+
+    auto issue_kv = [&](int j, int stage) {
+        T *sK = sKV + stage * 2 * BC * DP;
+        T *sV = sK + BC * DP;
+        int k0 = j * BC, valid = min(BC, a.Skv - k0);
+        load_tile<T, D>(sK, a.k, a.k_dt, kv_row0 + (long long)k0 * kv_stride, kv_stride,
+                        valid, BC);
+        load_tile<T, D>(sV, a.v, a.v_dt, kv_row0 + (long long)k0 * kv_stride, kv_stride,
+                        valid, BC);
+    };
+
+    load_tile<T, D>(sQ, a.q, a.q_dt, q_row0, q_stride, q_rows, BR);
+    if (ntiles > 0)
+        issue_kv(0, 0);
+    cp_async_commit();
+
+    float o[NT_O][4];
+    for (int n = 0; n < NT_O; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m_r[2] = {-INFINITY, -INFINITY}; /* rows g, g + 8: running max (base 2) */
+    float l_r[2] = {0.f, 0.f};             /* this lane's part of the row sums */
+    uint32_t qf[KS_QK][4];
+
+    const long long row_g0 = a.q_offset + q0 + warp * 16 + g; /* global pos of row g */
+
+    for (int j = 0; j < ntiles; j++) {
+        const int stage = stages == 2 ? (j & 1) : 0;
+        if (stages == 2 && j + 1 < ntiles) {
+            issue_kv(j + 1, (j + 1) & 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+            for (int kk = 0; kk < KS_QK; kk++)
+                ldsm_x4(qf[kk], sQ + (warp * 16 + (lane & 15)) * DP + kk * 16 + (lane >> 4) * 8);
+        }
+        const T *sK = sKV + stage * 2 * BC * DP;
+        const T *sV = sK + BC * DP;
+        const int k0 = j * BC;
+
+        /* S = Q K^T */
+        float s[NT_S][4];
+        for (int n = 0; n < NT_S; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS_QK; kk++) {
+#pragma unroll
+            for (int np = 0; np < NT_S / 2; np++) {
+                uint32_t r[4];
+                const int mi = lane >> 3;
+                ldsm_x4(r, sK + (np * 16 + (mi >> 1) * 8 + (lane & 7)) * DP + kk * 16 + (mi & 1) * 8);
+                mma16816<T>(s[2 * np], qf[kk], r[0], r[1]);
+                mma16816<T>(s[2 * np + 1], qf[kk], r[2], r[3]);
+            }
+        }
+
+        /* Scale, mask, online softmax. */
+        const bool need_mask = k0 + BC > a.Skv ||
+                               (a.causal && a.kv_offset + k0 + BC - 1 > a.q_offset + q0);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NT_S; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[n][e] * a.alpha;
+                if (need_mask) {
+                    int kj = k0 + n * 8 + 2 * t + (e & 1);
+                    long long qpos = row_g0 + (e >> 1) * 8;
+                    if (kj >= a.Skv || (a.causal && a.kv_offset + kj > qpos))
+                        x = -INFINITY;
+                }
+                s[n][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        }
+        float corr[2], m_use[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float m_new = fmaxf(m_r[r], mx[r]);
+            m_use[r] = m_new == -INFINITY ? 0.f : m_new; /* no NaN from -inf - -inf */
+            corr[r] = exp2f(m_r[r] - m_use[r]);
+            m_r[r] = m_new;
+            l_r[r] *= corr[r];
+        }
+#pragma unroll
+        for (int n = 0; n < NT_S; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = exp2f(s[n][e] - m_use[e >> 1]);
+                s[n][e] = p;
+                l_r[e >> 1] += p;
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT_O; n++) {
+            o[n][0] *= corr[0];
+            o[n][1] *= corr[0];
+            o[n][2] *= corr[1];
+            o[n][3] *= corr[1];
+        }
+
+        /* O += P V */
+#pragma unroll
+        for (int kk = 0; kk < KS_PV; kk++) {
+            uint32_t pa[4];
+            pa[0] = cvt<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = cvt<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = cvt<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = cvt<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < NT_O / 2; dp++) {
+                uint32_t r[4];
+                const int mi = lane >> 3;
+                ldsm_x4_trans(r, sV + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * DP + dp * 16 + (mi >> 1) * 8);
+                mma16816<T>(o[2 * dp], pa, r[0], r[1]);
+                mma16816<T>(o[2 * dp + 1], pa, r[2], r[3]);
+            }
+        }
+        __syncthreads(); /* the stage is overwritten by the next issue */
+        if (stages == 1 && j + 1 < ntiles) {
+            issue_kv(j + 1, 0);
+            cp_async_commit();
+        }
+    }
+    cp_async_wait<0>();
+
+    /* Epilogue: normalise, write out and lse. */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_r[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = warp * 16 + g + r * 8;
+        const bool live = row < q_rows;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        if (live) {
+            const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
+#pragma unroll
+            for (int n = 0; n < NT_O; n++)
+                store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[n][2 * r] * inv,
+                       o[n][2 * r + 1] * inv);
+            if (a.lse && t == 0) {
+                float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f : -INFINITY;
+                a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] = lse;
+            }
+        }
+    }
+}
+
+template <typename T, int D>
+wf_status_t launch(const attn_args &a, const wf_cuda_attn_geom_t *g, cudaStream_t stream)
+{
+    auto kern = flash_fwd_kernel<T, D>;
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)g->smem_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    dim3 grid(g->grid[0], g->grid[1], g->grid[2]), block(g->block[0], g->block[1], g->block[2]);
+    kern<<<grid, block, g->smem_bytes, stream>>>(a, g->stages);
+    return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL;
+}
+
+} /* namespace */
+
+wf_status_t wf_cuda_attention_launch(const wf_attn_params_t *p,
+                                     const wf_cuda_attn_geom_t *g,
+                                     cudaStream_t stream)
+{
+    if (!p || !g)
+        return WF_E_INVALID;
+    if (g->grid[0] == 0 || g->grid[1] == 0 || g->grid[2] == 0)
+        return WF_OK; /* empty head range */
+    attn_args a;
+    a.q = static_cast<const char *>(p->q);
+    a.k = static_cast<const char *>(p->k);
+    a.v = static_cast<const char *>(p->v);
+    a.out = static_cast<char *>(p->out);
+    a.lse = p->lse;
+    a.q_dt = p->q_dtype;
+    a.k_dt = p->k_dtype;
+    a.v_dt = p->v_dtype;
+    a.out_dt = p->out_dtype;
+    a.Sq = (int)p->Sq;
+    a.Skv = (int)p->Skv;
+    a.Hq = (int)p->Hq;
+    a.Hkv = (int)p->Hkv;
+    a.h_begin = (int)p->h_begin;
+    a.gqa_group = (int)p->gqa_group;
+    a.q_head_base = (int)p->q_head_base;
+    a.kv_head_base = (int)p->kv_head_base;
+    a.causal = p->causal ? 1 : 0;
+    a.q_offset = p->q_offset;
+    a.kv_offset = p->kv_offset;
+    a.alpha = p->scale * 1.4426950408889634f;
+    if (g->compute_bf16)
+        return g->d == 64 ? launch<__nv_bfloat16, 64>(a, g, stream)
+                          : launch<__nv_bfloat16, 128>(a, g, stream);
+    return g->d == 64 ? launch<__half, 64>(a, g, stream) : launch<__half, 128>(a, g, stream);
+}

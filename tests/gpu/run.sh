@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — the GPU check, from the repository root, on the lent
+# H200 (nvcc, cmake, PyTorch, driver; no package registry). At most ~8
+# minutes. Needs tests/gpu/debs from tests/gpu/prepare.sh, carried with
+# the working tree. Steps (each prints a "== " header):
+#   1. configure + build with CUDA (and NCCL from the toolkit or torch's
+#      nvidia-nccl wheel) against the carried Debian prefix;
+#   2. test_cuda_host, test_cuda_gpu (CUDA attention vs the CPU backend for
+#      every dtype / causal / GQA / uneven shape / D 64, 128; LSE merge;
+#      conversions; NCCL world of 1 and of N);
+#   3. weftd --devices cuda, when the daemon accepts it (skipped with a
+#      message otherwise);
+#   4. attention TFLOP/s against torch SDPA (bf16, B=1, H=24, D=128,
+#      S 4096 / 16384, non-causal / causal) and the ratio (target >= 0.60).
+# Output figures go to stdout and to $OUT/gpu-report.txt when $OUT is set.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+start=$(date +%s)
+report=${OUT:-/tmp}/gpu-report.txt
+: > "$report"
+say() { echo "$*" | tee -a "$report"; }
+elapsed() { echo "$(( $(date +%s) - start ))s"; }
+
+root=$PWD/tests/gpu/debs/root
+lib=$root/usr/lib/x86_64-linux-gnu
+if [ ! -d "$lib" ]; then
+  say "run.sh: tests/gpu/debs missing: run tests/gpu/prepare.sh first and carry tests/gpu/debs"
+  exit 2
+fi
+export PATH=$root/usr/bin:/usr/local/cuda/bin:$PATH
+export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$root/usr/share/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR=$root
+export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LDFLAGS="-Wl,-rpath-link,$lib -Wl,-rpath-link,$lib/openblas-pthread"
+
+say "== environment ($(elapsed))"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$report"
+nvcc --version | tail -1 | tee -a "$report"
+nccl_args=()
+if ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
+  ncclroot=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+  if [ -n "$ncclroot" ] && [ -f "$ncclroot/include/nccl.h" ]; then
+    nccl_args=(-DNCCL_ROOT="$ncclroot")
+    export LD_LIBRARY_PATH=$ncclroot/lib:$LD_LIBRARY_PATH
+    say "NCCL from torch's wheel: $ncclroot"
+  else
+    say "no NCCL found: building without the NCCL backend"
+  fi
+fi
+
+log=${OUT:-/tmp}/build-gpu.log
+say "== build ($(elapsed))"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
+  tail -30 "$log"; say "configure FAILED"; exit 1; }
+grep "weft:" "$log" | tee -a "$report"
+targets=(test_cuda_host test_cuda_gpu bench_cuda_attention test_kernels weftd weftctl)
+cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
+  grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; exit 1; }
+say "built in $(elapsed)"
+
+say "== tests ($(elapsed))"
+timeout 60 build-gpu/tests/test_cuda_host 2>&1 | tee -a "$report"
+timeout 240 build-gpu/tests/test_cuda_gpu 2>&1 | tee -a "$report"
+say "test_cuda_gpu exit ${PIPESTATUS[0]}"
+timeout 120 build-gpu/tests/test_kernels > /dev/null 2>&1; say "test_kernels (CPU reference) exit $?"
+
+say "== weftd on the GPU ($(elapsed))"
+sock=/tmp/weft-gpu-$$.sock
+build-gpu/daemon/weftd --devices cuda --listen "ipc://$sock" > /tmp/weftd-gpu.log 2>&1 &
+wpid=$!
+for _ in $(seq 50); do [ -S "$sock" ] && break; kill -0 $wpid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $wpid 2>/dev/null && [ -S "$sock" ]; then
+  timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" status 2>&1 | tee -a "$report"
+  timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" attention-demo --seq 2048 \
+      --heads 8 --dim 128 --dtype bf16 2>&1 | tee -a "$report"
+  kill -TERM $wpid; wait $wpid
+else
+  say "weftd --devices cuda refused (the daemon does not serve CUDA devices yet): skipped"
+  head -3 /tmp/weftd-gpu.log | tee -a "$report"
+  kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
+fi
+
+say "== attention vs torch SDPA, bf16, B=1, H=24, D=128 ($(elapsed))"
+for S in 4096 16384; do
+  for causal in 0 1; do
+    w=$(timeout 60 build-gpu/bench/bench_cuda_attention $S 24 128 $causal 2>&1 | tail -1)
+    t=$(timeout 90 python3 tests/gpu/sdpa_bench.py $S 24 128 $causal 2>&1 | tail -1)
+    wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$w")
+    tt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$t")
+    ratio=$(python3 -c "print(f'{float(\"$wt\")/float(\"$tt\"):.2f}')" 2>/dev/null || echo "?")
+    say "S=$S causal=$causal | $w | $t | ratio $ratio (target >= 0.60)"
+  done
+done
+say "== done in $(elapsed)"
