@@ -31,7 +31,10 @@ export PATH=$root/usr/bin:/usr/local/cuda/bin:$PATH
 export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$root/usr/share/pkgconfig
 export PKG_CONFIG_SYSROOT_DIR=$root
 export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export LDFLAGS="-Wl,-rpath-link,$lib -Wl,-rpath-link,$lib/openblas-pthread"
+# pkg-config drops -L for the system libdir, which the carried prefix
+# mirrors: name both folders explicitly for the linker.
+export PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
+export LDFLAGS="-L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib -Wl,-rpath-link,$lib/openblas-pthread"
 
 say "== environment ($(elapsed))"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$report"
