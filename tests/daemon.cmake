@@ -4,9 +4,13 @@ add_executable(test_config ${CMAKE_CURRENT_LIST_DIR}/test_config.c)
 target_link_libraries(test_config PRIVATE weftd_core)
 add_test(NAME daemon_config COMMAND test_config)
 
+# Support for raw-ZeroMQ end-to-end tests: daemon start, notify, requests.
+add_library(weft_rawd STATIC ${CMAKE_CURRENT_LIST_DIR}/support/rawd.c)
+target_include_directories(weft_rawd PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(weft_rawd PUBLIC weft_proto PkgConfig::ZMQ Threads::Threads m)
+
 add_executable(test_daemon ${CMAKE_CURRENT_LIST_DIR}/test_daemon.c)
-target_link_libraries(test_daemon PRIVATE weft_proto PkgConfig::ZMQ
-  Threads::Threads m)
+target_link_libraries(test_daemon PRIVATE weft_rawd)
 add_test(NAME e2e_daemon COMMAND test_daemon $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_daemon PROPERTIES TIMEOUT 300)
 
@@ -14,7 +18,6 @@ set_tests_properties(e2e_daemon PROPERTIES TIMEOUT 300)
 # coordinates, dp replicas in parallel, reconfigure / busy / invalid,
 # SIGHUP with a new mesh (tests/test_reconfig_basic.c).
 add_executable(test_reconfig_basic ${CMAKE_CURRENT_LIST_DIR}/test_reconfig_basic.c)
-target_link_libraries(test_reconfig_basic PRIVATE weft_proto PkgConfig::ZMQ
-  Threads::Threads m)
+target_link_libraries(test_reconfig_basic PRIVATE weft_rawd)
 add_test(NAME e2e_reconfig_basic COMMAND test_reconfig_basic $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_reconfig_basic PROPERTIES TIMEOUT 300)

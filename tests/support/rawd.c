@@ -1,0 +1,474 @@
+/* rawd.c — see rawd.h. */
+#include "support/rawd.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int failures;
+
+int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int left_ms(int64_t deadline)
+{
+    int64_t l = deadline - now_ms();
+    return l < 0 ? 0 : (int)l;
+}
+
+/* ------------------------------------------------------------------ */
+/* a daemon process */
+
+static int counter;
+
+/* Start weftd with --listen on a fresh ipc path, NOTIFY_SOCKET on a fresh
+ * datagram socket, `args` appended and `env` ("K=V", NULL-terminated, may
+ * be NULL) added to the environment. */
+bool daemon_start_env(daemon_t *d, const char *weftd,
+                             const char *const *args, const char *const *env)
+{
+    memset(d, 0, sizeof *d);
+    int n = counter++;
+    snprintf(d->sock_path, sizeof d->sock_path, "/tmp/weft-test-%d-%d.sock",
+             (int)getpid(), n);
+    snprintf(d->endpoint, sizeof d->endpoint, "ipc://%s", d->sock_path);
+    snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-notify-%d-%d.sock",
+             (int)getpid(), n);
+    unlink(d->notify_path);
+    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
+    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        perror("notify socket");
+        return false;
+    }
+    const char *argv[32];
+    int argc = 0;
+    argv[argc++] = weftd;
+    argv[argc++] = "--listen";
+    argv[argc++] = d->endpoint;
+    for (int i = 0; args[i] && argc < 31; i++)
+        argv[argc++] = args[i];
+    argv[argc] = NULL;
+    d->pid = fork();
+    if (d->pid < 0) {
+        perror("fork");
+        return false;
+    }
+    if (d->pid == 0) {
+        setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        execv(weftd, (char *const *)argv);
+        _exit(127);
+    }
+    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
+    if (d->pidfd < 0) {
+        perror("pidfd_open");
+        return false;
+    }
+    d->zctx = zmq_ctx_new();
+    d->sock = zmq_socket(d->zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(d->sock, ZMQ_LINGER, &zero, sizeof zero);
+    /* connect before the daemon binds: ZeroMQ retries by itself */
+    return zmq_connect(d->sock, d->endpoint) == 0;
+}
+
+bool daemon_start(daemon_t *d, const char *weftd, const char *const *args)
+{
+    return daemon_start_env(d, weftd, args, NULL);
+}
+
+/* Wait for the process to exit (poll on its pidfd), reap it. */
+bool daemon_wait_exit(daemon_t *d, int timeout_ms)
+{
+    if (d->reaped)
+        return true;
+    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
+    if (poll(&p, 1, timeout_ms) != 1)
+        return false;
+    int st;
+    if (waitpid(d->pid, &st, 0) != d->pid)
+        return false;
+    d->exit_status = st;
+    d->reaped = true;
+    return true;
+}
+
+void daemon_close(daemon_t *d)
+{
+    if (!d->reaped && d->pid > 0) {
+        kill(d->pid, SIGKILL);
+        daemon_wait_exit(d, TIMEOUT_MS);
+    }
+    if (d->sock)
+        zmq_close(d->sock);
+    if (d->zctx)
+        zmq_ctx_term(d->zctx);
+    if (d->pidfd > 0)
+        close(d->pidfd);
+    if (d->nfd > 0)
+        close(d->nfd);
+    unlink(d->notify_path);
+    d->sock = d->zctx = NULL;
+}
+
+/* Wait until a notify datagram holding the line `want` arrives; lines of
+ * earlier datagrams are skipped. */
+bool notify_wait(daemon_t *d, const char *want, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        struct pollfd p = { .fd = d->nfd, .events = POLLIN };
+        if (poll(&p, 1, left_ms(deadline)) != 1) {
+            fprintf(stderr, "no %s within %d ms\n", want, timeout_ms);
+            return false;
+        }
+        char buf[4096];
+        ssize_t n = recv(d->nfd, buf, sizeof buf - 1, 0);
+        if (n < 0)
+            return false;
+        buf[n] = '\0';
+        for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save))
+            if (strcmp(line, want) == 0)
+                return true;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* requests and replies */
+
+bool send_frames(void *sock, bool delim, const wf_buf_t *hdr,
+                        size_t n, const void *const *data, const size_t *len)
+{
+    if (delim && zmq_send(sock, "", 0, ZMQ_SNDMORE) != 0)
+        return false;
+    if (zmq_send(sock, hdr->data, hdr->len, n ? ZMQ_SNDMORE : 0) < 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (zmq_send(sock, data[i], len[i], i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+            return false;
+    return true;
+}
+
+bool send_simple(daemon_t *d, uint32_t op, uint64_t id)
+{
+    wf_request_t req;
+    memset(&req, 0, sizeof req);
+    req.version = WF_PROTOCOL_VERSION;
+    req.op = op;
+    req.id = id;
+    wf_buf_t b = { 0 };
+    bool ok = wf_request_encode(&req, &b) == WF_OK &&
+              send_frames(d->sock, false, &b, 0, NULL, NULL);
+    wf_buf_free(&b);
+    return ok;
+}
+
+void reply_clear(reply_t *r)
+{
+    for (size_t i = 0; i < r->n_frames; i++)
+        zmq_msg_close(&r->frames[i]);
+    r->n_frames = 0;
+}
+
+/* Receive one whole reply and decode its header. */
+bool recv_reply(daemon_t *d, int timeout_ms, reply_t *r)
+{
+    zmq_pollitem_t it = { d->sock, 0, ZMQ_POLLIN, 0 };
+    if (zmq_poll(&it, 1, timeout_ms) != 1) {
+        fprintf(stderr, "no reply within %d ms\n", timeout_ms);
+        return false;
+    }
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, d->sock, 0) < 0)
+        return false;
+    r->delim = zmq_msg_size(&m) == 0;
+    if (r->delim) {
+        zmq_msg_close(&m);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, d->sock, 0) < 0)
+            return false;
+    }
+    char err[256];
+    wf_status_t st = wf_reply_decode(zmq_msg_data(&m), zmq_msg_size(&m), &r->rep,
+                                     err, sizeof err);
+    bool more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    r->n_frames = 0;
+    while (more) {
+        zmq_msg_t *f = r->n_frames < 4 ? &r->frames[r->n_frames] : &m;
+        zmq_msg_init(f);
+        zmq_msg_recv(f, d->sock, 0);
+        more = zmq_msg_more(f);
+        if (f == &m)
+            zmq_msg_close(f);
+        else
+            r->n_frames++;
+    }
+    if (st != WF_OK)
+        fprintf(stderr, "reply does not decode: %s\n", err);
+    return st == WF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* tensors and the fp64 reference */
+
+uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);     /* round to nearest even; no NaNs here */
+    return (uint16_t)(u >> 16);
+}
+
+float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint64_t rng_state;
+
+static double rnd(void)   /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
+}
+
+void tensor_make(tensor_t *t, wf_dtype_t dt, int64_t a, int64_t b,
+                        int64_t c, int64_t e)
+{
+    t->dt = dt;
+    t->shape[0] = a; t->shape[1] = b; t->shape[2] = c; t->shape[3] = e;
+    t->numel = (size_t)(a * b * c * e);
+    t->nbytes = t->numel * wf_dtype_size(dt);
+    t->bytes = malloc(t->nbytes);
+    t->val = malloc(t->numel * sizeof(double));
+    for (size_t i = 0; i < t->numel; i++) {
+        float f = (float)rnd();
+        if (dt == WF_DTYPE_BF16) {
+            uint16_t h = f32_to_bf16(f);
+            memcpy(t->bytes + 2 * i, &h, 2);
+            t->val[i] = bf16_to_f32(h);
+        } else {
+            memcpy(t->bytes + 4 * i, &f, 4);
+            t->val[i] = f;
+        }
+    }
+}
+
+void tensor_free(tensor_t *t)
+{
+    free(t->bytes);
+    free(t->val);
+}
+
+void attn_reference(const attn_case_t *c, attn_job_t *j)
+{
+    int64_t B = c->B, Sq = c->Sq, Skv = c->Skv, Hq = c->Hq, Hkv = c->Hkv, D = c->D;
+    double scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)D);
+    j->out = calloc((size_t)(B * Sq * Hq * D), sizeof(double));
+    j->lse = calloc((size_t)(B * Sq * Hq), sizeof(double));
+    double *s = malloc((size_t)Skv * sizeof(double));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++) {
+            int64_t hk = h / (Hq / Hkv);
+            for (int64_t i = 0; i < Sq; i++) {
+                const double *q = &j->q.val[((b * Sq + i) * Hq + h) * D];
+                int64_t n = c->causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv;
+                double m = -INFINITY;
+                for (int64_t t = 0; t < n; t++) {
+                    const double *k = &j->k.val[((b * Skv + t) * Hkv + hk) * D];
+                    double dot = 0;
+                    for (int64_t x = 0; x < D; x++)
+                        dot += q[x] * k[x];
+                    s[t] = dot * scale;
+                    if (s[t] > m)
+                        m = s[t];
+                }
+                double l = 0;
+                for (int64_t t = 0; t < n; t++)
+                    l += (s[t] = exp(s[t] - m));
+                double *o = &j->out[((b * Sq + i) * Hq + h) * D];
+                for (int64_t t = 0; t < n; t++) {
+                    const double *v = &j->v.val[((b * Skv + t) * Hkv + hk) * D];
+                    for (int64_t x = 0; x < D; x++)
+                        o[x] += s[t] / l * v[x];
+                }
+                j->lse[(b * Sq + i) * Hq + h] = m + log(l);
+            }
+        }
+    free(s);
+}
+
+void attn_job_make(const attn_case_t *c, attn_job_t *j, uint64_t seed)
+{
+    rng_state = seed;
+    tensor_make(&j->q, c->dt, c->B, c->Sq, c->Hq, c->D);
+    tensor_make(&j->k, c->dt, c->B, c->Skv, c->Hkv, c->D);
+    tensor_make(&j->v, c->dt, c->B, c->Skv, c->Hkv, c->D);
+    attn_reference(c, j);
+}
+
+void attn_job_free(attn_job_t *j)
+{
+    tensor_free(&j->q);
+    tensor_free(&j->k);
+    tensor_free(&j->v);
+    free(j->out);
+    free(j->lse);
+}
+
+bool attn_send(daemon_t *d, const attn_case_t *c, const attn_job_t *j,
+                      uint64_t id)
+{
+    wf_request_t *req = calloc(1, sizeof *req);
+    req->version = WF_PROTOCOL_VERSION;
+    req->id = id;
+    req->op = WF_OP_ATTENTION;
+    req->n_tensors = 3;
+    const tensor_t *t[3] = { &j->q, &j->k, &j->v };
+    const char *names[3] = { "q", "k", "v" };
+    const void *data[3];
+    size_t len[3];
+    for (int i = 0; i < 3; i++) {
+        wf_tensor_desc_t *td = &req->tensors[i];
+        snprintf(td->name, sizeof td->name, "%s", names[i]);
+        td->dtype = t[i]->dt;
+        td->rank = 4;
+        memcpy(td->shape, t[i]->shape, sizeof t[i]->shape);
+        td->frame = (uint32_t)i;
+        wf_tensor_desc_finish(td);
+        data[i] = t[i]->bytes;
+        len[i] = t[i]->nbytes;
+    }
+    wf_attention_args_t *a = &req->args.attention;
+    a->q = 0; a->k = 1; a->v = 2;
+    a->has_scale = c->scale > 0;
+    a->scale = c->scale;
+    a->causal = c->causal;
+    a->return_lse = c->lse;
+    a->has_out_dtype = c->has_out_dtype;
+    a->out_dtype = c->out_dtype;
+    a->devices = c->devices;
+    wf_buf_t b = { 0 };
+    bool ok = wf_request_encode(req, &b) == WF_OK &&
+              send_frames(d->sock, c->delim, &b, 3, data, len);
+    wf_buf_free(&b);
+    free(req);
+    return ok;
+}
+
+/* Check a successful attention reply against the reference.
+ * Tolerances (absolute; outputs lie in [-1, 1], lse is O(log Skv)):
+ *   out f32: 1e-4 (fp32 accumulation vs fp64);
+ *   out bf16: 1e-2 (one bf16 rounding, 2^-8 relative, plus the above);
+ *   lse f32: 1e-3. */
+void attn_check(const attn_case_t *c, const attn_job_t *j,
+                       const reply_t *r)
+{
+    wf_dtype_t odt = c->has_out_dtype ? c->out_dtype : c->dt;
+    CHECK(r->rep.status == WF_OK);
+    if (r->rep.status != WF_OK) {
+        fprintf(stderr, "%s: %s: %s\n", c->name, wf_status_name(r->rep.status),
+                r->rep.error);
+        return;
+    }
+    CHECK(r->delim == c->delim);
+    CHECK(r->rep.result.attention.devices == c->want_devices);
+    CHECK(r->rep.n_tensors == (c->lse ? 2u : 1u));
+    CHECK(r->n_frames == r->rep.n_tensors);
+    if (r->n_frames != (c->lse ? 2u : 1u) || r->rep.n_tensors != r->n_frames)
+        return;
+    const wf_tensor_desc_t *od = &r->rep.tensors[0];
+    CHECK(strcmp(od->name, "out") == 0 && od->dtype == odt && od->rank == 4);
+    CHECK(od->shape[0] == c->B && od->shape[1] == c->Sq &&
+          od->shape[2] == c->Hq && od->shape[3] == c->D);
+    size_t n = (size_t)(c->B * c->Sq * c->Hq * c->D);
+    const zmq_msg_t *of = &r->frames[od->frame];
+    CHECK(zmq_msg_size((zmq_msg_t *)of) == n * wf_dtype_size(odt));
+    if (zmq_msg_size((zmq_msg_t *)of) != n * wf_dtype_size(odt))
+        return;
+    const unsigned char *ob = zmq_msg_data((zmq_msg_t *)of);
+    double tol = odt == WF_DTYPE_BF16 ? 1e-2 : 1e-4, worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double got;
+        if (odt == WF_DTYPE_BF16) {
+            uint16_t h;
+            memcpy(&h, ob + 2 * i, 2);
+            got = bf16_to_f32(h);
+        } else {
+            float f;
+            memcpy(&f, ob + 4 * i, 4);   /* frames are not aligned: copy */
+            got = f;
+        }
+        double e = fabs(got - j->out[i]);
+        if (!(e <= worst))
+            worst = e;
+    }
+    CHECK(worst <= tol);
+    double worst_lse = 0;
+    if (c->lse) {
+        const wf_tensor_desc_t *ld = &r->rep.tensors[1];
+        size_t nl = (size_t)(c->B * c->Sq * c->Hq);
+        CHECK(strcmp(ld->name, "lse") == 0 && ld->dtype == WF_DTYPE_F32 &&
+              ld->rank == 3);
+        const zmq_msg_t *lf = &r->frames[ld->frame];
+        CHECK(zmq_msg_size((zmq_msg_t *)lf) == nl * 4);
+        if (zmq_msg_size((zmq_msg_t *)lf) == nl * 4) {
+            const unsigned char *lb = zmq_msg_data((zmq_msg_t *)lf);
+            for (size_t i = 0; i < nl; i++) {
+                float f;
+                memcpy(&f, lb + 4 * i, 4);
+                double e = fabs(f - j->lse[i]);
+                if (!(e <= worst_lse))
+                    worst_lse = e;
+            }
+            CHECK(worst_lse <= 1e-3);
+        }
+    }
+    char lse_txt[32] = "-";
+    if (c->lse)
+        snprintf(lse_txt, sizeof lse_txt, "%.2e", worst_lse);
+    printf("  %-34s devices %u  max|err| out %.2e (tol %.0e)  lse %s  "
+           "compute %llu us\n", c->name, r->rep.result.attention.devices, worst,
+           tol, lse_txt, (unsigned long long)r->rep.result.attention.compute_us);
+}
+
+bool get_status(daemon_t *d, reply_t *r, uint64_t id)
+{
+    if (!send_simple(d, WF_OP_STATUS, id) || !recv_reply(d, TIMEOUT_MS, r))
+        return false;
+    reply_clear(r);
+    return r->rep.status == WF_OK && r->rep.id == id;
+}
+
+void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fputs(text, f);
+    fclose(f);
+}

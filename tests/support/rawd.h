@@ -1,0 +1,107 @@
+/* rawd.h — test support for end-to-end tests that drive a real weftd
+ * over raw ZeroMQ with the real codec (proto): start a daemon with its own
+ * NOTIFY_SOCKET and a pidfd, wait for sd_notify lines, send requests,
+ * receive replies, build attention jobs with an fp64 reference and check
+ * their replies. Every wait is an event wait with a deadline. Tests only.
+ * Shared by test_daemon.c and test_reconfig_basic.c. */
+#ifndef WF_TEST_RAWD_H
+#define WF_TEST_RAWD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <zmq.h>
+
+#include "proto.h"
+
+/* Failed CHECKs of the running test program. */
+extern int failures;
+
+#define TIMEOUT_MS 60000   /* generous: the suite may run under sanitizers */
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+typedef struct daemon {
+    pid_t pid;
+    int pidfd;                 /* readable when the process exits */
+    int nfd;                   /* our end of NOTIFY_SOCKET */
+    char notify_path[108];
+    char endpoint[128];
+    char sock_path[108];       /* file of the ipc endpoint */
+    void *zctx, *sock;         /* a DEALER connected to it */
+    int exit_status;           /* from waitpid once it exited */
+    bool reaped;
+} daemon_t;
+
+typedef struct reply {
+    wf_reply_t rep;
+    bool delim;                /* an empty frame came before the header */
+    size_t n_frames;           /* tensor frames */
+    zmq_msg_t frames[4];
+} reply_t;
+
+typedef struct tensor {
+    wf_dtype_t dt;
+    int64_t shape[4];
+    size_t numel, nbytes;
+    unsigned char *bytes;      /* wire bytes */
+    double *val;               /* the same values, as the daemon reads them */
+} tensor_t;
+
+typedef struct attn_case {
+    const char *name;
+    wf_dtype_t dt;             /* q, k, v */
+    int64_t B, Sq, Skv, Hq, Hkv, D;
+    bool causal, lse;
+    bool has_out_dtype;
+    wf_dtype_t out_dtype;
+    float scale;               /* 0: default 1/sqrt(D) */
+    uint32_t devices;          /* request arg */
+    uint32_t want_devices;     /* devices the reply must report */
+    bool delim;                /* send a REQ-style empty delimiter */
+} attn_case_t;
+
+typedef struct attn_job {
+    tensor_t q, k, v;
+    double *out, *lse;         /* fp64 reference */
+} attn_job_t;
+
+
+int64_t now_ms(void);
+int left_ms(int64_t deadline);
+bool daemon_start_env(daemon_t *d, const char *weftd,
+                             const char *const *args, const char *const *env);
+bool daemon_start(daemon_t *d, const char *weftd, const char *const *args);
+bool daemon_wait_exit(daemon_t *d, int timeout_ms);
+void daemon_close(daemon_t *d);
+bool notify_wait(daemon_t *d, const char *want, int timeout_ms);
+bool send_frames(void *sock, bool delim, const wf_buf_t *hdr,
+                        size_t n, const void *const *data, const size_t *len);
+bool send_simple(daemon_t *d, uint32_t op, uint64_t id);
+void reply_clear(reply_t *r);
+bool recv_reply(daemon_t *d, int timeout_ms, reply_t *r);
+uint16_t f32_to_bf16(float f);
+float bf16_to_f32(uint16_t h);
+void tensor_make(tensor_t *t, wf_dtype_t dt, int64_t a, int64_t b,
+                        int64_t c, int64_t e);
+void tensor_free(tensor_t *t);
+void attn_reference(const attn_case_t *c, attn_job_t *j);
+void attn_job_make(const attn_case_t *c, attn_job_t *j, uint64_t seed);
+void attn_job_free(attn_job_t *j);
+bool attn_send(daemon_t *d, const attn_case_t *c, const attn_job_t *j,
+                      uint64_t id);
+void attn_check(const attn_case_t *c, const attn_job_t *j,
+                       const reply_t *r);
+bool get_status(daemon_t *d, reply_t *r, uint64_t id);
+void write_file(const char *path, const char *text);
+
+#endif
