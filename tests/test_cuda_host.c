@@ -70,9 +70,13 @@ static void test_geometry(void)
                 CHECK((g.dpad * 2) % 16 == 0);
             }
     /* The exact figures the kernel relies on. */
-    CHECK(wf_cuda_attn_smem_bytes(128, 2) == 87040);
-    CHECK(wf_cuda_attn_smem_bytes(64, 2) == 46080);
-    CHECK(wf_cuda_attn_smem_bytes(128, 1) == 52224);
+    CHECK(wf_cuda_attn_smem_bytes(128, 2) == 104448);
+    CHECK(wf_cuda_attn_smem_bytes(64, 2) == 55296);
+    CHECK(wf_cuda_attn_smem_bytes(128, 1) == 69632);
+    CHECK(wf_cuda_attn_smem_bytes(64, 1) == 36864);
+    /* Two blocks of the largest geometry fit an H100 / H200 SM (228 KiB,
+     * 1 KiB reserved per block). */
+    CHECK(2 * (wf_cuda_attn_smem_bytes(128, 2) + 1024) <= 228 * 1024);
 
     wf_cuda_attn_geom_t g;
     /* Other head dims are refused. */
@@ -83,14 +87,18 @@ static void test_geometry(void)
     }
     /* Small shared memory: one stage, then refusal. */
     wf_cuda_limits_t small = H100;
-    small.smem_optin = 60000;
+    small.smem_optin = 80000;
     wf_attn_params_t p = mk(1, 128, 128, 4, 4, 128, WF_DTYPE_BF16);
     CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 1 &&
-          g.smem_bytes == 52224);
+          g.smem_bytes == 69632);
     small.smem_optin = 48 * 1024;
     CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_E_INVALID);
     p.D = 64;
-    CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 2);
+    CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 1 &&
+          g.smem_bytes == 36864);
+    small.smem_optin = 56 * 1024;
+    CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 2 &&
+          g.smem_bytes == 55296);
     /* Grid limits: heads and batch beyond gridDim.y / z. */
     p = mk(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16);
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);

@@ -2,11 +2,14 @@
  * layout), the kernel and its launcher. Shapes and the masking / GQA
  * contract are backend.h's; the geometry is cuda_plan.h's.
  *
- * One block: BR = 64 query rows of one (b, query head h), 4 warps of 16
- * rows. Per key tile (BC = 64 keys) each warp computes
- *   S (16, 64)  = Q_w (16, D) K_tile^T        mma.sync m16n8k16, fp32 acc
- *   online softmax in base 2 on S (rows live in quads of 4 lanes)
- *   O (16, D)  += P (16, 64) V_tile (64, D)    P reused from S's registers
+ * One block: BR = 128 query rows of one (b, query head h), 4 warps of 32
+ * rows (two m16 tiles: each K / V fragment loaded from shared memory feeds
+ * both). Per key tile (BC = 64 keys) each warp computes
+ *   S (32, 64)  = Q_w (32, D) K_tile^T        mma.sync m16n8k16, fp32 acc
+ *   online softmax in base 2 on S (rows live in quads of 4 lanes; O is
+ *   rescaled only when a row maximum moved)
+ *   O (32, D)  += P (32, 64) V_tile (64, D)    P reused from S's registers
+ * Causal: a warp skips the tiles whose keys all follow its rows.
  * Fragments come from shared memory with ldmatrix (.trans for V, so V
  * stays row-major as it arrives). K/V tiles are double-buffered: tile j+1
  * is in flight (cp.async) while tile j is computed, when the input dtype
@@ -32,7 +35,9 @@ constexpr int BC = WF_CUDA_BC;
 constexpr int NWARPS = WF_CUDA_WARPS;
 constexpr int PAD = WF_CUDA_PAD;
 constexpr int NTHREADS = 32 * NWARPS;
-static_assert(BR == 16 * NWARPS, "one warp per 16 query rows");
+constexpr int MT = WF_CUDA_MTILES;  /* m-tiles of 16 rows per warp */
+constexpr int WROWS = 16 * MT;      /* query rows per warp */
+static_assert(BR == WROWS * NWARPS, "one warp per WROWS query rows");
 static_assert(BC % 16 == 0, "key tile in k-steps of 16");
 
 /* Parameters as the kernel sees them (by value). Element offsets are
@@ -196,14 +201,17 @@ __device__ __forceinline__ void load_tile(T *sm, const char *g, int dt, long lon
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(NTHREADS)
+__global__ void __launch_bounds__(NTHREADS, 2)
 flash_fwd_kernel(attn_args a, int stages)
 {
     constexpr int DP = D + PAD;
-    constexpr int NT_S = BC / 8;  /* n-tiles of S per warp */
-    constexpr int NT_O = D / 8;   /* n-tiles of O per warp */
+    constexpr int NT_S = BC / 8;  /* n-tiles of S per m-tile */
+    constexpr int NT_O = D / 8;   /* n-tiles of O per m-tile */
     constexpr int KS_QK = D / 16; /* k-steps of Q K^T */
     constexpr int KS_PV = BC / 16;
+    /* D = 64: Q fragments stay in registers; D = 128: reloaded from shared
+     * memory per tile (the registers go to the 2 x 16 x 4 O accumulators). */
+    constexpr bool QREG = D <= 64;
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw);
@@ -211,14 +219,26 @@ flash_fwd_kernel(attn_args a, int stages)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    /* Heavy causal tiles (late rows) first. */
-    const int qt = gridDim.x - 1 - blockIdx.x;
+    /* Non-causal: query tiles of one head side by side (they share K / V
+     * in L2). Causal: the heavy tiles (late rows) of every head first, the
+     * light ones fill the last wave: the (tile, head) pair is remapped
+     * from the linear block index, heads fastest. */
+    int qt, hl;
+    if (a.causal) {
+        const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+        qt = gridDim.x - 1 - lin / gridDim.y;
+        hl = lin % gridDim.y;
+    } else {
+        qt = blockIdx.x;
+        hl = blockIdx.y;
+    }
     const int q0 = qt * BR;
-    const int h = a.h_begin + blockIdx.y;
+    const int h = a.h_begin + hl;
     const int b = blockIdx.z;
     const int hk = a.gqa_group == 0 ? h / (a.Hq / a.Hkv)
                                     : (a.q_head_base + h) / a.gqa_group - a.kv_head_base;
     const int q_rows = min(BR, a.Sq - q0);
+    const int wrow0 = warp * WROWS; /* block-local first row of this warp */
 
     /* Keys any row of the block can see: [0, k_end). */
     int k_end = a.Skv;
@@ -247,139 +267,216 @@ flash_fwd_kernel(attn_args a, int stages)
         issue_kv(0, 0);
     cp_async_commit();
 
-    float o[NT_O][4];
-    for (int n = 0; n < NT_O; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float m_r[2] = {-INFINITY, -INFINITY}; /* rows g, g + 8: running max (base 2) */
-    float l_r[2] = {0.f, 0.f};             /* this lane's part of the row sums */
-    uint32_t qf[KS_QK][4];
+    float o[MT][NT_O][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT_O; n++)
+            o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+    /* Rows wrow0 + 16 mt + g + 8 r: running max (base 2), this lane's
+     * part of the row sums. */
+    float m_r[MT][2], l_r[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m_r[mt][0] = m_r[mt][1] = -INFINITY;
+        l_r[mt][0] = l_r[mt][1] = 0.f;
+    }
+    uint32_t qf[QREG ? KS_QK : 1][MT][4];
 
-    const long long row_g0 = a.q_offset + q0 + warp * 16 + g; /* global pos of row g */
+    const long long wq_first = a.q_offset + q0 + wrow0; /* global pos of the warp's row 0 */
+    /* Causal: key kj is masked for warp row i when kj > rel + i (int: rel
+     * clamped to [-WROWS - 1, Skv], the masks are the same). Non-causal:
+     * rel = Skv masks nothing. */
+    const int rel = a.causal ? (int)max((long long)(-WROWS - 1),
+                                        min((long long)a.Skv, wq_first - a.kv_offset))
+                             : a.Skv;
+    const int mi = lane >> 3;
+    /* ldmatrix lane offsets (elements) */
+    const int q_off = (wrow0 + (lane & 15)) * DP + (lane >> 4) * 8;
+    const int k_off = ((mi >> 1) * 8 + (lane & 7)) * DP + (mi & 1) * 8;
+    const int v_off = ((mi & 1) * 8 + (lane & 7)) * DP + (mi >> 1) * 8;
 
     for (int j = 0; j < ntiles; j++) {
         const int stage = stages == 2 ? (j & 1) : 0;
+        /* Tile j (and Q) landed for every thread; with two stages, every
+         * warp is past tile j - 1, so its stage takes tile j + 1 now (one
+         * barrier per tile). */
+        cp_async_wait<0>();
+        __syncthreads();
         if (stages == 2 && j + 1 < ntiles) {
             issue_kv(j + 1, (j + 1) & 1);
             cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads();
-        if (j == 0) {
-            for (int kk = 0; kk < KS_QK; kk++)
-                ldsm_x4(qf[kk], sQ + (warp * 16 + (lane & 15)) * DP + kk * 16 + (lane >> 4) * 8);
+        if (QREG && j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < (QREG ? KS_QK : 1); kk++)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    ldsm_x4(qf[kk][mt], sQ + q_off + mt * 16 * DP + kk * 16);
         }
         const T *sK = sKV + stage * 2 * BC * DP;
         const T *sV = sK + BC * DP;
         const int k0 = j * BC;
 
-        /* S = Q K^T */
-        float s[NT_S][4];
-        for (int n = 0; n < NT_S; n++)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        /* Causal: a warp whose rows all precede the tile's keys skips it
+         * (every score would be masked: nothing changes). */
+        if (k0 <= rel + WROWS - 1) {
+            /* S = Q K^T */
+            float s[MT][NT_S][4];
 #pragma unroll
-        for (int kk = 0; kk < KS_QK; kk++) {
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int np = 0; np < NT_S / 2; np++) {
-                uint32_t r[4];
-                const int mi = lane >> 3;
-                ldsm_x4(r, sK + (np * 16 + (mi >> 1) * 8 + (lane & 7)) * DP + kk * 16 + (mi & 1) * 8);
-                mma16816<T>(s[2 * np], qf[kk], r[0], r[1]);
-                mma16816<T>(s[2 * np + 1], qf[kk], r[2], r[3]);
-            }
-        }
-
-        /* Scale, mask, online softmax. */
-        const bool need_mask = k0 + BC > a.Skv ||
-                               (a.causal && a.kv_offset + k0 + BC - 1 > a.q_offset + q0);
-        float mx[2] = {-INFINITY, -INFINITY};
+                for (int n = 0; n < NT_S; n++)
+                    s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+            /* Unrolled by 4 (all of D = 64, half of D = 128): the full
+             * unroll of D = 128 spills. */
+#pragma unroll 4
+            for (int kk = 0; kk < KS_QK; kk++) {
+                uint32_t qa[MT][4];
 #pragma unroll
-        for (int n = 0; n < NT_S; n++) {
+                for (int mt = 0; mt < MT; mt++) {
+                    if (QREG) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[n][e] * a.alpha;
-                if (need_mask) {
-                    int kj = k0 + n * 8 + 2 * t + (e & 1);
-                    long long qpos = row_g0 + (e >> 1) * 8;
-                    if (kj >= a.Skv || (a.causal && a.kv_offset + kj > qpos))
-                        x = -INFINITY;
+                        for (int i = 0; i < 4; i++)
+                            qa[mt][i] = qf[QREG ? kk : 0][mt][i];
+                    } else {
+                        ldsm_x4(qa[mt], sQ + q_off + mt * 16 * DP + kk * 16);
+                    }
                 }
-                s[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+#pragma unroll
+                for (int np = 0; np < NT_S / 2; np++) {
+                    uint32_t r[4];
+                    ldsm_x4(r, sK + k_off + np * 16 * DP + kk * 16);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816<T>(s[mt][2 * np], qa[mt], r[0], r[1]);
+                        mma16816<T>(s[mt][2 * np + 1], qa[mt], r[2], r[3]);
+                    }
+                }
             }
-        }
-        float corr[2], m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float m_new = fmaxf(m_r[r], mx[r]);
-            m_use[r] = m_new == -INFINITY ? 0.f : m_new; /* no NaN from -inf - -inf */
-            corr[r] = exp2f(m_r[r] - m_use[r]);
-            m_r[r] = m_new;
-            l_r[r] *= corr[r];
-        }
-#pragma unroll
-        for (int n = 0; n < NT_S; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = exp2f(s[n][e] - m_use[e >> 1]);
-                s[n][e] = p;
-                l_r[e >> 1] += p;
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < NT_O; n++) {
-            o[n][0] *= corr[0];
-            o[n][1] *= corr[0];
-            o[n][2] *= corr[1];
-            o[n][3] *= corr[1];
-        }
 
-        /* O += P V */
+            /* Scale, mask, online softmax. */
+            const bool need_mask = k0 + BC > a.Skv || k0 + BC - 1 > rel;
+            /* The scale is folded into the exponent's FFMA; maxima are
+             * taken on raw scores (alpha > 0). A scale <= 0 (rare) scales
+             * the scores first and runs with alpha 1. */
+            float al = a.alpha;
+            if (!(al > 0.f)) {
 #pragma unroll
-        for (int kk = 0; kk < KS_PV; kk++) {
-            uint32_t pa[4];
-            pa[0] = cvt<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = cvt<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = cvt<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = cvt<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int dp = 0; dp < NT_O / 2; dp++) {
-                uint32_t r[4];
-                const int mi = lane >> 3;
-                ldsm_x4_trans(r, sV + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * DP + dp * 16 + (mi >> 1) * 8);
-                mma16816<T>(o[2 * dp], pa, r[0], r[1]);
-                mma16816<T>(o[2 * dp + 1], pa, r[2], r[3]);
+                    for (int n = 0; n < NT_S; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            s[mt][n][e] *= al;
+                al = 1.f;
+            }
+            float corr[MT][2], m_use[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int n = 0; n < NT_S; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[mt][n][e];
+                        if (need_mask) {
+                            int kj = k0 + n * 8 + 2 * t + (e & 1);
+                            if (kj >= a.Skv || kj > rel + mt * 16 + g + (e >> 1) * 8)
+                                x = -INFINITY;
+                        }
+                        s[mt][n][e] = x;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    float m_new = fmaxf(m_r[mt][r], mx[r] * al);
+                    m_use[mt][r] = m_new == -INFINITY ? 0.f : m_new; /* no NaN from -inf - -inf */
+                    corr[mt][r] = exp2f(m_r[mt][r] - m_use[mt][r]);
+                    m_r[mt][r] = m_new;
+                    l_r[mt][r] *= corr[mt][r];
+                }
+            }
+            /* Rescale O only when some row's max moved (warp-uniform). */
+            const bool moved = corr[0][0] != 1.f || corr[0][1] != 1.f ||
+                               corr[MT - 1][0] != 1.f || corr[MT - 1][1] != 1.f;
+            if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int n = 0; n < NT_O; n++) {
+                        o[mt][n][0] *= corr[mt][0];
+                        o[mt][n][1] *= corr[mt][0];
+                        o[mt][n][2] *= corr[mt][1];
+                        o[mt][n][3] *= corr[mt][1];
+                    }
+            }
+
+            /* P (packed to T) and O += P V */
+            uint32_t pa[MT][KS_PV][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                for (int n = 0; n < NT_S; n++) {
+                    float p0 = exp2f(fmaf(s[mt][n][0], al, -m_use[mt][0]));
+                    float p1 = exp2f(fmaf(s[mt][n][1], al, -m_use[mt][0]));
+                    float p2 = exp2f(fmaf(s[mt][n][2], al, -m_use[mt][1]));
+                    float p3 = exp2f(fmaf(s[mt][n][3], al, -m_use[mt][1]));
+                    l_r[mt][0] += p0 + p1;
+                    l_r[mt][1] += p2 + p3;
+                    pa[mt][n >> 1][(n & 1) * 2 + 0] = cvt<T>::pack(p0, p1);
+                    pa[mt][n >> 1][(n & 1) * 2 + 1] = cvt<T>::pack(p2, p3);
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < KS_PV; kk++) {
+#pragma unroll
+                for (int dp = 0; dp < NT_O / 2; dp++) {
+                    uint32_t r[4];
+                    ldsm_x4_trans(r, sV + v_off + kk * 16 * DP + dp * 16);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816<T>(o[mt][2 * dp], pa[mt][kk], r[0], r[1]);
+                        mma16816<T>(o[mt][2 * dp + 1], pa[mt][kk], r[2], r[3]);
+                    }
+                }
             }
         }
-        __syncthreads(); /* the stage is overwritten by the next issue */
-        if (stages == 1 && j + 1 < ntiles) {
-            issue_kv(j + 1, 0);
-            cp_async_commit();
+        if (stages == 1) {
+            __syncthreads(); /* the single stage is overwritten next */
+            if (j + 1 < ntiles) {
+                issue_kv(j + 1, 0);
+                cp_async_commit();
+            }
         }
     }
     cp_async_wait<0>();
 
     /* Epilogue: normalise, write out and lse. */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_r[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = warp * 16 + g + r * 8;
-        const bool live = row < q_rows;
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        if (live) {
-            const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-            for (int n = 0; n < NT_O; n++)
-                store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[n][2 * r] * inv,
-                       o[n][2 * r + 1] * inv);
-            if (a.lse && t == 0) {
-                float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f : -INFINITY;
-                a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] = lse;
+        for (int r = 0; r < 2; r++) {
+            float l = l_r[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int row = wrow0 + mt * 16 + g + r * 8;
+            const bool live = row < q_rows;
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            if (live) {
+                const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
+#pragma unroll
+                for (int n = 0; n < NT_O; n++)
+                    store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[mt][n][2 * r] * inv,
+                           o[mt][n][2 * r + 1] * inv);
+                if (a.lse && t == 0) {
+                    float lse = l > 0.f ? (m_r[mt][r] + log2f(l)) * 0.69314718055994531f
+                                        : -INFINITY;
+                    a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] = lse;
+                }
             }
         }
     }

@@ -5,7 +5,8 @@
  *
  * Attention kernel (attention.cu), FA2 style: one thread block computes
  * WF_CUDA_BR query rows of one (batch, query head); WF_CUDA_WARPS warps,
- * 16 rows each, own their rows end to end (S = Q K^T and O += P V with
+ * 16 * WF_CUDA_MTILES rows each (every K/V fragment read from shared
+ * memory feeds MTILES mma), own their rows end to end (S = Q K^T and O += P V with
  * mma.sync m16n8k16, fp32 accumulators in registers, online softmax in
  * base 2). K/V tiles of WF_CUDA_BC keys go through shared memory,
  * double-buffered with cp.async when their dtype is the compute dtype.
@@ -26,9 +27,10 @@ extern "C" {
 #endif
 
 enum {
-    WF_CUDA_BR = 64,    /* query rows per block */
+    WF_CUDA_BR = 128,   /* query rows per block */
     WF_CUDA_BC = 64,    /* keys per K/V tile */
-    WF_CUDA_WARPS = 4,  /* warps per block (16 query rows each) */
+    WF_CUDA_WARPS = 4,  /* warps per block (32 query rows each) */
+    WF_CUDA_MTILES = 2, /* m16 tiles per warp: BR = 16 * MTILES * WARPS */
     WF_CUDA_PAD = 8,    /* elements of padding per shared-memory row */
     WF_CUDA_ALIGN = 256 /* arena and staging alignment, bytes */
 };
