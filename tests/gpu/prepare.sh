@@ -13,10 +13,10 @@ debs=$here/debs
 root=$debs/root
 pkgs=(
   # build: headers, .so links, .pc files
-  libzmq3-dev libmsgpack-dev libsystemd-dev libopenblas-dev libopenblas-pthread-dev
+  libzmq3-dev libmsgpack-dev libsystemd-dev libopenblas-dev libopenblas-pthread-dev libjansson-dev
   pkgconf pkgconf-bin libpkgconf3
   # runtime of the above
-  libzmq5 libmsgpackc2 libsystemd0 libopenblas0 libopenblas0-pthread libgfortran5
+  libzmq5 libmsgpackc2 libsystemd0 libopenblas0 libopenblas0-pthread libgfortran5 libjansson4
   libquadmath0 libsodium23 libpgm-5.3-0 libnorm1 libbsd0 libmd0 libgssapi-krb5-2
   libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2 libcap2 libgcrypt20
   libgpg-error0 liblzma5 libzstd1 liblz4-1
@@ -42,7 +42,7 @@ ln -sf ../openblas-pthread/pkgconfig/openblas.pc "$lib/pkgconfig/openblas.pc"
 # Check: every .pc weft asks for resolves in the prefix alone.
 export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$root/usr/share/pkgconfig
 export PKG_CONFIG_SYSROOT_DIR=$root
-for m in libzmq msgpack libsystemd openblas; do
+for m in libzmq msgpack libsystemd openblas jansson; do
   "$root/usr/bin/pkgconf" --exists "$m" || { echo "prepare.sh: $m does not resolve" >&2; exit 1; }
 done
 echo "prepare.sh: prefix $root"

@@ -1,0 +1,486 @@
+/* flux_config.c — FluxTransformer2DModel config.json and its tensor list
+ * (see flux_config.h).
+ *
+ * The fields are one table (name, kind, default); the tensor list follows
+ * diffusers' module tree:
+ *   time_text_embed.{timestep_embedder, guidance_embedder?, text_embedder}
+ *   context_embedder, x_embedder,
+ *   transformer_blocks.N.{norm1, norm1_context, attn, ff, ff_context},
+ *   single_transformer_blocks.N.{norm, proj_mlp, proj_out, attn},
+ *   norm_out, proj_out.
+ */
+#include "flux_config.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err == NULL || err_len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- config.json -------------------------------------------------------- */
+
+typedef enum field_kind {
+    FIELD_POSITIVE,   /* integer in [1, WF_FLUX_MAX_DIM] */
+    FIELD_LAYERS,     /* integer in [0, WF_FLUX_MAX_LAYERS] */
+    FIELD_OPTIONAL,   /* null / absent -> 0 (filled later), else FIELD_POSITIVE */
+    FIELD_BOOL,       /* true / false */
+    FIELD_AXES        /* array of 1..WF_FLUX_MAX_AXES even positive integers */
+} field_kind_t;
+
+typedef struct field_def {
+    const char *name;        /* key in config.json */
+    field_kind_t kind;       /* how it is read */
+    size_t offset;           /* of its uint32_t / bool in wf_flux_config_t */
+    uint32_t def;            /* diffusers' default (FIELD_AXES: see below) */
+} field_def_t;
+
+#define OFF(f) offsetof(wf_flux_config_t, f)
+
+static const field_def_t fields[] = {
+    { "patch_size", FIELD_POSITIVE, OFF(patch_size), 1 },
+    { "in_channels", FIELD_POSITIVE, OFF(in_channels), 64 },
+    { "out_channels", FIELD_OPTIONAL, OFF(out_channels), 0 },
+    { "num_layers", FIELD_LAYERS, OFF(num_layers), 19 },
+    { "num_single_layers", FIELD_LAYERS, OFF(num_single_layers), 38 },
+    { "attention_head_dim", FIELD_POSITIVE, OFF(attention_head_dim), 128 },
+    { "num_attention_heads", FIELD_POSITIVE, OFF(num_attention_heads), 24 },
+    { "joint_attention_dim", FIELD_POSITIVE, OFF(joint_attention_dim), 4096 },
+    { "pooled_projection_dim", FIELD_POSITIVE, OFF(pooled_projection_dim), 768 },
+    { "guidance_embeds", FIELD_BOOL, OFF(guidance_embeds), 0 },
+    { "axes_dims_rope", FIELD_AXES, OFF(axes_dims_rope), 0 },
+};
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+static const uint32_t default_axes[3] = { 16, 56, 56 };
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v,
+                              wf_flux_config_t *c, char *err, size_t err_len)
+{
+    uint32_t *u = (uint32_t *)((char *)c + f->offset);
+    switch (f->kind) {
+    case FIELD_BOOL:
+        if (!json_is_boolean(v)) {
+            set_err(err, err_len, "%s: field '%s' is %s, expected true or false",
+                    label, f->name, json_type_name(v));
+            return WF_E_BAD_FIELD;
+        }
+        *(bool *)((char *)c + f->offset) = json_is_true(v);
+        return WF_OK;
+    case FIELD_OPTIONAL:
+        if (json_is_null(v)) {
+            *u = 0;
+            return WF_OK;
+        }
+        /* fall through */
+    case FIELD_POSITIVE:
+    case FIELD_LAYERS: {
+        if (!json_is_integer(v)) {
+            set_err(err, err_len, "%s: field '%s' is %s, expected an integer%s",
+                    label, f->name, json_type_name(v),
+                    f->kind == FIELD_OPTIONAL ? " or null" : "");
+            return WF_E_BAD_FIELD;
+        }
+        json_int_t x = json_integer_value(v);
+        json_int_t lo = f->kind == FIELD_LAYERS ? 0 : 1;
+        json_int_t hi = f->kind == FIELD_LAYERS ? WF_FLUX_MAX_LAYERS : WF_FLUX_MAX_DIM;
+        if (x < lo || x > hi) {
+            set_err(err, err_len, "%s: field '%s' is %lld, %s", label, f->name,
+                    (long long)x,
+                    x < lo ? (lo == 1 ? "must be positive" : "must not be negative")
+                           : (f->kind == FIELD_LAYERS ? "more than the 4096 blocks allowed"
+                                                      : "more than the 1048576 allowed"));
+            return WF_E_BAD_FIELD;
+        }
+        *u = (uint32_t)x;
+        return WF_OK;
+    }
+    case FIELD_AXES: {
+        if (!json_is_array(v)) {
+            set_err(err, err_len, "%s: field '%s' is %s, expected an array of integers",
+                    label, f->name, json_type_name(v));
+            return WF_E_BAD_FIELD;
+        }
+        size_t n = json_array_size(v);
+        if (n < 1 || n > WF_FLUX_MAX_AXES) {
+            set_err(err, err_len, "%s: field '%s' has %zu axes, expected 1 to %d",
+                    label, f->name, n, WF_FLUX_MAX_AXES);
+            return WF_E_BAD_FIELD;
+        }
+        for (size_t i = 0; i < n; i++) {
+            json_t *e = json_array_get(v, i);
+            json_int_t x = json_is_integer(e) ? json_integer_value(e) : -1;
+            if (x < 2 || x > WF_FLUX_MAX_DIM || x % 2 != 0) {
+                set_err(err, err_len,
+                        "%s: field '%s' entry %zu is not an even positive integer"
+                        " (RoPE rotates pairs of channels)",
+                        label, f->name, i);
+                return WF_E_BAD_FIELD;
+            }
+            c->axes_dims_rope[i] = (uint32_t)x;
+        }
+        c->n_axes = (uint32_t)n;
+        return WF_OK;
+    }
+    }
+    return WF_E_INTERNAL;
+}
+
+wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
+                                 const char *label, wf_flux_config_t *ret,
+                                 char *err, size_t err_len)
+{
+    if (label == NULL)
+        label = "config.json";
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        set_err(err, err_len, "%s: JSON invalid at line %d column %d: %s", label,
+                jerr.line, jerr.column, jerr.text);
+        return WF_E_BAD_FIELD;
+    }
+    wf_status_t s = WF_E_BAD_FIELD;
+    wf_flux_config_t c;
+    memset(&c, 0, sizeof c);
+    bool axes_defaulted = false;
+    if (!json_is_object(root)) {
+        set_err(err, err_len, "%s: not a JSON object", label);
+        goto out;
+    }
+
+    json_t *cls = json_object_get(root, "_class_name");
+    if (cls == NULL || !json_is_string(cls)) {
+        set_err(err, err_len, "%s: '_class_name' is %s, expected \"%s\"", label,
+                cls == NULL ? "missing" : "not a string", WF_FLUX_CLASS_NAME);
+        goto out;
+    }
+    if (strcmp(json_string_value(cls), WF_FLUX_CLASS_NAME) != 0) {
+        set_err(err, err_len, "%s: model class \"%.64s\" is not supported (weft serves \"%s\")",
+                label, json_string_value(cls), WF_FLUX_CLASS_NAME);
+        goto out;
+    }
+
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (key[0] == '_')
+            continue; /* _class_name, _diffusers_version, _name_or_path, ... */
+        size_t i;
+        for (i = 0; i < N_FIELDS; i++)
+            if (strcmp(key, fields[i].name) == 0)
+                break;
+        if (i == N_FIELDS) {
+            set_err(err, err_len,
+                    "%s: unknown field '%.64s' (not a field of diffusers' %s that weft knows)",
+                    label, key, WF_FLUX_CLASS_NAME);
+            goto out;
+        }
+    }
+
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const field_def_t *f = &fields[i];
+        json_t *v = json_object_get(root, f->name);
+        if (v == NULL) {
+            if (f->kind == FIELD_OPTIONAL)
+                continue; /* out_channels: FLUX.1's own configs omit it */
+            if (f->kind == FIELD_AXES) {
+                /* FLUX.1's configs predate this field too: diffusers'
+                 * default is FLUX.1's RoPE, and the sum check below still
+                 * guards any other head size */
+                memcpy(c.axes_dims_rope, default_axes, sizeof default_axes);
+                c.n_axes = 3;
+                axes_defaulted = true;
+                continue;
+            }
+            if ((flags & WF_FLUX_CONFIG_DIFFUSERS_DEFAULTS) == 0) {
+                if (f->kind == FIELD_BOOL)
+                    set_err(err, err_len, "%s: missing field '%s' (diffusers would use false)",
+                            label, f->name);
+                else
+                    set_err(err, err_len, "%s: missing field '%s' (diffusers would use %" PRIu32 ")",
+                            label, f->name, f->def);
+                goto out;
+            }
+            if (f->kind == FIELD_BOOL) {
+                *(bool *)((char *)&c + f->offset) = f->def != 0;
+            } else {
+                *(uint32_t *)((char *)&c + f->offset) = f->def;
+            }
+            continue;
+        }
+        s = read_field(label, f, v, &c, err, err_len);
+        if (s != WF_OK)
+            goto out;
+        s = WF_E_BAD_FIELD;
+    }
+
+    if (c.out_channels == 0)
+        c.out_channels = c.in_channels;
+    if (c.num_layers + c.num_single_layers == 0) {
+        set_err(err, err_len, "%s: num_layers and num_single_layers are both 0", label);
+        goto out;
+    }
+    uint64_t inner = (uint64_t)c.num_attention_heads * c.attention_head_dim;
+    if (inner > WF_FLUX_MAX_DIM) {
+        set_err(err, err_len,
+                "%s: num_attention_heads %" PRIu32 " x attention_head_dim %" PRIu32
+                " = %" PRIu64 " is more than the 1048576 allowed",
+                label, c.num_attention_heads, c.attention_head_dim, inner);
+        goto out;
+    }
+    uint64_t sum = 0;
+    for (uint32_t a = 0; a < c.n_axes; a++)
+        sum += c.axes_dims_rope[a];
+    if (sum != c.attention_head_dim) {
+        char axes[128];
+        size_t o = 0;
+        for (uint32_t a = 0; a < c.n_axes && o < sizeof axes; a++)
+            o += (size_t)snprintf(axes + o, sizeof axes - o, "%s%" PRIu32, a ? ", " : "",
+                                  c.axes_dims_rope[a]);
+        set_err(err, err_len,
+                "%s: axes_dims_rope [%s]%s sum to %" PRIu64 ", not attention_head_dim %" PRIu32,
+                label, axes, axes_defaulted ? " (diffusers' default: the field is missing)" : "",
+                sum, c.attention_head_dim);
+        goto out;
+    }
+    if ((uint64_t)c.patch_size * c.patch_size * c.out_channels > WF_FLUX_MAX_DIM) {
+        set_err(err, err_len, "%s: patch_size^2 x out_channels is more than the 1048576 allowed",
+                label);
+        goto out;
+    }
+    c.inner_dim = (uint32_t)inner;
+    c.mlp_hidden_dim = WF_FLUX_MLP_RATIO * c.inner_dim;
+    *ret = c;
+    s = WF_OK;
+out:
+    json_decref(root);
+    return s;
+}
+
+wf_status_t wf_flux_config_load(int root_fd, const char *rel, wf_resolve_mode_t mode,
+                                unsigned flags, wf_flux_config_t *ret,
+                                char *err, size_t err_len)
+{
+    char *text = NULL;
+    size_t len = 0;
+    wf_status_t s = wf_model_read_file(root_fd, rel, mode, WF_FLUX_CONFIG_MAX_BYTES,
+                                       &text, &len, err, err_len);
+    if (s != WF_OK)
+        return s;
+    s = wf_flux_config_parse(text, len, flags, rel, ret, err, err_len);
+    free(text);
+    return s;
+}
+
+/* ---- tensor list -------------------------------------------------------- */
+
+typedef struct spec_list {
+    wf_flux_tensor_spec_t *v;   /* entries */
+    size_t n, cap;              /* used, allocated (cap is exact) */
+} spec_list_t;
+
+static void add(spec_list_t *l, const char *prefix, const char *name, int rank,
+                int64_t d0, int64_t d1)
+{
+    if (l->v != NULL && l->n < l->cap) {
+        wf_flux_tensor_spec_t *s = &l->v[l->n];
+        snprintf(s->name, sizeof s->name, "%s%s", prefix, name);
+        s->rank = rank;
+        s->shape[0] = d0;
+        s->shape[1] = rank == 2 ? d1 : 0;
+    }
+    l->n++;
+}
+
+/* nn.Linear(in, out): weight [out, in], bias [out]. */
+static void linear(spec_list_t *l, const char *prefix, const char *name, int64_t in,
+                   int64_t out)
+{
+    char w[64];
+    snprintf(w, sizeof w, "%s.weight", name);
+    add(l, prefix, w, 2, out, in);
+    snprintf(w, sizeof w, "%s.bias", name);
+    add(l, prefix, w, 1, out, 0);
+}
+
+/* Fill l (or only count when l->v is NULL), in state_dict order. */
+static void build(const wf_flux_config_t *c, spec_list_t *l)
+{
+    const int64_t d = c->inner_dim, hd = c->attention_head_dim, mlp = c->mlp_hidden_dim;
+    const int64_t t = WF_FLUX_TIMESTEP_CHANNELS;
+    linear(l, "time_text_embed.timestep_embedder.", "linear_1", t, d);
+    linear(l, "time_text_embed.timestep_embedder.", "linear_2", d, d);
+    if (c->guidance_embeds) {
+        linear(l, "time_text_embed.guidance_embedder.", "linear_1", t, d);
+        linear(l, "time_text_embed.guidance_embedder.", "linear_2", d, d);
+    }
+    linear(l, "time_text_embed.text_embedder.", "linear_1", c->pooled_projection_dim, d);
+    linear(l, "time_text_embed.text_embedder.", "linear_2", d, d);
+    linear(l, "", "context_embedder", c->joint_attention_dim, d);
+    linear(l, "", "x_embedder", c->in_channels, d);
+
+    char p[48];
+    for (uint32_t b = 0; b < c->num_layers; b++) {
+        snprintf(p, sizeof p, "transformer_blocks.%" PRIu32 ".", b);
+        linear(l, p, "norm1.linear", d, 6 * d);          /* AdaLayerNormZero */
+        linear(l, p, "norm1_context.linear", d, 6 * d);
+        add(l, p, "attn.norm_q.weight", 1, hd, 0);       /* RMSNorm over a head */
+        add(l, p, "attn.norm_k.weight", 1, hd, 0);
+        linear(l, p, "attn.to_q", d, d);
+        linear(l, p, "attn.to_k", d, d);
+        linear(l, p, "attn.to_v", d, d);
+        linear(l, p, "attn.to_out.0", d, d);
+        add(l, p, "attn.norm_added_q.weight", 1, hd, 0);
+        add(l, p, "attn.norm_added_k.weight", 1, hd, 0);
+        linear(l, p, "attn.add_q_proj", d, d);
+        linear(l, p, "attn.add_k_proj", d, d);
+        linear(l, p, "attn.add_v_proj", d, d);
+        linear(l, p, "attn.to_add_out", d, d);
+        linear(l, p, "ff.net.0.proj", d, mlp);           /* GELU(tanh) projection */
+        linear(l, p, "ff.net.2", mlp, d);
+        linear(l, p, "ff_context.net.0.proj", d, mlp);
+        linear(l, p, "ff_context.net.2", mlp, d);
+    }
+    for (uint32_t b = 0; b < c->num_single_layers; b++) {
+        snprintf(p, sizeof p, "single_transformer_blocks.%" PRIu32 ".", b);
+        linear(l, p, "norm.linear", d, 3 * d);           /* AdaLayerNormZeroSingle */
+        linear(l, p, "proj_mlp", d, mlp);
+        linear(l, p, "proj_out", d + mlp, d);            /* packed [attn, mlp] -> d */
+        add(l, p, "attn.norm_q.weight", 1, hd, 0);
+        add(l, p, "attn.norm_k.weight", 1, hd, 0);
+        linear(l, p, "attn.to_q", d, d);
+        linear(l, p, "attn.to_k", d, d);
+        linear(l, p, "attn.to_v", d, d);
+    }
+    linear(l, "", "norm_out.linear", d, 2 * d);          /* AdaLayerNormContinuous */
+    linear(l, "", "proj_out", d,
+           (int64_t)c->patch_size * c->patch_size * c->out_channels);
+}
+
+size_t wf_flux_tensor_count(const wf_flux_config_t *cfg)
+{
+    spec_list_t l = { NULL, 0, 0 };
+    build(cfg, &l);
+    return l.n;
+}
+
+wf_status_t wf_flux_expected_tensors(const wf_flux_config_t *cfg,
+                                     wf_flux_tensor_spec_t **ret_specs,
+                                     size_t *ret_n, char *err, size_t err_len)
+{
+    spec_list_t l = { NULL, 0, 0 };
+    l.cap = wf_flux_tensor_count(cfg);
+    l.v = calloc(l.cap, sizeof *l.v);
+    if (l.v == NULL) {
+        set_err(err, err_len, "out of memory for %zu tensor specs", l.cap);
+        return WF_E_NO_MEMORY;
+    }
+    build(cfg, &l);
+    *ret_specs = l.v;
+    *ret_n = l.n;
+    return WF_OK;
+}
+
+static int cmp_spec_name(const void *a, const void *b)
+{
+    return strcmp(((const wf_flux_tensor_spec_t *)a)->name,
+                  ((const wf_flux_tensor_spec_t *)b)->name);
+}
+
+static void dims_text(int rank, const int64_t *shape, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
+                                     const wf_checkpoint_t *ck,
+                                     char *err, size_t err_len)
+{
+    wf_flux_tensor_spec_t *specs = NULL;
+    size_t n = 0;
+    wf_status_t s = wf_flux_expected_tensors(cfg, &specs, &n, err, err_len);
+    if (s != WF_OK)
+        return s;
+    size_t problems = 0;
+    s = WF_OK;
+    for (size_t i = 0; i < n; i++) {
+        const wf_flux_tensor_spec_t *sp = &specs[i];
+        wf_ckpt_ref_t r;
+        char want[64], have[160];
+        dims_text(sp->rank, sp->shape, want, sizeof want);
+        if (!wf_checkpoint_find(ck, sp->name, &r)) {
+            if (problems++ == 0) {
+                set_err(err, err_len, "checkpoint lacks tensor '%s' (expected shape %s)",
+                        sp->name, want);
+                s = WF_E_MALFORMED;
+            }
+            continue;
+        }
+        bool same = r.tensor->rank == sp->rank;
+        for (int k = 0; same && k < sp->rank; k++)
+            same = r.tensor->shape[k] == sp->shape[k];
+        if (!same) {
+            if (problems++ == 0) {
+                dims_text(r.tensor->rank, r.tensor->shape, have, sizeof have);
+                set_err(err, err_len,
+                        "tensor '%s' in %s has shape %s, expected %s for this config",
+                        sp->name, wf_safetensors_path(r.file), have, want);
+                s = WF_E_BAD_SHAPE;
+            }
+        }
+    }
+    /* every checkpoint tensor expected: compare the name-ordered lists */
+    qsort(specs, n, sizeof *specs, cmp_spec_name);
+    for (size_t i = 0; i < wf_checkpoint_count(ck); i++) {
+        wf_ckpt_ref_t r = wf_checkpoint_at(ck, i);
+        wf_flux_tensor_spec_t key;
+        snprintf(key.name, sizeof key.name, "%s", r.tensor->name);
+        if (strlen(r.tensor->name) >= sizeof key.name
+            || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL) {
+            if (problems++ == 0) {
+                set_err(err, err_len,
+                        "checkpoint has unexpected tensor '%.128s' in %s (not part of %s with this config)",
+                        r.tensor->name, wf_safetensors_path(r.file), WF_FLUX_CLASS_NAME);
+                s = WF_E_MALFORMED;
+            }
+        }
+    }
+    free(specs);
+    if (problems > 1 && err != NULL && err_len > 0) {
+        size_t o = strlen(err);
+        if (o < err_len)
+            snprintf(err + o, err_len - o, " (and %zu more problems)", problems - 1);
+    }
+    return s;
+}

@@ -1,0 +1,19 @@
+# Model files: safetensors (single and sharded), the model root's path
+# rules, and the FLUX config / expected tensors. Fixtures in
+# tests/fixtures were written by diffusers and safetensors
+# (tests/parity/make_fixtures.py, not run by CI).
+add_library(weft_stwriter STATIC ${CMAKE_CURRENT_LIST_DIR}/support/st_writer.c)
+target_include_directories(weft_stwriter PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(weft_stwriter PUBLIC weftd_core)
+foreach(t safetensors flux_config)
+  add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/test_${t}.c)
+  target_link_libraries(test_${t} PRIVATE weft_stwriter weftd_core m)
+  add_test(NAME ${t} COMMAND test_${t} ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+endforeach()
+
+if(WEFT_FUZZ)
+  add_executable(fuzz_safetensors ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_safetensors.c)
+  target_compile_options(fuzz_safetensors PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_safetensors PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_safetensors PRIVATE weftd_core)
+endif()
