@@ -2,11 +2,16 @@
  * on loopback: from starting the two members (the coordinator already
  * serving) to the coordinator's "cluster serving" notify line, i.e. hello,
  * version check, rank assignment, world broadcast, readies and serve.
- * Baseline in the same run: a single daemon's start to READY=1. Prints
- * markdown rows. Ring attention across processes is not measured: cross-
- * process jobs are not wired yet (see the cluster report).
+ * Baseline in the same run: a single daemon's start to READY=1.
  *
- * Usage: bench_cluster PATH_TO_WEFTD [ROUNDS]
+ * Then ring attention across processes: the world of 3 daemons with mesh
+ * ring=6 (every ring spans the 3 processes: K/V shards travel over the
+ * ZeroMQ comm backend on loopback) beside one daemon cpu:6 with the same
+ * mesh (the in-process host comm), the same job (f32, B=1, S=4200, H=8,
+ * D=64, non-causal), client wall time per job, median of JOBS after one
+ * warm-up job. Prints markdown rows.
+ *
+ * Usage: bench_cluster PATH_TO_WEFTD [ROUNDS] [JOBS]
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -23,6 +28,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "weft.h"
+
+static int cmp(const void *a, const void *b);
 
 static double now_ms(void)
 {
@@ -52,7 +61,8 @@ static int free_port(void)
     return ntohs(sa.sin_port);
 }
 
-static bool start(proc_t *p, const char *weftd, const char *name, const char *coord)
+static bool start_with(proc_t *p, const char *weftd, const char *name,
+                       const char *coord, const char *devices, const char *mesh)
 {
     memset(p, 0, sizeof *p);
     int n = seq++;
@@ -65,10 +75,10 @@ static bool start(proc_t *p, const char *weftd, const char *name, const char *co
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p->notify);
     if (p->nfd < 0 || bind(p->nfd, (struct sockaddr *)&sa, sizeof sa) != 0)
         return false;
-    const char *argv[] = { weftd, "--listen", p->endpoint, "--devices", "cpu:2",
-                           "--cpu-memory", "256M", "--log-level", "warning",
-                           coord ? "--coordinator" : NULL, coord, "--nodes", "3",
-                           "--node-name", name, NULL };
+    const char *argv[] = { weftd, "--listen", p->endpoint, "--devices", devices,
+                           "--cpu-memory", "1G", "--log-level", "warning",
+                           "--mesh", mesh, coord ? "--coordinator" : NULL, coord,
+                           "--nodes", "3", "--node-name", name, NULL };
     p->pid = fork();
     if (p->pid == 0) {
         setenv("NOTIFY_SOCKET", p->notify, 1);
@@ -77,6 +87,60 @@ static bool start(proc_t *p, const char *weftd, const char *name, const char *co
     }
     p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
     return p->pid > 0 && p->pidfd >= 0;
+}
+
+static bool start(proc_t *p, const char *weftd, const char *name, const char *coord)
+{
+    return start_with(p, weftd, name, coord, "cpu:2", coord ? "tp=2" : "tp=2");
+}
+
+/* Median client wall time (ms) of `jobs` ring attention jobs on the
+ * daemon at endpoint, after one warm-up; < 0 on an error. */
+static double ring_jobs(const char *endpoint, int jobs, uint32_t *ret_devices)
+{
+    enum { B = 1, S = 4200, H = 8, D = 64 };
+    size_t n = (size_t)B * S * H * D;
+    float *q = malloc(n * sizeof *q), *k = malloc(n * sizeof *k),
+          *v = malloc(n * sizeof *v), *o = malloc(n * sizeof *o);
+    double t[100], med = -1;
+    wf_client_t *c = NULL;
+    if (!q || !k || !v || !o || wf_client_connect(endpoint, 30000, &c) != WF_OK)
+        goto out;
+    uint64_t x = 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        q[i] = (float)((double)(x >> 40) / (double)(1 << 24) - 0.5);
+        k[i] = q[i] * 0.5f;
+        v[i] = -q[i];
+    }
+    wf_tensor_t tq = { q, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_tensor_t tk = { k, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_tensor_t tv = { v, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_tensor_t to = { o, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_attention_opts_t opts;
+    memset(&opts, 0, sizeof opts);
+    for (int j = -1; j < jobs; j++) {
+        wf_job_result_t r;
+        double t0 = now_ms();
+        wf_status_t st = wf_attention(c, &tq, &tk, &tv, &opts, &to, NULL, &r);
+        if (st != WF_OK) {
+            fprintf(stderr, "%s: %s: %s\n", endpoint, wf_status_name(st),
+                    wf_client_last_error(c));
+            goto out;
+        }
+        if (j >= 0)
+            t[j] = now_ms() - t0;
+        *ret_devices = r.devices;
+    }
+    qsort(t, (size_t)jobs, sizeof t[0], cmp);
+    med = t[jobs / 2];
+out:
+    wf_client_destroy(&c);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    return med;
 }
 
 static bool wait_line(proc_t *p, const char *prefix, int timeout_ms)
@@ -152,5 +216,35 @@ int main(int argc, char **argv)
     printf("| benchmark | median of %d | baseline | ratio |\n|---|---|---|---|\n", rounds);
     printf("| world of 3 daemons (cpu:2 each): members started -> coordinator serving | "
            "%.1f ms | one daemon start -> READY=1: %.1f ms | %.2fx |\n", fm, sm, fm / sm);
+
+    /* ring attention: 3 processes beside 1 */
+    int jobs = argc > 3 ? atoi(argv[3]) : 7;
+    if (jobs < 1 || jobs > 100)
+        jobs = 7;
+    char coord[64];
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", free_port());
+    proc_t a, b, c, one;
+    uint32_t dev3 = 0, dev1 = 0;
+    if (!start_with(&a, argv[1], "a", coord, "cpu:2", "ring=6") ||
+        !wait_line(&a, "READY=1", 30000) ||
+        !start_with(&b, argv[1], "b", coord, "cpu:2", "ring=6") ||
+        !start_with(&c, argv[1], "c", coord, "cpu:2", "ring=6") ||
+        !wait_line(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)", 30000))
+        return 1;
+    double across = ring_jobs(a.endpoint, jobs, &dev3);
+    stop(&a);
+    stop(&b);
+    stop(&c);
+    if (!start_with(&one, argv[1], "one", NULL, "cpu:6", "ring=6") ||
+        !wait_line(&one, "READY=1", 30000))
+        return 1;
+    double inside = ring_jobs(one.endpoint, jobs, &dev1);
+    stop(&one);
+    if (across < 0 || inside < 0)
+        return 1;
+    printf("| ring attention, mesh ring=6 across 3 daemons (cpu:2 each; f32 B=1 "
+           "S=4200 H=8 D=64; %u ranks) | %.1f ms | same mesh in one daemon cpu:6 "
+           "(%u ranks): %.1f ms | %.2fx |\n", dev3, across, dev1, inside,
+           across / inside);
     return 0;
 }

@@ -1,4 +1,6 @@
 # bench_cluster: time to form a world of 3 weftd daemons on loopback,
-# beside one daemon's start-up in the same run.
+# beside one daemon's start-up in the same run; ring attention (ring=6)
+# across 3 daemons beside the same mesh inside one daemon.
 add_executable(bench_cluster ${CMAKE_CURRENT_LIST_DIR}/bench_cluster.c)
+target_link_libraries(bench_cluster PRIVATE weft)
 target_compile_options(bench_cluster PRIVATE -O2)

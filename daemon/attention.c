@@ -50,8 +50,7 @@ static bool opt(wf_opt_t o, bool def)
 
 static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
                                   wf_worker_t *w);
-static wf_status_t cp_run(wf_djob_t *job, int rank, int group_size,
-                          wf_worker_t *w);
+
 
 /* The context-parallel job of tp slice t (tensor pointers left NULL). */
 static void cp_job_of(const wf_djob_t *job, int t, wf_cp_job_t *cj)
@@ -119,7 +118,7 @@ static wf_status_t plan_cp(wf_djob_t *job, const wf_backend_ops_t *ops,
         uint64_t mine = r < T ? share : 0;
         job->reserve[r] = ws > UINT64_MAX - mine ? UINT64_MAX : ws + mine;
     }
-    job->run = cp_run;
+    job->run = wf_attention_cp_run;
     return WF_OK;
 }
 
@@ -253,8 +252,8 @@ static wf_status_t cp_step(wf_djob_t *job, int rank, wf_worker_t *w)
     return wf_cp_attention_run(&cj, &grp, w->ops, w->ctx, ws, bytes);
 }
 
-static wf_status_t cp_run(wf_djob_t *job, int rank, int group_size,
-                          wf_worker_t *w)
+wf_status_t wf_attention_cp_run(wf_djob_t *job, int rank, int group_size,
+                                wf_worker_t *w)
 {
     (void)group_size;
     wf_status_t st;

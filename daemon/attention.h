@@ -44,6 +44,12 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
                               const wf_settings_t *defaults, char *err,
                               size_t err_len);
 
+/* The step function of a context-parallel attention job (what the plan
+ * sets as job->run); a cluster member runs its ranks' parts with it from
+ * a job rebuilt from the coordinator's descriptor (never a root). */
+wf_status_t wf_attention_cp_run(wf_djob_t *job, int rank, int group_size,
+                                wf_worker_t *w);
+
 /* Query heads [*ret_begin, *ret_end) of `rank` out of `group_size`. */
 void wf_attention_heads(int64_t hq, int rank, int group_size,
                         int64_t *ret_begin, int64_t *ret_end);

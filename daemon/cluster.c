@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "mesh.h"
 #include "proto.h"
 
 #define NCCL_VERSION_NONE "none"   /* the CPU build has no NCCL */
@@ -72,6 +73,11 @@ static const char *cstate_name(cstate_t s)
     return "?";
 }
 
+/* A member that has no world yet says hello every HELLO_RETRY_US (its
+ * first hello is dropped while the connection is not up: ZMQ_IMMEDIATE),
+ * instead of once per heartbeat. */
+#define HELLO_RETRY_US 25000
+
 struct wf_cluster {
     wf_cluster_role_t role;
     const wf_settings_t *settings;   /* borrowed (the server's copy) */
@@ -89,6 +95,7 @@ struct wf_cluster {
     bool round_open;                 /* coordinator: world sent, readies pending */
     uint64_t step_deadline_us;       /* of the current rendezvous step */
     uint64_t next_ping_us;           /* next heartbeat send / check */
+    uint64_t next_hello_us;          /* member joining: next quick hello */
     uint64_t coord_heard_us;         /* member: last message from the coordinator */
     /* the world, both roles: nodes[0..n_nodes) (coordinator: every node
      * ever seen, self first; member: the world as received) */
@@ -96,12 +103,24 @@ struct wf_cluster {
     uint32_t n_nodes;
     bool mesh_pending;               /* member: a mesh change to apply */
     wf_mesh_degrees_t mesh_deg;      /* its degrees */
+    uint64_t mesh_pending_epoch;     /* and its mesh epoch */
+    wf_mesh_degrees_t mesh_req;      /* the world mesh asked for (coordinator's) */
+    uint64_t mesh_epoch;             /* mesh epoch: + 1 per world and per mesh change */
+    bool self_ready;                 /* this node's comm world of `epoch` is built */
+    wf_cluster_msg_fn on_msg;        /* job traffic handler (server) */
+    void *on_msg_arg;
     wf_ctl_msg_t msg;                /* scratch (large: kept off the stack) */
     wf_ctl_msg_t in;                 /* received message */
     wf_buf_t buf;                    /* encoding scratch */
 };
 
 /* ------------------------------------------------------------------ */
+
+static bool joining(const wf_cluster_t *c)
+{
+    return c->role == WF_CLUSTER_MEMBER && c->n_nodes == 0 && !c->fatal[0] &&
+           c->state != CS_COORD_LOST;
+}
 
 static void status_line(wf_cluster_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -204,6 +223,8 @@ static void start_round(wf_cluster_t *c, uint64_t now)
         c->nodes[j] = tmp;
     }
     c->epoch++;
+    c->mesh_epoch++;
+    c->self_ready = false;
     new_world_id(c->world_id);
     uint32_t rank = 0, nn = 0;
     for (uint32_t i = 0; i < c->n_nodes; i++) {
@@ -225,6 +246,11 @@ static void start_round(wf_cluster_t *c, uint64_t now)
     wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
     wf_ctl_put_str(&c->msg, "id", c->world_id);
     wf_ctl_put_uint(&c->msg, "nn", nn);
+    wf_ctl_put_uint(&c->msg, "mepoch", c->mesh_epoch);
+    wf_ctl_put_uint(&c->msg, "dp", c->mesh_req.dp);
+    wf_ctl_put_uint(&c->msg, "ring", c->mesh_req.ring);
+    wf_ctl_put_uint(&c->msg, "ulysses", c->mesh_req.ulysses);
+    wf_ctl_put_uint(&c->msg, "tp", c->mesh_req.tp);
     uint32_t k = 0;
     for (uint32_t i = 0; i < c->n_nodes; i++) {
         const node_t *n = &c->nodes[i];
@@ -252,7 +278,7 @@ static void start_round(wf_cluster_t *c, uint64_t now)
 /* Every member of the round is ready: serve (the barrier). */
 static void maybe_serve(wf_cluster_t *c)
 {
-    if (!c->round_open)
+    if (!c->round_open || !c->self_ready)
         return;
     uint32_t ranks = 0, nn = 0;
     for (uint32_t i = 0; i < c->n_nodes; i++) {
@@ -467,6 +493,12 @@ static void coord_message(wf_cluster_t *c, const void *id, size_t id_len,
             n->state = NODE_READY;
             maybe_serve(c);
         }
+    } else if (strcmp(t, "data") == 0) {
+        const char *data = wf_ctl_get_str(&c->in, "data");
+        if (data && strlen(data) < sizeof n->data)
+            snprintf(n->data, sizeof n->data, "%s", data);
+    } else if (c->on_msg) {
+        c->on_msg(c->on_msg_arg, n->name, &c->in);
     }
 }
 
@@ -574,18 +606,29 @@ static void member_world(wf_cluster_t *c)
                "not hold this node as it is; ignored", epoch);
         return;
     }
+    uint64_t mepoch = 0, d[4] = { 1, 1, 1, 1 };
+    if (!wf_ctl_get_uint(m, "mepoch", &mepoch) || !wf_ctl_get_uint(m, "dp", &d[0]) ||
+        !wf_ctl_get_uint(m, "ring", &d[1]) || !wf_ctl_get_uint(m, "ulysses", &d[2]) ||
+        !wf_ctl_get_uint(m, "tp", &d[3]) || d[0] > WF_MESH_MAX_WORLD ||
+        d[1] > WF_MESH_MAX_WORLD || d[2] > WF_MESH_MAX_WORLD || d[3] > WF_MESH_MAX_WORLD) {
+        wf_log(c->log, WF_LOG_WARNING, "cluster: world message without its mesh "
+               "ignored");
+        return;
+    }
+    c->mesh_req = (wf_mesh_degrees_t){ (uint32_t)d[0], (uint32_t)d[1],
+                                       (uint32_t)d[2], (uint32_t)d[3] };
+    c->mesh_epoch = mepoch;
+    c->self_ready = false;
     memcpy(c->nodes, nodes, nn * sizeof nodes[0]);
     c->n_nodes = (uint32_t)nn;
     c->epoch = epoch;
     snprintf(c->world_id, sizeof c->world_id, "%s", id);
     c->state = CS_FORMING;
-    /* The host comm needs nothing per world; a cross-process backend
-     * initialises its communicators here, before ready. */
-    msg_type(c, "ready");
-    wf_ctl_put_uint(&c->msg, "epoch", epoch);
-    send_msg(c, NULL);
+    /* The server builds this node's part of the comm world now and says
+     * ready through wf_cluster_world_ready. */
     wf_log(c->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " (%u node(s), "
-           "%u rank(s), id %s) received; ready", epoch, (unsigned)nn, next_rank, id);
+           "%u rank(s), id %s) received; building its communicators", epoch,
+           (unsigned)nn, next_rank, id);
 }
 
 static void member_message(wf_cluster_t *c, uint64_t now)
@@ -624,19 +667,24 @@ static void member_message(wf_cluster_t *c, uint64_t now)
         c->n_nodes = 0;
         member_hello(c);
     } else if (strcmp(t, "mesh") == 0) {
-        uint64_t d[4];
+        uint64_t d[4], me = 0;
         if (wf_ctl_get_uint(&c->in, "dp", &d[0]) && wf_ctl_get_uint(&c->in, "ring", &d[1]) &&
             wf_ctl_get_uint(&c->in, "ulysses", &d[2]) && wf_ctl_get_uint(&c->in, "tp", &d[3]) &&
-            d[0] <= WF_SETTINGS_MAX_DEVICES && d[1] <= WF_SETTINGS_MAX_DEVICES &&
-            d[2] <= WF_SETTINGS_MAX_DEVICES && d[3] <= WF_SETTINGS_MAX_DEVICES) {
+            wf_ctl_get_uint(&c->in, "mepoch", &me) &&
+            d[0] <= WF_MESH_MAX_WORLD && d[1] <= WF_MESH_MAX_WORLD &&
+            d[2] <= WF_MESH_MAX_WORLD && d[3] <= WF_MESH_MAX_WORLD) {
             c->mesh_deg = (wf_mesh_degrees_t){ (uint32_t)d[0], (uint32_t)d[1],
                                                (uint32_t)d[2], (uint32_t)d[3] };
+            c->mesh_pending_epoch = me;
+            c->mesh_epoch = me;
             c->mesh_pending = true;
         }
     } else if (strcmp(t, "pong") == 0 && was_lost) {
         /* the coordinator answers but has no world with us: it restarted
          * and will send rejoin; meanwhile say hello */
         member_hello(c);
+    } else if (strcmp(t, "pong") != 0 && strcmp(t, "serve") != 0 && c->on_msg) {
+        c->on_msg(c->on_msg_arg, NULL, &c->in);
     }
     if (was_lost && c->state == CS_COORD_LOST) {
         c->state = CS_FORMING;
@@ -690,6 +738,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         return WF_E_INTERNAL;
     }
     c->settings = settings;
+    c->mesh_req = settings->mesh_deg;
     c->log = log;
     c->notify = notify;
     c->protocol = WF_PROTOCOL_VERSION;
@@ -740,6 +789,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         snprintf(self->name, sizeof self->name, "%s", c->name);
         self->devices = settings->device_count;
         self->state = NODE_SELF;
+        snprintf(self->data, sizeof self->data, "%s", c->data);
         c->n_nodes = 1;
         c->step_deadline_us = now + (uint64_t)settings->cluster_timeout_ms * 1000;
         wf_log(log, WF_LOG_INFO, "cluster: coordinator on %s as node %s, waiting "
@@ -760,6 +810,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
             goto zfail;
         c->role = WF_CLUSTER_MEMBER;
         c->coord_heard_us = now;
+        c->next_hello_us = now + HELLO_RETRY_US;
         c->step_deadline_us = now + (uint64_t)settings->cluster_timeout_ms * 1000;
         wf_log(log, WF_LOG_INFO, "cluster: member %s of the coordinator %s",
                settings->node_name, ep);
@@ -803,6 +854,8 @@ int wf_cluster_timeout_ms(const wf_cluster_t *c, uint64_t now)
 {
     uint64_t next = c->next_ping_us < c->step_deadline_us ? c->next_ping_us
                                                           : c->step_deadline_us;
+    if (joining(c) && c->next_hello_us < next)
+        next = c->next_hello_us;
     return next <= now ? 0 : (int)((next - now + 999) / 1000);
 }
 
@@ -847,6 +900,10 @@ bool wf_cluster_handle(wf_cluster_t *c, uint64_t now)
             coord_message(c, id, (size_t)id_len, now);
         else
             member_message(c, now);
+    }
+    if (joining(c) && now >= c->next_hello_us) {
+        member_hello(c);
+        c->next_hello_us = now + HELLO_RETRY_US;
     }
     if (now >= c->next_ping_us) {
         if (c->role == WF_CLUSTER_MEMBER && c->state != CS_COORD_LOST) {
@@ -924,11 +981,15 @@ void wf_cluster_node_lost(wf_cluster_t *c, const char *name, const char *why,
         lose_node(c, n, why, now);
 }
 
-void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg)
+void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg,
+                               uint64_t mesh_epoch)
 {
     if (c->role != WF_CLUSTER_COORDINATOR)
         return;
+    c->mesh_req = *deg;
+    c->mesh_epoch = mesh_epoch;
     msg_type(c, "mesh");
+    wf_ctl_put_uint(&c->msg, "mepoch", mesh_epoch);
     wf_ctl_put_uint(&c->msg, "dp", deg->dp);
     wf_ctl_put_uint(&c->msg, "ring", deg->ring);
     wf_ctl_put_uint(&c->msg, "ulysses", deg->ulysses);
@@ -938,13 +999,101 @@ void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg)
             send_msg(c, &c->nodes[i]);
 }
 
-bool wf_cluster_take_mesh(wf_cluster_t *c, wf_mesh_degrees_t *ret_deg)
+bool wf_cluster_take_mesh(wf_cluster_t *c, wf_mesh_degrees_t *ret_deg,
+                          uint64_t *ret_mesh_epoch)
 {
     if (!c->mesh_pending)
         return false;
     c->mesh_pending = false;
     *ret_deg = c->mesh_deg;
+    *ret_mesh_epoch = c->mesh_pending_epoch;
     return true;
+}
+
+void wf_cluster_current(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
+                        uint32_t *ret_n, uint64_t *ret_epoch, uint64_t *ret_world_id,
+                        wf_mesh_degrees_t *ret_mesh, uint64_t *ret_mesh_epoch)
+{
+    uint32_t k = 0;
+    bool have = c->state != CS_COORD_LOST &&
+                (c->role == WF_CLUSTER_COORDINATOR ? c->round_open || c->had_world
+                                                   : c->n_nodes > 0);
+    for (uint32_t i = 0; have && i < c->n_nodes && k < max; i++) {
+        const node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        wf_cluster_node_t *o = &ret[k++];
+        snprintf(o->name, sizeof o->name, "%s", n->name);
+        snprintf(o->data, sizeof o->data, "%s", n->data);
+        o->first_rank = n->first_rank;
+        o->ranks = n->devices;
+        o->self = strcmp(n->name, c->name) == 0;
+    }
+    *ret_n = k;
+    *ret_epoch = c->epoch;
+    /* the world id as a number: its first 16 hex digits */
+    uint64_t id = 0;
+    for (int i = 0; i < 16 && c->world_id[i]; i++) {
+        char h = c->world_id[i];
+        id = id << 4 | (uint64_t)(h <= '9' ? h - '0' : h - 'a' + 10);
+    }
+    *ret_world_id = id ? id : 1;
+    *ret_mesh = c->mesh_req;
+    *ret_mesh_epoch = c->mesh_epoch;
+}
+
+void wf_cluster_world_ready(wf_cluster_t *c, uint64_t epoch)
+{
+    if (epoch != c->epoch || c->self_ready)
+        return;
+    c->self_ready = true;
+    if (c->role == WF_CLUSTER_COORDINATOR) {
+        maybe_serve(c);
+    } else {
+        msg_type(c, "ready");
+        wf_ctl_put_uint(&c->msg, "epoch", epoch);
+        send_msg(c, NULL);
+        wf_log(c->log, WF_LOG_INFO, "cluster: communicators of epoch %" PRIu64
+               " built; ready", epoch);
+    }
+}
+
+void wf_cluster_set_data(wf_cluster_t *c, const char *data)
+{
+    snprintf(c->data, sizeof c->data, "%s", data);
+    if (c->role == WF_CLUSTER_COORDINATOR) {
+        snprintf(c->nodes[0].data, sizeof c->nodes[0].data, "%s", data);
+    } else if (c->state != CS_COORD_LOST) {
+        msg_type(c, "data");
+        wf_ctl_put_str(&c->msg, "data", data);
+        send_msg(c, NULL);
+    }
+}
+
+void wf_cluster_on_message(wf_cluster_t *c, wf_cluster_msg_fn fn, void *arg)
+{
+    c->on_msg = fn;
+    c->on_msg_arg = arg;
+}
+
+bool wf_cluster_send(wf_cluster_t *c, const char *node, const wf_ctl_msg_t *m)
+{
+    wf_buf_reset(&c->buf);
+    if (wf_ctl_encode(m, &c->buf) != WF_OK)
+        return false;
+    if (c->role == WF_CLUSTER_COORDINATOR) {
+        node_t *n = node ? find_by_name(c, node) : NULL;
+        if (!n || !alive(n) || n->state == NODE_SELF)
+            return false;
+        if (zmq_send(c->sock, n->id, n->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+            return false;
+    }
+    return zmq_send(c->sock, c->buf.data, c->buf.len, ZMQ_DONTWAIT) >= 0;
+}
+
+bool wf_cluster_coordinator_lost(const wf_cluster_t *c)
+{
+    return c->state == CS_COORD_LOST;
 }
 
 void wf_cluster_fill_status(const wf_cluster_t *c, wf_status_info_t *si)

@@ -8,10 +8,16 @@
  * (DEALER). Messages are small msgpack maps (proto.h wf_ctl_msg_t, key
  * "t" = type), never tensor bytes:
  *   member -> coordinator: hello {proto, weft, nccl, name, devices, data,
- *       epoch}, ready {epoch}, ping {epoch}
- *   coordinator -> member: refuse {error}, world {epoch, id, mesh, nodes,
- *       you}, serve {epoch}, pong {epoch}, rejoin {}, mesh {dp, ring,
- *       ulysses, tp}
+ *       epoch}, ready {epoch}, ping {epoch}, data {data}, done {seq, epoch,
+ *       st}
+ *   coordinator -> member: refuse {error}, world {epoch, id, nodes, mesh,
+ *       mepoch}, serve {epoch}, pong {epoch}, rejoin {}, mesh {mepoch, dp,
+ *       ring, ulysses, tp}, job {descriptor}
+ * (PROTOCOL.md section 11). `data` is the node's comm endpoints; `job` /
+ * `done` are the server's job traffic, passed through (wf_cluster_send,
+ * wf_cluster_on_message). A member says ready only once the server built
+ * its part of the comm world (wf_cluster_world_ready); so does the
+ * coordinator for itself before it serves.
  * Nothing from a peer is used before its hello passed the version check
  * (protocol, weft and NCCL versions must equal the coordinator's).
  *
@@ -22,9 +28,9 @@
  * at once, waits for every ready (cluster_timeout_ms) and sends serve:
  * the barrier. A step that times out is logged with the missing nodes
  * and the step; a member that said nothing for heartbeat_timeout_ms is
- * lost and the next round leaves it out. Each node is whole dp replicas
- * of the world mesh (world dp = local dp x nodes in the world), so the
- * survivors of a loss always fit: they keep serving with fewer replicas
+ * lost and the next round leaves it out. The world carries the world mesh
+ * asked for; the server fits it to the world's size (dp, else the
+ * sequence dims shrink), so the survivors of a loss keep serving
  * ("degraded") until the node comes back in a new epoch.
  *
  * A member refused by the coordinator (version mismatch, name taken)
@@ -41,6 +47,7 @@
 #include "config.h"
 #include "log.h"
 #include "notify.h"
+#include "proto.h"
 
 typedef struct wf_cluster wf_cluster_t;
 
@@ -107,13 +114,51 @@ void wf_cluster_why_not(const wf_cluster_t *c, char *buf, size_t len);
 void wf_cluster_node_lost(wf_cluster_t *c, const char *name, const char *why,
                           uint64_t now_us);
 
-/* Coordinator: tell every member of the world to reconfigure its local
- * mesh to `deg` (their part of the world mesh). */
-void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg);
+/* Coordinator: tell every member of the world to regroup for the world
+ * mesh `deg` with mesh epoch `mesh_epoch` (the coordinator's own target);
+ * later worlds ask for `deg` too. Sent after the coordinator drained: the
+ * members' workers run the regroup after the job parts they hold. */
+void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg,
+                               uint64_t mesh_epoch);
 
-/* Member: a mesh change the coordinator asked for, taken once (true and
- * *ret_deg) after wf_cluster_handle. */
-bool wf_cluster_take_mesh(wf_cluster_t *c, wf_mesh_degrees_t *ret_deg);
+/* Member: a mesh change the coordinator asked for, taken once (true,
+ * *ret_deg and its mesh epoch) after wf_cluster_handle. */
+bool wf_cluster_take_mesh(wf_cluster_t *c, wf_mesh_degrees_t *ret_deg,
+                          uint64_t *ret_mesh_epoch);
+
+/* The world being formed or served (both roles; none while a member has
+ * lost its coordinator): its nodes (as wf_cluster_world), epoch, world id
+ * (a non-zero number, fresh per epoch: the comm world id), the world mesh
+ * asked for (the server fits it to the world size, wf_cluster_fit_mesh)
+ * and the mesh epoch of that world. */
+void wf_cluster_current(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
+                        uint32_t *ret_n, uint64_t *ret_epoch, uint64_t *ret_world_id,
+                        wf_mesh_degrees_t *ret_mesh, uint64_t *ret_mesh_epoch);
+
+/* This node's communicators of world `epoch` are built (a stale epoch is
+ * ignored): a member sends ready; the coordinator counts itself ready and
+ * serves once every member is. */
+void wf_cluster_world_ready(wf_cluster_t *c, uint64_t epoch);
+
+/* This node's data-plane endpoints changed (fresh ones for the next
+ * world): members tell the coordinator (message "data"). */
+void wf_cluster_set_data(wf_cluster_t *c, const char *data);
+
+/* Job traffic (messages of types the control plane does not know, "job"
+ * and "done"): handed to fn with the sender's node name (coordinator) or
+ * NULL (member: from the coordinator). The message is borrowed for the
+ * call. Messages of a node that is not (or no longer) known are dropped. */
+typedef void (*wf_cluster_msg_fn)(void *arg, const char *from,
+                                  const wf_ctl_msg_t *m);
+void wf_cluster_on_message(wf_cluster_t *c, wf_cluster_msg_fn fn, void *arg);
+
+/* Send a job message to member `node` (coordinator) or to the coordinator
+ * (member: node NULL). Never blocks; false when it could not be queued
+ * (the node is gone or unknown). */
+bool wf_cluster_send(wf_cluster_t *c, const char *node, const wf_ctl_msg_t *m);
+
+/* Member: true while the coordinator is silent. */
+bool wf_cluster_coordinator_lost(const wf_cluster_t *c);
 
 /* The cluster part of a status reply. */
 void wf_cluster_fill_status(const wf_cluster_t *c, wf_status_info_t *si);

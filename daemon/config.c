@@ -70,7 +70,8 @@ static const setting_def_t settings_table[] = {
       3600000, true, "at shutdown, how long queued and running jobs may take" },
     { "mesh", KIND_MESH, OFF(mesh), "", 0, 0, true,
       "degrees dp,ring,ulysses,tp (e.g. ring=2,ulysses=2), product = devices; "
-      "empty = tp=devices; a change runs a hot reconfiguration" },
+      "empty = tp=devices; a change runs a hot reconfiguration; cluster: the "
+      "world's mesh (the coordinator's counts), dp fitted to the world" },
     { "rotate_method", KIND_ROTATE, OFF(rotate_method), "allgather", 0, 0, true,
       "jobs' default ring K/V movement: allgather or alltoall" },
     { "convert_to_fp32", KIND_BOOL, OFF(convert_to_fp32), "true", 0, 0, true,
@@ -327,6 +328,19 @@ static bool resolve_mesh(wf_settings_t *s, char *why, size_t why_len)
         s->mesh_deg = (wf_mesh_degrees_t){ 1, 1, 1, s->device_count };
     if (s->mesh[0] == '\0')
         return true;
+    if (s->coordinator[0]) {
+        /* cluster: the mesh of the world (nodes x devices); dp is fitted
+         * to the world that forms, the inner degrees must divide it */
+        uint64_t inner = (uint64_t)s->mesh_deg.ring * s->mesh_deg.ulysses * s->mesh_deg.tp;
+        uint64_t world = (uint64_t)s->device_count * (s->nodes ? s->nodes : 1);
+        if (inner == 0 || world % inner != 0) {
+            snprintf(why, why_len, "mesh '%s': ring x ulysses x tp = %" PRIu64
+                     " does not divide the world of %" PRIu64 " devices (nodes x "
+                     "devices)", s->mesh, inner, world);
+            return false;
+        }
+        return true;
+    }
     wf_mesh_t m;
     if (wf_mesh_init(&m, &s->mesh_deg, (int)s->device_count, why, why_len) != WF_OK) {
         size_t n = strlen(why);

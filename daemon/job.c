@@ -28,6 +28,12 @@ void wf_djob_free(wf_djob_t **job)
         zmq_msg_close(&j->frames[i]);
     for (uint32_t i = 0; i < WF_DJOB_MAX_OUTPUTS; i++)
         free(j->out[i]);
+    if (j->zworld) {
+        for (int i = 0; i < WF_SETTINGS_MAX_DEVICES; i++)
+            wf_comm_zmq_endpoint_destroy(&j->zworld->ep[i]);
+        wf_comm_zmq_local_unref(&j->zworld->cfg.local);
+        free(j->zworld);
+    }
     free(j);
     *job = NULL;
 }

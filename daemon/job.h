@@ -27,11 +27,26 @@
 #include <zmq.h>
 
 #include "comm_host.h"
+#include "comm_zmq.h"
 #include "config.h"
 #include "mesh.h"
 #include "proto.h"
 
 typedef struct wf_worker wf_worker_t;
+
+/* Largest world of a cluster (every rank of every node): the scheduler's
+ * per-device tables hold the whole world. */
+#define WF_DJOB_MAX_WORLD WF_SETTINGS_MAX_DEVICES
+
+/* A cross-process comm world to join (cluster mode): the regroup job of a
+ * new world carries it; each local rank joins with its bound endpoint. */
+typedef struct wf_zworld {
+    wf_comm_zmq_config_t cfg;                 /* endpoints -> ep_ptrs */
+    char eps[WF_DJOB_MAX_WORLD][WF_COMM_ZMQ_ENDPOINT_MAX]; /* by world rank */
+    const char *ep_ptrs[WF_DJOB_MAX_WORLD];   /* into eps */
+    wf_comm_zmq_endpoint_t *ep[WF_SETTINGS_MAX_DEVICES]; /* by local rank;
+                                                 consumed by the join */
+} wf_zworld_t;
 typedef struct wf_djob wf_djob_t;
 
 /* The step function of rank `rank` of a group of `group_size` on worker w.
@@ -95,6 +110,13 @@ struct wf_djob {
     bool load_balance;
     wf_comm_host_world_t *world; /* regroup: take handles on this new world
                                     (borrowed; NULL: keep the current one) */
+    wf_zworld_t *zworld;       /* regroup: join this cross-process world
+                                  instead (owned; freed with the job) */
+    int rank_base;             /* regroup: world rank of local rank 0 */
+    /* cluster */
+    bool remote_part;          /* member: this node's part of a coordinator's job */
+    uint32_t remote_pending;   /* coordinator: bit i = world node i owes "done" */
+    wf_djob_t *rnext;          /* coordinator: list of jobs with remote parts */
     float scale;               /* attention: resolved softmax scale */
     uint32_t n_outputs;        /* output tensors of the reply */
     wf_tensor_desc_t out_desc[WF_DJOB_MAX_OUTPUTS]; /* their descriptors */

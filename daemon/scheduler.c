@@ -16,6 +16,49 @@ void wf_sched_init(wf_sched_t *s, wf_worker_t *workers, uint32_t n_devices,
     s->capacity = capacity;
     s->mesh = *mesh;
     s->log = log;
+    s->n_local = n_devices;
+    for (uint32_t d = 0; d < n_devices; d++)
+        s->mem_total[d] = workers[d].memory_total;
+}
+
+void wf_sched_resize(wf_sched_t *s, uint32_t n_devices, uint32_t local_first,
+                     const wf_mesh_t *mesh)
+{
+    memset(s->used, 0, sizeof s->used);
+    memset(s->tasks, 0, sizeof s->tasks);
+    memset(s->replica_jobs, 0, sizeof s->replica_jobs);
+    s->next_replica = 0;
+    s->n_devices = n_devices;
+    s->local_first = local_first;
+    s->cluster = true;
+    s->mesh = *mesh;
+    for (uint32_t d = 0; d < n_devices; d++)
+        s->mem_total[d] = s->workers[d >= local_first && d - local_first < s->n_local
+                                         ? d - local_first : 0].memory_total;
+}
+
+static bool is_local(const wf_sched_t *s, uint32_t d)
+{
+    return d >= s->local_first && d - s->local_first < s->n_local;
+}
+
+/* Cluster mode: the ranks of replica `rep` a job may use here — a
+ * context-parallel job needs its roots (replica ranks 0..tp-1: they read
+ * the inputs and write the outputs) local; a head-split job runs on local
+ * ranks only. Returns the count of usable ranks (cp: the replica size or 0). */
+static uint32_t usable_in_replica(const wf_sched_t *s, const wf_djob_t *job,
+                                  uint32_t rep)
+{
+    uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n, k = 0;
+    if (job->cp) {
+        for (uint32_t r = 0; r < s->mesh.deg.tp; r++)
+            if (!is_local(s, base + r))
+                return 0;
+        return n;
+    }
+    for (uint32_t d = base; d < base + n; d++)
+        k += is_local(s, d);
+    return k;
 }
 
 static uint64_t max_reserve(const wf_djob_t *job)
@@ -35,10 +78,25 @@ static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
 {
     uint64_t biggest = 0;
     for (uint32_t d = 0; d < s->n_devices; d++)
-        if (s->workers[d].memory_total > biggest)
-            biggest = s->workers[d].memory_total;
+        if (s->mem_total[d] > biggest)
+            biggest = s->mem_total[d];
     uint64_t need = max_reserve(job);
     uint32_t replica = s->n_devices / s->mesh.deg.dp;
+    if (s->cluster) {
+        uint32_t best = 0;
+        for (uint32_t r = 0; r < s->mesh.deg.dp; r++) {
+            uint32_t u = usable_in_replica(s, job, r);
+            if (u > best)
+                best = u;
+        }
+        if (best < (uint32_t)job->group_size) {
+            snprintf(err, err_len, "no dp replica of the world mesh has the "
+                     "job's %s on the coordinator (inputs and outputs stay "
+                     "there)", job->cp ? "roots" : "ranks");
+            return WF_E_BAD_ARGUMENT;
+        }
+        replica = best;
+    }
     if ((uint32_t)job->group_size > replica || need > biggest) {
         snprintf(err, err_len, "job needs %" PRIu64 " bytes on each of %d "
                  "device(s); a device has %" PRIu64, need, job->group_size,
@@ -107,8 +165,8 @@ static void sort_by_free(const wf_sched_t *s, uint32_t *cand, uint32_t n)
 {
     for (uint32_t i = 1; i < n; i++) {      /* insertion sort: n <= 64 */
         uint32_t c = cand[i], j = i;
-        uint64_t fc = s->workers[c].memory_total - s->used[c];
-        while (j > 0 && s->workers[cand[j - 1]].memory_total - s->used[cand[j - 1]] < fc) {
+        uint64_t fc = s->mem_total[c] - s->used[c];
+        while (j > 0 && s->mem_total[cand[j - 1]] - s->used[cand[j - 1]] < fc) {
             cand[j] = cand[j - 1];
             j--;
         }
@@ -123,6 +181,8 @@ static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
     uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n;
     uint32_t g = (uint32_t)job->group_size;
     uint32_t cand[WF_SETTINGS_MAX_DEVICES], nc = 0;
+    if (s->cluster && usable_in_replica(s, job, rep) < g)
+        return false;
     if (job->cp) {
         /* every rank of the replica: job rank r is replica rank r, whose
          * communicators match the mesh coordinates of device base + r */
@@ -131,7 +191,7 @@ static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
         nc = g;
     } else {
         for (uint32_t d = base; d < base + n; d++)
-            if (s->tasks[d] == 0)
+            if (s->tasks[d] == 0 && (!s->cluster || is_local(s, d)))
                 cand[nc++] = d;
         if (nc < g)
             return false;
@@ -149,7 +209,7 @@ static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
     for (uint32_t r = 0; r < g; r++) {
         uint32_t d = cand[r];
         if (s->tasks[d] != 0 ||
-            job->reserve[r] > s->workers[d].memory_total - s->used[d])
+            job->reserve[r] > s->mem_total[d] - s->used[d])
             return false;
     }
     for (uint32_t r = 0; r < g; r++)
@@ -217,7 +277,9 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
         }
         job->t_dispatch_us = now_us;
         job->epoch = s->mesh.epoch;
-        atomic_store(&job->remaining, job->group_size);
+        int local = 0;
+        for (int r = 0; r < job->group_size; r++)
+            local += is_local(s, job->device[r]);
         for (int r = 0; r < job->group_size; r++) {
             uint32_t d = job->device[r];
             s->used[d] += job->reserve[r];
@@ -227,16 +289,22 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
         s->in_flight++;
         wf_log(s->log, WF_LOG_DEBUG, "job %" PRIu64 " (seq %" PRIu64 ") on %d "
                "device(s) from %s, replica %u, epoch %" PRIu64, job->req.id,
-               job->seq, job->group_size, s->workers[job->device[0]].name,
-               job->replica, job->epoch);
+               job->seq, job->group_size,
+               s->workers[job->device[0] - s->local_first].name, job->replica,
+               job->epoch);
         /* Workers may finish the job while this loop submits, but only the
          * main thread frees it (after wf_sched_complete), so it stays valid. */
         for (int r = 0; r < job->group_size; r++) {
             job->task[r].job = job;
             job->task[r].rank = r;
         }
+        uint32_t parts = local < job->group_size && s->remote
+                             ? s->remote(s->remote_arg, job) : 0;
+        atomic_store(&job->remaining, local + (int)parts);
         for (int r = 0; r < job->group_size; r++)
-            wf_worker_submit(&s->workers[job->device[r]], &job->task[r]);
+            if (is_local(s, job->device[r]))
+                wf_worker_submit(&s->workers[job->device[r] - s->local_first],
+                                 &job->task[r]);
         dispatched++;
     }
     *ret_failed = failed;

@@ -4,7 +4,9 @@
  * has room and its per-rank memory could ever fit on the devices;
  * otherwise it is refused at once (WF_E_QUEUE_FULL, WF_E_NO_MEMORY).
  *
- * The devices form the mesh (mesh.h); device index = global rank. A job
+ * The devices form the mesh (mesh.h); device index = global rank (cluster
+ * mode: the world's ranks, of which workers[] are local_first..; a job's
+ * ranks on other nodes go to the `remote` hook). A job
  * runs on one dp replica: the ranks sharing a dp coordinate, which are
  * consecutive (dp is the outermost dim). Replicas serve different jobs at
  * once. Dispatch takes jobs strictly in sequence order: the head job goes
@@ -32,9 +34,21 @@
 #include "log.h"
 #include "worker.h"
 
+/* Cluster mode: hand the job's ranks outside this node to their nodes
+ * (the descriptor goes to every member holding some); returns how many
+ * member nodes will report back (each one wf_djob_rank_done). Called at
+ * dispatch, before the local ranks are queued. */
+typedef uint32_t (*wf_sched_remote_fn)(void *arg, wf_djob_t *job);
+
 typedef struct wf_sched {
-    wf_worker_t *workers;        /* borrowed: the daemon's workers */
-    uint32_t n_devices;          /* entries of workers[] */
+    wf_worker_t *workers;        /* borrowed: the daemon's workers (local ranks) */
+    uint32_t n_devices;          /* devices of the world (single node: workers) */
+    uint32_t local_first;        /* world rank of workers[0] (cluster mode) */
+    uint32_t n_local;            /* entries of workers[] */
+    bool cluster;                /* roots and head splits stay on local ranks */
+    wf_sched_remote_fn remote;   /* cluster mode: sends the remote parts */
+    void *remote_arg;
+    uint64_t mem_total[WF_SETTINGS_MAX_DEVICES]; /* bytes of each world device */
     uint64_t used[WF_SETTINGS_MAX_DEVICES];   /* bytes reserved per device */
     uint32_t tasks[WF_SETTINGS_MAX_DEVICES];  /* gang tasks outstanding per device */
     uint32_t replica_jobs[WF_SETTINGS_MAX_DEVICES]; /* jobs in flight per dp replica */
@@ -58,6 +72,12 @@ void wf_sched_init(wf_sched_t *s, wf_worker_t *workers, uint32_t n_devices,
  * plan_epoch... Returns WF_OK or an error with a message in job->err. */
 typedef wf_status_t (*wf_sched_plan_fn)(wf_djob_t *job, const wf_mesh_t *mesh,
                                         void *arg);
+
+/* Cluster mode: the world changed to n_devices ranks of which workers[]
+ * are local_first.. (nothing in flight); its mesh is `mesh`. Devices of
+ * other nodes count as the local ones' size (nodes bring alike devices). */
+void wf_sched_resize(wf_sched_t *s, uint32_t n_devices, uint32_t local_first,
+                     const wf_mesh_t *mesh);
 
 /* Re-plan every queued job whose plan is for another epoch than s->mesh's
  * (after a reconfiguration). Jobs the new mesh refuses, or that can never

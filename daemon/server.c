@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "cluster.h"
 #include "comm_host.h"
+#include "comm_zmq.h"
 #include "job.h"
 #include "mesh.h"
 #include "notify.h"
@@ -72,10 +73,39 @@ struct wf_server {
     uint64_t drain_deadline_us;  /* when draining gives up */
     uint64_t t_start_us;         /* for uptime */
     wf_cluster_t *cluster;       /* control plane between nodes; NULL: single node */
+    struct {                     /* cluster mode: this node's part of the world */
+        wf_comm_zmq_local_t *local; /* abort domain of the world in force / forming */
+        wf_comm_zmq_endpoint_t *spare[WF_SETTINGS_MAX_DEVICES]; /* bound, announced */
+        char data[WF_SETTINGS_ENDPOINT_MAX]; /* their addresses ("tcp://h:p0,p1") */
+        uint64_t world_epoch;    /* world whose regroup was submitted (0: none) */
+        bool built;              /* its regroup succeeded */
+        bool install;            /* built; install once nothing is in flight */
+        bool aborted;            /* its local domain was aborted */
+        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES]; /* of world_epoch */
+        uint32_t n_nodes;
+        uint32_t first_rank;     /* world rank of workers[0] */
+        uint32_t world_size;     /* ranks of the world */
+        wf_mesh_t mesh;          /* mesh of that world (with its mesh epoch) */
+        uint64_t abort_mesh_epoch; /* jobs of this mesh epoch died with a lost node */
+        char lost[160];          /* names of the nodes lost then */
+        wf_djob_t *remote_jobs;  /* coordinator: jobs with parts on members */
+        uint64_t epoch_override; /* member: mesh epoch of the coordinator's change */
+        uint64_t reconf_world;   /* world epoch a mesh change started under */
+        bool mesh_pending;       /* member: a mesh change waits for the running one */
+        wf_mesh_degrees_t mesh_deg; /* its degrees */
+        uint64_t mesh_epoch;     /* and mesh epoch */
+    } cl;
+    wf_ctl_msg_t cl_msg;         /* job descriptor scratch (large) */
     wf_buf_t buf;                /* reply header encoding scratch */
     wf_request_t req;            /* request decoding scratch */
     wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
 };
+
+/* cluster mode (defined with the cluster section below) */
+static wf_status_t bind_spares(wf_server_t *srv);
+static void cluster_message(void *arg, const char *from, const wf_ctl_msg_t *m);
+static uint32_t cluster_remote(void *arg, wf_djob_t *job);
+static void cluster_sync(wf_server_t *srv);
 
 /* ------------------------------------------------------------------ */
 /* start-up and teardown */
@@ -130,6 +160,7 @@ static wf_djob_t *regroup_job_new(wf_server_t *srv, const wf_mesh_t *mesh,
     job->world = world;
     job->run = wf_worker_regroup_run;
     job->group_size = (int)srv->n_workers;
+    job->rank_base = (int)srv->cl.first_rank;
     job->done = &srv->done;
     atomic_store(&job->remaining, job->group_size);
     for (int r = 0; r < job->group_size; r++) {
@@ -239,8 +270,12 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
 
     wf_mesh_t mesh;
     char merr[256];
-    if (wf_mesh_init(&mesh, &settings->mesh_deg, (int)settings->device_count,
-                     merr, sizeof merr) != WF_OK) {
+    /* Cluster: the mesh is the world's, installed when a world forms;
+     * until then the local devices are independent replicas. */
+    wf_mesh_degrees_t local_deg = { settings->device_count, 1, 1, 1 };
+    bool cluster = settings->coordinator[0] != '\0';
+    if (wf_mesh_init(&mesh, cluster ? &local_deg : &settings->mesh_deg,
+                     (int)settings->device_count, merr, sizeof merr) != WF_OK) {
         wf_log(log, WF_LOG_ERR, "mesh: %s", merr);
         goto fail;
     }
@@ -254,8 +289,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     }
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
                   settings->queue_capacity, &mesh, log);
-    if (regroup_at_start(srv) != WF_OK)
+    if (!cluster && regroup_at_start(srv) != WF_OK)
         goto fail;
+    srv->sched.paused = cluster;
 
     srv->zctx = zmq_ctx_new();
     if (!srv->zctx) {
@@ -280,10 +316,16 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         goto fail;
     }
     srv->bound = true;
-    if (settings->coordinator[0] &&
-        wf_cluster_new(&srv->settings, srv->zctx, "", envp, log, &srv->notify,
-                       &srv->cluster) != WF_OK)
-        goto fail;
+    if (cluster) {
+        if (bind_spares(srv) != WF_OK ||
+            wf_cluster_new(&srv->settings, srv->zctx, srv->cl.data, envp, log,
+                           &srv->notify, &srv->cluster) != WF_OK)
+            goto fail;
+        wf_cluster_on_message(srv->cluster, cluster_message, srv);
+        srv->sched.remote = cluster_remote;
+        srv->sched.remote_arg = srv;
+        cluster_sync(srv);      /* a world of one node forms at once */
+    }
     *ret_srv = srv;
     return WF_OK;
 
@@ -298,9 +340,15 @@ void wf_server_destroy(wf_server_t **psrv)
         return;
     wf_server_t *srv = *psrv;
     /* Workers first: they run what is queued, and their jobs' replies
-     * are no longer wanted here (wf_server_run already drained). */
+     * are no longer wanted here (wf_server_run already drained). A cluster
+     * world is aborted first: peers of other nodes may never come. */
+    if (srv->cl.local)
+        wf_comm_zmq_local_abort(srv->cl.local);
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
+    for (uint32_t d = 0; d < WF_SETTINGS_MAX_DEVICES; d++)
+        wf_comm_zmq_endpoint_destroy(&srv->cl.spare[d]);
+    wf_comm_zmq_local_unref(&srv->cl.local);
     wf_comm_host_world_unref(&srv->world);  /* workers dropped their handles */
     zmq_msg_close(&srv->reconf.identity);
     if (srv->done.efd >= 0) {
@@ -408,6 +456,14 @@ static void reply_job(wf_server_t *srv, wf_djob_t *job)
     wf_status_t st = (wf_status_t)atomic_load(&job->status);
     if (st != WF_OK) {
         char msg[WF_PROTO_ERROR_MAX];
+        if (srv->cluster && (st == WF_E_ABORTED || st == WF_E_NODE_LOST) &&
+            srv->cl.lost[0] && job->epoch == srv->cl.abort_mesh_epoch) {
+            st = WF_E_NODE_LOST;
+            if (!job->err[0])
+                snprintf(job->err, sizeof job->err, "node(s) %s lost during the "
+                         "job (mesh epoch %" PRIu64 "); the world re-forms without "
+                         "them", srv->cl.lost, job->epoch);
+        }
         if (job->err[0])
             snprintf(msg, sizeof msg, "%s", job->err);
         else
@@ -492,12 +548,13 @@ static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
         di->index = d;
         copy_name(di->name, sizeof di->name, w->name);
         di->memory_total = w->memory_total;
-        di->memory_used = s->used[d];
+        uint32_t g = d + (srv->cluster ? srv->cl.first_rank : 0);  /* world rank */
+        di->memory_used = s->used[g];
         di->jobs_served = atomic_load(&w->jobs_served);
         di->busy = atomic_load(&w->busy) ? 1 : 0;
         wf_mesh_coords_t c = { 0, 0, 0, 0 };
-        wf_mesh_coords(&s->mesh, (int)d, &c);   /* device index = global rank */
-        di->rank = d;
+        wf_mesh_coords(&s->mesh, (int)g, &c);
+        di->rank = g;
         di->coords[0] = (uint32_t)c.dp;
         di->coords[1] = (uint32_t)c.ring;
         di->coords[2] = (uint32_t)c.ulysses;
@@ -535,12 +592,30 @@ static void format_deg(const wf_mesh_degrees_t *d, char *buf, size_t len)
              ",tp=%" PRIu32, d->dp, d->ring, d->ulysses, d->tp);
 }
 
+/* Plan a job for `mesh`. Cluster: a head-split job (no communication,
+ * every rank reads the frames) runs on this node's devices only, so its
+ * device count is capped at them. */
+static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                            char *err, size_t err_len)
+{
+    wf_status_t st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err,
+                                       err_len);
+    if (st == WF_OK && srv->cluster && !job->cp &&
+        (uint32_t)job->group_size > srv->n_workers) {
+        wf_attention_args_t *a = &job->req.args.attention;
+        uint32_t asked = a->devices;
+        a->devices = srv->n_workers;
+        st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err, err_len);
+        a->devices = asked;
+    }
+    return st;
+}
+
 static wf_status_t plan_for_mesh(wf_djob_t *job, const wf_mesh_t *mesh, void *arg)
 {
     wf_server_t *srv = arg;
     job->err[0] = '\0';
-    return wf_attention_plan(job, srv->ops, mesh, &srv->settings, job->err,
-                             sizeof job->err);
+    return plan_job(srv, job, mesh, job->err, sizeof job->err);
 }
 
 static void status_line(const wf_server_t *srv, char *buf, size_t len);
@@ -576,6 +651,11 @@ static void advance_reconfigure(wf_server_t *srv)
         srv->world = fresh;
     }
     srv->reconf.regrouping = true;
+    /* Cluster: every node's workers split the world the same way; the
+     * members queue their regroup behind the job parts they hold. */
+    if (srv->cluster && wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR)
+        wf_cluster_broadcast_mesh(srv->cluster, &srv->reconf.target.deg,
+                                  srv->reconf.target.epoch);
     regroup_submit(srv, job);
 }
 
@@ -593,8 +673,16 @@ static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *
         return WF_E_SHUTTING_DOWN;
     }
     wf_mesh_t target = srv->sched.mesh;
+    if (srv->cluster && (!srv->cl.built || srv->cl.install)) {
+        snprintf(err, err_len, "the cluster world is forming; retry when it serves");
+        return WF_E_BUSY;
+    }
     if (wf_mesh_reconfigure(&target, deg, err, err_len) != WF_OK)
         return WF_E_BAD_ARGUMENT;
+    if (srv->cl.epoch_override)
+        target.epoch = srv->cl.epoch_override;
+    if (srv->cluster)
+        new_world = false;  /* a cluster world is rebuilt by the control plane */
     if (srv->reconf.active) {
         char to[96];
         format_deg(&srv->reconf.target.deg, to, sizeof to);
@@ -603,6 +691,7 @@ static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *
         return WF_E_BUSY;
     }
     srv->reconf.active = true;
+    srv->cl.reconf_world = srv->cl.world_epoch;
     srv->reconf.regrouping = false;
     srv->reconf.new_world = new_world;
     srv->reconf.target = target;
@@ -631,8 +720,11 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
     char from[96], to[96];
     format_deg(&srv->reconf.from, from, sizeof from);
     format_deg(&srv->reconf.target.deg, to, sizeof to);
+    if (st == WF_OK && srv->cluster && srv->cl.reconf_world != srv->cl.world_epoch)
+        st = WF_E_ABORTED;    /* a new world superseded it (with its own mesh) */
     if (st == WF_OK) {
         srv->sched.mesh = srv->reconf.target;
+        srv->cl.mesh = srv->reconf.target;
         srv->reconf.failures = 0;
         wf_log(srv->log, WF_LOG_INFO, "reconfigured (%s): %s -> %s, epoch %"
                PRIu64 ", drain %.1f ms, regroup %.1f ms", srv->reconf.why, from,
@@ -666,7 +758,8 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
         zmq_msg_init(&srv->reconf.identity);
         srv->reconf.has_client = false;
     }
-    if (st != WF_OK && srv->reconf.failures < 3 && !srv->workers_stopped) {
+    if (st != WF_OK && srv->reconf.failures < 3 && !srv->workers_stopped &&
+        !srv->cluster) {
         /* Rebuild on the mesh in force, with a new world. */
         srv->reconf.regrouping = false;
         srv->reconf.new_world = true;
@@ -683,7 +776,7 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
                "context-parallel jobs will fail");
     srv->reconf.active = false;
     srv->reconf.regrouping = false;
-    srv->sched.paused = false;
+    srv->sched.paused = srv->cluster && (!srv->cl.built || srv->cl.install);
     if (srv->reconf.notify) {
         char line[WF_SETTINGS_ENDPOINT_MAX + 256];
         status_line(srv, line, sizeof line);
@@ -714,12 +807,8 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
         st = start_reconfigure(srv, &req->args.reconfigure.mesh, false, "request",
                                true, identity, delim, req->id, err, sizeof err);
     }
-    if (st == WF_OK) {
-        /* every node is whole replicas: each takes the same local mesh */
-        if (srv->cluster)
-            wf_cluster_broadcast_mesh(srv->cluster, &req->args.reconfigure.mesh);
-        return;
-    }
+    if (st == WF_OK)
+        return;     /* cluster: the members follow once drained */
     srv->rejected++;
     wf_log(srv->log, WF_LOG_INFO, "reconfigure request %" PRIu64 " refused: "
            "%s: %s", req->id, wf_status_name(st), err);
@@ -758,8 +847,7 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
     job->has_delim = delim;
     job->t_recv_us = t_recv;
     job->done = &srv->done;
-    st = wf_attention_plan(job, srv->ops, &srv->sched.mesh, &srv->settings, err,
-                           sizeof err);
+    st = plan_job(srv, job, &srv->sched.mesh, err, sizeof err);
     if (st == WF_OK)
         st = wf_sched_admit(&srv->sched, job, err, sizeof err);
     if (st != WF_OK) {
@@ -902,6 +990,584 @@ static bool recv_message(wf_server_t *srv)
 }
 
 /* ------------------------------------------------------------------ */
+/* cluster mode: one comm world over every rank of every node (DESIGN.md
+ * "Rendezvous between nodes", "Data flow of one job"). Each node binds a
+ * ZeroMQ comm endpoint per local rank ahead of time and announces them
+ * (hello / "data"); a new world from the control plane becomes a regroup
+ * job that joins the cross-process world and splits the mesh groups on
+ * every node; the coordinator sequences every job and sends members a
+ * descriptor ("job") for their ranks; they answer "done". The roots of a
+ * job (its inputs and outputs) stay on the coordinator. */
+
+/* The world mesh for `world` ranks from the degrees asked for: dp fitted
+ * when ring x ulysses x tp divides the world, else the sequence dims
+ * shrink (ring first), else every rank its own replica. */
+static wf_mesh_degrees_t fit_mesh(wf_mesh_degrees_t req, uint32_t world)
+{
+    uint32_t inner = req.ring * req.ulysses * req.tp;
+    if (inner && world % inner == 0)
+        return (wf_mesh_degrees_t){ world / inner, req.ring, req.ulysses, req.tp };
+    inner = req.ulysses * req.tp;
+    if (inner && world % inner == 0)
+        return (wf_mesh_degrees_t){ 1, world / inner, req.ulysses, req.tp };
+    if (req.tp && world % req.tp == 0)
+        return (wf_mesh_degrees_t){ 1, world / req.tp, 1, req.tp };
+    return (wf_mesh_degrees_t){ world, 1, 1, 1 };
+}
+
+/* Bind a fresh comm endpoint per local rank for the next world; cl.data
+ * gets their addresses, "tcp://127.0.0.1:P0,P1,..". */
+static wf_status_t bind_spares(wf_server_t *srv)
+{
+    size_t o = 0;
+    srv->cl.data[0] = '\0';
+    int64_t max = (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
+    for (uint32_t d = 0; d < srv->n_workers; d++) {
+        wf_comm_zmq_endpoint_destroy(&srv->cl.spare[d]);
+        wf_status_t st = wf_comm_zmq_endpoint_new(srv->zctx, "tcp://127.0.0.1:*",
+                                                  max, &srv->cl.spare[d]);
+        if (st != WF_OK) {
+            wf_log(srv->log, WF_LOG_ERR, "cluster: cannot bind a comm endpoint "
+                   "on 127.0.0.1: %s", wf_status_str(st));
+            return st;
+        }
+        const char *a = wf_comm_zmq_endpoint_address(srv->cl.spare[d]);
+        const char *port = strrchr(a, ':');
+        int n = d == 0 ? snprintf(srv->cl.data, sizeof srv->cl.data, "%s", a)
+                       : snprintf(srv->cl.data + o, sizeof srv->cl.data - o, ",%s",
+                                  port ? port + 1 : "");
+        if (n < 0 || (size_t)n >= sizeof srv->cl.data - o) {
+            wf_log(srv->log, WF_LOG_ERR, "cluster: %u comm endpoints do not fit "
+                   "the data field", srv->n_workers);
+            return WF_E_LIMIT;
+        }
+        o += (size_t)n;
+    }
+    return WF_OK;
+}
+
+/* The endpoints of `ranks` ranks from a node's data field. */
+static bool parse_data(const char *data, uint32_t ranks,
+                       char (*eps)[WF_COMM_ZMQ_ENDPOINT_MAX])
+{
+    const char *comma = strchr(data, ',');
+    size_t first = comma ? (size_t)(comma - data) : strlen(data), plen = first;
+    while (plen > 0 && data[plen - 1] != ':')
+        plen--;
+    if (plen == 0 || first >= WF_COMM_ZMQ_ENDPOINT_MAX || ranks == 0)
+        return false;
+    uint32_t k = 0;
+    snprintf(eps[k++], WF_COMM_ZMQ_ENDPOINT_MAX, "%.*s", (int)first, data);
+    for (const char *p = comma; p; ) {
+        p++;
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (k == ranks || len == 0 || len > 5 || strspn(p, "0123456789") < len)
+            return false;
+        snprintf(eps[k++], WF_COMM_ZMQ_ENDPOINT_MAX, "%.*s%.*s", (int)plen, data,
+                 (int)len, p);
+        p = e;
+    }
+    return k == ranks;
+}
+
+/* Abort this node's part of the comm world (every blocked rank returns
+ * WF_E_ABORTED); jobs of the mesh epoch in force then fail as node lost. */
+static void abort_world(wf_server_t *srv, const char *lost)
+{
+    if (!srv->cl.local || srv->cl.aborted)
+        return;
+    wf_comm_zmq_local_abort(srv->cl.local);
+    srv->cl.aborted = true;
+    srv->cl.abort_mesh_epoch = srv->sched.mesh.epoch;
+    snprintf(srv->cl.lost, sizeof srv->cl.lost, "%s", lost);
+    wf_log(srv->log, WF_LOG_WARNING, "cluster: comm world of epoch %" PRIu64
+           " aborted (%s); jobs in flight fail", srv->cl.world_epoch, lost);
+}
+
+static int node_index(const wf_cluster_node_t *nodes, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(nodes[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Coordinator, new world `nw`: the parts owed by nodes not in it (or all
+ * of them when the world was aborted) fail now; the others keep their
+ * bits, renumbered for the new table. */
+static void settle_remote(wf_server_t *srv, const wf_cluster_node_t *nw, uint32_t nn,
+                          bool all, const char *lost)
+{
+    for (wf_djob_t *j = srv->cl.remote_jobs; j; j = j->rnext) {
+        uint32_t keep = 0, bits = j->remote_pending;
+        j->remote_pending = 0;
+        for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
+            if (!(bits & (1u << i)))
+                continue;
+            const char *name = srv->cl.nodes[i].name;
+            int to = all ? -1 : node_index(nw, nn, name);
+            if (to >= 0) {
+                keep |= 1u << to;
+                continue;
+            }
+            if (!j->err[0])
+                snprintf(j->err, sizeof j->err, "node(s) %s lost during the job "
+                         "(mesh epoch %" PRIu64 "); the world re-forms without "
+                         "them", lost[0] ? lost : name, j->epoch);
+            wf_djob_rank_done(j, WF_E_NODE_LOST);
+        }
+        j->remote_pending = keep;
+    }
+}
+
+static void cluster_try_install(wf_server_t *srv);
+
+/* The control plane has a new world (forming): join it. */
+static void cluster_new_world(wf_server_t *srv, const wf_cluster_node_t *nw,
+                              uint32_t nn, uint64_t epoch, uint64_t wid,
+                              wf_mesh_degrees_t mdeg, uint64_t mepoch)
+{
+    char lost[160] = "";
+    size_t o = 0;
+    for (uint32_t i = 0; i < srv->cl.n_nodes; i++)
+        if (node_index(nw, nn, srv->cl.nodes[i].name) < 0 && o + 1 < sizeof lost)
+            o += (size_t)snprintf(lost + o, sizeof lost - o, "%s%s", o ? ", " : "",
+                                  srv->cl.nodes[i].name);
+    if (lost[0])
+        abort_world(srv, lost);
+    else if (!srv->cl.built || srv->cl.install)
+        abort_world(srv, "the world re-formed before it served");
+    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR)
+        settle_remote(srv, nw, nn, srv->cl.aborted, lost);
+    srv->cl.world_epoch = epoch;
+    srv->cl.built = false;
+    srv->cl.install = false;
+    srv->cl.mesh_pending = false;   /* the world carries its mesh */
+    srv->sched.paused = true;
+
+    uint32_t total = 0, first = 0;
+    int self = -1;
+    for (uint32_t k = 0; k < nn; k++) {
+        total += nw[k].ranks;
+        if (nw[k].self) {
+            self = (int)k;
+            first = nw[k].first_rank;
+        }
+    }
+    if (self < 0 || total > WF_DJOB_MAX_WORLD || nw[self].ranks != srv->n_workers) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: world of epoch %" PRIu64 " (%u "
+               "ranks) cannot be served here (at most %d ranks)", epoch, total,
+               WF_DJOB_MAX_WORLD);
+        return;
+    }
+    wf_zworld_t *zw = calloc(1, sizeof *zw);
+    wf_comm_zmq_local_t *local = NULL;
+    if (!zw || wf_comm_zmq_local_new(&local) != WF_OK) {
+        free(zw);
+        wf_log(srv->log, WF_LOG_ERR, "cluster: out of memory");
+        return;
+    }
+    for (uint32_t k = 0; k < nn; k++)
+        if (!parse_data(nw[k].data, nw[k].ranks, &zw->eps[nw[k].first_rank])) {
+            wf_log(srv->log, WF_LOG_ERR, "cluster: node %s announced bad comm "
+                   "endpoints '%s'; world of epoch %" PRIu64 " not joined",
+                   nw[k].name, nw[k].data, epoch);
+            free(zw);
+            wf_comm_zmq_local_unref(&local);
+            return;
+        }
+    for (uint32_t r = 0; r < total; r++)
+        zw->ep_ptrs[r] = zw->eps[r];
+    for (uint32_t d = 0; d < srv->n_workers; d++) {
+        if (srv->cl.spare[d] && strcmp(wf_comm_zmq_endpoint_address(srv->cl.spare[d]),
+                                       zw->eps[first + d]) == 0) {
+            zw->ep[d] = srv->cl.spare[d];
+            srv->cl.spare[d] = NULL;
+        } else {
+            /* the world names an older endpoint of ours: the join binds it */
+            wf_log(srv->log, WF_LOG_WARNING, "cluster: world of epoch %" PRIu64
+                   " names endpoint %s for rank %u; binding it", epoch,
+                   zw->eps[first + d], first + d);
+        }
+    }
+    wf_comm_zmq_local_unref(&srv->cl.local);
+    srv->cl.local = local;
+    srv->cl.aborted = false;
+    zw->cfg.zmq_ctx = srv->zctx;
+    zw->cfg.local = wf_comm_zmq_local_ref(local);
+    zw->cfg.world_id = wid;
+    zw->cfg.nranks = (int)total;
+    zw->cfg.endpoints = zw->ep_ptrs;
+    zw->cfg.connect_timeout_ms = (int)srv->settings.cluster_timeout_ms;
+    zw->cfg.op_timeout_ms = 0;      /* node loss aborts blocked ranks */
+    zw->cfg.max_message_bytes = (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
+    if (bind_spares(srv) == WF_OK)
+        wf_cluster_set_data(srv->cluster, srv->cl.data);
+
+    wf_mesh_degrees_t deg = fit_mesh(mdeg, total);
+    wf_mesh_t mesh;
+    char err[256];
+    if (wf_mesh_init(&mesh, &deg, (int)total, err, sizeof err) != WF_OK) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: mesh: %s", err);
+        for (uint32_t d = 0; d < srv->n_workers; d++)
+            wf_comm_zmq_endpoint_destroy(&zw->ep[d]);
+        wf_comm_zmq_local_unref(&zw->cfg.local);
+        free(zw);
+        return;
+    }
+    mesh.epoch = mepoch;
+    memcpy(srv->cl.nodes, nw, nn * sizeof nw[0]);
+    srv->cl.n_nodes = nn;
+    srv->cl.first_rank = first;
+    srv->cl.world_size = total;
+    srv->cl.mesh = mesh;
+    wf_djob_t *job = regroup_job_new(srv, &mesh, NULL);
+    if (!job) {
+        for (uint32_t d = 0; d < srv->n_workers; d++)
+            wf_comm_zmq_endpoint_destroy(&zw->ep[d]);
+        wf_comm_zmq_local_unref(&zw->cfg.local);
+        free(zw);
+        wf_log(srv->log, WF_LOG_ERR, "cluster: out of memory");
+        return;
+    }
+    job->zworld = zw;
+    job->seq = epoch;
+    char m[96];
+    format_deg(&deg, m, sizeof m);
+    wf_log(srv->log, WF_LOG_INFO, "cluster: joining the comm world of epoch %"
+           PRIu64 ": ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, epoch,
+           first, first + srv->n_workers - 1, total, m, mepoch);
+    regroup_submit(srv, job);
+}
+
+/* The regroup of a cluster world ended. */
+static void cluster_regroup_done(wf_server_t *srv, const wf_djob_t *job,
+                                 wf_status_t st)
+{
+    if (job->seq != srv->cl.world_epoch)
+        return;             /* an older world's */
+    if (st != WF_OK) {
+        wf_log(srv->log, WF_LOG_WARNING, "cluster: communicators of epoch %"
+               PRIu64 " not built: %s", job->seq, wf_status_str(st));
+        return;
+    }
+    srv->cl.built = true;
+    srv->cl.install = true;
+    cluster_try_install(srv);
+}
+
+/* Built, and the jobs of the old world are done: serve on the new one. */
+static void cluster_try_install(wf_server_t *srv)
+{
+    if (!srv->cl.install || srv->sched.in_flight > 0)
+        return;
+    srv->cl.install = false;
+    wf_sched_resize(&srv->sched, srv->cl.world_size, srv->cl.first_rank,
+                    &srv->cl.mesh);
+    srv->sched.paused = srv->reconf.active;
+    char m[96];
+    format_deg(&srv->cl.mesh.deg, m, sizeof m);
+    wf_log(srv->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " built: "
+           "ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, srv->cl.world_epoch,
+           srv->cl.first_rank, srv->cl.first_rank + srv->n_workers - 1,
+           srv->cl.world_size, m, srv->cl.mesh.epoch);
+    wf_cluster_world_ready(srv->cluster, srv->cl.world_epoch);
+    wf_djob_t *failed = NULL;
+    wf_sched_replan(&srv->sched, plan_for_mesh, srv, &failed);
+    while (failed) {
+        wf_djob_t *next = failed->next;
+        reply_job(srv, failed);
+        wf_djob_free(&failed);
+        failed = next;
+    }
+    dispatch(srv);
+}
+
+/* Member: the coordinator's mesh change, once the previous regroup's
+ * completion was taken (both may arrive in one wake-up; the workers run
+ * the regroups in order anyway). */
+static void apply_pending_mesh(wf_server_t *srv)
+{
+    if (!srv->cl.mesh_pending || srv->reconf.active)
+        return;
+    srv->cl.mesh_pending = false;
+    char err[WF_PROTO_ERROR_MAX];
+    srv->cl.epoch_override = srv->cl.mesh_epoch;
+    if (start_reconfigure(srv, &srv->cl.mesh_deg, false, "coordinator", false, NULL,
+                          false, 0, err, sizeof err) != WF_OK)
+        wf_log(srv->log, WF_LOG_ERR, "cluster: mesh from the coordinator not "
+               "applied: %s", err);
+    srv->cl.epoch_override = 0;
+}
+
+/* After the control plane ran: follow its world. */
+static void cluster_sync(wf_server_t *srv)
+{
+    wf_cluster_node_t nw[WF_SETTINGS_MAX_NODES];
+    uint32_t nn = 0;
+    uint64_t epoch = 0, wid = 0, mepoch = 0;
+    wf_mesh_degrees_t mdeg;
+    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER &&
+        wf_cluster_coordinator_lost(srv->cluster) && srv->cl.local && !srv->cl.aborted) {
+        abort_world(srv, "the coordinator");
+        srv->cl.built = false;
+    }
+    wf_cluster_current(srv->cluster, nw, WF_SETTINGS_MAX_NODES, &nn, &epoch, &wid,
+                       &mdeg, &mepoch);
+    if (nn > 0 && epoch != srv->cl.world_epoch)
+        cluster_new_world(srv, nw, nn, epoch, wid, mdeg, mepoch);
+}
+
+/* Coordinator, at dispatch: the descriptor of `job` to every member
+ * holding some of its ranks. Returns the parts that will answer. */
+static uint32_t cluster_remote(void *arg, wf_djob_t *job)
+{
+    wf_server_t *srv = arg;
+    wf_ctl_msg_t *m = &srv->cl_msg;
+    const wf_attention_args_t *a = &job->req.args.attention;
+    const wf_tensor_desc_t *q = &job->req.tensors[a->q];
+    const wf_tensor_desc_t *k = &job->req.tensors[a->k];
+    uint32_t fbits;
+    memcpy(&fbits, &job->scale, sizeof fbits);
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "job");
+    wf_ctl_put_uint(m, "seq", job->seq);
+    wf_ctl_put_uint(m, "epoch", job->epoch);
+    wf_ctl_put_uint(m, "id", job->req.id);
+    wf_ctl_put_uint(m, "base", job->device[0]);
+    wf_ctl_put_uint(m, "g", (uint64_t)job->group_size);
+    wf_ctl_put_uint(m, "B", (uint64_t)q->shape[0]);
+    wf_ctl_put_uint(m, "Sq", (uint64_t)q->shape[1]);
+    wf_ctl_put_uint(m, "Hq", (uint64_t)q->shape[2]);
+    wf_ctl_put_uint(m, "D", (uint64_t)q->shape[3]);
+    wf_ctl_put_uint(m, "Skv", (uint64_t)k->shape[1]);
+    wf_ctl_put_uint(m, "Hkv", (uint64_t)k->shape[2]);
+    wf_ctl_put_uint(m, "qdt", (uint64_t)q->dtype);
+    wf_ctl_put_uint(m, "kdt", (uint64_t)k->dtype);
+    wf_ctl_put_uint(m, "vdt", (uint64_t)job->req.tensors[a->v].dtype);
+    wf_ctl_put_uint(m, "odt", (uint64_t)job->out_desc[0].dtype);
+    wf_ctl_put_uint(m, "lse", job->n_outputs > 1);
+    wf_ctl_put_uint(m, "causal", a->causal);
+    wf_ctl_put_uint(m, "scale", fbits);
+    wf_ctl_put_uint(m, "rot", (uint64_t)job->rotate_method);
+    wf_ctl_put_uint(m, "f32", job->convert_to_fp32);
+    wf_ctl_put_uint(m, "ra", job->ring_anything);
+    wf_ctl_put_uint(m, "ua", job->ulysses_anything);
+    wf_ctl_put_uint(m, "lb", job->load_balance);
+    uint32_t parts = 0;
+    job->remote_pending = 0;
+    uint32_t lo = job->device[0], hi = lo + (uint32_t)job->group_size;
+    for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
+        const wf_cluster_node_t *n = &srv->cl.nodes[i];
+        if (n->self || n->first_rank >= hi || n->first_rank + n->ranks <= lo)
+            continue;
+        if (wf_cluster_send(srv->cluster, n->name, m)) {
+            job->remote_pending |= 1u << i;
+            parts++;
+        } else {
+            /* its ranks never come: the loss of the node aborts the others */
+            snprintf(job->err, sizeof job->err, "node %s unreachable", n->name);
+            atomic_store(&job->status, WF_E_NODE_LOST);
+        }
+    }
+    if (job->remote_pending) {
+        job->rnext = srv->cl.remote_jobs;
+        srv->cl.remote_jobs = job;
+    }
+    return parts;
+}
+
+static void unlink_remote(wf_server_t *srv, wf_djob_t *job)
+{
+    for (wf_djob_t **l = &srv->cl.remote_jobs; *l; l = &(*l)->rnext)
+        if (*l == job) {
+            *l = job->rnext;
+            job->rnext = NULL;
+            return;
+        }
+}
+
+/* Member: "done" of our part back to the coordinator. */
+static void member_done(wf_server_t *srv, uint64_t seq, uint64_t epoch,
+                        wf_status_t st)
+{
+    wf_ctl_msg_t *m = &srv->cl_msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "done");
+    wf_ctl_put_uint(m, "seq", seq);
+    wf_ctl_put_uint(m, "epoch", epoch);
+    wf_ctl_put_uint(m, "st", (uint64_t)(int64_t)st & 0xffffffffu);
+    wf_cluster_send(srv->cluster, NULL, m);
+}
+
+static bool get_u(const wf_ctl_msg_t *m, const char *key, uint64_t max,
+                  uint64_t *ret)
+{
+    return wf_ctl_get_uint(m, key, ret) && *ret <= max;
+}
+
+/* Member: a job descriptor from the coordinator: queue our ranks' parts
+ * (never a root) in the order received, which is the coordinator's. */
+static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
+{
+    uint64_t seq = 0, epoch = 0, id = 0, base, g, B, Sq, Hq, D, Skv, Hkv, qdt,
+             kdt, vdt, odt, lse, causal, scale, rot, f32, ra, ua, lb;
+    const uint64_t big = (uint64_t)INT32_MAX;
+    bool ok = get_u(m, "seq", UINT64_MAX, &seq) && get_u(m, "epoch", UINT64_MAX, &epoch) &&
+              get_u(m, "id", UINT64_MAX, &id) &&
+              get_u(m, "base", WF_DJOB_MAX_WORLD, &base) &&
+              get_u(m, "g", WF_DJOB_MAX_WORLD, &g) && get_u(m, "B", big, &B) &&
+              get_u(m, "Sq", big, &Sq) && get_u(m, "Hq", big, &Hq) &&
+              get_u(m, "D", big, &D) && get_u(m, "Skv", big, &Skv) &&
+              get_u(m, "Hkv", big, &Hkv) && get_u(m, "qdt", 255, &qdt) &&
+              get_u(m, "kdt", 255, &kdt) && get_u(m, "vdt", 255, &vdt) &&
+              get_u(m, "odt", 255, &odt) && get_u(m, "lse", 1, &lse) &&
+              get_u(m, "causal", 1, &causal) && get_u(m, "scale", UINT32_MAX, &scale) &&
+              get_u(m, "rot", 255, &rot) && get_u(m, "f32", 1, &f32) &&
+              get_u(m, "ra", 1, &ra) && get_u(m, "ua", 1, &ua) && get_u(m, "lb", 1, &lb);
+    if (!ok || g < 1 || base + g > srv->cl.world_size) {
+        wf_log(srv->log, WF_LOG_WARNING, "cluster: malformed job descriptor (seq %"
+               PRIu64 ") dropped", seq);
+        member_done(srv, seq, epoch, WF_E_MALFORMED);
+        return;
+    }
+    /* The mesh the job runs under: the one in force, or the one of the
+     * regroup already queued on the workers (the descriptor may overtake
+     * its completion; the workers run the regroup first). */
+    const wf_mesh_t *mesh = srv->reconf.active && srv->reconf.regrouping
+                                ? &srv->reconf.target : &srv->sched.mesh;
+    if (!srv->cl.built || srv->cl.install || srv->cl.aborted || epoch != mesh->epoch ||
+        (uint32_t)g != mesh->deg.ring * mesh->deg.ulysses * mesh->deg.tp) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
+               ") for mesh epoch %" PRIu64 " refused: this node serves mesh epoch %"
+               PRIu64, id, seq, epoch, mesh->epoch);
+        member_done(srv, seq, epoch, WF_E_UNAVAILABLE);
+        return;
+    }
+    wf_djob_t *job = wf_djob_new();
+    if (!job) {
+        member_done(srv, seq, epoch, WF_E_NO_MEMORY);
+        return;
+    }
+    job->kind = WF_DJOB_ATTENTION;
+    job->remote_part = true;
+    job->seq = seq;
+    job->epoch = epoch;
+    job->plan_epoch = epoch;
+    job->mesh = *mesh;
+    job->cp = true;
+    job->req.id = id;
+    job->req.op = WF_OP_ATTENTION;
+    job->req.n_tensors = 3;
+    wf_attention_args_t *a = &job->req.args.attention;
+    a->q = 0;
+    a->k = 1;
+    a->v = 2;
+    a->causal = causal != 0;
+    a->return_lse = lse != 0;
+    const int64_t shp[3][4] = { { (int64_t)B, (int64_t)Sq, (int64_t)Hq, (int64_t)D },
+                                { (int64_t)B, (int64_t)Skv, (int64_t)Hkv, (int64_t)D },
+                                { (int64_t)B, (int64_t)Skv, (int64_t)Hkv, (int64_t)D } };
+    const uint64_t dts[3] = { qdt, kdt, vdt };
+    for (int t = 0; t < 3; t++) {
+        wf_tensor_desc_t *d = &job->req.tensors[t];
+        d->dtype = (wf_dtype_t)dts[t];
+        d->rank = 4;
+        memcpy(d->shape, shp[t], sizeof shp[t]);
+        d->frame = (uint32_t)t;
+    }
+    uint32_t fbits = (uint32_t)scale;
+    memcpy(&job->scale, &fbits, sizeof fbits);
+    job->rotate_method = (wf_rotate_t)rot;
+    job->convert_to_fp32 = f32 != 0;
+    job->ring_anything = ra != 0;
+    job->ulysses_anything = ua != 0;
+    job->load_balance = lb != 0;
+    job->out_desc[0].dtype = (wf_dtype_t)odt;
+    job->n_outputs = lse ? 2 : 1;
+    job->group_size = (int)g;
+    job->run = wf_attention_cp_run;
+    job->done = &srv->done;
+    int local = 0;
+    uint32_t lo = srv->cl.first_rank, T = mesh->deg.tp;
+    for (uint32_t r = 0; r < g; r++) {
+        uint32_t wr = (uint32_t)base + r;
+        if (wr < lo || wr - lo >= srv->n_workers)
+            continue;
+        if (r < T) {
+            wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " has a root on "
+                   "this member; refused", id);
+            wf_djob_free(&job);
+            member_done(srv, seq, epoch, WF_E_INTERNAL);
+            return;
+        }
+        job->device[r] = wr - lo;
+        local++;
+    }
+    if (local == 0) {
+        wf_djob_free(&job);
+        member_done(srv, seq, epoch, WF_OK);
+        return;
+    }
+    job->t_dispatch_us = wf_now_usec();
+    atomic_store(&job->remaining, local);
+    for (uint32_t r = 0; r < g; r++) {
+        uint32_t wr = (uint32_t)base + r;
+        if (wr < lo || wr - lo >= srv->n_workers)
+            continue;
+        job->task[r].job = job;
+        job->task[r].rank = (int)r;
+        wf_worker_submit(&srv->workers[wr - lo], &job->task[r]);
+    }
+}
+
+/* Coordinator: a member's part of a job ended. */
+static void coord_done(wf_server_t *srv, const char *from, const wf_ctl_msg_t *m)
+{
+    uint64_t seq, st;
+    int i = node_index(srv->cl.nodes, srv->cl.n_nodes, from);
+    if (i < 0 || !wf_ctl_get_uint(m, "seq", &seq) || !wf_ctl_get_uint(m, "st", &st))
+        return;
+    for (wf_djob_t *j = srv->cl.remote_jobs; j; j = j->rnext) {
+        if (j->seq != seq)
+            continue;
+        if (!(j->remote_pending & (1u << i)))
+            return;
+        j->remote_pending &= ~(1u << i);
+        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
+        if (s == WF_E_UNAVAILABLE || s == WF_E_MALFORMED) {
+            /* its ranks never ran: ours wait for them in a collective.
+             * Abort the world; a new round without the node rebuilds it
+             * (the node rejoins at once). */
+            char why[WF_PROTO_ERROR_MAX];
+            snprintf(why, sizeof why, "node %s refused job %" PRIu64, from,
+                     j->req.id);
+            abort_world(srv, why);
+            wf_cluster_node_lost(srv->cluster, from, "it refused a job",
+                                 wf_now_usec());
+        }
+        if (s != WF_OK && s != WF_E_ABORTED && !j->err[0])
+            snprintf(j->err, sizeof j->err, "the job's part on node %s failed: %s",
+                     from, wf_status_str(s));
+        wf_djob_rank_done(j, s);
+        return;
+    }
+}
+
+static void cluster_message(void *arg, const char *from, const wf_ctl_msg_t *m)
+{
+    wf_server_t *srv = arg;
+    const char *t = wf_ctl_get_str(m, "t");
+    if (!t)
+        return;
+    if (!from && strcmp(t, "job") == 0)
+        member_job(srv, m);
+    else if (from && strcmp(t, "done") == 0)
+        coord_done(srv, from, m);
+}
+
+/* ------------------------------------------------------------------ */
 /* signals, completions, the loop */
 
 static void handle_completions(wf_server_t *srv)
@@ -911,11 +1577,25 @@ static void handle_completions(wf_server_t *srv)
         wf_djob_t *next = job->next;
         if (job->kind == WF_DJOB_REGROUP) {
             wf_status_t st = (wf_status_t)atomic_load(&job->status);
-            wf_djob_free(&job);
-            finish_reconfigure(srv, st);
+            if (job->zworld) {
+                cluster_regroup_done(srv, job, st);
+                wf_djob_free(&job);
+            } else {
+                wf_djob_free(&job);
+                finish_reconfigure(srv, st);
+            }
             job = next;
             continue;
         }
+        if (job->remote_part) {
+            member_done(srv, job->seq, job->epoch,
+                        (wf_status_t)atomic_load(&job->status));
+            wf_djob_free(&job);
+            job = next;
+            continue;
+        }
+        if (srv->cluster)
+            unlink_remote(srv, job);
         wf_sched_complete(&srv->sched, job);
         reply_job(srv, job);
         wf_djob_free(&job);
@@ -936,6 +1616,10 @@ static void handle_completions(wf_server_t *srv)
         }
     }
     advance_reconfigure(srv);
+    if (srv->cluster) {
+        cluster_try_install(srv);
+        apply_pending_mesh(srv);
+    }
 }
 
 static void status_line(const wf_server_t *srv, char *buf, size_t len)
@@ -1053,6 +1737,8 @@ static void finish_drain(wf_server_t *srv)
         wf_djob_free(&q);
         q = next;
     }
+    if (srv->cl.local)
+        wf_comm_zmq_local_abort(srv->cl.local);  /* nothing of ours is left */
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
     srv->workers_stopped = true;
@@ -1116,14 +1802,11 @@ wf_status_t wf_server_run(wf_server_t *srv)
                 result = WF_E_INTERNAL;
                 break;
             }
-            wf_mesh_degrees_t deg;
-            if (wf_cluster_take_mesh(srv->cluster, &deg)) {
-                char err[WF_PROTO_ERROR_MAX];
-                if (start_reconfigure(srv, &deg, false, "coordinator", false, NULL,
-                                      false, 0, err, sizeof err) != WF_OK)
-                    wf_log(srv->log, WF_LOG_WARNING, "cluster: mesh from the "
-                           "coordinator not applied: %s", err);
-            }
+            cluster_sync(srv);
+            if (wf_cluster_take_mesh(srv->cluster, &srv->cl.mesh_deg,
+                                     &srv->cl.mesh_epoch))
+                srv->cl.mesh_pending = true;
+            apply_pending_mesh(srv);
         }
         if (rc <= 0)
             continue;

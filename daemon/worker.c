@@ -2,6 +2,7 @@
 #include "worker.h"
 
 #include "comm_host.h"
+#include "comm_zmq.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +78,22 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
     (void)group_size;
     for (int i = 0; i < WF_MESH_NGROUPS; i++)
         wf_comm_destroy(&w->group[i]);
-    if (job->world) {
+    int grank = job->rank_base + rank;     /* world rank */
+    if (job->zworld) {
+        wf_comm_destroy(&w->world);
+        w->mesh.epoch = 0;
+        char err[256];
+        wf_status_t st = wf_comm_zmq_world_join(&job->zworld->cfg, grank,
+                                                &job->zworld->ep[rank], err,
+                                                sizeof err, &w->world);
+        if (st != WF_OK) {
+            /* peers of this process waiting in the join wake up too */
+            wf_comm_zmq_local_abort(job->zworld->cfg.local);
+            wf_log(w->log, WF_LOG_WARNING, "%s: joining the world as rank %d: "
+                   "%s", w->name, grank, err);
+            return st;
+        }
+    } else if (job->world) {
         wf_comm_destroy(&w->world);
         wf_status_t st = wf_comm_host_init(job->world, rank, &w->world);
         if (st != WF_OK) {
@@ -91,7 +107,7 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
         return WF_E_INTERNAL;
     for (int i = 0; i < WF_MESH_NGROUPS; i++) {
         int color, key;
-        wf_status_t st = wf_mesh_color(&job->mesh, (wf_mesh_dim_t)i, rank,
+        wf_status_t st = wf_mesh_color(&job->mesh, (wf_mesh_dim_t)i, grank,
                                        &color, &key);
         if (st == WF_OK)
             st = wf_comm_split(w->world, color, key, &w->group[i]);

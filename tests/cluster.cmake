@@ -6,3 +6,21 @@ target_link_libraries(test_cluster PRIVATE weft Threads::Threads m)
 target_compile_options(test_cluster PRIVATE -O2)
 add_test(NAME e2e_cluster COMMAND test_cluster $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster PROPERTIES TIMEOUT 120)
+
+# The ZeroMQ comm backend across processes (daemon/comm_zmq.c): every op,
+# ring exchanges, splits, abort, timeouts, bad traffic, with forked ranks
+# on loopback (tests/test_comm_zmq.c).
+add_executable(test_comm_zmq ${CMAKE_CURRENT_LIST_DIR}/test_comm_zmq.c)
+target_link_libraries(test_comm_zmq PRIVATE weftd_core)
+add_test(NAME comm_zmq COMMAND test_comm_zmq)
+set_tests_properties(comm_zmq PROPERTIES TIMEOUT 300)
+
+# Jobs across daemons (tests/test_cluster_jobs.c): 3 weftd processes form
+# one mesh of 6 ranks; ring / Ulysses / USP across processes against the
+# fp64 reference, live re-mesh under load, a member killed mid-job
+# (WF_E_NODE_LOST within 5 s, service resumes), rejoin.
+add_executable(test_cluster_jobs ${CMAKE_CURRENT_LIST_DIR}/test_cluster_jobs.c)
+target_link_libraries(test_cluster_jobs PRIVATE weft_testsupport weft Threads::Threads m)
+target_compile_options(test_cluster_jobs PRIVATE -O2)
+add_test(NAME e2e_cluster_jobs COMMAND test_cluster_jobs $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_cluster_jobs PROPERTIES TIMEOUT 180)

@@ -1,0 +1,178 @@
+/* comm_zmq.h — the host backend of comm.h across processes and nodes:
+ * ranks talk over point-to-point ZeroMQ connections (tcp:// or ipc://).
+ *
+ * Each rank owns one ROUTER socket bound to its endpoint; rank i connects
+ * to every rank j < i (one connection per pair, used both ways). A world
+ * is formed with a hello / ack exchange, so that when wf_comm_zmq_world_new
+ * returns, every peer is connected and routable. Every message carries the
+ * world id (the epoch token the cluster hands out): traffic from another
+ * world, from an unknown sender, or malformed, is dropped and counted
+ * (wf_comm_zmq_dropped), never trusted.
+ *
+ * Semantics are those of comm.h (NCCL's): per ordered pair, messages match
+ * in posting order; group calls and isend / irecv never deadlock a ring
+ * exchange (sends are queued by ZeroMQ and never wait for the receiver);
+ * allreduce sums in rank order, so every rank gets the host backend's
+ * bit-identical result. Differences from the in-process host backend:
+ *   - a size or op mismatch is found by the RECEIVING rank only (it gets
+ *     WF_E_BAD_ARGUMENT, its peers may get WF_OK): a uniform verdict would
+ *     cost a round trip per operation. The communicator stays in step.
+ *   - a blocking send returns once ZeroMQ owns the bytes (small messages:
+ *     copied at once; messages >= WF_COMM_ZMQ_ZEROCOPY_MIN: sent zero-copy
+ *     and complete when ZeroMQ has written them to the kernel), not when
+ *     the receiver has them. A send to a peer whose connection is gone
+ *     aborts this process's part of the world (WF_E_ABORTED).
+ *   - abort is local to the process (as ncclCommAbort): it wakes every
+ *     blocked call of every handle sharing the same wf_comm_zmq_local_t
+ *     within milliseconds, and fails every later call with WF_E_ABORTED.
+ *     Ranks in other processes learn of a failure from their own abort
+ *     (the cluster's job) or their per-op timeout. A rank blocked on a
+ *     receive from a dead peer stays blocked until one of those.
+ *   - optional per-op timeout (config op_timeout_ms > 0): a blocking call
+ *     that does not complete in time aborts the local world and returns
+ *     WF_E_TIMEOUT (weft.h's code, reused with this meaning); later calls
+ *     return WF_E_ABORTED.
+ *
+ * Threads. Every handle of one rank (its world handle and the handles split
+ * from it) shares that rank's socket: they must be used by one thread at a
+ * time (the device's worker thread). Several ranks may live in one process,
+ * each in its own thread, sharing one ZeroMQ context. wf_comm_abort and
+ * wf_comm_zmq_local_abort may be called from any thread.
+ *
+ * Algorithms (in bytes, point-to-point underneath): allgather(v), alltoall(v),
+ * scatterv, gatherv and broadcast are direct (every rank posts its receives,
+ * then its sends, then waits: n - 1 messages per rank, no step chain);
+ * allreduce is reduce-scatter then allgather of chunks (each chunk summed in
+ * rank order by its owner); barrier is a dissemination barrier (ceil(log2 n)
+ * rounds); split allgathers (color, key) and gives each sub-group an id
+ * derived from the parent's id, the split's sequence number and the color,
+ * so sub-groups' messages never mix with the parent's or a sibling's.
+ *
+ * Memory: requests come from a per-rank pool that grows (doubling) and is
+ * reused; a message that arrives before its receive is posted is kept as
+ * ZeroMQ received it (no copy) until the receive copies it out (received
+ * frames are unaligned: always memcpy). allreduce keeps a per-rank scratch
+ * buffer that grows to the largest chunk seen. Collectives do not allocate
+ * otherwise; split does.
+ *
+ * This module does not log; errors come back as status codes, and world
+ * formation can fill a caller's message buffer.
+ */
+#ifndef WF_COMM_ZMQ_H
+#define WF_COMM_ZMQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+/* Largest world accepted. */
+#define WF_COMM_ZMQ_MAX_RANKS 4096
+/* Payloads of at least this many bytes are sent zero-copy. */
+#define WF_COMM_ZMQ_ZEROCOPY_MIN (64 * 1024)
+/* How long a normally destroyed rank's socket may keep flushing queued
+ * messages to its peers (ZMQ_LINGER); an aborted one drops them at once. */
+#define WF_COMM_ZMQ_LINGER_MS 2000
+/* Longest endpoint string (address of a bound endpoint included). */
+#define WF_COMM_ZMQ_ENDPOINT_MAX 256
+
+/* The ranks of one world that live in this process: the abort domain.
+ * Reference-counted; every handle created with it holds a reference. */
+typedef struct wf_comm_zmq_local wf_comm_zmq_local_t;
+
+/* A bound ROUTER socket waiting to become a rank's (two-phase formation:
+ * bind "tcp://127.0.0.1:*", publish the bound address through the
+ * cluster, then join the world with it). */
+typedef struct wf_comm_zmq_endpoint wf_comm_zmq_endpoint_t;
+
+/* Everything a rank needs to join a world. One config may be shared by
+ * every rank thread of the process (it is only read). */
+typedef struct wf_comm_zmq_config {
+    void *zmq_ctx;                /* ZeroMQ context; borrowed, must outlive
+                                   * every handle of the world */
+    wf_comm_zmq_local_t *local;   /* abort domain shared by this process's
+                                   * ranks; NULL: each rank gets its own */
+    uint64_t world_id;            /* world / epoch token, same on every
+                                   * rank, fresh per world */
+    int nranks;                   /* world size, 1..WF_COMM_ZMQ_MAX_RANKS */
+    const char *const *endpoints; /* nranks endpoints, by rank (the ones
+                                   * peers connect to) */
+    int connect_timeout_ms;       /* world formation; <= 0: until abort */
+    int op_timeout_ms;            /* per blocking call; <= 0: none */
+    int64_t max_message_bytes;    /* ZMQ_MAXMSGSIZE of the socket; <= 0:
+                                   * no limit */
+} wf_comm_zmq_config_t;
+
+/* --- abort domain ----------------------------------------------------- */
+
+/* Create an abort domain. Caller owns one reference
+ * (wf_comm_zmq_local_unref). Errors: WF_E_NOMEM, WF_E_INTERNAL (no
+ * eventfd). */
+wf_status_t wf_comm_zmq_local_new(wf_comm_zmq_local_t **ret_local);
+
+/* Abort every handle of the domain: blocked calls return WF_E_ABORTED
+ * within milliseconds, later calls at once. Any thread, any number of
+ * times. Also what wf_comm_abort does on a handle of the domain. */
+void wf_comm_zmq_local_abort(wf_comm_zmq_local_t *l);
+
+/* Take one more reference on the domain (for a second owner, such as a
+ * daemon that aborts the world from its main thread while the regroup
+ * that joins it holds the config's). Returns l. */
+wf_comm_zmq_local_t *wf_comm_zmq_local_ref(wf_comm_zmq_local_t *l);
+
+/* 1 once the domain has been aborted, else 0. */
+int wf_comm_zmq_local_aborted(const wf_comm_zmq_local_t *l);
+
+/* Drop a reference and set *l to NULL. Accepts NULL and a pointer to
+ * NULL. */
+void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l);
+
+/* --- endpoints -------------------------------------------------------- */
+
+/* Create a ROUTER socket on zmq_ctx and bind it to bind_addr (a wildcard
+ * port such as "tcp://127.0.0.1:*" is allowed). max_message_bytes as in
+ * the config (<= 0: no limit). Caller owns *ret_ep. Errors:
+ * WF_E_BAD_ARGUMENT (address too long), WF_E_CONNECT (bind failed),
+ * WF_E_NOMEM, WF_E_INTERNAL. */
+wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
+                                     int64_t max_message_bytes,
+                                     wf_comm_zmq_endpoint_t **ret_ep);
+
+/* The address peers connect to ("tcp://127.0.0.1:41234"). Borrowed until
+ * the endpoint is destroyed or joins a world. */
+const char *wf_comm_zmq_endpoint_address(const wf_comm_zmq_endpoint_t *ep);
+
+/* Close an endpoint that joined no world; sets *ep to NULL. Accepts NULL
+ * and a pointer to NULL. */
+void wf_comm_zmq_endpoint_destroy(wf_comm_zmq_endpoint_t **ep);
+
+/* --- worlds ----------------------------------------------------------- */
+
+/* Join the world described by cfg as `rank`: bind cfg->endpoints[rank],
+ * connect to the lower ranks, exchange hellos with every peer, and return
+ * the world handle once every peer is connected. Collective over the
+ * world (every rank calls it, in any order, in any process). Caller owns
+ * *ret_comm (wf_comm_destroy). Same as wf_comm_zmq_world_join(cfg, rank,
+ * NULL, NULL, 0, ret_comm). */
+wf_status_t wf_comm_zmq_world_new(const wf_comm_zmq_config_t *cfg, int rank,
+                                  wf_comm_t **ret_comm);
+
+/* As wf_comm_zmq_world_new; when ep is not NULL and *ep is not NULL, the
+ * rank uses that bound endpoint instead of binding cfg->endpoints[rank]
+ * (which must then be the endpoint's address, as peers connect to it) and
+ * takes ownership of it: *ep is set to NULL, on success and on failure.
+ * On failure `err` (when not NULL, errlen bytes) holds a one-line message
+ * naming the step and the ranks missing; on success err is set to "".
+ * Errors: WF_E_BAD_ARGUMENT (config), WF_E_CONNECT (bind / connect
+ * failed), WF_E_TIMEOUT (a peer did not answer within
+ * connect_timeout_ms), WF_E_ABORTED (the domain was aborted meanwhile),
+ * WF_E_NOMEM, WF_E_INTERNAL. */
+wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
+                                   wf_comm_zmq_endpoint_t **ep, char *err,
+                                   size_t errlen, wf_comm_t **ret_comm);
+
+/* Messages this rank has dropped so far (another world id, an unknown
+ * sender, malformed frames). c must be a handle of this backend. */
+uint64_t wf_comm_zmq_dropped(const wf_comm_t *c);
+
+#endif /* WF_COMM_ZMQ_H */

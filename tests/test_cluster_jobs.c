@@ -1,0 +1,574 @@
+/* test_cluster_jobs.c — jobs across daemons end to end: three real weftd
+ * processes (cpu:2 each) on loopback (127.0.0.1 only) form one world of
+ * 6 ranks whose mesh groups span the processes; clients submit to the
+ * coordinator only. Every wait is an event wait with a deadline (pidfd,
+ * the sd_notify socket, the client's reply).
+ *
+ *  1. a (coordinator, --mesh ring=6), b, c: "cluster serving: epoch 1,
+ *     3 node(s), 6 rank(s)".
+ *  2. for each mesh of ring=6, ulysses=6, ring=3,tp=2, ulysses=2,ring=3
+ *     (USP), ulysses=3,tp=2, dp=3,ring=2, and tp=6 (head split: on the
+ *     coordinator's 2 devices only): reconfigure (reply epoch =
+ *     previous + 1), then every job case against the fp64 reference
+ *     (tests/support/jobcheck: out f32 1e-4, f16 5e-4, bf16 4e-3, with
+ *     reduced-precision merges 4e-3 / 3e-2; lse 1e-4 relative), reply
+ *     epoch = the mesh's, devices = the replica size.
+ *  3. the members' devices did work: status on b and c shows jobs served
+ *     on each of their devices.
+ *  4. live re-mesh under load: 3 client threads submit jobs back to back
+ *     while the coordinator is reconfigured 8 times across processes;
+ *     zero lost jobs (every one WF_OK and within tolerance).
+ *  5. member c killed (SIGKILL) while a long ring=6 job is in flight: the
+ *     job fails with WF_E_NODE_LOST naming c within 5 s of the kill; the
+ *     world re-forms with 4 ranks (epoch 2, degraded) and a job on it is
+ *     correct.
+ *  6. c restarted: rejoins (epoch 3, 6 ranks); jobs span it again (its
+ *     devices serve) and are correct.
+ *  7. SIGTERM stops every daemon cleanly (exit 0; no leak under ASan).
+ *
+ * Usage: test_cluster_jobs PATH_TO_WEFTD.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "support/jobcheck.h"
+#include "weft.h"
+
+#define TIMEOUT_MS 30000
+#define HB "200"            /* heartbeat_ms */
+#define HB_TIMEOUT "1000"   /* heartbeat_timeout_ms */
+#define CLUSTER_TIMEOUT "5000"
+
+static int failures;
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+
+/* A daemon and its sd_notify socket. A reader thread drains the socket
+ * at once (a daemon blocks in sd_notify when the queue is full) into
+ * `text`, one line per notification; waiters take lines after `cursor`. */
+typedef struct node {
+    char name[16];
+    pid_t pid;
+    int pidfd;
+    int nfd;
+    int stop_pipe[2];
+    char notify_path[108];
+    char endpoint[128];
+    bool reaped;
+    int exit_status;
+    pthread_t reader;
+    bool reading;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *text;
+    size_t len, cap, cursor;
+} node_t;
+
+static void *notify_reader(void *arg)
+{
+    node_t *d = arg;
+    for (;;) {
+        struct pollfd p[2] = { { .fd = d->nfd, .events = POLLIN },
+                               { .fd = d->stop_pipe[0], .events = POLLIN } };
+        if (poll(p, 2, -1) < 0 || p[1].revents)
+            return NULL;
+        char buf[4096];
+        ssize_t n = recv(d->nfd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+            continue;
+        if (buf[n - 1] != '\n')
+            buf[n++] = '\n';
+        pthread_mutex_lock(&d->mu);
+        if (d->len + (size_t)n + 1 > d->cap) {
+            size_t cap = (d->cap ? d->cap * 2 : 65536) + (size_t)n;
+            char *t = realloc(d->text, cap);
+            if (t) {
+                d->text = t;
+                d->cap = cap;
+            }
+        }
+        if (d->len + (size_t)n + 1 <= d->cap) {
+            memcpy(d->text + d->len, buf, (size_t)n);
+            d->len += (size_t)n;
+            d->text[d->len] = '\0';
+        }
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
+static int counter;
+static char coordinator[64];
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        perror("free_port");
+        exit(1);
+    }
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static bool node_start(node_t *d, const char *weftd, const char *name)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", name);
+    int n = counter++;
+    snprintf(d->endpoint, sizeof d->endpoint, "ipc:///tmp/weft-cj-%d-%d.sock",
+             (int)getpid(), n);
+    snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-cjn-%d-%d.sock",
+             (int)getpid(), n);
+    unlink(d->notify_path);
+    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
+    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        pipe2(d->stop_pipe, O_CLOEXEC) != 0) {
+        perror("notify socket");
+        return false;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    d->reading = pthread_create(&d->reader, NULL, notify_reader, d) == 0;
+    const char *argv[] = { weftd, "--listen", d->endpoint, "--devices", "cpu:2",
+                           "--mesh", "ring=6", "--coordinator", coordinator,
+                           "--nodes", "3", "--node-name", name,
+                           "--cluster-timeout-ms", CLUSTER_TIMEOUT,
+                           "--heartbeat-ms", HB, "--heartbeat-timeout-ms",
+                           HB_TIMEOUT, "--cpu-memory", "1G", "--log-level",
+                           getenv("CJ_LOG_LEVEL") ? getenv("CJ_LOG_LEVEL") : "warning", NULL };
+    d->pid = fork();
+    if (d->pid < 0)
+        return false;
+    if (d->pid == 0) {
+        setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        execv(weftd, (char *const *)argv);
+        _exit(127);
+    }
+    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
+    return d->pidfd >= 0;
+}
+
+static bool node_wait_exit(node_t *d, int timeout_ms)
+{
+    if (d->reaped)
+        return true;
+    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
+    if (poll(&p, 1, timeout_ms) != 1)
+        return false;
+    int st;
+    if (waitpid(d->pid, &st, 0) != d->pid)
+        return false;
+    d->exit_status = st;
+    d->reaped = true;
+    return true;
+}
+
+static void node_close(node_t *d)
+{
+    if (!d->reaped && d->pid > 0) {
+        kill(d->pid, SIGKILL);
+        node_wait_exit(d, TIMEOUT_MS);
+    }
+    if (d->reading) {
+        if (write(d->stop_pipe[1], "x", 1) != 1)
+            perror("stop pipe");
+        pthread_join(d->reader, NULL);
+        pthread_cond_destroy(&d->cv);
+        pthread_mutex_destroy(&d->mu);
+        close(d->stop_pipe[0]);
+        close(d->stop_pipe[1]);
+    }
+    free(d->text);
+    if (d->pidfd > 0)
+        close(d->pidfd);
+    if (d->nfd > 0)
+        close(d->nfd);
+    unlink(d->notify_path);
+    unlink(d->endpoint + 6);
+    memset(d, 0, sizeof *d);
+}
+
+/* Wait for a notify line starting with `prefix` (earlier lines skipped). */
+static bool notify_wait(node_t *d, const char *prefix, int timeout_ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    size_t pl = strlen(prefix);
+    bool found = false;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (d->cursor < d->len) {
+            char *line = d->text + d->cursor;
+            char *nl = strchr(line, '\n');
+            size_t ll = nl ? (size_t)(nl - line) : strlen(line);
+            d->cursor += ll + (nl ? 1 : 0);
+            if (ll >= pl && strncmp(line, prefix, pl) == 0) {
+                found = true;
+                break;
+            }
+        }
+        if (found || pthread_cond_timedwait(&d->cv, &d->mu, &dl) != 0)
+            break;
+    }
+    if (!found) {
+        while (d->cursor < d->len) {   /* a last look after the timeout */
+            char *line = d->text + d->cursor;
+            char *nl = strchr(line, '\n');
+            size_t ll = nl ? (size_t)(nl - line) : strlen(line);
+            d->cursor += ll + (nl ? 1 : 0);
+            if (ll >= pl && strncmp(line, prefix, pl) == 0) {
+                found = true;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!found)
+        fprintf(stderr, "%s: no '%s' within %d ms\n", d->name, prefix, timeout_ms);
+    return found;
+}
+
+static bool get_status(node_t *d, wf_status_info_t *s)
+{
+    wf_client_t *c = NULL;
+    bool ok = wf_client_connect(d->endpoint, TIMEOUT_MS, &c) == WF_OK &&
+              wf_status(c, s) == WF_OK;
+    wf_client_destroy(&c);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* job cases: heads divisible by 6 (or the anything flags), every dtype */
+
+#define F32 WF_DTYPE_F32
+#define F16 WF_DTYPE_F16
+#define BF16 WF_DTYPE_BF16
+#define AG WF_ROTATE_ALLGATHER
+#define A2A WF_ROTATE_ALLTOALL
+#define DEF WF_OPT_DEFAULT
+#define ON WF_OPT_ON
+#define OFF WF_OPT_OFF
+
+static const jcase_t cases[] = {
+    /* name                     B   Sq  Skv Hq Hkv D  in    out   causal lse  scale rot  fp32 ring_any uly_any lb */
+    { "f32 48",                 1, 48, 48, 12, 12, 16, F32,  F32,  0, true,  0,    AG,  DEF, DEF, DEF, DEF },
+    { "f32 72 causal lb a2a",   1, 72, 72, 12, 6,  32, F32,  F32,  1, true,  0,    A2A, ON,  DEF, DEF, ON },
+    { "f16 36 GQA",             2, 36, 36, 12, 4,  16, F16,  F16,  0, true,  0,    AG,  DEF, DEF, DEF, DEF },
+    { "bf16 uneven 45/31",      1, 45, 31, 12, 12, 16, BF16, BF16, 1, true,  0,    A2A, OFF, ON,  ON,  ON },
+    { "f32 uneven heads 10",    1, 40, 40, 10, 10, 16, F32,  F32,  0, true,  0.3f, AG,  DEF, ON,  ON,  DEF },
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static void tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
+{
+    double out = c->out == F32 ? 1e-4 : c->out == F16 ? 5e-4 : 4e-3;
+    if (c->fp32 == OFF && c->in != F32)
+        out = fmax(out, c->in == F16 ? 4e-3 : 3e-2);
+    *ret_out = out;
+    *ret_lse = 1e-4;
+}
+
+/* Run case c on the coordinator; WF_OK and within tolerance -> true. */
+static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
+                     wf_job_result_t *ret_res, bool quiet)
+{
+    jbuf_t a;
+    if (!jbuf_init(&a, c, seed))
+        return false;
+    wf_attention_opts_t o = opts_of(c);
+    wf_job_result_t res;
+    memset(&res, 0, sizeof res);
+    wf_status_t st = wf_attention(cl, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &res);
+    bool ok = st == WF_OK;
+    if (!ok) {
+        fprintf(stderr, "case %s: %s: %s\n", c->name, wf_status_name(st),
+                wf_client_last_error(cl));
+    } else {
+        double eo, el, to, tl;
+        jbuf_errors(&a, &eo, &el);
+        tolerances(c, &to, &tl);
+        ok = eo <= to && (!c->want_lse || el <= tl);
+        if (!ok || !quiet)
+            printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  "
+                   "devices %u  %s\n", c->name, eo, to, el,
+                   (unsigned long long)res.epoch, res.devices, ok ? "ok" : "FAIL");
+    }
+    if (ret_res)
+        *ret_res = res;
+    jbuf_free(&a);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* load */
+
+typedef struct loader {
+    const char *endpoint;
+    int index;
+    atomic_bool *stop;
+    unsigned ok, bad;
+    pthread_t th;
+} loader_t;
+
+static void *loader_main(void *arg)
+{
+    loader_t *l = arg;
+    wf_client_t *c = NULL;
+    if (wf_client_connect(l->endpoint, TIMEOUT_MS, &c) != WF_OK) {
+        l->bad++;
+        return NULL;
+    }
+    for (uint64_t seq = 0; !atomic_load(l->stop); seq++) {
+        const jcase_t *jc = &cases[(seq + (uint64_t)l->index) % N_CASES];
+        if (run_case(c, jc, ((uint64_t)l->index << 32) | seq, NULL, true))
+            l->ok++;
+        else
+            l->bad++;
+    }
+    wf_client_destroy(&c);
+    return NULL;
+}
+
+static uint64_t served_on(node_t *d)
+{
+    wf_status_info_t si;
+    uint64_t min = UINT64_MAX;
+    if (!get_status(d, &si) || si.device_count == 0)
+        return 0;
+    for (uint32_t i = 0; i < si.device_count; i++)
+        if (si.devices[i].jobs_served < min)
+            min = si.devices[i].jobs_served;
+    return min;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *weftd = argv[1];
+    double t_begin = now_s();
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", free_port());
+    node_t a, b, c;
+    CHECK(node_start(&a, weftd, "a"));
+    CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS));
+    CHECK(node_start(&b, weftd, "b"));
+    CHECK(node_start(&c, weftd, "c"));
+
+    /* 1. one world */
+    double t0 = now_s();
+    CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
+                      TIMEOUT_MS));
+    printf("world of 3 daemons serving in %.0f ms\n", (now_s() - t0) * 1e3);
+
+    wf_client_t *cl = NULL;
+    CHECK(wf_client_connect(a.endpoint, TIMEOUT_MS, &cl) == WF_OK);
+
+    /* 2. meshes whose groups span the processes */
+    static const struct { const char *name; wf_mesh_degrees_t m; } meshes[] = {
+        { "ring=6", { 1, 6, 1, 1 } },
+        { "ulysses=6", { 1, 1, 6, 1 } },
+        { "ring=3,tp=2", { 1, 3, 1, 2 } },
+        { "ulysses=2,ring=3", { 1, 3, 2, 1 } },
+        { "ulysses=3,tp=2", { 1, 1, 3, 2 } },
+        { "dp=3,ring=2", { 3, 2, 1, 1 } },
+        { "tp=6 (head split: coordinator only)", { 1, 1, 1, 6 } },
+    };
+    uint64_t epoch = 0;
+    wf_status_info_t si;
+    CHECK(get_status(&a, &si));
+    epoch = si.epoch;
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        uint64_t e = 0;
+        wf_status_t st = wf_reconfigure(cl, &meshes[i].m, &e);
+        printf("mesh %s: %s, epoch %llu\n", meshes[i].name, wf_status_name(st),
+               (unsigned long long)e);
+        CHECK(st == WF_OK && e == epoch + 1);
+        epoch = e;
+        uint32_t replica = 6 / meshes[i].m.dp;
+        if (meshes[i].m.ring * meshes[i].m.ulysses == 1)
+            replica = 2;     /* head split: the coordinator's 2 devices */
+        for (size_t k = 0; k < N_CASES; k++) {
+            const jcase_t *jc = &cases[k];
+            bool heads_fit = jc->Hq % meshes[i].m.tp == 0;
+            wf_job_result_t res;
+            if (!heads_fit)
+                continue;
+            CHECK(run_case(cl, jc, 1000 * i + k, &res, false));
+            CHECK(res.epoch == epoch && res.devices == replica);
+        }
+    }
+
+    /* 3. the members' devices served */
+    uint64_t sb = served_on(&b), sc = served_on(&c);
+    printf("parts served per device: b >= %llu, c >= %llu\n",
+           (unsigned long long)sb, (unsigned long long)sc);
+    CHECK(sb > 0 && sc > 0);
+
+    /* 4. live re-mesh under load */
+    {
+        atomic_bool stop;
+        atomic_init(&stop, false);
+        loader_t ld[3];
+        for (int i = 0; i < 3; i++) {
+            memset(&ld[i], 0, sizeof ld[i]);
+            ld[i].endpoint = a.endpoint;
+            ld[i].index = i;
+            ld[i].stop = &stop;
+            pthread_create(&ld[i].th, NULL, loader_main, &ld[i]);
+        }
+        static const wf_mesh_degrees_t seq[] = {
+            { 1, 6, 1, 1 }, { 1, 3, 2, 1 }, { 1, 3, 1, 2 }, { 1, 1, 6, 1 },
+            { 1, 2, 3, 1 }, { 1, 1, 3, 2 }, { 3, 2, 1, 1 }, { 1, 6, 1, 1 },
+        };
+        double tr = now_s();
+        for (int i = 0; i < 8; i++) {
+            /* some jobs under each mesh: three in a row on this client */
+            for (int k = 0; k < 2; k++)
+                CHECK(run_case(cl, &cases[2 + k], 7200 + (uint64_t)(i * 2 + k),
+                               NULL, true));
+            /* let some jobs through under each mesh: wait for one reply */
+            CHECK(run_case(cl, &cases[0], 7000 + (uint64_t)i, NULL, true));
+            uint64_t e = 0;
+            wf_status_t st = wf_reconfigure(cl, &seq[i], &e);
+            CHECK(st == WF_OK && e == epoch + 1);
+            epoch = e;
+        }
+        CHECK(run_case(cl, &cases[1], 7100, NULL, true));
+        atomic_store(&stop, true);
+        unsigned ok = 0, bad = 0;
+        for (int i = 0; i < 3; i++) {
+            pthread_join(ld[i].th, NULL);
+            ok += ld[i].ok;
+            bad += ld[i].bad;
+        }
+        printf("re-mesh under load: 8 reconfigurations in %.2f s, %u jobs ok, "
+               "%u lost or wrong\n", now_s() - tr, ok, bad);
+        CHECK(ok > 0 && bad == 0);
+    }
+
+    /* 5. a member killed mid-job */
+    {
+        uint64_t e = 0;
+        wf_mesh_degrees_t ring6 = { 1, 6, 1, 1 };
+        CHECK(wf_reconfigure(cl, &ring6, &e) == WF_OK);
+        epoch = e;
+        jcase_t big = { "f32 12288 (killed)", 1, 12288, 12288, 4, 4, 64, F32, F32,
+                        0, false, 0, AG, DEF, DEF, DEF, DEF };
+        jbuf_t x;
+        CHECK(jbuf_init(&x, &big, 99));
+        wf_attention_opts_t o = opts_of(&big);
+        wf_job_t *job = NULL;
+        CHECK(wf_attention_submit(cl, &x.q, &x.k, &x.v, &o, &x.out, NULL, &job) == WF_OK);
+        /* on the same connection the status is answered after the job
+         * was dispatched: it proves the job is in flight */
+        CHECK(wf_status(cl, &si) == WF_OK && si.in_flight == 1);
+        int64_t t_kill = now_ms();
+        kill(c.pid, SIGKILL);
+        CHECK(node_wait_exit(&c, TIMEOUT_MS));
+        wf_status_t st = job ? wf_job_wait(cl, job, TIMEOUT_MS) : WF_E_INTERNAL;
+        int64_t t_err = now_ms() - t_kill;
+        wf_job_result_t res;
+        memset(&res, 0, sizeof res);
+        if (job)
+            wf_job_result(job, &res);
+        const char *msg = job ? wf_job_error(job) : "";
+        printf("job in flight when c was killed: %s after %lld ms: %s\n",
+               wf_status_name(res.status), (long long)t_err, msg);
+        CHECK(st == WF_OK || st == WF_E_NODE_LOST);
+        CHECK(res.status == WF_E_NODE_LOST && t_err < 5000);
+        CHECK(strstr(msg, "node(s) c lost") != NULL);
+        wf_job_destroy(cl, &job);
+        jbuf_free(&x);
+        CHECK(notify_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), 4 rank(s)",
+                          TIMEOUT_MS));
+        wf_job_result_t r2;
+        /* the survivors serve the smaller world (ring=6 fitted to ring=4) */
+        CHECK(run_case(cl, &cases[0], 4242, &r2, false));
+        CHECK(r2.epoch > epoch && r2.devices == 4);
+        epoch = r2.epoch;
+    }
+
+    /* 6. c restarted: rejoins, jobs span it again */
+    {
+        node_close(&c);
+        CHECK(node_start(&c, weftd, "c"));
+        CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 3, 3 node(s), 6 rank(s)",
+                          TIMEOUT_MS));
+        for (size_t k = 0; k < N_CASES; k++) {
+            wf_job_result_t r3;
+            CHECK(run_case(cl, &cases[k], 9000 + k, &r3, false));
+            CHECK(r3.epoch > epoch && r3.devices == 6);
+        }
+        uint64_t s3 = served_on(&c);
+        printf("restarted c: parts served per device >= %llu\n",
+               (unsigned long long)s3);
+        CHECK(s3 >= N_CASES);
+    }
+
+    wf_client_destroy(&cl);
+    /* 7. clean stops (SIGTERM: drain, abort the comm world, exit 0; under
+     * the sanitizers also no leak): members first, then the coordinator */
+    node_t *all[3] = { &c, &b, &a };
+    for (int i = 0; i < 3; i++) {
+        kill(all[i]->pid, SIGTERM);
+        CHECK(node_wait_exit(all[i], TIMEOUT_MS));
+        CHECK(WIFEXITED(all[i]->exit_status) && WEXITSTATUS(all[i]->exit_status) == 0);
+        if (!WIFEXITED(all[i]->exit_status) || WEXITSTATUS(all[i]->exit_status) != 0)
+            fprintf(stderr, "%s: exit status 0x%x\n", all[i]->name, all[i]->exit_status);
+    }
+    node_close(&a);
+    node_close(&b);
+    node_close(&c);
+    printf("test_cluster_jobs: %s (%d failure(s)) in %.1f s\n",
+           failures ? "FAILED" : "passed", failures, now_s() - t_begin);
+    return failures ? 1 : 0;
+}
