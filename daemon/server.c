@@ -98,7 +98,8 @@ static void forward_to_main_thread(int signo)
 
 /* Arena of a worker on GPU `gpu`: 0 (the backend takes 90% of the free
  * memory less 1 GiB) when the GPU has one worker; with k workers on it
- * (the mixed mode) each gets a k-th of that, as ctx_new would size one. */
+ * (the mixed mode) each gets a k-th of that, as ctx_new would size one.
+ * Asked before any worker starts, so every share is equal. */
 static uint64_t gpu_budget(const wf_settings_t *s, int gpu)
 {
     uint32_t k = 0;
@@ -268,12 +269,14 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         goto fail;
     }
     bool cuda = settings->device_kind == WF_DEVICE_CUDA;
-    uint64_t budget = cuda ? 0 : device_budget(settings);
+    uint64_t budget[WF_SETTINGS_MAX_DEVICES];
+    for (uint32_t d = 0; d < settings->device_count; d++)
+        budget[d] = cuda ? gpu_budget(settings, settings->gpu[d])
+                         : device_budget(settings);
     for (uint32_t d = 0; d < settings->device_count; d++) {
         int dev = cuda ? settings->gpu[d] : (int)d;
         wf_status_t st = wf_worker_start(&srv->workers[d], d, dev, srv->ops,
-                                         cuda ? gpu_budget(settings, dev) : budget,
-                                         log);
+                                         budget[d], log);
         srv->n_workers = d + 1;      /* a failed one is still joined */
         if (st != WF_OK)
             goto fail;
