@@ -51,6 +51,25 @@ static bool opt(wf_opt_t o, bool def)
 static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
                                   wf_worker_t *w);
 
+/* Arena bytes of one rank of a head-split job on a device-memory backend:
+ * q, k, v, out and lse (when returned), each rounded up to 256 bytes, the
+ * dev_alloc alignment (as wf_cuda_attn_job_bytes counts them; the CUDA
+ * attention needs no workspace). Saturates. */
+static uint64_t dev_bytes(const wf_djob_t *job)
+{
+    const wf_attention_args_t *a = &job->req.args.attention;
+    uint64_t b[5] = { job->req.tensors[a->q].nbytes, job->req.tensors[a->k].nbytes,
+                      job->req.tensors[a->v].nbytes, job->out_desc[0].nbytes,
+                      job->n_outputs > 1 ? job->out_desc[1].nbytes : 0 };
+    uint64_t t = 0;
+    for (int i = 0; i < 5; i++) {
+        if (b[i] > UINT64_MAX - 255 - t)
+            return UINT64_MAX;
+        t += (b[i] + 255) & ~(uint64_t)255;
+    }
+    return t;
+}
+
 
 /* The context-parallel job of tp slice t (tensor pointers left NULL). */
 static void cp_job_of(const wf_djob_t *job, int t, wf_cp_job_t *cj)
@@ -105,6 +124,10 @@ static wf_status_t plan_cp(wf_djob_t *job, const wf_backend_ops_t *ops,
         st = WF_E_BAD_ARGUMENT;
     if (st != WF_OK)
         return st;
+    /* On a device-memory backend (CUDA, mixed mode) the workspace stays
+     * host memory and each kernel call stages at most its q holding, one
+     * K/V holding and an f32 partial result through the arena, all parts
+     * of ws: reserving ws on the device bounds that too. */
     size_t ws = wf_cp_attention_workspace(&cj, R, U, ops);
     if (ws == 0) {
         snprintf(err, err_len, "context-parallel plan refused the job");
@@ -174,6 +197,14 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     uint64_t lse_per_head = a->return_lse ? job->out_desc[1].nbytes / (uint64_t)hq : 0;
     memset(job->reserve, 0, sizeof job->reserve);
 
+    /* A backend on device memory (CUDA) has head dims 64 and 128 only
+     * (kernels/cuda/README.md): refuse others here, before any rank runs. */
+    if (ops->dev_alloc && q->shape[3] != 64 && q->shape[3] != 128) {
+        snprintf(err, err_len, "head dim %lld: the %s backend supports 64 "
+                 "and 128", (long long)q->shape[3], ops->name);
+        return WF_E_BAD_ARGUMENT;
+    }
+
     job->cp = mesh->deg.ring * mesh->deg.ulysses > 1;
     if (job->cp)
         return plan_cp(job, ops, out_per_head, lse_per_head, err, err_len);
@@ -189,6 +220,16 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
      * workspace for its head range. */
     wf_attn_params_t p;
     base_params(job, &p);
+    if (ops->dev_alloc) {
+        /* Device memory: every rank stages the whole of q, k, v and out
+         * (and lse) in its arena (dev_bytes); the head split is in the
+         * kernel's head range. What the arena holds is what is admitted. */
+        uint64_t need = dev_bytes(job);
+        for (int r = 0; r < job->group_size; r++)
+            job->reserve[r] = need;
+        job->run = head_split_run;
+        return WF_OK;
+    }
     for (int r = 0; r < job->group_size; r++) {
         wf_attention_heads(hq, r, job->group_size, &p.h_begin, &p.h_end);
         uint64_t heads = (uint64_t)(p.h_end - p.h_begin);
@@ -198,6 +239,87 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
         job->reserve[r] = ws > UINT64_MAX - share ? UINT64_MAX : share + ws;
     }
     job->run = head_split_run;
+    return WF_OK;
+}
+
+/* The head-split step on a device-memory backend: q, k, v from the
+ * frames (unaligned host memory is fine for the copies) into the arena,
+ * the kernel on this rank's heads, the results back, synchronize (a
+ * kernel error surfaces there and fails the job), release the arena.
+ * A rank that computes every head copies out straight into the job's
+ * output buffers; otherwise the whole device out goes to the worker's
+ * host workspace and only this rank's heads are copied from there, since
+ * the ranks share the job's output buffers. */
+static wf_status_t head_split_dev(wf_djob_t *job, wf_attn_params_t *p,
+                                  const void *hq, const void *hk,
+                                  const void *hv, wf_worker_t *w)
+{
+    const wf_backend_ops_t *o = w->ops;
+    const wf_attention_args_t *a = &job->req.args.attention;
+    const size_t qb = job->req.tensors[a->q].nbytes;
+    const size_t kb = job->req.tensors[a->k].nbytes;
+    const size_t vb = job->req.tensors[a->v].nbytes;
+    const size_t ob = job->out_desc[0].nbytes;
+    const size_t lb = p->lse ? job->out_desc[1].nbytes : 0;
+    const bool whole = p->h_begin == 0 && p->h_end == p->Hq;
+    unsigned char *host = NULL;
+    if (!whole) {
+        host = wf_worker_workspace(w, ob + lb);
+        if (!host)
+            return WF_E_NO_MEMORY;
+    }
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+    wf_status_t st = o->dev_alloc(w->ctx, qb, &dq);
+    if (st == WF_OK)
+        st = o->dev_alloc(w->ctx, kb, &dk);
+    if (st == WF_OK)
+        st = o->dev_alloc(w->ctx, vb, &dv);
+    if (st == WF_OK)
+        st = o->dev_alloc(w->ctx, ob, &dout);
+    if (st == WF_OK && lb)
+        st = o->dev_alloc(w->ctx, lb, &dlse);
+    if (st == WF_OK)
+        st = o->copy_h2d(w->ctx, dq, hq, qb);
+    if (st == WF_OK)
+        st = o->copy_h2d(w->ctx, dk, hk, kb);
+    if (st == WF_OK)
+        st = o->copy_h2d(w->ctx, dv, hv, vb);
+    void *hout = p->out;
+    float *hlse = p->lse;
+    if (st == WF_OK) {
+        p->q = dq;
+        p->k = dk;
+        p->v = dv;
+        p->out = dout;
+        p->lse = lb ? (float *)dlse : NULL;
+        st = o->attention(w->ctx, p, NULL);
+    }
+    if (st == WF_OK)
+        st = o->copy_d2h(w->ctx, whole ? hout : host, dout, ob);
+    if (st == WF_OK && lb)
+        st = o->copy_d2h(w->ctx, whole ? (void *)hlse : host + ob, dlse, lb);
+    /* Always: the copies already queued must finish before the arena is
+     * released, and an asynchronous kernel error is reported here. */
+    wf_status_t ss = o->synchronize(w->ctx);
+    o->dev_reset(w->ctx);
+    if (st == WF_OK)
+        st = ss;
+    if (st != WF_OK || whole)
+        return st;
+    /* out (B, Sq, Hq, D) and lse (B, Sq, Hq): this rank's heads are one
+     * run per (b, s) row. */
+    const size_t es = ob / (size_t)(p->B * p->Sq * p->Hq * p->D);
+    const size_t row = (size_t)(p->Hq * p->D) * es;
+    const size_t off = (size_t)(p->h_begin * p->D) * es;
+    const size_t len = (size_t)((p->h_end - p->h_begin) * p->D) * es;
+    const size_t rows = (size_t)(p->B * p->Sq);
+    for (size_t i = 0; i < rows; i++)
+        memcpy((unsigned char *)hout + i * row + off, host + i * row + off, len);
+    if (lb)
+        for (size_t i = 0; i < rows; i++)
+            memcpy(hlse + i * (size_t)p->Hq + p->h_begin,
+                   (const float *)(const void *)(host + ob) + i * (size_t)p->Hq + p->h_begin,
+                   (size_t)(p->h_end - p->h_begin) * sizeof(float));
     return WF_OK;
 }
 
@@ -214,6 +336,8 @@ static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
     p.v = zmq_msg_data(&job->frames[job->req.tensors[a->v].frame]);
     p.out = job->out[0];
     p.lse = a->return_lse ? (float *)job->out[1] : NULL;
+    if (w->ops->dev_alloc)
+        return head_split_dev(job, &p, p.q, p.k, p.v, w);
     size_t ws_bytes = w->ops->attention_workspace(&p);
     void *ws = wf_worker_workspace(w, ws_bytes);
     if (!ws)

@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include "backend.h"
 #include "mesh.h"
 
 #include <ctype.h>
@@ -19,7 +20,7 @@
 
 typedef enum setting_kind {
     KIND_ENDPOINT,  /* char[WF_SETTINGS_ENDPOINT_MAX] */
-    KIND_DEVICES,   /* "cpu:N" -> devices + device_count */
+    KIND_DEVICES,   /* "cpu:N" / "cuda[:I,...]" -> devices, device_kind, count, gpu */
     KIND_U32,       /* uint32_t; K/M/G/T suffixes accepted */
     KIND_U64,       /* uint64_t; K/M/G/T suffixes accepted */
     KIND_LEVEL,     /* uint32_t holding a wf_log_level_t */
@@ -47,7 +48,8 @@ static const setting_def_t settings_table[] = {
     { "listen", KIND_ENDPOINT, OFF(listen), WF_DEFAULT_ENDPOINT, 0, 0, false,
       "ZeroMQ endpoint to bind (ipc://PATH or tcp://HOST:PORT)" },
     { "devices", KIND_DEVICES, OFF(devices), "cpu:2", 1,
-      WF_SETTINGS_MAX_DEVICES, false, "devices to own: cpu:N (N virtual CPU devices)" },
+      WF_SETTINGS_MAX_DEVICES, false, "devices to own: cpu:N (N virtual CPU devices), cuda (every GPU) or "
+      "cuda:I[,I...] (those GPUs; a repeated index: several ranks on one GPU)" },
     { "queue_capacity", KIND_U32, OFF(queue_capacity), "64", 1, 65536, true,
       "jobs admitted and waiting for devices; more get WF_E_QUEUE_FULL" },
     { "max_header_bytes", KIND_U64, OFF(limits.max_header_bytes), NULL, 64,
@@ -154,16 +156,63 @@ bool wf_parse_size(const char *s, uint64_t *ret)
     return true;
 }
 
-/* Parse "cpu:N". */
-static bool parse_devices(const char *v, char *canon, size_t canon_len,
-                          uint32_t *ret_count, char *why, size_t why_len)
+bool wf_settings_parse_devices(const char *v, wf_settings_t *s, char *why,
+                               size_t why_len)
 {
-    if (strncasecmp(v, "cuda", 4) == 0) {
-        snprintf(why, why_len, "CUDA backend not built (this weftd has the CPU backend only)");
-        return false;
+    if (strcasecmp(v, "cuda") == 0) {
+        snprintf(s->devices, sizeof s->devices, "cuda");
+        s->device_kind = WF_DEVICE_CUDA;
+        s->device_count = 0;             /* every GPU: resolved later */
+        return true;
+    }
+    if (strncasecmp(v, "cuda:", 5) == 0) {
+        int32_t gpu[WF_SETTINGS_MAX_DEVICES];
+        uint32_t n = 0;
+        const char *p = v + 5;
+        for (;;) {
+            char *end;
+            errno = 0;
+            if (!isdigit((unsigned char)*p)) {
+                snprintf(why, why_len, "expected cuda, or cuda:I[,I...] with "
+                         "GPU indices 0..%d", WF_SETTINGS_MAX_DEVICES - 1);
+                return false;
+            }
+            unsigned long i = strtoul(p, &end, 10);
+            if (errno || i >= WF_SETTINGS_MAX_DEVICES) {
+                snprintf(why, why_len, "GPU index '%.*s' out of 0..%d",
+                         (int)(end - p), p, WF_SETTINGS_MAX_DEVICES - 1);
+                return false;
+            }
+            if (n == WF_SETTINGS_MAX_DEVICES) {
+                snprintf(why, why_len, "more than %d devices",
+                         WF_SETTINGS_MAX_DEVICES);
+                return false;
+            }
+            gpu[n++] = (int32_t)i;
+            p = end;
+            while (*p == ' ')
+                p++;
+            if (*p == '\0')
+                break;
+            if (*p != ',') {
+                snprintf(why, why_len, "expected ',' after GPU index %lu", i);
+                return false;
+            }
+            p++;
+            while (*p == ' ')
+                p++;
+        }
+        size_t off = (size_t)snprintf(s->devices, sizeof s->devices, "cuda:");
+        for (uint32_t k = 0; k < n; k++)
+            off += (size_t)snprintf(s->devices + off, sizeof s->devices - off,
+                                    "%s%d", k ? "," : "", gpu[k]);
+        memcpy(s->gpu, gpu, n * sizeof gpu[0]);
+        s->device_kind = WF_DEVICE_CUDA;
+        s->device_count = n;
+        return true;
     }
     if (strncasecmp(v, "cpu:", 4) != 0) {
-        snprintf(why, why_len, "expected cpu:N");
+        snprintf(why, why_len, "expected cpu:N, cuda or cuda:I[,I...]");
         return false;
     }
     uint64_t n;
@@ -172,8 +221,35 @@ static bool parse_devices(const char *v, char *canon, size_t canon_len,
                  WF_SETTINGS_MAX_DEVICES);
         return false;
     }
-    snprintf(canon, canon_len, "cpu:%" PRIu64, n);
-    *ret_count = (uint32_t)n;
+    snprintf(s->devices, sizeof s->devices, "cpu:%" PRIu64, n);
+    s->device_kind = WF_DEVICE_CPU;
+    s->device_count = (uint32_t)n;
+    return true;
+}
+
+bool wf_settings_resolve_gpus(wf_settings_t *s, int gpus, char *why,
+                              size_t why_len)
+{
+    if (s->device_kind != WF_DEVICE_CUDA)
+        return true;
+    if (gpus <= 0) {
+        snprintf(why, why_len, "no CUDA device found");
+        return false;
+    }
+    if (strcmp(s->devices, "cuda") == 0) {
+        uint32_t n = gpus > WF_SETTINGS_MAX_DEVICES ? WF_SETTINGS_MAX_DEVICES
+                                                    : (uint32_t)gpus;
+        for (uint32_t i = 0; i < n; i++)
+            s->gpu[i] = (int32_t)i;
+        s->device_count = n;
+        return true;
+    }
+    for (uint32_t i = 0; i < s->device_count; i++)
+        if (s->gpu[i] >= gpus) {
+            snprintf(why, why_len, "cuda:%d: GPU index out of range (%d GPU%s: "
+                     "0..%d)", s->gpu[i], gpus, gpus == 1 ? "" : "s", gpus - 1);
+            return false;
+        }
     return true;
 }
 
@@ -211,8 +287,7 @@ static bool parse_value(const setting_def_t *d, const char *value,
         snprintf(field, WF_SETTINGS_ENDPOINT_MAX, "%s", value);
         return true;
     case KIND_DEVICES:
-        return parse_devices(value, s->devices, sizeof s->devices,
-                             &s->device_count, why, why_len);
+        return wf_settings_parse_devices(value, s, why, why_len);
     case KIND_LEVEL: {
         wf_log_level_t lv;
         if (!wf_log_level_parse(value, &lv)) {
@@ -345,7 +420,7 @@ static bool resolve_mesh(wf_settings_t *s, char *why, size_t why_len)
     if (wf_mesh_init(&m, &s->mesh_deg, (int)s->device_count, why, why_len) != WF_OK) {
         size_t n = strlen(why);
         if (n + 1 < why_len)
-            snprintf(why + n, why_len - n, " (devices = %s)", s->devices);
+            snprintf(why + n, why_len - n, " (devices = %.64s)", s->devices);
         return false;
     }
     return true;
@@ -504,6 +579,19 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
         if (d->kind == KIND_MESH)
             snprintf(mesh_src, sizeof mesh_src, "--mesh");
     }
+    if (s.device_kind == WF_DEVICE_CUDA) {
+        int gpus = 0;
+        const char *cuda_why = NULL;
+        if (wf_cuda_device_count(&gpus, &cuda_why) != WF_OK) {
+            set_err(err, err_len, "devices = '%s': no usable CUDA device (%s)",
+                    s.devices, cuda_why ? cuda_why : "CUDA runtime failed");
+            return WF_E_INVALID;
+        }
+        if (!wf_settings_resolve_gpus(&s, gpus, why, sizeof why)) {
+            set_err(err, err_len, "devices = '%s': %s", s.devices, why);
+            return WF_E_INVALID;
+        }
+    }
     if (!resolve_mesh(&s, why, sizeof why)) {
         set_err(err, err_len, "%s: mesh = '%s': %s", mesh_src, s.mesh, why);
         return WF_E_INVALID;
@@ -619,6 +707,8 @@ static void field_copy(const setting_def_t *d, wf_settings_t *dst,
         /* Never reloadable (workers own devices); kept for completeness. */
         memcpy(dst->devices, src->devices, sizeof dst->devices);
         dst->device_count = src->device_count;
+        dst->device_kind = src->device_kind;
+        memcpy(dst->gpu, src->gpu, sizeof dst->gpu);
         break;
     case KIND_U32:
     case KIND_LEVEL:

@@ -23,11 +23,23 @@
 #define WF_SETTINGS_NAME_MAX 64         /* node_name / coordinator, with the NUL */
 #define WF_SETTINGS_MAX_NODES 16        /* bound of the nodes setting */
 
+#define WF_SETTINGS_DEVICES_MAX 256    /* devices text, with the NUL */
+
+/* What the devices are. */
+typedef enum wf_device_kind {
+    WF_DEVICE_CPU = 0,           /* cpu:N: N virtual CPU devices */
+    WF_DEVICE_CUDA = 1           /* cuda / cuda:i,j,...: GPUs (kernels/cuda) */
+} wf_device_kind_t;
+
 /* Every setting, resolved. */
 typedef struct wf_settings {
     char listen[WF_SETTINGS_ENDPOINT_MAX]; /* ZeroMQ endpoint to bind */
-    char devices[32];            /* canonical "cpu:N" */
-    uint32_t device_count;       /* N of devices */
+    char devices[WF_SETTINGS_DEVICES_MAX]; /* canonical "cpu:N", "cuda" or "cuda:0,1" */
+    uint32_t device_count;       /* devices (= ranks) the daemon runs; for "cuda"
+                                    0 until wf_settings_resolve_gpus */
+    uint32_t device_kind;        /* a wf_device_kind_t */
+    int32_t gpu[WF_SETTINGS_MAX_DEVICES]; /* CUDA: GPU index of device i (repeats:
+                                    several ranks on one GPU, host comm) */
     uint32_t queue_capacity;     /* jobs admitted and waiting for devices */
     wf_limits_t limits;          /* request limits (proto) */
     uint64_t cpu_memory;         /* bytes per CPU device; 0 = RAM / devices */
@@ -85,6 +97,27 @@ void wf_settings_default(wf_settings_t *ret);
  * variable, flag) and the problem. */
 wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
                             wf_settings_t *ret, char *err, size_t err_len);
+
+/* Parse a `devices` value into s->devices (canonical text),
+ * device_kind, device_count and gpu[]: "cpu:N", "cuda" (every GPU;
+ * device_count stays 0 until wf_settings_resolve_gpus) or "cuda:I,J,..."
+ * (those GPUs, one rank each, spaces allowed after commas; a repeated
+ * index puts several ranks on one GPU: the mixed mode, CUDA kernels with
+ * the host comm). Syntax only: whether the GPUs exist is
+ * wf_settings_resolve_gpus's question. False with the reason in why (s
+ * may be partly written). */
+bool wf_settings_parse_devices(const char *v, wf_settings_t *s, char *why,
+                               size_t why_len);
+
+/* CUDA devices against the `gpus` GPUs this machine has (from
+ * wf_cuda_device_count): "cuda" takes GPUs 0..gpus-1 (at most
+ * WF_SETTINGS_MAX_DEVICES) and sets device_count; "cuda:i,..." checks each
+ * index < gpus. CPU devices: nothing to do. Pure (wf_config_build calls
+ * it with the probed count), so it is tested without a GPU. False with
+ * the reason in why ("no CUDA device", "cuda:3: index out of range (2
+ * GPUs)"). */
+bool wf_settings_resolve_gpus(wf_settings_t *s, int gpus, char *why,
+                              size_t why_len);
 
 /* SIGHUP: copy into *cur the reloadable settings in which `next` differs.
  * `mesh` is copied like the others (text and degrees); the caller compares

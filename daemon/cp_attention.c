@@ -25,9 +25,14 @@
  * The ulysses all-to-all runs once per batch index: a source's rows of one
  * batch are contiguous in the holding, the whole source block is not.
  *
+ * A backend on device memory (CUDA) runs here in the mixed mode: every
+ * buffer above stays host memory, the comm is the host one, and each
+ * kernel call stages its inputs and results through the backend's arena
+ * (kernel_call). The NCCL port (device buffers, lse_merge on the device)
+ * is not done.
+ *
  * Not here: job admission (the daemon), logging, allocation, device
- * streams (the CPU kernel is synchronous; a CUDA backend will need the
- * comm and the kernel on one stream).
+ * streams.
  */
 #include "cp_attention.h"
 
@@ -784,6 +789,60 @@ static wf_status_t ulysses_in(run_t *x)
     return WF_OK;
 }
 
+/* One kernel call on host buffers. A backend on device memory (copy_h2d
+ * set: CUDA, the mixed mode with the host comm) gets q, k, v staged into
+ * its arena and out / lse copied back, then synchronize (a kernel error
+ * comes back here) and dev_reset: the rest of this module keeps its host
+ * buffers and host collectives. Correct first, not fast: one round trip
+ * per call, nothing overlaps. p is one batch (B = 1), every head of it
+ * computed, out f32. */
+static wf_status_t kernel_call(run_t *x, const wf_attn_params_t *p)
+{
+    const wf_backend_ops_t *o = x->ops;
+    if (!o->copy_h2d)
+        return o->attention(x->ctx, p, at(x, x->L.kws));
+    if (!o->copy_d2h || !o->dev_alloc || !o->dev_reset || !o->synchronize)
+        return WF_E_INTERNAL;
+    const size_t nq = (size_t)(p->Sq * p->Hq * p->D);
+    const size_t nkv = (size_t)(p->Skv * p->Hkv * p->D);
+    const size_t qb = nq * es_of(p->q_dtype), kb = nkv * es_of(p->k_dtype),
+                 vb = nkv * es_of(p->v_dtype), ob = nq * sizeof(float),
+                 lb = p->lse ? (size_t)(p->Sq * p->Hq) * sizeof(float) : 0;
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+    wf_status_t st = o->dev_alloc(x->ctx, qb, &dq);
+    if (st == WF_OK)
+        st = o->dev_alloc(x->ctx, kb, &dk);
+    if (st == WF_OK)
+        st = o->dev_alloc(x->ctx, vb, &dv);
+    if (st == WF_OK)
+        st = o->dev_alloc(x->ctx, ob, &dout);
+    if (st == WF_OK && lb)
+        st = o->dev_alloc(x->ctx, lb, &dlse);
+    if (st == WF_OK)
+        st = o->copy_h2d(x->ctx, dq, p->q, qb);
+    if (st == WF_OK)
+        st = o->copy_h2d(x->ctx, dk, p->k, kb);
+    if (st == WF_OK)
+        st = o->copy_h2d(x->ctx, dv, p->v, vb);
+    if (st == WF_OK) {
+        wf_attn_params_t d = *p;
+        d.q = dq;
+        d.k = dk;
+        d.v = dv;
+        d.out = dout;
+        d.lse = (float *)dlse;
+        st = o->attention(x->ctx, &d, NULL);
+    }
+    if (st == WF_OK)
+        st = o->copy_d2h(x->ctx, p->out, dout, ob);
+    if (st == WF_OK && lb)
+        st = o->copy_d2h(x->ctx, p->lse, dlse, lb);
+    /* Always: queued copies finish before the arena is released. */
+    wf_status_t ss = o->synchronize(x->ctx);
+    o->dev_reset(x->ctx);
+    return st != WF_OK ? st : ss;
+}
+
 /* Attention of my q holding against the K/V holding of ring rank src
  * (at hold), merged into acc. */
 static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
@@ -829,7 +888,7 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
                 p.q = at(x, x->L.qh) + (size_t)((b * g->Lq_r + q->local) * nh * D) * esq;
                 p.k = kb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esk;
                 p.v = vb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esv;
-                wf_status_t st = x->ops->attention(x->ctx, &p, at(x, x->L.kws));
+                wf_status_t st = kernel_call(x, &p);
                 if (st != WF_OK)
                     return st;
                 size_t row0 = (size_t)((b * g->Lq_r + q->local) * nh);

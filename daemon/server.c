@@ -126,6 +126,24 @@ static void forward_to_main_thread(int signo)
     errno = saved;
 }
 
+/* Arena of a worker on GPU `gpu`: 0 (the backend takes 90% of the free
+ * memory less 1 GiB) when the GPU has one worker; with k workers on it
+ * (the mixed mode) each gets a k-th of that, as ctx_new would size one.
+ * Asked before any worker starts, so every share is equal. */
+static uint64_t gpu_budget(const wf_settings_t *s, int gpu)
+{
+    uint32_t k = 0;
+    for (uint32_t d = 0; d < s->device_count; d++)
+        k += s->gpu[d] == gpu;
+    uint64_t free_b = 0, total_b = 0;
+    if (k <= 1 || wf_cuda_device_memory(gpu, &free_b, &total_b) != WF_OK)
+        return 0;
+    const uint64_t reserve = UINT64_C(1) << 30; /* NCCL, cuBLAS, contexts */
+    if (free_b <= reserve)
+        return 0;                  /* ctx_new then says it does not fit */
+    return (uint64_t)((double)(free_b - reserve) * 0.9) / k;
+}
+
 static uint64_t device_budget(const wf_settings_t *s)
 {
     if (s->cpu_memory)
@@ -233,7 +251,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->sigfd = -1;
     srv->done.efd = -1;
     zmq_msg_init(&srv->reconf.identity);
-    srv->ops = wf_backend_cpu();
+    srv->ops = settings->device_kind == WF_DEVICE_CUDA ? wf_backend_cuda()
+                                                       : wf_backend_cpu();
     srv->t_start_us = wf_now_usec();
     wf_notify_init(&srv->notify);
 
@@ -279,10 +298,20 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         wf_log(log, WF_LOG_ERR, "mesh: %s", merr);
         goto fail;
     }
-    uint64_t budget = device_budget(settings);
+    if (!srv->ops) {               /* the settings check this first */
+        wf_log(log, WF_LOG_ERR, "devices = %s: CUDA backend not built",
+               settings->devices);
+        goto fail;
+    }
+    bool cuda = settings->device_kind == WF_DEVICE_CUDA;
+    uint64_t budget[WF_SETTINGS_MAX_DEVICES];
+    for (uint32_t d = 0; d < settings->device_count; d++)
+        budget[d] = cuda ? gpu_budget(settings, settings->gpu[d])
+                         : device_budget(settings);
     for (uint32_t d = 0; d < settings->device_count; d++) {
-        wf_status_t st = wf_worker_start(&srv->workers[d], d, srv->ops, budget,
-                                         log);
+        int dev = cuda ? settings->gpu[d] : (int)d;
+        wf_status_t st = wf_worker_start(&srv->workers[d], d, dev, srv->ops,
+                                         budget[d], log);
         srv->n_workers = d + 1;      /* a failed one is still joined */
         if (st != WF_OK)
             goto fail;

@@ -19,7 +19,7 @@ static void *worker_main(void *arg)
 {
     wf_worker_t *w = arg;
     wf_backend_ctx_t *ctx = NULL;
-    wf_status_t st = w->ops->ctx_new((int)w->index, w->memory_budget, &ctx);
+    wf_status_t st = w->ops->ctx_new(w->device, w->memory_budget, &ctx);
     uint64_t total = 0, avail = 0;
     if (st == WF_OK)
         w->ops->memory_info(ctx, &total, &avail);
@@ -122,13 +122,14 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
     return WF_OK;
 }
 
-wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index,
+wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
                             const wf_backend_ops_t *ops,
                             uint64_t memory_budget, wf_log_t *log)
 {
     memset(w, 0, sizeof *w);
     w->index = index;
-    snprintf(w->name, sizeof w->name, "%s:%u", ops->name, index);
+    w->device = device;
+    snprintf(w->name, sizeof w->name, "%s:%d", ops->name, device);
     w->ops = ops;
     w->memory_budget = memory_budget;
     w->log = log;

@@ -27,8 +27,10 @@
 #include "mesh.h"
 
 struct wf_worker {
-    uint32_t index;              /* device index in the daemon */
-    char name[32];               /* "cpu:0" */
+    uint32_t index;              /* device index in the daemon (= global rank) */
+    int device;                  /* the backend's device index (ctx_new): the
+                                    CPU slot, or the GPU; ranks may share a GPU */
+    char name[32];               /* "cpu:0", "cuda:1" (backend:device) */
     const wf_backend_ops_t *ops; /* backend of the device */
     uint64_t memory_budget;      /* bytes asked of ctx_new */
     uint64_t memory_total;       /* bytes the backend reports; set by start */
@@ -57,10 +59,12 @@ struct wf_worker {
     atomic_bool busy;            /* running a task now */
 };
 
-/* Start the worker of device `index`: spawns the thread, which creates
- * the backend context with `memory_budget` bytes; returns its status.
- * `w` must stay at the same address until wf_worker_stop. */
-wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index,
+/* Start the worker of daemon device `index` on the backend's device
+ * `device` (the CPU slot, or the GPU index; several workers may share one
+ * GPU, each with its own context and budget): spawns the thread, which
+ * creates the backend context with `memory_budget` bytes; returns its
+ * status. `w` must stay at the same address until wf_worker_stop. */
+wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
                             const wf_backend_ops_t *ops,
                             uint64_t memory_budget, wf_log_t *log);
 

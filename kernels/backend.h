@@ -158,6 +158,20 @@ const wf_backend_ops_t *wf_backend_cpu(void);
  * head dims 64 and 128. */
 const wf_backend_ops_t *wf_backend_cuda(void);
 
+/* CUDA devices the process sees (cudaGetDeviceCount), for the daemon's
+ * settings: WF_OK with *ret_count (0 when there is no GPU);
+ * WF_E_UNAVAILABLE when weft was built without CUDA or the runtime fails
+ * (no driver, a driver too old). *ret_why (may be NULL) gets a static
+ * sentence on failure ("built without CUDA", the CUDA error string). */
+wf_status_t wf_cuda_device_count(int *ret_count, const char **ret_why);
+
+/* Free and total memory of CUDA device `index` (cudaMemGetInfo on the
+ * calling thread, which then has that device current), for splitting one
+ * GPU between several workers. WF_E_UNAVAILABLE as above, WF_E_INVALID
+ * for an index out of range. */
+wf_status_t wf_cuda_device_memory(int index, uint64_t *ret_free,
+                                  uint64_t *ret_total);
+
 /* Floating-point operations of the attention of params p over all heads
  * (4 * B * Hq * Sq * Skv * D, halved-ish by the mask when causal: counts
  * only the visible score elements). For benchmarks and reports. */

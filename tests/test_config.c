@@ -1,6 +1,7 @@
 /* test_config.c — weftd's settings: defaults, bounds, the config file
  * (errors name file:line), environment and flag precedence, size
- * suffixes, devices, the mesh (resolved against the device count, with
+ * suffixes, devices (cpu:N and the CUDA forms, resolved against a GPU
+ * count without a GPU), the mesh (resolved against the device count, with
  * messages naming both numbers) and the per-job defaults of context
  * parallelism, and which settings a reload applies. */
 #include <stdio.h>
@@ -113,9 +114,20 @@ static void test_flags_and_bounds(void)
         CHECK(strstr(err, "--max-tensors") != NULL);
     }
     {
+        /* Syntax is fine; what follows depends on the machine: a GPU
+         * serves it, else the message names CUDA's reason (no GPU, no
+         * driver, backend not built). */
         char *argv[] = { "weftd", "--devices", "cuda:0", NULL };
-        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
-        CHECK(strstr(err, "CUDA backend not built") != NULL);
+        wf_status_t st = build(3, argv, envp, &s, err, sizeof err);
+        if (st == WF_OK)
+            CHECK(s.device_kind == WF_DEVICE_CUDA && s.device_count == 1 &&
+                  s.gpu[0] == 0 && strcmp(s.devices, "cuda:0") == 0);
+        else
+            CHECK(st == WF_E_INVALID && strstr(err, "devices = 'cuda:0'") &&
+                  strstr(err, "CUDA"));
+        char *argv2[] = { "weftd", "--devices", "cuda:0;1", NULL };
+        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(strstr(err, "--devices 'cuda:0;1'") && strstr(err, "expected ','"));
     }
     {
         char *argv[] = { "weftd", "--devices", "cpu:0", NULL };
@@ -222,9 +234,9 @@ static void test_file_env_precedence(const char *dir)
     snprintf(want, sizeof want, "%s:3:", path);
     CHECK(strstr(err, want) != NULL);
 
-    write_file(path, "devices = cuda:1\n");
+    write_file(path, "devices = cuda:1,\n");
     CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
-    CHECK(strstr(err, ":1:") && strstr(err, "CUDA backend not built"));
+    CHECK(strstr(err, ":1:") && strstr(err, "expected cuda"));
 
     unlink(path);
     CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
@@ -357,6 +369,64 @@ static void test_mesh_and_job_defaults(const char *dir)
     CHECK(cur.rotate_method == WF_ROTATE_ALLTOALL && !cur.load_balance);
 }
 
+/* The devices forms without a GPU: parse (syntax, canonical text), then
+ * resolve against a given GPU count (what wf_config_build probes). */
+static void test_cuda_devices(void)
+{
+    wf_settings_t s;
+    char why[256];
+    wf_settings_default(&s);
+    CHECK(wf_settings_parse_devices("cuda", &s, why, sizeof why));
+    CHECK(s.device_kind == WF_DEVICE_CUDA && s.device_count == 0 &&
+          strcmp(s.devices, "cuda") == 0);
+    CHECK(wf_settings_resolve_gpus(&s, 3, why, sizeof why));
+    CHECK(s.device_count == 3 && s.gpu[0] == 0 && s.gpu[2] == 2);
+    CHECK(wf_settings_parse_devices("CUDA", &s, why, sizeof why));
+    CHECK(wf_settings_resolve_gpus(&s, 100, why, sizeof why));
+    CHECK(s.device_count == WF_SETTINGS_MAX_DEVICES);        /* capped */
+    CHECK(wf_settings_parse_devices("cuda", &s, why, sizeof why));
+    CHECK(!wf_settings_resolve_gpus(&s, 0, why, sizeof why));
+    CHECK(strstr(why, "no CUDA device") != NULL);
+
+    CHECK(wf_settings_parse_devices("cuda:1, 0", &s, why, sizeof why));
+    CHECK(s.device_kind == WF_DEVICE_CUDA && s.device_count == 2 &&
+          s.gpu[0] == 1 && s.gpu[1] == 0 && strcmp(s.devices, "cuda:1,0") == 0);
+    CHECK(wf_settings_resolve_gpus(&s, 2, why, sizeof why));
+    CHECK(!wf_settings_resolve_gpus(&s, 1, why, sizeof why));
+    CHECK(strstr(why, "cuda:1") && strstr(why, "out of range") &&
+          strstr(why, "1 GPU"));
+
+    /* the mixed mode: four ranks on GPU 0 */
+    CHECK(wf_settings_parse_devices("cuda:0,0,0,0", &s, why, sizeof why));
+    CHECK(s.device_count == 4 && s.gpu[3] == 0);
+    CHECK(wf_settings_resolve_gpus(&s, 1, why, sizeof why) && s.device_count == 4);
+
+    /* 64 ranks fit the canonical text; 65 are too many */
+    char many[512];
+    size_t off = (size_t)snprintf(many, sizeof many, "cuda:");
+    for (int i = 0; i < WF_SETTINGS_MAX_DEVICES; i++)
+        off += (size_t)snprintf(many + off, sizeof many - off, "%s%d", i ? "," : "", i);
+    CHECK(wf_settings_parse_devices(many, &s, why, sizeof why));
+    CHECK(s.device_count == WF_SETTINGS_MAX_DEVICES && s.gpu[63] == 63 &&
+          strcmp(s.devices, many) == 0);
+    snprintf(many + off, sizeof many - off, ",0");
+    CHECK(!wf_settings_parse_devices(many, &s, why, sizeof why));
+    CHECK(strstr(why, "more than 64") != NULL);
+
+    const char *bad[] = { "cuda:", "cuda:x", "cuda:0,", "cuda:-1", "cuda:64",
+                          "cuda:0,,1", "cuda 0", "cudax", "gpu:0" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = '\0';
+        CHECK(!wf_settings_parse_devices(bad[i], &s, why, sizeof why));
+        CHECK(why[0] != '\0');
+    }
+
+    /* CPU devices: nothing to resolve, whatever the GPUs */
+    CHECK(wf_settings_parse_devices("cpu:3", &s, why, sizeof why));
+    CHECK(s.device_kind == WF_DEVICE_CPU && s.device_count == 3);
+    CHECK(wf_settings_resolve_gpus(&s, 0, why, sizeof why) && s.device_count == 3);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/weft-test-config-XXXXXX";
@@ -367,6 +437,7 @@ int main(void)
     test_defaults();
     test_sizes();
     test_flags_and_bounds();
+    test_cuda_devices();
     test_file_env_precedence(dir);
     test_reload_rules();
     test_mesh_and_job_defaults(dir);

@@ -5,11 +5,14 @@
 # the working tree. Steps (each prints a "== " header):
 #   1. configure + build with CUDA (and NCCL from the toolkit or torch's
 #      nvidia-nccl wheel) against the carried Debian prefix;
-#   2. test_cuda_host, test_cuda_gpu (CUDA attention vs the CPU backend for
+#   2. weftd on the GPU, when the daemon accepts CUDA devices (skipped with
+#      a message otherwise; first, as the newest part): --devices cuda
+#      serving weftctl attention-demo (bf16 and f16, causal, GQA) checked
+#      against its fp64 reference, then the mixed mode (--devices
+#      cuda:0,0,0,0 --mesh ring=2,ulysses=2: CUDA kernels, host comm);
+#   3. test_cuda_host, test_cuda_gpu (CUDA attention vs the CPU backend for
 #      every dtype / causal / GQA / uneven shape / D 64, 128; LSE merge;
 #      conversions; NCCL world of 1 and of N);
-#   3. weftd --devices cuda, when the daemon accepts it (skipped with a
-#      message otherwise);
 #   4. attention TFLOP/s against torch SDPA (bf16, B=1, H=24, D=128,
 #      S 4096 / 16384, non-causal / causal) and the ratio (target >= 0.60).
 # Output figures go to stdout and to $OUT/gpu-report.txt when $OUT is set.
@@ -62,27 +65,52 @@ cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || 
   grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; exit 1; }
 say "built in $(elapsed)"
 
+say "== weftd on the GPU ($(elapsed))"
+# weftd on DEVICES with extra flags; then each remaining argument is one
+# weftctl command line run against it. Refused devices: a message, skipped.
+serve() {
+  local devices=$1; shift
+  local flags=$1; shift
+  local sock=/tmp/weft-gpu-$$.sock
+  rm -f "$sock"
+  # shellcheck disable=SC2086
+  build-gpu/daemon/weftd --devices "$devices" $flags --listen "ipc://$sock" \
+      > /tmp/weftd-gpu.log 2>&1 &
+  local wpid=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; kill -0 $wpid 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $wpid 2>/dev/null && [ -S "$sock" ]; then
+    say "weftd --devices $devices $flags"
+    timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" status 2>&1 | tee -a "$report"
+    local cmd
+    for cmd in "$@"; do
+      say "weftctl $cmd"
+      # shellcheck disable=SC2086
+      timeout 90 build-gpu/client/weftctl --endpoint "ipc://$sock" $cmd 2>&1 | tee -a "$report"
+      say "weftctl exit ${PIPESTATUS[0]}"
+    done
+    kill -TERM $wpid; wait $wpid
+    say "weftd exit $?"
+    grep -E "ERR|error|failed" /tmp/weftd-gpu.log | head -5 | tee -a "$report"
+  else
+    say "weftd --devices $devices $flags refused: skipped"
+    head -3 /tmp/weftd-gpu.log | tee -a "$report"
+    kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
+  fi
+}
+# one GPU per rank (head split), bf16 and f16, causal, GQA, D 128 and 64
+serve cuda "" \
+  "attention-demo --seq 2048 --heads 8 --kv-heads 2 --dim 128 --dtype bf16 --causal --iters 3" \
+  "attention-demo --seq 1000 --kv-seq 1500 --heads 6 --kv-heads 3 --dim 64 --dtype f16 --causal --iters 3"
+# the mixed mode: four ranks on GPU 0, CUDA kernels, host comm, USP
+serve cuda:0,0,0,0 "--mesh ring=2,ulysses=2" \
+  "attention-demo --seq 2048 --heads 8 --kv-heads 2 --dim 128 --dtype bf16 --causal --rotate alltoall --iters 2" \
+  "attention-demo --seq 1001 --heads 8 --kv-heads 4 --dim 64 --dtype f16 --causal --ring-anything --rotate allgather --iters 2"
+
 say "== tests ($(elapsed))"
 timeout 60 build-gpu/tests/test_cuda_host 2>&1 | tee -a "$report"
 timeout 240 build-gpu/tests/test_cuda_gpu 2>&1 | tee -a "$report"
 say "test_cuda_gpu exit ${PIPESTATUS[0]}"
 timeout 120 build-gpu/tests/test_kernels > /dev/null 2>&1; say "test_kernels (CPU reference) exit $?"
-
-say "== weftd on the GPU ($(elapsed))"
-sock=/tmp/weft-gpu-$$.sock
-build-gpu/daemon/weftd --devices cuda --listen "ipc://$sock" > /tmp/weftd-gpu.log 2>&1 &
-wpid=$!
-for _ in $(seq 50); do [ -S "$sock" ] && break; kill -0 $wpid 2>/dev/null || break; sleep 0.1; done
-if kill -0 $wpid 2>/dev/null && [ -S "$sock" ]; then
-  timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" status 2>&1 | tee -a "$report"
-  timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" attention-demo --seq 2048 \
-      --heads 8 --dim 128 --dtype bf16 2>&1 | tee -a "$report"
-  kill -TERM $wpid; wait $wpid
-else
-  say "weftd --devices cuda refused (the daemon does not serve CUDA devices yet): skipped"
-  head -3 /tmp/weftd-gpu.log | tee -a "$report"
-  kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
-fi
 
 say "== attention vs torch SDPA, bf16, B=1, H=24, D=128 ($(elapsed))"
 for S in 4096 16384; do
