@@ -33,14 +33,16 @@ esac
 [ -e "$(pkg-config --variable=includedir weft)/weft.h" ] || { echo "includedir of weft.pc has no weft.h"; exit 1; }
 
 cc=${CC:-cc}
+# extra flags, e.g. the sanitizers of a sanitized build
+xcflags=${WEFT_TEST_CFLAGS:-}
 # shared
-$cc -std=c11 -Wall -Werror "$src/client/examples/attention.c" \
+$cc $xcflags -std=c11 -Wall -Werror "$src/client/examples/attention.c" \
     $(pkg-config --cflags --libs weft) -lm -o "$work/example_shared"
 # static (Requires.private / Libs.private bring ZeroMQ and msgpack)
-$cc -std=c11 -Wall -Werror "$src/client/examples/attention.c" \
+$cc $xcflags -std=c11 -Wall -Werror "$src/client/examples/attention.c" \
     $(pkg-config --static --cflags --libs weft) -lm -o "$work/example_static" \
     -Wl,-Bstatic -lweft -Wl,-Bdynamic 2>/dev/null \
-  || $cc -std=c11 -Wall -Werror "$src/client/examples/attention.c" \
+  || $cc $xcflags -std=c11 -Wall -Werror "$src/client/examples/attention.c" \
     $(pkg-config --static --cflags weft) "$libdir/libweft.a" \
     $(pkg-config --static --libs-only-l --libs-only-L libzmq msgpack) -lpthread -lm \
     -o "$work/example_static"
