@@ -11,7 +11,7 @@ set_tests_properties(e2e_cluster PROPERTIES TIMEOUT 120)
 # ring exchanges, splits, abort, timeouts, bad traffic, with forked ranks
 # on loopback (tests/test_comm_zmq.c).
 add_executable(test_comm_zmq ${CMAKE_CURRENT_LIST_DIR}/test_comm_zmq.c)
-target_link_libraries(test_comm_zmq PRIVATE weftd_core)
+target_link_libraries(test_comm_zmq PRIVATE weft_commcheck weftd_core)
 add_test(NAME comm_zmq COMMAND test_comm_zmq)
 set_tests_properties(comm_zmq PROPERTIES TIMEOUT 300)
 
