@@ -1,8 +1,14 @@
 # The cluster control plane with real weftd processes on loopback
 # (tests/test_cluster.c): rendezvous of 3 nodes, version refusal, member
 # lost and back, coordinator lost and back, member killed in rendezvous.
+# Starting, waiting for and stopping weftd processes, shared by the two
+# cluster end-to-end tests (tests/support/clusterd.c).
+add_library(weft_clusterd STATIC ${CMAKE_CURRENT_LIST_DIR}/support/clusterd.c)
+target_include_directories(weft_clusterd PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(weft_clusterd PUBLIC weft)
+
 add_executable(test_cluster ${CMAKE_CURRENT_LIST_DIR}/test_cluster.c)
-target_link_libraries(test_cluster PRIVATE weft Threads::Threads m)
+target_link_libraries(test_cluster PRIVATE weft_clusterd weft Threads::Threads m)
 target_compile_options(test_cluster PRIVATE -O2)
 add_test(NAME e2e_cluster COMMAND test_cluster $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster PROPERTIES TIMEOUT 120)
@@ -20,7 +26,7 @@ set_tests_properties(comm_zmq PROPERTIES TIMEOUT 300)
 # fp64 reference, live re-mesh under load, a member killed mid-job
 # (WF_E_NODE_LOST within 5 s, service resumes), rejoin.
 add_executable(test_cluster_jobs ${CMAKE_CURRENT_LIST_DIR}/test_cluster_jobs.c)
-target_link_libraries(test_cluster_jobs PRIVATE weft_testsupport weft Threads::Threads m)
+target_link_libraries(test_cluster_jobs PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
 target_compile_options(test_cluster_jobs PRIVATE -O2)
 add_test(NAME e2e_cluster_jobs COMMAND test_cluster_jobs $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_jobs PROPERTIES TIMEOUT 180)

@@ -24,9 +24,7 @@
  *
  * Usage: test_cluster PATH_TO_WEFTD.
  */
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -35,12 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "support/clusterd.h"
 #include "weft.h"
 
 #define TIMEOUT_MS 30000
@@ -49,130 +44,30 @@
 
 static int failures;
 
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int left_ms(int64_t deadline)
 {
-    int64_t l = deadline - now_ms();
+    int64_t l = deadline - clusterd_now_ms();
     return l < 0 ? 0 : (int)l;
 }
 
-typedef struct node {
-    char name[16];
-    pid_t pid;
-    int pidfd;
-    int nfd;
-    char notify_path[108];
-    char endpoint[128];
-    bool reaped;
-    int exit_status;
-} node_t;
+/* A daemon; its notify socket is read here directly (notify_wait). */
+typedef clusterd_t node_t;
 
-static int counter;
 static char coordinator[64];
-
-/* A free loopback port: bind port 0, read it, close. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        perror("free_port");
-        exit(1);
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 
 static bool node_start(node_t *d, const char *weftd, const char *name,
                        const char *coord, const char *nodes,
                        const char *cluster_timeout, const char *env)
 {
-    memset(d, 0, sizeof *d);
-    snprintf(d->name, sizeof d->name, "%s", name);
-    int n = counter++;
-    snprintf(d->endpoint, sizeof d->endpoint, "ipc:///tmp/weft-cl-%d-%d.sock",
-             (int)getpid(), n);
-    snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-cln-%d-%d.sock",
-             (int)getpid(), n);
-    unlink(d->notify_path);
-    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
-    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        perror("notify socket");
+    if (!clusterd_open(d, name, "cl"))
         return false;
-    }
     const char *argv[] = { weftd, "--listen", d->endpoint, "--devices", "cpu:2",
                            "--mesh", "ring=2", "--coordinator", coord,
                            "--nodes", nodes, "--node-name", name,
                            "--cluster-timeout-ms", cluster_timeout,
                            "--heartbeat-ms", HB, "--heartbeat-timeout-ms",
                            HB_TIMEOUT, "--cpu-memory", "256M", NULL };
-    d->pid = fork();
-    if (d->pid < 0)
-        return false;
-    if (d->pid == 0) {
-        setenv("NOTIFY_SOCKET", d->notify_path, 1);
-        if (env)
-            putenv((char *)env);
-        execv(weftd, (char *const *)argv);
-        _exit(127);
-    }
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    return d->pidfd >= 0;
-}
-
-static bool node_wait_exit(node_t *d, int timeout_ms)
-{
-    if (d->reaped)
-        return true;
-    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
-    if (poll(&p, 1, timeout_ms) != 1)
-        return false;
-    int st;
-    if (waitpid(d->pid, &st, 0) != d->pid)
-        return false;
-    d->exit_status = st;
-    d->reaped = true;
-    return true;
-}
-
-static void node_kill(node_t *d, int sig)
-{
-    if (!d->reaped && d->pid > 0) {
-        kill(d->pid, sig);
-        node_wait_exit(d, TIMEOUT_MS);
-    }
-}
-
-static void node_close(node_t *d)
-{
-    node_kill(d, SIGKILL);
-    if (d->pidfd > 0)
-        close(d->pidfd);
-    if (d->nfd > 0)
-        close(d->nfd);
-    unlink(d->notify_path);
-    unlink(d->endpoint + 6);
-    memset(d, 0, sizeof *d);
+    return clusterd_exec(d, argv, env);
 }
 
 /* Wait for a notify line starting with `prefix` (earlier lines skipped);
@@ -180,7 +75,7 @@ static void node_close(node_t *d)
 static bool notify_wait(node_t *d, const char *prefix, int timeout_ms,
                         char *got, size_t got_len)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clusterd_now_ms() + timeout_ms;
     size_t pl = strlen(prefix);
     for (;;) {
         struct pollfd p = { .fd = d->nfd, .events = POLLIN };
@@ -201,15 +96,6 @@ static bool notify_wait(node_t *d, const char *prefix, int timeout_ms,
                 return true;
             }
     }
-}
-
-static bool get_status(node_t *d, wf_status_info_t *s)
-{
-    wf_client_t *c = NULL;
-    bool ok = wf_client_connect(d->endpoint, TIMEOUT_MS, &c) == WF_OK &&
-              wf_status(c, s) == WF_OK;
-    wf_client_destroy(&c);
-    return ok;
 }
 
 static const wf_node_info_t *find_node(const wf_status_info_t *s, const char *name)
@@ -294,13 +180,13 @@ int main(int argc, char **argv)
     }
     const char *weftd = argv[1];
     signal(SIGPIPE, SIG_IGN);
-    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", free_port());
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
     static wf_status_info_t si;
     char line[512];
     node_t a, b, c, d;
 
     /* 1. rendezvous of three */
-    int64_t t0 = now_ms();
+    int64_t t0 = clusterd_now_ms();
     CHECK(node_start(&a, weftd, "a", coordinator, "3", "5000", NULL));
     CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));
     CHECK(node_start(&b, weftd, "b", coordinator, "3", "5000", NULL));
@@ -308,10 +194,10 @@ int main(int argc, char **argv)
     CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
                       TIMEOUT_MS, NULL, 0));
     printf("world of 3 formed in %lld ms (processes started to serving)\n",
-           (long long)(now_ms() - t0));
+           (long long)(clusterd_now_ms() - t0));
     CHECK(notify_wait(&b, "STATUS=cluster serving: epoch 1", TIMEOUT_MS, NULL, 0));
     memset(&si, 0, sizeof si);
-    CHECK(get_status(&a, &si));
+    CHECK(clusterd_status(&a, &si));
     CHECK(strcmp(si.role, "coordinator") == 0);
     CHECK(strcmp(si.cluster_state, "serving") == 0);
     CHECK(si.world_epoch == 1 && si.world_size == 6 && si.node_count == 3);
@@ -325,7 +211,7 @@ int main(int argc, char **argv)
     char world1[40];
     snprintf(world1, sizeof world1, "%s", si.world_id);
     memset(&si, 0, sizeof si);
-    CHECK(get_status(&b, &si));
+    CHECK(clusterd_status(&b, &si));
     CHECK(strcmp(si.role, "member") == 0 && si.world_epoch == 1 &&
           si.world_size == 6 && strcmp(si.world_id, world1) == 0);
 
@@ -339,56 +225,56 @@ int main(int argc, char **argv)
     /* 3. version mismatch */
     CHECK(node_start(&d, weftd, "d", coordinator, "3", "5000",
                      "WEFT_TEST_PROTOCOL_VERSION=2"));
-    CHECK(node_wait_exit(&d, TIMEOUT_MS));
+    CHECK(clusterd_wait_exit(&d, TIMEOUT_MS));
     CHECK(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) != 0);
     memset(&si, 0, sizeof si);
-    CHECK(get_status(&a, &si));
+    CHECK(clusterd_status(&a, &si));
     const wf_node_info_t *nd = find_node(&si, "d");
     CHECK(nd && strcmp(nd->state, "refused") == 0);
     CHECK(si.world_epoch == 1 && si.world_size == 6);
-    node_close(&d);
+    clusterd_close(&d);
 
     /* 4. a member killed */
-    int64_t tk = now_ms();
-    node_kill(&c, SIGKILL);
+    int64_t tk = clusterd_now_ms();
+    clusterd_kill(&c, SIGKILL);
     CHECK(notify_wait(&a, "STATUS=cluster: node c lost", TIMEOUT_MS, line, sizeof line));
     CHECK(notify_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), 4 rank(s)",
                       TIMEOUT_MS, NULL, 0));
-    int64_t lost_ms = now_ms() - tk;
+    int64_t lost_ms = clusterd_now_ms() - tk;
     printf("member killed: reported and degraded world in %lld ms (bound 5000)\n",
            (long long)lost_ms);
     CHECK(lost_ms < 5000);
     CHECK(attention_on(&a, &err) == WF_OK && err < 1e-4);
-    node_close(&c);
+    clusterd_close(&c);
 
     /* 5. the member comes back */
     CHECK(node_start(&c, weftd, "c", coordinator, "3", "5000", NULL));
     CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 3, 3 node(s), 6 rank(s)",
                       TIMEOUT_MS, NULL, 0));
     memset(&si, 0, sizeof si);
-    CHECK(get_status(&c, &si));
+    CHECK(clusterd_status(&c, &si));
     CHECK(si.world_epoch == 3 && si.world_size == 6 && strcmp(si.world_id, world1) != 0);
 
     /* 6. the coordinator dies and comes back */
-    node_close(&a);
+    clusterd_close(&a);
     CHECK(notify_wait(&b, "STATUS=cluster: coordinator 127.0.0.1:", TIMEOUT_MS, line,
                       sizeof line));
     CHECK(strstr(line, "lost") != NULL);
     memset(&si, 0, sizeof si);
-    CHECK(get_status(&b, &si));
+    CHECK(clusterd_status(&b, &si));
     CHECK(strcmp(si.cluster_state, "coordinator-lost") == 0);
     CHECK(node_start(&a, weftd, "a", coordinator, "3", "5000", NULL));
     CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 4, 3 node(s), 6 rank(s)",
                       TIMEOUT_MS, NULL, 0));
     CHECK(notify_wait(&b, "STATUS=cluster serving: epoch 4", TIMEOUT_MS, NULL, 0));
     CHECK(attention_on(&a, &err) == WF_OK && err < 1e-4);
-    node_close(&a);
-    node_close(&b);
-    node_close(&c);
+    clusterd_close(&a);
+    clusterd_close(&b);
+    clusterd_close(&c);
 
     /* 7. a member killed during the rendezvous */
     char coord2[64];
-    snprintf(coord2, sizeof coord2, "127.0.0.1:%d", free_port());
+    snprintf(coord2, sizeof coord2, "127.0.0.1:%d", clusterd_free_port());
     node_t e, f;
     CHECK(node_start(&e, weftd, "e", coord2, "3", "1500", NULL));
     CHECK(notify_wait(&e, "READY=1", TIMEOUT_MS, NULL, 0));
@@ -397,25 +283,25 @@ int main(int argc, char **argv)
     /* f is known once e lists it: wait on f's own notify for its READY,
      * then on e's status */
     CHECK(notify_wait(&f, "READY=1", TIMEOUT_MS, NULL, 0));
-    int64_t deadline = now_ms() + TIMEOUT_MS;
+    int64_t deadline = clusterd_now_ms() + TIMEOUT_MS;
     bool joined = false;
-    while (!joined && now_ms() < deadline) {
+    while (!joined && clusterd_now_ms() < deadline) {
         /* each status call is a round trip, not a sleep */
-        CHECK(get_status(&e, &si));
+        CHECK(clusterd_status(&e, &si));
         joined = find_node(&si, "f") != NULL;
     }
     CHECK(joined);
-    tk = now_ms();
-    node_kill(&f, SIGKILL);
+    tk = clusterd_now_ms();
+    clusterd_kill(&f, SIGKILL);
     CHECK(notify_wait(&e, "STATUS=cluster: node f lost", TIMEOUT_MS, line, sizeof line));
     CHECK(strstr(line, "rendezvous step 'hello'") != NULL);
     CHECK(notify_wait(&e, "STATUS=cluster: rendezvous step 'hello' timed out",
                       TIMEOUT_MS, line, sizeof line));
     CHECK(strstr(line, "lost: f") != NULL);
     printf("member killed during the rendezvous: reported in %lld ms (%s)\n",
-           (long long)(now_ms() - tk), line + 7);
-    node_close(&e);
-    node_close(&f);
+           (long long)(clusterd_now_ms() - tk), line + 7);
+    clusterd_close(&e);
+    clusterd_close(&f);
 
     printf("%s: %d failure(s)\n", argv[0], failures);
     return failures ? 1 : 0;

@@ -28,10 +28,8 @@
  *
  * Usage: test_cluster_jobs PATH_TO_WEFTD.
  */
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -42,12 +40,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "support/clusterd.h"
 #include "support/jobcheck.h"
 #include "weft.h"
 
@@ -58,36 +55,12 @@
 
 static int failures;
 
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-
 /* A daemon and its sd_notify socket. A reader thread drains the socket
  * at once (a daemon blocks in sd_notify when the queue is full) into
  * `text`, one line per notification; waiters take lines after `cursor`. */
 typedef struct node {
-    char name[16];
-    pid_t pid;
-    int pidfd;
-    int nfd;
+    clusterd_t p;              /* the process and its notify socket */
     int stop_pipe[2];
-    char notify_path[108];
-    char endpoint[128];
-    bool reaped;
-    int exit_status;
     pthread_t reader;
     bool reading;
     pthread_mutex_t mu;
@@ -100,12 +73,12 @@ static void *notify_reader(void *arg)
 {
     node_t *d = arg;
     for (;;) {
-        struct pollfd p[2] = { { .fd = d->nfd, .events = POLLIN },
+        struct pollfd p[2] = { { .fd = d->p.nfd, .events = POLLIN },
                                { .fd = d->stop_pipe[0], .events = POLLIN } };
         if (poll(p, 2, -1) < 0 || p[1].revents)
             return NULL;
         char buf[4096];
-        ssize_t n = recv(d->nfd, buf, sizeof buf - 1, 0);
+        ssize_t n = recv(d->p.nfd, buf, sizeof buf - 1, 0);
         if (n <= 0)
             continue;
         if (buf[n - 1] != '\n')
@@ -129,85 +102,33 @@ static void *notify_reader(void *arg)
     }
 }
 
-static int counter;
 static char coordinator[64];
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        perror("free_port");
-        exit(1);
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 
 static bool node_start(node_t *d, const char *weftd, const char *name)
 {
     memset(d, 0, sizeof *d);
-    snprintf(d->name, sizeof d->name, "%s", name);
-    int n = counter++;
-    snprintf(d->endpoint, sizeof d->endpoint, "ipc:///tmp/weft-cj-%d-%d.sock",
-             (int)getpid(), n);
-    snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-cjn-%d-%d.sock",
-             (int)getpid(), n);
-    unlink(d->notify_path);
-    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
-    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        pipe2(d->stop_pipe, O_CLOEXEC) != 0) {
+    if (!clusterd_open(&d->p, name, "cj"))
+        return false;
+    if (pipe2(d->stop_pipe, O_CLOEXEC) != 0) {
         perror("notify socket");
         return false;
     }
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     d->reading = pthread_create(&d->reader, NULL, notify_reader, d) == 0;
-    const char *argv[] = { weftd, "--listen", d->endpoint, "--devices", "cpu:2",
+    const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
                            "--mesh", "ring=6", "--coordinator", coordinator,
                            "--nodes", "3", "--node-name", name,
                            "--cluster-timeout-ms", CLUSTER_TIMEOUT,
                            "--heartbeat-ms", HB, "--heartbeat-timeout-ms",
                            HB_TIMEOUT, "--cpu-memory", "1G", "--log-level",
                            getenv("CJ_LOG_LEVEL") ? getenv("CJ_LOG_LEVEL") : "warning", NULL };
-    d->pid = fork();
-    if (d->pid < 0)
-        return false;
-    if (d->pid == 0) {
-        setenv("NOTIFY_SOCKET", d->notify_path, 1);
-        execv(weftd, (char *const *)argv);
-        _exit(127);
-    }
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    return d->pidfd >= 0;
-}
-
-static bool node_wait_exit(node_t *d, int timeout_ms)
-{
-    if (d->reaped)
-        return true;
-    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
-    if (poll(&p, 1, timeout_ms) != 1)
-        return false;
-    int st;
-    if (waitpid(d->pid, &st, 0) != d->pid)
-        return false;
-    d->exit_status = st;
-    d->reaped = true;
-    return true;
+    return clusterd_exec(&d->p, argv, NULL);
 }
 
 static void node_close(node_t *d)
 {
-    if (!d->reaped && d->pid > 0) {
-        kill(d->pid, SIGKILL);
-        node_wait_exit(d, TIMEOUT_MS);
-    }
+    clusterd_kill(&d->p, SIGKILL);
     if (d->reading) {
         if (write(d->stop_pipe[1], "x", 1) != 1)
             perror("stop pipe");
@@ -218,12 +139,7 @@ static void node_close(node_t *d)
         close(d->stop_pipe[1]);
     }
     free(d->text);
-    if (d->pidfd > 0)
-        close(d->pidfd);
-    if (d->nfd > 0)
-        close(d->nfd);
-    unlink(d->notify_path);
-    unlink(d->endpoint + 6);
+    clusterd_close(&d->p);
     memset(d, 0, sizeof *d);
 }
 
@@ -269,17 +185,8 @@ static bool notify_wait(node_t *d, const char *prefix, int timeout_ms)
     }
     pthread_mutex_unlock(&d->mu);
     if (!found)
-        fprintf(stderr, "%s: no '%s' within %d ms\n", d->name, prefix, timeout_ms);
+        fprintf(stderr, "%s: no '%s' within %d ms\n", d->p.name, prefix, timeout_ms);
     return found;
-}
-
-static bool get_status(node_t *d, wf_status_info_t *s)
-{
-    wf_client_t *c = NULL;
-    bool ok = wf_client_connect(d->endpoint, TIMEOUT_MS, &c) == WF_OK &&
-              wf_status(c, s) == WF_OK;
-    wf_client_destroy(&c);
-    return ok;
 }
 
 /* ------------------------------------------------------------------ */
@@ -378,7 +285,7 @@ static uint64_t served_on(node_t *d)
 {
     wf_status_info_t si;
     uint64_t min = UINT64_MAX;
-    if (!get_status(d, &si) || si.device_count == 0)
+    if (!clusterd_status(&d->p, &si) || si.device_count == 0)
         return 0;
     for (uint32_t i = 0; i < si.device_count; i++)
         if (si.devices[i].jobs_served < min)
@@ -396,7 +303,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *weftd = argv[1];
     double t_begin = now_s();
-    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", free_port());
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
     node_t a, b, c;
     CHECK(node_start(&a, weftd, "a"));
     CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS));
@@ -410,7 +317,7 @@ int main(int argc, char **argv)
     printf("world of 3 daemons serving in %.0f ms\n", (now_s() - t0) * 1e3);
 
     wf_client_t *cl = NULL;
-    CHECK(wf_client_connect(a.endpoint, TIMEOUT_MS, &cl) == WF_OK);
+    CHECK(wf_client_connect(a.p.endpoint, TIMEOUT_MS, &cl) == WF_OK);
 
     /* 2. meshes whose groups span the processes */
     static const struct { const char *name; wf_mesh_degrees_t m; } meshes[] = {
@@ -424,7 +331,7 @@ int main(int argc, char **argv)
     };
     uint64_t epoch = 0;
     wf_status_info_t si;
-    CHECK(get_status(&a, &si));
+    CHECK(clusterd_status(&a.p, &si));
     epoch = si.epoch;
     for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
         uint64_t e = 0;
@@ -460,7 +367,7 @@ int main(int argc, char **argv)
         loader_t ld[3];
         for (int i = 0; i < 3; i++) {
             memset(&ld[i], 0, sizeof ld[i]);
-            ld[i].endpoint = a.endpoint;
+            ld[i].endpoint = a.p.endpoint;
             ld[i].index = i;
             ld[i].stop = &stop;
             pthread_create(&ld[i].th, NULL, loader_main, &ld[i]);
@@ -511,11 +418,11 @@ int main(int argc, char **argv)
         /* on the same connection the status is answered after the job
          * was dispatched: it proves the job is in flight */
         CHECK(wf_status(cl, &si) == WF_OK && si.in_flight == 1);
-        int64_t t_kill = now_ms();
-        kill(c.pid, SIGKILL);
-        CHECK(node_wait_exit(&c, TIMEOUT_MS));
+        int64_t t_kill = clusterd_now_ms();
+        kill(c.p.pid, SIGKILL);
+        CHECK(clusterd_wait_exit(&c.p, TIMEOUT_MS));
         wf_status_t st = job ? wf_job_wait(cl, job, TIMEOUT_MS) : WF_E_INTERNAL;
-        int64_t t_err = now_ms() - t_kill;
+        int64_t t_err = clusterd_now_ms() - t_kill;
         wf_job_result_t res;
         memset(&res, 0, sizeof res);
         if (job)
@@ -559,11 +466,11 @@ int main(int argc, char **argv)
      * the sanitizers also no leak): members first, then the coordinator */
     node_t *all[3] = { &c, &b, &a };
     for (int i = 0; i < 3; i++) {
-        kill(all[i]->pid, SIGTERM);
-        CHECK(node_wait_exit(all[i], TIMEOUT_MS));
-        CHECK(WIFEXITED(all[i]->exit_status) && WEXITSTATUS(all[i]->exit_status) == 0);
-        if (!WIFEXITED(all[i]->exit_status) || WEXITSTATUS(all[i]->exit_status) != 0)
-            fprintf(stderr, "%s: exit status 0x%x\n", all[i]->name, all[i]->exit_status);
+        kill(all[i]->p.pid, SIGTERM);
+        CHECK(clusterd_wait_exit(&all[i]->p, TIMEOUT_MS));
+        CHECK(WIFEXITED(all[i]->p.exit_status) && WEXITSTATUS(all[i]->p.exit_status) == 0);
+        if (!WIFEXITED(all[i]->p.exit_status) || WEXITSTATUS(all[i]->p.exit_status) != 0)
+            fprintf(stderr, "%s: exit status 0x%x\n", all[i]->p.name, all[i]->p.exit_status);
     }
     node_close(&a);
     node_close(&b);

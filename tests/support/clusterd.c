@@ -1,0 +1,121 @@
+/* clusterd.c — weftd processes for end-to-end cluster tests (see
+ * clusterd.h). Every wait is an event wait (pidfd) with a deadline. */
+#include "support/clusterd.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Daemons started by this process: makes each one's paths unique. */
+static int counter;
+
+int64_t clusterd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int clusterd_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        perror("free_port");
+        exit(1);
+    }
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+bool clusterd_open(clusterd_t *d, const char *name, const char *tag)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", name);
+    int n = counter++;
+    snprintf(d->endpoint, sizeof d->endpoint, "ipc:///tmp/weft-%s-%d-%d.sock",
+             tag, (int)getpid(), n);
+    snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-%sn-%d-%d.sock",
+             tag, (int)getpid(), n);
+    unlink(d->notify_path);
+    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
+    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        perror("notify socket");
+        return false;
+    }
+    return true;
+}
+
+bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env)
+{
+    d->pid = fork();
+    if (d->pid < 0)
+        return false;
+    if (d->pid == 0) {
+        setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        if (env)
+            putenv((char *)env);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
+    return d->pidfd >= 0;
+}
+
+bool clusterd_wait_exit(clusterd_t *d, int timeout_ms)
+{
+    if (d->reaped)
+        return true;
+    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
+    if (poll(&p, 1, timeout_ms) != 1)
+        return false;
+    int st;
+    if (waitpid(d->pid, &st, 0) != d->pid)
+        return false;
+    d->exit_status = st;
+    d->reaped = true;
+    return true;
+}
+
+void clusterd_kill(clusterd_t *d, int sig)
+{
+    if (!d->reaped && d->pid > 0) {
+        kill(d->pid, sig);
+        clusterd_wait_exit(d, CLUSTERD_TIMEOUT_MS);
+    }
+}
+
+void clusterd_close(clusterd_t *d)
+{
+    clusterd_kill(d, SIGKILL);
+    if (d->pidfd > 0)
+        close(d->pidfd);
+    if (d->nfd > 0)
+        close(d->nfd);
+    unlink(d->notify_path);
+    unlink(d->endpoint + 6);
+    memset(d, 0, sizeof *d);
+}
+
+bool clusterd_status(const clusterd_t *d, wf_status_info_t *s)
+{
+    wf_client_t *c = NULL;
+    bool ok = wf_client_connect(d->endpoint, CLUSTERD_TIMEOUT_MS, &c) == WF_OK &&
+              wf_status(c, s) == WF_OK;
+    wf_client_destroy(&c);
+    return ok;
+}

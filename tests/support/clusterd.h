@@ -1,0 +1,75 @@
+/* clusterd.h — test support for end-to-end cluster tests: one weftd
+ * process on loopback with its own sd_notify socket, started, waited for
+ * (pidfd, with a deadline), killed and cleaned up; a free port for a
+ * coordinator; the status of a daemon. Shared by test_cluster.c and
+ * test_cluster_jobs.c. Not here: reading the notify socket (each test
+ * has its own way) and the daemon's arguments. Tests only. */
+#ifndef WF_TEST_CLUSTERD_H
+#define WF_TEST_CLUSTERD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "weft.h"
+
+/* How long clusterd waits for a killed daemon and for a status reply. */
+#define CLUSTERD_TIMEOUT_MS 30000
+
+/* Count a failed check in the test's `static int failures`. */
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+/* One weftd process. */
+typedef struct clusterd {
+    char name[16];         /* node name, for messages */
+    pid_t pid;             /* the process (0: none) */
+    int pidfd;             /* its pidfd */
+    int nfd;               /* the bound sd_notify datagram socket */
+    char notify_path[108]; /* its path (the daemon's NOTIFY_SOCKET) */
+    char endpoint[128];    /* ipc:// endpoint for the daemon's --listen */
+    bool reaped;           /* waited for */
+    int exit_status;       /* waitpid status, once reaped */
+} clusterd_t;
+
+/* Monotonic milliseconds. */
+int64_t clusterd_now_ms(void);
+
+/* A free loopback TCP port: bind port 0, read it, close. Exits the test
+ * when no socket can be had. */
+int clusterd_free_port(void);
+
+/* Zero d, name it, choose its endpoint and notify path under /tmp (with
+ * `tag`, this process's pid and a counter in the names) and bind the
+ * notify socket. False (perror) when the socket cannot be bound. */
+bool clusterd_open(clusterd_t *d, const char *name, const char *tag);
+
+/* Fork and exec argv[0] with argv (NULL-terminated) and NOTIFY_SOCKET set
+ * to d's notify path, `env` ("NAME=value", or NULL) put in its
+ * environment too; open its pidfd. False when fork or pidfd_open fails. */
+bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env);
+
+/* Wait up to timeout_ms for the process to exit and reap it (status in
+ * d->exit_status). True at once when it is already reaped. */
+bool clusterd_wait_exit(clusterd_t *d, int timeout_ms);
+
+/* Send sig and wait (CLUSTERD_TIMEOUT_MS) for the exit; nothing when
+ * the process is already reaped or was never started. */
+void clusterd_kill(clusterd_t *d, int sig);
+
+/* SIGKILL the process if it runs, close d's descriptors, remove its
+ * socket files and zero d. */
+void clusterd_close(clusterd_t *d);
+
+/* The daemon's status through libweft (connect timeout
+ * CLUSTERD_TIMEOUT_MS). */
+bool clusterd_status(const clusterd_t *d, wf_status_info_t *s);
+
+#endif
