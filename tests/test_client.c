@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "support/jobcheck.h"
 #include "weft.h"
 
 static atomic_int failures; /* test bookkeeping; CHECK runs in threads too */
@@ -50,97 +51,11 @@ static atomic_int failures; /* test bookkeeping; CHECK runs in threads too */
 #define MAX_TENSOR_BYTES (4u << 20) /* the daemon's --max-tensor-bytes */
 #define QUEUE_CAPACITY 48           /* the daemon's --queue-capacity */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- dtypes, independent of kernels/ ---------------------------------- */
-
-/* f16 <-> f32 by hand, rounding to nearest even (checked against GCC's
- * _Float16 over all 2^32 floats; clang 14 has no _Float16 on x86). Written here rather than borrowed from kernels/ so that the check
- * does not share code with what it checks. */
-static double from_f16(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    double v = e == 0 ? ldexp(m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-             : ldexp(m + 1024, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t to_f16(float f)
-{
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    double a = fabs((double)f);
-    if (isnan(f))
-        return sign | 0x7e00;
-    if (a >= 65520.0)          /* halfway above the largest finite, 65504 */
-        return sign | 0x7c00;
-    if (a < 0x1p-14)           /* subnormal: units of 2^-24 */
-        return sign | (uint16_t)nearbyint(a * 0x1p24);
-    int e;
-    double m = nearbyint(frexp(a, &e) * 2048.0); /* 11 significant bits */
-    if (m == 2048.0) {
-        m = 1024.0;
-        e++;
-    }
-    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)((int)m - 1024);
-}
-
-static uint16_t to_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (no NaN here) */
-    return (uint16_t)(u >> 16);
-}
-
-static void store(void *buf, wf_dtype_t dt, size_t i, float x)
-{
-    if (dt == WF_DTYPE_F32) {
-        memcpy((char *)buf + 4 * i, &x, 4);
-        return;
-    }
-    uint16_t h = dt == WF_DTYPE_F16 ? to_f16(x) : to_bf16(x);
-    memcpy((char *)buf + 2 * i, &h, 2);
-}
-
-static double load(const void *buf, wf_dtype_t dt, size_t i)
-{
-    uint16_t h;
-    if (dt == WF_DTYPE_F32) {
-        float f;
-        memcpy(&f, (const char *)buf + 4 * i, 4);
-        return f;
-    }
-    memcpy(&h, (const char *)buf + 2 * i, 2);
-    if (dt == WF_DTYPE_F16)
-        return from_f16(h);
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* ---- dtypes, rng, fp64 reference: tests/support/jobcheck.c ------------- */
 
 static double out_tolerance(wf_dtype_t dt)
 {
     return dt == WF_DTYPE_F32 ? 1e-4 : dt == WF_DTYPE_F16 ? 5e-4 : 4e-3;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(uint64_t *s)
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
 /* ---- one attention case: buffers, reference, check -------------------- */
@@ -208,64 +123,14 @@ static void abuf_free(abuf_t *a)
     free(a->lse);
 }
 
-/* Compare out / lse with an fp64 reference over the stored inputs.
- *   q (B,Sq,Hq,D), k / v (B,Skv,Hkv,D); query head h reads kv head
- *   h / (Hq / Hkv); causal: query i sees keys j <= i. */
+/* Compare out / lse with the fp64 reference over the stored inputs
+ * (attention_errors: each tensor in its own dtype). */
 static void abuf_check(const abuf_t *a)
 {
     const acase_t *c = &a->c;
-    double scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->D);
-    double *sc = malloc((size_t)c->Skv * sizeof *sc);
-    double *o = malloc((size_t)c->D * sizeof *o);
-    if (!sc || !o) {
-        CHECK(0, "out of memory");
-        free(sc);
-        free(o);
-        return;
-    }
-    double max_err = 0.0, max_lse = 0.0;
-    int64_t group = c->Hq / c->Hkv;
-    for (int64_t b = 0; b < c->B; b++)
-    for (int64_t i = 0; i < c->Sq; i++)
-    for (int64_t h = 0; h < c->Hq; h++) {
-        int64_t hk = h / group;
-        int64_t nk = c->causal ? (i + 1 < c->Skv ? i + 1 : c->Skv) : c->Skv;
-        size_t qo = (size_t)(((b * c->Sq + i) * c->Hq + h) * c->D);
-        double m = -INFINITY;
-        for (int64_t j = 0; j < nk; j++) {
-            size_t ko = (size_t)(((b * c->Skv + j) * c->Hkv + hk) * c->D);
-            double s = 0.0;
-            for (int64_t d = 0; d < c->D; d++)
-                s += load(a->q.data, c->qt, qo + (size_t)d) *
-                     load(a->k.data, c->kt, ko + (size_t)d);
-            sc[j] = s * scale;
-            m = fmax(m, sc[j]);
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < nk; j++)
-            sum += (sc[j] = exp(sc[j] - m));
-        for (int64_t d = 0; d < c->D; d++)
-            o[d] = 0.0;
-        for (int64_t j = 0; j < nk; j++) {
-            size_t vo = (size_t)(((b * c->Skv + j) * c->Hkv + hk) * c->D);
-            for (int64_t d = 0; d < c->D; d++)
-                o[d] += sc[j] / sum * load(a->v.data, c->vt, vo + (size_t)d);
-        }
-        for (int64_t d = 0; d < c->D; d++) {
-            double e = fabs(load(a->out.data, c->ot, qo + (size_t)d) - o[d]);
-            if (!(e <= max_err))
-                max_err = e; /* a NaN sticks */
-        }
-        if (a->lse) {
-            double ref = m + log(sum);
-            size_t li = (size_t)((b * c->Sq + i) * c->Hq + h);
-            double e = fabs((double)a->lse[li] - ref) / fmax(1.0, fabs(ref));
-            if (!(e <= max_lse))
-                max_lse = e;
-        }
-    }
-    free(sc);
-    free(o);
+    double max_err, max_lse;
+    attention_errors(&a->q, &a->k, &a->v, &a->out, a->lse, c->causal,
+                     c->scale, &max_err, &max_lse);
     double tol = out_tolerance(c->ot);
     CHECK(max_err <= tol, "%s: max abs error %.3e > %.1e", c->name, max_err, tol);
     CHECK(max_lse <= 1e-4, "%s: max lse error %.3e > 1e-4", c->name, max_lse);
@@ -275,7 +140,7 @@ static void abuf_check(const abuf_t *a)
         printf("  lse err %.2e (tol 1e-04)\n", max_lse);
 }
 
-static wf_attention_opts_t opts_of(const acase_t *c)
+static wf_attention_opts_t acase_opts(const acase_t *c)
 {
     return (wf_attention_opts_t){ .scale = c->scale, .causal = c->causal,
                                   .devices = c->devices };
@@ -299,21 +164,6 @@ static pid_t start_daemon(const char *weftd, const char *endpoint)
         _exit(127);
     }
     return pid;
-}
-
-/* Ready = answers hello. The client connects before the daemon binds;
- * ZeroMQ finds it as soon as it listens. */
-static bool wait_ready(const char *endpoint)
-{
-    wf_client_t *c = NULL;
-    if (wf_client_connect(endpoint, 20000, &c) != WF_OK)
-        return false;
-    wf_status_t st = wf_hello(c, NULL);
-    if (st != WF_OK)
-        fprintf(stderr, "daemon not ready: %s: %s\n", wf_status_name(st),
-                wf_client_last_error(c));
-    wf_client_destroy(&c);
-    return st == WF_OK;
 }
 
 /* ---- the tests ----------------------------------------------------------- */
@@ -393,7 +243,7 @@ static void test_sync(wf_client_t *c)
             abuf_free(&a);
             return;
         }
-        wf_attention_opts_t o = opts_of(cs);
+        wf_attention_opts_t o = acase_opts(cs);
         wf_job_result_t r;
         memset(&r, 0, sizeof r);
         wf_status_t st = wf_attention(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &r);
@@ -428,7 +278,7 @@ static void test_in_flight(wf_client_t *c)
             CHECK(0, "out of memory");
             continue;
         }
-        wf_attention_opts_t o = opts_of(&cs);
+        wf_attention_opts_t o = acase_opts(&cs);
         wf_status_t st = wf_attention_submit(c, &a[i].q, &a[i].k, &a[i].v, &o,
                                              &a[i].out, a[i].lse, &job[i]);
         CHECK(st == WF_OK, "submit %d: %s %s", i, wf_status_name(st),
@@ -467,7 +317,7 @@ static void test_poll(wf_client_t *c)
         abuf_free(&a);
         return;
     }
-    wf_attention_opts_t o = opts_of(&slow_case);
+    wf_attention_opts_t o = acase_opts(&slow_case);
     wf_status_t st = wf_attention_submit(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &job);
     CHECK(st == WF_OK, "submit: %s %s", wf_status_name(st), wf_client_last_error(c));
     if (st == WF_OK) {
@@ -501,7 +351,7 @@ static void test_destroy_early(wf_client_t *c)
         return;
     }
     wf_job_t *js = NULL, *ja = NULL, *jb = NULL;
-    wf_attention_opts_t os = opts_of(&slow_case), oa = opts_of(&ca), ob = opts_of(&cb);
+    wf_attention_opts_t os = acase_opts(&slow_case), oa = acase_opts(&ca), ob = acase_opts(&cb);
     CHECK(wf_attention_submit(c, &slow.q, &slow.k, &slow.v, &os, &slow.out,
                               slow.lse, &js) == WF_OK, "submit slow");
     CHECK(wf_attention_submit(c, &a.q, &a.k, &a.v, &oa, &a.out, a.lse, &ja) == WF_OK,
@@ -745,7 +595,7 @@ static void test_stalled_daemon(const char *endpoint, pid_t pid)
     cs = (acase_t){ "after the stall", 1, 16, 16, 2, 2, 8, WF_DTYPE_F32,
                     WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 1, 0, true, 0, 52 };
     if (abuf_init(&a, &cs)) {
-        wf_attention_opts_t o = opts_of(&cs);
+        wf_attention_opts_t o = acase_opts(&cs);
         st = wf_attention(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, NULL);
         CHECK(st == WF_OK, "after SIGCONT: %s %s", wf_status_name(st),
               wf_client_last_error(c));
@@ -819,7 +669,7 @@ static void *client_thread(void *p)
             abuf_free(&a);
             break;
         }
-        wf_attention_opts_t o = opts_of(&cs);
+        wf_attention_opts_t o = acase_opts(&cs);
         if (wf_attention(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, NULL) != WF_OK)
             t->errors++;
         else

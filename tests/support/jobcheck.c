@@ -1,6 +1,6 @@
-/* jobcheck.c — shared by the end-to-end attention tests (test_parity,
- * test_reconfig_load): seeded inputs in every dtype, the fp64 reference
- * and the error measure, the per-job options, waiting for a daemon.
+/* jobcheck.c — shared by the end-to-end attention tests (test_client,
+ * test_parity, test_reconfig_load, test_cluster_jobs): seeded inputs in
+ * every dtype, the fp64 reference and the error measure, the per-job options, waiting for a daemon.
  * Written here, independent of kernels/, so the check shares no code with
  * what it checks. See jobcheck.h. */
 #include "jobcheck.h"
@@ -19,6 +19,9 @@ double now_s(void)
 }
 
 /* ---- dtypes, written here so the check shares no code with kernels/ --- */
+
+/* f16 <-> f32 by hand, rounding to nearest even (checked against GCC's
+ * _Float16 over all 2^32 floats; clang 14 has no _Float16 on x86). */
 
 static double from_f16(uint16_t h)
 {
@@ -140,62 +143,70 @@ bool jbuf_init(jbuf_t *a, const jcase_t *c, uint64_t seed)
     return true;
 }
 
-/* Worst errors of out (absolute) and lse (relative to max(1, |lse|))
- * against the fp64 reference over the stored inputs.
- *   q (B,Sq,Hq,D), k / v (B,Skv,Hkv,D); query head h reads kv head
- *   h / (Hq / Hkv); causal: query i sees keys j <= i (top-left). */
-void jbuf_errors(const jbuf_t *a, double *ret_out, double *ret_lse)
+/* q (B,Sq,Hq,D), k / v (B,Skv,Hkv,D); query head h reads kv head
+ * h / (Hq / Hkv); causal: query i sees keys j <= i (top-left). */
+void attention_errors(const wf_tensor_t *q, const wf_tensor_t *k,
+                      const wf_tensor_t *v, const wf_tensor_t *out,
+                      const float *lse, int causal, float scale_opt,
+                      double *ret_out, double *ret_lse)
 {
-    const jcase_t *c = &a->c;
-    double scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->D);
+    int64_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2],
+            D = q->shape[3], Skv = k->shape[1], Hkv = k->shape[2];
+    double scale = scale_opt > 0 ? scale_opt : 1.0 / sqrt((double)D);
     double sc[512], o[128];
-    if (c->Skv > 512 || c->D > 128) { /* the stack rows above: a test bug */
+    if (Skv > 512 || D > 128) { /* the stack rows above: a test bug */
         *ret_out = *ret_lse = INFINITY;
         return;
     }
     double max_err = 0.0, max_lse = 0.0;
-    int64_t group = c->Hq / c->Hkv;
-    for (int64_t b = 0; b < c->B; b++)
-    for (int64_t i = 0; i < c->Sq; i++)
-    for (int64_t h = 0; h < c->Hq; h++) {
+    int64_t group = Hq / Hkv;
+    for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < Sq; i++)
+    for (int64_t h = 0; h < Hq; h++) {
         int64_t hk = h / group;
-        int64_t nk = c->causal ? (i + 1 < c->Skv ? i + 1 : c->Skv) : c->Skv;
-        size_t qo = (size_t)(((b * c->Sq + i) * c->Hq + h) * c->D);
+        int64_t nk = causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv;
+        size_t qo = (size_t)(((b * Sq + i) * Hq + h) * D);
         double m = -INFINITY;
         for (int64_t j = 0; j < nk; j++) {
-            size_t ko = (size_t)(((b * c->Skv + j) * c->Hkv + hk) * c->D);
+            size_t ko = (size_t)(((b * Skv + j) * Hkv + hk) * D);
             double s = 0.0;
-            for (int64_t d = 0; d < c->D; d++)
-                s += load(a->q.data, c->in, qo + (size_t)d) *
-                     load(a->k.data, c->in, ko + (size_t)d);
+            for (int64_t d = 0; d < D; d++)
+                s += load(q->data, q->dtype, qo + (size_t)d) *
+                     load(k->data, k->dtype, ko + (size_t)d);
             sc[j] = s * scale;
             m = fmax(m, sc[j]);
         }
         double sum = 0.0;
         for (int64_t j = 0; j < nk; j++)
             sum += (sc[j] = exp(sc[j] - m));
-        for (int64_t d = 0; d < c->D; d++)
+        for (int64_t d = 0; d < D; d++)
             o[d] = 0.0;
         for (int64_t j = 0; j < nk; j++) {
-            size_t vo = (size_t)(((b * c->Skv + j) * c->Hkv + hk) * c->D);
-            for (int64_t d = 0; d < c->D; d++)
-                o[d] += sc[j] / sum * load(a->v.data, c->in, vo + (size_t)d);
+            size_t vo = (size_t)(((b * Skv + j) * Hkv + hk) * D);
+            for (int64_t d = 0; d < D; d++)
+                o[d] += sc[j] / sum * load(v->data, v->dtype, vo + (size_t)d);
         }
-        for (int64_t d = 0; d < c->D; d++) {
-            double e = fabs(load(a->out.data, c->out, qo + (size_t)d) - o[d]);
+        for (int64_t d = 0; d < D; d++) {
+            double e = fabs(load(out->data, out->dtype, qo + (size_t)d) - o[d]);
             if (!(e <= max_err))
                 max_err = e; /* a NaN sticks */
         }
-        if (a->lse) {
+        if (lse) {
             double ref = m + log(sum);
-            size_t li = (size_t)((b * c->Sq + i) * c->Hq + h);
-            double e = fabs((double)a->lse[li] - ref) / fmax(1.0, fabs(ref));
+            size_t li = (size_t)((b * Sq + i) * Hq + h);
+            double e = fabs((double)lse[li] - ref) / fmax(1.0, fabs(ref));
             if (!(e <= max_lse))
                 max_lse = e;
         }
     }
     *ret_out = max_err;
     *ret_lse = max_lse;
+}
+
+void jbuf_errors(const jbuf_t *a, double *ret_out, double *ret_lse)
+{
+    attention_errors(&a->q, &a->k, &a->v, &a->out, a->lse, a->c.causal,
+                     a->c.scale, ret_out, ret_lse);
 }
 
 wf_attention_opts_t opts_of(const jcase_t *c)
