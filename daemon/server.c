@@ -1109,7 +1109,9 @@ static void abort_world(wf_server_t *srv, const char *lost)
     wf_comm_zmq_local_abort(srv->cl.local);
     srv->cl.aborted = true;
     srv->cl.abort_mesh_epoch = srv->sched.mesh.epoch;
-    snprintf(srv->cl.lost, sizeof srv->cl.lost, "%s", lost);
+    /* node names may be cut to the field: the message stays readable */
+    snprintf(srv->cl.lost, sizeof srv->cl.lost, "%.*s",
+             (int)(sizeof srv->cl.lost - 1), lost);
     wf_log(srv->log, WF_LOG_WARNING, "cluster: comm world of epoch %" PRIu64
            " aborted (%s); jobs in flight fail", srv->cl.world_epoch, lost);
 }
