@@ -11,7 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -40,7 +45,10 @@ struct wf_server {
     const wf_backend_ops_t *ops; /* backend of every device */
     void *zctx;                  /* ZeroMQ context */
     void *router;                /* client endpoint */
-    bool bound;                  /* router is bound to settings.listen */
+    bool bound;                  /* router is bound to endpoint */
+    bool activated;              /* the socket came from systemd (it owns the file) */
+    char endpoint[WF_SETTINGS_ENDPOINT_MAX]; /* bound: settings.listen or the
+                                  * activated socket's address */
     int sigfd;                   /* SIGTERM / SIGINT / SIGHUP */
     sigset_t old_mask;           /* signal mask to restore */
     bool mask_set;               /* old_mask is valid */
@@ -235,6 +243,110 @@ static wf_status_t regroup_at_start(wf_server_t *srv)
     return st;
 }
 
+/* The ZeroMQ endpoint naming the listening socket `fd` (ipc://PATH,
+ * ipc://@NAME for an abstract one, tcp://HOST:PORT): with ZMQ_USE_FD,
+ * zmq_bind still parses it (and, for ipc, resolves the path). */
+static wf_status_t socket_endpoint(int fd, char *buf, size_t len,
+                                   char *why, size_t why_len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        snprintf(why, why_len, "getsockname: %s", strerror(errno));
+        return WF_E_INTERNAL;
+    }
+    char host[INET6_ADDRSTRLEN];
+    int n;
+    if (ss.ss_family == AF_UNIX) {
+        const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
+        size_t off = offsetof(struct sockaddr_un, sun_path);
+        size_t plen = sl > off ? sl - off : 0;
+        if (plen == 0) {
+            snprintf(why, why_len, "unnamed AF_UNIX socket");
+            return WF_E_INTERNAL;
+        }
+        if (un->sun_path[0] == '\0')        /* abstract: ZeroMQ spells it @ */
+            n = snprintf(buf, len, "ipc://@%.*s", (int)(plen - 1), un->sun_path + 1);
+        else
+            n = snprintf(buf, len, "ipc://%.*s", (int)strnlen(un->sun_path, plen),
+                         un->sun_path);
+    } else if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        n = snprintf(buf, len, "tcp://%s:%u", host, (unsigned)ntohs(in->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        n = snprintf(buf, len, "tcp://[%s]:%u", host,
+                     (unsigned)ntohs(in6->sin6_port));
+    } else {
+        snprintf(why, why_len, "address family %d", (int)ss.ss_family);
+        return WF_E_INTERNAL;
+    }
+    if (n < 0 || (size_t)n >= len) {
+        snprintf(why, why_len, "address too long");
+        return WF_E_INTERNAL;
+    }
+    return WF_OK;
+}
+
+/* Bind the ROUTER: to the socket systemd passed (socket activation,
+ * units/weftd.socket) when there is one, else to settings.listen. Takes
+ * LISTEN_FDS out of the environment either way. */
+static wf_status_t bind_router(wf_server_t *srv)
+{
+    int n = sd_listen_fds(1);
+    if (n < 0) {
+        wf_log(srv->log, WF_LOG_ERR, "socket activation: %s", strerror(-n));
+        return WF_E_INTERNAL;
+    }
+    if (n > 1) {
+        wf_log(srv->log, WF_LOG_ERR, "socket activation: systemd passed %d "
+               "sockets; weftd serves one (a single ListenStream= in "
+               "weftd.socket)", n);
+        return WF_E_INTERNAL;
+    }
+    if (n == 0) {
+        snprintf(srv->endpoint, sizeof srv->endpoint, "%s", srv->settings.listen);
+        if (zmq_bind(srv->router, srv->endpoint) != 0) {
+            wf_log(srv->log, WF_LOG_ERR, "cannot bind %s: %s", srv->endpoint,
+                   zmq_strerror(zmq_errno()));
+            return WF_E_INTERNAL;
+        }
+        srv->bound = true;
+        return WF_OK;
+    }
+    int fd = SD_LISTEN_FDS_START;
+    bool is_unix = sd_is_socket(fd, AF_UNIX, SOCK_STREAM, 1) > 0;
+    if (!is_unix && sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) <= 0) {
+        wf_log(srv->log, WF_LOG_ERR, "socket activation: fd %d is not a "
+               "listening AF_UNIX or TCP stream socket", fd);
+        return WF_E_INTERNAL;
+    }
+    char why[128];
+    if (socket_endpoint(fd, srv->endpoint, sizeof srv->endpoint, why,
+                        sizeof why) != WF_OK) {
+        wf_log(srv->log, WF_LOG_ERR, "socket activation: fd %d: %s", fd, why);
+        return WF_E_INTERNAL;
+    }
+    int ipv6 = strncmp(srv->endpoint, "tcp://[", 7) == 0;
+    if (ipv6)
+        zmq_setsockopt(srv->router, ZMQ_IPV6, &ipv6, sizeof ipv6);
+    if (zmq_setsockopt(srv->router, ZMQ_USE_FD, &fd, sizeof fd) != 0 ||
+        zmq_bind(srv->router, srv->endpoint) != 0) {
+        wf_log(srv->log, WF_LOG_ERR, "socket activation: cannot bind %s "
+               "(fd %d): %s", srv->endpoint, fd, zmq_strerror(zmq_errno()));
+        return WF_E_INTERNAL;
+    }
+    srv->bound = true;
+    srv->activated = true;
+    wf_log(srv->log, WF_LOG_INFO, "socket activation: serving on %s from "
+           "systemd (fd %d); listen = %s is not used", srv->endpoint, fd,
+           srv->settings.listen);
+    return WF_OK;
+}
+
 wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                           char *const *envp, wf_log_t *log,
                           wf_server_t **ret_srv)
@@ -339,12 +451,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     zmq_setsockopt(srv->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof zero);
     set_max_msg_size(srv);
-    if (zmq_bind(srv->router, settings->listen) != 0) {
-        wf_log(log, WF_LOG_ERR, "cannot bind %s: %s", settings->listen,
-               zmq_strerror(zmq_errno()));
+    if (bind_router(srv) != WF_OK)
         goto fail;
-    }
-    srv->bound = true;
     if (cluster) {
         if (bind_spares(srv) != WF_OK ||
             wf_cluster_new(&srv->settings, srv->zctx, srv->cl.data, envp, log,
@@ -400,11 +508,14 @@ void wf_server_destroy(wf_server_t **psrv)
     if (srv->zctx)
         zmq_ctx_term(srv->zctx);  /* waits for queued replies up to LINGER */
     /* libzmq 4.3 leaves the socket file of a bound ipc endpoint behind;
-     * the path is ours (the bind succeeded on it), so remove it. */
-    if (srv->bound && strncmp(srv->settings.listen, "ipc://", 6) == 0 &&
-        unlink(srv->settings.listen + 6) != 0 && errno != ENOENT)
+     * the path is ours (the bind succeeded on it), so remove it. An
+     * activated socket's file is systemd's: it outlives us, and the next
+     * start (or a client connecting meanwhile) needs it. */
+    if (srv->bound && !srv->activated &&
+        strncmp(srv->endpoint, "ipc://", 6) == 0 &&
+        unlink(srv->endpoint + 6) != 0 && errno != ENOENT)
         wf_log(srv->log, WF_LOG_WARNING, "cannot remove %s: %s",
-               srv->settings.listen + 6, strerror(errno));
+               srv->endpoint + 6, strerror(errno));
     wf_done_box_destroy(&srv->done);
     if (srv->sigfd >= 0)
         close(srv->sigfd);
@@ -1658,7 +1769,7 @@ static void status_line(const wf_server_t *srv, char *buf, size_t len)
     char mesh[64];
     format_deg(&srv->sched.mesh.deg, mesh, sizeof mesh);
     snprintf(buf, len, "serving on %s, %u %s devices, mesh %s, epoch %" PRIu64,
-             srv->settings.listen, srv->settings.device_count, srv->ops->name,
+             srv->endpoint, srv->settings.device_count, srv->ops->name,
              mesh, srv->sched.mesh.epoch);
 }
 
@@ -1794,7 +1905,7 @@ wf_status_t wf_server_run(wf_server_t *srv)
     char mesh[96];
     format_deg(&srv->sched.mesh.deg, mesh, sizeof mesh);
     wf_log(srv->log, WF_LOG_INFO, "ready on %s, %u %s devices, mesh %s, epoch %"
-           PRIu64, srv->settings.listen, srv->settings.device_count,
+           PRIu64, srv->endpoint, srv->settings.device_count,
            srv->ops->name, mesh, srv->sched.mesh.epoch);
 
     wf_status_t result = WF_OK;

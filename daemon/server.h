@@ -1,6 +1,7 @@
 /* server.h — the daemon context and its main loop.
  *
- * The main thread owns a ZeroMQ ROUTER bound to the listen endpoint, a
+ * The main thread owns a ZeroMQ ROUTER bound to the listen endpoint (or,
+ * under socket activation, to the one socket systemd passed), a
  * signalfd (SIGTERM / SIGINT drain and stop, SIGHUP reloads the settings)
  * and the eventfd through which workers report finished jobs; it polls the
  * three with zmq_poll. It validates every request before anything is
