@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test_units.sh — the systemd unit passes `systemd-analyze verify` with no
-# output on stderr at all (verify exits 0 on many warnings, so any stderr
-# line fails the test), and every hardening line carries a comment.
+# test_units.sh — the systemd units (weftd.service, weftd.socket) pass
+# `systemd-analyze verify` with no output on stderr at all (verify exits 0
+# on many warnings, so any stderr line fails the test), every hardening
+# line of the service and every setting of the socket carries a comment.
 # Usage: test_units.sh SOURCE_DIR WEFTD
 set -euo pipefail
 src=$1
@@ -17,7 +18,11 @@ sed "s|^ExecStart=/usr/local/bin/weftd|ExecStart=$weftd|" \
     "$src/units/weftd.service" > "$work/weftd.service"
 grep -q "^ExecStart=$weftd " "$work/weftd.service" || { echo "ExecStart not rewritten"; exit 1; }
 
-if ! systemd-analyze verify --man=no "$work/weftd.service" 2> "$work/stderr"; then
+# The socket is verified together with the service, from the same
+# directory, so that its Service=weftd.service reference resolves.
+cp "$src/units/weftd.socket" "$work/weftd.socket"
+if ! systemd-analyze verify --man=no "$work/weftd.service" "$work/weftd.socket" \
+        2> "$work/stderr"; then
     echo "systemd-analyze verify failed:"; cat "$work/stderr"; exit 1
 fi
 if [ -s "$work/stderr" ]; then
@@ -43,10 +48,22 @@ on && /^[A-Za-z]+=/ {
 END { exit bad }
 ' "$src/units/weftd.service"
 
+# The socket unit: the default endpoint, handed to weftd.service, and a
+# comment before every setting.
+for line in '^ListenStream=/run/weftd/weftd.sock$' '^SocketMode=0666$' \
+            '^Service=weftd.service$' '^WantedBy=sockets.target$'; do
+    grep -Eq "$line" "$src/units/weftd.socket" || { echo "weftd.socket missing: $line"; exit 1; }
+done
+awk '
+/^[A-Za-z]+=/ && prev !~ /^#/ { print "uncommented weftd.socket line: " $0; bad = 1 }
+{ prev = $0 }
+END { exit bad }
+' "$src/units/weftd.socket"
+
 # The example configuration is accepted by the daemon as it is (the listen
 # endpoint is moved to a temporary path: /run/weftd may not exist here).
 sock="$work/w.sock"
 if ! "$weftd" --config "$src/units/weftd.conf.example" --listen "ipc://$sock" --check-config; then
     echo "weftd rejected units/weftd.conf.example"; exit 1
 fi
-echo "units: verify clean, hardening commented, example config accepted"
+echo "units: service and socket verify clean, hardening and socket commented, example config accepted"
