@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* A buffer may be NULL only when it holds no bytes. */
 #define BAD_BUF(p, n) ((p) == NULL && (n) != 0)
@@ -251,4 +252,34 @@ wf_status_t wf_comm_gatherv(wf_comm_t *c, const void *sendbuf,
         return WF_E_BAD_ARGUMENT;
     return c->iface->gatherv(c, sendbuf, sendbytes, recvbuf, recvcounts,
                              displs, root);
+}
+
+/* Block size of the ordered sum: the accumulator stays on the stack. */
+#define SUM_BLOCK 256
+
+#define SUM_ORDERED(T)                                                       \
+    do {                                                                     \
+        T acc[SUM_BLOCK];                                                    \
+        T *o = out;                                                          \
+        for (size_t b = 0; b < count; b += SUM_BLOCK) {                      \
+            size_t w = count - b < SUM_BLOCK ? count - b : SUM_BLOCK;        \
+            memcpy(acc, (const T *)input(arg, 0) + b, w * sizeof(T));        \
+            for (int j = 1; j < n; j++) {                                    \
+                const T *in = (const T *)input(arg, j) + b;                  \
+                for (size_t k = 0; k < w; k++)                               \
+                    acc[k] += in[k];                                         \
+            }                                                                \
+            memcpy(o + b, acc, w * sizeof(T));                               \
+        }                                                                    \
+    } while (0)
+
+void wf_comm_sum_ordered(wf_comm_dtype_t dtype, void *out, size_t count, int n,
+                         wf_comm_sum_input_fn input, const void *arg)
+{
+    if (count == 0 || n < 1)
+        return;
+    if (dtype == WF_COMM_F64)
+        SUM_ORDERED(double);
+    else
+        SUM_ORDERED(float);
 }

@@ -614,44 +614,16 @@ static void chunk_range(size_t count, int n, int i, size_t *lo, size_t *hi)
     *hi = *lo + q + (ui < r ? 1 : 0);
 }
 
-#define RED_BLOCK 256
+/* Input of rank j for the ordered sum: its send buffer from element lo. */
+typedef struct sum_arg {
+    const slot_t *slots;  /* every rank's published arguments */
+    size_t offset;        /* bytes to the first element reduced */
+} sum_arg_t;
 
-/* out[k] = in_0[k] + in_1[k] + ... in rank order, for k in [lo, hi);
- * out may alias one input (it is written after the block is read). */
-static void sum_f32(const slot_t *slots, int n, float *out, size_t lo,
-                    size_t hi)
+static const void *slot_input(const void *arg, int j)
 {
-    float acc[RED_BLOCK];
-    for (size_t b = lo; b < hi; b += RED_BLOCK) {
-        size_t m = hi - b < RED_BLOCK ? hi - b : RED_BLOCK;
-        const float *in0 = (const float *)slots[0].sendbuf + b;
-        for (size_t k = 0; k < m; k++)
-            acc[k] = in0[k];
-        for (int j = 1; j < n; j++) {
-            const float *in = (const float *)slots[j].sendbuf + b;
-            for (size_t k = 0; k < m; k++)
-                acc[k] += in[k];
-        }
-        memcpy(out + b, acc, m * sizeof *acc);
-    }
-}
-
-static void sum_f64(const slot_t *slots, int n, double *out, size_t lo,
-                    size_t hi)
-{
-    double acc[RED_BLOCK];
-    for (size_t b = lo; b < hi; b += RED_BLOCK) {
-        size_t m = hi - b < RED_BLOCK ? hi - b : RED_BLOCK;
-        const double *in0 = (const double *)slots[0].sendbuf + b;
-        for (size_t k = 0; k < m; k++)
-            acc[k] = in0[k];
-        for (int j = 1; j < n; j++) {
-            const double *in = (const double *)slots[j].sendbuf + b;
-            for (size_t k = 0; k < m; k++)
-                acc[k] += in[k];
-        }
-        memcpy(out + b, acc, m * sizeof *acc);
-    }
+    const sum_arg_t *a = arg;
+    return (const char *)a->slots[j].sendbuf + a->offset;
 }
 
 static wf_status_t host_allreduce(wf_comm_t *c, const void *sendbuf,
@@ -676,10 +648,9 @@ static wf_status_t host_allreduce(wf_comm_t *c, const void *sendbuf,
      * In place is safe: my chunk of my buffer is read by nobody else. */
     size_t lo, hi;
     chunk_range(count, n, me, &lo, &hi);
-    if (dtype == WF_COMM_F64)
-        sum_f64(g->slots, n, recvbuf, lo, hi);
-    else
-        sum_f32(g->slots, n, recvbuf, lo, hi);
+    sum_arg_t sa = { g->slots, lo * esize };
+    wf_comm_sum_ordered(dtype, (char *)recvbuf + lo * esize, hi - lo, n,
+                        slot_input, &sa);
     st = sync_ranks(g, 0);
     if (st != WF_OK)
         return st;

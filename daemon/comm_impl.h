@@ -76,4 +76,15 @@ struct wf_comm {
     int group_depth;                   /* nesting of group_start calls */
 };
 
+/* The input of rank j, element 0 of the range being reduced. */
+typedef const void *(*wf_comm_sum_input_fn)(const void *arg, int j);
+
+/* out[k] = in_0[k] + in_1[k] + ... + in_{n-1}[k] for k < count, summed in
+ * rank order block by block; in_j = input(arg, j). Every backend reduces
+ * with this one function, so an all-reduce gives bit-identical results
+ * on every rank and on every backend. out may alias an input (a block is
+ * written only after it was read). */
+void wf_comm_sum_ordered(wf_comm_dtype_t dtype, void *out, size_t count, int n,
+                         wf_comm_sum_input_fn input, const void *arg);
+
 #endif /* WF_COMM_IMPL_H */

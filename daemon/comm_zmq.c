@@ -1209,45 +1209,19 @@ static void chunk_range(size_t count, int n, int i, size_t *lo, size_t *hi)
     *hi = *lo + q + (ui < r ? 1 : 0);
 }
 
-#define RED_BLOCK 256
+/* Input of rank j for the ordered sum: my own chunk from my send buffer,
+ * the others' from the scratch blocks they sent (block j, m elements). */
+typedef struct sum_arg {
+    const char *mine;     /* my chunk */
+    const char *others;   /* n blocks of m elements */
+    size_t block_bytes;   /* m * element size */
+    int me;               /* my rank */
+} sum_arg_t;
 
-/* out[k] = in_0[k] + in_1[k] + ... in rank order (the host backend's
- * order, so results are bit-identical to it), k < m. in_me is `mine`,
- * in_j is block j (m elements) of `others`. out may alias mine. */
-static void reduce_f32(float *out, const float *mine, const float *others,
-                       size_t m, int n, int me)
+static const void *chunk_input(const void *arg, int j)
 {
-    float acc[RED_BLOCK];
-    for (size_t b = 0; b < m; b += RED_BLOCK) {
-        size_t w = m - b < RED_BLOCK ? m - b : RED_BLOCK;
-        for (int j = 0; j < n; j++) {
-            const float *in = j == me ? mine + b : others + (size_t)j * m + b;
-            if (j == 0)
-                memcpy(acc, in, w * sizeof *acc);
-            else
-                for (size_t k = 0; k < w; k++)
-                    acc[k] += in[k];
-        }
-        memcpy(out + b, acc, w * sizeof *acc);
-    }
-}
-
-static void reduce_f64(double *out, const double *mine, const double *others,
-                       size_t m, int n, int me)
-{
-    double acc[RED_BLOCK];
-    for (size_t b = 0; b < m; b += RED_BLOCK) {
-        size_t w = m - b < RED_BLOCK ? m - b : RED_BLOCK;
-        for (int j = 0; j < n; j++) {
-            const double *in = j == me ? mine + b : others + (size_t)j * m + b;
-            if (j == 0)
-                memcpy(acc, in, w * sizeof *acc);
-            else
-                for (size_t k = 0; k < w; k++)
-                    acc[k] += in[k];
-        }
-        memcpy(out + b, acc, w * sizeof *acc);
-    }
+    const sum_arg_t *a = arg;
+    return j == a->me ? a->mine : a->others + (size_t)j * a->block_bytes;
 }
 
 static wf_status_t z_allreduce(wf_comm_t *c, const void *sendbuf,
@@ -1290,12 +1264,10 @@ static wf_status_t z_allreduce(wf_comm_t *c, const void *sendbuf,
     if (st == WF_E_ABORTED || st == WF_E_TIMEOUT)
         return st;
     if (st == WF_OK && m > 0) {
-        if (dtype == WF_COMM_F64)
-            reduce_f64((double *)recvbuf + lo, (const double *)sendbuf + lo,
-                       rs->scratch, m, n, me);
-        else
-            reduce_f32((float *)recvbuf + lo, (const float *)sendbuf + lo,
-                       rs->scratch, m, n, me);
+        sum_arg_t sa = { (const char *)sendbuf + lo * es,
+                         (const char *)rs->scratch, m * es, me };
+        wf_comm_sum_ordered(dtype, (char *)recvbuf + lo * es, m, n,
+                            chunk_input, &sa);
     }
     /* phase 1, all-gather of the reduced chunks (the phase-0 sends are
      * complete, so in place the chunks may now be overwritten) */
