@@ -108,35 +108,6 @@ static pid_t start_daemon(const char *weftd, const char *endpoint,
 
 /* Ready = answers hello (the client finds the daemon once it binds). */
 
-/* SIGTERM, then wait up to timeout_ms for exit 0 (SIGCHLD is blocked, so
- * sigtimedwait wakes on it; no polling). */
-static void stop_daemon(pid_t pid, int timeout_ms)
-{
-    kill(pid, SIGTERM);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    double end = now_s() + timeout_ms / 1000.0;
-    for (;;) {
-        int ws;
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid) {
-            CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
-                  "weftd did not exit 0 on SIGTERM (status 0x%x)", ws);
-            return;
-        }
-        double left = end - now_s();
-        if (r < 0 || left <= 0) {
-            CHECK(0, "weftd did not exit within %d ms of SIGTERM", timeout_ms);
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            return;
-        }
-        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
-        sigtimedwait(&set, NULL, &ts);
-    }
-}
-
 /* ---- meshes --------------------------------------------------------------- */
 
 typedef struct mesh_case {
@@ -428,7 +399,8 @@ int main(int argc, char **argv)
         CHECK(wf_reconfigure(c, &zero, NULL) == WF_E_INVALID, "dp=0 passed the client");
         wf_client_destroy(&c);
     }
-    stop_daemon(pid, 20000);
+    char why[128];
+    CHECK(stop_daemon(pid, 20000, why, sizeof why), "%s", why);
 
     printf("test_parity: %.1f s, %d failure(s)\n", now_s() - t0, failures);
     return failures ? 1 : 0;

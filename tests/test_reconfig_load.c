@@ -268,34 +268,6 @@ static pid_t start_daemon(const char *weftd, const char *endpoint)
     return pid;
 }
 
-
-static void stop_daemon(shared_t *sh, pid_t pid, int timeout_ms)
-{
-    kill(pid, SIGTERM);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    double end = now_s() + timeout_ms / 1000.0;
-    for (;;) {
-        int ws;
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid) {
-            CHECK(sh, WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
-                  "weftd did not exit 0 on SIGTERM (status 0x%x)", ws);
-            return;
-        }
-        double left = end - now_s();
-        if (r < 0 || left <= 0) {
-            CHECK(sh, 0, "weftd did not exit within %d ms of SIGTERM", timeout_ms);
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            return;
-        }
-        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
-        sigtimedwait(&set, NULL, &ts);
-    }
-}
-
 /* ---- reconfigurations ------------------------------------------------------ */
 
 typedef struct named_mesh {
@@ -607,7 +579,8 @@ int main(int argc, char **argv)
            successes ? total_ms / successes : 0.0);
     free(s);
     wf_client_destroy(&c);
-    stop_daemon(sh, pid, 20000);
+    char why[128];
+    CHECK(sh, stop_daemon(pid, 20000, why, sizeof why), "%s", why);
     pthread_cond_destroy(&sh->progress);
     pthread_mutex_destroy(&sh->mu);
     int f = atomic_load(&sh->failures);

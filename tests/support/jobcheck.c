@@ -6,6 +6,8 @@
 #include "jobcheck.h"
 
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,4 +232,32 @@ bool wait_ready(const char *endpoint)
                 wf_client_last_error(c));
     wf_client_destroy(&c);
     return st == WF_OK;
+}
+
+bool stop_daemon(pid_t pid, int timeout_ms, char *err, size_t errlen)
+{
+    kill(pid, SIGTERM);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    double end = now_s() + timeout_ms / 1000.0;
+    for (;;) {
+        int ws;
+        pid_t r = waitpid(pid, &ws, WNOHANG);
+        if (r == pid) {
+            if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+                return true;
+            snprintf(err, errlen, "weftd did not exit 0 on SIGTERM (status 0x%x)", ws);
+            return false;
+        }
+        double left = end - now_s();
+        if (r < 0 || left <= 0) {
+            snprintf(err, errlen, "weftd did not exit within %d ms of SIGTERM", timeout_ms);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            return false;
+        }
+        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
+        sigtimedwait(&set, NULL, &ts);
+    }
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "weft.h"
 
@@ -65,5 +66,11 @@ wf_attention_opts_t opts_of(const jcase_t *c);
 
 /* True once the daemon at endpoint answers hello (20 s timeout). */
 bool wait_ready(const char *endpoint);
+
+/* SIGTERM the daemon and wait (bounded) for it to exit. True when it
+ * exited 0; otherwise the reason goes to err (and a daemon still running
+ * after timeout_ms is killed). The caller blocks SIGCHLD, so the wait
+ * wakes on it rather than polling. */
+bool stop_daemon(pid_t pid, int timeout_ms, char *err, size_t errlen);
 
 #endif
