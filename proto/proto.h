@@ -24,7 +24,11 @@ typedef enum wf_op {
     WF_OP_HELLO = 1,
     WF_OP_STATUS = 2,
     WF_OP_ATTENTION = 3,
-    WF_OP_RECONFIGURE = 4
+    WF_OP_RECONFIGURE = 4,
+    WF_OP_LOAD_MODEL = 5,
+    WF_OP_UNLOAD_MODEL = 6,
+    WF_OP_LIST_MODELS = 7,
+    WF_OP_FORWARD = 8
 } wf_op_t;
 
 /* Compile-time ceilings of the structs below; the runtime limits
@@ -84,6 +88,43 @@ typedef struct wf_reconfigure_args {
     wf_mesh_degrees_t mesh;
 } wf_reconfigure_args_t;
 
+/* Arguments of load_model: {"name": str, "path": str, "tp_plan"?: map,
+ * "weights_already_sharded"?: bool}. name: 1..WF_MODEL_NAME_MAX-1 bytes of
+ * [A-Za-z0-9._-]; path: checked with the model-root rules of PROTOCOL.md
+ * (relative, no "..", < WF_MODEL_PATH_LEN bytes). tp_plan: a map of glob
+ * (str, < WF_TP_GLOB_MAX bytes, non-empty) to a style name str, or to a map
+ * {"style": str, "blocks": [uint > 0, ...]} (blocks required for, and only
+ * allowed with, the packed styles; 1..WF_TP_MAX_BLOCKS entries); at most
+ * WF_TP_MAX_RULES rules; absent or empty = the family's default plan. No
+ * tensors. */
+typedef struct wf_load_model_args {
+    char name[WF_MODEL_NAME_MAX];
+    char path[WF_MODEL_PATH_LEN];
+    uint32_t n_plan;                 /* 0 = default plan */
+    wf_tp_rule_t plan[WF_TP_MAX_RULES];
+    bool weights_already_sharded;
+} wf_load_model_args_t;
+
+/* Arguments of unload_model: {"name": str}. */
+typedef struct wf_unload_model_args {
+    char name[WF_MODEL_NAME_MAX];
+} wf_unload_model_args_t;
+
+/* Arguments of forward: {"model": str}, tensors named hidden_states,
+ * encoder_hidden_states, pooled_projections, timestep, img_ids, txt_ids
+ * and optionally guidance (no others; each at most once), with the ranks
+ * of weft.h's wf_flux_inputs_t (3, 3, 2, 1, 2, 2, 1) and consistent B /
+ * S_img / S_txt / n_axes; "out_dtype"?: dtype name (default: the dtype of
+ * hidden_states). Checks against the model's config are the daemon's.
+ * Indices into wf_request_t.tensors; guidance -1 when absent. */
+typedef struct wf_forward_args {
+    char model[WF_MODEL_NAME_MAX];
+    int hidden_states, encoder_hidden_states, pooled_projections, timestep,
+        img_ids, txt_ids, guidance;
+    bool has_out_dtype;
+    wf_dtype_t out_dtype;
+} wf_forward_args_t;
+
 /* A decoded request header. */
 typedef struct wf_request {
     uint32_t version;          /* "v" */
@@ -94,6 +135,9 @@ typedef struct wf_request {
     union {
         wf_attention_args_t attention;     /* op == WF_OP_ATTENTION */
         wf_reconfigure_args_t reconfigure; /* op == WF_OP_RECONFIGURE */
+        wf_load_model_args_t load_model;   /* op == WF_OP_LOAD_MODEL */
+        wf_unload_model_args_t unload_model; /* op == WF_OP_UNLOAD_MODEL */
+        wf_forward_args_t forward;         /* op == WF_OP_FORWARD */
     } args;
 } wf_request_t;
 
@@ -110,6 +154,16 @@ typedef struct wf_reconfigure_result {
     wf_mesh_degrees_t mesh;   /* the mesh now in force */
 } wf_reconfigure_result_t;
 
+/* Result of load_model: {"model": MODEL}; of list_models: {"models":
+ * [MODEL, ...]} (at most WF_MODELS_MAX); MODEL is a map of the fields of
+ * weft.h's wf_model_info_t under their names. unload_model has no result
+ * fields. forward: as attention's (queue_us, compute_us, devices), one
+ * output tensor named "output". */
+typedef struct wf_models_result {
+    uint32_t n;                          /* entries used */
+    wf_model_info_t models[WF_MODELS_MAX];
+} wf_models_result_t;
+
 /* A decoded reply header. */
 typedef struct wf_reply {
     uint32_t version;                 /* "v" */
@@ -125,6 +179,8 @@ typedef struct wf_reply {
         wf_status_info_t status;       /* op == WF_OP_STATUS */
         wf_attention_result_t attention; /* op == WF_OP_ATTENTION */
         wf_reconfigure_result_t reconfigure; /* op == WF_OP_RECONFIGURE */
+        wf_models_result_t models;     /* LOAD_MODEL (n = 1), LIST_MODELS */
+        wf_attention_result_t forward; /* op == WF_OP_FORWARD */
     } result;
 } wf_reply_t;
 
@@ -200,6 +256,11 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out);
  * WF_E_VERSION (reply "v" != 1) or WF_E_PROTOCOL (anything else wrong). */
 wf_status_t wf_reply_decode(const void *data, size_t len, wf_reply_t *rep,
                             char *err, size_t err_len);
+
+/* Parse a tp style name ("replicated", "colwise", "rowwise",
+ * "packed_colwise", "packed_rowwise"; weft.h's wf_tp_style_name is the
+ * inverse); false if unknown. */
+bool wf_tp_style_parse(const char *name, size_t len, wf_tp_style_t *ret_style);
 
 /* Parse a dtype name ("f32", "f16", "bf16"); false if unknown. */
 bool wf_dtype_parse(const char *name, size_t len, wf_dtype_t *ret_dtype);

@@ -331,6 +331,113 @@ WF_API const char *wf_job_error(const wf_job_t *job);
  * buffers. Accepts NULL and a pointer to NULL. */
 WF_API void wf_job_destroy(wf_client_t *client, wf_job_t **job);
 
+
+/* ---- resident models (FLUX transformers) ---------------------------------
+ * A model is a diffusers model directory (config.json + safetensors, one
+ * file or shards with their index.json) under the daemon's model root. The
+ * daemon keeps it resident, sharded over the tensor-parallel ranks of the
+ * mesh, and serves forward jobs on it. See proto/PROTOCOL.md section 12. */
+
+/* How one linear layer is split over the tp ranks (diffusers' tp_plan). */
+typedef enum wf_tp_style {
+    WF_TP_REPLICATED = 0,     /* every rank holds the whole weight */
+    WF_TP_COLWISE = 1,        /* weight [out, in] split on out (bias too) */
+    WF_TP_ROWWISE = 2,        /* split on in; partial sums all-reduced; bias replicated */
+    WF_TP_PACKED_COLWISE = 3, /* fused outputs: out cut into blocks, each split */
+    WF_TP_PACKED_ROWWISE = 4  /* fused inputs: in cut into blocks, each split */
+} wf_tp_style_t;
+
+/* Wire name of a style ("colwise", ...), or NULL if unknown. */
+WF_API const char *wf_tp_style_name(wf_tp_style_t s);
+
+#define WF_TP_GLOB_MAX 128    /* glob length, with the NUL */
+#define WF_TP_MAX_BLOCKS 8    /* blocks of a packed rule */
+#define WF_TP_MAX_RULES 64    /* rules of a plan */
+
+/* One rule of a plan: modules whose name matches `glob` (a '*' matches
+ * one dot-free component, e.g. a block index) get `style`. Packed styles
+ * give the fused parts' relative sizes in blocks[] (FLUX's single-block
+ * proj_out: {1, 4}, i.e. [dim, 4 * dim]); other styles n_blocks = 0. */
+typedef struct wf_tp_rule {
+    char glob[WF_TP_GLOB_MAX];
+    wf_tp_style_t style;
+    uint32_t n_blocks;
+    uint32_t blocks[WF_TP_MAX_BLOCKS];
+} wf_tp_rule_t;
+
+/* Options of wf_load_model. Zero-initialise. */
+typedef struct wf_load_opts {
+    const wf_tp_rule_t *plan;   /* tp plan; NULL / n_plan 0: the family's default */
+    uint32_t n_plan;            /* rules in plan (<= WF_TP_MAX_RULES) */
+    int weights_already_sharded; /* 1: `path` holds per-rank files written by
+                                    `weftctl shard` (README "Sharded checkpoints") */
+} wf_load_opts_t;
+
+#define WF_MODEL_NAME_MAX 64
+#define WF_MODEL_PATH_LEN 256   /* model path in requests, with the NUL */
+#define WF_MODELS_MAX 16     /* models a daemon holds at once */
+
+/* One resident (or loading) model as list_models reports it. */
+typedef struct wf_model_info {
+    char name[WF_MODEL_NAME_MAX];  /* the name given at load */
+    char path[WF_MODEL_PATH_LEN];  /* relative to the model root */
+    char family[32];               /* "flux" */
+    char state[16];                /* "loading", "ready" */
+    char dtype[8];                 /* checkpoint dtype: "f32", "f16", "bf16" */
+    uint64_t params;               /* parameters */
+    uint64_t bytes_total;          /* checkpoint bytes to read */
+    uint64_t bytes_loaded;         /* read so far (progress; = total when ready) */
+    uint64_t host_bytes;           /* host copy kept for re-sharding */
+    uint64_t rank_bytes;           /* largest per-rank shard on a device */
+    uint32_t tp;                   /* tp degree its shards are cut for */
+    uint32_t sharded_input;        /* loaded from per-rank files */
+    uint64_t load_ms;              /* time of the load (0 while loading) */
+} wf_model_info_t;
+
+/* Load a model: blocks until it is resident on every rank (or refused),
+ * up to the client's timeout. The daemon refuses a name in use, a path
+ * outside the model root, a bad checkpoint, a plan that does not divide,
+ * and a model that does not fit (WF_E_NO_MEMORY, before reading weights);
+ * each with a message (wf_client_last_error) and nothing changed.
+ * WF_E_BUSY while another load or a reconfiguration runs. Progress shows
+ * in wf_list_models (bytes_loaded) from another connection. *ret_info may
+ * be NULL. */
+WF_API wf_status_t wf_load_model(wf_client_t *client, const char *name,
+                                 const char *path, const wf_load_opts_t *opts,
+                                 wf_model_info_t *ret_info);
+
+/* Unload a model (after the jobs queued before it). */
+WF_API wf_status_t wf_unload_model(wf_client_t *client, const char *name);
+
+/* List models: up to `cap` entries into ret (may be NULL with cap 0);
+ * *ret_n gets how many the daemon holds. */
+WF_API wf_status_t wf_list_models(wf_client_t *client, wf_model_info_t *ret,
+                                  size_t cap, size_t *ret_n);
+
+/* Inputs of a FLUX forward, as diffusers' FluxTransformer2DModel takes them:
+ *   hidden_states          (B, S_img, in_channels)      f32 / f16 / bf16
+ *   encoder_hidden_states  (B, S_txt, joint_attention_dim)
+ *   pooled_projections     (B, pooled_projection_dim)
+ *   timestep               (B)         (the model multiplies by 1000)
+ *   img_ids                (S_img, n_axes)    txt_ids (S_txt, n_axes)
+ *   guidance               (B), only for guidance_embeds models, else NULL
+ * output: (B, S_img, patch^2 * out_channels), caller-allocated, any dtype. */
+typedef struct wf_flux_inputs {
+    const wf_tensor_t *hidden_states;
+    const wf_tensor_t *encoder_hidden_states;
+    const wf_tensor_t *pooled_projections;
+    const wf_tensor_t *timestep;
+    const wf_tensor_t *img_ids;
+    const wf_tensor_t *txt_ids;
+    const wf_tensor_t *guidance;
+} wf_flux_inputs_t;
+
+/* Forward of resident model `model`, synchronous. Over the mesh: tp ranks
+ * split the weights, ring x ulysses ranks split the sequences. */
+WF_API wf_status_t wf_forward(wf_client_t *client, const char *model,
+                              const wf_flux_inputs_t *in, wf_tensor_t *output,
+                              wf_job_result_t *ret_result);
+
 #ifdef __cplusplus
 }
 #endif

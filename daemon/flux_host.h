@@ -1,0 +1,122 @@
+/* flux_host.h — reading a FLUX checkpoint into the daemon's host copy.
+ *
+ * Loading is two phases so that a model which cannot fit is refused before
+ * a byte of weights is read:
+ *   1. wf_flux_source_open: config.json (flux_config.h), the safetensors
+ *      headers (safetensors.h: every bound checked), the tensor list
+ *      against the config, the dtypes. Cheap: no tensor data is touched.
+ *      The caller then checks memory (flux_forward.h's wf_flux_shard_bytes)
+ *      and the plan.
+ *   2. wf_flux_source_read: every tensor copied out of the mapping into
+ *      the host copy, in its checkpoint dtype (64-byte aligned buffers),
+ *      reporting progress. The host copy is what re-sharding reads: a tp
+ *      change never touches the disk again.
+ *
+ * Sharded checkpoints (weights_already_sharded; written by
+ * wf_flux_write_sharded, i.e. `weftctl shard`). Layout of a directory DIR:
+ *   DIR/config.json                          the model's config, as is
+ *   DIR/tp-rank-RRRRR-of-TTTTT.safetensors   one per rank (5-digit,
+ *                                            zero-padded), every tensor of
+ *                                            the model under its diffusers
+ *                                            name holding that rank's piece
+ *                                            (replicated ones whole)
+ * Each file's __metadata__: "weft_format" = "tp-shard-1", "tp_degree" =
+ * "T", "tp_rank" = "R", "tp_plan" = the plan as JSON
+ * ({"glob": "style" | {"style": s, "blocks": [..]}}, the wire form). All T
+ * files must agree on T and the plan and exist; each piece's shape must be
+ * the plan's local shape. Reading one reassembles the full tensors into
+ * the host copy (so a later tp change can re-shard) and checks that
+ * replicated tensors are byte-identical in every file.
+ *
+ * Thread: a source and a host copy are used by one thread at a time; a
+ * finished host copy is read-only and may be read by any number of
+ * threads (the workers cut their shards from it concurrently).
+ * Nothing here logs; errors are a status and a message naming the file
+ * and the tensor (codes as in safetensors.h / flux_config.h; a sharded
+ * directory that disagrees with itself: WF_E_MALFORMED; a plan that does
+ * not match the files' plan: WF_E_BAD_ARGUMENT).
+ */
+#ifndef WF_FLUX_HOST_H
+#define WF_FLUX_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flux_config.h"
+#include "model_root.h"
+#include "safetensors.h"
+#include "tp_plan.h"
+#include "weft.h"
+
+/* One tensor of the host copy. */
+typedef struct wf_flux_host_tensor {
+    char name[WF_FLUX_TENSOR_NAME_MAX]; /* diffusers' name */
+    wf_dtype_t dtype;                   /* as in the checkpoint */
+    int rank;                           /* 1 or 2 */
+    int64_t shape[2];                   /* full shape */
+    uint64_t nbytes;
+    void *data;                         /* owned, 64-byte aligned */
+} wf_flux_host_tensor_t;
+
+/* The host copy of one model. */
+typedef struct wf_flux_host {
+    wf_flux_config_t cfg;
+    wf_dtype_t dtype;          /* dtype of the majority of the weights */
+    size_t n;                  /* tensors */
+    wf_flux_host_tensor_t *t;  /* in name order (strcmp) */
+    uint64_t params;           /* elements over all tensors */
+    uint64_t bytes;            /* bytes over all tensors */
+} wf_flux_host_t;
+
+/* An opened, validated checkpoint not yet read. */
+typedef struct wf_flux_source wf_flux_source_t;
+
+/* Open model directory `dir` under the root (phase 1). With
+ * `already_sharded`, `dir` must hold the sharded layout above; `plan` is
+ * then compared with the files' plan (NULL or n == 0: take the files'),
+ * and *ret_tp (may be NULL) gets the files' tp degree. Without it,
+ * `plan` is not read and *ret_tp is 0. */
+wf_status_t wf_flux_source_open(int root_fd, const char *dir,
+                                bool already_sharded, const wf_tp_plan_t *plan,
+                                wf_flux_source_t **ret, uint32_t *ret_tp,
+                                char *err, size_t err_len);
+
+/* Facts of an opened source. */
+const wf_flux_config_t *wf_flux_source_config(const wf_flux_source_t *src);
+uint64_t wf_flux_source_params(const wf_flux_source_t *src);
+uint64_t wf_flux_source_bytes(const wf_flux_source_t *src);   /* data to read */
+wf_dtype_t wf_flux_source_dtype(const wf_flux_source_t *src); /* majority dtype */
+/* The plan of a sharded source (the files'); NULL otherwise. */
+const wf_tp_plan_t *wf_flux_source_plan(const wf_flux_source_t *src);
+
+/* Progress of phase 2: bytes copied so far of `total`, called after each
+ * tensor (from the reading thread). */
+typedef void (*wf_flux_progress_fn)(void *arg, uint64_t done, uint64_t total);
+
+/* Phase 2: copy every tensor into a new host copy. Caller owns *ret
+ * (wf_flux_host_free). On failure nothing is kept. */
+wf_status_t wf_flux_source_read(wf_flux_source_t *src,
+                                wf_flux_progress_fn progress, void *arg,
+                                wf_flux_host_t **ret, char *err, size_t err_len);
+
+/* Close a source (unmaps the files); sets *src to NULL; accepts NULL. */
+void wf_flux_source_close(wf_flux_source_t **src);
+
+/* Free a host copy; sets *h to NULL; accepts NULL. */
+void wf_flux_host_free(wf_flux_host_t **h);
+
+/* The tensor called `name`, or NULL (binary search). */
+const wf_flux_host_tensor_t *wf_flux_host_find(const wf_flux_host_t *h,
+                                               const char *name);
+
+/* Write the sharded layout of model directory `src_dir` (under root_fd)
+ * for `tp` ranks with `plan` (NULL: the FLUX default) into directory
+ * `out_dir` (absolute or relative to the working directory; created if
+ * missing; existing files of the layout are replaced). Every planned
+ * weight must divide (wf_tp_place's errors). For `weftctl shard`. */
+wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
+                                  const wf_tp_plan_t *plan, int tp,
+                                  const char *out_dir, char *err, size_t err_len);
+
+#endif /* WF_FLUX_HOST_H */
