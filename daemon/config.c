@@ -28,7 +28,8 @@ typedef enum setting_kind {
     KIND_ROTATE,    /* uint32_t holding a wf_rotate_t: allgather | alltoall */
     KIND_BOOL,      /* bool: true/false, yes/no, on/off, 1/0 */
     KIND_HOSTPORT,  /* char[WF_SETTINGS_NAME_MAX]: "" or HOST:PORT */
-    KIND_NAME       /* char[WF_SETTINGS_NAME_MAX]: [A-Za-z0-9._-]{1,63}; "" = hostname */
+    KIND_NAME,      /* char[WF_SETTINGS_NAME_MAX]: [A-Za-z0-9._-]{1,63}; "" = hostname */
+    KIND_PATH       /* char[WF_SETTINGS_PATH_MAX]: "" or an absolute path */
 } setting_kind_t;
 
 typedef struct setting_def {
@@ -97,6 +98,13 @@ static const setting_def_t settings_table[] = {
       "cluster: interval of the pings between coordinator and members" },
     { "heartbeat_timeout_ms", KIND_U32, OFF(heartbeat_timeout_ms), "2000", 50,
       600000, false, "cluster: silence after which a peer counts as lost" },
+    { "data_address", KIND_NAME, OFF(data_address), "127.0.0.1", 0, 0, false,
+      "cluster: address (host name or IP) this node's data-plane endpoints "
+      "bind and announce to the other nodes; must be reachable from them; "
+      "empty = the hostname" },
+    { "model_root", KIND_PATH, OFF(model_root), "", 0, 0, false,
+      "absolute directory that load_model paths are relative to (nothing "
+      "outside it is read); empty = no models" },
 };
 
 #define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
@@ -325,6 +333,16 @@ static bool parse_value(const setting_def_t *d, const char *value,
             return false;
         }
         snprintf(field, WF_SETTINGS_NAME_MAX, "%s", value);
+        return true;
+    }
+    case KIND_PATH: {
+        size_t n = strlen(value);
+        if (n >= WF_SETTINGS_PATH_MAX || (n > 0 && value[0] != '/')) {
+            snprintf(why, why_len, "expected an absolute path of at most %d "
+                     "bytes, or empty", WF_SETTINGS_PATH_MAX - 1);
+            return false;
+        }
+        memcpy(field, value, n + 1);
         return true;
     }
     case KIND_NAME: {
@@ -673,6 +691,7 @@ static bool field_equal(const setting_def_t *d, const wf_settings_t *a,
     case KIND_DEVICES:
     case KIND_HOSTPORT:
     case KIND_NAME:
+    case KIND_PATH:
         return strcmp(fa, fb) == 0;
     case KIND_U32:
     case KIND_LEVEL:
@@ -702,6 +721,9 @@ static void field_copy(const setting_def_t *d, wf_settings_t *dst,
     case KIND_HOSTPORT:
     case KIND_NAME:
         memcpy(fd, fs, WF_SETTINGS_NAME_MAX);
+        break;
+    case KIND_PATH:
+        memcpy(fd, fs, WF_SETTINGS_PATH_MAX);
         break;
     case KIND_DEVICES:
         /* Never reloadable (workers own devices); kept for completeness. */
@@ -768,6 +790,9 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
         return;
     case KIND_NAME:
         snprintf(buf, len, "%s", f[0] ? f : "\"\" (hostname)");
+        return;
+    case KIND_PATH:
+        snprintf(buf, len, "%s", f[0] ? f : "\"\" (none)");
         return;
     case KIND_LEVEL:
         memcpy(&u32, f, sizeof u32);

@@ -24,6 +24,7 @@
 #define WF_SETTINGS_MAX_NODES 16        /* bound of the nodes setting */
 
 #define WF_SETTINGS_DEVICES_MAX 256    /* devices text, with the NUL */
+#define WF_SETTINGS_PATH_MAX 1024      /* model_root, with the NUL */
 
 /* What the devices are. */
 typedef enum wf_device_kind {
@@ -59,6 +60,10 @@ typedef struct wf_settings {
     uint32_t cluster_timeout_ms; /* bound on each rendezvous step */
     uint32_t heartbeat_ms;       /* interval of control-plane pings */
     uint32_t heartbeat_timeout_ms; /* silence after which a peer is lost */
+    char data_address[WF_SETTINGS_NAME_MAX]; /* host / IP the data-plane
+                                    endpoints bind and announce; "" = hostname */
+    /* resident models */
+    char model_root[WF_SETTINGS_PATH_MAX]; /* directory models load from; "" = none */
 } wf_settings_t;
 
 /* Command-line flags that are not settings, plus the setting flags in the

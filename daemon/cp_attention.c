@@ -24,6 +24,9 @@
  *     accumulator; part (Lq_r, nh_u, D) f32 + (Lq_r, nh_u): one kernel call.
  * The ulysses all-to-all runs once per batch index: a source's rows of one
  * batch are contiguous in the holding, the whole source block is not.
+ * Local mode swaps the root's scatter and gather for local copies between
+ * the caller's shard and the same buffers (local_view); nothing else
+ * changes, so its results are bit-identical to the root mode's.
  *
  * A backend on device memory (CUDA) runs here in the mixed mode: every
  * buffer above stays host memory, the comm is the host one, and each
@@ -170,6 +173,11 @@ wf_status_t wf_cp_attention_check(const wf_cp_job_t *job, int R, int U,
         return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
                         "head slice [%lld, %lld) is empty or outside the heads",
                         (long long)job->hq_begin, (long long)job->hq_end);
+    if (job->local && (job->hq_begin != 0 || job->hq_end != job->Hq))
+        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
+                        "local mode serves every head: slice [%lld, %lld) is not "
+                        "[0, %lld)", (long long)job->hq_begin,
+                        (long long)job->hq_end, (long long)job->Hq);
     if (!dtype_ok(job->q_dtype) || !dtype_ok(job->k_dtype) ||
         !dtype_ok(job->v_dtype) || !dtype_ok(job->out_dtype))
         return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
@@ -482,7 +490,8 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
     memset(&L, 0, sizeof L);
     size_t off = 0;
     const int64_t B = job->B, D = job->D, nh = g->hd.nh, nkv = g->hd.nkv;
-    const bool root = g->r == 0 && g->u == 0;
+    /* the staging buffer serves the root's scatter and gather only */
+    const bool root = g->r == 0 && g->u == 0 && !job->local;
     int maxd = g->R > g->U ? g->R : g->U;
 
     L.meta = take(c, &off, mul(c, 4u * (size_t)maxd, sizeof(size_t)));
@@ -589,6 +598,23 @@ static size_t shard_copy(const wf_cp_job_t *job, const geom_t *g, int U,
     return done;
 }
 
+/* Local mode: this rank's own shard seen as the full tensors of a job of
+ * length L_s with one segment at 0, so that shard_copy moves rows between
+ * the caller's (B, L_s, H, D) buffers and the a2a-order buffers exactly as
+ * it does for the root. */
+static void local_view(const wf_cp_job_t *job, const geom_t *g,
+                       wf_cp_job_t *ret_job, geom_t *ret_g)
+{
+    *ret_job = *job;
+    ret_job->Sq = g->Lq_s;
+    ret_job->Skv = g->Lkv_s;
+    *ret_g = *g;
+    ret_g->qsh[0] = (wf_cp_seg_t){.start = 0, .len = g->Lq_s, .local = 0};
+    ret_g->nqsh = g->Lq_s > 0 ? 1 : 0;
+    ret_g->kvsh[0] = (wf_cp_seg_t){.start = 0, .len = g->Lkv_s, .local = 0};
+    ret_g->nkvsh = g->Lkv_s > 0 ? 1 : 0;
+}
+
 /* ---- merge ------------------------------------------------------------------- */
 
 static float round_to(float x, wf_dtype_t dt)
@@ -690,6 +716,15 @@ static wf_status_t scatter(run_t *x)
         qdst = at(x, x->L.qh);
         kdst = own_hold(x);
         vdst = kdst + (size_t)(job->B * g->Lkv_r * g->hd.nkv * job->D) * es_of(job->k_dtype);
+    }
+    if (job->local) {
+        wf_cp_job_t lj;
+        geom_t lg;
+        local_view(job, g, &lj, &lg);
+        shard_copy(&lj, &lg, g->U, W_Q, (void *)job->q, qdst, true);
+        shard_copy(&lj, &lg, g->U, W_K, (void *)job->k, kdst, true);
+        shard_copy(&lj, &lg, g->U, W_V, (void *)job->v, vdst, true);
+        return WF_OK;
     }
     if (x->root) {
         const void *src[3] = {job->q, job->k, job->v};
@@ -1002,6 +1037,15 @@ static wf_status_t gather(run_t *x)
     unsigned char *lsh = at(x, g->U > 1 ? x->L.oshl : x->L.accl);
     size_t ob = (size_t)(job->B * g->Lq_s * g->Hs * job->D) * es_of(job->out_dtype);
     size_t lb = (size_t)(job->B * g->Lq_s * g->Hs) * sizeof(float);
+    if (job->local) {
+        wf_cp_job_t lj;
+        geom_t lg;
+        local_view(job, g, &lj, &lg);
+        shard_copy(&lj, &lg, g->U, W_OUT, job->out, osh, false);
+        if (job->return_lse)
+            shard_copy(&lj, &lg, g->U, W_LSE, job->lse, lsh, false);
+        return WF_OK;
+    }
     if (!x->root) {
         wf_status_t st = ob ? wf_comm_send(x->grp->seq, osh, ob, 0) : WF_OK;
         if (st == WF_OK && job->return_lse && lb)
@@ -1083,8 +1127,8 @@ wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
     if (c.overflow || !workspace || ((uintptr_t)workspace & 63u) != 0 ||
         bytes < x.L.total)
         goto fail;
-    if (x.root && (!job->q || !job->k || !job->v || !job->out ||
-                   (job->return_lse && !job->lse)))
+    if ((x.root || job->local) && (!job->q || !job->k || !job->v || !job->out ||
+                                   (job->return_lse && !job->lse)))
         goto fail;
     x.meta = (size_t *)(void *)at(&x, x.L.meta);
 

@@ -13,6 +13,16 @@
  * the seq communicator and gathers the results back. Other ranks never
  * touch the tensor pointers of the job (across processes they have none).
  *
+ * Local mode (job.local): every rank passes its OWN sequence shard instead
+ * — q (B, Lq_s, Hq, D), k, v (B, Lkv_s, Hkv, D), out (B, Lq_s, Hq, D), lse
+ * (B, Lq_s, Hq) — whose rows are exactly the rank's seq shard of
+ * wf_cp_attention_segments(seq_index, ring_holding = false), in segment
+ * order; the slice must be every head (hq_begin 0, hq_end Hq). Nothing is
+ * scattered from or gathered to the root; the all-to-alls, the ring and
+ * the merge are the same, so each rank's rows come out exactly as the root
+ * mode writes them. For a model whose token-wise layers already run on
+ * sequence shards (flux_forward.h).
+ *
  * Sequence plan (the same pure function on every rank): the ring group
  * holds the sequence in R ring holdings — without load balancing the
  * tensor_split of S into R*U shards, ring rank r holding shards
@@ -60,11 +70,18 @@ typedef struct wf_cp_job {
     bool ring_anything;              /* any Sq / Skv (tensor_split sharding) */
     bool ulysses_anything;           /* any head count per ulysses rank */
     bool load_balance;               /* zigzag ring holdings (for causal; R > 1) */
-    const void *q;                   /* root: (B, Sq, Hq, D) q_dtype, any alignment */
-    const void *k;                   /* root: (B, Skv, Hkv, D) k_dtype, any alignment */
-    const void *v;                   /* root: (B, Skv, Hkv, D) v_dtype, any alignment */
-    void *out;                       /* root: (B, Sq, Hq, D) out_dtype, any alignment */
-    float *lse;                      /* root: (B, Sq, Hq) f32, or NULL if !return_lse */
+    bool local;                      /* local mode (file comment): every rank's
+                                        pointers are its own shards, all heads */
+    const void *q;                   /* root: (B, Sq, Hq, D) q_dtype, any alignment
+                                        (local: every rank, (B, Lq_s, Hq, D)) */
+    const void *k;                   /* root: (B, Skv, Hkv, D) k_dtype, any alignment
+                                        (local: (B, Lkv_s, Hkv, D)) */
+    const void *v;                   /* root: (B, Skv, Hkv, D) v_dtype, any alignment
+                                        (local: as k) */
+    void *out;                       /* root: (B, Sq, Hq, D) out_dtype, any alignment
+                                        (local: (B, Lq_s, Hq, D)) */
+    float *lse;                      /* root: (B, Sq, Hq) f32, or NULL if !return_lse
+                                        (local: (B, Lq_s, Hq)) */
 } wf_cp_job_t;
 
 /* This rank's communicators. Borrowed for the duration of a call. */
@@ -91,7 +108,8 @@ typedef struct wf_cp_seg {
 /* Validate a job for ring degree R and ulysses degree U before anything
  * runs (a bad job must never reach a collective). Pure. Errors, with a
  * one-line message in err (errlen bytes; "" on success; err may be NULL):
- *   WF_E_BAD_ARGUMENT: degrees < 1 or R * U too large, bad head slice,
+ *   WF_E_BAD_ARGUMENT: degrees < 1 or R * U too large, bad head slice
+ *     (in local mode: any slice but every head),
  *     Hkv not dividing Hq, a bad dtype or rotate method, non-positive or
  *     overflowing shapes;
  *   WF_E_BAD_SHAPE: without ring_anything, Sq or Skv not divisible by
@@ -126,6 +144,8 @@ wf_status_t wf_cp_attention_segments(const wf_cp_job_t *job, int R, int U,
  * same job (pointers: root only) and its own communicators. `workspace`
  * is 64-byte aligned, `bytes` >= wf_cp_attention_workspace(job, R, U,
  * ops), owned by the caller, contents unspecified before and after.
+ * (In local mode every rank's tensor pointers are read and written, and
+ * the scatter and gather below are local copies.)
  * Steps: the root scatters shards over seq; ulysses all-to-all (sequence
  * -> heads) over ulysses; ring attention over ring (all-gather or
  * rotation overlapped with compute; zigzag with load_balance; fully
@@ -133,7 +153,7 @@ wf_status_t wf_cp_attention_segments(const wf_cp_job_t *job, int R, int U,
  * reverse all-to-all; gather to the root, which writes its heads of out
  * and lse. Returns WF_OK; WF_E_BAD_ARGUMENT when check() refuses the job
  * or the group does not match (R, U); WF_E_INVALID for a short workspace
- * or missing root tensors; a comm error (WF_E_ABORTED) or a backend
+ * or missing root tensors (local mode: this rank's); a comm error (WF_E_ABORTED) or a backend
  * error. On any error after validation this rank aborts the group's
  * world (wf_comm_abort) so that no peer waits forever in a collective;
  * validation that every rank computes alike fails on every rank at once

@@ -30,6 +30,12 @@
  * it needs (tp group broadcast, then seq group scatter). Other ranks'
  * input and output pointers may be NULL.
  *
+ * Precision. Everything runs in f32 from inputs and weights of any dtype,
+ * except what diffusers' function itself rounds: the timestep and guidance
+ * are scaled as `t.to(hidden_states.dtype) * 1000`, so with bf16 / f16
+ * hidden_states they are rounded to that dtype first (0.875 * 1000 is 876
+ * in bf16).
+ *
  * Errors after validation abort the world (wf_comm_abort), as
  * cp_attention.h, so no peer waits in a collective. Nothing here logs.
  */
@@ -90,8 +96,10 @@ typedef struct wf_flux_shard {
  * default plan on a model without some block kind); a rule may not match
  * a non-linear tensor (norm weights); every placement must divide
  * (wf_tp_place); query / key / value projections split over tp must keep
- * whole heads (local width a multiple of attention_head_dim: "tp=<T> does
- * not divide the <H> attention heads"). WF_E_BAD_ARGUMENT with a message. */
+ * whole heads (local width a multiple of attention_head_dim: diffusers'
+ * "`tp_degree` (<T>) must divide the number of attention heads (<H>).";
+ * packed pieces must not cut a head either). WF_E_BAD_ARGUMENT with a
+ * message. */
 wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
                                const wf_tp_plan_t *plan, int tp,
                                bool allow_unmatched, char *err, size_t err_len);
@@ -113,7 +121,11 @@ void wf_flux_shard_free(wf_flux_shard_t **s);
 /* One forward job as every rank sees it (pointers: root only). */
 typedef struct wf_flux_job {
     int64_t B, S_img, S_txt;
-    const void *hidden_states;          wf_dtype_t hidden_dtype;   /* (B, S_img, in_ch * p^2) */
+    int64_t hidden_ch;                  /* last dim of hidden_states (in_channels) */
+    int64_t encoder_ch;                 /* of encoder_hidden_states (joint_attention_dim) */
+    int64_t pooled_ch;                  /* of pooled_projections (pooled_projection_dim) */
+    int64_t img_ids_axes, txt_ids_axes; /* of img_ids / txt_ids (n_axes) */
+    const void *hidden_states;          wf_dtype_t hidden_dtype;   /* (B, S_img, in_channels) */
     const void *encoder_hidden_states;  wf_dtype_t encoder_dtype;  /* (B, S_txt, joint_dim) */
     const void *pooled_projections;     wf_dtype_t pooled_dtype;   /* (B, pooled_dim) */
     const void *timestep;               wf_dtype_t timestep_dtype; /* (B) */
@@ -135,8 +147,9 @@ typedef struct wf_flux_group {
 
 /* Validate a job against the model's config and the degrees before it is
  * admitted (pure; every rank would compute the same): dtypes, shapes
- * (in_channels * patch^2, joint_attention_dim, pooled_projection_dim,
- * n_axes), guidance present iff cfg.guidance_embeds, S_img and S_txt
+ * (the *_ch / *_axes fields against in_channels, joint_attention_dim,
+ * pooled_projection_dim, n_axes), guidance present iff
+ * cfg.guidance_embeds, S_img and S_txt
  * divisible by ring x ulysses. WF_E_BAD_SHAPE / WF_E_BAD_ARGUMENT with a
  * message naming the tensor and the config field. */
 wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
@@ -144,7 +157,9 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
                                   char *err, size_t err_len);
 
 /* Workspace bytes any rank needs for this job (max over ranks), so the
- * daemon can admit one figure per device. SIZE_MAX on overflow. */
+ * daemon can admit one figure per device; valid for any plan (activation
+ * buffers have their full widths). SIZE_MAX on overflow, and for a job
+ * wf_flux_forward_check refuses. */
 size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
                                  const wf_flux_job_t *job, int tp, int R, int U,
                                  const wf_backend_ops_t *ops);

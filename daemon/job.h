@@ -30,6 +30,7 @@
 #include "comm_zmq.h"
 #include "config.h"
 #include "mesh.h"
+#include "models.h"
 #include "proto.h"
 
 typedef struct wf_worker wf_worker_t;
@@ -59,7 +60,9 @@ typedef wf_status_t (*wf_djob_run_fn)(wf_djob_t *job, int rank, int group_size,
 /* What a job does. */
 typedef enum wf_djob_kind {
     WF_DJOB_ATTENTION = 0,  /* a client's attention request */
-    WF_DJOB_REGROUP = 1     /* every worker (re)builds its communicators */
+    WF_DJOB_REGROUP = 1,    /* every worker (re)builds its communicators and
+                               re-syncs its model shards */
+    WF_DJOB_FORWARD = 2     /* a client's forward request on a resident model */
 } wf_djob_kind_t;
 
 /* One entry of a worker's FIFO: (job, rank). Lives inside the job. */
@@ -113,6 +116,8 @@ struct wf_djob {
     wf_zworld_t *zworld;       /* regroup: join this cross-process world
                                   instead (owned; freed with the job) */
     int rank_base;             /* regroup: world rank of local rank 0 */
+    wf_model_set_t models;     /* regroup: the models every worker holds after it */
+    uint64_t model_id;         /* forward: the model it runs on */
     /* cluster */
     bool remote_part;          /* member: this node's part of a coordinator's job */
     uint32_t remote_pending;   /* coordinator: bit i = world node i owes "done" */

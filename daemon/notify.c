@@ -41,6 +41,12 @@ void wf_notify_reloading(wf_notify_t *n)
                wf_now_usec());
 }
 
+void wf_notify_extend(wf_notify_t *n, uint64_t usec, const char *status)
+{
+    (void)n;
+    sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=%s", usec, status);
+}
+
 void wf_notify_stopping(wf_notify_t *n, const char *status)
 {
     (void)n;

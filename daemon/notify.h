@@ -31,6 +31,10 @@ void wf_notify_status(wf_notify_t *n, const char *status);
  * wf_notify_ready once the reload is done, successful or not. */
 void wf_notify_reloading(wf_notify_t *n);
 
+/* EXTEND_TIMEOUT_USEC (the start-up, reload or stop timeout grows by
+ * `usec` from now: a model load in progress) with a STATUS line. */
+void wf_notify_extend(wf_notify_t *n, uint64_t usec, const char *status);
+
 /* STOPPING=1 with a STATUS line. */
 void wf_notify_stopping(wf_notify_t *n, const char *status);
 

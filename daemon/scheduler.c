@@ -37,6 +37,13 @@ void wf_sched_resize(wf_sched_t *s, uint32_t n_devices, uint32_t local_first,
                                          ? d - local_first : 0].memory_total;
 }
 
+/* Bytes of device d that jobs may reserve: its memory less the resident
+ * model shards. */
+static uint64_t cap(const wf_sched_t *s, uint32_t d)
+{
+    return s->mem_total[d] > s->resident ? s->mem_total[d] - s->resident : 0;
+}
+
 static bool is_local(const wf_sched_t *s, uint32_t d)
 {
     return d >= s->local_first && d - s->local_first < s->n_local;
@@ -78,8 +85,8 @@ static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
 {
     uint64_t biggest = 0;
     for (uint32_t d = 0; d < s->n_devices; d++)
-        if (s->mem_total[d] > biggest)
-            biggest = s->mem_total[d];
+        if (cap(s, d) > biggest)
+            biggest = cap(s, d);
     uint64_t need = max_reserve(job);
     uint32_t replica = s->n_devices / s->mesh.deg.dp;
     if (s->cluster) {
@@ -165,8 +172,8 @@ static void sort_by_free(const wf_sched_t *s, uint32_t *cand, uint32_t n)
 {
     for (uint32_t i = 1; i < n; i++) {      /* insertion sort: n <= 64 */
         uint32_t c = cand[i], j = i;
-        uint64_t fc = s->mem_total[c] - s->used[c];
-        while (j > 0 && s->mem_total[cand[j - 1]] - s->used[cand[j - 1]] < fc) {
+        uint64_t fc = cap(s, c) - s->used[c];
+        while (j > 0 && cap(s, cand[j - 1]) - s->used[cand[j - 1]] < fc) {
             cand[j] = cand[j - 1];
             j--;
         }
@@ -209,7 +216,7 @@ static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
     for (uint32_t r = 0; r < g; r++) {
         uint32_t d = cand[r];
         if (s->tasks[d] != 0 ||
-            job->reserve[r] > s->mem_total[d] - s->used[d])
+            s->used[d] > cap(s, d) || job->reserve[r] > cap(s, d) - s->used[d])
             return false;
     }
     for (uint32_t r = 0; r < g; r++)

@@ -50,6 +50,8 @@ typedef struct wf_sched {
     void *remote_arg;
     uint64_t mem_total[WF_SETTINGS_MAX_DEVICES]; /* bytes of each world device */
     uint64_t used[WF_SETTINGS_MAX_DEVICES];   /* bytes reserved per device */
+    uint64_t resident;           /* bytes of every device held by resident
+                                    model shards (not available to jobs) */
     uint32_t tasks[WF_SETTINGS_MAX_DEVICES];  /* gang tasks outstanding per device */
     uint32_t replica_jobs[WF_SETTINGS_MAX_DEVICES]; /* jobs in flight per dp replica */
     uint32_t next_replica;       /* round-robin start among equally loaded replicas */

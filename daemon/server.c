@@ -3,6 +3,8 @@
  * drain (see server.h). Compute happens on the workers, never here.
  */
 #include "server.h"
+#include "forward.h"
+#include "models.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -103,6 +105,10 @@ struct wf_server {
         wf_mesh_degrees_t mesh_deg; /* its degrees */
         uint64_t mesh_epoch;     /* and mesh epoch */
     } cl;
+    wf_registry_t models;        /* resident models (models.h) */
+    wf_model_t *pending_install; /* read; its install regroup waits for the
+                                    running reconfiguration */
+    uint64_t t_extend_us;        /* last EXTEND_TIMEOUT_USEC while loading */
     wf_ctl_msg_t cl_msg;         /* job descriptor scratch (large) */
     wf_buf_t buf;                /* reply header encoding scratch */
     wf_request_t req;            /* request decoding scratch */
@@ -187,6 +193,7 @@ static wf_djob_t *regroup_job_new(wf_server_t *srv, const wf_mesh_t *mesh,
     job->run = wf_worker_regroup_run;
     job->group_size = (int)srv->n_workers;
     job->rank_base = (int)srv->cl.first_rank;
+    wf_registry_target_set(&srv->models, &job->models);
     job->done = &srv->done;
     atomic_store(&job->remaining, job->group_size);
     for (int r = 0; r < job->group_size; r++) {
@@ -362,6 +369,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->log = log;
     srv->sigfd = -1;
     srv->done.efd = -1;
+    srv->models.efd = -1;
+    srv->models.root_fd = -1;
     zmq_msg_init(&srv->reconf.identity);
     srv->ops = settings->device_kind == WF_DEVICE_CUDA ? wf_backend_cuda()
                                                        : wf_backend_cpu();
@@ -396,6 +405,13 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     }
     if (wf_done_box_init(&srv->done) != WF_OK) {
         wf_log(log, WF_LOG_ERR, "eventfd: %s", strerror(errno));
+        goto fail;
+    }
+
+    char rerr[WF_PROTO_ERROR_MAX];
+    if (wf_registry_init(&srv->models, settings->model_root, rerr,
+                         sizeof rerr) != WF_OK) {
+        wf_log(log, WF_LOG_ERR, "model_root: %s", rerr);
         goto fail;
     }
 
@@ -503,6 +519,7 @@ void wf_server_destroy(wf_server_t **psrv)
         q = next;
     }
     wf_cluster_destroy(&srv->cluster);
+    wf_registry_destroy(&srv->models);
     if (srv->router)
         zmq_close(srv->router);
     if (srv->zctx)
@@ -738,6 +755,16 @@ static void format_deg(const wf_mesh_degrees_t *d, char *buf, size_t len)
 static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
                             char *err, size_t err_len)
 {
+    if (job->req.op == WF_OP_FORWARD) {
+        const char *name = job->req.args.forward.model;
+        const wf_model_t *m = wf_registry_find(&srv->models, name);
+        if (!m || m->state != WF_MODEL_READY) {
+            snprintf(err, err_len, "model '%s' is not loaded%s", name,
+                     m ? " yet (it is loading)" : "");
+            return WF_E_BAD_ARGUMENT;
+        }
+        return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
+    }
     wf_status_t st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err,
                                        err_len);
     if (st == WF_OK && srv->cluster && !job->cp &&
@@ -760,6 +787,18 @@ static wf_status_t plan_for_mesh(wf_djob_t *job, const wf_mesh_t *mesh, void *ar
 
 static void status_line(const wf_server_t *srv, char *buf, size_t len);
 static void finish_reconfigure(wf_server_t *srv, wf_status_t st);
+static void models_after_regroup(wf_server_t *srv, wf_status_t st);
+static void try_install(wf_server_t *srv);
+
+/* Bytes of the smallest device: what resident shards may take per rank. */
+static uint64_t min_device_memory(const wf_server_t *srv)
+{
+    uint64_t m = UINT64_MAX;
+    for (uint32_t d = 0; d < srv->n_workers; d++)
+        if (srv->workers[d].memory_total < m)
+            m = srv->workers[d].memory_total;
+    return m == UINT64_MAX ? 0 : m;
+}
 
 /* Drained? Then put the regroup job on every worker. */
 static void advance_reconfigure(wf_server_t *srv)
@@ -819,10 +858,6 @@ static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *
     }
     if (wf_mesh_reconfigure(&target, deg, err, err_len) != WF_OK)
         return WF_E_BAD_ARGUMENT;
-    if (srv->cl.epoch_override)
-        target.epoch = srv->cl.epoch_override;
-    if (srv->cluster)
-        new_world = false;  /* a cluster world is rebuilt by the control plane */
     if (srv->reconf.active) {
         char to[96];
         format_deg(&srv->reconf.target.deg, to, sizeof to);
@@ -830,6 +865,17 @@ static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *
                  "retry when it is done", to, srv->reconf.why);
         return WF_E_BUSY;
     }
+    /* Resident models are re-cut for the new tp: they must divide and fit
+     * before anything changes. */
+    wf_status_t mst = wf_registry_check_tp(&srv->models, (int)target.deg.tp,
+                                           min_device_memory(srv), NULL, err,
+                                           err_len);
+    if (mst != WF_OK)
+        return mst;
+    if (srv->cl.epoch_override)
+        target.epoch = srv->cl.epoch_override;
+    if (srv->cluster)
+        new_world = false;  /* a cluster world is rebuilt by the control plane */
     srv->reconf.active = true;
     srv->cl.reconf_world = srv->cl.world_epoch;
     srv->reconf.regrouping = false;
@@ -876,6 +922,7 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
         wf_log(srv->log, WF_LOG_ERR, "reconfiguration (%s) %s -> %s failed: %s",
                srv->reconf.why, from, to, wf_status_str(st));
     }
+    models_after_regroup(srv, st);
     if (srv->reconf.has_client) {
         if (st == WF_OK) {
             wf_reply_t *rep = &srv->reply;
@@ -932,6 +979,7 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
         failed = next;
     }
     dispatch(srv);
+    try_install(srv);
 }
 
 /* A reconfigure request that decoded: start it or refuse it. */
@@ -1009,6 +1057,255 @@ reject:
     send_error(srv, &parts[0], delim, req->id, req->op, st, err);
 }
 
+/* ------------------------------------------------------------------ */
+/* resident models (models.h): load -> loader thread -> install regroup
+ * -> ready; unload -> regroup without it; every regroup re-cuts shards */
+
+/* Reply to the client waiting on model m (load or unload), if any. */
+static void model_reply(wf_server_t *srv, wf_model_t *m, uint32_t op,
+                        wf_status_t st, const char *msg)
+{
+    if (!m->has_client)
+        return;
+    if (st != WF_OK) {
+        send_error(srv, m->identity, m->delim, m->req_id, op, st, msg);
+    } else {
+        wf_reply_t *rep = &srv->reply;
+        memset(rep, 0, sizeof *rep);
+        rep->version = WF_PROTOCOL_VERSION;
+        rep->id = m->req_id;
+        rep->op = op;
+        rep->status = WF_OK;
+        rep->epoch = srv->sched.mesh.epoch;
+        if (op == WF_OP_LOAD_MODEL) {
+            rep->result.models.n = 1;
+            wf_model_info_fill(m, &rep->result.models.models[0]);
+        }
+        send_reply(srv, m->identity, m->delim, rep, NULL);
+    }
+    zmq_msg_close(m->identity);
+    free(m->identity);
+    m->identity = NULL;
+    m->has_client = false;
+}
+
+/* Keep the client's identity in m for the reply at the end. */
+static bool model_take_client(wf_model_t *m, zmq_msg_t *identity, bool delim,
+                              uint64_t id)
+{
+    zmq_msg_t *idm = malloc(sizeof *idm);
+    if (!idm)
+        return false;
+    zmq_msg_init(idm);
+    zmq_msg_move(idm, identity);
+    m->identity = idm;
+    m->delim = delim;
+    m->req_id = id;
+    m->has_client = true;
+    return true;
+}
+
+/* A regroup ended: installing models become ready (or fail), unloading
+ * ones go; the shards now resident are what jobs cannot use. */
+static void models_after_regroup(wf_server_t *srv, wf_status_t st)
+{
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (!m)
+            continue;
+        if (m->state == WF_MODEL_INSTALLING) {
+            if (st == WF_OK) {
+                m->state = WF_MODEL_READY;
+                m->tp = srv->reconf.target.deg.tp;
+                m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, (int)m->tp);
+                m->load_ms = (wf_now_usec() - m->t_start_us) / 1000;
+                wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) ready: %" PRIu64
+                       " parameters, %.1f MiB per rank at tp=%u, loaded in %"
+                       PRIu64 " ms", m->name, m->path, m->params,
+                       (double)m->rank_bytes / 1048576.0, m->tp, m->load_ms);
+                model_reply(srv, m, WF_OP_LOAD_MODEL, WF_OK, NULL);
+            } else {
+                wf_log(srv->log, WF_LOG_ERR, "model '%s': cutting its shards "
+                       "failed: %s", m->name, wf_status_str(st));
+                model_reply(srv, m, WF_OP_LOAD_MODEL, st, "the model's shards "
+                            "could not be installed on every device; nothing "
+                            "was loaded (see the daemon's log)");
+                wf_registry_remove(&srv->models, m);
+            }
+        } else if (m->state == WF_MODEL_UNLOADING) {
+            wf_log(srv->log, WF_LOG_INFO, "model '%s' unloaded", m->name);
+            model_reply(srv, m, WF_OP_UNLOAD_MODEL, WF_OK, NULL);
+            wf_registry_remove(&srv->models, m);
+        } else if (m->state == WF_MODEL_READY && st == WF_OK) {
+            m->tp = srv->reconf.target.deg.tp;
+            m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, (int)m->tp);
+        }
+    }
+    uint64_t resident = 0;
+    if (wf_registry_check_tp(&srv->models, (int)srv->sched.mesh.deg.tp,
+                             UINT64_MAX, &resident, NULL, 0) == WF_OK)
+        srv->sched.resident = resident;
+}
+
+/* Start the install regroup of the model the loader finished, unless a
+ * reconfiguration runs (then its end calls this again). */
+static void try_install(wf_server_t *srv)
+{
+    wf_model_t *m = srv->pending_install;
+    if (!m || srv->reconf.active || srv->workers_stopped)
+        return;
+    srv->pending_install = NULL;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    m->state = WF_MODEL_INSTALLING;
+    wf_status_t st = srv->stopping ? WF_E_SHUTTING_DOWN
+                     : start_reconfigure(srv, &srv->sched.mesh.deg, false,
+                                         "load model", false, NULL, false, 0,
+                                         err, sizeof err);
+    if (st == WF_OK)
+        return;
+    if (st == WF_E_SHUTTING_DOWN)
+        snprintf(err, sizeof err, "daemon is shutting down; model not loaded");
+    wf_log(srv->log, WF_LOG_INFO, "model '%s' not installed: %s", m->name, err);
+    model_reply(srv, m, WF_OP_LOAD_MODEL, st, err);
+    wf_registry_remove(&srv->models, m);
+}
+
+/* The loader thread finished. */
+static void handle_loaded(wf_server_t *srv)
+{
+    wf_model_t *m = wf_registry_take_loaded(&srv->models);
+    if (!m)
+        return;
+    if (m->status != WF_OK) {
+        wf_log(srv->log, WF_LOG_INFO, "load of model '%s' (%s) refused: %s: %s",
+               m->name, m->path, wf_status_name(m->status), m->err);
+        model_reply(srv, m, WF_OP_LOAD_MODEL, m->status, m->err);
+        wf_registry_remove(&srv->models, m);
+        return;
+    }
+    wf_log(srv->log, WF_LOG_INFO, "model '%s' read: %.1f MiB in %" PRIu64 " ms",
+           m->name, (double)m->bytes_total / 1048576.0, m->load_ms);
+    srv->pending_install = m;
+    try_install(srv);
+}
+
+/* Refusal common to the model ops: member nodes and clusters. */
+static bool models_refused(wf_server_t *srv, char *err, size_t err_len,
+                           wf_status_t *st)
+{
+    if (srv->stopping) {
+        *st = WF_E_SHUTTING_DOWN;
+        snprintf(err, err_len, "daemon is shutting down");
+        return true;
+    }
+    if (srv->cluster) {
+        *st = WF_E_UNAVAILABLE;
+        snprintf(err, err_len, "resident models are served by single-node "
+                 "daemons for now; this one is part of a cluster");
+        return true;
+    }
+    return false;
+}
+
+static void handle_load_model(wf_server_t *srv, zmq_msg_t *identity, bool delim)
+{
+    const wf_request_t *req = &srv->req;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st;
+    wf_model_t *m = NULL;
+    if (models_refused(srv, err, sizeof err, &st))
+        goto reject;
+    uint64_t avail = min_device_memory(srv);
+    avail = avail > srv->sched.resident ? avail - srv->sched.resident : 0;
+    st = wf_registry_start_load(&srv->models, &req->args.load_model,
+                                (int)srv->sched.mesh.deg.tp, avail, &m, err,
+                                sizeof err);
+    if (st != WF_OK)
+        goto reject;
+    if (!model_take_client(m, identity, delim, req->id))
+        wf_log(srv->log, WF_LOG_ERR, "load %" PRIu64 ": out of memory; the "
+               "client gets no reply", req->id);
+    wf_log(srv->log, WF_LOG_INFO, "loading model '%s' from %s (tp plan: %s)",
+           m->name, m->path, m->default_plan ? "default" : "given");
+    srv->t_extend_us = 0;
+    return;
+reject:
+    srv->rejected++;
+    wf_log(srv->log, WF_LOG_INFO, "load_model request %" PRIu64 " refused: %s: %s",
+           req->id, wf_status_name(st), err);
+    send_error(srv, identity, delim, req->id, req->op, st, err);
+}
+
+static void handle_unload_model(wf_server_t *srv, zmq_msg_t *identity, bool delim)
+{
+    const wf_request_t *req = &srv->req;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st;
+    const char *name = req->args.unload_model.name;
+    wf_model_t *m = wf_registry_find(&srv->models, name);
+    if (models_refused(srv, err, sizeof err, &st))
+        goto reject;
+    if (!m) {
+        st = WF_E_BAD_ARGUMENT;
+        snprintf(err, sizeof err, "model '%s' is not loaded", name);
+        goto reject;
+    }
+    if (m->state != WF_MODEL_READY) {
+        st = WF_E_BUSY;
+        snprintf(err, sizeof err, "model '%s' is %s; retry when it is ready",
+                 name, m->state == WF_MODEL_UNLOADING ? "unloading" : "loading");
+        goto reject;
+    }
+    m->state = WF_MODEL_UNLOADING;
+    st = start_reconfigure(srv, &srv->sched.mesh.deg, false, "unload model",
+                           false, NULL, false, 0, err, sizeof err);
+    if (st != WF_OK) {
+        m->state = WF_MODEL_READY;
+        goto reject;
+    }
+    if (!model_take_client(m, identity, delim, req->id))
+        wf_log(srv->log, WF_LOG_ERR, "unload %" PRIu64 ": out of memory; the "
+               "client gets no reply", req->id);
+    return;
+reject:
+    srv->rejected++;
+    wf_log(srv->log, WF_LOG_INFO, "unload_model request %" PRIu64 " refused: "
+           "%s: %s", req->id, wf_status_name(st), err);
+    send_error(srv, identity, delim, req->id, req->op, st, err);
+}
+
+static void handle_list_models(wf_server_t *srv, zmq_msg_t *identity, bool delim)
+{
+    wf_reply_t *rep = &srv->reply;
+    memset(rep, 0, sizeof *rep);
+    rep->version = WF_PROTOCOL_VERSION;
+    rep->id = srv->req.id;
+    rep->op = WF_OP_LIST_MODELS;
+    rep->status = WF_OK;
+    rep->epoch = srv->sched.mesh.epoch;
+    for (int i = 0; i < WF_MODELS_MAX; i++)
+        if (srv->models.m[i])
+            wf_model_info_fill(srv->models.m[i],
+                               &rep->result.models.models[rep->result.models.n++]);
+    send_reply(srv, identity, delim, rep, NULL);
+}
+
+/* While a load runs: tell systemd it progresses (start-up / reload
+ * timeouts stretch) and what it is doing. */
+static void loading_notify(wf_server_t *srv, uint64_t now)
+{
+    wf_model_t *m = srv->models.loading;
+    if (!m || now - srv->t_extend_us < 1000000)
+        return;
+    srv->t_extend_us = now;
+    uint64_t done = atomic_load(&m->bytes_loaded);
+    uint64_t total = atomic_load(&m->bytes_to_load);
+    char line[160];
+    snprintf(line, sizeof line, "loading model %s: %.0f%%", m->name,
+             total ? 100.0 * (double)done / (double)total : 0.0);
+    wf_notify_extend(&srv->notify, 5000000, line);
+}
+
 /* Validate and answer / admit one received message. parts[0] is the
  * identity; the caller closes every part afterwards. */
 static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
@@ -1067,7 +1364,17 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         send_reply(srv, &parts[0], delim, rep, NULL);
         return;
     case WF_OP_ATTENTION:
+    case WF_OP_FORWARD:
         handle_attention(srv, parts, h, n, delim, t_recv);
+        return;
+    case WF_OP_LOAD_MODEL:
+        handle_load_model(srv, &parts[0], delim);
+        return;
+    case WF_OP_UNLOAD_MODEL:
+        handle_unload_model(srv, &parts[0], delim);
+        return;
+    case WF_OP_LIST_MODELS:
+        handle_list_models(srv, &parts[0], delim);
         return;
     case WF_OP_RECONFIGURE:
         handle_reconfigure(srv, &parts[0], delim);
@@ -1156,19 +1463,25 @@ static wf_mesh_degrees_t fit_mesh(wf_mesh_degrees_t req, uint32_t world)
 }
 
 /* Bind a fresh comm endpoint per local rank for the next world; cl.data
- * gets their addresses, "tcp://127.0.0.1:P0,P1,..". */
+ * gets their addresses, "tcp://ADDR:P0,P1,.." (ADDR: data_address). */
 static wf_status_t bind_spares(wf_server_t *srv)
 {
     size_t o = 0;
     srv->cl.data[0] = '\0';
     int64_t max = (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
+    char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
+    snprintf(host, sizeof host, "%s", srv->settings.data_address);
+    if (host[0] == '\0' && gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "127.0.0.1");
+    host[sizeof host - 1] = '\0';
+    snprintf(bind, sizeof bind, "tcp://%s:*", host);
     for (uint32_t d = 0; d < srv->n_workers; d++) {
         wf_comm_zmq_endpoint_destroy(&srv->cl.spare[d]);
-        wf_status_t st = wf_comm_zmq_endpoint_new(srv->zctx, "tcp://127.0.0.1:*",
-                                                  max, &srv->cl.spare[d]);
+        wf_status_t st = wf_comm_zmq_endpoint_new(srv->zctx, bind, max,
+                                                  &srv->cl.spare[d]);
         if (st != WF_OK) {
             wf_log(srv->log, WF_LOG_ERR, "cluster: cannot bind a comm endpoint "
-                   "on 127.0.0.1: %s", wf_status_str(st));
+                   "on %s (data_address): %s", host, wf_status_str(st));
             return st;
         }
         const char *a = wf_comm_zmq_endpoint_address(srv->cl.spare[d]);
@@ -1915,10 +2228,11 @@ wf_status_t wf_server_run(wf_server_t *srv)
         uint64_t now = wf_now_usec();
         if (srv->stopping && now >= srv->drain_deadline_us)
             break;
-        zmq_pollitem_t items[4] = {
+        zmq_pollitem_t items[5] = {
             { srv->router, 0, ZMQ_POLLIN, 0 },
             { NULL, srv->sigfd, ZMQ_POLLIN, 0 },
             { NULL, srv->done.efd, ZMQ_POLLIN, 0 },
+            { NULL, srv->models.efd, ZMQ_POLLIN, 0 },
             { srv->cluster ? wf_cluster_socket(srv->cluster) : NULL, 0,
               ZMQ_POLLIN, 0 },
         };
@@ -1928,13 +2242,16 @@ wf_status_t wf_server_run(wf_server_t *srv)
             if (timeout < 0 || ct < timeout)
                 timeout = ct;
         }
-        int rc = zmq_poll(items, srv->cluster ? 4 : 3, timeout);
+        if (srv->models.loading && (timeout < 0 || timeout > 1000))
+            timeout = 1000;     /* progress notes to systemd */
+        int rc = zmq_poll(items, srv->cluster ? 5 : 4, timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
             wf_log(srv->log, WF_LOG_ERR, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             result = WF_E_INTERNAL;
             break;
         }
         wf_notify_watchdog(&srv->notify, wf_now_usec());
+        loading_notify(srv, wf_now_usec());
         if (srv->cluster) {
             /* timers run on every wake-up, messages when there are some */
             wf_cluster_handle(srv->cluster, wf_now_usec());
@@ -1958,6 +2275,8 @@ wf_status_t wf_server_run(wf_server_t *srv)
             handle_completions(srv);
             dispatch(srv);
         }
+        if (items[3].revents)
+            handle_loaded(srv);
         if (items[0].revents) {
             for (int i = 0; i < RECV_BATCH && recv_message(srv); i++)
                 ;

@@ -65,6 +65,7 @@ static void *worker_main(void *arg)
     }
 
     drop_comms(w);
+    wf_rank_models_clear(&w->models);
     free(w->arena);
     w->arena = NULL;
     w->arena_bytes = 0;
@@ -119,6 +120,17 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
         }
     }
     w->mesh = job->mesh;
+    wf_mesh_coords_t c;
+    wf_status_t st = wf_mesh_coords(&job->mesh, grank, &c);
+    char err[WF_PROTO_ERROR_MAX] = "";
+    if (st == WF_OK)
+        st = wf_rank_models_sync(&w->models, &job->models, (int)job->mesh.deg.tp,
+                                 c.tp, err, sizeof err);
+    if (st != WF_OK) {
+        wf_log(w->log, WF_LOG_ERR, "%s: model shards for tp rank %d of %u: %s",
+               w->name, c.tp, job->mesh.deg.tp, err);
+        return st;
+    }
     return WF_OK;
 }
 

@@ -44,6 +44,8 @@ struct wf_worker {
     wf_comm_t *world;
     wf_comm_t *group[WF_MESH_NGROUPS];
     wf_mesh_t mesh;              /* the mesh the groups were split for (with its epoch) */
+    wf_rank_models_t models;     /* resident model shards for w->mesh's tp
+                                    coordinate (regroup jobs sync them) */
     wf_log_t *log;               /* borrowed from the daemon */
 
     pthread_t thread;            /* the worker thread */
@@ -79,7 +81,8 @@ void wf_worker_stop(wf_worker_t *w);
  * worker, rank = device index): when job->world is set, drop this
  * worker's handles and take its rank's handle on that new world; then
  * split the world into the groups of job->mesh with wf_mesh_color and set
- * w->mesh. Collective: every worker must run the same regroup job with
+ * w->mesh; last, make the worker's model shards those of job->models cut
+ * for its tp coordinate (wf_rank_models_sync; a failure fails the regroup). Collective: every worker must run the same regroup job with
  * nothing else in flight. On a failure after splitting may have started
  * it aborts the world so no peer stays blocked. */
 wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,

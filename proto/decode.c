@@ -16,6 +16,7 @@
 #include <msgpack.h>
 
 #include "proto.h"
+#include "proto_check.h"
 
 /* Where messages go. */
 typedef struct dec {
@@ -468,6 +469,258 @@ static wf_status_t decode_reconfigure(dec_t *d, const msgpack_object *args,
     return WF_OK;
 }
 
+/* ---- resident models (PROTOCOL.md section 12) ---- */
+
+/* A str field checked by one of proto_check.h's rules and copied into a
+ * buffer of cap bytes (the rule bounds the length below cap). */
+typedef wf_status_t (*str_rule_fn)(const char *s, size_t len, char *err, size_t err_len);
+
+static wf_status_t take_str(dec_t *d, const msgpack_object *o, const char *path,
+                            str_rule_fn rule, char *out, size_t cap)
+{
+    char why[160];
+    if (!o)
+        return fail(d, WF_E_BAD_FIELD, "%s: missing", path);
+    if (o->type != MSGPACK_OBJECT_STR)
+        return fail(d, WF_E_BAD_FIELD, "%s: must be a str, got %s", path, type_name(o));
+    wf_status_t rc = rule(o->via.str.ptr, o->via.str.size, why, sizeof(why));
+    if (rc != WF_OK)
+        return fail(d, rc, "%s: %s", path, why);
+    if (o->via.str.size >= cap) /* the rules bound it; never trust that blindly */
+        return fail(d, WF_E_BAD_FIELD, "%s: too long", path);
+    memcpy(out, o->via.str.ptr, o->via.str.size);
+    out[o->via.str.size] = '\0';
+    return WF_OK;
+}
+
+/* The "blocks" of a packed rule: an array of 1..WF_TP_MAX_BLOCKS uints in
+ * 1..2^32-1 (more entries: WF_E_LIMIT). */
+static wf_status_t decode_blocks(dec_t *d, const msgpack_object *o, const char *glob,
+                                 wf_tp_rule_t *r)
+{
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return fail(d, WF_E_BAD_FIELD, "args.tp_plan[\"%s\"].blocks: must be an array, got %s",
+                    glob, type_name(o));
+    uint32_t n = o->via.array.size;
+    if (n > WF_TP_MAX_BLOCKS)
+        return fail(d, WF_E_LIMIT, "args.tp_plan[\"%s\"].blocks: %u blocks, limit %d", glob,
+                    n, WF_TP_MAX_BLOCKS);
+    for (uint32_t b = 0; b < n; b++) {
+        uint64_t u;
+        if (!as_uint(&o->via.array.ptr[b], &u) || u == 0 || u > UINT32_MAX)
+            return fail(d, WF_E_BAD_FIELD,
+                        "args.tp_plan[\"%s\"].blocks[%u]: must be an integer in 1..%u",
+                        glob, b, UINT32_MAX);
+        r->blocks[b] = (uint32_t)u;
+    }
+    r->n_blocks = n;
+    return WF_OK;
+}
+
+/* "tp_plan": {glob: style | {"style": style, "blocks": [..]}, ...}, at
+ * most WF_TP_MAX_RULES rules, in map order. */
+static wf_status_t decode_plan(dec_t *d, const msgpack_object *o, wf_load_model_args_t *a)
+{
+    static const char *const names[] = { "style", "blocks" };
+    char why[160], buf[40];
+    wf_status_t rc;
+
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_BAD_FIELD, "args.tp_plan: must be a map, got %s", type_name(o));
+    uint32_t n = o->via.map.size;
+    if (n > WF_TP_MAX_RULES)
+        return fail(d, WF_E_LIMIT, "args.tp_plan: %u rules, limit %d", n, WF_TP_MAX_RULES);
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+        wf_tp_rule_t *r = &a->plan[i];
+        if (k->type != MSGPACK_OBJECT_STR)
+            return fail(d, WF_E_BAD_FIELD, "args.tp_plan: key #%u is a %s, globs must be str",
+                        i, type_name(k));
+        if ((rc = wf_check_tp_glob(k->via.str.ptr, k->via.str.size, why, sizeof(why))) !=
+            WF_OK)
+            return fail(d, rc, "args.tp_plan: key \"%s\": %s", excerpt(k, buf), why);
+        memcpy(r->glob, k->via.str.ptr, k->via.str.size);
+        r->glob[k->via.str.size] = '\0';
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(a->plan[j].glob, r->glob) == 0)
+                return fail(d, WF_E_BAD_FIELD, "args.tp_plan: duplicate glob \"%s\"",
+                            r->glob);
+
+        const msgpack_object *style = v, *blocks = NULL;
+        if (v->type == MSGPACK_OBJECT_MAP) {
+            const msgpack_object *f[2];
+            char path[WF_TP_GLOB_MAX + 24];
+            snprintf(path, sizeof(path), "args.tp_plan[\"%s\"]", r->glob);
+            if ((rc = map_fields(d, v, path, names, 2, f)) != WF_OK)
+                return rc;
+            if (!f[0])
+                return fail(d, WF_E_BAD_FIELD, "%s.style: missing", path);
+            style = f[0];
+            blocks = f[1];
+        } else if (v->type != MSGPACK_OBJECT_STR) {
+            return fail(d, WF_E_BAD_FIELD,
+                        "args.tp_plan[\"%s\"]: must be a style str or a map, got %s",
+                        r->glob, type_name(v));
+        }
+        if (style->type != MSGPACK_OBJECT_STR)
+            return fail(d, WF_E_BAD_FIELD, "args.tp_plan[\"%s\"].style: must be a str, got %s",
+                        r->glob, type_name(style));
+        if (!wf_tp_style_parse(style->via.str.ptr, style->via.str.size, &r->style))
+            return fail(d, WF_E_BAD_FIELD,
+                        "args.tp_plan[\"%s\"]: unknown style \"%s\" (replicated, colwise, "
+                        "rowwise, packed_colwise, packed_rowwise)", r->glob,
+                        excerpt(style, buf));
+        if (blocks && (rc = decode_blocks(d, blocks, r->glob, r)) != WF_OK)
+            return rc;
+        /* blocks required for, and only allowed with, the packed styles */
+        if ((rc = wf_check_tp_rule(r, why, sizeof(why))) != WF_OK)
+            return fail(d, rc, "args.tp_plan[\"%s\"]: %s", r->glob, why);
+        a->n_plan = i + 1;
+    }
+    return WF_OK;
+}
+
+/* Ops without tensors refuse any. */
+static wf_status_t no_tensors(dec_t *d, const wf_request_t *req)
+{
+    if (req->n_tensors > 0)
+        return fail(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
+                    req->op, req->n_tensors);
+    return WF_OK;
+}
+
+static wf_status_t decode_load_model(dec_t *d, const msgpack_object *args,
+                                     wf_request_t *req)
+{
+    static const char *const names[] = { "name", "path", "tp_plan",
+                                         "weights_already_sharded" };
+    const msgpack_object *f[4] = { NULL, NULL, NULL, NULL };
+    wf_load_model_args_t *a = &req->args.load_model;
+    wf_status_t rc;
+
+    if (args && (rc = map_fields(d, args, "args", names, 4, f)) != WF_OK)
+        return rc;
+    if ((rc = take_str(d, f[0], "args.name", wf_check_model_name, a->name,
+                       sizeof(a->name))) != WF_OK ||
+        (rc = take_str(d, f[1], "args.path", wf_check_model_path, a->path,
+                       sizeof(a->path))) != WF_OK)
+        return rc;
+    if (f[2] && (rc = decode_plan(d, f[2], a)) != WF_OK)
+        return rc;
+    if (f[3]) {
+        if (f[3]->type != MSGPACK_OBJECT_BOOLEAN)
+            return fail(d, WF_E_BAD_FIELD, "args.weights_already_sharded: must be a bool, got %s",
+                        type_name(f[3]));
+        a->weights_already_sharded = f[3]->via.boolean;
+    }
+    return no_tensors(d, req);
+}
+
+static wf_status_t decode_unload_model(dec_t *d, const msgpack_object *args,
+                                       wf_request_t *req)
+{
+    static const char *const names[] = { "name" };
+    const msgpack_object *f[1] = { NULL };
+    wf_unload_model_args_t *a = &req->args.unload_model;
+    wf_status_t rc;
+
+    if (args && (rc = map_fields(d, args, "args", names, 1, f)) != WF_OK)
+        return rc;
+    if ((rc = take_str(d, f[0], "args.name", wf_check_model_name, a->name,
+                       sizeof(a->name))) != WF_OK)
+        return rc;
+    return no_tensors(d, req);
+}
+
+/* The inputs of a FLUX forward, in wf_flux_inputs_t's order, with their
+ * ranks and (for messages) their dims. */
+enum { FWD_HS, FWD_EHS, FWD_POOLED, FWD_T, FWD_IMG, FWD_TXT, FWD_GUIDANCE, FWD_N };
+static const char *const fwd_names[FWD_N] = {
+    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
+    "img_ids", "txt_ids", "guidance"
+};
+static const int fwd_ranks[FWD_N] = { 3, 3, 2, 1, 2, 2, 1 };
+static const char *const fwd_dims[FWD_N] = {
+    "(B, S_img, in_channels)", "(B, S_txt, joint_attention_dim)",
+    "(B, pooled_projection_dim)", "(B)", "(S_img, n_axes)", "(S_txt, n_axes)", "(B)"
+};
+
+static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_request_t *req)
+{
+    static const char *const names[] = { "model", "out_dtype" };
+    const msgpack_object *f[2] = { NULL, NULL };
+    wf_forward_args_t *a = &req->args.forward;
+    wf_status_t rc;
+    char buf[40];
+
+    if (args && (rc = map_fields(d, args, "args", names, 2, f)) != WF_OK)
+        return rc;
+    if ((rc = take_str(d, f[0], "args.model", wf_check_model_name, a->model,
+                       sizeof(a->model))) != WF_OK)
+        return rc;
+    if (f[1]) {
+        if (f[1]->type != MSGPACK_OBJECT_STR)
+            return fail(d, WF_E_BAD_FIELD, "args.out_dtype: must be a str, got %s",
+                        type_name(f[1]));
+        if (!wf_dtype_parse(f[1]->via.str.ptr, f[1]->via.str.size, &a->out_dtype))
+            return fail(d, WF_E_BAD_DTYPE, "args.out_dtype: unknown dtype \"%s\"",
+                        excerpt(f[1], buf));
+        a->has_out_dtype = true;
+    }
+
+    int idx[FWD_N];
+    for (int i = 0; i < FWD_N; i++) {
+        idx[i] = find_tensor(req, fwd_names[i]);
+        if (idx[i] < 0 && i != FWD_GUIDANCE)
+            return fail(d, WF_E_BAD_FIELD, "tensors: no tensor named \"%s\"", fwd_names[i]);
+    }
+    for (uint32_t t = 0; t < req->n_tensors; t++) {
+        int i = 0;
+        while (i < FWD_N && idx[i] != (int)t)
+            i++;
+        if (i == FWD_N)
+            return fail(d, WF_E_BAD_ARGUMENT,
+                        "tensors[%u]: unexpected tensor \"%s\" (forward takes hidden_states, "
+                        "encoder_hidden_states, pooled_projections, timestep, img_ids, "
+                        "txt_ids, guidance)", t, req->tensors[t].name);
+    }
+    for (int i = 0; i < FWD_N; i++)
+        if (idx[i] >= 0 && req->tensors[idx[i]].rank != fwd_ranks[i])
+            return fail(d, WF_E_BAD_ARGUMENT, "%s: rank must be %d %s, got %d", fwd_names[i],
+                        fwd_ranks[i], fwd_dims[i], req->tensors[idx[i]].rank);
+    const wf_tensor_desc_t *hs = &req->tensors[idx[FWD_HS]];
+    const wf_tensor_desc_t *ehs = &req->tensors[idx[FWD_EHS]];
+    const wf_tensor_desc_t *img = &req->tensors[idx[FWD_IMG]];
+    const wf_tensor_desc_t *txt = &req->tensors[idx[FWD_TXT]];
+    static const int batched[] = { FWD_EHS, FWD_POOLED, FWD_T, FWD_GUIDANCE };
+    for (size_t j = 0; j < sizeof(batched) / sizeof(batched[0]); j++) {
+        int i = batched[j];
+        if (idx[i] >= 0 && req->tensors[idx[i]].shape[0] != hs->shape[0])
+            return fail(d, WF_E_BAD_ARGUMENT, "batch of %s (%lld) and hidden_states (%lld) differ",
+                        fwd_names[i], (long long)req->tensors[idx[i]].shape[0],
+                        (long long)hs->shape[0]);
+    }
+    if (img->shape[0] != hs->shape[1])
+        return fail(d, WF_E_BAD_ARGUMENT,
+                    "img_ids has %lld rows, hidden_states %lld tokens (S_img)",
+                    (long long)img->shape[0], (long long)hs->shape[1]);
+    if (txt->shape[0] != ehs->shape[1])
+        return fail(d, WF_E_BAD_ARGUMENT,
+                    "txt_ids has %lld rows, encoder_hidden_states %lld tokens (S_txt)",
+                    (long long)txt->shape[0], (long long)ehs->shape[1]);
+    if (img->shape[1] != txt->shape[1])
+        return fail(d, WF_E_BAD_ARGUMENT, "img_ids has %lld axes, txt_ids %lld (n_axes)",
+                    (long long)img->shape[1], (long long)txt->shape[1]);
+    a->hidden_states = idx[FWD_HS];
+    a->encoder_hidden_states = idx[FWD_EHS];
+    a->pooled_projections = idx[FWD_POOLED];
+    a->timestep = idx[FWD_T];
+    a->img_ids = idx[FWD_IMG];
+    a->txt_ids = idx[FWD_TXT];
+    a->guidance = idx[FWD_GUIDANCE];
+    return WF_OK;
+}
+
 static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
                                       const wf_limits_t *lim, wf_request_t *req)
 {
@@ -509,8 +762,7 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     if (!as_uint(f[2], &u))
         return fail(d, WF_E_BAD_FIELD, "op: must be an unsigned integer, got %s",
                     type_name(f[2]));
-    if (u != WF_OP_HELLO && u != WF_OP_STATUS && u != WF_OP_ATTENTION &&
-        u != WF_OP_RECONFIGURE)
+    if (u < WF_OP_HELLO || u > WF_OP_FORWARD)
         return fail(d, WF_E_UNKNOWN_OP, "op: unknown op %llu", (unsigned long long)u);
 
     if (f[3] && (rc = decode_tensors(d, f[3], true, lim->max_tensors,
@@ -524,7 +776,13 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
         return decode_attention(d, f[4], req);
     if (req->op == WF_OP_RECONFIGURE)
         return decode_reconfigure(d, f[4], req);
-    /* hello and status: no arguments, no tensors */
+    if (req->op == WF_OP_LOAD_MODEL)
+        return decode_load_model(d, f[4], req);
+    if (req->op == WF_OP_UNLOAD_MODEL)
+        return decode_unload_model(d, f[4], req);
+    if (req->op == WF_OP_FORWARD)
+        return decode_forward(d, f[4], req);
+    /* hello, status and list_models: no arguments, no tensors */
     if (f[4] && f[4]->via.map.size > 0) {
         char buf[40];
         const msgpack_object *k = &f[4]->via.map.ptr[0].key;
@@ -794,6 +1052,53 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     return WF_OK;
 }
 
+/* One MODEL map (PROTOCOL.md 12.5): the fields of wf_model_info_t. */
+static wf_status_t decode_model_info(dec_t *d, const msgpack_object *m, const char *path,
+                                     wf_model_info_t *mi)
+{
+    if (m->type != MSGPACK_OBJECT_MAP)
+        return fail(d, WF_E_PROTOCOL, "%s: must be a map, got %s", path, type_name(m));
+    TRY(opt_str(d, m, path, "name", mi->name, sizeof(mi->name)));
+    TRY(opt_str(d, m, path, "path", mi->path, sizeof(mi->path)));
+    TRY(opt_str(d, m, path, "family", mi->family, sizeof(mi->family)));
+    TRY(opt_str(d, m, path, "state", mi->state, sizeof(mi->state)));
+    TRY(opt_str(d, m, path, "dtype", mi->dtype, sizeof(mi->dtype)));
+    TRY(opt_u64(d, m, path, "params", &mi->params));
+    TRY(opt_u64(d, m, path, "bytes_total", &mi->bytes_total));
+    TRY(opt_u64(d, m, path, "bytes_loaded", &mi->bytes_loaded));
+    TRY(opt_u64(d, m, path, "host_bytes", &mi->host_bytes));
+    TRY(opt_u64(d, m, path, "rank_bytes", &mi->rank_bytes));
+    TRY(opt_u32(d, m, path, "tp", &mi->tp));
+    TRY(opt_flag_u32(d, m, path, "sharded_input", &mi->sharded_input));
+    TRY(opt_u64(d, m, path, "load_ms", &mi->load_ms));
+    return WF_OK;
+}
+
+/* load_model: {"model": MODEL} (required); list_models: {"models": [MODEL,
+ * ...]} (absent = none; more than WF_MODELS_MAX: the first ones kept). */
+static wf_status_t decode_models_result(dec_t *d, const msgpack_object *r, uint32_t op,
+                                        wf_models_result_t *res)
+{
+    const msgpack_object *x;
+    if (op == WF_OP_LOAD_MODEL) {
+        if (!(x = map_get(r, "model")))
+            return fail(d, WF_E_PROTOCOL, "result.model: missing");
+        TRY(decode_model_info(d, x, "result.model", &res->models[0]));
+        res->n = 1;
+        return WF_OK;
+    }
+    if (!(x = map_get(r, "models")))
+        return WF_OK;
+    if (x->type != MSGPACK_OBJECT_ARRAY)
+        return fail(d, WF_E_PROTOCOL, "result.models: must be an array, got %s",
+                    type_name(x));
+    uint32_t n = x->via.array.size < WF_MODELS_MAX ? x->via.array.size : WF_MODELS_MAX;
+    for (uint32_t i = 0; i < n; i++)
+        TRY(decode_model_info(d, &x->via.array.ptr[i], "result.models[]", &res->models[i]));
+    res->n = n;
+    return WF_OK;
+}
+
 static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_t *rep)
 {
     const msgpack_object *x;
@@ -837,10 +1142,17 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
     case WF_OP_HELLO: return decode_hello_result(d, x, &rep->result.hello);
     case WF_OP_STATUS: return decode_status_result(d, x, &rep->result.status);
     case WF_OP_ATTENTION:
-        TRY(opt_u64(d, x, "result", "queue_us", &rep->result.attention.queue_us));
-        TRY(opt_u64(d, x, "result", "compute_us", &rep->result.attention.compute_us));
-        TRY(opt_u32(d, x, "result", "devices", &rep->result.attention.devices));
+    case WF_OP_FORWARD: {
+        wf_attention_result_t *a = rep->op == WF_OP_FORWARD ? &rep->result.forward
+                                                            : &rep->result.attention;
+        TRY(opt_u64(d, x, "result", "queue_us", &a->queue_us));
+        TRY(opt_u64(d, x, "result", "compute_us", &a->compute_us));
+        TRY(opt_u32(d, x, "result", "devices", &a->devices));
         return WF_OK;
+    }
+    case WF_OP_LOAD_MODEL:
+    case WF_OP_LIST_MODELS:
+        return decode_models_result(d, x, rep->op, &rep->result.models);
     case WF_OP_RECONFIGURE:
         TRY(opt_u64(d, x, "result", "epoch", &rep->result.reconfigure.epoch));
         return opt_mesh(d, x, "result", &rep->result.reconfigure.mesh);

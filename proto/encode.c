@@ -176,6 +176,51 @@ static void put_mesh(enc_t *e, const wf_mesh_degrees_t *m)
     put_key_uint(e, "tp", m->tp);
 }
 
+/* A fixed char array holding a C string (NUL inside the array). */
+static bool fixstr_ok(const char *s, size_t cap)
+{
+    return strnlen(s, cap) < cap;
+}
+
+/* load_model arguments the wire can carry. Only representability: the
+ * field rules of PROTOCOL.md 12.1 (name bytes, relative path, plan
+ * semantics) are the daemon's to refuse, with its codes and messages. */
+static bool load_model_ok(const wf_load_model_args_t *a)
+{
+    if (!fixstr_ok(a->name, sizeof(a->name)) || !fixstr_ok(a->path, sizeof(a->path)) ||
+        a->n_plan > WF_TP_MAX_RULES)
+        return false;
+    for (uint32_t i = 0; i < a->n_plan; i++) {
+        const wf_tp_rule_t *r = &a->plan[i];
+        if (!fixstr_ok(r->glob, sizeof(r->glob)) || !wf_tp_style_name(r->style) ||
+            r->n_blocks > WF_TP_MAX_BLOCKS)
+            return false;
+    }
+    return true;
+}
+
+/* "tp_plan": a rule without blocks as its style str, a rule with blocks
+ * (packed, or a wrong one the daemon will refuse) as {"style", "blocks"}. */
+static void put_plan(enc_t *e, uint32_t n, const wf_tp_rule_t *plan)
+{
+    put_str(e, "tp_plan");
+    e->failed |= msgpack_pack_map(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const wf_tp_rule_t *r = &plan[i];
+        put_str(e, r->glob);
+        if (r->n_blocks == 0) {
+            put_str(e, wf_tp_style_name(r->style));
+            continue;
+        }
+        e->failed |= msgpack_pack_map(&e->pk, 2);
+        put_key_str(e, "style", wf_tp_style_name(r->style));
+        put_str(e, "blocks");
+        e->failed |= msgpack_pack_array(&e->pk, r->n_blocks);
+        for (uint32_t b = 0; b < r->n_blocks; b++)
+            e->failed |= msgpack_pack_uint64(&e->pk, r->blocks[b]);
+    }
+}
+
 wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
 {
     if (!req || !out || !descs_ok(req->n_tensors, req->tensors))
@@ -192,11 +237,24 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     if (recon && !(degree_ok(m->dp) && degree_ok(m->ring) && degree_ok(m->ulysses) &&
                    degree_ok(m->tp)))
         return WF_E_INVALID;
+    const wf_load_model_args_t *lm = &req->args.load_model;
+    const wf_forward_args_t *fw = &req->args.forward;
+    bool load = req->op == WF_OP_LOAD_MODEL;
+    bool unload = req->op == WF_OP_UNLOAD_MODEL;
+    bool fwd = req->op == WF_OP_FORWARD;
+    if (load && !load_model_ok(lm))
+        return WF_E_INVALID;
+    if (unload && !fixstr_ok(req->args.unload_model.name,
+                             sizeof(req->args.unload_model.name)))
+        return WF_E_INVALID;
+    if (fwd && (!fixstr_ok(fw->model, sizeof(fw->model)) ||
+                (fw->has_out_dtype && !wf_dtype_name(fw->out_dtype))))
+        return WF_E_INVALID;
 
     enc_t e = { .failed = 0 };
     size_t start = out->len;
     msgpack_packer_init(&e.pk, out, buf_write);
-    uint32_t n = 3 + (req->n_tensors > 0) + (attn || recon);
+    uint32_t n = 3 + (req->n_tensors > 0) + (attn || recon || load || unload || fwd);
     e.failed |= msgpack_pack_map(&e.pk, n);
     /* a zeroed version means "the one this library speaks" */
     put_key_uint(&e, "v", req->version ? req->version : WF_PROTOCOL_VERSION);
@@ -233,6 +291,30 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     if (recon) {
         put_str(&e, "args");
         put_mesh(&e, m);
+    }
+    if (load) {
+        /* the plan and the flag only when set: absent is the default */
+        put_str(&e, "args");
+        e.failed |= msgpack_pack_map(&e.pk, 2 + (lm->n_plan > 0) +
+                                                lm->weights_already_sharded);
+        put_key_str(&e, "name", lm->name);
+        put_key_str(&e, "path", lm->path);
+        if (lm->n_plan > 0)
+            put_plan(&e, lm->n_plan, lm->plan);
+        if (lm->weights_already_sharded)
+            put_key_bool(&e, "weights_already_sharded", true);
+    }
+    if (unload) {
+        put_str(&e, "args");
+        e.failed |= msgpack_pack_map(&e.pk, 1);
+        put_key_str(&e, "name", req->args.unload_model.name);
+    }
+    if (fwd) {
+        put_str(&e, "args");
+        e.failed |= msgpack_pack_map(&e.pk, 1 + fw->has_out_dtype);
+        put_key_str(&e, "model", fw->model);
+        if (fw->has_out_dtype)
+            put_key_str(&e, "out_dtype", wf_dtype_name(fw->out_dtype));
     }
     return finish(&e, out, start);
 }
@@ -312,6 +394,25 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
     }
 }
 
+/* MODEL (section 12.5): every field of wf_model_info_t under its name. */
+static void put_model(enc_t *e, const wf_model_info_t *m)
+{
+    e->failed |= msgpack_pack_map(&e->pk, 13);
+    put_key_fixstr(e, "name", m->name, sizeof(m->name));
+    put_key_fixstr(e, "path", m->path, sizeof(m->path));
+    put_key_fixstr(e, "family", m->family, sizeof(m->family));
+    put_key_fixstr(e, "state", m->state, sizeof(m->state));
+    put_key_fixstr(e, "dtype", m->dtype, sizeof(m->dtype));
+    put_key_uint(e, "params", m->params);
+    put_key_uint(e, "bytes_total", m->bytes_total);
+    put_key_uint(e, "bytes_loaded", m->bytes_loaded);
+    put_key_uint(e, "host_bytes", m->host_bytes);
+    put_key_uint(e, "rank_bytes", m->rank_bytes);
+    put_key_uint(e, "tp", m->tp);
+    put_key_bool(e, "sharded_input", m->sharded_input != 0);
+    put_key_uint(e, "load_ms", m->load_ms);
+}
+
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
 {
     if (!rep || !out || !descs_ok(rep->n_tensors, rep->tensors))
@@ -319,7 +420,9 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
     bool ok = rep->status == WF_OK;
     bool has_result = ok && (rep->op == WF_OP_HELLO || rep->op == WF_OP_STATUS ||
                              rep->op == WF_OP_ATTENTION ||
-                             rep->op == WF_OP_RECONFIGURE);
+                             rep->op == WF_OP_RECONFIGURE ||
+                             rep->op == WF_OP_LOAD_MODEL ||
+                             rep->op == WF_OP_LIST_MODELS || rep->op == WF_OP_FORWARD);
 
     enc_t e = { .failed = 0 };
     size_t start = out->len;
@@ -348,12 +451,32 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
             put_str(&e, "mesh");
             put_mesh(&e, &rep->result.reconfigure.mesh);
             break;
-        default:
-            e.failed |= msgpack_pack_map(&e.pk, 3);
-            put_key_uint(&e, "queue_us", rep->result.attention.queue_us);
-            put_key_uint(&e, "compute_us", rep->result.attention.compute_us);
-            put_key_uint(&e, "devices", rep->result.attention.devices);
+        case WF_OP_LOAD_MODEL:
+            e.failed |= msgpack_pack_map(&e.pk, 1);
+            put_str(&e, "model");
+            put_model(&e, &rep->result.models.models[0]);
             break;
+        case WF_OP_LIST_MODELS: {
+            uint32_t nm = rep->result.models.n < WF_MODELS_MAX ? rep->result.models.n
+                                                               : WF_MODELS_MAX;
+            e.failed |= msgpack_pack_map(&e.pk, 1);
+            put_str(&e, "models");
+            e.failed |= msgpack_pack_array(&e.pk, nm);
+            for (uint32_t i = 0; i < nm; i++)
+                put_model(&e, &rep->result.models.models[i]);
+            break;
+        }
+        default: {
+            /* attention and forward */
+            const wf_attention_result_t *a = rep->op == WF_OP_FORWARD
+                                                 ? &rep->result.forward
+                                                 : &rep->result.attention;
+            e.failed |= msgpack_pack_map(&e.pk, 3);
+            put_key_uint(&e, "queue_us", a->queue_us);
+            put_key_uint(&e, "compute_us", a->compute_us);
+            put_key_uint(&e, "devices", a->devices);
+            break;
+        }
         }
     }
     return finish(&e, out, start);

@@ -210,7 +210,8 @@ wf_status_t wf_msgpack_prevalidate(const void *data, size_t len,
  * overflow-checked products, nbytes <= lim->max_tensor_bytes, frames a
  * permutation of 0..n-1, unique names) and the op's arguments (attention:
  * tensors named q, k, v of rank 4, consistent B / D / Skv, Hkv dividing Hq,
- * no other tensors).
+ * no other tensors; load_model / unload_model / forward: the rules of the
+ * args structs above, PROTOCOL.md section 12).
  * *req is always written: on failure req->id and req->op hold what could
  * be read (0 otherwise) so that the error reply can echo them. The message
  * goes to err (may be NULL). */
@@ -237,15 +238,24 @@ wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
  * scale / out_dtype only when has_scale / has_out_dtype, devices only
  * when != 0, rotate_method and the wf_opt_t flags only when not DEFAULT
  * (args.attention.q / k / v are not read: names identify the tensors);
- * for reconfigure all four degrees. Appends to out. Returns WF_OK,
- * WF_E_INVALID (bad descriptor, frames not < n_tensors, too many tensors,
- * an option value outside its enum, a degree outside
- * 1..WF_PROTO_MAX_DEGREE) or WF_E_NOMEM. */
+ * for reconfigure all four degrees; for load_model tp_plan only when
+ * n_plan > 0 (a rule without blocks as its style str) and
+ * weights_already_sharded only when true; for forward out_dtype only when
+ * has_out_dtype (the tensor indices are not read). Appends to out.
+ * Returns WF_OK, WF_E_INVALID (bad descriptor, frames not < n_tensors,
+ * too many tensors, an option value outside its enum, a degree outside
+ * 1..WF_PROTO_MAX_DEGREE; for the model ops a name, path or glob without
+ * its NUL inside its array, more than WF_TP_MAX_RULES rules, a style
+ * outside wf_tp_style_t, more than WF_TP_MAX_BLOCKS blocks) or
+ * WF_E_NOMEM. The field rules of PROTOCOL.md section 12 (name bytes,
+ * relative path, plan semantics) are the decoder's: the encoder sends
+ * what it is given, so that the daemon refuses it with its own code. */
 wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out);
 
 /* Encode a reply header (daemon side): the common fields, the output
  * tensor descriptors and the result of the op (rep->result is read for
- * op hello / status / attention / reconfigure when status == WF_OK).
+ * op hello / status / attention / reconfigure / load_model (models[0]) /
+ * list_models / forward when status == WF_OK; unload_model has none).
  * Appends to out. */
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out);
 

@@ -1,8 +1,11 @@
-/* status.c — names and messages of status codes, dtype facts.
- * Shared by libweft and weftd (both link weft_proto). */
+/* status.c — names and messages of status codes, dtype facts, tp style
+ * names. Shared by libweft and weftd (both link weft_proto). */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "proto.h"
 #include "weft.h"
 
 const char *wf_status_name(wf_status_t s)
@@ -54,7 +57,7 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_QUEUE_FULL: return "job queue is full";
     case WF_E_NO_MEMORY: return "job does not fit in device memory";
     case WF_E_SHUTTING_DOWN: return "daemon is shutting down";
-    case WF_E_BUSY: return "another reconfiguration is running";
+    case WF_E_BUSY: return "another reconfiguration or model load is running";
     case WF_E_NOT_COORDINATOR: return "this daemon is a cluster member; submit to the coordinator";
     case WF_E_UNAVAILABLE: return "the cluster cannot serve now";
     case WF_E_INTERNAL: return "internal error in the daemon";
@@ -89,6 +92,35 @@ const char *wf_dtype_name(wf_dtype_t dt)
     case WF_DTYPE_BF16: return "bf16";
     }
     return NULL;
+}
+
+const char *wf_tp_style_name(wf_tp_style_t s)
+{
+    switch (s) {
+    case WF_TP_REPLICATED: return "replicated";
+    case WF_TP_COLWISE: return "colwise";
+    case WF_TP_ROWWISE: return "rowwise";
+    case WF_TP_PACKED_COLWISE: return "packed_colwise";
+    case WF_TP_PACKED_ROWWISE: return "packed_rowwise";
+    }
+    return NULL;
+}
+
+bool wf_tp_style_parse(const char *name, size_t len, wf_tp_style_t *ret_style)
+{
+    static const wf_tp_style_t all[] = { WF_TP_REPLICATED, WF_TP_COLWISE,
+                                         WF_TP_ROWWISE, WF_TP_PACKED_COLWISE,
+                                         WF_TP_PACKED_ROWWISE };
+    if (!name)
+        return false;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        const char *n = wf_tp_style_name(all[i]);
+        if (strlen(n) == len && memcmp(n, name, len) == 0) {
+            *ret_style = all[i];
+            return true;
+        }
+    }
+    return false;
 }
 
 int64_t wf_tensor_numel(const wf_tensor_t *t)

@@ -1,5 +1,5 @@
 /* test_cluster_jobs.c — jobs across daemons end to end: three real weftd
- * processes (cpu:2 each) on loopback (127.0.0.1 only) form one world of
+ * processes (cpu:2 each) on loopback (data planes on 127.0.0.1, .2 and .3) form one world of
  * 6 ranks whose mesh groups span the processes; clients submit to the
  * coordinator only. Every wait is an event wait with a deadline (pidfd,
  * the sd_notify socket, the client's reply).
@@ -116,7 +116,13 @@ static bool node_start(node_t *d, const char *weftd, const char *name)
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     d->reading = pthread_create(&d->reader, NULL, notify_reader, d) == 0;
+    /* each node's data plane on its own loopback address (data_address):
+     * jobs only work if peers connect to what each node announces */
+    static int started;
+    char data_addr[32];
+    snprintf(data_addr, sizeof data_addr, "127.0.0.%d", 1 + started++ % 3);
     const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
+                           "--data-address", data_addr,
                            "--mesh", "ring=6", "--coordinator", coordinator,
                            "--nodes", "3", "--node-name", name,
                            "--cluster-timeout-ms", CLUSTER_TIMEOUT,

@@ -9,7 +9,8 @@
  * verdicts and messages, the load balance of the zigzag plan (visible score
  * elements per ring rank), workspace guards, and an error on one rank
  * reaching the others as an abort instead of a hang; and the mixed mode: a
- * backend on "device" memory (staged through copies) behind the host comm.
+ * backend on "device" memory (staged through copies) behind the host comm;
+ * local mode (every rank its own shard) bit-identical to the root mode.
  * WF_TEST_QUICK=1 thins the grid (for the sanitizers). */
 #include "cp_attention.h"
 #include "comm_host.h"
@@ -95,6 +96,9 @@ typedef struct tdata {
     float *lse;                /* (B, Sq, Hq) */
     wf_comm_host_world_t *w;   /* the world */
     int short_rank;            /* rank given a short workspace, or -1 */
+    bool local;                /* local mode: the per-rank buffers below */
+    unsigned char **lq, **lk, **lv, **lout; /* per world rank: own shards */
+    float **llse;              /* per world rank: own lse rows */
 } tdata_t;
 
 typedef struct trank {
@@ -299,7 +303,14 @@ static void *rank_main(void *arg)
         job.hq_begin = hb;
         job.hq_end = hb + hl;
     }
-    if (co.ring == 0 && co.ulysses == 0) { /* the slice's root */
+    if (t->d->local) { /* every rank: its own shard */
+        job.local = true;
+        job.q = t->d->lq[t->rank];
+        job.k = t->d->lk[t->rank];
+        job.v = t->d->lv[t->rank];
+        job.out = t->d->lout[t->rank];
+        job.lse = c->lse ? t->d->llse[t->rank] : NULL;
+    } else if (co.ring == 0 && co.ulysses == 0) { /* the slice's root */
         job.q = t->d->q;
         job.k = t->d->k;
         job.v = t->d->v;
@@ -691,6 +702,161 @@ static void test_staged(void)
            staged_calls);
 }
 
+/* ---- local mode ------------------------------------------------------------------ */
+
+/* Run case c in local mode (T = 1: world rank = seq index) and check each
+ * rank's out / lse rows bit for bit against the root mode's full outputs
+ * at the rows of its seq shard (wf_cp_attention_segments). */
+static int run_local_case(const tcase_t *c)
+{
+    const int N = c->R * c->U;
+    const int64_t row = c->Hq * c->D, rowkv = c->Hkv * c->D;
+    const size_t ei = dsize(c->in), eo = dsize(c->out);
+    size_t nq = (size_t)(c->B * c->Sq * row), nkv = (size_t)(c->B * c->Skv * rowkv);
+    size_t nl = (size_t)(c->B * c->Sq * c->Hq);
+    int fails_before = (int)failures;
+    float *qf, *kf, *vf;
+    unsigned char *qb = make_input(nq, c->in, 2.0f, &qf);
+    unsigned char *kb = make_input(nkv, c->in, 1.0f, &kf);
+    unsigned char *vb = make_input(nkv, c->in, 1.0f, &vf);
+    unsigned char *outb = calloc(nq * eo + 1, 1);
+    float *lse = calloc(nl, sizeof(float));
+    tdata_t d = {.c = c, .q = qb + 1, .k = kb + 1, .v = vb + 1, .out = outb + 1, .lse = lse,
+                 .short_rank = -1};
+    wf_cp_job_t j = {.B = c->B, .Sq = c->Sq, .Skv = c->Skv, .Hq = c->Hq, .Hkv = c->Hkv,
+                     .D = c->D, .hq_begin = 0, .hq_end = c->Hq, .scale = 1.0f,
+                     .causal = c->causal, .ring_anything = c->ring_any,
+                     .ulysses_anything = c->uly_any, .load_balance = c->lb, .local = true};
+    wf_cp_seg_t qs[WF_CP_MAX_SEGS * 64], ks[WF_CP_MAX_SEGS * 64];
+    int nqs[64], nks[64];
+    unsigned char *lq[64], *lk[64], *lv[64], *lo[64];
+    float *ll[64];
+    int64_t lqn[64], lkn[64];
+    for (int phase = 0; phase < 2; phase++) {
+        d.local = phase == 1;
+        if (d.local) {
+            /* each rank's rows of q and k / v, in segment order */
+            for (int i = 0; i < N; i++) {
+                CHECK(wf_cp_attention_segments(&j, c->R, c->U, i, false, false,
+                                               qs + i * WF_CP_MAX_SEGS, &nqs[i]) == WF_OK &&
+                          wf_cp_attention_segments(&j, c->R, c->U, i, false, true,
+                                                   ks + i * WF_CP_MAX_SEGS, &nks[i]) == WF_OK,
+                      "segments of rank %d", i);
+                lqn[i] = lkn[i] = 0;
+                for (int k = 0; k < nqs[i]; k++)
+                    lqn[i] += qs[i * WF_CP_MAX_SEGS + k].len;
+                for (int k = 0; k < nks[i]; k++)
+                    lkn[i] += ks[i * WF_CP_MAX_SEGS + k].len;
+                lq[i] = malloc((size_t)(c->B * lqn[i] * row) * ei + 1);
+                lk[i] = malloc((size_t)(c->B * lkn[i] * rowkv) * ei + 1);
+                lv[i] = malloc((size_t)(c->B * lkn[i] * rowkv) * ei + 1);
+                lo[i] = malloc((size_t)(c->B * lqn[i] * row) * eo + 1);
+                ll[i] = malloc((size_t)(c->B * lqn[i] * c->Hq) * sizeof(float) + 4);
+                memset(lo[i], 0x5a, (size_t)(c->B * lqn[i] * row) * eo + 1);
+                for (int64_t b = 0; b < c->B; b++) {
+                    for (int k = 0; k < nqs[i]; k++) {
+                        const wf_cp_seg_t *g = &qs[i * WF_CP_MAX_SEGS + k];
+                        memcpy(lq[i] + 1 + (size_t)((b * lqn[i] + g->local) * row) * ei,
+                               d.q + (size_t)((b * c->Sq + g->start) * row) * ei,
+                               (size_t)(g->len * row) * ei);
+                    }
+                    for (int k = 0; k < nks[i]; k++) {
+                        const wf_cp_seg_t *g = &ks[i * WF_CP_MAX_SEGS + k];
+                        size_t at = (size_t)((b * c->Skv + g->start) * rowkv) * ei;
+                        size_t to = (size_t)((b * lkn[i] + g->local) * rowkv) * ei;
+                        memcpy(lk[i] + 1 + to, d.k + at, (size_t)(g->len * rowkv) * ei);
+                        memcpy(lv[i] + 1 + to, d.v + at, (size_t)(g->len * rowkv) * ei);
+                    }
+                }
+                lq[i]++; lk[i]++; lv[i]++; lo[i]++; /* odd addresses */
+            }
+            d.lq = lq;
+            d.lk = lk;
+            d.lv = lv;
+            d.lout = lo;
+            d.llse = ll;
+        }
+        CHECK(wf_comm_host_world_new(N, &d.w) == WF_OK, "world");
+        trank_t *t = calloc((size_t)N, sizeof *t);
+        for (int i = 0; i < N; i++) {
+            t[i] = (trank_t){.d = &d, .rank = i};
+            CHECK(pthread_create(&t[i].tid, NULL, rank_main, &t[i]) == 0, "thread");
+        }
+        for (int i = 0; i < N; i++)
+            pthread_join(t[i].tid, NULL);
+        wf_comm_host_world_unref(&d.w);
+        for (int i = 0; i < N; i++)
+            CHECK(t[i].setup_ok && t[i].guard_ok && t[i].st == WF_OK,
+                  "%s mode rank %d: %d", d.local ? "local" : "root", i, (int)t[i].st);
+        free(t);
+    }
+    /* every rank's rows equal the root mode's, bit for bit */
+    long bad = 0;
+    for (int i = 0; i < N; i++) {
+        for (int64_t b = 0; b < c->B; b++)
+            for (int k = 0; k < nqs[i]; k++) {
+                const wf_cp_seg_t *g = &qs[i * WF_CP_MAX_SEGS + k];
+                bad += memcmp(lo[i] + (size_t)((b * lqn[i] + g->local) * row) * eo,
+                              d.out + (size_t)((b * c->Sq + g->start) * row) * eo,
+                              (size_t)(g->len * row) * eo) != 0;
+                if (c->lse)
+                    bad += memcmp(ll[i] + (b * lqn[i] + g->local) * c->Hq,
+                                  lse + (b * c->Sq + g->start) * c->Hq,
+                                  (size_t)(g->len * c->Hq) * sizeof(float)) != 0;
+            }
+        free(lq[i] - 1);
+        free(lk[i] - 1);
+        free(lv[i] - 1);
+        free(lo[i] - 1);
+        free(ll[i]);
+    }
+    CHECK(bad == 0, "local mode (R%d,U%d) causal=%d lb=%d %s: %ld pieces differ from the "
+          "root mode", c->R, c->U, c->causal, c->lb, dt_name(c->in), bad);
+    free(qb);
+    free(kb);
+    free(vb);
+    free(qf);
+    free(kf);
+    free(vf);
+    free(outb);
+    free(lse);
+    return (int)failures - fails_before;
+}
+
+static void test_local(bool quick)
+{
+    static const int meshes[][2] = {{4, 1}, {1, 4}, {2, 2}, {3, 1}, {1, 3}, {1, 1}};
+    int n = 0, fails = 0;
+    for (int mi = 0; mi < 6; mi++)
+        for (int v = 0; v < 4; v++) {
+            if (quick && v != mi % 4)
+                continue;
+            int R = meshes[mi][0], U = meshes[mi][1];
+            bool even = v < 2;
+            tcase_t c = {.R = R, .U = U, .T = 1, .B = 2, .Sq = even ? 24 : 23,
+                         .Skv = even ? 24 : 23, .Hq = v == 1 ? 8 : 6, .Hkv = v == 1 ? 2 : 6,
+                         .D = 16, .causal = v >= 2, .lb = v == 3,
+                         .rot = v % 2 ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER,
+                         .fp32 = v != 2, .in = v == 0 ? WF_DTYPE_F32 : WF_DTYPE_BF16,
+                         .out = v == 3 ? WF_DTYPE_F16 : WF_DTYPE_F32,
+                         .ring_any = true, .uly_any = true, .lse = v != 1};
+            fails += run_local_case(&c);
+            n++;
+        }
+    /* local mode serves every head */
+    char err[256];
+    wf_cp_job_t j = {.B = 1, .Sq = 8, .Skv = 8, .Hq = 4, .Hkv = 4, .D = 8, .hq_begin = 1,
+                     .hq_end = 4, .scale = 0.3f, .local = true};
+    CHECK(wf_cp_attention_check(&j, 2, 1, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+              strstr(err, "local mode"),
+          "local mode with a head slice: %s", err);
+    j.hq_begin = 0;
+    CHECK(wf_cp_attention_check(&j, 2, 1, err, sizeof err) == WF_OK, "local, all heads: %s",
+          err);
+    printf("local mode: %d cases (ring, ulysses, USP, uneven, GQA, causal, zigzag), every "
+           "rank's rows bit-identical to the root mode's%s\n", n, fails ? " FAILED" : "");
+}
+
 /* One rank with a short workspace fails alone and aborts the world: the
  * others return WF_E_ABORTED instead of waiting forever. */
 static void test_error_aborts(void)
@@ -861,6 +1027,7 @@ int main(void)
     test_slices();
     test_staged();
     test_error_aborts();
+    test_local(quick);
     test_long(quick);
     test_grid(quick);
     printf("worst out error / max|ref| (R > 1 | all cases), lse abs error (R > 1):\n");

@@ -7,6 +7,11 @@
  * several jobs may be in flight on one connection and their replies may
  * come back in any order. A reply for a job that was destroyed is dropped.
  *
+ * Two kinds of calls: jobs with tensors (attention, forward), whose output
+ * frames are checked against the caller's tensors and copied into them,
+ * and simple calls without tensors (hello, status, reconfigure and the
+ * resident-model calls load / unload / list), waited for at once.
+ *
  * The socket uses ZMQ_IMMEDIATE so nothing is queued while no daemon is
  * connected: a send then waits (up to the timeout) instead of leaving
  * borrowed buffers in a queue that may never drain.
@@ -38,8 +43,35 @@ typedef enum job_kind {
     JOB_HELLO,
     JOB_STATUS,
     JOB_ATTENTION,
-    JOB_RECONFIGURE
+    JOB_RECONFIGURE,
+    JOB_LOAD_MODEL,
+    JOB_UNLOAD_MODEL,
+    JOB_LIST_MODELS,
+    JOB_FORWARD
 } job_kind_t;
+
+/* The op each kind of job sends, and expects back. */
+static const uint32_t op_of[] = {
+    [JOB_HELLO] = WF_OP_HELLO,
+    [JOB_STATUS] = WF_OP_STATUS,
+    [JOB_ATTENTION] = WF_OP_ATTENTION,
+    [JOB_RECONFIGURE] = WF_OP_RECONFIGURE,
+    [JOB_LOAD_MODEL] = WF_OP_LOAD_MODEL,
+    [JOB_UNLOAD_MODEL] = WF_OP_UNLOAD_MODEL,
+    [JOB_LIST_MODELS] = WF_OP_LIST_MODELS,
+    [JOB_FORWARD] = WF_OP_FORWARD,
+};
+
+/* An output tensor a job expects in its reply, and where its bytes go. */
+typedef struct job_output {
+    const char *name;            /* "out", "lse", "output" (static strings) */
+    wf_dtype_t dtype;            /* expected dtype */
+    int rank;                    /* expected rank */
+    int64_t shape[WF_MAX_RANK];  /* expected shape */
+    void *dst;                   /* caller's buffer, exactly that many bytes */
+} job_output_t;
+
+#define JOB_MAX_OUTPUTS 2
 
 struct wf_job {
     wf_client_t *client;       /* connection that sent it */
@@ -52,13 +84,12 @@ struct wf_job {
     wf_status_t status;        /* final status once replied */
     wf_job_result_t result;    /* filled from the reply */
     char error[WF_CLIENT_ERR_MAX]; /* message when status != WF_OK */
-    wf_hello_info_t *hello;    /* JOB_HELLO: where the answer goes */
-    wf_status_info_t *info;    /* JOB_STATUS: where the answer goes */
-    wf_reconfigure_result_t *recon; /* JOB_RECONFIGURE: where the answer goes */
-    void *out;                 /* JOB_ATTENTION: caller's output buffer */
-    wf_dtype_t out_dtype;      /* its dtype */
-    int64_t shape[4];          /* expected out shape (B, Sq, Hq, D) */
-    float *lse;                /* caller's lse buffer (B, Sq, Hq) or NULL */
+    /* Where a simple call's answer goes (NULL: dropped), by kind:
+     * wf_hello_info_t, wf_status_info_t, wf_reconfigure_result_t,
+     * wf_models_result_t (load / list models); unused otherwise. */
+    void *answer;
+    uint32_t n_outputs;        /* JOB_ATTENTION / JOB_FORWARD: tensors expected */
+    job_output_t outputs[JOB_MAX_OUTPUTS]; /* ... and where they go */
 };
 
 struct wf_client {
@@ -73,6 +104,7 @@ struct wf_client {
     wf_buf_t hdr;              /* reused header encode buffer */
     wf_request_t req;          /* reused request (large: kept off the stack) */
     wf_reply_t rep;            /* reused decoded reply */
+    wf_models_result_t models; /* answer of load / list models, copied out */
     char last_error[WF_CLIENT_ERR_MAX]; /* see wf_client_last_error */
 };
 
@@ -353,17 +385,28 @@ static bool shape_eq(const wf_tensor_desc_t *d, int rank, const int64_t *shape)
     return true;
 }
 
-/* An OK attention reply: check its tensors against what the caller gave,
- * then copy the frames into the caller's buffers. Received frames are not
- * aligned, hence memcpy. `more`: frames follow the header. */
-static void take_attention(wf_client_t *c, wf_job_t *job, const wf_reply_t *r,
-                           bool more)
+/* "(2, 16, 64) f32" */
+static void describe(char *buf, size_t len, int rank, const int64_t *shape, wf_dtype_t dt)
 {
-    uint32_t want = job->lse ? 2 : 1;
-    int out_i = -1, lse_i = -1;
-    void *dst[2] = { NULL, NULL };
-    uint64_t dst_bytes[2] = { 0, 0 };
-    char what[64];
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, len - n, "(");
+    for (int i = 0; i < rank && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n < len)
+        snprintf(buf + n, len - n, ") %s", wf_dtype_name(dt) ? wf_dtype_name(dt) : "?");
+}
+
+/* An OK attention / forward reply: check its tensors against what the
+ * caller gave (job->outputs), then copy the frames into the caller's
+ * buffers. Received frames are not aligned, hence memcpy. `more`: frames
+ * follow the header. */
+static void take_outputs(wf_client_t *c, wf_job_t *job, const wf_reply_t *r,
+                         bool more)
+{
+    uint32_t want = job->n_outputs;
+    void *dst[JOB_MAX_OUTPUTS] = { NULL, NULL };
+    uint64_t dst_bytes[JOB_MAX_OUTPUTS] = { 0, 0 };
+    bool taken[JOB_MAX_OUTPUTS] = { false, false };
 
     if (r->n_tensors != want) {
         job_fail(job, WF_E_PROTOCOL, "reply has %u tensors, expected %u",
@@ -377,25 +420,31 @@ static void take_attention(wf_client_t *c, wf_job_t *job, const wf_reply_t *r,
                      d->name, d->frame);
             goto drop;
         }
-        if (strcmp(d->name, "out") == 0 && out_i < 0) {
-            if (d->dtype != job->out_dtype || !shape_eq(d, 4, job->shape)) {
-                snprintf(what, sizeof what, "out");
-                goto mismatch;
-            }
-            out_i = (int)i;
-            dst[d->frame] = job->out;
-        } else if (strcmp(d->name, "lse") == 0 && job->lse && lse_i < 0) {
-            if (d->dtype != WF_DTYPE_F32 || !shape_eq(d, 3, job->shape)) {
-                snprintf(what, sizeof what, "lse");
-                goto mismatch;
-            }
-            lse_i = (int)i;
-            dst[d->frame] = job->lse;
-        } else {
-            job_fail(job, WF_E_PROTOCOL, "unexpected reply tensor '%s'",
-                     d->name);
+        uint32_t o = 0;
+        while (o < want && (taken[o] || strcmp(d->name, job->outputs[o].name) != 0))
+            o++;
+        if (o == want) {
+            job_fail(job, WF_E_PROTOCOL, "unexpected reply tensor '%s'", d->name);
             goto drop;
         }
+        const job_output_t *x = &job->outputs[o];
+        if (d->dtype != x->dtype || !shape_eq(d, x->rank, x->shape)) {
+            char got[96], exp[96];
+            describe(got, sizeof got, d->rank, d->shape, d->dtype);
+            describe(exp, sizeof exp, x->rank, x->shape, x->dtype);
+            /* A forward's output shape is the caller's guess of the
+             * model's (its out_channels): a wrong guess is the caller's
+             * mistake, not the daemon's. */
+            if (job->kind == JOB_FORWARD && d->dtype == x->dtype)
+                job_fail(job, WF_E_INVALID, "the model's %s is %s, the caller's "
+                         "buffer is %s", d->name, got, exp);
+            else
+                job_fail(job, WF_E_PROTOCOL, "reply tensor '%s' is %s, the caller "
+                         "expects %s", d->name, got, exp);
+            goto drop;
+        }
+        taken[o] = true;
+        dst[d->frame] = x->dst;
         dst_bytes[d->frame] = d->nbytes;
     }
 
@@ -433,9 +482,6 @@ static void take_attention(wf_client_t *c, wf_job_t *job, const wf_reply_t *r,
     job->error[0] = '\0';
     return;
 
-mismatch:
-    job_fail(job, WF_E_PROTOCOL, "reply tensor '%s' does not have the dtype "
-             "or shape the caller expects", what);
 drop:
     drain_parts(c, more);
 }
@@ -480,12 +526,6 @@ static wf_status_t recv_reply(wf_client_t *c)
         return WF_OK;
     }
 
-    static const uint32_t op_of[] = {
-        [JOB_HELLO] = WF_OP_HELLO,
-        [JOB_STATUS] = WF_OP_STATUS,
-        [JOB_ATTENTION] = WF_OP_ATTENTION,
-        [JOB_RECONFIGURE] = WF_OP_RECONFIGURE,
-    };
     job->result.epoch = r->epoch;
     if (dst != WF_OK) {
         /* WF_E_VERSION when the reply speaks another version. */
@@ -504,27 +544,47 @@ static wf_status_t recv_reply(wf_client_t *c)
         job_fail(job, WF_E_PROTOCOL, "reply has op %u, the request had %u",
                  r->op, op_of[job->kind]);
         drain_parts(c, more);
-    } else if (job->kind == JOB_ATTENTION) {
-        job->result.queue_us = r->result.attention.queue_us;
-        job->result.compute_us = r->result.attention.compute_us;
-        job->result.devices = r->result.attention.devices;
-        take_attention(c, job, r, more);
+    } else if (job->kind == JOB_ATTENTION || job->kind == JOB_FORWARD) {
+        const wf_attention_result_t *a = job->kind == JOB_FORWARD
+                                             ? &r->result.forward
+                                             : &r->result.attention;
+        job->result.queue_us = a->queue_us;
+        job->result.compute_us = a->compute_us;
+        job->result.devices = a->devices;
+        take_outputs(c, job, r, more);
     } else {
         drain_parts(c, more);
         job->status = WF_OK;
         job->result.status = WF_OK;
-        if (job->kind == JOB_HELLO) {
+        switch (job->kind) {
+        case JOB_HELLO:
             if (r->result.hello.protocol != WF_PROTOCOL_VERSION)
                 job_fail(job, WF_E_VERSION, "daemon speaks protocol %u, "
                          "this library speaks %u", r->result.hello.protocol,
                          WF_PROTOCOL_VERSION);
-            else if (job->hello)
-                *job->hello = r->result.hello;
-        } else if (job->kind == JOB_STATUS) {
-            if (job->info)
-                *job->info = r->result.status;
-        } else if (job->recon) {
-            *job->recon = r->result.reconfigure;
+            else if (job->answer)
+                *(wf_hello_info_t *)job->answer = r->result.hello;
+            break;
+        case JOB_STATUS:
+            if (job->answer)
+                *(wf_status_info_t *)job->answer = r->result.status;
+            break;
+        case JOB_RECONFIGURE:
+            if (job->answer)
+                *(wf_reconfigure_result_t *)job->answer = r->result.reconfigure;
+            break;
+        case JOB_LOAD_MODEL:
+            if (r->result.models.n != 1)
+                job_fail(job, WF_E_PROTOCOL, "load_model reply has no model");
+            else if (job->answer)
+                *(wf_models_result_t *)job->answer = r->result.models;
+            break;
+        case JOB_LIST_MODELS:
+            if (job->answer)
+                *(wf_models_result_t *)job->answer = r->result.models;
+            break;
+        default: /* unload_model: nothing to take */
+            break;
         }
     }
     job_finish(c, job);
@@ -670,30 +730,28 @@ const char *wf_client_last_error(const wf_client_t *client)
     return client ? client->last_error : "";
 }
 
-/* hello, status and reconfigure: a request without tensors, waited for
- * at once. Other jobs' replies that arrive meanwhile are handled as usual.
- * `mesh`: the degrees of a reconfigure request, else NULL. */
-static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, wf_op_t op,
-                               wf_hello_info_t *hello, wf_status_info_t *info,
-                               const wf_mesh_degrees_t *mesh,
-                               wf_reconfigure_result_t *recon)
+/* Start a request of `kind` in c->req; the caller fills its args. */
+static wf_request_t *request_begin(wf_client_t *c, job_kind_t kind)
+{
+    memset(&c->req, 0, sizeof c->req);
+    c->req.version = WF_PROTOCOL_VERSION;
+    c->req.op = op_of[kind];
+    return &c->req;
+}
+
+/* A request without tensors (begun with request_begin), waited for at
+ * once. Other jobs' replies that arrive meanwhile are handled as usual.
+ * `answer`: where the result goes (see wf_job.answer), may be NULL. */
+static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, void *answer)
 {
     wf_job_t job;
     memset(&job, 0, sizeof job);
     job.client = c;
     job.kind = kind;
-    job.hello = hello;
-    job.info = info;
-    job.recon = recon;
+    job.answer = answer;
     job.id = c->next_id++;
     atomic_init(&job.frames_out, 0);
-
-    memset(&c->req, 0, sizeof c->req);
-    c->req.version = WF_PROTOCOL_VERSION;
     c->req.id = job.id;
-    c->req.op = op;
-    if (mesh)
-        c->req.args.reconfigure.mesh = *mesh;
 
     int64_t deadline = deadline_after(c->timeout_ms);
     wf_status_t st = send_request(c, &job, 0, NULL, NULL, deadline);
@@ -709,14 +767,16 @@ wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
 {
     if (!client)
         return WF_E_INVALID;
-    return simple_call(client, JOB_HELLO, WF_OP_HELLO, ret_info, NULL, NULL, NULL);
+    request_begin(client, JOB_HELLO);
+    return simple_call(client, JOB_HELLO, ret_info);
 }
 
 wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info)
 {
     if (!client)
         return WF_E_INVALID;
-    return simple_call(client, JOB_STATUS, WF_OP_STATUS, NULL, ret_info, NULL, NULL);
+    request_begin(client, JOB_STATUS);
+    return simple_call(client, JOB_STATUS, ret_info);
 }
 
 wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
@@ -736,8 +796,8 @@ wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
      * as long as the longest of them, within the client's timeout. */
     wf_reconfigure_result_t r;
     memset(&r, 0, sizeof r);
-    wf_status_t st = simple_call(client, JOB_RECONFIGURE, WF_OP_RECONFIGURE, NULL,
-                                 NULL, mesh, &r);
+    request_begin(client, JOB_RECONFIGURE)->args.reconfigure.mesh = *mesh;
+    wf_status_t st = simple_call(client, JOB_RECONFIGURE, &r);
     if (st == WF_OK && ret_epoch)
         *ret_epoch = r.epoch;
     return st;
@@ -748,9 +808,10 @@ static bool dtype_ok(wf_dtype_t dt)
     return wf_dtype_size(dt) != 0;
 }
 
-/* Check one rank-4 tensor argument; bytes gets its size. */
-static wf_status_t check_tensor(wf_client_t *c, const char *name,
-                                const wf_tensor_t *t, size_t *bytes)
+/* Check one tensor argument of `op` that must have rank `rank`; bytes
+ * gets its size. */
+static wf_status_t check_tensor(wf_client_t *c, const char *op, const char *name,
+                                const wf_tensor_t *t, int rank, size_t *bytes)
 {
     if (!t)
         return fail(c, WF_E_INVALID, "%s is NULL", name);
@@ -759,9 +820,9 @@ static wf_status_t check_tensor(wf_client_t *c, const char *name,
     if (!dtype_ok(t->dtype))
         return fail(c, WF_E_INVALID, "%s has unknown dtype %d", name,
                     (int)t->dtype);
-    if (t->rank != 4)
-        return fail(c, WF_E_INVALID, "%s has rank %d, attention needs 4",
-                    name, t->rank);
+    if (t->rank != rank)
+        return fail(c, WF_E_INVALID, "%s has rank %d, %s needs %d",
+                    name, t->rank, op, rank);
     int64_t n = wf_tensor_numel(t);
     if (n <= 0)
         return fail(c, WF_E_INVALID, "%s has a dim <= 0 or its element "
@@ -803,10 +864,10 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
      * out like q. */
     size_t qb = 0, kb = 0, vb = 0, ob = 0;
     wf_status_t st;
-    if ((st = check_tensor(c, "q", q, &qb)) != WF_OK ||
-        (st = check_tensor(c, "k", k, &kb)) != WF_OK ||
-        (st = check_tensor(c, "v", v, &vb)) != WF_OK ||
-        (st = check_tensor(c, "out", out, &ob)) != WF_OK)
+    if ((st = check_tensor(c, "attention", "q", q, 4, &qb)) != WF_OK ||
+        (st = check_tensor(c, "attention", "k", k, 4, &kb)) != WF_OK ||
+        (st = check_tensor(c, "attention", "v", v, 4, &vb)) != WF_OK ||
+        (st = check_tensor(c, "attention", "out", out, 4, &ob)) != WF_OK)
         return st;
     if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0])
         return fail(c, WF_E_INVALID, "batch differs: q %lld, k %lld, v %lld",
@@ -852,10 +913,15 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
     atomic_init(&job->frames_out, 0);
     job->status = WF_E_PENDING;
     job->result.status = WF_E_PENDING;
-    job->out = out->data;
-    job->out_dtype = out->dtype;
-    memcpy(job->shape, q->shape, sizeof job->shape);
-    job->lse = lse;
+    job->n_outputs = lse ? 2 : 1;
+    job->outputs[0] = (job_output_t){ .name = "out", .dtype = out->dtype, .rank = 4,
+                                      .dst = out->data };
+    memcpy(job->outputs[0].shape, q->shape, 4 * sizeof(int64_t));
+    if (lse) {
+        job->outputs[1] = (job_output_t){ .name = "lse", .dtype = WF_DTYPE_F32,
+                                          .rank = 3, .dst = lse };
+        memcpy(job->outputs[1].shape, q->shape, 3 * sizeof(int64_t));
+    }
 
     wf_request_t *req = &c->req;
     memset(req, 0, sizeof *req);
@@ -952,17 +1018,12 @@ void wf_job_destroy(wf_client_t *client, wf_job_t **job)
     *job = NULL;
 }
 
-wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
-                         const wf_tensor_t *k, const wf_tensor_t *v,
-                         const wf_attention_opts_t *opts, wf_tensor_t *out,
-                         float *lse, wf_job_result_t *ret_result)
+/* The second half of a synchronous job call: wait for the submitted job
+ * until `deadline`, hand its result over and free it. */
+static wf_status_t sync_finish(wf_client_t *client, wf_job_t *job, int64_t deadline,
+                               wf_job_result_t *ret_result)
 {
-    wf_job_t *job = NULL;
-    int64_t deadline = deadline_after(client ? client->timeout_ms : 0);
-    wf_status_t st = wf_attention_submit(client, q, k, v, opts, out, lse, &job);
-    if (st != WF_OK)
-        return st;
-    st = job_wait_until(client, job, deadline);
+    wf_status_t st = job_wait_until(client, job, deadline);
     if (st == WF_E_TIMEOUT) {
         /* The job had its whole timeout: do not wait again for its frames. */
         job_release(client, job, 0);
@@ -974,4 +1035,218 @@ wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
         *ret_result = job->result;
     wf_job_destroy(client, &job);
     return st;
+}
+
+wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
+                         const wf_tensor_t *k, const wf_tensor_t *v,
+                         const wf_attention_opts_t *opts, wf_tensor_t *out,
+                         float *lse, wf_job_result_t *ret_result)
+{
+    wf_job_t *job = NULL;
+    int64_t deadline = deadline_after(client ? client->timeout_ms : 0);
+    wf_status_t st = wf_attention_submit(client, q, k, v, opts, out, lse, &job);
+    if (st != WF_OK)
+        return st;
+    return sync_finish(client, job, deadline, ret_result);
+}
+
+/* ---- resident models -------------------------------------------------- */
+
+/* A string argument that must fit the request's fixed array of `cap`
+ * bytes. Only that is checked here: the daemon checks the field rules
+ * (PROTOCOL.md 12.1) and refuses with its own code and message, as
+ * weft.h promises. */
+static wf_status_t check_str(wf_client_t *c, const char *what, const char *s,
+                             size_t cap)
+{
+    if (!s)
+        return fail(c, WF_E_INVALID, "%s is NULL", what);
+    size_t n = strnlen(s, cap);
+    if (n >= cap)
+        return fail(c, WF_E_INVALID, "%s \"%.32s...\" is longer than %zu bytes",
+                    what, s, cap - 1);
+    return WF_OK;
+}
+
+wf_status_t wf_load_model(wf_client_t *client, const char *name, const char *path,
+                          const wf_load_opts_t *opts, wf_model_info_t *ret_info)
+{
+    if (!client)
+        return WF_E_INVALID;
+    wf_client_t *c = client;
+    wf_status_t st;
+    /* What the request cannot carry is refused here (WF_E_INVALID); the
+     * rest (name bytes, a path leaving the root, plan semantics) is the
+     * daemon's to refuse, with its code and message. */
+    if ((st = check_str(c, "name", name, WF_MODEL_NAME_MAX)) != WF_OK ||
+        (st = check_str(c, "path", path, WF_MODEL_PATH_LEN)) != WF_OK)
+        return st;
+    uint32_t n_plan = opts ? opts->n_plan : 0;
+    if (n_plan > WF_TP_MAX_RULES)
+        return fail(c, WF_E_INVALID, "the plan has %u rules, at most %d", n_plan,
+                    WF_TP_MAX_RULES);
+    if (n_plan > 0 && !opts->plan)
+        return fail(c, WF_E_INVALID, "opts->plan is NULL with n_plan %u", n_plan);
+    for (uint32_t i = 0; i < n_plan; i++) {
+        const wf_tp_rule_t *r = &opts->plan[i];
+        if (strnlen(r->glob, WF_TP_GLOB_MAX) == WF_TP_GLOB_MAX)
+            return fail(c, WF_E_INVALID, "plan rule %u: glob without a NUL in its "
+                        "%d bytes", i, WF_TP_GLOB_MAX);
+        if (!wf_tp_style_name(r->style))
+            return fail(c, WF_E_INVALID, "plan rule %u: style %d is not a "
+                        "wf_tp_style_t", i, (int)r->style);
+        if (r->n_blocks > WF_TP_MAX_BLOCKS)
+            return fail(c, WF_E_INVALID, "plan rule %u: %u blocks, at most %d", i,
+                        r->n_blocks, WF_TP_MAX_BLOCKS);
+    }
+
+    wf_load_model_args_t *a = &request_begin(c, JOB_LOAD_MODEL)->args.load_model;
+    snprintf(a->name, sizeof a->name, "%s", name);
+    snprintf(a->path, sizeof a->path, "%s", path);
+    a->n_plan = n_plan;
+    if (n_plan > 0)
+        memcpy(a->plan, opts->plan, n_plan * sizeof(wf_tp_rule_t));
+    a->weights_already_sharded = opts && opts->weights_already_sharded;
+    /* The reply comes once the model is resident on every rank: as long
+     * as reading the checkpoint takes, within the client's timeout. */
+    st = simple_call(c, JOB_LOAD_MODEL, &c->models);
+    if (st == WF_OK && ret_info)
+        *ret_info = c->models.models[0];
+    return st;
+}
+
+wf_status_t wf_unload_model(wf_client_t *client, const char *name)
+{
+    if (!client)
+        return WF_E_INVALID;
+    wf_status_t st = check_str(client, "name", name, WF_MODEL_NAME_MAX);
+    if (st != WF_OK)
+        return st;
+    wf_unload_model_args_t *a = &request_begin(client, JOB_UNLOAD_MODEL)->args.unload_model;
+    snprintf(a->name, sizeof a->name, "%s", name);
+    return simple_call(client, JOB_UNLOAD_MODEL, NULL);
+}
+
+wf_status_t wf_list_models(wf_client_t *client, wf_model_info_t *ret, size_t cap,
+                           size_t *ret_n)
+{
+    if (!client)
+        return WF_E_INVALID;
+    if (!ret_n)
+        return fail(client, WF_E_INVALID, "ret_n is NULL");
+    if (!ret && cap > 0)
+        return fail(client, WF_E_INVALID, "ret is NULL with cap %zu", cap);
+    request_begin(client, JOB_LIST_MODELS);
+    wf_status_t st = simple_call(client, JOB_LIST_MODELS, &client->models);
+    if (st != WF_OK)
+        return st;
+    size_t n = client->models.n;
+    if (cap > 0)
+        memcpy(ret, client->models.models, (n < cap ? n : cap) * sizeof *ret);
+    *ret_n = n;
+    return WF_OK;
+}
+
+/* The inputs of a forward in wire order, with their ranks. */
+enum { FWD_HS, FWD_EHS, FWD_POOLED, FWD_T, FWD_IMG, FWD_TXT, FWD_GUIDANCE, FWD_N };
+static const char *const fwd_names[FWD_N] = {
+    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
+    "img_ids", "txt_ids", "guidance"
+};
+static const int fwd_ranks[FWD_N] = { 3, 3, 2, 1, 2, 2, 1 };
+
+wf_status_t wf_forward(wf_client_t *client, const char *model,
+                       const wf_flux_inputs_t *in, wf_tensor_t *output,
+                       wf_job_result_t *ret_result)
+{
+    if (!client)
+        return WF_E_INVALID;
+    wf_client_t *c = client;
+    int64_t deadline = deadline_after(c->timeout_ms);
+    wf_status_t st = check_str(c, "model", model, WF_MODEL_NAME_MAX);
+    if (st != WF_OK)
+        return st;
+    if (!in)
+        return fail(c, WF_E_INVALID, "inputs are NULL");
+
+    /* Validate the tensors here, as the daemon's decoder will (and as
+     * attention does), so that a mistake costs no round trip and sends
+     * nothing; the model name is the daemon's to judge. */
+    const wf_tensor_t *t[FWD_N] = { in->hidden_states, in->encoder_hidden_states,
+                                    in->pooled_projections, in->timestep, in->img_ids,
+                                    in->txt_ids, in->guidance };
+    size_t bytes[FWD_N] = { 0 }, ob = 0;
+    int n = t[FWD_GUIDANCE] ? FWD_N : FWD_N - 1;
+    for (int i = 0; i < n; i++)
+        if ((st = check_tensor(c, "forward", fwd_names[i], t[i], fwd_ranks[i],
+                               &bytes[i])) != WF_OK)
+            return st;
+    if ((st = check_tensor(c, "forward", "output", output, 3, &ob)) != WF_OK)
+        return st;
+    int64_t B = t[FWD_HS]->shape[0];
+    static const int batched[] = { FWD_EHS, FWD_POOLED, FWD_T, FWD_GUIDANCE };
+    for (size_t j = 0; j < sizeof batched / sizeof batched[0]; j++) {
+        int i = batched[j];
+        if (i < n && t[i]->shape[0] != B)
+            return fail(c, WF_E_INVALID, "batch of %s (%lld) and hidden_states (%lld) "
+                        "differ", fwd_names[i], (long long)t[i]->shape[0], (long long)B);
+    }
+    if (t[FWD_IMG]->shape[0] != t[FWD_HS]->shape[1])
+        return fail(c, WF_E_INVALID, "img_ids has %lld rows, hidden_states %lld tokens",
+                    (long long)t[FWD_IMG]->shape[0], (long long)t[FWD_HS]->shape[1]);
+    if (t[FWD_TXT]->shape[0] != t[FWD_EHS]->shape[1])
+        return fail(c, WF_E_INVALID, "txt_ids has %lld rows, encoder_hidden_states "
+                    "%lld tokens", (long long)t[FWD_TXT]->shape[0],
+                    (long long)t[FWD_EHS]->shape[1]);
+    if (t[FWD_IMG]->shape[1] != t[FWD_TXT]->shape[1])
+        return fail(c, WF_E_INVALID, "img_ids has %lld axes, txt_ids %lld",
+                    (long long)t[FWD_IMG]->shape[1], (long long)t[FWD_TXT]->shape[1]);
+    if (output->shape[0] != B || output->shape[1] != t[FWD_HS]->shape[1])
+        return fail(c, WF_E_INVALID, "output must be (B %lld, S_img %lld, C), got "
+                    "(%lld, %lld, %lld)", (long long)B, (long long)t[FWD_HS]->shape[1],
+                    (long long)output->shape[0], (long long)output->shape[1],
+                    (long long)output->shape[2]);
+
+    wf_job_t *job = calloc(1, sizeof *job);
+    if (!job)
+        return fail(c, WF_E_NOMEM, "cannot allocate a job");
+    job->client = c;
+    job->kind = JOB_FORWARD;
+    job->id = c->next_id++;
+    atomic_init(&job->frames_out, 0);
+    job->status = WF_E_PENDING;
+    job->result.status = WF_E_PENDING;
+    job->n_outputs = 1;
+    job->outputs[0] = (job_output_t){ .name = "output", .dtype = output->dtype,
+                                      .rank = 3, .dst = output->data };
+    memcpy(job->outputs[0].shape, output->shape, 3 * sizeof(int64_t));
+
+    wf_request_t *req = request_begin(c, JOB_FORWARD);
+    req->id = job->id;
+    req->n_tensors = (uint32_t)n;
+    void *data[FWD_N];
+    for (int i = 0; i < n; i++) {
+        fill_desc(&req->tensors[i], fwd_names[i], t[i], (uint32_t)i);
+        data[i] = t[i]->data; /* sent without a copy, only read */
+    }
+    wf_forward_args_t *a = &req->args.forward;
+    snprintf(a->model, sizeof a->model, "%s", model);
+    a->hidden_states = FWD_HS;
+    a->encoder_hidden_states = FWD_EHS;
+    a->pooled_projections = FWD_POOLED;
+    a->timestep = FWD_T;
+    a->img_ids = FWD_IMG;
+    a->txt_ids = FWD_TXT;
+    a->guidance = n == FWD_N ? FWD_GUIDANCE : -1;
+    a->has_out_dtype = true;
+    a->out_dtype = output->dtype;
+
+    st = send_request(c, job, n, data, bytes, deadline);
+    if (st != WF_OK) {
+        free(job);
+        return st;
+    }
+    job_link(c, job);
+    c->last_error[0] = '\0';
+    return sync_finish(c, job, deadline, ret_result);
 }

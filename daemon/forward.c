@@ -1,0 +1,141 @@
+/* forward.c — forward jobs: plan and per-rank step (see forward.h). */
+#include "forward.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flux_forward.h"
+#include "worker.h"
+
+/* The flux job of a request, with the frames' pointers when `frames`. */
+static void job_of(const wf_djob_t *job, bool frames, wf_flux_job_t *fj)
+{
+    const wf_forward_args_t *a = &job->req.args.forward;
+    const wf_tensor_desc_t *t = job->req.tensors;
+    memset(fj, 0, sizeof *fj);
+    fj->B = t[a->hidden_states].shape[0];
+    fj->S_img = t[a->hidden_states].shape[1];
+    fj->S_txt = t[a->encoder_hidden_states].shape[1];
+    fj->hidden_ch = t[a->hidden_states].shape[2];
+    fj->encoder_ch = t[a->encoder_hidden_states].shape[2];
+    fj->pooled_ch = t[a->pooled_projections].shape[1];
+    fj->img_ids_axes = t[a->img_ids].shape[1];
+    fj->txt_ids_axes = t[a->txt_ids].shape[1];
+    fj->hidden_dtype = t[a->hidden_states].dtype;
+    fj->encoder_dtype = t[a->encoder_hidden_states].dtype;
+    fj->pooled_dtype = t[a->pooled_projections].dtype;
+    fj->timestep_dtype = t[a->timestep].dtype;
+    fj->img_ids_dtype = t[a->img_ids].dtype;
+    fj->txt_ids_dtype = t[a->txt_ids].dtype;
+    fj->has_guidance = a->guidance >= 0;
+    if (fj->has_guidance)
+        fj->guidance_dtype = t[a->guidance].dtype;
+    fj->out_dtype = job->out_desc[0].dtype;
+    if (!frames)
+        return;
+    zmq_msg_t *f = (zmq_msg_t *)job->frames;
+#define FRAME(i) zmq_msg_data(&f[t[i].frame])
+    fj->hidden_states = FRAME(a->hidden_states);
+    fj->encoder_hidden_states = FRAME(a->encoder_hidden_states);
+    fj->pooled_projections = FRAME(a->pooled_projections);
+    fj->timestep = FRAME(a->timestep);
+    fj->img_ids = FRAME(a->img_ids);
+    fj->txt_ids = FRAME(a->txt_ids);
+    if (fj->has_guidance)
+        fj->guidance = FRAME(a->guidance);
+#undef FRAME
+    fj->output = job->out[0];
+}
+
+wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
+                            const wf_mesh_t *mesh, const wf_model_t *m,
+                            char *err, size_t err_len)
+{
+    const wf_forward_args_t *a = &job->req.args.forward;
+    const wf_tensor_desc_t *hs = &job->req.tensors[a->hidden_states];
+    job->kind = WF_DJOB_FORWARD;
+    job->mesh = *mesh;
+    job->plan_epoch = mesh->epoch;
+    job->model_id = m->id;
+    if (ops->copy_h2d) {
+        snprintf(err, err_len, "forward jobs run on the CPU backend only; this "
+                 "daemon runs %s devices", ops->name);
+        return WF_E_BAD_ARGUMENT;
+    }
+    const wf_flux_config_t *cfg = &m->cfg;
+    wf_tensor_desc_t *out = &job->out_desc[0];
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "output");
+    out->dtype = a->has_out_dtype ? a->out_dtype : hs->dtype;
+    out->rank = 3;
+    out->shape[0] = hs->shape[0];
+    out->shape[1] = hs->shape[1];
+    out->shape[2] = (int64_t)cfg->patch_size * cfg->patch_size * cfg->out_channels;
+    out->frame = 0;
+    job->n_outputs = 1;
+    if (wf_tensor_desc_finish(out) != WF_OK) {
+        snprintf(err, err_len, "output shape overflows");
+        return WF_E_BAD_SHAPE;
+    }
+    int T = (int)mesh->deg.tp, R = (int)mesh->deg.ring, U = (int)mesh->deg.ulysses;
+    wf_flux_job_t fj;
+    job_of(job, false, &fj);
+    wf_status_t st = wf_flux_forward_check(cfg, &fj, T, R, U, err, err_len);
+    if (st != WF_OK)
+        return st;
+    size_t ws = wf_flux_forward_workspace(cfg, &fj, T, R, U, ops);
+    if (ws == SIZE_MAX) {
+        snprintf(err, err_len, "forward workspace overflows");
+        return WF_E_BAD_ARGUMENT;
+    }
+    job->cp = true;     /* every rank of the replica, rank = replica rank */
+    job->group_size = R * U * T;
+    memset(job->reserve, 0, sizeof job->reserve);
+    for (int r = 0; r < job->group_size; r++)
+        job->reserve[r] = ws + (r == 0 ? out->nbytes : 0);
+    job->run = wf_forward_step;
+    return WF_OK;
+}
+
+wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
+                            wf_worker_t *w)
+{
+    (void)group_size;
+    wf_status_t st = WF_E_INTERNAL;
+    const wf_flux_shard_t *shard = wf_rank_models_find(&w->models, job->model_id);
+    if (!w->world || !shard || w->mesh.epoch != job->epoch ||
+        memcmp(&w->mesh.deg, &job->mesh.deg, sizeof w->mesh.deg) != 0) {
+        /* the scheduler only dispatches between regroups, which install
+         * the shards: a bug */
+        wf_log(w->log, WF_LOG_ERR, "%s: forward job %" PRIu64 " finds no shard "
+               "of model %" PRIu64 " for epoch %" PRIu64, w->name, job->seq,
+               job->model_id, job->epoch);
+        goto out;
+    }
+    const wf_mesh_t *m = &job->mesh;
+    wf_flux_job_t fj;
+    job_of(job, rank == 0, &fj);
+    wf_flux_group_t grp = {
+        .tp = m->deg.tp > 1 ? w->group[WF_MESH_DIM_TP] : NULL,
+        .seq = m->deg.ring * m->deg.ulysses > 1 ? w->group[WF_MESH_DIM_SEQ] : NULL,
+        .ring = m->deg.ring > 1 ? w->group[WF_MESH_DIM_RING] : NULL,
+        .ulysses = m->deg.ulysses > 1 ? w->group[WF_MESH_DIM_ULYSSES] : NULL,
+        .tp_degree = (int)m->deg.tp,
+        .ring_degree = (int)m->deg.ring,
+        .ulysses_degree = (int)m->deg.ulysses,
+    };
+    size_t bytes = wf_flux_forward_workspace(&shard->cfg, &fj, grp.tp_degree,
+                                             grp.ring_degree, grp.ulysses_degree,
+                                             w->ops);
+    void *ws = wf_worker_workspace(w, bytes);
+    if (!ws) {
+        st = WF_E_NO_MEMORY;
+        goto out;
+    }
+    st = wf_flux_forward_run(shard, &fj, &grp, w->ops, w->ctx, ws, bytes);
+out:
+    if (st != WF_OK && w->world)
+        wf_comm_abort(w->world);
+    return st;
+}

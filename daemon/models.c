@@ -1,0 +1,438 @@
+/* models.c — registry, loader thread and per-worker shards (models.h). */
+#include "models.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "model_root.h"
+#include "notify.h"
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (!err || err_len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- worker side --------------------------------------------------------- */
+
+const wf_flux_shard_t *wf_rank_models_find(const wf_rank_models_t *rm, uint64_t id)
+{
+    for (uint32_t i = 0; i < rm->n; i++)
+        if (rm->m[i].id == id)
+            return rm->m[i].shard;
+    return NULL;
+}
+
+void wf_rank_models_clear(wf_rank_models_t *rm)
+{
+    for (uint32_t i = 0; i < rm->n; i++)
+        wf_flux_shard_free(&rm->m[i].shard);
+    rm->n = 0;
+}
+
+wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
+                                int tp, int tp_rank, char *err, size_t err_len)
+{
+    /* drop what the set no longer holds or what was cut for another rank */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < rm->n; i++) {
+        bool keep = false;
+        for (uint32_t j = 0; j < set->n && !keep; j++)
+            keep = set->m[j].id == rm->m[i].id && rm->m[i].tp == tp &&
+                   rm->m[i].tp_rank == tp_rank;
+        if (keep)
+            rm->m[k++] = rm->m[i];
+        else
+            wf_flux_shard_free(&rm->m[i].shard);
+    }
+    rm->n = k;
+    for (uint32_t j = 0; j < set->n; j++) {
+        if (wf_rank_models_find(rm, set->m[j].id))
+            continue;
+        if (rm->n >= WF_MODELS_MAX) {
+            set_err(err, err_len, "more than %d models", WF_MODELS_MAX);
+            return WF_E_INTERNAL;
+        }
+        wf_flux_shard_t *sh = NULL;
+        wf_status_t st = wf_flux_shard_build(set->m[j].host, set->m[j].plan, tp,
+                                             tp_rank, &sh, err, err_len);
+        if (st != WF_OK)
+            return st;
+        rm->m[rm->n].id = set->m[j].id;
+        rm->m[rm->n].tp = tp;
+        rm->m[rm->n].tp_rank = tp_rank;
+        rm->m[rm->n].shard = sh;
+        rm->n++;
+    }
+    return WF_OK;
+}
+
+/* ---- registry -------------------------------------------------------------- */
+
+wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
+                             char *err, size_t err_len)
+{
+    memset(r, 0, sizeof *r);
+    r->root_fd = -1;
+    r->next_id = 1;
+    r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->efd < 0) {
+        set_err(err, err_len, "eventfd: %s", strerror(errno));
+        return WF_E_INTERNAL;
+    }
+    if (model_root && model_root[0]) {
+        wf_status_t st = wf_model_root_open(model_root, &r->root_fd, err, err_len);
+        if (st != WF_OK) {
+            close(r->efd);
+            r->efd = -1;
+            return st;
+        }
+    }
+    return WF_OK;
+}
+
+static void model_free(wf_model_t *m)
+{
+    if (!m)
+        return;
+    wf_flux_host_free(&m->host);
+    if (m->identity) {
+        zmq_msg_close(m->identity);
+        free(m->identity);
+    }
+    free(m);
+}
+
+void wf_registry_destroy(wf_registry_t *r)
+{
+    if (r->loading) {
+        pthread_join(r->loader, NULL);
+        r->loading = NULL;
+    }
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        model_free(r->m[i]);
+        r->m[i] = NULL;
+    }
+    if (r->root_fd >= 0)
+        close(r->root_fd);
+    if (r->efd >= 0)
+        close(r->efd);
+    r->root_fd = r->efd = -1;
+}
+
+wf_model_t *wf_registry_find(const wf_registry_t *r, const char *name)
+{
+    for (int i = 0; i < WF_MODELS_MAX; i++)
+        if (r->m[i] && strcmp(r->m[i]->name, name) == 0)
+            return r->m[i];
+    return NULL;
+}
+
+uint32_t wf_registry_count(const wf_registry_t *r)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < WF_MODELS_MAX; i++)
+        n += r->m[i] != NULL;
+    return n;
+}
+
+static void progress(void *arg, uint64_t done, uint64_t total)
+{
+    wf_model_t *m = arg;
+    atomic_store(&m->bytes_to_load, total);
+    atomic_store(&m->bytes_loaded, done);
+}
+
+static void human(uint64_t b, char *buf, size_t len)
+{
+    if (b >= (UINT64_C(1) << 30))
+        snprintf(buf, len, "%.2f GiB", (double)b / (double)(UINT64_C(1) << 30));
+    else if (b >= (UINT64_C(1) << 20))
+        snprintf(buf, len, "%.2f MiB", (double)b / (double)(UINT64_C(1) << 20));
+    else
+        snprintf(buf, len, "%.1f KiB", (double)b / 1024.0);
+}
+
+/* Host memory the kernel could give us now (MemAvailable). */
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    uint64_t kb = 0;
+    if (!f)
+        return UINT64_MAX;
+    char line[128];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb ? kb * 1024 : UINT64_MAX;
+}
+
+static wf_status_t load(wf_registry_t *r, wf_model_t *m)
+{
+    char *err = m->err;
+    size_t err_len = sizeof m->err;
+    wf_flux_source_t *src = NULL;
+    uint32_t files_tp = 0;
+    wf_status_t st = wf_flux_source_open(r->root_fd, m->path, m->already_sharded,
+                                         m->default_plan ? NULL : &m->plan, &src,
+                                         &files_tp, err, err_len);
+    if (st != WF_OK)
+        return st;
+    m->cfg = *wf_flux_source_config(src);
+    m->params = wf_flux_source_params(src);
+    m->bytes_total = wf_flux_source_bytes(src);
+    m->dtype = wf_flux_source_dtype(src);
+    if (m->already_sharded) {
+        m->plan = *wf_flux_source_plan(src);
+        m->default_plan = false;
+        m->files_tp = files_tp;
+        if ((int)files_tp != r->load_tp) {
+            set_err(err, err_len, "'%s' is sharded for tp=%" PRIu32 " but the "
+                    "mesh has tp=%d: load it with that tp, or load the full "
+                    "checkpoint", m->path, files_tp, r->load_tp);
+            st = WF_E_BAD_ARGUMENT;
+            goto out;
+        }
+    }
+    st = wf_flux_plan_check(&m->cfg, &m->plan, r->load_tp, m->default_plan, err,
+                            err_len);
+    if (st != WF_OK)
+        goto out;
+    m->tp = (uint32_t)r->load_tp;
+    m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, r->load_tp);
+    if (m->rank_bytes > r->load_avail) {
+        char need[32], have[32];
+        human(m->rank_bytes, need, sizeof need);
+        human(r->load_avail, have, sizeof have);
+        set_err(err, err_len, "model '%s' does not fit: its shards need %s on "
+                "each device at tp=%d, %s free; nothing was loaded", m->name,
+                need, r->load_tp, have);
+        st = WF_E_NO_MEMORY;
+        goto out;
+    }
+    uint64_t avail = mem_available();
+    if (m->bytes_total > avail) {
+        char need[32], have[32];
+        human(m->bytes_total, need, sizeof need);
+        human(avail, have, sizeof have);
+        set_err(err, err_len, "model '%s' does not fit: its host copy needs %s, "
+                "%s of host memory available; nothing was loaded", m->name,
+                need, have);
+        st = WF_E_NO_MEMORY;
+        goto out;
+    }
+    st = wf_flux_source_read(src, progress, m, &m->host, err, err_len);
+out:
+    wf_flux_source_close(&src);
+    return st;
+}
+
+static void *loader_main(void *arg)
+{
+    wf_registry_t *r = arg;
+    wf_model_t *m = r->loading;
+    m->status = load(r, m);
+    uint64_t one = 1;
+    ssize_t w = write(r->efd, &one, sizeof one);
+    (void)w;
+    return NULL;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= WF_MODEL_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+wf_status_t wf_registry_start_load(wf_registry_t *r,
+                                   const wf_load_model_args_t *args, int tp,
+                                   uint64_t avail, wf_model_t **ret,
+                                   char *err, size_t err_len)
+{
+    if (r->root_fd < 0) {
+        set_err(err, err_len, "no model_root is configured: set model_root in "
+                "the daemon's settings to load models");
+        return WF_E_BAD_ARGUMENT;
+    }
+    if (!name_ok(args->name)) {
+        set_err(err, err_len, "model name must be 1..%d characters of "
+                "[A-Za-z0-9._-]", WF_MODEL_NAME_MAX - 1);
+        return WF_E_BAD_FIELD;
+    }
+    if (wf_model_path_check(args->path, err, err_len) != WF_OK)
+        return WF_E_BAD_FIELD;
+    if (wf_registry_find(r, args->name)) {
+        set_err(err, err_len, "a model named '%s' is already loaded; unload it "
+                "first or choose another name", args->name);
+        return WF_E_BAD_ARGUMENT;
+    }
+    if (r->loading) {
+        set_err(err, err_len, "model '%s' is loading; one load at a time, retry "
+                "when it is done", r->loading->name);
+        return WF_E_BUSY;
+    }
+    int slot = -1;
+    for (int i = 0; i < WF_MODELS_MAX && slot < 0; i++)
+        if (!r->m[i])
+            slot = i;
+    if (slot < 0) {
+        set_err(err, err_len, "%d models are loaded, the most a daemon holds; "
+                "unload one first", WF_MODELS_MAX);
+        return WF_E_LIMIT;
+    }
+    wf_model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        set_err(err, err_len, "out of memory");
+        return WF_E_NO_MEMORY;
+    }
+    snprintf(m->name, sizeof m->name, "%s", args->name);
+    snprintf(m->path, sizeof m->path, "%s", args->path);
+    m->already_sharded = args->weights_already_sharded;
+    if (args->n_plan == 0) {
+        wf_tp_plan_flux_default(&m->plan);
+        m->default_plan = true;
+    } else {
+        m->plan.n = args->n_plan;
+        memcpy(m->plan.rules, args->plan, args->n_plan * sizeof args->plan[0]);
+        wf_status_t st = wf_tp_plan_check(&m->plan, err, err_len);
+        if (st != WF_OK) {
+            free(m);
+            return st;
+        }
+    }
+    m->id = r->next_id++;
+    m->state = WF_MODEL_LOADING;
+    m->t_start_us = wf_now_usec();
+    atomic_init(&m->bytes_loaded, 0);
+    atomic_init(&m->bytes_to_load, 0);
+    r->load_tp = tp;
+    r->load_avail = avail;
+    r->loading = m;
+    int rc = pthread_create(&r->loader, NULL, loader_main, r);
+    if (rc != 0) {
+        r->loading = NULL;
+        free(m);
+        set_err(err, err_len, "cannot start the loader thread: %s", strerror(rc));
+        return WF_E_INTERNAL;
+    }
+    r->m[slot] = m;
+    *ret = m;
+    return WF_OK;
+}
+
+wf_model_t *wf_registry_take_loaded(wf_registry_t *r)
+{
+    uint64_t v;
+    if (read(r->efd, &v, sizeof v) != (ssize_t)sizeof v || !r->loading)
+        return NULL;
+    pthread_join(r->loader, NULL);
+    wf_model_t *m = r->loading;
+    r->loading = NULL;
+    m->load_ms = (wf_now_usec() - m->t_start_us) / 1000;
+    return m;
+}
+
+void wf_registry_remove(wf_registry_t *r, wf_model_t *m)
+{
+    for (int i = 0; i < WF_MODELS_MAX; i++)
+        if (r->m[i] == m)
+            r->m[i] = NULL;
+    model_free(m);
+}
+
+void wf_registry_target_set(const wf_registry_t *r, wf_model_set_t *ret)
+{
+    ret->n = 0;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        const wf_model_t *m = r->m[i];
+        if (!m || !m->host ||
+            (m->state != WF_MODEL_INSTALLING && m->state != WF_MODEL_READY))
+            continue;
+        ret->m[ret->n].id = m->id;
+        ret->m[ret->n].host = m->host;
+        ret->m[ret->n].plan = &m->plan;
+        ret->n++;
+    }
+}
+
+wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
+                                 uint64_t *ret_bytes, char *err, size_t err_len)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        const wf_model_t *m = r->m[i];
+        if (!m || !m->host ||
+            (m->state != WF_MODEL_INSTALLING && m->state != WF_MODEL_READY))
+            continue;
+        char why[WF_PROTO_ERROR_MAX];
+        if (wf_flux_plan_check(&m->cfg, &m->plan, tp, m->default_plan, why,
+                               sizeof why) != WF_OK) {
+            set_err(err, err_len, "model '%s' cannot be sharded for tp=%d: %s",
+                    m->name, tp, why);
+            return WF_E_BAD_ARGUMENT;
+        }
+        sum += wf_flux_shard_bytes(&m->cfg, &m->plan, tp);
+    }
+    if (sum > avail) {
+        char need[32], have[32];
+        human(sum, need, sizeof need);
+        human(avail, have, sizeof have);
+        set_err(err, err_len, "the resident models need %s on each device at "
+                "tp=%d, %s available", need, tp, have);
+        return WF_E_NO_MEMORY;
+    }
+    if (ret_bytes)
+        *ret_bytes = sum;
+    return WF_OK;
+}
+
+void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)
+{
+    memset(ret, 0, sizeof *ret);
+    snprintf(ret->name, sizeof ret->name, "%s", m->name);
+    snprintf(ret->path, sizeof ret->path, "%s", m->path);
+    snprintf(ret->family, sizeof ret->family, "flux");
+    static const char *const states[] = { "loading", "installing", "ready",
+                                          "unloading" };
+    snprintf(ret->state, sizeof ret->state, "%s", states[m->state]);
+    if (m->state == WF_MODEL_LOADING) {
+        /* the loader thread owns the other fields until it is done */
+        ret->bytes_total = atomic_load(&m->bytes_to_load);
+        ret->bytes_loaded = atomic_load(&m->bytes_loaded);
+        return;
+    }
+    const char *dt = m->bytes_total ? wf_dtype_name(m->dtype) : NULL;
+    snprintf(ret->dtype, sizeof ret->dtype, "%s", dt ? dt : "");
+    ret->params = m->params;
+    ret->bytes_total = m->bytes_total;
+    ret->bytes_loaded = atomic_load(&m->bytes_loaded);
+    ret->host_bytes = m->host ? m->host->bytes : 0;
+    ret->rank_bytes = m->rank_bytes;
+    ret->tp = m->tp;
+    ret->sharded_input = m->already_sharded;
+    ret->load_ms = m->state == WF_MODEL_READY ? m->load_ms : 0;
+}

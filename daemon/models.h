@@ -1,0 +1,168 @@
+/* models.h — the daemon's resident models: the registry the main thread
+ * keeps, the loader thread that reads a checkpoint into the host copy, and
+ * the shards each worker holds.
+ *
+ * Life of a model (DESIGN.md "Resident models and tensor parallelism"):
+ *   load_model  -> LOADING: a loader thread opens the checkpoint (config,
+ *                  headers, tensor list), checks the plan and that the
+ *                  shards fit (WF_E_NO_MEMORY before a weight is read),
+ *                  then reads every tensor into the host copy; progress
+ *                  is an atomic byte count that list_models reports.
+ *              -> INSTALLING: the server runs a regroup (the hot
+ *                  reconfiguration path: drain, every worker, epoch + 1)
+ *                  whose model set includes it; each worker cuts its
+ *                  shard from the host copy.
+ *              -> READY: forward jobs run on it.
+ *   unload      -> UNLOADING: a regroup without it; then the host copy
+ *                  is freed.
+ *   tp change   -> every regroup re-cuts the shards of every model from
+ *                  the host copies: the disk is not read again.
+ * Workers read host copies only inside regroup jobs, when nothing else
+ * runs; the host copy of a model is freed only when no regroup runs.
+ *
+ * Threads: the registry is the main thread's; the loader thread touches
+ * only its own entry's `src`, `host`, `status`, `err` and the atomic
+ * progress until it signals completion on the eventfd. rank_models are
+ * a worker's own.
+ */
+#ifndef WF_MODELS_H
+#define WF_MODELS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flux_forward.h"
+#include "flux_host.h"
+#include "proto.h"
+#include "tp_plan.h"
+
+typedef enum wf_model_state {
+    WF_MODEL_LOADING = 0,
+    WF_MODEL_INSTALLING = 1,
+    WF_MODEL_READY = 2,
+    WF_MODEL_UNLOADING = 3
+} wf_model_state_t;
+
+/* One model of the registry. */
+typedef struct wf_model {
+    uint64_t id;                     /* unique in the daemon's life, > 0 */
+    char name[WF_MODEL_NAME_MAX];
+    char path[WF_MODEL_PATH_LEN];
+    wf_model_state_t state;
+    bool already_sharded;            /* loaded from per-rank files */
+    uint32_t files_tp;               /* their tp degree (already_sharded) */
+    bool default_plan;               /* plan is the family's default */
+    wf_tp_plan_t plan;               /* plan in force */
+    wf_flux_config_t cfg;            /* valid once opened */
+    wf_dtype_t dtype;                /* checkpoint's majority dtype */
+    uint64_t params, bytes_total;    /* from the headers */
+    _Atomic uint64_t bytes_loaded;   /* progress of the read */
+    _Atomic uint64_t bytes_to_load;  /* its total (0 until the read starts) */
+    wf_flux_host_t *host;            /* host copy (NULL until read) */
+    uint64_t rank_bytes;             /* per-rank shard bytes at `tp` */
+    uint32_t tp;                     /* tp its shards are cut for */
+    uint64_t t_start_us, load_ms;
+    /* the load request waiting for its reply */
+    bool has_client;
+    void *identity;                  /* zmq_msg_t * (owned, heap) */
+    bool delim;
+    uint64_t req_id;
+    /* loader thread result */
+    wf_status_t status;
+    char err[WF_PROTO_ERROR_MAX];
+} wf_model_t;
+
+/* What a regroup tells every worker to hold. */
+typedef struct wf_model_ref {
+    uint64_t id;
+    const wf_flux_host_t *host;      /* read-only during the regroup */
+    const wf_tp_plan_t *plan;
+} wf_model_ref_t;
+
+typedef struct wf_model_set {
+    uint32_t n;
+    wf_model_ref_t m[WF_MODELS_MAX];
+} wf_model_set_t;
+
+/* A worker's shards. */
+typedef struct wf_rank_model {
+    uint64_t id;
+    int tp, tp_rank;
+    wf_flux_shard_t *shard;
+} wf_rank_model_t;
+
+typedef struct wf_rank_models {
+    uint32_t n;
+    wf_rank_model_t m[WF_MODELS_MAX];
+} wf_rank_models_t;
+
+/* Make rm hold exactly the models of `set` cut for (tp, tp_rank): keeps a
+ * shard already cut so, cuts the missing ones, frees the others. On a
+ * failure (WF_E_NO_MEMORY) rm holds what it could keep and err says
+ * which model. Worker thread. */
+wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
+                                int tp, int tp_rank, char *err, size_t err_len);
+
+/* The shard of model `id`, or NULL. */
+const wf_flux_shard_t *wf_rank_models_find(const wf_rank_models_t *rm, uint64_t id);
+
+/* Free every shard. */
+void wf_rank_models_clear(wf_rank_models_t *rm);
+
+/* The registry (main thread). */
+typedef struct wf_registry {
+    int root_fd;                     /* model root (O_PATH), -1: none */
+    wf_model_t *m[WF_MODELS_MAX];    /* entries, NULL = free slot */
+    uint64_t next_id;
+    int efd;                         /* eventfd: the loader finished */
+    pthread_t loader;                /* the loader thread */
+    wf_model_t *loading;             /* its entry, NULL when none runs */
+    int load_tp;                     /* tp the loader checks the plan for */
+    uint64_t load_avail;             /* bytes a rank may give the shards */
+} wf_registry_t;
+
+/* Open the model root (NULL / "" : no models) and the eventfd. */
+wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
+                             char *err, size_t err_len);
+
+/* Join a running loader, free every entry, close the fds. */
+void wf_registry_destroy(wf_registry_t *r);
+
+/* Entry by name (any state), or NULL. */
+wf_model_t *wf_registry_find(const wf_registry_t *r, const char *name);
+
+/* Entries in use. */
+uint32_t wf_registry_count(const wf_registry_t *r);
+
+/* Start loading: checks (root configured, name free, a slot free, no
+ * load running, the request's plan), makes the entry (LOADING) and starts
+ * the loader thread with the tp in force and the bytes each rank may give
+ * to shards. On refusal nothing changes and err says why (WF_E_BAD_FIELD,
+ * WF_E_BAD_ARGUMENT, WF_E_BUSY, WF_E_LIMIT). *ret is the new entry. */
+wf_status_t wf_registry_start_load(wf_registry_t *r,
+                                   const wf_load_model_args_t *args, int tp,
+                                   uint64_t avail, wf_model_t **ret,
+                                   char *err, size_t err_len);
+
+/* After the eventfd fired: join the loader and return its entry (status
+ * and err set; host read when WF_OK), or NULL when none finished. */
+wf_model_t *wf_registry_take_loaded(wf_registry_t *r);
+
+/* Remove an entry and free it (its host copy too). */
+void wf_registry_remove(wf_registry_t *r, wf_model_t *m);
+
+/* The models workers must hold: INSTALLING and READY entries. */
+void wf_registry_target_set(const wf_registry_t *r, wf_model_set_t *ret);
+
+/* Check that every model of the target set can be cut for `tp` and fits
+ * in `avail` bytes per rank (sum of shards); *ret_bytes the sum.
+ * WF_E_BAD_ARGUMENT / WF_E_NO_MEMORY with a message naming the model. */
+wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
+                                 uint64_t *ret_bytes, char *err, size_t err_len);
+
+/* Fill a list_models entry. */
+void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret);
+
+#endif /* WF_MODELS_H */

@@ -1,0 +1,8 @@
+# The FLUX forward (daemon/flux_forward.c) on real threads with the host
+# comm: every tp x ring x ulysses mesh of the grid on the committed
+# diffusers fixtures (tests/fixtures, from tests/parity/make_fixtures.py),
+# non-default tp plans, the plan and job checks.
+add_executable(test_flux_forward ${CMAKE_CURRENT_LIST_DIR}/test_flux_forward.c)
+target_link_libraries(test_flux_forward PRIVATE weftd_core m)
+add_test(NAME flux_forward COMMAND test_flux_forward ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+set_tests_properties(flux_forward PROPERTIES TIMEOUT 300)

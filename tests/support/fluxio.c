@@ -1,0 +1,120 @@
+/* fluxio.c — FLUX io fixtures for the end-to-end tests (fluxio.h). */
+#include "fluxio.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model_root.h"
+#include "safetensors.h"
+#include "support/jobcheck.h"
+
+static bool take(const wf_safetensors_t *st, const char *name, wf_tensor_t *t,
+                 bool need)
+{
+    ptrdiff_t i = wf_safetensors_find(st, name);
+    memset(t, 0, sizeof *t);
+    if (i < 0) {
+        if (need)
+            fprintf(stderr, "fluxio: %s lacks '%s'\n", wf_safetensors_path(st), name);
+        return false;
+    }
+    const wf_st_tensor_t *d = wf_safetensors_tensor(st, (size_t)i);
+    t->dtype = d->dtype;
+    t->rank = d->rank;
+    memcpy(t->shape, d->shape, sizeof t->shape);
+    t->data = malloc(d->nbytes ? d->nbytes : 1);
+    if (!t->data)
+        return false;
+    memcpy(t->data, wf_safetensors_data(st, (size_t)i), d->nbytes);
+    return true;
+}
+
+bool fluxio_load(fluxio_t *io, const char *dir, const char *file)
+{
+    memset(io, 0, sizeof *io);
+    int root = -1;
+    char err[512];
+    wf_safetensors_t *st = NULL;
+    if (wf_model_root_open(dir, &root, err, sizeof err) != WF_OK ||
+        wf_safetensors_open(root, file, NULL, &st, err, sizeof err) != WF_OK) {
+        fprintf(stderr, "fluxio: %s/%s: %s\n", dir, file, err);
+        if (root >= 0)
+            close(root);
+        return false;
+    }
+    bool ok = take(st, "hidden_states", &io->hs, true) &&
+              take(st, "encoder_hidden_states", &io->enc, true) &&
+              take(st, "pooled_projections", &io->pooled, true) &&
+              take(st, "timestep", &io->t, true) &&
+              take(st, "img_ids", &io->img_ids, true) &&
+              take(st, "txt_ids", &io->txt_ids, true);
+    io->has_guidance = ok && take(st, "guidance", &io->guidance, false);
+    if (ok) {
+        io->ref_is_f64 = take(st, "output_f64", &io->ref, false);
+        if (!io->ref_is_f64)
+            ok = take(st, "output", &io->ref, true);
+    }
+    wf_safetensors_close(&st);
+    close(root);
+    if (!ok) {
+        fluxio_free(io);
+        return false;
+    }
+    io->in_dtype = io->hs.dtype;
+    io->in.hidden_states = &io->hs;
+    io->in.encoder_hidden_states = &io->enc;
+    io->in.pooled_projections = &io->pooled;
+    io->in.timestep = &io->t;
+    io->in.img_ids = &io->img_ids;
+    io->in.txt_ids = &io->txt_ids;
+    io->in.guidance = io->has_guidance ? &io->guidance : NULL;
+    return true;
+}
+
+void fluxio_free(fluxio_t *io)
+{
+    wf_tensor_t *all[] = { &io->hs, &io->enc, &io->pooled, &io->t, &io->img_ids,
+                           &io->txt_ids, &io->guidance, &io->ref };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]->data);
+    memset(io, 0, sizeof *io);
+}
+
+bool fluxio_output(const fluxio_t *io, wf_dtype_t dt, wf_tensor_t *ret)
+{
+    *ret = io->ref;
+    ret->dtype = dt;
+    int64_t n = wf_tensor_numel(ret);
+    ret->data = malloc((size_t)n * wf_dtype_size(dt));
+    if (!ret->data)
+        return false;
+    for (int64_t i = 0; i < n; i++)
+        store(ret->data, dt, (size_t)i, NAN);
+    return true;
+}
+
+double fluxio_error(const fluxio_t *io, const wf_tensor_t *out)
+{
+    int64_t n = wf_tensor_numel(&io->ref);
+    if (n != wf_tensor_numel(out))
+        return INFINITY;
+    double worst = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double r = load(io->ref.data, io->ref.dtype, (size_t)i);
+        double o = load(out->data, out->dtype, (size_t)i);
+        double e = fabs(o - r);
+        if (!(e <= worst))      /* NaN counts as worst */
+            worst = isnan(e) ? INFINITY : e;
+        if (fabs(r) > mx)
+            mx = fabs(r);
+    }
+    return mx > 0 ? worst / mx : worst;
+}
+
+double fluxio_tolerance(const fluxio_t *io)
+{
+    return io->in_dtype == WF_DTYPE_F32 ? 1e-5 : 2e-2;
+}

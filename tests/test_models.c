@@ -1,0 +1,502 @@
+/* test_models.c — end to end: resident FLUX models in a real weftd.
+ *
+ * usage: test_models PATH_TO_WEFTD FIXTURES_DIR
+ *
+ * A temporary model root gets copies of the diffusers-made fixtures
+ * (flux-tiny f32 single file, flux-tiny-guidance f32 sharded + index.json,
+ * flux-tiny-bf16) and broken checkpoints written here. One weftd with 4
+ * CPU devices loads the three models through libweft, then, for every
+ * mesh of the parity list (tp 1, 2, 4; ulysses 2; ring 2; tp 2 x ulysses
+ * 2; and ring 2 x ulysses 2), reconfigures (a live re-shard of every
+ * resident model) and runs each model's forward on its fixture inputs,
+ * compared with diffusers' output (fluxio.h tolerances: f32 1e-5 of
+ * max |ref| against diffusers' float64 run, bf16 2e-2 against diffusers'
+ * bf16 run). Then:
+ *   - weights_already_sharded: `weftctl shard`'s writer makes tp = 2 files,
+ *     loaded under tp = 2 and run (same output); refused under tp = 4;
+ *   - bad checkpoints (missing tensor, wrong shape, truncated file,
+ *     overlapping offsets, duplicate names, a symlink leaving the root,
+ *     a ".." path, a missing directory): each refused with its code and
+ *     a message naming the problem, nothing listed, the daemon serving;
+ *   - a name in use, an unknown model, wrong input shapes: refused;
+ *   - unload: gone from the list, its forward refused, the others run;
+ *   - a daemon whose devices are too small refuses the load with
+ *     WF_E_NO_MEMORY before reading weights.
+ * Every daemon exits 0 on SIGTERM.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "weft.h"
+#include "flux_host.h"
+#include "model_root.h"
+#include "safetensors.h"
+#include "support/fluxio.h"
+#include "support/jobcheck.h"
+#include "support/st_writer.h"
+
+#define WF_PROTO_ERROR_MAX_COPY 512
+
+static int failures;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            failures++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+/* ---- files ----------------------------------------------------------------- */
+
+static bool copy_file(const char *from, const char *to, long cut)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    bool ok = a && b;
+    if (ok) {
+        fseek(a, 0, SEEK_END);
+        long n = ftell(a) - cut;
+        fseek(a, 0, SEEK_SET);
+        char buf[65536];
+        while (ok && n > 0) {
+            size_t k = fread(buf, 1, n < (long)sizeof buf ? (size_t)n : sizeof buf, a);
+            ok = k > 0 && fwrite(buf, 1, k, b) == k;
+            n -= (long)k;
+        }
+    }
+    if (a)
+        fclose(a);
+    if (b && fclose(b) != 0)
+        ok = false;
+    return ok;
+}
+
+/* Copy the regular files of directory src into a new directory dst. */
+static bool copy_dir(const char *src, const char *dst)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", src, dst);
+    return system(cmd) == 0;
+}
+
+static char root[256];
+
+static void path_of(char *buf, size_t len, const char *rel)
+{
+    snprintf(buf, len, "%s/%s", root, rel);
+}
+
+/* flux-tiny's checkpoint rewritten: `drop` left out; `reshape` written
+ * with one element fewer in its first dim. */
+static bool rewrite(const char *dir, const char *drop, const char *reshape)
+{
+    char p[512];
+    path_of(p, sizeof p, dir);
+    if (mkdir(p, 0755) != 0)
+        return false;
+    char from[512], to[700];
+    path_of(from, sizeof from, "flux-tiny/config.json");
+    snprintf(to, sizeof to, "%s/config.json", p);
+    if (!copy_file(from, to, 0))
+        return false;
+    int rfd;
+    char err[256];
+    wf_safetensors_t *st = NULL;
+    if (wf_model_root_open(root, &rfd, err, sizeof err) != WF_OK)
+        return false;
+    wf_status_t s = wf_safetensors_open(rfd, "flux-tiny/" WF_DIFFUSERS_WEIGHTS,
+                                        NULL, &st, err, sizeof err);
+    close(rfd);
+    if (s != WF_OK)
+        return false;
+    size_t n = wf_safetensors_count(st), k = 0;
+    st_w_tensor_t *t = calloc(n, sizeof *t);
+    for (size_t i = 0; t && i < n; i++) {
+        const wf_st_tensor_t *d = wf_safetensors_tensor(st, i);
+        if (drop && strcmp(d->name, drop) == 0)
+            continue;
+        t[k].name = d->name;
+        t[k].dtype = "F32";
+        t[k].rank = d->rank;
+        memcpy(t[k].shape, d->shape, sizeof d->shape);
+        t[k].data = wf_safetensors_data(st, i);
+        t[k].nbytes = d->nbytes;
+        if (reshape && strcmp(d->name, reshape) == 0) {
+            t[k].shape[0]--;
+            t[k].nbytes = d->nbytes / (uint64_t)d->shape[0] * (uint64_t)(d->shape[0] - 1);
+        }
+        k++;
+    }
+    snprintf(to, sizeof to, "%s/%s", p, WF_DIFFUSERS_WEIGHTS);
+    bool ok = t && st_write(to, t, k, NULL, 0) == 0;
+    free(t);
+    wf_safetensors_close(&st);
+    return ok;
+}
+
+/* A model directory with flux-tiny's config and a raw safetensors file. */
+static bool raw_model(const char *dir, const char *header, size_t data_len)
+{
+    char p[512], from[512], to[700];
+    path_of(p, sizeof p, dir);
+    path_of(from, sizeof from, "flux-tiny/config.json");
+    snprintf(to, sizeof to, "%s/config.json", p);
+    if (mkdir(p, 0755) != 0 || !copy_file(from, to, 0))
+        return false;
+    snprintf(to, sizeof to, "%s/%s", p, WF_DIFFUSERS_WEIGHTS);
+    return st_write_raw(to, header, data_len) == 0;
+}
+
+/* ---- the daemon ------------------------------------------------------------ */
+
+static pid_t start_daemon(const char *weftd, const char *endpoint,
+                          const char *memory)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        char *argv[] = { (char *)weftd, "--devices", "cpu:4", "--mesh", "dp=4",
+                         "--listen", (char *)endpoint, "--model-root", root,
+                         "--cpu-memory", (char *)memory, "--log-level",
+                         "warning", NULL };
+        execv(weftd, argv);
+        perror("execv weftd");
+        _exit(127);
+    }
+    return pid;
+}
+
+/* ---- models --------------------------------------------------------------- */
+
+typedef struct model {
+    const char *name;     /* in the daemon */
+    const char *dir;      /* under the root */
+    const char *io;       /* fixture file */
+    fluxio_t data;
+} model_t;
+
+static model_t models[] = {
+    { .name = "tiny", .dir = "flux-tiny", .io = "io-flux-tiny-f32.safetensors" },
+    { .name = "guidance", .dir = "flux-tiny-guidance",
+      .io = "io-flux-tiny-guidance-f32.safetensors" },
+    { .name = "tiny-bf16", .dir = "flux-tiny-bf16",
+      .io = "io-flux-tiny-bf16.safetensors" },
+};
+#define N_MODELS (sizeof models / sizeof models[0])
+
+/* Run model m's forward; its error against the reference (INFINITY on
+ * failure, with the status in *ret_st). */
+static double run_forward(wf_client_t *c, const char *name, const fluxio_t *io,
+                          wf_status_t *ret_st)
+{
+    wf_tensor_t out;
+    if (!fluxio_output(io, io->in_dtype, &out))
+        return INFINITY;
+    wf_job_result_t res;
+    wf_status_t st = wf_forward(c, name, &io->in, &out, &res);
+    double e = st == WF_OK ? fluxio_error(io, &out) : INFINITY;
+    if (ret_st)
+        *ret_st = st;
+    free(out.data);
+    return e;
+}
+
+static bool listed(wf_client_t *c, const char *name, wf_model_info_t *ret)
+{
+    wf_model_info_t all[WF_MODELS_MAX];
+    size_t n = 0;
+    if (wf_list_models(c, all, WF_MODELS_MAX, &n) != WF_OK)
+        return false;
+    for (size_t i = 0; i < n && i < WF_MODELS_MAX; i++)
+        if (strcmp(all[i].name, name) == 0) {
+            if (ret)
+                *ret = all[i];
+            return true;
+        }
+    return false;
+}
+
+/* A load that must be refused with `want` and a message holding `needle`. */
+static void refused_load(wf_client_t *c, const char *name, const char *path,
+                         const wf_load_opts_t *opts, wf_status_t want,
+                         const char *needle)
+{
+    wf_status_t st = wf_load_model(c, name, path, opts, NULL);
+    char msg[WF_PROTO_ERROR_MAX_COPY];
+    snprintf(msg, sizeof msg, "%s", wf_client_last_error(c));
+    CHECK(st == want, "load %s: %s (%s), expected %s", path, wf_status_name(st),
+          msg, wf_status_name(want));
+    CHECK(strstr(msg, needle) != NULL, "load %s: message '%s' lacks '%s'", path,
+          msg, needle);
+    CHECK(!listed(c, name, NULL), "refused model %s is listed", name);
+    printf("  refused %-22s %-18s %s\n", path, wf_status_name(st), msg);
+}
+
+static void set_mesh(wf_client_t *c, uint32_t dp, uint32_t ring, uint32_t uly,
+                     uint32_t tp)
+{
+    wf_mesh_degrees_t m = { dp, ring, uly, tp };
+    uint64_t epoch = 0;
+    wf_status_t st = wf_reconfigure(c, &m, &epoch);
+    CHECK(st == WF_OK, "reconfigure dp=%u ring=%u ulysses=%u tp=%u: %s %s", dp,
+          ring, uly, tp, wf_status_name(st), wf_client_last_error(c));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD FIXTURES_DIR\n", argv[0]);
+        return 2;
+    }
+    const char *weftd = argv[1], *fixtures = argv[2];
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+
+    snprintf(root, sizeof root, "/tmp/weft-models-XXXXXX");
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char outside[300];
+    snprintf(outside, sizeof outside, "%s-outside", root);
+    for (size_t i = 0; i < N_MODELS; i++) {
+        char src[512], dst[512];
+        snprintf(src, sizeof src, "%s/%s", fixtures, models[i].dir);
+        path_of(dst, sizeof dst, models[i].dir);
+        if (!copy_dir(src, dst) || !fluxio_load(&models[i].data, fixtures, models[i].io)) {
+            fprintf(stderr, "cannot prepare %s\n", models[i].dir);
+            return 1;
+        }
+    }
+    /* broken checkpoints */
+    bool prep = rewrite("bad-missing", "proj_out.bias", NULL) &&
+                rewrite("bad-shape", NULL, "x_embedder.weight");
+    char p[512], q[512];
+    path_of(p, sizeof p, "bad-truncated");
+    prep = prep && mkdir(p, 0755) == 0;
+    path_of(q, sizeof q, "flux-tiny/config.json");
+    snprintf(p, sizeof p, "%s/bad-truncated/config.json", root);
+    prep = prep && copy_file(q, p, 0);
+    path_of(q, sizeof q, "flux-tiny/" WF_DIFFUSERS_WEIGHTS);
+    snprintf(p, sizeof p, "%s/bad-truncated/%s", root, WF_DIFFUSERS_WEIGHTS);
+    prep = prep && copy_file(q, p, 100);
+    prep = prep && raw_model("bad-overlap",
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12);
+    prep = prep && raw_model("bad-duplicate",
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+    /* a symlink leaving the root, to a good copy outside */
+    char src[512];
+    snprintf(src, sizeof src, "%s/flux-tiny", fixtures);
+    prep = prep && copy_dir(src, outside);
+    path_of(p, sizeof p, "escape");
+    prep = prep && symlink(outside, p) == 0;
+    if (!prep) {
+        fprintf(stderr, "cannot prepare the bad checkpoints: %s\n", strerror(errno));
+        return 1;
+    }
+
+    char endpoint[300];
+    snprintf(endpoint, sizeof endpoint, "ipc://%s.sock", root);
+    pid_t pid = start_daemon(weftd, endpoint, "0");
+    if (!wait_ready(endpoint)) {
+        fprintf(stderr, "weftd did not start\n");
+        kill(pid, SIGKILL);
+        return 1;
+    }
+    wf_client_t *c = NULL;
+    wf_client_connect(endpoint, 60000, &c);
+    size_t n = 99;
+    CHECK(wf_list_models(c, NULL, 0, &n) == WF_OK && n == 0, "fresh daemon "
+          "lists %zu models", n);
+
+    /* ---- load the three models ---- */
+    for (size_t i = 0; i < N_MODELS; i++) {
+        wf_model_info_t info;
+        double t0 = now_s();
+        wf_status_t st = wf_load_model(c, models[i].name, models[i].dir, NULL, &info);
+        CHECK(st == WF_OK, "load %s: %s %s", models[i].dir, wf_status_name(st),
+              wf_client_last_error(c));
+        CHECK(st != WF_OK || (strcmp(info.state, "ready") == 0 && info.params > 0 &&
+                              info.bytes_loaded == info.bytes_total && info.tp == 1 &&
+                              info.rank_bytes > 0),
+              "info of %s: state %s params %" PRIu64 " loaded %" PRIu64 "/%" PRIu64
+              " tp %u", models[i].name, info.state, info.params, info.bytes_loaded,
+              info.bytes_total, info.tp);
+        printf("loaded %-10s %-20s %s %8" PRIu64 " params %7.1f KiB in %.1f ms\n",
+               models[i].name, models[i].dir, info.dtype, info.params,
+               (double)info.bytes_total / 1024, (now_s() - t0) * 1e3);
+    }
+    CHECK(wf_list_models(c, NULL, 0, &n) == WF_OK && n == N_MODELS, "lists %zu", n);
+
+    /* ---- parity on every mesh (each reconfiguration re-shards) ---- */
+    static const struct { const char *name; uint32_t dp, ring, uly, tp; } meshes[] = {
+        { "tp=1 (dp=4)", 4, 1, 1, 1 },
+        { "tp=2 (dp=2)", 2, 1, 1, 2 },
+        { "tp=4", 1, 1, 1, 4 },
+        { "ulysses=2 (dp=2)", 2, 1, 2, 1 },
+        { "ring=2 (dp=2)", 2, 2, 1, 1 },
+        { "tp=2 x ulysses=2", 1, 1, 2, 2 },
+        { "ring=2 x ulysses=2", 1, 2, 2, 1 },
+        { "tp=2 x ring=2", 1, 2, 1, 2 },
+    };
+    for (size_t k = 0; k < sizeof meshes / sizeof meshes[0]; k++) {
+        set_mesh(c, meshes[k].dp, meshes[k].ring, meshes[k].uly, meshes[k].tp);
+        wf_model_info_t info;
+        CHECK(listed(c, "tiny", &info) && info.tp == meshes[k].tp,
+              "after re-shard tiny reports tp %u, mesh tp %u", info.tp, meshes[k].tp);
+        printf("%-20s", meshes[k].name);
+        for (size_t i = 0; i < N_MODELS; i++) {
+            wf_status_t st;
+            double e = run_forward(c, models[i].name, &models[i].data, &st);
+            double tol = fluxio_tolerance(&models[i].data);
+            CHECK(st == WF_OK && e <= tol, "%s on %s: %s (%s) error %.3g > %.3g",
+                  models[i].name, meshes[k].name, wf_status_name(st),
+                  wf_client_last_error(c), e, tol);
+            printf("  %s %.2e (tol %.0e)", models[i].name, e, tol);
+        }
+        printf("\n");
+    }
+
+    /* ---- weights_already_sharded ---- */
+    {
+        int rfd;
+        char err[512], out[512];
+        path_of(out, sizeof out, "flux-tiny-tp2");
+        wf_status_t st = wf_model_root_open(root, &rfd, err, sizeof err);
+        if (st == WF_OK) {
+            st = wf_flux_write_sharded(rfd, "flux-tiny", NULL, 2, out, err, sizeof err);
+            close(rfd);
+        }
+        CHECK(st == WF_OK, "write sharded: %s", err);
+        wf_load_opts_t o = { 0 };
+        o.weights_already_sharded = 1;
+        set_mesh(c, 1, 1, 1, 4);
+        refused_load(c, "sharded", "flux-tiny-tp2", &o, WF_E_BAD_ARGUMENT, "tp=2");
+        set_mesh(c, 2, 1, 1, 2);
+        wf_model_info_t info;
+        st = wf_load_model(c, "sharded", "flux-tiny-tp2", &o, &info);
+        CHECK(st == WF_OK && info.sharded_input == 1, "load sharded: %s %s",
+              wf_status_name(st), wf_client_last_error(c));
+        double e = run_forward(c, "sharded", &models[0].data, &st);
+        CHECK(st == WF_OK && e <= fluxio_tolerance(&models[0].data), "sharded forward: %s error %.3g",
+              wf_status_name(st), e);
+        printf("weights_already_sharded tp=2: error %.2e\n", e);
+        /* re-shard the pre-sharded model to tp=4 from its host copy */
+        set_mesh(c, 1, 1, 1, 4);
+        e = run_forward(c, "sharded", &models[0].data, &st);
+        CHECK(st == WF_OK && e <= fluxio_tolerance(&models[0].data), "sharded re-shard to tp=4: %s error %.3g",
+              wf_status_name(st), e);
+        CHECK(wf_unload_model(c, "sharded") == WF_OK, "unload sharded: %s",
+              wf_client_last_error(c));
+    }
+
+    /* ---- bad checkpoints and bad requests ---- */
+    refused_load(c, "b1", "bad-missing", NULL, WF_E_MALFORMED, "proj_out.bias");
+    refused_load(c, "b2", "bad-shape", NULL, WF_E_BAD_SHAPE, "x_embedder.weight");
+    refused_load(c, "b3", "bad-truncated", NULL, WF_E_MALFORMED, "bad-truncated");
+    refused_load(c, "b4", "bad-overlap", NULL, WF_E_MALFORMED, "bad-overlap");
+    refused_load(c, "b5", "bad-duplicate", NULL, WF_E_MALFORMED, "duplicate");
+    refused_load(c, "b6", "escape", NULL, WF_E_BAD_FIELD, "escape");
+    refused_load(c, "b7", "no-such-model", NULL, WF_E_BAD_FIELD, "no-such-model");
+    refused_load(c, "b8", "../flux-tiny", NULL, WF_E_BAD_FIELD, "..");
+    {
+        wf_status_t s2 = wf_load_model(c, "tiny", "flux-tiny-bf16", NULL, NULL);
+        CHECK(s2 == WF_E_BAD_ARGUMENT && strstr(wf_client_last_error(c), "already loaded"),
+              "a name in use: %s %s", wf_status_name(s2), wf_client_last_error(c));
+        wf_model_info_t info;
+        CHECK(listed(c, "tiny", &info) && strcmp(info.path, "flux-tiny") == 0,
+              "the model named tiny changed: %s", info.path);
+    }
+    {
+        wf_tp_rule_t rule = { .glob = "transformer_blocks.*.attn.to_q",
+                              .style = WF_TP_COLWISE };
+        wf_load_opts_t o = { .plan = &rule, .n_plan = 1 };
+        set_mesh(c, 1, 1, 1, 4);
+        /* to_q colwise over 4 ranks keeps 12 of 48 columns = 1 head: fine;
+         * a glob matching nothing is refused */
+        wf_tp_rule_t none = { .glob = "no_such_blocks.*.to_q", .style = WF_TP_COLWISE };
+        o.plan = &none;
+        refused_load(c, "b9", "flux-tiny", &o, WF_E_BAD_ARGUMENT, "no_such_blocks");
+        (void)rule;
+    }
+    set_mesh(c, 4, 1, 1, 1);
+    wf_status_t st;
+    run_forward(c, "nope", &models[0].data, &st);
+    CHECK(st == WF_E_BAD_ARGUMENT && strstr(wf_client_last_error(c), "not loaded"),
+          "forward on an unknown model: %s %s", wf_status_name(st),
+          wf_client_last_error(c));
+    /* the guidance model without guidance */
+    {
+        fluxio_t io = models[1].data;
+        io.in.guidance = NULL;
+        run_forward(c, "guidance", &io, &st);
+        CHECK(st != WF_OK && strstr(wf_client_last_error(c), "guidance"),
+              "guidance model without guidance: %s %s", wf_status_name(st),
+              wf_client_last_error(c));
+    }
+    /* the daemon still serves every model */
+    for (size_t i = 0; i < N_MODELS; i++) {
+        double e = run_forward(c, models[i].name, &models[i].data, &st);
+        CHECK(st == WF_OK && e <= fluxio_tolerance(&models[i].data),
+              "%s after the refusals: %s error %.3g", models[i].name,
+              wf_status_name(st), e);
+    }
+
+    /* ---- unload ---- */
+    st = wf_unload_model(c, "tiny-bf16");
+    CHECK(st == WF_OK, "unload: %s %s", wf_status_name(st), wf_client_last_error(c));
+    CHECK(!listed(c, "tiny-bf16", NULL), "unloaded model still listed");
+    run_forward(c, "tiny-bf16", &models[2].data, &st);
+    CHECK(st == WF_E_BAD_ARGUMENT, "forward on an unloaded model: %s",
+          wf_status_name(st));
+    st = wf_unload_model(c, "tiny-bf16");
+    CHECK(st == WF_E_BAD_ARGUMENT, "second unload: %s", wf_status_name(st));
+    double e = run_forward(c, "tiny", &models[0].data, &st);
+    CHECK(st == WF_OK && e <= fluxio_tolerance(&models[0].data), "tiny after the unload: %s %.3g",
+          wf_status_name(st), e);
+
+    wf_client_destroy(&c);
+    char err[256];
+    CHECK(stop_daemon(pid, 30000, err, sizeof err), "weftd: %s", err);
+
+    /* ---- devices too small: refused before reading ---- */
+    pid = start_daemon(weftd, endpoint, "256K");
+    if (wait_ready(endpoint)) {
+        wf_client_connect(endpoint, 30000, &c);
+        refused_load(c, "tiny", "flux-tiny", NULL, WF_E_NO_MEMORY, "does not fit");
+        wf_model_info_t info;
+        CHECK(!listed(c, "tiny", &info), "a refused model is listed");
+        wf_client_destroy(&c);
+        CHECK(stop_daemon(pid, 30000, err, sizeof err), "weftd (small): %s", err);
+    } else {
+        CHECK(false, "small weftd did not start");
+        kill(pid, SIGKILL);
+    }
+
+    for (size_t i = 0; i < N_MODELS; i++)
+        fluxio_free(&models[i].data);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", root, outside);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", root);
+    printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
+    return failures ? 1 : 0;
+}
