@@ -169,7 +169,9 @@ static pid_t start_daemon(const char *weftd, const char *endpoint, const char *r
     if (pid == 0) {
         char *argv[] = { (char *)weftd, "--devices", "cpu:4", "--mesh", "dp=4",
                          "--listen", (char *)endpoint, "--model-root", (char *)root,
-                         "--log-level", "warning", NULL };
+                         "--log-level",
+                         getenv("BENCH_LOG_LEVEL") ? getenv("BENCH_LOG_LEVEL") : "warning",
+                         NULL };
         execv(weftd, argv);
         _exit(127);
     }

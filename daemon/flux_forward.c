@@ -416,17 +416,29 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     wf_tp_place_t *p = &lin->place;
     if (wf_tp_place(bd->plan, module, out, in, bd->tp, p, bd->err, bd->err_len) != WF_OK)
         return WF_E_BAD_ARGUMENT;
-    lin->w = falloc((uint64_t)p->local_out * (uint64_t)p->local_in);
-    if (!lin->w)
-        return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
     int64_t ps[WF_TP_MAX_BLOCKS], pl[WF_TP_MAX_BLOCKS];
     wf_tp_pieces(p, bd->rank, bd->tp, ps, pl);
     const unsigned char *wd = w->data;
     const size_t es = es_of(w->dtype);
     bool on_rows = p->style == WF_TP_COLWISE || p->style == WF_TP_PACKED_COLWISE;
     bool on_cols = p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE;
+    /* f32 and one contiguous piece: point into the host copy */
+    bool whole = (!on_rows && !on_cols) || bd->tp == 1; /* tp 1: every piece is all */
+    bool view_w = w->dtype == WF_DTYPE_F32 && (whole || (on_rows && p->n_blocks == 1));
+    bool view_b = b && b->dtype == WF_DTYPE_F32 &&
+                  (!on_rows || p->n_blocks == 1 || bd->tp == 1);
+    if (view_w) {
+        lin->w = (float *)(void *)(uintptr_t)(wd + (whole ? 0 : (size_t)(ps[0] * in) * es));
+        lin->w_view = true;
+    } else {
+        lin->w = falloc((uint64_t)p->local_out * (uint64_t)p->local_in);
+        if (!lin->w)
+            return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+    }
     float *dst = lin->w;
-    if (on_rows) {
+    if (view_w) {
+        /* nothing to copy */
+    } else if (on_rows) {
         /* the rank's row pieces, whole rows each */
         for (uint32_t k = 0; k < p->n_blocks; k++) {
             wf_convert_to_f32(dst, wd + (size_t)(ps[k] * in) * es, w->dtype,
@@ -447,10 +459,16 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     bd->s->bytes += (uint64_t)p->local_out * (uint64_t)p->local_in * sizeof(float);
     if (b) {
         uint64_t nb = bias_elems(p);
-        if (!(lin->b = falloc(nb)))
-            return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
         const unsigned char *bdat = b->data;
         const size_t bes = es_of(b->dtype);
+        if (view_b) {
+            lin->b = (float *)(void *)(uintptr_t)(bdat + (on_rows ? (size_t)ps[0] * bes : 0));
+            lin->b_view = true;
+            bd->s->bytes += nb * sizeof(float);
+            return WF_OK;
+        }
+        if (!(lin->b = falloc(nb)))
+            return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
         if (on_rows) {
             float *bd2 = lin->b;
             for (uint32_t k = 0; k < p->n_blocks; k++) {
@@ -467,10 +485,13 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
 
 static void linear_free(wf_flux_linear_t *l)
 {
-    free(l->w);
-    free(l->b);
+    if (!l->w_view)
+        free(l->w);
+    if (!l->b_view)
+        free(l->b);
     l->w = NULL;
     l->b = NULL;
+    l->w_view = l->b_view = false;
 }
 
 /* Frees every buffer of the shard a walk reaches. */

@@ -5,7 +5,14 @@
  *
  * Shards. A rank's shard (wf_flux_shard_t) is cut from the read-only host
  * copy (flux_host.h) for (tp, tp_rank) by the plan (tp_plan.h), converted
- * to f32 (the CPU backend computes in f32 with OpenBLAS sgemm). Norm
+ * to f32 (the CPU backend computes in f32 with OpenBLAS sgemm). Where the
+ * host tensor is already f32 and the rank's piece is contiguous
+ * (replicated, colwise with one block, their biases) the shard points
+ * into the host copy instead of copying it (the CPU backend's device
+ * memory is host memory): cutting, and so re-sharding, copies only the
+ * rest. The host copy must then outlive the shard (models.h frees it only
+ * after a regroup has dropped the shards); bytes still counts every
+ * piece, as a device that copies would hold it. Norm
  * weights, embedders, AdaLN linears and the final projection follow the
  * plan too (the default replicates them).
  *
@@ -56,9 +63,12 @@
 /* One linear layer on this rank. */
 typedef struct wf_flux_linear {
     wf_tp_place_t place;   /* its placement (full and local shapes) */
-    float *w;              /* [local_out, local_in] f32, 64-byte aligned, owned */
+    float *w;              /* [local_out, local_in] f32, read-only */
     float *b;              /* bias: colwise / packed_colwise [local_out],
                               otherwise [out]; NULL when the module has none */
+    bool w_view, b_view;   /* w / b point into the host copy (an f32 tensor
+                              whose piece is contiguous: replicated, or one
+                              block of rows) instead of an owned copy */
 } wf_flux_linear_t;
 
 /* A double-stream block (diffusers' FluxTransformerBlock). */

@@ -687,6 +687,23 @@ static wf_status_t read_sharded(const wf_flux_source_t *s, const src_tensor_t *t
     return WF_OK;
 }
 
+/* qsort has no context argument: the source being sorted (one reading
+ * thread at a time per process is not guaranteed, so this is
+ * thread-local). */
+static _Thread_local const wf_flux_source_t *sort_src;
+
+/* Tensor order in the files: by file, then by offset. */
+static int cmp_file_order(const void *a, const void *b)
+{
+    const src_tensor_t *x = &sort_src->t[*(const size_t *)a];
+    const src_tensor_t *y = &sort_src->t[*(const size_t *)b];
+    uintptr_t fx = (uintptr_t)x->ref.file, fy = (uintptr_t)y->ref.file;
+    if (fx != fy)
+        return fx < fy ? -1 : 1;
+    uint64_t ox = x->ref.tensor->offset, oy = y->ref.tensor->offset;
+    return ox < oy ? -1 : ox > oy;
+}
+
 wf_status_t wf_flux_source_read(wf_flux_source_t *src,
                                 wf_flux_progress_fn progress, void *arg,
                                 wf_flux_host_t **ret, char *err, size_t err_len)
@@ -702,8 +719,26 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
     h->dtype = src->dtype;
     h->params = src->params;
     h->bytes = src->bytes;
+    h->n = src->n;          /* t[] is zeroed: a failure frees what was made */
+    /* Copy in file order (the tensors are kept in name order): sequential
+     * reads of each mapping let the kernel's read-ahead work. */
+    size_t *order = malloc((src->n ? src->n : 1) * sizeof *order);
+    if (order == NULL) {
+        free(h->t);
+        free(h);
+        set_err(err, err_len, "%s: out of memory for the host copy", src->dir);
+        return WF_E_NO_MEMORY;
+    }
+    for (size_t i = 0; i < src->n; i++)
+        order[i] = i;
+    if (!src->sharded) {
+        sort_src = src;
+        qsort(order, src->n, sizeof *order, cmp_file_order);
+        sort_src = NULL;
+    }
     uint64_t done = 0;
-    for (size_t i = 0; i < src->n; i++) {
+    for (size_t k = 0; k < src->n; k++) {
+        size_t i = order[k];
         const src_tensor_t *t = &src->t[i];
         wf_flux_host_tensor_t *ht = &h->t[i];
         size_t size = (size_t)t->nbytes;
@@ -715,7 +750,6 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
             st = WF_E_NO_MEMORY;
             goto fail;
         }
-        h->n = i + 1;
         memcpy(ht->name, t->name, sizeof ht->name);
         ht->dtype = t->dtype;
         ht->rank = t->rank;
@@ -733,9 +767,11 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
         if (progress != NULL)
             progress(arg, done, src->read_bytes);
     }
+    free(order);
     *ret = h;
     return WF_OK;
 fail:
+    free(order);
     wf_flux_host_free(&h);
     return st;
 }

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "model_root.h"
+#include "proto_check.h"
 #include "notify.h"
 
 static void set_err(char *err, size_t err_len, const char *fmt, ...)
@@ -254,20 +255,6 @@ static void *loader_main(void *arg)
     return NULL;
 }
 
-static bool name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= WF_MODEL_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
 wf_status_t wf_registry_start_load(wf_registry_t *r,
                                    const wf_load_model_args_t *args, int tp,
                                    uint64_t avail, wf_model_t **ret,
@@ -278,11 +265,10 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
                 "the daemon's settings to load models");
         return WF_E_BAD_ARGUMENT;
     }
-    if (!name_ok(args->name)) {
-        set_err(err, err_len, "model name must be 1..%d characters of "
-                "[A-Za-z0-9._-]", WF_MODEL_NAME_MAX - 1);
-        return WF_E_BAD_FIELD;
-    }
+    /* the decoder checked both already; the registry does not rely on it */
+    wf_status_t cs = wf_check_model_name(args->name, strlen(args->name), err, err_len);
+    if (cs != WF_OK)
+        return cs;
     if (wf_model_path_check(args->path, err, err_len) != WF_OK)
         return WF_E_BAD_FIELD;
     if (wf_registry_find(r, args->name)) {

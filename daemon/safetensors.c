@@ -507,6 +507,9 @@ wf_status_t wf_safetensors_open(int root_fd, const char *rel,
         wf_safetensors_close(&st);
         return WF_E_INTERNAL;
     }
+    /* Readers copy tensors front to back: ask for aggressive read-ahead
+     * (advice only; failure changes nothing). */
+    (void)madvise(map, (size_t)size, MADV_SEQUENTIAL);
     st->base = map;
     st->size = (size_t)size;
     st->mapped = true;
