@@ -12,6 +12,7 @@
  * compared with diffusers' output (fluxio.h tolerances: f32 1e-5 of
  * max |ref| against diffusers' float64 run, bf16 2e-2 against diffusers'
  * bf16 run). Then:
+ *   - f16 weights (flux-tiny rounded here) at tp 1, 2, 4 within 2e-3;
  *   - weights_already_sharded: `weftctl shard`'s writer makes tp = 2 files,
  *     loaded under tp = 2 and run (same output); refused under tp = 4;
  *   - bad checkpoints (missing tensor, wrong shape, truncated file,
@@ -44,6 +45,7 @@
 #include "support/fluxio.h"
 #include "support/jobcheck.h"
 #include "support/st_writer.h"
+#include "tensor.h"
 
 #define WF_PROTO_ERROR_MAX_COPY 512
 
@@ -99,8 +101,10 @@ static void path_of(char *buf, size_t len, const char *rel)
 }
 
 /* flux-tiny's checkpoint rewritten: `drop` left out; `reshape` written
- * with one element fewer in its first dim. */
-static bool rewrite(const char *dir, const char *drop, const char *reshape)
+ * with one element fewer in its first dim; every tensor in f16 when
+ * `half`. */
+static bool rewrite(const char *dir, const char *drop, const char *reshape,
+                    bool half)
 {
     char p[512];
     path_of(p, sizeof p, dir);
@@ -123,16 +127,28 @@ static bool rewrite(const char *dir, const char *drop, const char *reshape)
         return false;
     size_t n = wf_safetensors_count(st), k = 0;
     st_w_tensor_t *t = calloc(n, sizeof *t);
-    for (size_t i = 0; t && i < n; i++) {
+    void **conv = calloc(n, sizeof *conv);
+    for (size_t i = 0; t && conv && i < n; i++) {
         const wf_st_tensor_t *d = wf_safetensors_tensor(st, i);
         if (drop && strcmp(d->name, drop) == 0)
             continue;
         t[k].name = d->name;
-        t[k].dtype = "F32";
+        t[k].dtype = half ? "F16" : "F32";
         t[k].rank = d->rank;
         memcpy(t[k].shape, d->shape, sizeof d->shape);
         t[k].data = wf_safetensors_data(st, i);
         t[k].nbytes = d->nbytes;
+        if (half) {
+            float *f = malloc(d->nbytes + 4);
+            conv[i] = malloc(d->nbytes / 2 + 2);
+            if (f && conv[i]) {
+                memcpy(f, t[k].data, d->nbytes);
+                wf_convert_from_f32(conv[i], WF_DTYPE_F16, f, (size_t)d->numel);
+            }
+            free(f);
+            t[k].data = conv[i];
+            t[k].nbytes = d->nbytes / 2;
+        }
         if (reshape && strcmp(d->name, reshape) == 0) {
             t[k].shape[0]--;
             t[k].nbytes = d->nbytes / (uint64_t)d->shape[0] * (uint64_t)(d->shape[0] - 1);
@@ -140,7 +156,10 @@ static bool rewrite(const char *dir, const char *drop, const char *reshape)
         k++;
     }
     snprintf(to, sizeof to, "%s/%s", p, WF_DIFFUSERS_WEIGHTS);
-    bool ok = t && st_write(to, t, k, NULL, 0) == 0;
+    bool ok = t && conv && st_write(to, t, k, NULL, 0) == 0;
+    for (size_t i = 0; conv && i < n; i++)
+        free(conv[i]);
+    free(conv);
     free(t);
     wf_safetensors_close(&st);
     return ok;
@@ -285,8 +304,9 @@ int main(int argc, char **argv)
         }
     }
     /* broken checkpoints */
-    bool prep = rewrite("bad-missing", "proj_out.bias", NULL) &&
-                rewrite("bad-shape", NULL, "x_embedder.weight");
+    bool prep = rewrite("bad-missing", "proj_out.bias", NULL, false) &&
+                rewrite("bad-shape", NULL, "x_embedder.weight", false) &&
+                rewrite("flux-tiny-f16", NULL, NULL, true);
     char p[512], q[512];
     path_of(p, sizeof p, "bad-truncated");
     prep = prep && mkdir(p, 0755) == 0;
@@ -373,6 +393,27 @@ int main(int argc, char **argv)
             printf("  %s %.2e (tol %.0e)", models[i].name, e, tol);
         }
         printf("\n");
+    }
+
+    /* ---- f16 weights (flux-tiny rounded to f16 here), f32 inputs ---- */
+    {
+        wf_model_info_t info;
+        wf_status_t st = wf_load_model(c, "tiny-f16", "flux-tiny-f16", NULL, &info);
+        CHECK(st == WF_OK && strcmp(info.dtype, "f16") == 0, "load f16: %s %s (%s)",
+              wf_status_name(st), wf_client_last_error(c), info.dtype);
+        /* f16 keeps 11 bits: each weight rounded by up to 2^-12 relative;
+         * measured 3.0e-4 of max |ref| against diffusers' float64 run of
+         * the f32 weights; tolerance about 6x that */
+        const double tol = 2e-3;
+        for (uint32_t tp = 1; tp <= 4; tp *= 2) {
+            set_mesh(c, 4 / tp, 1, 1, tp);
+            double e = run_forward(c, "tiny-f16", &models[0].data, &st);
+            CHECK(st == WF_OK && e <= tol, "f16 model at tp=%u: %s error %.3g",
+                  tp, wf_status_name(st), e);
+            printf("f16 weights tp=%u: error %.2e (tol %.0e)\n", tp, e, tol);
+        }
+        CHECK(wf_unload_model(c, "tiny-f16") == WF_OK, "unload f16: %s",
+              wf_client_last_error(c));
     }
 
     /* ---- weights_already_sharded ---- */
