@@ -22,7 +22,9 @@
  *   - a name in use, an unknown model, wrong input shapes: refused;
  *   - unload: gone from the list, its forward refused, the others run;
  *   - a daemon whose devices are too small refuses the load with
- *     WF_E_NO_MEMORY before reading weights.
+ *     WF_E_NO_MEMORY before reading weights;
+ *   - on cpu:6, a reconfiguration to tp = 3 (4 heads) is refused with
+ *     diffusers' message and changes nothing (mesh, epoch; forward runs).
  * Every daemon exits 0 on SIGTERM.
  */
 #include <errno.h>
@@ -181,14 +183,16 @@ static bool raw_model(const char *dir, const char *header, size_t data_len)
 /* ---- the daemon ------------------------------------------------------------ */
 
 static pid_t start_daemon(const char *weftd, const char *endpoint,
-                          const char *memory)
+                          const char *devices, const char *memory)
 {
     pid_t pid = fork();
     if (pid == 0) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = { (char *)weftd, "--devices", "cpu:4", "--mesh", "dp=4",
+        char dp[16];
+        snprintf(dp, sizeof dp, "dp=%s", strchr(devices, ':') + 1);
+        char *argv[] = { (char *)weftd, "--devices", (char *)devices, "--mesh", dp,
                          "--listen", (char *)endpoint, "--model-root", root,
                          "--cpu-memory", (char *)memory, "--log-level",
                          "warning", NULL };
@@ -335,7 +339,7 @@ int main(int argc, char **argv)
 
     char endpoint[300];
     snprintf(endpoint, sizeof endpoint, "ipc://%s.sock", root);
-    pid_t pid = start_daemon(weftd, endpoint, "0");
+    pid_t pid = start_daemon(weftd, endpoint, "cpu:4", "0");
     if (!wait_ready(endpoint)) {
         fprintf(stderr, "weftd did not start\n");
         kill(pid, SIGKILL);
@@ -519,16 +523,49 @@ int main(int argc, char **argv)
     CHECK(stop_daemon(pid, 30000, err, sizeof err), "weftd: %s", err);
 
     /* ---- devices too small: refused before reading ---- */
-    pid = start_daemon(weftd, endpoint, "256K");
+    pid = start_daemon(weftd, endpoint, "cpu:4", "256K");
     if (wait_ready(endpoint)) {
         wf_client_connect(endpoint, 30000, &c);
         refused_load(c, "tiny", "flux-tiny", NULL, WF_E_NO_MEMORY, "does not fit");
-        wf_model_info_t info;
-        CHECK(!listed(c, "tiny", &info), "a refused model is listed");
         wf_client_destroy(&c);
         CHECK(stop_daemon(pid, 30000, err, sizeof err), "weftd (small): %s", err);
     } else {
         CHECK(false, "small weftd did not start");
+        kill(pid, SIGKILL);
+    }
+
+    /* ---- a tp change a resident model cannot take changes nothing ---- */
+    pid = start_daemon(weftd, endpoint, "cpu:6", "0");
+    if (wait_ready(endpoint)) {
+        wf_client_connect(endpoint, 30000, &c);
+        st = wf_load_model(c, "tiny", "flux-tiny", NULL, NULL);
+        CHECK(st == WF_OK, "load on cpu:6: %s %s", wf_status_name(st),
+              wf_client_last_error(c));
+        wf_status_info_t si;
+        uint64_t epoch = wf_status(c, &si) == WF_OK ? si.epoch : 0;
+        wf_mesh_degrees_t m3 = { 2, 1, 1, 3 };
+        st = wf_reconfigure(c, &m3, NULL);
+        CHECK(st == WF_E_BAD_ARGUMENT &&
+              strstr(wf_client_last_error(c), "must divide the number of attention heads"),
+              "tp=3 with a 4-head model: %s %s", wf_status_name(st),
+              wf_client_last_error(c));
+        printf("  refused reconfigure tp=3  %-18s %s\n", wf_status_name(st),
+               wf_client_last_error(c));
+        CHECK(wf_status(c, &si) == WF_OK && si.mesh.tp == 1 && si.mesh.dp == 6 &&
+              si.epoch == epoch, "refused change moved the mesh: dp %u tp %u epoch %"
+              PRIu64 " -> %" PRIu64, si.mesh.dp, si.mesh.tp, epoch, si.epoch);
+        e = run_forward(c, "tiny", &models[0].data, &st);
+        CHECK(st == WF_OK && e <= fluxio_tolerance(&models[0].data),
+              "forward after the refused change: %s %.3g %s", wf_status_name(st), e,
+              wf_client_last_error(c));
+        set_mesh(c, 3, 1, 1, 2);
+        e = run_forward(c, "tiny", &models[0].data, &st);
+        CHECK(st == WF_OK && e <= fluxio_tolerance(&models[0].data),
+              "forward at dp=3,tp=2: %s %.3g", wf_status_name(st), e);
+        wf_client_destroy(&c);
+        CHECK(stop_daemon(pid, 30000, err, sizeof err), "weftd (cpu:6): %s", err);
+    } else {
+        CHECK(false, "weftd cpu:6 did not start");
         kill(pid, SIGKILL);
     }
 
