@@ -33,12 +33,12 @@
  * thread touches the caller's buffers.
  */
 #include "comm_zmq.h"
+#include "errf.h"
 #include "comm_impl.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1508,19 +1508,6 @@ static wf_status_t z_split(wf_comm_t *c, int color, int key,
 /* ---------------------------------------------------------------------- */
 /* world formation                                                         */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* "3, 5, 7" (at most a few) into buf: the peers that did not join. */
 static void missing_list(const zrank_t *rs, char *buf, size_t len)
 {
@@ -1604,13 +1591,13 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     wf_comm_zmq_endpoint_t *ep = epp ? *epp : NULL;
     if (epp)
         *epp = NULL;
-    set_err(err, errlen, "%s", "");
+    wf_errf(err, errlen, "%s", "");
     wf_status_t st = WF_OK;
     zrank_t *rs = NULL;
     if (!cfg->zmq_ctx || cfg->nranks < 1 ||
         cfg->nranks > WF_COMM_ZMQ_MAX_RANKS || rank < 0 ||
         rank >= cfg->nranks || !cfg->endpoints) {
-        set_err(err, errlen, "comm zmq: bad config (rank %d of %d)", rank,
+        wf_errf(err, errlen, "comm zmq: bad config (rank %d of %d)", rank,
                 cfg->nranks);
         st = WF_E_BAD_ARGUMENT;
         goto fail;
@@ -1618,7 +1605,7 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     for (int j = 0; j < cfg->nranks; j++) {
         if (!cfg->endpoints[j] ||
             strlen(cfg->endpoints[j]) >= WF_COMM_ZMQ_ENDPOINT_MAX) {
-            set_err(err, errlen, "comm zmq: endpoint of rank %d missing or "
+            wf_errf(err, errlen, "comm zmq: endpoint of rank %d missing or "
                     "too long", j);
             st = WF_E_BAD_ARGUMENT;
             goto fail;
@@ -1643,12 +1630,12 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     } else {
         rs->sock = router_new(cfg->zmq_ctx, cfg->max_message_bytes);
         if (!rs->sock) {
-            set_err(err, errlen, "comm zmq: socket: %s", zmq_strerror(errno));
+            wf_errf(err, errlen, "comm zmq: socket: %s", zmq_strerror(errno));
             st = WF_E_INTERNAL;
             goto fail;
         }
         if (zmq_bind(rs->sock, cfg->endpoints[rank]) != 0) {
-            set_err(err, errlen, "comm zmq: rank %d: bind %s: %s", rank,
+            wf_errf(err, errlen, "comm zmq: rank %d: bind %s: %s", rank,
                     cfg->endpoints[rank], zmq_strerror(errno));
             st = WF_E_CONNECT;
             goto fail;
@@ -1667,13 +1654,13 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
         if (zmq_setsockopt(rs->sock, ZMQ_CONNECT_ROUTING_ID,
                            rs->ids + (size_t)j * ID_LEN, ID_LEN) != 0 ||
             zmq_connect(rs->sock, cfg->endpoints[j]) != 0) {
-            set_err(err, errlen, "comm zmq: rank %d: connect to rank %d at "
+            wf_errf(err, errlen, "comm zmq: rank %d: connect to rank %d at "
                     "%s: %s", rank, j, cfg->endpoints[j], zmq_strerror(errno));
             st = WF_E_CONNECT;
             goto fail;
         }
         if ((st = send_hdr_only(rs, j, MSG_HELLO)) != WF_OK) {
-            set_err(err, errlen, "comm zmq: rank %d: hello to rank %d: %s",
+            wf_errf(err, errlen, "comm zmq: rank %d: hello to rank %d: %s",
                     rank, j, zmq_strerror(errno));
             goto fail;
         }
@@ -1689,7 +1676,7 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
             if (left <= 0) {
                 char who[128];
                 missing_list(rs, who, sizeof who);
-                set_err(err, errlen, "comm zmq: world %#llx rank %d: hello: "
+                wf_errf(err, errlen, "comm zmq: world %#llx rank %d: hello: "
                         "no answer within %d ms from rank(s) %s",
                         (unsigned long long)rs->world_id, rank,
                         cfg->connect_timeout_ms, who);
@@ -1702,7 +1689,7 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
         if (st != WF_OK) {
             char who[128];
             missing_list(rs, who, sizeof who);
-            set_err(err, errlen, "comm zmq: world %#llx rank %d: hello: %s "
+            wf_errf(err, errlen, "comm zmq: world %#llx rank %d: hello: %s "
                     "while waiting for rank(s) %s",
                     (unsigned long long)rs->world_id, rank,
                     st == WF_E_ABORTED ? "aborted" : "socket failed", who);

@@ -10,26 +10,13 @@
  *   norm_out, proj_out.
  */
 #include "flux_config.h"
+#include "errf.h"
 
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- config.json -------------------------------------------------------- */
 
@@ -88,7 +75,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
     switch (f->kind) {
     case FIELD_BOOL:
         if (!json_is_boolean(v)) {
-            set_err(err, err_len, "%s: field '%s' is %s, expected true or false",
+            wf_errf(err, err_len, "%s: field '%s' is %s, expected true or false",
                     label, f->name, json_type_name(v));
             return WF_E_BAD_FIELD;
         }
@@ -103,7 +90,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
     case FIELD_POSITIVE:
     case FIELD_LAYERS: {
         if (!json_is_integer(v)) {
-            set_err(err, err_len, "%s: field '%s' is %s, expected an integer%s",
+            wf_errf(err, err_len, "%s: field '%s' is %s, expected an integer%s",
                     label, f->name, json_type_name(v),
                     f->kind == FIELD_OPTIONAL ? " or null" : "");
             return WF_E_BAD_FIELD;
@@ -112,7 +99,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
         json_int_t lo = f->kind == FIELD_LAYERS ? 0 : 1;
         json_int_t hi = f->kind == FIELD_LAYERS ? WF_FLUX_MAX_LAYERS : WF_FLUX_MAX_DIM;
         if (x < lo || x > hi) {
-            set_err(err, err_len, "%s: field '%s' is %lld, %s", label, f->name,
+            wf_errf(err, err_len, "%s: field '%s' is %lld, %s", label, f->name,
                     (long long)x,
                     x < lo ? (lo == 1 ? "must be positive" : "must not be negative")
                            : (f->kind == FIELD_LAYERS ? "more than the 4096 blocks allowed"
@@ -124,13 +111,13 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
     }
     case FIELD_AXES: {
         if (!json_is_array(v)) {
-            set_err(err, err_len, "%s: field '%s' is %s, expected an array of integers",
+            wf_errf(err, err_len, "%s: field '%s' is %s, expected an array of integers",
                     label, f->name, json_type_name(v));
             return WF_E_BAD_FIELD;
         }
         size_t n = json_array_size(v);
         if (n < 1 || n > WF_FLUX_MAX_AXES) {
-            set_err(err, err_len, "%s: field '%s' has %zu axes, expected 1 to %d",
+            wf_errf(err, err_len, "%s: field '%s' has %zu axes, expected 1 to %d",
                     label, f->name, n, WF_FLUX_MAX_AXES);
             return WF_E_BAD_FIELD;
         }
@@ -138,7 +125,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
             json_t *e = json_array_get(v, i);
             json_int_t x = json_is_integer(e) ? json_integer_value(e) : -1;
             if (x < 2 || x > WF_FLUX_MAX_DIM || x % 2 != 0) {
-                set_err(err, err_len,
+                wf_errf(err, err_len,
                         "%s: field '%s' entry %zu is not an even positive integer"
                         " (RoPE rotates pairs of channels)",
                         label, f->name, i);
@@ -162,7 +149,7 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        set_err(err, err_len, "%s: JSON invalid at line %d column %d: %s", label,
+        wf_errf(err, err_len, "%s: JSON invalid at line %d column %d: %s", label,
                 jerr.line, jerr.column, jerr.text);
         return WF_E_BAD_FIELD;
     }
@@ -171,18 +158,18 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
     memset(&c, 0, sizeof c);
     bool axes_defaulted = false;
     if (!json_is_object(root)) {
-        set_err(err, err_len, "%s: not a JSON object", label);
+        wf_errf(err, err_len, "%s: not a JSON object", label);
         goto out;
     }
 
     json_t *cls = json_object_get(root, "_class_name");
     if (cls == NULL || !json_is_string(cls)) {
-        set_err(err, err_len, "%s: '_class_name' is %s, expected \"%s\"", label,
+        wf_errf(err, err_len, "%s: '_class_name' is %s, expected \"%s\"", label,
                 cls == NULL ? "missing" : "not a string", WF_FLUX_CLASS_NAME);
         goto out;
     }
     if (strcmp(json_string_value(cls), WF_FLUX_CLASS_NAME) != 0) {
-        set_err(err, err_len, "%s: model class \"%.64s\" is not supported (weft serves \"%s\")",
+        wf_errf(err, err_len, "%s: model class \"%.64s\" is not supported (weft serves \"%s\")",
                 label, json_string_value(cls), WF_FLUX_CLASS_NAME);
         goto out;
     }
@@ -197,7 +184,7 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
             if (strcmp(key, fields[i].name) == 0)
                 break;
         if (i == N_FIELDS) {
-            set_err(err, err_len,
+            wf_errf(err, err_len,
                     "%s: unknown field '%.64s' (not a field of diffusers' %s that weft knows)",
                     label, key, WF_FLUX_CLASS_NAME);
             goto out;
@@ -221,10 +208,10 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
             }
             if ((flags & WF_FLUX_CONFIG_DIFFUSERS_DEFAULTS) == 0) {
                 if (f->kind == FIELD_BOOL)
-                    set_err(err, err_len, "%s: missing field '%s' (diffusers would use false)",
+                    wf_errf(err, err_len, "%s: missing field '%s' (diffusers would use false)",
                             label, f->name);
                 else
-                    set_err(err, err_len, "%s: missing field '%s' (diffusers would use %" PRIu32 ")",
+                    wf_errf(err, err_len, "%s: missing field '%s' (diffusers would use %" PRIu32 ")",
                             label, f->name, f->def);
                 goto out;
             }
@@ -244,12 +231,12 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
     if (c.out_channels == 0)
         c.out_channels = c.in_channels;
     if (c.num_layers + c.num_single_layers == 0) {
-        set_err(err, err_len, "%s: num_layers and num_single_layers are both 0", label);
+        wf_errf(err, err_len, "%s: num_layers and num_single_layers are both 0", label);
         goto out;
     }
     uint64_t inner = (uint64_t)c.num_attention_heads * c.attention_head_dim;
     if (inner > WF_FLUX_MAX_DIM) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: num_attention_heads %" PRIu32 " x attention_head_dim %" PRIu32
                 " = %" PRIu64 " is more than the 1048576 allowed",
                 label, c.num_attention_heads, c.attention_head_dim, inner);
@@ -264,14 +251,14 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
         for (uint32_t a = 0; a < c.n_axes && o < sizeof axes; a++)
             o += (size_t)snprintf(axes + o, sizeof axes - o, "%s%" PRIu32, a ? ", " : "",
                                   c.axes_dims_rope[a]);
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: axes_dims_rope [%s]%s sum to %" PRIu64 ", not attention_head_dim %" PRIu32,
                 label, axes, axes_defaulted ? " (diffusers' default: the field is missing)" : "",
                 sum, c.attention_head_dim);
         goto out;
     }
     if ((uint64_t)c.patch_size * c.patch_size * c.out_channels > WF_FLUX_MAX_DIM) {
-        set_err(err, err_len, "%s: patch_size^2 x out_channels is more than the 1048576 allowed",
+        wf_errf(err, err_len, "%s: patch_size^2 x out_channels is more than the 1048576 allowed",
                 label);
         goto out;
     }
@@ -399,7 +386,7 @@ wf_status_t wf_flux_expected_tensors(const wf_flux_config_t *cfg,
     l.cap = wf_flux_tensor_count(cfg);
     l.v = calloc(l.cap, sizeof *l.v);
     if (l.v == NULL) {
-        set_err(err, err_len, "out of memory for %zu tensor specs", l.cap);
+        wf_errf(err, err_len, "out of memory for %zu tensor specs", l.cap);
         return WF_E_NO_MEMORY;
     }
     build(cfg, &l);
@@ -441,7 +428,7 @@ wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
         dims_text(sp->rank, sp->shape, want, sizeof want);
         if (!wf_checkpoint_find(ck, sp->name, &r)) {
             if (problems++ == 0) {
-                set_err(err, err_len, "checkpoint lacks tensor '%s' (expected shape %s)",
+                wf_errf(err, err_len, "checkpoint lacks tensor '%s' (expected shape %s)",
                         sp->name, want);
                 s = WF_E_MALFORMED;
             }
@@ -453,7 +440,7 @@ wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
         if (!same) {
             if (problems++ == 0) {
                 dims_text(r.tensor->rank, r.tensor->shape, have, sizeof have);
-                set_err(err, err_len,
+                wf_errf(err, err_len,
                         "tensor '%s' in %s has shape %s, expected %s for this config",
                         sp->name, wf_safetensors_path(r.file), have, want);
                 s = WF_E_BAD_SHAPE;
@@ -469,7 +456,7 @@ wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
         if (strlen(r.tensor->name) >= sizeof key.name
             || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL) {
             if (problems++ == 0) {
-                set_err(err, err_len,
+                wf_errf(err, err_len,
                         "checkpoint has unexpected tensor '%.128s' in %s (not part of %s with this config)",
                         r.tensor->name, wf_safetensors_path(r.file), WF_FLUX_CLASS_NAME);
                 s = WF_E_MALFORMED;

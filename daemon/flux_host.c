@@ -17,13 +17,13 @@
  * device shards (flux_forward.h), logging.
  */
 #include "flux_host.h"
+#include "errf.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,19 +41,6 @@
 #define PLAN_JSON_MAX (WF_TP_MAX_RULES * (WF_TP_GLOB_MAX + 192) + 16)
 /* Alignment of host buffers. */
 #define HOST_ALIGN 64
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* How one tensor is laid out over the rank files. */
 typedef struct split {
@@ -198,7 +185,7 @@ static wf_status_t tensor_split(const wf_tp_plan_t *plan, int tp,
     } else {
         int ri = wf_tp_plan_find(plan, module);
         if (ri >= 0 && plan->rules[ri].style != WF_TP_REPLICATED) {
-            set_err(err, err_len, "tp_plan rule %d '%s' matches '%s', which is not a "
+            wf_errf(err, err_len, "tp_plan rule %d '%s' matches '%s', which is not a "
                     "linear weight and cannot be sharded", ri, plan->rules[ri].glob,
                     s->name);
             return WF_E_BAD_ARGUMENT;
@@ -323,7 +310,7 @@ static wf_status_t open_plain(int root_fd, wf_flux_source_t *s, char *err, size_
     s->n = wf_checkpoint_count(s->ck);
     s->t = calloc(s->n ? s->n : 1, sizeof *s->t);
     if (s->t == NULL) {
-        set_err(err, err_len, "%s: out of memory", s->dir);
+        wf_errf(err, err_len, "%s: out of memory", s->dir);
         return WF_E_NO_MEMORY;
     }
     s->read_bytes = 0;
@@ -362,7 +349,7 @@ static wf_status_t find_degree(int root_fd, const wf_flux_source_t *s, uint32_t 
         if (!any)
             continue;
         if (found != 0) {
-            set_err(err, err_len, "%s: sharded files for two tp degrees (%" PRIu32 " and %"
+            wf_errf(err, err_len, "%s: sharded files for two tp degrees (%" PRIu32 " and %"
                     PRIu32 "); keep one set", s->dir, found, T);
             return WF_E_MALFORMED;
         }
@@ -370,7 +357,7 @@ static wf_status_t find_degree(int root_fd, const wf_flux_source_t *s, uint32_t 
     }
     if (found == 0) {
         shard_name(name, sizeof name, 0, 1);
-        set_err(err, err_len, "%s: not a sharded checkpoint: no tp-rank-RRRRR-of-TTTTT."
+        wf_errf(err, err_len, "%s: not a sharded checkpoint: no tp-rank-RRRRR-of-TTTTT."
                 "safetensors files (e.g. %s)", s->dir, name);
         return WF_E_BAD_FIELD;
     }
@@ -385,7 +372,7 @@ static wf_status_t check_meta(const wf_safetensors_t *f, uint32_t r, uint32_t tp
     const char *path = wf_safetensors_path(f);
     const char *fmt = wf_safetensors_metadata(f, "weft_format");
     if (fmt == NULL || strcmp(fmt, SHARD_FORMAT) != 0) {
-        set_err(err, err_len, "%s: __metadata__ weft_format is %s%.40s%s, expected \""
+        wf_errf(err, err_len, "%s: __metadata__ weft_format is %s%.40s%s, expected \""
                 SHARD_FORMAT "\" (not written by weftctl shard)", path,
                 fmt ? "\"" : "", fmt ? fmt : "missing", fmt ? "\"" : "");
         return WF_E_MALFORMED;
@@ -394,7 +381,7 @@ static wf_status_t check_meta(const wf_safetensors_t *f, uint32_t r, uint32_t tp
     const char *deg = wf_safetensors_metadata(f, "tp_degree");
     snprintf(want, sizeof want, "%" PRIu32, tp);
     if (deg == NULL || strcmp(deg, want) != 0) {
-        set_err(err, err_len, "%s: __metadata__ tp_degree is %s%.20s%s, but the files "
+        wf_errf(err, err_len, "%s: __metadata__ tp_degree is %s%.20s%s, but the files "
                 "are named for tp %" PRIu32, path, deg ? "\"" : "",
                 deg ? deg : "missing", deg ? "\"" : "", tp);
         return WF_E_MALFORMED;
@@ -402,13 +389,13 @@ static wf_status_t check_meta(const wf_safetensors_t *f, uint32_t r, uint32_t tp
     const char *rk = wf_safetensors_metadata(f, "tp_rank");
     snprintf(want, sizeof want, "%" PRIu32, r);
     if (rk == NULL || strcmp(rk, want) != 0) {
-        set_err(err, err_len, "%s: __metadata__ tp_rank is %s%.20s%s, expected %" PRIu32,
+        wf_errf(err, err_len, "%s: __metadata__ tp_rank is %s%.20s%s, expected %" PRIu32,
                 path, rk ? "\"" : "", rk ? rk : "missing", rk ? "\"" : "", r);
         return WF_E_MALFORMED;
     }
     const char *pj = wf_safetensors_metadata(f, "tp_plan");
     if (pj == NULL) {
-        set_err(err, err_len, "%s: __metadata__ tp_plan missing", path);
+        wf_errf(err, err_len, "%s: __metadata__ tp_plan missing", path);
         return WF_E_MALFORMED;
     }
     char label[WF_MODEL_PATH_MAX + 32];
@@ -428,7 +415,7 @@ static wf_status_t check_pieces(const wf_flux_source_t *s, uint32_t r, char *err
         const src_tensor_t *t = &s->t[i];
         ptrdiff_t k = wf_safetensors_find(f, t->name);
         if (k < 0) {
-            set_err(err, err_len, "%s: tensor '%s' missing", path, t->name);
+            wf_errf(err, err_len, "%s: tensor '%s' missing", path, t->name);
             return WF_E_MALFORMED;
         }
         const wf_st_tensor_t *x = wf_safetensors_tensor(f, (size_t)k);
@@ -441,12 +428,12 @@ static wf_status_t check_pieces(const wf_flux_source_t *s, uint32_t r, char *err
                 shape_text(got, sizeof got, x->rank, x->shape);
             else
                 snprintf(got, sizeof got, "of rank %d", x->rank);
-            set_err(err, err_len, "%s: tensor '%s' has shape %s, but rank %" PRIu32
+            wf_errf(err, err_len, "%s: tensor '%s' has shape %s, but rank %" PRIu32
                     "'s piece under the files' tp_plan is %s", path, t->name, got, r, want);
             return WF_E_MALFORMED;
         }
         if (x->dtype != t->dtype) {
-            set_err(err, err_len, "%s: tensor '%s' is %s, but %s in %s", path, t->name,
+            wf_errf(err, err_len, "%s: tensor '%s' is %s, but %s in %s", path, t->name,
                     st_dtype_name(x->dtype), st_dtype_name(t->dtype),
                     wf_safetensors_path(s->files[0]));
             return WF_E_MALFORMED;
@@ -460,12 +447,12 @@ static wf_status_t check_pieces(const wf_flux_source_t *s, uint32_t r, char *err
             for (size_t i = 0; i < s->n && !known; i++)
                 known = strcmp(s->t[i].name, nm) == 0;
             if (!known) {
-                set_err(err, err_len, "%s: unexpected tensor '%.80s' (not in the model "
+                wf_errf(err, err_len, "%s: unexpected tensor '%.80s' (not in the model "
                         "of config.json)", path, nm);
                 return WF_E_MALFORMED;
             }
         }
-        set_err(err, err_len, "%s: %zu tensors, expected %zu", path,
+        wf_errf(err, err_len, "%s: %zu tensors, expected %zu", path,
                 wf_safetensors_count(f), s->n);
         return WF_E_MALFORMED;
     }
@@ -484,7 +471,7 @@ static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_pl
     wf_flux_tensor_spec_t *specs = NULL;
     size_t n = 0;
     if (s->files == NULL || other == NULL) {
-        set_err(err, err_len, "%s: out of memory", s->dir);
+        wf_errf(err, err_len, "%s: out of memory", s->dir);
         st = WF_E_NO_MEMORY;
         goto out;
     }
@@ -492,12 +479,12 @@ static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_pl
     for (uint32_t r = 0; r < tp; r++) {
         shard_name(name, sizeof name, r, tp);
         if (!join(rel, sizeof rel, s->dir, name)) {
-            set_err(err, err_len, "%s: path too long", s->dir);
+            wf_errf(err, err_len, "%s: path too long", s->dir);
             st = WF_E_BAD_FIELD;
             goto out;
         }
         if (!wf_model_file_exists(root_fd, rel, WF_RESOLVE_AUTO)) {
-            set_err(err, err_len, "%s: missing: the directory holds tp %" PRIu32
+            wf_errf(err, err_len, "%s: missing: the directory holds tp %" PRIu32
                     " shards, and rank %" PRIu32 "'s file is not there", rel, tp, r);
             st = WF_E_MALFORMED;
             goto out;
@@ -509,13 +496,13 @@ static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_pl
         if (st != WF_OK)
             goto out;
         if (r > 0 && !plan_equal(&s->plan, other)) {
-            set_err(err, err_len, "%s: __metadata__ tp_plan differs from the one of %s",
+            wf_errf(err, err_len, "%s: __metadata__ tp_plan differs from the one of %s",
                     rel, wf_safetensors_path(s->files[0]));
             st = WF_E_MALFORMED;
             goto out;
         }
         if (r == 0 && want != NULL && want->n > 0 && !plan_equal(&s->plan, want)) {
-            set_err(err, err_len, "%s: the tp_plan asked for differs from the plan the "
+            wf_errf(err, err_len, "%s: the tp_plan asked for differs from the plan the "
                     "sharded files were cut with (see its __metadata__ tp_plan); omit "
                     "tp_plan or shard again", rel);
             st = WF_E_BAD_ARGUMENT;
@@ -531,7 +518,7 @@ static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_pl
     s->n = n;
     s->t = calloc(n ? n : 1, sizeof *s->t);
     if (s->t == NULL) {
-        set_err(err, err_len, "%s: out of memory", s->dir);
+        wf_errf(err, err_len, "%s: out of memory", s->dir);
         st = WF_E_NO_MEMORY;
         goto out;
     }
@@ -546,14 +533,14 @@ static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_pl
         char msg[384];
         if (tensor_split(&s->plan, (int)tp, &specs[i], specs, n, &t->split, msg, sizeof msg)
             != WF_OK) {
-            set_err(err, err_len, "%s: the files' tp_plan does not fit the model: %s",
+            wf_errf(err, err_len, "%s: the files' tp_plan does not fit the model: %s",
                     wf_safetensors_path(s->files[0]), msg);
             st = WF_E_MALFORMED;
             goto out;
         }
         ptrdiff_t k = wf_safetensors_find(s->files[0], t->name);
         if (k < 0) {
-            set_err(err, err_len, "%s: tensor '%s' missing",
+            wf_errf(err, err_len, "%s: tensor '%s' missing",
                     wf_safetensors_path(s->files[0]), t->name);
             st = WF_E_MALFORMED;
             goto out;
@@ -581,12 +568,12 @@ wf_status_t wf_flux_source_open(int root_fd, const char *dir,
                                 char *err, size_t err_len)
 {
     if (dir == NULL || strlen(dir) > WF_MODEL_PATH_MAX) {
-        set_err(err, err_len, "model directory %s", dir ? "path too long" : "missing");
+        wf_errf(err, err_len, "model directory %s", dir ? "path too long" : "missing");
         return WF_E_BAD_FIELD;
     }
     wf_flux_source_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
-        set_err(err, err_len, "%s: out of memory", dir);
+        wf_errf(err, err_len, "%s: out of memory", dir);
         return WF_E_NO_MEMORY;
     }
     snprintf(s->dir, sizeof s->dir, "%s", dir);
@@ -595,7 +582,7 @@ wf_status_t wf_flux_source_open(int root_fd, const char *dir,
     char rel[WF_MODEL_PATH_MAX + 1];
     wf_status_t st;
     if (!join(rel, sizeof rel, dir, "config.json")) {
-        set_err(err, err_len, "%s: path too long", dir);
+        wf_errf(err, err_len, "%s: path too long", dir);
         st = WF_E_BAD_FIELD;
         goto fail;
     }
@@ -678,7 +665,7 @@ static wf_status_t read_sharded(const wf_flux_source_t *s, const src_tensor_t *t
         } else if (r == 0) {
             memcpy(full, p, (size_t)t->nbytes);
         } else if (memcmp(full, p, (size_t)t->nbytes) != 0) {
-            set_err(err, err_len, "%s: replicated tensor '%s' differs from its copy in %s",
+            wf_errf(err, err_len, "%s: replicated tensor '%s' differs from its copy in %s",
                     wf_safetensors_path(f), t->name, wf_safetensors_path(s->files[0]));
             return WF_E_MALFORMED;
         }
@@ -712,7 +699,7 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
     wf_flux_host_t *h = calloc(1, sizeof *h);
     if (h == NULL || (h->t = calloc(src->n ? src->n : 1, sizeof *h->t)) == NULL) {
         free(h);
-        set_err(err, err_len, "%s: out of memory for the host copy", src->dir);
+        wf_errf(err, err_len, "%s: out of memory for the host copy", src->dir);
         return WF_E_NO_MEMORY;
     }
     h->cfg = src->cfg;
@@ -726,7 +713,7 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
     if (order == NULL) {
         free(h->t);
         free(h);
-        set_err(err, err_len, "%s: out of memory for the host copy", src->dir);
+        wf_errf(err, err_len, "%s: out of memory for the host copy", src->dir);
         return WF_E_NO_MEMORY;
     }
     for (size_t i = 0; i < src->n; i++)
@@ -745,7 +732,7 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
         size_t alloc = (size + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
         ht->data = aligned_alloc(HOST_ALIGN, alloc ? alloc : HOST_ALIGN);
         if (ht->data == NULL) {
-            set_err(err, err_len, "%s: out of memory for tensor '%s' (%zu bytes)",
+            wf_errf(err, err_len, "%s: out of memory for tensor '%s' (%zu bytes)",
                     src->dir, t->name, size);
             st = WF_E_NO_MEMORY;
             goto fail;
@@ -799,7 +786,7 @@ static wf_status_t write_all(int fd, const void *buf, size_t len, const char *pa
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            set_err(err, err_len, "%s: write: %s", path,
+            wf_errf(err, err_len, "%s: write: %s", path,
                     n < 0 ? strerror(errno) : "no progress");
             return WF_E_INTERNAL;
         }
@@ -876,12 +863,12 @@ static wf_status_t write_rank(const wf_flux_source_t *s, const split_t *splits, 
     size_t hlen = 0;
     wf_status_t st = shard_header(s, splits, r, tp, plan_json, &hdr, &hlen);
     if (st != WF_OK) {
-        set_err(err, err_len, "%s: out of memory for the header", path);
+        wf_errf(err, err_len, "%s: out of memory for the header", path);
         return st;
     }
     int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
-        set_err(err, err_len, "%s: open: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: open: %s", path, strerror(errno));
         free(hdr);
         return WF_E_INTERNAL;
     }
@@ -904,11 +891,11 @@ static wf_status_t write_rank(const wf_flux_source_t *s, const split_t *splits, 
         }
     }
     if (st == WF_OK && fsync(fd) != 0) {
-        set_err(err, err_len, "%s: fsync: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: fsync: %s", path, strerror(errno));
         st = WF_E_INTERNAL;
     }
     if (close(fd) != 0 && st == WF_OK) {
-        set_err(err, err_len, "%s: close: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: close: %s", path, strerror(errno));
         st = WF_E_INTERNAL;
     }
     free(hdr);
@@ -923,7 +910,7 @@ static wf_status_t remove_stale(int dfd, int tp, const char *out_dir, char *err,
     int fd = dup(dfd);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (d == NULL) {
-        set_err(err, err_len, "%s: opendir: %s", out_dir, strerror(errno));
+        wf_errf(err, err_len, "%s: opendir: %s", out_dir, strerror(errno));
         if (fd >= 0)
             close(fd);
         return WF_E_INTERNAL;
@@ -938,7 +925,7 @@ static wf_status_t remove_stale(int dfd, int tp, const char *out_dir, char *err,
             || used != (int)strlen(e->d_name) || T == (unsigned)tp)
             continue;
         if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT) {
-            set_err(err, err_len, "%s/%s: unlink: %s", out_dir, e->d_name, strerror(errno));
+            wf_errf(err, err_len, "%s/%s: unlink: %s", out_dir, e->d_name, strerror(errno));
             st = WF_E_INTERNAL;
             break;
         }
@@ -952,11 +939,11 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
                                   const char *out_dir, char *err, size_t err_len)
 {
     if (tp < 1 || tp > SHARD_MAX_TP) {
-        set_err(err, err_len, "tp degree %d out of range 1..%d", tp, SHARD_MAX_TP);
+        wf_errf(err, err_len, "tp degree %d out of range 1..%d", tp, SHARD_MAX_TP);
         return WF_E_BAD_ARGUMENT;
     }
     if (out_dir == NULL || out_dir[0] == '\0') {
-        set_err(err, err_len, "output directory missing");
+        wf_errf(err, err_len, "output directory missing");
         return WF_E_BAD_ARGUMENT;
     }
     wf_tp_plan_t *def = NULL;
@@ -972,7 +959,7 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
     if (plan == NULL) {
         def = malloc(sizeof *def);
         if (def == NULL) {
-            set_err(err, err_len, "out of memory");
+            wf_errf(err, err_len, "out of memory");
             return WF_E_NO_MEMORY;
         }
         wf_tp_plan_flux_default(def);
@@ -983,13 +970,13 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         goto out;
     plan_json = malloc(PLAN_JSON_MAX);
     if (plan_json == NULL) {
-        set_err(err, err_len, "out of memory");
+        wf_errf(err, err_len, "out of memory");
         st = WF_E_NO_MEMORY;
         goto out;
     }
     st = wf_tp_plan_to_json(plan, plan_json, PLAN_JSON_MAX);
     if (st != WF_OK) {
-        set_err(err, err_len, "tp_plan: cannot write it as JSON (%s)", wf_status_name(st));
+        wf_errf(err, err_len, "tp_plan: cannot write it as JSON (%s)", wf_status_name(st));
         goto out;
     }
     st = wf_flux_source_open(root_fd, src_dir, false, NULL, &s, NULL, err, err_len);
@@ -1001,7 +988,7 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
     splits = calloc(s->n ? s->n : 1, sizeof *splits);
     if (specs == NULL || splits == NULL) {
         free(specs);
-        set_err(err, err_len, "out of memory");
+        wf_errf(err, err_len, "out of memory");
         st = WF_E_NO_MEMORY;
         goto out;
     }
@@ -1023,14 +1010,14 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         goto out;
     scratch = malloc(max_local ? (size_t)max_local : 1);
     if (scratch == NULL) {
-        set_err(err, err_len, "out of memory for a %" PRIu64 "-byte piece", max_local);
+        wf_errf(err, err_len, "out of memory for a %" PRIu64 "-byte piece", max_local);
         st = WF_E_NO_MEMORY;
         goto out;
     }
     char rel[WF_MODEL_PATH_MAX + 1];
     size_t config_len = 0;
     if (!join(rel, sizeof rel, src_dir, "config.json")) {
-        set_err(err, err_len, "%s: path too long", src_dir);
+        wf_errf(err, err_len, "%s: path too long", src_dir);
         st = WF_E_BAD_FIELD;
         goto out;
     }
@@ -1040,13 +1027,13 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         goto out;
 
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        set_err(err, err_len, "%s: mkdir: %s", out_dir, strerror(errno));
+        wf_errf(err, err_len, "%s: mkdir: %s", out_dir, strerror(errno));
         st = WF_E_INTERNAL;
         goto out;
     }
     dfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
-        set_err(err, err_len, "%s: open: %s", out_dir, strerror(errno));
+        wf_errf(err, err_len, "%s: open: %s", out_dir, strerror(errno));
         st = WF_E_INTERNAL;
         goto out;
     }
@@ -1065,17 +1052,17 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     int cfd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (cfd < 0) {
-        set_err(err, err_len, "%s: open: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: open: %s", path, strerror(errno));
         st = WF_E_INTERNAL;
         goto out;
     }
     st = write_all(cfd, config, config_len, path, err, err_len);
     if (close(cfd) != 0 && st == WF_OK) {
-        set_err(err, err_len, "%s: close: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: close: %s", path, strerror(errno));
         st = WF_E_INTERNAL;
     }
     if (st == WF_OK && renameat(dfd, tmp, dfd, "config.json") != 0) {
-        set_err(err, err_len, "%s: rename: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: rename: %s", path, strerror(errno));
         st = WF_E_INTERNAL;
     }
     if (st != WF_OK) {
@@ -1086,7 +1073,7 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         shard_name(name, sizeof name, r, (uint32_t)tp);
         snprintf(tmp, sizeof tmp, ".%s.%ld.tmp", name, (long)getpid());
         if (renameat(dfd, tmp, dfd, name) != 0) {
-            set_err(err, err_len, "%s/%s: rename: %s", out_dir, name, strerror(errno));
+            wf_errf(err, err_len, "%s/%s: rename: %s", out_dir, name, strerror(errno));
             st = WF_E_INTERNAL;
             goto out;
         }

@@ -2,27 +2,15 @@
  * mesh (see mesh.h for the layout rule). Pure arithmetic on small ints:
  * no allocation, no logging; messages go to the caller's buffer. */
 #include "mesh.h"
+#include "errf.h"
 
 #include <assert.h>
 #include <ctype.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 /* Write a message into err (if any). */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Degrees as an array, outermost first, in the order of wf_mesh_dim_t. */
 static void deg_array(const wf_mesh_degrees_t *d, uint32_t out[WF_MESH_NDIMS])
 {
@@ -59,20 +47,20 @@ static wf_status_t validate(const wf_mesh_degrees_t *deg, int world_size,
     uint32_t d[WF_MESH_NDIMS];
     deg_array(deg, d);
     if (world_size < 1 || world_size > WF_MESH_MAX_WORLD) {
-        set_err(err, errlen, "world size %d out of range [1, %d]",
+        wf_errf(err, errlen, "world size %d out of range [1, %d]",
                 world_size, WF_MESH_MAX_WORLD);
         return WF_E_BAD_ARGUMENT;
     }
     for (int i = 0; i < WF_MESH_NDIMS; i++) {
         const char *name = wf_mesh_dim_name((wf_mesh_dim_t)i);
         if (d[i] < 1) {
-            set_err(err, errlen,
+            wf_errf(err, errlen,
                     "`%s` degree must be greater than or equal to 1 (got %" PRIu32
                     ")", name, d[i]);
             return WF_E_BAD_FIELD;
         }
         if (d[i] > WF_MESH_MAX_WORLD) {
-            set_err(err, errlen, "`%s` degree %" PRIu32 " exceeds the limit %d",
+            wf_errf(err, errlen, "`%s` degree %" PRIu32 " exceeds the limit %d",
                     name, d[i], WF_MESH_MAX_WORLD);
             return WF_E_BAD_FIELD;
         }
@@ -86,20 +74,20 @@ static wf_status_t validate(const wf_mesh_degrees_t *deg, int world_size,
     }
     if (prod != world_size) {
         if (prod > WF_MESH_MAX_WORLD)
-            set_err(err, errlen,
+            wf_errf(err, errlen,
                     "the product of the degrees (dp=%" PRIu32 ", ring=%" PRIu32
                     ", ulysses=%" PRIu32 ", tp=%" PRIu32 ") exceeds %d and "
                     "cannot equal the world size (%d)",
                     d[0], d[1], d[2], d[3], WF_MESH_MAX_WORLD, world_size);
         else
-            set_err(err, errlen,
+            wf_errf(err, errlen,
                     "the product of the degrees dp=%" PRIu32 " x ring=%" PRIu32
                     " x ulysses=%" PRIu32 " x tp=%" PRIu32 " is %lld, which is "
                     "not the world size (%d)",
                     d[0], d[1], d[2], d[3], prod, world_size);
         return WF_E_BAD_FIELD;
     }
-    set_err(err, errlen, "%s", "");
+    wf_errf(err, errlen, "%s", "");
     return WF_OK;
 }
 
@@ -293,12 +281,12 @@ wf_status_t wf_mesh_parse(const char *s, wf_mesh_degrees_t *ret_deg,
         size_t tokn = n;
         trim(&tok, &tokn);
         if (tokn == 0) {
-            set_err(err, errlen, "mesh item %d is empty (in \"%s\")", item, s);
+            wf_errf(err, errlen, "mesh item %d is empty (in \"%s\")", item, s);
             return WF_E_BAD_FIELD;
         }
         const char *eq = memchr(tok, '=', tokn);
         if (!eq) {
-            set_err(err, errlen,
+            wf_errf(err, errlen,
                     "mesh item \"%.*s\" is not of the form name=value",
                     (int)tokn, tok);
             return WF_E_BAD_FIELD;
@@ -314,14 +302,14 @@ wf_status_t wf_mesh_parse(const char *s, wf_mesh_degrees_t *ret_deg,
             if (strlen(names[i]) == namen && memcmp(names[i], name, namen) == 0)
                 which = i;
         if (which < 0) {
-            set_err(err, errlen,
+            wf_errf(err, errlen,
                     "unknown mesh dim \"%.*s\" (expected dp, ring, ulysses "
                     "or tp)",
                     (int)namen, name);
             return WF_E_BAD_FIELD;
         }
         if (seen[which]) {
-            set_err(err, errlen, "mesh dim \"%s\" given twice", names[which]);
+            wf_errf(err, errlen, "mesh dim \"%s\" given twice", names[which]);
             return WF_E_BAD_FIELD;
         }
         seen[which] = 1;
@@ -334,13 +322,13 @@ wf_status_t wf_mesh_parse(const char *s, wf_mesh_degrees_t *ret_deg,
                 ok = 0;
         }
         if (!ok) {
-            set_err(err, errlen,
+            wf_errf(err, errlen,
                     "mesh dim \"%s\": \"%.*s\" is not a number in [1, %d]",
                     names[which], (int)vn, v, WF_MESH_MAX_WORLD);
             return WF_E_BAD_FIELD;
         }
         if (x < 1) {
-            set_err(err, errlen,
+            wf_errf(err, errlen,
                     "`%s` degree must be greater than or equal to 1 (got 0)",
                     names[which]);
             return WF_E_BAD_FIELD;
@@ -355,7 +343,7 @@ done:
     ret_deg->ring = val[WF_MESH_DIM_RING];
     ret_deg->ulysses = val[WF_MESH_DIM_ULYSSES];
     ret_deg->tp = val[WF_MESH_DIM_TP];
-    set_err(err, errlen, "%s", "");
+    wf_errf(err, errlen, "%s", "");
     return WF_OK;
 }
 
@@ -376,17 +364,17 @@ wf_status_t wf_mesh_check_heads(const wf_mesh_t *m, int heads, char *err,
 {
     assert(m);
     if (heads < 1) {
-        set_err(err, errlen, "number of attention heads must be >= 1 (got %d)",
+        wf_errf(err, errlen, "number of attention heads must be >= 1 (got %d)",
                 heads);
         return WF_E_BAD_ARGUMENT;
     }
     if ((uint32_t)heads % m->deg.tp != 0) {
-        set_err(err, errlen,
+        wf_errf(err, errlen,
                 "Cannot shard %d attention heads across %" PRIu32
                 " tensor-parallel ranks: not divisible by %" PRIu32 ".",
                 heads, m->deg.tp, m->deg.tp);
         return WF_E_BAD_ARGUMENT;
     }
-    set_err(err, errlen, "%s", "");
+    wf_errf(err, errlen, "%s", "");
     return WF_OK;
 }

@@ -7,12 +7,12 @@
  * must name the same inode (a swap in between is refused).
  */
 #include "model_root.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,33 +25,20 @@
 /* Directory depth of one resolution. */
 #define WALK_MAX_DEPTH 256
 
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
-
 wf_status_t wf_model_path_check(const char *rel, char *err, size_t err_len)
 {
     if (rel == NULL || rel[0] == '\0') {
-        set_err(err, err_len, "model path is empty");
+        wf_errf(err, err_len, "model path is empty");
         return WF_E_BAD_FIELD;
     }
     size_t n = strnlen(rel, WF_MODEL_PATH_MAX + 1);
     if (n > WF_MODEL_PATH_MAX) {
-        set_err(err, err_len, "model path is longer than %d bytes",
+        wf_errf(err, err_len, "model path is longer than %d bytes",
                 WF_MODEL_PATH_MAX);
         return WF_E_BAD_FIELD;
     }
     if (rel[0] == '/') {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "model path '%s' is absolute: paths are relative to the model root",
                 rel);
         return WF_E_BAD_FIELD;
@@ -60,7 +47,7 @@ wf_status_t wf_model_path_check(const char *rel, char *err, size_t err_len)
         const char *slash = strchr(p, '/');
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
         if (len == 2 && p[0] == '.' && p[1] == '.') {
-            set_err(err, err_len,
+            wf_errf(err, err_len,
                     "model path '%s' has a '..' component: refused", rel);
             return WF_E_BAD_FIELD;
         }
@@ -75,12 +62,12 @@ wf_status_t wf_model_root_open(const char *path, int *ret_fd, char *err,
                                size_t err_len)
 {
     if (path == NULL || path[0] == '\0') {
-        set_err(err, err_len, "model root is not set");
+        wf_errf(err, err_len, "model root is not set");
         return WF_E_BAD_FIELD;
     }
     int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, err_len, "model root '%s': %s", path, strerror(errno));
+        wf_errf(err, err_len, "model root '%s': %s", path, strerror(errno));
         return WF_E_BAD_FIELD;
     }
     *ret_fd = fd;
@@ -267,15 +254,15 @@ wf_status_t wf_model_open_file(int root_fd, const char *rel,
     if (pfd < 0) {
         const char *why = why_refused(-pfd);
         if (why != NULL) {
-            set_err(err, err_len, "model file '%s' %s", rel, why);
+            wf_errf(err, err_len, "model file '%s' %s", rel, why);
             return WF_E_BAD_FIELD;
         }
-        set_err(err, err_len, "model file '%s': %s", rel, strerror(-pfd));
+        wf_errf(err, err_len, "model file '%s': %s", rel, strerror(-pfd));
         return WF_E_INTERNAL;
     }
     struct stat st;
     if (fstat(pfd, &st) != 0) {
-        set_err(err, err_len, "model file '%s': fstat: %s", rel, strerror(errno));
+        wf_errf(err, err_len, "model file '%s': fstat: %s", rel, strerror(errno));
         close(pfd);
         return WF_E_INTERNAL;
     }
@@ -287,7 +274,7 @@ wf_status_t wf_model_open_file(int root_fd, const char *rel,
                            : S_ISCHR(st.st_mode) ? "a character device"
                            : S_ISBLK(st.st_mode) ? "a block device"
                            : "not a regular file";
-        set_err(err, err_len, "model file '%s' is %s: only regular files are read",
+        wf_errf(err, err_len, "model file '%s' is %s: only regular files are read",
                 rel, what);
         return WF_E_BAD_FIELD;
     }
@@ -298,14 +285,14 @@ wf_status_t wf_model_open_file(int root_fd, const char *rel,
                           mode);
     if (fd < 0) {
         const char *why = why_refused(-fd);
-        set_err(err, err_len, "model file '%s' %s", rel,
+        wf_errf(err, err_len, "model file '%s' %s", rel,
                 why != NULL ? why : strerror(-fd));
         return why != NULL ? WF_E_BAD_FIELD : WF_E_INTERNAL;
     }
     struct stat st2;
     if (fstat(fd, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino
         || !S_ISREG(st2.st_mode)) {
-        set_err(err, err_len, "model file '%s' changed while being opened: refused",
+        wf_errf(err, err_len, "model file '%s' changed while being opened: refused",
                 rel);
         close(fd);
         return WF_E_BAD_FIELD;
@@ -342,14 +329,14 @@ wf_status_t wf_model_read_file(int root_fd, const char *rel,
     if (s != WF_OK)
         return s;
     if (size > max_bytes || size >= SIZE_MAX) {
-        set_err(err, err_len, "model file '%s' is %llu bytes, more than the %llu allowed",
+        wf_errf(err, err_len, "model file '%s' is %llu bytes, more than the %llu allowed",
                 rel, (unsigned long long)size, (unsigned long long)max_bytes);
         close(fd);
         return WF_E_LIMIT;
     }
     char *buf = malloc((size_t)size + 1);
     if (buf == NULL) {
-        set_err(err, err_len, "model file '%s': out of memory for %llu bytes", rel,
+        wf_errf(err, err_len, "model file '%s': out of memory for %llu bytes", rel,
                 (unsigned long long)size);
         close(fd);
         return WF_E_NO_MEMORY;
@@ -360,7 +347,7 @@ wf_status_t wf_model_read_file(int root_fd, const char *rel,
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            set_err(err, err_len, "model file '%s': read: %s", rel,
+            wf_errf(err, err_len, "model file '%s': read: %s", rel,
                     n == 0 ? "file shrank while being read" : strerror(errno));
             free(buf);
             close(fd);

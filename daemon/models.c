@@ -1,10 +1,10 @@
 /* models.c — registry, loader thread and per-worker shards (models.h). */
 #include "models.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,19 +15,6 @@
 #include "model_root.h"
 #include "proto_check.h"
 #include "notify.h"
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (!err || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- worker side --------------------------------------------------------- */
 
@@ -66,7 +53,7 @@ wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
         if (wf_rank_models_find(rm, set->m[j].id))
             continue;
         if (rm->n >= WF_MODELS_MAX) {
-            set_err(err, err_len, "more than %d models", WF_MODELS_MAX);
+            wf_errf(err, err_len, "more than %d models", WF_MODELS_MAX);
             return WF_E_INTERNAL;
         }
         wf_flux_shard_t *sh = NULL;
@@ -93,7 +80,7 @@ wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
     r->next_id = 1;
     r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (r->efd < 0) {
-        set_err(err, err_len, "eventfd: %s", strerror(errno));
+        wf_errf(err, err_len, "eventfd: %s", strerror(errno));
         return WF_E_INTERNAL;
     }
     if (model_root && model_root[0]) {
@@ -204,7 +191,7 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         m->default_plan = false;
         m->files_tp = files_tp;
         if ((int)files_tp != r->load_tp) {
-            set_err(err, err_len, "'%s' is sharded for tp=%" PRIu32 " but the "
+            wf_errf(err, err_len, "'%s' is sharded for tp=%" PRIu32 " but the "
                     "mesh has tp=%d: load it with that tp, or load the full "
                     "checkpoint", m->path, files_tp, r->load_tp);
             st = WF_E_BAD_ARGUMENT;
@@ -221,7 +208,7 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         char need[32], have[32];
         human(m->rank_bytes, need, sizeof need);
         human(r->load_avail, have, sizeof have);
-        set_err(err, err_len, "model '%s' does not fit: its shards need %s on "
+        wf_errf(err, err_len, "model '%s' does not fit: its shards need %s on "
                 "each device at tp=%d, %s free; nothing was loaded", m->name,
                 need, r->load_tp, have);
         st = WF_E_NO_MEMORY;
@@ -232,7 +219,7 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         char need[32], have[32];
         human(m->bytes_total, need, sizeof need);
         human(avail, have, sizeof have);
-        set_err(err, err_len, "model '%s' does not fit: its host copy needs %s, "
+        wf_errf(err, err_len, "model '%s' does not fit: its host copy needs %s, "
                 "%s of host memory available; nothing was loaded", m->name,
                 need, have);
         st = WF_E_NO_MEMORY;
@@ -261,7 +248,7 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
                                    char *err, size_t err_len)
 {
     if (r->root_fd < 0) {
-        set_err(err, err_len, "no model_root is configured: set model_root in "
+        wf_errf(err, err_len, "no model_root is configured: set model_root in "
                 "the daemon's settings to load models");
         return WF_E_BAD_ARGUMENT;
     }
@@ -272,12 +259,12 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
     if (wf_model_path_check(args->path, err, err_len) != WF_OK)
         return WF_E_BAD_FIELD;
     if (wf_registry_find(r, args->name)) {
-        set_err(err, err_len, "a model named '%s' is already loaded; unload it "
+        wf_errf(err, err_len, "a model named '%s' is already loaded; unload it "
                 "first or choose another name", args->name);
         return WF_E_BAD_ARGUMENT;
     }
     if (r->loading) {
-        set_err(err, err_len, "model '%s' is loading; one load at a time, retry "
+        wf_errf(err, err_len, "model '%s' is loading; one load at a time, retry "
                 "when it is done", r->loading->name);
         return WF_E_BUSY;
     }
@@ -286,13 +273,13 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
         if (!r->m[i])
             slot = i;
     if (slot < 0) {
-        set_err(err, err_len, "%d models are loaded, the most a daemon holds; "
+        wf_errf(err, err_len, "%d models are loaded, the most a daemon holds; "
                 "unload one first", WF_MODELS_MAX);
         return WF_E_LIMIT;
     }
     wf_model_t *m = calloc(1, sizeof *m);
     if (!m) {
-        set_err(err, err_len, "out of memory");
+        wf_errf(err, err_len, "out of memory");
         return WF_E_NO_MEMORY;
     }
     snprintf(m->name, sizeof m->name, "%s", args->name);
@@ -322,7 +309,7 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
     if (rc != 0) {
         r->loading = NULL;
         free(m);
-        set_err(err, err_len, "cannot start the loader thread: %s", strerror(rc));
+        wf_errf(err, err_len, "cannot start the loader thread: %s", strerror(rc));
         return WF_E_INTERNAL;
     }
     r->m[slot] = m;
@@ -377,7 +364,7 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
         char why[WF_PROTO_ERROR_MAX];
         if (wf_flux_plan_check(&m->cfg, &m->plan, tp, m->default_plan, why,
                                sizeof why) != WF_OK) {
-            set_err(err, err_len, "model '%s' cannot be sharded for tp=%d: %s",
+            wf_errf(err, err_len, "model '%s' cannot be sharded for tp=%d: %s",
                     m->name, tp, why);
             return WF_E_BAD_ARGUMENT;
         }
@@ -387,7 +374,7 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
         char need[32], have[32];
         human(sum, need, sizeof need);
         human(avail, have, sizeof have);
-        set_err(err, err_len, "the resident models need %s on each device at "
+        wf_errf(err, err_len, "the resident models need %s on each device at "
                 "tp=%d, %s available", need, tp, have);
         return WF_E_NO_MEMORY;
     }

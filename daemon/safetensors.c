@@ -7,11 +7,11 @@
  * into one pool per file, so a handle holds no jansson object.
  */
 #include "safetensors.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,19 +38,6 @@ struct wf_checkpoint {
     wf_ckpt_ref_t *refs;      /* in name order */
     uint64_t data_bytes;      /* sum of nbytes */
 };
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- one file ----------------------------------------------------------- */
 
@@ -144,7 +131,7 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
                                char *err, size_t err_len)
 {
     if (!json_is_object(v)) {
-        set_err(err, err_len, "%s: tensor " NAME_FMT ": entry is not an object",
+        wf_errf(err, err_len, "%s: tensor " NAME_FMT ": entry is not an object",
                 path, NAME_ARG(name));
         return WF_E_MALFORMED;
     }
@@ -153,7 +140,7 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     json_object_foreach(v, key, val) {
         if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0
             && strcmp(key, "data_offsets") != 0) {
-            set_err(err, err_len, "%s: tensor " NAME_FMT ": unexpected key '%.40s'",
+            wf_errf(err, err_len, "%s: tensor " NAME_FMT ": unexpected key '%.40s'",
                     path, NAME_ARG(name), key);
             return WF_E_MALFORMED;
         }
@@ -162,20 +149,20 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     json_t *js = json_object_get(v, "shape");
     json_t *jo = json_object_get(v, "data_offsets");
     if (jd == NULL || js == NULL || jo == NULL) {
-        set_err(err, err_len, "%s: tensor " NAME_FMT ": missing '%s'", path,
+        wf_errf(err, err_len, "%s: tensor " NAME_FMT ": missing '%s'", path,
                 NAME_ARG(name),
                 jd == NULL ? "dtype" : js == NULL ? "shape" : "data_offsets");
         return WF_E_MALFORMED;
     }
 
     if (!json_is_string(jd)) {
-        set_err(err, err_len, "%s: tensor " NAME_FMT ": dtype is not a string",
+        wf_errf(err, err_len, "%s: tensor " NAME_FMT ": dtype is not a string",
                 path, NAME_ARG(name));
         return WF_E_MALFORMED;
     }
     const char *ds = json_string_value(jd);
     if (!dtype_from_name(ds, &t->dtype)) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: tensor " NAME_FMT ": %s dtype '%.20s' (weft reads F32, F16 and BF16)",
                 path, NAME_ARG(name),
                 dtype_is_safetensors(ds) ? "unsupported" : "unknown", ds);
@@ -183,13 +170,13 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     }
 
     if (!json_is_array(js)) {
-        set_err(err, err_len, "%s: tensor " NAME_FMT ": shape is not an array",
+        wf_errf(err, err_len, "%s: tensor " NAME_FMT ": shape is not an array",
                 path, NAME_ARG(name));
         return WF_E_BAD_SHAPE;
     }
     size_t rank = json_array_size(js);
     if (rank > WF_MAX_RANK) {
-        set_err(err, err_len, "%s: tensor " NAME_FMT ": rank %zu is more than %d",
+        wf_errf(err, err_len, "%s: tensor " NAME_FMT ": rank %zu is more than %d",
                 path, NAME_ARG(name), rank, WF_MAX_RANK);
         return WF_E_BAD_SHAPE;
     }
@@ -198,13 +185,13 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     for (size_t d = 0; d < rank; d++) {
         uint64_t dim;
         if (!json_u64(json_array_get(js, d), &dim)) {
-            set_err(err, err_len,
+            wf_errf(err, err_len,
                     "%s: tensor " NAME_FMT ": dim %zu is not a non-negative integer",
                     path, NAME_ARG(name), d);
             return WF_E_BAD_SHAPE;
         }
         if (__builtin_mul_overflow(numel, dim, &numel) || numel > (uint64_t)INT64_MAX) {
-            set_err(err, err_len, "%s: tensor " NAME_FMT ": element count overflows",
+            wf_errf(err, err_len, "%s: tensor " NAME_FMT ": element count overflows",
                     path, NAME_ARG(name));
             return WF_E_BAD_SHAPE;
         }
@@ -214,7 +201,7 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
         t->shape[d] = 0;
     t->numel = numel;
     if (__builtin_mul_overflow(numel, (uint64_t)dtype_bytes(t->dtype), &t->nbytes)) {
-        set_err(err, err_len, "%s: tensor " NAME_FMT ": byte size overflows", path,
+        wf_errf(err, err_len, "%s: tensor " NAME_FMT ": byte size overflows", path,
                 NAME_ARG(name));
         return WF_E_BAD_SHAPE;
     }
@@ -223,13 +210,13 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     if (!json_is_array(jo) || json_array_size(jo) != 2
         || !json_u64(json_array_get(jo, 0), &begin)
         || !json_u64(json_array_get(jo, 1), &end)) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: tensor " NAME_FMT ": data_offsets is not [begin, end] of non-negative integers",
                 path, NAME_ARG(name));
         return WF_E_MALFORMED;
     }
     if (begin > end) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: tensor " NAME_FMT ": data_offsets [%" PRIu64 ", %" PRIu64 ") end before they begin",
                 path, NAME_ARG(name), begin, end);
         return WF_E_MALFORMED;
@@ -237,14 +224,14 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     if (end - begin != t->nbytes) {
         char sh[160];
         shape_text(t, sh, sizeof sh);
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: tensor " NAME_FMT ": shape %s of %s is %" PRIu64
                 " bytes but data_offsets [%" PRIu64 ", %" PRIu64 ") hold %" PRIu64,
                 path, NAME_ARG(name), sh, ds, t->nbytes, begin, end, end - begin);
         return WF_E_BAD_SHAPE;
     }
     if (end > data_len) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: tensor " NAME_FMT ": data_offsets [%" PRIu64 ", %" PRIu64
                 ") go beyond the %" PRIu64 " bytes of data in the file",
                 path, NAME_ARG(name), begin, end, data_len);
@@ -260,7 +247,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
 {
     const char *path = st->path;
     if (st->size < 8) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: file is %zu bytes, too short for the 8-byte header length (truncated?)",
                 path, st->size);
         return WF_E_MALFORMED;
@@ -269,16 +256,16 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     for (int i = 7; i >= 0; i--)
         n = (n << 8) | st->base[i];
     if (n < 2) {
-        set_err(err, err_len, "%s: header length %" PRIu64 " is less than 2", path, n);
+        wf_errf(err, err_len, "%s: header length %" PRIu64 " is less than 2", path, n);
         return WF_E_MALFORMED;
     }
     if (n > cap) {
-        set_err(err, err_len, "%s: header length %" PRIu64 " is more than the cap of %" PRIu64
+        wf_errf(err, err_len, "%s: header length %" PRIu64 " is more than the cap of %" PRIu64
                 " bytes", path, n, cap);
         return WF_E_LIMIT;
     }
     if (n > st->size - 8) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: header length %" PRIu64 " goes beyond the file (%zu bytes; truncated?)",
                 path, n, st->size);
         return WF_E_MALFORMED;
@@ -290,7 +277,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     json_t *root = json_loadb((const char *)st->base + 8, (size_t)n,
                               JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        set_err(err, err_len, "%s: header JSON invalid at line %d column %d: %s",
+        wf_errf(err, err_len, "%s: header JSON invalid at line %d column %d: %s",
                 path, jerr.line, jerr.column, jerr.text);
         return WF_E_MALFORMED;
     }
@@ -298,7 +285,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     wf_st_tensor_t **by_off = NULL;
     char *pool = NULL;
     if (!json_is_object(root)) {
-        set_err(err, err_len, "%s: header JSON is not an object", path);
+        wf_errf(err, err_len, "%s: header JSON is not an object", path);
         s = WF_E_MALFORMED;
         goto out;
     }
@@ -314,7 +301,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
             continue;
         size_t kl = strlen(key);
         if (kl == 0 || kl > WF_ST_NAME_MAX) {
-            set_err(err, err_len, "%s: tensor name " NAME_FMT " is %s", path,
+            wf_errf(err, err_len, "%s: tensor name " NAME_FMT " is %s", path,
                     NAME_ARG(key), kl == 0 ? "empty" : "longer than 255 bytes");
             s = kl == 0 ? WF_E_MALFORMED : WF_E_LIMIT;
             goto out;
@@ -323,13 +310,13 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     }
     if (meta != NULL && !json_is_null(meta)) {
         if (!json_is_object(meta)) {
-            set_err(err, err_len, "%s: __metadata__ is not an object", path);
+            wf_errf(err, err_len, "%s: __metadata__ is not an object", path);
             s = WF_E_MALFORMED;
             goto out;
         }
         json_object_foreach(meta, key, val) {
             if (!json_is_string(val)) {
-                set_err(err, err_len, "%s: __metadata__ '%.80s' is not a string",
+                wf_errf(err, err_len, "%s: __metadata__ '%.80s' is not a string",
                         path, key);
                 s = WF_E_MALFORMED;
                 goto out;
@@ -344,7 +331,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     pool = malloc(pool_len ? pool_len : 1);
     by_off = malloc((nt ? nt : 1) * sizeof *by_off);
     if (st->t == NULL || st->meta == NULL || pool == NULL || by_off == NULL) {
-        set_err(err, err_len, "%s: out of memory for %zu tensors", path, nt);
+        wf_errf(err, err_len, "%s: out of memory for %zu tensors", path, nt);
         s = WF_E_NO_MEMORY;
         goto out;
     }
@@ -374,7 +361,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     for (i = 0; i < nt; i++) {
         const wf_st_tensor_t *t = by_off[i];
         if (t->offset < at) {
-            set_err(err, err_len,
+            wf_errf(err, err_len,
                     "%s: tensors " NAME_FMT " [%" PRIu64 ", %" PRIu64 ") and " NAME_FMT
                     " [%" PRIu64 ", %" PRIu64 ") overlap",
                     path, NAME_ARG(prev->name), prev->offset, prev->offset + prev->nbytes,
@@ -383,7 +370,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
             goto out;
         }
         if (t->offset > at) {
-            set_err(err, err_len,
+            wf_errf(err, err_len,
                     "%s: gap of %" PRIu64 " bytes in the data before tensor " NAME_FMT
                     " at offset %" PRIu64,
                     path, t->offset - at, NAME_ARG(t->name), t->offset);
@@ -394,7 +381,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
         prev = t;
     }
     if (at != data_len) {
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: %" PRIu64 " trailing bytes after the last tensor (8 + header %" PRIu64
                 " + data %" PRIu64 " != file size %zu)",
                 path, data_len - at, n, at, st->size);
@@ -435,7 +422,7 @@ static wf_safetensors_t *st_new(const char *label, char *err, size_t err_len)
         st->path = strdup(label != NULL ? label : "(buffer)");
     if (st == NULL || st->path == NULL) {
         free(st);
-        set_err(err, err_len, "%s: out of memory", label != NULL ? label : "(buffer)");
+        wf_errf(err, err_len, "%s: out of memory", label != NULL ? label : "(buffer)");
         return NULL;
     }
     return st;
@@ -486,7 +473,7 @@ wf_status_t wf_safetensors_open(int root_fd, const char *rel,
     }
     if (size < 8) {
         close(fd);
-        set_err(err, err_len,
+        wf_errf(err, err_len,
                 "%s: file is %" PRIu64 " bytes, too short for the 8-byte header length (truncated?)",
                 rel, size);
         wf_safetensors_close(&st);
@@ -494,7 +481,7 @@ wf_status_t wf_safetensors_open(int root_fd, const char *rel,
     }
     if (size > SIZE_MAX) {
         close(fd);
-        set_err(err, err_len, "%s: file too large to map", rel);
+        wf_errf(err, err_len, "%s: file too large to map", rel);
         wf_safetensors_close(&st);
         return WF_E_LIMIT;
     }
@@ -502,7 +489,7 @@ wf_status_t wf_safetensors_open(int root_fd, const char *rel,
     int e = errno;
     close(fd);
     if (map == MAP_FAILED) {
-        set_err(err, err_len, "%s: mmap of %" PRIu64 " bytes: %s", rel, size,
+        wf_errf(err, err_len, "%s: mmap of %" PRIu64 " bytes: %s", rel, size,
                 strerror(e));
         wf_safetensors_close(&st);
         return WF_E_INTERNAL;
@@ -627,7 +614,7 @@ static wf_status_t ckpt_index(wf_checkpoint_t *ck, char *err, size_t err_len)
         n += wf_safetensors_count(ck->files[f]);
     ck->refs = calloc(n ? n : 1, sizeof *ck->refs);
     if (ck->refs == NULL) {
-        set_err(err, err_len, "out of memory for %zu tensors", n);
+        wf_errf(err, err_len, "out of memory for %zu tensors", n);
         return WF_E_NO_MEMORY;
     }
     size_t k = 0;
@@ -645,7 +632,7 @@ static wf_status_t ckpt_index(wf_checkpoint_t *ck, char *err, size_t err_len)
     qsort(ck->refs, n, sizeof *ck->refs, cmp_ref_name);
     for (size_t i = 1; i < n; i++) {
         if (strcmp(ck->refs[i - 1].tensor->name, ck->refs[i].tensor->name) == 0) {
-            set_err(err, err_len, "tensor " NAME_FMT " is in both %s and %s",
+            wf_errf(err, err_len, "tensor " NAME_FMT " is in both %s and %s",
                     NAME_ARG(ck->refs[i].tensor->name),
                     wf_safetensors_path(ck->refs[i - 1].file),
                     wf_safetensors_path(ck->refs[i].file));
@@ -663,7 +650,7 @@ wf_status_t wf_checkpoint_open_file(int root_fd, const char *rel,
     wf_checkpoint_t *ck = calloc(1, sizeof *ck);
     if (ck == NULL || (ck->files = calloc(1, sizeof *ck->files)) == NULL) {
         free(ck);
-        set_err(err, err_len, "%s: out of memory", rel);
+        wf_errf(err, err_len, "%s: out of memory", rel);
         return WF_E_NO_MEMORY;
     }
     wf_status_t s = wf_safetensors_open(root_fd, rel, opt, &ck->files[0], err, err_len);
@@ -724,7 +711,7 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
     if (root == NULL) {
-        set_err(err, err_len, "%s: JSON invalid at line %d column %d: %s", index_rel,
+        wf_errf(err, err_len, "%s: JSON invalid at line %d column %d: %s", index_rel,
                 jerr.line, jerr.column, jerr.text);
         return WF_E_BAD_FIELD;
     }
@@ -735,20 +722,20 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     json_t *md = json_is_object(root) ? json_object_get(root, "metadata") : NULL;
     if (wm == NULL || !json_is_object(wm)) {
-        set_err(err, err_len, "%s: %s", index_rel,
+        wf_errf(err, err_len, "%s: %s", index_rel,
                 json_is_object(root) ? "\"weight_map\" is missing or not an object"
                                      : "not a JSON object");
         s = WF_E_BAD_FIELD;
         goto out;
     }
     if (md != NULL && !json_is_object(md) && !json_is_null(md)) {
-        set_err(err, err_len, "%s: \"metadata\" is not an object", index_rel);
+        wf_errf(err, err_len, "%s: \"metadata\" is not an object", index_rel);
         s = WF_E_BAD_FIELD;
         goto out;
     }
     size_t nw = json_object_size(wm);
     if (nw == 0) {
-        set_err(err, err_len, "%s: \"weight_map\" is empty", index_rel);
+        wf_errf(err, err_len, "%s: \"weight_map\" is empty", index_rel);
         s = WF_E_BAD_FIELD;
         goto out;
     }
@@ -757,7 +744,7 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
     names = calloc(nw, sizeof *names);
     ck = calloc(1, sizeof *ck);
     if (names == NULL || ck == NULL || (ck->files = calloc(nw, sizeof *ck->files)) == NULL) {
-        set_err(err, err_len, "%s: out of memory", index_rel);
+        wf_errf(err, err_len, "%s: out of memory", index_rel);
         s = WF_E_NO_MEMORY;
         goto out;
     }
@@ -767,7 +754,7 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
     json_object_foreach(wm, key, val) {
         const char *fn = json_is_string(val) ? json_string_value(val) : NULL;
         if (fn == NULL || !plain_file_name(fn)) {
-            set_err(err, err_len,
+            wf_errf(err, err_len,
                     "%s: weight_map entry " NAME_FMT " is not a plain file name beside the index",
                     index_rel, NAME_ARG(key));
             s = WF_E_BAD_FIELD;
@@ -786,7 +773,7 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
     for (size_t j = 0; j < nf; j++) {
         path = join_path(index_rel, dir_len, names[j]);
         if (path == NULL) {
-            set_err(err, err_len, "%s: out of memory", index_rel);
+            wf_errf(err, err_len, "%s: out of memory", index_rel);
             s = WF_E_NO_MEMORY;
             goto out;
         }
@@ -809,13 +796,13 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
             const char *tn = wf_safetensors_tensor(st, i)->name;
             json_t *m = json_object_get(wm, tn);
             if (m == NULL) {
-                set_err(err, err_len, "%s: tensor " NAME_FMT " of %s is not in the weight_map",
+                wf_errf(err, err_len, "%s: tensor " NAME_FMT " of %s is not in the weight_map",
                         index_rel, NAME_ARG(tn), fpath);
                 s = WF_E_MALFORMED;
                 goto out;
             }
             if (strcmp(json_string_value(m), base) != 0) {
-                set_err(err, err_len,
+                wf_errf(err, err_len,
                         "%s: tensor " NAME_FMT " is in both %s and %s (the weight_map names %s)",
                         index_rel, NAME_ARG(tn), fpath, json_string_value(m),
                         json_string_value(m));
@@ -832,7 +819,7 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
             const char *base = strrchr(fpath, '/');
             base = base != NULL ? base + 1 : fpath;
             if (strcmp(base, fn) == 0 && wf_safetensors_find(ck->files[f], key) < 0) {
-                set_err(err, err_len,
+                wf_errf(err, err_len,
                         "%s: tensor " NAME_FMT " is missing from %s, where the weight_map puts it",
                         index_rel, NAME_ARG(key), fpath);
                 s = WF_E_MALFORMED;
@@ -864,7 +851,7 @@ wf_status_t wf_checkpoint_open_dir(int root_fd, const char *dir,
     char *single = join_path(dir, strlen(dir), WF_DIFFUSERS_WEIGHTS);
     wf_status_t s;
     if (index == NULL || single == NULL) {
-        set_err(err, err_len, "%s: out of memory", dir);
+        wf_errf(err, err_len, "%s: out of memory", dir);
         s = WF_E_NO_MEMORY;
     } else if (wf_model_file_exists(root_fd, index, mode)) {
         s = wf_checkpoint_open_index(root_fd, index, opt, ret, err, err_len);

@@ -8,28 +8,15 @@
  * insertion order).
  */
 #include "tp_plan.h"
+#include "errf.h"
 
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto.h"
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 static bool style_known(wf_tp_style_t s)
 {
@@ -107,12 +94,12 @@ static wf_status_t check_rule(const wf_tp_rule_t *r, uint32_t i, char *err,
 {
     size_t len = strnlen(r->glob, WF_TP_GLOB_MAX);
     if (len == WF_TP_GLOB_MAX) {
-        set_err(err, err_len, "tp_plan rule %" PRIu32 ": glob " GLOB_FMT
+        wf_errf(err, err_len, "tp_plan rule %" PRIu32 ": glob " GLOB_FMT
                 "... longer than %d bytes", i, 40, r->glob, WF_TP_GLOB_MAX - 1);
         return WF_E_BAD_FIELD;
     }
     if (len == 0) {
-        set_err(err, err_len, "tp_plan rule %" PRIu32 ": empty glob", i);
+        wf_errf(err, err_len, "tp_plan rule %" PRIu32 ": empty glob", i);
         return WF_E_BAD_FIELD;
     }
     for (size_t k = 0; k < len; k++) {
@@ -120,37 +107,37 @@ static wf_status_t check_rule(const wf_tp_rule_t *r, uint32_t i, char *err,
         bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
                   || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '*';
         if (!ok) {
-            set_err(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
+            wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
                     ": character 0x%02x at %zu not allowed (only A-Z a-z 0-9 _ . *)",
                     i, GLOB_ARG(r), (unsigned)(unsigned char)c, k);
             return WF_E_BAD_FIELD;
         }
         if (c == '.' && (k == 0 || k + 1 == len || r->glob[k + 1] == '.')) {
-            set_err(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
+            wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
                     ": empty component", i, GLOB_ARG(r));
             return WF_E_BAD_FIELD;
         }
     }
     if (!style_known(r->style)) {
-        set_err(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT ": unknown style %d",
+        wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT ": unknown style %d",
                 i, GLOB_ARG(r), (int)r->style);
         return WF_E_BAD_FIELD;
     }
     if (style_packed(r->style)) {
         if (r->n_blocks < 1 || r->n_blocks > WF_TP_MAX_BLOCKS) {
-            set_err(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
+            wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
                     ": %s needs 1..%d blocks, has %" PRIu32, i, GLOB_ARG(r),
                     wf_tp_style_name(r->style), WF_TP_MAX_BLOCKS, r->n_blocks);
             return WF_E_BAD_FIELD;
         }
         for (uint32_t b = 0; b < r->n_blocks; b++)
             if (r->blocks[b] == 0) {
-                set_err(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
+                wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
                         ": block %" PRIu32 " is 0", i, GLOB_ARG(r), b);
                 return WF_E_BAD_FIELD;
             }
     } else if (r->n_blocks != 0) {
-        set_err(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
+        wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
                 ": blocks given for %s (only packed styles take blocks)", i,
                 GLOB_ARG(r), wf_tp_style_name(r->style));
         return WF_E_BAD_FIELD;
@@ -161,11 +148,11 @@ static wf_status_t check_rule(const wf_tp_rule_t *r, uint32_t i, char *err,
 wf_status_t wf_tp_plan_check(const wf_tp_plan_t *plan, char *err, size_t err_len)
 {
     if (plan == NULL) {
-        set_err(err, err_len, "tp_plan missing");
+        wf_errf(err, err_len, "tp_plan missing");
         return WF_E_BAD_FIELD;
     }
     if (plan->n > WF_TP_MAX_RULES) {
-        set_err(err, err_len, "tp_plan has %" PRIu32 " rules, at most %d", plan->n,
+        wf_errf(err, err_len, "tp_plan has %" PRIu32 " rules, at most %d", plan->n,
                 WF_TP_MAX_RULES);
         return WF_E_BAD_FIELD;
     }
@@ -175,7 +162,7 @@ wf_status_t wf_tp_plan_check(const wf_tp_plan_t *plan, char *err, size_t err_len
             return s;
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(plan->rules[j].glob, plan->rules[i].glob) == 0) {
-                set_err(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
+                wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
                         ": glob already given by rule %" PRIu32, i,
                         GLOB_ARG(&plan->rules[i]), j);
                 return WF_E_BAD_FIELD;
@@ -240,11 +227,11 @@ wf_status_t wf_tp_place(const wf_tp_plan_t *plan, const char *name,
                         wf_tp_place_t *ret, char *err, size_t err_len)
 {
     if (tp < 1) {
-        set_err(err, err_len, "tensor-parallel degree %d invalid (must be >= 1)", tp);
+        wf_errf(err, err_len, "tensor-parallel degree %d invalid (must be >= 1)", tp);
         return WF_E_BAD_ARGUMENT;
     }
     if (out < 1 || in < 1) {
-        set_err(err, err_len, "'%s': weight shape [%" PRId64 ", %" PRId64 "] invalid",
+        wf_errf(err, err_len, "'%s': weight shape [%" PRId64 ", %" PRId64 "] invalid",
                 name, out, in);
         return WF_E_BAD_ARGUMENT;
     }
@@ -266,7 +253,7 @@ wf_status_t wf_tp_place(const wf_tp_plan_t *plan, const char *name,
     }
     if (!style_known(r->style)
         || (style_packed(r->style) && (r->n_blocks < 1 || r->n_blocks > WF_TP_MAX_BLOCKS))) {
-        set_err(err, err_len, "tp_plan rule %d '%.*s' invalid (unchecked plan)", ri,
+        wf_errf(err, err_len, "tp_plan rule %d '%.*s' invalid (unchecked plan)", ri,
                 (int)strnlen(r->glob, WF_TP_GLOB_MAX), r->glob);
         return WF_E_BAD_ARGUMENT;
     }
@@ -279,7 +266,7 @@ wf_status_t wf_tp_place(const wf_tp_plan_t *plan, const char *name,
     if (!style_packed(r->style)) {
         p.block[0] = dim;
         if (dim % tp != 0) {
-            set_err(err, err_len, "Cannot %s-shard '%s' weight %s (%" PRId64 ") across %d "
+            wf_errf(err, err_len, "Cannot %s-shard '%s' weight %s (%" PRId64 ") across %d "
                     "tensor-parallel ranks: not divisible by %d.", sname, name, what,
                     dim, tp, tp);
             return WF_E_BAD_ARGUMENT;
@@ -294,7 +281,7 @@ wf_status_t wf_tp_place(const wf_tp_plan_t *plan, const char *name,
                                   b ? ":" : "", r->blocks[b]);
         }
         if (sum == 0 || (uint64_t)dim % sum != 0) {
-            set_err(err, err_len, "Cannot %s-shard '%s': weight %s (%" PRId64 ") not "
+            wf_errf(err, err_len, "Cannot %s-shard '%s': weight %s (%" PRId64 ") not "
                     "divisible into blocks %s.", sname, name, what, dim, ratio);
             return WF_E_BAD_ARGUMENT;
         }
@@ -303,7 +290,7 @@ wf_status_t wf_tp_place(const wf_tp_plan_t *plan, const char *name,
         for (uint32_t b = 0; b < r->n_blocks; b++) {
             p.block[b] = (int64_t)r->blocks[b] * unit;
             if (p.block[b] % tp != 0) {
-                set_err(err, err_len, "Cannot %s-shard '%s' block %" PRIu32 " %s (%" PRId64
+                wf_errf(err, err_len, "Cannot %s-shard '%s' block %" PRIu32 " %s (%" PRId64
                         ") across %d tensor-parallel ranks: not divisible by %d.", sname,
                         name, b, what, p.block[b], tp, tp);
                 return WF_E_BAD_ARGUMENT;
@@ -395,11 +382,11 @@ static wf_status_t parse_style(json_t *v, const char *label, const char *key,
                                wf_tp_style_t *ret, char *err, size_t err_len)
 {
     if (!json_is_string(v)) {
-        set_err(err, err_len, "%s: tp_plan '%.80s': style is not a string", label, key);
+        wf_errf(err, err_len, "%s: tp_plan '%.80s': style is not a string", label, key);
         return WF_E_BAD_FIELD;
     }
     if (!wf_tp_style_parse(json_string_value(v), json_string_length(v), ret)) {
-        set_err(err, err_len, "%s: tp_plan '%.80s': unknown style \"%.40s\" (replicated, "
+        wf_errf(err, err_len, "%s: tp_plan '%.80s': unknown style \"%.40s\" (replicated, "
                 "colwise, rowwise, packed_colwise, packed_rowwise)", label, key,
                 json_string_value(v));
         return WF_E_BAD_FIELD;
@@ -412,7 +399,7 @@ static wf_status_t parse_rule(const char *key, json_t *v, const char *label,
 {
     memset(r, 0, sizeof *r);
     if (strlen(key) >= WF_TP_GLOB_MAX) {
-        set_err(err, err_len, "%s: tp_plan glob '%.40s...' longer than %d bytes", label,
+        wf_errf(err, err_len, "%s: tp_plan glob '%.40s...' longer than %d bytes", label,
                 key, WF_TP_GLOB_MAX - 1);
         return WF_E_BAD_FIELD;
     }
@@ -420,7 +407,7 @@ static wf_status_t parse_rule(const char *key, json_t *v, const char *label,
     if (json_is_string(v))
         return parse_style(v, label, key, &r->style, err, err_len);
     if (!json_is_object(v)) {
-        set_err(err, err_len, "%s: tp_plan '%.80s': value is neither a style name nor "
+        wf_errf(err, err_len, "%s: tp_plan '%.80s': value is neither a style name nor "
                 "{\"style\": ..., \"blocks\": [...]}", label, key);
         return WF_E_BAD_FIELD;
     }
@@ -428,13 +415,13 @@ static wf_status_t parse_rule(const char *key, json_t *v, const char *label,
     json_t *x;
     json_object_foreach(v, k, x) {
         if (strcmp(k, "style") != 0 && strcmp(k, "blocks") != 0) {
-            set_err(err, err_len, "%s: tp_plan '%.80s': unknown key '%.40s'", label, key, k);
+            wf_errf(err, err_len, "%s: tp_plan '%.80s': unknown key '%.40s'", label, key, k);
             return WF_E_BAD_FIELD;
         }
     }
     json_t *st = json_object_get(v, "style");
     if (st == NULL) {
-        set_err(err, err_len, "%s: tp_plan '%.80s': \"style\" missing", label, key);
+        wf_errf(err, err_len, "%s: tp_plan '%.80s': \"style\" missing", label, key);
         return WF_E_BAD_FIELD;
     }
     wf_status_t s = parse_style(st, label, key, &r->style, err, err_len);
@@ -444,7 +431,7 @@ static wf_status_t parse_rule(const char *key, json_t *v, const char *label,
     if (bl == NULL)
         return WF_OK;   /* wf_tp_plan_check says whether the style needs them */
     if (!json_is_array(bl) || json_array_size(bl) > WF_TP_MAX_BLOCKS) {
-        set_err(err, err_len, "%s: tp_plan '%.80s': \"blocks\" is not an array of at "
+        wf_errf(err, err_len, "%s: tp_plan '%.80s': \"blocks\" is not an array of at "
                 "most %d integers", label, key, WF_TP_MAX_BLOCKS);
         return WF_E_BAD_FIELD;
     }
@@ -452,7 +439,7 @@ static wf_status_t parse_rule(const char *key, json_t *v, const char *label,
     json_array_foreach(bl, i, x) {
         if (!json_is_integer(x) || json_integer_value(x) < 1
             || json_integer_value(x) > (json_int_t)UINT32_MAX) {
-            set_err(err, err_len, "%s: tp_plan '%.80s': block %zu is not an integer in "
+            wf_errf(err, err_len, "%s: tp_plan '%.80s': block %zu is not an integer in "
                     "1..%" PRIu32, label, key, i, UINT32_MAX);
             return WF_E_BAD_FIELD;
         }
@@ -470,23 +457,23 @@ wf_status_t wf_tp_plan_from_json(const char *json, size_t len, const char *label
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL) {
-        set_err(err, err_len, "%s: invalid JSON at line %d column %d: %s", label,
+        wf_errf(err, err_len, "%s: invalid JSON at line %d column %d: %s", label,
                 je.line, je.column, je.text);
         return WF_E_BAD_FIELD;
     }
     wf_status_t s = WF_E_BAD_FIELD;
     wf_tp_plan_t *p = calloc(1, sizeof *p);
     if (p == NULL) {
-        set_err(err, err_len, "%s: out of memory", label);
+        wf_errf(err, err_len, "%s: out of memory", label);
         s = WF_E_INTERNAL;
         goto out;
     }
     if (!json_is_object(root)) {
-        set_err(err, err_len, "%s: tp_plan is not an object", label);
+        wf_errf(err, err_len, "%s: tp_plan is not an object", label);
         goto out;
     }
     if (json_object_size(root) > WF_TP_MAX_RULES) {
-        set_err(err, err_len, "%s: tp_plan has %zu rules, at most %d", label,
+        wf_errf(err, err_len, "%s: tp_plan has %zu rules, at most %d", label,
                 json_object_size(root), WF_TP_MAX_RULES);
         goto out;
     }
@@ -501,7 +488,7 @@ wf_status_t wf_tp_plan_from_json(const char *json, size_t len, const char *label
     char msg[256];
     s = wf_tp_plan_check(p, msg, sizeof msg);
     if (s != WF_OK) {
-        set_err(err, err_len, "%s: %s", label, msg);
+        wf_errf(err, err_len, "%s: %s", label, msg);
         goto out;
     }
     *ret = *p;
