@@ -25,19 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) {                                                       \
-            passed++;                                                     \
-        } else {                                                          \
-            failed++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-        }                                                                 \
-    } while (0)
+#include "support/check.h"
 
 static int fix_fd = -1;        /* the fixtures directory as a model root */
 static int tmp_fd = -1;        /* the temporary model root */
