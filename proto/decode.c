@@ -1134,8 +1134,14 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
             return WF_E_PROTOCOL;
         }
     }
-    if (rep->status != WF_OK || !(x = map_get(o, "result")))
+    if (rep->status != WF_OK)
         return WF_OK;
+    if (!(x = map_get(o, "result"))) {
+        /* a loaded model's reply must say what was loaded (PROTOCOL.md 12.2) */
+        if (rep->op == WF_OP_LOAD_MODEL)
+            return fail(d, WF_E_PROTOCOL, "result: missing from a load_model reply");
+        return WF_OK;
+    }
     if (x->type != MSGPACK_OBJECT_MAP)
         return fail(d, WF_E_PROTOCOL, "result: must be a map, got %s", type_name(x));
     switch (rep->op) {

@@ -248,6 +248,14 @@ static void test_round_trip_replies(void)
     CHECK(rc == WF_OK && strcmp(d.error, wf_status_str(WF_E_BAD_SHAPE)) == 0,
           "error reply default message \"%s\"", d.error);
 
+    /* a successful load_model reply must carry its model (PROTOCOL.md
+     * 12.2; found by fuzz_proto) */
+    B();
+    mpb(&sb, "M4 si si si si", "v", 1, "id", 8, "op", 5, "status", 0);
+    rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
+    CHECK(rc == WF_E_PROTOCOL && strstr(err, "load_model"),
+          "load_model reply without result: %s (%s)", wf_status_name(rc), err);
+
     /* tolerance: unknown keys at every level are skipped */
     B();
     mpb(&sb, "M7 si si si si si s M2 s A2 M3 ss si sb M1 si si s M0",

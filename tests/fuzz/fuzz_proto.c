@@ -4,8 +4,15 @@
  * is the header frame. Beyond "no crash, no leak, no huge allocation"
  * (run with -malloc_limit_mb=256 -rss_limit_mb=1024), every header that
  * decodes must survive encode -> decode unchanged, and a decoded request
- * must satisfy the invariants the daemon relies on.
+ * must satisfy the invariants the daemon relies on. For the resident-model
+ * ops (PROTOCOL.md section 12) those invariants are restated here from the
+ * document, not by calling proto_check.h, so that a rule the checks get
+ * wrong is caught rather than agreed with: names of [A-Za-z0-9._-], paths
+ * relative without a ".." component, plan globs and rules well formed and
+ * unique, forward tensors named, ranked and sized consistently.
+ * Seeds: fuzz_seeds DIR; dictionary: proto.dict.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,126 @@ static void check(int cond)
 {
     if (!cond)
         abort();
+}
+
+/* A NUL-terminated string within cap bytes; its length. */
+static size_t cstr_len(const char *s, size_t cap)
+{
+    const char *nul = memchr(s, '\0', cap);
+    check(nul != NULL);
+    return (size_t)(nul - s);
+}
+
+/* PROTOCOL.md 12.1: a model name is 1..63 bytes of A-Z a-z 0-9 . _ - */
+static void check_model_name(const char *s, size_t cap)
+{
+    size_t n = cstr_len(s, cap);
+    check(n >= 1 && n <= 63);
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        check((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-');
+    }
+}
+
+/* A model path: 1..255 bytes, not absolute, no ".." component. */
+static void check_model_path(const char *s, size_t cap)
+{
+    size_t n = cstr_len(s, cap);
+    check(n >= 1 && n <= 255 && s[0] != '/');
+    for (size_t i = 0; i <= n;) {
+        size_t j = i;
+        while (j < n && s[j] != '/')
+            j++;
+        check(!(j - i == 2 && s[i] == '.' && s[i + 1] == '.'));
+        i = j + 1;
+    }
+}
+
+/* A plan rule: glob of 1..127 bytes of A-Z a-z 0-9 _ . * without an empty
+ * component; a known style; blocks (1..8, each > 0) iff packed. */
+static void check_tp_rule(const wf_tp_rule_t *r)
+{
+    size_t n = cstr_len(r->glob, sizeof(r->glob));
+    check(n >= 1 && n <= 127 && r->glob[0] != '.' && r->glob[n - 1] != '.');
+    for (size_t i = 0; i < n; i++) {
+        char c = r->glob[i];
+        check((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '*');
+        check(!(c == '.' && i + 1 < n && r->glob[i + 1] == '.'));
+    }
+    check(wf_tp_style_name(r->style) != NULL);
+    bool packed = r->style == WF_TP_PACKED_COLWISE || r->style == WF_TP_PACKED_ROWWISE;
+    if (!packed) {
+        check(r->n_blocks == 0);
+        return;
+    }
+    check(r->n_blocks >= 1 && r->n_blocks <= WF_TP_MAX_BLOCKS);
+    for (uint32_t b = 0; b < r->n_blocks; b++)
+        check(r->blocks[b] > 0);
+}
+
+static void check_load_model(const wf_request_t *req)
+{
+    const wf_load_model_args_t *a = &req->args.load_model;
+    check(req->n_tensors == 0);
+    check_model_name(a->name, sizeof(a->name));
+    check_model_path(a->path, sizeof(a->path));
+    check(a->n_plan <= WF_TP_MAX_RULES);
+    for (uint32_t i = 0; i < a->n_plan; i++) {
+        check_tp_rule(&a->plan[i]);
+        for (uint32_t j = 0; j < i; j++)
+            check(strcmp(a->plan[i].glob, a->plan[j].glob) != 0);
+    }
+}
+
+/* forward: the six inputs (and guidance, optional) by name, each once,
+ * no other tensor, the ranks of wf_flux_inputs_t, one B, S_img / S_txt
+ * matching the id rows, one n_axes. */
+static void check_forward(const wf_request_t *req)
+{
+    static const char *const names[7] = {
+        "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
+        "img_ids", "txt_ids", "guidance"
+    };
+    static const int ranks[7] = { 3, 3, 2, 1, 2, 2, 1 };
+    const wf_forward_args_t *a = &req->args.forward;
+    check_model_name(a->model, sizeof(a->model));
+    check(!a->has_out_dtype || wf_dtype_name(a->out_dtype) != NULL);
+    const int idx[7] = { a->hidden_states, a->encoder_hidden_states, a->pooled_projections,
+                         a->timestep, a->img_ids, a->txt_ids, a->guidance };
+    check(req->n_tensors == 6u + (a->guidance >= 0));
+    unsigned used = 0;
+    for (int i = 0; i < 7; i++) {
+        if (i == 6 && idx[i] == -1)
+            continue;
+        check(idx[i] >= 0 && (uint32_t)idx[i] < req->n_tensors && !(used & (1u << idx[i])));
+        used |= 1u << idx[i];
+        check(strcmp(req->tensors[idx[i]].name, names[i]) == 0);
+        check(req->tensors[idx[i]].rank == ranks[i]);
+    }
+    const wf_tensor_desc_t *t = req->tensors;
+    int64_t b = t[idx[0]].shape[0];
+    for (int i = 1; i < 4; i++)
+        check(t[idx[i]].shape[0] == b);
+    check(idx[6] < 0 || t[idx[6]].shape[0] == b);
+    check(t[idx[4]].shape[0] == t[idx[0]].shape[1]);   /* img_ids rows = S_img */
+    check(t[idx[5]].shape[0] == t[idx[1]].shape[1]);   /* txt_ids rows = S_txt */
+    check(t[idx[4]].shape[1] == t[idx[5]].shape[1]);   /* n_axes */
+}
+
+/* Two MODEL maps equal as the wire carries them: C strings, uints, and
+ * sharded_input as a flag (the decoder keeps a uint as sent, the encoder
+ * sends a bool). */
+static void check_same_model(const wf_model_info_t *x, const wf_model_info_t *y)
+{
+    check(strcmp(x->name, y->name) == 0 && strcmp(x->path, y->path) == 0 &&
+          strcmp(x->family, y->family) == 0 && strcmp(x->state, y->state) == 0 &&
+          strcmp(x->dtype, y->dtype) == 0);
+    check(x->params == y->params && x->bytes_total == y->bytes_total &&
+          x->bytes_loaded == y->bytes_loaded && x->host_bytes == y->host_bytes &&
+          x->rank_bytes == y->rank_bytes && x->tp == y->tp && x->load_ms == y->load_ms);
+    check((x->sharded_input != 0) == (y->sharded_input != 0));
 }
 
 static void fuzz_request(const uint8_t *data, size_t size)
@@ -67,10 +194,21 @@ static void fuzz_request(const uint8_t *data, size_t size)
               m->ulysses <= WF_PROTO_MAX_DEGREE && m->tp >= 1 &&
               m->tp <= WF_PROTO_MAX_DEGREE);
     }
+    if (req.op == WF_OP_HELLO || req.op == WF_OP_STATUS || req.op == WF_OP_LIST_MODELS)
+        check(req.n_tensors == 0);
+    if (req.op == WF_OP_LOAD_MODEL)
+        check_load_model(&req);
+    if (req.op == WF_OP_UNLOAD_MODEL) {
+        check(req.n_tensors == 0);
+        check_model_name(req.args.unload_model.name, sizeof(req.args.unload_model.name));
+    }
+    if (req.op == WF_OP_FORWARD)
+        check_forward(&req);
     wf_buf_t buf = { 0 };
     check(wf_request_encode(&req, &buf) == WF_OK);
     check(wf_request_decode(buf.data, buf.len, &lim, &again, err, sizeof(err)) == WF_OK);
-    check(again.id == req.id && again.op == req.op && again.n_tensors == req.n_tensors);
+    check(again.version == req.version && again.id == req.id && again.op == req.op &&
+          again.n_tensors == req.n_tensors);
     for (uint32_t i = 0; i < req.n_tensors; i++)
         check(memcmp(&again.tensors[i], &req.tensors[i], sizeof(req.tensors[i])) == 0);
     if (req.op == WF_OP_ATTENTION)
@@ -79,6 +217,17 @@ static void fuzz_request(const uint8_t *data, size_t size)
     if (req.op == WF_OP_RECONFIGURE)
         check(memcmp(&again.args.reconfigure, &req.args.reconfigure,
                      sizeof(req.args.reconfigure)) == 0);
+    /* the decoder zeroes the request first and copies strings up to their
+     * NUL, so the bytes past it are zero in both and memcmp is exact */
+    if (req.op == WF_OP_LOAD_MODEL)
+        check(memcmp(&again.args.load_model, &req.args.load_model,
+                     sizeof(req.args.load_model)) == 0);
+    if (req.op == WF_OP_UNLOAD_MODEL)
+        check(memcmp(&again.args.unload_model, &req.args.unload_model,
+                     sizeof(req.args.unload_model)) == 0);
+    if (req.op == WF_OP_FORWARD)
+        check(memcmp(&again.args.forward, &req.args.forward,
+                     sizeof(req.args.forward)) == 0);
     wf_buf_free(&buf);
 }
 
@@ -109,6 +258,29 @@ static void fuzz_reply(const uint8_t *data, size_t size)
     if (rep.status == WF_OK && rep.op == WF_OP_STATUS)
         check(memcmp(&again.result.status.mesh, &rep.result.status.mesh,
                      sizeof(rep.result.status.mesh)) == 0);
+    if (rep.status == WF_OK && rep.op == WF_OP_FORWARD)
+        check(memcmp(&again.result.forward, &rep.result.forward,
+                     sizeof(rep.result.forward)) == 0);
+    /* a load_model success reply always holds its model: the decoder
+     * refuses one without "result" (PROTOCOL.md 12.2) */
+    if (rep.status == WF_OK &&
+        (rep.op == WF_OP_LOAD_MODEL || rep.op == WF_OP_LIST_MODELS)) {
+        check(rep.result.models.n <= WF_MODELS_MAX);
+        check(rep.op != WF_OP_LOAD_MODEL || rep.result.models.n == 1);
+        check(again.result.models.n == rep.result.models.n);
+        for (uint32_t i = 0; i < rep.result.models.n; i++)
+            check_same_model(&again.result.models.models[i], &rep.result.models.models[i]);
+    }
+    /* an error reply keeps its text (an empty one is filled in on encode) */
+    if (rep.status != WF_OK && rep.error[0])
+        check(strcmp(again.error, rep.error) == 0);
+    for (uint32_t i = 0; i < rep.n_tensors; i++) {
+        const wf_tensor_desc_t *x = &again.tensors[i], *y = &rep.tensors[i];
+        check(strcmp(x->name, y->name) == 0 && x->dtype == y->dtype && x->rank == y->rank &&
+              x->frame == y->frame && x->numel == y->numel && x->nbytes == y->nbytes);
+        for (int k = 0; k < y->rank; k++)
+            check(x->shape[k] == y->shape[k]);
+    }
     wf_buf_free(&buf);
 }
 
