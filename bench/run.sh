@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh — run every benchmark from one build and write BENCHMARKS.md.
+# bench/run.sh — run the CPU benchmarks from one build and write BENCHMARKS.md
+# (the hand-kept sections from "## Reading these figures" on stay).
 # Usage: bench/run.sh [BUILD_DIR]   (build with -DCMAKE_BUILD_TYPE=Release)
 set -euo pipefail
 build=${1:-build}
@@ -39,6 +40,18 @@ trap 'rm -f "$tmp"' EXIT
     echo "(\`GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $build/bench/bench_submit $weftd\`):"
     echo
     GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$build/bench/bench_submit" "$weftd"
+    echo
+    echo "## Resident models: load, forward per mesh, live re-shard (target: re-shard ≥ 5× unload + load)"
+    echo
+    echo "Command: \`$build/bench/bench_models $weftd\`"
+    echo
+    "$build/bench/bench_models" "$weftd"
+    echo
+    # Sections written by hand (reading notes, GPU and cluster figures made
+    # elsewhere) are kept as they are.
+    if [ -f "$out" ]; then
+        sed -n '/^## Reading these figures/,$p' "$out"
+    fi
 } > "$tmp"
 mv "$tmp" "$out"
 trap - EXIT
