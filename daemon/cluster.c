@@ -1,6 +1,6 @@
 /* cluster.c — rendezvous, heartbeats, node loss and rejoin between weftd
  * daemons (see cluster.h). The protocol messages are documented in
- * proto/PROTOCOL.md section 8.
+ * proto/PROTOCOL.md section 11.
  */
 #include "cluster.h"
 
@@ -107,6 +107,16 @@ struct wf_cluster {
     wf_mesh_degrees_t mesh_req;      /* the world mesh asked for (coordinator's) */
     uint64_t mesh_epoch;             /* mesh epoch: + 1 per world and per mesh change */
     bool self_ready;                 /* this node's comm world of `epoch` is built */
+    /* a world aborted by a failed job (not by losing a node) */
+    uint64_t failed_epoch;           /* world epoch known to be aborted so (0: none) */
+    bool abort_pending;              /* the server must abort its part of it */
+    char abort_why[WF_PROTO_ERROR_MAX]; /* what failed, for the logs */
+    unsigned rebuilds;               /* coordinator: rebuilds in a row, no job
+                                        succeeded since the first */
+    bool rebuild_round;              /* coordinator: the open round rebuilds an
+                                        aborted world (jobs are admitted) */
+    bool held;                       /* coordinator: too many rebuilds in a row:
+                                        the next waits for step_deadline_us */
     wf_cluster_msg_fn on_msg;        /* job traffic handler (server) */
     void *on_msg_arg;
     wf_ctl_msg_t msg;                /* scratch (large: kept off the stack) */
@@ -210,6 +220,8 @@ static void names_in(const wf_cluster_t *c, node_state_t st, char *buf, size_t l
  * them ranks; start a round: world to every member, wait for readies. */
 static void start_round(wf_cluster_t *c, uint64_t now)
 {
+    c->rebuild_round = false;     /* coord_world_failed sets it after */
+    c->held = false;
     /* insertion sort of nodes[1..) by name; lost / refused go last */
     for (uint32_t i = 2; i < c->n_nodes; i++) {
         node_t tmp = c->nodes[i];
@@ -291,6 +303,7 @@ static void maybe_serve(wf_cluster_t *c)
         nn++;
     }
     c->round_open = false;
+    c->rebuild_round = false;
     c->had_world = true;
     c->state = nn >= c->settings->nodes ? CS_SERVING : CS_DEGRADED;
     msg_type(c, "serve");
@@ -344,6 +357,64 @@ static void lose_node(wf_cluster_t *c, node_t *n, const char *why, uint64_t now)
                 c->epoch);
     if (c->had_world && (was_in_world || c->round_open))
         start_round(c, now);
+}
+
+/* "job seq 12 failed on node b: internal error" (st as on the wire). */
+static void describe_failure(char *buf, size_t len, const char *node, uint64_t seq,
+                             uint64_t st)
+{
+    if (st != 0)
+        snprintf(buf, len, "job seq %" PRIu64 " failed on node %s: %s", seq, node,
+                 wf_status_str((wf_status_t)(int32_t)(uint32_t)st));
+    else
+        snprintf(buf, len, "a job failed on node %s", node);
+}
+
+/* Coordinator: the world of `epoch` was aborted on node `from` by a failed
+ * job (its report "aborted", or this node's own). Every member aborts its
+ * part ("abort"), and a round with the same nodes rebuilds the world,
+ * unless WF_CLUSTER_MAX_REBUILDS rounds did so in a row without a job
+ * succeeding: then the rebuild waits cluster_timeout_ms (degraded), so a
+ * job that fails every time cannot keep the cluster rebuilding. */
+static void coord_world_failed(wf_cluster_t *c, const node_t *from, uint64_t epoch,
+                               uint64_t seq, uint64_t st, uint64_t now)
+{
+    if (epoch != c->epoch || epoch == c->failed_epoch || !from->in_world ||
+        !(c->had_world || c->round_open))
+        return;     /* an older world's, or already handled */
+    c->failed_epoch = epoch;
+    c->abort_pending = true;
+    describe_failure(c->abort_why, sizeof c->abort_why, from->name, seq, st);
+    msg_type(c, "abort");
+    wf_ctl_put_uint(&c->msg, "epoch", epoch);
+    wf_ctl_put_str(&c->msg, "why", c->abort_why);
+    uint32_t nn = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        nn++;
+        if (n->state != NODE_SELF && alive(n))
+            send_msg(c, n);
+    }
+    if (c->rebuilds < WF_CLUSTER_MAX_REBUILDS) {
+        c->rebuilds++;
+        status_line(c, "cluster: comm world of epoch %" PRIu64 " aborted (%s); "
+                    "rebuilding it with the same %u node(s), rebuild %u of at "
+                    "most %d in a row", epoch, c->abort_why, nn, c->rebuilds,
+                    WF_CLUSTER_MAX_REBUILDS);
+        start_round(c, now);
+        c->rebuild_round = true;
+        return;
+    }
+    c->held = true;
+    c->round_open = false;
+    c->state = CS_DEGRADED;
+    c->step_deadline_us = now + (uint64_t)c->settings->cluster_timeout_ms * 1000;
+    status_line(c, "cluster degraded: comm world of epoch %" PRIu64 " aborted "
+                "(%s) after %u rebuilds in a row without a job succeeding; "
+                "next rebuild in %u ms, jobs refused until then", epoch,
+                c->abort_why, c->rebuilds, c->settings->cluster_timeout_ms);
 }
 
 static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t now)
@@ -497,6 +568,11 @@ static void coord_message(wf_cluster_t *c, const void *id, size_t id_len,
         const char *data = wf_ctl_get_str(&c->in, "data");
         if (data && strlen(data) < sizeof n->data)
             snprintf(n->data, sizeof n->data, "%s", data);
+    } else if (strcmp(t, "aborted") == 0) {
+        uint64_t seq = 0, st = 0;
+        wf_ctl_get_uint(&c->in, "seq", &seq);
+        wf_ctl_get_uint(&c->in, "st", &st);
+        coord_world_failed(c, n, epoch, seq, st, now);
     } else if (c->on_msg) {
         c->on_msg(c->on_msg_arg, n->name, &c->in);
     }
@@ -518,6 +594,13 @@ static void coord_timers(wf_cluster_t *c, uint64_t now)
         return;
     uint64_t tmo = (uint64_t)c->settings->cluster_timeout_ms;
     char names[512];
+    if (c->held) {
+        status_line(c, "cluster: rebuilding the comm world of epoch %" PRIu64
+                    " after holding it back %" PRIu64 " ms", c->epoch, tmo);
+        start_round(c, now);
+        c->rebuild_round = true;
+        return;
+    }
     if (c->round_open) {
         names_in(c, NODE_WORLD, names, sizeof names);
         status_line(c, "cluster: rendezvous step 'ready' of epoch %" PRIu64
@@ -661,6 +744,14 @@ static void member_message(wf_cluster_t *c, uint64_t now)
                              c->nodes[c->n_nodes - 1].devices;
             status_line(c, "cluster %s: epoch %" PRIu64 ", %u node(s), %u rank(s)",
                         cstate_name(c->state), c->epoch, c->n_nodes, ranks);
+        }
+    } else if (strcmp(t, "abort") == 0) {
+        if (epoch == c->epoch && c->n_nodes > 0) {
+            const char *why = wf_ctl_get_str(&c->in, "why");
+            c->failed_epoch = epoch;
+            c->abort_pending = true;
+            snprintf(c->abort_why, sizeof c->abort_why, "%s",
+                     why ? why : "a job failed on another node");
         }
     } else if (strcmp(t, "rejoin") == 0) {
         c->state = CS_FORMING;
@@ -933,7 +1024,13 @@ const char *wf_cluster_fatal(const wf_cluster_t *c)
 
 bool wf_cluster_serving(const wf_cluster_t *c)
 {
-    return c->state == CS_SERVING || c->state == CS_DEGRADED;
+    return (c->state == CS_SERVING || c->state == CS_DEGRADED) && !c->held;
+}
+
+bool wf_cluster_accepts_jobs(const wf_cluster_t *c)
+{
+    return c->role == WF_CLUSTER_COORDINATOR &&
+           (wf_cluster_serving(c) || (c->round_open && c->rebuild_round));
 }
 
 void wf_cluster_world(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
@@ -963,6 +1060,14 @@ void wf_cluster_why_not(const wf_cluster_t *c, char *buf, size_t len)
         snprintf(buf, len, "node %s is a member of the cluster coordinated by %s; "
                  "submit jobs to the coordinator's endpoint",
                  c->name, c->settings->coordinator);
+        return;
+    }
+    if (c->held) {
+        snprintf(buf, len, "the cluster is degraded: its comm world (epoch %"
+                 PRIu64 ") was aborted by a failed job (%s) after %u rebuilds in "
+                 "a row without a job succeeding; it is rebuilt within %u ms; "
+                 "retry later", c->epoch, c->abort_why, c->rebuilds,
+                 c->settings->cluster_timeout_ms);
         return;
     }
     uint32_t have = count_alive(c);
@@ -1056,6 +1161,41 @@ void wf_cluster_world_ready(wf_cluster_t *c, uint64_t epoch)
         wf_log(c->log, WF_LOG_INFO, "cluster: communicators of epoch %" PRIu64
                " built; ready", epoch);
     }
+}
+
+void wf_cluster_world_failed(wf_cluster_t *c, uint64_t epoch, uint64_t seq,
+                             wf_status_t st, uint64_t now)
+{
+    uint64_t wire = (uint64_t)(int64_t)st & 0xffffffffu;
+    if (c->role == WF_CLUSTER_COORDINATOR) {
+        coord_world_failed(c, &c->nodes[0], epoch, seq, wire, now);
+        return;
+    }
+    if (epoch != c->epoch || epoch == c->failed_epoch || c->n_nodes == 0 ||
+        c->state == CS_COORD_LOST)
+        return;
+    c->failed_epoch = epoch;
+    msg_type(c, "aborted");
+    wf_ctl_put_uint(&c->msg, "epoch", epoch);
+    wf_ctl_put_uint(&c->msg, "seq", seq);
+    wf_ctl_put_uint(&c->msg, "st", wire);
+    send_msg(c, NULL);
+}
+
+bool wf_cluster_take_abort(wf_cluster_t *c, uint64_t *ret_epoch, char *why,
+                           size_t why_len)
+{
+    if (!c->abort_pending)
+        return false;
+    c->abort_pending = false;
+    *ret_epoch = c->failed_epoch;
+    snprintf(why, why_len, "%s", c->abort_why);
+    return true;
+}
+
+void wf_cluster_job_ok(wf_cluster_t *c)
+{
+    c->rebuilds = 0;
 }
 
 void wf_cluster_set_data(wf_cluster_t *c, const char *data)

@@ -9,10 +9,10 @@
  * "t" = type), never tensor bytes:
  *   member -> coordinator: hello {proto, weft, nccl, name, devices, data,
  *       epoch}, ready {epoch}, ping {epoch}, data {data}, done {seq, epoch,
- *       st}
+ *       st}, aborted {epoch, seq, st}
  *   coordinator -> member: refuse {error}, world {epoch, id, nodes, mesh,
  *       mepoch}, serve {epoch}, pong {epoch}, rejoin {}, mesh {mepoch, dp,
- *       ring, ulysses, tp}, job {descriptor}
+ *       ring, ulysses, tp}, job {descriptor}, abort {epoch, why}
  * (PROTOCOL.md section 11). `data` is the node's comm endpoints; `job` /
  * `done` are the server's job traffic, passed through (wf_cluster_send,
  * wf_cluster_on_message). A member says ready only once the server built
@@ -33,6 +33,16 @@
  * sequence dims shrink), so the survivors of a loss keep serving
  * ("degraded") until the node comes back in a new epoch.
  *
+ * A world aborted by a failed job (a step that failed on some rank aborts
+ * that node's part of the world; every node is still alive) is rebuilt
+ * with the same nodes: the node that saw it says so (wf_cluster_world_failed;
+ * a member sends "aborted"), the coordinator tells every member to abort
+ * its part ("abort"; the server aborts its own through wf_cluster_take_abort)
+ * and starts a round as after a rejoin. Jobs are admitted while that
+ * round forms. At most WF_CLUSTER_MAX_REBUILDS such rounds run in a row
+ * without a job succeeding (wf_cluster_job_ok); past that the next one
+ * waits cluster_timeout_ms, the state is "degraded" and jobs are refused.
+ *
  * A member refused by the coordinator (version mismatch, name taken)
  * reports the reason through wf_cluster_fatal and the daemon exits 1. A
  * member whose coordinator is silent says so (log, status
@@ -50,6 +60,10 @@
 #include "proto.h"
 
 typedef struct wf_cluster wf_cluster_t;
+
+/* Rebuilds of a world aborted by failed jobs that may follow each other
+ * without a job succeeding before the next one is held back. */
+#define WF_CLUSTER_MAX_REBUILDS 3
 
 typedef enum wf_cluster_role {
     WF_CLUSTER_COORDINATOR = 1,  /* bound the coordinator address */
@@ -97,8 +111,13 @@ bool wf_cluster_handle(wf_cluster_t *c, uint64_t now_us);
  * refused); the message names the node and the field. Borrowed. */
 const char *wf_cluster_fatal(const wf_cluster_t *c);
 
-/* True when the world is formed and serving (all its nodes ready). */
+/* True when the world is formed and serving (all its nodes ready), and not
+ * aborted with its rebuild held back. */
 bool wf_cluster_serving(const wf_cluster_t *c);
+
+/* Coordinator: jobs may be admitted now (serving, or rebuilding an aborted
+ * world with the same nodes: they wait in the queue for it). */
+bool wf_cluster_accepts_jobs(const wf_cluster_t *c);
 
 /* The nodes of the current world into ret (room for max), count into
  * *ret_n, and the world epoch into *ret_epoch. Nodes known to be lost are
@@ -139,6 +158,25 @@ void wf_cluster_current(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t 
  * ignored): a member sends ready; the coordinator counts itself ready and
  * serves once every member is. */
 void wf_cluster_world_ready(wf_cluster_t *c, uint64_t epoch);
+
+/* This node's part of the comm world of world `epoch` was aborted by a
+ * failed job, not by the control plane: `seq` and `st` name the failed job
+ * part (st WF_OK when not known). Member: tells the coordinator
+ * ("aborted"), once per epoch. Coordinator: every member is told to abort
+ * its part and the world is rebuilt with the same nodes (see the top of
+ * this file). A stale epoch is ignored. */
+void wf_cluster_world_failed(wf_cluster_t *c, uint64_t epoch, uint64_t seq,
+                             wf_status_t st, uint64_t now_us);
+
+/* Both roles, taken once (after wf_cluster_handle or
+ * wf_cluster_world_failed): a failed job aborted the world of *ret_epoch
+ * on some node; the server aborts its own part of that world (what failed
+ * goes to why, for the log). */
+bool wf_cluster_take_abort(wf_cluster_t *c, uint64_t *ret_epoch, char *why,
+                           size_t why_len);
+
+/* Coordinator: a job succeeded; rebuilds in a row start again from 0. */
+void wf_cluster_job_ok(wf_cluster_t *c);
 
 /* This node's data-plane endpoints changed (fresh ones for the next
  * world): members tell the coordinator (message "data"). */

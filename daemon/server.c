@@ -97,7 +97,11 @@ struct wf_server {
         uint32_t world_size;     /* ranks of the world */
         wf_mesh_t mesh;          /* mesh of that world (with its mesh epoch) */
         uint64_t abort_mesh_epoch; /* jobs of this mesh epoch died with a lost node */
-        char lost[160];          /* names of the nodes lost then */
+        char lost[160];          /* names of the nodes lost then ("": none, a
+                                    failed job aborted the world) */
+        uint64_t failed_epoch;   /* world epoch known aborted by a failed job */
+        uint64_t own_failures[WF_SETTINGS_MAX_DEVICES]; /* coordinator: each
+                                    worker's own_failures already looked at */
         wf_djob_t *remote_jobs;  /* coordinator: jobs with parts on members */
         uint64_t epoch_override; /* member: mesh epoch of the coordinator's change */
         uint64_t reconf_world;   /* world epoch a mesh change started under */
@@ -120,6 +124,7 @@ static wf_status_t bind_spares(wf_server_t *srv);
 static void cluster_message(void *arg, const char *from, const wf_ctl_msg_t *m);
 static uint32_t cluster_remote(void *arg, wf_djob_t *job);
 static void cluster_sync(wf_server_t *srv);
+static bool cluster_ready(const wf_server_t *srv);
 
 /* ------------------------------------------------------------------ */
 /* start-up and teardown */
@@ -209,6 +214,42 @@ static void regroup_submit(wf_server_t *srv, wf_djob_t *job)
     job->t_dispatch_us = wf_now_usec();
     for (int r = 0; r < job->group_size; r++)
         wf_worker_submit(&srv->workers[r], &job->task[r]);
+}
+
+/* Test hook, read once at start-up, ignored unless set:
+ * WEFT_TEST_FAIL_JOB=SEQ[,SEQ...] makes this daemon's ranks of the jobs
+ * with those global sequence numbers (0 = the coordinator's first job)
+ * fail with WF_E_INTERNAL as a failing step does, aborting the comm world
+ * (wf_worker_set_fault). Only for tests of the recovery (e.g.
+ * tests/test_cluster_fault.c): nothing else in the daemon fails jobs on
+ * purpose. */
+static void set_test_fault(wf_server_t *srv, char *const *envp)
+{
+    const char *k = "WEFT_TEST_FAIL_JOB=";
+    const char *v = NULL;
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (strncmp(envp[i], k, strlen(k)) == 0)
+            v = envp[i] + strlen(k);
+    if (!v || !*v)
+        return;
+    uint64_t seq[WF_WORKER_MAX_FAULTS];
+    uint32_t n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n == WF_WORKER_MAX_FAULTS || !wf_parse_size(t, &seq[n])) {
+            wf_log(srv->log, WF_LOG_WARNING, "WEFT_TEST_FAIL_JOB='%s': not a "
+                   "list of at most %d sequence numbers; ignored", v,
+                   WF_WORKER_MAX_FAULTS);
+            return;
+        }
+        n++;
+    }
+    for (uint32_t d = 0; d < srv->n_workers; d++)
+        wf_worker_set_fault(&srv->workers[d], seq, n);
+    wf_log(srv->log, WF_LOG_WARNING, "WEFT_TEST_FAIL_JOB=%s: jobs of these "
+           "sequence numbers fail on this daemon's ranks (test only)", v);
 }
 
 /* Build the world and the groups of the initial mesh before serving:
@@ -444,6 +485,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         if (st != WF_OK)
             goto fail;
     }
+    set_test_fault(srv, envp);
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
                   settings->queue_capacity, &mesh, log);
     if (!cluster && regroup_at_start(srv) != WF_OK)
@@ -620,6 +662,11 @@ static void reply_job(wf_server_t *srv, wf_djob_t *job)
                 snprintf(job->err, sizeof job->err, "node(s) %s lost during the "
                          "job (mesh epoch %" PRIu64 "); the world re-forms without "
                          "them", srv->cl.lost, job->epoch);
+        } else if (srv->cluster && st == WF_E_ABORTED && !job->err[0] &&
+                   job->epoch == srv->cl.abort_mesh_epoch) {
+            snprintf(job->err, sizeof job->err, "the cluster's comm world was "
+                     "aborted by a failed job during this one (mesh epoch %"
+                     PRIu64 "); it is rebuilt with the same nodes; retry", job->epoch);
         }
         if (job->err[0])
             snprintf(msg, sizeof msg, "%s", job->err);
@@ -852,7 +899,7 @@ static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *
         return WF_E_SHUTTING_DOWN;
     }
     wf_mesh_t target = srv->sched.mesh;
-    if (srv->cluster && (!srv->cl.built || srv->cl.install)) {
+    if (srv->cluster && (!srv->cl.built || srv->cl.install || srv->cl.aborted)) {
         snprintf(err, err_len, "the cluster world is forming; retry when it serves");
         return WF_E_BUSY;
     }
@@ -963,7 +1010,7 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
                "context-parallel jobs will fail");
     srv->reconf.active = false;
     srv->reconf.regrouping = false;
-    srv->sched.paused = srv->cluster && (!srv->cl.built || srv->cl.install);
+    srv->sched.paused = srv->cluster && !cluster_ready(srv);
     if (srv->reconf.notify) {
         char line[WF_SETTINGS_ENDPOINT_MAX + 256];
         status_line(srv, line, sizeof line);
@@ -1018,7 +1065,7 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
         goto reject;
     }
     if (srv->cluster && (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER ||
-                         !wf_cluster_serving(srv->cluster))) {
+                         !wf_cluster_accepts_jobs(srv->cluster))) {
         st = wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER
                  ? WF_E_NOT_COORDINATOR : WF_E_UNAVAILABLE;
         wf_cluster_why_not(srv->cluster, err, sizeof err);
@@ -1525,19 +1572,23 @@ static bool parse_data(const char *data, uint32_t ranks,
 }
 
 /* Abort this node's part of the comm world (every blocked rank returns
- * WF_E_ABORTED); jobs of the mesh epoch in force then fail as node lost. */
-static void abort_world(wf_server_t *srv, const char *lost)
+ * WF_E_ABORTED) and stop dispatching on it; jobs of the mesh epoch in
+ * force then fail as node lost, naming `lost`, or, when lost is NULL (a
+ * failed job aborted the world; `why` says which), as aborted. */
+static void abort_world(wf_server_t *srv, const char *lost, const char *why)
 {
     if (!srv->cl.local || srv->cl.aborted)
         return;
     wf_comm_zmq_local_abort(srv->cl.local);
     srv->cl.aborted = true;
+    srv->sched.paused = true;
     srv->cl.abort_mesh_epoch = srv->sched.mesh.epoch;
     /* node names may be cut to the field: the message stays readable */
     snprintf(srv->cl.lost, sizeof srv->cl.lost, "%.*s",
-             (int)(sizeof srv->cl.lost - 1), lost);
+             (int)(sizeof srv->cl.lost - 1), lost ? lost : "");
     wf_log(srv->log, WF_LOG_WARNING, "cluster: comm world of epoch %" PRIu64
-           " aborted (%s); jobs in flight fail", srv->cl.world_epoch, lost);
+           " aborted (%s); jobs in flight fail", srv->cl.world_epoch,
+           lost ? lost : why);
 }
 
 static int node_index(const wf_cluster_node_t *nodes, uint32_t n, const char *name)
@@ -1548,9 +1599,10 @@ static int node_index(const wf_cluster_node_t *nodes, uint32_t n, const char *na
     return -1;
 }
 
-/* Coordinator, new world `nw`: the parts owed by nodes not in it (or all
- * of them when the world was aborted) fail now; the others keep their
- * bits, renumbered for the new table. */
+/* Coordinator, new world `nw`: the parts owed by nodes not in it fail now
+ * as lost, those of nodes in it as aborted when the world was (`all`: a
+ * late "done" is then ignored); the others keep their bits, renumbered
+ * for the new table. */
 static void settle_remote(wf_server_t *srv, const wf_cluster_node_t *nw, uint32_t nn,
                           bool all, const char *lost)
 {
@@ -1561,9 +1613,13 @@ static void settle_remote(wf_server_t *srv, const wf_cluster_node_t *nw, uint32_
             if (!(bits & (1u << i)))
                 continue;
             const char *name = srv->cl.nodes[i].name;
-            int to = all ? -1 : node_index(nw, nn, name);
-            if (to >= 0) {
+            int to = node_index(nw, nn, name);
+            if (to >= 0 && !all) {
                 keep |= 1u << to;
+                continue;
+            }
+            if (to >= 0) {
+                wf_djob_rank_done(j, WF_E_ABORTED);
                 continue;
             }
             if (!j->err[0])
@@ -1590,9 +1646,9 @@ static void cluster_new_world(wf_server_t *srv, const wf_cluster_node_t *nw,
             o += (size_t)snprintf(lost + o, sizeof lost - o, "%s%s", o ? ", " : "",
                                   srv->cl.nodes[i].name);
     if (lost[0])
-        abort_world(srv, lost);
+        abort_world(srv, lost, NULL);
     else if (!srv->cl.built || srv->cl.install)
-        abort_world(srv, "the world re-formed before it served");
+        abort_world(srv, "the world re-formed before it served", NULL);
     if (wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR)
         settle_remote(srv, nw, nn, srv->cl.aborted, lost);
     srv->cl.world_epoch = epoch;
@@ -1712,6 +1768,15 @@ static void cluster_regroup_done(wf_server_t *srv, const wf_djob_t *job,
     cluster_try_install(srv);
 }
 
+/* May the coordinator dispatch? On a world that is built, installed, not
+ * aborted, and serves: every member installed it too (a member refuses a
+ * job's part before that, which would count as losing it). */
+static bool cluster_ready(const wf_server_t *srv)
+{
+    return srv->cl.built && !srv->cl.install && !srv->cl.aborted &&
+           wf_cluster_serving(srv->cluster);
+}
+
 /* Built, and the jobs of the old world are done: serve on the new one. */
 static void cluster_try_install(wf_server_t *srv)
 {
@@ -1720,7 +1785,6 @@ static void cluster_try_install(wf_server_t *srv)
     srv->cl.install = false;
     wf_sched_resize(&srv->sched, srv->cl.world_size, srv->cl.first_rank,
                     &srv->cl.mesh);
-    srv->sched.paused = srv->reconf.active;
     char m[96];
     format_deg(&srv->cl.mesh.deg, m, sizeof m);
     wf_log(srv->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " built: "
@@ -1728,6 +1792,8 @@ static void cluster_try_install(wf_server_t *srv)
            srv->cl.first_rank, srv->cl.first_rank + srv->n_workers - 1,
            srv->cl.world_size, m, srv->cl.mesh.epoch);
     wf_cluster_world_ready(srv->cluster, srv->cl.world_epoch);
+    /* members: once the coordinator's serve came (cluster_sync) */
+    srv->sched.paused = srv->reconf.active || !cluster_ready(srv);
     wf_djob_t *failed = NULL;
     wf_sched_replan(&srv->sched, plan_for_mesh, srv, &failed);
     while (failed) {
@@ -1765,13 +1831,75 @@ static void cluster_sync(wf_server_t *srv)
     wf_mesh_degrees_t mdeg;
     if (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER &&
         wf_cluster_coordinator_lost(srv->cluster) && srv->cl.local && !srv->cl.aborted) {
-        abort_world(srv, "the coordinator");
+        abort_world(srv, "the coordinator", NULL);
         srv->cl.built = false;
+    }
+    uint64_t failed;
+    char why[WF_PROTO_ERROR_MAX];
+    if (wf_cluster_take_abort(srv->cluster, &failed, why, sizeof why) &&
+        failed == srv->cl.world_epoch) {
+        srv->cl.failed_epoch = failed;
+        abort_world(srv, NULL, why);
     }
     wf_cluster_current(srv->cluster, nw, WF_SETTINGS_MAX_NODES, &nn, &epoch, &wid,
                        &mdeg, &mepoch);
     if (nn > 0 && epoch != srv->cl.world_epoch)
         cluster_new_world(srv, nw, nn, epoch, wid, mdeg, mepoch);
+    if (srv->sched.paused && !srv->reconf.active && !srv->workers_stopped &&
+        wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR &&
+        cluster_ready(srv)) {
+        srv->sched.paused = false;     /* every member serves the world now */
+        dispatch(srv);
+    }
+}
+
+/* Did a failure that started here abort this node's part of the world
+ * of cl.world_epoch (not the control plane: cl.aborted is unset)? Then
+ * report it, once, so that the coordinator rebuilds the world. A rank
+ * that only saw the abort (WF_E_ABORTED: a peer failed, or died, which
+ * the heartbeats find) reports nothing. A member reports with the failed
+ * part's "done" (`part_st`, its own error, sent just before), so that the
+ * coordinator has the job's own error first. The coordinator reports at
+ * once, from its workers' counts of own failures: its job may still wait
+ * for members' parts, which only the rebuild's "abort" releases (the
+ * worker that failed woke us). */
+static void cluster_check_abort(wf_server_t *srv, uint64_t part_seq,
+                                wf_status_t part_st)
+{
+    if (!srv->cluster || !srv->cl.local || srv->workers_stopped)
+        return;
+    bool coord = wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR;
+    uint64_t seq = part_seq;
+    wf_status_t st = part_st;
+    bool here = !coord && st != WF_OK && st != WF_E_ABORTED;
+    if (coord) {
+        /* counts before the abort flag: a step aborts, then is counted */
+        for (uint32_t d = 0; d < srv->n_workers; d++) {
+            wf_worker_t *w = &srv->workers[d];
+            uint64_t n = atomic_load(&w->own_failures);
+            if (n == srv->cl.own_failures[d])
+                continue;
+            srv->cl.own_failures[d] = n;
+            if (!here) {
+                here = true;
+                seq = atomic_load(&w->own_failed_seq);
+                st = (wf_status_t)atomic_load(&w->own_failed_status);
+            }
+        }
+    }
+    if (!here || !wf_comm_zmq_local_aborted(srv->cl.local) || srv->cl.aborted ||
+        !srv->cl.built || srv->cl.install ||
+        srv->cl.failed_epoch == srv->cl.world_epoch)
+        return;
+    srv->cl.failed_epoch = srv->cl.world_epoch;
+    wf_log(srv->log, WF_LOG_WARNING, "cluster: job seq %" PRIu64 " failed here "
+           "(%s) and aborted this node's part of the comm world of epoch %"
+           PRIu64 "; %s", seq, wf_status_str(st), srv->cl.world_epoch,
+           coord ? "rebuilding it" : "telling the coordinator");
+    wf_cluster_world_failed(srv->cluster, srv->cl.world_epoch, seq, st,
+                            wf_now_usec());
+    if (coord)
+        cluster_sync(srv);
 }
 
 /* Coordinator, at dispatch: the descriptor of `job` to every member
@@ -1892,6 +2020,13 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
      * its completion; the workers run the regroup first). */
     const wf_mesh_t *mesh = srv->reconf.active && srv->reconf.regrouping
                                 ? &srv->reconf.target : &srv->sched.mesh;
+    if (srv->cl.aborted && srv->cl.failed_epoch == srv->cl.world_epoch &&
+        srv->cl.built && epoch == mesh->epoch) {
+        /* a failed job aborted this world; the coordinator rebuilds it (an
+         * UNAVAILABLE here would count as losing this node) */
+        member_done(srv, seq, epoch, WF_E_ABORTED);
+        return;
+    }
     if (!srv->cl.built || srv->cl.install || srv->cl.aborted || epoch != mesh->epoch ||
         (uint32_t)g != mesh->deg.ring * mesh->deg.ulysses * mesh->deg.tp) {
         wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
@@ -1998,7 +2133,7 @@ static void coord_done(wf_server_t *srv, const char *from, const wf_ctl_msg_t *m
             char why[WF_PROTO_ERROR_MAX];
             snprintf(why, sizeof why, "node %s refused job %" PRIu64, from,
                      j->req.id);
-            abort_world(srv, why);
+            abort_world(srv, why, NULL);
             wf_cluster_node_lost(srv->cluster, from, "it refused a job",
                                  wf_now_usec());
         }
@@ -2028,6 +2163,8 @@ static void cluster_message(void *arg, const char *from, const wf_ctl_msg_t *m)
 static void handle_completions(wf_server_t *srv)
 {
     wf_djob_t *job = wf_done_box_take(&srv->done);
+    uint64_t failed_seq = 0;        /* member: a part that failed on its own */
+    wf_status_t failed_st = WF_OK;
     while (job) {
         wf_djob_t *next = job->next;
         if (job->kind == WF_DJOB_REGROUP) {
@@ -2043,14 +2180,21 @@ static void handle_completions(wf_server_t *srv)
             continue;
         }
         if (job->remote_part) {
-            member_done(srv, job->seq, job->epoch,
-                        (wf_status_t)atomic_load(&job->status));
+            wf_status_t st = (wf_status_t)atomic_load(&job->status);
+            member_done(srv, job->seq, job->epoch, st);
+            if (st != WF_OK && st != WF_E_ABORTED && failed_st == WF_OK) {
+                failed_seq = job->seq;
+                failed_st = st;
+            }
             wf_djob_free(&job);
             job = next;
             continue;
         }
-        if (srv->cluster)
+        if (srv->cluster) {
             unlink_remote(srv, job);
+            if (atomic_load(&job->status) == WF_OK)
+                wf_cluster_job_ok(srv->cluster);
+        }
         wf_sched_complete(&srv->sched, job);
         reply_job(srv, job);
         wf_djob_free(&job);
@@ -2070,6 +2214,7 @@ static void handle_completions(wf_server_t *srv)
                               false, NULL, false, 0, err, sizeof err);
         }
     }
+    cluster_check_abort(srv, failed_seq, failed_st);
     advance_reconfigure(srv);
     if (srv->cluster) {
         cluster_try_install(srv);

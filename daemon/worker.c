@@ -7,12 +7,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void drop_comms(wf_worker_t *w)
 {
     for (int i = 0; i < WF_MESH_NGROUPS; i++)
         wf_comm_destroy(&w->group[i]);
     wf_comm_destroy(&w->world);
+}
+
+/* The test hook (wf_worker_set_fault): is this task's job listed? */
+static bool fault_hit(const wf_worker_t *w, const wf_djob_t *job)
+{
+    if (job->kind == WF_DJOB_REGROUP)
+        return false;
+    for (uint32_t i = 0; i < w->n_fault; i++)
+        if (w->fault_seq[i] == job->seq)
+            return true;
+    return false;
+}
+
+/* Wake the main thread without handing it a job: it drains the box (maybe
+ * empty) and looks at the state of the comm world. */
+static void poke(wf_done_box_t *box)
+{
+    uint64_t one = 1;
+    ssize_t n = write(box->efd, &one, sizeof one);
+    (void)n;     /* only a counter overflow fails; the loop drains anyway */
 }
 
 static void *worker_main(void *arg)
@@ -52,7 +73,20 @@ static void *worker_main(void *arg)
         bool counted = job->kind != WF_DJOB_REGROUP;  /* housekeeping: not a job part */
         if (counted)
             atomic_store(&w->busy, true);
-        wf_status_t rs = job->run(job, t->rank, job->group_size, w);
+        wf_status_t rs;
+        if (fault_hit(w, job)) {
+            /* test only: fail as a step that fails after the job's first
+             * collective may have started */
+            wf_log(w->log, WF_LOG_WARNING, "%s: job %llu (seq %llu) rank %d: "
+                   "failing it on purpose (WEFT_TEST_FAIL_JOB, test only)",
+                   w->name, (unsigned long long)job->req.id,
+                   (unsigned long long)job->seq, t->rank);
+            if (w->world)
+                wf_comm_abort(w->world);
+            rs = WF_E_INTERNAL;
+        } else {
+            rs = job->run(job, t->rank, job->group_size, w);
+        }
         if (counted) {
             atomic_store(&w->busy, false);
             atomic_fetch_add(&w->jobs_served, 1);
@@ -61,6 +95,13 @@ static void *worker_main(void *arg)
             wf_log(w->log, WF_LOG_ERR, "%s: job %llu rank %d failed: %s",
                    w->name, (unsigned long long)job->req.id, t->rank,
                    wf_status_name(rs));
+        if (counted && rs != WF_OK && rs != WF_E_ABORTED) {
+            atomic_store(&w->own_failed_seq, job->seq);
+            atomic_store(&w->own_failed_status, (int)rs);
+            atomic_fetch_add(&w->own_failures, 1);  /* last: readers see the two */
+        }
+        if (rs != WF_OK && job->done)
+            poke(job->done);           /* the job may wait for other nodes */
         wf_djob_rank_done(job, rs);    /* job may be freed from here on */
     }
 
@@ -147,6 +188,9 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
     w->log = log;
     atomic_init(&w->jobs_served, 0);
     atomic_init(&w->busy, false);
+    atomic_init(&w->own_failures, 0);
+    atomic_init(&w->own_failed_seq, 0);
+    atomic_init(&w->own_failed_status, WF_OK);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
 
@@ -166,6 +210,14 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
         wf_log(log, WF_LOG_ERR, "%s: backend context failed: %s", w->name,
                wf_status_str(st));
     return st;
+}
+
+void wf_worker_set_fault(wf_worker_t *w, const uint64_t *seq, uint32_t n)
+{
+    if (n > WF_WORKER_MAX_FAULTS)
+        n = WF_WORKER_MAX_FAULTS;
+    memcpy(w->fault_seq, seq, n * sizeof seq[0]);
+    w->n_fault = n;
 }
 
 void wf_worker_submit(wf_worker_t *w, wf_task_t *task)

@@ -10,6 +10,11 @@
  * Start and stop are synchronous: wf_worker_start returns once the backend
  * context exists (or failed); wf_worker_stop runs what is still queued and
  * joins the thread.
+ *
+ * A failed task also wakes the main thread (its job's done box) at once,
+ * before the job as a whole is done: in a cluster the job may still wait
+ * for other nodes, and the main thread has to see that the failure aborted
+ * this node's comm world to have it rebuilt (server.c).
  */
 #ifndef WF_WORKER_H
 #define WF_WORKER_H
@@ -25,6 +30,9 @@
 #include "job.h"
 #include "log.h"
 #include "mesh.h"
+
+/* Sequence numbers the test hook may list. */
+#define WF_WORKER_MAX_FAULTS 16
 
 struct wf_worker {
     uint32_t index;              /* device index in the daemon (= global rank) */
@@ -47,6 +55,11 @@ struct wf_worker {
     wf_rank_models_t models;     /* resident model shards for w->mesh's tp
                                     coordinate (regroup jobs sync them) */
     wf_log_t *log;               /* borrowed from the daemon */
+    /* Test hook (WEFT_TEST_FAIL_JOB, read once by the server; see
+     * wf_worker_set_fault): job parts whose sequence number is listed fail
+     * as a failed step does. Set before the first task, read-only after. */
+    uint64_t fault_seq[WF_WORKER_MAX_FAULTS];
+    uint32_t n_fault;            /* entries of fault_seq; 0: no fault */
 
     pthread_t thread;            /* the worker thread */
     pthread_mutex_t mu;          /* guards the FIFO, stop, started */
@@ -59,6 +72,14 @@ struct wf_worker {
 
     atomic_uint_fast64_t jobs_served; /* tasks run */
     atomic_bool busy;            /* running a task now */
+    /* Job steps that failed on their own (an error other than
+     * WF_E_ABORTED, which only follows a failure elsewhere), and the
+     * sequence number and status of the last: the daemon tells from them
+     * whether an abort of its comm world started here. Written after the
+     * step returned, so after any abort it made. */
+    atomic_uint_fast64_t own_failures;
+    atomic_uint_fast64_t own_failed_seq;
+    atomic_int own_failed_status;
 };
 
 /* Start the worker of daemon device `index` on the backend's device
@@ -69,6 +90,14 @@ struct wf_worker {
 wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
                             const wf_backend_ops_t *ops,
                             uint64_t memory_budget, wf_log_t *log);
+
+/* Test hook, never set in production: every part of a job (not a regroup)
+ * whose sequence number is one of seq[0..n) fails on this worker with
+ * WF_E_INTERNAL the way a failing step does: the worker aborts its world
+ * (peers blocked in a collective return WF_E_ABORTED) and does not run the
+ * step. Call after wf_worker_start, before the first wf_worker_submit. n is
+ * capped at WF_WORKER_MAX_FAULTS. */
+void wf_worker_set_fault(wf_worker_t *w, const uint64_t *seq, uint32_t n);
 
 /* Append a task (main thread). The worker runs it after those before it. */
 void wf_worker_submit(wf_worker_t *w, wf_task_t *task);

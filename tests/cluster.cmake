@@ -1,11 +1,12 @@
 # The cluster control plane with real weftd processes on loopback
 # (tests/test_cluster.c): rendezvous of 3 nodes, version refusal, member
 # lost and back, coordinator lost and back, member killed in rendezvous.
-# Starting, waiting for and stopping weftd processes, shared by the two
-# cluster end-to-end tests (tests/support/clusterd.c).
+# Starting, waiting for, watching (sd_notify reader thread) and stopping
+# weftd processes, shared by the cluster end-to-end tests
+# (tests/support/clusterd.c).
 add_library(weft_clusterd STATIC ${CMAKE_CURRENT_LIST_DIR}/support/clusterd.c)
 target_include_directories(weft_clusterd PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(weft_clusterd PUBLIC weft)
+target_link_libraries(weft_clusterd PUBLIC weft Threads::Threads)
 
 add_executable(test_cluster ${CMAKE_CURRENT_LIST_DIR}/test_cluster.c)
 target_link_libraries(test_cluster PRIVATE weft_clusterd weft Threads::Threads m)
@@ -30,3 +31,15 @@ target_link_libraries(test_cluster_jobs PRIVATE weft_clusterd weft_testsupport w
 target_compile_options(test_cluster_jobs PRIVATE -O2)
 add_test(NAME e2e_cluster_jobs COMMAND test_cluster_jobs $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_jobs PROPERTIES TIMEOUT 180)
+
+# A job failing on one rank (not a lost node) in a cluster
+# (tests/test_cluster_fault.c): 3 weftd processes, ring=6 over all of them,
+# the test hook WEFT_TEST_FAIL_JOB on a member and on the coordinator; the
+# job's error within 5 s, the world rebuilt with the same nodes (new world
+# epoch), queued and later jobs correct, the guard against rebuild loops
+# (degraded, held for cluster_timeout_ms, then rebuilt).
+add_executable(test_cluster_fault ${CMAKE_CURRENT_LIST_DIR}/test_cluster_fault.c)
+target_link_libraries(test_cluster_fault PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
+target_compile_options(test_cluster_fault PRIVATE -O2)
+add_test(NAME e2e_cluster_fault COMMAND test_cluster_fault $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_cluster_fault PROPERTIES TIMEOUT 120)

@@ -28,9 +28,7 @@
  *
  * Usage: test_cluster_jobs PATH_TO_WEFTD.
  */
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -39,9 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "support/clusterd.h"
@@ -55,67 +51,15 @@
 
 static int failures;
 
-/* A daemon and its sd_notify socket. A reader thread drains the socket
- * at once (a daemon blocks in sd_notify when the queue is full) into
- * `text`, one line per notification; waiters take lines after `cursor`. */
-typedef struct node {
-    clusterd_t p;              /* the process and its notify socket */
-    int stop_pipe[2];
-    pthread_t reader;
-    bool reading;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    char *text;
-    size_t len, cap, cursor;
-} node_t;
-
-static void *notify_reader(void *arg)
-{
-    node_t *d = arg;
-    for (;;) {
-        struct pollfd p[2] = { { .fd = d->p.nfd, .events = POLLIN },
-                               { .fd = d->stop_pipe[0], .events = POLLIN } };
-        if (poll(p, 2, -1) < 0 || p[1].revents)
-            return NULL;
-        char buf[4096];
-        ssize_t n = recv(d->p.nfd, buf, sizeof buf - 1, 0);
-        if (n <= 0)
-            continue;
-        if (buf[n - 1] != '\n')
-            buf[n++] = '\n';
-        pthread_mutex_lock(&d->mu);
-        if (d->len + (size_t)n + 1 > d->cap) {
-            size_t cap = (d->cap ? d->cap * 2 : 65536) + (size_t)n;
-            char *t = realloc(d->text, cap);
-            if (t) {
-                d->text = t;
-                d->cap = cap;
-            }
-        }
-        if (d->len + (size_t)n + 1 <= d->cap) {
-            memcpy(d->text + d->len, buf, (size_t)n);
-            d->len += (size_t)n;
-            d->text[d->len] = '\0';
-        }
-        pthread_cond_broadcast(&d->cv);
-        pthread_mutex_unlock(&d->mu);
-    }
-}
+/* A daemon and its sd_notify socket, read by a thread (clusterd.h). */
+typedef clusterd_node_t node_t;
 
 static char coordinator[64];
 
 static bool node_start(node_t *d, const char *weftd, const char *name)
 {
-    memset(d, 0, sizeof *d);
-    if (!clusterd_open(&d->p, name, "cj"))
+    if (!clusterd_node_open(d, name, "cj"))
         return false;
-    if (pipe2(d->stop_pipe, O_CLOEXEC) != 0) {
-        perror("notify socket");
-        return false;
-    }
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv, NULL);
-    d->reading = pthread_create(&d->reader, NULL, notify_reader, d) == 0;
     /* each node's data plane on its own loopback address (data_address):
      * jobs only work if peers connect to what each node announces */
     static int started;
@@ -134,65 +78,13 @@ static bool node_start(node_t *d, const char *weftd, const char *name)
 
 static void node_close(node_t *d)
 {
-    clusterd_kill(&d->p, SIGKILL);
-    if (d->reading) {
-        if (write(d->stop_pipe[1], "x", 1) != 1)
-            perror("stop pipe");
-        pthread_join(d->reader, NULL);
-        pthread_cond_destroy(&d->cv);
-        pthread_mutex_destroy(&d->mu);
-        close(d->stop_pipe[0]);
-        close(d->stop_pipe[1]);
-    }
-    free(d->text);
-    clusterd_close(&d->p);
-    memset(d, 0, sizeof *d);
+    clusterd_node_close(d);
 }
 
 /* Wait for a notify line starting with `prefix` (earlier lines skipped). */
 static bool notify_wait(node_t *d, const char *prefix, int timeout_ms)
 {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    size_t pl = strlen(prefix);
-    bool found = false;
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        while (d->cursor < d->len) {
-            char *line = d->text + d->cursor;
-            char *nl = strchr(line, '\n');
-            size_t ll = nl ? (size_t)(nl - line) : strlen(line);
-            d->cursor += ll + (nl ? 1 : 0);
-            if (ll >= pl && strncmp(line, prefix, pl) == 0) {
-                found = true;
-                break;
-            }
-        }
-        if (found || pthread_cond_timedwait(&d->cv, &d->mu, &dl) != 0)
-            break;
-    }
-    if (!found) {
-        while (d->cursor < d->len) {   /* a last look after the timeout */
-            char *line = d->text + d->cursor;
-            char *nl = strchr(line, '\n');
-            size_t ll = nl ? (size_t)(nl - line) : strlen(line);
-            d->cursor += ll + (nl ? 1 : 0);
-            if (ll >= pl && strncmp(line, prefix, pl) == 0) {
-                found = true;
-                break;
-            }
-        }
-    }
-    pthread_mutex_unlock(&d->mu);
-    if (!found)
-        fprintf(stderr, "%s: no '%s' within %d ms\n", d->p.name, prefix, timeout_ms);
-    return found;
+    return clusterd_node_wait(d, prefix, timeout_ms, NULL, 0);
 }
 
 /* ------------------------------------------------------------------ */

@@ -3,6 +3,7 @@
 #include "support/clusterd.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -118,4 +119,118 @@ bool clusterd_status(const clusterd_t *d, wf_status_info_t *s)
               wf_status(c, s) == WF_OK;
     wf_client_destroy(&c);
     return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* clusterd_node_t */
+
+static void *notify_reader(void *arg)
+{
+    clusterd_node_t *d = arg;
+    for (;;) {
+        struct pollfd p[2] = { { .fd = d->p.nfd, .events = POLLIN },
+                               { .fd = d->stop_pipe[0], .events = POLLIN } };
+        if (poll(p, 2, -1) < 0 || p[1].revents)
+            return NULL;
+        char buf[4096];
+        ssize_t n = recv(d->p.nfd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+            continue;
+        if (buf[n - 1] != '\n')
+            buf[n++] = '\n';
+        pthread_mutex_lock(&d->mu);
+        if (d->len + (size_t)n + 1 > d->cap) {
+            size_t cap = (d->cap ? d->cap * 2 : 65536) + (size_t)n;
+            char *t = realloc(d->text, cap);
+            if (t) {
+                d->text = t;
+                d->cap = cap;
+            }
+        }
+        if (d->len + (size_t)n + 1 <= d->cap) {
+            memcpy(d->text + d->len, buf, (size_t)n);
+            d->len += (size_t)n;
+            d->text[d->len] = '\0';
+        }
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
+bool clusterd_node_open(clusterd_node_t *d, const char *name, const char *tag)
+{
+    memset(d, 0, sizeof *d);
+    if (!clusterd_open(&d->p, name, tag))
+        return false;
+    if (pipe2(d->stop_pipe, O_CLOEXEC) != 0) {
+        perror("notify reader");
+        return false;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    d->reading = pthread_create(&d->reader, NULL, notify_reader, d) == 0;
+    return d->reading;
+}
+
+void clusterd_node_close(clusterd_node_t *d)
+{
+    clusterd_kill(&d->p, SIGKILL);
+    if (d->reading) {
+        if (write(d->stop_pipe[1], "x", 1) != 1)
+            perror("stop pipe");
+        pthread_join(d->reader, NULL);
+        pthread_cond_destroy(&d->cv);
+        pthread_mutex_destroy(&d->mu);
+        close(d->stop_pipe[0]);
+        close(d->stop_pipe[1]);
+    }
+    free(d->text);
+    clusterd_close(&d->p);
+    memset(d, 0, sizeof *d);
+}
+
+/* Take the lines after the cursor up to one starting with prefix (copied
+ * to got). Called with d->mu held. */
+static bool take_line(clusterd_node_t *d, const char *prefix, char *got,
+                      size_t got_len)
+{
+    size_t pl = strlen(prefix);
+    while (d->cursor < d->len) {
+        char *line = d->text + d->cursor;
+        char *nl = strchr(line, '\n');
+        size_t ll = nl ? (size_t)(nl - line) : strlen(line);
+        d->cursor += ll + (nl ? 1 : 0);
+        if (ll >= pl && strncmp(line, prefix, pl) == 0) {
+            if (got && got_len)
+                snprintf(got, got_len, "%.*s", (int)ll, line);
+            return true;
+        }
+    }
+    return false;
+}
+
+bool clusterd_node_wait(clusterd_node_t *d, const char *prefix, int timeout_ms,
+                        char *got, size_t got_len)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    bool found = false;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        found = take_line(d, prefix, got, got_len);
+        if (found || pthread_cond_timedwait(&d->cv, &d->mu, &dl) != 0)
+            break;
+    }
+    if (!found)      /* a last look after the timeout */
+        found = take_line(d, prefix, got, got_len);
+    pthread_mutex_unlock(&d->mu);
+    if (!found)
+        fprintf(stderr, "%s: no '%s' within %d ms\n", d->p.name, prefix, timeout_ms);
+    return found;
 }

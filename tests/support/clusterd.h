@@ -1,13 +1,16 @@
 /* clusterd.h — test support for end-to-end cluster tests: one weftd
  * process on loopback with its own sd_notify socket, started, waited for
  * (pidfd, with a deadline), killed and cleaned up; a free port for a
- * coordinator; the status of a daemon. Shared by test_cluster.c and
- * test_cluster_jobs.c. Not here: reading the notify socket (each test
- * has its own way) and the daemon's arguments. Tests only. */
+ * coordinator; the status of a daemon; a daemon whose notify socket a
+ * thread reads (clusterd_node_t). Shared by test_cluster.c,
+ * test_cluster_jobs.c and test_cluster_fault.c. Not here: the daemon's
+ * arguments. Tests only. */
 #ifndef WF_TEST_CLUSTERD_H
 #define WF_TEST_CLUSTERD_H
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -71,5 +74,34 @@ void clusterd_close(clusterd_t *d);
 /* The daemon's status through libweft (connect timeout
  * CLUSTERD_TIMEOUT_MS). */
 bool clusterd_status(const clusterd_t *d, wf_status_info_t *s);
+
+/* A daemon watched through its notify socket: a reader thread drains the
+ * socket at once (a daemon blocks in sd_notify when the queue is full)
+ * into `text`, one line per notification; clusterd_node_wait takes the
+ * lines after `cursor`. */
+typedef struct clusterd_node {
+    clusterd_t p;              /* the process and its notify socket */
+    int stop_pipe[2];          /* tells the reader to stop */
+    pthread_t reader;          /* the reader thread */
+    bool reading;              /* it runs */
+    pthread_mutex_t mu;        /* guards text, len, cap, cursor */
+    pthread_cond_t cv;         /* new lines */
+    char *text;                /* every line so far */
+    size_t len, cap, cursor;   /* its length, size, first line not taken */
+} clusterd_node_t;
+
+/* clusterd_open (name, tag) and start the reader; start the daemon with
+ * clusterd_exec(&d->p, ...). False (perror) on failure. */
+bool clusterd_node_open(clusterd_node_t *d, const char *name, const char *tag);
+
+/* Kill the daemon if it runs (SIGKILL), stop the reader, clusterd_close,
+ * free; zeroes d. */
+void clusterd_node_close(clusterd_node_t *d);
+
+/* Wait up to timeout_ms for a notify line starting with `prefix`; lines
+ * before it are taken and skipped. The line goes to got (got_len bytes;
+ * got may be NULL). False (with a message on stderr) on timeout. */
+bool clusterd_node_wait(clusterd_node_t *d, const char *prefix, int timeout_ms,
+                        char *got, size_t got_len);
 
 #endif
