@@ -12,7 +12,10 @@
  *     (dp=4: one rank per job).
  *  3. live re-shard (a reconfiguration tp 1 -> 2 with the model
  *     resident) beside unload + load of the same model at tp 2 (cold page
- *     cache, as a reload after eviction would be). Target: >= 5x.
+ *     cache, as a reload after eviction would be), for the f32 checkpoint
+ *     and the same weights in bf16. On the CPU backend the host copy is
+ *     f32 (a bf16 checkpoint is converted once, at load) and the shards
+ *     are views of it: re-sharding copies no weight. Target: >= 5x.
  * Prints markdown. Usage: bench_models PATH_TO_WEFTD
  */
 #include <fcntl.h>
@@ -30,6 +33,7 @@
 #include <unistd.h>
 
 #include "flux_config.h"
+#include "tensor.h"
 #include "weft.h"
 
 static double now_s(void)
@@ -63,9 +67,12 @@ static const char *CONFIG =
     "\"axes_dims_rope\": [16, 56, 56]}";
 
 /* Write DIR/config.json and DIR/diffusion_pytorch_model.safetensors with
- * random weights of std 1/sqrt(fan_in). Returns the weights file size. */
-static uint64_t write_model(const char *dir)
+ * random weights of std 1/sqrt(fan_in), in f32 or bf16. Returns the
+ * weights file size. */
+static uint64_t write_model(const char *dir, bool bf16)
 {
+    const unsigned es = bf16 ? 2 : 4;
+    const char *dts = bf16 ? "BF16" : "F32";
     char p[512];
     mkdir(dir, 0755);
     snprintf(p, sizeof p, "%s/config.json", dir);
@@ -90,16 +97,16 @@ static uint64_t write_model(const char *dir)
     for (size_t i = 0; i < n; i++) {
         uint64_t ne = (uint64_t)sp[i].shape[0] * (sp[i].rank == 2 ? (uint64_t)sp[i].shape[1] : 1);
         if (sp[i].rank == 2)
-            hl += (size_t)snprintf(h + hl, hcap - hl, "%s\"%s\":{\"dtype\":\"F32\","
+            hl += (size_t)snprintf(h + hl, hcap - hl, "%s\"%s\":{\"dtype\":\"%s\","
                                    "\"shape\":[%" PRId64 ",%" PRId64 "],\"data_offsets\":"
                                    "[%" PRIu64 ",%" PRIu64 "]}", i ? "," : "", sp[i].name,
-                                   sp[i].shape[0], sp[i].shape[1], off, off + ne * 4);
+                                   dts, sp[i].shape[0], sp[i].shape[1], off, off + ne * es);
         else
-            hl += (size_t)snprintf(h + hl, hcap - hl, "%s\"%s\":{\"dtype\":\"F32\","
+            hl += (size_t)snprintf(h + hl, hcap - hl, "%s\"%s\":{\"dtype\":\"%s\","
                                    "\"shape\":[%" PRId64 "],\"data_offsets\":"
                                    "[%" PRIu64 ",%" PRIu64 "]}", i ? "," : "", sp[i].name,
-                                   sp[i].shape[0], off, off + ne * 4);
-        off += ne * 4;
+                                   dts, sp[i].shape[0], off, off + ne * es);
+        off += ne * es;
     }
     hl += (size_t)snprintf(h + hl, hcap - hl, "}");
     while (hl % 8)
@@ -116,12 +123,18 @@ static uint64_t write_model(const char *dir)
             strstr(sp[i].name, "norm_added"))
             scale = 0;      /* RMSNorm weights: 1 + 0 * noise below */
         float buf[4096];
+        uint16_t half[4096];
         for (uint64_t k = 0; k < ne; k += 4096) {
             size_t m = ne - k < 4096 ? (size_t)(ne - k) : 4096;
             for (size_t j = 0; j < m; j++)
                 buf[j] = scale == 0 ? 1.0f : scale * rnd();
-            if (fwrite(buf, 4, m, f) != m)
+            if (bf16) {
+                wf_convert_from_f32(half, WF_DTYPE_BF16, buf, m);
+                if (fwrite(half, 2, m, f) != m)
+                    exit(1);
+            } else if (fwrite(buf, 4, m, f) != m) {
                 exit(1);
+            }
         }
     }
     fflush(f);
@@ -215,7 +228,11 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "%s/flux-bench", root);
     snprintf(file, sizeof file, "%s/diffusion_pytorch_model.safetensors", dir);
     snprintf(endpoint, sizeof endpoint, "ipc://%s.sock", root);
-    uint64_t bytes = write_model(dir);
+    uint64_t bytes = write_model(dir, false);
+    char dir16[300], file16[400];
+    snprintf(dir16, sizeof dir16, "%s/flux-bench-bf16", root);
+    snprintf(file16, sizeof file16, "%s/diffusion_pytorch_model.safetensors", dir16);
+    write_model(dir16, true);
 
     pid_t pid = start_daemon(argv[1], endpoint, root);
     wf_client_t *c = NULL;
@@ -298,27 +315,42 @@ int main(int argc, char **argv)
         printf("| %s | %.1f ms | %.2f |\n", ms[k].name, ts[2] * 1e3, ts[2] / base);
     }
 
-    /* 3. re-shard beside unload + load */
-    double rs[3], ul[3];
-    for (int k = 0; k < 3; k++) {
-        mesh(c, 4, 1, 1, 1, NULL);
-        mesh(c, 2, 1, 1, 2, &rs[k]);
-        double t0 = now_s();
-        wf_unload_model(c, "bench");
-        evict(file);
-        if (wf_load_model(c, "bench", "flux-bench", NULL, NULL) != WF_OK)
-            return 1;
-        ul[k] = now_s() - t0;
-    }
-    qsort(rs, 3, sizeof rs[0], cmp);
-    qsort(ul, 3, sizeof ul[0], cmp);
-    printf("\nLive re-shard tp 1 -> 2 (reconfiguration round trip, model resident) "
-           "beside unload + load at tp 2 (cold page cache), medians of 3 "
+    /* 3. re-shard beside unload + load, f32 and bf16 checkpoints */
+    printf("\nLive re-shard tp 1 -> 2 (reconfiguration round trip with the model "
+           "resident) beside unload + load at tp 2 (cold page cache), medians of 3 "
            "(target: >= 5x):\n\n");
-    printf("| what | time | ratio |\n|---|---|---|\n");
-    printf("| unload + load (baseline) | %.1f ms | 1 |\n", ul[1] * 1e3);
-    printf("| live re-shard | %.1f ms | %.1fx faster |\n", rs[1] * 1e3, ul[1] / rs[1]);
-
+    printf("| checkpoint | unload + load (baseline) | live re-shard | ratio |\n"
+           "|---|---|---|---|\n");
+    for (int v = 0; v < 2; v++) {
+        const char *name = v ? "bench16" : "bench", *path = v ? "flux-bench-bf16" : "flux-bench";
+        const char *f = v ? file16 : file;
+        if (v) {
+            wf_unload_model(c, "bench");
+            mesh(c, 4, 1, 1, 1, NULL);
+            evict(f);
+            if (wf_load_model(c, name, path, NULL, NULL) != WF_OK) {
+                fprintf(stderr, "load bf16: %s\n", wf_client_last_error(c));
+                return 1;
+            }
+        }
+        double rs[3], ul[3];
+        for (int k = 0; k < 3; k++) {
+            mesh(c, 4, 1, 1, 1, NULL);
+            mesh(c, 2, 1, 1, 2, &rs[k]);
+            double t0 = now_s();
+            wf_unload_model(c, name);
+            evict(f);
+            if (wf_load_model(c, name, path, NULL, NULL) != WF_OK)
+                return 1;
+            ul[k] = now_s() - t0;
+        }
+        qsort(rs, 3, sizeof rs[0], cmp);
+        qsort(ul, 3, sizeof ul[0], cmp);
+        printf("| %s (%s) | %.1f ms | %.1f ms | %.1fx faster |\n",
+               v ? "bf16" : "f32", v ? "host copy converted to f32 once at load"
+                                     : "host copy as read",
+               ul[1] * 1e3, rs[1] * 1e3, ul[1] / rs[1]);
+    }
     wf_client_destroy(&c);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);

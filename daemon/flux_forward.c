@@ -422,18 +422,36 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     const size_t es = es_of(w->dtype);
     bool on_rows = p->style == WF_TP_COLWISE || p->style == WF_TP_PACKED_COLWISE;
     bool on_cols = p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE;
-    /* f32 and one contiguous piece: point into the host copy */
+    /* f32: point into the host copy where the pieces allow it */
     bool whole = (!on_rows && !on_cols) || bd->tp == 1; /* tp 1: every piece is all */
-    bool view_w = w->dtype == WF_DTYPE_F32 && (whole || (on_rows && p->n_blocks == 1));
+    bool view_w = w->dtype == WF_DTYPE_F32 &&
+                  (whole || on_cols || (on_rows && p->n_blocks == 1));
     bool view_b = b && b->dtype == WF_DTYPE_F32 &&
                   (!on_rows || p->n_blocks == 1 || bd->tp == 1);
-    if (view_w) {
+    lin->ldw = p->local_in;
+    lin->nwb = 1;
+    if (view_w && on_cols && !whole) {
+        /* one strided view per column block, rows `in` floats apart */
+        lin->w_view = true;
+        lin->ldw = in;
+        lin->nwb = p->n_blocks;
+        for (uint32_t k = 0; k < p->n_blocks; k++) {
+            lin->wb[k] = (const float *)(const void *)(wd + (size_t)ps[k] * es);
+            lin->wbw[k] = pl[k];
+        }
+        lin->w = (float *)(void *)(uintptr_t)lin->wb[0];
+    } else if (view_w) {
         lin->w = (float *)(void *)(uintptr_t)(wd + (whole ? 0 : (size_t)(ps[0] * in) * es));
         lin->w_view = true;
+        lin->ldw = in;          /* == local_in: whole rows */
     } else {
         lin->w = falloc((uint64_t)p->local_out * (uint64_t)p->local_in);
         if (!lin->w)
             return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+    }
+    if (lin->nwb == 1) {
+        lin->wb[0] = lin->w;
+        lin->wbw[0] = p->local_in;
     }
     float *dst = lin->w;
     if (view_w) {
@@ -492,6 +510,7 @@ static void linear_free(wf_flux_linear_t *l)
     l->w = NULL;
     l->b = NULL;
     l->w_view = l->b_view = false;
+    l->nwb = 0;
 }
 
 /* Frees every buffer of the shard a walk reaches. */
@@ -1099,10 +1118,17 @@ static wf_status_t lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
         a = xc;
         lda = p->local_in;
     }
-    const int64_t lo = p->local_out, li = p->local_in;
-    if (rows > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)lo, (int)li,
-                    1.0f, a, (int)lda, L->w, (int)li, 0.0f, dst, (int)lo);
+    const int64_t lo = p->local_out;
+    /* one GEMM per column block of the weight (one unless a strided view
+     * of split columns), accumulating; the activation's local columns are
+     * the blocks' pieces in the same order */
+    int64_t acol = 0;
+    for (uint32_t k = 0; rows > 0 && k < L->nwb; k++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)lo,
+                    (int)L->wbw[k], 1.0f, a + acol, (int)lda, L->wb[k], (int)L->ldw,
+                    k == 0 ? 0.0f : 1.0f, dst, (int)lo);
+        acol += L->wbw[k];
+    }
     bool reduce = T > 1 && (p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE);
     if (reduce) {
         if (!x->grp->tp)

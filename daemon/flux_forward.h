@@ -63,12 +63,19 @@
 /* One linear layer on this rank. */
 typedef struct wf_flux_linear {
     wf_tp_place_t place;   /* its placement (full and local shapes) */
-    float *w;              /* [local_out, local_in] f32, read-only */
+    float *w;              /* [local_out, local_in] f32, read-only; an
+                              owned copy, or (w_view) a view of the host
+                              copy: rows ldw floats apart, and for split
+                              columns one view per block (wb[] below) */
     float *b;              /* bias: colwise / packed_colwise [local_out],
                               otherwise [out]; NULL when the module has none */
-    bool w_view, b_view;   /* w / b point into the host copy (an f32 tensor
-                              whose piece is contiguous: replicated, or one
-                              block of rows) instead of an owned copy */
+    bool w_view, b_view;   /* w / b point into the host copy (an f32
+                              tensor) instead of an owned copy */
+    int64_t ldw;           /* floats between rows of w (local_in when owned) */
+    uint32_t nwb;          /* column blocks of w: 1, or the rank's pieces of
+                              a rowwise / packed_rowwise view */
+    const float *wb[WF_TP_MAX_BLOCKS]; /* first element of each (wb[0] = w) */
+    int64_t wbw[WF_TP_MAX_BLOCKS];     /* their widths (sum = local_in) */
 } wf_flux_linear_t;
 
 /* A double-stream block (diffusers' FluxTransformerBlock). */

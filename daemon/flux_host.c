@@ -18,6 +18,7 @@
  */
 #include "flux_host.h"
 #include "errf.h"
+#include "tensor.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -761,6 +762,31 @@ fail:
     free(order);
     wf_flux_host_free(&h);
     return st;
+}
+
+wf_status_t wf_flux_host_to_f32(wf_flux_host_t *h, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < h->n; i++) {
+        wf_flux_host_tensor_t *t = &h->t[i];
+        if (t->dtype == WF_DTYPE_F32)
+            continue;
+        uint64_t n = t->nbytes / wf_dtype_size(t->dtype);
+        size_t bytes = (size_t)n * sizeof(float);
+        size_t alloc = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+        float *f = aligned_alloc(HOST_ALIGN, alloc ? alloc : HOST_ALIGN);
+        if (f == NULL) {
+            wf_errf(err, err_len, "out of memory converting tensor '%s' to f32 "
+                    "(%zu bytes)", t->name, bytes);
+            return WF_E_NO_MEMORY;
+        }
+        wf_convert_to_f32(f, t->data, t->dtype, (size_t)n);
+        free(t->data);
+        t->data = f;
+        h->bytes += bytes - t->nbytes;
+        t->nbytes = bytes;
+        t->dtype = WF_DTYPE_F32;
+    }
+    return WF_OK;
 }
 
 static int cmp_host_name(const void *key, const void *elem)

@@ -100,6 +100,14 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
                                 wf_flux_progress_fn progress, void *arg,
                                 wf_flux_host_t **ret, char *err, size_t err_len);
 
+/* Convert every tensor of the host copy that is not f32 to f32, one at a
+ * time (peak: the copy plus its largest tensor in f32); updates dtype,
+ * nbytes and h->bytes (h->dtype, the checkpoint's, stays). For a backend
+ * that computes in f32 on host memory (the CPU backend): its shards can
+ * then be views of the host copy, and re-sharding converts nothing.
+ * WF_E_NO_MEMORY leaves the copy valid (partly converted). */
+wf_status_t wf_flux_host_to_f32(wf_flux_host_t *h, char *err, size_t err_len);
+
 /* Close a source (unmaps the files); sets *src to NULL; accepts NULL. */
 void wf_flux_source_close(wf_flux_source_t **src);
 

@@ -215,9 +215,10 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         goto out;
     }
     uint64_t avail = mem_available();
-    if (m->bytes_total > avail) {
+    uint64_t host = r->host_f32 ? m->params * sizeof(float) : m->bytes_total;
+    if (host > avail) {
         char need[32], have[32];
-        human(m->bytes_total, need, sizeof need);
+        human(host, need, sizeof need);
         human(avail, have, sizeof have);
         wf_errf(err, err_len, "model '%s' does not fit: its host copy needs %s, "
                 "%s of host memory available; nothing was loaded", m->name,
@@ -226,6 +227,11 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         goto out;
     }
     st = wf_flux_source_read(src, progress, m, &m->host, err, err_len);
+    if (st == WF_OK && r->host_f32) {
+        st = wf_flux_host_to_f32(m->host, err, err_len);
+        if (st != WF_OK)
+            wf_flux_host_free(&m->host);
+    }
 out:
     wf_flux_source_close(&src);
     return st;

@@ -119,6 +119,9 @@ typedef struct wf_registry {
     int efd;                         /* eventfd: the loader finished */
     pthread_t loader;                /* the loader thread */
     wf_model_t *loading;             /* its entry, NULL when none runs */
+    bool host_f32;                   /* keep host copies in f32 (the
+                                        backend computes in f32 on host
+                                        memory: shards become views) */
     int load_tp;                     /* tp the loader checks the plan for */
     uint64_t load_avail;             /* bytes a rank may give the shards */
 } wf_registry_t;

@@ -455,6 +455,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         wf_log(log, WF_LOG_ERR, "model_root: %s", rerr);
         goto fail;
     }
+    /* A backend computing in f32 on host memory (CPU) gets f32 host
+     * copies: its shards are views of them. */
+    srv->models.host_f32 = srv->ops && srv->ops->copy_h2d == NULL;
 
     wf_mesh_t mesh;
     char merr[256];

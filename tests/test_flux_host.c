@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "support/check.h"
+#include "tensor.h"
 
 static int fix_fd = -1;        /* the fixtures directory as a model root */
 static int tmp_fd = -1;        /* the temporary model root */
@@ -247,6 +248,36 @@ static void test_plain(void)
                                                  "linear_1.weight") != NULL, "guidance");
     if (plain[2] != NULL)
         CHECK(plain[2]->dtype == WF_DTYPE_BF16, "bf16 dtype %d", (int)plain[2]->dtype);
+
+    /* the f32 host copy of a bf16 checkpoint: every value exact (bf16 ->
+     * f32 is exact), dtype and sizes updated, the checkpoint dtype kept */
+    wf_flux_host_t *h16 = load(fix_fd, fixtures[2], false, NULL, NULL, "bf16 to f32");
+    if (h16 != NULL && plain[2] != NULL) {
+        char e2[256] = "";
+        uint64_t before = h16->bytes;
+        wf_status_t cs = wf_flux_host_to_f32(h16, e2, sizeof e2);
+        CHECK(cs == WF_OK && h16->bytes == 2 * before && h16->dtype == WF_DTYPE_BF16,
+              "to_f32: %s %s bytes %" PRIu64 " -> %" PRIu64, wf_status_name(cs), e2,
+              before, h16->bytes);
+        size_t bad = 0;
+        for (size_t i = 0; i < h16->n; i++) {
+            const wf_flux_host_tensor_t *a = &h16->t[i], *b = &plain[2]->t[i];
+            size_t n = (size_t)(b->nbytes / 2);
+            float *ref = malloc(n * sizeof *ref + 4);
+            if (ref == NULL)
+                break;
+            wf_convert_to_f32(ref, b->data, b->dtype, n);
+            bad += a->dtype != WF_DTYPE_F32 || a->nbytes != n * 4 ||
+                   ((uintptr_t)a->data & 63u) != 0 || memcmp(a->data, ref, n * 4) != 0;
+            free(ref);
+        }
+        CHECK(bad == 0, "to_f32: %zu tensors differ", bad);
+        /* an f32 copy converts nothing */
+        uint64_t b32 = plain[0] ? plain[0]->bytes : 0;
+        CHECK(plain[0] == NULL || (wf_flux_host_to_f32(plain[0], e2, sizeof e2) == WF_OK &&
+                                   plain[0]->bytes == b32), "to_f32 of an f32 copy");
+    }
+    wf_flux_host_free(&h16);
 
     /* phase-1 refusals */
     char err[512] = "";
