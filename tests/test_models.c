@@ -25,9 +25,14 @@
  *     WF_E_NO_MEMORY before reading weights;
  *   - on cpu:6, a reconfiguration to tp = 3 (4 heads) is refused with
  *     diffusers' message and changes nothing (mesh, epoch; forward runs).
+ * The first daemon reports to an sd_notify socket of the test's: a load
+ * sends EXTEND_TIMEOUT_USEC with a "loading model" STATUS.
  * Every daemon exits 0 on SIGTERM.
  */
 #include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
@@ -182,6 +187,40 @@ static bool raw_model(const char *dir, const char *header, size_t data_len)
 
 /* ---- the daemon ------------------------------------------------------------ */
 
+/* The sd_notify socket the first daemon reports to (NOTIFY_SOCKET). */
+static int notify_fd = -1;
+static char notify_path[300];
+
+static bool notify_open(void)
+{
+    snprintf(notify_path, sizeof notify_path, "%s.notify", root);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (strlen(notify_path) >= sizeof sa.sun_path)
+        return false;
+    strcpy(sa.sun_path, notify_path);
+    notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    return notify_fd >= 0 && bind(notify_fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+}
+
+/* Wait (up to 5 s, on the socket) for a notify datagram holding `needle`;
+ * the matching datagram goes to buf. */
+static bool notify_wait(const char *needle, char *buf, size_t len)
+{
+    double end = now_s() + 5.0;
+    while (now_s() < end) {
+        struct pollfd p = { .fd = notify_fd, .events = POLLIN };
+        if (poll(&p, 1, (int)((end - now_s()) * 1000) + 1) <= 0)
+            continue;
+        ssize_t n = recv(notify_fd, buf, len - 1, 0);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        if (strstr(buf, needle))
+            return true;
+    }
+    return false;
+}
+
 static pid_t start_daemon(const char *weftd, const char *endpoint,
                           const char *devices, const char *memory)
 {
@@ -190,6 +229,8 @@ static pid_t start_daemon(const char *weftd, const char *endpoint,
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        if (notify_fd >= 0)
+            setenv("NOTIFY_SOCKET", notify_path, 1);
         char dp[16];
         snprintf(dp, sizeof dp, "dp=%s", strchr(devices, ':') + 1);
         char *argv[] = { (char *)weftd, "--devices", (char *)devices, "--mesh", dp,
@@ -339,6 +380,10 @@ int main(int argc, char **argv)
 
     char endpoint[300];
     snprintf(endpoint, sizeof endpoint, "ipc://%s.sock", root);
+    if (!notify_open()) {
+        fprintf(stderr, "notify socket: %s\n", strerror(errno));
+        return 1;
+    }
     pid_t pid = start_daemon(weftd, endpoint, "cpu:4", "0");
     if (!wait_ready(endpoint)) {
         fprintf(stderr, "weftd did not start\n");
@@ -369,6 +414,19 @@ int main(int argc, char **argv)
                (double)info.bytes_total / 1024, (now_s() - t0) * 1e3);
     }
     CHECK(wf_list_models(c, NULL, 0, &n) == WF_OK && n == N_MODELS, "lists %zu", n);
+    /* systemd heard of each load (the start-up / reload timeouts stretch
+     * while a model loads) */
+    {
+        char dg[512];
+        bool got = notify_wait("EXTEND_TIMEOUT_USEC=", dg, sizeof dg);
+        CHECK(got && strstr(dg, "STATUS=loading model"), "no EXTEND_TIMEOUT_USEC with a "
+              "loading STATUS while models loaded (last: %s)", got ? dg : "none");
+        if (got)
+            printf("sd_notify while loading: %s\n", strchr(dg, '\n') ? strchr(dg, '\n') + 1 : dg);
+        close(notify_fd);
+        notify_fd = -1;
+        unlink(notify_path);
+    }
 
     /* ---- parity on every mesh (each reconfiguration re-shards) ---- */
     static const struct { const char *name; uint32_t dp, ring, uly, tp; } meshes[] = {
