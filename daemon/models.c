@@ -269,11 +269,15 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
                 "first or choose another name", args->name);
         return WF_E_BAD_ARGUMENT;
     }
-    if (r->loading) {
-        wf_errf(err, err_len, "model '%s' is loading; one load at a time, retry "
-                "when it is done", r->loading->name);
-        return WF_E_BUSY;
-    }
+    /* one load at a time, from the request until it is installed (read
+     * but waiting for a reconfiguration to end counts) */
+    for (int i = 0; i < WF_MODELS_MAX; i++)
+        if (r->m[i] && (r->m[i]->state == WF_MODEL_LOADING ||
+                        r->m[i]->state == WF_MODEL_INSTALLING)) {
+            wf_errf(err, err_len, "model '%s' is loading; one load at a time, "
+                    "retry when it is done", r->m[i]->name);
+            return WF_E_BUSY;
+        }
     int slot = -1;
     for (int i = 0; i < WF_MODELS_MAX && slot < 0; i++)
         if (!r->m[i])
