@@ -38,6 +38,7 @@
  * streams.
  */
 #include "cp_attention.h"
+#include "szcheck.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -69,42 +70,6 @@ static void split(int64_t n, int64_t parts, int64_t i, int64_t *ret_start,
     int64_t q = n / parts, rem = n % parts;
     *ret_start = i * q + min64(i, rem);
     *ret_len = q + (i < rem ? 1 : 0);
-}
-
-/* Checked size arithmetic with a sticky overflow flag. */
-typedef struct szc {
-    bool overflow; /* set once any operation overflowed */
-} szc_t;
-
-static size_t mul(szc_t *c, size_t a, size_t b)
-{
-    if (a != 0 && b > SIZE_MAX / a) {
-        c->overflow = true;
-        return 0;
-    }
-    return a * b;
-}
-
-/* Product of four non-negative int64 factors and an element size. */
-static size_t mul5(szc_t *c, int64_t a, int64_t b, int64_t d, int64_t e,
-                   size_t es)
-{
-    if (a < 0 || b < 0 || d < 0 || e < 0) {
-        c->overflow = true;
-        return 0;
-    }
-    return mul(c, mul(c, mul(c, mul(c, (size_t)a, (size_t)b), (size_t)d),
-                      (size_t)e),
-               es);
-}
-
-static size_t add(szc_t *c, size_t a, size_t b)
-{
-    if (b > SIZE_MAX - a) {
-        c->overflow = true;
-        return 0;
-    }
-    return a + b;
 }
 
 /* ---- validation ------------------------------------------------------------ */
@@ -406,15 +371,15 @@ typedef struct layout {
 static size_t take(szc_t *c, size_t *off, size_t bytes)
 {
     size_t start = *off;
-    size_t rounded = add(c, bytes, 63u) & ~(size_t)63u;
-    *off = add(c, start, rounded);
+    size_t rounded = szc_add(c, bytes, 63u) & ~(size_t)63u;
+    *off = szc_add(c, start, rounded);
     return start;
 }
 
 /* Bytes of the K/V holding of ring rank with Lkv tokens, for nkv heads. */
 static size_t hold_bytes(szc_t *c, const wf_cp_job_t *job, int64_t Lkv, int64_t nkv)
 {
-    return mul5(c, job->B, Lkv, nkv, job->D, es_of(job->k_dtype) + es_of(job->v_dtype));
+    return szc_mul5(c, job->B, Lkv, nkv, job->D, es_of(job->k_dtype) + es_of(job->v_dtype));
 }
 
 /* Facts about the whole group that every rank's layout uses. */
@@ -427,11 +392,11 @@ typedef struct group_facts {
 /* Message sizes of seq rank (r, u) exchanged with the root. */
 static size_t max_msg(szc_t *c, const wf_cp_job_t *job, const geom_t *g)
 {
-    size_t m = mul5(c, job->B, g->Lq_s, g->Hs, job->D, es_of(job->q_dtype));
-    size_t kb = mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, es_of(job->k_dtype));
-    size_t vb = mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, es_of(job->v_dtype));
-    size_t ob = mul5(c, job->B, g->Lq_s, g->Hs, job->D, es_of(job->out_dtype));
-    size_t lb = job->return_lse ? mul5(c, job->B, g->Lq_s, g->Hs, 1, 4) : 0;
+    size_t m = szc_mul5(c, job->B, g->Lq_s, g->Hs, job->D, es_of(job->q_dtype));
+    size_t kb = szc_mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, es_of(job->k_dtype));
+    size_t vb = szc_mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, es_of(job->v_dtype));
+    size_t ob = szc_mul5(c, job->B, g->Lq_s, g->Hs, job->D, es_of(job->out_dtype));
+    size_t lb = job->return_lse ? szc_mul5(c, job->B, g->Lq_s, g->Hs, 1, 4) : 0;
     m = kb > m ? kb : m;
     m = vb > m ? vb : m;
     m = ob > m ? ob : m;
@@ -494,13 +459,13 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
     const bool root = g->r == 0 && g->u == 0 && !job->local;
     int maxd = g->R > g->U ? g->R : g->U;
 
-    L.meta = take(c, &off, mul(c, 4u * (size_t)maxd, sizeof(size_t)));
+    L.meta = take(c, &off, szc_mul(c, 4u * (size_t)maxd, sizeof(size_t)));
     if (g->U > 1) {
-        L.qsh = take(c, &off, mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->q_dtype)));
-        L.kvsh = take(c, &off, mul5(c, B, g->Lkv_s, g->KVsum, D,
+        L.qsh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->q_dtype)));
+        L.kvsh = take(c, &off, szc_mul5(c, B, g->Lkv_s, g->KVsum, D,
                                     es_of(job->k_dtype) + es_of(job->v_dtype)));
     }
-    L.qh = take(c, &off, mul5(c, B, g->Lq_r, nh, D, es_of(job->q_dtype)));
+    L.qh = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, es_of(job->q_dtype)));
     if (nh > 0) {
         L.ring_slot = hold_bytes(c, job, f->max_Lkv_r, nkv);
         size_t ring;
@@ -509,15 +474,15 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
         else if (job->rotate_method == WF_CP_ROTATE_ALLGATHER)
             ring = hold_bytes(c, job, job->Skv, nkv); /* holdings sum to Skv */
         else
-            ring = add(c, L.ring_slot, L.ring_slot);
+            ring = szc_add(c, L.ring_slot, L.ring_slot);
         L.ring = take(c, &off, ring);
     } else {
         L.ring = take(c, &off, 0);
     }
-    L.acc = take(c, &off, mul5(c, B, g->Lq_r, nh, D, 4));
-    L.accl = take(c, &off, mul5(c, B, g->Lq_r, nh, 1, 4));
-    L.part = take(c, &off, mul5(c, 1, g->Lq_r, nh, D, 4));
-    L.partl = take(c, &off, mul5(c, 1, g->Lq_r, nh, 1, 4));
+    L.acc = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, 4));
+    L.accl = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, 1, 4));
+    L.part = take(c, &off, szc_mul5(c, 1, g->Lq_r, nh, D, 4));
+    L.partl = take(c, &off, szc_mul5(c, 1, g->Lq_r, nh, 1, 4));
     if (nh > 0 && g->Lq_r > 0 && f->max_Lkv_r > 0 && ops && ops->attention_workspace) {
         /* The largest call: pieces are at most the own q holding and the
          * largest K/V holding (one segment each when causal). Backends'
@@ -529,10 +494,10 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
             c->overflow = true;
     }
     L.kws = take(c, &off, L.kws_bytes);
-    L.oh = take(c, &off, mul5(c, B, g->Lq_r, nh, D, es_of(job->out_dtype)));
+    L.oh = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, es_of(job->out_dtype)));
     if (g->U > 1) {
-        L.osh = take(c, &off, mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->out_dtype)));
-        L.oshl = take(c, &off, job->return_lse ? mul5(c, B, g->Lq_s, g->Hs, 1, 4) : 0);
+        L.osh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->out_dtype)));
+        L.oshl = take(c, &off, job->return_lse ? szc_mul5(c, B, g->Lq_s, g->Hs, 1, 4) : 0);
     }
     L.stage = take(c, &off, root ? f->stage : 0);
     L.total = off;

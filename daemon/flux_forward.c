@@ -37,6 +37,7 @@
  * its attention through cp_attention's staging).
  */
 #include "flux_forward.h"
+#include "szcheck.h"
 
 #include <cblas.h>
 #include <inttypes.h>
@@ -84,38 +85,6 @@ static bool dtype_ok(wf_dtype_t dt)
 }
 
 static size_t es_of(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
-
-/* Checked size arithmetic with a sticky overflow flag. */
-typedef struct szc {
-    bool overflow; /* set once any operation overflowed */
-} szc_t;
-
-static size_t mul(szc_t *c, size_t a, size_t b)
-{
-    if (a != 0 && b > SIZE_MAX / a) {
-        c->overflow = true;
-        return 0;
-    }
-    return a * b;
-}
-
-static size_t mul3(szc_t *c, int64_t a, int64_t b, int64_t d)
-{
-    if (a < 0 || b < 0 || d < 0) {
-        c->overflow = true;
-        return 0;
-    }
-    return mul(c, mul(c, (size_t)a, (size_t)b), (size_t)d);
-}
-
-static size_t add(szc_t *c, size_t a, size_t b)
-{
-    if (b > SIZE_MAX - a) {
-        c->overflow = true;
-        return 0;
-    }
-    return a + b;
-}
 
 /* ---- the modules of a config ------------------------------------------- */
 
@@ -720,20 +689,20 @@ static recl_t rec_layout(szc_t *c, const geo_t *g)
     recl_t r;
     size_t o = 0;
     r.hid = o;
-    o = add(c, o, mul3(c, g->B, g->Li, g->IN));
+    o = szc_add(c, o, szc_mul3(c, g->B, g->Li, g->IN));
     r.enc = o;
-    o = add(c, o, mul3(c, g->B, g->Lt, g->J));
+    o = szc_add(c, o, szc_mul3(c, g->B, g->Lt, g->J));
     r.iid = o;
-    o = add(c, o, mul3(c, g->Li, g->NA, 1));
+    o = szc_add(c, o, szc_mul3(c, g->Li, g->NA, 1));
     r.tid = o;
-    o = add(c, o, mul3(c, g->Lt, g->NA, 1));
+    o = szc_add(c, o, szc_mul3(c, g->Lt, g->NA, 1));
     r.pooled = o;
-    o = add(c, o, mul3(c, g->B, g->PD, 1));
+    o = szc_add(c, o, szc_mul3(c, g->B, g->PD, 1));
     r.ts = o;
-    o = add(c, o, (size_t)g->B);
+    o = szc_add(c, o, (size_t)g->B);
     r.gd = o;
-    o = add(c, o, (size_t)g->B);
-    r.n = add(c, o, 15u) & ~(size_t)15u;
+    o = szc_add(c, o, (size_t)g->B);
+    r.n = szc_add(c, o, 15u) & ~(size_t)15u;
     return r;
 }
 
@@ -769,13 +738,13 @@ typedef struct wsl {
 static size_t take(szc_t *c, size_t *off, size_t bytes)
 {
     size_t start = *off;
-    *off = add(c, start, add(c, bytes, 63u) & ~(size_t)63u);
+    *off = szc_add(c, start, szc_add(c, bytes, 63u) & ~(size_t)63u);
     return start;
 }
 
 static size_t ftake(szc_t *c, size_t *off, size_t floats)
 {
-    return take(c, off, mul(c, floats, sizeof(float)));
+    return take(c, off, szc_mul(c, floats, sizeof(float)));
 }
 
 /* The cp job of this forward's attention, Hl heads per tp rank, without
@@ -860,35 +829,35 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, size_t aw
     size_t off = 0;
     const int64_t B = g->B, N = g->N, C = g->C, M = g->M;
     w.rec = rec_layout(c, g);
-    w.meta = take(c, &off, mul(c, 2u * (size_t)max64(g->P, g->T), sizeof(size_t)));
-    w.in = ftake(c, &off, mul(c, w.rec.n, seq0 ? (size_t)g->P : 1u));
-    w.rcos = ftake(c, &off, mul3(c, g->L, g->D, 1));
-    w.rsin = ftake(c, &off, mul3(c, g->L, g->D, 1));
-    w.tproj = ftake(c, &off, mul3(c, B, WF_FLUX_TIMESTEP_CHANNELS, 1));
-    w.v1 = ftake(c, &off, mul3(c, B, C, 1));
-    w.v2 = ftake(c, &off, mul3(c, B, C, 1));
-    w.temb = ftake(c, &off, mul3(c, B, C, 1));
-    w.semb = ftake(c, &off, mul3(c, B, C, 1));
-    w.modA = ftake(c, &off, mul3(c, B, 6, C));
-    w.modB = ftake(c, &off, mul3(c, B, 6, C));
-    w.S = ftake(c, &off, mul3(c, N, C, 1));
-    w.nx = ftake(c, &off, mul3(c, N, C, 1));
-    w.q = ftake(c, &off, mul3(c, N, C, 1));
-    w.k = ftake(c, &off, mul3(c, N, C, 1));
-    w.v = ftake(c, &off, mul3(c, N, C, 1));
-    w.qj = ftake(c, &off, mul3(c, N, C, 1));
-    w.kj = ftake(c, &off, mul3(c, N, C, 1));
-    w.vj = ftake(c, &off, mul3(c, N, C, 1));
-    w.lo = ftake(c, &off, mul3(c, N, C, 1));
-    w.hid = ftake(c, &off, mul3(c, N, M, 1));
-    w.cat = ftake(c, &off, mul3(c, N, C + M, 1));
+    w.meta = take(c, &off, szc_mul(c, 2u * (size_t)max64(g->P, g->T), sizeof(size_t)));
+    w.in = ftake(c, &off, szc_mul(c, w.rec.n, seq0 ? (size_t)g->P : 1u));
+    w.rcos = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
+    w.rsin = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
+    w.tproj = ftake(c, &off, szc_mul3(c, B, WF_FLUX_TIMESTEP_CHANNELS, 1));
+    w.v1 = ftake(c, &off, szc_mul3(c, B, C, 1));
+    w.v2 = ftake(c, &off, szc_mul3(c, B, C, 1));
+    w.temb = ftake(c, &off, szc_mul3(c, B, C, 1));
+    w.semb = ftake(c, &off, szc_mul3(c, B, C, 1));
+    w.modA = ftake(c, &off, szc_mul3(c, B, 6, C));
+    w.modB = ftake(c, &off, szc_mul3(c, B, 6, C));
+    w.S = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.nx = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.q = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.k = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.v = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.qj = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.kj = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.vj = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.lo = ftake(c, &off, szc_mul3(c, N, C, 1));
+    w.hid = ftake(c, &off, szc_mul3(c, N, M, 1));
+    w.cat = ftake(c, &off, szc_mul3(c, N, C + M, 1));
     /* Y: any linear's split output (rows x out) before it is made full */
-    w.Y_n = maxz(maxz(mul3(c, B, 6, C), mul3(c, N, C, 1)), mul3(c, g->Ni, g->OC, 1));
+    w.Y_n = maxz(maxz(szc_mul3(c, B, 6, C), szc_mul3(c, N, C, 1)), szc_mul3(c, g->Ni, g->OC, 1));
     w.Y = ftake(c, &off, w.Y_n);
     /* Xc: any linear's input (rows x in), or a q / k / v part (N x C) */
-    w.Xc_n = maxz(maxz(mul3(c, N, M, 1), mul3(c, g->Ni, g->IN, 1)),
-                  maxz(mul3(c, g->Nt, g->J, 1),
-                       mul3(c, B, max64(g->PD, WF_FLUX_TIMESTEP_CHANNELS), 1)));
+    w.Xc_n = maxz(maxz(szc_mul3(c, N, M, 1), szc_mul3(c, g->Ni, g->IN, 1)),
+                  maxz(szc_mul3(c, g->Nt, g->J, 1),
+                       szc_mul3(c, B, max64(g->PD, WF_FLUX_TIMESTEP_CHANNELS), 1)));
     w.Xc = ftake(c, &off, w.Xc_n);
     /* G: rows x full width of anything converted: an input (Xc's bound)
      * or an output (Y's bound) */
@@ -896,8 +865,8 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, size_t aw
     w.G = ftake(c, &off, w.G_n);
     w.aws_bytes = aws_bytes;
     w.aws = take(c, &off, aws_bytes);
-    w.out = ftake(c, &off, mul3(c, g->Ni, g->OC, 1));
-    w.outg = ftake(c, &off, root && g->P > 1 ? mul3(c, g->P, g->Ni, g->OC) : 0);
+    w.out = ftake(c, &off, szc_mul3(c, g->Ni, g->OC, 1));
+    w.outg = ftake(c, &off, root && g->P > 1 ? szc_mul3(c, g->P, g->Ni, g->OC) : 0);
     w.total = off;
     return w;
 }
