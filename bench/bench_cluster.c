@@ -9,7 +9,14 @@
  * ZeroMQ comm backend on loopback) beside one daemon cpu:6 with the same
  * mesh (the in-process host comm), the same job (f32, B=1, S=4200, H=8,
  * D=64, non-causal), client wall time per job, median of JOBS after one
- * warm-up job. Prints markdown rows.
+ * warm-up job.
+ *
+ * Then throughput of dp replicas across daemons: N ring attention jobs
+ * (f32, B=1, S=2048, H=8, D=64) in flight at once on the world of 3
+ * daemons with mesh dp=3,ring=2 (replicas 1 and 2 rooted on the members:
+ * inputs and outputs over the tensor channel) beside one daemon cpu:2
+ * with ring=2 (dp=1, one replica); jobs per second, median of 3 bursts
+ * after a warm-up one. Prints markdown rows.
  *
  * Usage: bench_cluster PATH_TO_WEFTD [ROUNDS] [JOBS]
  */
@@ -143,6 +150,59 @@ out:
     return med;
 }
 
+/* Jobs per second of bursts of `n` jobs submitted at once (one client),
+ * median of 3 after a warm-up burst; < 0 on an error. */
+static double burst_rate(const char *endpoint, int n, uint32_t *ret_devices)
+{
+    enum { B = 1, S = 2048, H = 8, D = 64, MAXN = 64 };
+    size_t e = (size_t)B * S * H * D;
+    float *q = malloc(e * sizeof *q), *o = malloc((size_t)n * e * sizeof *o);
+    wf_job_t *job[MAXN];
+    double rate[3], med = -1;
+    wf_client_t *c = NULL;
+    if (n > MAXN || !q || !o || wf_client_connect(endpoint, 30000, &c) != WF_OK)
+        goto out;
+    uint64_t x = 7;
+    for (size_t i = 0; i < e; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        q[i] = (float)((double)(x >> 40) / (double)(1 << 24) - 0.5);
+    }
+    wf_tensor_t tq = { q, WF_DTYPE_F32, 4, { B, S, H, D } };
+    wf_attention_opts_t opts;
+    memset(&opts, 0, sizeof opts);
+    for (int r = -1; r < 3; r++) {
+        double t0 = now_ms();
+        for (int j = 0; j < n; j++) {
+            wf_tensor_t to = { o + (size_t)j * e, WF_DTYPE_F32, 4, { B, S, H, D } };
+            job[j] = NULL;
+            if (wf_attention_submit(c, &tq, &tq, &tq, &opts, &to, NULL, &job[j]) != WF_OK)
+                goto out;
+        }
+        bool ok = true;
+        for (int j = 0; j < n; j++) {
+            wf_job_result_t res;
+            ok = ok && wf_job_wait(c, job[j], 60000) == WF_OK &&
+                 wf_job_result(job[j], &res) == WF_OK && res.status == WF_OK;
+            if (ok)
+                *ret_devices = res.devices;
+            wf_job_destroy(c, &job[j]);
+        }
+        if (!ok) {
+            fprintf(stderr, "%s: a job of the burst failed\n", endpoint);
+            goto out;
+        }
+        if (r >= 0)
+            rate[r] = n / ((now_ms() - t0) / 1e3);
+    }
+    qsort(rate, 3, sizeof rate[0], cmp);
+    med = rate[1];
+out:
+    wf_client_destroy(&c);
+    free(q);
+    free(o);
+    return med;
+}
+
 static bool wait_line(proc_t *p, const char *prefix, int timeout_ms)
 {
     double deadline = now_ms() + timeout_ms;
@@ -246,5 +306,31 @@ int main(int argc, char **argv)
            "S=4200 H=8 D=64; %u ranks) | %.1f ms | same mesh in one daemon cpu:6 "
            "(%u ranks): %.1f ms | %.2fx |\n", dev3, across, dev1, inside,
            across / inside);
+
+    /* dp replicas across daemons: throughput of concurrent jobs */
+    enum { N = 24 };
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", free_port());
+    uint32_t dr3 = 0, dr1 = 0;
+    if (!start_with(&a, argv[1], "a", coord, "cpu:2", "dp=3,ring=2") ||
+        !wait_line(&a, "READY=1", 30000) ||
+        !start_with(&b, argv[1], "b", coord, "cpu:2", "dp=3,ring=2") ||
+        !start_with(&c, argv[1], "c", coord, "cpu:2", "dp=3,ring=2") ||
+        !wait_line(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)", 30000))
+        return 1;
+    double r3 = burst_rate(a.endpoint, N, &dr3);
+    stop(&a);
+    stop(&b);
+    stop(&c);
+    if (!start_with(&one, argv[1], "one", NULL, "cpu:2", "ring=2") ||
+        !wait_line(&one, "READY=1", 30000))
+        return 1;
+    double r1 = burst_rate(one.endpoint, N, &dr1);
+    stop(&one);
+    if (r3 < 0 || r1 < 0)
+        return 1;
+    printf("| %d concurrent ring=2 jobs, mesh dp=3,ring=2 across 3 daemons "
+           "(cpu:2 each; f32 B=1 S=2048 H=8 D=64; %u ranks per job) | %.1f jobs/s "
+           "| dp=1 (one replica, one daemon cpu:2, ring=2; %u ranks): %.1f jobs/s "
+           "| %.2fx |\n", N, dr3, r3, dr1, r1, r3 / r1);
     return 0;
 }

@@ -354,6 +354,8 @@ static wf_status_t cp_step(wf_djob_t *job, int rank, wf_worker_t *w)
     bool root = rank / T == 0;
     wf_cp_job_t cj;
     cp_job_of(job, t, &cj);
+    if (root && job->root_here && (!job->inputs_in || job->inputs_bad))
+        return WF_E_MALFORMED;  /* a member's root: inputs not as described */
     if (root) {
         cj.q = zmq_msg_data(&job->frames[job->req.tensors[a->q].frame]);
         cj.k = zmq_msg_data(&job->frames[job->req.tensors[a->k].frame]);

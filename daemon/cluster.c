@@ -86,6 +86,9 @@ struct wf_cluster {
     void *sock;                      /* ROUTER (coordinator) / DEALER (member) */
     uint32_t protocol;               /* advertised protocol version */
     char data[WF_SETTINGS_ENDPOINT_MAX]; /* our data-plane endpoint */
+    char xfer[WF_SETTINGS_ENDPOINT_MAX]; /* the coordinator's tensor channel
+                                        (coordinator: ours; member: of the
+                                        world received; "": none) */
     char name[WF_SETTINGS_NAME_MAX]; /* node_name, else the hostname */
     cstate_t state;
     char fatal[WF_PROTO_ERROR_MAX];  /* non-empty: stop the daemon */
@@ -263,6 +266,8 @@ static void start_round(wf_cluster_t *c, uint64_t now)
     wf_ctl_put_uint(&c->msg, "ring", c->mesh_req.ring);
     wf_ctl_put_uint(&c->msg, "ulysses", c->mesh_req.ulysses);
     wf_ctl_put_uint(&c->msg, "tp", c->mesh_req.tp);
+    if (c->xfer[0])
+        wf_ctl_put_str(&c->msg, "xfer", c->xfer);
     uint32_t k = 0;
     for (uint32_t i = 0; i < c->n_nodes; i++) {
         const node_t *n = &c->nodes[i];
@@ -702,6 +707,11 @@ static void member_world(wf_cluster_t *c)
                                        (uint32_t)d[2], (uint32_t)d[3] };
     c->mesh_epoch = mepoch;
     c->self_ready = false;
+    /* the tensor channel (absent: jobs keep their roots on the coordinator) */
+    const char *xfer = wf_ctl_get_str(m, "xfer");
+    snprintf(c->xfer, sizeof c->xfer, "%s",
+             xfer && strlen(xfer) < sizeof c->xfer && strncmp(xfer, "tcp://", 6) == 0
+                 ? xfer : "");
     memcpy(c->nodes, nodes, nn * sizeof nodes[0]);
     c->n_nodes = (uint32_t)nn;
     c->epoch = epoch;
@@ -1208,6 +1218,17 @@ void wf_cluster_set_data(wf_cluster_t *c, const char *data)
         wf_ctl_put_str(&c->msg, "data", data);
         send_msg(c, NULL);
     }
+}
+
+void wf_cluster_set_xfer(wf_cluster_t *c, const char *endpoint)
+{
+    if (c->role == WF_CLUSTER_COORDINATOR)
+        snprintf(c->xfer, sizeof c->xfer, "%s", endpoint ? endpoint : "");
+}
+
+const char *wf_cluster_xfer(const wf_cluster_t *c)
+{
+    return c->xfer;
 }
 
 void wf_cluster_on_message(wf_cluster_t *c, wf_cluster_msg_fn fn, void *arg)

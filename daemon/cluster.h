@@ -11,9 +11,11 @@
  *       epoch}, ready {epoch}, ping {epoch}, data {data}, done {seq, epoch,
  *       st}, aborted {epoch, seq, st}
  *   coordinator -> member: refuse {error}, world {epoch, id, nodes, mesh,
- *       mepoch}, serve {epoch}, pong {epoch}, rejoin {}, mesh {mepoch, dp,
+ *       mepoch, xfer}, serve {epoch}, pong {epoch}, rejoin {}, mesh {mepoch, dp,
  *       ring, ulysses, tp}, job {descriptor}, abort {epoch, why}
- * (PROTOCOL.md section 11). `data` is the node's comm endpoints; `job` /
+ * (PROTOCOL.md section 11). `xfer` is the coordinator's tensor channel
+ * (the server's, wf_cluster_set_xfer), where the inputs and outputs of
+ * jobs rooted on members travel; `data` is the node's comm endpoints; `job` /
  * `done` are the server's job traffic, passed through (wf_cluster_send,
  * wf_cluster_on_message). A member says ready only once the server built
  * its part of the comm world (wf_cluster_world_ready); so does the
@@ -181,6 +183,13 @@ void wf_cluster_job_ok(wf_cluster_t *c);
 /* This node's data-plane endpoints changed (fresh ones for the next
  * world): members tell the coordinator (message "data"). */
 void wf_cluster_set_data(wf_cluster_t *c, const char *data);
+
+/* Coordinator: the endpoint of its tensor channel (server.c: a ROUTER
+ * bound on data_address), announced as `xfer` in every later `world`.
+ * Member: wf_cluster_xfer is the one of the world received ("" when the
+ * coordinator announced none). Borrowed from c. */
+void wf_cluster_set_xfer(wf_cluster_t *c, const char *endpoint);
+const char *wf_cluster_xfer(const wf_cluster_t *c);
 
 /* Job traffic (messages of types the control plane does not know, "job"
  * and "done"): handed to fn with the sender's node name (coordinator) or

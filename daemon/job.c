@@ -26,6 +26,8 @@ void wf_djob_free(wf_djob_t **job)
     zmq_msg_close(&j->identity);
     for (uint32_t i = 0; i < j->n_frames; i++)
         zmq_msg_close(&j->frames[i]);
+    for (uint32_t i = 0; i < j->n_out_msgs; i++)
+        zmq_msg_close(&j->out_msg[i]);
     for (uint32_t i = 0; i < WF_DJOB_MAX_OUTPUTS; i++)
         free(j->out[i]);
     if (j->zworld) {

@@ -122,6 +122,19 @@ struct wf_djob {
     bool remote_part;          /* member: this node's part of a coordinator's job */
     uint32_t remote_pending;   /* coordinator: bit i = world node i owes "done" */
     wf_djob_t *rnext;          /* coordinator: list of jobs with remote parts */
+    uint64_t world_epoch;      /* world epoch of the dispatch (coordinator) or
+                                  of the descriptor (member): tags the job's
+                                  tensor-channel messages */
+    uint32_t xroot;            /* coordinator: bit i = world node i holds the
+                                  roots and sends the outputs (0: we do) */
+    bool root_here;            /* member: this node holds the roots: the
+                                  inputs come on the tensor channel */
+    bool inputs_in;            /* member: they came (frames[0..3) = q, k, v) */
+    bool inputs_bad;           /* member: they did not match the descriptor;
+                                  the root's step fails (aborting the world) */
+    zmq_msg_t out_msg[WF_DJOB_MAX_OUTPUTS]; /* coordinator: outputs received
+                                  from the root node (used where out[i] is NULL) */
+    uint32_t n_out_msgs;       /* out_msg[] entries holding them */
     float scale;               /* attention: resolved softmax scale */
     uint32_t n_outputs;        /* output tensors of the reply */
     wf_tensor_desc_t out_desc[WF_DJOB_MAX_OUTPUTS]; /* their descriptors */

@@ -27,6 +27,8 @@ void wf_sched_resize(wf_sched_t *s, uint32_t n_devices, uint32_t local_first,
     memset(s->used, 0, sizeof s->used);
     memset(s->tasks, 0, sizeof s->tasks);
     memset(s->replica_jobs, 0, sizeof s->replica_jobs);
+    memset(s->node_of, 0, sizeof s->node_of);
+    s->roots_ok = 0;
     s->next_replica = 0;
     s->n_devices = n_devices;
     s->local_first = local_first;
@@ -51,16 +53,25 @@ static bool is_local(const wf_sched_t *s, uint32_t d)
 
 /* Cluster mode: the ranks of replica `rep` a job may use here — a
  * context-parallel job needs its roots (replica ranks 0..tp-1: they read
- * the inputs and write the outputs) local; a head-split job runs on local
- * ranks only. Returns the count of usable ranks (cp: the replica size or 0). */
+ * the inputs and write the outputs) local, or, with remote_roots, all on
+ * one member (whose tensor channel is up when `now`); a head-split job
+ * runs on local ranks only. Returns the count of usable ranks (cp: the
+ * replica size or 0). */
 static uint32_t usable_in_replica(const wf_sched_t *s, const wf_djob_t *job,
-                                  uint32_t rep)
+                                  uint32_t rep, bool now)
 {
     uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n, k = 0;
     if (job->cp) {
-        for (uint32_t r = 0; r < s->mesh.deg.tp; r++)
-            if (!is_local(s, base + r))
-                return 0;
+        bool local = true, one_node = true;
+        for (uint32_t r = 0; r < s->mesh.deg.tp; r++) {
+            local = local && is_local(s, base + r);
+            one_node = one_node && s->node_of[base + r] == s->node_of[base];
+        }
+        if (local)
+            return n;
+        if (!s->remote_roots || !one_node || s->node_of[base] >= 32 ||
+            (now && !(s->roots_ok & (1u << s->node_of[base]))))
+            return 0;
         return n;
     }
     for (uint32_t d = base; d < base + n; d++)
@@ -92,14 +103,15 @@ static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
     if (s->cluster) {
         uint32_t best = 0;
         for (uint32_t r = 0; r < s->mesh.deg.dp; r++) {
-            uint32_t u = usable_in_replica(s, job, r);
+            uint32_t u = usable_in_replica(s, job, r, false);
             if (u > best)
                 best = u;
         }
         if (best < (uint32_t)job->group_size) {
             snprintf(err, err_len, "no dp replica of the world mesh has the "
-                     "job's %s on the coordinator (inputs and outputs stay "
-                     "there)", job->cp ? "roots" : "ranks");
+                     "job's %s on one node that can take them (head-split "
+                     "jobs run on the coordinator's ranks)",
+                     job->cp ? "roots" : "ranks");
             return WF_E_BAD_ARGUMENT;
         }
         replica = best;
@@ -188,7 +200,7 @@ static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
     uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n;
     uint32_t g = (uint32_t)job->group_size;
     uint32_t cand[WF_SETTINGS_MAX_DEVICES], nc = 0;
-    if (s->cluster && usable_in_replica(s, job, rep) < g)
+    if (s->cluster && usable_in_replica(s, job, rep, true) < g)
         return false;
     if (job->cp) {
         /* every rank of the replica: job rank r is replica rank r, whose
@@ -273,7 +285,8 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
             s->tail = NULL;
         s->depth--;
         job->next = NULL;
-        if (!alloc_outputs(job)) {
+        /* roots on a member: it writes the outputs and sends them */
+        if (is_local(s, job->device[0]) && !alloc_outputs(job)) {
             wf_log(s->log, WF_LOG_ERR, "job %" PRIu64 ": cannot allocate its "
                    "outputs", job->req.id);
             atomic_store(&job->status, WF_E_NO_MEMORY);
@@ -295,9 +308,8 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
         s->replica_jobs[job->replica]++;
         s->in_flight++;
         wf_log(s->log, WF_LOG_DEBUG, "job %" PRIu64 " (seq %" PRIu64 ") on %d "
-               "device(s) from %s, replica %u, epoch %" PRIu64, job->req.id,
-               job->seq, job->group_size,
-               s->workers[job->device[0] - s->local_first].name, job->replica,
+               "device(s) from rank %u, replica %u, epoch %" PRIu64, job->req.id,
+               job->seq, job->group_size, job->device[0], job->replica,
                job->epoch);
         /* Workers may finish the job while this loop submits, but only the
          * main thread frees it (after wf_sched_complete), so it stays valid. */

@@ -38,6 +38,16 @@
 /* messages read per wake-up, so signals and completions are not starved */
 #define RECV_BATCH 64
 
+/* Member: inputs of a job whose descriptor has not come yet (the two
+ * travel on different sockets). Bounded: at most one job per replica
+ * rooted here is in flight. */
+#define XFER_EARLY 16
+typedef struct xfer_early {
+    uint64_t seq, epoch;         /* the job's sequence number, world epoch */
+    uint32_t n;                  /* frames held */
+    zmq_msg_t f[3];              /* q, k, v */
+} xfer_early_t;
+
 struct wf_server {
     wf_settings_t settings;      /* in effect (reload updates the reloadable ones) */
     const wf_cli_t *cli;         /* borrowed: flags, for reload */
@@ -108,12 +118,23 @@ struct wf_server {
         bool mesh_pending;       /* member: a mesh change waits for the running one */
         wf_mesh_degrees_t mesh_deg; /* its degrees */
         uint64_t mesh_epoch;     /* and mesh epoch */
+        /* tensor channel (PROTOCOL.md section 11, "Tensor channel") */
+        void *xfer;              /* ROUTER (coordinator) / DEALER (member);
+                                    NULL: none */
+        char xfer_ep[WF_SETTINGS_ENDPOINT_MAX]; /* bound / connected endpoint */
+        uint32_t xfer_ready;     /* coordinator: bit i = node i said hi for
+                                    world_epoch */
+        wf_djob_t *mq_head, *mq_tail; /* member: parts and regroups not yet
+                                    on the workers, in the coordinator's order */
+        xfer_early_t early[XFER_EARLY]; /* member: inputs ahead of their job */
+        uint32_t n_early;
     } cl;
     wf_registry_t models;        /* resident models (models.h) */
     wf_model_t *pending_install; /* read; its install regroup waits for the
                                     running reconfiguration */
     uint64_t t_extend_us;        /* last EXTEND_TIMEOUT_USEC while loading */
     wf_ctl_msg_t cl_msg;         /* job descriptor scratch (large) */
+    wf_ctl_msg_t xf_msg;         /* tensor channel header scratch */
     wf_buf_t buf;                /* reply header encoding scratch */
     wf_request_t req;            /* request decoding scratch */
     wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
@@ -125,6 +146,9 @@ static void cluster_message(void *arg, const char *from, const wf_ctl_msg_t *m);
 static uint32_t cluster_remote(void *arg, wf_djob_t *job);
 static void cluster_sync(wf_server_t *srv);
 static bool cluster_ready(const wf_server_t *srv);
+static wf_status_t xfer_bind(wf_server_t *srv);
+static void xfer_recv(wf_server_t *srv);
+static void xfer_close(wf_server_t *srv);
 
 /* ------------------------------------------------------------------ */
 /* start-up and teardown */
@@ -520,6 +544,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                            &srv->notify, &srv->cluster) != WF_OK)
             goto fail;
         wf_cluster_on_message(srv->cluster, cluster_message, srv);
+        if (wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR &&
+            xfer_bind(srv) != WF_OK)
+            goto fail;
         srv->sched.remote = cluster_remote;
         srv->sched.remote_arg = srv;
         cluster_sync(srv);      /* a world of one node forms at once */
@@ -563,6 +590,7 @@ void wf_server_destroy(wf_server_t **psrv)
         wf_djob_free(&q);
         q = next;
     }
+    xfer_close(srv);
     wf_cluster_destroy(&srv->cluster);
     wf_registry_destroy(&srv->models);
     if (srv->router)
@@ -627,6 +655,14 @@ static void send_reply(wf_server_t *srv, zmq_msg_t *identity, bool delim,
     zmq_send(srv->router, srv->buf.data, srv->buf.len, n_out ? ZMQ_SNDMORE : 0);
     for (uint32_t i = 0; i < n_out; i++) {
         zmq_msg_t m;
+        if (!job->out[i] && i < job->n_out_msgs) {
+            /* the outputs a member's root sent over the tensor channel:
+             * passed on as they came (zero-copy) */
+            if (zmq_msg_send(&job->out_msg[i], srv->router,
+                             i + 1 < n_out ? ZMQ_SNDMORE : 0) < 0)
+                zmq_send(srv->router, "", 0, i + 1 < n_out ? ZMQ_SNDMORE : 0);
+            continue;
+        }
         if (zmq_msg_init_data(&m, job->out[i], (size_t)job->out_desc[i].nbytes,
                               free_output, NULL) != 0) {
             /* Cannot happen with a non-NULL buffer; keep the frame count. */
@@ -1493,8 +1529,10 @@ static bool recv_message(wf_server_t *srv)
  * (hello / "data"); a new world from the control plane becomes a regroup
  * job that joins the cross-process world and splits the mesh groups on
  * every node; the coordinator sequences every job and sends members a
- * descriptor ("job") for their ranks; they answer "done". The roots of a
- * job (its inputs and outputs) stay on the coordinator. */
+ * descriptor ("job") for their ranks; they answer "done". A
+ * context-parallel job whose roots are on a member gets its inputs and
+ * returns its outputs over the tensor channel (below); a head-split job
+ * runs on the coordinator's ranks. */
 
 /* The world mesh for `world` ranks from the degrees asked for: dp fitted
  * when ring x ulysses x tp divides the world, else the sequence dims
@@ -1578,10 +1616,13 @@ static bool parse_data(const char *data, uint32_t ranks,
  * WF_E_ABORTED) and stop dispatching on it; jobs of the mesh epoch in
  * force then fail as node lost, naming `lost`, or, when lost is NULL (a
  * failed job aborted the world; `why` says which), as aborted. */
+static void member_flush(wf_server_t *srv);
+
 static void abort_world(wf_server_t *srv, const char *lost, const char *why)
 {
     if (!srv->cl.local || srv->cl.aborted)
         return;
+    member_flush(srv);      /* parts still waiting for inputs: dropped */
     wf_comm_zmq_local_abort(srv->cl.local);
     srv->cl.aborted = true;
     srv->sched.paused = true;
@@ -1610,7 +1651,7 @@ static void settle_remote(wf_server_t *srv, const wf_cluster_node_t *nw, uint32_
                           bool all, const char *lost)
 {
     for (wf_djob_t *j = srv->cl.remote_jobs; j; j = j->rnext) {
-        uint32_t keep = 0, bits = j->remote_pending;
+        uint32_t keep = 0, bits = j->remote_pending, xroot = 0;
         j->remote_pending = 0;
         for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
             if (!(bits & (1u << i)))
@@ -1619,6 +1660,8 @@ static void settle_remote(wf_server_t *srv, const wf_cluster_node_t *nw, uint32_
             int to = node_index(nw, nn, name);
             if (to >= 0 && !all) {
                 keep |= 1u << to;
+                if (j->xroot & (1u << i))
+                    xroot = 1u << to;   /* its outputs still come */
                 continue;
             }
             if (to >= 0) {
@@ -1632,10 +1675,14 @@ static void settle_remote(wf_server_t *srv, const wf_cluster_node_t *nw, uint32_
             wf_djob_rank_done(j, WF_E_NODE_LOST);
         }
         j->remote_pending = keep;
+        j->xroot = xroot;
     }
 }
 
 static void cluster_try_install(wf_server_t *srv);
+static void xfer_hi(wf_server_t *srv);
+static void xfer_connect(wf_server_t *srv, const char *self_name);
+static void member_enqueue(wf_server_t *srv, wf_djob_t *job);
 
 /* The control plane has a new world (forming): join it. */
 static void cluster_new_world(wf_server_t *srv, const wf_cluster_node_t *nw,
@@ -1654,6 +1701,7 @@ static void cluster_new_world(wf_server_t *srv, const wf_cluster_node_t *nw,
         abort_world(srv, "the world re-formed before it served", NULL);
     if (wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR)
         settle_remote(srv, nw, nn, srv->cl.aborted, lost);
+    srv->cl.xfer_ready = 0;     /* members say hi again on the new world */
     srv->cl.world_epoch = epoch;
     srv->cl.built = false;
     srv->cl.install = false;
@@ -1752,7 +1800,12 @@ static void cluster_new_world(wf_server_t *srv, const wf_cluster_node_t *nw,
     wf_log(srv->log, WF_LOG_INFO, "cluster: joining the comm world of epoch %"
            PRIu64 ": ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, epoch,
            first, first + srv->n_workers - 1, total, m, mepoch);
-    regroup_submit(srv, job);
+    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER) {
+        xfer_connect(srv, nw[self].name);
+        member_enqueue(srv, job);   /* behind parts waiting for inputs */
+    } else {
+        regroup_submit(srv, job);
+    }
 }
 
 /* The regroup of a cluster world ended. */
@@ -1788,6 +1841,21 @@ static void cluster_try_install(wf_server_t *srv)
     srv->cl.install = false;
     wf_sched_resize(&srv->sched, srv->cl.world_size, srv->cl.first_rank,
                     &srv->cl.mesh);
+    /* which node each rank is on, and which may take a job's roots: ours,
+     * and members whose tensor channel said hi for this world */
+    srv->sched.remote_roots = srv->cl.xfer != NULL &&
+                              wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR;
+    srv->sched.roots_ok = srv->cl.xfer_ready;
+    for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
+        const wf_cluster_node_t *n = &srv->cl.nodes[i];
+        for (uint32_t r = n->first_rank; r < n->first_rank + n->ranks &&
+                                         r < WF_SETTINGS_MAX_DEVICES; r++)
+            srv->sched.node_of[r] = (uint8_t)i;
+        if (n->self)
+            srv->sched.roots_ok |= 1u << i;
+    }
+    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER)
+        xfer_hi(srv);
     char m[96];
     format_deg(&srv->cl.mesh.deg, m, sizeof m);
     wf_log(srv->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " built: "
@@ -1905,8 +1973,13 @@ static void cluster_check_abort(wf_server_t *srv, uint64_t part_seq,
         cluster_sync(srv);
 }
 
+static bool xfer_send_inputs(wf_server_t *srv, const wf_djob_t *job,
+                             const char *node);
+
 /* Coordinator, at dispatch: the descriptor of `job` to every member
- * holding some of its ranks. Returns the parts that will answer. */
+ * holding some of its ranks, and to the one holding its roots (if not
+ * us) its inputs on the tensor channel. Returns the parts that will
+ * answer. */
 static uint32_t cluster_remote(void *arg, wf_djob_t *job)
 {
     wf_server_t *srv = arg;
@@ -1943,14 +2016,29 @@ static uint32_t cluster_remote(void *arg, wf_djob_t *job)
     wf_ctl_put_uint(m, "lb", job->load_balance);
     uint32_t parts = 0;
     job->remote_pending = 0;
+    job->xroot = 0;
+    job->world_epoch = srv->cl.world_epoch;
     uint32_t lo = job->device[0], hi = lo + (uint32_t)job->group_size;
     for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
         const wf_cluster_node_t *n = &srv->cl.nodes[i];
         if (n->self || n->first_rank >= hi || n->first_rank + n->ranks <= lo)
             continue;
-        if (wf_cluster_send(srv->cluster, n->name, m)) {
+        bool root = n->first_rank <= lo && lo < n->first_rank + n->ranks;
+        if (wf_cluster_send(srv->cluster, n->name, m) &&
+            (!root || xfer_send_inputs(srv, job, n->name))) {
             job->remote_pending |= 1u << i;
+            if (root)
+                job->xroot = 1u << i;
             parts++;
+        } else if (root) {
+            /* its part would wait for the inputs forever, and every other
+             * rank for it: the node counts as lost (the world re-forms) */
+            snprintf(job->err, sizeof job->err, "node %s unreachable on the "
+                     "tensor channel", n->name);
+            atomic_store(&job->status, WF_E_NODE_LOST);
+            abort_world(srv, n->name, NULL);
+            wf_cluster_node_lost(srv->cluster, n->name, "its tensor channel "
+                                 "failed", wf_now_usec());
         } else {
             /* its ranks never come: the loss of the node aborts the others */
             snprintf(job->err, sizeof job->err, "node %s unreachable", n->name);
@@ -1993,8 +2081,15 @@ static bool get_u(const wf_ctl_msg_t *m, const char *key, uint64_t max,
     return wf_ctl_get_uint(m, key, ret) && *ret <= max;
 }
 
+static wf_status_t member_root_setup(wf_server_t *srv, wf_djob_t *job);
+static void member_take_early(wf_server_t *srv, wf_djob_t *job);
+static void member_pump(wf_server_t *srv);
+static void member_submit(wf_server_t *srv, wf_djob_t *job);
+
 /* Member: a job descriptor from the coordinator: queue our ranks' parts
- * (never a root) in the order received, which is the coordinator's. */
+ * in the order received, which is the coordinator's. When the job's
+ * roots are ours, its inputs come on the tensor channel: the part (and
+ * every one behind it) waits for them in cl.mq. */
 static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
 {
     uint64_t seq = 0, epoch = 0, id = 0, base, g, B, Sq, Hq, D, Skv, Hkv, qdt,
@@ -2082,36 +2177,526 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
     job->group_size = (int)g;
     job->run = wf_attention_cp_run;
     job->done = &srv->done;
-    int local = 0;
+    job->world_epoch = srv->cl.world_epoch;
+    int local = 0, roots = 0;
     uint32_t lo = srv->cl.first_rank, T = mesh->deg.tp;
     for (uint32_t r = 0; r < g; r++) {
         uint32_t wr = (uint32_t)base + r;
         if (wr < lo || wr - lo >= srv->n_workers)
             continue;
-        if (r < T) {
-            wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " has a root on "
-                   "this member; refused", id);
-            wf_djob_free(&job);
-            member_done(srv, seq, epoch, WF_E_INTERNAL);
-            return;
-        }
         job->device[r] = wr - lo;
+        job->task[r].job = job;
+        job->task[r].rank = (int)r;
         local++;
+        roots += r < T;
+    }
+    if (roots > 0 && ((uint32_t)roots != T || !srv->cl.xfer ||
+                      member_root_setup(srv, job) != WF_OK)) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
+               ") has %s on this member; refused", id, seq,
+               (uint32_t)roots != T ? "some of its roots"
+                                    : !srv->cl.xfer ? "its roots but no tensor channel"
+                                                    : "roots it cannot take");
+        wf_djob_free(&job);
+        member_done(srv, seq, epoch, WF_E_INTERNAL);
+        return;
     }
     if (local == 0) {
         wf_djob_free(&job);
         member_done(srv, seq, epoch, WF_OK);
         return;
     }
-    job->t_dispatch_us = wf_now_usec();
     atomic_store(&job->remaining, local);
-    for (uint32_t r = 0; r < g; r++) {
-        uint32_t wr = (uint32_t)base + r;
-        if (wr < lo || wr - lo >= srv->n_workers)
+    if (job->root_here)
+        member_take_early(srv, job);
+    member_enqueue(srv, job);
+}
+
+/* Member: queue a part on its ranks' workers. */
+static void member_submit(wf_server_t *srv, wf_djob_t *job)
+{
+    job->t_dispatch_us = wf_now_usec();
+    for (int r = 0; r < job->group_size; r++)
+        if (job->task[r].job)   /* our ranks (device = local index) */
+            wf_worker_submit(&srv->workers[job->device[r]], &job->task[r]);
+}
+
+/* Member: hand the queue to the workers in order, up to the first part
+ * whose inputs have not come (the parts behind it wait: every worker's
+ * FIFO keeps the coordinator's order). */
+static void member_pump(wf_server_t *srv)
+{
+    while (srv->cl.mq_head) {
+        wf_djob_t *j = srv->cl.mq_head;
+        if (j->kind != WF_DJOB_REGROUP && j->root_here && !j->inputs_in)
+            return;
+        srv->cl.mq_head = j->next;
+        if (!srv->cl.mq_head)
+            srv->cl.mq_tail = NULL;
+        j->next = NULL;
+        if (j->kind == WF_DJOB_REGROUP)
+            regroup_submit(srv, j);
+        else
+            member_submit(srv, j);
+    }
+}
+
+static void member_enqueue(wf_server_t *srv, wf_djob_t *job)
+{
+    job->next = NULL;
+    if (srv->cl.mq_tail)
+        srv->cl.mq_tail->next = job;
+    else
+        srv->cl.mq_head = job;
+    srv->cl.mq_tail = job;
+    member_pump(srv);
+}
+
+static void early_drop(wf_server_t *srv, uint32_t i)
+{
+    for (uint32_t f = 0; f < srv->cl.early[i].n; f++)
+        zmq_msg_close(&srv->cl.early[i].f[f]);
+    memmove(&srv->cl.early[i], &srv->cl.early[i + 1],
+            (srv->cl.n_early - i - 1) * sizeof srv->cl.early[0]);
+    srv->cl.n_early--;
+}
+
+/* Member, the world aborted (or lost): the parts not yet on the workers
+ * answer "aborted" and are dropped with the inputs that came early;
+ * regroups stay queued, in order. */
+static void member_flush(wf_server_t *srv)
+{
+    wf_djob_t *keep = NULL, **tail = &keep, *j = srv->cl.mq_head;
+    srv->cl.mq_head = srv->cl.mq_tail = NULL;
+    while (j) {
+        wf_djob_t *next = j->next;
+        j->next = NULL;
+        if (j->kind == WF_DJOB_REGROUP) {
+            *tail = j;
+            tail = &j->next;
+            srv->cl.mq_tail = j;
+        } else {
+            member_done(srv, j->seq, j->epoch, WF_E_ABORTED);
+            wf_djob_free(&j);
+        }
+        j = next;
+    }
+    srv->cl.mq_head = keep;
+    while (srv->cl.n_early)
+        early_drop(srv, 0);
+    member_pump(srv);
+}
+
+
+/* ------------------------------------------------------------------ */
+/* tensor channel (PROTOCOL.md section 11, "Tensor channel"): the
+ * coordinator's ROUTER on data_address, each member's DEALER (routing id
+ * = its node name). A job whose roots are on a member gets its inputs
+ * ("in") from the coordinator and sends its outputs ("out") back. Each
+ * message is a header (a control map: t, epoch = world epoch, seq, n,
+ * st) and n tensor frames, sent zero-copy. Nothing from a peer is taken
+ * before its name, world epoch, sequence number and sizes matched. */
+
+/* Largest frame on the channel: an output may be twice its input (f16
+ * in, f32 out). */
+static int64_t xfer_max_msg(const wf_server_t *srv)
+{
+    return (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
+}
+
+static void xfer_opts(wf_server_t *srv, void *sock)
+{
+    int zero = 0;
+    int64_t max = xfer_max_msg(srv);
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);  /* bounded by */
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);  /* jobs in flight */
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+}
+
+/* Coordinator: bind the ROUTER on data_address, any port; announced in
+ * every world ("xfer"). */
+static wf_status_t xfer_bind(wf_server_t *srv)
+{
+    char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
+    snprintf(host, sizeof host, "%s", srv->settings.data_address);
+    if (host[0] == '\0' && gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "127.0.0.1");
+    host[sizeof host - 1] = '\0';
+    snprintf(bind, sizeof bind, "tcp://%s:*", host);
+    srv->cl.xfer = zmq_socket(srv->zctx, ZMQ_ROUTER);
+    if (!srv->cl.xfer) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: tensor channel: zmq_socket: %s",
+               zmq_strerror(zmq_errno()));
+        return WF_E_INTERNAL;
+    }
+    int one = 1;
+    xfer_opts(srv, srv->cl.xfer);
+    /* MANDATORY: a send to a member not connected fails instead of being
+     * dropped; HANDOVER: a restarted member takes its name back */
+    zmq_setsockopt(srv->cl.xfer, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(srv->cl.xfer, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    size_t len = sizeof srv->cl.xfer_ep;
+    if (zmq_bind(srv->cl.xfer, bind) != 0 ||
+        zmq_getsockopt(srv->cl.xfer, ZMQ_LAST_ENDPOINT, srv->cl.xfer_ep, &len) != 0) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: cannot bind the tensor channel "
+               "on %s (data_address): %s", host, zmq_strerror(zmq_errno()));
+        return WF_E_INTERNAL;
+    }
+    wf_cluster_set_xfer(srv->cluster, srv->cl.xfer_ep);
+    wf_log(srv->log, WF_LOG_INFO, "cluster: tensor channel on %s", srv->cl.xfer_ep);
+    return WF_OK;
+}
+
+static void xfer_close(wf_server_t *srv)
+{
+    wf_djob_t *j = srv->cl.mq_head;
+    while (j) {
+        wf_djob_t *next = j->next;
+        wf_djob_free(&j);
+        j = next;
+    }
+    srv->cl.mq_head = srv->cl.mq_tail = NULL;
+    while (srv->cl.n_early)
+        early_drop(srv, 0);
+    if (srv->cl.xfer)
+        zmq_close(srv->cl.xfer);
+    srv->cl.xfer = NULL;
+    srv->cl.xfer_ep[0] = '\0';
+}
+
+/* Member, a new world: connect to the channel it names (if it changed). */
+static void xfer_connect(wf_server_t *srv, const char *self_name)
+{
+    const char *ep = wf_cluster_xfer(srv->cluster);
+    if (srv->cl.xfer && strcmp(ep, srv->cl.xfer_ep) == 0)
+        return;
+    if (srv->cl.xfer)
+        zmq_close(srv->cl.xfer);
+    srv->cl.xfer = NULL;
+    srv->cl.xfer_ep[0] = '\0';
+    if (!ep[0])
+        return;         /* no channel: our ranks are never roots */
+    void *sock = zmq_socket(srv->zctx, ZMQ_DEALER);
+    if (!sock) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: tensor channel: zmq_socket: %s",
+               zmq_strerror(zmq_errno()));
+        return;
+    }
+    xfer_opts(srv, sock);
+    if (zmq_setsockopt(sock, ZMQ_ROUTING_ID, self_name, strlen(self_name)) != 0 ||
+        zmq_connect(sock, ep) != 0) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: cannot connect the tensor channel "
+               "%s: %s", ep, zmq_strerror(zmq_errno()));
+        zmq_close(sock);
+        return;
+    }
+    srv->cl.xfer = sock;
+    snprintf(srv->cl.xfer_ep, sizeof srv->cl.xfer_ep, "%s", ep);
+}
+
+/* Send the header in srv->xf_msg (to `node` on the ROUTER; NULL: the
+ * DEALER's peer), then n frames (moved out of frames[]). False when it
+ * could not be queued (the frames are closed). */
+static bool xfer_send(wf_server_t *srv, const char *node, zmq_msg_t *frames,
+                      uint32_t n)
+{
+    bool ok = true;
+    wf_buf_reset(&srv->buf);
+    if (wf_ctl_encode(&srv->xf_msg, &srv->buf) != WF_OK)
+        ok = false;
+    if (ok && node && zmq_send(srv->cl.xfer, node, strlen(node),
+                               ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        ok = false;
+    /* after the first frame ZeroMQ takes the whole message */
+    if (ok && zmq_send(srv->cl.xfer, srv->buf.data, srv->buf.len,
+                       (n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+        ok = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!ok || zmq_msg_send(&frames[i], srv->cl.xfer,
+                                (i + 1 < n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+            ok = false;
+        zmq_msg_close(&frames[i]);
+    }
+    return ok;
+}
+
+/* Coordinator, at dispatch: q, k, v of `job` to the member holding its
+ * roots (copies share the received buffers). */
+static bool xfer_send_inputs(wf_server_t *srv, const wf_djob_t *job,
+                             const char *node)
+{
+    if (!srv->cl.xfer)
+        return false;
+    const wf_attention_args_t *a = &job->req.args.attention;
+    const uint32_t idx[3] = { a->q, a->k, a->v };
+    zmq_msg_t f[3];
+    for (int t = 0; t < 3; t++) {
+        zmq_msg_init(&f[t]);
+        zmq_msg_copy(&f[t], (zmq_msg_t *)&job->frames[job->req.tensors[idx[t]].frame]);
+    }
+    wf_ctl_msg_t *m = &srv->xf_msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "in");
+    wf_ctl_put_uint(m, "epoch", job->world_epoch);
+    wf_ctl_put_uint(m, "seq", job->seq);
+    wf_ctl_put_uint(m, "n", 3);
+    bool ok = xfer_send(srv, node, f, 3);
+    if (!ok)
+        wf_log(srv->log, WF_LOG_WARNING, "cluster: inputs of job %" PRIu64 " (seq %"
+               PRIu64 ") not sent to %s: %s", job->req.id, job->seq, node,
+               zmq_strerror(zmq_errno()));
+    return ok;
+}
+
+/* Member: our part of a world serves the channel: tell the coordinator
+ * ("hi"), which then gives our ranks jobs' roots. */
+static void xfer_hi(wf_server_t *srv)
+{
+    if (!srv->cl.xfer)
+        return;
+    wf_ctl_msg_t *m = &srv->xf_msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "hi");
+    wf_ctl_put_uint(m, "epoch", srv->cl.world_epoch);
+    xfer_send(srv, NULL, NULL, 0);
+}
+
+/* Member: the part holding the roots ended well: its outputs (and so its
+ * "done") go back on the channel. False when they could not be queued. */
+static bool xfer_send_outputs(wf_server_t *srv, wf_djob_t *job)
+{
+    if (!srv->cl.xfer)
+        return false;
+    zmq_msg_t f[WF_DJOB_MAX_OUTPUTS];
+    uint32_t n = job->n_outputs;
+    for (uint32_t i = 0; i < n; i++) {
+        if (zmq_msg_init_data(&f[i], job->out[i], (size_t)job->out_desc[i].nbytes,
+                              free_output, NULL) != 0) {
+            for (uint32_t k = 0; k < i; k++)
+                zmq_msg_close(&f[k]);   /* gives nothing back: out[k] freed */
+            return false;
+        }
+        job->out[i] = NULL;
+    }
+    wf_ctl_msg_t *m = &srv->xf_msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "out");
+    wf_ctl_put_uint(m, "epoch", job->world_epoch);
+    wf_ctl_put_uint(m, "seq", job->seq);
+    wf_ctl_put_uint(m, "st", 0);
+    wf_ctl_put_uint(m, "n", n);
+    return xfer_send(srv, NULL, f, n);
+}
+
+/* Member: the descriptor makes our ranks the roots: the inputs' sizes to
+ * expect and the outputs to write. */
+static wf_status_t member_root_setup(wf_server_t *srv, wf_djob_t *job)
+{
+    uint64_t max_in = srv->settings.limits.max_tensor_bytes;
+    for (int t = 0; t < 3; t++)
+        if (wf_tensor_desc_finish(&job->req.tensors[t]) != WF_OK ||
+            job->req.tensors[t].nbytes > max_in)
+            return WF_E_LIMIT;
+    const wf_tensor_desc_t *q = &job->req.tensors[0];
+    wf_tensor_desc_t *o = &job->out_desc[0];
+    snprintf(o->name, sizeof o->name, "out");
+    o->rank = 4;
+    memcpy(o->shape, q->shape, 4 * sizeof q->shape[0]);
+    o->frame = 0;
+    if (job->n_outputs > 1) {
+        wf_tensor_desc_t *l = &job->out_desc[1];
+        snprintf(l->name, sizeof l->name, "lse");
+        l->dtype = WF_DTYPE_F32;
+        l->rank = 3;
+        memcpy(l->shape, q->shape, 3 * sizeof q->shape[0]);
+        l->frame = 1;
+    }
+    for (uint32_t i = 0; i < job->n_outputs; i++) {
+        if (wf_tensor_desc_finish(&job->out_desc[i]) != WF_OK ||
+            job->out_desc[i].nbytes > 2 * max_in)
+            return WF_E_LIMIT;
+        size_t size = ((size_t)job->out_desc[i].nbytes + 63) & ~(size_t)63;
+        job->out[i] = aligned_alloc(64, size ? size : 64);
+        if (!job->out[i])
+            return WF_E_NO_MEMORY;
+    }
+    job->root_here = true;
+    return WF_OK;
+}
+
+/* Member: give `job` the n received frames when they match its inputs
+ * (else the root's step fails: the world is aborted and rebuilt). The
+ * frames are moved out of f[]. */
+static void member_give_inputs(wf_server_t *srv, wf_djob_t *job, zmq_msg_t *f,
+                               uint32_t n)
+{
+    bool ok = n == 3;
+    for (uint32_t t = 0; ok && t < 3; t++)
+        ok = zmq_msg_size(&f[t]) == job->req.tensors[t].nbytes;
+    for (uint32_t t = 0; t < 3 && t < n; t++) {
+        zmq_msg_init(&job->frames[t]);
+        zmq_msg_move(&job->frames[t], &f[t]);
+    }
+    job->n_frames = n < 3 ? n : 3;
+    if (!ok) {
+        wf_log(srv->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
+               PRIu64 ") do not match its descriptor; the job fails",
+               job->req.id, job->seq);
+        job->inputs_bad = true;
+    }
+    job->inputs_in = true;
+}
+
+/* Member, a new part holding roots: its inputs may have come first. */
+static void member_take_early(wf_server_t *srv, wf_djob_t *job)
+{
+    for (uint32_t i = 0; i < srv->cl.n_early; i++) {
+        xfer_early_t *e = &srv->cl.early[i];
+        if (e->seq != job->seq || e->epoch != job->world_epoch)
             continue;
-        job->task[r].job = job;
-        job->task[r].rank = (int)r;
-        wf_worker_submit(&srv->workers[wr - lo], &job->task[r]);
+        member_give_inputs(srv, job, e->f, e->n);
+        e->n = 0;
+        early_drop(srv, i);
+        return;
+    }
+}
+
+/* Member: "in" {epoch, seq, n} and its frames. */
+static void member_in(wf_server_t *srv, const wf_ctl_msg_t *h, zmq_msg_t *f,
+                      uint32_t n)
+{
+    uint64_t epoch, seq, nn;
+    if (!wf_ctl_get_uint(h, "epoch", &epoch) || !wf_ctl_get_uint(h, "seq", &seq) ||
+        !wf_ctl_get_uint(h, "n", &nn) || nn != n || n != 3)
+        return;
+    if (epoch < srv->cl.world_epoch && srv->cl.aborted)
+        return;     /* a world given up: its jobs were dropped */
+    for (wf_djob_t *j = srv->cl.mq_head; j; j = j->next) {
+        if (j->kind == WF_DJOB_REGROUP || !j->root_here || j->seq != seq ||
+            j->world_epoch != epoch || j->inputs_in)
+            continue;
+        member_give_inputs(srv, j, f, n);
+        member_pump(srv);
+        return;
+    }
+    if (srv->cl.n_early == XFER_EARLY) {
+        wf_log(srv->log, WF_LOG_WARNING, "cluster: too many inputs ahead of "
+               "their jobs; dropping the oldest (seq %" PRIu64 ")",
+               srv->cl.early[0].seq);
+        early_drop(srv, 0);
+    }
+    xfer_early_t *e = &srv->cl.early[srv->cl.n_early++];
+    e->seq = seq;
+    e->epoch = epoch;
+    e->n = n;
+    for (uint32_t t = 0; t < n; t++) {
+        zmq_msg_init(&e->f[t]);
+        zmq_msg_move(&e->f[t], &f[t]);
+    }
+}
+
+/* Coordinator: "hi" {epoch} from member `name`. */
+static void coord_hi(wf_server_t *srv, const char *name, const wf_ctl_msg_t *h)
+{
+    uint64_t epoch;
+    int i = node_index(srv->cl.nodes, srv->cl.n_nodes, name);
+    if (i < 0 || i >= 32 || srv->cl.nodes[i].self ||
+        !wf_ctl_get_uint(h, "epoch", &epoch) || epoch != srv->cl.world_epoch)
+        return;
+    srv->cl.xfer_ready |= 1u << i;
+    if (srv->cl.built && !srv->cl.install) {
+        srv->sched.roots_ok |= 1u << i;
+        dispatch(srv);
+    }
+}
+
+/* Coordinator: "out" {epoch, seq, st, n} and the outputs from `name`. */
+static void coord_out(wf_server_t *srv, const char *name, const wf_ctl_msg_t *h,
+                      zmq_msg_t *f, uint32_t n)
+{
+    uint64_t epoch, seq, st, nn;
+    int i = node_index(srv->cl.nodes, srv->cl.n_nodes, name);
+    if (i < 0 || i >= 32 || !wf_ctl_get_uint(h, "epoch", &epoch) ||
+        !wf_ctl_get_uint(h, "seq", &seq) || !wf_ctl_get_uint(h, "st", &st) ||
+        !wf_ctl_get_uint(h, "n", &nn) || nn != n)
+        return;
+    for (wf_djob_t *j = srv->cl.remote_jobs; j; j = j->rnext) {
+        if (j->seq != seq)
+            continue;
+        uint32_t bit = 1u << i;
+        if (!(j->remote_pending & bit) || !(j->xroot & bit) || j->world_epoch != epoch)
+            return;     /* settled already (a late message of an old world) */
+        j->remote_pending &= ~bit;
+        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
+        bool sizes = s != WF_OK || n == j->n_outputs;
+        for (uint32_t k = 0; sizes && s == WF_OK && k < n; k++)
+            sizes = zmq_msg_size(&f[k]) == j->out_desc[k].nbytes;
+        if (!sizes) {
+            s = WF_E_INTERNAL;
+            snprintf(j->err, sizeof j->err, "node %s sent outputs that do not "
+                     "match the job", name);
+        } else if (s == WF_OK) {
+            for (uint32_t k = 0; k < n; k++) {
+                zmq_msg_init(&j->out_msg[k]);
+                zmq_msg_move(&j->out_msg[k], &f[k]);
+            }
+            j->n_out_msgs = n;
+        } else if (!j->err[0] && s != WF_E_ABORTED) {
+            snprintf(j->err, sizeof j->err, "the job's part on node %s failed: %s",
+                     name, wf_status_str(s));
+        }
+        wf_djob_rank_done(j, s);
+        return;
+    }
+}
+
+/* Read every waiting message of the tensor channel. */
+static void xfer_recv(wf_server_t *srv)
+{
+    bool coord = wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR;
+    for (int budget = 0; srv->cl.xfer && budget < 256; budget++) {
+        /* [name (ROUTER)], header, up to 3 frames */
+        zmq_msg_t p[5];
+        uint32_t n = 0, max = coord ? 5 : 4;
+        bool over = false, more = true;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, srv->cl.xfer, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&m);
+                break;
+            }
+            more = zmq_msg_more(&m);
+            if (n < max) {
+                zmq_msg_init(&p[n]);
+                zmq_msg_move(&p[n++], &m);
+            } else {
+                over = true;
+            }
+            zmq_msg_close(&m);
+        }
+        if (n == 0)
+            return;
+        uint32_t h = coord ? 1 : 0;
+        char name[WF_SETTINGS_NAME_MAX] = "";
+        char err[64];
+        const char *t = NULL;
+        if (coord && zmq_msg_size(&p[0]) < sizeof name)
+            memcpy(name, zmq_msg_data(&p[0]), zmq_msg_size(&p[0]));
+        if (!over && n > h && (!coord || (name[0] &&
+                                          strlen(name) == zmq_msg_size(&p[0]))) &&
+            wf_ctl_decode(zmq_msg_data(&p[h]), zmq_msg_size(&p[h]), &srv->xf_msg,
+                          err, sizeof err) == WF_OK)
+            t = wf_ctl_get_str(&srv->xf_msg, "t");
+        if (t && coord && strcmp(t, "hi") == 0)
+            coord_hi(srv, name, &srv->xf_msg);
+        else if (t && coord && strcmp(t, "out") == 0)
+            coord_out(srv, name, &srv->xf_msg, &p[h + 1], n - h - 1);
+        else if (t && !coord && strcmp(t, "in") == 0)
+            member_in(srv, &srv->xf_msg, &p[h + 1], n - h - 1);
+        for (uint32_t k = 0; k < n; k++)
+            zmq_msg_close(&p[k]);
     }
 }
 
@@ -2129,6 +2714,12 @@ static void coord_done(wf_server_t *srv, const char *from, const wf_ctl_msg_t *m
             return;
         j->remote_pending &= ~(1u << i);
         wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
+        if (s == WF_OK && (j->xroot & (1u << i))) {
+            /* the roots' node answers on the tensor channel, with outputs */
+            s = WF_E_INTERNAL;
+            snprintf(j->err, sizeof j->err, "node %s reported the job done "
+                     "without its outputs", from);
+        }
         if (s == WF_E_UNAVAILABLE || s == WF_E_MALFORMED) {
             /* its ranks never ran: ours wait for them in a collective.
              * Abort the world; a new round without the node rebuilds it
@@ -2184,7 +2775,14 @@ static void handle_completions(wf_server_t *srv)
         }
         if (job->remote_part) {
             wf_status_t st = (wf_status_t)atomic_load(&job->status);
-            member_done(srv, job->seq, job->epoch, st);
+            /* the roots' part answers with its outputs on the tensor
+             * channel; a failure (or a channel that cannot take them)
+             * with "done" on the control plane, ahead of any "aborted" */
+            if (!job->root_here || st != WF_OK || !xfer_send_outputs(srv, job)) {
+                if (job->root_here && st == WF_OK)
+                    st = WF_E_INTERNAL;
+                member_done(srv, job->seq, job->epoch, st);
+            }
             if (st != WF_OK && st != WF_E_ABORTED && failed_st == WF_OK) {
                 failed_seq = job->seq;
                 failed_st = st;
@@ -2376,13 +2974,14 @@ wf_status_t wf_server_run(wf_server_t *srv)
         uint64_t now = wf_now_usec();
         if (srv->stopping && now >= srv->drain_deadline_us)
             break;
-        zmq_pollitem_t items[5] = {
+        zmq_pollitem_t items[6] = {
             { srv->router, 0, ZMQ_POLLIN, 0 },
             { NULL, srv->sigfd, ZMQ_POLLIN, 0 },
             { NULL, srv->done.efd, ZMQ_POLLIN, 0 },
             { NULL, srv->models.efd, ZMQ_POLLIN, 0 },
             { srv->cluster ? wf_cluster_socket(srv->cluster) : NULL, 0,
               ZMQ_POLLIN, 0 },
+            { srv->cl.xfer, 0, ZMQ_POLLIN, 0 },
         };
         int timeout = poll_timeout_ms(srv, now);
         if (srv->cluster) {
@@ -2392,7 +2991,7 @@ wf_status_t wf_server_run(wf_server_t *srv)
         }
         if (srv->models.loading && (timeout < 0 || timeout > 1000))
             timeout = 1000;     /* progress notes to systemd */
-        int rc = zmq_poll(items, srv->cluster ? 5 : 4, timeout);
+        int rc = zmq_poll(items, !srv->cluster ? 4 : srv->cl.xfer ? 6 : 5, timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
             wf_log(srv->log, WF_LOG_ERR, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             result = WF_E_INTERNAL;
@@ -2414,6 +3013,7 @@ wf_status_t wf_server_run(wf_server_t *srv)
                                      &srv->cl.mesh_epoch))
                 srv->cl.mesh_pending = true;
             apply_pending_mesh(srv);
+            xfer_recv(srv);     /* cheap when nothing waits */
         }
         if (rc <= 0)
             continue;

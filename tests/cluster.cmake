@@ -43,3 +43,13 @@ target_link_libraries(test_cluster_fault PRIVATE weft_clusterd weft_testsupport 
 target_compile_options(test_cluster_fault PRIVATE -O2)
 add_test(NAME e2e_cluster_fault COMMAND test_cluster_fault $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_fault PROPERTIES TIMEOUT 120)
+
+# dp replicas rooted on member nodes serve context-parallel jobs over the
+# tensor channel (tests/test_cluster_replicas.c): 3 weftd processes, mesh
+# dp=3 x ring=2 then dp=3 x ulysses=2, 24 jobs in flight from 2 clients
+# against the fp64 reference, every device of every node served.
+add_executable(test_cluster_replicas ${CMAKE_CURRENT_LIST_DIR}/test_cluster_replicas.c)
+target_link_libraries(test_cluster_replicas PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
+target_compile_options(test_cluster_replicas PRIVATE -O2)
+add_test(NAME e2e_cluster_replicas COMMAND test_cluster_replicas $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_cluster_replicas PROPERTIES TIMEOUT 120)

@@ -1,0 +1,318 @@
+/* test_cluster_replicas.c — dp replicas rooted on member nodes serve
+ * context-parallel jobs (the tensor channel, PROTOCOL.md section 11): three
+ * real weftd processes (cpu:2 each) on loopback (data planes on 127.0.0.1,
+ * .2 and .3), world mesh dp=3 x ring=2, so replica r is node r's two
+ * ranks and replicas 1 and 2 have their roots on the members. Every wait
+ * is an event wait with a deadline (pidfd, the sd_notify socket, the
+ * client's reply).
+ *
+ *  1. a (coordinator, --mesh dp=3,ring=2), b, c: "cluster serving: epoch
+ *     1, 3 node(s), 6 rank(s)".
+ *  2. 24 jobs in flight at once from 2 client connections (varied shapes,
+ *     dtypes, options), each checked against the fp64 reference
+ *     (tests/support/jobcheck), devices = 2, epoch = the mesh's; then
+ *     every device of every node (each one's own status: the members'
+ *     through their own endpoints) served jobs.
+ *  3. the same under dp=3 x ulysses=2 (after a reconfigure): every
+ *     device's count grew.
+ *  4. member c killed (SIGKILL) while long jobs run on every replica, c's
+ *     one rooted there: each fails with WF_E_NODE_LOST naming c within 5 s
+ *     (or ended WF_OK before the loss was known), at least one does; the world re-forms on a and b (epoch 2, dp=2
+ *     x ulysses=2) and a burst on it is correct with b's replica serving.
+ *  5. c restarted: rejoins (epoch 3); a burst is correct and c's devices
+ *     serve again.
+ *  6. SIGTERM stops every daemon cleanly (exit 0; no leak under ASan).
+ *
+ * Usage: test_cluster_replicas PATH_TO_WEFTD.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "support/clusterd.h"
+#include "support/jobcheck.h"
+#include "weft.h"
+
+#define TIMEOUT_MS 30000
+#define IN_FLIGHT 24        /* jobs submitted before the first wait */
+#define CLIENTS 2
+
+static int failures;
+typedef clusterd_node_t node_t;
+static char coordinator[64];
+
+static bool node_start(node_t *d, const char *weftd, const char *name, int addr)
+{
+    if (!clusterd_node_open(d, name, "cr"))
+        return false;
+    char data_addr[32];
+    snprintf(data_addr, sizeof data_addr, "127.0.0.%d", addr);
+    const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
+                           "--data-address", data_addr,
+                           "--mesh", "dp=3,ring=2", "--coordinator", coordinator,
+                           "--nodes", "3", "--node-name", name,
+                           "--cluster-timeout-ms", "5000",
+                           "--heartbeat-ms", "200", "--heartbeat-timeout-ms",
+                           "1000", "--cpu-memory", "1G", "--log-level",
+                           getenv("CR_LOG_LEVEL") ? getenv("CR_LOG_LEVEL") : "warning",
+                           NULL };
+    return clusterd_exec(&d->p, argv, NULL);
+}
+
+#define F32 WF_DTYPE_F32
+#define F16 WF_DTYPE_F16
+#define BF16 WF_DTYPE_BF16
+#define AG WF_ROTATE_ALLGATHER
+#define A2A WF_ROTATE_ALLTOALL
+#define DEF WF_OPT_DEFAULT
+#define ON WF_OPT_ON
+#define OFF WF_OPT_OFF
+
+static const jcase_t cases[] = {
+    /* name                  B   Sq  Skv Hq Hkv D  in    out   causal lse  scale rot  fp32 ring_any uly_any lb */
+    { "f32 64",              1, 64, 64, 4,  4,  16, F32,  F32,  0, true,  0,    AG,  DEF, DEF, DEF, DEF },
+    { "f32 96 causal lb",    1, 96, 96, 4,  2,  32, F32,  F32,  1, true,  0,    A2A, ON,  DEF, DEF, ON },
+    { "f16 48 GQA",          2, 48, 48, 8,  2,  16, F16,  F16,  0, false, 0,    AG,  DEF, DEF, DEF, DEF },
+    { "bf16 uneven 45/31",   1, 45, 31, 6,  6,  16, BF16, BF16, 1, true,  0,    A2A, OFF, ON,  ON,  ON },
+    { "f16 in f32 out 40",   1, 40, 56, 2,  2,  64, F16,  F32,  0, true,  0.2f, AG,  DEF, DEF, DEF, DEF },
+    { "f32 uneven heads 5",  1, 40, 40, 5,  5,  16, F32,  F32,  0, true,  0,    AG,  DEF, ON,  ON,  DEF },
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static void tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
+{
+    double out = c->out == F32 ? 1e-4 : c->out == F16 ? 5e-4 : 4e-3;
+    if (c->fp32 == OFF && c->in != F32)
+        out = fmax(out, c->in == F16 ? 4e-3 : 3e-2);
+    *ret_out = out;
+    *ret_lse = 1e-4;
+}
+
+/* The smallest jobs_served of d's devices, from d's own status. */
+static uint64_t min_served(node_t *d, uint64_t per_device[2])
+{
+    wf_status_info_t si;
+    uint64_t min = UINT64_MAX;
+    if (!clusterd_status(&d->p, &si) || si.device_count == 0)
+        return 0;
+    for (uint32_t i = 0; i < si.device_count; i++) {
+        if (i < 2)
+            per_device[i] = si.devices[i].jobs_served;
+        if (si.devices[i].jobs_served < min)
+            min = si.devices[i].jobs_served;
+    }
+    return min;
+}
+
+/* IN_FLIGHT jobs over CLIENTS connections, all submitted before any wait;
+ * returns the jobs correct (on `devices` devices under mesh epoch
+ * `epoch`). */
+static unsigned burst(wf_client_t *cl[CLIENTS], uint64_t epoch, uint32_t devices,
+                      uint64_t seed, const char *label)
+{
+    static jbuf_t buf[IN_FLIGHT];
+    wf_job_t *job[IN_FLIGHT];
+    unsigned ok = 0;
+    double t0 = now_s();
+    for (int i = 0; i < IN_FLIGHT; i++) {
+        const jcase_t *c = &cases[(size_t)i % N_CASES];
+        job[i] = NULL;
+        if (!jbuf_init(&buf[i], c, seed + (uint64_t)i)) {
+            CHECK(false);
+            continue;
+        }
+        wf_attention_opts_t o = opts_of(c);
+        wf_status_t st = wf_attention_submit(cl[i % CLIENTS], &buf[i].q, &buf[i].k,
+                                             &buf[i].v, &o, &buf[i].out,
+                                             buf[i].lse, &job[i]);
+        if (st != WF_OK) {
+            fprintf(stderr, "%s: submit %d: %s\n", label, i, wf_status_name(st));
+            job[i] = NULL;
+        }
+    }
+    double max_rel = 0;
+    for (int i = 0; i < IN_FLIGHT; i++) {
+        const jcase_t *c = &cases[(size_t)i % N_CASES];
+        if (!job[i]) {
+            CHECK(false);
+            jbuf_free(&buf[i]);
+            continue;
+        }
+        wf_status_t st = wf_job_wait(cl[i % CLIENTS], job[i], TIMEOUT_MS);
+        wf_job_result_t res;
+        memset(&res, 0, sizeof res);
+        wf_job_result(job[i], &res);
+        bool good = st == WF_OK && res.status == WF_OK;
+        if (!good) {
+            fprintf(stderr, "%s: job %d (%s): %s: %s\n", label, i, c->name,
+                    wf_status_name(res.status), wf_job_error(job[i]));
+        } else {
+            double eo, el, to, tl;
+            jbuf_errors(&buf[i], &eo, &el);
+            tolerances(c, &to, &tl);
+            good = eo <= to && (!c->want_lse || el <= tl) && res.devices == devices &&
+                   res.epoch == epoch;
+            if (eo / to > max_rel)
+                max_rel = eo / to;
+            if (!good)
+                fprintf(stderr, "%s: job %d (%s): out err %.2e (tol %.0e), lse "
+                        "err %.2e, devices %u, epoch %llu (want %llu)\n", label, i,
+                        c->name, eo, to, el, res.devices,
+                        (unsigned long long)res.epoch, (unsigned long long)epoch);
+        }
+        ok += good;
+        wf_job_destroy(cl[i % CLIENTS], &job[i]);
+        jbuf_free(&buf[i]);
+    }
+    printf("%s: %u/%d jobs correct in %.0f ms (worst out error %.2f of its "
+           "tolerance)\n", label, ok, IN_FLIGHT, (now_s() - t0) * 1e3, max_rel);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *weftd = argv[1];
+    double t_begin = now_s();
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
+    node_t a, b, c;
+    CHECK(node_start(&a, weftd, "a", 1));
+    CHECK(clusterd_node_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));
+    CHECK(node_start(&b, weftd, "b", 2));
+    CHECK(node_start(&c, weftd, "c", 3));
+
+    /* 1. one world, dp=3 x ring=2: one replica per node */
+    CHECK(clusterd_node_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
+                             TIMEOUT_MS, NULL, 0));
+    wf_client_t *cl[CLIENTS] = { NULL, NULL };
+    for (int i = 0; i < CLIENTS; i++)
+        CHECK(wf_client_connect(a.p.endpoint, TIMEOUT_MS, &cl[i]) == WF_OK);
+    wf_status_info_t si;
+    CHECK(clusterd_status(&a.p, &si));
+    CHECK(si.mesh.dp == 3 && si.mesh.ring == 2);
+    uint64_t epoch = si.epoch;
+
+    /* 2. every replica serves */
+    node_t *nodes[3] = { &a, &b, &c };
+    uint64_t before[3][2], after[3][2];
+    CHECK(burst(cl, epoch, 2, 100, "dp=3,ring=2") == IN_FLIGHT);
+    for (int n = 0; n < 3; n++) {
+        uint64_t m = min_served(nodes[n], after[n]);
+        printf("  node %s: jobs served per device %llu, %llu\n", nodes[n]->p.name,
+               (unsigned long long)after[n][0], (unsigned long long)after[n][1]);
+        CHECK(m > 0);
+        memcpy(before[n], after[n], sizeof before[n]);
+    }
+
+    /* 3. the same under Ulysses */
+    wf_mesh_degrees_t uly = { 3, 1, 2, 1 };
+    uint64_t e = 0;
+    CHECK(wf_reconfigure(cl[0], &uly, &e) == WF_OK && e == epoch + 1);
+    epoch = e;
+    CHECK(burst(cl, epoch, 2, 900, "dp=3,ulysses=2") == IN_FLIGHT);
+    for (int n = 0; n < 3; n++) {
+        min_served(nodes[n], after[n]);
+        printf("  node %s: jobs served per device %llu, %llu\n", nodes[n]->p.name,
+               (unsigned long long)after[n][0], (unsigned long long)after[n][1]);
+        CHECK(after[n][0] > before[n][0] && after[n][1] > before[n][1]);
+    }
+
+    /* 4. c killed while its replica runs a job */
+    {
+        jcase_t big = { "f32 6144 (killed)", 1, 6144, 6144, 4, 4, 64, F32, F32,
+                        0, false, 0, AG, DEF, DEF, DEF, DEF };
+        jbuf_t x[3];
+        wf_job_t *job[3] = { NULL, NULL, NULL };
+        for (int i = 0; i < 3; i++) {
+            CHECK(jbuf_init(&x[i], &big, 4000 + (uint64_t)i));
+            wf_attention_opts_t o = opts_of(&big);
+            CHECK(wf_attention_submit(cl[0], &x[i].q, &x[i].k, &x[i].v, &o,
+                                      &x[i].out, NULL, &job[i]) == WF_OK);
+        }
+        /* answered after the three were dispatched: one per replica */
+        CHECK(wf_status(cl[0], &si) == WF_OK && si.in_flight == 3);
+        int64_t t_kill = clusterd_now_ms();
+        kill(c.p.pid, SIGKILL);
+        CHECK(clusterd_wait_exit(&c.p, TIMEOUT_MS));
+        unsigned lost = 0;
+        for (int i = 0; i < 3; i++) {
+            if (!job[i])
+                continue;
+            wf_job_wait(cl[0], job[i], TIMEOUT_MS);
+            int64_t t = clusterd_now_ms() - t_kill;
+            wf_job_result_t res;
+            memset(&res, 0, sizeof res);
+            wf_job_result(job[i], &res);
+            printf("  long job %d: %s after %lld ms %s\n", i,
+                   wf_status_name(res.status), (long long)t, wf_job_error(job[i]));
+            if (res.status == WF_E_NODE_LOST) {
+                lost++;
+                CHECK(strstr(wf_job_error(job[i]), "node(s) c lost") != NULL);
+                CHECK(t < 5000);
+            } else {
+                /* too long for the fp64 reference (Skv <= 512): the
+                 * bursts check the numbers */
+                CHECK(res.status == WF_OK);
+            }
+            wf_job_destroy(cl[0], &job[i]);
+            jbuf_free(&x[i]);
+        }
+        CHECK(lost >= 1);
+        CHECK(clusterd_node_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), "
+                                 "4 rank(s)", TIMEOUT_MS, NULL, 0));
+        CHECK(clusterd_status(&a.p, &si));
+        CHECK(si.mesh.dp == 2 && si.mesh.ulysses == 2 && si.epoch > epoch);
+        epoch = si.epoch;
+        uint64_t pb[2];
+        min_served(&b, pb);
+        CHECK(burst(cl, epoch, 2, 5000, "degraded dp=2,ulysses=2") == IN_FLIGHT);
+        min_served(&b, after[1]);
+        printf("  node b: jobs served per device %llu, %llu\n",
+               (unsigned long long)after[1][0], (unsigned long long)after[1][1]);
+        CHECK(after[1][0] > pb[0] && after[1][1] > pb[1]);
+    }
+
+    /* 5. c back: its replica serves again */
+    {
+        clusterd_node_close(&c);
+        CHECK(node_start(&c, weftd, "c", 3));
+        CHECK(clusterd_node_wait(&a, "STATUS=cluster serving: epoch 3, 3 node(s), "
+                                 "6 rank(s)", TIMEOUT_MS, NULL, 0));
+        CHECK(clusterd_status(&a.p, &si));
+        CHECK(si.mesh.dp == 3 && si.epoch > epoch);
+        epoch = si.epoch;
+        CHECK(burst(cl, epoch, 2, 6000, "rejoined dp=3,ulysses=2") == IN_FLIGHT);
+        uint64_t m = min_served(&c, after[2]);
+        printf("  node c: jobs served per device %llu, %llu\n",
+               (unsigned long long)after[2][0], (unsigned long long)after[2][1]);
+        CHECK(m > 0);
+    }
+
+    for (int i = 0; i < CLIENTS; i++)
+        wf_client_destroy(&cl[i]);
+    /* 6. clean stops: members first, then the coordinator */
+    node_t *all[3] = { &c, &b, &a };
+    for (int i = 0; i < 3; i++) {
+        kill(all[i]->p.pid, SIGTERM);
+        CHECK(clusterd_wait_exit(&all[i]->p, TIMEOUT_MS));
+        CHECK(WIFEXITED(all[i]->p.exit_status) && WEXITSTATUS(all[i]->p.exit_status) == 0);
+        if (!WIFEXITED(all[i]->p.exit_status) || WEXITSTATUS(all[i]->p.exit_status) != 0)
+            fprintf(stderr, "%s: exit status 0x%x\n", all[i]->p.name,
+                    all[i]->p.exit_status);
+    }
+    for (int i = 0; i < 3; i++)
+        clusterd_node_close(all[i]);
+    printf("test_cluster_replicas: %s (%d failure(s)) in %.1f s\n",
+           failures ? "FAILED" : "passed", failures, now_s() - t_begin);
+    return failures ? 1 : 0;
+}
