@@ -6,7 +6,9 @@
  * error reply with the right stable code and the request's id when the id
  * could be read; after each one a good small attention job must still
  * succeed and match an fp64 reference. At the end the daemon must still be
- * alive, and SIGTERM must make it exit 0.
+ * alive, and SIGTERM must make it exit 0. The resident-model ops (load,
+ * unload, list, forward) get their malformed requests too; the daemon has
+ * no model root, so even the well-formed loads are refused.
  *
  * Every receive goes through zmq_poll with a timeout: a daemon that stays
  * silent fails the test instead of hanging it.
@@ -361,6 +363,98 @@ static void hdr_args(t_t *t, uint64_t id)
     mpb_tensor(&t->sb, "k", "f32", 4, GKV, 1);
     mpb_tensor(&t->sb, "v", "f32", 4, GKV, 2);
     mpb(&t->sb, "s", "args");
+}
+
+/* Resident-model ops (5-8) against a daemon without a model root: every
+ * malformed request refused by the decoder with its code, every valid one
+ * by the daemon (no model root, no such model), and the daemon serving
+ * after each. */
+static void run_bad_model_cases(t_t *t)
+{
+    msgpack_sbuffer *sb = &t->sb;
+    frame_t f[8];
+    good_frames(t, f);
+    /* load_model */
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M3 ss ss si", "v", 1, "id", 1200, "op", 5, "args", "name", "m",
+        "path", "flux", "colour", 1);
+    bad(t, "load_model unknown arg", false, sb->data, sb->size, NULL, 0, WF_E_BAD_FIELD, 1200);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M2 ss ss", "v", 1, "id", 1201, "op", 5, "args", "name", "a/b",
+        "path", "flux");
+    bad(t, "load_model name with '/'", false, sb->data, sb->size, NULL, 0, WF_E_BAD_FIELD,
+        1201);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M2 ss ss", "v", 1, "id", 1202, "op", 5, "args", "name", "m",
+        "path", "/etc");
+    bad(t, "load_model absolute path", false, sb->data, sb->size, NULL, 0, WF_E_BAD_FIELD,
+        1202);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M2 ss ss", "v", 1, "id", 1203, "op", 5, "args", "name", "m",
+        "path", "a/../../etc");
+    bad(t, "load_model '..' path", false, sb->data, sb->size, NULL, 0, WF_E_BAD_FIELD, 1203);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M3 ss ss s M1 ss", "v", 1, "id", 1204, "op", 5, "args", "name",
+        "m", "path", "flux", "tp_plan", "transformer_blocks.*.attn.to_q", "diagonal");
+    bad(t, "load_model unknown tp style", false, sb->data, sb->size, NULL, 0,
+        WF_E_BAD_FIELD, 1204);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M3 ss ss s M1 s M1 ss", "v", 1, "id", 1205, "op", 5, "args",
+        "name", "m", "path", "flux", "tp_plan", "single_transformer_blocks.*.proj_out",
+        "style", "packed_rowwise");
+    bad(t, "load_model packed rule without blocks", false, sb->data, sb->size, NULL, 0,
+        WF_E_BAD_FIELD, 1205);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M5 si si si s A1", "v", 1, "id", 1206, "op", 5, "tensors");
+    mpb_tensor(sb, "q", "f32", 4, GQ, 0);
+    mpb(sb, "s M2 ss ss", "args", "name", "m", "path", "flux");
+    bad(t, "load_model with a tensor", false, sb->data, sb->size, f, 1, WF_E_BAD_ARGUMENT,
+        1206);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M2 ss ss", "v", 1, "id", 1207, "op", 5, "args", "name", "m",
+        "path", "flux");
+    bad(t, "load_model without a model root", false, sb->data, sb->size, NULL, 0,
+        WF_E_BAD_ARGUMENT, 1207);
+    /* unload_model / list_models */
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M1 ss", "v", 1, "id", 1210, "op", 6, "args", "name", "ghost");
+    bad(t, "unload_model of no model", false, sb->data, sb->size, NULL, 0,
+        WF_E_BAD_ARGUMENT, 1210);
+    msgpack_sbuffer_clear(sb);
+    mpb(sb, "M4 si si si s M1 si", "v", 1, "id", 1211, "op", 7, "args", "all", 1);
+    bad(t, "list_models with an arg", false, sb->data, sb->size, NULL, 0, WF_E_BAD_FIELD,
+        1211);
+    /* forward: (B=1, S_img=2, C=4), (1, 2, 4), (1, 4), (1), (2, 3), (2, 3) */
+    static const int64_t hs[3] = { 1, 2, 4 }, enc[3] = { 1, 2, 4 }, pooled[2] = { 1, 4 },
+                         ts[1] = { 1 }, ids[2] = { 2, 3 };
+    static float buf[64];
+    frame_t ff[6] = { { buf, 32 }, { buf, 32 }, { buf, 16 }, { buf, 4 }, { buf, 24 },
+                      { buf, 24 } };
+    const char *names[6] = { "hidden_states", "encoder_hidden_states", "pooled_projections",
+                             "timestep", "img_ids", "txt_ids" };
+    const int64_t *shapes[6] = { hs, enc, pooled, ts, ids, ids };
+    const int ranks[6] = { 3, 3, 2, 1, 2, 2 };
+    for (int c = 0; c < 3; c++) {
+        /* 0: a valid request for a model that is not loaded; 1: txt_ids
+         * missing; 2: the hidden_states frame one float short */
+        int n = c == 1 ? 5 : 6;
+        msgpack_sbuffer_clear(sb);
+        mpb(sb, "M5 si sU si s A*", "v", 1, "id", (uint64_t)(1220 + c), "op", 8,
+            "tensors", n);
+        for (int i = 0; i < n; i++)
+            mpb_tensor(sb, names[i], "f32", ranks[i], shapes[i], i);
+        mpb(sb, "s M1 ss", "args", "model", "ghost");
+        frame_t fc[6];
+        memcpy(fc, ff, sizeof fc);
+        if (c == 2)
+            fc[0].n -= 4;
+        static const char *const what[3] = { "forward on no model",
+                                             "forward without txt_ids",
+                                             "forward frame one float short" };
+        static const wf_status_t want[3] = { WF_E_BAD_ARGUMENT, WF_E_BAD_FIELD,
+                                             WF_E_FRAME_MISMATCH };
+        bad(t, what[c], false, sb->data, sb->size, fc, n, want[c], (uint64_t)(1220 + c));
+    }
 }
 
 static void run_bad_cases(t_t *t)
@@ -734,6 +828,8 @@ static void run_bad_cases(t_t *t)
     mpb(sb, "M4 si si si s A1", "v", 1, "id", 1090, "op", 1, "tensors");
     mpb_tensor(sb, "q", "f32", 4, GQ, 0);
     bad(t, "hello with a tensor", false, sb->data, sb->size, f, 1, WF_E_BAD_ARGUMENT, 1090);
+
+    run_bad_model_cases(t);
 }
 
 /* ---- daemon process ---- */
