@@ -98,21 +98,12 @@ static const jcase_t cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static void tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
-{
-    double out = c->out == F32 ? 1e-4 : c->out == F16 ? 5e-4 : 4e-3;
-    if (c->fp32 == OFF && c->in != F32)
-        out = fmax(out, c->in == F16 ? 4e-3 : 3e-2);
-    *ret_out = out;
-    *ret_lse = 1e-4;
-}
-
 /* The outputs of a job that answered WF_OK against the fp64 reference. */
 static bool check_outputs(const jbuf_t *a, const wf_job_result_t *res)
 {
     double eo, el, to, tl;
     jbuf_errors(a, &eo, &el);
-    tolerances(&a->c, &to, &tl);
+    jcase_tolerances(&a->c, true, &to, &tl);
     bool ok = eo <= to && (!a->c.want_lse || el <= tl);
     printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  devices %u"
            "  %s\n", a->c.name, eo, to, el, (unsigned long long)res->epoch,

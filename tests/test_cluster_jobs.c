@@ -109,15 +109,6 @@ static const jcase_t cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static void tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
-{
-    double out = c->out == F32 ? 1e-4 : c->out == F16 ? 5e-4 : 4e-3;
-    if (c->fp32 == OFF && c->in != F32)
-        out = fmax(out, c->in == F16 ? 4e-3 : 3e-2);
-    *ret_out = out;
-    *ret_lse = 1e-4;
-}
-
 /* Run case c on the coordinator; WF_OK and within tolerance -> true. */
 static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
                      wf_job_result_t *ret_res, bool quiet)
@@ -136,7 +127,7 @@ static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
     } else {
         double eo, el, to, tl;
         jbuf_errors(&a, &eo, &el);
-        tolerances(c, &to, &tl);
+        jcase_tolerances(c, true, &to, &tl);
         ok = eo <= to && (!c->want_lse || el <= tl);
         if (!ok || !quiet)
             printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  "

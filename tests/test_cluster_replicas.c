@@ -84,15 +84,6 @@ static const jcase_t cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static void tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
-{
-    double out = c->out == F32 ? 1e-4 : c->out == F16 ? 5e-4 : 4e-3;
-    if (c->fp32 == OFF && c->in != F32)
-        out = fmax(out, c->in == F16 ? 4e-3 : 3e-2);
-    *ret_out = out;
-    *ret_lse = 1e-4;
-}
-
 /* The smallest jobs_served of d's devices, from d's own status. */
 static uint64_t min_served(node_t *d, uint64_t per_device[2])
 {
@@ -154,7 +145,7 @@ static unsigned burst(wf_client_t *cl[CLIENTS], uint64_t epoch, uint32_t devices
         } else {
             double eo, el, to, tl;
             jbuf_errors(&buf[i], &eo, &el);
-            tolerances(c, &to, &tl);
+            jcase_tolerances(c, true, &to, &tl);
             good = eo <= to && (!c->want_lse || el <= tl) && res.devices == devices &&
                    res.epoch == epoch;
             if (eo / to > max_rel)

@@ -74,18 +74,6 @@ static int failures; /* single-threaded test bookkeeping */
     } while (0)
 
 /* Tolerances, see the file comment. */
-static void tolerances(const jcase_t *c, const wf_mesh_degrees_t *m,
-                       double *ret_out, double *ret_lse)
-{
-    double out = c->out == WF_DTYPE_F32 ? 1e-4 : c->out == WF_DTYPE_F16 ? 5e-4 : 4e-3;
-    double lse = 1e-4;
-    bool lowp = m->ring > 1 && c->fp32 == WF_OPT_OFF && c->in != WF_DTYPE_F32;
-    if (lowp)
-        out = fmax(out, c->in == WF_DTYPE_F16 ? 4e-3 : 3e-2);
-    *ret_out = out;
-    *ret_lse = lse;
-}
-
 
 /* ---- the daemon --------------------------------------------------------- */
 
@@ -242,7 +230,7 @@ static void run_ok(wf_client_t *c, const mesh_case_t *mc, const jcase_t *jc,
     if (st == WF_OK) {
         double eo, el, to, tl;
         jbuf_errors(&a, &eo, &el);
-        tolerances(jc, &mc->m, &to, &tl);
+        jcase_tolerances(jc, mc->m.ring > 1, &to, &tl);
         CHECK(eo <= to, "%s / %s: out error %.3e > %.1e", mc->name, jc->name, eo, to);
         CHECK(el <= tl, "%s / %s: lse error %.3e > %.1e", mc->name, jc->name, el, tl);
         CHECK(r.epoch == epoch, "%s / %s: reply epoch %" PRIu64 ", mesh epoch %" PRIu64,

@@ -79,16 +79,11 @@ typedef struct shared {
 
 /* Tolerances of test_parity.c, with the low-precision merge assumed
  * whenever it may happen (see the file comment). */
-static void tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
+static void load_tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
 {
-    double out = c->out == WF_DTYPE_F32 ? 1e-4 : c->out == WF_DTYPE_F16 ? 5e-4 : 4e-3;
-    double lse = 1e-4;
-    if (c->fp32 == WF_OPT_OFF && c->in != WF_DTYPE_F32) {
-        out = fmax(out, c->in == WF_DTYPE_F16 ? 4e-3 : 3e-2);
-        lse = c->in == WF_DTYPE_F16 ? 4e-3 : 2.5e-2;
-    }
-    *ret_out = out;
-    *ret_lse = lse;
+    jcase_tolerances(c, true, ret_out, ret_lse);
+    if (c->fp32 == WF_OPT_OFF && c->in != WF_DTYPE_F32)
+        *ret_lse = c->in == WF_DTYPE_F16 ? 4e-3 : 2.5e-2;
 }
 
 
@@ -147,7 +142,7 @@ static void finish_oldest(worker_t *w, wf_client_t *c, slot_t *s, uint64_t *last
     if (st == WF_OK && wf_job_result(s->job, &r) == WF_OK) {
         double eo, el, to, tl;
         jbuf_errors(&s->a, &eo, &el);
-        tolerances(jc, &to, &tl);
+        load_tolerances(jc, &to, &tl);
         CHECK(sh, eo <= to && el <= tl, "thread %d job %" PRIu64 " (%s, epoch %" PRIu64
               "): out error %.3e (tol %.0e), lse error %.3e (tol %.0e)", w->index,
               s->seq, jc->name, r.epoch, eo, to, el, tl);
@@ -428,7 +423,7 @@ static const named_mesh_t *concurrent_pair(shared_t *sh, wf_client_t *c,
         if (st == WF_OK) {
             double eo, el, to, tl;
             jbuf_errors(&a, &eo, &el);
-            tolerances(&big, &to, &tl);
+            load_tolerances(&big, &to, &tl);
             CHECK(sh, eo <= to && el <= tl, "big job: out error %.3e, lse error %.3e", eo, el);
         }
         wf_job_destroy(c, &job);

@@ -261,3 +261,13 @@ bool stop_daemon(pid_t pid, int timeout_ms, char *err, size_t errlen)
         sigtimedwait(&set, NULL, &ts);
     }
 }
+
+void jcase_tolerances(const jcase_t *c, bool ring_merge, double *ret_out,
+                      double *ret_lse)
+{
+    double out = c->out == WF_DTYPE_F32 ? 1e-4 : c->out == WF_DTYPE_F16 ? 5e-4 : 4e-3;
+    if (ring_merge && c->fp32 == WF_OPT_OFF && c->in != WF_DTYPE_F32)
+        out = fmax(out, c->in == WF_DTYPE_F16 ? 4e-3 : 3e-2);
+    *ret_out = out;
+    *ret_lse = 1e-4;
+}

@@ -61,6 +61,14 @@ void attention_errors(const wf_tensor_t *q, const wf_tensor_t *k,
  * Skv = 512 and D = 128 (larger ones report infinite errors). */
 void jbuf_errors(const jbuf_t *a, double *ret_out, double *ret_lse);
 
+/* The stated tolerances of case c (max abs error of out; lse relative to
+ * max(1, |lse|)): out by its dtype, f32 1e-4, f16 5e-4, bf16 4e-3,
+ * loosened to the input dtype's (f16 4e-3, bf16 3e-2) when ring steps may
+ * be merged in the input dtype (`ring_merge`, convert_to_fp32 off and a
+ * low-precision input); lse 1e-4. */
+void jcase_tolerances(const jcase_t *c, bool ring_merge, double *ret_out,
+                      double *ret_lse);
+
 /* The libweft options of case c. */
 wf_attention_opts_t opts_of(const jcase_t *c);
 
