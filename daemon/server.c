@@ -1290,6 +1290,12 @@ static bool models_refused(wf_server_t *srv, char *err, size_t err_len,
                  "daemons for now; this one is part of a cluster");
         return true;
     }
+    if (srv->ops->copy_h2d) {
+        *st = WF_E_BAD_ARGUMENT;
+        snprintf(err, err_len, "resident models run on the CPU backend only "
+                 "for now; this daemon runs %s devices", srv->ops->name);
+        return true;
+    }
     return false;
 }
 
