@@ -20,6 +20,8 @@
  *     a ".." path, a missing directory): each refused with its code and
  *     a message naming the problem, nothing listed, the daemon serving;
  *   - a name in use, an unknown model, wrong input shapes: refused;
+ *   - a load while a reconfiguration drains a long job: read meanwhile,
+ *     installed after it at the new tp; an unload meanwhile: WF_E_BUSY;
  *   - unload: gone from the list, its forward refused, the others run;
  *   - a daemon whose devices are too small refuses the load with
  *     WF_E_NO_MEMORY before reading weights;
@@ -31,6 +33,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <fcntl.h>
@@ -242,6 +245,25 @@ static pid_t start_daemon(const char *weftd, const char *endpoint,
         _exit(127);
     }
     return pid;
+}
+
+/* A reconfiguration from its own connection (its call blocks while a
+ * long job drains). */
+typedef struct reconf_arg {
+    const char *endpoint;
+    wf_mesh_degrees_t mesh;
+    wf_status_t st;
+} reconf_arg_t;
+
+static void *reconf_main(void *arg)
+{
+    reconf_arg_t *a = arg;
+    wf_client_t *c = NULL;
+    a->st = wf_client_connect(a->endpoint, 60000, &c);
+    if (a->st == WF_OK)
+        a->st = wf_reconfigure(c, &a->mesh, NULL);
+    wf_client_destroy(&c);
+    return NULL;
 }
 
 /* ---- models --------------------------------------------------------------- */
@@ -561,6 +583,57 @@ int main(int argc, char **argv)
         CHECK(st == WF_OK && e <= fluxio_tolerance(&models[i].data),
               "%s after the refusals: %s error %.3g", models[i].name,
               wf_status_name(st), e);
+    }
+
+    /* ---- a load while a reconfiguration runs: the checkpoint is read
+     * meanwhile, the install waits for the reconfiguration, the model
+     * comes up cut for the new tp; an unload meanwhile is busy ---- */
+    {
+        set_mesh(c, 4, 1, 1, 1);
+        jcase_t big = { .name = "long", .B = 1, .Sq = 6144, .Skv = 6144, .Hq = 8,
+                        .Hkv = 8, .D = 64, .in = WF_DTYPE_F32, .out = WF_DTYPE_F32 };
+        jbuf_t jb;
+        wf_job_t *job = NULL;
+        wf_attention_opts_t o = opts_of(&big);
+        bool have = jbuf_init(&jb, &big, 7);
+        CHECK(have && wf_attention_submit(c, &jb.q, &jb.k, &jb.v, &o, &jb.out, NULL,
+                                          &job) == WF_OK, "long job: %s",
+              wf_client_last_error(c));
+        /* wait (bounded, on replies) until the job runs, then until the
+         * daemon reports the reconfiguration that drains it */
+        wf_status_info_t si;
+        bool seen = false;
+        for (double end = now_s() + 10; !seen && now_s() < end;)
+            seen = wf_status(c, &si) == WF_OK && si.in_flight == 1;
+        CHECK(seen, "the long job never showed in status");
+        reconf_arg_t ra = { .endpoint = endpoint, .mesh = { 2, 1, 1, 2 }, .st = WF_E_TIMEOUT };
+        pthread_t th;
+        pthread_create(&th, NULL, reconf_main, &ra);
+        seen = false;
+        for (double end = now_s() + 10; !seen && now_s() < end;)
+            seen = wf_status(c, &si) == WF_OK && si.reconfiguring == 1;
+        CHECK(seen, "the reconfiguration never showed in status");
+        st = wf_unload_model(c, "guidance");
+        CHECK(st == WF_E_BUSY, "unload during a reconfiguration: %s %s",
+              wf_status_name(st), wf_client_last_error(c));
+        wf_model_info_t info;
+        st = wf_load_model(c, "late", "flux-tiny", NULL, &info);
+        CHECK(st == WF_OK && info.tp == 2, "load during a reconfiguration: %s %s, tp %u",
+              wf_status_name(st), wf_client_last_error(c), info.tp);
+        pthread_join(th, NULL);
+        CHECK(ra.st == WF_OK, "the reconfiguration: %s", wf_status_name(ra.st));
+        CHECK(job && wf_job_wait(c, job, 60000) == WF_OK, "long job: %s",
+              job ? wf_job_error(job) : "");
+        wf_job_destroy(c, &job);
+        jbuf_free(&jb);
+        double e2 = run_forward(c, "late", &models[0].data, &st);
+        CHECK(st == WF_OK && e2 <= fluxio_tolerance(&models[0].data),
+              "forward on the late model: %s %.3g", wf_status_name(st), e2);
+        printf("load during a reconfiguration: installed at tp=%u after it, "
+               "error %.2e; unload meanwhile: busy\n", info.tp, e2);
+        CHECK(wf_unload_model(c, "late") == WF_OK, "unload late: %s",
+              wf_client_last_error(c));
+        set_mesh(c, 4, 1, 1, 1);
     }
 
     /* ---- unload ---- */
