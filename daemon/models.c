@@ -352,8 +352,9 @@ void wf_registry_target_set(const wf_registry_t *r, wf_model_set_t *ret)
     ret->n = 0;
     for (int i = 0; i < WF_MODELS_MAX; i++) {
         const wf_model_t *m = r->m[i];
-        if (!m || !m->host ||
-            (m->state != WF_MODEL_INSTALLING && m->state != WF_MODEL_READY))
+        /* state first: a LOADING entry's host is the loader thread's */
+        if (!m || (m->state != WF_MODEL_INSTALLING && m->state != WF_MODEL_READY) ||
+            !m->host)
             continue;
         ret->m[ret->n].id = m->id;
         ret->m[ret->n].host = m->host;
@@ -368,8 +369,8 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
     uint64_t sum = 0;
     for (int i = 0; i < WF_MODELS_MAX; i++) {
         const wf_model_t *m = r->m[i];
-        if (!m || !m->host ||
-            (m->state != WF_MODEL_INSTALLING && m->state != WF_MODEL_READY))
+        if (!m || (m->state != WF_MODEL_INSTALLING && m->state != WF_MODEL_READY) ||
+            !m->host)
             continue;
         char why[WF_PROTO_ERROR_MAX];
         if (wf_flux_plan_check(&m->cfg, &m->plan, tp, m->default_plan, why,
