@@ -1318,7 +1318,9 @@ static void handle_load_model(wf_server_t *srv, zmq_msg_t *identity, bool delim)
         wf_log(srv->log, WF_LOG_ERR, "load %" PRIu64 ": out of memory; the "
                "client gets no reply", req->id);
     wf_log(srv->log, WF_LOG_INFO, "loading model '%s' from %s (tp plan: %s)",
-           m->name, m->path, m->default_plan ? "default" : "given");
+           m->name, m->path,
+           req->args.load_model.weights_already_sharded ? "the files'"
+           : req->args.load_model.n_plan == 0 ? "default" : "given");
     srv->t_extend_us = 0;
     return;
 reject:
