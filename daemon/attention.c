@@ -355,7 +355,10 @@ static wf_status_t cp_step(wf_djob_t *job, int rank, wf_worker_t *w)
     wf_cp_job_t cj;
     cp_job_of(job, t, &cj);
     if (root && job->root_here && (!job->inputs_in || job->inputs_bad))
-        return WF_E_MALFORMED;  /* a member's root: inputs not as described */
+        /* a member's root: inputs not as described. Not WF_E_MALFORMED:
+         * the coordinator reads that in a "done" as a refused part (the
+         * node counts as lost) instead of a failed one (rebuild) */
+        return WF_E_INTERNAL;
     if (root) {
         cj.q = zmq_msg_data(&job->frames[job->req.tensors[a->q].frame]);
         cj.k = zmq_msg_data(&job->frames[job->req.tensors[a->k].frame]);

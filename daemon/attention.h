@@ -49,7 +49,7 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
  * a job rebuilt from the coordinator's descriptor, roots included when
  * they are on the member (job->root_here: the inputs came on the tensor
  * channel into frames[0..3); a root whose inputs did not match fails
- * with WF_E_MALFORMED, aborting the world). */
+ * with WF_E_INTERNAL, aborting the world). */
 wf_status_t wf_attention_cp_run(wf_djob_t *job, int rank, int group_size,
                                 wf_worker_t *w);
 

@@ -39,9 +39,10 @@
 #define RECV_BATCH 64
 
 /* Member: inputs of a job whose descriptor has not come yet (the two
- * travel on different sockets). Bounded: at most one job per replica
- * rooted here is in flight. */
-#define XFER_EARLY 16
+ * travel on different sockets). Bounded; several jobs per replica may be
+ * in flight, so inputs dropped for room make their part fail when its
+ * descriptor comes (cl.early_lost) instead of waiting forever. */
+#define XFER_EARLY 64
 typedef struct xfer_early {
     uint64_t seq, epoch;         /* the job's sequence number, world epoch */
     uint32_t n;                  /* frames held */
@@ -128,6 +129,8 @@ struct wf_server {
                                     on the workers, in the coordinator's order */
         xfer_early_t early[XFER_EARLY]; /* member: inputs ahead of their job */
         uint32_t n_early;
+        uint64_t early_lost_seq; /* member: inputs of jobs up to this seq of */
+        uint64_t early_lost_epoch; /* this world epoch were dropped (0: none) */
     } cl;
     wf_registry_t models;        /* resident models (models.h) */
     wf_model_t *pending_install; /* read; its install regroup waits for the
@@ -2201,13 +2204,24 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
     if (roots > 0 && ((uint32_t)roots != T || !srv->cl.xfer ||
                       member_root_setup(srv, job) != WF_OK)) {
         wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
-               ") has %s on this member; refused", id, seq,
+               ") has %s on this member; %s", id, seq,
                (uint32_t)roots != T ? "some of its roots"
                                     : !srv->cl.xfer ? "its roots but no tensor channel"
-                                                    : "roots it cannot take");
-        wf_djob_free(&job);
-        member_done(srv, seq, epoch, WF_E_INTERNAL);
-        return;
+                                                    : "roots it cannot take",
+               (uint32_t)local == g ? "refused" : "it fails");
+        if ((uint32_t)local == g) {
+            wf_djob_free(&job);
+            member_done(srv, seq, epoch, WF_E_INTERNAL);
+            return;
+        }
+        /* Not refused: the job's ranks on other nodes would wait for ours
+         * in a collective forever. Our roots fail their step instead
+         * (cp_step), which aborts the world; the coordinator rebuilds it.
+         * The inputs sent to us are still taken (and dropped with it). */
+        job->root_here = true;
+        job->inputs_bad = true;
+        /* inputs come only to the node of rank 0, over a channel */
+        job->inputs_in = !srv->cl.xfer || !job->task[0].job;
     }
     if (local == 0) {
         wf_djob_free(&job);
@@ -2215,8 +2229,17 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
         return;
     }
     atomic_store(&job->remaining, local);
-    if (job->root_here)
+    if (job->root_here && !job->inputs_in)
         member_take_early(srv, job);
+    if (job->root_here && !job->inputs_in && srv->cl.early_lost_seq >= seq &&
+        srv->cl.early_lost_epoch == job->world_epoch) {
+        /* its inputs came and were dropped for room (the channel keeps
+         * the coordinator's order): it would wait forever */
+        wf_log(srv->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
+               PRIu64 ") were dropped; it fails", id, seq);
+        job->inputs_in = true;
+        job->inputs_bad = true;
+    }
     member_enqueue(srv, job);
 }
 
@@ -2578,8 +2601,6 @@ static void member_in(wf_server_t *srv, const wf_ctl_msg_t *h, zmq_msg_t *f,
     if (!wf_ctl_get_uint(h, "epoch", &epoch) || !wf_ctl_get_uint(h, "seq", &seq) ||
         !wf_ctl_get_uint(h, "n", &nn) || nn != n || n != 3)
         return;
-    if (epoch < srv->cl.world_epoch && srv->cl.aborted)
-        return;     /* a world given up: its jobs were dropped */
     for (wf_djob_t *j = srv->cl.mq_head; j; j = j->next) {
         if (j->kind == WF_DJOB_REGROUP || !j->root_here || j->seq != seq ||
             j->world_epoch != epoch || j->inputs_in)
@@ -2588,10 +2609,20 @@ static void member_in(wf_server_t *srv, const wf_ctl_msg_t *h, zmq_msg_t *f,
         member_pump(srv);
         return;
     }
+    /* Its descriptor may still come only for the world in force, not
+     * aborted (descriptors precede a new world on the control plane, and
+     * an aborted world takes none): else nothing would ever take them. */
+    if (epoch != srv->cl.world_epoch || srv->cl.aborted)
+        return;
     if (srv->cl.n_early == XFER_EARLY) {
         wf_log(srv->log, WF_LOG_WARNING, "cluster: too many inputs ahead of "
                "their jobs; dropping the oldest (seq %" PRIu64 ")",
                srv->cl.early[0].seq);
+        if (srv->cl.early_lost_epoch != srv->cl.early[0].epoch ||
+            srv->cl.early_lost_seq < srv->cl.early[0].seq) {
+            srv->cl.early_lost_seq = srv->cl.early[0].seq;
+            srv->cl.early_lost_epoch = srv->cl.early[0].epoch;
+        }
         early_drop(srv, 0);
     }
     xfer_early_t *e = &srv->cl.early[srv->cl.n_early++];
