@@ -327,6 +327,8 @@ static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
                                   wf_worker_t *w)
 {
     const wf_attention_args_t *a = &job->req.args.attention;
+    if (job->root_here && (!job->inputs_in || job->inputs_bad))
+        return WF_E_INTERNAL;   /* a member's part: inputs not as described */
     wf_attn_params_t p;
     base_params(job, &p);
     wf_attention_heads(p.Hq, rank, group_size, &p.h_begin, &p.h_end);
@@ -343,6 +345,12 @@ static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
     if (!ws)
         return WF_E_NO_MEMORY;
     return w->ops->attention(w->ctx, &p, ws);
+}
+
+wf_status_t wf_attention_head_split_run(wf_djob_t *job, int rank,
+                                        int group_size, wf_worker_t *w)
+{
+    return head_split_run(job, rank, group_size, w);
 }
 
 /* The single call site of the context-parallel module. */

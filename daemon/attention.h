@@ -53,6 +53,16 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
 wf_status_t wf_attention_cp_run(wf_djob_t *job, int rank, int group_size,
                                 wf_worker_t *w);
 
+/* The step function of a head-split attention job (ring = ulysses = 1;
+ * what the plan sets as job->run): rank `rank` of `group_size` computes
+ * its query heads from the request frames into the shared outputs; no
+ * communication. A cluster member runs it for a job rebuilt from the
+ * coordinator's descriptor whose ranks are all its own (job->root_here:
+ * the inputs came on the tensor channel into frames[0..3); a part whose
+ * inputs did not match fails with WF_E_INTERNAL). */
+wf_status_t wf_attention_head_split_run(wf_djob_t *job, int rank,
+                                        int group_size, wf_worker_t *w);
+
 /* Query heads [*ret_begin, *ret_end) of `rank` out of `group_size`. */
 void wf_attention_heads(int64_t hq, int rank, int group_size,
                         int64_t *ret_begin, int64_t *ret_end);

@@ -51,16 +51,35 @@ static bool is_local(const wf_sched_t *s, uint32_t d)
     return d >= s->local_first && d - s->local_first < s->n_local;
 }
 
+/* Cluster mode: the world node index of the member holding every rank
+ * of replica `rep`, or -1 (some rank is ours, or the replica spans
+ * nodes). */
+static int member_replica(const wf_sched_t *s, uint32_t rep)
+{
+    uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n;
+    if (is_local(s, base) || s->node_of[base] >= 32)
+        return -1;
+    for (uint32_t d = base + 1; d < base + n; d++)
+        if (s->node_of[d] != s->node_of[base])
+            return -1;
+    return s->node_of[base];
+}
+
 /* Cluster mode: the ranks of replica `rep` a job may use here — a
  * context-parallel job needs its roots (replica ranks 0..tp-1: they read
  * the inputs and write the outputs) local, or, with remote_roots, all on
  * one member (whose tensor channel is up when `now`); a head-split job
- * runs on local ranks only. Returns the count of usable ranks (cp: the
- * replica size or 0). */
+ * (no comm: every rank reads the inputs and writes its heads into the
+ * outputs) runs on local ranks, or, with remote_roots, on a replica all
+ * on one member (channel up when `now`). Returns the count of usable
+ * ranks (cp: the replica size or 0). */
 static uint32_t usable_in_replica(const wf_sched_t *s, const wf_djob_t *job,
                                   uint32_t rep, bool now)
 {
     uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n, k = 0;
+    int member = member_replica(s, rep);
+    if (!job->cp && member >= 0)
+        return s->remote_roots && (!now || (s->roots_ok & (1u << member))) ? n : 0;
     if (job->cp) {
         bool local = true, one_node = true;
         for (uint32_t r = 0; r < s->mesh.deg.tp; r++) {
@@ -109,8 +128,7 @@ static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
         }
         if (best < (uint32_t)job->group_size) {
             snprintf(err, err_len, "no dp replica of the world mesh has the "
-                     "job's %s on one node that can take them (head-split "
-                     "jobs run on the coordinator's ranks)",
+                     "job's %s on one node that can take them",
                      job->cp ? "roots" : "ranks");
             return WF_E_BAD_ARGUMENT;
         }
@@ -209,8 +227,10 @@ static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
             cand[r] = base + r;
         nc = g;
     } else {
+        /* a replica all on one member: any of its ranks (checked above) */
+        bool member = s->cluster && member_replica(s, rep) >= 0;
         for (uint32_t d = base; d < base + n; d++)
-            if (s->tasks[d] == 0 && (!s->cluster || is_local(s, d)))
+            if (s->tasks[d] == 0 && (!s->cluster || member || is_local(s, d)))
                 cand[nc++] = d;
         if (nc < g)
             return false;
@@ -285,7 +305,8 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
             s->tail = NULL;
         s->depth--;
         job->next = NULL;
-        /* roots on a member: it writes the outputs and sends them */
+        /* roots (head split: every rank) on a member: it writes the
+         * outputs and sends them */
         if (is_local(s, job->device[0]) && !alloc_outputs(job)) {
             wf_log(s->log, WF_LOG_ERR, "job %" PRIu64 ": cannot allocate its "
                    "outputs", job->req.id);

@@ -7,8 +7,9 @@
  * The devices form the mesh (mesh.h); device index = global rank (cluster
  * mode: the world's ranks, of which workers[] are local_first..; a job's
  * ranks on other nodes go to the `remote` hook; a context-parallel job
- * whose roots are on a member (remote_roots, that node's bit in
- * roots_ok) gets no output buffers here: the member sends them). A job
+ * whose roots are on a member, or a head-split job on a replica all on
+ * one member (remote_roots, that node's bit in roots_ok), gets no output
+ * buffers here: the member sends them). A job
  * runs on one dp replica: the ranks sharing a dp coordinate, which are
  * consecutive (dp is the outermost dim). Replicas serve different jobs at
  * once. Dispatch takes jobs strictly in sequence order: the head job goes
@@ -47,10 +48,12 @@ typedef struct wf_sched {
     uint32_t n_devices;          /* devices of the world (single node: workers) */
     uint32_t local_first;        /* world rank of workers[0] (cluster mode) */
     uint32_t n_local;            /* entries of workers[] */
-    bool cluster;                /* head splits stay on local ranks; cp roots
-                                    too unless remote_roots */
+    bool cluster;                /* head splits stay on local ranks and cp
+                                    roots too, unless remote_roots */
     bool remote_roots;           /* cluster coordinator with a tensor channel:
-                                    a cp job's roots may all be on one member */
+                                    a cp job's roots may all be on one member,
+                                    and a head split on a replica all on one
+                                    member (it has no comm across nodes) */
     uint8_t node_of[WF_SETTINGS_MAX_DEVICES]; /* cluster: world node index of
                                     each world device (set after resize) */
     uint32_t roots_ok;           /* cluster: bit i = node i may take roots now

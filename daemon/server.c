@@ -2025,6 +2025,15 @@ static uint32_t cluster_remote(void *arg, wf_djob_t *job)
     wf_ctl_put_uint(m, "ra", job->ring_anything);
     wf_ctl_put_uint(m, "ua", job->ulysses_anything);
     wf_ctl_put_uint(m, "lb", job->load_balance);
+    if (!job->cp) {
+        /* a head split, its ranks all on one member (scheduler.c): which
+         * ones, as offsets from `base` (device order = rank order) */
+        uint64_t mask = 0;
+        for (int r = 0; r < job->group_size; r++)
+            mask |= UINT64_C(1) << ((job->device[r] - job->device[0]) & 63);
+        wf_ctl_put_uint(m, "hs", 1);
+        wf_ctl_put_uint(m, "mask", mask);
+    }
     uint32_t parts = 0;
     job->remote_pending = 0;
     job->xroot = 0;
@@ -2096,11 +2105,13 @@ static wf_status_t member_root_setup(wf_server_t *srv, wf_djob_t *job);
 static void member_take_early(wf_server_t *srv, wf_djob_t *job);
 static void member_pump(wf_server_t *srv);
 static void member_submit(wf_server_t *srv, wf_djob_t *job);
+static void early_drop(wf_server_t *srv, uint32_t i);
 
 /* Member: a job descriptor from the coordinator: queue our ranks' parts
  * in the order received, which is the coordinator's. When the job's
- * roots are ours, its inputs come on the tensor channel: the part (and
- * every one behind it) waits for them in cl.mq. */
+ * roots are ours (a head split's: every rank, all ours), its inputs come
+ * on the tensor channel: the part (and every one behind it) waits for
+ * them in cl.mq. */
 static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
 {
     uint64_t seq = 0, epoch = 0, id = 0, base, g, B, Sq, Hq, D, Skv, Hkv, qdt,
@@ -2118,6 +2129,20 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
               get_u(m, "causal", 1, &causal) && get_u(m, "scale", UINT32_MAX, &scale) &&
               get_u(m, "rot", 255, &rot) && get_u(m, "f32", 1, &f32) &&
               get_u(m, "ra", 1, &ra) && get_u(m, "ua", 1, &ua) && get_u(m, "lb", 1, &lb);
+    /* a head split (absent: context-parallel): its ranks base + the bits
+     * of mask, g of them, in rank order */
+    uint64_t hs = 0, mask = 0;
+    if (ok && wf_ctl_get_uint(m, "hs", &hs))
+        ok = hs <= 1 && (hs == 0 || get_u(m, "mask", UINT64_MAX, &mask));
+    if (ok && hs) {
+        uint32_t bits = 0, top = 0;
+        for (uint32_t b = 0; b < 64; b++)
+            if (mask & (UINT64_C(1) << b)) {
+                bits++;
+                top = b;
+            }
+        ok = (mask & 1) && bits == g && base + top < srv->cl.world_size;
+    }
     if (!ok || g < 1 || base + g > srv->cl.world_size) {
         wf_log(srv->log, WF_LOG_WARNING, "cluster: malformed job descriptor (seq %"
                PRIu64 ") dropped", seq);
@@ -2136,8 +2161,10 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
         member_done(srv, seq, epoch, WF_E_ABORTED);
         return;
     }
+    uint32_t cp_ranks = mesh->deg.ring * mesh->deg.ulysses * mesh->deg.tp;
     if (!srv->cl.built || srv->cl.install || srv->cl.aborted || epoch != mesh->epoch ||
-        (uint32_t)g != mesh->deg.ring * mesh->deg.ulysses * mesh->deg.tp) {
+        (hs ? cp_ranks != mesh->deg.tp || (uint32_t)g > mesh->deg.tp
+            : (uint32_t)g != cp_ranks)) {
         wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
                ") for mesh epoch %" PRIu64 " refused: this node serves mesh epoch %"
                PRIu64, id, seq, epoch, mesh->epoch);
@@ -2155,7 +2182,7 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
     job->epoch = epoch;
     job->plan_epoch = epoch;
     job->mesh = *mesh;
-    job->cp = true;
+    job->cp = !hs;
     job->req.id = id;
     job->req.op = WF_OP_ATTENTION;
     job->req.n_tensors = 3;
@@ -2186,13 +2213,17 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
     job->out_desc[0].dtype = (wf_dtype_t)odt;
     job->n_outputs = lse ? 2 : 1;
     job->group_size = (int)g;
-    job->run = wf_attention_cp_run;
+    job->run = hs ? wf_attention_head_split_run : wf_attention_cp_run;
     job->done = &srv->done;
     job->world_epoch = srv->cl.world_epoch;
     int local = 0, roots = 0;
-    uint32_t lo = srv->cl.first_rank, T = mesh->deg.tp;
-    for (uint32_t r = 0; r < g; r++) {
-        uint32_t wr = (uint32_t)base + r;
+    /* the roots (they read the inputs and write the outputs): a cp job's
+     * first tp ranks, every rank of a head split */
+    uint32_t lo = srv->cl.first_rank, T = hs ? (uint32_t)g : mesh->deg.tp;
+    for (uint32_t r = 0, off = 0; r < g; r++, off++) {
+        while (hs && !(mask & (UINT64_C(1) << off)))
+            off++;
+        uint32_t wr = (uint32_t)base + off;
         if (wr < lo || wr - lo >= srv->n_workers)
             continue;
         job->device[r] = wr - lo;
@@ -2208,8 +2239,15 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
                (uint32_t)roots != T ? "some of its roots"
                                     : !srv->cl.xfer ? "its roots but no tensor channel"
                                                     : "roots it cannot take",
-               (uint32_t)local == g ? "refused" : "it fails");
-        if ((uint32_t)local == g) {
+               (uint32_t)local == g || hs ? "refused" : "it fails");
+        /* a head split has no comm: nothing waits for its ranks */
+        if ((uint32_t)local == g || hs) {
+            for (uint32_t i = 0; i < srv->cl.n_early; i++)
+                if (srv->cl.early[i].seq == seq &&
+                    srv->cl.early[i].epoch == job->world_epoch) {
+                    early_drop(srv, i);     /* its inputs, if they came */
+                    break;
+                }
             wf_djob_free(&job);
             member_done(srv, seq, epoch, WF_E_INTERNAL);
             return;
@@ -2217,11 +2255,13 @@ static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
         /* Not refused: the job's ranks on other nodes would wait for ours
          * in a collective forever. Our roots fail their step instead
          * (cp_step), which aborts the world; the coordinator rebuilds it.
-         * The inputs sent to us are still taken (and dropped with it). */
+         * They fail at once, not waiting for the inputs: inputs over our
+         * own limits may never come (the channel drops a message over its
+         * size limit); inputs that do come wait among the early ones and
+         * are dropped with the aborted world. */
         job->root_here = true;
         job->inputs_bad = true;
-        /* inputs come only to the node of rank 0, over a channel */
-        job->inputs_in = !srv->cl.xfer || !job->task[0].job;
+        job->inputs_in = true;
     }
     if (local == 0) {
         wf_djob_free(&job);
@@ -2335,10 +2375,15 @@ static int64_t xfer_max_msg(const wf_server_t *srv)
     return (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
 }
 
-static void xfer_opts(wf_server_t *srv, void *sock)
+/* A member takes what its coordinator sends at any size (-1): the
+ * coordinator bounds the inputs by its own max_tensor_bytes, and a member
+ * whose limit is smaller must still take them to fail the job (its
+ * descriptor check), as ZeroMQ cuts a connection over ZMQ_MAXMSGSIZE
+ * for good and every later job rooted here would stall. */
+static void xfer_opts(wf_server_t *srv, void *sock, bool coord)
 {
     int zero = 0;
-    int64_t max = xfer_max_msg(srv);
+    int64_t max = coord ? xfer_max_msg(srv) : -1;
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);  /* bounded by */
     zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);  /* jobs in flight */
@@ -2362,7 +2407,7 @@ static wf_status_t xfer_bind(wf_server_t *srv)
         return WF_E_INTERNAL;
     }
     int one = 1;
-    xfer_opts(srv, srv->cl.xfer);
+    xfer_opts(srv, srv->cl.xfer, true);
     /* MANDATORY: a send to a member not connected fails instead of being
      * dropped; HANDOVER: a restarted member takes its name back */
     zmq_setsockopt(srv->cl.xfer, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -2414,7 +2459,7 @@ static void xfer_connect(wf_server_t *srv, const char *self_name)
                zmq_strerror(zmq_errno()));
         return;
     }
-    xfer_opts(srv, sock);
+    xfer_opts(srv, sock, false);
     if (zmq_setsockopt(sock, ZMQ_ROUTING_ID, self_name, strlen(self_name)) != 0 ||
         zmq_connect(sock, ep) != 0) {
         wf_log(srv->log, WF_LOG_ERR, "cluster: cannot connect the tensor channel "

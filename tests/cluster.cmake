@@ -53,3 +53,14 @@ target_link_libraries(test_cluster_replicas PRIVATE weft_clusterd weft_testsuppo
 target_compile_options(test_cluster_replicas PRIVATE -O2)
 add_test(NAME e2e_cluster_replicas COMMAND test_cluster_replicas $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_replicas PROPERTIES TIMEOUT 120)
+
+# dp replicas spanning nodes with their roots on a member
+# (tests/test_cluster_split_roots.c): mesh dp=2 x ring=3 over 3 daemons,
+# node b with a smaller max_tensor_bytes: a job over b's limit on b's
+# replica fails at once naming b, the world is rebuilt with the same
+# nodes, bursts before and after correct.
+add_executable(test_cluster_split_roots ${CMAKE_CURRENT_LIST_DIR}/test_cluster_split_roots.c)
+target_link_libraries(test_cluster_split_roots PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
+target_compile_options(test_cluster_split_roots PRIVATE -O2)
+add_test(NAME e2e_cluster_split_roots COMMAND test_cluster_split_roots $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_cluster_split_roots PROPERTIES TIMEOUT 120)

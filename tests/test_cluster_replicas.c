@@ -1,5 +1,5 @@
 /* test_cluster_replicas.c — dp replicas rooted on member nodes serve
- * context-parallel jobs (the tensor channel, PROTOCOL.md section 11): three
+ * context-parallel and head-split jobs (the tensor channel, PROTOCOL.md section 11): three
  * real weftd processes (cpu:2 each) on loopback (data planes on 127.0.0.1,
  * .2 and .3), world mesh dp=3 x ring=2, so replica r is node r's two
  * ranks and replicas 1 and 2 have their roots on the members. Every wait
@@ -15,6 +15,10 @@
  *     through their own endpoints) served jobs.
  *  3. the same under dp=3 x ulysses=2 (after a reconfigure): every
  *     device's count grew.
+ *  3b. head-split jobs under dp=3 x tp=2 (ring = ulysses = 1): the same
+ *     burst, each replica's two ranks (b's, c's: all on one member) read
+ *     the inputs from the tensor channel and write their heads; every
+ *     device's count grew. Then back to dp=3 x ulysses=2.
  *  4. member c killed (SIGKILL) while long jobs run on every replica, c's
  *     one rooted there: each fails with WF_E_NODE_LOST naming c within 5 s
  *     (or ended WF_OK before the loss was known), at least one does; the world re-forms on a and b (epoch 2, dp=2
@@ -216,6 +220,26 @@ int main(int argc, char **argv)
         printf("  node %s: jobs served per device %llu, %llu\n", nodes[n]->p.name,
                (unsigned long long)after[n][0], (unsigned long long)after[n][1]);
         CHECK(after[n][0] > before[n][0] && after[n][1] > before[n][1]);
+    }
+
+    /* 3b. head-split jobs (dp=3 x tp=2: ring = ulysses = 1): replicas 1
+     * and 2 are all on b and c, whose ranks run them (the inputs and
+     * outputs on the tensor channel); then back to Ulysses */
+    {
+        wf_mesh_degrees_t hs = { 3, 1, 1, 2 };
+        CHECK(wf_reconfigure(cl[0], &hs, &e) == WF_OK && e == epoch + 1);
+        epoch = e;
+        for (int n = 0; n < 3; n++)
+            min_served(nodes[n], before[n]);
+        CHECK(burst(cl, epoch, 2, 1700, "dp=3,tp=2 head split") == IN_FLIGHT);
+        for (int n = 0; n < 3; n++) {
+            min_served(nodes[n], after[n]);
+            printf("  node %s: jobs served per device %llu, %llu\n", nodes[n]->p.name,
+                   (unsigned long long)after[n][0], (unsigned long long)after[n][1]);
+            CHECK(after[n][0] > before[n][0] && after[n][1] > before[n][1]);
+        }
+        CHECK(wf_reconfigure(cl[0], &uly, &e) == WF_OK && e == epoch + 1);
+        epoch = e;
     }
 
     /* 4. c killed while its replica runs a job */
