@@ -20,6 +20,7 @@
  *     a ".." path, a missing directory): each refused with its code and
  *     a message naming the problem, nothing listed, the daemon serving;
  *   - a name in use, an unknown model, wrong input shapes: refused;
+ *   - a second load while a 48 MB checkpoint loads: WF_E_BUSY;
  *   - a load while a reconfiguration drains a long job: read meanwhile,
  *     installed after it at the new tp; an unload meanwhile: WF_E_BUSY;
  *   - unload: gone from the list, its forward refused, the others run;
@@ -49,6 +50,7 @@
 #include <unistd.h>
 
 #include "weft.h"
+#include "flux_config.h"
 #include "flux_host.h"
 #include "model_root.h"
 #include "safetensors.h"
@@ -186,6 +188,79 @@ static bool raw_model(const char *dir, const char *header, size_t data_len)
         return false;
     snprintf(to, sizeof to, "%s/%s", p, WF_DIFFUSERS_WEIGHTS);
     return st_write_raw(to, header, data_len) == 0;
+}
+
+/* A FLUX checkpoint of about 48 MB (hidden 1024 = 8 heads x 128, one
+ * block of each kind; weights all 0.01) under the root at `dir`, so that
+ * loading it takes long enough to be seen in progress. */
+static bool big_model(const char *dir)
+{
+    static const char *cfgtext =
+        "{\"_class_name\": \"FluxTransformer2DModel\", \"patch_size\": 1, "
+        "\"in_channels\": 64, \"out_channels\": null, \"num_layers\": 1, "
+        "\"num_single_layers\": 1, \"attention_head_dim\": 128, "
+        "\"num_attention_heads\": 8, \"joint_attention_dim\": 256, "
+        "\"pooled_projection_dim\": 64, \"guidance_embeds\": false, "
+        "\"axes_dims_rope\": [16, 56, 56]}";
+    char p[512], f[700];
+    path_of(p, sizeof p, dir);
+    snprintf(f, sizeof f, "%s/config.json", p);
+    FILE *cf = NULL;
+    if (mkdir(p, 0755) != 0 || !(cf = fopen(f, "w")) || fputs(cfgtext, cf) < 0) {
+        if (cf)
+            fclose(cf);
+        return false;
+    }
+    fclose(cf);
+    wf_flux_config_t cfg;
+    wf_flux_tensor_spec_t *sp = NULL;
+    size_t n = 0;
+    char err[256];
+    if (wf_flux_config_parse(cfgtext, strlen(cfgtext), 0, "big", &cfg, err,
+                             sizeof err) != WF_OK ||
+        wf_flux_expected_tensors(&cfg, &sp, &n, err, sizeof err) != WF_OK)
+        return false;
+    st_w_tensor_t *t = calloc(n, sizeof *t);
+    size_t most = 0;
+    for (size_t i = 0; t && i < n; i++) {
+        size_t ne = (size_t)sp[i].shape[0] * (sp[i].rank == 2 ? (size_t)sp[i].shape[1] : 1);
+        most = ne > most ? ne : most;
+    }
+    float *data = t ? malloc(most * sizeof *data) : NULL;
+    for (size_t i = 0; data && i < most; i++)
+        data[i] = 0.01f;
+    for (size_t i = 0; data && i < n; i++) {
+        size_t ne = (size_t)sp[i].shape[0] * (sp[i].rank == 2 ? (size_t)sp[i].shape[1] : 1);
+        t[i].name = sp[i].name;
+        t[i].dtype = "F32";
+        t[i].rank = sp[i].rank;
+        t[i].shape[0] = sp[i].shape[0];
+        t[i].shape[1] = sp[i].shape[1];
+        t[i].data = data;
+        t[i].nbytes = ne * sizeof(float);
+    }
+    snprintf(f, sizeof f, "%s/%s", p, WF_DIFFUSERS_WEIGHTS);
+    bool ok = data && st_write(f, t, n, NULL, 0) == 0;
+    free(data);
+    free(t);
+    free(sp);
+    return ok;
+}
+
+typedef struct load_arg {
+    const char *endpoint, *name, *path;
+    wf_status_t st;
+} load_arg_t;
+
+static void *load_main(void *arg)
+{
+    load_arg_t *a = arg;
+    wf_client_t *c = NULL;
+    a->st = wf_client_connect(a->endpoint, 60000, &c);
+    if (a->st == WF_OK)
+        a->st = wf_load_model(c, a->name, a->path, NULL, NULL);
+    wf_client_destroy(&c);
+    return NULL;
 }
 
 /* ---- the daemon ------------------------------------------------------------ */
@@ -634,6 +709,35 @@ int main(int argc, char **argv)
         CHECK(wf_unload_model(c, "late") == WF_OK, "unload late: %s",
               wf_client_last_error(c));
         set_mesh(c, 4, 1, 1, 1);
+    }
+
+    /* ---- one load at a time: a second load while one reads is busy ---- */
+    {
+        CHECK(big_model("flux-big"), "cannot write the big checkpoint");
+        load_arg_t la = { .endpoint = endpoint, .name = "big", .path = "flux-big",
+                          .st = WF_E_TIMEOUT };
+        pthread_t th;
+        pthread_create(&th, NULL, load_main, &la);
+        /* wait (bounded, on replies) until it shows as loading */
+        wf_model_info_t info;
+        bool seen = false;
+        for (double end = now_s() + 10; !seen && now_s() < end;)
+            seen = listed(c, "big", &info) && strcmp(info.state, "loading") == 0;
+        wf_status_t s2 = wf_load_model(c, "second", "flux-tiny", NULL, NULL);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", wf_client_last_error(c));
+        pthread_join(th, NULL);
+        CHECK(la.st == WF_OK, "big load: %s", wf_status_name(la.st));
+        /* the big load may have ended between the two requests: only then
+         * may the second succeed */
+        CHECK(seen && (s2 == WF_E_BUSY ? strstr(msg, "is loading") != NULL : s2 == WF_OK),
+              "second load during a load: %s %s (seen loading: %d)",
+              wf_status_name(s2), msg, seen);
+        printf("load during a load: %s %s\n", wf_status_name(s2), msg);
+        if (s2 == WF_OK)
+            wf_unload_model(c, "second");
+        CHECK(wf_unload_model(c, "big") == WF_OK, "unload big: %s",
+              wf_client_last_error(c));
     }
 
     /* ---- unload ---- */
