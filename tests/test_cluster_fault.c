@@ -79,14 +79,7 @@ static bool notify_wait(node_t *d, const char *prefix, int timeout_ms)
 /* ------------------------------------------------------------------ */
 /* job cases (heads divisible by 6 or the anything flags) */
 
-#define F32 WF_DTYPE_F32
-#define F16 WF_DTYPE_F16
-#define BF16 WF_DTYPE_BF16
-#define AG WF_ROTATE_ALLGATHER
-#define A2A WF_ROTATE_ALLTOALL
-#define DEF WF_OPT_DEFAULT
-#define ON WF_OPT_ON
-#define OFF WF_OPT_OFF
+#include "support/jcase_names.h"
 
 static const jcase_t cases[] = {
     /* name                     B   Sq  Skv Hq Hkv D  in    out   causal lse  scale rot  fp32 ring_any uly_any lb */

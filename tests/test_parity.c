@@ -162,14 +162,7 @@ static void check_status_mesh(wf_client_t *c, const mesh_case_t *mc, uint64_t ep
 
 /* ---- the grid ------------------------------------------------------------- */
 
-#define F32 WF_DTYPE_F32
-#define F16 WF_DTYPE_F16
-#define BF16 WF_DTYPE_BF16
-#define AG WF_ROTATE_ALLGATHER
-#define A2A WF_ROTATE_ALLTOALL
-#define DEF WF_OPT_DEFAULT
-#define ON WF_OPT_ON
-#define OFF WF_OPT_OFF
+#include "support/jcase_names.h"
 
 /* Rows valid on every mesh (S a multiple of 8, H of 4, or anything on). */
 static const jcase_t grid[] = {

@@ -87,14 +87,7 @@ static void load_tolerances(const jcase_t *c, double *ret_out, double *ret_lse)
 }
 
 
-#define F32 WF_DTYPE_F32
-#define F16 WF_DTYPE_F16
-#define BF16 WF_DTYPE_BF16
-#define AG WF_ROTATE_ALLGATHER
-#define A2A WF_ROTATE_ALLTOALL
-#define DEF WF_OPT_DEFAULT
-#define ON WF_OPT_ON
-#define OFF WF_OPT_OFF
+#include "support/jcase_names.h"
 
 /* Valid on every mesh of the sequence: H a multiple of 4 (tp = 4,
  * ulysses = 4), S a multiple of 8 or the anything flags on. */
