@@ -40,8 +40,8 @@
 #include "weft.h"
 
 #define TIMEOUT_MS 30000
-#define HB "200"                /* heartbeat_ms */
-#define HB_TIMEOUT "1000"       /* heartbeat_timeout_ms */
+#define HB 200                /* heartbeat_ms */
+#define HB_TIMEOUT 1000       /* heartbeat_timeout_ms */
 #define CLUSTER_TIMEOUT_MS 3000 /* also how long a held rebuild waits */
 
 static int failures;
@@ -53,22 +53,16 @@ static char coordinator[64];
 static bool node_start(node_t *d, const char *weftd, const char *name,
                        const char *env)
 {
-    if (!clusterd_node_open(d, name, "cf"))
-        return false;
     static int started;
-    char data_addr[32], tmo[16];
+    char data_addr[32];
     snprintf(data_addr, sizeof data_addr, "127.0.0.%d", 1 + started++ % 3);
-    snprintf(tmo, sizeof tmo, "%d", CLUSTER_TIMEOUT_MS);
-    const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
-                           "--data-address", data_addr,
-                           "--mesh", "ring=6", "--coordinator", coordinator,
-                           "--nodes", "3", "--node-name", name,
-                           "--cluster-timeout-ms", tmo,
-                           "--heartbeat-ms", HB, "--heartbeat-timeout-ms",
-                           HB_TIMEOUT, "--cpu-memory", "1G", "--log-level",
-                           getenv("CF_LOG_LEVEL") ? getenv("CF_LOG_LEVEL") : "warning",
-                           NULL };
-    return clusterd_exec(&d->p, argv, env);
+    clusterd_opts_t o = { .name = name, .tag = "cf", .coordinator = coordinator,
+                          .mesh = "ring=6", .data_address = data_addr,
+                          .cluster_timeout_ms = CLUSTER_TIMEOUT_MS,
+                          .heartbeat_ms = HB,
+                          .heartbeat_timeout_ms = HB_TIMEOUT,
+                          .log_env = "CF_LOG_LEVEL", .env = env };
+    return clusterd_node_start(d, weftd, &o);
 }
 
 static bool notify_wait(node_t *d, const char *prefix, int timeout_ms)

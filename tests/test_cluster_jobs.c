@@ -45,9 +45,9 @@
 #include "weft.h"
 
 #define TIMEOUT_MS 30000
-#define HB "200"            /* heartbeat_ms */
-#define HB_TIMEOUT "1000"   /* heartbeat_timeout_ms */
-#define CLUSTER_TIMEOUT "5000"
+#define HB 200            /* heartbeat_ms */
+#define HB_TIMEOUT 1000   /* heartbeat_timeout_ms */
+#define CLUSTER_TIMEOUT 5000
 
 static int failures;
 
@@ -58,22 +58,18 @@ static char coordinator[64];
 
 static bool node_start(node_t *d, const char *weftd, const char *name)
 {
-    if (!clusterd_node_open(d, name, "cj"))
-        return false;
     /* each node's data plane on its own loopback address (data_address):
      * jobs only work if peers connect to what each node announces */
     static int started;
     char data_addr[32];
     snprintf(data_addr, sizeof data_addr, "127.0.0.%d", 1 + started++ % 3);
-    const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
-                           "--data-address", data_addr,
-                           "--mesh", "ring=6", "--coordinator", coordinator,
-                           "--nodes", "3", "--node-name", name,
-                           "--cluster-timeout-ms", CLUSTER_TIMEOUT,
-                           "--heartbeat-ms", HB, "--heartbeat-timeout-ms",
-                           HB_TIMEOUT, "--cpu-memory", "1G", "--log-level",
-                           getenv("CJ_LOG_LEVEL") ? getenv("CJ_LOG_LEVEL") : "warning", NULL };
-    return clusterd_exec(&d->p, argv, NULL);
+    clusterd_opts_t o = { .name = name, .tag = "cj", .coordinator = coordinator,
+                          .mesh = "ring=6", .data_address = data_addr,
+                          .cluster_timeout_ms = CLUSTER_TIMEOUT,
+                          .heartbeat_ms = HB,
+                          .heartbeat_timeout_ms = HB_TIMEOUT,
+                          .log_env = "CJ_LOG_LEVEL" };
+    return clusterd_node_start(d, weftd, &o);
 }
 
 static void node_close(node_t *d)

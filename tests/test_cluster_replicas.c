@@ -52,20 +52,13 @@ static char coordinator[64];
 
 static bool node_start(node_t *d, const char *weftd, const char *name, int addr)
 {
-    if (!clusterd_node_open(d, name, "cr"))
-        return false;
     char data_addr[32];
     snprintf(data_addr, sizeof data_addr, "127.0.0.%d", addr);
-    const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
-                           "--data-address", data_addr,
-                           "--mesh", "dp=3,ring=2", "--coordinator", coordinator,
-                           "--nodes", "3", "--node-name", name,
-                           "--cluster-timeout-ms", "5000",
-                           "--heartbeat-ms", "200", "--heartbeat-timeout-ms",
-                           "1000", "--cpu-memory", "1G", "--log-level",
-                           getenv("CR_LOG_LEVEL") ? getenv("CR_LOG_LEVEL") : "warning",
-                           NULL };
-    return clusterd_exec(&d->p, argv, NULL);
+    clusterd_opts_t o = { .name = name, .tag = "cr", .coordinator = coordinator,
+                          .mesh = "dp=3,ring=2", .data_address = data_addr,
+                          .cluster_timeout_ms = 5000, .heartbeat_ms = 200,
+                          .heartbeat_timeout_ms = 1000, .log_env = "CR_LOG_LEVEL" };
+    return clusterd_node_start(d, weftd, &o);
 }
 
 #include "support/jcase_names.h"

@@ -45,21 +45,15 @@ static char coordinator[64];
 static bool node_start(node_t *d, const char *weftd, const char *name, int addr,
                        const char *max_tensor_bytes)
 {
-    if (!clusterd_node_open(d, name, "cs"))
-        return false;
     char data_addr[32];
     snprintf(data_addr, sizeof data_addr, "127.0.0.%d", addr);
-    const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
-                           "--data-address", data_addr,
-                           "--mesh", "dp=2,ring=3", "--coordinator", coordinator,
-                           "--nodes", "3", "--node-name", name,
-                           "--cluster-timeout-ms", "5000",
-                           "--heartbeat-ms", "200", "--heartbeat-timeout-ms",
-                           "1000", "--cpu-memory", "1G",
-                           "--max-tensor-bytes", max_tensor_bytes, "--log-level",
-                           getenv("CS_LOG_LEVEL") ? getenv("CS_LOG_LEVEL") : "warning",
-                           NULL };
-    return clusterd_exec(&d->p, argv, NULL);
+    clusterd_opts_t o = { .name = name, .tag = "cs", .coordinator = coordinator,
+                          .mesh = "dp=2,ring=3", .data_address = data_addr,
+                          .cluster_timeout_ms = 5000, .heartbeat_ms = 200,
+                          .heartbeat_timeout_ms = 1000,
+                          .max_tensor_bytes = max_tensor_bytes,
+                          .log_env = "CS_LOG_LEVEL" };
+    return clusterd_node_start(d, weftd, &o);
 }
 
 #include "support/jcase_names.h"

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -233,4 +234,29 @@ bool clusterd_node_wait(clusterd_node_t *d, const char *prefix, int timeout_ms,
     if (!found)
         fprintf(stderr, "%s: no '%s' within %d ms\n", d->p.name, prefix, timeout_ms);
     return found;
+}
+
+bool clusterd_node_start(clusterd_node_t *d, const char *weftd,
+                         const clusterd_opts_t *o)
+{
+    if (!clusterd_node_open(d, o->name, o->tag))
+        return false;
+    char tmo[16], hb[16], hbt[16];
+    snprintf(tmo, sizeof tmo, "%d", o->cluster_timeout_ms);
+    snprintf(hb, sizeof hb, "%d", o->heartbeat_ms);
+    snprintf(hbt, sizeof hbt, "%d", o->heartbeat_timeout_ms);
+    const char *level = o->log_env && getenv(o->log_env) ? getenv(o->log_env) : "warning";
+    const char *argv[32] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
+                             "--data-address", o->data_address, "--mesh", o->mesh,
+                             "--coordinator", o->coordinator, "--nodes", "3",
+                             "--node-name", o->name, "--cluster-timeout-ms", tmo,
+                             "--heartbeat-ms", hb, "--heartbeat-timeout-ms", hbt,
+                             "--cpu-memory", "1G", "--log-level", level };
+    int n = 25;
+    if (o->max_tensor_bytes) {
+        argv[n++] = "--max-tensor-bytes";
+        argv[n++] = o->max_tensor_bytes;
+    }
+    argv[n] = NULL;
+    return clusterd_exec(&d->p, argv, o->env);
 }

@@ -104,4 +104,25 @@ void clusterd_node_close(clusterd_node_t *d);
 bool clusterd_node_wait(clusterd_node_t *d, const char *prefix, int timeout_ms,
                         char *got, size_t got_len);
 
+/* How a test starts one node of a 3-node world of `weftd --devices
+ * cpu:2 --cpu-memory 1G`. */
+typedef struct clusterd_opts {
+    const char *name;             /* --node-name */
+    const char *tag;              /* the test's tag for socket names */
+    const char *coordinator;      /* --coordinator HOST:PORT */
+    const char *mesh;             /* --mesh */
+    const char *data_address;     /* --data-address (loopback .1/.2/.3) */
+    int cluster_timeout_ms;       /* --cluster-timeout-ms */
+    int heartbeat_ms;             /* --heartbeat-ms */
+    int heartbeat_timeout_ms;     /* --heartbeat-timeout-ms */
+    const char *max_tensor_bytes; /* --max-tensor-bytes, or NULL: the default */
+    const char *log_env;          /* environment variable holding the log
+                                     level (default "warning") */
+    const char *env;              /* one extra K=V for the daemon, or NULL */
+} clusterd_opts_t;
+
+/* clusterd_node_open, then exec weftd with o's flags. False on failure. */
+bool clusterd_node_start(clusterd_node_t *d, const char *weftd,
+                         const clusterd_opts_t *o);
+
 #endif
