@@ -153,17 +153,10 @@ static pid_t start_daemon(const char *weftd, const char *endpoint)
     char tensor_bytes[32], queue[32];
     snprintf(tensor_bytes, sizeof tensor_bytes, "%u", MAX_TENSOR_BYTES);
     snprintf(queue, sizeof queue, "%d", QUEUE_CAPACITY);
-    pid_t pid = fork();
-    if (pid == 0) {
-        char *argv[] = { (char *)weftd, "--devices", "cpu:2", "--listen",
-                         (char *)endpoint, "--max-tensor-bytes", tensor_bytes,
-                         "--queue-capacity", queue, "--log-level", "warning",
-                         NULL };
-        execv(weftd, argv);
-        perror("execv weftd");
-        _exit(127);
-    }
-    return pid;
+    const char *argv[] = { weftd, "--devices", "cpu:2", "--listen", endpoint,
+                           "--max-tensor-bytes", tensor_bytes, "--queue-capacity",
+                           queue, "--log-level", "warning", NULL };
+    return spawn_daemon(argv, NULL);
 }
 
 /* ---- the tests ----------------------------------------------------------- */

@@ -302,24 +302,12 @@ static bool notify_wait(const char *needle, char *buf, size_t len)
 static pid_t start_daemon(const char *weftd, const char *endpoint,
                           const char *devices, const char *memory)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        if (notify_fd >= 0)
-            setenv("NOTIFY_SOCKET", notify_path, 1);
-        char dp[16];
-        snprintf(dp, sizeof dp, "dp=%s", strchr(devices, ':') + 1);
-        char *argv[] = { (char *)weftd, "--devices", (char *)devices, "--mesh", dp,
-                         "--listen", (char *)endpoint, "--model-root", root,
-                         "--cpu-memory", (char *)memory, "--log-level",
-                         "warning", NULL };
-        execv(weftd, argv);
-        perror("execv weftd");
-        _exit(127);
-    }
-    return pid;
+    char dp[16];
+    snprintf(dp, sizeof dp, "dp=%s", strchr(devices, ':') + 1);
+    const char *argv[] = { weftd, "--devices", devices, "--mesh", dp, "--listen",
+                           endpoint, "--model-root", root, "--cpu-memory", memory,
+                           "--log-level", "warning", NULL };
+    return spawn_daemon(argv, notify_fd >= 0 ? notify_path : NULL);
 }
 
 /* A reconfiguration from its own connection (its call blocks while a

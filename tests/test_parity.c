@@ -80,18 +80,9 @@ static int failures; /* single-threaded test bookkeeping */
 static pid_t start_daemon(const char *weftd, const char *endpoint,
                           const char *devices)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = { (char *)weftd, "--devices", (char *)devices, "--listen",
-                         (char *)endpoint, "--log-level", "warning", NULL };
-        execv(weftd, argv);
-        perror("execv weftd");
-        _exit(127);
-    }
-    return pid;
+    const char *argv[] = { weftd, "--devices", devices, "--listen", endpoint,
+                           "--log-level", "warning", NULL };
+    return spawn_daemon(argv, NULL);
 }
 
 /* Ready = answers hello (the client finds the daemon once it binds). */

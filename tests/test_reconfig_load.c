@@ -242,18 +242,9 @@ static bool wait_progress(shared_t *sh, uint64_t since[N_THREADS], uint64_t need
 
 static pid_t start_daemon(const char *weftd, const char *endpoint)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = { (char *)weftd, "--devices", "cpu:4", "--listen",
-                         (char *)endpoint, "--log-level", "warning", NULL };
-        execv(weftd, argv);
-        perror("execv weftd");
-        _exit(127);
-    }
-    return pid;
+    const char *argv[] = { weftd, "--devices", "cpu:4", "--listen", endpoint,
+                           "--log-level", "warning", NULL };
+    return spawn_daemon(argv, NULL);
 }
 
 /* ---- reconfigurations ------------------------------------------------------ */

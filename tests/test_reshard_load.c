@@ -129,19 +129,10 @@ static bool wait_progress(shared_t *sh, const uint64_t *base, uint64_t more)
 
 static pid_t start_daemon(const char *weftd, const char *endpoint, const char *root)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = { (char *)weftd, "--devices", "cpu:4", "--mesh", "dp=4",
-                         "--listen", (char *)endpoint, "--model-root", (char *)root,
-                         "--log-level", "warning", NULL };
-        execv(weftd, argv);
-        perror("execv weftd");
-        _exit(127);
-    }
-    return pid;
+    const char *argv[] = { weftd, "--devices", "cpu:4", "--mesh", "dp=4", "--listen",
+                           endpoint, "--model-root", root, "--log-level", "warning",
+                           NULL };
+    return spawn_daemon(argv, NULL);
 }
 
 int main(int argc, char **argv)

@@ -4,6 +4,7 @@
  * Written here, independent of kernels/, so the check shares no code with
  * what it checks. See jobcheck.h. */
 #include "jobcheck.h"
+#include <unistd.h>
 
 #include <math.h>
 #include <signal.h>
@@ -270,4 +271,20 @@ void jcase_tolerances(const jcase_t *c, bool ring_merge, double *ret_out,
         out = fmax(out, c->in == WF_DTYPE_F16 ? 4e-3 : 3e-2);
     *ret_out = out;
     *ret_lse = 1e-4;
+}
+
+pid_t spawn_daemon(const char *const argv[], const char *notify_socket)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (notify_socket)
+            setenv("NOTIFY_SOCKET", notify_socket, 1);
+        execv(argv[0], (char *const *)argv);
+        perror("execv");
+        _exit(127);
+    }
+    return pid;
 }

@@ -72,6 +72,12 @@ void jcase_tolerances(const jcase_t *c, bool ring_merge, double *ret_out,
 /* The libweft options of case c. */
 wf_attention_opts_t opts_of(const jcase_t *c);
 
+/* Fork and exec a daemon: argv[0] is its path, argv NULL-terminated;
+ * the child gets an empty signal mask (the tests block SIGCHLD) and, when
+ * notify_socket is not NULL, NOTIFY_SOCKET. Returns the pid (-1 when fork
+ * fails); an exec failure exits the child with 127. */
+pid_t spawn_daemon(const char *const argv[], const char *notify_socket);
+
 /* True once the daemon at endpoint answers hello (20 s timeout). */
 bool wait_ready(const char *endpoint);
 
