@@ -189,7 +189,6 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
     if (m->already_sharded) {
         m->plan = *wf_flux_source_plan(src);
         m->default_plan = false;
-        m->files_tp = files_tp;
         if ((int)files_tp != r->load_tp) {
             wf_errf(err, err_len, "'%s' is sharded for tp=%" PRIu32 " but the "
                     "mesh has tp=%d: load it with that tp, or load the full "

@@ -52,7 +52,6 @@ typedef struct wf_model {
     char path[WF_MODEL_PATH_LEN];
     wf_model_state_t state;
     bool already_sharded;            /* loaded from per-rank files */
-    uint32_t files_tp;               /* their tp degree (already_sharded) */
     bool default_plan;               /* plan is the family's default */
     wf_tp_plan_t plan;               /* plan in force */
     wf_flux_config_t cfg;            /* valid once opened */

@@ -1202,11 +1202,15 @@ static void models_after_regroup(wf_server_t *srv, wf_status_t st)
         wf_model_t *m = srv->models.m[i];
         if (!m)
             continue;
+        if ((m->state == WF_MODEL_INSTALLING || m->state == WF_MODEL_READY) &&
+            st == WF_OK) {
+            /* its shards are cut for the mesh now in force */
+            m->tp = srv->reconf.target.deg.tp;
+            m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, (int)m->tp);
+        }
         if (m->state == WF_MODEL_INSTALLING) {
             if (st == WF_OK) {
                 m->state = WF_MODEL_READY;
-                m->tp = srv->reconf.target.deg.tp;
-                m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, (int)m->tp);
                 m->load_ms = (wf_now_usec() - m->t_start_us) / 1000;
                 wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) ready: %" PRIu64
                        " parameters, %.1f MiB per rank at tp=%u, loaded in %"
@@ -1225,9 +1229,6 @@ static void models_after_regroup(wf_server_t *srv, wf_status_t st)
             wf_log(srv->log, WF_LOG_INFO, "model '%s' unloaded", m->name);
             model_reply(srv, m, WF_OP_UNLOAD_MODEL, WF_OK, NULL);
             wf_registry_remove(&srv->models, m);
-        } else if (m->state == WF_MODEL_READY && st == WF_OK) {
-            m->tp = srv->reconf.target.deg.tp;
-            m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, (int)m->tp);
         }
     }
     uint64_t resident = 0;
