@@ -8,6 +8,7 @@
 #include "tensor.h"
 #if WEFT_TEST_NCCL
 #include "comm_nccl.h"
+#include "cuda_plan.h"
 #include <pthread.h>
 #endif
 
@@ -161,6 +162,9 @@ static void test_attention(void)
         {1, 65, 129, 4, 1, 64, 0, 4, 0, 0, 0, 4, 8, 2},     /* explicit mapping */
         {3, 1, 1, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
         {1, 1024, 1024, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
+        {1, 700, 1300, 4, 2, 128, 0, 4, 1, 600, 0, 0, 0, 0}, /* several key tiles, uneven */
+        {2, 513, 513, 3, 1, 64, 0, 3, 0, 0, 0, 0, 0, 0},
+        {1, 300, 2000, 2, 1, 128, 0, 2, 1, 100, 1700, 0, 0, 0}, /* rows before every key */
     };
     static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -432,6 +436,19 @@ int main(void)
     uint64_t tot = 0, fr = 0;
     G->memory_info(gctx, &tot, &fr);
     printf("test_cuda_gpu: %d GPU(s), arena %llu MiB\n", ngpu, (unsigned long long)(tot >> 20));
+    {
+        /* The wgmma building blocks first: a wrong layout shows here by
+         * name before the attention cases fail. */
+        char rep[512];
+        wf_status_t st = wf_cuda_wgmma_selftest(0, rep, sizeof rep);
+        printf("  %s\n", rep);
+        CHECK(st == WF_OK || st == WF_E_UNAVAILABLE);
+        const char *sel = getenv("WEFT_CUDA_ATTN");
+        printf("  attention kernel: %s\n",
+               st == WF_OK && !(sel && strcmp(sel, "mma") == 0)
+                   ? "wgmma for bf16 / f16 inputs, mma.sync for the rest"
+                   : "mma.sync");
+    }
     test_attention();
     test_merge();
     test_convert();

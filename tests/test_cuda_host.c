@@ -25,8 +25,11 @@ static int failures;
         }                                                                    \
     } while (0)
 
-/* An H100 / H200 as cudaDeviceProp reports it. */
-static const wf_cuda_limits_t H100 = {232448, 2147483647, 65535, 65535, 132};
+/* An H100 / H200 as cudaDeviceProp reports it, with the mma.sync kernel
+ * only (H100) and with the wgmma kernel allowed (H100W). */
+static const wf_cuda_limits_t H100 = {232448, 2147483647, 65535, 65535, 132, 0};
+static const wf_cuda_limits_t H100W = {232448, 2147483647, 65535, 65535, 132,
+                                       WF_CUDA_KERNEL_WGMMA_PIPE};
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -79,6 +82,47 @@ static void test_geometry(void)
     CHECK(2 * (wf_cuda_attn_smem_bytes(128, 2) + 1024) <= 228 * 1024);
 
     wf_cuda_attn_geom_t g;
+    /* The wgmma kernel: chosen when allowed and q, k, v all have the
+     * compute dtype; its block, shared bytes and the mma.sync fallback. */
+    CHECK(wf_cuda_attn_wgmma_smem_bytes(128) ==
+          1024 + 2 * 128 * (128 + 2 * WF_CUDA_WG_STAGES * WF_CUDA_WG_BC));
+    CHECK(wf_cuda_attn_wgmma_smem_bytes(128) == 230400); /* fits 232448 */
+    CHECK(wf_cuda_attn_wgmma_smem_bytes(64) == 115712);
+    for (size_t di = 0; di < 2; di++)
+        for (size_t ti = 0; ti < 3; ti++)
+            for (int mix = 0; mix < 3; mix++) {
+                wf_attn_params_t p = mk(1, 1000, 777, 8, 2, D[di], DT[ti]);
+                if (mix == 1)
+                    p.k_dtype = WF_DTYPE_F32;
+                if (mix == 2)
+                    p.out_dtype = WF_DTYPE_F32; /* out's dtype does not matter */
+                CHECK(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK);
+                int want = DT[ti] != WF_DTYPE_F32 && mix != 1;
+                CHECK(g.kernel == (want ? WF_CUDA_KERNEL_WGMMA_PIPE : WF_CUDA_KERNEL_MMA));
+                CHECK(g.grid[0] == (unsigned)cdiv(1000, WF_CUDA_BR) && g.grid[1] == 8);
+                if (want) {
+                    CHECK(g.block[0] == WF_CUDA_WG_THREADS);
+                    CHECK(g.smem_bytes == wf_cuda_attn_wgmma_smem_bytes((int)D[di]));
+                } else {
+                    CHECK(g.block[0] == 32 * WF_CUDA_WARPS);
+                    CHECK(g.smem_bytes == wf_cuda_attn_smem_bytes((int)D[di], 2));
+                }
+                CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK &&
+                      g.kernel == WF_CUDA_KERNEL_MMA);
+            }
+    {
+        /* Shared memory too small for the wgmma tiles: mma.sync. */
+        wf_cuda_limits_t w = H100W;
+        w.smem_optin = 160 * 1024;
+        wf_attn_params_t p = mk(1, 128, 128, 4, 4, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
+        p.D = 64;
+        CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK &&
+              g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE && g.stages == WF_CUDA_WG_STAGES);
+        /* The one-product-at-a-time form when the limits ask for it. */
+        w.wgmma = WF_CUDA_KERNEL_WGMMA;
+        CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA);
+    }
     /* Other head dims are refused. */
     static const int64_t bad_d[] = {0, 1, 32, 80, 96, 127, 192, 256};
     for (size_t i = 0; i < sizeof bad_d / sizeof bad_d[0]; i++) {

@@ -21,14 +21,11 @@
  *
  * Not here: validation (cuda_plan.c), memory, streams (cuda_backend.cu).
  */
-#include "cuda_launch.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <math.h>
-#include <stdint.h>
+#include "attention_common.cuh"
 
 namespace {
+
+using namespace wf_attn;
 
 constexpr int BR = WF_CUDA_BR;
 constexpr int BC = WF_CUDA_BC;
@@ -39,97 +36,6 @@ constexpr int MT = WF_CUDA_MTILES;  /* m-tiles of 16 rows per warp */
 constexpr int WROWS = 16 * MT;      /* query rows per warp */
 static_assert(BR == WROWS * NWARPS, "one warp per WROWS query rows");
 static_assert(BC % 16 == 0, "key tile in k-steps of 16");
-
-/* Parameters as the kernel sees them (by value). Element offsets are
- * int64: a (B, S, H, D) tensor may exceed 2^31 elements. */
-struct attn_args {
-    const char *q, *k, *v; /* device, 16-byte aligned */
-    char *out;
-    float *lse;            /* or nullptr */
-    int q_dt, k_dt, v_dt, out_dt;
-    int Sq, Skv, Hq, Hkv;
-    int h_begin;
-    int gqa_group, q_head_base, kv_head_base; /* gqa_group 0: Hq / Hkv */
-    int causal;
-    long long q_offset, kv_offset;
-    float alpha; /* scale * log2(e) */
-};
-
-/* ---- element helpers -------------------------------------------------------- */
-
-template <typename T> struct cvt;
-template <> struct cvt<__nv_bfloat16> {
-    static constexpr int dtype = WF_DTYPE_BF16;
-    __device__ static uint32_t pack(float a, float b)
-    {
-        __nv_bfloat162 h = __floats2bfloat162_rn(a, b); /* .x = a: low half */
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-};
-template <> struct cvt<__half> {
-    static constexpr int dtype = WF_DTYPE_F16;
-    __device__ static uint32_t pack(float a, float b)
-    {
-        __half2 h = __floats2half2_rn(a, b);
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-};
-
-/* 8 consecutive elements of dtype dt at element index e, as floats. */
-__device__ __forceinline__ void load8(const char *base, int dt, long long e, float f[8])
-{
-    if (dt == WF_DTYPE_F32) {
-        const float4 *p = reinterpret_cast<const float4 *>(base + e * 4);
-        float4 a = p[0], b = p[1];
-        f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
-        f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-        return;
-    }
-    uint4 u = *reinterpret_cast<const uint4 *>(base + e * 2);
-    uint32_t w[4] = {u.x, u.y, u.z, u.w};
-    for (int i = 0; i < 4; i++) {
-        if (dt == WF_DTYPE_BF16) {
-            f[2 * i] = __uint_as_float(w[i] << 16);
-            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        } else {
-            __half2 h = *reinterpret_cast<__half2 *>(&w[i]);
-            float2 x = __half22float2(h);
-            f[2 * i] = x.x;
-            f[2 * i + 1] = x.y;
-        }
-    }
-}
-
-/* Store two consecutive elements (a at e, b at e + 1) in dtype dt. */
-__device__ __forceinline__ void store2(char *base, int dt, long long e, float a, float b)
-{
-    if (dt == WF_DTYPE_F32) {
-        *reinterpret_cast<float2 *>(base + e * 4) = make_float2(a, b);
-    } else if (dt == WF_DTYPE_BF16) {
-        *reinterpret_cast<uint32_t *>(base + e * 2) = cvt<__nv_bfloat16>::pack(a, b);
-    } else {
-        *reinterpret_cast<uint32_t *>(base + e * 2) = cvt<__half>::pack(a, b);
-    }
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)),
-                 "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
 {
@@ -504,30 +410,11 @@ wf_status_t wf_cuda_attention_launch(const wf_attn_params_t *p,
 {
     if (!p || !g)
         return WF_E_INVALID;
+    if (g->kernel != WF_CUDA_KERNEL_MMA)
+        return wf_cuda_attention_wgmma_launch(p, g, stream);
     if (g->grid[0] == 0 || g->grid[1] == 0 || g->grid[2] == 0)
         return WF_OK; /* empty head range */
-    attn_args a;
-    a.q = static_cast<const char *>(p->q);
-    a.k = static_cast<const char *>(p->k);
-    a.v = static_cast<const char *>(p->v);
-    a.out = static_cast<char *>(p->out);
-    a.lse = p->lse;
-    a.q_dt = p->q_dtype;
-    a.k_dt = p->k_dtype;
-    a.v_dt = p->v_dtype;
-    a.out_dt = p->out_dtype;
-    a.Sq = (int)p->Sq;
-    a.Skv = (int)p->Skv;
-    a.Hq = (int)p->Hq;
-    a.Hkv = (int)p->Hkv;
-    a.h_begin = (int)p->h_begin;
-    a.gqa_group = (int)p->gqa_group;
-    a.q_head_base = (int)p->q_head_base;
-    a.kv_head_base = (int)p->kv_head_base;
-    a.causal = p->causal ? 1 : 0;
-    a.q_offset = p->q_offset;
-    a.kv_offset = p->kv_offset;
-    a.alpha = p->scale * 1.4426950408889634f;
+    const attn_args a = make_args(p);
     if (g->compute_bf16)
         return g->d == 64 ? launch<__nv_bfloat16, 64>(a, g, stream)
                           : launch<__nv_bfloat16, 128>(a, g, stream);

@@ -18,6 +18,16 @@ wf_status_t wf_cuda_attention_launch(const wf_attn_params_t *p,
                                      const wf_cuda_attn_geom_t *g,
                                      cudaStream_t stream);
 
+/* The same with the wgmma kernel (g->kernel == WF_CUDA_KERNEL_WGMMA;
+ * attention_wgmma.cu). */
+wf_status_t wf_cuda_attention_wgmma_launch(const wf_attn_params_t *p,
+                                           const wf_cuda_attn_geom_t *g,
+                                           cudaStream_t stream);
+
+/* 1 when the wgmma kernel was compiled for sm_90a (a real body), 0 when
+ * this build has none (the geometry must not choose it). */
+int wf_cuda_wgmma_built(void);
+
 /* LSE merge (backend.h lse_merge) on `stream`. */
 wf_status_t wf_cuda_lse_merge_launch(float *acc_out, float *acc_lse,
                                      const float *part_out,

@@ -61,6 +61,11 @@ size_t wf_cuda_attn_smem_bytes(int d, int stages)
     return 2u * (WF_CUDA_BR * dpad + (size_t)stages * 2u * WF_CUDA_BC * dpad);
 }
 
+size_t wf_cuda_attn_wgmma_smem_bytes(int d)
+{
+    return 1024u + 2u * (size_t)d * (WF_CUDA_BR + WF_CUDA_WG_STAGES * 2u * WF_CUDA_WG_BC);
+}
+
 wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
                                   const wf_cuda_limits_t *lim,
                                   wf_cuda_attn_geom_t *ret_geom)
@@ -88,6 +93,17 @@ wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
     g.stages = stages;
     g.smem_bytes = wf_cuda_attn_smem_bytes(g.d, stages);
     g.compute_bf16 = p->q_dtype == WF_DTYPE_BF16;
+    g.kernel = WF_CUDA_KERNEL_MMA;
+    wf_dtype_t cdt = g.compute_bf16 ? WF_DTYPE_BF16 : WF_DTYPE_F16;
+    if ((lim->wgmma == WF_CUDA_KERNEL_WGMMA || lim->wgmma == WF_CUDA_KERNEL_WGMMA_PIPE) &&
+        p->q_dtype == cdt && p->k_dtype == cdt && p->v_dtype == cdt &&
+        wf_cuda_attn_wgmma_smem_bytes(g.d) <= lim->smem_optin) {
+        g.kernel = lim->wgmma;
+        g.block[0] = WF_CUDA_WG_THREADS;
+        g.stages = WF_CUDA_WG_STAGES;
+        g.dpad = g.d;
+        g.smem_bytes = wf_cuda_attn_wgmma_smem_bytes(g.d);
+    }
     *ret_geom = g;
     return WF_OK;
 }

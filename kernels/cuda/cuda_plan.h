@@ -13,6 +13,16 @@
  *   grid  (ceil(Sq / BR), h_end - h_begin, B)   block (32 * WARPS)
  *   shared bytes = 2 * (BR * dpad + stages * 2 * BC * dpad) (16-bit
  *   elements), dpad = D + 8 (row padding: ldmatrix rows hit distinct banks)
+ *
+ * On Hopper (compute capability 9.0, built for sm_90a) a second kernel,
+ * attention_wgmma.cu, takes the jobs whose q, k and v all have the
+ * compute dtype (bf16 or f16): two warpgroups of 64 query rows each
+ * (BR = 128 again) run S = Q K^T and O += P V with wgmma (Q, K, V in
+ * 128-byte-swizzled shared tiles, P from registers), WF_CUDA_WG_STAGES
+ * K/V tiles of WF_CUDA_WG_BC keys in flight with cp.async; pipelined
+ * (S of tile j + 1 and the softmax beside P V of tile j) by default.
+ *   grid  as above                block (WF_CUDA_WG_THREADS)
+ *   shared bytes = 1024 (alignment) + 2 * D * (BR + STAGES * 2 * WG_BC)
  */
 #ifndef WF_CUDA_PLAN_H
 #define WF_CUDA_PLAN_H
@@ -32,7 +42,18 @@ enum {
     WF_CUDA_WARPS = 4,  /* warps per block (32 query rows each) */
     WF_CUDA_MTILES = 2, /* m16 tiles per warp: BR = 16 * MTILES * WARPS */
     WF_CUDA_PAD = 8,    /* elements of padding per shared-memory row */
-    WF_CUDA_ALIGN = 256 /* arena and staging alignment, bytes */
+    WF_CUDA_ALIGN = 256, /* arena and staging alignment, bytes */
+    WF_CUDA_WG_BC = 128,      /* keys per K/V tile of the wgmma kernel */
+    WF_CUDA_WG_THREADS = 256, /* two warpgroups of 64 query rows */
+    WF_CUDA_WG_STAGES = 3     /* K/V tiles of the wgmma kernel in shared memory */
+};
+
+/* Which attention kernel a geometry launches: mma.sync, wgmma one product
+ * at a time, wgmma pipelined. */
+enum {
+    WF_CUDA_KERNEL_MMA = 0,
+    WF_CUDA_KERNEL_WGMMA = 1,
+    WF_CUDA_KERNEL_WGMMA_PIPE = 2
 };
 
 /* What the geometry depends on, from cudaDeviceProp (or a test). */
@@ -42,6 +63,10 @@ typedef struct wf_cuda_limits {
     int max_grid_y;     /* maxGridSize[1] */
     int max_grid_z;     /* maxGridSize[2] */
     int sm_count;       /* multiProcessorCount */
+    int wgmma;          /* the wgmma kernel (compute capability 9.0, built
+                           for sm_90a): WF_CUDA_KERNEL_WGMMA_PIPE (default),
+                           WF_CUDA_KERNEL_WGMMA (WEFT_CUDA_ATTN=wgmma), or
+                           0: mma.sync only (WEFT_CUDA_ATTN=mma, or none) */
 } wf_cuda_limits_t;
 
 /* Launch of the attention kernel. */
@@ -53,6 +78,7 @@ typedef struct wf_cuda_attn_geom {
     int dpad;          /* shared row stride, elements */
     int stages;        /* K/V buffers in flight (2, or 1 when 2 do not fit) */
     int compute_bf16;  /* 1: bf16 tensor-core inputs, 0: f16 */
+    int kernel;        /* WF_CUDA_KERNEL_* */
 } wf_cuda_attn_geom_t;
 
 /* Shape, dtype and head-mapping checks of backend.h, plus the CUDA
@@ -64,13 +90,18 @@ int wf_cuda_attn_params_ok(const wf_attn_params_t *p);
  * invalid (wf_cuda_attn_params_ok) or the grid / shared memory exceed the
  * limits. An empty head range gives grid[1] == 0 (nothing to launch).
  * The compute dtype is bf16 when q is bf16, else f16 (f16 and f32 inputs:
- * f32 is rounded to f16 for the tensor cores, fp32 accumulation). */
+ * f32 is rounded to f16 for the tensor cores, fp32 accumulation). The
+ * kernel is lim->wgmma's when that is set, q, k and v all have the
+ * compute dtype and its shared tiles fit; mma.sync otherwise. */
 wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
                                   const wf_cuda_limits_t *lim,
                                   wf_cuda_attn_geom_t *ret_geom);
 
 /* Shared bytes for head dim d (padded) with `stages` K/V buffers. */
 size_t wf_cuda_attn_smem_bytes(int d, int stages);
+
+/* Shared bytes of the wgmma kernel for head dim d. */
+size_t wf_cuda_attn_wgmma_smem_bytes(int d);
 
 /* Workspace of the CUDA attention: 0 bytes (everything stays on chip);
  * exact, pure. The workspace argument may be NULL. */
@@ -82,6 +113,15 @@ void wf_cuda_merge_geometry(int64_t rows, unsigned ret_grid[3],
                             unsigned ret_block[3]);
 void wf_cuda_convert_geometry(size_t n, const wf_cuda_limits_t *lim,
                               unsigned ret_grid[3], unsigned ret_block[3]);
+
+/* A check of the wgmma building blocks on device `device` (a one-warpgroup
+ * probe: S = A B^T with both operands K-major, O = P V with P from
+ * registers and V N-major, each against an exact host product, plus V
+ * with its descriptor offsets swapped for diagnosis). WF_OK when the
+ * kernel's own layout is right; WF_E_UNAVAILABLE without sm_90a or a 9.0
+ * device; WF_E_INTERNAL otherwise. One line of findings in report.
+ * Defined in attention_wgmma.cu (allocates; tests only). */
+wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n);
 
 /* ---- the device arena ------------------------------------------------------ */
 

@@ -5,16 +5,19 @@
 # the working tree. Steps (each prints a "== " header):
 #   1. configure + build with CUDA (and NCCL from the toolkit or torch's
 #      nvidia-nccl wheel) against the carried Debian prefix;
-#   2. weftd on the GPU, when the daemon accepts CUDA devices (skipped with
-#      a message otherwise; first, as the newest part): --devices cuda
-#      serving weftctl attention-demo (bf16 and f16, causal, GQA) checked
-#      against its fp64 reference, then the mixed mode (--devices
-#      cuda:0,0,0,0 --mesh ring=2,ulysses=2: CUDA kernels, host comm);
-#   3. test_cuda_host, test_cuda_gpu (CUDA attention vs the CPU backend for
-#      every dtype / causal / GQA / uneven shape / D 64, 128; LSE merge;
-#      conversions; NCCL world of 1 and of N);
-#   4. attention TFLOP/s against torch SDPA (bf16, B=1, H=24, D=128,
-#      S 4096 / 16384, non-causal / causal) and the ratio (target >= 0.60).
+#   2. test_cuda_host, test_cuda_gpu (the wgmma building blocks by name,
+#      then CUDA attention vs the CPU backend for every dtype / causal /
+#      GQA / uneven shape / D 64, 128; LSE merge; conversions; NCCL world
+#      of 1 and of N) for each attention kernel: wgmma pipelined (the
+#      default on Hopper), wgmma one product at a time
+#      (WEFT_CUDA_ATTN=wgmma), mma.sync (WEFT_CUDA_ATTN=mma);
+#   3. attention TFLOP/s of the three kernels against torch SDPA (bf16,
+#      B=1, H=24, D=128, S 4096 / 16384, non-causal / causal) and the
+#      ratios (target >= 0.60);
+#   4. weftd on the GPU: --devices cuda serving weftctl attention-demo
+#      (bf16 and f16, causal, GQA) checked against its fp64 reference,
+#      then the mixed mode (--devices cuda:0,0,0,0 --mesh ring=2,ulysses=2:
+#      CUDA kernels, host comm).
 # Output figures go to stdout and to $OUT/gpu-report.txt when $OUT is set.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,17 +68,61 @@ cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || 
   grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; exit 1; }
 say "built in $(elapsed)"
 
-say "== weftd on the GPU ($(elapsed))"
+say "== tests ($(elapsed))"
+timeout 60 build-gpu/tests/test_cuda_host 2>&1 | tail -1 | tee -a "$report"
+# Each kernel's test; a kernel whose test hangs (timeout) is not benched.
+# The daemon runs on the first kernel whose test passed.
+declare -A test_rc
+daemon_kern=none
+for kern in "" wgmma mma; do
+  name=${kern:-pipe}
+  say "-- test_cuda_gpu, WEFT_CUDA_ATTN=${kern:-(default: wgmma pipelined)}"
+  tlog=${OUT:-/tmp}/test_cuda_gpu-$name.log
+  WEFT_CUDA_ATTN=$kern timeout 100 build-gpu/tests/test_cuda_gpu > "$tlog" 2>&1
+  rc=$?
+  test_rc[$name]=$rc
+  # the kernel lines, failing cases (the full log comes back in $OUT)
+  grep -E "wgmma|kernel:|FAIL|failure|nccl" "$tlog" | head -24 | tee -a "$report"
+  say "attention cases: $(grep -c "attn B" "$tlog"), failing: $(grep "attn B" "$tlog" | grep -c FAIL)"
+  say "test_cuda_gpu exit $rc"
+  if [ $rc -eq 0 ] && [ "$daemon_kern" = none ]; then daemon_kern=$name; fi
+done
+timeout 120 build-gpu/tests/test_kernels > /dev/null 2>&1; say "test_kernels (CPU reference) exit $?"
+
+say "== attention vs torch SDPA, bf16, B=1, H=24, D=128 ($(elapsed))"
+shapes=(4096 0 4096 1 16384 0 16384 1)
+sdpa_args=()
+for ((i = 0; i < ${#shapes[@]}; i += 2)); do sdpa_args+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
+timeout 150 python3 tests/gpu/sdpa_bench.py "${sdpa_args[@]}" > /tmp/sdpa.log 2>&1
+tail -4 /tmp/sdpa.log | tee -a "$report"
+for ((i = 0; i < ${#shapes[@]}; i += 2)); do
+  S=${shapes[i]}; causal=${shapes[i+1]}
+  t=$(grep "sdpa S=$S .*causal=$causal " /tmp/sdpa.log | tail -1)
+  tt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$t")
+  for kern in "" wgmma mma; do
+    if [ "${test_rc[${kern:-pipe}]}" = 124 ]; then say "S=$S causal=$causal kernel=${kern:-pipe}: skipped (its test hung)"; continue; fi
+    w=$(WEFT_CUDA_ATTN=$kern timeout 30 build-gpu/bench/bench_cuda_attention $S 24 128 $causal 2>&1 | tail -1)
+    wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$w")
+    ratio=$(python3 -c "print(f'{float(\"$wt\")/float(\"$tt\"):.2f}')" 2>/dev/null || echo "?")
+    say "S=$S causal=$causal kernel=${kern:-wgmma-pipelined} | $w | sdpa tflops=$tt | ratio $ratio (target >= 0.60)"
+  done
+done
+
+say "== weftd on the GPU, kernel $daemon_kern ($(elapsed))"
+case $daemon_kern in pipe) export WEFT_CUDA_ATTN= ;; wgmma) export WEFT_CUDA_ATTN=wgmma ;; *) export WEFT_CUDA_ATTN=mma ;; esac
 # weftd on DEVICES with extra flags; then each remaining argument is one
 # weftctl command line run against it. Refused devices: a message, skipped.
+serve_n=0
 serve() {
   local devices=$1; shift
   local flags=$1; shift
   local sock=/tmp/weft-gpu-$$.sock
+  serve_n=$((serve_n + 1))
+  local dlog=${OUT:-/tmp}/weftd-gpu-$serve_n.log
   rm -f "$sock"
   # shellcheck disable=SC2086
   build-gpu/daemon/weftd --devices "$devices" $flags --listen "ipc://$sock" \
-      > /tmp/weftd-gpu.log 2>&1 &
+      > "$dlog" 2>&1 &
   local wpid=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; kill -0 $wpid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $wpid 2>/dev/null && [ -S "$sock" ]; then
@@ -85,15 +132,15 @@ serve() {
     for cmd in "$@"; do
       say "weftctl $cmd"
       # shellcheck disable=SC2086
-      timeout 90 build-gpu/client/weftctl --endpoint "ipc://$sock" $cmd 2>&1 | tee -a "$report"
+      timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" $cmd 2>&1 | tee -a "$report"
       say "weftctl exit ${PIPESTATUS[0]}"
     done
     kill -TERM $wpid; wait $wpid
     say "weftd exit $?"
-    grep -E "ERR|error|failed" /tmp/weftd-gpu.log | head -5 | tee -a "$report"
+    grep -E "ERR|error|failed" "$dlog" | head -5 | tee -a "$report"
   else
     say "weftd --devices $devices $flags refused: skipped"
-    head -3 /tmp/weftd-gpu.log | tee -a "$report"
+    head -3 "$dlog" | tee -a "$report"
     kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
   fi
 }
@@ -106,21 +153,4 @@ serve cuda:0,0,0,0 "--mesh ring=2,ulysses=2" \
   "attention-demo --seq 2048 --heads 8 --kv-heads 2 --dim 128 --dtype bf16 --causal --rotate alltoall --iters 2" \
   "attention-demo --seq 1001 --heads 8 --kv-heads 4 --dim 64 --dtype f16 --causal --ring-anything --rotate allgather --iters 2"
 
-say "== tests ($(elapsed))"
-timeout 60 build-gpu/tests/test_cuda_host 2>&1 | tee -a "$report"
-timeout 240 build-gpu/tests/test_cuda_gpu 2>&1 | tee -a "$report"
-say "test_cuda_gpu exit ${PIPESTATUS[0]}"
-timeout 120 build-gpu/tests/test_kernels > /dev/null 2>&1; say "test_kernels (CPU reference) exit $?"
-
-say "== attention vs torch SDPA, bf16, B=1, H=24, D=128 ($(elapsed))"
-for S in 4096 16384; do
-  for causal in 0 1; do
-    w=$(timeout 60 build-gpu/bench/bench_cuda_attention $S 24 128 $causal 2>&1 | tail -1)
-    t=$(timeout 90 python3 tests/gpu/sdpa_bench.py $S 24 128 $causal 2>&1 | tail -1)
-    wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$w")
-    tt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$t")
-    ratio=$(python3 -c "print(f'{float(\"$wt\")/float(\"$tt\"):.2f}')" 2>/dev/null || echo "?")
-    say "S=$S causal=$causal | $w | $t | ratio $ratio (target >= 0.60)"
-  done
-done
 say "== done in $(elapsed)"

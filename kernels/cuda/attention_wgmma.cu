@@ -1,0 +1,862 @@
+/* attention_wgmma.cu — attention forward with Hopper's warpgroup MMA
+ * (wgmma, sm_90a), the kernel and its launcher. Same contract as
+ * attention.cu (backend.h: shapes, masking, GQA, out + lse); taken for
+ * jobs whose q, k and v all have the compute dtype (bf16 or f16) on a
+ * compute capability 9.0 device (cuda_plan.c chooses).
+ *
+ * One block: BR = 128 query rows of one (b, query head h), two
+ * warpgroups (256 threads) of 64 rows. Per key tile (BC = 128 keys):
+ *   S (64, 128) = Q_wg (64, D) K_tile^T    wgmma m64n128k16, Q and K from
+ *                                          shared memory, fp32 acc
+ *   online softmax in base 2 on S in registers (as attention.cu)
+ *   O (64, D)  += P (64, 128) V_tile        wgmma m64nDk16, P from
+ *                                          registers, V from shared memory
+ * Shared tiles use the 128-byte swizzle the wgmma descriptors name: a
+ * tile of R rows x D elements is D / 64 column blocks of R rows x 128
+ * bytes, whose 16-byte chunk j of row r sits at chunk (j ^ (r % 8)).
+ * Q and K are "K-major" operands (head dim contiguous); V, read as the B
+ * operand of P V with its keys along K, is "MN-major" in the same layout
+ * (the transpose flag of wgmma), so all three tiles are loaded the same
+ * way: cp.async, 16 bytes per thread per chunk, zero-filled past the
+ * tensor's end. K/V tiles are double-buffered: tile j + 1 is in flight
+ * while tile j is computed.
+ *
+ * Causal: a warpgroup skips the tiles whose keys all follow its rows
+ * (wgmma is issued by the whole warpgroup, so the test is per
+ * warpgroup); the heavy query tiles go first (as attention.cu).
+ *
+ * Built only for sm_90a (the `a` features: wgmma); other architectures
+ * get an empty kernel body and the launcher is never asked for them
+ * (wf_cuda_limits_t.wgmma is 0).
+ */
+#include "attention_common.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+using namespace wf_attn;
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WF_WGMMA_BODY 1
+#endif
+
+constexpr int BR = WF_CUDA_BR;    /* query rows per block */
+constexpr int BC = WF_CUDA_WG_BC; /* keys per tile */
+constexpr int NTHREADS = WF_CUDA_WG_THREADS;
+constexpr int WG_ROWS = 64;       /* query rows per warpgroup */
+static_assert(BR == WG_ROWS * NTHREADS / 128, "two warpgroups of 64 rows");
+static_assert(BC == 128, "S is one m64n128 accumulator");
+/* V as the N-major B operand of P V (desc_v): its 64-column blocks along N
+ * are a whole column block of the tile apart (LBO), its 8-key groups along
+ * K 1024 bytes (SBO). */
+constexpr uint32_t V_LBO = BC * 128, V_SBO = 1024;
+
+#ifdef WF_WGMMA_BODY /* device helpers: sm_90a only */
+
+/* ---- wgmma --------------------------------------------------------------------- */
+
+/* Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+ * start address, leading and stride byte offsets (each >> 4, 14 bits),
+ * swizzle mode 1 = 128 bytes in bits 62-63. */
+__device__ __forceinline__ uint64_t desc_field(uint32_t bytes)
+{
+    return (uint64_t)((bytes & 0x3FFFF) >> 4);
+}
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return desc_field(saddr) | (desc_field(lbo) << 16) | (desc_field(sbo) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Shared memory written through the generic proxy (cp.async) becomes
+ * visible to wgmma's async proxy. */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* Keep the compiler from moving accesses of accumulator registers across
+ * the asynchronous MMAs that own them. */
+template <int N> __device__ __forceinline__ void reg_fence(float *r)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+
+/* d (64 x N, f32) (+)= A (64 x 16) B (16 x N): A and B K-major in shared
+ * memory (descriptors). scale_d 0 overwrites d. */
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int scale_d);
+/* The same with A from registers (the m16n8k16 A fragment of this warp's
+ * 16 rows) and B N-major (transposed) in shared memory. */
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db,
+                                         int scale_d);
+
+template <>
+__device__ __forceinline__ void
+wgmma_ss<__nv_bfloat16, 128>(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void
+wgmma_rs<__nv_bfloat16, 64>(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void
+wgmma_rs<__nv_bfloat16, 128>(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void
+wgmma_ss<__half, 128>(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void
+wgmma_rs<__half, 64>(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void
+wgmma_rs<__half, 128>(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+/* ---- tiles --------------------------------------------------------------------- */
+
+/* Byte offset of 16-byte chunk j (of D / 8 per row) of row r in a
+ * swizzled tile of R rows. */
+template <int R>
+__device__ __forceinline__ uint32_t sw_offset(int r, int j)
+{
+    return (uint32_t)((j >> 3) * (R * 128) + r * 128 + (((j & 7) ^ (r & 7)) << 4));
+}
+
+/* cp.async R rows of D elements (row r at element row0 + r * stride of
+ * g) into the swizzled tile at shared address s; rows >= valid are zero. */
+template <int D, int R>
+__device__ __forceinline__ void load_tile_sw(uint32_t s, const char *g, long long row0,
+                                             long long stride, int valid)
+{
+    constexpr int CPR = D / 8; /* chunks per row */
+    static_assert((R * CPR) % NTHREADS == 0, "whole chunks per thread");
+#pragma unroll
+    for (int i = 0; i < R * CPR / NTHREADS; i++) {
+        const int c = threadIdx.x + i * NTHREADS;
+        const int r = c / CPR, j = c % CPR;
+        const bool ok = r < valid;
+        const char *src = ok ? g + (row0 + (long long)r * stride + j * 8) * 2 : g;
+        cp_async16_zfill(s + sw_offset<R>(r, j), src, ok ? 16 : 0);
+    }
+}
+
+/* Descriptor of k-step kk (16 elements of D) of the K-major operand made
+ * of rows [row0, row0 + 64 or R) of a swizzled tile of R rows. */
+template <int R>
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kk)
+{
+    return make_desc(tile + (uint32_t)(kk >> 2) * (R * 128) + (uint32_t)row0 * 128u +
+                         (uint32_t)(kk & 3) * 32u,
+                     16, 1024);
+}
+
+/* Descriptor of k-step kk (16 keys) of V as the N-major B operand of P V:
+ * keys along K (16 rows = 2048 bytes per k-step, 8-row groups SBO = 1024
+ * bytes apart), its 64-column blocks along N LBO = BC * 128 bytes apart. */
+__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk, uint32_t lbo, uint32_t sbo)
+{
+    return make_desc(tile + (uint32_t)kk * 2048u, lbo, sbo);
+}
+/* Online-softmax step on this thread's part of S for the key tile at k0
+ * (rows wl * 16 + g (+ 8), keys k0 + 8 i + 2 t (+ 1)): scale and mask,
+ * new running maxima (base 2), corr = the factor O and l take, and the
+ * un-normalised probabilities in place of the scores; l gets their sums. */
+template <int NS>
+__device__ __forceinline__ void softmax_tile(float *s, int k0, int Skv, int rel_row, int t,
+                                             float alpha, float m_r[2], float l_r[2],
+                                             float corr[2])
+{
+    /* rel_row: key kj is masked for the thread's first row when kj > rel_row
+     * (second row: rel_row + 8); the tile needs no mask when every key is
+     * below Skv and visible to both rows. */
+    const bool need_mask = k0 + BC > Skv || k0 + BC - 1 > rel_row;
+    float al = alpha;
+    if (!(al > 0.f)) {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            s[i] *= al;
+        al = 1.f;
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        float x = s[i];
+        if (need_mask) {
+            const int kj = k0 + (i >> 2) * 8 + 2 * t + (i & 1);
+            if (kj >= Skv || kj > rel_row + ((i >> 1) & 1) * 8)
+                x = -INFINITY;
+        }
+        s[i] = x;
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+    }
+    float m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m_r[r], mx[r] * al);
+        m_use[r] = m_new == -INFINITY ? 0.f : m_new; /* no NaN from -inf - -inf */
+        corr[r] = exp2f(m_r[r] - m_use[r]);
+        m_r[r] = m_new;
+        l_r[r] *= corr[r];
+    }
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        const int r = (i >> 1) & 1;
+        s[i] = exp2f(fmaf(s[i], al, -m_use[r]));
+        l_r[r] += s[i];
+    }
+}
+
+/* O *= corr (per row), skipped when no row's max moved in the warp. */
+template <int NO>
+__device__ __forceinline__ void rescale_o(float *o, const float corr[2])
+{
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+            o[i] *= corr[(i >> 1) & 1];
+    }
+}
+
+/* Probabilities (S's accumulator layout) packed to T as the A fragments
+ * of P V's k-steps: k-step kk takes n8 chunks 2 kk (k 0-7) and 2 kk + 1
+ * (k 8-15), rows g and g + 8 each. */
+template <typename T, int KS>
+__device__ __forceinline__ void pack_p(const float *s, uint32_t (*pa)[4])
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int i0 = (2 * kk + half) * 4;
+            pa[kk][half * 2 + 0] = cvt<T>::pack(s[i0 + 0], s[i0 + 1]);
+            pa[kk][half * 2 + 1] = cvt<T>::pack(s[i0 + 2], s[i0 + 3]);
+        }
+}
+
+template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+r"(r[i][e])::"memory");
+}
+
+#endif /* WF_WGMMA_BODY */
+
+/* PIPE: the key tile loop of FlashAttention-3 within a warpgroup: S of
+ * tile j + 1 is issued with P V of tile j and its softmax runs while P V
+ * is on the tensor cores (O is rescaled after P V lands). Without PIPE:
+ * S, softmax, P V in turn per tile (the other warpgroup fills the gaps). */
+template <typename T, int D, bool PIPE>
+__global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args a)
+{
+#ifdef WF_WGMMA_BODY
+    constexpr int KS_QK = D / 16;  /* k-steps of Q K^T */
+    constexpr int KS_PV = BC / 16; /* k-steps of P V */
+    constexpr int NS = BC / 2;     /* S accumulators per thread */
+    constexpr int NO = D / 2;      /* O accumulators per thread */
+    constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    /* Swizzle atoms must start on 1024 bytes (the launch adds the slack). */
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sQ = sbase;
+    auto sK = [&](int j) { return sbase + Q_BYTES + (uint32_t)(j % WF_CUDA_WG_STAGES) * 2u * KV_BYTES; };
+    auto sV = [&](int j) { return sK(j) + KV_BYTES; };
+
+    const int wg = threadIdx.x / 128;        /* warpgroup */
+    const int wl = (threadIdx.x % 128) / 32; /* warp in the warpgroup */
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    /* Non-causal: query tiles of one head side by side (they share K / V
+     * in L2). Causal: the heavy tiles (late rows) of every head first. */
+    int qt, hl;
+    if (a.causal) {
+        const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+        qt = gridDim.x - 1 - lin / gridDim.y;
+        hl = lin % gridDim.y;
+    } else {
+        qt = blockIdx.x;
+        hl = blockIdx.y;
+    }
+    const int q0 = qt * BR;
+    const int h = a.h_begin + hl;
+    const int b = blockIdx.z;
+    const int hk = a.gqa_group == 0 ? h / (a.Hq / a.Hkv)
+                                    : (a.q_head_base + h) / a.gqa_group - a.kv_head_base;
+    const int q_rows = min(BR, a.Sq - q0);
+
+    /* Keys any row of the block can see: [0, k_end). */
+    int k_end = a.Skv;
+    if (a.causal) {
+        long long last = a.q_offset + q0 + q_rows - a.kv_offset; /* keys < last */
+        k_end = (int)min((long long)a.Skv, max(0LL, last));
+    }
+    const int ntiles = (k_end + BC - 1) / BC;
+
+    const int wrow0 = wg * WG_ROWS; /* block-local first row of the warpgroup */
+    const long long wq_first = a.q_offset + q0 + wrow0;
+    /* Causal: key kj is masked for warpgroup row i when kj > rel + i (rel
+     * clamped to [-WG_ROWS - 1, Skv]); non-causal: rel = Skv masks nothing. */
+    const int rel = a.causal ? (int)max((long long)(-WG_ROWS - 1),
+                                        min((long long)a.Skv, wq_first - a.kv_offset))
+                             : a.Skv;
+    /* Tiles this warpgroup computes: [0, nt_wg) (later ones are masked for
+     * all its rows; wgmma is per warpgroup, so the skip is too). */
+    int nt_wg = rel + WG_ROWS - 1 < 0 ? 0 : min(ntiles, (rel + WG_ROWS - 1) / BC + 1);
+    if (wrow0 >= q_rows)
+        nt_wg = 0; /* a short last query tile: this warpgroup has no rows */
+    const int rel_row = rel + wl * 16 + g;
+
+    const long long q_stride = (long long)a.Hq * D, kv_stride = (long long)a.Hkv * D;
+    const long long q_row0 = (((long long)b * a.Sq + q0) * a.Hq + h) * D;
+    const long long kv_row0 = ((long long)b * a.Skv * a.Hkv + hk) * D;
+
+    auto issue_kv = [&](int j) {
+        const int k0 = j * BC, valid = min(BC, a.Skv - k0);
+        const long long r0 = kv_row0 + (long long)k0 * kv_stride;
+        load_tile_sw<D, BC>(sK(j), a.k, r0, kv_stride, valid);
+        load_tile_sw<D, BC>(sV(j), a.v, r0, kv_stride, valid);
+    };
+    auto issue_s = [&](float *s, int j) {
+#pragma unroll
+        for (int kk = 0; kk < KS_QK; kk++)
+            wgmma_ss<T, BC>(s, desc_kmajor<BR>(sQ, wrow0, kk), desc_kmajor<BC>(sK(j), 0, kk),
+                            kk > 0);
+    };
+    auto issue_pv = [&](float *o, uint32_t (*pa)[4], int j) {
+#pragma unroll
+        for (int kk = 0; kk < KS_PV; kk++)
+            wgmma_rs<T, D>(o, pa[kk], desc_v(sV(j), kk, V_LBO, V_SBO), 1);
+    };
+
+    /* Groups: Q + tile 0, then tile 1; tile j + 2 is issued in step j. */
+    load_tile_sw<D, BR>(sQ, a.q, q_row0, q_stride, q_rows);
+    if (ntiles > 0)
+        issue_kv(0);
+    cp_async_commit();
+    if (ntiles > 1)
+        issue_kv(1);
+    cp_async_commit();
+
+    float o[NO], s[NS], corr[2];
+    uint32_t pa[KS_PV][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+        o[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; i++)
+        s[i] = 0.f; /* overwritten (scale-d 0), but never read undefined */
+    /* This thread's rows: running max (base 2), its part of the row sums. */
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+
+    if (PIPE) {
+        /* Prologue: S and P of tile 0. */
+        cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+        if (nt_wg > 0) {
+            wgmma_fence();
+            issue_s(s, 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence<NS>(s);
+            softmax_tile<NS>(s, 0, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
+            pack_p<T, KS_PV>(s, pa); /* O is 0: nothing to rescale */
+        }
+    }
+    for (int j = 0; j < ntiles; j++) {
+        /* PIPE: tile j + 1 landed (S of j + 1 is issued now); otherwise tile
+         * j. Every warpgroup is past step j - 1, so tile j - 1's stage
+         * takes tile j + 2. */
+        if (PIPE)
+            cp_async_wait<0>();
+        else
+            cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+        if (j + 2 < ntiles)
+            issue_kv(j + 2);
+        cp_async_commit();
+        if (j >= nt_wg)
+            continue; /* no barrier is skipped: the loop's only one is above */
+
+        if (PIPE) {
+            /* Two straight-line bodies (no branch between a wgmma and its
+             * wait, which would make ptxas serialize them). */
+            if (j + 1 < nt_wg) {
+                reg_fence<NO>(o); /* the rescale and P are written before the fence */
+                reg_fence_u<KS_PV>(pa);
+                wgmma_fence();
+                issue_s(s, j + 1);
+                wgmma_commit();
+                issue_pv(o, pa, j);
+                wgmma_commit();
+                wgmma_wait<1>(); /* S of j + 1 done; P V of j may run on */
+                reg_fence<NS>(s);
+                softmax_tile<NS>(s, (j + 1) * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
+                wgmma_wait<0>();
+                reg_fence<NO>(o);
+                reg_fence_u<KS_PV>(pa); /* P V read them until now */
+                rescale_o<NO>(o, corr);
+                pack_p<T, KS_PV>(s, pa);
+            } else {
+                reg_fence<NO>(o);
+                reg_fence_u<KS_PV>(pa);
+                wgmma_fence();
+                issue_pv(o, pa, j);
+                wgmma_commit();
+                wgmma_wait<0>();
+                reg_fence<NO>(o);
+                reg_fence_u<KS_PV>(pa);
+            }
+        } else {
+            wgmma_fence();
+            issue_s(s, j);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence<NS>(s);
+            softmax_tile<NS>(s, j * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
+            rescale_o<NO>(o, corr);
+            pack_p<T, KS_PV>(s, pa);
+            reg_fence<NO>(o);
+            reg_fence_u<KS_PV>(pa);
+            wgmma_fence();
+            issue_pv(o, pa, j);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence<NO>(o);
+            reg_fence_u<KS_PV>(pa);
+        }
+    }
+    cp_async_wait<0>();
+
+    /* Epilogue: normalise, write out and lse. */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_r[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = wrow0 + wl * 16 + g + r * 8;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        if (row < q_rows) {
+            const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv,
+                       o[n * 4 + 2 * r + 1] * inv);
+            if (a.lse && t == 0)
+                a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] =
+                    l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f : -INFINITY;
+        }
+    }
+#else
+    (void)a;
+#ifdef __CUDA_ARCH__
+    __trap(); /* built without sm_90a: the geometry never launches this */
+#endif
+#endif
+}
+
+/* The building blocks alone, for wf_cuda_wgmma_selftest: warpgroup 0
+ * computes S = A Bk^T (A 64 x 128, Bk 128 x 128, both K-major through
+ * load_tile_sw / desc_kmajor / wgmma_ss) and O = P V (P 64 x 128 placed in
+ * registers as the m16n8k16 A fragments, V 128 x 128 N-major through
+ * desc_v / wgmma_rs with the given offsets), and writes both from the
+ * accumulator layout the attention kernel assumes. bf16, row-major. */
+__global__ void __launch_bounds__(NTHREADS, 1)
+wgmma_probe_kernel(const __nv_bfloat16 *A, const __nv_bfloat16 *Bk, const uint16_t *P,
+                   const __nv_bfloat16 *V, float *S, float *O, uint32_t v_lbo, uint32_t v_sbo)
+{
+#ifdef WF_WGMMA_BODY
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sA = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sB = sA + 64 * 128 * 2, sV = sB + 128 * 128 * 2;
+    load_tile_sw<128, 64>(sA, reinterpret_cast<const char *>(A), 0, 128, 64);
+    load_tile_sw<128, 128>(sB, reinterpret_cast<const char *>(Bk), 0, 128, 128);
+    load_tile_sw<128, 128>(sV, reinterpret_cast<const char *>(V), 0, 128, 128);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (threadIdx.x >= 128)
+        return;
+    const int wl = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float s[64], o[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wgmma_ss<__nv_bfloat16, 128>(s, desc_kmajor<64>(sA, 0, kk), desc_kmajor<128>(sB, 0, kk),
+                                     kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<64>(s);
+    uint32_t pa[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+        for (int half = 0; half < 2; half++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = wl * 16 + g + 8 * r, col = 16 * kk + 8 * half + 2 * t;
+                pa[kk][half * 2 + r] =
+                    (uint32_t)P[row * 128 + col] | ((uint32_t)P[row * 128 + col + 1] << 16);
+            }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wgmma_rs<__nv_bfloat16, 128>(o, pa[kk], desc_v(sV, kk, v_lbo, v_sbo), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<64>(o);
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        const int row = wl * 16 + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * t + (i & 1);
+        S[row * 128 + col] = s[i];
+        O[row * 128 + col] = o[i];
+    }
+#else
+    (void)A, (void)Bk, (void)P, (void)V, (void)S, (void)O, (void)v_lbo, (void)v_sbo;
+#ifdef __CUDA_ARCH__
+    __trap();
+#endif
+#endif
+}
+
+template <typename T, int D, bool PIPE>
+wf_status_t launch(const attn_args &a, const wf_cuda_attn_geom_t *g, cudaStream_t stream)
+{
+    auto kern = flash_fwd_wgmma_kernel<T, D, PIPE>;
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)g->smem_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    dim3 grid(g->grid[0], g->grid[1], g->grid[2]), block(g->block[0], g->block[1], g->block[2]);
+    kern<<<grid, block, g->smem_bytes, stream>>>(a);
+    return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL;
+}
+
+} /* namespace */
+
+wf_status_t wf_cuda_attention_wgmma_launch(const wf_attn_params_t *p,
+                                           const wf_cuda_attn_geom_t *g,
+                                           cudaStream_t stream)
+{
+    if (!p || !g || g->block[0] != NTHREADS ||
+        (g->kernel != WF_CUDA_KERNEL_WGMMA && g->kernel != WF_CUDA_KERNEL_WGMMA_PIPE))
+        return WF_E_INVALID;
+    if (g->grid[0] == 0 || g->grid[1] == 0 || g->grid[2] == 0)
+        return WF_OK;
+    const attn_args a = make_args(p);
+    const bool pipe = g->kernel == WF_CUDA_KERNEL_WGMMA_PIPE;
+    if (g->compute_bf16) {
+        if (g->d == 64)
+            return pipe ? launch<__nv_bfloat16, 64, true>(a, g, stream)
+                        : launch<__nv_bfloat16, 64, false>(a, g, stream);
+        return pipe ? launch<__nv_bfloat16, 128, true>(a, g, stream)
+                    : launch<__nv_bfloat16, 128, false>(a, g, stream);
+    }
+    if (g->d == 64)
+        return pipe ? launch<__half, 64, true>(a, g, stream)
+                    : launch<__half, 64, false>(a, g, stream);
+    return pipe ? launch<__half, 128, true>(a, g, stream)
+                : launch<__half, 128, false>(a, g, stream);
+}
+
+/* bf16 bits of a float that bf16 holds exactly. */
+static uint16_t bf16_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* Max |got - want| over n, and the first index past tol (or -1). */
+static double max_err(const float *got, const double *want, int n, double tol, int *first_bad)
+{
+    double m = 0;
+    *first_bad = -1;
+    for (int i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        if (!(e <= tol) && *first_bad < 0)
+            *first_bad = i;
+        if (e > m || e != e)
+            m = e;
+    }
+    return m;
+}
+
+extern "C" wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n)
+{
+    if (report && n)
+        report[0] = 0;
+    cudaDeviceProp prop;
+    if (!wf_cuda_wgmma_built() || cudaSetDevice(device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major != 9 ||
+        prop.minor != 0) {
+        (void)cudaGetLastError();
+        if (report)
+            snprintf(report, n, "wgmma: not available (needs sm_90a built and a 9.0 device)");
+        return WF_E_UNAVAILABLE;
+    }
+    /* Inputs k / 16, |k| <= 8: every product and sum is exact in fp32. */
+    const int NA = 64 * 128, NB = 128 * 128;
+    uint16_t *hA = (uint16_t *)malloc(NA * 2), *hB = (uint16_t *)malloc(NB * 2),
+             *hP = (uint16_t *)malloc(NA * 2), *hV = (uint16_t *)malloc(NB * 2);
+    float *fA = (float *)malloc(NA * 4), *fB = (float *)malloc(NB * 4), *fP = (float *)malloc(NA * 4),
+          *fV = (float *)malloc(NB * 4), *gS = (float *)malloc(NA * 4), *gO = (float *)malloc(NA * 4);
+    double *rS = (double *)malloc(NA * 8), *rO = (double *)malloc(NA * 8);
+    if (!hA || !hB || !hP || !hV || !fA || !fB || !fP || !fV || !gS || !gO || !rS || !rO) {
+        free(hA); free(hB); free(hP); free(hV); free(fA); free(fB); free(fP); free(fV);
+        free(gS); free(gO); free(rS); free(rO);
+        return WF_E_NOMEM;
+    }
+    unsigned x = 12345;
+    auto val = [&]() {
+        x = x * 1103515245u + 12345u;
+        return (float)((int)((x >> 16) % 17) - 8) / 16.0f;
+    };
+    for (int i = 0; i < NA; i++) {
+        fA[i] = val();
+        fP[i] = val();
+        hA[i] = bf16_bits(fA[i]);
+        hP[i] = bf16_bits(fP[i]);
+    }
+    for (int i = 0; i < NB; i++) {
+        fB[i] = val();
+        fV[i] = val();
+        hB[i] = bf16_bits(fB[i]);
+        hV[i] = bf16_bits(fV[i]);
+    }
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 128; j++) {
+            double a = 0, o = 0;
+            for (int k = 0; k < 128; k++) {
+                a += (double)fA[i * 128 + k] * fB[j * 128 + k];
+                o += (double)fP[i * 128 + k] * fV[k * 128 + j];
+            }
+            rS[i * 128 + j] = a;
+            rO[i * 128 + j] = o;
+        }
+    void *dA = nullptr, *dB = nullptr, *dP = nullptr, *dV = nullptr, *dS = nullptr,
+         *dO = nullptr;
+    wf_status_t st = WF_E_INTERNAL;
+    size_t len = 0;
+    const size_t smem = 1024 + (64 + 128 + 128) * 128 * 2;
+    const uint32_t variants[2][2] = {{V_LBO, V_SBO}, {V_SBO, V_LBO}};
+    int s_bad = -1;
+    double s_err = 0;
+    if (cudaMalloc(&dA, NA * 2) || cudaMalloc(&dB, NB * 2) || cudaMalloc(&dP, NA * 2) ||
+        cudaMalloc(&dV, NB * 2) || cudaMalloc(&dS, NA * 4) || cudaMalloc(&dO, NA * 4))
+        goto done;
+    cudaMemcpy(dA, hA, NA * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, hB, NB * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dP, hP, NA * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dV, hV, NB * 2, cudaMemcpyHostToDevice);
+    if (cudaFuncSetAttribute(wgmma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess)
+        goto done;
+    st = WF_OK;
+    for (int v = 0; v < 2; v++) {
+        cudaMemset(dS, 0xff, NA * 4);
+        cudaMemset(dO, 0xff, NA * 4);
+        wgmma_probe_kernel<<<1, NTHREADS, smem>>>(
+            (const __nv_bfloat16 *)dA, (const __nv_bfloat16 *)dB, (const uint16_t *)dP,
+            (const __nv_bfloat16 *)dV, (float *)dS, (float *)dO, variants[v][0],
+            variants[v][1]);
+        if (cudaDeviceSynchronize() != cudaSuccess ||
+            cudaMemcpy(gS, dS, NA * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+            cudaMemcpy(gO, dO, NA * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            if (report && len < n)
+                len += (size_t)snprintf(report + len, n - len, "probe failed: %s",
+                                        cudaGetErrorString(cudaGetLastError()));
+            st = WF_E_INTERNAL;
+            goto done;
+        }
+        int o_bad;
+        double o_err = max_err(gO, rO, NA, 1e-3, &o_bad);
+        if (v == 0) {
+            s_err = max_err(gS, rS, NA, 1e-3, &s_bad);
+            if (report && len < n)
+                len += (size_t)snprintf(
+                    report + len, n - len, "wgmma S = A B^T (K-major, swizzle 128): %s (max err %.2e",
+                    s_bad < 0 ? "ok" : "WRONG", s_err);
+            if (s_bad >= 0 && report && len < n)
+                len += (size_t)snprintf(report + len, n - len, "; first at [%d,%d] got %g want %g",
+                                        s_bad / 128, s_bad % 128, gS[s_bad], rS[s_bad]);
+            if (report && len < n)
+                len += (size_t)snprintf(report + len, n - len, ")");
+        }
+        if (report && len < n)
+            len += (size_t)snprintf(report + len, n - len,
+                                    "; O = P V (regs x N-major, lbo %u sbo %u): %s (max err %.2e",
+                                    variants[v][0], variants[v][1], o_bad < 0 ? "ok" : "WRONG",
+                                    o_err);
+        if (o_bad >= 0 && report && len < n)
+            len += (size_t)snprintf(report + len, n - len, "; first at [%d,%d] got %g want %g",
+                                    o_bad / 128, o_bad % 128, gO[o_bad], rO[o_bad]);
+        if (report && len < n)
+            len += (size_t)snprintf(report + len, n - len, ")");
+        if (v == 0 && (s_bad >= 0 || o_bad >= 0))
+            st = WF_E_INTERNAL;
+    }
+done:
+    (void)cudaGetLastError();
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dP);
+    cudaFree(dV);
+    cudaFree(dS);
+    cudaFree(dO);
+    free(hA); free(hB); free(hP); free(hV); free(fA); free(fB); free(fP); free(fV);
+    free(gS); free(gO); free(rS); free(rO);
+    return st;
+}
+
+int wf_cuda_wgmma_built(void)
+{
+#ifdef WF_CUDA_SM90A
+    return 1;
+#else
+    return 0;
+#endif
+}
