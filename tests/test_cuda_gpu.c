@@ -446,7 +446,9 @@ int main(void)
         const char *sel = getenv("WEFT_CUDA_ATTN");
         printf("  attention kernel: %s\n",
                st == WF_OK && !(sel && strcmp(sel, "mma") == 0)
-                   ? "wgmma for bf16 / f16 inputs, mma.sync for the rest"
+                   ? (sel && strcmp(sel, "wgmma-pipe") == 0
+                          ? "wgmma (pipelined) for bf16 / f16 inputs, mma.sync for the rest"
+                          : "wgmma for bf16 / f16 inputs, mma.sync for the rest")
                    : "mma.sync");
     }
     test_attention();

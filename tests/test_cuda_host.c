@@ -29,7 +29,7 @@ static int failures;
  * only (H100) and with the wgmma kernel allowed (H100W). */
 static const wf_cuda_limits_t H100 = {232448, 2147483647, 65535, 65535, 132, 0};
 static const wf_cuda_limits_t H100W = {232448, 2147483647, 65535, 65535, 132,
-                                       WF_CUDA_KERNEL_WGMMA_PIPE};
+                                       WF_CUDA_KERNEL_WGMMA};
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -85,9 +85,9 @@ static void test_geometry(void)
     /* The wgmma kernel: chosen when allowed and q, k, v all have the
      * compute dtype; its block, shared bytes and the mma.sync fallback. */
     CHECK(wf_cuda_attn_wgmma_smem_bytes(128) ==
-          1024 + 2 * 128 * (128 + 2 * WF_CUDA_WG_STAGES * WF_CUDA_WG_BC));
-    CHECK(wf_cuda_attn_wgmma_smem_bytes(128) == 230400); /* fits 232448 */
-    CHECK(wf_cuda_attn_wgmma_smem_bytes(64) == 115712);
+          1024 + 2 * 128 * (128 + 2 * WF_CUDA_WG_STAGES * WF_CUDA_WG_BC) + 128);
+    CHECK(wf_cuda_attn_wgmma_smem_bytes(128) == 230528); /* fits 232448 */
+    CHECK(wf_cuda_attn_wgmma_smem_bytes(64) == 115840);
     for (size_t di = 0; di < 2; di++)
         for (size_t ti = 0; ti < 3; ti++)
             for (int mix = 0; mix < 3; mix++) {
@@ -98,7 +98,7 @@ static void test_geometry(void)
                     p.out_dtype = WF_DTYPE_F32; /* out's dtype does not matter */
                 CHECK(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK);
                 int want = DT[ti] != WF_DTYPE_F32 && mix != 1;
-                CHECK(g.kernel == (want ? WF_CUDA_KERNEL_WGMMA_PIPE : WF_CUDA_KERNEL_MMA));
+                CHECK(g.kernel == (want ? WF_CUDA_KERNEL_WGMMA : WF_CUDA_KERNEL_MMA));
                 CHECK(g.grid[0] == (unsigned)cdiv(1000, WF_CUDA_BR) && g.grid[1] == 8);
                 if (want) {
                     CHECK(g.block[0] == WF_CUDA_WG_THREADS);
@@ -118,10 +118,11 @@ static void test_geometry(void)
         CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         p.D = 64;
         CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE && g.stages == WF_CUDA_WG_STAGES);
-        /* The one-product-at-a-time form when the limits ask for it. */
-        w.wgmma = WF_CUDA_KERNEL_WGMMA;
-        CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA);
+              g.kernel == WF_CUDA_KERNEL_WGMMA && g.stages == WF_CUDA_WG_STAGES);
+        /* The pipelined form when the limits ask for it. */
+        w.wgmma = WF_CUDA_KERNEL_WGMMA_PIPE;
+        CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK &&
+              g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
     }
     /* Other head dims are refused. */
     static const int64_t bad_d[] = {0, 1, 32, 80, 96, 127, 192, 256};

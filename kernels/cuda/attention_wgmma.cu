@@ -17,9 +17,8 @@
  * Q and K are "K-major" operands (head dim contiguous); V, read as the B
  * operand of P V with its keys along K, is "MN-major" in the same layout
  * (the transpose flag of wgmma), so all three tiles are loaded the same
- * way: cp.async, 16 bytes per thread per chunk, zero-filled past the
- * tensor's end. K/V tiles are double-buffered: tile j + 1 is in flight
- * while tile j is computed.
+ * way: by TMA, whose 128-byte swizzle is that layout, zero-filled past
+ * the tensor's end (see the kernel for the stages and their barriers).
  *
  * Causal: a warpgroup skips the tiles whose keys all follow its rows
  * (wgmma is issued by the whole warpgroup, so the test is per
@@ -30,6 +29,8 @@
  * (wf_cuda_limits_t.wgmma is 0).
  */
 #include "attention_common.cuh"
+
+#include <cuda.h> /* CUtensorMap and its enums (types only: no libcuda link) */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,6 +245,59 @@ wgmma_rs<__half, 128>(float *d, const uint32_t *a, uint64_t db, int scale_d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
+/* ---- mbarriers and TMA ----------------------------------------------------------- */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* The inits are visible to the async proxy (TMA) and the other threads
+ * after this and a barrier. */
+__device__ __forceinline__ void mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* One arrival that also announces `bytes` the TMA will deliver. */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Wait until the phase with this parity completed. A wait that never
+ * ends (a defect) traps after ~2^28 polls, so the job fails with a launch
+ * error instead of hanging its stream. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done, polls = 0;
+    do {
+        if (++polls == (1u << 28))
+            __trap();
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* TMA: the box at coordinates (c0..c3) of the 4-d tensor map into shared
+ * memory at dst (128-byte swizzled, as the map says); completes bytes on
+ * the mbarrier. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                            int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
+                 "r"(c3)
+                 : "memory");
+}
+
 /* ---- tiles --------------------------------------------------------------------- */
 
 /* Byte offset of 16-byte chunk j (of D / 8 per row) of row r in a
@@ -381,23 +435,54 @@ template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
 /* PIPE: the key tile loop of FlashAttention-3 within a warpgroup: S of
  * tile j + 1 is issued with P V of tile j and its softmax runs while P V
  * is on the tensor cores (O is rescaled after P V lands). Without PIPE:
- * S, softmax, P V in turn per tile (the other warpgroup fills the gaps). */
+ * S, softmax, P V in turn per tile.
+ *
+ * Loads: TMA (tensor maps tq / tk / tv of the (B, S, H, D) tensors, boxes
+ * of 64 elements x 128 rows, 128-byte swizzle: the tile layout above; rows
+ * past the tensor's end arrive as zeros). Thread 0 issues them. K and V
+ * each have WF_CUDA_WG_STAGES stages with a "full" mbarrier (the TMA's
+ * bytes landed) and an "empty" one (every thread of the warpgroups using
+ * the tile is done reading it). The two warpgroups never wait for each
+ * other except through those, so they drift apart and one's softmax
+ * overlaps the other's products. Thread 0, after step j of warpgroup 0,
+ * issues K of tile j + 3 into tile j's stage (free once both warpgroups'
+ * S of tile j landed) and V of tile j + 2 into tile j - 1's (free once
+ * both P V of tile j - 1 landed): a warpgroup may run about a tile ahead
+ * of the other before thread 0 waits, and every load is issued a step
+ * before it is needed.
+ *
+ * Which warpgroups use a tile: the second (later rows) uses every tile
+ * unless it has no rows (a last query tile of <= 64 rows: it does
+ * nothing); the first uses every tile or all but the last (causal), whose
+ * stage is never reused. The empty barriers count the threads of the
+ * warpgroups with rows. */
 template <typename T, int D, bool PIPE>
-__global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args a)
+__global__ void __launch_bounds__(NTHREADS, 1)
+flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
+                       const __grid_constant__ CUtensorMap tk,
+                       const __grid_constant__ CUtensorMap tv)
 {
 #ifdef WF_WGMMA_BODY
     constexpr int KS_QK = D / 16;  /* k-steps of Q K^T */
     constexpr int KS_PV = BC / 16; /* k-steps of P V */
     constexpr int NS = BC / 2;     /* S accumulators per thread */
     constexpr int NO = D / 2;      /* O accumulators per thread */
+    constexpr int NST = WF_CUDA_WG_STAGES;
     constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     /* Swizzle atoms must start on 1024 bytes (the launch adds the slack). */
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = sbase;
-    auto sK = [&](int j) { return sbase + Q_BYTES + (uint32_t)(j % WF_CUDA_WG_STAGES) * 2u * KV_BYTES; };
-    auto sV = [&](int j) { return sK(j) + KV_BYTES; };
+    auto sK = [&](int j) { return sbase + Q_BYTES + (uint32_t)(j % NST) * KV_BYTES; };
+    auto sV = [&](int j) { return sbase + Q_BYTES + (uint32_t)(NST + j % NST) * KV_BYTES; };
+    /* mbarriers after the tiles: Q, full K / V, empty K / V */
+    const uint32_t bars = sbase + Q_BYTES + 2u * NST * KV_BYTES;
+    const uint32_t bar_q = bars;
+    auto full_k = [&](int j) { return bars + 8u * (1 + j % NST); };
+    auto full_v = [&](int j) { return bars + 8u * (1 + NST + j % NST); };
+    auto empty_k = [&](int j) { return bars + 8u * (1 + 2 * NST + j % NST); };
+    auto empty_v = [&](int j) { return bars + 8u * (1 + 3 * NST + j % NST); };
 
     const int wg = threadIdx.x / 128;        /* warpgroup */
     const int wl = (threadIdx.x % 128) / 32; /* warp in the warpgroup */
@@ -443,16 +528,63 @@ __global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args 
         nt_wg = 0; /* a short last query tile: this warpgroup has no rows */
     const int rel_row = rel + wl * 16 + g;
 
-    const long long q_stride = (long long)a.Hq * D, kv_stride = (long long)a.Hkv * D;
-    const long long q_row0 = (((long long)b * a.Sq + q0) * a.Hq + h) * D;
-    const long long kv_row0 = ((long long)b * a.Skv * a.Hkv + hk) * D;
-
-    auto issue_kv = [&](int j) {
-        const int k0 = j * BC, valid = min(BC, a.Skv - k0);
-        const long long r0 = kv_row0 + (long long)k0 * kv_stride;
-        load_tile_sw<D, BC>(sK(j), a.k, r0, kv_stride, valid);
-        load_tile_sw<D, BC>(sV(j), a.v, r0, kv_stride, valid);
+    const bool producer = threadIdx.x == 0;
+    auto load_k = [&](int j) {
+        mbar_expect_tx(full_k(j), KV_BYTES);
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+            tma_load_4d(sK(j) + (uint32_t)c * (BC * 128), &tk, full_k(j), c * 64, hk, j * BC, b);
     };
+    auto load_v = [&](int j) {
+        mbar_expect_tx(full_v(j), KV_BYTES);
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+            tma_load_4d(sV(j) + (uint32_t)c * (BC * 128), &tv, full_v(j), c * 64, hk, j * BC, b);
+    };
+    if (producer) {
+        const uint32_t users = q_rows > WG_ROWS ? 256u : 128u; /* threads with rows */
+        mbar_init(bar_q, 1);
+        for (int s = 0; s < NST; s++) {
+            mbar_init(full_k(s), 1);
+            mbar_init(full_v(s), 1);
+            mbar_init(empty_k(s), users);
+            mbar_init(empty_v(s), users);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (producer && ntiles > 0) {
+        /* ntiles > 0: some warpgroup computes (the second one, every tile,
+         * or the first when the second has no rows) and waits on every
+         * load issued, so none is in flight when the block exits. */
+        mbar_expect_tx(bar_q, Q_BYTES);
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+            tma_load_4d(sQ + (uint32_t)c * (BR * 128), &tq, bar_q, c * 64, h, q0, b);
+        for (int j = 0; j < ntiles && j < NST; j++)
+            load_k(j);
+        for (int j = 0; j < ntiles && j < NST - 1; j++)
+            load_v(j);
+    }
+    /* After warpgroup 0's step j: K of j + 3 (tile j's K stage, free when
+     * S of j landed everywhere), V of j + 2 (tile j - 1's V stage, free
+     * when P V of j - 1 landed everywhere). */
+    auto produce = [&](int j) {
+        if (!producer)
+            return;
+        if (j + NST < ntiles) {
+            mbar_wait(empty_k(j), (uint32_t)(j / NST) & 1u);
+            load_k(j + NST);
+        }
+        if (j + NST - 1 < ntiles) {
+            if (j >= 1)
+                mbar_wait(empty_v(j - 1), (uint32_t)((j - 1) / NST) & 1u);
+            load_v(j + NST - 1);
+        }
+    };
+    auto wait_k = [&](int j) { mbar_wait(full_k(j), (uint32_t)(j / NST) & 1u); };
+    auto wait_v = [&](int j) { mbar_wait(full_v(j), (uint32_t)(j / NST) & 1u); };
+
     auto issue_s = [&](float *s, int j) {
 #pragma unroll
         for (int kk = 0; kk < KS_QK; kk++)
@@ -465,15 +597,6 @@ __global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args 
             wgmma_rs<T, D>(o, pa[kk], desc_v(sV(j), kk, V_LBO, V_SBO), 1);
     };
 
-    /* Groups: Q + tile 0, then tile 1; tile j + 2 is issued in step j. */
-    load_tile_sw<D, BR>(sQ, a.q, q_row0, q_stride, q_rows);
-    if (ntiles > 0)
-        issue_kv(0);
-    cp_async_commit();
-    if (ntiles > 1)
-        issue_kv(1);
-    cp_async_commit();
-
     float o[NO], s[NS], corr[2];
     uint32_t pa[KS_PV][4];
 #pragma unroll
@@ -485,41 +608,28 @@ __global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args 
     /* This thread's rows: running max (base 2), its part of the row sums. */
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
-    if (PIPE) {
-        /* Prologue: S and P of tile 0. */
-        cp_async_wait<1>();
-        fence_proxy_async();
-        __syncthreads();
-        if (nt_wg > 0) {
+    if (nt_wg > 0) {
+        mbar_wait(bar_q, 0);
+        if (PIPE) {
+            /* Prologue: S and P of tile 0. */
+            wait_k(0);
             wgmma_fence();
             issue_s(s, 0);
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence<NS>(s);
+            mbar_arrive(empty_k(0));
             softmax_tile<NS>(s, 0, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
             pack_p<T, KS_PV>(s, pa); /* O is 0: nothing to rescale */
         }
     }
-    for (int j = 0; j < ntiles; j++) {
-        /* PIPE: tile j + 1 landed (S of j + 1 is issued now); otherwise tile
-         * j. Every warpgroup is past step j - 1, so tile j - 1's stage
-         * takes tile j + 2. */
-        if (PIPE)
-            cp_async_wait<0>();
-        else
-            cp_async_wait<1>();
-        fence_proxy_async();
-        __syncthreads();
-        if (j + 2 < ntiles)
-            issue_kv(j + 2);
-        cp_async_commit();
-        if (j >= nt_wg)
-            continue; /* no barrier is skipped: the loop's only one is above */
-
+    for (int j = 0; j < nt_wg; j++) {
         if (PIPE) {
             /* Two straight-line bodies (no branch between a wgmma and its
              * wait, which would make ptxas serialize them). */
             if (j + 1 < nt_wg) {
+                wait_k(j + 1);
+                wait_v(j);
                 reg_fence<NO>(o); /* the rescale and P are written before the fence */
                 reg_fence_u<KS_PV>(pa);
                 wgmma_fence();
@@ -529,13 +639,16 @@ __global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args 
                 wgmma_commit();
                 wgmma_wait<1>(); /* S of j + 1 done; P V of j may run on */
                 reg_fence<NS>(s);
+                mbar_arrive(empty_k(j + 1));
                 softmax_tile<NS>(s, (j + 1) * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
                 wgmma_wait<0>();
                 reg_fence<NO>(o);
                 reg_fence_u<KS_PV>(pa); /* P V read them until now */
+                mbar_arrive(empty_v(j));
                 rescale_o<NO>(o, corr);
                 pack_p<T, KS_PV>(s, pa);
             } else {
+                wait_v(j);
                 reg_fence<NO>(o);
                 reg_fence_u<KS_PV>(pa);
                 wgmma_fence();
@@ -544,16 +657,20 @@ __global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args 
                 wgmma_wait<0>();
                 reg_fence<NO>(o);
                 reg_fence_u<KS_PV>(pa);
+                mbar_arrive(empty_v(j));
             }
         } else {
+            wait_k(j);
             wgmma_fence();
             issue_s(s, j);
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence<NS>(s);
+            mbar_arrive(empty_k(j));
             softmax_tile<NS>(s, j * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
             rescale_o<NO>(o, corr);
             pack_p<T, KS_PV>(s, pa);
+            wait_v(j);
             reg_fence<NO>(o);
             reg_fence_u<KS_PV>(pa);
             wgmma_fence();
@@ -562,9 +679,16 @@ __global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args 
             wgmma_wait<0>();
             reg_fence<NO>(o);
             reg_fence_u<KS_PV>(pa);
+            mbar_arrive(empty_v(j));
         }
+        if (wg == 0)
+            produce(j);
     }
-    cp_async_wait<0>();
+    /* Thread 0's loads must all be issued even when warpgroup 0 computes
+     * fewer tiles than the block has (none, or all but the last). */
+    if (wg == 0)
+        for (int j = nt_wg; j < ntiles; j++)
+            produce(j);
 
     /* Epilogue: normalise, write out and lse. */
 #pragma unroll
@@ -586,7 +710,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) flash_fwd_wgmma_kernel(attn_args 
         }
     }
 #else
-    (void)a;
+    (void)a, (void)tq, (void)tk, (void)tv;
 #ifdef __CUDA_ARCH__
     __trap(); /* built without sm_90a: the geometry never launches this */
 #endif
@@ -661,9 +785,59 @@ wgmma_probe_kernel(const __nv_bfloat16 *A, const __nv_bfloat16 *Bk, const uint16
 #endif
 }
 
-template <typename T, int D, bool PIPE>
-wf_status_t launch(const attn_args &a, const wf_cuda_attn_geom_t *g, cudaStream_t stream)
+/* cuTensorMapEncodeTiled from the driver, through the runtime (weft does
+ * not link libcuda). Null when the driver lacks it. */
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                    const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                    CUtensorMapFloatOOBfill);
+encode_tiled_fn encode_tiled()
 {
+    static const encode_tiled_fn fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            f = nullptr;
+        }
+        return reinterpret_cast<encode_tiled_fn>(f);
+    }();
+    return fn;
+}
+
+/* The map of a (B, S, H, D) tensor of 16-bit elements at base: boxes of 64
+ * elements (128 bytes, the swizzle span) x `rows` sequence rows of one
+ * head of one batch; coordinates (d, h, s, b); out-of-range rows read 0. */
+bool tensor_map(CUtensorMap *m, const void *base, bool bf16, long long B, long long S,
+                long long H, int D, int rows)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn)
+        return false;
+    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)(H * D * 2),
+                                   (cuuint64_t)(S * H * D * 2)};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+              const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T, int D, bool PIPE>
+wf_status_t launch(const wf_attn_params_t *p, const attn_args &a, const wf_cuda_attn_geom_t *g,
+                   cudaStream_t stream)
+{
+    const bool bf16 = g->compute_bf16 != 0;
+    CUtensorMap tq, tk, tv;
+    if (!tensor_map(&tq, p->q, bf16, p->B, p->Sq, p->Hq, D, BR) ||
+        !tensor_map(&tk, p->k, bf16, p->B, p->Skv, p->Hkv, D, BC) ||
+        !tensor_map(&tv, p->v, bf16, p->B, p->Skv, p->Hkv, D, BC))
+        return WF_E_INTERNAL;
     auto kern = flash_fwd_wgmma_kernel<T, D, PIPE>;
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)g->smem_bytes) != cudaSuccess) {
@@ -671,7 +845,7 @@ wf_status_t launch(const attn_args &a, const wf_cuda_attn_geom_t *g, cudaStream_
         return WF_E_INTERNAL;
     }
     dim3 grid(g->grid[0], g->grid[1], g->grid[2]), block(g->block[0], g->block[1], g->block[2]);
-    kern<<<grid, block, g->smem_bytes, stream>>>(a);
+    kern<<<grid, block, g->smem_bytes, stream>>>(a, tq, tk, tv);
     return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL;
 }
 
@@ -690,16 +864,16 @@ wf_status_t wf_cuda_attention_wgmma_launch(const wf_attn_params_t *p,
     const bool pipe = g->kernel == WF_CUDA_KERNEL_WGMMA_PIPE;
     if (g->compute_bf16) {
         if (g->d == 64)
-            return pipe ? launch<__nv_bfloat16, 64, true>(a, g, stream)
-                        : launch<__nv_bfloat16, 64, false>(a, g, stream);
-        return pipe ? launch<__nv_bfloat16, 128, true>(a, g, stream)
-                    : launch<__nv_bfloat16, 128, false>(a, g, stream);
+            return pipe ? launch<__nv_bfloat16, 64, true>(p, a, g, stream)
+                        : launch<__nv_bfloat16, 64, false>(p, a, g, stream);
+        return pipe ? launch<__nv_bfloat16, 128, true>(p, a, g, stream)
+                    : launch<__nv_bfloat16, 128, false>(p, a, g, stream);
     }
     if (g->d == 64)
-        return pipe ? launch<__half, 64, true>(a, g, stream)
-                    : launch<__half, 64, false>(a, g, stream);
-    return pipe ? launch<__half, 128, true>(a, g, stream)
-                : launch<__half, 128, false>(a, g, stream);
+        return pipe ? launch<__half, 64, true>(p, a, g, stream)
+                    : launch<__half, 64, false>(p, a, g, stream);
+    return pipe ? launch<__half, 128, true>(p, a, g, stream)
+                : launch<__half, 128, false>(p, a, g, stream);
 }
 
 /* bf16 bits of a float that bf16 holds exactly. */

@@ -67,17 +67,18 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
     c->limits.max_grid_y = prop.maxGridSize[1];
     c->limits.max_grid_z = prop.maxGridSize[2];
     c->limits.sm_count = prop.multiProcessorCount;
-    /* The wgmma kernel: built for sm_90a and a 9.0 device, pipelined.
-     * WEFT_CUDA_ATTN=wgmma takes its one-product-at-a-time form, =mma the
-     * mma.sync kernel (comparison and fallback switches). */
+    /* The wgmma kernel: built for sm_90a and a 9.0 device. WEFT_CUDA_ATTN
+     * picks another form for comparison or as a fallback: wgmma-pipe (S
+     * of the next tile beside P V: slower on the H200, see BENCHMARKS.md)
+     * or mma (the mma.sync kernel). */
     {
         const char *sel = getenv("WEFT_CUDA_ATTN");
         c->limits.wgmma = 0;
         if (prop.major == 9 && prop.minor == 0 && wf_cuda_wgmma_built())
-            c->limits.wgmma = !sel || !*sel          ? WF_CUDA_KERNEL_WGMMA_PIPE
-                              : strcmp(sel, "wgmma") == 0 ? WF_CUDA_KERNEL_WGMMA
-                              : strcmp(sel, "mma") == 0   ? 0
-                                                          : WF_CUDA_KERNEL_WGMMA_PIPE;
+            c->limits.wgmma = sel && strcmp(sel, "mma") == 0 ? 0
+                              : sel && strcmp(sel, "wgmma-pipe") == 0
+                                  ? WF_CUDA_KERNEL_WGMMA_PIPE
+                                  : WF_CUDA_KERNEL_WGMMA;
     }
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess)
         goto fail;

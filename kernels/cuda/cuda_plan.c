@@ -63,7 +63,8 @@ size_t wf_cuda_attn_smem_bytes(int d, int stages)
 
 size_t wf_cuda_attn_wgmma_smem_bytes(int d)
 {
-    return 1024u + 2u * (size_t)d * (WF_CUDA_BR + WF_CUDA_WG_STAGES * 2u * WF_CUDA_WG_BC);
+    /* alignment slack, Q, the K and V stages, 13 mbarriers (128 bytes) */
+    return 1024u + 2u * (size_t)d * (WF_CUDA_BR + WF_CUDA_WG_STAGES * 2u * WF_CUDA_WG_BC) + 128u;
 }
 
 wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,

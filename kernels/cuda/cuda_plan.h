@@ -19,10 +19,11 @@
  * compute dtype (bf16 or f16): two warpgroups of 64 query rows each
  * (BR = 128 again) run S = Q K^T and O += P V with wgmma (Q, K, V in
  * 128-byte-swizzled shared tiles, P from registers), WF_CUDA_WG_STAGES
- * K/V tiles of WF_CUDA_WG_BC keys in flight with cp.async; pipelined
- * (S of tile j + 1 and the softmax beside P V of tile j) by default.
+ * K and V tiles of WF_CUDA_WG_BC keys loaded by TMA (mbarriers); a
+ * pipelined form (S of tile j + 1 beside P V of tile j) on request.
  *   grid  as above                block (WF_CUDA_WG_THREADS)
  *   shared bytes = 1024 (alignment) + 2 * D * (BR + STAGES * 2 * WG_BC)
+ *                  + 128 (mbarriers)
  */
 #ifndef WF_CUDA_PLAN_H
 #define WF_CUDA_PLAN_H
@@ -48,8 +49,8 @@ enum {
     WF_CUDA_WG_STAGES = 3     /* K/V tiles of the wgmma kernel in shared memory */
 };
 
-/* Which attention kernel a geometry launches: mma.sync, wgmma one product
- * at a time, wgmma pipelined. */
+/* Which attention kernel a geometry launches: mma.sync, wgmma (one
+ * product at a time per warpgroup), wgmma pipelined. */
 enum {
     WF_CUDA_KERNEL_MMA = 0,
     WF_CUDA_KERNEL_WGMMA = 1,
@@ -64,9 +65,10 @@ typedef struct wf_cuda_limits {
     int max_grid_z;     /* maxGridSize[2] */
     int sm_count;       /* multiProcessorCount */
     int wgmma;          /* the wgmma kernel (compute capability 9.0, built
-                           for sm_90a): WF_CUDA_KERNEL_WGMMA_PIPE (default),
-                           WF_CUDA_KERNEL_WGMMA (WEFT_CUDA_ATTN=wgmma), or
-                           0: mma.sync only (WEFT_CUDA_ATTN=mma, or none) */
+                           for sm_90a): WF_CUDA_KERNEL_WGMMA (default),
+                           WF_CUDA_KERNEL_WGMMA_PIPE (WEFT_CUDA_ATTN=
+                           wgmma-pipe), or 0: mma.sync only
+                           (WEFT_CUDA_ATTN=mma, or no such device) */
 } wf_cuda_limits_t;
 
 /* Launch of the attention kernel. */

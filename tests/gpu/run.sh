@@ -8,9 +8,9 @@
 #   2. test_cuda_host, test_cuda_gpu (the wgmma building blocks by name,
 #      then CUDA attention vs the CPU backend for every dtype / causal /
 #      GQA / uneven shape / D 64, 128; LSE merge; conversions; NCCL world
-#      of 1 and of N) for each attention kernel: wgmma pipelined (the
-#      default on Hopper), wgmma one product at a time
-#      (WEFT_CUDA_ATTN=wgmma), mma.sync (WEFT_CUDA_ATTN=mma);
+#      of 1 and of N) for each attention kernel: wgmma (the default on
+#      Hopper), wgmma pipelined (WEFT_CUDA_ATTN=wgmma-pipe), mma.sync
+#      (WEFT_CUDA_ATTN=mma);
 #   3. attention TFLOP/s of the three kernels against torch SDPA (bf16,
 #      B=1, H=24, D=128, S 4096 / 16384, non-causal / causal) and the
 #      ratios (target >= 0.60);
@@ -74,11 +74,11 @@ timeout 60 build-gpu/tests/test_cuda_host 2>&1 | tail -1 | tee -a "$report"
 # The daemon runs on the first kernel whose test passed.
 declare -A test_rc
 daemon_kern=none
-for kern in "" wgmma mma; do
-  name=${kern:-pipe}
-  say "-- test_cuda_gpu, WEFT_CUDA_ATTN=${kern:-(default: wgmma pipelined)}"
+for kern in "" wgmma-pipe mma; do
+  name=${kern:-wgmma}
+  say "-- test_cuda_gpu, WEFT_CUDA_ATTN=${kern:-(default: wgmma)}"
   tlog=${OUT:-/tmp}/test_cuda_gpu-$name.log
-  WEFT_CUDA_ATTN=$kern timeout 100 build-gpu/tests/test_cuda_gpu > "$tlog" 2>&1
+  WEFT_CUDA_ATTN=$kern timeout 45 build-gpu/tests/test_cuda_gpu > "$tlog" 2>&1
   rc=$?
   test_rc[$name]=$rc
   # the kernel lines, failing cases (the full log comes back in $OUT)
@@ -99,17 +99,17 @@ for ((i = 0; i < ${#shapes[@]}; i += 2)); do
   S=${shapes[i]}; causal=${shapes[i+1]}
   t=$(grep "sdpa S=$S .*causal=$causal " /tmp/sdpa.log | tail -1)
   tt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$t")
-  for kern in "" wgmma mma; do
-    if [ "${test_rc[${kern:-pipe}]}" = 124 ]; then say "S=$S causal=$causal kernel=${kern:-pipe}: skipped (its test hung)"; continue; fi
+  for kern in "" wgmma-pipe mma; do
+    if [ "${test_rc[${kern:-wgmma}]}" = 124 ]; then say "S=$S causal=$causal kernel=${kern:-wgmma}: skipped (its test hung)"; continue; fi
     w=$(WEFT_CUDA_ATTN=$kern timeout 30 build-gpu/bench/bench_cuda_attention $S 24 128 $causal 2>&1 | tail -1)
     wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$w")
     ratio=$(python3 -c "print(f'{float(\"$wt\")/float(\"$tt\"):.2f}')" 2>/dev/null || echo "?")
-    say "S=$S causal=$causal kernel=${kern:-wgmma-pipelined} | $w | sdpa tflops=$tt | ratio $ratio (target >= 0.60)"
+    say "S=$S causal=$causal kernel=${kern:-wgmma} | $w | sdpa tflops=$tt | ratio $ratio (target >= 0.60)"
   done
 done
 
 say "== weftd on the GPU, kernel $daemon_kern ($(elapsed))"
-case $daemon_kern in pipe) export WEFT_CUDA_ATTN= ;; wgmma) export WEFT_CUDA_ATTN=wgmma ;; *) export WEFT_CUDA_ATTN=mma ;; esac
+case $daemon_kern in wgmma) export WEFT_CUDA_ATTN= ;; wgmma-pipe) export WEFT_CUDA_ATTN=wgmma-pipe ;; *) export WEFT_CUDA_ATTN=mma ;; esac
 # weftd on DEVICES with extra flags; then each remaining argument is one
 # weftctl command line run against it. Refused devices: a message, skipped.
 serve_n=0
