@@ -124,16 +124,24 @@ static wf_status_t plan_cp(wf_djob_t *job, const wf_backend_ops_t *ops,
         st = WF_E_BAD_ARGUMENT;
     if (st != WF_OK)
         return st;
-    /* On a device-memory backend (CUDA, mixed mode) the workspace stays
-     * host memory and each kernel call stages at most its q holding, one
-     * K/V holding and an f32 partial result through the arena, all parts
-     * of ws: reserving ws on the device bounds that too. */
-    size_t ws = wf_cp_attention_workspace(&cj, R, U, ops);
-    if (ws == 0) {
+    /* A backend on device memory (CUDA) runs the job in device mode (its
+     * comms move device buffers: NCCL, or the host comm behind the
+     * staging): each rank reserves its device workspace in the arena;
+     * the outputs are host memory there. Otherwise the host workspace and
+     * the root's share of the outputs. */
+    size_t ws = 0, hws = 0;
+    if (ops->dev_alloc) {
+        if (wf_cp_attention_workspace_dev(&cj, R, U, ops, &ws, &hws) != WF_OK)
+            ws = 0;
+    } else {
+        ws = wf_cp_attention_workspace(&cj, R, U, ops);
+    }
+    if (ws == 0 || ws == SIZE_MAX) {
         snprintf(err, err_len, "context-parallel plan refused the job");
         return WF_E_BAD_ARGUMENT;
     }
-    uint64_t share = (uint64_t)(cj.hq_end - cj.hq_begin) * (out_per_head + lse_per_head);
+    uint64_t share = ops->dev_alloc ? 0
+                     : (uint64_t)(cj.hq_end - cj.hq_begin) * (out_per_head + lse_per_head);
     job->group_size = R * U * T;
     for (int r = 0; r < job->group_size; r++) {
         /* replica rank r: tp coordinate r % T, seq index r / T; seq index
@@ -381,6 +389,23 @@ static wf_status_t cp_step(wf_djob_t *job, int rank, wf_worker_t *w)
         .ring_degree = (int)job->mesh.deg.ring,
         .ulysses_degree = (int)job->mesh.deg.ulysses,
     };
+    if (w->ops->dev_alloc) {
+        /* Device mode: the workspace in the arena (admitted with the job),
+         * the counts and the root's staging on the host. */
+        size_t db = 0, hb = 0;
+        void *dws = NULL;
+        wf_status_t st = wf_cp_attention_workspace_dev(&cj, grp.ring_degree,
+                                                       grp.ulysses_degree, w->ops, &db, &hb);
+        if (st == WF_OK)
+            st = w->ops->dev_alloc(w->ctx, db, &dws);
+        void *hws = st == WF_OK ? wf_worker_workspace(w, hb) : NULL;
+        if (st == WF_OK && !hws)
+            st = WF_E_NO_MEMORY;
+        if (st == WF_OK) /* (a failure before it: the caller aborts the world) */
+            st = wf_cp_attention_run_dev(&cj, &grp, w->ops, w->ctx, dws, db, hws, hb);
+        w->ops->dev_reset(w->ctx); /* the run synchronized before returning */
+        return st;
+    }
     size_t bytes = wf_cp_attention_workspace(&cj, grp.ring_degree,
                                              grp.ulysses_degree, w->ops);
     void *ws = wf_worker_workspace(w, bytes);

@@ -28,11 +28,11 @@
  * the caller's shard and the same buffers (local_view); nothing else
  * changes, so its results are bit-identical to the root mode's.
  *
- * A backend on device memory (CUDA) runs here in the mixed mode: every
- * buffer above stays host memory, the comm is the host one, and each
- * kernel call stages its inputs and results through the backend's arena
- * (kernel_call). The NCCL port (device buffers, lse_merge on the device)
- * is not done.
+ * Device mode (cp_attention.h): the same buffers on the device (the
+ * counts of the collectives, `meta`, and the root's host staging `stage`
+ * in the host workspace; `dstage` its device side); merge, fill and
+ * conversion by the backend. Host mode with a backend on device memory
+ * stages each kernel call through the backend's arena (kernel_call).
  *
  * Not here: job admission (the daemon), logging, allocation, device
  * streams.
@@ -361,8 +361,10 @@ typedef struct layout {
     size_t oh;     /* out holding (B, Lq_r, nh, D) out_dtype */
     size_t osh;    /* out shard, a2a order (U > 1) */
     size_t oshl;   /* lse shard, a2a order (U > 1, return_lse) */
-    size_t stage;  /* root: one message to or from another rank */
-    size_t total;  /* bytes */
+    size_t stage;  /* root: one message to or from another rank (host) */
+    size_t dstage; /* device mode, root: the same message on the device */
+    size_t total;  /* bytes (device mode: of the device workspace) */
+    size_t htotal; /* device mode: bytes of the host workspace (meta, stage) */
     /* sizes used by the run */
     size_t ring_slot;   /* bytes of one alltoall buffer (largest holding) */
     size_t kws_bytes;   /* backend workspace bytes */
@@ -449,17 +451,19 @@ static wf_attn_params_t kernel_params(const wf_cp_job_t *job, const geom_t *g,
 }
 
 static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
-                          const group_facts_t *f, const wf_backend_ops_t *ops)
+                          const group_facts_t *f, const wf_backend_ops_t *ops, bool dev)
 {
     layout_t L;
     memset(&L, 0, sizeof L);
-    size_t off = 0;
+    size_t off = 0, hoff_dev = 0;
+    /* host regions: in the one workspace, or (device mode) their own */
+    size_t *hoff = dev ? &hoff_dev : &off;
     const int64_t B = job->B, D = job->D, nh = g->hd.nh, nkv = g->hd.nkv;
     /* the staging buffer serves the root's scatter and gather only */
     const bool root = g->r == 0 && g->u == 0 && !job->local;
     int maxd = g->R > g->U ? g->R : g->U;
 
-    L.meta = take(c, &off, szc_mul(c, 4u * (size_t)maxd, sizeof(size_t)));
+    L.meta = take(c, hoff, szc_mul(c, 4u * (size_t)maxd, sizeof(size_t)));
     if (g->U > 1) {
         L.qsh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->q_dtype)));
         L.kvsh = take(c, &off, szc_mul5(c, B, g->Lkv_s, g->KVsum, D,
@@ -499,8 +503,13 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
         L.osh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->out_dtype)));
         L.oshl = take(c, &off, job->return_lse ? szc_mul5(c, B, g->Lq_s, g->Hs, 1, 4) : 0);
     }
-    L.stage = take(c, &off, root ? f->stage : 0);
+    /* Device mode: the root's own shards pass through the host stage too
+     * (packed there, then copied up). */
+    size_t own = dev && root ? max_msg(c, job, g) : 0;
+    L.stage = take(c, hoff, root ? (f->stage > own ? f->stage : own) : 0);
+    L.dstage = dev ? take(c, &off, root ? f->stage : 0) : 0;
     L.total = off;
+    L.htotal = dev ? hoff_dev : 0;
     return L;
 }
 
@@ -514,10 +523,40 @@ size_t wf_cp_attention_workspace(const wf_cp_job_t *job, int R, int U,
     size_t most = 0;
     for (int i = 0; i < R * U && !c.overflow; i++) {
         geom_t g = geom_of(job, R, U, i / U, i % U);
-        layout_t L = layout_of(&c, job, &g, &f, ops);
+        layout_t L = layout_of(&c, job, &g, &f, ops, false);
         most = L.total > most ? L.total : most;
     }
     return c.overflow ? SIZE_MAX : most;
+}
+
+/* The backend entries device mode uses. */
+static bool dev_ops_ok(const wf_backend_ops_t *o)
+{
+    return o && o->attention && o->dev_alloc && o->copy_h2d && o->copy_d2h &&
+           o->synchronize && o->lse_merge && o->convert && o->fill_f32;
+}
+
+wf_status_t wf_cp_attention_workspace_dev(const wf_cp_job_t *job, int R, int U,
+                                          const wf_backend_ops_t *ops,
+                                          size_t *ret_dev, size_t *ret_host)
+{
+    if (!ret_dev || !ret_host || !dev_ops_ok(ops) || job->local ||
+        wf_cp_attention_check(job, R, U, NULL, 0) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    szc_t c = {false};
+    group_facts_t f = facts_of(&c, job, R, U);
+    size_t dev = 0, host = 0;
+    for (int i = 0; i < R * U && !c.overflow; i++) {
+        geom_t g = geom_of(job, R, U, i / U, i % U);
+        layout_t L = layout_of(&c, job, &g, &f, ops, true);
+        dev = L.total > dev ? L.total : dev;
+        host = L.htotal > host ? L.htotal : host;
+    }
+    if (c.overflow)
+        return WF_E_NO_MEMORY;
+    *ret_dev = dev;
+    *ret_host = host;
+    return WF_OK;
 }
 
 /* ---- root: pack inputs, unpack outputs -------------------------------------- */
@@ -637,12 +676,15 @@ typedef struct run {
     wf_backend_ctx_t *ctx;       /* backend context */
     geom_t g;                    /* this rank */
     layout_t L;                  /* its workspace */
-    unsigned char *ws;           /* workspace base */
+    unsigned char *ws;           /* workspace base (device mode: device memory) */
+    unsigned char *hws;          /* host regions' base (host mode: ws) */
     size_t *meta;                /* 4 * max(R, U) counts / displacements */
     bool root;                   /* seq index 0 */
+    bool dev;                    /* device mode */
 } run_t;
 
 static unsigned char *at(const run_t *x, size_t region) { return x->ws + region; }
+static unsigned char *hat(const run_t *x, size_t region) { return x->hws + region; }
 
 /* K/V holding of ring rank rr (for this rank's heads) in allgather mode
  * lies at the sum of the earlier holdings. */
@@ -663,6 +705,23 @@ static unsigned char *own_hold(const run_t *x)
     if (x->g.R > 1 && x->job->rotate_method == WF_CP_ROTATE_ALLGATHER)
         return at(x, x->L.ring) + ring_displ(x, x->g.r);
     return at(x, x->L.ring);
+}
+
+/* Device mode: host -> device / device -> host, complete on return (the
+ * host side is reused at once). */
+static wf_status_t up(run_t *x, void *dev, const void *host, size_t n)
+{
+    if (n == 0)
+        return WF_OK;
+    wf_status_t st = x->ops->copy_h2d(x->ctx, dev, host, n);
+    return st == WF_OK ? x->ops->synchronize(x->ctx) : st;
+}
+static wf_status_t down(run_t *x, void *host, const void *dev, size_t n)
+{
+    if (n == 0)
+        return WF_OK;
+    wf_status_t st = x->ops->copy_d2h(x->ctx, host, dev, n);
+    return st == WF_OK ? x->ops->synchronize(x->ctx) : st;
 }
 
 /* Phase 1: the root sends every other seq rank its shards; every rank
@@ -697,17 +756,33 @@ static wf_status_t scatter(run_t *x)
             geom_t gi = geom_of(job, g->R, g->U, i / g->U, i % g->U);
             for (int w = W_Q; w <= W_V; w++) {
                 size_t n = shard_copy(job, &gi, g->U, (which_t)w, (void *)src[w],
-                                      at(x, x->L.stage), true);
+                                      hat(x, x->L.stage), true);
                 if (n == 0)
                     continue;
-                wf_status_t st = wf_comm_send(x->grp->seq, at(x, x->L.stage), n, i);
+                wf_status_t st = WF_OK;
+                unsigned char *msg = hat(x, x->L.stage);
+                if (x->dev) {
+                    msg = at(x, x->L.dstage);
+                    st = up(x, msg, hat(x, x->L.stage), n);
+                }
+                if (st == WF_OK)
+                    st = wf_comm_send(x->grp->seq, msg, n, i);
                 if (st != WF_OK)
                     return st;
             }
         }
-        shard_copy(job, g, g->U, W_Q, (void *)job->q, qdst, true);
-        shard_copy(job, g, g->U, W_K, (void *)job->k, kdst, true);
-        shard_copy(job, g, g->U, W_V, (void *)job->v, vdst, true);
+        unsigned char *dst[3] = {qdst, kdst, vdst};
+        for (int w = W_Q; w <= W_V; w++) {
+            if (!x->dev) {
+                shard_copy(job, g, g->U, (which_t)w, (void *)src[w], dst[w], true);
+                continue;
+            }
+            size_t n = shard_copy(job, g, g->U, (which_t)w, (void *)src[w],
+                                  hat(x, x->L.stage), true);
+            wf_status_t st = up(x, dst[w], hat(x, x->L.stage), n);
+            if (st != WF_OK)
+                return st;
+        }
         return WF_OK;
     }
     unsigned char *dst[3] = {qdst, kdst, vdst};
@@ -789,8 +864,9 @@ static wf_status_t ulysses_in(run_t *x)
     return WF_OK;
 }
 
-/* One kernel call on host buffers. A backend on device memory (copy_h2d
- * set: CUDA, the mixed mode with the host comm) gets q, k, v staged into
+/* One kernel call. Device mode: on the device buffers as they are. Host
+ * mode: on host buffers; a backend on device memory (copy_h2d set) gets
+ * q, k, v staged into
  * its arena and out / lse copied back, then synchronize (a kernel error
  * comes back here) and dev_reset: the rest of this module keeps its host
  * buffers and host collectives. Correct first, not fast: one round trip
@@ -799,8 +875,8 @@ static wf_status_t ulysses_in(run_t *x)
 static wf_status_t kernel_call(run_t *x, const wf_attn_params_t *p)
 {
     const wf_backend_ops_t *o = x->ops;
-    if (!o->copy_h2d)
-        return o->attention(x->ctx, p, at(x, x->L.kws));
+    if (x->dev || !o->copy_h2d)
+        return o->attention(x->ctx, p, at(x, x->L.kws)); /* buffers where it computes */
     if (!o->copy_d2h || !o->dev_alloc || !o->dev_reset || !o->synchronize)
         return WF_E_INTERNAL;
     const size_t nq = (size_t)(p->Sq * p->Hq * p->D);
@@ -892,8 +968,15 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
                 if (st != WF_OK)
                     return st;
                 size_t row0 = (size_t)((b * g->Lq_r + q->local) * nh);
-                merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl,
-                           q->len * nh, D, rdt);
+                if (x->dev) {
+                    st = x->ops->lse_merge(x->ctx, acc + row0 * (size_t)D, accl + row0, part,
+                                           partl, q->len * nh, D, rdt);
+                    if (st != WF_OK)
+                        return st;
+                } else {
+                    merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl,
+                               q->len * nh, D, rdt);
+                }
             }
         }
     return WF_OK;
@@ -908,9 +991,17 @@ static wf_status_t ring(run_t *x)
     float *acc = (float *)(void *)at(x, x->L.acc);
     float *accl = (float *)(void *)at(x, x->L.accl);
     size_t rows = (size_t)(job->B * g->Lq_r * g->hd.nh);
-    memset(acc, 0, rows * (size_t)job->D * sizeof(float));
-    for (size_t i = 0; i < rows; i++)
-        accl[i] = -INFINITY;
+    if (x->dev) {
+        wf_status_t st = x->ops->fill_f32(x->ctx, acc, 0.0f, rows * (size_t)job->D);
+        if (st == WF_OK)
+            st = x->ops->fill_f32(x->ctx, accl, -INFINITY, rows);
+        if (st != WF_OK)
+            return st;
+    } else {
+        memset(acc, 0, rows * (size_t)job->D * sizeof(float));
+        for (size_t i = 0; i < rows; i++)
+            accl[i] = -INFINITY;
+    }
     if (g->hd.nh == 0)
         return WF_OK; /* the whole ring group has no heads: no traffic */
     szc_t c = {false};
@@ -975,9 +1066,16 @@ static wf_status_t ulysses_out(run_t *x)
 {
     const wf_cp_job_t *job = x->job;
     const geom_t *g = &x->g;
-    wf_convert_from_f32(at(x, x->L.oh), job->out_dtype,
-                        (const float *)(const void *)at(x, x->L.acc),
-                        (size_t)(job->B * g->Lq_r * g->hd.nh * job->D));
+    const size_t n = (size_t)(job->B * g->Lq_r * g->hd.nh * job->D);
+    if (x->dev) {
+        wf_status_t st = x->ops->convert(x->ctx, at(x, x->L.oh), job->out_dtype,
+                                         at(x, x->L.acc), WF_DTYPE_F32, n);
+        if (st != WF_OK)
+            return st;
+    } else {
+        wf_convert_from_f32(at(x, x->L.oh), job->out_dtype,
+                            (const float *)(const void *)at(x, x->L.acc), n);
+    }
     if (g->U == 1)
         return WF_OK;
     for (int64_t b = 0; b < job->B; b++) {
@@ -1017,25 +1115,46 @@ static wf_status_t gather(run_t *x)
             st = wf_comm_send(x->grp->seq, lsh, lb, 0);
         return st;
     }
-    shard_copy(job, g, g->U, W_OUT, job->out, osh, false);
-    if (job->return_lse)
-        shard_copy(job, g, g->U, W_LSE, job->lse, lsh, false);
+    /* The root's own shard: in place (host mode) or through the stage. */
+    if (x->dev) {
+        wf_status_t st = down(x, hat(x, x->L.stage), osh, ob);
+        if (st != WF_OK)
+            return st;
+        shard_copy(job, g, g->U, W_OUT, job->out, hat(x, x->L.stage), false);
+        if (job->return_lse) {
+            st = down(x, hat(x, x->L.stage), lsh, lb);
+            if (st != WF_OK)
+                return st;
+            shard_copy(job, g, g->U, W_LSE, job->lse, hat(x, x->L.stage), false);
+        }
+    } else {
+        shard_copy(job, g, g->U, W_OUT, job->out, osh, false);
+        if (job->return_lse)
+            shard_copy(job, g, g->U, W_LSE, job->lse, lsh, false);
+    }
+    /* Others: received into the stage (device mode: its device side, then
+     * copied down). */
+    unsigned char *in = x->dev ? at(x, x->L.dstage) : hat(x, x->L.stage);
     for (int i = 1; i < g->P; i++) {
         geom_t gi = geom_of(job, g->R, g->U, i / g->U, i % g->U);
         size_t n = (size_t)(job->B * gi.Lq_s * gi.Hs * job->D) * es_of(job->out_dtype);
         if (n == 0)
             continue;
-        wf_status_t st = wf_comm_recv(x->grp->seq, at(x, x->L.stage), n, i);
+        wf_status_t st = wf_comm_recv(x->grp->seq, in, n, i);
+        if (st == WF_OK && x->dev)
+            st = down(x, hat(x, x->L.stage), in, n);
         if (st != WF_OK)
             return st;
-        shard_copy(job, &gi, g->U, W_OUT, job->out, at(x, x->L.stage), false);
+        shard_copy(job, &gi, g->U, W_OUT, job->out, hat(x, x->L.stage), false);
         if (!job->return_lse)
             continue;
-        st = wf_comm_recv(x->grp->seq, at(x, x->L.stage),
-                          (size_t)(job->B * gi.Lq_s * gi.Hs) * sizeof(float), i);
+        n = (size_t)(job->B * gi.Lq_s * gi.Hs) * sizeof(float);
+        st = wf_comm_recv(x->grp->seq, in, n, i);
+        if (st == WF_OK && x->dev)
+            st = down(x, hat(x, x->L.stage), in, n);
         if (st != WF_OK)
             return st;
-        shard_copy(job, &gi, g->U, W_LSE, job->lse, at(x, x->L.stage), false);
+        shard_copy(job, &gi, g->U, W_LSE, job->lse, hat(x, x->L.stage), false);
     }
     return WF_OK;
 }
@@ -1047,15 +1166,16 @@ static void abort_group(const wf_cp_group_t *grp)
         wf_comm_abort(c);
 }
 
-wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
-                                const wf_cp_group_t *group,
-                                const wf_backend_ops_t *ops,
-                                wf_backend_ctx_t *ctx, void *workspace,
-                                size_t bytes)
+static wf_status_t run_common(const wf_cp_job_t *job, const wf_cp_group_t *group,
+                              const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                              void *workspace, size_t bytes, void *host_ws,
+                              size_t host_bytes, bool dev)
 {
     /* Validation every rank computes alike: fails everywhere at once. */
     if (!group || wf_cp_attention_check(job, group->ring_degree,
                                         group->ulysses_degree, NULL, 0) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    if (dev && (job->local || !dev_ops_ok(ops)))
         return WF_E_BAD_ARGUMENT;
     const int R = group->ring_degree, U = group->ulysses_degree;
 
@@ -1082,20 +1202,24 @@ wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
     x.grp = group;
     x.ops = ops;
     x.ctx = ctx;
+    x.dev = dev;
     x.g = geom_of(job, R, U, r, u);
     x.root = r == 0 && u == 0;
     szc_t c = {false};
     group_facts_t f = facts_of(&c, job, R, U);
-    x.L = layout_of(&c, job, &x.g, &f, ops);
+    x.L = layout_of(&c, job, &x.g, &f, ops, dev);
     x.ws = workspace;
+    x.hws = dev ? host_ws : workspace;
     st = WF_E_INVALID;
     if (c.overflow || !workspace || ((uintptr_t)workspace & 63u) != 0 ||
         bytes < x.L.total)
         goto fail;
+    if (dev && (!host_ws || ((uintptr_t)host_ws & 63u) != 0 || host_bytes < x.L.htotal))
+        goto fail;
     if ((x.root || job->local) && (!job->q || !job->k || !job->v || !job->out ||
                                    (job->return_lse && !job->lse)))
         goto fail;
-    x.meta = (size_t *)(void *)at(&x, x.L.meta);
+    x.meta = (size_t *)(void *)hat(&x, x.L.meta);
 
     st = scatter(&x);
     if (st == WF_OK && U > 1)
@@ -1106,10 +1230,36 @@ wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
         st = ulysses_out(&x);
     if (st == WF_OK)
         st = gather(&x);
+    if (dev) {
+        /* Everything queued is done before the caller releases the
+         * workspace; a kernel error surfaces here. */
+        wf_status_t ss = ops->synchronize(ctx);
+        if (st == WF_OK)
+            st = ss;
+    }
     if (st != WF_OK)
         goto fail;
     return WF_OK;
 fail:
     abort_group(group);
     return st;
+}
+
+wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
+                                const wf_cp_group_t *group,
+                                const wf_backend_ops_t *ops,
+                                wf_backend_ctx_t *ctx, void *workspace,
+                                size_t bytes)
+{
+    return run_common(job, group, ops, ctx, workspace, bytes, NULL, 0, false);
+}
+
+wf_status_t wf_cp_attention_run_dev(const wf_cp_job_t *job,
+                                    const wf_cp_group_t *group,
+                                    const wf_backend_ops_t *ops,
+                                    wf_backend_ctx_t *ctx, void *dev_ws,
+                                    size_t dev_bytes, void *host_ws,
+                                    size_t host_bytes)
+{
+    return run_common(job, group, ops, ctx, dev_ws, dev_bytes, host_ws, host_bytes, true);
 }

@@ -34,6 +34,17 @@
  * as even as possible (first ones one more); K/V heads travel with the
  * query heads that read them (replicated when several ranges need one).
  *
+ * Device mode (wf_cp_attention_run_dev): the communicators move device
+ * memory of the backend (NCCL, or a host comm behind comm_staged.h) and
+ * every buffer of the run lives on the device: the workspace is device
+ * memory (dev_alloc), kernels read and write it in place, the merge,
+ * the accumulator fill and the final conversion are the backend's
+ * lse_merge / fill_f32 / convert. A small host workspace holds the counts
+ * of the collectives and, on the root, the staging of its scatter and
+ * gather (the job's tensors are host memory: the root packs a shard on
+ * the host, copies it up and sends it; it receives a result on the
+ * device, copies it down and unpacks it). Not with local mode.
+ *
  * No logging, no globals, no allocation: all memory is the caller's
  * workspace, whose size wf_cp_attention_workspace computes in advance.
  */
@@ -163,5 +174,30 @@ wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
                                 const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, void *workspace,
                                 size_t bytes);
+
+/* Device mode (file comment): bytes of device workspace (*ret_dev) and of
+ * host workspace (*ret_host) that wf_cp_attention_run_dev needs on any
+ * rank (the maxima over the ranks). ops must have dev_alloc, copy_h2d,
+ * copy_d2h, synchronize, lse_merge, convert and fill_f32. Pure. WF_OK;
+ * WF_E_BAD_ARGUMENT when check() refuses the job, the job is local or
+ * ops lacks an entry; WF_E_NO_MEMORY on overflow. */
+wf_status_t wf_cp_attention_workspace_dev(const wf_cp_job_t *job, int R, int U,
+                                          const wf_backend_ops_t *ops,
+                                          size_t *ret_dev, size_t *ret_host);
+
+/* wf_cp_attention_run in device mode: `group`'s communicators take
+ * device pointers; dev_ws (256-byte aligned, dev_bytes) is device memory
+ * of ctx, host_ws (64-byte aligned, host_bytes) host memory, sizes from
+ * wf_cp_attention_workspace_dev. The job's tensors (root) are host
+ * memory as in wf_cp_attention_run. Everything queued on the backend's
+ * stream is complete when it returns (a kernel error comes back as the
+ * backend's synchronize reports it). Errors and aborts as
+ * wf_cp_attention_run. */
+wf_status_t wf_cp_attention_run_dev(const wf_cp_job_t *job,
+                                    const wf_cp_group_t *group,
+                                    const wf_backend_ops_t *ops,
+                                    wf_backend_ctx_t *ctx, void *dev_ws,
+                                    size_t dev_bytes, void *host_ws,
+                                    size_t host_bytes);
 
 #endif /* WF_CP_ATTENTION_H */

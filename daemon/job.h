@@ -27,6 +27,7 @@
 #include <zmq.h>
 
 #include "comm_host.h"
+#include "comm_nccl.h"
 #include "comm_zmq.h"
 #include "config.h"
 #include "mesh.h"
@@ -115,6 +116,10 @@ struct wf_djob {
                                     (borrowed; NULL: keep the current one) */
     wf_zworld_t *zworld;       /* regroup: join this cross-process world
                                   instead (owned; freed with the job) */
+    bool nccl;                 /* regroup with `world`: the workers (one GPU
+                                  each) form an NCCL world from nccl_id
+                                  instead of taking host handles */
+    wf_nccl_id_t nccl_id;      /* made by the server for that world */
     int rank_base;             /* regroup: world rank of local rank 0 */
     wf_model_set_t models;     /* regroup: the models every worker holds after it */
     uint64_t model_id;         /* forward: the model it runs on */

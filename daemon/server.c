@@ -70,6 +70,7 @@ struct wf_server {
     wf_done_box_t done;          /* finished jobs from the workers */
     wf_worker_t workers[WF_SETTINGS_MAX_DEVICES]; /* one per device */
     uint32_t n_workers;          /* workers started */
+    bool nccl;                   /* new worlds are NCCL worlds (use_nccl) */
     wf_sched_t sched;            /* queue, admission, dispatch; the mesh in force */
     wf_comm_host_world_t *world; /* our reference on the workers' comm world */
     bool workers_stopped;        /* finish_drain stopped them: submit nothing */
@@ -209,8 +210,33 @@ static void set_max_msg_size(wf_server_t *srv)
                zmq_strerror(zmq_errno()));
 }
 
+/* Whether this daemon's comm worlds are NCCL's: NCCL built, every rank on
+ * a GPU of its own (one GPU cannot hold two ranks of one communicator:
+ * the mixed mode uses the host comm behind comm_staged.h), one node (a
+ * world across daemons is ZeroMQ's), and not turned off with WEFT_NCCL=0
+ * in the environment (for comparisons). */
+static bool use_nccl(const wf_server_t *srv, const wf_settings_t *s, bool cluster)
+{
+#ifdef WF_HAVE_NCCL
+    if (cluster || s->device_kind != WF_DEVICE_CUDA)
+        return false;
+    for (size_t i = 0; srv->envp && srv->envp[i]; i++)
+        if (strcmp(srv->envp[i], "WEFT_NCCL=0") == 0)
+            return false;
+    for (uint32_t d = 0; d < s->device_count; d++)
+        for (uint32_t e = d + 1; e < s->device_count; e++)
+            if (s->gpu[d] == s->gpu[e])
+                return false;
+    return true;
+#else
+    (void)srv, (void)s, (void)cluster;
+    return false;
+#endif
+}
+
 /* A regroup job for every worker: split the world (a new one when
- * `world` is set) into the groups of `mesh`. NULL when out of memory. */
+ * `world` is set: an NCCL world when srv->nccl) into the groups of
+ * `mesh`. NULL when out of memory. */
 static wf_djob_t *regroup_job_new(wf_server_t *srv, const wf_mesh_t *mesh,
                                   wf_comm_host_world_t *world)
 {
@@ -222,6 +248,14 @@ static wf_djob_t *regroup_job_new(wf_server_t *srv, const wf_mesh_t *mesh,
     job->plan_epoch = mesh->epoch;
     job->epoch = mesh->epoch;
     job->world = world;
+#ifdef WF_HAVE_NCCL
+    if (world && srv->nccl) {
+        job->nccl = wf_comm_nccl_unique_id(&job->nccl_id) == WF_OK;
+        if (!job->nccl)
+            wf_log(srv->log, WF_LOG_WARNING, "ncclGetUniqueId failed: this world "
+                   "uses the host comm");
+    }
+#endif
     job->run = wf_worker_regroup_run;
     job->group_size = (int)srv->n_workers;
     job->rank_base = (int)srv->cl.first_rank;
@@ -283,6 +317,17 @@ static void set_test_fault(wf_server_t *srv, char *const *envp)
  * waits (on the completion eventfd) for the regroup job. */
 static wf_status_t regroup_at_start(wf_server_t *srv)
 {
+    if (srv->ops->dev_alloc) {
+#ifdef WF_HAVE_NCCL
+        if (srv->nccl)
+            wf_log(srv->log, WF_LOG_INFO, "comm: NCCL %d.%d.%d between the %u GPUs",
+                   wf_comm_nccl_version() / 10000, wf_comm_nccl_version() / 100 % 100,
+                   wf_comm_nccl_version() % 100, srv->n_workers);
+        else
+#endif
+            wf_log(srv->log, WF_LOG_INFO, "comm: host, staged through each GPU's copies "
+                   "(ranks sharing a GPU, NCCL not built, or WEFT_NCCL=0)");
+    }
     wf_status_t st = wf_comm_host_world_new((int)srv->n_workers, &srv->world);
     if (st != WF_OK) {
         wf_log(srv->log, WF_LOG_ERR, "comm world: %s", wf_status_str(st));
@@ -516,6 +561,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             goto fail;
     }
     set_test_fault(srv, envp);
+    srv->nccl = use_nccl(srv, settings, cluster);
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
                   settings->queue_capacity, &mesh, log);
     if (!cluster && regroup_at_start(srv) != WF_OK)

@@ -2,6 +2,8 @@
 #include "worker.h"
 
 #include "comm_host.h"
+#include "comm_nccl.h"
+#include "comm_staged.h"
 #include "comm_zmq.h"
 
 #include <stdio.h>
@@ -114,6 +116,36 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* A backend on device memory computes on device buffers, so its comm
+ * must move them: a new world of host memory (host or ZeroMQ) goes behind
+ * the staging (comm_staged.h); an NCCL world moves them itself. */
+static wf_status_t device_world(wf_worker_t *w)
+{
+    if (!w->ops->dev_alloc || strcmp(wf_comm_backend(w->world), "nccl") == 0)
+        return WF_OK;
+    wf_comm_t *inner = w->world;
+    w->world = NULL;
+    return wf_comm_staged_wrap(inner, w->ops, w->ctx, &w->world);
+}
+
+/* This rank's handle on the new NCCL world of the job (one GPU per
+ * rank): collective over the local workers, bounded by the init timeout. */
+static wf_status_t nccl_world(wf_worker_t *w, const wf_djob_t *job, int rank)
+{
+#ifdef WF_HAVE_NCCL
+    wf_comm_nccl_opts_t o = {
+        .device = w->device,
+        .stream = w->ops->native_stream ? w->ops->native_stream(w->ctx) : NULL,
+        .init_timeout_ms = 30000,
+        .op_timeout_ms = 0,
+    };
+    return wf_comm_nccl_init(&job->nccl_id, job->group_size, rank, &o, &w->world);
+#else
+    (void)w, (void)job, (void)rank;
+    return WF_E_UNAVAILABLE;
+#endif
+}
+
 wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
                                   wf_worker_t *w)
 {
@@ -135,12 +167,26 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
                    "%s", w->name, grank, err);
             return st;
         }
+        st = device_world(w);
+        if (st != WF_OK) {
+            wf_comm_zmq_local_abort(job->zworld->cfg.local);
+            return st;
+        }
     } else if (job->world) {
         wf_comm_destroy(&w->world);
-        wf_status_t st = wf_comm_host_init(job->world, rank, &w->world);
+        wf_status_t st = job->nccl ? nccl_world(w, job, rank)
+                                   : wf_comm_host_init(job->world, rank, &w->world);
+        if (st == WF_OK)
+            st = device_world(w);
         if (st != WF_OK) {
             /* Not collective: peers proceed to the split and would wait
-             * for this rank there. */
+             * for this rank there (an NCCL init of the peers ends with its
+             * timeout). */
+            if (job->nccl)
+                wf_log(w->log, WF_LOG_ERR, "%s: NCCL world as rank %d: %s", w->name,
+                       rank, wf_status_str(st));
+            if (w->world)
+                wf_comm_abort(w->world);
             wf_comm_host_world_abort(job->world);
             return st;
         }

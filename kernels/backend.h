@@ -140,6 +140,11 @@ typedef struct wf_backend_ops {
     wf_status_t (*convert)(wf_backend_ctx_t *ctx, void *dst,
                            wf_dtype_t dst_dtype, const void *src,
                            wf_dtype_t src_dtype, size_t n);
+
+    /* (optional) dst[i] = value for n f32 elements of the backend's
+     * memory (accumulators: 0, lse: -inf), asynchronous like the rest. */
+    wf_status_t (*fill_f32)(wf_backend_ctx_t *ctx, float *dst, float value,
+                            size_t n);
 } wf_backend_ops_t;
 
 /* The CPU reference backend (OpenBLAS). Always available. Its ctx_new

@@ -1,6 +1,7 @@
 # Context-parallel attention on real threads with the host comm: every
-# mesh shape, rotate method, merge mode and dtype against fp64.
+# mesh shape, rotate method, merge mode and dtype against fp64; device
+# mode on the stand-in device behind the staged comm.
 add_executable(test_cp_attention ${CMAKE_CURRENT_LIST_DIR}/test_cp_attention.c)
-target_link_libraries(test_cp_attention PRIVATE weftd_core m)
+target_link_libraries(test_cp_attention PRIVATE weftd_core weft_standin m)
 add_test(NAME cp_attention COMMAND test_cp_attention)
 set_tests_properties(cp_attention PROPERTIES TIMEOUT 300)

@@ -10,10 +10,15 @@
  * elements per ring rank), workspace guards, and an error on one rank
  * reaching the others as an abort instead of a hang; and the mixed mode: a
  * backend on "device" memory (staged through copies) behind the host comm;
- * local mode (every rank its own shard) bit-identical to the root mode.
+ * local mode (every rank its own shard) bit-identical to the root mode;
+ * device mode (wf_cp_attention_run_dev): every buffer on a stand-in device
+ * whose memory is scrambled (support/standin_dev.h), the host comm behind
+ * comm_staged.h, so a byte that skips the backend's copies shows.
  * WF_TEST_QUICK=1 thins the grid (for the sanitizers). */
 #include "cp_attention.h"
 #include "comm_host.h"
+#include "comm_staged.h"
+#include "support/standin_dev.h"
 #include "mesh.h"
 #include "tensor.h"
 
@@ -97,6 +102,7 @@ typedef struct tdata {
     wf_comm_host_world_t *w;   /* the world */
     int short_rank;            /* rank given a short workspace, or -1 */
     bool local;                /* local mode: the per-rank buffers below */
+    bool dev;                  /* device mode: case_ops is the stand-in device */
     unsigned char **lq, **lk, **lv, **lout; /* per world rank: own shards */
     float **llse;              /* per world rank: own lse rows */
 } tdata_t;
@@ -269,6 +275,15 @@ static void *rank_main(void *arg)
     const wf_backend_ops_t *ops = case_ops ? case_ops : wf_backend_cpu();
     if (wf_comm_host_init(t->d->w, t->rank, &world) != WF_OK)
         return NULL;
+    if (t->d->dev) {
+        /* device mode: the context first, the world behind the staging */
+        if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK ||
+            wf_comm_staged_wrap(world, ops, ctx, &world) != WF_OK) {
+            wf_comm_destroy(&world);
+            ops->ctx_destroy(&ctx);
+            return NULL;
+        }
+    }
     wf_mesh_t m;
     wf_mesh_degrees_t deg = {.dp = 1, .ring = c->R, .ulysses = c->U, .tp = c->T};
     wf_mesh_coords_t co;
@@ -282,7 +297,7 @@ static void *rank_main(void *arg)
         if (wf_mesh_color(&m, dims[i], t->rank, &col, &key) != WF_OK ||
             wf_comm_split(world, col, key, sub[i]) != WF_OK)
             goto out;
-    if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
+    if (!ctx && ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
         goto out;
     t->setup_ok = true;
 
@@ -319,6 +334,26 @@ static void *rank_main(void *arg)
     }
     wf_cp_group_t grp = {.seq = seq, .ring = ring, .ulysses = uly,
                          .ring_degree = c->R, .ulysses_degree = c->U};
+    if (t->d->dev) {
+        size_t db = 0, hb = 0;
+        void *dws = NULL;
+        if (wf_cp_attention_workspace_dev(&job, c->R, c->U, ops, &db, &hb) != WF_OK ||
+            ops->dev_alloc(ctx, db, &dws) != WF_OK) {
+            t->st = WF_E_INVALID;
+            goto out;
+        }
+        size_t halloc = (hb + GUARD + 63) & ~(size_t)63;
+        unsigned char *hws = aligned_alloc(64, halloc);
+        memset(hws, 0xff, hb);
+        memset(hws + hb, 0xa5, halloc - hb);
+        size_t give = t->rank == t->d->short_rank ? 64 : db;
+        t->st = wf_cp_attention_run_dev(&job, &grp, ops, ctx, dws, give, hws, hb);
+        for (size_t i = hb; i < halloc; i++)
+            t->guard_ok &= hws[i] == 0xa5;
+        free(hws);
+        ops->dev_reset(ctx);
+        goto out;
+    }
     size_t bytes = wf_cp_attention_workspace(&job, c->R, c->U, ops);
     if (bytes == 0 || bytes == SIZE_MAX) {
         t->st = WF_E_INVALID;
@@ -424,6 +459,8 @@ static void tolerances(const tcase_t *c, double max_lse, double *tol_out,
 /* Largest error / tolerance seen (how much margin the tolerances leave). */
 static double worst_ratio_out, worst_ratio_lse;
 
+static bool dev_mode; /* run_case in device mode (test_device) */
+
 static int run_case(const tcase_t *c, int short_rank)
 {
     const int N = c->R * c->U * c->T;
@@ -431,7 +468,7 @@ static int run_case(const tcase_t *c, int short_rank)
     size_t nkv = (size_t)(c->B * c->Skv * c->Hkv * c->D);
     size_t nl = (size_t)(c->B * c->Sq * c->Hq);
     float *qf, *kf, *vf;
-    tdata_t d = {.c = c, .short_rank = short_rank};
+    tdata_t d = {.c = c, .short_rank = short_rank, .dev = dev_mode};
     unsigned char *qb = make_input(nq, c->in, 2.0f, &qf);
     unsigned char *kb = make_input(nkv, c->in, 1.0f, &kf);
     unsigned char *vb = make_input(nkv, c->in, 1.0f, &vf);
@@ -700,6 +737,49 @@ static void test_staged(void)
           staged_calls, (int)staged_stray);
     printf("staged (mixed mode): %d cases, %ld kernel calls, all on arena buffers\n", n,
            staged_calls);
+}
+
+/* ---- device mode ---------------------------------------------------------------- */
+
+/* Device mode on the stand-in device: meshes x rotations x dtypes x
+ * causal / load balance / uneven / GQA / lse, against the fp64 reference
+ * (run_case), and a short device workspace on one rank failing there and
+ * aborting the others. */
+static void test_device(bool quick)
+{
+    static const int meshes[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 1},
+                                    {4, 1, 1}, {1, 4, 1}, {2, 2, 2}, {3, 2, 1}};
+    const wf_backend_ops_t *ops = wf_standin_dev_backend();
+    case_ops = ops;
+    dev_mode = true;
+    int n = 0, nm = quick ? 4 : 8;
+    for (int mi = 0; mi < nm; mi++)
+        for (int v = 0; v < 4; v++) {
+            tcase_t c = {.R = meshes[mi][0], .U = meshes[mi][1], .T = meshes[mi][2],
+                         .B = 2, .Sq = v & 1 ? 45 : 48, .Skv = v & 1 ? 45 : 48, .Hq = 8,
+                         .Hkv = v < 2 ? 2 : 8, .D = 16, .causal = v != 1, .lb = v == 2,
+                         .rot = v & 1 ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER,
+                         .fp32 = v != 3,
+                         .in = v == 0 ? WF_DTYPE_F32 : v == 1 ? WF_DTYPE_F16 : WF_DTYPE_BF16,
+                         .out = v == 2 ? WF_DTYPE_F32 : v == 1 ? WF_DTYPE_F16 : WF_DTYPE_BF16,
+                         .ring_any = true, .uly_any = true, .lse = v != 1};
+            run_case(&c, -1);
+            n++;
+        }
+    /* cross attention, Sq != Skv */
+    tcase_t x = {.R = 2, .U = 2, .T = 1, .B = 1, .Sq = 40, .Skv = 72, .Hq = 4, .Hkv = 4,
+                 .D = 16, .rot = WF_CP_ROTATE_ALLTOALL, .fp32 = true, .in = WF_DTYPE_F32,
+                 .out = WF_DTYPE_F32, .ring_any = true, .uly_any = true, .lse = true};
+    run_case(&x, -1);
+    n++;
+    /* a short device workspace on rank 1: WF_E_INVALID there, aborted elsewhere */
+    tcase_t s2 = x;
+    s2.R = 2;
+    s2.U = 1;
+    run_case(&s2, 1);
+    case_ops = NULL;
+    dev_mode = false;
+    printf("device mode (stand-in device, staged host comm): %d cases\n", n);
 }
 
 /* ---- local mode ------------------------------------------------------------------ */
@@ -1026,6 +1106,7 @@ int main(void)
     test_workspace_sizes();
     test_slices();
     test_staged();
+    test_device(quick);
     test_error_aborts();
     test_local(quick);
     test_long(quick);

@@ -24,9 +24,9 @@
  * (wgmma is issued by the whole warpgroup, so the test is per
  * warpgroup); the heavy query tiles go first (as attention.cu).
  *
- * Built only for sm_90a (the `a` features: wgmma); other architectures
- * get an empty kernel body and the launcher is never asked for them
- * (wf_cuda_limits_t.wgmma is 0).
+ * Built only for sm_90a (the `a` features: wgmma, TMA); other
+ * architectures get a body that traps, and the launcher is never asked
+ * for them (wf_cuda_limits_t.wgmma is 0).
  */
 #include "attention_common.cuh"
 

@@ -248,6 +248,15 @@ wf_status_t convert(wf_backend_ctx_t *c, void *dst, wf_dtype_t dst_dtype, const 
     return wf_cuda_convert_launch(dst, dst_dtype, src, src_dtype, n, &c->limits, c->stream);
 }
 
+wf_status_t fill_f32(wf_backend_ctx_t *c, float *dst, float value, size_t n)
+{
+    if (!c)
+        return WF_E_INVALID;
+    if (cudaSetDevice(c->device) != cudaSuccess)
+        return WF_E_INTERNAL;
+    return wf_cuda_fill_f32_launch(dst, value, n, &c->limits, c->stream);
+}
+
 wf_backend_ops_t make_ops()
 {
     wf_backend_ops_t o = {};
@@ -265,6 +274,7 @@ wf_backend_ops_t make_ops()
     o.native_stream = native_stream;
     o.lse_merge = lse_merge;
     o.convert = convert;
+    o.fill_f32 = fill_f32;
     return o;
 }
 

@@ -41,4 +41,8 @@ wf_status_t wf_cuda_convert_launch(void *dst, wf_dtype_t dst_dt,
                                    size_t n, const wf_cuda_limits_t *lim,
                                    cudaStream_t stream);
 
+/* dst[i] = value, n f32 elements, on `stream`. */
+wf_status_t wf_cuda_fill_f32_launch(float *dst, float value, size_t n,
+                                    const wf_cuda_limits_t *lim, cudaStream_t stream);
+
 #endif /* WF_CUDA_LAUNCH_H */

@@ -1,6 +1,8 @@
 /* merge.cu — the fused log-sum-exp merge of ring steps and the dtype
  * conversion kernels, with their launchers.
  *
+ * Fill: dst[i] = value, grid-stride (accumulator initialisation).
+ *
  * Merge: one warp per row; lane 0 reads both lse values and computes the
  * weight and the new lse, the lanes stride over D, lane 0 writes the lse
  * last (so no lane reads a half-updated row). One pass: reads out_a and
@@ -80,6 +82,13 @@ __global__ void convert_kernel(void *dst, int ddt, const void *src, int sdt, siz
         store_elem(dst, ddt, i, load_elem(src, sdt, i));
 }
 
+__global__ void fill_kernel(float *dst, float value, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = value;
+}
+
 bool dtype_ok(wf_dtype_t dt)
 {
     return dt == WF_DTYPE_F32 || dt == WF_DTYPE_F16 || dt == WF_DTYPE_BF16;
@@ -122,5 +131,19 @@ wf_status_t wf_cuda_convert_launch(void *dst, wf_dtype_t dst_dt,
     wf_cuda_convert_geometry(n, lim, grid, block);
     convert_kernel<<<dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]), 0,
                      stream>>>(dst, (int)dst_dt, src, (int)src_dt, n);
+    return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL;
+}
+
+wf_status_t wf_cuda_fill_f32_launch(float *dst, float value, size_t n,
+                                    const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    if (n == 0)
+        return WF_OK;
+    if (!dst)
+        return WF_E_INVALID;
+    unsigned grid[3], block[3];
+    wf_cuda_convert_geometry(n, lim, grid, block); /* grid-stride, as convert */
+    fill_kernel<<<dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]), 0,
+                  stream>>>(dst, value, n);
     return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL;
 }

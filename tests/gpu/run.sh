@@ -14,10 +14,11 @@
 #   3. attention TFLOP/s of the three kernels against torch SDPA (bf16,
 #      B=1, H=24, D=128, S 4096 / 16384, non-causal / causal) and the
 #      ratios (target >= 0.60);
-#   4. weftd on the GPU: --devices cuda serving weftctl attention-demo
-#      (bf16 and f16, causal, GQA) checked against its fp64 reference,
-#      then the mixed mode (--devices cuda:0,0,0,0 --mesh ring=2,ulysses=2:
-#      CUDA kernels, host comm).
+#   4. weftd on the GPU: --devices cuda (an NCCL world of one GPU: its log
+#      says "comm: NCCL") serving weftctl attention-demo (bf16 and f16,
+#      causal, GQA) checked against its fp64 reference, then the mixed
+#      mode (--devices cuda:0,0,0,0 --mesh ring=2,ulysses=2: context
+#      parallelism on device buffers, the host comm staged through copies).
 # Output figures go to stdout and to $OUT/gpu-report.txt when $OUT is set.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -137,7 +138,7 @@ serve() {
     done
     kill -TERM $wpid; wait $wpid
     say "weftd exit $?"
-    grep -E "ERR|error|failed" "$dlog" | head -5 | tee -a "$report"
+    grep -E "comm:|NCCL|ERR|error|failed" "$dlog" | head -6 | tee -a "$report"
   else
     say "weftd --devices $devices $flags refused: skipped"
     head -3 "$dlog" | tee -a "$report"
