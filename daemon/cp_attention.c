@@ -31,8 +31,7 @@
  * Device mode (cp_attention.h): the same buffers on the device (the
  * counts of the collectives, `meta`, and the root's host staging `stage`
  * in the host workspace; `dstage` its device side); merge, fill and
- * conversion by the backend. Host mode with a backend on device memory
- * stages each kernel call through the backend's arena (kernel_call).
+ * conversion by the backend. Host mode needs a backend on host memory.
  *
  * Not here: job admission (the daemon), logging, allocation, device
  * streams.
@@ -864,59 +863,11 @@ static wf_status_t ulysses_in(run_t *x)
     return WF_OK;
 }
 
-/* One kernel call. Device mode: on the device buffers as they are. Host
- * mode: on host buffers; a backend on device memory (copy_h2d set) gets
- * q, k, v staged into
- * its arena and out / lse copied back, then synchronize (a kernel error
- * comes back here) and dev_reset: the rest of this module keeps its host
- * buffers and host collectives. Correct first, not fast: one round trip
- * per call, nothing overlaps. p is one batch (B = 1), every head of it
- * computed, out f32. */
+/* One kernel call, on the buffers where the backend computes (device
+ * mode: device buffers; host mode: host buffers). */
 static wf_status_t kernel_call(run_t *x, const wf_attn_params_t *p)
 {
-    const wf_backend_ops_t *o = x->ops;
-    if (x->dev || !o->copy_h2d)
-        return o->attention(x->ctx, p, at(x, x->L.kws)); /* buffers where it computes */
-    if (!o->copy_d2h || !o->dev_alloc || !o->dev_reset || !o->synchronize)
-        return WF_E_INTERNAL;
-    const size_t nq = (size_t)(p->Sq * p->Hq * p->D);
-    const size_t nkv = (size_t)(p->Skv * p->Hkv * p->D);
-    const size_t qb = nq * es_of(p->q_dtype), kb = nkv * es_of(p->k_dtype),
-                 vb = nkv * es_of(p->v_dtype), ob = nq * sizeof(float),
-                 lb = p->lse ? (size_t)(p->Sq * p->Hq) * sizeof(float) : 0;
-    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
-    wf_status_t st = o->dev_alloc(x->ctx, qb, &dq);
-    if (st == WF_OK)
-        st = o->dev_alloc(x->ctx, kb, &dk);
-    if (st == WF_OK)
-        st = o->dev_alloc(x->ctx, vb, &dv);
-    if (st == WF_OK)
-        st = o->dev_alloc(x->ctx, ob, &dout);
-    if (st == WF_OK && lb)
-        st = o->dev_alloc(x->ctx, lb, &dlse);
-    if (st == WF_OK)
-        st = o->copy_h2d(x->ctx, dq, p->q, qb);
-    if (st == WF_OK)
-        st = o->copy_h2d(x->ctx, dk, p->k, kb);
-    if (st == WF_OK)
-        st = o->copy_h2d(x->ctx, dv, p->v, vb);
-    if (st == WF_OK) {
-        wf_attn_params_t d = *p;
-        d.q = dq;
-        d.k = dk;
-        d.v = dv;
-        d.out = dout;
-        d.lse = (float *)dlse;
-        st = o->attention(x->ctx, &d, NULL);
-    }
-    if (st == WF_OK)
-        st = o->copy_d2h(x->ctx, p->out, dout, ob);
-    if (st == WF_OK && lb)
-        st = o->copy_d2h(x->ctx, p->lse, dlse, lb);
-    /* Always: queued copies finish before the arena is released. */
-    wf_status_t ss = o->synchronize(x->ctx);
-    o->dev_reset(x->ctx);
-    return st != WF_OK ? st : ss;
+    return x->ops->attention(x->ctx, p, at(x, x->L.kws));
 }
 
 /* Attention of my q holding against the K/V holding of ring rank src
@@ -1175,8 +1126,8 @@ static wf_status_t run_common(const wf_cp_job_t *job, const wf_cp_group_t *group
     if (!group || wf_cp_attention_check(job, group->ring_degree,
                                         group->ulysses_degree, NULL, 0) != WF_OK)
         return WF_E_BAD_ARGUMENT;
-    if (dev && (job->local || !dev_ops_ok(ops)))
-        return WF_E_BAD_ARGUMENT;
+    if (dev ? (job->local || !dev_ops_ok(ops)) : (ops && ops->dev_alloc))
+        return WF_E_BAD_ARGUMENT; /* device buffers need device mode */
     const int R = group->ring_degree, U = group->ulysses_degree;
 
     /* Validation of this rank's own arguments: a failure here leaves the

@@ -8,9 +8,8 @@
  * without zigzag, GQA (with replication), cross-attention. Also: check()
  * verdicts and messages, the load balance of the zigzag plan (visible score
  * elements per ring rank), workspace guards, and an error on one rank
- * reaching the others as an abort instead of a hang; and the mixed mode: a
- * backend on "device" memory (staged through copies) behind the host comm;
- * local mode (every rank its own shard) bit-identical to the root mode;
+ * reaching the others as an abort instead of a hang; local mode (every
+ * rank its own shard) bit-identical to the root mode;
  * device mode (wf_cp_attention_run_dev): every buffer on a stand-in device
  * whose memory is scrambled (support/standin_dev.h), the host comm behind
  * comm_staged.h, so a byte that skips the backend's copies shows.
@@ -118,149 +117,7 @@ typedef struct trank {
 
 #define GUARD 256
 
-/* ---- a staged backend: the CPU kernel behind device-style entries ----------- */
-
-/* What the CUDA backend looks like to cp_attention in the mixed mode,
- * on host memory: attention() accepts only pointers into the context's
- * "device" arena (dev_alloc), copy_h2d / copy_d2h move bytes in and out,
- * dev_reset poisons what was taken (stale reads show as NaN). So a run
- * through it proves that every kernel call is staged. */
-typedef struct staged_ctx {
-    wf_backend_ctx_t *cpu;   /* the real kernel's context */
-    unsigned char *arena;    /* "device" memory */
-    size_t cap, used;        /* its size, bytes taken since the last reset */
-    long calls;              /* attention() calls */
-    bool stray;              /* a call with a pointer outside the arena */
-} staged_ctx_t;
-
-#define STAGED_ARENA (64u << 20)
-
-static long staged_calls;    /* summed at ctx_destroy */
-static bool staged_stray;
-static pthread_mutex_t staged_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static staged_ctx_t *sc(wf_backend_ctx_t *c) { return (staged_ctx_t *)(void *)c; }
-
-static bool in_arena(const staged_ctx_t *s, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    return b >= s->arena && b + n <= s->arena + s->used;
-}
-
-static wf_status_t st_ctx_new(int i, uint64_t budget, wf_backend_ctx_t **ret)
-{
-    staged_ctx_t *s = calloc(1, sizeof *s);
-    if (!s)
-        return WF_E_NOMEM;
-    s->cap = STAGED_ARENA;
-    s->arena = aligned_alloc(256, s->cap);
-    if (!s->arena || wf_backend_cpu()->ctx_new(i, budget, &s->cpu) != WF_OK) {
-        free(s->arena);
-        free(s);
-        return WF_E_NOMEM;
-    }
-    *ret = (wf_backend_ctx_t *)(void *)s;
-    return WF_OK;
-}
-
-static void st_ctx_destroy(wf_backend_ctx_t **c)
-{
-    if (!c || !*c)
-        return;
-    staged_ctx_t *s = sc(*c);
-    *c = NULL;
-    pthread_mutex_lock(&staged_mu);
-    staged_calls += s->calls;
-    staged_stray |= s->stray;
-    pthread_mutex_unlock(&staged_mu);
-    wf_backend_cpu()->ctx_destroy(&s->cpu);
-    free(s->arena);
-    free(s);
-}
-
-static void st_memory_info(const wf_backend_ctx_t *c, uint64_t *t, uint64_t *f)
-{
-    const staged_ctx_t *s = (const staged_ctx_t *)(const void *)c;
-    *t = s->cap;
-    *f = s->cap - s->used;
-}
-
-static size_t st_workspace(const wf_attn_params_t *p)
-{
-    (void)p;
-    return 0;                /* as CUDA: nothing from the caller */
-}
-
-static wf_status_t st_attention(wf_backend_ctx_t *c, const wf_attn_params_t *p,
-                                void *workspace)
-{
-    (void)workspace;
-    staged_ctx_t *s = sc(c);
-    s->calls++;
-    size_t nq = (size_t)(p->B * p->Sq * p->Hq * p->D), nkv = (size_t)(p->B * p->Skv * p->Hkv * p->D);
-    if (!in_arena(s, p->q, nq * dsize(p->q_dtype)) || !in_arena(s, p->k, nkv * dsize(p->k_dtype)) ||
-        !in_arena(s, p->v, nkv * dsize(p->v_dtype)) || !in_arena(s, p->out, nq * dsize(p->out_dtype)) ||
-        (p->lse && !in_arena(s, p->lse, (size_t)(p->B * p->Sq * p->Hq) * sizeof(float)))) {
-        s->stray = true;
-        return WF_E_INVALID;
-    }
-    const wf_backend_ops_t *cpu = wf_backend_cpu();
-    size_t wb = cpu->attention_workspace(p);
-    void *ws = aligned_alloc(64, (wb + 63) & ~(size_t)63);
-    wf_status_t st = ws ? cpu->attention(s->cpu, p, ws) : WF_E_NOMEM;
-    free(ws);
-    return st;
-}
-
-static wf_status_t st_dev_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret)
-{
-    staged_ctx_t *s = sc(c);
-    size_t n = (bytes + 255) & ~(size_t)255;
-    if (n > s->cap - s->used)
-        return WF_E_NO_MEMORY;
-    *ret = s->arena + s->used;
-    memset(s->arena + s->used, 0xff, n);
-    s->used += n;
-    return WF_OK;
-}
-
-static void st_dev_reset(wf_backend_ctx_t *c)
-{
-    staged_ctx_t *s = sc(c);
-    memset(s->arena, 0xff, s->used);
-    s->used = 0;
-}
-
-static wf_status_t st_h2d(wf_backend_ctx_t *c, void *dst, const void *src, size_t n)
-{
-    if (!in_arena(sc(c), dst, n))
-        return WF_E_INVALID;
-    memcpy(dst, src, n);
-    return WF_OK;
-}
-
-static wf_status_t st_d2h(wf_backend_ctx_t *c, void *dst, const void *src, size_t n)
-{
-    if (!in_arena(sc(c), src, n))
-        return WF_E_INVALID;
-    memcpy(dst, src, n);
-    return WF_OK;
-}
-
-static wf_status_t st_sync(wf_backend_ctx_t *c)
-{
-    (void)c;
-    return WF_OK;
-}
-
-static const wf_backend_ops_t staged_ops = {
-    .name = "staged", .ctx_new = st_ctx_new, .ctx_destroy = st_ctx_destroy,
-    .memory_info = st_memory_info, .attention_workspace = st_workspace,
-    .attention = st_attention, .dev_alloc = st_dev_alloc, .dev_reset = st_dev_reset,
-    .copy_h2d = st_h2d, .copy_d2h = st_d2h, .synchronize = st_sync,
-};
-
-/* The backend of the case being run (the CPU one, or staged_ops). */
+/* The backend of the case being run (the CPU one, or the stand-in device). */
 static const wf_backend_ops_t *case_ops;
 
 static void *rank_main(void *arg)
@@ -713,32 +570,6 @@ static void test_long(bool quick)
 
 /* The mixed mode (a device-memory backend with the host comm): every
  * kernel call staged through the backend's arena, results as on the CPU. */
-static void test_staged(void)
-{
-    static const int meshes[][3] = {{2, 2, 1}, {4, 1, 1}, {1, 2, 2}, {1, 1, 1}};
-    case_ops = &staged_ops;
-    staged_calls = 0;
-    staged_stray = false;
-    int n = 0;
-    for (int mi = 0; mi < 4; mi++)
-        for (int rot = 0; rot < 2; rot++) {
-            tcase_t c = {.R = meshes[mi][0], .U = meshes[mi][1], .T = meshes[mi][2],
-                         .B = 2, .Sq = 37, .Skv = 37, .Hq = 8, .Hkv = 2, .D = 16,
-                         .causal = rot == 0, .lb = true,
-                         .rot = rot ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER,
-                         .fp32 = rot == 0, .in = rot ? WF_DTYPE_F16 : WF_DTYPE_BF16,
-                         .out = rot ? WF_DTYPE_F16 : WF_DTYPE_BF16,
-                         .ring_any = true, .uly_any = true, .lse = rot == 0};
-            run_case(&c, -1);
-            n++;
-        }
-    case_ops = NULL;
-    CHECK(staged_calls > 0 && !staged_stray, "staged backend: %ld calls, stray pointer %d",
-          staged_calls, (int)staged_stray);
-    printf("staged (mixed mode): %d cases, %ld kernel calls, all on arena buffers\n", n,
-           staged_calls);
-}
-
 /* ---- device mode ---------------------------------------------------------------- */
 
 /* Device mode on the stand-in device: meshes x rotations x dtypes x
@@ -779,6 +610,24 @@ static void test_device(bool quick)
     run_case(&s2, 1);
     case_ops = NULL;
     dev_mode = false;
+    /* A backend on device memory in host mode (and device mode without
+     * the device entries, or in local mode) is refused before anything. */
+    wf_cp_job_t j = {.B = 1, .Sq = 4, .Skv = 4, .Hq = 1, .Hkv = 1, .D = 16, .hq_end = 1,
+                     .scale = 0.25f, .q_dtype = WF_DTYPE_F32, .k_dtype = WF_DTYPE_F32,
+                     .v_dtype = WF_DTYPE_F32, .out_dtype = WF_DTYPE_F32};
+    wf_cp_group_t g1 = {.ring_degree = 1, .ulysses_degree = 1};
+    static _Alignas(64) unsigned char ws[1 << 16];
+    size_t db = 0, hb = 0;
+    CHECK(wf_cp_attention_run(&j, &g1, ops, NULL, ws, sizeof ws) == WF_E_BAD_ARGUMENT,
+          "host mode on a device backend");
+    CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, wf_backend_cpu(), &db, &hb) ==
+              WF_E_BAD_ARGUMENT, "device mode on the CPU backend");
+    CHECK(wf_cp_attention_run_dev(&j, &g1, wf_backend_cpu(), NULL, ws, sizeof ws, ws,
+                                  sizeof ws) == WF_E_BAD_ARGUMENT,
+          "device mode run on the CPU backend");
+    j.local = true;
+    CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, ops, &db, &hb) == WF_E_BAD_ARGUMENT,
+          "device mode in local mode");
     printf("device mode (stand-in device, staged host comm): %d cases\n", n);
 }
 
@@ -1105,7 +954,6 @@ int main(void)
     test_balance();
     test_workspace_sizes();
     test_slices();
-    test_staged();
     test_device(quick);
     test_error_aborts();
     test_local(quick);

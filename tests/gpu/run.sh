@@ -54,7 +54,7 @@ if ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
     export LD_LIBRARY_PATH=$ncclroot/lib:$LD_LIBRARY_PATH
     say "NCCL from torch's wheel: $ncclroot"
   else
-    say "no NCCL found: building without the NCCL backend"
+    say "no NCCL in the toolkit or torch's wheel: CMake looks in the system paths"
   fi
 fi
 
