@@ -618,53 +618,6 @@ static void local_view(const wf_cp_job_t *job, const geom_t *g,
     ret_g->nkvsh = g->Lkv_s > 0 ? 1 : 0;
 }
 
-/* ---- merge ------------------------------------------------------------------- */
-
-static float round_to(float x, wf_dtype_t dt)
-{
-    if (dt == WF_DTYPE_BF16)
-        return wf_bf16_to_f32(wf_f32_to_bf16(x));
-    if (dt == WF_DTYPE_F16)
-        return wf_f16_to_f32(wf_f32_to_f16(x));
-    return x;
-}
-
-/* Merge `rows` partial rows (po (rows, D), pl (rows)) into the
- * accumulator (ao, al): with w = sigmoid(lse_p - lse_a),
- *   out = out_a - w * (out_a - out_p)
- *   lse = lse_a - logsigmoid(lse_a - lse_p) = max + log1p(exp(-|diff|)).
- * A row with lse = -inf saw no key and is the identity. When rdt is not
- * f32 (merge in the input dtype), the partial and the merged output are
- * rounded to rdt, as if both were stored in it; lse stays f32. */
-static void merge_rows(float *ao, float *al, const float *po, const float *pl,
-                       int64_t rows, int64_t D, wf_dtype_t rdt)
-{
-    const bool rnd = rdt != WF_DTYPE_F32;
-    for (int64_t i = 0; i < rows; i++) {
-        float lp = pl[i];
-        float la = al[i];
-        const float *p = po + i * D;
-        float *a = ao + i * D;
-        if (lp == -INFINITY)
-            continue;
-        if (la == -INFINITY) {
-            for (int64_t d = 0; d < D; d++)
-                a[d] = rnd ? round_to(p[d], rdt) : p[d];
-            al[i] = lp;
-            continue;
-        }
-        float diff = la - lp;
-        float w = 1.0f / (1.0f + expf(diff)); /* sigmoid(lp - la) */
-        for (int64_t d = 0; d < D; d++) {
-            float pd = rnd ? round_to(p[d], rdt) : p[d];
-            float x = a[d] - w * (a[d] - pd);
-            a[d] = rnd ? round_to(x, rdt) : x;
-        }
-        float l = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));
-        al[i] = l;
-    }
-}
-
 /* ---- run ----------------------------------------------------------------------- */
 
 /* State of one run on one rank. */
@@ -925,8 +878,8 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
                     if (st != WF_OK)
                         return st;
                 } else {
-                    merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl,
-                               q->len * nh, D, rdt);
+                    wf_lse_merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl,
+                                      q->len * nh, D, rdt);
                 }
             }
         }

@@ -1288,16 +1288,6 @@ static void rope_tables(run_t *x)
     }
 }
 
-/* v rounded to dtype dt (round-to-nearest-even, as tensor.h). */
-static float round_to(float v, wf_dtype_t dt)
-{
-    if (dt == WF_DTYPE_BF16)
-        return wf_bf16_to_f32(wf_f32_to_bf16(v));
-    if (dt == WF_DTYPE_F16)
-        return wf_f16_to_f32(wf_f32_to_f16(v));
-    return v;
-}
-
 /* diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0)
  * of t * 1000 for each batch, in f32 as diffusers computes it:
  * [cos(t f_k), sin(t f_k)], f_k = exp(-ln(10000) k / 128).
@@ -1314,7 +1304,7 @@ static void timestep_proj(const float *t, int64_t B, wf_dtype_t adt, float *dst)
     const int half = WF_FLUX_TIMESTEP_CHANNELS / 2;
     const float nl = (float)-9.210340371976184; /* -ln(10000) */
     for (int64_t b = 0; b < B; b++) {
-        float tv = round_to(round_to(t[b], adt) * 1000.0f, adt);
+        float tv = wf_round_to_dtype(wf_round_to_dtype(t[b], adt) * 1000.0f, adt);
         for (int k = 0; k < half; k++) {
             float e = nl * (float)k;
             e = e / (float)half;

@@ -129,7 +129,7 @@ typedef struct wf_backend_ops {
      * acc_out, part_out (rows, D) f32; acc_lse, part_lse (rows) f32.
      * round_dtype F16 / BF16 rounds out_p and the new out_a to that dtype
      * after each step (convert_to_fp32 off), F32 keeps fp32. Exactly
-     * daemon/cp_attention.c's merge_rows. */
+     * tensor.h's wf_lse_merge_rows, the host reference. */
     wf_status_t (*lse_merge)(wf_backend_ctx_t *ctx, float *acc_out,
                              float *acc_lse, const float *part_out,
                              const float *part_lse, int64_t rows, int64_t D,

@@ -12,6 +12,8 @@
  */
 #include "tensor.h"
 
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #if defined(__F16C__)
@@ -236,4 +238,41 @@ void wf_convert_rows_from_f32(void *dst, wf_dtype_t dt, size_t dst_stride,
     size_t row_bytes = dst_stride * elem_size(dt);
     for (size_t r = 0; r < rows; r++)
         wf_convert_from_f32(d + r * row_bytes, dt, src + r * n, n);
+}
+
+float wf_round_to_dtype(float x, wf_dtype_t dt)
+{
+    if (dt == WF_DTYPE_BF16)
+        return wf_bf16_to_f32(wf_f32_to_bf16(x));
+    if (dt == WF_DTYPE_F16)
+        return wf_f16_to_f32(wf_f32_to_f16(x));
+    return x;
+}
+
+void wf_lse_merge_rows(float *ao, float *al, const float *po, const float *pl,
+                       int64_t rows, int64_t D, wf_dtype_t rdt)
+{
+    const bool rnd = rdt != WF_DTYPE_F32;
+    for (int64_t i = 0; i < rows; i++) {
+        float lp = pl[i];
+        float la = al[i];
+        const float *p = po + i * D;
+        float *a = ao + i * D;
+        if (lp == -INFINITY)
+            continue;
+        if (la == -INFINITY) {
+            for (int64_t d = 0; d < D; d++)
+                a[d] = rnd ? wf_round_to_dtype(p[d], rdt) : p[d];
+            al[i] = lp;
+            continue;
+        }
+        float diff = la - lp;
+        float w = 1.0f / (1.0f + expf(diff)); /* sigmoid(lp - la) */
+        for (int64_t d = 0; d < D; d++) {
+            float pd = rnd ? wf_round_to_dtype(p[d], rdt) : p[d];
+            float x = a[d] - w * (a[d] - pd);
+            a[d] = rnd ? wf_round_to_dtype(x, rdt) : x;
+        }
+        al[i] = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));
+    }
 }

@@ -37,4 +37,20 @@ void wf_convert_rows_to_f32(float *dst, const void *src, wf_dtype_t dt,
 void wf_convert_rows_from_f32(void *dst, wf_dtype_t dt, size_t dst_stride,
                               const float *src, size_t rows, size_t n);
 
+/* x rounded to dtype dt and back (f32: x itself). */
+float wf_round_to_dtype(float x, wf_dtype_t dt);
+
+/* The log-sum-exp merge of a partial attention result into accumulators
+ * on host memory: backend.h's lse_merge formula, the reference every
+ * backend's lse_merge matches. For each of `rows` rows (ao, po: (rows, D);
+ * al, pl: (rows)): lse_p = -inf leaves the row; lse_a = -inf takes the
+ * partial; else with w = sigmoid(lse_p - lse_a)
+ *   out = out_a - w * (out_a - out_p),
+ *   lse = max + log1p(exp(-|lse_a - lse_p|)).
+ * rdt F16 / BF16 rounds the partial and the merged output to that dtype,
+ * as if both were stored in it (diffusers keeping ring steps in the input
+ * dtype); F32 does not round. lse stays f32. */
+void wf_lse_merge_rows(float *ao, float *al, const float *po, const float *pl,
+                       int64_t rows, int64_t D, wf_dtype_t rdt);
+
 #endif /* WF_TENSOR_H */

@@ -180,37 +180,6 @@ static void test_attention(void)
     G->dev_reset(gctx);
 }
 
-/* daemon/cp_attention.c merge_rows, the reference of lse_merge. */
-static float round_to(float x, wf_dtype_t dt)
-{
-    if (dt == WF_DTYPE_BF16)
-        return wf_bf16_to_f32(wf_f32_to_bf16(x));
-    if (dt == WF_DTYPE_F16)
-        return wf_f16_to_f32(wf_f32_to_f16(x));
-    return x;
-}
-
-static void merge_host(float *ao, float *al, const float *po, const float *pl, int64_t rows,
-                       int64_t D, wf_dtype_t rdt)
-{
-    for (int64_t i = 0; i < rows; i++) {
-        float lp = pl[i], la = al[i];
-        if (lp == -INFINITY)
-            continue;
-        if (la == -INFINITY) {
-            for (int64_t d = 0; d < D; d++)
-                ao[i * D + d] = round_to(po[i * D + d], rdt);
-            al[i] = lp;
-            continue;
-        }
-        float diff = la - lp, w = 1.0f / (1.0f + expf(diff));
-        for (int64_t d = 0; d < D; d++) {
-            float pd = round_to(po[i * D + d], rdt);
-            ao[i * D + d] = round_to(ao[i * D + d] - w * (ao[i * D + d] - pd), rdt);
-        }
-        al[i] = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));
-    }
-}
 
 static void test_merge(void)
 {
@@ -235,7 +204,7 @@ static void test_merge(void)
         CHECK(G->copy_d2h(gctx, gl, dal, rows * 4) == WF_OK);
         CHECK(G->synchronize(gctx) == WF_OK);
         G->dev_reset(gctx);
-        merge_host(ao, al, po, pl, rows, D, rd[r]);
+        wf_lse_merge_rows(ao, al, po, pl, rows, D, rd[r]);
         double me = 0, ml = 0;
         size_t bad = 0;
         double tol = rd[r] == WF_DTYPE_BF16 ? 8e-3 : rd[r] == WF_DTYPE_F16 ? 1e-3 : 1e-5;

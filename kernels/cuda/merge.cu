@@ -7,7 +7,7 @@
  * weight and the new lse, the lanes stride over D, lane 0 writes the lse
  * last (so no lane reads a half-updated row). One pass: reads out_a and
  * out_p once, writes out_a once. Formula and -inf handling are
- * daemon/cp_attention.c's merge_rows (see backend.h lse_merge).
+ * tensor.h's wf_lse_merge_rows (see backend.h lse_merge).
  */
 #include "cuda_launch.h"
 

@@ -271,45 +271,6 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
 /* ---------------------------------------------------------------------- */
 /* merge, convert, fill                                                    */
 
-/* daemon/cp_attention.c's round_to, verbatim. */
-static float round_to(float x, wf_dtype_t dt)
-{
-    if (dt == WF_DTYPE_BF16)
-        return wf_bf16_to_f32(wf_f32_to_bf16(x));
-    if (dt == WF_DTYPE_F16)
-        return wf_f16_to_f32(wf_f32_to_f16(x));
-    return x;
-}
-
-/* daemon/cp_attention.c's merge_rows, verbatim (backend.h's formula). */
-static void merge_rows(float *ao, float *al, const float *po, const float *pl,
-                       int64_t rows, int64_t D, wf_dtype_t rdt)
-{
-    const bool rnd = rdt != WF_DTYPE_F32;
-    for (int64_t i = 0; i < rows; i++) {
-        float lp = pl[i];
-        float la = al[i];
-        const float *p = po + i * D;
-        float *a = ao + i * D;
-        if (lp == -INFINITY)
-            continue;
-        if (la == -INFINITY) {
-            for (int64_t d = 0; d < D; d++)
-                a[d] = rnd ? round_to(p[d], rdt) : p[d];
-            al[i] = lp;
-            continue;
-        }
-        float diff = la - lp;
-        float w = 1.0f / (1.0f + expf(diff)); /* sigmoid(lp - la) */
-        for (int64_t d = 0; d < D; d++) {
-            float pd = rnd ? round_to(p[d], rdt) : p[d];
-            float x = a[d] - w * (a[d] - pd);
-            a[d] = rnd ? round_to(x, rdt) : x;
-        }
-        float l = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));
-        al[i] = l;
-    }
-}
 
 static wf_status_t standin_lse_merge(wf_backend_ctx_t *ctx, float *acc_out,
                                      float *acc_lse, const float *part_out,
@@ -326,7 +287,7 @@ static wf_status_t standin_lse_merge(wf_backend_ctx_t *ctx, float *acc_out,
     float *po = pull(ctx, part_out, ob), *pl = pull(ctx, part_lse, lb);
     wf_status_t st = WF_E_INVALID;
     if (ao && al && po && pl) {
-        merge_rows(ao, al, po, pl, rows, D, round_dtype);
+        wf_lse_merge_rows(ao, al, po, pl, rows, D, round_dtype);
         wf_standin_xor(acc_out, ao, ob);
         wf_standin_xor(acc_lse, al, lb);
         ctx->counters.kernels++;
