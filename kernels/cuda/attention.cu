@@ -125,33 +125,10 @@ flash_fwd_kernel(attn_args a, int stages)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    /* Non-causal: query tiles of one head side by side (they share K / V
-     * in L2). Causal: the heavy tiles (late rows) of every head first, the
-     * light ones fill the last wave: the (tile, head) pair is remapped
-     * from the linear block index, heads fastest. */
-    int qt, hl;
-    if (a.causal) {
-        const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-        qt = gridDim.x - 1 - lin / gridDim.y;
-        hl = lin % gridDim.y;
-    } else {
-        qt = blockIdx.x;
-        hl = blockIdx.y;
-    }
-    const int q0 = qt * BR;
-    const int h = a.h_begin + hl;
-    const int b = blockIdx.z;
-    const int hk = a.gqa_group == 0 ? h / (a.Hq / a.Hkv)
-                                    : (a.q_head_base + h) / a.gqa_group - a.kv_head_base;
-    const int q_rows = min(BR, a.Sq - q0);
+    const block_plan bp = plan_block(a, BR);
+    const int q0 = bp.q0, q_rows = bp.q_rows, b = bp.b, h = bp.h, hk = bp.hk;
+    const int k_end = bp.k_end;
     const int wrow0 = warp * WROWS; /* block-local first row of this warp */
-
-    /* Keys any row of the block can see: [0, k_end). */
-    int k_end = a.Skv;
-    if (a.causal) {
-        long long last = a.q_offset + q0 + q_rows - a.kv_offset; /* keys < last */
-        k_end = (int)min((long long)a.Skv, max(0LL, last));
-    }
     const int ntiles = (k_end + BC - 1) / BC;
 
     const long long q_stride = (long long)a.Hq * D, kv_stride = (long long)a.Hkv * D;

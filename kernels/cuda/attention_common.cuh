@@ -115,6 +115,41 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t smem, const void *gmem
                  "r"(src_bytes));
 }
 
+/* What one block of either kernel computes: query rows [q0, q0 + q_rows)
+ * of batch b, query head h (K/V head hk, GQA), and the keys any of those
+ * rows can see, [0, k_end). Non-causal: query tiles of one head side by
+ * side (they share K / V in L2). Causal: the heavy tiles (late rows) of
+ * every head first, the light ones fill the last wave: the (tile, head)
+ * pair is remapped from the linear block index, heads fastest. */
+struct block_plan {
+    int q0, q_rows, b, h, hk, k_end;
+};
+__device__ __forceinline__ block_plan plan_block(const attn_args &a, int br)
+{
+    int qt, hl;
+    if (a.causal) {
+        const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+        qt = gridDim.x - 1 - lin / gridDim.y;
+        hl = lin % gridDim.y;
+    } else {
+        qt = blockIdx.x;
+        hl = blockIdx.y;
+    }
+    block_plan p;
+    p.q0 = qt * br;
+    p.h = a.h_begin + hl;
+    p.b = blockIdx.z;
+    p.hk = a.gqa_group == 0 ? p.h / (a.Hq / a.Hkv)
+                            : (a.q_head_base + p.h) / a.gqa_group - a.kv_head_base;
+    p.q_rows = min(br, a.Sq - p.q0);
+    p.k_end = a.Skv;
+    if (a.causal) {
+        long long last = a.q_offset + p.q0 + p.q_rows - a.kv_offset; /* keys < last */
+        p.k_end = (int)min((long long)a.Skv, max(0LL, last));
+    }
+    return p;
+}
+
 /* The kernel's view of p (device pointers). */
 inline attn_args make_args(const wf_attn_params_t *p)
 {

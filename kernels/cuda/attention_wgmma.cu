@@ -488,30 +488,9 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
     const int wl = (threadIdx.x % 128) / 32; /* warp in the warpgroup */
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    /* Non-causal: query tiles of one head side by side (they share K / V
-     * in L2). Causal: the heavy tiles (late rows) of every head first. */
-    int qt, hl;
-    if (a.causal) {
-        const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-        qt = gridDim.x - 1 - lin / gridDim.y;
-        hl = lin % gridDim.y;
-    } else {
-        qt = blockIdx.x;
-        hl = blockIdx.y;
-    }
-    const int q0 = qt * BR;
-    const int h = a.h_begin + hl;
-    const int b = blockIdx.z;
-    const int hk = a.gqa_group == 0 ? h / (a.Hq / a.Hkv)
-                                    : (a.q_head_base + h) / a.gqa_group - a.kv_head_base;
-    const int q_rows = min(BR, a.Sq - q0);
-
-    /* Keys any row of the block can see: [0, k_end). */
-    int k_end = a.Skv;
-    if (a.causal) {
-        long long last = a.q_offset + q0 + q_rows - a.kv_offset; /* keys < last */
-        k_end = (int)min((long long)a.Skv, max(0LL, last));
-    }
+    const block_plan bp = plan_block(a, BR);
+    const int q0 = bp.q0, q_rows = bp.q_rows, b = bp.b, h = bp.h, hk = bp.hk;
+    const int k_end = bp.k_end;
     const int ntiles = (k_end + BC - 1) / BC;
 
     const int wrow0 = wg * WG_ROWS; /* block-local first row of the warpgroup */
