@@ -259,6 +259,19 @@ static wf_status_t staged_split(wf_comm_t *c, int color, int key,
     return st == WF_OK ? WF_OK : fail(sc, st);
 }
 
+/* First step of a blocking operation: the handle's mirrors for sbytes to
+ * send and rbytes to receive, and dev_send (device) copied into the send
+ * mirror (NULL: nothing to send from here, e.g. a non-root's scatterv). A
+ * failure aborts the world (fail). */
+static wf_status_t stage_in(staged_comm_t *sc, const void *dev_send, size_t sbytes,
+                            size_t rbytes, unsigned char **ret_ms, unsigned char **ret_mr)
+{
+    wf_status_t st = mirrors(sc, sbytes, rbytes, ret_ms, ret_mr);
+    if (st == WF_OK && dev_send)
+        st = copy_in(sc, *ret_ms, dev_send, sbytes);
+    return st == WF_OK ? WF_OK : fail(sc, st);
+}
+
 /* ---------------------------------------------------------------------- */
 /* point-to-point                                                          */
 
@@ -312,11 +325,9 @@ static wf_status_t staged_send(wf_comm_t *c, const void *buf, size_t bytes,
     if (c->group_depth > 0)
         return post_grouped(sc, buf, NULL, bytes, peer);
     unsigned char *m = NULL, *unused = NULL;
-    wf_status_t st = mirrors(sc, bytes, 0, &m, &unused);
-    if (st == WF_OK)
-        st = copy_in(sc, m, buf, bytes);
+    wf_status_t st = stage_in(sc, buf, bytes, 0, &m, &unused);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     return wf_comm_send(sc->inner, m, bytes, peer);
 }
 
@@ -326,9 +337,9 @@ static wf_status_t staged_recv(wf_comm_t *c, void *buf, size_t bytes, int peer)
     if (c->group_depth > 0)
         return post_grouped(sc, NULL, buf, bytes, peer);
     unsigned char *unused = NULL, *m = NULL;
-    wf_status_t st = mirrors(sc, 0, bytes, &unused, &m);
+    wf_status_t st = stage_in(sc, NULL, 0, bytes, &unused, &m);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_recv(sc->inner, m, bytes, peer);
     if (st != WF_OK)
         return st;
@@ -460,11 +471,9 @@ static wf_status_t staged_allgather(wf_comm_t *c, const void *sendbuf,
     if (bytes != 0 && total / bytes != (size_t)c->size)
         return fail(sc, WF_E_BAD_ARGUMENT);
     unsigned char *ms = NULL, *mr = NULL;
-    wf_status_t st = mirrors(sc, bytes, total, &ms, &mr);
-    if (st == WF_OK)
-        st = copy_in(sc, ms, sendbuf, bytes);
+    wf_status_t st = stage_in(sc, sendbuf, bytes, total, &ms, &mr);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_allgather(sc->inner, ms, mr, bytes);
     if (st != WF_OK)
         return st;
@@ -483,11 +492,9 @@ static wf_status_t staged_allgatherv(wf_comm_t *c, const void *sendbuf,
     if (!ok)
         return fail(sc, WF_E_BAD_ARGUMENT);
     unsigned char *ms = NULL, *mr = NULL;
-    wf_status_t st = mirrors(sc, sendbytes, rext, &ms, &mr);
-    if (st == WF_OK)
-        st = copy_in(sc, ms, sendbuf, sendbytes);
+    wf_status_t st = stage_in(sc, sendbuf, sendbytes, rext, &ms, &mr);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_allgatherv(sc->inner, ms, sendbytes, mr, recvcounts, displs);
     if (st != WF_OK)
         return st;
@@ -503,11 +510,9 @@ static wf_status_t staged_alltoall(wf_comm_t *c, const void *sendbuf,
     if (bytes != 0 && total / bytes != (size_t)c->size)
         return fail(sc, WF_E_BAD_ARGUMENT);
     unsigned char *ms = NULL, *mr = NULL;
-    wf_status_t st = mirrors(sc, total, total, &ms, &mr);
-    if (st == WF_OK)
-        st = copy_in(sc, ms, sendbuf, total);
+    wf_status_t st = stage_in(sc, sendbuf, total, total, &ms, &mr);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_alltoall(sc->inner, ms, mr, bytes);
     if (st != WF_OK)
         return st;
@@ -528,11 +533,9 @@ static wf_status_t staged_alltoallv(wf_comm_t *c, const void *sendbuf,
     if (!sok || !rok)
         return fail(sc, WF_E_BAD_ARGUMENT);
     unsigned char *ms = NULL, *mr = NULL;
-    wf_status_t st = mirrors(sc, sext, rext, &ms, &mr);
-    if (st == WF_OK)
-        st = copy_in(sc, ms, sendbuf, sext);
+    wf_status_t st = stage_in(sc, sendbuf, sext, rext, &ms, &mr);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_alltoallv(sc->inner, ms, sendcounts, sdispls, mr, recvcounts,
                            rdispls);
     if (st != WF_OK)
@@ -551,11 +554,9 @@ static wf_status_t staged_allreduce(wf_comm_t *c, const void *sendbuf,
         return fail(sc, WF_E_BAD_ARGUMENT);
     size_t bytes = count * esize;
     unsigned char *ms = NULL, *mr = NULL;
-    wf_status_t st = mirrors(sc, bytes, bytes, &ms, &mr);
-    if (st == WF_OK)
-        st = copy_in(sc, ms, sendbuf, bytes);
+    wf_status_t st = stage_in(sc, sendbuf, bytes, bytes, &ms, &mr);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_allreduce(sc->inner, ms, mr, count, dtype, op);
     if (st != WF_OK)
         return st;
@@ -569,11 +570,9 @@ static wf_status_t staged_broadcast(wf_comm_t *c, void *buf, size_t bytes,
     staged_comm_t *sc = S(c);
     int is_root = c->rank == root;
     unsigned char *m = NULL, *unused = NULL;
-    wf_status_t st = mirrors(sc, bytes, 0, &m, &unused);
-    if (st == WF_OK && is_root)
-        st = copy_in(sc, m, buf, bytes);
+    wf_status_t st = stage_in(sc, is_root ? buf : NULL, bytes, 0, &m, &unused);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_broadcast(sc->inner, m, bytes, root);
     if (st != WF_OK || is_root) /* the root's buffer is unchanged */
         return st;
@@ -592,11 +591,9 @@ static wf_status_t staged_scatterv(wf_comm_t *c, const void *sendbuf,
     if (!ok)
         return fail(sc, WF_E_BAD_ARGUMENT);
     unsigned char *ms = NULL, *mr = NULL;
-    wf_status_t st = mirrors(sc, sext, recvbytes, &ms, &mr);
-    if (st == WF_OK && is_root)
-        st = copy_in(sc, ms, sendbuf, sext);
+    wf_status_t st = stage_in(sc, is_root ? sendbuf : NULL, sext, recvbytes, &ms, &mr);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_scatterv(sc->inner, ms, is_root ? sendcounts : NULL,
                           is_root ? displs : NULL, mr, recvbytes, root);
     if (st != WF_OK)
@@ -616,11 +613,9 @@ static wf_status_t staged_gatherv(wf_comm_t *c, const void *sendbuf,
     if (!ok)
         return fail(sc, WF_E_BAD_ARGUMENT);
     unsigned char *ms = NULL, *mr = NULL;
-    wf_status_t st = mirrors(sc, sendbytes, rext, &ms, &mr);
-    if (st == WF_OK)
-        st = copy_in(sc, ms, sendbuf, sendbytes);
+    wf_status_t st = stage_in(sc, sendbuf, sendbytes, rext, &ms, &mr);
     if (st != WF_OK)
-        return fail(sc, st);
+        return st;
     st = wf_comm_gatherv(sc->inner, ms, sendbytes, mr,
                          is_root ? recvcounts : NULL, is_root ? displs : NULL,
                          root);
