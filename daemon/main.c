@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
-#include "server.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "server/server.h"
 
 extern char **environ;
 

@@ -16,7 +16,7 @@ target_link_libraries(test_comm PRIVATE weft_commcheck weftd_core)
 add_test(NAME comm COMMAND test_comm)
 set_tests_properties(comm PROPERTIES TIMEOUT 300)
 
-# The staged comm (daemon/comm_staged.c) over the host comm, on stand-in
+# The staged comm (daemon/comm/comm_staged.c) over the host comm, on stand-in
 # device buffers (tests/test_comm_staged.c).
 add_executable(test_comm_staged ${CMAKE_CURRENT_LIST_DIR}/test_comm_staged.c)
 target_link_libraries(test_comm_staged PRIVATE weftd_core weft_standin)

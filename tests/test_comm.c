@@ -6,8 +6,8 @@
  * byte for byte against what the rank must hold. WF_TEST_QUICK=1 shrinks
  * the loops (for valgrind). The op checkers and the bodies built from
  * them live in support/commcheck.c, shared with test_comm_zmq.c. */
-#include "comm.h"
-#include "comm_host.h"
+#include "comm/comm.h"
+#include "comm/comm_host.h"
 #include "support/commcheck.h"
 
 #include <pthread.h>

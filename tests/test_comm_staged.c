@@ -12,9 +12,9 @@
  * The stand-in's own device ops (attention on a head range, lse_merge,
  * convert, fill_f32) are checked once against the CPU backend.
  * Rank threads count their own failures; main() CHECKs the sums. */
-#include "comm.h"
-#include "comm_host.h"
-#include "comm_staged.h"
+#include "comm/comm.h"
+#include "comm/comm_host.h"
+#include "comm/comm_staged.h"
 #include "support/check.h"
 #include "support/standin_dev.h"
 #include "tensor.h"

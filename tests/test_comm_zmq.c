@@ -19,8 +19,8 @@
  * shrinks the loops and the bandwidth buffer (for valgrind). The op
  * checkers and the bodies built from them live in support/commcheck.c,
  * shared with test_comm.c. */
-#include "comm.h"
-#include "comm_zmq.h"
+#include "comm/comm.h"
+#include "comm/comm_zmq.h"
 #include "support/commcheck.h"
 
 #include <errno.h>

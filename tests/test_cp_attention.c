@@ -14,11 +14,11 @@
  * whose memory is scrambled (support/standin_dev.h), the host comm behind
  * comm_staged.h, so a byte that skips the backend's copies shows.
  * WF_TEST_QUICK=1 thins the grid (for the sanitizers). */
-#include "cp_attention.h"
-#include "comm_host.h"
-#include "comm_staged.h"
+#include "parallel/cp_attention.h"
+#include "comm/comm_host.h"
+#include "comm/comm_staged.h"
 #include "support/standin_dev.h"
-#include "mesh.h"
+#include "base/mesh.h"
 #include "tensor.h"
 
 #include <math.h>

@@ -7,7 +7,7 @@
 #include "backend.h"
 #include "tensor.h"
 #if WEFT_TEST_NCCL
-#include "comm_nccl.h"
+#include "comm/comm_nccl.h"
 #include "cuda_plan.h"
 #include <pthread.h>
 #endif

@@ -7,7 +7,7 @@
  * every rank's plan against the others'. */
 #include "cuda_plan.h"
 #if WEFT_TEST_NCCL
-#include "comm_nccl.h"
+#include "comm/comm_nccl.h"
 #endif
 
 #include <stdio.h>

@@ -18,11 +18,11 @@
  * abort instead of a hang.
  *
  * Usage: test_flux_forward FIXTURES_DIR. */
-#include "comm_host.h"
+#include "comm/comm_host.h"
 #include "flux_config.h"
-#include "flux_forward.h"
+#include "models/flux_forward.h"
 #include "flux_host.h"
-#include "mesh.h"
+#include "base/mesh.h"
 #include "model_root.h"
 #include "safetensors.h"
 #include "tensor.h"

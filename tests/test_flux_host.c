@@ -1,5 +1,5 @@
 /* test_flux_host.c — the FLUX host copy and the sharded layout
- * (daemon/flux_host.h).
+ * (modelfiles/flux_host.h).
  *
  * Reads the fixtures diffusers wrote (tests/fixtures: one f32 file, an
  * index with four shards, bf16) and compares every host tensor byte for

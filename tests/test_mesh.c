@@ -1,6 +1,6 @@
 /* test_mesh.c — unit test of mesh.c: rank <-> coordinates, group members
  * against hand-written tables, colors, parsing and validation messages. */
-#include "mesh.h"
+#include "base/mesh.h"
 
 #include <stdio.h>
 #include <stdlib.h>

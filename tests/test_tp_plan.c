@@ -1,4 +1,4 @@
-/* test_tp_plan.c — tensor-parallel plans (daemon/tp_plan.h): glob
+/* test_tp_plan.c — tensor-parallel plans (modelfiles/tp_plan.h): glob
  * matching, plan checks, the FLUX default plan against the tensor list of
  * flux_config.h, placements and their diffusers messages, pieces, and the
  * JSON wire form.

@@ -3,7 +3,7 @@
  * Backend-neutral: only comm.h and mesh.h. */
 #include "support/commcheck.h"
 
-#include "mesh.h"
+#include "base/mesh.h"
 
 #include <stdlib.h>
 #include <string.h>

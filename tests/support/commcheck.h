@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 
 /* Count a failed expectation in the enclosing function's `fails`. */
 #define EXPECT(cond)                                                         \

@@ -37,7 +37,7 @@
  * streams.
  */
 #include "cp_attention.h"
-#include "szcheck.h"
+#include "base/szcheck.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -54,7 +54,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "comm.h"
+#include "comm/comm.h"
 #include "flux_config.h"
 #include "flux_host.h"
 #include "tp_plan.h"

@@ -37,7 +37,7 @@
  * its attention through cp_attention's staging).
  */
 #include "flux_forward.h"
-#include "szcheck.h"
+#include "base/szcheck.h"
 
 #include <cblas.h>
 #include <inttypes.h>
@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cp_attention.h"
+#include "parallel/cp_attention.h"
 #include "tensor.h"
 
 /* Epsilon of every LayerNorm and RMSNorm of FLUX (diffusers' eps=1e-6). */

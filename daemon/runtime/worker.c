@@ -1,10 +1,10 @@
 /* worker.c — the device thread (see worker.h). */
 #include "worker.h"
 
-#include "comm_host.h"
-#include "comm_nccl.h"
-#include "comm_staged.h"
-#include "comm_zmq.h"
+#include "comm/comm_host.h"
+#include "comm/comm_nccl.h"
+#include "comm/comm_staged.h"
+#include "comm/comm_zmq.h"
 
 #include <stdio.h>
 #include <stdlib.h>

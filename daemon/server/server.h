@@ -19,8 +19,8 @@
 #ifndef WF_SERVER_H
 #define WF_SERVER_H
 
-#include "config.h"
-#include "log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 typedef struct wf_server wf_server_t;
 

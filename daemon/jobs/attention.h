@@ -28,9 +28,9 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "config.h"
-#include "job.h"
-#include "mesh.h"
+#include "base/config.h"
+#include "runtime/job.h"
+#include "base/mesh.h"
 
 /* Plan the attention job of a decoded, frame-checked request for `mesh`
  * (its epoch goes to job->plan_epoch): resolves the per-job options (the

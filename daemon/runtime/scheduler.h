@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "job.h"
-#include "log.h"
+#include "base/log.h"
 #include "worker.h"
 
 /* Cluster mode: hand the job's ranks outside this node to their nodes

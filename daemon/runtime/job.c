@@ -5,7 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "notify.h"
+#include "base/notify.h"
 
 wf_djob_t *wf_djob_new(void)
 {

@@ -3,8 +3,8 @@
  * drain (see server.h). Compute happens on the workers, never here.
  */
 #include "server.h"
-#include "forward.h"
-#include "models.h"
+#include "jobs/forward.h"
+#include "models/models.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,16 +22,16 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "attention.h"
+#include "jobs/attention.h"
 #include "backend.h"
-#include "cluster.h"
-#include "comm_host.h"
-#include "comm_zmq.h"
-#include "job.h"
-#include "mesh.h"
-#include "notify.h"
-#include "scheduler.h"
-#include "worker.h"
+#include "cluster/cluster.h"
+#include "comm/comm_host.h"
+#include "comm/comm_zmq.h"
+#include "runtime/job.h"
+#include "base/mesh.h"
+#include "base/notify.h"
+#include "runtime/scheduler.h"
+#include "runtime/worker.h"
 
 /* identity, optional empty delimiter, header, tensor frames */
 #define MAX_PARTS (3 + WF_PROTO_MAX_TENSORS)

@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #include "comm.h"
-#include "mesh.h"
+#include "base/mesh.h"
 
 /* ncclUniqueId as plain bytes (NCCL_UNIQUE_ID_BYTES, pinned by a static
  * assert in comm_nccl.c): what the rendezvous hands to every node. */

@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "job.h"
-#include "mesh.h"
-#include "models.h"
+#include "runtime/job.h"
+#include "base/mesh.h"
+#include "models/models.h"
 
 /* Plan a decoded, frame-checked forward request for `mesh` on model `m`
  * (READY): validates the inputs against its config and the mesh (the

@@ -14,7 +14,7 @@
 
 #include "model_root.h"
 #include "proto_check.h"
-#include "notify.h"
+#include "base/notify.h"
 
 /* ---- worker side --------------------------------------------------------- */
 

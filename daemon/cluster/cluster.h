@@ -56,9 +56,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "log.h"
-#include "notify.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/notify.h"
 #include "proto.h"
 
 typedef struct wf_cluster wf_cluster_t;

@@ -26,10 +26,10 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "comm.h"
+#include "comm/comm.h"
 #include "job.h"
-#include "log.h"
-#include "mesh.h"
+#include "base/log.h"
+#include "base/mesh.h"
 
 /* Sequence numbers the test hook may list. */
 #define WF_WORKER_MAX_FAULTS 16

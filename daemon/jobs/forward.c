@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "flux_forward.h"
-#include "worker.h"
+#include "models/flux_forward.h"
+#include "runtime/worker.h"
 
 /* The flux job of a request, with the frames' pointers when `frames`. */
 static void job_of(const wf_djob_t *job, bool frames, wf_flux_job_t *fj)

@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm.h"
-#include "worker.h"
+#include "comm/comm.h"
+#include "runtime/worker.h"
 
-#include "cp_attention.h"
+#include "parallel/cp_attention.h"
 
 void wf_attention_heads(int64_t hq, int rank, int group_size,
                         int64_t *ret_begin, int64_t *ret_end)

@@ -26,12 +26,12 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#include "comm_host.h"
-#include "comm_nccl.h"
-#include "comm_zmq.h"
-#include "config.h"
-#include "mesh.h"
-#include "models.h"
+#include "comm/comm_host.h"
+#include "comm/comm_nccl.h"
+#include "comm/comm_zmq.h"
+#include "base/config.h"
+#include "base/mesh.h"
+#include "models/models.h"
 #include "proto.h"
 
 typedef struct wf_worker wf_worker_t;

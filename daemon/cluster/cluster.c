@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "mesh.h"
+#include "base/mesh.h"
 #include "proto.h"
 
 #define NCCL_VERSION_NONE "none"   /* the CPU build has no NCCL */

@@ -56,7 +56,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "comm.h"
+#include "comm/comm.h"
 #include "weft.h"
 
 /* How K/V shards move round the ring. */
