@@ -47,8 +47,10 @@ extern "C" {
 #define WF_DEFAULT_ENDPOINT "ipc:///run/weftd/weftd.sock"
 
 /* Status codes. Numbers are stable: they are part of the wire protocol.
- * 1..39 come from the daemon in error replies; 100.. are raised by the
- * client library itself and never travel on the wire. */
+ * 1..99 are wire codes: the daemon replies with nothing else (anything
+ * else is sent as WF_E_INTERNAL, wf_status_on_wire in proto/), and the
+ * client library raises them too where they fit; 100.. are raised by the
+ * client library only (transport, timeouts) and never travel on the wire. */
 typedef enum wf_status {
     WF_OK = 0,
     /* request could not be parsed (truncated / invalid msgpack, header not a map) */
@@ -68,12 +70,14 @@ typedef enum wf_status {
     WF_E_BAD_SHAPE = 7,
     /* frame count or a frame's byte size does not match the descriptors */
     WF_E_FRAME_MISMATCH = 8,
-    /* well-formed tensors that do not fit together for the op
-     * (e.g. K/V heads that do not divide Q heads, head dims differ) */
+    /* an argument that is well-formed but not acceptable: tensors that do
+     * not fit together for the op (K/V heads that do not divide Q heads,
+     * head dims differ), a bad setting, a bad argument to a libweft call */
     WF_E_BAD_ARGUMENT = 9,
     /* the job queue is full; retry later */
     WF_E_QUEUE_FULL = 20,
-    /* the job does not fit in device memory (refused before allocating) */
+    /* out of memory: the job does not fit in device memory (refused
+     * before allocating), or an allocation failed (daemon or client) */
     WF_E_NO_MEMORY = 21,
     /* the daemon is draining for shutdown and takes no new jobs */
     WF_E_SHUTTING_DOWN = 22,
@@ -93,13 +97,13 @@ typedef enum wf_status {
      * job ran; the message names it */
     WF_E_NODE_LOST = 42,
 
-    /* client-side only */
-    WF_E_INVALID = 100,  /* bad argument to a libweft call */
+    /* raised by the client library itself, never on the wire (100 and
+     * 105 are retired: the library's bad arguments are WF_E_BAD_ARGUMENT,
+     * its failed allocations WF_E_NO_MEMORY, as the daemon's are) */
     WF_E_TIMEOUT = 101,  /* no reply within the timeout */
     WF_E_CONNECT = 102,  /* endpoint invalid or connection failed */
     WF_E_IO = 103,       /* ZeroMQ send / receive failed */
     WF_E_PROTOCOL = 104, /* the reply did not follow the protocol */
-    WF_E_NOMEM = 105,    /* allocation failed in the client */
     WF_E_PENDING = 106   /* wf_job_poll: the job is not finished yet */
 } wf_status_t;
 
@@ -265,7 +269,7 @@ typedef struct wf_attention_opts {
 
 /* Change the mesh of a running daemon (hot reconfiguration). The daemon
  * validates the degrees first: each must be in 1..4096 (refused here with
- * WF_E_INVALID, nothing sent) and their product must equal its device
+ * WF_E_BAD_ARGUMENT, nothing sent) and their product must equal its device
  * count (WF_E_BAD_ARGUMENT; nothing changes). Then it stops dispatching,
  * drains running jobs, regroups, bumps the epoch and resumes. Queued jobs
  * wait; none is dropped. WF_E_BUSY when another reconfiguration runs.

@@ -86,7 +86,7 @@ typedef struct wf_backend_ops {
     /* Flash-style attention forward (tiled, online softmax, fp32
      * accumulation) for the heads [p->h_begin, p->h_end). `workspace` holds
      * attention_workspace(p) bytes, 64-byte aligned, owned by the caller.
-     * Returns WF_OK or WF_E_INVALID for inconsistent params. */
+     * Returns WF_OK or WF_E_BAD_ARGUMENT for inconsistent params. */
     wf_status_t (*attention)(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
                              void *workspace);
 
@@ -172,7 +172,7 @@ wf_status_t wf_cuda_device_count(int *ret_count, const char **ret_why);
 
 /* Free and total memory of CUDA device `index` (cudaMemGetInfo on the
  * calling thread, which then has that device current), for splitting one
- * GPU between several workers. WF_E_UNAVAILABLE as above, WF_E_INVALID
+ * GPU between several workers. WF_E_UNAVAILABLE as above, WF_E_BAD_ARGUMENT
  * for an index out of range. */
 wf_status_t wf_cuda_device_memory(int index, uint64_t *ret_free,
                                   uint64_t *ret_total);

@@ -109,7 +109,7 @@ wf_status_t wf_ctl_encode(const wf_ctl_msg_t *m, wf_buf_t *out)
         else
             failed |= msgpack_pack_uint64(&pk, f->u);
     }
-    return failed ? WF_E_NOMEM : WF_OK;
+    return failed ? WF_E_NO_MEMORY : WF_OK;
 }
 
 __attribute__((format(printf, 3, 4)))

@@ -3,7 +3,7 @@
  *
  * msgpack-c's packer writes through a callback into a wf_buf_t; the first
  * failed write (out of memory) is remembered and turns the whole encode
- * into WF_E_NOMEM. Only the header is encoded here: tensor bytes travel in
+ * into WF_E_NO_MEMORY. Only the header is encoded here: tensor bytes travel in
  * their own frames and never pass through msgpack.
  */
 #include <stdlib.h>
@@ -135,7 +135,7 @@ static wf_status_t finish(enc_t *e, wf_buf_t *out, size_t start)
 {
     if (e->failed) {
         out->len = start;
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     }
     return WF_OK;
 }
@@ -224,7 +224,7 @@ static void put_plan(enc_t *e, uint32_t n, const wf_tp_rule_t *plan)
 wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
 {
     if (!req || !out || !descs_ok(req->n_tensors, req->tensors))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     const wf_attention_args_t *a = &req->args.attention;
     const wf_mesh_degrees_t *m = &req->args.reconfigure.mesh;
     bool attn = req->op == WF_OP_ATTENTION;
@@ -233,23 +233,23 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
                  (a->rotate_method != WF_ROTATE_DEFAULT && !rotate_name(a->rotate_method)) ||
                  !opt_valid(a->convert_to_fp32) || !opt_valid(a->ring_anything) ||
                  !opt_valid(a->ulysses_anything) || !opt_valid(a->load_balance)))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (recon && !(degree_ok(m->dp) && degree_ok(m->ring) && degree_ok(m->ulysses) &&
                    degree_ok(m->tp)))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     const wf_load_model_args_t *lm = &req->args.load_model;
     const wf_forward_args_t *fw = &req->args.forward;
     bool load = req->op == WF_OP_LOAD_MODEL;
     bool unload = req->op == WF_OP_UNLOAD_MODEL;
     bool fwd = req->op == WF_OP_FORWARD;
     if (load && !load_model_ok(lm))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (unload && !fixstr_ok(req->args.unload_model.name,
                              sizeof(req->args.unload_model.name)))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (fwd && (!fixstr_ok(fw->model, sizeof(fw->model)) ||
                 (fw->has_out_dtype && !wf_dtype_name(fw->out_dtype))))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
 
     enc_t e = { .failed = 0 };
     size_t start = out->len;
@@ -416,8 +416,10 @@ static void put_model(enc_t *e, const wf_model_info_t *m)
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
 {
     if (!rep || !out || !descs_ok(rep->n_tensors, rep->tensors))
-        return WF_E_INVALID;
-    bool ok = rep->status == WF_OK;
+        return WF_E_BAD_ARGUMENT;
+    /* the one place every reply is encoded: only wire codes leave */
+    wf_status_t status = wf_status_on_wire(rep->status);
+    bool ok = status == WF_OK;
     bool has_result = ok && (rep->op == WF_OP_HELLO || rep->op == WF_OP_STATUS ||
                              rep->op == WF_OP_ATTENTION ||
                              rep->op == WF_OP_RECONFIGURE ||
@@ -432,10 +434,10 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
     put_key_uint(&e, "v", rep->version ? rep->version : WF_PROTOCOL_VERSION);
     put_key_uint(&e, "id", rep->id);
     put_key_uint(&e, "op", rep->op);
-    put_key_uint(&e, "status", (uint64_t)rep->status);
+    put_key_uint(&e, "status", (uint64_t)status);
     if (!ok)
         /* an error reply always explains itself, even if the caller forgot */
-        put_key_fixstr(&e, "error", rep->error[0] ? rep->error : wf_status_str(rep->status),
+        put_key_fixstr(&e, "error", rep->error[0] ? rep->error : wf_status_str(status),
                        sizeof(rep->error));
     put_key_uint(&e, "epoch", rep->epoch);
     if (rep->n_tensors > 0)

@@ -242,21 +242,26 @@ wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
  * n_plan > 0 (a rule without blocks as its style str) and
  * weights_already_sharded only when true; for forward out_dtype only when
  * has_out_dtype (the tensor indices are not read). Appends to out.
- * Returns WF_OK, WF_E_INVALID (bad descriptor, frames not < n_tensors,
+ * Returns WF_OK, WF_E_BAD_ARGUMENT (bad descriptor, frames not < n_tensors,
  * too many tensors, an option value outside its enum, a degree outside
  * 1..WF_PROTO_MAX_DEGREE; for the model ops a name, path or glob without
  * its NUL inside its array, more than WF_TP_MAX_RULES rules, a style
  * outside wf_tp_style_t, more than WF_TP_MAX_BLOCKS blocks) or
- * WF_E_NOMEM. The field rules of PROTOCOL.md section 12 (name bytes,
+ * WF_E_NO_MEMORY. The field rules of PROTOCOL.md section 12 (name bytes,
  * relative path, plan semantics) are the decoder's: the encoder sends
  * what it is given, so that the daemon refuses it with its own code. */
 wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out);
+
+/* The code a reply carries for status `s`: `s` itself when it is a wire
+ * code (PROTOCOL.md section 6), WF_E_INTERNAL for a client-side one, so
+ * that a daemon never sends a code its clients read as their own. */
+wf_status_t wf_status_on_wire(wf_status_t s);
 
 /* Encode a reply header (daemon side): the common fields, the output
  * tensor descriptors and the result of the op (rep->result is read for
  * op hello / status / attention / reconfigure / load_model (models[0]) /
  * list_models / forward when status == WF_OK; unload_model has none).
- * Appends to out. */
+ * rep->status goes out through wf_status_on_wire. Appends to out. */
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out);
 
 /* Decode a reply header (client side), with the default limits raised to
@@ -311,7 +316,7 @@ const wf_ctl_field_t *wf_ctl_get(const wf_ctl_msg_t *m, const char *key);
 bool wf_ctl_get_uint(const wf_ctl_msg_t *m, const char *key, uint64_t *ret);
 /* A str field (borrowed from m), or NULL when absent or not a str. */
 const char *wf_ctl_get_str(const wf_ctl_msg_t *m, const char *key);
-/* Append the encoded map to out. WF_OK or WF_E_NOMEM. */
+/* Append the encoded map to out. WF_OK or WF_E_NO_MEMORY. */
 wf_status_t wf_ctl_encode(const wf_ctl_msg_t *m, wf_buf_t *out);
 /* Decode one message: prevalidated (size <= WF_CTL_MAX_BYTES, depth 2),
  * a map of <= WF_CTL_MAX_FIELDS unique non-empty str keys to uints or

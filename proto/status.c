@@ -30,15 +30,30 @@ const char *wf_status_name(wf_status_t s)
     case WF_E_INTERNAL: return "WF_E_INTERNAL";
     case WF_E_ABORTED: return "WF_E_ABORTED";
     case WF_E_NODE_LOST: return "WF_E_NODE_LOST";
-    case WF_E_INVALID: return "WF_E_INVALID";
     case WF_E_TIMEOUT: return "WF_E_TIMEOUT";
     case WF_E_CONNECT: return "WF_E_CONNECT";
     case WF_E_IO: return "WF_E_IO";
     case WF_E_PROTOCOL: return "WF_E_PROTOCOL";
-    case WF_E_NOMEM: return "WF_E_NOMEM";
     case WF_E_PENDING: return "WF_E_PENDING";
     }
     return "WF_E_UNKNOWN";
+}
+
+wf_status_t wf_status_on_wire(wf_status_t s)
+{
+    switch (s) {
+    case WF_OK: case WF_E_MALFORMED: case WF_E_VERSION: case WF_E_LIMIT:
+    case WF_E_UNKNOWN_OP: case WF_E_BAD_FIELD: case WF_E_BAD_DTYPE:
+    case WF_E_BAD_SHAPE: case WF_E_FRAME_MISMATCH: case WF_E_BAD_ARGUMENT:
+    case WF_E_QUEUE_FULL: case WF_E_NO_MEMORY: case WF_E_SHUTTING_DOWN:
+    case WF_E_BUSY: case WF_E_NOT_COORDINATOR: case WF_E_UNAVAILABLE:
+    case WF_E_INTERNAL: case WF_E_ABORTED: case WF_E_NODE_LOST:
+        return s;
+    case WF_E_TIMEOUT: case WF_E_CONNECT: case WF_E_IO: case WF_E_PROTOCOL:
+    case WF_E_PENDING:
+        break;
+    }
+    return WF_E_INTERNAL;
 }
 
 const char *wf_status_str(wf_status_t s)
@@ -53,9 +68,9 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_BAD_DTYPE: return "unknown or unsupported dtype";
     case WF_E_BAD_SHAPE: return "invalid tensor shape";
     case WF_E_FRAME_MISMATCH: return "tensor frames do not match their descriptors";
-    case WF_E_BAD_ARGUMENT: return "tensors do not fit together for this op";
+    case WF_E_BAD_ARGUMENT: return "invalid argument (e.g. tensors that do not fit together for the op)";
     case WF_E_QUEUE_FULL: return "job queue is full";
-    case WF_E_NO_MEMORY: return "job does not fit in device memory";
+    case WF_E_NO_MEMORY: return "out of memory (the job does not fit, or an allocation failed)";
     case WF_E_SHUTTING_DOWN: return "daemon is shutting down";
     case WF_E_BUSY: return "another reconfiguration or model load is running";
     case WF_E_NOT_COORDINATOR: return "this daemon is a cluster member; submit to the coordinator";
@@ -63,12 +78,10 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_INTERNAL: return "internal error in the daemon";
     case WF_E_ABORTED: return "a communicator was aborted while the job ran";
     case WF_E_NODE_LOST: return "a node of the cluster was lost while the job ran";
-    case WF_E_INVALID: return "invalid argument";
     case WF_E_TIMEOUT: return "timed out";
     case WF_E_CONNECT: return "cannot connect";
     case WF_E_IO: return "socket I/O failed";
     case WF_E_PROTOCOL: return "reply does not follow the protocol";
-    case WF_E_NOMEM: return "out of memory in the client";
     case WF_E_PENDING: return "job not finished";
     }
     return "unknown status";

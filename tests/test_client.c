@@ -355,11 +355,11 @@ static void test_destroy_early(wf_client_t *c)
     CHECK(js == NULL, "destroy did not clear the pointer");
     CHECK(wf_attention_submit(c, &b.q, &b.k, &b.v, &ob, &b.out, b.lse, &jb) == WF_OK,
           "submit b");
-    wf_status_t st = jb ? wf_job_wait(c, jb, 30000) : WF_E_INVALID;
+    wf_status_t st = jb ? wf_job_wait(c, jb, 30000) : WF_E_BAD_ARGUMENT;
     CHECK(st == WF_OK, "b: %s %s", wf_status_name(st), jb ? wf_job_error(jb) : "");
     if (st == WF_OK)
         abuf_check(&b);
-    st = ja ? wf_job_wait(c, ja, 30000) : WF_E_INVALID;
+    st = ja ? wf_job_wait(c, ja, 30000) : WF_E_BAD_ARGUMENT;
     CHECK(st == WF_OK, "a: %s %s", wf_status_name(st), ja ? wf_job_error(ja) : "");
     if (st == WF_OK)
         abuf_check(&a);
@@ -405,7 +405,7 @@ static void test_invalid(wf_client_t *c)
 #define EXPECT_INVALID(label, q, k, v, opts, out, lse)                          \
     do {                                                                       \
         wf_status_t st_ = wf_attention(c, q, k, v, opts, out, lse, NULL);      \
-        CHECK(st_ == WF_E_INVALID, "%s: %s", label, wf_status_name(st_));      \
+        CHECK(st_ == WF_E_BAD_ARGUMENT, "%s: %s", label, wf_status_name(st_));      \
         CHECK(wf_client_last_error(c)[0] != '\0', "%s: no message", label);    \
         n_cases++;                                                             \
     } while (0)
@@ -459,22 +459,22 @@ static void test_invalid(wf_client_t *c)
 
     wf_mesh_degrees_t m0 = { 1, 0, 1, 2 }, mbig = { 1, 1, 4097, 1 }, m1 = { 1, 1, 1, 2 };
     uint64_t ep = 99;
-    CHECK(wf_reconfigure(c, NULL, &ep) == WF_E_INVALID && ep == 99, "reconfigure NULL mesh");
-    CHECK(wf_reconfigure(c, &m0, &ep) == WF_E_INVALID && ep == 99, "reconfigure ring 0");
+    CHECK(wf_reconfigure(c, NULL, &ep) == WF_E_BAD_ARGUMENT && ep == 99, "reconfigure NULL mesh");
+    CHECK(wf_reconfigure(c, &m0, &ep) == WF_E_BAD_ARGUMENT && ep == 99, "reconfigure ring 0");
     CHECK(strstr(wf_client_last_error(c), "ring") != NULL, "message '%s'",
           wf_client_last_error(c));
-    CHECK(wf_reconfigure(c, &mbig, &ep) == WF_E_INVALID, "reconfigure ulysses 4097");
-    CHECK(wf_reconfigure(NULL, &m1, &ep) == WF_E_INVALID, "reconfigure NULL client");
+    CHECK(wf_reconfigure(c, &mbig, &ep) == WF_E_BAD_ARGUMENT, "reconfigure ulysses 4097");
+    CHECK(wf_reconfigure(NULL, &m1, &ep) == WF_E_BAD_ARGUMENT, "reconfigure NULL client");
     n_cases += 4;
 
     wf_status_t st = wf_attention_submit(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, NULL);
-    CHECK(st == WF_E_INVALID, "NULL ret_job: %s", wf_status_name(st));
+    CHECK(st == WF_E_BAD_ARGUMENT, "NULL ret_job: %s", wf_status_name(st));
     st = wf_attention_submit(NULL, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &job);
-    CHECK(st == WF_E_INVALID && job == NULL, "NULL client: %s", wf_status_name(st));
-    CHECK(wf_hello(NULL, NULL) == WF_E_INVALID, "hello NULL client");
-    CHECK(wf_job_poll(c, NULL) == WF_E_INVALID, "poll NULL job");
-    CHECK(wf_job_wait(c, NULL, 0) == WF_E_INVALID, "wait NULL job");
-    CHECK(wf_job_result(NULL, NULL) == WF_E_INVALID, "result NULL job");
+    CHECK(st == WF_E_BAD_ARGUMENT && job == NULL, "NULL client: %s", wf_status_name(st));
+    CHECK(wf_hello(NULL, NULL) == WF_E_BAD_ARGUMENT, "hello NULL client");
+    CHECK(wf_job_poll(c, NULL) == WF_E_BAD_ARGUMENT, "poll NULL job");
+    CHECK(wf_job_wait(c, NULL, 0) == WF_E_BAD_ARGUMENT, "wait NULL job");
+    CHECK(wf_job_result(NULL, NULL) == WF_E_BAD_ARGUMENT, "result NULL job");
     CHECK(strcmp(wf_job_error(NULL), "") == 0, "error of NULL job");
     CHECK(strcmp(wf_client_last_error(NULL), "") == 0, "last error of NULL");
 

@@ -604,7 +604,7 @@ static void body_abort(rk_t *r, abort_case_t *ac)
         if (ac->copy_fail) {
             uint8_t host[64] = {0};
             st = wf_comm_allgather(r->c, host, d, sizeof host);
-            EXPECT_ST(r, st, WF_E_INVALID);
+            EXPECT_ST(r, st, WF_E_BAD_ARGUMENT);
             st = WF_E_ABORTED;
         } else {
             wf_comm_abort(r->c);
@@ -737,24 +737,24 @@ static void check_bad_arguments(void)
     wf_comm_host_world_t *w = NULL;
     wf_comm_t *c = (wf_comm_t *)&c, *inner = NULL;
     CHECK(ops->ctx_new(0, 1 << 20, &ctx) == WF_OK, "stand-in ctx_new");
-    CHECK(wf_comm_staged_wrap(NULL, ops, ctx, &c) == WF_E_INVALID,
+    CHECK(wf_comm_staged_wrap(NULL, ops, ctx, &c) == WF_E_BAD_ARGUMENT,
           "wrap(NULL inner)");
     CHECK(wf_comm_host_world_new(1, &w) == WF_OK, "world_new");
     /* a rank's handle is given out once and each refusal destroys it:
      * every case takes a fresh one-rank world */
     const wf_backend_ops_t *cpu = wf_backend_cpu(); /* no copies */
     CHECK(wf_comm_host_init(w, 0, &inner) == WF_OK, "host_init");
-    CHECK(wf_comm_staged_wrap(inner, cpu, ctx, &c) == WF_E_INVALID,
+    CHECK(wf_comm_staged_wrap(inner, cpu, ctx, &c) == WF_E_BAD_ARGUMENT,
           "wrap(ops without copies)");
     wf_comm_host_world_unref(&w);
     CHECK(wf_comm_host_world_new(1, &w) == WF_OK, "world_new");
     CHECK(wf_comm_host_init(w, 0, &inner) == WF_OK, "host_init");
-    CHECK(wf_comm_staged_wrap(inner, NULL, ctx, &c) == WF_E_INVALID,
+    CHECK(wf_comm_staged_wrap(inner, NULL, ctx, &c) == WF_E_BAD_ARGUMENT,
           "wrap(NULL ops)");
     wf_comm_host_world_unref(&w);
     CHECK(wf_comm_host_world_new(1, &w) == WF_OK, "world_new");
     CHECK(wf_comm_host_init(w, 0, &inner) == WF_OK, "host_init");
-    CHECK(wf_comm_staged_wrap(inner, ops, NULL, &c) == WF_E_INVALID,
+    CHECK(wf_comm_staged_wrap(inner, ops, NULL, &c) == WF_E_BAD_ARGUMENT,
           "wrap(NULL ctx)");
     wf_comm_host_world_unref(&w);
     /* one rank: wrap works, a self exchange goes through the copies */
@@ -885,7 +885,7 @@ static void check_standin(void)
     CHECK(ops->fill_f32(ctx, dcv, -INFINITY, 3) == WF_OK, "fill_f32");
     ops->copy_d2h(ctx, cv, dcv, sizeof cv);
     CHECK(cv[0] == -INFINITY && cv[2] == -INFINITY, "fill_f32 values");
-    CHECK(ops->copy_d2h(ctx, bf, cv, sizeof bf) == WF_E_INVALID,
+    CHECK(ops->copy_d2h(ctx, bf, cv, sizeof bf) == WF_E_BAD_ARGUMENT,
           "a host pointer is not a device one");
     wf_standin_counters_t c = wf_standin_counters(ctx);
     CHECK(c.kernels == 4, "kernels counted: %llu", (unsigned long long)c.kernels);

@@ -105,12 +105,12 @@ static void test_flags_and_bounds(void)
     }
     {
         char *argv[] = { "weftd", "--queue-capacity", "0", NULL };
-        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         CHECK(strstr(err, "--queue-capacity") && strstr(err, "out of bounds"));
     }
     {
         char *argv[] = { "weftd", "--max-tensors", "17", NULL };
-        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         CHECK(strstr(err, "--max-tensors") != NULL);
     }
     {
@@ -123,45 +123,45 @@ static void test_flags_and_bounds(void)
             CHECK(s.device_kind == WF_DEVICE_CUDA && s.device_count == 1 &&
                   s.gpu[0] == 0 && strcmp(s.devices, "cuda:0") == 0);
         else
-            CHECK(st == WF_E_INVALID && strstr(err, "devices = 'cuda:0'") &&
+            CHECK(st == WF_E_BAD_ARGUMENT && strstr(err, "devices = 'cuda:0'") &&
                   strstr(err, "CUDA"));
         char *argv2[] = { "weftd", "--devices", "cuda:0;1", NULL };
-        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         CHECK(strstr(err, "--devices 'cuda:0;1'") && strstr(err, "expected ','"));
     }
     {
         char *argv[] = { "weftd", "--devices", "cpu:0", NULL };
-        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         char *argv2[] = { "weftd", "--devices", "cpu:65", NULL };
-        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         char *argv3[] = { "weftd", "--devices", "gpu", NULL };
-        CHECK(build(3, argv3, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv3, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     }
     {
         char *argv[] = { "weftd", "--log-level", "loud", NULL };
-        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         CHECK(strstr(err, "--log-level") != NULL);
     }
     {
         char *argv[] = { "weftd", "--listen", "udp://x", NULL };
-        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         char longpath[160] = "ipc:///tmp/";
         memset(longpath + 11, 'x', 120);
         longpath[131] = '\0';
         char *argv2[] = { "weftd", "--listen", longpath, NULL };
-        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_INVALID);
+        CHECK(build(3, argv2, envp, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
         CHECK(strstr(err, "107") != NULL);
     }
     {   /* argv errors, before any value is looked at */
         wf_cli_t cli;
         char *a1[] = { "weftd", "--bogus", "1", NULL };
-        CHECK(wf_cli_parse(3, a1, &cli, err, sizeof err) == WF_E_INVALID);
+        CHECK(wf_cli_parse(3, a1, &cli, err, sizeof err) == WF_E_BAD_ARGUMENT);
         CHECK(strstr(err, "--bogus") != NULL);
         char *a2[] = { "weftd", "--queue-capacity", NULL };
-        CHECK(wf_cli_parse(2, a2, &cli, err, sizeof err) == WF_E_INVALID);
+        CHECK(wf_cli_parse(2, a2, &cli, err, sizeof err) == WF_E_BAD_ARGUMENT);
         CHECK(strstr(err, "needs a value") != NULL);
         char *a3[] = { "weftd", "stray", NULL };
-        CHECK(wf_cli_parse(2, a3, &cli, err, sizeof err) == WF_E_INVALID);
+        CHECK(wf_cli_parse(2, a3, &cli, err, sizeof err) == WF_E_BAD_ARGUMENT);
         char *a4[] = { "weftd", "--help", "--config=/x.conf", NULL };
         CHECK(wf_cli_parse(3, a4, &cli, err, sizeof err) == WF_OK);
         CHECK(cli.help && cli.config_file && strcmp(cli.config_file, "/x.conf") == 0);
@@ -212,34 +212,34 @@ static void test_file_env_precedence(const char *dir)
 
     /* a bad environment value names the variable */
     char *envp3[] = { "WEFT_MAX_DEPTH=99", NULL };
-    CHECK(build(2, argv, envp3, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(2, argv, envp3, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "WEFT_MAX_DEPTH") != NULL);
 
     /* file errors name file:line, and leave *ret untouched */
     wf_settings_t before = s;
     char want[300];
     write_file(path, "# ok\nqueue_capacity = 4\n\nbogus = 1\n");
-    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     snprintf(want, sizeof want, "%s:4:", path);
     CHECK(strstr(err, want) && strstr(err, "unknown setting 'bogus'"));
     CHECK(memcmp(&s, &before, sizeof s) == 0);
 
     write_file(path, "queue_capacity = 4\nqueue_capacity = 70000\n");
-    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     snprintf(want, sizeof want, "%s:2:", path);
     CHECK(strstr(err, want) && strstr(err, "out of bounds"));
 
     write_file(path, "\n\njust words\n");
-    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     snprintf(want, sizeof want, "%s:3:", path);
     CHECK(strstr(err, want) != NULL);
 
     write_file(path, "devices = cuda:1,\n");
-    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, ":1:") && strstr(err, "expected cuda"));
 
     unlink(path);
-    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(2, argv, envp0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "cannot open") != NULL);
 }
 
@@ -309,7 +309,7 @@ static void test_mesh_and_job_defaults(const char *dir)
 
     /* product != devices: both numbers in the message, and the source */
     char *a3[] = { "weftd", "--devices", "cpu:4", "--mesh", "ring=3", NULL };
-    CHECK(build(5, a3, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(5, a3, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "--mesh") && strstr(err, "is 3") && strstr(err, "(4)"));
     printf("  %s\n", err);
     /* the device count may come after the mesh: checked at the end */
@@ -318,17 +318,17 @@ static void test_mesh_and_job_defaults(const char *dir)
     CHECK(s.mesh_deg.dp == 2 && s.mesh_deg.tp == 2);
     /* zero degree, unknown name, bad values */
     char *a5[] = { "weftd", "--mesh", "ring=0", NULL };
-    CHECK(build(3, a5, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(3, a5, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "`ring` degree must be greater than or equal to 1"));
     printf("  %s\n", err);
     char *a6[] = { "weftd", "--mesh", "rings=2", NULL };
-    CHECK(build(3, a6, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(3, a6, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "unknown mesh dim \"rings\""));
     char *a7[] = { "weftd", "--rotate-method", "ring", NULL };
-    CHECK(build(3, a7, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(3, a7, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "allgather or alltoall"));
     char *a8[] = { "weftd", "--load-balance", "maybe", NULL };
-    CHECK(build(3, a8, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(3, a8, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "true or false"));
 
     /* environment and file, with the file's line in the error */
@@ -340,7 +340,7 @@ static void test_mesh_and_job_defaults(const char *dir)
     snprintf(path, sizeof path, "%s/mesh.conf", dir);
     write_file(path, "devices = cpu:4\n# two replicas\nmesh = dp=2,ring=3\n");
     char *a10[] = { "weftd", "--config", path, NULL };
-    CHECK(build(3, a10, env0, &s, err, sizeof err) == WF_E_INVALID);
+    CHECK(build(3, a10, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
     CHECK(strstr(err, "mesh.conf:3") && strstr(err, "is 6") && strstr(err, "(4)"));
     printf("  %s\n", err);
     /* a flag overrides the file's mesh, and the check follows the flag */
@@ -427,6 +427,38 @@ static void test_cuda_devices(void)
     CHECK(wf_settings_resolve_gpus(&s, 0, why, sizeof why) && s.device_count == 3);
 }
 
+/* The comm knobs are settings (file, WEFT_<NAME>, flags); the test hooks
+ * come from their own table, environment only, and a bad one is refused. */
+static void test_comm_knobs_and_test_hooks(void)
+{
+    wf_settings_t s;
+    char err[256];
+    char *argv[] = { "weftd", NULL };
+    char *env0[] = { NULL };
+    CHECK(build(1, argv, env0, &s, err, sizeof err) == WF_OK);
+    CHECK(s.nccl && s.nccl_init_timeout_ms == 30000);
+    CHECK(s.test.n_fail_jobs == 0 && s.test.protocol_version == 0);
+
+    char *env1[] = { "WEFT_NCCL=0", "WEFT_NCCL_INIT_TIMEOUT_MS=5000",
+                     "WEFT_TEST_FAIL_JOB=3,17", "WEFT_TEST_PROTOCOL_VERSION=99", NULL };
+    CHECK(build(1, argv, env1, &s, err, sizeof err) == WF_OK);
+    CHECK(!s.nccl && s.nccl_init_timeout_ms == 5000);
+    CHECK(s.test.n_fail_jobs == 2 && s.test.fail_jobs[0] == 3 && s.test.fail_jobs[1] == 17);
+    CHECK(s.test.protocol_version == 99);
+
+    char *argv2[] = { "weftd", "--nccl", "false", "--nccl-init-timeout-ms", "50", NULL };
+    CHECK(build(5, argv2, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    CHECK(strstr(err, "nccl-init-timeout-ms") != NULL);
+
+    char *env2[] = { "WEFT_TEST_FAIL_JOB=3,x", NULL };
+    CHECK(build(1, argv, env2, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    CHECK(strstr(err, "WEFT_TEST_FAIL_JOB") != NULL);
+    char *env3[] = { "WEFT_TEST_FAIL_JOB=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", NULL };
+    CHECK(build(1, argv, env3, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    char *env4[] = { "WEFT_TEST_PROTOCOL_VERSION=4294967296", NULL };
+    CHECK(build(1, argv, env4, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/weft-test-config-XXXXXX";
@@ -441,6 +473,7 @@ int main(void)
     test_file_env_precedence(dir);
     test_reload_rules();
     test_mesh_and_job_defaults(dir);
+    test_comm_knobs_and_test_hooks();
     rmdir(dir);
     if (failures) {
         fprintf(stderr, "test_config: %d check(s) failed\n", failures);

@@ -196,7 +196,7 @@ static void *rank_main(void *arg)
         void *dws = NULL;
         if (wf_cp_attention_workspace_dev(&job, c->R, c->U, ops, &db, &hb) != WF_OK ||
             ops->dev_alloc(ctx, db, &dws) != WF_OK) {
-            t->st = WF_E_INVALID;
+            t->st = WF_E_BAD_ARGUMENT;
             goto out;
         }
         size_t halloc = (hb + GUARD + 63) & ~(size_t)63;
@@ -213,7 +213,7 @@ static void *rank_main(void *arg)
     }
     size_t bytes = wf_cp_attention_workspace(&job, c->R, c->U, ops);
     if (bytes == 0 || bytes == SIZE_MAX) {
-        t->st = WF_E_INVALID;
+        t->st = WF_E_BAD_ARGUMENT;
         goto out;
     }
     size_t alloc = (bytes + GUARD + 63) & ~(size_t)63;
@@ -356,7 +356,7 @@ static int run_case(const tcase_t *c, int short_rank)
         CHECK(t[i].setup_ok, "rank %d: setup", i);
         CHECK(t[i].guard_ok, "rank %d: wrote past its workspace", i);
         if (short_rank >= 0) {
-            wf_status_t want = i == short_rank ? WF_E_INVALID : WF_E_ABORTED;
+            wf_status_t want = i == short_rank ? WF_E_BAD_ARGUMENT : WF_E_ABORTED;
             CHECK(t[i].st == want, "rank %d: short workspace on rank %d gave %d, want %d",
                   i, short_rank, (int)t[i].st, (int)want);
         } else {
@@ -603,7 +603,7 @@ static void test_device(bool quick)
                  .out = WF_DTYPE_F32, .ring_any = true, .uly_any = true, .lse = true};
     run_case(&x, -1);
     n++;
-    /* a short device workspace on rank 1: WF_E_INVALID there, aborted elsewhere */
+    /* a short device workspace on rank 1: WF_E_BAD_ARGUMENT there, aborted elsewhere */
     tcase_t s2 = x;
     s2.R = 2;
     s2.U = 1;
@@ -795,7 +795,7 @@ static void test_error_aborts(void)
                  .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .lse = true};
     run_case(&c, 3);
     run_case(&c, 0);
-    printf("short workspace on one rank: it returns WF_E_INVALID, the others WF_E_ABORTED\n");
+    printf("short workspace on one rank: it returns WF_E_BAD_ARGUMENT, the others WF_E_ABORTED\n");
 }
 
 /* ---- check() ---------------------------------------------------------------------- */

@@ -176,7 +176,7 @@ static void test_attention(void)
     CHECK(G->dev_alloc(gctx, 4096, &x) == WF_OK);
     p.B = 1; p.Sq = p.Skv = 4; p.Hq = p.Hkv = 1; p.D = 96; p.h_end = 1; p.scale = 1;
     p.q = p.k = p.v = p.out = x;
-    CHECK(G->attention(gctx, &p, NULL) == WF_E_INVALID);
+    CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
     G->dev_reset(gctx);
 }
 

@@ -128,7 +128,7 @@ static void test_geometry(void)
     static const int64_t bad_d[] = {0, 1, 32, 80, 96, 127, 192, 256};
     for (size_t i = 0; i < sizeof bad_d / sizeof bad_d[0]; i++) {
         wf_attn_params_t p = mk(1, 128, 128, 4, 4, bad_d[i], WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);
+        CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     }
     /* Small shared memory: one stage, then refusal. */
     wf_cuda_limits_t small = H100;
@@ -137,7 +137,7 @@ static void test_geometry(void)
     CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 1 &&
           g.smem_bytes == 69632);
     small.smem_optin = 48 * 1024;
-    CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_E_INVALID);
+    CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_E_BAD_ARGUMENT);
     p.D = 64;
     CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 1 &&
           g.smem_bytes == 36864);
@@ -146,9 +146,9 @@ static void test_geometry(void)
           g.smem_bytes == 55296);
     /* Grid limits: heads and batch beyond gridDim.y / z. */
     p = mk(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16);
-    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);
+    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     p = mk(1, 64, 64, 65536, 1, 64, WF_DTYPE_F16);
-    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);
+    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     p.h_end = 65535;
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK && g.grid[1] == 65535);
     /* Empty head range: nothing to launch. */
@@ -157,20 +157,20 @@ static void test_geometry(void)
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK && g.grid[1] == 0);
     /* Invalid shapes and mappings. */
     p = mk(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
-    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID); /* 3 does not divide 8 */
+    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT); /* 3 does not divide 8 */
     p = mk(1, 64, 64, 4, 1, 64, WF_DTYPE_F16); /* slice of a 16-head, 4-group problem */
     p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK);
     p.kv_head_base = 1; /* heads 8..11 read K/V head 2: local 1, but Hkv = 1 */
-    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);
+    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     p = mk(1, 64, 64, 4, 4, 64, (wf_dtype_t)7);
-    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);
+    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     p = mk(1, 0, 64, 4, 4, 64, WF_DTYPE_F16);
-    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);
+    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     p = mk(1, 64, 64, 4, 4, 64, WF_DTYPE_F16);
     p.q_offset = -1;
-    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_INVALID);
-    CHECK(wf_cuda_attn_geometry(NULL, &H100, &g) == WF_E_INVALID);
+    CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_attn_geometry(NULL, &H100, &g) == WF_E_BAD_ARGUMENT);
 
     unsigned gr[3], bl[3];
     wf_cuda_merge_geometry(1, gr, bl);
@@ -186,8 +186,8 @@ static void test_geometry(void)
 static void test_arena(void)
 {
     wf_cuda_arena_t a;
-    CHECK(wf_cuda_arena_init(&a, 1000, 100) == WF_E_INVALID); /* not a power of 2 */
-    CHECK(wf_cuda_arena_init(&a, 1000, 8) == WF_E_INVALID);   /* < 16 */
+    CHECK(wf_cuda_arena_init(&a, 1000, 100) == WF_E_BAD_ARGUMENT); /* not a power of 2 */
+    CHECK(wf_cuda_arena_init(&a, 1000, 8) == WF_E_BAD_ARGUMENT);   /* < 16 */
     CHECK(wf_cuda_arena_init(&a, 10000, 256) == WF_OK);
     CHECK(a.capacity == 9984); /* rounded down */
     uint64_t off;
@@ -249,7 +249,7 @@ static void test_admission(void)
     CHECK(wf_cuda_attn_job_bytes(&p) == UINT64_MAX);
     CHECK(wf_cuda_admit(&p, UINT64_MAX - 1, NULL) == WF_E_NO_MEMORY);
     p = mk(1, 4, 4, 4, 4, 96, WF_DTYPE_F32);
-    CHECK(wf_cuda_admit(&p, UINT64_MAX, NULL) == WF_E_INVALID);
+    CHECK(wf_cuda_admit(&p, UINT64_MAX, NULL) == WF_E_BAD_ARGUMENT);
     /* The workspace is exactly zero: everything stays on chip. */
     p = mk(3, 1000, 77, 8, 2, 128, WF_DTYPE_BF16);
     CHECK(wf_cuda_attn_workspace(&p) == 0);

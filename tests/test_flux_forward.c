@@ -278,7 +278,7 @@ static void *rank_main(void *arg)
     size_t bytes = wf_flux_forward_workspace(&m->shards[co.tp]->cfg, &job, m->T, m->R, m->U,
                                              ops);
     if (bytes == 0 || bytes == SIZE_MAX) {
-        t->st = WF_E_INVALID;
+        t->st = WF_E_BAD_ARGUMENT;
         goto out;
     }
     size_t alloc = (bytes + GUARD + 63) & ~(size_t)63;
@@ -655,7 +655,7 @@ static void test_error_aborts(fixture_t *f)
         wf_status_t st[8];
         run_mesh(s, &f->job, 2, 2, 2, NULL, f->nout, bad, st);
         for (int i = 0; i < 8; i++) {
-            wf_status_t want = i == bad ? WF_E_INVALID : WF_E_ABORTED;
+            wf_status_t want = i == bad ? WF_E_BAD_ARGUMENT : WF_E_ABORTED;
             CHECK(st[i] == want, "short workspace on rank %d: rank %d gave %d, want %d", bad, i,
                   (int)st[i], (int)want);
         }
@@ -666,7 +666,7 @@ static void test_error_aborts(fixture_t *f)
     s[1] = swap;
     wf_status_t st[2];
     run_mesh(s, &f->job, 2, 1, 1, NULL, f->nout, 99, st);
-    CHECK(st[0] == WF_E_INVALID || st[1] == WF_E_INVALID, "swapped shards: %d %d", (int)st[0],
+    CHECK(st[0] == WF_E_BAD_ARGUMENT || st[1] == WF_E_BAD_ARGUMENT, "swapped shards: %d %d", (int)st[0],
           (int)st[1]);
     free_shards(&s, 2);
     printf("errors: a short workspace or a wrong shard on one rank aborts the others\n");

@@ -606,19 +606,19 @@ static void test_gqa_mapping(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
               (long long)a, (long long)bq);
         /* the K/V head of the first query head is below the local ones */
         l.kv_head_base = ka + 1;
-        CHECK(ops->attention(ctx, &l, ws) == WF_E_INVALID, "mapping below 0 accepted");
+        CHECK(ops->attention(ctx, &l, ws) == WF_E_BAD_ARGUMENT, "mapping below 0 accepted");
         l.kv_head_base = ka;
         l.Hkv = nk - 1;
         if (nk > 1)
-            CHECK(ops->attention(ctx, &l, ws) == WF_E_INVALID, "mapping past Hkv accepted");
+            CHECK(ops->attention(ctx, &l, ws) == WF_E_BAD_ARGUMENT, "mapping past Hkv accepted");
         l.Hkv = nk;
         l.gqa_group = -1;
-        CHECK(ops->attention(ctx, &l, ws) == WF_E_INVALID, "negative group accepted");
+        CHECK(ops->attention(ctx, &l, ws) == WF_E_BAD_ARGUMENT, "negative group accepted");
     }
     /* bases without a group are refused (they would be silently ignored) */
     wf_attn_params_t bad = p;
     bad.q_head_base = 1;
-    CHECK(ops->attention(ctx, &bad, ws) == WF_E_INVALID, "base without group");
+    CHECK(ops->attention(ctx, &bad, ws) == WF_E_BAD_ARGUMENT, "base without group");
     printf("gqa mapping: %zu slices bit-identical to the global call\n",
            sizeof slices / sizeof slices[0]);
     free(ws);
@@ -728,16 +728,16 @@ static void test_contexts_and_validation(const wf_backend_ops_t *ops)
     CHECK(ops->attention(ctx, &good, ws_buf) == WF_OK, "good params");
     wf_attn_params_t bad = good;
     bad.Hkv = 3;
-    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_INVALID, "Hkv must divide Hq");
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "Hkv must divide Hq");
     bad = good;
     bad.h_end = 3;
-    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_INVALID, "h_end > Hq");
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "h_end > Hq");
     bad = good;
     bad.D = 0;
-    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_INVALID, "D = 0");
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "D = 0");
     bad = good;
     bad.out_dtype = (wf_dtype_t)7;
-    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_INVALID, "bad dtype");
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "bad dtype");
     bad = good;
     bad.Skv = INT64_MAX / 2;
     CHECK(ops->attention_workspace(&bad) == SIZE_MAX, "overflowing workspace size");

@@ -337,7 +337,7 @@ int main(int argc, char **argv)
     if (c) {
         wf_status_info_t *s = calloc(1, sizeof *s);
         uint64_t epoch = 0;
-        st = s ? wf_status(c, s) : WF_E_NOMEM;
+        st = s ? wf_status(c, s) : WF_E_NO_MEMORY;
         CHECK(st == WF_OK, "status: %s %s", wf_status_name(st), wf_client_last_error(c));
         size_t order[N_MESHES];
         for (size_t i = 0; i < N_MESHES; i++)
@@ -368,7 +368,7 @@ int main(int argc, char **argv)
         printf("  ring=3 refused: %s\n", wf_client_last_error(c));
         check_status_mesh(c, &meshes[order[N_MESHES - 1]], epoch);
         wf_mesh_degrees_t zero = { 0, 4, 1, 1 };
-        CHECK(wf_reconfigure(c, &zero, NULL) == WF_E_INVALID, "dp=0 passed the client");
+        CHECK(wf_reconfigure(c, &zero, NULL) == WF_E_BAD_ARGUMENT, "dp=0 passed the client");
         wf_client_destroy(&c);
     }
     char why[128];

@@ -148,17 +148,17 @@ static void test_round_trip_requests(void)
     wf_request_t bad = { .version = 1, .op = WF_OP_ATTENTION, .n_tensors = 1 };
     bad.tensors[0].rank = 1;
     bad.tensors[0].shape[0] = 1;
-    CHECK(wf_request_encode(&bad, &buf) == WF_E_INVALID, "encode nameless tensor");
+    CHECK(wf_request_encode(&bad, &buf) == WF_E_BAD_ARGUMENT, "encode nameless tensor");
     bad.n_tensors = 2;
     bad.tensors[1] = bad.tensors[0];
     strcpy(bad.tensors[0].name, "a");
     strcpy(bad.tensors[1].name, "b");
-    CHECK(wf_request_encode(&bad, &buf) == WF_E_INVALID, "encode frame 0 twice");
+    CHECK(wf_request_encode(&bad, &buf) == WF_E_BAD_ARGUMENT, "encode frame 0 twice");
     bad.tensors[1].frame = 1;
     wf_buf_reset(&buf);
     CHECK(wf_request_encode(&bad, &buf) == WF_OK, "encode frames 0, 1");
     bad.n_tensors = WF_PROTO_MAX_TENSORS + 1;
-    CHECK(wf_request_encode(&bad, &buf) == WF_E_INVALID, "encode too many tensors");
+    CHECK(wf_request_encode(&bad, &buf) == WF_E_BAD_ARGUMENT, "encode too many tensors");
     wf_buf_free(&buf);
     wf_buf_free(&buf); /* twice: must be harmless */
 }
@@ -744,10 +744,10 @@ static void test_parallel_fields(void)
         memset(&r, 0, sizeof(r));
         r.op = WF_OP_ATTENTION;
         r.args.attention.rotate_method = (wf_rotate_t)3;
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode rotate_method 3");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode rotate_method 3");
         r.args.attention.rotate_method = WF_ROTATE_DEFAULT;
         r.args.attention.load_balance = (wf_opt_t)7;
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode load_balance 7");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode load_balance 7");
     }
     /* wire spellings, absent = DEFAULT, and wrong values */
     B(); attn_prefix(600, SQ, SKV, SKV);
@@ -814,9 +814,9 @@ static void test_parallel_fields(void)
         memset(&r, 0, sizeof(r));
         r.op = WF_OP_RECONFIGURE;
         r.args.reconfigure.mesh = (wf_mesh_degrees_t){ 1, 0, 1, 1 };
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode ring 0");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode ring 0");
         r.args.reconfigure.mesh = (wf_mesh_degrees_t){ 1, 1, WF_PROTO_MAX_DEGREE + 1, 1 };
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode ulysses 4097");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode ulysses 4097");
         wf_request_t d;
         B(); mpb(&sb, "M4 si si si s M2 si si", "v", 1, "id", 710, "op", 4, "args",
                  "ring", 2, "ulysses", 2);
@@ -1029,23 +1029,23 @@ static void test_models_requests(void)
         strcpy(a->name, "m");
         strcpy(a->path, "p");
         memset(a->name, 'x', sizeof(a->name)); /* no NUL at all */
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode unterminated name");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode unterminated name");
         strcpy(a->name, "m");
         memset(a->path, 'p', sizeof(a->path));
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode unterminated path");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode unterminated path");
         strcpy(a->path, "p");
         a->n_plan = 1;
         a->plan[0] = rule("proj_out", (wf_tp_style_t)9, 0, NULL);
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode style 9");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode style 9");
         a->plan[0] = rule("proj_out", WF_TP_PACKED_COLWISE, 2, b14);
         a->plan[0].n_blocks = WF_TP_MAX_BLOCKS + 1;
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode 9 blocks");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode 9 blocks");
         a->plan[0] = rule("proj_out", WF_TP_COLWISE, 0, NULL);
         memset(a->plan[0].glob, 'g', sizeof(a->plan[0].glob));
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode unterminated glob");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode unterminated glob");
         a->plan[0] = rule("proj_out", WF_TP_COLWISE, 0, NULL);
         a->n_plan = WF_TP_MAX_RULES + 1;
-        CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode 65 rules");
+        CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode 65 rules");
     }
 
     /* load_model refusals */
@@ -1217,7 +1217,7 @@ static void test_models_requests(void)
     CHECK(rc == WF_E_BAD_FIELD && strstr(err, "args.name"), "unload of a bad name: %s %s",
           wf_status_name(rc), err);
     memset(r.args.unload_model.name, 'x', sizeof(r.args.unload_model.name));
-    CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode unterminated unload name");
+    CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode unterminated unload name");
     B(); mpb(&sb, "M4 si si si s M2 ss sb", "v", 1, "id", 931, "op", WF_OP_UNLOAD_MODEL,
              "args", "name", "m", "force", 1);
     expect_req("unload with an unknown arg", WF_E_BAD_FIELD, 931, "unknown key \"force\"");
@@ -1348,11 +1348,11 @@ static void test_forward_requests(void)
     CHECK(rc == WF_E_BAD_FIELD && strstr(err, "args.model: byte 1"),
           "forward of a bad name: %s %s", wf_status_name(rc), err);
     memset(r.args.forward.model, 'm', sizeof(r.args.forward.model));
-    CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode unterminated model name");
+    CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode unterminated model name");
     strcpy(r.args.forward.model, "m");
     r.args.forward.has_out_dtype = true;
     r.args.forward.out_dtype = (wf_dtype_t)7;
-    CHECK(wf_request_encode(&r, &buf) == WF_E_INVALID, "encode forward out_dtype 7");
+    CHECK(wf_request_encode(&r, &buf) == WF_E_BAD_ARGUMENT, "encode forward out_dtype 7");
 
     /* refusals */
     int n = fwd_default(t, false);
@@ -1690,6 +1690,34 @@ static void test_misc(void)
           (unsigned long long)id, op);
 }
 
+/* One status domain on the wire: a client-side code given to the reply
+ * encoder goes out as WF_E_INTERNAL; every wire code goes out as itself. */
+static void test_status_on_wire(void)
+{
+    wf_buf_t buf = { 0 };
+    char err[WF_PROTO_ERROR_MAX];
+    wf_reply_t r, d;
+    const wf_status_t client_side[] = { WF_E_TIMEOUT, WF_E_CONNECT, WF_E_IO,
+                                        WF_E_PROTOCOL, WF_E_PENDING, (wf_status_t)100,
+                                        (wf_status_t)105, (wf_status_t)77 };
+    for (size_t i = 0; i < sizeof client_side / sizeof client_side[0]; i++) {
+        memset(&r, 0, sizeof r);
+        r.version = 1; r.id = 7; r.op = WF_OP_ATTENTION; r.status = client_side[i];
+        buf.len = 0;
+        CHECK(wf_reply_encode(&r, &buf) == WF_OK, "encode status %d", (int)client_side[i]);
+        wf_status_t rc = wf_reply_decode(buf.data, buf.len, &d, err, sizeof err);
+        CHECK(rc == WF_OK && d.status == WF_E_INTERNAL && strcmp(d.error, wf_status_str(WF_E_INTERNAL)) == 0,
+              "status %d on the wire: %s (%s)", (int)client_side[i], wf_status_name(d.status), d.error);
+    }
+    for (int s = 0; s < 100; s++) {
+        const char *name = wf_status_name((wf_status_t)s);
+        bool known = strcmp(name, "WF_E_UNKNOWN") != 0;
+        CHECK(wf_status_on_wire((wf_status_t)s) == (known ? (wf_status_t)s : WF_E_INTERNAL),
+              "wf_status_on_wire(%d) = %d", s, (int)wf_status_on_wire((wf_status_t)s));
+    }
+    wf_buf_free(&buf);
+}
+
 int main(void)
 {
     msgpack_sbuffer_init(&sb);
@@ -1704,6 +1732,7 @@ int main(void)
     test_model_names();
     test_frames();
     test_misc();
+    test_status_on_wire();
     msgpack_sbuffer_destroy(&sb);
     if (failures) {
         fprintf(stderr, "test_proto: %d checks failed\n", failures);

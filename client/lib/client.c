@@ -353,7 +353,7 @@ static wf_status_t send_request(wf_client_t *c, wf_job_t *job, int n_frames,
         if (zmq_msg_init_data(&m, data[i], bytes[i], frame_released, job) != 0) {
             atomic_fetch_sub(&job->frames_out, 1);
             socket_reset(c, "frame allocation failed");
-            return fail(c, WF_E_NOMEM, "zmq_msg_init_data: %s",
+            return fail(c, WF_E_NO_MEMORY, "zmq_msg_init_data: %s",
                         zmq_strerror(errno));
         }
         int flags = i + 1 < n_frames ? ZMQ_SNDMORE : 0;
@@ -436,7 +436,7 @@ static void take_outputs(wf_client_t *c, wf_job_t *job, const wf_reply_t *r,
              * model's (its out_channels): a wrong guess is the caller's
              * mistake, not the daemon's. */
             if (job->kind == JOB_FORWARD && d->dtype == x->dtype)
-                job_fail(job, WF_E_INVALID, "the model's %s is %s, the caller's "
+                job_fail(job, WF_E_BAD_ARGUMENT, "the model's %s is %s, the caller's "
                          "buffer is %s", d->name, got, exp);
             else
                 job_fail(job, WF_E_PROTOCOL, "reply tensor '%s' is %s, the caller "
@@ -651,15 +651,15 @@ wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
                               wf_client_t **ret_client)
 {
     if (!ret_client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (!endpoint)
         endpoint = WF_DEFAULT_ENDPOINT;
     if (!*endpoint)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
 
     wf_client_t *c = calloc(1, sizeof *c);
     if (!c)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : WF_CLIENT_DEFAULT_TIMEOUT_MS;
     c->next_id = 1;
     c->endpoint = strdup(endpoint);
@@ -699,7 +699,7 @@ nomem:
         pthread_mutex_destroy(&c->mu);
     free(c->endpoint);
     free(c);
-    return WF_E_NOMEM;
+    return WF_E_NO_MEMORY;
 }
 
 void wf_client_destroy(wf_client_t **client)
@@ -766,7 +766,7 @@ static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, void *answer)
 wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     request_begin(client, JOB_HELLO);
     return simple_call(client, JOB_HELLO, ret_info);
 }
@@ -774,7 +774,7 @@ wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
 wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     request_begin(client, JOB_STATUS);
     return simple_call(client, JOB_STATUS, ret_info);
 }
@@ -783,14 +783,14 @@ wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
                            uint64_t *ret_epoch)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (!mesh)
-        return fail(client, WF_E_INVALID, "mesh is NULL");
+        return fail(client, WF_E_BAD_ARGUMENT, "mesh is NULL");
     const uint32_t deg[4] = { mesh->dp, mesh->ring, mesh->ulysses, mesh->tp };
     static const char *const names[4] = { "dp", "ring", "ulysses", "tp" };
     for (int i = 0; i < 4; i++)
         if (deg[i] < 1 || deg[i] > WF_PROTO_MAX_DEGREE)
-            return fail(client, WF_E_INVALID, "mesh.%s must be 1..%d, got %u",
+            return fail(client, WF_E_BAD_ARGUMENT, "mesh.%s must be 1..%d, got %u",
                         names[i], WF_PROTO_MAX_DEGREE, deg[i]);
     /* The daemon drains running jobs before it answers: the call may take
      * as long as the longest of them, within the client's timeout. */
@@ -814,23 +814,23 @@ static wf_status_t check_tensor(wf_client_t *c, const char *op, const char *name
                                 const wf_tensor_t *t, int rank, size_t *bytes)
 {
     if (!t)
-        return fail(c, WF_E_INVALID, "%s is NULL", name);
+        return fail(c, WF_E_BAD_ARGUMENT, "%s is NULL", name);
     if (!t->data)
-        return fail(c, WF_E_INVALID, "%s->data is NULL", name);
+        return fail(c, WF_E_BAD_ARGUMENT, "%s->data is NULL", name);
     if (!dtype_ok(t->dtype))
-        return fail(c, WF_E_INVALID, "%s has unknown dtype %d", name,
+        return fail(c, WF_E_BAD_ARGUMENT, "%s has unknown dtype %d", name,
                     (int)t->dtype);
     if (t->rank != rank)
-        return fail(c, WF_E_INVALID, "%s has rank %d, %s needs %d",
+        return fail(c, WF_E_BAD_ARGUMENT, "%s has rank %d, %s needs %d",
                     name, t->rank, op, rank);
     int64_t n = wf_tensor_numel(t);
     if (n <= 0)
-        return fail(c, WF_E_INVALID, "%s has a dim <= 0 or its element "
+        return fail(c, WF_E_BAD_ARGUMENT, "%s has a dim <= 0 or its element "
                     "count overflows", name);
     uint64_t b;
     if (__builtin_mul_overflow((uint64_t)n, (uint64_t)wf_dtype_size(t->dtype), &b) ||
         b > SIZE_MAX)
-        return fail(c, WF_E_INVALID, "%s is too large", name);
+        return fail(c, WF_E_BAD_ARGUMENT, "%s is too large", name);
     *bytes = (size_t)b;
     return WF_OK;
 }
@@ -854,10 +854,10 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
                                 wf_job_t **ret_job)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_client_t *c = client;
     if (!ret_job)
-        return fail(c, WF_E_INVALID, "ret_job is NULL");
+        return fail(c, WF_E_BAD_ARGUMENT, "ret_job is NULL");
 
     /* Validate here so that a mistake costs no round trip and sends
      * nothing: shapes q (B,Sq,Hq,D), k = v (B,Skv,Hkv,D), Hkv | Hq,
@@ -870,29 +870,29 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
         (st = check_tensor(c, "attention", "out", out, 4, &ob)) != WF_OK)
         return st;
     if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0])
-        return fail(c, WF_E_INVALID, "batch differs: q %lld, k %lld, v %lld",
+        return fail(c, WF_E_BAD_ARGUMENT, "batch differs: q %lld, k %lld, v %lld",
                     (long long)q->shape[0], (long long)k->shape[0],
                     (long long)v->shape[0]);
     if (k->shape[3] != q->shape[3] || v->shape[3] != q->shape[3])
-        return fail(c, WF_E_INVALID, "head dim differs: q %lld, k %lld, v %lld",
+        return fail(c, WF_E_BAD_ARGUMENT, "head dim differs: q %lld, k %lld, v %lld",
                     (long long)q->shape[3], (long long)k->shape[3],
                     (long long)v->shape[3]);
     if (v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
-        return fail(c, WF_E_INVALID, "k and v shapes differ");
+        return fail(c, WF_E_BAD_ARGUMENT, "k and v shapes differ");
     if (q->shape[2] % k->shape[2] != 0)
-        return fail(c, WF_E_INVALID, "k/v heads (%lld) do not divide q heads "
+        return fail(c, WF_E_BAD_ARGUMENT, "k/v heads (%lld) do not divide q heads "
                     "(%lld)", (long long)k->shape[2], (long long)q->shape[2]);
     for (int i = 0; i < 4; i++)
         if (out->shape[i] != q->shape[i])
-            return fail(c, WF_E_INVALID, "out shape differs from q's in dim %d",
+            return fail(c, WF_E_BAD_ARGUMENT, "out shape differs from q's in dim %d",
                         i);
     float scale = opts ? opts->scale : 0.0f;
     if (!isfinite(scale) || scale < 0.0f)
-        return fail(c, WF_E_INVALID, "scale must be finite and >= 0 "
+        return fail(c, WF_E_BAD_ARGUMENT, "scale must be finite and >= 0 "
                     "(0: 1/sqrt(D))");
     if (opts) {
         if ((unsigned)opts->rotate_method > WF_ROTATE_ALLTOALL)
-            return fail(c, WF_E_INVALID, "rotate_method %d is not a wf_rotate_t",
+            return fail(c, WF_E_BAD_ARGUMENT, "rotate_method %d is not a wf_rotate_t",
                         (int)opts->rotate_method);
         const wf_opt_t flags[4] = { opts->convert_to_fp32, opts->ring_anything,
                                     opts->ulysses_anything, opts->load_balance };
@@ -900,13 +900,13 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
                                                "ulysses_anything", "load_balance" };
         for (int i = 0; i < 4; i++)
             if ((unsigned)flags[i] > WF_OPT_OFF)
-                return fail(c, WF_E_INVALID, "%s %d is not a wf_opt_t", fnames[i],
+                return fail(c, WF_E_BAD_ARGUMENT, "%s %d is not a wf_opt_t", fnames[i],
                             (int)flags[i]);
     }
 
     wf_job_t *job = calloc(1, sizeof *job);
     if (!job)
-        return fail(c, WF_E_NOMEM, "cannot allocate a job");
+        return fail(c, WF_E_NO_MEMORY, "cannot allocate a job");
     job->client = c;
     job->kind = JOB_ATTENTION;
     job->id = c->next_id++;
@@ -969,7 +969,7 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
 wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job)
 {
     if (!client || !job || job->client != client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (!job->replied) {
         wf_status_t st = recv_ready(client);
         if (st != WF_OK)
@@ -983,14 +983,14 @@ wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job)
 wf_status_t wf_job_wait(wf_client_t *client, wf_job_t *job, int timeout_ms)
 {
     if (!client || !job || job->client != client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     return job_wait_until(client, job, deadline_after(timeout_ms));
 }
 
 wf_status_t wf_job_result(const wf_job_t *job, wf_job_result_t *ret_result)
 {
     if (!job)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (!job->replied || atomic_load(&job->frames_out) > 0)
         return WF_E_PENDING;
     if (ret_result)
@@ -1060,10 +1060,10 @@ static wf_status_t check_str(wf_client_t *c, const char *what, const char *s,
                              size_t cap)
 {
     if (!s)
-        return fail(c, WF_E_INVALID, "%s is NULL", what);
+        return fail(c, WF_E_BAD_ARGUMENT, "%s is NULL", what);
     size_t n = strnlen(s, cap);
     if (n >= cap)
-        return fail(c, WF_E_INVALID, "%s \"%.32s...\" is longer than %zu bytes",
+        return fail(c, WF_E_BAD_ARGUMENT, "%s \"%.32s...\" is longer than %zu bytes",
                     what, s, cap - 1);
     return WF_OK;
 }
@@ -1072,10 +1072,10 @@ wf_status_t wf_load_model(wf_client_t *client, const char *name, const char *pat
                           const wf_load_opts_t *opts, wf_model_info_t *ret_info)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_client_t *c = client;
     wf_status_t st;
-    /* What the request cannot carry is refused here (WF_E_INVALID); the
+    /* What the request cannot carry is refused here (WF_E_BAD_ARGUMENT); the
      * rest (name bytes, a path leaving the root, plan semantics) is the
      * daemon's to refuse, with its code and message. */
     if ((st = check_str(c, "name", name, WF_MODEL_NAME_MAX)) != WF_OK ||
@@ -1083,20 +1083,20 @@ wf_status_t wf_load_model(wf_client_t *client, const char *name, const char *pat
         return st;
     uint32_t n_plan = opts ? opts->n_plan : 0;
     if (n_plan > WF_TP_MAX_RULES)
-        return fail(c, WF_E_INVALID, "the plan has %u rules, at most %d", n_plan,
+        return fail(c, WF_E_BAD_ARGUMENT, "the plan has %u rules, at most %d", n_plan,
                     WF_TP_MAX_RULES);
     if (n_plan > 0 && !opts->plan)
-        return fail(c, WF_E_INVALID, "opts->plan is NULL with n_plan %u", n_plan);
+        return fail(c, WF_E_BAD_ARGUMENT, "opts->plan is NULL with n_plan %u", n_plan);
     for (uint32_t i = 0; i < n_plan; i++) {
         const wf_tp_rule_t *r = &opts->plan[i];
         if (strnlen(r->glob, WF_TP_GLOB_MAX) == WF_TP_GLOB_MAX)
-            return fail(c, WF_E_INVALID, "plan rule %u: glob without a NUL in its "
+            return fail(c, WF_E_BAD_ARGUMENT, "plan rule %u: glob without a NUL in its "
                         "%d bytes", i, WF_TP_GLOB_MAX);
         if (!wf_tp_style_name(r->style))
-            return fail(c, WF_E_INVALID, "plan rule %u: style %d is not a "
+            return fail(c, WF_E_BAD_ARGUMENT, "plan rule %u: style %d is not a "
                         "wf_tp_style_t", i, (int)r->style);
         if (r->n_blocks > WF_TP_MAX_BLOCKS)
-            return fail(c, WF_E_INVALID, "plan rule %u: %u blocks, at most %d", i,
+            return fail(c, WF_E_BAD_ARGUMENT, "plan rule %u: %u blocks, at most %d", i,
                         r->n_blocks, WF_TP_MAX_BLOCKS);
     }
 
@@ -1118,7 +1118,7 @@ wf_status_t wf_load_model(wf_client_t *client, const char *name, const char *pat
 wf_status_t wf_unload_model(wf_client_t *client, const char *name)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_status_t st = check_str(client, "name", name, WF_MODEL_NAME_MAX);
     if (st != WF_OK)
         return st;
@@ -1131,11 +1131,11 @@ wf_status_t wf_list_models(wf_client_t *client, wf_model_info_t *ret, size_t cap
                            size_t *ret_n)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (!ret_n)
-        return fail(client, WF_E_INVALID, "ret_n is NULL");
+        return fail(client, WF_E_BAD_ARGUMENT, "ret_n is NULL");
     if (!ret && cap > 0)
-        return fail(client, WF_E_INVALID, "ret is NULL with cap %zu", cap);
+        return fail(client, WF_E_BAD_ARGUMENT, "ret is NULL with cap %zu", cap);
     request_begin(client, JOB_LIST_MODELS);
     wf_status_t st = simple_call(client, JOB_LIST_MODELS, &client->models);
     if (st != WF_OK)
@@ -1160,14 +1160,14 @@ wf_status_t wf_forward(wf_client_t *client, const char *model,
                        wf_job_result_t *ret_result)
 {
     if (!client)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_client_t *c = client;
     int64_t deadline = deadline_after(c->timeout_ms);
     wf_status_t st = check_str(c, "model", model, WF_MODEL_NAME_MAX);
     if (st != WF_OK)
         return st;
     if (!in)
-        return fail(c, WF_E_INVALID, "inputs are NULL");
+        return fail(c, WF_E_BAD_ARGUMENT, "inputs are NULL");
 
     /* Validate the tensors here, as the daemon's decoder will (and as
      * attention does), so that a mistake costs no round trip and sends
@@ -1188,28 +1188,28 @@ wf_status_t wf_forward(wf_client_t *client, const char *model,
     for (size_t j = 0; j < sizeof batched / sizeof batched[0]; j++) {
         int i = batched[j];
         if (i < n && t[i]->shape[0] != B)
-            return fail(c, WF_E_INVALID, "batch of %s (%lld) and hidden_states (%lld) "
+            return fail(c, WF_E_BAD_ARGUMENT, "batch of %s (%lld) and hidden_states (%lld) "
                         "differ", fwd_names[i], (long long)t[i]->shape[0], (long long)B);
     }
     if (t[FWD_IMG]->shape[0] != t[FWD_HS]->shape[1])
-        return fail(c, WF_E_INVALID, "img_ids has %lld rows, hidden_states %lld tokens",
+        return fail(c, WF_E_BAD_ARGUMENT, "img_ids has %lld rows, hidden_states %lld tokens",
                     (long long)t[FWD_IMG]->shape[0], (long long)t[FWD_HS]->shape[1]);
     if (t[FWD_TXT]->shape[0] != t[FWD_EHS]->shape[1])
-        return fail(c, WF_E_INVALID, "txt_ids has %lld rows, encoder_hidden_states "
+        return fail(c, WF_E_BAD_ARGUMENT, "txt_ids has %lld rows, encoder_hidden_states "
                     "%lld tokens", (long long)t[FWD_TXT]->shape[0],
                     (long long)t[FWD_EHS]->shape[1]);
     if (t[FWD_IMG]->shape[1] != t[FWD_TXT]->shape[1])
-        return fail(c, WF_E_INVALID, "img_ids has %lld axes, txt_ids %lld",
+        return fail(c, WF_E_BAD_ARGUMENT, "img_ids has %lld axes, txt_ids %lld",
                     (long long)t[FWD_IMG]->shape[1], (long long)t[FWD_TXT]->shape[1]);
     if (output->shape[0] != B || output->shape[1] != t[FWD_HS]->shape[1])
-        return fail(c, WF_E_INVALID, "output must be (B %lld, S_img %lld, C), got "
+        return fail(c, WF_E_BAD_ARGUMENT, "output must be (B %lld, S_img %lld, C), got "
                     "(%lld, %lld, %lld)", (long long)B, (long long)t[FWD_HS]->shape[1],
                     (long long)output->shape[0], (long long)output->shape[1],
                     (long long)output->shape[2]);
 
     wf_job_t *job = calloc(1, sizeof *job);
     if (!job)
-        return fail(c, WF_E_NOMEM, "cannot allocate a job");
+        return fail(c, WF_E_NO_MEMORY, "cannot allocate a job");
     job->client = c;
     job->kind = JOB_FORWARD;
     job->id = c->next_id++;

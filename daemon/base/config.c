@@ -105,6 +105,11 @@ static const setting_def_t settings_table[] = {
     { "model_root", KIND_PATH, OFF(model_root), "", 0, 0, false,
       "absolute directory that load_model paths are relative to (nothing "
       "outside it is read); empty = no models" },
+    { "nccl", KIND_BOOL, OFF(nccl), "true", 0, 0, false,
+      "CUDA: NCCL worlds when NCCL is built and every rank has its own GPU; "
+      "false = the host comm staged through copies (for comparisons)" },
+    { "nccl_init_timeout_ms", KIND_U32, OFF(nccl_init_timeout_ms), "30000",
+      100, 3600000, false, "CUDA: bound on building an NCCL communicator" },
 };
 
 #define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
@@ -475,7 +480,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
     FILE *f = fopen(path, "re");
     if (!f) {
         set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     }
     char line[4096];
     unsigned lineno = 0;
@@ -486,7 +491,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
         if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
             set_err(err, err_len, "%s:%u: line longer than %zu bytes", path,
                     lineno, sizeof line - 2);
-            st = WF_E_INVALID;
+            st = WF_E_BAD_ARGUMENT;
             break;
         }
         char *p = trim(line);
@@ -495,7 +500,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
         char *eq = strchr(p, '=');
         if (!eq) {
             set_err(err, err_len, "%s:%u: expected `key = value`", path, lineno);
-            st = WF_E_INVALID;
+            st = WF_E_BAD_ARGUMENT;
             break;
         }
         *eq = '\0';
@@ -509,14 +514,14 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
         const setting_def_t *d = find_setting(key, strlen(key));
         if (!d) {
             set_err(err, err_len, "%s:%u: unknown setting '%s'", path, lineno, key);
-            st = WF_E_INVALID;
+            st = WF_E_BAD_ARGUMENT;
             break;
         }
         char why[256];
         if (!parse_value(d, value, s, why, sizeof why)) {
             set_err(err, err_len, "%s:%u: %s = '%s': %s", path, lineno, d->name,
                     value, why);
-            st = WF_E_INVALID;
+            st = WF_E_BAD_ARGUMENT;
             break;
         }
         if (d->kind == KIND_MESH)
@@ -524,7 +529,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
     }
     if (st == WF_OK && ferror(f)) {
         set_err(err, err_len, "%s: read error", path);
-        st = WF_E_INVALID;
+        st = WF_E_BAD_ARGUMENT;
     }
     fclose(f);
     return st;
@@ -542,6 +547,54 @@ static const char *env_get(char *const *envp, const char *name)
     }
     return NULL;
 }
+
+/* The test hooks: a table apart from the settings (environment only, not
+ * in --help or the config file), so that no deployment sets them by
+ * accident. Each parser fills its field or says why not. */
+typedef struct test_hook_def {
+    const char *env;        /* variable name */
+    bool (*parse)(const char *v, wf_test_hooks_t *t, char *why, size_t why_len);
+} test_hook_def_t;
+
+static bool parse_fail_jobs(const char *v, wf_test_hooks_t *t, char *why,
+                            size_t why_len)
+{
+    char buf[256];
+    if (strlen(v) >= sizeof buf) {
+        snprintf(why, why_len, "longer than %zu bytes", sizeof buf - 1);
+        return false;
+    }
+    snprintf(buf, sizeof buf, "%s", v);
+    t->n_fail_jobs = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (t->n_fail_jobs == WF_TEST_MAX_FAIL_JOBS ||
+            !wf_parse_size(tok, &t->fail_jobs[t->n_fail_jobs])) {
+            snprintf(why, why_len, "expected a list of at most %d sequence "
+                     "numbers", WF_TEST_MAX_FAIL_JOBS);
+            return false;
+        }
+        t->n_fail_jobs++;
+    }
+    return true;
+}
+
+static bool parse_protocol_version(const char *v, wf_test_hooks_t *t,
+                                   char *why, size_t why_len)
+{
+    uint64_t u;
+    if (!wf_parse_size(v, &u) || u > UINT32_MAX) {
+        snprintf(why, why_len, "expected a version number");
+        return false;
+    }
+    t->protocol_version = (uint32_t)u;
+    return true;
+}
+
+static const test_hook_def_t test_hooks_table[] = {
+    { "WEFT_TEST_FAIL_JOB", parse_fail_jobs },
+    { "WEFT_TEST_PROTOCOL_VERSION", parse_protocol_version },
+};
 
 static void env_name(const setting_def_t *d, char *buf, size_t len)
 {
@@ -575,10 +628,19 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
         const char *v = env_get(envp, name);
         if (v && !parse_value(d, v, &s, why, sizeof why)) {
             set_err(err, err_len, "environment %s='%s': %s", name, v, why);
-            return WF_E_INVALID;
+            return WF_E_BAD_ARGUMENT;
         }
         if (v && d->kind == KIND_MESH)
             snprintf(mesh_src, sizeof mesh_src, "environment %s", name);
+    }
+
+    for (size_t i = 0; i < sizeof test_hooks_table / sizeof test_hooks_table[0]; i++) {
+        const char *v = env_get(envp, test_hooks_table[i].env);
+        if (v && *v && !test_hooks_table[i].parse(v, &s.test, why, sizeof why)) {
+            set_err(err, err_len, "environment %s='%s': %s (test hook)",
+                    test_hooks_table[i].env, v, why);
+            return WF_E_BAD_ARGUMENT;
+        }
     }
 
     for (size_t i = 0; i < cli->n_sets; i++) {
@@ -592,7 +654,7 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
             flag[j] = '\0';
             set_err(err, err_len, "--%s '%s': %s", flag, cli->sets[i].value,
                     d ? why : "unknown setting");
-            return WF_E_INVALID;
+            return WF_E_BAD_ARGUMENT;
         }
         if (d->kind == KIND_MESH)
             snprintf(mesh_src, sizeof mesh_src, "--mesh");
@@ -603,21 +665,21 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
         if (wf_cuda_device_count(&gpus, &cuda_why) != WF_OK) {
             set_err(err, err_len, "devices = '%s': no usable CUDA device (%s)",
                     s.devices, cuda_why ? cuda_why : "CUDA runtime failed");
-            return WF_E_INVALID;
+            return WF_E_BAD_ARGUMENT;
         }
         if (!wf_settings_resolve_gpus(&s, gpus, why, sizeof why)) {
             set_err(err, err_len, "devices = '%s': %s", s.devices, why);
-            return WF_E_INVALID;
+            return WF_E_BAD_ARGUMENT;
         }
     }
     if (!resolve_mesh(&s, why, sizeof why)) {
         set_err(err, err_len, "%s: mesh = '%s': %s", mesh_src, s.mesh, why);
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     }
     if (s.coordinator[0] && s.heartbeat_timeout_ms <= s.heartbeat_ms) {
         set_err(err, err_len, "heartbeat_timeout_ms (%u) must exceed heartbeat_ms "
                 "(%u)", s.heartbeat_timeout_ms, s.heartbeat_ms);
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     }
     *ret = s;
     return WF_OK;
@@ -644,7 +706,7 @@ wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli, char *err,
         }
         if (strncmp(a, "--", 2) != 0) {
             set_err(err, err_len, "unexpected argument '%s' (see --help)", a);
-            return WF_E_INVALID;
+            return WF_E_BAD_ARGUMENT;
         }
         const char *name = a + 2;
         const char *eq = strchr(name, '=');
@@ -655,13 +717,13 @@ wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli, char *err,
         if (!is_config && !d) {
             set_err(err, err_len, "unknown option '--%.*s' (see --help)",
                     (int)nlen, name);
-            return WF_E_INVALID;
+            return WF_E_BAD_ARGUMENT;
         }
         if (!value) {
             if (i + 1 >= argc) {
                 set_err(err, err_len, "option '--%.*s' needs a value", (int)nlen,
                         name);
-                return WF_E_INVALID;
+                return WF_E_BAD_ARGUMENT;
             }
             value = argv[++i];
         }
@@ -671,7 +733,7 @@ wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli, char *err,
         }
         if (cli.n_sets == WF_CLI_MAX_SETS) {
             set_err(err, err_len, "too many options");
-            return WF_E_INVALID;
+            return WF_E_BAD_ARGUMENT;
         }
         cli.sets[cli.n_sets].name = d->name;
         cli.sets[cli.n_sets].value = value;

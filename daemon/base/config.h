@@ -26,6 +26,21 @@
 #define WF_SETTINGS_DEVICES_MAX 256    /* devices text, with the NUL */
 #define WF_SETTINGS_PATH_MAX 1024      /* model_root, with the NUL */
 
+#define WF_TEST_MAX_FAIL_JOBS 16       /* entries of WEFT_TEST_FAIL_JOB */
+
+/* Test-only hooks, read from the environment alone (never from the file
+ * or flags): the second, separate table of config.c. Zero = off. */
+typedef struct wf_test_hooks {
+    /* WEFT_TEST_FAIL_JOB=SEQ[,SEQ...]: this daemon's ranks of the jobs with
+     * these global sequence numbers fail as a failed step does
+     * (wf_worker_set_fault), for tests of the recovery */
+    uint64_t fail_jobs[WF_TEST_MAX_FAIL_JOBS];
+    uint32_t n_fail_jobs;        /* entries of fail_jobs */
+    /* WEFT_TEST_PROTOCOL_VERSION=N: the protocol version the cluster hello
+     * advertises (0 = the real one), to test the coordinator's refusal */
+    uint32_t protocol_version;
+} wf_test_hooks_t;
+
 /* What the devices are. */
 typedef enum wf_device_kind {
     WF_DEVICE_CPU = 0,           /* cpu:N: N virtual CPU devices */
@@ -64,6 +79,10 @@ typedef struct wf_settings {
                                     endpoints bind and announce; "" = hostname */
     /* resident models */
     char model_root[WF_SETTINGS_PATH_MAX]; /* directory models load from; "" = none */
+    /* comm on GPUs */
+    bool nccl;                   /* NCCL worlds where every rank has its own GPU */
+    uint32_t nccl_init_timeout_ms; /* bound on an NCCL communicator's init */
+    wf_test_hooks_t test;        /* test-only hooks (environment only) */
 } wf_settings_t;
 
 /* Command-line flags that are not settings, plus the setting flags in the
@@ -83,7 +102,7 @@ typedef struct wf_cli {
 
 /* Parse argv. Accepts "--name value" and "--name=value" with the setting's
  * name spelled with '-' or '_'. Unknown flags and missing values are
- * errors (WF_E_INVALID, message in err). Values are checked later, by
+ * errors (WF_E_BAD_ARGUMENT, message in err). Values are checked later, by
  * wf_config_build. */
 wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli,
                          char *err, size_t err_len);
@@ -95,6 +114,7 @@ void wf_settings_default(wf_settings_t *ret);
 /* Resolve every setting: defaults, then the config file (cli->config_file,
  * else WEFT_CONFIG from envp, else none), then WEFT_<NAME> variables from
  * envp (a NULL-terminated "K=V" array, usually environ), then the flags.
+ * The test hooks (wf_test_hooks_t) come from envp only.
  * Last, the mesh is resolved against the device count ("" means tp =
  * devices: today's head split) and validated: degrees >= 1 and their
  * product = the device count (the message names both numbers).

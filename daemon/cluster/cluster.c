@@ -829,7 +829,7 @@ static void set_sock_opts(void *s, const wf_settings_t *st)
 }
 
 wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
-                           const char *data_endpoint, char *const *envp,
+                           const char *data_endpoint,
                            wf_log_t *log, wf_notify_t *notify,
                            wf_cluster_t **ret)
 {
@@ -860,19 +860,12 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
             snprintf(c->name, sizeof c->name, "node");
     }
     snprintf(c->data, sizeof c->data, "%s", data_endpoint ? data_endpoint : "");
-    for (size_t i = 0; envp && envp[i]; i++) {
-        /* Test-only: advertise another protocol version in the hello, to
-         * test the coordinator's refusal (tests/test_cluster.c). */
-        const char *k = "WEFT_TEST_PROTOCOL_VERSION=";
-        if (strncmp(envp[i], k, strlen(k)) == 0) {
-            uint64_t v;
-            if (wf_parse_size(envp[i] + strlen(k), &v) && v <= UINT32_MAX) {
-                c->protocol = (uint32_t)v;
-                wf_log(log, WF_LOG_WARNING, "cluster: advertising protocol "
-                       "version %u (WEFT_TEST_PROTOCOL_VERSION, test only)",
-                       c->protocol);
-            }
-        }
+    if (settings->test.protocol_version) {
+        /* test hook: advertise another protocol version in the hello, to
+         * test the coordinator's refusal (tests/test_cluster.c) */
+        c->protocol = settings->test.protocol_version;
+        wf_log(log, WF_LOG_WARNING, "cluster: advertising protocol version %u "
+               "(WEFT_TEST_PROTOCOL_VERSION, test only)", c->protocol);
     }
     char ep[WF_SETTINGS_NAME_MAX + 8];
     snprintf(ep, sizeof ep, "tcp://%s", settings->coordinator);

@@ -84,12 +84,12 @@ typedef struct wf_cluster_node {
 /* Start the control plane for settings->coordinator (non-empty): bind it
  * (coordinator) or connect to it (member) with zctx. `data_endpoint` is
  * this node's data-plane endpoint, announced in the hello (members).
- * `envp` is read once for WEFT_TEST_PROTOCOL_VERSION, a test-only
- * override of the protocol version this node advertises. Borrowed: log,
+ * settings->test.protocol_version (a test hook) overrides the protocol
+ * version this node advertises. Borrowed: log,
  * notify (for STATUS= lines), until wf_cluster_destroy. Logs what failed.
  * Caller owns *ret. */
 wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
-                           const char *data_endpoint, char *const *envp,
+                           const char *data_endpoint,
                            wf_log_t *log, wf_notify_t *notify,
                            wf_cluster_t **ret);
 

@@ -147,7 +147,7 @@ wf_status_t wf_comm_allgather(wf_comm_t *c, const void *sendbuf,
     size_t n = (size_t)c->size;
     size_t *counts = malloc(2 * n * sizeof *counts);
     if (!counts)
-        return WF_E_NOMEM; /* NOTE: the peers then block until an abort */
+        return WF_E_NO_MEMORY; /* NOTE: the peers then block until an abort */
     for (size_t j = 0; j < n; j++) {
         counts[j] = bytes;
         counts[n + j] = j * bytes;
@@ -181,7 +181,7 @@ wf_status_t wf_comm_alltoall(wf_comm_t *c, const void *sendbuf,
     size_t n = (size_t)c->size;
     size_t *counts = malloc(2 * n * sizeof *counts);
     if (!counts)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     for (size_t j = 0; j < n; j++) {
         counts[j] = bytes;
         counts[n + j] = j * bytes;

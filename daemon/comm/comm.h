@@ -67,7 +67,7 @@ const char *wf_comm_backend(const wf_comm_t *c);
  * (ties by rank in this group); a rank passing WF_COMM_SPLIT_NOCOLOR gets
  * *ret_comm = NULL. The new handle belongs to the same world (abort
  * reaches it) and is destroyed with wf_comm_destroy; caller owns it.
- * Errors: WF_E_BAD_ARGUMENT (color < -1), WF_E_NOMEM, WF_E_ABORTED. */
+ * Errors: WF_E_BAD_ARGUMENT (color < -1), WF_E_NO_MEMORY, WF_E_ABORTED. */
 wf_status_t wf_comm_split(wf_comm_t *c, int color, int key,
                           wf_comm_t **ret_comm);
 

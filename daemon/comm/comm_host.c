@@ -206,7 +206,7 @@ wf_status_t wf_comm_host_world_new(int nranks,
         return WF_E_BAD_ARGUMENT;
     wf_comm_host_world_t *w = calloc(1, sizeof *w);
     if (!w)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     atomic_init(&w->aborted, 0);
     w->nranks = nranks;
     w->refs = 1;
@@ -227,7 +227,7 @@ wf_status_t wf_comm_host_world_new(int nranks,
 fail:
     free(w->taken);
     free(w);
-    return WF_E_NOMEM;
+    return WF_E_NO_MEMORY;
 }
 
 void wf_comm_host_world_abort(wf_comm_host_world_t *w)
@@ -279,13 +279,13 @@ static wf_status_t pool_grow(host_comm_t *hc)
         int cap = hc->cap_chunks ? 2 * hc->cap_chunks : 4;
         wf_comm_req_t **p = realloc(hc->chunks, (size_t)cap * sizeof *p);
         if (!p)
-            return WF_E_NOMEM;
+            return WF_E_NO_MEMORY;
         hc->chunks = p;
         hc->cap_chunks = cap;
     }
     wf_comm_req_t *chunk = calloc(REQ_CHUNK, sizeof *chunk);
     if (!chunk)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     hc->chunks[hc->nchunks++] = chunk;
     for (int i = 0; i < REQ_CHUNK; i++) {
         chunk[i].next = hc->free_reqs;
@@ -349,7 +349,7 @@ wf_status_t wf_comm_host_init(wf_comm_host_world_t *w, int rank,
         return WF_E_BAD_ARGUMENT;
     host_comm_t *hc = handle_new(w, w->root, rank);
     if (!hc)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     wf_status_t st = WF_OK;
     pthread_mutex_lock(&w->mu);
     if (is_aborted(w))
@@ -790,9 +790,9 @@ static wf_status_t host_split(wf_comm_t *c, int color, int key,
         host_group_t *ng = g->slots[leader].newgroup;
         host_comm_t *nh = ng ? handle_new(w, ng, pos) : NULL;
         if (!ng) {
-            st = WF_E_NOMEM;
+            st = WF_E_NO_MEMORY;
         } else if (!nh) {
-            st = WF_E_NOMEM;
+            st = WF_E_NO_MEMORY;
             pthread_mutex_lock(&w->mu);
             w->refs++; /* group_unref drops one world ref */
             pthread_mutex_unlock(&w->mu);
@@ -884,7 +884,7 @@ static wf_status_t post(host_comm_t *hc, int kind, const void *sbuf,
     RETURN_IF_ABORTED(hc);
     wf_comm_req_t *r = pool_get(hc);
     if (!r)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     r->kind = kind;
     r->sbuf = sbuf;
     r->rbuf = rbuf;
@@ -993,7 +993,7 @@ static wf_status_t p2p(host_comm_t *hc, int kind, const void *sbuf,
         int cap = 2 * hc->cap_pending;
         wf_comm_req_t **p = realloc(hc->pending, (size_t)cap * sizeof *p);
         if (!p)
-            return WF_E_NOMEM;
+            return WF_E_NO_MEMORY;
         hc->pending = p;
         hc->cap_pending = cap;
     }

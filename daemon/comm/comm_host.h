@@ -31,14 +31,14 @@ typedef struct wf_comm_host_world wf_comm_host_world_t;
 
 /* Create a world of `nranks` ranks (1..WF_COMM_HOST_MAX_RANKS). Caller
  * owns one reference, dropped with wf_comm_host_world_unref.
- * Errors: WF_E_BAD_ARGUMENT, WF_E_NOMEM. */
+ * Errors: WF_E_BAD_ARGUMENT, WF_E_NO_MEMORY. */
 wf_status_t wf_comm_host_world_new(int nranks,
                                    wf_comm_host_world_t **ret_world);
 
 /* Take the world-group handle of `rank` (not collective: each rank's
  * thread calls it once, in any order). The handle holds a reference on
  * the world; caller owns it (wf_comm_destroy). Errors:
- * WF_E_BAD_ARGUMENT (rank out of range or already taken), WF_E_NOMEM,
+ * WF_E_BAD_ARGUMENT (rank out of range or already taken), WF_E_NO_MEMORY,
  * WF_E_ABORTED. */
 wf_status_t wf_comm_host_init(wf_comm_host_world_t *w, int rank,
                               wf_comm_t **ret_comm);

@@ -410,7 +410,7 @@ static wf_status_t post_req(wf_comm_t *base, void *buf, size_t bytes, int peer,
         }
     }
     if (!q)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     q->used = 1;
     q->issued = 0;
     q->op = (posted_t){buf, bytes, peer, is_send};
@@ -482,7 +482,7 @@ static wf_status_t group_push(nccl_comm_t *c, void *buf, size_t bytes, int peer,
         size_t cap = c->capgroup ? 2 * c->capgroup : 16;
         posted_t *g = realloc(c->group, cap * sizeof *g);
         if (!g)
-            return WF_E_NOMEM;
+            return WF_E_NO_MEMORY;
         c->group = g;
         c->capgroup = cap;
     }
@@ -582,7 +582,7 @@ static wf_status_t nc_allgatherv(wf_comm_t *base, const void *sendbuf, size_t se
         return st;
     wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
-        return fail(c, WF_E_NOMEM);
+        return fail(c, WF_E_NO_MEMORY);
     wf_nccl_copy_t self;
     size_t n = wf_nccl_plan_allgatherv(base->rank, base->size, sendbytes, recvcounts,
                                        displs, ops, &self);
@@ -603,7 +603,7 @@ static wf_status_t nc_alltoallv(wf_comm_t *base, const void *sendbuf,
         return st;
     wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
-        return fail(c, WF_E_NOMEM);
+        return fail(c, WF_E_NO_MEMORY);
     wf_nccl_copy_t self;
     size_t n = wf_nccl_plan_alltoallv(base->rank, base->size, sendcounts, sdispls,
                                       recvcounts, rdispls, ops, &self);
@@ -673,7 +673,7 @@ static wf_status_t nc_scatterv(wf_comm_t *base, const void *sendbuf,
         return st;
     wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
-        return fail(c, WF_E_NOMEM);
+        return fail(c, WF_E_NO_MEMORY);
     wf_nccl_copy_t self;
     size_t n = wf_nccl_plan_scatterv(base->rank, base->size, root, sendcounts, displs,
                                      recvbytes, ops, &self);
@@ -693,7 +693,7 @@ static wf_status_t nc_gatherv(wf_comm_t *base, const void *sendbuf, size_t sendb
         return st;
     wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
-        return fail(c, WF_E_NOMEM);
+        return fail(c, WF_E_NO_MEMORY);
     wf_nccl_copy_t self;
     size_t n = wf_nccl_plan_gatherv(base->rank, base->size, root, sendbytes, recvcounts,
                                     displs, ops, &self);
@@ -802,6 +802,11 @@ wf_status_t wf_comm_nccl_unique_id(wf_nccl_id_t *ret_id)
     return WF_OK;
 }
 
+bool wf_comm_nccl_built(void)
+{
+    return true;
+}
+
 int wf_comm_nccl_version(void)
 {
     int v = 0;
@@ -819,7 +824,7 @@ wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
     nccl_comm_t *c = handle_new(opts->device, (cudaStream_t)opts->stream,
                                 opts->init_timeout_ms, opts->op_timeout_ms, NULL);
     if (!c)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     c->base.rank = rank;
     c->base.size = nranks;
     ncclUniqueId uid;
@@ -846,7 +851,7 @@ static wf_status_t nc_split(wf_comm_t *base, int color, int key, wf_comm_t **ret
     nccl_comm_t *s = handle_new(c->device, c->stream, c->init_timeout_ms, c->op_timeout_ms,
                                 c->world);
     if (!s)
-        return fail(c, WF_E_NOMEM); /* the peers wait in the split: abort them */
+        return fail(c, WF_E_NO_MEMORY); /* the peers wait in the split: abort them */
     ncclConfig_t cfg = make_config();
     ncclResult_t r = ncclCommSplit(c->comm, color, key, &s->comm, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {

@@ -36,6 +36,7 @@
 #ifndef WF_COMM_NCCL_H
 #define WF_COMM_NCCL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,11 @@ typedef struct wf_comm_nccl_opts {
     uint32_t op_timeout_ms;   /* each operation; 0 = none */
 } wf_comm_nccl_opts_t;
 
+/* Whether NCCL was built in (comm_nccl.c); false with the stub
+ * (comm_nccl_stub.c), whose calls below fail with WF_E_UNAVAILABLE and
+ * whose version is 0, so that callers need no #ifdef. */
+bool wf_comm_nccl_built(void);
+
 /* Make a fresh unique id (ncclGetUniqueId), on the coordinator: locally
  * for one node, handed out by the rendezvous across nodes.
  * Errors: WF_E_INTERNAL. */
@@ -66,7 +72,7 @@ wf_status_t wf_comm_nccl_unique_id(wf_nccl_id_t *ret_id);
  * opts->device, polled under the init timeout. Every rank of the world
  * calls it with the same id and nranks (one thread per device; ranks of
  * one process may call it concurrently). Caller owns *ret_comm
- * (wf_comm_destroy). Errors: WF_E_BAD_ARGUMENT, WF_E_NOMEM,
+ * (wf_comm_destroy). Errors: WF_E_BAD_ARGUMENT, WF_E_NO_MEMORY,
  * WF_E_ABORTED (timeout or remote failure), WF_E_INTERNAL. */
 wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
                               const wf_comm_nccl_opts_t *opts,

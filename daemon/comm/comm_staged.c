@@ -147,7 +147,7 @@ static size_t extent(const size_t *counts, const size_t *displs, int n,
 
 /* The blocking mirror cut in two: *ret_send (send_bytes) and *ret_recv
  * (recv_bytes); a part of 0 bytes is NULL. Grows the mirror (contents
- * are not kept). WF_E_NOMEM, WF_E_BAD_ARGUMENT (sizes overflow). */
+ * are not kept). WF_E_NO_MEMORY, WF_E_BAD_ARGUMENT (sizes overflow). */
 static wf_status_t mirrors(staged_comm_t *sc, size_t send_bytes,
                            size_t recv_bytes, unsigned char **ret_send,
                            unsigned char **ret_recv)
@@ -164,7 +164,7 @@ static wf_status_t mirrors(staged_comm_t *sc, size_t send_bytes,
         sc->mirror_cap = 0;
         sc->mirror = malloc(need);
         if (!sc->mirror)
-            return WF_E_NOMEM;
+            return WF_E_NO_MEMORY;
         sc->mirror_cap = need;
     }
     *ret_send = send_bytes ? sc->mirror : NULL;
@@ -219,12 +219,12 @@ wf_status_t wf_comm_staged_wrap(wf_comm_t *inner, const wf_backend_ops_t *ops,
     if (!inner || !ops || !ctx || !ret_comm || !ops->copy_h2d ||
         !ops->copy_d2h || !ops->synchronize) {
         wf_comm_destroy(&inner);
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     }
     staged_comm_t *sc = calloc(1, sizeof *sc);
     if (!sc) {
         wf_comm_destroy(&inner);
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     }
     /* wf_comm_backend reads iface->name: a per-handle copy of the table
      * carries the per-handle name */
@@ -294,13 +294,13 @@ static wf_status_t post_grouped(staged_comm_t *sc, const void *dev_src,
         int cap = sc->cap_posted ? 2 * sc->cap_posted : 8;
         posted_t *p = realloc(sc->posted, (size_t)cap * sizeof *p);
         if (!p)
-            return fail(sc, WF_E_NOMEM);
+            return fail(sc, WF_E_NO_MEMORY);
         sc->posted = p;
         sc->cap_posted = cap;
     }
     unsigned char *m = NULL;
     if (bytes > 0 && !(m = malloc(bytes)))
-        return fail(sc, WF_E_NOMEM);
+        return fail(sc, WF_E_NO_MEMORY);
     wf_status_t st = WF_OK;
     if (dev_src && (st = copy_in(sc, m, dev_src, bytes)) != WF_OK) {
         free(m);
@@ -380,10 +380,10 @@ static wf_status_t post_req(staged_comm_t *sc, const void *dev_src,
 {
     wf_comm_req_t *r = calloc(1, sizeof *r);
     if (!r)
-        return fail(sc, WF_E_NOMEM);
+        return fail(sc, WF_E_NO_MEMORY);
     if (bytes > 0 && !(r->mirror = malloc(bytes))) {
         free(r);
-        return fail(sc, WF_E_NOMEM);
+        return fail(sc, WF_E_NO_MEMORY);
     }
     r->dev = dev_dst;
     r->bytes = bytes;

@@ -51,8 +51,8 @@
  * inner handle (the world). wf_comm_backend answers "staged(<inner>)"
  * ("staged(host)"); unlike comm.h's static names, that string is the
  * handle's and is valid until wf_comm_destroy.
- * Errors: WF_E_INVALID (NULL arguments, ops without the copies; inner is
- * destroyed), WF_E_NOMEM. */
+ * Errors: WF_E_BAD_ARGUMENT (NULL arguments, ops without the copies; inner is
+ * destroyed), WF_E_NO_MEMORY. */
 wf_status_t wf_comm_staged_wrap(wf_comm_t *inner, const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, wf_comm_t **ret_comm);
 

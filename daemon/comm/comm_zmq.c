@@ -276,7 +276,7 @@ wf_status_t wf_comm_zmq_local_new(wf_comm_zmq_local_t **ret_local)
     assert(ret_local);
     wf_comm_zmq_local_t *l = calloc(1, sizeof *l);
     if (!l)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (l->efd < 0) {
         free(l);
@@ -368,7 +368,7 @@ wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
         return WF_E_BAD_ARGUMENT;
     wf_comm_zmq_endpoint_t *ep = calloc(1, sizeof *ep);
     if (!ep)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     ep->sock = router_new(zmq_ctx, max_message_bytes);
     if (!ep->sock) {
         free(ep);
@@ -414,13 +414,13 @@ static wf_status_t pool_grow(zrank_t *rs)
         int cap = rs->cap_chunks ? 2 * rs->cap_chunks : 4;
         wf_comm_req_t **p = realloc(rs->chunks, (size_t)cap * sizeof *p);
         if (!p)
-            return WF_E_NOMEM;
+            return WF_E_NO_MEMORY;
         rs->chunks = p;
         rs->cap_chunks = cap;
     }
     wf_comm_req_t *chunk = calloc(REQ_CHUNK, sizeof *chunk);
     if (!chunk)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     rs->chunks[rs->nchunks++] = chunk;
     for (int i = 0; i < REQ_CHUNK; i++) {
         chunk[i].rs = rs;
@@ -503,7 +503,7 @@ static int key_match(uint64_t comm_a, uint32_t tag_a, int phase_a,
 
 /* A data message from world rank src: complete the first matching posted
  * receive, or keep it as unexpected. Takes the payload (closes or moves
- * it). WF_E_NOMEM when it can be neither. */
+ * it). WF_E_NO_MEMORY when it can be neither. */
 static wf_status_t deliver(zrank_t *rs, int src, uint64_t comm_id,
                            uint32_t tag, int phase, int op, zmq_msg_t *pay)
 {
@@ -528,7 +528,7 @@ static wf_status_t deliver(zrank_t *rs, int src, uint64_t comm_id,
         rs->free_umsg = u->next;
     else if (!(u = malloc(sizeof *u))) {
         zmq_msg_close(pay);
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     }
     u->next = NULL;
     u->comm_id = comm_id;
@@ -782,7 +782,7 @@ static wf_status_t post_recv(zcomm_t *zc, void *buf, size_t bytes, int peer,
         return st;
     wf_comm_req_t *r = req_get(rs, REQ_RECV);
     if (!r)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     int src = zc->world_of[peer];
     r->rbuf = buf;
     r->bytes = bytes;
@@ -829,13 +829,13 @@ static wf_status_t post_send(zcomm_t *zc, const void *buf, size_t bytes,
     int dst = zc->world_of[peer];
     wf_comm_req_t *r = req_get(rs, REQ_SEND);
     if (!r)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     r->bytes = bytes;
     if (dst == rs->rank) {
         zmq_msg_t m;
         if (zmq_msg_init_size(&m, bytes) != 0) {
             req_put(rs, r);
-            return WF_E_NOMEM;
+            return WF_E_NO_MEMORY;
         }
         if (bytes)
             memcpy(zmq_msg_data(&m), buf, bytes);
@@ -913,7 +913,7 @@ static wf_status_t p2p(zcomm_t *zc, int send, const void *sbuf, void *rbuf,
         int cap = 2 * zc->cap_pending;
         wf_comm_req_t **p = realloc(zc->pending, (size_t)cap * sizeof *p);
         if (!p)
-            return WF_E_NOMEM;
+            return WF_E_NO_MEMORY;
         zc->pending = p;
         zc->cap_pending = cap;
     }
@@ -1244,7 +1244,7 @@ static wf_status_t z_allreduce(wf_comm_t *c, const void *sendbuf,
     if (need > rs->scratch_cap) {
         void *p = realloc(rs->scratch, need);
         if (!p)
-            return WF_E_NOMEM; /* NOTE: the peers then wait for an abort */
+            return WF_E_NO_MEMORY; /* NOTE: the peers then wait for an abort */
         rs->scratch = p;
         rs->scratch_cap = need;
     }
@@ -1460,7 +1460,7 @@ static wf_status_t z_split(wf_comm_t *c, int color, int key,
     put32(mine + 4, (uint32_t)key);
     unsigned char *all = malloc(8 * (size_t)n);
     if (!all)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     wf_status_t st = gather_all(zc, OPC_SPLIT, mine, 8, all, NULL, NULL, 8);
     if (st != WF_OK || color < 0) {
         free(all);
@@ -1479,7 +1479,7 @@ static wf_status_t z_split(wf_comm_t *c, int color, int key,
     int *world_of = malloc((size_t)size * sizeof *world_of);
     if (!world_of) {
         free(all);
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     }
     /* member j goes to the place its (key, rank) takes among the members */
     for (int j = 0; j < n; j++) {
@@ -1499,7 +1499,7 @@ static wf_status_t z_split(wf_comm_t *c, int color, int key,
         id++;
     zcomm_t *nz = zcomm_new(zc->rs, id, size, pos, world_of);
     if (!nz)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     atomic_fetch_add(&zc->rs->refs, 1);
     *ret_comm = &nz->base;
     return WF_OK;
@@ -1619,7 +1619,7 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     rs = rank_alloc(cfg, rank);
     if (!rs) {
         wf_comm_zmq_local_unref(&local);
-        st = WF_E_NOMEM;
+        st = WF_E_NO_MEMORY;
         goto fail;
     }
     rs->local = local; /* rs owns the reference from here */
@@ -1698,14 +1698,14 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     }
     int *world_of = malloc((size_t)cfg->nranks * sizeof *world_of);
     if (!world_of) {
-        st = WF_E_NOMEM;
+        st = WF_E_NO_MEMORY;
         goto fail;
     }
     for (int j = 0; j < cfg->nranks; j++)
         world_of[j] = j;
     zcomm_t *zc = zcomm_new(rs, WORLD_COMM_ID, cfg->nranks, rank, world_of);
     if (!zc) {
-        st = WF_E_NOMEM;
+        st = WF_E_NO_MEMORY;
         goto fail;
     }
     *ret_comm = &zc->base;

@@ -106,7 +106,7 @@ typedef struct wf_comm_zmq_config {
 /* --- abort domain ----------------------------------------------------- */
 
 /* Create an abort domain. Caller owns one reference
- * (wf_comm_zmq_local_unref). Errors: WF_E_NOMEM, WF_E_INTERNAL (no
+ * (wf_comm_zmq_local_unref). Errors: WF_E_NO_MEMORY, WF_E_INTERNAL (no
  * eventfd). */
 wf_status_t wf_comm_zmq_local_new(wf_comm_zmq_local_t **ret_local);
 
@@ -133,7 +133,7 @@ void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l);
  * port such as "tcp://127.0.0.1:*" is allowed). max_message_bytes as in
  * the config (<= 0: no limit). Caller owns *ret_ep. Errors:
  * WF_E_BAD_ARGUMENT (address too long), WF_E_CONNECT (bind failed),
- * WF_E_NOMEM, WF_E_INTERNAL. */
+ * WF_E_NO_MEMORY, WF_E_INTERNAL. */
 wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
                                      int64_t max_message_bytes,
                                      wf_comm_zmq_endpoint_t **ret_ep);
@@ -166,7 +166,7 @@ wf_status_t wf_comm_zmq_world_new(const wf_comm_zmq_config_t *cfg, int rank,
  * Errors: WF_E_BAD_ARGUMENT (config), WF_E_CONNECT (bind / connect
  * failed), WF_E_TIMEOUT (a peer did not answer within
  * connect_timeout_ms), WF_E_ABORTED (the domain was aborted meanwhile),
- * WF_E_NOMEM, WF_E_INTERNAL. */
+ * WF_E_NO_MEMORY, WF_E_INTERNAL. */
 wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
                                    wf_comm_zmq_endpoint_t **ep, char *err,
                                    size_t errlen, wf_comm_t **ret_comm);

@@ -1741,7 +1741,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     x.ctx = ctx;
     x.g = geo_of(&shard->cfg, job, T, R, U);
     x.ws = workspace;
-    wf_status_t st = WF_E_INVALID;
+    wf_status_t st = WF_E_BAD_ARGUMENT;
     if (!group_ok(group))
         goto fail;
     x.t = T > 1 ? wf_comm_rank(group->tp) : 0;

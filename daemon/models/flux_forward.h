@@ -184,7 +184,7 @@ size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
 /* Run the forward on this rank with its shard (every rank of the replica
  * calls it with the same job and its own group). `workspace` 64-byte
  * aligned, `bytes` >= wf_flux_forward_workspace(...). WF_OK, or a comm /
- * backend error (the world aborted), or WF_E_INVALID for a short
+ * backend error (the world aborted), or WF_E_BAD_ARGUMENT for a short
  * workspace, a shard cut for another tp, or missing root pointers. */
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
                                 const wf_flux_job_t *job,

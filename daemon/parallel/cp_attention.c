@@ -1114,7 +1114,7 @@ static wf_status_t run_common(const wf_cp_job_t *job, const wf_cp_group_t *group
     x.L = layout_of(&c, job, &x.g, &f, ops, dev);
     x.ws = workspace;
     x.hws = dev ? host_ws : workspace;
-    st = WF_E_INVALID;
+    st = WF_E_BAD_ARGUMENT;
     if (c.overflow || !workspace || ((uintptr_t)workspace & 63u) != 0 ||
         bytes < x.L.total)
         goto fail;

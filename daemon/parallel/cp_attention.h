@@ -165,7 +165,7 @@ wf_status_t wf_cp_attention_segments(const wf_cp_job_t *job, int R, int U,
  * and lse. A backend on device memory (dev_alloc set) takes
  * wf_cp_attention_run_dev instead. Returns WF_OK; WF_E_BAD_ARGUMENT when
  * check() refuses the job, the backend is on device memory, or the group
- * does not match (R, U); WF_E_INVALID for a short workspace
+ * does not match (R, U); WF_E_BAD_ARGUMENT for a short workspace
  * or missing root tensors (local mode: this rank's); a comm error (WF_E_ABORTED) or a backend
  * error. On any error after validation this rank aborts the group's
  * world (wf_comm_abort) so that no peer waits forever in a collective;

@@ -132,18 +132,13 @@ static wf_status_t device_world(wf_worker_t *w)
  * rank): collective over the local workers, bounded by the init timeout. */
 static wf_status_t nccl_world(wf_worker_t *w, const wf_djob_t *job, int rank)
 {
-#ifdef WF_HAVE_NCCL
     wf_comm_nccl_opts_t o = {
         .device = w->device,
         .stream = w->ops->native_stream ? w->ops->native_stream(w->ctx) : NULL,
-        .init_timeout_ms = 30000,
+        .init_timeout_ms = w->nccl_init_timeout_ms,
         .op_timeout_ms = 0,
     };
     return wf_comm_nccl_init(&job->nccl_id, job->group_size, rank, &o, &w->world);
-#else
-    (void)w, (void)job, (void)rank;
-    return WF_E_UNAVAILABLE;
-#endif
 }
 
 wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,

@@ -55,6 +55,8 @@ struct wf_worker {
     wf_rank_models_t models;     /* resident model shards for w->mesh's tp
                                     coordinate (regroup jobs sync them) */
     wf_log_t *log;               /* borrowed from the daemon */
+    uint32_t nccl_init_timeout_ms; /* bound on joining an NCCL world (the
+                                    nccl_init_timeout_ms setting); set before start */
     /* Test hook (WEFT_TEST_FAIL_JOB, read once by the server; see
      * wf_worker_set_fault): job parts whose sequence number is listed fail
      * as a failed step does. Set before the first task, read-only after. */

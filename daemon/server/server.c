@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "cluster/cluster.h"
 #include "comm/comm_host.h"
+#include "comm/comm_nccl.h"
 #include "comm/comm_zmq.h"
 #include "runtime/job.h"
 #include "base/mesh.h"
@@ -213,25 +214,18 @@ static void set_max_msg_size(wf_server_t *srv)
 /* Whether this daemon's comm worlds are NCCL's: NCCL built, every rank on
  * a GPU of its own (one GPU cannot hold two ranks of one communicator:
  * the mixed mode uses the host comm behind comm_staged.h), one node (a
- * world across daemons is ZeroMQ's), and not turned off with WEFT_NCCL=0
- * in the environment (for comparisons). */
-static bool use_nccl(const wf_server_t *srv, const wf_settings_t *s, bool cluster)
+ * world across daemons is ZeroMQ's), and the `nccl` setting on (off for
+ * comparisons: WEFT_NCCL=0). */
+static bool use_nccl(const wf_settings_t *s, bool cluster)
 {
-#ifdef WF_HAVE_NCCL
-    if (cluster || s->device_kind != WF_DEVICE_CUDA)
+    if (!wf_comm_nccl_built() || !s->nccl || cluster ||
+        s->device_kind != WF_DEVICE_CUDA)
         return false;
-    for (size_t i = 0; srv->envp && srv->envp[i]; i++)
-        if (strcmp(srv->envp[i], "WEFT_NCCL=0") == 0)
-            return false;
     for (uint32_t d = 0; d < s->device_count; d++)
         for (uint32_t e = d + 1; e < s->device_count; e++)
             if (s->gpu[d] == s->gpu[e])
                 return false;
     return true;
-#else
-    (void)srv, (void)s, (void)cluster;
-    return false;
-#endif
 }
 
 /* A regroup job for every worker: split the world (a new one when
@@ -248,14 +242,12 @@ static wf_djob_t *regroup_job_new(wf_server_t *srv, const wf_mesh_t *mesh,
     job->plan_epoch = mesh->epoch;
     job->epoch = mesh->epoch;
     job->world = world;
-#ifdef WF_HAVE_NCCL
     if (world && srv->nccl) {
         job->nccl = wf_comm_nccl_unique_id(&job->nccl_id) == WF_OK;
         if (!job->nccl)
             wf_log(srv->log, WF_LOG_WARNING, "ncclGetUniqueId failed: this world "
                    "uses the host comm");
     }
-#endif
     job->run = wf_worker_regroup_run;
     job->group_size = (int)srv->n_workers;
     job->rank_base = (int)srv->cl.first_rank;
@@ -277,40 +269,21 @@ static void regroup_submit(wf_server_t *srv, wf_djob_t *job)
         wf_worker_submit(&srv->workers[r], &job->task[r]);
 }
 
-/* Test hook, read once at start-up, ignored unless set:
- * WEFT_TEST_FAIL_JOB=SEQ[,SEQ...] makes this daemon's ranks of the jobs
- * with those global sequence numbers (0 = the coordinator's first job)
- * fail with WF_E_INTERNAL as a failing step does, aborting the comm world
- * (wf_worker_set_fault). Only for tests of the recovery (e.g.
- * tests/test_cluster_fault.c): nothing else in the daemon fails jobs on
- * purpose. */
-static void set_test_fault(wf_server_t *srv, char *const *envp)
+/* The test hook WEFT_TEST_FAIL_JOB (settings.test, config.h): this
+ * daemon's ranks of the listed jobs fail with WF_E_INTERNAL as a failing
+ * step does, aborting the comm world (wf_worker_set_fault). Only for
+ * tests of the recovery (e.g. tests/test_cluster_fault.c): nothing else
+ * in the daemon fails jobs on purpose. */
+static void set_test_fault(wf_server_t *srv)
 {
-    const char *k = "WEFT_TEST_FAIL_JOB=";
-    const char *v = NULL;
-    for (size_t i = 0; envp && envp[i]; i++)
-        if (strncmp(envp[i], k, strlen(k)) == 0)
-            v = envp[i] + strlen(k);
-    if (!v || !*v)
+    const wf_test_hooks_t *t = &srv->settings.test;
+    if (t->n_fail_jobs == 0)
         return;
-    uint64_t seq[WF_WORKER_MAX_FAULTS];
-    uint32_t n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", v);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
-         t = strtok_r(NULL, ",", &save)) {
-        if (n == WF_WORKER_MAX_FAULTS || !wf_parse_size(t, &seq[n])) {
-            wf_log(srv->log, WF_LOG_WARNING, "WEFT_TEST_FAIL_JOB='%s': not a "
-                   "list of at most %d sequence numbers; ignored", v,
-                   WF_WORKER_MAX_FAULTS);
-            return;
-        }
-        n++;
-    }
     for (uint32_t d = 0; d < srv->n_workers; d++)
-        wf_worker_set_fault(&srv->workers[d], seq, n);
-    wf_log(srv->log, WF_LOG_WARNING, "WEFT_TEST_FAIL_JOB=%s: jobs of these "
-           "sequence numbers fail on this daemon's ranks (test only)", v);
+        wf_worker_set_fault(&srv->workers[d], t->fail_jobs, t->n_fail_jobs);
+    wf_log(srv->log, WF_LOG_WARNING, "WEFT_TEST_FAIL_JOB: jobs of %u sequence "
+           "numbers, the first %" PRIu64 ", fail on this daemon's ranks (test only)",
+           t->n_fail_jobs, t->fail_jobs[0]);
 }
 
 /* Build the world and the groups of the initial mesh before serving:
@@ -318,15 +291,13 @@ static void set_test_fault(wf_server_t *srv, char *const *envp)
 static wf_status_t regroup_at_start(wf_server_t *srv)
 {
     if (srv->ops->dev_alloc) {
-#ifdef WF_HAVE_NCCL
         if (srv->nccl)
             wf_log(srv->log, WF_LOG_INFO, "comm: NCCL %d.%d.%d between the %u GPUs",
                    wf_comm_nccl_version() / 10000, wf_comm_nccl_version() / 100 % 100,
                    wf_comm_nccl_version() % 100, srv->n_workers);
         else
-#endif
             wf_log(srv->log, WF_LOG_INFO, "comm: host, staged through each GPU's copies "
-                   "(ranks sharing a GPU, NCCL not built, or WEFT_NCCL=0)");
+                   "(ranks sharing a GPU, NCCL not built, or nccl = false)");
     }
     wf_status_t st = wf_comm_host_world_new((int)srv->n_workers, &srv->world);
     if (st != WF_OK) {
@@ -559,9 +530,10 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         srv->n_workers = d + 1;      /* a failed one is still joined */
         if (st != WF_OK)
             goto fail;
+        srv->workers[d].nccl_init_timeout_ms = settings->nccl_init_timeout_ms;
     }
-    set_test_fault(srv, envp);
-    srv->nccl = use_nccl(srv, settings, cluster);
+    set_test_fault(srv);
+    srv->nccl = use_nccl(settings, cluster);
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
                   settings->queue_capacity, &mesh, log);
     if (!cluster && regroup_at_start(srv) != WF_OK)
@@ -589,7 +561,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         goto fail;
     if (cluster) {
         if (bind_spares(srv) != WF_OK ||
-            wf_cluster_new(&srv->settings, srv->zctx, srv->cl.data, envp, log,
+            wf_cluster_new(&srv->settings, srv->zctx, srv->cl.data, log,
                            &srv->notify, &srv->cluster) != WF_OK)
             goto fail;
         wf_cluster_on_message(srv->cluster, cluster_message, srv);

@@ -51,10 +51,10 @@ static wf_status_t cpu_ctx_new(int index, uint64_t memory_budget,
                                wf_backend_ctx_t **ret_ctx)
 {
     if (!ret_ctx || index < 0)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_backend_ctx_t *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     ctx->index = index;
     if (memory_budget == 0) {
         long pages = sysconf(_SC_PHYS_PAGES);
@@ -294,12 +294,12 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
 {
     (void)ctx;
     if (!params_valid(p) || !workspace)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     const int64_t B = p->B, Sq = p->Sq, Skv = p->Skv, Hq = p->Hq,
                   Hkv = p->Hkv, D = p->D;
     ws_layout_t w = ws_layout(p);
     if (w.total == SIZE_MAX)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     unsigned char *base = workspace;
     float *kf = (float *)(void *)(base + w.k);
     float *vf = (float *)(void *)(base + w.v);

@@ -386,7 +386,7 @@ wf_status_t wf_cuda_attention_launch(const wf_attn_params_t *p,
                                      cudaStream_t stream)
 {
     if (!p || !g)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (g->kernel != WF_CUDA_KERNEL_MMA)
         return wf_cuda_attention_wgmma_launch(p, g, stream);
     if (g->grid[0] == 0 || g->grid[1] == 0 || g->grid[2] == 0)

@@ -775,7 +775,7 @@ wf_status_t wf_cuda_attention_wgmma_launch(const wf_attn_params_t *p,
 {
     if (!p || !g || g->block[0] != NTHREADS ||
         (g->kernel != WF_CUDA_KERNEL_WGMMA && g->kernel != WF_CUDA_KERNEL_WGMMA_PIPE))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (g->grid[0] == 0 || g->grid[1] == 0 || g->grid[2] == 0)
         return WF_OK;
     const attn_args a = make_args(p);
@@ -840,7 +840,7 @@ extern "C" wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n
     if (!hA || !hB || !hP || !hV || !fA || !fB || !fP || !fV || !gS || !gO || !rS || !rO) {
         free(hA); free(hB); free(hP); free(hV); free(fA); free(fB); free(fP); free(fV);
         free(gS); free(gO); free(rS); free(rO);
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     }
     unsigned x = 12345;
     auto val = [&]() {

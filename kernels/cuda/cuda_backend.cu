@@ -46,15 +46,15 @@ const uint64_t RESERVE = (uint64_t)1 << 30; /* left to NCCL / cuBLAS / context *
 wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
 {
     if (!ret_ctx || index < 0)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || index >= n) {
         (void)cudaGetLastError();
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     }
     wf_backend_ctx_t *c = static_cast<wf_backend_ctx_t *>(calloc(1, sizeof *c));
     if (!c)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     wf_status_t st = WF_E_INTERNAL;
     cudaDeviceProp prop;
     size_t free_b = 0, total_b = 0;
@@ -154,9 +154,9 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
 {
     (void)workspace; /* none needed */
     if (!c || !p || !p->q || !p->k || !p->v || !p->out)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (!aligned16(p->q) || !aligned16(p->k) || !aligned16(p->v) || !aligned16(p->out))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_cuda_attn_geom_t g;
     wf_status_t st = wf_cuda_attn_geometry(p, &c->limits, &g);
     if (st != WF_OK)
@@ -169,7 +169,7 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
 wf_status_t dev_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
 {
     if (!c || !ret_ptr)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     uint64_t off;
     wf_status_t st = wf_cuda_arena_take(&c->arena, bytes, &off);
     if (st != WF_OK)
@@ -188,7 +188,7 @@ wf_status_t copy(wf_backend_ctx_t *c, void *dst, const void *src, size_t bytes,
                  cudaMemcpyKind kind)
 {
     if (!c || ((!dst || !src) && bytes))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (bytes == 0)
         return WF_OK;
     if (cudaSetDevice(c->device) != cudaSuccess ||
@@ -212,7 +212,7 @@ wf_status_t copy_d2h(wf_backend_ctx_t *c, void *dst, const void *src, size_t byt
 wf_status_t synchronize(wf_backend_ctx_t *c)
 {
     if (!c)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (cudaSetDevice(c->device) != cudaSuccess ||
         cudaStreamSynchronize(c->stream) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -231,7 +231,7 @@ wf_status_t lse_merge(wf_backend_ctx_t *c, float *acc_out, float *acc_lse,
                       int64_t D, wf_dtype_t round_dtype)
 {
     if (!c)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return WF_E_INTERNAL;
     return wf_cuda_lse_merge_launch(acc_out, acc_lse, part_out, part_lse, rows, D,
@@ -242,7 +242,7 @@ wf_status_t convert(wf_backend_ctx_t *c, void *dst, wf_dtype_t dst_dtype, const 
                     wf_dtype_t src_dtype, size_t n)
 {
     if (!c)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return WF_E_INTERNAL;
     return wf_cuda_convert_launch(dst, dst_dtype, src, src_dtype, n, &c->limits, c->stream);
@@ -251,7 +251,7 @@ wf_status_t convert(wf_backend_ctx_t *c, void *dst, wf_dtype_t dst_dtype, const 
 wf_status_t fill_f32(wf_backend_ctx_t *c, float *dst, float value, size_t n)
 {
     if (!c)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return WF_E_INTERNAL;
     return wf_cuda_fill_f32_launch(dst, value, n, &c->limits, c->stream);

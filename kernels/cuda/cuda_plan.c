@@ -72,16 +72,16 @@ wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
                                   wf_cuda_attn_geom_t *ret_geom)
 {
     if (!lim || !ret_geom || !wf_cuda_attn_params_ok(p))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     int64_t tiles = (p->Sq + WF_CUDA_BR - 1) / WF_CUDA_BR;
     int64_t heads = p->h_end - p->h_begin;
     if (tiles > lim->max_grid_x || heads > lim->max_grid_y || p->B > lim->max_grid_z)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     int stages = 2;
     if (wf_cuda_attn_smem_bytes((int)p->D, stages) > lim->smem_optin)
         stages = 1;
     if (wf_cuda_attn_smem_bytes((int)p->D, stages) > lim->smem_optin)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_cuda_attn_geom_t g;
     g.grid[0] = (unsigned)tiles;
     g.grid[1] = (unsigned)heads;
@@ -148,7 +148,7 @@ wf_status_t wf_cuda_arena_init(wf_cuda_arena_t *a, uint64_t capacity,
                                uint64_t align)
 {
     if (!a || align < 16 || (align & (align - 1)) != 0)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     a->capacity = capacity & ~(align - 1);
     a->used = 0;
     a->high_water = 0;
@@ -161,7 +161,7 @@ wf_status_t wf_cuda_arena_take(wf_cuda_arena_t *a, uint64_t bytes,
                                uint64_t *ret_offset)
 {
     if (!a || !ret_offset)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     uint64_t free_bytes = a->capacity - a->used;
     if (bytes > free_bytes)
         return WF_E_NO_MEMORY;
@@ -235,7 +235,7 @@ wf_status_t wf_cuda_admit(const wf_attn_params_t *p, uint64_t free_bytes,
                           uint64_t *ret_need)
 {
     if (!wf_cuda_attn_params_ok(p))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     uint64_t need = wf_cuda_attn_job_bytes(p);
     if (ret_need)
         *ret_need = need;

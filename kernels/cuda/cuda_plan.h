@@ -88,7 +88,7 @@ typedef struct wf_cuda_attn_geom {
  * are not looked at. 1 when valid. */
 int wf_cuda_attn_params_ok(const wf_attn_params_t *p);
 
-/* Geometry for p on a device with limits *lim. WF_E_INVALID when p is
+/* Geometry for p on a device with limits *lim. WF_E_BAD_ARGUMENT when p is
  * invalid (wf_cuda_attn_params_ok) or the grid / shared memory exceed the
  * limits. An empty head range gives grid[1] == 0 (nothing to launch).
  * The compute dtype is bf16 when q is bf16, else f16 (f16 and f32 inputs:
@@ -139,7 +139,7 @@ typedef struct wf_cuda_arena {
 } wf_cuda_arena_t;
 
 /* Set up an arena of `capacity` bytes (rounded down to align). align must
- * be a power of two >= 16, else WF_E_INVALID (arena untouched). */
+ * be a power of two >= 16, else WF_E_BAD_ARGUMENT (arena untouched). */
 wf_status_t wf_cuda_arena_init(wf_cuda_arena_t *a, uint64_t capacity,
                                uint64_t align);
 
@@ -163,7 +163,7 @@ uint64_t wf_cuda_arena_free(const wf_cuda_arena_t *a);
 uint64_t wf_cuda_attn_job_bytes(const wf_attn_params_t *p);
 
 /* Admission, before anything is allocated: WF_OK when the job's bytes fit
- * `free_bytes`, WF_E_NO_MEMORY when not, WF_E_INVALID for invalid params.
+ * `free_bytes`, WF_E_NO_MEMORY when not, WF_E_BAD_ARGUMENT for invalid params.
  * *ret_need (may be NULL) gets the bytes needed. Pure. */
 wf_status_t wf_cuda_admit(const wf_attn_params_t *p, uint64_t free_bytes,
                           uint64_t *ret_need);

@@ -34,7 +34,7 @@ extern "C" wf_status_t wf_cuda_device_memory(int index, uint64_t *ret_free,
         return WF_E_UNAVAILABLE;
     }
     if (index < 0 || index >= n)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     size_t free_b = 0, total_b = 0;
     if (cudaSetDevice(index) != cudaSuccess ||
         cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {

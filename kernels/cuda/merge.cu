@@ -103,11 +103,11 @@ wf_status_t wf_cuda_lse_merge_launch(float *acc_out, float *acc_lse,
                                      cudaStream_t stream)
 {
     if (rows < 0 || D < 1 || D > INT32_MAX || !dtype_ok(round_dtype))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (rows == 0)
         return WF_OK;
     if (!acc_out || !acc_lse || !part_out || !part_lse || rows > (int64_t)INT32_MAX * 8)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     unsigned grid[3], block[3];
     wf_cuda_merge_geometry(rows, grid, block);
     lse_merge_kernel<<<dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]), 0,
@@ -122,11 +122,11 @@ wf_status_t wf_cuda_convert_launch(void *dst, wf_dtype_t dst_dt,
                                    cudaStream_t stream)
 {
     if (!dtype_ok(dst_dt) || !dtype_ok(src_dt))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (n == 0)
         return WF_OK;
     if (!dst || !src)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     unsigned grid[3], block[3];
     wf_cuda_convert_geometry(n, lim, grid, block);
     convert_kernel<<<dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]), 0,
@@ -140,7 +140,7 @@ wf_status_t wf_cuda_fill_f32_launch(float *dst, float value, size_t n,
     if (n == 0)
         return WF_OK;
     if (!dst)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     unsigned grid[3], block[3];
     wf_cuda_convert_geometry(n, lim, grid, block); /* grid-stride, as convert */
     fill_kernel<<<dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]), 0,

@@ -5,7 +5,7 @@
  *
  * Device pointers are checked: an op given a range that is not inside the
  * context's allocated arena (a host pointer, another context's buffer, a
- * buffer past the end) returns WF_E_INVALID and touches nothing, so a
+ * buffer past the end) returns WF_E_BAD_ARGUMENT and touches nothing, so a
  * caller that mixes up host and device pointers fails loudly, and a test
  * can provoke a failing copy.
  *
@@ -104,7 +104,7 @@ static wf_status_t standin_ctx_new(int index, uint64_t memory_budget,
                                    wf_backend_ctx_t **ret_ctx)
 {
     if (!ret_ctx || index < 0)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     uint64_t budget = memory_budget ? memory_budget : STANDIN_DEFAULT_ARENA;
     if (budget > SIZE_MAX - STANDIN_ALIGN)
         return WF_E_NO_MEMORY;
@@ -112,7 +112,7 @@ static wf_status_t standin_ctx_new(int index, uint64_t memory_budget,
                   STANDIN_ALIGN;
     wf_backend_ctx_t *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
-        return WF_E_NOMEM;
+        return WF_E_NO_MEMORY;
     ctx->arena = aligned_alloc(STANDIN_ALIGN, size);
     ctx->size = size;
     wf_status_t st = ctx->arena ? wf_backend_cpu()->ctx_new(index, budget,
@@ -139,7 +139,7 @@ static wf_status_t standin_dev_alloc(wf_backend_ctx_t *ctx, size_t bytes,
                                      void **ret_ptr)
 {
     if (!ctx || !ret_ptr)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     size_t off = (ctx->used + STANDIN_ALIGN - 1) / STANDIN_ALIGN * STANDIN_ALIGN;
     if (off > ctx->size || bytes > ctx->size - off)
         return WF_E_NO_MEMORY;
@@ -158,7 +158,7 @@ static wf_status_t standin_copy_h2d(wf_backend_ctx_t *ctx, void *dst,
                                     const void *src, size_t bytes)
 {
     if (!ctx || !dev_range(ctx, dst, bytes) || (!src && bytes))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_standin_xor(dst, src, bytes);
     ctx->counters.h2d++;
     ctx->counters.h2d_bytes += bytes;
@@ -169,7 +169,7 @@ static wf_status_t standin_copy_d2h(wf_backend_ctx_t *ctx, void *dst,
                                     const void *src, size_t bytes)
 {
     if (!ctx || !dev_range(ctx, src, bytes) || (!dst && bytes))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     wf_standin_xor(dst, src, bytes);
     ctx->counters.d2h++;
     ctx->counters.d2h_bytes += bytes;
@@ -178,7 +178,7 @@ static wf_status_t standin_copy_d2h(wf_backend_ctx_t *ctx, void *dst,
 
 static wf_status_t standin_synchronize(wf_backend_ctx_t *ctx)
 {
-    return ctx ? WF_OK : WF_E_INVALID;
+    return ctx ? WF_OK : WF_E_BAD_ARGUMENT;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -223,16 +223,16 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
     if (!ctx || !p || !dt_valid(p->q_dtype) || !dt_valid(p->k_dtype) ||
         !dt_valid(p->v_dtype) || !dt_valid(p->out_dtype) || p->h_begin < 0 ||
         p->h_end < p->h_begin || p->h_end > p->Hq)
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     size_t qb, kb, vb, ob, lb = 0;
     if (!tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->q_dtype, &qb) ||
         !tensor_bytes(p->B, p->Skv, p->Hkv, p->D, p->k_dtype, &kb) ||
         !tensor_bytes(p->B, p->Skv, p->Hkv, p->D, p->v_dtype, &vb) ||
         !tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->out_dtype, &ob) ||
         (p->lse && !tensor_bytes(p->B, p->Sq, p->Hq, 1, WF_DTYPE_F32, &lb)))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     if (!dev_range(ctx, p->out, ob) || !dev_range(ctx, p->lse, lb))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     wf_attn_params_t hp = *p;
     void *q = pull(ctx, p->q, qb), *k = pull(ctx, p->k, kb);
@@ -241,7 +241,7 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
     size_t wsb = cpu->attention_workspace(&hp);
     wsb = (wsb + STANDIN_WS_ALIGN - 1) / STANDIN_WS_ALIGN * STANDIN_WS_ALIGN;
     void *ws = aligned_alloc(STANDIN_WS_ALIGN, wsb ? wsb : STANDIN_WS_ALIGN);
-    wf_status_t st = WF_E_INVALID;
+    wf_status_t st = WF_E_BAD_ARGUMENT;
     if (q && k && v && out && (lse || !p->lse) && ws) {
         hp.q = q;
         hp.k = k;
@@ -282,10 +282,10 @@ static wf_status_t standin_lse_merge(wf_backend_ctx_t *ctx, float *acc_out,
         !mul_ok((size_t)rows, (size_t)D * sizeof(float), &ob) ||
         !mul_ok((size_t)rows, sizeof(float), &lb) ||
         !dev_range(ctx, acc_out, ob) || !dev_range(ctx, acc_lse, lb))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     float *ao = pull(ctx, acc_out, ob), *al = pull(ctx, acc_lse, lb);
     float *po = pull(ctx, part_out, ob), *pl = pull(ctx, part_lse, lb);
-    wf_status_t st = WF_E_INVALID;
+    wf_status_t st = WF_E_BAD_ARGUMENT;
     if (ao && al && po && pl) {
         wf_lse_merge_rows(ao, al, po, pl, rows, D, round_dtype);
         wf_standin_xor(acc_out, ao, ob);
@@ -309,11 +309,11 @@ static wf_status_t standin_convert(wf_backend_ctx_t *ctx, void *dst,
         !mul_ok(n, dt_size(src_dtype), &sb) ||
         !mul_ok(n, dt_size(dst_dtype), &db) ||
         !mul_ok(n, sizeof(float), &fb) || !dev_range(ctx, dst, db))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     void *s = pull(ctx, src, sb);
     float *f = malloc(fb ? fb : 1);
     void *d = malloc(db ? db : 1);
-    wf_status_t st = WF_E_INVALID;
+    wf_status_t st = WF_E_BAD_ARGUMENT;
     if (s && f && d) {
         wf_convert_to_f32(f, s, src_dtype, n);
         wf_convert_from_f32(d, dst_dtype, f, n);
@@ -332,7 +332,7 @@ static wf_status_t standin_fill_f32(wf_backend_ctx_t *ctx, float *dst,
 {
     size_t b;
     if (!ctx || !mul_ok(n, sizeof(float), &b) || !dev_range(ctx, dst, b))
-        return WF_E_INVALID;
+        return WF_E_BAD_ARGUMENT;
     unsigned char v[sizeof(float)];
     wf_standin_xor(v, &value, sizeof v);
     for (size_t i = 0; i < n; i++)
