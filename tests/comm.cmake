@@ -29,3 +29,9 @@ set_tests_properties(comm_staged PROPERTIES TIMEOUT 300)
 add_executable(test_p2p_plan ${CMAKE_CURRENT_LIST_DIR}/test_p2p_plan.c)
 target_link_libraries(test_p2p_plan PRIVATE weftd_core)
 add_test(NAME comm_p2p_plan COMMAND test_p2p_plan)
+
+# The request pool and group-call list of the host and zmq backends
+# (daemon/comm/request_pool.c; tests/test_request_pool.c).
+add_executable(test_request_pool ${CMAKE_CURRENT_LIST_DIR}/test_request_pool.c)
+target_link_libraries(test_request_pool PRIVATE weftd_core)
+add_test(NAME comm_request_pool COMMAND test_request_pool)

@@ -304,7 +304,8 @@ static host_comm_t *handle_new(wf_comm_host_world_t *w, host_group_t *g,
     hc->w = w;
     hc->g = g;
     if (wf_req_list_reserve(&hc->pending) != WF_OK ||
-        wf_req_pool_init(&hc->reqs, sizeof(wf_comm_req_t), NULL, NULL) != WF_OK) {
+        wf_req_pool_init(&hc->reqs, sizeof(wf_comm_req_t), NULL,
+                         NULL) != WF_OK) {
         handle_free(hc);
         return NULL;
     }
@@ -487,7 +488,8 @@ static wf_status_t host_allgather(wf_comm_t *c, const void *sendbuf,
         if (g->slots[j].bytes != bytes)
             return coll_exit(hc, WF_E_BAD_ARGUMENT);
     for (int j = 0; j < g->n; j++)
-        wf_comm_copy_at(recvbuf, (size_t)j * bytes, g->slots[j].sendbuf, 0, bytes);
+        wf_comm_copy_at(recvbuf, (size_t)j * bytes, g->slots[j].sendbuf, 0,
+                        bytes);
     return coll_exit(hc, WF_OK);
 }
 

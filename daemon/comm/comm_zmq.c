@@ -278,7 +278,8 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     }
     for (int j = 0; j < cfg->nranks; j++)
         world_of[j] = j;
-    zcomm_t *zc = wf_zmq_comm_new(rs, WORLD_COMM_ID, cfg->nranks, rank, world_of);
+    zcomm_t *zc =
+        wf_zmq_comm_new(rs, WORLD_COMM_ID, cfg->nranks, rank, world_of);
     if (!zc) {
         st = WF_E_NO_MEMORY;
         goto fail;

@@ -51,9 +51,9 @@
  * so sub-groups' messages never mix with the parent's or a sibling's.
  *
  * Memory: requests come from a per-rank pool (request_pool.h) that grows
- * by chunks and is reused; a message that arrives before its receive is posted is kept as
- * ZeroMQ received it (no copy) until the receive copies it out (received
- * frames are unaligned: always memcpy). allreduce keeps a per-rank scratch
+ * by chunks and is reused; a message that arrives before its receive is
+ * posted is kept as ZeroMQ received it (no copy) until the receive copies
+ * it out (received frames are unaligned: always memcpy). allreduce keeps a per-rank scratch
  * buffer that grows to the largest chunk seen; a handle keeps room for
  * one collective's requests and plan. Collectives do not allocate
  * otherwise; split does.

@@ -24,8 +24,9 @@ static wf_status_t p2p(zcomm_t *zc, int send, const void *sbuf, void *rbuf,
         return WF_E_NO_MEMORY;
     int64_t dl = wf_zmq_op_deadline(zc->rs);
     wf_comm_req_t *r = NULL;
-    wf_status_t st = send ? wf_zmq_post_send(zc, sbuf, bytes, peer, 0, 0, OPC_P2P, &r)
-                          : wf_zmq_post_recv(zc, rbuf, bytes, peer, 0, 0, OPC_P2P, &r);
+    wf_status_t st =
+        send ? wf_zmq_post_send(zc, sbuf, bytes, peer, 0, 0, OPC_P2P, &r)
+             : wf_zmq_post_recv(zc, rbuf, bytes, peer, 0, 0, OPC_P2P, &r);
     if (st != WF_OK)
         return st;
     if (zc->base.group_depth > 0) {
@@ -147,7 +148,8 @@ static void b_send(batch_t *b, const void *buf, size_t bytes, int peer,
 
 static wf_status_t b_wait(batch_t *b)
 {
-    wf_status_t st = wf_zmq_wait_reqs(b->zc->rs, b->zc->batch, b->k, b->deadline);
+    wf_status_t st =
+        wf_zmq_wait_reqs(b->zc->rs, b->zc->batch, b->k, b->deadline);
     b->k = 0;
     if (b->st != WF_OK) {
         st = b->st;

@@ -607,7 +607,6 @@ wf_status_t wf_zmq_post_send(zcomm_t *zc, const void *buf, size_t bytes,
     return WF_OK;
 }
 
-
 /* ---------------------------------------------------------------------- */
 /* ranks                                                                   */
 
@@ -633,7 +632,8 @@ zrank_t *wf_zmq_rank_alloc(const wf_comm_zmq_config_t *cfg, int rank)
     rs->zc_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (!rs->ids || !rs->posted || !rs->unexp || !rs->joined || !mu || !cv ||
         rs->zc_efd < 0 ||
-        wf_req_pool_init(&rs->reqs, sizeof(wf_comm_req_t), req_init, rs) != WF_OK) {
+        wf_req_pool_init(&rs->reqs, sizeof(wf_comm_req_t), req_init,
+                         rs) != WF_OK) {
         if (cv)
             pthread_cond_destroy(&rs->zc_cv);
         if (mu)
@@ -695,5 +695,6 @@ void wf_zmq_rank_unref(zrank_t *rs)
 {
     /* flush what is queued to live peers unless the world was aborted */
     if (atomic_fetch_sub(&rs->refs, 1) == 1)
-        wf_zmq_rank_free(rs, wf_zmq_is_aborted(rs) ? 0 : WF_COMM_ZMQ_LINGER_MS);
+        wf_zmq_rank_free(rs, wf_zmq_is_aborted(rs) ? 0
+                                                   : WF_COMM_ZMQ_LINGER_MS);
 }
