@@ -14,7 +14,7 @@ target_compile_options(test_cluster PRIVATE -O2)
 add_test(NAME e2e_cluster COMMAND test_cluster $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster PROPERTIES TIMEOUT 120)
 
-# The ZeroMQ comm backend across processes (daemon/comm/comm_zmq.c): every op,
+# The ZeroMQ comm backend across processes (daemon/comm/comm_zmq*.c): every op,
 # ring exchanges, splits, abort, timeouts, bad traffic, with forked ranks
 # on loopback (tests/test_comm_zmq.c).
 add_executable(test_comm_zmq ${CMAKE_CURRENT_LIST_DIR}/test_comm_zmq.c)

@@ -22,3 +22,16 @@ add_executable(test_comm_staged ${CMAKE_CURRENT_LIST_DIR}/test_comm_staged.c)
 target_link_libraries(test_comm_staged PRIVATE weftd_core weft_standin)
 add_test(NAME comm_staged COMMAND test_comm_staged)
 set_tests_properties(comm_staged PROPERTIES TIMEOUT 300)
+
+# The point-to-point plans comm_nccl and comm_zmq run
+# (daemon/comm/p2p_plan.c), simulated rank against rank; pure, so in every
+# build (tests/test_p2p_plan.c).
+add_executable(test_p2p_plan ${CMAKE_CURRENT_LIST_DIR}/test_p2p_plan.c)
+target_link_libraries(test_p2p_plan PRIVATE weftd_core)
+add_test(NAME comm_p2p_plan COMMAND test_p2p_plan)
+
+# The request pool and group-call list of the host and zmq backends
+# (daemon/comm/request_pool.c; tests/test_request_pool.c).
+add_executable(test_request_pool ${CMAKE_CURRENT_LIST_DIR}/test_request_pool.c)
+target_link_libraries(test_request_pool PRIVATE weftd_core)
+add_test(NAME comm_request_pool COMMAND test_request_pool)

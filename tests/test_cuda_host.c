@@ -1,10 +1,10 @@
 /* test_cuda_host.c — the host-side logic of the CUDA backend and of the
  * NCCL comm backend, without a GPU: attention launch geometry for many
  * shapes and both head dims, the device arena (offsets, alignment, high
- * water, refusal), admission, workspace sizes, NCCL split colors against
- * the mesh's groups, and the grouped point-to-point plans of uneven
- * all-to-allv / all-gatherv / scatterv / gatherv checked by simulating
- * every rank's plan against the others'. */
+ * water, refusal), admission, workspace sizes, and NCCL's deadlines, poll
+ * pacing and error mapping. (The point-to-point plans NCCL runs are
+ * tested in every build by tests/test_p2p_plan.c; the split colors are
+ * wf_mesh_color's, tested by tests/test_mesh.c.) */
 #include "cuda_plan.h"
 #if WEFT_TEST_NCCL
 #include "comm/comm_nccl.h"
@@ -256,173 +256,6 @@ static void test_admission(void)
 }
 
 #if WEFT_TEST_NCCL
-static void test_split_colors(void)
-{
-    static const int meshes[][4] = {{1, 1, 1, 1}, {2, 2, 2, 1}, {1, 2, 2, 2}, {1, 3, 2, 2},
-                                    {2, 1, 1, 4}, {1, 8, 1, 1}, {1, 1, 8, 1}};
-    for (size_t k = 0; k < sizeof meshes / sizeof meshes[0]; k++) {
-        const int *d = meshes[k];
-        wf_mesh_degrees_t deg = {(uint32_t)d[0], (uint32_t)d[1], (uint32_t)d[2],
-                                 (uint32_t)d[3]};
-        wf_mesh_t m;
-        CHECK(wf_mesh_init(&m, &deg, d[0] * d[1] * d[2] * d[3], NULL, 0) == WF_OK);
-        int W = m.world_size;
-        int col[64][WF_MESH_NGROUPS], key[64][WF_MESH_NGROUPS];
-        for (int r = 0; r < W; r++)
-            CHECK(wf_nccl_split_plan(&m, r, col[r], key[r]) == WF_OK);
-        /* Same color <=> same group; keys are the group index, colors
-         * non-negative (no rank left out). */
-        for (int g = 0; g < WF_MESH_NGROUPS; g++)
-            for (int r = 0; r < W; r++) {
-                int members[64], size = 0, idx = -1;
-                CHECK(wf_mesh_group(&m, (wf_mesh_dim_t)g, r, members, 64, &size, &idx) == WF_OK);
-                CHECK(col[r][g] >= 0 && key[r][g] == idx);
-                for (int s = 0; s < W; s++) {
-                    int in = 0;
-                    for (int i = 0; i < size; i++)
-                        in |= members[i] == s;
-                    CHECK((col[s][g] == col[r][g]) == in);
-                }
-            }
-        int c[WF_MESH_NGROUPS], kk[WF_MESH_NGROUPS];
-        CHECK(wf_nccl_split_plan(&m, W, c, kk) == WF_E_BAD_ARGUMENT);
-    }
-}
-
-/* Simulate a plan on n ranks with host buffers: every send is matched
- * with the receive of its peer, in order, sizes equal. */
-typedef struct rankplan {
-    wf_nccl_p2p_t ops[64];
-    size_t nops;
-    wf_nccl_copy_t self;
-} rankplan_t;
-
-static void execute(int n, rankplan_t *pl, unsigned char **send, unsigned char **recv)
-{
-    for (int r = 0; r < n; r++) {
-        if (pl[r].self.bytes)
-            memmove(recv[r] + pl[r].self.dst, send[r] + pl[r].self.src, pl[r].self.bytes);
-        for (size_t i = 0; i < pl[r].nops; i++) {
-            const wf_nccl_p2p_t *o = &pl[r].ops[i];
-            CHECK(o->bytes > 0 && o->peer != r && o->peer >= 0 && o->peer < n);
-            if (!o->is_send)
-                continue;
-            /* the k-th send r -> p matches the k-th receive at p from r */
-            int k = 0;
-            for (size_t j = 0; j < i; j++)
-                k += pl[r].ops[j].is_send && pl[r].ops[j].peer == o->peer;
-            const wf_nccl_p2p_t *m = NULL;
-            for (size_t j = 0; j < pl[o->peer].nops; j++) {
-                const wf_nccl_p2p_t *q = &pl[o->peer].ops[j];
-                if (!q->is_send && q->peer == r && k-- == 0) {
-                    m = q;
-                    break;
-                }
-            }
-            CHECK(m != NULL);
-            if (!m)
-                continue;
-            CHECK(m->bytes == o->bytes);
-            memcpy(recv[o->peer] + m->offset, send[r] + o->offset, o->bytes);
-        }
-        /* every receive has a sender */
-        for (size_t i = 0; i < pl[r].nops; i++)
-            if (!pl[r].ops[i].is_send) {
-                int found = 0;
-                for (size_t j = 0; j < pl[pl[r].ops[i].peer].nops; j++)
-                    found |= pl[pl[r].ops[i].peer].ops[j].is_send &&
-                             pl[pl[r].ops[i].peer].ops[j].peer == r;
-                CHECK(found);
-            }
-    }
-}
-
-static void test_plans(void)
-{
-    enum { N = 5, CAP = 4096 };
-    unsigned char sb[N][CAP], rb[N][CAP];
-    unsigned char *send[N], *recv[N];
-    rankplan_t pl[N];
-    for (int r = 0; r < N; r++) {
-        send[r] = sb[r];
-        recv[r] = rb[r];
-        for (int i = 0; i < CAP; i++)
-            sb[r][i] = (unsigned char)(r * 37 + i * 11);
-    }
-    /* Uneven all-to-allv, some zero counts: rank i sends (i + 2 j) % 4 * 13 bytes to j. */
-    size_t sc[N][N], sd[N][N], rc[N][N], rd[N][N];
-    for (int i = 0; i < N; i++) {
-        size_t o = 0;
-        for (int j = 0; j < N; j++) {
-            sc[i][j] = (size_t)((i + 2 * j) % 4) * 13;
-            sd[i][j] = o;
-            o += sc[i][j] + 3; /* gaps */
-        }
-    }
-    for (int j = 0; j < N; j++) {
-        size_t o = 0;
-        for (int i = 0; i < N; i++) {
-            rc[j][i] = sc[i][j];
-            rd[j][i] = o;
-            o += rc[j][i];
-        }
-    }
-    memset(rb, 0, sizeof rb);
-    for (int r = 0; r < N; r++)
-        pl[r].nops = wf_nccl_plan_alltoallv(r, N, sc[r], sd[r], rc[r], rd[r], pl[r].ops,
-                                            &pl[r].self);
-    execute(N, pl, send, recv);
-    for (int j = 0; j < N; j++)
-        for (int i = 0; i < N; i++)
-            CHECK(memcmp(rb[j] + rd[j][i], sb[i] + sd[i][j], rc[j][i]) == 0);
-    /* Ring order: first op of step 1 is a send to rank + 1. */
-    CHECK(pl[0].nops > 0);
-
-    /* Uneven all-gatherv: rank j contributes 7 j bytes (rank 0 none). */
-    size_t cnt[N], dsp[N], o = 0;
-    for (int j = 0; j < N; j++) {
-        cnt[j] = (size_t)(7 * j);
-        dsp[j] = o;
-        o += cnt[j];
-    }
-    memset(rb, 0, sizeof rb);
-    for (int r = 0; r < N; r++)
-        pl[r].nops = wf_nccl_plan_allgatherv(r, N, cnt[r], cnt, dsp, pl[r].ops, &pl[r].self);
-    execute(N, pl, send, recv);
-    for (int r = 0; r < N; r++)
-        for (int j = 0; j < N; j++)
-            CHECK(memcmp(rb[r] + dsp[j], sb[j], cnt[j]) == 0);
-    size_t even;
-    CHECK(!wf_nccl_allgather_even(N, cnt, dsp, &even));
-    size_t ec[N], ed[N];
-    for (int j = 0; j < N; j++) {
-        ec[j] = 64;
-        ed[j] = 64 * (size_t)j;
-    }
-    CHECK(wf_nccl_allgather_even(N, ec, ed, &even) && even == 64);
-    ed[2] += 1;
-    CHECK(!wf_nccl_allgather_even(N, ec, ed, &even));
-
-    /* scatterv / gatherv with root 3. */
-    for (int root = 0; root < N; root += 3) {
-        memset(rb, 0, sizeof rb);
-        for (int r = 0; r < N; r++)
-            pl[r].nops = wf_nccl_plan_scatterv(r, N, root, r == root ? cnt : NULL,
-                                               r == root ? dsp : NULL, cnt[r], pl[r].ops,
-                                               &pl[r].self);
-        execute(N, pl, send, recv);
-        for (int r = 0; r < N; r++)
-            CHECK(memcmp(rb[r], sb[root] + dsp[r], cnt[r]) == 0);
-        memset(rb, 0, sizeof rb);
-        for (int r = 0; r < N; r++)
-            pl[r].nops = wf_nccl_plan_gatherv(r, N, root, cnt[r], r == root ? cnt : NULL,
-                                              r == root ? dsp : NULL, pl[r].ops, &pl[r].self);
-        execute(N, pl, send, recv);
-        for (int j = 0; j < N; j++)
-            CHECK(memcmp(rb[root] + dsp[j], sb[j], cnt[j]) == 0);
-    }
-}
-
 static void test_deadlines(void)
 {
     wf_nccl_deadline_t d = {1000, 0};
@@ -455,8 +288,6 @@ int main(void)
     test_arena();
     test_admission();
 #if WEFT_TEST_NCCL
-    test_split_colors();
-    test_plans();
     test_deadlines();
 #endif
     if (failures) {

@@ -283,3 +283,24 @@ void wf_comm_sum_ordered(wf_comm_dtype_t dtype, void *out, size_t count, int n,
     else
         SUM_ORDERED(float);
 }
+
+void wf_comm_chunk_range(size_t count, int n, int i, size_t *ret_lo,
+                         size_t *ret_hi)
+{
+    /* count * i may overflow for absurd counts; split as q * i + r-part */
+    size_t q = count / (size_t)n, r = count % (size_t)n;
+    size_t ui = (size_t)i;
+    *ret_lo = q * ui + (ui < r ? ui : r);
+    *ret_hi = *ret_lo + q + (ui < r ? 1 : 0);
+}
+
+void wf_comm_copy_at(void *dst, size_t doff, const void *src, size_t soff,
+                     size_t n)
+{
+    if (n == 0)
+        return;
+    char *d = (char *)dst + doff;
+    const char *s = (const char *)src + soff;
+    if (d != s)
+        memcpy(d, s, n);
+}

@@ -1,5 +1,13 @@
-/* comm.h — the data plane of weftd: one communicator interface, several
- * backends (host shared memory here; NCCL and cross-process ZeroMQ later).
+/* comm.h — the data plane of weftd: one communicator interface, four
+ * backends behind it (comm_impl.h's table):
+ *   - host (comm_host.h): ranks are threads of one process, memcpy
+ *     between their host buffers;
+ *   - zmq (comm_zmq.h): ranks in several processes and nodes, over
+ *     ZeroMQ point-to-point connections, host buffers;
+ *   - nccl (comm_nccl.h): one rank per GPU, device buffers (a stub that
+ *     fails with WF_E_UNAVAILABLE where NCCL is not built);
+ *   - staged (comm_staged.h): device buffers over a host or zmq comm,
+ *     through host mirrors (several ranks on one GPU, GPUs without NCCL).
  *
  * A wf_comm_t is one rank's handle on one group of ranks. Semantics are
  * NCCL's:
@@ -23,8 +31,11 @@
  * isend / irecv: until wf_comm_wait / wf_comm_test reports completion).
  * Collectives do not work in place unless the function says so.
  *
- * This header is backend-neutral: backends are created through their own
- * header (comm_host.h) and implement comm_impl.h. It does not log.
+ * This header is backend-neutral: a handle is created through its
+ * backend's header (above) and used through this one only. Callers: the
+ * server and the workers (server/, runtime/) create and split
+ * communicators; parallel/, models/ and jobs/ run operations on the
+ * handles they are given. Nothing here logs.
  */
 #ifndef WF_COMM_H
 #define WF_COMM_H

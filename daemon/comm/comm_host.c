@@ -1,6 +1,7 @@
 /* comm_host.c — host backend of comm.h for the worker threads of one
- * process (see comm_host.h). It does not cross processes (the ZeroMQ
- * backend will) and does not log.
+ * process (see comm_host.h). It does not cross processes (comm_zmq does)
+ * and does not log. Its collectives copy straight between the ranks'
+ * buffers, so it has no use for p2p_plan.h.
  *
  * Collectives. Each group has a generation-counted rendezvous (one mutex,
  * one condvar). A collective is: publish this rank's arguments in its
@@ -31,6 +32,7 @@
  */
 #include "comm_host.h"
 #include "comm_impl.h"
+#include "request_pool.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -125,16 +127,11 @@ typedef struct host_comm {
     struct wf_comm base;        /* must be first */
     host_group_t *g;            /* the group this handle is a rank of */
     wf_comm_host_world_t *w;    /* its world */
-    wf_comm_req_t *free_reqs;   /* request pool, free list */
-    wf_comm_req_t **chunks;     /* allocated request chunks */
-    int nchunks, cap_chunks;    /* used / room in chunks */
-    wf_comm_req_t **pending;    /* posted by send / recv in a group call */
-    int npending, cap_pending;  /* used / room in pending */
+    wf_req_pool_t reqs;         /* request pool */
+    wf_req_list_t pending;      /* posted by send / recv in a group call */
 } host_comm_t;
 
 _Static_assert(offsetof(host_comm_t, base) == 0, "base must come first");
-
-#define REQ_CHUNK 32
 
 static const struct wf_comm_iface host_iface;
 
@@ -271,52 +268,26 @@ void wf_comm_host_world_unref(wf_comm_host_world_t **w)
 }
 
 /* ---------------------------------------------------------------------- */
-/* handles and the request pool                                            */
-
-static wf_status_t pool_grow(host_comm_t *hc)
-{
-    if (hc->nchunks == hc->cap_chunks) {
-        int cap = hc->cap_chunks ? 2 * hc->cap_chunks : 4;
-        wf_comm_req_t **p = realloc(hc->chunks, (size_t)cap * sizeof *p);
-        if (!p)
-            return WF_E_NO_MEMORY;
-        hc->chunks = p;
-        hc->cap_chunks = cap;
-    }
-    wf_comm_req_t *chunk = calloc(REQ_CHUNK, sizeof *chunk);
-    if (!chunk)
-        return WF_E_NO_MEMORY;
-    hc->chunks[hc->nchunks++] = chunk;
-    for (int i = 0; i < REQ_CHUNK; i++) {
-        chunk[i].next = hc->free_reqs;
-        hc->free_reqs = &chunk[i];
-    }
-    return WF_OK;
-}
+/* handles and their requests                                              */
 
 static wf_comm_req_t *pool_get(host_comm_t *hc)
 {
-    if (!hc->free_reqs && pool_grow(hc) != WF_OK)
-        return NULL;
-    wf_comm_req_t *r = hc->free_reqs;
-    hc->free_reqs = r->next;
-    r->next = NULL;
+    wf_comm_req_t *r = wf_req_pool_get(&hc->reqs);
+    if (r)
+        r->next = NULL;
     return r;
 }
 
 static void pool_put(host_comm_t *hc, wf_comm_req_t *r)
 {
     r->state = REQ_FREE;
-    r->next = hc->free_reqs;
-    hc->free_reqs = r;
+    wf_req_pool_put(&hc->reqs, r);
 }
 
 static void handle_free(host_comm_t *hc)
 {
-    for (int i = 0; i < hc->nchunks; i++)
-        free(hc->chunks[i]);
-    free(hc->chunks);
-    free(hc->pending);
+    wf_req_pool_fini(&hc->reqs);
+    wf_req_list_fini(&hc->pending);
     free(hc);
 }
 
@@ -332,9 +303,9 @@ static host_comm_t *handle_new(wf_comm_host_world_t *w, host_group_t *g,
     hc->base.size = g->n;
     hc->w = w;
     hc->g = g;
-    hc->cap_pending = 8;
-    hc->pending = malloc((size_t)hc->cap_pending * sizeof *hc->pending);
-    if (!hc->pending || pool_grow(hc) != WF_OK) {
+    if (wf_req_list_reserve(&hc->pending) != WF_OK ||
+        wf_req_pool_init(&hc->reqs, sizeof(wf_comm_req_t), NULL,
+                         NULL) != WF_OK) {
         handle_free(hc);
         return NULL;
     }
@@ -491,20 +462,6 @@ static wf_status_t coll_exit(host_comm_t *hc, wf_status_t st)
             return coll_exit((hc), stvar);                                   \
     } while (0)
 
-/* Copy n bytes from src + soff to dst + doff. Offsets are applied only
- * when there is something to copy (a zero-size buffer may be NULL); equal
- * addresses are the in-place case and copy nothing. */
-static void copy_at(void *dst, size_t doff, const void *src, size_t soff,
-                    size_t n)
-{
-    if (n == 0)
-        return;
-    char *d = (char *)dst + doff;
-    const char *s = (const char *)src + soff;
-    if (d != s)
-        memcpy(d, s, n);
-}
-
 /* ---------------------------------------------------------------------- */
 /* collectives                                                             */
 
@@ -531,7 +488,8 @@ static wf_status_t host_allgather(wf_comm_t *c, const void *sendbuf,
         if (g->slots[j].bytes != bytes)
             return coll_exit(hc, WF_E_BAD_ARGUMENT);
     for (int j = 0; j < g->n; j++)
-        copy_at(recvbuf, (size_t)j * bytes, g->slots[j].sendbuf, 0, bytes);
+        wf_comm_copy_at(recvbuf, (size_t)j * bytes, g->slots[j].sendbuf, 0,
+                        bytes);
     return coll_exit(hc, WF_OK);
 }
 
@@ -553,7 +511,7 @@ static wf_status_t host_allgatherv(wf_comm_t *c, const void *sendbuf,
             if (g->slots[k].recvcounts[j] != g->slots[j].bytes)
                 return coll_exit(hc, WF_E_BAD_ARGUMENT);
     for (int j = 0; j < g->n; j++)
-        copy_at(recvbuf, displs[j], g->slots[j].sendbuf, 0,
+        wf_comm_copy_at(recvbuf, displs[j], g->slots[j].sendbuf, 0,
                 g->slots[j].bytes);
     return coll_exit(hc, WF_OK);
 }
@@ -572,7 +530,7 @@ static wf_status_t host_alltoall(wf_comm_t *c, const void *sendbuf,
         if (g->slots[j].bytes != bytes)
             return coll_exit(hc, WF_E_BAD_ARGUMENT);
     for (int j = 0; j < g->n; j++)
-        copy_at(recvbuf, (size_t)j * bytes, g->slots[j].sendbuf,
+        wf_comm_copy_at(recvbuf, (size_t)j * bytes, g->slots[j].sendbuf,
                 (size_t)me * bytes, bytes);
     return coll_exit(hc, WF_OK);
 }
@@ -598,20 +556,10 @@ static wf_status_t host_alltoallv(wf_comm_t *c, const void *sendbuf,
                 return coll_exit(hc, WF_E_BAD_ARGUMENT);
     for (int j = 0; j < g->n; j++) {
         const slot_t *p = &g->slots[j];
-        copy_at(recvbuf, rdispls[j], p->sendbuf, p->sdispls[me],
+        wf_comm_copy_at(recvbuf, rdispls[j], p->sendbuf, p->sdispls[me],
                 p->sendcounts[me]);
     }
     return coll_exit(hc, WF_OK);
-}
-
-/* Element range [lo, hi) of chunk i when count elements are cut in n. */
-static void chunk_range(size_t count, int n, int i, size_t *lo, size_t *hi)
-{
-    /* count * i may overflow for absurd counts; split as q * i + r-part */
-    size_t q = count / (size_t)n, r = count % (size_t)n;
-    size_t ui = (size_t)i;
-    *lo = q * ui + (ui < r ? ui : r);
-    *hi = *lo + q + (ui < r ? 1 : 0);
 }
 
 /* Input of rank j for the ordered sum: its send buffer from element lo. */
@@ -647,7 +595,7 @@ static wf_status_t host_allreduce(wf_comm_t *c, const void *sendbuf,
     /* phase 1: reduce my chunk from every rank's input into my output.
      * In place is safe: my chunk of my buffer is read by nobody else. */
     size_t lo, hi;
-    chunk_range(count, n, me, &lo, &hi);
+    wf_comm_chunk_range(count, n, me, &lo, &hi);
     sum_arg_t sa = { g->slots, lo * esize };
     wf_comm_sum_ordered(dtype, (char *)recvbuf + lo * esize, hi - lo, n,
                         slot_input, &sa);
@@ -658,8 +606,8 @@ static wf_status_t host_allreduce(wf_comm_t *c, const void *sendbuf,
     for (int j = 0; j < n; j++) {
         if (j == me)
             continue;
-        chunk_range(count, n, j, &lo, &hi);
-        copy_at(recvbuf, lo * esize, g->slots[j].recvbuf, lo * esize,
+        wf_comm_chunk_range(count, n, j, &lo, &hi);
+        wf_comm_copy_at(recvbuf, lo * esize, g->slots[j].recvbuf, lo * esize,
                 (hi - lo) * esize);
     }
     return coll_exit(hc, WF_OK);
@@ -679,7 +627,7 @@ static wf_status_t host_broadcast(wf_comm_t *c, void *buf, size_t bytes,
         if (g->slots[j].bytes != bytes)
             return coll_exit(hc, WF_E_BAD_ARGUMENT);
     if (c->rank != root)
-        copy_at(buf, 0, g->slots[root].sendbuf, 0, bytes);
+        wf_comm_copy_at(buf, 0, g->slots[root].sendbuf, 0, bytes);
     return coll_exit(hc, WF_OK);
 }
 
@@ -701,7 +649,7 @@ static wf_status_t host_scatterv(wf_comm_t *c, const void *sendbuf,
     for (int j = 0; j < g->n; j++)
         if (r->sendcounts[j] != g->slots[j].bytes)
             return coll_exit(hc, WF_E_BAD_ARGUMENT);
-    copy_at(recvbuf, 0, r->sendbuf, r->sdispls[me], recvbytes);
+    wf_comm_copy_at(recvbuf, 0, r->sendbuf, r->sdispls[me], recvbytes);
     return coll_exit(hc, WF_OK);
 }
 
@@ -725,7 +673,7 @@ static wf_status_t host_gatherv(wf_comm_t *c, const void *sendbuf,
             return coll_exit(hc, WF_E_BAD_ARGUMENT);
     /* push: each rank writes its own block of the root's buffer, so the
      * copies run in parallel on every rank */
-    copy_at(r->recvbuf, r->rdispls[me], sendbuf, 0, sendbytes);
+    wf_comm_copy_at(r->recvbuf, r->rdispls[me], sendbuf, 0, sendbytes);
     return coll_exit(hc, WF_OK);
 }
 
@@ -824,7 +772,7 @@ static void transfer(host_group_t *g, wf_comm_req_t *snd, wf_comm_req_t *rcv)
     if (snd->bytes != rcv->bytes)
         st = WF_E_BAD_ARGUMENT;
     else
-        copy_at(rcv->rbuf, 0, snd->sbuf, 0, snd->bytes);
+        wf_comm_copy_at(rcv->rbuf, 0, snd->sbuf, 0, snd->bytes);
     pthread_mutex_lock(&g->mu);
     snd->status = st;
     rcv->status = st;
@@ -989,20 +937,14 @@ static wf_status_t host_irecv(wf_comm_t *c, void *buf, size_t bytes, int peer,
 static wf_status_t p2p(host_comm_t *hc, int kind, const void *sbuf,
                        void *rbuf, size_t bytes, int peer)
 {
-    if (hc->base.group_depth > 0 && hc->npending == hc->cap_pending) {
-        int cap = 2 * hc->cap_pending;
-        wf_comm_req_t **p = realloc(hc->pending, (size_t)cap * sizeof *p);
-        if (!p)
-            return WF_E_NO_MEMORY;
-        hc->pending = p;
-        hc->cap_pending = cap;
-    }
+    if (hc->base.group_depth > 0 && wf_req_list_reserve(&hc->pending) != WF_OK)
+        return WF_E_NO_MEMORY;
     wf_comm_req_t *r = NULL;
     wf_status_t st = post(hc, kind, sbuf, rbuf, bytes, peer, &r);
     if (st != WF_OK)
         return st;
     if (hc->base.group_depth > 0) {
-        hc->pending[hc->npending++] = r;
+        wf_req_list_push(&hc->pending, r);
         return WF_OK;
     }
     return host_wait(&hc->base, r);
@@ -1023,12 +965,12 @@ static wf_status_t host_group_end(wf_comm_t *c)
 {
     host_comm_t *hc = H(c);
     wf_status_t first = WF_OK;
-    for (int i = 0; i < hc->npending; i++) {
-        wf_status_t st = host_wait(c, hc->pending[i]);
+    for (int i = 0; i < hc->pending.n; i++) {
+        wf_status_t st = host_wait(c, hc->pending.reqs[i]);
         if (first == WF_OK)
             first = st;
     }
-    hc->npending = 0;
+    hc->pending.n = 0;
     return first;
 }
 

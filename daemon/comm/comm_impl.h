@@ -87,4 +87,17 @@ typedef const void *(*wf_comm_sum_input_fn)(const void *arg, int j);
 void wf_comm_sum_ordered(wf_comm_dtype_t dtype, void *out, size_t count, int n,
                          wf_comm_sum_input_fn input, const void *arg);
 
+/* Element range [lo, hi) of chunk i when count elements are cut in n
+ * (the first count % n chunks one longer). Every backend that reduces
+ * chunk by chunk cuts with this one, so they all reduce the same elements
+ * together. */
+void wf_comm_chunk_range(size_t count, int n, int i, size_t *ret_lo,
+                         size_t *ret_hi);
+
+/* Copy n bytes from src + soff to dst + doff (host memory). Nothing for
+ * n == 0 (the buffers may then be NULL) or when the two addresses are
+ * equal (the in-place case). */
+void wf_comm_copy_at(void *dst, size_t doff, const void *src, size_t soff,
+                     size_t n);
+
 #endif /* WF_COMM_IMPL_H */

@@ -1,9 +1,12 @@
 /* comm_nccl.c — the NCCL backend of comm.h (see comm_nccl.h): handles,
  * non-blocking init / split with timeouts, every operation as grouped
- * NCCL calls on the worker's stream, completion and error polling, and
- * the pure planning functions. Does not log: statuses carry the error. */
+ * NCCL calls on the worker's stream (the uneven collectives and alltoall
+ * as the point-to-point plans of p2p_plan.h), completion and error
+ * polling, and the pure helpers of comm_nccl.h. Does not log: statuses
+ * carry the error. */
 #include "comm_nccl.h"
 #include "comm_impl.h"
+#include "p2p_plan.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -92,111 +95,6 @@ uint64_t wf_nccl_poll_delay_ns(unsigned iteration)
         return 0;
     uint64_t d = 1000u << ((iteration - 1000) / 100 < 7 ? (iteration - 1000) / 100 : 7);
     return d > 100000u ? 100000u : d;
-}
-
-wf_status_t wf_nccl_split_plan(const wf_mesh_t *m, int rank,
-                               int ret_color[WF_MESH_NGROUPS],
-                               int ret_key[WF_MESH_NGROUPS])
-{
-    if (!m || !ret_color || !ret_key || rank < 0 || rank >= m->world_size)
-        return WF_E_BAD_ARGUMENT;
-    int c[WF_MESH_NGROUPS], k[WF_MESH_NGROUPS];
-    for (int d = 0; d < WF_MESH_NGROUPS; d++) {
-        wf_status_t st = wf_mesh_color(m, (wf_mesh_dim_t)d, rank, &c[d], &k[d]);
-        if (st != WF_OK)
-            return st;
-    }
-    memcpy(ret_color, c, sizeof c);
-    memcpy(ret_key, k, sizeof k);
-    return WF_OK;
-}
-
-static void add_op(wf_nccl_p2p_t *ops, size_t *n, int peer, int is_send,
-                   size_t off, size_t bytes)
-{
-    if (bytes == 0)
-        return;
-    ops[*n] = (wf_nccl_p2p_t){peer, is_send, off, bytes};
-    (*n)++;
-}
-
-size_t wf_nccl_plan_alltoallv(int rank, int n, const size_t *sendcounts,
-                              const size_t *sdispls, const size_t *recvcounts,
-                              const size_t *rdispls, wf_nccl_p2p_t *ops,
-                              wf_nccl_copy_t *ret_self)
-{
-    size_t k = 0;
-    *ret_self = (wf_nccl_copy_t){sdispls[rank], rdispls[rank], sendcounts[rank]};
-    for (int s = 1; s < n; s++) {
-        int to = (rank + s) % n, from = (rank - s + n) % n;
-        add_op(ops, &k, to, 1, sdispls[to], sendcounts[to]);
-        add_op(ops, &k, from, 0, rdispls[from], recvcounts[from]);
-    }
-    return k;
-}
-
-size_t wf_nccl_plan_allgatherv(int rank, int n, size_t sendbytes,
-                               const size_t *recvcounts, const size_t *displs,
-                               wf_nccl_p2p_t *ops, wf_nccl_copy_t *ret_self)
-{
-    size_t k = 0;
-    *ret_self = (wf_nccl_copy_t){0, displs[rank], sendbytes};
-    for (int s = 1; s < n; s++) {
-        int to = (rank + s) % n, from = (rank - s + n) % n;
-        add_op(ops, &k, to, 1, 0, sendbytes);
-        add_op(ops, &k, from, 0, displs[from], recvcounts[from]);
-    }
-    return k;
-}
-
-size_t wf_nccl_plan_scatterv(int rank, int n, int root,
-                             const size_t *sendcounts, const size_t *displs,
-                             size_t recvbytes, wf_nccl_p2p_t *ops,
-                             wf_nccl_copy_t *ret_self)
-{
-    size_t k = 0;
-    *ret_self = (wf_nccl_copy_t){0, 0, 0};
-    if (rank != root) {
-        add_op(ops, &k, root, 0, 0, recvbytes);
-        return k;
-    }
-    *ret_self = (wf_nccl_copy_t){displs[root], 0, sendcounts[root]};
-    for (int s = 1; s < n; s++) {
-        int to = (root + s) % n;
-        add_op(ops, &k, to, 1, displs[to], sendcounts[to]);
-    }
-    return k;
-}
-
-size_t wf_nccl_plan_gatherv(int rank, int n, int root, size_t sendbytes,
-                            const size_t *recvcounts, const size_t *displs,
-                            wf_nccl_p2p_t *ops, wf_nccl_copy_t *ret_self)
-{
-    size_t k = 0;
-    *ret_self = (wf_nccl_copy_t){0, 0, 0};
-    if (rank != root) {
-        add_op(ops, &k, root, 1, 0, sendbytes);
-        return k;
-    }
-    *ret_self = (wf_nccl_copy_t){0, displs[root], recvcounts[root]};
-    for (int s = 1; s < n; s++) {
-        int from = (root + s) % n;
-        add_op(ops, &k, from, 0, displs[from], recvcounts[from]);
-    }
-    return k;
-}
-
-int wf_nccl_allgather_even(int n, const size_t *recvcounts,
-                           const size_t *displs, size_t *ret_bytes)
-{
-    if (n < 1)
-        return 0;
-    size_t c = recvcounts[0];
-    for (int j = 0; j < n; j++)
-        if (recvcounts[j] != c || displs[j] != (size_t)j * c)
-            return 0;
-    *ret_bytes = c;
-    return 1;
 }
 
 /* ---- polling ------------------------------------------------------------------------ */
@@ -326,10 +224,12 @@ static ncclResult_t post(nccl_comm_t *c, const posted_t *o, cudaStream_t s)
                       : ncclRecv(o->buf, o->bytes, ncclChar, o->peer, c->comm, s);
 }
 
-/* Run a plan (grouped p2p + local copy) on the main stream and wait. */
+/* Run a plan (grouped p2p + local copy) on the main stream and wait.
+ * Zero-byte operations are left out: every rank computed the same plan,
+ * so its peer leaves out the matching one too. */
 static wf_status_t run_plan(nccl_comm_t *c, const void *sendbuf, void *recvbuf,
-                            const wf_nccl_p2p_t *ops, size_t nops,
-                            const wf_nccl_copy_t *self)
+                            const wf_p2p_op_t *ops, size_t nops,
+                            const wf_p2p_copy_t *self)
 {
     if (self->bytes) {
         const char *src = (const char *)sendbuf + self->src;
@@ -343,6 +243,8 @@ static wf_status_t run_plan(nccl_comm_t *c, const void *sendbuf, void *recvbuf,
     }
     ncclResult_t r = ncclGroupStart();
     for (size_t i = 0; i < nops && r == ncclSuccess; i++) {
+        if (ops[i].bytes == 0)
+            continue;
         posted_t o = {ops[i].is_send ? (void *)((char *)sendbuf + ops[i].offset)
                                      : (void *)((char *)recvbuf + ops[i].offset),
                       ops[i].bytes, ops[i].peer, ops[i].is_send};
@@ -562,11 +464,11 @@ static wf_status_t nc_allgather(wf_comm_t *base, const void *sendbuf, void *recv
 }
 
 /* Room for a plan of 2 * n operations. */
-static wf_nccl_p2p_t *plan_room(int n, wf_nccl_p2p_t *stack)
+static wf_p2p_op_t *plan_room(int n, wf_p2p_op_t *stack)
 {
     if (n <= PLAN_STACK / 2)
         return stack;
-    return malloc(2 * (size_t)n * sizeof(wf_nccl_p2p_t));
+    return malloc(2 * (size_t)n * sizeof(wf_p2p_op_t));
 }
 
 static wf_status_t nc_allgatherv(wf_comm_t *base, const void *sendbuf, size_t sendbytes,
@@ -575,16 +477,16 @@ static wf_status_t nc_allgatherv(wf_comm_t *base, const void *sendbuf, size_t se
 {
     nccl_comm_t *c = (nccl_comm_t *)base;
     size_t even;
-    if (wf_nccl_allgather_even(base->size, recvcounts, displs, &even))
+    if (wf_p2p_allgather_even(base->size, recvcounts, displs, &even))
         return nc_allgather(base, sendbuf, recvbuf, even);
     wf_status_t st = coll_enter(c);
     if (st != WF_OK)
         return st;
-    wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
+    wf_p2p_op_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
         return fail(c, WF_E_NO_MEMORY);
-    wf_nccl_copy_t self;
-    size_t n = wf_nccl_plan_allgatherv(base->rank, base->size, sendbytes, recvcounts,
+    wf_p2p_copy_t self;
+    size_t n = wf_p2p_plan_allgatherv(base->rank, base->size, sendbytes, recvcounts,
                                        displs, ops, &self);
     st = run_plan(c, sendbuf, recvbuf, ops, n, &self);
     if (ops != stack)
@@ -601,11 +503,11 @@ static wf_status_t nc_alltoallv(wf_comm_t *base, const void *sendbuf,
     wf_status_t st = coll_enter(c);
     if (st != WF_OK)
         return st;
-    wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
+    wf_p2p_op_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
         return fail(c, WF_E_NO_MEMORY);
-    wf_nccl_copy_t self;
-    size_t n = wf_nccl_plan_alltoallv(base->rank, base->size, sendcounts, sdispls,
+    wf_p2p_copy_t self;
+    size_t n = wf_p2p_plan_alltoallv(base->rank, base->size, sendcounts, sdispls,
                                       recvcounts, rdispls, ops, &self);
     st = run_plan(c, sendbuf, recvbuf, ops, n, &self);
     if (ops != stack)
@@ -620,24 +522,15 @@ static wf_status_t nc_alltoall(wf_comm_t *base, const void *sendbuf, void *recvb
     wf_status_t st = coll_enter(c);
     if (st != WF_OK || bytes == 0)
         return st;
-    const int n = base->size, r = base->rank;
-    const char *sb = sendbuf;
-    char *rb = recvbuf;
-    if (cudaMemcpyAsync(rb + (size_t)r * bytes, sb + (size_t)r * bytes, bytes,
-                        cudaMemcpyDeviceToDevice, c->stream) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return fail(c, WF_E_INTERNAL);
-    }
-    ncclResult_t res = ncclGroupStart();
-    for (int s = 1; s < n && res == ncclSuccess; s++) {
-        int to = (r + s) % n, from = (r - s + n) % n;
-        res = ncclSend(sb + (size_t)to * bytes, bytes, ncclChar, to, c->comm, c->stream);
-        if (res == ncclSuccess)
-            res = ncclRecv(rb + (size_t)from * bytes, bytes, ncclChar, from, c->comm,
-                           c->stream);
-    }
-    ncclResult_t r2 = ncclGroupEnd();
-    return complete(c, res != ncclSuccess ? res : r2);
+    wf_p2p_op_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
+    if (!ops)
+        return fail(c, WF_E_NO_MEMORY);
+    wf_p2p_copy_t self;
+    size_t n = wf_p2p_plan_alltoall(base->rank, base->size, bytes, ops, &self);
+    st = run_plan(c, sendbuf, recvbuf, ops, n, &self);
+    if (ops != stack)
+        free(ops);
+    return st;
 }
 
 static wf_status_t nc_allreduce(wf_comm_t *base, const void *sendbuf, void *recvbuf,
@@ -671,11 +564,11 @@ static wf_status_t nc_scatterv(wf_comm_t *base, const void *sendbuf,
     wf_status_t st = coll_enter(c);
     if (st != WF_OK)
         return st;
-    wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
+    wf_p2p_op_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
         return fail(c, WF_E_NO_MEMORY);
-    wf_nccl_copy_t self;
-    size_t n = wf_nccl_plan_scatterv(base->rank, base->size, root, sendcounts, displs,
+    wf_p2p_copy_t self;
+    size_t n = wf_p2p_plan_scatterv(base->rank, base->size, root, sendcounts, displs,
                                      recvbytes, ops, &self);
     st = run_plan(c, sendbuf, recvbuf, ops, n, &self);
     if (ops != stack)
@@ -691,11 +584,11 @@ static wf_status_t nc_gatherv(wf_comm_t *base, const void *sendbuf, size_t sendb
     wf_status_t st = coll_enter(c);
     if (st != WF_OK)
         return st;
-    wf_nccl_p2p_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
+    wf_p2p_op_t stack[PLAN_STACK], *ops = plan_room(base->size, stack);
     if (!ops)
         return fail(c, WF_E_NO_MEMORY);
-    wf_nccl_copy_t self;
-    size_t n = wf_nccl_plan_gatherv(base->rank, base->size, root, sendbytes, recvcounts,
+    wf_p2p_copy_t self;
+    size_t n = wf_p2p_plan_gatherv(base->rank, base->size, root, sendbytes, recvcounts,
                                     displs, ops, &self);
     st = run_plan(c, sendbuf, recvbuf, ops, n, &self);
     if (ops != stack)

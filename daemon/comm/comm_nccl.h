@@ -29,9 +29,11 @@
  * abort() only raises the world's flag (safe from any thread); each
  * handle's owner thread then calls ncclCommAbort in its next poll.
  *
- * The pure functions at the end (split colors, grouped point-to-point
- * plans, deadlines, error mapping) hold the NCCL-independent logic and
- * are unit-tested without a GPU (tests/test_cuda_host.c).
+ * The uneven collectives (and alltoall) run as grouped ncclSend /
+ * ncclRecv from the plans of p2p_plan.h, the ones comm_zmq runs too. The
+ * pure functions at the end (deadlines, poll pacing, error mapping) are
+ * the NCCL backend's own and are unit-tested without a GPU
+ * (tests/test_cuda_host.c).
  */
 #ifndef WF_COMM_NCCL_H
 #define WF_COMM_NCCL_H
@@ -41,7 +43,6 @@
 #include <stdint.h>
 
 #include "comm.h"
-#include "base/mesh.h"
 
 /* ncclUniqueId as plain bytes (NCCL_UNIQUE_ID_BYTES, pinned by a static
  * assert in comm_nccl.c): what the rendezvous hands to every node. */
@@ -83,56 +84,6 @@ wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
 int wf_comm_nccl_version(void);
 
 /* ---- pure host logic (no NCCL, no CUDA) ------------------------------------ */
-
-/* Color and key of world rank `rank` for each group kind (index =
- * wf_mesh_dim_t, WF_MESH_NGROUPS entries): what each rank passes to
- * wf_comm_split, one split per kind, to build its sub-communicators
- * (wf_mesh_color; colors are >= 0, so no rank is left out). */
-wf_status_t wf_nccl_split_plan(const wf_mesh_t *m, int rank,
-                               int ret_color[WF_MESH_NGROUPS],
-                               int ret_key[WF_MESH_NGROUPS]);
-
-/* One point-to-point operation of a grouped plan. Offsets are from the
- * send buffer (send) or the receive buffer (recv). */
-typedef struct wf_nccl_p2p {
-    int peer;      /* group rank */
-    int is_send;   /* 1 send, 0 receive */
-    size_t offset; /* bytes */
-    size_t bytes;  /* > 0 (zero-byte transfers are left out on both sides) */
-} wf_nccl_p2p_t;
-
-/* The local part of a plan: copy `bytes` from sendbuf + src to recvbuf +
- * dst (bytes 0: none). Skipped by the executor when the two addresses
- * coincide (in place). */
-typedef struct wf_nccl_copy {
-    size_t src, dst, bytes;
-} wf_nccl_copy_t;
-
-/* Plans for rank `rank` of `n`; `ops` has room for 2 * n entries; the
- * return value is the number written. Peers come in ring order (step s:
- * send to rank + s, receive from rank - s), so every rank's list is the
- * mirror of its peers'. Arguments as in comm.h. */
-size_t wf_nccl_plan_alltoallv(int rank, int n, const size_t *sendcounts,
-                              const size_t *sdispls, const size_t *recvcounts,
-                              const size_t *rdispls, wf_nccl_p2p_t *ops,
-                              wf_nccl_copy_t *ret_self);
-size_t wf_nccl_plan_allgatherv(int rank, int n, size_t sendbytes,
-                               const size_t *recvcounts, const size_t *displs,
-                               wf_nccl_p2p_t *ops, wf_nccl_copy_t *ret_self);
-/* sendcounts / displs read on the root only (may be NULL elsewhere). */
-size_t wf_nccl_plan_scatterv(int rank, int n, int root,
-                             const size_t *sendcounts, const size_t *displs,
-                             size_t recvbytes, wf_nccl_p2p_t *ops,
-                             wf_nccl_copy_t *ret_self);
-/* recvcounts / displs read on the root only. */
-size_t wf_nccl_plan_gatherv(int rank, int n, int root, size_t sendbytes,
-                            const size_t *recvcounts, const size_t *displs,
-                            wf_nccl_p2p_t *ops, wf_nccl_copy_t *ret_self);
-
-/* 1 when an all-gatherv is an even, packed all-gather (every count equal,
- * displs[j] = j * count): then ncclAllGather runs it; *ret_bytes = count. */
-int wf_nccl_allgather_even(int n, const size_t *recvcounts,
-                           const size_t *displs, size_t *ret_bytes);
 
 /* A deadline for polling: timeout 0 never expires. */
 typedef struct wf_nccl_deadline {

@@ -10,7 +10,7 @@
  *
  * What it is for: the mixed mode (several ranks on one GPU, which one NCCL
  * communicator cannot hold) and GPUs without NCCL, so that
- * daemon/cp_attention.c runs one code path on device buffers whatever
+ * parallel/cp_attention.c runs one code path on device buffers whatever
  * moves them. Costs: two PCIe copies per exchanged byte and no overlap of
  * a copy with the kernels (NCCL is the fast path).
  *

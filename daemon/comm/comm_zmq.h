@@ -1,5 +1,6 @@
-/* comm_zmq.h — the host backend of comm.h across processes and nodes:
- * ranks talk over point-to-point ZeroMQ connections (tcp:// or ipc://).
+/* comm_zmq.h — the ZeroMQ backend of comm.h: host buffers, ranks across
+ * processes and nodes, over point-to-point ZeroMQ connections (tcp:// or
+ * ipc://). Implemented by comm_zmq.c, comm_zmq_rank.c, comm_zmq_ops.c.
  *
  * Each rank owns one ROUTER socket bound to its endpoint; rank i connects
  * to every rank j < i (one connection per pair, used both ways). A world
@@ -40,19 +41,21 @@
  * wf_comm_zmq_local_abort may be called from any thread.
  *
  * Algorithms (in bytes, point-to-point underneath): allgather(v), alltoall(v),
- * scatterv, gatherv and broadcast are direct (every rank posts its receives,
- * then its sends, then waits: n - 1 messages per rank, no step chain);
+ * scatterv and gatherv run the plans of p2p_plan.h (NCCL's too), and they
+ * and broadcast are direct (every rank posts its receives, then its
+ * sends, then waits: n - 1 messages per rank, no step chain);
  * allreduce is reduce-scatter then allgather of chunks (each chunk summed in
  * rank order by its owner); barrier is a dissemination barrier (ceil(log2 n)
  * rounds); split allgathers (color, key) and gives each sub-group an id
  * derived from the parent's id, the split's sequence number and the color,
  * so sub-groups' messages never mix with the parent's or a sibling's.
  *
- * Memory: requests come from a per-rank pool that grows (doubling) and is
- * reused; a message that arrives before its receive is posted is kept as
- * ZeroMQ received it (no copy) until the receive copies it out (received
- * frames are unaligned: always memcpy). allreduce keeps a per-rank scratch
- * buffer that grows to the largest chunk seen. Collectives do not allocate
+ * Memory: requests come from a per-rank pool (request_pool.h) that grows
+ * by chunks and is reused; a message that arrives before its receive is
+ * posted is kept as ZeroMQ received it (no copy) until the receive copies
+ * it out (received frames are unaligned: always memcpy). allreduce keeps a per-rank scratch
+ * buffer that grows to the largest chunk seen; a handle keeps room for
+ * one collective's requests and plan. Collectives do not allocate
  * otherwise; split does.
  *
  * This module does not log; errors come back as status codes, and world
