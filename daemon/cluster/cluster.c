@@ -1045,24 +1045,28 @@ bool wf_cluster_accepts_jobs(const wf_cluster_t *c)
            (wf_cluster_serving(c) || (c->round_open && c->rebuild_round));
 }
 
+/* The nodes of the world into ret (room for max); how many. */
+static uint32_t world_nodes(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < c->n_nodes && k < max; i++) {
+        const node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        wf_cluster_node_t *o = &ret[k++];
+        snprintf(o->name, sizeof o->name, "%s", n->name);
+        snprintf(o->data, sizeof o->data, "%s", n->data);
+        o->first_rank = n->first_rank;
+        o->ranks = n->devices;
+        o->self = strcmp(n->name, c->name) == 0;
+    }
+    return k;
+}
+
 void wf_cluster_world(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
                       uint32_t *ret_n, uint64_t *ret_epoch)
 {
-    uint32_t k = 0;
-    if (wf_cluster_serving(c)) {
-        for (uint32_t i = 0; i < c->n_nodes && k < max; i++) {
-            const node_t *n = &c->nodes[i];
-            if (!n->in_world)
-                continue;
-            wf_cluster_node_t *o = &ret[k++];
-            snprintf(o->name, sizeof o->name, "%s", n->name);
-            snprintf(o->data, sizeof o->data, "%s", n->data);
-            o->first_rank = n->first_rank;
-            o->ranks = n->devices;
-            o->self = strcmp(n->name, c->name) == 0;
-        }
-    }
-    *ret_n = k;
+    *ret_n = wf_cluster_serving(c) ? world_nodes(c, ret, max) : 0;
     *ret_epoch = c->epoch;
 }
 
@@ -1129,22 +1133,10 @@ void wf_cluster_current(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t 
                         uint32_t *ret_n, uint64_t *ret_epoch, uint64_t *ret_world_id,
                         wf_mesh_degrees_t *ret_mesh, uint64_t *ret_mesh_epoch)
 {
-    uint32_t k = 0;
     bool have = c->state != CS_COORD_LOST &&
                 (c->role == WF_CLUSTER_COORDINATOR ? c->round_open || c->had_world
                                                    : c->n_nodes > 0);
-    for (uint32_t i = 0; have && i < c->n_nodes && k < max; i++) {
-        const node_t *n = &c->nodes[i];
-        if (!n->in_world)
-            continue;
-        wf_cluster_node_t *o = &ret[k++];
-        snprintf(o->name, sizeof o->name, "%s", n->name);
-        snprintf(o->data, sizeof o->data, "%s", n->data);
-        o->first_rank = n->first_rank;
-        o->ranks = n->devices;
-        o->self = strcmp(n->name, c->name) == 0;
-    }
-    *ret_n = k;
+    *ret_n = have ? world_nodes(c, ret, max) : 0;
     *ret_epoch = c->epoch;
     /* the world id as a number: its first 16 hex digits */
     uint64_t id = 0;
