@@ -4,13 +4,13 @@
  * the raw bytes before msgpack-c sees them, as for client requests: a
  * peer is not trusted before its version check, and not after either.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <msgpack.h>
 
+#include "errf.h"
 #include "proto.h"
 
 void wf_ctl_init(wf_ctl_msg_t *m)
@@ -112,39 +112,35 @@ wf_status_t wf_ctl_encode(const wf_ctl_msg_t *m, wf_buf_t *out)
     return failed ? WF_E_NO_MEMORY : WF_OK;
 }
 
-__attribute__((format(printf, 3, 4)))
-static wf_status_t ctl_fail(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return WF_E_MALFORMED;
-}
-
 static wf_status_t ctl_decode_obj(const msgpack_object *o, wf_ctl_msg_t *m,
                                   char *err, size_t err_len)
 {
-    if (o->type != MSGPACK_OBJECT_MAP)
-        return ctl_fail(err, err_len, "control message is not a map");
-    if (o->via.map.size > WF_CTL_MAX_FIELDS)
-        return ctl_fail(err, err_len, "control message has %u fields (max %d)",
-                        o->via.map.size, WF_CTL_MAX_FIELDS);
+    if (o->type != MSGPACK_OBJECT_MAP) {
+        wf_errf(err, err_len, "control message is not a map");
+        return WF_E_MALFORMED;
+    }
+    if (o->via.map.size > WF_CTL_MAX_FIELDS) {
+        wf_errf(err, err_len, "control message has %u fields (max %d)",
+                o->via.map.size, WF_CTL_MAX_FIELDS);
+        return WF_E_MALFORMED;
+    }
     for (uint32_t i = 0; i < o->via.map.size; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key;
         const msgpack_object *v = &o->via.map.ptr[i].val;
         if (k->type != MSGPACK_OBJECT_STR || k->via.str.size == 0 ||
             k->via.str.size >= WF_CTL_KEY_MAX ||
-            memchr(k->via.str.ptr, '\0', k->via.str.size))
-            return ctl_fail(err, err_len, "field %u: bad key", i);
+            memchr(k->via.str.ptr, '\0', k->via.str.size)) {
+            wf_errf(err, err_len, "field %u: bad key", i);
+            return WF_E_MALFORMED;
+        }
         wf_ctl_field_t *f = &m->f[m->n++];
         memcpy(f->key, k->via.str.ptr, k->via.str.size);
         f->key[k->via.str.size] = '\0';
         for (uint32_t j = 0; j + 1 < m->n; j++)
-            if (strcmp(m->f[j].key, f->key) == 0)
-                return ctl_fail(err, err_len, "%s: duplicated key", f->key);
+            if (strcmp(m->f[j].key, f->key) == 0) {
+                wf_errf(err, err_len, "%s: duplicated key", f->key);
+                return WF_E_MALFORMED;
+            }
         if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
             f->is_str = false;
             f->u = v->via.u64;
@@ -156,8 +152,9 @@ static wf_status_t ctl_decode_obj(const msgpack_object *o, wf_ctl_msg_t *m,
             memcpy(f->s, v->via.str.ptr, v->via.str.size);
             f->s[v->via.str.size] = '\0';
         } else {
-            return ctl_fail(err, err_len, "%s: must be a uint or a str of < %d "
-                            "bytes", f->key, WF_CTL_STR_MAX);
+            wf_errf(err, err_len, "%s: must be a uint or a str of < %d bytes",
+                    f->key, WF_CTL_STR_MAX);
+            return WF_E_MALFORMED;
         }
     }
     return WF_OK;
@@ -180,10 +177,12 @@ wf_status_t wf_ctl_decode(const void *data, size_t len, wf_ctl_msg_t *m,
     msgpack_unpacked_init(&up);
     size_t off = 0;
     if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS ||
-        off != len)
-        rc = ctl_fail(err, err_len, "msgpack could not be unpacked");
-    else
+        off != len) {
+        wf_errf(err, err_len, "msgpack could not be unpacked");
+        rc = WF_E_MALFORMED;
+    } else {
         rc = ctl_decode_obj(&up.data, m, err, err_len);
+    }
     msgpack_unpacked_destroy(&up);
     if (rc != WF_OK)
         m->n = 0;

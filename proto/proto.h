@@ -285,9 +285,10 @@ bool wf_dtype_parse(const char *name, size_t len, wf_dtype_t *ret_dtype);
 wf_status_t wf_tensor_desc_finish(wf_tensor_desc_t *d);
 
 /* --- control messages between daemons (proto/ctl.c) -----------------
- * weftd's cluster control plane (daemon/cluster.c, PROTOCOL.md section 8)
+ * weftd's cluster control plane (daemon/cluster/, PROTOCOL.md section 11)
  * speaks small msgpack maps of str keys to uint or str values; lists are
- * flattened into keys ("n0.name"). Never tensor bytes. */
+ * flattened into keys ("n0.name"). Never tensor bytes. The messages
+ * themselves, typed and validated, are cluster_msg.h's. */
 #define WF_CTL_MAX_FIELDS 96     /* fields in one message */
 #define WF_CTL_KEY_MAX 24        /* key length, with the NUL */
 #define WF_CTL_STR_MAX 256       /* str value length, with the NUL */

@@ -1,9 +1,15 @@
-# proto: the wire codec on its own (test_proto), the daemon against bad
-# input over a real socket (e2e_badinput), and the libFuzzer target.
-add_executable(test_proto ${CMAKE_CURRENT_LIST_DIR}/test_proto.c)
-target_include_directories(test_proto PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(test_proto PRIVATE weft_proto PkgConfig::MSGPACK m)
+# proto: the wire codec on its own (test_proto: requests, replies, limits;
+# test_proto_models: the resident-model ops; test_cluster_msg: the control
+# messages between daemons), the daemon against bad input over a real
+# socket (e2e_badinput), and the libFuzzer target.
+foreach(t test_proto test_proto_models test_cluster_msg)
+  add_executable(${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
+  target_include_directories(${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+  target_link_libraries(${t} PRIVATE weft_proto PkgConfig::MSGPACK m)
+endforeach()
 add_test(NAME proto COMMAND test_proto)
+add_test(NAME proto_models COMMAND test_proto_models)
+add_test(NAME proto_cluster_msg COMMAND test_cluster_msg)
 
 add_executable(test_badinput ${CMAKE_CURRENT_LIST_DIR}/test_badinput.c)
 target_include_directories(test_badinput PRIVATE ${CMAKE_CURRENT_LIST_DIR})

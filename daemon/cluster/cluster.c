@@ -1,6 +1,8 @@
 /* cluster.c — rendezvous, heartbeats, node loss and rejoin between weftd
  * daemons (see cluster.h). The protocol messages are documented in
- * proto/PROTOCOL.md section 11.
+ * proto/PROTOCOL.md section 11; they are written and read as the typed
+ * structs of proto/cluster_msg.h (which alone spells their keys), and
+ * every received one is validated there before it is used.
  */
 #include "cluster.h"
 
@@ -16,7 +18,15 @@
 #include <zmq.h>
 
 #include "base/mesh.h"
+#include "cluster_msg.h"
 #include "proto.h"
+
+/* The message bounds of proto/ are the daemon's own. */
+_Static_assert(WF_CMSG_MAX_NODES == WF_SETTINGS_MAX_NODES, "nodes bound");
+_Static_assert(WF_CMSG_NAME_MAX == WF_SETTINGS_NAME_MAX, "node name bound");
+_Static_assert(WF_CMSG_MAX_DEVICES == WF_SETTINGS_MAX_DEVICES, "devices bound");
+_Static_assert(WF_CMSG_MESH_MAX == WF_MESH_MAX_WORLD, "mesh degree bound");
+_Static_assert(WF_SETTINGS_ENDPOINT_MAX == WF_CTL_STR_MAX, "endpoint bound");
 
 #define NCCL_VERSION_NONE "none"   /* the CPU build has no NCCL */
 #define IDENTITY_MAX 256
@@ -93,7 +103,7 @@ struct wf_cluster {
     cstate_t state;
     char fatal[WF_PROTO_ERROR_MAX];  /* non-empty: stop the daemon */
     uint64_t epoch;                  /* of the current (or forming) world */
-    char world_id[40];               /* hex, fresh per epoch */
+    char world_id[WF_CMSG_WORLD_ID_MAX]; /* hex, fresh per epoch */
     bool had_world;                  /* a world was formed once */
     bool round_open;                 /* coordinator: world sent, readies pending */
     uint64_t step_deadline_us;       /* of the current rendezvous step */
@@ -122,7 +132,9 @@ struct wf_cluster {
                                         the next waits for step_deadline_us */
     wf_cluster_msg_fn on_msg;        /* job traffic handler (server) */
     void *on_msg_arg;
-    wf_ctl_msg_t msg;                /* scratch (large: kept off the stack) */
+    wf_cmsg_t tx;                    /* message being sent (large: kept off the stack) */
+    wf_cmsg_t rx;                    /* received message, typed */
+    wf_ctl_msg_t msg;                /* tx as fields (large: kept off the stack) */
     wf_ctl_msg_t in;                 /* received message */
     wf_buf_t buf;                    /* encoding scratch */
 };
@@ -150,7 +162,7 @@ static void status_line(wf_cluster_t *c, const char *fmt, ...)
     wf_notify_status(c->notify, line);
 }
 
-static void new_world_id(char out[40])
+static void new_world_id(char out[WF_CMSG_WORLD_ID_MAX])
 {
     unsigned char r[16];
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
@@ -178,10 +190,34 @@ static void send_msg(wf_cluster_t *c, const node_t *to)
     zmq_send(c->sock, c->buf.data, c->buf.len, ZMQ_DONTWAIT);
 }
 
-static void msg_type(wf_cluster_t *c, const char *t)
+/* Start c->tx as an empty message of `type`. */
+static wf_cmsg_t *tx_begin(wf_cluster_t *c, wf_cmsg_type_t type)
 {
-    wf_ctl_init(&c->msg);
-    wf_ctl_put_str(&c->msg, "t", t);
+    memset(&c->tx, 0, sizeof c->tx);
+    c->tx.type = type;
+    return &c->tx;
+}
+
+/* c->tx into c->msg, ready for send_msg; false (logged) when it does not
+ * fit a control message. */
+static bool tx_put(wf_cluster_t *c)
+{
+    wf_status_t rc = wf_cmsg_put(&c->msg, &c->tx);
+    if (rc != WF_OK)
+        wf_log(c->log, WF_LOG_ERR, "cluster: %s message not sent: %s",
+               wf_cmsg_type_name(c->tx.type), wf_status_str(rc));
+    return rc == WF_OK;
+}
+
+/* Read c->in into c->rx; false (logged) when it is not valid. */
+static bool rx_get(wf_cluster_t *c, const char *from)
+{
+    char err[WF_PROTO_ERROR_MAX];
+    if (wf_cmsg_get(&c->in, &c->rx, err, sizeof err) == WF_OK)
+        return true;
+    wf_log(c->log, WF_LOG_WARNING, "cluster: bad control message from %s "
+           "dropped: %s", from, err);
+    return false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -257,36 +293,29 @@ static void start_round(wf_cluster_t *c, uint64_t now)
     c->state = CS_FORMING;
     c->step_deadline_us = now + (uint64_t)c->settings->cluster_timeout_ms * 1000;
     /* one message for all: the world, and each member finds itself by name */
-    msg_type(c, "world");
-    wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
-    wf_ctl_put_str(&c->msg, "id", c->world_id);
-    wf_ctl_put_uint(&c->msg, "nn", nn);
-    wf_ctl_put_uint(&c->msg, "mepoch", c->mesh_epoch);
-    wf_ctl_put_uint(&c->msg, "dp", c->mesh_req.dp);
-    wf_ctl_put_uint(&c->msg, "ring", c->mesh_req.ring);
-    wf_ctl_put_uint(&c->msg, "ulysses", c->mesh_req.ulysses);
-    wf_ctl_put_uint(&c->msg, "tp", c->mesh_req.tp);
-    if (c->xfer[0])
-        wf_ctl_put_str(&c->msg, "xfer", c->xfer);
+    wf_cmsg_world_t *w = &tx_begin(c, WF_CMSG_WORLD)->u.world;
+    w->epoch = c->epoch;
+    snprintf(w->id, sizeof w->id, "%s", c->world_id);
+    w->nn = nn;
+    w->mesh = (wf_cmsg_mesh_t){ c->mesh_epoch, c->mesh_req.dp, c->mesh_req.ring,
+                                c->mesh_req.ulysses, c->mesh_req.tp };
+    snprintf(w->xfer, sizeof w->xfer, "%s", c->xfer);
     uint32_t k = 0;
     for (uint32_t i = 0; i < c->n_nodes; i++) {
         const node_t *n = &c->nodes[i];
         if (!n->in_world)
             continue;
-        char key[WF_CTL_KEY_MAX];
-        snprintf(key, sizeof key, "n%u.name", k);
-        wf_ctl_put_str(&c->msg, key, n->name);
-        snprintf(key, sizeof key, "n%u.rank", k);
-        wf_ctl_put_uint(&c->msg, key, n->first_rank);
-        snprintf(key, sizeof key, "n%u.ranks", k);
-        wf_ctl_put_uint(&c->msg, key, n->devices);
-        snprintf(key, sizeof key, "n%u.data", k);
-        wf_ctl_put_str(&c->msg, key, n->data);
-        k++;
+        wf_cmsg_node_t *o = &w->nodes[k++];
+        snprintf(o->name, sizeof o->name, "%s", n->name);
+        o->rank = n->first_rank;
+        o->ranks = n->devices;
+        snprintf(o->data, sizeof o->data, "%s", n->data);
     }
     wf_log(c->log, WF_LOG_INFO, "cluster: rendezvous round of epoch %" PRIu64
            ": world of %u node(s), %u rank(s), id %s", c->epoch, nn, rank,
            c->world_id);
+    if (!tx_put(c))
+        return;
     for (uint32_t i = 0; i < c->n_nodes; i++)
         if (c->nodes[i].in_world && c->nodes[i].state == NODE_WORLD)
             send_msg(c, &c->nodes[i]);
@@ -311,11 +340,11 @@ static void maybe_serve(wf_cluster_t *c)
     c->rebuild_round = false;
     c->had_world = true;
     c->state = nn >= c->settings->nodes ? CS_SERVING : CS_DEGRADED;
-    msg_type(c, "serve");
-    wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
-    for (uint32_t i = 0; i < c->n_nodes; i++)
-        if (c->nodes[i].in_world && c->nodes[i].state == NODE_READY)
-            send_msg(c, &c->nodes[i]);
+    tx_begin(c, WF_CMSG_SERVE)->u.epoch = c->epoch;
+    if (tx_put(c))
+        for (uint32_t i = 0; i < c->n_nodes; i++)
+            if (c->nodes[i].in_world && c->nodes[i].state == NODE_READY)
+                send_msg(c, &c->nodes[i]);
     status_line(c, "cluster %s: epoch %" PRIu64 ", %u node(s), %u rank(s)",
                 cstate_name(c->state), c->epoch, nn, ranks);
 }
@@ -342,9 +371,10 @@ static void refuse(wf_cluster_t *c, const void *id, size_t id_len, const char *e
     memset(&tmp, 0, sizeof tmp);
     memcpy(tmp.id, id, id_len);
     tmp.id_len = id_len;
-    msg_type(c, "refuse");
-    wf_ctl_put_str(&c->msg, "error", err);
-    send_msg(c, &tmp);
+    wf_cmsg_t *tx = tx_begin(c, WF_CMSG_REFUSE);
+    snprintf(tx->u.text, sizeof tx->u.text, "%s", err);
+    if (tx_put(c))
+        send_msg(c, &tmp);
     wf_log(c->log, WF_LOG_ERR, "cluster: refused: %s", err);
 }
 
@@ -364,13 +394,13 @@ static void lose_node(wf_cluster_t *c, node_t *n, const char *why, uint64_t now)
         start_round(c, now);
 }
 
-/* "job seq 12 failed on node b: internal error" (st as on the wire). */
+/* "job seq 12 failed on node b: internal error". */
 static void describe_failure(char *buf, size_t len, const char *node, uint64_t seq,
-                             uint64_t st)
+                             wf_status_t st)
 {
-    if (st != 0)
+    if (st != WF_OK)
         snprintf(buf, len, "job seq %" PRIu64 " failed on node %s: %s", seq, node,
-                 wf_status_str((wf_status_t)(int32_t)(uint32_t)st));
+                 wf_status_str(st));
     else
         snprintf(buf, len, "a job failed on node %s", node);
 }
@@ -382,7 +412,7 @@ static void describe_failure(char *buf, size_t len, const char *node, uint64_t s
  * succeeding: then the rebuild waits cluster_timeout_ms (degraded), so a
  * job that fails every time cannot keep the cluster rebuilding. */
 static void coord_world_failed(wf_cluster_t *c, const node_t *from, uint64_t epoch,
-                               uint64_t seq, uint64_t st, uint64_t now)
+                               uint64_t seq, wf_status_t st, uint64_t now)
 {
     if (epoch != c->epoch || epoch == c->failed_epoch || !from->in_world ||
         !(c->had_world || c->round_open))
@@ -390,16 +420,17 @@ static void coord_world_failed(wf_cluster_t *c, const node_t *from, uint64_t epo
     c->failed_epoch = epoch;
     c->abort_pending = true;
     describe_failure(c->abort_why, sizeof c->abort_why, from->name, seq, st);
-    msg_type(c, "abort");
-    wf_ctl_put_uint(&c->msg, "epoch", epoch);
-    wf_ctl_put_str(&c->msg, "why", c->abort_why);
+    wf_cmsg_abort_t *ab = &tx_begin(c, WF_CMSG_ABORT)->u.abort;
+    ab->epoch = epoch;
+    snprintf(ab->why, sizeof ab->why, "%s", c->abort_why);
+    bool put = tx_put(c);
     uint32_t nn = 0;
     for (uint32_t i = 0; i < c->n_nodes; i++) {
         node_t *n = &c->nodes[i];
         if (!n->in_world)
             continue;
         nn++;
-        if (n->state != NODE_SELF && alive(n))
+        if (put && n->state != NODE_SELF && alive(n))
             send_msg(c, n);
     }
     if (c->rebuilds < WF_CLUSTER_MAX_REBUILDS) {
@@ -424,43 +455,44 @@ static void coord_world_failed(wf_cluster_t *c, const node_t *from, uint64_t epo
 
 static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t now)
 {
-    const wf_ctl_msg_t *m = &c->in;
-    char err[WF_PROTO_ERROR_MAX];
-    const char *name = wf_ctl_get_str(m, "name");
-    const char *who = name && name[0] ? name : "(unnamed)";
-    uint64_t proto = 0, devices = 0, epoch = 0;
-    const char *weft = wf_ctl_get_str(m, "weft");
-    const char *nccl = wf_ctl_get_str(m, "nccl");
-    const char *data = wf_ctl_get_str(m, "data");
-    /* The version check comes first: nothing else is read before it. */
-    if (!wf_ctl_get_uint(m, "proto", &proto) || proto != c->protocol) {
+    char err[WF_PROTO_ERROR_MAX], bad[WF_PROTO_ERROR_MAX];
+    /* Every field that is valid is read (the others are 0 / ""); the first
+     * invalid one is named in bad. */
+    wf_status_t valid = wf_cmsg_get(&c->in, &c->rx, bad, sizeof bad);
+    const wf_cmsg_hello_t *h = &c->rx.u.hello;
+    const char *name = h->name;
+    const char *who = name[0] ? name : "(unnamed)";
+    /* The version check comes first: nothing else is used before it (a
+     * hello of another version may differ in any other field). */
+    if (h->proto != c->protocol) {
         snprintf(err, sizeof err, "node %.63s: field 'protocol version': %" PRIu64
-                 " differs from the coordinator's %u", who, proto, c->protocol);
+                 " differs from the coordinator's %u", who, h->proto, c->protocol);
         goto refused;
     }
-    if (!weft || strcmp(weft, WEFT_VERSION) != 0) {
+    if (strcmp(h->weft, WEFT_VERSION) != 0) {
         snprintf(err, sizeof err, "node %.63s: field 'weft version': %.40s differs "
-                 "from the coordinator's %s", who, weft ? weft : "(missing)",
+                 "from the coordinator's %s", who, h->weft[0] ? h->weft : "(missing)",
                  WEFT_VERSION);
         goto refused;
     }
-    if (!nccl || strcmp(nccl, NCCL_VERSION_NONE) != 0) {
+    if (strcmp(h->nccl, NCCL_VERSION_NONE) != 0) {
         snprintf(err, sizeof err, "node %.63s: field 'NCCL version': %.40s differs "
-                 "from the coordinator's %s", who, nccl ? nccl : "(missing)",
+                 "from the coordinator's %s", who, h->nccl[0] ? h->nccl : "(missing)",
                  NCCL_VERSION_NONE);
         goto refused;
     }
-    if (!name || !name[0] || strlen(name) >= WF_SETTINGS_NAME_MAX) {
+    if (!name[0]) {
         snprintf(err, sizeof err, "node %.63s: field 'node name': missing or too "
                  "long", who);
         goto refused;
     }
-    if (!wf_ctl_get_uint(m, "devices", &devices) || devices < 1 ||
-        devices > WF_SETTINGS_MAX_DEVICES) {
-        snprintf(err, sizeof err, "node %.63s: field 'devices': %" PRIu64 " not in "
-                 "1..%d", name, devices, WF_SETTINGS_MAX_DEVICES);
+    if (valid != WF_OK) {
+        /* devices out of range, data or epoch missing, ... */
+        snprintf(err, sizeof err, "node %.63s: %.180s", name, bad);
         goto refused;
     }
+    uint64_t devices = h->devices, epoch = h->epoch;
+    const char *data = h->data;
     if (devices != local_devices(c)) {
         /* each node is whole replicas of the world mesh */
         snprintf(err, sizeof err, "node %.63s: field 'devices': %" PRIu64 " differs "
@@ -468,16 +500,11 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
                  name, devices, local_devices(c));
         goto refused;
     }
-    if (!data || strlen(data) >= WF_SETTINGS_ENDPOINT_MAX) {
-        snprintf(err, sizeof err, "node %.63s: field 'data endpoint': missing", name);
-        goto refused;
-    }
     if (strcmp(name, c->nodes[0].name) == 0) {
         snprintf(err, sizeof err, "node %.63s: field 'node name': taken by the "
                  "coordinator", name);
         goto refused;
     }
-    wf_ctl_get_uint(m, "epoch", &epoch);
     if (epoch > c->epoch)
         c->epoch = epoch;     /* a restarted coordinator continues the count */
 
@@ -520,7 +547,7 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
     return;
 
 refused:
-    if (name && name[0]) {
+    if (name[0]) {
         node_t *r = find_by_name(c, name);
         if (!r && c->n_nodes < WF_SETTINGS_MAX_NODES) {
             r = &c->nodes[c->n_nodes++];
@@ -539,10 +566,8 @@ refused:
 static void coord_message(wf_cluster_t *c, const void *id, size_t id_len,
                           uint64_t now)
 {
-    const char *t = wf_ctl_get_str(&c->in, "t");
-    if (!t)
-        return;
-    if (strcmp(t, "hello") == 0) {
+    wf_cmsg_type_t type = wf_cmsg_type(&c->in);
+    if (type == WF_CMSG_HELLO) {
         coord_hello(c, id, id_len, now);
         return;
     }
@@ -553,33 +578,42 @@ static void coord_message(wf_cluster_t *c, const void *id, size_t id_len,
         memset(&tmp, 0, sizeof tmp);
         memcpy(tmp.id, id, id_len);
         tmp.id_len = id_len;
-        msg_type(c, "rejoin");
-        send_msg(c, &tmp);
+        tx_begin(c, WF_CMSG_REJOIN);
+        if (tx_put(c))
+            send_msg(c, &tmp);
         return;
     }
     n->last_heard_us = now;
-    uint64_t epoch = 0;
-    wf_ctl_get_uint(&c->in, "epoch", &epoch);
-    if (strcmp(t, "ping") == 0) {
-        msg_type(c, "pong");
-        wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
-        send_msg(c, n);
-    } else if (strcmp(t, "ready") == 0) {
-        if (epoch == c->epoch && n->state == NODE_WORLD && c->round_open) {
+    const wf_cmsg_t *rx = &c->rx;
+    switch (type) {
+    case WF_CMSG_PING:
+        if (!rx_get(c, n->name))
+            break;
+        tx_begin(c, WF_CMSG_PONG)->u.epoch = c->epoch;
+        if (tx_put(c))
+            send_msg(c, n);
+        break;
+    case WF_CMSG_READY:
+        if (rx_get(c, n->name) && rx->u.epoch == c->epoch && n->state == NODE_WORLD &&
+            c->round_open) {
             n->state = NODE_READY;
             maybe_serve(c);
         }
-    } else if (strcmp(t, "data") == 0) {
-        const char *data = wf_ctl_get_str(&c->in, "data");
-        if (data && strlen(data) < sizeof n->data)
-            snprintf(n->data, sizeof n->data, "%s", data);
-    } else if (strcmp(t, "aborted") == 0) {
-        uint64_t seq = 0, st = 0;
-        wf_ctl_get_uint(&c->in, "seq", &seq);
-        wf_ctl_get_uint(&c->in, "st", &st);
-        coord_world_failed(c, n, epoch, seq, st, now);
-    } else if (c->on_msg) {
-        c->on_msg(c->on_msg_arg, n->name, &c->in);
+        break;
+    case WF_CMSG_DATA:
+        if (rx_get(c, n->name))
+            snprintf(n->data, sizeof n->data, "%s", rx->u.text);
+        break;
+    case WF_CMSG_ABORTED:
+        if (rx_get(c, n->name))
+            coord_world_failed(c, n, rx->u.result.epoch, rx->u.result.seq,
+                               rx->u.result.st, now);
+        break;
+    default:
+        /* job traffic ("done"), or a type this build does not know */
+        if (c->on_msg)
+            c->on_msg(c->on_msg_arg, n->name, &c->in);
+        break;
     }
 }
 
@@ -636,116 +670,87 @@ static void coord_timers(wf_cluster_t *c, uint64_t now)
 
 static void member_hello(wf_cluster_t *c)
 {
-    msg_type(c, "hello");
-    wf_ctl_put_uint(&c->msg, "proto", c->protocol);
-    wf_ctl_put_str(&c->msg, "weft", WEFT_VERSION);
-    wf_ctl_put_str(&c->msg, "nccl", NCCL_VERSION_NONE);
-    wf_ctl_put_str(&c->msg, "name", c->name);
-    wf_ctl_put_uint(&c->msg, "devices", local_devices(c));
-    wf_ctl_put_str(&c->msg, "data", c->data);
-    wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
-    send_msg(c, NULL);
+    wf_cmsg_hello_t *h = &tx_begin(c, WF_CMSG_HELLO)->u.hello;
+    h->proto = c->protocol;
+    snprintf(h->weft, sizeof h->weft, "%s", WEFT_VERSION);
+    snprintf(h->nccl, sizeof h->nccl, "%s", NCCL_VERSION_NONE);
+    snprintf(h->name, sizeof h->name, "%s", c->name);
+    h->devices = local_devices(c);
+    snprintf(h->data, sizeof h->data, "%s", c->data);
+    h->epoch = c->epoch;
+    if (tx_put(c))
+        send_msg(c, NULL);
 }
 
 static void member_world(wf_cluster_t *c)
 {
-    const wf_ctl_msg_t *m = &c->in;
-    uint64_t epoch, nn;
-    const char *id = wf_ctl_get_str(m, "id");
-    if (!wf_ctl_get_uint(m, "epoch", &epoch) || !wf_ctl_get_uint(m, "nn", &nn) ||
-        nn < 1 || nn > WF_SETTINGS_MAX_NODES || !id) {
-        wf_log(c->log, WF_LOG_WARNING, "cluster: malformed world message ignored");
+    char err[WF_PROTO_ERROR_MAX];
+    if (wf_cmsg_get(&c->in, &c->rx, err, sizeof err) != WF_OK) {
+        wf_log(c->log, WF_LOG_WARNING, "cluster: malformed world message ignored: "
+               "%s", err);
         return;
     }
+    const wf_cmsg_world_t *w = &c->rx.u.world;
     node_t nodes[WF_SETTINGS_MAX_NODES];
     bool found = false;
-    uint32_t next_rank = 0;
-    for (uint32_t k = 0; k < nn; k++) {
-        char key[WF_CTL_KEY_MAX];
-        uint64_t rank, ranks;
-        snprintf(key, sizeof key, "n%u.name", k);
-        const char *name = wf_ctl_get_str(m, key);
-        snprintf(key, sizeof key, "n%u.rank", k);
-        bool ok = name && wf_ctl_get_uint(m, key, &rank);
-        snprintf(key, sizeof key, "n%u.ranks", k);
-        ok = ok && wf_ctl_get_uint(m, key, &ranks);
-        snprintf(key, sizeof key, "n%u.data", k);
-        const char *data = wf_ctl_get_str(m, key);
-        if (!ok || !data || rank != next_rank || ranks < 1 ||
-            ranks > WF_SETTINGS_MAX_DEVICES || strlen(name) >= WF_SETTINGS_NAME_MAX) {
-            wf_log(c->log, WF_LOG_WARNING, "cluster: world message with a bad "
-                   "node %u ignored", k);
-            return;
-        }
-        next_rank = (uint32_t)(rank + ranks);
+    for (uint32_t k = 0; k < w->nn; k++) {
+        const wf_cmsg_node_t *in = &w->nodes[k];
         memset(&nodes[k], 0, sizeof nodes[k]);
-        snprintf(nodes[k].name, sizeof nodes[k].name, "%s", name);
-        snprintf(nodes[k].data, sizeof nodes[k].data, "%s", data);
-        nodes[k].first_rank = (uint32_t)rank;
-        nodes[k].devices = (uint32_t)ranks;
+        snprintf(nodes[k].name, sizeof nodes[k].name, "%s", in->name);
+        snprintf(nodes[k].data, sizeof nodes[k].data, "%s", in->data);
+        nodes[k].first_rank = in->rank;
+        nodes[k].devices = in->ranks;
         nodes[k].in_world = true;
         nodes[k].state = NODE_WORLD;
-        if (strcmp(name, c->name) == 0) {
-            found = ranks == local_devices(c);
-        }
+        if (strcmp(in->name, c->name) == 0)
+            found = in->ranks == local_devices(c);
     }
     if (!found) {
         wf_log(c->log, WF_LOG_WARNING, "cluster: world of epoch %" PRIu64 " does "
-               "not hold this node as it is; ignored", epoch);
+               "not hold this node as it is; ignored", w->epoch);
         return;
     }
-    uint64_t mepoch = 0, d[4] = { 1, 1, 1, 1 };
-    if (!wf_ctl_get_uint(m, "mepoch", &mepoch) || !wf_ctl_get_uint(m, "dp", &d[0]) ||
-        !wf_ctl_get_uint(m, "ring", &d[1]) || !wf_ctl_get_uint(m, "ulysses", &d[2]) ||
-        !wf_ctl_get_uint(m, "tp", &d[3]) || d[0] > WF_MESH_MAX_WORLD ||
-        d[1] > WF_MESH_MAX_WORLD || d[2] > WF_MESH_MAX_WORLD || d[3] > WF_MESH_MAX_WORLD) {
-        wf_log(c->log, WF_LOG_WARNING, "cluster: world message without its mesh "
-               "ignored");
-        return;
-    }
-    c->mesh_req = (wf_mesh_degrees_t){ (uint32_t)d[0], (uint32_t)d[1],
-                                       (uint32_t)d[2], (uint32_t)d[3] };
-    c->mesh_epoch = mepoch;
+    c->mesh_req = (wf_mesh_degrees_t){ w->mesh.dp, w->mesh.ring, w->mesh.ulysses,
+                                       w->mesh.tp };
+    c->mesh_epoch = w->mesh.mepoch;
     c->self_ready = false;
     /* the tensor channel (absent: jobs keep their roots on the coordinator) */
-    const char *xfer = wf_ctl_get_str(m, "xfer");
     snprintf(c->xfer, sizeof c->xfer, "%s",
-             xfer && strlen(xfer) < sizeof c->xfer && strncmp(xfer, "tcp://", 6) == 0
-                 ? xfer : "");
-    memcpy(c->nodes, nodes, nn * sizeof nodes[0]);
-    c->n_nodes = (uint32_t)nn;
-    c->epoch = epoch;
-    snprintf(c->world_id, sizeof c->world_id, "%s", id);
+             strncmp(w->xfer, "tcp://", 6) == 0 ? w->xfer : "");
+    memcpy(c->nodes, nodes, w->nn * sizeof nodes[0]);
+    c->n_nodes = w->nn;
+    c->epoch = w->epoch;
+    snprintf(c->world_id, sizeof c->world_id, "%s", w->id);
     c->state = CS_FORMING;
+    uint32_t ranks = w->nodes[w->nn - 1].rank + w->nodes[w->nn - 1].ranks;
     /* The server builds this node's part of the comm world now and says
      * ready through wf_cluster_world_ready. */
     wf_log(c->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " (%u node(s), "
-           "%u rank(s), id %s) received; building its communicators", epoch,
-           (unsigned)nn, next_rank, id);
+           "%u rank(s), id %s) received; building its communicators", w->epoch,
+           w->nn, ranks, w->id);
 }
 
 static void member_message(wf_cluster_t *c, uint64_t now)
 {
-    const char *t = wf_ctl_get_str(&c->in, "t");
-    if (!t)
-        return;
+    wf_cmsg_type_t type = wf_cmsg_type(&c->in);
     bool was_lost = c->state == CS_COORD_LOST;
     c->coord_heard_us = now;
-    if (strcmp(t, "refuse") == 0) {
-        const char *e = wf_ctl_get_str(&c->in, "error");
-        snprintf(c->fatal, sizeof c->fatal, "refused by the coordinator %s: %s",
-                 c->settings->coordinator, e ? e : "(no reason given)");
+    const wf_cmsg_t *rx = &c->rx;
+    const char *from = "the coordinator";
+    switch (type) {
+    case WF_CMSG_REFUSE:
+        /* a refusal without a valid reason still refuses */
+        wf_cmsg_get(&c->in, &c->rx, NULL, 0);
+        snprintf(c->fatal, sizeof c->fatal, "refused by the coordinator %s: %.160s",
+                 c->settings->coordinator,
+                 rx->u.text[0] ? rx->u.text : "(no reason given)");
         wf_log(c->log, WF_LOG_ERR, "cluster: %s", c->fatal);
         return;
-    }
-    if (strcmp(t, "world") == 0) {
+    case WF_CMSG_WORLD:
         member_world(c);
         return;
-    }
-    uint64_t epoch = 0;
-    wf_ctl_get_uint(&c->in, "epoch", &epoch);
-    if (strcmp(t, "serve") == 0) {
-        if (epoch == c->epoch && c->n_nodes > 0) {
+    case WF_CMSG_SERVE:
+        if (rx_get(c, from) && rx->u.epoch == c->epoch && c->n_nodes > 0) {
             for (uint32_t i = 0; i < c->n_nodes; i++)
                 c->nodes[i].state = NODE_READY;
             c->had_world = true;
@@ -755,37 +760,41 @@ static void member_message(wf_cluster_t *c, uint64_t now)
             status_line(c, "cluster %s: epoch %" PRIu64 ", %u node(s), %u rank(s)",
                         cstate_name(c->state), c->epoch, c->n_nodes, ranks);
         }
-    } else if (strcmp(t, "abort") == 0) {
-        if (epoch == c->epoch && c->n_nodes > 0) {
-            const char *why = wf_ctl_get_str(&c->in, "why");
-            c->failed_epoch = epoch;
+        break;
+    case WF_CMSG_ABORT:
+        if (rx_get(c, from) && rx->u.abort.epoch == c->epoch && c->n_nodes > 0) {
+            c->failed_epoch = rx->u.abort.epoch;
             c->abort_pending = true;
             snprintf(c->abort_why, sizeof c->abort_why, "%s",
-                     why ? why : "a job failed on another node");
+                     rx->u.abort.why[0] ? rx->u.abort.why
+                                        : "a job failed on another node");
         }
-    } else if (strcmp(t, "rejoin") == 0) {
+        break;
+    case WF_CMSG_REJOIN:
         c->state = CS_FORMING;
         c->n_nodes = 0;
         member_hello(c);
-    } else if (strcmp(t, "mesh") == 0) {
-        uint64_t d[4], me = 0;
-        if (wf_ctl_get_uint(&c->in, "dp", &d[0]) && wf_ctl_get_uint(&c->in, "ring", &d[1]) &&
-            wf_ctl_get_uint(&c->in, "ulysses", &d[2]) && wf_ctl_get_uint(&c->in, "tp", &d[3]) &&
-            wf_ctl_get_uint(&c->in, "mepoch", &me) &&
-            d[0] <= WF_MESH_MAX_WORLD && d[1] <= WF_MESH_MAX_WORLD &&
-            d[2] <= WF_MESH_MAX_WORLD && d[3] <= WF_MESH_MAX_WORLD) {
-            c->mesh_deg = (wf_mesh_degrees_t){ (uint32_t)d[0], (uint32_t)d[1],
-                                               (uint32_t)d[2], (uint32_t)d[3] };
-            c->mesh_pending_epoch = me;
-            c->mesh_epoch = me;
+        break;
+    case WF_CMSG_MESH:
+        if (rx_get(c, from)) {
+            const wf_cmsg_mesh_t *me = &rx->u.mesh;
+            c->mesh_deg = (wf_mesh_degrees_t){ me->dp, me->ring, me->ulysses, me->tp };
+            c->mesh_pending_epoch = me->mepoch;
+            c->mesh_epoch = me->mepoch;
             c->mesh_pending = true;
         }
-    } else if (strcmp(t, "pong") == 0 && was_lost) {
+        break;
+    case WF_CMSG_PONG:
         /* the coordinator answers but has no world with us: it restarted
          * and will send rejoin; meanwhile say hello */
-        member_hello(c);
-    } else if (strcmp(t, "pong") != 0 && strcmp(t, "serve") != 0 && c->on_msg) {
-        c->on_msg(c->on_msg_arg, NULL, &c->in);
+        if (was_lost)
+            member_hello(c);
+        break;
+    default:
+        /* job traffic ("job"), or a type this build does not know */
+        if (c->on_msg)
+            c->on_msg(c->on_msg_arg, NULL, &c->in);
+        break;
     }
     if (was_lost && c->state == CS_COORD_LOST) {
         c->state = CS_FORMING;
@@ -1001,9 +1010,9 @@ bool wf_cluster_handle(wf_cluster_t *c, uint64_t now)
     }
     if (now >= c->next_ping_us) {
         if (c->role == WF_CLUSTER_MEMBER && c->state != CS_COORD_LOST) {
-            msg_type(c, "ping");
-            wf_ctl_put_uint(&c->msg, "epoch", c->epoch);
-            send_msg(c, NULL);
+            tx_begin(c, WF_CMSG_PING)->u.epoch = c->epoch;
+            if (tx_put(c))
+                send_msg(c, NULL);
         }
         c->next_ping_us = now + (uint64_t)c->settings->heartbeat_ms * 1000;
         if (c->role == WF_CLUSTER_COORDINATOR)
@@ -1036,24 +1045,28 @@ bool wf_cluster_accepts_jobs(const wf_cluster_t *c)
            (wf_cluster_serving(c) || (c->round_open && c->rebuild_round));
 }
 
+/* The nodes of the world into ret (room for max); how many. */
+static uint32_t world_nodes(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < c->n_nodes && k < max; i++) {
+        const node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        wf_cluster_node_t *o = &ret[k++];
+        snprintf(o->name, sizeof o->name, "%s", n->name);
+        snprintf(o->data, sizeof o->data, "%s", n->data);
+        o->first_rank = n->first_rank;
+        o->ranks = n->devices;
+        o->self = strcmp(n->name, c->name) == 0;
+    }
+    return k;
+}
+
 void wf_cluster_world(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
                       uint32_t *ret_n, uint64_t *ret_epoch)
 {
-    uint32_t k = 0;
-    if (wf_cluster_serving(c)) {
-        for (uint32_t i = 0; i < c->n_nodes && k < max; i++) {
-            const node_t *n = &c->nodes[i];
-            if (!n->in_world)
-                continue;
-            wf_cluster_node_t *o = &ret[k++];
-            snprintf(o->name, sizeof o->name, "%s", n->name);
-            snprintf(o->data, sizeof o->data, "%s", n->data);
-            o->first_rank = n->first_rank;
-            o->ranks = n->devices;
-            o->self = strcmp(n->name, c->name) == 0;
-        }
-    }
-    *ret_n = k;
+    *ret_n = wf_cluster_serving(c) ? world_nodes(c, ret, max) : 0;
     *ret_epoch = c->epoch;
 }
 
@@ -1096,12 +1109,10 @@ void wf_cluster_broadcast_mesh(wf_cluster_t *c, const wf_mesh_degrees_t *deg,
         return;
     c->mesh_req = *deg;
     c->mesh_epoch = mesh_epoch;
-    msg_type(c, "mesh");
-    wf_ctl_put_uint(&c->msg, "mepoch", mesh_epoch);
-    wf_ctl_put_uint(&c->msg, "dp", deg->dp);
-    wf_ctl_put_uint(&c->msg, "ring", deg->ring);
-    wf_ctl_put_uint(&c->msg, "ulysses", deg->ulysses);
-    wf_ctl_put_uint(&c->msg, "tp", deg->tp);
+    tx_begin(c, WF_CMSG_MESH)->u.mesh = (wf_cmsg_mesh_t){
+        mesh_epoch, deg->dp, deg->ring, deg->ulysses, deg->tp };
+    if (!tx_put(c))
+        return;
     for (uint32_t i = 1; i < c->n_nodes; i++)
         if (c->nodes[i].in_world && alive(&c->nodes[i]))
             send_msg(c, &c->nodes[i]);
@@ -1122,22 +1133,10 @@ void wf_cluster_current(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t 
                         uint32_t *ret_n, uint64_t *ret_epoch, uint64_t *ret_world_id,
                         wf_mesh_degrees_t *ret_mesh, uint64_t *ret_mesh_epoch)
 {
-    uint32_t k = 0;
     bool have = c->state != CS_COORD_LOST &&
                 (c->role == WF_CLUSTER_COORDINATOR ? c->round_open || c->had_world
                                                    : c->n_nodes > 0);
-    for (uint32_t i = 0; have && i < c->n_nodes && k < max; i++) {
-        const node_t *n = &c->nodes[i];
-        if (!n->in_world)
-            continue;
-        wf_cluster_node_t *o = &ret[k++];
-        snprintf(o->name, sizeof o->name, "%s", n->name);
-        snprintf(o->data, sizeof o->data, "%s", n->data);
-        o->first_rank = n->first_rank;
-        o->ranks = n->devices;
-        o->self = strcmp(n->name, c->name) == 0;
-    }
-    *ret_n = k;
+    *ret_n = have ? world_nodes(c, ret, max) : 0;
     *ret_epoch = c->epoch;
     /* the world id as a number: its first 16 hex digits */
     uint64_t id = 0;
@@ -1158,9 +1157,9 @@ void wf_cluster_world_ready(wf_cluster_t *c, uint64_t epoch)
     if (c->role == WF_CLUSTER_COORDINATOR) {
         maybe_serve(c);
     } else {
-        msg_type(c, "ready");
-        wf_ctl_put_uint(&c->msg, "epoch", epoch);
-        send_msg(c, NULL);
+        tx_begin(c, WF_CMSG_READY)->u.epoch = epoch;
+        if (tx_put(c))
+            send_msg(c, NULL);
         wf_log(c->log, WF_LOG_INFO, "cluster: communicators of epoch %" PRIu64
                " built; ready", epoch);
     }
@@ -1169,20 +1168,17 @@ void wf_cluster_world_ready(wf_cluster_t *c, uint64_t epoch)
 void wf_cluster_world_failed(wf_cluster_t *c, uint64_t epoch, uint64_t seq,
                              wf_status_t st, uint64_t now)
 {
-    uint64_t wire = (uint64_t)(int64_t)st & 0xffffffffu;
     if (c->role == WF_CLUSTER_COORDINATOR) {
-        coord_world_failed(c, &c->nodes[0], epoch, seq, wire, now);
+        coord_world_failed(c, &c->nodes[0], epoch, seq, st, now);
         return;
     }
     if (epoch != c->epoch || epoch == c->failed_epoch || c->n_nodes == 0 ||
         c->state == CS_COORD_LOST)
         return;
     c->failed_epoch = epoch;
-    msg_type(c, "aborted");
-    wf_ctl_put_uint(&c->msg, "epoch", epoch);
-    wf_ctl_put_uint(&c->msg, "seq", seq);
-    wf_ctl_put_uint(&c->msg, "st", wire);
-    send_msg(c, NULL);
+    tx_begin(c, WF_CMSG_ABORTED)->u.result = (wf_cmsg_result_t){ seq, epoch, st };
+    if (tx_put(c))
+        send_msg(c, NULL);
 }
 
 bool wf_cluster_take_abort(wf_cluster_t *c, uint64_t *ret_epoch, char *why,
@@ -1207,9 +1203,10 @@ void wf_cluster_set_data(wf_cluster_t *c, const char *data)
     if (c->role == WF_CLUSTER_COORDINATOR) {
         snprintf(c->nodes[0].data, sizeof c->nodes[0].data, "%s", data);
     } else if (c->state != CS_COORD_LOST) {
-        msg_type(c, "data");
-        wf_ctl_put_str(&c->msg, "data", data);
-        send_msg(c, NULL);
+        wf_cmsg_t *tx = tx_begin(c, WF_CMSG_DATA);
+        snprintf(tx->u.text, sizeof tx->u.text, "%s", data);
+        if (tx_put(c))
+            send_msg(c, NULL);
     }
 }
 

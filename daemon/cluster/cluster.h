@@ -6,7 +6,8 @@
  * Every node runs with the same `coordinator` HOST:PORT. The node that can
  * bind it is the coordinator (ZeroMQ ROUTER); the others are members
  * (DEALER). Messages are small msgpack maps (proto.h wf_ctl_msg_t, key
- * "t" = type), never tensor bytes:
+ * "t" = type; typed and validated by proto/cluster_msg.h), never tensor
+ * bytes:
  *   member -> coordinator: hello {proto, weft, nccl, name, devices, data,
  *       epoch}, ready {epoch}, ping {epoch}, data {data}, done {seq, epoch,
  *       st}, aborted {epoch, seq, st}

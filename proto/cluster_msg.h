@@ -1,0 +1,210 @@
+/* cluster_msg.h — the control messages between weftd daemons as typed C
+ * structs (PROTOCOL.md section 11): the rendezvous and health messages of
+ * daemon/cluster, the job descriptor and its answer, and the headers of
+ * the tensor channel.
+ *
+ * On the wire each is a wf_ctl_msg_t (proto.h): one flat msgpack map of
+ * str keys to uints or strs, key "t" = the type. Every key is spelled
+ * once, in cluster_msg.c's tables ({key, offset, kind, bounds}), and
+ * wf_cmsg_put writes them in the order those tables give, which is the
+ * order the daemons have always sent them in: the bytes on the wire are
+ * the same as before the messages were typed.
+ *
+ * wf_cmsg_get validates a received message as a client request is
+ * validated (proto/decode.c): every field present with its type and in
+ * range, dtype and rotate codes known, dims > 0, and the consistency of
+ * the fields among themselves (a world's ranks contiguous, a head split's
+ * mask against g). Keys it does not know are ignored (the protocol grows
+ * by adding keys). What needs the receiver's state (its protocol version,
+ * its world size, its device count) is the caller's to check.
+ *
+ * No I/O, no logging; the structs are plain values the caller owns.
+ */
+#ifndef WF_CLUSTER_MSG_H
+#define WF_CLUSTER_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+/* Bounds of the fields. The daemon's own constants must equal them
+ * (daemon/cluster/cluster.c asserts so at compile time). */
+#define WF_CMSG_MAX_NODES 16         /* nodes of a world (WF_SETTINGS_MAX_NODES) */
+#define WF_CMSG_NAME_MAX 64          /* node name, with the NUL (WF_SETTINGS_NAME_MAX) */
+#define WF_CMSG_MAX_DEVICES 64       /* devices of a node; a job's base and g
+                                        (WF_SETTINGS_MAX_DEVICES, WF_DJOB_MAX_WORLD) */
+#define WF_CMSG_WORLD_ID_MAX 40      /* world id (32 hex digits), with the NUL */
+#define WF_CMSG_MESH_MAX 65536       /* a mesh degree (WF_MESH_MAX_WORLD) */
+#define WF_CMSG_XFER_MAX_FRAMES 3    /* tensor frames behind a channel header */
+
+/* The message types, by their "t". Stable only inside one build: the wire
+ * carries the names. */
+typedef enum wf_cmsg_type {
+    WF_CMSG_UNKNOWN = 0, /* a "t" this build does not know (ignore it) */
+    /* control socket, member -> coordinator */
+    WF_CMSG_HELLO,       /* "hello": hello */
+    WF_CMSG_READY,       /* "ready": epoch */
+    WF_CMSG_PING,        /* "ping": epoch */
+    WF_CMSG_DATA,        /* "data": data */
+    WF_CMSG_DONE,        /* "done": result (seq, epoch = mesh epoch, st) */
+    WF_CMSG_ABORTED,     /* "aborted": result (epoch = world epoch, seq, st) */
+    /* control socket, coordinator -> member */
+    WF_CMSG_REFUSE,      /* "refuse": text (error) */
+    WF_CMSG_WORLD,       /* "world": world */
+    WF_CMSG_SERVE,       /* "serve": epoch */
+    WF_CMSG_PONG,        /* "pong": epoch */
+    WF_CMSG_REJOIN,      /* "rejoin": no fields */
+    WF_CMSG_MESH,        /* "mesh": mesh */
+    WF_CMSG_JOB,         /* "job": job */
+    WF_CMSG_ABORT,       /* "abort": abort (epoch, why) */
+    /* tensor channel headers (world epoch) */
+    WF_CMSG_XFER_HI,     /* "hi": xfer (epoch), member -> coordinator */
+    WF_CMSG_XFER_IN,     /* "in": xfer (epoch, seq, n), coordinator -> member */
+    WF_CMSG_XFER_OUT     /* "out": xfer (epoch, seq, st, n), member -> coordinator */
+} wf_cmsg_type_t;
+
+/* hello: a member asks to join. The version fields come first and the
+ * coordinator compares them before anything else is used. */
+typedef struct wf_cmsg_hello {
+    uint64_t proto;                  /* "proto": protocol version (any uint) */
+    char weft[WF_CTL_STR_MAX];       /* "weft": weft version */
+    char nccl[WF_CTL_STR_MAX];       /* "nccl": NCCL version, "none" on CPU builds */
+    char name[WF_CMSG_NAME_MAX];     /* "name": node name, non-empty */
+    uint32_t devices;                /* "devices": 1..WF_CMSG_MAX_DEVICES */
+    char data[WF_CTL_STR_MAX];       /* "data": its comm endpoints */
+    uint64_t epoch;                  /* "epoch": the last world epoch it knew */
+} wf_cmsg_hello_t;
+
+/* One node of a world ("n<i>.name", "n<i>.rank", "n<i>.ranks", "n<i>.data"). */
+typedef struct wf_cmsg_node {
+    char name[WF_CMSG_NAME_MAX];     /* node name */
+    uint32_t rank;                   /* global rank of its first device */
+    uint32_t ranks;                  /* its devices, 1..WF_CMSG_MAX_DEVICES */
+    char data[WF_CTL_STR_MAX];       /* its comm endpoints ("" allowed) */
+} wf_cmsg_node_t;
+
+/* The mesh degrees and mesh epoch ("mesh", and inside "world"). */
+typedef struct wf_cmsg_mesh {
+    uint64_t mepoch;                 /* "mepoch": mesh epoch */
+    uint32_t dp, ring, ulysses, tp;  /* "dp" .. "tp": 0..WF_CMSG_MESH_MAX each */
+} wf_cmsg_mesh_t;
+
+/* world: one rendezvous round. get checks nn in 1..WF_CMSG_MAX_NODES and
+ * the ranks contiguous from 0 (node k starts where node k - 1 ends). */
+typedef struct wf_cmsg_world {
+    uint64_t epoch;                  /* "epoch": world epoch */
+    char id[WF_CMSG_WORLD_ID_MAX];   /* "id": world id, hex */
+    uint32_t nn;                     /* "nn": nodes */
+    wf_cmsg_mesh_t mesh;             /* "mepoch", "dp", "ring", "ulysses", "tp" */
+    char xfer[WF_CTL_STR_MAX];       /* "xfer": tensor channel; "" = key absent */
+    wf_cmsg_node_t nodes[WF_CMSG_MAX_NODES]; /* nodes[0..nn) */
+} wf_cmsg_world_t;
+
+/* job: the descriptor of an attention job's part, coordinator to every
+ * member holding ranks of it. q is (B, Sq, Hq, D); k and v are
+ * (B, Skv, Hkv, D). */
+typedef struct wf_cjob {
+    uint64_t seq;                    /* "seq": global sequence number */
+    uint64_t epoch;                  /* "epoch": mesh epoch */
+    uint64_t id;                     /* "id": the client's request id (logs) */
+    uint32_t base;                   /* "base": world rank of job rank 0, <= WF_CMSG_MAX_DEVICES */
+    uint32_t g;                      /* "g": ranks of the job, 1..WF_CMSG_MAX_DEVICES */
+    int64_t B, Sq, Hq, D, Skv, Hkv;  /* "B" .. "Hkv": 1..INT32_MAX */
+    wf_dtype_t qdt, kdt, vdt, odt;   /* "qdt" .. "odt": dtype codes (weft.h) */
+    bool lse;                        /* "lse": lse is an output too */
+    bool causal;                     /* "causal" */
+    float scale;                     /* "scale": sent as its f32 bit pattern */
+    wf_rotate_t rot;                 /* "rot": rotate method code */
+    bool f32;                        /* "f32": convert_to_fp32 */
+    bool ra;                         /* "ra": ring_anything */
+    bool ua;                         /* "ua": ulysses_anything */
+    bool lb;                         /* "lb": load_balance */
+    bool hs;                         /* "hs": head split (key absent when false) */
+    uint64_t mask;                   /* "mask" (with hs): its ranks are base + the
+                                        bit numbers; bit 0 set, g bits */
+} wf_cjob_t;
+
+/* done / aborted: how a job part ended. */
+typedef struct wf_cmsg_result {
+    uint64_t seq;                    /* "seq" */
+    uint64_t epoch;                  /* "epoch": mesh epoch (done), world epoch (aborted) */
+    wf_status_t st;                  /* "st": as a uint32, two's complement */
+} wf_cmsg_result_t;
+
+/* abort: every member aborts its part of world `epoch`. */
+typedef struct wf_cmsg_abort {
+    uint64_t epoch;                  /* "epoch": world epoch */
+    char why[WF_CTL_STR_MAX];        /* "why": what failed, for logs ("" when absent) */
+} wf_cmsg_abort_t;
+
+/* hi / in / out: a tensor channel header; n frames follow it. Only the
+ * fields of the type are on the wire (hi: epoch; in: epoch, seq, n; out:
+ * epoch, seq, st, n); the others are 0. */
+typedef struct wf_cmsg_xfer {
+    uint64_t epoch;                  /* "epoch": world epoch */
+    uint64_t seq;                    /* "seq" */
+    wf_status_t st;                  /* "st" */
+    uint32_t n;                      /* "n": 0..WF_CMSG_XFER_MAX_FRAMES */
+} wf_cmsg_xfer_t;
+
+/* One control message: its type and the body of that type. */
+typedef struct wf_cmsg {
+    wf_cmsg_type_t type;
+    union {
+        wf_cmsg_hello_t hello;       /* HELLO */
+        uint64_t epoch;              /* READY, PING, SERVE, PONG: "epoch" */
+        char text[WF_CTL_STR_MAX];   /* DATA: "data"; REFUSE: "error" ("" when absent) */
+        wf_cmsg_world_t world;       /* WORLD */
+        wf_cmsg_mesh_t mesh;         /* MESH */
+        wf_cjob_t job;               /* JOB */
+        wf_cmsg_result_t result;     /* DONE, ABORTED */
+        wf_cmsg_abort_t abort;       /* ABORT */
+        wf_cmsg_xfer_t xfer;         /* XFER_HI, XFER_IN, XFER_OUT */
+    } u;                             /* REJOIN, UNKNOWN: none */
+} wf_cmsg_t;
+
+/* The type named by m's "t"; WF_CMSG_UNKNOWN when absent, not a str or
+ * not known. */
+wf_cmsg_type_t wf_cmsg_type(const wf_ctl_msg_t *m);
+
+/* The "t" of a type ("hello"); "?" for WF_CMSG_UNKNOWN. Static. */
+const char *wf_cmsg_type_name(wf_cmsg_type_t type);
+
+/* Fill m (emptied first) with msg: "t", then the fields of its type in
+ * their wire order. Strings are written as they are, without checking
+ * the bounds get enforces; optional keys ("xfer", "hs", "mask") are left
+ * out when empty / false / 0. WF_OK; WF_E_BAD_ARGUMENT for
+ * WF_CMSG_UNKNOWN, a world's nn over WF_CMSG_MAX_NODES or a string
+ * without its NUL; WF_E_LIMIT when a field does not fit a wf_ctl_msg_t
+ * (m is then incomplete: do not send it). */
+wf_status_t wf_cmsg_put(wf_ctl_msg_t *m, const wf_cmsg_t *msg);
+
+/* Read m into *ret, validating every field of its type. WF_OK, or:
+ *   WF_E_UNKNOWN_OP  "t" missing or unknown (ret->type WF_CMSG_UNKNOWN;
+ *                    a receiver ignores such a message),
+ *   WF_E_BAD_FIELD   a field missing, of the wrong type, out of range,
+ *                    or inconsistent with the others,
+ *   WF_E_BAD_DTYPE   a dtype code not in weft.h,
+ *   WF_E_BAD_SHAPE   a dim 0 or over INT32_MAX,
+ * with a message naming the key in err (wf_errf). On failure ret->type
+ * is the type and every field that was valid is filled (the others are
+ * 0 / ""): the first failure is the one reported. So a member can answer
+ * a bad job descriptor with its seq and epoch, and a coordinator check a
+ * hello's versions before the rest. *ret is large (a world): keep it off
+ * small stacks. */
+wf_status_t wf_cmsg_get(const wf_ctl_msg_t *m, wf_cmsg_t *ret, char *err,
+                        size_t err_len);
+
+/* The job descriptor alone: wf_cmsg_put / wf_cmsg_get of a WF_CMSG_JOB.
+ * wf_cjob_get answers WF_E_UNKNOWN_OP when m is not a "job". Callers
+ * answering a refused descriptor keep sending "done" with
+ * WF_E_MALFORMED whatever the status here: the coordinator treats that
+ * code as "the part never ran". The receiver still checks base + g (and
+ * base + the top bit of mask) against its world size. */
+wf_status_t wf_cjob_put(wf_ctl_msg_t *m, const wf_cjob_t *job);
+wf_status_t wf_cjob_get(const wf_ctl_msg_t *m, wf_cjob_t *ret, char *err,
+                        size_t err_len);
+
+#endif /* WF_CLUSTER_MSG_H */
