@@ -42,12 +42,12 @@
 #include <cblas.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "parallel/cp_attention.h"
+#include "errf.h"
 #include "tensor.h"
 
 /* Epsilon of every LayerNorm and RMSNorm of FLUX (diffusers' eps=1e-6). */
@@ -60,20 +60,6 @@
 #define MAX_ROWS ((int64_t)INT32_MAX)
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static wf_status_t fail(wf_status_t st, char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static wf_status_t fail(wf_status_t st, char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
@@ -199,10 +185,10 @@ static wf_status_t pcheck_visit(void *arg, const char *module, tkind_t kind,
         if (!wf_tp_glob_match(plan->rules[r].glob, module))
             continue;
         if (kind == K_NORM)
-            return fail(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
-                        "tp_plan rule '%s' matches '%s', a norm weight: only linear "
-                        "layers can be sharded (norm weights stay replicated)",
-                        plan->rules[r].glob, module);
+            return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
+                                  "tp_plan rule '%s' matches '%s', a norm weight: only linear "
+                                  "layers can be sharded (norm weights stay replicated)",
+                                  plan->rules[r].glob, module);
         pc->matched[r] = true;
     }
     if (kind == K_NORM)
@@ -213,9 +199,9 @@ static wf_status_t pcheck_visit(void *arg, const char *module, tkind_t kind,
     bool splits_out = style == WF_TP_COLWISE || style == WF_TP_PACKED_COLWISE;
     /* diffusers checks the heads before it shards anything */
     if (kind == K_QKV && splits_out && H % pc->tp != 0)
-        return fail(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
-                    "`tp_degree` (%d) must divide the number of attention heads "
-                    "(%" PRId64 ").", pc->tp, H);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
+                              "`tp_degree` (%d) must divide the number of attention heads "
+                              "(%" PRId64 ").", pc->tp, H);
     wf_tp_place_t pl;
     if (wf_tp_place(plan, module, out, in, pc->tp, &pl, pc->err, pc->err_len) != WF_OK)
         return WF_E_BAD_ARGUMENT;
@@ -224,11 +210,11 @@ static wf_status_t pcheck_visit(void *arg, const char *module, tkind_t kind,
         for (uint32_t b = 0; b < pl.n_blocks; b++) {
             int64_t piece = pl.block[b] / pc->tp;
             if (start % D != 0 || piece % D != 0)
-                return fail(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
-                            "tp_plan cuts attention heads: '%s' would give each of "
-                            "%d tensor-parallel ranks pieces of %" PRId64 " rows, not "
-                            "whole heads of attention_head_dim %" PRId64,
-                            module, pc->tp, piece, D);
+                return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
+                                      "tp_plan cuts attention heads: '%s' would give each of "
+                                      "%d tensor-parallel ranks pieces of %" PRId64 " rows, not "
+                                      "whole heads of attention_head_dim %" PRId64,
+                                      module, pc->tp, piece, D);
             start += pl.block[b];
         }
     }
@@ -242,10 +228,10 @@ wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
     if (err && err_len)
         err[0] = '\0';
     if (!cfg || !plan)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len, "no config or plan");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no config or plan");
     if (tp < 1 || tp > MAX_DEGREE)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len,
-                    "tensor-parallel degree %d invalid (1..%d)", tp, MAX_DEGREE);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "tensor-parallel degree %d invalid (1..%d)", tp, MAX_DEGREE);
     if (wf_tp_plan_check(plan, err, err_len) != WF_OK)
         return WF_E_BAD_ARGUMENT;
     pcheck_t pc;
@@ -261,9 +247,9 @@ wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
     if (!allow_unmatched)
         for (uint32_t r = 0; r < plan->n; r++)
             if (!pc.matched[r])
-                return fail(WF_E_BAD_ARGUMENT, err, err_len,
-                            "tp_plan rule '%s' matches no linear layer of this model",
-                            plan->rules[r].glob);
+                return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                                      "tp_plan rule '%s' matches no linear layer of this model",
+                                      plan->rules[r].glob);
     if (err && err_len)
         err[0] = '\0';
     return WF_OK;
@@ -342,15 +328,16 @@ static const wf_flux_host_tensor_t *host_tensor(build_t *bd, const char *name, i
     *ret_st = WF_OK;
     if (!t) {
         if (!optional) {
-            fail(WF_E_MALFORMED, bd->err, bd->err_len, "host copy lacks tensor '%s'", name);
+            wf_errf_status(WF_E_MALFORMED, bd->err, bd->err_len,
+                           "host copy lacks tensor '%s'", name);
             *ret_st = WF_E_MALFORMED;
         }
         return NULL;
     }
     if (t->rank != rank || t->shape[0] != d0 || (rank == 2 && t->shape[1] != d1) ||
         !dtype_ok(t->dtype) || !t->data) {
-        fail(WF_E_BAD_SHAPE, bd->err, bd->err_len,
-             "host tensor '%s' has the wrong shape or dtype", name);
+        wf_errf_status(WF_E_BAD_SHAPE, bd->err, bd->err_len,
+                       "host tensor '%s' has the wrong shape or dtype", name);
         *ret_st = WF_E_BAD_SHAPE;
         return NULL;
     }
@@ -370,7 +357,7 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
         if (!t)
             return st;
         if (!(*norm = falloc((uint64_t)out)))
-            return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+            return wf_errf_status(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
         wf_convert_to_f32(*norm, t->data, t->dtype, (size_t)out);
         bd->s->bytes += (uint64_t)out * sizeof(float);
         return WF_OK;
@@ -416,7 +403,7 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     } else {
         lin->w = falloc((uint64_t)p->local_out * (uint64_t)p->local_in);
         if (!lin->w)
-            return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+            return wf_errf_status(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
     }
     if (lin->nwb == 1) {
         lin->wb[0] = lin->w;
@@ -455,7 +442,7 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
             return WF_OK;
         }
         if (!(lin->b = falloc(nb)))
-            return fail(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+            return wf_errf_status(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
         if (on_rows) {
             float *bd2 = lin->b;
             for (uint32_t k = 0; k < p->n_blocks; k++) {
@@ -521,11 +508,12 @@ wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
     if (err && err_len)
         err[0] = '\0';
     if (!host || !plan || !ret || tp < 1 || tp_rank < 0 || tp_rank >= tp)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len, "bad shard arguments (tp %d, rank %d)",
-                    tp, tp_rank);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "bad shard arguments (tp %d, rank %d)",
+                              tp, tp_rank);
     wf_flux_shard_t *s = calloc(1, sizeof *s);
     if (!s)
-        return fail(WF_E_NO_MEMORY, err, err_len, "out of memory");
+        return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
     s->cfg = host->cfg;
     s->tp = tp;
     s->tp_rank = tp_rank;
@@ -535,7 +523,7 @@ wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
     s->sgl = calloc((size_t)s->cfg.num_single_layers + 1, sizeof *s->sgl);
     if (!s->dbl || !s->sgl) {
         wf_flux_shard_free(&s);
-        return fail(WF_E_NO_MEMORY, err, err_len, "out of memory");
+        return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
     }
     build_t bd = {host, plan, tp, tp_rank, s, err, err_len};
     wf_status_t st = walk(&s->cfg, s, build_visit, &bd);
@@ -556,15 +544,15 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
     if (err && err_len)
         err[0] = '\0';
     if (!cfg || !job)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len, "no config or job");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no config or job");
     if (tp < 1 || R < 1 || U < 1 || tp > MAX_DEGREE || R > MAX_DEGREE || U > MAX_DEGREE ||
         (int64_t)R * U > MAX_DEGREE)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len,
-                    "mesh degrees tp %d, ring %d, ulysses %d invalid", tp, R, U);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "mesh degrees tp %d, ring %d, ulysses %d invalid", tp, R, U);
     if (job->B < 1 || job->S_img < 1 || job->S_txt < 1)
-        return fail(WF_E_BAD_SHAPE, err, err_len,
-                    "batch (%" PRId64 "), image tokens (%" PRId64 ") and text tokens "
-                    "(%" PRId64 ") must be positive", job->B, job->S_img, job->S_txt);
+        return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
+                              "batch (%" PRId64 "), image tokens (%" PRId64 ") and text tokens "
+                              "(%" PRId64 ") must be positive", job->B, job->S_img, job->S_txt);
     struct {
         const char *name;
         wf_dtype_t dt;
@@ -581,8 +569,9 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
     };
     for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++)
         if (dts[k].used && !dtype_ok(dts[k].dt))
-            return fail(WF_E_BAD_ARGUMENT, err, err_len,
-                        "%s: dtype %d is not f32, f16 or bf16", dts[k].name, (int)dts[k].dt);
+            return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                                  "%s: dtype %d is not f32, f16 or bf16", dts[k].name,
+                                  (int)dts[k].dt);
     struct {
         const char *name, *field;
         int64_t got, want;
@@ -598,33 +587,33 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
     };
     for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++)
         if (sh[k].got != sh[k].want)
-            return fail(WF_E_BAD_SHAPE, err, err_len,
-                        "%s has %" PRId64 " %s in its last dim; the model's %s wants "
-                        "%" PRId64, sh[k].name, sh[k].got, sh[k].what, sh[k].field,
-                        sh[k].want);
+            return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
+                                  "%s has %" PRId64 " %s in its last dim; the model's %s wants "
+                                  "%" PRId64, sh[k].name, sh[k].got, sh[k].what, sh[k].field,
+                                  sh[k].want);
     if (cfg->guidance_embeds && !job->has_guidance)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len,
-                    "guidance is required: the model has guidance_embeds (a "
-                    "guidance-distilled FLUX)");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "guidance is required: the model has guidance_embeds (a "
+                              "guidance-distilled FLUX)");
     if (!cfg->guidance_embeds && job->has_guidance)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len,
-                    "guidance given, but the model has no guidance embedder "
-                    "(guidance_embeds is false)");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "guidance given, but the model has no guidance embedder "
+                              "(guidance_embeds is false)");
     int64_t P = (int64_t)R * U;
     if (job->S_img % P != 0 || job->S_txt % P != 0) {
         bool img = job->S_img % P != 0;
-        return fail(WF_E_BAD_SHAPE, err, err_len,
-                    "Tensor size along dimension to be sharded must be divisible by mesh "
-                    "size (%s: %s = %" PRId64 ", ring x ulysses = %" PRId64 ")",
-                    img ? "hidden_states / img_ids" : "encoder_hidden_states / txt_ids",
-                    img ? "S_img" : "S_txt", img ? job->S_img : job->S_txt, P);
+        return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
+                              "Tensor size along dimension to be sharded must be divisible by mesh "
+                              "size (%s: %s = %" PRId64 ", ring x ulysses = %" PRId64 ")",
+                              img ? "hidden_states / img_ids" : "encoder_hidden_states / txt_ids",
+                              img ? "S_img" : "S_txt", img ? job->S_img : job->S_txt, P);
     }
     /* rows of one GEMM and every product of the workspace in range */
     int64_t S = job->S_img + job->S_txt;
     if (job->S_img > INT32_MAX || job->S_txt > INT32_MAX || S > INT32_MAX ||
         job->B > MAX_ROWS / S)
-        return fail(WF_E_BAD_ARGUMENT, err, err_len,
-                    "job too large: B %" PRId64 " x %" PRId64 " tokens", job->B, S);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "job too large: B %" PRId64 " x %" PRId64 " tokens", job->B, S);
     return WF_OK;
 }
 
