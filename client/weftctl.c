@@ -27,8 +27,8 @@
  * so it can take as long as the longest of them: --timeout bounds it.
  *
  * attention-demo runs seeded random Q/K/V through the daemon and checks
- * the output (and LSE) against an fp64 reference computed here, from the
- * same rounded inputs; it exits 0 only when the error is within the
+ * the output (and LSE) against the fp64 reference of kernels/reference.h,
+ * computed here from the same rounded inputs; it exits 0 only when the error is within the
  * tolerance of the output dtype.
  *
  * load sends load_model (PATH relative to the daemon's model root) on one
@@ -73,6 +73,7 @@
 /* daemon modules, used locally (see above) */
 #include "flux_host.h"
 #include "model_root.h"
+#include "reference.h"
 #include "safetensors.h"
 #include "tensor.h"
 #include "tp_plan.h"
@@ -278,93 +279,6 @@ static int cmd_reconfigure(wf_client_t *c, int argc, char **argv)
 
 /* ---- attention-demo --------------------------------------------------- */
 
-/* f16 <-> f32 and bf16 <-> f32 by hand, rounding to nearest even (f16
- * checked against GCC's _Float16 over all 2^32 floats; clang 14 has no
- * _Float16 on x86). Written here rather than borrowed from kernels/ so that the check
- * does not share code with what it checks. */
-static double from_f16(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    double v = e == 0 ? ldexp(m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-             : ldexp(m + 1024, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t to_f16(float f)
-{
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    double a = fabs((double)f);
-    if (isnan(f))
-        return sign | 0x7e00;
-    if (a >= 65520.0)          /* halfway above the largest finite, 65504 */
-        return sign | 0x7c00;
-    if (a < 0x1p-14)           /* subnormal: units of 2^-24 */
-        return sign | (uint16_t)nearbyint(a * 0x1p24);
-    int e;
-    double m = nearbyint(frexp(a, &e) * 2048.0); /* 11 significant bits */
-    if (m == 2048.0) {
-        m = 1024.0;
-        e++;
-    }
-    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)((int)m - 1024);
-}
-
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static double from_bf16(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static void store(void *buf, wf_dtype_t dt, size_t i, float x)
-{
-    uint16_t h;
-    switch (dt) {
-    case WF_DTYPE_F32:
-        memcpy((char *)buf + 4 * i, &x, 4);
-        return;
-    case WF_DTYPE_F16:
-        h = to_f16(x);
-        break;
-    case WF_DTYPE_BF16:
-        h = to_bf16(x);
-        break;
-    default:
-        return;
-    }
-    memcpy((char *)buf + 2 * i, &h, 2);
-}
-
-static double load(const void *buf, wf_dtype_t dt, size_t i)
-{
-    float f;
-    uint16_t h;
-    switch (dt) {
-    case WF_DTYPE_F32:
-        memcpy(&f, (const char *)buf + 4 * i, 4);
-        return f;
-    case WF_DTYPE_F16:
-        memcpy(&h, (const char *)buf + 2 * i, 2);
-        return from_f16(h);
-    case WF_DTYPE_BF16:
-        memcpy(&h, (const char *)buf + 2 * i, 2);
-        return from_bf16(h);
-    }
-    return NAN;
-}
-
 /* splitmix64: seeded, reproducible inputs. */
 static uint64_t rng_next(uint64_t *s)
 {
@@ -379,6 +293,16 @@ static float rng_uniform(uint64_t *s)
     return (float)((double)(rng_next(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
+/* n seeded uniform values in [-1, 1) stored into buf (dtype dt) and their
+ * stored (rounded) values into f, as the reference reads them. */
+static void seeded(void *buf, float *f, wf_dtype_t dt, size_t n, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i] = rng_uniform(s);
+    wf_convert_from_f32(buf, dt, f, n);
+    wf_convert_to_f32(f, buf, dt, n);
+}
+
 typedef struct demo {
     int64_t B, Sq, Skv, Hq, Hkv, D;
     wf_dtype_t dt;
@@ -389,47 +313,6 @@ typedef struct demo {
     wf_rotate_t rotate;    /* --rotate; DEFAULT: the daemon's setting */
     wf_opt_t fp32, ring_any, uly_any, lb; /* flags; DEFAULT unless given */
 } demo_t;
-
-/* fp64 reference of attention over the stored (rounded) inputs.
- *   q (B,Sq,Hq,D), k / v (B,Skv,Hkv,D) -> out (B,Sq,Hq,D), lse (B,Sq,Hq) */
-static void reference(const demo_t *p, const void *q, const void *k,
-                      const void *v, double scale, double *out, double *lse,
-                      double *scores)
-{
-    int64_t group = p->Hq / p->Hkv;
-    for (int64_t b = 0; b < p->B; b++)
-    for (int64_t i = 0; i < p->Sq; i++)
-    for (int64_t h = 0; h < p->Hq; h++) {
-        int64_t hk = h / group;
-        int64_t nkeys = p->causal ? (i + 1 < p->Skv ? i + 1 : p->Skv) : p->Skv;
-        size_t qo = (size_t)(((b * p->Sq + i) * p->Hq + h) * p->D);
-        double m = -INFINITY;
-        for (int64_t j = 0; j < nkeys; j++) {
-            size_t ko = (size_t)(((b * p->Skv + j) * p->Hkv + hk) * p->D);
-            double s = 0.0;
-            for (int64_t d = 0; d < p->D; d++)
-                s += load(q, p->dt, qo + (size_t)d) * load(k, p->dt, ko + (size_t)d);
-            scores[j] = s * scale;
-            if (scores[j] > m)
-                m = scores[j];
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < nkeys; j++) {
-            scores[j] = exp(scores[j] - m);
-            sum += scores[j];
-        }
-        double *o = out + qo;
-        for (int64_t d = 0; d < p->D; d++)
-            o[d] = 0.0;
-        for (int64_t j = 0; j < nkeys; j++) {
-            size_t vo = (size_t)(((b * p->Skv + j) * p->Hkv + hk) * p->D);
-            double w = scores[j] / sum;
-            for (int64_t d = 0; d < p->D; d++)
-                o[d] += w * load(v, p->dt, vo + (size_t)d);
-        }
-        lse[(b * p->Sq + i) * p->Hq + h] = m + log(sum);
-    }
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -556,21 +439,21 @@ static int cmd_demo(wf_client_t *c, int argc, char **argv)
     void *q = malloc(nq * es), *k = malloc(nkv * es), *v = malloc(nkv * es);
     void *out = malloc(nq * es);
     float *lse = malloc(nl * sizeof *lse);
+    /* f32 copies of the stored (rounded) inputs, for the reference */
+    float *qf = malloc(nq * sizeof *qf), *kf = malloc(nkv * sizeof *kf);
+    float *vf = malloc(nkv * sizeof *vf);
     double *ref = malloc(nq * sizeof *ref), *ref_lse = malloc(nl * sizeof *ref_lse);
-    double *scores = malloc((size_t)p.Skv * sizeof *scores);
     double *times = malloc((size_t)p.iters * sizeof *times);
     rc = 1;
-    if (!q || !k || !v || !out || !lse || !ref || !ref_lse || !scores || !times) {
+    if (!q || !k || !v || !out || !lse || !qf || !kf || !vf || !ref || !ref_lse ||
+        !times) {
         fprintf(stderr, "weftctl: out of memory\n");
         goto done;
     }
     uint64_t s = p.seed;
-    for (size_t i = 0; i < nq; i++)
-        store(q, p.dt, i, rng_uniform(&s));
-    for (size_t i = 0; i < nkv; i++)
-        store(k, p.dt, i, rng_uniform(&s));
-    for (size_t i = 0; i < nkv; i++)
-        store(v, p.dt, i, rng_uniform(&s));
+    seeded(q, qf, p.dt, nq, &s);
+    seeded(k, kf, p.dt, nkv, &s);
+    seeded(v, vf, p.dt, nkv, &s);
 
     wf_tensor_t tq = { q, p.dt, 4, { p.B, p.Sq, p.Hq, p.D } };
     wf_tensor_t tk = { k, p.dt, 4, { p.B, p.Skv, p.Hkv, p.D } };
@@ -593,11 +476,18 @@ static int cmd_demo(wf_client_t *c, int argc, char **argv)
         }
     }
 
-    double scale = 1.0 / sqrt((double)p.D);
-    reference(&p, q, k, v, scale, ref, ref_lse, scores);
+    const wf_ref_attn_t ra = { .B = p.B, .Sq = p.Sq, .Skv = p.Skv, .Hq = p.Hq,
+                               .Hkv = p.Hkv, .D = p.D,
+                               .scale = 1.0 / sqrt((double)p.D),
+                               .causal = p.causal != 0 };
+    wf_status_t st = wf_ref_attention(&ra, qf, kf, vf, ref, ref_lse);
+    if (st != WF_OK) {
+        fprintf(stderr, "weftctl: reference attention: %s\n", wf_status_str(st));
+        goto done;
+    }
     double max_err = 0.0, max_ref = 0.0, max_lse_err = 0.0;
     for (size_t i = 0; i < nq; i++) {
-        double e = fabs(load(out, p.dt, i) - ref[i]);
+        double e = fabs((double)wf_elem_load(out, p.dt, i) - ref[i]);
         if (!(e <= max_err))
             max_err = e; /* NaN sticks */
         if (fabs(ref[i]) > max_ref)
@@ -660,9 +550,11 @@ done:
     free(v);
     free(out);
     free(lse);
+    free(qf);
+    free(kf);
+    free(vf);
     free(ref);
     free(ref_lse);
-    free(scores);
     free(times);
     return rc;
 }
