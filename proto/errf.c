@@ -32,3 +32,12 @@ wf_status_t wf_errf_status(wf_status_t st, char *err, size_t err_len,
     va_end(ap);
     return st;
 }
+
+wf_status_t wf_errf_buf(const wf_errbuf_t *b, wf_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    errf_v(b->err, b->err_len, fmt, ap);
+    va_end(ap);
+    return st;
+}

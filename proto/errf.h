@@ -4,7 +4,8 @@
  *
  * wf_errf writes the message; wf_errf_status writes it and returns the
  * status, for the common `return wf_errf_status(WF_E_..., err, err_len,
- * "...")`. Both go through one vsnprintf, so there is one formatter. */
+ * "...")`; wf_errf_buf is the same for a wf_errbuf_t. All go through one
+ * vsnprintf, so there is one formatter. */
 #ifndef WF_ERRF_H
 #define WF_ERRF_H
 
@@ -22,5 +23,16 @@ void wf_errf(char *err, size_t err_len, const char *fmt, ...)
 wf_status_t wf_errf_status(wf_status_t st, char *err, size_t err_len,
                            const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* A caller's message buffer, for code that passes one down a chain of
+ * calls (the wire decoders). */
+typedef struct wf_errbuf {
+    char *err;      /* the buffer; NULL: no message wanted */
+    size_t err_len; /* its size */
+} wf_errbuf_t;
+
+/* wf_errf_status into b's buffer. */
+wf_status_t wf_errf_buf(const wf_errbuf_t *b, wf_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif /* WF_ERRF_H */
