@@ -73,7 +73,6 @@ static void split(int64_t n, int64_t parts, int64_t i, int64_t *ret_start,
 
 /* ---- validation ------------------------------------------------------------ */
 
-/* Write a one-line message into err (when given) and return st. */
 /* a * b * c * d fits in int64 with room for 8-byte elements. */
 static bool fits(int64_t a, int64_t b, int64_t c, int64_t d)
 {
