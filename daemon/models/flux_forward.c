@@ -20,16 +20,18 @@
  * two halves with their own weights, single blocks on all of it; only the
  * attention sees the joint order (B, L) — each batch's [text piece, image
  * piece], which is what diffusers' cat([encoder, hidden]) is on one rank —
- * and pack() / unpack() move rows between the two orders. The RoPE table
- * is built from this rank's ids pieces in that joint order.
+ * and pack() / unpack() (flux_blocks.c) move rows between the two
+ * orders. The RoPE table is built from this rank's ids pieces in that
+ * joint order.
  *
  * Layouts over tp (lay_t). An activation's columns are either full on
  * every rank, or split: the full width cut into blocks, each block split
  * evenly, rank r holding piece r of every block in block order (what a
  * colwise / packed_colwise linear emits, and what a rowwise /
- * packed_rowwise linear takes). convert() turns any layout into any
- * other: a local slice from full, a copy when every rank's pieces already
- * agree, else an all-gather over tp and a column reorder. The decision
+ * packed_rowwise linear takes). flux_convert() (flux_linear.c) turns any
+ * layout into any other: a local slice from full, a copy when every
+ * rank's pieces already agree, else an all-gather over tp and a column
+ * reorder. The decision
  * depends on the layouts only, never on the rank, so every tp rank enters
  * the same collectives. The attention runs on the heads of the q / k / v
  * projections' common split layout, or on every head when they differ.
