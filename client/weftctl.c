@@ -1,7 +1,11 @@
-/* weftctl.c — command line of weftd. It talks to the daemon through
- * libweft only; the model commands also use daemon modules locally
- * (tp_plan.h to read --tp-plan, safetensors.h to read --inputs,
- * flux_host.h to write a sharded checkpoint), never to reach the daemon.
+/* weftctl.c — command line of weftd: the option parsing, the shared
+ * helpers (weftctl.h), hello / status / reconfigure and main. The other
+ * commands live beside it: weftctl_demo.c (attention-demo) and
+ * weftctl_models.c (load / unload / models / forward / shard). It talks
+ * to the daemon through libweft only; the model commands also use the
+ * model-file library locally (tp_plan.h to read --tp-plan, safetensors.h
+ * to read --inputs, flux_host.h to write a sharded checkpoint), never to
+ * reach the daemon.
  *
  *   weftctl [--endpoint E] [--timeout MS] hello
  *   weftctl [--endpoint E] [--timeout MS] status
@@ -27,8 +31,8 @@
  * so it can take as long as the longest of them: --timeout bounds it.
  *
  * attention-demo runs seeded random Q/K/V through the daemon and checks
- * the output (and LSE) against an fp64 reference computed here, from the
- * same rounded inputs; it exits 0 only when the error is within the
+ * the output (and LSE) against the fp64 reference of kernels/reference.h,
+ * computed here from the same rounded inputs; it exits 0 only when the error is within the
  * tolerance of the output dtype.
  *
  * load sends load_model (PATH relative to the daemon's model root) on one
@@ -55,29 +59,15 @@
  * Endpoint: --endpoint, else $WEFT_ENDPOINT, else WF_DEFAULT_ENDPOINT.
  * Exit codes: 0 success, 1 job / daemon error, a failed check or a file
  * that cannot be read, 2 usage.
- */
+ */#include "weftctl.h"
+
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
-
-#include "weft.h"
-
-/* daemon modules, used locally (see above) */
-#include "flux_host.h"
-#include "model_root.h"
-#include "safetensors.h"
-#include "tensor.h"
-#include "tp_plan.h"
-
-#define EXIT_USAGE 2
 
 static void usage(FILE *f)
 {
@@ -115,7 +105,7 @@ static void usage(FILE *f)
 }
 
 /* Parse a positive integer option value; false on garbage. */
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *ret)
+bool ctl_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *ret)
 {
     char *end;
     errno = 0;
@@ -126,7 +116,7 @@ static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *ret)
     return true;
 }
 
-static int report_error(wf_client_t *c, wf_status_t st, const char *what)
+int ctl_report_error(wf_client_t *c, wf_status_t st, const char *what)
 {
     const char *msg = wf_client_last_error(c);
     fprintf(stderr, "weftctl: %s: %s: %s\n", what, wf_status_name(st),
@@ -134,7 +124,7 @@ static int report_error(wf_client_t *c, wf_status_t st, const char *what)
     return 1;
 }
 
-static void human_bytes(char *buf, size_t len, uint64_t b)
+void ctl_human_bytes(char *buf, size_t len, uint64_t b)
 {
     static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
     double v = (double)b;
@@ -149,6 +139,19 @@ static void human_bytes(char *buf, size_t len, uint64_t b)
         snprintf(buf, len, "%.1f %s", v, unit[u]);
 }
 
+int ctl_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ctl_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* ---- hello / status --------------------------------------------------- */
 
 static int cmd_hello(wf_client_t *c)
@@ -156,10 +159,10 @@ static int cmd_hello(wf_client_t *c)
     wf_hello_info_t h;
     wf_status_t st = wf_hello(c, &h);
     if (st != WF_OK)
-        return report_error(c, st, "hello");
+        return ctl_report_error(c, st, "hello");
     char hb[32], tb[32];
-    human_bytes(hb, sizeof hb, h.max_header_bytes);
-    human_bytes(tb, sizeof tb, h.max_tensor_bytes);
+    ctl_human_bytes(hb, sizeof hb, h.max_header_bytes);
+    ctl_human_bytes(tb, sizeof tb, h.max_tensor_bytes);
     printf("weftd %s, protocol %u, backend %s, %u device%s\n",
            h.weft_version, h.protocol, h.backend, h.devices,
            h.devices == 1 ? "" : "s");
@@ -178,10 +181,10 @@ static int cmd_status(wf_client_t *c)
     wf_status_t st = wf_status(c, s);
     if (st != WF_OK) {
         free(s);
-        return report_error(c, st, "status");
+        return ctl_report_error(c, st, "status");
     }
     char rss[32];
-    human_bytes(rss, sizeof rss, s->rss_bytes);
+    ctl_human_bytes(rss, sizeof rss, s->rss_bytes);
     printf("weftd %s (%s)  epoch %" PRIu64 "  uptime %.1f s  rss %s\n",
            s->weft_version, s->backend, s->epoch,
            (double)s->uptime_ms / 1000.0, rss);
@@ -201,8 +204,8 @@ static int cmd_status(wf_client_t *c)
     for (uint32_t i = 0; i < n; i++) {
         const wf_device_info_t *d = &s->devices[i];
         char used[32], total[32];
-        human_bytes(used, sizeof used, d->memory_used);
-        human_bytes(total, sizeof total, d->memory_total);
+        ctl_human_bytes(used, sizeof used, d->memory_used);
+        ctl_human_bytes(total, sizeof total, d->memory_total);
         double pct = d->memory_total
             ? 100.0 * (double)d->memory_used / (double)d->memory_total : 0.0;
         char coords[48];
@@ -244,7 +247,7 @@ static int cmd_reconfigure(wf_client_t *c, int argc, char **argv)
                     "value\n", argv[i]);
             return EXIT_USAGE;
         }
-        if (!parse_i64(argv[i + 1], 1, 4096, &v)) {
+        if (!ctl_parse_i64(argv[i + 1], 1, 4096, &v)) {
             fprintf(stderr, "weftctl: %s: a degree 1..4096, got '%s'\n", argv[i],
                     argv[i + 1]);
             return EXIT_USAGE;
@@ -260,7 +263,7 @@ static int cmd_reconfigure(wf_client_t *c, int argc, char **argv)
     wf_status_t st = wf_status(c, s);
     if (st != WF_OK) {
         free(s);
-        return report_error(c, st, "status");
+        return ctl_report_error(c, st, "status");
     }
     wf_mesh_degrees_t old = s->mesh;
     uint64_t old_epoch = s->epoch;
@@ -268,972 +271,11 @@ static int cmd_reconfigure(wf_client_t *c, int argc, char **argv)
     uint64_t epoch = 0;
     st = wf_reconfigure(c, &m, &epoch);
     if (st != WF_OK)
-        return report_error(c, st, "reconfigure");
+        return ctl_report_error(c, st, "reconfigure");
     printf("mesh dp=%u ring=%u ulysses=%u tp=%u (epoch %" PRIu64 ") -> "
            "dp=%u ring=%u ulysses=%u tp=%u (epoch %" PRIu64 ")\n",
            old.dp, old.ring, old.ulysses, old.tp, old_epoch,
            m.dp, m.ring, m.ulysses, m.tp, epoch);
-    return 0;
-}
-
-/* ---- attention-demo --------------------------------------------------- */
-
-/* f16 <-> f32 and bf16 <-> f32 by hand, rounding to nearest even (f16
- * checked against GCC's _Float16 over all 2^32 floats; clang 14 has no
- * _Float16 on x86). Written here rather than borrowed from kernels/ so that the check
- * does not share code with what it checks. */
-static double from_f16(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    double v = e == 0 ? ldexp(m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-             : ldexp(m + 1024, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t to_f16(float f)
-{
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    double a = fabs((double)f);
-    if (isnan(f))
-        return sign | 0x7e00;
-    if (a >= 65520.0)          /* halfway above the largest finite, 65504 */
-        return sign | 0x7c00;
-    if (a < 0x1p-14)           /* subnormal: units of 2^-24 */
-        return sign | (uint16_t)nearbyint(a * 0x1p24);
-    int e;
-    double m = nearbyint(frexp(a, &e) * 2048.0); /* 11 significant bits */
-    if (m == 2048.0) {
-        m = 1024.0;
-        e++;
-    }
-    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)((int)m - 1024);
-}
-
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static double from_bf16(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static void store(void *buf, wf_dtype_t dt, size_t i, float x)
-{
-    uint16_t h;
-    switch (dt) {
-    case WF_DTYPE_F32:
-        memcpy((char *)buf + 4 * i, &x, 4);
-        return;
-    case WF_DTYPE_F16:
-        h = to_f16(x);
-        break;
-    case WF_DTYPE_BF16:
-        h = to_bf16(x);
-        break;
-    default:
-        return;
-    }
-    memcpy((char *)buf + 2 * i, &h, 2);
-}
-
-static double load(const void *buf, wf_dtype_t dt, size_t i)
-{
-    float f;
-    uint16_t h;
-    switch (dt) {
-    case WF_DTYPE_F32:
-        memcpy(&f, (const char *)buf + 4 * i, 4);
-        return f;
-    case WF_DTYPE_F16:
-        memcpy(&h, (const char *)buf + 2 * i, 2);
-        return from_f16(h);
-    case WF_DTYPE_BF16:
-        memcpy(&h, (const char *)buf + 2 * i, 2);
-        return from_bf16(h);
-    }
-    return NAN;
-}
-
-/* splitmix64: seeded, reproducible inputs. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(uint64_t *s)
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
-
-typedef struct demo {
-    int64_t B, Sq, Skv, Hq, Hkv, D;
-    wf_dtype_t dt;
-    int causal;
-    uint32_t devices;
-    int64_t iters;
-    uint64_t seed;
-    wf_rotate_t rotate;    /* --rotate; DEFAULT: the daemon's setting */
-    wf_opt_t fp32, ring_any, uly_any, lb; /* flags; DEFAULT unless given */
-} demo_t;
-
-/* fp64 reference of attention over the stored (rounded) inputs.
- *   q (B,Sq,Hq,D), k / v (B,Skv,Hkv,D) -> out (B,Sq,Hq,D), lse (B,Sq,Hq) */
-static void reference(const demo_t *p, const void *q, const void *k,
-                      const void *v, double scale, double *out, double *lse,
-                      double *scores)
-{
-    int64_t group = p->Hq / p->Hkv;
-    for (int64_t b = 0; b < p->B; b++)
-    for (int64_t i = 0; i < p->Sq; i++)
-    for (int64_t h = 0; h < p->Hq; h++) {
-        int64_t hk = h / group;
-        int64_t nkeys = p->causal ? (i + 1 < p->Skv ? i + 1 : p->Skv) : p->Skv;
-        size_t qo = (size_t)(((b * p->Sq + i) * p->Hq + h) * p->D);
-        double m = -INFINITY;
-        for (int64_t j = 0; j < nkeys; j++) {
-            size_t ko = (size_t)(((b * p->Skv + j) * p->Hkv + hk) * p->D);
-            double s = 0.0;
-            for (int64_t d = 0; d < p->D; d++)
-                s += load(q, p->dt, qo + (size_t)d) * load(k, p->dt, ko + (size_t)d);
-            scores[j] = s * scale;
-            if (scores[j] > m)
-                m = scores[j];
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < nkeys; j++) {
-            scores[j] = exp(scores[j] - m);
-            sum += scores[j];
-        }
-        double *o = out + qo;
-        for (int64_t d = 0; d < p->D; d++)
-            o[d] = 0.0;
-        for (int64_t j = 0; j < nkeys; j++) {
-            size_t vo = (size_t)(((b * p->Skv + j) * p->Hkv + hk) * p->D);
-            double w = scores[j] / sum;
-            for (int64_t d = 0; d < p->D; d++)
-                o[d] += w * load(v, p->dt, vo + (size_t)d);
-        }
-        lse[(b * p->Sq + i) * p->Hq + h] = m + log(sum);
-    }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_demo(int argc, char **argv, demo_t *p)
-{
-    *p = (demo_t){ .B = 2, .Sq = 128, .Skv = 0, .Hq = 8, .Hkv = 0, .D = 64,
-                   .dt = WF_DTYPE_F32, .iters = 1, .seed = 42 };
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int64_t *dst = NULL;
-        int64_t lo = 1, hi = 1 << 20, val;
-        if (strcmp(a, "--causal") == 0) {
-            p->causal = 1;
-            continue;
-        }
-        if (strcmp(a, "--no-fp32-merge") == 0) {
-            p->fp32 = WF_OPT_OFF;
-            continue;
-        }
-        if (strcmp(a, "--ring-anything") == 0) {
-            p->ring_any = WF_OPT_ON;
-            continue;
-        }
-        if (strcmp(a, "--ulysses-anything") == 0) {
-            p->uly_any = WF_OPT_ON;
-            continue;
-        }
-        if (strcmp(a, "--no-load-balance") == 0) {
-            p->lb = WF_OPT_OFF;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "weftctl: %s: unknown option or missing value\n", a);
-            return EXIT_USAGE;
-        }
-        const char *arg = argv[++i];
-        if (strcmp(a, "--dtype") == 0) {
-            if (strcmp(arg, "f32") == 0)
-                p->dt = WF_DTYPE_F32;
-            else if (strcmp(arg, "f16") == 0)
-                p->dt = WF_DTYPE_F16;
-            else if (strcmp(arg, "bf16") == 0)
-                p->dt = WF_DTYPE_BF16;
-            else {
-                fprintf(stderr, "weftctl: --dtype: f32, f16 or bf16\n");
-                return EXIT_USAGE;
-            }
-            continue;
-        }
-        if (strcmp(a, "--rotate") == 0) {
-            if (strcmp(arg, "allgather") == 0)
-                p->rotate = WF_ROTATE_ALLGATHER;
-            else if (strcmp(arg, "alltoall") == 0)
-                p->rotate = WF_ROTATE_ALLTOALL;
-            else {
-                fprintf(stderr, "weftctl: --rotate: allgather or alltoall\n");
-                return EXIT_USAGE;
-            }
-            continue;
-        }
-        if (strcmp(a, "--batch") == 0) dst = &p->B;
-        else if (strcmp(a, "--seq") == 0) dst = &p->Sq;
-        else if (strcmp(a, "--kv-seq") == 0) dst = &p->Skv;
-        else if (strcmp(a, "--heads") == 0) dst = &p->Hq;
-        else if (strcmp(a, "--kv-heads") == 0) dst = &p->Hkv;
-        else if (strcmp(a, "--dim") == 0) dst = &p->D;
-        else if (strcmp(a, "--iters") == 0) dst = &p->iters;
-        else if (strcmp(a, "--devices") == 0) { dst = &val; lo = 0; hi = 4096; }
-        else if (strcmp(a, "--seed") == 0) { dst = &val; lo = 0; hi = INT64_MAX; }
-        else {
-            fprintf(stderr, "weftctl: unknown option %s\n", a);
-            return EXIT_USAGE;
-        }
-        if (!parse_i64(arg, lo, hi, dst)) {
-            fprintf(stderr, "weftctl: %s: bad value '%s'\n", a, arg);
-            return EXIT_USAGE;
-        }
-        if (strcmp(a, "--devices") == 0)
-            p->devices = (uint32_t)val;
-        else if (strcmp(a, "--seed") == 0)
-            p->seed = (uint64_t)val;
-    }
-    if (p->Skv == 0)
-        p->Skv = p->Sq;
-    if (p->Hkv == 0)
-        p->Hkv = p->Hq;
-    if (p->Hq % p->Hkv != 0) {
-        fprintf(stderr, "weftctl: --kv-heads must divide --heads\n");
-        return EXIT_USAGE;
-    }
-    return 0;
-}
-
-static int cmd_demo(wf_client_t *c, int argc, char **argv)
-{
-    demo_t p;
-    int rc = parse_demo(argc, argv, &p);
-    if (rc)
-        return rc;
-
-    size_t es = wf_dtype_size(p.dt);
-    const wf_tensor_t shq = { NULL, p.dt, 4, { p.B, p.Sq, p.Hq, p.D } };
-    const wf_tensor_t shkv = { NULL, p.dt, 4, { p.B, p.Skv, p.Hkv, p.D } };
-    int64_t nmax = (int64_t)1 << 36; /* keeps every size below in range */
-    if (wf_tensor_numel(&shq) < 0 || wf_tensor_numel(&shq) > nmax ||
-        wf_tensor_numel(&shkv) < 0 || wf_tensor_numel(&shkv) > nmax) {
-        fprintf(stderr, "weftctl: tensor shapes too large\n");
-        return EXIT_USAGE;
-    }
-    size_t nq = (size_t)(p.B * p.Sq * p.Hq * p.D);
-    size_t nkv = (size_t)(p.B * p.Skv * p.Hkv * p.D);
-    size_t nl = (size_t)(p.B * p.Sq * p.Hq);
-    void *q = malloc(nq * es), *k = malloc(nkv * es), *v = malloc(nkv * es);
-    void *out = malloc(nq * es);
-    float *lse = malloc(nl * sizeof *lse);
-    double *ref = malloc(nq * sizeof *ref), *ref_lse = malloc(nl * sizeof *ref_lse);
-    double *scores = malloc((size_t)p.Skv * sizeof *scores);
-    double *times = malloc((size_t)p.iters * sizeof *times);
-    rc = 1;
-    if (!q || !k || !v || !out || !lse || !ref || !ref_lse || !scores || !times) {
-        fprintf(stderr, "weftctl: out of memory\n");
-        goto done;
-    }
-    uint64_t s = p.seed;
-    for (size_t i = 0; i < nq; i++)
-        store(q, p.dt, i, rng_uniform(&s));
-    for (size_t i = 0; i < nkv; i++)
-        store(k, p.dt, i, rng_uniform(&s));
-    for (size_t i = 0; i < nkv; i++)
-        store(v, p.dt, i, rng_uniform(&s));
-
-    wf_tensor_t tq = { q, p.dt, 4, { p.B, p.Sq, p.Hq, p.D } };
-    wf_tensor_t tk = { k, p.dt, 4, { p.B, p.Skv, p.Hkv, p.D } };
-    wf_tensor_t tv = { v, p.dt, 4, { p.B, p.Skv, p.Hkv, p.D } };
-    wf_tensor_t to = { out, p.dt, 4, { p.B, p.Sq, p.Hq, p.D } };
-    wf_attention_opts_t opts = { .scale = 0.0f, .causal = p.causal,
-                                 .devices = p.devices, .rotate_method = p.rotate,
-                                 .convert_to_fp32 = p.fp32,
-                                 .ring_anything = p.ring_any,
-                                 .ulysses_anything = p.uly_any,
-                                 .load_balance = p.lb };
-    wf_job_result_t res;
-    for (int64_t it = 0; it < p.iters; it++) {
-        double t0 = now_s();
-        wf_status_t st = wf_attention(c, &tq, &tk, &tv, &opts, &to, lse, &res);
-        times[it] = now_s() - t0;
-        if (st != WF_OK) {
-            report_error(c, st, "attention");
-            goto done;
-        }
-    }
-
-    double scale = 1.0 / sqrt((double)p.D);
-    reference(&p, q, k, v, scale, ref, ref_lse, scores);
-    double max_err = 0.0, max_ref = 0.0, max_lse_err = 0.0;
-    for (size_t i = 0; i < nq; i++) {
-        double e = fabs(load(out, p.dt, i) - ref[i]);
-        if (!(e <= max_err))
-            max_err = e; /* NaN sticks */
-        if (fabs(ref[i]) > max_ref)
-            max_ref = fabs(ref[i]);
-    }
-    for (size_t i = 0; i < nl; i++) {
-        double e = fabs((double)lse[i] - ref_lse[i]) / fmax(1.0, fabs(ref_lse[i]));
-        if (!(e <= max_lse_err))
-            max_lse_err = e;
-    }
-    /* |out| <= max|v| <= 1, so the tolerance is the output dtype's
-     * rounding (half an ulp at 1: 2^-11 f16, 2^-8 bf16) with room for the
-     * f32 accumulation, and for f32 the accumulation alone. Ring steps
-     * merged in f16 / bf16 (--no-fp32-merge) round every step's out and
-     * lse (~log S, ulp 2^-8 / 2^-5 near 4): looser bounds. */
-    double tol = p.dt == WF_DTYPE_F32 ? 1e-4 : p.dt == WF_DTYPE_F16 ? 2e-3 : 1.6e-2;
-    double lse_tol = 1e-4;
-    if (p.fp32 == WF_OPT_OFF && p.dt != WF_DTYPE_F32) {
-        tol = p.dt == WF_DTYPE_F16 ? 4e-3 : 3e-2;
-        lse_tol = p.dt == WF_DTYPE_F16 ? 4e-3 : 2.5e-2;
-    }
-
-    /* FLOPs: QK^T and PV, 2 * D each per visible (query, key) pair. */
-    double pairs = 0.0;
-    for (int64_t i = 0; i < p.Sq; i++)
-        pairs += (double)(p.causal ? (i + 1 < p.Skv ? i + 1 : p.Skv) : p.Skv);
-    double flops = 4.0 * (double)p.B * (double)p.Hq * pairs * (double)p.D;
-    qsort(times, (size_t)p.iters, sizeof *times, cmp_double);
-    double med = times[p.iters / 2], best = times[0];
-    bool pass = max_err <= tol && max_lse_err <= lse_tol;
-
-    printf("attention  B=%" PRId64 " Sq=%" PRId64 " Skv=%" PRId64 " Hq=%" PRId64
-           " Hkv=%" PRId64 " D=%" PRId64 " %s%s devices=%u (used %u) epoch %"
-           PRIu64 "\n", p.B, p.Sq, p.Skv, p.Hq, p.Hkv, p.D, wf_dtype_name(p.dt),
-           p.causal ? " causal" : "", p.devices, res.devices, res.epoch);
-    printf("options    rotate %s, fp32 merge %s, ring_anything %s, "
-           "ulysses_anything %s, load_balance %s\n",
-           p.rotate == WF_ROTATE_ALLGATHER ? "allgather"
-           : p.rotate == WF_ROTATE_ALLTOALL ? "alltoall" : "default",
-           p.fp32 == WF_OPT_OFF ? "off" : "default",
-           p.ring_any == WF_OPT_ON ? "on" : "default",
-           p.uly_any == WF_OPT_ON ? "on" : "default",
-           p.lb == WF_OPT_OFF ? "off" : "default");
-    printf("max abs error   %.3e (relative %.3e), tolerance %.1e\n",
-           max_err, max_ref > 0 ? max_err / max_ref : 0.0, tol);
-    printf("max lse error   %.3e (relative), tolerance %.1e\n",
-           max_lse_err, lse_tol);
-    printf("round trip      %.3f ms median, %.3f ms best over %" PRId64
-           " iteration%s (daemon: queue %" PRIu64 " us, compute %" PRIu64 " us)\n",
-           med * 1e3, best * 1e3, p.iters, p.iters == 1 ? "" : "s",
-           res.queue_us, res.compute_us);
-    printf("throughput      %.2f GFLOP/s (round trip, median)\n",
-           flops / med * 1e-9);
-    printf("%s\n", pass ? "PASS" : "FAIL");
-    rc = pass ? 0 : 1;
-
-done:
-    free(q);
-    free(k);
-    free(v);
-    free(out);
-    free(lse);
-    free(ref);
-    free(ref_lse);
-    free(scores);
-    free(times);
-    return rc;
-}
-
-/* ---- resident models: load / unload / models / forward / shard -------- */
-
-/* Read a whole small file (a tp plan) into a NUL-terminated buffer;
- * caller frees. NULL with a message on stderr. */
-static char *read_small_file(const char *path, size_t max, size_t *ret_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "weftctl: %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (!buf || err || n > max) {
-        fprintf(stderr, "weftctl: %s: %s\n", path,
-                !buf ? "out of memory" : err ? "read error" : "file too large");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *ret_len = n;
-    return buf;
-}
-
-/* --tp-plan FILE.json: the wire form of a plan (tp_plan.h), checked. */
-static int load_plan_file(const char *path, wf_tp_plan_t *plan)
-{
-    size_t len = 0;
-    char *json = read_small_file(path, 1u << 20, &len);
-    if (!json)
-        return 1;
-    char err[512];
-    wf_status_t st = wf_tp_plan_from_json(json, len, path, plan, err, sizeof err);
-    free(json);
-    if (st != WF_OK) {
-        fprintf(stderr, "weftctl: --tp-plan: %s: %s\n", wf_status_name(st), err);
-        return 1;
-    }
-    return 0;
-}
-
-/* A parameter count: 145288, 12.5 M, 11.90 G. */
-static void human_count(char *buf, size_t len, uint64_t n)
-{
-    if (n < 1000000)
-        snprintf(buf, len, "%" PRIu64, n);
-    else if (n < 1000000000)
-        snprintf(buf, len, "%.1f M", (double)n * 1e-6);
-    else
-        snprintf(buf, len, "%.2f G", (double)n * 1e-9);
-}
-
-static void print_model(const wf_model_info_t *m)
-{
-    char total[32], host[32], rank[32], params[32];
-    human_count(params, sizeof params, m->params);
-    human_bytes(total, sizeof total, m->bytes_total);
-    human_bytes(host, sizeof host, m->host_bytes);
-    human_bytes(rank, sizeof rank, m->rank_bytes);
-    printf("model %s  path %s  family %s  dtype %s  state %s\n", m->name, m->path,
-           m->family, m->dtype, m->state);
-    printf("params %s  checkpoint %s  host copy %s  per rank %s  tp %u%s\n",
-           params, total, host, rank, m->tp,
-           m->sharded_input ? "  (loaded from per-rank files)" : "");
-    printf("loaded in %.3f s\n", (double)m->load_ms / 1000.0);
-}
-
-/* What `load` shares between its loading thread and the progress loop. */
-typedef struct load_job {
-    wf_client_t *client;        /* connection of the load (its thread only) */
-    const char *name, *path;
-    wf_load_opts_t opts;
-    wf_model_info_t info;       /* filled on success */
-    wf_status_t st;             /* the load's status */
-    char err[512];              /* its message */
-    pthread_mutex_t mu;         /* guards done */
-    pthread_cond_t cv;          /* signalled when done */
-    bool done;
-} load_job_t;
-
-static void *load_thread(void *arg)
-{
-    load_job_t *j = arg;
-    wf_status_t st = wf_load_model(j->client, j->name, j->path, &j->opts, &j->info);
-    snprintf(j->err, sizeof j->err, "%s", wf_client_last_error(j->client));
-    pthread_mutex_lock(&j->mu);
-    j->st = st;
-    j->done = true;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    return NULL;
-}
-
-/* Progress of a load on stderr: a bar redrawn with '\r' on a terminal,
- * else one line per 10 %. */
-typedef struct progress {
-    bool tty;
-    int decile;                 /* last tenth printed (lines) */
-    bool drawn;                 /* a bar is on the line (tty) */
-} progress_t;
-
-static void progress_draw(progress_t *p, const char *name, uint64_t done, uint64_t total)
-{
-    double frac = total ? (double)done / (double)total : 0.0;
-    if (frac > 1.0)
-        frac = 1.0;
-    char d[32], t[32];
-    human_bytes(d, sizeof d, done);
-    human_bytes(t, sizeof t, total);
-    if (p->tty) {
-        char bar[31];
-        int fill = (int)(frac * 30.0);
-        for (int i = 0; i < 30; i++)
-            bar[i] = i < fill ? '#' : '.';
-        bar[30] = '\0';
-        fprintf(stderr, "\rloading %s [%s] %3d%%  %s / %s   ", name, bar,
-                (int)(frac * 100.0), d, t);
-        p->drawn = true;
-    } else {
-        /* each tenth crossed since the last poll gets its line, with its
-         * own figure; the last one with the bytes read so far */
-        int dec = (int)(frac * 10.0);
-        for (int k = p->decile + 1; k <= dec; k++) {
-            if (k < dec)
-                human_bytes(d, sizeof d, total / 10 * (uint64_t)k);
-            else
-                human_bytes(d, sizeof d, done);
-            fprintf(stderr, "loading %s: %3d%%  (%s of %s)\n", name, k * 10, d, t);
-        }
-        if (dec > p->decile)
-            p->decile = dec;
-    }
-    fflush(stderr);
-}
-
-/* A load can take minutes: without --timeout, wait up to an hour. */
-#define LOAD_DEFAULT_TIMEOUT_MS 3600000
-
-static int cmd_load(const char *endpoint, int timeout_ms, int argc, char **argv)
-{
-    const char *pos[2] = { NULL, NULL };
-    const char *plan_file = NULL;
-    int npos = 0;
-    bool sharded = false;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--sharded") == 0) {
-            sharded = true;
-        } else if (strcmp(argv[i], "--tp-plan") == 0 && i + 1 < argc) {
-            plan_file = argv[++i];
-        } else if (argv[i][0] == '-' || npos == 2) {
-            fprintf(stderr, "weftctl: load: %s: unknown option, missing value or extra "
-                    "argument\n", argv[i]);
-            return EXIT_USAGE;
-        } else {
-            pos[npos++] = argv[i];
-        }
-    }
-    if (npos != 2) {
-        fprintf(stderr, "weftctl: load NAME PATH [--tp-plan FILE.json] [--sharded]\n");
-        return EXIT_USAGE;
-    }
-
-    static wf_tp_plan_t plan; /* large: not on the stack */
-    load_job_t j;
-    memset(&j, 0, sizeof j);
-    j.name = pos[0];
-    j.path = pos[1];
-    j.opts.weights_already_sharded = sharded;
-    if (plan_file) {
-        if (load_plan_file(plan_file, &plan) != 0)
-            return 1;
-        j.opts.plan = plan.rules;
-        j.opts.n_plan = plan.n;
-    }
-
-    /* Two connections: the load blocks one until the model is resident;
-     * the other asks list_models for the progress. */
-    wf_client_t *poll = NULL;
-    wf_status_t st = wf_client_connect(endpoint, timeout_ms, &j.client);
-    if (st == WF_OK)
-        st = wf_client_connect(endpoint, timeout_ms < 5000 ? timeout_ms : 5000, &poll);
-    if (st != WF_OK) {
-        fprintf(stderr, "weftctl: connect to %s: %s\n",
-                endpoint ? endpoint : WF_DEFAULT_ENDPOINT, wf_status_name(st));
-        wf_client_destroy(&j.client);
-        return 1;
-    }
-    pthread_mutex_init(&j.mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_t th;
-    if (pthread_create(&th, NULL, load_thread, &j) != 0) {
-        fprintf(stderr, "weftctl: cannot start a thread\n");
-        pthread_cond_destroy(&j.cv);
-        pthread_mutex_destroy(&j.mu);
-        wf_client_destroy(&poll);
-        wf_client_destroy(&j.client);
-        return 1;
-    }
-
-    progress_t pr = { .tty = isatty(STDERR_FILENO) == 1, .decile = 0 };
-    wf_model_info_t *list = calloc(WF_MODELS_MAX, sizeof *list);
-    struct timespec tick;
-    pthread_mutex_lock(&j.mu);
-    while (!j.done) {
-        /* 200 ms after the last poll, or at once when the load returns */
-        clock_gettime(CLOCK_MONOTONIC, &tick);
-        tick.tv_nsec += 200 * 1000000L;
-        if (tick.tv_nsec >= 1000000000L) {
-            tick.tv_sec++;
-            tick.tv_nsec -= 1000000000L;
-        }
-        while (!j.done && pthread_cond_timedwait(&j.cv, &j.mu, &tick) != ETIMEDOUT)
-            ;
-        if (j.done)
-            break;
-        pthread_mutex_unlock(&j.mu);
-        size_t n = 0;
-        if (list && wf_list_models(poll, list, WF_MODELS_MAX, &n) == WF_OK) {
-            for (size_t i = 0; i < n && i < WF_MODELS_MAX; i++)
-                if (strcmp(list[i].name, j.name) == 0 && list[i].bytes_total > 0)
-                    progress_draw(&pr, j.name, list[i].bytes_loaded, list[i].bytes_total);
-        }
-        pthread_mutex_lock(&j.mu);
-    }
-    pthread_mutex_unlock(&j.mu);
-    pthread_join(th, NULL);
-    free(list);
-
-    if (j.st == WF_OK)
-        progress_draw(&pr, j.name, j.info.bytes_total, j.info.bytes_total);
-    if (pr.tty && pr.drawn)
-        fputc('\n', stderr);
-    int rc = 0;
-    if (j.st != WF_OK) {
-        fprintf(stderr, "weftctl: load: %s: %s\n", wf_status_name(j.st),
-                j.err[0] ? j.err : wf_status_str(j.st));
-        rc = 1;
-    } else {
-        print_model(&j.info);
-    }
-    pthread_cond_destroy(&j.cv);
-    pthread_mutex_destroy(&j.mu);
-    wf_client_destroy(&poll);
-    wf_client_destroy(&j.client);
-    return rc;
-}
-
-static int cmd_unload(wf_client_t *c, int argc, char **argv)
-{
-    if (argc != 1 || argv[0][0] == '-') {
-        fprintf(stderr, "weftctl: unload NAME\n");
-        return EXIT_USAGE;
-    }
-    wf_status_t st = wf_unload_model(c, argv[0]);
-    if (st != WF_OK)
-        return report_error(c, st, "unload");
-    printf("unloaded %s\n", argv[0]);
-    return 0;
-}
-
-static int cmd_models(wf_client_t *c)
-{
-    wf_model_info_t *m = calloc(WF_MODELS_MAX, sizeof *m);
-    if (!m) {
-        fprintf(stderr, "weftctl: out of memory\n");
-        return 1;
-    }
-    size_t n = 0;
-    wf_status_t st = wf_list_models(c, m, WF_MODELS_MAX, &n);
-    if (st != WF_OK) {
-        free(m);
-        return report_error(c, st, "models");
-    }
-    printf("%-20s %-8s %-6s %-5s %10s %3s %11s %11s %6s %9s  %s\n", "NAME", "STATE",
-           "FAMILY", "DTYPE", "PARAMS", "TP", "PER RANK", "HOST", "LOADED", "LOAD TIME",
-           "PATH");
-    for (size_t i = 0; i < n && i < WF_MODELS_MAX; i++) {
-        const wf_model_info_t *x = &m[i];
-        char rank[32], host[32], params[32], when[32];
-        human_bytes(rank, sizeof rank, x->rank_bytes);
-        human_bytes(host, sizeof host, x->host_bytes);
-        human_count(params, sizeof params, x->params);
-        double pct = x->bytes_total
-            ? 100.0 * (double)x->bytes_loaded / (double)x->bytes_total : 0.0;
-        snprintf(when, sizeof when, "%.1f s", (double)x->load_ms / 1000.0);
-        printf("%-20s %-8s %-6s %-5s %10s %3u %11s %11s %5.1f%% %9s  %s%s\n", x->name,
-               x->state, x->family, x->dtype, params, x->tp, rank, host, pct, when,
-               x->path, x->sharded_input ? " (sharded)" : "");
-    }
-    if (n == 0)
-        printf("(no models)\n");
-    free(m);
-    return 0;
-}
-
-/* The tensors of a forward's inputs file, opened by `forward --inputs`. */
-typedef struct inputs_file {
-    wf_safetensors_t *st;
-    wf_tensor_t t[7];           /* wf_flux_inputs_t's order */
-    bool have[7];
-} inputs_file_t;
-
-static const char *const input_names[7] = {
-    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
-    "img_ids", "txt_ids", "guidance"
-};
-
-/* A tensor of the file as a borrowed wf_tensor_t (the mapping's bytes:
- * libweft only reads inputs). False with a message for a scalar. */
-static bool file_tensor(const wf_safetensors_t *st, size_t i, wf_tensor_t *t)
-{
-    const wf_st_tensor_t *x = wf_safetensors_tensor(st, i);
-    if (x->rank < 1 || x->numel == 0) {
-        fprintf(stderr, "weftctl: tensor %s of %s is a scalar or empty\n", x->name,
-                wf_safetensors_path(st));
-        return false;
-    }
-    memset(t, 0, sizeof *t);
-    t->data = (void *)wf_safetensors_data(st, i);
-    t->dtype = x->dtype;
-    t->rank = x->rank;
-    memcpy(t->shape, x->shape, sizeof t->shape);
-    return true;
-}
-
-/* Tolerance factor of a dtype, relative to max |reference|. */
-static double dtype_tol(wf_dtype_t dt)
-{
-    return dt == WF_DTYPE_F32 ? 1e-4 : dt == WF_DTYPE_F16 ? 4e-3 : 3e-2;
-}
-
-static int cmd_forward(wf_client_t *c, int argc, char **argv)
-{
-    const char *model = NULL, *inputs = NULL;
-    bool has_odt = false;
-    wf_dtype_t odt = WF_DTYPE_F32;
-    int64_t iters = 1;
-    for (int i = 0; i < argc; i++) {
-        if (i + 1 >= argc) {
-            fprintf(stderr, "weftctl: forward: %s: unknown option or missing value\n",
-                    argv[i]);
-            return EXIT_USAGE;
-        }
-        const char *a = argv[i], *v = argv[++i];
-        if (strcmp(a, "--model") == 0) {
-            model = v;
-        } else if (strcmp(a, "--inputs") == 0) {
-            inputs = v;
-        } else if (strcmp(a, "--out-dtype") == 0) {
-            if (strcmp(v, "f32") == 0)
-                odt = WF_DTYPE_F32;
-            else if (strcmp(v, "f16") == 0)
-                odt = WF_DTYPE_F16;
-            else if (strcmp(v, "bf16") == 0)
-                odt = WF_DTYPE_BF16;
-            else {
-                fprintf(stderr, "weftctl: --out-dtype: f32, f16 or bf16\n");
-                return EXIT_USAGE;
-            }
-            has_odt = true;
-        } else if (strcmp(a, "--iters") == 0) {
-            if (!parse_i64(v, 1, 1 << 20, &iters)) {
-                fprintf(stderr, "weftctl: --iters: bad value '%s'\n", v);
-                return EXIT_USAGE;
-            }
-        } else {
-            fprintf(stderr, "weftctl: forward: unknown option %s\n", a);
-            return EXIT_USAGE;
-        }
-    }
-    if (!model || !inputs) {
-        fprintf(stderr, "weftctl: forward --model NAME --inputs FILE.safetensors "
-                "[--out-dtype D] [--iters N]\n");
-        return EXIT_USAGE;
-    }
-
-    /* The file's directory is the "root" its name is resolved under. */
-    char dir[4096], err[512];
-    const char *slash = strrchr(inputs, '/');
-    const char *base = slash ? slash + 1 : inputs;
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == inputs)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - inputs), inputs);
-    int fd = -1;
-    inputs_file_t in;
-    memset(&in, 0, sizeof in);
-    wf_status_t st = wf_model_root_open(dir, &fd, err, sizeof err);
-    if (st == WF_OK) {
-        st = wf_safetensors_open(fd, base, NULL, &in.st, err, sizeof err);
-        close(fd);
-    }
-    if (st != WF_OK) {
-        fprintf(stderr, "weftctl: --inputs %s: %s: %s\n", inputs, wf_status_name(st), err);
-        return 1;
-    }
-    int rc = 1;
-    void *out = NULL;
-    float *got = NULL, *ref = NULL;
-    double *times = NULL;
-    for (int i = 0; i < 7; i++) {
-        ptrdiff_t k = wf_safetensors_find(in.st, input_names[i]);
-        if (k < 0) {
-            if (i == 6)
-                continue; /* guidance: only guidance_embeds models */
-            fprintf(stderr, "weftctl: %s has no tensor %s\n", inputs, input_names[i]);
-            goto done;
-        }
-        if (!file_tensor(in.st, (size_t)k, &in.t[i]))
-            goto done;
-        in.have[i] = true;
-    }
-    /* The reference output, when the file holds one: output_f64 (an fp64
-     * reference, stored rounded to f32), else output. */
-    ptrdiff_t ri = wf_safetensors_find(in.st, "output_f64");
-    if (ri < 0)
-        ri = wf_safetensors_find(in.st, "output");
-    wf_tensor_t ref_t;
-    memset(&ref_t, 0, sizeof ref_t);
-    if (ri >= 0 && !file_tensor(in.st, (size_t)ri, &ref_t))
-        goto done;
-    const wf_tensor_t *hs = &in.t[0];
-    /* Output shape: the reference's; without one, hidden_states' (FLUX's
-     * out_channels defaults to in_channels, with patch 1). */
-    wf_tensor_t to = *hs;
-    if (ri >= 0) {
-        memcpy(to.shape, ref_t.shape, sizeof to.shape);
-        to.rank = ref_t.rank;
-    }
-    to.dtype = has_odt ? odt : hs->dtype;
-    int64_t numel = wf_tensor_numel(&to);
-    if (numel <= 0 || numel > ((int64_t)1 << 34)) {
-        fprintf(stderr, "weftctl: output shape out of range\n");
-        goto done;
-    }
-    out = calloc((size_t)numel, wf_dtype_size(to.dtype));
-    times = malloc((size_t)iters * sizeof *times);
-    if (!out || !times) {
-        fprintf(stderr, "weftctl: out of memory\n");
-        goto done;
-    }
-    to.data = out;
-    wf_flux_inputs_t fi = {
-        .hidden_states = &in.t[0], .encoder_hidden_states = &in.t[1],
-        .pooled_projections = &in.t[2], .timestep = &in.t[3], .img_ids = &in.t[4],
-        .txt_ids = &in.t[5], .guidance = in.have[6] ? &in.t[6] : NULL,
-    };
-    wf_job_result_t res;
-    memset(&res, 0, sizeof res);
-    for (int64_t it = 0; it < iters; it++) {
-        double t0 = now_s();
-        st = wf_forward(c, model, &fi, &to, &res);
-        times[it] = now_s() - t0;
-        if (st != WF_OK) {
-            report_error(c, st, "forward");
-            goto done;
-        }
-    }
-    qsort(times, (size_t)iters, sizeof *times, cmp_double);
-    printf("forward %s  B=%" PRId64 " S_img=%" PRId64 " S_txt=%" PRId64 "%s  %s -> %s"
-           "  devices %u  epoch %" PRIu64 "\n", model, hs->shape[0], hs->shape[1],
-           in.t[1].shape[1], in.have[6] ? " guidance" : "", wf_dtype_name(hs->dtype),
-           wf_dtype_name(to.dtype), res.devices, res.epoch);
-    printf("time %.3f ms median, %.3f ms best over %" PRId64 " iteration%s "
-           "(daemon: queue %" PRIu64 " us, compute %" PRIu64 " us)\n",
-           times[iters / 2] * 1e3, times[0] * 1e3, iters, iters == 1 ? "" : "s",
-           res.queue_us, res.compute_us);
-    if (ri < 0) {
-        rc = 0;
-        goto done;
-    }
-    got = malloc((size_t)numel * sizeof *got);
-    ref = malloc((size_t)numel * sizeof *ref);
-    if (!got || !ref) {
-        fprintf(stderr, "weftctl: out of memory\n");
-        goto done;
-    }
-    wf_convert_to_f32(got, out, to.dtype, (size_t)numel);
-    wf_convert_to_f32(ref, ref_t.data, ref_t.dtype, (size_t)numel);
-    double max_err = 0.0, max_ref = 0.0;
-    for (int64_t i = 0; i < numel; i++) {
-        double e = fabs((double)got[i] - (double)ref[i]);
-        if (!(e <= max_err))
-            max_err = e; /* NaN sticks */
-        if (fabs((double)ref[i]) > max_ref)
-            max_ref = fabs((double)ref[i]);
-    }
-    /* the looser of the inputs' and the output's dtype */
-    double f = fmax(dtype_tol(hs->dtype), dtype_tol(to.dtype));
-    double tol = f * max_ref;
-    bool pass = max_err <= tol;
-    printf("max abs error %.3e (tolerance %.3e) %s\n", max_err, tol, pass ? "PASS" : "FAIL");
-    rc = pass ? 0 : 1;
-
-done:
-    free(out);
-    free(got);
-    free(ref);
-    free(times);
-    wf_safetensors_close(&in.st);
-    return rc;
-}
-
-static int cmd_shard(int argc, char **argv)
-{
-    const char *root = NULL, *path = NULL, *out = NULL, *plan_file = NULL;
-    int64_t tp = 0;
-    for (int i = 0; i < argc; i++) {
-        if (i + 1 >= argc) {
-            fprintf(stderr, "weftctl: shard: %s: unknown option or missing value\n",
-                    argv[i]);
-            return EXIT_USAGE;
-        }
-        const char *a = argv[i], *v = argv[++i];
-        if (strcmp(a, "--model-root") == 0)
-            root = v;
-        else if (strcmp(a, "--path") == 0)
-            path = v;
-        else if (strcmp(a, "--out") == 0)
-            out = v;
-        else if (strcmp(a, "--tp-plan") == 0)
-            plan_file = v;
-        else if (strcmp(a, "--tp") == 0) {
-            if (!parse_i64(v, 1, 4096, &tp)) {
-                fprintf(stderr, "weftctl: --tp: a degree 1..4096, got '%s'\n", v);
-                return EXIT_USAGE;
-            }
-        } else {
-            fprintf(stderr, "weftctl: shard: unknown option %s\n", a);
-            return EXIT_USAGE;
-        }
-    }
-    if (!root || !path || !out || tp == 0) {
-        fprintf(stderr, "weftctl: shard --model-root ROOT --path P --tp T --out DIR "
-                "[--tp-plan FILE.json]\n");
-        return EXIT_USAGE;
-    }
-    static wf_tp_plan_t plan; /* large: not on the stack */
-    if (plan_file && load_plan_file(plan_file, &plan) != 0)
-        return 1;
-    char err[512];
-    int fd = -1;
-    wf_status_t st = wf_model_root_open(root, &fd, err, sizeof err);
-    if (st != WF_OK) {
-        fprintf(stderr, "weftctl: --model-root %s: %s: %s\n", root, wf_status_name(st), err);
-        return 1;
-    }
-    double t0 = now_s();
-    st = wf_flux_write_sharded(fd, path, plan_file ? &plan : NULL, (int)tp, out, err,
-                               sizeof err);
-    close(fd);
-    if (st != WF_OK) {
-        fprintf(stderr, "weftctl: shard: %s: %s\n", wf_status_name(st), err);
-        return 1;
-    }
-    printf("wrote %s: config.json and %" PRId64 " rank file%s "
-           "tp-rank-RRRRR-of-%05" PRId64 ".safetensors (plan: %s) in %.3f s\n",
-           out, tp, tp == 1 ? "" : "s", tp, plan_file ? plan_file : "FLUX default",
-           now_s() - t0);
     return 0;
 }
 
@@ -1247,7 +289,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--endpoint") == 0 && i + 1 < argc) {
             endpoint = argv[++i];
         } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
-            if (!parse_i64(argv[++i], 1, INT32_MAX, &timeout)) {
+            if (!ctl_parse_i64(argv[++i], 1, INT32_MAX, &timeout)) {
                 fprintf(stderr, "weftctl: --timeout: milliseconds > 0\n");
                 return EXIT_USAGE;
             }
@@ -1284,10 +326,10 @@ int main(int argc, char **argv)
         endpoint = NULL;
     /* shard works on files only; load opens its own two connections */
     if (strcmp(cmd, "shard") == 0)
-        return cmd_shard(argc - i, argv + i);
+        return ctl_cmd_shard(argc - i, argv + i);
     if (strcmp(cmd, "load") == 0)
-        return cmd_load(endpoint, timeout_given ? (int)timeout : LOAD_DEFAULT_TIMEOUT_MS,
-                        argc - i, argv + i);
+        return ctl_cmd_load(endpoint, timeout_given ? (int)timeout : LOAD_DEFAULT_TIMEOUT_MS,
+                            argc - i, argv + i);
 
     wf_client_t *c = NULL;
     wf_status_t st = wf_client_connect(endpoint, (int)timeout, &c);
@@ -1304,13 +346,13 @@ int main(int argc, char **argv)
     else if (strcmp(cmd, "reconfigure") == 0)
         rc = cmd_reconfigure(c, argc - i, argv + i);
     else if (strcmp(cmd, "unload") == 0)
-        rc = cmd_unload(c, argc - i, argv + i);
+        rc = ctl_cmd_unload(c, argc - i, argv + i);
     else if (strcmp(cmd, "models") == 0)
-        rc = cmd_models(c);
+        rc = ctl_cmd_models(c);
     else if (strcmp(cmd, "forward") == 0)
-        rc = cmd_forward(c, argc - i, argv + i);
+        rc = ctl_cmd_forward(c, argc - i, argv + i);
     else
-        rc = cmd_demo(c, argc - i, argv + i);
+        rc = ctl_cmd_demo(c, argc - i, argv + i);
     wf_client_destroy(&c);
     return rc;
 }

@@ -240,6 +240,18 @@ void wf_convert_rows_from_f32(void *dst, wf_dtype_t dt, size_t dst_stride,
         wf_convert_from_f32(d + r * row_bytes, dt, src + r * n, n);
 }
 
+float wf_elem_load(const void *buf, wf_dtype_t dt, size_t i)
+{
+    float x;
+    wf_convert_to_f32(&x, (const unsigned char *)buf + i * elem_size(dt), dt, 1);
+    return x;
+}
+
+void wf_elem_store(void *buf, wf_dtype_t dt, size_t i, float x)
+{
+    wf_convert_from_f32((unsigned char *)buf + i * elem_size(dt), dt, &x, 1);
+}
+
 float wf_round_to_dtype(float x, wf_dtype_t dt)
 {
     if (dt == WF_DTYPE_BF16)

@@ -37,6 +37,12 @@ void wf_convert_rows_to_f32(float *dst, const void *src, wf_dtype_t dt,
 void wf_convert_rows_from_f32(void *dst, wf_dtype_t dt, size_t dst_stride,
                               const float *src, size_t rows, size_t n);
 
+/* Element i of buf (dtype dt) read as f32 / written from x (rounded to
+ * nearest even); buf at any alignment. For tests and tools that fill or
+ * read single elements; bulk code uses the conversions above. */
+float wf_elem_load(const void *buf, wf_dtype_t dt, size_t i);
+void wf_elem_store(void *buf, wf_dtype_t dt, size_t i, float x);
+
 /* x rounded to dtype dt and back (f32: x itself). */
 float wf_round_to_dtype(float x, wf_dtype_t dt);
 

@@ -9,32 +9,17 @@
  * proto/PROTOCOL.md "Validation order".
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <msgpack.h>
 
+#include "errf.h"
 #include "proto.h"
 #include "proto_check.h"
 
-/* Where messages go. */
-typedef struct dec {
-    char *err;
-    size_t err_len;
-} dec_t;
-
-__attribute__((format(printf, 3, 4)))
-static wf_status_t fail(dec_t *d, wf_status_t code, const char *fmt, ...)
-{
-    if (d->err && d->err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->err, d->err_len, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+/* Where messages go (errf.h's formatter writes them). */
+typedef wf_errbuf_t dec_t;
 
 /* A printable excerpt of a str object for messages: at most 32 bytes,
  * anything outside printable ASCII shown as '?'. */
@@ -101,17 +86,15 @@ static wf_status_t map_fields(dec_t *d, const msgpack_object *map,
         const msgpack_object *k = &map->via.map.ptr[i].key;
         char buf[40];
         if (k->type != MSGPACK_OBJECT_STR)
-            return fail(d, WF_E_BAD_FIELD, "%s: key #%u is a %s, keys must be str",
-                        path, i, type_name(k));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "%s: key #%u is a %s, keys must be str",
+                               path, i, type_name(k));
         int j = 0;
         while (j < n && !key_is(k, names[j]))
             j++;
         if (j == n)
-            return fail(d, WF_E_BAD_FIELD, "%s: unknown key \"%s\"", path,
-                        excerpt(k, buf));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "%s: unknown key \"%s\"", path, excerpt(k, buf));
         if (vals[j])
-            return fail(d, WF_E_BAD_FIELD, "%s: duplicate key \"%s\"", path,
-                        names[j]);
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "%s: duplicate key \"%s\"", path, names[j]);
         vals[j] = &map->via.map.ptr[i].val;
     }
     return WF_OK;
@@ -184,8 +167,8 @@ static wf_status_t decode_desc(dec_t *d, const msgpack_object *o, uint32_t idx,
     wf_status_t rc;
 
     if (o->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_BAD_FIELD, "tensors[%u]: must be a map, got %s", idx,
-                    type_name(o));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors[%u]: must be a map, got %s", idx,
+                           type_name(o));
     if (strict) {
         char path[32];
         snprintf(path, sizeof(path), "tensors[%u]", idx);
@@ -197,69 +180,72 @@ static wf_status_t decode_desc(dec_t *d, const msgpack_object *o, uint32_t idx,
     }
     for (int j = 0; j < 4; j++)
         if (!f[j])
-            return fail(d, WF_E_BAD_FIELD, "tensors[%u].%s: missing", idx, names[j]);
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors[%u].%s: missing", idx, names[j]);
 
     /* name: 1..WF_PROTO_NAME_MAX-1 bytes, no NUL (it becomes a C string) */
     if (f[0]->type != MSGPACK_OBJECT_STR)
-        return fail(d, WF_E_BAD_FIELD, "tensors[%u].name: must be a str, got %s",
-                    idx, type_name(f[0]));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors[%u].name: must be a str, got %s",
+                           idx, type_name(f[0]));
     uint32_t nlen = f[0]->via.str.size;
     if (nlen == 0 || nlen >= WF_PROTO_NAME_MAX ||
         memchr(f[0]->via.str.ptr, '\0', nlen))
-        return fail(d, WF_E_BAD_FIELD,
-                    "tensors[%u].name: must be 1..%d bytes without NUL, got %u bytes",
-                    idx, WF_PROTO_NAME_MAX - 1, nlen);
+        return wf_errf_buf(d, WF_E_BAD_FIELD,
+                           "tensors[%u].name: must be 1..%d bytes without NUL, got %u bytes",
+                           idx, WF_PROTO_NAME_MAX - 1, nlen);
     memcpy(t->name, f[0]->via.str.ptr, nlen);
     t->name[nlen] = '\0';
 
     if (f[1]->type != MSGPACK_OBJECT_STR)
-        return fail(d, WF_E_BAD_FIELD, "tensors[%u].dtype: must be a str, got %s",
-                    idx, type_name(f[1]));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors[%u].dtype: must be a str, got %s",
+                           idx, type_name(f[1]));
     if (!wf_dtype_parse(f[1]->via.str.ptr, f[1]->via.str.size, &t->dtype))
-        return fail(d, WF_E_BAD_DTYPE,
-                    "tensors[%u].dtype: unknown dtype \"%s\" (f32, f16, bf16)", idx,
-                    excerpt(f[1], buf));
+        return wf_errf_buf(d, WF_E_BAD_DTYPE,
+                           "tensors[%u].dtype: unknown dtype \"%s\" (f32, f16, bf16)", idx,
+                           excerpt(f[1], buf));
 
     if (f[2]->type != MSGPACK_OBJECT_ARRAY)
-        return fail(d, WF_E_BAD_FIELD, "tensors[%u].shape: must be an array, got %s",
-                    idx, type_name(f[2]));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors[%u].shape: must be an array, got %s",
+                           idx, type_name(f[2]));
     uint32_t rank = f[2]->via.array.size;
     if (rank < 1 || rank > WF_MAX_RANK)
-        return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape: rank must be 1..%d, got %u",
-                    idx, WF_MAX_RANK, rank);
+        return wf_errf_buf(d, WF_E_BAD_SHAPE, "tensors[%u].shape: rank must be 1..%d, got %u",
+                           idx, WF_MAX_RANK, rank);
     t->rank = (int)rank;
     for (uint32_t i = 0; i < rank; i++) {
         const msgpack_object *e = &f[2]->via.array.ptr[i];
         if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim must be > 0, got %lld",
-                        idx, i, (long long)e->via.i64);
+            return wf_errf_buf(d, WF_E_BAD_SHAPE,
+                               "tensors[%u].shape[%u]: dim must be > 0, got %lld", idx, i,
+                               (long long)e->via.i64);
         if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim must be an integer, got %s",
-                        idx, i, type_name(e));
+            return wf_errf_buf(d, WF_E_BAD_SHAPE,
+                               "tensors[%u].shape[%u]: dim must be an integer, got %s", idx, i,
+                               type_name(e));
         if (e->via.u64 == 0)
-            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim must be > 0, got 0",
-                        idx, i);
+            return wf_errf_buf(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim must be > 0, got 0",
+                               idx, i);
         if (e->via.u64 > (uint64_t)INT64_MAX)
-            return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim %llu overflows int64",
-                        idx, i, (unsigned long long)e->via.u64);
+            return wf_errf_buf(d, WF_E_BAD_SHAPE, "tensors[%u].shape[%u]: dim %llu overflows int64",
+                               idx, i, (unsigned long long)e->via.u64);
         t->shape[i] = (int64_t)e->via.u64;
     }
     if (wf_tensor_desc_finish(t) != WF_OK)
-        return fail(d, WF_E_BAD_SHAPE, "tensors[%u].shape: byte size overflows int64", idx);
+        return wf_errf_buf(d, WF_E_BAD_SHAPE, "tensors[%u].shape: byte size overflows int64", idx);
 
     uint64_t fr;
     if (!as_uint(f[3], &fr))
-        return fail(d, WF_E_BAD_FIELD, "tensors[%u].frame: must be an unsigned integer, got %s",
-                    idx, type_name(f[3]));
+        return wf_errf_buf(d, WF_E_BAD_FIELD,
+                           "tensors[%u].frame: must be an unsigned integer, got %s", idx,
+                           type_name(f[3]));
     if (fr >= n_frames)
-        return fail(d, WF_E_FRAME_MISMATCH, "tensors[%u].frame: %llu out of range 0..%u",
-                    idx, (unsigned long long)fr, n_frames - 1);
+        return wf_errf_buf(d, WF_E_FRAME_MISMATCH, "tensors[%u].frame: %llu out of range 0..%u",
+                           idx, (unsigned long long)fr, n_frames - 1);
     t->frame = (uint32_t)fr;
 
     if (t->nbytes > max_tensor_bytes)
-        return fail(d, WF_E_LIMIT, "tensors[%u] (\"%s\"): %llu bytes, limit %llu", idx,
-                    t->name, (unsigned long long)t->nbytes,
-                    (unsigned long long)max_tensor_bytes);
+        return wf_errf_buf(d, WF_E_LIMIT, "tensors[%u] (\"%s\"): %llu bytes, limit %llu", idx,
+                           t->name, (unsigned long long)t->nbytes,
+                           (unsigned long long)max_tensor_bytes);
     return WF_OK;
 }
 
@@ -270,12 +256,12 @@ static wf_status_t decode_tensors(dec_t *d, const msgpack_object *o, bool strict
                                   uint32_t *ret_n, wf_tensor_desc_t *tensors)
 {
     if (o->type != MSGPACK_OBJECT_ARRAY)
-        return fail(d, WF_E_BAD_FIELD, "tensors: must be an array, got %s", type_name(o));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors: must be an array, got %s", type_name(o));
     uint32_t n = o->via.array.size;
     if (max_tensors > WF_PROTO_MAX_TENSORS)
         max_tensors = WF_PROTO_MAX_TENSORS;
     if (n > max_tensors)
-        return fail(d, WF_E_LIMIT, "tensors: %u tensors, limit %u", n, max_tensors);
+        return wf_errf_buf(d, WF_E_LIMIT, "tensors: %u tensors, limit %u", n, max_tensors);
     bool seen[WF_PROTO_MAX_TENSORS] = { false };
     for (uint32_t i = 0; i < n; i++) {
         wf_status_t rc = decode_desc(d, &o->via.array.ptr[i], i, strict, n,
@@ -284,13 +270,13 @@ static wf_status_t decode_tensors(dec_t *d, const msgpack_object *o, bool strict
             return rc;
         *ret_n = i + 1;
         if (seen[tensors[i].frame])
-            return fail(d, WF_E_FRAME_MISMATCH, "tensors[%u].frame: %u used twice", i,
-                        tensors[i].frame);
+            return wf_errf_buf(d, WF_E_FRAME_MISMATCH, "tensors[%u].frame: %u used twice", i,
+                               tensors[i].frame);
         seen[tensors[i].frame] = true;
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(tensors[j].name, tensors[i].name) == 0)
-                return fail(d, WF_E_BAD_FIELD, "tensors[%u].name: \"%s\" used twice", i,
-                            tensors[i].name);
+                return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors[%u].name: \"%s\" used twice", i,
+                                   tensors[i].name);
     }
     *ret_n = n;
     return WF_OK;
@@ -311,8 +297,8 @@ static wf_status_t opt_flag(dec_t *d, const msgpack_object *o, const char *name,
     if (!o)
         return WF_OK;
     if (o->type != MSGPACK_OBJECT_BOOLEAN)
-        return fail(d, WF_E_BAD_FIELD, "args.%s: must be a bool, got %s", name,
-                    type_name(o));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.%s: must be a bool, got %s", name,
+                           type_name(o));
     *ret = o->via.boolean ? WF_OPT_ON : WF_OPT_OFF;
     return WF_OK;
 }
@@ -342,49 +328,50 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
     double scale = 0;
     if (f[0]) {
         if (!as_number(f[0], &scale))
-            return fail(d, WF_E_BAD_FIELD, "args.scale: must be a number, got %s",
-                        type_name(f[0]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.scale: must be a number, got %s",
+                               type_name(f[0]));
         a->has_scale = true;
     }
     if (f[1]) {
         if (f[1]->type != MSGPACK_OBJECT_BOOLEAN)
-            return fail(d, WF_E_BAD_FIELD, "args.causal: must be a bool, got %s",
-                        type_name(f[1]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.causal: must be a bool, got %s",
+                               type_name(f[1]));
         a->causal = f[1]->via.boolean;
     }
     if (f[2]) {
         if (f[2]->type != MSGPACK_OBJECT_BOOLEAN)
-            return fail(d, WF_E_BAD_FIELD, "args.return_lse: must be a bool, got %s",
-                        type_name(f[2]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.return_lse: must be a bool, got %s",
+                               type_name(f[2]));
         a->return_lse = f[2]->via.boolean;
     }
     if (f[3]) {
         if (f[3]->type != MSGPACK_OBJECT_STR)
-            return fail(d, WF_E_BAD_FIELD, "args.out_dtype: must be a str, got %s",
-                        type_name(f[3]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.out_dtype: must be a str, got %s",
+                               type_name(f[3]));
         if (!wf_dtype_parse(f[3]->via.str.ptr, f[3]->via.str.size, &a->out_dtype))
-            return fail(d, WF_E_BAD_DTYPE, "args.out_dtype: unknown dtype \"%s\"",
-                        excerpt(f[3], buf));
+            return wf_errf_buf(d, WF_E_BAD_DTYPE, "args.out_dtype: unknown dtype \"%s\"",
+                               excerpt(f[3], buf));
         a->has_out_dtype = true;
     }
     if (f[4]) {
         uint64_t n;
         if (!as_uint(f[4], &n) || n > UINT32_MAX)
-            return fail(d, WF_E_BAD_FIELD, "args.devices: must be an unsigned 32-bit integer");
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.devices: must be an unsigned 32-bit integer");
         a->devices = (uint32_t)n;
     }
     if (f[5]) {
         if (f[5]->type != MSGPACK_OBJECT_STR)
-            return fail(d, WF_E_BAD_FIELD, "args.rotate_method: must be a str, got %s",
-                        type_name(f[5]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.rotate_method: must be a str, got %s",
+                               type_name(f[5]));
         if (str_is(f[5], "allgather"))
             a->rotate_method = WF_ROTATE_ALLGATHER;
         else if (str_is(f[5], "alltoall"))
             a->rotate_method = WF_ROTATE_ALLTOALL;
         else
-            return fail(d, WF_E_BAD_FIELD,
-                        "args.rotate_method: unknown method \"%s\" (allgather, alltoall)",
-                        excerpt(f[5], buf));
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.rotate_method: unknown method \"%s\" (allgather, alltoall)",
+                               excerpt(f[5], buf));
     }
     if ((rc = opt_flag(d, f[6], names[6], &a->convert_to_fp32)) != WF_OK ||
         (rc = opt_flag(d, f[7], names[7], &a->ring_anything)) != WF_OK ||
@@ -396,13 +383,13 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
     int idx[3];
     for (int i = 0; i < 3; i++)
         if ((idx[i] = find_tensor(req, qkv[i])) < 0)
-            return fail(d, WF_E_BAD_FIELD, "tensors: no tensor named \"%s\"", qkv[i]);
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors: no tensor named \"%s\"", qkv[i]);
     if (req->n_tensors != 3) {
         for (uint32_t i = 0; i < req->n_tensors; i++)
             if ((int)i != idx[0] && (int)i != idx[1] && (int)i != idx[2])
-                return fail(d, WF_E_BAD_ARGUMENT,
-                            "tensors[%u]: unexpected tensor \"%s\" (attention takes q, k, v)",
-                            i, req->tensors[i].name);
+                return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
+                                   "tensors[%u]: unexpected tensor \"%s\" "
+                                   "(attention takes q, k, v)", i, req->tensors[i].name);
     }
     a->q = idx[0];
     a->k = idx[1];
@@ -411,26 +398,27 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
                            *v = &req->tensors[a->v];
     for (int i = 0; i < 3; i++)
         if (req->tensors[idx[i]].rank != 4)
-            return fail(d, WF_E_BAD_ARGUMENT, "%s: rank must be 4 (B, S, H, D), got %d",
-                        qkv[i], req->tensors[idx[i]].rank);
+            return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "%s: rank must be 4 (B, S, H, D), got %d",
+                               qkv[i], req->tensors[idx[i]].rank);
     for (int i = 0; i < 4; i++)
         if (k->shape[i] != v->shape[i])
-            return fail(d, WF_E_BAD_ARGUMENT, "k and v shapes differ in dim %d (%lld vs %lld)",
-                        i, (long long)k->shape[i], (long long)v->shape[i]);
+            return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
+                               "k and v shapes differ in dim %d (%lld vs %lld)", i,
+                               (long long)k->shape[i], (long long)v->shape[i]);
     if (q->shape[0] != k->shape[0])
-        return fail(d, WF_E_BAD_ARGUMENT, "batch of q (%lld) and k (%lld) differ",
-                    (long long)q->shape[0], (long long)k->shape[0]);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "batch of q (%lld) and k (%lld) differ",
+                           (long long)q->shape[0], (long long)k->shape[0]);
     if (q->shape[3] != k->shape[3])
-        return fail(d, WF_E_BAD_ARGUMENT, "head dim of q (%lld) and k (%lld) differ",
-                    (long long)q->shape[3], (long long)k->shape[3]);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "head dim of q (%lld) and k (%lld) differ",
+                           (long long)q->shape[3], (long long)k->shape[3]);
     if (q->shape[2] % k->shape[2] != 0)
-        return fail(d, WF_E_BAD_ARGUMENT, "k/v heads (%lld) do not divide q heads (%lld)",
-                    (long long)k->shape[2], (long long)q->shape[2]);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "k/v heads (%lld) do not divide q heads (%lld)",
+                           (long long)k->shape[2], (long long)q->shape[2]);
     if (a->has_scale) {
         float s = (float)scale;
         if (!isfinite(scale) || !isfinite(s) || !(s > 0.0f))
-            return fail(d, WF_E_BAD_ARGUMENT, "args.scale: must be finite and > 0, got %g",
-                        scale);
+            return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "args.scale: must be finite and > 0, got %g",
+                               scale);
         a->scale = s;
     }
     return WF_OK;
@@ -454,16 +442,16 @@ static wf_status_t decode_reconfigure(dec_t *d, const msgpack_object *args,
         if (!f[i])
             continue;
         if (!as_uint(f[i], &u))
-            return fail(d, WF_E_BAD_FIELD, "args.%s: must be an unsigned integer, got %s",
-                        names[i], type_name(f[i]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.%s: must be an unsigned integer, got %s",
+                               names[i], type_name(f[i]));
         if (u < 1 || u > WF_PROTO_MAX_DEGREE)
-            return fail(d, WF_E_BAD_FIELD, "args.%s: degree must be 1..%d, got %llu",
-                        names[i], WF_PROTO_MAX_DEGREE, (unsigned long long)u);
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.%s: degree must be 1..%d, got %llu",
+                               names[i], WF_PROTO_MAX_DEGREE, (unsigned long long)u);
         deg[i] = (uint32_t)u;
     }
     if (req->n_tensors > 0)
-        return fail(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
-                    req->op, req->n_tensors);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
+                           req->op, req->n_tensors);
     req->args.reconfigure.mesh = (wf_mesh_degrees_t){ .dp = deg[0], .ring = deg[1],
                                                       .ulysses = deg[2], .tp = deg[3] };
     return WF_OK;
@@ -480,14 +468,14 @@ static wf_status_t take_str(dec_t *d, const msgpack_object *o, const char *path,
 {
     char why[160];
     if (!o)
-        return fail(d, WF_E_BAD_FIELD, "%s: missing", path);
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "%s: missing", path);
     if (o->type != MSGPACK_OBJECT_STR)
-        return fail(d, WF_E_BAD_FIELD, "%s: must be a str, got %s", path, type_name(o));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "%s: must be a str, got %s", path, type_name(o));
     wf_status_t rc = rule(o->via.str.ptr, o->via.str.size, why, sizeof(why));
     if (rc != WF_OK)
-        return fail(d, rc, "%s: %s", path, why);
+        return wf_errf_buf(d, rc, "%s: %s", path, why);
     if (o->via.str.size >= cap) /* the rules bound it; never trust that blindly */
-        return fail(d, WF_E_BAD_FIELD, "%s: too long", path);
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "%s: too long", path);
     memcpy(out, o->via.str.ptr, o->via.str.size);
     out[o->via.str.size] = '\0';
     return WF_OK;
@@ -499,18 +487,19 @@ static wf_status_t decode_blocks(dec_t *d, const msgpack_object *o, const char *
                                  wf_tp_rule_t *r)
 {
     if (o->type != MSGPACK_OBJECT_ARRAY)
-        return fail(d, WF_E_BAD_FIELD, "args.tp_plan[\"%s\"].blocks: must be an array, got %s",
-                    glob, type_name(o));
+        return wf_errf_buf(d, WF_E_BAD_FIELD,
+                           "args.tp_plan[\"%s\"].blocks: must be an array, got %s", glob,
+                           type_name(o));
     uint32_t n = o->via.array.size;
     if (n > WF_TP_MAX_BLOCKS)
-        return fail(d, WF_E_LIMIT, "args.tp_plan[\"%s\"].blocks: %u blocks, limit %d", glob,
-                    n, WF_TP_MAX_BLOCKS);
+        return wf_errf_buf(d, WF_E_LIMIT, "args.tp_plan[\"%s\"].blocks: %u blocks, limit %d", glob,
+                           n, WF_TP_MAX_BLOCKS);
     for (uint32_t b = 0; b < n; b++) {
         uint64_t u;
         if (!as_uint(&o->via.array.ptr[b], &u) || u == 0 || u > UINT32_MAX)
-            return fail(d, WF_E_BAD_FIELD,
-                        "args.tp_plan[\"%s\"].blocks[%u]: must be an integer in 1..%u",
-                        glob, b, UINT32_MAX);
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.tp_plan[\"%s\"].blocks[%u]: must be an integer in 1..%u",
+                               glob, b, UINT32_MAX);
         r->blocks[b] = (uint32_t)u;
     }
     r->n_blocks = n;
@@ -526,25 +515,25 @@ static wf_status_t decode_plan(dec_t *d, const msgpack_object *o, wf_load_model_
     wf_status_t rc;
 
     if (o->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_BAD_FIELD, "args.tp_plan: must be a map, got %s", type_name(o));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.tp_plan: must be a map, got %s", type_name(o));
     uint32_t n = o->via.map.size;
     if (n > WF_TP_MAX_RULES)
-        return fail(d, WF_E_LIMIT, "args.tp_plan: %u rules, limit %d", n, WF_TP_MAX_RULES);
+        return wf_errf_buf(d, WF_E_LIMIT, "args.tp_plan: %u rules, limit %d", n, WF_TP_MAX_RULES);
     for (uint32_t i = 0; i < n; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
         wf_tp_rule_t *r = &a->plan[i];
         if (k->type != MSGPACK_OBJECT_STR)
-            return fail(d, WF_E_BAD_FIELD, "args.tp_plan: key #%u is a %s, globs must be str",
-                        i, type_name(k));
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.tp_plan: key #%u is a %s, globs must be str", i, type_name(k));
         if ((rc = wf_check_tp_glob(k->via.str.ptr, k->via.str.size, why, sizeof(why))) !=
             WF_OK)
-            return fail(d, rc, "args.tp_plan: key \"%s\": %s", excerpt(k, buf), why);
+            return wf_errf_buf(d, rc, "args.tp_plan: key \"%s\": %s", excerpt(k, buf), why);
         memcpy(r->glob, k->via.str.ptr, k->via.str.size);
         r->glob[k->via.str.size] = '\0';
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(a->plan[j].glob, r->glob) == 0)
-                return fail(d, WF_E_BAD_FIELD, "args.tp_plan: duplicate glob \"%s\"",
-                            r->glob);
+                return wf_errf_buf(d, WF_E_BAD_FIELD, "args.tp_plan: duplicate glob \"%s\"",
+                                   r->glob);
 
         const msgpack_object *style = v, *blocks = NULL;
         if (v->type == MSGPACK_OBJECT_MAP) {
@@ -554,27 +543,28 @@ static wf_status_t decode_plan(dec_t *d, const msgpack_object *o, wf_load_model_
             if ((rc = map_fields(d, v, path, names, 2, f)) != WF_OK)
                 return rc;
             if (!f[0])
-                return fail(d, WF_E_BAD_FIELD, "%s.style: missing", path);
+                return wf_errf_buf(d, WF_E_BAD_FIELD, "%s.style: missing", path);
             style = f[0];
             blocks = f[1];
         } else if (v->type != MSGPACK_OBJECT_STR) {
-            return fail(d, WF_E_BAD_FIELD,
-                        "args.tp_plan[\"%s\"]: must be a style str or a map, got %s",
-                        r->glob, type_name(v));
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.tp_plan[\"%s\"]: must be a style str or a map, got %s",
+                               r->glob, type_name(v));
         }
         if (style->type != MSGPACK_OBJECT_STR)
-            return fail(d, WF_E_BAD_FIELD, "args.tp_plan[\"%s\"].style: must be a str, got %s",
-                        r->glob, type_name(style));
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.tp_plan[\"%s\"].style: must be a str, got %s", r->glob,
+                               type_name(style));
         if (!wf_tp_style_parse(style->via.str.ptr, style->via.str.size, &r->style))
-            return fail(d, WF_E_BAD_FIELD,
-                        "args.tp_plan[\"%s\"]: unknown style \"%s\" (replicated, colwise, "
-                        "rowwise, packed_colwise, packed_rowwise)", r->glob,
-                        excerpt(style, buf));
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.tp_plan[\"%s\"]: unknown style \"%s\" (replicated, colwise, "
+                               "rowwise, packed_colwise, packed_rowwise)", r->glob,
+                               excerpt(style, buf));
         if (blocks && (rc = decode_blocks(d, blocks, r->glob, r)) != WF_OK)
             return rc;
         /* blocks required for, and only allowed with, the packed styles */
         if ((rc = wf_check_tp_rule(r, why, sizeof(why))) != WF_OK)
-            return fail(d, rc, "args.tp_plan[\"%s\"]: %s", r->glob, why);
+            return wf_errf_buf(d, rc, "args.tp_plan[\"%s\"]: %s", r->glob, why);
         a->n_plan = i + 1;
     }
     return WF_OK;
@@ -584,8 +574,8 @@ static wf_status_t decode_plan(dec_t *d, const msgpack_object *o, wf_load_model_
 static wf_status_t no_tensors(dec_t *d, const wf_request_t *req)
 {
     if (req->n_tensors > 0)
-        return fail(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
-                    req->op, req->n_tensors);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
+                           req->op, req->n_tensors);
     return WF_OK;
 }
 
@@ -609,8 +599,9 @@ static wf_status_t decode_load_model(dec_t *d, const msgpack_object *args,
         return rc;
     if (f[3]) {
         if (f[3]->type != MSGPACK_OBJECT_BOOLEAN)
-            return fail(d, WF_E_BAD_FIELD, "args.weights_already_sharded: must be a bool, got %s",
-                        type_name(f[3]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD,
+                               "args.weights_already_sharded: must be a bool, got %s",
+                               type_name(f[3]));
         a->weights_already_sharded = f[3]->via.boolean;
     }
     return no_tensors(d, req);
@@ -660,11 +651,11 @@ static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_reque
         return rc;
     if (f[1]) {
         if (f[1]->type != MSGPACK_OBJECT_STR)
-            return fail(d, WF_E_BAD_FIELD, "args.out_dtype: must be a str, got %s",
-                        type_name(f[1]));
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "args.out_dtype: must be a str, got %s",
+                               type_name(f[1]));
         if (!wf_dtype_parse(f[1]->via.str.ptr, f[1]->via.str.size, &a->out_dtype))
-            return fail(d, WF_E_BAD_DTYPE, "args.out_dtype: unknown dtype \"%s\"",
-                        excerpt(f[1], buf));
+            return wf_errf_buf(d, WF_E_BAD_DTYPE, "args.out_dtype: unknown dtype \"%s\"",
+                               excerpt(f[1], buf));
         a->has_out_dtype = true;
     }
 
@@ -672,22 +663,22 @@ static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_reque
     for (int i = 0; i < FWD_N; i++) {
         idx[i] = find_tensor(req, fwd_names[i]);
         if (idx[i] < 0 && i != FWD_GUIDANCE)
-            return fail(d, WF_E_BAD_FIELD, "tensors: no tensor named \"%s\"", fwd_names[i]);
+            return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors: no tensor named \"%s\"", fwd_names[i]);
     }
     for (uint32_t t = 0; t < req->n_tensors; t++) {
         int i = 0;
         while (i < FWD_N && idx[i] != (int)t)
             i++;
         if (i == FWD_N)
-            return fail(d, WF_E_BAD_ARGUMENT,
-                        "tensors[%u]: unexpected tensor \"%s\" (forward takes hidden_states, "
-                        "encoder_hidden_states, pooled_projections, timestep, img_ids, "
-                        "txt_ids, guidance)", t, req->tensors[t].name);
+            return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
+                               "tensors[%u]: unexpected tensor \"%s\" (forward takes "
+                               "hidden_states, encoder_hidden_states, pooled_projections, "
+                               "timestep, img_ids, txt_ids, guidance)", t, req->tensors[t].name);
     }
     for (int i = 0; i < FWD_N; i++)
         if (idx[i] >= 0 && req->tensors[idx[i]].rank != fwd_ranks[i])
-            return fail(d, WF_E_BAD_ARGUMENT, "%s: rank must be %d %s, got %d", fwd_names[i],
-                        fwd_ranks[i], fwd_dims[i], req->tensors[idx[i]].rank);
+            return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "%s: rank must be %d %s, got %d", fwd_names[i],
+                               fwd_ranks[i], fwd_dims[i], req->tensors[idx[i]].rank);
     const wf_tensor_desc_t *hs = &req->tensors[idx[FWD_HS]];
     const wf_tensor_desc_t *ehs = &req->tensors[idx[FWD_EHS]];
     const wf_tensor_desc_t *img = &req->tensors[idx[FWD_IMG]];
@@ -696,21 +687,21 @@ static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_reque
     for (size_t j = 0; j < sizeof(batched) / sizeof(batched[0]); j++) {
         int i = batched[j];
         if (idx[i] >= 0 && req->tensors[idx[i]].shape[0] != hs->shape[0])
-            return fail(d, WF_E_BAD_ARGUMENT, "batch of %s (%lld) and hidden_states (%lld) differ",
-                        fwd_names[i], (long long)req->tensors[idx[i]].shape[0],
-                        (long long)hs->shape[0]);
+            return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
+                               "batch of %s (%lld) and hidden_states (%lld) differ", fwd_names[i],
+                               (long long)req->tensors[idx[i]].shape[0], (long long)hs->shape[0]);
     }
     if (img->shape[0] != hs->shape[1])
-        return fail(d, WF_E_BAD_ARGUMENT,
-                    "img_ids has %lld rows, hidden_states %lld tokens (S_img)",
-                    (long long)img->shape[0], (long long)hs->shape[1]);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
+                           "img_ids has %lld rows, hidden_states %lld tokens (S_img)",
+                           (long long)img->shape[0], (long long)hs->shape[1]);
     if (txt->shape[0] != ehs->shape[1])
-        return fail(d, WF_E_BAD_ARGUMENT,
-                    "txt_ids has %lld rows, encoder_hidden_states %lld tokens (S_txt)",
-                    (long long)txt->shape[0], (long long)ehs->shape[1]);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
+                           "txt_ids has %lld rows, encoder_hidden_states %lld tokens (S_txt)",
+                           (long long)txt->shape[0], (long long)ehs->shape[1]);
     if (img->shape[1] != txt->shape[1])
-        return fail(d, WF_E_BAD_ARGUMENT, "img_ids has %lld axes, txt_ids %lld (n_axes)",
-                    (long long)img->shape[1], (long long)txt->shape[1]);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "img_ids has %lld axes, txt_ids %lld (n_axes)",
+                           (long long)img->shape[1], (long long)txt->shape[1]);
     a->hidden_states = idx[FWD_HS];
     a->encoder_hidden_states = idx[FWD_EHS];
     a->pooled_projections = idx[FWD_POOLED];
@@ -730,7 +721,7 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     wf_status_t rc;
 
     if (o->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_MALFORMED, "header must be a map, got %s", type_name(o));
+        return wf_errf_buf(d, WF_E_MALFORMED, "header must be a map, got %s", type_name(o));
     /* id / op first, best effort, so that every later error echoes them */
     const msgpack_object *x;
     if ((x = map_get(o, "id")) && as_uint(x, &u))
@@ -741,36 +732,37 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     /* the version comes before anything else: a future client must learn
      * that it speaks another version, not that a field is wrong */
     if (!(x = map_get(o, "v")))
-        return fail(d, WF_E_VERSION, "v: missing (protocol version, must be %d)",
-                    WF_PROTOCOL_VERSION);
+        return wf_errf_buf(d, WF_E_VERSION, "v: missing (protocol version, must be %d)",
+                           WF_PROTOCOL_VERSION);
     if (!as_uint(x, &u))
-        return fail(d, WF_E_VERSION, "v: must be an unsigned integer, got %s", type_name(x));
+        return wf_errf_buf(d, WF_E_VERSION, "v: must be an unsigned integer, got %s", type_name(x));
     if (u != WF_PROTOCOL_VERSION)
-        return fail(d, WF_E_VERSION, "v: protocol version %llu not supported (this side speaks %d)",
-                    (unsigned long long)u, WF_PROTOCOL_VERSION);
+        return wf_errf_buf(d, WF_E_VERSION,
+                           "v: protocol version %llu not supported (this side speaks %d)",
+                           (unsigned long long)u, WF_PROTOCOL_VERSION);
     req->version = (uint32_t)u;
 
     if ((rc = map_fields(d, o, "header", names, 5, f)) != WF_OK)
         return rc;
     if (!f[1])
-        return fail(d, WF_E_BAD_FIELD, "id: missing");
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "id: missing");
     if (!as_uint(f[1], &u))
-        return fail(d, WF_E_BAD_FIELD, "id: must be an unsigned integer, got %s",
-                    type_name(f[1]));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "id: must be an unsigned integer, got %s",
+                           type_name(f[1]));
     if (!f[2])
-        return fail(d, WF_E_BAD_FIELD, "op: missing");
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "op: missing");
     if (!as_uint(f[2], &u))
-        return fail(d, WF_E_BAD_FIELD, "op: must be an unsigned integer, got %s",
-                    type_name(f[2]));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "op: must be an unsigned integer, got %s",
+                           type_name(f[2]));
     if (u < WF_OP_HELLO || u > WF_OP_FORWARD)
-        return fail(d, WF_E_UNKNOWN_OP, "op: unknown op %llu", (unsigned long long)u);
+        return wf_errf_buf(d, WF_E_UNKNOWN_OP, "op: unknown op %llu", (unsigned long long)u);
 
     if (f[3] && (rc = decode_tensors(d, f[3], true, lim->max_tensors,
                                      lim->max_tensor_bytes, &req->n_tensors,
                                      req->tensors)) != WF_OK)
         return rc;
     if (f[4] && f[4]->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_BAD_FIELD, "args: must be a map, got %s", type_name(f[4]));
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args: must be a map, got %s", type_name(f[4]));
 
     if (req->op == WF_OP_ATTENTION)
         return decode_attention(d, f[4], req);
@@ -786,12 +778,12 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     if (f[4] && f[4]->via.map.size > 0) {
         char buf[40];
         const msgpack_object *k = &f[4]->via.map.ptr[0].key;
-        return fail(d, WF_E_BAD_FIELD, "args: unknown key \"%s\" (op %u takes no args)",
-                    excerpt(k, buf), req->op);
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args: unknown key \"%s\" (op %u takes no args)",
+                           excerpt(k, buf), req->op);
     }
     if (req->n_tensors > 0)
-        return fail(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
-                    req->op, req->n_tensors);
+        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "tensors: op %u takes no tensors, got %u",
+                           req->op, req->n_tensors);
     return WF_OK;
 }
 
@@ -812,7 +804,7 @@ wf_status_t wf_request_decode(const void *data, size_t len,
     msgpack_unpacked_init(&up);
     size_t off = 0;
     if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
-        rc = fail(&d, WF_E_MALFORMED, "msgpack could not be unpacked");
+        rc = wf_errf_buf(&d, WF_E_MALFORMED, "msgpack could not be unpacked");
     else
         rc = decode_request_obj(&d, &up.data, lim, req);
     msgpack_unpacked_destroy(&up);
@@ -835,16 +827,16 @@ wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
     if (err && err_len)
         err[0] = '\0';
     if (n_frames != req->n_tensors)
-        return fail(&d, n_frames > WF_PROTO_MAX_TENSORS ? WF_E_LIMIT : WF_E_FRAME_MISMATCH,
-                    "%zu tensor frames follow the header, %u tensors described",
-                    n_frames, req->n_tensors);
+        return wf_errf_buf(&d, n_frames > WF_PROTO_MAX_TENSORS ? WF_E_LIMIT : WF_E_FRAME_MISMATCH,
+                           "%zu tensor frames follow the header, %u tensors described",
+                           n_frames, req->n_tensors);
     for (uint32_t i = 0; i < req->n_tensors; i++) {
         const wf_tensor_desc_t *t = &req->tensors[i];
         if (t->frame >= n_frames || frame_bytes[t->frame] != t->nbytes)
-            return fail(&d, WF_E_FRAME_MISMATCH,
-                        "frame %u (tensor \"%s\") has %zu bytes, expected %llu",
-                        t->frame, t->name, t->frame < n_frames ? frame_bytes[t->frame] : 0,
-                        (unsigned long long)t->nbytes);
+            return wf_errf_buf(&d, WF_E_FRAME_MISMATCH,
+                               "frame %u (tensor \"%s\") has %zu bytes, expected %llu",
+                               t->frame, t->name, t->frame < n_frames ? frame_bytes[t->frame] : 0,
+                               (unsigned long long)t->nbytes);
     }
     return WF_OK;
 }
@@ -874,8 +866,8 @@ static wf_status_t opt_uint(dec_t *d, const msgpack_object *map, const char *pat
     if (!x)
         return WF_OK;
     if (!as_uint(x, &u) || u > max)
-        return fail(d, WF_E_PROTOCOL, "%s.%s: must be an unsigned integer <= %llu", path,
-                    name, (unsigned long long)max);
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s.%s: must be an unsigned integer <= %llu", path,
+                           name, (unsigned long long)max);
     *v = u;
     return WF_OK;
 }
@@ -903,8 +895,8 @@ static wf_status_t opt_str(dec_t *d, const msgpack_object *map, const char *path
     if (!x)
         return WF_OK;
     if (x->type != MSGPACK_OBJECT_STR)
-        return fail(d, WF_E_PROTOCOL, "%s.%s: must be a str, got %s", path, name,
-                    type_name(x));
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s.%s: must be a str, got %s", path, name,
+                           type_name(x));
     size_t n = x->via.str.size < cap - 1 ? x->via.str.size : cap - 1;
     memcpy(out, x->via.str.ptr, n);
     out[n] = '\0';
@@ -922,8 +914,7 @@ static wf_status_t opt_mesh(dec_t *d, const msgpack_object *map, const char *pat
     if (!x)
         return WF_OK;
     if (x->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_PROTOCOL, "%s.mesh: must be a map, got %s", path,
-                    type_name(x));
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s.mesh: must be a map, got %s", path, type_name(x));
     TRY(opt_u32(d, x, "mesh", "dp", &m->dp));
     TRY(opt_u32(d, x, "mesh", "ring", &m->ring));
     TRY(opt_u32(d, x, "mesh", "ulysses", &m->ulysses));
@@ -953,7 +944,7 @@ static wf_status_t decode_hello_result(dec_t *d, const msgpack_object *r,
     const msgpack_object *l = map_get(r, "limits");
     if (l) {
         if (l->type != MSGPACK_OBJECT_MAP)
-            return fail(d, WF_E_PROTOCOL, "result.limits: must be a map");
+            return wf_errf_buf(d, WF_E_PROTOCOL, "result.limits: must be a map");
         TRY(opt_u64(d, l, "result.limits", "max_header_bytes", &h->max_header_bytes));
         TRY(opt_u64(d, l, "result.limits", "max_tensor_bytes", &h->max_tensor_bytes));
         TRY(opt_u32(d, l, "result.limits", "max_tensors", &h->max_tensors));
@@ -980,7 +971,7 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     const msgpack_object *cl = map_get(r, "cluster");
     if (cl) {
         if (cl->type != MSGPACK_OBJECT_MAP)
-            return fail(d, WF_E_PROTOCOL, "result.cluster: must be a map");
+            return wf_errf_buf(d, WF_E_PROTOCOL, "result.cluster: must be a map");
         TRY(opt_str(d, cl, "result.cluster", "role", s->role, sizeof(s->role)));
         TRY(opt_str(d, cl, "result.cluster", "coordinator", s->coordinator,
                     sizeof(s->coordinator)));
@@ -993,15 +984,15 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
         const msgpack_object *na = map_get(cl, "nodes");
         if (na) {
             if (na->type != MSGPACK_OBJECT_ARRAY)
-                return fail(d, WF_E_PROTOCOL, "result.cluster.nodes: must be an array");
+                return wf_errf_buf(d, WF_E_PROTOCOL, "result.cluster.nodes: must be an array");
             uint32_t nn = na->via.array.size < WF_STATUS_MAX_NODES
                               ? na->via.array.size : WF_STATUS_MAX_NODES;
             for (uint32_t i = 0; i < nn; i++) {
                 const msgpack_object *m = &na->via.array.ptr[i];
                 wf_node_info_t *ni = &s->nodes[i];
                 if (m->type != MSGPACK_OBJECT_MAP)
-                    return fail(d, WF_E_PROTOCOL,
-                                "result.cluster.nodes[%u]: must be a map", i);
+                    return wf_errf_buf(d, WF_E_PROTOCOL,
+                                       "result.cluster.nodes[%u]: must be a map", i);
                 TRY(opt_str(d, m, "result.cluster.nodes[]", "name", ni->name,
                             sizeof(ni->name)));
                 TRY(opt_str(d, m, "result.cluster.nodes[]", "state", ni->state,
@@ -1017,7 +1008,7 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     if (!a)
         return WF_OK;
     if (a->type != MSGPACK_OBJECT_ARRAY)
-        return fail(d, WF_E_PROTOCOL, "result.devices: must be an array");
+        return wf_errf_buf(d, WF_E_PROTOCOL, "result.devices: must be an array");
     /* more devices than the struct holds: the first ones are kept */
     uint32_t n = a->via.array.size < WF_STATUS_MAX_DEVICES ? a->via.array.size
                                                           : WF_STATUS_MAX_DEVICES;
@@ -1025,7 +1016,7 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
         const msgpack_object *m = &a->via.array.ptr[i];
         wf_device_info_t *dv = &s->devices[i];
         if (m->type != MSGPACK_OBJECT_MAP)
-            return fail(d, WF_E_PROTOCOL, "result.devices[%u]: must be a map", i);
+            return wf_errf_buf(d, WF_E_PROTOCOL, "result.devices[%u]: must be a map", i);
         TRY(opt_u32(d, m, "result.devices[]", "index", &dv->index));
         TRY(opt_str(d, m, "result.devices[]", "name", dv->name, sizeof(dv->name)));
         TRY(opt_u64(d, m, "result.devices[]", "memory_total", &dv->memory_total));
@@ -1036,14 +1027,14 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
         const msgpack_object *c = map_get(m, "coords");
         if (c) {
             if (c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != 4)
-                return fail(d, WF_E_PROTOCOL,
-                            "result.devices[%u].coords: must be an array of 4", i);
+                return wf_errf_buf(d, WF_E_PROTOCOL,
+                                   "result.devices[%u].coords: must be an array of 4", i);
             for (uint32_t k = 0; k < 4; k++) {
                 uint64_t u;
                 if (!as_uint(&c->via.array.ptr[k], &u) || u > UINT32_MAX)
-                    return fail(d, WF_E_PROTOCOL,
-                                "result.devices[%u].coords[%u]: must be an unsigned integer",
-                                i, k);
+                    return wf_errf_buf(d, WF_E_PROTOCOL,
+                                       "result.devices[%u].coords[%u]: must be an unsigned integer",
+                                       i, k);
                 dv->coords[k] = (uint32_t)u;
             }
         }
@@ -1057,7 +1048,7 @@ static wf_status_t decode_model_info(dec_t *d, const msgpack_object *m, const ch
                                      wf_model_info_t *mi)
 {
     if (m->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_PROTOCOL, "%s: must be a map, got %s", path, type_name(m));
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s: must be a map, got %s", path, type_name(m));
     TRY(opt_str(d, m, path, "name", mi->name, sizeof(mi->name)));
     TRY(opt_str(d, m, path, "path", mi->path, sizeof(mi->path)));
     TRY(opt_str(d, m, path, "family", mi->family, sizeof(mi->family)));
@@ -1082,7 +1073,7 @@ static wf_status_t decode_models_result(dec_t *d, const msgpack_object *r, uint3
     const msgpack_object *x;
     if (op == WF_OP_LOAD_MODEL) {
         if (!(x = map_get(r, "model")))
-            return fail(d, WF_E_PROTOCOL, "result.model: missing");
+            return wf_errf_buf(d, WF_E_PROTOCOL, "result.model: missing");
         TRY(decode_model_info(d, x, "result.model", &res->models[0]));
         res->n = 1;
         return WF_OK;
@@ -1090,8 +1081,8 @@ static wf_status_t decode_models_result(dec_t *d, const msgpack_object *r, uint3
     if (!(x = map_get(r, "models")))
         return WF_OK;
     if (x->type != MSGPACK_OBJECT_ARRAY)
-        return fail(d, WF_E_PROTOCOL, "result.models: must be an array, got %s",
-                    type_name(x));
+        return wf_errf_buf(d, WF_E_PROTOCOL, "result.models: must be an array, got %s",
+                           type_name(x));
     uint32_t n = x->via.array.size < WF_MODELS_MAX ? x->via.array.size : WF_MODELS_MAX;
     for (uint32_t i = 0; i < n; i++)
         TRY(decode_model_info(d, &x->via.array.ptr[i], "result.models[]", &res->models[i]));
@@ -1104,24 +1095,25 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
     const msgpack_object *x;
     uint64_t u;
     if (o->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_PROTOCOL, "reply header must be a map, got %s", type_name(o));
+        return wf_errf_buf(d, WF_E_PROTOCOL, "reply header must be a map, got %s", type_name(o));
     if ((x = map_get(o, "id")) && as_uint(x, &u))
         rep->id = u;
     if ((x = map_get(o, "op")) && as_uint(x, &u) && u <= UINT32_MAX)
         rep->op = (uint32_t)u;
     if (!(x = map_get(o, "v")) || !as_uint(x, &u))
-        return fail(d, WF_E_PROTOCOL, "reply: v missing or not an unsigned integer");
+        return wf_errf_buf(d, WF_E_PROTOCOL, "reply: v missing or not an unsigned integer");
     if (u != WF_PROTOCOL_VERSION)
-        return fail(d, WF_E_VERSION, "reply: protocol version %llu, this side speaks %d",
-                    (unsigned long long)u, WF_PROTOCOL_VERSION);
+        return wf_errf_buf(d, WF_E_VERSION, "reply: protocol version %llu, this side speaks %d",
+                           (unsigned long long)u, WF_PROTOCOL_VERSION);
     rep->version = (uint32_t)u;
     static const char *const req_names[] = { "id", "op", "status" };
     for (int i = 0; i < 3; i++)
         if (!(x = map_get(o, req_names[i])) || !as_uint(x, &u))
-            return fail(d, WF_E_PROTOCOL, "reply: %s missing or not an unsigned integer",
-                        req_names[i]);
+            return wf_errf_buf(d, WF_E_PROTOCOL, "reply: %s missing or not an unsigned integer",
+                               req_names[i]);
     if (u > INT32_MAX)
-        return fail(d, WF_E_PROTOCOL, "reply: status %llu out of range", (unsigned long long)u);
+        return wf_errf_buf(d, WF_E_PROTOCOL, "reply: status %llu out of range",
+                           (unsigned long long)u);
     /* a status number this side does not know is kept as it is */
     rep->status = (wf_status_t)u;
     TRY(opt_str(d, o, "reply", "error", rep->error, sizeof(rep->error)));
@@ -1139,11 +1131,11 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
     if (!(x = map_get(o, "result"))) {
         /* a loaded model's reply must say what was loaded (PROTOCOL.md 12.2) */
         if (rep->op == WF_OP_LOAD_MODEL)
-            return fail(d, WF_E_PROTOCOL, "result: missing from a load_model reply");
+            return wf_errf_buf(d, WF_E_PROTOCOL, "result: missing from a load_model reply");
         return WF_OK;
     }
     if (x->type != MSGPACK_OBJECT_MAP)
-        return fail(d, WF_E_PROTOCOL, "result: must be a map, got %s", type_name(x));
+        return wf_errf_buf(d, WF_E_PROTOCOL, "result: must be a map, got %s", type_name(x));
     switch (rep->op) {
     case WF_OP_HELLO: return decode_hello_result(d, x, &rep->result.hello);
     case WF_OP_STATUS: return decode_status_result(d, x, &rep->result.status);
@@ -1185,7 +1177,7 @@ wf_status_t wf_reply_decode(const void *data, size_t len, wf_reply_t *rep,
     size_t off = 0;
     wf_status_t rc;
     if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
-        rc = fail(&d, WF_E_PROTOCOL, "reply msgpack could not be unpacked");
+        rc = wf_errf_buf(&d, WF_E_PROTOCOL, "reply msgpack could not be unpacked");
     else
         rc = decode_reply_obj(&d, &up.data, rep);
     msgpack_unpacked_destroy(&up);

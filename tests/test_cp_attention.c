@@ -19,6 +19,7 @@
 #include "comm/comm_staged.h"
 #include "support/standin_dev.h"
 #include "base/mesh.h"
+#include "reference.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -234,44 +235,6 @@ out:
     return NULL;
 }
 
-/* fp64 reference over all heads; causal is top-left (query i sees j <= i). */
-static void ref_attention(const tcase_t *c, const float *q, const float *k,
-                          const float *v, double *out, double *lse)
-{
-    const int64_t G = c->Hq / c->Hkv, D = c->D;
-    const double scale = (double)(float)(1.0 / sqrt((double)D));
-    double *s = malloc((size_t)c->Skv * sizeof(double));
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t i = 0; i < c->Sq; i++)
-            for (int64_t h = 0; h < c->Hq; h++) {
-                const float *qr = q + ((b * c->Sq + i) * c->Hq + h) * D;
-                int64_t hk = h / G, n = c->causal ? (i + 1 < c->Skv ? i + 1 : c->Skv) : c->Skv;
-                double m = -INFINITY;
-                for (int64_t j = 0; j < n; j++) {
-                    const float *kr = k + ((b * c->Skv + j) * c->Hkv + hk) * D;
-                    double dot = 0;
-                    for (int64_t d = 0; d < D; d++)
-                        dot += (double)qr[d] * (double)kr[d];
-                    s[j] = dot * scale;
-                    m = s[j] > m ? s[j] : m;
-                }
-                double *o = out + ((b * c->Sq + i) * c->Hq + h) * D, l = 0;
-                for (int64_t d = 0; d < D; d++)
-                    o[d] = 0;
-                for (int64_t j = 0; j < n; j++) {
-                    double p = exp(s[j] - m);
-                    l += p;
-                    const float *vr = v + ((b * c->Skv + j) * c->Hkv + hk) * D;
-                    for (int64_t d = 0; d < D; d++)
-                        o[d] += p * (double)vr[d];
-                }
-                for (int64_t d = 0; d < D && n > 0; d++)
-                    o[d] /= l;
-                lse[(b * c->Sq + i) * c->Hq + h] = n > 0 ? m + log(l) : -INFINITY;
-            }
-    free(s);
-}
-
 static unsigned char *make_input(size_t n, wf_dtype_t dt, float amp, float **ret_f32)
 {
     float *f = malloc(n * sizeof(float) + 4);
@@ -368,7 +331,14 @@ static int run_case(const tcase_t *c, int short_rank)
 
     if (short_rank < 0 && ran) {
         double *ro = malloc(nq * sizeof(double)), *rl = malloc(nl * sizeof(double));
-        ref_attention(c, qf, kf, vf, ro, rl);
+        /* over all heads; causal is top-left (query i sees j <= i); the
+         * scale is the f32 one the ranks use */
+        const wf_ref_attn_t ra = {
+            .B = c->B, .Sq = c->Sq, .Skv = c->Skv, .Hq = c->Hq, .Hkv = c->Hkv,
+            .D = c->D, .scale = (double)(float)(1.0 / sqrt((double)c->D)),
+            .causal = c->causal,
+        };
+        CHECK(wf_ref_attention(&ra, qf, kf, vf, ro, rl) == WF_OK, "reference attention failed");
         float *of = malloc(nq * sizeof(float));
         wf_convert_to_f32(of, d.out, c->out, nq);
         int64_t hb = c->h_end > 0 ? c->h_begin : 0, he = c->h_end > 0 ? c->h_end : c->Hq;

@@ -1,5 +1,7 @@
 /* test_kernels.c — kernels/: dtype conversions and the CPU attention
- * backend, checked against plain fp64 references written here.
+ * backend, checked against plain fp64 references: the conversions'
+ * written here, the attention's in kernels/reference.c (one reference
+ * for every attention check).
  *
  * Conversions: every f16 and bf16 bit pattern (to f32 and back), round to
  * nearest even checked by its definition (no representable neighbour is
@@ -23,6 +25,7 @@
  * rounded inputs, so only the kernel's own error is measured.
  */
 #include "backend.h"
+#include "reference.h"
 #include "softmax.h"
 #include "tensor.h"
 
@@ -307,49 +310,6 @@ static double eps_of(wf_dtype_t dt)
     return dt == WF_DTYPE_F32 ? 0x1p-24 : dt == WF_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
 }
 
-/* Reference attention in fp64 on f32 copies of the (rounded) inputs. */
-static void ref_attention(const acase_t *c, const float *q, const float *k,
-                          const float *v, double *out, double *lse)
-{
-    int64_t group = c->Hq / c->Hkv, D = c->D;
-    double scale = 1.0 / sqrt((double)D);
-    double *s = malloc((size_t)c->Skv * sizeof(double));
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t i = 0; i < c->Sq; i++)
-            for (int64_t h = 0; h < c->Hq; h++) {
-                const float *qr = q + ((b * c->Sq + i) * c->Hq + h) * D;
-                int64_t hk = h / group, n = c->Skv;
-                if (c->causal) {
-                    n = c->q_offset + i - c->kv_offset + 1;
-                    n = n < 0 ? 0 : n > c->Skv ? c->Skv : n;
-                }
-                double m = -INFINITY;
-                for (int64_t j = 0; j < n; j++) {
-                    const float *kr = k + ((b * c->Skv + j) * c->Hkv + hk) * D;
-                    double dot = 0;
-                    for (int64_t d = 0; d < D; d++)
-                        dot += (double)qr[d] * (double)kr[d];
-                    s[j] = dot * scale;
-                    m = s[j] > m ? s[j] : m;
-                }
-                double *o = out + ((b * c->Sq + i) * c->Hq + h) * D;
-                for (int64_t d = 0; d < D; d++)
-                    o[d] = 0;
-                double l = 0;
-                for (int64_t j = 0; j < n; j++) {
-                    double p = exp(s[j] - m);
-                    l += p;
-                    const float *vr = v + ((b * c->Skv + j) * c->Hkv + hk) * D;
-                    for (int64_t d = 0; d < D; d++)
-                        o[d] += p * (double)vr[d];
-                }
-                for (int64_t d = 0; d < D && n > 0; d++)
-                    o[d] /= l;
-                lse[(b * c->Sq + i) * c->Hq + h] = n > 0 ? m + log(l) : -INFINITY;
-            }
-    free(s);
-}
-
 /* Random tensor stored in dt at an odd address; f32 copy of the stored
  * (rounded) values in *ret_f32. Returns the allocation (data at +1). */
 static unsigned char *make_input(size_t n, wf_dtype_t dt, float amp, float **ret_f32)
@@ -399,7 +359,12 @@ static void run_case(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx, const a
     CHECK(st == WF_OK, "attention returned %d", (int)st);
 
     double *ro = malloc(nq * sizeof(double)), *rl = malloc(nl * sizeof(double));
-    ref_attention(c, qf, kf, vf, ro, rl);
+    const wf_ref_attn_t ra = {
+        .B = c->B, .Sq = c->Sq, .Skv = c->Skv, .Hq = c->Hq, .Hkv = c->Hkv, .D = c->D,
+        .scale = 1.0 / sqrt((double)c->D), .causal = c->causal,
+        .q_offset = c->q_offset, .kv_offset = c->kv_offset,
+    };
+    CHECK(wf_ref_attention(&ra, qf, kf, vf, ro, rl) == WF_OK, "reference attention failed");
     double maxref = 0;
     for (size_t i = 0; i < nq; i++)
         maxref = fabs(ro[i]) > maxref ? fabs(ro[i]) : maxref;

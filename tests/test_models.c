@@ -353,8 +353,12 @@ static double run_forward(wf_client_t *c, const char *name, const fluxio_t *io,
                           wf_status_t *ret_st)
 {
     wf_tensor_t out;
-    if (!fluxio_output(io, io->in_dtype, &out))
+    if (!fluxio_output(io, io->in_dtype, &out)) {
+        /* the caller checks the status: a failed allocation is one too */
+        if (ret_st)
+            *ret_st = WF_E_NO_MEMORY;
         return INFINITY;
+    }
     wf_job_result_t res;
     wf_status_t st = wf_forward(c, name, &io->in, &out, &res);
     double e = st == WF_OK ? fluxio_error(io, &out) : INFINITY;

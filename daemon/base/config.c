@@ -7,12 +7,12 @@
 #include "config.h"
 
 #include "backend.h"
+#include "errf.h"
 #include "mesh.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -113,19 +113,6 @@ static const setting_def_t settings_table[] = {
 };
 
 #define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (!err || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* Find a setting by name; '-' and '_' are the same, case matters not. */
 static const setting_def_t *find_setting(const char *name, size_t len)
@@ -479,7 +466,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
 {
     FILE *f = fopen(path, "re");
     if (!f) {
-        set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         return WF_E_BAD_ARGUMENT;
     }
     char line[4096];
@@ -489,7 +476,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
         lineno++;
         size_t len = strlen(line);
         if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
-            set_err(err, err_len, "%s:%u: line longer than %zu bytes", path,
+            wf_errf(err, err_len, "%s:%u: line longer than %zu bytes", path,
                     lineno, sizeof line - 2);
             st = WF_E_BAD_ARGUMENT;
             break;
@@ -499,7 +486,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
             continue;
         char *eq = strchr(p, '=');
         if (!eq) {
-            set_err(err, err_len, "%s:%u: expected `key = value`", path, lineno);
+            wf_errf(err, err_len, "%s:%u: expected `key = value`", path, lineno);
             st = WF_E_BAD_ARGUMENT;
             break;
         }
@@ -513,13 +500,13 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
         }
         const setting_def_t *d = find_setting(key, strlen(key));
         if (!d) {
-            set_err(err, err_len, "%s:%u: unknown setting '%s'", path, lineno, key);
+            wf_errf(err, err_len, "%s:%u: unknown setting '%s'", path, lineno, key);
             st = WF_E_BAD_ARGUMENT;
             break;
         }
         char why[256];
         if (!parse_value(d, value, s, why, sizeof why)) {
-            set_err(err, err_len, "%s:%u: %s = '%s': %s", path, lineno, d->name,
+            wf_errf(err, err_len, "%s:%u: %s = '%s': %s", path, lineno, d->name,
                     value, why);
             st = WF_E_BAD_ARGUMENT;
             break;
@@ -528,7 +515,7 @@ static wf_status_t read_file(const char *path, wf_settings_t *s,
             snprintf(mesh_src, mesh_src_len, "%s:%u", path, lineno);
     }
     if (st == WF_OK && ferror(f)) {
-        set_err(err, err_len, "%s: read error", path);
+        wf_errf(err, err_len, "%s: read error", path);
         st = WF_E_BAD_ARGUMENT;
     }
     fclose(f);
@@ -627,7 +614,7 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
         env_name(d, name, sizeof name);
         const char *v = env_get(envp, name);
         if (v && !parse_value(d, v, &s, why, sizeof why)) {
-            set_err(err, err_len, "environment %s='%s': %s", name, v, why);
+            wf_errf(err, err_len, "environment %s='%s': %s", name, v, why);
             return WF_E_BAD_ARGUMENT;
         }
         if (v && d->kind == KIND_MESH)
@@ -637,7 +624,7 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
     for (size_t i = 0; i < sizeof test_hooks_table / sizeof test_hooks_table[0]; i++) {
         const char *v = env_get(envp, test_hooks_table[i].env);
         if (v && *v && !test_hooks_table[i].parse(v, &s.test, why, sizeof why)) {
-            set_err(err, err_len, "environment %s='%s': %s (test hook)",
+            wf_errf(err, err_len, "environment %s='%s': %s (test hook)",
                     test_hooks_table[i].env, v, why);
             return WF_E_BAD_ARGUMENT;
         }
@@ -652,7 +639,7 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
             for (; cli->sets[i].name[j] && j + 1 < sizeof flag; j++)
                 flag[j] = cli->sets[i].name[j] == '_' ? '-' : cli->sets[i].name[j];
             flag[j] = '\0';
-            set_err(err, err_len, "--%s '%s': %s", flag, cli->sets[i].value,
+            wf_errf(err, err_len, "--%s '%s': %s", flag, cli->sets[i].value,
                     d ? why : "unknown setting");
             return WF_E_BAD_ARGUMENT;
         }
@@ -663,21 +650,21 @@ wf_status_t wf_config_build(const wf_cli_t *cli, char *const *envp,
         int gpus = 0;
         const char *cuda_why = NULL;
         if (wf_cuda_device_count(&gpus, &cuda_why) != WF_OK) {
-            set_err(err, err_len, "devices = '%s': no usable CUDA device (%s)",
+            wf_errf(err, err_len, "devices = '%s': no usable CUDA device (%s)",
                     s.devices, cuda_why ? cuda_why : "CUDA runtime failed");
             return WF_E_BAD_ARGUMENT;
         }
         if (!wf_settings_resolve_gpus(&s, gpus, why, sizeof why)) {
-            set_err(err, err_len, "devices = '%s': %s", s.devices, why);
+            wf_errf(err, err_len, "devices = '%s': %s", s.devices, why);
             return WF_E_BAD_ARGUMENT;
         }
     }
     if (!resolve_mesh(&s, why, sizeof why)) {
-        set_err(err, err_len, "%s: mesh = '%s': %s", mesh_src, s.mesh, why);
+        wf_errf(err, err_len, "%s: mesh = '%s': %s", mesh_src, s.mesh, why);
         return WF_E_BAD_ARGUMENT;
     }
     if (s.coordinator[0] && s.heartbeat_timeout_ms <= s.heartbeat_ms) {
-        set_err(err, err_len, "heartbeat_timeout_ms (%u) must exceed heartbeat_ms "
+        wf_errf(err, err_len, "heartbeat_timeout_ms (%u) must exceed heartbeat_ms "
                 "(%u)", s.heartbeat_timeout_ms, s.heartbeat_ms);
         return WF_E_BAD_ARGUMENT;
     }
@@ -705,7 +692,7 @@ wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli, char *err,
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
-            set_err(err, err_len, "unexpected argument '%s' (see --help)", a);
+            wf_errf(err, err_len, "unexpected argument '%s' (see --help)", a);
             return WF_E_BAD_ARGUMENT;
         }
         const char *name = a + 2;
@@ -715,13 +702,13 @@ wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli, char *err,
         bool is_config = nlen == 6 && strncmp(name, "config", 6) == 0;
         const setting_def_t *d = is_config ? NULL : find_setting(name, nlen);
         if (!is_config && !d) {
-            set_err(err, err_len, "unknown option '--%.*s' (see --help)",
+            wf_errf(err, err_len, "unknown option '--%.*s' (see --help)",
                     (int)nlen, name);
             return WF_E_BAD_ARGUMENT;
         }
         if (!value) {
             if (i + 1 >= argc) {
-                set_err(err, err_len, "option '--%.*s' needs a value", (int)nlen,
+                wf_errf(err, err_len, "option '--%.*s' needs a value", (int)nlen,
                         name);
                 return WF_E_BAD_ARGUMENT;
             }
@@ -732,7 +719,7 @@ wf_status_t wf_cli_parse(int argc, char **argv, wf_cli_t *ret_cli, char *err,
             continue;
         }
         if (cli.n_sets == WF_CLI_MAX_SETS) {
-            set_err(err, err_len, "too many options");
+            wf_errf(err, err_len, "too many options");
             return WF_E_BAD_ARGUMENT;
         }
         cli.sets[cli.n_sets].name = d->name;

@@ -40,10 +40,10 @@
 #include "base/szcheck.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "errf.h"
 #include "tensor.h"
 
 /* Largest R * U accepted (the mesh's world limit). */
@@ -73,23 +73,6 @@ static void split(int64_t n, int64_t parts, int64_t i, int64_t *ret_start,
 
 /* ---- validation ------------------------------------------------------------ */
 
-/* Write a one-line message into err (when given) and return st. */
-static wf_status_t fail_msg(wf_status_t st, char *err, size_t errlen,
-                            const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static wf_status_t fail_msg(wf_status_t st, char *err, size_t errlen,
-                            const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* a * b * c * d fits in int64 with room for 8-byte elements. */
 static bool fits(int64_t a, int64_t b, int64_t c, int64_t d)
 {
@@ -109,51 +92,51 @@ wf_status_t wf_cp_attention_check(const wf_cp_job_t *job, int R, int U,
     if (err && errlen)
         err[0] = '\0';
     if (!job)
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen, "no job");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen, "no job");
     if (R < 1 || U < 1)
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "`ring_degree` (%lld) and `ulysses_degree` (%lld) must be "
-                        "greater than or equal to 1.", (long long)R, (long long)U);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "`ring_degree` (%lld) and `ulysses_degree` (%lld) must be "
+                              "greater than or equal to 1.", (long long)R, (long long)U);
     if ((int64_t)R * U > CP_MAX_RANKS)
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "ring_degree x ulysses_degree = %lld exceeds %lld ranks",
-                        (long long)R * U, (long long)CP_MAX_RANKS);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "ring_degree x ulysses_degree = %lld exceeds %lld ranks",
+                              (long long)R * U, (long long)CP_MAX_RANKS);
     if (job->B < 1 || job->Sq < 1 || job->Skv < 1 || job->Hq < 1 ||
         job->Hkv < 1 || job->D < 1)
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "shapes must be positive (B, Sq, Skv, Hq, Hkv, D)");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "shapes must be positive (B, Sq, Skv, Hq, Hkv, D)");
     if (job->Sq > INT32_MAX || job->Skv > INT32_MAX || job->D > INT32_MAX ||
         !fits(job->B, job->Sq, job->Hq, job->D) ||
         !fits(job->B, job->Skv, job->Hkv, job->D) ||
         !fits(job->B, job->Skv, job->Hq + R * (int64_t)U, job->D))
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "tensor sizes overflow (Sq %lld, Skv %lld)",
-                        (long long)job->Sq, (long long)job->Skv);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "tensor sizes overflow (Sq %lld, Skv %lld)",
+                              (long long)job->Sq, (long long)job->Skv);
     if (job->Hq % job->Hkv != 0)
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "Hkv (%lld) must divide Hq (%lld)", (long long)job->Hkv,
-                        (long long)job->Hq);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "Hkv (%lld) must divide Hq (%lld)", (long long)job->Hkv,
+                              (long long)job->Hq);
     if (job->hq_begin < 0 || job->hq_end <= job->hq_begin || job->hq_end > job->Hq)
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "head slice [%lld, %lld) is empty or outside the heads",
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "head slice [%lld, %lld) is empty or outside the heads",
                         (long long)job->hq_begin, (long long)job->hq_end);
     if (job->local && (job->hq_begin != 0 || job->hq_end != job->Hq))
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "local mode serves every head: slice [%lld, %lld) is not "
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "local mode serves every head: slice [%lld, %lld) is not "
                         "[0, %lld)", (long long)job->hq_begin,
                         (long long)job->hq_end, (long long)job->Hq);
     if (!dtype_ok(job->q_dtype) || !dtype_ok(job->k_dtype) ||
         !dtype_ok(job->v_dtype) || !dtype_ok(job->out_dtype))
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "dtypes must be f32, f16 or bf16");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "dtypes must be f32, f16 or bf16");
     if (job->rotate_method != WF_CP_ROTATE_ALLGATHER &&
         job->rotate_method != WF_CP_ROTATE_ALLTOALL)
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "unknown rotate_method %lld",
-                        (long long)job->rotate_method);
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "unknown rotate_method %lld",
+                              (long long)job->rotate_method);
     if (!(job->scale == job->scale) || isinf(job->scale))
-        return fail_msg(WF_E_BAD_ARGUMENT, err, errlen,
-                        "scale must be finite");
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
+                              "scale must be finite");
 
     /* Sequence: tensor_split sharding is what ring_anything asks for;
      * diffusers' ulysses_anything also covers sequence lengths (R = 1). */
@@ -161,25 +144,25 @@ wf_status_t wf_cp_attention_check(const wf_cp_job_t *job, int R, int U,
     bool any_seq = job->ring_anything || (job->ulysses_anything && R == 1);
     if (!any_seq) {
         if (job->Sq % P != 0)
-            return fail_msg(WF_E_BAD_SHAPE, err, errlen,
-                            "Tensor size along dimension to be sharded must be "
-                            "divisible by mesh size (Sq = %lld, mesh size %lld); "
-                            "set ring_anything to shard it unevenly",
-                            (long long)job->Sq, (long long)P);
+            return wf_errf_status(WF_E_BAD_SHAPE, err, errlen,
+                                  "Tensor size along dimension to be sharded must be "
+                                  "divisible by mesh size (Sq = %lld, mesh size %lld); "
+                                  "set ring_anything to shard it unevenly",
+                                  (long long)job->Sq, (long long)P);
         if (job->Skv % P != 0)
-            return fail_msg(WF_E_BAD_SHAPE, err, errlen,
-                            "Tensor size along dimension to be sharded must be "
-                            "divisible by mesh size (Skv = %lld, mesh size %lld); "
-                            "set ring_anything to shard it unevenly",
-                            (long long)job->Skv, (long long)P);
+            return wf_errf_status(WF_E_BAD_SHAPE, err, errlen,
+                                  "Tensor size along dimension to be sharded must be "
+                                  "divisible by mesh size (Skv = %lld, mesh size %lld); "
+                                  "set ring_anything to shard it unevenly",
+                                  (long long)job->Skv, (long long)P);
     }
     int64_t Hs = job->hq_end - job->hq_begin;
     if (!job->ulysses_anything && Hs % U != 0)
-        return fail_msg(WF_E_BAD_SHAPE, err, errlen,
-                        "Number of attention heads (%lld) must be divisible by "
-                        "ulysses_degree (%lld); set ulysses_anything to split "
-                        "them unevenly",
-                        (long long)Hs, (long long)U);
+        return wf_errf_status(WF_E_BAD_SHAPE, err, errlen,
+                              "Number of attention heads (%lld) must be divisible by "
+                              "ulysses_degree (%lld); set ulysses_anything to split "
+                              "them unevenly",
+                              (long long)Hs, (long long)U);
     return WF_OK;
 }
 

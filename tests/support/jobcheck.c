@@ -1,10 +1,15 @@
 /* jobcheck.c — shared by the end-to-end attention tests (test_client,
  * test_parity, test_reconfig_load, test_cluster_jobs): seeded inputs in
- * every dtype, the fp64 reference and the error measure, the per-job options, waiting for a daemon.
- * Written here, independent of kernels/, so the check shares no code with
- * what it checks. See jobcheck.h. */
+ * every dtype, the error measure against the fp64 reference
+ * (kernels/reference.h), the per-job options, waiting for a daemon.
+ * The reference and the dtype conversions are kernels/'s, each checked on
+ * its own by test_kernels; nothing here runs the daemon's attention
+ * kernels. See jobcheck.h. */
 #include "jobcheck.h"
 #include <unistd.h>
+
+#include "reference.h"
+#include "tensor.h"
 
 #include <math.h>
 #include <signal.h>
@@ -21,72 +26,17 @@ double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- dtypes, written here so the check shares no code with kernels/ --- */
-
-/* f16 <-> f32 by hand, rounding to nearest even (checked against GCC's
- * _Float16 over all 2^32 floats; clang 14 has no _Float16 on x86). */
-
-static double from_f16(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    double v = e == 0 ? ldexp(m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-             : ldexp(m + 1024, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t to_f16(float f)
-{
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    double a = fabs((double)f);
-    if (isnan(f))
-        return sign | 0x7e00;
-    if (a >= 65520.0)
-        return sign | 0x7c00;
-    if (a < 0x1p-14)
-        return sign | (uint16_t)nearbyint(a * 0x1p24);
-    int e;
-    double m = nearbyint(frexp(a, &e) * 2048.0);
-    if (m == 2048.0) {
-        m = 1024.0;
-        e++;
-    }
-    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)((int)m - 1024);
-}
-
-static uint16_t to_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* nearest even; inputs are finite */
-    return (uint16_t)(u >> 16);
-}
+/* ---- dtypes: kernels/tensor.h's conversions, which test_kernels checks
+ * over every f16 / bf16 pattern against references of its own ---------- */
 
 void store(void *buf, wf_dtype_t dt, size_t i, float x)
 {
-    if (dt == WF_DTYPE_F32) {
-        memcpy((char *)buf + 4 * i, &x, 4);
-        return;
-    }
-    uint16_t h = dt == WF_DTYPE_F16 ? to_f16(x) : to_bf16(x);
-    memcpy((char *)buf + 2 * i, &h, 2);
+    wf_elem_store(buf, dt, i, x);
 }
 
 double load(const void *buf, wf_dtype_t dt, size_t i)
 {
-    uint16_t h;
-    if (dt == WF_DTYPE_F32) {
-        float f;
-        memcpy(&f, (const char *)buf + 4 * i, 4);
-        return f;
-    }
-    memcpy(&h, (const char *)buf + 2 * i, 2);
-    if (dt == WF_DTYPE_F16)
-        return from_f16(h);
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return wf_elem_load(buf, dt, i);
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -146,6 +96,17 @@ bool jbuf_init(jbuf_t *a, const jcase_t *c, uint64_t seed)
     return true;
 }
 
+/* An f32 copy of t's stored values (exact: f16 and bf16 are subsets of
+ * f32). Caller owns; NULL when out of memory. */
+static float *f32_copy(const wf_tensor_t *t)
+{
+    size_t n = (size_t)wf_tensor_numel(t);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    if (f)
+        wf_convert_to_f32(f, t->data, t->dtype, n);
+    return f;
+}
+
 /* q (B,Sq,Hq,D), k / v (B,Skv,Hkv,D); query head h reads kv head
  * h / (Hq / Hkv); causal: query i sees keys j <= i (top-left). */
 void attention_errors(const wf_tensor_t *q, const wf_tensor_t *k,
@@ -153,57 +114,37 @@ void attention_errors(const wf_tensor_t *q, const wf_tensor_t *k,
                       const float *lse, int causal, float scale_opt,
                       double *ret_out, double *ret_lse)
 {
-    int64_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2],
-            D = q->shape[3], Skv = k->shape[1], Hkv = k->shape[2];
-    double scale = scale_opt > 0 ? scale_opt : 1.0 / sqrt((double)D);
-    double sc[512], o[128];
-    if (Skv > 512 || D > 128) { /* the stack rows above: a test bug */
-        *ret_out = *ret_lse = INFINITY;
-        return;
-    }
-    double max_err = 0.0, max_lse = 0.0;
-    int64_t group = Hq / Hkv;
-    for (int64_t b = 0; b < B; b++)
-    for (int64_t i = 0; i < Sq; i++)
-    for (int64_t h = 0; h < Hq; h++) {
-        int64_t hk = h / group;
-        int64_t nk = causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv;
-        size_t qo = (size_t)(((b * Sq + i) * Hq + h) * D);
-        double m = -INFINITY;
-        for (int64_t j = 0; j < nk; j++) {
-            size_t ko = (size_t)(((b * Skv + j) * Hkv + hk) * D);
-            double s = 0.0;
-            for (int64_t d = 0; d < D; d++)
-                s += load(q->data, q->dtype, qo + (size_t)d) *
-                     load(k->data, k->dtype, ko + (size_t)d);
-            sc[j] = s * scale;
-            m = fmax(m, sc[j]);
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < nk; j++)
-            sum += (sc[j] = exp(sc[j] - m));
-        for (int64_t d = 0; d < D; d++)
-            o[d] = 0.0;
-        for (int64_t j = 0; j < nk; j++) {
-            size_t vo = (size_t)(((b * Skv + j) * Hkv + hk) * D);
-            for (int64_t d = 0; d < D; d++)
-                o[d] += sc[j] / sum * load(v->data, v->dtype, vo + (size_t)d);
-        }
-        for (int64_t d = 0; d < D; d++) {
-            double e = fabs(load(out->data, out->dtype, qo + (size_t)d) - o[d]);
+    const wf_ref_attn_t ra = {
+        .B = q->shape[0], .Sq = q->shape[1], .Skv = k->shape[1],
+        .Hq = q->shape[2], .Hkv = k->shape[2], .D = q->shape[3],
+        .scale = scale_opt > 0 ? scale_opt : 1.0 / sqrt((double)q->shape[3]),
+        .causal = causal != 0,
+    };
+    size_t nq = (size_t)wf_tensor_numel(q), nl = (size_t)(ra.B * ra.Sq * ra.Hq);
+    float *qf = f32_copy(q), *kf = f32_copy(k), *vf = f32_copy(v);
+    double *ro = malloc((nq ? nq : 1) * sizeof *ro), *rl = malloc((nl ? nl : 1) * sizeof *rl);
+    *ret_out = *ret_lse = INFINITY; /* out of memory or a bad geometry: a failed check */
+    if (qf && kf && vf && ro && rl &&
+        wf_ref_attention(&ra, qf, kf, vf, ro, rl) == WF_OK) {
+        double max_err = 0.0, max_lse = 0.0;
+        for (size_t i = 0; i < nq; i++) {
+            double e = fabs(load(out->data, out->dtype, i) - ro[i]);
             if (!(e <= max_err))
                 max_err = e; /* a NaN sticks */
         }
-        if (lse) {
-            double ref = m + log(sum);
-            size_t li = (size_t)((b * Sq + i) * Hq + h);
-            double e = fabs((double)lse[li] - ref) / fmax(1.0, fabs(ref));
+        for (size_t i = 0; lse && i < nl; i++) {
+            double e = fabs((double)lse[i] - rl[i]) / fmax(1.0, fabs(rl[i]));
             if (!(e <= max_lse))
                 max_lse = e;
         }
+        *ret_out = max_err;
+        *ret_lse = max_lse;
     }
-    *ret_out = max_err;
-    *ret_lse = max_lse;
+    free(qf);
+    free(kf);
+    free(vf);
+    free(ro);
+    free(rl);
 }
 
 void jbuf_errors(const jbuf_t *a, double *ret_out, double *ret_lse)

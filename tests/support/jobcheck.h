@@ -50,15 +50,15 @@ bool jbuf_init(jbuf_t *a, const jcase_t *c, uint64_t seed);
  * without lse) against the fp64 reference computed over the stored
  * inputs, each tensor read in its own dtype: q (B,Sq,Hq,D), k / v
  * (B,Skv,Hkv,D), out like q, lse (B,Sq,Hq) or NULL; scale_opt 0 means
- * 1/sqrt(D). Skv up to 512 and D up to 128 (larger: infinite errors). */
+ * 1/sqrt(D). Infinite errors when out of memory. */
 void attention_errors(const wf_tensor_t *q, const wf_tensor_t *k,
                       const wf_tensor_t *v, const wf_tensor_t *out,
                       const float *lse, int causal, float scale_opt,
                       double *ret_out, double *ret_lse);
 
 /* Worst errors of out (absolute) and lse (relative to max(1, |lse|))
- * against the fp64 reference computed over the stored inputs. Cases up to
- * Skv = 512 and D = 128 (larger ones report infinite errors). */
+ * against the fp64 reference computed over the stored inputs
+ * (attention_errors). */
 void jbuf_errors(const jbuf_t *a, double *ret_out, double *ret_lse);
 
 /* The stated tolerances of case c (max abs error of out; lse relative to

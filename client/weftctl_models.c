@@ -1,0 +1,588 @@
+/* weftctl_models.c — weftctl's resident-model commands: load (with a
+ * progress bar from a second connection), unload, models, forward (inputs
+ * from a safetensors file, checked against its reference output) and
+ * shard (per-rank checkpoint files, no daemon). See weftctl.c for the
+ * command line.
+ */
+#include "weftctl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flux_host.h"
+#include "model_root.h"
+#include "safetensors.h"
+#include "tensor.h"
+#include "tp_plan.h"
+
+/* Read a whole small file (a tp plan) into a NUL-terminated buffer;
+ * caller frees. NULL with a message on stderr. */
+static char *read_small_file(const char *path, size_t max, size_t *ret_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "weftctl: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    bool err = ferror(f) != 0;
+    fclose(f);
+    if (!buf || err || n > max) {
+        fprintf(stderr, "weftctl: %s: %s\n", path,
+                !buf ? "out of memory" : err ? "read error" : "file too large");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *ret_len = n;
+    return buf;
+}
+
+/* --tp-plan FILE.json: the wire form of a plan (tp_plan.h), checked. */
+static int load_plan_file(const char *path, wf_tp_plan_t *plan)
+{
+    size_t len = 0;
+    char *json = read_small_file(path, 1u << 20, &len);
+    if (!json)
+        return 1;
+    char err[512];
+    wf_status_t st = wf_tp_plan_from_json(json, len, path, plan, err, sizeof err);
+    free(json);
+    if (st != WF_OK) {
+        fprintf(stderr, "weftctl: --tp-plan: %s: %s\n", wf_status_name(st), err);
+        return 1;
+    }
+    return 0;
+}
+
+/* A parameter count: 145288, 12.5 M, 11.90 G. */
+static void human_count(char *buf, size_t len, uint64_t n)
+{
+    if (n < 1000000)
+        snprintf(buf, len, "%" PRIu64, n);
+    else if (n < 1000000000)
+        snprintf(buf, len, "%.1f M", (double)n * 1e-6);
+    else
+        snprintf(buf, len, "%.2f G", (double)n * 1e-9);
+}
+
+static void print_model(const wf_model_info_t *m)
+{
+    char total[32], host[32], rank[32], params[32];
+    human_count(params, sizeof params, m->params);
+    ctl_human_bytes(total, sizeof total, m->bytes_total);
+    ctl_human_bytes(host, sizeof host, m->host_bytes);
+    ctl_human_bytes(rank, sizeof rank, m->rank_bytes);
+    printf("model %s  path %s  family %s  dtype %s  state %s\n", m->name, m->path,
+           m->family, m->dtype, m->state);
+    printf("params %s  checkpoint %s  host copy %s  per rank %s  tp %u%s\n",
+           params, total, host, rank, m->tp,
+           m->sharded_input ? "  (loaded from per-rank files)" : "");
+    printf("loaded in %.3f s\n", (double)m->load_ms / 1000.0);
+}
+
+/* What `load` shares between its loading thread and the progress loop. */
+typedef struct load_job {
+    wf_client_t *client;        /* connection of the load (its thread only) */
+    const char *name, *path;
+    wf_load_opts_t opts;
+    wf_model_info_t info;       /* filled on success */
+    wf_status_t st;             /* the load's status */
+    char err[512];              /* its message */
+    pthread_mutex_t mu;         /* guards done */
+    pthread_cond_t cv;          /* signalled when done */
+    bool done;
+} load_job_t;
+
+static void *load_thread(void *arg)
+{
+    load_job_t *j = arg;
+    wf_status_t st = wf_load_model(j->client, j->name, j->path, &j->opts, &j->info);
+    snprintf(j->err, sizeof j->err, "%s", wf_client_last_error(j->client));
+    pthread_mutex_lock(&j->mu);
+    j->st = st;
+    j->done = true;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* Progress of a load on stderr: a bar redrawn with '\r' on a terminal,
+ * else one line per 10 %. */
+typedef struct progress {
+    bool tty;
+    int decile;                 /* last tenth printed (lines) */
+    bool drawn;                 /* a bar is on the line (tty) */
+} progress_t;
+
+static void progress_draw(progress_t *p, const char *name, uint64_t done, uint64_t total)
+{
+    double frac = total ? (double)done / (double)total : 0.0;
+    if (frac > 1.0)
+        frac = 1.0;
+    char d[32], t[32];
+    ctl_human_bytes(d, sizeof d, done);
+    ctl_human_bytes(t, sizeof t, total);
+    if (p->tty) {
+        char bar[31];
+        int fill = (int)(frac * 30.0);
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[30] = '\0';
+        fprintf(stderr, "\rloading %s [%s] %3d%%  %s / %s   ", name, bar,
+                (int)(frac * 100.0), d, t);
+        p->drawn = true;
+    } else {
+        /* each tenth crossed since the last poll gets its line, with its
+         * own figure; the last one with the bytes read so far */
+        int dec = (int)(frac * 10.0);
+        for (int k = p->decile + 1; k <= dec; k++) {
+            if (k < dec)
+                ctl_human_bytes(d, sizeof d, total / 10 * (uint64_t)k);
+            else
+                ctl_human_bytes(d, sizeof d, done);
+            fprintf(stderr, "loading %s: %3d%%  (%s of %s)\n", name, k * 10, d, t);
+        }
+        if (dec > p->decile)
+            p->decile = dec;
+    }
+    fflush(stderr);
+}
+
+int ctl_cmd_load(const char *endpoint, int timeout_ms, int argc, char **argv)
+{
+    const char *pos[2] = { NULL, NULL };
+    const char *plan_file = NULL;
+    int npos = 0;
+    bool sharded = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--sharded") == 0) {
+            sharded = true;
+        } else if (strcmp(argv[i], "--tp-plan") == 0 && i + 1 < argc) {
+            plan_file = argv[++i];
+        } else if (argv[i][0] == '-' || npos == 2) {
+            fprintf(stderr, "weftctl: load: %s: unknown option, missing value or extra "
+                    "argument\n", argv[i]);
+            return EXIT_USAGE;
+        } else {
+            pos[npos++] = argv[i];
+        }
+    }
+    if (npos != 2) {
+        fprintf(stderr, "weftctl: load NAME PATH [--tp-plan FILE.json] [--sharded]\n");
+        return EXIT_USAGE;
+    }
+
+    static wf_tp_plan_t plan; /* large: not on the stack */
+    load_job_t j;
+    memset(&j, 0, sizeof j);
+    j.name = pos[0];
+    j.path = pos[1];
+    j.opts.weights_already_sharded = sharded;
+    if (plan_file) {
+        if (load_plan_file(plan_file, &plan) != 0)
+            return 1;
+        j.opts.plan = plan.rules;
+        j.opts.n_plan = plan.n;
+    }
+
+    /* Two connections: the load blocks one until the model is resident;
+     * the other asks list_models for the progress. */
+    wf_client_t *poll = NULL;
+    wf_status_t st = wf_client_connect(endpoint, timeout_ms, &j.client);
+    if (st == WF_OK)
+        st = wf_client_connect(endpoint, timeout_ms < 5000 ? timeout_ms : 5000, &poll);
+    if (st != WF_OK) {
+        fprintf(stderr, "weftctl: connect to %s: %s\n",
+                endpoint ? endpoint : WF_DEFAULT_ENDPOINT, wf_status_name(st));
+        wf_client_destroy(&j.client);
+        return 1;
+    }
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_t th;
+    if (pthread_create(&th, NULL, load_thread, &j) != 0) {
+        fprintf(stderr, "weftctl: cannot start a thread\n");
+        pthread_cond_destroy(&j.cv);
+        pthread_mutex_destroy(&j.mu);
+        wf_client_destroy(&poll);
+        wf_client_destroy(&j.client);
+        return 1;
+    }
+
+    progress_t pr = { .tty = isatty(STDERR_FILENO) == 1, .decile = 0 };
+    wf_model_info_t *list = calloc(WF_MODELS_MAX, sizeof *list);
+    struct timespec tick;
+    pthread_mutex_lock(&j.mu);
+    while (!j.done) {
+        /* 200 ms after the last poll, or at once when the load returns */
+        clock_gettime(CLOCK_MONOTONIC, &tick);
+        tick.tv_nsec += 200 * 1000000L;
+        if (tick.tv_nsec >= 1000000000L) {
+            tick.tv_sec++;
+            tick.tv_nsec -= 1000000000L;
+        }
+        while (!j.done && pthread_cond_timedwait(&j.cv, &j.mu, &tick) != ETIMEDOUT)
+            ;
+        if (j.done)
+            break;
+        pthread_mutex_unlock(&j.mu);
+        size_t n = 0;
+        if (list && wf_list_models(poll, list, WF_MODELS_MAX, &n) == WF_OK) {
+            for (size_t i = 0; i < n && i < WF_MODELS_MAX; i++)
+                if (strcmp(list[i].name, j.name) == 0 && list[i].bytes_total > 0)
+                    progress_draw(&pr, j.name, list[i].bytes_loaded, list[i].bytes_total);
+        }
+        pthread_mutex_lock(&j.mu);
+    }
+    pthread_mutex_unlock(&j.mu);
+    pthread_join(th, NULL);
+    free(list);
+
+    if (j.st == WF_OK)
+        progress_draw(&pr, j.name, j.info.bytes_total, j.info.bytes_total);
+    if (pr.tty && pr.drawn)
+        fputc('\n', stderr);
+    int rc = 0;
+    if (j.st != WF_OK) {
+        fprintf(stderr, "weftctl: load: %s: %s\n", wf_status_name(j.st),
+                j.err[0] ? j.err : wf_status_str(j.st));
+        rc = 1;
+    } else {
+        print_model(&j.info);
+    }
+    pthread_cond_destroy(&j.cv);
+    pthread_mutex_destroy(&j.mu);
+    wf_client_destroy(&poll);
+    wf_client_destroy(&j.client);
+    return rc;
+}
+
+int ctl_cmd_unload(wf_client_t *c, int argc, char **argv)
+{
+    if (argc != 1 || argv[0][0] == '-') {
+        fprintf(stderr, "weftctl: unload NAME\n");
+        return EXIT_USAGE;
+    }
+    wf_status_t st = wf_unload_model(c, argv[0]);
+    if (st != WF_OK)
+        return ctl_report_error(c, st, "unload");
+    printf("unloaded %s\n", argv[0]);
+    return 0;
+}
+
+int ctl_cmd_models(wf_client_t *c)
+{
+    wf_model_info_t *m = calloc(WF_MODELS_MAX, sizeof *m);
+    if (!m) {
+        fprintf(stderr, "weftctl: out of memory\n");
+        return 1;
+    }
+    size_t n = 0;
+    wf_status_t st = wf_list_models(c, m, WF_MODELS_MAX, &n);
+    if (st != WF_OK) {
+        free(m);
+        return ctl_report_error(c, st, "models");
+    }
+    printf("%-20s %-8s %-6s %-5s %10s %3s %11s %11s %6s %9s  %s\n", "NAME", "STATE",
+           "FAMILY", "DTYPE", "PARAMS", "TP", "PER RANK", "HOST", "LOADED", "LOAD TIME",
+           "PATH");
+    for (size_t i = 0; i < n && i < WF_MODELS_MAX; i++) {
+        const wf_model_info_t *x = &m[i];
+        char rank[32], host[32], params[32], when[32];
+        ctl_human_bytes(rank, sizeof rank, x->rank_bytes);
+        ctl_human_bytes(host, sizeof host, x->host_bytes);
+        human_count(params, sizeof params, x->params);
+        double pct = x->bytes_total
+            ? 100.0 * (double)x->bytes_loaded / (double)x->bytes_total : 0.0;
+        snprintf(when, sizeof when, "%.1f s", (double)x->load_ms / 1000.0);
+        printf("%-20s %-8s %-6s %-5s %10s %3u %11s %11s %5.1f%% %9s  %s%s\n", x->name,
+               x->state, x->family, x->dtype, params, x->tp, rank, host, pct, when,
+               x->path, x->sharded_input ? " (sharded)" : "");
+    }
+    if (n == 0)
+        printf("(no models)\n");
+    free(m);
+    return 0;
+}
+
+/* The tensors of a forward's inputs file, opened by `forward --inputs`. */
+typedef struct inputs_file {
+    wf_safetensors_t *st;
+    wf_tensor_t t[7];           /* wf_flux_inputs_t's order */
+    bool have[7];
+} inputs_file_t;
+
+static const char *const input_names[7] = {
+    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
+    "img_ids", "txt_ids", "guidance"
+};
+
+/* A tensor of the file as a borrowed wf_tensor_t (the mapping's bytes:
+ * libweft only reads inputs). False with a message for a scalar. */
+static bool file_tensor(const wf_safetensors_t *st, size_t i, wf_tensor_t *t)
+{
+    const wf_st_tensor_t *x = wf_safetensors_tensor(st, i);
+    if (x->rank < 1 || x->numel == 0) {
+        fprintf(stderr, "weftctl: tensor %s of %s is a scalar or empty\n", x->name,
+                wf_safetensors_path(st));
+        return false;
+    }
+    memset(t, 0, sizeof *t);
+    t->data = (void *)wf_safetensors_data(st, i);
+    t->dtype = x->dtype;
+    t->rank = x->rank;
+    memcpy(t->shape, x->shape, sizeof t->shape);
+    return true;
+}
+
+/* Tolerance factor of a dtype, relative to max |reference|. */
+static double dtype_tol(wf_dtype_t dt)
+{
+    return dt == WF_DTYPE_F32 ? 1e-4 : dt == WF_DTYPE_F16 ? 4e-3 : 3e-2;
+}
+
+int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
+{
+    const char *model = NULL, *inputs = NULL;
+    bool has_odt = false;
+    wf_dtype_t odt = WF_DTYPE_F32;
+    int64_t iters = 1;
+    for (int i = 0; i < argc; i++) {
+        if (i + 1 >= argc) {
+            fprintf(stderr, "weftctl: forward: %s: unknown option or missing value\n",
+                    argv[i]);
+            return EXIT_USAGE;
+        }
+        const char *a = argv[i], *v = argv[++i];
+        if (strcmp(a, "--model") == 0) {
+            model = v;
+        } else if (strcmp(a, "--inputs") == 0) {
+            inputs = v;
+        } else if (strcmp(a, "--out-dtype") == 0) {
+            if (strcmp(v, "f32") == 0)
+                odt = WF_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0)
+                odt = WF_DTYPE_F16;
+            else if (strcmp(v, "bf16") == 0)
+                odt = WF_DTYPE_BF16;
+            else {
+                fprintf(stderr, "weftctl: --out-dtype: f32, f16 or bf16\n");
+                return EXIT_USAGE;
+            }
+            has_odt = true;
+        } else if (strcmp(a, "--iters") == 0) {
+            if (!ctl_parse_i64(v, 1, 1 << 20, &iters)) {
+                fprintf(stderr, "weftctl: --iters: bad value '%s'\n", v);
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "weftctl: forward: unknown option %s\n", a);
+            return EXIT_USAGE;
+        }
+    }
+    if (!model || !inputs) {
+        fprintf(stderr, "weftctl: forward --model NAME --inputs FILE.safetensors "
+                "[--out-dtype D] [--iters N]\n");
+        return EXIT_USAGE;
+    }
+
+    /* The file's directory is the "root" its name is resolved under. */
+    char dir[4096], err[512];
+    const char *slash = strrchr(inputs, '/');
+    const char *base = slash ? slash + 1 : inputs;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == inputs)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - inputs), inputs);
+    int fd = -1;
+    inputs_file_t in;
+    memset(&in, 0, sizeof in);
+    wf_status_t st = wf_model_root_open(dir, &fd, err, sizeof err);
+    if (st == WF_OK) {
+        st = wf_safetensors_open(fd, base, NULL, &in.st, err, sizeof err);
+        close(fd);
+    }
+    if (st != WF_OK) {
+        fprintf(stderr, "weftctl: --inputs %s: %s: %s\n", inputs, wf_status_name(st), err);
+        return 1;
+    }
+    int rc = 1;
+    void *out = NULL;
+    float *got = NULL, *ref = NULL;
+    double *times = NULL;
+    for (int i = 0; i < 7; i++) {
+        ptrdiff_t k = wf_safetensors_find(in.st, input_names[i]);
+        if (k < 0) {
+            if (i == 6)
+                continue; /* guidance: only guidance_embeds models */
+            fprintf(stderr, "weftctl: %s has no tensor %s\n", inputs, input_names[i]);
+            goto done;
+        }
+        if (!file_tensor(in.st, (size_t)k, &in.t[i]))
+            goto done;
+        in.have[i] = true;
+    }
+    /* The reference output, when the file holds one: output_f64 (an fp64
+     * reference, stored rounded to f32), else output. */
+    ptrdiff_t ri = wf_safetensors_find(in.st, "output_f64");
+    if (ri < 0)
+        ri = wf_safetensors_find(in.st, "output");
+    wf_tensor_t ref_t;
+    memset(&ref_t, 0, sizeof ref_t);
+    if (ri >= 0 && !file_tensor(in.st, (size_t)ri, &ref_t))
+        goto done;
+    const wf_tensor_t *hs = &in.t[0];
+    /* Output shape: the reference's; without one, hidden_states' (FLUX's
+     * out_channels defaults to in_channels, with patch 1). */
+    wf_tensor_t to = *hs;
+    if (ri >= 0) {
+        memcpy(to.shape, ref_t.shape, sizeof to.shape);
+        to.rank = ref_t.rank;
+    }
+    to.dtype = has_odt ? odt : hs->dtype;
+    int64_t numel = wf_tensor_numel(&to);
+    if (numel <= 0 || numel > ((int64_t)1 << 34)) {
+        fprintf(stderr, "weftctl: output shape out of range\n");
+        goto done;
+    }
+    out = calloc((size_t)numel, wf_dtype_size(to.dtype));
+    times = malloc((size_t)iters * sizeof *times);
+    if (!out || !times) {
+        fprintf(stderr, "weftctl: out of memory\n");
+        goto done;
+    }
+    to.data = out;
+    wf_flux_inputs_t fi = {
+        .hidden_states = &in.t[0], .encoder_hidden_states = &in.t[1],
+        .pooled_projections = &in.t[2], .timestep = &in.t[3], .img_ids = &in.t[4],
+        .txt_ids = &in.t[5], .guidance = in.have[6] ? &in.t[6] : NULL,
+    };
+    wf_job_result_t res;
+    memset(&res, 0, sizeof res);
+    for (int64_t it = 0; it < iters; it++) {
+        double t0 = ctl_now_s();
+        st = wf_forward(c, model, &fi, &to, &res);
+        times[it] = ctl_now_s() - t0;
+        if (st != WF_OK) {
+            ctl_report_error(c, st, "forward");
+            goto done;
+        }
+    }
+    qsort(times, (size_t)iters, sizeof *times, ctl_cmp_double);
+    printf("forward %s  B=%" PRId64 " S_img=%" PRId64 " S_txt=%" PRId64 "%s  %s -> %s"
+           "  devices %u  epoch %" PRIu64 "\n", model, hs->shape[0], hs->shape[1],
+           in.t[1].shape[1], in.have[6] ? " guidance" : "", wf_dtype_name(hs->dtype),
+           wf_dtype_name(to.dtype), res.devices, res.epoch);
+    printf("time %.3f ms median, %.3f ms best over %" PRId64 " iteration%s "
+           "(daemon: queue %" PRIu64 " us, compute %" PRIu64 " us)\n",
+           times[iters / 2] * 1e3, times[0] * 1e3, iters, iters == 1 ? "" : "s",
+           res.queue_us, res.compute_us);
+    if (ri < 0) {
+        rc = 0;
+        goto done;
+    }
+    got = malloc((size_t)numel * sizeof *got);
+    ref = malloc((size_t)numel * sizeof *ref);
+    if (!got || !ref) {
+        fprintf(stderr, "weftctl: out of memory\n");
+        goto done;
+    }
+    wf_convert_to_f32(got, out, to.dtype, (size_t)numel);
+    wf_convert_to_f32(ref, ref_t.data, ref_t.dtype, (size_t)numel);
+    double max_err = 0.0, max_ref = 0.0;
+    for (int64_t i = 0; i < numel; i++) {
+        double e = fabs((double)got[i] - (double)ref[i]);
+        if (!(e <= max_err))
+            max_err = e; /* NaN sticks */
+        if (fabs((double)ref[i]) > max_ref)
+            max_ref = fabs((double)ref[i]);
+    }
+    /* the looser of the inputs' and the output's dtype */
+    double f = fmax(dtype_tol(hs->dtype), dtype_tol(to.dtype));
+    double tol = f * max_ref;
+    bool pass = max_err <= tol;
+    printf("max abs error %.3e (tolerance %.3e) %s\n", max_err, tol, pass ? "PASS" : "FAIL");
+    rc = pass ? 0 : 1;
+
+done:
+    free(out);
+    free(got);
+    free(ref);
+    free(times);
+    wf_safetensors_close(&in.st);
+    return rc;
+}
+
+int ctl_cmd_shard(int argc, char **argv)
+{
+    const char *root = NULL, *path = NULL, *out = NULL, *plan_file = NULL;
+    int64_t tp = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i + 1 >= argc) {
+            fprintf(stderr, "weftctl: shard: %s: unknown option or missing value\n",
+                    argv[i]);
+            return EXIT_USAGE;
+        }
+        const char *a = argv[i], *v = argv[++i];
+        if (strcmp(a, "--model-root") == 0)
+            root = v;
+        else if (strcmp(a, "--path") == 0)
+            path = v;
+        else if (strcmp(a, "--out") == 0)
+            out = v;
+        else if (strcmp(a, "--tp-plan") == 0)
+            plan_file = v;
+        else if (strcmp(a, "--tp") == 0) {
+            if (!ctl_parse_i64(v, 1, 4096, &tp)) {
+                fprintf(stderr, "weftctl: --tp: a degree 1..4096, got '%s'\n", v);
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "weftctl: shard: unknown option %s\n", a);
+            return EXIT_USAGE;
+        }
+    }
+    if (!root || !path || !out || tp == 0) {
+        fprintf(stderr, "weftctl: shard --model-root ROOT --path P --tp T --out DIR "
+                "[--tp-plan FILE.json]\n");
+        return EXIT_USAGE;
+    }
+    static wf_tp_plan_t plan; /* large: not on the stack */
+    if (plan_file && load_plan_file(plan_file, &plan) != 0)
+        return 1;
+    char err[512];
+    int fd = -1;
+    wf_status_t st = wf_model_root_open(root, &fd, err, sizeof err);
+    if (st != WF_OK) {
+        fprintf(stderr, "weftctl: --model-root %s: %s: %s\n", root, wf_status_name(st), err);
+        return 1;
+    }
+    double t0 = ctl_now_s();
+    st = wf_flux_write_sharded(fd, path, plan_file ? &plan : NULL, (int)tp, out, err,
+                               sizeof err);
+    close(fd);
+    if (st != WF_OK) {
+        fprintf(stderr, "weftctl: shard: %s: %s\n", wf_status_name(st), err);
+        return 1;
+    }
+    printf("wrote %s: config.json and %" PRId64 " rank file%s "
+           "tp-rank-RRRRR-of-%05" PRId64 ".safetensors (plan: %s) in %.3f s\n",
+           out, tp, tp == 1 ? "" : "s", tp, plan_file ? plan_file : "FLUX default",
+           ctl_now_s() - t0);
+    return 0;
+}

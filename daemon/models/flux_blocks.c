@@ -1,0 +1,358 @@
+/* flux_blocks.c — the FLUX forward's transformer blocks: the joint
+ * attention (q / k / v projections, per-head RMSNorm and RoPE, the
+ * attention over the seq group, back to stream order; flux_forward.c
+ * "Stream order") and diffusers' FluxTransformerBlock /
+ * FluxSingleTransformerBlock with their AdaLN-Zero modulation.
+ */
+#include "flux_run.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Epsilon of every LayerNorm and RMSNorm of FLUX (diffusers' eps=1e-6). */
+#define NORM_EPS 1e-6
+
+/* ---- elementwise pieces -------------------------------------------------------- */
+
+/* GELU, tanh approximation (nn.GELU(approximate="tanh")). */
+static void gelu_tanh_n(float *v, int64_t n)
+{
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    for (int64_t k = 0; k < n; k++) {
+        float a = v[k];
+        v[k] = 0.5f * a * (1.0f + tanhf(k0 * (a + k1 * a * a * a)));
+    }
+}
+
+/* dst rows = LayerNorm(src rows) * (1 + scale[b]) + shift[b]: nbatch
+ * batches of `per` rows of width C; row b of mod (stride ld_mod) holds
+ * shift at shift_off and scale at scale_off. LayerNorm without affine,
+ * statistics in double. */
+void flux_ln_mod(const float *src, float *dst, int64_t nbatch, int64_t per, int64_t C,
+                 const float *mod, int64_t ld_mod, int64_t shift_off, int64_t scale_off)
+{
+    for (int64_t b = 0; b < nbatch; b++) {
+        const float *sh = mod + b * ld_mod + shift_off;
+        const float *sc = mod + b * ld_mod + scale_off;
+        for (int64_t r = 0; r < per; r++) {
+            const float *x = src + (b * per + r) * C;
+            float *y = dst + (b * per + r) * C;
+            double mean = 0, var = 0;
+            for (int64_t c = 0; c < C; c++)
+                mean += x[c];
+            mean /= (double)C;
+            for (int64_t c = 0; c < C; c++)
+                var += ((double)x[c] - mean) * ((double)x[c] - mean);
+            var /= (double)C;
+            double inv = 1.0 / sqrt(var + NORM_EPS);
+            for (int64_t c = 0; c < C; c++) {
+                float nv = (float)(((double)x[c] - mean) * inv);
+                y[c] = nv * (1.0f + sc[c]) + sh[c];
+            }
+        }
+    }
+}
+
+/* S rows += gate[b] * lo rows, as ln_mod's batches. */
+static void gate_add(float *S, const float *lo, int64_t nbatch, int64_t per, int64_t C,
+                     const float *mod, int64_t ld_mod, int64_t gate_off)
+{
+    for (int64_t b = 0; b < nbatch; b++) {
+        const float *gt = mod + b * ld_mod + gate_off;
+        for (int64_t r = 0; r < per; r++) {
+            float *s = S + (b * per + r) * C;
+            const float *l = lo + (b * per + r) * C;
+            for (int64_t c = 0; c < C; c++)
+                s[c] += gt[c] * l[c];
+        }
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+/* The layout the attention runs in: the common output layout of the n
+ * projections when they agree and keep whole heads, else full (every
+ * head on every tp rank). */
+static lay_t attn_lay(const run_t *x, const wf_flux_linear_t *const *proj, int n)
+{
+    const int T = x->g.T;
+    lay_t a = flux_lay_of(&proj[0]->place, false, T);
+    for (int k = 1; k < n; k++) {
+        lay_t b = flux_lay_of(&proj[k]->place, false, T);
+        if (!flux_lay_same(&a, &b))
+            return flux_lay_full(x->g.C);
+    }
+    int64_t st[WF_TP_MAX_BLOCKS], ln[WF_TP_MAX_BLOCKS];
+    int np = flux_lay_pieces(&a, 0, T, st, ln);
+    for (int k = 0; k < np; k++)
+        if (st[k] % x->g.D != 0 || ln[k] % x->g.D != 0)
+            return flux_lay_full(x->g.C);
+    return a;
+}
+
+/* One stream part of a projection (txt: Nt rows, img: Ni rows; width
+ * Hl * D, row stride ld, attention layout) -> its rows of the joint
+ * buffer (B, L, Hl, D): RMSNorm over each head with `norm` (NULL: none),
+ * then RoPE with the table rows when `rope`. */
+static void pack(const run_t *x, const float *src, int64_t ld, bool txt, int64_t Hl,
+                 const float *norm, bool rope, float *dst)
+{
+    const geo_t *g = &x->g;
+    const int64_t D = g->D, per = txt ? g->Lt : g->Li, off = txt ? 0 : g->Lt;
+    const float *cs = fp(x, x->W.rcos), *sn = fp(x, x->W.rsin);
+    for (int64_t b = 0; b < g->B; b++)
+        for (int64_t s = 0; s < per; s++) {
+            const float *row = src + (b * per + s) * ld;
+            float *o = dst + (b * g->L + off + s) * Hl * D;
+            const float *c = cs + (off + s) * D, *sv = sn + (off + s) * D;
+            for (int64_t h = 0; h < Hl; h++) {
+                const float *xh = row + h * D;
+                float *oh = o + h * D;
+                if (norm) {
+                    double ss = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        ss += (double)xh[d] * xh[d];
+                    double inv = 1.0 / sqrt(ss / (double)D + NORM_EPS);
+                    for (int64_t d = 0; d < D; d++)
+                        oh[d] = (float)(xh[d] * inv) * norm[d];
+                } else {
+                    memcpy(oh, xh, (size_t)D * sizeof(float));
+                }
+                if (!rope)
+                    continue;
+                for (int64_t d = 0; d < D; d += 2) {
+                    float x0 = oh[d], x1 = oh[d + 1];
+                    oh[d] = x0 * c[d] - x1 * sv[d];
+                    oh[d + 1] = x1 * c[d + 1] + x0 * sv[d + 1];
+                }
+            }
+        }
+}
+
+/* Joint attention output (B, L, w) -> stream order (N, w): text rows of
+ * every batch, then image rows. */
+static void unpack(const run_t *x, const float *src, int64_t w, float *dst)
+{
+    const geo_t *g = &x->g;
+    for (int64_t b = 0; b < g->B; b++) {
+        memcpy(dst + b * g->Lt * w, src + b * g->L * w, (size_t)(g->Lt * w) * sizeof(float));
+        memcpy(dst + (g->Nt + b * g->Li) * w, src + (b * g->L + g->Lt) * w,
+               (size_t)(g->Li * w) * sizeof(float));
+    }
+}
+
+/* A projection's part (raw output in layout pl, rows x its width) in the
+ * attention layout: as is, or converted into Xc. */
+static wf_status_t to_attn(run_t *x, const float *raw, const lay_t *pl, int64_t rows,
+                           const lay_t *al, const float **ret, int64_t *ret_ld)
+{
+    const int T = x->g.T;
+    if (flux_lay_same(pl, al)) {
+        *ret = raw;
+        *ret_ld = flux_lay_width(pl, T);
+        return WF_OK;
+    }
+    int64_t w = flux_lay_width(al, T);
+    if ((size_t)(rows * w) > x->W.Xc_n)
+        return WF_E_INTERNAL;
+    float *xc = fp(x, x->W.Xc);
+    wf_status_t st = flux_convert(x, raw, flux_lay_width(pl, T), pl, rows, al, 0, xc, w);
+    *ret = xc;
+    *ret_ld = w;
+    return st;
+}
+
+/* Attention of the joint q / k / v buffers (Hl heads) into the q region
+ * (joint order). */
+static wf_status_t attend(run_t *x, int64_t Hl)
+{
+    const geo_t *g = &x->g;
+    void *aws = x->ws + x->W.aws;
+    if (!flux_via_cp(g, x->ops)) {
+        wf_attn_params_t p = flux_attn_params_of(g, Hl);
+        p.q = fp(x, x->W.qj);
+        p.k = fp(x, x->W.kj);
+        p.v = fp(x, x->W.vj);
+        p.out = fp(x, x->W.q);
+        return x->ops->attention(x->ctx, &p, aws);
+    }
+    wf_cp_job_t j = flux_cp_job_of(g, Hl);
+    j.q = fp(x, x->W.qj);
+    j.k = fp(x, x->W.kj);
+    j.v = fp(x, x->W.vj);
+    j.out = fp(x, x->W.q);
+    wf_cp_group_t cg = {.seq = x->grp->seq, .ring = x->grp->ring,
+                        .ulysses = x->grp->ulysses, .ring_degree = g->R,
+                        .ulysses_degree = g->U};
+    return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
+}
+
+/* Projections q / k / v of one or two stream parts -> attention -> the
+ * output in stream order in the k region, width Hl * D, layout *ret_al.
+ * parts: 1 (single block: all N rows with proj[0..2]) or 2 (double
+ * block: txt rows with proj[3..5], img rows with proj[0..2]); `in` is
+ * the normalized stream (N, C) full. norms[0..1] for img / all q, k,
+ * norms[2..3] for txt q, k. */
+static wf_status_t attention(run_t *x, const wf_flux_linear_t *const *proj, int parts,
+                             const float *const *norms, lay_t *ret_al)
+{
+    const geo_t *g = &x->g;
+    const int64_t C = g->C;
+    const float *nx = fp(x, x->W.nx);
+    float *raw[3] = {fp(x, x->W.q), fp(x, x->W.k), fp(x, x->W.v)};
+    float *joint[3] = {fp(x, x->W.qj), fp(x, x->W.kj), fp(x, x->W.vj)};
+    lay_t full = flux_lay_full(C);
+    lay_t al = attn_lay(x, proj, parts == 2 ? 6 : 3);
+    int64_t Hl = flux_lay_width(&al, g->T) / g->D;
+    wf_status_t st;
+    for (int w = 0; w < 3; w++) {
+        /* (part rows, first row, projection, its q/k norm) */
+        struct {
+            int64_t rows, row0;
+            const wf_flux_linear_t *L;
+            const float *norm;
+            bool txt;
+        } pp[2];
+        int np;
+        if (parts == 1) {
+            pp[0].rows = g->N;
+            pp[0].row0 = 0;
+            pp[0].L = proj[w];
+            pp[0].norm = w < 2 ? norms[w] : NULL;
+            np = 1;
+        } else {
+            pp[0].rows = g->Nt;
+            pp[0].row0 = 0;
+            pp[0].L = proj[3 + w];
+            pp[0].norm = w < 2 ? norms[2 + w] : NULL;
+            pp[0].txt = true;
+            pp[1].rows = g->Ni;
+            pp[1].row0 = g->Nt;
+            pp[1].L = proj[w];
+            pp[1].norm = w < 2 ? norms[w] : NULL;
+            pp[1].txt = false;
+            np = 2;
+        }
+        for (int k = 0; k < np; k++) {
+            float *dst = raw[w] + pp[k].row0 * C; /* room for rows x C */
+            lay_t pl;
+            st = flux_lin_raw(x, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows, dst, &pl);
+            if (st != WF_OK)
+                return st;
+            const float *a;
+            int64_t lda;
+            if ((st = to_attn(x, dst, &pl, pp[k].rows, &al, &a, &lda)) != WF_OK)
+                return st;
+            if (parts == 1) {
+                /* stream order: txt rows then img rows */
+                pack(x, a, lda, true, Hl, pp[k].norm, w < 2, joint[w]);
+                pack(x, a + g->Nt * lda, lda, false, Hl, pp[k].norm, w < 2, joint[w]);
+            } else {
+                pack(x, a, lda, pp[k].txt, Hl, pp[k].norm, w < 2, joint[w]);
+            }
+        }
+    }
+    if ((st = attend(x, Hl)) != WF_OK)
+        return st;
+    unpack(x, fp(x, x->W.q), Hl * g->D, fp(x, x->W.k));
+    *ret_al = al;
+    return WF_OK;
+}
+
+/* ---- blocks ------------------------------------------------------------------------------ */
+
+/* diffusers' FluxTransformerBlock on the stream. AdaLN-Zero chunks:
+ * shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp. */
+wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
+{
+    const geo_t *g = &x->g;
+    const int64_t B = g->B, C = g->C, Nt = g->Nt, Ni = g->Ni;
+    float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
+    float *mi = fp(x, x->W.modA), *mt = fp(x, x->W.modB), *semb = fp(x, x->W.semb);
+    float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k);
+    lay_t lc = flux_lay_full(C);
+    wf_status_t st;
+    if ((st = flux_lin_full(x, &d->norm1, semb, C, &lc, B, mi)) != WF_OK ||
+        (st = flux_lin_full(x, &d->norm1_context, semb, C, &lc, B, mt)) != WF_OK)
+        return st;
+    flux_ln_mod(S, nx, B, g->Lt, C, mt, 6 * C, 0, C);
+    flux_ln_mod(S + Nt * C, nx + Nt * C, B, g->Li, C, mi, 6 * C, 0, C);
+    const wf_flux_linear_t *proj[6] = {&d->to_q, &d->to_k, &d->to_v,
+                                       &d->add_q, &d->add_k, &d->add_v};
+    const float *norms[4] = {d->norm_q, d->norm_k, d->norm_added_q, d->norm_added_k};
+    lay_t al;
+    if ((st = attention(x, proj, 2, norms, &al)) != WF_OK)
+        return st;
+    int64_t wa = flux_lay_width(&al, g->T);
+    if ((st = flux_lin_full(x, &d->to_out, o + Nt * wa, wa, &al, Ni, lo + Nt * C)) != WF_OK ||
+        (st = flux_lin_full(x, &d->to_add_out, o, wa, &al, Nt, lo)) != WF_OK)
+        return st;
+    gate_add(S + Nt * C, lo + Nt * C, B, g->Li, C, mi, 6 * C, 2 * C);
+    gate_add(S, lo, B, g->Lt, C, mt, 6 * C, 2 * C);
+    /* feed-forwards: image stream, then text stream */
+    for (int part = 0; part < 2; part++) {
+        bool img = part == 0;
+        int64_t rows = img ? Ni : Nt, per = img ? g->Li : g->Lt, r0 = img ? Nt : 0;
+        const float *mod = img ? mi : mt;
+        const wf_flux_linear_t *f0 = img ? &d->ff0 : &d->ffc0, *f2 = img ? &d->ff2 : &d->ffc2;
+        flux_ln_mod(S + r0 * C, nx + r0 * C, B, per, C, mod, 6 * C, 3 * C, 4 * C);
+        lay_t hl;
+        if ((st = flux_lin_raw(x, f0, nx + r0 * C, C, &lc, rows, hid, &hl)) != WF_OK)
+            return st;
+        int64_t hw = flux_lay_width(&hl, g->T);
+        gelu_tanh_n(hid, rows * hw);
+        if ((st = flux_lin_full(x, f2, hid, hw, &hl, rows, lo + r0 * C)) != WF_OK)
+            return st;
+        gate_add(S + r0 * C, lo + r0 * C, B, per, C, mod, 6 * C, 5 * C);
+    }
+    return WF_OK;
+}
+
+/* diffusers' FluxSingleTransformerBlock on the whole stream. Chunks:
+ * shift, scale, gate. proj_out takes cat([attention, mlp]). */
+wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
+{
+    const geo_t *g = &x->g;
+    const int T = g->T;
+    const int64_t B = g->B, C = g->C, M = g->M, N = g->N, Nt = g->Nt;
+    float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
+    float *mod = fp(x, x->W.modA), *semb = fp(x, x->W.semb);
+    float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k), *cat = fp(x, x->W.cat);
+    lay_t lc = flux_lay_full(C);
+    wf_status_t st;
+    if ((st = flux_lin_full(x, &sb->norm, semb, C, &lc, B, mod)) != WF_OK)
+        return st;
+    flux_ln_mod(S, nx, B, g->Lt, C, mod, 3 * C, 0, C);
+    flux_ln_mod(S + Nt * C, nx + Nt * C, B, g->Li, C, mod, 3 * C, 0, C);
+    lay_t ml;
+    if ((st = flux_lin_raw(x, &sb->proj_mlp, nx, C, &lc, N, hid, &ml)) != WF_OK)
+        return st;
+    gelu_tanh_n(hid, N * flux_lay_width(&ml, T));
+    const wf_flux_linear_t *proj[3] = {&sb->to_q, &sb->to_k, &sb->to_v};
+    const float *norms[2] = {sb->norm_q, sb->norm_k};
+    lay_t al;
+    if ((st = attention(x, proj, 1, norms, &al)) != WF_OK)
+        return st;
+    /* cat([attn (C), mlp (M)]) in the layout proj_out takes: its pieces
+     * ascend, so the attention columns come first in every row */
+    lay_t need = flux_lay_of(&sb->proj_out.place, true, T);
+    int64_t ps[WF_TP_MAX_BLOCKS], pn[WF_TP_MAX_BLOCKS], wo = 0, wm = 0;
+    int n = flux_win_pieces(&need, x->t, T, 0, C, ps, pn);
+    for (int k = 0; k < n; k++)
+        wo += pn[k];
+    n = flux_win_pieces(&need, x->t, T, C, M, ps, pn);
+    for (int k = 0; k < n; k++)
+        wm += pn[k];
+    int64_t ldc = wo + wm;
+    if (ldc != sb->proj_out.place.local_in)
+        return WF_E_INTERNAL;
+    if ((st = flux_convert(x, o, flux_lay_width(&al, T), &al, N, &need, 0, cat, ldc)) != WF_OK ||
+        (st = flux_convert(x, hid, flux_lay_width(&ml, T), &ml, N, &need, C, cat + wo,
+                           ldc)) != WF_OK)
+        return st;
+    if ((st = flux_lin_full(x, &sb->proj_out, cat, ldc, &need, N, lo)) != WF_OK)
+        return st;
+    gate_add(S, lo, B, g->Lt, C, mod, 3 * C, 2 * C);
+    gate_add(S + Nt * C, lo + Nt * C, B, g->Li, C, mod, 3 * C, 2 * C);
+    return WF_OK;
+}

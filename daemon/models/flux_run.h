@@ -1,0 +1,191 @@
+/* flux_run.h — private to daemon/models: what the files of the FLUX
+ * forward share (flux_forward.c the job check, workspace and driver,
+ * flux_shard.c the plan check and shards, flux_embed.c the inputs and
+ * embeddings, flux_linear.c the tp layouts and linear layers,
+ * flux_blocks.c the attention and the transformer blocks). Nothing
+ * outside those files includes it; flux_forward.h is the contract.
+ *
+ * Names as in flux_forward.c: T tp ranks, P = R * U seq ranks, C =
+ * inner_dim, H heads of D, M = mlp_hidden_dim, OC = p^2 * out_channels;
+ * Lt / Li text / image tokens on this rank, L = Lt + Li; Nt = B * Lt,
+ * Ni = B * Li, N = Nt + Ni rows.
+ */
+#ifndef WF_FLUX_RUN_H
+#define WF_FLUX_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flux_forward.h"
+#include "base/szcheck.h"
+#include "parallel/cp_attention.h"
+
+/* Largest mesh the forward accepts along one dim (comm_host's world). */
+#define MAX_DEGREE 65536
+
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static inline bool dtype_ok(wf_dtype_t dt)
+{
+    return dt == WF_DTYPE_F32 || dt == WF_DTYPE_F16 || dt == WF_DTYPE_BF16;
+}
+
+/* Bytes of one element of a dtype_ok dtype. */
+static inline size_t es_of(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
+
+/* Sizes of a job on one rank (identical on every rank). */
+typedef struct geo {
+    int64_t B, S_img, S_txt, S;  /* job; S = S_img + S_txt (the joint length) */
+    int64_t Lt, Li, L;           /* tokens per rank */
+    int64_t Nt, Ni, N;           /* rows per rank */
+    int64_t C, H, D, M, OC;      /* model widths */
+    int64_t IN, J, PD, NA;       /* input widths */
+    int T, R, U, P;              /* degrees */
+} geo_t;
+
+/* One input record: what one seq rank needs of the inputs, f32, floats
+ * from the record's start. */
+typedef struct recl {
+    size_t hid;    /* hidden_states piece (B, Li, IN) */
+    size_t enc;    /* encoder_hidden_states piece (B, Lt, J) */
+    size_t iid;    /* img_ids piece (Li, NA) */
+    size_t tid;    /* txt_ids piece (Lt, NA) */
+    size_t pooled; /* pooled_projections (B, PD) */
+    size_t ts;     /* timestep (B) */
+    size_t gd;     /* guidance (B) */
+    size_t n;      /* floats of the record, a multiple of 16 (64 bytes) */
+} recl_t;
+
+/* Byte offsets of the regions of one rank's workspace (64-byte aligned).
+ * Float counts in comments; widths are the full ones (any plan). */
+typedef struct wsl {
+    size_t meta;   /* 2 * max(P, T) size_t: scatter / gather counts */
+    size_t in;     /* input records: P on seq index 0, else 1; own first */
+    size_t rcos, rsin; /* RoPE tables (L, D) */
+    size_t tproj;  /* sinusoidal projection (B, 256) */
+    size_t v1, v2, temb, semb; /* (B, C): embedder scratch, temb, silu(temb) */
+    size_t modA, modB; /* (B, 6C): AdaLN outputs */
+    size_t S;      /* residual stream (N, C), stream order */
+    size_t nx;     /* normalized + modulated stream (N, C) */
+    size_t q, k, v; /* projections (N, C), stream order; attention out / unpacked out */
+    size_t qj, kj, vj; /* attention inputs (B, L, H, D), joint order */
+    size_t lo;     /* a linear's full output before the gate (N, C) */
+    size_t hid;    /* MLP hidden (N, M) */
+    size_t cat;    /* single blocks' proj_out input (N, C + M) */
+    size_t Y;      /* split output of a linear before it is made full */
+    size_t Xc;     /* a linear's input converted to its layout */
+    size_t G;      /* tp all-gather landing */
+    size_t aws;    /* attention workspace */
+    size_t out;    /* final output (Ni, OC) */
+    size_t outg;   /* root, P > 1: every seq rank's output (P, Ni, OC) */
+    size_t total;  /* bytes */
+    /* sizes the run checks against */
+    size_t aws_bytes;            /* bytes of aws */
+    size_t Y_n, Xc_n, G_n;       /* floats of Y, Xc, G */
+    recl_t rec;                  /* the input record */
+} wsl_t;
+
+/* Layout of an activation's columns over the tp ranks. */
+typedef struct lay {
+    int64_t n;                       /* full width */
+    uint32_t nb;                     /* 0: full on every rank; else blocks */
+    int64_t block[WF_TP_MAX_BLOCKS]; /* full sizes of the blocks (sum n) */
+} lay_t;
+
+/* State of one forward on one rank. */
+typedef struct run {
+    const wf_flux_shard_t *s;    /* weights */
+    const wf_flux_config_t *cfg; /* = &s->cfg */
+    const wf_flux_job_t *job;    /* the job */
+    const wf_flux_group_t *grp;  /* communicators */
+    const wf_backend_ops_t *ops; /* backend */
+    wf_backend_ctx_t *ctx;       /* its context */
+    geo_t g;                     /* sizes */
+    wsl_t W;                     /* workspace regions */
+    unsigned char *ws;           /* workspace base */
+    int t, i;                    /* tp rank, seq index */
+    bool root;                   /* t == 0 and i == 0 */
+} run_t;
+
+/* The floats at byte offset off of the run's workspace. */
+static inline float *fp(const run_t *x, size_t off) { return (float *)(void *)(x->ws + off); }
+
+/* ---- workspace (flux_forward.c) ---------------------------------------- */
+
+/* The cp job of the forward's attention, Hl heads per tp rank, without
+ * pointers. */
+wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl);
+
+/* Kernel params of the single-rank attention (P = 1), without pointers. */
+wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl);
+
+/* Whether the attention goes through cp_attention (P > 1, or a backend
+ * on device memory) rather than the backend's kernel. */
+bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops);
+
+/* ---- layouts over tp and linear layers (flux_linear.c) ----------------- */
+
+/* Full width n on every rank. */
+lay_t flux_lay_full(int64_t n);
+
+/* The layout a linear takes (`input`) or emits with placement p. */
+lay_t flux_lay_of(const wf_tp_place_t *p, bool input, int T);
+
+/* Columns of l on one rank. */
+int64_t flux_lay_width(const lay_t *l, int T);
+
+/* Same layout. */
+bool flux_lay_same(const lay_t *a, const lay_t *b);
+
+/* Pieces of rank r (ascending): count, starts and lengths in full
+ * columns (st, ln: WF_TP_MAX_BLOCKS each). */
+int flux_lay_pieces(const lay_t *l, int r, int T, int64_t *st, int64_t *ln);
+
+/* Rank r's pieces of l inside the window [a, a + w), shifted by -a. */
+int flux_win_pieces(const lay_t *l, int r, int T, int64_t a, int64_t w, int64_t *st,
+                    int64_t *ln);
+
+/* Columns in layout sl -> this rank's columns of layout tl inside the
+ * window [a, a + sl->n); collective over tp when the pieces differ on
+ * some rank (every tp rank decides alike). */
+wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t *sl,
+                         int64_t rows, const lay_t *tl, int64_t a, float *dst,
+                         int64_t ld_dst);
+
+/* dst (rows x local out) = in W^T + b in the placement's output layout
+ * (*ret_lay); rowwise partial sums all-reduced over tp. */
+wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
+                         int64_t ld_in, const lay_t *il, int64_t rows, float *dst,
+                         lay_t *ret_lay);
+
+/* flux_lin_raw with the full output in dst (rows x out). */
+wf_status_t flux_lin_full(run_t *x, const wf_flux_linear_t *L, const float *in,
+                          int64_t ld_in, const lay_t *il, int64_t rows, float *dst);
+
+/* ---- inputs and embeddings (flux_embed.c) ------------------------------ */
+
+/* Inputs to every rank's input record (the root fills them). */
+wf_status_t flux_distribute(run_t *x);
+
+/* RoPE tables (L, D) of this rank's joint rows. */
+void flux_rope_tables(run_t *x);
+
+/* temb and semb = silu(temb) from the timestep, guidance and pooled
+ * projections. */
+wf_status_t flux_embed_time(run_t *x);
+
+/* ---- blocks (flux_blocks.c) -------------------------------------------- */
+
+/* dst rows = LayerNorm(src rows) * (1 + scale[b]) + shift[b] (AdaLN). */
+void flux_ln_mod(const float *src, float *dst, int64_t nbatch, int64_t per, int64_t C,
+                 const float *mod, int64_t ld_mod, int64_t shift_off, int64_t scale_off);
+
+/* diffusers' FluxTransformerBlock on the stream. */
+wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d);
+
+/* diffusers' FluxSingleTransformerBlock on the stream. */
+wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb);
+
+#endif /* WF_FLUX_RUN_H */

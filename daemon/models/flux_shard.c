@@ -1,0 +1,479 @@
+/* flux_shard.c — the modules of a FLUX config walked in state_dict
+ * order, and what is done with them: the tp plan check
+ * (wf_flux_plan_check), a shard's size and the shards themselves, cut
+ * from the host copy for one tp rank (flux_forward.h "Shards").
+ *
+ * Not here: running the model (flux_forward.c and its parts).
+ */
+#include "flux_run.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errf.h"
+#include "tensor.h"
+
+/* ---- the modules of a config ------------------------------------------- */
+
+/* What a visited module is. */
+typedef enum tkind {
+    K_LINEAR = 0, /* a linear layer */
+    K_QKV = 1,    /* a query / key / value projection (its heads must stay whole) */
+    K_NORM = 2    /* an RMSNorm weight [D] (never sharded) */
+} tkind_t;
+
+/* Called once per module, in state_dict order. `module` is diffusers'
+ * module name (the tensor names are module + ".weight" / ".bias"). With a
+ * shard, `lin` (linear) or `norm` (norm weight) point at its slot. */
+typedef wf_status_t (*visit_fn)(void *arg, const char *module, tkind_t kind,
+                                int64_t out, int64_t in, wf_flux_linear_t *lin,
+                                float **norm);
+
+/* Every module of a model with config cfg; s may be NULL (names only).
+ * Stops at the first error. */
+static wf_status_t walk(const wf_flux_config_t *cfg, wf_flux_shard_t *s,
+                        visit_fn fn, void *arg)
+{
+    const int64_t C = cfg->inner_dim, D = cfg->attention_head_dim;
+    const int64_t M = cfg->mlp_hidden_dim, TC = WF_FLUX_TIMESTEP_CHANNELS;
+    const int64_t OC = (int64_t)cfg->patch_size * cfg->patch_size * cfg->out_channels;
+    char n[WF_FLUX_TENSOR_NAME_MAX];
+    wf_status_t st;
+#define LIN(field, kind, out, in, ...)                                        \
+    do {                                                                      \
+        snprintf(n, sizeof n, __VA_ARGS__);                                   \
+        st = fn(arg, n, kind, out, in, s ? &s->field : NULL, NULL);           \
+        if (st != WF_OK)                                                      \
+            return st;                                                        \
+    } while (0)
+#define NORM(field, ...)                                                      \
+    do {                                                                      \
+        snprintf(n, sizeof n, __VA_ARGS__);                                   \
+        st = fn(arg, n, K_NORM, D, 0, NULL, s ? &s->field : NULL);            \
+        if (st != WF_OK)                                                      \
+            return st;                                                        \
+    } while (0)
+    LIN(time_l1, K_LINEAR, C, TC, "time_text_embed.timestep_embedder.linear_1");
+    LIN(time_l2, K_LINEAR, C, C, "time_text_embed.timestep_embedder.linear_2");
+    if (cfg->guidance_embeds) {
+        LIN(guid_l1, K_LINEAR, C, TC, "time_text_embed.guidance_embedder.linear_1");
+        LIN(guid_l2, K_LINEAR, C, C, "time_text_embed.guidance_embedder.linear_2");
+    }
+    LIN(text_l1, K_LINEAR, C, cfg->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
+    LIN(text_l2, K_LINEAR, C, C, "time_text_embed.text_embedder.linear_2");
+    LIN(context_embedder, K_LINEAR, C, cfg->joint_attention_dim, "context_embedder");
+    LIN(x_embedder, K_LINEAR, C, cfg->in_channels, "x_embedder");
+    for (uint32_t b = 0; b < cfg->num_layers; b++) {
+        const char *p = "transformer_blocks";
+        LIN(dbl[b].norm1, K_LINEAR, 6 * C, C, "%s.%" PRIu32 ".norm1.linear", p, b);
+        LIN(dbl[b].norm1_context, K_LINEAR, 6 * C, C, "%s.%" PRIu32 ".norm1_context.linear", p, b);
+        NORM(dbl[b].norm_q, "%s.%" PRIu32 ".attn.norm_q", p, b);
+        NORM(dbl[b].norm_k, "%s.%" PRIu32 ".attn.norm_k", p, b);
+        LIN(dbl[b].to_q, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_q", p, b);
+        LIN(dbl[b].to_k, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_k", p, b);
+        LIN(dbl[b].to_v, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_v", p, b);
+        LIN(dbl[b].to_out, K_LINEAR, C, C, "%s.%" PRIu32 ".attn.to_out.0", p, b);
+        NORM(dbl[b].norm_added_q, "%s.%" PRIu32 ".attn.norm_added_q", p, b);
+        NORM(dbl[b].norm_added_k, "%s.%" PRIu32 ".attn.norm_added_k", p, b);
+        LIN(dbl[b].add_q, K_QKV, C, C, "%s.%" PRIu32 ".attn.add_q_proj", p, b);
+        LIN(dbl[b].add_k, K_QKV, C, C, "%s.%" PRIu32 ".attn.add_k_proj", p, b);
+        LIN(dbl[b].add_v, K_QKV, C, C, "%s.%" PRIu32 ".attn.add_v_proj", p, b);
+        LIN(dbl[b].to_add_out, K_LINEAR, C, C, "%s.%" PRIu32 ".attn.to_add_out", p, b);
+        LIN(dbl[b].ff0, K_LINEAR, M, C, "%s.%" PRIu32 ".ff.net.0.proj", p, b);
+        LIN(dbl[b].ff2, K_LINEAR, C, M, "%s.%" PRIu32 ".ff.net.2", p, b);
+        LIN(dbl[b].ffc0, K_LINEAR, M, C, "%s.%" PRIu32 ".ff_context.net.0.proj", p, b);
+        LIN(dbl[b].ffc2, K_LINEAR, C, M, "%s.%" PRIu32 ".ff_context.net.2", p, b);
+    }
+    for (uint32_t b = 0; b < cfg->num_single_layers; b++) {
+        const char *p = "single_transformer_blocks";
+        LIN(sgl[b].norm, K_LINEAR, 3 * C, C, "%s.%" PRIu32 ".norm.linear", p, b);
+        LIN(sgl[b].proj_mlp, K_LINEAR, M, C, "%s.%" PRIu32 ".proj_mlp", p, b);
+        LIN(sgl[b].proj_out, K_LINEAR, C, C + M, "%s.%" PRIu32 ".proj_out", p, b);
+        NORM(sgl[b].norm_q, "%s.%" PRIu32 ".attn.norm_q", p, b);
+        NORM(sgl[b].norm_k, "%s.%" PRIu32 ".attn.norm_k", p, b);
+        LIN(sgl[b].to_q, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_q", p, b);
+        LIN(sgl[b].to_k, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_k", p, b);
+        LIN(sgl[b].to_v, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_v", p, b);
+    }
+    LIN(norm_out, K_LINEAR, 2 * C, C, "norm_out.linear");
+    LIN(proj_out, K_LINEAR, OC, C, "proj_out");
+#undef LIN
+#undef NORM
+    return WF_OK;
+}
+
+/* ---- plan check ----------------------------------------------------------- */
+
+/* State of a plan check walk. */
+typedef struct pcheck {
+    const wf_flux_config_t *cfg; /* the model */
+    const wf_tp_plan_t *plan;    /* the plan */
+    int tp;                      /* ranks */
+    bool matched[WF_TP_MAX_RULES]; /* rule matched a linear module */
+    char *err;                   /* message buffer */
+    size_t err_len;              /* its size */
+} pcheck_t;
+
+static wf_status_t pcheck_visit(void *arg, const char *module, tkind_t kind,
+                                int64_t out, int64_t in, wf_flux_linear_t *lin,
+                                float **norm)
+{
+    (void)lin;
+    (void)norm;
+    pcheck_t *pc = arg;
+    const wf_tp_plan_t *plan = pc->plan;
+    for (uint32_t r = 0; r < plan->n; r++) {
+        if (!wf_tp_glob_match(plan->rules[r].glob, module))
+            continue;
+        if (kind == K_NORM)
+            return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
+                                  "tp_plan rule '%s' matches '%s', a norm weight: only linear "
+                                  "layers can be sharded (norm weights stay replicated)",
+                                  plan->rules[r].glob, module);
+        pc->matched[r] = true;
+    }
+    if (kind == K_NORM)
+        return WF_OK;
+    const int64_t D = pc->cfg->attention_head_dim, H = pc->cfg->num_attention_heads;
+    int ri = wf_tp_plan_find(plan, module);
+    wf_tp_style_t style = ri >= 0 ? plan->rules[ri].style : WF_TP_REPLICATED;
+    bool splits_out = style == WF_TP_COLWISE || style == WF_TP_PACKED_COLWISE;
+    /* diffusers checks the heads before it shards anything */
+    if (kind == K_QKV && splits_out && H % pc->tp != 0)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
+                              "`tp_degree` (%d) must divide the number of attention heads "
+                              "(%" PRId64 ").", pc->tp, H);
+    wf_tp_place_t pl;
+    if (wf_tp_place(plan, module, out, in, pc->tp, &pl, pc->err, pc->err_len) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    if (kind == K_QKV && splits_out && pc->tp > 1) {
+        int64_t start = 0;
+        for (uint32_t b = 0; b < pl.n_blocks; b++) {
+            int64_t piece = pl.block[b] / pc->tp;
+            if (start % D != 0 || piece % D != 0)
+                return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
+                                      "tp_plan cuts attention heads: '%s' would give each of "
+                                      "%d tensor-parallel ranks pieces of %" PRId64 " rows, not "
+                                      "whole heads of attention_head_dim %" PRId64,
+                                      module, pc->tp, piece, D);
+            start += pl.block[b];
+        }
+    }
+    return WF_OK;
+}
+
+wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
+                               const wf_tp_plan_t *plan, int tp,
+                               bool allow_unmatched, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!cfg || !plan)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no config or plan");
+    if (tp < 1 || tp > MAX_DEGREE)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "tensor-parallel degree %d invalid (1..%d)", tp, MAX_DEGREE);
+    if (wf_tp_plan_check(plan, err, err_len) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    pcheck_t pc;
+    memset(&pc, 0, sizeof pc);
+    pc.cfg = cfg;
+    pc.plan = plan;
+    pc.tp = tp;
+    pc.err = err;
+    pc.err_len = err_len;
+    wf_status_t st = walk(cfg, NULL, pcheck_visit, &pc);
+    if (st != WF_OK)
+        return st;
+    if (!allow_unmatched)
+        for (uint32_t r = 0; r < plan->n; r++)
+            if (!pc.matched[r])
+                return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                                      "tp_plan rule '%s' matches no linear layer of this model",
+                                      plan->rules[r].glob);
+    if (err && err_len)
+        err[0] = '\0';
+    return WF_OK;
+}
+
+/* ---- shards ---------------------------------------------------------------- */
+
+/* Sum of a shard's f32 elements, by walk. */
+typedef struct pbytes {
+    const wf_tp_plan_t *plan; /* the plan */
+    int tp;                   /* ranks */
+    uint64_t elems;           /* elements so far */
+} pbytes_t;
+
+static uint64_t bias_elems(const wf_tp_place_t *p)
+{
+    bool split = p->style == WF_TP_COLWISE || p->style == WF_TP_PACKED_COLWISE;
+    return (uint64_t)(split ? p->local_out : p->out);
+}
+
+static wf_status_t pbytes_visit(void *arg, const char *module, tkind_t kind,
+                                int64_t out, int64_t in, wf_flux_linear_t *lin,
+                                float **norm)
+{
+    (void)lin;
+    (void)norm;
+    pbytes_t *pb = arg;
+    if (kind == K_NORM) {
+        pb->elems += (uint64_t)out;
+        return WF_OK;
+    }
+    wf_tp_place_t pl;
+    if (wf_tp_place(pb->plan, module, out, in, pb->tp, &pl, NULL, 0) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    pb->elems += (uint64_t)pl.local_out * (uint64_t)pl.local_in + bias_elems(&pl);
+    return WF_OK;
+}
+
+uint64_t wf_flux_shard_bytes(const wf_flux_config_t *cfg,
+                             const wf_tp_plan_t *plan, int tp)
+{
+    if (wf_flux_plan_check(cfg, plan, tp, true, NULL, 0) != WF_OK)
+        return 0;
+    pbytes_t pb = {plan, tp, 0};
+    if (walk(cfg, NULL, pbytes_visit, &pb) != WF_OK)
+        return 0;
+    /* every rank's shard has the same size: all splits are even */
+    return pb.elems * sizeof(float);
+}
+
+/* State of a shard build walk. */
+typedef struct build {
+    const wf_flux_host_t *host; /* the host copy */
+    const wf_tp_plan_t *plan;   /* the plan */
+    int tp, rank;               /* ranks, this one */
+    wf_flux_shard_t *s;         /* the shard being cut */
+    char *err;                  /* message buffer */
+    size_t err_len;             /* its size */
+} build_t;
+
+/* n floats, 64-byte aligned; NULL when out of memory. */
+static float *falloc(uint64_t n)
+{
+    if (n > SIZE_MAX / 8)
+        return NULL;
+    uint64_t bytes = (n * sizeof(float) + 63u) & ~(uint64_t)63u;
+    return aligned_alloc(64, bytes ? (size_t)bytes : 64u);
+}
+
+/* Host tensor `name` with the given rank and shape, or NULL with a message. */
+static const wf_flux_host_tensor_t *host_tensor(build_t *bd, const char *name, int rank,
+                                                int64_t d0, int64_t d1, bool optional,
+                                                wf_status_t *ret_st)
+{
+    const wf_flux_host_tensor_t *t = wf_flux_host_find(bd->host, name);
+    *ret_st = WF_OK;
+    if (!t) {
+        if (!optional) {
+            wf_errf_status(WF_E_MALFORMED, bd->err, bd->err_len,
+                           "host copy lacks tensor '%s'", name);
+            *ret_st = WF_E_MALFORMED;
+        }
+        return NULL;
+    }
+    if (t->rank != rank || t->shape[0] != d0 || (rank == 2 && t->shape[1] != d1) ||
+        !dtype_ok(t->dtype) || !t->data) {
+        wf_errf_status(WF_E_BAD_SHAPE, bd->err, bd->err_len,
+                       "host tensor '%s' has the wrong shape or dtype", name);
+        *ret_st = WF_E_BAD_SHAPE;
+        return NULL;
+    }
+    return t;
+}
+
+static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
+                               int64_t out, int64_t in, wf_flux_linear_t *lin,
+                               float **norm)
+{
+    build_t *bd = arg;
+    char name[WF_FLUX_TENSOR_NAME_MAX + 8];
+    wf_status_t st;
+    snprintf(name, sizeof name, "%s.weight", module);
+    if (kind == K_NORM) {
+        const wf_flux_host_tensor_t *t = host_tensor(bd, name, 1, out, 0, false, &st);
+        if (!t)
+            return st;
+        if (!(*norm = falloc((uint64_t)out)))
+            return wf_errf_status(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+        wf_convert_to_f32(*norm, t->data, t->dtype, (size_t)out);
+        bd->s->bytes += (uint64_t)out * sizeof(float);
+        return WF_OK;
+    }
+    const wf_flux_host_tensor_t *w = host_tensor(bd, name, 2, out, in, false, &st);
+    if (!w)
+        return st;
+    snprintf(name, sizeof name, "%s.bias", module);
+    const wf_flux_host_tensor_t *b = host_tensor(bd, name, 1, out, 0, true, &st);
+    if (st != WF_OK)
+        return st;
+    wf_tp_place_t *p = &lin->place;
+    if (wf_tp_place(bd->plan, module, out, in, bd->tp, p, bd->err, bd->err_len) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    int64_t ps[WF_TP_MAX_BLOCKS], pl[WF_TP_MAX_BLOCKS];
+    wf_tp_pieces(p, bd->rank, bd->tp, ps, pl);
+    const unsigned char *wd = w->data;
+    const size_t es = es_of(w->dtype);
+    bool on_rows = p->style == WF_TP_COLWISE || p->style == WF_TP_PACKED_COLWISE;
+    bool on_cols = p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE;
+    /* f32: point into the host copy where the pieces allow it */
+    bool whole = (!on_rows && !on_cols) || bd->tp == 1; /* tp 1: every piece is all */
+    bool view_w = w->dtype == WF_DTYPE_F32 &&
+                  (whole || on_cols || (on_rows && p->n_blocks == 1));
+    bool view_b = b && b->dtype == WF_DTYPE_F32 &&
+                  (!on_rows || p->n_blocks == 1 || bd->tp == 1);
+    lin->ldw = p->local_in;
+    lin->nwb = 1;
+    if (view_w && on_cols && !whole) {
+        /* one strided view per column block, rows `in` floats apart */
+        lin->w_view = true;
+        lin->ldw = in;
+        lin->nwb = p->n_blocks;
+        for (uint32_t k = 0; k < p->n_blocks; k++) {
+            lin->wb[k] = (const float *)(const void *)(wd + (size_t)ps[k] * es);
+            lin->wbw[k] = pl[k];
+        }
+        lin->w = (float *)(void *)(uintptr_t)lin->wb[0];
+    } else if (view_w) {
+        lin->w = (float *)(void *)(uintptr_t)(wd + (whole ? 0 : (size_t)(ps[0] * in) * es));
+        lin->w_view = true;
+        lin->ldw = in;          /* == local_in: whole rows */
+    } else {
+        lin->w = falloc((uint64_t)p->local_out * (uint64_t)p->local_in);
+        if (!lin->w)
+            return wf_errf_status(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+    }
+    if (lin->nwb == 1) {
+        lin->wb[0] = lin->w;
+        lin->wbw[0] = p->local_in;
+    }
+    float *dst = lin->w;
+    if (view_w) {
+        /* nothing to copy */
+    } else if (on_rows) {
+        /* the rank's row pieces, whole rows each */
+        for (uint32_t k = 0; k < p->n_blocks; k++) {
+            wf_convert_to_f32(dst, wd + (size_t)(ps[k] * in) * es, w->dtype,
+                              (size_t)(pl[k] * in));
+            dst += pl[k] * in;
+        }
+    } else if (on_cols) {
+        /* every row, the rank's column pieces */
+        for (int64_t r = 0; r < out; r++)
+            for (uint32_t k = 0; k < p->n_blocks; k++) {
+                wf_convert_to_f32(dst, wd + (size_t)(r * in + ps[k]) * es, w->dtype,
+                                  (size_t)pl[k]);
+                dst += pl[k];
+            }
+    } else {
+        wf_convert_to_f32(dst, wd, w->dtype, (size_t)(out * in));
+    }
+    bd->s->bytes += (uint64_t)p->local_out * (uint64_t)p->local_in * sizeof(float);
+    if (b) {
+        uint64_t nb = bias_elems(p);
+        const unsigned char *bdat = b->data;
+        const size_t bes = es_of(b->dtype);
+        if (view_b) {
+            lin->b = (float *)(void *)(uintptr_t)(bdat + (on_rows ? (size_t)ps[0] * bes : 0));
+            lin->b_view = true;
+            bd->s->bytes += nb * sizeof(float);
+            return WF_OK;
+        }
+        if (!(lin->b = falloc(nb)))
+            return wf_errf_status(WF_E_NO_MEMORY, bd->err, bd->err_len, "out of memory");
+        if (on_rows) {
+            float *bd2 = lin->b;
+            for (uint32_t k = 0; k < p->n_blocks; k++) {
+                wf_convert_to_f32(bd2, bdat + (size_t)ps[k] * bes, b->dtype, (size_t)pl[k]);
+                bd2 += pl[k];
+            }
+        } else {
+            wf_convert_to_f32(lin->b, bdat, b->dtype, (size_t)out);
+        }
+        bd->s->bytes += nb * sizeof(float);
+    }
+    return WF_OK;
+}
+
+static void linear_free(wf_flux_linear_t *l)
+{
+    if (!l->w_view)
+        free(l->w);
+    if (!l->b_view)
+        free(l->b);
+    l->w = NULL;
+    l->b = NULL;
+    l->w_view = l->b_view = false;
+    l->nwb = 0;
+}
+
+/* Frees every buffer of the shard a walk reaches. */
+static wf_status_t free_visit(void *arg, const char *module, tkind_t kind,
+                              int64_t out, int64_t in, wf_flux_linear_t *lin,
+                              float **norm)
+{
+    (void)arg;
+    (void)module;
+    (void)kind;
+    (void)out;
+    (void)in;
+    if (lin)
+        linear_free(lin);
+    if (norm) {
+        free(*norm);
+        *norm = NULL;
+    }
+    return WF_OK;
+}
+
+void wf_flux_shard_free(wf_flux_shard_t **s)
+{
+    if (!s || !*s)
+        return;
+    wf_flux_shard_t *x = *s;
+    if (x->dbl && x->sgl)
+        walk(&x->cfg, x, free_visit, NULL);
+    free(x->dbl);
+    free(x->sgl);
+    free(x);
+    *s = NULL;
+}
+
+wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
+                                const wf_tp_plan_t *plan, int tp, int tp_rank,
+                                wf_flux_shard_t **ret, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!host || !plan || !ret || tp < 1 || tp_rank < 0 || tp_rank >= tp)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "bad shard arguments (tp %d, rank %d)",
+                              tp, tp_rank);
+    wf_flux_shard_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
+    s->cfg = host->cfg;
+    s->tp = tp;
+    s->tp_rank = tp_rank;
+    /* one spare element so that a model without a block kind still gets
+     * a non-NULL array (free_visit then knows the shard is whole) */
+    s->dbl = calloc((size_t)s->cfg.num_layers + 1, sizeof *s->dbl);
+    s->sgl = calloc((size_t)s->cfg.num_single_layers + 1, sizeof *s->sgl);
+    if (!s->dbl || !s->sgl) {
+        wf_flux_shard_free(&s);
+        return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
+    }
+    build_t bd = {host, plan, tp, tp_rank, s, err, err_len};
+    wf_status_t st = walk(&s->cfg, s, build_visit, &bd);
+    if (st != WF_OK) {
+        wf_flux_shard_free(&s);
+        return st;
+    }
+    *ret = s;
+    return WF_OK;
+}
