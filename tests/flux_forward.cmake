@@ -1,4 +1,4 @@
-# The FLUX forward (daemon/models/flux_forward.c) on real threads with the host
+# The FLUX forward (daemon/models/flux_*.c) on real threads with the host
 # comm: every tp x ring x ulysses mesh of the grid on the committed
 # diffusers fixtures (tests/fixtures, from tests/parity/make_fixtures.py),
 # non-default tp plans, the plan and job checks.
