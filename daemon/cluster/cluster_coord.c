@@ -1,0 +1,408 @@
+/* cluster_coord.c — the coordinator's side of the control plane: the
+ * node table, hellos and their checks, world rounds (ranks, world ids,
+ * readies), heartbeats and silence, node loss and rebuilds after a failed
+ * job (see cluster_impl.h). Called by cluster.c; calls cluster_link.c.
+ */
+#include "cluster_impl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "base/mesh.h"
+#include "proto.h"
+
+/* Put the alive nodes in world order (self first, then by name) and give
+ * them ranks; start a round: world to every member, wait for readies. */
+void cluster_start_round(wf_cluster_t *c, uint64_t now)
+{
+    c->rebuild_round = false;     /* coord_world_failed sets it after */
+    c->held = false;
+    /* insertion sort of nodes[1..) by name; lost / refused go last */
+    for (uint32_t i = 2; i < c->n_nodes; i++) {
+        node_t tmp = c->nodes[i];
+        uint32_t j = i;
+        while (j > 1 && (cluster_node_alive(&tmp) > cluster_node_alive(&c->nodes[j - 1]) ||
+                         (cluster_node_alive(&tmp) == cluster_node_alive(&c->nodes[j - 1]) &&
+                          strcmp(tmp.name, c->nodes[j - 1].name) < 0))) {
+            c->nodes[j] = c->nodes[j - 1];
+            j--;
+        }
+        c->nodes[j] = tmp;
+    }
+    c->epoch++;
+    c->mesh_epoch++;
+    c->self_ready = false;
+    cluster_new_world_id(c->world_id);
+    uint32_t rank = 0, nn = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        node_t *n = &c->nodes[i];
+        n->in_world = cluster_node_alive(n);
+        if (!n->in_world)
+            continue;
+        n->first_rank = rank;
+        rank += n->devices;
+        nn++;
+        if (n->state != NODE_SELF)
+            n->state = NODE_WORLD;
+    }
+    c->round_open = true;
+    c->state = CS_FORMING;
+    c->step_deadline_us = now + (uint64_t)c->settings->cluster_timeout_ms * 1000;
+    /* one message for all: the world, and each member finds itself by name */
+    wf_cmsg_world_t *w = &cluster_tx_begin(c, WF_CMSG_WORLD)->u.world;
+    w->epoch = c->epoch;
+    snprintf(w->id, sizeof w->id, "%s", c->world_id);
+    w->nn = nn;
+    w->mesh = (wf_cmsg_mesh_t){ c->mesh_epoch, c->mesh_req.dp, c->mesh_req.ring,
+                                c->mesh_req.ulysses, c->mesh_req.tp };
+    snprintf(w->xfer, sizeof w->xfer, "%s", c->xfer);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        const node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        wf_cmsg_node_t *o = &w->nodes[k++];
+        snprintf(o->name, sizeof o->name, "%s", n->name);
+        o->rank = n->first_rank;
+        o->ranks = n->devices;
+        snprintf(o->data, sizeof o->data, "%s", n->data);
+    }
+    wf_log(c->log, WF_LOG_INFO, "cluster: rendezvous round of epoch %" PRIu64
+           ": world of %u node(s), %u rank(s), id %s", c->epoch, nn, rank,
+           c->world_id);
+    if (!cluster_tx_put(c))
+        return;
+    for (uint32_t i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i].in_world && c->nodes[i].state == NODE_WORLD)
+            cluster_send_msg(c, &c->nodes[i]);
+}
+
+/* Every member of the round is ready: serve (the barrier). */
+void cluster_maybe_serve(wf_cluster_t *c)
+{
+    if (!c->round_open || !c->self_ready)
+        return;
+    uint32_t ranks = 0, nn = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        const node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        if (n->state == NODE_WORLD)
+            return;
+        ranks += n->devices;
+        nn++;
+    }
+    c->round_open = false;
+    c->rebuild_round = false;
+    c->had_world = true;
+    c->state = nn >= c->settings->nodes ? CS_SERVING : CS_DEGRADED;
+    cluster_tx_begin(c, WF_CMSG_SERVE)->u.epoch = c->epoch;
+    if (cluster_tx_put(c))
+        for (uint32_t i = 0; i < c->n_nodes; i++)
+            if (c->nodes[i].in_world && c->nodes[i].state == NODE_READY)
+                cluster_send_msg(c, &c->nodes[i]);
+    cluster_status_line(c, "cluster %s: epoch %" PRIu64 ", %u node(s), %u rank(s)",
+                cluster_state_name(c->state), c->epoch, nn, ranks);
+}
+
+static void refuse(wf_cluster_t *c, const void *id, size_t id_len, const char *err)
+{
+    node_t tmp;
+    memset(&tmp, 0, sizeof tmp);
+    memcpy(tmp.id, id, id_len);
+    tmp.id_len = id_len;
+    wf_cmsg_t *tx = cluster_tx_begin(c, WF_CMSG_REFUSE);
+    snprintf(tx->u.text, sizeof tx->u.text, "%s", err);
+    if (cluster_tx_put(c))
+        cluster_send_msg(c, &tmp);
+    wf_log(c->log, WF_LOG_ERR, "cluster: refused: %s", err);
+}
+
+/* A node is out: a new round without it once the world existed. */
+void cluster_lose_node(wf_cluster_t *c, node_t *n, const char *why, uint64_t now)
+{
+    if (!cluster_node_alive(n) || n->state == NODE_SELF)
+        return;
+    bool was_in_world = n->in_world;
+    n->state = NODE_LOST;
+    n->in_world = false;
+    cluster_status_line(c, "cluster: node %s lost (%s) during %s, epoch %" PRIu64,
+                n->name, why, c->round_open ? "the rendezvous step 'ready'"
+                : c->had_world ? "service" : "the rendezvous step 'hello'",
+                c->epoch);
+    if (c->had_world && (was_in_world || c->round_open))
+        cluster_start_round(c, now);
+}
+
+/* "job seq 12 failed on node b: internal error". */
+static void describe_failure(char *buf, size_t len, const char *node, uint64_t seq,
+                             wf_status_t st)
+{
+    if (st != WF_OK)
+        snprintf(buf, len, "job seq %" PRIu64 " failed on node %s: %s", seq, node,
+                 wf_status_str(st));
+    else
+        snprintf(buf, len, "a job failed on node %s", node);
+}
+
+/* Coordinator: the world of `epoch` was aborted on node `from` by a failed
+ * job (its report "aborted", or this node's own). Every member aborts its
+ * part ("abort"), and a round with the same nodes rebuilds the world,
+ * unless WF_CLUSTER_MAX_REBUILDS rounds did so in a row without a job
+ * succeeding: then the rebuild waits cluster_timeout_ms (degraded), so a
+ * job that fails every time cannot keep the cluster rebuilding. */
+void cluster_coord_world_failed(wf_cluster_t *c, const node_t *from, uint64_t epoch,
+                               uint64_t seq, wf_status_t st, uint64_t now)
+{
+    if (epoch != c->epoch || epoch == c->failed_epoch || !from->in_world ||
+        !(c->had_world || c->round_open))
+        return;     /* an older world's, or already handled */
+    c->failed_epoch = epoch;
+    c->abort_pending = true;
+    describe_failure(c->abort_why, sizeof c->abort_why, from->name, seq, st);
+    wf_cmsg_abort_t *ab = &cluster_tx_begin(c, WF_CMSG_ABORT)->u.abort;
+    ab->epoch = epoch;
+    snprintf(ab->why, sizeof ab->why, "%s", c->abort_why);
+    bool put = cluster_tx_put(c);
+    uint32_t nn = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        node_t *n = &c->nodes[i];
+        if (!n->in_world)
+            continue;
+        nn++;
+        if (put && n->state != NODE_SELF && cluster_node_alive(n))
+            cluster_send_msg(c, n);
+    }
+    if (c->rebuilds < WF_CLUSTER_MAX_REBUILDS) {
+        c->rebuilds++;
+        cluster_status_line(c, "cluster: comm world of epoch %" PRIu64 " aborted (%s); "
+                    "rebuilding it with the same %u node(s), rebuild %u of at "
+                    "most %d in a row", epoch, c->abort_why, nn, c->rebuilds,
+                    WF_CLUSTER_MAX_REBUILDS);
+        cluster_start_round(c, now);
+        c->rebuild_round = true;
+        return;
+    }
+    c->held = true;
+    c->round_open = false;
+    c->state = CS_DEGRADED;
+    c->step_deadline_us = now + (uint64_t)c->settings->cluster_timeout_ms * 1000;
+    cluster_status_line(c, "cluster degraded: comm world of epoch %" PRIu64 " aborted "
+                "(%s) after %u rebuilds in a row without a job succeeding; "
+                "next rebuild in %u ms, jobs refused until then", epoch,
+                c->abort_why, c->rebuilds, c->settings->cluster_timeout_ms);
+}
+
+static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t now)
+{
+    char err[WF_PROTO_ERROR_MAX], bad[WF_PROTO_ERROR_MAX];
+    /* Every field that is valid is read (the others are 0 / ""); the first
+     * invalid one is named in bad. */
+    wf_status_t valid = wf_cmsg_get(&c->in, &c->rx, bad, sizeof bad);
+    const wf_cmsg_hello_t *h = &c->rx.u.hello;
+    const char *name = h->name;
+    const char *who = name[0] ? name : "(unnamed)";
+    /* The version check comes first: nothing else is used before it (a
+     * hello of another version may differ in any other field). */
+    if (h->proto != c->protocol) {
+        snprintf(err, sizeof err, "node %.63s: field 'protocol version': %" PRIu64
+                 " differs from the coordinator's %u", who, h->proto, c->protocol);
+        goto refused;
+    }
+    if (strcmp(h->weft, WEFT_VERSION) != 0) {
+        snprintf(err, sizeof err, "node %.63s: field 'weft version': %.40s differs "
+                 "from the coordinator's %s", who, h->weft[0] ? h->weft : "(missing)",
+                 WEFT_VERSION);
+        goto refused;
+    }
+    if (strcmp(h->nccl, NCCL_VERSION_NONE) != 0) {
+        snprintf(err, sizeof err, "node %.63s: field 'NCCL version': %.40s differs "
+                 "from the coordinator's %s", who, h->nccl[0] ? h->nccl : "(missing)",
+                 NCCL_VERSION_NONE);
+        goto refused;
+    }
+    if (!name[0]) {
+        snprintf(err, sizeof err, "node %.63s: field 'node name': missing or too "
+                 "long", who);
+        goto refused;
+    }
+    if (valid != WF_OK) {
+        /* devices out of range, data or epoch missing, ... */
+        snprintf(err, sizeof err, "node %.63s: %.180s", name, bad);
+        goto refused;
+    }
+    uint64_t devices = h->devices, epoch = h->epoch;
+    const char *data = h->data;
+    if (devices != cluster_local_devices(c)) {
+        /* each node is whole replicas of the world mesh */
+        snprintf(err, sizeof err, "node %.63s: field 'devices': %" PRIu64 " differs "
+                 "from the coordinator's %u (every node brings the same devices)",
+                 name, devices, cluster_local_devices(c));
+        goto refused;
+    }
+    if (strcmp(name, c->nodes[0].name) == 0) {
+        snprintf(err, sizeof err, "node %.63s: field 'node name': taken by the "
+                 "coordinator", name);
+        goto refused;
+    }
+    if (epoch > c->epoch)
+        c->epoch = epoch;     /* a restarted coordinator continues the count */
+
+    node_t *n = cluster_find_by_name(c, name);
+    if (n && cluster_node_alive(n) && n->id_len == id_len && memcmp(n->id, id, id_len) == 0) {
+        n->last_heard_us = now;
+        if (n->in_world && (n->state == NODE_READY || n->state == NODE_WORLD) &&
+            !c->round_open) {
+            /* a repeated hello of a node already in the world: a new round
+             * brings it back in step */
+            cluster_start_round(c, now);
+        }
+        return;
+    }
+    if (!n) {
+        if (c->n_nodes == WF_SETTINGS_MAX_NODES) {
+            snprintf(err, sizeof err, "node %.63s: the cluster already has %d "
+                     "nodes", name, WF_SETTINGS_MAX_NODES);
+            goto refused;
+        }
+        n = &c->nodes[c->n_nodes++];
+        memset(n, 0, sizeof *n);
+        snprintf(n->name, sizeof n->name, "%s", name);
+    } else if (cluster_node_alive(n)) {
+        wf_log(c->log, WF_LOG_WARNING, "cluster: node %s said hello again from a "
+               "new connection (restarted?)", name);
+    }
+    memcpy(n->id, id, id_len);
+    n->id_len = id_len;
+    n->devices = (uint32_t)devices;
+    snprintf(n->data, sizeof n->data, "%s", data);
+    n->state = NODE_JOINING;
+    n->in_world = false;
+    n->last_heard_us = now;
+    uint32_t have = cluster_count_alive(c);
+    wf_log(c->log, WF_LOG_INFO, "cluster: node %s joined (%" PRIu64 " devices); "
+           "%u of %u node(s)", name, devices, have, c->settings->nodes);
+    if (c->had_world || have >= c->settings->nodes)
+        cluster_start_round(c, now);
+    return;
+
+refused:
+    if (name[0]) {
+        node_t *r = cluster_find_by_name(c, name);
+        if (!r && c->n_nodes < WF_SETTINGS_MAX_NODES) {
+            r = &c->nodes[c->n_nodes++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "%s", name);
+            r->state = NODE_REFUSED;
+        }
+        /* a refused hello never touches a node of the world (it may come
+         * from an impostor of its name) */
+        if (r && !cluster_node_alive(r))
+            r->state = NODE_REFUSED;
+    }
+    refuse(c, id, id_len, err);
+}
+
+void cluster_coord_message(wf_cluster_t *c, const void *id, size_t id_len,
+                          uint64_t now)
+{
+    wf_cmsg_type_t type = wf_cmsg_type(&c->in);
+    if (type == WF_CMSG_HELLO) {
+        coord_hello(c, id, id_len, now);
+        return;
+    }
+    node_t *n = cluster_find_by_id(c, id, id_len);
+    if (!n || !cluster_node_alive(n)) {
+        /* not (or no longer) known here: e.g. this coordinator restarted */
+        node_t tmp;
+        memset(&tmp, 0, sizeof tmp);
+        memcpy(tmp.id, id, id_len);
+        tmp.id_len = id_len;
+        cluster_tx_begin(c, WF_CMSG_REJOIN);
+        if (cluster_tx_put(c))
+            cluster_send_msg(c, &tmp);
+        return;
+    }
+    n->last_heard_us = now;
+    const wf_cmsg_t *rx = &c->rx;
+    switch (type) {
+    case WF_CMSG_PING:
+        if (!cluster_rx_get(c, n->name))
+            break;
+        cluster_tx_begin(c, WF_CMSG_PONG)->u.epoch = c->epoch;
+        if (cluster_tx_put(c))
+            cluster_send_msg(c, n);
+        break;
+    case WF_CMSG_READY:
+        if (cluster_rx_get(c, n->name) && rx->u.epoch == c->epoch && n->state == NODE_WORLD &&
+            c->round_open) {
+            n->state = NODE_READY;
+            cluster_maybe_serve(c);
+        }
+        break;
+    case WF_CMSG_DATA:
+        if (cluster_rx_get(c, n->name))
+            snprintf(n->data, sizeof n->data, "%s", rx->u.text);
+        break;
+    case WF_CMSG_ABORTED:
+        if (cluster_rx_get(c, n->name))
+            cluster_coord_world_failed(c, n, rx->u.result.epoch, rx->u.result.seq,
+                               rx->u.result.st, now);
+        break;
+    default:
+        /* job traffic ("done"), or a type this build does not know */
+        if (c->on_msg)
+            c->on_msg(c->on_msg_arg, n->name, &c->in);
+        break;
+    }
+}
+
+void cluster_coord_timers(wf_cluster_t *c, uint64_t now)
+{
+    uint64_t limit = (uint64_t)c->settings->heartbeat_timeout_ms * 1000;
+    for (uint32_t i = 1; i < c->n_nodes; i++) {
+        node_t *n = &c->nodes[i];
+        if (cluster_node_alive(n) && now - n->last_heard_us > limit) {
+            char why[96];
+            snprintf(why, sizeof why, "silent for %" PRIu64 " ms",
+                     (now - n->last_heard_us) / 1000);
+            cluster_lose_node(c, n, why, now);
+        }
+    }
+    if (now < c->step_deadline_us)
+        return;
+    uint64_t tmo = (uint64_t)c->settings->cluster_timeout_ms;
+    char names[512];
+    if (c->held) {
+        cluster_status_line(c, "cluster: rebuilding the comm world of epoch %" PRIu64
+                    " after holding it back %" PRIu64 " ms", c->epoch, tmo);
+        cluster_start_round(c, now);
+        c->rebuild_round = true;
+        return;
+    }
+    if (c->round_open) {
+        cluster_names_in(c, NODE_WORLD, names, sizeof names);
+        cluster_status_line(c, "cluster: rendezvous step 'ready' of epoch %" PRIu64
+                    " timed out after %" PRIu64 " ms: no answer from node(s) %s",
+                    c->epoch, tmo, names);
+        for (uint32_t i = 1; i < c->n_nodes; i++)
+            if (c->nodes[i].state == NODE_WORLD) {
+                c->nodes[i].state = NODE_LOST;
+                c->nodes[i].in_world = false;
+            }
+        cluster_start_round(c, now);
+        return;
+    }
+    if (!c->had_world) {
+        char lost[256];
+        cluster_names_in(c, NODE_LOST, lost, sizeof lost);
+        uint32_t have = cluster_count_alive(c);
+        cluster_status_line(c, "cluster: rendezvous step 'hello' timed out after %" PRIu64
+                    " ms: %u of %u node(s) missing%s%s; still waiting",
+                    tmo, c->settings->nodes - have, c->settings->nodes,
+                    lost[0] ? ", lost: " : "", lost);
+    }
+    c->step_deadline_us = now + tmo * 1000;
+}
