@@ -20,6 +20,7 @@ set_tests_properties(e2e_badinput PROPERTIES TIMEOUT 120)
 
 # libFuzzer: -DWEFT_FUZZ=ON with CC=clang. Run it by hand, e.g.
 #   fuzz_proto -malloc_limit_mb=256 -rss_limit_mb=1024 -max_total_time=120 CORPUS
+# (fuzz_cluster_msg the same way, for the messages between daemons)
 if(WEFT_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "WEFT_FUZZ=ON needs clang (CC=clang)")
@@ -29,6 +30,11 @@ if(WEFT_FUZZ)
                          -fno-sanitize-recover=undefined)
   target_link_options(fuzz_proto PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz_proto PRIVATE weft_proto)
+  add_executable(fuzz_cluster_msg ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_cluster_msg.c)
+  target_compile_options(fuzz_cluster_msg PRIVATE -fsanitize=fuzzer,address,undefined
+                         -fno-sanitize-recover=undefined)
+  target_link_options(fuzz_cluster_msg PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_cluster_msg PRIVATE weft_proto)
   add_executable(fuzz_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_seeds.c)
   target_link_libraries(fuzz_seeds PRIVATE weft_proto)
   target_link_options(fuzz_seeds PRIVATE -fsanitize=address,undefined)
