@@ -25,6 +25,7 @@
 #include "jobs/attention.h"
 #include "backend.h"
 #include "cluster/cluster.h"
+#include "cluster/world.h"
 #include "comm/comm_host.h"
 #include "comm/comm_nccl.h"
 #include "comm/comm_zmq.h"
@@ -38,17 +39,6 @@
 #define MAX_PARTS (3 + WF_PROTO_MAX_TENSORS)
 /* messages read per wake-up, so signals and completions are not starved */
 #define RECV_BATCH 64
-
-/* Member: inputs of a job whose descriptor has not come yet (the two
- * travel on different sockets). Bounded; several jobs per replica may be
- * in flight, so inputs dropped for room make their part fail when its
- * descriptor comes (cl.early_lost) instead of waiting forever. */
-#define XFER_EARLY 64
-typedef struct xfer_early {
-    uint64_t seq, epoch;         /* the job's sequence number, world epoch */
-    uint32_t n;                  /* frames held */
-    zmq_msg_t f[3];              /* q, k, v */
-} xfer_early_t;
 
 struct wf_server {
     wf_settings_t settings;      /* in effect (reload updates the reloadable ones) */
@@ -73,7 +63,8 @@ struct wf_server {
     uint32_t n_workers;          /* workers started */
     bool nccl;                   /* new worlds are NCCL worlds (use_nccl) */
     wf_sched_t sched;            /* queue, admission, dispatch; the mesh in force */
-    wf_comm_host_world_t *world; /* our reference on the workers' comm world */
+    wf_comm_host_world_t *host_world; /* single node: our reference on the
+                                    workers' comm world */
     bool workers_stopped;        /* finish_drain stopped them: submit nothing */
     struct {                     /* the hot reconfiguration that runs, if any */
         bool active;             /* validated, dispatch paused */
@@ -90,70 +81,30 @@ struct wf_server {
         uint64_t t_start_us;     /* validated */
         uint64_t t_drained_us;   /* in-flight jobs done, regroup submitted */
         unsigned failures;       /* consecutive failed regroups */
+        uint64_t world_epoch;    /* cluster world it started under */
     } reconf;
+    uint64_t epoch_override;     /* member: mesh epoch of the coordinator's change */
     uint64_t rejected;           /* requests refused before queueing */
     bool stopping;               /* draining: no new jobs */
     uint64_t drain_deadline_us;  /* when draining gives up */
     uint64_t t_start_us;         /* for uptime */
-    wf_cluster_t *cluster;       /* control plane between nodes; NULL: single node */
-    struct {                     /* cluster mode: this node's part of the world */
-        wf_comm_zmq_local_t *local; /* abort domain of the world in force / forming */
-        wf_comm_zmq_endpoint_t *spare[WF_SETTINGS_MAX_DEVICES]; /* bound, announced */
-        char data[WF_SETTINGS_ENDPOINT_MAX]; /* their addresses ("tcp://h:p0,p1") */
-        uint64_t world_epoch;    /* world whose regroup was submitted (0: none) */
-        bool built;              /* its regroup succeeded */
-        bool install;            /* built; install once nothing is in flight */
-        bool aborted;            /* its local domain was aborted */
-        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES]; /* of world_epoch */
-        uint32_t n_nodes;
-        uint32_t first_rank;     /* world rank of workers[0] */
-        uint32_t world_size;     /* ranks of the world */
-        wf_mesh_t mesh;          /* mesh of that world (with its mesh epoch) */
-        uint64_t abort_mesh_epoch; /* jobs of this mesh epoch died with a lost node */
-        char lost[160];          /* names of the nodes lost then ("": none, a
-                                    failed job aborted the world) */
-        uint64_t failed_epoch;   /* world epoch known aborted by a failed job */
-        uint64_t own_failures[WF_SETTINGS_MAX_DEVICES]; /* coordinator: each
-                                    worker's own_failures already looked at */
-        wf_djob_t *remote_jobs;  /* coordinator: jobs with parts on members */
-        uint64_t epoch_override; /* member: mesh epoch of the coordinator's change */
-        uint64_t reconf_world;   /* world epoch a mesh change started under */
-        bool mesh_pending;       /* member: a mesh change waits for the running one */
-        wf_mesh_degrees_t mesh_deg; /* its degrees */
-        uint64_t mesh_epoch;     /* and mesh epoch */
-        /* tensor channel (PROTOCOL.md section 11, "Tensor channel") */
-        void *xfer;              /* ROUTER (coordinator) / DEALER (member);
-                                    NULL: none */
-        char xfer_ep[WF_SETTINGS_ENDPOINT_MAX]; /* bound / connected endpoint */
-        uint32_t xfer_ready;     /* coordinator: bit i = node i said hi for
-                                    world_epoch */
-        wf_djob_t *mq_head, *mq_tail; /* member: parts and regroups not yet
-                                    on the workers, in the coordinator's order */
-        xfer_early_t early[XFER_EARLY]; /* member: inputs ahead of their job */
-        uint32_t n_early;
-        uint64_t early_lost_seq; /* member: inputs of jobs up to this seq of */
-        uint64_t early_lost_epoch; /* this world epoch were dropped (0: none) */
-    } cl;
+    wf_world_t *world;           /* cluster mode: this node's part of the
+                                    cluster world; NULL: single node */
     wf_registry_t models;        /* resident models (models.h) */
     wf_model_t *pending_install; /* read; its install regroup waits for the
                                     running reconfiguration */
     uint64_t t_extend_us;        /* last EXTEND_TIMEOUT_USEC while loading */
-    wf_ctl_msg_t cl_msg;         /* job descriptor scratch (large) */
-    wf_ctl_msg_t xf_msg;         /* tensor channel header scratch */
     wf_buf_t buf;                /* reply header encoding scratch */
     wf_request_t req;            /* request decoding scratch */
     wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
 };
 
 /* cluster mode (defined with the cluster section below) */
-static wf_status_t bind_spares(wf_server_t *srv);
-static void cluster_message(void *arg, const char *from, const wf_ctl_msg_t *m);
-static uint32_t cluster_remote(void *arg, wf_djob_t *job);
+static wf_djob_t *world_regroup_new(void *arg, const wf_mesh_t *mesh);
+static const wf_mesh_t *world_job_mesh(void *arg);
+static void world_installed(void *arg);
+static void world_dispatch(void *arg);
 static void cluster_sync(wf_server_t *srv);
-static bool cluster_ready(const wf_server_t *srv);
-static wf_status_t xfer_bind(wf_server_t *srv);
-static void xfer_recv(wf_server_t *srv);
-static void xfer_close(wf_server_t *srv);
 
 /* ------------------------------------------------------------------ */
 /* start-up and teardown */
@@ -250,7 +201,7 @@ static wf_djob_t *regroup_job_new(wf_server_t *srv, const wf_mesh_t *mesh,
     }
     job->run = wf_worker_regroup_run;
     job->group_size = (int)srv->n_workers;
-    job->rank_base = (int)srv->cl.first_rank;
+    job->rank_base = srv->world ? (int)wf_world_first_rank(srv->world) : 0;
     wf_registry_target_set(&srv->models, &job->models);
     job->done = &srv->done;
     atomic_store(&job->remaining, job->group_size);
@@ -299,12 +250,12 @@ static wf_status_t regroup_at_start(wf_server_t *srv)
             wf_log(srv->log, WF_LOG_INFO, "comm: host, staged through each GPU's copies "
                    "(ranks sharing a GPU, NCCL not built, or nccl = false)");
     }
-    wf_status_t st = wf_comm_host_world_new((int)srv->n_workers, &srv->world);
+    wf_status_t st = wf_comm_host_world_new((int)srv->n_workers, &srv->host_world);
     if (st != WF_OK) {
         wf_log(srv->log, WF_LOG_ERR, "comm world: %s", wf_status_str(st));
         return st;
     }
-    wf_djob_t *job = regroup_job_new(srv, &srv->sched.mesh, srv->world);
+    wf_djob_t *job = regroup_job_new(srv, &srv->sched.mesh, srv->host_world);
     if (!job) {
         wf_log(srv->log, WF_LOG_ERR, "out of memory");
         return WF_E_INTERNAL;
@@ -560,16 +511,16 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     if (bind_router(srv) != WF_OK)
         goto fail;
     if (cluster) {
-        if (bind_spares(srv) != WF_OK ||
-            wf_cluster_new(&srv->settings, srv->zctx, srv->cl.data, log,
-                           &srv->notify, &srv->cluster) != WF_OK)
+        wf_world_cfg_t wc = {
+            .settings = &srv->settings, .zctx = srv->zctx, .log = log,
+            .notify = &srv->notify, .sched = &srv->sched, .workers = srv->workers,
+            .n_workers = srv->n_workers, .done = &srv->done,
+            .hooks = { .arg = srv, .regroup_new = world_regroup_new,
+                       .job_mesh = world_job_mesh, .installed = world_installed,
+                       .dispatch = world_dispatch },
+        };
+        if (wf_world_new(&wc, &srv->world) != WF_OK)
             goto fail;
-        wf_cluster_on_message(srv->cluster, cluster_message, srv);
-        if (wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR &&
-            xfer_bind(srv) != WF_OK)
-            goto fail;
-        srv->sched.remote = cluster_remote;
-        srv->sched.remote_arg = srv;
         cluster_sync(srv);      /* a world of one node forms at once */
     }
     *ret_srv = srv;
@@ -588,14 +539,10 @@ void wf_server_destroy(wf_server_t **psrv)
     /* Workers first: they run what is queued, and their jobs' replies
      * are no longer wanted here (wf_server_run already drained). A cluster
      * world is aborted first: peers of other nodes may never come. */
-    if (srv->cl.local)
-        wf_comm_zmq_local_abort(srv->cl.local);
+    wf_world_abort_local(srv->world);
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
-    for (uint32_t d = 0; d < WF_SETTINGS_MAX_DEVICES; d++)
-        wf_comm_zmq_endpoint_destroy(&srv->cl.spare[d]);
-    wf_comm_zmq_local_unref(&srv->cl.local);
-    wf_comm_host_world_unref(&srv->world);  /* workers dropped their handles */
+    wf_comm_host_world_unref(&srv->host_world); /* workers dropped their handles */
     zmq_msg_close(&srv->reconf.identity);
     if (srv->done.efd >= 0) {
         wf_djob_t *j = wf_done_box_take(&srv->done);
@@ -611,8 +558,7 @@ void wf_server_destroy(wf_server_t **psrv)
         wf_djob_free(&q);
         q = next;
     }
-    xfer_close(srv);
-    wf_cluster_destroy(&srv->cluster);
+    wf_world_destroy(&srv->world);
     wf_registry_destroy(&srv->models);
     if (srv->router)
         zmq_close(srv->router);
@@ -715,19 +661,8 @@ static void reply_job(wf_server_t *srv, wf_djob_t *job)
     wf_status_t st = (wf_status_t)atomic_load(&job->status);
     if (st != WF_OK) {
         char msg[WF_PROTO_ERROR_MAX];
-        if (srv->cluster && (st == WF_E_ABORTED || st == WF_E_NODE_LOST) &&
-            srv->cl.lost[0] && job->epoch == srv->cl.abort_mesh_epoch) {
-            st = WF_E_NODE_LOST;
-            if (!job->err[0])
-                snprintf(job->err, sizeof job->err, "node(s) %s lost during the "
-                         "job (mesh epoch %" PRIu64 "); the world re-forms without "
-                         "them", srv->cl.lost, job->epoch);
-        } else if (srv->cluster && st == WF_E_ABORTED && !job->err[0] &&
-                   job->epoch == srv->cl.abort_mesh_epoch) {
-            snprintf(job->err, sizeof job->err, "the cluster's comm world was "
-                     "aborted by a failed job during this one (mesh epoch %"
-                     PRIu64 "); it is rebuilt with the same nodes; retry", job->epoch);
-        }
+        if (srv->world)
+            wf_world_explain(srv->world, job, &st);
         if (job->err[0])
             snprintf(msg, sizeof msg, "%s", job->err);
         else
@@ -804,15 +739,15 @@ static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
     si->requests_rejected = srv->rejected;
     si->rss_bytes = rss_bytes();
     si->device_count = srv->n_workers;
-    if (srv->cluster)
-        wf_cluster_fill_status(srv->cluster, si);
+    if (srv->world)
+        wf_cluster_fill_status(wf_world_cluster(srv->world), si);
     for (uint32_t d = 0; d < srv->n_workers; d++) {
         const wf_worker_t *w = &srv->workers[d];
         wf_device_info_t *di = &si->devices[d];
         di->index = d;
         copy_name(di->name, sizeof di->name, w->name);
         di->memory_total = w->memory_total;
-        uint32_t g = d + (srv->cluster ? srv->cl.first_rank : 0);  /* world rank */
+        uint32_t g = d + (srv->world ? wf_world_first_rank(srv->world) : 0); /* world rank */
         di->memory_used = s->used[g];
         di->jobs_served = atomic_load(&w->jobs_served);
         di->busy = atomic_load(&w->busy) ? 1 : 0;
@@ -874,7 +809,7 @@ static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *m
     }
     wf_status_t st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err,
                                        err_len);
-    if (st == WF_OK && srv->cluster && !job->cp &&
+    if (st == WF_OK && srv->world && !job->cp &&
         (uint32_t)job->group_size > srv->n_workers) {
         wf_attention_args_t *a = &job->req.args.attention;
         uint32_t asked = a->devices;
@@ -933,14 +868,14 @@ static void advance_reconfigure(wf_server_t *srv)
     if (fresh) {
         /* The workers' handles keep the old world alive until they drop
          * them in the regroup. */
-        wf_comm_host_world_unref(&srv->world);
-        srv->world = fresh;
+        wf_comm_host_world_unref(&srv->host_world);
+        srv->host_world = fresh;
     }
     srv->reconf.regrouping = true;
     /* Cluster: every node's workers split the world the same way; the
      * members queue their regroup behind the job parts they hold. */
-    if (srv->cluster && wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR)
-        wf_cluster_broadcast_mesh(srv->cluster, &srv->reconf.target.deg,
+    if (srv->world && wf_world_coordinator(srv->world))
+        wf_cluster_broadcast_mesh(wf_world_cluster(srv->world), &srv->reconf.target.deg,
                                   srv->reconf.target.epoch);
     regroup_submit(srv, job);
 }
@@ -959,7 +894,7 @@ static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *
         return WF_E_SHUTTING_DOWN;
     }
     wf_mesh_t target = srv->sched.mesh;
-    if (srv->cluster && (!srv->cl.built || srv->cl.install || srv->cl.aborted)) {
+    if (srv->world && wf_world_forming(srv->world)) {
         snprintf(err, err_len, "the cluster world is forming; retry when it serves");
         return WF_E_BUSY;
     }
@@ -979,12 +914,12 @@ static wf_status_t start_reconfigure(wf_server_t *srv, const wf_mesh_degrees_t *
                                            err_len);
     if (mst != WF_OK)
         return mst;
-    if (srv->cl.epoch_override)
-        target.epoch = srv->cl.epoch_override;
-    if (srv->cluster)
+    if (srv->epoch_override)
+        target.epoch = srv->epoch_override;
+    if (srv->world)
         new_world = false;  /* a cluster world is rebuilt by the control plane */
     srv->reconf.active = true;
-    srv->cl.reconf_world = srv->cl.world_epoch;
+    srv->reconf.world_epoch = srv->world ? wf_world_epoch(srv->world) : 0;
     srv->reconf.regrouping = false;
     srv->reconf.new_world = new_world;
     srv->reconf.target = target;
@@ -1013,11 +948,10 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
     char from[96], to[96];
     format_deg(&srv->reconf.from, from, sizeof from);
     format_deg(&srv->reconf.target.deg, to, sizeof to);
-    if (st == WF_OK && srv->cluster && srv->cl.reconf_world != srv->cl.world_epoch)
+    if (st == WF_OK && srv->world && srv->reconf.world_epoch != wf_world_epoch(srv->world))
         st = WF_E_ABORTED;    /* a new world superseded it (with its own mesh) */
     if (st == WF_OK) {
         srv->sched.mesh = srv->reconf.target;
-        srv->cl.mesh = srv->reconf.target;
         srv->reconf.failures = 0;
         wf_log(srv->log, WF_LOG_INFO, "reconfigured (%s): %s -> %s, epoch %"
                PRIu64 ", drain %.1f ms, regroup %.1f ms", srv->reconf.why, from,
@@ -1053,7 +987,7 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
         srv->reconf.has_client = false;
     }
     if (st != WF_OK && srv->reconf.failures < 3 && !srv->workers_stopped &&
-        !srv->cluster) {
+        !srv->world) {
         /* Rebuild on the mesh in force, with a new world. */
         srv->reconf.regrouping = false;
         srv->reconf.new_world = true;
@@ -1070,7 +1004,7 @@ static void finish_reconfigure(wf_server_t *srv, wf_status_t st)
                "context-parallel jobs will fail");
     srv->reconf.active = false;
     srv->reconf.regrouping = false;
-    srv->sched.paused = srv->cluster && !cluster_ready(srv);
+    srv->sched.paused = srv->world && !wf_world_ready(srv->world);
     if (srv->reconf.notify) {
         char line[WF_SETTINGS_ENDPOINT_MAX + 256];
         status_line(srv, line, sizeof line);
@@ -1095,9 +1029,9 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
     const wf_request_t *req = &srv->req;
     char err[WF_PROTO_ERROR_MAX] = "";
     wf_status_t st;
-    if (srv->cluster && wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER) {
+    if (srv->world && !wf_world_coordinator(srv->world)) {
         st = WF_E_NOT_COORDINATOR;
-        wf_cluster_why_not(srv->cluster, err, sizeof err);
+        wf_cluster_why_not(wf_world_cluster(srv->world), err, sizeof err);
     } else {
         st = start_reconfigure(srv, &req->args.reconfigure.mesh, false, "request",
                                true, identity, delim, req->id, err, sizeof err);
@@ -1124,11 +1058,11 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
         snprintf(err, sizeof err, "daemon is shutting down; no new jobs");
         goto reject;
     }
-    if (srv->cluster && (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER ||
-                         !wf_cluster_accepts_jobs(srv->cluster))) {
-        st = wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER
-                 ? WF_E_NOT_COORDINATOR : WF_E_UNAVAILABLE;
-        wf_cluster_why_not(srv->cluster, err, sizeof err);
+    if (srv->world && (!wf_world_coordinator(srv->world) ||
+                       !wf_cluster_accepts_jobs(wf_world_cluster(srv->world)))) {
+        st = !wf_world_coordinator(srv->world) ? WF_E_NOT_COORDINATOR
+                                               : WF_E_UNAVAILABLE;
+        wf_cluster_why_not(wf_world_cluster(srv->world), err, sizeof err);
         goto reject;
     }
     job = wf_djob_new();
@@ -1306,7 +1240,7 @@ static bool models_refused(wf_server_t *srv, char *err, size_t err_len,
         snprintf(err, err_len, "daemon is shutting down");
         return true;
     }
-    if (srv->cluster) {
+    if (srv->world) {
         *st = WF_E_UNAVAILABLE;
         snprintf(err, err_len, "resident models are served by single-node "
                  "daemons for now; this one is part of a cluster");
@@ -1553,348 +1487,27 @@ static bool recv_message(wf_server_t *srv)
 }
 
 /* ------------------------------------------------------------------ */
-/* cluster mode: one comm world over every rank of every node (DESIGN.md
- * "Rendezvous between nodes", "Data flow of one job"). Each node binds a
- * ZeroMQ comm endpoint per local rank ahead of time and announces them
- * (hello / "data"); a new world from the control plane becomes a regroup
- * job that joins the cross-process world and splits the mesh groups on
- * every node; the coordinator sequences every job and sends members a
- * descriptor ("job") for their ranks; they answer "done". A
- * context-parallel job whose roots are on a member gets its inputs and
- * returns its outputs over the tensor channel (below); a head-split job
- * runs on the coordinator's ranks. */
+/* cluster mode: the world (cluster/world.h) and what it asks of us */
 
-/* The world mesh for `world` ranks from the degrees asked for: dp fitted
- * when ring x ulysses x tp divides the world, else the sequence dims
- * shrink (ring first), else every rank its own replica. */
-static wf_mesh_degrees_t fit_mesh(wf_mesh_degrees_t req, uint32_t world)
+static wf_djob_t *world_regroup_new(void *arg, const wf_mesh_t *mesh)
 {
-    uint32_t inner = req.ring * req.ulysses * req.tp;
-    if (inner && world % inner == 0)
-        return (wf_mesh_degrees_t){ world / inner, req.ring, req.ulysses, req.tp };
-    inner = req.ulysses * req.tp;
-    if (inner && world % inner == 0)
-        return (wf_mesh_degrees_t){ 1, world / inner, req.ulysses, req.tp };
-    if (req.tp && world % req.tp == 0)
-        return (wf_mesh_degrees_t){ 1, world / req.tp, 1, req.tp };
-    return (wf_mesh_degrees_t){ world, 1, 1, 1 };
+    return regroup_job_new(arg, mesh, NULL);
 }
 
-/* Bind a fresh comm endpoint per local rank for the next world; cl.data
- * gets their addresses, "tcp://ADDR:P0,P1,.." (ADDR: data_address). */
-static wf_status_t bind_spares(wf_server_t *srv)
+/* The mesh a member's job descriptor runs under: the one in force, or the
+ * one of the regroup already queued on the workers (the descriptor may
+ * overtake its completion; the workers run the regroup first). */
+static const wf_mesh_t *world_job_mesh(void *arg)
 {
-    size_t o = 0;
-    srv->cl.data[0] = '\0';
-    int64_t max = (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
-    char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
-    snprintf(host, sizeof host, "%s", srv->settings.data_address);
-    if (host[0] == '\0' && gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "127.0.0.1");
-    host[sizeof host - 1] = '\0';
-    snprintf(bind, sizeof bind, "tcp://%s:*", host);
-    for (uint32_t d = 0; d < srv->n_workers; d++) {
-        wf_comm_zmq_endpoint_destroy(&srv->cl.spare[d]);
-        wf_status_t st = wf_comm_zmq_endpoint_new(srv->zctx, bind, max,
-                                                  &srv->cl.spare[d]);
-        if (st != WF_OK) {
-            wf_log(srv->log, WF_LOG_ERR, "cluster: cannot bind a comm endpoint "
-                   "on %s (data_address): %s", host, wf_status_str(st));
-            return st;
-        }
-        const char *a = wf_comm_zmq_endpoint_address(srv->cl.spare[d]);
-        const char *port = strrchr(a, ':');
-        int n = d == 0 ? snprintf(srv->cl.data, sizeof srv->cl.data, "%s", a)
-                       : snprintf(srv->cl.data + o, sizeof srv->cl.data - o, ",%s",
-                                  port ? port + 1 : "");
-        if (n < 0 || (size_t)n >= sizeof srv->cl.data - o) {
-            wf_log(srv->log, WF_LOG_ERR, "cluster: %u comm endpoints do not fit "
-                   "the data field", srv->n_workers);
-            return WF_E_LIMIT;
-        }
-        o += (size_t)n;
-    }
-    return WF_OK;
+    wf_server_t *srv = arg;
+    return srv->reconf.active && srv->reconf.regrouping ? &srv->reconf.target
+                                                        : &srv->sched.mesh;
 }
 
-/* The endpoints of `ranks` ranks from a node's data field. */
-static bool parse_data(const char *data, uint32_t ranks,
-                       char (*eps)[WF_COMM_ZMQ_ENDPOINT_MAX])
+static void world_installed(void *arg)
 {
-    const char *comma = strchr(data, ',');
-    size_t first = comma ? (size_t)(comma - data) : strlen(data), plen = first;
-    while (plen > 0 && data[plen - 1] != ':')
-        plen--;
-    if (plen == 0 || first >= WF_COMM_ZMQ_ENDPOINT_MAX || ranks == 0)
-        return false;
-    uint32_t k = 0;
-    snprintf(eps[k++], WF_COMM_ZMQ_ENDPOINT_MAX, "%.*s", (int)first, data);
-    for (const char *p = comma; p; ) {
-        p++;
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (k == ranks || len == 0 || len > 5 || strspn(p, "0123456789") < len)
-            return false;
-        snprintf(eps[k++], WF_COMM_ZMQ_ENDPOINT_MAX, "%.*s%.*s", (int)plen, data,
-                 (int)len, p);
-        p = e;
-    }
-    return k == ranks;
-}
-
-/* Abort this node's part of the comm world (every blocked rank returns
- * WF_E_ABORTED) and stop dispatching on it; jobs of the mesh epoch in
- * force then fail as node lost, naming `lost`, or, when lost is NULL (a
- * failed job aborted the world; `why` says which), as aborted. */
-static void member_flush(wf_server_t *srv);
-
-static void abort_world(wf_server_t *srv, const char *lost, const char *why)
-{
-    if (!srv->cl.local || srv->cl.aborted)
-        return;
-    member_flush(srv);      /* parts still waiting for inputs: dropped */
-    wf_comm_zmq_local_abort(srv->cl.local);
-    srv->cl.aborted = true;
-    srv->sched.paused = true;
-    srv->cl.abort_mesh_epoch = srv->sched.mesh.epoch;
-    /* node names may be cut to the field: the message stays readable */
-    snprintf(srv->cl.lost, sizeof srv->cl.lost, "%.*s",
-             (int)(sizeof srv->cl.lost - 1), lost ? lost : "");
-    wf_log(srv->log, WF_LOG_WARNING, "cluster: comm world of epoch %" PRIu64
-           " aborted (%s); jobs in flight fail", srv->cl.world_epoch,
-           lost ? lost : why);
-}
-
-static int node_index(const wf_cluster_node_t *nodes, uint32_t n, const char *name)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (strcmp(nodes[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
-/* Coordinator, new world `nw`: the parts owed by nodes not in it fail now
- * as lost, those of nodes in it as aborted when the world was (`all`: a
- * late "done" is then ignored); the others keep their bits, renumbered
- * for the new table. */
-static void settle_remote(wf_server_t *srv, const wf_cluster_node_t *nw, uint32_t nn,
-                          bool all, const char *lost)
-{
-    for (wf_djob_t *j = srv->cl.remote_jobs; j; j = j->rnext) {
-        uint32_t keep = 0, bits = j->remote_pending, xroot = 0;
-        j->remote_pending = 0;
-        for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
-            if (!(bits & (1u << i)))
-                continue;
-            const char *name = srv->cl.nodes[i].name;
-            int to = node_index(nw, nn, name);
-            if (to >= 0 && !all) {
-                keep |= 1u << to;
-                if (j->xroot & (1u << i))
-                    xroot = 1u << to;   /* its outputs still come */
-                continue;
-            }
-            if (to >= 0) {
-                wf_djob_rank_done(j, WF_E_ABORTED);
-                continue;
-            }
-            if (!j->err[0])
-                snprintf(j->err, sizeof j->err, "node(s) %s lost during the job "
-                         "(mesh epoch %" PRIu64 "); the world re-forms without "
-                         "them", lost[0] ? lost : name, j->epoch);
-            wf_djob_rank_done(j, WF_E_NODE_LOST);
-        }
-        j->remote_pending = keep;
-        j->xroot = xroot;
-    }
-}
-
-static void cluster_try_install(wf_server_t *srv);
-static void xfer_hi(wf_server_t *srv);
-static void xfer_connect(wf_server_t *srv, const char *self_name);
-static void member_enqueue(wf_server_t *srv, wf_djob_t *job);
-
-/* The control plane has a new world (forming): join it. */
-static void cluster_new_world(wf_server_t *srv, const wf_cluster_node_t *nw,
-                              uint32_t nn, uint64_t epoch, uint64_t wid,
-                              wf_mesh_degrees_t mdeg, uint64_t mepoch)
-{
-    char lost[160] = "";
-    size_t o = 0;
-    for (uint32_t i = 0; i < srv->cl.n_nodes; i++)
-        if (node_index(nw, nn, srv->cl.nodes[i].name) < 0 && o + 1 < sizeof lost)
-            o += (size_t)snprintf(lost + o, sizeof lost - o, "%s%s", o ? ", " : "",
-                                  srv->cl.nodes[i].name);
-    if (lost[0])
-        abort_world(srv, lost, NULL);
-    else if (!srv->cl.built || srv->cl.install)
-        abort_world(srv, "the world re-formed before it served", NULL);
-    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR)
-        settle_remote(srv, nw, nn, srv->cl.aborted, lost);
-    srv->cl.xfer_ready = 0;     /* members say hi again on the new world */
-    srv->cl.world_epoch = epoch;
-    srv->cl.built = false;
-    srv->cl.install = false;
-    srv->cl.mesh_pending = false;   /* the world carries its mesh */
-    srv->sched.paused = true;
-
-    uint32_t total = 0, first = 0;
-    int self = -1;
-    for (uint32_t k = 0; k < nn; k++) {
-        total += nw[k].ranks;
-        if (nw[k].self) {
-            self = (int)k;
-            first = nw[k].first_rank;
-        }
-    }
-    if (self < 0 || total > WF_DJOB_MAX_WORLD || nw[self].ranks != srv->n_workers) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: world of epoch %" PRIu64 " (%u "
-               "ranks) cannot be served here (at most %d ranks)", epoch, total,
-               WF_DJOB_MAX_WORLD);
-        return;
-    }
-    wf_zworld_t *zw = calloc(1, sizeof *zw);
-    wf_comm_zmq_local_t *local = NULL;
-    if (!zw || wf_comm_zmq_local_new(&local) != WF_OK) {
-        free(zw);
-        wf_log(srv->log, WF_LOG_ERR, "cluster: out of memory");
-        return;
-    }
-    for (uint32_t k = 0; k < nn; k++)
-        if (!parse_data(nw[k].data, nw[k].ranks, &zw->eps[nw[k].first_rank])) {
-            wf_log(srv->log, WF_LOG_ERR, "cluster: node %s announced bad comm "
-                   "endpoints '%s'; world of epoch %" PRIu64 " not joined",
-                   nw[k].name, nw[k].data, epoch);
-            free(zw);
-            wf_comm_zmq_local_unref(&local);
-            return;
-        }
-    for (uint32_t r = 0; r < total; r++)
-        zw->ep_ptrs[r] = zw->eps[r];
-    for (uint32_t d = 0; d < srv->n_workers; d++) {
-        if (srv->cl.spare[d] && strcmp(wf_comm_zmq_endpoint_address(srv->cl.spare[d]),
-                                       zw->eps[first + d]) == 0) {
-            zw->ep[d] = srv->cl.spare[d];
-            srv->cl.spare[d] = NULL;
-        } else {
-            /* the world names an older endpoint of ours: the join binds it */
-            wf_log(srv->log, WF_LOG_WARNING, "cluster: world of epoch %" PRIu64
-                   " names endpoint %s for rank %u; binding it", epoch,
-                   zw->eps[first + d], first + d);
-        }
-    }
-    wf_comm_zmq_local_unref(&srv->cl.local);
-    srv->cl.local = local;
-    srv->cl.aborted = false;
-    zw->cfg.zmq_ctx = srv->zctx;
-    zw->cfg.local = wf_comm_zmq_local_ref(local);
-    zw->cfg.world_id = wid;
-    zw->cfg.nranks = (int)total;
-    zw->cfg.endpoints = zw->ep_ptrs;
-    zw->cfg.connect_timeout_ms = (int)srv->settings.cluster_timeout_ms;
-    zw->cfg.op_timeout_ms = 0;      /* node loss aborts blocked ranks */
-    zw->cfg.max_message_bytes = (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
-    if (bind_spares(srv) == WF_OK)
-        wf_cluster_set_data(srv->cluster, srv->cl.data);
-
-    wf_mesh_degrees_t deg = fit_mesh(mdeg, total);
-    wf_mesh_t mesh;
-    char err[256];
-    if (wf_mesh_init(&mesh, &deg, (int)total, err, sizeof err) != WF_OK) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: mesh: %s", err);
-        for (uint32_t d = 0; d < srv->n_workers; d++)
-            wf_comm_zmq_endpoint_destroy(&zw->ep[d]);
-        wf_comm_zmq_local_unref(&zw->cfg.local);
-        free(zw);
-        return;
-    }
-    mesh.epoch = mepoch;
-    memcpy(srv->cl.nodes, nw, nn * sizeof nw[0]);
-    srv->cl.n_nodes = nn;
-    srv->cl.first_rank = first;
-    srv->cl.world_size = total;
-    srv->cl.mesh = mesh;
-    wf_djob_t *job = regroup_job_new(srv, &mesh, NULL);
-    if (!job) {
-        for (uint32_t d = 0; d < srv->n_workers; d++)
-            wf_comm_zmq_endpoint_destroy(&zw->ep[d]);
-        wf_comm_zmq_local_unref(&zw->cfg.local);
-        free(zw);
-        wf_log(srv->log, WF_LOG_ERR, "cluster: out of memory");
-        return;
-    }
-    job->zworld = zw;
-    job->seq = epoch;
-    char m[96];
-    format_deg(&deg, m, sizeof m);
-    wf_log(srv->log, WF_LOG_INFO, "cluster: joining the comm world of epoch %"
-           PRIu64 ": ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, epoch,
-           first, first + srv->n_workers - 1, total, m, mepoch);
-    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER) {
-        xfer_connect(srv, nw[self].name);
-        member_enqueue(srv, job);   /* behind parts waiting for inputs */
-    } else {
-        regroup_submit(srv, job);
-    }
-}
-
-/* The regroup of a cluster world ended. */
-static void cluster_regroup_done(wf_server_t *srv, const wf_djob_t *job,
-                                 wf_status_t st)
-{
-    if (job->seq != srv->cl.world_epoch)
-        return;             /* an older world's */
-    if (st != WF_OK) {
-        wf_log(srv->log, WF_LOG_WARNING, "cluster: communicators of epoch %"
-               PRIu64 " not built: %s", job->seq, wf_status_str(st));
-        return;
-    }
-    srv->cl.built = true;
-    srv->cl.install = true;
-    cluster_try_install(srv);
-}
-
-/* May the coordinator dispatch? On a world that is built, installed, not
- * aborted, and serves: every member installed it too (a member refuses a
- * job's part before that, which would count as losing it). */
-static bool cluster_ready(const wf_server_t *srv)
-{
-    return srv->cl.built && !srv->cl.install && !srv->cl.aborted &&
-           wf_cluster_serving(srv->cluster);
-}
-
-/* Built, and the jobs of the old world are done: serve on the new one. */
-static void cluster_try_install(wf_server_t *srv)
-{
-    if (!srv->cl.install || srv->sched.in_flight > 0)
-        return;
-    srv->cl.install = false;
-    wf_sched_resize(&srv->sched, srv->cl.world_size, srv->cl.first_rank,
-                    &srv->cl.mesh);
-    /* which node each rank is on, and which may take a job's roots: ours,
-     * and members whose tensor channel said hi for this world */
-    srv->sched.remote_roots = srv->cl.xfer != NULL &&
-                              wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR;
-    srv->sched.roots_ok = srv->cl.xfer_ready;
-    for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
-        const wf_cluster_node_t *n = &srv->cl.nodes[i];
-        for (uint32_t r = n->first_rank; r < n->first_rank + n->ranks &&
-                                         r < WF_SETTINGS_MAX_DEVICES; r++)
-            srv->sched.node_of[r] = (uint8_t)i;
-        if (n->self)
-            srv->sched.roots_ok |= 1u << i;
-    }
-    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER)
-        xfer_hi(srv);
-    char m[96];
-    format_deg(&srv->cl.mesh.deg, m, sizeof m);
-    wf_log(srv->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " built: "
-           "ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, srv->cl.world_epoch,
-           srv->cl.first_rank, srv->cl.first_rank + srv->n_workers - 1,
-           srv->cl.world_size, m, srv->cl.mesh.epoch);
-    wf_cluster_world_ready(srv->cluster, srv->cl.world_epoch);
-    /* members: once the coordinator's serve came (cluster_sync) */
-    srv->sched.paused = srv->reconf.active || !cluster_ready(srv);
+    wf_server_t *srv = arg;
+    srv->sched.paused = srv->reconf.active || !wf_world_ready(srv->world);
     wf_djob_t *failed = NULL;
     wf_sched_replan(&srv->sched, plan_for_mesh, srv, &failed);
     while (failed) {
@@ -1906,952 +1519,39 @@ static void cluster_try_install(wf_server_t *srv)
     dispatch(srv);
 }
 
-/* Member: the coordinator's mesh change, once the previous regroup's
- * completion was taken (both may arrive in one wake-up; the workers run
- * the regroups in order anyway). */
-static void apply_pending_mesh(wf_server_t *srv)
+static void world_dispatch(void *arg)
 {
-    if (!srv->cl.mesh_pending || srv->reconf.active)
-        return;
-    srv->cl.mesh_pending = false;
-    char err[WF_PROTO_ERROR_MAX];
-    srv->cl.epoch_override = srv->cl.mesh_epoch;
-    if (start_reconfigure(srv, &srv->cl.mesh_deg, false, "coordinator", false, NULL,
-                          false, 0, err, sizeof err) != WF_OK)
-        wf_log(srv->log, WF_LOG_ERR, "cluster: mesh from the coordinator not "
-               "applied: %s", err);
-    srv->cl.epoch_override = 0;
+    dispatch(arg);
 }
 
-/* After the control plane ran: follow its world. */
+/* After the control plane ran: follow its world; the coordinator resumes
+ * once every member serves it. */
 static void cluster_sync(wf_server_t *srv)
 {
-    wf_cluster_node_t nw[WF_SETTINGS_MAX_NODES];
-    uint32_t nn = 0;
-    uint64_t epoch = 0, wid = 0, mepoch = 0;
-    wf_mesh_degrees_t mdeg;
-    if (wf_cluster_role(srv->cluster) == WF_CLUSTER_MEMBER &&
-        wf_cluster_coordinator_lost(srv->cluster) && srv->cl.local && !srv->cl.aborted) {
-        abort_world(srv, "the coordinator", NULL);
-        srv->cl.built = false;
-    }
-    uint64_t failed;
-    char why[WF_PROTO_ERROR_MAX];
-    if (wf_cluster_take_abort(srv->cluster, &failed, why, sizeof why) &&
-        failed == srv->cl.world_epoch) {
-        srv->cl.failed_epoch = failed;
-        abort_world(srv, NULL, why);
-    }
-    wf_cluster_current(srv->cluster, nw, WF_SETTINGS_MAX_NODES, &nn, &epoch, &wid,
-                       &mdeg, &mepoch);
-    if (nn > 0 && epoch != srv->cl.world_epoch)
-        cluster_new_world(srv, nw, nn, epoch, wid, mdeg, mepoch);
+    wf_world_sync(srv->world);
     if (srv->sched.paused && !srv->reconf.active && !srv->workers_stopped &&
-        wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR &&
-        cluster_ready(srv)) {
+        wf_world_coordinator(srv->world) && wf_world_ready(srv->world)) {
         srv->sched.paused = false;     /* every member serves the world now */
         dispatch(srv);
     }
 }
 
-/* Did a failure that started here abort this node's part of the world
- * of cl.world_epoch (not the control plane: cl.aborted is unset)? Then
- * report it, once, so that the coordinator rebuilds the world. A rank
- * that only saw the abort (WF_E_ABORTED: a peer failed, or died, which
- * the heartbeats find) reports nothing. A member reports with the failed
- * part's "done" (`part_st`, its own error, sent just before), so that the
- * coordinator has the job's own error first. The coordinator reports at
- * once, from its workers' counts of own failures: its job may still wait
- * for members' parts, which only the rebuild's "abort" releases (the
- * worker that failed woke us). */
-static void cluster_check_abort(wf_server_t *srv, uint64_t part_seq,
-                                wf_status_t part_st)
+/* Member: the coordinator's mesh change, once the previous regroup's
+ * completion was taken (both may arrive in one wake-up; the workers run
+ * the regroups in order anyway). */
+static void apply_pending_mesh(wf_server_t *srv)
 {
-    if (!srv->cluster || !srv->cl.local || srv->workers_stopped)
-        return;
-    bool coord = wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR;
-    uint64_t seq = part_seq;
-    wf_status_t st = part_st;
-    bool here = !coord && st != WF_OK && st != WF_E_ABORTED;
-    if (coord) {
-        /* counts before the abort flag: a step aborts, then is counted */
-        for (uint32_t d = 0; d < srv->n_workers; d++) {
-            wf_worker_t *w = &srv->workers[d];
-            uint64_t n = atomic_load(&w->own_failures);
-            if (n == srv->cl.own_failures[d])
-                continue;
-            srv->cl.own_failures[d] = n;
-            if (!here) {
-                here = true;
-                seq = atomic_load(&w->own_failed_seq);
-                st = (wf_status_t)atomic_load(&w->own_failed_status);
-            }
-        }
-    }
-    if (!here || !wf_comm_zmq_local_aborted(srv->cl.local) || srv->cl.aborted ||
-        !srv->cl.built || srv->cl.install ||
-        srv->cl.failed_epoch == srv->cl.world_epoch)
-        return;
-    srv->cl.failed_epoch = srv->cl.world_epoch;
-    wf_log(srv->log, WF_LOG_WARNING, "cluster: job seq %" PRIu64 " failed here "
-           "(%s) and aborted this node's part of the comm world of epoch %"
-           PRIu64 "; %s", seq, wf_status_str(st), srv->cl.world_epoch,
-           coord ? "rebuilding it" : "telling the coordinator");
-    wf_cluster_world_failed(srv->cluster, srv->cl.world_epoch, seq, st,
-                            wf_now_usec());
-    if (coord)
-        cluster_sync(srv);
-}
-
-static bool xfer_send_inputs(wf_server_t *srv, const wf_djob_t *job,
-                             const char *node);
-
-/* Coordinator, at dispatch: the descriptor of `job` to every member
- * holding some of its ranks, and to the one holding its roots (if not
- * us) its inputs on the tensor channel. Returns the parts that will
- * answer. */
-static uint32_t cluster_remote(void *arg, wf_djob_t *job)
-{
-    wf_server_t *srv = arg;
-    wf_ctl_msg_t *m = &srv->cl_msg;
-    const wf_attention_args_t *a = &job->req.args.attention;
-    const wf_tensor_desc_t *q = &job->req.tensors[a->q];
-    const wf_tensor_desc_t *k = &job->req.tensors[a->k];
-    uint32_t fbits;
-    memcpy(&fbits, &job->scale, sizeof fbits);
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "job");
-    wf_ctl_put_uint(m, "seq", job->seq);
-    wf_ctl_put_uint(m, "epoch", job->epoch);
-    wf_ctl_put_uint(m, "id", job->req.id);
-    wf_ctl_put_uint(m, "base", job->device[0]);
-    wf_ctl_put_uint(m, "g", (uint64_t)job->group_size);
-    wf_ctl_put_uint(m, "B", (uint64_t)q->shape[0]);
-    wf_ctl_put_uint(m, "Sq", (uint64_t)q->shape[1]);
-    wf_ctl_put_uint(m, "Hq", (uint64_t)q->shape[2]);
-    wf_ctl_put_uint(m, "D", (uint64_t)q->shape[3]);
-    wf_ctl_put_uint(m, "Skv", (uint64_t)k->shape[1]);
-    wf_ctl_put_uint(m, "Hkv", (uint64_t)k->shape[2]);
-    wf_ctl_put_uint(m, "qdt", (uint64_t)q->dtype);
-    wf_ctl_put_uint(m, "kdt", (uint64_t)k->dtype);
-    wf_ctl_put_uint(m, "vdt", (uint64_t)job->req.tensors[a->v].dtype);
-    wf_ctl_put_uint(m, "odt", (uint64_t)job->out_desc[0].dtype);
-    wf_ctl_put_uint(m, "lse", job->n_outputs > 1);
-    wf_ctl_put_uint(m, "causal", a->causal);
-    wf_ctl_put_uint(m, "scale", fbits);
-    wf_ctl_put_uint(m, "rot", (uint64_t)job->rotate_method);
-    wf_ctl_put_uint(m, "f32", job->convert_to_fp32);
-    wf_ctl_put_uint(m, "ra", job->ring_anything);
-    wf_ctl_put_uint(m, "ua", job->ulysses_anything);
-    wf_ctl_put_uint(m, "lb", job->load_balance);
-    if (!job->cp) {
-        /* a head split, its ranks all on one member (scheduler.c): which
-         * ones, as offsets from `base` (device order = rank order) */
-        uint64_t mask = 0;
-        for (int r = 0; r < job->group_size; r++)
-            mask |= UINT64_C(1) << ((job->device[r] - job->device[0]) & 63);
-        wf_ctl_put_uint(m, "hs", 1);
-        wf_ctl_put_uint(m, "mask", mask);
-    }
-    uint32_t parts = 0;
-    job->remote_pending = 0;
-    job->xroot = 0;
-    job->world_epoch = srv->cl.world_epoch;
-    uint32_t lo = job->device[0], hi = lo + (uint32_t)job->group_size;
-    for (uint32_t i = 0; i < srv->cl.n_nodes; i++) {
-        const wf_cluster_node_t *n = &srv->cl.nodes[i];
-        if (n->self || n->first_rank >= hi || n->first_rank + n->ranks <= lo)
-            continue;
-        bool root = n->first_rank <= lo && lo < n->first_rank + n->ranks;
-        if (wf_cluster_send(srv->cluster, n->name, m) &&
-            (!root || xfer_send_inputs(srv, job, n->name))) {
-            job->remote_pending |= 1u << i;
-            if (root)
-                job->xroot = 1u << i;
-            parts++;
-        } else if (root) {
-            /* its part would wait for the inputs forever, and every other
-             * rank for it: the node counts as lost (the world re-forms) */
-            snprintf(job->err, sizeof job->err, "node %s unreachable on the "
-                     "tensor channel", n->name);
-            atomic_store(&job->status, WF_E_NODE_LOST);
-            abort_world(srv, n->name, NULL);
-            wf_cluster_node_lost(srv->cluster, n->name, "its tensor channel "
-                                 "failed", wf_now_usec());
-        } else {
-            /* its ranks never come: the loss of the node aborts the others */
-            snprintf(job->err, sizeof job->err, "node %s unreachable", n->name);
-            atomic_store(&job->status, WF_E_NODE_LOST);
-        }
-    }
-    if (job->remote_pending) {
-        job->rnext = srv->cl.remote_jobs;
-        srv->cl.remote_jobs = job;
-    }
-    return parts;
-}
-
-static void unlink_remote(wf_server_t *srv, wf_djob_t *job)
-{
-    for (wf_djob_t **l = &srv->cl.remote_jobs; *l; l = &(*l)->rnext)
-        if (*l == job) {
-            *l = job->rnext;
-            job->rnext = NULL;
-            return;
-        }
-}
-
-/* Member: "done" of our part back to the coordinator. */
-static void member_done(wf_server_t *srv, uint64_t seq, uint64_t epoch,
-                        wf_status_t st)
-{
-    wf_ctl_msg_t *m = &srv->cl_msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "done");
-    wf_ctl_put_uint(m, "seq", seq);
-    wf_ctl_put_uint(m, "epoch", epoch);
-    wf_ctl_put_uint(m, "st", (uint64_t)(int64_t)st & 0xffffffffu);
-    wf_cluster_send(srv->cluster, NULL, m);
-}
-
-static bool get_u(const wf_ctl_msg_t *m, const char *key, uint64_t max,
-                  uint64_t *ret)
-{
-    return wf_ctl_get_uint(m, key, ret) && *ret <= max;
-}
-
-static wf_status_t member_root_setup(wf_server_t *srv, wf_djob_t *job);
-static void member_take_early(wf_server_t *srv, wf_djob_t *job);
-static void member_pump(wf_server_t *srv);
-static void member_submit(wf_server_t *srv, wf_djob_t *job);
-static void early_drop(wf_server_t *srv, uint32_t i);
-
-/* Member: a job descriptor from the coordinator: queue our ranks' parts
- * in the order received, which is the coordinator's. When the job's
- * roots are ours (a head split's: every rank, all ours), its inputs come
- * on the tensor channel: the part (and every one behind it) waits for
- * them in cl.mq. */
-static void member_job(wf_server_t *srv, const wf_ctl_msg_t *m)
-{
-    uint64_t seq = 0, epoch = 0, id = 0, base, g, B, Sq, Hq, D, Skv, Hkv, qdt,
-             kdt, vdt, odt, lse, causal, scale, rot, f32, ra, ua, lb;
-    const uint64_t big = (uint64_t)INT32_MAX;
-    bool ok = get_u(m, "seq", UINT64_MAX, &seq) && get_u(m, "epoch", UINT64_MAX, &epoch) &&
-              get_u(m, "id", UINT64_MAX, &id) &&
-              get_u(m, "base", WF_DJOB_MAX_WORLD, &base) &&
-              get_u(m, "g", WF_DJOB_MAX_WORLD, &g) && get_u(m, "B", big, &B) &&
-              get_u(m, "Sq", big, &Sq) && get_u(m, "Hq", big, &Hq) &&
-              get_u(m, "D", big, &D) && get_u(m, "Skv", big, &Skv) &&
-              get_u(m, "Hkv", big, &Hkv) && get_u(m, "qdt", 255, &qdt) &&
-              get_u(m, "kdt", 255, &kdt) && get_u(m, "vdt", 255, &vdt) &&
-              get_u(m, "odt", 255, &odt) && get_u(m, "lse", 1, &lse) &&
-              get_u(m, "causal", 1, &causal) && get_u(m, "scale", UINT32_MAX, &scale) &&
-              get_u(m, "rot", 255, &rot) && get_u(m, "f32", 1, &f32) &&
-              get_u(m, "ra", 1, &ra) && get_u(m, "ua", 1, &ua) && get_u(m, "lb", 1, &lb);
-    /* a head split (absent: context-parallel): its ranks base + the bits
-     * of mask, g of them, in rank order */
-    uint64_t hs = 0, mask = 0;
-    if (ok && wf_ctl_get_uint(m, "hs", &hs))
-        ok = hs <= 1 && (hs == 0 || get_u(m, "mask", UINT64_MAX, &mask));
-    if (ok && hs) {
-        uint32_t bits = 0, top = 0;
-        for (uint32_t b = 0; b < 64; b++)
-            if (mask & (UINT64_C(1) << b)) {
-                bits++;
-                top = b;
-            }
-        ok = (mask & 1) && bits == g && base + top < srv->cl.world_size;
-    }
-    if (!ok || g < 1 || base + g > srv->cl.world_size) {
-        wf_log(srv->log, WF_LOG_WARNING, "cluster: malformed job descriptor (seq %"
-               PRIu64 ") dropped", seq);
-        member_done(srv, seq, epoch, WF_E_MALFORMED);
-        return;
-    }
-    /* The mesh the job runs under: the one in force, or the one of the
-     * regroup already queued on the workers (the descriptor may overtake
-     * its completion; the workers run the regroup first). */
-    const wf_mesh_t *mesh = srv->reconf.active && srv->reconf.regrouping
-                                ? &srv->reconf.target : &srv->sched.mesh;
-    if (srv->cl.aborted && srv->cl.failed_epoch == srv->cl.world_epoch &&
-        srv->cl.built && epoch == mesh->epoch) {
-        /* a failed job aborted this world; the coordinator rebuilds it (an
-         * UNAVAILABLE here would count as losing this node) */
-        member_done(srv, seq, epoch, WF_E_ABORTED);
-        return;
-    }
-    uint32_t cp_ranks = mesh->deg.ring * mesh->deg.ulysses * mesh->deg.tp;
-    if (!srv->cl.built || srv->cl.install || srv->cl.aborted || epoch != mesh->epoch ||
-        (hs ? cp_ranks != mesh->deg.tp || (uint32_t)g > mesh->deg.tp
-            : (uint32_t)g != cp_ranks)) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
-               ") for mesh epoch %" PRIu64 " refused: this node serves mesh epoch %"
-               PRIu64, id, seq, epoch, mesh->epoch);
-        member_done(srv, seq, epoch, WF_E_UNAVAILABLE);
-        return;
-    }
-    wf_djob_t *job = wf_djob_new();
-    if (!job) {
-        member_done(srv, seq, epoch, WF_E_NO_MEMORY);
-        return;
-    }
-    job->kind = WF_DJOB_ATTENTION;
-    job->remote_part = true;
-    job->seq = seq;
-    job->epoch = epoch;
-    job->plan_epoch = epoch;
-    job->mesh = *mesh;
-    job->cp = !hs;
-    job->req.id = id;
-    job->req.op = WF_OP_ATTENTION;
-    job->req.n_tensors = 3;
-    wf_attention_args_t *a = &job->req.args.attention;
-    a->q = 0;
-    a->k = 1;
-    a->v = 2;
-    a->causal = causal != 0;
-    a->return_lse = lse != 0;
-    const int64_t shp[3][4] = { { (int64_t)B, (int64_t)Sq, (int64_t)Hq, (int64_t)D },
-                                { (int64_t)B, (int64_t)Skv, (int64_t)Hkv, (int64_t)D },
-                                { (int64_t)B, (int64_t)Skv, (int64_t)Hkv, (int64_t)D } };
-    const uint64_t dts[3] = { qdt, kdt, vdt };
-    for (int t = 0; t < 3; t++) {
-        wf_tensor_desc_t *d = &job->req.tensors[t];
-        d->dtype = (wf_dtype_t)dts[t];
-        d->rank = 4;
-        memcpy(d->shape, shp[t], sizeof shp[t]);
-        d->frame = (uint32_t)t;
-    }
-    uint32_t fbits = (uint32_t)scale;
-    memcpy(&job->scale, &fbits, sizeof fbits);
-    job->rotate_method = (wf_rotate_t)rot;
-    job->convert_to_fp32 = f32 != 0;
-    job->ring_anything = ra != 0;
-    job->ulysses_anything = ua != 0;
-    job->load_balance = lb != 0;
-    job->out_desc[0].dtype = (wf_dtype_t)odt;
-    job->n_outputs = lse ? 2 : 1;
-    job->group_size = (int)g;
-    job->run = hs ? wf_attention_head_split_run : wf_attention_cp_run;
-    job->done = &srv->done;
-    job->world_epoch = srv->cl.world_epoch;
-    int local = 0, roots = 0;
-    /* the roots (they read the inputs and write the outputs): a cp job's
-     * first tp ranks, every rank of a head split */
-    uint32_t lo = srv->cl.first_rank, T = hs ? (uint32_t)g : mesh->deg.tp;
-    for (uint32_t r = 0, off = 0; r < g; r++, off++) {
-        while (hs && !(mask & (UINT64_C(1) << off)))
-            off++;
-        uint32_t wr = (uint32_t)base + off;
-        if (wr < lo || wr - lo >= srv->n_workers)
-            continue;
-        job->device[r] = wr - lo;
-        job->task[r].job = job;
-        job->task[r].rank = (int)r;
-        local++;
-        roots += r < T;
-    }
-    if (roots > 0 && ((uint32_t)roots != T || !srv->cl.xfer ||
-                      member_root_setup(srv, job) != WF_OK)) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
-               ") has %s on this member; %s", id, seq,
-               (uint32_t)roots != T ? "some of its roots"
-                                    : !srv->cl.xfer ? "its roots but no tensor channel"
-                                                    : "roots it cannot take",
-               (uint32_t)local == g || hs ? "refused" : "it fails");
-        /* a head split has no comm: nothing waits for its ranks */
-        if ((uint32_t)local == g || hs) {
-            for (uint32_t i = 0; i < srv->cl.n_early; i++)
-                if (srv->cl.early[i].seq == seq &&
-                    srv->cl.early[i].epoch == job->world_epoch) {
-                    early_drop(srv, i);     /* its inputs, if they came */
-                    break;
-                }
-            wf_djob_free(&job);
-            member_done(srv, seq, epoch, WF_E_INTERNAL);
-            return;
-        }
-        /* Not refused: the job's ranks on other nodes would wait for ours
-         * in a collective forever. Our roots fail their step instead
-         * (cp_step), which aborts the world; the coordinator rebuilds it.
-         * They fail at once, not waiting for the inputs: inputs over our
-         * own limits may never come (the channel drops a message over its
-         * size limit); inputs that do come wait among the early ones and
-         * are dropped with the aborted world. */
-        job->root_here = true;
-        job->inputs_bad = true;
-        job->inputs_in = true;
-    }
-    if (local == 0) {
-        wf_djob_free(&job);
-        member_done(srv, seq, epoch, WF_OK);
-        return;
-    }
-    atomic_store(&job->remaining, local);
-    if (job->root_here && !job->inputs_in)
-        member_take_early(srv, job);
-    if (job->root_here && !job->inputs_in && srv->cl.early_lost_seq >= seq &&
-        srv->cl.early_lost_epoch == job->world_epoch) {
-        /* its inputs came and were dropped for room (the channel keeps
-         * the coordinator's order): it would wait forever */
-        wf_log(srv->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
-               PRIu64 ") were dropped; it fails", id, seq);
-        job->inputs_in = true;
-        job->inputs_bad = true;
-    }
-    member_enqueue(srv, job);
-}
-
-/* Member: queue a part on its ranks' workers. */
-static void member_submit(wf_server_t *srv, wf_djob_t *job)
-{
-    job->t_dispatch_us = wf_now_usec();
-    for (int r = 0; r < job->group_size; r++)
-        if (job->task[r].job)   /* our ranks (device = local index) */
-            wf_worker_submit(&srv->workers[job->device[r]], &job->task[r]);
-}
-
-/* Member: hand the queue to the workers in order, up to the first part
- * whose inputs have not come (the parts behind it wait: every worker's
- * FIFO keeps the coordinator's order). */
-static void member_pump(wf_server_t *srv)
-{
-    while (srv->cl.mq_head) {
-        wf_djob_t *j = srv->cl.mq_head;
-        if (j->kind != WF_DJOB_REGROUP && j->root_here && !j->inputs_in)
-            return;
-        srv->cl.mq_head = j->next;
-        if (!srv->cl.mq_head)
-            srv->cl.mq_tail = NULL;
-        j->next = NULL;
-        if (j->kind == WF_DJOB_REGROUP)
-            regroup_submit(srv, j);
-        else
-            member_submit(srv, j);
-    }
-}
-
-static void member_enqueue(wf_server_t *srv, wf_djob_t *job)
-{
-    job->next = NULL;
-    if (srv->cl.mq_tail)
-        srv->cl.mq_tail->next = job;
-    else
-        srv->cl.mq_head = job;
-    srv->cl.mq_tail = job;
-    member_pump(srv);
-}
-
-static void early_drop(wf_server_t *srv, uint32_t i)
-{
-    for (uint32_t f = 0; f < srv->cl.early[i].n; f++)
-        zmq_msg_close(&srv->cl.early[i].f[f]);
-    memmove(&srv->cl.early[i], &srv->cl.early[i + 1],
-            (srv->cl.n_early - i - 1) * sizeof srv->cl.early[0]);
-    srv->cl.n_early--;
-}
-
-/* Member, the world aborted (or lost): the parts not yet on the workers
- * answer "aborted" and are dropped with the inputs that came early;
- * regroups stay queued, in order. */
-static void member_flush(wf_server_t *srv)
-{
-    wf_djob_t *keep = NULL, **tail = &keep, *j = srv->cl.mq_head;
-    srv->cl.mq_head = srv->cl.mq_tail = NULL;
-    while (j) {
-        wf_djob_t *next = j->next;
-        j->next = NULL;
-        if (j->kind == WF_DJOB_REGROUP) {
-            *tail = j;
-            tail = &j->next;
-            srv->cl.mq_tail = j;
-        } else {
-            member_done(srv, j->seq, j->epoch, WF_E_ABORTED);
-            wf_djob_free(&j);
-        }
-        j = next;
-    }
-    srv->cl.mq_head = keep;
-    while (srv->cl.n_early)
-        early_drop(srv, 0);
-    member_pump(srv);
-}
-
-
-/* ------------------------------------------------------------------ */
-/* tensor channel (PROTOCOL.md section 11, "Tensor channel"): the
- * coordinator's ROUTER on data_address, each member's DEALER (routing id
- * = its node name). A job whose roots are on a member gets its inputs
- * ("in") from the coordinator and sends its outputs ("out") back. Each
- * message is a header (a control map: t, epoch = world epoch, seq, n,
- * st) and n tensor frames, sent zero-copy. Nothing from a peer is taken
- * before its name, world epoch, sequence number and sizes matched. */
-
-/* Largest frame on the channel: an output may be twice its input (f16
- * in, f32 out). */
-static int64_t xfer_max_msg(const wf_server_t *srv)
-{
-    return (int64_t)(2 * srv->settings.limits.max_tensor_bytes) + 4096;
-}
-
-/* A member takes what its coordinator sends at any size (-1): the
- * coordinator bounds the inputs by its own max_tensor_bytes, and a member
- * whose limit is smaller must still take them to fail the job (its
- * descriptor check), as ZeroMQ cuts a connection over ZMQ_MAXMSGSIZE
- * for good and every later job rooted here would stall. */
-static void xfer_opts(wf_server_t *srv, void *sock, bool coord)
-{
-    int zero = 0;
-    int64_t max = coord ? xfer_max_msg(srv) : -1;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);  /* bounded by */
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);  /* jobs in flight */
-    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
-}
-
-/* Coordinator: bind the ROUTER on data_address, any port; announced in
- * every world ("xfer"). */
-static wf_status_t xfer_bind(wf_server_t *srv)
-{
-    char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
-    snprintf(host, sizeof host, "%s", srv->settings.data_address);
-    if (host[0] == '\0' && gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "127.0.0.1");
-    host[sizeof host - 1] = '\0';
-    snprintf(bind, sizeof bind, "tcp://%s:*", host);
-    srv->cl.xfer = zmq_socket(srv->zctx, ZMQ_ROUTER);
-    if (!srv->cl.xfer) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: tensor channel: zmq_socket: %s",
-               zmq_strerror(zmq_errno()));
-        return WF_E_INTERNAL;
-    }
-    int one = 1;
-    xfer_opts(srv, srv->cl.xfer, true);
-    /* MANDATORY: a send to a member not connected fails instead of being
-     * dropped; HANDOVER: a restarted member takes its name back */
-    zmq_setsockopt(srv->cl.xfer, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    zmq_setsockopt(srv->cl.xfer, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
-    size_t len = sizeof srv->cl.xfer_ep;
-    if (zmq_bind(srv->cl.xfer, bind) != 0 ||
-        zmq_getsockopt(srv->cl.xfer, ZMQ_LAST_ENDPOINT, srv->cl.xfer_ep, &len) != 0) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: cannot bind the tensor channel "
-               "on %s (data_address): %s", host, zmq_strerror(zmq_errno()));
-        return WF_E_INTERNAL;
-    }
-    wf_cluster_set_xfer(srv->cluster, srv->cl.xfer_ep);
-    wf_log(srv->log, WF_LOG_INFO, "cluster: tensor channel on %s", srv->cl.xfer_ep);
-    return WF_OK;
-}
-
-static void xfer_close(wf_server_t *srv)
-{
-    wf_djob_t *j = srv->cl.mq_head;
-    while (j) {
-        wf_djob_t *next = j->next;
-        wf_djob_free(&j);
-        j = next;
-    }
-    srv->cl.mq_head = srv->cl.mq_tail = NULL;
-    while (srv->cl.n_early)
-        early_drop(srv, 0);
-    if (srv->cl.xfer)
-        zmq_close(srv->cl.xfer);
-    srv->cl.xfer = NULL;
-    srv->cl.xfer_ep[0] = '\0';
-}
-
-/* Member, a new world: connect to the channel it names (if it changed). */
-static void xfer_connect(wf_server_t *srv, const char *self_name)
-{
-    const char *ep = wf_cluster_xfer(srv->cluster);
-    if (srv->cl.xfer && strcmp(ep, srv->cl.xfer_ep) == 0)
-        return;
-    if (srv->cl.xfer)
-        zmq_close(srv->cl.xfer);
-    srv->cl.xfer = NULL;
-    srv->cl.xfer_ep[0] = '\0';
-    if (!ep[0])
-        return;         /* no channel: our ranks are never roots */
-    void *sock = zmq_socket(srv->zctx, ZMQ_DEALER);
-    if (!sock) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: tensor channel: zmq_socket: %s",
-               zmq_strerror(zmq_errno()));
-        return;
-    }
-    xfer_opts(srv, sock, false);
-    if (zmq_setsockopt(sock, ZMQ_ROUTING_ID, self_name, strlen(self_name)) != 0 ||
-        zmq_connect(sock, ep) != 0) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: cannot connect the tensor channel "
-               "%s: %s", ep, zmq_strerror(zmq_errno()));
-        zmq_close(sock);
-        return;
-    }
-    srv->cl.xfer = sock;
-    snprintf(srv->cl.xfer_ep, sizeof srv->cl.xfer_ep, "%s", ep);
-}
-
-/* Send the header in srv->xf_msg (to `node` on the ROUTER; NULL: the
- * DEALER's peer), then n frames (moved out of frames[]). False when it
- * could not be queued (the frames are closed). */
-static bool xfer_send(wf_server_t *srv, const char *node, zmq_msg_t *frames,
-                      uint32_t n)
-{
-    bool ok = true;
-    wf_buf_reset(&srv->buf);
-    if (wf_ctl_encode(&srv->xf_msg, &srv->buf) != WF_OK)
-        ok = false;
-    if (ok && node && zmq_send(srv->cl.xfer, node, strlen(node),
-                               ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        ok = false;
-    /* after the first frame ZeroMQ takes the whole message */
-    if (ok && zmq_send(srv->cl.xfer, srv->buf.data, srv->buf.len,
-                       (n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
-        ok = false;
-    for (uint32_t i = 0; i < n; i++) {
-        if (!ok || zmq_msg_send(&frames[i], srv->cl.xfer,
-                                (i + 1 < n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
-            ok = false;
-        zmq_msg_close(&frames[i]);
-    }
-    return ok;
-}
-
-/* Coordinator, at dispatch: q, k, v of `job` to the member holding its
- * roots (copies share the received buffers). */
-static bool xfer_send_inputs(wf_server_t *srv, const wf_djob_t *job,
-                             const char *node)
-{
-    if (!srv->cl.xfer)
-        return false;
-    const wf_attention_args_t *a = &job->req.args.attention;
-    const uint32_t idx[3] = { a->q, a->k, a->v };
-    zmq_msg_t f[3];
-    for (int t = 0; t < 3; t++) {
-        zmq_msg_init(&f[t]);
-        zmq_msg_copy(&f[t], (zmq_msg_t *)&job->frames[job->req.tensors[idx[t]].frame]);
-    }
-    wf_ctl_msg_t *m = &srv->xf_msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "in");
-    wf_ctl_put_uint(m, "epoch", job->world_epoch);
-    wf_ctl_put_uint(m, "seq", job->seq);
-    wf_ctl_put_uint(m, "n", 3);
-    bool ok = xfer_send(srv, node, f, 3);
-    if (!ok)
-        wf_log(srv->log, WF_LOG_WARNING, "cluster: inputs of job %" PRIu64 " (seq %"
-               PRIu64 ") not sent to %s: %s", job->req.id, job->seq, node,
-               zmq_strerror(zmq_errno()));
-    return ok;
-}
-
-/* Member: our part of a world serves the channel: tell the coordinator
- * ("hi"), which then gives our ranks jobs' roots. */
-static void xfer_hi(wf_server_t *srv)
-{
-    if (!srv->cl.xfer)
-        return;
-    wf_ctl_msg_t *m = &srv->xf_msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "hi");
-    wf_ctl_put_uint(m, "epoch", srv->cl.world_epoch);
-    xfer_send(srv, NULL, NULL, 0);
-}
-
-/* Member: the part holding the roots ended well: its outputs (and so its
- * "done") go back on the channel. False when they could not be queued. */
-static bool xfer_send_outputs(wf_server_t *srv, wf_djob_t *job)
-{
-    if (!srv->cl.xfer)
-        return false;
-    zmq_msg_t f[WF_DJOB_MAX_OUTPUTS];
-    uint32_t n = job->n_outputs;
-    for (uint32_t i = 0; i < n; i++) {
-        if (zmq_msg_init_data(&f[i], job->out[i], (size_t)job->out_desc[i].nbytes,
-                              free_output, NULL) != 0) {
-            for (uint32_t k = 0; k < i; k++)
-                zmq_msg_close(&f[k]);   /* gives nothing back: out[k] freed */
-            return false;
-        }
-        job->out[i] = NULL;
-    }
-    wf_ctl_msg_t *m = &srv->xf_msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "out");
-    wf_ctl_put_uint(m, "epoch", job->world_epoch);
-    wf_ctl_put_uint(m, "seq", job->seq);
-    wf_ctl_put_uint(m, "st", 0);
-    wf_ctl_put_uint(m, "n", n);
-    return xfer_send(srv, NULL, f, n);
-}
-
-/* Member: the descriptor makes our ranks the roots: the inputs' sizes to
- * expect and the outputs to write. */
-static wf_status_t member_root_setup(wf_server_t *srv, wf_djob_t *job)
-{
-    uint64_t max_in = srv->settings.limits.max_tensor_bytes;
-    for (int t = 0; t < 3; t++)
-        if (wf_tensor_desc_finish(&job->req.tensors[t]) != WF_OK ||
-            job->req.tensors[t].nbytes > max_in)
-            return WF_E_LIMIT;
-    const wf_tensor_desc_t *q = &job->req.tensors[0];
-    wf_tensor_desc_t *o = &job->out_desc[0];
-    snprintf(o->name, sizeof o->name, "out");
-    o->rank = 4;
-    memcpy(o->shape, q->shape, 4 * sizeof q->shape[0]);
-    o->frame = 0;
-    if (job->n_outputs > 1) {
-        wf_tensor_desc_t *l = &job->out_desc[1];
-        snprintf(l->name, sizeof l->name, "lse");
-        l->dtype = WF_DTYPE_F32;
-        l->rank = 3;
-        memcpy(l->shape, q->shape, 3 * sizeof q->shape[0]);
-        l->frame = 1;
-    }
-    for (uint32_t i = 0; i < job->n_outputs; i++) {
-        if (wf_tensor_desc_finish(&job->out_desc[i]) != WF_OK ||
-            job->out_desc[i].nbytes > 2 * max_in)
-            return WF_E_LIMIT;
-        size_t size = ((size_t)job->out_desc[i].nbytes + 63) & ~(size_t)63;
-        job->out[i] = aligned_alloc(64, size ? size : 64);
-        if (!job->out[i])
-            return WF_E_NO_MEMORY;
-    }
-    job->root_here = true;
-    return WF_OK;
-}
-
-/* Member: give `job` the n received frames when they match its inputs
- * (else the root's step fails: the world is aborted and rebuilt). The
- * frames are moved out of f[]. */
-static void member_give_inputs(wf_server_t *srv, wf_djob_t *job, zmq_msg_t *f,
-                               uint32_t n)
-{
-    bool ok = n == 3;
-    for (uint32_t t = 0; ok && t < 3; t++)
-        ok = zmq_msg_size(&f[t]) == job->req.tensors[t].nbytes;
-    for (uint32_t t = 0; t < 3 && t < n; t++) {
-        zmq_msg_init(&job->frames[t]);
-        zmq_msg_move(&job->frames[t], &f[t]);
-    }
-    job->n_frames = n < 3 ? n : 3;
-    if (!ok) {
-        wf_log(srv->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
-               PRIu64 ") do not match its descriptor; the job fails",
-               job->req.id, job->seq);
-        job->inputs_bad = true;
-    }
-    job->inputs_in = true;
-}
-
-/* Member, a new part holding roots: its inputs may have come first. */
-static void member_take_early(wf_server_t *srv, wf_djob_t *job)
-{
-    for (uint32_t i = 0; i < srv->cl.n_early; i++) {
-        xfer_early_t *e = &srv->cl.early[i];
-        if (e->seq != job->seq || e->epoch != job->world_epoch)
-            continue;
-        member_give_inputs(srv, job, e->f, e->n);
-        e->n = 0;
-        early_drop(srv, i);
-        return;
-    }
-}
-
-/* Member: "in" {epoch, seq, n} and its frames. */
-static void member_in(wf_server_t *srv, const wf_ctl_msg_t *h, zmq_msg_t *f,
-                      uint32_t n)
-{
-    uint64_t epoch, seq, nn;
-    if (!wf_ctl_get_uint(h, "epoch", &epoch) || !wf_ctl_get_uint(h, "seq", &seq) ||
-        !wf_ctl_get_uint(h, "n", &nn) || nn != n || n != 3)
-        return;
-    for (wf_djob_t *j = srv->cl.mq_head; j; j = j->next) {
-        if (j->kind == WF_DJOB_REGROUP || !j->root_here || j->seq != seq ||
-            j->world_epoch != epoch || j->inputs_in)
-            continue;
-        member_give_inputs(srv, j, f, n);
-        member_pump(srv);
-        return;
-    }
-    /* Its descriptor may still come only for the world in force, not
-     * aborted (descriptors precede a new world on the control plane, and
-     * an aborted world takes none): else nothing would ever take them. */
-    if (epoch != srv->cl.world_epoch || srv->cl.aborted)
-        return;
-    if (srv->cl.n_early == XFER_EARLY) {
-        wf_log(srv->log, WF_LOG_WARNING, "cluster: too many inputs ahead of "
-               "their jobs; dropping the oldest (seq %" PRIu64 ")",
-               srv->cl.early[0].seq);
-        if (srv->cl.early_lost_epoch != srv->cl.early[0].epoch ||
-            srv->cl.early_lost_seq < srv->cl.early[0].seq) {
-            srv->cl.early_lost_seq = srv->cl.early[0].seq;
-            srv->cl.early_lost_epoch = srv->cl.early[0].epoch;
-        }
-        early_drop(srv, 0);
-    }
-    xfer_early_t *e = &srv->cl.early[srv->cl.n_early++];
-    e->seq = seq;
-    e->epoch = epoch;
-    e->n = n;
-    for (uint32_t t = 0; t < n; t++) {
-        zmq_msg_init(&e->f[t]);
-        zmq_msg_move(&e->f[t], &f[t]);
-    }
-}
-
-/* Coordinator: "hi" {epoch} from member `name`. */
-static void coord_hi(wf_server_t *srv, const char *name, const wf_ctl_msg_t *h)
-{
+    wf_mesh_degrees_t deg;
     uint64_t epoch;
-    int i = node_index(srv->cl.nodes, srv->cl.n_nodes, name);
-    if (i < 0 || i >= 32 || srv->cl.nodes[i].self ||
-        !wf_ctl_get_uint(h, "epoch", &epoch) || epoch != srv->cl.world_epoch)
+    if (srv->reconf.active || !wf_world_take_mesh(srv->world, &deg, &epoch))
         return;
-    srv->cl.xfer_ready |= 1u << i;
-    if (srv->cl.built && !srv->cl.install) {
-        srv->sched.roots_ok |= 1u << i;
-        dispatch(srv);
-    }
-}
-
-/* Coordinator: "out" {epoch, seq, st, n} and the outputs from `name`. */
-static void coord_out(wf_server_t *srv, const char *name, const wf_ctl_msg_t *h,
-                      zmq_msg_t *f, uint32_t n)
-{
-    uint64_t epoch, seq, st, nn;
-    int i = node_index(srv->cl.nodes, srv->cl.n_nodes, name);
-    if (i < 0 || i >= 32 || !wf_ctl_get_uint(h, "epoch", &epoch) ||
-        !wf_ctl_get_uint(h, "seq", &seq) || !wf_ctl_get_uint(h, "st", &st) ||
-        !wf_ctl_get_uint(h, "n", &nn) || nn != n)
-        return;
-    for (wf_djob_t *j = srv->cl.remote_jobs; j; j = j->rnext) {
-        if (j->seq != seq)
-            continue;
-        uint32_t bit = 1u << i;
-        if (!(j->remote_pending & bit) || !(j->xroot & bit) || j->world_epoch != epoch)
-            return;     /* settled already (a late message of an old world) */
-        j->remote_pending &= ~bit;
-        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
-        bool sizes = s != WF_OK || n == j->n_outputs;
-        for (uint32_t k = 0; sizes && s == WF_OK && k < n; k++)
-            sizes = zmq_msg_size(&f[k]) == j->out_desc[k].nbytes;
-        if (!sizes) {
-            s = WF_E_INTERNAL;
-            snprintf(j->err, sizeof j->err, "node %s sent outputs that do not "
-                     "match the job", name);
-        } else if (s == WF_OK) {
-            for (uint32_t k = 0; k < n; k++) {
-                zmq_msg_init(&j->out_msg[k]);
-                zmq_msg_move(&j->out_msg[k], &f[k]);
-            }
-            j->n_out_msgs = n;
-        } else if (!j->err[0] && s != WF_E_ABORTED) {
-            snprintf(j->err, sizeof j->err, "the job's part on node %s failed: %s",
-                     name, wf_status_str(s));
-        }
-        wf_djob_rank_done(j, s);
-        return;
-    }
-}
-
-/* Read every waiting message of the tensor channel. */
-static void xfer_recv(wf_server_t *srv)
-{
-    bool coord = wf_cluster_role(srv->cluster) == WF_CLUSTER_COORDINATOR;
-    for (int budget = 0; srv->cl.xfer && budget < 256; budget++) {
-        /* [name (ROUTER)], header, up to 3 frames */
-        zmq_msg_t p[5];
-        uint32_t n = 0, max = coord ? 5 : 4;
-        bool over = false, more = true;
-        while (more) {
-            zmq_msg_t m;
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, srv->cl.xfer, ZMQ_DONTWAIT) < 0) {
-                zmq_msg_close(&m);
-                break;
-            }
-            more = zmq_msg_more(&m);
-            if (n < max) {
-                zmq_msg_init(&p[n]);
-                zmq_msg_move(&p[n++], &m);
-            } else {
-                over = true;
-            }
-            zmq_msg_close(&m);
-        }
-        if (n == 0)
-            return;
-        uint32_t h = coord ? 1 : 0;
-        char name[WF_SETTINGS_NAME_MAX] = "";
-        char err[64];
-        const char *t = NULL;
-        if (coord && zmq_msg_size(&p[0]) < sizeof name)
-            memcpy(name, zmq_msg_data(&p[0]), zmq_msg_size(&p[0]));
-        if (!over && n > h && (!coord || (name[0] &&
-                                          strlen(name) == zmq_msg_size(&p[0]))) &&
-            wf_ctl_decode(zmq_msg_data(&p[h]), zmq_msg_size(&p[h]), &srv->xf_msg,
-                          err, sizeof err) == WF_OK)
-            t = wf_ctl_get_str(&srv->xf_msg, "t");
-        if (t && coord && strcmp(t, "hi") == 0)
-            coord_hi(srv, name, &srv->xf_msg);
-        else if (t && coord && strcmp(t, "out") == 0)
-            coord_out(srv, name, &srv->xf_msg, &p[h + 1], n - h - 1);
-        else if (t && !coord && strcmp(t, "in") == 0)
-            member_in(srv, &srv->xf_msg, &p[h + 1], n - h - 1);
-        for (uint32_t k = 0; k < n; k++)
-            zmq_msg_close(&p[k]);
-    }
-}
-
-/* Coordinator: a member's part of a job ended. */
-static void coord_done(wf_server_t *srv, const char *from, const wf_ctl_msg_t *m)
-{
-    uint64_t seq, st;
-    int i = node_index(srv->cl.nodes, srv->cl.n_nodes, from);
-    if (i < 0 || !wf_ctl_get_uint(m, "seq", &seq) || !wf_ctl_get_uint(m, "st", &st))
-        return;
-    for (wf_djob_t *j = srv->cl.remote_jobs; j; j = j->rnext) {
-        if (j->seq != seq)
-            continue;
-        if (!(j->remote_pending & (1u << i)))
-            return;
-        j->remote_pending &= ~(1u << i);
-        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
-        if (s == WF_OK && (j->xroot & (1u << i))) {
-            /* the roots' node answers on the tensor channel, with outputs */
-            s = WF_E_INTERNAL;
-            snprintf(j->err, sizeof j->err, "node %s reported the job done "
-                     "without its outputs", from);
-        }
-        if (s == WF_E_UNAVAILABLE || s == WF_E_MALFORMED) {
-            /* its ranks never ran: ours wait for them in a collective.
-             * Abort the world; a new round without the node rebuilds it
-             * (the node rejoins at once). */
-            char why[WF_PROTO_ERROR_MAX];
-            snprintf(why, sizeof why, "node %s refused job %" PRIu64, from,
-                     j->req.id);
-            abort_world(srv, why, NULL);
-            wf_cluster_node_lost(srv->cluster, from, "it refused a job",
-                                 wf_now_usec());
-        }
-        if (s != WF_OK && s != WF_E_ABORTED && !j->err[0])
-            snprintf(j->err, sizeof j->err, "the job's part on node %s failed: %s",
-                     from, wf_status_str(s));
-        wf_djob_rank_done(j, s);
-        return;
-    }
-}
-
-static void cluster_message(void *arg, const char *from, const wf_ctl_msg_t *m)
-{
-    wf_server_t *srv = arg;
-    const char *t = wf_ctl_get_str(m, "t");
-    if (!t)
-        return;
-    if (!from && strcmp(t, "job") == 0)
-        member_job(srv, m);
-    else if (from && strcmp(t, "done") == 0)
-        coord_done(srv, from, m);
+    char err[WF_PROTO_ERROR_MAX];
+    srv->epoch_override = epoch;
+    if (start_reconfigure(srv, &deg, false, "coordinator", false, NULL,
+                          false, 0, err, sizeof err) != WF_OK)
+        wf_log(srv->log, WF_LOG_ERR, "cluster: mesh from the coordinator not "
+               "applied: %s", err);
+    srv->epoch_override = 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -2867,7 +1567,7 @@ static void handle_completions(wf_server_t *srv)
         if (job->kind == WF_DJOB_REGROUP) {
             wf_status_t st = (wf_status_t)atomic_load(&job->status);
             if (job->zworld) {
-                cluster_regroup_done(srv, job, st);
+                wf_world_regroup_done(srv->world, job, st);
                 wf_djob_free(&job);
             } else {
                 wf_djob_free(&job);
@@ -2877,15 +1577,7 @@ static void handle_completions(wf_server_t *srv)
             continue;
         }
         if (job->remote_part) {
-            wf_status_t st = (wf_status_t)atomic_load(&job->status);
-            /* the roots' part answers with its outputs on the tensor
-             * channel; a failure (or a channel that cannot take them)
-             * with "done" on the control plane, ahead of any "aborted" */
-            if (!job->root_here || st != WF_OK || !xfer_send_outputs(srv, job)) {
-                if (job->root_here && st == WF_OK)
-                    st = WF_E_INTERNAL;
-                member_done(srv, job->seq, job->epoch, st);
-            }
+            wf_status_t st = wf_world_part_done(srv->world, job);
             if (st != WF_OK && st != WF_E_ABORTED && failed_st == WF_OK) {
                 failed_seq = job->seq;
                 failed_st = st;
@@ -2894,11 +1586,8 @@ static void handle_completions(wf_server_t *srv)
             job = next;
             continue;
         }
-        if (srv->cluster) {
-            unlink_remote(srv, job);
-            if (atomic_load(&job->status) == WF_OK)
-                wf_cluster_job_ok(srv->cluster);
-        }
+        if (srv->world)
+            wf_world_job_done(srv->world, job);
         wf_sched_complete(&srv->sched, job);
         reply_job(srv, job);
         wf_djob_free(&job);
@@ -2906,7 +1595,7 @@ static void handle_completions(wf_server_t *srv)
     }
     /* A rank failed inside a collective and aborted the world: rebuild it
      * (same mesh, epoch + 1) once the running jobs are done. */
-    if (srv->world && wf_comm_host_world_aborted(srv->world) &&
+    if (srv->host_world && wf_comm_host_world_aborted(srv->host_world) &&
         !srv->workers_stopped) {
         if (srv->reconf.active) {
             srv->reconf.new_world = true;
@@ -2918,10 +1607,12 @@ static void handle_completions(wf_server_t *srv)
                               false, NULL, false, 0, err, sizeof err);
         }
     }
-    cluster_check_abort(srv, failed_seq, failed_st);
+    if (srv->world && !srv->workers_stopped &&
+        wf_world_check_abort(srv->world, failed_seq, failed_st))
+        cluster_sync(srv);
     advance_reconfigure(srv);
-    if (srv->cluster) {
-        cluster_try_install(srv);
+    if (srv->world) {
+        wf_world_try_install(srv->world);
         apply_pending_mesh(srv);
     }
 }
@@ -3041,8 +1732,7 @@ static void finish_drain(wf_server_t *srv)
         wf_djob_free(&q);
         q = next;
     }
-    if (srv->cl.local)
-        wf_comm_zmq_local_abort(srv->cl.local);  /* nothing of ours is left */
+    wf_world_abort_local(srv->world);   /* nothing of ours is left */
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
     srv->workers_stopped = true;
@@ -3082,19 +1772,20 @@ wf_status_t wf_server_run(wf_server_t *srv)
             { NULL, srv->sigfd, ZMQ_POLLIN, 0 },
             { NULL, srv->done.efd, ZMQ_POLLIN, 0 },
             { NULL, srv->models.efd, ZMQ_POLLIN, 0 },
-            { srv->cluster ? wf_cluster_socket(srv->cluster) : NULL, 0,
+            { srv->world ? wf_cluster_socket(wf_world_cluster(srv->world)) : NULL,
+              0, ZMQ_POLLIN, 0 },
+            { srv->world ? wf_world_channel_socket(srv->world) : NULL, 0,
               ZMQ_POLLIN, 0 },
-            { srv->cl.xfer, 0, ZMQ_POLLIN, 0 },
         };
         int timeout = poll_timeout_ms(srv, now);
-        if (srv->cluster) {
-            int ct = wf_cluster_timeout_ms(srv->cluster, now);
+        if (srv->world) {
+            int ct = wf_cluster_timeout_ms(wf_world_cluster(srv->world), now);
             if (timeout < 0 || ct < timeout)
                 timeout = ct;
         }
         if (srv->models.loading && (timeout < 0 || timeout > 1000))
             timeout = 1000;     /* progress notes to systemd */
-        int rc = zmq_poll(items, !srv->cluster ? 4 : srv->cl.xfer ? 6 : 5, timeout);
+        int rc = zmq_poll(items, !srv->world ? 4 : items[5].socket ? 6 : 5, timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
             wf_log(srv->log, WF_LOG_ERR, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             result = WF_E_INTERNAL;
@@ -3102,21 +1793,20 @@ wf_status_t wf_server_run(wf_server_t *srv)
         }
         wf_notify_watchdog(&srv->notify, wf_now_usec());
         loading_notify(srv, wf_now_usec());
-        if (srv->cluster) {
+        if (srv->world) {
             /* timers run on every wake-up, messages when there are some */
-            wf_cluster_handle(srv->cluster, wf_now_usec());
-            const char *fatal = wf_cluster_fatal(srv->cluster);
+            wf_cluster_t *cluster = wf_world_cluster(srv->world);
+            wf_cluster_handle(cluster, wf_now_usec());
+            const char *fatal = wf_cluster_fatal(cluster);
             if (fatal) {
                 wf_log(srv->log, WF_LOG_ERR, "stopping: %s", fatal);
                 result = WF_E_INTERNAL;
                 break;
             }
             cluster_sync(srv);
-            if (wf_cluster_take_mesh(srv->cluster, &srv->cl.mesh_deg,
-                                     &srv->cl.mesh_epoch))
-                srv->cl.mesh_pending = true;
+            wf_world_note_mesh(srv->world);
             apply_pending_mesh(srv);
-            xfer_recv(srv);     /* cheap when nothing waits */
+            wf_world_recv(srv->world);  /* cheap when nothing waits */
         }
         if (rc <= 0)
             continue;
