@@ -113,7 +113,7 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
         wf_world_abort(w, lost, NULL);
     else if (!w->built || w->install)
         wf_world_abort(w, "the world re-formed before it served", NULL);
-    if (wf_cluster_role(w->cluster) == WF_CLUSTER_COORDINATOR)
+    if (wf_world_coordinator(w))
         wf_world_settle_remote(w, nw, nn, w->aborted, lost);
     w->xfer_ready = 0;     /* members say hi again on the new world */
     w->world_epoch = epoch;
@@ -214,7 +214,7 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
     wf_log(w->log, WF_LOG_INFO, "cluster: joining the comm world of epoch %"
            PRIu64 ": ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, epoch,
            first, first + w->n_workers - 1, total, m, mepoch);
-    if (wf_cluster_role(w->cluster) == WF_CLUSTER_MEMBER) {
+    if (!wf_world_coordinator(w)) {
         wf_channel_connect(w->channel, wf_cluster_xfer(w->cluster), nw[self].name);
         wf_world_enqueue(w, job);   /* behind parts waiting for inputs */
     } else {
@@ -252,12 +252,11 @@ void wf_world_try_install(wf_world_t *w)
     if (!w->install || w->sched->in_flight > 0)
         return;
     w->install = false;
-    wf_sched_resize(w->sched, w->world_size, w->first_rank,
-                    &w->mesh);
+    wf_sched_resize(w->sched, w->world_size, w->first_rank, &w->mesh);
     /* which node each rank is on, and which may take a job's roots: ours,
      * and members whose tensor channel said hi for this world */
     w->sched->remote_roots = wf_channel_socket(w->channel) != NULL &&
-                              wf_cluster_role(w->cluster) == WF_CLUSTER_COORDINATOR;
+                             wf_world_coordinator(w);
     w->sched->roots_ok = w->xfer_ready;
     for (uint32_t i = 0; i < w->n_nodes; i++) {
         const wf_cluster_node_t *n = &w->nodes[i];
@@ -267,7 +266,7 @@ void wf_world_try_install(wf_world_t *w)
         if (n->self)
             w->sched->roots_ok |= 1u << i;
     }
-    if (wf_cluster_role(w->cluster) == WF_CLUSTER_MEMBER)
+    if (!wf_world_coordinator(w))
         wf_channel_send_hi(w->channel, w->world_epoch);
     char m[96];
     format_deg(&w->mesh.deg, m, sizeof m);
@@ -287,7 +286,7 @@ void wf_world_sync(wf_world_t *w)
     uint32_t nn = 0;
     uint64_t epoch = 0, wid = 0, mepoch = 0;
     wf_mesh_degrees_t mdeg;
-    if (wf_cluster_role(w->cluster) == WF_CLUSTER_MEMBER &&
+    if (!wf_world_coordinator(w) &&
         wf_cluster_coordinator_lost(w->cluster) && w->local && !w->aborted) {
         wf_world_abort(w, "the coordinator", NULL);
         w->built = false;
@@ -319,7 +318,7 @@ bool wf_world_check_abort(wf_world_t *w, uint64_t part_seq, wf_status_t part_st)
 {
     if (!w->local)
         return false;
-    bool coord = wf_cluster_role(w->cluster) == WF_CLUSTER_COORDINATOR;
+    bool coord = wf_world_coordinator(w);
     uint64_t seq = part_seq;
     wf_status_t st = part_st;
     bool here = !coord && st != WF_OK && st != WF_E_ABORTED;
