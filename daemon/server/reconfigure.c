@@ -152,7 +152,7 @@ wf_status_t srv_reconf_start(wf_server_t *srv, const wf_reconf_req_t *req,
     srv->reconf.id = req->id;
     srv->reconf.t_start_us = wf_now_usec();
     srv->sched.paused = true;
-    if (req->notify)
+    if (req->notify && !req->reloading_sent)
         wf_notify_reloading(&srv->notify);
     srv_reconf_advance(srv);
     return WF_OK;

@@ -625,11 +625,10 @@ static void reload(wf_server_t *srv)
         if (memcmp(&deg_before, &srv->settings.mesh_deg, sizeof deg_before) != 0) {
             /* RELOADING=1 is out; READY=1 comes when the regroup is done. */
             char rerr[WF_PROTO_ERROR_MAX];
-            /* notify: false, as RELOADING=1 is out already */
-            const wf_reconf_req_t req = { .deg = srv->settings.mesh_deg, .why = "SIGHUP" };
+            const wf_reconf_req_t req = { .deg = srv->settings.mesh_deg, .why = "SIGHUP",
+                                          .notify = true, .reloading_sent = true };
             wf_status_t st = srv_reconf_start(srv, &req, rerr, sizeof rerr);
             if (st == WF_OK) {
-                srv->reconf.notify = true;
                 reconfiguring = true;
             } else {
                 /* Keep the old text so that the next SIGHUP sees the change. */

@@ -42,7 +42,8 @@ typedef struct wf_reconf_req {
     uint64_t epoch;              /* mesh epoch to install; 0: the one in force + 1 */
     bool new_world;              /* single node: regroup on a new comm world */
     const char *why;             /* "request", "SIGHUP", ... (static) */
-    bool notify;                 /* RELOADING=1 now, READY=1 at the end */
+    bool notify;                 /* READY=1 at the end, RELOADING=1 now */
+    bool reloading_sent;         /* with notify: RELOADING=1 is out already */
     zmq_msg_t *identity;         /* the client's ROUTER identity, taken when the
                                     reconfiguration starts; NULL: no client */
     bool delim;                  /* the client sent an empty delimiter */
