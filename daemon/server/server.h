@@ -9,12 +9,15 @@
  * jobs to the scheduler. All state hangs off wf_server_t: no globals.
  *
  * With a coordinator set (cluster mode) it also polls the control plane
- * (cluster.h) and follows its worlds: the workers' communicators are one
+ * and follows its worlds (cluster/world.h, which owns that state): the workers' communicators are one
  * ZeroMQ comm world (comm_zmq.h) over every rank of every node, rebuilt
  * per world epoch; the coordinator sequences every job, keeps its roots
  * (inputs, outputs) and sends members a descriptor for their ranks; a lost
  * node aborts the comm world and its jobs fail with WF_E_NODE_LOST
  * (PROTOCOL.md section 11). Without one, the in-process host comm.
+ *
+ * The only header of daemon/server/ for others (main.c); the folder's
+ * files and which calls which are listed in server_impl.h.
  */
 #ifndef WF_SERVER_H
 #define WF_SERVER_H

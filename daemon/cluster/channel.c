@@ -1,0 +1,294 @@
+/* channel.c — the tensor channel's sockets, its send paths ("in", "hi",
+ * "out") and its receive loop (see channel.h). Moved out of server.c; the
+ * bookkeeping of what arrives (which job takes which inputs or outputs)
+ * stays with the owner, behind the callback.
+ */
+#include "channel.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct wf_channel {
+    void *zctx;                  /* borrowed: ZeroMQ context */
+    bool coord;                  /* ROUTER of the coordinator; else a DEALER */
+    const wf_settings_t *settings; /* borrowed: data_address, limits */
+    wf_log_t *log;               /* borrowed */
+    wf_channel_msg_fn fn;        /* owner's handler of received messages */
+    void *arg;                   /* its argument */
+    void *sock;                  /* ROUTER / DEALER; NULL: none */
+    char ep[WF_SETTINGS_ENDPOINT_MAX]; /* bound / connected endpoint */
+    wf_buf_t buf;                /* header encoding scratch */
+    wf_ctl_msg_t msg;            /* header scratch (sent or received) */
+};
+
+static void free_output(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+/* Largest frame on the channel: an output may be twice its input (f16
+ * in, f32 out). */
+static int64_t max_msg(const wf_channel_t *ch)
+{
+    return (int64_t)(2 * ch->settings->limits.max_tensor_bytes) + 4096;
+}
+
+/* A member takes what its coordinator sends at any size (-1): the
+ * coordinator bounds the inputs by its own max_tensor_bytes, and a member
+ * whose limit is smaller must still take them to fail the job (its
+ * descriptor check), as ZeroMQ cuts a connection over ZMQ_MAXMSGSIZE
+ * for good and every later job rooted here would stall. */
+static void set_opts(wf_channel_t *ch, void *sock)
+{
+    int zero = 0;
+    int64_t max = ch->coord ? max_msg(ch) : -1;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);  /* bounded by */
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);  /* jobs in flight */
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+}
+
+/* Coordinator: bind the ROUTER on data_address, any port; announced in
+ * every world ("xfer"). */
+static wf_status_t bind_router(wf_channel_t *ch)
+{
+    char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
+    snprintf(host, sizeof host, "%s", ch->settings->data_address);
+    if (host[0] == '\0' && gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "127.0.0.1");
+    host[sizeof host - 1] = '\0';
+    snprintf(bind, sizeof bind, "tcp://%s:*", host);
+    ch->sock = zmq_socket(ch->zctx, ZMQ_ROUTER);
+    if (!ch->sock) {
+        wf_log(ch->log, WF_LOG_ERR, "cluster: tensor channel: zmq_socket: %s",
+               zmq_strerror(zmq_errno()));
+        return WF_E_INTERNAL;
+    }
+    int one = 1;
+    set_opts(ch, ch->sock);
+    /* MANDATORY: a send to a member not connected fails instead of being
+     * dropped; HANDOVER: a restarted member takes its name back */
+    zmq_setsockopt(ch->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(ch->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    size_t len = sizeof ch->ep;
+    if (zmq_bind(ch->sock, bind) != 0 ||
+        zmq_getsockopt(ch->sock, ZMQ_LAST_ENDPOINT, ch->ep, &len) != 0) {
+        wf_log(ch->log, WF_LOG_ERR, "cluster: cannot bind the tensor channel "
+               "on %s (data_address): %s", host, zmq_strerror(zmq_errno()));
+        return WF_E_INTERNAL;
+    }
+    wf_log(ch->log, WF_LOG_INFO, "cluster: tensor channel on %s", ch->ep);
+    return WF_OK;
+}
+
+wf_status_t wf_channel_new(void *zctx, bool coord, const wf_settings_t *settings,
+                           wf_log_t *log, wf_channel_msg_fn fn, void *arg,
+                           wf_channel_t **ret)
+{
+    wf_channel_t *ch = calloc(1, sizeof *ch);
+    if (!ch) {
+        wf_log(log, WF_LOG_ERR, "cluster: out of memory");
+        return WF_E_NO_MEMORY;
+    }
+    ch->zctx = zctx;
+    ch->coord = coord;
+    ch->settings = settings;
+    ch->log = log;
+    ch->fn = fn;
+    ch->arg = arg;
+    if (coord) {
+        wf_status_t st = bind_router(ch);
+        if (st != WF_OK) {
+            wf_channel_destroy(&ch);
+            return st;
+        }
+    }
+    *ret = ch;
+    return WF_OK;
+}
+
+void wf_channel_destroy(wf_channel_t **pch)
+{
+    if (!pch || !*pch)
+        return;
+    wf_channel_t *ch = *pch;
+    if (ch->sock)
+        zmq_close(ch->sock);
+    wf_buf_free(&ch->buf);
+    free(ch);
+    *pch = NULL;
+}
+
+void wf_channel_connect(wf_channel_t *ch, const char *ep, const char *self_name)
+{
+    if (ch->sock && strcmp(ep, ch->ep) == 0)
+        return;
+    if (ch->sock)
+        zmq_close(ch->sock);
+    ch->sock = NULL;
+    ch->ep[0] = '\0';
+    if (!ep[0])
+        return;         /* no channel: our ranks are never roots */
+    void *sock = zmq_socket(ch->zctx, ZMQ_DEALER);
+    if (!sock) {
+        wf_log(ch->log, WF_LOG_ERR, "cluster: tensor channel: zmq_socket: %s",
+               zmq_strerror(zmq_errno()));
+        return;
+    }
+    set_opts(ch, sock);
+    if (zmq_setsockopt(sock, ZMQ_ROUTING_ID, self_name, strlen(self_name)) != 0 ||
+        zmq_connect(sock, ep) != 0) {
+        wf_log(ch->log, WF_LOG_ERR, "cluster: cannot connect the tensor channel "
+               "%s: %s", ep, zmq_strerror(zmq_errno()));
+        zmq_close(sock);
+        return;
+    }
+    ch->sock = sock;
+    snprintf(ch->ep, sizeof ch->ep, "%s", ep);
+}
+
+void *wf_channel_socket(const wf_channel_t *ch)
+{
+    return ch->sock;
+}
+
+const char *wf_channel_endpoint(const wf_channel_t *ch)
+{
+    return ch->ep;
+}
+
+/* Send the header in ch->msg (to `node` on the ROUTER; NULL: the DEALER's
+ * peer), then n frames (moved out of frames[]). False when it could not
+ * be queued (the frames are closed). */
+static bool send_msg(wf_channel_t *ch, const char *node, zmq_msg_t *frames,
+                     uint32_t n)
+{
+    bool ok = true;
+    wf_buf_reset(&ch->buf);
+    if (wf_ctl_encode(&ch->msg, &ch->buf) != WF_OK)
+        ok = false;
+    if (ok && node && zmq_send(ch->sock, node, strlen(node),
+                               ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        ok = false;
+    /* after the first frame ZeroMQ takes the whole message */
+    if (ok && zmq_send(ch->sock, ch->buf.data, ch->buf.len,
+                       (n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+        ok = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!ok || zmq_msg_send(&frames[i], ch->sock,
+                                (i + 1 < n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+            ok = false;
+        zmq_msg_close(&frames[i]);
+    }
+    return ok;
+}
+
+bool wf_channel_send_inputs(wf_channel_t *ch, const wf_djob_t *job,
+                            const char *node)
+{
+    if (!ch->sock)
+        return false;
+    const wf_attention_args_t *a = &job->req.args.attention;
+    const uint32_t idx[3] = { a->q, a->k, a->v };
+    zmq_msg_t f[3];
+    for (int t = 0; t < 3; t++) {
+        zmq_msg_init(&f[t]);
+        zmq_msg_copy(&f[t], (zmq_msg_t *)&job->frames[job->req.tensors[idx[t]].frame]);
+    }
+    wf_ctl_msg_t *m = &ch->msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "in");
+    wf_ctl_put_uint(m, "epoch", job->world_epoch);
+    wf_ctl_put_uint(m, "seq", job->seq);
+    wf_ctl_put_uint(m, "n", 3);
+    bool ok = send_msg(ch, node, f, 3);
+    if (!ok)
+        wf_log(ch->log, WF_LOG_WARNING, "cluster: inputs of job %" PRIu64 " (seq %"
+               PRIu64 ") not sent to %s: %s", job->req.id, job->seq, node,
+               zmq_strerror(zmq_errno()));
+    return ok;
+}
+
+void wf_channel_send_hi(wf_channel_t *ch, uint64_t epoch)
+{
+    if (!ch->sock)
+        return;
+    wf_ctl_msg_t *m = &ch->msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "hi");
+    wf_ctl_put_uint(m, "epoch", epoch);
+    send_msg(ch, NULL, NULL, 0);
+}
+
+bool wf_channel_send_outputs(wf_channel_t *ch, wf_djob_t *job)
+{
+    if (!ch->sock)
+        return false;
+    zmq_msg_t f[WF_DJOB_MAX_OUTPUTS];
+    uint32_t n = job->n_outputs;
+    for (uint32_t i = 0; i < n; i++) {
+        if (zmq_msg_init_data(&f[i], job->out[i], (size_t)job->out_desc[i].nbytes,
+                              free_output, NULL) != 0) {
+            for (uint32_t k = 0; k < i; k++)
+                zmq_msg_close(&f[k]);   /* gives nothing back: out[k] freed */
+            return false;
+        }
+        job->out[i] = NULL;
+    }
+    wf_ctl_msg_t *m = &ch->msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "out");
+    wf_ctl_put_uint(m, "epoch", job->world_epoch);
+    wf_ctl_put_uint(m, "seq", job->seq);
+    wf_ctl_put_uint(m, "st", 0);
+    wf_ctl_put_uint(m, "n", n);
+    return send_msg(ch, NULL, f, n);
+}
+
+void wf_channel_recv(wf_channel_t *ch)
+{
+    bool coord = ch->coord;
+    for (int budget = 0; ch->sock && budget < 256; budget++) {
+        /* [name (ROUTER)], header, up to 3 frames */
+        zmq_msg_t p[5];
+        uint32_t n = 0, max = coord ? 5 : 4;
+        bool over = false, more = true;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, ch->sock, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&m);
+                break;
+            }
+            more = zmq_msg_more(&m);
+            if (n < max) {
+                zmq_msg_init(&p[n]);
+                zmq_msg_move(&p[n++], &m);
+            } else {
+                over = true;
+            }
+            zmq_msg_close(&m);
+        }
+        if (n == 0)
+            return;
+        uint32_t h = coord ? 1 : 0;
+        char name[WF_SETTINGS_NAME_MAX] = "";
+        char err[64];
+        const char *t = NULL;
+        if (coord && zmq_msg_size(&p[0]) < sizeof name)
+            memcpy(name, zmq_msg_data(&p[0]), zmq_msg_size(&p[0]));
+        if (!over && n > h && (!coord || (name[0] &&
+                                          strlen(name) == zmq_msg_size(&p[0]))) &&
+            wf_ctl_decode(zmq_msg_data(&p[h]), zmq_msg_size(&p[h]), &ch->msg,
+                          err, sizeof err) == WF_OK)
+            t = wf_ctl_get_str(&ch->msg, "t");
+        if (t)
+            ch->fn(ch->arg, coord ? name : NULL, t, &ch->msg, &p[h + 1], n - h - 1);
+        for (uint32_t k = 0; k < n; k++)
+            zmq_msg_close(&p[k]);
+    }
+}

@@ -1,0 +1,734 @@
+/* world_jobs.c — the jobs of a cluster world: the coordinator's
+ * descriptors to the members (wf_world_remote, the scheduler's remote
+ * hook) and their answers ("done", "out" on the tensor channel, settled
+ * when a world changes); a member's descriptors (member_job) queued in the
+ * coordinator's order with the inputs that come on the tensor channel; the
+ * abort of this node's part of the world. Called by world.c (world_impl.h)
+ * and, through the callbacks world.c registers, by the control plane and
+ * the tensor channel. Calls nothing in world.c.
+ *
+ * The descriptor is written key by key (job_encode) and read back the same
+ * way (job_decode); both stay apart from the bookkeeping so that typed
+ * codecs can replace them.
+ */
+#include "world_impl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs/attention.h"
+
+static void member_flush(wf_world_t *w);
+
+/* Abort this node's part of the comm world: see world_impl.h. */
+void wf_world_abort(wf_world_t *w, const char *lost, const char *why)
+{
+    if (!w->local || w->aborted)
+        return;
+    member_flush(w);      /* parts still waiting for inputs: dropped */
+    wf_comm_zmq_local_abort(w->local);
+    w->aborted = true;
+    w->sched->paused = true;
+    w->abort_mesh_epoch = w->sched->mesh.epoch;
+    /* node names may be cut to the field: the message stays readable */
+    snprintf(w->lost, sizeof w->lost, "%.*s",
+             (int)(sizeof w->lost - 1), lost ? lost : "");
+    wf_log(w->log, WF_LOG_WARNING, "cluster: comm world of epoch %" PRIu64
+           " aborted (%s); jobs in flight fail", w->world_epoch,
+           lost ? lost : why);
+}
+
+int wf_world_node_index(const wf_cluster_node_t *nodes, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(nodes[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Coordinator, new world `nw`: the parts owed by nodes not in it fail now
+ * as lost, those of nodes in it as aborted when the world was (`all`: a
+ * late "done" is then ignored); the others keep their bits, renumbered
+ * for the new table. */
+void wf_world_settle_remote(wf_world_t *w, const wf_cluster_node_t *nw, uint32_t nn,
+                            bool all, const char *lost)
+{
+    for (wf_djob_t *j = w->remote_jobs; j; j = j->rnext) {
+        uint32_t keep = 0, bits = j->remote_pending, xroot = 0;
+        j->remote_pending = 0;
+        for (uint32_t i = 0; i < w->n_nodes; i++) {
+            if (!(bits & (1u << i)))
+                continue;
+            const char *name = w->nodes[i].name;
+            int to = wf_world_node_index(nw, nn, name);
+            if (to >= 0 && !all) {
+                keep |= 1u << to;
+                if (j->xroot & (1u << i))
+                    xroot = 1u << to;   /* its outputs still come */
+                continue;
+            }
+            if (to >= 0) {
+                wf_djob_rank_done(j, WF_E_ABORTED);
+                continue;
+            }
+            if (!j->err[0])
+                snprintf(j->err, sizeof j->err, "node(s) %s lost during the job "
+                         "(mesh epoch %" PRIu64 "); the world re-forms without "
+                         "them", lost[0] ? lost : name, j->epoch);
+            wf_djob_rank_done(j, WF_E_NODE_LOST);
+        }
+        j->remote_pending = keep;
+        j->xroot = xroot;
+    }
+}
+
+/* The descriptor of `job` for the members, key by key (PROTOCOL.md
+ * section 11, "job"). */
+static void job_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
+{
+    const wf_attention_args_t *a = &job->req.args.attention;
+    const wf_tensor_desc_t *q = &job->req.tensors[a->q];
+    const wf_tensor_desc_t *k = &job->req.tensors[a->k];
+    uint32_t fbits;
+    memcpy(&fbits, &job->scale, sizeof fbits);
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "job");
+    wf_ctl_put_uint(m, "seq", job->seq);
+    wf_ctl_put_uint(m, "epoch", job->epoch);
+    wf_ctl_put_uint(m, "id", job->req.id);
+    wf_ctl_put_uint(m, "base", job->device[0]);
+    wf_ctl_put_uint(m, "g", (uint64_t)job->group_size);
+    wf_ctl_put_uint(m, "B", (uint64_t)q->shape[0]);
+    wf_ctl_put_uint(m, "Sq", (uint64_t)q->shape[1]);
+    wf_ctl_put_uint(m, "Hq", (uint64_t)q->shape[2]);
+    wf_ctl_put_uint(m, "D", (uint64_t)q->shape[3]);
+    wf_ctl_put_uint(m, "Skv", (uint64_t)k->shape[1]);
+    wf_ctl_put_uint(m, "Hkv", (uint64_t)k->shape[2]);
+    wf_ctl_put_uint(m, "qdt", (uint64_t)q->dtype);
+    wf_ctl_put_uint(m, "kdt", (uint64_t)k->dtype);
+    wf_ctl_put_uint(m, "vdt", (uint64_t)job->req.tensors[a->v].dtype);
+    wf_ctl_put_uint(m, "odt", (uint64_t)job->out_desc[0].dtype);
+    wf_ctl_put_uint(m, "lse", job->n_outputs > 1);
+    wf_ctl_put_uint(m, "causal", a->causal);
+    wf_ctl_put_uint(m, "scale", fbits);
+    wf_ctl_put_uint(m, "rot", (uint64_t)job->rotate_method);
+    wf_ctl_put_uint(m, "f32", job->convert_to_fp32);
+    wf_ctl_put_uint(m, "ra", job->ring_anything);
+    wf_ctl_put_uint(m, "ua", job->ulysses_anything);
+    wf_ctl_put_uint(m, "lb", job->load_balance);
+    if (!job->cp) {
+        /* a head split, its ranks all on one member (scheduler.c): which
+         * ones, as offsets from `base` (device order = rank order) */
+        uint64_t mask = 0;
+        for (int r = 0; r < job->group_size; r++)
+            mask |= UINT64_C(1) << ((job->device[r] - job->device[0]) & 63);
+        wf_ctl_put_uint(m, "hs", 1);
+        wf_ctl_put_uint(m, "mask", mask);
+    }
+}
+
+/* Coordinator, at dispatch: the descriptor of `job` to every member
+ * holding some of its ranks, and to the one holding its roots (if not
+ * us) its inputs on the tensor channel. Returns the parts that will
+ * answer. */
+uint32_t wf_world_remote(void *arg, wf_djob_t *job)
+{
+    wf_world_t *w = arg;
+    wf_ctl_msg_t *m = &w->msg;
+    job_encode(m, job);
+    uint32_t parts = 0;
+    job->remote_pending = 0;
+    job->xroot = 0;
+    job->world_epoch = w->world_epoch;
+    uint32_t lo = job->device[0], hi = lo + (uint32_t)job->group_size;
+    for (uint32_t i = 0; i < w->n_nodes; i++) {
+        const wf_cluster_node_t *n = &w->nodes[i];
+        if (n->self || n->first_rank >= hi || n->first_rank + n->ranks <= lo)
+            continue;
+        bool root = n->first_rank <= lo && lo < n->first_rank + n->ranks;
+        if (wf_cluster_send(w->cluster, n->name, m) &&
+            (!root || wf_channel_send_inputs(w->channel, job, n->name))) {
+            job->remote_pending |= 1u << i;
+            if (root)
+                job->xroot = 1u << i;
+            parts++;
+        } else if (root) {
+            /* its part would wait for the inputs forever, and every other
+             * rank for it: the node counts as lost (the world re-forms) */
+            snprintf(job->err, sizeof job->err, "node %s unreachable on the "
+                     "tensor channel", n->name);
+            atomic_store(&job->status, WF_E_NODE_LOST);
+            wf_world_abort(w, n->name, NULL);
+            wf_cluster_node_lost(w->cluster, n->name, "its tensor channel "
+                                 "failed", wf_now_usec());
+        } else {
+            /* its ranks never come: the loss of the node aborts the others */
+            snprintf(job->err, sizeof job->err, "node %s unreachable", n->name);
+            atomic_store(&job->status, WF_E_NODE_LOST);
+        }
+    }
+    if (job->remote_pending) {
+        job->rnext = w->remote_jobs;
+        w->remote_jobs = job;
+    }
+    return parts;
+}
+
+void wf_world_unlink_remote(wf_world_t *w, wf_djob_t *job)
+{
+    for (wf_djob_t **l = &w->remote_jobs; *l; l = &(*l)->rnext)
+        if (*l == job) {
+            *l = job->rnext;
+            job->rnext = NULL;
+            return;
+        }
+}
+
+/* Member: "done" of our part back to the coordinator. */
+void wf_world_member_done(wf_world_t *w, uint64_t seq, uint64_t epoch,
+                          wf_status_t st)
+{
+    wf_ctl_msg_t *m = &w->msg;
+    wf_ctl_init(m);
+    wf_ctl_put_str(m, "t", "done");
+    wf_ctl_put_uint(m, "seq", seq);
+    wf_ctl_put_uint(m, "epoch", epoch);
+    wf_ctl_put_uint(m, "st", (uint64_t)(int64_t)st & 0xffffffffu);
+    wf_cluster_send(w->cluster, NULL, m);
+}
+
+static bool get_u(const wf_ctl_msg_t *m, const char *key, uint64_t max,
+                  uint64_t *ret)
+{
+    return wf_ctl_get_uint(m, key, ret) && *ret <= max;
+}
+
+/* A job descriptor as read back: the keys of job_encode. */
+typedef struct job_desc {
+    uint64_t seq, epoch, id;     /* sequence number, mesh epoch, request id */
+    uint64_t base, g;            /* first world rank, ranks */
+    uint64_t B, Sq, Hq, D, Skv, Hkv; /* q's and k's shapes */
+    uint64_t qdt, kdt, vdt, odt; /* dtypes */
+    uint64_t lse, causal, scale, rot, f32, ra, ua, lb; /* options (scale: f32 bits) */
+    uint64_t hs, mask;           /* head split: its ranks base + bits of mask */
+} job_desc_t;
+
+/* Read descriptor m into *d (seq and epoch as far as they came, for the
+ * answer to a malformed one); *ret_top: a head split's highest rank
+ * offset. False when a key is missing or out of range. */
+static bool job_decode(const wf_ctl_msg_t *m, job_desc_t *d, uint32_t *ret_top)
+{
+    memset(d, 0, sizeof *d);
+    const uint64_t big = (uint64_t)INT32_MAX;
+    bool ok = get_u(m, "seq", UINT64_MAX, &d->seq) &&
+              get_u(m, "epoch", UINT64_MAX, &d->epoch) &&
+              get_u(m, "id", UINT64_MAX, &d->id) &&
+              get_u(m, "base", WF_DJOB_MAX_WORLD, &d->base) &&
+              get_u(m, "g", WF_DJOB_MAX_WORLD, &d->g) && get_u(m, "B", big, &d->B) &&
+              get_u(m, "Sq", big, &d->Sq) && get_u(m, "Hq", big, &d->Hq) &&
+              get_u(m, "D", big, &d->D) && get_u(m, "Skv", big, &d->Skv) &&
+              get_u(m, "Hkv", big, &d->Hkv) && get_u(m, "qdt", 255, &d->qdt) &&
+              get_u(m, "kdt", 255, &d->kdt) && get_u(m, "vdt", 255, &d->vdt) &&
+              get_u(m, "odt", 255, &d->odt) && get_u(m, "lse", 1, &d->lse) &&
+              get_u(m, "causal", 1, &d->causal) &&
+              get_u(m, "scale", UINT32_MAX, &d->scale) &&
+              get_u(m, "rot", 255, &d->rot) && get_u(m, "f32", 1, &d->f32) &&
+              get_u(m, "ra", 1, &d->ra) && get_u(m, "ua", 1, &d->ua) &&
+              get_u(m, "lb", 1, &d->lb);
+    /* a head split (absent: context-parallel): its ranks base + the bits
+     * of mask, g of them, in rank order */
+    if (ok && wf_ctl_get_uint(m, "hs", &d->hs))
+        ok = d->hs <= 1 && (d->hs == 0 || get_u(m, "mask", UINT64_MAX, &d->mask));
+    *ret_top = 0;
+    if (ok && d->hs) {
+        uint32_t bits = 0;
+        for (uint32_t b = 0; b < 64; b++)
+            if (d->mask & (UINT64_C(1) << b)) {
+                bits++;
+                *ret_top = b;
+            }
+        ok = (d->mask & 1) && bits == d->g;
+    }
+    return ok;
+}
+
+static wf_status_t member_root_setup(wf_world_t *w, wf_djob_t *job);
+static void member_take_early(wf_world_t *w, wf_djob_t *job);
+static void member_pump(wf_world_t *w);
+static void early_drop(wf_world_t *w, uint32_t i);
+
+/* Member: a job descriptor from the coordinator: queue our ranks' parts
+ * in the order received, which is the coordinator's. When the job's
+ * roots are ours (a head split's: every rank, all ours), its inputs come
+ * on the tensor channel: the part (and every one behind it) waits for
+ * them in the member queue (mq_head). */
+static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
+{
+    job_desc_t d;
+    uint32_t top = 0;
+    bool ok = job_decode(m, &d, &top) && (!d.hs || d.base + top < w->world_size);
+    const uint64_t seq = d.seq, epoch = d.epoch, id = d.id, base = d.base, g = d.g,
+                   lse = d.lse, hs = d.hs, mask = d.mask;
+    if (!ok || g < 1 || base + g > w->world_size) {
+        wf_log(w->log, WF_LOG_WARNING, "cluster: malformed job descriptor (seq %"
+               PRIu64 ") dropped", seq);
+        wf_world_member_done(w, seq, epoch, WF_E_MALFORMED);
+        return;
+    }
+    /* The mesh the job runs under: the one in force, or the one of the
+     * regroup already queued on the workers (the descriptor may overtake
+     * its completion; the workers run the regroup first). */
+    const wf_mesh_t *mesh = w->hooks.job_mesh(w->hooks.arg);
+    if (w->aborted && w->failed_epoch == w->world_epoch &&
+        w->built && epoch == mesh->epoch) {
+        /* a failed job aborted this world; the coordinator rebuilds it (an
+         * UNAVAILABLE here would count as losing this node) */
+        wf_world_member_done(w, seq, epoch, WF_E_ABORTED);
+        return;
+    }
+    uint32_t cp_ranks = mesh->deg.ring * mesh->deg.ulysses * mesh->deg.tp;
+    if (!w->built || w->install || w->aborted || epoch != mesh->epoch ||
+        (hs ? cp_ranks != mesh->deg.tp || (uint32_t)g > mesh->deg.tp
+            : (uint32_t)g != cp_ranks)) {
+        wf_log(w->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
+               ") for mesh epoch %" PRIu64 " refused: this node serves mesh epoch %"
+               PRIu64, id, seq, epoch, mesh->epoch);
+        wf_world_member_done(w, seq, epoch, WF_E_UNAVAILABLE);
+        return;
+    }
+    wf_djob_t *job = wf_djob_new();
+    if (!job) {
+        wf_world_member_done(w, seq, epoch, WF_E_NO_MEMORY);
+        return;
+    }
+    job->kind = WF_DJOB_ATTENTION;
+    job->remote_part = true;
+    job->seq = seq;
+    job->epoch = epoch;
+    job->plan_epoch = epoch;
+    job->mesh = *mesh;
+    job->cp = !hs;
+    job->req.id = id;
+    job->req.op = WF_OP_ATTENTION;
+    job->req.n_tensors = 3;
+    wf_attention_args_t *a = &job->req.args.attention;
+    a->q = 0;
+    a->k = 1;
+    a->v = 2;
+    a->causal = d.causal != 0;
+    a->return_lse = lse != 0;
+    const int64_t shp[3][4] = { { (int64_t)d.B, (int64_t)d.Sq, (int64_t)d.Hq, (int64_t)d.D },
+                                { (int64_t)d.B, (int64_t)d.Skv, (int64_t)d.Hkv, (int64_t)d.D },
+                                { (int64_t)d.B, (int64_t)d.Skv, (int64_t)d.Hkv, (int64_t)d.D } };
+    const uint64_t dts[3] = { d.qdt, d.kdt, d.vdt };
+    for (int t = 0; t < 3; t++) {
+        wf_tensor_desc_t *td = &job->req.tensors[t];
+        td->dtype = (wf_dtype_t)dts[t];
+        td->rank = 4;
+        memcpy(td->shape, shp[t], sizeof shp[t]);
+        td->frame = (uint32_t)t;
+    }
+    uint32_t fbits = (uint32_t)d.scale;
+    memcpy(&job->scale, &fbits, sizeof fbits);
+    job->rotate_method = (wf_rotate_t)d.rot;
+    job->convert_to_fp32 = d.f32 != 0;
+    job->ring_anything = d.ra != 0;
+    job->ulysses_anything = d.ua != 0;
+    job->load_balance = d.lb != 0;
+    job->out_desc[0].dtype = (wf_dtype_t)d.odt;
+    job->n_outputs = lse ? 2 : 1;
+    job->group_size = (int)g;
+    job->run = hs ? wf_attention_head_split_run : wf_attention_cp_run;
+    job->done = w->done;
+    job->world_epoch = w->world_epoch;
+    int local = 0, roots = 0;
+    /* the roots (they read the inputs and write the outputs): a cp job's
+     * first tp ranks, every rank of a head split */
+    uint32_t lo = w->first_rank, T = hs ? (uint32_t)g : mesh->deg.tp;
+    for (uint32_t r = 0, off = 0; r < g; r++, off++) {
+        while (hs && !(mask & (UINT64_C(1) << off)))
+            off++;
+        uint32_t wr = (uint32_t)base + off;
+        if (wr < lo || wr - lo >= w->n_workers)
+            continue;
+        job->device[r] = wr - lo;
+        job->task[r].job = job;
+        job->task[r].rank = (int)r;
+        local++;
+        roots += r < T;
+    }
+    if (roots > 0 && ((uint32_t)roots != T || !wf_channel_socket(w->channel) ||
+                      member_root_setup(w, job) != WF_OK)) {
+        wf_log(w->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
+               ") has %s on this member; %s", id, seq,
+               (uint32_t)roots != T ? "some of its roots"
+                                    : !wf_channel_socket(w->channel) ? "its roots but no tensor channel"
+                                                    : "roots it cannot take",
+               (uint32_t)local == g || hs ? "refused" : "it fails");
+        /* a head split has no comm: nothing waits for its ranks */
+        if ((uint32_t)local == g || hs) {
+            for (uint32_t i = 0; i < w->n_early; i++)
+                if (w->early[i].seq == seq &&
+                    w->early[i].epoch == job->world_epoch) {
+                    early_drop(w, i);     /* its inputs, if they came */
+                    break;
+                }
+            wf_djob_free(&job);
+            wf_world_member_done(w, seq, epoch, WF_E_INTERNAL);
+            return;
+        }
+        /* Not refused: the job's ranks on other nodes would wait for ours
+         * in a collective forever. Our roots fail their step instead
+         * (cp_step), which aborts the world; the coordinator rebuilds it.
+         * They fail at once, not waiting for the inputs: inputs over our
+         * own limits may never come (the channel drops a message over its
+         * size limit); inputs that do come wait among the early ones and
+         * are dropped with the aborted world. */
+        job->root_here = true;
+        job->inputs_bad = true;
+        job->inputs_in = true;
+    }
+    if (local == 0) {
+        wf_djob_free(&job);
+        wf_world_member_done(w, seq, epoch, WF_OK);
+        return;
+    }
+    atomic_store(&job->remaining, local);
+    if (job->root_here && !job->inputs_in)
+        member_take_early(w, job);
+    if (job->root_here && !job->inputs_in && w->early_lost_seq >= seq &&
+        w->early_lost_epoch == job->world_epoch) {
+        /* its inputs came and were dropped for room (the channel keeps
+         * the coordinator's order): it would wait forever */
+        wf_log(w->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
+               PRIu64 ") were dropped; it fails", id, seq);
+        job->inputs_in = true;
+        job->inputs_bad = true;
+    }
+    wf_world_enqueue(w, job);
+}
+
+/* Member: queue a part on its ranks' workers. */
+void wf_world_submit(wf_world_t *w, wf_djob_t *job)
+{
+    job->t_dispatch_us = wf_now_usec();
+    for (int r = 0; r < job->group_size; r++)
+        if (job->task[r].job)   /* our ranks (device = local index) */
+            wf_worker_submit(&w->workers[job->device[r]], &job->task[r]);
+}
+
+/* Member: hand the queue to the workers in order, up to the first part
+ * whose inputs have not come (the parts behind it wait: every worker's
+ * FIFO keeps the coordinator's order). */
+static void member_pump(wf_world_t *w)
+{
+    while (w->mq_head) {
+        wf_djob_t *j = w->mq_head;
+        if (j->kind != WF_DJOB_REGROUP && j->root_here && !j->inputs_in)
+            return;
+        w->mq_head = j->next;
+        if (!w->mq_head)
+            w->mq_tail = NULL;
+        j->next = NULL;
+        if (j->kind == WF_DJOB_REGROUP)
+            wf_world_submit(w, j);
+        else
+            wf_world_submit(w, j);
+    }
+}
+
+void wf_world_enqueue(wf_world_t *w, wf_djob_t *job)
+{
+    job->next = NULL;
+    if (w->mq_tail)
+        w->mq_tail->next = job;
+    else
+        w->mq_head = job;
+    w->mq_tail = job;
+    member_pump(w);
+}
+
+static void early_drop(wf_world_t *w, uint32_t i)
+{
+    for (uint32_t f = 0; f < w->early[i].n; f++)
+        zmq_msg_close(&w->early[i].f[f]);
+    memmove(&w->early[i], &w->early[i + 1],
+            (w->n_early - i - 1) * sizeof w->early[0]);
+    w->n_early--;
+}
+
+/* Member, the world aborted (or lost): the parts not yet on the workers
+ * answer "aborted" and are dropped with the inputs that came early;
+ * regroups stay queued, in order. */
+static void member_flush(wf_world_t *w)
+{
+    wf_djob_t *keep = NULL, **tail = &keep, *j = w->mq_head;
+    w->mq_head = w->mq_tail = NULL;
+    while (j) {
+        wf_djob_t *next = j->next;
+        j->next = NULL;
+        if (j->kind == WF_DJOB_REGROUP) {
+            *tail = j;
+            tail = &j->next;
+            w->mq_tail = j;
+        } else {
+            wf_world_member_done(w, j->seq, j->epoch, WF_E_ABORTED);
+            wf_djob_free(&j);
+        }
+        j = next;
+    }
+    w->mq_head = keep;
+    while (w->n_early)
+        early_drop(w, 0);
+    member_pump(w);
+}
+
+
+static wf_status_t member_root_setup(wf_world_t *w, wf_djob_t *job)
+{
+    uint64_t max_in = w->settings->limits.max_tensor_bytes;
+    for (int t = 0; t < 3; t++)
+        if (wf_tensor_desc_finish(&job->req.tensors[t]) != WF_OK ||
+            job->req.tensors[t].nbytes > max_in)
+            return WF_E_LIMIT;
+    const wf_tensor_desc_t *q = &job->req.tensors[0];
+    wf_tensor_desc_t *o = &job->out_desc[0];
+    snprintf(o->name, sizeof o->name, "out");
+    o->rank = 4;
+    memcpy(o->shape, q->shape, 4 * sizeof q->shape[0]);
+    o->frame = 0;
+    if (job->n_outputs > 1) {
+        wf_tensor_desc_t *l = &job->out_desc[1];
+        snprintf(l->name, sizeof l->name, "lse");
+        l->dtype = WF_DTYPE_F32;
+        l->rank = 3;
+        memcpy(l->shape, q->shape, 3 * sizeof q->shape[0]);
+        l->frame = 1;
+    }
+    for (uint32_t i = 0; i < job->n_outputs; i++) {
+        if (wf_tensor_desc_finish(&job->out_desc[i]) != WF_OK ||
+            job->out_desc[i].nbytes > 2 * max_in)
+            return WF_E_LIMIT;
+        size_t size = ((size_t)job->out_desc[i].nbytes + 63) & ~(size_t)63;
+        job->out[i] = aligned_alloc(64, size ? size : 64);
+        if (!job->out[i])
+            return WF_E_NO_MEMORY;
+    }
+    job->root_here = true;
+    return WF_OK;
+}
+
+/* Member: give `job` the n received frames when they match its inputs
+ * (else the root's step fails: the world is aborted and rebuilt). The
+ * frames are moved out of f[]. */
+static void member_give_inputs(wf_world_t *w, wf_djob_t *job, zmq_msg_t *f,
+                               uint32_t n)
+{
+    bool ok = n == 3;
+    for (uint32_t t = 0; ok && t < 3; t++)
+        ok = zmq_msg_size(&f[t]) == job->req.tensors[t].nbytes;
+    for (uint32_t t = 0; t < 3 && t < n; t++) {
+        zmq_msg_init(&job->frames[t]);
+        zmq_msg_move(&job->frames[t], &f[t]);
+    }
+    job->n_frames = n < 3 ? n : 3;
+    if (!ok) {
+        wf_log(w->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
+               PRIu64 ") do not match its descriptor; the job fails",
+               job->req.id, job->seq);
+        job->inputs_bad = true;
+    }
+    job->inputs_in = true;
+}
+
+/* Member, a new part holding roots: its inputs may have come first. */
+static void member_take_early(wf_world_t *w, wf_djob_t *job)
+{
+    for (uint32_t i = 0; i < w->n_early; i++) {
+        wf_world_early_t *e = &w->early[i];
+        if (e->seq != job->seq || e->epoch != job->world_epoch)
+            continue;
+        member_give_inputs(w, job, e->f, e->n);
+        e->n = 0;
+        early_drop(w, i);
+        return;
+    }
+}
+
+/* Member: "in" {epoch, seq, n} and its frames. */
+static void member_in(wf_world_t *w, const wf_ctl_msg_t *h, zmq_msg_t *f,
+                      uint32_t n)
+{
+    uint64_t epoch, seq, nn;
+    if (!wf_ctl_get_uint(h, "epoch", &epoch) || !wf_ctl_get_uint(h, "seq", &seq) ||
+        !wf_ctl_get_uint(h, "n", &nn) || nn != n || n != 3)
+        return;
+    for (wf_djob_t *j = w->mq_head; j; j = j->next) {
+        if (j->kind == WF_DJOB_REGROUP || !j->root_here || j->seq != seq ||
+            j->world_epoch != epoch || j->inputs_in)
+            continue;
+        member_give_inputs(w, j, f, n);
+        member_pump(w);
+        return;
+    }
+    /* Its descriptor may still come only for the world in force, not
+     * aborted (descriptors precede a new world on the control plane, and
+     * an aborted world takes none): else nothing would ever take them. */
+    if (epoch != w->world_epoch || w->aborted)
+        return;
+    if (w->n_early == WF_WORLD_EARLY) {
+        wf_log(w->log, WF_LOG_WARNING, "cluster: too many inputs ahead of "
+               "their jobs; dropping the oldest (seq %" PRIu64 ")",
+               w->early[0].seq);
+        if (w->early_lost_epoch != w->early[0].epoch ||
+            w->early_lost_seq < w->early[0].seq) {
+            w->early_lost_seq = w->early[0].seq;
+            w->early_lost_epoch = w->early[0].epoch;
+        }
+        early_drop(w, 0);
+    }
+    wf_world_early_t *e = &w->early[w->n_early++];
+    e->seq = seq;
+    e->epoch = epoch;
+    e->n = n;
+    for (uint32_t t = 0; t < n; t++) {
+        zmq_msg_init(&e->f[t]);
+        zmq_msg_move(&e->f[t], &f[t]);
+    }
+}
+
+/* Coordinator: "hi" {epoch} from member `name`. */
+static void coord_hi(wf_world_t *w, const char *name, const wf_ctl_msg_t *h)
+{
+    uint64_t epoch;
+    int i = wf_world_node_index(w->nodes, w->n_nodes, name);
+    if (i < 0 || i >= 32 || w->nodes[i].self ||
+        !wf_ctl_get_uint(h, "epoch", &epoch) || epoch != w->world_epoch)
+        return;
+    w->xfer_ready |= 1u << i;
+    if (w->built && !w->install) {
+        w->sched->roots_ok |= 1u << i;
+        w->hooks.dispatch(w->hooks.arg);
+    }
+}
+
+/* Coordinator: "out" {epoch, seq, st, n} and the outputs from `name`. */
+static void coord_out(wf_world_t *w, const char *name, const wf_ctl_msg_t *h,
+                      zmq_msg_t *f, uint32_t n)
+{
+    uint64_t epoch, seq, st, nn;
+    int i = wf_world_node_index(w->nodes, w->n_nodes, name);
+    if (i < 0 || i >= 32 || !wf_ctl_get_uint(h, "epoch", &epoch) ||
+        !wf_ctl_get_uint(h, "seq", &seq) || !wf_ctl_get_uint(h, "st", &st) ||
+        !wf_ctl_get_uint(h, "n", &nn) || nn != n)
+        return;
+    for (wf_djob_t *j = w->remote_jobs; j; j = j->rnext) {
+        if (j->seq != seq)
+            continue;
+        uint32_t bit = 1u << i;
+        if (!(j->remote_pending & bit) || !(j->xroot & bit) || j->world_epoch != epoch)
+            return;     /* settled already (a late message of an old world) */
+        j->remote_pending &= ~bit;
+        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
+        bool sizes = s != WF_OK || n == j->n_outputs;
+        for (uint32_t k = 0; sizes && s == WF_OK && k < n; k++)
+            sizes = zmq_msg_size(&f[k]) == j->out_desc[k].nbytes;
+        if (!sizes) {
+            s = WF_E_INTERNAL;
+            snprintf(j->err, sizeof j->err, "node %s sent outputs that do not "
+                     "match the job", name);
+        } else if (s == WF_OK) {
+            for (uint32_t k = 0; k < n; k++) {
+                zmq_msg_init(&j->out_msg[k]);
+                zmq_msg_move(&j->out_msg[k], &f[k]);
+            }
+            j->n_out_msgs = n;
+        } else if (!j->err[0] && s != WF_E_ABORTED) {
+            snprintf(j->err, sizeof j->err, "the job's part on node %s failed: %s",
+                     name, wf_status_str(s));
+        }
+        wf_djob_rank_done(j, s);
+        return;
+    }
+}
+
+/* Coordinator: a member's part of a job ended. */
+static void coord_done(wf_world_t *w, const char *from, const wf_ctl_msg_t *m)
+{
+    uint64_t seq, st;
+    int i = wf_world_node_index(w->nodes, w->n_nodes, from);
+    if (i < 0 || !wf_ctl_get_uint(m, "seq", &seq) || !wf_ctl_get_uint(m, "st", &st))
+        return;
+    for (wf_djob_t *j = w->remote_jobs; j; j = j->rnext) {
+        if (j->seq != seq)
+            continue;
+        if (!(j->remote_pending & (1u << i)))
+            return;
+        j->remote_pending &= ~(1u << i);
+        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
+        if (s == WF_OK && (j->xroot & (1u << i))) {
+            /* the roots' node answers on the tensor channel, with outputs */
+            s = WF_E_INTERNAL;
+            snprintf(j->err, sizeof j->err, "node %s reported the job done "
+                     "without its outputs", from);
+        }
+        if (s == WF_E_UNAVAILABLE || s == WF_E_MALFORMED) {
+            /* its ranks never ran: ours wait for them in a collective.
+             * Abort the world; a new round without the node rebuilds it
+             * (the node rejoins at once). */
+            char why[WF_PROTO_ERROR_MAX];
+            snprintf(why, sizeof why, "node %s refused job %" PRIu64, from,
+                     j->req.id);
+            wf_world_abort(w, why, NULL);
+            wf_cluster_node_lost(w->cluster, from, "it refused a job",
+                                 wf_now_usec());
+        }
+        if (s != WF_OK && s != WF_E_ABORTED && !j->err[0])
+            snprintf(j->err, sizeof j->err, "the job's part on node %s failed: %s",
+                     from, wf_status_str(s));
+        wf_djob_rank_done(j, s);
+        return;
+    }
+}
+
+void wf_world_on_message(void *arg, const char *from, const wf_ctl_msg_t *m)
+{
+    wf_world_t *w = arg;
+    const char *t = wf_ctl_get_str(m, "t");
+    if (!t)
+        return;
+    if (!from && strcmp(t, "job") == 0)
+        member_job(w, m);
+    else if (from && strcmp(t, "done") == 0)
+        coord_done(w, from, m);
+}
+
+/* The tensor channel's messages: "hi" and "out" from a member (coordinator),
+ * "in" from the coordinator (member). */
+void wf_world_on_channel(void *arg, const char *from, const char *type,
+                         const wf_ctl_msg_t *h, zmq_msg_t *frames, uint32_t n)
+{
+    wf_world_t *w = arg;
+    if (from && strcmp(type, "hi") == 0)
+        coord_hi(w, from, h);
+    else if (from && strcmp(type, "out") == 0)
+        coord_out(w, from, h, frames, n);
+    else if (!from && strcmp(type, "in") == 0)
+        member_in(w, h, frames, n);
+}
+
+/* Teardown: the parts still queued and the inputs that came early. */
+void wf_world_clear_queue(wf_world_t *w)
+{
+    wf_djob_t *j = w->mq_head;
+    while (j) {
+        wf_djob_t *next = j->next;
+        wf_djob_free(&j);
+        j = next;
+    }
+    w->mq_head = w->mq_tail = NULL;
+    while (w->n_early)
+        early_drop(w, 0);
+}

@@ -1,0 +1,75 @@
+/* dispatch.c — planning jobs for a mesh, dispatching what fits, and
+ * re-planning the queue after the mesh changed; jobs that fail to start
+ * are answered here (replies.c). Called by requests.c, reconfigure.c and
+ * server.c (server_impl.h).
+ */
+#include "server_impl.h"
+
+#include <stdio.h>
+
+#include "jobs/attention.h"
+#include "jobs/forward.h"
+
+/* Plan a job for `mesh`. Cluster: a head-split job (no communication,
+ * every rank reads the frames) runs on this node's devices only, so its
+ * device count is capped at them. */
+wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                         char *err, size_t err_len)
+{
+    if (job->req.op == WF_OP_FORWARD) {
+        const char *name = job->req.args.forward.model;
+        const wf_model_t *m = wf_registry_find(&srv->models, name);
+        if (!m || m->state != WF_MODEL_READY) {
+            snprintf(err, err_len, "model '%s' is not loaded%s", name,
+                     m ? " yet (it is loading)" : "");
+            return WF_E_BAD_ARGUMENT;
+        }
+        return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
+    }
+    wf_status_t st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err,
+                                       err_len);
+    if (st == WF_OK && srv->world && !job->cp &&
+        (uint32_t)job->group_size > srv->n_workers) {
+        wf_attention_args_t *a = &job->req.args.attention;
+        uint32_t asked = a->devices;
+        a->devices = srv->n_workers;
+        st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err, err_len);
+        a->devices = asked;
+    }
+    return st;
+}
+
+static wf_status_t plan_for_mesh(wf_djob_t *job, const wf_mesh_t *mesh, void *arg)
+{
+    wf_server_t *srv = arg;
+    job->err[0] = '\0';
+    return srv_plan_job(srv, job, mesh, job->err, sizeof job->err);
+}
+
+/* Dispatch what fits and answer the jobs that failed to start. */
+void srv_dispatch(wf_server_t *srv)
+{
+    if (srv->workers_stopped)
+        return;
+    wf_djob_t *failed = NULL;
+    wf_sched_dispatch(&srv->sched, wf_now_usec(), &failed);
+    while (failed) {
+        wf_djob_t *next = failed->next;
+        srv_reply_job(srv, failed);
+        wf_djob_free(&failed);
+        failed = next;
+    }
+}
+
+void srv_replan(wf_server_t *srv)
+{
+    wf_djob_t *failed = NULL;
+    wf_sched_replan(&srv->sched, plan_for_mesh, srv, &failed);
+    while (failed) {
+        wf_djob_t *next = failed->next;
+        srv_reply_job(srv, failed);
+        wf_djob_free(&failed);
+        failed = next;
+    }
+    srv_dispatch(srv);
+}

@@ -1,0 +1,291 @@
+/* requests.c — one client message: receive every frame, validate the
+ * header against the limits before anything is allocated, then answer
+ * hello and status here, admit attention / forward jobs, start a
+ * reconfiguration, or hand model requests to model_requests.c. Called by
+ * server.c (the poll loop); calls model_requests.c, reconfigure.c,
+ * dispatch.c and replies.c (server_impl.h).
+ */
+#include "server_impl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* identity, optional empty delimiter, header, tensor frames */
+#define MAX_PARTS (3 + WF_PROTO_MAX_TENSORS)
+
+/* snprintf(dst, "%s", src) without the restrict trouble: the reply
+ * scratch and the workers live in the same wf_server_t. */
+static void copy_name(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memmove(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void fill_hello(const wf_server_t *srv, wf_hello_info_t *h)
+{
+    h->protocol = WF_PROTOCOL_VERSION;
+    snprintf(h->weft_version, sizeof h->weft_version, "%s", WEFT_VERSION);
+    snprintf(h->backend, sizeof h->backend, "%s", srv->ops->name);
+    h->devices = srv->settings.device_count;
+    h->max_header_bytes = srv->settings.limits.max_header_bytes;
+    h->max_tensor_bytes = srv->settings.limits.max_tensor_bytes;
+    h->max_tensors = srv->settings.limits.max_tensors;
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (!f)
+        return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? resident * (uint64_t)page : 0;
+}
+
+static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
+{
+    const wf_sched_t *s = &srv->sched;
+    snprintf(si->weft_version, sizeof si->weft_version, "%s", WEFT_VERSION);
+    snprintf(si->backend, sizeof si->backend, "%s", srv->ops->name);
+    si->epoch = s->mesh.epoch;
+    si->mesh = s->mesh.deg;
+    si->reconfiguring = srv->reconf.active ? 1 : 0;
+    si->uptime_ms = (wf_now_usec() - srv->t_start_us) / 1000;
+    si->queue_depth = s->depth;
+    si->queue_capacity = s->capacity;
+    si->in_flight = s->in_flight;
+    si->jobs_served = s->served;
+    si->jobs_failed = s->failed;
+    si->requests_rejected = srv->rejected;
+    si->rss_bytes = rss_bytes();
+    si->device_count = srv->n_workers;
+    if (srv->world)
+        wf_cluster_fill_status(wf_world_cluster(srv->world), si);
+    for (uint32_t d = 0; d < srv->n_workers; d++) {
+        const wf_worker_t *w = &srv->workers[d];
+        wf_device_info_t *di = &si->devices[d];
+        di->index = d;
+        copy_name(di->name, sizeof di->name, w->name);
+        di->memory_total = w->memory_total;
+        uint32_t g = d + (srv->world ? wf_world_first_rank(srv->world) : 0); /* world rank */
+        di->memory_used = s->used[g];
+        di->jobs_served = atomic_load(&w->jobs_served);
+        di->busy = atomic_load(&w->busy) ? 1 : 0;
+        wf_mesh_coords_t c = { 0, 0, 0, 0 };
+        wf_mesh_coords(&s->mesh, (int)g, &c);
+        di->rank = g;
+        di->coords[0] = (uint32_t)c.dp;
+        di->coords[1] = (uint32_t)c.ring;
+        di->coords[2] = (uint32_t)c.ulysses;
+        di->coords[3] = (uint32_t)c.tp;
+    }
+}
+
+/* A reconfigure request that decoded: start it or refuse it. */
+static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim)
+{
+    const wf_request_t *req = &srv->req;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st;
+    if (srv->world && !wf_world_coordinator(srv->world)) {
+        st = WF_E_NOT_COORDINATOR;
+        wf_cluster_why_not(wf_world_cluster(srv->world), err, sizeof err);
+    } else {
+        const wf_reconf_req_t rreq = {
+            .deg = req->args.reconfigure.mesh, .why = "request", .notify = true,
+            .identity = identity, .delim = delim, .id = req->id,
+        };
+        st = srv_reconf_start(srv, &rreq, err, sizeof err);
+    }
+    if (st == WF_OK)
+        return;     /* cluster: the members follow once drained */
+    srv->rejected++;
+    wf_log(srv->log, WF_LOG_INFO, "reconfigure request %" PRIu64 " refused: "
+           "%s: %s", req->id, wf_status_name(st), err);
+    srv_reply_error(srv, identity, delim, req->id, req->op, st, err);
+}
+
+/* An attention request that passed validation: plan, admit, dispatch.
+ * Takes the identity and tensor frames out of parts[]. */
+static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
+                             size_t n, bool delim, uint64_t t_recv)
+{
+    const wf_request_t *req = &srv->req;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st;
+    wf_djob_t *job = NULL;
+    if (srv->stopping) {
+        st = WF_E_SHUTTING_DOWN;
+        snprintf(err, sizeof err, "daemon is shutting down; no new jobs");
+        goto reject;
+    }
+    if (srv->world && (!wf_world_coordinator(srv->world) ||
+                       !wf_cluster_accepts_jobs(wf_world_cluster(srv->world)))) {
+        st = !wf_world_coordinator(srv->world) ? WF_E_NOT_COORDINATOR
+                                               : WF_E_UNAVAILABLE;
+        wf_cluster_why_not(wf_world_cluster(srv->world), err, sizeof err);
+        goto reject;
+    }
+    job = wf_djob_new();
+    if (!job) {
+        st = WF_E_INTERNAL;
+        snprintf(err, sizeof err, "out of memory");
+        wf_log(srv->log, WF_LOG_ERR, "request %" PRIu64 ": out of memory", req->id);
+        goto reject;
+    }
+    job->req = *req;
+    job->has_delim = delim;
+    job->t_recv_us = t_recv;
+    job->done = &srv->done;
+    st = srv_plan_job(srv, job, &srv->sched.mesh, err, sizeof err);
+    if (st == WF_OK)
+        st = wf_sched_admit(&srv->sched, job, err, sizeof err);
+    if (st != WF_OK) {
+        wf_djob_free(&job);
+        goto reject;
+    }
+    zmq_msg_move(&job->identity, &parts[0]);
+    for (size_t i = h + 1; i < n; i++) {
+        zmq_msg_init(&job->frames[job->n_frames]);
+        zmq_msg_move(&job->frames[job->n_frames++], &parts[i]);
+    }
+    srv_dispatch(srv);
+    return;
+
+reject:
+    srv->rejected++;
+    wf_log(srv->log, st == WF_E_QUEUE_FULL ? WF_LOG_DEBUG : WF_LOG_INFO,
+           "request %" PRIu64 " refused: %s: %s", req->id, wf_status_name(st), err);
+    srv_reply_error(srv, &parts[0], delim, req->id, req->op, st, err);
+}
+
+/* Validate and answer / admit one received message. parts[0] is the
+ * identity; the caller closes every part afterwards. */
+static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
+                           bool overflow, uint64_t t_recv)
+{
+    wf_request_t *req = &srv->req;
+    const wf_limits_t *lim = &srv->settings.limits;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_status_t st;
+    bool delim = n > 1 && zmq_msg_size(&parts[1]) == 0;
+    size_t h = delim ? 2 : 1;       /* index of the header frame */
+
+    memset(req, 0, offsetof(wf_request_t, tensors));
+    if (h >= n) {
+        st = WF_E_MALFORMED;
+        snprintf(err, sizeof err, "message has no header frame");
+        goto reject;
+    }
+    const void *hdr = zmq_msg_data(&parts[h]);
+    size_t hdr_len = zmq_msg_size(&parts[h]);
+    if (hdr_len > lim->max_header_bytes || overflow) {
+        wf_request_peek(hdr, hdr_len, &req->id, &req->op);
+        st = WF_E_LIMIT;
+        if (overflow)
+            snprintf(err, sizeof err, "more than %d tensor frames",
+                     WF_PROTO_MAX_TENSORS);
+        else
+            snprintf(err, sizeof err, "header of %zu bytes exceeds max_header_bytes "
+                     "%" PRIu64, hdr_len, lim->max_header_bytes);
+        goto reject;
+    }
+    st = wf_request_decode(hdr, hdr_len, lim, req, err, sizeof err);
+    if (st != WF_OK)
+        goto reject;
+    size_t n_frames = n - h - 1, sizes[WF_PROTO_MAX_TENSORS];
+    for (size_t i = 0; i < n_frames; i++)
+        sizes[i] = zmq_msg_size(&parts[h + 1 + i]);
+    st = wf_request_check_frames(req, n_frames, sizes, err, sizeof err);
+    if (st != WF_OK)
+        goto reject;
+
+    wf_reply_t *rep;
+    switch (req->op) {
+    case WF_OP_HELLO:
+    case WF_OP_STATUS:
+        rep = srv_reply_ok(srv, req->id, req->op);
+        if (req->op == WF_OP_HELLO)
+            fill_hello(srv, &rep->result.hello);
+        else
+            fill_status(srv, &rep->result.status);
+        srv_reply_send(srv, &parts[0], delim, rep, NULL);
+        return;
+    case WF_OP_ATTENTION:
+    case WF_OP_FORWARD:
+        handle_attention(srv, parts, h, n, delim, t_recv);
+        return;
+    case WF_OP_LOAD_MODEL:
+        srv_models_load(srv, &parts[0], delim);
+        return;
+    case WF_OP_UNLOAD_MODEL:
+        srv_models_unload(srv, &parts[0], delim);
+        return;
+    case WF_OP_LIST_MODELS:
+        srv_models_list(srv, &parts[0], delim);
+        return;
+    case WF_OP_RECONFIGURE:
+        handle_reconfigure(srv, &parts[0], delim);
+        return;
+    default:
+        /* The decoder refuses unknown ops; keep a reply for a new one. */
+        st = WF_E_UNKNOWN_OP;
+        snprintf(err, sizeof err, "op %u not served", req->op);
+        goto reject;
+    }
+
+reject:
+    srv->rejected++;
+    wf_log(srv->log, WF_LOG_INFO, "request %" PRIu64 " op %u refused: %s: %s",
+           req->id, req->op, wf_status_name(st), err);
+    srv_reply_error(srv, &parts[0], delim, req->id, req->op, st, err);
+}
+
+/* Read one whole multipart message (every frame, even of a message that
+ * will be refused) and handle it. False when none was waiting. */
+bool srv_request_recv(wf_server_t *srv)
+{
+    zmq_msg_t parts[MAX_PARTS];
+    zmq_msg_init(&parts[0]);
+    if (zmq_msg_recv(&parts[0], srv->router, ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        if (e != EAGAIN && e != EINTR)
+            wf_log(srv->log, WF_LOG_ERR, "receive: %s", zmq_strerror(e));
+        zmq_msg_close(&parts[0]);
+        return false;
+    }
+    uint64_t t_recv = wf_now_usec();
+    size_t n = 1;
+    bool overflow = false;
+    bool more = zmq_msg_more(&parts[0]);
+    while (more) {
+        /* The rest of a multipart message is already here: no waiting. */
+        zmq_msg_t *m = &parts[n];
+        zmq_msg_t spill;
+        if (n == MAX_PARTS) {
+            m = &spill;
+            overflow = true;
+        }
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, srv->router, 0) < 0) {
+            wf_log(srv->log, WF_LOG_ERR, "receive: %s", zmq_strerror(zmq_errno()));
+            zmq_msg_close(m);
+            break;
+        }
+        more = zmq_msg_more(m);
+        if (m == &spill)
+            zmq_msg_close(m);
+        else
+            n++;
+    }
+    handle_message(srv, parts, n, overflow, t_recv);
+    for (size_t i = 0; i < n; i++)
+        zmq_msg_close(&parts[i]);
+    return true;
+}

@@ -1,0 +1,198 @@
+/* server_impl.h — private to daemon/server/: the daemon context and the
+ * functions its files call in each other. Calls go one way only, down this
+ * list (a file calls those listed below it, never above):
+ *
+ *   server.c          start-up, teardown, the poll loop, completions,
+ *                     signals, reload, drain; the cluster world's hooks
+ *   requests.c        receive, validate and route a client message; hello,
+ *                     status, attention / forward, reconfigure requests
+ *   model_requests.c  load / unload / list models, the install regroup
+ *   reconfigure.c     the hot reconfiguration state machine, regroup jobs
+ *   dispatch.c        planning, dispatch, re-planning queued jobs
+ *   replies.c         replies and error replies, status lines
+ *
+ * Where a lower file must reach a higher one (the end of a regroup tells
+ * the models), it calls through srv->hooks, which server.c sets. Nothing
+ * outside daemon/server/ includes this.
+ */
+#ifndef WF_SERVER_IMPL_H
+#define WF_SERVER_IMPL_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "server.h"
+#include "backend.h"
+#include "base/mesh.h"
+#include "base/notify.h"
+#include "cluster/world.h"
+#include "comm/comm_host.h"
+#include "models/models.h"
+#include "runtime/job.h"
+#include "runtime/scheduler.h"
+#include "runtime/worker.h"
+
+/* A reconfiguration asked for: by a client, by SIGHUP, by a model load or
+ * unload (the mesh in force: a regroup that re-cuts shards), by the
+ * recovery of an aborted world, or by the coordinator (member). */
+typedef struct wf_reconf_req {
+    wf_mesh_degrees_t deg;       /* degrees to install */
+    uint64_t epoch;              /* mesh epoch to install; 0: the one in force + 1 */
+    bool new_world;              /* single node: regroup on a new comm world */
+    const char *why;             /* "request", "SIGHUP", ... (static) */
+    bool notify;                 /* READY=1 at the end, RELOADING=1 now */
+    bool reloading_sent;         /* with notify: RELOADING=1 is out already */
+    zmq_msg_t *identity;         /* the client's ROUTER identity, taken when the
+                                    reconfiguration starts; NULL: no client */
+    bool delim;                  /* the client sent an empty delimiter */
+    uint64_t id;                 /* its request id */
+} wf_reconf_req_t;
+
+/* What the end of a regroup tells the files above reconfigure.c. */
+typedef struct wf_server_hooks {
+    /* A regroup ended with st (the mesh in force is installed when WF_OK):
+     * resident models follow it (model_requests.c). */
+    void (*regrouped)(wf_server_t *srv, wf_status_t st);
+    /* A reconfiguration is over and dispatch resumed: a model install
+     * that waited may start (model_requests.c). */
+    void (*reconfigured)(wf_server_t *srv);
+} wf_server_hooks_t;
+
+struct wf_server {
+    wf_settings_t settings;      /* in effect (reload updates the reloadable ones) */
+    const wf_cli_t *cli;         /* borrowed: flags, for reload */
+    char *const *envp;           /* borrowed: environment, for reload */
+    wf_log_t *log;               /* borrowed */
+    wf_notify_t notify;          /* sd_notify state */
+    const wf_backend_ops_t *ops; /* backend of every device */
+    void *zctx;                  /* ZeroMQ context */
+    void *router;                /* client endpoint */
+    bool bound;                  /* router is bound to endpoint */
+    bool activated;              /* the socket came from systemd (it owns the file) */
+    char endpoint[WF_SETTINGS_ENDPOINT_MAX]; /* bound: settings.listen or the
+                                  * activated socket's address */
+    int sigfd;                   /* SIGTERM / SIGINT / SIGHUP */
+    sigset_t old_mask;           /* signal mask to restore */
+    bool mask_set;               /* old_mask is valid */
+    struct sigaction old_act[3]; /* dispositions of the handled signals to restore */
+    bool act_set;                /* old_act is valid */
+    wf_done_box_t done;          /* finished jobs from the workers */
+    wf_worker_t workers[WF_SETTINGS_MAX_DEVICES]; /* one per device */
+    uint32_t n_workers;          /* workers started */
+    bool nccl;                   /* new worlds are NCCL worlds (use_nccl) */
+    wf_sched_t sched;            /* queue, admission, dispatch; its mesh is the
+                                    mesh in force */
+    wf_comm_host_world_t *host_world; /* single node: our reference on the
+                                    workers' comm world */
+    bool workers_stopped;        /* finish_drain stopped them: submit nothing */
+    struct {                     /* the hot reconfiguration that runs, if any */
+        bool active;             /* validated, dispatch paused */
+        bool regrouping;         /* drained; its regroup job is on the workers */
+        bool new_world;          /* regroup on a new world (the old was aborted) */
+        wf_mesh_t target;        /* the mesh it installs (the pending mesh) */
+        const char *why;         /* "request", "SIGHUP", "abort recovery" (static) */
+        bool notify;             /* READY=1 at the end (RELOADING=1 was sent) */
+        bool has_client;         /* a reconfigure request waits for the reply */
+        zmq_msg_t identity;      /* its ROUTER identity (when has_client) */
+        bool delim;              /* it sent an empty delimiter */
+        uint64_t id;             /* its id */
+        uint64_t world_epoch;    /* cluster: the world it started under */
+        uint64_t t_start_us;     /* validated */
+        uint64_t t_drained_us;   /* in-flight jobs done, regroup submitted */
+        unsigned failures;       /* consecutive failed regroups */
+    } reconf;
+    wf_server_hooks_t hooks;     /* set by server.c */
+    uint64_t rejected;           /* requests refused before queueing */
+    bool stopping;               /* draining: no new jobs */
+    uint64_t drain_deadline_us;  /* when draining gives up */
+    uint64_t t_start_us;         /* for uptime */
+    wf_world_t *world;           /* cluster mode: this node's part of the
+                                    cluster world; NULL: single node */
+    wf_registry_t models;        /* resident models (models.h) */
+    wf_model_t *pending_install; /* read; its install regroup waits for the
+                                    running reconfiguration */
+    uint64_t t_extend_us;        /* last EXTEND_TIMEOUT_USEC while loading */
+    wf_buf_t buf;                /* reply header encoding scratch */
+    wf_request_t req;            /* request decoding scratch */
+    wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
+};
+
+/* requests.c */
+
+/* Read one whole multipart message from the ROUTER and handle it. False
+ * when none was waiting. */
+bool srv_request_recv(wf_server_t *srv);
+
+/* model_requests.c */
+
+/* Handlers of the decoded model requests (srv->req); the identity is
+ * taken when the request is kept for a later reply. */
+void srv_models_load(wf_server_t *srv, zmq_msg_t *identity, bool delim);
+void srv_models_unload(wf_server_t *srv, zmq_msg_t *identity, bool delim);
+void srv_models_list(wf_server_t *srv, zmq_msg_t *identity, bool delim);
+/* The loader thread finished (models.efd readable). */
+void srv_models_loaded(wf_server_t *srv);
+/* While a load runs: progress to systemd, at most once a second. */
+void srv_models_notify(wf_server_t *srv, uint64_t now);
+/* Hooks (wf_server_hooks_t): after a regroup; after a reconfiguration. */
+void srv_models_after_regroup(wf_server_t *srv, wf_status_t st);
+void srv_models_try_install(wf_server_t *srv);
+
+/* reconfigure.c */
+
+/* Start the reconfiguration `req` (validation first: an invalid mesh
+ * changes nothing). With a client (req->identity) its identity is taken
+ * and it gets the reply at the end. Refusals: WF_E_SHUTTING_DOWN,
+ * WF_E_BUSY, WF_E_BAD_ARGUMENT, a model's refusal (message in err). */
+wf_status_t srv_reconf_start(wf_server_t *srv, const wf_reconf_req_t *req,
+                             char *err, size_t err_len);
+/* Drained? Then put the regroup job on every worker. */
+void srv_reconf_advance(wf_server_t *srv);
+/* The regroup ended with st: install the mesh and resume, answer the
+ * client (see reconfigure.c). */
+void srv_reconf_finish(wf_server_t *srv, wf_status_t st);
+/* Member: start the coordinator's mesh change if one waits and nothing
+ * runs. */
+void srv_reconf_apply_pending(wf_server_t *srv);
+/* A regroup job for every worker into the groups of `mesh` (a new comm
+ * world when `world` is set). NULL when out of memory. Caller owns it. */
+wf_djob_t *srv_regroup_new(wf_server_t *srv, const wf_mesh_t *mesh,
+                           wf_comm_host_world_t *world);
+/* Put a regroup job on every worker. */
+void srv_regroup_submit(wf_server_t *srv, wf_djob_t *job);
+/* Bytes of the smallest device: what resident shards may take per rank. */
+uint64_t srv_min_device_memory(const wf_server_t *srv);
+
+/* dispatch.c */
+
+/* Plan `job` for `mesh` (message in err). */
+wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                         char *err, size_t err_len);
+/* Dispatch what fits and answer the jobs that failed to start. */
+void srv_dispatch(wf_server_t *srv);
+/* Re-plan queued jobs for the mesh in force (answering those it refuses),
+ * then dispatch. */
+void srv_replan(wf_server_t *srv);
+
+/* replies.c */
+
+/* Send [identity, (empty), header, outputs of job...]. The identity is
+ * consumed on success; output buffers pass to ZeroMQ (zero-copy). */
+void srv_reply_send(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                    const wf_reply_t *rep, wf_djob_t *job);
+/* An error reply (msg NULL or "": the status's text). */
+void srv_reply_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                     uint64_t id, uint32_t op, wf_status_t st, const char *msg);
+/* A finished (or failed) job's reply. */
+void srv_reply_job(wf_server_t *srv, wf_djob_t *job);
+/* A reply header in srv->reply: version, id, op, status WF_OK, the epoch
+ * in force; the rest zero. */
+wf_reply_t *srv_reply_ok(wf_server_t *srv, uint64_t id, uint32_t op);
+/* "dp=1,ring=2,ulysses=2,tp=1" (at most 63 bytes with the NUL). */
+void srv_format_deg(const wf_mesh_degrees_t *d, char *buf, size_t len);
+/* "serving on ..., mesh ..., epoch ..." for sd_notify STATUS=. */
+void srv_status_line(const wf_server_t *srv, char *buf, size_t len);
+
+#endif /* WF_SERVER_IMPL_H */
