@@ -21,7 +21,8 @@ struct wf_channel {
     void *sock;                  /* ROUTER / DEALER; NULL: none */
     char ep[WF_SETTINGS_ENDPOINT_MAX]; /* bound / connected endpoint */
     wf_buf_t buf;                /* header encoding scratch */
-    wf_ctl_msg_t msg;            /* header scratch (sent or received) */
+    wf_ctl_msg_t msg;            /* header as fields (sent or received) */
+    wf_cmsg_t hdr;               /* header, typed (sent or received) */
 };
 
 static void free_output(void *data, void *hint)
@@ -161,7 +162,17 @@ const char *wf_channel_endpoint(const wf_channel_t *ch)
     return ch->ep;
 }
 
-/* Send the header in ch->msg (to `node` on the ROUTER; NULL: the DEALER's
+/* Start ch->hdr as a header of `type` for world `epoch`. */
+static wf_cmsg_xfer_t *hdr_begin(wf_channel_t *ch, wf_cmsg_type_t type,
+                                 uint64_t epoch)
+{
+    memset(&ch->hdr, 0, sizeof ch->hdr);
+    ch->hdr.type = type;
+    ch->hdr.u.xfer.epoch = epoch;
+    return &ch->hdr.u.xfer;
+}
+
+/* Send the header in ch->hdr (to `node` on the ROUTER; NULL: the DEALER's
  * peer), then n frames (moved out of frames[]). False when it could not
  * be queued (the frames are closed). */
 static bool send_msg(wf_channel_t *ch, const char *node, zmq_msg_t *frames,
@@ -169,7 +180,8 @@ static bool send_msg(wf_channel_t *ch, const char *node, zmq_msg_t *frames,
 {
     bool ok = true;
     wf_buf_reset(&ch->buf);
-    if (wf_ctl_encode(&ch->msg, &ch->buf) != WF_OK)
+    if (wf_cmsg_put(&ch->msg, &ch->hdr) != WF_OK ||
+        wf_ctl_encode(&ch->msg, &ch->buf) != WF_OK)
         ok = false;
     if (ok && node && zmq_send(ch->sock, node, strlen(node),
                                ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
@@ -199,12 +211,9 @@ bool wf_channel_send_inputs(wf_channel_t *ch, const wf_djob_t *job,
         zmq_msg_init(&f[t]);
         zmq_msg_copy(&f[t], (zmq_msg_t *)&job->frames[job->req.tensors[idx[t]].frame]);
     }
-    wf_ctl_msg_t *m = &ch->msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "in");
-    wf_ctl_put_uint(m, "epoch", job->world_epoch);
-    wf_ctl_put_uint(m, "seq", job->seq);
-    wf_ctl_put_uint(m, "n", 3);
+    wf_cmsg_xfer_t *x = hdr_begin(ch, WF_CMSG_XFER_IN, job->world_epoch);
+    x->seq = job->seq;
+    x->n = 3;
     bool ok = send_msg(ch, node, f, 3);
     if (!ok)
         wf_log(ch->log, WF_LOG_WARNING, "cluster: inputs of job %" PRIu64 " (seq %"
@@ -217,10 +226,7 @@ void wf_channel_send_hi(wf_channel_t *ch, uint64_t epoch)
 {
     if (!ch->sock)
         return;
-    wf_ctl_msg_t *m = &ch->msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "hi");
-    wf_ctl_put_uint(m, "epoch", epoch);
+    hdr_begin(ch, WF_CMSG_XFER_HI, epoch);
     send_msg(ch, NULL, NULL, 0);
 }
 
@@ -239,13 +245,10 @@ bool wf_channel_send_outputs(wf_channel_t *ch, wf_djob_t *job)
         }
         job->out[i] = NULL;
     }
-    wf_ctl_msg_t *m = &ch->msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "out");
-    wf_ctl_put_uint(m, "epoch", job->world_epoch);
-    wf_ctl_put_uint(m, "seq", job->seq);
-    wf_ctl_put_uint(m, "st", 0);
-    wf_ctl_put_uint(m, "n", n);
+    wf_cmsg_xfer_t *x = hdr_begin(ch, WF_CMSG_XFER_OUT, job->world_epoch);
+    x->seq = job->seq;
+    x->st = WF_OK;
+    x->n = n;
     return send_msg(ch, NULL, f, n);
 }
 
@@ -277,17 +280,19 @@ void wf_channel_recv(wf_channel_t *ch)
             return;
         uint32_t h = coord ? 1 : 0;
         char name[WF_SETTINGS_NAME_MAX] = "";
-        char err[64];
-        const char *t = NULL;
+        char err[WF_PROTO_ERROR_MAX];
+        bool ok = false;
         if (coord && zmq_msg_size(&p[0]) < sizeof name)
             memcpy(name, zmq_msg_data(&p[0]), zmq_msg_size(&p[0]));
         if (!over && n > h && (!coord || (name[0] &&
                                           strlen(name) == zmq_msg_size(&p[0]))) &&
             wf_ctl_decode(zmq_msg_data(&p[h]), zmq_msg_size(&p[h]), &ch->msg,
-                          err, sizeof err) == WF_OK)
-            t = wf_ctl_get_str(&ch->msg, "t");
-        if (t)
-            ch->fn(ch->arg, coord ? name : NULL, t, &ch->msg, &p[h + 1], n - h - 1);
+                          err, sizeof err) == WF_OK &&
+            wf_cmsg_get(&ch->msg, &ch->hdr, err, sizeof err) == WF_OK)
+            ok = ch->hdr.type == WF_CMSG_XFER_HI || ch->hdr.type == WF_CMSG_XFER_IN ||
+                 ch->hdr.type == WF_CMSG_XFER_OUT;
+        if (ok)
+            ch->fn(ch->arg, coord ? name : NULL, &ch->hdr, &p[h + 1], n - h - 1);
         for (uint32_t k = 0; k < n; k++)
             zmq_msg_close(&p[k]);
     }

@@ -3,12 +3,14 @@
  * data_address, each member's DEALER (routing id = its node name). A job
  * whose roots are on a member gets its inputs ("in") from the coordinator
  * and sends its outputs ("out") back; a member says "hi" once its part of
- * a world serves. Each message is a header (a control map: t, epoch =
- * world epoch, seq, n, st) and n tensor frames, sent zero-copy.
+ * a world serves. Each message is a header (a typed control message of
+ * proto/cluster_msg.h: epoch = world epoch, seq, n, st) and n tensor
+ * frames, sent zero-copy.
  *
  * This module moves bytes only: it knows neither jobs' bookkeeping nor
  * worlds. What it receives goes to its owner's callback (world.c); nothing
- * from a peer is passed on before its name and header decoded. Main thread
+ * from a peer is passed on before its name and header decoded and
+ * validated (wf_cmsg_get), and only hi / in / out headers. Main thread
  * only. Called by cluster/world.c.
  */
 #ifndef WF_CHANNEL_H
@@ -20,17 +22,19 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "cluster_msg.h"
 #include "proto.h"
 #include "runtime/job.h"
 
 typedef struct wf_channel wf_channel_t;
 
-/* A received message: its type ("hi", "in", "out"), the sender's node name
- * (coordinator; NULL on a member: from the coordinator), the decoded header
- * and its n tensor frames. Header and frames are borrowed for the call; the
- * callee may move frames out (zmq_msg_move). */
-typedef void (*wf_channel_msg_fn)(void *arg, const char *from, const char *type,
-                                  const wf_ctl_msg_t *header, zmq_msg_t *frames,
+/* A received message: the sender's node name (coordinator; NULL on a
+ * member: from the coordinator), the validated header (type
+ * WF_CMSG_XFER_HI, _IN or _OUT) and its n tensor frames. Header and frames
+ * are borrowed for the call; the callee may move frames out
+ * (zmq_msg_move). */
+typedef void (*wf_channel_msg_fn)(void *arg, const char *from,
+                                  const wf_cmsg_t *header, zmq_msg_t *frames,
                                   uint32_t n);
 
 /* Coordinator (`coord`): bind a ROUTER on settings->data_address, any port

@@ -65,7 +65,8 @@ struct wf_world {
     uint32_t n_early;
     uint64_t early_lost_seq;     /* member: inputs of jobs up to this seq of */
     uint64_t early_lost_epoch;   /* this world epoch were dropped (0: none) */
-    wf_ctl_msg_t msg;            /* job descriptor scratch (large) */
+    wf_ctl_msg_t msg;            /* job descriptor / done as fields (large) */
+    wf_cmsg_t rx;                /* a received control message, typed (large) */
 };
 
 /* world_jobs.c */
@@ -105,7 +106,7 @@ uint32_t wf_world_remote(void *arg, wf_djob_t *job);
 /* Handlers of the control plane's job traffic and of the tensor channel
  * (arg = w). */
 void wf_world_on_message(void *arg, const char *from, const wf_ctl_msg_t *m);
-void wf_world_on_channel(void *arg, const char *from, const char *type,
-                         const wf_ctl_msg_t *h, zmq_msg_t *frames, uint32_t n);
+void wf_world_on_channel(void *arg, const char *from, const wf_cmsg_t *h,
+                         zmq_msg_t *frames, uint32_t n);
 
 #endif /* WF_WORLD_IMPL_H */

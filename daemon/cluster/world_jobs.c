@@ -20,6 +20,9 @@
 
 #include "jobs/attention.h"
 
+/* A descriptor's ranks are world ranks of a job (proto/ bounds them). */
+_Static_assert(WF_DJOB_MAX_WORLD == WF_CMSG_MAX_DEVICES, "job ranks bound");
+
 static void member_flush(wf_world_t *w);
 
 /* Abort this node's part of the comm world: see world_impl.h. */
@@ -84,49 +87,33 @@ void wf_world_settle_remote(wf_world_t *w, const wf_cluster_node_t *nw, uint32_t
     }
 }
 
-/* The descriptor of `job` for the members, key by key (PROTOCOL.md
- * section 11, "job"). */
-static void job_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
+/* The descriptor of `job` for the members (PROTOCOL.md section 11, "job";
+ * proto/cluster_msg.h spells its keys). */
+static wf_status_t job_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
 {
     const wf_attention_args_t *a = &job->req.args.attention;
     const wf_tensor_desc_t *q = &job->req.tensors[a->q];
     const wf_tensor_desc_t *k = &job->req.tensors[a->k];
-    uint32_t fbits;
-    memcpy(&fbits, &job->scale, sizeof fbits);
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "job");
-    wf_ctl_put_uint(m, "seq", job->seq);
-    wf_ctl_put_uint(m, "epoch", job->epoch);
-    wf_ctl_put_uint(m, "id", job->req.id);
-    wf_ctl_put_uint(m, "base", job->device[0]);
-    wf_ctl_put_uint(m, "g", (uint64_t)job->group_size);
-    wf_ctl_put_uint(m, "B", (uint64_t)q->shape[0]);
-    wf_ctl_put_uint(m, "Sq", (uint64_t)q->shape[1]);
-    wf_ctl_put_uint(m, "Hq", (uint64_t)q->shape[2]);
-    wf_ctl_put_uint(m, "D", (uint64_t)q->shape[3]);
-    wf_ctl_put_uint(m, "Skv", (uint64_t)k->shape[1]);
-    wf_ctl_put_uint(m, "Hkv", (uint64_t)k->shape[2]);
-    wf_ctl_put_uint(m, "qdt", (uint64_t)q->dtype);
-    wf_ctl_put_uint(m, "kdt", (uint64_t)k->dtype);
-    wf_ctl_put_uint(m, "vdt", (uint64_t)job->req.tensors[a->v].dtype);
-    wf_ctl_put_uint(m, "odt", (uint64_t)job->out_desc[0].dtype);
-    wf_ctl_put_uint(m, "lse", job->n_outputs > 1);
-    wf_ctl_put_uint(m, "causal", a->causal);
-    wf_ctl_put_uint(m, "scale", fbits);
-    wf_ctl_put_uint(m, "rot", (uint64_t)job->rotate_method);
-    wf_ctl_put_uint(m, "f32", job->convert_to_fp32);
-    wf_ctl_put_uint(m, "ra", job->ring_anything);
-    wf_ctl_put_uint(m, "ua", job->ulysses_anything);
-    wf_ctl_put_uint(m, "lb", job->load_balance);
+    wf_cjob_t d = {
+        .seq = job->seq, .epoch = job->epoch, .id = job->req.id,
+        .base = job->device[0], .g = (uint32_t)job->group_size,
+        .B = q->shape[0], .Sq = q->shape[1], .Hq = q->shape[2], .D = q->shape[3],
+        .Skv = k->shape[1], .Hkv = k->shape[2],
+        .qdt = q->dtype, .kdt = k->dtype, .vdt = job->req.tensors[a->v].dtype,
+        .odt = job->out_desc[0].dtype,
+        .lse = job->n_outputs > 1, .causal = a->causal, .scale = job->scale,
+        .rot = job->rotate_method, .f32 = job->convert_to_fp32,
+        .ra = job->ring_anything, .ua = job->ulysses_anything,
+        .lb = job->load_balance,
+    };
     if (!job->cp) {
         /* a head split, its ranks all on one member (scheduler.c): which
          * ones, as offsets from `base` (device order = rank order) */
-        uint64_t mask = 0;
+        d.hs = true;
         for (int r = 0; r < job->group_size; r++)
-            mask |= UINT64_C(1) << ((job->device[r] - job->device[0]) & 63);
-        wf_ctl_put_uint(m, "hs", 1);
-        wf_ctl_put_uint(m, "mask", mask);
+            d.mask |= UINT64_C(1) << ((job->device[r] - job->device[0]) & 63);
     }
+    return wf_cjob_put(m, &d);
 }
 
 /* Coordinator, at dispatch: the descriptor of `job` to every member
@@ -137,11 +124,19 @@ uint32_t wf_world_remote(void *arg, wf_djob_t *job)
 {
     wf_world_t *w = arg;
     wf_ctl_msg_t *m = &w->msg;
-    job_encode(m, job);
     uint32_t parts = 0;
     job->remote_pending = 0;
     job->xroot = 0;
     job->world_epoch = w->world_epoch;
+    if (job_encode(m, job) != WF_OK) {
+        /* cannot happen (a fixed set of keys): but our ranks would wait
+         * for the members' in a collective, so the world is aborted */
+        snprintf(job->err, sizeof job->err, "job descriptor does not fit a "
+                 "control message");
+        atomic_store(&job->status, WF_E_INTERNAL);
+        wf_world_abort(w, NULL, job->err);
+        return 0;
+    }
     uint32_t lo = job->device[0], hi = lo + (uint32_t)job->group_size;
     for (uint32_t i = 0; i < w->n_nodes; i++) {
         const wf_cluster_node_t *n = &w->nodes[i];
@@ -190,68 +185,20 @@ void wf_world_unlink_remote(wf_world_t *w, wf_djob_t *job)
 void wf_world_member_done(wf_world_t *w, uint64_t seq, uint64_t epoch,
                           wf_status_t st)
 {
-    wf_ctl_msg_t *m = &w->msg;
-    wf_ctl_init(m);
-    wf_ctl_put_str(m, "t", "done");
-    wf_ctl_put_uint(m, "seq", seq);
-    wf_ctl_put_uint(m, "epoch", epoch);
-    wf_ctl_put_uint(m, "st", (uint64_t)(int64_t)st & 0xffffffffu);
-    wf_cluster_send(w->cluster, NULL, m);
+    wf_cmsg_t done = { .type = WF_CMSG_DONE,
+                       .u.result = { .seq = seq, .epoch = epoch, .st = st } };
+    if (wf_cmsg_put(&w->msg, &done) == WF_OK)
+        wf_cluster_send(w->cluster, NULL, &w->msg);
 }
 
-static bool get_u(const wf_ctl_msg_t *m, const char *key, uint64_t max,
-                  uint64_t *ret)
+/* The highest rank offset of a head split's mask (0 when none). */
+static uint32_t mask_top(uint64_t mask)
 {
-    return wf_ctl_get_uint(m, key, ret) && *ret <= max;
-}
-
-/* A job descriptor as read back: the keys of job_encode. */
-typedef struct job_desc {
-    uint64_t seq, epoch, id;     /* sequence number, mesh epoch, request id */
-    uint64_t base, g;            /* first world rank, ranks */
-    uint64_t B, Sq, Hq, D, Skv, Hkv; /* q's and k's shapes */
-    uint64_t qdt, kdt, vdt, odt; /* dtypes */
-    uint64_t lse, causal, scale, rot, f32, ra, ua, lb; /* options (scale: f32 bits) */
-    uint64_t hs, mask;           /* head split: its ranks base + bits of mask */
-} job_desc_t;
-
-/* Read descriptor m into *d (seq and epoch as far as they came, for the
- * answer to a malformed one); *ret_top: a head split's highest rank
- * offset. False when a key is missing or out of range. */
-static bool job_decode(const wf_ctl_msg_t *m, job_desc_t *d, uint32_t *ret_top)
-{
-    memset(d, 0, sizeof *d);
-    const uint64_t big = (uint64_t)INT32_MAX;
-    bool ok = get_u(m, "seq", UINT64_MAX, &d->seq) &&
-              get_u(m, "epoch", UINT64_MAX, &d->epoch) &&
-              get_u(m, "id", UINT64_MAX, &d->id) &&
-              get_u(m, "base", WF_DJOB_MAX_WORLD, &d->base) &&
-              get_u(m, "g", WF_DJOB_MAX_WORLD, &d->g) && get_u(m, "B", big, &d->B) &&
-              get_u(m, "Sq", big, &d->Sq) && get_u(m, "Hq", big, &d->Hq) &&
-              get_u(m, "D", big, &d->D) && get_u(m, "Skv", big, &d->Skv) &&
-              get_u(m, "Hkv", big, &d->Hkv) && get_u(m, "qdt", 255, &d->qdt) &&
-              get_u(m, "kdt", 255, &d->kdt) && get_u(m, "vdt", 255, &d->vdt) &&
-              get_u(m, "odt", 255, &d->odt) && get_u(m, "lse", 1, &d->lse) &&
-              get_u(m, "causal", 1, &d->causal) &&
-              get_u(m, "scale", UINT32_MAX, &d->scale) &&
-              get_u(m, "rot", 255, &d->rot) && get_u(m, "f32", 1, &d->f32) &&
-              get_u(m, "ra", 1, &d->ra) && get_u(m, "ua", 1, &d->ua) &&
-              get_u(m, "lb", 1, &d->lb);
-    /* a head split (absent: context-parallel): its ranks base + the bits
-     * of mask, g of them, in rank order */
-    if (ok && wf_ctl_get_uint(m, "hs", &d->hs))
-        ok = d->hs <= 1 && (d->hs == 0 || get_u(m, "mask", UINT64_MAX, &d->mask));
-    *ret_top = 0;
-    if (ok && d->hs) {
-        uint32_t bits = 0;
-        for (uint32_t b = 0; b < 64; b++)
-            if (d->mask & (UINT64_C(1) << b)) {
-                bits++;
-                *ret_top = b;
-            }
-        ok = (d->mask & 1) && bits == d->g;
-    }
-    return ok;
+    uint32_t top = 0;
+    for (uint32_t b = 0; b < 64; b++)
+        if (mask & (UINT64_C(1) << b))
+            top = b;
+    return top;
 }
 
 static wf_status_t member_root_setup(wf_world_t *w, wf_djob_t *job);
@@ -266,14 +213,22 @@ static void early_drop(wf_world_t *w, uint32_t i);
  * them in the member queue (mq_head). */
 static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
 {
-    job_desc_t d;
-    uint32_t top = 0;
-    bool ok = job_decode(m, &d, &top) && (!d.hs || d.base + top < w->world_size);
+    /* every field validated by wf_cjob_get (seq and epoch filled as far
+     * as they came, for the answer); the world's size is ours to check */
+    wf_cjob_t d;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    bool ok = wf_cjob_get(m, &d, err, sizeof err) == WF_OK;
+    if (ok && (d.base + d.g > w->world_size ||
+               (d.hs && d.base + mask_top(d.mask) >= w->world_size))) {
+        ok = false;
+        snprintf(err, sizeof err, "ranks %u..%u outside the world of %u", d.base,
+                 d.base + (d.hs ? mask_top(d.mask) : d.g - 1), w->world_size);
+    }
     const uint64_t seq = d.seq, epoch = d.epoch, id = d.id, base = d.base, g = d.g,
                    lse = d.lse, hs = d.hs, mask = d.mask;
-    if (!ok || g < 1 || base + g > w->world_size) {
+    if (!ok) {
         wf_log(w->log, WF_LOG_WARNING, "cluster: malformed job descriptor (seq %"
-               PRIu64 ") dropped", seq);
+               PRIu64 ") dropped: %s", seq, err);
         wf_world_member_done(w, seq, epoch, WF_E_MALFORMED);
         return;
     }
@@ -317,27 +272,26 @@ static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
     a->q = 0;
     a->k = 1;
     a->v = 2;
-    a->causal = d.causal != 0;
+    a->causal = d.causal;
     a->return_lse = lse != 0;
     const int64_t shp[3][4] = { { (int64_t)d.B, (int64_t)d.Sq, (int64_t)d.Hq, (int64_t)d.D },
                                 { (int64_t)d.B, (int64_t)d.Skv, (int64_t)d.Hkv, (int64_t)d.D },
                                 { (int64_t)d.B, (int64_t)d.Skv, (int64_t)d.Hkv, (int64_t)d.D } };
-    const uint64_t dts[3] = { d.qdt, d.kdt, d.vdt };
+    const wf_dtype_t dts[3] = { d.qdt, d.kdt, d.vdt };
     for (int t = 0; t < 3; t++) {
         wf_tensor_desc_t *td = &job->req.tensors[t];
-        td->dtype = (wf_dtype_t)dts[t];
+        td->dtype = dts[t];
         td->rank = 4;
         memcpy(td->shape, shp[t], sizeof shp[t]);
         td->frame = (uint32_t)t;
     }
-    uint32_t fbits = (uint32_t)d.scale;
-    memcpy(&job->scale, &fbits, sizeof fbits);
-    job->rotate_method = (wf_rotate_t)d.rot;
-    job->convert_to_fp32 = d.f32 != 0;
-    job->ring_anything = d.ra != 0;
-    job->ulysses_anything = d.ua != 0;
-    job->load_balance = d.lb != 0;
-    job->out_desc[0].dtype = (wf_dtype_t)d.odt;
+    job->scale = d.scale;
+    job->rotate_method = d.rot;
+    job->convert_to_fp32 = d.f32;
+    job->ring_anything = d.ra;
+    job->ulysses_anything = d.ua;
+    job->load_balance = d.lb;
+    job->out_desc[0].dtype = d.odt;
     job->n_outputs = lse ? 2 : 1;
     job->group_size = (int)g;
     job->run = hs ? wf_attention_head_split_run : wf_attention_cp_run;
@@ -558,12 +512,11 @@ static void member_take_early(wf_world_t *w, wf_djob_t *job)
 }
 
 /* Member: "in" {epoch, seq, n} and its frames. */
-static void member_in(wf_world_t *w, const wf_ctl_msg_t *h, zmq_msg_t *f,
+static void member_in(wf_world_t *w, const wf_cmsg_xfer_t *h, zmq_msg_t *f,
                       uint32_t n)
 {
-    uint64_t epoch, seq, nn;
-    if (!wf_ctl_get_uint(h, "epoch", &epoch) || !wf_ctl_get_uint(h, "seq", &seq) ||
-        !wf_ctl_get_uint(h, "n", &nn) || nn != n || n != 3)
+    const uint64_t epoch = h->epoch, seq = h->seq;
+    if (h->n != n || n != 3)
         return;
     for (wf_djob_t *j = w->mq_head; j; j = j->next) {
         if (j->kind == WF_DJOB_REGROUP || !j->root_here || j->seq != seq ||
@@ -600,12 +553,10 @@ static void member_in(wf_world_t *w, const wf_ctl_msg_t *h, zmq_msg_t *f,
 }
 
 /* Coordinator: "hi" {epoch} from member `name`. */
-static void coord_hi(wf_world_t *w, const char *name, const wf_ctl_msg_t *h)
+static void coord_hi(wf_world_t *w, const char *name, const wf_cmsg_xfer_t *h)
 {
-    uint64_t epoch;
     int i = wf_world_node_index(w->nodes, w->n_nodes, name);
-    if (i < 0 || i >= 32 || w->nodes[i].self ||
-        !wf_ctl_get_uint(h, "epoch", &epoch) || epoch != w->world_epoch)
+    if (i < 0 || i >= 32 || w->nodes[i].self || h->epoch != w->world_epoch)
         return;
     w->xfer_ready |= 1u << i;
     if (w->built && !w->install) {
@@ -615,14 +566,12 @@ static void coord_hi(wf_world_t *w, const char *name, const wf_ctl_msg_t *h)
 }
 
 /* Coordinator: "out" {epoch, seq, st, n} and the outputs from `name`. */
-static void coord_out(wf_world_t *w, const char *name, const wf_ctl_msg_t *h,
+static void coord_out(wf_world_t *w, const char *name, const wf_cmsg_xfer_t *h,
                       zmq_msg_t *f, uint32_t n)
 {
-    uint64_t epoch, seq, st, nn;
+    const uint64_t epoch = h->epoch, seq = h->seq;
     int i = wf_world_node_index(w->nodes, w->n_nodes, name);
-    if (i < 0 || i >= 32 || !wf_ctl_get_uint(h, "epoch", &epoch) ||
-        !wf_ctl_get_uint(h, "seq", &seq) || !wf_ctl_get_uint(h, "st", &st) ||
-        !wf_ctl_get_uint(h, "n", &nn) || nn != n)
+    if (i < 0 || i >= 32 || h->n != n)
         return;
     for (wf_djob_t *j = w->remote_jobs; j; j = j->rnext) {
         if (j->seq != seq)
@@ -631,7 +580,7 @@ static void coord_out(wf_world_t *w, const char *name, const wf_ctl_msg_t *h,
         if (!(j->remote_pending & bit) || !(j->xroot & bit) || j->world_epoch != epoch)
             return;     /* settled already (a late message of an old world) */
         j->remote_pending &= ~bit;
-        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
+        wf_status_t s = h->st;
         bool sizes = s != WF_OK || n == j->n_outputs;
         for (uint32_t k = 0; sizes && s == WF_OK && k < n; k++)
             sizes = zmq_msg_size(&f[k]) == j->out_desc[k].nbytes;
@@ -655,11 +604,11 @@ static void coord_out(wf_world_t *w, const char *name, const wf_ctl_msg_t *h,
 }
 
 /* Coordinator: a member's part of a job ended. */
-static void coord_done(wf_world_t *w, const char *from, const wf_ctl_msg_t *m)
+static void coord_done(wf_world_t *w, const char *from, const wf_cmsg_result_t *m)
 {
-    uint64_t seq, st;
+    const uint64_t seq = m->seq;
     int i = wf_world_node_index(w->nodes, w->n_nodes, from);
-    if (i < 0 || !wf_ctl_get_uint(m, "seq", &seq) || !wf_ctl_get_uint(m, "st", &st))
+    if (i < 0)
         return;
     for (wf_djob_t *j = w->remote_jobs; j; j = j->rnext) {
         if (j->seq != seq)
@@ -667,7 +616,7 @@ static void coord_done(wf_world_t *w, const char *from, const wf_ctl_msg_t *m)
         if (!(j->remote_pending & (1u << i)))
             return;
         j->remote_pending &= ~(1u << i);
-        wf_status_t s = (wf_status_t)(int32_t)(uint32_t)st;
+        wf_status_t s = m->st;
         if (s == WF_OK && (j->xroot & (1u << i))) {
             /* the roots' node answers on the tensor channel, with outputs */
             s = WF_E_INTERNAL;
@@ -696,27 +645,31 @@ static void coord_done(wf_world_t *w, const char *from, const wf_ctl_msg_t *m)
 void wf_world_on_message(void *arg, const char *from, const wf_ctl_msg_t *m)
 {
     wf_world_t *w = arg;
-    const char *t = wf_ctl_get_str(m, "t");
-    if (!t)
-        return;
-    if (!from && strcmp(t, "job") == 0)
-        member_job(w, m);
-    else if (from && strcmp(t, "done") == 0)
-        coord_done(w, from, m);
+    wf_cmsg_type_t t = wf_cmsg_type(m);
+    if (!from && t == WF_CMSG_JOB) {
+        member_job(w, m);       /* answers even a malformed one */
+    } else if (from && t == WF_CMSG_DONE) {
+        char err[WF_PROTO_ERROR_MAX];
+        if (wf_cmsg_get(m, &w->rx, err, sizeof err) == WF_OK)
+            coord_done(w, from, &w->rx.u.result);
+        else
+            wf_log(w->log, WF_LOG_WARNING, "cluster: bad done from %s dropped: %s",
+                   from, err);
+    }
 }
 
 /* The tensor channel's messages: "hi" and "out" from a member (coordinator),
  * "in" from the coordinator (member). */
-void wf_world_on_channel(void *arg, const char *from, const char *type,
-                         const wf_ctl_msg_t *h, zmq_msg_t *frames, uint32_t n)
+void wf_world_on_channel(void *arg, const char *from, const wf_cmsg_t *h,
+                         zmq_msg_t *frames, uint32_t n)
 {
     wf_world_t *w = arg;
-    if (from && strcmp(type, "hi") == 0)
-        coord_hi(w, from, h);
-    else if (from && strcmp(type, "out") == 0)
-        coord_out(w, from, h, frames, n);
-    else if (!from && strcmp(type, "in") == 0)
-        member_in(w, h, frames, n);
+    if (from && h->type == WF_CMSG_XFER_HI)
+        coord_hi(w, from, &h->u.xfer);
+    else if (from && h->type == WF_CMSG_XFER_OUT)
+        coord_out(w, from, &h->u.xfer, frames, n);
+    else if (!from && h->type == WF_CMSG_XFER_IN)
+        member_in(w, &h->u.xfer, frames, n);
 }
 
 /* Teardown: the parts still queued and the inputs that came early. */
