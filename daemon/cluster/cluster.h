@@ -185,7 +185,7 @@ void wf_cluster_job_ok(wf_cluster_t *c);
  * world): members tell the coordinator (message "data"). */
 void wf_cluster_set_data(wf_cluster_t *c, const char *data);
 
-/* Coordinator: the endpoint of its tensor channel (server.c: a ROUTER
+/* Coordinator: the endpoint of its tensor channel (channel.c: a ROUTER
  * bound on data_address), announced as `xfer` in every later `world`.
  * Member: wf_cluster_xfer is the one of the world received ("" when the
  * coordinator announced none). Borrowed from c. */
