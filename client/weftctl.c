@@ -1,7 +1,7 @@
-/* weftctl.c — command line of weftd: the option parsing, the shared
- * helpers (weftctl.h), hello / status / reconfigure and main. The other
+/* weftctl.c — command line of weftd: the option parsing, hello / status / reconfigure and main. The other
  * commands live beside it: weftctl_demo.c (attention-demo) and
- * weftctl_models.c (load / unload / models / forward / shard). It talks
+ * weftctl_models.c (load / unload / models / forward / shard), declared in
+ * weftctl_cmds.h; all of them use weftctl_util.c. It talks
  * to the daemon through libweft only; the model commands also use the
  * model-file library locally (tp_plan.h to read --tp-plan, safetensors.h
  * to read --inputs, flux_host.h to write a sharded checkpoint), never to
@@ -59,7 +59,9 @@
  * Endpoint: --endpoint, else $WEFT_ENDPOINT, else WF_DEFAULT_ENDPOINT.
  * Exit codes: 0 success, 1 job / daemon error, a failed check or a file
  * that cannot be read, 2 usage.
- */#include "weftctl.h"
+ */
+#include "weftctl_cmds.h"
+#include "weftctl_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -102,54 +104,6 @@ static void usage(FILE *f)
         "exit: 0 ok, 1 job or daemon error / failed check / unreadable file,\n"
         "      2 usage\n",
         WF_DEFAULT_ENDPOINT);
-}
-
-/* Parse a positive integer option value; false on garbage. */
-bool ctl_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *ret)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *ret = v;
-    return true;
-}
-
-int ctl_report_error(wf_client_t *c, wf_status_t st, const char *what)
-{
-    const char *msg = wf_client_last_error(c);
-    fprintf(stderr, "weftctl: %s: %s: %s\n", what, wf_status_name(st),
-            msg[0] ? msg : wf_status_str(st));
-    return 1;
-}
-
-void ctl_human_bytes(char *buf, size_t len, uint64_t b)
-{
-    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%" PRIu64 " B", b);
-    else
-        snprintf(buf, len, "%.1f %s", v, unit[u]);
-}
-
-int ctl_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double ctl_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- hello / status --------------------------------------------------- */

@@ -3,7 +3,8 @@
  * kernels/reference.h over the same rounded inputs, with timings (see
  * weftctl.c for the command line).
  */
-#include "weftctl.h"
+#include "weftctl_cmds.h"
+#include "weftctl_util.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -4,7 +4,8 @@
  * shard (per-rank checkpoint files, no daemon). See weftctl.c for the
  * command line.
  */
-#include "weftctl.h"
+#include "weftctl_cmds.h"
+#include "weftctl_util.h"
 
 #include <errno.h>
 #include <inttypes.h>

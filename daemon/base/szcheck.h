@@ -1,13 +1,17 @@
 /* szcheck.h — size arithmetic with a sticky overflow flag, for workspace
  * layouts computed before anything runs (cp_attention, flux_forward): a
  * chain of products and sums sets the flag once any step overflows (or
- * gets a negative factor), and the caller checks it at the end. */
+ * gets a negative factor), and the caller checks it at the end. Also the
+ * int64 min / max that such layouts need. */
 #ifndef WF_SZCHECK_H
 #define WF_SZCHECK_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+static inline int64_t wf_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t wf_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 typedef struct szc {
     bool overflow; /* set once any operation overflowed */

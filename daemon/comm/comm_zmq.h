@@ -1,6 +1,6 @@
 /* comm_zmq.h — the ZeroMQ backend of comm.h: host buffers, ranks across
  * processes and nodes, over point-to-point ZeroMQ connections (tcp:// or
- * ipc://). Implemented by comm_zmq.c, comm_zmq_rank.c, comm_zmq_ops.c.
+ * ipc://). Implemented by comm_zmq_world.c, comm_zmq_ops.c, comm_zmq_rank.c.
  *
  * Each rank owns one ROUTER socket bound to its endpoint; rank i connects
  * to every rank j < i (one connection per pair, used both ways). A world

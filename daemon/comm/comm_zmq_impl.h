@@ -1,7 +1,8 @@
 /* comm_zmq_impl.h — what the files of the ZeroMQ comm backend share
- * (comm_zmq.c: abort domain, endpoints, world formation; comm_zmq_rank.c:
- * one rank's socket, requests, matching and progress; comm_zmq_ops.c: the
- * handles, point-to-point and collectives over the plans of p2p_plan.h).
+ * (comm_zmq_world.c: endpoints, world formation; comm_zmq_ops.c: the
+ * handles, point-to-point and collectives over the plans of p2p_plan.h;
+ * comm_zmq_rank.c: one rank's socket, requests, matching and progress,
+ * the abort domain; calls go in that order).
  * Private to those three files: users include comm_zmq.h.
  */
 #ifndef WF_COMM_ZMQ_IMPL_H

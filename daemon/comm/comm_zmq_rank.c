@@ -1,7 +1,8 @@
 /* comm_zmq_rank.c — one rank of the ZeroMQ comm backend (comm_zmq.h):
  * its socket, the wire header, requests, matching, progress and the
  * reaction to an abort; the posting primitives the operations of
- * comm_zmq_ops.c are made of. It does not log.
+ * comm_zmq_ops.c are made of; the abort domain its ranks share. Calls
+ * no other file of the backend. It does not log.
  *
  * Wire. One ZeroMQ message per operation message, frames
  *   [routing id of the peer, header (HDR_LEN bytes), payload (DATA only)]
@@ -42,6 +43,61 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+/* ---------------------------------------------------------------------- */
+/* abort domain                                                            */
+
+wf_status_t wf_comm_zmq_local_new(wf_comm_zmq_local_t **ret_local)
+{
+    assert(ret_local);
+    wf_comm_zmq_local_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return WF_E_NO_MEMORY;
+    l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->efd < 0) {
+        free(l);
+        return WF_E_INTERNAL;
+    }
+    atomic_init(&l->refs, 1);
+    atomic_init(&l->aborted, 0);
+    *ret_local = l;
+    return WF_OK;
+}
+
+void wf_comm_zmq_local_abort(wf_comm_zmq_local_t *l)
+{
+    if (!l)
+        return;
+    if (atomic_exchange(&l->aborted, 1))
+        return;
+    uint64_t one = 1;
+    /* cannot fail short of a counter overflow; the flag is set anyway */
+    ssize_t rc = write(l->efd, &one, sizeof one);
+    (void)rc;
+}
+
+int wf_comm_zmq_local_aborted(const wf_comm_zmq_local_t *l)
+{
+    return l ? atomic_load(&l->aborted) : 0;
+}
+
+wf_comm_zmq_local_t *wf_comm_zmq_local_ref(wf_comm_zmq_local_t *l)
+{
+    atomic_fetch_add(&l->refs, 1);
+    return l;
+}
+
+void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l)
+{
+    if (!l || !*l)
+        return;
+    wf_comm_zmq_local_t *x = *l;
+    *l = NULL;
+    if (atomic_fetch_sub(&x->refs, 1) == 1) {
+        close(x->efd);
+        free(x);
+    }
+}
 
 #define MAGIC 0x315A4657u /* "WFZ1" little-endian */
 #define HDR_LEN 40

@@ -70,6 +70,56 @@ static void gate_add(float *S, const float *lo, int64_t nbatch, int64_t per, int
 
 /* ---- attention ------------------------------------------------------------------------ */
 
+/* The cp job of this forward's attention, Hl heads per tp rank, without
+ * pointers. */
+wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
+{
+    wf_cp_job_t j;
+    memset(&j, 0, sizeof j);
+    j.B = g->B;
+    j.Sq = g->S;
+    j.Skv = g->S;
+    j.Hq = Hl;
+    j.Hkv = Hl;
+    j.D = g->D;
+    j.hq_begin = 0;
+    j.hq_end = Hl;
+    j.scale = (float)(1.0 / sqrt((double)g->D));
+    j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
+    j.rotate_method = WF_CP_ROTATE_ALLGATHER;
+    j.convert_to_fp32 = true;
+    /* S divides over P (checked); uneven heads (tp * ulysses above the
+     * head count) split as cp_attention's ulysses_anything does */
+    j.ulysses_anything = Hl % g->U != 0;
+    j.local = true;
+    return j;
+}
+
+/* Kernel params of the single-rank attention (P = 1), without pointers. */
+wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl)
+{
+    wf_attn_params_t p;
+    memset(&p, 0, sizeof p);
+    p.B = g->B;
+    p.Sq = g->L;
+    p.Skv = g->L;
+    p.Hq = Hl;
+    p.Hkv = Hl;
+    p.D = g->D;
+    p.h_begin = 0;
+    p.h_end = Hl;
+    p.scale = (float)(1.0 / sqrt((double)g->D));
+    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
+    return p;
+}
+
+/* The attention goes through cp_attention (local mode) for P > 1, and
+ * for a backend on device memory, whose kernels it stages. */
+bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops)
+{
+    return g->P > 1 || ops->copy_h2d != NULL;
+}
+
 /* The layout the attention runs in: the common output layout of the n
  * projections when they agree and keep whole heads, else full (every
  * head on every tp rank). */

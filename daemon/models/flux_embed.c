@@ -32,7 +32,7 @@ static void fill_records(run_t *x)
     const recl_t *rl = &x->W.rec;
     for (int j = 0; j < g->P; j++) {
         float *rec = fp(x, x->W.in) + (size_t)j * rl->n;
-        size_t eh = es_of(job->hidden_dtype), ee = es_of(job->encoder_dtype);
+        size_t eh = wf_dtype_size(job->hidden_dtype), ee = wf_dtype_size(job->encoder_dtype);
         for (int64_t b = 0; b < g->B; b++) {
             const unsigned char *h = job->hidden_states;
             wf_convert_to_f32(rec + rl->hid + (size_t)(b * g->Li * g->IN),
@@ -44,7 +44,7 @@ static void fill_records(run_t *x)
                               job->encoder_dtype, (size_t)(g->Lt * g->J));
         }
         const unsigned char *ii = job->img_ids, *ti = job->txt_ids;
-        size_t ei = es_of(job->img_ids_dtype), et = es_of(job->txt_ids_dtype);
+        size_t ei = wf_dtype_size(job->img_ids_dtype), et = wf_dtype_size(job->txt_ids_dtype);
         wf_convert_to_f32(rec + rl->iid, ii + (size_t)(j * g->Li * g->NA) * ei,
                           job->img_ids_dtype, (size_t)(g->Li * g->NA));
         wf_convert_to_f32(rec + rl->tid, ti + (size_t)(j * g->Lt * g->NA) * et,

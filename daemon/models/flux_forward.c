@@ -91,7 +91,7 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
         {"output", job->out_dtype, true},
     };
     for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++)
-        if (dts[k].used && !dtype_ok(dts[k].dt))
+        if (dts[k].used && !wf_dtype_size(dts[k].dt))
             return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                                   "%s: dtype %d is not f32, f16 or bf16", dts[k].name,
                                   (int)dts[k].dt);
@@ -207,56 +207,6 @@ static size_t ftake(szc_t *c, size_t *off, size_t floats)
     return take(c, off, szc_mul(c, floats, sizeof(float)));
 }
 
-/* The cp job of this forward's attention, Hl heads per tp rank, without
- * pointers. */
-wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
-{
-    wf_cp_job_t j;
-    memset(&j, 0, sizeof j);
-    j.B = g->B;
-    j.Sq = g->S;
-    j.Skv = g->S;
-    j.Hq = Hl;
-    j.Hkv = Hl;
-    j.D = g->D;
-    j.hq_begin = 0;
-    j.hq_end = Hl;
-    j.scale = (float)(1.0 / sqrt((double)g->D));
-    j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
-    j.rotate_method = WF_CP_ROTATE_ALLGATHER;
-    j.convert_to_fp32 = true;
-    /* S divides over P (checked); uneven heads (tp * ulysses above the
-     * head count) split as cp_attention's ulysses_anything does */
-    j.ulysses_anything = Hl % g->U != 0;
-    j.local = true;
-    return j;
-}
-
-/* Kernel params of the single-rank attention (P = 1), without pointers. */
-wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl)
-{
-    wf_attn_params_t p;
-    memset(&p, 0, sizeof p);
-    p.B = g->B;
-    p.Sq = g->L;
-    p.Skv = g->L;
-    p.Hq = Hl;
-    p.Hkv = Hl;
-    p.D = g->D;
-    p.h_begin = 0;
-    p.h_end = Hl;
-    p.scale = (float)(1.0 / sqrt((double)g->D));
-    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
-    return p;
-}
-
-/* The attention goes through cp_attention (local mode) for P > 1, and
- * for a backend on device memory, whose kernels it stages. */
-bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops)
-{
-    return g->P > 1 || ops->copy_h2d != NULL;
-}
-
 /* Attention workspace for any plan: heads per rank are H (attention on
  * every head) or H / T (split heads). */
 static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops)
@@ -289,7 +239,7 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, size_t aw
     size_t off = 0;
     const int64_t B = g->B, N = g->N, C = g->C, M = g->M;
     w.rec = rec_layout(c, g);
-    w.meta = take(c, &off, szc_mul(c, 2u * (size_t)max64(g->P, g->T), sizeof(size_t)));
+    w.meta = take(c, &off, szc_mul(c, 2u * (size_t)wf_max_i64(g->P, g->T), sizeof(size_t)));
     w.in = ftake(c, &off, szc_mul(c, w.rec.n, seq0 ? (size_t)g->P : 1u));
     w.rcos = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
     w.rsin = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
@@ -317,7 +267,7 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, size_t aw
     /* Xc: any linear's input (rows x in), or a q / k / v part (N x C) */
     w.Xc_n = maxz(maxz(szc_mul3(c, N, M, 1), szc_mul3(c, g->Ni, g->IN, 1)),
                   maxz(szc_mul3(c, g->Nt, g->J, 1),
-                       szc_mul3(c, B, max64(g->PD, WF_FLUX_TIMESTEP_CHANNELS), 1)));
+                       szc_mul3(c, B, wf_max_i64(g->PD, WF_FLUX_TIMESTEP_CHANNELS), 1)));
     w.Xc = ftake(c, &off, w.Xc_n);
     /* G: rows x full width of anything converted: an input (Xc's bound)
      * or an output (Y's bound) */
@@ -385,7 +335,7 @@ static wf_status_t finish(run_t *x)
     }
     if (!x->root)
         return WF_OK;
-    const size_t eo = es_of(x->job->out_dtype);
+    const size_t eo = wf_dtype_size(x->job->out_dtype);
     unsigned char *dst = x->job->output;
     for (int j = 0; j < g->P; j++)
         for (int64_t b = 0; b < B; b++)

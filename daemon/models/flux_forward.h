@@ -3,18 +3,7 @@
  * weights, cut by a tp plan) and context parallelism (ring x ulysses ranks
  * hold shards of the sequences), together.
  *
- * Shards. A rank's shard (wf_flux_shard_t) is cut from the read-only host
- * copy (flux_host.h) for (tp, tp_rank) by the plan (tp_plan.h), converted
- * to f32 (the CPU backend computes in f32 with OpenBLAS sgemm). Where the
- * host tensor is already f32 and the rank's piece is contiguous
- * (replicated, colwise with one block, their biases) the shard points
- * into the host copy instead of copying it (the CPU backend's device
- * memory is host memory): cutting, and so re-sharding, copies only the
- * rest. The host copy must then outlive the shard (models.h frees it only
- * after a regroup has dropped the shards); bytes still counts every
- * piece, as a device that copies would hold it. Norm
- * weights, embedders, AdaLN linears and the final projection follow the
- * plan too (the default replicates them).
+ * Shards (wf_flux_shard_t, cut by a tp plan) are flux_shard.h's.
  *
  * Activations between linear layers carry a layout: full, or split over
  * tp by the producing linear's placement (colwise: one block; packed: the
@@ -55,85 +44,8 @@
 
 #include "backend.h"
 #include "comm/comm.h"
-#include "flux_config.h"
-#include "flux_host.h"
-#include "tp_plan.h"
+#include "flux_shard.h"
 #include "weft.h"
-
-/* One linear layer on this rank. */
-typedef struct wf_flux_linear {
-    wf_tp_place_t place;   /* its placement (full and local shapes) */
-    float *w;              /* [local_out, local_in] f32, read-only; an
-                              owned copy, or (w_view) a view of the host
-                              copy: rows ldw floats apart, and for split
-                              columns one view per block (wb[] below) */
-    float *b;              /* bias: colwise / packed_colwise [local_out],
-                              otherwise [out]; NULL when the module has none */
-    bool w_view, b_view;   /* w / b point into the host copy (an f32
-                              tensor) instead of an owned copy */
-    int64_t ldw;           /* floats between rows of w (local_in when owned) */
-    uint32_t nwb;          /* column blocks of w: 1, or the rank's pieces of
-                              a rowwise / packed_rowwise view */
-    const float *wb[WF_TP_MAX_BLOCKS]; /* first element of each (wb[0] = w) */
-    int64_t wbw[WF_TP_MAX_BLOCKS];     /* their widths (sum = local_in) */
-} wf_flux_linear_t;
-
-/* A double-stream block (diffusers' FluxTransformerBlock). */
-typedef struct wf_flux_double {
-    wf_flux_linear_t norm1, norm1_context;          /* AdaLN-Zero: 6 * dim */
-    wf_flux_linear_t to_q, to_k, to_v, add_q, add_k, add_v;
-    wf_flux_linear_t to_out, to_add_out;
-    wf_flux_linear_t ff0, ff2, ffc0, ffc2;          /* ff.net.0.proj, ff.net.2, ff_context.* */
-    float *norm_q, *norm_k, *norm_added_q, *norm_added_k; /* RMSNorm [D] */
-} wf_flux_double_t;
-
-/* A single-stream block (diffusers' FluxSingleTransformerBlock). */
-typedef struct wf_flux_single {
-    wf_flux_linear_t norm;                          /* AdaLN-Zero single: 3 * dim */
-    wf_flux_linear_t to_q, to_k, to_v, proj_mlp, proj_out;
-    float *norm_q, *norm_k;
-} wf_flux_single_t;
-
-/* One rank's shard of a model. */
-typedef struct wf_flux_shard {
-    wf_flux_config_t cfg;
-    int tp, tp_rank;
-    wf_flux_linear_t x_embedder, context_embedder;
-    wf_flux_linear_t time_l1, time_l2;     /* time_text_embed.timestep_embedder */
-    wf_flux_linear_t guid_l1, guid_l2;     /* .guidance_embedder (guidance models) */
-    wf_flux_linear_t text_l1, text_l2;     /* .text_embedder */
-    wf_flux_double_t *dbl;                 /* cfg.num_layers */
-    wf_flux_single_t *sgl;                 /* cfg.num_single_layers */
-    wf_flux_linear_t norm_out, proj_out;
-    uint64_t bytes;                        /* f32 bytes held */
-} wf_flux_shard_t;
-
-/* Check `plan` against the model for `tp` ranks: every rule must match at
- * least one linear module of this config unless `allow_unmatched` (the
- * default plan on a model without some block kind); a rule may not match
- * a non-linear tensor (norm weights); every placement must divide
- * (wf_tp_place); query / key / value projections split over tp must keep
- * whole heads (local width a multiple of attention_head_dim: diffusers'
- * "`tp_degree` (<T>) must divide the number of attention heads (<H>).";
- * packed pieces must not cut a head either). WF_E_BAD_ARGUMENT with a
- * message. */
-wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
-                               const wf_tp_plan_t *plan, int tp,
-                               bool allow_unmatched, char *err, size_t err_len);
-
-/* Largest f32 bytes of one rank's shard for (cfg, plan, tp), before any
- * weight is read (memory admission). 0 when the plan check fails. */
-uint64_t wf_flux_shard_bytes(const wf_flux_config_t *cfg,
-                             const wf_tp_plan_t *plan, int tp);
-
-/* Cut rank `tp_rank`'s shard from the host copy (plan checked by the
- * caller). Caller owns *ret (wf_flux_shard_free). WF_E_NO_MEMORY. */
-wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
-                                const wf_tp_plan_t *plan, int tp, int tp_rank,
-                                wf_flux_shard_t **ret, char *err, size_t err_len);
-
-/* Free a shard; sets *s to NULL; accepts NULL. */
-void wf_flux_shard_free(wf_flux_shard_t **s);
 
 /* One forward job as every rank sees it (pointers: root only). */
 typedef struct wf_flux_job {

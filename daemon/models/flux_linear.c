@@ -73,7 +73,7 @@ int flux_win_pieces(const lay_t *l, int r, int T, int64_t a, int64_t w, int64_t 
     int64_t s0[WF_TP_MAX_BLOCKS], l0[WF_TP_MAX_BLOCKS];
     int n = flux_lay_pieces(l, r, T, s0, l0), m = 0;
     for (int k = 0; k < n; k++) {
-        int64_t lo = max64(s0[k], a), hi = min64(s0[k] + l0[k], a + w);
+        int64_t lo = wf_max_i64(s0[k], a), hi = wf_min_i64(s0[k] + l0[k], a + w);
         if (hi <= lo)
             continue;
         st[m] = lo - a;
@@ -147,7 +147,7 @@ wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t
                     bs += sl->block[b];
                     pre += q;
                 }
-                int64_t owner = o / q, lc = pre + o % q, run = min64(end - c, q - o % q);
+                int64_t owner = o / q, lc = pre + o % q, run = wf_min_i64(end - c, q - o % q);
                 memcpy(d, G + (owner * rows + r) * wl + lc, (size_t)run * sizeof(float));
                 d += run;
                 c += run;

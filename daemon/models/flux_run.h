@@ -24,16 +24,6 @@
 /* Largest mesh the forward accepts along one dim (comm_host's world). */
 #define MAX_DEGREE 65536
 
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-static inline bool dtype_ok(wf_dtype_t dt)
-{
-    return dt == WF_DTYPE_F32 || dt == WF_DTYPE_F16 || dt == WF_DTYPE_BF16;
-}
-
-/* Bytes of one element of a dtype_ok dtype. */
-static inline size_t es_of(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
 
 /* Sizes of a job on one rank (identical on every rank). */
 typedef struct geo {
@@ -95,7 +85,7 @@ typedef struct lay {
 } lay_t;
 
 /* State of one forward on one rank. */
-typedef struct run {
+typedef struct flux_run {
     const wf_flux_shard_t *s;    /* weights */
     const wf_flux_config_t *cfg; /* = &s->cfg */
     const wf_flux_job_t *job;    /* the job */
@@ -111,19 +101,6 @@ typedef struct run {
 
 /* The floats at byte offset off of the run's workspace. */
 static inline float *fp(const run_t *x, size_t off) { return (float *)(void *)(x->ws + off); }
-
-/* ---- workspace (flux_forward.c) ---------------------------------------- */
-
-/* The cp job of the forward's attention, Hl heads per tp rank, without
- * pointers. */
-wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl);
-
-/* Kernel params of the single-rank attention (P = 1), without pointers. */
-wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl);
-
-/* Whether the attention goes through cp_attention (P > 1, or a backend
- * on device memory) rather than the backend's kernel. */
-bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops);
 
 /* ---- layouts over tp and linear layers (flux_linear.c) ----------------- */
 
@@ -177,6 +154,17 @@ void flux_rope_tables(run_t *x);
 wf_status_t flux_embed_time(run_t *x);
 
 /* ---- blocks (flux_blocks.c) -------------------------------------------- */
+/* The cp job of the forward's attention, Hl heads per tp rank, without
+ * pointers. */
+wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl);
+
+/* Kernel params of the single-rank attention (P = 1), without pointers. */
+wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl);
+
+/* Whether the attention goes through cp_attention (P > 1, or a backend
+ * on device memory) rather than the backend's kernel. */
+bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops);
+
 
 /* dst rows = LayerNorm(src rows) * (1 + scale[b]) + shift[b] (AdaLN). */
 void flux_ln_mod(const float *src, float *dst, int64_t nbatch, int64_t per, int64_t C,

@@ -5,6 +5,7 @@
  *
  * Not here: running the model (flux_forward.c and its parts).
  */
+#include "flux_shard.h"
 #include "flux_run.h"
 
 #include <inttypes.h>
@@ -278,7 +279,7 @@ static const wf_flux_host_tensor_t *host_tensor(build_t *bd, const char *name, i
         return NULL;
     }
     if (t->rank != rank || t->shape[0] != d0 || (rank == 2 && t->shape[1] != d1) ||
-        !dtype_ok(t->dtype) || !t->data) {
+        !wf_dtype_size(t->dtype) || !t->data) {
         wf_errf_status(WF_E_BAD_SHAPE, bd->err, bd->err_len,
                        "host tensor '%s' has the wrong shape or dtype", name);
         *ret_st = WF_E_BAD_SHAPE;
@@ -318,7 +319,7 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     int64_t ps[WF_TP_MAX_BLOCKS], pl[WF_TP_MAX_BLOCKS];
     wf_tp_pieces(p, bd->rank, bd->tp, ps, pl);
     const unsigned char *wd = w->data;
-    const size_t es = es_of(w->dtype);
+    const size_t es = wf_dtype_size(w->dtype);
     bool on_rows = p->style == WF_TP_COLWISE || p->style == WF_TP_PACKED_COLWISE;
     bool on_cols = p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE;
     /* f32: point into the host copy where the pieces allow it */
@@ -377,7 +378,7 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     if (b) {
         uint64_t nb = bias_elems(p);
         const unsigned char *bdat = b->data;
-        const size_t bes = es_of(b->dtype);
+        const size_t bes = wf_dtype_size(b->dtype);
         if (view_b) {
             lin->b = (float *)(void *)(uintptr_t)(bdat + (on_rows ? (size_t)ps[0] * bes : 0));
             lin->b_view = true;

@@ -51,15 +51,6 @@
 
 /* ---- small arithmetic ---------------------------------------------------- */
 
-static size_t es_of(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
-
-static bool dtype_ok(wf_dtype_t dt)
-{
-    return dt == WF_DTYPE_F32 || dt == WF_DTYPE_F16 || dt == WF_DTYPE_BF16;
-}
-
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* tensor_split: part i of n items over `parts` (the first n % parts parts
  * get one more). */
@@ -67,7 +58,7 @@ static void split(int64_t n, int64_t parts, int64_t i, int64_t *ret_start,
                   int64_t *ret_len)
 {
     int64_t q = n / parts, rem = n % parts;
-    *ret_start = i * q + min64(i, rem);
+    *ret_start = i * q + wf_min_i64(i, rem);
     *ret_len = q + (i < rem ? 1 : 0);
 }
 
@@ -125,8 +116,8 @@ wf_status_t wf_cp_attention_check(const wf_cp_job_t *job, int R, int U,
                               "local mode serves every head: slice [%lld, %lld) is not "
                         "[0, %lld)", (long long)job->hq_begin,
                         (long long)job->hq_end, (long long)job->Hq);
-    if (!dtype_ok(job->q_dtype) || !dtype_ok(job->k_dtype) ||
-        !dtype_ok(job->v_dtype) || !dtype_ok(job->out_dtype))
+    if (!wf_dtype_size(job->q_dtype) || !wf_dtype_size(job->k_dtype) ||
+        !wf_dtype_size(job->v_dtype) || !wf_dtype_size(job->out_dtype))
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
                               "dtypes must be f32, f16 or bf16");
     if (job->rotate_method != WF_CP_ROTATE_ALLGATHER &&
@@ -222,8 +213,8 @@ static int shard_segs(const wf_cp_seg_t *hold, int nh, int64_t a, int64_t len,
 {
     int m = 0;
     for (int i = 0; i < nh; i++) {
-        int64_t lo = max64(a, hold[i].local);
-        int64_t hi = min64(a + len, hold[i].local + hold[i].len);
+        int64_t lo = wf_max_i64(a, hold[i].local);
+        int64_t hi = wf_min_i64(a + len, hold[i].local + hold[i].len);
         if (hi <= lo)
             continue;
         segs[m] = (wf_cp_seg_t){.start = hold[i].start + (lo - hold[i].local),
@@ -363,7 +354,7 @@ static size_t take(szc_t *c, size_t *off, size_t bytes)
 /* Bytes of the K/V holding of ring rank with Lkv tokens, for nkv heads. */
 static size_t hold_bytes(szc_t *c, const wf_cp_job_t *job, int64_t Lkv, int64_t nkv)
 {
-    return szc_mul5(c, job->B, Lkv, nkv, job->D, es_of(job->k_dtype) + es_of(job->v_dtype));
+    return szc_mul5(c, job->B, Lkv, nkv, job->D, wf_dtype_size(job->k_dtype) + wf_dtype_size(job->v_dtype));
 }
 
 /* Facts about the whole group that every rank's layout uses. */
@@ -376,10 +367,10 @@ typedef struct group_facts {
 /* Message sizes of seq rank (r, u) exchanged with the root. */
 static size_t max_msg(szc_t *c, const wf_cp_job_t *job, const geom_t *g)
 {
-    size_t m = szc_mul5(c, job->B, g->Lq_s, g->Hs, job->D, es_of(job->q_dtype));
-    size_t kb = szc_mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, es_of(job->k_dtype));
-    size_t vb = szc_mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, es_of(job->v_dtype));
-    size_t ob = szc_mul5(c, job->B, g->Lq_s, g->Hs, job->D, es_of(job->out_dtype));
+    size_t m = szc_mul5(c, job->B, g->Lq_s, g->Hs, job->D, wf_dtype_size(job->q_dtype));
+    size_t kb = szc_mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, wf_dtype_size(job->k_dtype));
+    size_t vb = szc_mul5(c, job->B, g->Lkv_s, g->KVsum, job->D, wf_dtype_size(job->v_dtype));
+    size_t ob = szc_mul5(c, job->B, g->Lq_s, g->Hs, job->D, wf_dtype_size(job->out_dtype));
     size_t lb = job->return_lse ? szc_mul5(c, job->B, g->Lq_s, g->Hs, 1, 4) : 0;
     m = kb > m ? kb : m;
     m = vb > m ? vb : m;
@@ -393,9 +384,9 @@ static group_facts_t facts_of(szc_t *c, const wf_cp_job_t *job, int R, int U)
     for (int r = 0; r < R; r++) {
         wf_cp_seg_t s[WF_CP_MAX_SEGS];
         int n = ring_segs(job, R, U, r, job->Skv, s);
-        f.max_Lkv_r = max64(f.max_Lkv_r, segs_len(s, n));
+        f.max_Lkv_r = wf_max_i64(f.max_Lkv_r, segs_len(s, n));
         for (int i = 0; i < n; i++)
-            f.max_kvseg = max64(f.max_kvseg, s[i].len);
+            f.max_kvseg = wf_max_i64(f.max_kvseg, s[i].len);
     }
     for (int i = 1; i < R * U; i++) {
         geom_t g = geom_of(job, R, U, i / U, i % U);
@@ -447,11 +438,11 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
 
     L.meta = take(c, hoff, szc_mul(c, 4u * (size_t)maxd, sizeof(size_t)));
     if (g->U > 1) {
-        L.qsh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->q_dtype)));
+        L.qsh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, wf_dtype_size(job->q_dtype)));
         L.kvsh = take(c, &off, szc_mul5(c, B, g->Lkv_s, g->KVsum, D,
-                                    es_of(job->k_dtype) + es_of(job->v_dtype)));
+                                    wf_dtype_size(job->k_dtype) + wf_dtype_size(job->v_dtype)));
     }
-    L.qh = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, es_of(job->q_dtype)));
+    L.qh = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, wf_dtype_size(job->q_dtype)));
     if (nh > 0) {
         L.ring_slot = hold_bytes(c, job, f->max_Lkv_r, nkv);
         size_t ring;
@@ -480,9 +471,9 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
             c->overflow = true;
     }
     L.kws = take(c, &off, L.kws_bytes);
-    L.oh = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, es_of(job->out_dtype)));
+    L.oh = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, wf_dtype_size(job->out_dtype)));
     if (g->U > 1) {
-        L.osh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, es_of(job->out_dtype)));
+        L.osh = take(c, &off, szc_mul5(c, B, g->Lq_s, g->Hs, D, wf_dtype_size(job->out_dtype)));
         L.oshl = take(c, &off, job->return_lse ? szc_mul5(c, B, g->Lq_s, g->Hs, 1, 4) : 0);
     }
     /* Device mode: the root's own shards pass through the host stage too
@@ -557,12 +548,12 @@ static size_t shard_copy(const wf_cp_job_t *job, const geom_t *g, int U,
     const int64_t S = kv ? job->Skv : job->Sq, H = kv ? job->Hkv : job->Hq;
     const wf_cp_seg_t *segs = kv ? g->kvsh : g->qsh;
     const int nseg = kv ? g->nkvsh : g->nqsh;
-    size_t es = w == W_Q   ? es_of(job->q_dtype)
-                : w == W_K ? es_of(job->k_dtype)
-                : w == W_V ? es_of(job->v_dtype)
-                : w == W_OUT ? es_of(job->out_dtype)
+    size_t es = w == W_Q   ? wf_dtype_size(job->q_dtype)
+                : w == W_K ? wf_dtype_size(job->k_dtype)
+                : w == W_V ? wf_dtype_size(job->v_dtype)
+                : w == W_OUT ? wf_dtype_size(job->out_dtype)
                              : 4u;
-    unsigned char *sp = shard, *fp = full;
+    unsigned char *sp = shard, *fullp = full;
     size_t done = 0;
     for (int64_t b = 0; b < job->B; b++)
         for (int j = 0; j < U; j++) {
@@ -575,9 +566,9 @@ static size_t shard_copy(const wf_cp_job_t *job, const geom_t *g, int U,
                 for (int64_t t = 0; t < segs[s].len; t++) {
                     size_t at = (size_t)(((b * S + segs[s].start + t) * H + h0) * D) * es;
                     if (to_shard)
-                        memcpy(sp + done, fp + at, run);
+                        memcpy(sp + done, fullp + at, run);
                     else
-                        memcpy(fp + at, sp + done, run);
+                        memcpy(fullp + at, sp + done, run);
                     done += run;
                 }
         }
@@ -670,11 +661,11 @@ static wf_status_t scatter(run_t *x)
     if (g->U > 1) {
         qdst = at(x, x->L.qsh);
         kdst = at(x, x->L.kvsh);
-        vdst = kdst + (size_t)(job->B * g->Lkv_s * g->KVsum * job->D) * es_of(job->k_dtype);
+        vdst = kdst + (size_t)(job->B * g->Lkv_s * g->KVsum * job->D) * wf_dtype_size(job->k_dtype);
     } else {
         qdst = at(x, x->L.qh);
         kdst = own_hold(x);
-        vdst = kdst + (size_t)(job->B * g->Lkv_r * g->hd.nkv * job->D) * es_of(job->k_dtype);
+        vdst = kdst + (size_t)(job->B * g->Lkv_r * g->hd.nkv * job->D) * wf_dtype_size(job->k_dtype);
     }
     if (job->local) {
         wf_cp_job_t lj;
@@ -722,9 +713,9 @@ static wf_status_t scatter(run_t *x)
     }
     unsigned char *dst[3] = {qdst, kdst, vdst};
     size_t bytes[3] = {
-        (size_t)(job->B * g->Lq_s * g->Hs * job->D) * es_of(job->q_dtype),
-        (size_t)(job->B * g->Lkv_s * g->KVsum * job->D) * es_of(job->k_dtype),
-        (size_t)(job->B * g->Lkv_s * g->KVsum * job->D) * es_of(job->v_dtype),
+        (size_t)(job->B * g->Lq_s * g->Hs * job->D) * wf_dtype_size(job->q_dtype),
+        (size_t)(job->B * g->Lkv_s * g->KVsum * job->D) * wf_dtype_size(job->k_dtype),
+        (size_t)(job->B * g->Lkv_s * g->KVsum * job->D) * wf_dtype_size(job->v_dtype),
     };
     for (int w = 0; w < 3; w++) {
         if (bytes[w] == 0)
@@ -781,18 +772,18 @@ static wf_status_t ulysses_in(run_t *x)
     const geom_t *g = &x->g;
     unsigned char *kh = own_hold(x);
     unsigned char *vh = kh + (size_t)(job->B * g->Lkv_r * g->hd.nkv * job->D) *
-                                 es_of(job->k_dtype);
+                                 wf_dtype_size(job->k_dtype);
     unsigned char *ks = at(x, x->L.kvsh);
     unsigned char *vs = ks + (size_t)(job->B * g->Lkv_s * g->KVsum * job->D) *
-                                 es_of(job->k_dtype);
+                                 wf_dtype_size(job->k_dtype);
     size_t D = (size_t)job->D;
     for (int64_t b = 0; b < job->B; b++) {
         wf_status_t st = a2a_batch(x, b, false, true, at(x, x->L.qsh), at(x, x->L.qh),
-                                   D * es_of(job->q_dtype));
+                                   D * wf_dtype_size(job->q_dtype));
         if (st == WF_OK)
-            st = a2a_batch(x, b, true, true, ks, kh, D * es_of(job->k_dtype));
+            st = a2a_batch(x, b, true, true, ks, kh, D * wf_dtype_size(job->k_dtype));
         if (st == WF_OK)
-            st = a2a_batch(x, b, true, true, vs, vh, D * es_of(job->v_dtype));
+            st = a2a_batch(x, b, true, true, vs, vh, D * wf_dtype_size(job->v_dtype));
         if (st != WF_OK)
             return st;
     }
@@ -814,8 +805,8 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
     const geom_t *g = &x->g;
     geom_t gs = geom_of(job, g->R, g->U, src, g->u);
     const int64_t nh = g->hd.nh, nkv = g->hd.nkv, D = job->D;
-    const size_t esq = es_of(job->q_dtype), esk = es_of(job->k_dtype),
-                 esv = es_of(job->v_dtype);
+    const size_t esq = wf_dtype_size(job->q_dtype), esk = wf_dtype_size(job->k_dtype),
+                 esv = wf_dtype_size(job->v_dtype);
     const unsigned char *kb = hold;
     const unsigned char *vb = hold + (size_t)(job->B * gs.Lkv_r * nkv * D) * esk;
     wf_cp_seg_t qall = {0, g->Lq_r, 0}, kall = {0, gs.Lkv_r, 0};
@@ -967,7 +958,7 @@ static wf_status_t ulysses_out(run_t *x)
         return WF_OK;
     for (int64_t b = 0; b < job->B; b++) {
         wf_status_t st = a2a_batch(x, b, false, false, at(x, x->L.osh), at(x, x->L.oh),
-                                   (size_t)job->D * es_of(job->out_dtype));
+                                   (size_t)job->D * wf_dtype_size(job->out_dtype));
         if (st == WF_OK && job->return_lse)
             st = a2a_batch(x, b, false, false, at(x, x->L.oshl), at(x, x->L.accl),
                            sizeof(float));
@@ -985,7 +976,7 @@ static wf_status_t gather(run_t *x)
     const geom_t *g = &x->g;
     unsigned char *osh = at(x, g->U > 1 ? x->L.osh : x->L.oh);
     unsigned char *lsh = at(x, g->U > 1 ? x->L.oshl : x->L.accl);
-    size_t ob = (size_t)(job->B * g->Lq_s * g->Hs * job->D) * es_of(job->out_dtype);
+    size_t ob = (size_t)(job->B * g->Lq_s * g->Hs * job->D) * wf_dtype_size(job->out_dtype);
     size_t lb = (size_t)(job->B * g->Lq_s * g->Hs) * sizeof(float);
     if (job->local) {
         wf_cp_job_t lj;
@@ -1024,7 +1015,7 @@ static wf_status_t gather(run_t *x)
     unsigned char *in = x->dev ? at(x, x->L.dstage) : hat(x, x->L.stage);
     for (int i = 1; i < g->P; i++) {
         geom_t gi = geom_of(job, g->R, g->U, i / g->U, i % g->U);
-        size_t n = (size_t)(job->B * gi.Lq_s * gi.Hs * job->D) * es_of(job->out_dtype);
+        size_t n = (size_t)(job->B * gi.Lq_s * gi.Hs * job->D) * wf_dtype_size(job->out_dtype);
         if (n == 0)
             continue;
         wf_status_t st = wf_comm_recv(x->grp->seq, in, n, i);

@@ -1,9 +1,10 @@
-/* comm_zmq.c — the ZeroMQ comm backend's entry points (see comm_zmq.h
- * for the contract): the abort domain, bound endpoints and world
- * formation (bind, connect down, hello / ack with every peer). One rank's
- * machinery is in comm_zmq_rank.c, the handles' operations in
- * comm_zmq_ops.c, what they share in comm_zmq_impl.h. It does not log;
- * world formation can fill a caller's message buffer.
+/* comm_zmq_world.c — the ZeroMQ comm backend's entry points (see
+ * comm_zmq.h for the contract): bound endpoints and world formation
+ * (bind, connect down, hello / ack with every peer). It calls
+ * comm_zmq_ops.c (the handles' operations), which calls comm_zmq_rank.c
+ * (one rank's machinery and the abort domain); what they share is in
+ * comm_zmq_impl.h. It does not log; world formation can fill a caller's
+ * message buffer.
  */
 #include "comm_zmq_impl.h"
 #include "errf.h"
@@ -15,68 +16,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-/* ---------------------------------------------------------------------- */
-/* abort domain                                                            */
-
-wf_status_t wf_comm_zmq_local_new(wf_comm_zmq_local_t **ret_local)
-{
-    assert(ret_local);
-    wf_comm_zmq_local_t *l = calloc(1, sizeof *l);
-    if (!l)
-        return WF_E_NO_MEMORY;
-    l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (l->efd < 0) {
-        free(l);
-        return WF_E_INTERNAL;
-    }
-    atomic_init(&l->refs, 1);
-    atomic_init(&l->aborted, 0);
-    *ret_local = l;
-    return WF_OK;
-}
-
-void wf_comm_zmq_local_abort(wf_comm_zmq_local_t *l)
-{
-    if (!l)
-        return;
-    if (atomic_exchange(&l->aborted, 1))
-        return;
-    uint64_t one = 1;
-    /* cannot fail short of a counter overflow; the flag is set anyway */
-    ssize_t rc = write(l->efd, &one, sizeof one);
-    (void)rc;
-}
-
-int wf_comm_zmq_local_aborted(const wf_comm_zmq_local_t *l)
-{
-    return l ? atomic_load(&l->aborted) : 0;
-}
-
-static void local_ref(wf_comm_zmq_local_t *l)
-{
-    atomic_fetch_add(&l->refs, 1);
-}
-
-wf_comm_zmq_local_t *wf_comm_zmq_local_ref(wf_comm_zmq_local_t *l)
-{
-    local_ref(l);
-    return l;
-}
-
-void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l)
-{
-    if (!l || !*l)
-        return;
-    wf_comm_zmq_local_t *x = *l;
-    *l = NULL;
-    if (atomic_fetch_sub(&x->refs, 1) == 1) {
-        close(x->efd);
-        free(x);
-    }
-}
-
-/* ---------------------------------------------------------------------- */
 
 /* ---------------------------------------------------------------------- */
 /* endpoints                                                               */
@@ -188,7 +127,7 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     }
     wf_comm_zmq_local_t *local = cfg->local;
     if (local)
-        local_ref(local);
+        wf_comm_zmq_local_ref(local);
     else if ((st = wf_comm_zmq_local_new(&local)) != WF_OK)
         goto fail;
     rs = wf_zmq_rank_alloc(cfg, rank);

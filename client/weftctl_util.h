@@ -1,9 +1,9 @@
-/* weftctl.h — what weftctl's files share: exit codes, option parsing
- * and reporting helpers, and the commands main() dispatches to. Private
- * to client/weftctl*.c; weftctl links libweft like any client.
+/* weftctl_util.h — what weftctl's files share: exit codes, option
+ * parsing and reporting helpers (weftctl_util.c, which calls no other
+ * weftctl file). Private to client/weftctl*.c.
  */
-#ifndef WF_WEFTCTL_H
-#define WF_WEFTCTL_H
+#ifndef WF_WEFTCTL_UTIL_H
+#define WF_WEFTCTL_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,13 +32,4 @@ int ctl_cmp_double(const void *a, const void *b);
 /* Monotonic seconds. */
 double ctl_now_s(void);
 
-/* The commands: argv holds the command's own arguments; each returns the
- * exit code. */
-int ctl_cmd_demo(wf_client_t *c, int argc, char **argv);
-int ctl_cmd_load(const char *endpoint, int timeout_ms, int argc, char **argv);
-int ctl_cmd_unload(wf_client_t *c, int argc, char **argv);
-int ctl_cmd_models(wf_client_t *c);
-int ctl_cmd_forward(wf_client_t *c, int argc, char **argv);
-int ctl_cmd_shard(int argc, char **argv);
-
-#endif /* WF_WEFTCTL_H */
+#endif /* WF_WEFTCTL_UTIL_H */
