@@ -11,17 +11,7 @@
 
 #include "proto.h"
 #include "fuzz/mp_build.h"
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
+#include "support/check.h"
 
 static msgpack_sbuffer sb;
 #define B() msgpack_sbuffer_clear(&sb)

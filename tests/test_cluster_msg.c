@@ -11,7 +11,7 @@
  *   - put refuses what it cannot write.
  *
  * Plain checks that print the failing case; the exit status is the number
- * of failures (capped), so CTest sees any of them.
+ * of failed (capped), so CTest sees any of them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +20,7 @@
 #include "cluster_msg.h"
 #include "proto.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
+#include "support/check.h"
 
 /* Large: kept off the stack. */
 static wf_ctl_msg_t m_typed, m_hand, m_wire, m_edit;
@@ -605,9 +595,9 @@ int main(void)
     test_wrong_types();
     test_ranges();
     test_put_refusals();
-    if (failures) {
-        fprintf(stderr, "test_cluster_msg: %d failure(s)\n", failures);
-        return failures > 100 ? 100 : failures;
+    if (failed) {
+        fprintf(stderr, "test_cluster_msg: %d failure(s)\n", failed);
+        return failed > 100 ? 100 : failed;
     }
     printf("test_cluster_msg: all checks passed\n");
     return 0;

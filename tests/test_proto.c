@@ -974,9 +974,9 @@ int main(void)
     test_misc();
     test_status_on_wire();
     msgpack_sbuffer_destroy(&sb);
-    if (failures) {
-        fprintf(stderr, "test_proto: %d checks failed\n", failures);
-        return failures > 100 ? 100 : failures;
+    if (failed) {
+        fprintf(stderr, "test_proto: %d checks failed\n", failed);
+        return failed > 100 ? 100 : failed;
     }
     printf("test_proto: all checks passed\n");
     return 0;

@@ -735,9 +735,9 @@ int main(void)
     test_models_replies();
     test_model_names();
     msgpack_sbuffer_destroy(&sb);
-    if (failures) {
-        fprintf(stderr, "test_proto_models: %d checks failed\n", failures);
-        return failures > 100 ? 100 : failures;
+    if (failed) {
+        fprintf(stderr, "test_proto_models: %d checks failed\n", failed);
+        return failed > 100 ? 100 : failed;
     }
     printf("test_proto_models: all checks passed\n");
     return 0;
