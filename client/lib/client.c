@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,6 +31,7 @@
 
 #include <zmq.h>
 
+#include "errf.h"
 #include "proto.h"
 #include "weft.h"
 
@@ -131,26 +131,15 @@ static int64_t deadline_after(int timeout_ms)
     return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 }
 
-__attribute__((format(printf, 3, 4)))
-static wf_status_t fail(wf_client_t *c, wf_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
-    va_end(ap);
-    return st;
-}
+/* The connection's last error: message (proto/errf.h, the one formatter)
+ * and status. */
+#define fail(c, st, ...) wf_errf_status((st), (c)->last_error, sizeof (c)->last_error, \
+                                        __VA_ARGS__)
 
-__attribute__((format(printf, 3, 4)))
-static void job_fail(wf_job_t *job, wf_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(job->error, sizeof job->error, fmt, ap);
-    va_end(ap);
-    job->status = st;
-    job->result.status = st;
-}
+/* A job's error: message, and its status in both places it is read. */
+#define job_fail(job, st, ...)                                                  \
+    ((job)->status = (job)->result.status =                                   \
+         wf_errf_status((st), (job)->error, sizeof (job)->error, __VA_ARGS__))
 
 static void job_link(wf_client_t *c, wf_job_t *job)
 {
