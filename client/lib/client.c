@@ -17,8 +17,11 @@
  * borrowed buffers in a queue that may never drain.
  *
  * Not here: the wire encoding (proto/), logging (a library never logs;
- * errors go to wf_client_last_error / wf_job_error).
+ * errors go to wf_client_last_error / wf_job_error); the resident-model
+ * calls (models.c, over the helpers of client_impl.h).
  */
+#include "client_impl.h"
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -31,25 +34,6 @@
 
 #include <zmq.h>
 
-#include "errf.h"
-#include "proto.h"
-#include "weft.h"
-
-#define WF_CLIENT_DEFAULT_TIMEOUT_MS 30000
-/* Room for the daemon's message (WF_PROTO_ERROR_MAX) plus our prefix. */
-#define WF_CLIENT_ERR_MAX (WF_PROTO_ERROR_MAX + 64)
-
-typedef enum job_kind {
-    JOB_HELLO,
-    JOB_STATUS,
-    JOB_ATTENTION,
-    JOB_RECONFIGURE,
-    JOB_LOAD_MODEL,
-    JOB_UNLOAD_MODEL,
-    JOB_LIST_MODELS,
-    JOB_FORWARD
-} job_kind_t;
-
 /* The op each kind of job sends, and expects back. */
 static const uint32_t op_of[] = {
     [JOB_HELLO] = WF_OP_HELLO,
@@ -60,52 +44,6 @@ static const uint32_t op_of[] = {
     [JOB_UNLOAD_MODEL] = WF_OP_UNLOAD_MODEL,
     [JOB_LIST_MODELS] = WF_OP_LIST_MODELS,
     [JOB_FORWARD] = WF_OP_FORWARD,
-};
-
-/* An output tensor a job expects in its reply, and where its bytes go. */
-typedef struct job_output {
-    const char *name;            /* "out", "lse", "output" (static strings) */
-    wf_dtype_t dtype;            /* expected dtype */
-    int rank;                    /* expected rank */
-    int64_t shape[WF_MAX_RANK];  /* expected shape */
-    void *dst;                   /* caller's buffer, exactly that many bytes */
-} job_output_t;
-
-#define JOB_MAX_OUTPUTS 2
-
-struct wf_job {
-    wf_client_t *client;       /* connection that sent it */
-    uint64_t id;               /* request id, unique on this client */
-    job_kind_t kind;           /* which reply it expects */
-    wf_job_t *prev, *next;     /* client's list of jobs awaiting a reply */
-    bool linked;               /* on that list */
-    bool replied;              /* final status known (reply or local failure) */
-    atomic_int frames_out;     /* zero-copy frames ZeroMQ still holds */
-    wf_status_t status;        /* final status once replied */
-    wf_job_result_t result;    /* filled from the reply */
-    char error[WF_CLIENT_ERR_MAX]; /* message when status != WF_OK */
-    /* Where a simple call's answer goes (NULL: dropped), by kind:
-     * wf_hello_info_t, wf_status_info_t, wf_reconfigure_result_t,
-     * wf_models_result_t (load / list models); unused otherwise. */
-    void *answer;
-    uint32_t n_outputs;        /* JOB_ATTENTION / JOB_FORWARD: tensors expected */
-    job_output_t outputs[JOB_MAX_OUTPUTS]; /* ... and where they go */
-};
-
-struct wf_client {
-    void *zctx;                /* own ZeroMQ context: no shared globals */
-    void *sock;                /* DEALER connected to the daemon */
-    char *endpoint;            /* kept to reconnect after a reset */
-    int timeout_ms;            /* default timeout of synchronous calls */
-    uint64_t next_id;          /* next request id (increasing) */
-    wf_job_t *pending;         /* jobs awaiting a reply (doubly linked) */
-    pthread_mutex_t mu;        /* guards frame releases against waiters */
-    pthread_cond_t released;   /* signalled when a job's last frame is freed */
-    wf_buf_t hdr;              /* reused header encode buffer */
-    wf_request_t req;          /* reused request (large: kept off the stack) */
-    wf_reply_t rep;            /* reused decoded reply */
-    wf_models_result_t models; /* answer of load / list models, copied out */
-    char last_error[WF_CLIENT_ERR_MAX]; /* see wf_client_last_error */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -126,22 +64,12 @@ static long remaining_ms(int64_t deadline)
     return left > 0 ? (long)left : 0;
 }
 
-static int64_t deadline_after(int timeout_ms)
+int64_t wfc_deadline_after(int timeout_ms)
 {
     return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 }
 
-/* The connection's last error: message (proto/errf.h, the one formatter)
- * and status. */
-#define fail(c, st, ...) wf_errf_status((st), (c)->last_error, sizeof (c)->last_error, \
-                                        __VA_ARGS__)
-
-/* A job's error: message, and its status in both places it is read. */
-#define job_fail(job, st, ...)                                                  \
-    ((job)->status = (job)->result.status =                                   \
-         wf_errf_status((st), (job)->error, sizeof (job)->error, __VA_ARGS__))
-
-static void job_link(wf_client_t *c, wf_job_t *job)
+void wfc_job_link(wf_client_t *c, wf_job_t *job)
 {
     job->prev = NULL;
     job->next = c->pending;
@@ -315,9 +243,9 @@ static wf_status_t wait_writable(wf_client_t *c, int64_t deadline)
 
 /* Send c->req (already filled) and, for an attention job, the tensor frames
  * data[i] / bytes[i] without copying. On failure nothing stays borrowed. */
-static wf_status_t send_request(wf_client_t *c, wf_job_t *job, int n_frames,
-                                void *const *data, const size_t *bytes,
-                                int64_t deadline)
+wf_status_t wfc_send_request(wf_client_t *c, wf_job_t *job, int n_frames,
+                             void *const *data, const size_t *bytes,
+                             int64_t deadline)
 {
     wf_buf_reset(&c->hdr);
     wf_status_t st = wf_request_encode(&c->req, &c->hdr);
@@ -628,7 +556,7 @@ static wf_status_t job_wait_until(wf_client_t *c, wf_job_t *job,
 static void job_release(wf_client_t *c, wf_job_t *job, int wait_ms)
 {
     job_unlink(c, job);
-    if (!wait_released(c, job, deadline_after(wait_ms))) {
+    if (!wait_released(c, job, wfc_deadline_after(wait_ms))) {
         socket_reset(c, "a cancelled job's inputs were still queued");
         wait_released(c, job, -1);
     }
@@ -720,7 +648,7 @@ const char *wf_client_last_error(const wf_client_t *client)
 }
 
 /* Start a request of `kind` in c->req; the caller fills its args. */
-static wf_request_t *request_begin(wf_client_t *c, job_kind_t kind)
+wf_request_t *wfc_request_begin(wf_client_t *c, job_kind_t kind)
 {
     memset(&c->req, 0, sizeof c->req);
     c->req.version = WF_PROTOCOL_VERSION;
@@ -731,7 +659,7 @@ static wf_request_t *request_begin(wf_client_t *c, job_kind_t kind)
 /* A request without tensors (begun with request_begin), waited for at
  * once. Other jobs' replies that arrive meanwhile are handled as usual.
  * `answer`: where the result goes (see wf_job.answer), may be NULL. */
-static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, void *answer)
+wf_status_t wfc_simple_call(wf_client_t *c, job_kind_t kind, void *answer)
 {
     wf_job_t job;
     memset(&job, 0, sizeof job);
@@ -742,11 +670,11 @@ static wf_status_t simple_call(wf_client_t *c, job_kind_t kind, void *answer)
     atomic_init(&job.frames_out, 0);
     c->req.id = job.id;
 
-    int64_t deadline = deadline_after(c->timeout_ms);
-    wf_status_t st = send_request(c, &job, 0, NULL, NULL, deadline);
+    int64_t deadline = wfc_deadline_after(c->timeout_ms);
+    wf_status_t st = wfc_send_request(c, &job, 0, NULL, NULL, deadline);
     if (st != WF_OK)
         return st;
-    job_link(c, &job);
+    wfc_job_link(c, &job);
     st = job_wait_until(c, &job, deadline);
     job_unlink(c, &job); /* on timeout a late reply is dropped */
     return st;
@@ -756,16 +684,16 @@ wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
 {
     if (!client)
         return WF_E_BAD_ARGUMENT;
-    request_begin(client, JOB_HELLO);
-    return simple_call(client, JOB_HELLO, ret_info);
+    wfc_request_begin(client, JOB_HELLO);
+    return wfc_simple_call(client, JOB_HELLO, ret_info);
 }
 
 wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info)
 {
     if (!client)
         return WF_E_BAD_ARGUMENT;
-    request_begin(client, JOB_STATUS);
-    return simple_call(client, JOB_STATUS, ret_info);
+    wfc_request_begin(client, JOB_STATUS);
+    return wfc_simple_call(client, JOB_STATUS, ret_info);
 }
 
 wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
@@ -785,8 +713,8 @@ wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
      * as long as the longest of them, within the client's timeout. */
     wf_reconfigure_result_t r;
     memset(&r, 0, sizeof r);
-    request_begin(client, JOB_RECONFIGURE)->args.reconfigure.mesh = *mesh;
-    wf_status_t st = simple_call(client, JOB_RECONFIGURE, &r);
+    wfc_request_begin(client, JOB_RECONFIGURE)->args.reconfigure.mesh = *mesh;
+    wf_status_t st = wfc_simple_call(client, JOB_RECONFIGURE, &r);
     if (st == WF_OK && ret_epoch)
         *ret_epoch = r.epoch;
     return st;
@@ -799,8 +727,8 @@ static bool dtype_ok(wf_dtype_t dt)
 
 /* Check one tensor argument of `op` that must have rank `rank`; bytes
  * gets its size. */
-static wf_status_t check_tensor(wf_client_t *c, const char *op, const char *name,
-                                const wf_tensor_t *t, int rank, size_t *bytes)
+wf_status_t wfc_check_tensor(wf_client_t *c, const char *op, const char *name,
+                             const wf_tensor_t *t, int rank, size_t *bytes)
 {
     if (!t)
         return fail(c, WF_E_BAD_ARGUMENT, "%s is NULL", name);
@@ -824,8 +752,8 @@ static wf_status_t check_tensor(wf_client_t *c, const char *op, const char *name
     return WF_OK;
 }
 
-static void fill_desc(wf_tensor_desc_t *d, const char *name,
-                      const wf_tensor_t *t, uint32_t frame)
+void wfc_fill_desc(wf_tensor_desc_t *d, const char *name,
+                   const wf_tensor_t *t, uint32_t frame)
 {
     snprintf(d->name, sizeof d->name, "%s", name);
     d->dtype = t->dtype;
@@ -853,10 +781,10 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
      * out like q. */
     size_t qb = 0, kb = 0, vb = 0, ob = 0;
     wf_status_t st;
-    if ((st = check_tensor(c, "attention", "q", q, 4, &qb)) != WF_OK ||
-        (st = check_tensor(c, "attention", "k", k, 4, &kb)) != WF_OK ||
-        (st = check_tensor(c, "attention", "v", v, 4, &vb)) != WF_OK ||
-        (st = check_tensor(c, "attention", "out", out, 4, &ob)) != WF_OK)
+    if ((st = wfc_check_tensor(c, "attention", "q", q, 4, &qb)) != WF_OK ||
+        (st = wfc_check_tensor(c, "attention", "k", k, 4, &kb)) != WF_OK ||
+        (st = wfc_check_tensor(c, "attention", "v", v, 4, &vb)) != WF_OK ||
+        (st = wfc_check_tensor(c, "attention", "out", out, 4, &ob)) != WF_OK)
         return st;
     if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0])
         return fail(c, WF_E_BAD_ARGUMENT, "batch differs: q %lld, k %lld, v %lld",
@@ -918,9 +846,9 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
     req->id = job->id;
     req->op = WF_OP_ATTENTION;
     req->n_tensors = 3;
-    fill_desc(&req->tensors[0], "q", q, 0);
-    fill_desc(&req->tensors[1], "k", k, 1);
-    fill_desc(&req->tensors[2], "v", v, 2);
+    wfc_fill_desc(&req->tensors[0], "q", q, 0);
+    wfc_fill_desc(&req->tensors[1], "k", k, 1);
+    wfc_fill_desc(&req->tensors[2], "v", v, 2);
     wf_attention_args_t *a = &req->args.attention;
     a->q = 0;
     a->k = 1;
@@ -944,12 +872,12 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
 
     void *const data[3] = { q->data, k->data, v->data };
     const size_t bytes[3] = { qb, kb, vb };
-    st = send_request(c, job, 3, data, bytes, deadline_after(c->timeout_ms));
+    st = wfc_send_request(c, job, 3, data, bytes, wfc_deadline_after(c->timeout_ms));
     if (st != WF_OK) {
         free(job);
         return st;
     }
-    job_link(c, job);
+    wfc_job_link(c, job);
     c->last_error[0] = '\0';
     *ret_job = job;
     return WF_OK;
@@ -973,7 +901,7 @@ wf_status_t wf_job_wait(wf_client_t *client, wf_job_t *job, int timeout_ms)
 {
     if (!client || !job || job->client != client)
         return WF_E_BAD_ARGUMENT;
-    return job_wait_until(client, job, deadline_after(timeout_ms));
+    return job_wait_until(client, job, wfc_deadline_after(timeout_ms));
 }
 
 wf_status_t wf_job_result(const wf_job_t *job, wf_job_result_t *ret_result)
@@ -1009,8 +937,8 @@ void wf_job_destroy(wf_client_t *client, wf_job_t **job)
 
 /* The second half of a synchronous job call: wait for the submitted job
  * until `deadline`, hand its result over and free it. */
-static wf_status_t sync_finish(wf_client_t *client, wf_job_t *job, int64_t deadline,
-                               wf_job_result_t *ret_result)
+wf_status_t wfc_sync_finish(wf_client_t *client, wf_job_t *job, int64_t deadline,
+                            wf_job_result_t *ret_result)
 {
     wf_status_t st = job_wait_until(client, job, deadline);
     if (st == WF_E_TIMEOUT) {
@@ -1032,210 +960,9 @@ wf_status_t wf_attention(wf_client_t *client, const wf_tensor_t *q,
                          float *lse, wf_job_result_t *ret_result)
 {
     wf_job_t *job = NULL;
-    int64_t deadline = deadline_after(client ? client->timeout_ms : 0);
+    int64_t deadline = wfc_deadline_after(client ? client->timeout_ms : 0);
     wf_status_t st = wf_attention_submit(client, q, k, v, opts, out, lse, &job);
     if (st != WF_OK)
         return st;
-    return sync_finish(client, job, deadline, ret_result);
-}
-
-/* ---- resident models -------------------------------------------------- */
-
-/* A string argument that must fit the request's fixed array of `cap`
- * bytes. Only that is checked here: the daemon checks the field rules
- * (PROTOCOL.md 12.1) and refuses with its own code and message, as
- * weft.h promises. */
-static wf_status_t check_str(wf_client_t *c, const char *what, const char *s,
-                             size_t cap)
-{
-    if (!s)
-        return fail(c, WF_E_BAD_ARGUMENT, "%s is NULL", what);
-    size_t n = strnlen(s, cap);
-    if (n >= cap)
-        return fail(c, WF_E_BAD_ARGUMENT, "%s \"%.32s...\" is longer than %zu bytes",
-                    what, s, cap - 1);
-    return WF_OK;
-}
-
-wf_status_t wf_load_model(wf_client_t *client, const char *name, const char *path,
-                          const wf_load_opts_t *opts, wf_model_info_t *ret_info)
-{
-    if (!client)
-        return WF_E_BAD_ARGUMENT;
-    wf_client_t *c = client;
-    wf_status_t st;
-    /* What the request cannot carry is refused here (WF_E_BAD_ARGUMENT); the
-     * rest (name bytes, a path leaving the root, plan semantics) is the
-     * daemon's to refuse, with its code and message. */
-    if ((st = check_str(c, "name", name, WF_MODEL_NAME_MAX)) != WF_OK ||
-        (st = check_str(c, "path", path, WF_MODEL_PATH_LEN)) != WF_OK)
-        return st;
-    uint32_t n_plan = opts ? opts->n_plan : 0;
-    if (n_plan > WF_TP_MAX_RULES)
-        return fail(c, WF_E_BAD_ARGUMENT, "the plan has %u rules, at most %d", n_plan,
-                    WF_TP_MAX_RULES);
-    if (n_plan > 0 && !opts->plan)
-        return fail(c, WF_E_BAD_ARGUMENT, "opts->plan is NULL with n_plan %u", n_plan);
-    for (uint32_t i = 0; i < n_plan; i++) {
-        const wf_tp_rule_t *r = &opts->plan[i];
-        if (strnlen(r->glob, WF_TP_GLOB_MAX) == WF_TP_GLOB_MAX)
-            return fail(c, WF_E_BAD_ARGUMENT, "plan rule %u: glob without a NUL in its "
-                        "%d bytes", i, WF_TP_GLOB_MAX);
-        if (!wf_tp_style_name(r->style))
-            return fail(c, WF_E_BAD_ARGUMENT, "plan rule %u: style %d is not a "
-                        "wf_tp_style_t", i, (int)r->style);
-        if (r->n_blocks > WF_TP_MAX_BLOCKS)
-            return fail(c, WF_E_BAD_ARGUMENT, "plan rule %u: %u blocks, at most %d", i,
-                        r->n_blocks, WF_TP_MAX_BLOCKS);
-    }
-
-    wf_load_model_args_t *a = &request_begin(c, JOB_LOAD_MODEL)->args.load_model;
-    snprintf(a->name, sizeof a->name, "%s", name);
-    snprintf(a->path, sizeof a->path, "%s", path);
-    a->n_plan = n_plan;
-    if (n_plan > 0)
-        memcpy(a->plan, opts->plan, n_plan * sizeof(wf_tp_rule_t));
-    a->weights_already_sharded = opts && opts->weights_already_sharded;
-    /* The reply comes once the model is resident on every rank: as long
-     * as reading the checkpoint takes, within the client's timeout. */
-    st = simple_call(c, JOB_LOAD_MODEL, &c->models);
-    if (st == WF_OK && ret_info)
-        *ret_info = c->models.models[0];
-    return st;
-}
-
-wf_status_t wf_unload_model(wf_client_t *client, const char *name)
-{
-    if (!client)
-        return WF_E_BAD_ARGUMENT;
-    wf_status_t st = check_str(client, "name", name, WF_MODEL_NAME_MAX);
-    if (st != WF_OK)
-        return st;
-    wf_unload_model_args_t *a = &request_begin(client, JOB_UNLOAD_MODEL)->args.unload_model;
-    snprintf(a->name, sizeof a->name, "%s", name);
-    return simple_call(client, JOB_UNLOAD_MODEL, NULL);
-}
-
-wf_status_t wf_list_models(wf_client_t *client, wf_model_info_t *ret, size_t cap,
-                           size_t *ret_n)
-{
-    if (!client)
-        return WF_E_BAD_ARGUMENT;
-    if (!ret_n)
-        return fail(client, WF_E_BAD_ARGUMENT, "ret_n is NULL");
-    if (!ret && cap > 0)
-        return fail(client, WF_E_BAD_ARGUMENT, "ret is NULL with cap %zu", cap);
-    request_begin(client, JOB_LIST_MODELS);
-    wf_status_t st = simple_call(client, JOB_LIST_MODELS, &client->models);
-    if (st != WF_OK)
-        return st;
-    size_t n = client->models.n;
-    if (cap > 0)
-        memcpy(ret, client->models.models, (n < cap ? n : cap) * sizeof *ret);
-    *ret_n = n;
-    return WF_OK;
-}
-
-/* The inputs of a forward in wire order, with their ranks. */
-enum { FWD_HS, FWD_EHS, FWD_POOLED, FWD_T, FWD_IMG, FWD_TXT, FWD_GUIDANCE, FWD_N };
-static const char *const fwd_names[FWD_N] = {
-    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
-    "img_ids", "txt_ids", "guidance"
-};
-static const int fwd_ranks[FWD_N] = { 3, 3, 2, 1, 2, 2, 1 };
-
-wf_status_t wf_forward(wf_client_t *client, const char *model,
-                       const wf_flux_inputs_t *in, wf_tensor_t *output,
-                       wf_job_result_t *ret_result)
-{
-    if (!client)
-        return WF_E_BAD_ARGUMENT;
-    wf_client_t *c = client;
-    int64_t deadline = deadline_after(c->timeout_ms);
-    wf_status_t st = check_str(c, "model", model, WF_MODEL_NAME_MAX);
-    if (st != WF_OK)
-        return st;
-    if (!in)
-        return fail(c, WF_E_BAD_ARGUMENT, "inputs are NULL");
-
-    /* Validate the tensors here, as the daemon's decoder will (and as
-     * attention does), so that a mistake costs no round trip and sends
-     * nothing; the model name is the daemon's to judge. */
-    const wf_tensor_t *t[FWD_N] = { in->hidden_states, in->encoder_hidden_states,
-                                    in->pooled_projections, in->timestep, in->img_ids,
-                                    in->txt_ids, in->guidance };
-    size_t bytes[FWD_N] = { 0 }, ob = 0;
-    int n = t[FWD_GUIDANCE] ? FWD_N : FWD_N - 1;
-    for (int i = 0; i < n; i++)
-        if ((st = check_tensor(c, "forward", fwd_names[i], t[i], fwd_ranks[i],
-                               &bytes[i])) != WF_OK)
-            return st;
-    if ((st = check_tensor(c, "forward", "output", output, 3, &ob)) != WF_OK)
-        return st;
-    int64_t B = t[FWD_HS]->shape[0];
-    static const int batched[] = { FWD_EHS, FWD_POOLED, FWD_T, FWD_GUIDANCE };
-    for (size_t j = 0; j < sizeof batched / sizeof batched[0]; j++) {
-        int i = batched[j];
-        if (i < n && t[i]->shape[0] != B)
-            return fail(c, WF_E_BAD_ARGUMENT, "batch of %s (%lld) and hidden_states (%lld) "
-                        "differ", fwd_names[i], (long long)t[i]->shape[0], (long long)B);
-    }
-    if (t[FWD_IMG]->shape[0] != t[FWD_HS]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "img_ids has %lld rows, hidden_states %lld tokens",
-                    (long long)t[FWD_IMG]->shape[0], (long long)t[FWD_HS]->shape[1]);
-    if (t[FWD_TXT]->shape[0] != t[FWD_EHS]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "txt_ids has %lld rows, encoder_hidden_states "
-                    "%lld tokens", (long long)t[FWD_TXT]->shape[0],
-                    (long long)t[FWD_EHS]->shape[1]);
-    if (t[FWD_IMG]->shape[1] != t[FWD_TXT]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "img_ids has %lld axes, txt_ids %lld",
-                    (long long)t[FWD_IMG]->shape[1], (long long)t[FWD_TXT]->shape[1]);
-    if (output->shape[0] != B || output->shape[1] != t[FWD_HS]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "output must be (B %lld, S_img %lld, C), got "
-                    "(%lld, %lld, %lld)", (long long)B, (long long)t[FWD_HS]->shape[1],
-                    (long long)output->shape[0], (long long)output->shape[1],
-                    (long long)output->shape[2]);
-
-    wf_job_t *job = calloc(1, sizeof *job);
-    if (!job)
-        return fail(c, WF_E_NO_MEMORY, "cannot allocate a job");
-    job->client = c;
-    job->kind = JOB_FORWARD;
-    job->id = c->next_id++;
-    atomic_init(&job->frames_out, 0);
-    job->status = WF_E_PENDING;
-    job->result.status = WF_E_PENDING;
-    job->n_outputs = 1;
-    job->outputs[0] = (job_output_t){ .name = "output", .dtype = output->dtype,
-                                      .rank = 3, .dst = output->data };
-    memcpy(job->outputs[0].shape, output->shape, 3 * sizeof(int64_t));
-
-    wf_request_t *req = request_begin(c, JOB_FORWARD);
-    req->id = job->id;
-    req->n_tensors = (uint32_t)n;
-    void *data[FWD_N];
-    for (int i = 0; i < n; i++) {
-        fill_desc(&req->tensors[i], fwd_names[i], t[i], (uint32_t)i);
-        data[i] = t[i]->data; /* sent without a copy, only read */
-    }
-    wf_forward_args_t *a = &req->args.forward;
-    snprintf(a->model, sizeof a->model, "%s", model);
-    a->hidden_states = FWD_HS;
-    a->encoder_hidden_states = FWD_EHS;
-    a->pooled_projections = FWD_POOLED;
-    a->timestep = FWD_T;
-    a->img_ids = FWD_IMG;
-    a->txt_ids = FWD_TXT;
-    a->guidance = n == FWD_N ? FWD_GUIDANCE : -1;
-    a->has_out_dtype = true;
-    a->out_dtype = output->dtype;
-
-    st = send_request(c, job, n, data, bytes, deadline);
-    if (st != WF_OK) {
-        free(job);
-        return st;
-    }
-    job_link(c, job);
-    c->last_error[0] = '\0';
-    return sync_finish(c, job, deadline, ret_result);
+    return wfc_sync_finish(client, job, deadline, ret_result);
 }
