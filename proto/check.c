@@ -2,7 +2,7 @@
  * names, model paths, tp plan globs and rules (proto_check.h).
  *
  * One copy of each rule, applied by the strict request decoder (daemon
- * side). The model path rule mirrors daemon/model_root.c's
+ * side). The model path rule mirrors modelfiles/model_root.c's
  * wf_model_path_check with the wire's shorter length; the daemon checks
  * the path again when it opens it. The glob rule is tp_plan.h's.
  */
