@@ -424,9 +424,15 @@ wf_status_t wf_cmsg_get(const wf_ctl_msg_t *m, wf_cmsg_t *ret, char *err,
     ret->type = wf_cmsg_type(m);
     const spec_t *s = spec_of(ret->type);
     if (!s) {
+        /* the peer's text goes into logs: printable ASCII only */
         const char *t = wf_ctl_get_str(m, TYPE_KEY);
-        wf_errf(err, err_len, "field '%s': %s%.32s%s", TYPE_KEY,
-                t ? "unknown message type \"" : "missing or not a str", t ? t : "",
+        char shown[33] = "";
+        for (size_t i = 0; t && t[i] && i + 1 < sizeof shown; i++) {
+            unsigned char c = (unsigned char)t[i];
+            shown[i] = (c >= 0x20 && c < 0x7f && c != '"') ? (char)c : '?';
+        }
+        wf_errf(err, err_len, "field '%s': %s%s%s", TYPE_KEY,
+                t ? "unknown message type \"" : "missing or not a str", shown,
                 t ? "\"" : "");
         return WF_E_UNKNOWN_OP;
     }

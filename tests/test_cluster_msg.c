@@ -439,6 +439,16 @@ static void test_missing_keys(void)
     wf_ctl_put_str(&m_edit, "t", "gossip");
     expect_get("unknown t", &m_edit, WF_E_UNKNOWN_OP, "t");
     CHECK(wf_cmsg_type(&m_edit) == WF_CMSG_UNKNOWN, "unknown t: type");
+    /* the peer's "t" is quoted in the message (which goes to a log) with
+     * anything outside printable ASCII replaced */
+    {
+        char err[WF_PROTO_ERROR_MAX] = "";
+        wf_ctl_init(&m_wire);
+        wf_ctl_put_str(&m_wire, "t", "x\nEMERG forged\x1b[1m");
+        CHECK(wf_cmsg_get(&m_wire, &msg_out, err, sizeof err) == WF_E_UNKNOWN_OP &&
+              strstr(err, "\"x?EMERG forged?[1m\"") != NULL &&
+              strpbrk(err, "\n\x1b") == NULL, "unknown t quoted raw: %s", err);
+    }
     with(&m_wire, &m_edit, "t", 3, NULL);
     expect_get("t a uint", &m_wire, WF_E_UNKNOWN_OP, "t");
     /* keys the type does not have are ignored (the protocol adds keys) */

@@ -218,11 +218,12 @@ static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
     wf_cjob_t d;
     char err[WF_PROTO_ERROR_MAX] = "";
     bool ok = wf_cjob_get(m, &d, err, sizeof err) == WF_OK;
-    if (ok && (d.base + d.g > w->world_size ||
-               (d.hs && d.base + mask_top(d.mask) >= w->world_size))) {
+    /* the job's last world rank: base + the top bit of a head split's mask */
+    uint32_t last = d.base + (d.hs ? mask_top(d.mask) : d.g - 1);
+    if (ok && last >= w->world_size) {
         ok = false;
         snprintf(err, sizeof err, "ranks %u..%u outside the world of %u", d.base,
-                 d.base + (d.hs ? mask_top(d.mask) : d.g - 1), w->world_size);
+                 last, w->world_size);
     }
     const uint64_t seq = d.seq, epoch = d.epoch, id = d.id, base = d.base, g = d.g,
                    lse = d.lse, hs = d.hs, mask = d.mask;

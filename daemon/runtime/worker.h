@@ -28,11 +28,12 @@
 #include "backend.h"
 #include "comm/comm.h"
 #include "job.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "base/mesh.h"
 
-/* Sequence numbers the test hook may list. */
-#define WF_WORKER_MAX_FAULTS 16
+/* Sequence numbers the test hook may list (WEFT_TEST_FAIL_JOB). */
+#define WF_WORKER_MAX_FAULTS WF_TEST_MAX_FAIL_JOBS
 
 struct wf_worker {
     uint32_t index;              /* device index in the daemon (= global rank) */
