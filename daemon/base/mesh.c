@@ -347,13 +347,19 @@ done:
     return WF_OK;
 }
 
+void wf_mesh_degrees_format(const wf_mesh_degrees_t *d, char *buf, size_t len)
+{
+    snprintf(buf, len, "dp=%" PRIu32 ",ring=%" PRIu32 ",ulysses=%" PRIu32
+             ",tp=%" PRIu32, d->dp, d->ring, d->ulysses, d->tp);
+}
+
 wf_status_t wf_mesh_format(const wf_mesh_t *m, char *buf, size_t len)
 {
     assert(m && buf);
-    int n = snprintf(buf, len, "dp=%" PRIu32 ",ring=%" PRIu32 ",ulysses=%"
-                     PRIu32 ",tp=%" PRIu32 " world=%d epoch=%llu",
-                     m->deg.dp, m->deg.ring, m->deg.ulysses, m->deg.tp,
-                     m->world_size, (unsigned long long)m->epoch);
+    char deg[64];
+    wf_mesh_degrees_format(&m->deg, deg, sizeof deg);
+    int n = snprintf(buf, len, "%s world=%d epoch=%llu", deg, m->world_size,
+                     (unsigned long long)m->epoch);
     if (n < 0 || (size_t)n >= len)
         return WF_E_LIMIT;
     return WF_OK;

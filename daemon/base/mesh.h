@@ -116,6 +116,10 @@ wf_status_t wf_mesh_color(const wf_mesh_t *m, wf_mesh_dim_t dim, int rank,
 wf_status_t wf_mesh_parse(const char *s, wf_mesh_degrees_t *ret_deg,
                           char *err, size_t errlen);
 
+/* The degrees as "dp=1,ring=2,ulysses=2,tp=1" (parses back with
+ * wf_mesh_parse) into buf; truncated to len (64 bytes always suffice). */
+void wf_mesh_degrees_format(const wf_mesh_degrees_t *d, char *buf, size_t len);
+
 /* One status line for *m into buf ("dp=1,ring=2,ulysses=2,tp=2 world=8
  * epoch=0"); the degrees part parses back with wf_mesh_parse.
  * WF_E_LIMIT if `len` is too small (buf then holds a truncated line). */

@@ -13,13 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* "dp=1,ring=2,ulysses=2,tp=1", as the server's logs write degrees. */
-static void format_deg(const wf_mesh_degrees_t *d, char *buf, size_t len)
-{
-    snprintf(buf, len, "dp=%" PRIu32 ",ring=%" PRIu32 ",ulysses=%" PRIu32
-             ",tp=%" PRIu32, d->dp, d->ring, d->ulysses, d->tp);
-}
-
 /* The world mesh for `world` ranks from the degrees asked for: dp fitted
  * when ring x ulysses x tp divides the world, else the sequence dims
  * shrink (ring first), else every rank its own replica. */
@@ -210,7 +203,7 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
     job->zworld = zw;
     job->seq = epoch;
     char m[96];
-    format_deg(&deg, m, sizeof m);
+    wf_mesh_degrees_format(&deg, m, sizeof m);
     wf_log(w->log, WF_LOG_INFO, "cluster: joining the comm world of epoch %"
            PRIu64 ": ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, epoch,
            first, first + w->n_workers - 1, total, m, mepoch);
@@ -269,7 +262,7 @@ void wf_world_try_install(wf_world_t *w)
     if (!wf_world_coordinator(w))
         wf_channel_send_hi(w->channel, w->world_epoch);
     char m[96];
-    format_deg(&w->mesh.deg, m, sizeof m);
+    wf_mesh_degrees_format(&w->mesh.deg, m, sizeof m);
     wf_log(w->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 " built: "
            "ranks %u..%u of %u, mesh %s, mesh epoch %" PRIu64, w->world_epoch,
            w->first_rank, w->first_rank + w->n_workers - 1,

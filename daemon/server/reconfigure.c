@@ -124,7 +124,7 @@ wf_status_t srv_reconf_start(wf_server_t *srv, const wf_reconf_req_t *req,
         return WF_E_BAD_ARGUMENT;
     if (srv->reconf.active) {
         char to[96];
-        srv_format_deg(&srv->reconf.target.deg, to, sizeof to);
+        wf_mesh_degrees_format(&srv->reconf.target.deg, to, sizeof to);
         snprintf(err, err_len, "a reconfiguration is running (to %s, %s); "
                  "retry when it is done", to, srv->reconf.why);
         return WF_E_BUSY;
@@ -165,8 +165,8 @@ void srv_reconf_finish(wf_server_t *srv, wf_status_t st)
 {
     uint64_t now = wf_now_usec();
     char from[96], to[96];
-    srv_format_deg(&srv->sched.mesh.deg, from, sizeof from); /* before it changes */
-    srv_format_deg(&srv->reconf.target.deg, to, sizeof to);
+    wf_mesh_degrees_format(&srv->sched.mesh.deg, from, sizeof from); /* before it changes */
+    wf_mesh_degrees_format(&srv->reconf.target.deg, to, sizeof to);
     if (st == WF_OK && srv->world && srv->reconf.world_epoch != wf_world_epoch(srv->world))
         st = WF_E_ABORTED;    /* a new world superseded it (with its own mesh) */
     if (st == WF_OK) {

@@ -115,16 +115,10 @@ void srv_reply_job(wf_server_t *srv, wf_djob_t *job)
 }
 
 /* "dp=1,ring=2,ulysses=2,tp=1" (at most 63 bytes with the NUL). */
-void srv_format_deg(const wf_mesh_degrees_t *d, char *buf, size_t len)
-{
-    snprintf(buf, len, "dp=%" PRIu32 ",ring=%" PRIu32 ",ulysses=%" PRIu32
-             ",tp=%" PRIu32, d->dp, d->ring, d->ulysses, d->tp);
-}
-
 void srv_status_line(const wf_server_t *srv, char *buf, size_t len)
 {
     char mesh[64];
-    srv_format_deg(&srv->sched.mesh.deg, mesh, sizeof mesh);
+    wf_mesh_degrees_format(&srv->sched.mesh.deg, mesh, sizeof mesh);
     snprintf(buf, len, "serving on %s, %u %s devices, mesh %s, epoch %" PRIu64,
              srv->endpoint, srv->settings.device_count, srv->ops->name,
              mesh, srv->sched.mesh.epoch);

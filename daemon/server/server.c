@@ -724,7 +724,7 @@ wf_status_t wf_server_run(wf_server_t *srv)
     srv_status_line(srv, line, sizeof line);
     wf_notify_ready(&srv->notify, line);
     char mesh[96];
-    srv_format_deg(&srv->sched.mesh.deg, mesh, sizeof mesh);
+    wf_mesh_degrees_format(&srv->sched.mesh.deg, mesh, sizeof mesh);
     wf_log(srv->log, WF_LOG_INFO, "ready on %s, %u %s devices, mesh %s, epoch %"
            PRIu64, srv->endpoint, srv->settings.device_count,
            srv->ops->name, mesh, srv->sched.mesh.epoch);

@@ -190,8 +190,6 @@ void srv_reply_job(wf_server_t *srv, wf_djob_t *job);
 /* A reply header in srv->reply: version, id, op, status WF_OK, the epoch
  * in force; the rest zero. */
 wf_reply_t *srv_reply_ok(wf_server_t *srv, uint64_t id, uint32_t op);
-/* "dp=1,ring=2,ulysses=2,tp=1" (at most 63 bytes with the NUL). */
-void srv_format_deg(const wf_mesh_degrees_t *d, char *buf, size_t len);
 /* "serving on ..., mesh ..., epoch ..." for sd_notify STATUS=. */
 void srv_status_line(const wf_server_t *srv, char *buf, size_t len);
 
