@@ -62,6 +62,84 @@ typedef struct wf_attn_params {
     int64_t kv_head_base;            /* global index of local K/V head 0 (with gqa_group > 0) */
 } wf_attn_params_t;
 
+/* ---- model ops -----------------------------------------------------------
+ *
+ * The layer operations of a transformer forward (daemon/models), on the
+ * backend's memory: host memory for the CPU backend, device memory of the
+ * context for a device backend (asynchronous on its stream, like
+ * attention). Activations are f32, row-major, rows `ld` elements apart;
+ * weights may be f32, bf16 or f16. Every op returns WF_OK or
+ * WF_E_BAD_ARGUMENT for inconsistent params (nothing is touched then), and
+ * WF_E_INTERNAL for a failed launch. The CPU backend is the reference: it
+ * computes statistics (norm means and variances) in double, as the fp64
+ * diffusers parity needs; a device backend in f32 with the same formulas. */
+
+/* Most column blocks of one linear's weight (tp_plan.h's WF_TP_MAX_BLOCKS
+ * fits: a rowwise packed shard is one view per block). */
+#define WF_LINEAR_MAX_BLOCKS 8
+
+/* Activation applied after the bias. */
+typedef enum wf_act {
+    WF_ACT_NONE = 0,
+    WF_ACT_GELU_TANH = 1, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    WF_ACT_SILU = 2       /* x / (1 + exp(-x)) */
+} wf_act_t;
+
+/* y = act(x W^T + bias), one linear layer on one rank:
+ *   x     (rows, in)  f32, rows ldx elements apart
+ *   W     (out, in)   w_dtype, as nwb column blocks: block k is
+ *                     (out, wbw[k]) starting at wb[k], rows ldw elements
+ *                     apart; sum of wbw = in, and x's columns are the
+ *                     blocks' columns in block order (a rowwise tp shard
+ *                     viewed in place in the host copy)
+ *   bias  (out)       f32 or NULL
+ *   y     (rows, out) f32, rows ldy elements apart, never overlapping x
+ * rows = 0 is a no-op. */
+typedef struct wf_linear_params {
+    int64_t rows, in, out;
+    const float *x;   int64_t ldx;
+    wf_dtype_t w_dtype; int64_t ldw;
+    uint32_t nwb;
+    const void *wb[WF_LINEAR_MAX_BLOCKS];
+    int64_t wbw[WF_LINEAR_MAX_BLOCKS];
+    const float *bias;
+    wf_act_t act;
+    float *y;         int64_t ldy;
+} wf_linear_params_t;
+
+/* dst = LayerNorm(src) * (1 + scale[b]) + shift[b] (AdaLN modulation; the
+ * norm has no affine, eps given):
+ *   src, dst  nbatch x per rows of C (row stride ld_src / ld_dst; dst may
+ *             be src)
+ *   shift, scale  (nbatch, C), rows ld_mod elements apart (the chunks of
+ *             an AdaLN linear's output: shift = mod + k C, ...) */
+typedef struct wf_modln_params {
+    int64_t nbatch, per, C;
+    const float *src; int64_t ld_src;
+    float *dst;       int64_t ld_dst;
+    const float *shift, *scale; int64_t ld_mod;
+    float eps;
+} wf_modln_params_t;
+
+/* Per-head RMSNorm and rotary embedding, writing the attention's joint
+ * (B, L, H, D) order from a projection in stream order:
+ *   src   nbatch x per rows of H * D (row stride ld_src): row (b, s)
+ *   dst   row (b, s) goes to dst + (b * L + row0 + s) * H * D
+ *   norm  (D) f32 RMSNorm weight, or NULL: no norm (x / sqrt(mean x^2 +
+ *         eps) * w, statistics in double on the CPU)
+ *   cos, sin  (L, D) f32 tables, or NULL: no rotation; row row0 + s is
+ *         the token's; pairs (2j, 2j+1) rotate as
+ *         (x0 c - x1 s, x1 c + x0 s) (diffusers' use_real, repeat-
+ *         interleaved tables) */
+typedef struct wf_headrope_params {
+    int64_t nbatch, per, L, row0, H, D;
+    const float *src; int64_t ld_src;
+    float *dst;
+    const float *norm;
+    const float *cos, *sin;
+    float eps;
+} wf_headrope_params_t;
+
 typedef struct wf_backend_ops {
     const char *name;   /* "cpu", "cuda" */
 
@@ -145,6 +223,95 @@ typedef struct wf_backend_ops {
      * memory (accumulators: 0, lse: -inf), asynchronous like the rest. */
     wf_status_t (*fill_f32)(wf_backend_ctx_t *ctx, float *dst, float value,
                             size_t n);
+
+    /* ---- model ops (required; see "model ops" above) ------------------ */
+
+    /* Bytes of workspace linear() needs for these params (a device
+     * backend's operand conversion; 0 for the CPU). Pure function of the
+     * shapes and dtypes. */
+    size_t (*linear_workspace)(const wf_linear_params_t *p);
+
+    /* y = act(x W^T + bias); workspace of linear_workspace(p) bytes,
+     * 256-byte aligned (NULL when 0). */
+    wf_status_t (*linear)(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
+                          void *workspace);
+
+    /* y = act(y + bias) for (rows, n) rows ldy apart; bias (n) or NULL
+     * (the bias of a tp rowwise linear, added once after its all-reduce). */
+    wf_status_t (*bias_act)(wf_backend_ctx_t *ctx, float *y, int64_t rows,
+                            int64_t n, int64_t ldy, const float *bias,
+                            wf_act_t act);
+
+    /* dst[i] = act(src[i]) for n elements (dst may be src); act != NONE. */
+    wf_status_t (*act)(wf_backend_ctx_t *ctx, float *dst, const float *src,
+                       int64_t n, wf_act_t act);
+
+    /* dst[i] += src[i] for n elements. */
+    wf_status_t (*add)(wf_backend_ctx_t *ctx, float *dst, const float *src,
+                       int64_t n);
+
+    /* AdaLN: LayerNorm + modulate (wf_modln_params_t). */
+    wf_status_t (*modln)(wf_backend_ctx_t *ctx, const wf_modln_params_t *p);
+
+    /* Gated residual: S row (b, r) += gate[b] * y row (b, r), for nbatch
+     * x per rows of C; S rows ld_s apart, y rows ld_y apart, gate
+     * (nbatch, C) rows ld_gate apart. */
+    wf_status_t (*gate_residual)(wf_backend_ctx_t *ctx, float *S, int64_t ld_s,
+                                 const float *y, int64_t ld_y,
+                                 const float *gate, int64_t ld_gate,
+                                 int64_t nbatch, int64_t per, int64_t C);
+
+    /* Per-head RMSNorm + RoPE into joint order (wf_headrope_params_t). */
+    wf_status_t (*head_norm_rope)(wf_backend_ctx_t *ctx,
+                                  const wf_headrope_params_t *p);
+
+    /* RoPE tables of L tokens (FluxPosEmbed): ids (L, n_axes) f32 on the
+     * backend's memory; axes_dims (n_axes, host memory, each even, sum D);
+     * per axis a of width d, frequency j = 1 / theta^(2j / d) in double at
+     * the f32 position, cos / sin rounded to f32 and each repeated twice:
+     * cos, sin (L, D) f32. */
+    wf_status_t (*rope_table)(wf_backend_ctx_t *ctx, const float *ids,
+                              int64_t L, const uint32_t *axes_dims,
+                              uint32_t n_axes, double theta, int64_t D,
+                              float *cos, float *sin);
+
+    /* diffusers' Timesteps(dim, flip_sin_to_cos=True, shift 0) of
+     * t * 1000 for B values t (f32, backend memory): tv = round(round(t) *
+     * 1000) in round_dtype (F32: no rounding, the dtype of the activations
+     * diffusers scales in), then dst (B, dim) = [cos(tv f_k), sin(tv f_k)],
+     * f_k = exp(-ln(10000) k / (dim / 2)) in f32, k < dim / 2; dim even. */
+    wf_status_t (*timestep_proj)(wf_backend_ctx_t *ctx, const float *t,
+                                 int64_t B, int64_t dim, wf_dtype_t round_dtype,
+                                 float *dst);
+
+    /* Strided copy on the backend's memory: rows of row_bytes bytes from
+     * src (rows ld_src bytes apart) to dst (ld_dst bytes apart); the
+     * ranges must not overlap. */
+    wf_status_t (*copy_rows)(wf_backend_ctx_t *ctx, void *dst, size_t ld_dst,
+                             const void *src, size_t ld_src, int64_t rows,
+                             size_t row_bytes);
+
+    /* ---- resident memory (optional, with dev_alloc) ------------------ */
+
+    /* (optional) `bytes` of the context's memory that live until mem_free
+     * (model shards), 256-byte aligned, taken from the same memory as the
+     * per-job dev_alloc buffers (memory_info's total covers both; the
+     * daemon accounts resident bytes against it) but never handed out by
+     * dev_alloc while allocated, and untouched by dev_reset.
+     * WF_E_NO_MEMORY when it cannot hold them (nothing changes). Not
+     * during a job (between dev_alloc and dev_reset). */
+    wf_status_t (*mem_alloc)(wf_backend_ctx_t *ctx, size_t bytes, void **ret_ptr);
+
+    /* (optional) Return a mem_alloc block at once; accepts NULL. Call
+     * after synchronize when kernels may still read it. */
+    void (*mem_free)(wf_backend_ctx_t *ctx, void *ptr);
+
+    /* (optional) Pin `bytes` of host memory at ptr for fast, overlapped
+     * copies (cudaHostRegister) / unpin it; any thread, no context.
+     * host_register failing is not an error for the caller (the copies
+     * still work, slower): it returns WF_E_UNAVAILABLE then. */
+    wf_status_t (*host_register)(void *ptr, size_t bytes);
+    void (*host_unregister)(void *ptr);
 } wf_backend_ops_t;
 
 /* The CPU reference backend (OpenBLAS). Always available. Its ctx_new
