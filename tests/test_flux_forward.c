@@ -286,7 +286,7 @@ static void *rank_main(void *arg)
     memset(ws, 0xff, bytes); /* NaN everywhere: reading stale bytes shows */
     memset(ws + bytes, 0xa5, alloc - bytes);
     size_t give = t->rank == m->short_rank ? 64 : bytes;
-    t->st = wf_flux_forward_run(m->shards[co.tp], &job, &grp, ops, ctx, ws, give);
+    t->st = wf_flux_forward_run(m->shards[co.tp], &job, &grp, ops, ctx, ws, give, NULL, 0);
     for (size_t i = bytes; i < alloc; i++)
         t->guard_ok &= ws[i] == 0xa5;
     free(ws);
@@ -305,7 +305,7 @@ static wf_flux_shard_t **make_shards(const wf_flux_host_t *h, const wf_tp_plan_t
     wf_flux_shard_t **s = calloc((size_t)T, sizeof *s);
     uint64_t want = wf_flux_shard_bytes(&h->cfg, p, T);
     for (int t = 0; t < T; t++) {
-        wf_status_t st = wf_flux_shard_build(h, p, T, t, &s[t], err, sizeof err);
+        wf_status_t st = wf_flux_shard_build(h, p, T, t, NULL, NULL, &s[t], err, sizeof err);
         CHECK(st == WF_OK, "shard %d of %d: %s", t, T, err);
         if (st != WF_OK) {
             for (int k = 0; k < t; k++)

@@ -1,4 +1,8 @@
-/* forward.c — forward jobs: plan and per-rank step (see forward.h). */
+/* forward.c — forward jobs: plan and per-rank step (see forward.h). On a
+ * backend with device memory the rank's workspace comes from the
+ * context's arena (dev_alloc) and goes back after the run (dev_reset);
+ * the shards are resident there already (models.h), the frames and the
+ * output stay host memory. */
 #include "forward.h"
 
 #include <inttypes.h>
@@ -58,11 +62,6 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     job->mesh = *mesh;
     job->plan_epoch = mesh->epoch;
     job->model_id = m->id;
-    if (ops->copy_h2d) {
-        snprintf(err, err_len, "forward jobs run on the CPU backend only; this "
-                 "daemon runs %s devices", ops->name);
-        return WF_E_BAD_ARGUMENT;
-    }
     const wf_flux_config_t *cfg = &m->cfg;
     wf_tensor_desc_t *out = &job->out_desc[0];
     memset(out, 0, sizeof *out);
@@ -85,15 +84,21 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     if (st != WF_OK)
         return st;
     size_t ws = wf_flux_forward_workspace(cfg, &fj, T, R, U, ops);
-    if (ws == SIZE_MAX) {
+    size_t hws = wf_flux_forward_host_workspace(cfg, &fj, T, R, U, ops);
+    if (ws == SIZE_MAX || hws == SIZE_MAX) {
         snprintf(err, err_len, "forward workspace overflows");
         return WF_E_BAD_ARGUMENT;
     }
     job->cp = true;     /* every rank of the replica, rank = replica rank */
     job->group_size = R * U * T;
     memset(job->reserve, 0, sizeof job->reserve);
+    /* What the device holds: on the CPU the workspace and, on the root,
+     * the output (host memory both); on a device the workspace in the
+     * arena (dev_alloc rounds to 256 bytes), the output and the small
+     * host workspace being host memory (as attention jobs count them). */
+    uint64_t own = ops->dev_alloc ? ((uint64_t)ws + 255) & ~(uint64_t)255 : ws;
     for (int r = 0; r < job->group_size; r++)
-        job->reserve[r] = ws + (r == 0 ? out->nbytes : 0);
+        job->reserve[r] = own + (r == 0 && !ops->dev_alloc ? out->nbytes : 0);
     job->run = wf_forward_step;
     return WF_OK;
 }
@@ -125,15 +130,37 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
         .ring_degree = (int)m->deg.ring,
         .ulysses_degree = (int)m->deg.ulysses,
     };
+    const wf_backend_ops_t *o = w->ops;
     size_t bytes = wf_flux_forward_workspace(&shard->cfg, &fj, grp.tp_degree,
-                                             grp.ring_degree, grp.ulysses_degree,
-                                             w->ops);
-    void *ws = wf_worker_workspace(w, bytes);
-    if (!ws) {
-        st = WF_E_NO_MEMORY;
+                                             grp.ring_degree, grp.ulysses_degree, o);
+    size_t hbytes = wf_flux_forward_host_workspace(&shard->cfg, &fj, grp.tp_degree,
+                                                   grp.ring_degree, grp.ulysses_degree, o);
+    if (bytes == SIZE_MAX || hbytes == SIZE_MAX)
+        goto out;
+    if (!o->dev_alloc) {
+        void *ws = wf_worker_workspace(w, bytes);
+        if (!ws) {
+            st = WF_E_NO_MEMORY;
+            goto out;
+        }
+        st = wf_flux_forward_run(shard, &fj, &grp, o, w->ctx, ws, bytes, NULL, 0);
         goto out;
     }
-    st = wf_flux_forward_run(shard, &fj, &grp, w->ops, w->ctx, ws, bytes);
+    /* device: the workspace from the arena, the host part from the
+     * worker's host workspace; the run leaves nothing queued, but a
+     * failure before it may have: synchronize before the arena goes */
+    void *hws = wf_worker_workspace(w, hbytes);
+    void *dws = NULL;
+    st = hws ? o->dev_alloc(w->ctx, bytes ? bytes : 256, &dws) : WF_E_NO_MEMORY;
+    if (st == WF_OK)
+        st = wf_flux_forward_run(shard, &fj, &grp, o, w->ctx, dws, bytes, hws, hbytes);
+    else
+        wf_log(w->log, WF_LOG_ERR, "%s: forward job %" PRIu64 ": %zu bytes of device "
+               "workspace: %s", w->name, job->seq, bytes, wf_status_str(st));
+    wf_status_t ss = o->synchronize(w->ctx);
+    o->dev_reset(w->ctx);
+    if (st == WF_OK)
+        st = ss;
 out:
     if (st != WF_OK && w->world)
         wf_comm_abort(w->world);

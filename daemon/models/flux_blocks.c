@@ -10,62 +10,30 @@
 #include <string.h>
 
 /* Epsilon of every LayerNorm and RMSNorm of FLUX (diffusers' eps=1e-6). */
-#define NORM_EPS 1e-6
+#define NORM_EPS 1e-6f
 
-/* ---- elementwise pieces -------------------------------------------------------- */
+/* ---- elementwise pieces (the backend's ops) ---------------------------------- */
 
-/* GELU, tanh approximation (nn.GELU(approximate="tanh")). */
-static void gelu_tanh_n(float *v, int64_t n)
+wf_status_t flux_ln_mod(run_t *x, const float *src, float *dst, int64_t nbatch, int64_t per,
+                        const float *mod, int64_t ld_mod, int64_t shift_off,
+                        int64_t scale_off)
 {
-    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-    for (int64_t k = 0; k < n; k++) {
-        float a = v[k];
-        v[k] = 0.5f * a * (1.0f + tanhf(k0 * (a + k1 * a * a * a)));
-    }
+    const int64_t C = x->g.C;
+    wf_modln_params_t p = {
+        .nbatch = nbatch, .per = per, .C = C,
+        .src = src, .ld_src = C, .dst = dst, .ld_dst = C,
+        .shift = mod + shift_off, .scale = mod + scale_off, .ld_mod = ld_mod,
+        .eps = NORM_EPS,
+    };
+    return x->ops->modln(x->ctx, &p);
 }
 
-/* dst rows = LayerNorm(src rows) * (1 + scale[b]) + shift[b]: nbatch
- * batches of `per` rows of width C; row b of mod (stride ld_mod) holds
- * shift at shift_off and scale at scale_off. LayerNorm without affine,
- * statistics in double. */
-void flux_ln_mod(const float *src, float *dst, int64_t nbatch, int64_t per, int64_t C,
-                 const float *mod, int64_t ld_mod, int64_t shift_off, int64_t scale_off)
+/* S rows += gate[b] * lo rows, as ln_mod's batches (width C). */
+static wf_status_t gate_add(run_t *x, float *S, const float *lo, int64_t nbatch, int64_t per,
+                            const float *mod, int64_t ld_mod, int64_t gate_off)
 {
-    for (int64_t b = 0; b < nbatch; b++) {
-        const float *sh = mod + b * ld_mod + shift_off;
-        const float *sc = mod + b * ld_mod + scale_off;
-        for (int64_t r = 0; r < per; r++) {
-            const float *x = src + (b * per + r) * C;
-            float *y = dst + (b * per + r) * C;
-            double mean = 0, var = 0;
-            for (int64_t c = 0; c < C; c++)
-                mean += x[c];
-            mean /= (double)C;
-            for (int64_t c = 0; c < C; c++)
-                var += ((double)x[c] - mean) * ((double)x[c] - mean);
-            var /= (double)C;
-            double inv = 1.0 / sqrt(var + NORM_EPS);
-            for (int64_t c = 0; c < C; c++) {
-                float nv = (float)(((double)x[c] - mean) * inv);
-                y[c] = nv * (1.0f + sc[c]) + sh[c];
-            }
-        }
-    }
-}
-
-/* S rows += gate[b] * lo rows, as ln_mod's batches. */
-static void gate_add(float *S, const float *lo, int64_t nbatch, int64_t per, int64_t C,
-                     const float *mod, int64_t ld_mod, int64_t gate_off)
-{
-    for (int64_t b = 0; b < nbatch; b++) {
-        const float *gt = mod + b * ld_mod + gate_off;
-        for (int64_t r = 0; r < per; r++) {
-            float *s = S + (b * per + r) * C;
-            const float *l = lo + (b * per + r) * C;
-            for (int64_t c = 0; c < C; c++)
-                s[c] += gt[c] * l[c];
-        }
-    }
+    const int64_t C = x->g.C;
+    return x->ops->gate_residual(x->ctx, S, C, lo, C, mod + gate_off, ld_mod, nbatch, per, C);
 }
 
 /* ---- attention ------------------------------------------------------------------------ */
@@ -113,11 +81,13 @@ wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl)
     return p;
 }
 
-/* The attention goes through cp_attention (local mode) for P > 1, and
- * for a backend on device memory, whose kernels it stages. */
+/* The attention goes through cp_attention (local mode; its device mode
+ * on a device backend) for P > 1; one seq rank calls the backend's kernel
+ * on the joint buffers, on whichever memory they are. */
 bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops)
 {
-    return g->P > 1 || ops->copy_h2d != NULL;
+    (void)ops;
+    return g->P > 1;
 }
 
 /* The layout the attention runs in: the common output layout of the n
@@ -143,52 +113,33 @@ static lay_t attn_lay(const run_t *x, const wf_flux_linear_t *const *proj, int n
 /* One stream part of a projection (txt: Nt rows, img: Ni rows; width
  * Hl * D, row stride ld, attention layout) -> its rows of the joint
  * buffer (B, L, Hl, D): RMSNorm over each head with `norm` (NULL: none),
- * then RoPE with the table rows when `rope`. */
-static void pack(const run_t *x, const float *src, int64_t ld, bool txt, int64_t Hl,
-                 const float *norm, bool rope, float *dst)
+ * then RoPE with the table rows when `rope` (ops->head_norm_rope). */
+static wf_status_t pack(const run_t *x, const float *src, int64_t ld, bool txt, int64_t Hl,
+                        const float *norm, bool rope, float *dst)
 {
     const geo_t *g = &x->g;
-    const int64_t D = g->D, per = txt ? g->Lt : g->Li, off = txt ? 0 : g->Lt;
-    const float *cs = fp(x, x->W.rcos), *sn = fp(x, x->W.rsin);
-    for (int64_t b = 0; b < g->B; b++)
-        for (int64_t s = 0; s < per; s++) {
-            const float *row = src + (b * per + s) * ld;
-            float *o = dst + (b * g->L + off + s) * Hl * D;
-            const float *c = cs + (off + s) * D, *sv = sn + (off + s) * D;
-            for (int64_t h = 0; h < Hl; h++) {
-                const float *xh = row + h * D;
-                float *oh = o + h * D;
-                if (norm) {
-                    double ss = 0;
-                    for (int64_t d = 0; d < D; d++)
-                        ss += (double)xh[d] * xh[d];
-                    double inv = 1.0 / sqrt(ss / (double)D + NORM_EPS);
-                    for (int64_t d = 0; d < D; d++)
-                        oh[d] = (float)(xh[d] * inv) * norm[d];
-                } else {
-                    memcpy(oh, xh, (size_t)D * sizeof(float));
-                }
-                if (!rope)
-                    continue;
-                for (int64_t d = 0; d < D; d += 2) {
-                    float x0 = oh[d], x1 = oh[d + 1];
-                    oh[d] = x0 * c[d] - x1 * sv[d];
-                    oh[d + 1] = x1 * c[d + 1] + x0 * sv[d + 1];
-                }
-            }
-        }
+    wf_headrope_params_t p = {
+        .nbatch = g->B, .per = txt ? g->Lt : g->Li, .L = g->L, .row0 = txt ? 0 : g->Lt,
+        .H = Hl, .D = g->D, .src = src, .ld_src = ld, .dst = dst, .norm = norm,
+        .cos = rope ? fp(x, x->W.rcos) : NULL, .sin = rope ? fp(x, x->W.rsin) : NULL,
+        .eps = NORM_EPS,
+    };
+    return x->ops->head_norm_rope(x->ctx, &p);
 }
 
 /* Joint attention output (B, L, w) -> stream order (N, w): text rows of
- * every batch, then image rows. */
-static void unpack(const run_t *x, const float *src, int64_t w, float *dst)
+ * every batch, then image rows (one strided copy each). */
+static wf_status_t unpack(const run_t *x, const float *src, int64_t w, float *dst)
 {
     const geo_t *g = &x->g;
-    for (int64_t b = 0; b < g->B; b++) {
-        memcpy(dst + b * g->Lt * w, src + b * g->L * w, (size_t)(g->Lt * w) * sizeof(float));
-        memcpy(dst + (g->Nt + b * g->Li) * w, src + (b * g->L + g->Lt) * w,
-               (size_t)(g->Li * w) * sizeof(float));
-    }
+    const size_t fs = sizeof(float);
+    wf_status_t st = x->ops->copy_rows(x->ctx, dst, (size_t)(g->Lt * w) * fs, src,
+                                       (size_t)(g->L * w) * fs, g->B, (size_t)(g->Lt * w) * fs);
+    if (st != WF_OK)
+        return st;
+    return x->ops->copy_rows(x->ctx, dst + g->Nt * w, (size_t)(g->Li * w) * fs,
+                             src + g->Lt * w, (size_t)(g->L * w) * fs, g->B,
+                             (size_t)(g->Li * w) * fs);
 }
 
 /* A projection's part (raw output in layout pl, rows x its width) in the
@@ -234,6 +185,9 @@ static wf_status_t attend(run_t *x, int64_t Hl)
     wf_cp_group_t cg = {.seq = x->grp->seq, .ring = x->grp->ring,
                         .ulysses = x->grp->ulysses, .ring_degree = g->R,
                         .ulysses_degree = g->U};
+    if (x->dev)
+        return wf_cp_attention_run_dev(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes,
+                                       x->hws + x->W.haws, x->W.haws_bytes);
     return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
 }
 
@@ -286,7 +240,8 @@ static wf_status_t attention(run_t *x, const wf_flux_linear_t *const *proj, int 
         for (int k = 0; k < np; k++) {
             float *dst = raw[w] + pp[k].row0 * C; /* room for rows x C */
             lay_t pl;
-            st = flux_lin_raw(x, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows, dst, &pl);
+            st = flux_lin_raw(x, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows, WF_ACT_NONE,
+                              dst, &pl);
             if (st != WF_OK)
                 return st;
             const float *a;
@@ -295,16 +250,19 @@ static wf_status_t attention(run_t *x, const wf_flux_linear_t *const *proj, int 
                 return st;
             if (parts == 1) {
                 /* stream order: txt rows then img rows */
-                pack(x, a, lda, true, Hl, pp[k].norm, w < 2, joint[w]);
-                pack(x, a + g->Nt * lda, lda, false, Hl, pp[k].norm, w < 2, joint[w]);
-            } else {
-                pack(x, a, lda, pp[k].txt, Hl, pp[k].norm, w < 2, joint[w]);
+                if ((st = pack(x, a, lda, true, Hl, pp[k].norm, w < 2, joint[w])) != WF_OK ||
+                    (st = pack(x, a + g->Nt * lda, lda, false, Hl, pp[k].norm, w < 2,
+                               joint[w])) != WF_OK)
+                    return st;
+            } else if ((st = pack(x, a, lda, pp[k].txt, Hl, pp[k].norm, w < 2, joint[w])) !=
+                       WF_OK) {
+                return st;
             }
         }
     }
-    if ((st = attend(x, Hl)) != WF_OK)
+    if ((st = attend(x, Hl)) != WF_OK ||
+        (st = unpack(x, fp(x, x->W.q), Hl * g->D, fp(x, x->W.k))) != WF_OK)
         return st;
-    unpack(x, fp(x, x->W.q), Hl * g->D, fp(x, x->W.k));
     *ret_al = al;
     return WF_OK;
 }
@@ -322,11 +280,11 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k);
     lay_t lc = flux_lay_full(C);
     wf_status_t st;
-    if ((st = flux_lin_full(x, &d->norm1, semb, C, &lc, B, mi)) != WF_OK ||
-        (st = flux_lin_full(x, &d->norm1_context, semb, C, &lc, B, mt)) != WF_OK)
+    if ((st = flux_lin_full(x, &d->norm1, semb, C, &lc, B, WF_ACT_NONE, mi)) != WF_OK ||
+        (st = flux_lin_full(x, &d->norm1_context, semb, C, &lc, B, WF_ACT_NONE, mt)) != WF_OK ||
+        (st = flux_ln_mod(x, S, nx, B, g->Lt, mt, 6 * C, 0, C)) != WF_OK ||
+        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mi, 6 * C, 0, C)) != WF_OK)
         return st;
-    flux_ln_mod(S, nx, B, g->Lt, C, mt, 6 * C, 0, C);
-    flux_ln_mod(S + Nt * C, nx + Nt * C, B, g->Li, C, mi, 6 * C, 0, C);
     const wf_flux_linear_t *proj[6] = {&d->to_q, &d->to_k, &d->to_v,
                                        &d->add_q, &d->add_k, &d->add_v};
     const float *norms[4] = {d->norm_q, d->norm_k, d->norm_added_q, d->norm_added_k};
@@ -334,26 +292,29 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     if ((st = attention(x, proj, 2, norms, &al)) != WF_OK)
         return st;
     int64_t wa = flux_lay_width(&al, g->T);
-    if ((st = flux_lin_full(x, &d->to_out, o + Nt * wa, wa, &al, Ni, lo + Nt * C)) != WF_OK ||
-        (st = flux_lin_full(x, &d->to_add_out, o, wa, &al, Nt, lo)) != WF_OK)
+    if ((st = flux_lin_full(x, &d->to_out, o + Nt * wa, wa, &al, Ni, WF_ACT_NONE,
+                            lo + Nt * C)) != WF_OK ||
+        (st = flux_lin_full(x, &d->to_add_out, o, wa, &al, Nt, WF_ACT_NONE, lo)) != WF_OK ||
+        (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mi, 6 * C, 2 * C)) != WF_OK ||
+        (st = gate_add(x, S, lo, B, g->Lt, mt, 6 * C, 2 * C)) != WF_OK)
         return st;
-    gate_add(S + Nt * C, lo + Nt * C, B, g->Li, C, mi, 6 * C, 2 * C);
-    gate_add(S, lo, B, g->Lt, C, mt, 6 * C, 2 * C);
     /* feed-forwards: image stream, then text stream */
     for (int part = 0; part < 2; part++) {
         bool img = part == 0;
         int64_t rows = img ? Ni : Nt, per = img ? g->Li : g->Lt, r0 = img ? Nt : 0;
         const float *mod = img ? mi : mt;
         const wf_flux_linear_t *f0 = img ? &d->ff0 : &d->ffc0, *f2 = img ? &d->ff2 : &d->ffc2;
-        flux_ln_mod(S + r0 * C, nx + r0 * C, B, per, C, mod, 6 * C, 3 * C, 4 * C);
         lay_t hl;
-        if ((st = flux_lin_raw(x, f0, nx + r0 * C, C, &lc, rows, hid, &hl)) != WF_OK)
+        /* GELU in the linear, or after the all-reduce of a rowwise one */
+        if ((st = flux_ln_mod(x, S + r0 * C, nx + r0 * C, B, per, mod, 6 * C, 3 * C, 4 * C)) !=
+                WF_OK ||
+            (st = flux_lin_raw(x, f0, nx + r0 * C, C, &lc, rows, WF_ACT_GELU_TANH, hid, &hl)) !=
+                WF_OK)
             return st;
         int64_t hw = flux_lay_width(&hl, g->T);
-        gelu_tanh_n(hid, rows * hw);
-        if ((st = flux_lin_full(x, f2, hid, hw, &hl, rows, lo + r0 * C)) != WF_OK)
+        if ((st = flux_lin_full(x, f2, hid, hw, &hl, rows, WF_ACT_NONE, lo + r0 * C)) != WF_OK ||
+            (st = gate_add(x, S + r0 * C, lo + r0 * C, B, per, mod, 6 * C, 5 * C)) != WF_OK)
             return st;
-        gate_add(S + r0 * C, lo + r0 * C, B, per, C, mod, 6 * C, 5 * C);
     }
     return WF_OK;
 }
@@ -370,14 +331,13 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k), *cat = fp(x, x->W.cat);
     lay_t lc = flux_lay_full(C);
     wf_status_t st;
-    if ((st = flux_lin_full(x, &sb->norm, semb, C, &lc, B, mod)) != WF_OK)
-        return st;
-    flux_ln_mod(S, nx, B, g->Lt, C, mod, 3 * C, 0, C);
-    flux_ln_mod(S + Nt * C, nx + Nt * C, B, g->Li, C, mod, 3 * C, 0, C);
     lay_t ml;
-    if ((st = flux_lin_raw(x, &sb->proj_mlp, nx, C, &lc, N, hid, &ml)) != WF_OK)
+    if ((st = flux_lin_full(x, &sb->norm, semb, C, &lc, B, WF_ACT_NONE, mod)) != WF_OK ||
+        (st = flux_ln_mod(x, S, nx, B, g->Lt, mod, 3 * C, 0, C)) != WF_OK ||
+        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 3 * C, 0, C)) != WF_OK ||
+        (st = flux_lin_raw(x, &sb->proj_mlp, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &ml)) !=
+            WF_OK)
         return st;
-    gelu_tanh_n(hid, N * flux_lay_width(&ml, T));
     const wf_flux_linear_t *proj[3] = {&sb->to_q, &sb->to_k, &sb->to_v};
     const float *norms[2] = {sb->norm_q, sb->norm_k};
     lay_t al;
@@ -400,9 +360,9 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
         (st = flux_convert(x, hid, flux_lay_width(&ml, T), &ml, N, &need, C, cat + wo,
                            ldc)) != WF_OK)
         return st;
-    if ((st = flux_lin_full(x, &sb->proj_out, cat, ldc, &need, N, lo)) != WF_OK)
+    if ((st = flux_lin_full(x, &sb->proj_out, cat, ldc, &need, N, WF_ACT_NONE, lo)) != WF_OK ||
+        (st = gate_add(x, S, lo, B, g->Lt, mod, 3 * C, 2 * C)) != WF_OK ||
+        (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, 3 * C, 2 * C)) != WF_OK)
         return st;
-    gate_add(S, lo, B, g->Lt, C, mod, 3 * C, 2 * C);
-    gate_add(S + Nt * C, lo + Nt * C, B, g->Li, C, mod, 3 * C, 2 * C);
     return WF_OK;
 }

@@ -7,7 +7,7 @@
  *   flux_embed.c   the inputs over the mesh, RoPE tables, time / text
  *                  embedders
  *   flux_linear.c  the activation layouts over tp and the linear layers
- *                  (f32, OpenBLAS sgemm)
+ *                  (the backend's linear, f32 activations)
  *   flux_blocks.c  the joint attention and the double / single blocks
  *
  * Names (one rank): T tp ranks (this one t), P = R * U seq ranks (this one
@@ -40,9 +40,17 @@
  * wf_flux_forward_workspace and the run. Its widths are the full ones, so
  * that one figure serves every plan (the workspace call has no plan).
  *
- * Not here: logging, allocation during a run, device memory (the daemon
- * runs forward jobs on the CPU backend; a backend on device memory gets
- * its attention through cp_attention's staging).
+ * Memory. Every layer operation is the backend's (backend.h "model
+ * ops"), every exchange the comm's; nothing here touches an activation.
+ * On the CPU backend the workspace and the shards are host memory. On a
+ * backend with device memory (copy_h2d) they are the device's: the root
+ * copies each raw input chunk up and converts it there, the output is
+ * converted there and copied down, the comms move device buffers (NCCL,
+ * or a host comm behind comm_staged.h), P > 1 attention is
+ * cp_attention's device mode; only the counts of the v-collectives and
+ * cp_attention's host part live in the small host workspace.
+ *
+ * Not here: logging, allocation during a run.
  */
 #include "flux_run.h"
 
@@ -53,7 +61,7 @@
 #include "errf.h"
 #include "tensor.h"
 
-/* Largest rows of one GEMM (cblas takes int). */
+/* Largest rows of one GEMM (the CPU backend's BLAS takes int). */
 #define MAX_ROWS ((int64_t)INT32_MAX)
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
@@ -181,10 +189,10 @@ static recl_t rec_layout(szc_t *c, const geo_t *g)
     o = szc_add(c, o, szc_mul3(c, g->B, g->Li, g->IN));
     r.enc = o;
     o = szc_add(c, o, szc_mul3(c, g->B, g->Lt, g->J));
+    r.tid = o; /* then iid: the joint rows' ids, contiguous */
+    o = szc_add(c, o, szc_mul3(c, g->Lt, g->NA, 1));
     r.iid = o;
     o = szc_add(c, o, szc_mul3(c, g->Li, g->NA, 1));
-    r.tid = o;
-    o = szc_add(c, o, szc_mul3(c, g->Lt, g->NA, 1));
     r.pooled = o;
     o = szc_add(c, o, szc_mul3(c, g->B, g->PD, 1));
     r.ts = o;
@@ -208,18 +216,24 @@ static size_t ftake(szc_t *c, size_t *off, size_t floats)
 }
 
 /* Attention workspace for any plan: heads per rank are H (attention on
- * every head) or H / T (split heads). */
-static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops)
+ * every head) or H / T (split heads). *ret_host: cp_attention's host part
+ * in device mode. */
+static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, size_t *ret_host)
 {
     int64_t opts[2] = {g->H, g->H % g->T == 0 ? g->H / g->T : g->H};
-    size_t most = 0;
+    size_t most = 0, hmost = 0;
     for (int k = 0; k < 2; k++) {
-        size_t n;
+        size_t n, h = 0;
         if (flux_via_cp(g, ops)) {
             wf_cp_job_t j = flux_cp_job_of(g, opts[k]);
-            n = wf_cp_attention_workspace(&j, g->R, g->U, ops);
-            if (n == 0)
-                c->overflow = true; /* refused: cannot happen after the check */
+            if (flux_on_device(ops)) {
+                if (wf_cp_attention_workspace_dev(&j, g->R, g->U, ops, &n, &h) != WF_OK)
+                    c->overflow = true; /* refused, or a backend without the entries */
+            } else {
+                n = wf_cp_attention_workspace(&j, g->R, g->U, ops);
+                if (n == 0)
+                    c->overflow = true; /* refused: cannot happen after the check */
+            }
         } else {
             wf_attn_params_t p = flux_attn_params_of(g, opts[k]);
             n = ops->attention_workspace ? ops->attention_workspace(&p) : 0;
@@ -227,19 +241,55 @@ static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops)
         if (n == SIZE_MAX)
             c->overflow = true;
         most = n > most ? n : most;
+        hmost = h > hmost ? h : hmost;
     }
+    *ret_host = hmost;
     return most;
 }
 
-/* The regions of a rank with seq index 0 (seq0) and / or the root. */
-static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, size_t aws_bytes)
+/* Linear workspace for any plan: the most ops->linear_workspace asks of
+ * any layer at its full shape on N rows (local shapes are no larger),
+ * for any weight dtype, the weight in one block as a device shard holds
+ * it. */
+static size_t lin_ws(const geo_t *g, const wf_backend_ops_t *ops)
+{
+    const int64_t C = g->C, M = g->M, TC = WF_FLUX_TIMESTEP_CHANNELS;
+    const int64_t shapes[][2] = {{TC, C}, {C, C},     {g->PD, C}, {g->IN, C},
+                                 {g->J, C}, {C, 6 * C}, {C, 3 * C}, {C, M},
+                                 {M, C},  {C + M, C}, {C, 2 * C}, {C, g->OC}};
+    const wf_dtype_t dts[3] = {WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16};
+    size_t most = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int d = 0; d < 3; d++) {
+            wf_linear_params_t p;
+            memset(&p, 0, sizeof p);
+            p.rows = g->N;
+            p.in = shapes[k][0];
+            p.out = shapes[k][1];
+            p.ldx = p.in;
+            p.w_dtype = dts[d];
+            p.ldw = p.in;
+            p.nwb = 1;
+            p.wbw[0] = p.in;
+            p.ldy = p.out;
+            size_t n = ops->linear_workspace(&p);
+            most = n > most ? n : most;
+        }
+    return most;
+}
+
+/* The regions of a rank with seq index 0 (seq0) and / or the root; on a
+ * device backend (dev) with the host workspace apart. */
+static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, bool dev,
+                       size_t aws_bytes, size_t haws_bytes, size_t lws_bytes)
 {
     wsl_t w;
     memset(&w, 0, sizeof w);
-    size_t off = 0;
+    size_t off = 0, hoff = 0;
     const int64_t B = g->B, N = g->N, C = g->C, M = g->M;
     w.rec = rec_layout(c, g);
-    w.meta = take(c, &off, szc_mul(c, 2u * (size_t)wf_max_i64(g->P, g->T), sizeof(size_t)));
+    w.meta = take(c, dev ? &hoff : &off,
+                  szc_mul(c, 2u * (size_t)wf_max_i64(g->P, g->T), sizeof(size_t)));
     w.in = ftake(c, &off, szc_mul(c, w.rec.n, seq0 ? (size_t)g->P : 1u));
     w.rcos = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
     w.rsin = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
@@ -273,37 +323,68 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, size_t aw
      * or an output (Y's bound) */
     w.G_n = maxz(w.Xc_n, w.Y_n);
     w.G = ftake(c, &off, w.G_n);
+    w.lws_bytes = lws_bytes;
+    w.lws = take(c, &off, lws_bytes);
     w.aws_bytes = aws_bytes;
     w.aws = take(c, &off, aws_bytes);
     w.out = ftake(c, &off, szc_mul3(c, g->Ni, g->OC, 1));
     w.outg = ftake(c, &off, root && g->P > 1 ? szc_mul3(c, g->P, g->Ni, g->OC) : 0);
+    if (dev && root) {
+        /* a raw input chunk (at most 4 bytes an element), or the whole
+         * output in out_dtype */
+        size_t chunk = maxz(maxz(szc_mul3(c, g->Li, g->IN, 1), szc_mul3(c, g->Lt, g->J, 1)),
+                            maxz(szc_mul3(c, g->L, g->NA, 1), szc_mul3(c, B, g->PD, 1)));
+        w.stage_bytes = szc_mul(c, maxz(chunk, szc_mul3(c, g->P, g->Ni, g->OC)), sizeof(float));
+    }
+    w.stage = take(c, &off, w.stage_bytes);
     w.total = off;
+    w.haws_bytes = dev ? haws_bytes : 0;
+    w.haws = take(c, &hoff, w.haws_bytes);
+    w.htotal = dev ? hoff : 0;
     return w;
 }
 
-size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
-                                 const wf_flux_job_t *job, int tp, int R, int U,
-                                 const wf_backend_ops_t *ops)
+/* The larger figure (device / host workspace) of any role. */
+static size_t ws_most(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int tp, int R,
+                      int U, const wf_backend_ops_t *ops, bool host)
 {
     /* a refused job has no size: SIZE_MAX, which admission refuses too */
     if (!ops || wf_flux_forward_check(cfg, job, tp, R, U, NULL, 0) != WF_OK)
         return SIZE_MAX;
     geo_t g = geo_of(cfg, job, tp, R, U);
     szc_t c = {false};
-    size_t aws = attn_ws(&c, &g, ops);
+    size_t haws = 0, aws = attn_ws(&c, &g, ops, &haws), lws = lin_ws(&g, ops);
+    if (lws == SIZE_MAX)
+        c.overflow = true;
     size_t most = 0;
     for (int role = 0; role < 3; role++) { /* other, seq index 0, the root */
-        wsl_t w = ws_layout(&c, &g, role >= 1, role == 2, aws);
-        most = w.total > most ? w.total : most;
+        wsl_t w = ws_layout(&c, &g, role >= 1, role == 2, flux_on_device(ops), aws, haws, lws);
+        size_t n = host ? w.htotal : w.total;
+        most = n > most ? n : most;
     }
     return c.overflow ? SIZE_MAX : most;
+}
+
+size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
+                                 const wf_flux_job_t *job, int tp, int R, int U,
+                                 const wf_backend_ops_t *ops)
+{
+    return ws_most(cfg, job, tp, R, U, ops, false);
+}
+
+size_t wf_flux_forward_host_workspace(const wf_flux_config_t *cfg,
+                                      const wf_flux_job_t *job, int tp, int R, int U,
+                                      const wf_backend_ops_t *ops)
+{
+    return ws_most(cfg, job, tp, R, U, ops, true);
 }
 
 /* ---- the forward ------------------------------------------------------------------------- */
 
 /* norm_out (AdaLayerNormContinuous: scale, then shift) and proj_out of
  * the image rows, then every seq rank's output to the root, which writes
- * (B, S_img, OC) in out_dtype. Only the tp rank 0 ranks gather. */
+ * (B, S_img, OC) in out_dtype (on a device: converted there, copied down
+ * chunk by chunk). Only the tp rank 0 ranks gather. */
 static wf_status_t finish(run_t *x)
 {
     const geo_t *g = &x->g;
@@ -311,18 +392,19 @@ static wf_status_t finish(run_t *x)
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *mod = fp(x, x->W.modA);
     float *out = fp(x, x->W.out);
     lay_t lc = flux_lay_full(C);
-    wf_status_t st = flux_lin_full(x, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B, mod);
-    if (st != WF_OK)
-        return st;
-    flux_ln_mod(S + Nt * C, nx + Nt * C, B, g->Li, C, mod, 2 * C, C, 0);
-    if ((st = flux_lin_full(x, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni, out)) != WF_OK)
+    wf_status_t st;
+    if ((st = flux_lin_full(x, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B, WF_ACT_NONE,
+                            mod)) != WF_OK ||
+        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 2 * C, C, 0)) != WF_OK ||
+        (st = flux_lin_full(x, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni, WF_ACT_NONE,
+                            out)) != WF_OK)
         return st;
     if (x->t != 0)
         return WF_OK;
     const float *src = out;
     size_t rb = (size_t)(g->Ni * OC) * sizeof(float);
     if (g->P > 1) {
-        size_t *counts = (size_t *)(void *)(x->ws + x->W.meta), *displs = counts + g->P;
+        size_t *counts = flux_meta(x), *displs = counts + g->P;
         for (int j = 0; j < g->P; j++) {
             counts[j] = rb;
             displs[j] = (size_t)j * rb;
@@ -337,11 +419,28 @@ static wf_status_t finish(run_t *x)
         return WF_OK;
     const size_t eo = wf_dtype_size(x->job->out_dtype);
     unsigned char *dst = x->job->output;
+    const unsigned char *conv = NULL;
+    if (x->dev) {
+        size_t n = (size_t)(g->P * g->Ni * OC);
+        if (n * eo > x->W.stage_bytes)
+            return WF_E_INTERNAL;
+        conv = x->ws + x->W.stage;
+        st = x->ops->convert(x->ctx, x->ws + x->W.stage, x->job->out_dtype, src, WF_DTYPE_F32,
+                             n);
+        if (st != WF_OK)
+            return st;
+    }
     for (int j = 0; j < g->P; j++)
-        for (int64_t b = 0; b < B; b++)
-            wf_convert_from_f32(dst + (size_t)((b * g->S_img + j * g->Li) * OC) * eo,
-                                x->job->out_dtype, src + (j * g->Ni + b * g->Li) * OC,
-                                (size_t)(g->Li * OC));
+        for (int64_t b = 0; b < B; b++) {
+            unsigned char *d = dst + (size_t)((b * g->S_img + j * g->Li) * OC) * eo;
+            size_t at = (size_t)((j * g->Ni + b * g->Li) * OC), n = (size_t)(g->Li * OC);
+            if (x->dev) {
+                if ((st = x->ops->copy_d2h(x->ctx, d, conv + at * eo, n * eo)) != WF_OK)
+                    return st;
+            } else {
+                wf_convert_from_f32(d, x->job->out_dtype, src + at, n);
+            }
+        }
     return WF_OK;
 }
 
@@ -372,15 +471,26 @@ static bool group_ok(const wf_flux_group_t *grp)
     return true;
 }
 
+/* The entries the forward calls. */
+static bool ops_ok(const wf_backend_ops_t *o)
+{
+    bool model = o->attention && o->linear_workspace && o->linear && o->bias_act && o->act &&
+                 o->add && o->modln && o->gate_residual && o->head_norm_rope &&
+                 o->rope_table && o->timestep_proj && o->copy_rows;
+    bool dev = !flux_on_device(o) ||
+               (o->copy_d2h && o->synchronize && o->convert && o->fill_f32);
+    return model && dev;
+}
+
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
                                 const wf_flux_job_t *job,
                                 const wf_flux_group_t *group,
                                 const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, void *workspace,
-                                size_t bytes)
+                                size_t bytes, void *host_ws, size_t host_bytes)
 {
     /* validation every rank computes alike: fails everywhere, no abort */
-    if (!shard || !job || !group || !ops || !ops->attention)
+    if (!shard || !job || !group || !ops || !ops_ok(ops))
         return WF_E_BAD_ARGUMENT;
     const int T = group->tp_degree, R = group->ring_degree, U = group->ulysses_degree;
     if (wf_flux_forward_check(&shard->cfg, job, T, R, U, NULL, 0) != WF_OK)
@@ -397,18 +507,24 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     x.ctx = ctx;
     x.g = geo_of(&shard->cfg, job, T, R, U);
     x.ws = workspace;
+    x.hws = host_ws;
+    x.dev = flux_on_device(ops);
     wf_status_t st = WF_E_BAD_ARGUMENT;
     if (!group_ok(group))
         goto fail;
     x.t = T > 1 ? wf_comm_rank(group->tp) : 0;
     x.i = R * U > 1 ? wf_comm_rank(group->seq) : 0;
     x.root = x.t == 0 && x.i == 0;
-    if (shard->tp != T || shard->tp_rank != x.t)
+    /* a device shard on the CPU or the other way round: a bug */
+    if (shard->tp != T || shard->tp_rank != x.t || (shard->dev != NULL) != x.dev)
         goto fail;
     szc_t c = {false};
-    size_t aws = attn_ws(&c, &x.g, ops);
-    x.W = ws_layout(&c, &x.g, x.i == 0, x.root, aws);
-    if (c.overflow || !workspace || ((uintptr_t)workspace & 63u) != 0 || bytes < x.W.total)
+    size_t haws = 0, aws = attn_ws(&c, &x.g, ops, &haws), lws = lin_ws(&x.g, ops);
+    x.W = ws_layout(&c, &x.g, x.i == 0, x.root, x.dev, aws, haws, lws);
+    if (c.overflow || lws == SIZE_MAX || !workspace || ((uintptr_t)workspace & 63u) != 0 ||
+        bytes < x.W.total)
+        goto fail;
+    if (x.dev && (!host_ws || ((uintptr_t)host_ws & 63u) != 0 || host_bytes < x.W.htotal))
         goto fail;
     if (x.root && (!job->hidden_states || !job->encoder_hidden_states ||
                    !job->pooled_projections || !job->timestep || !job->img_ids ||
@@ -419,14 +535,12 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     const float *rec = fp(&x, x.W.in);
     float *S = fp(&x, x.W.S);
     lay_t lin_in = flux_lay_full(g->IN), lj = flux_lay_full(g->J);
-    if ((st = flux_distribute(&x)) != WF_OK)
-        goto fail;
-    flux_rope_tables(&x);
-    if ((st = flux_lin_full(&x, &shard->x_embedder, rec + x.W.rec.hid, g->IN, &lin_in, g->Ni,
-                       S + g->Nt * g->C)) != WF_OK ||
+    if ((st = flux_distribute(&x)) != WF_OK || (st = flux_rope_tables(&x)) != WF_OK ||
+        (st = flux_lin_full(&x, &shard->x_embedder, rec + x.W.rec.hid, g->IN, &lin_in, g->Ni,
+                            WF_ACT_NONE, S + g->Nt * g->C)) != WF_OK ||
         (st = flux_embed_time(&x)) != WF_OK ||
         (st = flux_lin_full(&x, &shard->context_embedder, rec + x.W.rec.enc, g->J, &lj, g->Nt,
-                       S)) != WF_OK)
+                            WF_ACT_NONE, S)) != WF_OK)
         goto fail;
     for (uint32_t b = 0; b < x.cfg->num_layers; b++)
         if ((st = flux_double_block(&x, &shard->dbl[b])) != WF_OK)
@@ -436,8 +550,13 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
             goto fail;
     if ((st = finish(&x)) != WF_OK)
         goto fail;
+    /* the output (and everything else queued) complete on return */
+    if (x.dev && (st = ops->synchronize(ctx)) != WF_OK)
+        goto fail;
     return WF_OK;
 fail:
+    if (x.dev)
+        (void)ops->synchronize(ctx); /* nothing queued outlives the call */
     abort_world(group);
     return st;
 }

@@ -32,6 +32,13 @@
  * hidden_states they are rounded to that dtype first (0.875 * 1000 is 876
  * in bf16).
  *
+ * Memory. The arithmetic is the backend's (backend.h "model ops") on its
+ * memory: host memory for the CPU backend; device memory for a backend
+ * with copy_h2d, whose shards (flux_shard.h) and workspace are then
+ * device memory, whose comms move device buffers (NCCL, or a host comm
+ * behind comm_staged.h), and which also needs a small host workspace.
+ * The job's inputs and output are host memory either way.
+ *
  * Errors after validation abort the world (wf_comm_abort), as
  * cp_attention.h, so no peer waits in a collective. Nothing here logs.
  */
@@ -85,24 +92,39 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
                                   const wf_flux_job_t *job, int tp, int R, int U,
                                   char *err, size_t err_len);
 
-/* Workspace bytes any rank needs for this job (max over ranks), so the
- * daemon can admit one figure per device; valid for any plan (activation
+/* Workspace bytes any rank needs for this job (max over ranks) on the
+ * backend's memory (device memory on a device backend), so the daemon
+ * can admit one figure per device; valid for any plan (activation
  * buffers have their full widths). SIZE_MAX on overflow, and for a job
  * wf_flux_forward_check refuses. */
 size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
                                  const wf_flux_job_t *job, int tp, int R, int U,
                                  const wf_backend_ops_t *ops);
 
+/* Host workspace bytes any rank needs besides (0 on the CPU backend,
+ * whose one workspace is host memory; on a device backend the counts of
+ * the v-collectives and cp_attention's host part). SIZE_MAX as above. */
+size_t wf_flux_forward_host_workspace(const wf_flux_config_t *cfg,
+                                      const wf_flux_job_t *job, int tp, int R,
+                                      int U, const wf_backend_ops_t *ops);
+
 /* Run the forward on this rank with its shard (every rank of the replica
- * calls it with the same job and its own group). `workspace` 64-byte
- * aligned, `bytes` >= wf_flux_forward_workspace(...). WF_OK, or a comm /
- * backend error (the world aborted), or WF_E_BAD_ARGUMENT for a short
- * workspace, a shard cut for another tp, or missing root pointers. */
+ * calls it with the same job and its own group; the shard built for this
+ * backend and context). `workspace` 64-byte aligned, `bytes` >=
+ * wf_flux_forward_workspace(...), on the backend's memory (a device
+ * backend: dev_alloc); `host_ws` 64-byte aligned host memory of
+ * `host_bytes` >= wf_flux_forward_host_workspace(...) (NULL, 0 on the
+ * CPU). On a device backend everything queued is complete when it
+ * returns (the output written). WF_OK, or a comm / backend error (the
+ * world aborted), or WF_E_BAD_ARGUMENT for a short workspace, a shard
+ * cut for another tp or another backend, a backend without the model
+ * ops, or missing root pointers. */
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
                                 const wf_flux_job_t *job,
                                 const wf_flux_group_t *group,
                                 const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, void *workspace,
-                                size_t bytes);
+                                size_t bytes, void *host_ws,
+                                size_t host_bytes);
 
 #endif /* WF_FLUX_FORWARD_H */

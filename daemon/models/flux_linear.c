@@ -2,14 +2,18 @@
  * the layouts of the activations between them (flux_forward.c "Layouts
  * over tp"): a layout is full or split by the producing placement;
  * flux_convert turns any into any other, deciding on the layouts alone so
- * that every tp rank enters the same collectives.
+ * that every tp rank enters the same collectives. The arithmetic is the
+ * backend's (ops->linear, bias_act, copy_rows) on its memory; the
+ * collectives are the comm's.
  *
  * Not here: which layer runs when (flux_blocks.c, flux_embed.c).
  */
 #include "flux_run.h"
 
-#include <cblas.h>
 #include <string.h>
+
+_Static_assert(WF_TP_MAX_BLOCKS <= WF_LINEAR_MAX_BLOCKS,
+               "a rowwise packed shard view is one weight block per plan block");
 
 /* ---- layouts over tp ----------------------------------------------------------- */
 
@@ -83,6 +87,16 @@ int flux_win_pieces(const lay_t *l, int r, int T, int64_t a, int64_t w, int64_t 
     return m;
 }
 
+/* rows x `w` floats from src (row stride ld_src floats) to dst (ld_dst). */
+static wf_status_t copy_cols(run_t *x, float *dst, int64_t ld_dst, const float *src,
+                             int64_t ld_src, int64_t rows, int64_t w)
+{
+    if (w <= 0 || rows <= 0)
+        return WF_OK;
+    return x->ops->copy_rows(x->ctx, dst, (size_t)ld_dst * sizeof(float), src,
+                             (size_t)ld_src * sizeof(float), rows, (size_t)w * sizeof(float));
+}
+
 /* Columns of an activation in layout sl (rows x its local width at src,
  * row stride ld_src) -> this rank's columns of target layout tl inside
  * the window [a, a + sl->n) of tl's dim, into dst (row stride ld_dst).
@@ -94,14 +108,14 @@ wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t
     const int T = x->g.T;
     int64_t ts[WF_TP_MAX_BLOCKS], tn[WF_TP_MAX_BLOCKS];
     int nt = flux_win_pieces(tl, x->t, T, a, sl->n, ts, tn);
+    wf_status_t st;
     if (sl->nb == 0) {
-        /* full source: a local slice */
-        for (int64_t r = 0; r < rows; r++) {
-            float *d = dst + r * ld_dst;
-            for (int k = 0; k < nt; k++) {
-                memcpy(d, src + r * ld_src + ts[k], (size_t)tn[k] * sizeof(float));
-                d += tn[k];
-            }
+        /* full source: a local slice, one strided copy per piece */
+        int64_t o = 0;
+        for (int k = 0; k < nt; k++) {
+            if ((st = copy_cols(x, dst + o, ld_dst, src + ts[k], ld_src, rows, tn[k])) != WF_OK)
+                return st;
+            o += tn[k];
         }
         return WF_OK;
     }
@@ -118,52 +132,69 @@ wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t
             same = as[k] == bs[k] && an[k] == bn[k];
     }
     const int64_t wl = flux_lay_width(sl, T);
-    if (same) {
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(dst + r * ld_dst, src + r * ld_src, (size_t)wl * sizeof(float));
-        return WF_OK;
-    }
+    if (same)
+        return copy_cols(x, dst, ld_dst, src, ld_src, rows, wl);
     if (ld_src != wl || (size_t)(rows * sl->n) > x->W.G_n || !x->grp->tp)
         return WF_E_INTERNAL;
     float *G = fp(x, x->W.G);
-    wf_status_t st = wf_comm_allgather(x->grp->tp, src, G,
-                                       (size_t)(rows * wl) * sizeof(float));
+    st = wf_comm_allgather(x->grp->tp, src, G, (size_t)(rows * wl) * sizeof(float));
     if (st != WF_OK)
         return st;
     /* full column c lies in block b at offset o: rank o / q holds it at
-     * local column (q's of earlier blocks) + o % q */
-    for (int64_t r = 0; r < rows; r++) {
-        float *d = dst + r * ld_dst;
-        for (int k = 0; k < nt; k++) {
-            int64_t c = ts[k], end = ts[k] + tn[k];
-            while (c < end) {
-                int64_t bs = 0, pre = 0, q = 0, o = 0;
-                for (uint32_t b = 0; b < sl->nb; b++) {
-                    q = sl->block[b] / T;
-                    if (c < bs + sl->block[b]) {
-                        o = c - bs;
-                        break;
-                    }
-                    bs += sl->block[b];
-                    pre += q;
+     * local column (q's of earlier blocks) + o % q; a run of columns from
+     * one owner is one strided copy over every row */
+    int64_t d = 0;
+    for (int k = 0; k < nt; k++) {
+        int64_t c = ts[k], end = ts[k] + tn[k];
+        while (c < end) {
+            int64_t bs = 0, pre = 0, q = 0, o = 0;
+            for (uint32_t b = 0; b < sl->nb; b++) {
+                q = sl->block[b] / T;
+                if (c < bs + sl->block[b]) {
+                    o = c - bs;
+                    break;
                 }
-                int64_t owner = o / q, lc = pre + o % q, run = wf_min_i64(end - c, q - o % q);
-                memcpy(d, G + (owner * rows + r) * wl + lc, (size_t)run * sizeof(float));
-                d += run;
-                c += run;
+                bs += sl->block[b];
+                pre += q;
             }
+            int64_t owner = o / q, lc = pre + o % q, run = wf_min_i64(end - c, q - o % q);
+            st = copy_cols(x, dst + d, ld_dst, G + owner * rows * wl + lc, wl, rows, run);
+            if (st != WF_OK)
+                return st;
+            d += run;
+            c += run;
         }
     }
     return WF_OK;
 }
 
-/* dst (rows x local_out, contiguous) = in W^T + b on this rank, in the
- * placement's output layout (*ret_lay); the input (layout il, row stride
- * ld_in) is converted to the layout the placement takes first. Rowwise
- * partial sums are all-reduced over tp, then the bias is added once. */
+wf_linear_params_t flux_lin_params(const wf_flux_linear_t *L, int64_t rows)
+{
+    wf_linear_params_t p;
+    memset(&p, 0, sizeof p);
+    p.rows = rows;
+    p.in = L->place.local_in;
+    p.out = L->place.local_out;
+    p.w_dtype = L->w_dtype;
+    p.ldw = L->ldw;
+    p.nwb = L->nwb;
+    for (uint32_t k = 0; k < L->nwb && k < WF_LINEAR_MAX_BLOCKS; k++) {
+        p.wb[k] = L->wb[k];
+        p.wbw[k] = L->wbw[k];
+    }
+    p.ldy = p.out;
+    return p;
+}
+
+/* dst (rows x local_out, contiguous) = act(in W^T + b) on this rank, in
+ * the placement's output layout (*ret_lay); the input (layout il, row
+ * stride ld_in) is converted to the layout the placement takes first.
+ * Rowwise partial sums are all-reduced over tp, then the bias and the
+ * activation are applied once (ops->bias_act); otherwise both are in the
+ * linear call. */
 wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
-                         int64_t ld_in, const lay_t *il, int64_t rows, float *dst,
-                         lay_t *ret_lay)
+                         int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
+                         float *dst, lay_t *ret_lay)
 {
     const wf_tp_place_t *p = &L->place;
     const int T = x->g.T;
@@ -184,17 +215,19 @@ wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
         lda = p->local_in;
     }
     const int64_t lo = p->local_out;
-    /* one GEMM per column block of the weight (one unless a strided view
-     * of split columns), accumulating; the activation's local columns are
-     * the blocks' pieces in the same order */
-    int64_t acol = 0;
-    for (uint32_t k = 0; rows > 0 && k < L->nwb; k++) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)lo,
-                    (int)L->wbw[k], 1.0f, a + acol, (int)lda, L->wb[k], (int)L->ldw,
-                    k == 0 ? 0.0f : 1.0f, dst, (int)lo);
-        acol += L->wbw[k];
-    }
     bool reduce = T > 1 && (p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE);
+    wf_linear_params_t lp = flux_lin_params(L, rows);
+    lp.x = a;
+    lp.ldx = lda;
+    lp.bias = reduce ? NULL : L->b;
+    lp.act = reduce ? WF_ACT_NONE : act;
+    lp.y = dst;
+    lp.ldy = lo;
+    size_t need_ws = x->ops->linear_workspace(&lp);
+    if (need_ws > x->W.lws_bytes)
+        return WF_E_INTERNAL;
+    if (rows > 0 && (st = x->ops->linear(x->ctx, &lp, need_ws ? x->ws + x->W.lws : NULL)) != WF_OK)
+        return st;
     if (reduce) {
         if (!x->grp->tp)
             return WF_E_INTERNAL;
@@ -202,13 +235,10 @@ wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
                                WF_COMM_SUM);
         if (st != WF_OK)
             return st;
+        if ((L->b || act != WF_ACT_NONE) &&
+            (st = x->ops->bias_act(x->ctx, dst, rows, lo, lo, L->b, act)) != WF_OK)
+            return st;
     }
-    if (L->b)
-        for (int64_t r = 0; r < rows; r++) {
-            float *d = dst + r * lo;
-            for (int64_t cc = 0; cc < lo; cc++)
-                d[cc] += L->b[cc];
-        }
     *ret_lay = flux_lay_of(p, false, T);
     return WF_OK;
 }
@@ -216,16 +246,17 @@ wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
 /* As lin_raw, but dst (rows x out, contiguous) always gets the full
  * output (a split one is gathered through Y). */
 wf_status_t flux_lin_full(run_t *x, const wf_flux_linear_t *L, const float *in,
-                          int64_t ld_in, const lay_t *il, int64_t rows, float *dst)
+                          int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
+                          float *dst)
 {
     const wf_tp_place_t *p = &L->place;
     lay_t ol = flux_lay_of(p, false, x->g.T);
     if (ol.nb == 0)
-        return flux_lin_raw(x, L, in, ld_in, il, rows, dst, &ol);
+        return flux_lin_raw(x, L, in, ld_in, il, rows, act, dst, &ol);
     if ((size_t)(rows * p->local_out) > x->W.Y_n)
         return WF_E_INTERNAL;
     float *Y = fp(x, x->W.Y);
-    wf_status_t st = flux_lin_raw(x, L, in, ld_in, il, rows, Y, &ol);
+    wf_status_t st = flux_lin_raw(x, L, in, ld_in, il, rows, act, Y, &ol);
     if (st != WF_OK)
         return st;
     lay_t full = flux_lay_full(p->out);

@@ -36,22 +36,28 @@ typedef struct geo {
 } geo_t;
 
 /* One input record: what one seq rank needs of the inputs, f32, floats
- * from the record's start. */
+ * from the record's start. txt_ids then img_ids: the ids of the joint
+ * rows (L, NA) in joint order. */
 typedef struct recl {
     size_t hid;    /* hidden_states piece (B, Li, IN) */
     size_t enc;    /* encoder_hidden_states piece (B, Lt, J) */
-    size_t iid;    /* img_ids piece (Li, NA) */
     size_t tid;    /* txt_ids piece (Lt, NA) */
+    size_t iid;    /* img_ids piece (Li, NA), right after tid */
     size_t pooled; /* pooled_projections (B, PD) */
     size_t ts;     /* timestep (B) */
     size_t gd;     /* guidance (B) */
     size_t n;      /* floats of the record, a multiple of 16 (64 bytes) */
 } recl_t;
 
-/* Byte offsets of the regions of one rank's workspace (64-byte aligned).
+/* Byte offsets of the regions of one rank's workspace (64-byte aligned)
+ * on the backend's memory (device memory on a device backend), and of
+ * its host workspace (a device backend only: what the comm and the CPU
+ * read, the counts of the v-collectives and cp_attention's host part).
  * Float counts in comments; widths are the full ones (any plan). */
 typedef struct wsl {
-    size_t meta;   /* 2 * max(P, T) size_t: scatter / gather counts */
+    size_t meta;   /* 2 * max(P, T) size_t: scatter / gather counts (host:
+                      in the workspace on the CPU, the host workspace on a
+                      device) */
     size_t in;     /* input records: P on seq index 0, else 1; own first */
     size_t rcos, rsin; /* RoPE tables (L, D) */
     size_t tproj;  /* sinusoidal projection (B, 256) */
@@ -67,13 +73,20 @@ typedef struct wsl {
     size_t Y;      /* split output of a linear before it is made full */
     size_t Xc;     /* a linear's input converted to its layout */
     size_t G;      /* tp all-gather landing */
+    size_t lws;    /* linear workspace (ops->linear_workspace, any layer) */
     size_t aws;    /* attention workspace */
     size_t out;    /* final output (Ni, OC) */
     size_t outg;   /* root, P > 1: every seq rank's output (P, Ni, OC) */
+    size_t stage;  /* root on a device: a raw input chunk copied up, and
+                      the output converted to out_dtype */
     size_t total;  /* bytes */
+    size_t haws;   /* host workspace: cp_attention's host part */
+    size_t htotal; /* host workspace bytes (0 on the CPU) */
     /* sizes the run checks against */
-    size_t aws_bytes;            /* bytes of aws */
+    size_t aws_bytes, haws_bytes; /* bytes of aws / haws */
+    size_t lws_bytes;             /* bytes of lws */
     size_t Y_n, Xc_n, G_n;       /* floats of Y, Xc, G */
+    size_t stage_bytes;          /* bytes of stage */
     recl_t rec;                  /* the input record */
 } wsl_t;
 
@@ -94,13 +107,25 @@ typedef struct flux_run {
     wf_backend_ctx_t *ctx;       /* its context */
     geo_t g;                     /* sizes */
     wsl_t W;                     /* workspace regions */
-    unsigned char *ws;           /* workspace base */
+    unsigned char *ws;           /* workspace base (backend memory) */
+    unsigned char *hws;          /* host workspace base (device backend) */
+    bool dev;                    /* the backend computes on device memory */
     int t, i;                    /* tp rank, seq index */
     bool root;                   /* t == 0 and i == 0 */
 } run_t;
 
 /* The floats at byte offset off of the run's workspace. */
 static inline float *fp(const run_t *x, size_t off) { return (float *)(void *)(x->ws + off); }
+
+/* The counts of the v-collectives: 2 * max(P, T) size_t of host memory. */
+static inline size_t *flux_meta(const run_t *x)
+{
+    return (size_t *)(void *)((x->dev ? x->hws : x->ws) + x->W.meta);
+}
+
+/* Whether a backend computes on device memory (the forward's workspace
+ * and the shards are then device memory). */
+static inline bool flux_on_device(const wf_backend_ops_t *ops) { return ops->copy_h2d != NULL; }
 
 /* ---- layouts over tp and linear layers (flux_linear.c) ----------------- */
 
@@ -131,15 +156,20 @@ wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t
                          int64_t rows, const lay_t *tl, int64_t a, float *dst,
                          int64_t ld_dst);
 
-/* dst (rows x local out) = in W^T + b in the placement's output layout
- * (*ret_lay); rowwise partial sums all-reduced over tp. */
+/* dst (rows x local out) = act(in W^T + b) in the placement's output
+ * layout (*ret_lay); rowwise partial sums all-reduced over tp before the
+ * bias and act. */
 wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
-                         int64_t ld_in, const lay_t *il, int64_t rows, float *dst,
-                         lay_t *ret_lay);
+                         int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
+                         float *dst, lay_t *ret_lay);
 
 /* flux_lin_raw with the full output in dst (rows x out). */
 wf_status_t flux_lin_full(run_t *x, const wf_flux_linear_t *L, const float *in,
-                          int64_t ld_in, const lay_t *il, int64_t rows, float *dst);
+                          int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
+                          float *dst);
+
+/* Linear params of layer L on an input of `rows` rows (x, y unset). */
+wf_linear_params_t flux_lin_params(const wf_flux_linear_t *L, int64_t rows);
 
 /* ---- inputs and embeddings (flux_embed.c) ------------------------------ */
 
@@ -147,7 +177,7 @@ wf_status_t flux_lin_full(run_t *x, const wf_flux_linear_t *L, const float *in,
 wf_status_t flux_distribute(run_t *x);
 
 /* RoPE tables (L, D) of this rank's joint rows. */
-void flux_rope_tables(run_t *x);
+wf_status_t flux_rope_tables(run_t *x);
 
 /* temb and semb = silu(temb) from the timestep, guidance and pooled
  * projections. */
@@ -161,14 +191,17 @@ wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl);
 /* Kernel params of the single-rank attention (P = 1), without pointers. */
 wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl);
 
-/* Whether the attention goes through cp_attention (P > 1, or a backend
- * on device memory) rather than the backend's kernel. */
+/* Whether the attention goes through cp_attention (P > 1; its device
+ * mode on a device backend) rather than the backend's kernel. */
 bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops);
 
-
-/* dst rows = LayerNorm(src rows) * (1 + scale[b]) + shift[b] (AdaLN). */
-void flux_ln_mod(const float *src, float *dst, int64_t nbatch, int64_t per, int64_t C,
-                 const float *mod, int64_t ld_mod, int64_t shift_off, int64_t scale_off);
+/* dst rows = LayerNorm(src rows) * (1 + scale[b]) + shift[b] (AdaLN,
+ * ops->modln): nbatch batches of `per` rows of width C (contiguous);
+ * row b of mod (stride ld_mod) holds shift at shift_off and scale at
+ * scale_off. */
+wf_status_t flux_ln_mod(run_t *x, const float *src, float *dst, int64_t nbatch, int64_t per,
+                        const float *mod, int64_t ld_mod, int64_t shift_off,
+                        int64_t scale_off);
 
 /* diffusers' FluxTransformerBlock on the stream. */
 wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d);

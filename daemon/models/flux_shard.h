@@ -4,18 +4,26 @@
  * a shard; the registry (models.h) builds and frees them.
  *
  * A rank's shard (wf_flux_shard_t) is cut from the read-only host
- * copy (flux_host.h) for (tp, tp_rank) by the plan (tp_plan.h), converted
- * to f32 (the CPU backend computes in f32 with OpenBLAS sgemm). Where the
- * host tensor is already f32 and the rank's piece is contiguous
- * (replicated, colwise with one block, their biases) the shard points
- * into the host copy instead of copying it (the CPU backend's device
- * memory is host memory): cutting, and so re-sharding, copies only the
- * rest. The host copy must then outlive the shard (models.h frees it only
- * after a regroup has dropped the shards); bytes still counts every
- * piece, as a device that copies would hold it. Norm
- * weights, embedders, AdaLN linears and the final projection follow the
- * plan too (the default replicates them).
- */
+ * copy (flux_host.h) for (tp, tp_rank) by the plan (tp_plan.h), on the
+ * memory of the backend it is built for (backend.h):
+ *   - the CPU backend (host memory; ops NULL or without mem_alloc): every
+ *     piece in f32 (the CPU backend computes in f32). Where the host
+ *     tensor is already f32 and the rank's piece is contiguous or a
+ *     strided view (replicated, colwise with one block, rowwise pieces,
+ *     their biases) the shard points into the host copy instead of
+ *     copying it: cutting, and so re-sharding, copies only the rest. The
+ *     host copy must then outlive the shard (models.h frees it only after
+ *     a regroup has dropped the shards).
+ *   - a backend with resident memory (mem_alloc): one mem_alloc block
+ *     per shard, sub-allocated (256-byte aligned pieces); each linear's
+ *     weight in the checkpoint tensor's own dtype (bf16 stays bf16),
+ *     contiguous (local_out, local_in) (rowwise / packed pieces gathered
+ *     on the host first), biases and norm weights in f32. The shard
+ *     keeps the backend's ops and context: freeing it synchronizes and
+ *     returns the block at once.
+ * Norm weights, embedders, AdaLN linears and the final projection follow
+ * the plan too (the default replicates them).
+  */
 #ifndef WF_FLUX_SHARD_H
 #define WF_FLUX_SHARD_H
 
@@ -23,27 +31,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "flux_config.h"
 #include "flux_host.h"
 #include "tp_plan.h"
 #include "weft.h"
 
-/* One linear layer on this rank. */
+/* One linear layer on this rank (the weight as backend.h's
+ * wf_linear_params_t takes it: nwb column blocks of (local_out, wbw[k])
+ * rows ldw elements apart). */
 typedef struct wf_flux_linear {
     wf_tp_place_t place;   /* its placement (full and local shapes) */
-    float *w;              /* [local_out, local_in] f32, read-only; an
-                              owned copy, or (w_view) a view of the host
-                              copy: rows ldw floats apart, and for split
-                              columns one view per block (wb[] below) */
-    float *b;              /* bias: colwise / packed_colwise [local_out],
+    wf_dtype_t w_dtype;    /* of the weight as held: f32 on the CPU, the
+                              checkpoint tensor's on a device */
+    void *w;               /* an owned host f32 copy [local_out, local_in]
+                              (CPU, not a view), else NULL */
+    float *b;              /* bias f32 on the backend's memory:
+                              colwise / packed_colwise [local_out],
                               otherwise [out]; NULL when the module has none */
-    bool w_view, b_view;   /* w / b point into the host copy (an f32
-                              tensor) instead of an owned copy */
-    int64_t ldw;           /* floats between rows of w (local_in when owned) */
-    uint32_t nwb;          /* column blocks of w: 1, or the rank's pieces of
-                              a rowwise / packed_rowwise view */
-    const float *wb[WF_TP_MAX_BLOCKS]; /* first element of each (wb[0] = w) */
-    int64_t wbw[WF_TP_MAX_BLOCKS];     /* their widths (sum = local_in) */
+    bool w_view, b_view;   /* w / b are not owned (a view of the host copy,
+                              or a piece of the shard's device block) */
+    int64_t ldw;           /* elements between rows of the weight */
+    uint32_t nwb;          /* column blocks: 1, or (CPU view) the rank's
+                              pieces of a rowwise / packed_rowwise view */
+    const void *wb[WF_TP_MAX_BLOCKS]; /* first element of each block */
+    int64_t wbw[WF_TP_MAX_BLOCKS];    /* their widths (sum = local_in) */
 } wf_flux_linear_t;
 
 /* A double-stream block (diffusers' FluxTransformerBlock). */
@@ -52,7 +64,7 @@ typedef struct wf_flux_double {
     wf_flux_linear_t to_q, to_k, to_v, add_q, add_k, add_v;
     wf_flux_linear_t to_out, to_add_out;
     wf_flux_linear_t ff0, ff2, ffc0, ffc2;          /* ff.net.0.proj, ff.net.2, ff_context.* */
-    float *norm_q, *norm_k, *norm_added_q, *norm_added_k; /* RMSNorm [D] */
+    float *norm_q, *norm_k, *norm_added_q, *norm_added_k; /* RMSNorm [D] f32, backend memory */
 } wf_flux_double_t;
 
 /* A single-stream block (diffusers' FluxSingleTransformerBlock). */
@@ -73,7 +85,12 @@ typedef struct wf_flux_shard {
     wf_flux_double_t *dbl;                 /* cfg.num_layers */
     wf_flux_single_t *sgl;                 /* cfg.num_single_layers */
     wf_flux_linear_t norm_out, proj_out;
-    uint64_t bytes;                        /* f32 bytes held */
+    uint64_t bytes;                        /* bytes held: f32 pieces on the
+                                              CPU (views counted too), the
+                                              device block on a device */
+    const wf_backend_ops_t *ops;           /* backend built for; NULL: CPU */
+    wf_backend_ctx_t *ctx;                 /* its context (borrowed) */
+    void *dev;                             /* the mem_alloc block, or NULL */
 } wf_flux_shard_t;
 
 /* Check `plan` against the model for `tp` ranks: every rule must match at
@@ -89,18 +106,37 @@ wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
                                const wf_tp_plan_t *plan, int tp,
                                bool allow_unmatched, char *err, size_t err_len);
 
-/* Largest f32 bytes of one rank's shard for (cfg, plan, tp), before any
- * weight is read (memory admission). 0 when the plan check fails. */
+/* Bytes of one rank's shard for (cfg, plan, tp) on the CPU backend (f32
+ * pieces, views counted as copies), before any weight is read (memory
+ * admission). 0 when the plan check fails. */
 uint64_t wf_flux_shard_bytes(const wf_flux_config_t *cfg,
                              const wf_tp_plan_t *plan, int tp);
 
+/* The same on a backend with resident memory (mem_alloc): weights of
+ * `weight_dtype` (the checkpoint's; exact when every weight has it),
+ * biases and norm weights f32, each piece rounded up to 256 bytes, as
+ * wf_flux_shard_build sub-allocates them. 0 when the plan check fails. */
+uint64_t wf_flux_shard_bytes_dev(const wf_flux_config_t *cfg,
+                                 const wf_tp_plan_t *plan, int tp,
+                                 wf_dtype_t weight_dtype);
+
 /* Cut rank `tp_rank`'s shard from the host copy (plan checked by the
- * caller). Caller owns *ret (wf_flux_shard_free). WF_E_NO_MEMORY. */
+ * caller) on backend `ops` with context `ctx` (borrowed until the shard
+ * is freed): ops NULL or without mem_alloc builds the CPU shard (host
+ * memory), else the device shard (file comment), copied with copy_h2d
+ * and complete when this returns. Worker thread of ctx, outside a job.
+ * Caller owns *ret (wf_flux_shard_free). WF_E_NO_MEMORY (on a device:
+ * the block does not fit, with the figures, before a byte is copied),
+ * WF_E_MALFORMED / WF_E_BAD_SHAPE for a host copy that does not match,
+ * or the backend's error. */
 wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
                                 const wf_tp_plan_t *plan, int tp, int tp_rank,
-                                wf_flux_shard_t **ret, char *err, size_t err_len);
+                                const wf_backend_ops_t *ops,
+                                wf_backend_ctx_t *ctx, wf_flux_shard_t **ret,
+                                char *err, size_t err_len);
 
-/* Free a shard; sets *s to NULL; accepts NULL. */
+/* Free a shard (a device shard: synchronize, then its block goes back at
+ * once); sets *s to NULL; accepts NULL. The thread of its context. */
 void wf_flux_shard_free(wf_flux_shard_t **s);
 
 #endif /* WF_FLUX_SHARD_H */

@@ -34,7 +34,8 @@ void wf_rank_models_clear(wf_rank_models_t *rm)
 }
 
 wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
-                                int tp, int tp_rank, char *err, size_t err_len)
+                                int tp, int tp_rank, const wf_backend_ops_t *ops,
+                                wf_backend_ctx_t *ctx, char *err, size_t err_len)
 {
     /* drop what the set no longer holds or what was cut for another rank */
     uint32_t k = 0;
@@ -58,7 +59,7 @@ wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
         }
         wf_flux_shard_t *sh = NULL;
         wf_status_t st = wf_flux_shard_build(set->m[j].host, set->m[j].plan, tp,
-                                             tp_rank, &sh, err, err_len);
+                                             tp_rank, ops, ctx, &sh, err, err_len);
         if (st != WF_OK)
             return st;
         rm->m[rm->n].id = set->m[j].id;
@@ -202,7 +203,7 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
     if (st != WF_OK)
         goto out;
     m->tp = (uint32_t)r->load_tp;
-    m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, r->load_tp);
+    m->rank_bytes = wf_model_rank_bytes(r, m, r->load_tp);
     if (m->rank_bytes > r->load_avail) {
         char need[32], have[32];
         human(m->rank_bytes, need, sizeof need);
@@ -378,7 +379,7 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
                     m->name, tp, why);
             return WF_E_BAD_ARGUMENT;
         }
-        sum += wf_flux_shard_bytes(&m->cfg, &m->plan, tp);
+        sum += wf_model_rank_bytes(r, m, tp);
     }
     if (sum > avail) {
         char need[32], have[32];
@@ -391,6 +392,14 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
     if (ret_bytes)
         *ret_bytes = sum;
     return WF_OK;
+}
+
+uint64_t wf_model_rank_bytes(const wf_registry_t *r, const wf_model_t *m, int tp)
+{
+    /* a device shard holds each weight in its checkpoint dtype: the
+     * majority dtype is the figure (exact for a checkpoint of one dtype) */
+    return r->device_shards ? wf_flux_shard_bytes_dev(&m->cfg, &m->plan, tp, m->dtype)
+                            : wf_flux_shard_bytes(&m->cfg, &m->plan, tp);
 }
 
 void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)

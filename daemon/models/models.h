@@ -97,12 +97,15 @@ typedef struct wf_rank_models {
     wf_rank_model_t m[WF_MODELS_MAX];
 } wf_rank_models_t;
 
-/* Make rm hold exactly the models of `set` cut for (tp, tp_rank): keeps a
- * shard already cut so, cuts the missing ones, frees the others. On a
- * failure (WF_E_NO_MEMORY) rm holds what it could keep and err says
- * which model. Worker thread. */
+/* Make rm hold exactly the models of `set` cut for (tp, tp_rank) on the
+ * worker's backend `ops` / `ctx` (flux_shard.h: device memory when ops
+ * has mem_alloc; every shard of rm is built on the same ones): keeps a
+ * shard already cut so, cuts the missing ones, frees the others (device
+ * memory returns at once). On a failure (WF_E_NO_MEMORY) rm holds what
+ * it could keep and err says which model. Worker thread of ctx. */
 wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
-                                int tp, int tp_rank, char *err, size_t err_len);
+                                int tp, int tp_rank, const wf_backend_ops_t *ops,
+                                wf_backend_ctx_t *ctx, char *err, size_t err_len);
 
 /* The shard of model `id`, or NULL. */
 const wf_flux_shard_t *wf_rank_models_find(const wf_rank_models_t *rm, uint64_t id);
@@ -121,6 +124,9 @@ typedef struct wf_registry {
     bool host_f32;                   /* keep host copies in f32 (the
                                         backend computes in f32 on host
                                         memory: shards become views) */
+    bool device_shards;              /* shards live in device memory (a
+                                        backend with mem_alloc): weights
+                                        count at the checkpoint's dtype */
     int load_tp;                     /* tp the loader checks the plan for */
     uint64_t load_avail;             /* bytes a rank may give the shards */
 } wf_registry_t;
@@ -163,6 +169,11 @@ void wf_registry_target_set(const wf_registry_t *r, wf_model_set_t *ret);
  * WF_E_BAD_ARGUMENT / WF_E_NO_MEMORY with a message naming the model. */
 wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
                                  uint64_t *ret_bytes, char *err, size_t err_len);
+
+/* Bytes of one rank's shard of m at `tp` as this registry's workers hold
+ * them (wf_flux_shard_bytes, or wf_flux_shard_bytes_dev at the
+ * checkpoint's dtype with device_shards); 0 when m cannot be cut so. */
+uint64_t wf_model_rank_bytes(const wf_registry_t *r, const wf_model_t *m, int tp);
 
 /* Fill a list_models entry. */
 void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret);

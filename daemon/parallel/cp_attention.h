@@ -43,7 +43,8 @@
  * of the collectives and, on the root, the staging of its scatter and
  * gather (the job's tensors are host memory: the root packs a shard on
  * the host, copies it up and sends it; it receives a result on the
- * device, copies it down and unpacks it). Not with local mode.
+ * device, copies it down and unpacks it). In local mode the caller's own
+ * shards are device memory too, moved by the backend's copy_rows.
  *
  * No logging, no globals, no allocation: all memory is the caller's
  * workspace, whose size wf_cp_attention_workspace computes in advance.
@@ -181,8 +182,8 @@ wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
  * host workspace (*ret_host) that wf_cp_attention_run_dev needs on any
  * rank (the maxima over the ranks). ops must have dev_alloc, copy_h2d,
  * copy_d2h, synchronize, lse_merge, convert and fill_f32. Pure. WF_OK;
- * WF_E_BAD_ARGUMENT when check() refuses the job, the job is local or
- * ops lacks an entry; WF_E_NO_MEMORY on overflow. */
+ * WF_E_BAD_ARGUMENT when check() refuses the job or
+ * ops lacks an entry (local mode: copy_rows too); WF_E_NO_MEMORY on overflow. */
 wf_status_t wf_cp_attention_workspace_dev(const wf_cp_job_t *job, int R, int U,
                                           const wf_backend_ops_t *ops,
                                           size_t *ret_dev, size_t *ret_host);

@@ -207,7 +207,7 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
     char err[WF_PROTO_ERROR_MAX] = "";
     if (st == WF_OK)
         st = wf_rank_models_sync(&w->models, &job->models, (int)job->mesh.deg.tp,
-                                 c.tp, err, sizeof err);
+                                 c.tp, w->ops, w->ctx, err, sizeof err);
     if (st != WF_OK) {
         wf_log(w->log, WF_LOG_ERR, "%s: model shards for tp rank %d of %u: %s",
                w->name, c.tp, job->mesh.deg.tp, err);
