@@ -32,7 +32,10 @@ const wf_backend_ops_t *wf_standin_dev_backend(void);
 typedef struct wf_standin_counters {
     uint64_t h2d, d2h;             /* copies */
     uint64_t h2d_bytes, d2h_bytes; /* bytes copied */
-    uint64_t kernels;              /* attention / lse_merge / convert / fill calls */
+    uint64_t kernels;              /* successful attention / lse_merge / convert /
+                                    * fill / model op calls */
+    uint64_t mem_allocs, mem_frees; /* resident blocks allocated / freed */
+    uint64_t bad_frees;            /* mem_free of a pointer that is no live block */
 } wf_standin_counters_t;
 
 /* The counters of a stand-in context (zeroed by ctx_new). */
