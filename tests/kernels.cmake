@@ -6,9 +6,3 @@ target_link_libraries(test_kernels PRIVATE weft_kernels Threads::Threads m)
 target_compile_options(test_kernels PRIVATE -O2)
 add_test(NAME kernels COMMAND test_kernels)
 set_tests_properties(kernels PROPERTIES TIMEOUT 300)
-# The stand-in device backend's model ops against the CPU backend's, bit
-# for bit, on scrambled memory; its pointer checks and resident memory.
-add_executable(test_standin_ops ${CMAKE_CURRENT_LIST_DIR}/test_standin_ops.c)
-target_link_libraries(test_standin_ops PRIVATE weft_standin m)
-add_test(NAME standin_ops COMMAND test_standin_ops)
-set_tests_properties(standin_ops PROPERTIES TIMEOUT 120)
