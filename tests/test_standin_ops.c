@@ -166,6 +166,34 @@ static void test_linear(void)
                 drop(&y);
                 sd->dev_reset(dctx);
             }
+    /* x and y as column ranges of one buffer (rows 20 apart: x columns
+     * [0, 8), y columns [8, 20)), extents interleaved, elements apart:
+     * the stand-in answers as the CPU does on the same layout */
+    {
+        buf_t w = mk(12 * 8, WF_DTYPE_BF16, true);
+        buf_t xy = mk(4 * 20, WF_DTYPE_F32, false);
+        wf_linear_params_t p = {.rows = 4, .in = 8, .out = 12, .ldx = 20,
+                                .w_dtype = WF_DTYPE_BF16, .ldw = 8, .nwb = 1, .wbw = {8},
+                                .act = WF_ACT_SILU, .ldy = 20};
+        wf_linear_params_t hp = p, dp = p;
+        hp.x = H(&xy);
+        hp.y = H(&xy) + 8;
+        hp.wb[0] = w.h;
+        dp.x = D(&xy);
+        dp.y = D(&xy) + 8;
+        dp.wb[0] = w.d;
+        size_t cws = cpu->linear_workspace(&hp);
+        void *cw = cws ? aligned_alloc(256, (cws + 255) / 256 * 256) : NULL;
+        wf_status_t want = cpu->linear(cctx, &hp, cw);
+        free(cw);
+        void *ws = NULL;
+        CHECK(sd->dev_alloc(dctx, sd->linear_workspace(&dp), &ws) == WF_OK, "workspace");
+        CHECK(sd->linear(dctx, &dp, ws) == want, "interleaved x / y: status %d", (int)want);
+        CHECK(same(&xy), "interleaved x / y");
+        drop(&w);
+        free(xy.h);
+        sd->dev_reset(dctx);
+    }
     /* rows = 0: a no-op that still wants device weights */
     buf_t w = mk(4 * 4, WF_DTYPE_F32, true);
     wf_linear_params_t p = {.rows = 0, .in = 4, .out = 4, .ldx = 4, .w_dtype = WF_DTYPE_F32,

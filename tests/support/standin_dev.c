@@ -430,12 +430,14 @@ static wf_status_t standin_fill_f32(wf_backend_ctx_t *ctx, float *dst,
 /* Every model op runs the CPU backend's op on host shadows of the device
  * memory it touches: the op's regions (each the extent of a strided
  * (rows, width, ld) block: (rows - 1) * ld + width elements) are checked
- * with dev_range, the regions lying in one segment (the arena or one
- * resident block) share one unscrambled host copy of the span that
- * covers them, and each pointer is moved to its place in that copy. So
- * in-place calls (dst == src) and interleaved strided operands alias on
- * the host exactly as on the device, and the CPU op's own argument checks
- * see the same layout. After the CPU op succeeds, the written regions are
+ * with dev_range; regions whose extents meet (in one segment: the arena
+ * or one resident block) share one unscrambled host copy of the span that
+ * covers them, starting on a 256-byte boundary, and each pointer is moved
+ * to its place in its copy. So in-place calls (dst == src) and
+ * interleaved strided operands alias on the host exactly as on the
+ * device, alignment is kept, the CPU op's own argument checks see the
+ * same overlaps, and the cost is the operands' extents, not the distance
+ * between them. After the CPU op succeeds, the written regions are
  * scrambled back whole (the bytes between strided rows come back as they
  * were); on any failure nothing of the device memory is touched. */
 
@@ -444,6 +446,7 @@ static wf_status_t standin_fill_f32(wf_backend_ctx_t *ctx, float *dst,
 typedef struct stage_region {
     const unsigned char *dev;      /* device address */
     size_t bytes;                  /* extent; 0: passed through untouched */
+    const unsigned char *seg;      /* its segment (segment_of), once pulled */
     bool out;                      /* written by the op */
     void *host;                    /* its address in the shadow */
 } stage_region_t;
@@ -517,23 +520,26 @@ static wf_status_t stage_pull(const wf_backend_ctx_t *ctx, stage_t *st)
         stage_region_t *r = &st->r[i];
         if (r->bytes == 0)
             continue;
-        const unsigned char *seg = segment_of(ctx, r->dev, r->bytes);
+        const unsigned char *seg = r->seg = segment_of(ctx, r->dev, r->bytes);
         if (!seg)
             return WF_E_BAD_ARGUMENT;
-        int k = 0;
-        while (k < st->ns && st->s[k].seg != seg)
-            k++;
         const unsigned char *lo = seg + (size_t)(r->dev - seg) / STANDIN_ALIGN *
                                             STANDIN_ALIGN;
-        if (k == st->ns) {
-            st->s[st->ns++] = (stage_shadow_t){.seg = seg, .lo = lo,
-                                               .hi = r->dev + r->bytes};
-        } else {
-            if (lo < st->s[k].lo)
-                st->s[k].lo = lo;
-            if (r->dev + r->bytes > st->s[k].hi)
-                st->s[k].hi = r->dev + r->bytes;
+        stage_shadow_t m = {.seg = seg, .lo = lo, .hi = r->dev + r->bytes};
+        /* absorb every shadow of the segment that m meets, then add m */
+        for (int k = 0; k < st->ns;) {
+            stage_shadow_t *o = &st->s[k];
+            if (o->seg == seg && o->lo < m.hi && m.lo < o->hi) {
+                if (o->lo < m.lo)
+                    m.lo = o->lo;
+                if (o->hi > m.hi)
+                    m.hi = o->hi;
+                *o = st->s[--st->ns];
+            } else {
+                k++;
+            }
         }
+        st->s[st->ns++] = m;
     }
     for (int k = 0; k < st->ns; k++) {
         stage_shadow_t *s = &st->s[k];
@@ -547,7 +553,8 @@ static wf_status_t stage_pull(const wf_backend_ctx_t *ctx, stage_t *st)
     for (int i = 0; i < st->n; i++) {
         stage_region_t *r = &st->r[i];
         for (int k = 0; r->bytes && k < st->ns; k++)
-            if (r->dev >= st->s[k].lo && r->dev + r->bytes <= st->s[k].hi) {
+            if (st->s[k].seg == r->seg && r->dev >= st->s[k].lo &&
+                r->dev + r->bytes <= st->s[k].hi) {
                 r->host = st->s[k].buf + (r->dev - st->s[k].lo);
                 break;
             }
