@@ -1,13 +1,15 @@
 /* standin_dev.c — the stand-in device backend of tests (see
- * standin_dev.h): "device" memory is a host arena whose bytes are stored
- * XOR 0xA5, behind backend.h's device entries; attention is the CPU
- * backend's on unscrambled host copies.
+ * standin_dev.h): "device" memory is a host arena (plus resident
+ * blocks) whose bytes are stored XOR 0xA5, behind backend.h's device
+ * entries; attention and the model ops are the CPU backend's on
+ * unscrambled host copies.
  *
  * Device pointers are checked: an op given a range that is not inside the
- * context's allocated arena (a host pointer, another context's buffer, a
- * buffer past the end) returns WF_E_BAD_ARGUMENT and touches nothing, so a
- * caller that mixes up host and device pointers fails loudly, and a test
- * can provoke a failing copy.
+ * context's allocated arena or a live resident block (a host pointer,
+ * another context's buffer, a freed block, a buffer past the end) returns
+ * WF_E_BAD_ARGUMENT and touches nothing, so a caller that mixes up host
+ * and device pointers fails loudly, and a test can provoke a failing
+ * copy.
  *
  * Not a performance model: every op is synchronous and allocates its host
  * scratch. Tests only.
