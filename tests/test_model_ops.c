@@ -112,7 +112,7 @@ static void test_act_accuracy(wf_act_t a, const char *name)
     for (int64_t i = 0; i < nsw; i++)
         x[i] = (float)(-30.0 + 60.0 * (double)i / (double)(nsw - 1));
     const float sp[16] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-8f, -1e-8f, 100.0f, -100.0f,
-                          1e6f, -1e6f, 88.0f, -88.0f, 1e-40f, 3.4e38f, 0.5f, -0.5f};
+                          1e6f, -1e6f, 88.0f, -88.0f, 1e-40f, 3.4e38f, -1e30f, -3.4e38f};
     memcpy(x + nsw, sp, sizeof sp);
     fill(x + nsw + 16, 4096, 8.0f);
     CHECK(ops->act(ctx, y, x, n, a) == WF_OK, "%s: act failed", name);
@@ -461,7 +461,7 @@ static void run_headrope(int64_t D, bool norm, bool rope)
     float *w = falloc((size_t)D), *cs = falloc((size_t)(L * D)), *sn = falloc((size_t)(L * D));
     fill(src, (size_t)(rows * ld_src), 3.0f);
     fill(w, (size_t)D, 2.0f);
-    for (int64_t i = 0; i < L * D; i += 2) {
+    for (int64_t i = 0; i + 1 < L * D; i += 2) {
         double ang = 3.0 * rnd_unit();
         cs[i] = cs[i + 1] = (float)cos(ang);
         sn[i] = sn[i + 1] = (float)sin(ang);
@@ -664,6 +664,7 @@ static void test_refusals(void)
     p = g; p.ldy = 3; BAD(ops->linear(ctx, &p, NULL), "linear ldy < out");
     p = g; p.ldw = 3; BAD(ops->linear(ctx, &p, NULL), "linear ldw < block");
     p = g; p.y = a + 4; BAD(ops->linear(ctx, &p, NULL), "linear y overlaps x");
+    p = g; p.bias = d + 2; BAD(ops->linear(ctx, &p, NULL), "linear bias inside y");
     p = g; p.w_dtype = WF_DTYPE_BF16; p.ldx = 7; BAD(ops->linear(ctx, &p, NULL), "linear bf16 ldx");
 
     BAD(ops->bias_act(ctx, NULL, 2, 4, 4, c, WF_ACT_SILU), "bias_act y NULL");
@@ -702,6 +703,8 @@ static void test_refusals(void)
     m = mg; m.ld_mod = 7; BAD(ops->modln(ctx, &m), "modln ld_mod < C");
     m = mg; m.eps = -1.0f; BAD(ops->modln(ctx, &m), "modln eps < 0");
     m = mg; m.dst = a; m.ld_dst = 9; BAD(ops->modln(ctx, &m), "modln in place, ld differs");
+    m = mg; m.dst = a + 3; BAD(ops->modln(ctx, &m), "modln dst overlaps src");
+    m = mg; m.shift = d + 4; BAD(ops->modln(ctx, &m), "modln shift inside dst");
 
     BAD(ops->gate_residual(ctx, NULL, 8, a, 8, c, 8, 2, 2, 8), "gate S NULL");
     BAD(ops->gate_residual(ctx, d, 8, NULL, 8, c, 8, 2, 2, 8), "gate y NULL");

@@ -47,9 +47,9 @@ enum {
 
 /* ---- exp, GELU, SiLU ------------------------------------------------------ */
 
-/* e^a in f32 for the activations: a clamped to [-87, 88] (the results
- * there, ~1.6e-38 and ~1.7e38, are all x / (1 + e^a) needs: 1 + tiny is
- * 1 and x / huge is ~0). a = n ln2 + r with n = round(a log2 e), r in
+/* e^a in f32 for the activations: a below -87 gives ~1.6e-38 (1 + that
+ * is 1, all x / (1 + e^a) needs), a above 88 gives +inf (x / inf = 0 even
+ * for the largest x). a = n ln2 + r with n = round(a log2 e), r in
  * about [-0.347, 0.347] by a two-part ln 2 (n ln2_hi exact); e^r by its
  * degree-7 Taylor polynomial (truncation < 5.2e-9 relative, under 0.1
  * ulp); 2^n from the exponent bits of the rounding shifter. About 1 ulp
@@ -78,7 +78,7 @@ static inline float exp_poly(float a)
     uint32_t sb = (tb - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &sb, sizeof scale);
-    return p * scale;
+    return a > 88.0f ? INFINITY : p * scale;
 }
 
 /* GELU(tanh) = 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)),
@@ -196,7 +196,8 @@ static bool linear_valid(const wf_linear_params_t *p)
     uint64_t nx = span_bytes(p->rows, p->in, p->ldx, sizeof(float), &ok);
     uint64_t ny = span_bytes(p->rows, p->out, p->ldy, sizeof(float), &ok);
     span_bytes(p->out, p->in, p->ldw, esize(p->w_dtype), &ok);
-    return ok && !overlap(p->x, nx, p->y, ny);
+    uint64_t nb = p->bias ? (uint64_t)p->out * sizeof(float) : 0;
+    return ok && !overlap(p->x, nx, p->y, ny) && !overlap(p->bias, nb, p->y, ny);
 }
 
 /* y rows += bias, then act, row by row (each row stays in L1). */
@@ -431,14 +432,17 @@ wf_status_t wf_cpu_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p)
     if (p->nbatch != 0 && p->per > INT64_MAX / p->nbatch)
         return WF_E_BAD_ARGUMENT;
     int64_t rows = p->nbatch * p->per;
-    span_bytes(rows, p->C, p->ld_src, sizeof(float), &ok);
-    span_bytes(rows, p->C, p->ld_dst, sizeof(float), &ok);
-    span_bytes(p->nbatch, p->C, p->ld_mod, sizeof(float), &ok);
+    uint64_t ns = span_bytes(rows, p->C, p->ld_src, sizeof(float), &ok);
+    uint64_t nd = span_bytes(rows, p->C, p->ld_dst, sizeof(float), &ok);
+    uint64_t nm = span_bytes(p->nbatch, p->C, p->ld_mod, sizeof(float), &ok);
     if (!ok || !have(p->src, rows) || !have(p->dst, rows) ||
         !have(p->shift, p->nbatch) || !have(p->scale, p->nbatch))
         return WF_E_BAD_ARGUMENT;
+    /* dst is src (same rows) or apart from it; shift / scale apart from dst */
     bool inplace = (const float *)p->dst == p->src;
-    if (inplace && p->ld_dst != p->ld_src)
+    if (inplace ? p->ld_dst != p->ld_src : overlap(p->src, ns, p->dst, nd))
+        return WF_E_BAD_ARGUMENT;
+    if (overlap(p->shift, nm, p->dst, nd) || overlap(p->scale, nm, p->dst, nd))
         return WF_E_BAD_ARGUMENT;
     const double C = (double)p->C, eps = (double)p->eps;
     for (int64_t b = 0; b < p->nbatch; b++) {
