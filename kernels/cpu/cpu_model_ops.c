@@ -47,6 +47,22 @@ enum {
 
 /* ---- exp, GELU, SiLU ------------------------------------------------------ */
 
+/* c ? x : y on the bits. GCC's if-conversion refuses a float ?: under
+ * the default -ftrapping-math unless the target has masked vector ops
+ * (AVX-512), so a plain ?: would keep these loops scalar with SSE / AVX2;
+ * an integer mask from the comparison vectorises everywhere. NaN
+ * compares false. */
+static inline float select_f(int c, float x, float y)
+{
+    uint32_t m = (uint32_t)0 - (uint32_t)c, bx, by;
+    memcpy(&bx, &x, sizeof bx);
+    memcpy(&by, &y, sizeof by);
+    uint32_t r = (bx & m) | (by & ~m);
+    float f;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
 /* e^a in f32 for the activations: a below -87 gives ~1.6e-38 (1 + that
  * is 1, all x / (1 + e^a) needs), a above 88 gives +inf (x / inf = 0 even
  * for the largest x). a = n ln2 + r with n = round(a log2 e), r in
@@ -56,8 +72,8 @@ enum {
  * in all. NaN stays NaN. No branch, no call: vectorises. */
 static inline float exp_poly(float a)
 {
-    float ac = a < -87.0f ? -87.0f : a;
-    ac = ac > 88.0f ? 88.0f : ac;
+    float ac = select_f(a < -87.0f, -87.0f, a);
+    ac = select_f(ac > 88.0f, 88.0f, ac);
     /* 1.5 * 2^23: t's low mantissa bits hold n = round(ac log2 e) */
     const float shifter = 12582912.0f;
     float t = MADD(ac, 1.44269504088896341f, shifter);
@@ -78,7 +94,7 @@ static inline float exp_poly(float a)
     uint32_t sb = (tb - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &sb, sizeof scale);
-    return a > 88.0f ? INFINITY : p * scale;
+    return select_f(a > 88.0f, INFINITY, p * scale);
 }
 
 /* GELU(tanh) = 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)),
