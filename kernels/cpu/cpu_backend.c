@@ -20,10 +20,13 @@
  * process-wide: weft parallelises across devices (one worker per device),
  * not inside a BLAS call.
  *
+ * The model ops (linear, norms, activations, ...) are in cpu_model_ops.c.
+ *
  * Not here: memory accounting of jobs (the daemon reserves against
  * memory_info's total), logging, allocation inside attention().
  */
 #include "backend.h"
+#include "cpu_model_ops.h"
 #include "tensor.h"
 #include "softmax.h"
 
@@ -41,11 +44,6 @@ enum { TQ = 128, TK = 512 };
 /* OpenBLAS exports this; Debian's cblas.h declares it, other cblas.h
  * headers may not. */
 void openblas_set_num_threads(int num_threads);
-
-struct wf_backend_ctx {
-    int index;              /* device index (cpu:index) */
-    uint64_t memory_total;  /* budget given to ctx_new, or RAM / 2 */
-};
 
 static wf_status_t cpu_ctx_new(int index, uint64_t memory_budget,
                                wf_backend_ctx_t **ret_ctx)
@@ -76,6 +74,7 @@ static void cpu_ctx_destroy(wf_backend_ctx_t **ctx)
 {
     if (!ctx || !*ctx)
         return;
+    free((*ctx)->scratch);
     free(*ctx);
     *ctx = NULL;
 }
@@ -365,6 +364,17 @@ static const wf_backend_ops_t cpu_ops = {
     .memory_info = cpu_memory_info,
     .attention_workspace = cpu_attention_workspace,
     .attention = cpu_attention,
+    .linear_workspace = wf_cpu_linear_workspace,
+    .linear = wf_cpu_linear,
+    .bias_act = wf_cpu_bias_act,
+    .act = wf_cpu_act,
+    .add = wf_cpu_add,
+    .modln = wf_cpu_modln,
+    .gate_residual = wf_cpu_gate_residual,
+    .head_norm_rope = wf_cpu_head_norm_rope,
+    .rope_table = wf_cpu_rope_table,
+    .timestep_proj = wf_cpu_timestep_proj,
+    .copy_rows = wf_cpu_copy_rows,
 };
 
 const wf_backend_ops_t *wf_backend_cpu(void)

@@ -1,13 +1,15 @@
 /* standin_dev.c — the stand-in device backend of tests (see
- * standin_dev.h): "device" memory is a host arena whose bytes are stored
- * XOR 0xA5, behind backend.h's device entries; attention is the CPU
- * backend's on unscrambled host copies.
+ * standin_dev.h): "device" memory is a host arena (plus resident
+ * blocks) whose bytes are stored XOR 0xA5, behind backend.h's device
+ * entries; attention and the model ops are the CPU backend's on
+ * unscrambled host copies.
  *
  * Device pointers are checked: an op given a range that is not inside the
- * context's allocated arena (a host pointer, another context's buffer, a
- * buffer past the end) returns WF_E_BAD_ARGUMENT and touches nothing, so a
- * caller that mixes up host and device pointers fails loudly, and a test
- * can provoke a failing copy.
+ * context's allocated arena or a live resident block (a host pointer,
+ * another context's buffer, a freed block, a buffer past the end) returns
+ * WF_E_BAD_ARGUMENT and touches nothing, so a caller that mixes up host
+ * and device pointers fails loudly, and a test can provoke a failing
+ * copy.
  *
  * Not a performance model: every op is synchronous and allocates its host
  * scratch. Tests only.
@@ -26,11 +28,22 @@
 #define STANDIN_DEFAULT_ARENA ((uint64_t)256 << 20)
 #define STANDIN_WS_ALIGN 64u
 
+/* A resident block (mem_alloc): its own host allocation, so that a freed
+ * block is no device memory any more (dev_range refuses it). */
+typedef struct resident {
+    unsigned char *p;              /* STANDIN_ALIGN-aligned */
+    size_t bytes;                  /* bytes asked for: the valid range */
+    size_t charged;                /* bytes charged to the budget (rounded up) */
+} resident_t;
+
 struct wf_backend_ctx {
     unsigned char *arena;          /* "device" memory, STANDIN_ALIGN-aligned */
-    size_t size;                   /* arena bytes */
+    size_t size;                   /* arena bytes = the budget (dev_alloc + resident) */
     size_t used;                   /* bytes handed out by dev_alloc */
-    wf_backend_ctx_t *cpu;         /* the CPU backend's context (attention) */
+    resident_t *blocks;            /* live resident blocks, nblocks of cap */
+    size_t nblocks, cap;
+    size_t resident;               /* sum of the blocks' charged bytes */
+    wf_backend_ctx_t *cpu;         /* the CPU backend's context (attention, model ops) */
     wf_standin_counters_t counters; /* see standin_dev.h */
 };
 
@@ -44,18 +57,38 @@ void wf_standin_xor(void *dst, const void *src, size_t n)
 
 wf_standin_counters_t wf_standin_counters(const wf_backend_ctx_t *ctx)
 {
-    wf_standin_counters_t none = {0, 0, 0, 0, 0};
+    wf_standin_counters_t none;
+    memset(&none, 0, sizeof none);
     return ctx ? ctx->counters : none;
 }
 
-/* [p, p + bytes) lies in the allocated part of the arena. An empty range
- * is always valid (nothing is touched). */
+/* [p, p + bytes) lies in [base, base + size). */
+static bool in_block(const void *base, size_t size, const void *p, size_t bytes)
+{
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)base;
+    return p && base && a >= lo && a - lo <= size && bytes <= size - (a - lo);
+}
+
+/* The start of the device memory holding [p, p + bytes) (bytes > 0): the
+ * arena when the range lies in its allocated part, or the live resident
+ * block that holds it; NULL when neither does. */
+static const unsigned char *segment_of(const wf_backend_ctx_t *ctx,
+                                       const void *p, size_t bytes)
+{
+    if (in_block(ctx->arena, ctx->used, p, bytes))
+        return ctx->arena;
+    for (size_t i = 0; i < ctx->nblocks; i++)
+        if (in_block(ctx->blocks[i].p, ctx->blocks[i].bytes, p, bytes))
+            return ctx->blocks[i].p;
+    return NULL;
+}
+
+/* [p, p + bytes) is device memory of the context: inside the allocated
+ * part of the arena or inside one live resident block. An empty range is
+ * always valid (nothing is touched). */
 static bool dev_range(const wf_backend_ctx_t *ctx, const void *p, size_t bytes)
 {
-    if (bytes == 0)
-        return true;
-    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)ctx->arena;
-    return p && a >= lo && a - lo <= ctx->used && bytes <= ctx->used - (a - lo);
+    return bytes == 0 || segment_of(ctx, p, bytes) != NULL;
 }
 
 /* a * b, or false on overflow. */
@@ -96,6 +129,9 @@ static void standin_ctx_destroy(wf_backend_ctx_t **ctx)
     wf_backend_ctx_t *x = *ctx;
     *ctx = NULL;
     wf_backend_cpu()->ctx_destroy(&x->cpu);
+    for (size_t i = 0; i < x->nblocks; i++)
+        free(x->blocks[i].p);
+    free(x->blocks);
     free(x->arena);
     free(x);
 }
@@ -132,7 +168,7 @@ static void standin_memory_info(const wf_backend_ctx_t *ctx,
     if (ret_total)
         *ret_total = ctx ? ctx->size : 0;
     if (ret_free)
-        *ret_free = ctx ? ctx->size - ctx->used : 0;
+        *ret_free = ctx ? ctx->size - ctx->used - ctx->resident : 0;
 }
 
 static wf_status_t standin_dev_alloc(wf_backend_ctx_t *ctx, size_t bytes,
@@ -141,7 +177,8 @@ static wf_status_t standin_dev_alloc(wf_backend_ctx_t *ctx, size_t bytes,
     if (!ctx || !ret_ptr)
         return WF_E_BAD_ARGUMENT;
     size_t off = (ctx->used + STANDIN_ALIGN - 1) / STANDIN_ALIGN * STANDIN_ALIGN;
-    if (off > ctx->size || bytes > ctx->size - off)
+    size_t limit = ctx->size - ctx->resident; /* resident bytes are taken */
+    if (off > limit || bytes > limit - off)
         return WF_E_NO_MEMORY;
     ctx->used = off + bytes;
     *ret_ptr = ctx->arena + off;
@@ -152,6 +189,54 @@ static void standin_dev_reset(wf_backend_ctx_t *ctx)
 {
     if (ctx)
         ctx->used = 0;
+}
+
+/* Resident blocks: charged to the budget rounded up to STANDIN_ALIGN (as
+ * a device allocator would), so dev_alloc and memory_info see them; a
+ * zero-byte block is a unique pointer charged nothing. */
+static wf_status_t standin_mem_alloc(wf_backend_ctx_t *ctx, size_t bytes,
+                                     void **ret_ptr)
+{
+    /* backend.h: not during a job; the stand-in refuses it, so a caller
+     * that mixes the two shows here rather than on a real device. */
+    if (!ctx || !ret_ptr || ctx->used != 0 || bytes > SIZE_MAX - STANDIN_ALIGN)
+        return WF_E_BAD_ARGUMENT;
+    size_t charged = (bytes + STANDIN_ALIGN - 1) / STANDIN_ALIGN * STANDIN_ALIGN;
+    if (charged > ctx->size - ctx->resident)
+        return WF_E_NO_MEMORY;
+    if (ctx->nblocks == ctx->cap) {
+        size_t cap = ctx->cap ? 2 * ctx->cap : 16;
+        resident_t *b = realloc(ctx->blocks, cap * sizeof *b);
+        if (!b)
+            return WF_E_NO_MEMORY;
+        ctx->blocks = b;
+        ctx->cap = cap;
+    }
+    unsigned char *p = aligned_alloc(STANDIN_ALIGN, charged ? charged : STANDIN_ALIGN);
+    if (!p)
+        return WF_E_NO_MEMORY;
+    ctx->blocks[ctx->nblocks++] = (resident_t){.p = p, .bytes = bytes, .charged = charged};
+    ctx->resident += charged;
+    ctx->counters.mem_allocs++;
+    *ret_ptr = p;
+    return WF_OK;
+}
+
+/* A pointer that is not a live block (freed twice, from dev_alloc, from
+ * another context) changes nothing and is counted in bad_frees. */
+static void standin_mem_free(wf_backend_ctx_t *ctx, void *ptr)
+{
+    if (!ctx || !ptr)
+        return;
+    for (size_t i = 0; i < ctx->nblocks; i++)
+        if (ctx->blocks[i].p == ptr) {
+            ctx->resident -= ctx->blocks[i].charged;
+            free(ctx->blocks[i].p);
+            ctx->blocks[i] = ctx->blocks[--ctx->nblocks];
+            ctx->counters.mem_frees++;
+            return;
+        }
+    ctx->counters.bad_frees++;
 }
 
 static wf_status_t standin_copy_h2d(wf_backend_ctx_t *ctx, void *dst,
@@ -341,6 +426,429 @@ static wf_status_t standin_fill_f32(wf_backend_ctx_t *ctx, float *dst,
     return WF_OK;
 }
 
+/* ---------------------------------------------------------------------- */
+/* model ops                                                               */
+
+/* Every model op runs the CPU backend's op on host shadows of the device
+ * memory it touches: the op's regions (each the extent of a strided
+ * (rows, width, ld) block: (rows - 1) * ld + width elements) are checked
+ * with dev_range; regions whose extents meet (in one segment: the arena
+ * or one resident block) share one unscrambled host copy of the span that
+ * covers them, starting on a 256-byte boundary, and each pointer is moved
+ * to its place in its copy. So in-place calls (dst == src) and
+ * interleaved strided operands alias on the host exactly as on the
+ * device, alignment is kept, the CPU op's own argument checks see the
+ * same overlaps, and the cost is the operands' extents, not the distance
+ * between them. After the CPU op succeeds, the written regions are
+ * scrambled back whole (the bytes between strided rows come back as they
+ * were); on any failure nothing of the device memory is touched. */
+
+#define STAGE_MAX (WF_LINEAR_MAX_BLOCKS + 4)
+
+typedef struct stage_region {
+    const unsigned char *dev;      /* device address */
+    size_t bytes;                  /* extent; 0: passed through untouched */
+    const unsigned char *seg;      /* its segment (segment_of), once pulled */
+    bool out;                      /* written by the op */
+    void *host;                    /* its address in the shadow */
+} stage_region_t;
+
+typedef struct stage_shadow {
+    const unsigned char *seg;      /* the segment (segment_of) */
+    const unsigned char *lo, *hi;  /* span covered, lo STANDIN_ALIGN-aligned */
+    unsigned char *buf;            /* unscrambled copy of [lo, hi) */
+} stage_shadow_t;
+
+typedef struct stage {
+    stage_region_t r[STAGE_MAX];
+    int n;
+    stage_shadow_t s[STAGE_MAX];
+    int ns;
+    bool bad;                      /* an extent was invalid: WF_E_BAD_ARGUMENT */
+} stage_t;
+
+/* Bytes of a strided block: rows rows of width elements of esize bytes,
+ * ld elements apart, the last row only up to its width; false for a
+ * negative count or an overflow. 0 rows or 0 width is 0 bytes. */
+static bool strided_bytes(int64_t rows, int64_t width, int64_t ld, size_t esize,
+                          size_t *ret)
+{
+    if (rows < 0 || width < 0 || ld < 0)
+        return false;
+    if (rows == 0 || width == 0) {
+        *ret = 0;
+        return true;
+    }
+    size_t n;
+    if (!mul_ok((size_t)(rows - 1), (size_t)ld, &n) || n > SIZE_MAX - (size_t)width)
+        return false;
+    return mul_ok(n + (size_t)width, esize, ret);
+}
+
+/* a * b for counts, false on a negative or an overflow. */
+static bool rows_of(int64_t a, int64_t b, int64_t *ret)
+{
+    if (a < 0 || b < 0 || (a != 0 && b > INT64_MAX / a))
+        return false;
+    *ret = a * b;
+    return true;
+}
+
+/* Add a region of the op; returns its index. A NULL pointer is passed
+ * through as NULL (the CPU op decides whether it may be: bias, norm...). */
+static int stage_add(stage_t *st, const void *dev, int64_t rows, int64_t width,
+                     int64_t ld, size_t esize, bool out)
+{
+    int i = st->n++;
+    stage_region_t *r = &st->r[i];
+    r->dev = dev;
+    r->out = out;
+    r->host = (void *)(uintptr_t)dev;
+    r->bytes = 0;
+    if (!strided_bytes(rows, width, ld, esize, &r->bytes))
+        st->bad = true;
+    if (!dev)
+        r->bytes = 0;
+    return i;
+}
+
+/* Check every region and make the host shadows; WF_E_BAD_ARGUMENT when an
+ * extent is invalid or a region is not device memory of ctx. */
+static wf_status_t stage_pull(const wf_backend_ctx_t *ctx, stage_t *st)
+{
+    if (st->bad)
+        return WF_E_BAD_ARGUMENT;
+    for (int i = 0; i < st->n; i++) {
+        stage_region_t *r = &st->r[i];
+        if (r->bytes == 0)
+            continue;
+        const unsigned char *seg = r->seg = segment_of(ctx, r->dev, r->bytes);
+        if (!seg)
+            return WF_E_BAD_ARGUMENT;
+        const unsigned char *lo = seg + (size_t)(r->dev - seg) / STANDIN_ALIGN *
+                                            STANDIN_ALIGN;
+        stage_shadow_t m = {.seg = seg, .lo = lo, .hi = r->dev + r->bytes};
+        /* absorb every shadow of the segment that m meets, then add m */
+        for (int k = 0; k < st->ns;) {
+            stage_shadow_t *o = &st->s[k];
+            if (o->seg == seg && o->lo < m.hi && m.lo < o->hi) {
+                if (o->lo < m.lo)
+                    m.lo = o->lo;
+                if (o->hi > m.hi)
+                    m.hi = o->hi;
+                *o = st->s[--st->ns];
+            } else {
+                k++;
+            }
+        }
+        st->s[st->ns++] = m;
+    }
+    for (int k = 0; k < st->ns; k++) {
+        stage_shadow_t *s = &st->s[k];
+        size_t n = (size_t)(s->hi - s->lo);
+        s->buf = aligned_alloc(STANDIN_ALIGN, (n + STANDIN_ALIGN - 1) /
+                                                  STANDIN_ALIGN * STANDIN_ALIGN);
+        if (!s->buf)
+            return WF_E_NO_MEMORY;
+        wf_standin_xor(s->buf, s->lo, n);
+    }
+    for (int i = 0; i < st->n; i++) {
+        stage_region_t *r = &st->r[i];
+        for (int k = 0; r->bytes && k < st->ns; k++)
+            if (st->s[k].seg == r->seg && r->dev >= st->s[k].lo &&
+                r->dev + r->bytes <= st->s[k].hi) {
+                r->host = st->s[k].buf + (r->dev - st->s[k].lo);
+                break;
+            }
+    }
+    return WF_OK;
+}
+
+/* After the CPU op: on WF_OK scramble the written regions back and count
+ * the kernel; free the shadows either way. Returns st. */
+static wf_status_t stage_finish(wf_backend_ctx_t *ctx, stage_t *stg,
+                                wf_status_t st)
+{
+    if (st == WF_OK) {
+        for (int i = 0; i < stg->n; i++)
+            if (stg->r[i].out && stg->r[i].bytes)
+                wf_standin_xor((void *)(uintptr_t)stg->r[i].dev, stg->r[i].host,
+                               stg->r[i].bytes);
+        ctx->counters.kernels++;
+    }
+    for (int k = 0; k < stg->ns; k++)
+        free(stg->s[k].buf);
+    stg->ns = 0;
+    return st;
+}
+
+/* The stand-in asks for a workspace as a device backend converting its
+ * operands would: a contiguous f32 copy of x. It is checked (device
+ * memory, aligned, clear of every operand) and filled with junk, so a
+ * caller that hands out too little or shares it with live data fails. */
+static size_t standin_linear_workspace(const wf_linear_params_t *p)
+{
+    size_t n;
+    if (!p || !strided_bytes(p->rows, p->in, p->in, sizeof(float), &n) ||
+        n > SIZE_MAX - STANDIN_ALIGN)
+        return 0;
+    return (n + STANDIN_ALIGN - 1) / STANDIN_ALIGN * STANDIN_ALIGN;
+}
+
+static bool overlaps(const unsigned char *a, size_t an, const unsigned char *b,
+                     size_t bn)
+{
+    return an && bn && a < b + bn && b < a + an;
+}
+
+static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
+                                  const wf_linear_params_t *p, void *workspace)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx || !p || p->nwb > WF_LINEAR_MAX_BLOCKS || !dt_valid(p->w_dtype))
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->linear || !cpu->linear_workspace)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int ix = stage_add(&stg, p->x, p->rows, p->in, p->ldx, sizeof(float), false);
+    int iw[WF_LINEAR_MAX_BLOCKS];
+    for (uint32_t k = 0; k < p->nwb; k++)
+        iw[k] = stage_add(&stg, p->wb[k], p->out, p->wbw[k], p->ldw,
+                          dt_size(p->w_dtype), false);
+    int ib = stage_add(&stg, p->bias, 1, p->out, 0, sizeof(float), false);
+    int iy = stage_add(&stg, p->y, p->rows, p->out, p->ldy, sizeof(float), true);
+    size_t wsb = standin_linear_workspace(p);
+    if (wsb) {
+        const unsigned char *w = workspace;
+        if (!w || (uintptr_t)w % STANDIN_ALIGN || !dev_range(ctx, w, wsb))
+            return WF_E_BAD_ARGUMENT;
+        for (int i = 0; i < stg.n; i++)
+            if (overlaps(w, wsb, stg.r[i].dev, stg.r[i].bytes))
+                return WF_E_BAD_ARGUMENT;
+    }
+    wf_status_t st = stage_pull(ctx, &stg);
+    size_t cwsb = cpu->linear_workspace(p);
+    void *cws = NULL;
+    if (st == WF_OK && cwsb) {
+        cws = aligned_alloc(STANDIN_ALIGN, (cwsb + STANDIN_ALIGN - 1) /
+                                               STANDIN_ALIGN * STANDIN_ALIGN);
+        st = cws ? WF_OK : WF_E_NO_MEMORY;
+    }
+    if (st == WF_OK) {
+        wf_linear_params_t hp = *p;
+        hp.x = stg.r[ix].host;
+        for (uint32_t k = 0; k < p->nwb; k++)
+            hp.wb[k] = stg.r[iw[k]].host;
+        hp.bias = stg.r[ib].host;
+        hp.y = stg.r[iy].host;
+        st = cpu->linear(ctx->cpu, &hp, cws);
+    }
+    if (st == WF_OK && wsb)
+        memset(workspace, 0x5A, wsb); /* junk (scrambled: 0xFF bytes, NaNs) */
+    free(cws);
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
+                                    int64_t n, int64_t ldy, const float *bias,
+                                    wf_act_t act)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->bias_act)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int iy = stage_add(&stg, y, rows, n, ldy, sizeof(float), true);
+    int ib = stage_add(&stg, bias, 1, n, 0, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->bias_act(ctx->cpu, stg.r[iy].host, rows, n, ldy,
+                           stg.r[ib].host, act);
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_act(wf_backend_ctx_t *ctx, float *dst, const float *src,
+                               int64_t n, wf_act_t act)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->act)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int id = stage_add(&stg, dst, 1, n, 0, sizeof(float), true);
+    int is = stage_add(&stg, src, 1, n, 0, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->act(ctx->cpu, stg.r[id].host, stg.r[is].host, n, act);
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_add(wf_backend_ctx_t *ctx, float *dst, const float *src,
+                               int64_t n)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->add)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int id = stage_add(&stg, dst, 1, n, 0, sizeof(float), true);
+    int is = stage_add(&stg, src, 1, n, 0, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->add(ctx->cpu, stg.r[id].host, stg.r[is].host, n);
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    int64_t rows;
+    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows))
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->modln)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int is = stage_add(&stg, p->src, rows, p->C, p->ld_src, sizeof(float), false);
+    int id = stage_add(&stg, p->dst, rows, p->C, p->ld_dst, sizeof(float), true);
+    int ish = stage_add(&stg, p->shift, p->nbatch, p->C, p->ld_mod, sizeof(float), false);
+    int isc = stage_add(&stg, p->scale, p->nbatch, p->C, p->ld_mod, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK) {
+        wf_modln_params_t hp = *p;
+        hp.src = stg.r[is].host;
+        hp.dst = stg.r[id].host;
+        hp.shift = stg.r[ish].host;
+        hp.scale = stg.r[isc].host;
+        st = cpu->modln(ctx->cpu, &hp);
+    }
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_gate_residual(wf_backend_ctx_t *ctx, float *S,
+                                         int64_t ld_s, const float *y, int64_t ld_y,
+                                         const float *gate, int64_t ld_gate,
+                                         int64_t nbatch, int64_t per, int64_t C)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    int64_t rows;
+    if (!ctx || !rows_of(nbatch, per, &rows))
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->gate_residual)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int iS = stage_add(&stg, S, rows, C, ld_s, sizeof(float), true);
+    int iy = stage_add(&stg, y, rows, C, ld_y, sizeof(float), false);
+    int ig = stage_add(&stg, gate, nbatch, C, ld_gate, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->gate_residual(ctx->cpu, stg.r[iS].host, ld_s, stg.r[iy].host, ld_y,
+                                stg.r[ig].host, ld_gate, nbatch, per, C);
+    return stage_finish(ctx, &stg, st);
+}
+
+/* dst: from dst itself to the end of the last row written (batch nbatch -
+ * 1, row row0 + per - 1); cos / sin: rows [0, row0 + per) of the table
+ * (from the pointer given, which the op indexes). */
+static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
+                                          const wf_headrope_params_t *p)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    int64_t rows, hd, last, tab;
+    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) ||
+        !rows_of(p->H, p->D, &hd) || p->row0 < 0 || p->L < 0 ||
+        p->per > INT64_MAX - p->row0 || (p->nbatch > 0 && !rows_of(p->nbatch - 1, p->L, &last)))
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->head_norm_rope)
+        return WF_E_INTERNAL;
+    int64_t end = p->row0 + p->per; /* rows of the table read, per batch */
+    if (p->nbatch == 0 || p->per == 0)
+        last = 0, tab = 0;
+    else if (last > INT64_MAX - end)
+        return WF_E_BAD_ARGUMENT;
+    else
+        last += end, tab = end;
+    stage_t stg = {.n = 0};
+    int is = stage_add(&stg, p->src, rows, hd, p->ld_src, sizeof(float), false);
+    int id = stage_add(&stg, p->dst, last, hd, hd, sizeof(float), true);
+    int in = stage_add(&stg, p->norm, 1, p->D, 0, sizeof(float), false);
+    int ic = stage_add(&stg, p->cos, tab, p->D, p->D, sizeof(float), false);
+    int isn = stage_add(&stg, p->sin, tab, p->D, p->D, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK) {
+        wf_headrope_params_t hp = *p;
+        hp.src = stg.r[is].host;
+        hp.dst = stg.r[id].host;
+        hp.norm = stg.r[in].host;
+        hp.cos = stg.r[ic].host;
+        hp.sin = stg.r[isn].host;
+        st = cpu->head_norm_rope(ctx->cpu, &hp);
+    }
+    return stage_finish(ctx, &stg, st);
+}
+
+/* axes_dims is host memory (backend.h): passed as given. */
+static wf_status_t standin_rope_table(wf_backend_ctx_t *ctx, const float *ids,
+                                      int64_t L, const uint32_t *axes_dims,
+                                      uint32_t n_axes, double theta, int64_t D,
+                                      float *cos, float *sin)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->rope_table)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int ii = stage_add(&stg, ids, L, n_axes, n_axes, sizeof(float), false);
+    int ic = stage_add(&stg, cos, L, D, D, sizeof(float), true);
+    int is = stage_add(&stg, sin, L, D, D, sizeof(float), true);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->rope_table(ctx->cpu, stg.r[ii].host, L, axes_dims, n_axes, theta,
+                             D, stg.r[ic].host, stg.r[is].host);
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_timestep_proj(wf_backend_ctx_t *ctx, const float *t,
+                                         int64_t B, int64_t dim,
+                                         wf_dtype_t round_dtype, float *dst)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->timestep_proj)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int it = stage_add(&stg, t, 1, B, 0, sizeof(float), false);
+    int id = stage_add(&stg, dst, B, dim, dim, sizeof(float), true);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->timestep_proj(ctx->cpu, stg.r[it].host, B, dim, round_dtype,
+                                stg.r[id].host);
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_copy_rows(wf_backend_ctx_t *ctx, void *dst, size_t ld_dst,
+                                     const void *src, size_t ld_src, int64_t rows,
+                                     size_t row_bytes)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx || ld_dst > INT64_MAX || ld_src > INT64_MAX || row_bytes > INT64_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (!cpu->copy_rows)
+        return WF_E_INTERNAL;
+    stage_t stg = {.n = 0};
+    int id = stage_add(&stg, dst, rows, (int64_t)row_bytes, (int64_t)ld_dst, 1, true);
+    int is = stage_add(&stg, src, rows, (int64_t)row_bytes, (int64_t)ld_src, 1, false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->copy_rows(ctx->cpu, stg.r[id].host, ld_dst, stg.r[is].host, ld_src,
+                            rows, row_bytes);
+    return stage_finish(ctx, &stg, st);
+}
+
 static const wf_backend_ops_t standin_ops = {
     .name = "standin",
     .ctx_new = standin_ctx_new,
@@ -357,6 +865,21 @@ static const wf_backend_ops_t standin_ops = {
     .lse_merge = standin_lse_merge,
     .convert = standin_convert,
     .fill_f32 = standin_fill_f32,
+    .linear_workspace = standin_linear_workspace,
+    .linear = standin_linear,
+    .bias_act = standin_bias_act,
+    .act = standin_act,
+    .add = standin_add,
+    .modln = standin_modln,
+    .gate_residual = standin_gate_residual,
+    .head_norm_rope = standin_head_norm_rope,
+    .rope_table = standin_rope_table,
+    .timestep_proj = standin_timestep_proj,
+    .copy_rows = standin_copy_rows,
+    .mem_alloc = standin_mem_alloc,
+    .mem_free = standin_mem_free,
+    .host_register = NULL, /* optional for callers; nothing to pin */
+    .host_unregister = NULL,
 };
 
 const wf_backend_ops_t *wf_standin_dev_backend(void)

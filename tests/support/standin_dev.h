@@ -1,22 +1,52 @@
 /* standin_dev.h — a stand-in device backend for tests on machines without
- * a GPU: the CPU backend's attention behind the device-memory entries of
- * backend.h (dev_alloc, dev_reset, copy_h2d, copy_d2h, synchronize,
- * lse_merge, convert, fill_f32), on "device" memory that stores every
- * byte XOR 0xA5. Code that reads or writes device memory without going
- * through the backend's copies or ops (a comm handed a device pointer, a
- * memcpy from a device buffer) gets scrambled bytes, so its results are
- * wrong and a test against a reference fails.
+ * a GPU: the CPU backend's attention and model ops behind the
+ * device-memory entries of backend.h (dev_alloc, dev_reset, copy_h2d,
+ * copy_d2h, synchronize, lse_merge, convert, fill_f32, mem_alloc,
+ * mem_free), on "device" memory that stores every byte XOR 0xA5. Code
+ * that reads or writes device memory without going through the backend's
+ * copies or ops (a comm handed a device pointer, a memcpy from a device
+ * buffer) gets scrambled bytes, so its results are wrong and a test
+ * against a reference fails.
  *
  * ctx_new(index, budget): an arena of `budget` bytes (0: 256 MiB) from
- * which dev_alloc takes 256-byte aligned buffers (WF_E_NO_MEMORY past it);
- * memory_info reports the arena. attention() unscrambles q / k / v into
- * host copies, runs wf_backend_cpu()'s attention (its own workspace:
- * attention_workspace answers 0, as the CUDA backend does) and scrambles
- * out / lse back. lse_merge is backend.h's formula (cp_attention.c's
- * merge_rows, bit for bit), convert is tensor.h's, fill_f32 stores
- * scrambled values. Every op is synchronous; synchronize returns WF_OK.
- * native_stream is NULL. Counters (copies in each direction, bytes) are
- * for tests that check a path went through the copies.
+ * which dev_alloc takes 256-byte aligned buffers. Resident blocks
+ * (mem_alloc) are separate 256-byte aligned allocations charged to the
+ * same budget (rounded up to 256 bytes): memory_info reports total =
+ * budget, free = budget - dev_alloc bytes - resident bytes; dev_alloc and
+ * mem_alloc fail with WF_E_NO_MEMORY past it (nothing changes). mem_alloc
+ * during a job (after a dev_alloc, before dev_reset; backend.h forbids it)
+ * is refused with WF_E_BAD_ARGUMENT. mem_free accepts NULL; a pointer that
+ * is not a live block is ignored and counted (bad_frees). dev_reset leaves
+ * resident blocks alone; ctx_destroy frees them. host_register /
+ * host_unregister are NULL (optional for callers).
+ *
+ * Device pointers are checked: every range an op reads or writes (its
+ * exact extent from the params: a strided (rows, width, ld) operand spans
+ * (rows - 1) * ld + width elements) must lie in the allocated part of the
+ * arena or inside one live resident block, else the op returns
+ * WF_E_BAD_ARGUMENT and touches nothing (a host pointer, a freed block,
+ * another context's buffer, a range past the end). Host pointers the
+ * contract names (rope_table's axes_dims) are used as given.
+ *
+ * attention() unscrambles q / k / v into host copies, runs
+ * wf_backend_cpu()'s attention (its own workspace: attention_workspace
+ * answers 0, as the CUDA backend does) and scrambles out / lse back.
+ * The model ops (linear, bias_act, act, add, modln, gate_residual,
+ * head_norm_rope, rope_table, timestep_proj, copy_rows) run
+ * wf_backend_cpu()'s same op on unscrambled host copies of their ranges
+ * (ranges that meet share one copy, so in-place and interleaved operands
+ * alias as on the device) and scramble the written ranges back whole:
+ * results are the CPU op's bit for bit, bytes between strided rows are
+ * kept, and a refusal by the CPU op leaves the device memory untouched.
+ * linear_workspace asks for a contiguous f32 copy of x (rows * in * 4,
+ * rounded up to 256), as a device backend converting operands might;
+ * linear checks that the workspace is device memory, 256-byte aligned and
+ * clear of every operand, and fills it with junk. lse_merge is
+ * backend.h's formula (cp_attention.c's merge_rows, bit for bit), convert
+ * is tensor.h's, fill_f32 stores scrambled values. Every op is
+ * synchronous; synchronize returns WF_OK. native_stream is NULL. Counters
+ * (copies in each direction, bytes, kernels, resident blocks) are for
+ * tests that check a path went through the copies.
  * Thread safety: one context per thread, as the daemon's workers.
  */
 #ifndef WF_TEST_STANDIN_DEV_H
@@ -32,7 +62,10 @@ const wf_backend_ops_t *wf_standin_dev_backend(void);
 typedef struct wf_standin_counters {
     uint64_t h2d, d2h;             /* copies */
     uint64_t h2d_bytes, d2h_bytes; /* bytes copied */
-    uint64_t kernels;              /* attention / lse_merge / convert / fill calls */
+    uint64_t kernels;              /* successful attention / lse_merge / convert /
+                                    * fill / model op calls */
+    uint64_t mem_allocs, mem_frees; /* resident blocks allocated / freed */
+    uint64_t bad_frees;            /* mem_free of a pointer that is no live block */
 } wf_standin_counters_t;
 
 /* The counters of a stand-in context (zeroed by ctx_new). */

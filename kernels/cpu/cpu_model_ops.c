@@ -1,0 +1,686 @@
+/* cpu_model_ops.c — the CPU backend's model ops (backend.h "model ops"):
+ * linear on OpenBLAS, and the elementwise / row ops of a transformer
+ * forward written as simple loops that GCC vectorises at -O3 without
+ * -ffast-math.
+ *
+ * Formulas are those of the daemon's scalar FLUX code (flux_blocks.c,
+ * flux_embed.c, flux_linear.c), with two deliberate changes:
+ *   - GELU(tanh) and SiLU go through one vectorisable exp (exp_poly below)
+ *     instead of a libm tanhf / expf call per element (the call stopped
+ *     vectorisation and was a third of the CPU forward). GELU uses
+ *     0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), which has no cancellation
+ *     for u < 0; SiLU is x / (1 + e^(-x)) as before.
+ *   - norm statistics (double, as before) are summed in 8 double lanes,
+ *     then the lanes in order, so the loops vectorise; the sums differ
+ *     from a sequential double sum in the last bits of the double only.
+ * RoPE frequencies and the timestep projection are the reference code
+ * unchanged (libm in double / f32; once per job, not hot).
+ *
+ * Aliasing: each row kernel takes restrict pointers, and the ops that
+ * allow dst == src call an in-place variant with a single pointer, so the
+ * compiler needs no runtime overlap checks.
+ *
+ * Not here: attention (cpu_backend.c), logging, allocation except the f32
+ * tile of a bf16 / f16 weight (kept in the context, grown once).
+ */
+#include "cpu_model_ops.h"
+#include "tensor.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* fmaf is one instruction with FMA hardware and a slow library call
+ * without it (the portable build), which would also stop vectorisation. */
+#if defined(__FMA__) || defined(__aarch64__)
+#define MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+enum {
+    DLANES = 8,              /* double accumulators of a norm statistic */
+    ACT_CHUNK = 1024,        /* floats copied then activated in place (act, dst != src) */
+    TILE_FLOATS = 1 << 20    /* f32 tile of a bf16 / f16 weight: 4 MiB */
+};
+
+/* ---- exp, GELU, SiLU ------------------------------------------------------ */
+
+/* c ? x : y on the bits. GCC's if-conversion refuses a float ?: under
+ * the default -ftrapping-math unless the target has masked vector ops
+ * (AVX-512), so a plain ?: would keep these loops scalar with SSE / AVX2;
+ * an integer mask from the comparison vectorises everywhere. NaN
+ * compares false. */
+static inline float select_f(int c, float x, float y)
+{
+    uint32_t m = (uint32_t)0 - (uint32_t)c, bx, by;
+    memcpy(&bx, &x, sizeof bx);
+    memcpy(&by, &y, sizeof by);
+    uint32_t r = (bx & m) | (by & ~m);
+    float f;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
+/* e^a in f32 for the activations: a below -87 gives ~1.6e-38 (1 + that
+ * is 1, all x / (1 + e^a) needs), a above 88 gives +inf (x / inf = 0 even
+ * for the largest x). a = n ln2 + r with n = round(a log2 e), r in
+ * about [-0.347, 0.347] by a two-part ln 2 (n ln2_hi exact); e^r by its
+ * degree-7 Taylor polynomial (truncation < 5.2e-9 relative, under 0.1
+ * ulp); 2^n from the exponent bits of the rounding shifter. About 1 ulp
+ * in all. NaN stays NaN. No branch, no call: vectorises. */
+static inline float exp_poly(float a)
+{
+    float ac = select_f(a < -87.0f, -87.0f, a);
+    ac = select_f(ac > 88.0f, 88.0f, ac);
+    /* 1.5 * 2^23: t's low mantissa bits hold n = round(ac log2 e) */
+    const float shifter = 12582912.0f;
+    float t = MADD(ac, 1.44269504088896341f, shifter);
+    float n = t - shifter;
+    float r = MADD(n, -0.693359375f, ac);       /* ln2_hi: 9 bits, n ln2_hi exact */
+    r = MADD(n, 2.12194440e-4f, r);             /* ln2_lo = ln2 - ln2_hi (negative) */
+    float p = 1.98412698e-4f;                   /* 1/7! */
+    p = MADD(p, r, 1.38888889e-3f);             /* 1/6! */
+    p = MADD(p, r, 8.33333333e-3f);             /* 1/5! */
+    p = MADD(p, r, 4.16666667e-2f);             /* 1/4! */
+    p = MADD(p, r, 1.66666667e-1f);             /* 1/3! */
+    p = MADD(p, r, 0.5f);
+    p = MADD(p, r, 1.0f);
+    p = MADD(p, r, 1.0f);
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    /* n + 127 in [1, 254] after the clamp */
+    uint32_t sb = (tb - 0x4B400000u + 127u) << 23;
+    float scale;
+    memcpy(&scale, &sb, sizeof scale);
+    return select_f(a > 88.0f, INFINITY, p * scale);
+}
+
+/* GELU(tanh) = 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)),
+ * u = sqrt(2/pi) (x + 0.044715 x^3) (u as the reference computes it). */
+static inline float gelu1(float x)
+{
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    float u = k0 * (x + k1 * x * x * x);
+    return x / (1.0f + exp_poly(-2.0f * u));
+}
+
+static inline float silu1(float x) { return x / (1.0f + exp_poly(-x)); }
+
+static void gelu_inplace(float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = gelu1(v[i]);
+}
+
+static void silu_inplace(float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = silu1(v[i]);
+}
+
+static void act_inplace(float *v, int64_t n, wf_act_t act)
+{
+    if (act == WF_ACT_GELU_TANH)
+        gelu_inplace(v, n);
+    else if (act == WF_ACT_SILU)
+        silu_inplace(v, n);
+}
+
+/* ---- validation helpers ---------------------------------------------------- */
+
+static bool act_valid(wf_act_t act)
+{
+    return act == WF_ACT_NONE || act == WF_ACT_GELU_TANH || act == WF_ACT_SILU;
+}
+
+/* A pointer to `count` elements: required unless there are none. */
+static bool have(const void *ptr, int64_t count) { return ptr != NULL || count == 0; }
+
+/* Bytes spanned by `rows` rows of `width` elements `ld` apart (elements of
+ * `esize` bytes), or 0 when none / on overflow (*ok cleared). */
+static uint64_t span_bytes(int64_t rows, int64_t width, int64_t ld, size_t esize, bool *ok)
+{
+    if (rows <= 0 || width <= 0)
+        return 0;
+    const uint64_t lim = (uint64_t)1 << 62;
+    uint64_t r = (uint64_t)(rows - 1), l = (uint64_t)ld, w = (uint64_t)width;
+    if (l != 0 && r > lim / l) {
+        *ok = false;
+        return 0;
+    }
+    uint64_t elems = r * l + w;
+    if (elems > lim / esize) {
+        *ok = false;
+        return 0;
+    }
+    return elems * esize;
+}
+
+/* Whether [a, a + na) and [b, b + nb) (bytes) share a byte. */
+static bool overlap(const void *a, uint64_t na, const void *b, uint64_t nb)
+{
+    if (na == 0 || nb == 0)
+        return false;
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb ? pb - pa < na : pa - pb < nb;
+}
+
+/* Bytes of an element of a weight dtype (f32, bf16, f16). */
+static size_t esize(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
+
+static bool eps_valid(float eps) { return eps >= 0.0f && eps < INFINITY; }
+
+/* ---- linear ---------------------------------------------------------------- */
+
+size_t wf_cpu_linear_workspace(const wf_linear_params_t *p)
+{
+    (void)p;
+    return 0;
+}
+
+static bool linear_valid(const wf_linear_params_t *p)
+{
+    if (!p || p->rows < 0 || p->in < 1 || p->out < 1)
+        return false;
+    if (p->rows > INT32_MAX || p->in > INT32_MAX || p->out > INT32_MAX ||
+        p->ldx > INT32_MAX || p->ldw > INT32_MAX || p->ldy > INT32_MAX)
+        return false; /* BLAS dimensions are int */
+    if (p->ldx < p->in || p->ldy < p->out)
+        return false;
+    if (p->w_dtype != WF_DTYPE_F32 && p->w_dtype != WF_DTYPE_BF16 &&
+        p->w_dtype != WF_DTYPE_F16)
+        return false;
+    if (!act_valid(p->act))
+        return false;
+    if (p->nwb < 1 || p->nwb > WF_LINEAR_MAX_BLOCKS)
+        return false;
+    int64_t sum = 0;
+    for (uint32_t k = 0; k < p->nwb; k++) {
+        if (!p->wb[k] || p->wbw[k] < 1 || p->wbw[k] > p->in || p->ldw < p->wbw[k])
+            return false;
+        sum += p->wbw[k];
+        if (sum > p->in)
+            return false;
+    }
+    if (sum != p->in)
+        return false;
+    if (!have(p->x, p->rows) || !have(p->y, p->rows))
+        return false;
+    bool ok = true;
+    uint64_t nx = span_bytes(p->rows, p->in, p->ldx, sizeof(float), &ok);
+    uint64_t ny = span_bytes(p->rows, p->out, p->ldy, sizeof(float), &ok);
+    span_bytes(p->out, p->in, p->ldw, esize(p->w_dtype), &ok);
+    uint64_t nb = p->bias ? (uint64_t)p->out * sizeof(float) : 0;
+    return ok && !overlap(p->x, nx, p->y, ny) && !overlap(p->bias, nb, p->y, ny);
+}
+
+/* y rows += bias, then act, row by row (each row stays in L1). */
+static void bias_act_rows(float *y, int64_t rows, int64_t n, int64_t ldy,
+                          const float *bias, wf_act_t act);
+
+/* A bf16 / f16 weight: each block converted to f32 `to` output rows at a
+ * time (the tile), one sgemm per tile into its columns of y; the blocks
+ * accumulate in block order as with f32 weights. */
+static wf_status_t linear_lowp(wf_backend_ctx_t *ctx, const wf_linear_params_t *p)
+{
+    int64_t maxw = 0;
+    for (uint32_t k = 0; k < p->nwb; k++)
+        maxw = p->wbw[k] > maxw ? p->wbw[k] : maxw;
+    int64_t to = TILE_FLOATS / maxw;
+    to = to < 1 ? 1 : to > p->out ? p->out : to;
+    size_t need = (size_t)(to * maxw);
+    float *tile, *owned = NULL;
+    if (ctx) {
+        if (ctx->scratch_n < need) {
+            float *nt = malloc(need * sizeof(float));
+            if (!nt)
+                return WF_E_NO_MEMORY;
+            free(ctx->scratch);
+            ctx->scratch = nt;
+            ctx->scratch_n = need;
+        }
+        tile = ctx->scratch;
+    } else {
+        owned = malloc(need * sizeof(float));
+        if (!owned)
+            return WF_E_NO_MEMORY;
+        tile = owned;
+    }
+    const size_t es = esize(p->w_dtype);
+    int64_t acol = 0;
+    for (uint32_t k = 0; k < p->nwb; k++) {
+        const int64_t w = p->wbw[k];
+        const unsigned char *wb = p->wb[k];
+        for (int64_t o0 = 0; o0 < p->out; o0 += to) {
+            int64_t tn = p->out - o0 < to ? p->out - o0 : to;
+            wf_convert_rows_to_f32(tile, wb + (size_t)(o0 * p->ldw) * es, p->w_dtype,
+                                   (size_t)tn, (size_t)w, (size_t)p->ldw);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->rows, (int)tn,
+                        (int)w, 1.0f, p->x + acol, (int)p->ldx, tile, (int)w,
+                        k == 0 ? 0.0f : 1.0f, p->y + o0, (int)p->ldy);
+        }
+        acol += w;
+    }
+    free(owned);
+    return WF_OK;
+}
+
+wf_status_t wf_cpu_linear(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
+                          void *workspace)
+{
+    (void)workspace;
+    if (!linear_valid(p))
+        return WF_E_BAD_ARGUMENT;
+    if (p->rows == 0)
+        return WF_OK;
+    if (p->w_dtype == WF_DTYPE_F32) {
+        /* one sgemm per column block, accumulating (flux_linear.c) */
+        int64_t acol = 0;
+        for (uint32_t k = 0; k < p->nwb; k++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->rows,
+                        (int)p->out, (int)p->wbw[k], 1.0f, p->x + acol, (int)p->ldx,
+                        (const float *)p->wb[k], (int)p->ldw, k == 0 ? 0.0f : 1.0f,
+                        p->y, (int)p->ldy);
+            acol += p->wbw[k];
+        }
+    } else {
+        wf_status_t st = linear_lowp(ctx, p);
+        if (st != WF_OK)
+            return st;
+    }
+    bias_act_rows(p->y, p->rows, p->out, p->ldy, p->bias, p->act);
+    return WF_OK;
+}
+
+/* ---- bias_act, act, add -------------------------------------------------------- */
+
+static void add_row(float *restrict y, const float *restrict b, int64_t n)
+{
+    for (int64_t c = 0; c < n; c++)
+        y[c] += b[c];
+}
+
+static void bias_act_rows(float *y, int64_t rows, int64_t n, int64_t ldy,
+                          const float *bias, wf_act_t act)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = y + r * ldy;
+        if (bias)
+            add_row(row, bias, n);
+        act_inplace(row, n, act);
+    }
+}
+
+wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
+                            int64_t n, int64_t ldy, const float *bias,
+                            wf_act_t act)
+{
+    (void)ctx;
+    if (rows < 0 || n < 0 || ldy < n || !act_valid(act))
+        return WF_E_BAD_ARGUMENT;
+    bool ok = true;
+    uint64_t ny = span_bytes(rows, n, ldy, sizeof(float), &ok);
+    if (!ok || (ny != 0 && !y) || overlap(y, ny, bias, bias ? (uint64_t)n * 4u : 0))
+        return WF_E_BAD_ARGUMENT;
+    if (rows == 0 || n == 0)
+        return WF_OK;
+    bias_act_rows(y, rows, n, ldy, bias, act);
+    return WF_OK;
+}
+
+wf_status_t wf_cpu_act(wf_backend_ctx_t *ctx, float *dst, const float *src,
+                       int64_t n, wf_act_t act)
+{
+    (void)ctx;
+    if (n < 0 || n > INT64_MAX / 8 || !have(dst, n) || !have(src, n) ||
+        !act_valid(act) || act == WF_ACT_NONE)
+        return WF_E_BAD_ARGUMENT;
+    uint64_t nb = (uint64_t)n * sizeof(float);
+    if (dst != src && overlap(dst, nb, src, nb))
+        return WF_E_BAD_ARGUMENT;
+    if (n == 0)
+        return WF_OK;
+    if (dst == src) {
+        act_inplace(dst, n, act);
+        return WF_OK;
+    }
+    /* copy a chunk (L1-sized) and activate it in place there */
+    for (int64_t j = 0; j < n; j += ACT_CHUNK) {
+        int64_t m = n - j < ACT_CHUNK ? n - j : ACT_CHUNK;
+        memcpy(dst + j, src + j, (size_t)m * sizeof(float));
+        act_inplace(dst + j, m, act);
+    }
+    return WF_OK;
+}
+
+static void double_inplace(float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] += v[i];
+}
+
+wf_status_t wf_cpu_add(wf_backend_ctx_t *ctx, float *dst, const float *src,
+                       int64_t n)
+{
+    (void)ctx;
+    if (n < 0 || n > INT64_MAX / 8 || !have(dst, n) || !have(src, n))
+        return WF_E_BAD_ARGUMENT;
+    uint64_t nb = (uint64_t)n * sizeof(float);
+    if (dst != src && overlap(dst, nb, src, nb))
+        return WF_E_BAD_ARGUMENT;
+    if (n == 0)
+        return WF_OK;
+    if (dst == src)
+        double_inplace(dst, n);
+    else
+        add_row(dst, src, n);
+    return WF_OK;
+}
+
+/* ---- norms ------------------------------------------------------------------- */
+
+/* sum of x[c] in double, in DLANES lanes then the lanes in order. */
+static double sum_f64(const float *x, int64_t n)
+{
+    double acc[DLANES] = {0};
+    int64_t j = 0;
+    for (; j + DLANES <= n; j += DLANES)
+        for (int t = 0; t < DLANES; t++)
+            acc[t] += (double)x[j + t];
+    double s = 0.0;
+    for (int t = 0; t < DLANES; t++)
+        s += acc[t];
+    for (; j < n; j++)
+        s += (double)x[j];
+    return s;
+}
+
+/* sum of (x[c] - m)^2 in double, lanes as sum_f64. */
+static double sqdev_f64(const float *x, int64_t n, double m)
+{
+    double acc[DLANES] = {0};
+    int64_t j = 0;
+    for (; j + DLANES <= n; j += DLANES)
+        for (int t = 0; t < DLANES; t++) {
+            double d = (double)x[j + t] - m;
+            acc[t] += d * d;
+        }
+    double s = 0.0;
+    for (int t = 0; t < DLANES; t++)
+        s += acc[t];
+    for (; j < n; j++) {
+        double d = (double)x[j] - m;
+        s += d * d;
+    }
+    return s;
+}
+
+/* y = ((x - mean) inv) (1 + sc) + sh over C; y may not be x (see below). */
+static void modln_apply(const float *restrict x, float *restrict y,
+                        const float *restrict sc, const float *restrict sh,
+                        int64_t C, double mean, double inv)
+{
+    for (int64_t c = 0; c < C; c++) {
+        float nv = (float)(((double)x[c] - mean) * inv);
+        y[c] = nv * (1.0f + sc[c]) + sh[c];
+    }
+}
+
+/* The same in place. */
+static void modln_apply_ip(float *restrict v, const float *restrict sc,
+                           const float *restrict sh, int64_t C, double mean, double inv)
+{
+    for (int64_t c = 0; c < C; c++) {
+        float nv = (float)(((double)v[c] - mean) * inv);
+        v[c] = nv * (1.0f + sc[c]) + sh[c];
+    }
+}
+
+wf_status_t wf_cpu_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p)
+{
+    (void)ctx;
+    if (!p || p->nbatch < 0 || p->per < 0 || p->C < 1 || p->ld_src < p->C ||
+        p->ld_dst < p->C || p->ld_mod < p->C || !eps_valid(p->eps))
+        return WF_E_BAD_ARGUMENT;
+    bool ok = true;
+    if (p->nbatch != 0 && p->per > INT64_MAX / p->nbatch)
+        return WF_E_BAD_ARGUMENT;
+    int64_t rows = p->nbatch * p->per;
+    uint64_t ns = span_bytes(rows, p->C, p->ld_src, sizeof(float), &ok);
+    uint64_t nd = span_bytes(rows, p->C, p->ld_dst, sizeof(float), &ok);
+    uint64_t nm = span_bytes(p->nbatch, p->C, p->ld_mod, sizeof(float), &ok);
+    if (!ok || !have(p->src, rows) || !have(p->dst, rows) ||
+        !have(p->shift, p->nbatch) || !have(p->scale, p->nbatch))
+        return WF_E_BAD_ARGUMENT;
+    /* dst is src (same rows) or apart from it; shift / scale apart from dst */
+    bool inplace = (const float *)p->dst == p->src;
+    if (inplace ? p->ld_dst != p->ld_src : overlap(p->src, ns, p->dst, nd))
+        return WF_E_BAD_ARGUMENT;
+    if (overlap(p->shift, nm, p->dst, nd) || overlap(p->scale, nm, p->dst, nd))
+        return WF_E_BAD_ARGUMENT;
+    const double C = (double)p->C, eps = (double)p->eps;
+    for (int64_t b = 0; b < p->nbatch; b++) {
+        const float *sh = p->shift + b * p->ld_mod, *sc = p->scale + b * p->ld_mod;
+        for (int64_t r = 0; r < p->per; r++) {
+            const float *x = p->src + (b * p->per + r) * p->ld_src;
+            float *y = p->dst + (b * p->per + r) * p->ld_dst;
+            double mean = sum_f64(x, p->C) / C;
+            double var = sqdev_f64(x, p->C, mean) / C;
+            double inv = 1.0 / sqrt(var + eps);
+            if (inplace)
+                modln_apply_ip(y, sc, sh, p->C, mean, inv);
+            else
+                modln_apply(x, y, sc, sh, p->C, mean, inv);
+        }
+    }
+    return WF_OK;
+}
+
+/* ---- gate_residual ------------------------------------------------------------ */
+
+static void gate_row(float *restrict s, const float *restrict g,
+                     const float *restrict y, int64_t C)
+{
+    for (int64_t c = 0; c < C; c++)
+        s[c] += g[c] * y[c];
+}
+
+wf_status_t wf_cpu_gate_residual(wf_backend_ctx_t *ctx, float *S, int64_t ld_s,
+                                 const float *y, int64_t ld_y,
+                                 const float *gate, int64_t ld_gate,
+                                 int64_t nbatch, int64_t per, int64_t C)
+{
+    (void)ctx;
+    if (nbatch < 0 || per < 0 || C < 1 || ld_s < C || ld_y < C || ld_gate < C)
+        return WF_E_BAD_ARGUMENT;
+    if (nbatch != 0 && per > INT64_MAX / nbatch)
+        return WF_E_BAD_ARGUMENT;
+    int64_t rows = nbatch * per;
+    bool ok = true;
+    uint64_t ns = span_bytes(rows, C, ld_s, sizeof(float), &ok);
+    uint64_t ny = span_bytes(rows, C, ld_y, sizeof(float), &ok);
+    uint64_t ng = span_bytes(nbatch, C, ld_gate, sizeof(float), &ok);
+    if (!ok || !have(S, rows) || !have(y, rows) || !have(gate, nbatch) ||
+        overlap(S, ns, y, ny) || overlap(S, ns, gate, ng))
+        return WF_E_BAD_ARGUMENT;
+    for (int64_t b = 0; b < nbatch; b++) {
+        const float *g = gate + b * ld_gate;
+        for (int64_t r = 0; r < per; r++)
+            gate_row(S + (b * per + r) * ld_s, g, y + (b * per + r) * ld_y, C);
+    }
+    return WF_OK;
+}
+
+/* ---- head_norm_rope ------------------------------------------------------------- */
+
+/* o = (x / rms) w over D; statistics in double (flux_blocks.c pack). */
+static void rms_head(const float *restrict x, float *restrict o,
+                     const float *restrict w, int64_t D, double eps)
+{
+    double acc[DLANES] = {0};
+    int64_t j = 0;
+    for (; j + DLANES <= D; j += DLANES)
+        for (int t = 0; t < DLANES; t++)
+            acc[t] += (double)x[j + t] * (double)x[j + t];
+    double ss = 0.0;
+    for (int t = 0; t < DLANES; t++)
+        ss += acc[t];
+    for (; j < D; j++)
+        ss += (double)x[j] * (double)x[j];
+    double inv = 1.0 / sqrt(ss / (double)D + eps);
+    for (int64_t d = 0; d < D; d++)
+        o[d] = (float)(x[d] * inv) * w[d];
+}
+
+/* Pairs (2j, 2j+1) of o rotate in place: (x0 c - x1 s, x1 c + x0 s). */
+static void rope_head(float *restrict o, const float *restrict c,
+                      const float *restrict s, int64_t D)
+{
+    for (int64_t d = 0; d < D; d += 2) {
+        float x0 = o[d], x1 = o[d + 1];
+        o[d] = x0 * c[d] - x1 * s[d];
+        o[d + 1] = x1 * c[d + 1] + x0 * s[d + 1];
+    }
+}
+
+wf_status_t wf_cpu_head_norm_rope(wf_backend_ctx_t *ctx, const wf_headrope_params_t *p)
+{
+    (void)ctx;
+    if (!p || p->nbatch < 0 || p->per < 0 || p->L < 0 || p->row0 < 0 || p->H < 1 ||
+        p->D < 1 || p->row0 > p->L || p->per > p->L - p->row0 || !eps_valid(p->eps))
+        return WF_E_BAD_ARGUMENT;
+    if (p->H > INT64_MAX / p->D)
+        return WF_E_BAD_ARGUMENT;
+    const int64_t HD = p->H * p->D;
+    bool rope = p->cos != NULL || p->sin != NULL;
+    if (rope && (!p->cos || !p->sin || p->D % 2 != 0))
+        return WF_E_BAD_ARGUMENT;
+    if (p->ld_src < HD || (p->nbatch != 0 && p->per > INT64_MAX / p->nbatch) ||
+        (p->nbatch != 0 && p->L > INT64_MAX / p->nbatch))
+        return WF_E_BAD_ARGUMENT;
+    bool ok = true;
+    int64_t rows = p->nbatch * p->per;
+    uint64_t ns = span_bytes(rows, HD, p->ld_src, sizeof(float), &ok);
+    uint64_t nd = span_bytes(p->nbatch * p->L, HD, HD, sizeof(float), &ok);
+    if (!ok || !have(p->src, rows) || !have(p->dst, rows) || overlap(p->src, ns, p->dst, nd))
+        return WF_E_BAD_ARGUMENT;
+    const int64_t D = p->D;
+    for (int64_t b = 0; b < p->nbatch; b++)
+        for (int64_t s = 0; s < p->per; s++) {
+            const float *row = p->src + (b * p->per + s) * p->ld_src;
+            float *o = p->dst + (b * p->L + p->row0 + s) * HD;
+            const float *c = rope ? p->cos + (p->row0 + s) * D : NULL;
+            const float *sn = rope ? p->sin + (p->row0 + s) * D : NULL;
+            for (int64_t h = 0; h < p->H; h++) {
+                if (p->norm)
+                    rms_head(row + h * D, o + h * D, p->norm, D, (double)p->eps);
+                else
+                    memcpy(o + h * D, row + h * D, (size_t)D * sizeof(float));
+                if (rope)
+                    rope_head(o + h * D, c, sn, D);
+            }
+        }
+    return WF_OK;
+}
+
+/* ---- rope_table, timestep_proj ----------------------------------------------------- */
+
+wf_status_t wf_cpu_rope_table(wf_backend_ctx_t *ctx, const float *ids,
+                              int64_t L, const uint32_t *axes_dims,
+                              uint32_t n_axes, double theta, int64_t D,
+                              float *cos_t, float *sin_t)
+{
+    (void)ctx;
+    if (L < 0 || D < 2 || n_axes < 1 || !axes_dims || !(theta > 0.0) || isinf(theta) ||
+        !have(ids, L) || !have(cos_t, L) || !have(sin_t, L))
+        return WF_E_BAD_ARGUMENT;
+    int64_t sum = 0;
+    for (uint32_t a = 0; a < n_axes; a++) {
+        if (axes_dims[a] == 0 || axes_dims[a] % 2 != 0)
+            return WF_E_BAD_ARGUMENT;
+        sum += axes_dims[a];
+    }
+    bool ok = true;
+    uint64_t nt = span_bytes(L, D, D, sizeof(float), &ok);
+    if (sum != D || !ok || overlap(cos_t, nt, sin_t, nt))
+        return WF_E_BAD_ARGUMENT;
+    /* column pair by column pair: one pow per frequency (flux_embed.c's
+     * flux_rope_tables, bit for bit) */
+    int64_t d = 0;
+    for (uint32_t a = 0; a < n_axes; a++) {
+        int64_t da = axes_dims[a];
+        for (int64_t j = 0; j < da / 2; j++, d += 2) {
+            double freq = 1.0 / pow(theta, (double)(2 * j) / (double)da);
+            for (int64_t r = 0; r < L; r++) {
+                double ang = (double)ids[r * n_axes + a] * freq;
+                float c = (float)cos(ang), s = (float)sin(ang);
+                cos_t[r * D + d] = cos_t[r * D + d + 1] = c;
+                sin_t[r * D + d] = sin_t[r * D + d + 1] = s;
+            }
+        }
+    }
+    return WF_OK;
+}
+
+wf_status_t wf_cpu_timestep_proj(wf_backend_ctx_t *ctx, const float *t,
+                                 int64_t B, int64_t dim, wf_dtype_t round_dtype,
+                                 float *dst)
+{
+    (void)ctx;
+    if (B < 0 || dim < 2 || dim % 2 != 0 || dim > INT32_MAX || !have(t, B) ||
+        !have(dst, B) ||
+        (round_dtype != WF_DTYPE_F32 && round_dtype != WF_DTYPE_F16 &&
+         round_dtype != WF_DTYPE_BF16))
+        return WF_E_BAD_ARGUMENT;
+    bool ok = true;
+    uint64_t nd = span_bytes(B, dim, dim, sizeof(float), &ok);
+    if (!ok || overlap(t, (uint64_t)B * 4u, dst, nd))
+        return WF_E_BAD_ARGUMENT;
+    /* flux_embed.c's timestep_proj, unchanged */
+    const int half = (int)(dim / 2);
+    const float nl = (float)-9.210340371976184; /* -ln(10000) */
+    for (int64_t b = 0; b < B; b++) {
+        float tv = wf_round_to_dtype(wf_round_to_dtype(t[b], round_dtype) * 1000.0f,
+                                     round_dtype);
+        for (int k = 0; k < half; k++) {
+            float e = nl * (float)k;
+            e = e / (float)half;
+            float arg = tv * expf(e);
+            dst[b * 2 * half + k] = cosf(arg);
+            dst[b * 2 * half + half + k] = sinf(arg);
+        }
+    }
+    return WF_OK;
+}
+
+/* ---- copy_rows --------------------------------------------------------------------- */
+
+wf_status_t wf_cpu_copy_rows(wf_backend_ctx_t *ctx, void *dst, size_t ld_dst,
+                             const void *src, size_t ld_src, int64_t rows,
+                             size_t row_bytes)
+{
+    (void)ctx;
+    const uint64_t lim = (uint64_t)1 << 62;
+    if (rows < 0 || ld_dst < row_bytes || ld_src < row_bytes || ld_dst > lim ||
+        ld_src > lim || row_bytes > lim)
+        return WF_E_BAD_ARGUMENT;
+    int64_t n = row_bytes == 0 ? 0 : rows;
+    bool ok = true;
+    uint64_t nd = span_bytes(n, (int64_t)row_bytes, (int64_t)ld_dst, 1, &ok);
+    uint64_t ns = span_bytes(n, (int64_t)row_bytes, (int64_t)ld_src, 1, &ok);
+    if (!ok || !have(dst, n) || !have(src, n) || overlap(dst, nd, src, ns))
+        return WF_E_BAD_ARGUMENT;
+    if (n == 0)
+        return WF_OK;
+    if (ld_dst == row_bytes && ld_src == row_bytes) {
+        memcpy(dst, src, nd);
+        return WF_OK;
+    }
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(d + (size_t)r * ld_dst, s + (size_t)r * ld_src, row_bytes);
+    return WF_OK;
+}
