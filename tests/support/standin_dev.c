@@ -749,9 +749,12 @@ static wf_status_t standin_gate_residual(wf_backend_ctx_t *ctx, float *S,
     return stage_finish(ctx, &stg, st);
 }
 
-/* dst: from dst itself to the end of the last row written (batch nbatch -
- * 1, row row0 + per - 1); cos / sin: rows [0, row0 + per) of the table
- * (from the pointer given, which the op indexes). */
+/* dst: the whole (nbatch, L, H, D) joint buffer from dst itself (what
+ * the CPU op takes as dst's extent in its overlap check: staging only up
+ * to the last row written let it see the next shadow's host copy inside
+ * that extent, a false overlap depending on where malloc put them);
+ * cos / sin: rows [0, row0 + per) of the table (from the pointer given,
+ * which the op indexes). */
 static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
                                           const wf_headrope_params_t *p)
 {
@@ -766,10 +769,10 @@ static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
     int64_t end = p->row0 + p->per; /* rows of the table read, per batch */
     if (p->nbatch == 0 || p->per == 0)
         last = 0, tab = 0;
-    else if (last > INT64_MAX - end)
+    else if (end > p->L || last > INT64_MAX - p->L)
         return WF_E_BAD_ARGUMENT;
     else
-        last += end, tab = end;
+        last += p->L, tab = end;
     stage_t stg = {.n = 0};
     int is = stage_add(&stg, p->src, rows, hd, p->ld_src, sizeof(float), false);
     int id = stage_add(&stg, p->dst, last, hd, hd, sizeof(float), true);
