@@ -1,8 +1,10 @@
 # The FLUX forward (daemon/models/flux_*.c) on real threads with the host
 # comm: every tp x ring x ulysses mesh of the grid on the committed
 # diffusers fixtures (tests/fixtures, from tests/parity/make_fixtures.py),
-# non-default tp plans, the plan and job checks.
+# on the CPU backend and on the stand-in device backend (weft_standin:
+# resident shards, device workspace, comm_staged), non-default tp plans,
+# the plan and job checks.
 add_executable(test_flux_forward ${CMAKE_CURRENT_LIST_DIR}/test_flux_forward.c)
-target_link_libraries(test_flux_forward PRIVATE weftd_core m)
+target_link_libraries(test_flux_forward PRIVATE weftd_core weft_standin m)
 add_test(NAME flux_forward COMMAND test_flux_forward ${CMAKE_CURRENT_LIST_DIR}/fixtures)
 set_tests_properties(flux_forward PROPERTIES TIMEOUT 300)

@@ -17,9 +17,22 @@
  * diffusers' messages; an error on one rank reaching the others as an
  * abort instead of a hang.
  *
+ * The device path on the stand-in device backend (tests/support/
+ * standin_dev.h: scrambled "device" memory, so any byte read or written
+ * past the backend's copies and ops spoils the result): each rank makes
+ * its own stand-in context, wraps its host-comm world with comm_staged
+ * before the split (the daemon's mixed mode), builds its shard in
+ * resident memory in the checkpoint's dtype, takes its workspace with
+ * dev_alloc and runs every mesh of the grid on every fixture with the
+ * CPU path's tolerances; the copies and kernels are counted, the shard's
+ * memory comes back when it is freed, a shard that does not fit is
+ * refused before a byte is copied.
+ *
  * Usage: test_flux_forward FIXTURES_DIR. */
 #include "comm/comm_host.h"
+#include "comm/comm_staged.h"
 #include "flux_config.h"
+#include "support/standin_dev.h"
 #include "models/flux_forward.h"
 #include "flux_host.h"
 #include "base/mesh.h"
@@ -215,7 +228,9 @@ static double rel_err(const float *a, const float *b, size_t n)
 
 typedef struct mrun {
     int T, R, U;                     /* mesh */
-    wf_flux_shard_t **shards;        /* per tp rank */
+    wf_flux_shard_t **shards;        /* per tp rank (CPU path) */
+    const wf_flux_host_t *host;      /* device path: each rank cuts its own */
+    const wf_tp_plan_t *plan;        /* ... with this plan */
     const wf_flux_job_t *job;        /* the root's job */
     wf_comm_host_world_t *w;         /* the world */
     int short_rank;                  /* rank given a short workspace, or -1 */
@@ -228,6 +243,9 @@ typedef struct mrank {
     wf_status_t st;    /* result */
     bool setup_ok;     /* comm / mesh setup worked */
     bool guard_ok;     /* workspace guard intact */
+    wf_standin_counters_t cnt; /* device path: counters after the run */
+    bool mem_back;     /* device path: memory_info full again after freeing */
+    bool shard_ok;     /* device path: shard built, its bytes as figured */
 } mrank_t;
 
 #define GUARD 256
@@ -296,6 +314,145 @@ out:
         wf_comm_destroy(&sub[i]);
     wf_comm_destroy(&world);
     return NULL;
+}
+
+/* A rank of the device path: its own stand-in context, the host comm
+ * behind comm_staged, a resident shard, the workspace from the arena. */
+static void *rank_main_dev(void *arg)
+{
+    mrank_t *t = arg;
+    mrun_t *m = t->m;
+    t->st = WF_E_INTERNAL;
+    const wf_backend_ops_t *ops = wf_standin_dev_backend();
+    wf_comm_t *world = NULL, *sub[4] = {NULL, NULL, NULL, NULL};
+    wf_backend_ctx_t *ctx = NULL;
+    wf_flux_shard_t *shard = NULL;
+    void *hws = NULL;
+    char err[512] = "";
+    if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
+        return NULL;
+    uint64_t total = 0, free0 = 0, free1 = 0;
+    ops->memory_info(ctx, &total, &free0);
+    wf_comm_t *inner = NULL;
+    if (wf_comm_host_init(m->w, t->rank, &inner) != WF_OK ||
+        wf_comm_staged_wrap(inner, ops, ctx, &world) != WF_OK)
+        goto out;
+    wf_mesh_t mesh;
+    wf_mesh_degrees_t deg = {.dp = 1, .ring = (uint32_t)m->R, .ulysses = (uint32_t)m->U,
+                             .tp = (uint32_t)m->T};
+    wf_mesh_coords_t co;
+    if (wf_mesh_init(&mesh, &deg, m->R * m->U * m->T, NULL, 0) != WF_OK ||
+        wf_mesh_coords(&mesh, t->rank, &co) != WF_OK)
+        goto out;
+    const wf_mesh_dim_t dims[4] = {WF_MESH_DIM_TP, WF_MESH_DIM_SEQ, WF_MESH_DIM_RING,
+                                   WF_MESH_DIM_ULYSSES};
+    for (int i = 0; i < 4; i++) {
+        int col, key;
+        if (wf_mesh_color(&mesh, dims[i], t->rank, &col, &key) != WF_OK ||
+            wf_comm_split(world, col, key, &sub[i]) != WF_OK)
+            goto out;
+    }
+    t->setup_ok = true;
+    wf_status_t bst = wf_flux_shard_build(m->host, m->plan, m->T, co.tp, ops, ctx, &shard, err,
+                                          sizeof err);
+    uint64_t want = wf_flux_shard_bytes_dev(&m->host->cfg, m->plan, m->T, m->host->dtype);
+    t->shard_ok = bst == WF_OK && shard->bytes == want && shard->dev != NULL;
+    if (!t->shard_ok) {
+        fprintf(stderr, "rank %d: device shard: %s (bytes %llu, figure %llu)\n", t->rank, err,
+                shard ? (unsigned long long)shard->bytes : 0ull, (unsigned long long)want);
+        wf_comm_abort(world);
+        goto out;
+    }
+    wf_flux_group_t grp = {
+        .tp = m->T > 1 ? sub[0] : NULL,
+        .seq = m->R * m->U > 1 ? sub[1] : NULL,
+        .ring = m->R > 1 ? sub[2] : NULL,
+        .ulysses = m->U > 1 ? sub[3] : NULL,
+        .tp_degree = m->T, .ring_degree = m->R, .ulysses_degree = m->U,
+    };
+    wf_flux_job_t job = *m->job;
+    if (t->rank != 0) {
+        job.hidden_states = job.encoder_hidden_states = job.pooled_projections = NULL;
+        job.timestep = job.img_ids = job.txt_ids = job.guidance = NULL;
+        job.output = NULL;
+    }
+    size_t bytes = wf_flux_forward_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops);
+    size_t hbytes = wf_flux_forward_host_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops);
+    void *ws = NULL;
+    if (bytes == SIZE_MAX || hbytes == SIZE_MAX ||
+        !(hws = aligned_alloc(64, (hbytes + 63) & ~(size_t)63 ? (hbytes + 63) & ~(size_t)63
+                                                               : 64)) ||
+        ops->dev_alloc(ctx, bytes, &ws) != WF_OK ||
+        ops->fill_f32(ctx, ws, NAN, bytes / sizeof(float)) != WF_OK) { /* stale reads show */
+        wf_comm_abort(world);
+        goto out;
+    }
+    memset(hws, 0xff, hbytes);
+    t->st = wf_flux_forward_run(shard, &job, &grp, ops, ctx, ws, bytes, hws, hbytes);
+    wf_status_t ss = ops->synchronize(ctx);
+    ops->dev_reset(ctx);
+    if (t->st == WF_OK)
+        t->st = ss;
+    t->cnt = wf_standin_counters(ctx);
+out:
+    wf_flux_shard_free(&shard);
+    if (ctx) {
+        ops->memory_info(ctx, &total, &free1);
+        t->mem_back = free1 == free0 && free0 == total;
+    }
+    free(hws);
+    for (int i = 0; i < 4; i++)
+        wf_comm_destroy(&sub[i]);
+    wf_comm_destroy(&world);
+    ops->ctx_destroy(&ctx);
+    return NULL;
+}
+
+/* The device path of job0 on mesh (T, R, U), shards cut by each rank
+ * from host h with plan p; the root's output (f32 copy) into out. */
+static bool run_mesh_dev(const wf_flux_host_t *h, const wf_tp_plan_t *p,
+                         const wf_flux_job_t *job0, int T, int R, int U, float *out, size_t nout)
+{
+    const int N = T * R * U;
+    size_t es = wf_dtype_size(job0->out_dtype);
+    unsigned char *ob = malloc(nout * es + 1);
+    memset(ob, 0x5a, nout * es + 1);
+    wf_flux_job_t job = *job0;
+    job.output = ob + 1; /* odd address: the copies down take any alignment */
+    mrun_t m = {.T = T, .R = R, .U = U, .host = h, .plan = p, .job = &job, .short_rank = -1};
+    CHECK(wf_comm_host_world_new(N, &m.w) == WF_OK, "world");
+    mrank_t *t = calloc((size_t)N, sizeof *t);
+    for (int i = 0; i < N; i++) {
+        t[i] = (mrank_t){.m = &m, .rank = i};
+        CHECK(pthread_create(&t[i].tid, NULL, rank_main_dev, &t[i]) == 0, "thread");
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i].tid, NULL);
+    wf_comm_host_world_unref(&m.w);
+    bool ok = true;
+    for (int i = 0; i < N; i++) {
+        CHECK(t[i].setup_ok, "device rank %d: setup", i);
+        CHECK(t[i].shard_ok, "device mesh (tp %d, ring %d, ulysses %d) rank %d: shard", T, R, U,
+              i);
+        CHECK(t[i].st == WF_OK, "device mesh (tp %d, ring %d, ulysses %d) rank %d: run returned %d",
+              T, R, U, i, (int)t[i].st);
+        /* every rank copies its shard up and runs kernels; the root also
+         * copies inputs up and the output down */
+        CHECK(t[i].cnt.h2d > 0 && t[i].cnt.kernels > 0 && t[i].cnt.mem_allocs == 1,
+              "device rank %d: h2d %llu, kernels %llu, resident blocks %llu", i,
+              (unsigned long long)t[i].cnt.h2d, (unsigned long long)t[i].cnt.kernels,
+              (unsigned long long)t[i].cnt.mem_allocs);
+        if (i == 0)
+            CHECK(t[i].cnt.d2h > 0, "device root: no copy down");
+        CHECK(t[i].mem_back, "device rank %d: memory not back to full after the shard's free", i);
+        ok &= t[i].st == WF_OK;
+    }
+    if (ok && out)
+        wf_convert_to_f32(out, ob + 1, job.out_dtype, nout);
+    CHECK(ob[0] == 0x5a, "wrote before the output");
+    free(t);
+    free(ob);
+    return ok;
 }
 
 /* Shards of host h for tp ranks with plan p; NULL on failure. */
@@ -380,12 +537,37 @@ static const int meshes[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 1, 2}, {1, 
 #define TOL_BF16 2e-2  /* f32 forward of bf16 weights vs diffusers in bf16 */
 #define TOL_PLAN 1e-5  /* a non-default plan vs the default, same mesh */
 
+/* One output against the fixture's references; worst errors kept. */
+static void check_out(const fixture_t *f, const float *out, const char *path, int T, int R,
+                      int U, double *worst64, double *worst32)
+{
+    double e32 = rel_err(out, f->ref, f->nout);
+    *worst32 = fmax(*worst32, e32);
+    if (f->ref64) {
+        double e64 = rel_err(out, f->ref64, f->nout);
+        *worst64 = fmax(*worst64, e64);
+        printf("  %s mesh tp %d ring %d ulysses %d: vs float64 %.3g, vs float32 %.3g\n", path, T,
+               R, U, e64, e32);
+        CHECK(e64 <= TOL_F64, "%s %s mesh (%d,%d,%d): error vs float64 %.3g > %.3g", f->name,
+              path, T, R, U, e64, TOL_F64);
+        CHECK(e32 <= TOL_F32, "%s %s mesh (%d,%d,%d): error vs float32 %.3g > %.3g", f->name,
+              path, T, R, U, e32, TOL_F32);
+    } else {
+        printf("  %s mesh tp %d ring %d ulysses %d: vs diffusers bf16 %.3g\n", path, T, R, U,
+               e32);
+        CHECK(e32 <= TOL_BF16, "%s %s mesh (%d,%d,%d): error vs bf16 %.3g > %.3g", f->name,
+              path, T, R, U, e32, TOL_BF16);
+    }
+}
+
+/* Every mesh of the grid, the CPU path and the device path (stand-in),
+ * each against diffusers, and the two against each other. */
 static void test_fixture(fixture_t *f)
 {
     wf_tp_plan_t def;
     wf_tp_plan_flux_default(&def);
-    float *out = malloc(f->nout * sizeof(float));
-    double worst64 = 0, worst32 = 0;
+    float *out = malloc(f->nout * sizeof(float)), *dout = malloc(f->nout * sizeof(float));
+    double worst64 = 0, worst32 = 0, dworst64 = 0, dworst32 = 0, vs = 0;
     printf("%s (B %lld, S_img %lld, S_txt %lld, %s):\n", f->name, (long long)f->job.B,
            (long long)f->job.S_img, (long long)f->job.S_txt, f->bf16 ? "bf16" : "f32");
     wf_flux_shard_t **shards[5] = {NULL};
@@ -394,36 +576,38 @@ static void test_fixture(fixture_t *f)
         if (!shards[T] && !(shards[T] = make_shards(f->host, &def, T)))
             continue;
         memset(out, 0, f->nout * sizeof(float));
-        if (!run_mesh(shards[T], &f->job, T, R, U, out, f->nout, -1, NULL))
+        bool cok = run_mesh(shards[T], &f->job, T, R, U, out, f->nout, -1, NULL);
+        if (cok)
+            check_out(f, out, "cpu   ", T, R, U, &worst64, &worst32);
+        memset(dout, 0, f->nout * sizeof(float));
+        if (!run_mesh_dev(f->host, &def, &f->job, T, R, U, dout, f->nout))
             continue;
-        double e32 = rel_err(out, f->ref, f->nout);
-        worst32 = fmax(worst32, e32);
-        if (f->ref64) {
-            double e64 = rel_err(out, f->ref64, f->nout);
-            worst64 = fmax(worst64, e64);
-            printf("  mesh tp %d ring %d ulysses %d: vs float64 %.3g, vs float32 %.3g\n", T, R,
-                   U, e64, e32);
-            CHECK(e64 <= TOL_F64, "%s mesh (%d,%d,%d): error vs float64 %.3g > %.3g", f->name,
-                  T, R, U, e64, TOL_F64);
-            CHECK(e32 <= TOL_F32, "%s mesh (%d,%d,%d): error vs float32 %.3g > %.3g", f->name,
-                  T, R, U, e32, TOL_F32);
-        } else {
-            printf("  mesh tp %d ring %d ulysses %d: vs diffusers bf16 %.3g\n", T, R, U, e32);
-            CHECK(e32 <= TOL_BF16, "%s mesh (%d,%d,%d): error vs bf16 %.3g > %.3g", f->name, T,
-                  R, U, e32, TOL_BF16);
+        check_out(f, dout, "device", T, R, U, &dworst64, &dworst32);
+        if (cok) {
+            /* the same ops on the same values; only where the CPU shard
+             * views rowwise pieces in place and the device holds them
+             * gathered may a sum's order differ */
+            double e = rel_err(dout, out, f->nout);
+            vs = fmax(vs, e);
+            CHECK(e <= TOL_PLAN, "%s mesh (%d,%d,%d): device vs cpu %.3g > %.3g", f->name, T, R,
+                  U, e, TOL_PLAN);
         }
     }
     if (f->ref64)
-        printf("  worst: vs float64 %.3g (tol %.0e), vs float32 %.3g (tol %.0e)\n", worst64,
-               TOL_F64, worst32, TOL_F32);
+        printf("  worst: vs float64 %.3g / device %.3g (tol %.0e), vs float32 %.3g / device "
+               "%.3g (tol %.0e); device vs cpu %.3g\n", worst64, dworst64, TOL_F64, worst32,
+               dworst32, TOL_F32, vs);
     else
-        printf("  worst: vs diffusers bf16 %.3g (tol %.0e)\n", worst32, TOL_BF16);
+        printf("  worst: vs diffusers bf16 %.3g / device %.3g (tol %.0e); device vs cpu %.3g\n",
+               worst32, dworst32, TOL_BF16, vs);
     for (int T = 0; T < 5; T++)
         free_shards(&shards[T], T);
     free(out);
+    free(dout);
 }
 
-/* The output in bf16 is the f32 output rounded (round-to-nearest-even). */
+/* The output in bf16 is the f32 output rounded (round-to-nearest-even),
+ * on the CPU and on the device (converted there, copied down). */
 static void test_out_dtype(fixture_t *f)
 {
     wf_tp_plan_t def;
@@ -433,17 +617,65 @@ static void test_out_dtype(fixture_t *f)
         return;
     float *a = malloc(f->nout * sizeof(float)), *b = malloc(f->nout * sizeof(float));
     wf_flux_job_t j = f->job;
-    bool ok = run_mesh(s, &j, 2, 1, 2, a, f->nout, -1, NULL);
-    j.out_dtype = WF_DTYPE_BF16;
-    ok &= run_mesh(s, &j, 2, 1, 2, b, f->nout, -1, NULL);
-    size_t bad = 0;
-    for (size_t i = 0; ok && i < f->nout; i++)
-        bad += wf_bf16_to_f32(wf_f32_to_bf16(a[i])) != b[i];
-    CHECK(ok && bad == 0, "bf16 output: %zu elements differ from the rounded f32 output", bad);
-    printf("out_dtype bf16: the f32 output rounded, element for element\n");
+    for (int dev = 0; dev < 2; dev++) {
+        j.out_dtype = WF_DTYPE_F32;
+        bool ok = dev ? run_mesh_dev(f->host, &def, &j, 2, 1, 2, a, f->nout)
+                      : run_mesh(s, &j, 2, 1, 2, a, f->nout, -1, NULL);
+        j.out_dtype = WF_DTYPE_BF16;
+        ok &= dev ? run_mesh_dev(f->host, &def, &j, 2, 1, 2, b, f->nout)
+                  : run_mesh(s, &j, 2, 1, 2, b, f->nout, -1, NULL);
+        size_t bad = 0;
+        for (size_t i = 0; ok && i < f->nout; i++)
+            bad += wf_bf16_to_f32(wf_f32_to_bf16(a[i])) != b[i];
+        CHECK(ok && bad == 0, "%s bf16 output: %zu elements differ from the rounded f32 output",
+              dev ? "device" : "cpu", bad);
+    }
+    printf("out_dtype bf16: the f32 output rounded, element for element (cpu and device)\n");
     free(a);
     free(b);
     free_shards(&s, 2);
+}
+
+/* A device shard that does not fit is refused before a byte is copied,
+ * with the figures; one that fits is exactly the figure, and its memory
+ * returns at once when it is freed. */
+static void test_dev_shard(const fixture_t *f)
+{
+    const wf_backend_ops_t *ops = wf_standin_dev_backend();
+    wf_tp_plan_t def;
+    wf_tp_plan_flux_default(&def);
+    uint64_t need = wf_flux_shard_bytes_dev(&f->host->cfg, &def, 2, f->host->dtype);
+    uint64_t cpu = wf_flux_shard_bytes(&f->host->cfg, &def, 2);
+    CHECK(need > 0 && (f->bf16 ? need < cpu : need >= cpu),
+          "%s: device figure %llu, cpu figure %llu", f->name, (unsigned long long)need,
+          (unsigned long long)cpu);
+    wf_backend_ctx_t *ctx = NULL;
+    char err[512] = "";
+    CHECK(ops->ctx_new(0, need - 256, &ctx) == WF_OK, "stand-in context");
+    wf_flux_shard_t *s = NULL;
+    wf_status_t st = wf_flux_shard_build(f->host, &def, 2, 1, ops, ctx, &s, err, sizeof err);
+    wf_standin_counters_t c = wf_standin_counters(ctx);
+    CHECK(st == WF_E_NO_MEMORY && !s && c.h2d == 0 && strstr(err, "nothing was copied"),
+          "%s: shard over the budget: %d, %llu copies, '%s'", f->name, (int)st,
+          (unsigned long long)c.h2d, err);
+    ops->ctx_destroy(&ctx);
+    CHECK(ops->ctx_new(0, need, &ctx) == WF_OK, "stand-in context");
+    st = wf_flux_shard_build(f->host, &def, 2, 1, ops, ctx, &s, err, sizeof err);
+    uint64_t total = 0, avail = 0;
+    ops->memory_info(ctx, &total, &avail);
+    CHECK(st == WF_OK && s && s->bytes == need && avail == 0,
+          "%s: shard at exactly its figure: %d '%s', free %llu", f->name, (int)st, err,
+          (unsigned long long)avail);
+    wf_flux_shard_free(&s);
+    ops->memory_info(ctx, &total, &avail);
+    c = wf_standin_counters(ctx);
+    CHECK(!s && avail == total && c.mem_frees == 1 && c.bad_frees == 0,
+          "%s: freed shard: free %llu of %llu", f->name, (unsigned long long)avail,
+          (unsigned long long)total);
+    ops->ctx_destroy(&ctx);
+    printf("%s: device shard %llu bytes (cpu %llu); one byte short of it is refused before a "
+           "copy; freeing returns it\n", f->name, (unsigned long long)need,
+           (unsigned long long)cpu);
 }
 
 /* ---- plans ------------------------------------------------------------------------- */
@@ -712,6 +944,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < 3; i++)
             test_fixture(&fx[i]);
         test_out_dtype(&fx[2]);
+        for (int i = 0; i < 3; i++)
+            test_dev_shard(&fx[i]);
         test_plans(&fx[0]);
         test_plans(&fx[1]);
         test_error_aborts(&fx[0]);

@@ -203,10 +203,12 @@ static recl_t rec_layout(szc_t *c, const geo_t *g)
     return r;
 }
 
+/* Regions are 256 bytes apart (dev_alloc's alignment, which a device
+ * backend's workspaces need; the base is 64-byte aligned on the CPU). */
 static size_t take(szc_t *c, size_t *off, size_t bytes)
 {
     size_t start = *off;
-    *off = szc_add(c, start, szc_add(c, bytes, 63u) & ~(size_t)63u);
+    *off = szc_add(c, start, szc_add(c, bytes, 255u) & ~(size_t)255u);
     return start;
 }
 
@@ -521,8 +523,8 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     szc_t c = {false};
     size_t haws = 0, aws = attn_ws(&c, &x.g, ops, &haws), lws = lin_ws(&x.g, ops);
     x.W = ws_layout(&c, &x.g, x.i == 0, x.root, x.dev, aws, haws, lws);
-    if (c.overflow || lws == SIZE_MAX || !workspace || ((uintptr_t)workspace & 63u) != 0 ||
-        bytes < x.W.total)
+    if (c.overflow || lws == SIZE_MAX || !workspace ||
+        ((uintptr_t)workspace & (x.dev ? 255u : 63u)) != 0 || bytes < x.W.total)
         goto fail;
     if (x.dev && (!host_ws || ((uintptr_t)host_ws & 63u) != 0 || host_bytes < x.W.htotal))
         goto fail;

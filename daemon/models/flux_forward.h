@@ -110,7 +110,8 @@ size_t wf_flux_forward_host_workspace(const wf_flux_config_t *cfg,
 
 /* Run the forward on this rank with its shard (every rank of the replica
  * calls it with the same job and its own group; the shard built for this
- * backend and context). `workspace` 64-byte aligned, `bytes` >=
+ * backend and context). `workspace` 64-byte aligned (256 on a device),
+ * `bytes` >=
  * wf_flux_forward_workspace(...), on the backend's memory (a device
  * backend: dev_alloc); `host_ws` 64-byte aligned host memory of
  * `host_bytes` >= wf_flux_forward_host_workspace(...) (NULL, 0 on the

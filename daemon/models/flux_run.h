@@ -49,7 +49,7 @@ typedef struct recl {
     size_t n;      /* floats of the record, a multiple of 16 (64 bytes) */
 } recl_t;
 
-/* Byte offsets of the regions of one rank's workspace (64-byte aligned)
+/* Byte offsets of the regions of one rank's workspace (256 bytes apart)
  * on the backend's memory (device memory on a device backend), and of
  * its host workspace (a device backend only: what the comm and the CPU
  * read, the counts of the v-collectives and cp_attention's host part).
