@@ -595,8 +595,14 @@ static void test_device(bool quick)
     CHECK(wf_cp_attention_run_dev(&j, &g1, wf_backend_cpu(), NULL, ws, sizeof ws, ws,
                                   sizeof ws) == WF_E_BAD_ARGUMENT,
           "device mode run on the CPU backend");
+    /* local mode on a device moves the caller's shards with copy_rows
+     * (run on every mesh by test_flux_forward's device path) */
     j.local = true;
-    CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, ops, &db, &hb) == WF_E_BAD_ARGUMENT,
+    wf_backend_ops_t no_rows = *ops;
+    no_rows.copy_rows = NULL;
+    CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, &no_rows, &db, &hb) == WF_E_BAD_ARGUMENT,
+          "device mode in local mode without copy_rows");
+    CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, ops, &db, &hb) == WF_OK && db > 0,
           "device mode in local mode");
     printf("device mode (stand-in device, staged host comm): %d cases\n", n);
 }

@@ -750,7 +750,17 @@ static void test_plans(fixture_t *f)
             worst = fmax(worst, e);
             CHECK(e <= TOL_PLAN, "%s: odd plan vs default at (%d,%d,%d): %.3g", f->name, T, R,
                   U, e);
-            printf("  odd plan vs default, mesh tp %d ring %d ulysses %d: %.3g\n", T, R, U, e);
+            printf("  odd plan vs default, mesh tp %d ring %d ulysses %d: %.3g", T, R, U, e);
+            /* the device shards of the odd plan: packed and rowwise pieces
+             * gathered on the host before the copy up */
+            if (run_mesh_dev(f->host, &odd, &f->job, T, R, U, b, f->nout)) {
+                double ed = rel_err(b, a, f->nout);
+                worst = fmax(worst, ed);
+                CHECK(ed <= TOL_PLAN, "%s: device odd plan vs default at (%d,%d,%d): %.3g",
+                      f->name, T, R, U, ed);
+                printf(", on the device %.3g", ed);
+            }
+            printf("\n");
         }
         free_shards(&sd, T);
         free_shards(&so, T);

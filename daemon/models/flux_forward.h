@@ -30,7 +30,9 @@
  * except what diffusers' function itself rounds: the timestep and guidance
  * are scaled as `t.to(hidden_states.dtype) * 1000`, so with bf16 / f16
  * hidden_states they are rounded to that dtype first (0.875 * 1000 is 876
- * in bf16).
+ * in bf16). (Activations are f32 between the ops; inside a linear a
+ * device backend may round its operands to the weight's dtype, with f32
+ * accumulation: backend.h's linear_workspace.)
  *
  * Memory. The arithmetic is the backend's (backend.h "model ops") on its
  * memory: host memory for the CPU backend; device memory for a backend

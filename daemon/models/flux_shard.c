@@ -1,7 +1,9 @@
 /* flux_shard.c — the modules of a FLUX config walked in state_dict
  * order, and what is done with them: the tp plan check
  * (wf_flux_plan_check), a shard's size and the shards themselves, cut
- * from the host copy for one tp rank (flux_forward.h "Shards").
+ * from the host copy for one tp rank (flux_shard.h): f32 host memory for
+ * the CPU backend, one resident block in the checkpoint's dtype for a
+ * device backend (two walks: measure, then copy).
  *
  * Not here: running the model (flux_forward.c and its parts).
  */

@@ -11,7 +11,8 @@
  *              -> INSTALLING: the server runs a regroup (the hot
  *                  reconfiguration path: drain, every worker, epoch + 1)
  *                  whose model set includes it; each worker cuts its
- *                  shard from the host copy.
+ *                  shard from the host copy (on a device backend into
+ *                  device memory, flux_shard.h).
  *              -> READY: forward jobs run on it.
  *   unload      -> UNLOADING: a regroup without it; then the host copy
  *                  is freed.
