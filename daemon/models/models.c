@@ -95,10 +95,26 @@ wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
     return WF_OK;
 }
 
-static void model_free(wf_model_t *m)
+/* Pin / unpin every tensor of m's host copy (a failure to pin is no
+ * error: copies from pageable memory work, slower). */
+static void host_pin(const wf_registry_t *r, wf_model_t *m)
+{
+    if (!r->ops || !r->ops->host_register || !r->ops->host_unregister || !m->host)
+        return;
+    for (size_t i = 0; i < m->host->n; i++)
+        if (m->host->t[i].data && m->host->t[i].nbytes)
+            (void)r->ops->host_register(m->host->t[i].data, (size_t)m->host->t[i].nbytes);
+    m->pinned = true;
+}
+
+static void model_free(const wf_registry_t *r, wf_model_t *m)
 {
     if (!m)
         return;
+    if (m->pinned && m->host)
+        for (size_t i = 0; i < m->host->n; i++)
+            if (m->host->t[i].data && m->host->t[i].nbytes)
+                r->ops->host_unregister(m->host->t[i].data);
     wf_flux_host_free(&m->host);
     if (m->identity) {
         zmq_msg_close(m->identity);
@@ -114,7 +130,7 @@ void wf_registry_destroy(wf_registry_t *r)
         r->loading = NULL;
     }
     for (int i = 0; i < WF_MODELS_MAX; i++) {
-        model_free(r->m[i]);
+        model_free(r, r->m[i]);
         r->m[i] = NULL;
     }
     if (r->root_fd >= 0)
@@ -232,6 +248,8 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         if (st != WF_OK)
             wf_flux_host_free(&m->host);
     }
+    if (st == WF_OK)
+        host_pin(r, m);
 out:
     wf_flux_source_close(&src);
     return st;
@@ -344,7 +362,7 @@ void wf_registry_remove(wf_registry_t *r, wf_model_t *m)
     for (int i = 0; i < WF_MODELS_MAX; i++)
         if (r->m[i] == m)
             r->m[i] = NULL;
-    model_free(m);
+    model_free(r, m);
 }
 
 void wf_registry_target_set(const wf_registry_t *r, wf_model_set_t *ret)
@@ -398,8 +416,9 @@ uint64_t wf_model_rank_bytes(const wf_registry_t *r, const wf_model_t *m, int tp
 {
     /* a device shard holds each weight in its checkpoint dtype: the
      * majority dtype is the figure (exact for a checkpoint of one dtype) */
-    return r->device_shards ? wf_flux_shard_bytes_dev(&m->cfg, &m->plan, tp, m->dtype)
-                            : wf_flux_shard_bytes(&m->cfg, &m->plan, tp);
+    return r->ops && r->ops->mem_alloc
+               ? wf_flux_shard_bytes_dev(&m->cfg, &m->plan, tp, m->dtype)
+               : wf_flux_shard_bytes(&m->cfg, &m->plan, tp);
 }
 
 void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)

@@ -61,6 +61,7 @@ typedef struct wf_model {
     _Atomic uint64_t bytes_loaded;   /* progress of the read */
     _Atomic uint64_t bytes_to_load;  /* its total (0 until the read starts) */
     wf_flux_host_t *host;            /* host copy (NULL until read) */
+    bool pinned;                     /* its tensors host_register'ed */
     uint64_t rank_bytes;             /* per-rank shard bytes at `tp` */
     uint32_t tp;                     /* tp its shards are cut for */
     uint64_t t_start_us, load_ms;
@@ -125,9 +126,13 @@ typedef struct wf_registry {
     bool host_f32;                   /* keep host copies in f32 (the
                                         backend computes in f32 on host
                                         memory: shards become views) */
-    bool device_shards;              /* shards live in device memory (a
-                                        backend with mem_alloc): weights
-                                        count at the checkpoint's dtype */
+    const wf_backend_ops_t *ops;     /* the workers' backend, or NULL (the
+                                        CPU figures): with mem_alloc the
+                                        shards live in device memory and
+                                        weights count at the checkpoint's
+                                        dtype; with host_register the host
+                                        copies are pinned once read, so
+                                        that cutting shards copies fast */
     int load_tp;                     /* tp the loader checks the plan for */
     uint64_t load_avail;             /* bytes a rank may give the shards */
 } wf_registry_t;
@@ -173,7 +178,7 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
 
 /* Bytes of one rank's shard of m at `tp` as this registry's workers hold
  * them (wf_flux_shard_bytes, or wf_flux_shard_bytes_dev at the
- * checkpoint's dtype with device_shards); 0 when m cannot be cut so. */
+ * checkpoint's dtype when ops has mem_alloc); 0 when m cannot be cut so. */
 uint64_t wf_model_rank_bytes(const wf_registry_t *r, const wf_model_t *m, int tp);
 
 /* Fill a list_models entry. */
