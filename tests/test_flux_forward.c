@@ -34,6 +34,7 @@
 #include "flux_config.h"
 #include "support/standin_dev.h"
 #include "models/flux_forward.h"
+#include "models/models.h"
 #include "flux_host.h"
 #include "base/mesh.h"
 #include "model_root.h"
@@ -636,7 +637,8 @@ static void test_out_dtype(fixture_t *f)
     free_shards(&s, 2);
 }
 
-/* A device shard that does not fit is refused before a byte is copied,
+/* A device shard that does not fit (a budget 256 bytes, one resident
+ * granule, short) is refused before a byte is copied,
  * with the figures; one that fits is exactly the figure, and its memory
  * returns at once when it is freed. */
 static void test_dev_shard(const fixture_t *f)
@@ -673,8 +675,25 @@ static void test_dev_shard(const fixture_t *f)
           "%s: freed shard: free %llu of %llu", f->name, (unsigned long long)avail,
           (unsigned long long)total);
     ops->ctx_destroy(&ctx);
-    printf("%s: device shard %llu bytes (cpu %llu); one byte short of it is refused before a "
-           "copy; freeing returns it\n", f->name, (unsigned long long)need,
+    /* the registry's admission figure follows its workers' backend */
+    wf_registry_t reg;
+    memset(&reg, 0, sizeof reg);
+    wf_model_t *m = calloc(1, sizeof *m);
+    m->cfg = f->host->cfg;
+    m->plan = def;
+    m->dtype = f->host->dtype;
+    uint64_t on_cpu = wf_model_rank_bytes(&reg, m, 2);
+    reg.ops = wf_backend_cpu();
+    uint64_t on_cpu2 = wf_model_rank_bytes(&reg, m, 2);
+    reg.ops = ops;
+    uint64_t on_dev = wf_model_rank_bytes(&reg, m, 2);
+    CHECK(on_cpu == cpu && on_cpu2 == cpu && on_dev == need,
+          "%s: registry figures %llu / %llu / %llu, want %llu / %llu", f->name,
+          (unsigned long long)on_cpu, (unsigned long long)on_cpu2, (unsigned long long)on_dev,
+          (unsigned long long)cpu, (unsigned long long)need);
+    free(m);
+    printf("%s: device shard %llu bytes (cpu %llu); a budget 256 bytes short of it is refused before "
+           "a copy; freeing returns it\n", f->name, (unsigned long long)need,
            (unsigned long long)cpu);
 }
 
