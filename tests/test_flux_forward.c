@@ -692,8 +692,8 @@ static void test_dev_shard(const fixture_t *f)
           (unsigned long long)on_cpu, (unsigned long long)on_cpu2, (unsigned long long)on_dev,
           (unsigned long long)cpu, (unsigned long long)need);
     free(m);
-    printf("%s: device shard %llu bytes (cpu %llu); a budget 256 bytes short of it is refused before "
-           "a copy; freeing returns it\n", f->name, (unsigned long long)need,
+    printf("%s: device shard %llu bytes (cpu %llu); a budget 256 bytes short of it is "
+           "refused before a copy; freeing returns it\n", f->name, (unsigned long long)need,
            (unsigned long long)cpu);
 }
 
