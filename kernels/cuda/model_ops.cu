@@ -234,7 +234,10 @@ __global__ void timestep_proj_kernel(const float *t, int B, int half, int rdt, f
         const float tv = round_to(__fmul_rn(round_to(t[b], rdt), 1000.0f), rdt);
         float e = __fmul_rn(nl, (float)k);
         e = __fdiv_rn(e, (float)half);
-        const float arg = __fmul_rn(tv, expf(e));
+        /* exp in double rounded to f32: the correctly rounded expf of
+         * the CPU's libm (CUDA's expf is within 2 ulp, which tv ~ 1000
+         * would turn into 1e-4 of the sines). */
+        const float arg = __fmul_rn(tv, (float)exp((double)e));
         dst[(long long)b * 2 * half + k] = (float)cos((double)arg);
         dst[(long long)b * 2 * half + half + k] = (float)sin((double)arg);
     }
