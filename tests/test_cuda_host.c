@@ -400,7 +400,7 @@ static void test_resident(void)
 
 static wf_linear_params_t mkl(int64_t rows, int64_t in, int64_t out, wf_dtype_t wdt)
 {
-    static float xbuf[64], ybuf[64];
+    static float xbuf[4096], ybuf[4096]; /* large enough for every case: x and y never overlap */
     static char wbuf[256] __attribute__((aligned(256)));
     wf_linear_params_t p;
     memset(&p, 0, sizeof p);
@@ -528,6 +528,136 @@ static void test_linear_plan(void)
     CHECK(wf_cuda_ptr_align((void *)0x1001) == 1);
     /* The key has no padding (it is compared with memcmp). */
     CHECK(sizeof(wf_cuda_gemm_key_t) == 11 * sizeof(int64_t));
+}
+
+
+/* The plan's column-major matmuls, run on the host with BLAS semantics
+ * (C (m x n, ldc) = op(A) B + beta C, op(A) = A^T with A (k x m, lda),
+ * B (k x n, ldb); epilogue bias over the m rows, then GELU), give the
+ * row-major y = act(x W^T + bias) of backend.h: the mapping checked
+ * without a GPU. Weights and x as element arrays (a float shadow of the
+ * 2-byte weights: the plan's pointers are turned into element indices). */
+static double gelu_t(double a)
+{
+    return 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+}
+
+static void plan_sim_case(wf_dtype_t wdt, int64_t rows, int64_t out, uint32_t nwb,
+                          const int64_t *wbw, int64_t gap, int64_t xpad, int64_t ypad, int bias,
+                          wf_act_t act)
+{
+    int64_t in = 0;
+    for (uint32_t k = 0; k < nwb; k++)
+        in += wbw[k];
+    const int64_t ldw = in + gap * nwb + 3, ldx = in + xpad, ldy = out + ypad;
+    const size_t es = wdt == WF_DTYPE_F32 ? 4 : 2;
+    float *wf = malloc((size_t)(out * ldw) * sizeof *wf);
+    char *wraw = aligned_alloc(256, ((size_t)(out * ldw) * es + 255) / 256 * 256);
+    float *x = malloc((size_t)(rows * ldx) * sizeof *x), *y = malloc((size_t)(rows * ldy) * 4);
+    float *b = aligned_alloc(64, ((size_t)out * 4 + 63) / 64 * 64);
+    float *xw = aligned_alloc(256, ((size_t)(rows * in) * 4 + 255) / 256 * 256);
+    unsigned r = 99;
+    for (int64_t i = 0; i < out * ldw; i++) {
+        r = r * 1664525u + 1013904223u;
+        wf[i] = (float)((r >> 9) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < rows * ldx; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = (float)((r >> 9) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < out; i++)
+        b[i] = (float)i * 0.01f - 0.3f;
+    for (int64_t i = 0; i < rows * ldy; i++)
+        y[i] = 777.f;
+    wf_linear_params_t p;
+    memset(&p, 0, sizeof p);
+    p.rows = rows; p.in = in; p.out = out; p.x = x; p.ldx = ldx;
+    p.w_dtype = wdt; p.ldw = ldw; p.nwb = nwb; p.bias = bias ? b : NULL; p.act = act;
+    p.y = y; p.ldy = ldy;
+    int64_t col = gap, starts[WF_LINEAR_MAX_BLOCKS];
+    for (uint32_t k = 0; k < nwb; k++) {
+        starts[k] = col;
+        p.wb[k] = wraw + (size_t)col * es;
+        p.wbw[k] = wbw[k];
+        col += wbw[k] + gap;
+    }
+    size_t wsb = wf_cuda_linear_workspace(&p);
+    char *ws = wsb ? aligned_alloc(256, wsb) : NULL;
+    wf_cuda_linear_plan_t pl;
+    CHECK(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK && pl.nwb == nwb);
+    /* what round_rows does, kept in f32 for the simulation: x contiguous */
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < in; c++)
+            xw[i * in + c] = x[i * ldx + c];
+    const float *B = pl.convert_x ? xw : x;
+    for (uint32_t g = 0; g < pl.nwb; g++) {
+        const wf_cuda_gemm_t *gm = &pl.g[g];
+        const wf_cuda_gemm_key_t *k = &gm->key;
+        const float *A = wf + ((const char *)gm->a - wraw) / (ptrdiff_t)es;
+        const float *Bb = B + gm->b_col;
+        for (int64_t j = 0; j < k->n; j++)
+            for (int64_t i = 0; i < k->m; i++) {
+                double acc = 0;
+                for (int64_t l = 0; l < k->k; l++)
+                    acc += (double)A[l + i * k->lda] * (double)Bb[l + j * k->ldb];
+                float *cij = y + i + j * k->ldc;
+                double v = acc + (gm->beta != 0.0f ? (double)gm->beta * *cij : 0.0);
+                if (k->epilogue & WF_CUDA_EPI_BIAS)
+                    v += b[i];
+                if (k->epilogue & WF_CUDA_EPI_GELU)
+                    v = gelu_t(v);
+                *cij = (float)v;
+            }
+    }
+    /* the post kernel (bias_act) */
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t o = 0; o < out; o++) {
+            double v = y[i * ldy + o];
+            if (pl.post_bias)
+                v += b[o];
+            if (pl.post_act == WF_ACT_GELU_TANH)
+                v = gelu_t(v);
+            else if (pl.post_act == WF_ACT_SILU)
+                v = v / (1.0 + exp(-v));
+            y[i * ldy + o] = (float)v;
+        }
+    /* direct row-major reference */
+    double maxe = 0;
+    int pad_ok = 1;
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t o = 0; o < out; o++) {
+            double acc = bias ? b[o] : 0.0;
+            int64_t xc = 0;
+            for (uint32_t k = 0; k < nwb; k++)
+                for (int64_t c = 0; c < wbw[k]; c++, xc++)
+                    acc += (double)x[i * ldx + xc] * (double)wf[o * ldw + starts[k] + c];
+            if (act == WF_ACT_GELU_TANH)
+                acc = gelu_t(acc);
+            else if (act == WF_ACT_SILU)
+                acc = acc / (1.0 + exp(-acc));
+            double e = fabs(acc - y[i * ldy + o]);
+            maxe = e > maxe ? e : maxe;
+        }
+        for (int64_t o = out; o < ldy; o++)
+            pad_ok &= y[i * ldy + o] == 777.f;
+    }
+    CHECK(maxe < 1e-4);
+    CHECK(pad_ok);
+    free(wf); free(wraw); free(x); free(y); free(b); free(xw); free(ws);
+}
+
+static void test_linear_mapping(void)
+{
+    static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
+    const int64_t one[1] = {24}, three[3] = {8, 5, 11}, eight[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+    for (int d = 0; d < 3; d++) {
+        plan_sim_case(dts[d], 7, 9, 1, one, 0, 0, 0, 0, WF_ACT_NONE);
+        plan_sim_case(dts[d], 5, 13, 1, one, 2, 3, 4, 1, WF_ACT_GELU_TANH);
+        plan_sim_case(dts[d], 6, 10, 3, three, 1, 2, 1, 1, WF_ACT_SILU);
+        plan_sim_case(dts[d], 3, 4, 3, three, 0, 0, 2, 1, WF_ACT_GELU_TANH);
+        plan_sim_case(dts[d], 4, 7, 8, eight, 2, 5, 0, 0, WF_ACT_GELU_TANH);
+        plan_sim_case(dts[d], 1, 1, 8, eight, 0, 0, 0, 1, WF_ACT_NONE);
+    }
 }
 
 static void test_elementwise(void)
@@ -670,6 +800,7 @@ int main(void)
     test_resident();
     test_admission();
     test_linear_plan();
+    test_linear_mapping();
     test_elementwise();
 #if WEFT_TEST_NCCL
     test_deadlines();
