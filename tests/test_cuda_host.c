@@ -486,27 +486,39 @@ static void test_linear_plan(void)
         b = mkl(4, 16, 8, WF_DTYPE_BF16);                                      \
         mutate;                                                                \
         CHECK(wf_cuda_linear_plan(&b, ws, 1, &pl) == WF_E_BAD_ARGUMENT);       \
-        CHECK(wf_cuda_linear_workspace(&b) == 0);                              \
         CHECK(memcmp(&pl, &before, sizeof pl) == 0);                           \
     } while (0)
-    BAD(b.rows = -1);
-    BAD(b.in = 0);
-    BAD(b.out = -3);
-    BAD(b.nwb = 0);
-    BAD(b.nwb = WF_LINEAR_MAX_BLOCKS + 1);
-    BAD(b.wbw[0] = 15);                         /* sum != in */
+    /* shape errors: no workspace either */
+#define BADSHAPE(mutate)                                                       \
+    do {                                                                       \
+        BAD(mutate);                                                           \
+        CHECK(wf_cuda_linear_workspace(&b) == 0);                              \
+    } while (0)
+    BADSHAPE(b.rows = -1);
+    BADSHAPE(b.in = 0);
+    BADSHAPE(b.out = -3);
+    BADSHAPE(b.nwb = 0);
+    BADSHAPE(b.nwb = WF_LINEAR_MAX_BLOCKS + 1);
+    BADSHAPE(b.wbw[0] = 15);                         /* sum != in */
     BAD((b.nwb = 2, b.wbw[0] = 8, b.wbw[1] = 8)); /* wb[1] NULL */
-    BAD((b.nwb = 2, b.wbw[0] = 16, b.wbw[1] = 0, b.wb[1] = b.wb[0]));
-    BAD(b.w_dtype = (wf_dtype_t)9);
-    BAD(b.act = (wf_act_t)3);
-    BAD(b.ldx = 15);
-    BAD(b.ldy = 7);
-    BAD(b.ldw = 15);
+    BADSHAPE((b.nwb = 2, b.wbw[0] = 16, b.wbw[1] = 0, b.wb[1] = b.wb[0]));
+    BADSHAPE(b.w_dtype = (wf_dtype_t)9);
+    BADSHAPE(b.act = (wf_act_t)3);
+    BADSHAPE(b.ldx = 15);
+    BADSHAPE(b.ldy = 7);
+    BADSHAPE(b.ldw = 15);
     BAD(b.x = NULL);
     BAD(b.y = NULL);
     BAD(b.wb[0] = NULL);
     BAD(b.y = (float *)b.x + 3);                /* y overlaps x */
-    BAD(b.rows = (int64_t)INT32_MAX + 1);
+    BADSHAPE(b.rows = (int64_t)INT32_MAX + 1);
+    /* The workspace is a function of the shapes alone: NULL pointers
+     * (admission before any buffer exists) give the same bytes. */
+    b = mkl(4, 16, 8, WF_DTYPE_BF16);
+    b.x = NULL; b.y = NULL; b.wb[0] = NULL;
+    CHECK(wf_cuda_linear_workspace(&b) == 256);
+    b.rows = 1000; b.in = 3072; b.ldx = 3072; b.ldw = 3072; b.wbw[0] = 3072;
+    CHECK(wf_cuda_linear_workspace(&b) == 1000u * 3072u * 2u);
     b = mkl(4, 16, 8, WF_DTYPE_BF16);
     CHECK(wf_cuda_linear_plan(NULL, ws, 1, &pl) == WF_E_BAD_ARGUMENT);
     CHECK(wf_cuda_linear_plan(&b, ws, 1, NULL) == WF_E_BAD_ARGUMENT);
@@ -520,6 +532,7 @@ static void test_linear_plan(void)
     CHECK(wf_cuda_linear_plan(&b, NULL, 1, &pl) == WF_OK && pl.nwb == 8);
     CHECK(pl.g[7].b_col == 14 && pl.g[7].key.align_b == wf_cuda_ptr_align((const float *)b.x + 14));
 #undef BAD
+#undef BADSHAPE
     /* Pointer alignment. */
     CHECK(wf_cuda_ptr_align((void *)0) == 256);
     CHECK(wf_cuda_ptr_align((void *)0x1000) == 256);

@@ -316,8 +316,8 @@ static int overlaps(uintptr_t a, uint64_t an, uintptr_t b, uint64_t bn)
     return an && bn && a < b + bn && b < a + an;
 }
 
-/* 1 when p is valid (see wf_cuda_linear_plan). */
-static int linear_ok(const wf_linear_params_t *p)
+/* 1 when p's shapes, dtypes and strides are valid (no pointer looked at). */
+static int linear_shape_ok(const wf_linear_params_t *p)
 {
     if (!p || p->rows < 0 || p->in < 1 || p->out < 1)
         return 0;
@@ -337,13 +337,20 @@ static int linear_ok(const wf_linear_params_t *p)
         if (p->wbw[k] < 1 || p->ldw < p->wbw[k])
             return 0;
         sum += p->wbw[k];
-        if (p->rows > 0 && !p->wb[k])
-            return 0;
     }
-    if (sum != p->in)
+    return sum == p->in;
+}
+
+/* 1 when p is valid (see wf_cuda_linear_plan). */
+static int linear_ok(const wf_linear_params_t *p)
+{
+    if (!linear_shape_ok(p))
         return 0;
     if (p->rows == 0)
         return 1;
+    for (uint32_t k = 0; k < p->nwb; k++)
+        if (!p->wb[k])
+            return 0;
     if (!p->x || !p->y)
         return 0;
     uint64_t xb = ((uint64_t)(p->rows - 1) * (uint64_t)p->ldx + (uint64_t)p->in) * 4u;
@@ -353,7 +360,7 @@ static int linear_ok(const wf_linear_params_t *p)
 
 size_t wf_cuda_linear_workspace(const wf_linear_params_t *p)
 {
-    if (!linear_ok(p) || p->w_dtype == WF_DTYPE_F32 || p->rows == 0)
+    if (!linear_shape_ok(p) || p->w_dtype == WF_DTYPE_F32 || p->rows == 0)
         return 0;
     uint64_t b = (uint64_t)p->rows * (uint64_t)p->in * 2u;
     return (size_t)((b + WF_CUDA_ALIGN - 1) & ~(uint64_t)(WF_CUDA_ALIGN - 1));

@@ -253,7 +253,8 @@ typedef struct wf_cuda_linear_plan {
 
 /* Bytes of workspace linear() needs: 0 for f32 weights; for bf16 / f16
  * weights rows * in * 2 rounded up to WF_CUDA_ALIGN (x rounded to the
- * weight dtype). 0 for invalid params or rows 0. Pure. */
+ * weight dtype). 0 for invalid shapes or rows 0. Pure: the pointers of p
+ * are not looked at (admission asks before any buffer exists). */
 size_t wf_cuda_linear_workspace(const wf_linear_params_t *p);
 
 /* Check p (backend.h's rules: pointers non-NULL, rows >= 0, in and out
