@@ -87,6 +87,9 @@ static void print_model(const wf_model_info_t *m)
     printf("params %s  checkpoint %s  host copy %s  per rank %s  tp %u%s\n",
            params, total, host, rank, m->tp,
            m->sharded_input ? "  (loaded from per-rank files)" : "");
+    printf("device %s  weights as %s%s\n", m->device[0] ? m->device : "?",
+           m->compute[0] ? m->compute : "?",
+           m->host_pinned ? "  (host copy pinned)" : "");
     printf("loaded in %.3f s\n", (double)m->load_ms / 1000.0);
 }
 
@@ -297,9 +300,9 @@ int ctl_cmd_models(wf_client_t *c)
         free(m);
         return ctl_report_error(c, st, "models");
     }
-    printf("%-20s %-8s %-6s %-5s %10s %3s %11s %11s %6s %9s  %s\n", "NAME", "STATE",
+    printf("%-20s %-8s %-6s %-5s %10s %3s %11s %11s %6s %9s %-6s  %s\n", "NAME", "STATE",
            "FAMILY", "DTYPE", "PARAMS", "TP", "PER RANK", "HOST", "LOADED", "LOAD TIME",
-           "PATH");
+           "DEVICE", "PATH");
     for (size_t i = 0; i < n && i < WF_MODELS_MAX; i++) {
         const wf_model_info_t *x = &m[i];
         char rank[32], host[32], params[32], when[32];
@@ -309,9 +312,10 @@ int ctl_cmd_models(wf_client_t *c)
         double pct = x->bytes_total
             ? 100.0 * (double)x->bytes_loaded / (double)x->bytes_total : 0.0;
         snprintf(when, sizeof when, "%.1f s", (double)x->load_ms / 1000.0);
-        printf("%-20s %-8s %-6s %-5s %10s %3u %11s %11s %5.1f%% %9s  %s%s\n", x->name,
+        printf("%-20s %-8s %-6s %-5s %10s %3u %11s %11s %5.1f%% %9s %-6s  %s%s\n", x->name,
                x->state, x->family, x->dtype, params, x->tp, rank, host, pct, when,
-               x->path, x->sharded_input ? " (sharded)" : "");
+               x->device[0] ? x->device : "-", x->path,
+               x->sharded_input ? " (sharded)" : "");
     }
     if (n == 0)
         printf("(no models)\n");

@@ -392,10 +392,15 @@ typedef struct wf_model_info {
     uint64_t bytes_total;          /* checkpoint bytes to read */
     uint64_t bytes_loaded;         /* read so far (progress; = total when ready) */
     uint64_t host_bytes;           /* host copy kept for re-sharding */
-    uint64_t rank_bytes;           /* largest per-rank shard on a device */
+    uint64_t rank_bytes;           /* largest per-rank shard in a device's memory */
     uint32_t tp;                   /* tp degree its shards are cut for */
     uint32_t sharded_input;        /* loaded from per-rank files */
     uint64_t load_ms;              /* time of the load (0 while loading) */
+    char device[16];               /* where the shards live and run: "cpu", "cuda" */
+    char compute[8];               /* dtype of the weights as the device holds
+                                      them ("f32" on the CPU; the checkpoint's
+                                      on a GPU, accumulating in f32) */
+    uint32_t host_pinned;          /* host copy pinned for fast re-shard copies */
 } wf_model_info_t;
 
 /* Load a model: blocks until it is resident on every rank (or refused),

@@ -69,8 +69,10 @@ typedef struct wf_attn_params {
  * context for a device backend (asynchronous on its stream, like
  * attention). Activations are f32, row-major, rows `ld` elements apart;
  * weights may be f32, bf16 or f16. Every op returns WF_OK or
- * WF_E_BAD_ARGUMENT for inconsistent params (nothing is touched then), and
- * WF_E_INTERNAL for a failed launch. The CPU backend is the reference: it
+ * WF_E_BAD_ARGUMENT for inconsistent params (nothing is touched then),
+ * WF_E_INTERNAL for a failed launch, and linear WF_E_NO_MEMORY when the
+ * CPU backend cannot allocate its one-time conversion tile (bf16 / f16
+ * weights; once per context). The CPU backend is the reference: it
  * computes statistics (norm means and variances) in double, as the fp64
  * diffusers parity needs; a device backend in f32 with the same formulas. */
 

@@ -1062,6 +1062,9 @@ static wf_status_t decode_model_info(dec_t *d, const msgpack_object *m, const ch
     TRY(opt_u32(d, m, path, "tp", &mi->tp));
     TRY(opt_flag_u32(d, m, path, "sharded_input", &mi->sharded_input));
     TRY(opt_u64(d, m, path, "load_ms", &mi->load_ms));
+    TRY(opt_str(d, m, path, "device", mi->device, sizeof(mi->device)));
+    TRY(opt_str(d, m, path, "compute", mi->compute, sizeof(mi->compute)));
+    TRY(opt_flag_u32(d, m, path, "host_pinned", &mi->host_pinned));
     return WF_OK;
 }
 

@@ -397,7 +397,7 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
 /* MODEL (section 12.5): every field of wf_model_info_t under its name. */
 static void put_model(enc_t *e, const wf_model_info_t *m)
 {
-    e->failed |= msgpack_pack_map(&e->pk, 13);
+    e->failed |= msgpack_pack_map(&e->pk, 16);
     put_key_fixstr(e, "name", m->name, sizeof(m->name));
     put_key_fixstr(e, "path", m->path, sizeof(m->path));
     put_key_fixstr(e, "family", m->family, sizeof(m->family));
@@ -411,6 +411,9 @@ static void put_model(enc_t *e, const wf_model_info_t *m)
     put_key_uint(e, "tp", m->tp);
     put_key_bool(e, "sharded_input", m->sharded_input != 0);
     put_key_uint(e, "load_ms", m->load_ms);
+    put_key_fixstr(e, "device", m->device, sizeof(m->device));
+    put_key_fixstr(e, "compute", m->compute, sizeof(m->compute));
+    put_key_bool(e, "host_pinned", m->host_pinned != 0);
 }
 
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)

@@ -581,7 +581,7 @@ static void test_device(bool quick)
     case_ops = NULL;
     dev_mode = false;
     /* A backend on device memory in host mode (and device mode without
-     * the device entries, or in local mode) is refused before anything. */
+     * the device entries) is refused before anything. */
     wf_cp_job_t j = {.B = 1, .Sq = 4, .Skv = 4, .Hq = 1, .Hkv = 1, .D = 16, .hq_end = 1,
                      .scale = 0.25f, .q_dtype = WF_DTYPE_F32, .k_dtype = WF_DTYPE_F32,
                      .v_dtype = WF_DTYPE_F32, .out_dtype = WF_DTYPE_F32};
@@ -595,9 +595,13 @@ static void test_device(bool quick)
     CHECK(wf_cp_attention_run_dev(&j, &g1, wf_backend_cpu(), NULL, ws, sizeof ws, ws,
                                   sizeof ws) == WF_E_BAD_ARGUMENT,
           "device mode run on the CPU backend");
+    /* local mode on device buffers moves the shards with copy_rows: a
+     * backend without it is refused */
     j.local = true;
-    CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, ops, &db, &hb) == WF_E_BAD_ARGUMENT,
-          "device mode in local mode");
+    wf_backend_ops_t no_rows = *ops;
+    no_rows.copy_rows = NULL;
+    CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, &no_rows, &db, &hb) == WF_E_BAD_ARGUMENT,
+          "device mode in local mode without copy_rows");
     printf("device mode (stand-in device, staged host comm): %d cases\n", n);
 }
 

@@ -1,9 +1,22 @@
 /* test_cuda_gpu.c — the CUDA backend against the CPU backend (every
  * dtype, causal / non-causal with global offsets, GQA and explicit head
  * mappings, uneven shapes, D 64 / 128), the fused LSE merge against the
- * host formula, device conversions, and the NCCL comm backend with a
- * world of 1 (and of N when N GPUs exist). Exits 77 (skipped) where no
- * GPU can be opened. Uses the ops table only: no CUDA header here. */
+ * host formula, device conversions, the model ops against the CPU
+ * backend's same ops (linear for every weight dtype, column blocks,
+ * strided rows, fused bias / GELU epilogues and the kernel fallback;
+ * bias_act, act, add, modln, gate_residual, head_norm_rope, rope_table,
+ * timestep_proj, copy_rows; parameter refusals), cuBLASLt's GELU form,
+ * resident memory beside the job buffers, host registration, and the
+ * NCCL comm backend with a world of 1 (and of N when N GPUs exist).
+ * Exits 77 (skipped) where no GPU can be opened. Uses the ops table
+ * only: no CUDA header here.
+ *
+ * Tolerances of the model ops (|gpu - cpu| <= atol + rtol |cpu|, atol =
+ * rtol * max |cpu| of the case): linear with bf16 / f16 weights 1e-2 (x
+ * rounded to the weight dtype on the GPU), f32 weights 1e-5 (fp32
+ * products, other summation order); elementwise ops 1e-5 (f32 against
+ * the CPU's double statistics / libm); rope_table and timestep_proj
+ * 2e-6 absolute (values in [-1, 1]); copy_rows exact. */
 #include "backend.h"
 #include "tensor.h"
 #if WEFT_TEST_NCCL
@@ -38,6 +51,21 @@ static float frand(void)
     rng = rng * 1664525u + 1013904223u;
     return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
+
+static void *dev_copy(const void *h, size_t bytes);
+
+/* The CPU backend's op, or a failure naming it (the CPU model ops come
+ * from the ops-cpu branch; before that merge they are NULL here). */
+#define NEED_CPU(op)                                                               \
+    do {                                                                           \
+        if (!C->op) {                                                              \
+            fprintf(stderr, "  %s: FAIL: wf_backend_cpu()->" #op " is NULL (the CPU " \
+                            "model ops are not in this build), nothing compared\n", \
+                    __func__);                                                     \
+            failures++;                                                            \
+            return;                                                                \
+        }                                                                          \
+    } while (0)
 
 static void *dev_copy(const void *h, size_t bytes)
 {
@@ -258,6 +286,473 @@ static void test_convert(void)
     free(f); free(back); free(h); free(want);
 }
 
+/* ---- model ops ---------------------------------------------------------------- */
+
+static float *hrand(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
+}
+
+static float *hfill(size_t n, float value)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = value;
+    return v;
+}
+
+/* Device buffer -> host, waiting for the stream. */
+static void fetch(void *h, const void *d, size_t bytes)
+{
+    CHECK(G->copy_d2h(gctx, h, d, bytes) == WF_OK);
+    CHECK(G->synchronize(gctx) == WF_OK);
+}
+
+/* got against ref over n floats (padding included: equal sentinels give
+ * 0): |got - ref| <= atol + rtol |ref|, atol = rtol * max |ref| (or
+ * atol_abs when >= 0). Prints one line; returns the failures. */
+static size_t compare(const char *what, const float *ref, const float *got, size_t n,
+                      double rtol, double atol_abs)
+{
+    double mx = 0, me = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+    double atol = atol_abs >= 0 ? atol_abs : rtol * mx;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)ref[i]);
+        if (!(e <= atol + rtol * fabs(ref[i])))
+            bad++;
+        if (e > me || e != e)
+            me = e;
+    }
+    printf("  %s: max err %.2e (max |ref| %.2e)%s\n", what, me, mx, bad ? "  FAIL" : "");
+    CHECK(bad == 0);
+    return bad;
+}
+
+typedef struct lcase {
+    int64_t rows, out, ldx_pad, ldy_pad;
+    uint32_t nwb;
+    int64_t wbw[4];
+    int64_t gap;        /* columns between blocks in the full weight (misaligns) */
+    int bias, bias_off; /* bias present; offset in floats (1: not 16-byte aligned) */
+    wf_act_t act;
+} lcase_t;
+
+/* One linear on both backends; g = the GPU context to use. */
+static void linear_case(wf_backend_ctx_t *g, const lcase_t *t, wf_dtype_t wdt, const char *tag)
+{
+    int64_t in = 0;
+    for (uint32_t k = 0; k < t->nwb; k++)
+        in += t->wbw[k];
+    /* gap 0: weight rows and blocks 16-byte aligned where in allows;
+     * gap > 0: odd starts and an odd ldw (cuBLASLt told the alignment). */
+    const int64_t ldw = in + (int64_t)t->nwb * t->gap + (t->gap ? 3 : 8), ldx = in + t->ldx_pad,
+                  ldy = t->out + t->ldy_pad;
+    const size_t es = dsz(wdt), nx = (size_t)(t->rows * ldx), ny = (size_t)(t->rows * ldy);
+    const size_t nw = (size_t)(t->out * ldw);
+    float *x = hrand(nx, 1.0f), *wf = hrand(nw, 0.5f), *bias = hrand((size_t)t->out + 4, 1.0f);
+    float *yc = hfill(ny, 777.f), *yg = hfill(ny, 777.f);
+    unsigned char *w = malloc(nw * es);
+    wf_convert_from_f32(w, wdt, wf, nw);
+    wf_linear_params_t p;
+    memset(&p, 0, sizeof p);
+    p.rows = t->rows; p.in = in; p.out = t->out;
+    p.ldx = ldx; p.ldy = ldy; p.ldw = ldw;
+    p.w_dtype = wdt; p.nwb = t->nwb; p.act = t->act;
+    int64_t starts[4], col = t->gap; /* block k at column starts[k] of the full weight */
+    for (uint32_t k = 0; k < t->nwb; k++) {
+        starts[k] = col;
+        p.wbw[k] = t->wbw[k];
+        col += t->wbw[k] + t->gap;
+    }
+    /* CPU */
+    p.x = x; p.y = yc;
+    p.bias = t->bias ? bias + t->bias_off : NULL;
+    for (uint32_t k = 0; k < t->nwb; k++)
+        p.wb[k] = w + (size_t)starts[k] * es;
+    size_t cws = C->linear_workspace(&p);
+    void *cw = cws ? aligned_alloc(64, (cws + 63) / 64 * 64) : NULL;
+    CHECK(C->linear(cctx, &p, cw) == WF_OK);
+    free(cw);
+    /* GPU */
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(yg, ny * 4);
+    unsigned char *dw = dev_copy(w, nw * es);
+    float *db = dev_copy(bias, ((size_t)t->out + 4) * 4);
+    p.x = dx; p.y = dy;
+    p.bias = t->bias ? db + t->bias_off : NULL;
+    for (uint32_t k = 0; k < t->nwb; k++)
+        p.wb[k] = dw + (size_t)starts[k] * es;
+    CHECK(G->synchronize(gctx) == WF_OK); /* the copies ran on gctx's stream; g may differ */
+    size_t gws = G->linear_workspace(&p);
+    CHECK(gws == (wdt == WF_DTYPE_F32 ? 0 : ((size_t)(t->rows * in * 2) + 255) / 256 * 256));
+    void *ws = NULL;
+    if (gws)
+        CHECK(G->dev_alloc(g, gws, &ws) == WF_OK);
+    CHECK(G->linear(g, &p, ws) == WF_OK);
+    CHECK(G->copy_d2h(g, yg, dy, ny * 4) == WF_OK);
+    CHECK(G->synchronize(g) == WF_OK);
+    char what[160];
+    snprintf(what, sizeof what,
+             "linear%s w%d rows %lld in %lld out %lld blocks %u gap %lld bias %d%s act %d", tag,
+             wdt, (long long)t->rows, (long long)in, (long long)t->out, t->nwb,
+             (long long)t->gap, t->bias, t->bias_off ? " (unaligned)" : "", t->act);
+    compare(what, yc, yg, ny, wdt == WF_DTYPE_F32 ? 1e-5 : 1e-2, -1);
+    free(x); free(wf); free(bias); free(yc); free(yg); free(w);
+}
+
+static void test_linear(void)
+{
+    NEED_CPU(linear);
+    static const lcase_t cases[] = {
+        {64, 96, 0, 0, 1, {128}, 0, 1, 0, WF_ACT_NONE},
+        {77, 50, 5, 3, 1, {72}, 0, 1, 0, WF_ACT_GELU_TANH},   /* strided, odd sizes */
+        {33, 64, 0, 8, 2, {40, 24}, 5, 1, 0, WF_ACT_SILU},    /* blocks with gaps */
+        {128, 256, 16, 0, 4, {64, 64, 32, 96}, 0, 1, 0, WF_ACT_GELU_TANH},
+        {9, 31, 1, 1, 3, {17, 9, 6}, 1, 1, 1, WF_ACT_GELU_TANH}, /* misaligned everything */
+        {1, 8, 0, 0, 1, {8}, 0, 0, 0, WF_ACT_GELU_TANH},      /* one row, no bias */
+        {300, 3072, 0, 0, 1, {256}, 0, 1, 0, WF_ACT_NONE},    /* a FLUX-like shape */
+    };
+    static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            linear_case(gctx, &cases[c], dts[d], "");
+            G->dev_reset(gctx);
+        }
+    /* The same with GELU kept out of the epilogue (a kernel applies it). */
+    setenv("WEFT_CUDA_GELU", "kernel", 1);
+    wf_backend_ctx_t *k = NULL;
+    CHECK(G->ctx_new(0, (uint64_t)256 << 20, &k) == WF_OK);
+    unsetenv("WEFT_CUDA_GELU");
+    if (k) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            if (cases[c].act == WF_ACT_GELU_TANH)
+                for (int d = 0; d < 3; d++) {
+                    /* linear_case allocates the inputs from gctx, the workspace from k */
+                    linear_case(k, &cases[c], dts[d], " (GELU kernel)");
+                    G->dev_reset(gctx);
+                    G->dev_reset(k);
+                }
+        G->ctx_destroy(&k);
+    }
+    /* rows 0 is a no-op; bad params are refused. */
+    wf_linear_params_t p;
+    memset(&p, 0, sizeof p);
+    p.in = 8; p.out = 4; p.ldx = 8; p.ldy = 4; p.ldw = 8; p.nwb = 1; p.wbw[0] = 8;
+    p.w_dtype = WF_DTYPE_BF16;
+    CHECK(G->linear(gctx, &p, NULL) == WF_OK);
+    p.rows = 2;
+    CHECK(G->linear(gctx, &p, NULL) == WF_E_BAD_ARGUMENT); /* NULL pointers */
+    CHECK(G->linear(NULL, &p, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK(G->linear(gctx, NULL, NULL) == WF_E_BAD_ARGUMENT);
+}
+
+/* cuBLASLt's fused GELU is the tanh form: the pre-activations of an f32
+ * linear (act NONE) through both forms on the host, against the fused
+ * result; the two forms differ by up to 4.7e-4 around |x| ~ 2, the
+ * tolerance is 2e-5. No CPU backend needed. */
+static void test_gelu_form(void)
+{
+    const int64_t rows = 64, in = 32, out = 128;
+    float *x = hrand((size_t)(rows * in), 1.0f), *w = hrand((size_t)(out * in), 0.4f);
+    float *bias = hrand((size_t)out, 1.0f);
+    float *pre = malloc((size_t)(rows * out) * 4), *got = malloc((size_t)(rows * out) * 4);
+    float *dx = dev_copy(x, (size_t)(rows * in) * 4), *dw = dev_copy(w, (size_t)(out * in) * 4);
+    float *db = dev_copy(bias, (size_t)out * 4), *dy = NULL;
+    CHECK(G->dev_alloc(gctx, (size_t)(rows * out) * 4, (void **)&dy) == WF_OK);
+    wf_linear_params_t p;
+    memset(&p, 0, sizeof p);
+    p.rows = rows; p.in = in; p.out = out; p.x = dx; p.ldx = in;
+    p.w_dtype = WF_DTYPE_F32; p.ldw = in; p.nwb = 1; p.wb[0] = dw; p.wbw[0] = in;
+    p.bias = db; p.y = dy; p.ldy = out;
+    CHECK(G->linear(gctx, &p, NULL) == WF_OK);
+    fetch(pre, dy, (size_t)(rows * out) * 4);
+    p.act = WF_ACT_GELU_TANH;
+    CHECK(G->linear(gctx, &p, NULL) == WF_OK);
+    fetch(got, dy, (size_t)(rows * out) * 4);
+    double et = 0, ee = 0, span = 0;
+    for (int64_t i = 0; i < rows * out; i++) {
+        double a = pre[i];
+        double gt = 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+        double ge = 0.5 * a * (1.0 + erf(a / sqrt(2.0)));
+        double d1 = fabs(got[i] - gt), d2 = fabs(got[i] - ge);
+        et = d1 > et ? d1 : et;
+        ee = d2 > ee ? d2 : ee;
+        span = fabs(a) > span ? fabs(a) : span;
+    }
+    printf("  fused GELU: max |gpu - tanh form| %.2e, max |gpu - erf form| %.2e (|x| up to %.1f)%s\n",
+           et, ee, span, et <= 2e-5 ? "" : "  FAIL (not the tanh form: set WEFT_CUDA_GELU=kernel)");
+    CHECK(et <= 2e-5);
+    G->dev_reset(gctx);
+    free(x); free(w); free(bias); free(pre); free(got);
+}
+
+static void test_elementwise_ops(void)
+{
+    NEED_CPU(bias_act);
+    NEED_CPU(act);
+    NEED_CPU(add);
+    const int64_t rows = 37, n = 300, ldy = 311;
+    const size_t ny = (size_t)(rows * ldy);
+    static const wf_act_t acts[] = {WF_ACT_NONE, WF_ACT_GELU_TANH, WF_ACT_SILU};
+    for (int a = 0; a < 3; a++)
+        for (int wb = 0; wb < 2; wb++) {
+            float *y = hrand(ny, 6.0f), *b = hrand((size_t)n, 1.0f), *yg = malloc(ny * 4);
+            float *dy = dev_copy(y, ny * 4), *dbias = dev_copy(b, (size_t)n * 4);
+            CHECK(C->bias_act(cctx, y, rows, n, ldy, wb ? b : NULL, acts[a]) == WF_OK);
+            CHECK(G->bias_act(gctx, dy, rows, n, ldy, wb ? dbias : NULL, acts[a]) == WF_OK);
+            fetch(yg, dy, ny * 4);
+            char what[64];
+            snprintf(what, sizeof what, "bias_act act %d bias %d", acts[a], wb);
+            compare(what, y, yg, ny, 1e-5, -1);
+            G->dev_reset(gctx);
+            free(y); free(b); free(yg);
+        }
+    const int64_t N = 100003;
+    for (int a = 1; a < 3; a++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+            float *src = hrand((size_t)N, 8.0f), *dc = hfill((size_t)N, 5.f), *dg = malloc((size_t)N * 4);
+            float *ds = dev_copy(src, (size_t)N * 4), *dd = dev_copy(dc, (size_t)N * 4);
+            if (inplace) {
+                CHECK(C->act(cctx, src, src, N, acts[a]) == WF_OK);
+                CHECK(G->act(gctx, ds, ds, N, acts[a]) == WF_OK);
+                fetch(dg, ds, (size_t)N * 4);
+                compare(acts[a] == WF_ACT_SILU ? "act silu in place" : "act gelu in place", src,
+                        dg, (size_t)N, 1e-5, -1);
+            } else {
+                CHECK(C->act(cctx, dc, src, N, acts[a]) == WF_OK);
+                CHECK(G->act(gctx, dd, ds, N, acts[a]) == WF_OK);
+                fetch(dg, dd, (size_t)N * 4);
+                compare(acts[a] == WF_ACT_SILU ? "act silu" : "act gelu", dc, dg, (size_t)N, 1e-5,
+                        -1);
+            }
+            G->dev_reset(gctx);
+            free(src); free(dc); free(dg);
+        }
+    {
+        float *a = hrand((size_t)N, 3.f), *b = hrand((size_t)N, 3.f), *g = malloc((size_t)N * 4);
+        float *da = dev_copy(a, (size_t)N * 4), *dbb = dev_copy(b, (size_t)N * 4);
+        CHECK(C->add(cctx, a, b, N) == WF_OK);
+        CHECK(G->add(gctx, da, dbb, N) == WF_OK);
+        fetch(g, da, (size_t)N * 4);
+        compare("add", a, g, (size_t)N, 0, 0); /* one f32 addition: exact */
+        G->dev_reset(gctx);
+        free(a); free(b); free(g);
+    }
+    CHECK(G->act(gctx, NULL, NULL, 4, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
+    CHECK(G->act(gctx, (float *)8, (float *)8, 4, WF_ACT_NONE) == WF_E_BAD_ARGUMENT);
+    CHECK(G->act(gctx, (float *)8, (float *)8, -1, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
+    CHECK(G->add(gctx, NULL, NULL, 0) == WF_OK);
+    CHECK(G->add(gctx, NULL, NULL, 1) == WF_E_BAD_ARGUMENT);
+    CHECK(G->bias_act(gctx, (float *)8, 2, 8, 7, NULL, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
+    CHECK(G->bias_act(gctx, (float *)8, 2, 8, 8, NULL, (wf_act_t)5) == WF_E_BAD_ARGUMENT);
+}
+
+static void test_modln_gate(void)
+{
+    NEED_CPU(modln);
+    NEED_CPU(gate_residual);
+    static const int64_t Cs[] = {3072, 100, 33};
+    for (int ci = 0; ci < 3; ci++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+            const int64_t nb = 2, per = 37, W = Cs[ci], lds = W + 5, ldd = inplace ? lds : W + 2,
+                          ldm = 6 * W;
+            const size_t ns = (size_t)(nb * per * lds), nd = (size_t)(nb * per * ldd),
+                         nm = (size_t)(nb * ldm);
+            float *src = hrand(ns, 3.0f), *mod = hrand(nm, 0.5f);
+            for (size_t i = 0; i < ns; i++)
+                src[i] += 10.0f; /* an offset mean: the two-pass variance matters */
+            float *dc = inplace ? src : hfill(nd, 777.f), *dg = malloc(nd * 4);
+            float *ds = dev_copy(src, ns * 4), *dm = dev_copy(mod, nm * 4);
+            float *dd = inplace ? ds : dev_copy(dc, nd * 4);
+            wf_modln_params_t p = {nb, per, W, src, lds, dc, ldd, mod + 0 * W, mod + 1 * W, ldm,
+                                   1e-6f};
+            CHECK(C->modln(cctx, &p) == WF_OK);
+            p.src = ds; p.dst = dd; p.shift = dm; p.scale = dm + W;
+            CHECK(G->modln(gctx, &p) == WF_OK);
+            fetch(dg, dd, nd * 4);
+            char what[64];
+            snprintf(what, sizeof what, "modln C %lld%s", (long long)W, inplace ? " in place" : "");
+            compare(what, dc, dg, nd, 1e-5, -1);
+            if (!inplace)
+                free(dc);
+            G->dev_reset(gctx);
+            free(src); free(mod); free(dg);
+        }
+    {
+        const int64_t nb = 2, per = 19, W = 700, lds = 720, ldy = 705, ldg = 6 * W;
+        const size_t ns = (size_t)(nb * per * lds), ny = (size_t)(nb * per * ldy),
+                     ng = (size_t)(nb * ldg);
+        float *S = hrand(ns, 2.f), *y = hrand(ny, 2.f), *gt = hrand(ng, 1.f), *Sg = malloc(ns * 4);
+        float *dS = dev_copy(S, ns * 4), *dy = dev_copy(y, ny * 4), *dg = dev_copy(gt, ng * 4);
+        CHECK(C->gate_residual(cctx, S, lds, y, ldy, gt + 2 * W, ldg, nb, per, W) == WF_OK);
+        CHECK(G->gate_residual(gctx, dS, lds, dy, ldy, dg + 2 * W, ldg, nb, per, W) == WF_OK);
+        fetch(Sg, dS, ns * 4);
+        compare("gate_residual", S, Sg, ns, 1e-6, -1);
+        G->dev_reset(gctx);
+        free(S); free(y); free(gt); free(Sg);
+    }
+    wf_modln_params_t bad = {1, 1, 8, NULL, 8, NULL, 8, NULL, NULL, 8, 1e-6f};
+    CHECK(G->modln(gctx, &bad) == WF_E_BAD_ARGUMENT);
+    CHECK(G->modln(gctx, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK(G->gate_residual(gctx, (float *)8, 7, (float *)8, 8, (float *)8, 8, 1, 1, 8) ==
+          WF_E_BAD_ARGUMENT);
+}
+
+static void test_head_norm_rope(void)
+{
+    NEED_CPU(head_norm_rope);
+    static const int64_t Ds[] = {128, 64};
+    for (int di = 0; di < 2; di++)
+        for (int mode = 0; mode < 4; mode++) { /* bit 0: norm, bit 1: rope */
+            const int64_t nb = 2, per = 23, L = 40, row0 = 9, H = 3, D = Ds[di];
+            const int64_t lds = H * D + 7;
+            const size_t ns = (size_t)(nb * per * lds), nd = (size_t)(nb * L * H * D),
+                         nt = (size_t)(L * D);
+            float *src = hrand(ns, 4.f), *nw = hrand((size_t)D, 1.f), *cs = hrand(nt, 1.f),
+                  *sn = hrand(nt, 1.f);
+            float *dc = hfill(nd, 777.f), *dg = malloc(nd * 4);
+            float *dsrc = dev_copy(src, ns * 4), *dnw = dev_copy(nw, (size_t)D * 4);
+            float *dcs = dev_copy(cs, nt * 4), *dsn = dev_copy(sn, nt * 4), *dd = dev_copy(dc, nd * 4);
+            wf_headrope_params_t p = {nb, per, L, row0, H, D, src, lds, dc,
+                                      mode & 1 ? nw : NULL, mode & 2 ? cs : NULL,
+                                      mode & 2 ? sn : NULL, 1e-6f};
+            CHECK(C->head_norm_rope(cctx, &p) == WF_OK);
+            p.src = dsrc; p.dst = dd; p.norm = mode & 1 ? dnw : NULL;
+            p.cos = mode & 2 ? dcs : NULL; p.sin = mode & 2 ? dsn : NULL;
+            CHECK(G->head_norm_rope(gctx, &p) == WF_OK);
+            fetch(dg, dd, nd * 4);
+            char what[64];
+            snprintf(what, sizeof what, "head_norm_rope D %lld norm %d rope %d", (long long)D,
+                     mode & 1, mode >> 1);
+            compare(what, dc, dg, nd, 1e-5, -1);
+            G->dev_reset(gctx);
+            free(src); free(nw); free(cs); free(sn); free(dc); free(dg);
+        }
+    wf_headrope_params_t bad = {1, 4, 3, 0, 1, 8, (float *)8, 8, (float *)8, NULL, NULL, NULL,
+                                1e-6f};
+    CHECK(G->head_norm_rope(gctx, &bad) == WF_E_BAD_ARGUMENT); /* per > L - row0 */
+}
+
+static void test_tables(void)
+{
+    NEED_CPU(rope_table);
+    NEED_CPU(timestep_proj);
+    const uint32_t axes[3] = {16, 56, 56};
+    const int64_t L = 512, D = 128, na = 3;
+    float *ids = malloc((size_t)(L * na) * 4);
+    for (int64_t l = 0; l < L; l++) {
+        ids[l * na + 0] = 0.f;
+        ids[l * na + 1] = (float)(l / 32);
+        ids[l * na + 2] = l % 3 == 0 ? (float)(l % 32) + 0.37f : (float)(l % 32) * 7.f;
+    }
+    const size_t nt = (size_t)(L * D);
+    float *cc = malloc(nt * 4), *sc = malloc(nt * 4), *cg = malloc(nt * 4), *sg = malloc(nt * 4);
+    float *dids = dev_copy(ids, (size_t)(L * na) * 4), *dcs = NULL, *dsn = NULL;
+    CHECK(G->dev_alloc(gctx, nt * 4, (void **)&dcs) == WF_OK &&
+          G->dev_alloc(gctx, nt * 4, (void **)&dsn) == WF_OK);
+    CHECK(C->rope_table(cctx, ids, L, axes, 3, 10000.0, D, cc, sc) == WF_OK);
+    CHECK(G->rope_table(gctx, dids, L, axes, 3, 10000.0, D, dcs, dsn) == WF_OK);
+    fetch(cg, dcs, nt * 4);
+    fetch(sg, dsn, nt * 4);
+    compare("rope_table cos", cc, cg, nt, 0, 2e-6);
+    compare("rope_table sin", sc, sg, nt, 0, 2e-6);
+    CHECK(G->rope_table(gctx, dids, L, axes, 3, 10000.0, 126, dcs, dsn) == WF_E_BAD_ARGUMENT);
+    G->dev_reset(gctx);
+    free(ids); free(cc); free(sc); free(cg); free(sg);
+
+    const float t[4] = {0.875f, 0.3f, 1.0f, 0.0123f};
+    const int64_t B = 4, dim = 256;
+    static const wf_dtype_t rd[] = {WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16};
+    for (int r = 0; r < 3; r++) {
+        float c[4 * 256], g[4 * 256], *dt = dev_copy(t, sizeof t), *dd = NULL;
+        CHECK(G->dev_alloc(gctx, sizeof g, (void **)&dd) == WF_OK);
+        CHECK(C->timestep_proj(cctx, t, B, dim, rd[r], c) == WF_OK);
+        CHECK(G->timestep_proj(gctx, dt, B, dim, rd[r], dd) == WF_OK);
+        fetch(g, dd, sizeof g);
+        char what[64];
+        snprintf(what, sizeof what, "timestep_proj round %d", rd[r]);
+        compare(what, c, g, (size_t)(B * dim), 0, 2e-6);
+        G->dev_reset(gctx);
+    }
+    CHECK(G->timestep_proj(gctx, t, B, 255, WF_DTYPE_F32, (float *)8) == WF_E_BAD_ARGUMENT);
+}
+
+static void test_copy_rows(void)
+{
+    NEED_CPU(copy_rows);
+    const int64_t rows = 50;
+    const size_t ls = 1000, ld = 777, rb = 500, n = (size_t)rows * ls;
+    unsigned char *h = malloc(n), *want = calloc((size_t)rows * ld, 1), *got = malloc((size_t)rows * ld);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (unsigned char)(i * 31u + 7u);
+    unsigned char *dsrc = dev_copy(h, n), *ddst = dev_copy(want, (size_t)rows * ld);
+    CHECK(C->copy_rows(cctx, want, ld, h, ls, rows, rb) == WF_OK);
+    CHECK(G->copy_rows(gctx, ddst, ld, dsrc, ls, rows, rb) == WF_OK);
+    fetch(got, ddst, (size_t)rows * ld);
+    int same = memcmp(got, want, (size_t)rows * ld) == 0;
+    printf("  copy_rows: %s\n", same ? "bit-exact" : "FAIL");
+    CHECK(same);
+    CHECK(G->copy_rows(gctx, ddst, 400, dsrc, ls, rows, rb) == WF_E_BAD_ARGUMENT);
+    CHECK(G->copy_rows(gctx, dsrc + 10, ls, dsrc, ls, rows, rb) == WF_E_BAD_ARGUMENT);
+    CHECK(G->copy_rows(gctx, NULL, ld, NULL, ls, 0, rb) == WF_OK);
+    G->dev_reset(gctx);
+    free(h); free(want); free(got);
+}
+
+/* Resident blocks beside the job buffers: alignment, accounting, the
+ * bump allocator stopping below them, contents kept over dev_reset. */
+static void test_resident_memory(void)
+{
+    wf_backend_ctx_t *m = NULL;
+    const uint64_t budget = (uint64_t)64 << 20;
+    CHECK(G->ctx_new(0, budget, &m) == WF_OK);
+    if (!m)
+        return;
+    uint64_t tot = 0, fr = 0;
+    G->memory_info(m, &tot, &fr);
+    CHECK(tot == budget && fr == budget);
+    void *r1 = NULL, *r2 = NULL, *j = NULL;
+    CHECK(G->mem_alloc(m, (size_t)16 << 20, &r1) == WF_OK && ((uintptr_t)r1 & 255) == 0);
+    CHECK(G->mem_alloc(m, 1000, &r2) == WF_OK && ((uintptr_t)r2 & 255) == 0);
+    G->memory_info(m, &tot, &fr);
+    CHECK(tot == budget && fr == budget - ((uint64_t)16 << 20) - 1024);
+    float pat[256];
+    for (int i = 0; i < 256; i++)
+        pat[i] = (float)i * 0.5f;
+    CHECK(G->copy_h2d(m, r2, pat, sizeof pat) == WF_OK);
+    CHECK(G->dev_alloc(m, fr + 1, &j) == WF_E_NO_MEMORY);
+    CHECK(G->dev_alloc(m, fr, &j) == WF_OK);
+    CHECK((unsigned char *)j + fr <= (unsigned char *)r2); /* below every resident block */
+    CHECK(G->mem_alloc(m, 256, &j) == WF_E_NO_MEMORY);      /* no room above the job */
+    CHECK(G->synchronize(m) == WF_OK);
+    G->dev_reset(m);
+    float back[256];
+    CHECK(G->copy_d2h(m, back, r2, sizeof back) == WF_OK && G->synchronize(m) == WF_OK);
+    CHECK(memcmp(back, pat, sizeof pat) == 0);
+    G->mem_free(m, r1);
+    G->mem_free(m, r2);
+    G->mem_free(m, NULL);
+    G->memory_info(m, &tot, &fr);
+    CHECK(fr == budget);
+    G->ctx_destroy(&m);
+    printf("  resident memory: blocks from the top, job buffers below, freed back\n");
+
+    /* host registration */
+    size_t hb = (size_t)4 << 20;
+    void *h = aligned_alloc(4096, hb);
+    wf_status_t st = G->host_register(h, hb);
+    CHECK(st == WF_OK || st == WF_E_UNAVAILABLE);
+    printf("  host_register: %s\n", st == WF_OK ? "pinned" : "unavailable (not an error)");
+    if (st == WF_OK)
+        G->host_unregister(h);
+    free(h);
+}
+
 #if WEFT_TEST_NCCL
 typedef struct nccl_arg {
     wf_nccl_id_t id;
@@ -423,6 +918,14 @@ int main(void)
     test_attention();
     test_merge();
     test_convert();
+    test_gelu_form();
+    test_linear();
+    test_elementwise_ops();
+    test_modln_gate();
+    test_head_norm_rope();
+    test_tables();
+    test_copy_rows();
+    test_resident_memory();
 #if WEFT_TEST_NCCL
     G->ctx_destroy(&gctx);
     test_nccl(ngpu);

@@ -1,7 +1,12 @@
 /* test_cuda_host.c — the host-side logic of the CUDA backend and of the
  * NCCL comm backend, without a GPU: attention launch geometry for many
  * shapes and both head dims, the device arena (offsets, alignment, high
- * water, refusal), admission, workspace sizes, and NCCL's deadlines, poll
+ * water, refusal) and its resident blocks (first fit from the top, free,
+ * coalescing, fragmentation, no overlap with job buffers, refusals that
+ * change nothing, against a brute-force model), admission, workspace
+ * sizes, the linear's cuBLASLt plan (column-major mapping, blocks, beta,
+ * epilogues, alignments, validation), the elementwise ops' geometry and
+ * checks, rope_table's frequencies, and NCCL's deadlines, poll
  * pacing and error mapping. (The point-to-point plans NCCL runs are
  * tested in every build by tests/test_p2p_plan.c; the split colors are
  * wf_mesh_color's, tested by tests/test_mesh.c.) */
@@ -10,6 +15,7 @@
 #include "comm/comm_nccl.h"
 #endif
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,6 +231,524 @@ static void test_arena(void)
     }
 }
 
+
+/* The resident blocks' invariants: sorted, aligned, disjoint, inside
+ * [used, capacity), floor and resident consistent. */
+static int res_consistent(const wf_cuda_arena_t *a)
+{
+    uint64_t sum = 0, prev_end = a->used;
+    for (uint32_t i = 0; i < a->nres; i++) {
+        const wf_cuda_block_t *b = &a->res[i];
+        if (b->off % a->align || b->bytes % a->align || b->bytes == 0)
+            return 0;
+        if (b->off < prev_end || b->off + b->bytes > a->capacity)
+            return 0;
+        prev_end = b->off + b->bytes;
+        sum += b->bytes;
+    }
+    if (sum != a->resident)
+        return 0;
+    return a->floor == (a->nres ? a->res[0].off : a->capacity) && a->used <= a->floor;
+}
+
+static void test_resident(void)
+{
+    static wf_cuda_arena_t a, snap; /* 16 KiB each: not on the stack */
+    uint64_t off, o1, o2, o3, j;
+    CHECK(wf_cuda_arena_init(&a, 10 * 256, 256) == WF_OK);
+    CHECK(a.floor == 2560 && a.nres == 0 && a.resident == 0);
+    /* First fit from the top, rounded to the alignment. */
+    CHECK(wf_cuda_arena_res_alloc(&a, 300, &o1) == WF_OK && o1 == 2560 - 512);
+    CHECK(wf_cuda_arena_res_alloc(&a, 256, &o2) == WF_OK && o2 == 2560 - 768);
+    CHECK(wf_cuda_arena_res_alloc(&a, 0, &o3) == WF_OK && o3 == 2560 - 1024); /* 0: one unit */
+    CHECK(a.floor == 1536 && a.resident == 1024 && a.nres == 3 && res_consistent(&a));
+    /* Job buffers stop at the lowest resident block. */
+    CHECK(wf_cuda_arena_free(&a) == 1536);
+    CHECK(wf_cuda_arena_take(&a, 1000, &j) == WF_OK && j == 0);
+    CHECK(wf_cuda_arena_take(&a, 513, &j) == WF_E_NO_MEMORY && a.used == 1024);
+    CHECK(wf_cuda_arena_take(&a, 512, &j) == WF_OK && j == 1024 && a.used == 1536);
+    CHECK(wf_cuda_arena_free(&a) == 0);
+    /* ... and resident blocks never go below the job buffers. */
+    CHECK(wf_cuda_arena_res_alloc(&a, 1, &off) == WF_E_NO_MEMORY);
+    wf_cuda_arena_reset(&a);
+    CHECK(a.nres == 3 && a.floor == 1536 && res_consistent(&a)); /* reset keeps them */
+    /* A hole in the middle: freed, then refilled first (highest hole). */
+    CHECK(wf_cuda_arena_res_free(&a, o2) == WF_OK && a.nres == 2 && a.floor == 1536);
+    CHECK(a.resident == 768 && res_consistent(&a));
+    CHECK(wf_cuda_arena_res_alloc(&a, 200, &off) == WF_OK && off == o2);
+    /* Too big for the hole: below the lowest block. */
+    CHECK(wf_cuda_arena_res_free(&a, o2) == WF_OK);
+    CHECK(wf_cuda_arena_res_alloc(&a, 512, &off) == WF_OK && off == 1536 - 512);
+    CHECK(a.floor == 1024 && res_consistent(&a));
+    /* Coalescing: freeing neighbours makes one hole that takes a larger block. */
+    CHECK(wf_cuda_arena_res_free(&a, o3) == WF_OK);  /* hole [1536, 2048) now 512 */
+    CHECK(wf_cuda_arena_res_alloc(&a, 512, &off) == WF_OK && off == 1536);
+    CHECK(wf_cuda_arena_res_free(&a, 1536) == WF_OK);
+    CHECK(wf_cuda_arena_res_free(&a, o1) == WF_OK);  /* [1536, 2560) free */
+    CHECK(wf_cuda_arena_res_alloc(&a, 1024, &off) == WF_OK && off == 1536);
+    CHECK(res_consistent(&a) && a.nres == 2);
+    /* Unknown or inner offsets are refused, nothing changes. */
+    memcpy(&snap, &a, sizeof a);
+    CHECK(wf_cuda_arena_res_free(&a, 1536 + 256) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_arena_res_free(&a, 0) == WF_E_BAD_ARGUMENT);
+    CHECK(memcmp(&snap, &a, sizeof a) == 0);
+    /* Fragmentation: enough bytes in total but no hole big enough. */
+    CHECK(wf_cuda_arena_init(&a, 8 * 256, 256) == WF_OK);
+    uint64_t offs[8];
+    for (int i = 0; i < 8; i++)
+        CHECK(wf_cuda_arena_res_alloc(&a, 256, &offs[i]) == WF_OK && offs[i] == (uint64_t)(7 - i) * 256);
+    CHECK(wf_cuda_arena_free(&a) == 0 && a.floor == 0);
+    CHECK(wf_cuda_arena_take(&a, 0, &j) == WF_OK && j == 0);
+    CHECK(wf_cuda_arena_take(&a, 1, &j) == WF_E_NO_MEMORY);
+    for (int i = 0; i < 8; i += 2)
+        CHECK(wf_cuda_arena_res_free(&a, offs[i]) == WF_OK); /* 4 holes of 256 */
+    CHECK(a.resident == 1024);
+    memcpy(&snap, &a, sizeof a);
+    CHECK(wf_cuda_arena_res_alloc(&a, 257, &off) == WF_E_NO_MEMORY);
+    CHECK(memcmp(&snap, &a, sizeof a) == 0); /* refusal changes nothing */
+    CHECK(wf_cuda_arena_res_alloc(&a, 256, &off) == WF_OK && off == offs[0]);
+    CHECK(wf_cuda_arena_res_alloc(&a, UINT64_MAX, &off) == WF_E_NO_MEMORY);
+    CHECK(wf_cuda_arena_res_alloc(NULL, 1, &off) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_arena_res_alloc(&a, 1, NULL) == WF_E_BAD_ARGUMENT);
+    /* The block count is bounded. */
+    CHECK(wf_cuda_arena_init(&a, (uint64_t)(WF_CUDA_MAX_RESIDENT + 10) * 16, 16) == WF_OK);
+    for (int i = 0; i < WF_CUDA_MAX_RESIDENT; i++)
+        CHECK(wf_cuda_arena_res_alloc(&a, 16, &off) == WF_OK);
+    CHECK(wf_cuda_arena_res_alloc(&a, 16, &off) == WF_E_NO_MEMORY);
+    CHECK(wf_cuda_arena_free(&a) == 160);
+
+    /* Random sequences against a brute-force model: a byte map of who
+     * owns each unit (0 free, 1 job, 2 + i resident block i). */
+    enum { UNITS = 64 };
+    static unsigned char own[UNITS];
+    uint64_t live[UNITS];
+    int nlive = 0;
+    CHECK(wf_cuda_arena_init(&a, UNITS * 256, 256) == WF_OK);
+    memset(own, 0, sizeof own);
+    unsigned x = 777;
+    for (int it = 0; it < 20000; it++) {
+        x = x * 1103515245u + 12345u;
+        unsigned op = (x >> 16) % 10;
+        uint64_t units = 1 + (x >> 4) % 6;
+        if (op < 4) { /* resident alloc: the model's answer is the top of
+                       * the highest free hole above the job units that
+                       * holds the block */
+            int hole_want = -1;
+            {
+                int top = UNITS;
+                while (top > 0 && hole_want < 0) {
+                    while (top > 0 && own[top - 1] >= 2)
+                        top--;
+                    int lo = top;
+                    while (lo > 0 && own[lo - 1] == 0)
+                        lo--;
+                    if (top - lo >= (int)units)
+                        hole_want = top - (int)units;
+                    if (lo > 0 && own[lo - 1] == 1)
+                        break; /* job units below: no more holes */
+                    top = lo;
+                }
+            }
+            memcpy(&snap, &a, sizeof a);
+            wf_status_t st = wf_cuda_arena_res_alloc(&a, units * 256 - 100, &off);
+            if (hole_want < 0 || nlive >= WF_CUDA_MAX_RESIDENT) {
+                CHECK(st == WF_E_NO_MEMORY && memcmp(&snap, &a, sizeof a) == 0);
+            } else {
+                CHECK(st == WF_OK && off == (uint64_t)hole_want * 256);
+                for (uint64_t u = 0; u < units; u++)
+                    own[off / 256 + u] = 2;
+                live[nlive++] = off;
+            }
+        } else if (op < 7) { /* resident free */
+            if (nlive) {
+                int k = (int)((x >> 8) % (unsigned)nlive);
+                uint64_t o = live[k];
+                uint64_t bytes = 0;
+                for (uint32_t i = 0; i < a.nres; i++)
+                    if (a.res[i].off == o)
+                        bytes = a.res[i].bytes;
+                CHECK(bytes > 0);
+                CHECK(wf_cuda_arena_res_free(&a, o) == WF_OK);
+                for (uint64_t u = 0; u < bytes / 256; u++)
+                    own[o / 256 + u] = 0;
+                live[k] = live[--nlive];
+            }
+        } else if (op < 9) { /* job buffer */
+            uint64_t before = a.used;
+            wf_status_t st = wf_cuda_arena_take(&a, units * 256 - 7, &j);
+            int fits = 1;
+            for (uint64_t u = before / 256; u < before / 256 + units; u++)
+                fits &= u < UNITS && own[u] == 0;
+            CHECK((st == WF_OK) == fits);
+            if (st == WF_OK) {
+                CHECK(j == before);
+                for (uint64_t u = 0; u < units; u++)
+                    own[j / 256 + u] = 1;
+            } else {
+                CHECK(a.used == before);
+            }
+        } else { /* end of job */
+            wf_cuda_arena_reset(&a);
+            for (int u = 0; u < UNITS; u++)
+                if (own[u] == 1)
+                    own[u] = 0;
+        }
+        CHECK(res_consistent(&a));
+        CHECK(a.nres == (uint32_t)nlive);
+    }
+}
+
+static wf_linear_params_t mkl(int64_t rows, int64_t in, int64_t out, wf_dtype_t wdt)
+{
+    static float xbuf[4096], ybuf[4096]; /* large enough for every case: x and y never overlap */
+    static char wbuf[256] __attribute__((aligned(256)));
+    wf_linear_params_t p;
+    memset(&p, 0, sizeof p);
+    p.rows = rows; p.in = in; p.out = out;
+    p.x = xbuf; p.ldx = in;
+    p.w_dtype = wdt; p.ldw = in;
+    p.nwb = 1; p.wb[0] = wbuf; p.wbw[0] = in;
+    p.y = ybuf; p.ldy = out;
+    return p;
+}
+
+static void test_linear_plan(void)
+{
+    static char ws[4096] __attribute__((aligned(256)));
+    static float bias[64] __attribute__((aligned(64)));
+    wf_cuda_linear_plan_t pl;
+    /* bf16, one block: y^T (out x rows) = W (out x in) x^T. */
+    wf_linear_params_t p = mkl(5, 24, 12, WF_DTYPE_BF16);
+    p.ldx = 40; p.ldy = 16; p.ldw = 32;
+    CHECK(wf_cuda_linear_workspace(&p) == 256); /* 5 * 24 * 2 = 240 -> 256 */
+    CHECK(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK);
+    CHECK(pl.convert_x == 1 && pl.x_bytes == 240 && pl.nwb == 1);
+    CHECK(pl.post_bias == 0 && pl.post_act == WF_ACT_NONE);
+    const wf_cuda_gemm_key_t *k = &pl.g[0].key;
+    CHECK(k->m == 12 && k->n == 5 && k->k == 24);
+    CHECK(k->lda == 32 && k->ldb == 24 && k->ldc == 16); /* converted x is contiguous */
+    CHECK(k->dtype == WF_DTYPE_BF16 && k->epilogue == WF_CUDA_EPI_NONE);
+    CHECK(k->align_a == 256 && k->align_b == 256);
+    CHECK(pl.g[0].beta == 0.0f && pl.g[0].b_col == 0 && pl.g[0].a == p.wb[0]);
+    /* No workspace where one is needed; misaligned workspace. */
+    CHECK(wf_cuda_linear_plan(&p, NULL, 1, &pl) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_linear_plan(&p, ws + 16, 1, &pl) == WF_E_BAD_ARGUMENT);
+    /* f32: no workspace, x used in place with its own ld. */
+    p.w_dtype = WF_DTYPE_F32;
+    CHECK(wf_cuda_linear_workspace(&p) == 0);
+    CHECK(wf_cuda_linear_plan(&p, NULL, 1, &pl) == WF_OK && pl.convert_x == 0 && pl.x_bytes == 0);
+    CHECK(pl.g[0].key.ldb == 40 && pl.g[0].key.dtype == WF_DTYPE_F32);
+    /* Three column blocks: b_col, beta, epilogue on the last only. */
+    p = mkl(7, 24, 8, WF_DTYPE_F16);
+    p.nwb = 3;
+    p.wbw[0] = 8; p.wbw[1] = 4; p.wbw[2] = 12;
+    p.wb[1] = (const char *)p.wb[0] + 2; p.wb[2] = (const char *)p.wb[0] + 64;
+    p.ldw = 12;
+    p.bias = bias;
+    p.act = WF_ACT_GELU_TANH;
+    CHECK(wf_cuda_linear_workspace(&p) == 512); /* 7 * 24 * 2 = 336 */
+    CHECK(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK && pl.nwb == 3);
+    CHECK(pl.g[0].b_col == 0 && pl.g[1].b_col == 8 && pl.g[2].b_col == 12);
+    CHECK(pl.g[0].beta == 0.0f && pl.g[1].beta == 1.0f && pl.g[2].beta == 1.0f);
+    CHECK(pl.g[0].key.epilogue == WF_CUDA_EPI_NONE && pl.g[1].key.epilogue == WF_CUDA_EPI_NONE);
+    CHECK(pl.g[2].key.epilogue == WF_CUDA_EPI_GELU_BIAS);
+    CHECK(pl.post_bias == 0 && pl.post_act == WF_ACT_NONE);
+    CHECK(pl.g[0].key.k == 8 && pl.g[1].key.k == 4 && pl.g[2].key.k == 12);
+    CHECK(pl.g[1].key.align_a == 2 && pl.g[2].key.align_a == 64);
+    CHECK(pl.g[1].key.align_b == 16 && pl.g[2].key.align_b == 8); /* ws + 8*2, ws + 12*2 */
+    /* GELU not fused: a kernel applies it, bias stays in the epilogue. */
+    CHECK(wf_cuda_linear_plan(&p, ws, 0, &pl) == WF_OK);
+    CHECK(pl.g[2].key.epilogue == WF_CUDA_EPI_BIAS && pl.post_act == WF_ACT_GELU_TANH);
+    /* SiLU: always a kernel. */
+    p.act = WF_ACT_SILU;
+    CHECK(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK);
+    CHECK(pl.g[2].key.epilogue == WF_CUDA_EPI_BIAS && pl.post_act == WF_ACT_SILU);
+    /* A bias not 16-byte aligned: bias and act both by the kernel. */
+    p.bias = bias + 1;
+    p.act = WF_ACT_GELU_TANH;
+    CHECK(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK);
+    CHECK(pl.g[2].key.epilogue == WF_CUDA_EPI_NONE && pl.post_bias == 1 &&
+          pl.post_act == WF_ACT_GELU_TANH);
+    p.bias = NULL;
+    CHECK(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK);
+    CHECK(pl.g[2].key.epilogue == WF_CUDA_EPI_GELU && pl.post_bias == 0);
+    /* rows 0: nothing to do, no pointers needed. */
+    wf_linear_params_t z = mkl(0, 24, 12, WF_DTYPE_BF16);
+    z.x = NULL; z.y = NULL; z.wb[0] = NULL;
+    CHECK(wf_cuda_linear_workspace(&z) == 0);
+    CHECK(wf_cuda_linear_plan(&z, NULL, 1, &pl) == WF_OK && pl.nwb == 0);
+    /* The validation rules. */
+    wf_linear_params_t b;
+    memset(&pl, 0x5a, sizeof pl);
+    wf_cuda_linear_plan_t before = pl;
+#define BAD(mutate)                                                            \
+    do {                                                                       \
+        b = mkl(4, 16, 8, WF_DTYPE_BF16);                                      \
+        mutate;                                                                \
+        CHECK(wf_cuda_linear_plan(&b, ws, 1, &pl) == WF_E_BAD_ARGUMENT);       \
+        CHECK(memcmp(&pl, &before, sizeof pl) == 0);                           \
+    } while (0)
+    /* shape errors: no workspace either */
+#define BADSHAPE(mutate)                                                       \
+    do {                                                                       \
+        BAD(mutate);                                                           \
+        CHECK(wf_cuda_linear_workspace(&b) == 0);                              \
+    } while (0)
+    BADSHAPE(b.rows = -1);
+    BADSHAPE(b.in = 0);
+    BADSHAPE(b.out = -3);
+    BADSHAPE(b.nwb = 0);
+    BADSHAPE(b.nwb = WF_LINEAR_MAX_BLOCKS + 1);
+    BADSHAPE(b.wbw[0] = 15);                         /* sum != in */
+    BAD((b.nwb = 2, b.wbw[0] = 8, b.wbw[1] = 8)); /* wb[1] NULL */
+    BADSHAPE((b.nwb = 2, b.wbw[0] = 16, b.wbw[1] = 0, b.wb[1] = b.wb[0]));
+    BADSHAPE(b.w_dtype = (wf_dtype_t)9);
+    BADSHAPE(b.act = (wf_act_t)3);
+    BADSHAPE(b.ldx = 15);
+    BADSHAPE(b.ldy = 7);
+    BADSHAPE(b.ldw = 15);
+    BAD(b.x = NULL);
+    BAD(b.y = NULL);
+    BAD(b.wb[0] = NULL);
+    BAD(b.y = (float *)b.x + 3);                /* y overlaps x */
+    BADSHAPE(b.rows = (int64_t)INT32_MAX + 1);
+    /* The workspace is a function of the shapes alone: NULL pointers
+     * (admission before any buffer exists) give the same bytes. */
+    b = mkl(4, 16, 8, WF_DTYPE_BF16);
+    b.x = NULL; b.y = NULL; b.wb[0] = NULL;
+    CHECK(wf_cuda_linear_workspace(&b) == 256);
+    b.rows = 1000; b.in = 3072; b.ldx = 3072; b.ldw = 3072; b.wbw[0] = 3072;
+    CHECK(wf_cuda_linear_workspace(&b) == 1000u * 3072u * 2u);
+    b = mkl(4, 16, 8, WF_DTYPE_BF16);
+    CHECK(wf_cuda_linear_plan(NULL, ws, 1, &pl) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_linear_plan(&b, ws, 1, NULL) == WF_E_BAD_ARGUMENT);
+    /* Blocks of 8 with 2 columns each: still fine. */
+    b = mkl(2, 16, 4, WF_DTYPE_F32);
+    b.nwb = 8;
+    for (int i = 0; i < 8; i++) {
+        b.wbw[i] = 2;
+        b.wb[i] = b.wb[0];
+    }
+    CHECK(wf_cuda_linear_plan(&b, NULL, 1, &pl) == WF_OK && pl.nwb == 8);
+    CHECK(pl.g[7].b_col == 14 && pl.g[7].key.align_b == wf_cuda_ptr_align((const float *)b.x + 14));
+#undef BAD
+#undef BADSHAPE
+    /* Pointer alignment. */
+    CHECK(wf_cuda_ptr_align((void *)0) == 256);
+    CHECK(wf_cuda_ptr_align((void *)0x1000) == 256);
+    CHECK(wf_cuda_ptr_align((void *)0x1080) == 128);
+    CHECK(wf_cuda_ptr_align((void *)0x1002) == 2);
+    CHECK(wf_cuda_ptr_align((void *)0x1001) == 1);
+    /* The key has no padding (it is compared with memcmp). */
+    CHECK(sizeof(wf_cuda_gemm_key_t) == 11 * sizeof(int64_t));
+}
+
+
+/* The plan's column-major matmuls, run on the host with BLAS semantics
+ * (C (m x n, ldc) = op(A) B + beta C, op(A) = A^T with A (k x m, lda),
+ * B (k x n, ldb); epilogue bias over the m rows, then GELU), give the
+ * row-major y = act(x W^T + bias) of backend.h: the mapping checked
+ * without a GPU. Weights and x as element arrays (a float shadow of the
+ * 2-byte weights: the plan's pointers are turned into element indices). */
+static double gelu_t(double a)
+{
+    return 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+}
+
+static void plan_sim_case(wf_dtype_t wdt, int64_t rows, int64_t out, uint32_t nwb,
+                          const int64_t *wbw, int64_t gap, int64_t xpad, int64_t ypad, int bias,
+                          wf_act_t act)
+{
+    int64_t in = 0;
+    for (uint32_t k = 0; k < nwb; k++)
+        in += wbw[k];
+    const int64_t ldw = in + gap * nwb + 3, ldx = in + xpad, ldy = out + ypad;
+    const size_t es = wdt == WF_DTYPE_F32 ? 4 : 2;
+    float *wf = malloc((size_t)(out * ldw) * sizeof *wf);
+    char *wraw = aligned_alloc(256, ((size_t)(out * ldw) * es + 255) / 256 * 256);
+    float *x = malloc((size_t)(rows * ldx) * sizeof *x), *y = malloc((size_t)(rows * ldy) * 4);
+    float *b = aligned_alloc(64, ((size_t)out * 4 + 63) / 64 * 64);
+    float *xw = aligned_alloc(256, ((size_t)(rows * in) * 4 + 255) / 256 * 256);
+    unsigned r = 99;
+    for (int64_t i = 0; i < out * ldw; i++) {
+        r = r * 1664525u + 1013904223u;
+        wf[i] = (float)((r >> 9) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < rows * ldx; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = (float)((r >> 9) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < out; i++)
+        b[i] = (float)i * 0.01f - 0.3f;
+    for (int64_t i = 0; i < rows * ldy; i++)
+        y[i] = 777.f;
+    wf_linear_params_t p;
+    memset(&p, 0, sizeof p);
+    p.rows = rows; p.in = in; p.out = out; p.x = x; p.ldx = ldx;
+    p.w_dtype = wdt; p.ldw = ldw; p.nwb = nwb; p.bias = bias ? b : NULL; p.act = act;
+    p.y = y; p.ldy = ldy;
+    int64_t col = gap, starts[WF_LINEAR_MAX_BLOCKS];
+    for (uint32_t k = 0; k < nwb; k++) {
+        starts[k] = col;
+        p.wb[k] = wraw + (size_t)col * es;
+        p.wbw[k] = wbw[k];
+        col += wbw[k] + gap;
+    }
+    size_t wsb = wf_cuda_linear_workspace(&p);
+    char *ws = wsb ? aligned_alloc(256, wsb) : NULL;
+    wf_cuda_linear_plan_t pl;
+    CHECK(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK && pl.nwb == nwb);
+    /* what round_rows does, kept in f32 for the simulation: x contiguous */
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < in; c++)
+            xw[i * in + c] = x[i * ldx + c];
+    const float *B = pl.convert_x ? xw : x;
+    for (uint32_t g = 0; g < pl.nwb; g++) {
+        const wf_cuda_gemm_t *gm = &pl.g[g];
+        const wf_cuda_gemm_key_t *k = &gm->key;
+        const float *A = wf + ((const char *)gm->a - wraw) / (ptrdiff_t)es;
+        const float *Bb = B + gm->b_col;
+        for (int64_t j = 0; j < k->n; j++)
+            for (int64_t i = 0; i < k->m; i++) {
+                double acc = 0;
+                for (int64_t l = 0; l < k->k; l++)
+                    acc += (double)A[l + i * k->lda] * (double)Bb[l + j * k->ldb];
+                float *cij = y + i + j * k->ldc;
+                double v = acc + (gm->beta != 0.0f ? (double)gm->beta * *cij : 0.0);
+                if (k->epilogue & WF_CUDA_EPI_BIAS)
+                    v += b[i];
+                if (k->epilogue & WF_CUDA_EPI_GELU)
+                    v = gelu_t(v);
+                *cij = (float)v;
+            }
+    }
+    /* the post kernel (bias_act) */
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t o = 0; o < out; o++) {
+            double v = y[i * ldy + o];
+            if (pl.post_bias)
+                v += b[o];
+            if (pl.post_act == WF_ACT_GELU_TANH)
+                v = gelu_t(v);
+            else if (pl.post_act == WF_ACT_SILU)
+                v = v / (1.0 + exp(-v));
+            y[i * ldy + o] = (float)v;
+        }
+    /* direct row-major reference */
+    double maxe = 0;
+    int pad_ok = 1;
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t o = 0; o < out; o++) {
+            double acc = bias ? b[o] : 0.0;
+            int64_t xc = 0;
+            for (uint32_t k = 0; k < nwb; k++)
+                for (int64_t c = 0; c < wbw[k]; c++, xc++)
+                    acc += (double)x[i * ldx + xc] * (double)wf[o * ldw + starts[k] + c];
+            if (act == WF_ACT_GELU_TANH)
+                acc = gelu_t(acc);
+            else if (act == WF_ACT_SILU)
+                acc = acc / (1.0 + exp(-acc));
+            double e = fabs(acc - y[i * ldy + o]);
+            maxe = e > maxe ? e : maxe;
+        }
+        for (int64_t o = out; o < ldy; o++)
+            pad_ok &= y[i * ldy + o] == 777.f;
+    }
+    CHECK(maxe < 1e-4);
+    CHECK(pad_ok);
+    free(wf); free(wraw); free(x); free(y); free(b); free(xw); free(ws);
+}
+
+static void test_linear_mapping(void)
+{
+    static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
+    const int64_t one[1] = {24}, three[3] = {8, 5, 11}, eight[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+    for (int d = 0; d < 3; d++) {
+        plan_sim_case(dts[d], 7, 9, 1, one, 0, 0, 0, 0, WF_ACT_NONE);
+        plan_sim_case(dts[d], 5, 13, 1, one, 2, 3, 4, 1, WF_ACT_GELU_TANH);
+        plan_sim_case(dts[d], 6, 10, 3, three, 1, 2, 1, 1, WF_ACT_SILU);
+        plan_sim_case(dts[d], 3, 4, 3, three, 0, 0, 2, 1, WF_ACT_GELU_TANH);
+        plan_sim_case(dts[d], 4, 7, 8, eight, 2, 5, 0, 0, WF_ACT_GELU_TANH);
+        plan_sim_case(dts[d], 1, 1, 8, eight, 0, 0, 0, 1, WF_ACT_NONE);
+    }
+}
+
+static void test_elementwise(void)
+{
+    unsigned gr[3], bl[3];
+    wf_cuda_rows_geometry(1, 1, gr, bl);
+    CHECK(gr[0] == 1 && gr[1] == 1 && bl[0] == 256);
+    wf_cuda_rows_geometry(4096, 3072, gr, bl);
+    CHECK(gr[0] == 12 && gr[1] == 4096 && gr[2] == 1);
+    wf_cuda_rows_geometry(100000, 1000000, gr, bl);
+    CHECK(gr[0] == 64 && gr[1] == 65535);
+    wf_cuda_rowblock_geometry(4608, &H100, gr, bl);
+    CHECK(gr[0] == 4608 && bl[0] == 256);
+    wf_cuda_limits_t lim = H100;
+    lim.max_grid_x = 1000;
+    wf_cuda_rowblock_geometry(4608, &lim, gr, bl);
+    CHECK(gr[0] == 1000);
+    wf_cuda_warp_geometry(4608 * 24, &H100, gr, bl);
+    CHECK(gr[0] == 4608 * 3 && bl[0] == 256);
+    wf_cuda_warp_geometry(9, &H100, gr, bl);
+    CHECK(gr[0] == 2);
+
+    static float buf[16];
+    wf_modln_params_t m = {2, 3, 8, buf, 8, buf, 8, buf, buf, 48, 1e-6f};
+    CHECK(wf_cuda_modln_ok(&m));
+    m.ld_src = 7; CHECK(!wf_cuda_modln_ok(&m)); m.ld_src = 8;
+    m.ld_mod = 7; CHECK(!wf_cuda_modln_ok(&m)); m.ld_mod = 48;
+    m.C = 0; CHECK(!wf_cuda_modln_ok(&m)); m.C = 8;
+    m.per = -1; CHECK(!wf_cuda_modln_ok(&m)); m.per = 3;
+    m.shift = NULL; CHECK(!wf_cuda_modln_ok(&m));
+    m.per = 0; CHECK(wf_cuda_modln_ok(&m)); m.per = 3; m.shift = buf;
+    m.eps = NAN; CHECK(!wf_cuda_modln_ok(&m)); m.eps = 1e-6f;
+    CHECK(!wf_cuda_modln_ok(NULL));
+
+    wf_headrope_params_t h = {2, 5, 12, 7, 3, 8, buf, 24, buf, NULL, buf, buf, 1e-6f};
+    CHECK(wf_cuda_headrope_ok(&h));
+    h.row0 = 8; CHECK(!wf_cuda_headrope_ok(&h)); h.row0 = 7; /* rows 7..11 of L = 12 */
+    h.ld_src = 23; CHECK(!wf_cuda_headrope_ok(&h)); h.ld_src = 24;
+    h.sin = NULL; CHECK(!wf_cuda_headrope_ok(&h));
+    h.cos = NULL; CHECK(wf_cuda_headrope_ok(&h)); /* no rotation */
+    h.D = 7; h.ld_src = 21; CHECK(wf_cuda_headrope_ok(&h)); /* odd D: norm only */
+    h.cos = h.sin = buf; CHECK(!wf_cuda_headrope_ok(&h)); h.D = 8; h.ld_src = 24;
+    h.src = NULL; CHECK(!wf_cuda_headrope_ok(&h));
+    h.nbatch = 0; CHECK(wf_cuda_headrope_ok(&h)); h.nbatch = 2; h.src = buf;
+    h.H = 0; CHECK(!wf_cuda_headrope_ok(&h)); h.H = 3;
+    h.nbatch = (int64_t)1 << 40; CHECK(!wf_cuda_headrope_ok(&h));
+
+    /* rope_table's frequencies: FLUX's axes (16, 56, 56), theta 10000. */
+    double fr[WF_CUDA_ROPE_MAX_PAIRS];
+    uint8_t ax[WF_CUDA_ROPE_MAX_PAIRS];
+    const uint32_t axes[3] = {16, 56, 56};
+    CHECK(wf_cuda_rope_freqs(axes, 3, 10000.0, 128, fr, ax) == WF_OK);
+    CHECK(ax[0] == 0 && ax[7] == 0 && ax[8] == 1 && ax[35] == 1 && ax[36] == 2 && ax[63] == 2);
+    CHECK(fr[0] == 1.0 && fr[8] == 1.0 && fr[36] == 1.0);
+    CHECK(fr[1] == 1.0 / pow(10000.0, 2.0 / 16.0));
+    CHECK(fr[63] == 1.0 / pow(10000.0, 54.0 / 56.0));
+    CHECK(wf_cuda_rope_freqs(axes, 3, 10000.0, 126, fr, ax) == WF_E_BAD_ARGUMENT);
+    const uint32_t odd[2] = {15, 17};
+    CHECK(wf_cuda_rope_freqs(odd, 2, 10000.0, 32, fr, ax) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_rope_freqs(axes, 0, 10000.0, 0, fr, ax) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_rope_freqs(axes, 3, 0.0, 128, fr, ax) == WF_E_BAD_ARGUMENT);
+    const uint32_t big[1] = {2 * WF_CUDA_ROPE_MAX_PAIRS + 2};
+    CHECK(wf_cuda_rope_freqs(big, 1, 10000.0, big[0], fr, ax) == WF_E_BAD_ARGUMENT);
+
+    /* copy_rows. */
+    static char cb[4096];
+    CHECK(wf_cuda_copy_rows_ok(cb, 64, cb + 2048, 32, 10, 32));
+    CHECK(!wf_cuda_copy_rows_ok(cb, 16, cb + 2048, 32, 10, 32)); /* ld_dst < row */
+    CHECK(!wf_cuda_copy_rows_ok(cb, 64, cb + 2048, 16, 10, 32));
+    CHECK(!wf_cuda_copy_rows_ok(cb, 64, cb + 512, 32, 10, 32));  /* overlap */
+    CHECK(wf_cuda_copy_rows_ok(cb, 64, cb + 608, 32, 10, 32));   /* dst ends at 608 */
+    CHECK(!wf_cuda_copy_rows_ok(cb, 64, cb + 607, 32, 10, 32));
+    CHECK(!wf_cuda_copy_rows_ok(cb, 64, cb + 2048, 32, -1, 32));
+    CHECK(wf_cuda_copy_rows_ok(NULL, 64, NULL, 32, 0, 32));
+    CHECK(!wf_cuda_copy_rows_ok(NULL, 64, cb, 32, 1, 32));
+    CHECK(!wf_cuda_copy_rows_ok(cb, SIZE_MAX, cb + 8, SIZE_MAX, 3, 4)); /* overflow */
+}
+
 static void test_admission(void)
 {
     /* bf16, B 1, S 4096, H 24, D 128: q, k, v, out 24 MiB each, lse 384 KiB. */
@@ -286,7 +810,11 @@ int main(void)
 {
     test_geometry();
     test_arena();
+    test_resident();
     test_admission();
+    test_linear_plan();
+    test_linear_mapping();
+    test_elementwise();
 #if WEFT_TEST_NCCL
     test_deadlines();
 #endif

@@ -563,6 +563,9 @@ static void fill_model(wf_model_info_t *m, int i)
     m->tp = (uint32_t)(1 + i % 4);
     m->sharded_input = (uint32_t)(i % 3 == 0);
     m->load_ms = i % 2 ? 0 : 45000;
+    strcpy(m->device, i % 2 ? "cpu" : "cuda");
+    strcpy(m->compute, i % 2 ? "f32" : "bf16");
+    m->host_pinned = (uint32_t)(i % 2 == 0);
 }
 
 static void test_models_replies(void)

@@ -9,13 +9,21 @@
 # style, a glob matching nothing), unload (gone from models, forward on
 # it fails), then SIGTERM makes the daemon exit 0.
 #
-# usage: test_weftctl_models.sh PATH_TO_WEFTD PATH_TO_WEFTCTL FIXTURES_DIR
+# Then a mesh with context and tensor parallelism together (dp=1,
+# ulysses=2, tp=2) serves the three fixtures again.
+#
+# usage: test_weftctl_models.sh PATH_TO_WEFTD PATH_TO_WEFTCTL FIXTURES_DIR [BACKEND]
+# BACKEND (default cpu) is the backend name the daemon reports: the tests'
+# weftd_standin runs the same script on the stand-in device backend
+# (device memory, shards resident on the "device", staged comm), with a
+# 384 MiB arena per device (WEFT_CPU_MEMORY).
 # Readiness is a `weftctl hello` with a long timeout: it returns as soon as
 # the daemon answers (no sleeps). Loads block until the model is resident.
 set -u
 weftd=$1
 weftctl=$2
 fixtures=$3
+backend=${4:-cpu}
 ep="ipc:///tmp/weft-test-$$-models.sock"
 fails=0
 tmp=$(mktemp -d)
@@ -78,6 +86,7 @@ load_ok() {
     expect "load_$name" "^model $name  path $path  family flux  dtype $dtype  state ready$"
     expect "load_$name" "^params [0-9.]+( [MG])?  checkpoint .+  tp $tp"
     expect "load_$name" '^loaded in [0-9]+\.[0-9]{3} s$'
+    expect "load_$name" "^device $backend  weights as (f32|bf16|f16)"
 }
 
 # forward_ok TAG NAME IO_FILE: a forward that matches diffusers' output
@@ -89,7 +98,7 @@ forward_ok() {
 }
 
 run ready 0 ctl --timeout 20000 hello
-expect ready 'backend cpu, 4 devices'
+expect ready "backend $backend, 4 devices"
 
 run models_empty 0 ctl models
 expect models_empty '^\(no models\)$'
@@ -105,6 +114,7 @@ expect models '^tiny +ready +flux +f32 +[0-9.]+( [MG])? +1 .* 100\.0% .* flux-ti
 expect models '^guid +ready +flux +f32 +[0-9.]+( [MG])? +1 .* 100\.0% .* flux-tiny-guidance$'
 expect models '^bf16 +ready +flux +bf16 +[0-9.]+( [MG])? +1 .* 100\.0% .* flux-tiny-bf16$'
 expect_count models ' ready ' 3
+expect_count models " $backend +flux-tiny" 3
 
 forward_ok tiny tiny io-flux-tiny-f32.safetensors
 forward_ok guid guid io-flux-tiny-guidance-f32.safetensors
@@ -198,6 +208,14 @@ run unload_again 1 ctl unload tiny-plan
 expect_err unload_again "not loaded"
 # the others still serve
 forward_ok after tiny io-flux-tiny-f32.safetensors
+
+# -- context and tensor parallelism together: ulysses=2 x tp=2 ------------
+run reconf_cp 0 ctl reconfigure --dp 1 --ulysses 2 --tp 2
+expect reconf_cp ' -> dp=1 ring=1 ulysses=2 tp=2 \(epoch [0-9]+\)$'
+forward_ok cp_tiny tiny io-flux-tiny-f32.safetensors
+forward_ok cp_guid guid io-flux-tiny-guidance-f32.safetensors
+forward_ok cp_bf16 bf16 io-flux-tiny-bf16.safetensors
+expect fwd_cp_tiny ' devices 4 '
 
 kill -TERM "$pid"
 wait "$pid"

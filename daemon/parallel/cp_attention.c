@@ -509,11 +509,18 @@ static bool dev_ops_ok(const wf_backend_ops_t *o)
            o->synchronize && o->lse_merge && o->convert && o->fill_f32;
 }
 
+/* Device mode for this job: local mode also needs copy_rows (its shard
+ * copies run on the device). */
+static bool dev_job_ok(const wf_cp_job_t *job, const wf_backend_ops_t *o)
+{
+    return dev_ops_ok(o) && (!job->local || o->copy_rows);
+}
+
 wf_status_t wf_cp_attention_workspace_dev(const wf_cp_job_t *job, int R, int U,
                                           const wf_backend_ops_t *ops,
                                           size_t *ret_dev, size_t *ret_host)
 {
-    if (!ret_dev || !ret_host || !dev_ops_ok(ops) || job->local ||
+    if (!ret_dev || !ret_host || !job || !dev_job_ok(job, ops) ||
         wf_cp_attention_check(job, R, U, NULL, 0) != WF_OK)
         return WF_E_BAD_ARGUMENT;
     szc_t c = {false};
@@ -537,11 +544,20 @@ wf_status_t wf_cp_attention_workspace_dev(const wf_cp_job_t *job, int R, int U,
 /* Which tensor a shard message carries. */
 typedef enum which { W_Q, W_K, W_V, W_OUT, W_LSE } which_t;
 
+/* How shard_copy moves its runs: host memcpy, or (dev != NULL: local
+ * mode on device buffers) one strided copy_rows of the backend per
+ * segment; *st gets the first error of those. */
+typedef struct copier {
+    const wf_backend_ops_t *ops; /* NULL: host memcpy */
+    wf_backend_ctx_t *ctx;       /* the backend's context */
+    wf_status_t st;              /* first error */
+} copier_t;
+
 /* Shard of seq rank g in a2a order <-> full tensor. to_shard: copy from
  * the full tensor `full` into `shard`; else from `shard` into `full`.
- * Returns the shard's bytes. */
-static size_t shard_copy(const wf_cp_job_t *job, const geom_t *g, int U,
-                         which_t w, void *full, void *shard, bool to_shard)
+ * Returns the shard's bytes. `cp` NULL: host memory. */
+static size_t shard_copy_by(copier_t *cp, const wf_cp_job_t *job, const geom_t *g,
+                            int U, which_t w, void *full, void *shard, bool to_shard)
 {
     const int64_t D = w == W_LSE ? 1 : job->D;
     const bool kv = w == W_K || w == W_V;
@@ -562,7 +578,22 @@ static size_t shard_copy(const wf_cp_job_t *job, const geom_t *g, int U,
             size_t run = (size_t)((kv ? hd.nkv : hd.nh) * D) * es;
             if (run == 0)
                 continue;
-            for (int s = 0; s < nseg; s++)
+            for (int s = 0; s < nseg; s++) {
+                if (cp && cp->ops) {
+                    /* the segment's rows: H * D elements apart in the full
+                     * tensor, `run` bytes apart in the shard */
+                    size_t at = (size_t)(((b * S + segs[s].start) * H + h0) * D) * es;
+                    size_t ld = (size_t)(H * D) * es;
+                    wf_status_t st =
+                        to_shard ? cp->ops->copy_rows(cp->ctx, sp + done, run, fullp + at, ld,
+                                                      segs[s].len, run)
+                                 : cp->ops->copy_rows(cp->ctx, fullp + at, ld, sp + done, run,
+                                                      segs[s].len, run);
+                    if (cp->st == WF_OK)
+                        cp->st = st;
+                    done += (size_t)segs[s].len * run;
+                    continue;
+                }
                 for (int64_t t = 0; t < segs[s].len; t++) {
                     size_t at = (size_t)(((b * S + segs[s].start + t) * H + h0) * D) * es;
                     if (to_shard)
@@ -571,8 +602,16 @@ static size_t shard_copy(const wf_cp_job_t *job, const geom_t *g, int U,
                         memcpy(fullp + at, sp + done, run);
                     done += run;
                 }
+            }
         }
     return done;
+}
+
+/* shard_copy_by on host memory. */
+static size_t shard_copy(const wf_cp_job_t *job, const geom_t *g, int U, which_t w,
+                         void *full, void *shard, bool to_shard)
+{
+    return shard_copy_by(NULL, job, g, U, w, full, shard, to_shard);
 }
 
 /* Local mode: this rank's own shard seen as the full tensors of a job of
@@ -670,11 +709,12 @@ static wf_status_t scatter(run_t *x)
     if (job->local) {
         wf_cp_job_t lj;
         geom_t lg;
+        copier_t cp = {x->dev ? x->ops : NULL, x->ctx, WF_OK};
         local_view(job, g, &lj, &lg);
-        shard_copy(&lj, &lg, g->U, W_Q, (void *)job->q, qdst, true);
-        shard_copy(&lj, &lg, g->U, W_K, (void *)job->k, kdst, true);
-        shard_copy(&lj, &lg, g->U, W_V, (void *)job->v, vdst, true);
-        return WF_OK;
+        shard_copy_by(&cp, &lj, &lg, g->U, W_Q, (void *)job->q, qdst, true);
+        shard_copy_by(&cp, &lj, &lg, g->U, W_K, (void *)job->k, kdst, true);
+        shard_copy_by(&cp, &lj, &lg, g->U, W_V, (void *)job->v, vdst, true);
+        return cp.st;
     }
     if (x->root) {
         const void *src[3] = {job->q, job->k, job->v};
@@ -981,11 +1021,12 @@ static wf_status_t gather(run_t *x)
     if (job->local) {
         wf_cp_job_t lj;
         geom_t lg;
+        copier_t cp = {x->dev ? x->ops : NULL, x->ctx, WF_OK};
         local_view(job, g, &lj, &lg);
-        shard_copy(&lj, &lg, g->U, W_OUT, job->out, osh, false);
+        shard_copy_by(&cp, &lj, &lg, g->U, W_OUT, job->out, osh, false);
         if (job->return_lse)
-            shard_copy(&lj, &lg, g->U, W_LSE, job->lse, lsh, false);
-        return WF_OK;
+            shard_copy_by(&cp, &lj, &lg, g->U, W_LSE, job->lse, lsh, false);
+        return cp.st;
     }
     if (!x->root) {
         wf_status_t st = ob ? wf_comm_send(x->grp->seq, osh, ob, 0) : WF_OK;
@@ -1053,7 +1094,7 @@ static wf_status_t run_common(const wf_cp_job_t *job, const wf_cp_group_t *group
     if (!group || wf_cp_attention_check(job, group->ring_degree,
                                         group->ulysses_degree, NULL, 0) != WF_OK)
         return WF_E_BAD_ARGUMENT;
-    if (dev ? (job->local || !dev_ops_ok(ops)) : (ops && ops->dev_alloc))
+    if (dev ? !dev_job_ok(job, ops) : (ops && ops->dev_alloc))
         return WF_E_BAD_ARGUMENT; /* device buffers need device mode */
     const int R = group->ring_degree, U = group->ulysses_degree;
 

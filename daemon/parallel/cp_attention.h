@@ -43,7 +43,9 @@
  * of the collectives and, on the root, the staging of its scatter and
  * gather (the job's tensors are host memory: the root packs a shard on
  * the host, copies it up and sends it; it receives a result on the
- * device, copies it down and unpacks it). Not with local mode.
+ * device, copies it down and unpacks it). In local mode the caller's
+ * shards are device buffers too, moved by the backend's copy_rows (the
+ * host workspace then holds only the counts).
  *
  * No logging, no globals, no allocation: all memory is the caller's
  * workspace, whose size wf_cp_attention_workspace computes in advance.
@@ -180,9 +182,9 @@ wf_status_t wf_cp_attention_run(const wf_cp_job_t *job,
 /* Device mode (file comment): bytes of device workspace (*ret_dev) and of
  * host workspace (*ret_host) that wf_cp_attention_run_dev needs on any
  * rank (the maxima over the ranks). ops must have dev_alloc, copy_h2d,
- * copy_d2h, synchronize, lse_merge, convert and fill_f32. Pure. WF_OK;
- * WF_E_BAD_ARGUMENT when check() refuses the job, the job is local or
- * ops lacks an entry; WF_E_NO_MEMORY on overflow. */
+ * copy_d2h, synchronize, lse_merge, convert and fill_f32, and copy_rows
+ * for a local job. Pure. WF_OK; WF_E_BAD_ARGUMENT when check() refuses
+ * the job or ops lacks an entry; WF_E_NO_MEMORY on overflow. */
 wf_status_t wf_cp_attention_workspace_dev(const wf_cp_job_t *job, int R, int U,
                                           const wf_backend_ops_t *ops,
                                           size_t *ret_dev, size_t *ret_host);
@@ -191,7 +193,8 @@ wf_status_t wf_cp_attention_workspace_dev(const wf_cp_job_t *job, int R, int U,
  * device pointers; dev_ws (256-byte aligned, dev_bytes) is device memory
  * of ctx, host_ws (64-byte aligned, host_bytes) host memory, sizes from
  * wf_cp_attention_workspace_dev. The job's tensors (root) are host
- * memory as in wf_cp_attention_run. Everything queued on the backend's
+ * memory as in wf_cp_attention_run; in local mode they are every rank's
+ * own device buffers of ctx. Everything queued on the backend's
  * stream is complete when it returns (a kernel error comes back as the
  * backend's synchronize reports it). Errors and aborts as
  * wf_cp_attention_run. */

@@ -12,6 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Model m as list_models and load_model report it: the registry's
+ * fields, and where its shards live on this daemon (the backend) and in
+ * what dtype (the CPU computes in f32; a GPU holds the checkpoint's
+ * dtype and accumulates in f32). */
+static void srv_model_info(const wf_server_t *srv, const wf_model_t *m,
+                           wf_model_info_t *ret)
+{
+    wf_model_info_fill(m, ret);
+    snprintf(ret->device, sizeof ret->device, "%s", srv->ops->name);
+    if (m->state == WF_MODEL_LOADING)
+        return;
+    const char *dt = srv->ops->copy_h2d ? wf_dtype_name(m->dtype) : "f32";
+    snprintf(ret->compute, sizeof ret->compute, "%s", dt ? dt : "");
+}
+
 /* Reply to the client waiting on model m (load or unload), if any. */
 static void model_reply(wf_server_t *srv, wf_model_t *m, uint32_t op,
                         wf_status_t st, const char *msg)
@@ -24,7 +39,7 @@ static void model_reply(wf_server_t *srv, wf_model_t *m, uint32_t op,
         wf_reply_t *rep = srv_reply_ok(srv, m->req_id, op);
         if (op == WF_OP_LOAD_MODEL) {
             rep->result.models.n = 1;
-            wf_model_info_fill(m, &rep->result.models.models[0]);
+            srv_model_info(srv, m, &rep->result.models.models[0]);
         }
         srv_reply_send(srv, m->identity, m->delim, rep, NULL);
     }
@@ -232,7 +247,7 @@ void srv_models_list(wf_server_t *srv, zmq_msg_t *identity, bool delim)
     wf_reply_t *rep = srv_reply_ok(srv, srv->req.id, WF_OP_LIST_MODELS);
     for (int i = 0; i < WF_MODELS_MAX; i++)
         if (srv->models.m[i])
-            wf_model_info_fill(srv->models.m[i],
+            srv_model_info(srv, srv->models.m[i],
                                &rep->result.models.models[rep->result.models.n++]);
     srv_reply_send(srv, identity, delim, rep, NULL);
 }

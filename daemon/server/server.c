@@ -281,6 +281,7 @@ static wf_status_t bind_router(wf_server_t *srv)
 
 wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                           char *const *envp, wf_log_t *log,
+                          const wf_backend_ops_t *backend,
                           wf_server_t **ret_srv)
 {
     wf_server_t *srv = calloc(1, sizeof *srv);
@@ -297,8 +298,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->models.efd = -1;
     srv->models.root_fd = -1;
     zmq_msg_init(&srv->reconf.identity);
-    srv->ops = settings->device_kind == WF_DEVICE_CUDA ? wf_backend_cuda()
-                                                       : wf_backend_cpu();
+    srv->ops = backend                                 ? backend
+               : settings->device_kind == WF_DEVICE_CUDA ? wf_backend_cuda()
+                                                         : wf_backend_cpu();
     srv->t_start_us = wf_now_usec();
     wf_notify_init(&srv->notify);
     /* The end of a regroup reaches the models through these (reconfigure.c

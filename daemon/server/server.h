@@ -22,6 +22,7 @@
 #ifndef WF_SERVER_H
 #define WF_SERVER_H
 
+#include "backend.h"
 #include "base/config.h"
 #include "base/log.h"
 
@@ -33,15 +34,27 @@ typedef struct wf_server wf_server_t;
  * only the signalfd sees them), starts one worker per device
  * (synchronously), binds the ROUTER. `cli` and `envp` are borrowed for the
  * daemon's lifetime (SIGHUP rebuilds the settings from them); `log` too.
- * Logs what failed. Caller owns *ret_srv. */
+ * `backend` NULL: the one the settings name (cpu:N: the CPU backend; cuda:
+ * the CUDA one); else that one on the settings' devices (the tests'
+ * daemon on the stand-in device backend, with cpu:N settings and a
+ * cpu_memory budget for its arenas). Logs what failed. Caller owns
+ * *ret_srv. */
 wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                           char *const *envp, wf_log_t *log,
+                          const wf_backend_ops_t *backend,
                           wf_server_t **ret_srv);
 
 /* Serve until SIGTERM / SIGINT, then drain: every admitted job is run and
  * answered (bounded by drain_timeout_ms), workers stop. Returns WF_OK
  * after a clean shutdown. */
 wf_status_t wf_server_run(wf_server_t *srv);
+
+/* weftd from the command line to its exit code (main.c's body): parse
+ * argv and the environment, build, serve until told to stop, tear down.
+ * Returns 0 after a clean shutdown, 1 when serving failed, 2 for bad
+ * settings. `backend` as wf_server_new's. */
+int wf_daemon_main(int argc, char **argv, char **envp,
+                   const wf_backend_ops_t *backend);
 
 /* Stop the workers, close the sockets (the ipc socket file goes with the
  * bound socket), restore the signal mask, free; sets *srv to NULL; accepts

@@ -3,9 +3,9 @@
  * allocated at ctx_new) and the exported ops, the top of the three layers
  * (kernel -> launcher -> op).
  *
- * Memory: ctx_new makes the only cudaMalloc of the context: the arena
- * (the budget, or 90% of the free memory less 1 GiB for NCCL, cuBLAS and
- * the CUDA context itself when the budget is 0). dev_alloc takes per-job
+ * Memory: ctx_new makes the context's cudaMallocs: the arena (the
+ * budget, or 90% of the free memory less 1 GiB for NCCL, cuBLAS and the
+ * CUDA context itself when the budget is 0) and the cuBLASLt workspace. dev_alloc takes per-job
  * buffers from it, dev_reset releases them; memory_info reports the
  * arena (total = capacity, free = what is not taken). Nothing allocates
  * on the hot path.
@@ -18,7 +18,20 @@
  *
  * cuBLAS: the handle is made here for the matrix products of resident
  * models (tensor parallelism); attention does not use it (its two
- * products are fused on tensor cores, attention.cu).
+ * products are fused on tensor cores, attention.cu). linear() runs on
+ * cuBLASLt (gemm_lt.cu: a handle, a 32 MiB workspace allocated here
+ * beside the arena, and a descriptor cache per shape).
+ *
+ * Resident memory (mem_alloc / mem_free): blocks from the top of the
+ * same arena, first fit (cuda_plan.h, "the device arena"); dev_alloc
+ * stops below the lowest one. memory_info: total = the arena, free =
+ * what dev_alloc can still take.
+ *
+ * Model ops: params checked here (cuda_plan.c), launched by
+ * model_ops.cu / gemm_lt.cu. A linear with bf16 / f16 weights rounds x
+ * into its workspace first; the last column block's matmul carries the
+ * bias and GELU as cuBLASLt epilogue; SiLU (and whatever the epilogue
+ * could not take) is one bias_act kernel after.
  *
  * Not here: logging (backends return statuses), staging policy (the
  * daemon decides what to copy when).
@@ -37,11 +50,14 @@ struct wf_backend_ctx {
     unsigned char *arena_base; /* the one device allocation */
     wf_cuda_arena_t arena;    /* offsets into arena_base */
     wf_cuda_limits_t limits;  /* from cudaDeviceProp */
+    wf_cuda_lt_t *lt;         /* cuBLASLt handle, workspace, descriptor cache */
+    int fuse_gelu;            /* 1: GELU in the cuBLASLt epilogue (WEFT_CUDA_GELU=kernel: 0) */
 };
 
 namespace {
 
 const uint64_t RESERVE = (uint64_t)1 << 30; /* left to NCCL / cuBLAS / context */
+const size_t LT_WORKSPACE = (size_t)32 << 20; /* cuBLASLt workspace (Hopper: 32 MiB) */
 
 wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
 {
@@ -88,6 +104,13 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
     }
     if (cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS)
         goto fail;
+    {
+        const char *g = getenv("WEFT_CUDA_GELU");
+        c->fuse_gelu = !(g && strcmp(g, "kernel") == 0);
+    }
+    if ((st = wf_cuda_lt_new(LT_WORKSPACE, &c->lt)) != WF_OK)
+        goto fail;
+    st = WF_E_INTERNAL;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
         goto fail;
     if (budget == 0)
@@ -107,6 +130,7 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
     return WF_OK;
 fail:
     (void)cudaGetLastError();
+    wf_cuda_lt_destroy(&c->lt);
     if (c->cublas)
         cublasDestroy(c->cublas);
     if (c->stream)
@@ -127,6 +151,7 @@ void ctx_destroy(wf_backend_ctx_t **pc)
         cudaStreamSynchronize(c->stream);
     if (c->arena_base)
         cudaFree(c->arena_base);
+    wf_cuda_lt_destroy(&c->lt);
     if (c->cublas)
         cublasDestroy(c->cublas);
     if (c->stream)
@@ -257,6 +282,245 @@ wf_status_t fill_f32(wf_backend_ctx_t *c, float *dst, float value, size_t n)
     return wf_cuda_fill_f32_launch(dst, value, n, &c->limits, c->stream);
 }
 
+/* ---- model ops --------------------------------------------------------------- */
+
+/* The device of c current on this thread; false (and WF_E_INTERNAL for
+ * the op) when that fails. */
+bool on_device(wf_backend_ctx_t *c)
+{
+    if (cudaSetDevice(c->device) == cudaSuccess)
+        return true;
+    (void)cudaGetLastError();
+    return false;
+}
+
+bool act_ok(wf_act_t a)
+{
+    return a == WF_ACT_NONE || a == WF_ACT_GELU_TANH || a == WF_ACT_SILU;
+}
+
+size_t linear_workspace(const wf_linear_params_t *p)
+{
+    return wf_cuda_linear_workspace(p);
+}
+
+wf_status_t linear(wf_backend_ctx_t *c, const wf_linear_params_t *p, void *workspace)
+{
+    if (!c)
+        return WF_E_BAD_ARGUMENT;
+    wf_cuda_linear_plan_t pl;
+    wf_status_t st = wf_cuda_linear_plan(p, workspace, c->fuse_gelu, &pl);
+    if (st != WF_OK || pl.nwb == 0)
+        return st;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    const unsigned char *bbase = static_cast<const unsigned char *>(static_cast<const void *>(p->x));
+    size_t esz = 4;
+    if (pl.convert_x) {
+        if ((st = wf_cuda_round_rows_launch(workspace, p->w_dtype, p->x, p->rows, p->in, p->ldx,
+                                            c->stream)) != WF_OK)
+            return st;
+        bbase = static_cast<const unsigned char *>(workspace);
+        esz = 2;
+    }
+    int post_bias = pl.post_bias;
+    wf_act_t post_act = (wf_act_t)pl.post_act;
+    for (uint32_t i = 0; i < pl.nwb; i++) {
+        const wf_cuda_gemm_t *g = &pl.g[i];
+        int fused = 1;
+        st = wf_cuda_lt_matmul(c->lt, g, bbase + (size_t)g->b_col * esz, p->y, p->bias, &fused,
+                               c->stream);
+        if (st != WF_OK)
+            return st;
+        if (!fused) { /* the epilogue falls to the kernel */
+            post_bias |= (g->key.epilogue & WF_CUDA_EPI_BIAS) != 0;
+            if (g->key.epilogue & WF_CUDA_EPI_GELU)
+                post_act = WF_ACT_GELU_TANH;
+        }
+    }
+    if (post_bias || post_act != WF_ACT_NONE)
+        return wf_cuda_bias_act_launch(p->y, p->rows, p->out, p->ldy, post_bias ? p->bias : nullptr,
+                                       post_act, c->stream);
+    return WF_OK;
+}
+
+wf_status_t bias_act(wf_backend_ctx_t *c, float *y, int64_t rows, int64_t n, int64_t ldy,
+                     const float *bias, wf_act_t act)
+{
+    if (!c || rows < 0 || n < 0 || ldy < n || !act_ok(act) || rows > INT32_MAX ||
+        n > INT32_MAX || ldy > INT32_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (rows == 0 || n == 0)
+        return WF_OK;
+    if (!y)
+        return WF_E_BAD_ARGUMENT;
+    if (!bias && act == WF_ACT_NONE)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_bias_act_launch(y, rows, n, ldy, bias, act, c->stream);
+}
+
+wf_status_t act(wf_backend_ctx_t *c, float *dst, const float *src, int64_t n, wf_act_t a)
+{
+    if (!c || n < 0 || !act_ok(a) || a == WF_ACT_NONE)
+        return WF_E_BAD_ARGUMENT;
+    if (n == 0)
+        return WF_OK;
+    if (!dst || !src)
+        return WF_E_BAD_ARGUMENT;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_act_launch(dst, src, n, a, &c->limits, c->stream);
+}
+
+wf_status_t add(wf_backend_ctx_t *c, float *dst, const float *src, int64_t n)
+{
+    if (!c || n < 0)
+        return WF_E_BAD_ARGUMENT;
+    if (n == 0)
+        return WF_OK;
+    if (!dst || !src)
+        return WF_E_BAD_ARGUMENT;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_add_launch(dst, src, n, &c->limits, c->stream);
+}
+
+wf_status_t modln(wf_backend_ctx_t *c, const wf_modln_params_t *p)
+{
+    if (!c || !wf_cuda_modln_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    if (p->nbatch * p->per == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_modln_launch(p, &c->limits, c->stream);
+}
+
+wf_status_t gate_residual(wf_backend_ctx_t *c, float *S, int64_t ld_s, const float *y,
+                          int64_t ld_y, const float *gate, int64_t ld_gate, int64_t nbatch,
+                          int64_t per, int64_t C)
+{
+    if (!c || nbatch < 0 || per < 0 || C < 1 || ld_s < C || ld_y < C || ld_gate < C)
+        return WF_E_BAD_ARGUMENT;
+    if (nbatch > INT32_MAX || per > INT32_MAX || C > INT32_MAX || nbatch * per > INT32_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (nbatch * per == 0)
+        return WF_OK;
+    if (!S || !y || !gate)
+        return WF_E_BAD_ARGUMENT;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_gate_residual_launch(S, ld_s, y, ld_y, gate, ld_gate, nbatch, per, C,
+                                        c->stream);
+}
+
+wf_status_t head_norm_rope(wf_backend_ctx_t *c, const wf_headrope_params_t *p)
+{
+    if (!c || !wf_cuda_headrope_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    if (p->nbatch * p->per == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_head_norm_rope_launch(p, &c->limits, c->stream);
+}
+
+wf_status_t rope_table(wf_backend_ctx_t *c, const float *ids, int64_t L,
+                       const uint32_t *axes_dims, uint32_t n_axes, double theta, int64_t D,
+                       float *cs, float *sn)
+{
+    double freq[WF_CUDA_ROPE_MAX_PAIRS];
+    uint8_t axis[WF_CUDA_ROPE_MAX_PAIRS];
+    if (!c || L < 0 || L > INT32_MAX ||
+        wf_cuda_rope_freqs(axes_dims, n_axes, theta, D, freq, axis) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    if (L == 0)
+        return WF_OK;
+    if (!ids || !cs || !sn)
+        return WF_E_BAD_ARGUMENT;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_rope_table_launch(ids, L, n_axes, freq, axis, D, cs, sn, &c->limits,
+                                     c->stream);
+}
+
+wf_status_t timestep_proj(wf_backend_ctx_t *c, const float *t, int64_t B, int64_t dim,
+                          wf_dtype_t round_dtype, float *dst)
+{
+    if (!c || B < 0 || dim < 2 || dim % 2 != 0 || B > INT32_MAX || dim > INT32_MAX ||
+        B * dim > INT32_MAX ||
+        (round_dtype != WF_DTYPE_F32 && round_dtype != WF_DTYPE_F16 &&
+         round_dtype != WF_DTYPE_BF16))
+        return WF_E_BAD_ARGUMENT;
+    if (B == 0)
+        return WF_OK;
+    if (!t || !dst)
+        return WF_E_BAD_ARGUMENT;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_timestep_proj_launch(t, B, dim, round_dtype, dst, &c->limits, c->stream);
+}
+
+wf_status_t copy_rows(wf_backend_ctx_t *c, void *dst, size_t ld_dst, const void *src,
+                      size_t ld_src, int64_t rows, size_t row_bytes)
+{
+    if (!c || !wf_cuda_copy_rows_ok(dst, ld_dst, src, ld_src, rows, row_bytes))
+        return WF_E_BAD_ARGUMENT;
+    if (rows == 0 || row_bytes == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    if (cudaMemcpy2DAsync(dst, ld_dst, src, ld_src, row_bytes, (size_t)rows,
+                          cudaMemcpyDeviceToDevice, c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    return WF_OK;
+}
+
+/* ---- resident memory ------------------------------------------------------------ */
+
+wf_status_t mem_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
+{
+    if (!c || !ret_ptr)
+        return WF_E_BAD_ARGUMENT;
+    uint64_t off;
+    wf_status_t st = wf_cuda_arena_res_alloc(&c->arena, bytes, &off);
+    if (st != WF_OK)
+        return st;
+    *ret_ptr = c->arena_base + off;
+    return WF_OK;
+}
+
+void mem_free(wf_backend_ctx_t *c, void *ptr)
+{
+    if (!c || !ptr)
+        return;
+    unsigned char *p = static_cast<unsigned char *>(ptr);
+    if (p < c->arena_base || p >= c->arena_base + c->arena.capacity)
+        return; /* not ours: nothing to free */
+    (void)wf_cuda_arena_res_free(&c->arena, (uint64_t)(p - c->arena_base));
+}
+
+wf_status_t host_register(void *ptr, size_t bytes)
+{
+    if (!ptr || bytes == 0)
+        return WF_E_BAD_ARGUMENT;
+    if (cudaHostRegister(ptr, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_UNAVAILABLE;
+    }
+    return WF_OK;
+}
+
+void host_unregister(void *ptr)
+{
+    if (ptr && cudaHostUnregister(ptr) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 wf_backend_ops_t make_ops()
 {
     wf_backend_ops_t o = {};
@@ -275,6 +539,21 @@ wf_backend_ops_t make_ops()
     o.lse_merge = lse_merge;
     o.convert = convert;
     o.fill_f32 = fill_f32;
+    o.linear_workspace = linear_workspace;
+    o.linear = linear;
+    o.bias_act = bias_act;
+    o.act = act;
+    o.add = add;
+    o.modln = modln;
+    o.gate_residual = gate_residual;
+    o.head_norm_rope = head_norm_rope;
+    o.rope_table = rope_table;
+    o.timestep_proj = timestep_proj;
+    o.copy_rows = copy_rows;
+    o.mem_alloc = mem_alloc;
+    o.mem_free = mem_free;
+    o.host_register = host_register;
+    o.host_unregister = host_unregister;
     return o;
 }
 

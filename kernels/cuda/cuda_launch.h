@@ -45,4 +45,66 @@ wf_status_t wf_cuda_convert_launch(void *dst, wf_dtype_t dst_dt,
 wf_status_t wf_cuda_fill_f32_launch(float *dst, float value, size_t n,
                                     const wf_cuda_limits_t *lim, cudaStream_t stream);
 
+/* ---- model ops (model_ops.cu) ---- params checked by the caller. */
+
+/* y = act(y + bias) for (rows, n) rows ldy apart; bias (n) or NULL. */
+wf_status_t wf_cuda_bias_act_launch(float *y, int64_t rows, int64_t n, int64_t ldy,
+                                    const float *bias, wf_act_t act, cudaStream_t stream);
+
+/* dst[i] = act(src[i]), n elements. */
+wf_status_t wf_cuda_act_launch(float *dst, const float *src, int64_t n, wf_act_t act,
+                               const wf_cuda_limits_t *lim, cudaStream_t stream);
+
+/* dst[i] += src[i], n elements. */
+wf_status_t wf_cuda_add_launch(float *dst, const float *src, int64_t n,
+                               const wf_cuda_limits_t *lim, cudaStream_t stream);
+
+/* xw (rows, in) contiguous in dt (bf16 / f16) = x (rows, in) rows ldx
+ * apart, rounded to nearest even (a linear's B operand). */
+wf_status_t wf_cuda_round_rows_launch(void *xw, wf_dtype_t dt, const float *x, int64_t rows,
+                                      int64_t in, int64_t ldx, cudaStream_t stream);
+
+/* AdaLN LayerNorm + modulate (wf_modln_params_t, checked). */
+wf_status_t wf_cuda_modln_launch(const wf_modln_params_t *p, const wf_cuda_limits_t *lim,
+                                 cudaStream_t stream);
+
+/* S row (b, r) += gate[b] * y row (b, r). */
+wf_status_t wf_cuda_gate_residual_launch(float *S, int64_t ld_s, const float *y, int64_t ld_y,
+                                         const float *gate, int64_t ld_gate, int64_t nbatch,
+                                         int64_t per, int64_t C, cudaStream_t stream);
+
+/* Per-head RMSNorm + RoPE into joint order (wf_headrope_params_t, checked). */
+wf_status_t wf_cuda_head_norm_rope_launch(const wf_headrope_params_t *p,
+                                          const wf_cuda_limits_t *lim, cudaStream_t stream);
+
+/* RoPE tables cos, sin (L, D) from ids (L, n_axes) with the frequencies
+ * of wf_cuda_rope_freqs (host arrays of D / 2). */
+wf_status_t wf_cuda_rope_table_launch(const float *ids, int64_t L, uint32_t n_axes,
+                                      const double *freq, const uint8_t *axis, int64_t D,
+                                      float *cs, float *sn, const wf_cuda_limits_t *lim,
+                                      cudaStream_t stream);
+
+/* Timestep projection dst (B, dim) of t (B) (backend.h timestep_proj). */
+wf_status_t wf_cuda_timestep_proj_launch(const float *t, int64_t B, int64_t dim,
+                                         wf_dtype_t round_dtype, float *dst,
+                                         const wf_cuda_limits_t *lim, cudaStream_t stream);
+
+/* ---- cuBLASLt (gemm_lt.cu) ---- */
+
+/* A cuBLASLt handle, a workspace of ws_bytes device bytes and the
+ * descriptor cache of one context. Caller owns *ret_lt. */
+typedef struct wf_cuda_lt wf_cuda_lt_t;
+wf_status_t wf_cuda_lt_new(size_t ws_bytes, wf_cuda_lt_t **ret_lt);
+
+/* Free it (after the stream is idle); sets *lt to NULL; accepts NULL. */
+void wf_cuda_lt_destroy(wf_cuda_lt_t **lt);
+
+/* One matmul of a linear plan on `stream`: B operand at b (the block's
+ * first column), y = C = D, bias used when g's epilogue has one.
+ * *ret_fused = 0 when cuBLASLt had no algorithm with that epilogue and
+ * ran the plain matmul: the caller applies the epilogue's bias and GELU.
+ * WF_E_INTERNAL when no algorithm exists or the launch fails. */
+wf_status_t wf_cuda_lt_matmul(wf_cuda_lt_t *lt, const wf_cuda_gemm_t *g, const void *b,
+                              float *y, const float *bias, int *ret_fused, cudaStream_t stream);
+
 #endif /* WF_CUDA_LAUNCH_H */

@@ -3,6 +3,9 @@
  * backend and by the host unit test. */
 #include "cuda_plan.h"
 
+#include <math.h>
+#include <string.h>
+
 static int dtype_ok(wf_dtype_t dt)
 {
     return dt == WF_DTYPE_F32 || dt == WF_DTYPE_F16 || dt == WF_DTYPE_BF16;
@@ -154,6 +157,9 @@ wf_status_t wf_cuda_arena_init(wf_cuda_arena_t *a, uint64_t capacity,
     a->high_water = 0;
     a->align = align;
     a->count = 0;
+    a->nres = 0;
+    a->floor = a->capacity;
+    a->resident = 0;
     return WF_OK;
 }
 
@@ -162,11 +168,11 @@ wf_status_t wf_cuda_arena_take(wf_cuda_arena_t *a, uint64_t bytes,
 {
     if (!a || !ret_offset)
         return WF_E_BAD_ARGUMENT;
-    uint64_t free_bytes = a->capacity - a->used;
+    uint64_t free_bytes = a->floor - a->used;
     if (bytes > free_bytes)
         return WF_E_NO_MEMORY;
     uint64_t rounded = (bytes + a->align - 1) & ~(a->align - 1);
-    if (rounded > free_bytes) /* capacity is a multiple of align: never */
+    if (rounded > free_bytes) /* floor is a multiple of align: never */
         return WF_E_NO_MEMORY;
     *ret_offset = a->used;
     a->used += rounded;
@@ -187,7 +193,58 @@ void wf_cuda_arena_reset(wf_cuda_arena_t *a)
 
 uint64_t wf_cuda_arena_free(const wf_cuda_arena_t *a)
 {
-    return a ? a->capacity - a->used : 0;
+    return a ? a->floor - a->used : 0;
+}
+
+wf_status_t wf_cuda_arena_res_alloc(wf_cuda_arena_t *a, uint64_t bytes,
+                                    uint64_t *ret_offset)
+{
+    if (!a || !ret_offset)
+        return WF_E_BAD_ARGUMENT;
+    if (bytes == 0)
+        bytes = 1;
+    if (bytes > a->capacity || a->nres >= WF_CUDA_MAX_RESIDENT)
+        return WF_E_NO_MEMORY;
+    uint64_t rounded = (bytes + a->align - 1) & ~(a->align - 1);
+    /* Holes from the top down: hole i lies below block i (i = nres: the
+     * one below the capacity), above block i - 1 (or `used` for i = 0). */
+    for (uint32_t i = a->nres + 1; i-- > 0;) {
+        uint64_t hi = i == a->nres ? a->capacity : a->res[i].off;
+        uint64_t lo = i == 0 ? a->used : a->res[i - 1].off + a->res[i - 1].bytes;
+        if (hi < lo || hi - lo < rounded)
+            continue;
+        uint64_t off = hi - rounded;
+        memmove(&a->res[i + 1], &a->res[i], (size_t)(a->nres - i) * sizeof a->res[0]);
+        a->res[i].off = off;
+        a->res[i].bytes = rounded;
+        a->nres++;
+        a->resident += rounded;
+        a->floor = a->res[0].off;
+        *ret_offset = off;
+        return WF_OK;
+    }
+    return WF_E_NO_MEMORY;
+}
+
+wf_status_t wf_cuda_arena_res_free(wf_cuda_arena_t *a, uint64_t offset)
+{
+    if (!a)
+        return WF_E_BAD_ARGUMENT;
+    uint32_t lo = 0, hi = a->nres; /* binary search in the sorted blocks */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (a->res[mid].off < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == a->nres || a->res[lo].off != offset)
+        return WF_E_BAD_ARGUMENT;
+    a->resident -= a->res[lo].bytes;
+    memmove(&a->res[lo], &a->res[lo + 1], (size_t)(a->nres - lo - 1) * sizeof a->res[0]);
+    a->nres--;
+    a->floor = a->nres ? a->res[0].off : a->capacity;
+    return WF_OK;
 }
 
 /* ---- admission --------------------------------------------------------------- */
@@ -240,4 +297,244 @@ wf_status_t wf_cuda_admit(const wf_attn_params_t *p, uint64_t free_bytes,
     if (ret_need)
         *ret_need = need;
     return need <= free_bytes ? WF_OK : WF_E_NO_MEMORY;
+}
+
+/* ---- linear ------------------------------------------------------------------- */
+
+int64_t wf_cuda_ptr_align(const void *ptr)
+{
+    uintptr_t v = (uintptr_t)ptr;
+    int64_t al = 1;
+    while (al < 256 && (v & (uintptr_t)al) == 0)
+        al <<= 1;
+    return al;
+}
+
+/* Byte ranges [a, a + an) and [b, b + bn) overlap. */
+static int overlaps(uintptr_t a, uint64_t an, uintptr_t b, uint64_t bn)
+{
+    return an && bn && a < b + bn && b < a + an;
+}
+
+/* 1 when p's shapes, dtypes and strides are valid (no pointer looked at). */
+static int linear_shape_ok(const wf_linear_params_t *p)
+{
+    if (!p || p->rows < 0 || p->in < 1 || p->out < 1)
+        return 0;
+    if (p->nwb < 1 || p->nwb > WF_LINEAR_MAX_BLOCKS || !dtype_ok(p->w_dtype))
+        return 0;
+    if (p->act != WF_ACT_NONE && p->act != WF_ACT_GELU_TANH && p->act != WF_ACT_SILU)
+        return 0;
+    if (p->ldx < p->in || p->ldy < p->out)
+        return 0;
+    /* Every dim within int32: cuBLASLt takes 64-bit sizes, but the
+     * conversion and epilogue kernels index rows with ints. */
+    if (p->rows > INT32_MAX || p->in > INT32_MAX || p->out > INT32_MAX ||
+        p->ldx > INT32_MAX || p->ldy > INT32_MAX || p->ldw > INT32_MAX)
+        return 0;
+    int64_t sum = 0;
+    for (uint32_t k = 0; k < p->nwb; k++) {
+        if (p->wbw[k] < 1 || p->ldw < p->wbw[k])
+            return 0;
+        sum += p->wbw[k];
+    }
+    return sum == p->in;
+}
+
+/* 1 when p is valid (see wf_cuda_linear_plan). */
+static int linear_ok(const wf_linear_params_t *p)
+{
+    if (!linear_shape_ok(p))
+        return 0;
+    if (p->rows == 0)
+        return 1;
+    for (uint32_t k = 0; k < p->nwb; k++)
+        if (!p->wb[k])
+            return 0;
+    if (!p->x || !p->y)
+        return 0;
+    uint64_t xb = ((uint64_t)(p->rows - 1) * (uint64_t)p->ldx + (uint64_t)p->in) * 4u;
+    uint64_t yb = ((uint64_t)(p->rows - 1) * (uint64_t)p->ldy + (uint64_t)p->out) * 4u;
+    return !overlaps((uintptr_t)p->x, xb, (uintptr_t)p->y, yb);
+}
+
+size_t wf_cuda_linear_workspace(const wf_linear_params_t *p)
+{
+    if (!linear_shape_ok(p) || p->w_dtype == WF_DTYPE_F32 || p->rows == 0)
+        return 0;
+    uint64_t b = (uint64_t)p->rows * (uint64_t)p->in * 2u;
+    return (size_t)((b + WF_CUDA_ALIGN - 1) & ~(uint64_t)(WF_CUDA_ALIGN - 1));
+}
+
+wf_status_t wf_cuda_linear_plan(const wf_linear_params_t *p, const void *workspace,
+                                int fuse_gelu, wf_cuda_linear_plan_t *ret)
+{
+    if (!ret || !linear_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    wf_cuda_linear_plan_t pl;
+    memset(&pl, 0, sizeof pl);
+    if (p->rows == 0) {
+        *ret = pl;
+        return WF_OK;
+    }
+    pl.convert_x = p->w_dtype != WF_DTYPE_F32;
+    if (pl.convert_x) {
+        pl.x_bytes = (uint64_t)p->rows * (uint64_t)p->in * 2u;
+        if (!workspace || ((uintptr_t)workspace & (WF_CUDA_ALIGN - 1)) != 0)
+            return WF_E_BAD_ARGUMENT;
+    }
+    int bias_fused = p->bias && wf_cuda_ptr_align(p->bias) >= 16;
+    pl.post_bias = p->bias && !bias_fused;
+    int gelu_fused = p->act == WF_ACT_GELU_TANH && fuse_gelu && !pl.post_bias;
+    pl.post_act = p->act == WF_ACT_NONE || gelu_fused ? WF_ACT_NONE : (int)p->act;
+    const size_t bsz = pl.convert_x ? 2u : 4u;
+    const unsigned char *bbase =
+        pl.convert_x ? (const unsigned char *)workspace : (const unsigned char *)p->x;
+    int64_t col = 0;
+    pl.nwb = p->nwb;
+    for (uint32_t i = 0; i < p->nwb; i++) {
+        wf_cuda_gemm_t *g = &pl.g[i];
+        g->a = p->wb[i];
+        g->b_col = col;
+        g->beta = i == 0 ? 0.0f : 1.0f;
+        wf_cuda_gemm_key_t *k = &g->key;
+        k->dtype = (int64_t)p->w_dtype;
+        k->m = p->out;
+        k->n = p->rows;
+        k->k = p->wbw[i];
+        k->lda = p->ldw;
+        k->ldb = pl.convert_x ? p->in : p->ldx;
+        k->ldc = p->ldy;
+        k->epilogue = WF_CUDA_EPI_NONE;
+        if (i + 1 == p->nwb)
+            k->epilogue = (bias_fused ? WF_CUDA_EPI_BIAS : 0) |
+                          (gelu_fused ? WF_CUDA_EPI_GELU : 0);
+        k->align_a = wf_cuda_ptr_align(p->wb[i]);
+        k->align_b = wf_cuda_ptr_align(bbase + (size_t)col * bsz);
+        k->align_c = wf_cuda_ptr_align(p->y);
+        col += p->wbw[i];
+    }
+    *ret = pl;
+    return WF_OK;
+}
+
+/* ---- elementwise ops ------------------------------------------------------------ */
+
+static unsigned clamp_u(int64_t v, int64_t hi)
+{
+    return (unsigned)(v < 1 ? 1 : v > hi ? hi : v);
+}
+
+void wf_cuda_rows_geometry(int64_t rows, int64_t n, unsigned ret_grid[3],
+                           unsigned ret_block[3])
+{
+    ret_grid[0] = clamp_u((n + 255) / 256, 64);
+    ret_grid[1] = clamp_u(rows, 65535);
+    ret_grid[2] = 1;
+    ret_block[0] = 256;
+    ret_block[1] = ret_block[2] = 1;
+}
+
+void wf_cuda_rowblock_geometry(int64_t rows, const wf_cuda_limits_t *lim,
+                               unsigned ret_grid[3], unsigned ret_block[3])
+{
+    int64_t cap = lim && lim->max_grid_x > 0 ? lim->max_grid_x : 65535;
+    ret_grid[0] = clamp_u(rows, cap);
+    ret_grid[1] = ret_grid[2] = 1;
+    ret_block[0] = 256;
+    ret_block[1] = ret_block[2] = 1;
+}
+
+void wf_cuda_warp_geometry(int64_t items, const wf_cuda_limits_t *lim,
+                           unsigned ret_grid[3], unsigned ret_block[3])
+{
+    int64_t cap = lim && lim->max_grid_x > 0 ? lim->max_grid_x : 65535;
+    ret_grid[0] = clamp_u((items + 7) / 8, cap);
+    ret_grid[1] = ret_grid[2] = 1;
+    ret_block[0] = 256;
+    ret_block[1] = ret_block[2] = 1;
+}
+
+int wf_cuda_modln_ok(const wf_modln_params_t *p)
+{
+    if (!p || p->nbatch < 0 || p->per < 0 || p->C < 1)
+        return 0;
+    if (p->ld_src < p->C || p->ld_dst < p->C || p->ld_mod < p->C)
+        return 0;
+    if (!(p->eps >= 0.0f))
+        return 0;
+    if (p->nbatch > INT32_MAX || p->per > INT32_MAX || p->C > INT32_MAX ||
+        p->nbatch * p->per > INT32_MAX)
+        return 0;
+    if (p->nbatch * p->per == 0)
+        return 1;
+    return p->src && p->dst && p->shift && p->scale;
+}
+
+int wf_cuda_headrope_ok(const wf_headrope_params_t *p)
+{
+    if (!p || p->nbatch < 0 || p->per < 0 || p->H < 1 || p->D < 1 || p->L < 0 ||
+        p->row0 < 0)
+        return 0;
+    if (p->nbatch > INT32_MAX || p->per > INT32_MAX || p->H > INT32_MAX ||
+        p->D > INT32_MAX || p->L > INT32_MAX || p->row0 > INT32_MAX ||
+        p->nbatch * p->per > INT32_MAX || p->nbatch * p->per * p->H > INT32_MAX ||
+        p->H * p->D > INT32_MAX)
+        return 0;
+    if (p->per > p->L - p->row0 || p->ld_src < p->H * p->D)
+        return 0;
+    if ((p->cos == NULL) != (p->sin == NULL))
+        return 0;
+    if (p->cos && p->D % 2 != 0)
+        return 0;
+    if (!(p->eps >= 0.0f))
+        return 0;
+    if (p->nbatch * p->per == 0)
+        return 1;
+    return p->src && p->dst;
+}
+
+wf_status_t wf_cuda_rope_freqs(const uint32_t *axes_dims, uint32_t n_axes,
+                               double theta, int64_t D,
+                               double ret_freq[WF_CUDA_ROPE_MAX_PAIRS],
+                               uint8_t ret_axis[WF_CUDA_ROPE_MAX_PAIRS])
+{
+    if (!axes_dims || n_axes == 0 || n_axes > 255 || !(theta > 0.0) || D < 2 || D % 2 != 0 ||
+        D / 2 > WF_CUDA_ROPE_MAX_PAIRS)
+        return WF_E_BAD_ARGUMENT;
+    int64_t sum = 0;
+    for (uint32_t a = 0; a < n_axes; a++) {
+        if (axes_dims[a] == 0 || axes_dims[a] % 2 != 0)
+            return WF_E_BAD_ARGUMENT;
+        sum += axes_dims[a];
+    }
+    if (sum != D)
+        return WF_E_BAD_ARGUMENT;
+    int64_t pr = 0;
+    for (uint32_t a = 0; a < n_axes; a++) {
+        int64_t da = axes_dims[a];
+        for (int64_t j = 0; j < da / 2; j++, pr++) {
+            ret_freq[pr] = 1.0 / pow(theta, (double)(2 * j) / (double)da);
+            ret_axis[pr] = (uint8_t)a;
+        }
+    }
+    return WF_OK;
+}
+
+int wf_cuda_copy_rows_ok(const void *dst, size_t ld_dst, const void *src,
+                         size_t ld_src, int64_t rows, size_t row_bytes)
+{
+    if (rows < 0 || ld_dst < row_bytes || ld_src < row_bytes)
+        return 0;
+    if (rows == 0 || row_bytes == 0)
+        return 1;
+    if (!dst || !src)
+        return 0;
+    uint64_t r1 = (uint64_t)rows - 1;
+    if (ld_dst && r1 > (UINT64_MAX - row_bytes) / ld_dst)
+        return 0;
+    if (ld_src && r1 > (UINT64_MAX - row_bytes) / ld_src)
+        return 0;
+    uint64_t dn = r1 * ld_dst + row_bytes, sn = r1 * ld_src + row_bytes;
+    return !overlaps((uintptr_t)dst, dn, (uintptr_t)src, sn);
 }

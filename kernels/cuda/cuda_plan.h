@@ -127,15 +127,39 @@ wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n);
 
 /* ---- the device arena ------------------------------------------------------ */
 
-/* A bump allocator over one device allocation made at ctx_new: offsets
- * only (the backend adds its base pointer). Per-job scratch is taken in
- * order and released all at once (reset) when the job ends. */
+/* Most resident blocks (mem_alloc) one context holds at once. */
+#define WF_CUDA_MAX_RESIDENT 1024
+
+/* One resident block: [off, off + bytes) of the arena. */
+typedef struct wf_cuda_block {
+    uint64_t off;   /* offset in the arena (a multiple of align) */
+    uint64_t bytes; /* rounded up to align */
+} wf_cuda_block_t;
+
+/* One device allocation made at ctx_new, shared by two allocators
+ * (offsets only; the backend adds its base pointer):
+ *   per-job scratch (dev_alloc): a bump allocator from the bottom, taken
+ *     in order and released all at once (reset) when the job ends;
+ *   resident blocks (mem_alloc, model shards): first fit from the top,
+ *     each freed alone. The blocks are kept sorted by offset; the holes
+ *     between them are the free list (so freeing coalesces by itself).
+ * The bump pointer never crosses the lowest resident block (`floor`),
+ * and a resident block never goes below the bump pointer, so job buffers
+ * and resident blocks never overlap.
+ *
+ *   0          used          floor                        capacity
+ *   | job bufs | free (jobs) | resident, holes between them |
+ */
 typedef struct wf_cuda_arena {
     uint64_t capacity;   /* bytes usable (a multiple of align) */
     uint64_t used;       /* bytes taken since the last reset */
     uint64_t high_water; /* largest `used` seen */
     uint64_t align;      /* power of two >= 16 */
     uint32_t count;      /* buffers taken since the last reset */
+    uint32_t nres;       /* resident blocks in res[] */
+    uint64_t floor;      /* offset of the lowest resident block, or capacity */
+    uint64_t resident;   /* bytes of the resident blocks (rounded) */
+    wf_cuda_block_t res[WF_CUDA_MAX_RESIDENT]; /* sorted by offset */
 } wf_cuda_arena_t;
 
 /* Set up an arena of `capacity` bytes (rounded down to align). align must
@@ -144,15 +168,152 @@ wf_status_t wf_cuda_arena_init(wf_cuda_arena_t *a, uint64_t capacity,
                                uint64_t align);
 
 /* Take `bytes` (rounded up to align; 0 takes nothing and returns the
- * current offset). WF_E_NO_MEMORY when it does not fit: nothing changes. */
+ * current offset) below the lowest resident block. WF_E_NO_MEMORY when
+ * it does not fit: nothing changes. */
 wf_status_t wf_cuda_arena_take(wf_cuda_arena_t *a, uint64_t bytes,
                                uint64_t *ret_offset);
 
 /* Release everything taken (high_water is kept). */
 void wf_cuda_arena_reset(wf_cuda_arena_t *a);
 
-/* Bytes still free. */
+/* Bytes dev_alloc can still take (up to the lowest resident block). */
 uint64_t wf_cuda_arena_free(const wf_cuda_arena_t *a);
+
+/* A resident block of `bytes` (rounded up to align; 0 takes one align
+ * unit, so every block has its own offset): the highest hole that holds
+ * it, at the top of that hole, never below `used`. WF_E_NO_MEMORY when
+ * no hole holds it or WF_CUDA_MAX_RESIDENT blocks exist (nothing changes);
+ * WF_E_BAD_ARGUMENT for NULL arguments. */
+wf_status_t wf_cuda_arena_res_alloc(wf_cuda_arena_t *a, uint64_t bytes,
+                                    uint64_t *ret_offset);
+
+/* Free the resident block at `offset`. WF_E_BAD_ARGUMENT (nothing
+ * changes) when no block starts there. */
+wf_status_t wf_cuda_arena_res_free(wf_cuda_arena_t *a, uint64_t offset);
+
+/* ---- linear (cuBLASLt) ------------------------------------------------------- *
+ *
+ * y = act(x W^T + bias) (backend.h wf_linear_params_t) as cuBLASLt
+ * matmuls, which are column-major. A row-major matrix (r, c) with row
+ * stride ld is the column-major matrix (c, r) with the same ld, so
+ *   y (rows, out) row-major  = Y^T (out, rows) column-major, ldc = ldy;
+ *   W block (out, wbw) rm    = (wbw, out) cm, lda = ldw, used transposed;
+ *   x block (rows, wbw) rm   = (wbw, rows) cm, ldb = ldx (or in when x
+ *                              was converted into the workspace);
+ * and Y^T = sum over blocks of op(A) B with op(A) = A^T (TRANSA = T,
+ * TRANSB = N): m = out, n = rows, k = wbw. The first block writes
+ * (beta 0), the others accumulate (beta 1, C = D = y); only the last
+ * carries the epilogue (bias, GELU), which cuBLASLt applies to
+ * alpha A B + beta C, i.e. to the full sum.
+ *
+ * Precision: bf16 / f16 weights: x is rounded to the weight dtype in
+ * the workspace (contiguous, rows x in), products in fp32
+ * (CUBLAS_COMPUTE_32F), y and bias f32. f32 weights: x used as is,
+ * CUBLAS_COMPUTE_32F with f32 operands, which is plain fp32 (TF32 only
+ * with CUBLAS_COMPUTE_32F_FAST_TF32, never asked for). */
+
+/* What the matmul's epilogue does (cublasLtEpilogue_t of gemm_lt.cu). */
+enum {
+    WF_CUDA_EPI_NONE = 0,     /* CUBLASLT_EPILOGUE_DEFAULT */
+    WF_CUDA_EPI_BIAS = 1,     /* CUBLASLT_EPILOGUE_BIAS */
+    WF_CUDA_EPI_GELU = 2,     /* CUBLASLT_EPILOGUE_GELU */
+    WF_CUDA_EPI_GELU_BIAS = 3 /* CUBLASLT_EPILOGUE_GELU_BIAS */
+};
+
+/* What one cuBLASLt matmul depends on beside its pointers: the key of
+ * the context's descriptor / heuristic cache. All 64-bit fields: no
+ * padding, compared with memcmp. */
+typedef struct wf_cuda_gemm_key {
+    int64_t dtype;            /* wf_dtype_t of A and B (C, D: f32) */
+    int64_t m, n, k;          /* column-major, see above */
+    int64_t lda, ldb, ldc;    /* ldc = ldd */
+    int64_t epilogue;         /* WF_CUDA_EPI_* */
+    int64_t align_a, align_b, align_c; /* pointer alignments, bytes (<= 256) */
+} wf_cuda_gemm_key_t;
+
+/* One matmul of a linear: column block `k` of W. */
+typedef struct wf_cuda_gemm {
+    const void *a;        /* the weight block (wb[i]) */
+    int64_t b_col;        /* its first column in x (sum of the wbw before) */
+    float beta;           /* 0 for the first block, 1 after */
+    wf_cuda_gemm_key_t key;
+} wf_cuda_gemm_t;
+
+/* The whole linear. */
+typedef struct wf_cuda_linear_plan {
+    int convert_x;        /* 1: x rounded to w_dtype into the workspace */
+    uint64_t x_bytes;     /* bytes of that copy (rows * in * 2), else 0 */
+    int post_bias;        /* 1: bias added by a kernel after the matmuls
+                             (not fused: a bias pointer not 16-byte aligned) */
+    int post_act;         /* wf_act_t applied by a kernel after the matmuls
+                             (SiLU always; GELU when not fused) */
+    uint32_t nwb;         /* matmuls */
+    wf_cuda_gemm_t g[WF_LINEAR_MAX_BLOCKS];
+} wf_cuda_linear_plan_t;
+
+/* Bytes of workspace linear() needs: 0 for f32 weights; for bf16 / f16
+ * weights rows * in * 2 rounded up to WF_CUDA_ALIGN (x rounded to the
+ * weight dtype). 0 for invalid shapes or rows 0. Pure: the pointers of p
+ * are not looked at (admission asks before any buffer exists). */
+size_t wf_cuda_linear_workspace(const wf_linear_params_t *p);
+
+/* Check p (backend.h's rules: pointers non-NULL, rows >= 0, in and out
+ * >= 1, nwb in [1, WF_LINEAR_MAX_BLOCKS], each wbw >= 1 and their sum ==
+ * in, w_dtype f32 / f16 / bf16, act known, ldx >= in, ldy >= out, ldw >=
+ * every wbw, x and y not overlapping; rows 0 skips the pointer checks) and
+ * make the plan for a workspace at `workspace` (NULL when
+ * wf_cuda_linear_workspace is 0). fuse_gelu 0 keeps GELU out of the
+ * epilogue (a kernel applies it). WF_E_BAD_ARGUMENT when invalid
+ * (*ret untouched). rows 0: WF_OK with nwb 0 (nothing to do). */
+wf_status_t wf_cuda_linear_plan(const wf_linear_params_t *p, const void *workspace,
+                                int fuse_gelu, wf_cuda_linear_plan_t *ret);
+
+/* Largest power of two dividing the address, at most 256 (256 for 0). */
+int64_t wf_cuda_ptr_align(const void *ptr);
+
+/* ---- elementwise ops --------------------------------------------------------- */
+
+/* A row-wise elementwise kernel over (rows, n): block 256 threads,
+ * grid.x over the columns (ceil(n / 256), at most 64), grid.y over the
+ * rows (at most 65535); the kernel strides over both. rows, n >= 1. */
+void wf_cuda_rows_geometry(int64_t rows, int64_t n, unsigned ret_grid[3],
+                           unsigned ret_block[3]);
+
+/* One block of 256 threads per row (LayerNorm): grid.x = rows, at most
+ * lim->max_grid_x (the kernel strides). rows >= 1. */
+void wf_cuda_rowblock_geometry(int64_t rows, const wf_cuda_limits_t *lim,
+                               unsigned ret_grid[3], unsigned ret_block[3]);
+
+/* One warp per item (head_norm_rope: per (row, head)): 8 warps per
+ * block, grid.x = ceil(items / 8) at most lim->max_grid_x (the kernel
+ * strides). items >= 1. */
+void wf_cuda_warp_geometry(int64_t items, const wf_cuda_limits_t *lim,
+                           unsigned ret_grid[3], unsigned ret_block[3]);
+
+/* Params checks of the elementwise ops (backend.h): 1 when valid. */
+int wf_cuda_modln_ok(const wf_modln_params_t *p);
+int wf_cuda_headrope_ok(const wf_headrope_params_t *p);
+
+/* Most rotary pairs (D / 2) rope_table handles: its frequencies travel
+ * as a kernel argument. */
+#define WF_CUDA_ROPE_MAX_PAIRS 256
+
+/* The frequencies of rope_table, in double on the host exactly as the
+ * CPU contract states: pair p (columns 2p, 2p + 1) belongs to axis
+ * ret_axis[p] and has frequency ret_freq[p] = 1 / theta^(2j / d) (j its
+ * index in the axis of width d). WF_E_BAD_ARGUMENT when an axis width is
+ * odd or 0, the widths do not sum to D, D / 2 > WF_CUDA_ROPE_MAX_PAIRS,
+ * n_axes is 0 or theta <= 0. */
+wf_status_t wf_cuda_rope_freqs(const uint32_t *axes_dims, uint32_t n_axes,
+                               double theta, int64_t D,
+                               double ret_freq[WF_CUDA_ROPE_MAX_PAIRS],
+                               uint8_t ret_axis[WF_CUDA_ROPE_MAX_PAIRS]);
+
+/* copy_rows' checks: 1 when rows >= 0, ld_dst and ld_src >= row_bytes,
+ * pointers non-NULL when there is something to copy, and the byte ranges
+ * [p, p + (rows - 1) ld + row_bytes) of dst and src disjoint. */
+int wf_cuda_copy_rows_ok(const void *dst, size_t ld_dst, const void *src,
+                         size_t ld_src, int64_t rows, size_t row_bytes);
 
 /* ---- admission --------------------------------------------------------------- */
 

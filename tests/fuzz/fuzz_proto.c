@@ -145,6 +145,8 @@ static void check_same_model(const wf_model_info_t *x, const wf_model_info_t *y)
           x->bytes_loaded == y->bytes_loaded && x->host_bytes == y->host_bytes &&
           x->rank_bytes == y->rank_bytes && x->tp == y->tp && x->load_ms == y->load_ms);
     check((x->sharded_input != 0) == (y->sharded_input != 0));
+    check(strcmp(x->device, y->device) == 0 && strcmp(x->compute, y->compute) == 0 &&
+          (x->host_pinned != 0) == (y->host_pinned != 0));
 }
 
 static void fuzz_request(const uint8_t *data, size_t size)

@@ -125,6 +125,8 @@ static void model_info(wf_model_info_t *m, const char *name, const char *path,
     m->tp = tp;
     m->sharded_input = sharded;
     m->load_ms = 12;
+    snprintf(m->device, sizeof(m->device), "cpu");
+    snprintf(m->compute, sizeof(m->compute), "f32");
 }
 
 /* Seeds of the resident-model ops (PROTOCOL.md section 12). */

@@ -1,0 +1,374 @@
+/* model_ops.cu — the elementwise model ops of backend.h on the device
+ * (bias_act, act, add, modln, gate_residual, head_norm_rope, rope_table,
+ * timestep_proj) and the rounding of a linear's x to its weight dtype,
+ * with their launchers. Launch geometry comes from cuda_plan.c; params
+ * are checked by the ops (cuda_backend.cu) before a launcher runs.
+ *
+ * Precision: this file is compiled WITHOUT --use_fast_math (see
+ * kernels/CMakeLists.txt): expf, tanhf, sqrtf and divisions are the IEEE
+ * / CUDA-accurate ones, so the ops follow the CPU reference's f32
+ * formulas to a few ulp. Norm statistics are f32 (two passes: mean,
+ * then the sum of squared deviations, each a warp-shuffle + shared
+ * memory block reduction), where the CPU uses double. rope_table's angles
+ * and timestep_proj's sines are taken in double on the f32 arguments
+ * (the CPU's f32 results, correctly rounded).
+ *
+ * Not here: the matmuls (gemm_lt.cu), parameter checks (cuda_plan.c).
+ */
+#include "cuda_launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+__device__ __forceinline__ float gelu_tanh(float a)
+{
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    return 0.5f * a * (1.0f + tanhf(k0 * (a + k1 * a * a * a)));
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+__device__ __forceinline__ float apply_act(float v, int act)
+{
+    if (act == WF_ACT_GELU_TANH)
+        return gelu_tanh(v);
+    if (act == WF_ACT_SILU)
+        return silu(v);
+    return v;
+}
+
+/* y (rows, n) rows ldy apart: y = act(y + bias). grid.y strides rows,
+ * grid.x * block strides columns (wf_cuda_rows_geometry). */
+__global__ void bias_act_kernel(float *y, int rows, int n, long long ldy, const float *bias,
+                                int act)
+{
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        float *row = y + (long long)r * ldy;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += gridDim.x * blockDim.x) {
+            float v = row[c];
+            if (bias)
+                v += bias[c];
+            row[c] = apply_act(v, act);
+        }
+    }
+}
+
+__global__ void act_kernel(float *dst, const float *src, size_t n, int act)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = apply_act(src[i], act);
+}
+
+__global__ void add_kernel(float *dst, const float *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] += src[i];
+}
+
+__device__ __forceinline__ void store_rn(__nv_bfloat16 *d, float v) { *d = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_rn(__half *d, float v) { *d = __float2half_rn(v); }
+
+/* x (rows, in) f32 rows ldx apart -> xw (rows, in) contiguous in T
+ * (round to nearest even, as tensor.h). */
+template <typename T>
+__global__ void round_rows_kernel(T *xw, const float *x, int rows, int in, long long ldx)
+{
+    for (int r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < in; c += gridDim.x * blockDim.x)
+            store_rn(xw + (long long)r * in + c, x[(long long)r * ldx + c]);
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, <= 1024); every
+ * thread gets the result. `sh` holds 32 floats; reusable after return. */
+__device__ float block_sum(float v, float *sh)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : 0.0f;
+    for (int o = 16; o > 0; o /= 2)
+        t += __shfl_xor_sync(0xffffffffu, t, o);
+    __syncthreads(); /* sh free again for the next reduction */
+    return t;
+}
+
+/* AdaLN (wf_modln_params_t): one block per row (grid strides rows).
+ * Two passes for the statistics (mean, then mean squared deviation:
+ * no cancellation), a third writes; each thread writes only the
+ * columns it read, so dst may be src. */
+__global__ void modln_kernel(wf_modln_params_t p, int rows)
+{
+    __shared__ float sh[32];
+    const int C = (int)p.C;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const int b = row / (int)p.per;
+        const float *x = p.src + (long long)row * p.ld_src;
+        float *y = p.dst + (long long)row * p.ld_dst;
+        const float *sh_b = p.shift + (long long)b * p.ld_mod;
+        const float *sc_b = p.scale + (long long)b * p.ld_mod;
+        float s = 0.0f;
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            s += x[c];
+        const float mean = block_sum(s, sh) / (float)C;
+        float q = 0.0f;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float d = x[c] - mean;
+            q += d * d;
+        }
+        const float var = block_sum(q, sh) / (float)C;
+        const float inv = 1.0f / sqrtf(var + p.eps);
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float nv = (x[c] - mean) * inv;
+            y[c] = nv * (1.0f + sc_b[c]) + sh_b[c];
+        }
+    }
+}
+
+/* S row (b, r) += gate[b] * y row (b, r); rows = nbatch * per. */
+__global__ void gate_residual_kernel(float *S, long long ld_s, const float *y, long long ld_y,
+                                     const float *gate, long long ld_gate, int rows, int per,
+                                     int C)
+{
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *g = gate + (long long)(r / per) * ld_gate;
+        float *s = S + (long long)r * ld_s;
+        const float *yr = y + (long long)r * ld_y;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
+            s[c] += g[c] * yr[c];
+    }
+}
+
+/* Per-head RMSNorm + RoPE into joint order (wf_headrope_params_t): one
+ * warp per (row, head) item, item = row * H + h. The norm's sum of
+ * squares is a warp reduction; each lane then writes the pairs
+ * (2j, 2j + 1), j = lane, lane + 32, ... (D odd, norm only: element by
+ * element). */
+__global__ void head_norm_rope_kernel(wf_headrope_params_t p, int items)
+{
+    const int lane = threadIdx.x % 32;
+    const int wpb = blockDim.x / 32;
+    const int D = (int)p.D, H = (int)p.H, per = (int)p.per;
+    for (int it = blockIdx.x * wpb + threadIdx.x / 32; it < items; it += gridDim.x * wpb) {
+        const int row = it / H, h = it % H;
+        const int b = row / per, s = row % per;
+        const float *x = p.src + (long long)row * p.ld_src + (long long)h * D;
+        float *o = p.dst + ((long long)b * p.L + p.row0 + s) * (long long)H * D + (long long)h * D;
+        float inv = 1.0f;
+        if (p.norm) {
+            float ss = 0.0f;
+            for (int d = lane; d < D; d += 32)
+                ss += x[d] * x[d];
+            for (int k = 16; k > 0; k /= 2)
+                ss += __shfl_xor_sync(0xffffffffu, ss, k);
+            inv = 1.0f / sqrtf(ss / (float)D + p.eps);
+        }
+        if (!p.cos) {
+            for (int d = lane; d < D; d += 32)
+                o[d] = p.norm ? (x[d] * inv) * p.norm[d] : x[d];
+            continue;
+        }
+        const float *cs = p.cos + (long long)(p.row0 + s) * D;
+        const float *sn = p.sin + (long long)(p.row0 + s) * D;
+        for (int j = lane; j < D / 2; j += 32) {
+            const int d = 2 * j;
+            float x0 = x[d], x1 = x[d + 1];
+            if (p.norm) {
+                x0 = (x0 * inv) * p.norm[d];
+                x1 = (x1 * inv) * p.norm[d + 1];
+            }
+            o[d] = x0 * cs[d] - x1 * sn[d];
+            o[d + 1] = x1 * cs[d + 1] + x0 * sn[d + 1];
+        }
+    }
+}
+
+/* The frequencies of rope_table (from wf_cuda_rope_freqs), by value. */
+struct rope_freqs {
+    double freq[WF_CUDA_ROPE_MAX_PAIRS];
+    uint8_t axis[WF_CUDA_ROPE_MAX_PAIRS];
+};
+
+/* cos, sin (L, D): item = l * (D / 2) + pair. */
+__global__ void rope_table_kernel(rope_freqs f, const float *ids, int L, int n_axes, int D,
+                                  float *cs, float *sn)
+{
+    const int pairs = D / 2;
+    const long long n = (long long)L * pairs;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int l = (int)(i / pairs), pr = (int)(i % pairs);
+        const double ang = (double)ids[(long long)l * n_axes + f.axis[pr]] * f.freq[pr];
+        const float c = (float)cos(ang), s = (float)sin(ang);
+        float *cr = cs + (long long)l * D + 2 * pr, *sr = sn + (long long)l * D + 2 * pr;
+        cr[0] = cr[1] = c;
+        sr[0] = sr[1] = s;
+    }
+}
+
+__device__ __forceinline__ float round_to(float x, int dt)
+{
+    if (dt == WF_DTYPE_BF16)
+        return __bfloat162float(__float2bfloat16_rn(x));
+    if (dt == WF_DTYPE_F16)
+        return __half2float(__float2half_rn(x));
+    return x;
+}
+
+/* dst (B, dim): item = b * half + k. */
+__global__ void timestep_proj_kernel(const float *t, int B, int half, int rdt, float *dst)
+{
+    const float nl = (float)-9.210340371976184; /* -ln(10000) */
+    const long long n = (long long)B * half;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int b = (int)(i / half), k = (int)(i % half);
+        const float tv = round_to(__fmul_rn(round_to(t[b], rdt), 1000.0f), rdt);
+        float e = __fmul_rn(nl, (float)k);
+        e = __fdiv_rn(e, (float)half);
+        /* exp in double rounded to f32: the correctly rounded expf of
+         * the CPU's libm (CUDA's expf is within 2 ulp, which tv ~ 1000
+         * would turn into 1e-4 of the sines). */
+        const float arg = __fmul_rn(tv, (float)exp((double)e));
+        dst[(long long)b * 2 * half + k] = (float)cos((double)arg);
+        dst[(long long)b * 2 * half + half + k] = (float)sin((double)arg);
+    }
+}
+
+dim3 d3(const unsigned v[3]) { return dim3(v[0], v[1], v[2]); }
+
+wf_status_t launched() { return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL; }
+
+} /* namespace */
+
+wf_status_t wf_cuda_bias_act_launch(float *y, int64_t rows, int64_t n, int64_t ldy,
+                                    const float *bias, wf_act_t act, cudaStream_t stream)
+{
+    if (rows == 0 || n == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_rows_geometry(rows, n, g, b);
+    bias_act_kernel<<<d3(g), d3(b), 0, stream>>>(y, (int)rows, (int)n, (long long)ldy, bias,
+                                                 (int)act);
+    return launched();
+}
+
+wf_status_t wf_cuda_act_launch(float *dst, const float *src, int64_t n, wf_act_t act,
+                               const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    if (n == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_convert_geometry((size_t)n, lim, g, b);
+    act_kernel<<<d3(g), d3(b), 0, stream>>>(dst, src, (size_t)n, (int)act);
+    return launched();
+}
+
+wf_status_t wf_cuda_add_launch(float *dst, const float *src, int64_t n,
+                               const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    if (n == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_convert_geometry((size_t)n, lim, g, b);
+    add_kernel<<<d3(g), d3(b), 0, stream>>>(dst, src, (size_t)n);
+    return launched();
+}
+
+wf_status_t wf_cuda_round_rows_launch(void *xw, wf_dtype_t dt, const float *x, int64_t rows,
+                                      int64_t in, int64_t ldx, cudaStream_t stream)
+{
+    if (rows == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_rows_geometry(rows, in, g, b);
+    if (dt == WF_DTYPE_BF16)
+        round_rows_kernel<<<d3(g), d3(b), 0, stream>>>(static_cast<__nv_bfloat16 *>(xw), x,
+                                                       (int)rows, (int)in, (long long)ldx);
+    else
+        round_rows_kernel<<<d3(g), d3(b), 0, stream>>>(static_cast<__half *>(xw), x, (int)rows,
+                                                       (int)in, (long long)ldx);
+    return launched();
+}
+
+wf_status_t wf_cuda_modln_launch(const wf_modln_params_t *p, const wf_cuda_limits_t *lim,
+                                 cudaStream_t stream)
+{
+    const int64_t rows = p->nbatch * p->per;
+    if (rows == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_rowblock_geometry(rows, lim, g, b);
+    modln_kernel<<<d3(g), d3(b), 0, stream>>>(*p, (int)rows);
+    return launched();
+}
+
+wf_status_t wf_cuda_gate_residual_launch(float *S, int64_t ld_s, const float *y, int64_t ld_y,
+                                         const float *gate, int64_t ld_gate, int64_t nbatch,
+                                         int64_t per, int64_t C, cudaStream_t stream)
+{
+    const int64_t rows = nbatch * per;
+    if (rows == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_rows_geometry(rows, C, g, b);
+    gate_residual_kernel<<<d3(g), d3(b), 0, stream>>>(S, (long long)ld_s, y, (long long)ld_y,
+                                                      gate, (long long)ld_gate, (int)rows,
+                                                      (int)per, (int)C);
+    return launched();
+}
+
+wf_status_t wf_cuda_head_norm_rope_launch(const wf_headrope_params_t *p,
+                                          const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    const int64_t items = p->nbatch * p->per * p->H;
+    if (items == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_warp_geometry(items, lim, g, b);
+    head_norm_rope_kernel<<<d3(g), d3(b), 0, stream>>>(*p, (int)items);
+    return launched();
+}
+
+wf_status_t wf_cuda_rope_table_launch(const float *ids, int64_t L, uint32_t n_axes,
+                                      const double *freq, const uint8_t *axis, int64_t D,
+                                      float *cs, float *sn, const wf_cuda_limits_t *lim,
+                                      cudaStream_t stream)
+{
+    if (L == 0)
+        return WF_OK;
+    rope_freqs f;
+    for (int64_t i = 0; i < D / 2; i++) {
+        f.freq[i] = freq[i];
+        f.axis[i] = axis[i];
+    }
+    for (int64_t i = D / 2; i < WF_CUDA_ROPE_MAX_PAIRS; i++) {
+        f.freq[i] = 0.0;
+        f.axis[i] = 0;
+    }
+    unsigned g[3], b[3];
+    wf_cuda_convert_geometry((size_t)(L * (D / 2)), lim, g, b);
+    rope_table_kernel<<<d3(g), d3(b), 0, stream>>>(f, ids, (int)L, (int)n_axes, (int)D, cs, sn);
+    return launched();
+}
+
+wf_status_t wf_cuda_timestep_proj_launch(const float *t, int64_t B, int64_t dim,
+                                         wf_dtype_t round_dtype, float *dst,
+                                         const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    if (B == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_convert_geometry((size_t)(B * (dim / 2)), lim, g, b);
+    timestep_proj_kernel<<<d3(g), d3(b), 0, stream>>>(t, (int)B, (int)(dim / 2),
+                                                      (int)round_dtype, dst);
+    return launched();
+}
