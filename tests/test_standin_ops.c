@@ -227,6 +227,10 @@ static void test_bias_act(void)
                   "bias_act with a host bias");
             CHECK(sd->bias_act(dctx, D(&y), 5, 9, 12, NULL, acts[ai]) == WF_E_BAD_ARGUMENT,
                   "bias_act past the arena");
+            CHECK(sd->bias_act(dctx, D(&y), 4, 9, INT64_MAX, NULL, acts[ai]) ==
+                      WF_E_BAD_ARGUMENT, "bias_act with an extent past SIZE_MAX");
+            CHECK(sd->bias_act(dctx, D(&y), -1, 9, 12, NULL, acts[ai]) == WF_E_BAD_ARGUMENT,
+                  "bias_act with rows < 0");
             CHECK(same(&y) && kernels() == k0, "refused bias_act touched y");
             sd->dev_reset(dctx);
             free(y.h);
