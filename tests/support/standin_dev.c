@@ -756,20 +756,18 @@ static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
                                           const wf_headrope_params_t *p)
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
-    int64_t rows, hd, last, tab;
-    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) ||
-        !rows_of(p->H, p->D, &hd) || p->row0 < 0 || p->L < 0 ||
-        p->per > INT64_MAX - p->row0 || (p->nbatch > 0 && !rows_of(p->nbatch - 1, p->L, &last)))
+    int64_t rows, hd, last = 0, tab = 0; /* last: rows of dst to the last written */
+    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) || !rows_of(p->H, p->D, &hd) ||
+        p->row0 < 0 || p->L < 0 || p->per > INT64_MAX - p->row0)
         return WF_E_BAD_ARGUMENT;
     if (!cpu->head_norm_rope)
         return WF_E_INTERNAL;
-    int64_t end = p->row0 + p->per; /* rows of the table read, per batch */
-    if (p->nbatch == 0 || p->per == 0)
-        last = 0, tab = 0;
-    else if (last > INT64_MAX - end)
-        return WF_E_BAD_ARGUMENT;
-    else
-        last += end, tab = end;
+    if (rows > 0) {
+        tab = p->row0 + p->per; /* rows of the table read */
+        if (!rows_of(p->nbatch - 1, p->L, &last) || last > INT64_MAX - tab)
+            return WF_E_BAD_ARGUMENT;
+        last += tab;
+    }
     stage_t stg = {.n = 0};
     int is = stage_add(&stg, p->src, rows, hd, p->ld_src, sizeof(float), false);
     int id = stage_add(&stg, p->dst, last, hd, hd, sizeof(float), true);
