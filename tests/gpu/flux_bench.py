@@ -192,11 +192,17 @@ class Weft:
                 else (e.stdout or "")
             return 124, out + f"\n(weftctl timed out after {timeout} s)"
 
-    def up(self):
-        if self.proc.poll() is not None:
-            return False
-        rc, out = self.ctl("--timeout", "20000", "hello", timeout=30)
-        return rc == 0
+    def up(self, wait_s=30.0):
+        """True once weftd answers hello; False as soon as it exits."""
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return False
+            rc, _ = self.ctl("--timeout", "1000", "hello", timeout=10)
+            if rc == 0:
+                return True
+            time.sleep(0.2)
+        return False
 
     def stop(self):
         if self.proc.poll() is None:
@@ -255,7 +261,6 @@ def matmul_rate(torch, device, n, timer):
     for _ in range(3):
         torch.matmul(a, b, out=c)
     ts = [timer.time(lambda: torch.matmul(a, b, out=c)) for _ in range(10)]
-    del a, b, c
     ms = statistics.median(ts)
     return 2.0 * n ** 3 / (ms * 1e-3), ms
 
@@ -380,7 +385,7 @@ def main():
     ap.add_argument("--iters", type=int, default=3, help="forwards per repeat and side")
     ap.add_argument("--matmul", type=int, default=8192)
     ap.add_argument("--compile", action="store_true", help="also torch.compile (if time allows)")
-    ap.add_argument("--compile-need-s", type=float, default=150.0,
+    ap.add_argument("--compile-need-s", type=float, default=200.0,
                     help="seconds before the deadline that --compile needs to start")
     ap.add_argument("--deadline-s", type=float, default=0.0,
                     help="seconds from start this script should end by (0: none); optional "
@@ -420,7 +425,7 @@ def main():
         f" + attention {fl['attention'] / 1e12:.2f} T")
     if a.dry_run:
         for k, v in fl.items():
-            say(f"  {k:14s} {v / 1e12:10.4f} TFLOP")
+            say(f"  {k:14s} {v:.6g} FLOP")
         return 0
 
     torch = torch_setup(a.device)
@@ -461,6 +466,36 @@ def main():
         with torch.no_grad():
             return m(**dev_in, return_dict=False)[0]
 
+    # the counts against the model itself: its parameters, and torch's own
+    # FLOP counter over one forward (matrix products and SDPA)
+    n_model = sum(p.numel() for p in model.parameters())
+    report["params_model"] = n_model
+    say(f"parameters: counted {npar}, the model has {n_model}"
+        + ("" if n_model == npar else "  MISMATCH"))
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+        with FlopCounterMode(display=False) as fc:
+            fwd(model)
+        tf_torch = fc.get_total_flops()
+        report["flops_torch_counter"] = tf_torch
+        lin = fl["total"] - fl["attention"]
+        say(f"FLOPs: counted {fl['total']:.6g} (linear {lin:.6g} + attention "
+            f"{fl['attention']:.6g}), torch's FlopCounterMode {tf_torch:.6g}: ratio "
+            f"{tf_torch / fl['total']:.4f} to the total, {tf_torch / lin:.4f} to the linear part "
+            f"(the counter has no entry for SDPA's CPU kernel)")
+    except Exception as e:  # a counter that fails is reported, not fatal
+        say(f"FlopCounterMode: {e!r}")
+    if a.tiny:
+        # the checkpoint as diffusers reads it: every tensor bit-identical
+        from diffusers import FluxTransformer2DModel
+        back = FluxTransformer2DModel.from_pretrained(ckpt, torch_dtype=torch.bfloat16)
+        sd, sd2 = model.state_dict(), back.state_dict()
+        same = sd.keys() == sd2.keys() and all(torch.equal(sd[k].cpu(), sd2[k]) for k in sd)
+        say(f"checkpoint read back by diffusers' from_pretrained: "
+            f"{'identical' if same else 'DIFFERENT'} ({len(sd2)} tensors)")
+        del back
+        if not same:
+            return 1
     t = time.monotonic()
     ref = fwd(model)
     if a.device.startswith("cuda"):
@@ -546,8 +581,57 @@ def main():
     eager = alternate("eager", model, a.repeats)
     report["eager"] = eager
 
+    def summary(comp, final):
+        """Print the figures and write flux-bench.json / .txt (after the
+        eager alternation, and again at the end: a run cut short by its
+        deadline keeps what it measured). Returns True when weft ran and
+        every forward was within tolerance."""
+        tf = fl["total"]
+        say("== summary" + ("" if final else " (eager; torch.compile follows)"))
+        cfgtxt = ("TINY configuration (plumbing check, not a measurement)" if a.tiny else
+                  "FLUX.1-dev configuration" + (" REDUCED: " + "; ".join(reduced) if reduced else ""))
+        say(f"{cfgtxt}, B = 1, {s_img} + {s_txt} tokens, bf16, {tf / 1e12:.2f} TFLOP per forward; "
+            f"matmul ceiling {rate / 1e12:.1f} TFLOP/s")
+        rows = [("diffusers eager", eager["diffusers_ms"])]
+        if comp:
+            rows.append(("diffusers torch.compile", comp["diffusers_ms"]))
+        rows.append(("weft (weftctl round trip)", eager["weft_ms"]))
+        rows.append(("weft (daemon compute)", eager["weft_compute_ms"]))
+        for name, sp in rows:
+            if sp:
+                share = tf / (sp["median"] * 1e-3) / rate
+                say(f"  {name:28s} {fmt(sp)}  {tf / (sp['median'] * 1e-3) / 1e12:7.1f} TFLOP/s "
+                    f"= {100 * share:5.1f}% of matmul")
+            else:
+                say(f"  {name:28s} n/a")
+        ok = False
+        if eager["weft_ms"] and eager["diffusers_ms"]:
+            ratio = eager["diffusers_ms"]["median"] / eager["weft_ms"]["median"]
+            report["ratio_eager_over_weft"] = ratio
+            say(f"  speed: weft / diffusers eager = {ratio:.2f}x (floor 1.0, aim 1.3)")
+            if comp and comp["diffusers_ms"]:
+                r2 = comp["diffusers_ms"]["median"] / eager["weft_ms"]["median"]
+                report["ratio_compiled_over_weft"] = r2
+                say(f"  speed: weft / diffusers torch.compile = {r2:.2f}x")
+            share = tf / (eager["weft_ms"]["median"] * 1e-3) / rate
+            report["weft_share_of_matmul"] = share
+            say(f"  weft model FLOP/s: {100 * share:.1f}% of the measured bf16 matmul rate (aim >= 60%)")
+            ok = bool(eager["verdicts"]) and all(v == "PASS" for v in eager["verdicts"])
+            say(f"  max |weft - diffusers| {eager['max_err']:.3e} (weftctl's bf16 tolerance "
+                f"{eager['tol']:.3e} = 3e-2 x max |diffusers|): {'PASS' if ok else 'FAIL'}")
+        else:
+            say("  weft: no timings (see above); diffusers' figures stand alone")
+        say(f"flux_bench {'done' if final else 'eager part done'} in {elapsed():.0f} s")
+        report["ok"] = ok
+        with open(os.path.join(a.out, "flux-bench.json"), "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        with open(os.path.join(a.out, "flux-bench.txt"), "w") as f:
+            f.write("\n".join(LOG) + "\n")
+        return ok
+
     comp = None
     if a.compile:
+        summary(None, False)
         if left() < a.compile_need_s:
             say(f"torch.compile: skipped ({left():.0f} s left, it needs {a.compile_need_s:.0f})")
             report["compile"] = "skipped: deadline"
@@ -559,57 +643,12 @@ def main():
             say(f"== torch.compile: compiled and warmed up in {time.monotonic() - t:.1f} s")
             comp = alternate("compiled", cm, max(1, min(a.repeats, 3)))
             report["compile"] = comp
-
     if weft:
         rc = weft.stop()
         say(f"weftd exit {rc}")
         for line in weft.log_tail(4):
             say("  weftd: " + line)
-
-    # 6. summary
-    tf = fl["total"]
-    say("== summary")
-    cfgtxt = ("TINY configuration (plumbing check, not a measurement)" if a.tiny else
-              "FLUX.1-dev configuration" + (" REDUCED: " + "; ".join(reduced) if reduced else ""))
-    say(f"{cfgtxt}, B = 1, {s_img} + {s_txt} tokens, bf16, {tf / 1e12:.2f} TFLOP per forward; "
-        f"matmul ceiling {rate / 1e12:.1f} TFLOP/s")
-    rows = [("diffusers eager", eager["diffusers_ms"])]
-    if comp:
-        rows.append(("diffusers torch.compile", comp["diffusers_ms"]))
-    rows.append(("weft (weftctl round trip)", eager["weft_ms"]))
-    rows.append(("weft (daemon compute)", eager["weft_compute_ms"]))
-    for name, s in rows:
-        if s:
-            share = tf / (s["median"] * 1e-3) / rate
-            say(f"  {name:28s} {fmt(s)}  {tf / (s['median'] * 1e-3) / 1e12:7.1f} TFLOP/s "
-                f"= {100 * share:5.1f}% of matmul")
-        else:
-            say(f"  {name:28s} n/a")
-    ok = True
-    if eager["weft_ms"] and eager["diffusers_ms"]:
-        ratio = eager["diffusers_ms"]["median"] / eager["weft_ms"]["median"]
-        report["ratio_eager_over_weft"] = ratio
-        say(f"  speed: weft / diffusers eager = {ratio:.2f}x (floor 1.0, aim 1.3)")
-        if comp and comp["diffusers_ms"]:
-            r2 = comp["diffusers_ms"]["median"] / eager["weft_ms"]["median"]
-            report["ratio_compiled_over_weft"] = r2
-            say(f"  speed: weft / diffusers torch.compile = {r2:.2f}x")
-        share = tf / (eager["weft_ms"]["median"] * 1e-3) / rate
-        report["weft_share_of_matmul"] = share
-        say(f"  weft model FLOP/s: {100 * share:.1f}% of the measured bf16 matmul rate (aim >= 60%)")
-        say(f"  max |weft - diffusers| {eager['max_err']:.3e} (weftctl's bf16 tolerance "
-            f"{eager['tol']:.3e} = 3e-2 x max |diffusers|): "
-            f"{'PASS' if all(v == 'PASS' for v in eager['verdicts']) else 'FAIL'}")
-        ok = all(v == "PASS" for v in eager["verdicts"])
-    else:
-        say("  weft: no timings (see above); diffusers' figures stand alone")
-        ok = False
-    say(f"flux_bench done in {elapsed():.0f} s")
-
-    with open(os.path.join(a.out, "flux-bench.json"), "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    with open(os.path.join(a.out, "flux-bench.txt"), "w") as f:
-        f.write("\n".join(LOG) + "\n")
+    ok = summary(comp, True)
     return 0 if ok else 1
 
 

@@ -38,9 +38,10 @@
 #      configuration (24 x 128 heads, 19 + 38 blocks, 22 GiB of bf16
 #      weights written once), 4096 + 512 tokens, weft through weftd beside
 #      diffusers eager (and torch.compile when the time left allows);
-#      when less than WEFT_FLUX_FULL_S (300 s) is left at its start it
-#      runs the same width with 5 + 10 blocks and says so; under 120 s it
-#      is skipped                                                   ~200 s
+#      when less than WEFT_FLUX_FULL_S (200 s) is left at its start it
+#      runs the same width with 5 + 10 blocks and says so; under 100 s it
+#      is skipped. It ends 40 s before the budget; torch.compile runs only
+#      if 200 s are left after the eager alternation           ~150-250 s
 #   6. attention TFLOP/s of the three kernels against torch SDPA (bf16,
 #      B=1, H=24, D=128, S 4096 / 16384, non-causal / causal), ratios
 #      (target >= 0.60): recorded before in BENCHMARKS.md, so it runs
@@ -51,7 +52,18 @@
 #      ring=2,ulysses=2 (>= 30 s left)                               ~15 s
 #   8. test_kernels (the CPU backend with the carried OpenBLAS; CI runs it
 #      too), if >= 40 s are left; then a summary table.
-# Sum of the estimates: ~465 s.
+# Sum of the estimates: ~470 s without steps 6-8, which run on what the
+# benchmark leaves (a fast build leaves room for them; raise
+# WEFT_GPU_BUDGET_S towards the tool's 600 s to run everything).
+#
+# A plumbing run without a GPU (what was checked before any H200 ran it):
+#   WEFT_GPU_BUILD_DIR=DIR   an existing build (a CPU one): no configure / build
+#   WEFT_GPU_DEV1 / _DEV2 / _DEV4   weftd --devices of the three fixture
+#                            daemons (default cuda, cuda:0,0, cuda:0,0,0,0;
+#                            e.g. cpu:1, cpu:2, cpu:4)
+#   WEFT_PYTHON=PATH         the python with torch (default python3)
+#   WEFT_FLUX_ARGS="..."     appended to flux_bench.py's arguments (e.g.
+#                            "--tiny --device cpu --devices cpu:2 --grid 8 --txt 16")
 #
 # Output: stdout, and under $OUT when set (the device tool returns at most
 # 8 files): gpu-report.txt (what stdout shows), flux-bench.txt and
@@ -80,6 +92,11 @@ finish() {
 }
 trap finish EXIT
 
+py=${WEFT_PYTHON:-python3}
+bd=${WEFT_GPU_BUILD_DIR:-build-gpu}
+dev1=${WEFT_GPU_DEV1:-cuda}
+dev2=${WEFT_GPU_DEV2:-cuda:0,0}
+dev4=${WEFT_GPU_DEV4:-cuda:0,0,0,0}
 gpu=$PWD/tests/gpu
 root=$gpu/debs/root
 lib=$root/usr/lib/x86_64-linux-gnu
@@ -109,7 +126,7 @@ export LDFLAGS="-L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib -Wl,-rpath-l
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$report"
 nvcc --version | tail -1 | tee -a "$report"
-python3 -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}")' 2>&1 \
+"$py" -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}")' 2>&1 \
   | tail -1 | tee -a "$report"
 nccl_args=()
 if ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
@@ -129,7 +146,7 @@ fi
 site=/tmp/weft-site
 have_diffusers=0
 if [ -d "$gpu/wheels" ]; then
-  mapfile -t need < <(python3 - "$gpu/wheels" <<'EOF'
+  mapfile -t need < <("$py" - "$gpu/wheels" <<'EOF'
 import glob, importlib.metadata as md, os, re, sys
 def key(v):
     return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
@@ -146,12 +163,12 @@ EOF
   )
   rm -rf "$site"
   if [ ${#need[@]} -gt 0 ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
       "${need[@]}" > "$logs/pip.log" 2>&1 || say "pip install of the wheels FAILED (gpu-logs: pip.log)"
   fi
   say "wheels installed into $site: ${#need[@]} ($(for w in "${need[@]}"; do basename "$w" | cut -d- -f1-2; done | tr '\n' ' '))"
 fi
-if PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} python3 -c \
+if PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} "$py" -c \
     'import diffusers; from diffusers import FluxTransformer2DModel; print("diffusers", diffusers.__version__)' \
     2>"$logs/diffusers-import.log" | tee -a "$report"; then
   have_diffusers=1
@@ -161,6 +178,10 @@ fi
 
 log=$logs/build-gpu.log
 say "== build ($(elapsed))"
+if [ -n "${WEFT_GPU_BUILD_DIR:-}" ]; then
+  say "using the build in $bd (WEFT_GPU_BUILD_DIR): not configured or built here"
+  note "build: $bd as given"
+else
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
   tail -30 "$log"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
@@ -170,9 +191,10 @@ cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || 
   grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; note "build: FAILED"; exit 1; }
 say "built in $(elapsed)"
 note "build: ok at $(elapsed)"
+fi
 
 say "== tests ($(elapsed))"
-timeout 60 build-gpu/tests/test_cuda_host 2>&1 | tail -1 | tee -a "$report"
+timeout 60 "$bd"/tests/test_cuda_host 2>&1 | tail -1 | tee -a "$report"
 note "test_cuda_host: exit ${PIPESTATUS[0]}"
 # Each kernel's test; a kernel whose test hangs (timeout) is not benched.
 # The daemon runs on the first kernel whose test passed.
@@ -182,7 +204,7 @@ for kern in "" wgmma-pipe mma; do
   name=${kern:-wgmma}
   say "-- test_cuda_gpu, WEFT_CUDA_ATTN=${kern:-(default: wgmma)}"
   tlog=$logs/test_cuda_gpu-$name.log
-  WEFT_CUDA_ATTN=$kern timeout 60 build-gpu/tests/test_cuda_gpu > "$tlog" 2>&1
+  WEFT_CUDA_ATTN=$kern timeout 60 "$bd"/tests/test_cuda_gpu > "$tlog" 2>&1
   rc=$?
   test_rc[$name]=$rc
   # the kernel lines, the model ops (first run only: they do not depend on
@@ -211,25 +233,32 @@ serve() {
   local devices=$1; shift
   local flags=$1; shift
   local sock=/tmp/weft-gpu-$$.sock
+  # the summary's name of this daemon: devices and flags, less the root
+  local label="$devices $flags" r
+  case $flags in
+    --model-root*) r=${flags#--model-root }; label=$devices
+                   case $r in *" "*) label="$devices ${r#* }" ;; esac ;;
+  esac
   serve_n=$((serve_n + 1))
   local dlog=$logs/weftd-gpu-$serve_n.log
   rm -f "$sock"
   # shellcheck disable=SC2086
-  build-gpu/daemon/weftd --devices "$devices" $flags --listen "ipc://$sock" \
+  "$bd"/daemon/weftd --devices "$devices" $flags --listen "ipc://$sock" \
       > "$dlog" 2>&1 &
   local wpid=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; kill -0 $wpid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $wpid 2>/dev/null && [ -S "$sock" ]; then
     say "weftd --devices $devices $flags"
-    timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" status 2>&1 | tee -a "$report"
+    timeout 60 "$bd"/client/weftctl --endpoint "ipc://$sock" status 2>&1 | tee -a "$report"
     local cmd cout rc
     for cmd in "$@"; do
       say "weftctl $cmd"
       cout=$logs/weftctl-$serve_n.out
       # shellcheck disable=SC2086
-      timeout 60 build-gpu/client/weftctl --endpoint "ipc://$sock" $cmd > "$cout" 2>&1
+      timeout 60 "$bd"/client/weftctl --endpoint "ipc://$sock" $cmd > "$cout" 2>&1
       rc=$?
-      sed 's/^/  /' "$cout" | tee -a "$report"
+      # load's progress lines stay in the logs
+      grep -v "^loading .*%" "$cout" | sed 's/^/  /' | tee -a "$report"
       say "weftctl exit $rc"
       case $cmd in
         forward*)
@@ -240,14 +269,14 @@ serve() {
           if [ -n "$v" ]; then
             local e t p
             read -r e t p <<<"$v"
-            note "forward $(basename "$io" .safetensors) on $devices $flags: $p, max err $e," \
+            note "forward $(basename "$io" .safetensors) on $label: $p, max err $e," \
                  "err / max|ref| $(awk -v e="$e" -v t="$t" -v f="$f" 'BEGIN { printf "%.2e", e / (t / f) }')" \
                  "(tolerance $f)"
           else
-            note "forward $(basename "$io" .safetensors) on $devices $flags: FAILED (exit $rc: $(tail -1 "$cout"))"
+            note "forward $(basename "$io" .safetensors) on $label: FAILED (exit $rc: $(tail -1 "$cout"))"
           fi ;;
-        load*) [ $rc -eq 0 ] || note "load on $devices $flags: FAILED (exit $rc: $(tail -1 "$cout"))" ;;
-        attention-demo*) note "attention-demo on $devices $flags: exit $rc" ;;
+        load*) [ $rc -eq 0 ] || note "load on $label: FAILED (exit $rc: $(tail -1 "$cout"))" ;;
+        attention-demo*) note "attention-demo on $label: exit $rc" ;;
       esac
     done
     kill -TERM $wpid; wait $wpid
@@ -272,21 +301,22 @@ fixture_cmds=(
   "forward --model flux-tiny-bf16 --inputs $fx/io-flux-tiny-bf16.safetensors --iters 3"
   "models"
 )
-serve cuda "--model-root $fx" "${fixture_cmds[@]}"
-serve cuda:0,0 "--model-root $fx --mesh tp=2" "${fixture_cmds[@]}"
-serve cuda:0,0,0,0 "--model-root $fx --mesh tp=2,ulysses=2" "${fixture_cmds[@]}"
+serve "$dev1" "--model-root $fx" "${fixture_cmds[@]}"
+serve "$dev2" "--model-root $fx --mesh tp=2" "${fixture_cmds[@]}"
+serve "$dev4" "--model-root $fx --mesh tp=2,ulysses=2" "${fixture_cmds[@]}"
 
 say "== FLUX forward beside diffusers ($(elapsed))"
-full_s=${WEFT_FLUX_FULL_S:-300}
+full_s=${WEFT_FLUX_FULL_S:-200}
 l=$(left)
 if [ $have_diffusers -eq 0 ]; then
   say "skipped: no diffusers"
   note "flux_bench: skipped (no diffusers)"
-elif [ "$l" -lt 120 ]; then
-  say "skipped: ${l}s left (it needs 120)"
+elif [ "$l" -lt 100 ]; then
+  say "skipped: ${l}s left (it needs 100)"
   note "flux_bench: skipped (${l}s left)"
 else
   depth=()
+  read -ra fargs <<<"${WEFT_FLUX_ARGS:-}"
   if [ "$l" -lt "$full_s" ]; then
     depth=(--layers 5 --single-layers 10)
     say "${l}s left (< ${full_s}s): the same width with 5 + 10 blocks instead of 19 + 38"
@@ -294,14 +324,15 @@ else
   # it ends 40 s before the budget so that the summary and packing fit;
   # --compile runs only if 150 s remain after the eager alternation
   PYTHONUNBUFFERED=1 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout $((l - 20)) \
-    python3 tests/gpu/flux_bench.py --weftd build-gpu/daemon/weftd --weftctl build-gpu/client/weftctl \
+    "$py" tests/gpu/flux_bench.py --weftd "$bd"/daemon/weftd --weftctl "$bd"/client/weftctl \
       --devices cuda --dir /tmp/weft-flux-bench --out "$logs" --compile \
-      --deadline-s $((l - 40)) "${depth[@]}" 2>&1 | tee "$logs/flux-bench.out" | tee -a "$report"
+      --deadline-s $((l - 40)) "${depth[@]}" "${fargs[@]}" 2>&1 | tee "$logs/flux-bench.out" | tee -a "$report"
   rc=${PIPESTATUS[0]}
   cp "$logs/flux-bench.txt" "$logs/flux-bench.json" "$out/" 2>/dev/null
   rm -rf /tmp/weft-flux-bench
   note "flux_bench: exit $rc"
-  while IFS= read -r line; do note "  $line"; done < <(sed -n '/^== summary/,$p' "$logs/flux-bench.txt" 2>/dev/null | tail -n +2)
+  # the last summary it wrote (eager, then with torch.compile)
+  while IFS= read -r line; do note "  $line"; done < <(awk '/^== summary/ { b = ""; next } { b = b $0 "\n" } END { printf "%s", b }' "$logs/flux-bench.txt" 2>/dev/null)
 fi
 
 say "== attention vs torch SDPA, bf16, B=1, H=24, D=128 ($(elapsed))"
@@ -312,7 +343,7 @@ else
   shapes=(4096 0 4096 1 16384 0 16384 1)
   sdpa_args=()
   for ((i = 0; i < ${#shapes[@]}; i += 2)); do sdpa_args+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
-  timeout 150 python3 tests/gpu/sdpa_bench.py "${sdpa_args[@]}" > "$logs/sdpa.log" 2>&1
+  timeout 150 "$py" tests/gpu/sdpa_bench.py "${sdpa_args[@]}" > "$logs/sdpa.log" 2>&1
   tail -4 "$logs/sdpa.log" | tee -a "$report"
   for ((i = 0; i < ${#shapes[@]}; i += 2)); do
     S=${shapes[i]}; causal=${shapes[i+1]}
@@ -320,7 +351,7 @@ else
     tt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$t")
     for kern in "" wgmma-pipe mma; do
       if [ "${test_rc[${kern:-wgmma}]}" = 124 ]; then say "S=$S causal=$causal kernel=${kern:-wgmma}: skipped (its test hung)"; continue; fi
-      w=$(WEFT_CUDA_ATTN=$kern timeout 30 build-gpu/bench/bench_cuda_attention "$S" 24 128 "$causal" 2>&1 | tail -1)
+      w=$(WEFT_CUDA_ATTN=$kern timeout 30 "$bd"/bench/bench_cuda_attention "$S" 24 128 "$causal" 2>&1 | tail -1)
       wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$w")
       ratio=$(python3 -c "print(f'{float(\"$wt\")/float(\"$tt\"):.2f}')" 2>/dev/null || echo "?")
       say "S=$S causal=$causal kernel=${kern:-wgmma} | $w | sdpa tflops=$tt | ratio $ratio (target >= 0.60)"
@@ -349,7 +380,7 @@ if [ "$(left)" -lt 40 ]; then
   say "skipped: $(left)s left (CI runs it)"
   note "test_kernels: skipped (time)"
 else
-  timeout $(( $(left) - 10 )) build-gpu/tests/test_kernels > "$logs/test_kernels.log" 2>&1
+  timeout $(( $(left) - 10 )) "$bd"/tests/test_kernels > "$logs/test_kernels.log" 2>&1
   rc=$?
   say "test_kernels (CPU reference) exit $rc"
   note "test_kernels: exit $rc"
