@@ -98,19 +98,26 @@ dev1=${WEFT_GPU_DEV1:-cuda}
 dev2=${WEFT_GPU_DEV2:-cuda:0,0}
 dev4=${WEFT_GPU_DEV4:-cuda:0,0,0,0}
 gpu=$PWD/tests/gpu
+# The carried prefix: tests/gpu/debs/root.tar.xz (prepare.sh), unpacked
+# outside the tree (so that a later call does not carry it twice); an
+# unpacked tests/gpu/debs/root from an older prepare.sh is used as it is.
 root=$gpu/debs/root
+if [ ! -d "$root/usr/lib/x86_64-linux-gnu" ] && [ -f "$gpu/debs/root.tar.xz" ]; then
+  root=/tmp/weft-gpu-prefix/root
+  if [ ! -d "$root/usr/lib/x86_64-linux-gnu" ]; then
+    rm -rf /tmp/weft-gpu-prefix && mkdir -p /tmp/weft-gpu-prefix
+    # python3 unpacks where xz is absent
+    if command -v xz >/dev/null; then
+      tar -C /tmp/weft-gpu-prefix -xJf "$gpu/debs/root.tar.xz"
+    else
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' \
+        "$gpu/debs/root.tar.xz" /tmp/weft-gpu-prefix
+    fi
+  fi
+fi
 lib=$root/usr/lib/x86_64-linux-gnu
 
 say "== environment ($(elapsed))"
-if [ ! -d "$lib" ] && [ -f "$gpu/debs/root.tar.xz" ]; then
-  # the prefix travels packed (prepare.sh); python3 unpacks where xz is absent
-  if command -v xz >/dev/null; then
-    tar -C "$gpu/debs" -xJf "$gpu/debs/root.tar.xz"
-  else
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' \
-      "$gpu/debs/root.tar.xz" "$gpu/debs"
-  fi
-fi
 if [ ! -d "$lib" ]; then
   say "run.sh: tests/gpu/debs missing: run tests/gpu/prepare.sh first and carry tests/gpu/debs"
   exit 2
