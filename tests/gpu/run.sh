@@ -292,7 +292,7 @@ serve() {
   else
     say "weftd --devices $devices $flags refused: skipped"
     head -3 "$dlog" | tee -a "$report"
-    note "weftd --devices $devices $flags: refused ($(head -1 "$dlog"))"
+    note "weftd --devices $label: refused ($(head -1 "$dlog"))"
     kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
   fi
 }
