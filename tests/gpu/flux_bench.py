@@ -18,7 +18,14 @@ text tokens, B = 1), the same weights and inputs for both, in one run.
      reference put into the inputs file (io.safetensors: the inputs as
      passed, plus `output`), so `weftctl forward` prints the max
      difference between the two outputs against its bf16 tolerance
-     (3e-2 x max |reference|);
+     (3e-2 x max |reference|). Then diffusers runs the same bf16 weights
+     in f32 (TF32 off; --no-f32-ref skips it): both bf16 outputs are
+     compared with that result (weft's through a second inputs file), the
+     yardstick for the weft - diffusers difference. The timestep (0.5) and
+     guidance (4.0) are chosen so that diffusers' bf16 rounding of
+     t * 1000 changes nothing: 500 and 4000 are exact in bf16 (0.625 would
+     become 624 there and 625 in f32, a difference of the embedding that
+     is not arithmetic error);
   4. weftd (--devices, default cuda) loads the directory through
      `weftctl load`; then REPEATS alternations of: diffusers eager, ITERS
      forwards timed each with CUDA events after warm-up; weft,
@@ -334,14 +341,14 @@ def make_inputs(torch, cfg, grid, s_txt, device):
     """Seeded inputs of one forward, as the pipeline passes them: latents
     (1, grid^2, in_channels), T5 states (1, s_txt, joint), CLIP pooled,
     timestep t / 1000, guidance, FLUX ids ((0, r, c) per image token, 0
-    for text)."""
+    for text). t = 0.5 and guidance 4.0: times 1000 exact in bf16."""
     g = torch.Generator(device="cpu").manual_seed(INPUT_SEED)
     bf = torch.bfloat16
     x = {
         "hidden_states": torch.randn(1, grid * grid, cfg["in_channels"], generator=g).to(bf),
         "encoder_hidden_states": torch.randn(1, s_txt, cfg["joint_attention_dim"], generator=g).to(bf),
         "pooled_projections": torch.randn(1, cfg["pooled_projection_dim"], generator=g).to(bf),
-        "timestep": torch.tensor([0.625]),
+        "timestep": torch.tensor([0.5]),
     }
     ids = torch.zeros(grid, grid, 3)
     ids[..., 1] = torch.arange(grid)[:, None]
@@ -349,7 +356,7 @@ def make_inputs(torch, cfg, grid, s_txt, device):
     x["img_ids"] = ids.reshape(grid * grid, 3)
     x["txt_ids"] = torch.zeros(s_txt, 3)
     if cfg["guidance_embeds"]:
-        x["guidance"] = torch.tensor([3.5])
+        x["guidance"] = torch.tensor([4.0])
     return x, {k: v.to(device) for k, v in x.items()}
 
 
@@ -390,6 +397,9 @@ def main():
     ap.add_argument("--deadline-s", type=float, default=0.0,
                     help="seconds from start this script should end by (0: none); optional "
                          "steps are skipped and repeats cut to keep inside it")
+    ap.add_argument("--no-f32-ref", action="store_true",
+                    help="skip diffusers' f32 run of the same weights (the yardstick of the "
+                         "bf16 comparison; 44 GiB more GPU memory for a moment at full size)")
     ap.add_argument("--tiny", action="store_true", help="a small configuration (plumbing check)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the configuration and the FLOP count only (no torch)")
@@ -504,12 +514,40 @@ def main():
         f"{tuple(ref.shape)} {ref.dtype}, max |out| {ref.float().abs().max().item():.3g}, "
         f"finite {bool(torch.isfinite(ref).all().item())}")
     from safetensors.torch import save_file
+    meta = {"writer": "tests/gpu/flux_bench.py", "weight_seed": str(WEIGHT_SEED),
+            "input_seed": str(INPUT_SEED), "diffusers": diffusers.__version__,
+            "torch": torch.__version__}
     io_path = os.path.join(a.dir, "io-flux-bench.safetensors")
     save_file({**{k: v.contiguous() for k, v in host_in.items()}, "output": ref.cpu().contiguous()},
-              io_path, metadata={"writer": "tests/gpu/flux_bench.py", "weight_seed": str(WEIGHT_SEED),
-                                 "input_seed": str(INPUT_SEED), "diffusers": diffusers.__version__,
-                                 "torch": torch.__version__})
+              io_path, metadata=meta)
     say(f"inputs + diffusers' output: {io_path}")
+
+    # The yardstick of the bf16 comparison: the same bf16 weights and
+    # inputs run in f32 (TF32 off) by diffusers. Both bf16 outputs are
+    # compared with it (weft's through a second inputs file whose `output`
+    # is this f32 result), so a weft - diffusers difference can be read
+    # against diffusers' own bf16 error.
+    io32_path = None
+    if not a.no_f32_ref:
+        t = time.monotonic()
+        import copy
+        m32 = copy.deepcopy(model).float()
+        in32 = {k: (v.float() if v.is_floating_point() else v) for k, v in dev_in.items()}
+        with torch.no_grad():
+            ref32 = m32(**in32, return_dict=False)[0]
+        del m32
+        if a.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        mx32 = ref32.abs().max().item()
+        e = (ref.float() - ref32).abs().max().item()
+        report["diffusers_bf16_vs_f32"] = {"max_err": e, "max_ref": mx32, "rel": e / mx32}
+        say(f"diffusers f32 reference (same weights, f32 arithmetic) in {time.monotonic() - t:.1f} s: "
+            f"|diffusers bf16 - f32| max {e:.3e} = {e / mx32:.2e} of max |f32| {mx32:.3g}")
+        io32_path = os.path.join(a.dir, "io-flux-bench-f32ref.safetensors")
+        save_file({**{k: v.contiguous() for k, v in host_in.items()},
+                   "output": ref32.cpu().contiguous()}, io32_path, metadata=meta)
+        del ref32
 
     # 4. weft
     weft = None
@@ -527,7 +565,8 @@ def main():
         t = time.monotonic()
         rc, out = weft.ctl("load", "flux-bench", "flux-bench", timeout=max(60, min(900, left())))
         report["weft_load"] = {"rc": rc, "s": time.monotonic() - t, "out": out.strip()[-2000:]}
-        for line in out.strip().splitlines()[-4:]:
+        lines = [x for x in out.strip().splitlines() if not x.startswith("loading ")]
+        for line in lines[-4:]:
             say("  " + line)
         say(f"weftctl load: exit {rc} in {time.monotonic() - t:.1f} s")
         if rc != 0:
@@ -543,6 +582,18 @@ def main():
             weft_ok = w["median_ms"] is not None
             if not weft_ok:
                 say("weft warm-up forward failed: " + " | ".join(weft.log_tail()))
+            elif io32_path:
+                rc, out = weft.ctl("forward", "--model", "flux-bench", "--inputs", io32_path,
+                                   "--iters", "1", timeout=300)
+                w = parse_weftctl_forward(out)
+                if w["max_err"] is not None:
+                    d = report["diffusers_bf16_vs_f32"]
+                    report["weft_vs_f32"] = {"max_err": w["max_err"], "rel": w["max_err"] / d["max_ref"]}
+                    say(f"|weft - diffusers f32| max {w['max_err']:.3e} = "
+                        f"{w['max_err'] / d['max_ref']:.2e} of max |f32| (diffusers bf16: "
+                        f"{d['rel']:.2e})")
+                else:
+                    say(f"weft against the f32 reference: no result (exit {rc}): {out.strip()[-300:]}")
 
     def alternate(label, m, repeats):
         d_ms, w_ms, w_comp, w_err = [], [], [], []
@@ -619,6 +670,10 @@ def main():
             ok = bool(eager["verdicts"]) and all(v == "PASS" for v in eager["verdicts"])
             say(f"  max |weft - diffusers| {eager['max_err']:.3e} (weftctl's bf16 tolerance "
                 f"{eager['tol']:.3e} = 3e-2 x max |diffusers|): {'PASS' if ok else 'FAIL'}")
+            if "weft_vs_f32" in report:
+                say(f"  against diffusers' f32 run of the same weights: weft "
+                    f"{report['weft_vs_f32']['rel']:.2e}, diffusers bf16 "
+                    f"{report['diffusers_bf16_vs_f32']['rel']:.2e} (max error / max |f32|)")
         else:
             say("  weft: no timings (see above); diffusers' figures stand alone")
         say(f"flux_bench {'done' if final else 'eager part done'} in {elapsed():.0f} s")
