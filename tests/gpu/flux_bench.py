@@ -81,6 +81,8 @@ WEIGHT_SEED = 20261201
 INPUT_SEED = 1201
 T0 = time.monotonic()
 LOG = []
+DAEMONS = []   # weftd processes this script started: stopped on SIGTERM too
+OUT_DIR = []   # --out, for the signal handler
 
 
 def say(*a):
@@ -188,6 +190,7 @@ class Weft:
                "--model-root", model_root, *extra]
         say("weftd:", " ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        DAEMONS.append(self.proc)
 
     def ctl(self, *args, timeout=120):
         cmd = [self.weftctl, "--endpoint", self.endpoint, *args]
@@ -415,6 +418,7 @@ def main():
         cfg["num_single_layers"] = a.single_layers
     s_img, s_txt = a.grid * a.grid, a.txt
     os.makedirs(a.out, exist_ok=True)
+    OUT_DIR.append(a.out)
     report = {"config": cfg, "tiny": a.tiny, "reduced": reduced, "s_img": s_img, "s_txt": s_txt,
               "repeats": a.repeats, "iters": a.iters}
 
@@ -707,5 +711,23 @@ def main():
     return 0 if ok else 1
 
 
+def on_term(signum, frame):
+    """A deadline's SIGTERM (run.sh's timeout): stop the daemon this script
+    started, keep what was written, exit 124."""
+    for p in DAEMONS:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    say(f"flux_bench: stopped by signal {signum} at {elapsed():.0f} s")
+    for d in OUT_DIR:
+        with open(os.path.join(d, "flux-bench.txt"), "w") as f:
+            f.write("\n".join(LOG) + "\n")
+    sys.exit(124)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_term)
     sys.exit(main())
