@@ -553,7 +553,11 @@ def main():
                    "output": ref32.cpu().contiguous()}, io32_path, metadata=meta)
         del ref32
 
-    # 4. weft
+    # 4. weft. weftd's CUDA backend takes 90% of the GPU's free memory (less
+    # 1 GiB) as its arena when it starts: diffusers' model and the blocks
+    # of its forward are taken first (a forward now refills torch's cache
+    # after the f32 run's empty_cache), so torch keeps what it needs.
+    fwd(model)
     weft = None
     weft_ok = False
     if a.weftd and a.weftctl:
@@ -630,8 +634,6 @@ def main():
                 "tol": tol, "verdicts": verdicts,
                 "raw": {"diffusers": d_ms, "weft": w_ms, "weft_compute": w_comp, "err": w_err}}
 
-    # a second warm-up of diffusers (allocator, cuBLAS heuristics)
-    fwd(model)
     say(f"== eager: {a.repeats} alternations of {a.iters} forwards each ({elapsed():.0f} s)")
     eager = alternate("eager", model, a.repeats)
     report["eager"] = eager
