@@ -259,7 +259,10 @@ int main(int argc, char **argv)
             if (res.status == WF_E_NODE_LOST) {
                 lost++;
                 CHECK(strstr(wf_job_error(job[i]), "node(s) c lost") != NULL);
-                CHECK(t < 5000);
+                /* by the loss detection (cluster_timeout_ms 5000 at
+                 * most), not by the client's own wait: the margin is for
+                 * loaded machines and sanitizers */
+                CHECK(t < 5000 + TIMEOUT_MS / 3);
             } else {
                 /* too long for the fp64 reference (Skv <= 512): the
                  * bursts check the numbers */

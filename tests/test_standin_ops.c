@@ -140,6 +140,9 @@ static void test_linear(void)
                       (int)acts[ai], bias);
                 CHECK(same(&x) && same(&w) && same(&bb), "linear inputs unchanged");
                 CHECK(kernels() == k0 + 1, "linear counted");
+                float junk[4];
+                CHECK(sd->copy_d2h(dctx, junk, ws, sizeof junk) == WF_OK && isnan(junk[0]) &&
+                          isnan(junk[3]), "the workspace holds junk after linear");
                 /* refusals: nothing touched, nothing counted */
                 wf_linear_params_t bad = dp;
                 CHECK(sd->linear(dctx, &dp, NULL) == WF_E_BAD_ARGUMENT,
@@ -224,6 +227,10 @@ static void test_bias_act(void)
                   "bias_act with a host bias");
             CHECK(sd->bias_act(dctx, D(&y), 5, 9, 12, NULL, acts[ai]) == WF_E_BAD_ARGUMENT,
                   "bias_act past the arena");
+            CHECK(sd->bias_act(dctx, D(&y), 4, 9, INT64_MAX, NULL, acts[ai]) ==
+                      WF_E_BAD_ARGUMENT, "bias_act with an extent past SIZE_MAX");
+            CHECK(sd->bias_act(dctx, D(&y), -1, 9, 12, NULL, acts[ai]) == WF_E_BAD_ARGUMENT,
+                  "bias_act with rows < 0");
             CHECK(same(&y) && kernels() == k0, "refused bias_act touched y");
             sd->dev_reset(dctx);
             free(y.h);
@@ -444,6 +451,14 @@ static void test_copy_rows(void)
     CHECK(sd->copy_rows(dctx, (char *)d.d + 3, 17, (char *)s.d + 1, 27, 5, 13) ==
               WF_E_BAD_ARGUMENT, "copy_rows src past its block");
     CHECK(same(&d) && kernels() == k0, "refused copy_rows touched dst");
+    /* overlapping rows in one buffer: the CPU op's refusal, device memory
+     * untouched (the two ranges share one host copy, so the CPU op sees
+     * the overlap) */
+    CHECK(cpu->copy_rows(cctx, d.h + 8, 20, d.h, 20, 5, 13) == WF_E_BAD_ARGUMENT,
+          "cpu copy_rows refuses overlapping rows");
+    CHECK(sd->copy_rows(dctx, (char *)d.d + 8, 20, d.d, 20, 5, 13) == WF_E_BAD_ARGUMENT,
+          "copy_rows refuses overlapping rows");
+    CHECK(same(&d) && kernels() == k0, "refused overlapping copy_rows touched dst");
     drop(&s);
     sd->dev_reset(dctx);
     free(d.h);

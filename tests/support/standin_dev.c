@@ -749,30 +749,28 @@ static wf_status_t standin_gate_residual(wf_backend_ctx_t *ctx, float *S,
     return stage_finish(ctx, &stg, st);
 }
 
-/* dst: the whole (nbatch, L, H, D) joint buffer from dst itself (what
- * the CPU op takes as dst's extent in its overlap check: staging only up
- * to the last row written let it see the next shadow's host copy inside
- * that extent, a false overlap depending on where malloc put them);
- * cos / sin: rows [0, row0 + per) of the table (from the pointer given,
- * which the op indexes). */
+/* dst: the whole (nbatch, L, H, D) joint buffer from dst itself; cos /
+ * sin: rows [0, row0 + per) of the table (from the pointer given, which
+ * the op indexes). */
 static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
                                           const wf_headrope_params_t *p)
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
-    int64_t rows, hd, last, tab;
-    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) ||
-        !rows_of(p->H, p->D, &hd) || p->row0 < 0 || p->L < 0 ||
-        p->per > INT64_MAX - p->row0 || (p->nbatch > 0 && !rows_of(p->nbatch - 1, p->L, &last)))
+    int64_t rows, hd, last = 0, tab = 0; /* last: rows of dst staged */
+    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) || !rows_of(p->H, p->D, &hd) ||
+        p->row0 < 0 || p->L < 0 || p->per > INT64_MAX - p->row0)
         return WF_E_BAD_ARGUMENT;
     if (!cpu->head_norm_rope)
         return WF_E_INTERNAL;
-    int64_t end = p->row0 + p->per; /* rows of the table read, per batch */
-    if (p->nbatch == 0 || p->per == 0)
-        last = 0, tab = 0;
-    else if (end > p->L || last > INT64_MAX - p->L)
-        return WF_E_BAD_ARGUMENT;
-    else
-        last += p->L, tab = end;
+    if (rows > 0) {
+        /* dst: the whole (nbatch, L) joint buffer, the extent the CPU op
+         * checks overlaps against (staging only up to the last row
+         * written let the next shadow's host copy fall inside it: a
+         * false overlap, depending on where malloc put them) */
+        tab = p->row0 + p->per; /* rows of the table read */
+        if (tab > p->L || !rows_of(p->nbatch, p->L, &last))
+            return WF_E_BAD_ARGUMENT;
+    }
     stage_t stg = {.n = 0};
     int is = stage_add(&stg, p->src, rows, hd, p->ld_src, sizeof(float), false);
     int id = stage_add(&stg, p->dst, last, hd, hd, sizeof(float), true);

@@ -1,0 +1,739 @@
+#!/usr/bin/env python3
+"""flux_bench.py — weft's FLUX forward beside diffusers' on the same GPU
+(issue 12, point 6): one transformer of FLUX.1-dev's configuration with
+seeded random bf16 weights, one forward at 1024 x 1024 (4096 image + 512
+text tokens, B = 1), the same weights and inputs for both, in one run.
+
+  1. the bf16 matrix rate of this GPU, measured here (torch.matmul, bf16,
+     M = N = K = --matmul, random data, median of 10 after warm-up);
+  2. the model: diffusers' FluxTransformer2DModel built on the device in
+     bf16, every parameter drawn anew from a seeded generator (matrices
+     std 1/sqrt(fan_in), the AdaLN modulation matrices 0.25 of that so
+     that the 57 residual updates stay moderate, biases 0.02, q / k RMS
+     norm weights 1 + 0.05 N(0, 1)), written ONCE as a diffusers model
+     directory (config.json from the model's own config, one
+     diffusion_pytorch_model.safetensors written tensor by tensor:
+     no second copy of the weights in host memory);
+  3. diffusers' forward on seeded inputs: its bf16 output is the
+     reference put into the inputs file (io.safetensors: the inputs as
+     passed, plus `output`), so `weftctl forward` prints the max
+     difference between the two outputs against its bf16 tolerance
+     (3e-2 x max |reference|). Then diffusers runs the same bf16 weights
+     in f32 (TF32 off; --no-f32-ref skips it): both bf16 outputs are
+     compared with that result (weft's through a second inputs file), the
+     yardstick for the weft - diffusers difference. The timestep (0.5) and
+     guidance (4.0) are chosen so that diffusers' bf16 rounding of
+     t * 1000 changes nothing: 500 and 4000 are exact in bf16 (0.625 would
+     become 624 there and 625 in f32, a difference of the embedding that
+     is not arithmetic error);
+  4. weftd (--devices, default cuda) loads the directory through
+     `weftctl load`; then REPEATS alternations of: diffusers eager, ITERS
+     forwards timed each with CUDA events after warm-up; weft,
+     `weftctl forward --iters ITERS` (its median wall time per forward,
+     client round trip included: the inputs (4.5 MB) and the output
+     (0.5 MB) cross the daemon's socket each time; the daemon's own
+     compute time of the last iteration is printed beside it);
+  5. with --compile, torch.compile(model) (default mode) likewise,
+     alternating with weft again, if the deadline leaves room for it;
+  6. the summary: ms per forward (median of the per-repeat medians, and
+     min-max), the ratio diffusers / weft (> 1: weft is faster), model
+     FLOP/s as a share of the matrix rate of step 1, the max |weft -
+     diffusers|. The FLOPs are counted from the configuration below
+     (flop_count), not measured.
+
+Written to --out (default $OUT, else /tmp/flux-bench): flux-bench.txt (what
+stdout shows) and flux-bench.json (every figure). Exit 0 when every step
+ran and weft's output is within tolerance, 1 when weft failed or was out
+of tolerance, 2 on a usage or environment error. --dry-run prints the
+configuration and the FLOP count without torch; --tiny runs the whole
+path on a small configuration (any device, CPU included: the plumbing
+check of this script against a CPU weftd).
+
+    python3 tests/gpu/flux_bench.py --weftd build-gpu/daemon/weftd \
+        --weftctl build-gpu/client/weftctl [--devices cuda] [--compile]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+# FLUX.1-dev's transformer (diffusers' FluxTransformer2DModel defaults,
+# guidance-distilled).
+FLUX_DEV = dict(
+    patch_size=1, in_channels=64, out_channels=None, num_layers=19,
+    num_single_layers=38, attention_head_dim=128, num_attention_heads=24,
+    joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
+    axes_dims_rope=[16, 56, 56],
+)
+# The plumbing check: same structure, small (runs on a CPU in seconds).
+TINY = dict(FLUX_DEV, num_layers=2, num_single_layers=2, attention_head_dim=16,
+            num_attention_heads=4, joint_attention_dim=64, pooled_projection_dim=32,
+            in_channels=16, axes_dims_rope=[4, 6, 6])
+WEIGHT_SEED = 20261201
+INPUT_SEED = 1201
+T0 = time.monotonic()
+LOG = []
+DAEMONS = []   # weftd processes this script started: stopped on SIGTERM too
+OUT_DIR = []   # --out, for the signal handler
+
+
+def say(*a):
+    line = " ".join(str(x) for x in a)
+    print(line, flush=True)
+    LOG.append(line)
+
+
+def elapsed():
+    return time.monotonic() - T0
+
+
+# ---------------------------------------------------------------- FLOPs
+def flop_count(cfg, s_img, s_txt, batch=1):
+    """Model FLOPs of one forward: every linear layer 2 * rows * in * out,
+    attention 4 * B * H * S^2 * D per block (Q K^T and P V, S = image +
+    text tokens, non-causal). Elementwise work (norms, RoPE, GELU, softmax)
+    is not counted. Returns {part: flops}."""
+    H, Dh = cfg["num_attention_heads"], cfg["attention_head_dim"]
+    D = H * Dh
+    mlp = 4 * D
+    S = s_img + s_txt
+    B = batch
+    out_ch = (cfg["out_channels"] or cfg["in_channels"]) * cfg["patch_size"] ** 2
+
+    def lin(rows, fin, fout):
+        return 2 * rows * fin * fout
+
+    f = {}
+    # embedders: x, context, time (256 -> D -> D), guidance, pooled text
+    f["embed"] = (lin(B * s_img, cfg["in_channels"], D) + lin(B * s_txt, cfg["joint_attention_dim"], D)
+                  + lin(B, 256, D) + lin(B, D, D)
+                  + (lin(B, 256, D) + lin(B, D, D) if cfg["guidance_embeds"] else 0)
+                  + lin(B, cfg["pooled_projection_dim"], D) + lin(B, D, D))
+    # double block: AdaLN-Zero of each stream (D -> 6D on B rows), per
+    # stream q, k, v, out (D -> D), ff (D -> 4D -> D)
+    per_stream = lambda rows: 4 * lin(rows, D, D) + lin(rows, D, mlp) + lin(rows, mlp, D)
+    dbl_lin = 2 * lin(B, D, 6 * D) + per_stream(B * s_img) + per_stream(B * s_txt)
+    # single block: AdaLN-Zero-single (D -> 3D), q, k, v, proj_mlp, proj_out (5D -> D)
+    sgl_lin = (lin(B, D, 3 * D) + 3 * lin(B * S, D, D) + lin(B * S, D, mlp)
+               + lin(B * S, D + mlp, D))
+    attn = 4 * B * H * S * S * Dh
+    f["double_linear"] = cfg["num_layers"] * dbl_lin
+    f["single_linear"] = cfg["num_single_layers"] * sgl_lin
+    f["attention"] = (cfg["num_layers"] + cfg["num_single_layers"]) * attn
+    f["out"] = lin(B, D, 2 * D) + lin(B * s_img, D, out_ch)
+    f["total"] = sum(f.values())
+    return f
+
+
+def param_count(cfg):
+    """Parameters of the configuration (weights + biases), by the same
+    enumeration as flop_count: the checkpoint is 2 bytes each in bf16."""
+    H, Dh = cfg["num_attention_heads"], cfg["attention_head_dim"]
+    D = H * Dh
+    mlp = 4 * D
+    out_ch = (cfg["out_channels"] or cfg["in_channels"]) * cfg["patch_size"] ** 2
+    lin = lambda fin, fout: fin * fout + fout
+    emb = (lin(cfg["in_channels"], D) + lin(cfg["joint_attention_dim"], D) + lin(256, D) + lin(D, D)
+           + (lin(256, D) + lin(D, D) if cfg["guidance_embeds"] else 0)
+           + lin(cfg["pooled_projection_dim"], D) + lin(D, D))
+    stream = 4 * lin(D, D) + lin(D, mlp) + lin(mlp, D)
+    dbl = 2 * lin(D, 6 * D) + 2 * stream + 4 * Dh  # + norm_q/k, norm_added_q/k
+    sgl = lin(D, 3 * D) + 3 * lin(D, D) + lin(D, mlp) + lin(D + mlp, D) + 2 * Dh
+    return emb + cfg["num_layers"] * dbl + cfg["num_single_layers"] * sgl \
+        + lin(D, 2 * D) + lin(D, out_ch)
+
+
+# ---------------------------------------------------------------- weft side
+WEFTCTL_TIME = re.compile(r"time ([0-9.]+) ms median, ([0-9.]+) ms best over (\d+) iteration"
+                          r".*compute (\d+) us")
+WEFTCTL_ERR = re.compile(r"max abs error ([0-9.eE+-]+|nan|inf|-nan) \(tolerance ([0-9.eE+-]+)\) "
+                         r"(PASS|FAIL)")
+
+
+def parse_weftctl_forward(text):
+    """weftctl forward's lines (client/weftctl_models.c): 'time X ms median,
+    Y ms best over N iterations (daemon: queue Q us, compute C us)' and
+    'max abs error E (tolerance T) PASS|FAIL'. Returns a dict (None where
+    a line is missing)."""
+    r = {"median_ms": None, "best_ms": None, "iters": None, "compute_ms": None,
+         "max_err": None, "tol": None, "verdict": None}
+    m = WEFTCTL_TIME.search(text)
+    if m:
+        r.update(median_ms=float(m.group(1)), best_ms=float(m.group(2)),
+                 iters=int(m.group(3)), compute_ms=int(m.group(4)) / 1000.0)
+    m = WEFTCTL_ERR.search(text)
+    if m:
+        r.update(max_err=float(m.group(1)), tol=float(m.group(2)), verdict=m.group(3))
+    return r
+
+
+class Weft:
+    """weftd on --devices serving one model directory, driven by weftctl."""
+
+    def __init__(self, weftd, weftctl, devices, model_root, logdir, extra=()):
+        self.weftctl = weftctl
+        self.sock = f"/tmp/weft-flux-bench-{os.getpid()}.sock"
+        self.endpoint = "ipc://" + self.sock
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.log_path = os.path.join(logdir, "weftd-flux-bench.log")
+        self.log = open(self.log_path, "w")
+        cmd = [weftd, "--devices", devices, "--listen", self.endpoint,
+               "--model-root", model_root, *extra]
+        say("weftd:", " ".join(cmd))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        DAEMONS.append(self.proc)
+
+    def ctl(self, *args, timeout=120):
+        cmd = [self.weftctl, "--endpoint", self.endpoint, *args]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            return p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+                else (e.stdout or "")
+            return 124, out + f"\n(weftctl timed out after {timeout} s)"
+
+    def up(self, wait_s=30.0):
+        """True once weftd answers hello; False as soon as it exits."""
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return False
+            rc, _ = self.ctl("--timeout", "1000", "hello", timeout=10)
+            if rc == 0:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def log_tail(self, n=8):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read().splitlines()[-n:]
+        except OSError:
+            return []
+
+
+# ---------------------------------------------------------------- torch side
+def torch_setup(device):
+    import torch
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        say("flux_bench: torch sees no CUDA device")
+        sys.exit(2)
+    return torch
+
+
+class Timer:
+    """Milliseconds of one call: CUDA events on a GPU, else perf_counter."""
+
+    def __init__(self, torch, device):
+        self.torch, self.cuda = torch, device.startswith("cuda")
+
+    def time(self, fn):
+        torch = self.torch
+        if self.cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            return a.elapsed_time(b)
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+
+
+def matmul_rate(torch, device, n, timer):
+    """bf16 FLOP/s of torch.matmul n x n x n on random data: median of 10."""
+    g = torch.Generator(device=device).manual_seed(7)
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
+    c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.matmul(a, b, out=c)
+    ts = [timer.time(lambda: torch.matmul(a, b, out=c)) for _ in range(10)]
+    ms = statistics.median(ts)
+    return 2.0 * n ** 3 / (ms * 1e-3), ms
+
+
+def build_model(torch, cfg, device):
+    """FluxTransformer2DModel in bf16 on DEVICE, parameters drawn anew from
+    a seeded generator on that device (module construction's own init is
+    thrown away; construction happens in bf16 directly on the device)."""
+    from diffusers import FluxTransformer2DModel
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = FluxTransformer2DModel(**cfg)
+    finally:
+        torch.set_default_dtype(prev)
+    g = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            # drawn in f32 on the device, rounded once to bf16
+            r = torch.randn(p.shape, device=device, dtype=torch.float32, generator=g)
+            if p.dim() > 1:
+                scale = 1.0 / math.sqrt(p.shape[-1])
+                if name.endswith("norm1.linear.weight") or name.endswith("norm1_context.linear.weight") \
+                        or name.endswith("norm.linear.weight") or name.endswith("norm_out.linear.weight"):
+                    scale *= 0.25
+                p.copy_(r * scale)
+            elif "norm_q" in name or "norm_k" in name or "norm_added_" in name:
+                p.copy_(1.0 + 0.05 * r)
+            else:
+                p.copy_(0.02 * r)
+            del r
+    return model.eval()
+
+
+ST_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32"}
+
+
+def write_checkpoint(torch, model, path):
+    """DIR/config.json (the model's config, as save_pretrained writes it)
+    and DIR/diffusion_pytorch_model.safetensors: the safetensors header,
+    then each tensor's bytes in name order, copied to the host one tensor
+    at a time. Returns bytes written."""
+    os.makedirs(path, exist_ok=True)
+    model.save_config(path)
+    sd = model.state_dict()
+    names = sorted(sd)
+    header, off = {"__metadata__": {"format": "pt", "writer": "tests/gpu/flux_bench.py"}}, 0
+    for n in names:
+        t = sd[n]
+        nbytes = t.numel() * t.element_size()
+        header[n] = {"dtype": ST_DTYPES[str(t.dtype)], "shape": list(t.shape),
+                     "data_offsets": [off, off + nbytes]}
+        off += nbytes
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    tmp = os.path.join(path, "diffusion_pytorch_model.safetensors.part")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for n in names:
+            t = sd[n].detach().contiguous()
+            # bf16 has no numpy dtype: write its bits as int16
+            view = t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+            view.cpu().numpy().tofile(f)
+    os.replace(tmp, os.path.join(path, "diffusion_pytorch_model.safetensors"))
+    return 8 + len(hb) + off
+
+
+def make_inputs(torch, cfg, grid, s_txt, device):
+    """Seeded inputs of one forward, as the pipeline passes them: latents
+    (1, grid^2, in_channels), T5 states (1, s_txt, joint), CLIP pooled,
+    timestep t / 1000, guidance, FLUX ids ((0, r, c) per image token, 0
+    for text). t = 0.5 and guidance 4.0: times 1000 exact in bf16."""
+    g = torch.Generator(device="cpu").manual_seed(INPUT_SEED)
+    bf = torch.bfloat16
+    x = {
+        "hidden_states": torch.randn(1, grid * grid, cfg["in_channels"], generator=g).to(bf),
+        "encoder_hidden_states": torch.randn(1, s_txt, cfg["joint_attention_dim"], generator=g).to(bf),
+        "pooled_projections": torch.randn(1, cfg["pooled_projection_dim"], generator=g).to(bf),
+        "timestep": torch.tensor([0.5]),
+    }
+    ids = torch.zeros(grid, grid, 3)
+    ids[..., 1] = torch.arange(grid)[:, None]
+    ids[..., 2] = torch.arange(grid)[None, :]
+    x["img_ids"] = ids.reshape(grid * grid, 3)
+    x["txt_ids"] = torch.zeros(s_txt, 3)
+    if cfg["guidance_embeds"]:
+        x["guidance"] = torch.tensor([4.0])
+    return x, {k: v.to(device) for k, v in x.items()}
+
+
+def spread(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def fmt(s, unit="ms"):
+    if not s:
+        return "n/a"
+    return f"{s['median']:.2f} {unit} (min {s['min']:.2f}, max {s['max']:.2f}, n {s['n']})"
+
+
+# ---------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weftd"), ap.add_argument("--weftctl")
+    ap.add_argument("--devices", default="cuda", help="weftd --devices (default cuda)")
+    ap.add_argument("--mesh", default="", help="weftd --mesh (default: tp = devices)")
+    ap.add_argument("--device", default="cuda", help="torch device of diffusers (default cuda)")
+    ap.add_argument("--dir", default="/tmp/weft-flux-bench",
+                    help="model root; the checkpoint goes to DIR/flux-bench")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/flux-bench")
+    ap.add_argument("--layers", type=int, help="double blocks (default 19)")
+    ap.add_argument("--single-layers", type=int, help="single blocks (default 38)")
+    ap.add_argument("--grid", type=int, default=64, help="latent grid side: grid^2 image tokens "
+                    "(64: 1024 x 1024 pixels)")
+    ap.add_argument("--txt", type=int, default=512, help="text tokens")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=3, help="forwards per repeat and side")
+    ap.add_argument("--matmul", type=int, default=8192)
+    ap.add_argument("--compile", action="store_true", help="also torch.compile (if time allows)")
+    ap.add_argument("--compile-need-s", type=float, default=200.0,
+                    help="seconds before the deadline that --compile needs to start")
+    ap.add_argument("--deadline-s", type=float, default=0.0,
+                    help="seconds from start this script should end by (0: none); optional "
+                         "steps are skipped and repeats cut to keep inside it")
+    ap.add_argument("--no-f32-ref", action="store_true",
+                    help="skip diffusers' f32 run of the same weights (the yardstick of the "
+                         "bf16 comparison; 44 GiB more GPU memory for a moment at full size)")
+    ap.add_argument("--tiny", action="store_true", help="a small configuration (plumbing check)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the configuration and the FLOP count only (no torch)")
+    a = ap.parse_args()
+
+    cfg = dict(TINY if a.tiny else FLUX_DEV)
+    reduced = []
+    if a.layers is not None and a.layers != cfg["num_layers"]:
+        reduced.append(f"{a.layers} double blocks instead of {cfg['num_layers']}")
+        cfg["num_layers"] = a.layers
+    if a.single_layers is not None and a.single_layers != cfg["num_single_layers"]:
+        reduced.append(f"{a.single_layers} single blocks instead of {cfg['num_single_layers']}")
+        cfg["num_single_layers"] = a.single_layers
+    s_img, s_txt = a.grid * a.grid, a.txt
+    os.makedirs(a.out, exist_ok=True)
+    OUT_DIR.append(a.out)
+    report = {"config": cfg, "tiny": a.tiny, "reduced": reduced, "s_img": s_img, "s_txt": s_txt,
+              "repeats": a.repeats, "iters": a.iters}
+
+    fl = flop_count(cfg, s_img, s_txt)
+    npar = param_count(cfg)
+    report["flops"], report["params"] = fl, npar
+    H, Dh = cfg["num_attention_heads"], cfg["attention_head_dim"]
+    say("== FLUX forward beside diffusers (tests/gpu/flux_bench.py)")
+    say(f"model: {'TINY plumbing configuration' if a.tiny else 'FLUX.1-dev configuration'}: "
+        f"{H} heads x {Dh}, joint {cfg['joint_attention_dim']}, pooled "
+        f"{cfg['pooled_projection_dim']}, in {cfg['in_channels']}, {cfg['num_layers']} double + "
+        f"{cfg['num_single_layers']} single blocks, guidance {cfg['guidance_embeds']}; "
+        f"{npar / 1e9:.3f} G parameters ({2 * npar / 2**30:.2f} GiB in bf16)")
+    if reduced:
+        say("REDUCED DEPTH (same width, fewer blocks, to fit the time budget): " + "; ".join(reduced))
+    say(f"forward: B = 1, {s_img} image + {s_txt} text tokens; model FLOPs (counted) "
+        f"{fl['total'] / 1e12:.2f} T = linear {(fl['double_linear'] + fl['single_linear'] + fl['embed'] + fl['out']) / 1e12:.2f} T"
+        f" + attention {fl['attention'] / 1e12:.2f} T")
+    if a.dry_run:
+        for k, v in fl.items():
+            say(f"  {k:14s} {v:.6g} FLOP")
+        return 0
+
+    torch = torch_setup(a.device)
+    import diffusers
+    torch.backends.cuda.matmul.allow_tf32 = False
+    timer = Timer(torch, a.device)
+    say(f"torch {torch.__version__}, diffusers {diffusers.__version__}, device {a.device}"
+        + (f" ({torch.cuda.get_device_name()})" if a.device.startswith("cuda") else ""))
+    report["versions"] = {"torch": torch.__version__, "diffusers": diffusers.__version__}
+    left = lambda: (a.deadline_s - elapsed()) if a.deadline_s > 0 else float("inf")
+
+    # 1. the matrix rate
+    n = a.matmul if not a.tiny else min(a.matmul, 1024)
+    rate, mm_ms = matmul_rate(torch, a.device, n, timer)
+    report["matmul"] = {"n": n, "ms": mm_ms, "flops_per_s": rate}
+    say(f"bf16 matmul {n}^3: {mm_ms:.3f} ms, {rate / 1e12:.1f} TFLOP/s (this run's ceiling)")
+
+    # 2. the model, written once
+    t = time.monotonic()
+    model = build_model(torch, cfg, a.device)
+    if a.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    say(f"model built on {a.device} in {time.monotonic() - t:.1f} s")
+    ckpt = os.path.join(a.dir, "flux-bench")
+    if os.path.isdir(ckpt):
+        shutil.rmtree(ckpt)
+    t = time.monotonic()
+    nbytes = write_checkpoint(torch, model, ckpt)
+    dt = time.monotonic() - t
+    report["checkpoint"] = {"path": ckpt, "bytes": nbytes, "write_s": dt}
+    say(f"checkpoint {ckpt}: {nbytes / 2**30:.2f} GiB written in {dt:.1f} s "
+        f"({nbytes / 2**30 / max(dt, 1e-9):.2f} GiB/s)")
+
+    # 3. inputs and diffusers' reference output
+    host_in, dev_in = make_inputs(torch, cfg, a.grid, s_txt, a.device)
+
+    def fwd(m):
+        with torch.no_grad():
+            return m(**dev_in, return_dict=False)[0]
+
+    # the counts against the model itself: its parameters, and torch's own
+    # FLOP counter over one forward (matrix products and SDPA)
+    n_model = sum(p.numel() for p in model.parameters())
+    report["params_model"] = n_model
+    say(f"parameters: counted {npar}, the model has {n_model}"
+        + ("" if n_model == npar else "  MISMATCH"))
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+        with FlopCounterMode(display=False) as fc:
+            fwd(model)
+        tf_torch = fc.get_total_flops()
+        report["flops_torch_counter"] = tf_torch
+        lin = fl["total"] - fl["attention"]
+        say(f"FLOPs: counted {fl['total']:.6g} (linear {lin:.6g} + attention "
+            f"{fl['attention']:.6g}), torch's FlopCounterMode {tf_torch:.6g}: ratio "
+            f"{tf_torch / fl['total']:.4f} to the total, {tf_torch / lin:.4f} to the linear part "
+            f"(the counter has no entry for SDPA's CPU kernel)")
+    except Exception as e:  # a counter that fails is reported, not fatal
+        say(f"FlopCounterMode: {e!r}")
+    if a.tiny:
+        # the checkpoint as diffusers reads it: every tensor bit-identical
+        from diffusers import FluxTransformer2DModel
+        back = FluxTransformer2DModel.from_pretrained(ckpt, torch_dtype=torch.bfloat16)
+        sd, sd2 = model.state_dict(), back.state_dict()
+        same = sd.keys() == sd2.keys() and all(torch.equal(sd[k].cpu(), sd2[k]) for k in sd)
+        say(f"checkpoint read back by diffusers' from_pretrained: "
+            f"{'identical' if same else 'DIFFERENT'} ({len(sd2)} tensors)")
+        del back
+        if not same:
+            return 1
+    t = time.monotonic()
+    ref = fwd(model)
+    if a.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    say(f"diffusers first forward (warm-up) {time.monotonic() - t:.2f} s; output "
+        f"{tuple(ref.shape)} {ref.dtype}, max |out| {ref.float().abs().max().item():.3g}, "
+        f"finite {bool(torch.isfinite(ref).all().item())}")
+    from safetensors.torch import save_file
+    meta = {"writer": "tests/gpu/flux_bench.py", "weight_seed": str(WEIGHT_SEED),
+            "input_seed": str(INPUT_SEED), "diffusers": diffusers.__version__,
+            "torch": torch.__version__}
+    io_path = os.path.join(a.dir, "io-flux-bench.safetensors")
+    save_file({**{k: v.contiguous() for k, v in host_in.items()}, "output": ref.cpu().contiguous()},
+              io_path, metadata=meta)
+    say(f"inputs + diffusers' output: {io_path}")
+
+    # The yardstick of the bf16 comparison: the same bf16 weights and
+    # inputs run in f32 (TF32 off) by diffusers. Both bf16 outputs are
+    # compared with it (weft's through a second inputs file whose `output`
+    # is this f32 result), so a weft - diffusers difference can be read
+    # against diffusers' own bf16 error.
+    io32_path = None
+    if not a.no_f32_ref:
+        t = time.monotonic()
+        import copy
+        m32 = copy.deepcopy(model).float()
+        in32 = {k: (v.float() if v.is_floating_point() else v) for k, v in dev_in.items()}
+        with torch.no_grad():
+            ref32 = m32(**in32, return_dict=False)[0]
+        del m32
+        if a.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        mx32 = ref32.abs().max().item()
+        e = (ref.float() - ref32).abs().max().item()
+        report["diffusers_bf16_vs_f32"] = {"max_err": e, "max_ref": mx32, "rel": e / mx32}
+        say(f"diffusers f32 reference (same weights, f32 arithmetic) in {time.monotonic() - t:.1f} s: "
+            f"|diffusers bf16 - f32| max {e:.3e} = {e / mx32:.2e} of max |f32| {mx32:.3g}")
+        io32_path = os.path.join(a.dir, "io-flux-bench-f32ref.safetensors")
+        save_file({**{k: v.contiguous() for k, v in host_in.items()},
+                   "output": ref32.cpu().contiguous()}, io32_path, metadata=meta)
+        del ref32
+
+    # 4. weft. weftd's CUDA backend takes 90% of the GPU's free memory (less
+    # 1 GiB) as its arena when it starts: diffusers' model and the blocks
+    # of its forward are taken first (a forward now refills torch's cache
+    # after the f32 run's empty_cache), so torch keeps what it needs.
+    fwd(model)
+    weft = None
+    weft_ok = False
+    if a.weftd and a.weftctl:
+        extra = ["--mesh", a.mesh] if a.mesh else []
+        weft = Weft(a.weftd, a.weftctl, a.devices, os.path.abspath(a.dir), a.out, extra)
+        if not weft.up():
+            say("weftd did not come up: " + " | ".join(weft.log_tail()))
+            weft.stop()
+            weft = None
+    else:
+        say("no --weftd / --weftctl: diffusers only")
+    if weft:
+        t = time.monotonic()
+        rc, out = weft.ctl("load", "flux-bench", "flux-bench", timeout=max(60, min(900, left())))
+        report["weft_load"] = {"rc": rc, "s": time.monotonic() - t, "out": out.strip()[-2000:]}
+        lines = [x for x in out.strip().splitlines() if not x.startswith("loading ")]
+        for line in lines[-4:]:
+            say("  " + line)
+        say(f"weftctl load: exit {rc} in {time.monotonic() - t:.1f} s")
+        if rc != 0:
+            say("weftd: " + " | ".join(weft.log_tail()))
+        else:
+            # warm-up (and the first check of the output)
+            rc, out = weft.ctl("forward", "--model", "flux-bench", "--inputs", io_path,
+                               "--iters", "2", timeout=300)
+            w = parse_weftctl_forward(out)
+            report["weft_warmup"] = {"rc": rc, **w, "out": out.strip()[-2000:]}
+            for line in out.strip().splitlines()[-3:]:
+                say("  " + line)
+            weft_ok = w["median_ms"] is not None
+            if not weft_ok:
+                say("weft warm-up forward failed: " + " | ".join(weft.log_tail()))
+            elif io32_path:
+                rc, out = weft.ctl("forward", "--model", "flux-bench", "--inputs", io32_path,
+                                   "--iters", "1", timeout=300)
+                w = parse_weftctl_forward(out)
+                if w["max_err"] is not None:
+                    d = report["diffusers_bf16_vs_f32"]
+                    report["weft_vs_f32"] = {"max_err": w["max_err"], "rel": w["max_err"] / d["max_ref"]}
+                    say(f"|weft - diffusers f32| max {w['max_err']:.3e} = "
+                        f"{w['max_err'] / d['max_ref']:.2e} of max |f32| (diffusers bf16: "
+                        f"{d['rel']:.2e})")
+                else:
+                    say(f"weft against the f32 reference: no result (exit {rc}): {out.strip()[-300:]}")
+
+    def alternate(label, m, repeats):
+        d_ms, w_ms, w_comp, w_err = [], [], [], []
+        tol, verdicts = None, []
+        for r in range(repeats):
+            if r and left() < 20:
+                say(f"  ({label}: stopping after {r} repeats: deadline)")
+                break
+            ts = [timer.time(lambda: fwd(m)) for _ in range(a.iters)]
+            d_ms.append(statistics.median(ts))
+            line = f"  {label} repeat {r + 1}: diffusers {d_ms[-1]:.2f} ms"
+            if weft_ok:
+                rc, out = weft.ctl("forward", "--model", "flux-bench", "--inputs", io_path,
+                                   "--iters", str(a.iters), timeout=300)
+                w = parse_weftctl_forward(out)
+                if w["median_ms"] is None:
+                    line += f"; weft FAILED (exit {rc}): {out.strip()[-300:]}"
+                else:
+                    w_ms.append(w["median_ms"])
+                    w_comp.append(w["compute_ms"])
+                    w_err.append(w["max_err"])
+                    tol = w["tol"]
+                    verdicts.append(w["verdict"])
+                    line += (f"; weft {w['median_ms']:.2f} ms (daemon compute {w['compute_ms']:.2f} ms)"
+                             f", max |weft - diffusers| {w['max_err']:.3e} {w['verdict']}")
+            say(line)
+        return {"diffusers_ms": spread(d_ms), "weft_ms": spread(w_ms),
+                "weft_compute_ms": spread(w_comp),
+                "max_err": max((e for e in w_err if e is not None), default=None) if w_err else None,
+                "tol": tol, "verdicts": verdicts,
+                "raw": {"diffusers": d_ms, "weft": w_ms, "weft_compute": w_comp, "err": w_err}}
+
+    say(f"== eager: {a.repeats} alternations of {a.iters} forwards each ({elapsed():.0f} s)")
+    eager = alternate("eager", model, a.repeats)
+    report["eager"] = eager
+
+    def summary(comp, final):
+        """Print the figures and write flux-bench.json / .txt (after the
+        eager alternation, and again at the end: a run cut short by its
+        deadline keeps what it measured). Returns True when weft ran and
+        every forward was within tolerance."""
+        tf = fl["total"]
+        say("== summary" + ("" if final else " (eager; torch.compile follows)"))
+        cfgtxt = ("TINY configuration (plumbing check, not a measurement)" if a.tiny else
+                  "FLUX.1-dev configuration" + (" REDUCED: " + "; ".join(reduced) if reduced else ""))
+        say(f"{cfgtxt}, B = 1, {s_img} + {s_txt} tokens, bf16, {tf / 1e12:.2f} TFLOP per forward; "
+            f"matmul ceiling {rate / 1e12:.1f} TFLOP/s")
+        rows = [("diffusers eager", eager["diffusers_ms"])]
+        if comp:
+            rows.append(("diffusers torch.compile", comp["diffusers_ms"]))
+        rows.append(("weft (weftctl round trip)", eager["weft_ms"]))
+        rows.append(("weft (daemon compute)", eager["weft_compute_ms"]))
+        for name, sp in rows:
+            if sp:
+                share = tf / (sp["median"] * 1e-3) / rate
+                say(f"  {name:28s} {fmt(sp)}  {tf / (sp['median'] * 1e-3) / 1e12:7.1f} TFLOP/s "
+                    f"= {100 * share:5.1f}% of matmul")
+            else:
+                say(f"  {name:28s} n/a")
+        ok = False
+        if eager["weft_ms"] and eager["diffusers_ms"]:
+            ratio = eager["diffusers_ms"]["median"] / eager["weft_ms"]["median"]
+            report["ratio_eager_over_weft"] = ratio
+            say(f"  speed: weft / diffusers eager = {ratio:.2f}x (floor 1.0, aim 1.3)")
+            if comp and comp["diffusers_ms"]:
+                r2 = comp["diffusers_ms"]["median"] / eager["weft_ms"]["median"]
+                report["ratio_compiled_over_weft"] = r2
+                say(f"  speed: weft / diffusers torch.compile = {r2:.2f}x")
+            share = tf / (eager["weft_ms"]["median"] * 1e-3) / rate
+            report["weft_share_of_matmul"] = share
+            say(f"  weft model FLOP/s: {100 * share:.1f}% of the measured bf16 matmul rate (aim >= 60%)")
+            ok = bool(eager["verdicts"]) and all(v == "PASS" for v in eager["verdicts"])
+            yn = lambda c: "met" if c else "NOT met"
+            say(f"  targets (issue 12): floor weft >= diffusers eager {yn(ratio >= 1.0)}; "
+                f"aim 1.3x {yn(ratio >= 1.3)}; aim 60% of matmul {yn(share >= 0.6)}; "
+                f"outputs within bf16 tolerance {yn(ok)}")
+            say(f"  max |weft - diffusers| {eager['max_err']:.3e} (weftctl's bf16 tolerance "
+                f"{eager['tol']:.3e} = 3e-2 x max |diffusers|): {'PASS' if ok else 'FAIL'}")
+            if "weft_vs_f32" in report:
+                say(f"  against diffusers' f32 run of the same weights: weft "
+                    f"{report['weft_vs_f32']['rel']:.2e}, diffusers bf16 "
+                    f"{report['diffusers_bf16_vs_f32']['rel']:.2e} (max error / max |f32|)")
+        else:
+            say("  weft: no timings (see above); diffusers' figures stand alone")
+        say(f"flux_bench {'done' if final else 'eager part done'} in {elapsed():.0f} s")
+        report["ok"] = ok
+        with open(os.path.join(a.out, "flux-bench.json"), "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        with open(os.path.join(a.out, "flux-bench.txt"), "w") as f:
+            f.write("\n".join(LOG) + "\n")
+        return ok
+
+    comp = None
+    if a.compile:
+        summary(None, False)
+        if left() < a.compile_need_s:
+            say(f"torch.compile: skipped ({left():.0f} s left, it needs {a.compile_need_s:.0f})")
+            report["compile"] = "skipped: deadline"
+        else:
+            t = time.monotonic()
+            cm = torch.compile(model)
+            fwd(cm)
+            fwd(cm)
+            say(f"== torch.compile: compiled and warmed up in {time.monotonic() - t:.1f} s")
+            comp = alternate("compiled", cm, max(1, min(a.repeats, 3)))
+            report["compile"] = comp
+    if weft:
+        rc = weft.stop()
+        say(f"weftd exit {rc}")
+        for line in weft.log_tail(4):
+            say("  weftd: " + line)
+    ok = summary(comp, True)
+    return 0 if ok else 1
+
+
+def on_term(signum, frame):
+    """A deadline's SIGTERM (run.sh's timeout): stop the daemon this script
+    started, keep what was written, exit 124."""
+    for p in DAEMONS:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    say(f"flux_bench: stopped by signal {signum} at {elapsed():.0f} s")
+    for d in OUT_DIR:
+        with open(os.path.join(d, "flux-bench.txt"), "w") as f:
+            f.write("\n".join(LOG) + "\n")
+    sys.exit(124)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_term)
+    sys.exit(main())
