@@ -95,15 +95,24 @@ wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
     return WF_OK;
 }
 
-/* Pin / unpin every tensor of m's host copy (a failure to pin is no
- * error: copies from pageable memory work, slower). */
+/* Pin every tensor of m's host copy, or none: a failure to pin is no
+ * error (copies from pageable memory work, slower), but m->pinned then
+ * stays false and what was pinned is unpinned, so that list_models tells
+ * the truth and model_free unpins exactly what is pinned. */
 static void host_pin(const wf_registry_t *r, wf_model_t *m)
 {
     if (!r->ops || !r->ops->host_register || !r->ops->host_unregister || !m->host)
         return;
-    for (size_t i = 0; i < m->host->n; i++)
-        if (m->host->t[i].data && m->host->t[i].nbytes)
-            (void)r->ops->host_register(m->host->t[i].data, (size_t)m->host->t[i].nbytes);
+    for (size_t i = 0; i < m->host->n; i++) {
+        const wf_flux_host_tensor_t *t = &m->host->t[i];
+        if (!t->data || !t->nbytes ||
+            r->ops->host_register(t->data, (size_t)t->nbytes) == WF_OK)
+            continue;
+        while (i-- > 0)
+            if (m->host->t[i].data && m->host->t[i].nbytes)
+                r->ops->host_unregister(m->host->t[i].data);
+        return;
+    }
     m->pinned = true;
 }
 

@@ -25,6 +25,7 @@ static void srv_model_info(const wf_server_t *srv, const wf_model_t *m,
         return;
     const char *dt = srv->ops->copy_h2d ? wf_dtype_name(m->dtype) : "f32";
     snprintf(ret->compute, sizeof ret->compute, "%s", dt ? dt : "");
+    ret->host_pinned = m->pinned;
 }
 
 /* Reply to the client waiting on model m (load or unload), if any. */
@@ -77,7 +78,7 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
             st == WF_OK) {
             /* its shards are cut for the mesh now in force */
             m->tp = srv->sched.mesh.deg.tp;
-            m->rank_bytes = wf_flux_shard_bytes(&m->cfg, &m->plan, (int)m->tp);
+            m->rank_bytes = wf_model_rank_bytes(&srv->models, m, (int)m->tp);
         }
         if (m->state == WF_MODEL_INSTALLING) {
             if (st == WF_OK) {
@@ -162,12 +163,6 @@ static bool models_refused(wf_server_t *srv, char *err, size_t err_len,
         *st = WF_E_UNAVAILABLE;
         snprintf(err, err_len, "resident models are served by single-node "
                  "daemons for now; this one is part of a cluster");
-        return true;
-    }
-    if (srv->ops->copy_h2d) {
-        *st = WF_E_BAD_ARGUMENT;
-        snprintf(err, err_len, "resident models run on the CPU backend only "
-                 "for now; this daemon runs %s devices", srv->ops->name);
         return true;
     }
     return false;

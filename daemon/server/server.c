@@ -348,6 +348,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     /* A backend computing in f32 on host memory (CPU) gets f32 host
      * copies: its shards are views of them. */
     srv->models.host_f32 = srv->ops && srv->ops->copy_h2d == NULL;
+    srv->models.ops = srv->ops;
 
     wf_mesh_t mesh;
     char merr[256];
