@@ -163,6 +163,11 @@ typedef struct wf_backend_ops {
      * accepted. */
     size_t (*attention_workspace)(const wf_attn_params_t *p);
 
+    /* (optional) Whether attention() takes head dim D; NULL: any D >= 1.
+     * Jobs and models with another head dim are refused before any rank
+     * runs (the CUDA kernels: 64 and 128). */
+    bool (*attention_head_dim_ok)(int64_t D);
+
     /* Flash-style attention forward (tiled, online softmax, fp32
      * accumulation) for the heads [p->h_begin, p->h_end). `workspace` holds
      * attention_workspace(p) bytes, 64-byte aligned, owned by the caller.

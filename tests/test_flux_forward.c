@@ -841,12 +841,31 @@ static void test_plan_check(const wf_flux_config_t *cfg)
            "indivisible placements\n");
 }
 
+/* The CUDA kernels' head dims (kernels/cuda: 64 and 128), for a backend
+ * check without a GPU build. */
+static bool head_dim_64_128(int64_t D) { return D == 64 || D == 128; }
+
 static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
 {
     char err[512];
     const wf_flux_config_t *cfg = &plain->host->cfg;
     wf_flux_job_t j = plain->job;
     const wf_backend_ops_t *ops = wf_backend_cpu();
+    /* a model whose head dim the backend's attention does not take is
+     * refused (at load and at plan) with the field and the backend named */
+    wf_backend_ops_t limited = *wf_standin_dev_backend();
+    limited.attention_head_dim_ok = head_dim_64_128;
+    CHECK(wf_flux_backend_check(cfg, ops, err, sizeof err) == WF_OK, "cpu: %s", err);
+    CHECK(wf_flux_backend_check(cfg, wf_standin_dev_backend(), err, sizeof err) == WF_OK,
+          "stand-in: %s", err);
+    wf_status_t bst = wf_flux_backend_check(cfg, &limited, err, sizeof err);
+    CHECK(bst == WF_E_BAD_ARGUMENT && strstr(err, "attention_head_dim 12") &&
+              strstr(err, "standin"), "head dim 12 on a 64 / 128 backend: %d '%s'", (int)bst,
+          err);
+    wf_flux_config_t c64 = *cfg;
+    c64.attention_head_dim = 64;
+    CHECK(wf_flux_backend_check(&c64, &limited, err, sizeof err) == WF_OK, "head dim 64: %s",
+          err);
     CHECK(wf_flux_forward_check(cfg, &j, 2, 2, 2, err, sizeof err) == WF_OK, "valid: %s", err);
     j.hidden_ch = 17;
     wf_status_t st = wf_flux_forward_check(cfg, &j, 1, 1, 1, err, sizeof err);

@@ -205,9 +205,10 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     uint64_t lse_per_head = a->return_lse ? job->out_desc[1].nbytes / (uint64_t)hq : 0;
     memset(job->reserve, 0, sizeof job->reserve);
 
-    /* A backend on device memory (CUDA) has head dims 64 and 128 only
-     * (kernels/cuda/README.md): refuse others here, before any rank runs. */
-    if (ops->dev_alloc && q->shape[3] != 64 && q->shape[3] != 128) {
+    /* A backend whose kernels take some head dims only (CUDA: 64 and
+     * 128, kernels/cuda/README.md): refuse others here, before any rank
+     * runs. */
+    if (ops->attention_head_dim_ok && !ops->attention_head_dim_ok(q->shape[3])) {
         snprintf(err, err_len, "head dim %lld: the %s backend supports 64 "
                  "and 128", (long long)q->shape[3], ops->name);
         return WF_E_BAD_ARGUMENT;

@@ -63,6 +63,10 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     job->plan_epoch = mesh->epoch;
     job->model_id = m->id;
     const wf_flux_config_t *cfg = &m->cfg;
+    /* the load refused such a model already: a guard */
+    wf_status_t cs = wf_flux_backend_check(cfg, ops, err, err_len);
+    if (cs != WF_OK)
+        return cs;
     wf_tensor_desc_t *out = &job->out_desc[0];
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "output");

@@ -148,6 +148,22 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
     return WF_OK;
 }
 
+wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
+                                  const wf_backend_ops_t *ops, char *err,
+                                  size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!cfg || !ops)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no config or backend");
+    if (ops->attention_head_dim_ok && !ops->attention_head_dim_ok(cfg->attention_head_dim))
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "attention_head_dim %" PRIu32 " is not one the %s backend's "
+                              "attention takes (64 and 128)", cfg->attention_head_dim,
+                              ops->name);
+    return WF_OK;
+}
+
 /* ---- sizes and the workspace layout ------------------------------------------ */
 
 static geo_t geo_of(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T, int R,

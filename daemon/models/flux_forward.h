@@ -94,6 +94,13 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
                                   const wf_flux_job_t *job, int tp, int R, int U,
                                   char *err, size_t err_len);
 
+/* Whether backend `ops` can run this model at all (its kernels' limits:
+ * the attention's head dims). WF_E_BAD_ARGUMENT with a message naming
+ * the config field and the backend. Pure. */
+wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
+                                  const wf_backend_ops_t *ops, char *err,
+                                  size_t err_len);
+
 /* Workspace bytes any rank needs for this job (max over ranks) on the
  * backend's memory (device memory on a device backend), so the daemon
  * can admit one figure per device; valid for any plan (activation

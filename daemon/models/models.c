@@ -227,6 +227,8 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
                             err_len);
     if (st != WF_OK)
         goto out;
+    if (r->ops && (st = wf_flux_backend_check(&m->cfg, r->ops, err, err_len)) != WF_OK)
+        goto out;
     m->tp = (uint32_t)r->load_tp;
     m->rank_bytes = wf_model_rank_bytes(r, m, r->load_tp);
     if (m->rank_bytes > r->load_avail) {

@@ -530,6 +530,7 @@ wf_backend_ops_t make_ops()
     o.memory_info = memory_info;
     o.attention_workspace = attention_workspace;
     o.attention = attention;
+    o.attention_head_dim_ok = wf_cuda_attn_head_dim_ok;
     o.dev_alloc = dev_alloc;
     o.dev_reset = dev_reset;
     o.copy_h2d = copy_h2d;

@@ -21,13 +21,15 @@ static int64_t kv_head_of(const wf_attn_params_t *p, int64_t h)
     return (p->q_head_base + h) / p->gqa_group - p->kv_head_base;
 }
 
+bool wf_cuda_attn_head_dim_ok(int64_t D) { return D == 64 || D == 128; }
+
 int wf_cuda_attn_params_ok(const wf_attn_params_t *p)
 {
     if (!p)
         return 0;
     if (p->B < 1 || p->Sq < 1 || p->Skv < 1 || p->Hq < 1 || p->Hkv < 1)
         return 0;
-    if (p->D != 64 && p->D != 128)
+    if (!wf_cuda_attn_head_dim_ok(p->D))
         return 0;
     if (p->h_begin < 0 || p->h_end < p->h_begin || p->h_end > p->Hq)
         return 0;

@@ -88,6 +88,9 @@ typedef struct wf_cuda_attn_geom {
  * are not looked at. 1 when valid. */
 int wf_cuda_attn_params_ok(const wf_attn_params_t *p);
 
+/* Head dims the attention kernels take: 64 and 128. */
+bool wf_cuda_attn_head_dim_ok(int64_t D);
+
 /* Geometry for p on a device with limits *lim. WF_E_BAD_ARGUMENT when p is
  * invalid (wf_cuda_attn_params_ok) or the grid / shared memory exceed the
  * limits. An empty head range gives grid[1] == 0 (nothing to launch).
