@@ -12,6 +12,10 @@
 # Then a mesh with context and tensor parallelism together (dp=1,
 # ulysses=2, tp=2) serves the three fixtures again.
 #
+# flux-small-d64-bf16 (head dim 64, the CUDA attention kernels' size) is
+# loaded with the others and forwarded on the first mesh and on the
+# ulysses=2 x tp=2 one.
+#
 # usage: test_weftctl_models.sh PATH_TO_WEFTD PATH_TO_WEFTCTL FIXTURES_DIR [BACKEND]
 # BACKEND (default cpu) is the backend name the daemon reports: the tests'
 # weftd_standin runs the same script on the stand-in device backend
@@ -33,7 +37,7 @@ unset WEFT_ENDPOINT
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 mkdir -p "$root" || { echo "cannot create $root" >&2; exit 1; }
-for m in flux-tiny flux-tiny-guidance flux-tiny-bf16; do
+for m in flux-tiny flux-tiny-guidance flux-tiny-bf16 flux-small-d64-bf16; do
     cp -R "$fixtures/$m" "$root/$m" || { echo "cannot copy $m" >&2; exit 1; }
 done
 
@@ -103,29 +107,33 @@ expect ready "backend $backend, 4 devices"
 run models_empty 0 ctl models
 expect models_empty '^\(no models\)$'
 
-# -- load the three fixtures at dp=4 (tp=1) --------------------------------
+# -- load the four fixtures at dp=4 (tp=1) ---------------------------------
 load_ok tiny flux-tiny f32 1
 load_ok guid flux-tiny-guidance f32 1
 load_ok bf16 flux-tiny-bf16 bf16 1
+load_ok d64 flux-small-d64-bf16 bf16 1
 
 run models 0 ctl models
 expect models '^NAME +STATE +FAMILY +DTYPE '
 expect models '^tiny +ready +flux +f32 +[0-9.]+( [MG])? +1 .* 100\.0% .* flux-tiny$'
 expect models '^guid +ready +flux +f32 +[0-9.]+( [MG])? +1 .* 100\.0% .* flux-tiny-guidance$'
 expect models '^bf16 +ready +flux +bf16 +[0-9.]+( [MG])? +1 .* 100\.0% .* flux-tiny-bf16$'
-expect_count models ' ready ' 3
+expect models '^d64 +ready +flux +bf16 +[0-9.]+( [MG])? +1 .* 100\.0% .* flux-small-d64-bf16$'
+expect_count models ' ready ' 4
 expect_count models " $backend +flux-tiny" 3
 
 forward_ok tiny tiny io-flux-tiny-f32.safetensors
 forward_ok guid guid io-flux-tiny-guidance-f32.safetensors
 forward_ok bf16 bf16 io-flux-tiny-bf16.safetensors
 expect fwd_bf16 ' bf16 -> bf16 '
+forward_ok d64 d64 io-flux-small-d64-bf16.safetensors
+expect fwd_d64 ' bf16 -> bf16 '
 
 # -- live re-shard: dp=2 tp=2 ----------------------------------------------
 run reconf 0 ctl reconfigure --dp 2 --tp 2
 expect reconf '^mesh dp=4 ring=1 ulysses=1 tp=1 \(epoch [0-9]+\) -> dp=2 ring=1 ulysses=1 tp=2 \(epoch [0-9]+\)$'
 run models_tp2 0 ctl models
-expect_count models_tp2 '^(tiny|guid|bf16) +ready +flux +[a-z0-9]+ +[0-9.]+( [MG])? +2 ' 3
+expect_count models_tp2 '^(tiny|guid|bf16|d64) +ready +flux +[a-z0-9]+ +[0-9.]+( [MG])? +2 ' 4
 
 forward_ok tiny2 tiny io-flux-tiny-f32.safetensors
 forward_ok guid2 guid io-flux-tiny-guidance-f32.safetensors
@@ -192,7 +200,7 @@ expect_err bad_nomatch "^weftctl: load: WF_E_BAD_ARGUMENT: .*'transformer_blocks
 
 # none of the refused loads left anything behind
 run models_after 0 ctl models
-expect_count models_after '^[A-Za-z0-9._-]+ +ready ' 5
+expect_count models_after '^[A-Za-z0-9._-]+ +ready ' 6
 expect_not models_after '^(dotdot|dotdot2|tiny-style|tiny-nomatch) '
 expect models_after '^tiny +ready +flux +f32 .* flux-tiny$'
 
@@ -201,7 +209,7 @@ run unload 0 ctl unload tiny-plan
 expect unload '^unloaded tiny-plan$'
 run models_unloaded 0 ctl models
 expect_not models_unloaded '^tiny-plan '
-expect_count models_unloaded '^[A-Za-z0-9._-]+ +ready ' 4
+expect_count models_unloaded '^[A-Za-z0-9._-]+ +ready ' 5
 run fwd_unloaded 1 ctl forward --model tiny-plan --inputs "$fixtures/io-flux-tiny-f32.safetensors"
 expect_err fwd_unloaded "^weftctl: forward: WF_E_BAD_ARGUMENT: model 'tiny-plan' is not loaded"
 run unload_again 1 ctl unload tiny-plan
@@ -215,7 +223,9 @@ expect reconf_cp ' -> dp=1 ring=1 ulysses=2 tp=2 \(epoch [0-9]+\)$'
 forward_ok cp_tiny tiny io-flux-tiny-f32.safetensors
 forward_ok cp_guid guid io-flux-tiny-guidance-f32.safetensors
 forward_ok cp_bf16 bf16 io-flux-tiny-bf16.safetensors
+forward_ok cp_d64 d64 io-flux-small-d64-bf16.safetensors
 expect fwd_cp_tiny ' devices 4 '
+expect fwd_cp_d64 ' devices 4 '
 
 kill -TERM "$pid"
 wait "$pid"

@@ -25,9 +25,10 @@
 #      backend (dtypes, causal, GQA, uneven shapes, D 64 / 128), LSE merge,
 #      conversions, NCCL worlds — for each attention kernel: wgmma (the
 #      default on Hopper), wgmma-pipe, mma (WEFT_CUDA_ATTN)          ~40 s
-#   4. weftd on the GPU serving the repository's FLUX fixtures
-#      (tests/fixtures: flux-tiny f32, flux-tiny-guidance f32 sharded,
-#      flux-tiny-bf16) through weftctl load / forward, each checked
+#   4. weftd on the GPU serving the repository's head-dim-64 FLUX
+#      fixtures (tests/fixtures: flux-small-d64 f32, flux-small-d64-bf16;
+#      the flux-tiny ones have head dim 12, which the CUDA attention
+#      kernels do not take) through weftctl load / forward, each checked
 #      against diffusers' output in its io file (weftctl's tolerances: f32
 #      1e-4 x max |ref| against diffusers' float64 run, bf16 3e-2 x
 #      max |ref| against its bf16 run; the error / max |ref| is printed
@@ -299,13 +300,15 @@ serve() {
 
 say "== FLUX fixtures through weftd on the GPU, kernel $daemon_kern ($(elapsed))"
 fx=$PWD/tests/fixtures
+# flux-small-d64 (f32) and flux-small-d64-bf16: 2 heads x 64, made by
+# tests/parity/make_fixtures.py with diffusers. Not the flux-tiny ones:
+# their head dim is 12 and the CUDA attention kernels take D = 64 and 128
+# only, so they cannot pass on CUDA (the CPU tests serve them).
 fixture_cmds=(
-  "load flux-tiny flux-tiny"
-  "forward --model flux-tiny --inputs $fx/io-flux-tiny-f32.safetensors --iters 3"
-  "load flux-tiny-guidance flux-tiny-guidance"
-  "forward --model flux-tiny-guidance --inputs $fx/io-flux-tiny-guidance-f32.safetensors --iters 3"
-  "load flux-tiny-bf16 flux-tiny-bf16"
-  "forward --model flux-tiny-bf16 --inputs $fx/io-flux-tiny-bf16.safetensors --iters 3"
+  "load flux-small-d64 flux-small-d64"
+  "forward --model flux-small-d64 --inputs $fx/io-flux-small-d64-f32.safetensors --iters 3"
+  "load flux-small-d64-bf16 flux-small-d64-bf16"
+  "forward --model flux-small-d64-bf16 --inputs $fx/io-flux-small-d64-bf16.safetensors --iters 3"
   "models"
 )
 serve "$dev1" "--model-root $fx" "${fixture_cmds[@]}"
