@@ -105,7 +105,7 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
     if (lost[0])
         wf_world_abort(w, lost, NULL);
     else if (!w->built || w->install)
-        wf_world_abort(w, "the world re-formed before it served", NULL);
+        wf_world_abort(w, NULL, "the world re-formed before it served");
     if (wf_world_coordinator(w))
         wf_world_settle_remote(w, nw, nn, w->aborted, lost);
     w->xfer_ready = 0;     /* members say hi again on the new world */
