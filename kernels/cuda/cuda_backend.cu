@@ -174,6 +174,15 @@ size_t attention_workspace(const wf_attn_params_t *p)
     return wf_cuda_attn_workspace(p);
 }
 
+/* c present (else WF_E_BAD_ARGUMENT) and its device current on this
+ * thread (else WF_E_INTERNAL). */
+wf_status_t enter(wf_backend_ctx_t *c)
+{
+    if (!c)
+        return WF_E_BAD_ARGUMENT;
+    return cudaSetDevice(c->device) == cudaSuccess ? WF_OK : WF_E_INTERNAL;
+}
+
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *workspace)
@@ -192,16 +201,23 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
     return wf_cuda_attention_launch(p, &g, c->stream);
 }
 
-wf_status_t dev_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
+/* A block of the arena from `take` (per-job or resident), as a pointer. */
+wf_status_t arena_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr,
+                        wf_status_t (*take)(wf_cuda_arena_t *, uint64_t, uint64_t *))
 {
     if (!c || !ret_ptr)
         return WF_E_BAD_ARGUMENT;
     uint64_t off;
-    wf_status_t st = wf_cuda_arena_take(&c->arena, bytes, &off);
+    wf_status_t st = take(&c->arena, bytes, &off);
     if (st != WF_OK)
         return st;
     *ret_ptr = c->arena_base + off;
     return WF_OK;
+}
+
+wf_status_t dev_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
+{
+    return arena_alloc(c, bytes, ret_ptr, wf_cuda_arena_take);
 }
 
 void dev_reset(wf_backend_ctx_t *c)
@@ -256,10 +272,9 @@ wf_status_t lse_merge(wf_backend_ctx_t *c, float *acc_out, float *acc_lse,
                       const float *part_out, const float *part_lse, int64_t rows,
                       int64_t D, wf_dtype_t round_dtype)
 {
-    if (!c)
-        return WF_E_BAD_ARGUMENT;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return WF_E_INTERNAL;
+    wf_status_t st = enter(c);
+    if (st != WF_OK)
+        return st;
     return wf_cuda_lse_merge_launch(acc_out, acc_lse, part_out, part_lse, rows, D,
                                     round_dtype, c->stream);
 }
@@ -267,19 +282,17 @@ wf_status_t lse_merge(wf_backend_ctx_t *c, float *acc_out, float *acc_lse,
 wf_status_t convert(wf_backend_ctx_t *c, void *dst, wf_dtype_t dst_dtype, const void *src,
                     wf_dtype_t src_dtype, size_t n)
 {
-    if (!c)
-        return WF_E_BAD_ARGUMENT;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return WF_E_INTERNAL;
+    wf_status_t st = enter(c);
+    if (st != WF_OK)
+        return st;
     return wf_cuda_convert_launch(dst, dst_dtype, src, src_dtype, n, &c->limits, c->stream);
 }
 
 wf_status_t fill_f32(wf_backend_ctx_t *c, float *dst, float value, size_t n)
 {
-    if (!c)
-        return WF_E_BAD_ARGUMENT;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return WF_E_INTERNAL;
+    wf_status_t st = enter(c);
+    if (st != WF_OK)
+        return st;
     return wf_cuda_fill_f32_launch(dst, value, n, &c->limits, c->stream);
 }
 
@@ -466,14 +479,7 @@ wf_status_t copy_rows(wf_backend_ctx_t *c, void *dst, size_t ld_dst, const void 
 
 wf_status_t mem_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
 {
-    if (!c || !ret_ptr)
-        return WF_E_BAD_ARGUMENT;
-    uint64_t off;
-    wf_status_t st = wf_cuda_arena_res_alloc(&c->arena, bytes, &off);
-    if (st != WF_OK)
-        return st;
-    *ret_ptr = c->arena_base + off;
-    return WF_OK;
+    return arena_alloc(c, bytes, ret_ptr, wf_cuda_arena_res_alloc);
 }
 
 void mem_free(wf_backend_ctx_t *c, void *ptr)
