@@ -693,19 +693,21 @@ static void test_elementwise(void)
     wf_cuda_warp_geometry(9, &H100, gr, bl);
     CHECK(gr[0] == 2);
 
-    static float buf[16];
-    wf_modln_params_t m = {2, 3, 8, buf, 8, buf, 8, buf, buf, 48, 1e-6f};
+    /* shift / scale apart from dst, and head_norm_rope's dst apart from
+     * src: the common checks (ops_check.h) refuse overlaps */
+    static float buf[16], mod[56], hsrc[240], hdst[576];
+    wf_modln_params_t m = {2, 3, 8, buf, 8, buf, 8, mod, mod, 48, 1e-6f};
     CHECK(wf_cuda_modln_ok(&m));
     m.ld_src = 7; CHECK(!wf_cuda_modln_ok(&m)); m.ld_src = 8;
     m.ld_mod = 7; CHECK(!wf_cuda_modln_ok(&m)); m.ld_mod = 48;
     m.C = 0; CHECK(!wf_cuda_modln_ok(&m)); m.C = 8;
     m.per = -1; CHECK(!wf_cuda_modln_ok(&m)); m.per = 3;
     m.shift = NULL; CHECK(!wf_cuda_modln_ok(&m));
-    m.per = 0; CHECK(wf_cuda_modln_ok(&m)); m.per = 3; m.shift = buf;
+    m.per = 0; CHECK(wf_cuda_modln_ok(&m)); m.per = 3; m.shift = mod;
     m.eps = NAN; CHECK(!wf_cuda_modln_ok(&m)); m.eps = 1e-6f;
     CHECK(!wf_cuda_modln_ok(NULL));
 
-    wf_headrope_params_t h = {2, 5, 12, 7, 3, 8, buf, 24, buf, NULL, buf, buf, 1e-6f};
+    wf_headrope_params_t h = {2, 5, 12, 7, 3, 8, hsrc, 24, hdst, NULL, buf, buf, 1e-6f};
     CHECK(wf_cuda_headrope_ok(&h));
     h.row0 = 8; CHECK(!wf_cuda_headrope_ok(&h)); h.row0 = 7; /* rows 7..11 of L = 12 */
     h.ld_src = 23; CHECK(!wf_cuda_headrope_ok(&h)); h.ld_src = 24;
@@ -714,7 +716,7 @@ static void test_elementwise(void)
     h.D = 7; h.ld_src = 21; CHECK(wf_cuda_headrope_ok(&h)); /* odd D: norm only */
     h.cos = h.sin = buf; CHECK(!wf_cuda_headrope_ok(&h)); h.D = 8; h.ld_src = 24;
     h.src = NULL; CHECK(!wf_cuda_headrope_ok(&h));
-    h.nbatch = 0; CHECK(wf_cuda_headrope_ok(&h)); h.nbatch = 2; h.src = buf;
+    h.nbatch = 0; CHECK(wf_cuda_headrope_ok(&h)); h.nbatch = 2; h.src = hsrc;
     h.H = 0; CHECK(!wf_cuda_headrope_ok(&h)); h.H = 3;
     h.nbatch = (int64_t)1 << 40; CHECK(!wf_cuda_headrope_ok(&h));
 

@@ -252,6 +252,54 @@ typedef struct mrank {
 
 #define GUARD 256
 
+/* The set-up both paths' ranks share: rank's coordinates on the (T, R, U)
+ * mesh and its tp, seq, ring, ulysses sub-comms of world in sub[] (every
+ * rank splits alike; those made stay for the caller to destroy). */
+static bool rank_split(const mrun_t *m, int rank, wf_comm_t *world, wf_comm_t *sub[4],
+                       wf_mesh_coords_t *co)
+{
+    wf_mesh_t mesh;
+    wf_mesh_degrees_t deg = {.dp = 1, .ring = (uint32_t)m->R, .ulysses = (uint32_t)m->U,
+                             .tp = (uint32_t)m->T};
+    if (wf_mesh_init(&mesh, &deg, m->R * m->U * m->T, NULL, 0) != WF_OK ||
+        wf_mesh_coords(&mesh, rank, co) != WF_OK)
+        return false;
+    const wf_mesh_dim_t dims[4] = {WF_MESH_DIM_TP, WF_MESH_DIM_SEQ, WF_MESH_DIM_RING,
+                                   WF_MESH_DIM_ULYSSES};
+    for (int i = 0; i < 4; i++) {
+        int col, key;
+        if (wf_mesh_color(&mesh, dims[i], rank, &col, &key) != WF_OK ||
+            wf_comm_split(world, col, key, &sub[i]) != WF_OK)
+            return false;
+    }
+    return true;
+}
+
+/* The flux group over the sub-comms of rank_split (NULL for degree 1). */
+static wf_flux_group_t rank_group(const mrun_t *m, wf_comm_t *const sub[4])
+{
+    wf_flux_group_t grp = {
+        .tp = m->T > 1 ? sub[0] : NULL,
+        .seq = m->R * m->U > 1 ? sub[1] : NULL,
+        .ring = m->R > 1 ? sub[2] : NULL,
+        .ulysses = m->U > 1 ? sub[3] : NULL,
+        .tp_degree = m->T, .ring_degree = m->R, .ulysses_degree = m->U,
+    };
+    return grp;
+}
+
+/* The job as rank sees it: only the replica's rank 0 has the tensors. */
+static wf_flux_job_t rank_job(const mrun_t *m, int rank)
+{
+    wf_flux_job_t job = *m->job;
+    if (rank != 0) {
+        job.hidden_states = job.encoder_hidden_states = job.pooled_projections = NULL;
+        job.timestep = job.img_ids = job.txt_ids = job.guidance = NULL;
+        job.output = NULL;
+    }
+    return job;
+}
+
 static void *rank_main(void *arg)
 {
     mrank_t *t = arg;
@@ -263,38 +311,14 @@ static void *rank_main(void *arg)
     const wf_backend_ops_t *ops = wf_backend_cpu();
     if (wf_comm_host_init(m->w, t->rank, &world) != WF_OK)
         return NULL;
-    wf_mesh_t mesh;
-    wf_mesh_degrees_t deg = {.dp = 1, .ring = (uint32_t)m->R, .ulysses = (uint32_t)m->U,
-                             .tp = (uint32_t)m->T};
     wf_mesh_coords_t co;
-    if (wf_mesh_init(&mesh, &deg, m->R * m->U * m->T, NULL, 0) != WF_OK ||
-        wf_mesh_coords(&mesh, t->rank, &co) != WF_OK)
+    if (!rank_split(m, t->rank, world, sub, &co))
         goto out;
-    /* tp, seq, ring, ulysses: every rank splits alike */
-    const wf_mesh_dim_t dims[4] = {WF_MESH_DIM_TP, WF_MESH_DIM_SEQ, WF_MESH_DIM_RING,
-                                   WF_MESH_DIM_ULYSSES};
-    for (int i = 0; i < 4; i++) {
-        int col, key;
-        if (wf_mesh_color(&mesh, dims[i], t->rank, &col, &key) != WF_OK ||
-            wf_comm_split(world, col, key, &sub[i]) != WF_OK)
-            goto out;
-    }
     if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
         goto out;
     t->setup_ok = true;
-    wf_flux_group_t grp = {
-        .tp = m->T > 1 ? sub[0] : NULL,
-        .seq = m->R * m->U > 1 ? sub[1] : NULL,
-        .ring = m->R > 1 ? sub[2] : NULL,
-        .ulysses = m->U > 1 ? sub[3] : NULL,
-        .tp_degree = m->T, .ring_degree = m->R, .ulysses_degree = m->U,
-    };
-    wf_flux_job_t job = *m->job;
-    if (t->rank != 0) { /* only the replica's rank 0 has the tensors */
-        job.hidden_states = job.encoder_hidden_states = job.pooled_projections = NULL;
-        job.timestep = job.img_ids = job.txt_ids = job.guidance = NULL;
-        job.output = NULL;
-    }
+    wf_flux_group_t grp = rank_group(m, sub);
+    wf_flux_job_t job = rank_job(m, t->rank);
     size_t bytes = wf_flux_forward_workspace(&m->shards[co.tp]->cfg, &job, m->T, m->R, m->U,
                                              ops);
     if (bytes == 0 || bytes == SIZE_MAX) {
@@ -339,21 +363,9 @@ static void *rank_main_dev(void *arg)
     if (wf_comm_host_init(m->w, t->rank, &inner) != WF_OK ||
         wf_comm_staged_wrap(inner, ops, ctx, &world) != WF_OK)
         goto out;
-    wf_mesh_t mesh;
-    wf_mesh_degrees_t deg = {.dp = 1, .ring = (uint32_t)m->R, .ulysses = (uint32_t)m->U,
-                             .tp = (uint32_t)m->T};
     wf_mesh_coords_t co;
-    if (wf_mesh_init(&mesh, &deg, m->R * m->U * m->T, NULL, 0) != WF_OK ||
-        wf_mesh_coords(&mesh, t->rank, &co) != WF_OK)
+    if (!rank_split(m, t->rank, world, sub, &co))
         goto out;
-    const wf_mesh_dim_t dims[4] = {WF_MESH_DIM_TP, WF_MESH_DIM_SEQ, WF_MESH_DIM_RING,
-                                   WF_MESH_DIM_ULYSSES};
-    for (int i = 0; i < 4; i++) {
-        int col, key;
-        if (wf_mesh_color(&mesh, dims[i], t->rank, &col, &key) != WF_OK ||
-            wf_comm_split(world, col, key, &sub[i]) != WF_OK)
-            goto out;
-    }
     t->setup_ok = true;
     wf_status_t bst = wf_flux_shard_build(m->host, m->plan, m->T, co.tp, ops, ctx, &shard, err,
                                           sizeof err);
@@ -365,19 +377,8 @@ static void *rank_main_dev(void *arg)
         wf_comm_abort(world);
         goto out;
     }
-    wf_flux_group_t grp = {
-        .tp = m->T > 1 ? sub[0] : NULL,
-        .seq = m->R * m->U > 1 ? sub[1] : NULL,
-        .ring = m->R > 1 ? sub[2] : NULL,
-        .ulysses = m->U > 1 ? sub[3] : NULL,
-        .tp_degree = m->T, .ring_degree = m->R, .ulysses_degree = m->U,
-    };
-    wf_flux_job_t job = *m->job;
-    if (t->rank != 0) {
-        job.hidden_states = job.encoder_hidden_states = job.pooled_projections = NULL;
-        job.timestep = job.img_ids = job.txt_ids = job.guidance = NULL;
-        job.output = NULL;
-    }
+    wf_flux_group_t grp = rank_group(m, sub);
+    wf_flux_job_t job = rank_job(m, t->rank);
     size_t bytes = wf_flux_forward_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops);
     size_t hbytes = wf_flux_forward_host_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops);
     void *ws = NULL;

@@ -36,6 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define WF_TEST_RNG_SEED 12345u
+#include "support/rng.h"
+
 static int failures;
 static long checks;
 
@@ -50,24 +53,6 @@ static long checks;
             }                                                                \
         }                                                                    \
     } while (0)
-
-static uint32_t rng_state = 12345u;
-
-static uint32_t rnd_u32(void)
-{
-    /* xorshift32: deterministic, no global library state */
-    uint32_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    rng_state = x;
-    return x;
-}
-
-static float rnd_unit(void) /* uniform in [-1, 1) */
-{
-    return (float)(rnd_u32() >> 8) / 8388608.0f - 1.0f;
-}
 
 static uint32_t fbits(float f)
 {

@@ -40,29 +40,14 @@
 #include <string.h>
 
 #include "support/check.h"
+#define WF_TEST_RNG_SEED 2463534242u
+#include "support/rng.h"
 
 static const double U32 = 5.9604644775390625e-08; /* 2^-24 */
 #define SENTINEL 12345.678f
 
 static const wf_backend_ops_t *ops;
 static wf_backend_ctx_t *ctx;
-
-static uint32_t rng_state = 2463534242u;
-
-static uint32_t rnd_u32(void)
-{
-    uint32_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    rng_state = x;
-    return x;
-}
-
-static float rnd_unit(void) /* uniform in [-1, 1) */
-{
-    return (float)(rnd_u32() >> 8) / 8388608.0f - 1.0f;
-}
 
 static float *falloc(size_t n)
 {

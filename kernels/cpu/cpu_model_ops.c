@@ -24,6 +24,7 @@
  * tile of a bf16 / f16 weight (kept in the context, grown once).
  */
 #include "cpu_model_ops.h"
+#include "ops_check.h"
 #include "tensor.h"
 
 #include <cblas.h>
@@ -128,49 +129,8 @@ static void act_inplace(float *v, int64_t n, wf_act_t act)
         silu_inplace(v, n);
 }
 
-/* ---- validation helpers ---------------------------------------------------- */
-
-static bool act_valid(wf_act_t act)
-{
-    return act == WF_ACT_NONE || act == WF_ACT_GELU_TANH || act == WF_ACT_SILU;
-}
-
-/* A pointer to `count` elements: required unless there are none. */
-static bool have(const void *ptr, int64_t count) { return ptr != NULL || count == 0; }
-
-/* Bytes spanned by `rows` rows of `width` elements `ld` apart (elements of
- * `esize` bytes), or 0 when none / on overflow (*ok cleared). */
-static uint64_t span_bytes(int64_t rows, int64_t width, int64_t ld, size_t esize, bool *ok)
-{
-    if (rows <= 0 || width <= 0)
-        return 0;
-    const uint64_t lim = (uint64_t)1 << 62;
-    uint64_t r = (uint64_t)(rows - 1), l = (uint64_t)ld, w = (uint64_t)width;
-    if (l != 0 && r > lim / l) {
-        *ok = false;
-        return 0;
-    }
-    uint64_t elems = r * l + w;
-    if (elems > lim / esize) {
-        *ok = false;
-        return 0;
-    }
-    return elems * esize;
-}
-
-/* Whether [a, a + na) and [b, b + nb) (bytes) share a byte. */
-static bool overlap(const void *a, uint64_t na, const void *b, uint64_t nb)
-{
-    if (na == 0 || nb == 0)
-        return false;
-    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
-    return pa < pb ? pb - pa < na : pa - pb < nb;
-}
-
 /* Bytes of an element of a weight dtype (f32, bf16, f16). */
 static size_t esize(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
-
-static bool eps_valid(float eps) { return eps >= 0.0f && eps < INFINITY; }
 
 /* ---- linear ---------------------------------------------------------------- */
 
@@ -178,42 +138,6 @@ size_t wf_cpu_linear_workspace(const wf_linear_params_t *p)
 {
     (void)p;
     return 0;
-}
-
-static bool linear_valid(const wf_linear_params_t *p)
-{
-    if (!p || p->rows < 0 || p->in < 1 || p->out < 1)
-        return false;
-    if (p->rows > INT32_MAX || p->in > INT32_MAX || p->out > INT32_MAX ||
-        p->ldx > INT32_MAX || p->ldw > INT32_MAX || p->ldy > INT32_MAX)
-        return false; /* BLAS dimensions are int */
-    if (p->ldx < p->in || p->ldy < p->out)
-        return false;
-    if (p->w_dtype != WF_DTYPE_F32 && p->w_dtype != WF_DTYPE_BF16 &&
-        p->w_dtype != WF_DTYPE_F16)
-        return false;
-    if (!act_valid(p->act))
-        return false;
-    if (p->nwb < 1 || p->nwb > WF_LINEAR_MAX_BLOCKS)
-        return false;
-    int64_t sum = 0;
-    for (uint32_t k = 0; k < p->nwb; k++) {
-        if (!p->wb[k] || p->wbw[k] < 1 || p->wbw[k] > p->in || p->ldw < p->wbw[k])
-            return false;
-        sum += p->wbw[k];
-        if (sum > p->in)
-            return false;
-    }
-    if (sum != p->in)
-        return false;
-    if (!have(p->x, p->rows) || !have(p->y, p->rows))
-        return false;
-    bool ok = true;
-    uint64_t nx = span_bytes(p->rows, p->in, p->ldx, sizeof(float), &ok);
-    uint64_t ny = span_bytes(p->rows, p->out, p->ldy, sizeof(float), &ok);
-    span_bytes(p->out, p->in, p->ldw, esize(p->w_dtype), &ok);
-    uint64_t nb = p->bias ? (uint64_t)p->out * sizeof(float) : 0;
-    return ok && !overlap(p->x, nx, p->y, ny) && !overlap(p->bias, nb, p->y, ny);
 }
 
 /* y rows += bias, then act, row by row (each row stays in L1). */
@@ -271,7 +195,7 @@ wf_status_t wf_cpu_linear(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
                           void *workspace)
 {
     (void)workspace;
-    if (!linear_valid(p))
+    if (!wf_ops_linear_ok(p))
         return WF_E_BAD_ARGUMENT;
     if (p->rows == 0)
         return WF_OK;
@@ -318,11 +242,7 @@ wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
                             wf_act_t act)
 {
     (void)ctx;
-    if (rows < 0 || n < 0 || ldy < n || !act_valid(act))
-        return WF_E_BAD_ARGUMENT;
-    bool ok = true;
-    uint64_t ny = span_bytes(rows, n, ldy, sizeof(float), &ok);
-    if (!ok || (ny != 0 && !y) || overlap(y, ny, bias, bias ? (uint64_t)n * 4u : 0))
+    if (!wf_ops_bias_act_ok(y, rows, n, ldy, bias, act))
         return WF_E_BAD_ARGUMENT;
     if (rows == 0 || n == 0)
         return WF_OK;
@@ -334,11 +254,7 @@ wf_status_t wf_cpu_act(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n, wf_act_t act)
 {
     (void)ctx;
-    if (n < 0 || n > INT64_MAX / 8 || !have(dst, n) || !have(src, n) ||
-        !act_valid(act) || act == WF_ACT_NONE)
-        return WF_E_BAD_ARGUMENT;
-    uint64_t nb = (uint64_t)n * sizeof(float);
-    if (dst != src && overlap(dst, nb, src, nb))
+    if (!wf_ops_act_ok(dst, src, n, act))
         return WF_E_BAD_ARGUMENT;
     if (n == 0)
         return WF_OK;
@@ -365,10 +281,7 @@ wf_status_t wf_cpu_add(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n)
 {
     (void)ctx;
-    if (n < 0 || n > INT64_MAX / 8 || !have(dst, n) || !have(src, n))
-        return WF_E_BAD_ARGUMENT;
-    uint64_t nb = (uint64_t)n * sizeof(float);
-    if (dst != src && overlap(dst, nb, src, nb))
+    if (!wf_ops_add_ok(dst, src, n))
         return WF_E_BAD_ARGUMENT;
     if (n == 0)
         return WF_OK;
@@ -441,25 +354,9 @@ static void modln_apply_ip(float *restrict v, const float *restrict sc,
 wf_status_t wf_cpu_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p)
 {
     (void)ctx;
-    if (!p || p->nbatch < 0 || p->per < 0 || p->C < 1 || p->ld_src < p->C ||
-        p->ld_dst < p->C || p->ld_mod < p->C || !eps_valid(p->eps))
+    if (!wf_ops_modln_ok(p))
         return WF_E_BAD_ARGUMENT;
-    bool ok = true;
-    if (p->nbatch != 0 && p->per > INT64_MAX / p->nbatch)
-        return WF_E_BAD_ARGUMENT;
-    int64_t rows = p->nbatch * p->per;
-    uint64_t ns = span_bytes(rows, p->C, p->ld_src, sizeof(float), &ok);
-    uint64_t nd = span_bytes(rows, p->C, p->ld_dst, sizeof(float), &ok);
-    uint64_t nm = span_bytes(p->nbatch, p->C, p->ld_mod, sizeof(float), &ok);
-    if (!ok || !have(p->src, rows) || !have(p->dst, rows) ||
-        !have(p->shift, p->nbatch) || !have(p->scale, p->nbatch))
-        return WF_E_BAD_ARGUMENT;
-    /* dst is src (same rows) or apart from it; shift / scale apart from dst */
     bool inplace = (const float *)p->dst == p->src;
-    if (inplace ? p->ld_dst != p->ld_src : overlap(p->src, ns, p->dst, nd))
-        return WF_E_BAD_ARGUMENT;
-    if (overlap(p->shift, nm, p->dst, nd) || overlap(p->scale, nm, p->dst, nd))
-        return WF_E_BAD_ARGUMENT;
     const double C = (double)p->C, eps = (double)p->eps;
     for (int64_t b = 0; b < p->nbatch; b++) {
         const float *sh = p->shift + b * p->ld_mod, *sc = p->scale + b * p->ld_mod;
@@ -493,17 +390,7 @@ wf_status_t wf_cpu_gate_residual(wf_backend_ctx_t *ctx, float *S, int64_t ld_s,
                                  int64_t nbatch, int64_t per, int64_t C)
 {
     (void)ctx;
-    if (nbatch < 0 || per < 0 || C < 1 || ld_s < C || ld_y < C || ld_gate < C)
-        return WF_E_BAD_ARGUMENT;
-    if (nbatch != 0 && per > INT64_MAX / nbatch)
-        return WF_E_BAD_ARGUMENT;
-    int64_t rows = nbatch * per;
-    bool ok = true;
-    uint64_t ns = span_bytes(rows, C, ld_s, sizeof(float), &ok);
-    uint64_t ny = span_bytes(rows, C, ld_y, sizeof(float), &ok);
-    uint64_t ng = span_bytes(nbatch, C, ld_gate, sizeof(float), &ok);
-    if (!ok || !have(S, rows) || !have(y, rows) || !have(gate, nbatch) ||
-        overlap(S, ns, y, ny) || overlap(S, ns, gate, ng))
+    if (!wf_ops_gate_residual_ok(S, ld_s, y, ld_y, gate, ld_gate, nbatch, per, C))
         return WF_E_BAD_ARGUMENT;
     for (int64_t b = 0; b < nbatch; b++) {
         const float *g = gate + b * ld_gate;
@@ -548,24 +435,10 @@ static void rope_head(float *restrict o, const float *restrict c,
 wf_status_t wf_cpu_head_norm_rope(wf_backend_ctx_t *ctx, const wf_headrope_params_t *p)
 {
     (void)ctx;
-    if (!p || p->nbatch < 0 || p->per < 0 || p->L < 0 || p->row0 < 0 || p->H < 1 ||
-        p->D < 1 || p->row0 > p->L || p->per > p->L - p->row0 || !eps_valid(p->eps))
-        return WF_E_BAD_ARGUMENT;
-    if (p->H > INT64_MAX / p->D)
+    if (!wf_ops_headrope_ok(p))
         return WF_E_BAD_ARGUMENT;
     const int64_t HD = p->H * p->D;
-    bool rope = p->cos != NULL || p->sin != NULL;
-    if (rope && (!p->cos || !p->sin || p->D % 2 != 0))
-        return WF_E_BAD_ARGUMENT;
-    if (p->ld_src < HD || (p->nbatch != 0 && p->per > INT64_MAX / p->nbatch) ||
-        (p->nbatch != 0 && p->L > INT64_MAX / p->nbatch))
-        return WF_E_BAD_ARGUMENT;
-    bool ok = true;
-    int64_t rows = p->nbatch * p->per;
-    uint64_t ns = span_bytes(rows, HD, p->ld_src, sizeof(float), &ok);
-    uint64_t nd = span_bytes(p->nbatch * p->L, HD, HD, sizeof(float), &ok);
-    if (!ok || !have(p->src, rows) || !have(p->dst, rows) || overlap(p->src, ns, p->dst, nd))
-        return WF_E_BAD_ARGUMENT;
+    const bool rope = p->cos != NULL;
     const int64_t D = p->D;
     for (int64_t b = 0; b < p->nbatch; b++)
         for (int64_t s = 0; s < p->per; s++) {
@@ -593,18 +466,7 @@ wf_status_t wf_cpu_rope_table(wf_backend_ctx_t *ctx, const float *ids,
                               float *cos_t, float *sin_t)
 {
     (void)ctx;
-    if (L < 0 || D < 2 || n_axes < 1 || !axes_dims || !(theta > 0.0) || isinf(theta) ||
-        !have(ids, L) || !have(cos_t, L) || !have(sin_t, L))
-        return WF_E_BAD_ARGUMENT;
-    int64_t sum = 0;
-    for (uint32_t a = 0; a < n_axes; a++) {
-        if (axes_dims[a] == 0 || axes_dims[a] % 2 != 0)
-            return WF_E_BAD_ARGUMENT;
-        sum += axes_dims[a];
-    }
-    bool ok = true;
-    uint64_t nt = span_bytes(L, D, D, sizeof(float), &ok);
-    if (sum != D || !ok || overlap(cos_t, nt, sin_t, nt))
+    if (!wf_ops_rope_table_ok(ids, L, axes_dims, n_axes, theta, D, cos_t, sin_t))
         return WF_E_BAD_ARGUMENT;
     /* column pair by column pair: one pow per frequency (flux_embed.c's
      * flux_rope_tables, bit for bit) */
@@ -629,14 +491,7 @@ wf_status_t wf_cpu_timestep_proj(wf_backend_ctx_t *ctx, const float *t,
                                  float *dst)
 {
     (void)ctx;
-    if (B < 0 || dim < 2 || dim % 2 != 0 || dim > INT32_MAX || !have(t, B) ||
-        !have(dst, B) ||
-        (round_dtype != WF_DTYPE_F32 && round_dtype != WF_DTYPE_F16 &&
-         round_dtype != WF_DTYPE_BF16))
-        return WF_E_BAD_ARGUMENT;
-    bool ok = true;
-    uint64_t nd = span_bytes(B, dim, dim, sizeof(float), &ok);
-    if (!ok || overlap(t, (uint64_t)B * 4u, dst, nd))
+    if (!wf_ops_timestep_ok(t, B, dim, round_dtype, dst))
         return WF_E_BAD_ARGUMENT;
     /* flux_embed.c's timestep_proj, unchanged */
     const int half = (int)(dim / 2);
@@ -662,20 +517,13 @@ wf_status_t wf_cpu_copy_rows(wf_backend_ctx_t *ctx, void *dst, size_t ld_dst,
                              size_t row_bytes)
 {
     (void)ctx;
-    const uint64_t lim = (uint64_t)1 << 62;
-    if (rows < 0 || ld_dst < row_bytes || ld_src < row_bytes || ld_dst > lim ||
-        ld_src > lim || row_bytes > lim)
+    if (!wf_ops_copy_rows_ok(dst, ld_dst, src, ld_src, rows, row_bytes))
         return WF_E_BAD_ARGUMENT;
-    int64_t n = row_bytes == 0 ? 0 : rows;
-    bool ok = true;
-    uint64_t nd = span_bytes(n, (int64_t)row_bytes, (int64_t)ld_dst, 1, &ok);
-    uint64_t ns = span_bytes(n, (int64_t)row_bytes, (int64_t)ld_src, 1, &ok);
-    if (!ok || !have(dst, n) || !have(src, n) || overlap(dst, nd, src, ns))
-        return WF_E_BAD_ARGUMENT;
+    const int64_t n = row_bytes == 0 ? 0 : rows;
     if (n == 0)
         return WF_OK;
     if (ld_dst == row_bytes && ld_src == row_bytes) {
-        memcpy(dst, src, nd);
+        memcpy(dst, src, (size_t)n * row_bytes);
         return WF_OK;
     }
     unsigned char *d = dst;

@@ -27,7 +27,8 @@
  * stops below the lowest one. memory_info: total = the arena, free =
  * what dev_alloc can still take.
  *
- * Model ops: params checked here (cuda_plan.c), launched by
+ * Model ops: params checked by the checks every backend shares
+ * (ops_check.h), then the CUDA limits (cuda_plan.c), launched by
  * model_ops.cu / gemm_lt.cu. A linear with bf16 / f16 weights rounds x
  * into its workspace first; the last column block's matmul carries the
  * bias and GELU as cuBLASLt epilogue; SiLU (and whatever the epilogue
@@ -173,6 +174,15 @@ size_t attention_workspace(const wf_attn_params_t *p)
     return wf_cuda_attn_workspace(p);
 }
 
+/* c present (else WF_E_BAD_ARGUMENT) and its device current on this
+ * thread (else WF_E_INTERNAL). */
+wf_status_t enter(wf_backend_ctx_t *c)
+{
+    if (!c)
+        return WF_E_BAD_ARGUMENT;
+    return cudaSetDevice(c->device) == cudaSuccess ? WF_OK : WF_E_INTERNAL;
+}
+
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *workspace)
@@ -191,16 +201,23 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
     return wf_cuda_attention_launch(p, &g, c->stream);
 }
 
-wf_status_t dev_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
+/* A block of the arena from `take` (per-job or resident), as a pointer. */
+wf_status_t arena_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr,
+                        wf_status_t (*take)(wf_cuda_arena_t *, uint64_t, uint64_t *))
 {
     if (!c || !ret_ptr)
         return WF_E_BAD_ARGUMENT;
     uint64_t off;
-    wf_status_t st = wf_cuda_arena_take(&c->arena, bytes, &off);
+    wf_status_t st = take(&c->arena, bytes, &off);
     if (st != WF_OK)
         return st;
     *ret_ptr = c->arena_base + off;
     return WF_OK;
+}
+
+wf_status_t dev_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
+{
+    return arena_alloc(c, bytes, ret_ptr, wf_cuda_arena_take);
 }
 
 void dev_reset(wf_backend_ctx_t *c)
@@ -255,10 +272,9 @@ wf_status_t lse_merge(wf_backend_ctx_t *c, float *acc_out, float *acc_lse,
                       const float *part_out, const float *part_lse, int64_t rows,
                       int64_t D, wf_dtype_t round_dtype)
 {
-    if (!c)
-        return WF_E_BAD_ARGUMENT;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return WF_E_INTERNAL;
+    wf_status_t st = enter(c);
+    if (st != WF_OK)
+        return st;
     return wf_cuda_lse_merge_launch(acc_out, acc_lse, part_out, part_lse, rows, D,
                                     round_dtype, c->stream);
 }
@@ -266,19 +282,17 @@ wf_status_t lse_merge(wf_backend_ctx_t *c, float *acc_out, float *acc_lse,
 wf_status_t convert(wf_backend_ctx_t *c, void *dst, wf_dtype_t dst_dtype, const void *src,
                     wf_dtype_t src_dtype, size_t n)
 {
-    if (!c)
-        return WF_E_BAD_ARGUMENT;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return WF_E_INTERNAL;
+    wf_status_t st = enter(c);
+    if (st != WF_OK)
+        return st;
     return wf_cuda_convert_launch(dst, dst_dtype, src, src_dtype, n, &c->limits, c->stream);
 }
 
 wf_status_t fill_f32(wf_backend_ctx_t *c, float *dst, float value, size_t n)
 {
-    if (!c)
-        return WF_E_BAD_ARGUMENT;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return WF_E_INTERNAL;
+    wf_status_t st = enter(c);
+    if (st != WF_OK)
+        return st;
     return wf_cuda_fill_f32_launch(dst, value, n, &c->limits, c->stream);
 }
 
@@ -292,11 +306,6 @@ bool on_device(wf_backend_ctx_t *c)
         return true;
     (void)cudaGetLastError();
     return false;
-}
-
-bool act_ok(wf_act_t a)
-{
-    return a == WF_ACT_NONE || a == WF_ACT_GELU_TANH || a == WF_ACT_SILU;
 }
 
 size_t linear_workspace(const wf_linear_params_t *p)
@@ -347,13 +356,11 @@ wf_status_t linear(wf_backend_ctx_t *c, const wf_linear_params_t *p, void *works
 wf_status_t bias_act(wf_backend_ctx_t *c, float *y, int64_t rows, int64_t n, int64_t ldy,
                      const float *bias, wf_act_t act)
 {
-    if (!c || rows < 0 || n < 0 || ldy < n || !act_ok(act) || rows > INT32_MAX ||
+    if (!c || !wf_ops_bias_act_ok(y, rows, n, ldy, bias, act) || rows > INT32_MAX ||
         n > INT32_MAX || ldy > INT32_MAX)
         return WF_E_BAD_ARGUMENT;
     if (rows == 0 || n == 0)
         return WF_OK;
-    if (!y)
-        return WF_E_BAD_ARGUMENT;
     if (!bias && act == WF_ACT_NONE)
         return WF_OK;
     if (!on_device(c))
@@ -363,12 +370,10 @@ wf_status_t bias_act(wf_backend_ctx_t *c, float *y, int64_t rows, int64_t n, int
 
 wf_status_t act(wf_backend_ctx_t *c, float *dst, const float *src, int64_t n, wf_act_t a)
 {
-    if (!c || n < 0 || !act_ok(a) || a == WF_ACT_NONE)
+    if (!c || !wf_ops_act_ok(dst, src, n, a))
         return WF_E_BAD_ARGUMENT;
     if (n == 0)
         return WF_OK;
-    if (!dst || !src)
-        return WF_E_BAD_ARGUMENT;
     if (!on_device(c))
         return WF_E_INTERNAL;
     return wf_cuda_act_launch(dst, src, n, a, &c->limits, c->stream);
@@ -376,12 +381,10 @@ wf_status_t act(wf_backend_ctx_t *c, float *dst, const float *src, int64_t n, wf
 
 wf_status_t add(wf_backend_ctx_t *c, float *dst, const float *src, int64_t n)
 {
-    if (!c || n < 0)
+    if (!c || !wf_ops_add_ok(dst, src, n))
         return WF_E_BAD_ARGUMENT;
     if (n == 0)
         return WF_OK;
-    if (!dst || !src)
-        return WF_E_BAD_ARGUMENT;
     if (!on_device(c))
         return WF_E_INTERNAL;
     return wf_cuda_add_launch(dst, src, n, &c->limits, c->stream);
@@ -402,14 +405,12 @@ wf_status_t gate_residual(wf_backend_ctx_t *c, float *S, int64_t ld_s, const flo
                           int64_t ld_y, const float *gate, int64_t ld_gate, int64_t nbatch,
                           int64_t per, int64_t C)
 {
-    if (!c || nbatch < 0 || per < 0 || C < 1 || ld_s < C || ld_y < C || ld_gate < C)
+    if (!c || !wf_ops_gate_residual_ok(S, ld_s, y, ld_y, gate, ld_gate, nbatch, per, C))
         return WF_E_BAD_ARGUMENT;
     if (nbatch > INT32_MAX || per > INT32_MAX || C > INT32_MAX || nbatch * per > INT32_MAX)
         return WF_E_BAD_ARGUMENT;
     if (nbatch * per == 0)
         return WF_OK;
-    if (!S || !y || !gate)
-        return WF_E_BAD_ARGUMENT;
     if (!on_device(c))
         return WF_E_INTERNAL;
     return wf_cuda_gate_residual_launch(S, ld_s, y, ld_y, gate, ld_gate, nbatch, per, C,
@@ -433,13 +434,11 @@ wf_status_t rope_table(wf_backend_ctx_t *c, const float *ids, int64_t L,
 {
     double freq[WF_CUDA_ROPE_MAX_PAIRS];
     uint8_t axis[WF_CUDA_ROPE_MAX_PAIRS];
-    if (!c || L < 0 || L > INT32_MAX ||
-        wf_cuda_rope_freqs(axes_dims, n_axes, theta, D, freq, axis) != WF_OK)
+    if (!c || !wf_ops_rope_table_ok(ids, L, axes_dims, n_axes, theta, D, cs, sn) ||
+        L > INT32_MAX || wf_cuda_rope_freqs(axes_dims, n_axes, theta, D, freq, axis) != WF_OK)
         return WF_E_BAD_ARGUMENT;
     if (L == 0)
         return WF_OK;
-    if (!ids || !cs || !sn)
-        return WF_E_BAD_ARGUMENT;
     if (!on_device(c))
         return WF_E_INTERNAL;
     return wf_cuda_rope_table_launch(ids, L, n_axes, freq, axis, D, cs, sn, &c->limits,
@@ -449,15 +448,11 @@ wf_status_t rope_table(wf_backend_ctx_t *c, const float *ids, int64_t L,
 wf_status_t timestep_proj(wf_backend_ctx_t *c, const float *t, int64_t B, int64_t dim,
                           wf_dtype_t round_dtype, float *dst)
 {
-    if (!c || B < 0 || dim < 2 || dim % 2 != 0 || B > INT32_MAX || dim > INT32_MAX ||
-        B * dim > INT32_MAX ||
-        (round_dtype != WF_DTYPE_F32 && round_dtype != WF_DTYPE_F16 &&
-         round_dtype != WF_DTYPE_BF16))
+    if (!c || !wf_ops_timestep_ok(t, B, dim, round_dtype, dst) || B > INT32_MAX ||
+        B * dim > INT32_MAX)
         return WF_E_BAD_ARGUMENT;
     if (B == 0)
         return WF_OK;
-    if (!t || !dst)
-        return WF_E_BAD_ARGUMENT;
     if (!on_device(c))
         return WF_E_INTERNAL;
     return wf_cuda_timestep_proj_launch(t, B, dim, round_dtype, dst, &c->limits, c->stream);
@@ -484,14 +479,7 @@ wf_status_t copy_rows(wf_backend_ctx_t *c, void *dst, size_t ld_dst, const void 
 
 wf_status_t mem_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
 {
-    if (!c || !ret_ptr)
-        return WF_E_BAD_ARGUMENT;
-    uint64_t off;
-    wf_status_t st = wf_cuda_arena_res_alloc(&c->arena, bytes, &off);
-    if (st != WF_OK)
-        return st;
-    *ret_ptr = c->arena_base + off;
-    return WF_OK;
+    return arena_alloc(c, bytes, ret_ptr, wf_cuda_arena_res_alloc);
 }
 
 void mem_free(wf_backend_ctx_t *c, void *ptr)

@@ -312,57 +312,9 @@ int64_t wf_cuda_ptr_align(const void *ptr)
     return al;
 }
 
-/* Byte ranges [a, a + an) and [b, b + bn) overlap. */
-static int overlaps(uintptr_t a, uint64_t an, uintptr_t b, uint64_t bn)
-{
-    return an && bn && a < b + bn && b < a + an;
-}
-
-/* 1 when p's shapes, dtypes and strides are valid (no pointer looked at). */
-static int linear_shape_ok(const wf_linear_params_t *p)
-{
-    if (!p || p->rows < 0 || p->in < 1 || p->out < 1)
-        return 0;
-    if (p->nwb < 1 || p->nwb > WF_LINEAR_MAX_BLOCKS || !dtype_ok(p->w_dtype))
-        return 0;
-    if (p->act != WF_ACT_NONE && p->act != WF_ACT_GELU_TANH && p->act != WF_ACT_SILU)
-        return 0;
-    if (p->ldx < p->in || p->ldy < p->out)
-        return 0;
-    /* Every dim within int32: cuBLASLt takes 64-bit sizes, but the
-     * conversion and epilogue kernels index rows with ints. */
-    if (p->rows > INT32_MAX || p->in > INT32_MAX || p->out > INT32_MAX ||
-        p->ldx > INT32_MAX || p->ldy > INT32_MAX || p->ldw > INT32_MAX)
-        return 0;
-    int64_t sum = 0;
-    for (uint32_t k = 0; k < p->nwb; k++) {
-        if (p->wbw[k] < 1 || p->ldw < p->wbw[k])
-            return 0;
-        sum += p->wbw[k];
-    }
-    return sum == p->in;
-}
-
-/* 1 when p is valid (see wf_cuda_linear_plan). */
-static int linear_ok(const wf_linear_params_t *p)
-{
-    if (!linear_shape_ok(p))
-        return 0;
-    if (p->rows == 0)
-        return 1;
-    for (uint32_t k = 0; k < p->nwb; k++)
-        if (!p->wb[k])
-            return 0;
-    if (!p->x || !p->y)
-        return 0;
-    uint64_t xb = ((uint64_t)(p->rows - 1) * (uint64_t)p->ldx + (uint64_t)p->in) * 4u;
-    uint64_t yb = ((uint64_t)(p->rows - 1) * (uint64_t)p->ldy + (uint64_t)p->out) * 4u;
-    return !overlaps((uintptr_t)p->x, xb, (uintptr_t)p->y, yb);
-}
-
 size_t wf_cuda_linear_workspace(const wf_linear_params_t *p)
 {
-    if (!linear_shape_ok(p) || p->w_dtype == WF_DTYPE_F32 || p->rows == 0)
+    if (!wf_ops_linear_shape_ok(p) || p->w_dtype == WF_DTYPE_F32 || p->rows == 0)
         return 0;
     uint64_t b = (uint64_t)p->rows * (uint64_t)p->in * 2u;
     return (size_t)((b + WF_CUDA_ALIGN - 1) & ~(uint64_t)(WF_CUDA_ALIGN - 1));
@@ -371,7 +323,7 @@ size_t wf_cuda_linear_workspace(const wf_linear_params_t *p)
 wf_status_t wf_cuda_linear_plan(const wf_linear_params_t *p, const void *workspace,
                                 int fuse_gelu, wf_cuda_linear_plan_t *ret)
 {
-    if (!ret || !linear_ok(p))
+    if (!ret || !wf_ops_linear_ok(p))
         return WF_E_BAD_ARGUMENT;
     wf_cuda_linear_plan_t pl;
     memset(&pl, 0, sizeof pl);
@@ -459,41 +411,18 @@ void wf_cuda_warp_geometry(int64_t items, const wf_cuda_limits_t *lim,
 
 int wf_cuda_modln_ok(const wf_modln_params_t *p)
 {
-    if (!p || p->nbatch < 0 || p->per < 0 || p->C < 1)
-        return 0;
-    if (p->ld_src < p->C || p->ld_dst < p->C || p->ld_mod < p->C)
-        return 0;
-    if (!(p->eps >= 0.0f))
-        return 0;
-    if (p->nbatch > INT32_MAX || p->per > INT32_MAX || p->C > INT32_MAX ||
-        p->nbatch * p->per > INT32_MAX)
-        return 0;
-    if (p->nbatch * p->per == 0)
-        return 1;
-    return p->src && p->dst && p->shift && p->scale;
+    /* the common checks, then the kernels' int indexing */
+    return wf_ops_modln_ok(p) && p->nbatch <= INT32_MAX && p->per <= INT32_MAX &&
+           p->C <= INT32_MAX && p->nbatch * p->per <= INT32_MAX;
 }
 
 int wf_cuda_headrope_ok(const wf_headrope_params_t *p)
 {
-    if (!p || p->nbatch < 0 || p->per < 0 || p->H < 1 || p->D < 1 || p->L < 0 ||
-        p->row0 < 0)
-        return 0;
-    if (p->nbatch > INT32_MAX || p->per > INT32_MAX || p->H > INT32_MAX ||
-        p->D > INT32_MAX || p->L > INT32_MAX || p->row0 > INT32_MAX ||
-        p->nbatch * p->per > INT32_MAX || p->nbatch * p->per * p->H > INT32_MAX ||
-        p->H * p->D > INT32_MAX)
-        return 0;
-    if (p->per > p->L - p->row0 || p->ld_src < p->H * p->D)
-        return 0;
-    if ((p->cos == NULL) != (p->sin == NULL))
-        return 0;
-    if (p->cos && p->D % 2 != 0)
-        return 0;
-    if (!(p->eps >= 0.0f))
-        return 0;
-    if (p->nbatch * p->per == 0)
-        return 1;
-    return p->src && p->dst;
+    /* the common checks, then the kernels' int indexing */
+    return wf_ops_headrope_ok(p) && p->nbatch <= INT32_MAX && p->per <= INT32_MAX &&
+           p->H <= INT32_MAX && p->D <= INT32_MAX && p->L <= INT32_MAX &&
+           p->row0 <= INT32_MAX && p->nbatch * p->per <= INT32_MAX &&
+           p->nbatch * p->per * p->H <= INT32_MAX && p->H * p->D <= INT32_MAX;
 }
 
 wf_status_t wf_cuda_rope_freqs(const uint32_t *axes_dims, uint32_t n_axes,
@@ -501,16 +430,9 @@ wf_status_t wf_cuda_rope_freqs(const uint32_t *axes_dims, uint32_t n_axes,
                                double ret_freq[WF_CUDA_ROPE_MAX_PAIRS],
                                uint8_t ret_axis[WF_CUDA_ROPE_MAX_PAIRS])
 {
-    if (!axes_dims || n_axes == 0 || n_axes > 255 || !(theta > 0.0) || D < 2 || D % 2 != 0 ||
+    /* the common checks, then the kernel argument's room */
+    if (!wf_ops_rope_axes_ok(axes_dims, n_axes, theta, D) || n_axes > 255 ||
         D / 2 > WF_CUDA_ROPE_MAX_PAIRS)
-        return WF_E_BAD_ARGUMENT;
-    int64_t sum = 0;
-    for (uint32_t a = 0; a < n_axes; a++) {
-        if (axes_dims[a] == 0 || axes_dims[a] % 2 != 0)
-            return WF_E_BAD_ARGUMENT;
-        sum += axes_dims[a];
-    }
-    if (sum != D)
         return WF_E_BAD_ARGUMENT;
     int64_t pr = 0;
     for (uint32_t a = 0; a < n_axes; a++) {
@@ -526,17 +448,5 @@ wf_status_t wf_cuda_rope_freqs(const uint32_t *axes_dims, uint32_t n_axes,
 int wf_cuda_copy_rows_ok(const void *dst, size_t ld_dst, const void *src,
                          size_t ld_src, int64_t rows, size_t row_bytes)
 {
-    if (rows < 0 || ld_dst < row_bytes || ld_src < row_bytes)
-        return 0;
-    if (rows == 0 || row_bytes == 0)
-        return 1;
-    if (!dst || !src)
-        return 0;
-    uint64_t r1 = (uint64_t)rows - 1;
-    if (ld_dst && r1 > (UINT64_MAX - row_bytes) / ld_dst)
-        return 0;
-    if (ld_src && r1 > (UINT64_MAX - row_bytes) / ld_src)
-        return 0;
-    uint64_t dn = r1 * ld_dst + row_bytes, sn = r1 * ld_src + row_bytes;
-    return !overlaps((uintptr_t)dst, dn, (uintptr_t)src, sn);
+    return wf_ops_copy_rows_ok(dst, ld_dst, src, ld_src, rows, row_bytes);
 }

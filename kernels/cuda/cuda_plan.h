@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "ops_check.h"
 
 #ifdef __cplusplus /* included by the .cu files */
 extern "C" {

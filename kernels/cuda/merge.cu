@@ -10,6 +10,7 @@
  * tensor.h's wf_lse_merge_rows (see backend.h lse_merge).
  */
 #include "cuda_launch.h"
+#include "round_dtype.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,15 +18,6 @@
 #include <stdint.h>
 
 namespace {
-
-__device__ __forceinline__ float round_to(float x, int dt)
-{
-    if (dt == WF_DTYPE_BF16)
-        return __bfloat162float(__float2bfloat16_rn(x));
-    if (dt == WF_DTYPE_F16)
-        return __half2float(__float2half_rn(x));
-    return x;
-}
 
 __global__ void lse_merge_kernel(float *ao, float *al, const float *po, const float *pl,
                                  long long rows, int D, int rdt)
@@ -41,13 +33,13 @@ __global__ void lse_merge_kernel(float *ao, float *al, const float *po, const fl
     float *acc = ao + i * D;
     if (la == -INFINITY) {
         for (int d = lane; d < D; d += 32)
-            acc[d] = round_to(p[d], rdt);
+            acc[d] = wf_cuda_round_to(p[d], rdt);
     } else {
         float diff = la - lp;
         float w = 1.0f / (1.0f + expf(diff)); /* sigmoid(lp - la) */
         for (int d = lane; d < D; d += 32) {
-            float pd = round_to(p[d], rdt);
-            acc[d] = round_to(acc[d] - w * (acc[d] - pd), rdt);
+            float pd = wf_cuda_round_to(p[d], rdt);
+            acc[d] = wf_cuda_round_to(acc[d] - w * (acc[d] - pd), rdt);
         }
         lp = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));
     }

@@ -16,6 +16,7 @@
  * Not here: the matmuls (gemm_lt.cu), parameter checks (cuda_plan.c).
  */
 #include "cuda_launch.h"
+#include "round_dtype.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -214,15 +215,6 @@ __global__ void rope_table_kernel(rope_freqs f, const float *ids, int L, int n_a
     }
 }
 
-__device__ __forceinline__ float round_to(float x, int dt)
-{
-    if (dt == WF_DTYPE_BF16)
-        return __bfloat162float(__float2bfloat16_rn(x));
-    if (dt == WF_DTYPE_F16)
-        return __half2float(__float2half_rn(x));
-    return x;
-}
-
 /* dst (B, dim): item = b * half + k. */
 __global__ void timestep_proj_kernel(const float *t, int B, int half, int rdt, float *dst)
 {
@@ -231,7 +223,8 @@ __global__ void timestep_proj_kernel(const float *t, int B, int half, int rdt, f
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         const int b = (int)(i / half), k = (int)(i % half);
-        const float tv = round_to(__fmul_rn(round_to(t[b], rdt), 1000.0f), rdt);
+        const float tv =
+            wf_cuda_round_to(__fmul_rn(wf_cuda_round_to(t[b], rdt), 1000.0f), rdt);
         float e = __fmul_rn(nl, (float)k);
         e = __fdiv_rn(e, (float)half);
         /* exp in double rounded to f32: the correctly rounded expf of

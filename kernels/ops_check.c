@@ -1,0 +1,251 @@
+/* ops_check.c — the model ops' params checks shared by the backends
+ * (see ops_check.h). Pure arithmetic on shapes and addresses. */
+#include "ops_check.h"
+
+#include <math.h>
+
+static bool act_known(wf_act_t act)
+{
+    return act == WF_ACT_NONE || act == WF_ACT_GELU_TANH || act == WF_ACT_SILU;
+}
+
+static bool dtype_known(wf_dtype_t dt)
+{
+    return dt == WF_DTYPE_F32 || dt == WF_DTYPE_BF16 || dt == WF_DTYPE_F16;
+}
+
+/* A pointer to `count` elements: required unless there are none. */
+static bool have(const void *ptr, int64_t count) { return ptr != NULL || count == 0; }
+
+/* Bytes spanned by `rows` rows of `width` elements `ld` apart (elements of
+ * `esize` bytes), or 0 when none / on overflow (*ok cleared). */
+static uint64_t span_bytes(int64_t rows, int64_t width, int64_t ld, size_t esize, bool *ok)
+{
+    if (rows <= 0 || width <= 0)
+        return 0;
+    const uint64_t lim = (uint64_t)1 << 62;
+    uint64_t r = (uint64_t)(rows - 1), l = (uint64_t)ld, w = (uint64_t)width;
+    if (l != 0 && r > lim / l) {
+        *ok = false;
+        return 0;
+    }
+    uint64_t elems = r * l + w;
+    if (elems > lim / esize) {
+        *ok = false;
+        return 0;
+    }
+    return elems * esize;
+}
+
+/* Whether [a, a + na) and [b, b + nb) (bytes) share a byte. */
+static bool overlap(const void *a, uint64_t na, const void *b, uint64_t nb)
+{
+    if (na == 0 || nb == 0)
+        return false;
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb ? pb - pa < na : pa - pb < nb;
+}
+
+static bool eps_ok(float eps) { return eps >= 0.0f && eps < INFINITY; }
+
+/* nbatch * per without overflow (both >= 0). */
+static bool rows_fit(int64_t nbatch, int64_t per)
+{
+    return nbatch == 0 || per <= INT64_MAX / nbatch;
+}
+
+/* ---- linear ---------------------------------------------------------------- */
+
+bool wf_ops_linear_shape_ok(const wf_linear_params_t *p)
+{
+    if (!p || p->rows < 0 || p->in < 1 || p->out < 1)
+        return false;
+    if (p->rows > INT32_MAX || p->in > INT32_MAX || p->out > INT32_MAX ||
+        p->ldx > INT32_MAX || p->ldw > INT32_MAX || p->ldy > INT32_MAX)
+        return false; /* BLAS dimensions are int; CUDA's kernels index with int */
+    if (p->ldx < p->in || p->ldy < p->out || !dtype_known(p->w_dtype) || !act_known(p->act))
+        return false;
+    if (p->nwb < 1 || p->nwb > WF_LINEAR_MAX_BLOCKS)
+        return false;
+    int64_t sum = 0;
+    for (uint32_t k = 0; k < p->nwb; k++) {
+        if (p->wbw[k] < 1 || p->wbw[k] > p->in || p->ldw < p->wbw[k])
+            return false;
+        sum += p->wbw[k];
+        if (sum > p->in)
+            return false;
+    }
+    bool ok = true;
+    span_bytes(p->rows, p->in, p->ldx, sizeof(float), &ok);
+    span_bytes(p->rows, p->out, p->ldy, sizeof(float), &ok);
+    span_bytes(p->out, p->in, p->ldw, p->w_dtype == WF_DTYPE_F32 ? 4u : 2u, &ok);
+    return ok && sum == p->in;
+}
+
+bool wf_ops_linear_ok(const wf_linear_params_t *p)
+{
+    if (!wf_ops_linear_shape_ok(p))
+        return false;
+    if (p->rows == 0)
+        return true; /* a no-op: nothing is looked at */
+    for (uint32_t k = 0; k < p->nwb; k++)
+        if (!p->wb[k])
+            return false;
+    if (!p->x || !p->y)
+        return false;
+    bool ok = true;
+    uint64_t nx = span_bytes(p->rows, p->in, p->ldx, sizeof(float), &ok);
+    uint64_t ny = span_bytes(p->rows, p->out, p->ldy, sizeof(float), &ok);
+    uint64_t nb = p->bias ? (uint64_t)p->out * sizeof(float) : 0;
+    return ok && !overlap(p->x, nx, p->y, ny) && !overlap(p->bias, nb, p->y, ny);
+}
+
+/* ---- bias_act, act, add -------------------------------------------------------- */
+
+bool wf_ops_bias_act_ok(const float *y, int64_t rows, int64_t n, int64_t ldy,
+                        const float *bias, wf_act_t act)
+{
+    if (rows < 0 || n < 0 || ldy < n || !act_known(act))
+        return false;
+    bool ok = true;
+    uint64_t ny = span_bytes(rows, n, ldy, sizeof(float), &ok);
+    return ok && (ny == 0 || y) && !overlap(y, ny, bias, bias ? (uint64_t)n * 4u : 0);
+}
+
+/* dst, src (n): present, and dst is src or apart from it. */
+static bool pair_ok(const float *dst, const float *src, int64_t n)
+{
+    if (n < 0 || n > INT64_MAX / 8 || !have(dst, n) || !have(src, n))
+        return false;
+    uint64_t nb = (uint64_t)n * sizeof(float);
+    return dst == src || !overlap(dst, nb, src, nb);
+}
+
+bool wf_ops_act_ok(const float *dst, const float *src, int64_t n, wf_act_t act)
+{
+    return act_known(act) && act != WF_ACT_NONE && pair_ok(dst, src, n);
+}
+
+bool wf_ops_add_ok(const float *dst, const float *src, int64_t n)
+{
+    return pair_ok(dst, src, n);
+}
+
+/* ---- modln, gate_residual, head_norm_rope -------------------------------------------- */
+
+bool wf_ops_modln_ok(const wf_modln_params_t *p)
+{
+    if (!p || p->nbatch < 0 || p->per < 0 || p->C < 1 || p->ld_src < p->C ||
+        p->ld_dst < p->C || p->ld_mod < p->C || !eps_ok(p->eps) || !rows_fit(p->nbatch, p->per))
+        return false;
+    const int64_t rows = p->nbatch * p->per;
+    bool ok = true;
+    uint64_t ns = span_bytes(rows, p->C, p->ld_src, sizeof(float), &ok);
+    uint64_t nd = span_bytes(rows, p->C, p->ld_dst, sizeof(float), &ok);
+    uint64_t nm = span_bytes(p->nbatch, p->C, p->ld_mod, sizeof(float), &ok);
+    if (!ok)
+        return false;
+    if (rows == 0)
+        return true;
+    if (!p->src || !p->dst || !p->shift || !p->scale)
+        return false;
+    /* dst is src (same rows) or apart from it; shift / scale apart from dst */
+    bool inplace = (const float *)p->dst == p->src;
+    if (inplace ? p->ld_dst != p->ld_src : overlap(p->src, ns, p->dst, nd))
+        return false;
+    return !overlap(p->shift, nm, p->dst, nd) && !overlap(p->scale, nm, p->dst, nd);
+}
+
+bool wf_ops_gate_residual_ok(const float *S, int64_t ld_s, const float *y, int64_t ld_y,
+                             const float *gate, int64_t ld_gate, int64_t nbatch,
+                             int64_t per, int64_t C)
+{
+    if (nbatch < 0 || per < 0 || C < 1 || ld_s < C || ld_y < C || ld_gate < C ||
+        !rows_fit(nbatch, per))
+        return false;
+    const int64_t rows = nbatch * per;
+    bool ok = true;
+    uint64_t ns = span_bytes(rows, C, ld_s, sizeof(float), &ok);
+    uint64_t ny = span_bytes(rows, C, ld_y, sizeof(float), &ok);
+    uint64_t ng = span_bytes(nbatch, C, ld_gate, sizeof(float), &ok);
+    if (!ok)
+        return false;
+    if (rows == 0)
+        return true;
+    return S && y && gate && !overlap(S, ns, y, ny) && !overlap(S, ns, gate, ng);
+}
+
+bool wf_ops_headrope_ok(const wf_headrope_params_t *p)
+{
+    if (!p || p->nbatch < 0 || p->per < 0 || p->L < 0 || p->row0 < 0 || p->H < 1 ||
+        p->D < 1 || p->row0 > p->L || p->per > p->L - p->row0 || !eps_ok(p->eps))
+        return false;
+    if (p->H > INT64_MAX / p->D)
+        return false;
+    const int64_t HD = p->H * p->D;
+    bool rope = p->cos != NULL || p->sin != NULL;
+    if (rope && (!p->cos || !p->sin || p->D % 2 != 0))
+        return false;
+    if (p->ld_src < HD || !rows_fit(p->nbatch, p->per) || !rows_fit(p->nbatch, p->L))
+        return false;
+    bool ok = true;
+    const int64_t rows = p->nbatch * p->per;
+    uint64_t ns = span_bytes(rows, HD, p->ld_src, sizeof(float), &ok);
+    uint64_t nd = span_bytes(p->nbatch * p->L, HD, HD, sizeof(float), &ok);
+    return ok && have(p->src, rows) && have(p->dst, rows) && !overlap(p->src, ns, p->dst, nd);
+}
+
+/* ---- rope_table, timestep_proj, copy_rows ----------------------------------------------- */
+
+bool wf_ops_rope_axes_ok(const uint32_t *axes_dims, uint32_t n_axes, double theta,
+                         int64_t D)
+{
+    if (D < 2 || n_axes < 1 || !axes_dims || !(theta > 0.0) || isinf(theta))
+        return false;
+    int64_t sum = 0;
+    for (uint32_t a = 0; a < n_axes; a++) {
+        if (axes_dims[a] == 0 || axes_dims[a] % 2 != 0)
+            return false;
+        sum += axes_dims[a];
+        if (sum > D)
+            return false;
+    }
+    return sum == D;
+}
+
+bool wf_ops_rope_table_ok(const float *ids, int64_t L, const uint32_t *axes_dims,
+                          uint32_t n_axes, double theta, int64_t D, const float *cos_t,
+                          const float *sin_t)
+{
+    if (L < 0 || !wf_ops_rope_axes_ok(axes_dims, n_axes, theta, D) || !have(ids, L) ||
+        !have(cos_t, L) || !have(sin_t, L))
+        return false;
+    bool ok = true;
+    uint64_t nt = span_bytes(L, D, D, sizeof(float), &ok);
+    return ok && !overlap(cos_t, nt, sin_t, nt);
+}
+
+bool wf_ops_timestep_ok(const float *t, int64_t B, int64_t dim, wf_dtype_t round_dtype,
+                        const float *dst)
+{
+    if (B < 0 || dim < 2 || dim % 2 != 0 || dim > INT32_MAX || !have(t, B) ||
+        !have(dst, B) || !dtype_known(round_dtype))
+        return false;
+    bool ok = true;
+    uint64_t nd = span_bytes(B, dim, dim, sizeof(float), &ok);
+    return ok && !overlap(t, (uint64_t)B * 4u, dst, nd);
+}
+
+bool wf_ops_copy_rows_ok(const void *dst, size_t ld_dst, const void *src, size_t ld_src,
+                         int64_t rows, size_t row_bytes)
+{
+    const uint64_t lim = (uint64_t)1 << 62;
+    if (rows < 0 || ld_dst < row_bytes || ld_src < row_bytes || ld_dst > lim ||
+        ld_src > lim || row_bytes > lim)
+        return false;
+    int64_t n = row_bytes == 0 ? 0 : rows;
+    bool ok = true;
+    uint64_t nd = span_bytes(n, (int64_t)row_bytes, (int64_t)ld_dst, 1, &ok);
+    uint64_t ns = span_bytes(n, (int64_t)row_bytes, (int64_t)ld_src, 1, &ok);
+    return ok && have(dst, n) && have(src, n) && !overlap(dst, nd, src, ns);
+}
