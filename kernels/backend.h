@@ -332,6 +332,14 @@ typedef struct wf_backend_ops {
  * rounded up to 64 bytes (tq = min(Sq, 128), tk = min(Skv, 512)). */
 const wf_backend_ops_t *wf_backend_cpu(void);
 
+/* Whether OpenBLAS runs the best kernels this CPU takes: false, with a
+ * sentence for the log in msg, when it fell back to an older kernel set
+ * than the CPU's vector units allow (a CPU model newer than the library:
+ * Debian's OpenBLAS 0.3.21 runs its generic SSE3 "Prescott" kernels on
+ * some AVX-512 Xeons, about 3x slower matrix products), naming the
+ * OPENBLAS_CORETYPE that fixes it. true otherwise (msg: the kernel set). */
+bool wf_cpu_blas_check(char *msg, size_t len);
+
 /* The CUDA backend (kernels/cuda): NULL when weft was built without CUDA,
  * so callers need no #ifdef. Pointers are device pointers (see above);
  * head dims 64 and 128. */

@@ -701,9 +701,24 @@ static void test_contexts_and_validation(const wf_backend_ops_t *ops)
     ops->ctx_destroy(&ctx);
 }
 
+/* The BLAS kernel check: a sentence either way, naming the fix when it
+ * finds the library below the CPU, and answering alike twice. */
+static void test_blas_check(void)
+{
+    char a[320], b[320];
+    bool ok = wf_cpu_blas_check(a, sizeof a);
+    CHECK(a[0] != '\0', "blas check: empty message");
+    CHECK(ok ? strstr(a, "OpenBLAS kernels: ") == a : strstr(a, "OPENBLAS_CORETYPE=") != NULL,
+          "blas check (%d): '%s'", (int)ok, a);
+    CHECK(wf_cpu_blas_check(b, sizeof b) == ok && strcmp(a, b) == 0, "blas check twice");
+    CHECK(wf_cpu_blas_check(NULL, 0) == ok, "blas check without a message");
+    printf("blas: %s\n", a);
+}
+
 int main(void)
 {
     const wf_backend_ops_t *ops = wf_backend_cpu();
+    test_blas_check();
     test_f16_exhaustive();
     test_rounding();
     test_exp2();

@@ -131,6 +131,11 @@ static void set_test_fault(wf_server_t *srv)
  * waits (on the completion eventfd) for the regroup job. */
 static wf_status_t regroup_at_start(wf_server_t *srv)
 {
+    char blas[320];
+    if (!wf_cpu_blas_check(blas, sizeof blas))
+        wf_log(srv->log, WF_LOG_WARNING, "%s", blas);
+    else
+        wf_log(srv->log, WF_LOG_INFO, "%s", blas);
     if (srv->ops->dev_alloc) {
         if (srv->nccl)
             wf_log(srv->log, WF_LOG_INFO, "comm: NCCL %d.%d.%d between the %u GPUs",

@@ -32,8 +32,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* Tile sizes. A (TQ x TK) f32 score tile is 256 KiB: it stays in L2 next
@@ -380,4 +382,52 @@ static const wf_backend_ops_t cpu_ops = {
 const wf_backend_ops_t *wf_backend_cpu(void)
 {
     return &cpu_ops;
+}
+
+/* ---- the BLAS kernel set ------------------------------------------------------- */
+
+char *openblas_get_corename(void);
+
+/* OpenBLAS kernel sets without AVX2 / FMA, by the names
+ * openblas_get_corename() answers (x86-64). */
+static bool core_pre_avx2(const char *c)
+{
+    static const char *const old[] = {"Prescott", "Core2", "Penryn", "Dunnington",
+                                      "Nehalem", "Atom", "Opteron", "Barcelona",
+                                      "Bobcat", "Sandybridge", "Bulldozer", "Piledriver",
+                                      "Steamroller", "Excavator", "Katmai", "Coppermine",
+                                      "Northwood", "Banias", "Yonah", "Athlon"};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+        if (strcasecmp(c, old[i]) == 0)
+            return true;
+    return false;
+}
+
+bool wf_cpu_blas_check(char *msg, size_t len)
+{
+    const char *core = openblas_get_corename();
+    if (!core)
+        core = "unknown";
+    const char *want = NULL;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx512 && (core_pre_avx2(core) || strcasecmp(core, "Haswell") == 0 ||
+                   strcasecmp(core, "Zen") == 0))
+        want = "SkylakeX";
+    else if (avx2 && core_pre_avx2(core))
+        want = "Haswell";
+#endif
+    if (msg && len) {
+        if (want)
+            snprintf(msg, len, "OpenBLAS runs its %s kernels on a CPU with %s: matrix "
+                     "products run several times slower than they could; set "
+                     "OPENBLAS_CORETYPE=%s in weftd's environment (the unit's "
+                     "Environment=)", core, strcmp(want, "SkylakeX") == 0 ? "AVX-512" : "AVX2",
+                     want);
+        else
+            snprintf(msg, len, "OpenBLAS kernels: %s", core);
+    }
+    return want == NULL;
 }
