@@ -246,10 +246,12 @@ def source_commit(build):
     def git(*a):
         return subprocess.run(["git", "-C", src, *a], capture_output=True,
                               text=True).stdout.strip()
-    head = git("rev-parse", "--short=10", "HEAD") or "unknown"
+    # the last commit that changed weft's code (not bench/ or BENCHMARKS.md)
+    notbench = ["--", ".", ":(exclude)bench", ":(exclude)BENCHMARKS.md"]
+    code = git("log", "-1", "--format=%h", "--abbrev=10", *notbench) or "unknown"
     branch = git("rev-parse", "--abbrev-ref", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    return head + ("-dirty" if dirty else ""), branch
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", *notbench))
+    return code + ("-dirty" if dirty else ""), branch
 
 
 def cmd_run(a):
@@ -285,7 +287,8 @@ def cmd_run(a):
            "commit": commit, "branch": branch, "label": a.label,
            "rounds": a.rounds, "iters": a.iters, "torch_version": torch.__version__,
            "diffusers_version": diffusers.__version__,
-           "affinity": sorted(os.sched_getaffinity(0)),
+           "affinity": sorted(os.sched_getaffinity(0)), "nice": os.nice(0),
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
            "max_ref": ref.abs().max().item(), "openblas_core": weft.blas_core,
            "meshes": []}
     try:
@@ -329,25 +332,34 @@ def cmd_table(a):
         with open(p) as f:
             runs.append(json.load(f))
     print("| size | threads | weft mesh | torch ms, median (min-max) | "
-          "weft ms, median (min-max) | torch / weft | max abs diff (max abs out) |")
-    print("|---|---|---|---|---|---|---|")
+          "weft ms, median (min-max) | torch / weft (medians) | "
+          "torch / weft per round, median (min-max) | max abs diff (max abs out) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in runs:
         for m in r["meshes"]:
             t, w = m["torch_ms"], m["weft_ms"]
             mt, mw = statistics.median(t), statistics.median(w)
+            pr = [x / y for x, y in zip(t, w)]
             mesh = "single device" if m["mesh"] == "single" else m["mesh"]
             print(f"| {r['size']}: {r['size_label']} | {r['threads']} | {mesh} | "
                   f"{mt:.1f} ({min(t):.1f}-{max(t):.1f}) | "
                   f"{mw:.1f} ({min(w):.1f}-{max(w):.1f}) | **{mt / mw:.2f}** | "
+                  f"{statistics.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f}) | "
                   f"{m['weft_max_abs_err']:.2e} ({r['max_ref']:.3g}) |")
     seen = sorted({(r["commit"], r["branch"] or "", r.get("openblas_core", "?"),
                     r["torch_version"], r["diffusers_version"]) for r in runs})
     print()
     for c, b, core, tv, dv in seen:
-        print(f"weft {c} ({b}), OpenBLAS kernels {core}; torch {tv}, diffusers {dv}.")
+        print(f"weft code at {c} (branch {b}), OpenBLAS kernels {core}; torch {tv}, "
+              f"diffusers {dv}.")
     for size, rounds, iters in sorted({(r["size"], r["rounds"], r["iters"]) for r in runs}):
         print(f"Size {size}: {rounds} alternated rounds of {iters} forward(s) per side, "
               f"each round's median kept.")
+    pins = sorted({(r["threads"], tuple(r["affinity"]), r.get("nice", 0),
+                    r.get("omp_wait_policy") or "default") for r in runs})
+    print("Cores: " + "; ".join(f"{n} thread(s) on cores {list(c)}, nice {k}, "
+                                f"torch OMP_WAIT_POLICY {wp}"
+                                for n, c, k, wp in pins) + ".")
     return 0
 
 

@@ -28,9 +28,18 @@
 #     two sides; each round times $ITERS_A / $ITERS_B (default 3 / 1)
 #     forwards per side and keeps their median.
 #  4. prints a markdown table (also in $WORK/table-LABEL.md): medians and
-#     min-max over the rounds, torch_ms / weft_ms (> 1: weft is faster),
+#     min-max over the rounds, torch_ms / weft_ms (> 1: weft is faster) of
+#     the medians and per round (each torch block beside the weft block
+#     next to it in time, which cancels slow drifts of the machine's load),
 #     and weftctl's max abs difference from diffusers' output.
-# Set NO_PIN=1 to skip taskset. Other load on the machine shows as spread.
+# Set NO_PIN=1 to skip taskset. Other load on the machine shows as spread;
+# NICE=-10 (root) runs both sides at that niceness, so that other work
+# on the machine takes less of their cores (torch's OpenMP threads, which
+# wait for each other, suffer most from a core taken away).
+# torch runs with OMP_WAIT_POLICY=PASSIVE unless it is set: with libgomp's
+# default spin-waiting, a 2-thread torch forward on this 2-core machine
+# while other work ran took 5-10x as long (1.8 s against 0.2 s for size
+# a); passive waiting is torch's better setting on a shared machine.
 # OpenBLAS (weftd's GEMMs) picks its kernels from the CPU model; one it
 # does not know gets the generic PRESCOTT (SSE3) set, which the run warns
 # of and the table names: then set OPENBLAS_CORETYPE (e.g. SkylakeX on an
@@ -72,6 +81,7 @@ for n in $threads; do
     cores="0-$((n - 1))"
     pin=(taskset -c "$cores")
     [ "${NO_PIN:-0}" = 1 ] && pin=()
+    [ -n "${NICE:-}" ] && pin=(nice -n "$NICE" "${pin[@]}")
     if [ "$n" = 1 ]; then
         mesh=(--mesh single)
     else
@@ -83,6 +93,7 @@ for n in $threads; do
         [ "$s" = b ] && iters=$iters_b r=$rounds_b
         out="$work/result-$label-$s-n$n.json"
         OMP_NUM_THREADS=$n MKL_NUM_THREADS=$n OPENBLAS_NUM_THREADS=1 \
+            OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} \
             "${pin[@]}" "$py" "$here/flux_cpu_torch.py" run --work "$work" \
             --build "$build" --size "$s" --threads "$n" --rounds "$r" \
             --iters "$iters" "${mesh[@]}" --label "$label" \
