@@ -250,6 +250,11 @@ def source_commit(build):
     notbench = ["--", ".", ":(exclude)bench", ":(exclude)BENCHMARKS.md"]
     code = git("log", "-1", "--format=%h", "--abbrev=10", *notbench) or "unknown"
     branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    if branch == "HEAD":                 # detached: the branches at that commit
+        at = [b for b in git("branch", "--points-at", "HEAD",
+                             "--format=%(refname:short)").splitlines()
+              if b and "(" not in b]
+        branch = "detached" + (", at " + " ".join(at) if at else "")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no", *notbench))
     return code + ("-dirty" if dirty else ""), branch
 
