@@ -346,7 +346,7 @@ def cmd_table(a):
             mt, mw = statistics.median(t), statistics.median(w)
             pr = [x / y for x, y in zip(t, w)]
             mesh = "single device" if m["mesh"] == "single" else m["mesh"]
-            print(f"| {r['size']}: {r['size_label']} | {r['threads']} | {mesh} | "
+            print(f"| {r['size']} | {r['threads']} | {mesh} | "
                   f"{mt:.1f} ({min(t):.1f}-{max(t):.1f}) | "
                   f"{mw:.1f} ({min(w):.1f}-{max(w):.1f}) | **{mt / mw:.2f}** | "
                   f"{statistics.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f}) | "
@@ -358,8 +358,8 @@ def cmd_table(a):
         print(f"weft code at {c} (branch {b}), OpenBLAS kernels {core}; torch {tv}, "
               f"diffusers {dv}.")
     for size, rounds, iters in sorted({(r["size"], r["rounds"], r["iters"]) for r in runs}):
-        print(f"Size {size}: {rounds} alternated rounds of {iters} forward(s) per side, "
-              f"each round's median kept.")
+        print(f"Size {size}: {SIZES[size]['label']}; {rounds} alternated rounds of "
+              f"{iters} forward(s) per side, each round's median kept.")
     pins = sorted({(r["threads"], tuple(r["affinity"]), r.get("nice", 0),
                     r.get("omp_wait_policy") or "default") for r in runs})
     print("Cores: " + "; ".join(f"{n} thread(s) on cores {list(c)}, nice {k}, "
