@@ -34,8 +34,8 @@
 #     and weftctl's max abs difference from diffusers' output.
 # Set NO_PIN=1 to skip taskset. Other load on the machine shows as spread;
 # NICE=-10 (root) runs both sides at that niceness, so that other work
-# on the machine takes less of their cores (torch's OpenMP threads, which
-# wait for each other, suffer most from a core taken away).
+# on the machine may take less of their cores (on the 2-core development
+# machine it did not visibly reduce the noise).
 # torch runs with OMP_WAIT_POLICY=PASSIVE unless it is set: with libgomp's
 # default spin-waiting, a 2-thread torch forward on this 2-core machine
 # while other work ran took 5-10x as long (1.8 s against 0.2 s for size
