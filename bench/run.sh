@@ -2,6 +2,9 @@
 # bench/run.sh — run the CPU benchmarks from one build and write BENCHMARKS.md
 # (the hand-kept sections from "## Reading these figures" on stay).
 # Usage: bench/run.sh [BUILD_DIR]   (build with -DCMAKE_BUILD_TYPE=Release)
+# The CPU FLUX forward beside diffusers in torch is separate (it installs
+# torch from PyPI into a virtual environment): bench/flux_cpu_torch.sh
+# BUILD_DIR prints its table, which goes into BENCHMARKS.md by hand.
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
