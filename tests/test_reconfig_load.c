@@ -378,11 +378,13 @@ static const named_mesh_t *concurrent_pair(shared_t *sh, wf_client_t *c,
     printf("  concurrent pair: %s -> %s (epoch %" PRIu64 "), %s -> %s (epoch %" PRIu64 ")%s%s\n",
            x->name, wf_status_name(sx), ex, y->name, wf_status_name(pa.st), pa.epoch,
            pa.st != WF_OK ? ": " : "", pa.st != WF_OK ? pa.error : "");
-    CHECK(sh, pa.overlapped, "concurrent pair: the first reconfiguration was never seen running");
-    if (pa.overlapped)
-        CHECK(sh, sx == WF_OK && pa.st == WF_E_BUSY,
-              "concurrent pair: %s and %s, want WF_OK then WF_E_BUSY",
-              wf_status_name(sx), wf_status_name(pa.st));
+    /* Never both at once: either one is refused as busy, or they ran one
+     * after the other (consecutive epochs). Which of the two the daemon
+     * saw is decided below, once the large job says when it ran. */
+    CHECK(sh, (sx == WF_OK && pa.st == WF_E_BUSY) || (sx == WF_E_BUSY && pa.st == WF_OK) ||
+                  (sx == WF_OK && pa.st == WF_OK && (pa.epoch == ex + 1 || ex == pa.epoch + 1)),
+          "concurrent pair: %s (epoch %" PRIu64 ") and %s (epoch %" PRIu64 ")",
+          wf_status_name(sx), ex, wf_status_name(pa.st), pa.epoch);
     const named_mesh_t *now = NULL;
     uint64_t e = lo;
     if (sx == WF_OK) {
@@ -404,6 +406,21 @@ static const named_mesh_t *concurrent_pair(shared_t *sh, wf_client_t *c,
         wf_job_result(job, &r);
         CHECK(sh, st == WF_OK, "big job: %s %s", wf_status_name(st), wf_job_error(job));
         CHECK(sh, r.epoch >= lo && r.epoch <= e, "big job epoch %" PRIu64, r.epoch);
+        /* The large job ran under the epoch before the pair: it was in
+         * flight, so the first reconfiguration drained it for its whole
+         * remaining time, and the second, sent once the first was seen
+         * running, must have found it running. Queued behind the load
+         * instead, it ran after, the drain was short and the two may
+         * have run one after the other (the strict case is
+         * test_reconfig_basic's, which holds a job on purpose). */
+        if (st == WF_OK && r.epoch == lo && pa.overlapped)
+            CHECK(sh, sx == WF_OK && pa.st == WF_E_BUSY,
+                  "concurrent pair during the large job's drain: %s and %s, want WF_OK "
+                  "then WF_E_BUSY", wf_status_name(sx), wf_status_name(pa.st));
+        else
+            printf("  concurrent pair: the large job ran in epoch %" PRIu64 " (pair from %"
+                   PRIu64 ")%s: not a strict overlap\n", r.epoch, lo,
+                   pa.overlapped ? "" : ", the first never seen running");
         if (st == WF_OK) {
             double eo, el, to, tl;
             jbuf_errors(&a, &eo, &el);
