@@ -535,6 +535,28 @@ static void run_bad_cases(t_t *t)
     }
     bad_sb(t, "17 tensors", WF_E_LIMIT, id);
 
+    /* --- too many frames after a good header (the three good frames
+     * first, then empty ones). Without a delimiter, identity + header +
+     * 17 frames fit the daemon's receive array exactly: the count must
+     * still be refused before the per-frame sizes are recorded (this
+     * wrote one size past the end, which UBSan / ASan abort on). --- */
+    {
+        static const int counts[] = { 17, 18, 40 };
+        frame_t many[40];
+        good_frames(t, many);
+        for (int i = 3; i < 40; i++)
+            many[i] = (frame_t){ "", 0 };
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+            for (int d = 0; d < 2; d++) {
+                char what[64];
+                snprintf(what, sizeof what, "%d tensor frames%s", counts[c],
+                         d ? ", with a delimiter" : "");
+                msgpack_sbuffer_clear(sb);
+                good_header(sb, id = 1014 + 2 * c + (uint64_t)d);
+                bad(t, what, d, sb->data, sb->size, many, counts[c], WF_E_LIMIT, id);
+            }
+    }
+
     /* --- version --- */
     msgpack_sbuffer_clear(sb);
     mpb(sb, "M2 si si", "id", 1020, "op", 1);
