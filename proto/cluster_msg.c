@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "errf.h"
+#include "proto.h"
+#include "proto_check.h"
 
 /* How a field's uint (or str) maps to its C member. */
 typedef enum kind {
@@ -28,6 +30,9 @@ typedef enum kind {
 
 #define F_OPT 1u    /* get: may be absent (then 0 / "") */
 #define F_OMIT 2u   /* put: left out when 0 / false / ""; get: F_OPT */
+#define F_NAME 4u   /* get: a non-empty str must be a name of [A-Za-z0-9._-]
+                     * (wf_check_model_name's rule): node names reach log
+                     * lines and sd_notify STATUS= */
 
 typedef struct field {
     const char *key;     /* the key, spelled here only */
@@ -70,7 +75,7 @@ static const field_t hello_fields[] = {
     U64("proto", wf_cmsg_hello_t, proto),
     STR("weft", wf_cmsg_hello_t, weft, 0, 0),
     STR("nccl", wf_cmsg_hello_t, nccl, 0, 0),
-    STR("name", wf_cmsg_hello_t, name, 1, 0),
+    STR("name", wf_cmsg_hello_t, name, 1, F_NAME),
     U32("devices", wf_cmsg_hello_t, devices, 1, WF_CMSG_MAX_DEVICES),
     STR("data", wf_cmsg_hello_t, data, 0, 0),
     U64("epoch", wf_cmsg_hello_t, epoch),
@@ -97,7 +102,7 @@ static const field_t world_fields[] = {
 
 /* A world's node k: the key is "n<k>" followed by the suffix. */
 static const field_t node_fields[] = {
-    STR(".name", wf_cmsg_node_t, name, 0, 0),
+    STR(".name", wf_cmsg_node_t, name, 0, F_NAME),
     U32(".rank", wf_cmsg_node_t, rank, 0, UINT32_MAX),
     U32(".ranks", wf_cmsg_node_t, ranks, 1, WF_CMSG_MAX_DEVICES),
     STR(".data", wf_cmsg_node_t, data, 0, 0),
@@ -340,6 +345,13 @@ static wf_status_t get_field(const wf_ctl_msg_t *m, const field_t *f, const char
                     t, key, (unsigned long long)f->min,
                     (unsigned long long)(f->max - 1));
             return WF_E_BAD_FIELD;
+        }
+        if ((f->flags & F_NAME) && len > 0) {
+            char why[WF_PROTO_ERROR_MAX];
+            if (wf_check_model_name(v->s, len, why, sizeof why) != WF_OK) {
+                wf_errf(err, err_len, "%s: field '%s': %s", t, key, why);
+                return WF_E_BAD_FIELD;
+            }
         }
         memcpy(p, v->s, len + 1);
         return WF_OK;

@@ -21,22 +21,13 @@
 /* Where messages go (errf.h's formatter writes them). */
 typedef wf_errbuf_t dec_t;
 
-/* A printable excerpt of a str object for messages: at most 32 bytes,
- * anything outside printable ASCII shown as '?'. */
+/* A printable excerpt of a str object for messages: wf_escape'd to
+ * printable ASCII (errf.h), truncated with "..." to fit buf. */
 static const char *excerpt(const msgpack_object *o, char buf[40])
 {
-    size_t n = 0;
-    if (o->type == MSGPACK_OBJECT_STR) {
-        for (; n < o->via.str.size && n < 32; n++) {
-            unsigned char c = (unsigned char)o->via.str.ptr[n];
-            buf[n] = (c >= 0x20 && c < 0x7f && c != '"') ? (char)c : '?';
-        }
-        if (o->via.str.size > 32) {
-            memcpy(buf + n, "...", 3);
-            n += 3;
-        }
-    }
-    buf[n] = '\0';
+    buf[0] = '\0';
+    if (o->type == MSGPACK_OBJECT_STR)
+        wf_escape(buf, 40, o->via.str.ptr, o->via.str.size, WF_ESC_ASCII);
     return buf;
 }
 
@@ -161,6 +152,7 @@ static wf_status_t decode_desc(dec_t *d, const msgpack_object *o, uint32_t idx,
                                bool strict, uint32_t n_frames,
                                uint64_t max_tensor_bytes, wf_tensor_desc_t *t)
 {
+    char q[WF_QUOTE_MAX];
     static const char *const names[] = { "name", "dtype", "shape", "frame" };
     const msgpack_object *f[4];
     char buf[40];
@@ -244,7 +236,7 @@ static wf_status_t decode_desc(dec_t *d, const msgpack_object *o, uint32_t idx,
 
     if (t->nbytes > max_tensor_bytes)
         return wf_errf_buf(d, WF_E_LIMIT, "tensors[%u] (\"%s\"): %llu bytes, limit %llu", idx,
-                           t->name, (unsigned long long)t->nbytes,
+                           wf_quote(q, t->name), (unsigned long long)t->nbytes,
                            (unsigned long long)max_tensor_bytes);
     return WF_OK;
 }
@@ -255,6 +247,7 @@ static wf_status_t decode_tensors(dec_t *d, const msgpack_object *o, bool strict
                                   uint32_t max_tensors, uint64_t max_tensor_bytes,
                                   uint32_t *ret_n, wf_tensor_desc_t *tensors)
 {
+    char q[WF_QUOTE_MAX];
     if (o->type != MSGPACK_OBJECT_ARRAY)
         return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors: must be an array, got %s", type_name(o));
     uint32_t n = o->via.array.size;
@@ -276,7 +269,7 @@ static wf_status_t decode_tensors(dec_t *d, const msgpack_object *o, bool strict
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(tensors[j].name, tensors[i].name) == 0)
                 return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors[%u].name: \"%s\" used twice", i,
-                                   tensors[i].name);
+                                   wf_quote(q, tensors[i].name));
     }
     *ret_n = n;
     return WF_OK;
@@ -313,6 +306,7 @@ static bool str_is(const msgpack_object *o, const char *s)
 static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
                                     wf_request_t *req)
 {
+    char qn[WF_QUOTE_MAX];
     static const char *const names[] = { "scale", "causal", "return_lse",
                                          "out_dtype", "devices", "rotate_method",
                                          "convert_to_fp32", "ring_anything",
@@ -389,7 +383,7 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
             if ((int)i != idx[0] && (int)i != idx[1] && (int)i != idx[2])
                 return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
                                    "tensors[%u]: unexpected tensor \"%s\" "
-                                   "(attention takes q, k, v)", i, req->tensors[i].name);
+                                   "(attention takes q, k, v)", i, wf_quote(qn, req->tensors[i].name));
     }
     a->q = idx[0];
     a->k = idx[1];
@@ -638,6 +632,7 @@ static const char *const fwd_dims[FWD_N] = {
 
 static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_request_t *req)
 {
+    char q[WF_QUOTE_MAX];
     static const char *const names[] = { "model", "out_dtype" };
     const msgpack_object *f[2] = { NULL, NULL };
     wf_forward_args_t *a = &req->args.forward;
@@ -673,7 +668,7 @@ static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_reque
             return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
                                "tensors[%u]: unexpected tensor \"%s\" (forward takes "
                                "hidden_states, encoder_hidden_states, pooled_projections, "
-                               "timestep, img_ids, txt_ids, guidance)", t, req->tensors[t].name);
+                               "timestep, img_ids, txt_ids, guidance)", t, wf_quote(q, req->tensors[t].name));
     }
     for (int i = 0; i < FWD_N; i++)
         if (idx[i] >= 0 && req->tensors[idx[i]].rank != fwd_ranks[i])
@@ -823,6 +818,7 @@ wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
                                     const size_t *frame_bytes,
                                     char *err, size_t err_len)
 {
+    char q[WF_QUOTE_MAX];
     dec_t d = { err, err_len };
     if (err && err_len)
         err[0] = '\0';
@@ -835,7 +831,7 @@ wf_status_t wf_request_check_frames(const wf_request_t *req, size_t n_frames,
         if (t->frame >= n_frames || frame_bytes[t->frame] != t->nbytes)
             return wf_errf_buf(&d, WF_E_FRAME_MISMATCH,
                                "frame %u (tensor \"%s\") has %zu bytes, expected %llu",
-                               t->frame, t->name, t->frame < n_frames ? frame_bytes[t->frame] : 0,
+                               t->frame, wf_quote(q, t->name), t->frame < n_frames ? frame_bytes[t->frame] : 0,
                                (unsigned long long)t->nbytes);
     }
     return WF_OK;

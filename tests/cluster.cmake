@@ -64,3 +64,11 @@ target_link_libraries(test_cluster_split_roots PRIVATE weft_clusterd weft_testsu
 target_compile_options(test_cluster_split_roots PRIVATE -O2)
 add_test(NAME e2e_cluster_split_roots COMMAND test_cluster_split_roots $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_split_roots PROPERTIES TIMEOUT 120)
+
+# A node hello with control bytes in its name (tests/test_cluster_badname.c):
+# refused by a real coordinator, nothing of it in sd_notify.
+add_executable(test_cluster_badname ${CMAKE_CURRENT_LIST_DIR}/test_cluster_badname.c)
+target_link_libraries(test_cluster_badname PRIVATE weft_clusterd weft_proto weft
+  PkgConfig::ZMQ Threads::Threads)
+add_test(NAME e2e_cluster_badname COMMAND test_cluster_badname $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_cluster_badname PROPERTIES TIMEOUT 120)

@@ -3,6 +3,10 @@
 add_executable(test_config ${CMAKE_CURRENT_LIST_DIR}/test_config.c)
 target_link_libraries(test_config PRIVATE weftd_core)
 add_test(NAME daemon_config COMMAND test_config)
+# escaping of untrusted text (proto/errf.h) and the logger that applies it
+add_executable(test_escape ${CMAKE_CURRENT_LIST_DIR}/test_escape.c)
+target_link_libraries(test_escape PRIVATE weftd_core)
+add_test(NAME escape COMMAND test_escape)
 
 # Support for raw-ZeroMQ end-to-end tests: daemon start, notify, requests.
 add_library(weft_rawd STATIC ${CMAKE_CURRENT_LIST_DIR}/support/rawd.c)

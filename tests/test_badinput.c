@@ -32,6 +32,10 @@
 #define MAX_PARTS 24
 #define MAX_TENSOR_BYTES 1048576
 
+/* weftd's stderr (its log, at level info) goes here; checked at the end
+ * for forged lines. */
+static char log_path[80];
+
 /* Good job: q (1, 4, 2, 8), k / v (1, 5, 1, 8) f32, GQA 2:1, causal,
  * scale 0.3, lse requested. */
 enum { B_ = 1, SQ_ = 4, HQ_ = 2, D_ = 8, SKV_ = 5, HKV_ = 1 };
@@ -457,6 +461,69 @@ static void run_bad_model_cases(t_t *t)
     }
 }
 
+#define FORGED "q\n<0>kernel: EMERG forged"
+
+/* A tensor name holding a newline and a forged priority prefix: refused
+ * (attention takes q, k, v only: WF_E_BAD_ARGUMENT), with a reply whose text is printable
+ * ASCII and quotes the name escaped. check_log reads weftd's log after. */
+static void forged_name(t_t *t)
+{
+    uint64_t id = 1100;
+    hdr_begin(t, 5, id);
+    mpb(&t->sb, "s A4", "tensors");
+    mpb_tensor(&t->sb, "q", "f32", 4, GQ, 0);
+    mpb_tensor(&t->sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(&t->sb, "v", "f32", 4, GKV, 2);
+    mpb_tensor(&t->sb, FORGED, "f32", 4, GKV, 3);
+    mpb(&t->sb, "s M0", "args");
+    frame_t f[4];
+    good_frames(t, f);
+    f[3] = f[2];
+    t->bad_cases++;
+    if (send_parts(t, false, t->sb.data, t->sb.size, f, 4) != 0) {
+        CHECK(t, 0, "forged name: send failed");
+        return;
+    }
+    msg_t m;
+    wf_reply_t rep;
+    if (recv_reply(t, "forged name", false, &m, &rep) >= 0) {
+        CHECK(t, rep.status == WF_E_BAD_ARGUMENT && rep.id == id, "forged name: got %s id %llu",
+              wf_status_name(rep.status), (unsigned long long)rep.id);
+        for (size_t i = 0; rep.error[i]; i++)
+            CHECK(t, rep.error[i] >= 0x20 && rep.error[i] < 0x7f,
+                  "forged name: reply text byte %zu is 0x%02x", i,
+                  (unsigned)(unsigned char)rep.error[i]);
+        CHECK(t, strstr(rep.error, "q\\n<0>kernel: EMERG forged") != NULL,
+              "forged name: reply does not quote the name escaped: %s", rep.error);
+        msg_free(&m);
+    }
+    good_job(t, "forged name", false);
+}
+
+/* weftd's log: no line forged by the name above (none starts "<0>" or
+ * "kernel:"), and the refusal logged with the name escaped. */
+static void check_log(t_t *t)
+{
+    FILE *f = fopen(log_path, "r");
+    if (!f) {
+        CHECK(t, 0, "no log at %s", log_path);
+        return;
+    }
+    char line[4096];
+    int lines = 0, escaped = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        CHECK(t, strncmp(line, "<0>", 3) != 0 && strncmp(line, "kernel:", 7) != 0,
+              "weftd log line %d is forged: %s", lines, line);
+        CHECK(t, line[0] == '<' && line[1] >= '3' && line[1] <= '7' && line[2] == '>',
+              "weftd log line %d has no priority prefix: %s", lines, line);
+        escaped += strstr(line, "q\\n<0>kernel: EMERG forged") != NULL;
+    }
+    fclose(f);
+    CHECK(t, escaped >= 1, "the refused forged name is not in weftd's log, escaped "
+          "(%d lines)", lines);
+}
+
 static void run_bad_cases(t_t *t)
 {
     msgpack_sbuffer *sb = &t->sb;
@@ -534,6 +601,30 @@ static void run_bad_cases(t_t *t)
         mpb_tensor(sb, nm, "f32", 4, GKV, i);
     }
     bad_sb(t, "17 tensors", WF_E_LIMIT, id);
+
+    /* --- too many frames after a good header (the three good frames
+     * first, then empty ones). Without a delimiter, identity + header +
+     * 17 frames fit the daemon's receive array exactly: the count must
+     * still be refused before the per-frame sizes are recorded (this
+     * wrote one size past the end, which UBSan / ASan abort on). --- */
+    {
+        static const int counts[] = { 17, 18, 40 };
+        frame_t many[40];
+        good_frames(t, many);
+        for (int i = 3; i < 40; i++)
+            many[i] = (frame_t){ "", 0 };
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+            for (int d = 0; d < 2; d++) {
+                char what[64];
+                snprintf(what, sizeof what, "%d tensor frames%s", counts[c],
+                         d ? ", with a delimiter" : "");
+                msgpack_sbuffer_clear(sb);
+                good_header(sb, id = 1014 + 2 * c + (uint64_t)d);
+                bad(t, what, d, sb->data, sb->size, many, counts[c], WF_E_LIMIT, id);
+            }
+    }
+
+    forged_name(t);
 
     /* --- version --- */
     msgpack_sbuffer_clear(sb);
@@ -839,13 +930,16 @@ static pid_t start_daemon(const char *weftd, const char *endpoint)
     pid_t pid = fork();
     if (pid != 0)
         return pid;
+    FILE *lf = fopen(log_path, "w");
+    if (lf)
+        dup2(fileno(lf), 2);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     char maxb[32];
     snprintf(maxb, sizeof(maxb), "%d", MAX_TENSOR_BYTES);
     execl(weftd, weftd, "--devices", "cpu:2", "--listen", endpoint, "--max-tensor-bytes",
-          maxb, "--log-level", "warning", (char *)NULL);
+          maxb, "--log-level", "info", (char *)NULL);
     fprintf(stderr, "exec %s: %s\n", weftd, strerror(errno));
     _exit(127);
 }
@@ -930,6 +1024,7 @@ int main(int argc, char **argv)
 
     char endpoint[96], path[80];
     snprintf(path, sizeof(path), "/tmp/weft-bad-%d.sock", (int)getpid());
+    snprintf(log_path, sizeof(log_path), "/tmp/weft-bad-%d.log", (int)getpid());
     snprintf(endpoint, sizeof(endpoint), "ipc://%s", path);
     unlink(path);
 
@@ -982,6 +1077,8 @@ int main(int argc, char **argv)
     zmq_ctx_term(t->zctx);
     msgpack_sbuffer_destroy(&t->sb);
     unlink(path);
+    check_log(t);
+    unlink(log_path);
 
     printf("test_badinput: %d bad requests, %d failures\n", t->bad_cases, t->failures);
     return t->failures ? 1 : 0;

@@ -545,6 +545,18 @@ static void test_ranges(void)
     longname[WF_CMSG_NAME_MAX - 1] = '\0';
     with(&m_edit, &m_hand, "name", 0, longname);
     expect_get("hello, name of 63 bytes", &m_edit, WF_OK, NULL);
+    /* node names reach log lines and STATUS=: [A-Za-z0-9._-] only, and
+     * nothing of a refused name is kept */
+    static const char *const bad_names[] = {
+        "node\nWATCHDOG=trigger", "a b", "x\x7f", "caf\xc3\xa9", "<0>n", "a/b", "a\"b",
+    };
+    for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+        with(&m_edit, &m_hand, "name", 0, bad_names[i]);
+        expect_get("hello, name outside [A-Za-z0-9._-]", &m_edit, WF_E_BAD_FIELD, "name");
+        CHECK(msg_out.u.hello.name[0] == '\0', "bad name %zu kept", i);
+    }
+    with(&m_edit, &m_hand, "name", 0, "Node_1.rack-2");
+    expect_get("hello, name of every allowed kind of byte", &m_edit, WF_OK, NULL);
 
     /* world: nn, ranks contiguous, node fields */
     sample(10, &msg_in, &m_hand, &what);
@@ -554,6 +566,8 @@ static void test_ranges(void)
     expect_get("world nn 17", &m_edit, WF_E_BAD_FIELD, "nn");
     with(&m_edit, &m_hand, "nn", 3, NULL);
     expect_get("world nn 3 with 2 nodes", &m_edit, WF_E_BAD_FIELD, "n2.name");
+    with(&m_edit, &m_hand, "n1.name", 0, "b\nWATCHDOG=trigger");
+    expect_get("world node name with a newline", &m_edit, WF_E_BAD_FIELD, "n1.name");
     with(&m_edit, &m_hand, "n1.rank", 3, NULL);
     expect_get("world, a gap in the ranks", &m_edit, WF_E_BAD_FIELD, "n1.rank");
     with(&m_edit, &m_hand, "n0.rank", 1, NULL);

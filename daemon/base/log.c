@@ -1,6 +1,8 @@
 /* log.c — journald-prefixed stderr lines with a level filter (see log.h). */
 #include "log.h"
 
+#include "errf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,15 +30,18 @@ void wf_log(wf_log_t *lg, wf_log_level_t level, const char *fmt, ...)
 {
     if (!wf_log_enabled(lg, level))
         return;
-    char line[1024];
-    int n = snprintf(line, sizeof line, "<%d>", (int)level);
+    char text[1024], line[1024];
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    int m = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-    if (len > sizeof line - 2)
-        len = sizeof line - 2;      /* truncated: keep room for '\n' */
+    size_t tlen = m < 0 ? 0 : (size_t)m < sizeof text ? (size_t)m : sizeof text - 1;
+    int n = snprintf(line, sizeof line, "<%d>", (int)level);
+    /* Messages quote client-supplied text (names, paths, errors): its
+     * control bytes are escaped so that it can neither end this line nor
+     * start a forged one ("\n<0>..."). Room is kept for the '\n'. */
+    wf_escape(line + n, sizeof line - (size_t)n - 1, text, tlen, WF_ESC_CTRL);
+    size_t len = strlen(line);
     line[len++] = '\n';
     /* A lost log line is not worth failing for; nothing to do on error. */
     ssize_t w = write(lg->fd, line, len);

@@ -36,7 +36,10 @@ void wf_log_set_level(wf_log_t *lg, wf_log_level_t level);
 bool wf_log_enabled(const wf_log_t *lg, wf_log_level_t level);
 
 /* Write one line "<N>text\n" with a single write(2), so that lines of
- * different threads never interleave. Long lines are truncated. */
+ * different threads never interleave. Long lines are truncated. Control
+ * bytes of the formatted text (< 0x20, 0x7f) are escaped (\n, \t, \xNN:
+ * wf_escape, WF_ESC_CTRL), so that text quoted from a client can never
+ * start a new line or forge a priority prefix. */
 void wf_log(wf_log_t *lg, wf_log_level_t level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

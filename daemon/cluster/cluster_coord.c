@@ -11,6 +11,7 @@
 #include <zmq.h>
 
 #include "base/mesh.h"
+#include "errf.h"
 #include "proto.h"
 
 /* Put the alive nodes in world order (self first, then by name) and give
@@ -197,7 +198,7 @@ void cluster_coord_world_failed(wf_cluster_t *c, const node_t *from, uint64_t ep
 
 static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t now)
 {
-    char err[WF_PROTO_ERROR_MAX], bad[WF_PROTO_ERROR_MAX];
+    char err[WF_PROTO_ERROR_MAX], bad[WF_PROTO_ERROR_MAX], q[48];
     /* Every field that is valid is read (the others are 0 / ""); the first
      * invalid one is named in bad. */
     wf_status_t valid = wf_cmsg_get(&c->in, &c->rx, bad, sizeof bad);
@@ -213,19 +214,26 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
     }
     if (strcmp(h->weft, WEFT_VERSION) != 0) {
         snprintf(err, sizeof err, "node %.63s: field 'weft version': %.40s differs "
-                 "from the coordinator's %s", who, h->weft[0] ? h->weft : "(missing)",
+                 "from the coordinator's %s", who,
+                 h->weft[0] ? wf_escape(q, sizeof q, h->weft, strlen(h->weft), WF_ESC_ASCII)
+                            : "(missing)",
                  WEFT_VERSION);
         goto refused;
     }
     if (strcmp(h->nccl, NCCL_VERSION_NONE) != 0) {
         snprintf(err, sizeof err, "node %.63s: field 'NCCL version': %.40s differs "
-                 "from the coordinator's %s", who, h->nccl[0] ? h->nccl : "(missing)",
+                 "from the coordinator's %s", who,
+                 h->nccl[0] ? wf_escape(q, sizeof q, h->nccl, strlen(h->nccl), WF_ESC_ASCII)
+                            : "(missing)",
                  NCCL_VERSION_NONE);
         goto refused;
     }
     if (!name[0]) {
-        snprintf(err, sizeof err, "node %.63s: field 'node name': missing or too "
-                 "long", who);
+        /* missing, too long, or not a name of [A-Za-z0-9._-] (the decoder
+         * keeps no part of such a name: it would reach logs and STATUS=) */
+        snprintf(err, sizeof err, "node %.63s: field 'node name': missing, too "
+                 "long or not of [A-Za-z0-9._-]%s%.100s", who,
+                 valid != WF_OK ? ": " : "", valid != WF_OK ? bad : "");
         goto refused;
     }
     if (valid != WF_OK) {

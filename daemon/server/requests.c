@@ -185,6 +185,12 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
     }
     const void *hdr = zmq_msg_data(&parts[h]);
     size_t hdr_len = zmq_msg_size(&parts[h]);
+    /* MAX_PARTS leaves room for a delimiter: without one, 17 tensor
+     * frames still fit in parts[] and must be refused here, before
+     * sizes[WF_PROTO_MAX_TENSORS] below is filled. */
+    size_t n_frames = n - h - 1;
+    if (n_frames > WF_PROTO_MAX_TENSORS)
+        overflow = true;
     if (hdr_len > lim->max_header_bytes || overflow) {
         wf_request_peek(hdr, hdr_len, &req->id, &req->op);
         st = WF_E_LIMIT;
@@ -199,7 +205,7 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
     st = wf_request_decode(hdr, hdr_len, lim, req, err, sizeof err);
     if (st != WF_OK)
         goto reject;
-    size_t n_frames = n - h - 1, sizes[WF_PROTO_MAX_TENSORS];
+    size_t sizes[WF_PROTO_MAX_TENSORS];
     for (size_t i = 0; i < n_frames; i++)
         sizes[i] = zmq_msg_size(&parts[h + 1 + i]);
     st = wf_request_check_frames(req, n_frames, sizes, err, sizeof err);

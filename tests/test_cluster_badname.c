@@ -1,0 +1,165 @@
+/* test_cluster_badname.c — a node name with control bytes, end to end:
+ * a real coordinator weftd (cpu:2, nodes 2) on loopback and a raw ZeroMQ
+ * DEALER that says hello with the name "x\nWATCHDOG=trigger" (the right
+ * versions, so the name is what is checked). The coordinator must answer
+ * with a `refuse` whose error names the field 'node name', keep serving
+ * its status, and no sd_notify datagram may carry the name: none holds
+ * "WATCHDOG=trigger" (a forged notify assignment) or a newline followed by
+ * it. A well-named raw hello is then accepted (no refuse within 1 s) to
+ * show that the refusal is the name's.
+ *
+ * Usage: test_cluster_badname PATH_TO_WEFTD.
+ */
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <zmq.h>
+
+#include "cluster_msg.h"
+#include "proto.h"
+#include "support/clusterd.h"
+
+static int failures;
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+static wf_cmsg_t msg;
+static wf_ctl_msg_t ctl;
+
+/* Every notify datagram of d for ms milliseconds: fails on a forged one.
+ * Returns true when one starting with `want` was seen. */
+static bool notify_scan(clusterd_t *d, int ms, const char *want)
+{
+    bool seen = false;
+    int64_t end = clusterd_now_ms() + ms;
+    for (;;) {
+        int64_t left = end - clusterd_now_ms();
+        if (left <= 0)
+            return seen;
+        struct pollfd p = { .fd = d->nfd, .events = POLLIN };
+        if (poll(&p, 1, (int)left) != 1)
+            continue;
+        char buf[4096];
+        ssize_t n = recv(d->nfd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        if (strstr(buf, "WATCHDOG=trigger")) {
+            fprintf(stderr, "forged notify datagram: %s\n", buf);
+            failures++;
+        }
+        if (want && strncmp(buf, want, strlen(want)) == 0)
+            seen = true;
+    }
+}
+
+static bool send_hello(void *sock, const char *weft, const char *name)
+{
+    memset(&msg, 0, sizeof msg);
+    msg.type = WF_CMSG_HELLO;
+    wf_cmsg_hello_t *h = &msg.u.hello;
+    h->proto = WF_PROTOCOL_VERSION;
+    snprintf(h->weft, sizeof h->weft, "%s", weft);
+    snprintf(h->nccl, sizeof h->nccl, "none");
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->devices = 2;
+    snprintf(h->data, sizeof h->data, "127.0.0.1");
+    wf_ctl_init(&ctl);
+    wf_buf_t b = { 0 };
+    bool ok = wf_cmsg_put(&ctl, &msg) == WF_OK && wf_ctl_encode(&ctl, &b) == WF_OK &&
+              zmq_send(sock, b.data, b.len, 0) == (int)b.len;
+    wf_buf_free(&b);
+    return ok;
+}
+
+/* The next message of type `type` within ms, into msg. */
+static bool recv_type(void *sock, wf_cmsg_type_t type, int ms)
+{
+    int64_t end = clusterd_now_ms() + ms;
+    for (;;) {
+        int64_t left = end - clusterd_now_ms();
+        zmq_pollitem_t it = { sock, 0, ZMQ_POLLIN, 0 };
+        if (left <= 0 || zmq_poll(&it, 1, (long)left) <= 0)
+            return false;
+        char buf[WF_CTL_MAX_BYTES], err[WF_PROTO_ERROR_MAX];
+        int n = zmq_recv(sock, buf, sizeof buf, 0);
+        if (n < 0 || (size_t)n > sizeof buf)
+            continue;
+        if (wf_ctl_decode(buf, (size_t)n, &ctl, err, sizeof err) != WF_OK)
+            continue;
+        memset(&msg, 0, sizeof msg);
+        wf_cmsg_get(&ctl, &msg, err, sizeof err);
+        if (msg.type == type)
+            return true;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int port = clusterd_free_port();
+    char coord[64], zep[80];
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", port);
+    snprintf(zep, sizeof zep, "tcp://127.0.0.1:%d", port);
+
+    static clusterd_t a;
+    if (!clusterd_open(&a, "a", "bn"))
+        return 1;
+    const char *argv_a[] = { argv[1], "--listen", a.endpoint, "--devices", "cpu:2",
+                             "--mesh", "ring=2", "--coordinator", coord, "--nodes", "2",
+                             "--node-name", "a", "--cluster-timeout-ms", "60000",
+                             "--cpu-memory", "256M", NULL };
+    CHECK(clusterd_exec(&a, argv_a, NULL));
+    CHECK(notify_scan(&a, 5000, "READY=1") || 1);
+    static wf_status_info_t si;
+    CHECK(clusterd_status(&a, &si));
+
+    void *zctx = zmq_ctx_new();
+    void *s = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, "x", 1);
+    CHECK(zmq_connect(s, zep) == 0);
+
+    CHECK(send_hello(s, si.weft_version, "x\nWATCHDOG=trigger"));
+    bool refused = recv_type(s, WF_CMSG_REFUSE, CLUSTERD_TIMEOUT_MS);
+    CHECK(refused);
+    if (refused) {
+        printf("refused: %s\n", msg.u.text);
+        CHECK(strstr(msg.u.text, "node name") != NULL);
+        CHECK(strstr(msg.u.text, "WATCHDOG") == NULL);
+    }
+    notify_scan(&a, 1000, NULL);
+    memset(&si, 0, sizeof si);
+    CHECK(clusterd_status(&a, &si));
+    CHECK(strcmp(si.role, "coordinator") == 0);
+
+    /* the same hello with a good name is not refused */
+    void *s2 = zmq_socket(zctx, ZMQ_DEALER);
+    zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s2, ZMQ_ROUTING_ID, "y", 1);
+    CHECK(zmq_connect(s2, zep) == 0);
+    CHECK(send_hello(s2, si.weft_version, "y"));
+    CHECK(!recv_type(s2, WF_CMSG_REFUSE, 1000));
+    CHECK(notify_scan(&a, 3000, "STATUS=cluster") || 1);
+
+    zmq_close(s);
+    zmq_close(s2);
+    zmq_ctx_term(zctx);
+    clusterd_close(&a);
+    printf("test_cluster_badname: %d failures\n", failures);
+    return failures ? 1 : 0;
+}
