@@ -320,7 +320,7 @@ static void *rank_main(void *arg)
     wf_flux_group_t grp = rank_group(m, sub);
     wf_flux_job_t job = rank_job(m, t->rank);
     size_t bytes = wf_flux_forward_workspace(&m->shards[co.tp]->cfg, &job, m->T, m->R, m->U,
-                                             ops);
+                                             ops, NULL);
     if (bytes == 0 || bytes == SIZE_MAX) {
         t->st = WF_E_BAD_ARGUMENT;
         goto out;
@@ -379,8 +379,8 @@ static void *rank_main_dev(void *arg)
     }
     wf_flux_group_t grp = rank_group(m, sub);
     wf_flux_job_t job = rank_job(m, t->rank);
-    size_t bytes = wf_flux_forward_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops);
-    size_t hbytes = wf_flux_forward_host_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops);
+    size_t hbytes = 0;
+    size_t bytes = wf_flux_forward_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops, &hbytes);
     void *ws = NULL;
     if (bytes == SIZE_MAX || hbytes == SIZE_MAX ||
         !(hws = aligned_alloc(64, (hbytes + 63) & ~(size_t)63 ? (hbytes + 63) & ~(size_t)63
@@ -880,7 +880,7 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     wf_status_t st = wf_flux_forward_check(cfg, &j, 1, 1, 1, err, sizeof err);
     CHECK(st == WF_E_BAD_SHAPE && strstr(err, "hidden_states") && strstr(err, "in_channels"),
           "wrong channel count: %d '%s'", (int)st, err);
-    CHECK(wf_flux_forward_workspace(cfg, &j, 1, 1, 1, ops) == SIZE_MAX,
+    CHECK(wf_flux_forward_workspace(cfg, &j, 1, 1, 1, ops, NULL) == SIZE_MAX,
           "workspace of a refused job");
     j = plain->job;
     j.encoder_ch = 31;
@@ -924,8 +924,8 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     CHECK(wf_flux_forward_check(cfg, &j, 0, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT,
           "tp 0");
     /* the workspace grows with the sequence, shrinks with P */
-    size_t w1 = wf_flux_forward_workspace(cfg, &j, 1, 1, 1, ops);
-    size_t w4 = wf_flux_forward_workspace(cfg, &j, 1, 2, 2, ops);
+    size_t w1 = wf_flux_forward_workspace(cfg, &j, 1, 1, 1, ops, NULL);
+    size_t w4 = wf_flux_forward_workspace(cfg, &j, 1, 2, 2, ops, NULL);
     CHECK(w1 > 0 && w1 != SIZE_MAX && w4 < w1, "workspace P 1 %zu, P 4 %zu", w1, w4);
     printf("forward check: channels, ids, diffusers' divisibility message, guidance, dtypes; "
            "workspace %zu bytes (P 1), %zu (P 4)\n", w1, w4);

@@ -87,8 +87,8 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     wf_status_t st = wf_flux_forward_check(cfg, &fj, T, R, U, err, err_len);
     if (st != WF_OK)
         return st;
-    size_t ws = wf_flux_forward_workspace(cfg, &fj, T, R, U, ops);
-    size_t hws = wf_flux_forward_host_workspace(cfg, &fj, T, R, U, ops);
+    size_t hws = 0;
+    size_t ws = wf_flux_forward_workspace(cfg, &fj, T, R, U, ops, &hws);
     if (ws == SIZE_MAX || hws == SIZE_MAX) {
         snprintf(err, err_len, "forward workspace overflows");
         return WF_E_BAD_ARGUMENT;
@@ -135,10 +135,9 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
         .ulysses_degree = (int)m->deg.ulysses,
     };
     const wf_backend_ops_t *o = w->ops;
+    size_t hbytes = 0;
     size_t bytes = wf_flux_forward_workspace(&shard->cfg, &fj, grp.tp_degree,
-                                             grp.ring_degree, grp.ulysses_degree, o);
-    size_t hbytes = wf_flux_forward_host_workspace(&shard->cfg, &fj, grp.tp_degree,
-                                                   grp.ring_degree, grp.ulysses_degree, o);
+                                             grp.ring_degree, grp.ulysses_degree, o, &hbytes);
     if (bytes == SIZE_MAX || hbytes == SIZE_MAX)
         goto out;
     if (!o->dev_alloc) {

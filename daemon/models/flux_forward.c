@@ -362,11 +362,13 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, bool dev,
     return w;
 }
 
-/* The larger figure (device / host workspace) of any role. */
-static size_t ws_most(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int tp, int R,
-                      int U, const wf_backend_ops_t *ops, bool host)
+size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
+                                 const wf_flux_job_t *job, int tp, int R, int U,
+                                 const wf_backend_ops_t *ops, size_t *ret_host)
 {
     /* a refused job has no size: SIZE_MAX, which admission refuses too */
+    if (ret_host)
+        *ret_host = SIZE_MAX;
     if (!ops || wf_flux_forward_check(cfg, job, tp, R, U, NULL, 0) != WF_OK)
         return SIZE_MAX;
     geo_t g = geo_of(cfg, job, tp, R, U);
@@ -374,27 +376,17 @@ static size_t ws_most(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int
     size_t haws = 0, aws = attn_ws(&c, &g, ops, &haws), lws = lin_ws(&g, ops);
     if (lws == SIZE_MAX)
         c.overflow = true;
-    size_t most = 0;
+    size_t most = 0, hmost = 0;
     for (int role = 0; role < 3; role++) { /* other, seq index 0, the root */
         wsl_t w = ws_layout(&c, &g, role >= 1, role == 2, flux_on_device(ops), aws, haws, lws);
-        size_t n = host ? w.htotal : w.total;
-        most = n > most ? n : most;
+        most = w.total > most ? w.total : most;
+        hmost = w.htotal > hmost ? w.htotal : hmost;
     }
-    return c.overflow ? SIZE_MAX : most;
-}
-
-size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
-                                 const wf_flux_job_t *job, int tp, int R, int U,
-                                 const wf_backend_ops_t *ops)
-{
-    return ws_most(cfg, job, tp, R, U, ops, false);
-}
-
-size_t wf_flux_forward_host_workspace(const wf_flux_config_t *cfg,
-                                      const wf_flux_job_t *job, int tp, int R, int U,
-                                      const wf_backend_ops_t *ops)
-{
-    return ws_most(cfg, job, tp, R, U, ops, true);
+    if (c.overflow)
+        return SIZE_MAX;
+    if (ret_host)
+        *ret_host = hmost;
+    return most;
 }
 
 /* ---- the forward ------------------------------------------------------------------------- */

@@ -104,18 +104,14 @@ wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
 /* Workspace bytes any rank needs for this job (max over ranks) on the
  * backend's memory (device memory on a device backend), so the daemon
  * can admit one figure per device; valid for any plan (activation
- * buffers have their full widths). SIZE_MAX on overflow, and for a job
- * wf_flux_forward_check refuses. */
+ * buffers have their full widths). *ret_host (may be NULL) gets the host
+ * workspace any rank needs besides, from the same layouts (0 on the CPU
+ * backend, whose one workspace is host memory; on a device backend the
+ * counts of the v-collectives and cp_attention's host part). SIZE_MAX
+ * (both) on overflow, and for a job wf_flux_forward_check refuses. */
 size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
                                  const wf_flux_job_t *job, int tp, int R, int U,
-                                 const wf_backend_ops_t *ops);
-
-/* Host workspace bytes any rank needs besides (0 on the CPU backend,
- * whose one workspace is host memory; on a device backend the counts of
- * the v-collectives and cp_attention's host part). SIZE_MAX as above. */
-size_t wf_flux_forward_host_workspace(const wf_flux_config_t *cfg,
-                                      const wf_flux_job_t *job, int tp, int R,
-                                      int U, const wf_backend_ops_t *ops);
+                                 const wf_backend_ops_t *ops, size_t *ret_host);
 
 /* Run the forward on this rank with its shard (every rank of the replica
  * calls it with the same job and its own group; the shard built for this
@@ -123,7 +119,7 @@ size_t wf_flux_forward_host_workspace(const wf_flux_config_t *cfg,
  * `bytes` >=
  * wf_flux_forward_workspace(...), on the backend's memory (a device
  * backend: dev_alloc); `host_ws` 64-byte aligned host memory of
- * `host_bytes` >= wf_flux_forward_host_workspace(...) (NULL, 0 on the
+ * `host_bytes` >= its *ret_host (NULL, 0 on the
  * CPU). On a device backend everything queued is complete when it
  * returns (the output written). WF_OK, or a comm / backend error (the
  * world aborted), or WF_E_BAD_ARGUMENT for a short workspace, a shard
