@@ -607,8 +607,6 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx || !p || p->nwb > WF_LINEAR_MAX_BLOCKS || !dt_valid(p->w_dtype))
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->linear || !cpu->linear_workspace)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int ix = stage_add(&stg, p->x, p->rows, p->in, p->ldx, sizeof(float), false);
     int iw[WF_LINEAR_MAX_BLOCKS];
@@ -656,8 +654,6 @@ static wf_status_t standin_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t row
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx)
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->bias_act)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int iy = stage_add(&stg, y, rows, n, ldy, sizeof(float), true);
     int ib = stage_add(&stg, bias, 1, n, 0, sizeof(float), false);
@@ -674,8 +670,6 @@ static wf_status_t standin_act(wf_backend_ctx_t *ctx, float *dst, const float *s
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx)
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->act)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int id = stage_add(&stg, dst, 1, n, 0, sizeof(float), true);
     int is = stage_add(&stg, src, 1, n, 0, sizeof(float), false);
@@ -691,8 +685,6 @@ static wf_status_t standin_add(wf_backend_ctx_t *ctx, float *dst, const float *s
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx)
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->add)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int id = stage_add(&stg, dst, 1, n, 0, sizeof(float), true);
     int is = stage_add(&stg, src, 1, n, 0, sizeof(float), false);
@@ -708,8 +700,6 @@ static wf_status_t standin_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t 
     int64_t rows;
     if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows))
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->modln)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int is = stage_add(&stg, p->src, rows, p->C, p->ld_src, sizeof(float), false);
     int id = stage_add(&stg, p->dst, rows, p->C, p->ld_dst, sizeof(float), true);
@@ -736,8 +726,6 @@ static wf_status_t standin_gate_residual(wf_backend_ctx_t *ctx, float *S,
     int64_t rows;
     if (!ctx || !rows_of(nbatch, per, &rows))
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->gate_residual)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int iS = stage_add(&stg, S, rows, C, ld_s, sizeof(float), true);
     int iy = stage_add(&stg, y, rows, C, ld_y, sizeof(float), false);
@@ -760,8 +748,6 @@ static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
     if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) || !rows_of(p->H, p->D, &hd) ||
         p->row0 < 0 || p->L < 0 || p->per > INT64_MAX - p->row0)
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->head_norm_rope)
-        return WF_E_INTERNAL;
     if (rows > 0) {
         /* dst: the whole (nbatch, L) joint buffer, the extent the CPU op
          * checks overlaps against (staging only up to the last row
@@ -799,8 +785,6 @@ static wf_status_t standin_rope_table(wf_backend_ctx_t *ctx, const float *ids,
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx)
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->rope_table)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int ii = stage_add(&stg, ids, L, n_axes, n_axes, sizeof(float), false);
     int ic = stage_add(&stg, cos, L, D, D, sizeof(float), true);
@@ -819,8 +803,6 @@ static wf_status_t standin_timestep_proj(wf_backend_ctx_t *ctx, const float *t,
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx)
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->timestep_proj)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int it = stage_add(&stg, t, 1, B, 0, sizeof(float), false);
     int id = stage_add(&stg, dst, B, dim, dim, sizeof(float), true);
@@ -838,8 +820,6 @@ static wf_status_t standin_copy_rows(wf_backend_ctx_t *ctx, void *dst, size_t ld
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx || ld_dst > INT64_MAX || ld_src > INT64_MAX || row_bytes > INT64_MAX)
         return WF_E_BAD_ARGUMENT;
-    if (!cpu->copy_rows)
-        return WF_E_INTERNAL;
     stage_t stg = {.n = 0};
     int id = stage_add(&stg, dst, rows, (int64_t)row_bytes, (int64_t)ld_dst, 1, true);
     int is = stage_add(&stg, src, rows, (int64_t)row_bytes, (int64_t)ld_src, 1, false);
