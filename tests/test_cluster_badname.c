@@ -21,16 +21,7 @@
 #include "proto.h"
 #include "support/clusterd.h"
 
-static int failures;
-
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+static int failures; /* clusterd.h's CHECK counts here */
 
 static wf_cmsg_t msg;
 static wf_ctl_msg_t ctl;
