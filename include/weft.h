@@ -74,6 +74,10 @@ typedef enum wf_status {
      * not fit together for the op (K/V heads that do not divide Q heads,
      * head dims differ), a bad setting, a bad argument to a libweft call */
     WF_E_BAD_ARGUMENT = 9,
+    /* the client's role may not run this op: a `submit` key, or a local
+     * user other than root and the daemon's, asked for reconfigure,
+     * load_model or unload_model (README "Security") */
+    WF_E_DENIED = 10,
     /* the job queue is full; retry later */
     WF_E_QUEUE_FULL = 20,
     /* out of memory: the job does not fit in device memory (refused
@@ -104,7 +108,11 @@ typedef enum wf_status {
     WF_E_CONNECT = 102,  /* endpoint invalid or connection failed */
     WF_E_IO = 103,       /* ZeroMQ send / receive failed */
     WF_E_PROTOCOL = 104, /* the reply did not follow the protocol */
-    WF_E_PENDING = 106   /* wf_job_poll: the job is not finished yet */
+    WF_E_PENDING = 106,  /* wf_job_poll: the job is not finished yet */
+    /* the daemon refused this client's credentials: its CURVE handshake
+     * failed (a key not in the daemon's client_keys, the wrong server key,
+     * or no keys where the endpoint wants them) */
+    WF_E_AUTH = 107
 } wf_status_t;
 
 /* Stable short name of a status ("WF_E_LIMIT"); never NULL. */

@@ -21,6 +21,7 @@ const char *wf_status_name(wf_status_t s)
     case WF_E_BAD_SHAPE: return "WF_E_BAD_SHAPE";
     case WF_E_FRAME_MISMATCH: return "WF_E_FRAME_MISMATCH";
     case WF_E_BAD_ARGUMENT: return "WF_E_BAD_ARGUMENT";
+    case WF_E_DENIED: return "WF_E_DENIED";
     case WF_E_QUEUE_FULL: return "WF_E_QUEUE_FULL";
     case WF_E_NO_MEMORY: return "WF_E_NO_MEMORY";
     case WF_E_SHUTTING_DOWN: return "WF_E_SHUTTING_DOWN";
@@ -35,6 +36,7 @@ const char *wf_status_name(wf_status_t s)
     case WF_E_IO: return "WF_E_IO";
     case WF_E_PROTOCOL: return "WF_E_PROTOCOL";
     case WF_E_PENDING: return "WF_E_PENDING";
+    case WF_E_AUTH: return "WF_E_AUTH";
     }
     return "WF_E_UNKNOWN";
 }
@@ -45,12 +47,12 @@ wf_status_t wf_status_on_wire(wf_status_t s)
     case WF_OK: case WF_E_MALFORMED: case WF_E_VERSION: case WF_E_LIMIT:
     case WF_E_UNKNOWN_OP: case WF_E_BAD_FIELD: case WF_E_BAD_DTYPE:
     case WF_E_BAD_SHAPE: case WF_E_FRAME_MISMATCH: case WF_E_BAD_ARGUMENT:
-    case WF_E_QUEUE_FULL: case WF_E_NO_MEMORY: case WF_E_SHUTTING_DOWN:
+    case WF_E_DENIED: case WF_E_QUEUE_FULL: case WF_E_NO_MEMORY: case WF_E_SHUTTING_DOWN:
     case WF_E_BUSY: case WF_E_NOT_COORDINATOR: case WF_E_UNAVAILABLE:
     case WF_E_INTERNAL: case WF_E_ABORTED: case WF_E_NODE_LOST:
         return s;
     case WF_E_TIMEOUT: case WF_E_CONNECT: case WF_E_IO: case WF_E_PROTOCOL:
-    case WF_E_PENDING:
+    case WF_E_PENDING: case WF_E_AUTH:
         break;
     }
     return WF_E_INTERNAL;
@@ -69,6 +71,7 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_BAD_SHAPE: return "invalid tensor shape";
     case WF_E_FRAME_MISMATCH: return "tensor frames do not match their descriptors";
     case WF_E_BAD_ARGUMENT: return "invalid argument (e.g. tensors that do not fit together for the op)";
+    case WF_E_DENIED: return "the client's role may not run this op";
     case WF_E_QUEUE_FULL: return "job queue is full";
     case WF_E_NO_MEMORY: return "out of memory (the job does not fit, or an allocation failed)";
     case WF_E_SHUTTING_DOWN: return "daemon is shutting down";
@@ -83,6 +86,7 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_IO: return "socket I/O failed";
     case WF_E_PROTOCOL: return "reply does not follow the protocol";
     case WF_E_PENDING: return "job not finished";
+    case WF_E_AUTH: return "the daemon refused this client's credentials";
     }
     return "unknown status";
 }

@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,8 +29,9 @@ typedef enum setting_kind {
     KIND_ROTATE,    /* uint32_t holding a wf_rotate_t: allgather | alltoall */
     KIND_BOOL,      /* bool: true/false, yes/no, on/off, 1/0 */
     KIND_HOSTPORT,  /* char[WF_SETTINGS_NAME_MAX]: "" or HOST:PORT */
-    KIND_NAME,      /* char[WF_SETTINGS_NAME_MAX]: [A-Za-z0-9._-]{1,63}; "" = hostname */
-    KIND_PATH       /* char[WF_SETTINGS_PATH_MAX]: "" or an absolute path */
+    KIND_NAME,      /* char[WF_SETTINGS_NAME_MAX]: "" or [A-Za-z0-9._-]{1,63} */
+    KIND_PATH,      /* char[WF_SETTINGS_PATH_MAX]: "" or an absolute path */
+    KIND_MODE       /* uint32_t file mode bits, octal text ("0660"), <= max */
 } setting_kind_t;
 
 typedef struct setting_def {
@@ -105,6 +107,32 @@ static const setting_def_t settings_table[] = {
     { "model_root", KIND_PATH, OFF(model_root), "", 0, 0, false,
       "absolute directory that load_model paths are relative to (nothing "
       "outside it is read); empty = no models" },
+    /* security (README "Security"); none reloadable but client_keys */
+    { "key_file", KIND_PATH, OFF(key_file), "", 0, 0, false,
+      "this daemon's CURVE key pair (weftctl keygen writes one; mode 0600); "
+      "needed by client_keys and node_keys" },
+    { "client_keys", KIND_PATH, OFF(client_keys), "", 0, 0, true,
+      "tcp:// clients allowed, one per line: ROLE KEY NAME (ROLE submit or "
+      "admin, KEY a Z85 public key); set = CURVE on tcp:// endpoints; SIGHUP "
+      "re-reads it; empty = none" },
+    { "allow_anonymous", KIND_BOOL, OFF(allow_anonymous), "false", 0, 0, false,
+      "allow a tcp:// client endpoint without client_keys, or a cluster without "
+      "node_keys, on addresses other than loopback (anyone reaching them may "
+      "do anything)" },
+    { "socket_mode", KIND_MODE, OFF(socket_mode), "0660", 0, 0777, false,
+      "ipc:// endpoint: mode of the socket file (who may connect; local "
+      "clients other than root and the daemon's user get the submit role)" },
+    { "socket_group", KIND_NAME, OFF(socket_group), "", 0, 0, false,
+      "ipc:// endpoint: group of the socket file; empty = the daemon's" },
+    { "node_keys", KIND_PATH, OFF(node_keys), "", 0, 0, false,
+      "cluster: the nodes admitted, one per line: NAME KEY (Z85 public key); "
+      "set = CURVE on every daemon-to-daemon socket; the same file on every node" },
+    { "coordinator_node", KIND_NAME, OFF(coordinator_node), "", 0, 0, false,
+      "cluster with node_keys: the name of the node that coordinates (it binds "
+      "the rendezvous; the others pin its key)" },
+    { "user", KIND_NAME, OFF(user), "", 0, 0, false,
+      "started as root: the user to switch to once the sockets are bound; "
+      "empty = stay" },
     { "nccl", KIND_BOOL, OFF(nccl), "true", 0, 0, false,
       "CUDA: NCCL worlds when NCCL is built and every rank has its own GPU; "
       "false = the host comm staged through copies (for comparisons)" },
@@ -379,6 +407,20 @@ static bool parse_value(const setting_def_t *d, const char *value,
             return false;
         }
         memcpy(field, &b, sizeof b);
+        return true;
+    }
+    case KIND_MODE: {
+        char *end;
+        errno = 0;
+        unsigned long m = value[0] >= '0' && value[0] <= '7'
+                        ? strtoul(value, &end, 8) : ULONG_MAX;
+        if (m == ULONG_MAX || errno || *end != '\0' || m > d->max) {
+            snprintf(why, why_len, "expected octal file mode bits 0..%03" PRIo64,
+                     d->max);
+            return false;
+        }
+        uint32_t u = (uint32_t)m;
+        memcpy(field, &u, sizeof u);
         return true;
     }
     case KIND_U32:
@@ -744,6 +786,7 @@ static bool field_equal(const setting_def_t *d, const wf_settings_t *a,
         return strcmp(fa, fb) == 0;
     case KIND_U32:
     case KIND_LEVEL:
+    case KIND_MODE:
         return memcmp(fa, fb, sizeof(uint32_t)) == 0;
     case KIND_U64:
         return memcmp(fa, fb, sizeof(uint64_t)) == 0;
@@ -783,6 +826,7 @@ static void field_copy(const setting_def_t *d, wf_settings_t *dst,
         break;
     case KIND_U32:
     case KIND_LEVEL:
+    case KIND_MODE:
         memcpy(fd, fs, sizeof(uint32_t));
         break;
     case KIND_U64:
@@ -838,7 +882,7 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
         snprintf(buf, len, "%s", f[0] ? f : "\"\" (single node)");
         return;
     case KIND_NAME:
-        snprintf(buf, len, "%s", f[0] ? f : "\"\" (hostname)");
+        snprintf(buf, len, "%s", f[0] ? f : "\"\"");
         return;
     case KIND_PATH:
         snprintf(buf, len, "%s", f[0] ? f : "\"\" (none)");
@@ -850,6 +894,10 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
     case KIND_U32:
         memcpy(&u32, f, sizeof u32);
         snprintf(buf, len, "%" PRIu32, u32);
+        return;
+    case KIND_MODE:
+        memcpy(&u32, f, sizeof u32);
+        snprintf(buf, len, "0%03" PRIo32, u32);
         return;
     case KIND_U64:
         memcpy(&u64, f, sizeof u64);

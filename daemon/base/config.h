@@ -79,6 +79,15 @@ typedef struct wf_settings {
                                     endpoints bind and announce; "" = hostname */
     /* resident models */
     char model_root[WF_SETTINGS_PATH_MAX]; /* directory models load from; "" = none */
+    /* security (README "Security") */
+    char key_file[WF_SETTINGS_PATH_MAX]; /* this daemon's CURVE key pair; "" = none */
+    char client_keys[WF_SETTINGS_PATH_MAX]; /* tcp clients' keys and roles; "" = no CURVE */
+    bool allow_anonymous;        /* tcp / cluster without keys off loopback */
+    uint32_t socket_mode;        /* ipc socket file mode bits */
+    char socket_group[WF_SETTINGS_NAME_MAX]; /* ipc socket file group; "" = ours */
+    char node_keys[WF_SETTINGS_PATH_MAX]; /* cluster nodes' keys; "" = no CURVE */
+    char coordinator_node[WF_SETTINGS_NAME_MAX]; /* with node_keys: who coordinates */
+    char user[WF_SETTINGS_NAME_MAX]; /* root: switch to this user after binding */
     /* comm on GPUs */
     bool nccl;                   /* NCCL worlds where every rank has its own GPU */
     uint32_t nccl_init_timeout_ms; /* bound on an NCCL communicator's init */
