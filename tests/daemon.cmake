@@ -7,6 +7,11 @@ add_test(NAME daemon_config COMMAND test_config)
 add_executable(test_escape ${CMAKE_CURRENT_LIST_DIR}/test_escape.c)
 target_link_libraries(test_escape PRIVATE weftd_core)
 add_test(NAME escape COMMAND test_escape)
+# CURVE key files, allow-lists and the ZAP handler over real sockets.
+add_executable(test_auth ${CMAKE_CURRENT_LIST_DIR}/test_auth.c)
+target_include_directories(test_auth PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(test_auth PRIVATE weftd_core)
+add_test(NAME auth COMMAND test_auth)
 
 # Support for raw-ZeroMQ end-to-end tests: daemon start, notify, requests.
 add_library(weft_rawd STATIC ${CMAKE_CURRENT_LIST_DIR}/support/rawd.c)
