@@ -280,7 +280,7 @@ static void child_main(const world_opts_t *o, int proc, int up, int down)
     child_rank_t cr[MAXTPP];
     for (int t = 0; t < o->tpp; t++) {
         cr[t] = (child_rank_t){.rank = proc * o->tpp + t, .up = up, .o = o};
-        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0,
+        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, NULL,
                                      &cr[t].ep) != WF_OK)
             _exit(5);
         send_rec(up, REC_ADDR, cr[t].rank, 0,
@@ -896,9 +896,9 @@ static int test_join_timeout(void)
     int fails = 0;
     void *ctx = zmq_ctx_new();
     wf_comm_zmq_endpoint_t *ep = NULL, *other = NULL;
-    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, &ep));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &ep));
     /* a bound port nobody answers on: rank 0 of the world */
-    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, &other));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &other));
     if (!ep || !other)
         return fails + 1;
     const char *eps[2] = {wf_comm_zmq_endpoint_address(other),

@@ -44,7 +44,7 @@ static wf_status_t bind_spares(wf_world_t *w)
     snprintf(bind, sizeof bind, "tcp://%s:*", host);
     for (uint32_t d = 0; d < w->n_workers; d++) {
         wf_comm_zmq_endpoint_destroy(&w->spare[d]);
-        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max,
+        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max, NULL,
                                                   &w->spare[d]);
         if (st != WF_OK) {
             wf_log(w->log, WF_LOG_ERR, "cluster: cannot bind a comm endpoint "

@@ -68,6 +68,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "keys.h"
 
 /* Largest world accepted. */
 #define WF_COMM_ZMQ_MAX_RANKS 4096
@@ -104,6 +105,17 @@ typedef struct wf_comm_zmq_config {
     int op_timeout_ms;            /* per blocking call; <= 0: none */
     int64_t max_message_bytes;    /* ZMQ_MAXMSGSIZE of the socket; <= 0:
                                    * no limit */
+    /* CURVE (README "Security"); curve NULL: plain tcp, the fields below
+     * unused. With it, every rank's socket is a CURVE server in the
+     * WF_ZAP_NODES domain (base/zap.h) for the peers that connect to it,
+     * and a CURVE client pinned to rank_keys[j] when it connects to rank
+     * j; a frame from rank j is accepted only with the User-Id
+     * rank_nodes[j] (the node ZAP admitted): no other node, trusted or
+     * not, can speak for a rank. */
+    const wf_keypair_t *curve;    /* this node's key pair; borrowed */
+    const char *const *rank_keys; /* nranks Z85 public keys: the node
+                                   * holding each rank */
+    const char *const *rank_nodes; /* nranks node names, by rank */
 } wf_comm_zmq_config_t;
 
 /* --- abort domain ----------------------------------------------------- */
@@ -134,11 +146,13 @@ void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l);
 
 /* Create a ROUTER socket on zmq_ctx and bind it to bind_addr (a wildcard
  * port such as "tcp://127.0.0.1:*" is allowed). max_message_bytes as in
- * the config (<= 0: no limit). Caller owns *ret_ep. Errors:
+ * the config (<= 0: no limit); curve as in the config (NULL: plain tcp;
+ * else a CURVE server in WF_ZAP_NODES, set before the bind). Caller owns *ret_ep. Errors:
  * WF_E_BAD_ARGUMENT (address too long), WF_E_CONNECT (bind failed),
  * WF_E_NO_MEMORY, WF_E_INTERNAL. */
 wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
                                      int64_t max_message_bytes,
+                                     const wf_keypair_t *curve,
                                      wf_comm_zmq_endpoint_t **ret_ep);
 
 /* The address peers connect to ("tcp://127.0.0.1:41234"). Borrowed until

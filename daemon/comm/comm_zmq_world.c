@@ -22,8 +22,11 @@
 
 wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
                                      int64_t max_message_bytes,
+                                     const wf_keypair_t *curve,
                                      wf_comm_zmq_endpoint_t **ret_ep)
 {
+    if (curve)
+        return WF_E_UNAVAILABLE;   /* CURVE data plane: not built yet */
     assert(zmq_ctx && bind_addr && ret_ep);
     if (strlen(bind_addr) >= WF_COMM_ZMQ_ENDPOINT_MAX)
         return WF_E_BAD_ARGUMENT;
