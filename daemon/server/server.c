@@ -410,7 +410,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     zmq_setsockopt(srv->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof zero);
     set_max_msg_size(srv);
-    if (bind_router(srv) != WF_OK)
+    mode_t umask_before = srv_socket_umask(srv);     /* privileges.c */
+    wf_status_t bound = bind_router(srv);
+    if (srv_socket_perms(srv, umask_before) != WF_OK || bound != WF_OK)
         goto fail;
     if (cluster) {
         wf_world_cfg_t wc = {
@@ -425,6 +427,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             goto fail;
         cluster_sync(srv);      /* a world of one node forms at once */
     }
+    /* Every socket is bound, the model root and the devices are open. */
+    if (srv_drop_privileges(srv) != WF_OK)
+        goto fail;
     *ret_srv = srv;
     return WF_OK;
 

@@ -10,6 +10,8 @@
  *   reconfigure.c     the hot reconfiguration state machine, regroup jobs
  *   dispatch.c        planning, dispatch, re-planning queued jobs
  *   replies.c         replies and error replies, status lines
+ *   privileges.c      the ipc socket file's mode and group, the switch
+ *                     from root to `user`
  *
  * Where a lower file must reach a higher one (the end of a regroup tells
  * the models), it calls through srv->hooks, which server.c sets. Nothing
@@ -21,6 +23,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <zmq.h>
 
 #include "server.h"
@@ -192,5 +195,24 @@ void srv_reply_job(wf_server_t *srv, wf_djob_t *job);
 wf_reply_t *srv_reply_ok(wf_server_t *srv, uint64_t id, uint32_t op);
 /* "serving on ..., mesh ..., epoch ..." for sd_notify STATUS=. */
 void srv_status_line(const wf_server_t *srv, char *buf, size_t len);
+
+/* privileges.c */
+
+/* Narrow the umask for the bind so that an ipc:// socket file is never
+ * wider than socket_mode (no group bits before socket_group is set).
+ * Returns the umask before, for srv_socket_perms. */
+mode_t srv_socket_umask(const wf_server_t *srv);
+/* After the bind (successful or not): restore the umask; on a socket file
+ * of ours (bound ipc://PATH, not systemd's, not abstract), set its group
+ * (socket_group; `user`'s when dropping to it), owner (`user` when
+ * dropping) and mode (socket_mode), and log them. Errors (unknown group,
+ * chown / chmod refused) are logged; start-up stops. */
+wf_status_t srv_socket_perms(wf_server_t *srv, mode_t umask_before);
+/* Once every socket is bound and every privileged file is open: started
+ * as root with `user` set, switch to it (supplementary groups, gid, uid,
+ * then check that root cannot be regained); every thread follows. `user`
+ * set but not root: fine when we already run as it, else an error.
+ * Errors are logged. */
+wf_status_t srv_drop_privileges(wf_server_t *srv);
 
 #endif /* WF_SERVER_IMPL_H */
