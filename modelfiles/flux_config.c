@@ -11,6 +11,7 @@
  */
 #include "flux_config.h"
 #include "errf.h"
+#include "json_err.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -149,8 +150,9 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        wf_errf(err, err_len, "%s: JSON invalid at line %d column %d: %s", label,
-                jerr.line, jerr.column, jerr.text);
+        char where[128];
+        wf_errf(err, err_len, "%s: JSON invalid %s", label,
+                wf_json_error_where(&jerr, where, sizeof where));
         return WF_E_BAD_FIELD;
     }
     wf_status_t s = WF_E_BAD_FIELD;
@@ -169,14 +171,17 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
         goto out;
     }
     if (strcmp(json_string_value(cls), WF_FLUX_CLASS_NAME) != 0) {
-        wf_errf(err, err_len, "%s: model class \"%.64s\" is not supported (weft serves \"%s\")",
-                label, json_string_value(cls), WF_FLUX_CLASS_NAME);
+        /* the value is not echoed: a message never quotes file content */
+        wf_errf(err, err_len, "%s: model class ('_class_name') is not supported "
+                "(weft serves \"%s\")", label, WF_FLUX_CLASS_NAME);
         goto out;
     }
 
     const char *key;
     json_t *val;
+    size_t nth = 0;
     json_object_foreach(root, key, val) {
+        nth++;
         if (key[0] == '_')
             continue; /* _class_name, _diffusers_version, _name_or_path, ... */
         size_t i;
@@ -184,9 +189,11 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
             if (strcmp(key, fields[i].name) == 0)
                 break;
         if (i == N_FIELDS) {
+            /* named by position: the key is the file's text, not ours */
             wf_errf(err, err_len,
-                    "%s: unknown field '%.64s' (not a field of diffusers' %s that weft knows)",
-                    label, key, WF_FLUX_CLASS_NAME);
+                    "%s: unknown field: the %zu%s key of the object is not a field of "
+                    "diffusers' %s that weft knows",
+                    label, nth, wf_json_ordinal(nth), WF_FLUX_CLASS_NAME);
             goto out;
         }
     }

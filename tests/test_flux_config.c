@@ -139,7 +139,7 @@ static void test_parse(void)
         BAD(required[i], NULL, want);
     }
     BAD("_class_name", NULL, "'_class_name' is missing");
-    BAD("_class_name", "\"FluxControlNetModel\"", "model class \"FluxControlNetModel\" is not supported");
+    BAD("_class_name", "\"FluxControlNetModel\"", "model class ('_class_name') is not supported");
     BAD("_class_name", "3", "'_class_name' is not a string");
     BAD("axes_dims_rope", NULL, "(diffusers' default: the field is missing) sum to 128, not attention_head_dim 12");
 
@@ -183,7 +183,8 @@ static void test_parse(void)
     const char *unknown = "{\"_class_name\": \"FluxTransformer2DModel\", \"mlp_ratio\": 4}";
     CHECK(wf_flux_config_parse(unknown, strlen(unknown), WF_FLUX_CONFIG_DIFFUSERS_DEFAULTS, "u",
                                &c, err, sizeof err) == WF_E_BAD_FIELD
-          && strstr(err, "unknown field 'mlp_ratio'"), "unknown: %s", err);
+          && strstr(err, "unknown field: the 2nd key of the object")
+          && !strstr(err, "mlp_ratio"), "unknown: %s", err);
     const char *dup = "{\"_class_name\": \"FluxTransformer2DModel\", \"patch_size\": 1, "
                       "\"patch_size\": 2}";
     CHECK(wf_flux_config_parse(dup, strlen(dup), WF_FLUX_CONFIG_DIFFUSERS_DEFAULTS, "d", &c,
