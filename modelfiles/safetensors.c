@@ -101,10 +101,11 @@ static int cmp_meta(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* A name shortened for messages (names may be 255 bytes, messages
- * shorter). */
-#define NAME_FMT "'%.80s%s'"
-#define NAME_ARG(s) (s), (strlen(s) > 80 ? "..." : "")
+/* A name for messages: escaped (a tensor name is the file's bytes and may
+ * hold control bytes) and shortened with "..." (names may be 255 bytes,
+ * messages shorter). The buffer lives until the end of the statement. */
+#define NAME_FMT "'%s'"
+#define NAME_ARG(s) wf_escape((char[96]){ 0 }, 96, (s), strlen(s), WF_ESC_ASCII)
 
 static void shape_text(const wf_st_tensor_t *t, char *buf, size_t len)
 {
@@ -144,8 +145,8 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     json_object_foreach(v, key, val) {
         if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0
             && strcmp(key, "data_offsets") != 0) {
-            wf_errf(err, err_len, "%s: tensor " NAME_FMT ": unexpected key '%.40s'",
-                    path, NAME_ARG(name), key);
+            wf_errf(err, err_len, "%s: tensor " NAME_FMT ": unexpected key (only dtype, "
+                    "shape and data_offsets)", path, NAME_ARG(name));
             return WF_E_MALFORMED;
         }
     }
@@ -324,8 +325,8 @@ static wf_status_t parse_image(wf_safetensors_t *st, const uint8_t *hdr, uint64_
         }
         json_object_foreach(meta, key, val) {
             if (!json_is_string(val)) {
-                wf_errf(err, err_len, "%s: __metadata__ '%.80s' is not a string",
-                        path, key);
+                wf_errf(err, err_len, "%s: __metadata__ " NAME_FMT " is not a string",
+                        path, NAME_ARG(key));
                 s = WF_E_MALFORMED;
                 goto out;
             }
