@@ -463,9 +463,13 @@ wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
         if (strlen(r.tensor->name) >= sizeof key.name
             || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL) {
             if (problems++ == 0) {
+                /* the name is the file's: escaped (control bytes) */
+                char q[160];
                 wf_errf(err, err_len,
-                        "checkpoint has unexpected tensor '%.128s' in %s (not part of %s with this config)",
-                        r.tensor->name, wf_safetensors_path(r.file), WF_FLUX_CLASS_NAME);
+                        "checkpoint has unexpected tensor '%s' in %s (not part of %s with this config)",
+                        wf_escape(q, sizeof q, r.tensor->name, strlen(r.tensor->name),
+                                  WF_ESC_ASCII),
+                        wf_safetensors_path(r.file), WF_FLUX_CLASS_NAME);
                 s = WF_E_MALFORMED;
             }
         }

@@ -589,9 +589,10 @@ wf_status_t wf_safetensors_read(const wf_safetensors_t *st, size_t i, uint64_t o
         memcpy(dst, st->base + st->t[i].offset + off, len);
         return WF_OK;
     }
+    uint64_t at = st->t[i].offset + off;
     char what[WF_ST_NAME_MAX + 16];
     snprintf(what, sizeof what, "tensor " NAME_FMT, NAME_ARG(st->t[i].name));
-    return read_at(st->fd, dst, len, st->t[i].offset + off, st->path, what, err, err_len);
+    return read_at(st->fd, dst, len, at, st->path, what, err, err_len);
 }
 
 void wf_safetensors_close(wf_safetensors_t **pst)
