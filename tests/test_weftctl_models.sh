@@ -240,7 +240,7 @@ done
 
 # symlinks pre-created at the final names of a real output directory are
 # replaced, not followed
-mkdir -p "$tmp/out-links"
+mkdir -p -m 755 "$tmp/out-links"   # not o+w whatever the umask: shard refuses that
 ln -s "$tmp/victim/tp-rank-00000-of-00002.safetensors" \
     "$tmp/out-links/tp-rank-00000-of-00002.safetensors"
 ln -s "$tmp/victim/config.json" "$tmp/out-links/config.json"
