@@ -11,6 +11,7 @@
  */
 #include "flux_config.h"
 #include "errf.h"
+#include "json_err.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -149,8 +150,9 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        wf_errf(err, err_len, "%s: JSON invalid at line %d column %d: %s", label,
-                jerr.line, jerr.column, jerr.text);
+        char where[128];
+        wf_errf(err, err_len, "%s: JSON invalid %s", label,
+                wf_json_error_where(&jerr, where, sizeof where));
         return WF_E_BAD_FIELD;
     }
     wf_status_t s = WF_E_BAD_FIELD;
@@ -169,14 +171,17 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
         goto out;
     }
     if (strcmp(json_string_value(cls), WF_FLUX_CLASS_NAME) != 0) {
-        wf_errf(err, err_len, "%s: model class \"%.64s\" is not supported (weft serves \"%s\")",
-                label, json_string_value(cls), WF_FLUX_CLASS_NAME);
+        /* the value is not echoed: a message never quotes file content */
+        wf_errf(err, err_len, "%s: model class ('_class_name') is not supported "
+                "(weft serves \"%s\")", label, WF_FLUX_CLASS_NAME);
         goto out;
     }
 
     const char *key;
     json_t *val;
+    size_t nth = 0;
     json_object_foreach(root, key, val) {
+        nth++;
         if (key[0] == '_')
             continue; /* _class_name, _diffusers_version, _name_or_path, ... */
         size_t i;
@@ -184,9 +189,11 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
             if (strcmp(key, fields[i].name) == 0)
                 break;
         if (i == N_FIELDS) {
+            /* named by position: the key is the file's text, not ours */
             wf_errf(err, err_len,
-                    "%s: unknown field '%.64s' (not a field of diffusers' %s that weft knows)",
-                    label, key, WF_FLUX_CLASS_NAME);
+                    "%s: unknown field: the %zu%s key of the object is not a field of "
+                    "diffusers' %s that weft knows",
+                    label, nth, wf_json_ordinal(nth), WF_FLUX_CLASS_NAME);
             goto out;
         }
     }
@@ -456,9 +463,13 @@ wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
         if (strlen(r.tensor->name) >= sizeof key.name
             || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL) {
             if (problems++ == 0) {
+                /* the name is the file's: escaped (control bytes) */
+                char q[160];
                 wf_errf(err, err_len,
-                        "checkpoint has unexpected tensor '%.128s' in %s (not part of %s with this config)",
-                        r.tensor->name, wf_safetensors_path(r.file), WF_FLUX_CLASS_NAME);
+                        "checkpoint has unexpected tensor '%s' in %s (not part of %s with this config)",
+                        wf_escape(q, sizeof q, r.tensor->name, strlen(r.tensor->name),
+                                  WF_ESC_ASCII),
+                        wf_safetensors_path(r.file), WF_FLUX_CLASS_NAME);
                 s = WF_E_MALFORMED;
             }
         }

@@ -17,7 +17,12 @@
  * any other unknown key is refused, since it may change the architecture.
  *
  * Nothing here logs; errors are a status and a message naming the file
- * and the field or tensor:
+ * and the field or tensor. A message never quotes the file's text: a JSON
+ * syntax error gives the byte offset, line and column and the kind of
+ * error; a key is named only when it is one of the fields above, an
+ * unknown one by its position ("the 3rd key"); the class name is not
+ * echoed. (The file may be any file beneath the model root; the message
+ * goes back to whichever client asked.)
  *   WF_E_BAD_FIELD  invalid JSON, wrong class, missing field, wrong type,
  *                   value out of range, inconsistent fields
  *   WF_E_BAD_SHAPE  a checkpoint tensor with the wrong shape

@@ -2,7 +2,7 @@
  * the sharded layout (one safetensors file per tp rank) read and written
  * (see flux_host.h).
  *
- * A source keeps the validated files mapped between the two phases; its
+ * A source keeps the validated files open between the two phases; its
  * tensor table (name order, as the host copy) says for each tensor where
  * its bytes are: one checkpoint entry, or one piece per rank file. The
  * piece layout of a tensor is a view [outer, dim, inner] of the full
@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -649,23 +650,26 @@ void wf_flux_host_free(wf_flux_host_t **h)
     *h = NULL;
 }
 
-/* Tensor i of a sharded source pasted together from every rank file;
- * *ret_read gets the bytes read. */
+/* Tensor t of a sharded source pasted together from every rank file;
+ * scratch holds at least a piece and the whole tensor (for the replicated
+ * check); *ret_read gets the bytes read. */
 static wf_status_t read_sharded(const wf_flux_source_t *s, const src_tensor_t *t,
-                                uint8_t *full, uint64_t *ret_read, char *err,
-                                size_t err_len)
+                                uint8_t *full, uint8_t *scratch, uint64_t *ret_read,
+                                char *err, size_t err_len)
 {
     size_t es = wf_dtype_size(t->dtype);
     uint64_t local = local_numel(&t->split) * es;
     for (uint32_t r = 0; r < s->tp; r++) {
         const wf_safetensors_t *f = s->files[r];
         ptrdiff_t k = wf_safetensors_find(f, t->name);   /* checked at open */
-        const uint8_t *p = wf_safetensors_data(f, (size_t)k);
+        uint8_t *dst = (!t->split.cut && r == 0) ? full : scratch;
+        wf_status_t st = wf_safetensors_read(f, (size_t)k, 0, dst, (size_t)local, err,
+                                             err_len);
+        if (st != WF_OK)
+            return st;
         if (t->split.cut) {
-            paste_piece(&t->split, (int)r, (int)s->tp, es, p, full);
-        } else if (r == 0) {
-            memcpy(full, p, (size_t)t->nbytes);
-        } else if (memcmp(full, p, (size_t)t->nbytes) != 0) {
+            paste_piece(&t->split, (int)r, (int)s->tp, es, scratch, full);
+        } else if (r > 0 && memcmp(full, scratch, (size_t)t->nbytes) != 0) {
             wf_errf(err, err_len, "%s: replicated tensor '%s' differs from its copy in %s",
                     wf_safetensors_path(f), t->name, wf_safetensors_path(s->files[0]));
             return WF_E_MALFORMED;
@@ -709,7 +713,7 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
     h->bytes = src->bytes;
     h->n = src->n;          /* t[] is zeroed: a failure frees what was made */
     /* Copy in file order (the tensors are kept in name order): sequential
-     * reads of each mapping let the kernel's read-ahead work. */
+     * reads of each file let the kernel's read-ahead work. */
     size_t *order = malloc((src->n ? src->n : 1) * sizeof *order);
     if (order == NULL) {
         free(h->t);
@@ -719,6 +723,24 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
     }
     for (size_t i = 0; i < src->n; i++)
         order[i] = i;
+    /* a sharded tensor is read piece by piece into scratch (a piece, or a
+     * replicated tensor's other copies) */
+    uint8_t *scratch = NULL;
+    if (src->sharded) {
+        uint64_t most = 0;
+        for (size_t i = 0; i < src->n; i++)
+            if (src->t[i].nbytes > most)
+                most = src->t[i].nbytes;
+        scratch = malloc(most ? (size_t)most : 1);
+        if (scratch == NULL) {
+            free(order);
+            free(h->t);
+            free(h);
+            wf_errf(err, err_len, "%s: out of memory for a %" PRIu64 "-byte buffer",
+                    src->dir, most);
+            return WF_E_NO_MEMORY;
+        }
+    }
     if (!src->sharded) {
         sort_src = src;
         qsort(order, src->n, sizeof *order, cmp_file_order);
@@ -745,20 +767,24 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
         ht->shape[1] = t->shape[1];
         ht->nbytes = t->nbytes;
         if (src->sharded) {
-            st = read_sharded(src, t, ht->data, &done, err, err_len);
-            if (st != WF_OK)
-                goto fail;
+            st = read_sharded(src, t, ht->data, scratch, &done, err, err_len);
         } else {
-            memcpy(ht->data, wf_safetensors_data(t->ref.file, t->ref.index), size);
+            /* read, not mapped: a file that shrinks now is an error */
+            st = wf_safetensors_read(t->ref.file, t->ref.index, 0, ht->data, size, err,
+                                     err_len);
             done += t->nbytes;
         }
+        if (st != WF_OK)
+            goto fail;
         if (progress != NULL)
             progress(arg, done, src->read_bytes);
     }
+    free(scratch);
     free(order);
     *ret = h;
     return WF_OK;
 fail:
+    free(scratch);
     free(order);
     wf_flux_host_free(&h);
     return st;
@@ -880,10 +906,158 @@ out:
     return st;
 }
 
-/* Write rank r's file to `tmp` in directory dfd. */
+/* ---- the output directory and its files ---------------------------------
+ *
+ * The writer works under one descriptor of the output directory, opened
+ * with O_NOFOLLOW after checking it is not a symlink, is the caller's and
+ * not writable by everyone; every later name is resolved with openat /
+ * renameat / unlinkat under that descriptor, so a symlink swapped in
+ * for the directory afterwards changes nothing. A file is created only
+ * with O_CREAT | O_EXCL | O_NOFOLLOW under a random name; a file is
+ * removed only when it is one this call created (same inode) or a rank
+ * file of another degree that weftctl shard wrote (a regular file of the
+ * caller's, one link, whose metadata says "weft_format": "tp-shard-1"). */
+
+/* A file this call created. */
+typedef struct out_file {
+    char tmp[128];            /* its temporary name ("" when none) */
+    dev_t dev;                /* its inode, to unlink only ourselves */
+    ino_t ino;
+} out_file_t;
+
+/* Open (creating it if missing) the output directory; *ret_fd is an
+ * O_RDONLY | O_DIRECTORY descriptor. */
+static wf_status_t open_out_dir(const char *out_dir, int *ret_fd, char *err, size_t err_len)
+{
+    char path[4096], q[256];
+    size_t n = strlen(out_dir);
+    wf_escape(q, sizeof q, out_dir, n, WF_ESC_ASCII);
+    /* "link/" would follow the link whatever O_NOFOLLOW says */
+    while (n > 1 && out_dir[n - 1] == '/')
+        n--;
+    if (n >= sizeof path) {
+        wf_errf(err, err_len, "output directory '%s': path too long", q);
+        return WF_E_BAD_ARGUMENT;
+    }
+    memcpy(path, out_dir, n);
+    path[n] = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        wf_errf(err, err_len, "output directory '%s': mkdir: %s", q, strerror(errno));
+        return WF_E_INTERNAL;
+    }
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        struct stat lst;
+        if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+            wf_errf(err, err_len, "output directory '%s' is a symlink: refused (give the "
+                    "directory itself)", q);
+            return WF_E_BAD_ARGUMENT;
+        }
+        wf_errf(err, err_len, "output directory '%s': open: %s", q, strerror(e));
+        return e == ENOTDIR ? WF_E_BAD_ARGUMENT : WF_E_INTERNAL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        wf_errf(err, err_len, "output directory '%s': fstat: %s", q, strerror(errno));
+        close(fd);
+        return WF_E_INTERNAL;
+    }
+    if (st.st_uid != geteuid()) {
+        wf_errf(err, err_len, "output directory '%s' is owned by uid %u, not by you "
+                "(uid %u): refused", q, (unsigned)st.st_uid, (unsigned)geteuid());
+        close(fd);
+        return WF_E_BAD_ARGUMENT;
+    }
+    if ((st.st_mode & S_IWOTH) != 0) {
+        wf_errf(err, err_len, "output directory '%s' is writable by every user: refused",
+                q);
+        close(fd);
+        return WF_E_BAD_ARGUMENT;
+    }
+    *ret_fd = fd;
+    return WF_OK;
+}
+
+/* Create a new file for `final` under dfd: ".FINAL.RANDOM.tmp", O_EXCL so
+ * that nothing already there (a file, a symlink) is opened. Returns the
+ * fd, or -errno. */
+static int create_temp(int dfd, const char *final, out_file_t *f)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        uint64_t rnd = 0;
+        ssize_t got;
+        do
+            got = getrandom(&rnd, sizeof rnd, 0);
+        while (got < 0 && errno == EINTR);
+        if (got != (ssize_t)sizeof rnd)
+            return got < 0 ? -errno : -EIO;
+        snprintf(f->tmp, sizeof f->tmp, ".%s.%016" PRIx64 ".tmp", final, rnd);
+        int fd = openat(dfd, f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        0644);
+        if (fd >= 0) {
+            struct stat st;
+            if (fstat(fd, &st) != 0) {
+                int e = errno;
+                (void)unlinkat(dfd, f->tmp, 0); /* just made by O_EXCL: ours */
+                close(fd);
+                f->tmp[0] = '\0';
+                return -e;
+            }
+            f->dev = st.st_dev;
+            f->ino = st.st_ino;
+            return fd;
+        }
+        if (errno != EEXIST) {
+            int e = errno;
+            f->tmp[0] = '\0';
+            return -e;
+        }
+    }
+    f->tmp[0] = '\0';
+    return -EEXIST;
+}
+
+/* True when name under dfd is still the inode (dev, ino), not followed. */
+static bool same_inode(int dfd, const char *name, dev_t dev, ino_t ino)
+{
+    struct stat st;
+    return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev
+           && st.st_ino == ino;
+}
+
+/* Remove f's temporary file if it is still the one we made. */
+static void drop_temp(int dfd, out_file_t *f)
+{
+    if (f->tmp[0] != '\0' && same_inode(dfd, f->tmp, f->dev, f->ino))
+        (void)unlinkat(dfd, f->tmp, 0);
+    f->tmp[0] = '\0';
+}
+
+/* Move f's temporary file to `final` (replacing the entry there, never
+ * writing through it). */
+static wf_status_t place_temp(int dfd, out_file_t *f, const char *final, const char *q,
+                              char *err, size_t err_len)
+{
+    if (!same_inode(dfd, f->tmp, f->dev, f->ino)) {
+        wf_errf(err, err_len, "%s/%s: the temporary file was replaced while writing: "
+                "refused", q, f->tmp);
+        return WF_E_INTERNAL;
+    }
+    if (renameat(dfd, f->tmp, dfd, final) != 0) {
+        wf_errf(err, err_len, "%s/%s: rename: %s", q, final, strerror(errno));
+        return WF_E_INTERNAL;
+    }
+    f->tmp[0] = '\0';
+    return WF_OK;
+}
+
+/* Write rank r's file (a new temporary file f for `final`) in dfd; `full`
+ * holds the largest tensor, `scratch` the largest piece. */
 static wf_status_t write_rank(const wf_flux_source_t *s, const split_t *splits, uint32_t r,
-                              int tp, const char *plan_json, uint8_t *scratch, int dfd,
-                              const char *tmp, const char *path, char *err, size_t err_len)
+                              int tp, const char *plan_json, uint8_t *full, uint8_t *scratch,
+                              int dfd, out_file_t *f, const char *final, const char *path,
+                              char *err, size_t err_len)
 {
     char *hdr = NULL;
     size_t hlen = 0;
@@ -892,9 +1066,9 @@ static wf_status_t write_rank(const wf_flux_source_t *s, const split_t *splits, 
         wf_errf(err, err_len, "%s: out of memory for the header", path);
         return st;
     }
-    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = create_temp(dfd, final, f);
     if (fd < 0) {
-        wf_errf(err, err_len, "%s: open: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: creating a temporary file: %s", path, strerror(-fd));
         free(hdr);
         return WF_E_INTERNAL;
     }
@@ -906,8 +1080,11 @@ static wf_status_t write_rank(const wf_flux_source_t *s, const split_t *splits, 
         st = write_all(fd, hdr, hlen, path, err, err_len);
     for (size_t i = 0; i < s->n && st == WF_OK; i++) {
         const src_tensor_t *t = &s->t[i];
-        const uint8_t *full = wf_safetensors_data(t->ref.file, t->ref.index);
         size_t es = wf_dtype_size(t->dtype);
+        st = wf_safetensors_read(t->ref.file, t->ref.index, 0, full, (size_t)t->nbytes, err,
+                                 err_len);
+        if (st != WF_OK)
+            break;
         if (splits[i].cut) {
             cut_piece(&splits[i], (int)r, tp, es, full, scratch);
             st = write_all(fd, scratch, (size_t)(local_numel(&splits[i]) * es), path, err,
@@ -928,20 +1105,31 @@ static wf_status_t write_rank(const wf_flux_source_t *s, const split_t *splits, 
     return st;
 }
 
-/* Remove files of the layout cut for another degree than tp, so that the
- * directory holds one set (the reader refuses two). */
-static wf_status_t remove_stale(int dfd, int tp, const char *out_dir, char *err,
-                                size_t err_len)
+/* A rank file of another degree than the one being written. */
+typedef struct stale {
+    char name[40];            /* tp-rank-RRRRR-of-TTTTT.safetensors */
+    dev_t dev;                /* its inode when checked */
+    ino_t ino;
+} stale_t;
+
+/* Find the rank files of other degrees than tp in dfd (the reader refuses
+ * two sets, so they go once the new set is in place) and check that each
+ * is one weftctl shard wrote (see above): anything else is left alone and
+ * refused before a byte is written. Caller owns *ret (free). */
+static wf_status_t find_stale(int dfd, int tp, const char *q, stale_t **ret, size_t *ret_n,
+                              char *err, size_t err_len)
 {
     int fd = dup(dfd);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (d == NULL) {
-        wf_errf(err, err_len, "%s: opendir: %s", out_dir, strerror(errno));
+        wf_errf(err, err_len, "%s: opendir: %s", q, strerror(errno));
         if (fd >= 0)
             close(fd);
         return WF_E_INTERNAL;
     }
     wf_status_t st = WF_OK;
+    stale_t *v = NULL;
+    size_t n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         unsigned r, T;
@@ -950,14 +1138,57 @@ static wf_status_t remove_stale(int dfd, int tp, const char *out_dir, char *err,
             || sscanf(e->d_name, "tp-rank-%5u-of-%5u.safetensors%n", &r, &T, &used) != 2
             || used != (int)strlen(e->d_name) || T == (unsigned)tp)
             continue;
-        if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT) {
-            wf_errf(err, err_len, "%s/%s: unlink: %s", out_dir, e->d_name, strerror(errno));
-            st = WF_E_INTERNAL;
+        struct stat lst;
+        if (fstatat(dfd, e->d_name, &lst, AT_SYMLINK_NOFOLLOW) != 0)
+            continue; /* gone already */
+        const char *why = NULL;
+        if (!S_ISREG(lst.st_mode))
+            why = S_ISLNK(lst.st_mode) ? "is a symlink" : "is not a regular file";
+        else if (lst.st_uid != geteuid())
+            why = "is not yours";
+        else if (lst.st_nlink != 1)
+            why = "has more than one hard link";
+        wf_safetensors_t *f = NULL;
+        char ferr[64];
+        if (why == NULL) {
+            const char *fmt = NULL;
+            if (wf_safetensors_open(dfd, e->d_name, NULL, &f, ferr, sizeof ferr) == WF_OK)
+                fmt = wf_safetensors_metadata(f, "weft_format");
+            if (fmt == NULL || strcmp(fmt, SHARD_FORMAT) != 0)
+                why = "is not a rank file weftctl shard wrote";
+            wf_safetensors_close(&f);
+        }
+        if (why != NULL) {
+            wf_errf(err, err_len, "%s/%s: a rank file of another tp degree that %s: "
+                    "refused (it would be removed; remove it yourself or choose another "
+                    "directory)", q, e->d_name, why);
+            st = WF_E_BAD_ARGUMENT;
             break;
         }
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            stale_t *nv = realloc(v, nc * sizeof *nv);
+            if (nv == NULL) {
+                wf_errf(err, err_len, "out of memory");
+                st = WF_E_NO_MEMORY;
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        v[n].dev = lst.st_dev;
+        v[n].ino = lst.st_ino;
+        n++;
     }
     closedir(d);
-    return st;
+    if (st != WF_OK) {
+        free(v);
+        return st;
+    }
+    *ret = v;
+    *ret_n = n;
+    return WF_OK;
 }
 
 wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
@@ -976,11 +1207,14 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
     wf_flux_source_t *s = NULL;
     split_t *splits = NULL;
     char *plan_json = NULL, *config = NULL;
-    uint8_t *scratch = NULL;
+    uint8_t *scratch = NULL, *full = NULL;
+    stale_t *stale = NULL;
+    size_t n_stale = 0;
+    out_file_t *files = NULL;  /* tp rank files, then config.json */
     int dfd = -1;
-    uint32_t written = 0;     /* temp files in place */
     wf_status_t st;
-    char tmp[128], name[64], path[4352];
+    char name[64], path[4352], q[256];
+    wf_escape(q, sizeof q, out_dir, strlen(out_dir), WF_ESC_ASCII);
 
     if (plan == NULL) {
         def = malloc(sizeof *def);
@@ -995,7 +1229,8 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
     if (st != WF_OK)
         goto out;
     plan_json = malloc(PLAN_JSON_MAX);
-    if (plan_json == NULL) {
+    files = calloc((size_t)tp + 1, sizeof *files);
+    if (plan_json == NULL || files == NULL) {
         wf_errf(err, err_len, "out of memory");
         st = WF_E_NO_MEMORY;
         goto out;
@@ -1024,19 +1259,23 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         specs[i].shape[0] = s->t[i].shape[0];
         specs[i].shape[1] = s->t[i].shape[1];
     }
-    uint64_t max_local = 0;
+    uint64_t max_local = 0, max_full = 0;
     for (size_t i = 0; i < s->n && st == WF_OK; i++) {
         st = tensor_split(plan, tp, &specs[i], specs, s->n, &splits[i], err, err_len);
         uint64_t nb = local_numel(&splits[i]) * wf_dtype_size(s->t[i].dtype);
         if (splits[i].cut && nb > max_local)
             max_local = nb;
+        if (s->t[i].nbytes > max_full)
+            max_full = s->t[i].nbytes;
     }
     free(specs);
     if (st != WF_OK)
         goto out;
     scratch = malloc(max_local ? (size_t)max_local : 1);
-    if (scratch == NULL) {
-        wf_errf(err, err_len, "out of memory for a %" PRIu64 "-byte piece", max_local);
+    full = malloc(max_full ? (size_t)max_full : 1);
+    if (scratch == NULL || full == NULL) {
+        wf_errf(err, err_len, "out of memory for a %" PRIu64 "-byte tensor",
+                max_full + max_local);
         st = WF_E_NO_MEMORY;
         goto out;
     }
@@ -1052,33 +1291,27 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
     if (st != WF_OK)
         goto out;
 
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        wf_errf(err, err_len, "%s: mkdir: %s", out_dir, strerror(errno));
-        st = WF_E_INTERNAL;
+    st = open_out_dir(out_dir, &dfd, err, err_len);
+    if (st != WF_OK)
         goto out;
-    }
-    dfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        wf_errf(err, err_len, "%s: open: %s", out_dir, strerror(errno));
-        st = WF_E_INTERNAL;
+    st = find_stale(dfd, tp, q, &stale, &n_stale, err, err_len);
+    if (st != WF_OK)
         goto out;
-    }
 
     /* temp files first; renamed into place only when all are written */
     for (uint32_t r = 0; r < (uint32_t)tp; r++) {
         shard_name(name, sizeof name, r, (uint32_t)tp);
-        snprintf(tmp, sizeof tmp, ".%s.%ld.tmp", name, (long)getpid());
-        snprintf(path, sizeof path, "%s/%s", out_dir, name);
-        written = r + 1;
-        st = write_rank(s, splits, r, tp, plan_json, scratch, dfd, tmp, path, err, err_len);
+        snprintf(path, sizeof path, "%s/%s", q, name);
+        st = write_rank(s, splits, r, tp, plan_json, full, scratch, dfd, &files[r], name,
+                        path, err, err_len);
         if (st != WF_OK)
             goto out;
     }
-    snprintf(tmp, sizeof tmp, ".config.json.%ld.tmp", (long)getpid());
-    snprintf(path, sizeof path, "%s/config.json", out_dir);
-    int cfd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    out_file_t *cf = &files[tp];
+    snprintf(path, sizeof path, "%s/config.json", q);
+    int cfd = create_temp(dfd, "config.json", cf);
     if (cfd < 0) {
-        wf_errf(err, err_len, "%s: open: %s", path, strerror(errno));
+        wf_errf(err, err_len, "%s: creating a temporary file: %s", path, strerror(-cfd));
         st = WF_E_INTERNAL;
         goto out;
     }
@@ -1087,35 +1320,34 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         wf_errf(err, err_len, "%s: close: %s", path, strerror(errno));
         st = WF_E_INTERNAL;
     }
-    if (st == WF_OK && renameat(dfd, tmp, dfd, "config.json") != 0) {
-        wf_errf(err, err_len, "%s: rename: %s", path, strerror(errno));
-        st = WF_E_INTERNAL;
-    }
-    if (st != WF_OK) {
-        (void)unlinkat(dfd, tmp, 0);
+    if (st == WF_OK)
+        st = place_temp(dfd, cf, "config.json", q, err, err_len);
+    if (st != WF_OK)
         goto out;
-    }
     for (uint32_t r = 0; r < (uint32_t)tp; r++) {
         shard_name(name, sizeof name, r, (uint32_t)tp);
-        snprintf(tmp, sizeof tmp, ".%s.%ld.tmp", name, (long)getpid());
-        if (renameat(dfd, tmp, dfd, name) != 0) {
-            wf_errf(err, err_len, "%s/%s: rename: %s", out_dir, name, strerror(errno));
-            st = WF_E_INTERNAL;
+        st = place_temp(dfd, &files[r], name, q, err, err_len);
+        if (st != WF_OK)
             goto out;
-        }
     }
-    written = 0;
-    st = remove_stale(dfd, tp, out_dir, err, err_len);
+    /* the old set goes, each file only if it is still the one checked */
+    for (size_t i = 0; i < n_stale; i++)
+        if (same_inode(dfd, stale[i].name, stale[i].dev, stale[i].ino)
+            && unlinkat(dfd, stale[i].name, 0) != 0 && errno != ENOENT) {
+            wf_errf(err, err_len, "%s/%s: unlink: %s", q, stale[i].name, strerror(errno));
+            st = WF_E_INTERNAL;
+            break;
+        }
     if (st == WF_OK)
         (void)fsync(dfd);
 out:
-    for (uint32_t r = 0; r < written && dfd >= 0; r++) {
-        shard_name(name, sizeof name, r, (uint32_t)tp);
-        snprintf(tmp, sizeof tmp, ".%s.%ld.tmp", name, (long)getpid());
-        (void)unlinkat(dfd, tmp, 0);
-    }
+    for (int r = 0; files != NULL && dfd >= 0 && r <= tp; r++)
+        drop_temp(dfd, &files[r]);
     if (dfd >= 0)
         close(dfd);
+    free(files);
+    free(stale);
+    free(full);
     free(scratch);
     free(config);
     free(plan_json);

@@ -7,10 +7,12 @@
  *      against the config, the dtypes. Cheap: no tensor data is touched.
  *      The caller then checks memory (flux_forward.h's wf_flux_shard_bytes)
  *      and the plan.
- *   2. wf_flux_source_read: every tensor copied out of the mapping into
- *      the host copy, in its checkpoint dtype (64-byte aligned buffers),
- *      reporting progress. The host copy is what re-sharding reads: a tp
- *      change never touches the disk again.
+ *   2. wf_flux_source_read: every tensor read (pread, safetensors.h's
+ *      wf_safetensors_read) into the host copy, in its checkpoint dtype
+ *      (64-byte aligned buffers), reporting progress. A file that shrinks
+ *      meanwhile is an error (WF_E_INTERNAL, "the file shrank while
+ *      loading"), never a SIGBUS. The host copy is what re-sharding reads:
+ *      a tp change never touches the disk again.
  *
  * Sharded checkpoints (weights_already_sharded; written by
  * wf_flux_write_sharded, i.e. `weftctl shard`). Layout of a directory DIR:
@@ -120,9 +122,24 @@ const wf_flux_host_tensor_t *wf_flux_host_find(const wf_flux_host_t *h,
 
 /* Write the sharded layout of model directory `src_dir` (under root_fd)
  * for `tp` ranks with `plan` (NULL: the FLUX default) into directory
- * `out_dir` (absolute or relative to the working directory; created if
- * missing; existing files of the layout are replaced). Every planned
- * weight must divide (wf_tp_place's errors). For `weftctl shard`. */
+ * `out_dir` (absolute or relative to the working directory; created 0755
+ * if missing). Every planned weight must divide (wf_tp_place's errors).
+ * For `weftctl shard`.
+ * The output directory is refused (WF_E_BAD_ARGUMENT) when it is a
+ * symlink (its last component; a trailing '/' does not get one followed),
+ * not a directory, owned by another user than the caller's euid (root
+ * included: root writing into a user's directory is the classic attack),
+ * or writable by every user. It is opened once (O_NOFOLLOW) and every file
+ * is made under that descriptor: new files are created O_EXCL | O_NOFOLLOW
+ * under random names (".NAME.<16 hex digits>.tmp", getrandom) and renamed
+ * into place when all are written, so an existing config.json or rank file
+ * of this degree is replaced as a directory entry, never written through
+ * (a symlink or hard link there is not followed). On failure only the
+ * temporary files this call made are removed. Rank files of another
+ * degree (the reader refuses two sets) are removed after the new set is
+ * in place, and only when each is a regular file of the caller's with one
+ * link whose metadata says weft wrote it; any other such file is refused
+ * up front, before anything is written. */
 wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
                                   const wf_tp_plan_t *plan, int tp,
                                   const char *out_dir, char *err, size_t err_len);

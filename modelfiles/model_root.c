@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,9 @@
 #define WALK_MAX_LINKS 40
 /* Directory depth of one resolution. */
 #define WALK_MAX_DEPTH 256
+/* A path escaped for a message: long enough for most paths, truncated
+ * with "..." beyond. */
+#define WF_MODEL_QPATH_MAX 320
 
 wf_status_t wf_model_path_check(const char *rel, char *err, size_t err_len)
 {
@@ -37,10 +41,11 @@ wf_status_t wf_model_path_check(const char *rel, char *err, size_t err_len)
                 WF_MODEL_PATH_MAX);
         return WF_E_BAD_FIELD;
     }
+    char q[WF_MODEL_QPATH_MAX];
     if (rel[0] == '/') {
         wf_errf(err, err_len,
                 "model path '%s' is absolute: paths are relative to the model root",
-                rel);
+                wf_escape(q, sizeof q, rel, n, WF_ESC_ASCII));
         return WF_E_BAD_FIELD;
     }
     for (const char *p = rel; *p != '\0';) {
@@ -48,7 +53,8 @@ wf_status_t wf_model_path_check(const char *rel, char *err, size_t err_len)
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
         if (len == 2 && p[0] == '.' && p[1] == '.') {
             wf_errf(err, err_len,
-                    "model path '%s' has a '..' component: refused", rel);
+                    "model path '%s' has a '..' component: refused",
+                    wf_escape(q, sizeof q, rel, n, WF_ESC_ASCII));
             return WF_E_BAD_FIELD;
         }
         p += len;
@@ -67,7 +73,10 @@ wf_status_t wf_model_root_open(const char *path, int *ret_fd, char *err,
     }
     int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        wf_errf(err, err_len, "model root '%s': %s", path, strerror(errno));
+        int e = errno;
+        char q[WF_MODEL_QPATH_MAX];
+        wf_errf(err, err_len, "model root '%s': %s",
+                wf_escape(q, sizeof q, path, strlen(path), WF_ESC_ASCII), strerror(e));
         return WF_E_BAD_FIELD;
     }
     *ret_fd = fd;
@@ -242,6 +251,26 @@ static const char *why_refused(int e)
     }
 }
 
+/* rel escaped for a message (control bytes, quotes and non-ASCII as \xNN):
+ * a model path comes from a client and may hold anything. */
+static const char *qpath(char *buf, size_t len, const char *rel)
+{
+    return wf_escape(buf, len, rel, strlen(rel), WF_ESC_ASCII);
+}
+
+/* What a regular file must also be to be read (see model_root.h): one link
+ * only. NULL when fine, else the reason, formatted into buf. */
+static const char *file_refused(const struct stat *st, char *buf, size_t len)
+{
+    if (st->st_nlink > 1) {
+        snprintf(buf, len, "has %ju hard links: refused (a hard link can name a file "
+                 "outside the model root; copy the file instead)",
+                 (uintmax_t)st->st_nlink);
+        return buf;
+    }
+    return NULL;
+}
+
 wf_status_t wf_model_open_file(int root_fd, const char *rel,
                                wf_resolve_mode_t mode, int *ret_fd,
                                uint64_t *ret_size, char *err, size_t err_len)
@@ -249,20 +278,23 @@ wf_status_t wf_model_open_file(int root_fd, const char *rel,
     wf_status_t s = wf_model_path_check(rel, err, err_len);
     if (s != WF_OK)
         return s;
+    char q[WF_MODEL_QPATH_MAX], why_buf[160];
 
     int pfd = beneath_open(root_fd, rel, O_PATH | O_CLOEXEC, mode);
     if (pfd < 0) {
         const char *why = why_refused(-pfd);
         if (why != NULL) {
-            wf_errf(err, err_len, "model file '%s' %s", rel, why);
+            wf_errf(err, err_len, "model file '%s' %s", qpath(q, sizeof q, rel), why);
             return WF_E_BAD_FIELD;
         }
-        wf_errf(err, err_len, "model file '%s': %s", rel, strerror(-pfd));
+        wf_errf(err, err_len, "model file '%s': %s", qpath(q, sizeof q, rel),
+                strerror(-pfd));
         return WF_E_INTERNAL;
     }
     struct stat st;
     if (fstat(pfd, &st) != 0) {
-        wf_errf(err, err_len, "model file '%s': fstat: %s", rel, strerror(errno));
+        wf_errf(err, err_len, "model file '%s': fstat: %s", qpath(q, sizeof q, rel),
+                strerror(errno));
         close(pfd);
         return WF_E_INTERNAL;
     }
@@ -275,7 +307,12 @@ wf_status_t wf_model_open_file(int root_fd, const char *rel,
                            : S_ISBLK(st.st_mode) ? "a block device"
                            : "not a regular file";
         wf_errf(err, err_len, "model file '%s' is %s: only regular files are read",
-                rel, what);
+                qpath(q, sizeof q, rel), what);
+        return WF_E_BAD_FIELD;
+    }
+    const char *refused = file_refused(&st, why_buf, sizeof why_buf);
+    if (refused != NULL) {
+        wf_errf(err, err_len, "model file '%s' %s", qpath(q, sizeof q, rel), refused);
         return WF_E_BAD_FIELD;
     }
 
@@ -285,7 +322,7 @@ wf_status_t wf_model_open_file(int root_fd, const char *rel,
                           mode);
     if (fd < 0) {
         const char *why = why_refused(-fd);
-        wf_errf(err, err_len, "model file '%s' %s", rel,
+        wf_errf(err, err_len, "model file '%s' %s", qpath(q, sizeof q, rel),
                 why != NULL ? why : strerror(-fd));
         return why != NULL ? WF_E_BAD_FIELD : WF_E_INTERNAL;
     }
@@ -293,7 +330,15 @@ wf_status_t wf_model_open_file(int root_fd, const char *rel,
     if (fstat(fd, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino
         || !S_ISREG(st2.st_mode)) {
         wf_errf(err, err_len, "model file '%s' changed while being opened: refused",
-                rel);
+                qpath(q, sizeof q, rel));
+        close(fd);
+        return WF_E_BAD_FIELD;
+    }
+    /* again on the descriptor that will be read: a link made between the
+     * two opens counts too */
+    refused = file_refused(&st2, why_buf, sizeof why_buf);
+    if (refused != NULL) {
+        wf_errf(err, err_len, "model file '%s' %s", qpath(q, sizeof q, rel), refused);
         close(fd);
         return WF_E_BAD_FIELD;
     }
@@ -328,15 +373,17 @@ wf_status_t wf_model_read_file(int root_fd, const char *rel,
     wf_status_t s = wf_model_open_file(root_fd, rel, mode, &fd, &size, err, err_len);
     if (s != WF_OK)
         return s;
+    char q[WF_MODEL_QPATH_MAX];
     if (size > max_bytes || size >= SIZE_MAX) {
         wf_errf(err, err_len, "model file '%s' is %llu bytes, more than the %llu allowed",
-                rel, (unsigned long long)size, (unsigned long long)max_bytes);
+                qpath(q, sizeof q, rel), (unsigned long long)size, (unsigned long long)max_bytes);
         close(fd);
         return WF_E_LIMIT;
     }
     char *buf = malloc((size_t)size + 1);
     if (buf == NULL) {
-        wf_errf(err, err_len, "model file '%s': out of memory for %llu bytes", rel,
+        wf_errf(err, err_len, "model file '%s': out of memory for %llu bytes",
+                qpath(q, sizeof q, rel),
                 (unsigned long long)size);
         close(fd);
         return WF_E_NO_MEMORY;
@@ -347,8 +394,8 @@ wf_status_t wf_model_read_file(int root_fd, const char *rel,
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            wf_errf(err, err_len, "model file '%s': read: %s", rel,
-                    n == 0 ? "file shrank while being read" : strerror(errno));
+            wf_errf(err, err_len, "model file '%s': read: %s", qpath(q, sizeof q, rel),
+                    n == 0 ? "the file shrank while being read" : strerror(errno));
             free(buf);
             close(fd);
             return WF_E_INTERNAL;

@@ -14,10 +14,29 @@
  *     refused;
  *   - only regular files are opened for reading: the path is first opened
  *     O_PATH and fstat'ed, so a FIFO, socket or device is refused without
- *     ever being opened (opening a FIFO would block, a device could act).
+ *     ever being opened (opening a FIFO would block, a device could act);
+ *   - a regular file with more than one hard link (st_nlink > 1) is
+ *     refused, checked on the O_PATH descriptor and again on the one that
+ *     is read: a hard link inside the root may name a file outside it
+ *     (whoever can write into the root and read nothing else could link
+ *     /etc/shadow in and have the daemon read it), and nothing tells the
+ *     "inside" link from the other. Tools that deduplicate with hard links
+ *     need a copy. Symlinks are fine: they are resolved under the rule
+ *     above.
+ *
+ * Owners are not checked: a file owned by another user than the daemon's
+ * is read when the daemon may read it. Model roots are commonly owned by
+ * an administrator's account (or a shared, read-only download cache)
+ * distinct from the daemon's user, and a file's owner does not say who
+ * linked it in (the link count does); who may write into the root is the
+ * operator's choice of directory permissions, and a writer there can put
+ * any model in anyway. What the checks above guarantee is that a file
+ * read is one that lives beneath the root.
  *
  * Nothing here logs; errors come back as a status and a message naming the
- * path. Does not read or parse anything but the small-file helper.
+ * path, escaped (control bytes, quotes and non-ASCII bytes as \xNN: a model
+ * path comes from a client). Does not read or parse anything but the
+ * small-file helper.
  */
 #ifndef WF_MODEL_ROOT_H
 #define WF_MODEL_ROOT_H
@@ -53,7 +72,8 @@ wf_status_t wf_model_path_check(const char *rel, char *err, size_t err_len);
  * (O_RDONLY | O_CLOEXEC). On success *ret_fd is set (caller owns it) and,
  * when ret_size is not NULL, *ret_size is the file's size.
  * Errors: WF_E_BAD_FIELD (path refused, missing, a symlink leaving the
- * root, not a regular file; the message says which and names `rel`),
+ * root, not a regular file, more than one hard link ("model file 'REL'
+ * has 2 hard links: refused ..."); the message says which and names `rel`),
  * WF_E_INTERNAL (other I/O errors, with the errno text). */
 wf_status_t wf_model_open_file(int root_fd, const char *rel,
                                wf_resolve_mode_t mode, int *ret_fd,
@@ -66,8 +86,9 @@ bool wf_model_file_exists(int root_fd, const char *rel, wf_resolve_mode_t mode);
 
 /* Read the whole regular file `rel` beneath root_fd into a new buffer,
  * NUL-terminated (not counted in *ret_len). Files larger than max_bytes
- * are refused with WF_E_LIMIT before reading. Caller owns *ret_buf (free).
- * For config.json and index.json. */
+ * are refused with WF_E_LIMIT before reading; a file that shrinks while
+ * read is WF_E_INTERNAL ("the file shrank while being read"). Caller owns
+ * *ret_buf (free). For config.json and index.json. */
 wf_status_t wf_model_read_file(int root_fd, const char *rel,
                                wf_resolve_mode_t mode, uint64_t max_bytes,
                                char **ret_buf, size_t *ret_len,

@@ -8,8 +8,10 @@
  */
 #include "safetensors.h"
 #include "errf.h"
+#include "json_err.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -23,6 +25,8 @@ struct wf_safetensors {
     const uint8_t *base;      /* first byte of the file image */
     size_t size;              /* bytes of the file */
     bool mapped;              /* base is our mmap (else borrowed) */
+    int fd;                   /* the open file (wf_safetensors_read); -1 for
+                                 a buffer */
     uint64_t data_start;      /* 8 + N: where offsets count from */
     size_t n;                 /* tensors */
     wf_st_tensor_t *t;        /* tensors in name order */
@@ -97,10 +101,11 @@ static int cmp_meta(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* A name shortened for messages (names may be 255 bytes, messages
- * shorter). */
-#define NAME_FMT "'%.80s%s'"
-#define NAME_ARG(s) (s), (strlen(s) > 80 ? "..." : "")
+/* A name for messages: escaped (a tensor name is the file's bytes and may
+ * hold control bytes) and shortened with "..." (names may be 255 bytes,
+ * messages shorter). The buffer lives until the end of the statement. */
+#define NAME_FMT "'%s'"
+#define NAME_ARG(s) wf_escape((char[96]){ 0 }, 96, (s), strlen(s), WF_ESC_ASCII)
 
 static void shape_text(const wf_st_tensor_t *t, char *buf, size_t len)
 {
@@ -140,8 +145,8 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     json_object_foreach(v, key, val) {
         if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0
             && strcmp(key, "data_offsets") != 0) {
-            wf_errf(err, err_len, "%s: tensor " NAME_FMT ": unexpected key '%.40s'",
-                    path, NAME_ARG(name), key);
+            wf_errf(err, err_len, "%s: tensor " NAME_FMT ": unexpected key (only dtype, "
+                    "shape and data_offsets)", path, NAME_ARG(name));
             return WF_E_MALFORMED;
         }
     }
@@ -241,9 +246,12 @@ static wf_status_t parse_entry(const char *path, const char *name, json_t *v,
     return WF_OK;
 }
 
-/* Validate the file image st->base[0 .. st->size) and fill st. */
-static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
-                               size_t err_len)
+/* Validate a file of st->size bytes whose first bytes are `hdr` and fill
+ * st. hdr holds at least 8 bytes, and 8 + N when N (its first 8 bytes)
+ * passes the checks below (the caller reads that much: nothing here
+ * touches the file itself, so a file changing under us cannot fault). */
+static wf_status_t parse_image(wf_safetensors_t *st, const uint8_t *hdr, uint64_t cap,
+                               char *err, size_t err_len)
 {
     const char *path = st->path;
     if (st->size < 8) {
@@ -254,7 +262,7 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     }
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
-        n = (n << 8) | st->base[i];
+        n = (n << 8) | hdr[i];
     if (n < 2) {
         wf_errf(err, err_len, "%s: header length %" PRIu64 " is less than 2", path, n);
         return WF_E_MALFORMED;
@@ -274,11 +282,12 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
     uint64_t data_len = st->size - st->data_start;
 
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)st->base + 8, (size_t)n,
+    json_t *root = json_loadb((const char *)hdr + 8, (size_t)n,
                               JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        wf_errf(err, err_len, "%s: header JSON invalid at line %d column %d: %s",
-                path, jerr.line, jerr.column, jerr.text);
+        char where[128];
+        wf_errf(err, err_len, "%s: header JSON invalid %s", path,
+                wf_json_error_where(&jerr, where, sizeof where));
         return WF_E_MALFORMED;
     }
     wf_status_t s = WF_OK;
@@ -316,8 +325,8 @@ static wf_status_t parse_image(wf_safetensors_t *st, uint64_t cap, char *err,
         }
         json_object_foreach(meta, key, val) {
             if (!json_is_string(val)) {
-                wf_errf(err, err_len, "%s: __metadata__ '%.80s' is not a string",
-                        path, key);
+                wf_errf(err, err_len, "%s: __metadata__ " NAME_FMT " is not a string",
+                        path, NAME_ARG(key));
                 s = WF_E_MALFORMED;
                 goto out;
             }
@@ -418,8 +427,10 @@ out:
 static wf_safetensors_t *st_new(const char *label, char *err, size_t err_len)
 {
     wf_safetensors_t *st = calloc(1, sizeof *st);
-    if (st != NULL)
+    if (st != NULL) {
+        st->fd = -1;
         st->path = strdup(label != NULL ? label : "(buffer)");
+    }
     if (st == NULL || st->path == NULL) {
         free(st);
         wf_errf(err, err_len, "%s: out of memory", label != NULL ? label : "(buffer)");
@@ -445,12 +456,40 @@ wf_status_t wf_safetensors_from_buffer(const void *buf, size_t len,
         return WF_E_NO_MEMORY;
     st->base = buf;
     st->size = len;
-    wf_status_t s = parse_image(st, opt_cap(opt), err, err_len);
+    wf_status_t s = parse_image(st, buf, opt_cap(opt), err, err_len);
     if (s != WF_OK) {
         wf_safetensors_close(&st);
         return s;
     }
     *ret = st;
+    return WF_OK;
+}
+
+/* Read len bytes at off of fd into buf; WF_E_INTERNAL naming `what` when
+ * the file ends first (it shrank since it was opened) or on an I/O
+ * error. */
+static wf_status_t read_at(int fd, void *buf, size_t len, uint64_t off, const char *path,
+                           const char *what, char *err, size_t err_len)
+{
+    uint8_t *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, p + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            wf_errf(err, err_len, "%s: reading %s: %s", path, what, strerror(errno));
+            return WF_E_INTERNAL;
+        }
+        if (n == 0) {
+            wf_errf(err, err_len,
+                    "%s: the file shrank while loading (%s: %zu of %zu bytes at offset %"
+                    PRIu64 " could be read): it changed under the loader",
+                    path, what, got, len, off);
+            return WF_E_INTERNAL;
+        }
+        got += (size_t)n;
+    }
     return WF_OK;
 }
 
@@ -471,42 +510,89 @@ wf_status_t wf_safetensors_open(int root_fd, const char *rel,
         close(fd);
         return WF_E_NO_MEMORY;
     }
+    st->fd = fd;
+    const char *path = st->path;
     if (size < 8) {
-        close(fd);
         wf_errf(err, err_len,
                 "%s: file is %" PRIu64 " bytes, too short for the 8-byte header length (truncated?)",
-                rel, size);
+                path, size);
         wf_safetensors_close(&st);
         return WF_E_MALFORMED;
     }
     if (size > SIZE_MAX) {
-        close(fd);
-        wf_errf(err, err_len, "%s: file too large to map", rel);
+        wf_errf(err, err_len, "%s: file too large to map", path);
         wf_safetensors_close(&st);
         return WF_E_LIMIT;
     }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) {
-        wf_errf(err, err_len, "%s: mmap of %" PRIu64 " bytes: %s", rel, size,
-                strerror(e));
-        wf_safetensors_close(&st);
-        return WF_E_INTERNAL;
-    }
-    /* Readers copy tensors front to back: ask for aggressive read-ahead
-     * (advice only; failure changes nothing). */
-    (void)madvise(map, (size_t)size, MADV_SEQUENTIAL);
-    st->base = map;
     st->size = (size_t)size;
-    st->mapped = true;
-    s = parse_image(st, opt_cap(opt), err, err_len);
+    /* The header is read, not mapped: a file truncated under us is then a
+     * short read (an error), never a SIGBUS. The data is read the same
+     * way (wf_safetensors_read); the mapping below is only for
+     * wf_safetensors_data's readers. */
+    uint8_t len8[8];
+    s = read_at(fd, len8, sizeof len8, 0, path, "the header length", err, err_len);
     if (s != WF_OK) {
         wf_safetensors_close(&st);
         return s;
     }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | len8[i];
+    uint64_t cap = opt_cap(opt);
+    uint8_t *hdr = len8;
+    if (n >= 2 && n <= cap && n <= size - 8) {
+        hdr = malloc((size_t)(8 + n));
+        if (hdr == NULL) {
+            wf_errf(err, err_len, "%s: out of memory for a %" PRIu64 "-byte header", path,
+                    n);
+            wf_safetensors_close(&st);
+            return WF_E_NO_MEMORY;
+        }
+        memcpy(hdr, len8, 8);
+        s = read_at(fd, hdr + 8, (size_t)n, 8, path, "the header", err, err_len);
+    }
+    if (s == WF_OK)
+        s = parse_image(st, hdr, cap, err, err_len);
+    if (hdr != len8)
+        free(hdr);
+    if (s != WF_OK) {
+        wf_safetensors_close(&st);
+        return s;
+    }
+    /* Readers copy tensors front to back: aggressive read-ahead (advice
+     * only; failure changes nothing). */
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    void *map = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        wf_errf(err, err_len, "%s: mmap of %" PRIu64 " bytes: %s", path, size,
+                strerror(errno));
+        wf_safetensors_close(&st);
+        return WF_E_INTERNAL;
+    }
+    st->base = map;
+    st->mapped = true;
     *ret = st;
     return WF_OK;
+}
+
+wf_status_t wf_safetensors_read(const wf_safetensors_t *st, size_t i, uint64_t off,
+                                void *dst, size_t len, char *err, size_t err_len)
+{
+    if (i >= st->n || off > st->t[i].nbytes || len > st->t[i].nbytes - off) {
+        wf_errf(err, err_len, "%s: read of %zu bytes at %" PRIu64 " beyond tensor %zu",
+                st->path, len, off, i);
+        return WF_E_BAD_ARGUMENT;
+    }
+    if (len == 0)
+        return WF_OK;
+    if (st->fd < 0) {
+        memcpy(dst, st->base + st->t[i].offset + off, len);
+        return WF_OK;
+    }
+    uint64_t at = st->t[i].offset + off;
+    char what[WF_ST_NAME_MAX + 16];
+    snprintf(what, sizeof what, "tensor " NAME_FMT, NAME_ARG(st->t[i].name));
+    return read_at(st->fd, dst, len, at, st->path, what, err, err_len);
 }
 
 void wf_safetensors_close(wf_safetensors_t **pst)
@@ -516,6 +602,8 @@ void wf_safetensors_close(wf_safetensors_t **pst)
     wf_safetensors_t *st = *pst;
     if (st->mapped && st->base != NULL)
         munmap((void *)st->base, st->size);
+    if (st->fd >= 0)
+        close(st->fd);
     free(st->t);
     free((void *)st->meta);
     free(st->pool);
@@ -711,8 +799,9 @@ wf_status_t wf_checkpoint_open_index(int root_fd, const char *index_rel,
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
     if (root == NULL) {
-        wf_errf(err, err_len, "%s: JSON invalid at line %d column %d: %s", index_rel,
-                jerr.line, jerr.column, jerr.text);
+        char where[128];
+        wf_errf(err, err_len, "%s: JSON invalid %s", index_rel,
+                wf_json_error_where(&jerr, where, sizeof where));
         return WF_E_BAD_FIELD;
     }
 

@@ -13,16 +13,25 @@
  * size do not overflow, END - BEGIN == numel * dtype size; sorted by BEGIN
  * the tensors tile the data region exactly (first BEGIN 0, each BEGIN the
  * previous END: no gap, no overlap) and 8 + N + last END == file size;
- * __metadata__ (optional, may be null) a map of string to string. The file
- * is mmap'ed read-only; a handle never changes after open and may be read
- * from any number of threads.
+ * __metadata__ (optional, may be null) a map of string to string. A handle
+ * never changes after open and may be read from any number of threads.
  *
- * Data pointers point into the mapping: any alignment (8 + N need not be a
- * multiple of anything). Read them with memcpy or the conversions of
- * kernels/tensor.h (wf_convert_to_f32), never by casting to float *.
- * Like every mmap reader, a handle assumes nobody truncates the file while
- * it is open (a shrunk file turns reads into SIGBUS): model files are the
- * operator's, under the model root.
+ * Reading the data: wf_safetensors_read copies a tensor's bytes with
+ * pread(2) from the descriptor the handle keeps open. The header is read
+ * the same way at open. A file that shrinks while open (truncated by
+ * someone under the loader) is then a short read, reported as
+ * WF_E_INTERNAL "the file shrank while loading", never a signal: this is
+ * the path the daemon's loader uses (flux_host.c).
+ * wf_safetensors_data instead gives a pointer into a read-only mapping of
+ * the file, for tools and tests that read small files in place; like
+ * every mmap reader it assumes nobody truncates the file meanwhile (a
+ * read past a shrunk end is SIGBUS), so daemon code does not use it.
+ * Data has any alignment (8 + N need not be a multiple of anything): read
+ * mapped data with memcpy or the conversions of kernels/tensor.h
+ * (wf_convert_to_f32), never by casting to float *.
+ *
+ * Messages never quote the header's text where it is not valid JSON: a
+ * syntax error gives its byte offset, line and column (json_err.h).
  *
  * Nothing here logs. Errors are a status plus a message naming the file
  * and, where there is one, the tensor:
@@ -36,7 +45,8 @@
  *                    element count or byte size overflowing, byte size not
  *                    END - BEGIN
  *   WF_E_NO_MEMORY   allocation failed
- *   WF_E_INTERNAL    I/O error (mmap, read) with the errno text
+ *   WF_E_INTERNAL    I/O error (mmap, read) with the errno text; the file
+ *                    shrank while open ("the file shrank while loading")
  */
 #ifndef WF_SAFETENSORS_H
 #define WF_SAFETENSORS_H
@@ -113,8 +123,18 @@ ptrdiff_t wf_safetensors_find(const wf_safetensors_t *st, const char *name);
 
 /* First byte of tensor i's data in the mapping: any alignment, read only
  * with memcpy / wf_convert_to_f32. Borrowed until close. A tensor of 0
- * bytes gets a valid non-NULL pointer that must not be read. */
+ * bytes gets a valid non-NULL pointer that must not be read. Tools and
+ * tests only (SIGBUS if the file shrinks: see above); the daemon reads
+ * with wf_safetensors_read. */
 const void *wf_safetensors_data(const wf_safetensors_t *st, size_t i);
+
+/* Copy len bytes from byte `off` of tensor i's data into dst (pread for a
+ * file, memcpy for a buffer). Errors: WF_E_BAD_ARGUMENT (i, off or len out
+ * of the tensor), WF_E_INTERNAL (the file ended first: it shrank since
+ * open, "the file shrank while loading"; or an I/O error). Any number of
+ * threads may read one handle at once. */
+wf_status_t wf_safetensors_read(const wf_safetensors_t *st, size_t i, uint64_t off,
+                                void *dst, size_t len, char *err, size_t err_len);
 
 /* Value of __metadata__[key], or NULL; borrowed until close. */
 const char *wf_safetensors_metadata(const wf_safetensors_t *st, const char *key);

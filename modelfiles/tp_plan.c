@@ -9,6 +9,7 @@
  */
 #include "tp_plan.h"
 #include "errf.h"
+#include "json_err.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -93,9 +94,11 @@ static wf_status_t check_rule(const wf_tp_rule_t *r, uint32_t i, char *err,
                               size_t err_len)
 {
     size_t len = strnlen(r->glob, WF_TP_GLOB_MAX);
+    /* the glob is quoted only once every byte of it is known to be one of
+     * the allowed characters */
     if (len == WF_TP_GLOB_MAX) {
-        wf_errf(err, err_len, "tp_plan rule %" PRIu32 ": glob " GLOB_FMT
-                "... longer than %d bytes", i, 40, r->glob, WF_TP_GLOB_MAX - 1);
+        wf_errf(err, err_len, "tp_plan rule %" PRIu32 ": glob longer than %d bytes", i,
+                WF_TP_GLOB_MAX - 1);
         return WF_E_BAD_FIELD;
     }
     if (len == 0) {
@@ -107,12 +110,14 @@ static wf_status_t check_rule(const wf_tp_rule_t *r, uint32_t i, char *err,
         bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
                   || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '*';
         if (!ok) {
-            wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
-                    ": character 0x%02x at %zu not allowed (only A-Z a-z 0-9 _ . *)",
-                    i, GLOB_ARG(r), (unsigned)(unsigned char)c, k);
+            wf_errf(err, err_len, "tp_plan rule %" PRIu32
+                    ": glob character 0x%02x at %zu not allowed (only A-Z a-z 0-9 _ . *)",
+                    i, (unsigned)(unsigned char)c, k);
             return WF_E_BAD_FIELD;
         }
-        if (c == '.' && (k == 0 || k + 1 == len || r->glob[k + 1] == '.')) {
+    }
+    for (size_t k = 0; k < len; k++) {
+        if (r->glob[k] == '.' && (k == 0 || k + 1 == len || r->glob[k + 1] == '.')) {
             wf_errf(err, err_len, "tp_plan rule %" PRIu32 " " GLOB_FMT
                     ": empty component", i, GLOB_ARG(r));
             return WF_E_BAD_FIELD;
@@ -378,69 +383,73 @@ out:
     return s;
 }
 
-static wf_status_t parse_style(json_t *v, const char *label, const char *key,
+/* Messages below name a rule by its index in the object ("rule 3", from 0
+ * as wf_tp_plan_check counts),
+ * not by its glob, and never quote a value: the text may come from a file
+ * (a rank file's metadata) whose content is not echoed. */
+static wf_status_t parse_style(json_t *v, const char *label, size_t nth,
                                wf_tp_style_t *ret, char *err, size_t err_len)
 {
     if (!json_is_string(v)) {
-        wf_errf(err, err_len, "%s: tp_plan '%.80s': style is not a string", label, key);
+        wf_errf(err, err_len, "%s: tp_plan rule %zu: style is not a string", label, nth);
         return WF_E_BAD_FIELD;
     }
     if (!wf_tp_style_parse(json_string_value(v), json_string_length(v), ret)) {
-        wf_errf(err, err_len, "%s: tp_plan '%.80s': unknown style \"%.40s\" (replicated, "
-                "colwise, rowwise, packed_colwise, packed_rowwise)", label, key,
-                json_string_value(v));
+        wf_errf(err, err_len, "%s: tp_plan rule %zu: unknown style (replicated, "
+                "colwise, rowwise, packed_colwise, packed_rowwise)", label, nth);
         return WF_E_BAD_FIELD;
     }
     return WF_OK;
 }
 
-static wf_status_t parse_rule(const char *key, json_t *v, const char *label,
+static wf_status_t parse_rule(const char *key, json_t *v, const char *label, size_t nth,
                               wf_tp_rule_t *r, char *err, size_t err_len)
 {
     memset(r, 0, sizeof *r);
     if (strlen(key) >= WF_TP_GLOB_MAX) {
-        wf_errf(err, err_len, "%s: tp_plan glob '%.40s...' longer than %d bytes", label,
-                key, WF_TP_GLOB_MAX - 1);
+        wf_errf(err, err_len, "%s: tp_plan rule %zu: glob longer than %d bytes", label,
+                nth, WF_TP_GLOB_MAX - 1);
         return WF_E_BAD_FIELD;
     }
     memcpy(r->glob, key, strlen(key) + 1);
     if (json_is_string(v))
-        return parse_style(v, label, key, &r->style, err, err_len);
+        return parse_style(v, label, nth, &r->style, err, err_len);
     if (!json_is_object(v)) {
-        wf_errf(err, err_len, "%s: tp_plan '%.80s': value is neither a style name nor "
-                "{\"style\": ..., \"blocks\": [...]}", label, key);
+        wf_errf(err, err_len, "%s: tp_plan rule %zu: value is neither a style name nor "
+                "{\"style\": ..., \"blocks\": [...]}", label, nth);
         return WF_E_BAD_FIELD;
     }
     const char *k;
     json_t *x;
     json_object_foreach(v, k, x) {
         if (strcmp(k, "style") != 0 && strcmp(k, "blocks") != 0) {
-            wf_errf(err, err_len, "%s: tp_plan '%.80s': unknown key '%.40s'", label, key, k);
+            wf_errf(err, err_len, "%s: tp_plan rule %zu: unknown key (only \"style\" and "
+                    "\"blocks\")", label, nth);
             return WF_E_BAD_FIELD;
         }
     }
     json_t *st = json_object_get(v, "style");
     if (st == NULL) {
-        wf_errf(err, err_len, "%s: tp_plan '%.80s': \"style\" missing", label, key);
+        wf_errf(err, err_len, "%s: tp_plan rule %zu: \"style\" missing", label, nth);
         return WF_E_BAD_FIELD;
     }
-    wf_status_t s = parse_style(st, label, key, &r->style, err, err_len);
+    wf_status_t s = parse_style(st, label, nth, &r->style, err, err_len);
     if (s != WF_OK)
         return s;
     json_t *bl = json_object_get(v, "blocks");
     if (bl == NULL)
         return WF_OK;   /* wf_tp_plan_check says whether the style needs them */
     if (!json_is_array(bl) || json_array_size(bl) > WF_TP_MAX_BLOCKS) {
-        wf_errf(err, err_len, "%s: tp_plan '%.80s': \"blocks\" is not an array of at "
-                "most %d integers", label, key, WF_TP_MAX_BLOCKS);
+        wf_errf(err, err_len, "%s: tp_plan rule %zu: \"blocks\" is not an array of at "
+                "most %d integers", label, nth, WF_TP_MAX_BLOCKS);
         return WF_E_BAD_FIELD;
     }
     size_t i;
     json_array_foreach(bl, i, x) {
         if (!json_is_integer(x) || json_integer_value(x) < 1
             || json_integer_value(x) > (json_int_t)UINT32_MAX) {
-            wf_errf(err, err_len, "%s: tp_plan '%.80s': block %zu is not an integer in "
-                    "1..%" PRIu32, label, key, i, UINT32_MAX);
+            wf_errf(err, err_len, "%s: tp_plan rule %zu: block %zu is not an integer in "
+                    "1..%" PRIu32, label, nth, i, UINT32_MAX);
             return WF_E_BAD_FIELD;
         }
         r->blocks[i] = (uint32_t)json_integer_value(x);
@@ -457,8 +466,9 @@ wf_status_t wf_tp_plan_from_json(const char *json, size_t len, const char *label
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL) {
-        wf_errf(err, err_len, "%s: invalid JSON at line %d column %d: %s", label,
-                je.line, je.column, je.text);
+        char where[128];
+        wf_errf(err, err_len, "%s: invalid JSON %s", label,
+                wf_json_error_where(&je, where, sizeof where));
         return WF_E_BAD_FIELD;
     }
     wf_status_t s = WF_E_BAD_FIELD;
@@ -480,7 +490,7 @@ wf_status_t wf_tp_plan_from_json(const char *json, size_t len, const char *label
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        s = parse_rule(key, v, label, &p->rules[p->n], err, err_len);
+        s = parse_rule(key, v, label, (size_t)p->n, &p->rules[p->n], err, err_len);
         if (s != WF_OK)
             goto out;
         p->n++;

@@ -9,12 +9,17 @@
  * damages sharded directories (a rank file missing, a file of another
  * degree, a piece of the wrong shape, a replicated tensor that differs,
  * ...) and checks that each is refused with a message naming the file.
+ * Issue 13: a checkpoint truncated between open and read is an error (no
+ * SIGBUS); the writer refuses a symlinked, foreign or world-writable
+ * output directory, does not follow symlinks or hard links at the names
+ * it writes, and removes nothing it did not make.
  *
  * Usage: test_flux_host FIXTURES_DIR
  */
 #include "flux_host.h"
 #include "support/st_writer.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
@@ -31,6 +36,7 @@
 static int fix_fd = -1;        /* the fixtures directory as a model root */
 static int tmp_fd = -1;        /* the temporary model root */
 static char tmp_root[512];     /* its path */
+static const char *fixtures_dir; /* argv[1] */
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -711,6 +717,217 @@ static void test_corrupt(void)
     EXPECT_BAD("c-config", WF_E_BAD_FIELD, false, "c-config/config.json", NULL);
 }
 
+/* ---- issue 13: files changing under the loader, the writer attacked ------ */
+
+static char *read_text(const char *path)
+{
+    size_t n = 0;
+    return slurp(path, &n);
+}
+
+/* Truncate the file of `rel` (under tmp_root) after the source is open. */
+static void expect_shrink(const char *dir, bool sharded, const char *file)
+{
+    char err[768] = "", path[1024];
+    wf_flux_source_t *src = NULL;
+    wf_flux_host_t *h = NULL;
+    wf_status_t s = wf_flux_source_open(tmp_fd, dir, sharded, NULL, &src, NULL, err,
+                                        sizeof err);
+    CHECK(s == WF_OK, "%s: open: %s", dir, err);
+    if (s != WF_OK)
+        return;
+    snprintf(path, sizeof path, "%s/%s/%s", tmp_root, dir, file);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && truncate(path, st.st_size / 2) == 0, "truncate %s", path);
+    s = wf_flux_source_read(src, NULL, NULL, &h, err, sizeof err);
+    CHECK(s == WF_E_INTERNAL && h == NULL && strstr(err, file) != NULL
+              && strstr(err, "the file shrank while loading") != NULL,
+          "%s: read after truncate: %s \"%s\"", dir, wf_status_name(s), err);
+    wf_flux_host_free(&h);
+    wf_flux_source_close(&src);
+}
+
+static void test_shrink(void)
+{
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s/shrink", tmp_root);
+    CHECK(mkdir(a, 0755) == 0, "mkdir");
+    const char *names[] = { "config.json", WF_DIFFUSERS_WEIGHTS };
+    for (int i = 0; i < 2; i++) {
+        char fx[1024];
+        snprintf(fx, sizeof fx, "%s/flux-tiny/%s", fixtures_dir, names[i]);
+        snprintf(b, sizeof b, "%s/shrink/%s", tmp_root, names[i]);
+        copy_file(fx, b);
+    }
+    expect_shrink("shrink", false, WF_DIFFUSERS_WEIGHTS);
+    fresh("s-shrink", 2);
+    expect_shrink("s-shrink", true, "tp-rank-00001-of-00002.safetensors");
+}
+
+/* Names in directory `dir` (under tmp_root) ending in ".tmp". */
+static int count_tmp(const char *dir)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", tmp_root, dir);
+    DIR *d = opendir(p);
+    int n = 0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        n += l > 4 && strcmp(e->d_name + l - 4, ".tmp") == 0;
+    }
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+static void test_writer_attacks(void)
+{
+    char err[768] = "", a[2048], b[2048];
+    /* a victim directory whose files the attacker wants replaced */
+    char victim[600];
+    snprintf(victim, sizeof victim, "%s/victim", tmp_root);
+    CHECK(mkdir(victim, 0755) == 0, "mkdir victim");
+    const char *vnames[] = { "tp-rank-00000-of-00002.safetensors", "config.json",
+                             "tp-rank-00000-of-00004.safetensors", "v1", "v2", "v3" };
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(a, sizeof a, "%s/%s", victim, vnames[i]);
+        CHECK(st_write_bytes(a, "victim data\n", 12) == 0, "write %s", a);
+    }
+
+    /* --out a symlink to it: refused, with or without a trailing '/' */
+    snprintf(a, sizeof a, "%s/outlink", tmp_root);
+    CHECK(symlink(victim, a) == 0, "symlink");
+    wf_status_t s = shard("flux-tiny", NULL, 2, "outlink", err, sizeof err);
+    CHECK(s == WF_E_BAD_ARGUMENT && strstr(err, "outlink' is a symlink: refused") != NULL,
+          "symlinked out: %s %s", wf_status_name(s), err);
+    s = shard("flux-tiny", NULL, 2, "outlink/", err, sizeof err);
+    CHECK(s == WF_E_BAD_ARGUMENT && strstr(err, "is a symlink: refused") != NULL,
+          "symlinked out/: %s %s", wf_status_name(s), err);
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(a, sizeof a, "%s/%s", victim, vnames[i]);
+        char *t = read_text(a);
+        CHECK(t != NULL && strcmp(t, "victim data\n") == 0, "victim %s unchanged", vnames[i]);
+        free(t);
+    }
+    snprintf(a, sizeof a, "%s/tp-rank-00001-of-00002.safetensors", victim);
+    CHECK(!file_exists(a), "nothing written into the victim directory");
+    CHECK(count_tmp("victim") == 0, "no temporary file in the victim directory");
+
+    /* symlinks and hard links at the final names, and the old predictable
+     * temporary name hard-linked to a victim: none followed or written
+     * through; the links are replaced, the old temporary name left alone */
+    snprintf(a, sizeof a, "%s/o-links", tmp_root);
+    CHECK(mkdir(a, 0755) == 0, "mkdir");
+    snprintf(a, sizeof a, "%s/v1", victim);
+    snprintf(b, sizeof b, "%s/o-links/tp-rank-00000-of-00002.safetensors", tmp_root);
+    CHECK(symlink(a, b) == 0, "symlink rank 0");
+    snprintf(a, sizeof a, "%s/v2", victim);
+    snprintf(b, sizeof b, "%s/o-links/tp-rank-00001-of-00002.safetensors", tmp_root);
+    CHECK(link(a, b) == 0, "hard link rank 1");
+    snprintf(a, sizeof a, "%s/v3", victim);
+    snprintf(b, sizeof b, "%s/o-links/config.json", tmp_root);
+    CHECK(symlink(a, b) == 0, "symlink config");
+    snprintf(a, sizeof a, "%s/config.json", victim);
+    snprintf(b, sizeof b, "%s/o-links/.tp-rank-00000-of-00002.safetensors.%ld.tmp", tmp_root,
+             (long)getpid());
+    CHECK(link(a, b) == 0, "hard link at the old temporary name");
+    s = shard("flux-tiny", NULL, 2, "o-links", err, sizeof err);
+    CHECK(s == WF_OK, "shard over links: %s", err);
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(a, sizeof a, "%s/%s", victim, vnames[i]);
+        char *t = read_text(a);
+        CHECK(t != NULL && strcmp(t, "victim data\n") == 0, "victim %s unchanged after the "
+              "links", vnames[i]);
+        free(t);
+    }
+    const char *made[] = { "tp-rank-00000-of-00002.safetensors",
+                           "tp-rank-00001-of-00002.safetensors", "config.json" };
+    for (int i = 0; i < 3; i++) {
+        struct stat st;
+        snprintf(a, sizeof a, "%s/o-links/%s", tmp_root, made[i]);
+        CHECK(lstat(a, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1,
+              "%s is a new regular file", made[i]);
+    }
+    CHECK(file_exists(b), "the file at the old temporary name is not removed");
+    CHECK(count_tmp("o-links") == 1, "no temporary file of ours left (%d)",
+          count_tmp("o-links"));
+    wf_flux_host_t *h = load(tmp_fd, "o-links", true, NULL, NULL, "o-links");
+    if (h != NULL && plain[0] != NULL)
+        compare_hosts(plain[0], h, "o-links");
+    wf_flux_host_free(&h);
+
+    /* a rank file of another degree that weftctl shard did not write: a
+     * symlink, a plain file, a hard link; refused before anything is
+     * written, left in place */
+    static const struct {
+        const char *dir;
+        int kind; /* 0 symlink, 1 not a shard file, 2 hard link */
+        const char *needle;
+    } stale[] = {
+        { "o-stale-sym", 0, "is a symlink" },
+        { "o-stale-foreign", 1, "is not a rank file weftctl shard wrote" },
+        { "o-stale-link", 2, "has more than one hard link" },
+    };
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/%s", tmp_root, stale[i].dir);
+        CHECK(mkdir(a, 0755) == 0, "mkdir");
+        snprintf(b, sizeof b, "%s/%s/tp-rank-00000-of-00004.safetensors", tmp_root,
+                 stale[i].dir);
+        snprintf(a, sizeof a, "%s/tp-rank-00000-of-00004.safetensors", victim);
+        int rc = stale[i].kind == 0 ? symlink(a, b)
+                 : stale[i].kind == 1 ? st_write_bytes(b, "mine\n", 5)
+                                      : link(a, b);
+        CHECK(rc == 0, "make %s", b);
+        s = shard("flux-tiny", NULL, 2, stale[i].dir, err, sizeof err);
+        CHECK(s == WF_E_BAD_ARGUMENT && strstr(err, "of another tp degree") != NULL
+                  && strstr(err, stale[i].needle) != NULL,
+              "%s: %s %s", stale[i].dir, wf_status_name(s), err);
+        struct stat st;
+        CHECK(lstat(b, &st) == 0, "%s: the file is still there", stale[i].dir);
+        snprintf(b, sizeof b, "%s/%s/config.json", tmp_root, stale[i].dir);
+        CHECK(!file_exists(b), "%s: nothing written", stale[i].dir);
+        CHECK(count_tmp(stale[i].dir) == 0, "%s: no temporary file", stale[i].dir);
+    }
+    snprintf(a, sizeof a, "%s/tp-rank-00000-of-00004.safetensors", victim);
+    char *t = read_text(a);
+    CHECK(t != NULL && strcmp(t, "victim data\n") == 0, "stale victim unchanged");
+    free(t);
+
+    /* an output directory writable by everyone, and (as root) one owned
+     * by another user */
+    snprintf(a, sizeof a, "%s/o-world", tmp_root);
+    CHECK(mkdir(a, 0755) == 0 && chmod(a, 0777) == 0, "mkdir 0777");
+    s = shard("flux-tiny", NULL, 2, "o-world", err, sizeof err);
+    CHECK(s == WF_E_BAD_ARGUMENT && strstr(err, "is writable by every user: refused") != NULL,
+          "world-writable: %s %s", wf_status_name(s), err);
+    if (geteuid() == 0) {
+        snprintf(a, sizeof a, "%s/o-foreign", tmp_root);
+        CHECK(mkdir(a, 0755) == 0 && chown(a, 4242, 4242) == 0, "chown");
+        s = shard("flux-tiny", NULL, 2, "o-foreign", err, sizeof err);
+        CHECK(s == WF_E_BAD_ARGUMENT
+                  && strstr(err, "is owned by uid 4242, not by you (uid 0): refused") != NULL,
+              "foreign: %s %s", wf_status_name(s), err);
+        snprintf(b, sizeof b, "%s/o-foreign/config.json", tmp_root);
+        CHECK(!file_exists(b) && count_tmp("o-foreign") == 0, "foreign: nothing written");
+    } else {
+        printf("(not root: the foreign-owner case is not run)\n");
+    }
+
+    /* a failure after the files are written (config.json is a directory):
+     * the temporary files this call made are gone, the rest stays */
+    snprintf(a, sizeof a, "%s/o-fail", tmp_root);
+    snprintf(b, sizeof b, "%s/o-fail/config.json", tmp_root);
+    CHECK(mkdir(a, 0755) == 0 && mkdir(b, 0755) == 0, "mkdir");
+    s = shard("flux-tiny", NULL, 2, "o-fail", err, sizeof err);
+    CHECK(s == WF_E_INTERNAL && strstr(err, "config.json: rename") != NULL,
+          "rename onto a directory: %s %s", wf_status_name(s), err);
+    CHECK(count_tmp("o-fail") == 0, "o-fail: temporary files removed (%d left)",
+          count_tmp("o-fail"));
+    struct stat st;
+    CHECK(stat(b, &st) == 0 && S_ISDIR(st.st_mode), "o-fail: config.json left alone");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -718,6 +935,7 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512] = "";
+    fixtures_dir = argv[1];
     if (wf_model_root_open(argv[1], &fix_fd, err, sizeof err) != WF_OK) {
         fprintf(stderr, "fixtures: %s\n", err);
         return 1;
@@ -739,6 +957,8 @@ int main(int argc, char **argv)
     test_layout_tp2();
     test_round_trips();
     test_corrupt();
+    test_shrink();
+    test_writer_attacks();
 
     for (int i = 0; i < 3; i++)
         wf_flux_host_free(&plain[i]);

@@ -287,7 +287,7 @@ static void test_bad_files(void)
     CHECK(st_write_raw("root/extra.safetensors",
                        "{\"q\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}",
                        4) == 0, "write");
-    BAD("extra.safetensors", WF_E_MALFORMED, "unexpected key 'x'");
+    BAD("extra.safetensors", WF_E_MALFORMED, "unexpected key (only dtype, shape and data_offsets)");
     CHECK(st_write_raw("root/off3.safetensors",
                        "{\"q\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 8)
           == 0, "write");
@@ -699,6 +699,140 @@ static void test_python_fixtures(const char *dir)
     close(fx);
 }
 
+/* ---- issue 13: hard links, files shrinking, parse errors ------------------ */
+
+/* A hard link inside the root to a file outside it is not read, by either
+ * resolver, through any entry point (safetensors, the small-file reader
+ * that config.json and index.json use); the secret never reaches the
+ * message. A symlink within the root to a one-link file still works. */
+static void test_hard_links(void)
+{
+    const char *secret = "{\"password\": \"hunter2-SECRET-d0e1\"}";
+    float v = 1.0f;
+    st_w_tensor_t t = { "x", "F32", 1, { 1 }, &v, 4 };
+    CHECK(mkdir("hl_outside", 0700) == 0 && mkdir("root/hl", 0755) == 0, "mkdir");
+    CHECK(st_write_bytes("hl_outside/secret.json", secret, strlen(secret)) == 0
+          && st_write("hl_outside/w.safetensors", &t, 1, NULL, 0) == 0, "write");
+    CHECK(link("hl_outside/secret.json", "root/hl/config.json") == 0
+          && link("hl_outside/w.safetensors", "root/hl/w.safetensors") == 0,
+          "link: %s", strerror(errno));
+    CHECK(st_write("root/hl/one.safetensors", &t, 1, NULL, 0) == 0
+          && symlink("one.safetensors", "root/hl/sym.safetensors") == 0, "write one");
+    for (int m = 0; m < 2; m++) {
+        expect_bad_mode("hl/w.safetensors", modes[m], WF_E_BAD_FIELD,
+                        "model file 'hl/w.safetensors' has 2 hard links: refused", __LINE__);
+        char err[512] = "";
+        char *buf = NULL;
+        wf_status_t s = wf_model_read_file(root_fd, "hl/config.json", modes[m], 1 << 20, &buf,
+                                           NULL, err, sizeof err);
+        CHECK(s == WF_E_BAD_FIELD && buf == NULL
+                  && strstr(err, "'hl/config.json' has 2 hard links: refused") != NULL
+                  && strstr(err, "hunter2") == NULL,
+              "[%s] hard-linked config.json: %s %s", mode_name[m], wf_status_name(s), err);
+        free(buf);
+        int fd = -1;
+        s = wf_model_open_file(root_fd, "hl/config.json", modes[m], &fd, NULL, err,
+                               sizeof err);
+        CHECK(s == WF_E_BAD_FIELD && fd == -1, "[%s] open_file: %s", mode_name[m], err);
+        wf_safetensors_t *st = open_ok("hl/sym.safetensors", modes[m]);
+        wf_safetensors_close(&st);
+    }
+    /* three links: the count is in the message */
+    CHECK(link("hl_outside/w.safetensors", "root/hl/w2.safetensors") == 0, "link 3");
+    BAD("hl/w2.safetensors", WF_E_BAD_FIELD, "has 3 hard links: refused");
+    /* once the outside name is gone, the file has one link and is read */
+    CHECK(unlink("hl_outside/w.safetensors") == 0 && unlink("root/hl/w2.safetensors") == 0,
+          "unlink");
+    wf_safetensors_t *st = open_ok("hl/w.safetensors", WF_RESOLVE_AUTO);
+    wf_safetensors_close(&st);
+
+    /* a path with control bytes is escaped in the message */
+    char err[512] = "";
+    wf_safetensors_t *bad = NULL;
+    wf_status_t s = wf_safetensors_open(root_fd, "no\nsuch\x1b[1m", NULL, &bad, err, sizeof err);
+    CHECK(s == WF_E_BAD_FIELD && strchr(err, '\n') == NULL && strchr(err, '\x1b') == NULL
+              && strstr(err, "no\\nsuch\\x1b[1m") != NULL, "escaped path: %s", err);
+}
+
+/* A real file truncated after open, before its data is read: the read is
+ * an error naming the file, the process lives (with mmap this was SIGBUS). */
+static void test_shrinking(void)
+{
+    enum { N = 1 << 16 };
+    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+    CHECK(a != NULL && b != NULL, "malloc");
+    for (int i = 0; i < N; i++) {
+        a[i] = (float)i;
+        b[i] = (float)-i;
+    }
+    st_w_tensor_t t[2] = { { "a", "F32", 1, { N }, a, N * 4 },
+                           { "b", "F32", 1, { N }, b, N * 4 } };
+    CHECK(st_write("root/shrink.safetensors", t, 2, NULL, 0) == 0, "write");
+    char err[512] = "";
+    wf_safetensors_t *st = open_ok("shrink.safetensors", WF_RESOLVE_AUTO);
+    float *got = malloc(N * sizeof *got);
+    if (st != NULL && got != NULL) {
+        ptrdiff_t ia = wf_safetensors_find(st, "a"), ib = wf_safetensors_find(st, "b");
+        CHECK(ia >= 0 && ib >= 0, "find");
+        wf_status_t s = wf_safetensors_read(st, (size_t)ia, 0, got, N * 4, err, sizeof err);
+        CHECK(s == WF_OK && memcmp(got, a, N * 4) == 0, "read a: %s", err);
+        s = wf_safetensors_read(st, (size_t)ib, 4, got, 8, err, sizeof err);
+        CHECK(s == WF_OK && got[0] == b[1] && got[1] == b[2], "read part of b: %s", err);
+        s = wf_safetensors_read(st, (size_t)ib, 4, got, N * 4, err, sizeof err);
+        CHECK(s == WF_E_BAD_ARGUMENT, "read past the tensor: %s", wf_status_name(s));
+        /* cut the file in the middle of b: b is short, a still whole */
+        off_t cut = (off_t)(wf_safetensors_tensor(st, (size_t)ib)->offset + 1000);
+        CHECK(truncate("root/shrink.safetensors", cut) == 0, "truncate");
+        s = wf_safetensors_read(st, (size_t)ib, 0, got, N * 4, err, sizeof err);
+        CHECK(s == WF_E_INTERNAL
+                  && strstr(err, "shrink.safetensors: the file shrank while loading") != NULL
+                  && strstr(err, "tensor 'b'") != NULL,
+              "read after truncate: %s %s", wf_status_name(s), err);
+        s = wf_safetensors_read(st, (size_t)ia, 0, got, N * 4, err, sizeof err);
+        CHECK(s == WF_OK && memcmp(got, a, N * 4) == 0, "a before the cut: %s", err);
+        CHECK(truncate("root/shrink.safetensors", 0) == 0, "truncate to 0");
+        s = wf_safetensors_read(st, (size_t)ia, 0, got, N * 4, err, sizeof err);
+        CHECK(s == WF_E_INTERNAL && strstr(err, "shrank while loading") != NULL,
+              "read of an empty file: %s %s", wf_status_name(s), err);
+    }
+    wf_safetensors_close(&st);
+    free(got);
+    free(a);
+    free(b);
+}
+
+/* Parse errors name the file and where, never the text: a header, an
+ * index and (test_flux_config) a config.json holding a secret-looking
+ * string that is not valid JSON. */
+static void test_no_echo(void)
+{
+    const char *secret = "hunter2-SECRET-77aa";
+    char hdr[256];
+    snprintf(hdr, sizeof hdr, "{\"x\": %s}", secret);
+    CHECK(st_write_raw("root/echo.safetensors", hdr, 0) == 0, "write");
+    char err[512] = "";
+    wf_safetensors_t *st = NULL;
+    wf_status_t s = wf_safetensors_open(root_fd, "echo.safetensors", NULL, &st, err,
+                                        sizeof err);
+    CHECK(s == WF_E_MALFORMED && strstr(err, "header JSON invalid at byte ") != NULL
+              && strstr(err, "(line 1, column ") != NULL && strstr(err, "hunter2") == NULL,
+          "header: %s", err);
+    CHECK(mkdir("root/echo", 0755) == 0, "mkdir");
+    char idx[256];
+    snprintf(idx, sizeof idx, "{\"weight_map\": {\"a\": \"m.safetensors\"}, \"k\": '%s'}",
+             secret);
+    write_index("root/echo", idx);
+    wf_checkpoint_t *ck = NULL;
+    s = wf_checkpoint_open_dir(root_fd, "echo", NULL, &ck, err, sizeof err);
+    CHECK(s == WF_E_BAD_FIELD && strstr(err, "JSON invalid at byte") != NULL
+              && strstr(err, "hunter2") == NULL, "index: %s", err);
+    /* a valid index naming a secret as a file: named by the key, not the value */
+    snprintf(idx, sizeof idx, "{\"weight_map\": {\"a\": \"../%s\"}}", secret);
+    write_index("root/echo", idx);
+    s = wf_checkpoint_open_dir(root_fd, "echo", NULL, &ck, err, sizeof err);
+    CHECK(s == WF_E_BAD_FIELD && strstr(err, "hunter2") == NULL, "index value: %s", err);
+}
+
 int main(int argc, char **argv)
 {
     snprintf(base_dir, sizeof base_dir, "/tmp/wf-st-test.XXXXXX");
@@ -717,6 +851,9 @@ int main(int argc, char **argv)
     test_bad_files();
     test_paths();
     test_checkpoints();
+    test_hard_links();
+    test_shrinking();
+    test_no_echo();
     if (argc > 1) {
         char fx[PATH_MAX];
         /* relative to where the test was started */

@@ -428,7 +428,7 @@ static void test_json(void)
         const char *json, *needle;
     } bad[] = {
         { "{\"a\": \"colwise\", \"a\": \"rowwise\"}", "duplicate" },
-        { "{\"a\": \"sideways\"}", "unknown style \"sideways\"" },
+        { "{\"a\": \"sideways\"}", "rule 0: unknown style (replicated" },
         { "{\"a\": 3}", "neither a style name" },
         { "[]", "not an object" },
         { "{\"a\": {\"blocks\": [1]}}", "\"style\" missing" },
@@ -438,7 +438,7 @@ static void test_json(void)
         { "{\"a\": {\"style\": \"packed_rowwise\", \"blocks\": [1,1,1,1,1,1,1,1,1]}}",
           "at most 8" },
         { "{\"a\": {\"style\": \"colwise\", \"blocks\": [1]}}", "blocks given for colwise" },
-        { "{\"a\": {\"style\": \"colwise\", \"extra\": 1}}", "unknown key 'extra'" },
+        { "{\"a\": {\"style\": \"colwise\", \"extra\": 1}}", "rule 0: unknown key" },
         { "{\"a..b\": \"colwise\"}", "empty component" },
         { "{\"a b\": \"colwise\"}", "not allowed" },
         { "{\"a\": \"colwise\"", "invalid JSON" },

@@ -6,8 +6,10 @@
 # f32 with guidance, bf16: PASS), reconfigure to dp=2 tp=2 and forward
 # again (live re-shard), shard --tp 2 and load --sharded, load --tp-plan
 # with a custom plan, refusals (a '..' path, a name in use, an unknown
-# style, a glob matching nothing), unload (gone from models, forward on
-# it fails), then SIGTERM makes the daemon exit 0.
+# style, a glob matching nothing, a hard-linked config.json and an invalid
+# one holding a secret: never echoed; shard --out a symlink to a victim
+# directory, symlinks at the names shard writes), unload (gone from
+# models, forward on it fails), then SIGTERM makes the daemon exit 0.
 #
 # Then a mesh with context and tensor parallelism together (dp=1,
 # ulysses=2, tp=2) serves the three fixtures again.
@@ -189,7 +191,8 @@ cat >"$tmp/plan_style.json" <<'EOF'
 {"transformer_blocks.*.attn.to_q": "diagonal"}
 EOF
 run bad_style 1 ctl load tiny-style flux-tiny --tp-plan "$tmp/plan_style.json"
-expect_err bad_style 'unknown style "diagonal"'
+expect_err bad_style 'rule 0: unknown style'
+expect_not bad_style 'diagonal'
 
 cat >"$tmp/plan_nomatch.json" <<'EOF'
 {"transformer_blocks.*.attn.to_q": "colwise",
@@ -198,10 +201,62 @@ EOF
 run bad_nomatch 1 ctl load tiny-nomatch flux-tiny --tp-plan "$tmp/plan_nomatch.json"
 expect_err bad_nomatch "^weftctl: load: WF_E_BAD_ARGUMENT: .*'transformer_blocks\.\*\.attn\.to_qq' matches no linear layer"
 
+# -- issue 13: files ---------------------------------------------------------
+# a hard link inside the model root to a file outside it (the daemon could
+# read it, the client could not): refused, and its text never echoed; the
+# same text in a regular config.json inside the root (invalid JSON) is
+# refused without being echoed either
+secret='hunter2-SECRET-e2e'
+printf '{"password": %s}\n' "$secret" >"$tmp/secret.json"
+mkdir -p "$root/hardlinked" "$root/badjson"
+cp "$root/flux-tiny/diffusion_pytorch_model.safetensors" "$root/hardlinked/"
+ln "$tmp/secret.json" "$root/hardlinked/config.json" || fail "ln"
+run bad_hardlink 1 ctl load hl hardlinked
+expect_err bad_hardlink "^weftctl: load: WF_E_BAD_FIELD: .*'hardlinked/config\.json' has 2 hard links: refused"
+expect_not bad_hardlink "$secret"
+cp "$tmp/secret.json" "$root/badjson/config.json"
+cp "$root/flux-tiny/diffusion_pytorch_model.safetensors" "$root/badjson/"
+run bad_json 1 ctl load bj badjson
+expect_err bad_json "^weftctl: load: WF_E_BAD_FIELD: badjson/config\.json: JSON invalid at byte [0-9]+ \(line 1, column [0-9]+\)"
+expect_not bad_json "$secret"
+
+# weftctl shard --out a symlink to a directory holding a victim file:
+# refused, the victim unchanged, nothing written there
+mkdir -p "$tmp/victim"
+echo 'victim data' >"$tmp/victim/tp-rank-00000-of-00002.safetensors"
+echo 'victim data' >"$tmp/victim/config.json"
+echo 'victim data' >"$tmp/victim/tp-rank-00000-of-00004.safetensors"
+ln -s "$tmp/victim" "$tmp/outlink"
+run shard_symlink 1 "$weftctl" shard --model-root "$root" --path flux-tiny --tp 2 \
+    --out "$tmp/outlink"
+expect_err shard_symlink "^weftctl: shard: WF_E_BAD_ARGUMENT: output directory '.*/outlink' is a symlink: refused"
+run shard_symlink_slash 1 "$weftctl" shard --model-root "$root" --path flux-tiny --tp 2 \
+    --out "$tmp/outlink/"
+expect_err shard_symlink_slash "is a symlink: refused"
+for f in tp-rank-00000-of-00002.safetensors config.json tp-rank-00000-of-00004.safetensors; do
+    [ "$(cat "$tmp/victim/$f")" = 'victim data' ] || fail "shard_symlink: victim $f changed"
+done
+[ "$(ls -A "$tmp/victim" | wc -l)" -eq 3 ] || fail "shard_symlink: files appeared in the victim dir"
+
+# symlinks pre-created at the final names of a real output directory are
+# replaced, not followed
+mkdir -p -m 755 "$tmp/out-links"   # not o+w whatever the umask: shard refuses that
+ln -s "$tmp/victim/tp-rank-00000-of-00002.safetensors" \
+    "$tmp/out-links/tp-rank-00000-of-00002.safetensors"
+ln -s "$tmp/victim/config.json" "$tmp/out-links/config.json"
+run shard_links 0 "$weftctl" shard --model-root "$root" --path flux-tiny --tp 2 \
+    --out "$tmp/out-links"
+for f in tp-rank-00000-of-00002.safetensors config.json; do
+    [ "$(cat "$tmp/victim/$f")" = 'victim data' ] || fail "shard_links: victim $f changed"
+    [ -f "$tmp/out-links/$f" ] && [ ! -L "$tmp/out-links/$f" ] ||
+        fail "shard_links: $f is not a new regular file"
+done
+[ -z "$(ls -A "$tmp/out-links" | grep '\.tmp$')" ] || fail "shard_links: temporary files left"
+
 # none of the refused loads left anything behind
 run models_after 0 ctl models
 expect_count models_after '^[A-Za-z0-9._-]+ +ready ' 6
-expect_not models_after '^(dotdot|dotdot2|tiny-style|tiny-nomatch) '
+expect_not models_after '^(dotdot|dotdot2|tiny-style|tiny-nomatch|hl|bj) '
 expect models_after '^tiny +ready +flux +f32 .* flux-tiny$'
 
 # -- unload ----------------------------------------------------------------

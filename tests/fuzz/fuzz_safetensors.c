@@ -28,6 +28,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const uint8_t *p = wf_safetensors_data(st, i);
         for (uint64_t b = 0; b < t->nbytes; b++)
             sink ^= p[b];
+        /* the copying reader agrees with the pointer, and refuses a range
+         * past the tensor */
+        uint8_t head[64];
+        size_t hn = t->nbytes < sizeof head ? (size_t)t->nbytes : sizeof head;
+        if (wf_safetensors_read(st, i, t->nbytes - hn, head, hn, err, sizeof err) != WF_OK
+            || memcmp(head, p + (t->nbytes - hn), hn) != 0
+            || wf_safetensors_read(st, i, t->nbytes, head, 1, err, sizeof err) == WF_OK)
+            __builtin_trap();
         if (wf_safetensors_find(st, t->name) != (ptrdiff_t)i)
             __builtin_trap();
     }

@@ -1,0 +1,48 @@
+/* json_err.c — jansson parse errors without the parsed text (json_err.h). */
+#include "json_err.h"
+
+#include <stdio.h>
+
+static const char *phrase(enum json_error_code code)
+{
+    switch (code) {
+    case json_error_out_of_memory: return "out of memory";
+    case json_error_stack_overflow: return "nested too deeply";
+    case json_error_invalid_utf8: return "invalid UTF-8";
+    case json_error_premature_end_of_input: return "the text ends too early";
+    case json_error_end_of_input_expected: return "text after the end of the value";
+    case json_error_invalid_syntax: return "invalid syntax";
+    case json_error_null_character: return "a \\u0000 in a string";
+    case json_error_null_byte_in_key: return "a NUL byte in a key";
+    case json_error_duplicate_key: return "duplicate key";
+    case json_error_numeric_overflow: return "a number out of range";
+    case json_error_invalid_format:
+    case json_error_wrong_type:
+    case json_error_null_value:
+    case json_error_item_not_found:
+    case json_error_index_out_of_range:
+    case json_error_cannot_open_file:
+    case json_error_invalid_argument:
+    case json_error_unknown:
+    default: return "not valid JSON";
+    }
+}
+
+const char *wf_json_error_where(const json_error_t *e, char *buf, size_t len)
+{
+    snprintf(buf, len, "at byte %d (line %d, column %d): %s", e->position, e->line,
+             e->column, phrase(json_error_code(e)));
+    return buf;
+}
+
+const char *wf_json_ordinal(size_t n)
+{
+    if (n % 100 >= 11 && n % 100 <= 13)
+        return "th";
+    switch (n % 10) {
+    case 1: return "st";
+    case 2: return "nd";
+    case 3: return "rd";
+    default: return "th";
+    }
+}
