@@ -47,7 +47,6 @@ struct wf_access_watch {
     atomic_bool stop;
     char peer[WATCH_FDS][64];    /* "ADDR:PORT" of an accepted fd; thread only */
     uint32_t failed;             /* a handshake just failed with this code; 0 none */
-    uint16_t failed_event;       /* ... this event */
     time_t window;               /* log rate limit; thread only */
     unsigned logged;
     uint64_t suppressed;
@@ -183,22 +182,19 @@ static void watch_note(struct wf_access_watch *w, int fd, const char *why)
     }
     w->logged++;
     const char *peer = fd >= 0 && fd < WATCH_FDS && w->peer[fd][0] ? w->peer[fd]
-                                                                   : "an unknown address";
+                                                                   : "an address not known (gone before it was read)";
     wf_log(w->log, WF_LOG_WARNING, "auth: refused a client from %s on %s: %s",
            peer, w->endpoint, why);
 }
 
-static const char *failure_text(uint16_t event, uint32_t value)
+static const char *failure_text(uint32_t value)
 {
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-            return "it does not speak CURVE (a client without keys; set "
-                   "WEFT_SERVER_KEY and WEFT_CLIENT_KEY)";
-        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
-            return "CURVE cryptographic error (a client with the wrong server key?)";
-        return "CURVE protocol error";
-    }
-    return "the CURVE handshake failed";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        return "it does not speak CURVE (a client without keys; set "
+               "WEFT_SERVER_KEY and WEFT_CLIENT_KEY)";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+        return "CURVE cryptographic error (a client with the wrong server key?)";
+    return "CURVE protocol error";
 }
 
 static void watch_event(struct wf_access_watch *w, uint16_t event, uint32_t value)
@@ -224,16 +220,15 @@ static void watch_event(struct wf_access_watch *w, uint16_t event, uint32_t valu
             snprintf(w->peer[fd], sizeof w->peer[fd], "[%s]:%u", host,
                      (unsigned)ntohs(in6->sin6_port));
         }
-    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-               event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
         /* The disconnection of that connection comes next, with its fd
          * (one I/O thread emits both, in this order). Refusals by ZAP
-         * (FAILED_AUTH) are logged by the ZAP handler. */
+         * (FAILED_AUTH) are logged by the ZAP handler; FAILED_NO_DETAIL
+         * is a peer gone mid-handshake, not a refusal. */
         w->failed = value ? value : 1;
-        w->failed_event = event;
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
         if (w->failed)
-            watch_note(w, fd, failure_text(w->failed_event, w->failed));
+            watch_note(w, fd, failure_text(w->failed));
         w->failed = 0;
         if (fd >= 0 && fd < WATCH_FDS)
             w->peer[fd][0] = '\0';
@@ -275,8 +270,7 @@ static void watch_start(wf_server_t *srv)
     snprintf(w->endpoint, sizeof w->endpoint, "%s", srv->endpoint);
     atomic_init(&w->stop, false);
     int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
     if (zmq_socket_monitor(srv->router, MONITOR_ENDPOINT, events) != 0)
         goto fail;
     w->pair = zmq_socket(srv->zctx, ZMQ_PAIR);
