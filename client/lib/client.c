@@ -256,9 +256,13 @@ static wf_status_t monitor_check(wf_client_t *c)
         case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             /* Once may be a daemon going away mid-handshake. */
             if (++c->handshake_fails >= 2)
-                return fail(c, WF_E_AUTH, "handshake with '%s' failed: the "
-                            "daemon closed the connection%s", c->endpoint,
-                            c->curve ? " (wrong server key?)" : "");
+                return c->curve
+                    ? fail(c, WF_E_AUTH, "handshake with '%s' failed: the daemon "
+                           "closed the connection (wrong server key?)", c->endpoint)
+                    : fail(c, WF_E_AUTH, "handshake with '%s' failed: the daemon "
+                           "closed the connection (does it want CURVE keys? set "
+                           "WEFT_SERVER_KEY and WEFT_CLIENT_KEY, or weftctl "
+                           "--server-key / --client-key)", c->endpoint);
             break;
         default:
             break;

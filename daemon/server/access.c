@@ -181,14 +181,17 @@ static void watch_note(struct wf_access_watch *w, int fd, const char *why)
         return;
     }
     w->logged++;
-    const char *peer = fd >= 0 && fd < WATCH_FDS && w->peer[fd][0] ? w->peer[fd]
-                                                                   : "an address not known (gone before it was read)";
-    wf_log(w->log, WF_LOG_WARNING, "auth: refused a client from %s on %s: %s",
-           peer, w->endpoint, why);
+    const char *peer = fd >= 0 && fd < WATCH_FDS && w->peer[fd][0]
+                           ? w->peer[fd] : "(address gone before it was read)";
+    wf_log(w->log, WF_LOG_WARNING, "auth: client %s on %s refused: %s", peer,
+           w->endpoint, why);
 }
 
 static const char *failure_text(uint32_t value)
 {
+    if (value == 1)
+        return "it left during the CURVE handshake (a client without keys, "
+               "or with the wrong server key?)";
     if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
         return "it does not speak CURVE (a client without keys; set "
                "WEFT_SERVER_KEY and WEFT_CLIENT_KEY)";
@@ -220,12 +223,14 @@ static void watch_event(struct wf_access_watch *w, uint16_t event, uint32_t valu
             snprintf(w->peer[fd], sizeof w->peer[fd], "[%s]:%u", host,
                      (unsigned)ntohs(in6->sin6_port));
         }
-    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+               event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
         /* The disconnection of that connection comes next, with its fd
          * (one I/O thread emits both, in this order). Refusals by ZAP
-         * (FAILED_AUTH) are logged by the ZAP handler; FAILED_NO_DETAIL
-         * is a peer gone mid-handshake, not a refusal. */
-        w->failed = value ? value : 1;
+         * (FAILED_AUTH) are logged by the ZAP handler. NO_DETAIL: the
+         * peer left mid-handshake (a client without keys that saw our
+         * greeting first and reset the connection, a port scan). */
+        w->failed = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ? 1 : value ? value : 2;
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
         if (w->failed)
             watch_note(w, fd, failure_text(w->failed));
@@ -270,7 +275,8 @@ static void watch_start(wf_server_t *srv)
     snprintf(w->endpoint, sizeof w->endpoint, "%s", srv->endpoint);
     atomic_init(&w->stop, false);
     int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (zmq_socket_monitor(srv->router, MONITOR_ENDPOINT, events) != 0)
         goto fail;
     w->pair = zmq_socket(srv->zctx, ZMQ_PAIR);
