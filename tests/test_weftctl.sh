@@ -135,7 +135,7 @@ expect keygen '^public key: .{40}$'
 [ "$(stat -c %a "$tmp/daemon.key.pub")" = 644 ] || fail "keygen: .pub mode"
 grep -q '^secret-key = ' "$tmp/daemon.key" || fail "keygen: no secret key"
 grep -q '^secret-key' "$tmp/daemon.key.pub" && fail "keygen: secret in .pub"
-grep -q "^public-key = $(sed -n 's/^public key: //p' "$tmp/keygen.out")\$" \
+grep -qxF "public-key = $(sed -n 's/^public key: //p' "$tmp/keygen.out")" \
     "$tmp/daemon.key.pub" || fail "keygen: .pub differs from the printed key"
 cp "$tmp/daemon.key" "$tmp/daemon.key.before"
 run keygen_again 1 "$weftctl" keygen "$tmp/daemon.key"
@@ -165,7 +165,7 @@ run curve_admin 0 "$weftctl" --endpoint "$tep" --server-key "$tmp/daemon.key.pub
     --client-key "$tmp/admin.key" reconfigure --dp 2
 expect curve_admin '-> dp=2 ring=1 ulysses=1 tp=1'
 run curve_nokeys 1 "$weftctl" --endpoint "$tep" --timeout 20000 hello
-expect curve_nokeys 'WF_E_AUTH: .*wants CURVE keys'
+expect curve_nokeys 'WF_E_AUTH: .*CURVE keys'
 run curve_denied 1 env WEFT_SERVER_KEY="$(pubkey "$tmp/daemon.key.pub")" \
     WEFT_CLIENT_KEY="$tmp/submit.key" "$weftctl" --endpoint "$tep" reconfigure --tp 2
 expect curve_denied 'WF_E_DENIED: reconfigure needs the admin role.*runner'
