@@ -23,7 +23,8 @@
  *       anonymous clients as admin; client_keys without key_file exits
  *       non-zero; a client with keys against an anonymous daemon gets
  *       WF_E_AUTH; a secret key file readable by others is refused by
- *       libweft.
+ *       libweft; the same rules for a TCP socket passed by systemd
+ *       (LISTEN_FDS) on 0.0.0.0 (refused) and 127.0.0.1 (served).
  * usage: test_client_auth WEFTD ipc     (h) ipc:// peer credentials: a
  *       child that setuid(65534) (nobody) on a socket file of mode 0666
  *       gets WF_E_DENIED for reconfigure while its attention works; root
@@ -37,6 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -125,8 +129,19 @@ typedef struct wd {
 
 /* Start weftd --devices cpu:2 with `extra` flags (NULL-terminated), its
  * stderr into dir/TAG.log; wait for READY=1 when want_ready. */
+static bool wd_start_fd(wd_t *w, const char *tag, const char *const *extra,
+                        bool want_ready, int listen_fd);
+
 static bool wd_start(wd_t *w, const char *tag, const char *const *extra,
                      bool want_ready)
+{
+    return wd_start_fd(w, tag, extra, want_ready, -1);
+}
+
+/* wd_start, with `listen_fd` (>= 0) passed as systemd's socket (fd 3,
+ * LISTEN_FDS=1, LISTEN_PID the daemon's). */
+static bool wd_start_fd(wd_t *w, const char *tag, const char *const *extra,
+                        bool want_ready, int listen_fd)
 {
     memset(w, 0, sizeof *w);
     if (!clusterd_node_open(&w->n, "auth", tag))
@@ -153,6 +168,16 @@ static bool wd_start(wd_t *w, const char *tag, const char *const *extra,
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        if (listen_fd >= 0) {
+            if (listen_fd != 3 && dup2(listen_fd, 3) != 3)
+                _exit(126);
+            if (listen_fd == 3)
+                fcntl(3, F_SETFD, 0);
+            char pid[32];
+            snprintf(pid, sizeof pid, "%d", (int)getpid());
+            setenv("LISTEN_FDS", "1", 1);
+            setenv("LISTEN_PID", pid, 1);
+        }
         dup2(lfd, 2);
         setenv("NOTIFY_SOCKET", d->notify_path, 1);
         unsetenv("WEFT_SERVER_KEY");
@@ -488,6 +513,60 @@ static void test_protected(void)
     wd_stop(&w);
 }
 
+/* A listening TCP socket on addr (network order) and a free port. */
+static int tcp_listener(uint32_t addr, int *ret_port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = addr };
+    socklen_t len = sizeof sa;
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        perror("listener");
+        exit(1);
+    }
+    *ret_port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* (g) with socket activation: the socket systemd passes follows the same
+ * rules as `listen`. */
+static void test_activation(void)
+{
+    int port;
+    int fd = tcp_listener(htonl(INADDR_ANY), &port);
+    const char *none[] = { NULL };
+    wd_t w;
+    if (wd_start_fd(&w, "act-any", none, false, fd)) {
+        CHECKM(clusterd_wait_exit(&w.n.p, 60000) && WIFEXITED(w.n.p.exit_status) &&
+               WEXITSTATUS(w.n.p.exit_status) != 0, "(g) activated 0.0.0.0 without "
+               "keys must not start");
+        CHECKM(log_has(w.log, "refusing to serve tcp://0.0.0.0:") &&
+               log_has(w.log, "allow_anonymous"), "(g) activated: the refusal");
+    }
+    clusterd_node_close(&w.n);
+    close(fd);
+
+    fd = tcp_listener(htonl(INADDR_LOOPBACK), &port);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    if (wd_start_fd(&w, "act-loop", none, true, fd)) {
+        close(fd);
+        CHECKM(log_has(w.log, "anonymous loopback access"), "(g) activated loopback");
+        wf_client_t *c = NULL;
+        wf_hello_info_t h;
+        CHECKM(wf_client_connect(ep, TIMEOUT_MS, &c) == WF_OK && wf_hello(c, &h) == WF_OK,
+               "(g) activated loopback hello: %s", c ? wf_client_last_error(c) : "");
+        wf_client_destroy(&c);
+        wd_stop(&w);
+    } else {
+        close(fd);
+        CHECKM(false, "(g) activated loopback daemon did not start");
+        clusterd_node_close(&w.n);
+    }
+}
+
 /* ---- ipc peer credentials: (h) ------------------------------------------ */
 
 static int test_ipc(void)
@@ -576,6 +655,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[2], "curve") == 0) {
         test_curve();
         test_protected();
+        test_activation();
     } else {
         rc = test_ipc();
     }

@@ -258,7 +258,8 @@ static wf_status_t monitor_check(wf_client_t *c)
             if (++c->handshake_fails >= 2)
                 return c->curve
                     ? fail(c, WF_E_AUTH, "handshake with '%s' failed: the daemon "
-                           "closed the connection (wrong server key?)", c->endpoint)
+                           "closed the connection (wrong server key, or a daemon "
+                           "without CURVE?)", c->endpoint)
                     : fail(c, WF_E_AUTH, "handshake with '%s' failed: the daemon "
                            "closed the connection (does it want CURVE keys? set "
                            "WEFT_SERVER_KEY and WEFT_CLIENT_KEY, or weftctl "
