@@ -24,6 +24,13 @@
  *       --inputs FILE.safetensors [--out-dtype f32|f16|bf16] [--iters N]
  *   weftctl shard --model-root ROOT --path P --tp T --out DIR
  *       [--tp-plan FILE.json]
+ *   weftctl keygen FILE
+ *
+ * Before the command: --server-key FILE|KEY (the daemon's public key) and
+ * --client-key FILE (this client's key pair) make a tcp:// connection use
+ * CURVE; they set WEFT_SERVER_KEY / WEFT_CLIENT_KEY, which libweft reads
+ * (so the environment works too). keygen writes a new key pair to FILE
+ * (mode 0600) and its public key to FILE.pub; it never overwrites.
  *
  * reconfigure changes the mesh of a running daemon (a degree left out is
  * 1; the product must be the daemon's device count) and prints the old
@@ -62,6 +69,7 @@
  */
 #include "weftctl_cmds.h"
 #include "weftctl_util.h"
+#include "keys.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -74,7 +82,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: weftctl [--endpoint E] [--timeout MS] COMMAND [options]\n"
+        "usage: weftctl [--endpoint E] [--timeout MS] [--server-key FILE|KEY]\n"
+        "               [--client-key FILE] COMMAND [options]\n"
         "commands:\n"
         "  hello            protocol handshake; prints what the daemon reports\n"
         "  status           mesh, epoch, devices (rank, coordinates), memory,\n"
@@ -100,7 +109,12 @@ static void usage(FILE *f)
         "                   output against the file's output_f64 / output\n"
         "  shard --model-root ROOT --path P --tp T --out DIR [--tp-plan FILE.json]\n"
         "                   write per-rank checkpoint files (no daemon needed)\n"
+        "  keygen FILE      write a CURVE key pair to FILE (mode 0600) and its\n"
+        "                   public key to FILE.pub (never overwrites)\n"
         "endpoint: --endpoint, else $WEFT_ENDPOINT, else %s\n"
+        "keys (tcp:// only): --server-key (the daemon's FILE.pub or its Z85 key)\n"
+        "      and --client-key (this client's FILE), else $WEFT_SERVER_KEY and\n"
+        "      $WEFT_CLIENT_KEY; none: no CURVE\n"
         "exit: 0 ok, 1 job or daemon error / failed check / unreadable file,\n"
         "      2 usage\n",
         WF_DEFAULT_ENDPOINT);
@@ -184,6 +198,30 @@ static int cmd_status(wf_client_t *c)
     return 0;
 }
 
+/* ---- keygen ----------------------------------------------------------- */
+
+static int cmd_keygen(int argc, char **argv)
+{
+    if (argc != 1 || argv[0][0] == '\0' || argv[0][0] == '-') {
+        fprintf(stderr, "weftctl: keygen takes one argument: FILE\n");
+        return EXIT_USAGE;
+    }
+    wf_keypair_t kp;
+    char err[512];
+    wf_status_t st = wf_keypair_generate(&kp, err, sizeof err);
+    if (st == WF_OK)
+        st = wf_keypair_write(argv[0], &kp, err, sizeof err);
+    if (st != WF_OK) {
+        explicit_bzero(&kp, sizeof kp);
+        fprintf(stderr, "weftctl: keygen: %s\n", err);
+        return 1;
+    }
+    printf("wrote %s (key pair, mode 0600) and %s.pub\n", argv[0], argv[0]);
+    printf("public key: %s\n", kp.public_key);
+    explicit_bzero(&kp, sizeof kp);
+    return 0;
+}
+
 /* ---- reconfigure ------------------------------------------------------ */
 
 static int cmd_reconfigure(wf_client_t *c, int argc, char **argv)
@@ -248,6 +286,16 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             timeout_given = true;
+        } else if ((strcmp(argv[i], "--server-key") == 0 ||
+                    strcmp(argv[i], "--client-key") == 0) && i + 1 < argc) {
+            /* libweft reads them from the environment, for every
+             * connection (load opens two of its own) */
+            const char *var = argv[i][2] == 's' ? "WEFT_SERVER_KEY" : "WEFT_CLIENT_KEY";
+            if (!argv[i + 1][0]) {
+                fprintf(stderr, "weftctl: %s: empty value\n", argv[i]);
+                return EXIT_USAGE;
+            }
+            setenv(var, argv[++i], 1);
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -262,7 +310,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[i++];
     static const char *const commands[] = { "hello", "status", "attention-demo",
                                             "reconfigure", "load", "unload", "models",
-                                            "forward", "shard" };
+                                            "forward", "shard", "keygen" };
     size_t k = 0;
     while (k < sizeof commands / sizeof commands[0] && strcmp(cmd, commands[k]) != 0)
         k++;
@@ -281,6 +329,8 @@ int main(int argc, char **argv)
     /* shard works on files only; load opens its own two connections */
     if (strcmp(cmd, "shard") == 0)
         return ctl_cmd_shard(argc - i, argv + i);
+    if (strcmp(cmd, "keygen") == 0)
+        return cmd_keygen(argc - i, argv + i);
     if (strcmp(cmd, "load") == 0)
         return ctl_cmd_load(endpoint, timeout_given ? (int)timeout : LOAD_DEFAULT_TIMEOUT_MS,
                             argc - i, argv + i);
@@ -288,8 +338,10 @@ int main(int argc, char **argv)
     wf_client_t *c = NULL;
     wf_status_t st = wf_client_connect(endpoint, (int)timeout, &c);
     if (st != WF_OK) {
-        fprintf(stderr, "weftctl: connect to %s: %s\n",
-                endpoint ? endpoint : WF_DEFAULT_ENDPOINT, wf_status_name(st));
+        const char *why = wf_client_last_error(NULL);
+        fprintf(stderr, "weftctl: connect to %s: %s%s%s\n",
+                endpoint ? endpoint : WF_DEFAULT_ENDPOINT, wf_status_name(st),
+                why[0] ? ": " : "", why);
         return 1;
     }
     int rc;

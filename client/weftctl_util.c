@@ -26,6 +26,14 @@ int ctl_report_error(wf_client_t *c, wf_status_t st, const char *what)
     const char *msg = wf_client_last_error(c);
     fprintf(stderr, "weftctl: %s: %s: %s\n", what, wf_status_name(st),
             msg[0] ? msg : wf_status_str(st));
+    if (st == WF_E_DENIED)
+        fprintf(stderr, "weftctl: an admin may: a key of role admin in the "
+                "daemon's client_keys (tcp://), or root / the daemon's user "
+                "(ipc://)\n");
+    else if (st == WF_E_AUTH)
+        fprintf(stderr, "weftctl: keys: --server-key FILE.pub --client-key FILE "
+                "(or WEFT_SERVER_KEY / WEFT_CLIENT_KEY); the client's public key "
+                "must be in the daemon's client_keys\n");
     return 1;
 }
 

@@ -152,9 +152,31 @@ typedef struct wf_job wf_job_t;
  * tcp://HOST:PORT; NULL means WF_DEFAULT_ENDPOINT). `timeout_ms` is the
  * default reply timeout of every synchronous call on this connection
  * (<= 0: 30000). Connecting does not wait for the daemon; the first call
- * does. On success *ret_client is set; caller owns it. */
+ * does. On success *ret_client is set; caller owns it. On failure
+ * wf_client_last_error(NULL) says why.
+ *
+ * A tcp:// endpoint uses CURVE (README "Security") when the environment
+ * names the keys: WEFT_SERVER_KEY, the daemon's public key (a file
+ * written by `weftctl keygen`, FILE.pub, or the 40-character Z85 key
+ * itself) and WEFT_CLIENT_KEY, the path of this client's key pair file
+ * (`weftctl keygen FILE`; mode 0600). Both or neither (WF_E_BAD_ARGUMENT);
+ * ipc:// endpoints ignore them (the socket file's mode decides who may
+ * connect). A handshake the daemon refuses (a key not in its
+ * client_keys, no keys where it wants them, a wrong server key) fails
+ * the next call with WF_E_AUTH at once, not with a timeout. */
 WF_API wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
                                      wf_client_t **ret_client);
+
+/* wf_client_connect to a tcp:// endpoint with CURVE keys given here:
+ * `server_key` the daemon's public key (a 40-character Z85 key or a file
+ * holding it), `client_key_file` this client's key pair file (mode 0600).
+ * NULL takes that one from WEFT_SERVER_KEY / WEFT_CLIENT_KEY; both must
+ * be had. An unreadable or malformed key is WF_E_BAD_ARGUMENT (message in
+ * wf_client_last_error(NULL)), an ipc:// endpoint too. */
+WF_API wf_status_t wf_client_connect_curve(const char *endpoint, int timeout_ms,
+                                           const char *server_key,
+                                           const char *client_key_file,
+                                           wf_client_t **ret_client);
 
 /* Close the connection, cancel unfinished jobs and free the client; sets
  * *client to NULL. Jobs created on it must be destroyed first. Accepts NULL
@@ -162,7 +184,8 @@ WF_API wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
 WF_API void wf_client_destroy(wf_client_t **client);
 
 /* Message of the last error on this client (from the daemon's reply or
- * from the library); "" when none. Borrowed until the next call. */
+ * from the library); "" when none. Borrowed until the next call. With
+ * NULL: why this thread's last wf_client_connect(_curve) failed. */
 WF_API const char *wf_client_last_error(const wf_client_t *client);
 
 /* What the daemon says of itself in the hello handshake. */

@@ -3,7 +3,10 @@
 # epoch, ranks and coordinates), attention-demo (PASS and its figures),
 # reconfigure (old -> new mesh and epoch, a refused mesh, usage errors),
 # the demo's context-parallel options on a ring mesh, WEFT_ENDPOINT and
-# --endpoint, exit codes 0 / 1 / 2, then SIGTERM makes the daemon exit 0.
+# --endpoint, exit codes 0 / 1 / 2, then SIGTERM makes the daemon exit 0;
+# keygen (modes, .pub, never overwrites) and a tcp:// daemon with those
+# keys: --server-key / --client-key and the environment, WF_E_AUTH without
+# keys or with a wrong server key, WF_E_DENIED for a submit key.
 #
 # usage: test_weftctl.sh PATH_TO_WEFTD PATH_TO_WEFTCTL
 # Readiness is a `weftctl hello` with a long timeout: it returns as soon as
@@ -122,6 +125,62 @@ kill -TERM "$pid"
 wait "$pid"
 rc=$?
 [ "$rc" -eq 0 ] || fail "weftd exited $rc on SIGTERM"
+trap 'rm -rf "$tmp"' EXIT
+
+# keygen: FILE 0600 with both keys, FILE.pub 0644 with the public one,
+# never overwritten
+run keygen 0 "$weftctl" keygen "$tmp/daemon.key"
+expect keygen '^public key: .{40}$'
+[ "$(stat -c %a "$tmp/daemon.key")" = 600 ] || fail "keygen: key file mode"
+[ "$(stat -c %a "$tmp/daemon.key.pub")" = 644 ] || fail "keygen: .pub mode"
+grep -q '^secret-key = ' "$tmp/daemon.key" || fail "keygen: no secret key"
+grep -q '^secret-key' "$tmp/daemon.key.pub" && fail "keygen: secret in .pub"
+grep -qxF "public-key = $(sed -n 's/^public key: //p' "$tmp/keygen.out")" \
+    "$tmp/daemon.key.pub" || fail "keygen: .pub differs from the printed key"
+cp "$tmp/daemon.key" "$tmp/daemon.key.before"
+run keygen_again 1 "$weftctl" keygen "$tmp/daemon.key"
+expect keygen_again 'exists'
+cmp -s "$tmp/daemon.key" "$tmp/daemon.key.before" || fail "keygen overwrote"
+run keygen_usage 2 "$weftctl" keygen
+run keygen_admin 0 "$weftctl" keygen "$tmp/admin.key"
+run keygen_submit 0 "$weftctl" keygen "$tmp/submit.key"
+pubkey() { sed -n 's/^public-key = //p' "$1"; }
+printf 'admin %s ops\nsubmit %s runner\n' "$(pubkey "$tmp/admin.key.pub")" \
+    "$(pubkey "$tmp/submit.key.pub")" >"$tmp/clients"
+
+# the keys in use: a daemon on tcp:// loopback with key_file and
+# client_keys (a free port: retried when taken)
+for try in 1 2 3 4 5; do
+    tep="tcp://127.0.0.1:$((20000 + RANDOM % 30000))"
+    "$weftd" --devices cpu:2 --listen "$tep" --log-level warning \
+        --key-file "$tmp/daemon.key" --client-keys "$tmp/clients" &
+    pid=$!
+    trap 'kill -KILL $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+    "$weftctl" --endpoint "$tep" --timeout 20000 --server-key "$tmp/daemon.key.pub" \
+        --client-key "$tmp/admin.key" hello >/dev/null 2>&1 && break
+    kill -KILL $pid 2>/dev/null
+    wait $pid 2>/dev/null
+done
+run curve_admin 0 "$weftctl" --endpoint "$tep" --server-key "$tmp/daemon.key.pub" \
+    --client-key "$tmp/admin.key" reconfigure --dp 2
+expect curve_admin '-> dp=2 ring=1 ulysses=1 tp=1'
+run curve_nokeys 1 "$weftctl" --endpoint "$tep" --timeout 20000 hello
+expect curve_nokeys 'WF_E_AUTH: .*CURVE keys'
+run curve_denied 1 env WEFT_SERVER_KEY="$(pubkey "$tmp/daemon.key.pub")" \
+    WEFT_CLIENT_KEY="$tmp/submit.key" "$weftctl" --endpoint "$tep" reconfigure --tp 2
+expect curve_denied 'WF_E_DENIED: reconfigure needs the admin role.*runner'
+run curve_submit 0 env WEFT_SERVER_KEY="$tmp/daemon.key.pub" \
+    WEFT_CLIENT_KEY="$tmp/submit.key" "$weftctl" --endpoint "$tep" attention-demo
+expect curve_submit '^PASS$'
+run curve_wrong 1 "$weftctl" --endpoint "$tep" --timeout 20000 \
+    --server-key "$tmp/admin.key.pub" --client-key "$tmp/admin.key" hello
+expect curve_wrong 'WF_E_AUTH'
+run curve_half 1 "$weftctl" --endpoint "$tep" --client-key "$tmp/admin.key" hello
+expect curve_half 'WF_E_BAD_ARGUMENT: .*WEFT_SERVER_KEY'
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 0 ] || fail "weftd (tcp) exited $rc on SIGTERM"
 trap 'rm -rf "$tmp"' EXIT
 
 if [ "$fails" -ne 0 ]; then

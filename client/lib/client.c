@@ -16,6 +16,12 @@
  * connected: a send then waits (up to the timeout) instead of leaving
  * borrowed buffers in a queue that may never drain.
  *
+ * tcp:// endpoints may use CURVE (the keys from the arguments of
+ * wf_client_connect_curve or the environment, proto/keys.h files); their
+ * socket has a monitor whose handshake events turn a refused handshake
+ * into WF_E_AUTH while a call waits (a refused handshake otherwise looks
+ * like a daemon that is not there).
+ *
  * Not here: the wire encoding (proto/), logging (a library never logs;
  * errors go to wf_client_last_error / wf_job_error); the resident-model
  * calls (models.c, over the helpers of client_impl.h).
@@ -31,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <zmq.h>
 
@@ -150,6 +157,120 @@ static bool wait_released(wf_client_t *c, wf_job_t *job, int64_t deadline)
 
 /* ---- socket ----------------------------------------------------------- */
 
+/* Close the socket and its monitor. */
+static void socket_close(wf_client_t *c)
+{
+    if (c->mon) {
+        zmq_close(c->mon);
+        c->mon = NULL;
+    }
+    if (c->sock) {
+        zmq_close(c->sock);     /* stops its monitor too */
+        c->sock = NULL;
+    }
+}
+
+/* tcp:// sockets get a monitor, so that a handshake the daemon refuses
+ * (CURVE keys, or none where it wants them) fails the call at once with
+ * WF_E_AUTH instead of a timeout: with ZMQ_IMMEDIATE nothing is sent
+ * until a handshake succeeds, so a refused one looks like no daemon. */
+static wf_status_t monitor_open(wf_client_t *c, void *s)
+{
+    if (strncmp(c->endpoint, "tcp://", 6) != 0)
+        return WF_OK;
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://weft-client-monitor-%llu",
+             (unsigned long long)c->mon_seq++);
+    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(s, ep, events) != 0)
+        return fail(c, WF_E_CONNECT, "zmq_socket_monitor: %s", zmq_strerror(errno));
+    void *m = zmq_socket(c->zctx, ZMQ_PAIR);
+    if (!m)
+        return fail(c, WF_E_CONNECT, "zmq_socket: %s", zmq_strerror(errno));
+    /* linger 0; no high-water mark: the monitor sends from ZeroMQ's I/O
+     * thread and must never block it, even when nobody reads for long */
+    int linger = 0, hwm = 0;
+    zmq_setsockopt(m, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(m, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (zmq_connect(m, ep) != 0) {
+        int e = errno;
+        zmq_close(m);
+        return fail(c, WF_E_CONNECT, "monitor: %s", zmq_strerror(e));
+    }
+    c->mon = m;
+    c->handshake_fails = 0;
+    return WF_OK;
+}
+
+/* Read the monitor's events. WF_E_AUTH (message set) when a handshake
+ * failed: the daemon refused our key (ZAP), wants CURVE while we speak
+ * none (or the reverse), or closed the connection in the handshake twice
+ * in a row (a wrong server key: it cannot read our hello); else WF_OK. */
+static wf_status_t monitor_check(wf_client_t *c)
+{
+    if (!c->mon)
+        return WF_OK;
+    for (;;) {
+        zmq_msg_t a, b;
+        zmq_msg_init(&a);
+        if (zmq_msg_recv(&a, c->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&a);
+            return WF_OK;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        bool ok = zmq_msg_size(&a) == 6 && zmq_msg_more(&a);
+        if (ok) {
+            memcpy(&event, zmq_msg_data(&a), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&a) + 2, 4);
+        }
+        if (zmq_msg_more(&a)) {             /* the endpoint frame */
+            zmq_msg_init(&b);
+            zmq_msg_recv(&b, c->mon, 0);
+            zmq_msg_close(&b);
+        }
+        zmq_msg_close(&a);
+        if (!ok)
+            continue;
+        switch (event) {
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+            c->handshake_fails = 0;
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+            return fail(c, WF_E_AUTH, "the daemon at '%s' refused this client's "
+                        "key (ZAP %u): it is not in the daemon's client_keys",
+                        c->endpoint, value);
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+                return c->curve
+                    ? fail(c, WF_E_AUTH, "handshake with '%s' failed: this client "
+                           "uses CURVE keys, the daemon does not", c->endpoint)
+                    : fail(c, WF_E_AUTH, "handshake with '%s' failed: the daemon "
+                           "wants CURVE keys (set WEFT_SERVER_KEY and "
+                           "WEFT_CLIENT_KEY, or weftctl --server-key / "
+                           "--client-key)", c->endpoint);
+            return fail(c, WF_E_AUTH, "handshake with '%s' failed (protocol error "
+                        "0x%x): wrong server key?", c->endpoint, value);
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            /* Once may be a daemon going away mid-handshake. */
+            if (++c->handshake_fails >= 2)
+                return c->curve
+                    ? fail(c, WF_E_AUTH, "handshake with '%s' failed: the daemon "
+                           "closed the connection (wrong server key, or a daemon "
+                           "without CURVE?)", c->endpoint)
+                    : fail(c, WF_E_AUTH, "handshake with '%s' failed: the daemon "
+                           "closed the connection (does it want CURVE keys? set "
+                           "WEFT_SERVER_KEY and WEFT_CLIENT_KEY, or weftctl "
+                           "--server-key / --client-key)", c->endpoint);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
 static wf_status_t socket_open(wf_client_t *c)
 {
     void *s = zmq_socket(c->zctx, ZMQ_DEALER);
@@ -167,9 +288,26 @@ static wf_status_t socket_open(wf_client_t *c)
         zmq_close(s);
         return fail(c, WF_E_CONNECT, "zmq_setsockopt: %s", zmq_strerror(e));
     }
+    if (c->curve &&
+        (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, c->server_key, WF_KEY_Z85_LEN) != 0 ||
+         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, c->keys.public_key, WF_KEY_Z85_LEN) != 0 ||
+         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->keys.secret_key, WF_KEY_Z85_LEN) != 0)) {
+        int e = errno;
+        zmq_close(s);
+        return fail(c, WF_E_CONNECT, "CURVE keys: %s", zmq_strerror(e));
+    }
+    wf_status_t st = monitor_open(c, s);
+    if (st != WF_OK) {
+        zmq_close(s);
+        return st;
+    }
     if (zmq_connect(s, c->endpoint) != 0) {
         int e = errno;
         zmq_close(s);
+        if (c->mon) {
+            zmq_close(c->mon);
+            c->mon = NULL;
+        }
         return fail(c, WF_E_CONNECT, "cannot connect to '%s': %s",
                     c->endpoint, zmq_strerror(e));
     }
@@ -184,9 +322,7 @@ static wf_status_t socket_open(wf_client_t *c)
  * does not read would otherwise keep buffers borrowed forever. */
 static wf_status_t socket_reset(wf_client_t *c, const char *why)
 {
-    if (c->sock)
-        zmq_close(c->sock);
-    c->sock = NULL;
+    socket_close(c);
     while (c->pending) {
         wf_job_t *j = c->pending;
         job_fail(j, WF_E_IO, "connection reset (%s) before the reply", why);
@@ -225,15 +361,19 @@ static void drain_parts(wf_client_t *c, bool more)
 static wf_status_t wait_writable(wf_client_t *c, int64_t deadline)
 {
     for (;;) {
-        zmq_pollitem_t it = { .socket = c->sock, .events = ZMQ_POLLOUT };
-        int rc = zmq_poll(&it, 1, remaining_ms(deadline));
+        zmq_pollitem_t it[2] = { { .socket = c->sock, .events = ZMQ_POLLOUT },
+                                 { .socket = c->mon, .events = ZMQ_POLLIN } };
+        int rc = zmq_poll(it, c->mon ? 2 : 1, remaining_ms(deadline));
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
             return fail(c, WF_E_IO, "zmq_poll: %s", zmq_strerror(errno));
         }
-        if (it.revents & ZMQ_POLLOUT)
+        if (it[0].revents & ZMQ_POLLOUT)
             return WF_OK;
+        wf_status_t st = monitor_check(c);
+        if (st != WF_OK)
+            return st;
         if (deadline >= 0 && now_ms() >= deadline)
             return fail(c, WF_E_TIMEOUT,
                         "no connection to the daemon at '%s' within the timeout",
@@ -517,25 +657,44 @@ static wf_status_t recv_ready(wf_client_t *c)
     return st == WF_E_PENDING ? WF_OK : st;
 }
 
+/* A refused handshake after the connection was lost (e.g. our key was
+ * removed from client_keys): no reply can come back, so every job still
+ * waiting fails with WF_E_AUTH. */
+static wf_status_t auth_check(wf_client_t *c)
+{
+    wf_status_t st = monitor_check(c);
+    if (st == WF_OK)
+        return WF_OK;
+    while (c->pending) {
+        wf_job_t *j = c->pending;
+        job_fail(j, st, "%s", c->last_error);
+        job_finish(c, j);
+    }
+    return st;
+}
+
 /* Receive until `job` has its reply and its frames are released, or the
  * deadline (-1: none) passes. Returns the job's status or WF_E_TIMEOUT. */
 static wf_status_t job_wait_until(wf_client_t *c, wf_job_t *job,
                                   int64_t deadline)
 {
     while (!job->replied) {
-        zmq_pollitem_t it = { .socket = c->sock, .events = ZMQ_POLLIN };
-        int rc = zmq_poll(&it, 1, remaining_ms(deadline));
+        zmq_pollitem_t it[2] = { { .socket = c->sock, .events = ZMQ_POLLIN },
+                                 { .socket = c->mon, .events = ZMQ_POLLIN } };
+        int rc = zmq_poll(it, c->mon ? 2 : 1, remaining_ms(deadline));
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
             return fail(c, WF_E_IO, "zmq_poll: %s", zmq_strerror(errno));
         }
-        if (it.revents & ZMQ_POLLIN) {
+        if (it[0].revents & ZMQ_POLLIN) {
             wf_status_t st = recv_ready(c);
             if (st != WF_OK)
                 return st;
             continue;
         }
+        if (auth_check(c) != WF_OK)
+            continue;           /* every waiting job failed: this one too */
         if (deadline >= 0 && now_ms() >= deadline)
             return fail(c, WF_E_TIMEOUT, "no reply from the daemon at '%s' "
                         "within the timeout", c->endpoint);
@@ -564,21 +723,99 @@ static void job_release(wf_client_t *c, wf_job_t *job, int wait_ms)
 
 /* ---- public API ------------------------------------------------------- */
 
-wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
-                              wf_client_t **ret_client)
+/* Why this thread's last wf_client_connect failed (wf_client_last_error
+ * with NULL). */
+static _Thread_local char connect_error[WF_CLIENT_ERR_MAX];
+
+#define connect_fail(st, ...) \
+    wf_errf_status((st), connect_error, sizeof connect_error, __VA_ARGS__)
+
+/* The daemon's public key: a 40-character Z85 key, or a file holding one
+ * (a public-key file, or a key pair file). */
+static wf_status_t read_server_key(const char *spec, const char *from, char *key)
 {
+    wf_keypair_t kp;
+    char err[512];
+    if (access(spec, F_OK) != 0 && wf_key_z85_valid(spec)) {
+        memcpy(key, spec, WF_KEY_Z85_LEN + 1);
+        return WF_OK;
+    }
+    if (wf_keypair_read(spec, false, &kp, err, sizeof err) != WF_OK)
+        return connect_fail(WF_E_BAD_ARGUMENT, "%s: not a Z85 public key, and %s",
+                            from, err);
+    memcpy(key, kp.public_key, WF_KEY_Z85_LEN + 1);
+    explicit_bzero(&kp, sizeof kp);
+    return WF_OK;
+}
+
+/* The CURVE keys of a tcp:// connection: the arguments, else the
+ * environment; both or neither. *curve false: none given. */
+static wf_status_t curve_keys(const char *endpoint, const char *server_key,
+                              const char *client_key_file, wf_client_t *c)
+{
+    const char *skey_from = "server_key", *ckey_from = "client_key_file";
+    if (!server_key || !*server_key) {
+        server_key = getenv("WEFT_SERVER_KEY");
+        skey_from = "WEFT_SERVER_KEY";
+    }
+    if (!client_key_file || !*client_key_file) {
+        client_key_file = getenv("WEFT_CLIENT_KEY");
+        ckey_from = "WEFT_CLIENT_KEY";
+    }
+    bool has_s = server_key && *server_key, has_c = client_key_file && *client_key_file;
+    c->curve = false;
+    if (!has_s && !has_c)
+        return WF_OK;
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return WF_OK;           /* ipc://: the socket file's mode, no keys */
+    if (!has_s)
+        return connect_fail(WF_E_BAD_ARGUMENT, "%s is set but the daemon's public "
+                            "key is not (WEFT_SERVER_KEY, or --server-key)",
+                            ckey_from);
+    if (!has_c)
+        return connect_fail(WF_E_BAD_ARGUMENT, "the daemon's public key (%s) is "
+                            "set but this client's key pair is not "
+                            "(WEFT_CLIENT_KEY, or --client-key; weftctl keygen "
+                            "writes one)", skey_from);
+    wf_status_t st = read_server_key(server_key, skey_from, c->server_key);
+    if (st != WF_OK)
+        return st;
+    char err[512];
+    if (wf_keypair_read(client_key_file, true, &c->keys, err, sizeof err) != WF_OK)
+        return connect_fail(WF_E_BAD_ARGUMENT, "%s: %s", ckey_from, err);
+    c->curve = true;
+    return WF_OK;
+}
+
+static wf_status_t client_new(const char *endpoint, int timeout_ms,
+                              const char *server_key, const char *client_key_file,
+                              bool explicit_curve, wf_client_t **ret_client)
+{
+    connect_error[0] = '\0';
     if (!ret_client)
-        return WF_E_BAD_ARGUMENT;
+        return connect_fail(WF_E_BAD_ARGUMENT, "ret_client is NULL");
     if (!endpoint)
         endpoint = WF_DEFAULT_ENDPOINT;
     if (!*endpoint)
-        return WF_E_BAD_ARGUMENT;
+        return connect_fail(WF_E_BAD_ARGUMENT, "empty endpoint");
+    if (explicit_curve && strncmp(endpoint, "tcp://", 6) != 0)
+        return connect_fail(WF_E_BAD_ARGUMENT, "CURVE keys are for tcp:// "
+                            "endpoints; '%s' is not one", endpoint);
 
     wf_client_t *c = calloc(1, sizeof *c);
     if (!c)
-        return WF_E_NO_MEMORY;
+        return connect_fail(WF_E_NO_MEMORY, "out of memory");
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : WF_CLIENT_DEFAULT_TIMEOUT_MS;
     c->next_id = 1;
+    wf_status_t st = curve_keys(endpoint, server_key, client_key_file, c);
+    if (st == WF_OK && explicit_curve && !c->curve)
+        st = connect_fail(WF_E_BAD_ARGUMENT, "no CURVE keys: server_key and "
+                          "client_key_file (or WEFT_SERVER_KEY and WEFT_CLIENT_KEY)");
+    if (st != WF_OK) {
+        explicit_bzero(&c->keys, sizeof c->keys);
+        free(c);
+        return st;
+    }
     c->endpoint = strdup(endpoint);
     pthread_condattr_t ca;
     bool mu_ok = false, cond_ok = false;
@@ -599,9 +836,11 @@ wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
     if (!c->zctx)
         goto nomem;
     if (socket_open(c) != WF_OK) {
+        connect_fail(WF_E_CONNECT, "%s", c->last_error);
         zmq_ctx_term(c->zctx);
         pthread_cond_destroy(&c->released);
         pthread_mutex_destroy(&c->mu);
+        explicit_bzero(&c->keys, sizeof c->keys);
         free(c->endpoint);
         free(c);
         return WF_E_CONNECT;
@@ -614,9 +853,25 @@ nomem:
         pthread_cond_destroy(&c->released);
     if (mu_ok)
         pthread_mutex_destroy(&c->mu);
+    explicit_bzero(&c->keys, sizeof c->keys);
     free(c->endpoint);
     free(c);
-    return WF_E_NO_MEMORY;
+    return connect_fail(WF_E_NO_MEMORY, "out of memory");
+}
+
+wf_status_t wf_client_connect(const char *endpoint, int timeout_ms,
+                              wf_client_t **ret_client)
+{
+    return client_new(endpoint, timeout_ms, NULL, NULL, false, ret_client);
+}
+
+wf_status_t wf_client_connect_curve(const char *endpoint, int timeout_ms,
+                                    const char *server_key,
+                                    const char *client_key_file,
+                                    wf_client_t **ret_client)
+{
+    return client_new(endpoint, timeout_ms, server_key, client_key_file, true,
+                      ret_client);
 }
 
 void wf_client_destroy(wf_client_t **client)
@@ -631,9 +886,9 @@ void wf_client_destroy(wf_client_t **client)
         job_fail(j, WF_E_IO, "client destroyed before the reply");
         job_finish(c, j);
     }
-    if (c->sock)
-        zmq_close(c->sock);
+    socket_close(c);
     zmq_ctx_term(c->zctx);
+    explicit_bzero(&c->keys, sizeof c->keys);
     wf_buf_free(&c->hdr);
     pthread_cond_destroy(&c->released);
     pthread_mutex_destroy(&c->mu);
@@ -644,7 +899,7 @@ void wf_client_destroy(wf_client_t **client)
 
 const char *wf_client_last_error(const wf_client_t *client)
 {
-    return client ? client->last_error : "";
+    return client ? client->last_error : connect_error;
 }
 
 /* Start a request of `kind` in c->req; the caller fills its args. */
@@ -891,6 +1146,7 @@ wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job)
         wf_status_t st = recv_ready(client);
         if (st != WF_OK)
             return st;
+        auth_check(client);
     }
     if (!job->replied || atomic_load(&job->frames_out) > 0)
         return WF_E_PENDING;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "errf.h"
+#include "keys.h"
 #include "proto.h"
 #include "weft.h"
 
@@ -67,6 +68,12 @@ struct wf_client {
     void *zctx;                /* own ZeroMQ context: no shared globals */
     void *sock;                /* DEALER connected to the daemon */
     char *endpoint;            /* kept to reconnect after a reset */
+    bool curve;                /* CURVE client: keys and server_key below */
+    wf_keypair_t keys;         /* this client's key pair (when curve) */
+    char server_key[WF_KEY_Z85_LEN + 1]; /* the daemon's public key (pinned) */
+    void *mon;                 /* PAIR reading sock's monitor (tcp:// only) */
+    uint64_t mon_seq;          /* numbers the monitor's inproc endpoints */
+    int handshake_fails;       /* failed handshakes without detail in a row */
     int timeout_ms;            /* default timeout of synchronous calls */
     uint64_t next_id;          /* next request id (increasing) */
     wf_job_t *pending;         /* jobs awaiting a reply (doubly linked) */

@@ -165,6 +165,41 @@ reject:
     srv_reply_error(srv, &parts[0], delim, req->id, req->op, st, err);
 }
 
+static const char *op_label(uint32_t op)
+{
+    switch (op) {
+    case WF_OP_HELLO: return "hello";
+    case WF_OP_STATUS: return "status";
+    case WF_OP_ATTENTION: return "attention";
+    case WF_OP_RECONFIGURE: return "reconfigure";
+    case WF_OP_LOAD_MODEL: return "load_model";
+    case WF_OP_UNLOAD_MODEL: return "unload_model";
+    case WF_OP_LIST_MODELS: return "list_models";
+    case WF_OP_FORWARD: return "forward";
+    default: return "this op";
+    }
+}
+
+/* May the peer that sent `hdr` run srv->req's op? When not, the refusal
+ * is logged (notice, with who the peer is) and its message is in err. */
+static bool role_allows(wf_server_t *srv, zmq_msg_t *hdr, char *err, size_t err_len)
+{
+    const wf_request_t *req = &srv->req;
+    char who[160];
+    wf_role_t role = srv_access_role(srv, hdr, who, sizeof who);
+    if (srv_access_op_allowed(role, req->op))
+        return true;
+    if (role == WF_ROLE_NONE)
+        snprintf(err, err_len, "%s refused: this client (%s) has no role",
+                 op_label(req->op), who);
+    else
+        snprintf(err, err_len, "%s needs the admin role; this client (%s) has "
+                 "the %s role", op_label(req->op), who, wf_role_name(role));
+    wf_log(srv->log, WF_LOG_NOTICE, "request %" PRIu64 " %s denied: %s, role %s",
+           req->id, op_label(req->op), who, wf_role_name(role));
+    return false;
+}
+
 /* Validate and answer / admit one received message. parts[0] is the
  * identity; the caller closes every part afterwards. */
 static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
@@ -211,6 +246,14 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
     st = wf_request_check_frames(req, n_frames, sizes, err, sizeof err);
     if (st != WF_OK)
         goto reject;
+    /* Once per message, before any work: the role of the peer that sent
+     * the header frame (the identity frame is made here and carries no
+     * credentials). */
+    if (!role_allows(srv, &parts[h], err, sizeof err)) {
+        srv->rejected++;
+        srv_reply_error(srv, &parts[0], delim, req->id, req->op, WF_E_DENIED, err);
+        return;
+    }
 
     wf_reply_t *rep;
     switch (req->op) {

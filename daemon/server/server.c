@@ -246,13 +246,15 @@ static wf_status_t bind_router(wf_server_t *srv)
     }
     if (n == 0) {
         snprintf(srv->endpoint, sizeof srv->endpoint, "%s", srv->settings.listen);
+        if (srv_access_prepare(srv) != WF_OK)
+            return WF_E_BAD_ARGUMENT;
         if (zmq_bind(srv->router, srv->endpoint) != 0) {
             wf_log(srv->log, WF_LOG_ERR, "cannot bind %s: %s", srv->endpoint,
                    zmq_strerror(zmq_errno()));
             return WF_E_INTERNAL;
         }
         srv->bound = true;
-        return WF_OK;
+        return srv_access_check_bound(srv);
     }
     int fd = SD_LISTEN_FDS_START;
     bool is_unix = sd_is_socket(fd, AF_UNIX, SOCK_STREAM, 1) > 0;
@@ -267,6 +269,9 @@ static wf_status_t bind_router(wf_server_t *srv)
         wf_log(srv->log, WF_LOG_ERR, "socket activation: fd %d: %s", fd, why);
         return WF_E_INTERNAL;
     }
+    /* the same rules as for `listen` (protected mode, CURVE) */
+    if (srv_access_prepare(srv) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
     int ipv6 = strncmp(srv->endpoint, "tcp://[", 7) == 0;
     if (ipv6)
         zmq_setsockopt(srv->router, ZMQ_IPV6, &ipv6, sizeof ipv6);
@@ -398,6 +403,10 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         wf_log(log, WF_LOG_ERR, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
         goto fail;
     }
+    /* ZAP before any socket of this context binds (client and cluster):
+     * without a handler libzmq admits every CURVE client. */
+    if (srv_access_start(srv) != WF_OK)
+        goto fail;
     srv->router = zmq_socket(srv->zctx, ZMQ_ROUTER);
     if (!srv->router) {
         wf_log(log, WF_LOG_ERR, "zmq_socket: %s", zmq_strerror(zmq_errno()));
@@ -422,6 +431,10 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             .hooks = { .arg = srv, .regroup_new = world_regroup_new,
                        .job_mesh = world_job_mesh, .installed = world_installed,
                        .dispatch = world_dispatch },
+            /* CURVE of the cluster plane: srv->zap (the ZAP handler of
+             * zctx, for WF_ZAP_NODES) and srv->keys (key_file's pair,
+             * when srv->has_keys) go into wf_world_cfg_t's `zap` and
+             * `keys` once it has them (issue 13, the cluster helper). */
         };
         if (wf_world_new(&wc, &srv->world) != WF_OK)
             goto fail;
@@ -467,8 +480,13 @@ void wf_server_destroy(wf_server_t **psrv)
     }
     wf_world_destroy(&srv->world);
     wf_registry_destroy(&srv->models);
+    srv_access_stop(srv);
     if (srv->router)
         zmq_close(srv->router);
+    /* after every socket of the context is closed, before the term */
+    wf_zap_stop(srv->zap);
+    srv->zap = NULL;
+    explicit_bzero(&srv->keys, sizeof srv->keys);
     if (srv->zctx)
         zmq_ctx_term(srv->zctx);  /* waits for queued replies up to LINGER */
     /* libzmq 4.3 leaves the socket file of a bound ipc endpoint behind;
@@ -621,6 +639,8 @@ static void reload(wf_server_t *srv)
         char mesh_before[WF_SETTINGS_MESH_MAX];
         wf_mesh_degrees_t deg_before = srv->settings.mesh_deg;
         memcpy(mesh_before, srv->settings.mesh, sizeof mesh_before);
+        char keys_before[WF_SETTINGS_PATH_MAX];
+        memcpy(keys_before, srv->settings.client_keys, sizeof keys_before);
         const char *restart[16];
         size_t n_restart = 0;
         size_t applied = wf_settings_apply_reload(&srv->settings, &next, restart,
@@ -629,6 +649,7 @@ static void reload(wf_server_t *srv)
             wf_log(srv->log, WF_LOG_WARNING, "reload: %s changed; it needs a "
                    "restart, ignored", restart[i]);
         wf_log_set_level(srv->log, (wf_log_level_t)srv->settings.log_level);
+        srv_access_reload(srv, keys_before);
         srv->sched.capacity = srv->settings.queue_capacity;
         set_max_msg_size(srv);
         wf_log(srv->log, WF_LOG_INFO, "reloaded: %zu setting(s) applied, "

@@ -12,6 +12,9 @@
  *   replies.c         replies and error replies, status lines
  *   privileges.c      the ipc socket file's mode and group, the switch
  *                     from root to `user`
+ *   access.c          the client plane's access control: CURVE keys, the
+ *                     protected mode, the role of a message (calls none
+ *                     of the others)
  *
  * Where a lower file must reach a higher one (the end of a regroup tells
  * the models), it calls through srv->hooks, which server.c sets. Nothing
@@ -29,9 +32,11 @@
 #include "server.h"
 #include "backend.h"
 #include "base/mesh.h"
+#include "base/zap.h"
 #include "base/notify.h"
 #include "cluster/world.h"
 #include "comm/comm_host.h"
+#include "keys.h"
 #include "models/models.h"
 #include "runtime/job.h"
 #include "runtime/scheduler.h"
@@ -53,6 +58,14 @@ typedef struct wf_reconf_req {
     uint64_t id;                 /* its request id */
 } wf_reconf_req_t;
 
+/* Who may use the client endpoint, and how roles are told (access.c). */
+typedef enum srv_access_mode {
+    SRV_ACCESS_IPC = 0,          /* ipc://: socket file mode; roles by peer uid */
+    SRV_ACCESS_CURVE = 1,        /* tcp:// with client_keys: roles by key */
+    SRV_ACCESS_ANONYMOUS = 2     /* tcp:// without keys (loopback or
+                                    allow_anonymous): everyone admin */
+} srv_access_mode_t;
+
 /* What the end of a regroup tells the files above reconfigure.c. */
 typedef struct wf_server_hooks {
     /* A regroup ended with st (the mesh in force is installed when WF_OK):
@@ -72,6 +85,14 @@ struct wf_server {
     const wf_backend_ops_t *ops; /* backend of every device */
     void *zctx;                  /* ZeroMQ context */
     void *router;                /* client endpoint */
+    wf_zap_t *zap;               /* the ZAP handler of zctx (every CURVE socket
+                                    of this daemon, the cluster's too) */
+    wf_keypair_t keys;           /* key_file's pair, when has_keys */
+    bool has_keys;               /* key_file was read */
+    struct {                     /* the client plane (access.c) */
+        srv_access_mode_t mode;
+        struct wf_access_watch *watch; /* CURVE: logs failed handshakes */
+    } access;
     bool bound;                  /* router is bound to endpoint */
     bool activated;              /* the socket came from systemd (it owns the file) */
     char endpoint[WF_SETTINGS_ENDPOINT_MAX]; /* bound: settings.listen or the
@@ -178,6 +199,32 @@ void srv_dispatch(wf_server_t *srv);
 /* Re-plan queued jobs for the mesh in force (answering those it refuses),
  * then dispatch. */
 void srv_replan(wf_server_t *srv);
+
+/* access.c */
+
+/* Start the ZAP handler on srv->zctx (before any socket binds) and read
+ * key_file if set. Logs what failed. */
+wf_status_t srv_access_start(wf_server_t *srv);
+/* The client endpoint srv->endpoint is about to be bound on srv->router:
+ * choose the mode; CURVE (client_keys, key_file) or the protected mode's
+ * refusal of an anonymous tcp:// endpoint off loopback. Logs what it
+ * decided; an error means weftd must not start. */
+wf_status_t srv_access_prepare(wf_server_t *srv);
+/* After the bind: an anonymous endpoint named by "localhost" / "lo" is
+ * checked against the address actually bound. */
+wf_status_t srv_access_check_bound(wf_server_t *srv);
+/* SIGHUP: re-read client_keys (the settings already hold the new path;
+ * `before` is the old one). A bad file keeps the old keys. */
+void srv_access_reload(wf_server_t *srv, const char *client_keys_before);
+/* Stop the watcher thread (before the router closes). */
+void srv_access_stop(wf_server_t *srv);
+/* The role of the peer that sent `msg` (a frame it sent: the header),
+ * and who it is for log lines and messages (key name, uid / pid, or
+ * address; escaped). */
+wf_role_t srv_access_role(wf_server_t *srv, zmq_msg_t *msg, char *who,
+                          size_t who_len);
+/* May `role` run `op`? */
+bool srv_access_op_allowed(wf_role_t role, uint32_t op);
 
 /* replies.c */
 
