@@ -18,7 +18,19 @@
  * with ring=2 (dp=1, one replica); jobs per second, median of 3 bursts
  * after a warm-up one. Prints markdown rows.
  *
+ * Then the data plane's CURVE cost (comm_zmq directly, no daemon): the
+ * rank layout of the ring=6 row (3 processes of 2 rank threads, each
+ * process one ZeroMQ context = one node with its own key pair and ZAP),
+ * ring steps (every rank sends B bytes to the next rank and receives B
+ * from the previous one, a grouped send / recv, as ring attention passes
+ * K / V shards) for B = 64 KiB, the ring=6 row's K shard (1400 KiB), the
+ * dp=3,ring=2 row's (2 MiB), 16 MiB and 64 MiB; a plain world and a CURVE
+ * world alternately (which goes first alternates too), ROUNDS worlds of
+ * each; time per step on rank 0 (mean over the steps of a world), median
+ * and spread (min - max) over the worlds, and the ratio of the medians.
+ *
  * Usage: bench_cluster PATH_TO_WEFTD [ROUNDS] [JOBS]
+ *        bench_cluster --data-plane [ROUNDS]   (the CURVE rows only)
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -36,7 +48,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
+#include "base/zap.h"
+#include "comm/comm.h"
+#include "comm/comm_zmq.h"
+#include "keys.h"
 #include "weft.h"
+
+#include <pthread.h>
+#include <zmq.h>
 
 static int cmp(const void *a, const void *b);
 
@@ -240,6 +260,242 @@ static int cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* ---------------------------------------------------------------------- */
+/* the data plane: plain vs CURVE                                          */
+
+enum { DP_PROCS = 3, DP_TPP = 2, DP_RANKS = DP_PROCS * DP_TPP, DP_SIZES = 5 };
+static const size_t dp_bytes[DP_SIZES] = {64 << 10, 1400 << 10, 2 << 20,
+                                          16 << 20, 64 << 20};
+static const int dp_steps[DP_SIZES] = {60, 16, 12, 4, 2};
+static const char *const dp_label[DP_SIZES] = {
+    "64 KiB", "1400 KiB (ring=6 K shard)", "2 MiB (dp=3,ring=2 K shard)",
+    "16 MiB", "64 MiB"};
+
+typedef struct dp_rank {
+    pthread_t tid;
+    int rank, fd;                  /* fd: rank 0 writes its times there */
+    const wf_comm_zmq_config_t *cfg;
+    wf_comm_zmq_endpoint_t *ep;
+    int ok;
+} dp_rank_t;
+
+static bool write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w <= 0)
+            return false;
+        c += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static bool read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r <= 0)
+            return false;
+        c += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+static void *dp_rank_main(void *arg)
+{
+    dp_rank_t *r = arg;
+    wf_comm_t *c = NULL;
+    char err[256];
+    if (wf_comm_zmq_world_join(r->cfg, r->rank, &r->ep, err, sizeof err, &c) !=
+        WF_OK) {
+        fprintf(stderr, "data plane: rank %d: %s\n", r->rank, err);
+        return NULL;
+    }
+    size_t max = dp_bytes[DP_SIZES - 1];
+    unsigned char *sb = malloc(max), *rb = malloc(max);
+    double t[DP_SIZES];
+    bool ok = sb && rb;
+    if (ok) {
+        memset(sb, r->rank + 1, max);
+        memset(rb, 0, max);
+    }
+    int next = (r->rank + 1) % DP_RANKS, prev = (r->rank + DP_RANKS - 1) % DP_RANKS;
+    for (int s = 0; ok && s < DP_SIZES; s++) {
+        size_t b = dp_bytes[s];
+        double t0 = 0;
+        for (int k = -1; ok && k < dp_steps[s]; k++) { /* k = -1: warm-up */
+            if (k <= 0)
+                ok = wf_comm_barrier(c) == WF_OK;
+            if (k == 0)
+                t0 = now_ms();
+            ok = ok && wf_comm_group_start(c) == WF_OK &&
+                 wf_comm_send(c, sb, b, next) == WF_OK &&
+                 wf_comm_recv(c, rb, b, prev) == WF_OK &&
+                 wf_comm_group_end(c) == WF_OK;
+        }
+        ok = ok && wf_comm_barrier(c) == WF_OK;
+        t[s] = (now_ms() - t0) / dp_steps[s];
+        ok = ok && rb[0] == (unsigned char)(prev + 1) &&
+             rb[b - 1] == (unsigned char)(prev + 1);
+    }
+    if (ok && wf_comm_zmq_refused(c) != 0)
+        ok = false;
+    if (ok && r->rank == 0)
+        ok = write_all(r->fd, t, sizeof t);
+    r->ok = ok;
+    free(sb);
+    free(rb);
+    wf_comm_destroy(&c);
+    return NULL;
+}
+
+/* One process (node) of a data-plane world; exits. */
+static void dp_child(int proc, int up, int down, const wf_keypair_t *kp_all,
+                     uint64_t wid)
+{
+    void *zctx = zmq_ctx_new();
+    wf_log_t log;
+    wf_log_init(&log, 2, WF_LOG_WARNING);
+    wf_zap_t *zap = NULL;
+    const wf_keypair_t *kp = kp_all ? &kp_all[proc] : NULL;
+    wf_key_entry_t e[DP_PROCS];
+    static char names[DP_PROCS][8];
+    const char *keys[DP_RANKS], *nodes[DP_RANKS];
+    memset(e, 0, sizeof e);
+    for (int p = 0; p < DP_PROCS; p++) {
+        snprintf(names[p], sizeof names[p], "n%d", p);
+        snprintf(e[p].name, sizeof e[p].name, "n%d", p);
+        if (kp_all)
+            snprintf(e[p].key, sizeof e[p].key, "%s", kp_all[p].public_key);
+    }
+    for (int r = 0; r < DP_RANKS; r++) {
+        keys[r] = kp_all ? kp_all[r / DP_TPP].public_key : NULL;
+        nodes[r] = names[r / DP_TPP];
+    }
+    if (!zctx || (kp && (wf_zap_start(zctx, &log, &zap) != WF_OK ||
+                         wf_zap_set(zap, WF_ZAP_NODES, e, DP_PROCS) != WF_OK)))
+        _exit(3);
+    dp_rank_t rk[DP_TPP];
+    for (int t = 0; t < DP_TPP; t++) {
+        rk[t] = (dp_rank_t){.rank = proc * DP_TPP + t, .fd = up};
+        char addr[WF_COMM_ZMQ_ENDPOINT_MAX] = {0};
+        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, kp,
+                                     &rk[t].ep) != WF_OK)
+            _exit(4);
+        snprintf(addr, sizeof addr, "%s", wf_comm_zmq_endpoint_address(rk[t].ep));
+        if (!write_all(up, addr, sizeof addr))
+            _exit(5);
+    }
+    static char table[DP_RANKS][WF_COMM_ZMQ_ENDPOINT_MAX];
+    if (!read_all(down, table, sizeof table))
+        _exit(6);
+    const char *eps[DP_RANKS];
+    for (int r = 0; r < DP_RANKS; r++)
+        eps[r] = table[r];
+    wf_comm_zmq_config_t cfg = {
+        .zmq_ctx = zctx, .world_id = wid, .nranks = DP_RANKS, .endpoints = eps,
+        .connect_timeout_ms = 20000, .op_timeout_ms = 60000, .curve = kp,
+        .rank_keys = kp ? keys : NULL, .rank_nodes = kp ? nodes : NULL};
+    for (int t = 0; t < DP_TPP; t++) {
+        rk[t].cfg = &cfg;
+        if (pthread_create(&rk[t].tid, NULL, dp_rank_main, &rk[t]) != 0)
+            _exit(7);
+    }
+    int ok = 1;
+    for (int t = 0; t < DP_TPP; t++) {
+        pthread_join(rk[t].tid, NULL);
+        ok &= rk[t].ok;
+    }
+    wf_zap_stop(zap);
+    zmq_ctx_term(zctx);
+    _exit(ok ? 0 : 8);
+}
+
+/* One world of 3 processes; t: rank 0's ms per step, by size. */
+static bool dp_world(const wf_keypair_t *kp, uint64_t wid, double t[DP_SIZES])
+{
+    int up[DP_PROCS][2], down[DP_PROCS][2];
+    pid_t pid[DP_PROCS];
+    fflush(stdout);
+    fflush(stderr);
+    for (int p = 0; p < DP_PROCS; p++) {
+        if (pipe(up[p]) != 0 || pipe(down[p]) != 0)
+            return false;
+        pid[p] = fork();
+        if (pid[p] < 0)
+            return false;
+        if (pid[p] == 0) {
+            for (int q = 0; q <= p; q++) {
+                close(up[q][0]);
+                close(down[q][1]);
+            }
+            dp_child(p, up[p][1], down[p][0], kp, wid);
+        }
+        close(up[p][1]);
+        close(down[p][0]);
+    }
+    static char table[DP_RANKS][WF_COMM_ZMQ_ENDPOINT_MAX];
+    bool ok = true;
+    for (int p = 0; p < DP_PROCS && ok; p++)
+        ok = read_all(up[p][0], table[p * DP_TPP], sizeof table[0] * DP_TPP);
+    for (int p = 0; p < DP_PROCS && ok; p++)
+        ok = write_all(down[p][1], table, sizeof table);
+    ok = ok && read_all(up[0][0], t, sizeof(double) * DP_SIZES);
+    for (int p = 0; p < DP_PROCS; p++) {
+        int ws = 0;
+        close(down[p][1]);
+        if (!ok)
+            kill(pid[p], SIGKILL);
+        waitpid(pid[p], &ws, 0);
+        close(up[p][0]);
+        ok = ok && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    }
+    return ok;
+}
+
+static int data_plane(int rounds)
+{
+    wf_keypair_t kp[DP_PROCS];
+    char err[256];
+    for (int p = 0; p < DP_PROCS; p++)
+        if (wf_keypair_generate(&kp[p], err, sizeof err) != WF_OK)
+            return 1;
+    double tp[DP_SIZES][100], tc[DP_SIZES][100];
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < 2; i++) {
+            bool curve = (i == 0) == (r % 2 == 1); /* alternate which first */
+            double t[DP_SIZES];
+            if (!dp_world(curve ? kp : NULL, 0xbe0000u + (uint64_t)(2 * r + i),
+                          t)) {
+                fprintf(stderr, "data plane: a %s world failed\n",
+                        curve ? "CURVE" : "plain");
+                return 1;
+            }
+            for (int s = 0; s < DP_SIZES; s++)
+                (curve ? tc : tp)[s][r] = t[s];
+        }
+    }
+    printf("\n| ring step, 6 ranks on 3 processes (comm_zmq, tcp loopback) "
+           "| plain: median (min - max) of %d | CURVE: median (min - max) "
+           "| CURVE / plain |\n|---|---|---|---|\n", rounds);
+    for (int s = 0; s < DP_SIZES; s++) {
+        qsort(tp[s], (size_t)rounds, sizeof(double), cmp);
+        qsort(tc[s], (size_t)rounds, sizeof(double), cmp);
+        double mp = tp[s][rounds / 2], mc = tc[s][rounds / 2];
+        double gbp = (double)dp_bytes[s] / (mp / 1e3) / 1e9,
+               gbc = (double)dp_bytes[s] / (mc / 1e3) / 1e9;
+        printf("| %s per rank per step | %.3f ms (%.3f - %.3f), %.2f GB/s per "
+               "rank | %.3f ms (%.3f - %.3f), %.2f GB/s per rank | %.2fx |\n",
+               dp_label[s], mp, tp[s][0], tp[s][rounds - 1], gbp, mc, tc[s][0],
+               tc[s][rounds - 1], gbc, mc / mp);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -247,6 +503,9 @@ int main(int argc, char **argv)
     int rounds = argc > 2 ? atoi(argv[2]) : 5;
     if (rounds < 1 || rounds > 100)
         rounds = 5;
+    signal(SIGPIPE, SIG_IGN);
+    if (strcmp(argv[1], "--data-plane") == 0)
+        return data_plane(rounds);
     double form[100], single[100];
     for (int r = 0; r < rounds; r++) {
         proc_t s;
@@ -332,5 +591,5 @@ int main(int argc, char **argv)
            "(cpu:2 each; f32 B=1 S=2048 H=8 D=64; %u ranks per job) | %.1f jobs/s "
            "| dp=1 (one replica, one daemon cpu:2, ring=2; %u ranks): %.1f jobs/s "
            "| %.2fx |\n", N, dr3, r3, dr1, r1, r3 / r1);
-    return 0;
+    return data_plane(rounds);
 }

@@ -163,7 +163,80 @@ static const field_t out_fields[] = {
     XFER_EPOCH, XFER_SEQ, TYPED("st", wf_cmsg_xfer_t, st, K_STATUS), XFER_N,
 };
 
-/* A world's ranks are contiguous from 0, in node order. */
+wf_status_t wf_cmsg_check_data(const char *data, uint32_t ranks, const char *key,
+                               char *err, size_t err_len)
+{
+    const char *why = NULL;
+    const char *p = data;
+    uint32_t n = 0;
+    if (strncmp(p, "tcp://", 6) != 0) {
+        why = "must start with tcp://";
+        goto bad;
+    }
+    p += 6;
+    size_t hl = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                          "0123456789._-");
+    if (hl == 0 || hl > 253 || p[hl] != ':' || p[0] == '.' || p[0] == '-' ||
+        p[hl - 1] == '.' || p[hl - 1] == '-') {
+        why = "host must be 1..253 bytes of [A-Za-z0-9._-] followed by :PORT";
+        goto bad;
+    }
+    p += hl;
+    while (*p == ':' || *p == ',') {
+        p++;
+        size_t dl = strspn(p, "0123456789");
+        unsigned long port = 0;
+        for (size_t i = 0; i < dl && i < 6; i++)
+            port = port * 10 + (unsigned long)(p[i] - '0');
+        if (dl == 0 || dl > 5 || p[0] == '0' || port > 65535) {
+            why = "each port must be 1..65535";
+            goto bad;
+        }
+        n++;
+        p += dl;
+        if (*p == ':') {
+            why = "one host only, then ,PORT per further endpoint";
+            goto bad;
+        }
+    }
+    if (*p != '\0') {
+        why = "unexpected text after a port";
+        goto bad;
+    }
+    if (ranks && n != ranks) {
+        wf_errf(err, err_len, "field '%s': %u endpoint(s) for %u device(s)", key, n,
+                ranks);
+        return WF_E_BAD_FIELD;
+    }
+    return WF_OK;
+bad:
+    wf_errf(err, err_len, "field '%s': not tcp://HOST:PORT[,PORT...]: %s", key, why);
+    return WF_E_BAD_FIELD;
+}
+
+/* A hello's endpoints: one per device. */
+static wf_status_t hello_check(const void *body, char *err, size_t err_len)
+{
+    const wf_cmsg_hello_t *h = body;
+    char e[WF_PROTO_ERROR_MAX];
+    if (wf_cmsg_check_data(h->data, h->devices, "data", e, sizeof e) == WF_OK)
+        return WF_OK;
+    wf_errf(err, err_len, "hello: %s", e);
+    return WF_E_BAD_FIELD;
+}
+
+/* A data message's endpoints (their count is checked against the node). */
+static wf_status_t data_check(const void *body, char *err, size_t err_len)
+{
+    char e[WF_PROTO_ERROR_MAX];
+    if (wf_cmsg_check_data(body, 0, "data", e, sizeof e) == WF_OK)
+        return WF_OK;
+    wf_errf(err, err_len, "data: %s", e);
+    return WF_E_BAD_FIELD;
+}
+
+/* A world's ranks are contiguous from 0, in node order; each node's
+ * endpoints ("" allowed: none announced) one per rank. */
 static wf_status_t world_check(const void *body, char *err, size_t err_len)
 {
     const wf_cmsg_world_t *w = body;
@@ -175,6 +248,14 @@ static wf_status_t world_check(const void *body, char *err, size_t err_len)
             return WF_E_BAD_FIELD;
         }
         next += w->nodes[k].ranks;
+        char key[24], e[WF_PROTO_ERROR_MAX];
+        snprintf(key, sizeof key, "n%u.data", k);
+        if (w->nodes[k].data[0] &&
+            wf_cmsg_check_data(w->nodes[k].data, w->nodes[k].ranks, key, e,
+                               sizeof e) != WF_OK) {
+            wf_errf(err, err_len, "world: %s", e);
+            return WF_E_BAD_FIELD;
+        }
     }
     return WF_OK;
 }
@@ -199,10 +280,10 @@ static wf_status_t job_check(const void *body, char *err, size_t err_len)
 #define SPEC(ty, name, f, chk, nd) { ty, name, f, N(f), chk, nd }
 
 static const spec_t specs[] = {
-    SPEC(WF_CMSG_HELLO, "hello", hello_fields, NULL, false),
+    SPEC(WF_CMSG_HELLO, "hello", hello_fields, hello_check, false),
     SPEC(WF_CMSG_READY, "ready", epoch_fields, NULL, false),
     SPEC(WF_CMSG_PING, "ping", epoch_fields, NULL, false),
-    SPEC(WF_CMSG_DATA, "data", data_fields, NULL, false),
+    SPEC(WF_CMSG_DATA, "data", data_fields, data_check, false),
     SPEC(WF_CMSG_DONE, "done", done_fields, NULL, false),
     SPEC(WF_CMSG_ABORTED, "aborted", aborted_fields, NULL, false),
     SPEC(WF_CMSG_REFUSE, "refuse", refuse_fields, NULL, false),

@@ -39,6 +39,18 @@
 #define WF_CMSG_MESH_MAX 65536       /* a mesh degree (WF_MESH_MAX_WORLD) */
 #define WF_CMSG_XFER_MAX_FRAMES 3    /* tensor frames behind a channel header */
 
+/* Check a node's announced comm endpoints ("data" of hello, data and
+ * n<i>.data of world; PROTOCOL.md section 11): "tcp://HOST:PORT" then
+ * ",PORT" per further endpoint, HOST 1..253 bytes of [A-Za-z0-9._-] (a
+ * host name or an IPv4 address: the data_address rule) not starting or
+ * ending with '.' or '-', each PORT decimal 1..65535 without leading
+ * zeros. ranks > 0: exactly that many endpoints; 0: any number >= 1.
+ * WF_OK, or WF_E_BAD_FIELD with a message naming `key` (the peer's text
+ * is never quoted). Used by wf_cmsg_get; exported for the daemon's own
+ * checks. */
+wf_status_t wf_cmsg_check_data(const char *data, uint32_t ranks, const char *key,
+                               char *err, size_t err_len);
+
 /* The message types, by their "t". Stable only inside one build: the wire
  * carries the names. */
 typedef enum wf_cmsg_type {

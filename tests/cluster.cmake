@@ -72,3 +72,18 @@ target_link_libraries(test_cluster_badname PRIVATE weft_clusterd weft_proto weft
   PkgConfig::ZMQ Threads::Threads)
 add_test(NAME e2e_cluster_badname COMMAND test_cluster_badname $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_badname PROPERTIES TIMEOUT 120)
+
+# The cluster plane attacked as a stranger would (tests/test_cluster_auth.c,
+# issue 13): node_keys worlds with stranger daemons, a hello under another
+# node's key and takeover attempts on the tensor channel refused; the
+# tensor channel without keys (no routing-id handover); a squatter on the
+# rendezvous port; refused and dead hellos do not fill the node table, a
+# hello's epoch of 2^64-1 moves nothing, protected mode without keys.
+add_executable(test_cluster_auth ${CMAKE_CURRENT_LIST_DIR}/test_cluster_auth.c)
+target_link_libraries(test_cluster_auth PRIVATE weft_clusterd weft_testsupport weft_proto
+  weft PkgConfig::ZMQ Threads::Threads m)
+target_compile_options(test_cluster_auth PRIVATE -O2)
+foreach(s keys channel squatter table)
+  add_test(NAME e2e_cluster_auth_${s} COMMAND test_cluster_auth $<TARGET_FILE:weftd> ${s})
+  set_tests_properties(e2e_cluster_auth_${s} PROPERTIES TIMEOUT 90 LABELS "cluster;security")
+endforeach()

@@ -63,7 +63,7 @@ static bool send_hello(void *sock, const char *weft, const char *name)
     snprintf(h->nccl, sizeof h->nccl, "none");
     snprintf(h->name, sizeof h->name, "%s", name);
     h->devices = 2;
-    snprintf(h->data, sizeof h->data, "127.0.0.1");
+    snprintf(h->data, sizeof h->data, "tcp://127.0.0.1:9,10");
     wf_ctl_init(&ctl);
     wf_buf_t b = { 0 };
     bool ok = wf_cmsg_put(&ctl, &msg) == WF_OK && wf_ctl_encode(&ctl, &b) == WF_OK &&

@@ -594,6 +594,71 @@ static void test_ranges(void)
     printf("  range, dtype, shape and consistency refusals checked\n");
 }
 
+/* Announced data endpoints (wf_cmsg_check_data, and through hello, data
+ * and world). */
+static void test_data_endpoints(void)
+{
+    char err[WF_PROTO_ERROR_MAX];
+    static const struct { const char *s; uint32_t ranks; bool ok; } cases[] = {
+        { "tcp://127.0.0.1:41234,41235", 2, true },
+        { "tcp://10.0.0.2:1", 1, true },
+        { "tcp://node-b.rack_1:65535,1,2", 3, true },
+        { "tcp://127.0.0.1:41234,41235", 0, true },
+        { "tcp://127.0.0.1:41234,41235", 3, false },   /* count */
+        { "tcp://127.0.0.1:41234", 2, false },
+        { "", 0, false },
+        { "127.0.0.1:5000", 0, false },                /* no scheme */
+        { "ipc:///tmp/x", 0, false },
+        { "tcp://:5000", 0, false },                   /* no host */
+        { "tcp://127.0.0.1", 0, false },               /* no port */
+        { "tcp://127.0.0.1:", 0, false },
+        { "tcp://127.0.0.1:0", 0, false },             /* port 0 */
+        { "tcp://127.0.0.1:65536", 0, false },
+        { "tcp://127.0.0.1:099", 0, false },           /* leading zero */
+        { "tcp://127.0.0.1:123456", 0, false },
+        { "tcp://127.0.0.1:5000,", 0, false },
+        { "tcp://127.0.0.1:5000,,5001", 0, false },
+        { "tcp://127.0.0.1:5000:5001", 0, false },
+        { "tcp://127.0.0.1:5000 ", 0, false },
+        { "tcp://127.0.0.1:5000\nX", 0, false },
+        { "tcp://a b:5000", 0, false },
+        { "tcp://-x:5000", 0, false },
+        { "tcp://x.:5000", 0, false },
+        { "tcp://[::1]:5000", 0, false },              /* data_address is a name */
+        { "tcp://*:5000", 0, false },
+        { "tcp://127.0.0.1:-1", 0, false },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wf_status_t rc = wf_cmsg_check_data(cases[i].s, cases[i].ranks, "data", err,
+                                            sizeof err);
+        CHECK((rc == WF_OK) == cases[i].ok, "data endpoints case %zu: got %s (%s)", i,
+              wf_status_name(rc), err);
+        if (rc != WF_OK)
+            CHECK(rc == WF_E_BAD_FIELD && strstr(err, "'data'") &&
+                  !strstr(err, "\n"), "case %zu: %s", i, err);
+    }
+    const char *what;
+    /* hello: one endpoint per device */
+    sample(0, &msg_in, &m_hand, &what);
+    with(&m_edit, &m_hand, "data", 0, "tcp://127.0.0.1:41234");
+    expect_get("hello, 1 endpoint for 2 devices", &m_edit, WF_E_BAD_FIELD, "data");
+    with(&m_edit, &m_hand, "data", 0, "");
+    expect_get("hello, no endpoint", &m_edit, WF_E_BAD_FIELD, "data");
+    with(&m_edit, &m_hand, "data", 0, "tcp://127.0.0.1:0,70000");
+    expect_get("hello, bad ports", &m_edit, WF_E_BAD_FIELD, "data");
+    /* data */
+    wf_ctl_init(&m_edit);
+    wf_ctl_put_str(&m_edit, "t", "data");
+    wf_ctl_put_str(&m_edit, "data", "tcp://evil host:1");
+    expect_get("data, bad host", &m_edit, WF_E_BAD_FIELD, "data");
+    /* world: n<i>.data "" allowed, else one endpoint per rank */
+    sample_world(&msg_in.u.world, 2, "");
+    snprintf(msg_in.u.world.nodes[1].data, sizeof msg_in.u.world.nodes[1].data,
+             "tcp://10.0.0.1:4100");
+    hand_world(&m_edit, &msg_in.u.world);
+    expect_get("world, 1 endpoint for 2 ranks", &m_edit, WF_E_BAD_FIELD, "n1.data");
+}
+
 static void test_put_refusals(void)
 {
     memset(&msg_in, 0, sizeof msg_in);
@@ -618,6 +683,7 @@ int main(void)
     test_missing_keys();
     test_wrong_types();
     test_ranges();
+    test_data_endpoints();
     test_put_refusals();
     if (failed) {
         fprintf(stderr, "test_cluster_msg: %d failure(s)\n", failed);

@@ -19,8 +19,11 @@
  * shrinks the loops and the bandwidth buffer (for valgrind). The op
  * checkers and the bodies built from them live in support/commcheck.c,
  * shared with test_comm.c. */
+#include "base/log.h"
+#include "base/zap.h"
 #include "comm/comm.h"
 #include "comm/comm_zmq.h"
+#include "keys.h"
 #include "support/commcheck.h"
 
 #include <errno.h>
@@ -144,6 +147,9 @@ typedef struct world_opts {
     double limit_s;      /* deadline of the whole run */
     int *up_fds;         /* when set (shared memory): the write end of each
                           * process's record pipe, filled before its fork */
+    const wf_keypair_t *node_kp; /* CURVE when set: one key pair per
+                          * process (process p is node "node<p>"); each
+                          * process runs ZAP admitting every node's key */
 } world_opts_t;
 
 struct parent {
@@ -277,10 +283,33 @@ static void child_main(const world_opts_t *o, int proc, int up, int down)
     wf_comm_zmq_local_t *local = NULL;
     if (!zctx || wf_comm_zmq_local_new(&local) != WF_OK)
         _exit(4);
+    /* CURVE: this process is node "node<proc>"; ZAP admits every node */
+    wf_log_t log;
+    wf_log_init(&log, 2, WF_LOG_WARNING);
+    wf_zap_t *zap = NULL;
+    const wf_keypair_t *kp = o->node_kp ? &o->node_kp[proc] : NULL;
+    static char names[MAXPROC][16];
+    const char *rank_keys[MAXRANK], *rank_nodes[MAXRANK];
+    if (kp) {
+        wf_key_entry_t e[MAXPROC];
+        memset(e, 0, sizeof e);
+        for (int p = 0; p < o->nproc; p++) {
+            snprintf(names[p], sizeof names[p], "node%d", p);
+            snprintf(e[p].key, sizeof e[p].key, "%s", o->node_kp[p].public_key);
+            snprintf(e[p].name, sizeof e[p].name, "node%d", p);
+        }
+        for (int r = 0; r < nranks; r++) {
+            rank_keys[r] = o->node_kp[r / o->tpp].public_key;
+            rank_nodes[r] = names[r / o->tpp];
+        }
+        if (wf_zap_start(zctx, &log, &zap) != WF_OK ||
+            wf_zap_set(zap, WF_ZAP_NODES, e, (size_t)o->nproc) != WF_OK)
+            _exit(10);
+    }
     child_rank_t cr[MAXTPP];
     for (int t = 0; t < o->tpp; t++) {
         cr[t] = (child_rank_t){.rank = proc * o->tpp + t, .up = up, .o = o};
-        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, NULL,
+        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, kp,
                                      &cr[t].ep) != WF_OK)
             _exit(5);
         send_rec(up, REC_ADDR, cr[t].rank, 0,
@@ -295,7 +324,9 @@ static void child_main(const world_opts_t *o, int proc, int up, int down)
     wf_comm_zmq_config_t cfg = {
         .zmq_ctx = zctx, .local = local, .world_id = o->world_id,
         .nranks = nranks, .endpoints = eps, .connect_timeout_ms = 10000,
-        .op_timeout_ms = o->op_timeout_ms, .max_message_bytes = 0};
+        .op_timeout_ms = o->op_timeout_ms, .max_message_bytes = 0,
+        .curve = kp, .rank_keys = kp ? rank_keys : NULL,
+        .rank_nodes = kp ? rank_nodes : NULL};
     control_t ct = {.down = down, .local = local};
     ct.stop = eventfd(0, EFD_CLOEXEC);
     pthread_t ctl;
@@ -314,6 +345,11 @@ static void child_main(const world_opts_t *o, int proc, int up, int down)
     pthread_join(ctl, NULL);
     close(ct.stop);
     wf_comm_zmq_local_unref(&local);
+    /* every process's ranks were connected to by a higher rank: CURVE
+     * went through ZAP (a plain connection would not have) */
+    if (zap && wf_zap_admitted(zap) == 0)
+        _exit(11);
+    wf_zap_stop(zap);
     zmq_ctx_term(zctx);
     /* exit, not _exit: stdio was flushed before the fork, and under
      * -fsanitize=address LeakSanitizer then checks the child too */
@@ -889,6 +925,288 @@ static int body_bw(wf_comm_t *c, void *arg)
 }
 
 /* ---------------------------------------------------------------------- */
+/* CURVE                                                                   */
+
+/* A CURVE world's ranks: the ops of cc_body_every_op (or the ring
+ * exchanges), and nothing refused or dropped on the way. */
+static int body_curve(wf_comm_t *c, void *arg)
+{
+    int fails = arg ? cc_body_every_op(c, arg) : cc_body_ring_grouped(c, NULL);
+    if (!arg)
+        fails += cc_body_ring_overlap(c, NULL);
+    EXPECT(wf_comm_zmq_refused(c) == 0);
+    EXPECT(wf_comm_zmq_dropped(c) == 0);
+    return fails;
+}
+
+static int run_curve(const char *name, int nproc, int tpp, body_fn body,
+                     void *arg, const wf_keypair_t *node_kp)
+{
+    world_opts_t o = {.name = name, .nproc = nproc, .tpp = tpp,
+                      .world_id = 0xc0de0000u + (uint64_t)nproc * 16 +
+                                  (uint64_t)tpp,
+                      .body = body, .arg = arg, .victim = -1,
+                      .limit_s = 120, .node_kp = node_kp};
+    return world_run(&o);
+}
+
+/* One rank joining in a thread of this process. */
+typedef struct joiner {
+    pthread_t tid;
+    wf_comm_zmq_config_t cfg;
+    const char *eps[2], *keys[2], *nodes[2];
+    int rank;
+    wf_comm_zmq_endpoint_t *ep;  /* bound; the join takes it */
+    wf_status_t st;
+    char err[256];
+    int fails;                   /* the allreduce after a join */
+    uint64_t refused, dropped;   /* counts after the allreduce */
+} joiner_t;
+
+static void *joiner_main(void *p)
+{
+    joiner_t *j = p;
+    wf_comm_t *c = NULL;
+    j->st = wf_comm_zmq_world_join(&j->cfg, j->rank, &j->ep, j->err,
+                                   sizeof j->err, &c);
+    if (j->st == WF_OK) {
+        j->fails += cc_allreduce(c, 3, 1001);
+        j->refused = wf_comm_zmq_refused(c);
+        j->dropped = wf_comm_zmq_dropped(c);
+        wf_comm_destroy(&c);
+    }
+    return NULL;
+}
+
+/* A joiner of a 2-rank world `wid` as `rank` on node `node` with key pair
+ * kp; the world's endpoints (eps) and nodes' keys and names as this
+ * joiner believes them. */
+static void joiner_init(joiner_t *j, void *ctx, uint64_t wid, int rank,
+                        wf_comm_zmq_endpoint_t *ep, const wf_keypair_t *kp,
+                        const char *const eps[2], const char *const keys[2],
+                        const char *const nodes[2], int timeout_ms)
+{
+    memset(j, 0, sizeof *j);
+    for (int r = 0; r < 2; r++) {
+        j->eps[r] = eps[r];
+        j->keys[r] = keys[r];
+        j->nodes[r] = nodes[r];
+    }
+    j->rank = rank;
+    j->ep = ep;
+    j->cfg = (wf_comm_zmq_config_t){
+        .zmq_ctx = ctx, .world_id = wid, .nranks = 2, .endpoints = j->eps,
+        .connect_timeout_ms = timeout_ms, .curve = kp, .rank_keys = j->keys,
+        .rank_nodes = j->nodes};
+}
+
+static void joiner_start(joiner_t *j)
+{
+    if (pthread_create(&j->tid, NULL, joiner_main, j) != 0)
+        exit(2);
+}
+
+/* Bound CURVE endpoint with key pair kp; its address copied to addr. */
+static wf_comm_zmq_endpoint_t *curve_ep(void *ctx, const wf_keypair_t *kp,
+                                        char addr[ADDR_MAX])
+{
+    wf_comm_zmq_endpoint_t *ep = NULL;
+    if (wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, kp, &ep) !=
+        WF_OK)
+        return NULL;
+    snprintf(addr, ADDR_MAX, "%s", wf_comm_zmq_endpoint_address(ep));
+    return ep;
+}
+
+/* Routing id of `rank` of world `wid` (the layout of comm_zmq_rank.c). */
+static void rank_id(unsigned char id[13], uint64_t wid, uint32_t rank)
+{
+    id[0] = 'W';
+    for (int i = 0; i < 8; i++)
+        id[1 + i] = (unsigned char)(wid >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        id[9 + i] = (unsigned char)(rank >> (8 * i));
+}
+
+/* Strangers and posers on a CURVE world, in one process (one context, one
+ * ZAP admitting nodes a, b and c; the stranger's key is not admitted). */
+static int test_curve_refusals(void)
+{
+    int fails = 0;
+    double t0 = now_s();
+    char err[256];
+    wf_log_t log;
+    wf_log_init(&log, 2, WF_LOG_ERR);
+    void *ctx = zmq_ctx_new();
+    wf_zap_t *zap = NULL;
+    wf_keypair_t A, B, C, S;
+    EXPECT_OK(wf_keypair_generate(&A, err, sizeof err));
+    EXPECT_OK(wf_keypair_generate(&B, err, sizeof err));
+    EXPECT_OK(wf_keypair_generate(&C, err, sizeof err));
+    EXPECT_OK(wf_keypair_generate(&S, err, sizeof err));
+    wf_key_entry_t e[3];
+    memset(e, 0, sizeof e);
+    const wf_keypair_t *admitted[3] = {&A, &B, &C};
+    for (int i = 0; i < 3; i++) {
+        snprintf(e[i].key, sizeof e[i].key, "%s", admitted[i]->public_key);
+        snprintf(e[i].name, sizeof e[i].name, "%c", 'a' + i);
+    }
+    EXPECT_OK(wf_zap_start(ctx, &log, &zap));
+    EXPECT_OK(wf_zap_set(zap, WF_ZAP_NODES, e, 3));
+    if (fails) {
+        wf_zap_stop(zap);
+        zmq_ctx_term(ctx);
+        return fails;
+    }
+
+    /* 1. a stranger's key claims rank 1 while the real world forms: its
+     * handshakes are refused, it gets nothing, the world is unharmed */
+    {
+        uint64_t wid = 0xc0de01;
+        char a0[ADDR_MAX], a1[ADDR_MAX], as[ADDR_MAX];
+        wf_comm_zmq_endpoint_t *e0 = curve_ep(ctx, &A, a0),
+                               *e1 = curve_ep(ctx, &B, a1),
+                               *es = curve_ep(ctx, &S, as);
+        EXPECT(e0 && e1 && es);
+        const char *eps[2] = {a0, a1}, *keys[2] = {A.public_key, B.public_key},
+                   *nodes[2] = {"a", "b"};
+        const char *s_eps[2] = {a0, as},
+                   *s_keys[2] = {A.public_key, S.public_key},
+                   *s_nodes[2] = {"a", "s"};
+        uint64_t refused0 = wf_zap_refused(zap);
+        joiner_t *j = calloc(3, sizeof *j);
+        joiner_init(&j[2], ctx, wid, 1, es, &S, s_eps, s_keys, s_nodes, 1200);
+        joiner_start(&j[2]);
+        pause_ms(200); /* the stranger tries first */
+        joiner_init(&j[0], ctx, wid, 0, e0, &A, eps, keys, nodes, 5000);
+        joiner_init(&j[1], ctx, wid, 1, e1, &B, eps, keys, nodes, 5000);
+        joiner_start(&j[0]);
+        joiner_start(&j[1]);
+        for (int i = 0; i < 3; i++)
+            pthread_join(j[i].tid, NULL);
+        EXPECT(j[0].st == WF_OK && j[1].st == WF_OK);
+        EXPECT(j[0].fails == 0 && j[1].fails == 0);
+        EXPECT(j[0].refused == 0 && j[0].dropped == 0);
+        EXPECT(j[2].st == WF_E_TIMEOUT);
+        EXPECT(wf_zap_refused(zap) > refused0);
+        printf("  CURVE: a stranger's key claiming rank 1: %llu handshake(s) "
+               "refused, its join %s; the world formed and summed right "
+               "(%s)\n",
+               (unsigned long long)(wf_zap_refused(zap) - refused0),
+               wf_status_name(j[2].st), fails ? "FAIL" : "ok");
+        free(j);
+    }
+
+    /* 2. trusted node b's key poses as rank 1, which the world gives to
+     * node c: its hello is refused, rank 0 never counts it */
+    {
+        int before = fails;
+        uint64_t wid = 0xc0de02;
+        char a0[ADDR_MAX], ap[ADDR_MAX];
+        wf_comm_zmq_endpoint_t *e0 = curve_ep(ctx, &A, a0),
+                               *ep = curve_ep(ctx, &B, ap);
+        EXPECT(e0 && ep);
+        const char *eps[2] = {a0, "tcp://127.0.0.1:1"},
+                   *keys[2] = {A.public_key, C.public_key},
+                   *nodes[2] = {"a", "c"};
+        const char *p_eps[2] = {a0, ap},
+                   *p_keys[2] = {A.public_key, B.public_key},
+                   *p_nodes[2] = {"a", "b"};
+        joiner_t *j = calloc(2, sizeof *j);
+        joiner_init(&j[0], ctx, wid, 0, e0, &A, eps, keys, nodes, 1000);
+        joiner_init(&j[1], ctx, wid, 1, ep, &B, p_eps, p_keys, p_nodes, 1000);
+        joiner_start(&j[0]);
+        joiner_start(&j[1]);
+        for (int i = 0; i < 2; i++)
+            pthread_join(j[i].tid, NULL);
+        EXPECT(j[0].st == WF_E_TIMEOUT && strstr(j[0].err, "refused"));
+        EXPECT(j[1].st == WF_E_TIMEOUT);
+        printf("  CURVE: node b posing as node c's rank 1: rank 0 %s: "
+               "\"%s\" (%s)\n", wf_status_name(j[0].st), j[0].err,
+               fails > before ? "FAIL" : "ok");
+        free(j);
+    }
+
+    /* 3. node b takes the routing id of rank 0 on rank 1's endpoint before
+     * rank 1 connects to rank 0 (libzmq would abort the process on the
+     * duplicate id): rank 1's join refuses, the process lives */
+    {
+        int before = fails;
+        uint64_t wid = 0xc0de03;
+        char a0[ADDR_MAX], a1[ADDR_MAX];
+        wf_comm_zmq_endpoint_t *e0 = curve_ep(ctx, &C, a0),
+                               *e1 = curve_ep(ctx, &A, a1);
+        EXPECT(e0 && e1);
+        void *d = zmq_socket(ctx, ZMQ_DEALER);
+        unsigned char id[13];
+        rank_id(id, wid, 0);
+        EXPECT(zmq_setsockopt(d, ZMQ_ROUTING_ID, id, sizeof id) == 0);
+        EXPECT_OK(wf_curve_client(d, &B, A.public_key));
+        EXPECT(zmq_connect(d, a1) == 0);
+        EXPECT(zmq_send(d, "squat", 5, 0) == 5);
+        /* wait until rank 1's socket has the squatter's pipe */
+        pause_ms(300);
+        const char *eps[2] = {a0, a1}, *keys[2] = {C.public_key, A.public_key},
+                   *nodes[2] = {"c", "a"};
+        joiner_t *j = calloc(2, sizeof *j);
+        joiner_init(&j[1], ctx, wid, 1, e1, &A, eps, keys, nodes, 1000);
+        joiner_start(&j[1]);
+        pthread_join(j[1].tid, NULL);
+        EXPECT(j[1].st == WF_E_CONNECT && strstr(j[1].err, "taken"));
+        printf("  CURVE: node b squatting rank 0's routing id on rank 1: "
+               "rank 1 %s: \"%s\" (%s)\n", wf_status_name(j[1].st),
+               j[1].err, fails > before ? "FAIL" : "ok");
+        zmq_close(d);
+        wf_comm_zmq_endpoint_destroy(&e0);
+        free(j);
+    }
+
+    /* 4. an endpoint bound without CURVE cannot join a CURVE world (and
+     * the other way round); a malformed key pair is refused */
+    {
+        char a0[ADDR_MAX];
+        wf_comm_zmq_endpoint_t *plain = NULL, *bad = NULL;
+        EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL,
+                                           &plain));
+        snprintf(a0, sizeof a0, "%s",
+                 plain ? wf_comm_zmq_endpoint_address(plain) : "");
+        const char *eps[1] = {a0}, *keys[1] = {A.public_key},
+                   *nodes[1] = {"a"};
+        wf_comm_zmq_config_t cfg = {.zmq_ctx = ctx, .world_id = 5, .nranks = 1,
+                                    .endpoints = eps, .curve = &A,
+                                    .rank_keys = keys, .rank_nodes = nodes,
+                                    .connect_timeout_ms = 500};
+        wf_comm_t *c = NULL;
+        EXPECT(wf_comm_zmq_world_join(&cfg, 0, &plain, err, sizeof err, &c) ==
+               WF_E_BAD_ARGUMENT && !c && !plain);
+        wf_keypair_t broken = A;
+        broken.secret_key[0] = '\0';
+        EXPECT(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, &broken,
+                                        &bad) == WF_E_BAD_ARGUMENT && !bad);
+        /* a world whose rank 0 is another node's key than ours */
+        keys[0] = B.public_key;
+        EXPECT(wf_comm_zmq_world_new(&cfg, 0, &c) == WF_E_BAD_ARGUMENT);
+        keys[0] = A.public_key;
+        nodes[0] = "";
+        EXPECT(wf_comm_zmq_world_new(&cfg, 0, &c) == WF_E_BAD_ARGUMENT);
+        nodes[0] = "a";
+        cfg.rank_keys = NULL;
+        EXPECT(wf_comm_zmq_world_new(&cfg, 0, &c) == WF_E_BAD_ARGUMENT);
+        /* a 1-rank CURVE world forms */
+        cfg.rank_keys = keys;
+        cfg.endpoints = (const char *const[]){"tcp://127.0.0.1:*"};
+        EXPECT_OK(wf_comm_zmq_world_new(&cfg, 0, &c));
+        wf_comm_destroy(&c);
+    }
+
+    wf_zap_stop(zap);
+    zmq_ctx_term(ctx);
+    printf("  CURVE refusals: %s (%.2f s)\n", fails ? "FAIL" : "ok",
+           now_s() - t0);
+    return fails;
+}
+
+/* ---------------------------------------------------------------------- */
 
 /* A world that cannot form: one rank's peers never come. */
 static int test_join_timeout(void)
@@ -936,6 +1254,26 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
 
     fails += test_join_timeout();
+    fails += test_curve_refusals();
+
+    /* CURVE: 4 ranks on 2 nodes (2 processes of 2 rank threads, each
+     * process its node's key pair and ZAP), same checks as plain */
+    {
+        wf_keypair_t node_kp[2];
+        char err[256];
+        for (int p = 0; p < 2; p++)
+            if (wf_keypair_generate(&node_kp[p], err, sizeof err) != WF_OK)
+                return 2;
+        cc_shared_t *sh = shared_new(sizeof *sh);
+        sh->iters = quick ? 3 : 10;
+        sh->allreduce_big = ALLREDUCE_BIG;
+        sh->extra = op_big;
+        fails += run_curve("CURVE: every op, 2 nodes x 2 ranks", 2, 2,
+                           body_curve, sh, node_kp);
+        munmap(sh, sizeof *sh);
+        fails += run_curve("CURVE: ring exchanges, 2 nodes x 2 ranks", 2, 2,
+                           body_curve, NULL, node_kp);
+    }
 
     /* every op, ring exchanges */
     static const int shapes[][2] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2},

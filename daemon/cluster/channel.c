@@ -11,10 +11,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/zap.h"
+#include "errf.h"
+
 struct wf_channel {
     void *zctx;                  /* borrowed: ZeroMQ context */
     bool coord;                  /* ROUTER of the coordinator; else a DEALER */
     const wf_settings_t *settings; /* borrowed: data_address, limits */
+    const wf_cluster_keys_t *keys; /* borrowed; NULL: no CURVE */
+    uint64_t dropped;            /* messages of impostors dropped */
+    uint64_t drop_logged_us;     /* last time one was logged */
     wf_log_t *log;               /* borrowed */
     wf_channel_msg_fn fn;        /* owner's handler of received messages */
     void *arg;                   /* its argument */
@@ -72,9 +78,15 @@ static wf_status_t bind_router(wf_channel_t *ch)
     int one = 1;
     set_opts(ch, ch->sock);
     /* MANDATORY: a send to a member not connected fails instead of being
-     * dropped; HANDOVER: a restarted member takes its name back */
+     * dropped. No HANDOVER: while a member's connection lives no other
+     * connection can take its name (ZeroMQ refuses the second one); a
+     * restarted member gets its name once the old connection is gone. */
     zmq_setsockopt(ch->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    zmq_setsockopt(ch->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    if (ch->keys && wf_curve_server(ch->sock, &ch->keys->self, WF_ZAP_NODES) != WF_OK) {
+        wf_log(ch->log, WF_LOG_ERR, "cluster: tensor channel: CURVE options: %s",
+               zmq_strerror(zmq_errno()));
+        return WF_E_INTERNAL;
+    }
     size_t len = sizeof ch->ep;
     if (zmq_bind(ch->sock, bind) != 0 ||
         zmq_getsockopt(ch->sock, ZMQ_LAST_ENDPOINT, ch->ep, &len) != 0) {
@@ -87,8 +99,8 @@ static wf_status_t bind_router(wf_channel_t *ch)
 }
 
 wf_status_t wf_channel_new(void *zctx, bool coord, const wf_settings_t *settings,
-                           wf_log_t *log, wf_channel_msg_fn fn, void *arg,
-                           wf_channel_t **ret)
+                           const wf_cluster_keys_t *keys, wf_log_t *log,
+                           wf_channel_msg_fn fn, void *arg, wf_channel_t **ret)
 {
     wf_channel_t *ch = calloc(1, sizeof *ch);
     if (!ch) {
@@ -98,6 +110,7 @@ wf_status_t wf_channel_new(void *zctx, bool coord, const wf_settings_t *settings
     ch->zctx = zctx;
     ch->coord = coord;
     ch->settings = settings;
+    ch->keys = keys;
     ch->log = log;
     ch->fn = fn;
     ch->arg = arg;
@@ -141,7 +154,9 @@ void wf_channel_connect(wf_channel_t *ch, const char *ep, const char *self_name)
         return;
     }
     set_opts(ch, sock);
-    if (zmq_setsockopt(sock, ZMQ_ROUTING_ID, self_name, strlen(self_name)) != 0 ||
+    if ((ch->keys && wf_curve_client(sock, &ch->keys->self,
+                                     ch->keys->coord_key) != WF_OK) ||
+        zmq_setsockopt(sock, ZMQ_ROUTING_ID, self_name, strlen(self_name)) != 0 ||
         zmq_connect(sock, ep) != 0) {
         wf_log(ch->log, WF_LOG_ERR, "cluster: cannot connect the tensor channel "
                "%s: %s", ep, zmq_strerror(zmq_errno()));
@@ -252,6 +267,36 @@ bool wf_channel_send_outputs(wf_channel_t *ch, wf_djob_t *job)
     return send_msg(ch, NULL, f, n);
 }
 
+/* The frame's ZAP user id (the node its key belongs to) is `name`. */
+static bool user_is(zmq_msg_t *frame, const char *name)
+{
+    const char *u = wf_msg_user_id(frame);
+    return u && strcmp(u, name) == 0;
+}
+
+/* Count a message whose user id is not its routing id's; log at most one
+ * a second (the names are node names of [A-Za-z0-9._-], or escaped). */
+static void note_impostor(wf_channel_t *ch, const char *name, zmq_msg_t *frame)
+{
+    ch->dropped++;
+    uint64_t now = wf_now_usec();
+    if (ch->drop_logged_us && now - ch->drop_logged_us < 1000000)
+        return;
+    ch->drop_logged_us = now;
+    const char *u = wf_msg_user_id(frame);
+    char qn[WF_QUOTE_MAX], qu[WF_QUOTE_MAX];
+    wf_log(ch->log, WF_LOG_WARNING, "cluster: tensor channel: message claiming "
+           "node %s from node %s's key dropped (%" PRIu64 " so far)",
+           wf_escape(qn, sizeof qn, name, strlen(name), WF_ESC_ASCII),
+           u ? wf_escape(qu, sizeof qu, u, strlen(u), WF_ESC_ASCII) : "(none)",
+           ch->dropped);
+}
+
+uint64_t wf_channel_dropped(const wf_channel_t *ch)
+{
+    return ch->dropped;
+}
+
 void wf_channel_recv(wf_channel_t *ch)
 {
     bool coord = ch->coord;
@@ -284,8 +329,13 @@ void wf_channel_recv(wf_channel_t *ch)
         bool ok = false;
         if (coord && zmq_msg_size(&p[0]) < sizeof name)
             memcpy(name, zmq_msg_data(&p[0]), zmq_msg_size(&p[0]));
-        if (!over && n > h && (!coord || (name[0] &&
-                                          strlen(name) == zmq_msg_size(&p[0]))) &&
+        bool named = !coord || (name[0] && strlen(name) == zmq_msg_size(&p[0]));
+        if (coord && named && ch->keys && n > h && !user_is(&p[h], name)) {
+            /* the routing id claims a node the key is not */
+            named = false;
+            note_impostor(ch, name, &p[h]);
+        }
+        if (!over && n > h && named &&
             wf_ctl_decode(zmq_msg_data(&p[h]), zmq_msg_size(&p[h]), &ch->msg,
                           err, sizeof err) == WF_OK &&
             wf_cmsg_get(&ch->msg, &ch->hdr, err, sizeof err) == WF_OK)

@@ -1,6 +1,12 @@
 /* channel.h — the tensor channel between the coordinator and the members
  * (PROTOCOL.md section 11, "Tensor channel"): the coordinator's ROUTER on
- * data_address, each member's DEALER (routing id = its node name). A job
+ * data_address, each member's DEALER (routing id = its node name). No
+ * routing-id handover: while a member's connection lives, another
+ * connection with its name is refused by ZeroMQ. With the cluster's keys
+ * (cluster.h wf_cluster_keys_t) the ROUTER is a CURVE server in
+ * WF_ZAP_NODES and the members pin the coordinator's key; a message whose
+ * ZAP user id is not the node name its routing id claims is dropped
+ * (logged). A job
  * whose roots are on a member gets its inputs ("in") from the coordinator
  * and sends its outputs ("out") back; a member says "hi" once its part of
  * a world serves. Each message is a header (a typed control message of
@@ -22,6 +28,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "cluster.h"
 #include "cluster_msg.h"
 #include "proto.h"
 #include "runtime/job.h"
@@ -40,11 +47,15 @@ typedef void (*wf_channel_msg_fn)(void *arg, const char *from,
 /* Coordinator (`coord`): bind a ROUTER on settings->data_address, any port
  * (wf_channel_endpoint says which). Member: no socket until
  * wf_channel_connect. Received messages go to fn(arg, ...). Borrowed until
- * wf_channel_destroy: zctx, settings, log. Logs what failed. Caller owns
- * *ret. */
+ * wf_channel_destroy: zctx, settings, keys (NULL: no CURVE), log. Logs
+ * what failed. Caller owns *ret. */
 wf_status_t wf_channel_new(void *zctx, bool coord, const wf_settings_t *settings,
-                           wf_log_t *log, wf_channel_msg_fn fn, void *arg,
-                           wf_channel_t **ret);
+                           const wf_cluster_keys_t *keys, wf_log_t *log,
+                           wf_channel_msg_fn fn, void *arg, wf_channel_t **ret);
+
+/* Coordinator: messages dropped because their user id was not the node
+ * their routing id names (keys) or they came from an unnamed peer. */
+uint64_t wf_channel_dropped(const wf_channel_t *ch);
 
 /* Close the socket, free; sets *ch to NULL; accepts NULL. */
 void wf_channel_destroy(wf_channel_t **ch);

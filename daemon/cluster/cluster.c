@@ -199,8 +199,165 @@ static void set_sock_opts(void *s, const wf_settings_t *st)
     zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &tmo, sizeof tmo);
 }
 
+void wf_cluster_self_name(const wf_settings_t *settings,
+                          char out[WF_SETTINGS_NAME_MAX])
+{
+    snprintf(out, WF_SETTINGS_NAME_MAX, "%s", settings->node_name);
+    if (out[0])
+        return;
+    /* the hostname, cut at the first character a name may not hold */
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        host[0] = '\0';
+    size_t n = 0;
+    while (n + 1 < WF_SETTINGS_NAME_MAX && (isalnum((unsigned char)host[n]) ||
+                                            host[n] == '.' || host[n] == '_' ||
+                                            host[n] == '-'))
+        n++;
+    memcpy(out, host, n);
+    out[n] = '\0';
+    if (n == 0)
+        snprintf(out, WF_SETTINGS_NAME_MAX, "node");
+}
+
+/* A loopback host: localhost, 127.0.0.0/8, ::1 (with or without []). */
+static bool loopback_host(const char *h, size_t len)
+{
+    if (len >= 2 && h[0] == '[' && h[len - 1] == ']') {
+        h++;
+        len -= 2;
+    }
+    if ((len == 9 && strncmp(h, "localhost", 9) == 0) ||
+        (len == 3 && strncmp(h, "::1", 3) == 0))
+        return true;
+    /* 127.a.b.c, each part decimal */
+    if (len < 9 || strncmp(h, "127.", 4) != 0)
+        return false;
+    unsigned dots = 0;
+    for (size_t i = 4; i < len; i++) {
+        if (h[i] == '.')
+            dots++;
+        else if (h[i] < '0' || h[i] > '9')
+            return false;
+    }
+    return dots == 2;
+}
+
+/* Protected mode: a cluster without node_keys only on loopback, unless
+ * allow_anonymous says anyone reaching its sockets may join it. */
+static wf_status_t check_anonymous(const wf_settings_t *s, wf_log_t *log)
+{
+    if (s->allow_anonymous) {
+        wf_log(log, WF_LOG_WARNING, "cluster: no node_keys and allow_anonymous "
+               "set: any peer that reaches the rendezvous, the tensor channel or "
+               "the comm endpoints may join the world and read its tensors");
+        return WF_OK;
+    }
+    const char *colon = strrchr(s->coordinator, ':');
+    size_t hl = colon ? (size_t)(colon - s->coordinator) : strlen(s->coordinator);
+    bool coord_lo = loopback_host(s->coordinator, hl);
+    bool data_lo = s->data_address[0] &&
+                   loopback_host(s->data_address, strlen(s->data_address));
+    if (coord_lo && data_lo)
+        return WF_OK;
+    wf_log(log, WF_LOG_ERR, "cluster: refusing to start without node_keys on %s "
+           "%s: anyone who reaches it could join the world (set node_keys, "
+           "key_file and coordinator_node, or allow_anonymous = true on an "
+           "isolated network)", coord_lo ? "data_address" : "coordinator",
+           coord_lo ? (s->data_address[0] ? s->data_address : "(the hostname)")
+                    : s->coordinator);
+    return WF_E_BAD_ARGUMENT;
+}
+
+wf_status_t wf_cluster_keys_load(const wf_settings_t *s, wf_zap_t *zap,
+                                 wf_log_t *log, wf_cluster_keys_t **ret)
+{
+    *ret = NULL;
+    if (!s->node_keys[0])
+        return check_anonymous(s, log);
+    char name[WF_SETTINGS_NAME_MAX], err[512];
+    wf_cluster_self_name(s, name);
+    if (!s->key_file[0]) {
+        wf_log(log, WF_LOG_ERR, "cluster: node_keys is set but key_file is not: "
+               "this node needs its own key pair (weftctl keygen)");
+        return WF_E_BAD_ARGUMENT;
+    }
+    if (!s->coordinator_node[0]) {
+        wf_log(log, WF_LOG_ERR, "cluster: node_keys is set but coordinator_node "
+               "is not: name the node that coordinates");
+        return WF_E_BAD_ARGUMENT;
+    }
+    wf_cluster_keys_t *k = calloc(1, sizeof *k);
+    if (!k) {
+        wf_log(log, WF_LOG_ERR, "cluster: out of memory");
+        return WF_E_NO_MEMORY;
+    }
+    const char *pub;
+    if (wf_keypair_read(s->key_file, true, &k->self, err, sizeof err) != WF_OK) {
+        wf_log(log, WF_LOG_ERR, "cluster: key_file: %s", err);
+        goto bad;
+    }
+    if (wf_keylist_read(s->node_keys, WF_KEYLIST_NODES, &k->nodes, &k->n, err,
+                        sizeof err) != WF_OK) {
+        wf_log(log, WF_LOG_ERR, "cluster: node_keys: %s", err);
+        goto bad;
+    }
+    pub = wf_cluster_key_of(k, name);
+    if (!pub) {
+        wf_log(log, WF_LOG_ERR, "cluster: this node (%s) is not listed in "
+               "node_keys %s", name, s->node_keys);
+        goto bad;
+    }
+    if (strcmp(pub, k->self.public_key) != 0) {
+        wf_log(log, WF_LOG_ERR, "cluster: node_keys %s lists another key for "
+               "this node (%s) than key_file %s holds", s->node_keys, name,
+               s->key_file);
+        goto bad;
+    }
+    pub = wf_cluster_key_of(k, s->coordinator_node);
+    if (!pub) {
+        wf_log(log, WF_LOG_ERR, "cluster: coordinator_node %s is not listed in "
+               "node_keys %s", s->coordinator_node, s->node_keys);
+        goto bad;
+    }
+    snprintf(k->coord_key, sizeof k->coord_key, "%s", pub);
+    if (!zap || wf_zap_set(zap, WF_ZAP_NODES, k->nodes, k->n) != WF_OK) {
+        wf_log(log, WF_LOG_ERR, "cluster: cannot give node_keys to the ZAP handler");
+        goto bad;
+    }
+    wf_log(log, WF_LOG_INFO, "cluster: CURVE on every daemon-to-daemon socket: "
+           "%zu node key(s) from %s, coordinator %s", k->n, s->node_keys,
+           s->coordinator_node);
+    *ret = k;
+    return WF_OK;
+bad:
+    wf_cluster_keys_free(&k);
+    return WF_E_BAD_ARGUMENT;
+}
+
+void wf_cluster_keys_free(wf_cluster_keys_t **pk)
+{
+    if (!pk || !*pk)
+        return;
+    wf_cluster_keys_t *k = *pk;
+    free(k->nodes);
+    /* the secret does not stay in freed memory */
+    volatile char *p = (volatile char *)k->self.secret_key;
+    for (size_t i = 0; i < sizeof k->self.secret_key; i++)
+        p[i] = 0;
+    free(k);
+    *pk = NULL;
+}
+
+const char *wf_cluster_key_of(const wf_cluster_keys_t *k, const char *name)
+{
+    const wf_key_entry_t *e = k ? wf_keylist_find_name(k->nodes, k->n, name) : NULL;
+    return e ? e->key : NULL;
+}
+
 wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
                            const char *data_endpoint,
+                           const wf_cluster_keys_t *keys,
                            wf_log_t *log, wf_notify_t *notify,
                            wf_cluster_t **ret)
 {
@@ -210,26 +367,12 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         return WF_E_INTERNAL;
     }
     c->settings = settings;
+    c->keys = keys;
     c->mesh_req = settings->mesh_deg;
     c->log = log;
     c->notify = notify;
     c->protocol = WF_PROTOCOL_VERSION;
-    snprintf(c->name, sizeof c->name, "%s", settings->node_name);
-    if (!c->name[0]) {
-        /* the hostname, cut at the first character a name may not hold */
-        char host[256] = "";
-        if (gethostname(host, sizeof host - 1) != 0)
-            host[0] = '\0';
-        size_t n = 0;
-        while (n + 1 < sizeof c->name && (isalnum((unsigned char)host[n]) ||
-                                          host[n] == '.' || host[n] == '_' ||
-                                          host[n] == '-'))
-            n++;
-        memcpy(c->name, host, n);
-        c->name[n] = '\0';
-        if (n == 0)
-            snprintf(c->name, sizeof c->name, "node");
-    }
+    wf_cluster_self_name(settings, c->name);
     snprintf(c->data, sizeof c->data, "%s", data_endpoint ? data_endpoint : "");
     if (settings->test.protocol_version) {
         /* test hook: advertise another protocol version in the hello, to
@@ -241,14 +384,23 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
     char ep[WF_SETTINGS_NAME_MAX + 8];
     snprintf(ep, sizeof ep, "tcp://%s", settings->coordinator);
     uint64_t now = wf_now_usec();
-
-    c->sock = zmq_socket(zctx, ZMQ_ROUTER);
-    if (!c->sock)
-        goto zfail;
+    /* with keys the coordinator is who the settings say, not who binds
+     * first: a squatter on the port makes the coordinator fail to start,
+     * and gets no handshake from the members (they pin the key) */
+    bool coord = keys ? strcmp(c->name, settings->coordinator_node) == 0 : true;
     int one = 1;
-    zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    set_sock_opts(c->sock, settings);
-    if (zmq_bind(c->sock, ep) == 0) {
+
+    c->sock = NULL;
+    if (coord) {
+        c->sock = zmq_socket(zctx, ZMQ_ROUTER);
+        if (!c->sock)
+            goto zfail;
+        zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+        set_sock_opts(c->sock, settings);
+        if (keys && wf_curve_server(c->sock, &keys->self, WF_ZAP_NODES) != WF_OK)
+            goto zfail;
+    }
+    if (coord && zmq_bind(c->sock, ep) == 0) {
         c->role = WF_CLUSTER_COORDINATOR;
         node_t *self = &c->nodes[0];
         snprintf(self->name, sizeof self->name, "%s", c->name);
@@ -258,12 +410,21 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         c->n_nodes = 1;
         c->step_deadline_us = now + (uint64_t)settings->cluster_timeout_ms * 1000;
         wf_log(log, WF_LOG_INFO, "cluster: coordinator on %s as node %s, waiting "
-               "for %u node(s)", ep, self->name, settings->nodes);
+               "for %u node(s)%s", ep, self->name, settings->nodes,
+               keys ? " (CURVE, node_keys)" : "");
         if (settings->nodes <= 1)
             cluster_start_round(c, now);
         cluster_maybe_serve(c);
-    } else if (zmq_errno() == EADDRINUSE) {
-        zmq_close(c->sock);
+    } else if (coord && keys) {
+        wf_log(log, WF_LOG_ERR, "cluster: this node (%s) is coordinator_node but "
+               "cannot bind the rendezvous port %s: %s%s", c->name, ep,
+               zmq_strerror(zmq_errno()), zmq_errno() == EADDRINUSE
+               ? " (another process holds it: a stale weftd, or a squatter)" : "");
+        wf_cluster_destroy(&c);
+        return WF_E_INTERNAL;
+    } else if (!coord || zmq_errno() == EADDRINUSE) {
+        if (c->sock)
+            zmq_close(c->sock);
         c->sock = zmq_socket(zctx, ZMQ_DEALER);
         if (!c->sock)
             goto zfail;
@@ -271,14 +432,16 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         /* Do not queue hellos for a coordinator that is not there: they
          * are re-sent every heartbeat until one answers. */
         zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one);
+        if (keys && wf_curve_client(c->sock, &keys->self, keys->coord_key) != WF_OK)
+            goto zfail;
         if (zmq_connect(c->sock, ep) != 0)
             goto zfail;
         c->role = WF_CLUSTER_MEMBER;
         c->coord_heard_us = now;
         c->next_hello_us = now + HELLO_RETRY_US;
         c->step_deadline_us = now + (uint64_t)settings->cluster_timeout_ms * 1000;
-        wf_log(log, WF_LOG_INFO, "cluster: member %s of the coordinator %s",
-               settings->node_name, ep);
+        wf_log(log, WF_LOG_INFO, "cluster: member %s of the coordinator %s%s",
+               c->name, ep, keys ? " (CURVE, pinned to coordinator_node's key)" : "");
         member_hello(c);
     } else {
         goto zfail;
@@ -345,6 +508,11 @@ bool wf_cluster_handle(wf_cluster_t *c, uint64_t now)
                                                ? 0 : ZMQ_DONTWAIT);
         bool more = rc >= 0 && zmq_msg_more(&m);
         char err[160];
+        if (c->role == WF_CLUSTER_COORDINATOR) {
+            /* who ZAP says sent it: the frame the peer sent carries it */
+            const char *u = rc >= 0 ? wf_msg_user_id(&m) : NULL;
+            snprintf(c->peer_user, sizeof c->peer_user, "%s", u ? u : "");
+        }
         bool ok = rc >= 0 && !more && id_len >= 0 &&
                   wf_ctl_decode(zmq_msg_data(&m), zmq_msg_size(&m), &c->in, err,
                                 sizeof err) == WF_OK;
@@ -616,7 +784,8 @@ void wf_cluster_fill_status(const wf_cluster_t *c, wf_status_info_t *si)
     snprintf(si->coordinator, sizeof si->coordinator, "%s", c->settings->coordinator);
     snprintf(si->cluster_state, sizeof si->cluster_state, "%.23s", cluster_state_name(c->state));
     si->world_epoch = c->epoch;
-    snprintf(si->world_id, sizeof si->world_id, "%s", c->world_id);
+    /* the world id is the data plane's routing token: not for clients
+     * (si->world_id stays "") */
     uint32_t k = 0, ranks = 0;
     for (uint32_t i = 0; i < c->n_nodes && k < WF_STATUS_MAX_NODES; i++) {
         const node_t *n = &c->nodes[i];

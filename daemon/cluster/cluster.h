@@ -3,9 +3,12 @@
  * heartbeats, losing and regaining nodes. Main thread only; the server
  * polls its socket with the others and calls wf_cluster_handle.
  *
- * Every node runs with the same `coordinator` HOST:PORT. The node that can
- * bind it is the coordinator (ZeroMQ ROUTER); the others are members
- * (DEALER). Messages are small msgpack maps (proto.h wf_ctl_msg_t, key
+ * Every node runs with the same `coordinator` HOST:PORT. Without
+ * node_keys the node that can bind it is the coordinator (ZeroMQ ROUTER);
+ * the others are members (DEALER). With node_keys the setting
+ * coordinator_node says which node binds it (CURVE, see
+ * wf_cluster_keys_t), and a hello's name must be the name node_keys gives
+ * the key that made the connection. Messages are small msgpack maps (proto.h wf_ctl_msg_t, key
  * "t" = type; typed and validated by proto/cluster_msg.h), never tensor
  * bytes:
  *   member -> coordinator: hello {proto, weft, nccl, name, devices, data,
@@ -46,7 +49,15 @@
  * without a job succeeding (wf_cluster_job_ok); past that the next one
  * waits cluster_timeout_ms, the state is "degraded" and jobs are refused.
  *
- * A member refused by the coordinator (version mismatch, name taken)
+ * The node table (coordinator) holds the coordinator, the nodes that
+ * joined and, for a while, those lost: a refused hello never takes an
+ * entry, a lost node's entry is forgotten 2 x cluster_timeout_ms after
+ * the loss, or at once when the table is full and a new node says hello. A hello naming a node that is alive from another connection is
+ * ignored (logged) until that node is lost, unless node_keys is set (the
+ * key proved it is that node: a restart). Epochs come from the
+ * coordinator only (a hello's epoch is not used).
+ *
+ * A member refused by the coordinator (version mismatch, bad field)
  * reports the reason through wf_cluster_fatal and the daemon exits 1. A
  * member whose coordinator is silent says so (log, status
  * "coordinator-lost") and keeps sending hello until one answers.
@@ -60,6 +71,8 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/notify.h"
+#include "base/zap.h"
+#include "keys.h"
 #include "proto.h"
 
 typedef struct wf_cluster wf_cluster_t;
@@ -82,15 +95,54 @@ typedef struct wf_cluster_node {
     bool self;                   /* this daemon */
 } wf_cluster_node_t;
 
-/* Start the control plane for settings->coordinator (non-empty): bind it
- * (coordinator) or connect to it (member) with zctx. `data_endpoint` is
- * this node's data-plane endpoint, announced in the hello (members).
- * settings->test.protocol_version (a test hook) overrides the protocol
- * version this node advertises. Borrowed: log,
+/* The cluster's CURVE keys (settings node_keys, key_file,
+ * coordinator_node; README "Security"): this node's key pair and every
+ * node's public key by name. Every daemon-to-daemon socket is then CURVE:
+ * the coordinator's rendezvous ROUTER and tensor channel and every comm
+ * endpoint are CURVE servers in the ZAP domain WF_ZAP_NODES (whose user id
+ * is the node name); members connect pinned to the coordinator's key (and
+ * comm ranks to the key of the node holding the rank). */
+typedef struct wf_cluster_keys {
+    wf_keypair_t self;               /* this node's pair (key_file) */
+    wf_key_entry_t *nodes;           /* node_keys (malloc'ed), n of them */
+    size_t n;
+    char coord_key[WF_KEY_Z85_LEN + 1]; /* coordinator_node's public key */
+} wf_cluster_keys_t;
+
+/* This node's name: node_name, else the hostname cut at the first byte a
+ * node name may not hold ("node" when nothing is left). */
+void wf_cluster_self_name(const wf_settings_t *settings,
+                          char out[WF_SETTINGS_NAME_MAX]);
+
+/* node_keys set: read key_file (with its secret) and node_keys, check
+ * that this node and coordinator_node are listed (and that this node's
+ * listed key is its own), and give the list to `zap` (WF_ZAP_NODES).
+ * *ret NULL when node_keys is empty: then the cluster runs without
+ * authentication, which is refused (protected mode) when the coordinator
+ * address or data_address is not loopback and allow_anonymous is false.
+ * Every refusal is logged naming the setting; WF_E_BAD_ARGUMENT. */
+wf_status_t wf_cluster_keys_load(const wf_settings_t *settings, wf_zap_t *zap,
+                                 wf_log_t *log, wf_cluster_keys_t **ret);
+
+/* Free; sets *k to NULL; accepts NULL. */
+void wf_cluster_keys_free(wf_cluster_keys_t **k);
+
+/* The public key node_keys lists for `name`, or NULL. */
+const char *wf_cluster_key_of(const wf_cluster_keys_t *k, const char *name);
+
+/* Start the control plane for settings->coordinator (non-empty). Without
+ * keys: bind it (coordinator) or, when it is taken, connect to it
+ * (member). With keys (borrowed until wf_cluster_destroy): the node named
+ * coordinator_node binds it as a CURVE server (a failed bind is an
+ * error: someone holds the port), the others connect pinned to its key.
+ * `data_endpoint` is this node's data-plane endpoint, announced in the
+ * hello (members). settings->test.protocol_version (a test hook)
+ * overrides the protocol version this node advertises. Borrowed: log,
  * notify (for STATUS= lines), until wf_cluster_destroy. Logs what failed.
  * Caller owns *ret. */
 wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
                            const char *data_endpoint,
+                           const wf_cluster_keys_t *keys,
                            wf_log_t *log, wf_notify_t *notify,
                            wf_cluster_t **ret);
 

@@ -18,6 +18,13 @@
  * them ranks; start a round: world to every member, wait for readies. */
 void cluster_start_round(wf_cluster_t *c, uint64_t now)
 {
+    /* epochs are the coordinator's own count, + 1 per round (never taken
+     * from a peer); one that would wrap stops the rounds */
+    if (c->epoch == UINT64_MAX || c->mesh_epoch == UINT64_MAX) {
+        wf_log(c->log, WF_LOG_ERR, "cluster: the world epoch or the mesh epoch "
+               "reached 2^64-1; no further round (restart the coordinator)");
+        return;
+    }
     c->rebuild_round = false;     /* coord_world_failed sets it after */
     c->held = false;
     /* insertion sort of nodes[1..) by name; lost / refused go last */
@@ -108,6 +115,15 @@ void cluster_maybe_serve(wf_cluster_t *c)
                 cluster_state_name(c->state), c->epoch, nn, ranks);
 }
 
+/* How long a lost node's entry is kept: 2 x cluster_timeout_ms after the
+ * loss (a node lost during the rendezvous is still named in the step's
+ * timeout lines; one that comes back within it reuses its entry). When
+ * the table is full a new node takes the oldest lost entry at once. */
+static uint64_t lost_expiry_us(const wf_cluster_t *c)
+{
+    return 2 * (uint64_t)c->settings->cluster_timeout_ms * 1000;
+}
+
 static void refuse(wf_cluster_t *c, const void *id, size_t id_len, const char *err)
 {
     node_t tmp;
@@ -128,6 +144,7 @@ void cluster_lose_node(wf_cluster_t *c, node_t *n, const char *why, uint64_t now
         return;
     bool was_in_world = n->in_world;
     n->state = NODE_LOST;
+    n->lost_us = now;
     n->in_world = false;
     cluster_status_line(c, "cluster: node %s lost (%s) during %s, epoch %" PRIu64,
                 n->name, why, c->round_open ? "the rendezvous step 'ready'"
@@ -241,7 +258,7 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
         snprintf(err, sizeof err, "node %.63s: %.180s", name, bad);
         goto refused;
     }
-    uint64_t devices = h->devices, epoch = h->epoch;
+    uint64_t devices = h->devices;
     const char *data = h->data;
     if (devices != cluster_local_devices(c)) {
         /* each node is whole replicas of the world mesh */
@@ -255,11 +272,20 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
                  "coordinator", name);
         goto refused;
     }
-    if (epoch > c->epoch)
-        c->epoch = epoch;     /* a restarted coordinator continues the count */
+    if (c->keys && strcmp(name, c->peer_user) != 0) {
+        /* the name is bound to the key: ZAP admitted this connection as
+         * node peer_user (its key's entry in node_keys) */
+        snprintf(err, sizeof err, "node %.63s: field 'node name': the connection's "
+                 "key is node %.63s's in node_keys", name,
+                 c->peer_user[0] ? c->peer_user : "(none)");
+        goto refused;
+    }
+    /* h->epoch (the last world epoch the member knew) is not used: epochs
+     * are the coordinator's own */
 
     node_t *n = cluster_find_by_name(c, name);
-    if (n && cluster_node_alive(n) && n->id_len == id_len && memcmp(n->id, id, id_len) == 0) {
+    bool same_conn = n && n->id_len == id_len && memcmp(n->id, id, id_len) == 0;
+    if (n && cluster_node_alive(n) && same_conn) {
         n->last_heard_us = now;
         if (n->in_world && (n->state == NODE_READY || n->state == NODE_WORLD) &&
             !c->round_open) {
@@ -269,7 +295,33 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
         }
         return;
     }
+    if (n && cluster_node_alive(n) && !c->keys) {
+        /* Another connection claims the name of a node that is alive:
+         * without keys nothing says which one is the node, so the one in
+         * the table keeps it until it is lost (silent for
+         * heartbeat_timeout_ms; a restarted node then gets in with its
+         * next hello, which it repeats). Logged once per timeout. */
+        uint64_t tmo = (uint64_t)c->settings->heartbeat_timeout_ms * 1000;
+        if (!n->contended_us || now - n->contended_us >= tmo) {
+            n->contended_us = now;
+            wf_log(c->log, WF_LOG_WARNING, "cluster: hello for node %s from "
+                   "another connection ignored: that node is alive (heard %"
+                   PRIu64 " ms ago); it is accepted once the node is lost",
+                   name, (now - n->last_heard_us) / 1000);
+        }
+        return;
+    }
     if (!n) {
+        if (c->n_nodes == WF_SETTINGS_MAX_NODES) {
+            /* the oldest entry of a node lost gives way */
+            uint32_t old = 0;
+            for (uint32_t i = 1; i < c->n_nodes; i++)
+                if (!cluster_node_alive(&c->nodes[i]) && !c->nodes[i].in_world &&
+                    (!old || c->nodes[i].lost_us < c->nodes[old].lost_us))
+                    old = i;
+            if (old)
+                cluster_remove_node(c, old);
+        }
         if (c->n_nodes == WF_SETTINGS_MAX_NODES) {
             snprintf(err, sizeof err, "node %.63s: the cluster already has %d "
                      "nodes", name, WF_SETTINGS_MAX_NODES);
@@ -279,6 +331,7 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
         memset(n, 0, sizeof *n);
         snprintf(n->name, sizeof n->name, "%s", name);
     } else if (cluster_node_alive(n)) {
+        /* keys: the same key from a new connection is the node itself */
         wf_log(c->log, WF_LOG_WARNING, "cluster: node %s said hello again from a "
                "new connection (restarted?)", name);
     }
@@ -289,6 +342,7 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
     n->state = NODE_JOINING;
     n->in_world = false;
     n->last_heard_us = now;
+    n->contended_us = 0;
     uint32_t have = cluster_count_alive(c);
     wf_log(c->log, WF_LOG_INFO, "cluster: node %s joined (%" PRIu64 " devices); "
            "%u of %u node(s)", name, devices, have, c->settings->nodes);
@@ -297,19 +351,9 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
     return;
 
 refused:
-    if (name[0]) {
-        node_t *r = cluster_find_by_name(c, name);
-        if (!r && c->n_nodes < WF_SETTINGS_MAX_NODES) {
-            r = &c->nodes[c->n_nodes++];
-            memset(r, 0, sizeof *r);
-            snprintf(r->name, sizeof r->name, "%s", name);
-            r->state = NODE_REFUSED;
-        }
-        /* a refused hello never touches a node of the world (it may come
-         * from an impostor of its name) */
-        if (r && !cluster_node_alive(r))
-            r->state = NODE_REFUSED;
-    }
+    /* a refused hello never takes nor touches an entry of the node table
+     * (it may come from an impostor of a name, and 16 of them would fill
+     * the table) */
     refuse(c, id, id_len, err);
 }
 
@@ -331,6 +375,13 @@ void cluster_coord_message(wf_cluster_t *c, const void *id, size_t id_len,
         cluster_tx_begin(c, WF_CMSG_REJOIN);
         if (cluster_tx_put(c))
             cluster_send_msg(c, &tmp);
+        return;
+    }
+    if (c->keys && strcmp(n->name, c->peer_user) != 0) {
+        /* a connection that took a node's routing id: not that node */
+        wf_log(c->log, WF_LOG_WARNING, "cluster: %s message on node %s's "
+               "connection from node %s's key dropped", wf_cmsg_type_name(type),
+               n->name, c->peer_user[0] ? c->peer_user : "(none)");
         return;
     }
     n->last_heard_us = now;
@@ -379,6 +430,15 @@ void cluster_coord_timers(wf_cluster_t *c, uint64_t now)
             cluster_lose_node(c, n, why, now);
         }
     }
+    /* A lost node's entry stays for lost_expiry_us (status shows it as
+     * lost), then is forgotten: nodes that said hello and died, or never
+     * completed the rendezvous, do not fill the table for good. */
+    uint64_t keep = lost_expiry_us(c);
+    for (uint32_t i = c->n_nodes; i-- > 1; ) {
+        const node_t *n = &c->nodes[i];
+        if (n->state == NODE_LOST && !n->in_world && now - n->lost_us > keep)
+            cluster_remove_node(c, i);
+    }
     if (now < c->step_deadline_us)
         return;
     uint64_t tmo = (uint64_t)c->settings->cluster_timeout_ms;
@@ -398,6 +458,7 @@ void cluster_coord_timers(wf_cluster_t *c, uint64_t now)
         for (uint32_t i = 1; i < c->n_nodes; i++)
             if (c->nodes[i].state == NODE_WORLD) {
                 c->nodes[i].state = NODE_LOST;
+                c->nodes[i].lost_us = now;
                 c->nodes[i].in_world = false;
             }
         cluster_start_round(c, now);

@@ -23,8 +23,8 @@ typedef enum node_state {
     NODE_JOINING,      /* hello accepted, not in a world yet */
     NODE_WORLD,        /* sent the current world, waiting for its ready */
     NODE_READY,        /* in the current world, ready */
-    NODE_LOST,         /* silent for heartbeat_timeout_ms */
-    NODE_REFUSED       /* its hello failed the checks */
+    NODE_LOST          /* silent for heartbeat_timeout_ms (a refused hello
+                          takes no entry) */
 } node_state_t;
 
 
@@ -38,6 +38,9 @@ typedef struct node {
     bool in_world;                         /* part of the current world */
     uint32_t first_rank;                   /* in the current world */
     uint64_t last_heard_us;                /* last message from it */
+    uint64_t lost_us;                      /* when it was lost (NODE_LOST) */
+    uint64_t contended_us;                 /* a hello for its name from another
+                                              connection was last logged then */
 } node_t;
 
 typedef enum cstate {
@@ -59,6 +62,9 @@ struct wf_cluster {
     wf_log_t *log;                   /* borrowed */
     wf_notify_t *notify;             /* borrowed */
     void *sock;                      /* ROUTER (coordinator) / DEALER (member) */
+    const wf_cluster_keys_t *keys;   /* borrowed; NULL: no CURVE (no node_keys) */
+    char peer_user[WF_ZAP_USER_MAX]; /* coordinator: ZAP user id (node name) of
+                                        the message being handled; "" without keys */
     uint32_t protocol;               /* advertised protocol version */
     char data[WF_SETTINGS_ENDPOINT_MAX]; /* our data-plane endpoint */
     char xfer[WF_SETTINGS_ENDPOINT_MAX]; /* the coordinator's tensor channel
@@ -132,6 +138,8 @@ uint32_t cluster_count_alive(const wf_cluster_t *c);
 void cluster_names_in(const wf_cluster_t *c, node_state_t st, char *buf, size_t len);
 node_t *cluster_find_by_id(wf_cluster_t *c, const void *id, size_t len);
 node_t *cluster_find_by_name(wf_cluster_t *c, const char *name);
+/* Remove node table entry i (>= 1), keeping the order of the others. */
+void cluster_remove_node(wf_cluster_t *c, uint32_t i);
 
 /* --- cluster_coord.c: the coordinator's side --------------------------- */
 

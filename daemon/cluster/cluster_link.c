@@ -20,7 +20,6 @@ const char *cluster_node_state_name(node_state_t s)
     case NODE_WORLD: return "joining";
     case NODE_READY: return "ready";
     case NODE_LOST: return "lost";
-    case NODE_REFUSED: return "refused";
     }
     return "?";
 }
@@ -157,4 +156,13 @@ node_t *cluster_find_by_name(wf_cluster_t *c, const char *name)
         if (strcmp(c->nodes[i].name, name) == 0)
             return &c->nodes[i];
     return NULL;
+}
+
+void cluster_remove_node(wf_cluster_t *c, uint32_t i)
+{
+    if (i == 0 || i >= c->n_nodes)
+        return;
+    memmove(&c->nodes[i], &c->nodes[i + 1], (c->n_nodes - i - 1) * sizeof c->nodes[0]);
+    c->n_nodes--;
+    memset(&c->nodes[c->n_nodes], 0, sizeof c->nodes[0]);
 }

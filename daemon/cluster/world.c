@@ -44,7 +44,8 @@ static wf_status_t bind_spares(wf_world_t *w)
     snprintf(bind, sizeof bind, "tcp://%s:*", host);
     for (uint32_t d = 0; d < w->n_workers; d++) {
         wf_comm_zmq_endpoint_destroy(&w->spare[d]);
-        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max, NULL,
+        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max,
+                                                  w->keys ? &w->keys->self : NULL,
                                                   &w->spare[d]);
         if (st != WF_OK) {
             wf_log(w->log, WF_LOG_ERR, "cluster: cannot bind a comm endpoint "
@@ -91,6 +92,47 @@ static bool parse_data(const char *data, uint32_t ranks,
     return k == ranks;
 }
 
+/* A cross-process world with room for its CURVE fields: the key and the
+ * node of every rank (comm_zmq's config points into them while the
+ * regroup joins). zw is the first member, so the job frees the whole
+ * with free(job->zworld). */
+typedef struct zworld_sec {
+    wf_zworld_t zw;
+    wf_keypair_t self;                                  /* this node's pair */
+    char keys[WF_DJOB_MAX_WORLD][WF_KEY_Z85_LEN + 1];   /* by world rank */
+    char nodes[WF_DJOB_MAX_WORLD][WF_SETTINGS_NAME_MAX];
+    const char *key_ptrs[WF_DJOB_MAX_WORLD];
+    const char *node_ptrs[WF_DJOB_MAX_WORLD];
+} zworld_sec_t;
+
+/* With keys: every rank's node and that node's key (node_keys) into zs;
+ * false (logged) when a node of the world is not listed. */
+static bool fill_rank_keys(wf_world_t *w, zworld_sec_t *zs,
+                           const wf_cluster_node_t *nw, uint32_t nn, uint64_t epoch)
+{
+    zs->self = w->keys->self;
+    for (uint32_t k = 0; k < nn; k++) {
+        const char *key = wf_cluster_key_of(w->keys, nw[k].name);
+        if (!key) {
+            wf_log(w->log, WF_LOG_ERR, "cluster: node %s of the world of epoch %"
+                   PRIu64 " is not in node_keys; world not joined", nw[k].name,
+                   epoch);
+            return false;
+        }
+        for (uint32_t r = nw[k].first_rank; r < nw[k].first_rank + nw[k].ranks &&
+                                            r < WF_DJOB_MAX_WORLD; r++) {
+            snprintf(zs->keys[r], sizeof zs->keys[r], "%s", key);
+            snprintf(zs->nodes[r], sizeof zs->nodes[r], "%.63s", nw[k].name);
+            zs->key_ptrs[r] = zs->keys[r];
+            zs->node_ptrs[r] = zs->nodes[r];
+        }
+    }
+    zs->zw.cfg.curve = &zs->self;
+    zs->zw.cfg.rank_keys = zs->key_ptrs;
+    zs->zw.cfg.rank_nodes = zs->node_ptrs;
+    return true;
+}
+
 /* The control plane has a new world (forming): join it. */
 static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
                               uint32_t nn, uint64_t epoch, uint64_t wid,
@@ -110,6 +152,7 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
         wf_world_settle_remote(w, nw, nn, w->aborted, lost);
     w->xfer_ready = 0;     /* members say hi again on the new world */
     w->world_epoch = epoch;
+    w->world_wid = wid;
     w->built = false;
     w->install = false;
     w->mesh_pending = false;   /* the world carries its mesh */
@@ -130,11 +173,17 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
                WF_DJOB_MAX_WORLD);
         return;
     }
-    wf_zworld_t *zw = calloc(1, sizeof *zw);
+    zworld_sec_t *zs = calloc(1, sizeof *zs);
+    wf_zworld_t *zw = zs ? &zs->zw : NULL;
     wf_comm_zmq_local_t *local = NULL;
     if (!zw || wf_comm_zmq_local_new(&local) != WF_OK) {
-        free(zw);
+        free(zs);
         wf_log(w->log, WF_LOG_ERR, "cluster: out of memory");
+        return;
+    }
+    if (w->keys && !fill_rank_keys(w, zs, nw, nn, epoch)) {
+        free(zs);
+        wf_comm_zmq_local_unref(&local);
         return;
     }
     for (uint32_t k = 0; k < nn; k++)
@@ -218,7 +267,7 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
 /* The regroup of a cluster world ended. */
 void wf_world_regroup_done(wf_world_t *w, const wf_djob_t *job, wf_status_t st)
 {
-    if (job->seq != w->world_epoch)
+    if (job->seq != w->world_epoch || job->zworld->cfg.world_id != w->world_wid)
         return;             /* an older world's */
     if (st != WF_OK) {
         wf_log(w->log, WF_LOG_WARNING, "cluster: communicators of epoch %"
@@ -293,7 +342,9 @@ void wf_world_sync(wf_world_t *w)
     }
     wf_cluster_current(w->cluster, nw, WF_SETTINGS_MAX_NODES, &nn, &epoch, &wid,
                        &mdeg, &mepoch);
-    if (nn > 0 && epoch != w->world_epoch)
+    /* a new epoch, or the same epoch of a coordinator that restarted (its
+     * count starts again; the world id is fresh per round) */
+    if (nn > 0 && (epoch != w->world_epoch || wid != w->world_wid))
         cluster_new_world(w, nw, nn, epoch, wid, mdeg, mepoch);
 }
 
@@ -360,15 +411,27 @@ wf_status_t wf_world_new(const wf_world_cfg_t *cfg, wf_world_t **ret)
     w->n_workers = cfg->n_workers;
     w->done = cfg->done;
     w->hooks = cfg->hooks;
-    wf_status_t st = bind_spares(w);
+    wf_zap_t *zap = cfg->zap;
+    wf_status_t st = WF_OK;
+    if (w->settings->node_keys[0] && !zap) {
+        /* TODO(merge client): the server starts the context's ZAP handler
+         * (srv->zap) and passes it in cfg->zap; until then the world
+         * starts one, before any CURVE socket binds. */
+        st = wf_zap_start(w->zctx, w->log, &w->own_zap);
+        zap = w->own_zap;
+    }
     if (st == WF_OK)
-        st = wf_cluster_new(w->settings, w->zctx, w->data, w->log, cfg->notify,
-                            &w->cluster);
+        st = wf_cluster_keys_load(w->settings, zap, w->log, &w->keys);
+    if (st == WF_OK)
+        st = bind_spares(w);
+    if (st == WF_OK)
+        st = wf_cluster_new(w->settings, w->zctx, w->data, w->keys, w->log,
+                            cfg->notify, &w->cluster);
     if (st != WF_OK)
         goto fail;
     wf_cluster_on_message(w->cluster, wf_world_on_message, w);
-    st = wf_channel_new(w->zctx, wf_world_coordinator(w), w->settings, w->log,
-                        wf_world_on_channel, w, &w->channel);
+    st = wf_channel_new(w->zctx, wf_world_coordinator(w), w->settings, w->keys,
+                        w->log, wf_world_on_channel, w, &w->channel);
     if (st != WF_OK)
         goto fail;
     if (wf_world_coordinator(w))
@@ -400,6 +463,8 @@ void wf_world_destroy(wf_world_t **pw)
     wf_world_clear_queue(w);
     wf_channel_destroy(&w->channel);
     wf_cluster_destroy(&w->cluster);
+    wf_zap_stop(w->own_zap);
+    wf_cluster_keys_free(&w->keys);
     if (w->sched && w->sched->remote_arg == w) {
         w->sched->remote = NULL;
         w->sched->remote_arg = NULL;

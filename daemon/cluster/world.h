@@ -65,11 +65,17 @@ typedef struct wf_world_cfg {
     wf_worker_t *workers;        /* the local workers, n_workers of them */
     uint32_t n_workers;
     wf_done_box_t *done;         /* where the workers put finished parts */
+    wf_zap_t *zap;               /* the ZAP handler of zctx (node_keys go to its
+                                    WF_ZAP_NODES domain); NULL: the world starts
+                                    its own when node_keys is set */
     wf_world_hooks_t hooks;
 } wf_world_cfg_t;
 
-/* Bind the spare comm endpoints, start the control plane (cluster.h), bind
- * the tensor channel (coordinator), become the scheduler's remote hook.
+/* Load the cluster's keys (node_keys; cluster.h wf_cluster_keys_load: a
+ * bad or missing key, or a cluster without keys off loopback, is an
+ * error), bind the spare comm endpoints, start the control plane
+ * (cluster.h), bind the tensor channel (coordinator), become the
+ * scheduler's remote hook.
  * Call wf_world_sync next (a world of one node forms at once). Logs what
  * failed. Caller owns *ret. */
 wf_status_t wf_world_new(const wf_world_cfg_t *cfg, wf_world_t **ret);

@@ -32,12 +32,18 @@ struct wf_world {
     uint32_t n_workers;
     wf_done_box_t *done;         /* borrowed: finished parts go there */
     wf_world_hooks_t hooks;      /* the owner's side */
+    wf_cluster_keys_t *keys;     /* node_keys loaded; NULL: no CURVE */
+    wf_zap_t *own_zap;           /* TODO(merge client): the ZAP handler this
+                                    world started because its owner gave none;
+                                    the server's (srv->zap) replaces it */
     wf_cluster_t *cluster;       /* control plane between nodes */
     wf_channel_t *channel;       /* tensor channel */
     wf_comm_zmq_local_t *local;  /* abort domain of the world in force / forming */
     wf_comm_zmq_endpoint_t *spare[WF_SETTINGS_MAX_DEVICES]; /* bound, announced */
     char data[WF_SETTINGS_ENDPOINT_MAX]; /* their addresses ("tcp://h:p0,p1") */
     uint64_t world_epoch;        /* world whose regroup was submitted (0: none) */
+    uint64_t world_wid;          /* and its world id: a coordinator that
+                                    restarted counts epochs from 1 again */
     bool built;                  /* its regroup succeeded */
     bool install;                /* built; install once nothing is in flight */
     bool aborted;                /* its local domain was aborted */

@@ -147,8 +147,9 @@ void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l);
 /* Create a ROUTER socket on zmq_ctx and bind it to bind_addr (a wildcard
  * port such as "tcp://127.0.0.1:*" is allowed). max_message_bytes as in
  * the config (<= 0: no limit); curve as in the config (NULL: plain tcp;
- * else a CURVE server in WF_ZAP_NODES, set before the bind). Caller owns *ret_ep. Errors:
- * WF_E_BAD_ARGUMENT (address too long), WF_E_CONNECT (bind failed),
+ * else a CURVE server in WF_ZAP_NODES, set before the bind; the world it
+ * joins must then have curve set too). Caller owns *ret_ep. Errors:
+ * WF_E_BAD_ARGUMENT (address too long, malformed key pair), WF_E_CONNECT (bind failed),
  * WF_E_NO_MEMORY, WF_E_INTERNAL. */
 wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
                                      int64_t max_message_bytes,
@@ -191,5 +192,11 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
 /* Messages this rank has dropped so far (another world id, an unknown
  * sender, malformed frames). c must be a handle of this backend. */
 uint64_t wf_comm_zmq_dropped(const wf_comm_t *c);
+
+/* Of those, the messages refused on a CURVE world because the node that
+ * sent them does not hold the rank their routing id names (a trusted
+ * node posing as another's rank); 0 on a plain world. This module does
+ * not log: the caller may log a change of this count. */
+uint64_t wf_comm_zmq_refused(const wf_comm_t *c);
 
 #endif /* WF_COMM_ZMQ_H */

@@ -58,6 +58,7 @@ struct wf_comm_zmq_local {
 
 struct wf_comm_zmq_endpoint {
     void *sock;                          /* bound ROUTER */
+    int curve;                           /* bound as a CURVE server */
     char addr[WF_COMM_ZMQ_ENDPOINT_MAX]; /* ZMQ_LAST_ENDPOINT */
 };
 
@@ -117,7 +118,11 @@ typedef struct zrank {
     int missing;                /* peers not yet joined */
     void *scratch;              /* allreduce: received chunks */
     size_t scratch_cap;         /* bytes in scratch */
-    _Atomic uint64_t dropped;   /* rejected messages */
+    _Atomic uint64_t dropped;   /* rejected messages (refused too) */
+    _Atomic uint64_t refused;   /* CURVE: from a node not holding the
+                                 * rank its routing id names */
+    char **nodes;               /* CURVE: nranks node names (copies);
+                                 * NULL on a plain world */
     int zc_efd;                 /* eventfd: a zero-copy buffer released */
     pthread_mutex_t zc_mu;      /* guards zc_outstanding, orders the
                                  * releaser's last touch before teardown */
@@ -185,13 +190,15 @@ static inline int64_t wf_zmq_now_ms(void)
 /* one rank (comm_zmq_rank.c)                                              */
 
 /* A ROUTER with the options every rank socket needs; set before any bind
- * or connect because ZeroMQ copies them into each new connection. NULL
+ * or connect because ZeroMQ copies them into each new connection. With
+ * curve, a CURVE server in WF_ZAP_NODES for what it binds next. NULL
  * on failure (errno says why). */
-void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes);
+void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
+                        const wf_keypair_t *curve);
 
 /* The rank of world cfg->world_id at `rank`, without its socket: routing
- * ids, queues, the request pool, the zero-copy eventfd. NULL when out of
- * memory. The caller sets rs->local and rs->sock. */
+ * ids, queues, the request pool, the zero-copy eventfd, with CURVE the
+ * ranks' node names. NULL when out of memory (cfg is already checked). The caller sets rs->local and rs->sock. */
 zrank_t *wf_zmq_rank_alloc(const wf_comm_zmq_config_t *cfg, int rank);
 
 /* Close the socket (letting it flush for linger_ms) and free the rank,

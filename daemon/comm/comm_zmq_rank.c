@@ -17,6 +17,17 @@
  * sender's, the world id is ours and the sizes agree; else it is dropped
  * and counted.
  *
+ * CURVE (cfg->curve). Rank i's socket is a CURVE server for the higher
+ * ranks that connect to it, and a CURVE client pinned to rank j's node
+ * key on its connection to each lower rank j. So a message naming rank
+ * j > i must carry the User-Id ZAP gave the connection, equal to
+ * rank_nodes[j]; one naming rank j < i must have come over the
+ * connection rank i made to j's pinned key, which carries no User-Id (a
+ * peer that connected to us and claims a lower rank's routing id has
+ * one: ZAP gave it its node's name). Anything else is refused: dropped
+ * and counted in `refused` (and `dropped`), before its header is
+ * trusted. A stranger's key never gets past the handshake.
+ *
  * Matching. Per source rank, a FIFO of posted receives and a FIFO of
  * unexpected messages (kept as the zmq_msg_t received, no copy); a
  * message matches the first receive with the same (comm id, tag, phase)
@@ -36,6 +47,7 @@
  * thread touches the caller's buffers.
  */
 #include "comm_zmq_impl.h"
+#include "base/zap.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -161,7 +173,8 @@ static int set_int(void *s, int opt, int v)
 
 /* A ROUTER with the options every rank socket needs; set before any bind
  * or connect because ZeroMQ copies them into each new connection. */
-void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes)
+void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
+                        const wf_keypair_t *curve)
 {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     if (!s)
@@ -175,8 +188,11 @@ void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes)
         set_int(s, ZMQ_SNDHWM, 0) != 0 || set_int(s, ZMQ_RCVHWM, 0) != 0 ||
         set_int(s, ZMQ_RECONNECT_IVL, RECONNECT_IVL_MS) != 0 ||
         set_int(s, ZMQ_RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS) != 0 ||
-        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
+        (curve && wf_curve_server(s, curve, WF_ZAP_NODES) != WF_OK)) {
+        int e = errno;
         zmq_close(s);
+        errno = e;
         return NULL;
     }
     return s;
@@ -321,6 +337,16 @@ wf_status_t wf_zmq_send_hdr_only(zrank_t *rs, int dst, int type)
     return WF_OK;
 }
 
+/* CURVE: 1 when `frame` (one the peer sent) came from the node holding
+ * world rank src (see the file comment). */
+static int from_rank_node(const zrank_t *rs, int src, zmq_msg_t *frame)
+{
+    const char *uid = wf_msg_user_id(frame);
+    if (src < rs->rank)
+        return uid == NULL; /* our pinned connection to src's node */
+    return uid != NULL && strcmp(uid, rs->nodes[src]) == 0;
+}
+
 /* Handle one received message of nf frames (closes them). */
 static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
 {
@@ -332,6 +358,10 @@ static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
              (int)h.src != rs->rank && zmq_msg_size(&f[0]) == ID_LEN &&
              memcmp(zmq_msg_data(&f[0]), rs->ids + (size_t)h.src * ID_LEN,
                     ID_LEN) == 0;
+    if (ok && rs->nodes && !from_rank_node(rs, (int)h.src, &f[1])) {
+        ok = 0;
+        atomic_fetch_add(&rs->refused, 1);
+    }
     int src = ok ? (int)h.src : -1;
     if (ok && h.type == MSG_HELLO && nf == 2 && src > rs->rank &&
         h.tag == (uint32_t)rs->nranks) {
@@ -679,6 +709,7 @@ zrank_t *wf_zmq_rank_alloc(const wf_comm_zmq_config_t *cfg, int rank)
     rs->op_timeout_ms = cfg->op_timeout_ms;
     atomic_init(&rs->refs, 1);
     atomic_init(&rs->dropped, 0);
+    atomic_init(&rs->refused, 0);
     rs->ids = malloc(n * ID_LEN);
     rs->posted = calloc(n, sizeof *rs->posted);
     rs->unexp = calloc(n, sizeof *rs->unexp);
@@ -703,6 +734,19 @@ zrank_t *wf_zmq_rank_alloc(const wf_comm_zmq_config_t *cfg, int rank)
         free(rs->joined);
         free(rs);
         return NULL;
+    }
+    if (cfg->curve) {
+        rs->nodes = calloc(n, sizeof *rs->nodes);
+        for (size_t j = 0; rs->nodes && j < n; j++) {
+            if (!(rs->nodes[j] = strdup(cfg->rank_nodes[j]))) {
+                wf_zmq_rank_free(rs, 0);
+                return NULL;
+            }
+        }
+        if (!rs->nodes) {
+            wf_zmq_rank_free(rs, 0);
+            return NULL;
+        }
     }
     for (size_t j = 0; j < n; j++) {
         unsigned char *id = rs->ids + j * ID_LEN;
@@ -739,6 +783,11 @@ void wf_zmq_rank_free(zrank_t *rs, int linger_ms)
     free(rs->ids);
     free(rs->joined);
     free(rs->scratch);
+    if (rs->nodes) {
+        for (int j = 0; j < rs->nranks; j++)
+            free(rs->nodes[j]);
+        free(rs->nodes);
+    }
     if (rs->zc_efd >= 0)
         close(rs->zc_efd);
     pthread_cond_destroy(&rs->zc_cv);

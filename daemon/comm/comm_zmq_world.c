@@ -8,6 +8,7 @@
  */
 #include "comm_zmq_impl.h"
 #include "errf.h"
+#include "base/zap.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -25,15 +26,17 @@ wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
                                      const wf_keypair_t *curve,
                                      wf_comm_zmq_endpoint_t **ret_ep)
 {
-    if (curve)
-        return WF_E_UNAVAILABLE;   /* CURVE data plane: not built yet */
     assert(zmq_ctx && bind_addr && ret_ep);
     if (strlen(bind_addr) >= WF_COMM_ZMQ_ENDPOINT_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (curve && (!wf_key_z85_valid(curve->public_key) ||
+                  !wf_key_z85_valid(curve->secret_key)))
         return WF_E_BAD_ARGUMENT;
     wf_comm_zmq_endpoint_t *ep = calloc(1, sizeof *ep);
     if (!ep)
         return WF_E_NO_MEMORY;
-    ep->sock = wf_zmq_router_new(zmq_ctx, max_message_bytes);
+    ep->curve = curve != NULL;
+    ep->sock = wf_zmq_router_new(zmq_ctx, max_message_bytes, curve);
     if (!ep->sock) {
         free(ep);
         return WF_E_INTERNAL;
@@ -128,6 +131,39 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
             goto fail;
         }
     }
+    if (cfg->curve) {
+        if (!wf_key_z85_valid(cfg->curve->public_key) ||
+            !wf_key_z85_valid(cfg->curve->secret_key) || !cfg->rank_keys ||
+            !cfg->rank_nodes) {
+            wf_errf(err, errlen, "comm zmq: CURVE without a key pair or the "
+                    "ranks' keys and nodes");
+            st = WF_E_BAD_ARGUMENT;
+            goto fail;
+        }
+        for (int j = 0; j < cfg->nranks; j++) {
+            if (!cfg->rank_keys[j] || !wf_key_z85_valid(cfg->rank_keys[j]) ||
+                !cfg->rank_nodes[j] || !cfg->rank_nodes[j][0] ||
+                strlen(cfg->rank_nodes[j]) >= WF_ZAP_USER_MAX) {
+                wf_errf(err, errlen, "comm zmq: rank %d: node key or name "
+                        "missing or malformed", j);
+                st = WF_E_BAD_ARGUMENT;
+                goto fail;
+            }
+        }
+        if (strcmp(cfg->rank_keys[rank], cfg->curve->public_key) != 0) {
+            wf_errf(err, errlen, "comm zmq: rank %d: the world gives it "
+                    "another node's key than ours", rank);
+            st = WF_E_BAD_ARGUMENT;
+            goto fail;
+        }
+    }
+    if (ep && ep->curve != (cfg->curve != NULL)) {
+        wf_errf(err, errlen, "comm zmq: rank %d: endpoint bound %s CURVE, "
+                "world %s", rank, ep->curve ? "with" : "without",
+                cfg->curve ? "with" : "without");
+        st = WF_E_BAD_ARGUMENT;
+        goto fail;
+    }
     wf_comm_zmq_local_t *local = cfg->local;
     if (local)
         wf_comm_zmq_local_ref(local);
@@ -145,7 +181,8 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
         free(ep);
         ep = NULL;
     } else {
-        rs->sock = wf_zmq_router_new(cfg->zmq_ctx, cfg->max_message_bytes);
+        rs->sock = wf_zmq_router_new(cfg->zmq_ctx, cfg->max_message_bytes,
+                                     cfg->curve);
         if (!rs->sock) {
             wf_errf(err, errlen, "comm zmq: socket: %s", zmq_strerror(errno));
             st = WF_E_INTERNAL;
@@ -168,6 +205,37 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
      * CONNECT_ROUTING_ID the peer is routable at once (messages wait in
      * the pipe until the connection is up), so the hello goes now. */
     for (int j = 0; j < rank; j++) {
+        /* CURVE: a client of rank j's node, its key pinned (taken at the
+         * connect, like the routing id) */
+        if (cfg->curve && wf_curve_client(rs->sock, cfg->curve,
+                                          cfg->rank_keys[j]) != WF_OK) {
+            wf_errf(err, errlen, "comm zmq: rank %d: CURVE client options "
+                    "for rank %d: %s", rank, j, zmq_strerror(errno));
+            st = WF_E_INTERNAL;
+            goto fail;
+        }
+        /* libzmq aborts the process when a connect's routing id is
+         * already a peer's (one that connected to this endpoint claiming
+         * rank j's id): find it first (ROUTER_MANDATORY: a send to an
+         * unknown id fails at once) and refuse the world instead. A
+         * peer whose handshake completes between this check and the
+         * connect is not caught (a window of microseconds); with CURVE
+         * only an admitted node can try. */
+        if (zmq_send(rs->sock, rs->ids + (size_t)j * ID_LEN, ID_LEN,
+                     ZMQ_SNDMORE) >= 0) {
+            zmq_send(rs->sock, "", 0, 0); /* end the message: a no-op */
+            wf_errf(err, errlen, "comm zmq: world %#llx rank %d: rank %d's "
+                    "routing id is taken by a peer that connected to this "
+                    "rank; refusing the world",
+                    (unsigned long long)rs->world_id, rank, j);
+            st = WF_E_CONNECT;
+            goto fail;
+        } else if (errno != EHOSTUNREACH) {
+            wf_errf(err, errlen, "comm zmq: rank %d: probe of rank %d: %s",
+                    rank, j, zmq_strerror(errno));
+            st = WF_E_INTERNAL;
+            goto fail;
+        }
         if (zmq_setsockopt(rs->sock, ZMQ_CONNECT_ROUTING_ID,
                            rs->ids + (size_t)j * ID_LEN, ID_LEN) != 0 ||
             zmq_connect(rs->sock, cfg->endpoints[j]) != 0) {
@@ -193,10 +261,16 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
             if (left <= 0) {
                 char who[128];
                 missing_list(rs, who, sizeof who);
+                char why[96] = "";
+                uint64_t refused = atomic_load(&rs->refused);
+                if (refused)
+                    snprintf(why, sizeof why, " (%llu message(s) refused: "
+                             "sent by a node that does not hold the rank)",
+                             (unsigned long long)refused);
                 wf_errf(err, errlen, "comm zmq: world %#llx rank %d: hello: "
-                        "no answer within %d ms from rank(s) %s",
+                        "no answer within %d ms from rank(s) %s%s",
                         (unsigned long long)rs->world_id, rank,
-                        cfg->connect_timeout_ms, who);
+                        cfg->connect_timeout_ms, who, why);
                 st = WF_E_TIMEOUT;
                 goto fail;
             }

@@ -69,6 +69,12 @@ bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env)
         return false;
     if (d->pid == 0) {
         setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        if (d->log_path[0]) {
+            int fd = open(d->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (fd < 0 || dup2(fd, 2) < 0)
+                _exit(126);
+            close(fd);
+        }
         if (env)
             putenv((char *)env);
         execv(argv[0], (char *const *)argv);
@@ -76,6 +82,34 @@ bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env)
     }
     d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
     return d->pidfd >= 0;
+}
+
+bool clusterd_log_find(const clusterd_t *d, const char *needle, int timeout_ms,
+                       char *got, size_t got_len)
+{
+    int64_t end = clusterd_now_ms() + timeout_ms;
+    for (;;) {
+        FILE *f = d->log_path[0] ? fopen(d->log_path, "r") : NULL;
+        char line[1024];
+        while (f && fgets(line, sizeof line, f)) {
+            if (!strstr(line, needle))
+                continue;
+            line[strcspn(line, "\n")] = '\0';
+            if (got && got_len)
+                snprintf(got, got_len, "%s", line);
+            fclose(f);
+            return true;
+        }
+        if (f)
+            fclose(f);
+        if (clusterd_now_ms() >= end)
+            break;
+        struct timespec ts = { 0, 20 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "%s: no log line with '%s' within %d ms\n", d->name, needle,
+            timeout_ms);
+    return false;
 }
 
 bool clusterd_wait_exit(clusterd_t *d, int timeout_ms)
@@ -110,6 +144,8 @@ void clusterd_close(clusterd_t *d)
         close(d->nfd);
     unlink(d->notify_path);
     unlink(d->endpoint + 6);
+    if (d->log_path[0])
+        unlink(d->log_path);
     memset(d, 0, sizeof *d);
 }
 

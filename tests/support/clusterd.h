@@ -40,6 +40,9 @@ typedef struct clusterd {
     char endpoint[128];    /* ipc:// endpoint for the daemon's --listen */
     bool reaped;           /* waited for */
     int exit_status;       /* waitpid status, once reaped */
+    char log_path[108];    /* set before clusterd_exec: the daemon's stderr
+                              (its log) goes to this file ("": inherited);
+                              removed by clusterd_close */
 } clusterd_t;
 
 /* Monotonic milliseconds. */
@@ -58,6 +61,12 @@ bool clusterd_open(clusterd_t *d, const char *name, const char *tag);
  * to d's notify path, `env` ("NAME=value", or NULL) put in its
  * environment too; open its pidfd. False when fork or pidfd_open fails. */
 bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env);
+
+/* Wait up to timeout_ms for a line of d's log file (d->log_path)
+ * holding `needle`; the line (without its newline) goes to got. Polls
+ * the file every 20 ms (a file has no event to wait on). */
+bool clusterd_log_find(const clusterd_t *d, const char *needle, int timeout_ms,
+                       char *got, size_t got_len);
 
 /* Wait up to timeout_ms for the process to exit and reap it (status in
  * d->exit_status). True at once when it is already reaped. */
