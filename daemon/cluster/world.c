@@ -414,11 +414,8 @@ wf_status_t wf_world_new(const wf_world_cfg_t *cfg, wf_world_t **ret)
     wf_zap_t *zap = cfg->zap;
     wf_status_t st = WF_OK;
     if (w->settings->node_keys[0] && !zap) {
-        /* TODO(merge client): the server starts the context's ZAP handler
-         * (srv->zap) and passes it in cfg->zap; until then the world
-         * starts one, before any CURVE socket binds. */
-        st = wf_zap_start(w->zctx, w->log, &w->own_zap);
-        zap = w->own_zap;
+        wf_log(w->log, WF_LOG_ERR, "cluster: node_keys without the ZAP handler");
+        st = WF_E_INTERNAL;       /* the owner starts it before any bind */
     }
     if (st == WF_OK)
         st = wf_cluster_keys_load(w->settings, zap, w->log, &w->keys);
@@ -463,7 +460,6 @@ void wf_world_destroy(wf_world_t **pw)
     wf_world_clear_queue(w);
     wf_channel_destroy(&w->channel);
     wf_cluster_destroy(&w->cluster);
-    wf_zap_stop(w->own_zap);
     wf_cluster_keys_free(&w->keys);
     if (w->sched && w->sched->remote_arg == w) {
         w->sched->remote = NULL;

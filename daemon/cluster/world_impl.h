@@ -33,9 +33,6 @@ struct wf_world {
     wf_done_box_t *done;         /* borrowed: finished parts go there */
     wf_world_hooks_t hooks;      /* the owner's side */
     wf_cluster_keys_t *keys;     /* node_keys loaded; NULL: no CURVE */
-    wf_zap_t *own_zap;           /* TODO(merge client): the ZAP handler this
-                                    world started because its owner gave none;
-                                    the server's (srv->zap) replaces it */
     wf_cluster_t *cluster;       /* control plane between nodes */
     wf_channel_t *channel;       /* tensor channel */
     wf_comm_zmq_local_t *local;  /* abort domain of the world in force / forming */

@@ -431,10 +431,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             .hooks = { .arg = srv, .regroup_new = world_regroup_new,
                        .job_mesh = world_job_mesh, .installed = world_installed,
                        .dispatch = world_dispatch },
-            /* CURVE of the cluster plane: srv->zap (the ZAP handler of
-             * zctx, for WF_ZAP_NODES) and srv->keys (key_file's pair,
-             * when srv->has_keys) go into wf_world_cfg_t's `zap` and
-             * `keys` once it has them (issue 13, the cluster helper). */
+            .zap = srv->zap,   /* the context's ZAP handler: WF_ZAP_NODES */
         };
         if (wf_world_new(&wc, &srv->world) != WF_OK)
             goto fail;
