@@ -88,8 +88,9 @@ static const setting_def_t settings_table[] = {
     { "load_balance", KIND_BOOL, OFF(load_balance), "true", 0, 0, true,
       "jobs' default: zigzag sharding of causal ring attention" },
     { "coordinator", KIND_HOSTPORT, OFF(coordinator), "", 0, 0, false,
-      "cluster: HOST:PORT of the rendezvous, the same on every node; the node "
-      "that can bind it coordinates; empty = single node" },
+      "cluster: HOST:PORT of the rendezvous, the same on every node; with "
+      "node_keys coordinator_node binds it, without the first node that can "
+      "bind it coordinates (loopback only, or allow_anonymous); empty = single node" },
     { "nodes", KIND_U32, OFF(nodes), "1", 1, WF_SETTINGS_MAX_NODES, false,
       "cluster: nodes expected in the world (the coordinator's value counts)" },
     { "node_name", KIND_NAME, OFF(node_name), "", 0, 0, false,
