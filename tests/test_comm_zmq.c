@@ -1206,6 +1206,46 @@ static int test_curve_refusals(void)
     return fails;
 }
 
+/* Plain tcp: a stranger that knows the world id takes rank 0's routing
+ * id on rank 1's endpoint before rank 1 connects down. libzmq would abort
+ * the process at rank 1's connect (duplicate routing id); the join
+ * refuses the world instead. */
+static int test_plain_squatter(void)
+{
+    int fails = 0;
+    void *ctx = zmq_ctx_new();
+    uint64_t wid = 0x5a7;
+    wf_comm_zmq_endpoint_t *e0 = NULL, *e1 = NULL;
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &e0));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &e1));
+    if (!e0 || !e1)
+        return fails + 1;
+    char a0[ADDR_MAX], a1[ADDR_MAX];
+    snprintf(a0, sizeof a0, "%s", wf_comm_zmq_endpoint_address(e0));
+    snprintf(a1, sizeof a1, "%s", wf_comm_zmq_endpoint_address(e1));
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    unsigned char id[13];
+    rank_id(id, wid, 0);
+    EXPECT(zmq_setsockopt(d, ZMQ_ROUTING_ID, id, sizeof id) == 0);
+    EXPECT(zmq_connect(d, a1) == 0);
+    EXPECT(zmq_send(d, "squat", 5, 0) == 5);
+    pause_ms(300);
+    const char *eps[2] = {a0, a1};
+    wf_comm_zmq_config_t cfg = {.zmq_ctx = ctx, .world_id = wid, .nranks = 2,
+                                .endpoints = eps, .connect_timeout_ms = 1000};
+    char err[256];
+    wf_comm_t *c = NULL;
+    wf_status_t st = wf_comm_zmq_world_join(&cfg, 1, &e1, err, sizeof err, &c);
+    EXPECT(st == WF_E_CONNECT && !c && strstr(err, "taken"));
+    printf("  plain: a stranger squatting rank 0's routing id on rank 1: "
+           "%s: \"%s\" (%s)\n", wf_status_name(st), err,
+           fails ? "FAIL" : "ok");
+    zmq_close(d);
+    wf_comm_zmq_endpoint_destroy(&e0);
+    zmq_ctx_term(ctx);
+    return fails;
+}
+
 /* ---------------------------------------------------------------------- */
 
 /* A world that cannot form: one rank's peers never come. */
@@ -1255,6 +1295,7 @@ int main(void)
 
     fails += test_join_timeout();
     fails += test_curve_refusals();
+    fails += test_plain_squatter();
 
     /* CURVE: 4 ranks on 2 nodes (2 processes of 2 rank threads, each
      * process its node's key pair and ZAP), same checks as plain */
