@@ -369,8 +369,10 @@ static void dp_child(int proc, int up, int down, const wf_keypair_t *kp_all,
     for (int p = 0; p < DP_PROCS; p++) {
         snprintf(names[p], sizeof names[p], "n%d", p);
         snprintf(e[p].name, sizeof e[p].name, "n%d", p);
+        _Static_assert(sizeof e[p].key == sizeof kp_all[p].public_key,
+                       "key sizes");
         if (kp_all)
-            snprintf(e[p].key, sizeof e[p].key, "%s", kp_all[p].public_key);
+            memcpy(e[p].key, kp_all[p].public_key, sizeof e[p].key);
     }
     for (int r = 0; r < DP_RANKS; r++) {
         keys[r] = kp_all ? kp_all[r / DP_TPP].public_key : NULL;

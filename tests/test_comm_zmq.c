@@ -1028,11 +1028,25 @@ static void rank_id(unsigned char id[13], uint64_t wid, uint32_t rank)
         id[9 + i] = (unsigned char)(rank >> (8 * i));
 }
 
+/* The flood of test_curve_refusals: 3 x 50 MiB per socket, never read
+ * (the handshake fails first), so the pages are never touched. */
+#define FLOOD_MSGS 3
+#define FLOOD_BYTES (50 << 20)
+
+static void no_free(void *data, void *hint)
+{
+    (void)data;
+    (void)hint;
+}
+
 /* Strangers and posers on a CURVE world, in one process (one context, one
  * ZAP admitting nodes a, b and c; the stranger's key is not admitted). */
 static int test_curve_refusals(void)
 {
     int fails = 0;
+    void *flood = calloc(1, FLOOD_BYTES);
+    if (!flood)
+        return 1;
     double t0 = now_s();
     char err[256];
     wf_log_t log;
@@ -1056,6 +1070,7 @@ static int test_curve_refusals(void)
     if (fails) {
         wf_zap_stop(zap);
         zmq_ctx_term(ctx);
+        free(flood);
         return fails;
     }
 
@@ -1074,6 +1089,23 @@ static int test_curve_refusals(void)
                    *s_keys[2] = {A.public_key, S.public_key},
                    *s_nodes[2] = {"a", "s"};
         uint64_t refused0 = wf_zap_refused(zap);
+        /* the attack of issue 13: 300 MiB sent to a data endpoint by a
+         * plain socket and by a CURVE client with an unadmitted key */
+        void *flooder[2] = {zmq_socket(ctx, ZMQ_DEALER),
+                            zmq_socket(ctx, ZMQ_DEALER)};
+        EXPECT_OK(wf_curve_client(flooder[1], &S, A.public_key));
+        for (int f = 0; f < 2; f++) {
+            int zero = 0; /* what never left is dropped at close */
+            EXPECT(zmq_setsockopt(flooder[f], ZMQ_LINGER, &zero,
+                                  sizeof zero) == 0);
+            EXPECT(zmq_connect(flooder[f], a0) == 0);
+            for (int k = 0; k < FLOOD_MSGS; k++) {
+                zmq_msg_t m;
+                zmq_msg_init_data(&m, flood, FLOOD_BYTES, no_free, NULL);
+                EXPECT(zmq_msg_send(&m, flooder[f], ZMQ_DONTWAIT) ==
+                       FLOOD_BYTES);
+            }
+        }
         joiner_t *j = calloc(3, sizeof *j);
         joiner_init(&j[2], ctx, wid, 1, es, &S, s_eps, s_keys, s_nodes, 1200);
         joiner_start(&j[2]);
@@ -1089,11 +1121,16 @@ static int test_curve_refusals(void)
         EXPECT(j[0].refused == 0 && j[0].dropped == 0);
         EXPECT(j[2].st == WF_E_TIMEOUT);
         EXPECT(wf_zap_refused(zap) > refused0);
-        printf("  CURVE: a stranger's key claiming rank 1: %llu handshake(s) "
-               "refused, its join %s; the world formed and summed right "
-               "(%s)\n",
+        printf("  CURVE: a stranger's key claiming rank 1 and %d MiB sent to "
+               "rank 0 by a plain and an unadmitted CURVE socket: %llu "
+               "handshake(s) refused, the stranger's join %s; the world "
+               "formed and summed right, rank 0 received none of it "
+               "(dropped %llu) (%s)\n", 2 * FLOOD_MSGS * (FLOOD_BYTES >> 20),
                (unsigned long long)(wf_zap_refused(zap) - refused0),
-               wf_status_name(j[2].st), fails ? "FAIL" : "ok");
+               wf_status_name(j[2].st), (unsigned long long)j[0].dropped,
+               fails ? "FAIL" : "ok");
+        for (int f = 0; f < 2; f++)
+            zmq_close(flooder[f]);
         free(j);
     }
 
@@ -1201,8 +1238,49 @@ static int test_curve_refusals(void)
 
     wf_zap_stop(zap);
     zmq_ctx_term(ctx);
+    free(flood); /* after the context: ZeroMQ no longer holds it */
     printf("  CURVE refusals: %s (%.2f s)\n", fails ? "FAIL" : "ok",
            now_s() - t0);
+    return fails;
+}
+
+/* Plain tcp: a stranger that knows the world id takes rank 0's routing
+ * id on rank 1's endpoint before rank 1 connects down. libzmq would abort
+ * the process at rank 1's connect (duplicate routing id); the join
+ * refuses the world instead. */
+static int test_plain_squatter(void)
+{
+    int fails = 0;
+    void *ctx = zmq_ctx_new();
+    uint64_t wid = 0x5a7;
+    wf_comm_zmq_endpoint_t *e0 = NULL, *e1 = NULL;
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &e0));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &e1));
+    if (!e0 || !e1)
+        return fails + 1;
+    char a0[ADDR_MAX], a1[ADDR_MAX];
+    snprintf(a0, sizeof a0, "%s", wf_comm_zmq_endpoint_address(e0));
+    snprintf(a1, sizeof a1, "%s", wf_comm_zmq_endpoint_address(e1));
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    unsigned char id[13];
+    rank_id(id, wid, 0);
+    EXPECT(zmq_setsockopt(d, ZMQ_ROUTING_ID, id, sizeof id) == 0);
+    EXPECT(zmq_connect(d, a1) == 0);
+    EXPECT(zmq_send(d, "squat", 5, 0) == 5);
+    pause_ms(300);
+    const char *eps[2] = {a0, a1};
+    wf_comm_zmq_config_t cfg = {.zmq_ctx = ctx, .world_id = wid, .nranks = 2,
+                                .endpoints = eps, .connect_timeout_ms = 1000};
+    char err[256];
+    wf_comm_t *c = NULL;
+    wf_status_t st = wf_comm_zmq_world_join(&cfg, 1, &e1, err, sizeof err, &c);
+    EXPECT(st == WF_E_CONNECT && !c && strstr(err, "taken"));
+    printf("  plain: a stranger squatting rank 0's routing id on rank 1: "
+           "%s: \"%s\" (%s)\n", wf_status_name(st), err,
+           fails ? "FAIL" : "ok");
+    zmq_close(d);
+    wf_comm_zmq_endpoint_destroy(&e0);
+    zmq_ctx_term(ctx);
     return fails;
 }
 
@@ -1255,6 +1333,7 @@ int main(void)
 
     fails += test_join_timeout();
     fails += test_curve_refusals();
+    fails += test_plain_squatter();
 
     /* CURVE: 4 ranks on 2 nodes (2 processes of 2 rank threads, each
      * process its node's key pair and ZAP), same checks as plain */

@@ -8,7 +8,11 @@
  * returns, every peer is connected and routable. Every message carries the
  * world id (the epoch token the cluster hands out): traffic from another
  * world, from an unknown sender, or malformed, is dropped and counted
- * (wf_comm_zmq_dropped), never trusted.
+ * (wf_comm_zmq_dropped), never trusted. With CURVE (config `curve`) the
+ * connections are authenticated and encrypted, and a message counts as
+ * rank j's only when it came from the node holding rank j (README
+ * "Security (comm_zmq)"); without it, the data plane needs an isolated
+ * network.
  *
  * Semantics are those of comm.h (NCCL's): per ordered pair, messages match
  * in posting order; group calls and isend / irecv never deadlock a ring
@@ -181,8 +185,10 @@ wf_status_t wf_comm_zmq_world_new(const wf_comm_zmq_config_t *cfg, int rank,
  * takes ownership of it: *ep is set to NULL, on success and on failure.
  * On failure `err` (when not NULL, errlen bytes) holds a one-line message
  * naming the step and the ranks missing; on success err is set to "".
- * Errors: WF_E_BAD_ARGUMENT (config), WF_E_CONNECT (bind / connect
- * failed), WF_E_TIMEOUT (a peer did not answer within
+ * Errors: WF_E_BAD_ARGUMENT (config; an endpoint bound with CURVE and a
+ * world without, or the other way round; CURVE: rank_keys[rank] not our
+ * key), WF_E_CONNECT (bind / connect failed; a peer that connected to
+ * this rank holds a lower rank's routing id), WF_E_TIMEOUT (a peer did not answer within
  * connect_timeout_ms), WF_E_ABORTED (the domain was aborted meanwhile),
  * WF_E_NO_MEMORY, WF_E_INTERNAL. */
 wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
