@@ -29,8 +29,13 @@
  * each; time per step on rank 0 (mean over the steps of a world), median
  * and spread (min - max) over the worlds, and the ratio of the medians.
  *
+ * Then the same CURVE cost through the daemons: the ring=6 job across 3
+ * daemons with node_keys (CURVE on the rendezvous, the tensor channel and
+ * the data plane) beside the same world without keys, worlds alternated.
+ *
  * Usage: bench_cluster PATH_TO_WEFTD [ROUNDS] [JOBS]
- *        bench_cluster --data-plane [ROUNDS]   (the CURVE rows only)
+ *        bench_cluster --data-plane [ROUNDS]   (the comm_zmq CURVE rows only)
+ *        bench_cluster --curve PATH_TO_WEFTD [ROUNDS] [JOBS]  (the daemons' CURVE row)
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -74,6 +79,11 @@ typedef struct proc {
 } proc_t;
 
 static int seq;
+/* With node keys: the directory holding NAME.key for a, b, c and `nodes`
+ * (keys_setup); start_with then gives each daemon its key_file, node_keys
+ * and coordinator_node = a. "" = plain. */
+static char keys_dir[64];
+static bool keyed;
 
 static int free_port(void)
 {
@@ -102,10 +112,17 @@ static bool start_with(proc_t *p, const char *weftd, const char *name,
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p->notify);
     if (p->nfd < 0 || bind(p->nfd, (struct sockaddr *)&sa, sizeof sa) != 0)
         return false;
+    char key_file[128], node_keys[128];
+    snprintf(key_file, sizeof key_file, "%s/%s.key", keys_dir, name);
+    snprintf(node_keys, sizeof node_keys, "%s/nodes", keys_dir);
     const char *argv[] = { weftd, "--listen", p->endpoint, "--devices", devices,
                            "--cpu-memory", "1G", "--log-level", "warning",
                            "--mesh", mesh, coord ? "--coordinator" : NULL, coord,
-                           "--nodes", "3", "--node-name", name, NULL };
+                           "--nodes", "3", "--node-name", name,
+                           "--key-file", key_file, "--node-keys", node_keys,
+                           "--coordinator-node", "a", NULL };
+    if (!keyed)
+        argv[17] = NULL;   /* plain: no key arguments */
     p->pid = fork();
     if (p->pid == 0) {
         setenv("NOTIFY_SOCKET", p->notify, 1);
@@ -459,6 +476,88 @@ static bool dp_world(const wf_keypair_t *kp, uint64_t wid, double t[DP_SIZES])
     return ok;
 }
 
+/* Key pairs for nodes a, b, c and their `nodes` list in a fresh
+ * directory (keys_dir). */
+static bool keys_setup(void)
+{
+    snprintf(keys_dir, sizeof keys_dir, "/tmp/weft-bck-XXXXXX");
+    if (!mkdtemp(keys_dir))
+        return false;
+    char path[128], err[256], list[512];
+    size_t o = 0;
+    for (const char *n = "abc"; *n; n++) {
+        wf_keypair_t kp;
+        snprintf(path, sizeof path, "%s/%c.key", keys_dir, *n);
+        if (wf_keypair_generate(&kp, err, sizeof err) != WF_OK ||
+            wf_keypair_write(path, &kp, err, sizeof err) != WF_OK) {
+            fprintf(stderr, "keys: %s\n", err);
+            return false;
+        }
+        o += (size_t)snprintf(list + o, sizeof list - o, "%c %s\n", *n, kp.public_key);
+    }
+    snprintf(path, sizeof path, "%s/nodes", keys_dir);
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(list, f) >= 0;
+    return (f && fclose(f) == 0) && ok;
+}
+
+/* Median ring=6 job time (ms) on a fresh world of 3 daemons, keyed or
+ * plain; < 0 on an error. */
+static double ring_world(const char *weftd, bool with_keys, int jobs)
+{
+    keyed = with_keys;
+    char coord[64];
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", free_port());
+    proc_t a, b, c;
+    uint32_t dev = 0;
+    double t = -1;
+    if (!start_with(&a, weftd, "a", coord, "cpu:2", "ring=6") ||
+        !wait_line(&a, "READY=1", 30000))
+        return -1;
+    if (start_with(&b, weftd, "b", coord, "cpu:2", "ring=6") &&
+        start_with(&c, weftd, "c", coord, "cpu:2", "ring=6") &&
+        wait_line(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)", 30000))
+        t = ring_jobs(a.endpoint, jobs, &dev);
+    stop(&a);
+    stop(&b);
+    stop(&c);
+    keyed = false;
+    return t;
+}
+
+/* The daemons' ring=6 job across 3 daemons with node_keys (CURVE on every
+ * socket between them) beside the same without keys; worlds alternate
+ * (which goes first alternates too), `rounds` of each. */
+static int daemon_curve(const char *weftd, int rounds, int jobs)
+{
+    if (!keys_setup())
+        return 1;
+    double tp[100], tc[100];
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < 2; i++) {
+            bool curve = (i == 0) == (r % 2 == 1);
+            double t = ring_world(weftd, curve, jobs);
+            if (t < 0) {
+                fprintf(stderr, "a %s world failed\n", curve ? "keyed" : "plain");
+                return 1;
+            }
+            (curve ? tc : tp)[r] = t;
+        }
+    }
+    qsort(tp, (size_t)rounds, sizeof tp[0], cmp);
+    qsort(tc, (size_t)rounds, sizeof tc[0], cmp);
+    double mp = tp[rounds / 2], mc = tc[rounds / 2];
+    printf("\n| ring attention ring=6 across 3 daemons (cpu:2 each; f32 B=1 S=4200 "
+           "H=8 D=64), median job of %d per world | without node_keys: median "
+           "(min - max) of %d worlds | with node_keys (CURVE) | CURVE / plain |\n"
+           "|---|---|---|---|\n| client wall time per job | %.1f ms (%.1f - %.1f) "
+           "| %.1f ms (%.1f - %.1f) | %.2fx |\n", jobs, rounds, mp, tp[0],
+           tp[rounds - 1], mc, tc[0], tc[rounds - 1], mc / mp);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", keys_dir);
+    return system(cmd) == 0 ? 0 : 1;
+}
+
 static int data_plane(int rounds)
 {
     wf_keypair_t kp[DP_PROCS];
@@ -508,6 +607,12 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (strcmp(argv[1], "--data-plane") == 0)
         return data_plane(rounds);
+    if (strcmp(argv[1], "--curve") == 0 && argc > 2) {
+        /* bench_cluster --curve PATH_TO_WEFTD [ROUNDS] [JOBS] */
+        int cr = argc > 3 ? atoi(argv[3]) : 5, cj = argc > 4 ? atoi(argv[4]) : 5;
+        return daemon_curve(argv[2], cr < 1 || cr > 100 ? 5 : cr,
+                            cj < 1 || cj > 100 ? 5 : cj);
+    }
     double form[100], single[100];
     for (int r = 0; r < rounds; r++) {
         proc_t s;
@@ -593,5 +698,7 @@ int main(int argc, char **argv)
            "(cpu:2 each; f32 B=1 S=2048 H=8 D=64; %u ranks per job) | %.1f jobs/s "
            "| dp=1 (one replica, one daemon cpu:2, ring=2; %u ranks): %.1f jobs/s "
            "| %.2fx |\n", N, dr3, r3, dr1, r1, r3 / r1);
+    if (daemon_curve(argv[1], rounds, jobs) != 0)
+        return 1;
     return data_plane(rounds);
 }
