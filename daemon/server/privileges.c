@@ -37,10 +37,12 @@
  * members has a long entry). */
 #define NSS_BUF_MAX (1u << 20)
 
-/* The user `name`: uid and primary gid, *found false when there is no
- * such user; WF_E_INTERNAL (why in err) when the lookup failed. */
-static wf_status_t find_user(const char *name, bool *found, uid_t *uid,
-                             gid_t *gid, char *err, size_t err_len)
+/* Look `name` up as a user (group false: uid and primary gid) or a group
+ * (group true: gid only, uid untouched), *found false when there is no
+ * such entry; WF_E_INTERNAL (why in err) when the lookup failed. The
+ * buffer grows on ERANGE up to NSS_BUF_MAX. */
+static wf_status_t nss_lookup(bool group, const char *name, bool *found,
+                              uid_t *uid, gid_t *gid, char *err, size_t err_len)
 {
     size_t len = 4096;
     for (;;) {
@@ -49,11 +51,22 @@ static wf_status_t find_user(const char *name, bool *found, uid_t *uid,
             snprintf(err, err_len, "out of memory");
             return WF_E_INTERNAL;
         }
-        struct passwd pw, *res = NULL;
-        int rc = getpwnam_r(name, &pw, buf, len, &res);
-        if (rc == 0 && res) {
-            *uid = pw.pw_uid;
-            *gid = pw.pw_gid;
+        int rc;
+        bool hit;
+        if (group) {
+            struct group gr, *res = NULL;
+            rc = getgrnam_r(name, &gr, buf, len, &res);
+            hit = rc == 0 && res;
+            if (hit)
+                *gid = gr.gr_gid;
+        } else {
+            struct passwd pw, *res = NULL;
+            rc = getpwnam_r(name, &pw, buf, len, &res);
+            hit = rc == 0 && res;
+            if (hit) {
+                *uid = pw.pw_uid;
+                *gid = pw.pw_gid;
+            }
         }
         free(buf);
         if (rc == ERANGE && len < NSS_BUF_MAX) {
@@ -61,41 +74,26 @@ static wf_status_t find_user(const char *name, bool *found, uid_t *uid,
             continue;
         }
         if (rc != 0) {
-            snprintf(err, err_len, "user lookup failed: %s", strerror(rc));
+            snprintf(err, err_len, "%s lookup failed: %s",
+                     group ? "group" : "user", strerror(rc));
             return WF_E_INTERNAL;
         }
-        *found = res != NULL;
+        *found = hit;
         return WF_OK;
     }
 }
 
-/* The group `name`'s gid; as find_user. */
+static wf_status_t find_user(const char *name, bool *found, uid_t *uid,
+                             gid_t *gid, char *err, size_t err_len)
+{
+    return nss_lookup(false, name, found, uid, gid, err, err_len);
+}
+
 static wf_status_t find_group(const char *name, bool *found, gid_t *gid,
                               char *err, size_t err_len)
 {
-    size_t len = 4096;
-    for (;;) {
-        char *buf = malloc(len);
-        if (!buf) {
-            snprintf(err, err_len, "out of memory");
-            return WF_E_INTERNAL;
-        }
-        struct group gr, *res = NULL;
-        int rc = getgrnam_r(name, &gr, buf, len, &res);
-        if (rc == 0 && res)
-            *gid = gr.gr_gid;
-        free(buf);
-        if (rc == ERANGE && len < NSS_BUF_MAX) {
-            len *= 2;
-            continue;
-        }
-        if (rc != 0) {
-            snprintf(err, err_len, "group lookup failed: %s", strerror(rc));
-            return WF_E_INTERNAL;
-        }
-        *found = res != NULL;
-        return WF_OK;
-    }
+    uid_t unused;
+    return nss_lookup(true, name, found, &unused, gid, err, err_len);
 }
 
 /* Whether srv_drop_privileges will switch users: started as root with
