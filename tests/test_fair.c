@@ -1,0 +1,335 @@
+/* test_fair.c — per-client shares and the bound on unread replies, on a
+ * real weftd (cpu:2) over raw ZeroMQ with the real codec (issue 14,
+ * items 1 and 2).
+ *
+ * 1. Two clients competing: --queue-capacity 16 --client-queue-jobs 4.
+ *    Client A sends 40 slow jobs at once, then a status (answered after
+ *    the 40 were read: same connection, in order); client B then sends 4
+ *    jobs. A's jobs past its share get WF_E_QUEUE_FULL naming "this
+ *    connection"; the queue never holds more than A's share of A's jobs
+ *    (status), and every one of B's jobs is admitted and correct. Each
+ *    request gets exactly one reply. (Before the shares A filled all 16
+ *    slots and B was refused.)
+ * 2. A client that does not read: --client-reply-bytes 8M, jobs with
+ *    1 MiB outputs. A DEALER with RCVHWM 1 (its I/O thread stops taking
+ *    from the socket) sends 96 jobs in 12 waves of 8 and reads nothing.
+ *    The daemon's RSS (VmRSS) stays below its RSS before + 8 MiB
+ *    (client_reply_bytes) + 5 MiB (SNDHWM 4 + the message its engine
+ *    writes) + 8 MiB (one wave of inputs) + 16 MiB slack, where an
+ *    unbounded queue would hold 96 MiB; later jobs are refused with
+ *    WF_E_QUEUE_FULL ("read your replies"); a second client is served
+ *    meanwhile; when the first client reads at last it gets one reply per
+ *    request, the admitted ones correct against the fp64 reference.
+ *
+ * Usage: test_fair PATH_TO_WEFTD. Every wait has a deadline.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "proto.h"
+#include "support/rawd.h"
+
+
+#define MIB (UINT64_C(1) << 20)
+
+/* A second client on d's daemon: a copy of d with its own DEALER (only
+ * ->sock is used by attn_send / recv_reply / send_simple). */
+static bool client_open(const daemon_t *d, daemon_t *c, int rcvhwm)
+{
+    *c = *d;
+    c->sock = zmq_socket(d->zctx, ZMQ_DEALER);
+    if (!c->sock)
+        return false;
+    int zero = 0;
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
+    if (rcvhwm > 0) {
+        zmq_setsockopt(c->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
+        int buf = 64 * 1024;
+        zmq_setsockopt(c->sock, ZMQ_RCVBUF, &buf, sizeof buf);
+    }
+    return zmq_connect(c->sock, d->endpoint) == 0;
+}
+
+static void client_close(daemon_t *c)
+{
+    if (c->sock)
+        zmq_close(c->sock);
+    c->sock = NULL;
+}
+
+/* VmRSS of pid in bytes (0 when unreadable). */
+static uint64_t rss_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    uint64_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib * 1024;
+}
+
+/* Sleep ms, sampling the daemon's RSS every 20 ms into *max. */
+static void watch_rss(pid_t pid, int ms, uint64_t *max)
+{
+    for (int t = 0; t < ms; t += 20) {
+        uint64_t r = rss_of(pid);
+        if (r > *max)
+            *max = r;
+        usleep(20 * 1000);
+    }
+}
+
+/* Receive replies on c until `want` replies came (or a timeout); got[id -
+ * base] counts each id; status replies are counted in *n_status. */
+typedef struct tally {
+    unsigned ok, full, other, dup, stray;
+    unsigned got[128];
+} tally_t;
+
+static void take_reply(tally_t *t, const reply_t *r, uint64_t base, unsigned n)
+{
+    uint64_t id = r->rep.id;
+    if (id < base || id >= base + n) {
+        t->stray++;
+        return;
+    }
+    if (t->got[id - base]++)
+        t->dup++;
+    if (r->rep.status == WF_OK)
+        t->ok++;
+    else if (r->rep.status == WF_E_QUEUE_FULL)
+        t->full++;
+    else
+        t->other++;
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. two clients competing for the queue */
+
+static void competing(const char *weftd)
+{
+    enum { NA = 40, NB = 4, SHARE = 4 };
+    const char *args[] = { "--devices", "cpu:2", "--queue-capacity", "16",
+                           "--client-queue-jobs", "4", "--log-level", "warning",
+                           NULL };
+    daemon_t d;
+    if (!daemon_start(&d, weftd, args)) {
+        CHECK(0);
+        daemon_close(&d);
+        return;
+    }
+    CHECK(notify_wait(&d, "READY=1", TIMEOUT_MS));
+    daemon_t b;
+    CHECK(client_open(&d, &b, 0));
+    /* ~0.27 GFLOP a job: the queue stays full while the clients send */
+    attn_case_t slow = { "f32 1024 (client A)", WF_DTYPE_F32, 1, 1024, 1024, 2, 2,
+                         32, false, false, false, 0, 0, 0, 2, false };
+    attn_case_t small = { "f32 64 (client B)", WF_DTYPE_F32, 1, 64, 64, 2, 2, 16,
+                          false, true, false, 0, 0, 0, 2, false };
+    attn_job_t ja, jb;
+    attn_job_make(&slow, &ja, 1);
+    attn_job_make(&small, &jb, 2);
+    for (unsigned i = 0; i < NA; i++)
+        CHECK(attn_send(&d, &slow, &ja, 1000 + i));
+    CHECK(send_simple(&d, WF_OP_STATUS, 2000));
+    /* A's replies up to its status: every job of A was read by then */
+    tally_t ta, tb;
+    memset(&ta, 0, sizeof ta);
+    memset(&tb, 0, sizeof tb);
+    reply_t *r = calloc(1, sizeof *r);
+    bool status_seen = false;
+    char full_msg[WF_PROTO_ERROR_MAX] = "";
+    while (!status_seen && recv_reply(&d, TIMEOUT_MS, r)) {
+        if (r->rep.op == WF_OP_STATUS) {
+            status_seen = true;
+            const wf_status_info_t *si = &r->rep.result.status;
+            printf("  A sent %d jobs: queue %u of %u, %u in flight when its "
+                   "status was answered\n", NA, si->queue_depth,
+                   si->queue_capacity, si->in_flight);
+            CHECK(si->queue_depth <= SHARE);
+        } else {
+            take_reply(&ta, r, 1000, NA);
+            if (r->rep.status == WF_E_QUEUE_FULL && !full_msg[0])
+                snprintf(full_msg, sizeof full_msg, "%s", r->rep.error);
+            if (r->rep.status == WF_OK)
+                attn_check(&slow, &ja, r);
+        }
+        reply_clear(r);
+    }
+    CHECK(status_seen);
+    /* B, while A's share is full */
+    for (unsigned i = 0; i < NB; i++)
+        CHECK(attn_send(&b, &small, &jb, 3000 + i));
+    for (unsigned n = 0; n < NB && recv_reply(&b, TIMEOUT_MS, r); n++) {
+        take_reply(&tb, r, 3000, NB);
+        if (r->rep.status == WF_OK)
+            attn_check(&small, &jb, r);
+        else
+            fprintf(stderr, "B's job %" PRIu64 ": %s: %s\n", r->rep.id,
+                    wf_status_name(r->rep.status), r->rep.error);
+        reply_clear(r);
+    }
+    /* the rest of A's */
+    while (ta.ok + ta.full + ta.other + ta.dup < NA && recv_reply(&d, TIMEOUT_MS, r)) {
+        take_reply(&ta, r, 1000, NA);
+        if (r->rep.status == WF_OK)
+            attn_check(&slow, &ja, r);
+        reply_clear(r);
+    }
+    printf("  client A: %u OK, %u WF_E_QUEUE_FULL (\"%s\"), %u other\n", ta.ok,
+           ta.full, full_msg, ta.other);
+    printf("  client B: %u of %d OK\n", tb.ok, NB);
+    CHECK(ta.full >= 1 && ta.ok >= SHARE && ta.other == 0);
+    CHECK(strstr(full_msg, "share of this connection is full") != NULL);
+    CHECK(strstr(full_msg, "client_queue_jobs 4") != NULL);
+    CHECK(tb.ok == NB);
+    CHECK(ta.dup == 0 && ta.stray == 0 && tb.dup == 0 && tb.stray == 0);
+    for (unsigned i = 0; i < NA; i++)
+        CHECK(ta.got[i] == 1);
+    for (unsigned i = 0; i < NB; i++)
+        CHECK(tb.got[i] == 1);
+    /* nothing more comes */
+    zmq_pollitem_t it[2] = { { d.sock, 0, ZMQ_POLLIN, 0 }, { b.sock, 0, ZMQ_POLLIN, 0 } };
+    CHECK(zmq_poll(it, 2, 200) == 0);
+    free(r);
+    attn_job_free(&ja);
+    attn_job_free(&jb);
+    client_close(&b);
+    kill(d.pid, SIGTERM);
+    CHECK(daemon_wait_exit(&d, TIMEOUT_MS));
+    CHECK(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 0);
+    daemon_close(&d);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. a client that does not read its replies */
+
+static void unread(const char *weftd)
+{
+    enum { WAVES = 12, PER_WAVE = 8, N = WAVES * PER_WAVE };
+    const uint64_t reply_bytes = 8 * MIB;
+    const char *args[] = { "--devices", "cpu:2", "--queue-capacity", "64",
+                           "--client-queue-jobs", "64", "--client-reply-bytes", "8M",
+                           "--log-level", "warning", NULL };
+    daemon_t d;
+    if (!daemon_start(&d, weftd, args)) {
+        CHECK(0);
+        daemon_close(&d);
+        return;
+    }
+    CHECK(notify_wait(&d, "READY=1", TIMEOUT_MS));
+    /* q of 1 MiB (f32 1 x 4096 x 4 x 16) and so the output; short k / v */
+    attn_case_t big = { "1 MiB output", WF_DTYPE_F32, 1, 4096, 64, 4, 4, 16,
+                        false, false, false, 0, 0, 0, 2, false };
+    attn_job_t j;
+    attn_job_make(&big, &j, 3);
+    reply_t *r = calloc(1, sizeof *r);
+    /* warm-up on the well-behaved client (d.sock): allocator, workers */
+    for (unsigned i = 0; i < 4; i++)
+        CHECK(attn_send(&d, &big, &j, 10 + i));
+    for (unsigned i = 0; i < 4 && recv_reply(&d, TIMEOUT_MS, r); i++) {
+        attn_check(&big, &j, r);
+        reply_clear(r);
+    }
+    usleep(200 * 1000);
+    uint64_t base = rss_of(d.pid), peak = base;
+    daemon_t slow;
+    CHECK(client_open(&d, &slow, 1));
+    for (unsigned w = 0; w < WAVES; w++) {
+        for (unsigned i = 0; i < PER_WAVE; i++)
+            CHECK(attn_send(&slow, &big, &j, 5000 + w * PER_WAVE + i));
+        watch_rss(d.pid, 150, &peak);
+    }
+    /* the other client is served meanwhile */
+    int64_t t0 = now_ms();
+    CHECK(attn_send(&d, &big, &j, 20));
+    CHECK(recv_reply(&d, TIMEOUT_MS, r));
+    CHECK(r->rep.id == 20);
+    attn_check(&big, &j, r);
+    reply_clear(r);
+    printf("  a second client's job answered in %lld ms while the first reads "
+           "nothing\n", (long long)(now_ms() - t0));
+    CHECK(get_status(&d, r, 21));
+    printf("  status: queue %u, in flight %u\n", r->rep.result.status.queue_depth,
+           r->rep.result.status.in_flight);
+    reply_clear(r);
+    watch_rss(d.pid, 300, &peak);
+    /* bound: client_reply_bytes + (SNDHWM 4 + 1 being written) replies +
+     * one wave of inputs + slack for the allocator and ZeroMQ's buffers */
+    uint64_t bound = base + reply_bytes + 5 * MIB + PER_WAVE * MIB + 16 * MIB;
+    printf("  %d jobs of 1 MiB output sent, none read: daemon RSS %.1f MiB "
+           "before, peak %.1f MiB, bound %.1f MiB (unbounded: +%d MiB)\n", N,
+           (double)base / MIB, (double)peak / MIB, (double)bound / MIB, N);
+    CHECK(base > 0 && peak <= bound);
+    /* now read everything */
+    tally_t t;
+    memset(&t, 0, sizeof t);
+    char full_msg[WF_PROTO_ERROR_MAX] = "";
+    unsigned checked = 0;
+    while (t.ok + t.full + t.other + t.dup + t.stray < N &&
+           recv_reply(&slow, TIMEOUT_MS, r)) {
+        take_reply(&t, r, 5000, N);
+        if (r->rep.status == WF_E_QUEUE_FULL && !full_msg[0])
+            snprintf(full_msg, sizeof full_msg, "%s", r->rep.error);
+        if (r->rep.status == WF_OK && checked++ < 8)
+            attn_check(&big, &j, r);
+        else if (r->rep.status == WF_OK)
+            CHECK(r->n_frames == 1 && zmq_msg_size(&r->frames[0]) == MIB);
+        reply_clear(r);
+    }
+    printf("  read at last: %u OK, %u WF_E_QUEUE_FULL (\"%s\"), %u other, %u "
+           "duplicated\n", t.ok, t.full, full_msg, t.other, t.dup);
+    CHECK(t.ok >= reply_bytes / MIB && t.full >= 1 && t.other == 0);
+    CHECK(t.dup == 0 && t.stray == 0);
+    for (unsigned i = 0; i < N; i++)
+        CHECK(t.got[i] == 1);
+    CHECK(strstr(full_msg, "read your replies") != NULL);
+    CHECK(strstr(full_msg, "client_reply_bytes 8388608") != NULL);
+    zmq_pollitem_t it = { slow.sock, 0, ZMQ_POLLIN, 0 };
+    CHECK(zmq_poll(&it, 1, 200) == 0);
+    /* the share is free again: the same client is admitted */
+    CHECK(attn_send(&slow, &big, &j, 30));
+    CHECK(recv_reply(&slow, TIMEOUT_MS, r) && r->rep.id == 30);
+    attn_check(&big, &j, r);
+    reply_clear(r);
+    free(r);
+    attn_job_free(&j);
+    client_close(&slow);
+    kill(d.pid, SIGTERM);
+    CHECK(daemon_wait_exit(&d, TIMEOUT_MS));
+    CHECK(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 0);
+    daemon_close(&d);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    printf("two clients competing for the queue\n");
+    competing(argv[1]);
+    printf("a client that does not read its replies\n");
+    unread(argv[1]);
+    if (failures) {
+        fprintf(stderr, "test_fair: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_fair: OK\n");
+    return 0;
+}
