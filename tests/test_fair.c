@@ -20,6 +20,10 @@
  *    WF_E_QUEUE_FULL ("read your replies"); a second client is served
  *    meanwhile; when the first client reads at last it gets one reply per
  *    request, the admitted ones correct against the fp64 reference.
+ * 3. CURVE (tcp:// with client_keys, --client-queue-jobs 2): two
+ *    connections with alice's key share one share: while the first has
+ *    filled it, the second's jobs get WF_E_QUEUE_FULL naming "key
+ *    'alice'"; bob's key, on a connection of its own, is admitted.
  *
  * Usage: test_fair PATH_TO_WEFTD. Every wait has a deadline.
  */
@@ -35,6 +39,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "keys.h"
 #include "proto.h"
 #include "support/rawd.h"
 
@@ -315,6 +324,154 @@ static void unread(const char *weftd)
     daemon_close(&d);
 }
 
+/* ------------------------------------------------------------------ */
+/* 3. CURVE: the share is the key's, across its connections */
+
+/* A DEALER on the daemon at ep, CURVE client of `server` with key pair kp. */
+static bool curve_client(const daemon_t *d, daemon_t *c, const char *ep,
+                         const wf_keypair_t *server, const wf_keypair_t *kp)
+{
+    *c = *d;
+    c->sock = zmq_socket(d->zctx, ZMQ_DEALER);
+    if (!c->sock)
+        return false;
+    int zero = 0;
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
+    return zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, server->public_key, 40) == 0 &&
+           zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, kp->public_key, 40) == 0 &&
+           zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, kp->secret_key, 40) == 0 &&
+           zmq_connect(c->sock, ep) == 0;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static void per_key(const char *weftd)
+{
+    enum { N1 = 6, N2 = 2, NB = 2 };
+    char dir[] = "/tmp/weft-fair-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    char keyfile[64], clients[64], ep[64], err[256], text[512];
+    snprintf(keyfile, sizeof keyfile, "%s/daemon", dir);
+    snprintf(clients, sizeof clients, "%s/clients", dir);
+    wf_keypair_t kd, kalice, kbob;
+    if (wf_keypair_generate(&kd, err, sizeof err) != WF_OK ||
+        wf_keypair_write(keyfile, &kd, err, sizeof err) != WF_OK ||
+        wf_keypair_generate(&kalice, err, sizeof err) != WF_OK ||
+        wf_keypair_generate(&kbob, err, sizeof err) != WF_OK) {
+        fprintf(stderr, "keys: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    snprintf(text, sizeof text, "submit %s alice\nsubmit %s bob\n",
+             kalice.public_key, kbob.public_key);
+    write_file(clients, text);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", free_port());
+    const char *args[] = { "--devices", "cpu:2", "--queue-capacity", "16",
+                           "--client-queue-jobs", "2", "--listen", ep,
+                           "--key-file", keyfile, "--client-keys", clients,
+                           "--log-level", "warning", NULL };
+    daemon_t d;
+    if (!daemon_start(&d, weftd, args)) {
+        CHECK(0);
+        daemon_close(&d);
+        return;
+    }
+    CHECK(notify_wait(&d, "READY=1", TIMEOUT_MS));
+    daemon_t a1, a2, b;
+    CHECK(curve_client(&d, &a1, ep, &kd, &kalice));
+    CHECK(curve_client(&d, &a2, ep, &kd, &kalice));
+    CHECK(curve_client(&d, &b, ep, &kd, &kbob));
+    /* ~1 GFLOP a job: alice's two queued jobs wait while the others send */
+    attn_case_t slow = { "f32 2048 (alice)", WF_DTYPE_F32, 1, 2048, 2048, 2, 2,
+                         32, false, false, false, 0, 0, 0, 2, false };
+    attn_case_t small = { "f32 64 (bob)", WF_DTYPE_F32, 1, 64, 64, 2, 2, 16,
+                          false, false, false, 0, 0, 0, 2, false };
+    attn_job_t js, jb;
+    attn_job_make(&slow, &js, 4);
+    attn_job_make(&small, &jb, 5);
+    reply_t *r = calloc(1, sizeof *r);
+    /* the second connection is up before the first floods */
+    CHECK(send_simple(&a2, WF_OP_HELLO, 1) && recv_reply(&a2, TIMEOUT_MS, r));
+    reply_clear(r);
+    for (unsigned i = 0; i < N1; i++)
+        CHECK(attn_send(&a1, &slow, &js, 100 + i));
+    CHECK(send_simple(&a1, WF_OP_STATUS, 99));
+    tally_t t1, t2, tb;
+    memset(&t1, 0, sizeof t1);
+    memset(&t2, 0, sizeof t2);
+    memset(&tb, 0, sizeof tb);
+    bool status_seen = false;
+    while (!status_seen && recv_reply(&a1, TIMEOUT_MS, r)) {
+        if (r->rep.op == WF_OP_STATUS)
+            status_seen = true;
+        else
+            take_reply(&t1, r, 100, N1);
+        reply_clear(r);
+    }
+    CHECK(status_seen);
+    /* alice's other connection: her share is full */
+    char full_msg[WF_PROTO_ERROR_MAX] = "";
+    for (unsigned i = 0; i < N2; i++)
+        CHECK(attn_send(&a2, &small, &jb, 200 + i));
+    for (unsigned n = 0; n < N2 && recv_reply(&a2, TIMEOUT_MS, r); n++) {
+        take_reply(&t2, r, 200, N2);
+        if (r->rep.status == WF_E_QUEUE_FULL)
+            snprintf(full_msg, sizeof full_msg, "%s", r->rep.error);
+        reply_clear(r);
+    }
+    /* bob's is not */
+    for (unsigned i = 0; i < NB; i++)
+        CHECK(attn_send(&b, &small, &jb, 300 + i));
+    for (unsigned n = 0; n < NB && recv_reply(&b, TIMEOUT_MS, r); n++) {
+        take_reply(&tb, r, 300, NB);
+        if (r->rep.status == WF_OK)
+            attn_check(&small, &jb, r);
+        reply_clear(r);
+    }
+    while (t1.ok + t1.full + t1.other < N1 && recv_reply(&a1, TIMEOUT_MS, r)) {
+        take_reply(&t1, r, 100, N1);
+        reply_clear(r);
+    }
+    printf("  alice (1st connection): %u OK, %u WF_E_QUEUE_FULL; alice (2nd "
+           "connection): %u OK, %u WF_E_QUEUE_FULL (\"%s\"); bob: %u of %d OK\n",
+           t1.ok, t1.full, t2.ok, t2.full, full_msg, tb.ok, NB);
+    CHECK(t1.full >= 1 && t1.other == 0 && t1.dup == 0);
+    CHECK(t2.full == N2 && t2.dup == 0);
+    CHECK(strstr(full_msg, "share of key 'alice' is full") != NULL);
+    CHECK(tb.ok == NB && tb.dup == 0);
+    free(r);
+    attn_job_free(&js);
+    attn_job_free(&jb);
+    client_close(&a1);
+    client_close(&a2);
+    client_close(&b);
+    kill(d.pid, SIGTERM);
+    CHECK(daemon_wait_exit(&d, TIMEOUT_MS));
+    CHECK(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 0);
+    daemon_close(&d);
+    unlink(keyfile);
+    snprintf(text, sizeof text, "%s.pub", keyfile);
+    unlink(text);
+    unlink(clients);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -326,6 +483,8 @@ int main(int argc, char **argv)
     competing(argv[1]);
     printf("a client that does not read its replies\n");
     unread(argv[1]);
+    printf("CURVE: one share per key, across its connections\n");
+    per_key(argv[1]);
     if (failures) {
         fprintf(stderr, "test_fair: %d check(s) failed\n", failures);
         return 1;
