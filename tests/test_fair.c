@@ -19,7 +19,8 @@
  *    unbounded queue would hold 96 MiB; later jobs are refused with
  *    WF_E_QUEUE_FULL ("read your replies"); a second client is served
  *    meanwhile; when the first client reads at last it gets one reply per
- *    request, the admitted ones correct against the fp64 reference.
+ *    request, the admitted ones correct against the fp64 reference; a
+ *    job whose outputs alone pass client_reply_bytes gets WF_E_LIMIT.
  * 3. CURVE (tcp:// with client_keys, --client-queue-jobs 2): two
  *    connections with alice's key share one share: while the first has
  *    filled it, the second's jobs get WF_E_QUEUE_FULL naming "key
@@ -310,6 +311,18 @@ static void unread(const char *weftd)
     CHECK(strstr(full_msg, "client_reply_bytes 8388608") != NULL);
     zmq_pollitem_t it = { slow.sock, 0, ZMQ_POLLIN, 0 };
     CHECK(zmq_poll(&it, 1, 200) == 0);
+    /* a job whose outputs alone pass client_reply_bytes: never admitted */
+    attn_case_t huge = { "10 MiB output", WF_DTYPE_F32, 1, 40000, 8, 4, 4, 16,
+                         false, false, false, 0, 0, 0, 2, false };
+    attn_job_t jh;
+    attn_job_make(&huge, &jh, 6);
+    CHECK(attn_send(&slow, &huge, &jh, 31));
+    CHECK(recv_reply(&slow, TIMEOUT_MS, r) && r->rep.id == 31 &&
+          r->rep.status == WF_E_LIMIT && strstr(r->rep.error, "client_reply_bytes"));
+    printf("  a job with 10 MiB of outputs: %s (\"%s\")\n",
+           wf_status_name(r->rep.status), r->rep.error);
+    reply_clear(r);
+    attn_job_free(&jh);
     /* the share is free again: the same client is admitted */
     CHECK(attn_send(&slow, &big, &j, 30));
     CHECK(recv_reply(&slow, TIMEOUT_MS, r) && r->rep.id == 30);

@@ -159,11 +159,10 @@ static uint32_t share_jobs(const wf_sched_t *s)
     return s->capacity / 4 ? s->capacity / 4 : 1;
 }
 
-/* The share's bounds for one more job (after queue_capacity). */
-static wf_status_t check_share(const wf_sched_t *s, const wf_djob_t *job,
-                               char *err, size_t err_len)
+/* A job that alone passes a share's byte bound (never admitted). */
+static wf_status_t check_share_limit(const wf_sched_t *s, const wf_djob_t *job,
+                                     char *err, size_t err_len)
 {
-    const wf_share_t *sh = job->share;
     const wf_share_limits_t *l = &s->limits;
     if (job->in_bytes > l->in_bytes) {
         snprintf(err, err_len, "job's inputs of %" PRIu64 " bytes exceed "
@@ -177,6 +176,15 @@ static wf_status_t check_share(const wf_sched_t *s, const wf_djob_t *job,
                  job->out_bytes, l->reply_bytes);
         return WF_E_LIMIT;
     }
+    return WF_OK;
+}
+
+/* The share's bounds for one more job (after queue_capacity). */
+static wf_status_t check_share(const wf_sched_t *s, const wf_djob_t *job,
+                               char *err, size_t err_len)
+{
+    const wf_share_t *sh = job->share;
+    const wf_share_limits_t *l = &s->limits;
     if (sh->queued >= share_jobs(s)) {
         snprintf(err, err_len, "job queue share of %s is full: %u of its jobs "
                  "waiting (client_queue_jobs %u); retry later", sh->label,
@@ -288,6 +296,8 @@ wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
                  s->held_cap);
         st = WF_E_NO_MEMORY;
     }
+    if (st == WF_OK && job->share)
+        st = check_share_limit(s, job, err, err_len);
     if (st == WF_OK && s->depth >= s->capacity) {
         snprintf(err, err_len, "job queue is full (%u jobs waiting)", s->depth);
         st = WF_E_QUEUE_FULL;
