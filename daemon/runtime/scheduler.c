@@ -231,6 +231,13 @@ void wf_sched_release_reply(wf_sched_t *s, wf_share_t *sh, uint64_t bytes)
     share_maybe_free(s, sh);
 }
 
+void wf_sched_release_job(wf_sched_t *s, wf_djob_t *job)
+{
+    wf_sched_release_inputs(s, job);
+    wf_sched_release_reply(s, job->share, job->out_bytes);
+    job->share = NULL;
+}
+
 void wf_sched_shares_free(wf_sched_t *s)
 {
     while (s->shares) {

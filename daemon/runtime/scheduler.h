@@ -173,6 +173,11 @@ void wf_sched_release_inputs(wf_sched_t *s, wf_djob_t *job);
  * the reference (the share is freed when it holds nothing). */
 void wf_sched_release_reply(wf_sched_t *s, wf_share_t *share, uint64_t bytes);
 
+/* A job answered without outputs (failed, refused after admission,
+ * cancelled): its inputs and its reply reservation leave its share;
+ * job->share becomes NULL. Idempotent. */
+void wf_sched_release_job(wf_sched_t *s, wf_djob_t *job);
+
 /* Free every share (teardown). */
 void wf_sched_shares_free(wf_sched_t *s);
 

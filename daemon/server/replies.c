@@ -258,8 +258,7 @@ void srv_reply_job(wf_server_t *srv, wf_djob_t *job)
     wf_sched_release_inputs(&srv->sched, job);
     if (st != WF_OK) {
         /* an error reply has no outputs: their reservation ends here */
-        wf_sched_release_reply(&srv->sched, job->share, job->out_bytes);
-        job->share = NULL;
+        wf_sched_release_job(&srv->sched, job);
         char msg[WF_PROTO_ERROR_MAX];
         if (srv->world)
             wf_world_explain(srv->world, job, &st);

@@ -750,9 +750,7 @@ static void finish_drain(wf_server_t *srv)
                "never ran");
     while (q) {
         wf_djob_t *next = q->next;
-        wf_sched_release_inputs(&srv->sched, q);
-        wf_sched_release_reply(&srv->sched, q->share, q->out_bytes);
-        q->share = NULL;
+        wf_sched_release_job(&srv->sched, q);
         srv_reply_error(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
                         WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
         srv->sched.failed++;
