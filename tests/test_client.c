@@ -155,7 +155,8 @@ static pid_t start_daemon(const char *weftd, const char *endpoint)
     snprintf(queue, sizeof queue, "%d", QUEUE_CAPACITY);
     const char *argv[] = { weftd, "--devices", "cpu:2", "--listen", endpoint,
                            "--max-tensor-bytes", tensor_bytes, "--queue-capacity",
-                           queue, "--log-level", "warning", NULL };
+                           queue, "--client-queue-jobs", queue, "--log-level",
+                           "warning", NULL };
     return spawn_daemon(argv, NULL);
 }
 

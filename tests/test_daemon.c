@@ -45,7 +45,7 @@ static void test_main_daemon(const char *weftd, reply_t *r)
 {
     char cfg[128];
     snprintf(cfg, sizeof cfg, "/tmp/weft-test-%d.conf", (int)getpid());
-    write_file(cfg, "# test\nqueue_capacity = 4\n");
+    write_file(cfg, "# test\nqueue_capacity = 4\nclient_queue_jobs = 4\n");
     const char *args[] = { "--devices", "cpu:2", "--config", cfg, NULL };
     daemon_t d;
     CHECK(daemon_start(&d, weftd, args));
@@ -139,8 +139,8 @@ static void test_main_daemon(const char *weftd, reply_t *r)
     /* SIGHUP: a reloadable change applies, a non-reloadable one is ignored */
     /* (devices = cpu:3 is overridden by the flag, cpu_memory needs a
      * restart: neither may change anything) */
-    write_file(cfg, "queue_capacity = 7\ndevices = cpu:3\nlog_level = debug\n"
-                    "cpu_memory = 1G\n");
+    write_file(cfg, "queue_capacity = 7\nclient_queue_jobs = 7\ndevices = cpu:3\n"
+                    "log_level = debug\ncpu_memory = 1G\n");
     uint64_t mem_before = si->devices[0].memory_total;
     kill(d.pid, SIGHUP);
     CHECK(notify_wait(&d, "RELOADING=1", TIMEOUT_MS));

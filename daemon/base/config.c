@@ -55,6 +55,16 @@ static const setting_def_t settings_table[] = {
       "cuda:I[,I...] (those GPUs; a repeated index: several ranks on one GPU)" },
     { "queue_capacity", KIND_U32, OFF(queue_capacity), "64", 1, 65536, true,
       "jobs admitted and waiting for devices; more get WF_E_QUEUE_FULL" },
+    { "client_queue_jobs", KIND_U32, OFF(client_queue_jobs), "0", 0, 65536, true,
+      "jobs one client (a CURVE key, else a connection) may have waiting; "
+      "more get WF_E_QUEUE_FULL; 0 = a quarter of queue_capacity" },
+    { "client_queue_bytes", KIND_U64, OFF(client_queue_bytes), "1G", 1,
+      UINT64_C(1) << 50, true, "input bytes of one client's jobs, from receipt "
+      "to completion; more get WF_E_QUEUE_FULL" },
+    { "client_reply_bytes", KIND_U64, OFF(client_reply_bytes), "1G", 1,
+      UINT64_C(1) << 50, true, "output bytes of one client's jobs from admission "
+      "until ZeroMQ takes the reply (replies it does not read); more get "
+      "WF_E_QUEUE_FULL" },
     { "max_header_bytes", KIND_U64, OFF(limits.max_header_bytes), NULL, 64,
       16u << 20, true, "largest msgpack header frame" },
     { "max_depth", KIND_U32, OFF(limits.max_depth), NULL, 2, 32, true,

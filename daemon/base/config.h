@@ -57,6 +57,12 @@ typedef struct wf_settings {
     int32_t gpu[WF_SETTINGS_MAX_DEVICES]; /* CUDA: GPU index of device i (repeats:
                                     several ranks on one GPU, host comm) */
     uint32_t queue_capacity;     /* jobs admitted and waiting for devices */
+    uint32_t client_queue_jobs;  /* per client share: jobs waiting; 0 = a
+                                    quarter of queue_capacity (at least 1) */
+    uint64_t client_queue_bytes; /* per client share: input bytes of its jobs
+                                    from receipt to completion */
+    uint64_t client_reply_bytes; /* per client share: output bytes of its jobs
+                                    from admission until ZeroMQ takes them */
     wf_limits_t limits;          /* request limits (proto) */
     uint64_t cpu_memory;         /* bytes per CPU device; 0 = RAM / devices */
     uint32_t log_level;          /* a wf_log_level_t */

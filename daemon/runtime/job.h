@@ -101,6 +101,10 @@ struct wf_djob {
     uint64_t reserve[WF_SETTINGS_MAX_DEVICES]; /* bytes each rank reserves on its device */
     wf_task_t task[WF_SETTINGS_MAX_DEVICES];   /* FIFO entry of each rank */
     wf_djob_t *next;           /* scheduler queue / completion box link */
+    struct wf_share *share;    /* the client's share (scheduler.h) from
+                                  admission until the reply leaves; NULL: none */
+    uint64_t in_bytes;         /* its input frames' bytes, counted in share */
+    uint64_t out_bytes;        /* its outputs' bytes, counted in share */
 
     /* op-specific plan, filled at admission and again at dispatch when the
      * mesh changed in between (plan_epoch != the mesh's epoch) */

@@ -17,8 +17,10 @@ void wf_sched_init(wf_sched_t *s, wf_worker_t *workers, uint32_t n_devices,
     s->mesh = *mesh;
     s->log = log;
     s->n_local = n_devices;
-    for (uint32_t d = 0; d < n_devices; d++)
+    for (uint32_t d = 0; d < n_devices; d++) {
         s->mem_total[d] = workers[d].memory_total;
+        s->held_cap += workers[d].memory_total;
+    }
 }
 
 void wf_sched_resize(wf_sched_t *s, uint32_t n_devices, uint32_t local_first,
@@ -110,6 +112,150 @@ static uint64_t max_reserve(const wf_djob_t *job)
 /* Could the job ever fit? Its ranks go to distinct devices of one
  * replica; the largest share must fit in the largest device (CPU devices
  * are all alike). */
+/* ------------------------------------------------------------------ */
+/* shares (scheduler.h) */
+
+wf_share_t *wf_sched_share(wf_sched_t *s, const void *key, size_t key_len,
+                           const char *label)
+{
+    for (wf_share_t *sh = s->shares; sh; sh = sh->next)
+        if (sh->key_len == key_len && memcmp(sh->key, key, key_len) == 0)
+            return sh;
+    wf_share_t *sh = calloc(1, sizeof *sh + key_len);
+    if (!sh)
+        return NULL;
+    memcpy(sh->key, key, key_len);
+    sh->key_len = key_len;
+    snprintf(sh->label, sizeof sh->label, "%s", label);
+    sh->next = s->shares;
+    s->shares = sh;
+    return sh;
+}
+
+/* Free the share when nothing refers to it and it holds nothing. */
+static void share_maybe_free(wf_sched_t *s, wf_share_t *sh)
+{
+    if (sh->refs || sh->queued || sh->in_bytes || sh->reply_bytes)
+        return;
+    for (wf_share_t **link = &s->shares; *link; link = &(*link)->next)
+        if (*link == sh) {
+            *link = sh->next;
+            free(sh);
+            return;
+        }
+}
+
+/* A share made by wf_sched_share for a job that was then refused. */
+static void share_unused(wf_sched_t *s, wf_share_t *sh)
+{
+    if (sh)
+        share_maybe_free(s, sh);
+}
+
+static uint32_t share_jobs(const wf_sched_t *s)
+{
+    if (s->limits.jobs)
+        return s->limits.jobs;
+    return s->capacity / 4 ? s->capacity / 4 : 1;
+}
+
+/* A job that alone passes a share's byte bound (never admitted). */
+static wf_status_t check_share_limit(const wf_sched_t *s, const wf_djob_t *job,
+                                     char *err, size_t err_len)
+{
+    const wf_share_limits_t *l = &s->limits;
+    if (job->in_bytes > l->in_bytes) {
+        snprintf(err, err_len, "job's inputs of %" PRIu64 " bytes exceed "
+                 "client_queue_bytes %" PRIu64 " (one client's share)",
+                 job->in_bytes, l->in_bytes);
+        return WF_E_LIMIT;
+    }
+    if (job->out_bytes > l->reply_bytes) {
+        snprintf(err, err_len, "job's outputs of %" PRIu64 " bytes exceed "
+                 "client_reply_bytes %" PRIu64 " (one client's share)",
+                 job->out_bytes, l->reply_bytes);
+        return WF_E_LIMIT;
+    }
+    return WF_OK;
+}
+
+/* The share's bounds for one more job (after queue_capacity). */
+static wf_status_t check_share(const wf_sched_t *s, const wf_djob_t *job,
+                               char *err, size_t err_len)
+{
+    const wf_share_t *sh = job->share;
+    const wf_share_limits_t *l = &s->limits;
+    if (sh->queued >= share_jobs(s)) {
+        snprintf(err, err_len, "job queue share of %s is full: %u of its jobs "
+                 "waiting (client_queue_jobs %u); retry later", sh->label,
+                 sh->queued, share_jobs(s));
+        return WF_E_QUEUE_FULL;
+    }
+    if (sh->in_bytes > l->in_bytes || job->in_bytes > l->in_bytes - sh->in_bytes) {
+        snprintf(err, err_len, "input share of %s is full: its jobs hold %"
+                 PRIu64 " bytes of inputs, this one %" PRIu64 " more "
+                 "(client_queue_bytes %" PRIu64 "); retry later", sh->label,
+                 sh->in_bytes, job->in_bytes, l->in_bytes);
+        return WF_E_QUEUE_FULL;
+    }
+    if (sh->reply_bytes > l->reply_bytes ||
+        job->out_bytes > l->reply_bytes - sh->reply_bytes) {
+        snprintf(err, err_len, "reply share of %s is full: %" PRIu64 " bytes "
+                 "of its replies are unread or still computing, this job "
+                 "would add %" PRIu64 " (client_reply_bytes %" PRIu64 "); read "
+                 "your replies, then retry", sh->label, sh->reply_bytes,
+                 job->out_bytes, l->reply_bytes);
+        return WF_E_QUEUE_FULL;
+    }
+    return WF_OK;
+}
+
+void wf_sched_release_inputs(wf_sched_t *s, wf_djob_t *job)
+{
+    wf_share_t *sh = job->share;
+    if (!sh || !job->in_bytes)
+        return;
+    sh->in_bytes -= job->in_bytes;
+    s->held_bytes -= job->in_bytes;
+    job->in_bytes = 0;
+}
+
+void wf_sched_release_reply(wf_sched_t *s, wf_share_t *sh, uint64_t bytes)
+{
+    if (!sh)
+        return;
+    sh->reply_bytes -= bytes;
+    s->held_bytes -= bytes;
+    if (sh->refs)
+        sh->refs--;
+    share_maybe_free(s, sh);
+}
+
+void wf_sched_release_job(wf_sched_t *s, wf_djob_t *job)
+{
+    wf_sched_release_inputs(s, job);
+    wf_sched_release_reply(s, job->share, job->out_bytes);
+    job->share = NULL;
+}
+
+void wf_sched_shares_free(wf_sched_t *s)
+{
+    while (s->shares) {
+        wf_share_t *next = s->shares->next;
+        free(s->shares);
+        s->shares = next;
+    }
+}
+
+/* A queued job left the queue (dispatched, refused by a re-plan, taken). */
+static void share_dequeued(wf_djob_t *job)
+{
+    if (job->share && job->share->queued)
+        job->share->queued--;
+}
+
+/* ------------------------------------------------------------------ */
+
 static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
                              size_t err_len)
 {
@@ -146,12 +292,44 @@ static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
 wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
                            size_t err_len)
 {
+    job->out_bytes = 0;
+    for (uint32_t i = 0; i < job->n_outputs; i++)
+        job->out_bytes += job->out_desc[i].nbytes;
+    uint64_t bytes = job->in_bytes + job->out_bytes;
     wf_status_t st = check_fit(s, job, err, err_len);
-    if (st != WF_OK)
-        return st;
-    if (s->depth >= s->capacity) {
+    if (st == WF_OK && job->share && bytes > s->held_cap) {
+        snprintf(err, err_len, "job's inputs and outputs of %" PRIu64 " bytes "
+                 "exceed the daemon's memory for them (%" PRIu64 ")", bytes,
+                 s->held_cap);
+        st = WF_E_NO_MEMORY;
+    }
+    if (st == WF_OK && job->share)
+        st = check_share_limit(s, job, err, err_len);
+    if (st == WF_OK && s->depth >= s->capacity) {
         snprintf(err, err_len, "job queue is full (%u jobs waiting)", s->depth);
-        return WF_E_QUEUE_FULL;
+        st = WF_E_QUEUE_FULL;
+    }
+    if (st == WF_OK && job->share)
+        st = check_share(s, job, err, err_len);
+    if (st == WF_OK && job->share && bytes > s->held_cap - s->held_bytes) {
+        snprintf(err, err_len, "the daemon holds %" PRIu64 " bytes of queued "
+                 "inputs and unsent outputs; this job's %" PRIu64 " would pass "
+                 "its bound of %" PRIu64 " (the devices' memory); retry later",
+                 s->held_bytes, bytes, s->held_cap);
+        st = WF_E_QUEUE_FULL;
+    }
+    if (st != WF_OK) {
+        share_unused(s, job->share);
+        job->share = NULL;
+        return st;
+    }
+    if (job->share) {
+        wf_share_t *sh = job->share;
+        sh->queued++;
+        sh->in_bytes += job->in_bytes;
+        sh->reply_bytes += job->out_bytes;
+        sh->refs++;
+        s->held_bytes += bytes;
     }
     job->seq = s->next_seq++;
     job->next = NULL;
@@ -184,6 +362,7 @@ void wf_sched_replan(wf_sched_t *s, wf_sched_plan_fn plan, void *arg,
         }
         *link = job->next;          /* unlink; keep order of the rest */
         s->depth--;
+        share_dequeued(job);
         if (s->tail == job)
             s->tail = prev;
         atomic_store(&job->status, (int)st);
@@ -304,6 +483,7 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
         if (!s->head)
             s->tail = NULL;
         s->depth--;
+        share_dequeued(job);
         job->next = NULL;
         /* roots (head split: every rank) on a member: it writes the
          * outputs and sends them */
@@ -369,6 +549,8 @@ void wf_sched_complete(wf_sched_t *s, const wf_djob_t *job)
 wf_djob_t *wf_sched_take_queued(wf_sched_t *s)
 {
     wf_djob_t *list = s->head;
+    for (wf_djob_t *j = list; j; j = j->next)
+        share_dequeued(j);
     s->head = s->tail = NULL;
     s->depth = 0;
     return list;

@@ -37,6 +37,38 @@
 #include "base/log.h"
 #include "worker.h"
 
+/* A client's share of the queue and of the daemon's memory: what the jobs
+ * of one client hold. A client is a CURVE key (its name: every connection
+ * with that key shares it) or, without keys (ipc://, anonymous tcp://),
+ * one connection (its ROUTER routing id). Made by wf_sched_share on the
+ * first job, freed when it holds nothing. Bounds (wf_sched_t.limits):
+ *   queued       jobs admitted, not dispatched      <= client_queue_jobs
+ *   in_bytes     input frame bytes of its jobs from admission (the frames
+ *                were just received) to completion  <= client_queue_bytes
+ *   reply_bytes  output bytes of its jobs from admission until ZeroMQ
+ *                takes the reply (a reply that waits for a peer that does
+ *                not read keeps them)               <= client_reply_bytes */
+typedef struct wf_share {
+    struct wf_share *next;       /* the scheduler's list */
+    uint32_t queued;
+    uint64_t in_bytes;
+    uint64_t reply_bytes;
+    uint32_t refs;               /* admitted jobs whose reply is not yet
+                                    with ZeroMQ (each holds job->share) */
+    char label[96];              /* for messages: "key 'NAME'" or "this
+                                    connection" (escaped) */
+    size_t key_len;
+    unsigned char key[];         /* 'k' NAME or 'c' ROUTING-ID */
+} wf_share_t;
+
+/* The share limits (the settings client_queue_*, client_reply_bytes;
+ * reloadable). */
+typedef struct wf_share_limits {
+    uint32_t jobs;               /* 0: a quarter of capacity, at least 1 */
+    uint64_t in_bytes;
+    uint64_t reply_bytes;
+} wf_share_limits_t;
+
 /* Cluster mode: hand the job's ranks outside this node to their nodes
  * (the descriptor goes to every member holding some); returns how many
  * member nodes will report back (each one wf_djob_rank_done). Called at
@@ -75,6 +107,11 @@ typedef struct wf_sched {
     uint32_t in_flight;          /* dispatched, not completed */
     uint64_t next_seq;           /* sequence number of the next admitted job */
     uint64_t served, failed;     /* completed jobs by outcome */
+    wf_share_limits_t limits;    /* per client (reloadable) */
+    wf_share_t *shares;          /* clients holding something */
+    uint64_t held_bytes;         /* every share's in_bytes + reply_bytes */
+    uint64_t held_cap;           /* bound on held_bytes: the local devices'
+                                    memory summed (set by init / resize) */
     wf_log_t *log;               /* borrowed */
 } wf_sched_t;
 
@@ -100,9 +137,22 @@ void wf_sched_resize(wf_sched_t *s, uint32_t n_devices, uint32_t local_first,
 void wf_sched_replan(wf_sched_t *s, wf_sched_plan_fn plan, void *arg,
                      wf_djob_t **ret_failed);
 
-/* Admit a planned job (group_size, reserve[], n_outputs set): WF_OK and
- * the queue takes ownership, or WF_E_QUEUE_FULL / WF_E_NO_MEMORY with a
- * message and the caller keeps the job. */
+/* The share of the client named by key[0..key_len) ('k' NAME for a CURVE
+ * key, 'c' ROUTING-ID for a connection), made when none holds anything
+ * yet (label: how messages name it). NULL when out of memory. It lives
+ * while a job or a waiting reply refers to it (wf_sched_admit takes the
+ * reference). */
+wf_share_t *wf_sched_share(wf_sched_t *s, const void *key, size_t key_len,
+                           const char *label);
+
+/* Admit a planned job (group_size, reserve[], n_outputs, out_desc set;
+ * job->share and job->in_bytes set by the caller, or share NULL: not a
+ * client's): WF_OK and the queue takes ownership, or WF_E_QUEUE_FULL /
+ * WF_E_NO_MEMORY / WF_E_LIMIT with a message and the caller keeps the
+ * job. Besides queue_capacity and device memory it checks the share
+ * (jobs, input bytes, reply bytes; a job that alone exceeds a byte
+ * bound is WF_E_LIMIT) and the daemon-wide held_bytes <= held_cap. On
+ * WF_OK the job's bytes count against its share and held_bytes. */
 wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
                            size_t err_len);
 
@@ -113,6 +163,23 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
 
 /* A dispatched job finished: release its devices and reservations. */
 void wf_sched_complete(wf_sched_t *s, const wf_djob_t *job);
+
+/* The job's inputs are no longer needed (it completed, or failed):
+ * its input bytes leave its share. Idempotent. */
+void wf_sched_release_inputs(wf_sched_t *s, wf_djob_t *job);
+
+/* `bytes` of reply reserved for a share left the daemon (ZeroMQ took the
+ * reply, or it was dropped): they leave the share and held_bytes; drops
+ * the reference (the share is freed when it holds nothing). */
+void wf_sched_release_reply(wf_sched_t *s, wf_share_t *share, uint64_t bytes);
+
+/* A job answered without outputs (failed, refused after admission,
+ * cancelled): its inputs and its reply reservation leave its share;
+ * job->share becomes NULL. Idempotent. */
+void wf_sched_release_job(wf_sched_t *s, wf_djob_t *job);
+
+/* Free every share (teardown). */
+void wf_sched_shares_free(wf_sched_t *s);
 
 /* Remove and return every queued (not dispatched) job, in order. */
 wf_djob_t *wf_sched_take_queued(wf_sched_t *s);

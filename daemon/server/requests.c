@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "errf.h"
+
 /* identity, optional empty delimiter, header, tensor frames */
 #define MAX_PARTS (3 + WF_PROTO_MAX_TENSORS)
 
@@ -111,6 +113,37 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
     srv_reply_error(srv, identity, delim, req->id, req->op, st, err);
 }
 
+/* The share (scheduler.h) of the client that sent this message: its
+ * CURVE key's name (every connection with that key shares it), else the
+ * connection (parts[0], the routing id): on ipc:// a uid is not a share,
+ * so that one user's processes do not starve each other. NULL when out
+ * of memory. */
+static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts, size_t h)
+{
+    unsigned char key[1 + 256];
+    char label[96];
+    size_t len;
+    const char *user = srv->access.mode == SRV_ACCESS_CURVE
+                           ? wf_msg_user_id(&parts[h]) : NULL;
+    const char *name = NULL;
+    if (user && wf_zap_client_role(user, &name) != WF_ROLE_NONE && name) {
+        char qn[WF_QUOTE_MAX];
+        wf_quote(qn, name);
+        snprintf(label, sizeof label, "key '%s'", qn);
+        len = strnlen(name, sizeof key - 1);
+        key[0] = 'k';
+        memcpy(key + 1, name, len);
+    } else {
+        snprintf(label, sizeof label, "this connection");
+        len = zmq_msg_size(&parts[0]);
+        if (len > sizeof key - 1)
+            len = sizeof key - 1;
+        key[0] = 'c';
+        memcpy(key + 1, zmq_msg_data(&parts[0]), len);
+    }
+    return wf_sched_share(&srv->sched, key, len + 1, label);
+}
+
 /* An attention request that passed validation: plan, admit, dispatch.
  * Takes the identity and tensor frames out of parts[]. */
 static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
@@ -144,6 +177,15 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
     job->t_recv_us = t_recv;
     job->done = &srv->done;
     st = srv_plan_job(srv, job, &srv->sched.mesh, err, sizeof err);
+    if (st == WF_OK) {
+        for (size_t i = h + 1; i < n; i++)
+            job->in_bytes += zmq_msg_size(&parts[i]);
+        job->share = client_share(srv, parts, h);
+        if (!job->share) {
+            st = WF_E_INTERNAL;
+            snprintf(err, sizeof err, "out of memory");
+        }
+    }
     if (st == WF_OK)
         st = wf_sched_admit(&srv->sched, job, err, sizeof err);
     if (st != WF_OK) {

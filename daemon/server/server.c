@@ -30,6 +30,14 @@
 /* messages read per wake-up, so signals and completions are not starved */
 #define RECV_BATCH 64
 
+/* ZMQ_SNDHWM of the client ROUTER: replies ZeroMQ queues per peer. A peer
+ * that does not read holds at most this many (plus the one its engine is
+ * writing) in ZeroMQ; the rest wait in the daemon (replies.c), counted in
+ * the client's share (client_reply_bytes). */
+#define REPLY_SNDHWM 4
+/* Longest wait between tries of the replies that wait. */
+#define RETRY_MAX_MS 50
+
 /* cluster mode (defined with the cluster section below) */
 static wf_djob_t *world_regroup_new(void *arg, const wf_mesh_t *mesh);
 static const wf_mesh_t *world_job_mesh(void *arg);
@@ -82,6 +90,14 @@ static uint64_t device_budget(const wf_settings_t *s)
     if (pages <= 0 || page <= 0)
         return UINT64_C(1) << 30;
     return (uint64_t)pages * (uint64_t)page / s->device_count;
+}
+
+/* The share limits of the settings (at start and on reload). */
+static void set_share_limits(wf_server_t *srv)
+{
+    srv->sched.limits.jobs = srv->settings.client_queue_jobs;
+    srv->sched.limits.in_bytes = srv->settings.client_queue_bytes;
+    srv->sched.limits.reply_bytes = srv->settings.client_reply_bytes;
 }
 
 static void set_max_msg_size(wf_server_t *srv)
@@ -394,6 +410,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->nccl = use_nccl(settings, cluster);
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
                   settings->queue_capacity, &mesh, log);
+    set_share_limits(srv);
     if (!cluster && regroup_at_start(srv) != WF_OK)
         goto fail;
     srv->sched.paused = cluster;
@@ -418,6 +435,10 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
      * blocks on dead peers (drain raises it just before closing). */
     zmq_setsockopt(srv->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof zero);
+    /* A full peer makes a send fail with EAGAIN (MANDATORY): the reply
+     * waits in the daemon (replies.c) instead of growing ZeroMQ's queue. */
+    int hwm = REPLY_SNDHWM;
+    zmq_setsockopt(srv->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     set_max_msg_size(srv);
     mode_t umask_before = srv_socket_umask(srv);     /* privileges.c */
     wf_status_t bound = bind_router(srv);
@@ -475,6 +496,8 @@ void wf_server_destroy(wf_server_t **psrv)
         wf_djob_free(&q);
         q = next;
     }
+    srv_replies_drop_all(srv);
+    wf_sched_shares_free(&srv->sched);
     wf_world_destroy(&srv->world);
     wf_registry_destroy(&srv->models);
     srv_access_stop(srv);
@@ -648,6 +671,7 @@ static void reload(wf_server_t *srv)
         wf_log_set_level(srv->log, (wf_log_level_t)srv->settings.log_level);
         srv_access_reload(srv, keys_before);
         srv->sched.capacity = srv->settings.queue_capacity;
+        set_share_limits(srv);
         set_max_msg_size(srv);
         wf_log(srv->log, WF_LOG_INFO, "reloaded: %zu setting(s) applied, "
                "queue_capacity %u, log_level %s", applied,
@@ -726,6 +750,7 @@ static void finish_drain(wf_server_t *srv)
                "never ran");
     while (q) {
         wf_djob_t *next = q->next;
+        wf_sched_release_job(&srv->sched, q);
         srv_reply_error(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
                         WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
         srv->sched.failed++;
@@ -762,7 +787,18 @@ wf_status_t wf_server_run(wf_server_t *srv)
 
     wf_status_t result = WF_OK;
     for (;;) {
-        if (srv->stopping && wf_sched_idle(&srv->sched) && !srv->reconf.active)
+        /* replies ZeroMQ did not take (a peer at SNDHWM): try again; no
+         * event says when a peer made room (POLLOUT of a ROUTER is about
+         * any peer), so back off 1 ms .. RETRY_MAX_MS while none goes */
+        if (srv->waiting) {
+            if (srv_replies_retry(srv))
+                srv->retry_ms = 1;
+            else if (srv->retry_ms < RETRY_MAX_MS)
+                srv->retry_ms = srv->retry_ms * 2 < RETRY_MAX_MS ? srv->retry_ms * 2
+                                                                  : RETRY_MAX_MS;
+        }
+        if (srv->stopping && wf_sched_idle(&srv->sched) && !srv->reconf.active &&
+            !srv->waiting)
             break;
         uint64_t now = wf_now_usec();
         if (srv->stopping && now >= srv->drain_deadline_us)
@@ -785,6 +821,8 @@ wf_status_t wf_server_run(wf_server_t *srv)
         }
         if (srv->models.loading && (timeout < 0 || timeout > 1000))
             timeout = 1000;     /* progress notes to systemd */
+        if (srv->waiting && (timeout < 0 || timeout > (int)srv->retry_ms))
+            timeout = (int)srv->retry_ms;
         int rc = zmq_poll(items, !srv->world ? 4 : items[5].socket ? 6 : 5, timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
             wf_log(srv->log, WF_LOG_ERR, "zmq_poll: %s", zmq_strerror(zmq_errno()));

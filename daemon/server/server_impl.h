@@ -66,6 +66,32 @@ typedef enum srv_access_mode {
                                     allow_anonymous): everyone admin */
 } srv_access_mode_t;
 
+/* A reply ZeroMQ did not take (its peer's queue holds SNDHWM messages:
+ * the client does not read): kept here, in order, and retried by the
+ * loop (replies.c). */
+typedef struct srv_pending {
+    struct srv_pending *next;
+    uint64_t id;                 /* request id, for logs */
+    zmq_msg_t frames[2 + WF_DJOB_MAX_OUTPUTS]; /* (delimiter), header, outputs */
+    uint32_t n_frames;
+    wf_share_t *share;           /* a job's reply: the share its outputs
+                                    count in (reserved at admission) */
+    uint64_t share_bytes;        /* those bytes */
+    uint64_t small_bytes;        /* a reply without a share (errors, hello,
+                                    status...): its bytes, counted in the
+                                    connection's small_bytes */
+} srv_pending_t;
+
+/* A connection with replies waiting (srv->waiting). */
+typedef struct srv_conn {
+    struct srv_conn *next;
+    zmq_msg_t identity;          /* its routing id */
+    srv_pending_t *head, *tail;  /* oldest first */
+    uint32_t n;                  /* replies waiting */
+    uint64_t small_bytes;        /* bytes of its replies without a share;
+                                    <= client_reply_bytes */
+} srv_conn_t;
+
 /* What the end of a regroup tells the files above reconfigure.c. */
 typedef struct wf_server_hooks {
     /* A regroup ended with st (the mesh in force is installed when WF_OK):
@@ -128,6 +154,12 @@ struct wf_server {
         unsigned failures;       /* consecutive failed regroups */
     } reconf;
     wf_server_hooks_t hooks;     /* set by server.c */
+    srv_conn_t *waiting;         /* connections with replies ZeroMQ did
+                                    not take yet (replies.c) */
+    uint32_t retry_ms;           /* while some wait: poll timeout before the
+                                    next try (backs off to 50 ms) */
+    uint64_t replies_dropped;    /* replies lost: client gone, or a reply
+                                    without a share past client_reply_bytes */
     uint64_t rejected;           /* requests refused before queueing */
     bool stopping;               /* draining: no new jobs */
     uint64_t drain_deadline_us;  /* when draining gives up */
@@ -228,10 +260,19 @@ bool srv_access_op_allowed(wf_role_t role, uint32_t op);
 
 /* replies.c */
 
-/* Send [identity, (empty), header, outputs of job...]. The identity is
- * consumed on success; output buffers pass to ZeroMQ (zero-copy). */
+/* Send [identity, (empty), header, outputs of job...]; output buffers
+ * pass to ZeroMQ (zero-copy). When the peer's queue is full (it does not
+ * read) or older replies to it wait, the reply waits in srv->waiting:
+ * a job's (its outputs counted in its share until ZeroMQ takes them), or
+ * one without a job while the connection's small_bytes allow it (else it
+ * is dropped and logged). The identity is not consumed (a copy is sent). */
 void srv_reply_send(wf_server_t *srv, zmq_msg_t *identity, bool delim,
                     const wf_reply_t *rep, wf_djob_t *job);
+/* Retry the replies that wait (srv->waiting), oldest first per
+ * connection; true when one was taken or dropped. */
+bool srv_replies_retry(wf_server_t *srv);
+/* Drop every waiting reply (teardown), logging how many. */
+void srv_replies_drop_all(wf_server_t *srv);
 /* An error reply (msg NULL or "": the status's text). */
 void srv_reply_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
                      uint64_t id, uint32_t op, wf_status_t st, const char *msg);
