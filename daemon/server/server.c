@@ -437,6 +437,10 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             goto fail;
         cluster_sync(srv);      /* a world of one node forms at once */
     }
+    /* The counters, and the metrics endpoint when metrics_listen is set
+     * (bound here, before the privileges go). */
+    if (srv_metrics_start(srv) != WF_OK)
+        goto fail;
     /* Every socket is bound, the model root and the devices are open. */
     if (srv_drop_privileges(srv) != WF_OK)
         goto fail;
@@ -453,6 +457,9 @@ void wf_server_destroy(wf_server_t **psrv)
     if (!psrv || !*psrv)
         return;
     wf_server_t *srv = *psrv;
+    /* The metrics endpoint's thread reads only srv->metrics: stop it
+     * before anything goes. */
+    srv_metrics_stop(srv);
     /* Workers first: they run what is queued, and their jobs' replies
      * are no longer wanted here (wf_server_run already drained). A cluster
      * world is aborted first: peers of other nodes may never come. */
@@ -726,8 +733,8 @@ static void finish_drain(wf_server_t *srv)
                "never ran");
     while (q) {
         wf_djob_t *next = q->next;
-        srv_reply_error(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
-                        WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
+        srv_reply_fail(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
+                       WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
         srv->sched.failed++;
         wf_djob_free(&q);
         q = next;
@@ -738,9 +745,9 @@ static void finish_drain(wf_server_t *srv)
     srv->workers_stopped = true;
     handle_completions(srv);
     if (srv->reconf.active && srv->reconf.has_client) {
-        srv_reply_error(srv, &srv->reconf.identity, srv->reconf.delim, srv->reconf.id,
-                        WF_OP_RECONFIGURE, WF_E_SHUTTING_DOWN,
-                        "daemon stopped before the reconfiguration ran");
+        srv_reply_fail(srv, &srv->reconf.identity, srv->reconf.delim, srv->reconf.id,
+                       WF_OP_RECONFIGURE, WF_E_SHUTTING_DOWN,
+                       "daemon stopped before the reconfiguration ran");
         srv->reconf.has_client = false;
     }
     /* Replies are queued in ZeroMQ; give them up to the drain timeout to
@@ -762,6 +769,8 @@ wf_status_t wf_server_run(wf_server_t *srv)
 
     wf_status_t result = WF_OK;
     for (;;) {
+        srv_metrics_refresh(srv);   /* the gauges the endpoint serves, as the
+                                       last turn left them */
         if (srv->stopping && wf_sched_idle(&srv->sched) && !srv->reconf.active)
             break;
         uint64_t now = wf_now_usec();
