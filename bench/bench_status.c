@@ -8,14 +8,21 @@
  * 20 ms from another thread and prints its latency the same way.
  *
  * usage: bench_status PATH_TO_WEFTD [--seconds N] [--clients N]
- *                     [--metrics] [--devices cpu:N] [--seq S]
+ *                     [--metrics] [--poll] [--devices cpu:N] [--seq S]
  *
  * Starts its own weftd (cpu:2 by default) on an ipc endpoint with
  * queue_capacity 1024 (every client keeps one job queued) and stops it
- * with SIGTERM. Jobs: q, k, v (1, S, 8, 64) f32, S = 512 by default
+ * with SIGTERM (drain_timeout_ms 1000: what is still queued then is
+ * refused, so the clients' last calls end at once). Jobs: q, k, v (1, S, 8, 64) f32, S = 512 by default
  * (about 0.27 GFLOP each: tens of ms on one core), so the workers are
  * busy the whole run. The status figures are wall-clock round trips of
  * wf_status on its own connection, after a 1 s warm-up.
+ *
+ * --poll makes the clients busy: each submits with wf_attention_submit
+ * and spins on wf_job_poll until the reply is in, so 64 threads are
+ * runnable all the time at weftd's own priority (the worst case for the
+ * daemon's main thread and ZeroMQ's I/O thread, which must be scheduled
+ * to answer). Without it the clients block in wf_attention.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -75,6 +82,7 @@ static double quantile(samples_t *s, double q)
 typedef struct bench {
     const char *endpoint;
     int seq;
+    bool poll;
     atomic_bool stop;
     atomic_bool measuring;
     atomic_ullong jobs_ok, jobs_err;
@@ -107,13 +115,27 @@ static void *submitter(void *p)
     wf_tensor_t tv = { v, WF_DTYPE_F32, 4, { 1, b->seq, 8, 64 } };
     wf_tensor_t to = { o, WF_DTYPE_F32, 4, { 1, b->seq, 8, 64 } };
     while (!atomic_load(&b->stop)) {
-        wf_status_t st = wf_attention(c, &tq, &tk, &tv, NULL, &to, NULL, NULL);
+        wf_status_t st;
+        if (b->poll) {
+            /* a busy client: spins on wf_job_poll (runnable all the time) */
+            wf_job_t *job = NULL;
+            st = wf_attention_submit(c, &tq, &tk, &tv, NULL, &to, NULL, &job);
+            double give_up = now_s() + 120.0;
+            if (st == WF_OK)
+                while ((st = wf_job_poll(c, job)) == WF_E_PENDING && now_s() < give_up)
+                    ;
+            wf_job_destroy(c, &job);
+        } else {
+            st = wf_attention(c, &tq, &tk, &tv, NULL, &to, NULL, NULL);
+        }
         if (!atomic_load(&b->measuring))
             continue;
-        if (st == WF_OK)
+        if (st == WF_OK) {
             atomic_fetch_add(&b->jobs_ok, 1);
-        else
-            atomic_fetch_add(&b->jobs_err, 1);
+        } else if (atomic_fetch_add(&b->jobs_err, 1) == 0) {
+            fprintf(stderr, "bench_status: first job error: %s: %s\n",
+                    wf_status_name(st), wf_client_last_error(c));
+        }
     }
 done:
     wf_client_destroy(&c);
@@ -189,7 +211,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s PATH_TO_WEFTD [--seconds N] [--clients N] "
-                "[--metrics] [--devices cpu:N] [--seq S]\n", argv[0]);
+                "[--metrics] [--poll] [--devices cpu:N] [--seq S]\n", argv[0]);
         return 2;
     }
     static bench_t b;
@@ -209,6 +231,8 @@ int main(int argc, char **argv)
             b.seq = atoi(argv[++i]);
         else if (strcmp(argv[i], "--metrics") == 0)
             metrics = true;
+        else if (strcmp(argv[i], "--poll") == 0)
+            b.poll = true;
         else {
             fprintf(stderr, "bench_status: unknown argument %s\n", argv[i]);
             return 2;
@@ -231,8 +255,9 @@ int main(int argc, char **argv)
     pid_t pid = fork();
     if (pid == 0) {
         const char *args[16] = { argv[1], "--devices", devices, "--listen", listen_arg,
-                                 "--log-level", "warning", "--queue-capacity", "1024" };
-        int n = 9;
+                                 "--log-level", "error", "--queue-capacity", "1024",
+                                 "--drain-timeout-ms", "1000" };
+        int n = 11;
         if (metrics) {
             args[n++] = "--metrics-listen";
             args[n++] = mlisten;
@@ -276,26 +301,28 @@ int main(int argc, char **argv)
     double elapsed = now_s() - t_begin;
     atomic_store(&b.measuring, false);
     atomic_store(&b.stop, true);
+    /* SIGTERM first: the drain (1 s) answers what is queued, so that the
+     * clients' last calls end at once */
+    kill(pid, SIGTERM);
     for (int i = 0; i < clients; i++)
         pthread_join(th[i], NULL);
     if (metrics)
         pthread_join(mth, NULL);
     wf_client_destroy(&sc);
     free(si);
-    kill(pid, SIGTERM);
     int ws = 0;
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
         ;
 
     unsigned long long ok = atomic_load(&b.jobs_ok), err = atomic_load(&b.jobs_err);
-    printf("| clients | devices | job (1,S,8,64) f32 | status n | p50 ms | p99 ms | max ms "
+    printf("| clients | mode | devices | job (1,S,8,64) f32 | status n | p50 ms | p99 ms | max ms "
            "| status errors | max queue depth | jobs/s | job errors |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int ns = b.status.n;
     double p50 = quantile(&b.status, 0.50), p99 = quantile(&b.status, 0.99);
     double mx = ns ? b.status.t[ns - 1] : 0.0;
-    printf("| %d | %s | S=%d | %d | %.1f | %.1f | %.1f | %d | %u | %.1f | %llu |\n",
-           clients, devices, b.seq, ns, p50 * 1e3, p99 * 1e3, mx * 1e3, b.status.errors,
+    printf("| %d | %s | %s | S=%d | %d | %.1f | %.1f | %.1f | %d | %u | %.1f | %llu |\n",
+           clients, b.poll ? "busy (poll)" : "blocking", devices, b.seq, ns, p50 * 1e3, p99 * 1e3, mx * 1e3, b.status.errors,
            max_depth, (double)ok / elapsed, err);
     if (metrics) {
         int nm = b.metrics.n;
