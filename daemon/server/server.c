@@ -130,15 +130,23 @@ static void set_test_fault(wf_server_t *srv)
            t->n_fail_jobs, t->fail_jobs[0]);
 }
 
-/* Scheduling slice of the threads that answer clients (the main thread,
- * ZeroMQ's I/O thread): on an EEVDF kernel (Linux 6.12 on) a thread with
- * a slice shorter than the others' gets an earlier deadline when it
- * wakes, and so the CPU at once, ahead of busy threads of the same
- * priority (the workers, busy clients on the same cores); it does little
- * per wake-up. Unprivileged, per thread. Older kernels ignore the field
- * for SCHED_OTHER. (bench/bench_status.c: status p99 with 64 busy
- * clients on 2 cores.) */
+/* How the threads that answer clients (the main thread, ZeroMQ's I/O
+ * thread) are scheduled, so that status and replies do not wait behind
+ * busy threads at the same priority (the workers, busy clients on the
+ * same cores; bench/bench_status.c):
+ *  - a 0.1 ms slice: on an EEVDF kernel (Linux 6.12 on) a thread with a
+ *    slice shorter than the others' gets an earlier deadline when it
+ *    wakes, and so the CPU at once, as long as it has not used more than
+ *    its fair share (they do little per wake-up). Unprivileged; older
+ *    kernels ignore the field for SCHED_OTHER.
+ *  - nice -10 where allowed (root before `user` takes over, CAP_SYS_NICE,
+ *    or systemd's LimitNICE=): the fair share itself grows, so a storm of
+ *    busy clients cannot hold them back. Else they keep their nice.
+ * Per thread: the workers keep the default, and so do threads these two
+ * start later (reset on fork). */
 #define ANSWER_SLICE_NS 100000u    /* 0.1 ms: the kernel's smallest */
+#define ANSWER_NICE (-10)
+#define ANSWER_RESET_ON_FORK 0x01u /* SCHED_FLAG_RESET_ON_FORK */
 
 /* struct sched_attr of sched_setattr(2), version 0 (48 bytes); glibc
  * 2.36 has no wrapper and <linux/sched/types.h> clashes with <sched.h>. */
@@ -150,46 +158,64 @@ typedef struct answer_sched_attr {
     uint64_t sched_runtime, sched_deadline, sched_period;
 } answer_sched_attr_t;
 
-static bool set_slice(pid_t tid, uint64_t ns)
+/* 2: slice and nice set; 1: the slice only; 0: neither. A thread already
+ * below ANSWER_NICE keeps its nice. */
+static int favour_thread(pid_t tid)
 {
+    errno = 0;
+    int nice_now = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (errno != 0)
+        return 0;
     answer_sched_attr_t a;
     memset(&a, 0, sizeof a);
     a.size = sizeof a;
     a.sched_policy = SCHED_OTHER;
-    errno = 0;
-    int nice_now = getpriority(PRIO_PROCESS, (id_t)tid);
-    if (errno != 0)
-        return false;
+    /* threads it starts later (the model loader, the metrics endpoint)
+     * begin at nice 0 again */
+    a.sched_flags = ANSWER_RESET_ON_FORK;
+    a.sched_runtime = ANSWER_SLICE_NS;
+    a.sched_nice = nice_now < ANSWER_NICE ? nice_now : ANSWER_NICE;
+    if (syscall(SYS_sched_setattr, tid, &a, 0) == 0)
+        return 2;
     a.sched_nice = nice_now;
-    a.sched_runtime = ns;
-    return syscall(SYS_sched_setattr, tid, &a, 0) == 0;
+    return syscall(SYS_sched_setattr, tid, &a, 0) == 0 ? 1 : 0;
 }
 
 /* The main thread and every ZeroMQ I/O thread ("ZMQbg/IO/N", started by
- * the first socket of the context) get ANSWER_SLICE_NS. */
+ * the first socket of the context; it names itself once it runs, so
+ * look for up to 200 ms). */
 static void favour_answering_threads(wf_server_t *srv)
 {
-    unsigned n = 0, io = 0;
-    n += set_slice(gettid(), ANSWER_SLICE_NS);
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        char path[64], comm[32] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
-        FILE *f = fopen(path, "re");
-        if (!f)
-            continue;
-        if (fgets(comm, sizeof comm, f) && strncmp(comm, "ZMQbg/IO/", 9) == 0) {
-            io++;
-            n += set_slice((pid_t)atoi(e->d_name), ANSWER_SLICE_NS);
+    unsigned threads = 1, sliced = 0, niced = 0;
+    int r = favour_thread(gettid());
+    sliced += r >= 1;
+    niced += r == 2;
+    for (int tries = 0; threads == 1 && tries < 10; tries++) {
+        if (tries)
+            usleep(20000);
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            char path[64], comm[32] = "";
+            snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
+            FILE *f = fopen(path, "re");
+            if (!f)
+                continue;
+            if (fgets(comm, sizeof comm, f) && strncmp(comm, "ZMQbg/IO/", 9) == 0) {
+                threads++;
+                r = favour_thread((pid_t)atoi(e->d_name));
+                sliced += r >= 1;
+                niced += r == 2;
+            }
+            fclose(f);
         }
-        fclose(f);
+        if (d)
+            closedir(d);
     }
-    if (d)
-        closedir(d);
-    wf_log(srv->log, n == io + 1 ? WF_LOG_DEBUG : WF_LOG_INFO, "scheduling: %u of %u "
-           "answering thread(s) (main, ZeroMQ I/O) run with a %.1f ms slice",
-           n, io + 1, ANSWER_SLICE_NS / 1e6);
+    wf_log(srv->log, WF_LOG_INFO, "scheduling: answering threads (main, ZeroMQ I/O): "
+           "%u of %u with a %.1f ms slice, %u at nice %d%s", sliced, threads,
+           ANSWER_SLICE_NS / 1e6, niced, ANSWER_NICE,
+           niced < threads ? " (not allowed: no CAP_SYS_NICE / LimitNICE=)" : "");
 }
 
 /* Build the world and the groups of the initial mesh before serving:
