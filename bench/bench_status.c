@@ -8,8 +8,7 @@
  * 20 ms from another thread and prints its latency the same way.
  *
  * usage: bench_status PATH_TO_WEFTD [--seconds N] [--clients N]
- *                     [--metrics] [--poll] [--favour-status]
- *                     [--devices cpu:N] [--seq S]
+ *                     [--metrics] [--poll] [--devices cpu:N] [--seq S]
  *
  * Starts its own weftd (cpu:2 by default) on an ipc endpoint with
  * queue_capacity 1024 (every client keeps one job queued) and stops it
@@ -24,10 +23,8 @@
  * runnable all the time at weftd's own priority (the worst case for the
  * daemon's main thread and ZeroMQ's I/O thread, which must be scheduled
  * to answer). Without it the clients block in wf_job_wait.
- * --favour-status gives the status thread and its connection's ZeroMQ
- * I/O thread a 0.1 ms slice (EEVDF, Linux 6.12 on), as weftd gives its
- * own: the figures are then the daemon's share, without the status
- * client's own wait for a core among the busy ones.
+ * The status client runs at the clients' priority: its own wait for a
+ * core is in the figures, as it is for weftctl among busy clients.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,10 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,48 +202,6 @@ static void *metrics_poller(void *p)
     return NULL;
 }
 
-/* sched_setattr(2) version 0: the EEVDF slice of one thread (as weftd
- * sets its answering threads'). */
-typedef struct slice_attr {
-    uint32_t size, sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-} slice_attr_t;
-
-static int set_slice(pid_t tid)
-{
-    slice_attr_t a = { .size = sizeof a, .sched_policy = SCHED_OTHER,
-                       .sched_nice = getpriority(PRIO_PROCESS, (id_t)tid),
-                       .sched_runtime = 100000 };
-    return syscall(SYS_sched_setattr, tid, &a, 0) == 0;
-}
-
-/* --favour-status: the status thread (this one) and the ZeroMQ I/O
- * threads that exist now (the status connection's) get a 0.1 ms slice,
- * so the figures show the daemon's share of the latency, not the status
- * client's own wait for a core among the busy clients. */
-static int favour_status_client(void)
-{
-    int n = set_slice((pid_t)syscall(SYS_gettid));
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        char path[64], comm[32] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
-        FILE *f = fopen(path, "re");
-        if (!f)
-            continue;
-        if (fgets(comm, sizeof comm, f) && strncmp(comm, "ZMQbg/IO/", 9) == 0)
-            n += set_slice((pid_t)atoi(e->d_name));
-        fclose(f);
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static int free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -269,13 +221,13 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s PATH_TO_WEFTD [--seconds N] [--clients N] "
-                "[--metrics] [--poll] [--favour-status] [--devices cpu:N] [--seq S]\n", argv[0]);
+                "[--metrics] [--poll] [--devices cpu:N] [--seq S]\n", argv[0]);
         return 2;
     }
     static bench_t b;
     double seconds = 10.0;
     int clients = 64;
-    bool metrics = false, favour = false;
+    bool metrics = false;
     const char *devices = "cpu:2";
     b.seq = 512;
     for (int i = 2; i < argc; i++) {
@@ -291,8 +243,7 @@ int main(int argc, char **argv)
             metrics = true;
         else if (strcmp(argv[i], "--poll") == 0)
             b.poll = true;
-        else if (strcmp(argv[i], "--favour-status") == 0)
-            favour = true;
+
         else {
             fprintf(stderr, "bench_status: unknown argument %s\n", argv[i]);
             return 2;
@@ -335,8 +286,6 @@ int main(int argc, char **argv)
         waitpid(pid, NULL, 0);
         return 1;
     }
-    if (favour && favour_status_client() < 2)
-        fprintf(stderr, "bench_status: --favour-status: slice not set\n");
     pthread_t th[MAX_CLIENTS], mth;
     for (int i = 0; i < clients; i++)
         pthread_create(&th[i], NULL, submitter, &b);
@@ -377,15 +326,14 @@ int main(int argc, char **argv)
         ;
 
     unsigned long long ok = atomic_load(&b.jobs_ok), err = atomic_load(&b.jobs_err);
-    printf("| clients | mode | status client | devices | job (1,S,8,64) f32 | status n | p50 ms | p99 ms | max ms "
+    printf("| clients | mode | devices | job (1,S,8,64) f32 | status n | p50 ms | p99 ms | max ms "
            "| status errors | max queue depth | jobs/s | job errors |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int ns = b.status.n;
     double p50 = quantile(&b.status, 0.50), p99 = quantile(&b.status, 0.99);
     double mx = ns ? b.status.t[ns - 1] : 0.0;
-    printf("| %d | %s | %s | %s | S=%d | %d | %.1f | %.1f | %.1f | %d | %u | %.1f | %llu |\n",
-           clients, b.poll ? "busy (poll)" : "blocking",
-           favour ? "0.1 ms slice" : "default", devices, b.seq, ns, p50 * 1e3, p99 * 1e3, mx * 1e3, b.status.errors,
+    printf("| %d | %s | %s | S=%d | %d | %.1f | %.1f | %.1f | %d | %u | %.1f | %llu |\n",
+           clients, b.poll ? "busy (poll)" : "blocking", devices, b.seq, ns, p50 * 1e3, p99 * 1e3, mx * 1e3, b.status.errors,
            max_depth, (double)ok / elapsed, err);
     if (metrics) {
         int nm = b.metrics.n;

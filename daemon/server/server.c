@@ -13,13 +13,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <dirent.h>
-#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -130,55 +130,33 @@ static void set_test_fault(wf_server_t *srv)
            t->n_fail_jobs, t->fail_jobs[0]);
 }
 
-/* How the threads that answer clients (the main thread, ZeroMQ's I/O
- * thread) are scheduled, so that status and replies do not wait behind
- * busy threads at the same priority (the workers, busy clients on the
- * same cores; bench/bench_status.c):
- *  - a 0.1 ms slice: on an EEVDF kernel (Linux 6.12 on) a thread with a
- *    slice shorter than the others' gets an earlier deadline when it
- *    wakes, and so the CPU at once, as long as it has not used more than
- *    its fair share (they do little per wake-up). Unprivileged; older
- *    kernels ignore the field for SCHED_OTHER.
- *  - nice -10 where allowed (root before `user` takes over, CAP_SYS_NICE,
- *    or systemd's LimitNICE=): the fair share itself grows, so a storm of
- *    busy clients cannot hold them back. Else they keep their nice.
- * Per thread: the workers keep the default, and so do threads these two
- * start later (reset on fork). */
-#define ANSWER_SLICE_NS 100000u    /* 0.1 ms: the kernel's smallest */
+/* The threads that answer clients (the main thread, ZeroMQ's I/O thread)
+ * run at nice -10 where that is allowed (root before `user` takes over,
+ * CAP_SYS_NICE, or systemd's LimitNICE=-10), so that status and replies
+ * do not wait behind busy threads at the same priority: under full CPU
+ * load the kernel's fair share makes a thread that used its share wait
+ * for about (runnable threads) x (what it used); 64 busy clients on 2
+ * cores held status for 300-650 ms, at nice -10 25-80 ms
+ * (bench/bench_status.c, BENCHMARKS.md). They do little per wake-up, so
+ * the workers lose next to nothing. Per thread, with reset-on-fork:
+ * threads they start later (the model loader, the metrics endpoint)
+ * begin at nice 0, and the workers keep theirs. A shorter EEVDF slice
+ * alone (sched_setattr's sched_runtime) did not help: the threads had
+ * used their share. */
 #define ANSWER_NICE (-10)
-#define ANSWER_RESET_ON_FORK 0x01u /* SCHED_FLAG_RESET_ON_FORK */
 
-/* struct sched_attr of sched_setattr(2), version 0 (48 bytes); glibc
- * 2.36 has no wrapper and <linux/sched/types.h> clashes with <sched.h>. */
-typedef struct answer_sched_attr {
-    uint32_t size, sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-} answer_sched_attr_t;
-
-/* 2: slice and nice set; 1: the slice only; 0: neither. A thread already
- * below ANSWER_NICE keeps its nice. */
-static int favour_thread(pid_t tid)
+/* True when tid runs at ANSWER_NICE (or below) now. */
+static bool favour_thread(pid_t tid)
 {
     errno = 0;
     int nice_now = getpriority(PRIO_PROCESS, (id_t)tid);
     if (errno != 0)
-        return 0;
-    answer_sched_attr_t a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.sched_policy = SCHED_OTHER;
-    /* threads it starts later (the model loader, the metrics endpoint)
-     * begin at nice 0 again */
-    a.sched_flags = ANSWER_RESET_ON_FORK;
-    a.sched_runtime = ANSWER_SLICE_NS;
-    a.sched_nice = nice_now < ANSWER_NICE ? nice_now : ANSWER_NICE;
-    if (syscall(SYS_sched_setattr, tid, &a, 0) == 0)
-        return 2;
-    a.sched_nice = nice_now;
-    return syscall(SYS_sched_setattr, tid, &a, 0) == 0 ? 1 : 0;
+        return false;
+    struct sched_param p = { .sched_priority = 0 };
+    /* SCHED_RESET_ON_FORK on a thread of our own is never refused */
+    (void)sched_setscheduler(tid, SCHED_OTHER | SCHED_RESET_ON_FORK, &p);
+    return nice_now <= ANSWER_NICE ||
+           setpriority(PRIO_PROCESS, (id_t)tid, ANSWER_NICE) == 0;
 }
 
 /* The main thread and every ZeroMQ I/O thread ("ZMQbg/IO/N", started by
@@ -186,10 +164,7 @@ static int favour_thread(pid_t tid)
  * look for up to 200 ms). */
 static void favour_answering_threads(wf_server_t *srv)
 {
-    unsigned threads = 1, sliced = 0, niced = 0;
-    int r = favour_thread(gettid());
-    sliced += r >= 1;
-    niced += r == 2;
+    unsigned threads = 1, niced = favour_thread(gettid());
     for (int tries = 0; threads == 1 && tries < 10; tries++) {
         if (tries)
             usleep(20000);
@@ -203,19 +178,21 @@ static void favour_answering_threads(wf_server_t *srv)
                 continue;
             if (fgets(comm, sizeof comm, f) && strncmp(comm, "ZMQbg/IO/", 9) == 0) {
                 threads++;
-                r = favour_thread((pid_t)atoi(e->d_name));
-                sliced += r >= 1;
-                niced += r == 2;
+                niced += favour_thread((pid_t)atoi(e->d_name));
             }
             fclose(f);
         }
         if (d)
             closedir(d);
     }
-    wf_log(srv->log, WF_LOG_INFO, "scheduling: answering threads (main, ZeroMQ I/O): "
-           "%u of %u with a %.1f ms slice, %u at nice %d%s", sliced, threads,
-           ANSWER_SLICE_NS / 1e6, niced, ANSWER_NICE,
-           niced < threads ? " (not allowed: no CAP_SYS_NICE / LimitNICE=)" : "");
+    if (niced == threads)
+        wf_log(srv->log, WF_LOG_INFO, "scheduling: the %u answering threads (main, "
+               "ZeroMQ I/O) run at nice %d", threads, ANSWER_NICE);
+    else
+        wf_log(srv->log, WF_LOG_INFO, "scheduling: %u of %u answering threads (main, "
+               "ZeroMQ I/O) at nice %d; the others stay (no CAP_SYS_NICE, no "
+               "LimitNICE=%d): status may wait behind busy threads under full load",
+               niced, threads, ANSWER_NICE, ANSWER_NICE);
 }
 
 /* Build the world and the groups of the initial mesh before serving:
