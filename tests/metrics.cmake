@@ -6,8 +6,8 @@
 # Needs a weftd built with libmicrohttpd (.ci/deps installs it).
 if(WEFT_HAVE_MHD)
   add_executable(test_metrics ${CMAKE_CURRENT_LIST_DIR}/test_metrics.c)
-  target_link_libraries(test_metrics PRIVATE weft_clusterd weft_testsupport weft
-                        Threads::Threads m)
+  target_link_libraries(test_metrics PRIVATE weft_clusterd weft_testsupport
+                        weft_proto weft Threads::Threads m)
   add_test(NAME e2e_metrics COMMAND test_metrics $<TARGET_FILE:weftd>
            $<TARGET_FILE:weftctl>)
   set_tests_properties(e2e_metrics PROPERTIES TIMEOUT 180)

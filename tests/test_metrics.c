@@ -13,7 +13,11 @@
  *       them is never read), HEAD 200 without a body;
  *   (d) metrics_listen on 0.0.0.0 without allow_anonymous: weftd exits
  *       non-zero and says why; with allow_anonymous it serves; an address
- *       that does not resolve stops the start too.
+ *       that does not resolve stops the start too, and so does a port
+ *       already taken;
+ *   (e) the wire: the counters round trip through the codec, a status
+ *       without them decodes with present 0, unknown keys in them are
+ *       ignored.
  * usage: test_metrics WEFTD WEFTCTL
  */
 #include <errno.h>
@@ -32,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "proto.h"
 #include "support/clusterd.h"
 #include "support/jobcheck.h"
 #include "weft.h"
@@ -434,6 +439,91 @@ static void check_http_errors(int port)
     http_free(&h);
 }
 
+static bool counters_equal(const wf_status_counters_t *a, const wf_status_counters_t *b)
+{
+    bool eq = a->present == b->present && a->refused_count == b->refused_count &&
+              a->failed_count == b->failed_count && a->op_count == b->op_count &&
+              a->reconfigurations == b->reconfigurations &&
+              a->reconfigurations_failed == b->reconfigurations_failed &&
+              a->reconfigure_ms == b->reconfigure_ms && a->nodes_lost == b->nodes_lost &&
+              a->handshakes_refused == b->handshakes_refused &&
+              a->handshakes_admitted == b->handshakes_admitted;
+    for (uint32_t i = 0; eq && i < a->refused_count; i++)
+        eq = a->refused[i].code == b->refused[i].code &&
+             a->refused[i].count == b->refused[i].count;
+    for (uint32_t i = 0; eq && i < a->failed_count; i++)
+        eq = a->failed[i].code == b->failed[i].code && a->failed[i].count == b->failed[i].count;
+    for (uint32_t i = 0; eq && i < a->op_count; i++)
+        eq = strcmp(a->ops[i].op, b->ops[i].op) == 0 && a->ops[i].served == b->ops[i].served &&
+             a->ops[i].failed == b->ops[i].failed && a->ops[i].p50_us == b->ops[i].p50_us &&
+             a->ops[i].p99_us == b->ops[i].p99_us && a->ops[i].max_us == b->ops[i].max_us;
+    return eq;
+}
+
+/* (e) the wire: status counters encode and decode back (every field);
+ * a reply without them decodes with present 0; a decoder meets unknown
+ * keys inside them and ignores them (a newer daemon). */
+static void check_wire(void)
+{
+    static wf_reply_t rep, back;
+    memset(&rep, 0, sizeof rep);
+    rep.version = WF_PROTOCOL_VERSION;
+    rep.id = 7;
+    rep.op = WF_OP_STATUS;
+    wf_status_info_t *s = &rep.result.status;
+    snprintf(s->weft_version, sizeof s->weft_version, "0.2.0");
+    s->mesh = (wf_mesh_degrees_t){ 1, 1, 1, 2 };
+    wf_status_counters_t *c = &s->counters;
+    c->present = 1;
+    c->refused_count = 2;
+    c->refused[0] = (wf_code_count_t){ WF_E_QUEUE_FULL, 12 };
+    c->refused[1] = (wf_code_count_t){ WF_E_DENIED, UINT64_C(1) << 40 };
+    c->failed_count = 1;
+    c->failed[0] = (wf_code_count_t){ WF_E_NODE_LOST, 3 };
+    c->op_count = 2;
+    c->ops[0] = (wf_op_counters_t){ "attention", 100, 4, 1500, 90000, 120000 };
+    c->ops[1] = (wf_op_counters_t){ "forward", 1, 0, 2000000, 2000000, 2000000 };
+    c->reconfigurations = 5;
+    c->reconfigurations_failed = 1;
+    c->reconfigure_ms = 4321;
+    c->nodes_lost = 2;
+    c->handshakes_refused = 9;
+    c->handshakes_admitted = 11;
+    wf_buf_t b = { 0 };
+    char err[256] = "";
+    CHECKM(wf_reply_encode(&rep, &b) == WF_OK, "encode");
+    CHECKM(wf_reply_decode(b.data, b.len, &back, err, sizeof err) == WF_OK, "decode: %s", err);
+    CHECKM(counters_equal(&back.result.status.counters, c), "counters round trip");
+    CHECKM(back.result.status.mesh.tp == 2, "the rest still there");
+    /* without counters */
+    c->present = 0;
+    wf_buf_free(&b);
+    CHECKM(wf_reply_encode(&rep, &b) == WF_OK &&
+           wf_reply_decode(b.data, b.len, &back, err, sizeof err) == WF_OK &&
+           back.result.status.counters.present == 0 &&
+           back.result.status.counters.op_count == 0, "no counters: present 0");
+    wf_buf_free(&b);
+    /* unknown keys inside counters (and an op map with one more key) */
+    static const unsigned char newer[] = {
+        0x85, 0xa1, 'v', 0x01, 0xa2, 'i', 'd', 0x07, 0xa2, 'o', 'p', 0x02,
+        0xa6, 's', 't', 'a', 't', 'u', 's', 0x00,
+        0xa6, 'r', 'e', 's', 'u', 'l', 't', 0x81,
+        0xa8, 'c', 'o', 'u', 'n', 't', 'e', 'r', 's', 0x83,
+        0xa3, 'n', 'e', 'w', 0x2a,                                   /* new: 42 */
+        0xa3, 'o', 'p', 's', 0x91, 0x82, 0xa2, 'o', 'p', 0xa1, 'x',  /* ops: [{op: x, */
+        0xa4, 'm', 'o', 'r', 'e', 0xc3,                              /*   more: true}] */
+        0xa7, 'r', 'e', 'f', 'u', 's', 'e', 'd', 0x91, 0x83,         /* refused: [{ */
+        0xa4, 'c', 'o', 'd', 'e', 0x0b, 0xa5, 'c', 'o', 'u', 'n', 't', 0x02,
+        0xa4, 'w', 'h', 'e', 'n', 0x01,                              /* when: 1}] */
+    };
+    wf_status_t st = wf_reply_decode(newer, sizeof newer, &back, err, sizeof err);
+    const wf_status_counters_t *k = &back.result.status.counters;
+    CHECKM(st == WF_OK && k->present == 1 && k->op_count == 1 &&
+           strcmp(k->ops[0].op, "x") == 0 && k->refused_count == 1 &&
+           k->refused[0].code == 11 && k->refused[0].count == 2,
+           "unknown keys ignored: %s: %s", wf_status_name(st), err);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -443,6 +533,7 @@ int main(int argc, char **argv)
     weftd = argv[1];
     weftctl = argv[2];
     signal(SIGPIPE, SIG_IGN);
+    check_wire();
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;
