@@ -139,6 +139,43 @@ static int cmd_hello(wf_client_t *c)
     return 0;
 }
 
+/* "WF_E_QUEUE_FULL 3, WF_E_LIMIT 1" or "none" */
+static void print_codes(const char *what, uint32_t n, const wf_code_count_t *cc)
+{
+    if (n > WF_STATUS_MAX_CODES)
+        n = WF_STATUS_MAX_CODES;
+    printf("  %-10s ", what);
+    if (n == 0)
+        printf("none");
+    for (uint32_t i = 0; i < n; i++)
+        printf("%s%s %" PRIu64, i ? ", " : "", wf_status_name((wf_status_t)cc[i].code),
+               cc[i].count);
+    printf("\n");
+}
+
+/* The counters of a daemon that sends them (0.2 on). */
+static void print_counters(const wf_status_counters_t *c)
+{
+    printf("\ncounters since start:\n");
+    uint32_t nop = c->op_count < WF_STATUS_MAX_OPS ? c->op_count : WF_STATUS_MAX_OPS;
+    for (uint32_t i = 0; i < nop; i++) {
+        const wf_op_counters_t *o = &c->ops[i];
+        printf("  %-10s served %" PRIu64 "  failed %" PRIu64, o->op, o->served, o->failed);
+        if (o->served)
+            printf("  latency p50 %.1f ms  p99 %.1f ms  max %.1f ms",
+                   (double)o->p50_us / 1e3, (double)o->p99_us / 1e3,
+                   (double)o->max_us / 1e3);
+        printf("\n");
+    }
+    print_codes("refused", c->refused_count, c->refused);
+    print_codes("failed", c->failed_count, c->failed);
+    printf("  %-10s %" PRIu64 " ok, %" PRIu64 " failed, %.1f s in all\n",
+           "reconfig", c->reconfigurations, c->reconfigurations_failed,
+           (double)c->reconfigure_ms / 1e3);
+    printf("  %-10s %" PRIu64 " refused, %" PRIu64 " admitted  nodes lost %" PRIu64 "\n",
+           "handshakes", c->handshakes_refused, c->handshakes_admitted, c->nodes_lost);
+}
+
 static int cmd_status(wf_client_t *c)
 {
     wf_status_info_t *s = calloc(1, sizeof *s);
@@ -194,6 +231,8 @@ static int cmd_status(wf_client_t *c)
             printf("%-20s %-10s %10u %6u\n", s->nodes[i].name, s->nodes[i].state,
                    s->nodes[i].first_rank, s->nodes[i].ranks);
     }
+    if (s->counters.present)
+        print_counters(&s->counters);
     free(s);
     return 0;
 }

@@ -237,6 +237,47 @@ typedef struct wf_node_info {
     uint32_t ranks;          /* its devices (ranks) in the world; 0 when out */
 } wf_node_info_t;
 
+/* A status code and how often it was counted. */
+typedef struct wf_code_count {
+    uint32_t code;           /* a wire status code (wf_status_t) */
+    uint64_t count;
+} wf_code_count_t;
+
+/* One job op as status counts it. */
+typedef struct wf_op_counters {
+    char op[16];             /* "attention", "forward" */
+    uint64_t served;         /* jobs answered OK */
+    uint64_t failed;         /* jobs admitted that ended in an error */
+    uint64_t p50_us;         /* latency of the served jobs (receipt to the end */
+    uint64_t p99_us;         /*   of compute), estimated from the daemon's */
+                             /*   histogram buckets (PROTOCOL.md section 5) */
+    uint64_t max_us;         /* the longest served job */
+} wf_op_counters_t;
+
+/* Most codes and ops a status reply's counters list. */
+#define WF_STATUS_MAX_CODES 32
+#define WF_STATUS_MAX_OPS 4
+
+/* Counters since the daemon started (PROTOCOL.md section 5, `counters`);
+ * all 0 when the daemon did not send them (present 0). */
+typedef struct wf_status_counters {
+    uint32_t present;        /* 1: the reply had them */
+    uint32_t refused_count;  /* entries used in refused[] */
+    wf_code_count_t refused[WF_STATUS_MAX_CODES]; /* requests refused before any
+                                work, by code (their sum: requests_rejected) */
+    uint32_t failed_count;   /* entries used in failed[] */
+    wf_code_count_t failed[WF_STATUS_MAX_CODES];  /* requests taken (jobs admitted,
+                                reconfigurations, loads) that then failed, by code */
+    uint32_t op_count;       /* entries used in ops[] */
+    wf_op_counters_t ops[WF_STATUS_MAX_OPS];
+    uint64_t reconfigurations;        /* ended OK */
+    uint64_t reconfigurations_failed; /* ended in an error */
+    uint64_t reconfigure_ms;          /* time spent in both kinds */
+    uint64_t nodes_lost;              /* cluster coordinator: nodes lost */
+    uint64_t handshakes_refused;      /* CURVE handshakes refused (ZAP) */
+    uint64_t handshakes_admitted;     /* and admitted */
+} wf_status_counters_t;
+
 /* What status reports. */
 typedef struct wf_status_info {
     char weft_version[32];    /* daemon version string */
@@ -265,6 +306,7 @@ typedef struct wf_status_info {
     char world_id[40];        /* fresh per epoch (hex); the NCCL unique-id slot */
     uint32_t node_count;      /* entries used in nodes[] */
     wf_node_info_t nodes[WF_STATUS_MAX_NODES];
+    wf_status_counters_t counters; /* operators' counters (since 0.2) */
 } wf_status_info_t;
 
 /* Ask the daemon for its status. */

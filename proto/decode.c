@@ -948,6 +948,72 @@ static wf_status_t decode_hello_result(dec_t *d, const msgpack_object *r,
     return WF_OK;
 }
 
+/* An optional array of {"code", "count"} maps (status counters). */
+static wf_status_t opt_code_counts(dec_t *d, const msgpack_object *map, const char *name,
+                                   uint32_t *n_out, wf_code_count_t *out)
+{
+    const msgpack_object *a = map_get(map, name);
+    if (!a)
+        return WF_OK;
+    if (a->type != MSGPACK_OBJECT_ARRAY)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "result.counters.%s: must be an array", name);
+    uint32_t n = a->via.array.size < WF_STATUS_MAX_CODES ? a->via.array.size
+                                                        : WF_STATUS_MAX_CODES;
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *m = &a->via.array.ptr[i];
+        if (m->type != MSGPACK_OBJECT_MAP)
+            return wf_errf_buf(d, WF_E_PROTOCOL, "result.counters.%s[%u]: must be a map",
+                               name, i);
+        TRY(opt_u32(d, m, "result.counters[]", "code", &out[i].code));
+        TRY(opt_u64(d, m, "result.counters[]", "count", &out[i].count));
+    }
+    *n_out = n;
+    return WF_OK;
+}
+
+/* The optional `counters` map of a status result (section 5). */
+static wf_status_t decode_status_counters(dec_t *d, const msgpack_object *r,
+                                          wf_status_counters_t *c)
+{
+    const msgpack_object *x = map_get(r, "counters");
+    if (!x)
+        return WF_OK;
+    if (x->type != MSGPACK_OBJECT_MAP)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "result.counters: must be a map");
+    c->present = 1;
+    TRY(opt_code_counts(d, x, "refused", &c->refused_count, c->refused));
+    TRY(opt_code_counts(d, x, "failed", &c->failed_count, c->failed));
+    const char *p = "result.counters";
+    TRY(opt_u64(d, x, p, "reconfigurations", &c->reconfigurations));
+    TRY(opt_u64(d, x, p, "reconfigurations_failed", &c->reconfigurations_failed));
+    TRY(opt_u64(d, x, p, "reconfigure_ms", &c->reconfigure_ms));
+    TRY(opt_u64(d, x, p, "nodes_lost", &c->nodes_lost));
+    TRY(opt_u64(d, x, p, "handshakes_refused", &c->handshakes_refused));
+    TRY(opt_u64(d, x, p, "handshakes_admitted", &c->handshakes_admitted));
+    const msgpack_object *a = map_get(x, "ops");
+    if (!a)
+        return WF_OK;
+    if (a->type != MSGPACK_OBJECT_ARRAY)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "result.counters.ops: must be an array");
+    uint32_t n = a->via.array.size < WF_STATUS_MAX_OPS ? a->via.array.size
+                                                      : WF_STATUS_MAX_OPS;
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *m = &a->via.array.ptr[i];
+        wf_op_counters_t *o = &c->ops[i];
+        if (m->type != MSGPACK_OBJECT_MAP)
+            return wf_errf_buf(d, WF_E_PROTOCOL, "result.counters.ops[%u]: must be a map", i);
+        const char *q = "result.counters.ops[]";
+        TRY(opt_str(d, m, q, "op", o->op, sizeof(o->op)));
+        TRY(opt_u64(d, m, q, "served", &o->served));
+        TRY(opt_u64(d, m, q, "failed", &o->failed));
+        TRY(opt_u64(d, m, q, "p50_us", &o->p50_us));
+        TRY(opt_u64(d, m, q, "p99_us", &o->p99_us));
+        TRY(opt_u64(d, m, q, "max_us", &o->max_us));
+    }
+    c->op_count = n;
+    return WF_OK;
+}
+
 static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
                                         wf_status_info_t *s)
 {
@@ -964,6 +1030,7 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     TRY(opt_u64(d, r, "result", "rss_bytes", &s->rss_bytes));
     TRY(opt_mesh(d, r, "result", &s->mesh));
     TRY(opt_flag_u32(d, r, "result", "reconfiguring", &s->reconfiguring));
+    TRY(decode_status_counters(d, r, &s->counters));
     const msgpack_object *cl = map_get(r, "cluster");
     if (cl) {
         if (cl->type != MSGPACK_OBJECT_MAP)

@@ -333,12 +333,58 @@ static void put_hello(enc_t *e, const wf_hello_info_t *h)
     put_key_uint(e, "max_tensors", h->max_tensors);
 }
 
+/* [{"code": uint, "count": uint}, ...] */
+static void put_code_counts(enc_t *e, const char *key, uint32_t n,
+                            const wf_code_count_t *c)
+{
+    if (n > WF_STATUS_MAX_CODES)
+        n = WF_STATUS_MAX_CODES;
+    put_str(e, key);
+    e->failed |= msgpack_pack_array(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++) {
+        e->failed |= msgpack_pack_map(&e->pk, 2);
+        put_key_uint(e, "code", c[i].code);
+        put_key_uint(e, "count", c[i].count);
+    }
+}
+
+/* status `counters` (section 5) */
+static void put_counters(enc_t *e, const wf_status_counters_t *c)
+{
+    uint32_t nop = c->op_count < WF_STATUS_MAX_OPS ? c->op_count : WF_STATUS_MAX_OPS;
+    put_str(e, "counters");
+    e->failed |= msgpack_pack_map(&e->pk, 9);
+    put_code_counts(e, "refused", c->refused_count, c->refused);
+    put_code_counts(e, "failed", c->failed_count, c->failed);
+    put_str(e, "ops");
+    e->failed |= msgpack_pack_array(&e->pk, nop);
+    for (uint32_t i = 0; i < nop; i++) {
+        const wf_op_counters_t *o = &c->ops[i];
+        e->failed |= msgpack_pack_map(&e->pk, 6);
+        put_key_fixstr(e, "op", o->op, sizeof(o->op));
+        put_key_uint(e, "served", o->served);
+        put_key_uint(e, "failed", o->failed);
+        put_key_uint(e, "p50_us", o->p50_us);
+        put_key_uint(e, "p99_us", o->p99_us);
+        put_key_uint(e, "max_us", o->max_us);
+    }
+    put_key_uint(e, "reconfigurations", c->reconfigurations);
+    put_key_uint(e, "reconfigurations_failed", c->reconfigurations_failed);
+    put_key_uint(e, "reconfigure_ms", c->reconfigure_ms);
+    put_key_uint(e, "nodes_lost", c->nodes_lost);
+    put_key_uint(e, "handshakes_refused", c->handshakes_refused);
+    put_key_uint(e, "handshakes_admitted", c->handshakes_admitted);
+}
+
 static void put_status(enc_t *e, const wf_status_info_t *s)
 {
     uint32_t n = s->device_count < WF_STATUS_MAX_DEVICES ? s->device_count
                                                          : WF_STATUS_MAX_DEVICES;
     bool cl = s->role[0] != '\0';
-    e->failed |= msgpack_pack_map(&e->pk, 14 + (cl ? 1 : 0));
+    bool co = s->counters.present != 0;
+    e->failed |= msgpack_pack_map(&e->pk, 14 + (cl ? 1 : 0) + (co ? 1 : 0));
+    if (co)
+        put_counters(e, &s->counters);
     put_key_fixstr(e, "weft_version", s->weft_version, sizeof(s->weft_version));
     put_key_fixstr(e, "backend", s->backend, sizeof(s->backend));
     put_key_uint(e, "epoch", s->epoch);

@@ -144,6 +144,9 @@ static const setting_def_t settings_table[] = {
     { "user", KIND_NAME, OFF(user), "", 0, 0, false,
       "started as root: the user to switch to once the sockets are bound; "
       "empty = stay" },
+    { "metrics_listen", KIND_HOSTPORT, OFF(metrics_listen), "", 0, 0, false,
+      "HOST:PORT of the Prometheus metrics endpoint (HTTP GET /metrics, "
+      "text format 0.0.4); loopback only unless allow_anonymous; empty = off" },
     { "nccl", KIND_BOOL, OFF(nccl), "true", 0, 0, false,
       "CUDA: NCCL worlds when NCCL is built and every rank has its own GPU; "
       "false = the host comm staged through copies (for comparisons)" },

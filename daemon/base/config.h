@@ -94,6 +94,8 @@ typedef struct wf_settings {
     char node_keys[WF_SETTINGS_PATH_MAX]; /* cluster nodes' keys; "" = no CURVE */
     char coordinator_node[WF_SETTINGS_NAME_MAX]; /* with node_keys: who coordinates */
     char user[WF_SETTINGS_NAME_MAX]; /* root: switch to this user after binding */
+    char metrics_listen[WF_SETTINGS_NAME_MAX]; /* HOST:PORT of the Prometheus
+                                    endpoint (GET /metrics); "" = off */
     /* comm on GPUs */
     bool nccl;                   /* NCCL worlds where every rank has its own GPU */
     uint32_t nccl_init_timeout_ms; /* bound on an NCCL communicator's init */

@@ -777,6 +777,11 @@ bool wf_cluster_coordinator_lost(const wf_cluster_t *c)
     return c->state == CS_COORD_LOST;
 }
 
+uint64_t wf_cluster_nodes_lost(const wf_cluster_t *c)
+{
+    return c->nodes_lost;
+}
+
 void wf_cluster_fill_status(const wf_cluster_t *c, wf_status_info_t *si)
 {
     snprintf(si->role, sizeof si->role, "%s",

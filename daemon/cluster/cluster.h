@@ -262,5 +262,9 @@ bool wf_cluster_coordinator_lost(const wf_cluster_t *c);
 
 /* The cluster part of a status reply. */
 void wf_cluster_fill_status(const wf_cluster_t *c, wf_status_info_t *si);
+/* Coordinator: nodes lost since start (each loss once: a heartbeat
+ * timeout, a rendezvous step without an answer, a failure report);
+ * member: 0. For the metrics. */
+uint64_t wf_cluster_nodes_lost(const wf_cluster_t *c);
 
 #endif /* WF_CLUSTER_H */

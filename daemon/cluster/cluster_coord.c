@@ -143,6 +143,7 @@ void cluster_lose_node(wf_cluster_t *c, node_t *n, const char *why, uint64_t now
     if (!cluster_node_alive(n) || n->state == NODE_SELF)
         return;
     bool was_in_world = n->in_world;
+    c->nodes_lost++;
     n->state = NODE_LOST;
     n->lost_us = now;
     n->in_world = false;
@@ -457,6 +458,7 @@ void cluster_coord_timers(wf_cluster_t *c, uint64_t now)
                     c->epoch, tmo, names);
         for (uint32_t i = 1; i < c->n_nodes; i++)
             if (c->nodes[i].state == NODE_WORLD) {
+                c->nodes_lost++;
                 c->nodes[i].state = NODE_LOST;
                 c->nodes[i].lost_us = now;
                 c->nodes[i].in_world = false;

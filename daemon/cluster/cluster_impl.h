@@ -95,6 +95,7 @@ struct wf_cluster {
     uint64_t failed_epoch;           /* world epoch known to be aborted so (0: none) */
     bool abort_pending;              /* the server must abort its part of it */
     char abort_why[WF_PROTO_ERROR_MAX]; /* what failed, for the logs */
+    uint64_t nodes_lost;             /* coordinator: nodes lost since start */
     unsigned rebuilds;               /* coordinator: rebuilds in a row, no job
                                         succeeded since the first */
     bool rebuild_round;              /* coordinator: the open round rebuilds an

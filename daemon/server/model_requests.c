@@ -35,7 +35,7 @@ static void model_reply(wf_server_t *srv, wf_model_t *m, uint32_t op,
     if (!m->has_client)
         return;
     if (st != WF_OK) {
-        srv_reply_error(srv, m->identity, m->delim, m->req_id, op, st, msg);
+        srv_reply_fail(srv, m->identity, m->delim, m->req_id, op, st, msg);
     } else {
         wf_reply_t *rep = srv_reply_ok(srv, m->req_id, op);
         if (op == WF_OP_LOAD_MODEL) {

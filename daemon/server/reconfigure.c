@@ -169,6 +169,7 @@ void srv_reconf_finish(wf_server_t *srv, wf_status_t st)
     wf_mesh_degrees_format(&srv->reconf.target.deg, to, sizeof to);
     if (st == WF_OK && srv->world && srv->reconf.world_epoch != wf_world_epoch(srv->world))
         st = WF_E_ABORTED;    /* a new world superseded it (with its own mesh) */
+    srv_metrics_reconfigured(srv, st == WF_OK, now - srv->reconf.t_start_us);
     if (st == WF_OK) {
         srv->sched.mesh = srv->reconf.target;
         srv->reconf.failures = 0;
@@ -190,10 +191,10 @@ void srv_reconf_finish(wf_server_t *srv, wf_status_t st)
             rep->result.reconfigure.mesh = srv->sched.mesh.deg;
             srv_reply_send(srv, &srv->reconf.identity, srv->reconf.delim, rep, NULL);
         } else {
-            srv_reply_error(srv, &srv->reconf.identity, srv->reconf.delim,
-                            srv->reconf.id, WF_OP_RECONFIGURE, WF_E_INTERNAL,
-                            "reconfiguration failed: the communicators could not be "
-                            "rebuilt; the mesh is unchanged");
+            srv_reply_fail(srv, &srv->reconf.identity, srv->reconf.delim,
+                           srv->reconf.id, WF_OP_RECONFIGURE, WF_E_INTERNAL,
+                           "reconfiguration failed: the communicators could not be "
+                           "rebuilt; the mesh is unchanged");
         }
         zmq_msg_close(&srv->reconf.identity);
         zmq_msg_init(&srv->reconf.identity);

@@ -243,13 +243,27 @@ wf_reply_t *srv_reply_ok(wf_server_t *srv, uint64_t id, uint32_t op)
     return rep;
 }
 
-void srv_reply_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
-                     uint64_t id, uint32_t op, wf_status_t st, const char *msg)
+static void send_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                       uint64_t id, uint32_t op, wf_status_t st, const char *msg)
 {
     wf_reply_t *rep = srv_reply_ok(srv, id, op);
     rep->status = st;
     snprintf(rep->error, sizeof rep->error, "%s", msg && *msg ? msg : wf_status_str(st));
     srv_reply_send(srv, identity, delim, rep, NULL);
+}
+
+void srv_reply_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                     uint64_t id, uint32_t op, wf_status_t st, const char *msg)
+{
+    srv_metrics_refused(srv, op, st);
+    send_error(srv, identity, delim, id, op, st, msg);
+}
+
+void srv_reply_fail(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                    uint64_t id, uint32_t op, wf_status_t st, const char *msg)
+{
+    srv_metrics_failed(srv, op, st);
+    send_error(srv, identity, delim, id, op, st, msg);
 }
 
 void srv_reply_job(wf_server_t *srv, wf_djob_t *job)
@@ -266,10 +280,12 @@ void srv_reply_job(wf_server_t *srv, wf_djob_t *job)
             snprintf(msg, sizeof msg, "%s", job->err);
         else
             snprintf(msg, sizeof msg, "job failed on a device: %s", wf_status_str(st));
-        srv_reply_error(srv, &job->identity, job->has_delim, job->req.id, job->req.op,
-                        st, msg);
+        srv_reply_fail(srv, &job->identity, job->has_delim, job->req.id, job->req.op,
+                       st, msg);
         return;
     }
+    srv_metrics_served(srv, job->req.op, job->t_done_us > job->t_recv_us
+                                         ? job->t_done_us - job->t_recv_us : 0);
     wf_reply_t *rep = srv_reply_ok(srv, job->req.id, job->req.op);
     rep->epoch = job->epoch;
     rep->n_tensors = job->n_outputs;

@@ -69,6 +69,7 @@ static void fill_status(const wf_server_t *srv, wf_status_info_t *si)
     si->device_count = srv->n_workers;
     if (srv->world)
         wf_cluster_fill_status(wf_world_cluster(srv->world), si);
+    srv_metrics_fill_status(srv, si);
     for (uint32_t d = 0; d < srv->n_workers; d++) {
         const wf_worker_t *w = &srv->workers[d];
         wf_device_info_t *di = &si->devices[d];

@@ -13,11 +13,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -141,6 +144,71 @@ static void set_test_fault(wf_server_t *srv)
     wf_log(srv->log, WF_LOG_WARNING, "WEFT_TEST_FAIL_JOB: jobs of %u sequence "
            "numbers, the first %" PRIu64 ", fail on this daemon's ranks (test only)",
            t->n_fail_jobs, t->fail_jobs[0]);
+}
+
+/* The threads that answer clients (the main thread, ZeroMQ's I/O thread)
+ * run at nice -10 where that is allowed (root before `user` takes over,
+ * CAP_SYS_NICE, or systemd's LimitNICE=-10), so that status and replies
+ * do not wait behind busy threads at the same priority: under full CPU
+ * load the kernel's fair share makes a thread that used its share wait
+ * for about (runnable threads) x (what it used); 64 busy clients on 2
+ * cores held status for 300-650 ms, at nice -10 25-80 ms
+ * (bench/bench_status.c, BENCHMARKS.md). They do little per wake-up, so
+ * the workers lose next to nothing. Per thread, with reset-on-fork:
+ * threads they start later (the model loader, the metrics endpoint)
+ * begin at nice 0, and the workers keep theirs. A shorter EEVDF slice
+ * alone (sched_setattr's sched_runtime) did not help: the threads had
+ * used their share. */
+#define ANSWER_NICE (-10)
+
+/* True when tid runs at ANSWER_NICE (or below) now. */
+static bool favour_thread(pid_t tid)
+{
+    errno = 0;
+    int nice_now = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (errno != 0)
+        return false;
+    struct sched_param p = { .sched_priority = 0 };
+    /* SCHED_RESET_ON_FORK on a thread of our own is never refused */
+    (void)sched_setscheduler(tid, SCHED_OTHER | SCHED_RESET_ON_FORK, &p);
+    return nice_now <= ANSWER_NICE ||
+           setpriority(PRIO_PROCESS, (id_t)tid, ANSWER_NICE) == 0;
+}
+
+/* The main thread and every ZeroMQ I/O thread ("ZMQbg/IO/N", started by
+ * the first socket of the context; it names itself once it runs, so
+ * look for up to 200 ms). */
+static void favour_answering_threads(wf_server_t *srv)
+{
+    unsigned threads = 1, niced = favour_thread(gettid());
+    for (int tries = 0; threads == 1 && tries < 10; tries++) {
+        if (tries)
+            usleep(20000);
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            char path[64], comm[32] = "";
+            snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
+            FILE *f = fopen(path, "re");
+            if (!f)
+                continue;
+            if (fgets(comm, sizeof comm, f) && strncmp(comm, "ZMQbg/IO/", 9) == 0) {
+                threads++;
+                niced += favour_thread((pid_t)atoi(e->d_name));
+            }
+            fclose(f);
+        }
+        if (d)
+            closedir(d);
+    }
+    if (niced == threads)
+        wf_log(srv->log, WF_LOG_INFO, "scheduling: the %u answering threads (main, "
+               "ZeroMQ I/O) run at nice %d", threads, ANSWER_NICE);
+    else
+        wf_log(srv->log, WF_LOG_INFO, "scheduling: %u of %u answering threads (main, "
+               "ZeroMQ I/O) at nice %d; the others stay (no CAP_SYS_NICE, no "
+               "LimitNICE=%d): status may wait behind busy threads under full load",
+               niced, threads, ANSWER_NICE, ANSWER_NICE);
 }
 
 /* Build the world and the groups of the initial mesh before serving:
@@ -458,6 +526,11 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             goto fail;
         cluster_sync(srv);      /* a world of one node forms at once */
     }
+    favour_answering_threads(srv);
+    /* The counters, and the metrics endpoint when metrics_listen is set
+     * (bound here, before the privileges go). */
+    if (srv_metrics_start(srv) != WF_OK)
+        goto fail;
     /* Every socket is bound, the model root and the devices are open. */
     if (srv_drop_privileges(srv) != WF_OK)
         goto fail;
@@ -474,6 +547,9 @@ void wf_server_destroy(wf_server_t **psrv)
     if (!psrv || !*psrv)
         return;
     wf_server_t *srv = *psrv;
+    /* The metrics endpoint's thread reads only srv->metrics: stop it
+     * before anything goes. */
+    srv_metrics_stop(srv);
     /* Workers first: they run what is queued, and their jobs' replies
      * are no longer wanted here (wf_server_run already drained). A cluster
      * world is aborted first: peers of other nodes may never come. */
@@ -751,8 +827,8 @@ static void finish_drain(wf_server_t *srv)
     while (q) {
         wf_djob_t *next = q->next;
         wf_sched_release_job(&srv->sched, q);
-        srv_reply_error(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
-                        WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
+        srv_reply_fail(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
+                       WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
         srv->sched.failed++;
         wf_djob_free(&q);
         q = next;
@@ -763,9 +839,9 @@ static void finish_drain(wf_server_t *srv)
     srv->workers_stopped = true;
     handle_completions(srv);
     if (srv->reconf.active && srv->reconf.has_client) {
-        srv_reply_error(srv, &srv->reconf.identity, srv->reconf.delim, srv->reconf.id,
-                        WF_OP_RECONFIGURE, WF_E_SHUTTING_DOWN,
-                        "daemon stopped before the reconfiguration ran");
+        srv_reply_fail(srv, &srv->reconf.identity, srv->reconf.delim, srv->reconf.id,
+                       WF_OP_RECONFIGURE, WF_E_SHUTTING_DOWN,
+                       "daemon stopped before the reconfiguration ran");
         srv->reconf.has_client = false;
     }
     /* Replies are queued in ZeroMQ; give them up to the drain timeout to
@@ -787,6 +863,8 @@ wf_status_t wf_server_run(wf_server_t *srv)
 
     wf_status_t result = WF_OK;
     for (;;) {
+        srv_metrics_refresh(srv);   /* the gauges the endpoint serves, as the
+                                       last turn left them */
         /* replies ZeroMQ did not take (a peer at SNDHWM): try again; no
          * event says when a peer made room (POLLOUT of a ROUTER is about
          * any peer), so back off 1 ms .. RETRY_MAX_MS while none goes */

@@ -10,6 +10,8 @@
  *   reconfigure.c     the hot reconfiguration state machine, regroup jobs
  *   dispatch.c        planning, dispatch, re-planning queued jobs
  *   replies.c         replies and error replies, status lines
+ *   metrics.c         the operators' counters and the Prometheus endpoint
+ *                     (metrics.h; calls none of the others)
  *   privileges.c      the ipc socket file's mode and group, the switch
  *                     from root to `user`
  *   access.c          the client plane's access control: CURVE keys, the
@@ -30,6 +32,7 @@
 #include <zmq.h>
 
 #include "server.h"
+#include "metrics.h"
 #include "backend.h"
 #include "base/mesh.h"
 #include "base/zap.h"
@@ -173,6 +176,7 @@ struct wf_server {
     wf_buf_t buf;                /* reply header encoding scratch */
     wf_request_t req;            /* request decoding scratch */
     wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
+    srv_metrics_t *metrics;      /* counters, the metrics endpoint (metrics.h) */
 };
 
 /* requests.c */
@@ -276,6 +280,11 @@ void srv_replies_drop_all(wf_server_t *srv);
 /* An error reply (msg NULL or "": the status's text). */
 void srv_reply_error(wf_server_t *srv, zmq_msg_t *identity, bool delim,
                      uint64_t id, uint32_t op, wf_status_t st, const char *msg);
+/* An error reply to a request that was taken (a reconfiguration, a model
+ * load, a job that never ran) and then failed: counted as failed, not as
+ * refused (srv_reply_error). */
+void srv_reply_fail(wf_server_t *srv, zmq_msg_t *identity, bool delim,
+                    uint64_t id, uint32_t op, wf_status_t st, const char *msg);
 /* A finished (or failed) job's reply. */
 void srv_reply_job(wf_server_t *srv, wf_djob_t *job);
 /* A reply header in srv->reply: version, id, op, status WF_OK, the epoch
