@@ -1,6 +1,7 @@
 /* attention.c — attention jobs: plan and per-rank step (see attention.h). */
 #include "attention.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -214,7 +215,24 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
         return WF_E_BAD_ARGUMENT;
     }
 
+    /* One rule on every mesh (PROTOCOL.md 3.3.1): the tp ranks split the
+     * query heads evenly, so tp must divide Hq; and `devices` narrows a
+     * head split only (ring = ulysses = 1): a sequence-sharded job uses
+     * every rank of its replica, so another value is refused, not
+     * ignored. */
+    if (hq > INT32_MAX || wf_mesh_check_heads(mesh, (int)hq, err, err_len) != WF_OK) {
+        if (hq > INT32_MAX)
+            snprintf(err, err_len, "%lld attention heads: too many", (long long)hq);
+        return WF_E_BAD_ARGUMENT;
+    }
     job->cp = mesh->deg.ring * mesh->deg.ulysses > 1;
+    if (job->cp && a->devices != 0) {
+        snprintf(err, err_len, "devices = %" PRIu32 ": a job on a mesh with ring "
+                 "(%" PRIu32 ") x ulysses (%" PRIu32 ") > 1 runs on every rank of its "
+                 "replica; devices applies to ring = ulysses = 1 only (send 0)",
+                 a->devices, mesh->deg.ring, mesh->deg.ulysses);
+        return WF_E_BAD_ARGUMENT;
+    }
     if (job->cp)
         return plan_cp(job, ops, out_per_head, lse_per_head, err, err_len);
 
