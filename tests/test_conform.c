@@ -26,6 +26,7 @@
  * Usage: test_conform PATH_TO_WEFTD FIXTURES_DIR
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -357,14 +358,60 @@ static void test_forward(wf_client_t *c)
 #define DRAIN_WINDOW 32       /* requests in flight at most */
 #define DRAIN_MAX 100000      /* ids 1..DRAIN_MAX */
 
+/* Whether the file at path holds needle; the number after it in *ret_n
+ * when ret_n is not NULL. */
+static bool log_has(const char *path, const char *needle, unsigned *ret_n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, needle);
+        if (p) {
+            found = true;
+            if (ret_n)
+                *ret_n = (unsigned)strtoul(p + strlen(needle), NULL, 10);
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* The daemon's log (stderr) goes to log_path. */
+static pid_t spawn_logged(const char *const argv[], const char *log_path)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (saved < 0 || fd < 0)
+        return -1;
+    dup2(fd, 2);
+    close(fd);
+    pid_t pid = spawn_daemon(argv, NULL);
+    dup2(saved, 2);
+    close(saved);
+    return pid;
+}
+
+/* A client sends small attention jobs without pause (a window of 32 in
+ * flight), SIGTERM lands; once WF_E_SHUTTING_DOWN comes back it goes on
+ * sending, one request every 2 ms, until the daemon's log says the drain
+ * is over ("drained;") and 50 ms after, so that requests arrive after the
+ * daemon's loop has ended; then it stops (section 1: a client stops
+ * sending once told the daemon shuts down). Every request sent must get
+ * exactly one reply, and the daemon must have answered some after the
+ * drain. */
 static void test_drain(const char *weftd)
 {
-    char endpoint[96];
+    char endpoint[96], log_path[96];
     snprintf(endpoint, sizeof endpoint, "ipc:///tmp/weft-conform-drain-%d.sock",
              (int)getpid());
+    snprintf(log_path, sizeof log_path, "/tmp/weft-conform-drain-%d.log", (int)getpid());
     const char *argv[] = { weftd, "--devices", "cpu:2", "--listen", endpoint,
                            "--log-level", "info", NULL };
-    pid_t pid = spawn_daemon(argv, NULL);
+    pid_t pid = spawn_logged(argv, log_path);
     CHECK(pid > 0 && wait_ready(endpoint), "drain: weftd did not start");
     if (pid <= 0)
         return;
@@ -396,12 +443,20 @@ static void test_drain(const char *weftd)
     wf_buf_t b = { 0 };
 
     uint64_t sent = 0, replies = 0, dup = 0, stray = 0, refused = 0, ok = 0;
-    bool signalled = false, stop_sending = false;
-    int64_t t0 = now_ms();
-    int64_t quiet_since = 0;
+    bool signalled = false, told = false, stop_sending = false;
+    int64_t t0 = now_ms(), t_told = 0, t_drained = 0, t_last_send = 0, quiet_since = 0;
     for (;;) {
-        /* send while the window allows, until the daemon says it stops */
-        while (!stop_sending && sent - replies < DRAIN_WINDOW && sent < DRAIN_MAX) {
+        int64_t now = now_ms();
+        if (told && !stop_sending) {
+            /* after the first refusal: paced, until 50 ms past the drain's
+             * end (or 5 s: a daemon that never logs it) */
+            if (!t_drained && log_has(log_path, "drained;", NULL))
+                t_drained = now;
+            if ((t_drained && now - t_drained > 50) || now - t_told > 5000)
+                stop_sending = true;
+        }
+        while (!stop_sending && sent - replies < DRAIN_WINDOW && sent < DRAIN_MAX &&
+               (!told || now - t_last_send >= 2)) {
             req->id = ++sent;
             wf_buf_reset(&b);
             wf_request_encode(req, &b);
@@ -409,17 +464,20 @@ static void test_drain(const char *weftd)
             zmq_send(s, data, sizeof data, ZMQ_SNDMORE);
             zmq_send(s, data, sizeof data, ZMQ_SNDMORE);
             zmq_send(s, data, sizeof data, 0);
+            t_last_send = now;
         }
-        if (!signalled && (sent >= 400 || now_ms() - t0 > 3000)) {
+        if (!signalled && (sent >= 400 || now - t0 > 3000)) {
             kill(pid, SIGTERM);
             signalled = true;
         }
         memset(rep, 0, sizeof *rep);
-        if (recv_reply(s, 500, rep) != 0) {
-            /* nothing for 500 ms: done once every request is answered or
-             * the daemon has been quiet for 3 s after stopping */
+        if (recv_reply(s, told ? 2 : 500, rep) != 0) {
+            /* done once every request is answered, or after 3 s without
+             * a reply once the client stopped */
             if (stop_sending && replies == sent)
                 break;
+            if (!stop_sending)
+                continue;
             if (quiet_since == 0)
                 quiet_since = now_ms();
             if (now_ms() - quiet_since > 3000)
@@ -437,7 +495,9 @@ static void test_drain(const char *weftd)
             replies++;
         if (rep->status == WF_E_SHUTTING_DOWN) {
             refused++;
-            stop_sending = true;   /* section 1: stop sending once told */
+            if (!told)
+                t_told = now_ms();
+            told = true;
         } else if (rep->status == WF_OK) {
             ok++;
         }
@@ -445,10 +505,26 @@ static void test_drain(const char *weftd)
     uint64_t missing = 0;
     for (uint64_t i = 1; i <= sent; i++)
         missing += answered[i] == 0;
+    /* it had its SIGTERM: wait for the exit (a second SIGTERM would land
+     * in its teardown) */
+    int wst = 0;
+    pid_t w = 0;
+    for (int64_t end = now_ms() + 30000; (w = waitpid(pid, &wst, WNOHANG)) == 0 &&
+                                          now_ms() < end;)
+        usleep(10000);
+    if (w == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &wst, 0);
+    }
+    CHECK(w == pid && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+          "drain: weftd did not exit 0 after SIGTERM (status %#x)", wst);
+    unsigned tail = 0;
+    bool logged = log_has(log_path, "answered ", &tail);
     printf("  drain: %llu sent, %llu replies (%llu ok, %llu shutting down), %llu missing, "
-           "%llu duplicated\n", (unsigned long long)sent, (unsigned long long)replies,
-           (unsigned long long)ok, (unsigned long long)refused, (unsigned long long)missing,
-           (unsigned long long)dup);
+           "%llu duplicated; the daemon answered %u after its drain\n",
+           (unsigned long long)sent, (unsigned long long)replies, (unsigned long long)ok,
+           (unsigned long long)refused, (unsigned long long)missing,
+           (unsigned long long)dup, tail);
     CHECK(signalled && refused > 0, "drain: no WF_E_SHUTTING_DOWN reply seen");
     CHECK(ok + refused == replies, "drain: %llu replies neither OK nor shutting down",
           (unsigned long long)(replies - ok - refused));
@@ -456,8 +532,9 @@ static void test_drain(const char *weftd)
           "drain: %llu of %llu requests got no reply, %llu twice, %llu stray",
           (unsigned long long)missing, (unsigned long long)sent, (unsigned long long)dup,
           (unsigned long long)stray);
-    char err[256] = "";
-    CHECK(stop_daemon(pid, 30000, err, sizeof err), "drain: weftd: %s", err);
+    CHECK(t_drained && logged && tail > 0, "drain: no request answered after the drain "
+          "(log: drained %d, answered %d)", t_drained != 0, logged);
+    unlink(log_path);
     wf_buf_free(&b);
     free(req);
     free(rep);

@@ -779,6 +779,8 @@ static void finish_drain(wf_server_t *srv)
     }
     if (srv->stopping) {
         uint64_t refused = srv->rejected;
+        wf_log(srv->log, WF_LOG_INFO, "drained; answering what still arrives for up "
+               "to %d ms", DRAIN_TAIL_MAX_MS);
         unsigned tail = answer_drain_tail(srv);
         if (tail > 0)
             wf_log(srv->log, WF_LOG_INFO, "answered %u request(s) that arrived at "
