@@ -54,6 +54,15 @@ static int failures;
 
 #define REPLY_TIMEOUT_MS 20000
 
+/* PROTOCOL.md section 10: the reply of a fresh daemon (epoch 0) to the
+ * hello request without "v", as the document prints it. */
+#define PROTOCOL_10_REPLY \
+    "86 a1 76 01 a2 69 64 01 a2 6f 70 01 a6 73 74 61 " \
+    "74 75 73 02 a5 65 72 72 6f 72 d9 28 76 3a 20 6d " \
+    "69 73 73 69 6e 67 20 28 70 72 6f 74 6f 63 6f 6c " \
+    "20 76 65 72 73 69 6f 6e 2c 20 6d 75 73 74 20 62 " \
+    "65 20 31 29 a5 65 70 6f 63 68 00"
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -99,6 +108,72 @@ static void *dealer(void *zctx, const char *endpoint)
         return NULL;
     }
     return s;
+}
+
+/* Receive one message; its first frame's bytes into buf (at most cap),
+ * their count in *ret_len. 0, or -1 on timeout. */
+static int recv_header_bytes(void *sock, int timeout_ms, unsigned char *buf, size_t cap,
+                             size_t *ret_len)
+{
+    zmq_pollitem_t it = { sock, 0, ZMQ_POLLIN, 0 };
+    if (zmq_poll(&it, 1, timeout_ms) <= 0)
+        return -1;
+    int part = 0, more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
+            zmq_msg_close(&m);
+            return -1;
+        }
+        more = zmq_msg_more(&m);
+        if (part++ == 0) {
+            size_t n = zmq_msg_size(&m) < cap ? zmq_msg_size(&m) : cap;
+            memcpy(buf, zmq_msg_data(&m), n);
+            *ret_len = n;
+        }
+        zmq_msg_close(&m);
+    }
+    return 0;
+}
+
+static void hex(const unsigned char *p, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 4 < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, i ? " %02x" : "%02x", p[i]);
+    out[o] = '\0';
+}
+
+/* Section 10's worked example, byte for byte: the hello request as the
+ * encoder writes it, and the daemon's reply to a request without "v". */
+static void test_worked_example(void *zctx, const char *endpoint)
+{
+    static const char want_req[] = "83 a1 76 01 a2 69 64 01 a2 6f 70 01";
+    static const char want_rep[] = PROTOCOL_10_REPLY;
+    char got[1024];
+    wf_request_t *req = calloc(1, sizeof *req);
+    wf_buf_t b = { 0 };
+    req->version = 1;
+    req->id = 1;
+    req->op = WF_OP_HELLO;
+    CHECK(wf_request_encode(req, &b) == WF_OK, "encode hello");
+    hex((const unsigned char *)b.data, b.len, got, sizeof got);
+    CHECK(strcmp(got, want_req) == 0, "section 10 hello request: %s", got);
+    void *s = dealer(zctx, endpoint);
+    /* {"id": 1, "op": 1}: no "v" */
+    static const unsigned char nov[] = { 0x82, 0xa2, 'i', 'd', 0x01, 0xa2, 'o', 'p', 0x01 };
+    zmq_send(s, nov, sizeof nov, 0);
+    unsigned char buf[512];
+    size_t n = 0;
+    CHECK(recv_header_bytes(s, REPLY_TIMEOUT_MS, buf, sizeof buf, &n) == 0,
+          "section 10: no reply");
+    hex(buf, n, got, sizeof got);
+    CHECK(strcmp(got, want_rep) == 0, "section 10 reply (%zu bytes): %s", n, got);
+    printf("  section 10 reply, %zu bytes: %s\n", n, got);
+    wf_buf_free(&b);
+    free(req);
+    zmq_close(s);
 }
 
 /* ---- libweft helpers --------------------------------------------------------- */
@@ -572,6 +647,7 @@ int main(int argc, char **argv)
     if (st == WF_OK) {
         printf("hello and the op echo\n");
         test_hello(c, zctx, endpoint);
+        test_worked_example(zctx, endpoint);
         printf("mesh rules\n");
         test_mesh_rules(c);
         printf("forward\n");
