@@ -384,10 +384,11 @@ static void test_mesh_rules(wf_client_t *c)
 /* flux-tiny (tests/fixtures/README): in_channels 16, joint_attention_dim
  * 32, pooled_projection_dim 16, 3 rope axes. Zero inputs: only the
  * shapes matter here. */
-static wf_status_t forward_simg(wf_client_t *c, int64_t s_img, char *msg, size_t msg_len)
+static wf_status_t forward_simg(wf_client_t *c, int64_t s_img, int64_t chans, char *msg,
+                                size_t msg_len)
 {
     float *z = calloc(4096, sizeof *z);
-    wf_tensor_t hs = { z, WF_DTYPE_F32, 3, { 1, s_img, 16 } };
+    wf_tensor_t hs = { z, WF_DTYPE_F32, 3, { 1, s_img, chans } };
     wf_tensor_t enc = { z, WF_DTYPE_F32, 3, { 1, 8, 32 } };
     wf_tensor_t pooled = { z, WF_DTYPE_F32, 2, { 1, 16 } };
     wf_tensor_t t = { z, WF_DTYPE_F32, 1, { 1 } };
@@ -413,15 +414,20 @@ static void test_forward(wf_client_t *c)
     if (st != WF_OK)
         return;
     if (set_mesh(c, 2, 2, 1, 1)) {
-        st = forward_simg(c, 15, msg, sizeof msg);
+        st = forward_simg(c, 15, 16, msg, sizeof msg);
         CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "S_img"), "forward S_img 15 on ring 2: "
               "%s '%s'", wf_status_name(st), msg);
         printf("  forward S_img 15, ring 2: %s: %s\n", wf_status_name(st), msg);
-        st = forward_simg(c, 16, msg, sizeof msg);
+        st = forward_simg(c, 16, 16, msg, sizeof msg);
         CHECK(st == WF_OK, "forward S_img 16 on ring 2: %s '%s'", wf_status_name(st), msg);
     }
+    /* inputs that do not fit the model's config: 9 too (section 6, "7 or 9") */
+    st = forward_simg(c, 16, 12, msg, sizeof msg);
+    CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "in_channels"),
+          "forward with 12 channels: %s '%s'", wf_status_name(st), msg);
+    printf("  forward with 12 channels: %s: %s\n", wf_status_name(st), msg);
     if (set_mesh(c, 2, 1, 2, 1)) {
-        st = forward_simg(c, 15, msg, sizeof msg);
+        st = forward_simg(c, 15, 16, msg, sizeof msg);
         CHECK(st == WF_E_BAD_ARGUMENT, "forward S_img 15 on ulysses 2: %s '%s'",
               wf_status_name(st), msg);
     }
