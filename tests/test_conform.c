@@ -9,8 +9,10 @@
  *     and the raw reply's `features` list).
  *  2. an op of 2^32 or more is answered 4 and echoed as 2^32 - 1; an op
  *     that fits 32 bits is echoed as sent (section 6).
- *  3. heads not divisible by tp: 9 on a head-split mesh (dp 2 x tp 2) and
- *     on ring 2 x tp 2 alike (sections 3.3.1, 6).
+ *  3. heads not divisible by tp: split unevenly (2 + 1) on a head-split
+ *     mesh (dp 2 x tp 2), on ring 2 x tp 2 and on ulysses 2 x tp 2 alike,
+ *     with one device's result; fewer heads than tp ranks is 9 where
+ *     every rank runs (section 3.3.1).
  *  4. `devices` other than 0 on a ring / Ulysses mesh: 9; on a head-split
  *     mesh honoured (the job uses that many devices).
  *  5. uneven sequences: on a Ulysses-only mesh ring_anything or
@@ -300,6 +302,53 @@ static void test_hello(wf_client_t *c, void *zctx, const char *endpoint)
 
 /* ---- 3, 4, 5: the mesh rules of attention ---------------------------------- */
 
+/* Attention with Sq = Skv = s, Hq = Hkv = h, D 8 into out (caller frees
+ * out.data); its status. */
+static wf_status_t attn_out(wf_client_t *c, int64_t s, int64_t h, const wf_attention_opts_t *o,
+                            wf_tensor_t *out)
+{
+    wf_tensor_t q = t4(1, s, h, 8), k = t4(1, s, h, 8), v = t4(1, s, h, 8);
+    /* k, v differ from q: a different fill */
+    float *kp = k.data, *vp = v.data;
+    for (int64_t i = 0; i < s * h * 8; i++) {
+        kp[i] = (float)((i * 11) % 13) / 13.0f - 0.4f;
+        vp[i] = (float)((i * 5) % 7) / 7.0f - 0.3f;
+    }
+    *out = t4(1, s, h, 8);
+    wf_status_t st = wf_attention(c, &q, &k, &v, o, out, NULL, NULL);
+    free(q.data);
+    free(k.data);
+    free(v.data);
+    return st;
+}
+
+static double max_diff(const wf_tensor_t *a, const wf_tensor_t *b)
+{
+    int64_t n = wf_tensor_numel(a);
+    const float *x = a->data, *y = b->data;
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = x[i] > y[i] ? x[i] - y[i] : y[i] - x[i];
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+/* Heads not divisible by tp (3 heads, tp 2): split unevenly on every
+ * mesh (2 + 1), with the result of one device. */
+static void uneven_tp(wf_client_t *c, const char *mesh, const wf_tensor_t *ref, int64_t s,
+                      int64_t h, const wf_attention_opts_t *o)
+{
+    wf_tensor_t out;
+    wf_status_t st = attn_out(c, s, h, o, &out);
+    double d = st == WF_OK ? max_diff(&out, ref) : -1;
+    CHECK(st == WF_OK && d < 1e-5, "%s, %lld heads: %s %s, max diff %g", mesh,
+          (long long)h, wf_status_name(st), wf_client_last_error(c), d);
+    printf("  %s, %lld heads, S %lld: %s, max |diff| to one device %.3g\n", mesh,
+           (long long)h, (long long)s, wf_status_name(st), d);
+    free(out.data);
+}
+
 static void test_mesh_rules(wf_client_t *c)
 {
     char msg[512];
@@ -307,13 +356,20 @@ static void test_mesh_rules(wf_client_t *c)
     uint32_t used = 0;
     wf_status_t st;
 
+    /* references on one device (dp 4) */
+    wf_tensor_t ref3, ref5;
+    memset(&o, 0, sizeof o);
+    if (!set_mesh(c, 4, 1, 1, 1))
+        return;
+    st = attn_out(c, 8, 3, &o, &ref3);
+    CHECK(st == WF_OK, "reference, 3 heads: %s", wf_status_name(st));
+    st = attn_out(c, 8, 5, &o, &ref5);
+    CHECK(st == WF_OK, "reference, 5 heads: %s", wf_status_name(st));
+
     /* head split: dp 2 x tp 2 */
     if (set_mesh(c, 2, 1, 1, 2)) {
         memset(&o, 0, sizeof o);
-        st = attn(c, 4, 3, &o, NULL, msg, sizeof msg);
-        CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "tensor-parallel"),
-              "tp 2, 3 heads: %s '%s'", wf_status_name(st), msg);
-        printf("  dp2 x tp2, 3 heads: %s: %s\n", wf_status_name(st), msg);
+        uneven_tp(c, "dp2 x tp2", &ref3, 8, 3, &o);
         st = attn(c, 4, 2, &o, &used, msg, sizeof msg);
         CHECK(st == WF_OK && used == 2, "tp 2, 2 heads: %s %u '%s'", wf_status_name(st),
               used, msg);
@@ -322,23 +378,44 @@ static void test_mesh_rules(wf_client_t *c)
         st = attn(c, 4, 2, &o, &used, msg, sizeof msg);
         CHECK(st == WF_OK && used == 1, "tp 2, devices 1: %s, %u devices", wf_status_name(st),
               used);
+        /* fewer heads than tp ranks: the job uses as many ranks as heads */
+        o.devices = 0;
+        st = attn(c, 4, 1, &o, &used, msg, sizeof msg);
+        CHECK(st == WF_OK && used == 1, "tp 2, 1 head: %s, %u devices", wf_status_name(st),
+              used);
     }
     /* ring 2 x tp 2 */
     if (set_mesh(c, 1, 2, 1, 2)) {
         memset(&o, 0, sizeof o);
-        st = attn(c, 4, 3, &o, NULL, msg, sizeof msg);
-        CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "tensor-parallel"),
-              "ring 2 x tp 2, 3 heads: %s '%s'", wf_status_name(st), msg);
-        printf("  ring2 x tp2, 3 heads: %s: %s\n", wf_status_name(st), msg);
+        uneven_tp(c, "ring2 x tp2", &ref3, 8, 3, &o);
         st = attn(c, 4, 2, &o, &used, msg, sizeof msg);
         CHECK(st == WF_OK && used == 4, "ring 2 x tp 2, 2 heads: %s %u '%s'",
               wf_status_name(st), used, msg);
+        /* a tp slice cannot be empty where every rank runs */
+        st = attn(c, 4, 1, &o, NULL, msg, sizeof msg);
+        CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "at least one head"),
+              "ring 2 x tp 2, 1 head: %s '%s'", wf_status_name(st), msg);
+        printf("  ring2 x tp2, 1 head: %s: %s\n", wf_status_name(st), msg);
         o.devices = 2;
         st = attn(c, 4, 2, &o, NULL, msg, sizeof msg);
         CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "devices"),
               "ring mesh, devices 2: %s '%s'", wf_status_name(st), msg);
         printf("  ring2 x tp2, devices 2: %s: %s\n", wf_status_name(st), msg);
     }
+    /* ulysses 2 x tp 2, 5 heads: slices of 3 and 2, neither all divisible
+     * by ulysses 2 without ulysses_anything */
+    if (set_mesh(c, 1, 1, 2, 2)) {
+        memset(&o, 0, sizeof o);
+        o.ulysses_anything = WF_OPT_OFF;
+        st = attn(c, 8, 5, &o, NULL, msg, sizeof msg);
+        CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "ulysses"),
+              "ulysses 2 x tp 2, 5 heads: %s '%s'", wf_status_name(st), msg);
+        printf("  ulysses2 x tp2, 5 heads: %s: %s\n", wf_status_name(st), msg);
+        o.ulysses_anything = WF_OPT_ON;
+        uneven_tp(c, "ulysses2 x tp2 (ulysses_anything)", &ref5, 8, 5, &o);
+    }
+    free(ref3.data);
+    free(ref5.data);
     /* Ulysses only (dp 2 x ulysses 2), Sq = Skv = 5, 2 heads */
     if (set_mesh(c, 2, 1, 2, 1)) {
         memset(&o, 0, sizeof o);
