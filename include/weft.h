@@ -33,9 +33,9 @@ extern "C" {
 #endif
 
 #define WF_VERSION_MAJOR 0
-#define WF_VERSION_MINOR 1
+#define WF_VERSION_MINOR 4
 #define WF_VERSION_PATCH 0
-#define WF_VERSION_STRING "0.1.0"
+#define WF_VERSION_STRING "0.4.0"
 
 /* Wire protocol version spoken by this library (the "v" field). */
 #define WF_PROTOCOL_VERSION 1
@@ -202,6 +202,15 @@ typedef struct wf_hello_info {
 /* Version handshake: sends hello, checks the daemon speaks
  * WF_PROTOCOL_VERSION. Fills *ret_info when not NULL. */
 WF_API wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info);
+
+/* Whether the daemon announced the feature `name` in the `features` list
+ * of this connection's last successful wf_hello (PROTOCOL.md section 9:
+ * "reconfigure", "cp_options", "models", "roles"): 1 yes, 0 no. 0 also
+ * before any hello, from a daemon older than weft 0.4 (it announces
+ * nothing) and for a name this library does not know. An accessor, not a
+ * field of wf_hello_info_t: the caller allocates that struct, so its size
+ * is part of the ABI. */
+WF_API int wf_client_has_feature(const wf_client_t *client, const char *name);
 
 /* One device as status reports it. */
 typedef struct wf_device_info {

@@ -319,9 +319,29 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     return finish(&e, out, start);
 }
 
-static void put_hello(enc_t *e, const wf_hello_info_t *h)
+static const char *const feature_names[WF_FEATURES_COUNT] = {
+    "reconfigure", "cp_options", "models", "roles",
+};
+
+const char *wf_feature_name(unsigned i)
 {
-    e->failed |= msgpack_pack_map(&e->pk, 5);
+    return i < WF_FEATURES_COUNT ? feature_names[i] : NULL;
+}
+
+uint32_t wf_feature_bit(const char *name, size_t len)
+{
+    for (unsigned i = 0; i < WF_FEATURES_COUNT; i++)
+        if (strlen(feature_names[i]) == len && memcmp(feature_names[i], name, len) == 0)
+            return 1u << i;
+    return 0;
+}
+
+static void put_hello(enc_t *e, const wf_hello_info_t *h, uint32_t features)
+{
+    uint32_t n = 0;
+    for (unsigned i = 0; i < WF_FEATURES_COUNT; i++)
+        n += (features >> i) & 1u;
+    e->failed |= msgpack_pack_map(&e->pk, 6);
     put_key_uint(e, "protocol", h->protocol);
     put_key_fixstr(e, "weft_version", h->weft_version, sizeof(h->weft_version));
     put_key_fixstr(e, "backend", h->backend, sizeof(h->backend));
@@ -331,6 +351,11 @@ static void put_hello(enc_t *e, const wf_hello_info_t *h)
     put_key_uint(e, "max_header_bytes", h->max_header_bytes);
     put_key_uint(e, "max_tensor_bytes", h->max_tensor_bytes);
     put_key_uint(e, "max_tensors", h->max_tensors);
+    put_str(e, "features");
+    e->failed |= msgpack_pack_array(&e->pk, n);
+    for (unsigned i = 0; i < WF_FEATURES_COUNT; i++)
+        if ((features >> i) & 1u)
+            put_str(e, feature_names[i]);
 }
 
 /* [{"code": uint, "count": uint}, ...] */
@@ -494,7 +519,7 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
     if (has_result) {
         put_str(&e, "result");
         switch (rep->op) {
-        case WF_OP_HELLO: put_hello(&e, &rep->result.hello); break;
+        case WF_OP_HELLO: put_hello(&e, &rep->result.hello, rep->features); break;
         case WF_OP_STATUS: put_status(&e, &rep->result.status); break;
         case WF_OP_RECONFIGURE:
             e.failed |= msgpack_pack_map(&e.pk, 2);

@@ -271,8 +271,8 @@ void wf_request_peek(const void *data, size_t len, uint64_t *id, uint32_t *op)
                 if (is_id) {
                     *id = v;
                     have_id = true;
-                } else if (v <= UINT32_MAX) {
-                    *op = (uint32_t)v;
+                } else {
+                    *op = wf_op_echo(v);
                     have_op = true;
                 }
             }

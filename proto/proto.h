@@ -164,6 +164,23 @@ typedef struct wf_models_result {
     wf_model_info_t models[WF_MODELS_MAX];
 } wf_models_result_t;
 
+/* What a hello reply announces in result.features (PROTOCOL.md section
+ * 9): additions to version 1 a client may use only when announced. One
+ * bit each; the wire carries the names. */
+enum {
+    WF_FEATURE_RECONFIGURE = 1u << 0,   /* "reconfigure": op 4, status mesh fields */
+    WF_FEATURE_CP_OPTIONS = 1u << 1,    /* "cp_options": attention's five CP args */
+    WF_FEATURE_MODELS = 1u << 2,        /* "models": ops 5..8 */
+    WF_FEATURE_ROLES = 1u << 3,         /* "roles": roles, status code 10 */
+};
+#define WF_FEATURES_COUNT 4
+/* Every feature this build serves: what weftd announces. */
+#define WF_FEATURES_ALL ((1u << WF_FEATURES_COUNT) - 1u)
+/* The name of feature bit i (0 .. WF_FEATURES_COUNT - 1), else NULL. */
+const char *wf_feature_name(unsigned i);
+/* The bit of a feature name, 0 when this build does not know it. */
+uint32_t wf_feature_bit(const char *name, size_t len);
+
 /* A decoded reply header. */
 typedef struct wf_reply {
     uint32_t version;                 /* "v" */
@@ -182,6 +199,7 @@ typedef struct wf_reply {
         wf_models_result_t models;     /* LOAD_MODEL (n = 1), LIST_MODELS */
         wf_attention_result_t forward; /* op == WF_OP_FORWARD */
     } result;
+    uint32_t features;                /* hello: WF_FEATURE_* announced */
 } wf_reply_t;
 
 /* A growable byte buffer that encoders append to. Zero-initialise it;
@@ -225,6 +243,15 @@ wf_status_t wf_request_decode(const void *data, size_t len,
  * holding unsigned integers and store them. Leaves *id / *op unchanged
  * when not found. wf_request_decode already does this itself. */
 void wf_request_peek(const void *data, size_t len, uint64_t *id, uint32_t *op);
+
+/* The op a reply echoes for a request's uint op u (PROTOCOL.md section 6,
+ * "Error replies echo"): u itself when it fits 32 bits (every op code
+ * does), else WF_OP_ECHO_TOO_LARGE, 2^32 - 1, never an op code. */
+#define WF_OP_ECHO_TOO_LARGE UINT32_MAX
+static inline uint32_t wf_op_echo(uint64_t u)
+{
+    return u <= UINT32_MAX ? (uint32_t)u : WF_OP_ECHO_TOO_LARGE;
+}
 
 /* Check the frames that followed the header: n_frames must equal
  * req->n_tensors and frame i must be exactly the nbytes of the tensor

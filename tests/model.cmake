@@ -11,9 +11,4 @@ foreach(t safetensors flux_config)
   add_test(NAME ${t} COMMAND test_${t} ${CMAKE_CURRENT_LIST_DIR}/fixtures)
 endforeach()
 
-if(WEFT_FUZZ)
-  add_executable(fuzz_safetensors ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_safetensors.c)
-  target_compile_options(fuzz_safetensors PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(fuzz_safetensors PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_libraries(fuzz_safetensors PRIVATE weft_modelfiles)
-endif()
+# fuzz_safetensors: tests/proto.cmake (WEFT_FUZZ), with the other fuzzers.

@@ -18,26 +18,45 @@ target_link_libraries(test_badinput PRIVATE weft_proto PkgConfig::ZMQ
 add_test(NAME e2e_badinput COMMAND test_badinput $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_badinput PROPERTIES TIMEOUT 120)
 
-# libFuzzer: -DWEFT_FUZZ=ON with CC=clang. Run it by hand, e.g.
-#   fuzz_proto -malloc_limit_mb=256 -rss_limit_mb=1024 -max_total_time=120 CORPUS
-# (fuzz_cluster_msg the same way, for the messages between daemons)
+# libFuzzer: -DWEFT_FUZZ=ON with CC=clang. Run by hand, e.g.
+#   fuzz_proto -malloc_limit_mb=256 -rss_limit_mb=1024 -max_total_time=300 CORPUS
+# (fuzz_cluster_msg and fuzz_safetensors the same way; tests/fuzz/README.md).
+# Coverage guidance needs the code under test instrumented, not only the
+# harness: every fuzzer links fuzz-only copies of the libraries it tests
+# (weft_proto_fuzz: the wire codec and the control messages between
+# daemons, cluster_msg.c / ctl.c; weft_modelfiles_fuzz: the safetensors
+# parser and the other model-file readers), compiled with
+# -fsanitize=fuzzer-no-link,address,undefined. The libraries weftd and
+# libweft link stay as they are, so the rest of the tree builds and links
+# in a fuzz build too.
 if(WEFT_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "WEFT_FUZZ=ON needs clang (CC=clang)")
   endif()
-  add_executable(fuzz_proto ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_proto.c)
-  target_compile_options(fuzz_proto PRIVATE -fsanitize=fuzzer,address,undefined
-                         -fno-sanitize-recover=undefined)
-  target_link_options(fuzz_proto PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_libraries(fuzz_proto PRIVATE weft_proto)
-  add_executable(fuzz_cluster_msg ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_cluster_msg.c)
-  target_compile_options(fuzz_cluster_msg PRIVATE -fsanitize=fuzzer,address,undefined
-                         -fno-sanitize-recover=undefined)
-  target_link_options(fuzz_cluster_msg PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_libraries(fuzz_cluster_msg PRIVATE weft_proto)
+  set(WEFT_FUZZ_CFLAGS -fsanitize=fuzzer-no-link,address,undefined
+      -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  file(GLOB WEFT_PROTO_FUZZ_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/proto/*.c)
+  add_library(weft_proto_fuzz STATIC ${WEFT_PROTO_FUZZ_SRC})
+  target_include_directories(weft_proto_fuzz PUBLIC
+    ${PROJECT_SOURCE_DIR}/proto ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(weft_proto_fuzz PRIVATE PkgConfig::MSGPACK PkgConfig::ZMQ)
+  target_compile_options(weft_proto_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})
+  file(GLOB WEFT_MODELFILES_FUZZ_SRC CONFIGURE_DEPENDS
+       ${PROJECT_SOURCE_DIR}/modelfiles/*.c)
+  add_library(weft_modelfiles_fuzz STATIC ${WEFT_MODELFILES_FUZZ_SRC})
+  target_include_directories(weft_modelfiles_fuzz PUBLIC ${PROJECT_SOURCE_DIR}/modelfiles)
+  target_link_libraries(weft_modelfiles_fuzz PUBLIC weft_proto_fuzz weft_kernels
+    PkgConfig::JANSSON m)
+  target_compile_options(weft_modelfiles_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})
+  foreach(f proto cluster_msg safetensors)
+    add_executable(fuzz_${f} ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_${f}.c)
+    target_compile_options(fuzz_${f} PRIVATE -fsanitize=fuzzer,address,undefined
+                           -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+    target_link_options(fuzz_${f} PRIVATE -fsanitize=fuzzer,address,undefined)
+  endforeach()
+  target_link_libraries(fuzz_proto PRIVATE weft_proto_fuzz)
+  target_link_libraries(fuzz_cluster_msg PRIVATE weft_proto_fuzz)
+  target_link_libraries(fuzz_safetensors PRIVATE weft_modelfiles_fuzz)
   add_executable(fuzz_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_seeds.c)
   target_link_libraries(fuzz_seeds PRIVATE weft_proto)
-  target_link_options(fuzz_seeds PRIVATE -fsanitize=address,undefined)
-  # the codec itself must be instrumented for coverage-guided fuzzing
-  target_compile_options(weft_proto PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
 endif()

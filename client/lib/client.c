@@ -621,6 +621,8 @@ static wf_status_t recv_reply(wf_client_t *c)
                          WF_PROTOCOL_VERSION);
             else if (job->answer)
                 *(wf_hello_info_t *)job->answer = r->result.hello;
+            if (job->status == WF_OK)
+                c->features = r->features;
             break;
         case JOB_STATUS:
             if (job->answer)
@@ -941,6 +943,14 @@ wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
         return WF_E_BAD_ARGUMENT;
     wfc_request_begin(client, JOB_HELLO);
     return wfc_simple_call(client, JOB_HELLO, ret_info);
+}
+
+int wf_client_has_feature(const wf_client_t *client, const char *name)
+{
+    if (!client || !name)
+        return 0;
+    uint32_t bit = wf_feature_bit(name, strlen(name));
+    return bit && (client->features & bit) ? 1 : 0;
 }
 
 wf_status_t wf_status(wf_client_t *client, wf_status_info_t *ret_info)

@@ -83,6 +83,7 @@ struct wf_client {
     wf_request_t req;          /* reused request (large: kept off the stack) */
     wf_reply_t rep;            /* reused decoded reply */
     wf_models_result_t models; /* answer of load / list models, copied out */
+    uint32_t features;         /* WF_FEATURE_* of the last hello reply */
     char last_error[WF_CLIENT_ERR_MAX]; /* see wf_client_last_error */
 };
 

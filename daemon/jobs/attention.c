@@ -1,6 +1,7 @@
 /* attention.c — attention jobs: plan and per-rank step (see attention.h). */
 #include "attention.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,12 +72,15 @@ static uint64_t dev_bytes(const wf_djob_t *job)
 }
 
 
-/* The context-parallel job of tp slice t (tensor pointers left NULL). */
+/* The context-parallel job of tp slice t (tensor pointers left NULL).
+ * The tp slices split the heads as a head-split job does
+ * (wf_attention_heads: the first Hq mod tp slices one head more). */
 static void cp_job_of(const wf_djob_t *job, int t, wf_cp_job_t *cj)
 {
     wf_attn_params_t p;
     base_params(job, &p);
-    int64_t T = job->mesh.deg.tp, per = p.Hq / T;
+    int64_t hb = 0, he = 0;
+    wf_attention_heads(p.Hq, t, (int)job->mesh.deg.tp, &hb, &he);
     memset(cj, 0, sizeof *cj);
     cj->B = p.B;
     cj->Sq = p.Sq;
@@ -84,8 +88,8 @@ static void cp_job_of(const wf_djob_t *job, int t, wf_cp_job_t *cj)
     cj->Hq = p.Hq;
     cj->Hkv = p.Hkv;
     cj->D = p.D;
-    cj->hq_begin = t * per;
-    cj->hq_end = (t + 1) * per;
+    cj->hq_begin = hb;
+    cj->hq_end = he;
     cj->scale = p.scale;
     cj->causal = p.causal;
     cj->q_dtype = p.q_dtype;
@@ -108,22 +112,31 @@ static wf_status_t plan_cp(wf_djob_t *job, const wf_backend_ops_t *ops,
 {
     const wf_mesh_t *m = &job->mesh;
     int64_t hq = job->req.tensors[job->req.args.attention.q].shape[2];
-    if (hq > INT32_MAX || wf_mesh_check_heads(m, (int)hq, err, err_len) != WF_OK) {
-        if (hq > INT32_MAX)
-            snprintf(err, err_len, "%lld attention heads: too many", (long long)hq);
+    int R = (int)m->deg.ring, U = (int)m->deg.ulysses, T = (int)m->deg.tp;
+    /* Every rank of the replica runs, so every tp slice needs a head;
+     * the slices may be uneven (cp_job_of), as on a head-split mesh. */
+    if (hq < T) {
+        snprintf(err, err_len, "%lld attention heads for %d tensor-parallel ranks: on a "
+                 "mesh with ring x ulysses > 1 every tp rank needs at least one head",
+                 (long long)hq, T);
         return WF_E_BAD_ARGUMENT;
     }
-    int R = (int)m->deg.ring, U = (int)m->deg.ulysses, T = (int)m->deg.tp;
+    /* Each slice against the ring / Ulysses degrees (the last, smallest
+     * slices may not divide by ulysses where the first do). */
     wf_cp_job_t cj;
-    cp_job_of(job, 0, &cj);
-    wf_status_t st = wf_cp_attention_check(&cj, R, U, err, err_len);
-    /* On the wire WF_E_BAD_SHAPE means an invalid descriptor (PROTOCOL.md
-     * section 6); a valid shape that the mesh cannot shard is a job that
-     * does not fit: WF_E_BAD_ARGUMENT, with the module's message. */
-    if (st == WF_E_BAD_SHAPE)
-        st = WF_E_BAD_ARGUMENT;
-    if (st != WF_OK)
-        return st;
+    for (int t = T - 1; t >= 0; t--) {
+        cp_job_of(job, t, &cj);
+        wf_status_t st = wf_cp_attention_check(&cj, R, U, err, err_len);
+        /* On the wire WF_E_BAD_SHAPE means an invalid descriptor
+         * (PROTOCOL.md section 6); a valid shape that the mesh cannot
+         * shard is a job that does not fit: WF_E_BAD_ARGUMENT, with the
+         * module's message. */
+        if (st == WF_E_BAD_SHAPE)
+            st = WF_E_BAD_ARGUMENT;
+        if (st != WF_OK)
+            return st;
+    }
+    /* cj is slice 0 now, the largest: its workspace bounds every rank's */
     /* A backend on device memory (CUDA) runs the job in device mode (its
      * comms move device buffers: NCCL, or the host comm behind the
      * staging): each rank reserves its device workspace in the arena;
@@ -140,12 +153,14 @@ static wf_status_t plan_cp(wf_djob_t *job, const wf_backend_ops_t *ops,
         snprintf(err, err_len, "context-parallel plan refused the job");
         return WF_E_BAD_ARGUMENT;
     }
-    uint64_t share = ops->dev_alloc ? 0
-                     : (uint64_t)(cj.hq_end - cj.hq_begin) * (out_per_head + lse_per_head);
     job->group_size = R * U * T;
     for (int r = 0; r < job->group_size; r++) {
         /* replica rank r: tp coordinate r % T, seq index r / T; seq index
          * 0 is its slice's root and writes the slice's outputs */
+        int64_t hb = 0, he = 0;
+        wf_attention_heads(hq, r % T, T, &hb, &he);
+        uint64_t share = ops->dev_alloc ? 0
+                         : (uint64_t)(he - hb) * (out_per_head + lse_per_head);
         uint64_t mine = r < T ? share : 0;
         job->reserve[r] = ws > UINT64_MAX - mine ? UINT64_MAX : ws + mine;
     }
@@ -214,7 +229,19 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
         return WF_E_BAD_ARGUMENT;
     }
 
+    /* One rule on every mesh (PROTOCOL.md 3.3.1): the tp ranks split the
+     * query heads as tensor_split does, the first Hq mod tp one head
+     * more (wf_attention_heads); `devices` narrows a head split only
+     * (ring = ulysses = 1): a sequence-sharded job uses every rank of its
+     * replica, so another value is refused, not ignored. */
     job->cp = mesh->deg.ring * mesh->deg.ulysses > 1;
+    if (job->cp && a->devices != 0) {
+        snprintf(err, err_len, "devices = %" PRIu32 ": a job on a mesh with ring "
+                 "(%" PRIu32 ") x ulysses (%" PRIu32 ") > 1 runs on every rank of its "
+                 "replica; devices applies to ring = ulysses = 1 only (send 0)",
+                 a->devices, mesh->deg.ring, mesh->deg.ulysses);
+        return WF_E_BAD_ARGUMENT;
+    }
     if (job->cp)
         return plan_cp(job, ops, out_per_head, lse_per_head, err, err_len);
 

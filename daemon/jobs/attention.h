@@ -36,9 +36,12 @@
  * (its epoch goes to job->plan_epoch): resolves the per-job options (the
  * request's, else the settings' defaults), sets cp, group_size, reserve[]
  * (output share + workspace of each rank), scale, the output descriptors
- * and run. Returns WF_OK, or an error with a message: WF_E_BAD_ARGUMENT
- * (tp does not divide the heads; context parallelism not built) or what
- * the context-parallel check says (WF_E_BAD_ARGUMENT, WF_E_BAD_SHAPE). */
+ * and run. The tp ranks split the heads unevenly where tp does not
+ * divide them (wf_attention_heads), on every mesh. Returns WF_OK, or
+ * WF_E_BAD_ARGUMENT with a message: on a mesh with ring x ulysses > 1
+ * fewer heads than tp ranks or `devices` != 0, or what the
+ * context-parallel check says (its WF_E_BAD_SHAPE becomes
+ * WF_E_BAD_ARGUMENT: PROTOCOL.md section 6, "7 or 9"). */
 wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
                               const wf_mesh_t *mesh,
                               const wf_settings_t *defaults, char *err,

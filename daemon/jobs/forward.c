@@ -85,6 +85,12 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     wf_flux_job_t fj;
     job_of(job, false, &fj);
     wf_status_t st = wf_flux_forward_check(cfg, &fj, T, R, U, err, err_len);
+    /* On the wire WF_E_BAD_SHAPE means a descriptor invalid on its own
+     * (PROTOCOL.md section 6); inputs that do not fit the model or a
+     * sequence the mesh cannot shard are WF_E_BAD_ARGUMENT (section 12.4),
+     * with the module's message, as attention's plan does. */
+    if (st == WF_E_BAD_SHAPE)
+        st = WF_E_BAD_ARGUMENT;
     if (st != WF_OK)
         return st;
     size_t hws = 0;

@@ -133,19 +133,23 @@ wf_status_t wf_cp_attention_check(const wf_cp_job_t *job, int R, int U,
      * diffusers' ulysses_anything also covers sequence lengths (R = 1). */
     int64_t P = (int64_t)R * U;
     bool any_seq = job->ring_anything || (job->ulysses_anything && R == 1);
+    /* the flag to name: diffusers' for the mesh (ulysses_anything without
+     * ring), and ring_anything, weft's for any sequence sharding */
+    const char *seq_flag = R == 1 ? "ulysses_anything (or ring_anything)"
+                                  : "ring_anything";
     if (!any_seq) {
         if (job->Sq % P != 0)
             return wf_errf_status(WF_E_BAD_SHAPE, err, errlen,
                                   "Tensor size along dimension to be sharded must be "
                                   "divisible by mesh size (Sq = %lld, mesh size %lld); "
-                                  "set ring_anything to shard it unevenly",
-                                  (long long)job->Sq, (long long)P);
+                                  "set %s to shard it unevenly",
+                                  (long long)job->Sq, (long long)P, seq_flag);
         if (job->Skv % P != 0)
             return wf_errf_status(WF_E_BAD_SHAPE, err, errlen,
                                   "Tensor size along dimension to be sharded must be "
                                   "divisible by mesh size (Skv = %lld, mesh size %lld); "
-                                  "set ring_anything to shard it unevenly",
-                                  (long long)job->Skv, (long long)P);
+                                  "set %s to shard it unevenly",
+                                  (long long)job->Skv, (long long)P, seq_flag);
     }
     int64_t Hs = job->hq_end - job->hq_begin;
     if (!job->ulysses_anything && Hs % U != 0)

@@ -303,8 +303,10 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
     case WF_OP_HELLO:
     case WF_OP_STATUS:
         rep = srv_reply_ok(srv, req->id, req->op);
-        if (req->op == WF_OP_HELLO)
+        if (req->op == WF_OP_HELLO) {
             fill_hello(srv, &rep->result.hello);
+            rep->features = WF_FEATURES_ALL;
+        }
         else
             fill_status(srv, &rep->result.status);
         srv_reply_send(srv, &parts[0], delim, rep, NULL);

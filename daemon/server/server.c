@@ -816,8 +816,42 @@ static int poll_timeout_ms(const wf_server_t *srv, uint64_t now)
     return t;
 }
 
+/* The end of a drain (PROTOCOL.md section 1): requests that wait on the
+ * socket, or arrive now, would be dropped by the close. Answer each as
+ * the drain does (jobs, loads and reconfigurations get
+ * WF_E_SHUTTING_DOWN; hello, status and list_models their reply) until
+ * the socket has been quiet for DRAIN_TAIL_QUIET_MS, and never for more
+ * than DRAIN_TAIL_MAX_MS or DRAIN_TAIL_MAX_MSGS messages. Returns how
+ * many it answered. */
+#define DRAIN_TAIL_QUIET_MS 100
+#define DRAIN_TAIL_MAX_MS 1000
+#define DRAIN_TAIL_MAX_MSGS 4096
+
+static unsigned answer_drain_tail(wf_server_t *srv)
+{
+    unsigned n = 0;
+    const uint64_t end = wf_now_usec() + (uint64_t)DRAIN_TAIL_MAX_MS * 1000;
+    while (n < DRAIN_TAIL_MAX_MSGS) {
+        if (srv_request_recv(srv)) {
+            n++;
+            continue;
+        }
+        uint64_t now = wf_now_usec();
+        if (now >= end)
+            break;
+        uint64_t left_ms = (end - now + 999) / 1000;
+        zmq_pollitem_t it = { srv->router, 0, ZMQ_POLLIN, 0 };
+        int rc = zmq_poll(&it, 1, left_ms < DRAIN_TAIL_QUIET_MS
+                                      ? (long)left_ms : DRAIN_TAIL_QUIET_MS);
+        if (rc == 0 || (rc < 0 && zmq_errno() != EINTR))
+            break;      /* quiet for the whole period, or the socket failed */
+    }
+    return n;
+}
+
 /* Drain ended (all done, or the deadline passed): answer what never ran,
- * let the workers finish what they hold, answer that too. */
+ * let the workers finish what they hold, answer that too, then what still
+ * waits on the socket (answer_drain_tail). */
 static void finish_drain(wf_server_t *srv)
 {
     wf_djob_t *q = wf_sched_take_queued(&srv->sched);
@@ -843,6 +877,16 @@ static void finish_drain(wf_server_t *srv)
                        WF_OP_RECONFIGURE, WF_E_SHUTTING_DOWN,
                        "daemon stopped before the reconfiguration ran");
         srv->reconf.has_client = false;
+    }
+    if (srv->stopping) {
+        uint64_t refused = srv->rejected;
+        wf_log(srv->log, WF_LOG_INFO, "drained; answering what still arrives for up "
+               "to %d ms", DRAIN_TAIL_MAX_MS);
+        unsigned tail = answer_drain_tail(srv);
+        if (tail > 0)
+            wf_log(srv->log, WF_LOG_INFO, "answered %u request(s) that arrived at "
+                   "the end of the drain (%" PRIu64 " refused)", tail,
+                   srv->rejected - refused);
     }
     /* Replies are queued in ZeroMQ; give them up to the drain timeout to
      * leave before zmq_ctx_term drops them. */

@@ -263,6 +263,9 @@ static void fuzz_reply(const uint8_t *data, size_t size)
     if (rep.status == WF_OK && rep.op == WF_OP_STATUS)
         check(memcmp(&again.result.status.mesh, &rep.result.status.mesh,
                      sizeof(rep.result.status.mesh)) == 0);
+    /* hello: the features this side knows survive; no other bit is set */
+    if (rep.status == WF_OK && rep.op == WF_OP_HELLO)
+        check(again.features == rep.features && (rep.features & ~WF_FEATURES_ALL) == 0);
     if (rep.status == WF_OK && rep.op == WF_OP_FORWARD)
         check(memcmp(&again.result.forward, &rep.result.forward,
                      sizeof(rep.result.forward)) == 0);

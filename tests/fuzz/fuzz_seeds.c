@@ -356,6 +356,7 @@ int main(int argc, char **argv)
     p.version = 1; p.id = 9; p.op = WF_OP_HELLO;
     p.result.hello.protocol = 1;
     strcpy(p.result.hello.backend, "cpu");
+    p.features = WF_FEATURES_ALL;
     wf_buf_reset(&b);
     bad |= wf_reply_encode(&p, &b) != WF_OK || put(argv[1], "rep_hello", 1, &b);
     memset(&p, 0, sizeof(p));
