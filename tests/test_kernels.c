@@ -29,6 +29,7 @@
 #include "softmax.h"
 #include "tensor.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -270,6 +271,8 @@ static void test_exp2(void)
     }
     /* 2^-23 ~ 1.2e-7: the polynomial plus a few f32 roundings */
     CHECK(worst <= 2.5e-7, "exp2 worst relative error %.3g", worst);
+    /* NaN in, NaN out (and no float -> int conversion of NaN: UBSan) */
+    CHECK(isnan(wf_cpu_exp2(NAN)) && isnan(wf_cpu_exp2(-NAN)), "exp2(NaN) not NaN");
     CHECK(wf_cpu_exp2(-INFINITY) == 0.0f && wf_cpu_exp2(-127.5f) == 0.0f &&
               wf_cpu_exp2(0.0f) == 1.0f,
           "exp2 limits");
@@ -701,6 +704,185 @@ static void test_contexts_and_validation(const wf_backend_ops_t *ops)
     ops->ctx_destroy(&ctx);
 }
 
+/* ---- non-finite inputs and extreme scales ------------------------------------ */
+
+/* One attention (B = 1, Hq = 2, Hkv = 1) on the given f32 values stored in
+ * dtype dt, against the fp64 reference on the stored values: where the
+ * reference is NaN the kernel must be NaN (out and lse), where it is +-inf
+ * the same inf, where it is finite within the grid's tolerances (lse
+ * relative 1e-5: a huge scale multiplies the f32 max score's rounding);
+ * a finite reference lse beyond the f32 range must come back +inf (its f32
+ * rounding). Returns the number of reference NaN rows (out) through
+ * *ret_nan_rows and of finite rows through *ret_fin_rows. */
+static void nf_case(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx, const char *name,
+                    int64_t Sq, int64_t Skv, int64_t D, float *q, float *k, float *v,
+                    double scale, bool causal, wf_dtype_t dt, int *ret_nan_rows,
+                    int *ret_fin_rows)
+{
+    const int64_t H = 2;
+    size_t nq = (size_t)(Sq * H * D), nkv = (size_t)(Skv * D), nl = (size_t)(Sq * H);
+    unsigned char *qb = malloc(nq * 4), *kb = malloc(nkv * 4), *vb = malloc(nkv * 4);
+    wf_convert_from_f32(qb, dt, q, nq);
+    wf_convert_from_f32(kb, dt, k, nkv);
+    wf_convert_from_f32(vb, dt, v, nkv);
+    wf_convert_to_f32(q, qb, dt, nq);
+    wf_convert_to_f32(k, kb, dt, nkv);
+    wf_convert_to_f32(v, vb, dt, nkv);
+    float *o = malloc(nq * 4), *l = malloc(nl * 4);
+    wf_attn_params_t p = {
+        .B = 1, .Sq = Sq, .Skv = Skv, .Hq = H, .Hkv = 1, .D = D, .h_begin = 0, .h_end = H,
+        .scale = (float)scale, .causal = causal, .q = qb, .q_dtype = dt, .k = kb,
+        .k_dtype = dt, .v = vb, .v_dtype = dt, .out = o, .out_dtype = WF_DTYPE_F32, .lse = l,
+    };
+    void *ws = aligned_alloc(64, ops->attention_workspace(&p));
+    CHECK(ops->attention(ctx, &p, ws) == WF_OK, "%s: attention failed", name);
+    double *ro = malloc(nq * sizeof(double)), *rl = malloc(nl * sizeof(double));
+    const wf_ref_attn_t ra = { .B = 1, .Sq = Sq, .Skv = Skv, .Hq = H, .Hkv = 1, .D = D,
+                               .scale = (double)(float)scale, .causal = causal };
+    CHECK(wf_ref_attention(&ra, q, k, v, ro, rl) == WF_OK, "%s: reference failed", name);
+    int bad = 0, nan_rows = 0, fin_rows = 0;
+    for (size_t r = 0; r < nl; r++) {
+        double maxref = 0;
+        bool any_nan = false, all_fin = true;
+        for (int64_t d = 0; d < D; d++) {
+            double x = ro[r * (size_t)D + (size_t)d];
+            if (isfinite(x))
+                maxref = fabs(x) > maxref ? fabs(x) : maxref;
+            any_nan |= isnan(x);
+            all_fin &= isfinite(x) != 0;
+        }
+        nan_rows += any_nan;
+        fin_rows += all_fin;
+        for (int64_t d = 0; d < D; d++) {
+            double x = ro[r * (size_t)D + (size_t)d], g = o[r * (size_t)D + (size_t)d];
+            bool ok = isnan(x)   ? isnan(g) != 0
+                      : isinf(x) ? g == x
+                                 : fabs(g - x) <= 2e-5 * maxref + 0x1p-24 * fabs(x) + 1e-30;
+            if (!ok && bad++ < 4)
+                CHECK(false, "%s: out[%zu][%lld] = %.9g, ref %.9g", name, r / (size_t)H,
+                      (long long)d, g, x);
+        }
+        double x = rl[r], g = l[r];
+        bool ok = isnan(x)           ? isnan(g) != 0
+                  : isinf(x)         ? g == x
+                  : fabs(x) > FLT_MAX ? g == (x > 0 ? INFINITY : -INFINITY)
+                                     : fabs(g - x) <= 5e-5 + 1e-5 * fabs(x);
+        if (!ok && bad++ < 4)
+            CHECK(false, "%s: lse[%zu] = %.9g, ref %.9g", name, r, g, x);
+    }
+    if (ret_nan_rows)
+        *ret_nan_rows = nan_rows;
+    if (ret_fin_rows)
+        *ret_fin_rows = fin_rows;
+    free(ws);
+    free(qb);
+    free(kb);
+    free(vb);
+    free(o);
+    free(l);
+    free(ro);
+    free(rl);
+}
+
+static void fill_rnd(float *x, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = amp * rnd_unit();
+}
+
+static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
+{
+    /* Skv 1100 > 2 key tiles of 512: the online softmax across tiles */
+    enum { SQ = 40, SKV = 40, SKL = 1100, D = 16, H = 2 };
+    float *q = malloc((size_t)SKL * H * D * 4), *k = malloc((size_t)SKL * D * 4),
+          *v = malloc((size_t)SKL * D * 4);
+    int nanr, finr;
+    const float s0 = 0.25f;
+#define FRESH(sq, skv)                                                                   \
+    do {                                                                                 \
+        fill_rnd(q, (size_t)(sq) * H * D, 1.0f);                                         \
+        fill_rnd(k, (size_t)(skv) * D, 1.0f);                                            \
+        fill_rnd(v, (size_t)(skv) * D, 1.0f);                                            \
+    } while (0)
+
+    /* NaN in q (row 7, head 1): that row NaN, every other row exact */
+    for (int c = 0; c < 2; c++) {
+        FRESH(SQ, SKV);
+        q[(7 * H + 1) * D + 3] = NAN;
+        nf_case(ops, ctx, c ? "nan q causal" : "nan q", SQ, SKV, D, q, k, v, s0, c, WF_DTYPE_F32,
+                &nanr, &finr);
+        CHECK(nanr == 1 && finr == SQ * H - 1, "nan q: %d NaN rows, %d finite", nanr, finr);
+    }
+    /* NaN in k (key 11): non-causal every row; causal the rows i >= 11 */
+    FRESH(SQ, SKV);
+    k[11 * D + 5] = NAN;
+    nf_case(ops, ctx, "nan k causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr == (SQ - 11) * H && finr == 11 * H, "nan k causal: %d / %d", nanr, finr);
+    nf_case(ops, ctx, "nan k", SQ, SKV, D, q, k, v, s0, false, WF_DTYPE_F16, &nanr, &finr);
+    CHECK(nanr == SQ * H, "nan k: %d NaN rows", nanr);
+    /* NaN in v (key 11, column 2): causal rows i >= 11 get NaN in column 2
+     * only, lse finite; the rows before must not see it (the mask's
+     * weight 0 times NaN) */
+    FRESH(SQ, SKV);
+    v[11 * D + 2] = NAN;
+    nf_case(ops, ctx, "nan v causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr == (SQ - 11) * H && finr == 11 * H, "nan v causal: %d / %d", nanr, finr);
+    v[11 * D + 2] = INFINITY;
+    nf_case(ops, ctx, "inf v causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(finr == 11 * H, "inf v causal: %d finite rows", finr);
+    /* +inf in q: +-inf scores, the reference's inf - inf NaN */
+    FRESH(SQ, SKV);
+    q[(3 * H) * D] = INFINITY;
+    nf_case(ops, ctx, "inf q", SQ, SKV, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr == 1 && finr == SQ * H - 1, "inf q: %d NaN rows, %d finite", nanr, finr);
+    nf_case(ops, ctx, "inf q f16 causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F16, &nanr,
+            &finr);
+    CHECK(nanr == 1 && finr == SQ * H - 1, "inf q causal: %d NaN rows, %d finite", nanr, finr);
+    /* -inf scores across key tiles: row 0 (q = e0) sees -inf in the first
+     * key tile only (k[j][0] = -inf for j < 512), finite after: the
+     * reference weighs them 0 and is finite; rows with q[0] < 0 get +inf
+     * scores (NaN), with q[0] > 0 -inf ones (finite) */
+    FRESH(SQ, SKL);
+    for (int d = 0; d < D; d++)
+        q[d] = d == 0 ? 1.0f : 0.0f;
+    for (int j = 0; j < 512; j++)
+        k[j * D] = -INFINITY;
+    nf_case(ops, ctx, "-inf first tile", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
+            &finr);
+    CHECK(nanr > 0 && finr > 0, "-inf first tile: %d NaN rows, %d finite", nanr, finr);
+    /* every key -inf for row 0: the reference's NaN (exp(-inf - -inf)) */
+    for (int j = 0; j < SKL; j++)
+        k[j * D] = -INFINITY;
+    nf_case(ops, ctx, "all -inf", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr > 0, "all -inf: no NaN row");
+    /* NaN in the second key tile of a long row */
+    FRESH(SQ, SKL);
+    k[700 * D + 1] = NAN;
+    nf_case(ops, ctx, "nan k tile 2", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
+            &finr);
+    CHECK(nanr == SQ * H, "nan k tile 2: %d NaN rows", nanr);
+
+    /* extreme scales: 3e38 (alpha = scale log2 e beyond f32: every score
+     * would overflow), 1e30 (the scores overflow f32), 1e-38 and 1e-40
+     * (alpha subnormal); f32 and f16 inputs, causal and not. The
+     * reference is finite; its lse beyond f32 comes back +inf. */
+    static const double scales[] = { 3e38, 1e30, 1e-38, 1e-40 };
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+        for (int c = 0; c < 2; c++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "scale %g%s", scales[si], c ? " causal" : "");
+            FRESH(SQ, SKL);
+            nf_case(ops, ctx, nm, SQ, SKL, D, q, k, v, scales[si], c,
+                    c ? WF_DTYPE_F16 : WF_DTYPE_F32, &nanr, &finr);
+            CHECK(nanr == 0 && finr == SQ * H, "%s: %d NaN rows, %d finite", nm, nanr, finr);
+        }
+#undef FRESH
+    free(q);
+    free(k);
+    free(v);
+    printf("non-finite inputs and extreme scales: checked against the reference\n");
+}
+
 /* The BLAS kernel check: a sentence either way, naming the fix when it
  * finds the library below the CPU, and answering alike twice. */
 static void test_blas_check(void)
@@ -730,6 +912,7 @@ int main(void)
     }
     test_attention_grid(ops, ctx);
     test_gqa_mapping(ops, ctx);
+    test_nonfinite(ops, ctx);
     ops->ctx_destroy(&ctx);
     test_threads(ops);
     printf("%ld checks, %d failures\n", checks, failures);

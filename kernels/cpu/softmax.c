@@ -7,7 +7,10 @@
  * degree-7 Taylor polynomial (truncation error < 5e-9 relative, so the
  * result is within a few f32 ulps); 2^n by building the exponent bits.
  * Inputs below -126 give exactly 0 (a select, not a branch), which is what
- * masked or -inf scores need; inputs here are <= 0 (x - row max).
+ * masked or -inf scores need; inputs here are <= 0 (x - row max). A NaN
+ * input gives NaN (a NaN score makes its row NaN, as the fp64 reference);
+ * the clamps map NaN into [-126, 127] first, so the float -> int
+ * conversion and the exponent shift below only ever see 1..254.
  */
 #include "softmax.h"
 
@@ -24,11 +27,12 @@ enum { LANES = 16 };
 #define MADD(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* 2^x for x <= 0 (x > 0 is clamped to at most 2^127). */
+/* 2^x for x <= 0 (x > 0 is clamped to at most 2^127; NaN gives NaN). */
 static inline float exp2_poly(float x)
 {
-    float xc = x < -126.0f ? -126.0f : x;
-    xc = xc > 127.0f ? 127.0f : xc;
+    /* written so that NaN compares false and takes the bound */
+    float xc = x > -126.0f ? x : -126.0f;
+    xc = xc < 127.0f ? xc : 127.0f;
     /* round to nearest with the 1.5 * 2^23 shifter: exact for |x| < 2^22 */
     float t = xc + 12582912.0f;
     float n = t - 12582912.0f;
@@ -47,7 +51,8 @@ static inline float exp2_poly(float x)
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float r = p * scale;
-    return x < -126.0f ? 0.0f : r;
+    r = x < -126.0f ? 0.0f : r;
+    return x == x ? r : x;
 }
 
 float wf_cpu_exp2(float x)
@@ -70,6 +75,29 @@ float wf_cpu_row_max(const float *row, int64_t n)
     for (; j < n; j++)
         mx = row[j] > mx ? row[j] : mx;
     return mx;
+}
+
+float wf_cpu_row_exp2_scaled(float *row, int64_t n, float m, float b1, float b2)
+{
+    float acc[LANES];
+    for (int t = 0; t < LANES; t++)
+        acc[t] = 0.0f;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int t = 0; t < LANES; t++) {
+            float e = exp2_poly((row[j + t] - m) * b1 * b2);
+            row[j + t] = e;
+            acc[t] += e;
+        }
+    float sum = 0.0f;
+    for (int t = 0; t < LANES; t++)
+        sum += acc[t];
+    for (; j < n; j++) {
+        float e = exp2_poly((row[j] - m) * b1 * b2);
+        row[j] = e;
+        sum += e;
+    }
+    return sum;
 }
 
 float wf_cpu_row_exp2(float *row, int64_t n, float m)
