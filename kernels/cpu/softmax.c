@@ -8,9 +8,11 @@
  * result is within a few f32 ulps); 2^n by building the exponent bits.
  * Inputs below -126 give exactly 0 (a select, not a branch), which is what
  * masked or -inf scores need; inputs here are <= 0 (x - row max). A NaN
- * input gives NaN (a NaN score makes its row NaN, as the fp64 reference);
- * the clamps map NaN into [-126, 127] first, so the float -> int
- * conversion and the exponent shift below only ever see 1..254.
+ * input gives NaN (a NaN score makes its row NaN, as the fp64 reference):
+ * the exponent n is read from the shifter's bits as an unsigned integer,
+ * not converted from float, so a NaN never reaches a float -> int
+ * conversion (undefined) and no signed value is shifted; its garbage
+ * exponent multiplies a NaN polynomial, which stays NaN.
  */
 #include "softmax.h"
 
@@ -30,9 +32,8 @@ enum { LANES = 16 };
 /* 2^x for x <= 0 (x > 0 is clamped to at most 2^127; NaN gives NaN). */
 static inline float exp2_poly(float x)
 {
-    /* written so that NaN compares false and takes the bound */
-    float xc = x > -126.0f ? x : -126.0f;
-    xc = xc < 127.0f ? xc : 127.0f;
+    float xc = x < -126.0f ? -126.0f : x; /* NaN stays NaN */
+    xc = xc > 127.0f ? 127.0f : xc;
     /* round to nearest with the 1.5 * 2^23 shifter: exact for |x| < 2^22 */
     float t = xc + 12582912.0f;
     float n = t - 12582912.0f;
@@ -46,13 +47,15 @@ static inline float exp2_poly(float x)
     p = MADD(p, f, 2.4022651e-01f);
     p = MADD(p, f, 6.9314718e-01f);
     p = MADD(p, f, 1.0f);
-    int32_t ni = (int32_t)n;
-    int32_t bits = (ni + 127) << 23;
+    /* t's bits are those of 1.5 * 2^23 (0x4b400000) plus n, |n| < 2^22:
+     * the biased exponent n + 127 in 1..254 for every non-NaN x */
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    uint32_t bits = (tb - 0x4b400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float r = p * scale;
-    r = x < -126.0f ? 0.0f : r;
-    return x == x ? r : x;
+    return x < -126.0f ? 0.0f : r;
 }
 
 float wf_cpu_exp2(float x)
