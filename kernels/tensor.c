@@ -270,8 +270,15 @@ void wf_lse_merge_rows(float *ao, float *al, const float *po, const float *pl,
         float la = al[i];
         const float *p = po + i * D;
         float *a = ao + i * D;
-        if (lp == -INFINITY)
+        if (lp == -INFINITY) {
+            /* both -inf: out is 0 (no key) or NaN (keys whose scores are
+             * all -inf, 0/0); the sum keeps a NaN until a finite partial
+             * replaces it */
+            if (la == -INFINITY)
+                for (int64_t d = 0; d < D; d++)
+                    a[d] += p[d];
             continue;
+        }
         if (la == -INFINITY) {
             for (int64_t d = 0; d < D; d++)
                 a[d] = rnd ? wf_round_to_dtype(p[d], rdt) : p[d];

@@ -850,7 +850,8 @@ static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
     nf_case(ops, ctx, "-inf first tile", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
             &finr);
     CHECK(nanr > 0 && finr > 0, "-inf first tile: %d NaN rows, %d finite", nanr, finr);
-    /* every key -inf for row 0: the reference's NaN (exp(-inf - -inf)) */
+    /* every key -inf for row 0 (and rows with q[0] > 0): weights sum to 0,
+     * out 0/0 = NaN, lse log 0 = -inf */
     for (int j = 0; j < SKL; j++)
         k[j * D] = -INFINITY;
     nf_case(ops, ctx, "all -inf", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr, &finr);
@@ -883,6 +884,101 @@ static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
     printf("non-finite inputs and extreme scales: checked against the reference\n");
 }
 
+/* The lse merge (tensor.h) with non-finite rows, then the kernel on two
+ * halves of the keys merged against the reference on all of them: a half
+ * whose visible scores are all -inf (out NaN, lse -inf) must give way to
+ * the finite half; a NaN in either half makes the row NaN. */
+static void test_merge_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
+{
+    enum { D2 = 3 };
+    /* rows: acc (out, lse) + partial (out, lse) -> want */
+    float ao[5][D2] = { {0, 0, 0}, {NAN, NAN, NAN}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3} };
+    float al[5] = { -INFINITY, -INFINITY, 2.0f, 2.0f, 2.0f };
+    float po[5][D2] = { {NAN, NAN, NAN}, {0, 0, 0}, {4, 5, 6}, {4, NAN, 6}, {NAN, NAN, NAN} };
+    float pl[5] = { -INFINITY, -INFINITY, NAN, 1.0f, -INFINITY };
+    wf_lse_merge_rows(&ao[0][0], al, &po[0][0], pl, 5, D2, WF_DTYPE_F32);
+    CHECK(isnan(ao[0][0]) && al[0] == -INFINITY, "merge: 0,-inf + NaN,-inf: %g %g",
+          (double)ao[0][0], (double)al[0]);
+    CHECK(isnan(ao[1][2]) && al[1] == -INFINITY, "merge: NaN,-inf + 0,-inf lost the NaN");
+    CHECK(isnan(ao[2][0]) && isnan(ao[2][2]) && isnan(al[2]), "merge: lse NaN not NaN");
+    CHECK(isfinite(ao[3][0]) && isnan(ao[3][1]) && isfinite(ao[3][2]) && isfinite(al[3]),
+          "merge: NaN column: %g %g %g lse %g", (double)ao[3][0], (double)ao[3][1],
+          (double)ao[3][2], (double)al[3]);
+    CHECK(ao[4][0] == 1 && ao[4][1] == 2 && ao[4][2] == 3 && al[4] == 2.0f,
+          "merge: an all -inf partial changed a finite row");
+    /* then a finite partial replaces the NaN of row 0 */
+    float fo[D2] = { 7, 8, 9 }, fl = 0.5f;
+    wf_lse_merge_rows(&ao[0][0], al, fo, &fl, 1, D2, WF_DTYPE_F32);
+    CHECK(ao[0][0] == 7 && ao[0][2] == 9 && al[0] == 0.5f, "merge: finite after NaN,-inf");
+
+    /* kernel on halves, merged */
+    enum { SQ = 24, SKV = 64, D = 8, H = 2, HALF = SKV / 2 };
+    float *q = malloc((size_t)SQ * H * D * 4), *k = malloc((size_t)SKV * D * 4),
+          *v = malloc((size_t)SKV * D * 4);
+    float *o = malloc((size_t)SQ * H * D * 4), *l = malloc((size_t)SQ * H * 4);
+    float *o2 = malloc((size_t)SQ * H * D * 4), *l2 = malloc((size_t)SQ * H * 4);
+    double *ro = malloc((size_t)SQ * H * D * 8), *rl = malloc((size_t)SQ * H * 8);
+    for (int c = 0; c < 3; c++) {
+        fill_rnd(q, (size_t)SQ * H * D, 1.0f);
+        fill_rnd(k, (size_t)SKV * D, 1.0f);
+        fill_rnd(v, (size_t)SKV * D, 1.0f);
+        for (int i = 0; i < SQ * H; i++)
+            q[i * D] = i % 2 ? 1.0f : 0.5f; /* q[0] > 0 everywhere */
+        if (c == 0) /* first half -inf: every row finite in the end */
+            for (int j = 0; j < HALF; j++)
+                k[j * D] = -INFINITY;
+        if (c == 1) /* every key -inf: NaN, -inf */
+            for (int j = 0; j < SKV; j++)
+                k[j * D] = -INFINITY;
+        if (c == 2) /* a NaN in the second half: every row NaN */
+            k[(HALF + 3) * D + 2] = NAN;
+        wf_attn_params_t p = {
+            .B = 1, .Sq = SQ, .Skv = HALF, .Hq = H, .Hkv = 1, .D = D, .h_begin = 0,
+            .h_end = H, .scale = 0.3f, .q = q, .k = k, .v = v, .out = o, .lse = l,
+        };
+        void *ws = aligned_alloc(64, ops->attention_workspace(&p));
+        CHECK(ops->attention(ctx, &p, ws) == WF_OK, "half 1");
+        p.k = k + HALF * D;
+        p.v = v + HALF * D;
+        p.out = o2;
+        p.lse = l2;
+        CHECK(ops->attention(ctx, &p, ws) == WF_OK, "half 2");
+        free(ws);
+        wf_lse_merge_rows(o, l, o2, l2, SQ * H, D, WF_DTYPE_F32);
+        const wf_ref_attn_t ra = { .B = 1, .Sq = SQ, .Skv = SKV, .Hq = H, .Hkv = 1, .D = D,
+                                   .scale = (double)0.3f };
+        CHECK(wf_ref_attention(&ra, q, k, v, ro, rl) == WF_OK, "reference");
+        int bad = 0;
+        for (int r = 0; r < SQ * H; r++) {
+            for (int d = 0; d < D; d++) {
+                double x = ro[r * D + d], g = o[r * D + d];
+                bool ok = isnan(x) ? isnan(g) != 0 : fabs(g - x) <= 1e-5;
+                if (!ok && bad++ < 3)
+                    CHECK(false, "merged halves case %d: out[%d][%d] = %g, ref %g", c, r, d, g,
+                          x);
+            }
+            double x = rl[r], g = l[r];
+            bool ok = isnan(x) ? isnan(g) != 0 : isinf(x) ? g == x : fabs(g - x) <= 1e-4;
+            if (!ok && bad++ < 3)
+                CHECK(false, "merged halves case %d: lse[%d] = %g, ref %g", c, r, g, x);
+        }
+        /* the cases mean what they say */
+        CHECK(c == 0 ? isfinite(ro[0]) && isfinite(rl[0])
+                     : c == 1 ? isnan(ro[0]) && rl[0] == -INFINITY : isnan(ro[0]) && isnan(rl[0]),
+              "merged halves case %d: reference row 0 = %g, lse %g", c, ro[0], rl[0]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(l);
+    free(o2);
+    free(l2);
+    free(ro);
+    free(rl);
+    printf("lse merge: non-finite rows and halves merged as the reference\n");
+}
+
 /* The BLAS kernel check: a sentence either way, naming the fix when it
  * finds the library below the CPU, and answering alike twice. */
 static void test_blas_check(void)
@@ -913,6 +1009,7 @@ int main(void)
     test_attention_grid(ops, ctx);
     test_gqa_mapping(ops, ctx);
     test_nonfinite(ops, ctx);
+    test_merge_nonfinite(ops, ctx);
     ops->ctx_destroy(&ctx);
     test_threads(ops);
     printf("%ld checks, %d failures\n", checks, failures);

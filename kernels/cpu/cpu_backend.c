@@ -235,8 +235,8 @@ static bool all_finite(const float *x, size_t n)
  * reference.h): scores s_j = scale * q . k_j, m = the largest non-NaN
  * score, p_j = exp(s_j - m), out = sum p_j v_j / sum p_j. So a NaN score
  * (a NaN in q or in a visible key) makes its row NaN, out and lse; a
- * score of +inf makes it NaN too (inf - inf); -inf scores weigh 0 unless
- * every visible score is -inf (then m = -inf and the row is NaN); a NaN
+ * score of +inf makes it NaN too (inf - inf); -inf scores weigh 0, and
+ * when every visible score is -inf the sum is 0: out NaN, lse -inf; a NaN
  * or inf in v reaches only the rows that see that key, in its column d.
  *
  * Two ways to run a tile. Fast: S = alpha * Q K^T with alpha = scale *
@@ -378,13 +378,17 @@ static bool attend_tile(const wf_attn_params_t *p, const tile_mode_t *md,
                 m[i] = (float)((double)m[i] * md->scale + log((double)l[i]));
             else
                 m[i] = (m[i] + log2f(l[i])) * (float)M_LN2;
-        } else if (l[i] == 0.0f && vis == 0) {
-            /* no visible key: empty row for the log-sum-exp merge */
-            memset(orow, 0, (size_t)D * sizeof(float));
+        } else if (l[i] == 0.0f) {
+            /* no visible key: empty row for the log-sum-exp merge (out
+             * 0); visible keys whose scores are all -inf: out 0/0 = NaN,
+             * lse log 0 = -inf, which the merge lets a finite partial
+             * replace (tensor.h) */
+            float fill = vis == 0 ? 0.0f : NAN;
+            for (int64_t d = 0; d < D; d++)
+                orow[d] = fill;
             m[i] = -INFINITY;
         } else {
-            /* a NaN weight, or every visible score -inf: NaN, as the
-             * reference (exp(-inf - -inf)) */
+            /* a NaN weight: the row is NaN */
             for (int64_t d = 0; d < D; d++)
                 orow[d] = NAN;
             m[i] = NAN;
