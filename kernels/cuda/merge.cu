@@ -27,10 +27,16 @@ __global__ void lse_merge_kernel(float *ao, float *al, const float *po, const fl
     if (i >= rows)
         return;
     float lp = pl[i], la = al[i]; /* every lane reads: cached, same values */
-    if (lp == -INFINITY)
-        return;
     const float *p = po + i * D;
     float *acc = ao + i * D;
+    if (lp == -INFINITY) {
+        /* both -inf: out 0 or NaN (visible scores all -inf): the sum
+         * keeps a NaN until a finite partial replaces it */
+        if (la == -INFINITY)
+            for (int d = lane; d < D; d += 32)
+                acc[d] += p[d];
+        return;
+    }
     if (la == -INFINITY) {
         for (int d = lane; d < D; d += 32)
             acc[d] = wf_cuda_round_to(p[d], rdt);
