@@ -210,7 +210,7 @@ typedef struct wf_backend_ops {
 
     /* (optional) Fused log-sum-exp merge of a ring step into accumulators,
      * one pass, on the backend's memory: for each of `rows` rows,
-     *   lse_p = -inf: unchanged (out_a += out_p when lse_a = -inf too);
+     *   lse_p = -inf: unchanged (lse_a = -inf too: NaNs of out_p copied);
      *   lse_a = -inf: (out_a, lse_a) = (out_p, lse_p);
      *   else w = sigmoid(lse_p - lse_a), out_a -= w * (out_a - out_p),
      *        lse_a = max + log1p(exp(-|lse_a - lse_p|)).

@@ -271,12 +271,12 @@ void wf_lse_merge_rows(float *ao, float *al, const float *po, const float *pl,
         const float *p = po + i * D;
         float *a = ao + i * D;
         if (lp == -INFINITY) {
-            /* both -inf: out is 0 (no key) or NaN (keys whose scores are
-             * all -inf, 0/0); the sum keeps a NaN until a finite partial
-             * replaces it */
+            /* both -inf: a NaN out_p (keys whose scores were all -inf,
+             * 0/0) is kept until a finite partial replaces it */
             if (la == -INFINITY)
                 for (int64_t d = 0; d < D; d++)
-                    a[d] += p[d];
+                    if (p[d] != p[d])
+                        a[d] = p[d];
             continue;
         }
         if (la == -INFINITY) {

@@ -30,11 +30,12 @@ __global__ void lse_merge_kernel(float *ao, float *al, const float *po, const fl
     const float *p = po + i * D;
     float *acc = ao + i * D;
     if (lp == -INFINITY) {
-        /* both -inf: out 0 or NaN (visible scores all -inf): the sum
-         * keeps a NaN until a finite partial replaces it */
+        /* both -inf: a NaN out_p (visible scores all -inf, 0/0) is
+         * kept until a finite partial replaces it (tensor.c) */
         if (la == -INFINITY)
             for (int d = lane; d < D; d += 32)
-                acc[d] += p[d];
+                if (p[d] != p[d])
+                    acc[d] = p[d];
         return;
     }
     if (la == -INFINITY) {
