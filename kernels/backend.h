@@ -17,6 +17,8 @@
  * q_offset + i) sees key j (global position kv_offset + j) iff
  * kv_offset + j <= q_offset + i. A row that sees no key gets out = 0 and
  * lse = -inf, which the log-sum-exp merge of ring steps treats as empty.
+ * Non-finite inputs as kernels/reference.h (NaN rows; a row whose visible
+ * scores are all -inf: out NaN, lse -inf); scale in (0, 2^64].
  *
  * Where the tensors live: for the CPU backend every pointer of
  * wf_attn_params_t (q, k, v, out, lse, workspace) is host memory. For the
@@ -208,7 +210,8 @@ typedef struct wf_backend_ops {
 
     /* (optional) Fused log-sum-exp merge of a ring step into accumulators,
      * one pass, on the backend's memory: for each of `rows` rows,
-     *   lse_p = -inf: unchanged;  lse_a = -inf: (out_a, lse_a) = (out_p, lse_p);
+     *   lse_p = -inf: unchanged (lse_a = -inf too: NaNs of out_p copied);
+     *   lse_a = -inf: (out_a, lse_a) = (out_p, lse_p);
      *   else w = sigmoid(lse_p - lse_a), out_a -= w * (out_a - out_p),
      *        lse_a = max + log1p(exp(-|lse_a - lse_p|)).
      * acc_out, part_out (rows, D) f32; acc_lse, part_lse (rows) f32.

@@ -37,8 +37,12 @@ wf_status_t wf_ref_attention(const wf_ref_attn_t *a, const float *q,
                 double *o = out + ((b * Sq + i) * Hq + h) * D, l = 0;
                 for (int64_t d = 0; d < D; d++)
                     o[d] = 0;
+                /* m = -inf: every visible score is -inf or NaN; subtract 0
+                 * so that -inf weighs 0 (l = 0: out 0/0 = NaN, lse log 0 =
+                 * -inf) and NaN stays NaN (not -inf - -inf for all) */
+                const double mm = m == -INFINITY ? 0.0 : m;
                 for (int64_t j = 0; j < n; j++) {
-                    double p = exp(s[j] - m);
+                    double p = exp(s[j] - mm);
                     l += p;
                     const float *vr = v + ((b * Skv + j) * Hkv + hk) * D;
                     for (int64_t d = 0; d < D; d++)

@@ -29,6 +29,11 @@ typedef struct wf_ref_attn {
 /* out (B,Sq,Hq,D) and lse (B,Sq,Hq; may be NULL) in fp64 from f32 q, k,
  * v laid out as in wf_ref_attn_t; query head h reads kv head
  * h / (Hq / Hkv). A query row that sees no key gets out 0 and lse -inf.
+ * Non-finite values by IEEE rules on m = the largest non-NaN score and the
+ * weights exp(s - m): a NaN score makes its row NaN (out and lse); a +inf
+ * score too (inf - inf); -inf scores weigh 0, and when every visible
+ * score is -inf the row's sum of weights is 0: out = 0/0 = NaN, lse =
+ * log 0 = -inf (what merging such a row with others by lse needs).
  * Returns WF_E_BAD_ARGUMENT for a geometry with a dimension < 1 or Hq not
  * a multiple of Hkv, WF_E_NO_MEMORY when the row of Skv scores cannot be
  * allocated; out and lse are written only on WF_OK. */

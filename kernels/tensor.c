@@ -270,8 +270,15 @@ void wf_lse_merge_rows(float *ao, float *al, const float *po, const float *pl,
         float la = al[i];
         const float *p = po + i * D;
         float *a = ao + i * D;
-        if (lp == -INFINITY)
+        if (lp == -INFINITY) {
+            /* both -inf: a NaN out_p (keys whose scores were all -inf,
+             * 0/0) is kept until a finite partial replaces it */
+            if (la == -INFINITY)
+                for (int64_t d = 0; d < D; d++)
+                    if (p[d] != p[d])
+                        a[d] = p[d];
             continue;
+        }
         if (la == -INFINITY) {
             for (int64_t d = 0; d < D; d++)
                 a[d] = rnd ? wf_round_to_dtype(p[d], rdt) : p[d];

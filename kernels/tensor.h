@@ -49,13 +49,17 @@ float wf_round_to_dtype(float x, wf_dtype_t dt);
 /* The log-sum-exp merge of a partial attention result into accumulators
  * on host memory: backend.h's lse_merge formula, the reference every
  * backend's lse_merge matches. For each of `rows` rows (ao, po: (rows, D);
- * al, pl: (rows)): lse_p = -inf leaves the row; lse_a = -inf takes the
+ * al, pl: (rows)): lse_p = -inf leaves the row (but when lse_a is -inf
+ * too, each NaN of out_p is copied: a row whose visible scores were all
+ * -inf has out NaN, lse -inf, and the NaN must survive until a finite
+ * partial replaces it); lse_a = -inf takes the
  * partial; else with w = sigmoid(lse_p - lse_a)
  *   out = out_a - w * (out_a - out_p),
  *   lse = max + log1p(exp(-|lse_a - lse_p|)).
  * rdt F16 / BF16 rounds the partial and the merged output to that dtype,
  * as if both were stored in it (diffusers keeping ring steps in the input
- * dtype); F32 does not round. lse stays f32. */
+ * dtype); F32 does not round. lse stays f32. NaN in either lse or out
+ * propagates (sigmoid and log1p of NaN). */
 void wf_lse_merge_rows(float *ao, float *al, const float *po, const float *pl,
                        int64_t rows, int64_t D, wf_dtype_t rdt);
 

@@ -410,9 +410,9 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
                            (long long)k->shape[2], (long long)q->shape[2]);
     if (a->has_scale) {
         float s = (float)scale;
-        if (!isfinite(scale) || !isfinite(s) || !(s > 0.0f))
-            return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "args.scale: must be finite and > 0, got %g",
-                               scale);
+        if (!isfinite(scale) || !isfinite(s) || !(s > 0.0f) || !(s <= WF_ATTN_SCALE_MAX))
+            return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
+                               "args.scale: must be > 0 and <= 2^64, got %g", scale);
         a->scale = s;
     }
     return WF_OK;

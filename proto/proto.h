@@ -64,11 +64,18 @@ typedef struct wf_tensor_desc {
     uint64_t nbytes;              /* numel * dtype size, overflow-checked */
 } wf_tensor_desc_t;
 
+/* The largest attention scale (args.scale, PROTOCOL.md section 3.3.1):
+ * 2^64. Beyond it the scores and the lse of ordinary inputs leave the f32
+ * range (the kernels' arithmetic and the wire's lse): with f16 inputs
+ * |q . k| <= 65504^2 D, times 2^64 stays below 2^128 for any D < 2^30. */
+#define WF_ATTN_SCALE_MAX 0x1p64
+
 /* Arguments of an attention request ("args" map). */
 typedef struct wf_attention_args {
     int q, k, v;               /* indices into wf_request_t.tensors */
     bool has_scale;            /* false: 1/sqrt(D) */
-    float scale;               /* softmax scale when has_scale; finite, > 0 */
+    float scale;               /* softmax scale when has_scale; finite, > 0,
+                                * <= WF_ATTN_SCALE_MAX */
     bool causal;               /* top-left aligned causal mask */
     bool return_lse;           /* also return lse (B, Sq, Hq) f32 */
     bool has_out_dtype;        /* false: the dtype of q */

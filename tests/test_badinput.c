@@ -500,6 +500,120 @@ static void forged_name(t_t *t)
     good_job(t, "forged name", false);
 }
 
+/* Strict UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF) of
+ * len bytes. */
+static bool utf8_valid(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        size_t n;
+        unsigned min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            n = 1, min = 0x80, c &= 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2, min = 0x800, c &= 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3, min = 0x10000, c &= 0x07;
+        } else {
+            return false;
+        }
+        if (i + n >= len)
+            return false; /* truncated sequence */
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            c = (c << 6) | (s[i + k] & 0x3f);
+        }
+        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+/* The raw bytes of the reply header's "error" str (what a strict msgpack
+ * decoder sees, before any library copies it): NULL when not found. */
+static const unsigned char *raw_error(const unsigned char *h, size_t len, size_t *ret_len)
+{
+    static const unsigned char key[] = { 0xa5, 'e', 'r', 'r', 'o', 'r' };
+    for (size_t i = 0; i + sizeof key < len; i++) {
+        if (memcmp(h + i, key, sizeof key) != 0)
+            continue;
+        size_t p = i + sizeof key, n;
+        if ((h[p] & 0xe0) == 0xa0) {
+            n = h[p] & 0x1f, p += 1;
+        } else if (h[p] == 0xd9 && p + 1 < len) {
+            n = h[p + 1], p += 2;
+        } else if (h[p] == 0xda && p + 2 < len) {
+            n = (size_t)h[p + 1] << 8 | h[p + 2], p += 3;
+        } else {
+            return NULL;
+        }
+        if (p + n > len)
+            return NULL;
+        *ret_len = n;
+        return h + p;
+    }
+    return NULL;
+}
+
+/* An oversized tensor (4 MiB, the limit is 1 MiB) whose name holds bytes
+ * 0x80-0xff (no valid UTF-8 sequence) and control bytes: WF_E_LIMIT, and
+ * the reply's error text, as sent, valid UTF-8 and printable ASCII. */
+static void binary_name(t_t *t)
+{
+    uint64_t id = 1200;
+    static const char name[] = "q\x80\xc3\x28\xff\xfe\x01\x1b[2J\n\r\t\x7f\xe2\x82\xc0\xaf\xed\xa0\x80z";
+    static const int64_t big[4] = { 1, 1024, 256, 4 }; /* f32: 4 MiB */
+    /* the validator itself: rejects the name, takes UTF-8 */
+    CHECK(t, !utf8_valid((const unsigned char *)name, sizeof name - 1) &&
+                 utf8_valid((const unsigned char *)"a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10) &&
+                 !utf8_valid((const unsigned char *)"\xed\xa0\x80", 3) &&
+                 !utf8_valid((const unsigned char *)"\xc0\xaf", 2),
+          "binary name: utf8_valid is wrong");
+    hdr_begin(t, 5, id);
+    mpb(&t->sb, "s A3", "tensors");
+    mpb_tensor(&t->sb, name, "f32", 4, big, 0);
+    mpb_tensor(&t->sb, "k", "f32", 4, GKV, 1);
+    mpb_tensor(&t->sb, "v", "f32", 4, GKV, 2);
+    mpb(&t->sb, "s M0", "args");
+    frame_t f[3];
+    good_frames(t, f);
+    t->bad_cases++;
+    if (send_parts(t, false, t->sb.data, t->sb.size, f, 3) != 0) {
+        CHECK(t, 0, "binary name: send failed");
+        return;
+    }
+    msg_t m;
+    wf_reply_t rep;
+    int h = recv_reply(t, "binary name", false, &m, &rep);
+    if (h >= 0) {
+        CHECK(t, rep.status == WF_E_LIMIT && rep.id == id, "binary name: got %s id %llu (%s)",
+              wf_status_name(rep.status), (unsigned long long)rep.id, rep.error);
+        size_t n = 0;
+        const unsigned char *e = raw_error(m.part[h], m.len[h], &n);
+        CHECK(t, e != NULL && n > 0, "binary name: no error str in the reply header");
+        if (e) {
+            CHECK(t, utf8_valid(e, n), "binary name: the reply's error is not valid UTF-8");
+            for (size_t i = 0; i < n; i++)
+                CHECK(t, e[i] >= 0x20 && e[i] < 0x7f, "binary name: error byte %zu is 0x%02x",
+                      i, (unsigned)e[i]);
+            char text[WF_PROTO_ERROR_MAX];
+            size_t tn = n < sizeof text - 1 ? n : sizeof text - 1;
+            memcpy(text, e, tn);
+            text[tn] = '\0';
+            CHECK(t, strstr(text, "q\\x80\\xc3(") != NULL,
+                  "binary name: the name is not quoted escaped: %s", text);
+        }
+        msg_free(&m);
+    }
+    good_job(t, "binary name", false);
+}
+
 /* weftd's log: no line forged by the name above (none starts "<0>" or
  * "kernel:"), and the refusal logged with the name escaped. */
 static void check_log(t_t *t)
@@ -625,6 +739,7 @@ static void run_bad_cases(t_t *t)
     }
 
     forged_name(t);
+    binary_name(t);
 
     /* --- version --- */
     msgpack_sbuffer_clear(sb);

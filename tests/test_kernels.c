@@ -29,6 +29,7 @@
 #include "softmax.h"
 #include "tensor.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -270,6 +271,8 @@ static void test_exp2(void)
     }
     /* 2^-23 ~ 1.2e-7: the polynomial plus a few f32 roundings */
     CHECK(worst <= 2.5e-7, "exp2 worst relative error %.3g", worst);
+    /* NaN in, NaN out (and no float -> int conversion of NaN: UBSan) */
+    CHECK(isnan(wf_cpu_exp2(NAN)) && isnan(wf_cpu_exp2(-NAN)), "exp2(NaN) not NaN");
     CHECK(wf_cpu_exp2(-INFINITY) == 0.0f && wf_cpu_exp2(-127.5f) == 0.0f &&
               wf_cpu_exp2(0.0f) == 1.0f,
           "exp2 limits");
@@ -701,6 +704,281 @@ static void test_contexts_and_validation(const wf_backend_ops_t *ops)
     ops->ctx_destroy(&ctx);
 }
 
+/* ---- non-finite inputs and extreme scales ------------------------------------ */
+
+/* One attention (B = 1, Hq = 2, Hkv = 1) on the given f32 values stored in
+ * dtype dt, against the fp64 reference on the stored values: where the
+ * reference is NaN the kernel must be NaN (out and lse), where it is +-inf
+ * the same inf, where it is finite within the grid's tolerances (lse
+ * relative 1e-5: a huge scale multiplies the f32 max score's rounding);
+ * a finite reference lse beyond the f32 range must come back +inf (its f32
+ * rounding). Returns the number of reference NaN rows (out) through
+ * *ret_nan_rows and of finite rows through *ret_fin_rows. */
+static void nf_case(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx, const char *name,
+                    int64_t Sq, int64_t Skv, int64_t D, float *q, float *k, float *v,
+                    double scale, bool causal, wf_dtype_t dt, int *ret_nan_rows,
+                    int *ret_fin_rows)
+{
+    const int64_t H = 2;
+    size_t nq = (size_t)(Sq * H * D), nkv = (size_t)(Skv * D), nl = (size_t)(Sq * H);
+    unsigned char *qb = malloc(nq * 4), *kb = malloc(nkv * 4), *vb = malloc(nkv * 4);
+    wf_convert_from_f32(qb, dt, q, nq);
+    wf_convert_from_f32(kb, dt, k, nkv);
+    wf_convert_from_f32(vb, dt, v, nkv);
+    wf_convert_to_f32(q, qb, dt, nq);
+    wf_convert_to_f32(k, kb, dt, nkv);
+    wf_convert_to_f32(v, vb, dt, nkv);
+    float *o = malloc(nq * 4), *l = malloc(nl * 4);
+    wf_attn_params_t p = {
+        .B = 1, .Sq = Sq, .Skv = Skv, .Hq = H, .Hkv = 1, .D = D, .h_begin = 0, .h_end = H,
+        .scale = (float)scale, .causal = causal, .q = qb, .q_dtype = dt, .k = kb,
+        .k_dtype = dt, .v = vb, .v_dtype = dt, .out = o, .out_dtype = WF_DTYPE_F32, .lse = l,
+    };
+    void *ws = aligned_alloc(64, ops->attention_workspace(&p));
+    CHECK(ops->attention(ctx, &p, ws) == WF_OK, "%s: attention failed", name);
+    double *ro = malloc(nq * sizeof(double)), *rl = malloc(nl * sizeof(double));
+    const wf_ref_attn_t ra = { .B = 1, .Sq = Sq, .Skv = Skv, .Hq = H, .Hkv = 1, .D = D,
+                               .scale = (double)(float)scale, .causal = causal };
+    CHECK(wf_ref_attention(&ra, q, k, v, ro, rl) == WF_OK, "%s: reference failed", name);
+    int bad = 0, nan_rows = 0, fin_rows = 0;
+    for (size_t r = 0; r < nl; r++) {
+        double maxref = 0;
+        bool any_nan = false, all_fin = true;
+        for (int64_t d = 0; d < D; d++) {
+            double x = ro[r * (size_t)D + (size_t)d];
+            if (isfinite(x))
+                maxref = fabs(x) > maxref ? fabs(x) : maxref;
+            any_nan |= isnan(x);
+            all_fin &= isfinite(x) != 0;
+        }
+        nan_rows += any_nan;
+        fin_rows += all_fin;
+        for (int64_t d = 0; d < D; d++) {
+            double x = ro[r * (size_t)D + (size_t)d], g = o[r * (size_t)D + (size_t)d];
+            bool ok = isnan(x)   ? isnan(g) != 0
+                      : isinf(x) ? g == x
+                                 : fabs(g - x) <= 2e-5 * maxref + 0x1p-24 * fabs(x) + 1e-30;
+            if (!ok && bad++ < 4)
+                CHECK(false, "%s: out[%zu][%lld] = %.9g, ref %.9g", name, r / (size_t)H,
+                      (long long)d, g, x);
+        }
+        double x = rl[r], g = l[r];
+        bool ok = isnan(x)           ? isnan(g) != 0
+                  : isinf(x)         ? g == x
+                  : fabs(x) > FLT_MAX ? g == (x > 0 ? INFINITY : -INFINITY)
+                                     : fabs(g - x) <= 5e-5 + 1e-5 * fabs(x);
+        if (!ok && bad++ < 4)
+            CHECK(false, "%s: lse[%zu] = %.9g, ref %.9g", name, r, g, x);
+    }
+    if (ret_nan_rows)
+        *ret_nan_rows = nan_rows;
+    if (ret_fin_rows)
+        *ret_fin_rows = fin_rows;
+    free(ws);
+    free(qb);
+    free(kb);
+    free(vb);
+    free(o);
+    free(l);
+    free(ro);
+    free(rl);
+}
+
+static void fill_rnd(float *x, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = amp * rnd_unit();
+}
+
+static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
+{
+    /* Skv 1100 > 2 key tiles of 512: the online softmax across tiles */
+    enum { SQ = 40, SKV = 40, SKL = 1100, D = 16, H = 2 };
+    float *q = malloc((size_t)SKL * H * D * 4), *k = malloc((size_t)SKL * D * 4),
+          *v = malloc((size_t)SKL * D * 4);
+    int nanr, finr;
+    const float s0 = 0.25f;
+#define FRESH(sq, skv)                                                                   \
+    do {                                                                                 \
+        fill_rnd(q, (size_t)(sq) * H * D, 1.0f);                                         \
+        fill_rnd(k, (size_t)(skv) * D, 1.0f);                                            \
+        fill_rnd(v, (size_t)(skv) * D, 1.0f);                                            \
+    } while (0)
+
+    /* NaN in q (row 7, head 1): that row NaN, every other row exact */
+    for (int c = 0; c < 2; c++) {
+        FRESH(SQ, SKV);
+        q[(7 * H + 1) * D + 3] = NAN;
+        nf_case(ops, ctx, c ? "nan q causal" : "nan q", SQ, SKV, D, q, k, v, s0, c, WF_DTYPE_F32,
+                &nanr, &finr);
+        CHECK(nanr == 1 && finr == SQ * H - 1, "nan q: %d NaN rows, %d finite", nanr, finr);
+    }
+    /* NaN in k (key 11): non-causal every row; causal the rows i >= 11 */
+    FRESH(SQ, SKV);
+    k[11 * D + 5] = NAN;
+    nf_case(ops, ctx, "nan k causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr == (SQ - 11) * H && finr == 11 * H, "nan k causal: %d / %d", nanr, finr);
+    nf_case(ops, ctx, "nan k", SQ, SKV, D, q, k, v, s0, false, WF_DTYPE_F16, &nanr, &finr);
+    CHECK(nanr == SQ * H, "nan k: %d NaN rows", nanr);
+    /* NaN in v (key 11, column 2): causal rows i >= 11 get NaN in column 2
+     * only, lse finite; the rows before must not see it (the mask's
+     * weight 0 times NaN) */
+    FRESH(SQ, SKV);
+    v[11 * D + 2] = NAN;
+    nf_case(ops, ctx, "nan v causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr == (SQ - 11) * H && finr == 11 * H, "nan v causal: %d / %d", nanr, finr);
+    v[11 * D + 2] = INFINITY;
+    nf_case(ops, ctx, "inf v causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(finr == 11 * H, "inf v causal: %d finite rows", finr);
+    /* +inf in q: +-inf scores, the reference's inf - inf NaN */
+    FRESH(SQ, SKV);
+    q[(3 * H) * D] = INFINITY;
+    nf_case(ops, ctx, "inf q", SQ, SKV, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr == 1 && finr == SQ * H - 1, "inf q: %d NaN rows, %d finite", nanr, finr);
+    nf_case(ops, ctx, "inf q f16 causal", SQ, SKV, D, q, k, v, s0, true, WF_DTYPE_F16, &nanr,
+            &finr);
+    CHECK(nanr == 1 && finr == SQ * H - 1, "inf q causal: %d NaN rows, %d finite", nanr, finr);
+    /* -inf scores across key tiles: row 0 (q = e0) sees -inf in the first
+     * key tile only (k[j][0] = -inf for j < 512), finite after: the
+     * reference weighs them 0 and is finite; rows with q[0] < 0 get +inf
+     * scores (NaN), with q[0] > 0 -inf ones (finite) */
+    FRESH(SQ, SKL);
+    for (int d = 0; d < D; d++)
+        q[d] = d == 0 ? 1.0f : 0.0f;
+    for (int j = 0; j < 512; j++)
+        k[j * D] = -INFINITY;
+    nf_case(ops, ctx, "-inf first tile", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
+            &finr);
+    CHECK(nanr > 0 && finr > 0, "-inf first tile: %d NaN rows, %d finite", nanr, finr);
+    /* every key -inf for row 0 (and rows with q[0] > 0): weights sum to 0,
+     * out 0/0 = NaN, lse log 0 = -inf */
+    for (int j = 0; j < SKL; j++)
+        k[j * D] = -INFINITY;
+    nf_case(ops, ctx, "all -inf", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr, &finr);
+    CHECK(nanr > 0, "all -inf: no NaN row");
+    /* NaN in the second key tile of a long row */
+    FRESH(SQ, SKL);
+    k[700 * D + 1] = NAN;
+    nf_case(ops, ctx, "nan k tile 2", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
+            &finr);
+    CHECK(nanr == SQ * H, "nan k tile 2: %d NaN rows", nanr);
+
+    /* extreme scales: 3e38 (alpha = scale log2 e beyond f32: every score
+     * would overflow), 1e30 (the scores overflow f32), 1e-38 and 1e-40
+     * (alpha subnormal); f32 and f16 inputs, causal and not. The
+     * reference is finite; its lse beyond f32 comes back +inf. */
+    static const double scales[] = { 3e38, 1e30, 1e-38, 1e-40 };
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+        for (int c = 0; c < 2; c++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "scale %g%s", scales[si], c ? " causal" : "");
+            FRESH(SQ, SKL);
+            nf_case(ops, ctx, nm, SQ, SKL, D, q, k, v, scales[si], c,
+                    c ? WF_DTYPE_F16 : WF_DTYPE_F32, &nanr, &finr);
+            CHECK(nanr == 0 && finr == SQ * H, "%s: %d NaN rows, %d finite", nm, nanr, finr);
+        }
+#undef FRESH
+    free(q);
+    free(k);
+    free(v);
+    printf("non-finite inputs and extreme scales: checked against the reference\n");
+}
+
+/* The lse merge (tensor.h) with non-finite rows, then the kernel on two
+ * halves of the keys merged against the reference on all of them: a half
+ * whose visible scores are all -inf (out NaN, lse -inf) must give way to
+ * the finite half; a NaN in either half makes the row NaN. */
+static void test_merge_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
+{
+    enum { D2 = 3 };
+    /* rows: acc (out, lse) + partial (out, lse) -> want */
+    float ao[5][D2] = { {0, 0, 0}, {NAN, NAN, NAN}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3} };
+    float al[5] = { -INFINITY, -INFINITY, 2.0f, 2.0f, 2.0f };
+    float po[5][D2] = { {NAN, NAN, NAN}, {0, 0, 0}, {4, 5, 6}, {4, NAN, 6}, {NAN, NAN, NAN} };
+    float pl[5] = { -INFINITY, -INFINITY, NAN, 1.0f, -INFINITY };
+    wf_lse_merge_rows(&ao[0][0], al, &po[0][0], pl, 5, D2, WF_DTYPE_F32);
+    CHECK(isnan(ao[0][0]) && al[0] == -INFINITY, "merge: 0,-inf + NaN,-inf: %g %g",
+          (double)ao[0][0], (double)al[0]);
+    CHECK(isnan(ao[1][2]) && al[1] == -INFINITY, "merge: NaN,-inf + 0,-inf lost the NaN");
+    CHECK(isnan(ao[2][0]) && isnan(ao[2][2]) && isnan(al[2]), "merge: lse NaN not NaN");
+    CHECK(isfinite(ao[3][0]) && isnan(ao[3][1]) && isfinite(ao[3][2]) && isfinite(al[3]),
+          "merge: NaN column: %g %g %g lse %g", (double)ao[3][0], (double)ao[3][1],
+          (double)ao[3][2], (double)al[3]);
+    CHECK(ao[4][0] == 1 && ao[4][1] == 2 && ao[4][2] == 3 && al[4] == 2.0f,
+          "merge: an all -inf partial changed a finite row");
+    /* then a finite partial replaces the NaN of row 0 */
+    float fo[D2] = { 7, 8, 9 }, fl = 0.5f;
+    wf_lse_merge_rows(&ao[0][0], al, fo, &fl, 1, D2, WF_DTYPE_F32);
+    CHECK(ao[0][0] == 7 && ao[0][2] == 9 && al[0] == 0.5f, "merge: finite after NaN,-inf");
+
+    /* kernel on halves, merged */
+    enum { SQ = 24, SKV = 64, D = 8, H = 2, HALF = SKV / 2 };
+    float *q = malloc((size_t)SQ * H * D * 4), *k = malloc((size_t)SKV * D * 4),
+          *v = malloc((size_t)SKV * D * 4);
+    float *o = malloc((size_t)SQ * H * D * 4), *l = malloc((size_t)SQ * H * 4);
+    float *o2 = malloc((size_t)SQ * H * D * 4), *l2 = malloc((size_t)SQ * H * 4);
+    double *ro = malloc((size_t)SQ * H * D * 8), *rl = malloc((size_t)SQ * H * 8);
+    for (int c = 0; c < 3; c++) {
+        fill_rnd(q, (size_t)SQ * H * D, 1.0f);
+        fill_rnd(k, (size_t)SKV * D, 1.0f);
+        fill_rnd(v, (size_t)SKV * D, 1.0f);
+        for (int i = 0; i < SQ * H; i++)
+            q[i * D] = i % 2 ? 1.0f : 0.5f; /* q[0] > 0 everywhere */
+        if (c == 0) /* first half -inf: every row finite in the end */
+            for (int j = 0; j < HALF; j++)
+                k[j * D] = -INFINITY;
+        if (c == 1) /* every key -inf: NaN, -inf */
+            for (int j = 0; j < SKV; j++)
+                k[j * D] = -INFINITY;
+        if (c == 2) /* a NaN in the second half: every row NaN */
+            k[(HALF + 3) * D + 2] = NAN;
+        wf_attn_params_t p = {
+            .B = 1, .Sq = SQ, .Skv = HALF, .Hq = H, .Hkv = 1, .D = D, .h_begin = 0,
+            .h_end = H, .scale = 0.3f, .q = q, .k = k, .v = v, .out = o, .lse = l,
+        };
+        void *ws = aligned_alloc(64, ops->attention_workspace(&p));
+        CHECK(ops->attention(ctx, &p, ws) == WF_OK, "half 1");
+        p.k = k + HALF * D;
+        p.v = v + HALF * D;
+        p.out = o2;
+        p.lse = l2;
+        CHECK(ops->attention(ctx, &p, ws) == WF_OK, "half 2");
+        free(ws);
+        wf_lse_merge_rows(o, l, o2, l2, SQ * H, D, WF_DTYPE_F32);
+        const wf_ref_attn_t ra = { .B = 1, .Sq = SQ, .Skv = SKV, .Hq = H, .Hkv = 1, .D = D,
+                                   .scale = (double)0.3f };
+        CHECK(wf_ref_attention(&ra, q, k, v, ro, rl) == WF_OK, "reference");
+        int bad = 0;
+        for (int r = 0; r < SQ * H; r++) {
+            for (int d = 0; d < D; d++) {
+                double x = ro[r * D + d], g = o[r * D + d];
+                bool ok = isnan(x) ? isnan(g) != 0 : fabs(g - x) <= 1e-5;
+                if (!ok && bad++ < 3)
+                    CHECK(false, "merged halves case %d: out[%d][%d] = %g, ref %g", c, r, d, g,
+                          x);
+            }
+            double x = rl[r], g = l[r];
+            bool ok = isnan(x) ? isnan(g) != 0 : isinf(x) ? g == x : fabs(g - x) <= 1e-4;
+            if (!ok && bad++ < 3)
+                CHECK(false, "merged halves case %d: lse[%d] = %g, ref %g", c, r, g, x);
+        }
+        /* the cases mean what they say */
+        CHECK(c == 0 ? isfinite(ro[0]) && isfinite(rl[0])
+                     : c == 1 ? isnan(ro[0]) && rl[0] == -INFINITY : isnan(ro[0]) && isnan(rl[0]),
+              "merged halves case %d: reference row 0 = %g, lse %g", c, ro[0], rl[0]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(l);
+    free(o2);
+    free(l2);
+    free(ro);
+    free(rl);
+    printf("lse merge: non-finite rows and halves merged as the reference\n");
+}
+
 /* The BLAS kernel check: a sentence either way, naming the fix when it
  * finds the library below the CPU, and answering alike twice. */
 static void test_blas_check(void)
@@ -730,6 +1008,8 @@ int main(void)
     }
     test_attention_grid(ops, ctx);
     test_gqa_mapping(ops, ctx);
+    test_nonfinite(ops, ctx);
+    test_merge_nonfinite(ops, ctx);
     ops->ctx_destroy(&ctx);
     test_threads(ops);
     printf("%ld checks, %d failures\n", checks, failures);

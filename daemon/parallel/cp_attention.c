@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "errf.h"
+#include "proto.h"
 #include "tensor.h"
 
 /* Largest R * U accepted (the mesh's world limit). */
@@ -125,9 +126,12 @@ wf_status_t wf_cp_attention_check(const wf_cp_job_t *job, int R, int U,
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
                               "unknown rotate_method %lld",
                               (long long)job->rotate_method);
-    if (!(job->scale == job->scale) || isinf(job->scale))
+    /* a scale beyond 2^64 overflows the f32 lse of ordinary inputs, and
+     * two partial lse of +inf cannot be merged (proto.h) */
+    if (!(job->scale == job->scale) || isinf(job->scale) ||
+        !(fabs(job->scale) <= WF_ATTN_SCALE_MAX))
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, errlen,
-                              "scale must be finite");
+                              "scale must be finite, |scale| <= 2^64");
 
     /* Sequence: tensor_split sharding is what ring_anything asks for;
      * diffusers' ulysses_anything also covers sequence lengths (R = 1). */

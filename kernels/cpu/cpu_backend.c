@@ -31,6 +31,7 @@
 #include "softmax.h"
 
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,15 +214,81 @@ static const unsigned char *at4(const void *base, wf_dtype_t dt, int64_t b,
     return (const unsigned char *)base + idx * dt_size(dt);
 }
 
+/* Whether every one of x[0..n) is finite: x * 0 is NaN exactly for inf
+ * and NaN, and NaN survives the sums. 16 lanes so that it vectorises. */
+static bool all_finite(const float *x, size_t n)
+{
+    float acc[16] = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int t = 0; t < 16; t++)
+            acc[t] += x[j + t] * 0.0f;
+    float z = 0.0f;
+    for (int t = 0; t < 16; t++)
+        z += acc[t];
+    for (; j < n; j++)
+        z += x[j] * 0.0f;
+    return z == 0.0f;
+}
+
+/* Non-finite values and extreme scales (the fp64 reference's semantics,
+ * reference.h): scores s_j = scale * q . k_j, m = the largest non-NaN
+ * score, p_j = exp(s_j - m), out = sum p_j v_j / sum p_j. So a NaN score
+ * (a NaN in q or in a visible key) makes its row NaN, out and lse; a
+ * score of +inf makes it NaN too (inf - inf); -inf scores weigh 0, and
+ * when every visible score is -inf the sum is 0: out NaN, lse -inf; a NaN
+ * or inf in v reaches only the rows that see that key, in its column d.
+ *
+ * Two ways to run a tile. Fast: S = alpha * Q K^T with alpha = scale *
+ * log2 e folded into the sgemm, the online softmax on S. It is exact as
+ * long as every row max is finite; the first row whose max is not
+ * (a score overflowed f32, or an inf / all-NaN row) abandons the tile.
+ * Safe: S = Q K^T unscaled, the running max taken on it (scale > 0 keeps
+ * the order) and the scale applied to the differences s - m as two f32
+ * factors b1 * b2 = scale * log2 e, so a scale whose alpha does not fit
+ * f32 (or would overflow the scores) still gives the reference's
+ * weights: 1 for the max, 0 for the scores far below it; the lse is
+ * m * scale + ln l in double. The tile is rerun safe when the fast run
+ * gives up, and every tile runs safe when alpha is not a normal f32. */
+typedef struct tile_mode {
+    bool safe;
+    bool can_retry; /* fast: give up on a non-finite max (scale > 0) */
+    float alpha;  /* fast: the sgemm's alpha */
+    float b1, b2; /* safe: b1 * b2 = scale * log2 e */
+    double scale; /* safe: the lse */
+} tile_mode_t;
+
+static tile_mode_t mode_of(const wf_attn_params_t *p, bool safe)
+{
+    tile_mode_t md = { .safe = safe, .scale = (double)p->scale };
+    double a = (double)p->scale * M_LOG2E;
+    md.alpha = (float)a;
+    /* scale <= 0 (the wire refuses it): fast only, NaN where a max is
+     * not finite, never a wrong finite value */
+    md.can_retry = p->scale > 0.0f;
+    if (!md.can_retry) {
+        md.safe = false;
+        return md;
+    }
+    if (!(a >= FLT_MIN && a <= FLT_MAX))
+        md.safe = true;
+    if (md.safe) {
+        md.alpha = 1.0f;
+        md.b1 = (float)sqrt(a);
+        md.b2 = (float)(a / (double)md.b1);
+    }
+    return md;
+}
+
 /* One query tile of one head against the keys it can see.
  * q: (tq, D) f32; k, v: (Skv, D) f32; o: (tq, D); s: (tq, TK);
- * m, l: (tq). Writes o (normalised) and m (lse, natural log). */
-static void attend_tile(const wf_attn_params_t *p, int64_t q0, int64_t tq,
-                        const float *q, const float *k, const float *v,
-                        float *o, float *s, float *m, float *l)
+ * m, l: (tq). Writes o (normalised) and m (lse, natural log). Returns
+ * false (o, m, l undefined) when a fast run gives up (above). */
+static bool attend_tile(const wf_attn_params_t *p, const tile_mode_t *md,
+                        int64_t q0, int64_t tq, const float *q, const float *k,
+                        const float *v, float *o, float *s, float *m, float *l)
 {
     const int64_t D = p->D, Skv = p->Skv;
-    const float alpha = p->scale * (float)M_LOG2E;
 
     /* Keys the tile can see at all: row i sees key j iff
      * kv_offset + j <= q_offset + q0 + i. */
@@ -239,7 +306,7 @@ static void attend_tile(const wf_attn_params_t *p, int64_t q0, int64_t tq,
         int64_t tk = min64(TK, k_end - k0);
         /* S = alpha * Q K^T: (tq, D) x (D, tk) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tq, (int)tk,
-                    (int)D, alpha, q, (int)D, k + k0 * D, (int)D, 0.0f, s,
+                    (int)D, md->alpha, q, (int)D, k + k0 * D, (int)D, 0.0f, s,
                     (int)tk);
 
         /* Only tiles that cross the diagonal need a mask: the first row
@@ -258,9 +325,21 @@ static void attend_tile(const wf_attn_params_t *p, int64_t q0, int64_t tq,
                     continue; /* nothing visible yet: m, l, o unchanged */
             }
             float m_new = fmaxf(m[i], wf_cpu_row_max(row, n));
-            /* P = 2^(S - m_new); rowsum = sum P. */
-            float sum = wf_cpu_row_exp2(row, n, m_new);
-            float corr = exp2f(m[i] - m_new); /* 0 when m[i] was -inf */
+            float sum, corr;
+            if (!md->safe) {
+                if (!isfinite(m_new) && md->can_retry)
+                    return false;
+                /* P = 2^(S - m_new); rowsum = sum P. */
+                sum = wf_cpu_row_exp2(row, n, m_new);
+                corr = exp2f(m[i] - m_new); /* 0 when m[i] was -inf */
+            } else {
+                /* m_new = -inf: every visible score so far is -inf or
+                 * NaN; subtracting 0 keeps -inf (weight 0) and NaN */
+                float ms = m_new == -INFINITY ? 0.0f : m_new;
+                sum = wf_cpu_row_exp2_scaled(row, n, ms, md->b1, md->b2);
+                corr = m[i] == m_new ? 1.0f
+                                     : exp2f((m[i] - m_new) * md->b1 * md->b2);
+            }
             l[i] = l[i] * corr + sum;
             m[i] = m_new;
             if (corr != 1.0f) {
@@ -269,25 +348,53 @@ static void attend_tile(const wf_attn_params_t *p, int64_t q0, int64_t tq,
                     orow[d] *= corr;
             }
         }
-        /* O += P V: (tq, tk) x (tk, D) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tq, (int)D,
-                    (int)tk, 1.0f, s, (int)tk, v + k0 * D, (int)D, 1.0f, o,
-                    (int)D);
+        /* O += P V: (tq, tk) x (tk, D). A masked key has weight 0, and
+         * 0 * NaN (or inf) in its v row would still reach the rows that
+         * do not see it: then each row takes only its visible keys. */
+        if (diag && !all_finite(v + k0 * D, (size_t)(tk * D))) {
+            for (int64_t i = 0; i < tq; i++) {
+                int64_t n = min64(tk, max64(0, p->q_offset + q0 + i - p->kv_offset - k0 + 1));
+                if (n > 0)
+                    cblas_sgemv(CblasRowMajor, CblasTrans, (int)n, (int)D, 1.0f,
+                                v + k0 * D, (int)D, s + i * tk, 1, 1.0f, o + i * D, 1);
+            }
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tq, (int)D,
+                        (int)tk, 1.0f, s, (int)tk, v + k0 * D, (int)D, 1.0f, o,
+                        (int)D);
+        }
     }
 
     for (int64_t i = 0; i < tq; i++) {
         float *orow = o + i * D;
+        int64_t vis = Skv; /* keys this row sees */
+        if (p->causal)
+            vis = min64(Skv, max64(0, p->q_offset + q0 + i - p->kv_offset + 1));
         if (l[i] > 0.0f) {
             float inv = 1.0f / l[i];
             for (int64_t d = 0; d < D; d++)
                 orow[d] *= inv;
-            m[i] = (m[i] + log2f(l[i])) * (float)M_LN2;
-        } else {
-            /* no visible key: empty row for the log-sum-exp merge */
-            memset(orow, 0, (size_t)D * sizeof(float));
+            if (md->safe)
+                m[i] = (float)((double)m[i] * md->scale + log((double)l[i]));
+            else
+                m[i] = (m[i] + log2f(l[i])) * (float)M_LN2;
+        } else if (l[i] == 0.0f) {
+            /* no visible key: empty row for the log-sum-exp merge (out
+             * 0); visible keys whose scores are all -inf: out 0/0 = NaN,
+             * lse log 0 = -inf, which the merge lets a finite partial
+             * replace (tensor.h) */
+            float fill = vis == 0 ? 0.0f : NAN;
+            for (int64_t d = 0; d < D; d++)
+                orow[d] = fill;
             m[i] = -INFINITY;
+        } else {
+            /* a NaN weight: the row is NaN */
+            for (int64_t d = 0; d < D; d++)
+                orow[d] = NAN;
+            m[i] = NAN;
         }
     }
+    return true;
 }
 
 static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
@@ -309,6 +416,7 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
     float *sf = (float *)(void *)(base + w.s);
     float *mf = (float *)(void *)(base + w.m);
     float *lf = (float *)(void *)(base + w.l);
+    const tile_mode_t fast = mode_of(p, false), safe = mode_of(p, true);
 
     for (int64_t b = 0; b < B; b++) {
         int64_t kv_loaded = -1;
@@ -329,7 +437,8 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                 wf_convert_rows_to_f32(qf, at4(p->q, p->q_dtype, b, q0, h, Sq, Hq, D),
                                        p->q_dtype, (size_t)tq, (size_t)D,
                                        (size_t)(Hq * D));
-                attend_tile(p, q0, tq, qf, kf, vf, of, sf, mf, lf);
+                if (!attend_tile(p, &fast, q0, tq, qf, kf, vf, of, sf, mf, lf))
+                    (void)attend_tile(p, &safe, q0, tq, qf, kf, vf, of, sf, mf, lf);
                 wf_convert_rows_from_f32(
                     (void *)at4(p->out, p->out_dtype, b, q0, h, Sq, Hq, D),
                     p->out_dtype, (size_t)(Hq * D), of, (size_t)tq, (size_t)D);

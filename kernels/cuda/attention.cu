@@ -18,6 +18,16 @@
  *
  * A row that sees no key (causal, global offsets) ends with l = 0: it
  * writes out = 0 and lse = -inf (the empty row of the ring merge).
+ * Non-finite values as kernels/reference.h: maxima ignore NaN (fmaxf), a
+ * NaN or +inf score (inf - inf) makes the row's weights and l NaN: out and
+ * lse NaN; a row that sees keys whose scores are all -inf ends with l = 0
+ * and writes out NaN (0/0), lse -inf. Differs from the CPU backend in one
+ * case: a NaN / inf in v of a key that the causal mask hides from some
+ * rows of its 64-key tile reaches those rows' column (weight 0 x NaN in
+ * the tensor-core product P V); the CPU backend keeps it out.
+ * Scale: alpha = scale log2 e is folded into the exponent's FFMA on raw
+ * scores, so raw score x alpha must stay in the f32 range; with the
+ * wire's bound (scale <= 2^64) it does for f16 inputs of any D < 2^30.
  *
  * Not here: validation (cuda_plan.c), memory, streams (cuda_backend.cu).
  */
@@ -348,7 +358,10 @@ flash_fwd_kernel(attn_args a, int stages)
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const int row = wrow0 + mt * 16 + g + r * 8;
             const bool live = row < q_rows;
-            const float inv = l > 0.f ? 1.f / l : 0.f;
+            /* l = 0: no visible key (out 0) or visible keys whose scores
+             * are all -inf (out 0/0 = NaN); l NaN: a NaN score (NaN) */
+            const bool sees = rel + mt * 16 + g + r * 8 >= 0;
+            const float inv = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
             if (live) {
                 const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
 #pragma unroll
@@ -356,8 +369,9 @@ flash_fwd_kernel(attn_args a, int stages)
                     store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[mt][n][2 * r] * inv,
                            o[mt][n][2 * r + 1] * inv);
                 if (a.lse && t == 0) {
-                    float lse = l > 0.f ? (m_r[mt][r] + log2f(l)) * 0.69314718055994531f
-                                        : -INFINITY;
+                    float lse = l > 0.f    ? (m_r[mt][r] + log2f(l)) * 0.69314718055994531f
+                                : l == 0.f ? -INFINITY
+                                           : l; /* NaN */
                     a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] = lse;
                 }
             }

@@ -615,7 +615,10 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int row = wrow0 + wl * 16 + g + r * 8;
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        /* as attention.cu: l = 0 with visible keys (all scores -inf):
+         * out NaN, lse -inf; l NaN (a NaN or +inf score): out, lse NaN */
+        const bool sees = rel_row + r * 8 >= 0;
+        const float inv = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
         if (row < q_rows) {
             const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
 #pragma unroll
@@ -624,7 +627,8 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
                        o[n * 4 + 2 * r + 1] * inv);
             if (a.lse && t == 0)
                 a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] =
-                    l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f : -INFINITY;
+                    l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
+                            : l == 0.f ? -INFINITY : l;
         }
     }
 #else

@@ -27,10 +27,17 @@ __global__ void lse_merge_kernel(float *ao, float *al, const float *po, const fl
     if (i >= rows)
         return;
     float lp = pl[i], la = al[i]; /* every lane reads: cached, same values */
-    if (lp == -INFINITY)
-        return;
     const float *p = po + i * D;
     float *acc = ao + i * D;
+    if (lp == -INFINITY) {
+        /* both -inf: a NaN out_p (visible scores all -inf, 0/0) is
+         * kept until a finite partial replaces it (tensor.c) */
+        if (la == -INFINITY)
+            for (int d = lane; d < D; d += 32)
+                if (p[d] != p[d])
+                    acc[d] = p[d];
+        return;
+    }
     if (la == -INFINITY) {
         for (int d = lane; d < D; d += 32)
             acc[d] = wf_cuda_round_to(p[d], rdt);
