@@ -567,8 +567,11 @@ static void test_drain(const char *weftd)
     snprintf(endpoint, sizeof endpoint, "ipc:///tmp/weft-conform-drain-%d.sock",
              (int)getpid());
     snprintf(log_path, sizeof log_path, "/tmp/weft-conform-drain-%d.log", (int)getpid());
+    /* one client keeps DRAIN_WINDOW jobs in flight: its share is the
+     * whole queue (client_queue_jobs), so every reply is OK or 22 */
     const char *argv[] = { weftd, "--devices", "cpu:2", "--listen", endpoint,
-                           "--log-level", "info", NULL };
+                           "--log-level", "info", "--client-queue-jobs", "64",
+                           NULL };
     pid_t pid = spawn_logged(argv, log_path);
     CHECK(pid > 0 && wait_ready(endpoint), "drain: weftd did not start");
     if (pid <= 0)
