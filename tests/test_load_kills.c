@@ -194,8 +194,16 @@ int main(int argc, char **argv)
 
     char endpoint[128];
     snprintf(endpoint, sizeof endpoint, "ipc:///tmp/weft-lk-%d.sock", (int)getpid());
+    /* room for every client's IN_FLIGHT jobs, each client's share exactly
+     * IN_FLIGHT: no job is refused for a full queue */
+    char capacity[16], share[16];
+    snprintf(capacity, sizeof capacity, "%d", clients * IN_FLIGHT < 64 ? 64
+                                              : clients * IN_FLIGHT);
+    snprintf(share, sizeof share, "%d", IN_FLIGHT);
     const char *dargv[] = { argv[1], "--devices", "cpu:2", "--listen", endpoint,
-                            "--mesh", "tp=2", "--log-level", "warning", NULL };
+                            "--mesh", "tp=2", "--log-level", "warning",
+                            "--queue-capacity", capacity, "--client-queue-jobs",
+                            share, NULL };
     pid_t d = spawn_daemon(dargv, NULL);
     if (d < 0 || !wait_ready(endpoint)) {
         fprintf(stderr, "daemon did not start\n");
