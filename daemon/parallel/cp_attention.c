@@ -646,6 +646,8 @@ typedef struct run {
     size_t *meta;                /* 4 * max(R, U) counts / displacements */
     bool root;                   /* seq index 0 */
     bool dev;                    /* device mode */
+    bool stopped;                /* a step boundary stopped the run (every
+                                    rank alike): nothing to abort */
 } run_t;
 
 static unsigned char *at(const run_t *x, size_t region) { return x->ws + region; }
@@ -900,6 +902,16 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
     return WF_OK;
 }
 
+/* Step boundary i of the ring (see wf_cp_job_t.boundary). */
+static wf_status_t boundary(run_t *x, int i)
+{
+    if (!x->job->boundary)
+        return WF_OK;
+    wf_status_t st = x->job->boundary(x->job->boundary_arg, i);
+    x->stopped = st != WF_OK;
+    return st;
+}
+
 /* Phase 3: ring attention over the ring group, into acc / accl. */
 static wf_status_t ring(run_t *x)
 {
@@ -920,12 +932,20 @@ static wf_status_t ring(run_t *x)
         for (size_t i = 0; i < rows; i++)
             accl[i] = -INFINITY;
     }
-    if (g->hd.nh == 0)
-        return WF_OK; /* the whole ring group has no heads: no traffic */
+    if (g->hd.nh == 0) {
+        /* the whole ring group has no heads: no traffic, but the same
+         * boundaries as every other rank */
+        wf_status_t st = WF_OK;
+        for (int i = 0; i < R && st == WF_OK; i++)
+            st = boundary(x, i);
+        return st;
+    }
     szc_t c = {false};
 
-    if (R == 1)
-        return ring_step(x, 0, at(x, x->L.ring));
+    if (R == 1) {
+        wf_status_t st = boundary(x, 0);
+        return st == WF_OK ? ring_step(x, 0, at(x, x->L.ring)) : st;
+    }
 
     if (job->rotate_method == WF_CP_ROTATE_ALLGATHER) {
         size_t *counts = x->meta, *displs = counts + R, d = 0;
@@ -936,10 +956,15 @@ static wf_status_t ring(run_t *x)
             d += counts[i];
         }
         unsigned char *base = at(x, x->L.ring);
-        wf_status_t st = wf_comm_allgatherv(x->grp->ring, base + displs[r], counts[r],
+        wf_status_t st = boundary(x, 0);
+        if (st != WF_OK)
+            return st;
+        st = wf_comm_allgatherv(x->grp->ring, base + displs[r], counts[r],
                                             base, counts, displs);
         for (int i = 0; i < R && st == WF_OK; i++) {
             int src = (r + i) % R;
+            if (i > 0 && (st = boundary(x, i)) != WF_OK)
+                break;
             st = ring_step(x, src, base + displs[src]);
         }
         return st;
@@ -951,7 +976,9 @@ static wf_status_t ring(run_t *x)
     for (int i = 0; i < R; i++) {
         int src = (r + i) % R;
         wf_comm_req_t *rq = NULL, *sq = NULL;
-        wf_status_t st = WF_OK;
+        wf_status_t st = boundary(x, i);   /* nothing in flight here */
+        if (st != WF_OK)
+            return st;
         if (i + 1 < R) {
             geom_t gn = geom_of(job, R, g->U, (src + 1) % R, g->u);
             geom_t gc = geom_of(job, R, g->U, src, g->u);
@@ -1160,7 +1187,8 @@ static wf_status_t run_common(const wf_cp_job_t *job, const wf_cp_group_t *group
         goto fail;
     return WF_OK;
 fail:
-    abort_group(group);
+    if (!x.stopped)     /* a boundary stopped every rank alike: no abort */
+        abort_group(group);
     return st;
 }
 
