@@ -59,10 +59,10 @@ static uint64_t attention_flops(const wf_djob_t *job)
 }
 
 /* The agreed step boundaries of a cp job: step 0 is the start of the
- * run (wf_attention_cp_run), ring step i is i + 1. */
-static wf_status_t cp_boundary(void *arg, int64_t step)
+ * run (wf_attention_cp_run), ring boundary i is i + 1. */
+static wf_status_t cp_boundary(void *arg, int64_t step, bool ahead)
 {
-    return wf_djob_boundary(arg, step + 1);
+    return ahead ? wf_djob_boundary_ahead(arg, step + 1) : wf_djob_boundary(arg, step + 1);
 }
 
 static bool opt(wf_opt_t o, bool def)

@@ -14,9 +14,9 @@
 
 /* The agreed layer boundaries: step 0 is the start of the run
  * (wf_forward_step), layer i is i + 1. */
-static wf_status_t layer_boundary(void *arg, int64_t step)
+static wf_status_t layer_boundary(void *arg, int64_t step, bool ahead)
 {
-    return wf_djob_boundary(arg, step + 1);
+    return ahead ? wf_djob_boundary_ahead(arg, step + 1) : wf_djob_boundary(arg, step + 1);
 }
 
 /* Estimated flops of a forward: 2 per parameter per token (every linear;

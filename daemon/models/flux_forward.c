@@ -555,7 +555,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
                             WF_ACT_NONE, S)) != WF_OK)
         goto fail;
     for (uint32_t b = 0; b < x.cfg->num_layers; b++) {
-        if (job->boundary && (st = job->boundary(job->boundary_arg, step++)) != WF_OK) {
+        if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {
             stopped = true;
             goto fail;
         }
@@ -563,7 +563,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
             goto fail;
     }
     for (uint32_t b = 0; b < x.cfg->num_single_layers; b++) {
-        if (job->boundary && (st = job->boundary(job->boundary_arg, step++)) != WF_OK) {
+        if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {
             stopped = true;
             goto fail;
         }

@@ -77,7 +77,7 @@ typedef struct wf_flux_job {
      * single blocks, i = 0..num_layers + num_single_layers - 1) with
      * nothing in flight; the same answer on every rank (the caller
      * agrees); not WF_OK stops the run there on every rank, no abort. */
-    wf_status_t (*boundary)(void *arg, int64_t step);
+    wf_status_t (*boundary)(void *arg, int64_t step, bool ahead); /* ahead: false */
     void *boundary_arg;
 } wf_flux_job_t;
 

@@ -648,6 +648,7 @@ typedef struct run {
     bool dev;                    /* device mode */
     bool stopped;                /* a step boundary stopped the run (every
                                     rank alike): nothing to abort */
+    int next_boundary;           /* ring: the boundary after this step */
 } run_t;
 
 static unsigned char *at(const run_t *x, size_t region) { return x->ws + region; }
@@ -839,6 +840,29 @@ static wf_status_t kernel_call(run_t *x, const wf_attn_params_t *p)
     return x->ops->attention(x->ctx, p, at(x, x->L.kws));
 }
 
+/* Step boundary i of the ring (see wf_cp_job_t.boundary). */
+static wf_status_t boundary(run_t *x, int i)
+{
+    if (!x->job->boundary)
+        return WF_OK;
+    wf_status_t st = x->job->boundary(x->job->boundary_arg, i, false);
+    x->stopped = st != WF_OK;
+    x->next_boundary = i + 1;
+    return st;
+}
+
+/* With boundaries: query rows per kernel call, about 2^27 multiply-adds
+ * of q k^T (a few tens of ms on a CPU core), so that a stop wanted in a
+ * step skips the rest of its compute. Without: the whole segment. */
+static int64_t chunk_rows(const run_t *x, int64_t qlen, int64_t klen)
+{
+    if (!x->job->boundary)
+        return qlen > 0 ? qlen : 1;
+    int64_t per = klen * x->g.hd.nh * x->job->D;
+    int64_t rows = per > 0 ? (INT64_C(1) << 27) / per : qlen;
+    return rows < 64 ? 64 : rows;
+}
+
 /* Attention of my q holding against the K/V holding of ring rank src
  * (at hold), merged into acc. */
 static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
@@ -868,8 +892,18 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
     float *partl = (float *)(void *)at(x, x->L.partl);
 
     for (int a = 0; a < nq; a++)
-        for (int c = 0; c < nk; c++) {
-            const wf_cp_seg_t *q = &qs[a], *k = &ks[c];
+        for (int c = 0; c < nk; c++)
+        for (int64_t r0 = 0, rows = chunk_rows(x, qs[a].len, ks[c].len);
+             r0 < qs[a].len; r0 += rows) {
+            /* rows [r0, r0 + rows) of query segment a (query rows are
+             * independent: the same results as one call) */
+            const wf_cp_seg_t qc = {qs[a].start + r0, wf_min_i64(rows, qs[a].len - r0),
+                                    qs[a].local + r0};
+            const wf_cp_seg_t *q = &qc, *k = &ks[c];
+            if (job->boundary &&
+                job->boundary(job->boundary_arg, x->next_boundary, true) != WF_OK)
+                return WF_OK;   /* every rank stops at the next boundary:
+                                   the rest of this step is not used */
             if (q->len == 0 || k->len == 0)
                 continue;
             /* fully masked: the first key is after the last query */
@@ -902,22 +936,14 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
     return WF_OK;
 }
 
-/* Step boundary i of the ring (see wf_cp_job_t.boundary). */
-static wf_status_t boundary(run_t *x, int i)
-{
-    if (!x->job->boundary)
-        return WF_OK;
-    wf_status_t st = x->job->boundary(x->job->boundary_arg, i);
-    x->stopped = st != WF_OK;
-    return st;
-}
+static wf_status_t ring_steps(run_t *x);
 
 /* Phase 3: ring attention over the ring group, into acc / accl. */
 static wf_status_t ring(run_t *x)
 {
     const wf_cp_job_t *job = x->job;
     const geom_t *g = &x->g;
-    const int R = g->R, r = g->r;
+    const int R = g->R;
     float *acc = (float *)(void *)at(x, x->L.acc);
     float *accl = (float *)(void *)at(x, x->L.accl);
     size_t rows = (size_t)(job->B * g->Lq_r * g->hd.nh);
@@ -936,10 +962,22 @@ static wf_status_t ring(run_t *x)
         /* the whole ring group has no heads: no traffic, but the same
          * boundaries as every other rank */
         wf_status_t st = WF_OK;
-        for (int i = 0; i < R && st == WF_OK; i++)
+        for (int i = 0; i <= R && st == WF_OK; i++)
             st = boundary(x, i);
         return st;
     }
+    wf_status_t st = ring_steps(x);
+    /* the boundary after the last step: a rank that skipped compute (a
+     * stop decided ahead) stops here at the latest, as every rank */
+    return st == WF_OK ? boundary(x, R) : st;
+}
+
+/* The R steps of ring(). */
+static wf_status_t ring_steps(run_t *x)
+{
+    const wf_cp_job_t *job = x->job;
+    const geom_t *g = &x->g;
+    const int R = g->R, r = g->r;
     szc_t c = {false};
 
     if (R == 1) {

@@ -127,6 +127,24 @@ wf_status_t wf_djob_boundary(wf_djob_t *job, int64_t step)
     return st;
 }
 
+wf_status_t wf_djob_boundary_ahead(wf_djob_t *job, int64_t step)
+{
+    if (!job->stoppable || wf_djob_stop_wanted(job, wf_now_usec()) == WF_OK)
+        return WF_OK;
+    pthread_mutex_lock(&job->agree_mu);
+    if (job->agree_stop == INT64_MAX && job->agree_step < step) {
+        /* nobody is at `step` yet: everyone will stop there */
+        wf_status_t st = wf_djob_stop_wanted(job, wf_now_usec());
+        job->agree_step = step;
+        job->agree_stop = step;
+        job->agree_status = st;
+        wf_djob_stop_message(job, st, step);
+    }
+    wf_status_t st = job->agree_stop <= step ? job->agree_status : WF_OK;
+    pthread_mutex_unlock(&job->agree_mu);
+    return st;
+}
+
 wf_status_t wf_done_box_init(wf_done_box_t *box)
 {
     box->head = box->tail = NULL;

@@ -196,6 +196,13 @@ void wf_djob_rank_done(wf_djob_t *job, wf_status_t st);
  * always goes on. Any thread (the workers); one mutex, no allocation. */
 wf_status_t wf_djob_boundary(wf_djob_t *job, int64_t step);
 
+/* Between boundaries, on the way to boundary `step`: when a stop is wanted
+ * now and no rank has reached `step` yet, decide now that every rank
+ * stops there and return the status (the caller may skip its work up to
+ * it: nothing of it will be used); WF_OK otherwise (also when `step` was
+ * decided already: to go on). Cheap when no stop is wanted (no lock). */
+wf_status_t wf_djob_boundary_ahead(wf_djob_t *job, int64_t step);
+
 /* WF_E_DEADLINE / WF_E_CANCELLED when the job should stop now (main
  * thread or worker, read-only), else WF_OK. */
 wf_status_t wf_djob_stop_wanted(const wf_djob_t *job, uint64_t now_us);
