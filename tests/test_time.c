@@ -25,7 +25,10 @@
  *      job_timeout_ms (2500 ms in its message);
  *  (g) a reconfigure (to dp=2) blocked by a long job gives up after
  *      reconfigure_timeout_ms with WF_E_BUSY; the old mesh (ring=2, same
- *      epoch) serves the next small job right.
+ *      epoch) serves the next small job right;
+ *  (h) a causal, load-balanced ring job whose zigzag segments are cut
+ *      into several query-row chunks (how ring steps run, for the stop
+ *      checks) is right against the fp64 reference.
  * Each section is bounded (a few seconds on 2 cores).
  *
  * usage: test_time WEFTD
@@ -272,7 +275,7 @@ static void test_deadline(wf_client_t *c, uint32_t deadline_ms, const char *tag,
     /* the deadline, plus a chunk of a ring step (tens of ms; a sanitized
      * build is slower): far less than the job (seconds) */
     CHECKM(ms >= (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) &&
-           ms < (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) + 2000,
+           ms < (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) + 3000,
            "%s: ended after %.0f ms", tag, ms);
     printf("%s: %s after %.0f ms: %s\n", tag, wf_status_name(st), ms, msg);
     wf_job_destroy(c, &job);
@@ -296,7 +299,7 @@ static void test_cancel_running(wf_client_t *c)
     wf_status_t st = wf_job_wait(c, job, TIMEOUT_MS);
     double ms = (now_s() - t0) * 1e3;
     CHECKM(st == WF_E_CANCELLED, "(c) job: %s: %s", wf_status_name(st), wf_job_error(job));
-    CHECKM(ms < 2000, "(c) the job ended %.0f ms after the cancel", ms);
+    CHECKM(ms < 3000, "(c) the job ended %.0f ms after the cancel", ms);
     printf("(c) running job cancelled: %s %.0f ms after the cancel: %s\n",
            wf_status_name(st), ms, wf_job_error(job));
     wf_job_destroy(c, &job);
@@ -431,6 +434,33 @@ static void test_cancel_other(wf_client_t *alice, wf_client_t *ops)
     jbuf_free(&b);
 }
 
+/* (h): the ring steps of a daemon job run in chunks of query rows (for
+ * the stop checks); a causal, load-balanced job whose zigzag segments
+ * are cut into several chunks is still right against the fp64
+ * reference. */
+static void test_chunks(wf_client_t *c)
+{
+    jcase_t k = { .name = "chunks", .B = 1, .Sq = 8192, .Skv = 8192, .Hq = 1, .Hkv = 1,
+                  .D = 64, .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .causal = 1,
+                  .want_lse = true, .lb = WF_OPT_ON };
+    jbuf_t b;
+    if (!jbuf_init(&b, &k, 31)) {
+        CHECKM(false, "(h) out of memory");
+        return;
+    }
+    wf_attention_opts_t o = opts_of(&k);
+    wf_status_t st = wf_attention(c, &b.q, &b.k, &b.v, &o, &b.out, b.lse, NULL);
+    CHECKM(st == WF_OK, "(h) %s: %s", wf_status_name(st), wf_client_last_error(c));
+    if (st == WF_OK) {
+        double eo, el, to, tl;
+        jbuf_errors(&b, &eo, &el);
+        jcase_tolerances(&k, false, &to, &tl);
+        CHECKM(eo <= to && el <= tl, "(h) errors out %g lse %g", eo, el);
+        printf("(h) causal zigzag ring job in chunks: out err %.2g, lse err %.2g\n", eo, el);
+    }
+    jbuf_free(&b);
+}
+
 /* (g) */
 static void test_reconfigure_timeout(wf_client_t *ops)
 {
@@ -514,6 +544,7 @@ int main(int argc, char **argv)
         test_cancel_other(alice, ops);
         test_deadline(alice, 0, "(f) job_timeout_ms", "2500 ms");
         test_reconfigure_timeout(ops);
+        test_chunks(ops);
     }
     wf_client_destroy(&bob);
     wf_client_destroy(&alice);
