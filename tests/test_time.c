@@ -70,6 +70,10 @@ static int failures;
 #define TIMEOUT_MS 60000
 #define JOB_TIMEOUT_MS 2500
 #define RECONF_TIMEOUT_MS 400
+/* "at once" on a loaded 2-core machine under sanitizers: far below the
+ * seconds a long job takes, far above a scheduling hiccup (the figures
+ * printed are the measure; typical: tens of ms, a deadline + ~0.2 s) */
+#define SLOW_MS 4000
 
 static const char *weftd;
 static char dir[] = "/tmp/weft-time-XXXXXX";
@@ -180,7 +184,7 @@ static void small_ok(wf_client_t *c, uint64_t seed, const char *what)
         printf("%s: OK in %.0f ms (epoch %" PRIu64 ", %u devices), out err %.2g\n",
                what, ms, r.epoch, r.devices, eo);
     }
-    CHECKM(ms < 5000, "%s: took %.0f ms", what, ms);
+    CHECKM(ms < SLOW_MS, "%s: took %.0f ms", what, ms);
     jbuf_free(&b);
 }
 
@@ -252,7 +256,7 @@ static void test_flops(wf_client_t *c)
     const char *msg = wf_client_last_error(c);
     CHECKM(st == WF_E_LIMIT && strstr(msg, "max_job_flops"), "(a) %s: %s",
            wf_status_name(st), msg);
-    CHECKM(ms < 5000, "(a) refusal took %.0f ms", ms);
+    CHECKM(ms < SLOW_MS, "(a) refusal took %.0f ms", ms);
     printf("(a) (1, 2^24, 1, 1) f16: %s in %.0f ms: %s\n", wf_status_name(st), ms, msg);
     free(buf);
 }
@@ -275,7 +279,7 @@ static void test_deadline(wf_client_t *c, uint32_t deadline_ms, const char *tag,
     /* the deadline, plus a chunk of a ring step (tens of ms; a sanitized
      * build is slower): far less than the job (seconds) */
     CHECKM(ms >= (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) &&
-           ms < (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) + 3000,
+           ms < (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) + SLOW_MS,
            "%s: ended after %.0f ms", tag, ms);
     printf("%s: %s after %.0f ms: %s\n", tag, wf_status_name(st), ms, msg);
     wf_job_destroy(c, &job);
@@ -299,7 +303,7 @@ static void test_cancel_running(wf_client_t *c)
     wf_status_t st = wf_job_wait(c, job, TIMEOUT_MS);
     double ms = (now_s() - t0) * 1e3;
     CHECKM(st == WF_E_CANCELLED, "(c) job: %s: %s", wf_status_name(st), wf_job_error(job));
-    CHECKM(ms < 3000, "(c) the job ended %.0f ms after the cancel", ms);
+    CHECKM(ms < SLOW_MS, "(c) the job ended %.0f ms after the cancel", ms);
     printf("(c) running job cancelled: %s %.0f ms after the cancel: %s\n",
            wf_status_name(st), ms, wf_job_error(job));
     wf_job_destroy(c, &job);
@@ -329,7 +333,7 @@ static void test_cancel_queued(wf_client_t *c)
     double ms = (now_s() - t0) * 1e3;
     CHECKM(cs == WF_OK && st == WF_E_CANCELLED, "(d) cancel %s, job %s: %s",
            wf_status_name(cs), wf_status_name(st), queued ? wf_job_error(queued) : "");
-    CHECKM(ms < 1000, "(d) queued cancel took %.0f ms", ms);
+    CHECKM(ms < SLOW_MS, "(d) queued cancel took %.0f ms", ms);
     printf("(d) queued job cancelled in %.0f ms: %s\n", ms, queued ? wf_job_error(queued) : "");
     CHECKM(wf_job_poll(c, run) == WF_E_PENDING, "(d) the running job was disturbed");
     CHECKM(wf_cancel(c, run) == WF_OK, "(d) cancel the long one");
@@ -479,7 +483,7 @@ static void test_reconfigure_timeout(wf_client_t *ops)
     const char *msg = wf_client_last_error(ops);
     CHECKM(st == WF_E_BUSY && strstr(msg, "reconfigure_timeout_ms"), "(g) %s: %s",
            wf_status_name(st), msg);
-    CHECKM(ms >= RECONF_TIMEOUT_MS - 50 && ms < RECONF_TIMEOUT_MS + 2000,
+    CHECKM(ms >= RECONF_TIMEOUT_MS - 50 && ms < RECONF_TIMEOUT_MS + SLOW_MS,
            "(g) gave up after %.0f ms", ms);
     printf("(g) reconfigure blocked by a long job: %s after %.0f ms: %s\n",
            wf_status_name(st), ms, msg);
