@@ -851,21 +851,20 @@ static wf_status_t boundary(run_t *x, int i)
     return st;
 }
 
-/* With boundaries: query rows per kernel call, about 2^29 multiply-adds
- * of q k^T (0.1-0.3 s on a CPU core, far less on a GPU), so that a stop
+/* With boundaries: query rows per kernel call, about 2^28 multiply-adds
+ * of q k^T (~0.1 s on a CPU core, far less on a GPU), so that a stop
  * wanted in a step skips the rest of its compute; a multiple of 128 rows
- * (the CPU kernel's query tile) and at least 1024: the CPU kernel
- * converts K / V once per call and head, which cost ~6% of a call of 256
- * rows with 8 heads (measured), ~1.5% at 1024. Without: the whole
- * segment. */
+ * (the CPU kernel's query tile) and at least 512 (the CPU kernel converts
+ * K / V once per call and head: 2 values per 4 x 512 flops of the call).
+ * Without: the whole segment. */
 static int64_t chunk_rows(const run_t *x, int64_t qlen, int64_t klen)
 {
     if (!x->job->boundary)
         return qlen > 0 ? qlen : 1;
     int64_t per = klen * x->g.hd.nh * x->job->D;
-    int64_t rows = per > 0 ? (INT64_C(1) << 29) / per : qlen;
+    int64_t rows = per > 0 ? (INT64_C(1) << 28) / per : qlen;
     rows = rows / 128 * 128;
-    return rows < 1024 ? 1024 : rows;
+    return rows < 512 ? 512 : rows;
 }
 
 /* Attention of my q holding against the K/V holding of ring rank src
