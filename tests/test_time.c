@@ -18,9 +18,11 @@
  *      the job ends WF_E_CANCELLED, the next small job is right;
  *  (d) a queued job cancelled (behind a running long one): WF_E_CANCELLED
  *      at once, the running one is not disturbed (cancelled after);
- *  (e) bob (submit) cannot cancel alice's job: WF_E_BAD_ARGUMENT, and
- *      alice's job is untouched; an admin can cancel it; a second cancel
- *      of the same job is WF_E_BAD_ARGUMENT;
+ *  (e) bob (submit), as a raw CURVE peer, sends cancel for every id 1..500
+ *      (alice's running job has one of them): all WF_E_BAD_ARGUMENT and
+ *      alice's job runs on; libweft refuses another client's job handle;
+ *      the admin's same scan cancels exactly one job, alice's, which ends
+ *      WF_E_CANCELLED; a cancel of a finished job is WF_E_BAD_ARGUMENT;
  *  (f) job_timeout_ms 1500 written to the config file, SIGHUP: a long job
  *      without a deadline of its own ends WF_E_DEADLINE from it (1500 ms
  *      in its message);
@@ -204,9 +206,8 @@ static bool long_submit(wf_client_t *c, jbuf_t *b, uint32_t deadline_ms, uint64_
 }
 
 /* Wait until the daemon runs a job (in_flight 1), bounded. */
-static bool wait_running(wf_client_t *unused)
+static bool wait_running(void)
 {
-    (void)unused;
     wf_client_t *c = watcher;
     wf_status_info_t *si = calloc(1, sizeof *si);
     bool ok = false;
@@ -298,7 +299,7 @@ static void test_cancel_running(wf_client_t *c)
     wf_job_t *job = NULL;
     if (!long_submit(c, &b, 0, 12, &job))
         return;
-    wait_running(c);
+    wait_running();
     double t0 = now_s();
     wf_status_t cs = wf_cancel(c, job);
     CHECKM(cs == WF_OK, "(c) cancel: %s: %s", wf_status_name(cs), wf_client_last_error(c));
@@ -321,7 +322,7 @@ static void test_cancel_queued(wf_client_t *c)
     wf_job_t *run = NULL, *queued = NULL;
     if (!long_submit(c, &lb, 0, 13, &run))
         return;
-    wait_running(c);
+    wait_running();
     if (!jbuf_init(&qb, &small_case, 14)) {
         CHECKM(false, "(d) out of memory");
         return;
@@ -415,7 +416,7 @@ static void test_cancel_other(wf_client_t *alice, wf_client_t *ops)
     wf_job_t *job = NULL;
     if (!long_submit(alice, &b, 0, 15, &job))
         return;
-    wait_running(ops);
+    wait_running();
     /* bob (submit) asks to cancel every id alice may have used */
     int ok, bad, other;
     raw_cancel_scan(&kb, 500, &ok, &bad, &other);
@@ -477,7 +478,7 @@ static void test_reconfigure_timeout(wf_client_t *ops)
     wf_job_t *job = NULL;
     if (!long_submit(ops, &b, 0, 17, &job))
         return;
-    wait_running(ops);
+    wait_running();
     wf_mesh_degrees_t dp2 = { 2, 1, 1, 1 };
     double t0 = now_s();
     uint64_t e = 0;
