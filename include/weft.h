@@ -93,6 +93,13 @@ typedef enum wf_status {
     /* the cluster cannot serve now: its world is forming or waits for a
      * lost node (the message says which); retry later */
     WF_E_UNAVAILABLE = 25,
+    /* the job's deadline passed (its deadline_ms, or the daemon's
+     * job_timeout_ms): failed while queued, or at a step boundary of its
+     * run (a ring step, a model layer), its devices freed */
+    WF_E_DEADLINE = 26,
+    /* the job was cancelled (wf_cancel, op cancel): while queued, or at a
+     * step boundary of its run, its devices freed */
+    WF_E_CANCELLED = 27,
     /* a bug or an unexpected failure inside the daemon */
     WF_E_INTERNAL = 40,
     /* a communicator was aborted (a peer failed) while the job ran */
@@ -347,6 +354,11 @@ typedef struct wf_attention_opts {
     wf_opt_t ring_anything;     /* allow S not divisible by the shards */
     wf_opt_t ulysses_anything;  /* allow heads not divisible by ulysses */
     wf_opt_t load_balance;      /* causal ring: zigzag sharding */
+    uint32_t deadline_ms;       /* fail the job with WF_E_DEADLINE when it is not
+                                   done this many ms after the daemon received
+                                   it; 0: none (the daemon's job_timeout_ms
+                                   still applies). Added in 0.4: keep the
+                                   struct zero-initialised */
 } wf_attention_opts_t;
 
 /* Change the mesh of a running daemon (hot reconfiguration). The daemon
@@ -411,6 +423,15 @@ WF_API wf_status_t wf_job_result(const wf_job_t *job,
 /* Error message of a finished job ("" on success). Borrowed until
  * wf_job_destroy. */
 WF_API const char *wf_job_error(const wf_job_t *job);
+
+/* Ask the daemon to cancel a submitted job (queued or running). The call
+ * waits for the cancel's own answer: WF_OK when the daemon found the job
+ * (the job then finishes with WF_E_CANCELLED: at once when it was queued,
+ * at its next step boundary when it runs; if it finished first, its
+ * result stands), WF_E_BAD_ARGUMENT when it has no such job of this
+ * client (already answered, or never admitted). Keep waiting for the job
+ * (wf_job_wait) to read its final status. */
+WF_API wf_status_t wf_cancel(wf_client_t *client, wf_job_t *job);
 
 /* Forget a job (a reply that arrives later is discarded) and free it; sets
  * *job to NULL. Blocks until the library no longer reads the job's input

@@ -303,6 +303,19 @@ static bool str_is(const msgpack_object *o, const char *s)
            memcmp(o->via.str.ptr, s, n) == 0;
 }
 
+/* "deadline_ms" (attention, forward): absent = 0 = none. */
+static wf_status_t opt_deadline(dec_t *d, const msgpack_object *o, uint32_t *ret)
+{
+    uint64_t n;
+    if (!o)
+        return WF_OK;
+    if (!as_uint(o, &n) || n > UINT32_MAX)
+        return wf_errf_buf(d, WF_E_BAD_FIELD,
+                           "args.deadline_ms: must be an unsigned 32-bit integer");
+    *ret = (uint32_t)n;
+    return WF_OK;
+}
+
 static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
                                     wf_request_t *req)
 {
@@ -310,7 +323,8 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
     static const char *const names[] = { "scale", "causal", "return_lse",
                                          "out_dtype", "devices", "rotate_method",
                                          "convert_to_fp32", "ring_anything",
-                                         "ulysses_anything", "load_balance" };
+                                         "ulysses_anything", "load_balance",
+                                         "deadline_ms" };
     enum { N_ARGS = sizeof(names) / sizeof(names[0]) };
     const msgpack_object *f[N_ARGS] = { NULL };
     wf_attention_args_t *a = &req->args.attention;
@@ -370,7 +384,8 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
     if ((rc = opt_flag(d, f[6], names[6], &a->convert_to_fp32)) != WF_OK ||
         (rc = opt_flag(d, f[7], names[7], &a->ring_anything)) != WF_OK ||
         (rc = opt_flag(d, f[8], names[8], &a->ulysses_anything)) != WF_OK ||
-        (rc = opt_flag(d, f[9], names[9], &a->load_balance)) != WF_OK)
+        (rc = opt_flag(d, f[9], names[9], &a->load_balance)) != WF_OK ||
+        (rc = opt_deadline(d, f[10], &a->deadline_ms)) != WF_OK)
         return rc;
 
     static const char *const qkv[] = { "q", "k", "v" };
@@ -633,13 +648,15 @@ static const char *const fwd_dims[FWD_N] = {
 static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_request_t *req)
 {
     char q[WF_QUOTE_MAX];
-    static const char *const names[] = { "model", "out_dtype" };
-    const msgpack_object *f[2] = { NULL, NULL };
+    static const char *const names[] = { "model", "out_dtype", "deadline_ms" };
+    const msgpack_object *f[3] = { NULL, NULL, NULL };
     wf_forward_args_t *a = &req->args.forward;
     wf_status_t rc;
     char buf[40];
 
-    if (args && (rc = map_fields(d, args, "args", names, 2, f)) != WF_OK)
+    if (args && (rc = map_fields(d, args, "args", names, 3, f)) != WF_OK)
+        return rc;
+    if ((rc = opt_deadline(d, f[2], &a->deadline_ms)) != WF_OK)
         return rc;
     if ((rc = take_str(d, f[0], "args.model", wf_check_model_name, a->model,
                        sizeof(a->model))) != WF_OK)
@@ -707,6 +724,22 @@ static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_reque
     return WF_OK;
 }
 
+/* cancel: {"id": uint}, no tensors. */
+static wf_status_t decode_cancel(dec_t *d, const msgpack_object *args, wf_request_t *req)
+{
+    static const char *const names[] = { "id" };
+    const msgpack_object *f[1] = { NULL };
+    wf_status_t rc;
+    if (args && (rc = map_fields(d, args, "args", names, 1, f)) != WF_OK)
+        return rc;
+    if (!f[0])
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.id: missing (the id of the job to cancel)");
+    if (!as_uint(f[0], &req->args.cancel.id))
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.id: must be an unsigned integer, got %s",
+                           type_name(f[0]));
+    return no_tensors(d, req);
+}
+
 static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
                                       const wf_limits_t *lim, wf_request_t *req)
 {
@@ -749,7 +782,7 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     if (!as_uint(f[2], &u))
         return wf_errf_buf(d, WF_E_BAD_FIELD, "op: must be an unsigned integer, got %s",
                            type_name(f[2]));
-    if (u < WF_OP_HELLO || u > WF_OP_FORWARD)
+    if (u < WF_OP_HELLO || u > WF_OP_CANCEL)
         return wf_errf_buf(d, WF_E_UNKNOWN_OP, "op: unknown op %llu", (unsigned long long)u);
 
     if (f[3] && (rc = decode_tensors(d, f[3], true, lim->max_tensors,
@@ -769,6 +802,8 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
         return decode_unload_model(d, f[4], req);
     if (req->op == WF_OP_FORWARD)
         return decode_forward(d, f[4], req);
+    if (req->op == WF_OP_CANCEL)
+        return decode_cancel(d, f[4], req);
     /* hello, status and list_models: no arguments, no tensors */
     if (f[4] && f[4]->via.map.size > 0) {
         char buf[40];

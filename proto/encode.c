@@ -242,6 +242,7 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     bool load = req->op == WF_OP_LOAD_MODEL;
     bool unload = req->op == WF_OP_UNLOAD_MODEL;
     bool fwd = req->op == WF_OP_FORWARD;
+    bool cancel = req->op == WF_OP_CANCEL;
     if (load && !load_model_ok(lm))
         return WF_E_BAD_ARGUMENT;
     if (unload && !fixstr_ok(req->args.unload_model.name,
@@ -254,7 +255,8 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     enc_t e = { .failed = 0 };
     size_t start = out->len;
     msgpack_packer_init(&e.pk, out, buf_write);
-    uint32_t n = 3 + (req->n_tensors > 0) + (attn || recon || load || unload || fwd);
+    uint32_t n = 3 + (req->n_tensors > 0) + (attn || recon || load || unload || fwd ||
+                                                  cancel);
     e.failed |= msgpack_pack_map(&e.pk, n);
     /* a zeroed version means "the one this library speaks" */
     put_key_uint(&e, "v", req->version ? req->version : WF_PROTOCOL_VERSION);
@@ -269,7 +271,7 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
                      (a->convert_to_fp32 != WF_OPT_DEFAULT) +
                      (a->ring_anything != WF_OPT_DEFAULT) +
                      (a->ulysses_anything != WF_OPT_DEFAULT) +
-                     (a->load_balance != WF_OPT_DEFAULT);
+                     (a->load_balance != WF_OPT_DEFAULT) + (a->deadline_ms != 0);
         e.failed |= msgpack_pack_map(&e.pk, k);
         if (a->has_scale) {
             put_str(&e, "scale");
@@ -287,6 +289,8 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
         put_opt(&e, "ring_anything", a->ring_anything);
         put_opt(&e, "ulysses_anything", a->ulysses_anything);
         put_opt(&e, "load_balance", a->load_balance);
+        if (a->deadline_ms)
+            put_key_uint(&e, "deadline_ms", a->deadline_ms);
     }
     if (recon) {
         put_str(&e, "args");
@@ -311,10 +315,17 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     }
     if (fwd) {
         put_str(&e, "args");
-        e.failed |= msgpack_pack_map(&e.pk, 1 + fw->has_out_dtype);
+        e.failed |= msgpack_pack_map(&e.pk, 1 + fw->has_out_dtype + (fw->deadline_ms != 0));
         put_key_str(&e, "model", fw->model);
         if (fw->has_out_dtype)
             put_key_str(&e, "out_dtype", wf_dtype_name(fw->out_dtype));
+        if (fw->deadline_ms)
+            put_key_uint(&e, "deadline_ms", fw->deadline_ms);
+    }
+    if (cancel) {
+        put_str(&e, "args");
+        e.failed |= msgpack_pack_map(&e.pk, 1);
+        put_key_uint(&e, "id", req->args.cancel.id);
     }
     return finish(&e, out, start);
 }

@@ -28,7 +28,8 @@ typedef enum wf_op {
     WF_OP_LOAD_MODEL = 5,
     WF_OP_UNLOAD_MODEL = 6,
     WF_OP_LIST_MODELS = 7,
-    WF_OP_FORWARD = 8
+    WF_OP_FORWARD = 8,
+    WF_OP_CANCEL = 9
 } wf_op_t;
 
 /* Compile-time ceilings of the structs below; the runtime limits
@@ -86,6 +87,7 @@ typedef struct wf_attention_args {
     wf_opt_t ring_anything;    /* bool "ring_anything"; absent = DEFAULT */
     wf_opt_t ulysses_anything; /* bool "ulysses_anything"; absent = DEFAULT */
     wf_opt_t load_balance;     /* bool "load_balance"; absent = DEFAULT */
+    uint32_t deadline_ms;      /* "deadline_ms": ms from receipt; 0 / absent = none */
 } wf_attention_args_t;
 
 /* Arguments of a reconfigure request ("args" map {"dp","ring","ulysses",
@@ -130,7 +132,14 @@ typedef struct wf_forward_args {
         img_ids, txt_ids, guidance;
     bool has_out_dtype;
     wf_dtype_t out_dtype;
+    uint32_t deadline_ms;      /* "deadline_ms": ms from receipt; 0 / absent = none */
 } wf_forward_args_t;
+
+/* Arguments of cancel: {"id": uint}, the id of a job this connection
+ * submitted (an admin's: any connection's). No tensors. */
+typedef struct wf_cancel_args {
+    uint64_t id;
+} wf_cancel_args_t;
 
 /* A decoded request header. */
 typedef struct wf_request {
@@ -145,6 +154,7 @@ typedef struct wf_request {
         wf_load_model_args_t load_model;   /* op == WF_OP_LOAD_MODEL */
         wf_unload_model_args_t unload_model; /* op == WF_OP_UNLOAD_MODEL */
         wf_forward_args_t forward;         /* op == WF_OP_FORWARD */
+        wf_cancel_args_t cancel;           /* op == WF_OP_CANCEL */
     } args;
 } wf_request_t;
 

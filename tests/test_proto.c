@@ -462,8 +462,15 @@ static void test_request_errors(void)
     expect_req("op 0", WF_E_UNKNOWN_OP, 9, NULL);
     B(); mpb(&sb, "M3 si si sU", "v", 1, "id", 9, "op", (uint64_t)1 << 40);
     expect_req("op 2^40", WF_E_UNKNOWN_OP, 9, NULL);
+    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 9, "op", 10);
+    expect_req("op 10 (after cancel)", WF_E_UNKNOWN_OP, 9, "10");
+    /* cancel (op 9): {"id": uint}, nothing else */
     B(); mpb(&sb, "M3 si si si", "v", 1, "id", 9, "op", 9);
-    expect_req("op 9 (after forward)", WF_E_UNKNOWN_OP, 9, "9");
+    expect_req("cancel without args.id", WF_E_BAD_FIELD, 9, "args.id");
+    B(); mpb(&sb, "M4 si si si s M1 ss", "v", 1, "id", 9, "op", 9, "args", "id", "x");
+    expect_req("cancel with a str id", WF_E_BAD_FIELD, 9, "args.id");
+    B(); mpb(&sb, "M4 si si si s M1 si", "v", 1, "id", 9, "op", 9, "args", "job", 3);
+    expect_req("cancel with an unknown key", WF_E_BAD_FIELD, 9, "job");
 
     /* BAD_FIELD: top level */
     B(); mpb(&sb, "M2 si si", "v", 1, "op", 1);
@@ -536,6 +543,18 @@ static void test_request_errors(void)
     expect_req("causal int", WF_E_BAD_FIELD, 12, "args.causal");
     B(); attn_prefix(12, SQ, SKV, SKV); mpb(&sb, "M1 sn", "return_lse");
     expect_req("return_lse nil", WF_E_BAD_FIELD, 12, "args.return_lse");
+    B(); attn_prefix(12, SQ, SKV, SKV); mpb(&sb, "M1 si", "deadline_ms", 200);
+    expect_req("deadline_ms 200", WF_OK, 12, NULL);
+    {
+        wf_request_t dr;
+        CHECK(wf_request_decode(sb.data, sb.size, &lim, &dr, NULL, 0) == WF_OK &&
+              dr.args.attention.deadline_ms == 200, "deadline_ms decoded as %u",
+              dr.args.attention.deadline_ms);
+    }
+    B(); attn_prefix(12, SQ, SKV, SKV); mpb(&sb, "M1 si", "deadline_ms", -1);
+    expect_req("deadline_ms -1", WF_E_BAD_FIELD, 12, "args.deadline_ms");
+    B(); attn_prefix(12, SQ, SKV, SKV); mpb(&sb, "M1 sU", "deadline_ms", (uint64_t)1 << 32);
+    expect_req("deadline_ms 2^32", WF_E_BAD_FIELD, 12, "args.deadline_ms");
     B(); attn_prefix(12, SQ, SKV, SKV); mpb(&sb, "M1 si", "out_dtype", 0);
     expect_req("out_dtype int", WF_E_BAD_FIELD, 12, "args.out_dtype");
     B(); attn_prefix(12, SQ, SKV, SKV); mpb(&sb, "M1 si", "devices", -1);

@@ -358,8 +358,8 @@ static void test_models_requests(void)
     B(); mpb(&sb, "M4 si si si sA1", "v", 1, "id", 942, "op", WF_OP_LIST_MODELS, "tensors");
     mpb_tensor(&sb, "x", "f32", 1, SQ, 0);
     expect_req("list_models with a tensor", WF_E_BAD_ARGUMENT, 942, "no tensors");
-    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 943, "op", WF_OP_FORWARD + 1);
-    expect_req("op 9 (after forward)", WF_E_UNKNOWN_OP, 943, "9");
+    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 943, "op", WF_OP_CANCEL + 1);
+    expect_req("op 10 (after cancel)", WF_E_UNKNOWN_OP, 943, "10");
     wf_buf_free(&buf);
 }
 

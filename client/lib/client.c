@@ -51,6 +51,7 @@ static const uint32_t op_of[] = {
     [JOB_UNLOAD_MODEL] = WF_OP_UNLOAD_MODEL,
     [JOB_LIST_MODELS] = WF_OP_LIST_MODELS,
     [JOB_FORWARD] = WF_OP_FORWARD,
+    [JOB_CANCEL] = WF_OP_CANCEL,
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -1133,6 +1134,7 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
         a->ring_anything = opts->ring_anything;
         a->ulysses_anything = opts->ulysses_anything;
         a->load_balance = opts->load_balance;
+        a->deadline_ms = opts->deadline_ms;   /* 0: not sent */
     }
 
     void *const data[3] = { q->data, k->data, v->data };
@@ -1146,6 +1148,21 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
     c->last_error[0] = '\0';
     *ret_job = job;
     return WF_OK;
+}
+
+wf_status_t wf_cancel(wf_client_t *client, wf_job_t *job)
+{
+    if (!client)
+        return WF_E_BAD_ARGUMENT;
+    if (!job || job->client != client)
+        return fail(client, WF_E_BAD_ARGUMENT, "job is NULL or of another client");
+    if (job->replied)
+        return fail(client, WF_E_BAD_ARGUMENT, "job %llu is finished already",
+                    (unsigned long long)job->id);
+    /* the job's own reply (WF_E_CANCELLED, or its result) may come before
+     * the cancel's: it is taken as usual meanwhile */
+    wfc_request_begin(client, JOB_CANCEL)->args.cancel.id = job->id;
+    return wfc_simple_call(client, JOB_CANCEL, NULL);
 }
 
 wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job)

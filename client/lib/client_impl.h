@@ -31,7 +31,8 @@ typedef enum job_kind {
     JOB_LOAD_MODEL,
     JOB_UNLOAD_MODEL,
     JOB_LIST_MODELS,
-    JOB_FORWARD
+    JOB_FORWARD,
+    JOB_CANCEL
 } job_kind_t;
 
 /* An output tensor a job expects in its reply, and where its bytes go. */

@@ -83,6 +83,20 @@ static const setting_def_t settings_table[] = {
       "err, warning, notice, info or debug" },
     { "drain_timeout_ms", KIND_U32, OFF(drain_timeout_ms), "30000", 0,
       3600000, true, "at shutdown, how long queued and running jobs may take" },
+    { "max_job_flops", KIND_U64, OFF(max_job_flops), "500000000000000", 0,
+      UINT64_MAX, true, "bound on a job's estimated work in flops (attention "
+      "4*B*Hq*Sq*Skv*D, halved when causal; forward 2*params*tokens plus its "
+      "attention); more is refused at once with WF_E_LIMIT; 0 = no bound. "
+      "5e14 admits a FLUX.1-dev forward at 1024x1024 (~1.1e14) and refuses "
+      "q/k/v (1, 2^24, 1, 1) (~1.1e15, hours on one CPU device)" },
+    { "job_timeout_ms", KIND_U32, OFF(job_timeout_ms), "900000", 0, UINT32_MAX,
+      true, "longest a job may take from receipt (queued and running); a job's "
+      "deadline_ms is capped by it; past it the job fails with WF_E_DEADLINE "
+      "at its next step boundary; 0 = none" },
+    { "reconfigure_timeout_ms", KIND_U32, OFF(reconfigure_timeout_ms), "60000", 0,
+      UINT32_MAX, true, "how long a reconfiguration waits for running jobs to "
+      "drain before it gives up (WF_E_BUSY; the old mesh keeps serving); 0 = "
+      "waits for ever" },
     { "mesh", KIND_MESH, OFF(mesh), "", 0, 0, true,
       "degrees dp,ring,ulysses,tp (e.g. ring=2,ulysses=2), product = devices; "
       "empty = tp=devices; a change runs a hot reconfiguration; cluster: the "

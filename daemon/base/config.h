@@ -67,6 +67,9 @@ typedef struct wf_settings {
     uint64_t cpu_memory;         /* bytes per CPU device; 0 = RAM / devices */
     uint32_t log_level;          /* a wf_log_level_t */
     uint32_t drain_timeout_ms;   /* bound on finishing jobs at shutdown */
+    uint64_t max_job_flops;      /* bound on a job's estimated flops; 0 = none */
+    uint32_t job_timeout_ms;     /* longest a job may take from receipt; 0 = none */
+    uint32_t reconfigure_timeout_ms; /* drain bound of a reconfiguration; 0 = none */
     char mesh[WF_SETTINGS_MESH_MAX]; /* "ring=2,ulysses=2" as given; "" = tp=devices */
     wf_mesh_degrees_t mesh_deg;  /* resolved and validated against device_count */
     uint32_t rotate_method;      /* per-job default, a wf_rotate_t (never DEFAULT) */

@@ -44,6 +44,28 @@ static void base_params(const wf_djob_t *job, wf_attn_params_t *p)
     p->out_dtype = job->out_desc[0].dtype;
 }
 
+/* Estimated flops of an attention job: two matmuls of 2*Sq*Skv*D per
+ * (batch, query head), 4*B*Hq*Sq*Skv*D, half of it when causal (about
+ * half the (q, k) pairs are masked). Saturates (double, then clamped). */
+static uint64_t attention_flops(const wf_djob_t *job)
+{
+    const wf_attention_args_t *a = &job->req.args.attention;
+    const wf_tensor_desc_t *q = &job->req.tensors[a->q];
+    const wf_tensor_desc_t *k = &job->req.tensors[a->k];
+    double f = 4.0 * (double)q->shape[0] * (double)q->shape[2] * (double)q->shape[1] *
+               (double)k->shape[1] * (double)q->shape[3];
+    if (a->causal)
+        f /= 2.0;
+    return f >= 1.8e19 ? UINT64_MAX : (uint64_t)f;
+}
+
+/* The agreed step boundaries of a cp job: step 0 is the start of the
+ * run (wf_attention_cp_run), ring boundary i is i + 1. */
+static wf_status_t cp_boundary(void *arg, int64_t step, bool ahead)
+{
+    return ahead ? wf_djob_boundary_ahead(arg, step + 1) : wf_djob_boundary(arg, step + 1);
+}
+
 static bool opt(wf_opt_t o, bool def)
 {
     return o == WF_OPT_ON ? true : o == WF_OPT_OFF ? false : def;
@@ -177,6 +199,7 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     const wf_tensor_desc_t *q = &job->req.tensors[a->q];
 
     job->kind = WF_DJOB_ATTENTION;
+    job->flops = attention_flops(job);
     job->mesh = *mesh;
     job->plan_epoch = mesh->epoch;
     job->scale = a->has_scale ? a->scale : (float)(1.0 / sqrt((double)q->shape[3]));
@@ -365,6 +388,11 @@ static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
     const wf_attention_args_t *a = &job->req.args.attention;
     if (job->root_here && (!job->inputs_in || job->inputs_bad))
         return WF_E_INTERNAL;   /* a member's part: inputs not as described */
+    /* no communication: each rank may stop on its own; its heads are one
+     * kernel call, so the start is its only boundary */
+    wf_status_t bs = wf_djob_boundary(job, 0);
+    if (bs != WF_OK)
+        return bs;
     wf_attn_params_t p;
     base_params(job, &p);
     wf_attention_heads(p.Hq, rank, group_size, &p.h_begin, &p.h_end);
@@ -398,6 +426,8 @@ static wf_status_t cp_step(wf_djob_t *job, int rank, wf_worker_t *w)
     bool root = rank / T == 0;
     wf_cp_job_t cj;
     cp_job_of(job, t, &cj);
+    cj.boundary = cp_boundary;
+    cj.boundary_arg = job;
     if (root && job->root_here && (!job->inputs_in || job->inputs_bad))
         /* a member's root: inputs not as described. Not WF_E_MALFORMED:
          * the coordinator reads that in a "done" as a refused part (the
@@ -452,11 +482,16 @@ wf_status_t wf_attention_cp_run(wf_djob_t *job, int rank, int group_size,
         /* the scheduler only dispatches between regroups: a bug */
         st = WF_E_INTERNAL;
     } else {
+        /* step 0: the start, before the first collective (every rank) */
+        st = wf_djob_boundary(job, 0);
+        if (st != WF_OK)
+            return st;
         st = cp_step(job, rank, w);
     }
     /* Peers may be inside a collective waiting for this rank: abort the
-     * world so they return WF_E_ABORTED; the daemon rebuilds it. */
-    if (st != WF_OK && w->world)
+     * world so they return WF_E_ABORTED; the daemon rebuilds it. Not after
+     * a step boundary stopped the job: every rank stopped there alike. */
+    if (st != WF_OK && st != WF_E_DEADLINE && st != WF_E_CANCELLED && w->world)
         wf_comm_abort(w->world);
     return st;
 }

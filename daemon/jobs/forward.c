@@ -12,6 +12,33 @@
 #include "models/flux_forward.h"
 #include "runtime/worker.h"
 
+/* The agreed layer boundaries: step 0 is the start of the run
+ * (wf_forward_step), layer i is i + 1. */
+static wf_status_t layer_boundary(void *arg, int64_t step, bool ahead)
+{
+    return ahead ? wf_djob_boundary_ahead(arg, step + 1) : wf_djob_boundary(arg, step + 1);
+}
+
+/* Estimated flops of a forward: 2 per parameter per token (every linear;
+ * the embedders and norms are a rounding error) plus the attention of
+ * each block over the joint sequence, 4*B*H*S*S*D. FLUX.1-dev (12e9
+ * parameters, 57 blocks, 24 x 128) at 1024x1024 (4096 + 512 tokens):
+ * about 1.1e14 + 1.5e13. Saturates. */
+static uint64_t forward_flops(const wf_djob_t *job, const wf_model_t *m)
+{
+    const wf_forward_args_t *a = &job->req.args.forward;
+    const wf_tensor_desc_t *t = job->req.tensors;
+    const wf_flux_config_t *cfg = &m->cfg;
+    double B = (double)t[a->hidden_states].shape[0];
+    double S = (double)t[a->hidden_states].shape[1] +
+               (double)t[a->encoder_hidden_states].shape[1];
+    double blocks = (double)cfg->num_layers + (double)cfg->num_single_layers;
+    double f = 2.0 * (double)m->params * B * S +
+               blocks * 4.0 * B * (double)cfg->num_attention_heads * S * S *
+                   (double)cfg->attention_head_dim;
+    return f >= 1.8e19 ? UINT64_MAX : (uint64_t)f;
+}
+
 /* The flux job of a request, with the frames' pointers when `frames`. */
 static void job_of(const wf_djob_t *job, bool frames, wf_flux_job_t *fj)
 {
@@ -36,6 +63,8 @@ static void job_of(const wf_djob_t *job, bool frames, wf_flux_job_t *fj)
     if (fj->has_guidance)
         fj->guidance_dtype = t[a->guidance].dtype;
     fj->out_dtype = job->out_desc[0].dtype;
+    fj->boundary = layer_boundary;        /* every rank's */
+    fj->boundary_arg = (void *)job;
     if (!frames)
         return;
     zmq_msg_t *f = (zmq_msg_t *)job->frames;
@@ -62,6 +91,7 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     job->mesh = *mesh;
     job->plan_epoch = mesh->epoch;
     job->model_id = m->id;
+    job->flops = forward_flops(job, m);
     const wf_flux_config_t *cfg = &m->cfg;
     /* the load refused such a model already: a guard */
     wf_status_t cs = wf_flux_backend_check(cfg, ops, err, err_len);
@@ -128,6 +158,9 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
                job->model_id, job->epoch);
         goto out;
     }
+    st = wf_djob_boundary(job, 0);      /* the start: before any collective */
+    if (st != WF_OK)
+        return st;
     const wf_mesh_t *m = &job->mesh;
     wf_flux_job_t fj;
     job_of(job, rank == 0, &fj);
@@ -171,7 +204,8 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
     if (st == WF_OK)
         st = ss;
 out:
-    if (st != WF_OK && w->world)
+    /* not after a layer boundary stopped every rank alike */
+    if (st != WF_OK && st != WF_E_DEADLINE && st != WF_E_CANCELLED && w->world)
         wf_comm_abort(w->world);
     return st;
 }

@@ -520,6 +520,8 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     x.hws = host_ws;
     x.dev = flux_on_device(ops);
     wf_status_t st = WF_E_BAD_ARGUMENT;
+    bool stopped = false;       /* a layer boundary stopped every rank alike */
+    int64_t step = 0;           /* layer boundaries passed */
     if (!group_ok(group))
         goto fail;
     x.t = T > 1 ? wf_comm_rank(group->tp) : 0;
@@ -552,12 +554,22 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
         (st = flux_lin_full(&x, &shard->context_embedder, rec + x.W.rec.enc, g->J, &lj, g->Nt,
                             WF_ACT_NONE, S)) != WF_OK)
         goto fail;
-    for (uint32_t b = 0; b < x.cfg->num_layers; b++)
+    for (uint32_t b = 0; b < x.cfg->num_layers; b++) {
+        if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {
+            stopped = true;
+            goto fail;
+        }
         if ((st = flux_double_block(&x, &shard->dbl[b])) != WF_OK)
             goto fail;
-    for (uint32_t b = 0; b < x.cfg->num_single_layers; b++)
+    }
+    for (uint32_t b = 0; b < x.cfg->num_single_layers; b++) {
+        if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {
+            stopped = true;
+            goto fail;
+        }
         if ((st = flux_single_block(&x, &shard->sgl[b])) != WF_OK)
             goto fail;
+    }
     if ((st = finish(&x)) != WF_OK)
         goto fail;
     /* the output (and everything else queued) complete on return */
@@ -567,6 +579,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
 fail:
     if (x.dev)
         (void)ops->synchronize(ctx); /* nothing queued outlives the call */
-    abort_world(group);
+    if (!stopped)
+        abort_world(group);
     return st;
 }

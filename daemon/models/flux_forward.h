@@ -72,6 +72,13 @@ typedef struct wf_flux_job {
     const void *guidance;               wf_dtype_t guidance_dtype; /* (B) or NULL */
     bool has_guidance;                  /* same on every rank */
     void *output;                       wf_dtype_t out_dtype;      /* (B, S_img, p^2 * out_ch) */
+    /* Layer boundaries (NULL: none), as wf_cp_job_t.boundary: every rank
+     * calls boundary(arg, i) before block i (the double blocks, then the
+     * single blocks, i = 0..num_layers + num_single_layers - 1) with
+     * nothing in flight; the same answer on every rank (the caller
+     * agrees); not WF_OK stops the run there on every rank, no abort. */
+    wf_status_t (*boundary)(void *arg, int64_t step, bool ahead); /* ahead: false */
+    void *boundary_arg;
 } wf_flux_job_t;
 
 /* This rank's communicators (NULL where the degree is 1). */

@@ -654,6 +654,9 @@ typedef struct run {
     size_t *meta;                /* 4 * max(R, U) counts / displacements */
     bool root;                   /* seq index 0 */
     bool dev;                    /* device mode */
+    bool stopped;                /* a step boundary stopped the run (every
+                                    rank alike): nothing to abort */
+    int next_boundary;           /* ring: the boundary after this step */
 } run_t;
 
 static unsigned char *at(const run_t *x, size_t region) { return x->ws + region; }
@@ -845,6 +848,33 @@ static wf_status_t kernel_call(run_t *x, const wf_attn_params_t *p)
     return x->ops->attention(x->ctx, p, at(x, x->L.kws));
 }
 
+/* Step boundary i of the ring (see wf_cp_job_t.boundary). */
+static wf_status_t boundary(run_t *x, int i)
+{
+    if (!x->job->boundary)
+        return WF_OK;
+    wf_status_t st = x->job->boundary(x->job->boundary_arg, i, false);
+    x->stopped = st != WF_OK;
+    x->next_boundary = i + 1;
+    return st;
+}
+
+/* With boundaries: query rows per kernel call, about 2^28 multiply-adds
+ * of q k^T (~0.1 s on a CPU core, far less on a GPU), so that a stop
+ * wanted in a step skips the rest of its compute; a multiple of 128 rows
+ * (the CPU kernel's query tile) and at least 512 (the CPU kernel converts
+ * K / V once per call and head: 2 values per 4 x 512 flops of the call).
+ * Without: the whole segment. */
+static int64_t chunk_rows(const run_t *x, int64_t qlen, int64_t klen)
+{
+    if (!x->job->boundary)
+        return qlen > 0 ? qlen : 1;
+    int64_t per = klen * x->g.hd.nh * x->job->D;
+    int64_t rows = per > 0 ? (INT64_C(1) << 28) / per : qlen;
+    rows = rows / 128 * 128;
+    return rows < 512 ? 512 : rows;
+}
+
 /* Attention of my q holding against the K/V holding of ring rank src
  * (at hold), merged into acc. */
 static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
@@ -874,8 +904,18 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
     float *partl = (float *)(void *)at(x, x->L.partl);
 
     for (int a = 0; a < nq; a++)
-        for (int c = 0; c < nk; c++) {
-            const wf_cp_seg_t *q = &qs[a], *k = &ks[c];
+        for (int c = 0; c < nk; c++)
+        for (int64_t r0 = 0, rows = chunk_rows(x, qs[a].len, ks[c].len);
+             r0 < qs[a].len; r0 += rows) {
+            /* rows [r0, r0 + rows) of query segment a (query rows are
+             * independent: the same results as one call) */
+            const wf_cp_seg_t qc = {qs[a].start + r0, wf_min_i64(rows, qs[a].len - r0),
+                                    qs[a].local + r0};
+            const wf_cp_seg_t *q = &qc, *k = &ks[c];
+            if (job->boundary &&
+                job->boundary(job->boundary_arg, x->next_boundary, true) != WF_OK)
+                return WF_OK;   /* every rank stops at the next boundary:
+                                   the rest of this step is not used */
             if (q->len == 0 || k->len == 0)
                 continue;
             /* fully masked: the first key is after the last query */
@@ -908,12 +948,14 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
     return WF_OK;
 }
 
+static wf_status_t ring_steps(run_t *x);
+
 /* Phase 3: ring attention over the ring group, into acc / accl. */
 static wf_status_t ring(run_t *x)
 {
     const wf_cp_job_t *job = x->job;
     const geom_t *g = &x->g;
-    const int R = g->R, r = g->r;
+    const int R = g->R;
     float *acc = (float *)(void *)at(x, x->L.acc);
     float *accl = (float *)(void *)at(x, x->L.accl);
     size_t rows = (size_t)(job->B * g->Lq_r * g->hd.nh);
@@ -928,12 +970,32 @@ static wf_status_t ring(run_t *x)
         for (size_t i = 0; i < rows; i++)
             accl[i] = -INFINITY;
     }
-    if (g->hd.nh == 0)
-        return WF_OK; /* the whole ring group has no heads: no traffic */
+    if (g->hd.nh == 0) {
+        /* the whole ring group has no heads: no traffic, but the same
+         * boundaries as every other rank */
+        wf_status_t st = WF_OK;
+        for (int i = 0; i <= R && st == WF_OK; i++)
+            st = boundary(x, i);
+        return st;
+    }
+    wf_status_t st = ring_steps(x);
+    /* the boundary after the last step: a rank that skipped compute (a
+     * stop decided ahead) stops here at the latest, as every rank */
+    return st == WF_OK ? boundary(x, R) : st;
+}
+
+/* The R steps of ring(). */
+static wf_status_t ring_steps(run_t *x)
+{
+    const wf_cp_job_t *job = x->job;
+    const geom_t *g = &x->g;
+    const int R = g->R, r = g->r;
     szc_t c = {false};
 
-    if (R == 1)
-        return ring_step(x, 0, at(x, x->L.ring));
+    if (R == 1) {
+        wf_status_t st = boundary(x, 0);
+        return st == WF_OK ? ring_step(x, 0, at(x, x->L.ring)) : st;
+    }
 
     if (job->rotate_method == WF_CP_ROTATE_ALLGATHER) {
         size_t *counts = x->meta, *displs = counts + R, d = 0;
@@ -944,10 +1006,15 @@ static wf_status_t ring(run_t *x)
             d += counts[i];
         }
         unsigned char *base = at(x, x->L.ring);
-        wf_status_t st = wf_comm_allgatherv(x->grp->ring, base + displs[r], counts[r],
+        wf_status_t st = boundary(x, 0);
+        if (st != WF_OK)
+            return st;
+        st = wf_comm_allgatherv(x->grp->ring, base + displs[r], counts[r],
                                             base, counts, displs);
         for (int i = 0; i < R && st == WF_OK; i++) {
             int src = (r + i) % R;
+            if (i > 0 && (st = boundary(x, i)) != WF_OK)
+                break;
             st = ring_step(x, src, base + displs[src]);
         }
         return st;
@@ -959,7 +1026,9 @@ static wf_status_t ring(run_t *x)
     for (int i = 0; i < R; i++) {
         int src = (r + i) % R;
         wf_comm_req_t *rq = NULL, *sq = NULL;
-        wf_status_t st = WF_OK;
+        wf_status_t st = boundary(x, i);   /* nothing in flight here */
+        if (st != WF_OK)
+            return st;
         if (i + 1 < R) {
             geom_t gn = geom_of(job, R, g->U, (src + 1) % R, g->u);
             geom_t gc = geom_of(job, R, g->U, src, g->u);
@@ -1168,7 +1237,8 @@ static wf_status_t run_common(const wf_cp_job_t *job, const wf_cp_group_t *group
         goto fail;
     return WF_OK;
 fail:
-    abort_group(group);
+    if (!x.stopped)     /* a boundary stopped every rank alike: no abort */
+        abort_group(group);
     return st;
 }
 

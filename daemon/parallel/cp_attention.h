@@ -95,6 +95,20 @@ typedef struct wf_cp_job {
                                         (local: (B, Lq_s, Hq, D)) */
     float *lse;                      /* root: (B, Sq, Hq) f32, or NULL if !return_lse
                                         (local: (B, Lq_s, Hq)) */
+    /* Step boundaries (NULL: none): every rank calls boundary(arg, i,
+     * false) before ring step i and once after the last (i = 0..R, also
+     * a rank whose ring group has no heads), with nothing of its own in
+     * flight. It must return the same on every rank of the group at the
+     * same i (the caller agrees: e.g. wf_djob_boundary); a status other
+     * than WF_OK stops the run there: it returns that status on every
+     * rank and aborts nothing (no peer is left in a collective). Inside a
+     * ring step the attention runs in chunks of query rows, and before
+     * each a rank asks boundary(arg, i + 1, true): not WF_OK means every
+     * rank will stop at boundary i + 1 (the caller decided it ahead), so
+     * the rest of the step's compute is skipped (its collectives still
+     * run). For deadlines and cancels. */
+    wf_status_t (*boundary)(void *arg, int64_t step, bool ahead);
+    void *boundary_arg;
 } wf_cp_job_t;
 
 /* This rank's communicators. Borrowed for the duration of a call. */

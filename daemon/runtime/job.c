@@ -1,6 +1,7 @@
 /* job.c — job lifetime and gang completion (see job.h). */
 #include "job.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -15,6 +16,10 @@ wf_djob_t *wf_djob_new(void)
     zmq_msg_init(&job->identity);
     atomic_init(&job->remaining, 0);
     atomic_init(&job->status, WF_OK);
+    atomic_init(&job->stop_req, WF_OK);
+    pthread_mutex_init(&job->agree_mu, NULL);
+    job->agree_step = -1;
+    job->agree_stop = INT64_MAX;
     return job;
 }
 
@@ -36,6 +41,7 @@ void wf_djob_free(wf_djob_t **job)
         wf_comm_zmq_local_unref(&j->zworld->cfg.local);
         free(j->zworld);
     }
+    pthread_mutex_destroy(&j->agree_mu);
     free(j);
     *job = NULL;
 }
@@ -67,6 +73,76 @@ void wf_djob_rank_done(wf_djob_t *job, wf_status_t st)
      * drains the box on every loop iteration. */
     ssize_t w = write(box->efd, &one, sizeof one);
     (void)w;
+}
+
+wf_status_t wf_djob_stop_wanted(const wf_djob_t *job, uint64_t now_us)
+{
+    int req = atomic_load_explicit(&job->stop_req, memory_order_relaxed);
+    if (req != WF_OK)
+        return (wf_status_t)req;
+    if (job->deadline_us && now_us >= job->deadline_us)
+        return WF_E_DEADLINE;
+    return WF_OK;
+}
+
+void wf_djob_stop_message(wf_djob_t *job, wf_status_t st, int64_t step)
+{
+    char where[96];
+    if (step < 0)
+        snprintf(where, sizeof where, "while it was queued");
+    else if (step == 0)
+        snprintf(where, sizeof where, "as it started; its devices are free");
+    else
+        snprintf(where, sizeof where, "at step boundary %lld of its run; its "
+                 "devices are free", (long long)step);
+    if (st == WF_E_CANCELLED)
+        snprintf(job->err, sizeof job->err, "job cancelled %s", where);
+    else
+        snprintf(job->err, sizeof job->err, "the job's deadline (%llu ms from "
+                 "receipt) passed %s",
+                 (unsigned long long)((job->deadline_us - job->t_recv_us) / 1000),
+                 where);
+}
+
+wf_status_t wf_djob_boundary(wf_djob_t *job, int64_t step)
+{
+    if (!job->stoppable)
+        return WF_OK;
+    pthread_mutex_lock(&job->agree_mu);
+    if (job->agree_step < step) {
+        /* the first rank here: every other rank is before this boundary */
+        job->agree_step = step;
+        if (job->agree_stop == INT64_MAX) {
+            wf_status_t st = wf_djob_stop_wanted(job, wf_now_usec());
+            if (st != WF_OK) {
+                job->agree_stop = step;
+                job->agree_status = st;
+                /* read by the main thread after the last rank is done */
+                wf_djob_stop_message(job, st, step);
+            }
+        }
+    }
+    wf_status_t st = job->agree_stop <= step ? job->agree_status : WF_OK;
+    pthread_mutex_unlock(&job->agree_mu);
+    return st;
+}
+
+wf_status_t wf_djob_boundary_ahead(wf_djob_t *job, int64_t step)
+{
+    if (!job->stoppable || wf_djob_stop_wanted(job, wf_now_usec()) == WF_OK)
+        return WF_OK;
+    pthread_mutex_lock(&job->agree_mu);
+    if (job->agree_stop == INT64_MAX && job->agree_step < step) {
+        /* nobody is at `step` yet: everyone will stop there */
+        wf_status_t st = wf_djob_stop_wanted(job, wf_now_usec());
+        job->agree_step = step;
+        job->agree_stop = step;
+        job->agree_status = st;
+        wf_djob_stop_message(job, st, step);
+    }
+    wf_status_t st = job->agree_stop <= step ? job->agree_status : WF_OK;
+    pthread_mutex_unlock(&job->agree_mu);
+    return st;
 }
 
 wf_status_t wf_done_box_init(wf_done_box_t *box)

@@ -158,6 +158,20 @@ struct wf_djob {
     uint64_t t_recv_us;        /* received (monotonic) */
     uint64_t t_dispatch_us;    /* handed to the workers */
     uint64_t t_done_us;        /* last rank finished */
+
+    /* time and cancel (wf_djob_boundary) */
+    uint64_t deadline_us;      /* monotonic; 0: none (set at admission) */
+    uint64_t flops;            /* estimated work (the plan's; for max_job_flops) */
+    wf_djob_t *run_prev, *run_next; /* scheduler: dispatched jobs (main thread) */
+    bool stoppable;            /* every rank runs in this process on this job
+                                  struct: the ranks may agree to stop early
+                                  (set at dispatch; a cluster job spanning
+                                  nodes runs to its end) */
+    atomic_int stop_req;       /* main thread: WF_E_CANCELLED when cancelled */
+    pthread_mutex_t agree_mu;  /* guards the three below */
+    int64_t agree_step;        /* last boundary decided (-1: none yet) */
+    int64_t agree_stop;        /* boundary every rank stops at (INT64_MAX: none) */
+    wf_status_t agree_status;  /* what they stop with */
 };
 
 /* A zeroed job with empty frames; NULL when out of memory. Caller owns it
@@ -174,6 +188,32 @@ void wf_djob_free(wf_djob_t **job);
  * stamps t_done and pushes the job to its done box. The job must not be
  * touched by that worker afterwards. */
 void wf_djob_rank_done(wf_djob_t *job, wf_status_t st);
+
+/* A step boundary of the job's run, the `step`-th (0, 1, ... in order on
+ * every rank; every rank passes the same boundaries): WF_OK to go on, or
+ * WF_E_DEADLINE / WF_E_CANCELLED to stop there. The decision for a
+ * boundary is made once, by the first rank to reach it (the deadline
+ * against the clock, the cancel flag), and every other rank reads that
+ * decision at the same boundary: all ranks stop at the same boundary,
+ * before any collective of the next step, so no peer is left waiting in
+ * one and the comm world needs no abort. A job that is not stoppable
+ * always goes on. Any thread (the workers); one mutex, no allocation. */
+wf_status_t wf_djob_boundary(wf_djob_t *job, int64_t step);
+
+/* Between boundaries, on the way to boundary `step`: when a stop is wanted
+ * now and no rank has reached `step` yet, decide now that every rank
+ * stops there and return the status (the caller may skip its work up to
+ * it: nothing of it will be used); WF_OK otherwise (also when `step` was
+ * decided already: to go on). Cheap when no stop is wanted (no lock). */
+wf_status_t wf_djob_boundary_ahead(wf_djob_t *job, int64_t step);
+
+/* WF_E_DEADLINE / WF_E_CANCELLED when the job should stop now (main
+ * thread or worker, read-only), else WF_OK. */
+wf_status_t wf_djob_stop_wanted(const wf_djob_t *job, uint64_t now_us);
+
+/* The reply message of a job stopped with st (WF_E_DEADLINE or
+ * WF_E_CANCELLED) at boundary `step` (< 0: while queued), into job->err. */
+void wf_djob_stop_message(wf_djob_t *job, wf_status_t st, int64_t step);
 
 /* Set up / tear down a done box (creates / closes its eventfd). */
 wf_status_t wf_done_box_init(wf_done_box_t *box);

@@ -477,8 +477,19 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
 {
     size_t dispatched = 0;
     wf_djob_t *failed = NULL, **failed_tail = &failed;
-    while (!s->paused && s->head && pick_devices(s, s->head)) {
+    while (!s->paused && s->head) {
         wf_djob_t *job = s->head;
+        if (job->deadline_us && now_us >= job->deadline_us) {
+            /* expired while queued: answered, never run */
+            wf_sched_remove(s, job);
+            atomic_store(&job->status, WF_E_DEADLINE);
+            wf_djob_stop_message(job, WF_E_DEADLINE, -1);
+            *failed_tail = job;
+            failed_tail = &job->next;
+            continue;
+        }
+        if (!pick_devices(s, job))
+            break;
         s->head = job->next;
         if (!s->head)
             s->tail = NULL;
@@ -508,6 +519,14 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
         }
         s->replica_jobs[job->replica]++;
         s->in_flight++;
+        /* every rank here (none on another node): the ranks share this
+         * struct and may agree to stop at a step boundary */
+        job->stoppable = local == job->group_size;
+        job->run_prev = NULL;
+        job->run_next = s->running;
+        if (s->running)
+            s->running->run_prev = job;
+        s->running = job;
         wf_log(s->log, WF_LOG_DEBUG, "job %" PRIu64 " (seq %" PRIu64 ") on %d "
                "device(s) from rank %u, replica %u, epoch %" PRIu64, job->req.id,
                job->seq, job->group_size, job->device[0], job->replica,
@@ -540,10 +559,67 @@ void wf_sched_complete(wf_sched_t *s, const wf_djob_t *job)
     }
     s->replica_jobs[job->replica]--;
     s->in_flight--;
+    if (job->run_prev)
+        job->run_prev->run_next = job->run_next;
+    else if (s->running == job)
+        s->running = job->run_next;
+    if (job->run_next)
+        job->run_next->run_prev = job->run_prev;
     if (atomic_load(&job->status) == WF_OK)
         s->served++;
     else
         s->failed++;
+}
+
+void wf_sched_remove(wf_sched_t *s, wf_djob_t *job)
+{
+    wf_djob_t **link = &s->head, *prev = NULL;
+    while (*link && *link != job) {
+        prev = *link;
+        link = &(*link)->next;
+    }
+    if (!*link)
+        return;
+    *link = job->next;
+    if (s->tail == job)
+        s->tail = prev;
+    job->next = NULL;
+    s->depth--;
+    s->failed++;
+}
+
+void wf_sched_expire(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
+{
+    wf_djob_t *failed = NULL, **failed_tail = &failed;
+    wf_djob_t **link = &s->head, *prev = NULL;
+    while (*link) {                 /* one pass; the rest keep their order */
+        wf_djob_t *job = *link;
+        if (!job->deadline_us || now_us < job->deadline_us) {
+            prev = job;
+            link = &job->next;
+            continue;
+        }
+        *link = job->next;
+        if (s->tail == job)
+            s->tail = prev;
+        s->depth--;
+        s->failed++;
+        atomic_store(&job->status, WF_E_DEADLINE);
+        wf_djob_stop_message(job, WF_E_DEADLINE, -1);
+        job->next = NULL;
+        *failed_tail = job;
+        failed_tail = &job->next;
+    }
+    *ret_failed = failed;
+}
+
+uint64_t wf_sched_next_deadline(const wf_sched_t *s)
+{
+    uint64_t t = 0;
+    for (const wf_djob_t *j = s->head; j; j = j->next)
+        if (j->deadline_us && (t == 0 || j->deadline_us < t))
+            t = j->deadline_us;
+    return t;
 }
 
 wf_djob_t *wf_sched_take_queued(wf_sched_t *s)

@@ -112,6 +112,8 @@ typedef struct wf_sched {
     uint64_t held_bytes;         /* every share's in_bytes + reply_bytes */
     uint64_t held_cap;           /* bound on held_bytes: the local devices'
                                     memory summed (set by init / resize) */
+    wf_djob_t *running;          /* dispatched, not completed (run_next list;
+                                    for cancels) */
     wf_log_t *log;               /* borrowed */
 } wf_sched_t;
 
@@ -156,7 +158,10 @@ wf_share_t *wf_sched_share(wf_sched_t *s, const void *key, size_t key_len,
 wf_status_t wf_sched_admit(wf_sched_t *s, wf_djob_t *job, char *err,
                            size_t err_len);
 
-/* Dispatch queued jobs while the head fits (nothing while paused). Jobs whose outputs cannot be
+/* Dispatch queued jobs while the head fits (nothing while paused). A head
+ * whose deadline passed is failed (WF_E_DEADLINE) instead of dispatched;
+ * a dispatched job whose ranks all run here is made stoppable at its step
+ * boundaries (job.h). Jobs whose outputs cannot be
  * allocated are failed: they go to *ret_failed (a list linked by ->next,
  * status set) for the caller to answer. Returns the number dispatched. */
 size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed);
@@ -180,6 +185,20 @@ void wf_sched_release_job(wf_sched_t *s, wf_djob_t *job);
 
 /* Free every share (teardown). */
 void wf_sched_shares_free(wf_sched_t *s);
+/* Deadlines and cancels (main thread). */
+
+/* Take the queued job out of the queue (a cancel): the caller answers
+ * and frees it; counted as failed. `job` must be queued in s. */
+void wf_sched_remove(wf_sched_t *s, wf_djob_t *job);
+
+/* Queued jobs whose deadline passed by `now_us` leave the queue with
+ * status WF_E_DEADLINE, to *ret_failed (linked by ->next) for the caller
+ * to answer. Running jobs stop by themselves at their next step boundary
+ * (wf_djob_boundary). */
+void wf_sched_expire(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed);
+
+/* The earliest deadline of a queued job (monotonic us), 0 when none. */
+uint64_t wf_sched_next_deadline(const wf_sched_t *s);
 
 /* Remove and return every queued (not dispatched) job, in order. */
 wf_djob_t *wf_sched_take_queued(wf_sched_t *s);

@@ -93,16 +93,20 @@ static void *worker_main(void *arg)
             atomic_store(&w->busy, false);
             atomic_fetch_add(&w->jobs_served, 1);
         }
+        /* a deadline or a cancel stopped every rank at one boundary: no
+         * failure of this device, nothing aborted */
+        bool stopped = rs == WF_E_DEADLINE || rs == WF_E_CANCELLED;
         if (rs != WF_OK)
-            wf_log(w->log, WF_LOG_ERR, "%s: job %llu rank %d failed: %s",
-                   w->name, (unsigned long long)job->req.id, t->rank,
-                   wf_status_name(rs));
-        if (counted && rs != WF_OK && rs != WF_E_ABORTED) {
+            wf_log(w->log, stopped ? WF_LOG_DEBUG : WF_LOG_ERR,
+                   "%s: job %llu rank %d %s: %s", w->name,
+                   (unsigned long long)job->req.id, t->rank,
+                   stopped ? "stopped" : "failed", wf_status_name(rs));
+        if (counted && rs != WF_OK && rs != WF_E_ABORTED && !stopped) {
             atomic_store(&w->own_failed_seq, job->seq);
             atomic_store(&w->own_failed_status, (int)rs);
             atomic_fetch_add(&w->own_failures, 1);  /* last: readers see the two */
         }
-        if (rs != WF_OK && job->done)
+        if (rs != WF_OK && !stopped && job->done)
             poke(job->done);           /* the job may wait for other nodes */
         wf_djob_rank_done(job, rs);    /* job may be freed from here on */
     }

@@ -5,6 +5,7 @@
  */
 #include "server_impl.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "jobs/attention.h"
@@ -72,4 +73,49 @@ void srv_replan(wf_server_t *srv)
         failed = next;
     }
     srv_dispatch(srv);
+}
+
+/* ---- time: compute-size admission, deadlines ---------------------------- */
+
+wf_status_t srv_time_admit(wf_server_t *srv, wf_djob_t *job, char *err,
+                           size_t err_len)
+{
+    const wf_settings_t *s = &srv->settings;
+    if (s->max_job_flops && job->flops > s->max_job_flops) {
+        snprintf(err, err_len, "estimated work %.3g flops exceeds max_job_flops "
+                 "%.3g", (double)job->flops, (double)s->max_job_flops);
+        return WF_E_LIMIT;
+    }
+    uint32_t own = job->req.op == WF_OP_FORWARD ? job->req.args.forward.deadline_ms
+                                                : job->req.args.attention.deadline_ms;
+    uint32_t ms = own;
+    if (s->job_timeout_ms && (ms == 0 || s->job_timeout_ms < ms))
+        ms = s->job_timeout_ms;
+    job->deadline_us = ms ? job->t_recv_us + (uint64_t)ms * 1000 : 0;
+    return WF_OK;
+}
+
+void srv_expire(wf_server_t *srv, uint64_t now_us)
+{
+    wf_djob_t *failed = NULL;
+    wf_sched_expire(&srv->sched, now_us, &failed);
+    while (failed) {
+        wf_djob_t *next = failed->next;
+        wf_log(srv->log, WF_LOG_INFO, "job %" PRIu64 ": %s", failed->req.id,
+               failed->err);
+        srv_reply_job(srv, failed);
+        wf_djob_free(&failed);
+        failed = next;
+    }
+}
+
+int srv_expire_timeout_ms(const wf_server_t *srv, uint64_t now_us)
+{
+    uint64_t t = wf_sched_next_deadline(&srv->sched);
+    if (t == 0)
+        return -1;
+    if (t <= now_us)
+        return 0;
+    uint64_t ms = (t - now_us + 999) / 1000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }

@@ -243,3 +243,52 @@ void srv_reconf_apply_pending(wf_server_t *srv)
         wf_log(srv->log, WF_LOG_ERR, "cluster: mesh from the coordinator not "
                "applied: %s", err);
 }
+
+/* Does the running reconfiguration give up after reconfigure_timeout_ms?
+ * A client's reconfigure request that is still draining (a recovery on a
+ * new world, a model's regroup, SIGHUP and the coordinator's mesh on a
+ * member must happen, and wait). */
+static bool reconf_may_give_up(const wf_server_t *srv)
+{
+    return srv->reconf.active && !srv->reconf.regrouping && srv->reconf.has_client &&
+           !srv->reconf.new_world && srv->settings.reconfigure_timeout_ms > 0 &&
+           !srv->workers_stopped;
+}
+
+int srv_reconf_timeout_ms(const wf_server_t *srv, uint64_t now_us)
+{
+    if (!reconf_may_give_up(srv))
+        return -1;
+    uint64_t end = srv->reconf.t_start_us +
+                   (uint64_t)srv->settings.reconfigure_timeout_ms * 1000;
+    return now_us >= end ? 0 : (int)((end - now_us + 999) / 1000);
+}
+
+void srv_reconf_tick(wf_server_t *srv, uint64_t now_us)
+{
+    if (srv_reconf_timeout_ms(srv, now_us) != 0)
+        return;
+    char from[64], to[64], msg[WF_PROTO_ERROR_MAX + 64];
+    wf_mesh_degrees_format(&srv->sched.mesh.deg, from, sizeof from);
+    wf_mesh_degrees_format(&srv->reconf.target.deg, to, sizeof to);
+    snprintf(msg, sizeof msg, "reconfiguration to %s gave up after "
+             "reconfigure_timeout_ms %u: %u job(s) still running; the mesh in "
+             "force (%s, epoch %" PRIu64 ") keeps serving", to,
+             srv->settings.reconfigure_timeout_ms, srv->sched.in_flight, from,
+             srv->sched.mesh.epoch);
+    wf_log(srv->log, WF_LOG_WARNING, "%s", msg);
+    srv_reply_error(srv, &srv->reconf.identity, srv->reconf.delim, srv->reconf.id,
+                    WF_OP_RECONFIGURE, WF_E_BUSY, msg);
+    zmq_msg_close(&srv->reconf.identity);
+    zmq_msg_init(&srv->reconf.identity);
+    srv->reconf.has_client = false;
+    srv->reconf.active = false;
+    srv->sched.paused = srv->world && !wf_world_ready(srv->world);
+    if (srv->reconf.notify) {
+        char line[WF_SETTINGS_ENDPOINT_MAX + 256];
+        srv_status_line(srv, line, sizeof line);
+        wf_notify_ready(&srv->notify, line);
+    }
+    srv_dispatch(srv);                 /* queued jobs resume on the old mesh */
+    srv->hooks.reconfigured(srv);      /* a model install may wait for this */
+}

@@ -188,6 +188,8 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
         }
     }
     if (st == WF_OK)
+        st = srv_time_admit(srv, job, err, sizeof err);
+    if (st == WF_OK)
         st = wf_sched_admit(&srv->sched, job, err, sizeof err);
     if (st != WF_OK) {
         wf_djob_free(&job);
@@ -208,6 +210,81 @@ reject:
     srv_reply_error(srv, &parts[0], delim, req->id, req->op, st, err);
 }
 
+/* Does the job come from the connection with this routing identity? */
+static bool same_peer(wf_djob_t *job, zmq_msg_t *identity)
+{
+    size_t n = zmq_msg_size(identity);
+    return zmq_msg_size(&job->identity) == n &&
+           memcmp(zmq_msg_data(&job->identity), zmq_msg_data(identity), n) == 0;
+}
+
+/* The job `id` of this peer, queued (*queued true) or running; with
+ * `any` (an admin), another connection's when this one has none. */
+static wf_djob_t *find_job(wf_server_t *srv, uint64_t id, zmq_msg_t *identity,
+                           bool any, bool *queued)
+{
+    for (int pass = 0; pass < (any ? 2 : 1); pass++) {
+        for (wf_djob_t *j = srv->sched.head; j; j = j->next)
+            if (j->req.id == id && (pass == 1 || same_peer(j, identity))) {
+                *queued = true;
+                return j;
+            }
+        for (wf_djob_t *j = srv->sched.running; j; j = j->run_next)
+            if (j->req.id == id && (pass == 1 || same_peer(j, identity)) &&
+                atomic_load(&j->stop_req) == WF_OK) {
+                *queued = false;
+                return j;
+            }
+    }
+    return NULL;
+}
+
+/* cancel {id}: a queued job is answered WF_E_CANCELLED at once; a running
+ * one is flagged and stops at its next step boundary (job.h), answered
+ * then. The cancel itself: OK when found, WF_E_BAD_ARGUMENT when this
+ * client (an admin: anyone) has no such job waiting or running. A job
+ * running across cluster nodes cannot stop early: refused (WF_E_BUSY). */
+static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity, zmq_msg_t *hdr,
+                          bool delim)
+{
+    const wf_request_t *req = &srv->req;
+    uint64_t id = req->args.cancel.id;
+    char who[160], err[WF_PROTO_ERROR_MAX];
+    bool admin = srv_access_role(srv, hdr, who, sizeof who) == WF_ROLE_ADMIN;
+    bool queued = false;
+    wf_djob_t *job = find_job(srv, id, identity, admin, &queued);
+    if (!job) {
+        srv->rejected++;
+        snprintf(err, sizeof err, "no job %" PRIu64 " of this client is queued "
+                 "or running (answered already, or never admitted)", id);
+        srv_reply_error(srv, identity, delim, req->id, req->op, WF_E_BAD_ARGUMENT, err);
+        return;
+    }
+    if (!queued && !job->stoppable) {
+        srv->rejected++;
+        snprintf(err, sizeof err, "job %" PRIu64 " runs across cluster nodes and "
+                 "cannot stop before its end", id);
+        srv_reply_error(srv, identity, delim, req->id, req->op, WF_E_BUSY, err);
+        return;
+    }
+    wf_log(srv->log, WF_LOG_INFO, "request %" PRIu64 ": cancel of job %" PRIu64
+           " (%s) by %s", req->id, id, queued ? "queued" : "running", who);
+    /* the cancel's reply first: the job's may follow at once */
+    uint64_t cid = req->id;
+    uint32_t cop = req->op;
+    srv_reply_send(srv, identity, delim, srv_reply_ok(srv, cid, cop), NULL);
+    if (queued) {
+        wf_sched_remove(&srv->sched, job);
+        atomic_store(&job->status, WF_E_CANCELLED);
+        wf_djob_stop_message(job, WF_E_CANCELLED, -1);
+        srv_reply_job(srv, job);
+        wf_djob_free(&job);
+        srv_dispatch(srv);      /* the head may have changed */
+        return;
+    }
+    atomic_store(&job->stop_req, WF_E_CANCELLED);
+}
+
 static const char *op_label(uint32_t op)
 {
     switch (op) {
@@ -219,6 +296,7 @@ static const char *op_label(uint32_t op)
     case WF_OP_UNLOAD_MODEL: return "unload_model";
     case WF_OP_LIST_MODELS: return "list_models";
     case WF_OP_FORWARD: return "forward";
+    case WF_OP_CANCEL: return "cancel";
     default: return "this op";
     }
 }
@@ -326,6 +404,9 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         return;
     case WF_OP_RECONFIGURE:
         handle_reconfigure(srv, &parts[0], delim);
+        return;
+    case WF_OP_CANCEL:
+        handle_cancel(srv, &parts[0], &parts[h], delim);
         return;
     default:
         /* The decoder refuses unknown ops; keep a reply for a new one. */

@@ -807,6 +807,12 @@ static void handle_signals(wf_server_t *srv)
 static int poll_timeout_ms(const wf_server_t *srv, uint64_t now)
 {
     int t = wf_notify_timeout_ms(&srv->notify, now);
+    /* queued jobs' deadlines, a reconfiguration's timeout */
+    int e = srv_expire_timeout_ms(srv, now), r = srv_reconf_timeout_ms(srv, now);
+    if (e >= 0 && (t < 0 || e < t))
+        t = e;
+    if (r >= 0 && (t < 0 || r < t))
+        t = r;
     if (srv->stopping) {
         int d = now >= srv->drain_deadline_us
                     ? 0 : (int)((srv->drain_deadline_us - now + 999) / 1000);
@@ -953,6 +959,8 @@ wf_status_t wf_server_run(wf_server_t *srv)
         }
         wf_notify_watchdog(&srv->notify, wf_now_usec());
         srv_models_notify(srv, wf_now_usec());
+        srv_expire(srv, wf_now_usec());       /* deadlines of queued jobs */
+        srv_reconf_tick(srv, wf_now_usec());  /* a reconfiguration's timeout */
         if (srv->world) {
             /* timers run on every wake-up, messages when there are some */
             wf_cluster_t *cluster = wf_world_cluster(srv->world);

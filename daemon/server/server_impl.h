@@ -216,6 +216,12 @@ void srv_reconf_finish(wf_server_t *srv, wf_status_t st);
 /* Member: start the coordinator's mesh change if one waits and nothing
  * runs. */
 void srv_reconf_apply_pending(wf_server_t *srv);
+/* A reconfiguration still draining past reconfigure_timeout_ms gives up:
+ * its client gets WF_E_BUSY, the mesh in force keeps serving. Called on
+ * every wake-up of the loop. */
+void srv_reconf_tick(wf_server_t *srv, uint64_t now_us);
+/* Milliseconds until that timeout; -1: none. */
+int srv_reconf_timeout_ms(const wf_server_t *srv, uint64_t now_us);
 /* A regroup job for every worker into the groups of `mesh` (a new comm
  * world when `world` is set). NULL when out of memory. Caller owns it. */
 wf_djob_t *srv_regroup_new(wf_server_t *srv, const wf_mesh_t *mesh,
@@ -235,6 +241,15 @@ void srv_dispatch(wf_server_t *srv);
 /* Re-plan queued jobs for the mesh in force (answering those it refuses),
  * then dispatch. */
 void srv_replan(wf_server_t *srv);
+/* After the plan, before the queue: refuse a job whose estimated work
+ * exceeds max_job_flops (WF_E_LIMIT, message in err); set its deadline
+ * (its own deadline_ms capped by job_timeout_ms; from its receipt). */
+wf_status_t srv_time_admit(wf_server_t *srv, wf_djob_t *job, char *err,
+                           size_t err_len);
+/* Answer (WF_E_DEADLINE) the queued jobs whose deadline passed. */
+void srv_expire(wf_server_t *srv, uint64_t now_us);
+/* Milliseconds until the next queued job's deadline; -1: none. */
+int srv_expire_timeout_ms(const wf_server_t *srv, uint64_t now_us);
 
 /* access.c */
 

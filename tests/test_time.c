@@ -1,0 +1,581 @@
+/* test_time.c — end to end: time limits of jobs on a real weftd (issue
+ * 14 item 3) through libweft, over CURVE so that roles are real.
+ *
+ * One daemon: --devices cpu:2, mesh ring=2 (every attention job is
+ * context parallel: both ranks, collectives at every ring step), tcp on
+ * 127.0.0.1 with key_file and client_keys (admin "ops", submit "alice"
+ * and "bob"), reconfigure_timeout_ms 400, job_timeout_ms 0 in its config
+ * file until (f). A "long" job is q = k = v (1, 16384, 1, 64) f32 (about
+ * 7e10 flops: seconds on two CPU ranks, never run to its end here); a
+ * "small" job is checked against the fp64 reference.
+ *  (a) q/k/v (1, 2^24, 1, 1) f16 (~1.1e15 flops) is refused at once with
+ *      WF_E_LIMIT naming max_job_flops; nothing was queued;
+ *  (b) a long job with deadline_ms 200 fails with WF_E_DEADLINE well
+ *      before it could have finished, its message naming the deadline;
+ *      the next small job on the same daemon is right at once, and the
+ *      daemon rebuilt nothing (epoch unchanged: no world was aborted);
+ *  (c) a running long job cancelled by its own client: the cancel is OK,
+ *      the job ends WF_E_CANCELLED, the next small job is right;
+ *  (d) a queued job cancelled (behind a running long one): WF_E_CANCELLED
+ *      at once, the running one is not disturbed (cancelled after);
+ *  (e) bob (submit), as a raw CURVE peer, sends cancel for every id 1..500
+ *      (alice's running job has one of them): all WF_E_BAD_ARGUMENT and
+ *      alice's job runs on; libweft refuses another client's job handle;
+ *      the admin's same scan cancels exactly one job, alice's, which ends
+ *      WF_E_CANCELLED; a cancel of a finished job is WF_E_BAD_ARGUMENT;
+ *  (f) job_timeout_ms 1500 written to the config file, SIGHUP: a long job
+ *      without a deadline of its own ends WF_E_DEADLINE from it (1500 ms
+ *      in its message);
+ *  (g) a reconfigure (to dp=2) blocked by a long job gives up after
+ *      reconfigure_timeout_ms with WF_E_BUSY; the old mesh (ring=2, same
+ *      epoch) serves the next small job right;
+ *  (h) a causal ring job whose holdings are cut into several query-row
+ *      chunks (how ring steps run, for the stop checks) is right against
+ *      the fp64 reference.
+ * Each section is bounded (the whole run ~6 s on 2 cores, ~15 s under
+ * ASan + UBSan).
+ *
+ * usage: test_time WEFTD
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "keys.h"
+#include "proto.h"
+#include "support/clusterd.h"
+#include "support/jobcheck.h"
+#include "weft.h"
+
+static int failures;
+
+#define CHECKM(cond, ...)                                                  \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+#define TIMEOUT_MS 60000
+#define JOB_TIMEOUT_MS 1500
+#define RECONF_TIMEOUT_MS 400
+/* "at once" on a loaded 2-core machine under sanitizers: far below the
+ * seconds a long job takes, far above a scheduling hiccup (the figures
+ * printed are the measure; typical: tens of ms, a deadline + ~0.2 s) */
+#define SLOW_MS 4000
+
+static const char *weftd;
+static char dir[] = "/tmp/weft-time-XXXXXX";
+static char ep[64];
+
+static void path_of(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+static void make_keys(const char *name, wf_keypair_t *kp)
+{
+    char path[256], err[512];
+    path_of(path, sizeof path, name);
+    if (wf_keypair_generate(kp, err, sizeof err) != WF_OK ||
+        wf_keypair_write(path, kp, err, sizeof err) != WF_OK) {
+        fprintf(stderr, "keys %s: %s\n", name, err);
+        exit(1);
+    }
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+/* weftd with `extra` flags, stderr into dir/time.log, READY=1 awaited. */
+static bool start(clusterd_node_t *n, char *log, size_t log_len,
+                  const char *const *extra)
+{
+    memset(n, 0, sizeof *n);
+    if (!clusterd_node_open(n, "time", "d"))
+        return false;
+    path_of(log, log_len, "time.log");
+    const char *argv[40] = { weftd, "--devices", "cpu:2", "--cpu-memory", "512M",
+                             "--log-level", "info" };
+    size_t k = 7;
+    for (size_t i = 0; extra[i] && k < 39; i++)
+        argv[k++] = extra[i];
+    argv[k] = NULL;
+    int lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (lfd < 0)
+        return false;
+    clusterd_t *d = &n->p;
+    d->pid = fork();
+    if (d->pid < 0)
+        return false;
+    if (d->pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(lfd, 2);
+        setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(lfd);
+    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
+    return d->pidfd >= 0 && clusterd_node_wait(n, "READY=1", 60000, NULL, 0);
+}
+
+static wf_client_t *watcher;     /* polls status: keeps the others' ids small */
+
+static wf_client_t *connect_as(const char *who)
+{
+    char sp[256], cp[256];
+    path_of(sp, sizeof sp, "daemon.pub");
+    path_of(cp, sizeof cp, who);
+    wf_client_t *c = NULL;
+    wf_status_t st = wf_client_connect_curve(ep, TIMEOUT_MS, sp, cp, &c);
+    CHECKM(st == WF_OK, "connect %s: %s: %s", who, wf_status_name(st),
+           wf_client_last_error(NULL));
+    return c;
+}
+
+static const jcase_t small_case = {
+    .name = "small", .B = 1, .Sq = 256, .Skv = 256, .Hq = 2, .Hkv = 1, .D = 32,
+    .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .causal = 0, .want_lse = true,
+};
+static const jcase_t long_case = {
+    .name = "long", .B = 1, .Sq = 16384, .Skv = 16384, .Hq = 1, .Hkv = 1, .D = 64,
+    .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .causal = 0, .want_lse = false,
+};
+
+/* A small job, at once, right against the fp64 reference. */
+static void small_ok(wf_client_t *c, uint64_t seed, const char *what)
+{
+    jbuf_t b;
+    if (!jbuf_init(&b, &small_case, seed)) {
+        CHECKM(false, "%s: out of memory", what);
+        return;
+    }
+    wf_attention_opts_t o = opts_of(&small_case);
+    double t0 = now_s();
+    wf_job_result_t r;
+    wf_status_t st = wf_attention(c, &b.q, &b.k, &b.v, &o, &b.out, b.lse, &r);
+    double ms = (now_s() - t0) * 1e3;
+    CHECKM(st == WF_OK, "%s: %s: %s", what, wf_status_name(st), wf_client_last_error(c));
+    if (st == WF_OK) {
+        double eo, el, to, tl;
+        jbuf_errors(&b, &eo, &el);
+        jcase_tolerances(&small_case, false, &to, &tl);
+        CHECKM(eo <= to && el <= tl, "%s: errors out %g lse %g", what, eo, el);
+        printf("%s: OK in %.0f ms (epoch %" PRIu64 ", %u devices), out err %.2g\n",
+               what, ms, r.epoch, r.devices, eo);
+    }
+    CHECKM(ms < SLOW_MS, "%s: took %.0f ms", what, ms);
+    jbuf_free(&b);
+}
+
+/* Submit a long job (deadline_ms as given) into *b / *job. */
+static bool long_submit(wf_client_t *c, jbuf_t *b, uint32_t deadline_ms, uint64_t seed,
+                        wf_job_t **job)
+{
+    if (!jbuf_init(b, &long_case, seed))
+        return false;
+    wf_attention_opts_t o = opts_of(&long_case);
+    o.deadline_ms = deadline_ms;
+    wf_status_t st = wf_attention_submit(c, &b->q, &b->k, &b->v, &o, &b->out, NULL, job);
+    CHECKM(st == WF_OK, "long submit: %s: %s", wf_status_name(st), wf_client_last_error(c));
+    return st == WF_OK;
+}
+
+/* Wait until the daemon runs a job (in_flight 1), bounded. */
+static bool wait_running(void)
+{
+    wf_client_t *c = watcher;
+    wf_status_info_t *si = calloc(1, sizeof *si);
+    bool ok = false;
+    double end = now_s() + 10;
+    while (si && now_s() < end) {
+        if (wf_status(c, si) == WF_OK && si->in_flight >= 1) {
+            ok = true;
+            break;
+        }
+        usleep(5000);
+    }
+    free(si);
+    CHECKM(ok, "the long job never ran");
+    return ok;
+}
+
+static uint64_t epoch_of(wf_client_t *c, wf_mesh_degrees_t *mesh)
+{
+    wf_status_info_t *si = calloc(1, sizeof *si);
+    uint64_t e = UINT64_MAX;
+    if (si && wf_status(c, si) == WF_OK) {
+        e = si->epoch;
+        if (mesh)
+            *mesh = si->mesh;
+        CHECKM(si->in_flight == 0 && si->queue_depth == 0,
+               "daemon not idle: %u running, %u queued", si->in_flight, si->queue_depth);
+    }
+    free(si);
+    return e;
+}
+
+/* (a) */
+static void test_flops(wf_client_t *c)
+{
+    const int64_t S = INT64_C(1) << 24;
+    uint16_t *buf = calloc((size_t)S * 4, sizeof(uint16_t));
+    if (!buf) {
+        CHECKM(false, "(a) out of memory");
+        return;
+    }
+    wf_tensor_t q = { .data = buf, .dtype = WF_DTYPE_F16, .rank = 4, .shape = { 1, S, 1, 1 } };
+    wf_tensor_t k = q, v = q, out = q;
+    k.data = buf + S;
+    v.data = buf + 2 * S;
+    out.data = buf + 3 * S;
+    double t0 = now_s();
+    wf_status_t st = wf_attention(c, &q, &k, &v, NULL, &out, NULL, NULL);
+    double ms = (now_s() - t0) * 1e3;
+    const char *msg = wf_client_last_error(c);
+    CHECKM(st == WF_E_LIMIT && strstr(msg, "max_job_flops"), "(a) %s: %s",
+           wf_status_name(st), msg);
+    CHECKM(ms < SLOW_MS, "(a) refusal took %.0f ms", ms);
+    printf("(a) (1, 2^24, 1, 1) f16: %s in %.0f ms: %s\n", wf_status_name(st), ms, msg);
+    free(buf);
+}
+
+/* (b) and (f): a long job stopped by its deadline (own, or the daemon's) */
+static void test_deadline(wf_client_t *c, uint32_t deadline_ms, const char *tag,
+                          const char *want_ms)
+{
+    uint64_t e0 = epoch_of(c, NULL);
+    jbuf_t b;
+    wf_job_t *job = NULL;
+    double t0 = now_s();
+    if (!long_submit(c, &b, deadline_ms, 11, &job))
+        return;
+    wf_status_t st = wf_job_wait(c, job, TIMEOUT_MS);
+    double ms = (now_s() - t0) * 1e3;
+    const char *msg = wf_job_error(job);
+    CHECKM(st == WF_E_DEADLINE && strstr(msg, want_ms) && strstr(msg, "deadline"),
+           "%s: %s: %s", tag, wf_status_name(st), msg);
+    /* the deadline, plus a chunk of a ring step (tens of ms; a sanitized
+     * build is slower): far less than the job (seconds) */
+    CHECKM(ms >= (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) &&
+           ms < (deadline_ms ? deadline_ms : JOB_TIMEOUT_MS) + SLOW_MS,
+           "%s: ended after %.0f ms", tag, ms);
+    printf("%s: %s after %.0f ms: %s\n", tag, wf_status_name(st), ms, msg);
+    wf_job_destroy(c, &job);
+    jbuf_free(&b);
+    small_ok(c, 21, tag);
+    CHECKM(epoch_of(c, NULL) == e0, "%s: the world was rebuilt (epoch moved)", tag);
+}
+
+/* (c) */
+static void test_cancel_running(wf_client_t *c)
+{
+    uint64_t e0 = epoch_of(c, NULL);
+    jbuf_t b;
+    wf_job_t *job = NULL;
+    if (!long_submit(c, &b, 0, 12, &job))
+        return;
+    wait_running();
+    double t0 = now_s();
+    wf_status_t cs = wf_cancel(c, job);
+    CHECKM(cs == WF_OK, "(c) cancel: %s: %s", wf_status_name(cs), wf_client_last_error(c));
+    wf_status_t st = wf_job_wait(c, job, TIMEOUT_MS);
+    double ms = (now_s() - t0) * 1e3;
+    CHECKM(st == WF_E_CANCELLED, "(c) job: %s: %s", wf_status_name(st), wf_job_error(job));
+    CHECKM(ms < SLOW_MS, "(c) the job ended %.0f ms after the cancel", ms);
+    printf("(c) running job cancelled: %s %.0f ms after the cancel: %s\n",
+           wf_status_name(st), ms, wf_job_error(job));
+    wf_job_destroy(c, &job);
+    jbuf_free(&b);
+    small_ok(c, 22, "(c) next job");
+    CHECKM(epoch_of(c, NULL) == e0, "(c) the world was rebuilt");
+}
+
+/* (d) */
+static void test_cancel_queued(wf_client_t *c)
+{
+    jbuf_t lb, qb;
+    wf_job_t *run = NULL, *queued = NULL;
+    if (!long_submit(c, &lb, 0, 13, &run))
+        return;
+    wait_running();
+    if (!jbuf_init(&qb, &small_case, 14)) {
+        CHECKM(false, "(d) out of memory");
+        return;
+    }
+    wf_attention_opts_t o = opts_of(&small_case);
+    CHECKM(wf_attention_submit(c, &qb.q, &qb.k, &qb.v, &o, &qb.out, qb.lse, &queued) == WF_OK,
+           "(d) submit");
+    double t0 = now_s();
+    wf_status_t cs = queued ? wf_cancel(c, queued) : WF_E_INTERNAL;
+    wf_status_t st = queued ? wf_job_wait(c, queued, TIMEOUT_MS) : WF_E_INTERNAL;
+    double ms = (now_s() - t0) * 1e3;
+    CHECKM(cs == WF_OK && st == WF_E_CANCELLED, "(d) cancel %s, job %s: %s",
+           wf_status_name(cs), wf_status_name(st), queued ? wf_job_error(queued) : "");
+    CHECKM(ms < SLOW_MS, "(d) queued cancel took %.0f ms", ms);
+    printf("(d) queued job cancelled in %.0f ms: %s\n", ms, queued ? wf_job_error(queued) : "");
+    CHECKM(wf_job_poll(c, run) == WF_E_PENDING, "(d) the running job was disturbed");
+    CHECKM(wf_cancel(c, run) == WF_OK, "(d) cancel the long one");
+    st = wf_job_wait(c, run, TIMEOUT_MS);
+    CHECKM(st == WF_E_CANCELLED, "(d) long: %s", wf_status_name(st));
+    wf_job_destroy(c, &queued);
+    wf_job_destroy(c, &run);
+    jbuf_free(&qb);
+    jbuf_free(&lb);
+    small_ok(c, 23, "(d) next job");
+}
+
+/* A raw CURVE peer (DEALER) with key pair kp: cancel every id in
+ * [1, n] (pipelined), count the replies by status into ok / bad / other. */
+static wf_keypair_t kd, ka, ks, kb;
+
+static void raw_cancel_scan(const wf_keypair_t *kp, uint64_t n, int *ok, int *bad,
+                            int *other)
+{
+    *ok = *bad = *other = 0;
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0, to = 10000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);
+    zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, kd.public_key, WF_KEY_Z85_LEN);
+    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, kp->public_key, WF_KEY_Z85_LEN);
+    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, kp->secret_key, WF_KEY_Z85_LEN);
+    CHECKM(zmq_connect(s, ep) == 0, "raw connect");
+    wf_request_t *req = calloc(1, sizeof *req);
+    wf_reply_t *rep = calloc(1, sizeof *rep);
+    wf_buf_t b = { 0 };
+    for (uint64_t id = 1; req && id <= n; id++) {
+        memset(req, 0, sizeof *req);
+        req->version = WF_PROTOCOL_VERSION;
+        req->op = WF_OP_CANCEL;
+        req->id = 100000 + id;
+        req->args.cancel.id = id;
+        wf_buf_reset(&b);
+        if (wf_request_encode(req, &b) != WF_OK ||
+            zmq_send(s, b.data, b.len, 0) != (int)b.len) {
+            CHECKM(false, "raw send");
+            break;
+        }
+    }
+    for (uint64_t i = 0; rep && i < n; i++) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s, 0) < 0) {
+            zmq_msg_close(&m);
+            CHECKM(false, "raw: %" PRIu64 " of %" PRIu64 " replies", i, n);
+            break;
+        }
+        char err[256];
+        if (wf_reply_decode(zmq_msg_data(&m), zmq_msg_size(&m), rep, err, sizeof err) !=
+                WF_OK || rep->op != WF_OP_CANCEL)
+            ++*other;
+        else if (rep->status == WF_OK)
+            ++*ok;
+        else if (rep->status == WF_E_BAD_ARGUMENT)
+            ++*bad;
+        else
+            ++*other;
+        zmq_msg_close(&m);
+    }
+    wf_buf_free(&b);
+    free(req);
+    free(rep);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+}
+
+/* (e) */
+static void test_cancel_other(wf_client_t *alice, wf_client_t *ops)
+{
+    jbuf_t b;
+    wf_job_t *job = NULL;
+    if (!long_submit(alice, &b, 0, 15, &job))
+        return;
+    wait_running();
+    /* bob (submit) asks to cancel every id alice may have used */
+    int ok, bad, other;
+    raw_cancel_scan(&kb, 500, &ok, &bad, &other);
+    CHECKM(ok == 0 && bad == 500 && other == 0, "(e) bob: %d OK, %d refused, %d other",
+           ok, bad, other);
+    CHECKM(wf_job_poll(alice, job) == WF_E_PENDING, "(e) alice's job disturbed by bob");
+    printf("(e) bob's 500 cancels of ids 1..500: %d refused (WF_E_BAD_ARGUMENT), "
+           "alice's job still runs\n", bad);
+    /* libweft refuses another client's job handle before sending */
+    CHECKM(wf_cancel(ops, job) == WF_E_BAD_ARGUMENT, "(e) wf_cancel with a foreign job");
+    /* the admin may cancel anyone's: exactly one of the ids is running */
+    raw_cancel_scan(&ka, 500, &ok, &bad, &other);
+    CHECKM(ok == 1 && bad == 499 && other == 0, "(e) admin: %d OK, %d refused, %d other",
+           ok, bad, other);
+    wf_status_t st = wf_job_wait(alice, job, TIMEOUT_MS);
+    CHECKM(st == WF_E_CANCELLED, "(e) alice's job after the admin's cancel: %s",
+           wf_status_name(st));
+    printf("(e) the admin's scan cancelled alice's job: %s: %s\n", wf_status_name(st),
+           wf_job_error(job));
+    CHECKM(wf_cancel(alice, job) == WF_E_BAD_ARGUMENT, "(e) cancel of a finished job");
+    wf_job_destroy(alice, &job);
+    jbuf_free(&b);
+}
+
+/* (h): the ring steps of a daemon job run in chunks of query rows (for
+ * the stop checks: max(512, 2^28 / (Skv_step * heads * D)) rows); a
+ * causal job whose ring holdings (2048 rows, 2 heads, D 64: 1024-row
+ * chunks) are cut into 2 chunks is still right against the fp64
+ * reference, masks and skipped chunks included. */
+static void test_chunks(wf_client_t *c)
+{
+    jcase_t k = { .name = "chunks", .B = 1, .Sq = 4096, .Skv = 4096, .Hq = 2, .Hkv = 1,
+                  .D = 64, .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .causal = 1,
+                  .want_lse = true, .lb = WF_OPT_OFF };
+    jbuf_t b;
+    if (!jbuf_init(&b, &k, 31)) {
+        CHECKM(false, "(h) out of memory");
+        return;
+    }
+    wf_attention_opts_t o = opts_of(&k);
+    wf_status_t st = wf_attention(c, &b.q, &b.k, &b.v, &o, &b.out, b.lse, NULL);
+    CHECKM(st == WF_OK, "(h) %s: %s", wf_status_name(st), wf_client_last_error(c));
+    if (st == WF_OK) {
+        double eo, el, to, tl;
+        jbuf_errors(&b, &eo, &el);
+        jcase_tolerances(&k, false, &to, &tl);
+        CHECKM(eo <= to && el <= tl, "(h) errors out %g lse %g", eo, el);
+        printf("(h) causal ring job in 2 chunks per step: out err %.2g, lse err %.2g\n", eo, el);
+    }
+    jbuf_free(&b);
+}
+
+/* (g) */
+static void test_reconfigure_timeout(wf_client_t *ops)
+{
+    wf_mesh_degrees_t m0;
+    uint64_t e0 = epoch_of(ops, &m0);
+    jbuf_t b;
+    wf_job_t *job = NULL;
+    if (!long_submit(ops, &b, 0, 17, &job))
+        return;
+    wait_running();
+    wf_mesh_degrees_t dp2 = { 2, 1, 1, 1 };
+    double t0 = now_s();
+    uint64_t e = 0;
+    wf_status_t st = wf_reconfigure(ops, &dp2, &e);
+    double ms = (now_s() - t0) * 1e3;
+    const char *msg = wf_client_last_error(ops);
+    CHECKM(st == WF_E_BUSY && strstr(msg, "reconfigure_timeout_ms"), "(g) %s: %s",
+           wf_status_name(st), msg);
+    CHECKM(ms >= RECONF_TIMEOUT_MS - 50 && ms < RECONF_TIMEOUT_MS + SLOW_MS,
+           "(g) gave up after %.0f ms", ms);
+    printf("(g) reconfigure blocked by a long job: %s after %.0f ms: %s\n",
+           wf_status_name(st), ms, msg);
+    CHECKM(wf_cancel(ops, job) == WF_OK, "(g) cancel the long job");
+    wf_job_wait(ops, job, TIMEOUT_MS);
+    wf_job_destroy(ops, &job);
+    jbuf_free(&b);
+    small_ok(ops, 24, "(g) next job on the old mesh");
+    wf_mesh_degrees_t m1;
+    CHECKM(epoch_of(ops, &m1) == e0 && memcmp(&m0, &m1, sizeof m0) == 0,
+           "(g) mesh or epoch changed");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_time WEFTD\n");
+        return 2;
+    }
+    weftd = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    make_keys("daemon", &kd);
+    make_keys("ops", &ka);
+    make_keys("alice", &ks);
+    make_keys("bob", &kb);
+    char keyfile[256], clients[256], text[1024];
+    path_of(keyfile, sizeof keyfile, "daemon");
+    path_of(clients, sizeof clients, "clients");
+    snprintf(text, sizeof text, "admin %s ops\nsubmit %s alice\nsubmit %s bob\n",
+             ka.public_key, ks.public_key, kb.public_key);
+    write_text(clients, text);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", clusterd_free_port());
+    char rt[16], cfg[256];
+    snprintf(rt, sizeof rt, "%d", RECONF_TIMEOUT_MS);
+    path_of(cfg, sizeof cfg, "weftd.conf");
+    write_text(cfg, "job_timeout_ms = 0\n");
+    const char *extra[] = { "--config", cfg, "--listen", ep, "--key-file", keyfile,
+                            "--client-keys", clients, "--mesh", "ring=2",
+                            "--reconfigure-timeout-ms", rt, NULL };
+    clusterd_node_t n;
+    char log[256];
+    if (!start(&n, log, sizeof log, extra)) {
+        fprintf(stderr, "daemon did not start (log %s)\n", log);
+        return 1;
+    }
+    wf_client_t *ops = connect_as("ops"), *alice = connect_as("alice"),
+                *bob = connect_as("bob");
+    watcher = ops;
+    if (ops && alice && bob) {
+        small_ok(ops, 1, "warm-up");
+        test_flops(alice);
+        test_chunks(ops);
+        test_deadline(alice, 200, "(b) deadline_ms 200", "200 ms");
+        test_cancel_running(alice);
+        test_cancel_queued(alice);
+        test_cancel_other(alice, ops);
+        test_reconfigure_timeout(ops);
+        /* job_timeout_ms 0 until now (the config file); SIGHUP applies it */
+        char line[64];
+        snprintf(line, sizeof line, "job_timeout_ms = %d\n", JOB_TIMEOUT_MS);
+        write_text(cfg, line);
+        kill(n.p.pid, SIGHUP);
+        CHECKM(clusterd_node_wait(&n, "READY=1", 30000, NULL, 0), "(f) reload");
+        test_deadline(alice, 0, "(f) job_timeout_ms", "1500 ms");
+    }
+    wf_client_destroy(&bob);
+    wf_client_destroy(&alice);
+    wf_client_destroy(&ops);
+    clusterd_kill(&n.p, SIGTERM);
+    CHECKM(n.p.reaped && WIFEXITED(n.p.exit_status) && WEXITSTATUS(n.p.exit_status) == 0,
+           "daemon did not exit 0 (log %s)", log);
+    clusterd_node_close(&n);
+    if (failures) {
+        fprintf(stderr, "test_time: %d checks failed (log %s)\n", failures, log);
+        return 1;
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", dir);
+    printf("test_time: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,13 @@
+# Time limits of jobs on a real daemon through libweft over CURVE
+# (tests/test_time.c): max_job_flops refuses the (1, 2^24, 1, 1) job at
+# once; a ring=2 job past its deadline_ms (or job_timeout_ms) fails with
+# WF_E_DEADLINE at a step boundary and the next job is right at once;
+# cancel of a running and of a queued job (WF_E_CANCELLED); a submit
+# client cannot cancel another's job, an admin can; a reconfigure blocked
+# by a long job gives up after reconfigure_timeout_ms (WF_E_BUSY) and the
+# old mesh serves.
+add_executable(test_time ${CMAKE_CURRENT_LIST_DIR}/test_time.c)
+target_link_libraries(test_time PRIVATE weft_clusterd weft_testsupport
+                      weft_proto weft PkgConfig::ZMQ Threads::Threads m)
+add_test(NAME e2e_time COMMAND test_time $<TARGET_FILE:weftd>)
+set_tests_properties(e2e_time PROPERTIES TIMEOUT 180)
