@@ -584,6 +584,7 @@ void wf_sched_remove(wf_sched_t *s, wf_djob_t *job)
     if (s->tail == job)
         s->tail = prev;
     job->next = NULL;
+    share_dequeued(job);
     s->depth--;
     s->failed++;
 }
@@ -602,6 +603,7 @@ void wf_sched_expire(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
         *link = job->next;
         if (s->tail == job)
             s->tail = prev;
+        share_dequeued(job);
         s->depth--;
         s->failed++;
         atomic_store(&job->status, WF_E_DEADLINE);
