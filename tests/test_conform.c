@@ -41,18 +41,8 @@
 
 #include "proto.h"
 #include "support/jobcheck.h"
+#include "support/check.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
 
 #define REPLY_TIMEOUT_MS 20000
 
@@ -747,8 +737,8 @@ int main(int argc, char **argv)
     printf("SIGTERM drain\n");
     test_drain(weftd);
 
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
+    if (failed) {
+        fprintf(stderr, "%d failure(s)\n", failed);
         return 1;
     }
     printf("conform: all passed\n");

@@ -35,21 +35,11 @@
 
 #include "support/jobcheck.h"
 #include "weft.h"
+#include "support/check.h"
 
 #define MAX_CLIENTS 256
 #define IN_FLIGHT 4
 
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
 
 /* What a client reports at its end. */
 typedef struct summary {
@@ -341,6 +331,6 @@ int main(int argc, char **argv)
            "%.1f ms; daemon RSS %.1f -> %.1f MiB\n", clients, jobs, kills, reconf_done,
            ok_jobs, wall, (double)ok_jobs / wall, worst, (double)rss0 / 1048576,
            (double)rss1 / 1048576);
-    printf("test_load_kills: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
-    return failures ? 1 : 0;
+    printf("test_load_kills: %s (%d failed)\n", failed ? "FAILED" : "passed", failed);
+    return failed ? 1 : 0;
 }

@@ -27,18 +27,8 @@
 #include "reference.h"
 #include "support/jobcheck.h"
 #include "weft.h"
+#include "support/check.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-        }                                                                    \
-    } while (0)
 
 enum { B = 1, S = 32, H = 2, D = 16, NQ = B * S * H * D, NL = B * S * H };
 
@@ -228,6 +218,6 @@ int main(int argc, char **argv)
     sigprocmask(SIG_BLOCK, &chld, NULL);
     one_mesh(argv[1], "ring=2");
     one_mesh(argv[1], "ulysses=2");
-    printf("test_numerics: %d failures\n", failures);
-    return failures ? 1 : 0;
+    printf("test_numerics: %d failed\n", failed);
+    return failed ? 1 : 0;
 }
