@@ -5,8 +5,9 @@
  * context parallel: both ranks, collectives at every ring step), tcp on
  * 127.0.0.1 with key_file and client_keys (admin "ops", submit "alice"
  * and "bob"), reconfigure_timeout_ms 400, job_timeout_ms 0 in its config
- * file until (f). A "long" job is q = k = v (1, 16384, 1, 64) f32 (about
- * 7e10 flops: seconds on two CPU ranks, never run to its end here); a
+ * file until (f). A "long" job is q = k = v (1, 65536, 1, 64) f32 (about
+ * 1.1e12 flops: many seconds on two CPU ranks even on a fast idle
+ * machine, longer than job_timeout_ms 1500; never run to its end here); a
  * "small" job is checked against the fp64 reference.
  *  (a) q/k/v (1, 2^24, 1, 1) f16 (~1.1e15 flops) is refused at once with
  *      WF_E_LIMIT naming max_job_flops; nothing was queued;
@@ -162,7 +163,7 @@ static const jcase_t small_case = {
     .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .causal = 0, .want_lse = true,
 };
 static const jcase_t long_case = {
-    .name = "long", .B = 1, .Sq = 16384, .Skv = 16384, .Hq = 1, .Hkv = 1, .D = 64,
+    .name = "long", .B = 1, .Sq = 65536, .Skv = 65536, .Hq = 1, .Hkv = 1, .D = 64,
     .in = WF_DTYPE_F32, .out = WF_DTYPE_F32, .causal = 0, .want_lse = false,
 };
 
