@@ -837,20 +837,29 @@ static unsigned answer_drain_tail(wf_server_t *srv)
 {
     unsigned n = 0;
     const uint64_t end = wf_now_usec() + (uint64_t)DRAIN_TAIL_MAX_MS * 1000;
+    uint64_t last = wf_now_usec();      /* the last request read */
     while (n < DRAIN_TAIL_MAX_MSGS) {
+        /* replies ZeroMQ did not take (a peer at SNDHWM) go out as its
+         * reader makes room: the tail's own replies may wait there too */
+        if (srv->waiting)
+            srv_replies_retry(srv);
         if (srv_request_recv(srv)) {
             n++;
+            last = wf_now_usec();
             continue;
         }
         uint64_t now = wf_now_usec();
-        if (now >= end)
+        if (now >= end ||
+            (!srv->waiting && now - last >= (uint64_t)DRAIN_TAIL_QUIET_MS * 1000))
             break;
         uint64_t left_ms = (end - now + 999) / 1000;
+        long wait = srv->waiting ? 1 : DRAIN_TAIL_QUIET_MS;
         zmq_pollitem_t it = { srv->router, 0, ZMQ_POLLIN, 0 };
-        int rc = zmq_poll(&it, 1, left_ms < DRAIN_TAIL_QUIET_MS
-                                      ? (long)left_ms : DRAIN_TAIL_QUIET_MS);
-        if (rc == 0 || (rc < 0 && zmq_errno() != EINTR))
-            break;      /* quiet for the whole period, or the socket failed */
+        int rc = zmq_poll(&it, 1, left_ms < (uint64_t)wait ? (long)left_ms : wait);
+        if (rc < 0 && zmq_errno() != EINTR)
+            break;      /* the socket failed */
+        if (rc == 0 && !srv->waiting)
+            break;      /* quiet for the whole period */
     }
     return n;
 }
