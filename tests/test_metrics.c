@@ -185,22 +185,7 @@ typedef struct wd {
 
 static bool log_has(const char *path, const char *needle)
 {
-    int64_t end = clusterd_now_ms() + 5000;
-    static char buf[1 << 20];
-    for (;;) {
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = '\0';
-        if (strstr(buf, needle))
-            return true;
-        if (clusterd_now_ms() > end) {
-            fprintf(stderr, "log %s has no '%s'; it has:\n%s\n", path, needle, buf);
-            return false;
-        }
-        usleep(20000);
-    }
+    return clusterd_file_find(path, needle, 5000, NULL, 0);
 }
 
 /* weftd --devices cpu:2 --cpu-memory 256M on an ipc endpoint in dir, with

@@ -84,12 +84,12 @@ bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env)
     return d->pidfd >= 0;
 }
 
-bool clusterd_log_find(const clusterd_t *d, const char *needle, int timeout_ms,
-                       char *got, size_t got_len)
+bool clusterd_file_find(const char *path, const char *needle, int timeout_ms,
+                        char *got, size_t got_len)
 {
     int64_t end = clusterd_now_ms() + timeout_ms;
     for (;;) {
-        FILE *f = d->log_path[0] ? fopen(d->log_path, "r") : NULL;
+        FILE *f = path[0] ? fopen(path, "r") : NULL;
         char line[1024];
         while (f && fgets(line, sizeof line, f)) {
             if (!strstr(line, needle))
@@ -107,9 +107,15 @@ bool clusterd_log_find(const clusterd_t *d, const char *needle, int timeout_ms,
         struct timespec ts = { 0, 20 * 1000000L };
         nanosleep(&ts, NULL);
     }
-    fprintf(stderr, "%s: no log line with '%s' within %d ms\n", d->name, needle,
+    fprintf(stderr, "%s: no line with '%s' within %d ms\n", path, needle,
             timeout_ms);
     return false;
+}
+
+bool clusterd_log_find(const clusterd_t *d, const char *needle, int timeout_ms,
+                       char *got, size_t got_len)
+{
+    return clusterd_file_find(d->log_path, needle, timeout_ms, got, got_len);
 }
 
 bool clusterd_wait_exit(clusterd_t *d, int timeout_ms)

@@ -62,6 +62,13 @@ bool clusterd_open(clusterd_t *d, const char *name, const char *tag);
  * environment too; open its pidfd. False when fork or pidfd_open fails. */
 bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env);
 
+/* Wait up to timeout_ms for a line of the file at `path` holding
+ * `needle`; the line (without its newline) goes to got. Polls the file
+ * every 20 ms (a file has no event to wait on). For the logs of daemons
+ * started some other way. */
+bool clusterd_file_find(const char *path, const char *needle, int timeout_ms,
+                        char *got, size_t got_len);
+
 /* Wait up to timeout_ms for a line of d's log file (d->log_path)
  * holding `needle`; the line (without its newline) goes to got. Polls
  * the file every 20 ms (a file has no event to wait on). */
