@@ -269,15 +269,16 @@ static wf_status_t check_anonymous(const wf_settings_t *s, wf_log_t *log)
     return WF_E_BAD_ARGUMENT;
 }
 
-wf_status_t wf_cluster_keys_load(const wf_settings_t *s, wf_zap_t *zap,
-                                 wf_log_t *log, wf_cluster_keys_t **ret)
+wf_status_t wf_cluster_keys_load(const wf_settings_t *s, const wf_keypair_t *self,
+                                 wf_zap_t *zap, wf_log_t *log,
+                                 wf_cluster_keys_t **ret)
 {
     *ret = NULL;
     if (!s->node_keys[0])
         return check_anonymous(s, log);
     char name[WF_SETTINGS_NAME_MAX], err[512];
     wf_cluster_self_name(s, name);
-    if (!s->key_file[0]) {
+    if (!self) {
         wf_log(log, WF_LOG_ERR, "cluster: node_keys is set but key_file is not: "
                "this node needs its own key pair (weftctl keygen)");
         return WF_E_BAD_ARGUMENT;
@@ -293,10 +294,7 @@ wf_status_t wf_cluster_keys_load(const wf_settings_t *s, wf_zap_t *zap,
         return WF_E_NO_MEMORY;
     }
     const char *pub;
-    if (wf_keypair_read(s->key_file, true, &k->self, err, sizeof err) != WF_OK) {
-        wf_log(log, WF_LOG_ERR, "cluster: key_file: %s", err);
-        goto bad;
-    }
+    k->self = *self;            /* read once, by the server (key_file) */
     if (wf_keylist_read(s->node_keys, WF_KEYLIST_NODES, &k->nodes, &k->n, err,
                         sizeof err) != WF_OK) {
         wf_log(log, WF_LOG_ERR, "cluster: node_keys: %s", err);

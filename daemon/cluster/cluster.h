@@ -114,14 +114,16 @@ typedef struct wf_cluster_keys {
 void wf_cluster_self_name(const wf_settings_t *settings,
                           char out[WF_SETTINGS_NAME_MAX]);
 
-/* node_keys set: read key_file (with its secret) and node_keys, check
+/* node_keys set: take this daemon's key pair `self` (key_file, read by
+ * the server; NULL when key_file is unset: refused) and read node_keys, check
  * that this node and coordinator_node are listed (and that this node's
  * listed key is its own), and give the list to `zap` (WF_ZAP_NODES).
  * *ret NULL when node_keys is empty: then the cluster runs without
  * authentication, which is refused (protected mode) when the coordinator
  * address or data_address is not loopback and allow_anonymous is false.
  * Every refusal is logged naming the setting; WF_E_BAD_ARGUMENT. */
-wf_status_t wf_cluster_keys_load(const wf_settings_t *settings, wf_zap_t *zap,
+wf_status_t wf_cluster_keys_load(const wf_settings_t *settings,
+                                 const wf_keypair_t *self, wf_zap_t *zap,
                                  wf_log_t *log, wf_cluster_keys_t **ret);
 
 /* Free; sets *k to NULL; accepts NULL. */

@@ -418,7 +418,7 @@ wf_status_t wf_world_new(const wf_world_cfg_t *cfg, wf_world_t **ret)
         st = WF_E_INTERNAL;       /* the owner starts it before any bind */
     }
     if (st == WF_OK)
-        st = wf_cluster_keys_load(w->settings, zap, w->log, &w->keys);
+        st = wf_cluster_keys_load(w->settings, cfg->keys, zap, w->log, &w->keys);
     if (st == WF_OK)
         st = bind_spares(w);
     if (st == WF_OK)

@@ -66,8 +66,9 @@ typedef struct wf_world_cfg {
     uint32_t n_workers;
     wf_done_box_t *done;         /* where the workers put finished parts */
     wf_zap_t *zap;               /* the ZAP handler of zctx (node_keys go to its
-                                    WF_ZAP_NODES domain); NULL: the world starts
-                                    its own when node_keys is set */
+                                    WF_ZAP_NODES domain); required with node_keys */
+    const wf_keypair_t *keys;    /* this daemon's key pair (key_file, read by
+                                    the owner); NULL: none */
     wf_world_hooks_t hooks;
 } wf_world_cfg_t;
 

@@ -521,6 +521,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                        .job_mesh = world_job_mesh, .installed = world_installed,
                        .dispatch = world_dispatch },
             .zap = srv->zap,   /* the context's ZAP handler: WF_ZAP_NODES */
+            .keys = srv->has_keys ? &srv->keys : NULL,
         };
         if (wf_world_new(&wc, &srv->world) != WF_OK)
             goto fail;
