@@ -133,6 +133,17 @@ static bool fill_rank_keys(wf_world_t *w, zworld_sec_t *zs,
     return true;
 }
 
+/* The data plane of the world being joined: NCCL's when the world message
+ * carried an id (every node said gpu; comm_nccl_boot.h), else comm_zmq.
+ * Logged either way. */
+static void world_plane(wf_world_t *w, wf_zworld_t *zw, uint64_t epoch)
+{
+    zw->nccl = wf_cluster_nccl_id(w->cluster, &zw->nccl_id);
+    wf_log(w->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 ": data plane "
+           "%s", epoch, zw->nccl ? "nccl (one communicator over the world, the "
+           "mesh groups split from it)" : "zmq");
+}
+
 /* The control plane has a new world (forming): join it. */
 static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
                               uint32_t nn, uint64_t epoch, uint64_t wid,
@@ -220,6 +231,7 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
     zw->cfg.connect_timeout_ms = (int)w->settings->cluster_timeout_ms;
     zw->cfg.op_timeout_ms = 0;      /* node loss aborts blocked ranks */
     zw->cfg.max_message_bytes = (int64_t)(2 * w->settings->limits.max_tensor_bytes) + 4096;
+    world_plane(w, zw, epoch);
     if (bind_spares(w) == WF_OK)
         wf_cluster_set_data(w->cluster, w->data);
 

@@ -3,6 +3,7 @@
 
 #include "comm/comm_host.h"
 #include "comm/comm_nccl.h"
+#include "comm/comm_nccl_boot.h"
 #include "comm/comm_staged.h"
 #include "comm/comm_zmq.h"
 
@@ -145,6 +146,31 @@ static wf_status_t nccl_world(wf_worker_t *w, const wf_djob_t *job, int rank)
     return wf_comm_nccl_init(&job->nccl_id, job->group_size, rank, &o, &w->world);
 }
 
+/* This rank's handle on a cluster world that is NCCL's (comm_nccl_boot.h):
+ * the communicator of the world message's id over every rank of every
+ * node, bounded by the cluster timeout, in the cluster's abort domain; the
+ * comm_zmq endpoint kept for it is closed. */
+static wf_status_t cluster_nccl_world(wf_worker_t *w, const wf_zworld_t *zw, int grank,
+                                      wf_comm_zmq_endpoint_t **ep, char *err,
+                                      size_t errlen)
+{
+    wf_comm_zmq_endpoint_destroy(ep);
+    wf_comm_nccl_opts_t o = {
+        .device = w->device,
+        .stream = w->ops->native_stream ? w->ops->native_stream(w->ctx) : NULL,
+        .init_timeout_ms = zw->cfg.connect_timeout_ms > 0
+                               ? (uint32_t)zw->cfg.connect_timeout_ms : 0,
+        .op_timeout_ms = 0,             /* node loss aborts the domain */
+        .abort_domain = zw->cfg.local,
+    };
+    const wf_nccl_api_t *api = wf_nccl_api();
+    wf_status_t st = api->init(api->arg, &zw->nccl_id, zw->cfg.nranks, grank, &o,
+                               &w->world);
+    snprintf(err, errlen, "%s init of rank %d of %d: %s", api->name, grank,
+             zw->cfg.nranks, wf_status_str(st));
+    return st;
+}
+
 wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
                                   wf_worker_t *w)
 {
@@ -156,9 +182,11 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
         wf_comm_destroy(&w->world);
         w->mesh.epoch = 0;
         char err[256];
-        wf_status_t st = wf_comm_zmq_world_join(&job->zworld->cfg, grank,
-                                                &job->zworld->ep[rank], err,
-                                                sizeof err, &w->world);
+        wf_status_t st = job->zworld->nccl
+            ? cluster_nccl_world(w, job->zworld, grank, &job->zworld->ep[rank], err,
+                                 sizeof err)
+            : wf_comm_zmq_world_join(&job->zworld->cfg, grank, &job->zworld->ep[rank],
+                                     err, sizeof err, &w->world);
         if (st != WF_OK) {
             /* peers of this process waiting in the join wake up too */
             wf_comm_zmq_local_abort(job->zworld->cfg.local);
