@@ -41,7 +41,7 @@ static void cluster_nccl_self(wf_cluster_t *c)
                  v / 100 % 100, v % 100);
     else
         snprintf(c->nccl_version, sizeof c->nccl_version, "%s", NCCL_VERSION_NONE);
-    c->self_gpu = wf_nccl_node_gpu(c->settings, v);
+    c->self_gpu = wf_nccl_api_node_gpu(api, c->settings);
 }
 
 /* Member: the data plane of the world just received (its "ncclid",

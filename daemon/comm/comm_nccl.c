@@ -6,7 +6,6 @@
  * carry the error. */
 #include "comm_nccl.h"
 #include "comm_impl.h"
-#include "comm_nccl_boot.h"
 #include "comm_zmq.h"
 #include "p2p_plan.h"
 
@@ -854,46 +853,6 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *base, const int *exclude, int n,
 #else
     return WF_E_UNAVAILABLE;
 #endif
-}
-
-static int api_version(void *arg)
-{
-    (void)arg;
-    return wf_comm_nccl_version();
-}
-
-static wf_status_t api_unique_id(void *arg, wf_nccl_id_t *ret_id)
-{
-    (void)arg;
-    return wf_comm_nccl_unique_id(ret_id);
-}
-
-static wf_status_t api_init(void *arg, const wf_nccl_id_t *id, int nranks, int rank,
-                            const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm)
-{
-    (void)arg;
-    return wf_comm_nccl_init(id, nranks, rank, opts, ret_comm);
-}
-
-static wf_status_t api_shrink(void *arg, wf_comm_t *c, const int *exclude, int n,
-                              wf_comm_t **ret_comm)
-{
-    (void)arg;
-    return wf_comm_nccl_shrink(c, exclude, n, ret_comm);
-}
-
-static const wf_nccl_api_t real_api = {
-    .name = "nccl",
-    .arg = NULL,
-    .version = api_version,
-    .unique_id = api_unique_id,
-    .init = api_init,
-    .shrink = api_shrink,
-};
-
-const wf_nccl_api_t *wf_nccl_api(void)
-{
-    return &real_api;
 }
 
 static void nc_abort(wf_comm_t *base)

@@ -65,3 +65,10 @@ wf_nccl_next_t wf_nccl_plan_loss(const wf_nccl_span_t *old, uint32_t n_old,
     *ret_n = n;
     return WF_NCCL_SHRINK;
 }
+
+bool wf_nccl_api_node_gpu(const wf_nccl_api_t *api, const wf_settings_t *s)
+{
+    if (api->node_gpu)
+        return api->node_gpu(api->arg, s);
+    return wf_nccl_node_gpu(s, api->version(api->arg));
+}

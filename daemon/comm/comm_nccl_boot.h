@@ -55,11 +55,20 @@ typedef struct wf_nccl_api {
      * time); NULL: never. */
     wf_status_t (*shrink)(void *arg, wf_comm_t *c, const int *exclude, int n,
                           wf_comm_t **ret_comm);
+    /* (optional) Whether this node may hold NCCL ranks ("gpu" of its
+     * hello); NULL: wf_nccl_node_gpu(s, version). A stand-in with devices
+     * of its own answers for them. */
+    bool (*node_gpu)(void *arg, const wf_settings_t *s);
 } wf_nccl_api_t;
 
-/* The daemon's table: NCCL's (comm_nccl.c), or the stub's, whose calls
- * fail with WF_E_UNAVAILABLE. Static. */
+/* The daemon's table (comm_nccl_api.c, alone in its object file): NCCL's
+ * (comm_nccl.c), or the stub's, whose calls fail with WF_E_UNAVAILABLE.
+ * Static. A test daemon that defines its own wf_nccl_api (a stand-in,
+ * tests/support/weftd_ncclsi.c) is linked with that one instead. */
 const wf_nccl_api_t *wf_nccl_api(void);
+
+/* This node's "gpu": api->node_gpu, else wf_nccl_node_gpu. */
+bool wf_nccl_api_node_gpu(const wf_nccl_api_t *api, const wf_settings_t *s);
 
 /* The data plane of a world. */
 typedef enum wf_nccl_plane {

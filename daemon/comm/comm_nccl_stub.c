@@ -4,7 +4,6 @@
  * workers choose their comm at run time, with no #ifdef.
  */
 #include "comm_nccl.h"
-#include "comm_nccl_boot.h"
 
 bool wf_comm_nccl_built(void)
 {
@@ -40,37 +39,4 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
 {
     (void)c, (void)exclude, (void)n, (void)ret_comm;
     return WF_E_UNAVAILABLE;
-}
-
-static int api_version(void *arg)
-{
-    (void)arg;
-    return 0;
-}
-
-static wf_status_t api_unique_id(void *arg, wf_nccl_id_t *ret_id)
-{
-    (void)arg;
-    return wf_comm_nccl_unique_id(ret_id);
-}
-
-static wf_status_t api_init(void *arg, const wf_nccl_id_t *id, int nranks, int rank,
-                            const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm)
-{
-    (void)arg;
-    return wf_comm_nccl_init(id, nranks, rank, opts, ret_comm);
-}
-
-static const wf_nccl_api_t stub_api = {
-    .name = "nccl",
-    .arg = NULL,
-    .version = api_version,
-    .unique_id = api_unique_id,
-    .init = api_init,
-    .shrink = NULL,
-};
-
-const wf_nccl_api_t *wf_nccl_api(void)
-{
-    return &stub_api;
 }
