@@ -274,7 +274,9 @@ static void *rank_shrink(void *p)
 {
     rank_arg_t *a = p;
     wf_comm_t *s = NULL;
-    a->st = a->api->shrink(a->api->arg, a->world, g_exclude, g_n_exclude, &s);
+    wf_comm_nccl_opts_t o = { .device = a->rank, .init_timeout_ms = 20000,
+                              .abort_domain = a->domain };
+    a->st = a->api->shrink(a->api->arg, a->world, g_exclude, g_n_exclude, &o, &s);
     if (a->st == WF_OK) {
         double mine = 1, sum = 0;
         a->st = wf_comm_allreduce(s, &mine, &sum, 1, WF_COMM_F64, WF_COMM_SUM);

@@ -11,12 +11,15 @@
  *     new round) against the fp64 reference.
  *  3. member c killed (SIGKILL) while a long job is in flight: the job
  *     fails with WF_E_NODE_LOST within 5 s; the survivors form the world of
- *     epoch 2 (4 ranks) from a new id (nccl again) and a job on it is
- *     correct.
+ *     epoch 2 (4 ranks, nccl again): with the stand-in's ncclCommShrink
+ *     they shrink the communicator without c's ranks (no new id), without
+ *     it they make a new one from the round's id; a job on it is correct.
  *  4. c restarted with WEFT_NCCL=0 (its hello without "gpu"): the world of
  *     epoch 3 is mixed, its data plane zmq, and a job across all three
  *     is correct.
  *  5. SIGTERM stops every daemon (exit 0; no leak under ASan).
+ * The whole runs twice: the stand-in without ncclCommShrink, then with it
+ * (WEFT_TEST_NCCL_SHRINK=1).
  *
  * Usage: test_nccl_cluster PATH_TO_WEFTD_NCCLSI.
  */
@@ -104,23 +107,17 @@ static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
     return ok;
 }
 
-int main(int argc, char **argv)
+/* The whole scenario, with the stand-in's ncclCommShrink or without. */
+static void scenario(bool shrink)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s PATH_TO_WEFTD_NCCLSI\n", argv[0]);
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    weftd = argv[1];
-    double t_begin = now_s();
+    printf("== NCCL stand-in %s ncclCommShrink\n", shrink ? "with" : "without");
+    setenv("WEFT_TEST_NCCL_SHRINK", shrink ? "1" : "0", 1);
     snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
     node_t a, b, c;
     CHECK(node_start(&a, "a", NULL));
     CHECK(clusterd_node_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));
     CHECK(node_start(&b, "b", NULL));
     CHECK(node_start(&c, "c", NULL));
-
     /* 1. one NCCL world through the rendezvous */
     CHECK(clusterd_node_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
                              TIMEOUT_MS, NULL, 0));
@@ -184,6 +181,14 @@ int main(int argc, char **argv)
                                  TIMEOUT_MS, NULL, 0));
         CHECK(log_has(&a, "world of epoch 2: data plane nccl (nccl-standin"));
         CHECK(log_has(&b, "cluster: world of epoch 2: data plane nccl (one communicator"));
+        /* survivors: shrink without c's ranks 4, 5 (no new id), or a new
+         * communicator from the round's id without ncclCommShrink */
+        const char *how = shrink ? "cluster: world of epoch 2: shrinking the NCCL "
+                                   "communicator of epoch 1 without 2 rank(s) from rank 4"
+                                 : "cluster: world of epoch 2: a new NCCL communicator "
+                                   "from the world message's id (no ncclCommShrink";
+        CHECK(log_has(&a, how));
+        CHECK(log_has(&b, how));
         wf_job_result_t r;
         CHECK(run_case(cl, &cases[0], 300, &r));
         CHECK(r.devices == 4);
@@ -224,6 +229,20 @@ int main(int argc, char **argv)
     clusterd_node_close(&a);
     clusterd_node_close(&b);
     clusterd_node_close(&c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD_NCCLSI\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    weftd = argv[1];
+    double t_begin = now_s();
+    scenario(false);
+    scenario(true);
     printf("test_nccl_cluster: %s (%d failure(s)) in %.1f s\n",
            failures ? "FAILED" : "passed", failures, now_s() - t_begin);
     return failures ? 1 : 0;

@@ -143,9 +143,21 @@ static void abort_local(nccl_comm_t *c)
     }
 }
 
-/* After an error: abort and turn it into a job error. */
+/* After an error: abort and turn it into a job error. A world in the
+ * cluster's abort domain that stops for an abort, a remote error or a
+ * timeout (WF_E_ABORTED: a peer is lost or failed) is only revoked: the
+ * world and the domain are marked (every later call refuses, the other
+ * ranks of this process wake up) and the communicator is kept, so that
+ * the survivors can ncclCommShrink it (NCCL_SHRINK_ABORT ends what is
+ * still queued on it); destroy ncclCommAbort-s it otherwise. A local
+ * failure aborts at once. */
 static wf_status_t fail(nccl_comm_t *c, wf_status_t st)
 {
+    if (st == WF_E_ABORTED && c->world->domain && !c->nccl_aborted) {
+        atomic_store(&c->world->aborted, 1);
+        wf_comm_zmq_local_abort(c->world->domain);
+        return st;
+    }
     abort_local(c);
     return st == WF_E_BAD_ARGUMENT || st == WF_E_ABORTED ? st : WF_E_INTERNAL;
 }
@@ -199,10 +211,8 @@ static wf_status_t wait_event(nccl_comm_t *c, cudaEvent_t ev)
 /* Start of every call: refuse after an abort, select the device. */
 static wf_status_t enter(nccl_comm_t *c)
 {
-    if (world_aborted(c) || c->nccl_aborted) {
-        abort_local(c);
-        return WF_E_ABORTED;
-    }
+    if (world_aborted(c) || c->nccl_aborted)
+        return fail(c, WF_E_ABORTED);
     if (cudaSetDevice(c->device) != cudaSuccess) {
         (void)cudaGetLastError();
         return fail(c, WF_E_INTERNAL);
@@ -809,9 +819,9 @@ bool wf_comm_nccl_has_shrink(void)
 }
 
 wf_status_t wf_comm_nccl_shrink(wf_comm_t *base, const int *exclude, int n,
-                                wf_comm_t **ret_comm)
+                                const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm)
 {
-    if (!base || !ret_comm || !exclude || n < 1 || n >= base->size ||
+    if (!base || !ret_comm || !exclude || !opts || n < 1 || n >= base->size ||
         strcmp(wf_comm_backend(base), "nccl") != 0)
         return WF_E_BAD_ARGUMENT;
     for (int i = 0; i < n; i++)
@@ -829,8 +839,10 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *base, const int *exclude, int n,
         return WF_E_INTERNAL;
     }
     /* a new world (own abort flag): the old one may be aborted already */
-    nccl_comm_t *s = handle_new(c->device, c->stream, c->init_timeout_ms, c->op_timeout_ms,
-                                NULL, c->world->domain);
+    nccl_comm_t *s = handle_new(c->device, c->stream,
+                                opts->init_timeout_ms ? opts->init_timeout_ms
+                                                      : c->init_timeout_ms,
+                                opts->op_timeout_ms, NULL, opts->abort_domain);
     if (!s)
         return WF_E_NO_MEMORY;
     ncclConfig_t cfg = make_config();

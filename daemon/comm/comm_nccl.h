@@ -28,6 +28,13 @@
  *     other call; post more than one exchange inside group_start / end.
  * abort() only raises the world's flag (safe from any thread); each
  * handle's owner thread then calls ncclCommAbort in its next poll.
+ * A world created with an abort domain (the cluster's, opts.abort_domain)
+ * is revoked instead when it stops with WF_E_ABORTED (the domain aborted
+ * for a lost node, a remote error, a timeout): every later call refuses
+ * and the domain is aborted, but the communicator is kept until
+ * wf_comm_nccl_shrink (the survivors) or wf_comm_destroy (ncclCommAbort)
+ * so that a shrink can drop the lost ranks; a local failure
+ * (WF_E_INTERNAL) still aborts at once.
  *
  * The uneven collectives (and alltoall) run as grouped ncclSend /
  * ncclRecv from the plans of p2p_plan.h, the ones comm_zmq runs too. The
@@ -99,14 +106,16 @@ bool wf_comm_nccl_has_shrink(void);
  * ranks exclude[0..n) (ascending, 1..size-1 of them; an excluded rank does
  * not call it), ncclCommShrink with NCCL_SHRINK_ABORT (operations still
  * queued on c are terminated first), non-blocking and polled under the
- * init timeout. Survivors keep their order, renumbered from 0. c itself
+ * init timeout (opts: its init_timeout_ms and abort_domain are the new
+ * world's; device and stream are c's). Survivors keep their order,
+ * renumbered from 0. c itself
  * is left to wf_comm_destroy; it must not have been ncclCommAbort-ed (a
  * failed operation or an abort of its world does that: WF_E_ABORTED, then
  * rebuild). Caller owns *ret_comm. Errors:
  * WF_E_UNAVAILABLE (no ncclCommShrink: rebuild from a new id instead),
  * WF_E_BAD_ARGUMENT, WF_E_NO_MEMORY, WF_E_ABORTED, WF_E_INTERNAL. */
 wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
-                                wf_comm_t **ret_comm);
+                                const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm);
 
 /* ---- pure host logic (no NCCL, no CUDA) ------------------------------------ */
 

@@ -27,10 +27,10 @@ static wf_status_t api_init(void *arg, const wf_nccl_id_t *id, int nranks, int r
 }
 
 static wf_status_t api_shrink(void *arg, wf_comm_t *c, const int *exclude, int n,
-                              wf_comm_t **ret_comm)
+                              const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm)
 {
     (void)arg;
-    return wf_comm_nccl_shrink(c, exclude, n, ret_comm);
+    return wf_comm_nccl_shrink(c, exclude, n, opts, ret_comm);
 }
 
 static const wf_nccl_api_t real_api = {

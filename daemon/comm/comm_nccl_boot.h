@@ -50,11 +50,12 @@ typedef struct wf_nccl_api {
                         const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm);
     /* (optional) Collective over the survivors: a handle on c's world
      * without the ranks exclude[0..n) (ncclCommShrink: survivors keep their
-     * order, ranks renumbered from 0). An excluded rank does not call it.
-     * WF_E_UNAVAILABLE when the NCCL in use has none (checked at run
-     * time); NULL: never. */
+     * order, ranks renumbered from 0), the new world in opts' abort domain
+     * under its init timeout (device and stream are c's). An excluded rank
+     * does not call it. WF_E_UNAVAILABLE when the NCCL in use has none
+     * (checked at run time); NULL: never. */
     wf_status_t (*shrink)(void *arg, wf_comm_t *c, const int *exclude, int n,
-                          wf_comm_t **ret_comm);
+                          const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm);
     /* (optional) Whether this node may hold NCCL ranks ("gpu" of its
      * hello); NULL: wf_nccl_node_gpu(s, version). A stand-in with devices
      * of its own answers for them. */

@@ -53,6 +53,12 @@ typedef struct wf_zworld {
                                                  (abort domain cfg.local, timeout
                                                  cfg.connect_timeout_ms) instead */
     wf_nccl_id_t nccl_id;                     /* from the world message */
+    bool nccl_shrink;                         /* with nccl: shrink the NCCL world
+                                                 the workers hold (of the last
+                                                 world) without exclude[] instead
+                                                 (comm_nccl_boot.h) */
+    int n_exclude;                            /* its old world ranks to drop */
+    int exclude[WF_DJOB_MAX_WORLD];
 } wf_zworld_t;
 typedef struct wf_djob wf_djob_t;
 

@@ -174,6 +174,11 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* The world this thread joined last (a daemon's worker shrinks the world
+ * it holds behind comm_staged.h's wrapper, whose address is not the
+ * handle this stand-in made). */
+static _Thread_local handle_rec_t tl_last;
+
 static void remember(wf_nccl_standin_t *s, const wf_comm_t *h, const char *root_ep,
                      uint64_t nonce, int nranks, int rank, wf_comm_zmq_local_t *domain,
                      uint32_t timeout_ms)
@@ -187,6 +192,7 @@ static void remember(wf_nccl_standin_t *s, const wf_comm_t *h, const char *root_
         r = &s->handles[s->next_handle++ % HANDLES];
     *r = (handle_rec_t){ h, nonce, nranks, rank, domain, timeout_ms, "" };
     snprintf(r->root_ep, sizeof r->root_ep, "%s", root_ep);
+    tl_last = *r;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -339,7 +345,7 @@ static wf_status_t si_init(void *arg, const wf_nccl_id_t *id, int nranks, int ra
 }
 
 static wf_status_t si_shrink(void *arg, wf_comm_t *c, const int *exclude, int n,
-                             wf_comm_t **ret_comm)
+                             const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm)
 {
     wf_nccl_standin_t *s = arg;
     handle_rec_t rec;
@@ -349,6 +355,8 @@ static wf_status_t si_shrink(void *arg, wf_comm_t *c, const int *exclude, int n,
         if (s->handles[i].h == c)
             rec = s->handles[i];
     pthread_mutex_unlock(&s->mu);
+    if (!rec.h && tl_last.h)
+        rec = tl_last;      /* c wraps the world this thread joined */
     if (!rec.h || n < 1 || n >= rec.nranks)
         return WF_E_BAD_ARGUMENT;
     int below = 0;
@@ -361,7 +369,10 @@ static wf_status_t si_shrink(void *arg, wf_comm_t *c, const int *exclude, int n,
         nonce = (nonce ^ (uint64_t)exclude[i]) * 0x100000001b3ull;
     }
     wf_status_t st = join(s, rec.root_ep, nonce | 1, rec.nranks - n, rec.rank - below,
-                          rec.domain, rec.timeout_ms, 0, ret_comm);
+                          opts ? opts->abort_domain : rec.domain,
+                          opts && opts->init_timeout_ms ? opts->init_timeout_ms
+                                                        : rec.timeout_ms,
+                          opts ? opts->op_timeout_ms : 0, ret_comm);
     if (st == WF_OK) {
         pthread_mutex_lock(&s->mu);
         s->cnt.shrinks++;

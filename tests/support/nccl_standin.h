@@ -17,8 +17,10 @@
  * makes one communicator only (a nonce that completed is refused, as a
  * reused ncclUniqueId would fail), every rank of a nonce gives the same
  * nranks and a distinct rank. shrink (when enabled) is a new bootstrap at
- * the same root with a nonce derived from the parent's and the excluded
- * ranks, ranks renumbered as ncclCommShrink does.
+ * the parent's root with a nonce derived from the parent's and the
+ * excluded ranks, ranks renumbered as ncclCommShrink does; the parent is
+ * the handle given, or (a daemon passes its staging wrapper) the world
+ * the calling thread joined last.
  *
  * What it does not do: device memory (the ranks' buffers are host memory;
  * behind comm_staged.h in the daemon), NCCL's numerics (allreduce is

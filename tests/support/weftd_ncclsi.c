@@ -8,8 +8,10 @@
  * carries it, every rank joins from it (tests/test_nccl_cluster.c).
  *
  * The stand-in lives for the process (made on first use; a daemon does
- * not destroy its NCCL either). WEFT_NCCL=0 (the nccl setting) makes a
- * node without "gpu": a mixed world.
+ * not destroy its NCCL either). WEFT_TEST_NCCL_SHRINK=1 gives it
+ * ncclCommShrink (as NCCL 2.27+), else it has none (older NCCL).
+ * WEFT_NCCL=0 (the nccl setting) makes a node without "gpu": a mixed
+ * world.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -26,7 +28,11 @@ static wf_nccl_standin_t *standin;   /* the process's NCCL stand-in */
 
 static void standin_start(void)
 {
-    if (wf_nccl_standin_new(false, &standin) != WF_OK) {
+    /* WEFT_TEST_NCCL_SHRINK=1: the stand-in has ncclCommShrink (NCCL 2.27+),
+     * else it is an NCCL without it */
+    const char *e = getenv("WEFT_TEST_NCCL_SHRINK");
+    bool shrink = e && e[0] == '1';
+    if (wf_nccl_standin_new(shrink, &standin) != WF_OK) {
         fprintf(stderr, "weftd_ncclsi: cannot start the NCCL stand-in\n");
         abort();   /* a test binary: nothing can run without it */
     }
