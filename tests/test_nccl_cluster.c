@@ -17,6 +17,8 @@
  *  4. c restarted with WEFT_NCCL=0 (its hello without "gpu"): the world of
  *     epoch 3 is mixed, its data plane zmq, and a job across all three
  *     is correct.
+ *  4b. a GPU node whose NCCL version differs (WEFT_TEST_NCCL_VERSION) is
+ *     refused: it exits 1 naming the NCCL version.
  *  5. SIGTERM stops every daemon (exit 0; no leak under ASan).
  * The whole runs twice: the stand-in without ncclCommShrink, then with it
  * (WEFT_TEST_NCCL_SHRINK=1).
@@ -207,6 +209,17 @@ static void scenario(bool shrink)
             CHECK(run_case(cl, &cases[k], 400 + k, &r));
             CHECK(r.devices == 6);
         }
+    }
+
+    /* a GPU node whose NCCL differs from the coordinator's is refused (the
+     * member exits 1 naming the field); without "gpu" it would join */
+    if (!shrink) {
+        node_t d;
+        CHECK(node_start(&d, "d", "WEFT_TEST_NCCL_VERSION=22700"));
+        CHECK(clusterd_wait_exit(&d.p, TIMEOUT_MS));
+        CHECK(WIFEXITED(d.p.exit_status) && WEXITSTATUS(d.p.exit_status) == 1);
+        CHECK(log_has(&d, "NCCL version"));
+        clusterd_node_close(&d);
     }
 
     wf_client_destroy(&cl);

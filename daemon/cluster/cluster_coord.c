@@ -273,7 +273,10 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
                  WEFT_VERSION);
         goto refused;
     }
-    if (strcmp(h->nccl, c->nccl_version) != 0) {
+    /* NCCL versions matter between nodes that may form an NCCL world
+     * together (both "gpu"): a node without GPUs per rank, or a CPU build
+     * ("none"), joins a mixed world on comm_zmq whatever its NCCL */
+    if (h->gpu && c->self_gpu && strcmp(h->nccl, c->nccl_version) != 0) {
         snprintf(err, sizeof err, "node %.63s: field 'NCCL version': %.40s differs "
                  "from the coordinator's %s", who,
                  h->nccl[0] ? wf_escape(q, sizeof q, h->nccl, strlen(h->nccl), WF_ESC_ASCII)

@@ -51,6 +51,7 @@ struct wf_nccl_standin {
     handle_rec_t handles[HANDLES];
     unsigned next_handle;
     wf_nccl_standin_counters_t cnt;
+    int version;                    /* what version() answers */
 };
 
 /* ---- root --------------------------------------------------------------- */
@@ -298,8 +299,8 @@ out:
 
 static int si_version(void *arg)
 {
-    (void)arg;
-    return 22809;
+    const wf_nccl_standin_t *s = arg;
+    return s->version;
 }
 
 static wf_status_t si_unique_id(void *arg, wf_nccl_id_t *ret_id)
@@ -407,6 +408,7 @@ wf_status_t wf_nccl_standin_new(bool with_shrink, wf_nccl_standin_t **ret)
         goto fail;
     if (pthread_create(&s->thread, NULL, root_main, s) != 0)
         goto fail;
+    s->version = 22809;
     s->api = (wf_nccl_api_t){
         .name = "nccl-standin",
         .arg = s,
@@ -442,6 +444,12 @@ void wf_nccl_standin_destroy(wf_nccl_standin_t **ps)
     pthread_mutex_destroy(&s->mu);
     free(s->sessions);
     free(s);
+}
+
+void wf_nccl_standin_set_version(wf_nccl_standin_t *s, int version)
+{
+    if (version > 0)
+        s->version = version;
 }
 
 const wf_nccl_api_t *wf_nccl_standin_api(wf_nccl_standin_t *s)

@@ -52,6 +52,10 @@ void wf_nccl_standin_destroy(wf_nccl_standin_t **s);
  * cuda device counts as a device of its own). Borrowed from s. */
 const wf_nccl_api_t *wf_nccl_standin_api(wf_nccl_standin_t *s);
 
+/* The version it reports (major * 10000 + minor * 100 + patch; > 0), to
+ * test the rendezvous's version check. Before any use of the table. */
+void wf_nccl_standin_set_version(wf_nccl_standin_t *s, int version);
+
 typedef struct wf_nccl_standin_counters {
     uint64_t unique_ids;   /* ids drawn */
     uint64_t inits;        /* init calls that returned a handle */

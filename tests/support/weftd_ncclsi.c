@@ -10,8 +10,8 @@
  * The stand-in lives for the process (made on first use; a daemon does
  * not destroy its NCCL either). WEFT_TEST_NCCL_SHRINK=1 gives it
  * ncclCommShrink (as NCCL 2.27+), else it has none (older NCCL).
- * WEFT_NCCL=0 (the nccl setting) makes a node without "gpu": a mixed
- * world.
+ * WEFT_TEST_NCCL_VERSION=N makes it report NCCL version N. WEFT_NCCL=0
+ * (the nccl setting) makes a node without "gpu": a mixed world.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -36,6 +36,11 @@ static void standin_start(void)
         fprintf(stderr, "weftd_ncclsi: cannot start the NCCL stand-in\n");
         abort();   /* a test binary: nothing can run without it */
     }
+    /* WEFT_TEST_NCCL_VERSION=N: report another NCCL version (the
+     * rendezvous's check between GPU nodes) */
+    const char *v = getenv("WEFT_TEST_NCCL_VERSION");
+    if (v)
+        wf_nccl_standin_set_version(standin, atoi(v));
 }
 
 const wf_nccl_api_t *wf_nccl_api(void)
