@@ -163,6 +163,34 @@ static const field_t out_fields[] = {
     XFER_EPOCH, XFER_SEQ, TYPED("st", wf_cmsg_xfer_t, st, K_STATUS), XFER_N,
 };
 
+/* resident models across nodes */
+static const field_t mload_fields[] = {
+    { "lid", offsetof(wf_cmsg_mload_t, lid), K_U64, 0, 1, UINT64_MAX },
+    STR("name", wf_cmsg_mload_t, name, 1, F_NAME),
+    STR("path", wf_cmsg_mload_t, path, 1, 0),
+    { "sharded", offsetof(wf_cmsg_mload_t, sharded), K_BOOL, F_OMIT, 0, 0 },
+};
+
+#define DIGEST(k, m) { k, offsetof(wf_cmsg_mfound_t, d) + offsetof(wf_cmsg_digest_t, m), \
+                       K_U64, 0, 0, UINT64_MAX }
+static const field_t mfound_fields[] = {
+    U64("lid", wf_cmsg_mfound_t, lid),
+    TYPED("st", wf_cmsg_mfound_t, st, K_STATUS),
+    STR("error", wf_cmsg_mfound_t, err, 0, F_OMIT),
+    DIGEST("cfg", cfg), DIGEST("tensors", tensors), DIGEST("sizes", sizes),
+    DIGEST("headers", headers), DIGEST("n", n), DIGEST("bytes", bytes),
+};
+
+static const field_t mstep_fields[] = {
+    U64("lid", wf_cmsg_mstep_t, lid),
+};
+
+static const field_t mres_fields[] = {
+    U64("lid", wf_cmsg_mres_t, lid),
+    TYPED("st", wf_cmsg_mres_t, st, K_STATUS),
+    STR("error", wf_cmsg_mres_t, err, 0, F_OMIT),
+};
+
 wf_status_t wf_cmsg_check_data(const char *data, uint32_t ranks, const char *key,
                                char *err, size_t err_len)
 {
@@ -260,6 +288,17 @@ static wf_status_t world_check(const void *body, char *err, size_t err_len)
     return WF_OK;
 }
 
+/* An mload's path follows the model path rule (section 12.1). */
+static wf_status_t mload_check(const void *body, char *err, size_t err_len)
+{
+    const wf_cmsg_mload_t *l = body;
+    char e[WF_PROTO_ERROR_MAX];
+    if (wf_check_model_path(l->path, strlen(l->path), e, sizeof e) == WF_OK)
+        return WF_OK;
+    wf_errf(err, err_len, "mload: field 'path': %s", e);
+    return WF_E_BAD_FIELD;
+}
+
 /* A head split's mask: bit 0 (rank 0 at base) and g bits in all. */
 static wf_status_t job_check(const void *body, char *err, size_t err_len)
 {
@@ -297,6 +336,12 @@ static const spec_t specs[] = {
     SPEC(WF_CMSG_XFER_HI, "hi", hi_fields, NULL, false),
     SPEC(WF_CMSG_XFER_IN, "in", in_fields, NULL, false),
     SPEC(WF_CMSG_XFER_OUT, "out", out_fields, NULL, false),
+    SPEC(WF_CMSG_MLOAD, "mload", mload_fields, mload_check, false),
+    SPEC(WF_CMSG_MFOUND, "mfound", mfound_fields, NULL, false),
+    SPEC(WF_CMSG_MGO, "mgo", mstep_fields, NULL, false),
+    SPEC(WF_CMSG_MDROP, "mdrop", mstep_fields, NULL, false),
+    SPEC(WF_CMSG_MREAD, "mread", mres_fields, NULL, false),
+    SPEC(WF_CMSG_MREADY, "mready", mres_fields, NULL, false),
 };
 
 /* The key of the message's "t", the only one outside the tables. */

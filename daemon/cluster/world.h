@@ -52,6 +52,10 @@ typedef struct wf_world_hooks {
     void (*installed)(void *arg);
     /* More jobs may be dispatched (a member's channel said hi). */
     void (*dispatch)(void *arg);
+    /* A resident-model message (mload .. mready, cluster_msg.h) from node
+     * `from` (coordinator) or from the coordinator (member: NULL); the
+     * message is borrowed for the call. NULL: such messages are dropped. */
+    void (*model_msg)(void *arg, const char *from, const wf_ctl_msg_t *m);
 } wf_world_hooks_t;
 
 /* What a world is built from; every pointer borrowed until

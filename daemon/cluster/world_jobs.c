@@ -649,6 +649,9 @@ void wf_world_on_message(void *arg, const char *from, const wf_ctl_msg_t *m)
     wf_cmsg_type_t t = wf_cmsg_type(m);
     if (!from && t == WF_CMSG_JOB) {
         member_job(w, m);       /* answers even a malformed one */
+    } else if (t >= WF_CMSG_MLOAD && t <= WF_CMSG_MREADY) {
+        if (w->hooks.model_msg)     /* resident models: the server's */
+            w->hooks.model_msg(w->hooks.arg, from, m);
     } else if (from && t == WF_CMSG_DONE) {
         char err[WF_PROTO_ERROR_MAX];
         if (wf_cmsg_get(m, &w->rx, err, sizeof err) == WF_OK)

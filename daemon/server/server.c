@@ -519,7 +519,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             .n_workers = srv->n_workers, .done = &srv->done,
             .hooks = { .arg = srv, .regroup_new = world_regroup_new,
                        .job_mesh = world_job_mesh, .installed = world_installed,
-                       .dispatch = world_dispatch },
+                       .dispatch = world_dispatch,
+                       .model_msg = srv_models_on_message },
             .zap = srv->zap,   /* the context's ZAP handler: WF_ZAP_NODES */
             .keys = srv->has_keys ? &srv->keys : NULL,
         };

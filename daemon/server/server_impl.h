@@ -199,6 +199,11 @@ void srv_models_notify(wf_server_t *srv, uint64_t now);
 /* Hooks (wf_server_hooks_t): after a regroup; after a reconfiguration. */
 void srv_models_after_regroup(wf_server_t *srv, wf_status_t st);
 void srv_models_try_install(wf_server_t *srv);
+/* Cluster: a resident-model message between daemons (world.h model_msg;
+ * arg = srv). */
+void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *m);
+/* Forward jobs: NULL when this daemon may plan them, else why not. */
+const char *srv_models_forward_refused(const wf_server_t *srv);
 
 /* reconfigure.c */
 

@@ -1,0 +1,13 @@
+# Resident models in a cluster (tests/test_cluster_models.c): 3 weftd
+# processes (cpu:2 each) with their own model roots: a load on the
+# coordinator resident on every node (list_models names the nodes and
+# ranks), files that differ on one node refused naming it (WF_E_MISMATCH),
+# loads on members refused, unload everywhere, a member that does not
+# answer within cluster_timeout_ms.
+add_executable(test_cluster_models ${CMAKE_CURRENT_LIST_DIR}/test_cluster_models.c)
+target_link_libraries(test_cluster_models PRIVATE weft_clusterd weft_fluxio weft
+  Threads::Threads m)
+target_compile_options(test_cluster_models PRIVATE -O2)
+add_test(NAME e2e_cluster_models COMMAND test_cluster_models $<TARGET_FILE:weftd>
+  ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+set_tests_properties(e2e_cluster_models PROPERTIES TIMEOUT 180)

@@ -1,0 +1,281 @@
+/* test_cluster_models.c — resident models in a cluster, end to end: three
+ * real weftd processes (cpu:2 each, data planes on 127.0.0.1, .2 and .3)
+ * form one world of 6 ranks; each reads models from its own model root
+ * (a copy of the diffusers fixtures, tests/fixtures). Every wait is an
+ * event wait with a deadline (the sd_notify socket, the client's reply);
+ * what members hold is read back with list_models, polled.
+ *
+ *  1. a (coordinator), b, c serving: "cluster serving: epoch 1, 3 node(s)".
+ *  2. load_model on a member: WF_E_NOT_COORDINATOR naming the coordinator.
+ *  3. load "tiny" (flux-tiny) on a: ready on every node; list_models on a
+ *     shows its nodes and ranks ("a:0-1,b:2-3,c:4-5"); b and c hold it.
+ *  4. a model whose files differ on one node: the load is refused with
+ *     WF_E_MISMATCH naming that node and what differs (c's checkpoint in
+ *     bf16 under the same path: the tensor list; b's config.json), and
+ *     no node keeps it. A path missing on b only: refused naming b.
+ *  5. forward on the cluster: a clear WF_E_UNAVAILABLE (not served yet).
+ *  6. unload "tiny": gone from every node; load it again: ready.
+ *  7. a member that does not answer (SIGSTOP c) within cluster_timeout_ms:
+ *     the load fails (WF_E_NODE_LOST or WF_E_UNAVAILABLE, naming c), one
+ *     reply; c continued (SIGCONT), the cluster serves again and a load
+ *     succeeds.
+ *  8. SIGTERM stops every daemon cleanly (exit 0).
+ *
+ * Usage: test_cluster_models PATH_TO_WEFTD FIXTURES_DIR.
+ */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "support/clusterd.h"
+#include "support/fluxio.h"
+#include "weft.h"
+
+#define TIMEOUT_MS 30000
+#define HB 200            /* heartbeat_ms */
+#define HB_TIMEOUT 3000   /* heartbeat_timeout_ms */
+#define CLUSTER_TIMEOUT 1500
+
+static int failures;
+static char coordinator[64];
+static char roots[3][256];      /* each node's model root */
+static const char *fixtures;
+
+typedef clusterd_node_t node_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Copy fixture `model` into node k's root as `as`. */
+static bool put_model(int k, const char *model, const char *as)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp -r '%.400s/%.100s' '%.300s/%.100s'", fixtures,
+             model, roots[k], as);
+    return system(cmd) == 0;
+}
+
+static bool node_start(node_t *d, const char *weftd, const char *name, int k)
+{
+    char data_addr[32], env[300];
+    snprintf(data_addr, sizeof data_addr, "127.0.0.%d", 1 + k);
+    snprintf(env, sizeof env, "WEFT_MODEL_ROOT=%s", roots[k]);
+    clusterd_opts_t o = { .name = name, .tag = "cm", .coordinator = coordinator,
+                          .mesh = "tp=2,ring=3", .data_address = data_addr,
+                          .cluster_timeout_ms = CLUSTER_TIMEOUT,
+                          .heartbeat_ms = HB,
+                          .heartbeat_timeout_ms = HB_TIMEOUT,
+                          .log_env = "CM_LOG_LEVEL", .env = env };
+    return clusterd_node_start(d, weftd, &o);
+}
+
+static bool notify_wait(node_t *d, const char *prefix, int timeout_ms)
+{
+    return clusterd_node_wait(d, prefix, timeout_ms, NULL, 0);
+}
+
+/* Does the daemon at d hold model `name` (in `state` when not NULL)?
+ * Its info into *ret when it does. */
+static bool holds(node_t *d, const char *name, const char *state,
+                  wf_model_info_t *ret)
+{
+    wf_client_t *c = NULL;
+    if (wf_client_connect(d->p.endpoint, TIMEOUT_MS, &c) != WF_OK)
+        return false;
+    wf_model_info_t m[WF_MODELS_MAX];
+    size_t n = 0;
+    bool found = false;
+    if (wf_list_models(c, m, WF_MODELS_MAX, &n) == WF_OK)
+        for (size_t i = 0; i < n && i < WF_MODELS_MAX && !found; i++)
+            if (strcmp(m[i].name, name) == 0 &&
+                (!state || strcmp(m[i].state, state) == 0)) {
+                found = true;
+                if (ret)
+                    *ret = m[i];
+            }
+    wf_client_destroy(&c);
+    return found;
+}
+
+/* Poll (every 20 ms, up to timeout_ms) until `holds` answers `want`. */
+static bool wait_holds(node_t *d, const char *name, const char *state, bool want,
+                       int timeout_ms)
+{
+    double end = now_s() + timeout_ms / 1e3;
+    while (now_s() < end) {
+        if (holds(d, name, state, NULL) == want)
+            return true;
+        struct timespec ts = { 0, 20 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "node %s: model %s %s %s after %d ms\n", d->p.name, name,
+            want ? "not" : "still", state ? state : "held", timeout_ms);
+    return false;
+}
+
+/* Load on client c; the status, the message into err. */
+static wf_status_t load(wf_client_t *c, const char *name, const char *path,
+                        wf_model_info_t *info, char *err, size_t err_len)
+{
+    wf_status_t st = wf_load_model(c, name, path, NULL, info);
+    snprintf(err, err_len, "%s", st == WF_OK ? "" : wf_client_last_error(c));
+    printf("load %s (%s): %s %s\n", name, path, wf_status_name(st), err);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD FIXTURES_DIR\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *weftd = argv[1];
+    fixtures = argv[2];
+    double t_begin = now_s();
+    fluxio_t io;
+    if (!fluxio_load(&io, fixtures, "io-flux-tiny-f32.safetensors"))
+        return 1;
+    char top[128];
+    snprintf(top, sizeof top, "/tmp/weft-cm-%d", (int)getpid());
+    CHECK(mkdir(top, 0755) == 0);
+    for (int k = 0; k < 3; k++) {
+        snprintf(roots[k], sizeof roots[k], "%s/%c", top, 'a' + k);
+        CHECK(mkdir(roots[k], 0755) == 0);
+        CHECK(put_model(k, "flux-tiny", "tiny"));
+        /* "m2": the same everywhere but on c (bf16 weights, same config) */
+        CHECK(put_model(k, k == 2 ? "flux-tiny-bf16" : "flux-tiny", "m2"));
+        /* "m3": b's config differs (the guidance model) */
+        CHECK(put_model(k, k == 1 ? "flux-tiny-guidance" : "flux-tiny", "m3"));
+        /* "m4": missing on b */
+        if (k != 1)
+            CHECK(put_model(k, "flux-tiny", "m4"));
+    }
+
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
+    node_t a, b, c;
+    CHECK(node_start(&a, weftd, "a", 0));
+    CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS));
+    CHECK(node_start(&b, weftd, "b", 1));
+    CHECK(node_start(&c, weftd, "c", 2));
+
+    /* 1. one world */
+    CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
+                      TIMEOUT_MS));
+    wf_client_t *cl = NULL, *cb = NULL;
+    CHECK(wf_client_connect(a.p.endpoint, TIMEOUT_MS, &cl) == WF_OK);
+    CHECK(wf_client_connect(b.p.endpoint, TIMEOUT_MS, &cb) == WF_OK);
+    char err[512];
+    wf_model_info_t info;
+
+    /* 2. a member refuses */
+    CHECK(load(cb, "tiny", "tiny", NULL, err, sizeof err) == WF_E_NOT_COORDINATOR);
+    CHECK(strstr(err, coordinator) != NULL);
+
+    /* 3. on every node */
+    double t0 = now_s();
+    memset(&info, 0, sizeof info);
+    CHECK(load(cl, "tiny", "tiny", &info, err, sizeof err) == WF_OK);
+    printf("  loaded on 3 nodes in %.0f ms; nodes \"%s\"\n", (now_s() - t0) * 1e3,
+           info.nodes);
+    CHECK(strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0);
+    CHECK(strcmp(info.state, "ready") == 0 && info.tp == 2);
+    CHECK(holds(&a, "tiny", "ready", &info) && strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0);
+    CHECK(holds(&b, "tiny", "ready", NULL));
+    CHECK(holds(&c, "tiny", "ready", NULL));
+
+    /* 4. files that differ on one node */
+    CHECK(load(cl, "m2", "m2", NULL, err, sizeof err) == WF_E_MISMATCH);
+    CHECK(strstr(err, "node c") && strstr(err, "tensor list"));
+    CHECK(load(cl, "m3", "m3", NULL, err, sizeof err) == WF_E_MISMATCH);
+    CHECK(strstr(err, "node b") && strstr(err, "config.json"));
+    CHECK(load(cl, "m4", "m4", NULL, err, sizeof err) != WF_OK);
+    CHECK(strstr(err, "node b") != NULL);
+    for (int i = 0; i < 3; i++) {
+        node_t *n = i == 0 ? &a : i == 1 ? &b : &c;
+        CHECK(wait_holds(n, "m2", NULL, false, 5000));
+        CHECK(wait_holds(n, "m3", NULL, false, 5000));
+        CHECK(wait_holds(n, "m4", NULL, false, 5000));
+    }
+
+    /* 5. forward across nodes: not yet */
+    {
+        wf_tensor_t out;
+        CHECK(fluxio_output(&io, WF_DTYPE_F32, &out));
+        wf_status_t st = wf_forward(cl, "tiny", &io.in, &out, NULL);
+        printf("forward on the cluster: %s %s\n", wf_status_name(st),
+               st == WF_OK ? "" : wf_client_last_error(cl));
+        CHECK(st == WF_E_UNAVAILABLE);
+        free(out.data);
+    }
+
+    /* 6. unload, load again */
+    CHECK(wf_unload_model(cl, "tiny") == WF_OK);
+    CHECK(!holds(&a, "tiny", NULL, NULL));
+    CHECK(wait_holds(&b, "tiny", NULL, false, 5000));
+    CHECK(wait_holds(&c, "tiny", NULL, false, 5000));
+    CHECK(load(cl, "tiny", "tiny", NULL, err, sizeof err) == WF_OK);
+    CHECK(holds(&c, "tiny", "ready", NULL));
+
+    /* 7. a member that does not answer */
+    kill(c.p.pid, SIGSTOP);
+    t0 = now_s();
+    wf_status_t st = load(cl, "t2", "tiny", NULL, err, sizeof err);
+    double dt = now_s() - t0;
+    printf("  with c stopped: %s after %.0f ms\n", wf_status_name(st), dt * 1e3);
+    CHECK(st == WF_E_NODE_LOST || st == WF_E_UNAVAILABLE);
+    CHECK(strstr(err, "c") != NULL);
+    CHECK(dt < (CLUSTER_TIMEOUT + HB_TIMEOUT) / 1e3 + 2.0);
+    kill(c.p.pid, SIGCONT);
+    CHECK(!holds(&a, "t2", NULL, NULL));
+    /* the world may re-form with c (it was lost, or not): serving again */
+    double end = now_s() + TIMEOUT_MS / 1e3;
+    do {
+        wf_status_info_t si;
+        if (clusterd_status(&a.p, &si) && si.world_size == 6 &&
+            strcmp(si.cluster_state, "serving") == 0)
+            break;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    } while (now_s() < end);
+    /* c may still be dropping the first t2 (WF_E_BUSY naming c): retry */
+    for (int i = 0; i < 100; i++) {
+        st = load(cl, "t2", "tiny", NULL, err, sizeof err);
+        if (st != WF_E_BUSY)
+            break;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    CHECK(st == WF_OK);
+
+    wf_client_destroy(&cl);
+    wf_client_destroy(&cb);
+
+    /* 8. clean stop */
+    node_t *all[3] = { &a, &b, &c };
+    for (int i = 2; i >= 0; i--) {
+        clusterd_kill(&all[i]->p, SIGTERM);
+        CHECK(all[i]->p.reaped && WIFEXITED(all[i]->p.exit_status) &&
+              WEXITSTATUS(all[i]->p.exit_status) == 0);
+        clusterd_node_close(all[i]);
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    CHECK(system(cmd) == 0);
+    fluxio_free(&io);
+    printf("test_cluster_models: %s (%d failure(s)), %.1f s\n",
+           failures ? "FAILED" : "ok", failures, now_s() - t_begin);
+    return failures ? 1 : 0;
+}
