@@ -191,6 +191,23 @@ static const field_t mres_fields[] = {
     STR("error", wf_cmsg_mres_t, err, 0, F_OMIT),
 };
 
+#define FDIM(k, m) TYPED(k, wf_cfjob_t, m, K_DIM)
+#define FDT(k, m) TYPED(k, wf_cfjob_t, m, K_DTYPE)
+static const field_t fjob_fields[] = {
+    U64("seq", wf_cfjob_t, seq),
+    U64("epoch", wf_cfjob_t, epoch),
+    U64("id", wf_cfjob_t, id),
+    U32("base", wf_cfjob_t, base, 0, WF_CMSG_MAX_DEVICES),
+    U32("g", wf_cfjob_t, g, 1, WF_CMSG_MAX_DEVICES),
+    { "lid", offsetof(wf_cfjob_t, lid), K_U64, 0, 1, UINT64_MAX },
+    FDIM("B", B), FDIM("Si", Si), FDIM("St", St), FDIM("Ch", Ch), FDIM("Ce", Ce),
+    FDIM("Cp", Cp), FDIM("Ai", Ai), FDIM("At", At),
+    FDT("hdt", hdt), FDT("edt", edt), FDT("pdt", pdt), FDT("tdt", tdt),
+    FDT("idt", idt), FDT("xdt", xdt), FDT("odt", odt),
+    { "guid", offsetof(wf_cfjob_t, guid), K_BOOL, F_OMIT, 0, 0 },
+    { "gdt", offsetof(wf_cfjob_t, gdt), K_DTYPE, F_OMIT, 0, 0 },
+};
+
 wf_status_t wf_cmsg_check_data(const char *data, uint32_t ranks, const char *key,
                                char *err, size_t err_len)
 {
@@ -342,6 +359,7 @@ static const spec_t specs[] = {
     SPEC(WF_CMSG_MDROP, "mdrop", mstep_fields, NULL, false),
     SPEC(WF_CMSG_MREAD, "mread", mres_fields, NULL, false),
     SPEC(WF_CMSG_MREADY, "mready", mres_fields, NULL, false),
+    SPEC(WF_CMSG_FJOB, "fjob", fjob_fields, NULL, false),
 };
 
 /* The key of the message's "t", the only one outside the tables. */

@@ -37,7 +37,8 @@
                                         (WF_SETTINGS_MAX_DEVICES, WF_DJOB_MAX_WORLD) */
 #define WF_CMSG_WORLD_ID_MAX 40      /* world id (32 hex digits), with the NUL */
 #define WF_CMSG_MESH_MAX 65536       /* a mesh degree (WF_MESH_MAX_WORLD) */
-#define WF_CMSG_XFER_MAX_FRAMES 3    /* tensor frames behind a channel header */
+#define WF_CMSG_XFER_MAX_FRAMES 7    /* tensor frames behind a channel header
+                                        (a forward's inputs) */
 
 /* Check a node's announced comm endpoints ("data" of hello, data and
  * n<i>.data of world; PROTOCOL.md section 11): "tcp://HOST:PORT" then
@@ -82,7 +83,8 @@ typedef enum wf_cmsg_type {
     WF_CMSG_MGO,         /* "mgo": mstep (lid), coordinator -> member */
     WF_CMSG_MDROP,       /* "mdrop": mstep (lid), coordinator -> member */
     WF_CMSG_MREAD,       /* "mread": mres, member -> coordinator */
-    WF_CMSG_MREADY       /* "mready": mres, member -> coordinator */
+    WF_CMSG_MREADY,      /* "mready": mres, member -> coordinator */
+    WF_CMSG_FJOB         /* "fjob": fjob, coordinator -> member */
 } wf_cmsg_type_t;
 
 /* hello: a member asks to join. The version fields come first and the
@@ -217,6 +219,28 @@ typedef struct wf_cmsg_mres {
     char err[WF_CTL_STR_MAX];        /* "error" (optional) */
 } wf_cmsg_mres_t;
 
+/* fjob: the descriptor of a forward job's part (a resident model's),
+ * coordinator to every member holding ranks of it; answered like "job"
+ * ("done", or the outputs on the tensor channel from the roots' node).
+ * The inputs, in this order (weft.h wf_flux_inputs_t): hidden_states
+ * (B, Si, Ch), encoder_hidden_states (B, St, Ce), pooled_projections
+ * (B, Cp), timestep (B), img_ids (Si, Ai), txt_ids (St, At) and, with
+ * guid, guidance (B). The member checks them against its copy of the
+ * model (the coordinator's checks are the same). */
+typedef struct wf_cfjob {
+    uint64_t seq;                    /* "seq": global sequence number */
+    uint64_t epoch;                  /* "epoch": mesh epoch */
+    uint64_t id;                     /* "id": the client's request id (logs) */
+    uint32_t base;                   /* "base": world rank of job rank 0 */
+    uint32_t g;                      /* "g": ranks of the job, 1..WF_CMSG_MAX_DEVICES */
+    uint64_t lid;                    /* "lid": the model (mload's lid) */
+    int64_t B, Si, St, Ch, Ce, Cp, Ai, At; /* "B" .. "At": 1..INT32_MAX */
+    wf_dtype_t hdt, edt, pdt, tdt, idt, xdt, gdt, odt; /* "hdt" .. "odt":
+                                        the inputs' dtypes in the order
+                                        above, the output's */
+    bool guid;                       /* "guid": guidance is an input */
+} wf_cfjob_t;
+
 /* One control message: its type and the body of that type. */
 typedef struct wf_cmsg {
     wf_cmsg_type_t type;
@@ -234,6 +258,7 @@ typedef struct wf_cmsg {
         wf_cmsg_mfound_t mfound;     /* MFOUND */
         wf_cmsg_mstep_t mstep;       /* MGO, MDROP */
         wf_cmsg_mres_t mres;         /* MREAD, MREADY */
+        wf_cfjob_t fjob;             /* FJOB */
     } u;                             /* REJOIN, UNKNOWN: none */
 } wf_cmsg_t;
 

@@ -23,6 +23,7 @@
  *
  * Usage: test_cluster_models PATH_TO_WEFTD FIXTURES_DIR.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -124,6 +125,131 @@ static bool wait_holds(node_t *d, const char *name, const char *state, bool want
     return false;
 }
 
+
+/* Inputs for flux-tiny whose sequences divide over 6 ranks (the fixtures'
+ * 16 / 8 tokens do not divide by 3): B = 1, a 4 x 6 latent grid (24 image
+ * tokens), 12 text tokens; randn-like values from a fixed LCG. */
+typedef struct inputs6 {
+    float hs[24 * 16], enc[12 * 32], pooled[16], t[1], img[24 * 3], txt[12 * 3];
+    wf_tensor_t ths, tenc, tpool, tt, timg, ttxt;
+    wf_flux_inputs_t in;
+} inputs6_t;
+
+static void inputs6_make(inputs6_t *x)
+{
+    uint64_t s = 99;
+    float *all[3] = { x->hs, x->enc, x->pooled };
+    size_t n[3] = { 24 * 16, 12 * 32, 16 };
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n[k]; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            all[k][i] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+        }
+    x->t[0] = 0.5f;
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 6; c++) {
+            float *id = &x->img[(r * 6 + c) * 3];
+            id[0] = 0;
+            id[1] = (float)r;
+            id[2] = (float)c;
+        }
+    memset(x->txt, 0, sizeof x->txt);
+    x->ths = (wf_tensor_t){ x->hs, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+    x->tenc = (wf_tensor_t){ x->enc, WF_DTYPE_F32, 3, { 1, 12, 32 } };
+    x->tpool = (wf_tensor_t){ x->pooled, WF_DTYPE_F32, 2, { 1, 16 } };
+    x->tt = (wf_tensor_t){ x->t, WF_DTYPE_F32, 1, { 1 } };
+    x->timg = (wf_tensor_t){ x->img, WF_DTYPE_F32, 2, { 24, 3 } };
+    x->ttxt = (wf_tensor_t){ x->txt, WF_DTYPE_F32, 2, { 12, 3 } };
+    x->in = (wf_flux_inputs_t){ &x->ths, &x->tenc, &x->tpool, &x->tt, &x->timg,
+                                &x->ttxt, NULL };
+}
+
+/* max |a - b| / max |b| over n floats. */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= e))
+            e = d;      /* NaN counts */
+        if (fabs((double)b[i]) > m)
+            m = fabs((double)b[i]);
+    }
+    return m > 0 ? e / m : e;
+}
+
+static inputs6_t in6;
+static float ref6[24 * 16];     /* a single-node weftd's output on in6 */
+
+/* Forwards of "tiny" on the cluster now: the diffusers fixture (only
+ * when the mesh's sequence degree divides its 16 / 8 tokens) and in6
+ * against the single-node output. The largest errors into *ret_*. */
+static bool forwards(wf_client_t *cl, const fluxio_t *io, const char *mesh,
+                     double *ret_fix, double *ret_six)
+{
+    bool ok = true;
+    wf_job_result_t res;
+    *ret_fix = *ret_six = -1;
+    wf_status_info_t si;
+    bool fix = wf_status(cl, &si) == WF_OK &&
+               16 % (si.mesh.ring * si.mesh.ulysses) == 0 &&
+               8 % (si.mesh.ring * si.mesh.ulysses) == 0;
+    for (int rep = 0; rep < 3; rep++) {     /* dp replicas take turns */
+        if (fix) {
+            wf_tensor_t out;
+            if (!fluxio_output(io, WF_DTYPE_F32, &out))
+                return false;
+            wf_status_t st = wf_forward(cl, "tiny", &io->in, &out, &res);
+            double e = st == WF_OK ? fluxio_error(io, &out) : 1.0;
+            if (st != WF_OK)
+                fprintf(stderr, "%s: forward: %s %s\n", mesh, wf_status_name(st),
+                        wf_client_last_error(cl));
+            ok = ok && st == WF_OK && e <= fluxio_tolerance(io);
+            if (e > *ret_fix)
+                *ret_fix = e;
+            free(out.data);
+        }
+        float o[24 * 16];
+        for (size_t i = 0; i < 24 * 16; i++)
+            o[i] = NAN;
+        wf_tensor_t out = { o, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+        wf_status_t st = wf_forward(cl, "tiny", &in6.in, &out, &res);
+        double e = st == WF_OK ? rel_err(o, ref6, 24 * 16) : 1.0;
+        if (st != WF_OK)
+            fprintf(stderr, "%s: forward: %s %s\n", mesh, wf_status_name(st),
+                    wf_client_last_error(cl));
+        ok = ok && st == WF_OK && e <= 1e-5;
+        if (e > *ret_six)
+            *ret_six = e;
+    }
+    printf("  %-22s parity: diffusers fixture %s%.2e, 24+12 tokens vs single "
+           "node %.2e  %s\n", mesh, *ret_fix < 0 ? "(n/a) " : "",
+           *ret_fix < 0 ? 0.0 : *ret_fix, *ret_six, ok ? "ok" : "FAIL");
+    return ok;
+}
+
+/* The reference: a single-node weftd (cpu:1) on node a's model root. */
+static bool reference(const char *weftd)
+{
+    clusterd_t r;
+    if (!clusterd_open(&r, "ref", "cmr"))
+        return false;
+    const char *argv[] = { weftd, "--listen", r.endpoint, "--devices", "cpu:1",
+                           "--model-root", roots[0], "--log-level", "warning", NULL };
+    bool ok = clusterd_exec(&r, argv, NULL);
+    wf_client_t *c = NULL;
+    ok = ok && wf_client_connect(r.endpoint, TIMEOUT_MS, &c) == WF_OK &&
+         wf_load_model(c, "tiny", "tiny", NULL, NULL) == WF_OK;
+    for (size_t i = 0; i < 24 * 16; i++)
+        ref6[i] = NAN;
+    wf_tensor_t out = { ref6, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+    ok = ok && wf_forward(c, "tiny", &in6.in, &out, NULL) == WF_OK;
+    wf_client_destroy(&c);
+    clusterd_kill(&r, SIGTERM);
+    clusterd_close(&r);
+    return ok;
+}
+
 /* Load on client c; the status, the message into err. */
 static wf_status_t load(wf_client_t *c, const char *name, const char *path,
                         wf_model_info_t *info, char *err, size_t err_len)
@@ -148,6 +274,7 @@ int main(int argc, char **argv)
     fluxio_t io;
     if (!fluxio_load(&io, fixtures, "io-flux-tiny-f32.safetensors"))
         return 1;
+    inputs6_make(&in6);
     char top[128];
     snprintf(top, sizeof top, "/tmp/weft-cm-%d", (int)getpid());
     CHECK(mkdir(top, 0755) == 0);
@@ -164,6 +291,7 @@ int main(int argc, char **argv)
             CHECK(put_model(k, "flux-tiny", "m4"));
     }
 
+    CHECK(reference(weftd));
     snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
     node_t a, b, c;
     CHECK(node_start(&a, weftd, "a", 0));
@@ -210,15 +338,27 @@ int main(int argc, char **argv)
         CHECK(wait_holds(n, "m4", NULL, false, 5000));
     }
 
-    /* 5. forward across nodes: not yet */
+    /* 5. forward across nodes, on meshes that cross them (each
+     * reconfiguration re-shards on every node) */
+    static const struct { const char *name; wf_mesh_degrees_t m; } meshes[] = {
+        { "tp=2 x ring=3", { 1, 3, 1, 2 } },
+        { "ulysses=6", { 1, 1, 6, 1 } },
+        { "dp=3 x tp=2", { 3, 1, 1, 2 } },
+        { "tp=2 x ulysses=3", { 1, 1, 3, 2 } },
+    };
+    double worst_fix = 0, worst_six = 0;
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        if (i > 0)
+            CHECK(wf_reconfigure(cl, &meshes[i].m, NULL) == WF_OK);
+        double ef, e6;
+        CHECK(forwards(cl, &io, meshes[i].name, &ef, &e6));
+        worst_fix = ef > worst_fix ? ef : worst_fix;
+        worst_six = e6 > worst_six ? e6 : worst_six;
+    }
+    printf("  worst parity: fixture %.2e, 24+12 tokens %.2e\n", worst_fix, worst_six);
     {
-        wf_tensor_t out;
-        CHECK(fluxio_output(&io, WF_DTYPE_F32, &out));
-        wf_status_t st = wf_forward(cl, "tiny", &io.in, &out, NULL);
-        printf("forward on the cluster: %s %s\n", wf_status_name(st),
-               st == WF_OK ? "" : wf_client_last_error(cl));
-        CHECK(st == WF_E_UNAVAILABLE);
-        free(out.data);
+        wf_mesh_degrees_t back = { 1, 3, 1, 2 };
+        CHECK(wf_reconfigure(cl, &back, NULL) == WF_OK);
     }
 
     /* 6. unload, load again */

@@ -158,6 +158,13 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
                job->model_id, job->epoch);
         goto out;
     }
+    if (rank == 0 && job->root_here && (!job->inputs_in || job->inputs_bad)) {
+        /* a cluster member's root whose inputs did not come right
+         * (cluster/world_jobs.c): fail, aborting the world */
+        wf_log(w->log, WF_LOG_ERR, "%s: forward job %" PRIu64 ": its inputs from "
+               "the coordinator are missing or do not match", w->name, job->seq);
+        goto out;
+    }
     st = wf_djob_boundary(job, 0);      /* the start: before any collective */
     if (st != WF_OK)
         return st;

@@ -28,6 +28,7 @@
 
 #include "cluster_msg.h"
 #include "errf.h"
+#include "jobs/forward.h"
 
 /* The owed bits are world node indices. */
 _Static_assert(WF_MODEL_MAX_NODES == WF_SETTINGS_MAX_NODES, "model nodes bound");
@@ -35,6 +36,8 @@ _Static_assert(WF_MODEL_MAX_NODES <= 32, "owed bits");
 _Static_assert(sizeof(wf_cmsg_digest_t) == sizeof(wf_model_digest_t), "digests");
 
 static void cm_fail(wf_server_t *srv, wf_model_t *m, wf_status_t st, const char *msg);
+static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *buf,
+                            size_t len);
 static void cm_advance(wf_server_t *srv, wf_model_t *m);
 static void cm_flush(wf_server_t *srv);
 
@@ -47,6 +50,8 @@ static void srv_model_info(const wf_server_t *srv, const wf_model_t *m,
 {
     wf_model_info_fill(m, ret);
     snprintf(ret->device, sizeof ret->device, "%s", srv->ops->name);
+    if (srv->world && m->nodes[0])
+        cm_holders_text(srv, m, ret->nodes, sizeof ret->nodes);
     if (m->state == WF_MODEL_LOADING)
         return;
     const char *dt = srv->ops->copy_h2d ? wf_dtype_name(m->dtype) : "f32";
@@ -338,8 +343,12 @@ static const char *cm_differs(const wf_model_digest_t *a, const wf_model_digest_
     return NULL;
 }
 
-/* "a:0-1,b:2-3": the world's nodes and their ranks. */
-static void cm_nodes_text(const wf_server_t *srv, char *buf, size_t len)
+static bool holds_node(const char *nodes, const char *name);
+
+/* "a:0-1,b:2-3": the world's nodes and their ranks; only those m's
+ * holders name when m is not NULL. */
+static void cm_nodes_text(const wf_server_t *srv, const wf_model_t *m, char *buf,
+                          size_t len)
 {
     wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
     uint64_t epoch;
@@ -347,7 +356,9 @@ static void cm_nodes_text(const wf_server_t *srv, char *buf, size_t len)
     size_t at = 0;
     buf[0] = '\0';
     for (uint32_t i = 0; i < n && at < len; i++) {
-        int k = snprintf(buf + at, len - at, "%s%s:%u-%u", i ? "," : "",
+        if (m && !holds_node(m->nodes, nodes[i].name))
+            continue;
+        int k = snprintf(buf + at, len - at, "%s%s:%u-%u", at ? "," : "",
                          nodes[i].name, nodes[i].first_rank,
                          nodes[i].first_rank + nodes[i].ranks - 1);
         if (k < 0 || (size_t)k >= len - at) {
@@ -356,6 +367,13 @@ static void cm_nodes_text(const wf_server_t *srv, char *buf, size_t len)
         }
         at += (size_t)k;
     }
+}
+
+/* list_models' nodes of m: its holders in the world now, with their ranks. */
+static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *buf,
+                            size_t len)
+{
+    cm_nodes_text(srv, m, buf, len);
 }
 
 /* Coordinator: the next step of m's cluster load once every node
@@ -407,7 +425,7 @@ static void cm_advance(wf_server_t *srv, wf_model_t *m)
         srv_models_try_install(srv);
     } else if (m->cstep == 3 && m->state == WF_MODEL_READY) {
         m->cstep = 0;
-        cm_nodes_text(srv, m->nodes, sizeof m->nodes);
+        cm_nodes_text(srv, NULL, m->nodes, sizeof m->nodes);
         wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) ready on the cluster (%s): %"
                PRIu64 " parameters, %.1f MiB per rank at tp=%u, loaded in %" PRIu64
                " ms", m->name, m->path, m->nodes, m->params,
@@ -641,13 +659,61 @@ void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *cm)
     free(msg);
 }
 
-const char *srv_models_forward_refused(const wf_server_t *srv)
+/* Does the holders' list "a:0-1,b:2-3" name node `name`? */
+static bool holds_node(const char *nodes, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = nodes; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ':')
+            return true;
+    return false;
+}
+
+/* The first node of the world now that does not hold m, or NULL. */
+static const char *cm_missing(const wf_server_t *srv, const wf_model_t *m,
+                              char *buf, size_t len)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (uint32_t i = 0; i < n; i++)
+        if (!holds_node(m->nodes, nodes[i].name)) {
+            wf_errf(buf, len, "%s", nodes[i].name);
+            return buf;
+        }
+    return NULL;
+}
+
+const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
+                                       char *buf, size_t len)
 {
     if (!srv->world)
         return NULL;
-    return "forward jobs across a cluster's nodes are not served yet: the "
-           "model is resident on every node, but its forward runs on "
-           "single-node daemons only for now";
+    char who[WF_SETTINGS_NAME_MAX];
+    if (!wf_world_coordinator(srv->world) || !m->lid || !m->nodes[0] ||
+        !cm_missing(srv, m, who, sizeof who))
+        return NULL;
+    wf_errf(buf, len, "model '%s' is not resident on node %s of the cluster's "
+            "world (it was loaded on %s): unload it and load it again", m->name,
+            who, m->nodes);
+    return buf;
+}
+
+wf_status_t srv_models_forward_plan(void *arg, wf_djob_t *job, uint64_t lid,
+                                    const wf_mesh_t *mesh, char *err, size_t err_len)
+{
+    wf_server_t *srv = arg;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        const wf_model_t *m = srv->models.m[i];
+        if (!m || m->lid != lid || m->state != WF_MODEL_READY)
+            continue;
+        snprintf(job->req.args.forward.model, sizeof job->req.args.forward.model,
+                 "%s", m->name);
+        return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
+    }
+    snprintf(err, err_len, "no model of the coordinator's id %" PRIu64 " is ready "
+             "on this node", lid);
+    return WF_E_UNAVAILABLE;
 }
 
 /* ---- the loader's end, the requests ------------------------------------- */

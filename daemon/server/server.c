@@ -520,7 +520,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             .hooks = { .arg = srv, .regroup_new = world_regroup_new,
                        .job_mesh = world_job_mesh, .installed = world_installed,
                        .dispatch = world_dispatch,
-                       .model_msg = srv_models_on_message },
+                       .model_msg = srv_models_on_message,
+                       .forward_plan = srv_models_forward_plan },
             .zap = srv->zap,   /* the context's ZAP handler: WF_ZAP_NODES */
             .keys = srv->has_keys ? &srv->keys : NULL,
         };
