@@ -19,12 +19,18 @@
  *     the load fails (WF_E_NODE_LOST or WF_E_UNAVAILABLE, naming c), one
  *     reply; c continued (SIGCONT), the cluster serves again and a load
  *     succeeds.
- *  8. SIGTERM stops every daemon cleanly (exit 0).
+ *  8. c killed during forwards: they fail with the loss or succeed (parity);
+ *     the models serve on the smaller world (a, b), parity; c restarted
+ *     with nothing loaded: the coordinator installs the models there
+ *     (list_models' nodes back to a, b, c), parity on the full world.
+ *  9. SIGTERM stops every daemon cleanly (exit 0).
  *
  * Usage: test_cluster_models PATH_TO_WEFTD FIXTURES_DIR.
  */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -250,6 +256,46 @@ static bool reference(const char *weftd)
     return ok;
 }
 
+/* Forwards back to back on their own connection until `stop`. */
+typedef struct fwd_loop {
+    const char *endpoint;
+    atomic_bool stop;
+    pthread_t th;
+    int ok, lost, other;          /* outcomes */
+    double worst;                 /* parity of the OK ones */
+} fwd_loop_t;
+
+static void *fwd_main(void *arg)
+{
+    fwd_loop_t *f = arg;
+    wf_client_t *c = NULL;
+    if (wf_client_connect(f->endpoint, TIMEOUT_MS, &c) != WF_OK) {
+        f->other++;
+        return NULL;
+    }
+    while (!atomic_load(&f->stop)) {
+        float o[24 * 16];
+        for (size_t i = 0; i < 24 * 16; i++)
+            o[i] = NAN;
+        wf_tensor_t out = { o, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+        wf_status_t st = wf_forward(c, "tiny", &in6.in, &out, NULL);
+        if (st == WF_OK) {
+            double e = rel_err(o, ref6, 24 * 16);
+            f->ok++;
+            f->worst = e > f->worst ? e : f->worst;
+        } else if (st == WF_E_NODE_LOST || st == WF_E_UNAVAILABLE ||
+                   st == WF_E_ABORTED) {
+            f->lost++;
+        } else {
+            fprintf(stderr, "forward during the loss: %s %s\n", wf_status_name(st),
+                    wf_client_last_error(c));
+            f->other++;
+        }
+    }
+    wf_client_destroy(&c);
+    return NULL;
+}
+
 /* Load on client c; the status, the message into err. */
 static wf_status_t load(wf_client_t *c, const char *name, const char *path,
                         wf_model_info_t *info, char *err, size_t err_len)
@@ -400,10 +446,59 @@ int main(int argc, char **argv)
     }
     CHECK(st == WF_OK);
 
+    /* 8. node c lost during forwards: the models stay on the smaller
+     * world (a, b: 4 ranks), parity there; c back (restarted, nothing
+     * loaded): the models are installed there, parity at full size */
+    {
+        fwd_loop_t fl;
+        memset(&fl, 0, sizeof fl);
+        fl.endpoint = a.p.endpoint;
+        atomic_init(&fl.stop, false);
+        CHECK(pthread_create(&fl.th, NULL, fwd_main, &fl) == 0);
+        struct timespec ts = { 0, 300 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        double tk = now_s();
+        kill(c.p.pid, SIGKILL);
+        CHECK(clusterd_wait_exit(&c.p, TIMEOUT_MS));
+        CHECK(notify_wait(&a, "STATUS=cluster degraded:", TIMEOUT_MS));
+        printf("  c killed: the world re-formed without it in %.0f ms\n",
+               (now_s() - tk) * 1e3);
+        nanosleep(&ts, NULL);
+        atomic_store(&fl.stop, true);
+        pthread_join(fl.th, NULL);
+        printf("  forwards during the loss: %d ok (worst %.2e), %d failed with the "
+               "loss, %d other\n", fl.ok, fl.worst, fl.lost, fl.other);
+        CHECK(fl.ok > 0 && fl.other == 0 && fl.worst <= 1e-5);
+        double ef, e6;
+        CHECK(forwards(cl, &io, "smaller world (a, b)", &ef, &e6));
+        CHECK(holds(&a, "tiny", "ready", &info));
+        printf("  tiny on the smaller world: nodes \"%s\", tp %u\n", info.nodes,
+               info.tp);
+        CHECK(strcmp(info.nodes, "a:0-1,b:2-3") == 0);
+
+        clusterd_node_close(&c);
+        double tr = now_s();
+        CHECK(node_start(&c, weftd, "c", 2));
+        CHECK(notify_wait(&a, "STATUS=cluster serving:", TIMEOUT_MS));
+        bool back = false;
+        while (!back && now_s() < tr + TIMEOUT_MS / 1e3) {
+            back = holds(&a, "tiny", "ready", &info) &&
+                   strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0 &&
+                   holds(&a, "t2", "ready", &info) &&
+                   strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0;
+            nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+        }
+        printf("  c restarted: the models installed there %.0f ms after its start\n",
+               (now_s() - tr) * 1e3);
+        CHECK(back);
+        CHECK(holds(&c, "tiny", "ready", NULL));
+        CHECK(forwards(cl, &io, "tp=2 x ring=3 again", &ef, &e6));
+    }
+
     wf_client_destroy(&cl);
     wf_client_destroy(&cb);
 
-    /* 8. clean stop */
+    /* 9. clean stop */
     node_t *all[3] = { &a, &b, &c };
     for (int i = 2; i >= 0; i--) {
         clusterd_kill(&all[i]->p, SIGTERM);

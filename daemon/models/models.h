@@ -119,6 +119,13 @@ typedef struct wf_model {
                                         1 open, 2 read, 3 install (0: none) */
     wf_model_digest_t found[WF_MODEL_MAX_NODES]; /* coordinator: what each
                                         world node found (by node index) */
+    bool catchup;                    /* coordinator: the steps run for nodes
+                                        that joined the world since the load
+                                        (no client waits) */
+    uint32_t cnodes;                 /* coordinator: the nodes the steps run on
+                                        (bits by world node index) */
+    uint64_t catchup_epoch;          /* coordinator: world epoch of the last
+                                        catch-up that failed (no retry in it) */
     wf_status_t cst;                 /* coordinator: a member's first failure */
     char cerr[WF_PROTO_ERROR_MAX];   /* and its message */
 } wf_model_t;

@@ -40,6 +40,8 @@ static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *b
                             size_t len);
 static void cm_advance(wf_server_t *srv, wf_model_t *m);
 static void cm_flush(wf_server_t *srv);
+static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m);
+static bool holds_node(const char *nodes, const char *name);
 
 /* Model m as list_models and load_model report it: the registry's
  * fields, and where its shards live on this daemon (the backend) and in
@@ -118,10 +120,11 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
             m->doomed = false;
             continue;
         }
-        if (m->state == WF_MODEL_INSTALLING && m->lid &&
-            !wf_world_coordinator(srv->world)) {
+        if (m->lid && !wf_world_coordinator(srv->world) &&
+            (m->state == WF_MODEL_INSTALLING ||
+             (m->state == WF_MODEL_READY && m->cstep == 3))) {
             /* a member: the coordinator's install regroup */
-            if (st == WF_OK) {
+            if (st == WF_OK && m->state == WF_MODEL_INSTALLING) {
                 m->state = WF_MODEL_READY;
                 m->load_ms = (wf_now_usec() - m->t_start_us) / 1000;
                 wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) installed for "
@@ -343,8 +346,6 @@ static const char *cm_differs(const wf_model_digest_t *a, const wf_model_digest_
     return NULL;
 }
 
-static bool holds_node(const char *nodes, const char *name);
-
 /* "a:0-1,b:2-3": the world's nodes and their ranks; only those m's
  * holders name when m is not NULL. */
 static void cm_nodes_text(const wf_server_t *srv, const wf_model_t *m, char *buf,
@@ -376,12 +377,168 @@ static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *b
     cm_nodes_text(srv, m, buf, len);
 }
 
+/* Coordinator: the first node of m->cnodes whose digests differ from ours;
+ * true and the message in msg when there is one. */
+static bool cm_compare(const wf_server_t *srv, const wf_model_t *m, char *msg,
+                       size_t len)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(m->cnodes & (1u << i)))
+            continue;
+        const char *what = cm_differs(&m->found[i], &m->digest);
+        if (what) {
+            wf_errf(msg, len, "node %s: its copy of model path '%s' differs from "
+                    "the coordinator's in %s", nodes[i].name, m->path, what);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Coordinator: the catch-up of m on the nodes of m->cnodes failed (or the
+ * world changed): they forget it; forwards on m stay refused in this
+ * world, with the reason (srv_models_forward_refused). */
+static void cm_catchup_fail(wf_server_t *srv, wf_model_t *m, const char *msg)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    wf_log(srv->log, WF_LOG_WARNING, "model '%s' not installed on the node(s) that "
+           "joined: %s; forward jobs on it are refused until it is loaded again",
+           m->name, msg);
+    wf_cmsg_t drop = { .type = WF_CMSG_MDROP, .u.mstep = { .lid = m->lid } };
+    for (uint32_t i = 0; i < n && epoch == m->world_epoch; i++)
+        if (m->cnodes & (1u << i))
+            cm_send(srv, nodes[i].name, &drop);
+    snprintf(m->cerr, sizeof m->cerr, "%s", msg);
+    m->catchup_epoch = epoch;
+    m->catchup = false;
+    m->cstep = 0;
+    m->owed = 0;
+    cm_flush(srv);
+}
+
+/* Coordinator: the next step of a catch-up (the nodes of m->cnodes open,
+ * read and cut the model the others hold). */
+static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m)
+{
+    char msg[WF_PROTO_ERROR_MAX];
+    if (m->cst != WF_OK) {
+        snprintf(msg, sizeof msg, "%s", m->cerr);
+        cm_catchup_fail(srv, m, msg);
+        return;
+    }
+    if (m->cstep == 1) {
+        if (cm_compare(srv, m, msg, sizeof msg)) {
+            cm_catchup_fail(srv, m, msg);
+            return;
+        }
+        m->cstep = 2;
+        wf_cmsg_t go = { .type = WF_CMSG_MGO, .u.mstep = { .lid = m->lid } };
+        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+        uint64_t epoch;
+        uint32_t n = cm_nodes(srv, nodes, &epoch);
+        for (uint32_t i = 0; i < n; i++)
+            if ((m->cnodes & (1u << i)) && cm_send(srv, nodes[i].name, &go))
+                m->owed |= 1u << i;
+    } else if (m->cstep == 2) {
+        /* read there: a regroup (same mesh) cuts its shards; the nodes
+         * answer "mready" after it */
+        if (srv->reconf.active || srv->workers_stopped)
+            return;         /* cm_tick comes back */
+        const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg,
+                                      .why = "model on a node that joined" };
+        if (srv_reconf_start(srv, &req, msg, sizeof msg) != WF_OK)
+            return;
+        m->cstep = 3;
+        m->owed = m->cnodes;
+    } else if (m->cstep == 3) {
+        char now[WF_MODEL_NODES_MAX];
+        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+        uint64_t epoch;
+        uint32_t n = cm_nodes(srv, nodes, &epoch);
+        snprintf(now, sizeof now, "%s", m->nodes);
+        for (uint32_t i = 0; i < n; i++) {
+            size_t at = strlen(now);
+            if ((m->cnodes & (1u << i)) && at + 1 < sizeof now)
+                wf_errf(now + at, sizeof now - at, "%s%s:%u-%u", at ? "," : "",
+                        nodes[i].name, nodes[i].first_rank,
+                        nodes[i].first_rank + nodes[i].ranks - 1);
+        }
+        snprintf(m->nodes, sizeof m->nodes, "%s", now);
+        m->catchup = false;
+        m->cstep = 0;
+        m->cerr[0] = '\0';
+        wf_log(srv->log, WF_LOG_INFO, "model '%s' installed on the node(s) that "
+               "joined; held by %s", m->name, m->nodes);
+    }
+}
+
+/* Coordinator: start the catch-up of a ready model on the nodes of the
+ * world that do not hold it (one at a time, none while a load runs). */
+static void cm_catchup_start(wf_server_t *srv)
+{
+    if (srv->reconf.active || !wf_world_ready(srv->world) || srv->stopping)
+        return;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        const wf_model_t *x = srv->models.m[i];
+        if (x && (x->cstep || x->state == WF_MODEL_LOADING ||
+                  x->state == WF_MODEL_INSTALLING))
+            return;
+    }
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (!m || !m->lid || m->state != WF_MODEL_READY || !m->nodes[0] ||
+            m->catchup_epoch == epoch)
+            continue;
+        uint32_t bits = 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (!nodes[k].self && !holds_node(m->nodes, nodes[k].name))
+                bits |= 1u << k;
+        if (!bits)
+            continue;
+        wf_cmsg_t msg = { .type = WF_CMSG_MLOAD };
+        wf_cmsg_mload_t *l = &msg.u.mload;
+        l->lid = m->lid;
+        snprintf(l->name, sizeof l->name, "%s", m->name);
+        snprintf(l->path, sizeof l->path, "%s", m->path);
+        l->sharded = m->already_sharded;
+        m->catchup = true;
+        m->cstep = 1;
+        m->cst = WF_OK;
+        m->cnodes = bits;
+        m->owed = 0;
+        m->world_epoch = epoch;
+        m->world_nodes = n;
+        m->step_deadline_us = wf_now_usec() +
+                              (uint64_t)srv->settings.cluster_timeout_ms * 1000;
+        for (uint32_t k = 0; k < n; k++)
+            if ((bits & (1u << k)) && cm_send(srv, nodes[k].name, &msg))
+                m->owed |= 1u << k;
+        wf_log(srv->log, WF_LOG_INFO, "model '%s': installing it on the node(s) "
+               "that joined the world (epoch %" PRIu64 ")", m->name, epoch);
+        if (m->owed != bits)
+            cm_catchup_fail(srv, m, "a node that joined cannot be reached");
+        return;
+    }
+}
+
 /* Coordinator: the next step of m's cluster load once every node
  * answered the one running. */
 static void cm_advance(wf_server_t *srv, wf_model_t *m)
 {
-    if (!m->has_client || m->cstep == 0 || m->owed)
+    if (!(m->has_client || m->catchup) || m->cstep == 0 || m->owed)
         return;
+    if (m->catchup) {
+        cm_catchup_advance(srv, m);
+        return;
+    }
     if (m->cst != WF_OK) {
         char msg[WF_PROTO_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", m->cerr);
@@ -394,15 +551,10 @@ static void cm_advance(wf_server_t *srv, wf_model_t *m)
     if (m->cstep == 1) {
         if (!m->opened_seen)
             return;         /* ours is still opening */
-        for (uint32_t i = 0; i < n; i++) {
-            const char *what = nodes[i].self ? NULL
-                                             : cm_differs(&m->found[i], &m->digest);
-            if (!what)
-                continue;
-            char msg[WF_PROTO_ERROR_MAX];
-            wf_errf(msg, sizeof msg, "node %s: its copy of model path '%s' "
-                     "differs from the coordinator's in %s; nothing was loaded "
-                     "on any node", nodes[i].name, m->path, what);
+        char msg[WF_PROTO_ERROR_MAX];
+        if (cm_compare(srv, m, msg, sizeof msg)) {
+            wf_errf(msg + strlen(msg), sizeof msg - strlen(msg), "; nothing was "
+                    "loaded on any node");
             cm_fail(srv, m, WF_E_MISMATCH, msg);
             return;
         }
@@ -467,6 +619,7 @@ static void cm_start(wf_server_t *srv, wf_model_t *m)
         }
         m->owed |= 1u << i;
     }
+    m->cnodes = m->owed;
 }
 
 /* Coordinator, on every wake-up: a load whose world changed, or whose
@@ -477,12 +630,21 @@ static void cm_tick(wf_server_t *srv, uint64_t now)
         return;
     for (int i = 0; i < WF_MODELS_MAX; i++) {
         wf_model_t *m = srv->models.m[i];
-        if (!m || !m->cstep || !m->has_client)
+        if (!m || !m->cstep || !(m->has_client || m->catchup))
             continue;
         wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
         uint64_t epoch;
         uint32_t n = cm_nodes(srv, nodes, &epoch);
         char msg[WF_PROTO_ERROR_MAX], who[160] = "";
+        if (m->catchup && (epoch != m->world_epoch || n != m->world_nodes)) {
+            cm_catchup_fail(srv, m, "the world changed during the install");
+            m->catchup_epoch = 0;   /* the new world tries again */
+            continue;
+        }
+        if (m->catchup && m->cstep == 2 && !m->owed) {
+            cm_advance(srv, m);     /* waits for a reconfiguration to end */
+            continue;
+        }
         if (epoch != m->world_epoch || n != m->world_nodes) {
             snprintf(msg, sizeof msg, "the cluster's world changed during the "
                      "load (epoch %" PRIu64 " -> %" PRIu64 ": a node was lost or "
@@ -501,8 +663,26 @@ static void cm_tick(wf_server_t *srv, uint64_t now)
         snprintf(msg, sizeof msg, "node(s) %s did not answer the load within "
                  "cluster_timeout_ms (%u ms); nothing was loaded", who,
                  srv->settings.cluster_timeout_ms);
-        cm_fail(srv, m, WF_E_NODE_LOST, msg);
+        if (m->catchup)
+            cm_catchup_fail(srv, m, msg);
+        else
+            cm_fail(srv, m, WF_E_NODE_LOST, msg);
     }
+    /* a node lost holds nothing for us any more: when it joins again the
+     * catch-up installs the model there */
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (m && m->lid && m->state == WF_MODEL_READY && !m->cstep && m->nodes[0]) {
+            char held[WF_MODEL_NODES_MAX];
+            cm_nodes_text(srv, m, held, sizeof held);
+            if (held[0] && strcmp(held, m->nodes) != 0) {
+                wf_log(srv->log, WF_LOG_INFO, "model '%s': held by %s now (was %s)",
+                       m->name, held, m->nodes);
+                snprintf(m->nodes, sizeof m->nodes, "%s", held);
+            }
+        }
+    }
+    cm_catchup_start(srv);
 }
 
 /* The coordinator's entry of cluster load `lid` at step `step`. */
@@ -510,7 +690,8 @@ static wf_model_t *cm_find(wf_server_t *srv, uint64_t lid, int step)
 {
     for (int i = 0; i < WF_MODELS_MAX; i++) {
         wf_model_t *m = srv->models.m[i];
-        if (m && m->lid == lid && (step == 0 || (m->cstep == step && m->has_client)))
+        if (m && m->lid == lid &&
+            (step == 0 || (m->cstep == step && (m->has_client || m->catchup))))
             return m;
     }
     return NULL;
@@ -558,7 +739,13 @@ static void cm_member_load(wf_server_t *srv, const wf_cmsg_mload_t *l)
     wf_model_t *m = NULL;
     uint64_t avail = srv_min_device_memory(srv);
     avail = avail > srv->sched.resident ? avail - srv->sched.resident : 0;
-    const wf_model_t *old = wf_registry_find(&srv->models, l->name);
+    wf_model_t *old = wf_registry_find(&srv->models, l->name);
+    if (old && old->lid == l->lid && old->state == WF_MODEL_READY && !old->doomed) {
+        /* a catch-up after this node came back: it holds the model still */
+        old->cstep = 1;
+        cm_tell_coord(srv, WF_CMSG_MFOUND, l->lid, WF_OK, NULL, &old->digest);
+        return;
+    }
     wf_status_t st = WF_OK;
     if (srv->stopping) {
         st = WF_E_SHUTTING_DOWN;
@@ -631,6 +818,9 @@ void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *cm)
             if (m && srv->models.loading == m && m->cstep == 1) {
                 m->cstep = 2;
                 wf_registry_gate(&srv->models, m, true);
+            } else if (m && m->state == WF_MODEL_READY && m->cstep == 1) {
+                m->cstep = 3;       /* read already: the regroup re-cuts it */
+                cm_tell_coord(srv, WF_CMSG_MREAD, m->lid, WF_OK, NULL, NULL);
             }
         }
         break;
@@ -693,9 +883,13 @@ const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t 
     if (!wf_world_coordinator(srv->world) || !m->lid || !m->nodes[0] ||
         !cm_missing(srv, m, who, sizeof who))
         return NULL;
-    wf_errf(buf, len, "model '%s' is not resident on node %s of the cluster's "
-            "world (it was loaded on %s): unload it and load it again", m->name,
-            who, m->nodes);
+    if (m->catchup)
+        wf_errf(buf, len, "model '%s' is being installed on node %s, which "
+                "joined the cluster's world; retry", m->name, who);
+    else
+        wf_errf(buf, len, "model '%s' is not resident on node %s of the "
+                "cluster's world (it is held by %s)%s%s", m->name, who, m->nodes,
+                m->cerr[0] ? ": " : "; retry", m->cerr);
     return buf;
 }
 
