@@ -128,7 +128,7 @@ static wf_status_t fjob_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
     d->id = job->req.id;
     d->base = job->device[0];
     d->g = (uint32_t)job->group_size;
-    d->lid = job->model_id;     /* the coordinator's id is the load's lid */
+    d->lid = job->model_lid;
     d->B = t[a->hidden_states].shape[0];
     d->Si = t[a->hidden_states].shape[1];
     d->Ch = t[a->hidden_states].shape[2];
@@ -218,6 +218,8 @@ void wf_world_unlink_remote(wf_world_t *w, wf_djob_t *job)
 void wf_world_member_done(wf_world_t *w, uint64_t seq, uint64_t epoch,
                           wf_status_t st)
 {
+    wf_log(w->log, WF_LOG_DEBUG, "cluster: part of seq %" PRIu64 " done: %s", seq,
+           wf_status_name(st));
     wf_cmsg_t done = { .type = WF_CMSG_DONE,
                        .u.result = { .seq = seq, .epoch = epoch, .st = st } };
     if (wf_cmsg_put(&w->msg, &done) == WF_OK)
@@ -504,6 +506,9 @@ static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
         local++;
         roots += r < T;
     }
+    wf_log(w->log, WF_LOG_DEBUG, "cluster: forward job %" PRIu64 " (seq %" PRIu64
+           "): ranks %u..%u, %d here, %d root(s) here", d.id, d.seq, d.base,
+           d.base + d.g - 1, local, roots);
     if (roots > 0 && ((uint32_t)roots != T || !wf_channel_socket(w->channel) ||
                       member_root_setup(w, job) != WF_OK)) {
         /* as member_job: our roots fail their step, which aborts the world */

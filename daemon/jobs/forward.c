@@ -91,6 +91,7 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     job->mesh = *mesh;
     job->plan_epoch = mesh->epoch;
     job->model_id = m->id;
+    job->model_lid = m->lid;
     job->flops = forward_flops(job, m);
     const wf_flux_config_t *cfg = &m->cfg;
     /* the load refused such a model already: a guard */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -80,6 +81,10 @@ wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
     memset(r, 0, sizeof *r);
     r->root_fd = -1;
     r->next_id = 1;
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (uint32_t)wf_now_usec() ^ (uint32_t)getpid();
+    r->lid_base = (uint64_t)(rnd | 1u) << 32;
     pthread_mutex_init(&r->gate_mu, NULL);
     pthread_cond_init(&r->gate_cv, NULL);
     r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

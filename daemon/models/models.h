@@ -175,6 +175,10 @@ typedef struct wf_registry {
     int root_fd;                     /* model root (O_PATH), -1: none */
     wf_model_t *m[WF_MODELS_MAX];    /* entries, NULL = free slot */
     uint64_t next_id;
+    uint64_t lid_base;               /* random high 32 bits of the ids a
+                                        cluster's coordinator gives its
+                                        loads (lid): unique across its
+                                        restarts */
     int efd;                         /* eventfd: the loader finished */
     pthread_t loader;                /* the loader thread */
     wf_model_t *loading;             /* its entry, NULL when none runs */

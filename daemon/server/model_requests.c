@@ -593,7 +593,7 @@ static void cm_start(wf_server_t *srv, wf_model_t *m)
     wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
     uint64_t epoch;
     uint32_t n = cm_nodes(srv, nodes, &epoch);
-    m->lid = m->id;
+    m->lid = srv->models.lid_base | m->id;
     m->world_epoch = epoch;
     m->world_nodes = n;
     m->cstep = 1;
