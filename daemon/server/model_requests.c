@@ -875,10 +875,26 @@ static const char *cm_missing(const wf_server_t *srv, const wf_model_t *m,
 }
 
 const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
-                                       char *buf, size_t len)
+                                       const wf_mesh_t *mesh, char *buf, size_t len)
 {
     if (!srv->world)
         return NULL;
+    /* a forward's roots are its replica's tp ranks: one replica at least
+     * must have them on one node, else the job would wait forever */
+    const wf_sched_t *s = &srv->sched;
+    uint32_t dp = mesh->deg.dp ? mesh->deg.dp : 1, n = s->n_devices / dp;
+    bool placeable = false;
+    for (uint32_t r = 0; r < dp && !placeable && n >= mesh->deg.tp; r++) {
+        placeable = true;
+        for (uint32_t k = 1; k < mesh->deg.tp; k++)
+            placeable = placeable && s->node_of[r * n + k] == s->node_of[r * n];
+    }
+    if (!placeable) {
+        wf_errf(buf, len, "the mesh's tp groups (tp=%u) span nodes: a forward's tp "
+                "ranks must be on one node; reconfigure with tp inside a node "
+                "(ring / ulysses / dp across nodes)", mesh->deg.tp);
+        return buf;
+    }
     char who[WF_SETTINGS_NAME_MAX];
     if (!wf_world_coordinator(srv->world) || !m->lid || !m->nodes[0] ||
         !cm_missing(srv, m, who, sizeof who))

@@ -202,10 +202,11 @@ void srv_models_try_install(wf_server_t *srv);
 /* Cluster: a resident-model message between daemons (world.h model_msg;
  * arg = srv). */
 void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *m);
-/* Forward jobs on m: NULL when this daemon may plan them, else why not
- * (into buf: a node of the cluster's world does not hold m). */
+/* Forward jobs on m for `mesh`: NULL when this daemon may plan them, else
+ * why not (into buf: a node of the cluster's world does not hold m, or
+ * the mesh's tp groups span nodes). */
 const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
-                                       char *buf, size_t len);
+                                       const wf_mesh_t *mesh, char *buf, size_t len);
 /* Member: plan a forward part on the coordinator's model `lid` (world.h
  * forward_plan; arg = srv). */
 wf_status_t srv_models_forward_plan(void *arg, wf_djob_t *job, uint64_t lid,
