@@ -23,7 +23,10 @@
  *     the models serve on the smaller world (a, b), parity; c restarted
  *     with nothing loaded: the coordinator installs the models there
  *     (list_models' nodes back to a, b, c), parity on the full world.
- *  9. SIGTERM stops every daemon cleanly (exit 0).
+ *  9. the coordinator restarted: the members' models of the earlier one
+ *     are dropped with the new one's first load (refused WF_E_BUSY, naming
+ *     the node, until they are), which then succeeds; parity.
+ * 10. SIGTERM stops every daemon cleanly (exit 0).
  *
  * Usage: test_cluster_models PATH_TO_WEFTD FIXTURES_DIR.
  */
@@ -495,10 +498,40 @@ int main(int argc, char **argv)
         CHECK(forwards(cl, &io, "tp=2 x ring=3 again", &ef, &e6));
     }
 
+    /* 9. the coordinator restarted: the members' models of the earlier
+     * one are dropped when the new one loads (a load of the same name is
+     * refused WF_E_BUSY meanwhile), then the load and forwards work */
+    {
+        wf_client_destroy(&cl);
+        kill(a.p.pid, SIGKILL);
+        CHECK(clusterd_wait_exit(&a.p, TIMEOUT_MS));
+        clusterd_node_close(&a);
+        double tr = now_s();
+        CHECK(node_start(&a, weftd, "a", 0));
+        CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
+                          TIMEOUT_MS));
+        printf("  coordinator restarted: serving again after %.0f ms\n",
+               (now_s() - tr) * 1e3);
+        CHECK(wf_client_connect(a.p.endpoint, TIMEOUT_MS, &cl) == WF_OK);
+        wf_status_t st2 = WF_E_BUSY;
+        int busy = 0;
+        for (int i = 0; i < 100 && st2 == WF_E_BUSY; i++) {
+            st2 = load(cl, "tiny", "tiny", &info, err, sizeof err);
+            if (st2 == WF_E_BUSY) {
+                busy++;
+                nanosleep(&(struct timespec){ 0, 50 * 1000 * 1000 }, NULL);
+            }
+        }
+        CHECK(st2 == WF_OK && busy > 0);
+        CHECK(wait_holds(&b, "t2", NULL, false, 5000));   /* stale, dropped */
+        double ef, e6;
+        CHECK(forwards(cl, &io, "after the restart", &ef, &e6));
+    }
+
     wf_client_destroy(&cl);
     wf_client_destroy(&cb);
 
-    /* 9. clean stop */
+    /* 10. clean stop */
     node_t *all[3] = { &a, &b, &c };
     for (int i = 2; i >= 0; i--) {
         clusterd_kill(&all[i]->p, SIGTERM);

@@ -194,6 +194,8 @@ typedef struct wf_registry {
                                         that cutting shards copies fast */
     pthread_mutex_t gate_mu;         /* guards every entry's gate */
     pthread_cond_t gate_cv;          /* a gate changed */
+    bool flush_wanted;               /* coordinator: a member drops models and
+                                        waits for a regroup (cm_flush) */
     int load_tp;                     /* tp the loader checks the plan for */
     uint64_t load_avail;             /* bytes a rank may give the shards */
 } wf_registry_t;

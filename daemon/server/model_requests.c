@@ -285,12 +285,13 @@ static void cm_flush(wf_server_t *srv)
     if (srv->reconf.active || srv->workers_stopped || srv->stopping ||
         (srv->world && !wf_world_coordinator(srv->world)))
         return;
-    bool any = false;
+    bool any = srv->models.flush_wanted;
     for (int i = 0; i < WF_MODELS_MAX && !any; i++)
         any = srv->models.m[i] && srv->models.m[i]->state == WF_MODEL_UNLOADING &&
               !srv->models.m[i]->has_client;
     if (!any)
         return;
+    srv->models.flush_wanted = false;
     char err[WF_PROTO_ERROR_MAX];
     const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "drop model" };
     if (srv_reconf_start(srv, &req, err, sizeof err) != WF_OK)
@@ -715,6 +716,8 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
         !(m->owed & (1u << i)))
         return;
     m->owed &= ~(1u << i);
+    if (st == WF_E_BUSY)
+        srv->models.flush_wanted = true;    /* it drops models: a regroup */
     if (st != WF_OK && m->cst == WF_OK) {
         char shown[WF_PROTO_ERROR_MAX];
         wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
@@ -728,6 +731,29 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
 }
 
 /* Member: "mload" from the coordinator. */
+/* Member: models loaded by an earlier coordinator (another lid base: it
+ * restarted) go with the next regroup; true when one is named `name`. */
+static bool cm_member_drop_stale(wf_server_t *srv, uint64_t lid, const char *name)
+{
+    bool named = false;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (!m || !m->lid || (m->lid >> 32) == (lid >> 32) ||
+            srv->models.loading == m)
+            continue;
+        named = named || strcmp(m->name, name) == 0;
+        if (m->state == WF_MODEL_UNLOADING || m->doomed)
+            continue;
+        wf_log(srv->log, WF_LOG_INFO, "model '%s' of an earlier coordinator "
+               "dropped", m->name);
+        if (srv->reconf.active)
+            m->doomed = true;
+        else
+            m->state = WF_MODEL_UNLOADING;
+    }
+    return named;
+}
+
 static void cm_member_load(wf_server_t *srv, const wf_cmsg_mload_t *l)
 {
     wf_load_model_args_t args;
@@ -747,9 +773,14 @@ static void cm_member_load(wf_server_t *srv, const wf_cmsg_mload_t *l)
         return;
     }
     wf_status_t st = WF_OK;
+    bool stale = cm_member_drop_stale(srv, l->lid, l->name);
     if (srv->stopping) {
         st = WF_E_SHUTTING_DOWN;
         snprintf(err, sizeof err, "daemon is shutting down");
+    } else if (stale) {
+        st = WF_E_BUSY;
+        snprintf(err, sizeof err, "model '%s' of an earlier coordinator is being "
+                 "dropped on this node; retry", l->name);
     } else if (old && (old->doomed || old->state == WF_MODEL_UNLOADING)) {
         /* an earlier load of the name, refused, still going away */
         st = WF_E_BUSY;
