@@ -157,6 +157,11 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
                 cm_fail(srv, m, st, "the model's shards could not be installed "
                         "on every device of the coordinator; nothing was loaded "
                         "(see the daemon's log)");
+                if (m->doomed) {
+                    /* this regroup is over: the next one (cm_flush) drops it */
+                    m->doomed = false;
+                    m->state = WF_MODEL_UNLOADING;
+                }
             }
             continue;
         }
