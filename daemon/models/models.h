@@ -124,6 +124,8 @@ typedef struct wf_model {
                                         (no client waits) */
     uint32_t cnodes;                 /* coordinator: the nodes the steps run on
                                         (bits by world node index) */
+    uint32_t ready_early;            /* coordinator: nodes whose shards another
+                                        regroup cut before our install */
     uint64_t catchup_epoch;          /* coordinator: world epoch of the last
                                         catch-up that failed (no retry in it) */
     wf_status_t cst;                 /* coordinator: a member's first failure */

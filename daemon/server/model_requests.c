@@ -460,7 +460,7 @@ static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m)
         if (srv_reconf_start(srv, &req, msg, sizeof msg) != WF_OK)
             return;
         m->cstep = 3;
-        m->owed = m->cnodes;
+        m->owed = m->cnodes & ~m->ready_early;
     } else if (m->cstep == 3) {
         char now[WF_MODEL_NODES_MAX];
         wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
@@ -516,6 +516,7 @@ static void cm_catchup_start(wf_server_t *srv)
         snprintf(l->path, sizeof l->path, "%s", m->path);
         l->sharded = m->already_sharded;
         m->catchup = true;
+        m->ready_early = 0;
         m->cstep = 1;
         m->cst = WF_OK;
         m->cnodes = bits;
@@ -579,6 +580,7 @@ static void cm_advance(wf_server_t *srv, wf_model_t *m)
         for (uint32_t i = 0; i < n; i++)
             if (!nodes[i].self)
                 m->owed |= 1u << i;
+        m->owed &= ~m->ready_early;
         srv->pending_install = m;
         srv_models_try_install(srv);
     } else if (m->cstep == 3 && m->state == WF_MODEL_READY) {
@@ -600,6 +602,7 @@ static void cm_start(wf_server_t *srv, wf_model_t *m)
     uint64_t epoch;
     uint32_t n = cm_nodes(srv, nodes, &epoch);
     m->lid = srv->models.lid_base | m->id;
+    m->ready_early = 0;
     m->world_epoch = epoch;
     m->world_nodes = n;
     m->cstep = 1;
@@ -708,7 +711,8 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
                       wf_status_t st, const char *err, const wf_cmsg_digest_t *d)
 {
     wf_model_t *m = cm_find(srv, lid, step);
-    if (!m)
+    wf_model_t *early = step == 3 && !m ? cm_find(srv, lid, 2) : NULL;
+    if (!m && !early)
         return;     /* a load that failed already: late */
     wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
     uint64_t epoch;
@@ -717,6 +721,22 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
     for (uint32_t k = 0; k < n && i < 0; k++)
         if (strcmp(nodes[k].name, from) == 0)
             i = (int)k;
+    if (early) {
+        /* a regroup not ours (a client's reconfigure) cut the member's
+         * shards before our install: its "mready" counts then */
+        if (i >= 0 && epoch == early->world_epoch && n == early->world_nodes &&
+            (early->cnodes & (1u << i))) {
+            early->ready_early |= 1u << i;
+            if (st != WF_OK && early->cst == WF_OK) {
+                char shown[WF_PROTO_ERROR_MAX];
+                wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
+                early->cst = st;
+                wf_errf(early->cerr, sizeof early->cerr, "node %s: %s", from,
+                        shown[0] ? shown : wf_status_str(st));
+            }
+        }
+        return;
+    }
     if (i < 0 || epoch != m->world_epoch || n != m->world_nodes ||
         !(m->owed & (1u << i)))
         return;
