@@ -128,6 +128,9 @@ typedef struct wf_model {
                                         regroup cut before our install */
     uint64_t catchup_epoch;          /* coordinator: world epoch of the last
                                         catch-up that failed (no retry in it) */
+    uint64_t unfit_epoch;            /* cluster: the mesh epoch of a world
+                                        whose mesh it does not fit (0: fits) */
+    char unfit[WF_PROTO_ERROR_MAX];  /* and why */
     wf_status_t cst;                 /* coordinator: a member's first failure */
     char cerr[WF_PROTO_ERROR_MAX];   /* and its message */
 } wf_model_t;

@@ -29,6 +29,7 @@
 #include "cluster_msg.h"
 #include "errf.h"
 #include "jobs/forward.h"
+#include "models/flux_shard.h"
 
 /* The owed bits are world node indices. */
 _Static_assert(WF_MODEL_MAX_NODES == WF_SETTINGS_MAX_NODES, "model nodes bound");
@@ -110,6 +111,7 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
         if ((m->state == WF_MODEL_INSTALLING || m->state == WF_MODEL_READY) &&
             st == WF_OK) {
             /* its shards are cut for the mesh now in force */
+            m->unfit_epoch = 0;
             m->tp = srv->sched.mesh.deg.tp;
             m->rank_bytes = wf_model_rank_bytes(&srv->models, m, (int)m->tp);
         }
@@ -951,6 +953,10 @@ const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t 
                 "(ring / ulysses / dp across nodes)", mesh->deg.tp);
         return buf;
     }
+    if (m->unfit_epoch && m->unfit_epoch == mesh->epoch) {
+        wf_errf(buf, len, "%s", m->unfit);
+        return buf;
+    }
     char who[WF_SETTINGS_NAME_MAX];
     if (!wf_world_coordinator(srv->world) || !m->lid || !m->nodes[0] ||
         !cm_missing(srv, m, who, sizeof who))
@@ -965,6 +971,44 @@ const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t 
     return buf;
 }
 
+void srv_models_world_fit(wf_server_t *srv, const wf_mesh_t *mesh,
+                          wf_model_set_t *set)
+{
+    const int tp = (int)mesh->deg.tp;
+    uint64_t avail = srv_min_device_memory(srv), sum = 0;
+    uint32_t k = 0;
+    for (uint32_t j = 0; j < set->n; j++) {
+        wf_model_t *m = NULL;
+        for (int i = 0; i < WF_MODELS_MAX && !m; i++)
+            if (srv->models.m[i] && srv->models.m[i]->id == set->m[j].id)
+                m = srv->models.m[i];
+        char why[WF_PROTO_ERROR_MAX] = "";
+        bool fit = m && wf_flux_plan_check(&m->cfg, &m->plan, tp, m->default_plan,
+                                           why, sizeof why) == WF_OK;
+        uint64_t b = fit ? wf_model_rank_bytes(&srv->models, m, tp) : 0;
+        if (fit && (b > avail || sum > avail - b)) {
+            fit = false;
+            wf_errf(why, sizeof why, "its shards need %.1f MiB per device at tp=%d, "
+                    "%.1f MiB free", (double)b / 1048576.0, tp,
+                    (double)(avail - sum) / 1048576.0);
+        }
+        if (fit) {
+            sum += b;
+            m->unfit_epoch = 0;
+            set->m[k++] = set->m[j];
+        } else if (m) {
+            char deg[96];
+            wf_mesh_degrees_format(&mesh->deg, deg, sizeof deg);
+            m->unfit_epoch = mesh->epoch;
+            wf_errf(m->unfit, sizeof m->unfit, "model '%s' does not fit the "
+                    "cluster world's mesh %s: %s", m->name, deg, why);
+            wf_log(srv->log, WF_LOG_WARNING, "%s; it is not resident until a "
+                   "mesh it fits", m->unfit);
+        }
+    }
+    set->n = k;
+}
+
 wf_status_t srv_models_forward_plan(void *arg, wf_djob_t *job, uint64_t lid,
                                     const wf_mesh_t *mesh, char *err, size_t err_len)
 {
@@ -973,6 +1017,10 @@ wf_status_t srv_models_forward_plan(void *arg, wf_djob_t *job, uint64_t lid,
         const wf_model_t *m = srv->models.m[i];
         if (!m || m->lid != lid || m->state != WF_MODEL_READY)
             continue;
+        if (m->unfit_epoch && m->unfit_epoch == mesh->epoch) {
+            snprintf(err, err_len, "%s", m->unfit);
+            return WF_E_UNAVAILABLE;
+        }
         snprintf(job->req.args.forward.model, sizeof job->req.args.forward.model,
                  "%s", m->name);
         return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);

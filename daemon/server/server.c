@@ -615,7 +615,10 @@ void wf_server_destroy(wf_server_t **psrv)
 
 static wf_djob_t *world_regroup_new(void *arg, const wf_mesh_t *mesh)
 {
-    return srv_regroup_new(arg, mesh, NULL);
+    wf_djob_t *job = srv_regroup_new(arg, mesh, NULL);
+    if (job)    /* a new world's mesh: the models that fit it */
+        srv_models_world_fit(arg, mesh, &job->models);
+    return job;
 }
 
 /* The mesh a member's job descriptor runs under: the one in force, or the

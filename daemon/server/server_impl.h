@@ -207,6 +207,11 @@ void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *m);
  * the mesh's tp groups span nodes). */
 const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
                                        const wf_mesh_t *mesh, char *buf, size_t len);
+/* A cluster world's regroup for `mesh`: leave out of `set` the models
+ * that cannot be cut for it or do not fit this node's devices (forwards
+ * on them are then refused with the reason, until a regroup cuts them). */
+void srv_models_world_fit(wf_server_t *srv, const wf_mesh_t *mesh,
+                          wf_model_set_t *set);
 /* Member: plan a forward part on the coordinator's model `lid` (world.h
  * forward_plan; arg = srv). */
 wf_status_t srv_models_forward_plan(void *arg, wf_djob_t *job, uint64_t lid,
