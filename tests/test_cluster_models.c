@@ -13,7 +13,16 @@
  *     WF_E_MISMATCH naming that node and what differs (c's checkpoint in
  *     bf16 under the same path: the tensor list; b's config.json), and
  *     no node keeps it. A path missing on b only: refused naming b.
- *  5. forward on the cluster: a clear WF_E_UNAVAILABLE (not served yet).
+ *  0. the reference: a single-node weftd (cpu:1) runs a forward of
+ *     flux-tiny on inputs of 24 image + 12 text tokens (the fixtures' 16 /
+ *     8 tokens do not divide over 3 or 6 sequence ranks).
+ *  5. forwards across nodes on meshes that cross them (tp=2 x ring=3,
+ *     ulysses=6, dp=3 x tp=2, tp=2 x ulysses=3; each reconfigure re-cuts
+ *     the shards on every node), 3 per mesh (dp replicas take turns, so
+ *     jobs rooted on members too): the diffusers fixture where the
+ *     sequence degree divides its tokens (tolerance fluxio_tolerance,
+ *     1e-5 for f32) and the 24 + 12 token inputs against the single-node
+ *     output (1e-5 relative).
  *  6. unload "tiny": gone from every node; load it again: ready.
  *  7. a member that does not answer (SIGSTOP c) within cluster_timeout_ms:
  *     the load fails (WF_E_NODE_LOST or WF_E_UNAVAILABLE, naming c), one
