@@ -2,8 +2,11 @@
 # processes (cpu:2 each) with their own model roots: a load on the
 # coordinator resident on every node (list_models names the nodes and
 # ranks), files that differ on one node refused naming it (WF_E_MISMATCH),
-# loads on members refused, unload everywhere, a member that does not
-# answer within cluster_timeout_ms.
+# loads on members refused, forwards across nodes (tp=2 x ring=3,
+# ulysses=6, dp=3 x tp=2, tp=2 x ulysses=3) against diffusers and a
+# single-node weftd, unload everywhere, a member that does not answer
+# within cluster_timeout_ms, a node lost during forwards and restarted
+# (the models re-installed there), the coordinator restarted. ~8 s.
 add_executable(test_cluster_models ${CMAKE_CURRENT_LIST_DIR}/test_cluster_models.c)
 target_link_libraries(test_cluster_models PRIVATE weft_clusterd weft_fluxio weft
   Threads::Threads m)
