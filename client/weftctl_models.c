@@ -90,6 +90,8 @@ static void print_model(const wf_model_info_t *m)
     printf("device %s  weights as %s%s\n", m->device[0] ? m->device : "?",
            m->compute[0] ? m->compute : "?",
            m->host_pinned ? "  (host copy pinned)" : "");
+    if (m->nodes[0])
+        printf("nodes %.*s\n", (int)sizeof m->nodes, m->nodes);
     printf("loaded in %.3f s\n", (double)m->load_ms / 1000.0);
 }
 
@@ -316,6 +318,8 @@ int ctl_cmd_models(wf_client_t *c)
                x->state, x->family, x->dtype, params, x->tp, rank, host, pct, when,
                x->device[0] ? x->device : "-", x->path,
                x->sharded_input ? " (sharded)" : "");
+        if (x->nodes[0])   /* a cluster: where its shards live */
+            printf("%-20s nodes %.*s\n", "", (int)sizeof x->nodes, x->nodes);
     }
     if (n == 0)
         printf("(no models)\n");

@@ -100,6 +100,9 @@ typedef enum wf_status {
     /* the job was cancelled (wf_cancel, op cancel): while queued, or at a
      * step boundary of its run, its devices freed */
     WF_E_CANCELLED = 27,
+    /* a cluster's nodes disagree: a model's files (config, tensors, sizes
+     * or headers) differ on the node the message names */
+    WF_E_MISMATCH = 28,
     /* a bug or an unexpected failure inside the daemon */
     WF_E_INTERNAL = 40,
     /* a communicator was aborted (a peer failed) while the job ran */
@@ -498,6 +501,7 @@ typedef struct wf_load_opts {
 #define WF_MODEL_NAME_MAX 64
 #define WF_MODEL_PATH_LEN 256   /* model path in requests, with the NUL */
 #define WF_MODELS_MAX 16     /* models a daemon holds at once */
+#define WF_MODEL_NODES_LEN 256  /* a model's `nodes` in list_models, with the NUL */
 
 /* One resident (or loading) model as list_models reports it. */
 typedef struct wf_model_info {
@@ -519,6 +523,10 @@ typedef struct wf_model_info {
                                       them ("f32" on the CPU; the checkpoint's
                                       on a GPU, accumulating in f32) */
     uint32_t host_pinned;          /* host copy pinned for fast re-shard copies */
+    char nodes[WF_MODEL_NODES_LEN]; /* a cluster's nodes holding it and their
+                                      world ranks, "NODE:FIRST-LAST,..." in
+                                      rank order ("" on a single node, and
+                                      from daemons before this field) */
 } wf_model_info_t;
 
 /* Load a model: blocks until it is resident on every rank (or refused),

@@ -166,6 +166,51 @@ static const field_t out_fields[] = {
     XFER_EPOCH, XFER_SEQ, TYPED("st", wf_cmsg_xfer_t, st, K_STATUS), XFER_N,
 };
 
+/* resident models across nodes */
+static const field_t mload_fields[] = {
+    { "lid", offsetof(wf_cmsg_mload_t, lid), K_U64, 0, 1, UINT64_MAX },
+    STR("name", wf_cmsg_mload_t, name, 1, F_NAME),
+    STR("path", wf_cmsg_mload_t, path, 1, 0),
+    { "sharded", offsetof(wf_cmsg_mload_t, sharded), K_BOOL, F_OMIT, 0, 0 },
+};
+
+#define DIGEST(k, m) { k, offsetof(wf_cmsg_mfound_t, d) + offsetof(wf_cmsg_digest_t, m), \
+                       K_U64, 0, 0, UINT64_MAX }
+static const field_t mfound_fields[] = {
+    U64("lid", wf_cmsg_mfound_t, lid),
+    TYPED("st", wf_cmsg_mfound_t, st, K_STATUS),
+    STR("error", wf_cmsg_mfound_t, err, 0, F_OMIT),
+    DIGEST("cfg", cfg), DIGEST("tensors", tensors), DIGEST("sizes", sizes),
+    DIGEST("headers", headers), DIGEST("n", n), DIGEST("bytes", bytes),
+};
+
+static const field_t mstep_fields[] = {
+    U64("lid", wf_cmsg_mstep_t, lid),
+};
+
+static const field_t mres_fields[] = {
+    U64("lid", wf_cmsg_mres_t, lid),
+    TYPED("st", wf_cmsg_mres_t, st, K_STATUS),
+    STR("error", wf_cmsg_mres_t, err, 0, F_OMIT),
+};
+
+#define FDIM(k, m) TYPED(k, wf_cfjob_t, m, K_DIM)
+#define FDT(k, m) TYPED(k, wf_cfjob_t, m, K_DTYPE)
+static const field_t fjob_fields[] = {
+    U64("seq", wf_cfjob_t, seq),
+    U64("epoch", wf_cfjob_t, epoch),
+    U64("id", wf_cfjob_t, id),
+    U32("base", wf_cfjob_t, base, 0, WF_CMSG_MAX_DEVICES),
+    U32("g", wf_cfjob_t, g, 1, WF_CMSG_MAX_DEVICES),
+    { "lid", offsetof(wf_cfjob_t, lid), K_U64, 0, 1, UINT64_MAX },
+    FDIM("B", B), FDIM("Si", Si), FDIM("St", St), FDIM("Ch", Ch), FDIM("Ce", Ce),
+    FDIM("Cp", Cp), FDIM("Ai", Ai), FDIM("At", At),
+    FDT("hdt", hdt), FDT("edt", edt), FDT("pdt", pdt), FDT("tdt", tdt),
+    FDT("idt", idt), FDT("xdt", xdt), FDT("odt", odt),
+    { "guid", offsetof(wf_cfjob_t, guid), K_BOOL, F_OMIT, 0, 0 },
+    { "gdt", offsetof(wf_cfjob_t, gdt), K_DTYPE, F_OMIT, 0, 0 },
+};
+
 wf_status_t wf_cmsg_check_data(const char *data, uint32_t ranks, const char *key,
                                char *err, size_t err_len)
 {
@@ -291,6 +336,17 @@ static wf_status_t world_check(const void *body, char *err, size_t err_len)
     return WF_OK;
 }
 
+/* An mload's path follows the model path rule (section 12.1). */
+static wf_status_t mload_check(const void *body, char *err, size_t err_len)
+{
+    const wf_cmsg_mload_t *l = body;
+    char e[WF_PROTO_ERROR_MAX];
+    if (wf_check_model_path(l->path, strlen(l->path), e, sizeof e) == WF_OK)
+        return WF_OK;
+    wf_errf(err, err_len, "mload: field 'path': %s", e);
+    return WF_E_BAD_FIELD;
+}
+
 /* A head split's mask: bit 0 (rank 0 at base) and g bits in all. */
 static wf_status_t job_check(const void *body, char *err, size_t err_len)
 {
@@ -328,6 +384,13 @@ static const spec_t specs[] = {
     SPEC(WF_CMSG_XFER_HI, "hi", hi_fields, NULL, false),
     SPEC(WF_CMSG_XFER_IN, "in", in_fields, NULL, false),
     SPEC(WF_CMSG_XFER_OUT, "out", out_fields, NULL, false),
+    SPEC(WF_CMSG_MLOAD, "mload", mload_fields, mload_check, false),
+    SPEC(WF_CMSG_MFOUND, "mfound", mfound_fields, NULL, false),
+    SPEC(WF_CMSG_MGO, "mgo", mstep_fields, NULL, false),
+    SPEC(WF_CMSG_MDROP, "mdrop", mstep_fields, NULL, false),
+    SPEC(WF_CMSG_MREAD, "mread", mres_fields, NULL, false),
+    SPEC(WF_CMSG_MREADY, "mready", mres_fields, NULL, false),
+    SPEC(WF_CMSG_FJOB, "fjob", fjob_fields, NULL, false),
 };
 
 /* The key of the message's "t", the only one outside the tables. */

@@ -37,7 +37,8 @@
                                         (WF_SETTINGS_MAX_DEVICES, WF_DJOB_MAX_WORLD) */
 #define WF_CMSG_WORLD_ID_MAX 40      /* world id (32 hex digits), with the NUL */
 #define WF_CMSG_MESH_MAX 65536       /* a mesh degree (WF_MESH_MAX_WORLD) */
-#define WF_CMSG_XFER_MAX_FRAMES 3    /* tensor frames behind a channel header */
+#define WF_CMSG_XFER_MAX_FRAMES 7    /* tensor frames behind a channel header
+                                        (a forward's inputs) */
 #define WF_CMSG_NCCL_ID_BYTES 128    /* an ncclUniqueId (NCCL_UNIQUE_ID_BYTES,
                                         daemon/comm/comm_nccl.h WF_NCCL_ID_BYTES) */
 #define WF_CMSG_NCCL_ID_Z85 160      /* its Z85 text ("ncclid" of world), without the NUL */
@@ -85,7 +86,16 @@ typedef enum wf_cmsg_type {
     /* tensor channel headers (world epoch) */
     WF_CMSG_XFER_HI,     /* "hi": xfer (epoch), member -> coordinator */
     WF_CMSG_XFER_IN,     /* "in": xfer (epoch, seq, n), coordinator -> member */
-    WF_CMSG_XFER_OUT     /* "out": xfer (epoch, seq, st, n), member -> coordinator */
+    WF_CMSG_XFER_OUT,    /* "out": xfer (epoch, seq, st, n), member -> coordinator */
+    /* resident models across nodes (PROTOCOL.md sections 11 and 12.7), on
+     * the control socket */
+    WF_CMSG_MLOAD,       /* "mload": mload, coordinator -> member */
+    WF_CMSG_MFOUND,      /* "mfound": mfound, member -> coordinator */
+    WF_CMSG_MGO,         /* "mgo": mstep (lid), coordinator -> member */
+    WF_CMSG_MDROP,       /* "mdrop": mstep (lid), coordinator -> member */
+    WF_CMSG_MREAD,       /* "mread": mres, member -> coordinator */
+    WF_CMSG_MREADY,      /* "mready": mres, member -> coordinator */
+    WF_CMSG_FJOB         /* "fjob": fjob, coordinator -> member */
 } wf_cmsg_type_t;
 
 /* hello: a member asks to join. The version fields come first and the
@@ -179,6 +189,76 @@ typedef struct wf_cmsg_xfer {
     uint32_t n;                      /* "n": 0..WF_CMSG_XFER_MAX_FRAMES */
 } wf_cmsg_xfer_t;
 
+/* ---- resident models across nodes (PROTOCOL.md section 12.7) ----------
+ * A load on the coordinator: "mload" to every member; each opens the
+ * model (config, headers; no weight read) and answers "mfound" with the
+ * digests of what it found; the coordinator compares them with its own
+ * and sends "mgo" (read the weights) or "mdrop" (forget the load) to
+ * every member; a member answers "mread" once its weights are read and
+ * "mready" once its shards are cut (the coordinator's regroup). "mdrop"
+ * also unloads a model. `lid` is the coordinator's id of the model. */
+
+/* The digests of a model's files as a node found them (64-bit FNV-1a
+ * each; models.h wf_model_digest_t). */
+typedef struct wf_cmsg_digest {
+    uint64_t cfg;                    /* "cfg": config.json's bytes */
+    uint64_t tensors;                /* "tensors": names, dtypes, shapes */
+    uint64_t sizes;                  /* "sizes": file names and sizes */
+    uint64_t headers;                /* "headers": the headers' offsets and metadata */
+    uint64_t n;                      /* "n": tensors */
+    uint64_t bytes;                  /* "bytes": data bytes */
+} wf_cmsg_digest_t;
+
+/* mload: open model `path` under the model root as `name`. */
+typedef struct wf_cmsg_mload {
+    uint64_t lid;                    /* "lid": > 0 */
+    char name[WF_MODEL_NAME_MAX];    /* "name": a model name (section 12.1) */
+    char path[WF_MODEL_PATH_LEN];    /* "path": a model path (section 12.1) */
+    bool sharded;                    /* "sharded": weights_already_sharded */
+} wf_cmsg_mload_t;
+
+/* mfound: what the member found (st WF_OK: the digests; else err). */
+typedef struct wf_cmsg_mfound {
+    uint64_t lid;                    /* "lid" */
+    wf_status_t st;                  /* "st" */
+    char err[WF_CTL_STR_MAX];        /* "error" (optional) */
+    wf_cmsg_digest_t d;              /* "cfg" .. "bytes" (0 when st fails) */
+} wf_cmsg_mfound_t;
+
+/* mgo / mdrop. */
+typedef struct wf_cmsg_mstep {
+    uint64_t lid;                    /* "lid" */
+} wf_cmsg_mstep_t;
+
+/* mread / mready: how a step ended on the member. */
+typedef struct wf_cmsg_mres {
+    uint64_t lid;                    /* "lid" */
+    wf_status_t st;                  /* "st" */
+    char err[WF_CTL_STR_MAX];        /* "error" (optional) */
+} wf_cmsg_mres_t;
+
+/* fjob: the descriptor of a forward job's part (a resident model's),
+ * coordinator to every member holding ranks of it; answered like "job"
+ * ("done", or the outputs on the tensor channel from the roots' node).
+ * The inputs, in this order (weft.h wf_flux_inputs_t): hidden_states
+ * (B, Si, Ch), encoder_hidden_states (B, St, Ce), pooled_projections
+ * (B, Cp), timestep (B), img_ids (Si, Ai), txt_ids (St, At) and, with
+ * guid, guidance (B). The member checks them against its copy of the
+ * model (the coordinator's checks are the same). */
+typedef struct wf_cfjob {
+    uint64_t seq;                    /* "seq": global sequence number */
+    uint64_t epoch;                  /* "epoch": mesh epoch */
+    uint64_t id;                     /* "id": the client's request id (logs) */
+    uint32_t base;                   /* "base": world rank of job rank 0 */
+    uint32_t g;                      /* "g": ranks of the job, 1..WF_CMSG_MAX_DEVICES */
+    uint64_t lid;                    /* "lid": the model (mload's lid) */
+    int64_t B, Si, St, Ch, Ce, Cp, Ai, At; /* "B" .. "At": 1..INT32_MAX */
+    wf_dtype_t hdt, edt, pdt, tdt, idt, xdt, gdt, odt; /* "hdt" .. "odt":
+                                        the inputs' dtypes in the order
+                                        above, the output's */
+    bool guid;                       /* "guid": guidance is an input */
+} wf_cfjob_t;
+
 /* One control message: its type and the body of that type. */
 typedef struct wf_cmsg {
     wf_cmsg_type_t type;
@@ -192,6 +272,11 @@ typedef struct wf_cmsg {
         wf_cmsg_result_t result;     /* DONE, ABORTED */
         wf_cmsg_abort_t abort;       /* ABORT */
         wf_cmsg_xfer_t xfer;         /* XFER_HI, XFER_IN, XFER_OUT */
+        wf_cmsg_mload_t mload;       /* MLOAD */
+        wf_cmsg_mfound_t mfound;     /* MFOUND */
+        wf_cmsg_mstep_t mstep;       /* MGO, MDROP */
+        wf_cmsg_mres_t mres;         /* MREAD, MREADY */
+        wf_cfjob_t fjob;             /* FJOB */
     } u;                             /* REJOIN, UNKNOWN: none */
 } wf_cmsg_t;
 

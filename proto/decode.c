@@ -1184,6 +1184,7 @@ static wf_status_t decode_model_info(dec_t *d, const msgpack_object *m, const ch
     TRY(opt_str(d, m, path, "device", mi->device, sizeof(mi->device)));
     TRY(opt_str(d, m, path, "compute", mi->compute, sizeof(mi->compute)));
     TRY(opt_flag_u32(d, m, path, "host_pinned", &mi->host_pinned));
+    TRY(opt_str(d, m, path, "nodes", mi->nodes, sizeof(mi->nodes)));
     return WF_OK;
 }
 

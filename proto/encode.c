@@ -479,7 +479,9 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
 /* MODEL (section 12.5): every field of wf_model_info_t under its name. */
 static void put_model(enc_t *e, const wf_model_info_t *m)
 {
-    e->failed |= msgpack_pack_map(&e->pk, 16);
+    /* "nodes" only in a cluster: a single node's MODEL is as before */
+    bool nodes = m->nodes[0] != '\0';
+    e->failed |= msgpack_pack_map(&e->pk, nodes ? 17 : 16);
     put_key_fixstr(e, "name", m->name, sizeof(m->name));
     put_key_fixstr(e, "path", m->path, sizeof(m->path));
     put_key_fixstr(e, "family", m->family, sizeof(m->family));
@@ -496,6 +498,8 @@ static void put_model(enc_t *e, const wf_model_info_t *m)
     put_key_fixstr(e, "device", m->device, sizeof(m->device));
     put_key_fixstr(e, "compute", m->compute, sizeof(m->compute));
     put_key_bool(e, "host_pinned", m->host_pinned != 0);
+    if (nodes)
+        put_key_fixstr(e, "nodes", m->nodes, sizeof(m->nodes));
 }
 
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)

@@ -219,17 +219,28 @@ bool wf_channel_send_inputs(wf_channel_t *ch, const wf_djob_t *job,
 {
     if (!ch->sock)
         return false;
+    /* attention: q, k, v; forward: its inputs in the order of "fjob"
+     * (proto/cluster_msg.h wf_cfjob_t) */
     const wf_attention_args_t *a = &job->req.args.attention;
-    const uint32_t idx[3] = { a->q, a->k, a->v };
-    zmq_msg_t f[3];
-    for (int t = 0; t < 3; t++) {
+    const wf_forward_args_t *fa = &job->req.args.forward;
+    int idx[WF_CMSG_XFER_MAX_FRAMES] = { a->q, a->k, a->v };
+    uint32_t n = 3;
+    if (job->kind == WF_DJOB_FORWARD) {
+        const int fi[7] = { fa->hidden_states, fa->encoder_hidden_states,
+                            fa->pooled_projections, fa->timestep, fa->img_ids,
+                            fa->txt_ids, fa->guidance };
+        n = fa->guidance >= 0 ? 7 : 6;
+        memcpy(idx, fi, n * sizeof fi[0]);
+    }
+    zmq_msg_t f[WF_CMSG_XFER_MAX_FRAMES];
+    for (uint32_t t = 0; t < n; t++) {
         zmq_msg_init(&f[t]);
         zmq_msg_copy(&f[t], (zmq_msg_t *)&job->frames[job->req.tensors[idx[t]].frame]);
     }
     wf_cmsg_xfer_t *x = hdr_begin(ch, WF_CMSG_XFER_IN, job->world_epoch);
     x->seq = job->seq;
-    x->n = 3;
-    bool ok = send_msg(ch, node, f, 3);
+    x->n = n;
+    bool ok = send_msg(ch, node, f, n);
     if (!ok)
         wf_log(ch->log, WF_LOG_WARNING, "cluster: inputs of job %" PRIu64 " (seq %"
                PRIu64 ") not sent to %s: %s", job->req.id, job->seq, node,
@@ -301,9 +312,10 @@ void wf_channel_recv(wf_channel_t *ch)
 {
     bool coord = ch->coord;
     for (int budget = 0; ch->sock && budget < 256; budget++) {
-        /* [name (ROUTER)], header, up to 3 frames */
-        zmq_msg_t p[5];
-        uint32_t n = 0, max = coord ? 5 : 4;
+        /* [name (ROUTER)], header, up to WF_CMSG_XFER_MAX_FRAMES frames */
+        zmq_msg_t p[2 + WF_CMSG_XFER_MAX_FRAMES];
+        uint32_t n = 0, max = coord ? 2 + WF_CMSG_XFER_MAX_FRAMES
+                                    : 1 + WF_CMSG_XFER_MAX_FRAMES;
         bool over = false, more = true;
         while (more) {
             zmq_msg_t m;

@@ -52,6 +52,16 @@ typedef struct wf_world_hooks {
     void (*installed)(void *arg);
     /* More jobs may be dispatched (a member's channel said hi). */
     void (*dispatch)(void *arg);
+    /* A resident-model message (mload .. mready, cluster_msg.h) from node
+     * `from` (coordinator) or from the coordinator (member: NULL); the
+     * message is borrowed for the call. NULL: such messages are dropped. */
+    void (*model_msg)(void *arg, const char *from, const wf_ctl_msg_t *m);
+    /* Member: plan the part of a forward job on the model whose
+     * coordinator's id is `lid`, for `mesh` (jobs/forward.h; the inputs'
+     * descriptors are set). WF_OK, or a status with err (no such model
+     * ready here, inputs that do not fit it). NULL: forwards refused. */
+    wf_status_t (*forward_plan)(void *arg, wf_djob_t *job, uint64_t lid,
+                                const wf_mesh_t *mesh, char *err, size_t err_len);
 } wf_world_hooks_t;
 
 /* What a world is built from; every pointer borrowed until

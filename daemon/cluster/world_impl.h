@@ -19,7 +19,7 @@
 typedef struct wf_world_early {
     uint64_t seq, epoch;         /* the job's sequence number, world epoch */
     uint32_t n;                  /* frames held */
-    zmq_msg_t f[3];              /* q, k, v */
+    zmq_msg_t f[WF_CMSG_XFER_MAX_FRAMES]; /* q, k, v; a forward's inputs */
 } wf_world_early_t;
 
 struct wf_world {

@@ -116,6 +116,39 @@ static wf_status_t job_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
     return wf_cjob_put(m, &d);
 }
 
+/* The descriptor of a forward job (PROTOCOL.md section 11, "fjob"). */
+static wf_status_t fjob_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
+{
+    const wf_forward_args_t *a = &job->req.args.forward;
+    const wf_tensor_desc_t *t = job->req.tensors;
+    wf_cmsg_t msg = { .type = WF_CMSG_FJOB };
+    wf_cfjob_t *d = &msg.u.fjob;
+    d->seq = job->seq;
+    d->epoch = job->epoch;
+    d->id = job->req.id;
+    d->base = job->device[0];
+    d->g = (uint32_t)job->group_size;
+    d->lid = job->model_lid;
+    d->B = t[a->hidden_states].shape[0];
+    d->Si = t[a->hidden_states].shape[1];
+    d->Ch = t[a->hidden_states].shape[2];
+    d->St = t[a->encoder_hidden_states].shape[1];
+    d->Ce = t[a->encoder_hidden_states].shape[2];
+    d->Cp = t[a->pooled_projections].shape[1];
+    d->Ai = t[a->img_ids].shape[1];
+    d->At = t[a->txt_ids].shape[1];
+    d->hdt = t[a->hidden_states].dtype;
+    d->edt = t[a->encoder_hidden_states].dtype;
+    d->pdt = t[a->pooled_projections].dtype;
+    d->tdt = t[a->timestep].dtype;
+    d->idt = t[a->img_ids].dtype;
+    d->xdt = t[a->txt_ids].dtype;
+    d->guid = a->guidance >= 0;
+    d->gdt = d->guid ? t[a->guidance].dtype : WF_DTYPE_F32;
+    d->odt = job->out_desc[0].dtype;
+    return wf_cmsg_put(m, &msg);
+}
+
 /* Coordinator, at dispatch: the descriptor of `job` to every member
  * holding some of its ranks, and to the one holding its roots (if not
  * us) its inputs on the tensor channel. Returns the parts that will
@@ -128,7 +161,7 @@ uint32_t wf_world_remote(void *arg, wf_djob_t *job)
     job->remote_pending = 0;
     job->xroot = 0;
     job->world_epoch = w->world_epoch;
-    if (job_encode(m, job) != WF_OK) {
+    if ((job->kind == WF_DJOB_FORWARD ? fjob_encode(m, job) : job_encode(m, job)) != WF_OK) {
         /* cannot happen (a fixed set of keys): but our ranks would wait
          * for the members' in a collective, so the world is aborted */
         snprintf(job->err, sizeof job->err, "job descriptor does not fit a "
@@ -185,6 +218,8 @@ void wf_world_unlink_remote(wf_world_t *w, wf_djob_t *job)
 void wf_world_member_done(wf_world_t *w, uint64_t seq, uint64_t epoch,
                           wf_status_t st)
 {
+    wf_log(w->log, WF_LOG_DEBUG, "cluster: part of seq %" PRIu64 " done: %s", seq,
+           wf_status_name(st));
     wf_cmsg_t done = { .type = WF_CMSG_DONE,
                        .u.result = { .seq = seq, .epoch = epoch, .st = st } };
     if (wf_cmsg_put(&w->msg, &done) == WF_OK)
@@ -365,6 +400,145 @@ static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
     wf_world_enqueue(w, job);
 }
 
+/* Member: a forward job's descriptor ("fjob"): as member_job, on this
+ * node's copy of the model (hooks.forward_plan). Its roots (replica ranks
+ * 0..tp-1, one node: tp stays inside a node) read the inputs from the
+ * tensor channel when they are ours. */
+static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
+{
+    wf_cmsg_t *msg = &w->rx;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    bool ok = wf_cmsg_get(m, msg, err, sizeof err) == WF_OK;
+    const wf_cfjob_t d = msg->u.fjob;
+    if (ok && d.base + d.g > w->world_size) {
+        ok = false;
+        snprintf(err, sizeof err, "ranks %u..%u outside the world of %u", d.base,
+                 d.base + d.g - 1, w->world_size);
+    }
+    if (!ok) {
+        wf_log(w->log, WF_LOG_WARNING, "cluster: malformed forward descriptor (seq %"
+               PRIu64 ") dropped: %s", d.seq, err);
+        wf_world_member_done(w, d.seq, d.epoch, WF_E_MALFORMED);
+        return;
+    }
+    const wf_mesh_t *mesh = w->hooks.job_mesh(w->hooks.arg);
+    if (w->aborted && w->failed_epoch == w->world_epoch && w->built &&
+        d.epoch == mesh->epoch) {
+        wf_world_member_done(w, d.seq, d.epoch, WF_E_ABORTED);
+        return;
+    }
+    uint32_t cp_ranks = mesh->deg.ring * mesh->deg.ulysses * mesh->deg.tp;
+    if (!w->built || w->install || w->aborted || d.epoch != mesh->epoch ||
+        d.g != cp_ranks || !w->hooks.forward_plan) {
+        wf_log(w->log, WF_LOG_ERR, "cluster: forward job %" PRIu64 " (seq %" PRIu64
+               ") for mesh epoch %" PRIu64 " refused: this node serves mesh epoch %"
+               PRIu64, d.id, d.seq, d.epoch, mesh->epoch);
+        wf_world_member_done(w, d.seq, d.epoch, WF_E_UNAVAILABLE);
+        return;
+    }
+    wf_djob_t *job = wf_djob_new();
+    if (!job) {
+        wf_world_member_done(w, d.seq, d.epoch, WF_E_NO_MEMORY);
+        return;
+    }
+    job->remote_part = true;
+    job->seq = d.seq;
+    job->epoch = d.epoch;
+    job->req.id = d.id;
+    job->req.op = WF_OP_FORWARD;
+    job->req.n_tensors = d.guid ? 7 : 6;
+    wf_forward_args_t *a = &job->req.args.forward;
+    a->hidden_states = 0;
+    a->encoder_hidden_states = 1;
+    a->pooled_projections = 2;
+    a->timestep = 3;
+    a->img_ids = 4;
+    a->txt_ids = 5;
+    a->guidance = d.guid ? 6 : -1;
+    a->has_out_dtype = true;
+    a->out_dtype = d.odt;
+    const struct { const char *name; int rank; int64_t s0, s1, s2; wf_dtype_t dt; } in[7] = {
+        { "hidden_states", 3, d.B, d.Si, d.Ch, d.hdt },
+        { "encoder_hidden_states", 3, d.B, d.St, d.Ce, d.edt },
+        { "pooled_projections", 2, d.B, d.Cp, 0, d.pdt },
+        { "timestep", 1, d.B, 0, 0, d.tdt },
+        { "img_ids", 2, d.Si, d.Ai, 0, d.idt },
+        { "txt_ids", 2, d.St, d.At, 0, d.xdt },
+        { "guidance", 1, d.B, 0, 0, d.gdt },
+    };
+    for (uint32_t t = 0; t < job->req.n_tensors; t++) {
+        wf_tensor_desc_t *td = &job->req.tensors[t];
+        snprintf(td->name, sizeof td->name, "%s", in[t].name);
+        td->dtype = in[t].dt;
+        td->rank = in[t].rank;
+        td->shape[0] = in[t].s0;
+        td->shape[1] = in[t].s1;
+        td->shape[2] = in[t].s2;
+        td->frame = t;
+    }
+    wf_status_t st = w->hooks.forward_plan(w->hooks.arg, job, d.lid, mesh, err,
+                                           sizeof err);
+    if (st == WF_OK && (uint32_t)job->group_size != d.g) {
+        st = WF_E_INTERNAL;
+        snprintf(err, sizeof err, "%d ranks here, %u in the descriptor",
+                 job->group_size, d.g);
+    }
+    if (st != WF_OK) {
+        /* the coordinator checked the same inputs on the same files: our
+         * ranks never run, and it aborts the world (its ranks wait) */
+        wf_log(w->log, WF_LOG_ERR, "cluster: forward job %" PRIu64 " (seq %" PRIu64
+               ") refused: %s", d.id, d.seq, err);
+        wf_djob_free(&job);
+        wf_world_member_done(w, d.seq, d.epoch, WF_E_UNAVAILABLE);
+        return;
+    }
+    job->done = w->done;
+    job->world_epoch = w->world_epoch;
+    int local = 0, roots = 0;
+    uint32_t lo = w->first_rank, T = mesh->deg.tp;
+    for (uint32_t r = 0; r < d.g; r++) {
+        uint32_t wr = d.base + r;
+        if (wr < lo || wr - lo >= w->n_workers)
+            continue;
+        job->device[r] = wr - lo;
+        job->task[r].job = job;
+        job->task[r].rank = (int)r;
+        local++;
+        roots += r < T;
+    }
+    wf_log(w->log, WF_LOG_DEBUG, "cluster: forward job %" PRIu64 " (seq %" PRIu64
+           "): ranks %u..%u, %d here, %d root(s) here", d.id, d.seq, d.base,
+           d.base + d.g - 1, local, roots);
+    if (roots > 0 && ((uint32_t)roots != T || !wf_channel_socket(w->channel) ||
+                      member_root_setup(w, job) != WF_OK)) {
+        /* as member_job: our roots fail their step, which aborts the world */
+        wf_log(w->log, WF_LOG_ERR, "cluster: forward job %" PRIu64 " (seq %" PRIu64
+               ") has roots this member cannot take; it fails", d.id, d.seq);
+        if ((uint32_t)local == d.g) {
+            wf_djob_free(&job);
+            wf_world_member_done(w, d.seq, d.epoch, WF_E_INTERNAL);
+            return;
+        }
+        job->root_here = true;
+        job->inputs_bad = true;
+        job->inputs_in = true;
+    }
+    if (local == 0) {
+        wf_djob_free(&job);
+        wf_world_member_done(w, d.seq, d.epoch, WF_OK);
+        return;
+    }
+    atomic_store(&job->remaining, local);
+    if (job->root_here && !job->inputs_in)
+        member_take_early(w, job);
+    if (job->root_here && !job->inputs_in && w->early_lost_seq >= d.seq &&
+        w->early_lost_epoch == job->world_epoch) {
+        job->inputs_in = true;
+        job->inputs_bad = true;
+    }
+    wf_world_enqueue(w, job);
+}
+
 /* Member: queue a part on its ranks' workers. */
 void wf_world_submit(wf_world_t *w, wf_djob_t *job)
 {
@@ -444,6 +618,19 @@ static void member_flush(wf_world_t *w)
 static wf_status_t member_root_setup(wf_world_t *w, wf_djob_t *job)
 {
     uint64_t max_in = w->settings->limits.max_tensor_bytes;
+    if (job->kind == WF_DJOB_FORWARD) {
+        /* the plan (hooks.forward_plan) made the output's descriptor */
+        for (uint32_t t = 0; t < job->req.n_tensors; t++)
+            if (wf_tensor_desc_finish(&job->req.tensors[t]) != WF_OK ||
+                job->req.tensors[t].nbytes > max_in)
+                return WF_E_LIMIT;
+        size_t size = ((size_t)job->out_desc[0].nbytes + 63) & ~(size_t)63;
+        job->out[0] = aligned_alloc(64, size ? size : 64);
+        if (!job->out[0])
+            return WF_E_NO_MEMORY;
+        job->root_here = true;
+        return WF_OK;
+    }
     for (int t = 0; t < 3; t++)
         if (wf_tensor_desc_finish(&job->req.tensors[t]) != WF_OK ||
             job->req.tensors[t].nbytes > max_in)
@@ -481,14 +668,17 @@ static wf_status_t member_root_setup(wf_world_t *w, wf_djob_t *job)
 static void member_give_inputs(wf_world_t *w, wf_djob_t *job, zmq_msg_t *f,
                                uint32_t n)
 {
-    bool ok = n == 3;
-    for (uint32_t t = 0; ok && t < 3; t++)
+    /* frame t is tensor t: q, k, v; a forward's inputs in wf_cfjob_t's order */
+    const uint32_t want = job->req.n_tensors;
+    bool ok = n == want;
+    for (uint32_t t = 0; ok && t < want; t++)
         ok = zmq_msg_size(&f[t]) == job->req.tensors[t].nbytes;
-    for (uint32_t t = 0; t < 3 && t < n; t++) {
+    uint32_t keep = n < want ? n : want;
+    for (uint32_t t = 0; t < keep; t++) {
         zmq_msg_init(&job->frames[t]);
         zmq_msg_move(&job->frames[t], &f[t]);
     }
-    job->n_frames = n < 3 ? n : 3;
+    job->n_frames = keep;
     if (!ok) {
         wf_log(w->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
                PRIu64 ") do not match its descriptor; the job fails",
@@ -517,7 +707,7 @@ static void member_in(wf_world_t *w, const wf_cmsg_xfer_t *h, zmq_msg_t *f,
                       uint32_t n)
 {
     const uint64_t epoch = h->epoch, seq = h->seq;
-    if (h->n != n || n != 3)
+    if (h->n != n || n == 0 || n > WF_CMSG_XFER_MAX_FRAMES)
         return;
     for (wf_djob_t *j = w->mq_head; j; j = j->next) {
         if (j->kind == WF_DJOB_REGROUP || !j->root_here || j->seq != seq ||
@@ -649,6 +839,11 @@ void wf_world_on_message(void *arg, const char *from, const wf_ctl_msg_t *m)
     wf_cmsg_type_t t = wf_cmsg_type(m);
     if (!from && t == WF_CMSG_JOB) {
         member_job(w, m);       /* answers even a malformed one */
+    } else if (!from && t == WF_CMSG_FJOB) {
+        member_fjob(w, m);      /* the same */
+    } else if (t >= WF_CMSG_MLOAD && t <= WF_CMSG_MREADY) {
+        if (w->hooks.model_msg)     /* resident models: the server's */
+            w->hooks.model_msg(w->hooks.arg, from, m);
     } else if (from && t == WF_CMSG_DONE) {
         char err[WF_PROTO_ERROR_MAX];
         if (wf_cmsg_get(m, &w->rx, err, sizeof err) == WF_OK)

@@ -91,6 +91,7 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     job->mesh = *mesh;
     job->plan_epoch = mesh->epoch;
     job->model_id = m->id;
+    job->model_lid = m->lid;
     job->flops = forward_flops(job, m);
     const wf_flux_config_t *cfg = &m->cfg;
     /* the load refused such a model already: a guard */
@@ -156,6 +157,13 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
         wf_log(w->log, WF_LOG_ERR, "%s: forward job %" PRIu64 " finds no shard "
                "of model %" PRIu64 " for epoch %" PRIu64, w->name, job->seq,
                job->model_id, job->epoch);
+        goto out;
+    }
+    if (rank == 0 && job->root_here && (!job->inputs_in || job->inputs_bad)) {
+        /* a cluster member's root whose inputs did not come right
+         * (cluster/world_jobs.c): fail, aborting the world */
+        wf_log(w->log, WF_LOG_ERR, "%s: forward job %" PRIu64 ": its inputs from "
+               "the coordinator are missing or do not match", w->name, job->seq);
         goto out;
     }
     st = wf_djob_boundary(job, 0);      /* the start: before any collective */

@@ -9,11 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "model_root.h"
 #include "proto_check.h"
+#include "safetensors.h"
 #include "base/notify.h"
 
 /* ---- worker side --------------------------------------------------------- */
@@ -79,6 +81,12 @@ wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
     memset(r, 0, sizeof *r);
     r->root_fd = -1;
     r->next_id = 1;
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (uint32_t)wf_now_usec() ^ (uint32_t)getpid();
+    r->lid_base = (uint64_t)(rnd | 1u) << 32;
+    pthread_mutex_init(&r->gate_mu, NULL);
+    pthread_cond_init(&r->gate_cv, NULL);
     r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (r->efd < 0) {
         wf_errf(err, err_len, "eventfd: %s", strerror(errno));
@@ -135,6 +143,7 @@ static void model_free(const wf_registry_t *r, wf_model_t *m)
 void wf_registry_destroy(wf_registry_t *r)
 {
     if (r->loading) {
+        wf_registry_gate(r, r->loading, false);  /* a gated load stops */
         pthread_join(r->loader, NULL);
         r->loading = NULL;
     }
@@ -144,8 +153,11 @@ void wf_registry_destroy(wf_registry_t *r)
     }
     if (r->root_fd >= 0)
         close(r->root_fd);
-    if (r->efd >= 0)
+    if (r->efd >= 0) {
         close(r->efd);
+        pthread_cond_destroy(&r->gate_cv);
+        pthread_mutex_destroy(&r->gate_mu);
+    }
     r->root_fd = r->efd = -1;
 }
 
@@ -195,6 +207,175 @@ static uint64_t mem_available(void)
             break;
     fclose(f);
     return kb ? kb * 1024 : UINT64_MAX;
+}
+
+/* ---- digests of a model's files (cluster loads) ------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= UINT64_C(1099511628211);
+    }
+    return h;
+}
+
+static uint64_t fnv_u64(uint64_t h, uint64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));   /* the same on every host */
+    return fnv(h, b, sizeof b);
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+    return fnv(h, s, strlen(s) + 1);
+}
+
+#define FNV_START UINT64_C(14695981039346656037)
+
+/* The last component of a path. */
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* One safetensors file into the digests: its name and size, every tensor
+ * (name, dtype, shape; its offset to `headers`) and its __metadata__. */
+static void digest_file(wf_model_digest_t *d, const wf_safetensors_t *f)
+{
+    d->sizes = fnv_str(d->sizes, base_name(wf_safetensors_path(f)));
+    d->sizes = fnv_u64(d->sizes, wf_safetensors_file_size(f));
+    d->headers = fnv_str(d->headers, base_name(wf_safetensors_path(f)));
+    for (size_t i = 0; i < wf_safetensors_metadata_count(f); i++) {
+        const char *k, *v;
+        wf_safetensors_metadata_at(f, i, &k, &v);
+        d->headers = fnv_str(fnv_str(d->headers, k), v);
+    }
+    for (size_t i = 0; i < wf_safetensors_count(f); i++) {
+        const wf_st_tensor_t *t = wf_safetensors_tensor(f, i);
+        d->tensors = fnv_str(d->tensors, t->name);
+        d->tensors = fnv_u64(d->tensors, (uint64_t)t->dtype);
+        d->tensors = fnv_u64(d->tensors, (uint64_t)t->rank);
+        for (int k = 0; k < t->rank; k++)
+            d->tensors = fnv_u64(d->tensors, (uint64_t)t->shape[k]);
+        d->headers = fnv_u64(d->headers, t->offset);
+        d->n++;
+        d->bytes += t->nbytes;
+    }
+}
+
+/* dir + "/" + name, as the model files library joins them. */
+static bool join_rel(char *buf, size_t len, const char *dir, const char *name)
+{
+    size_t dl = strlen(dir);
+    while (dl > 0 && dir[dl - 1] == '/')
+        dl--;
+    int n = dl == 0 || (dl == 1 && dir[0] == '.')
+                ? snprintf(buf, len, "%s", name)
+                : snprintf(buf, len, "%.*s/%s", (int)dl, dir, name);
+    return n >= 0 && (size_t)n < len;
+}
+
+/* The digests of model `m` (opened already: the files are valid) as
+ * this node finds them: config.json, then the checkpoint's files (the
+ * diffusers layout) or the per-rank files of a sharded one (`files_tp`). */
+static wf_status_t digest_make(const wf_registry_t *r, wf_model_t *m,
+                               uint32_t files_tp, char *err, size_t err_len)
+{
+    wf_model_digest_t d = { FNV_START, FNV_START, FNV_START, FNV_START, 0, 0 };
+    char rel[WF_MODEL_PATH_MAX + 1];
+    char *cfg = NULL;
+    size_t cfg_len = 0;
+    if (!join_rel(rel, sizeof rel, m->path, "config.json")) {
+        wf_errf(err, err_len, "model path too long");
+        return WF_E_BAD_FIELD;
+    }
+    wf_status_t st = wf_model_read_file(r->root_fd, rel, WF_RESOLVE_AUTO,
+                                        1u << 20, &cfg, &cfg_len, err, err_len);
+    if (st != WF_OK)
+        return st;
+    d.cfg = fnv(d.cfg, cfg, cfg_len);
+    free(cfg);
+    if (!m->already_sharded) {
+        wf_checkpoint_t *ck = NULL;
+        st = wf_checkpoint_open_dir(r->root_fd, m->path, NULL, &ck, err, err_len);
+        if (st != WF_OK)
+            return st;
+        for (size_t i = 0; i < wf_checkpoint_file_count(ck); i++)
+            digest_file(&d, wf_checkpoint_file(ck, i));
+        wf_checkpoint_close(&ck);
+    } else {
+        for (uint32_t k = 0; k < files_tp; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "tp-rank-%05" PRIu32 "-of-%05" PRIu32
+                     ".safetensors", k, files_tp);
+            wf_safetensors_t *f = NULL;
+            if (!join_rel(rel, sizeof rel, m->path, name)) {
+                wf_errf(err, err_len, "model path too long");
+                return WF_E_BAD_FIELD;
+            }
+            st = wf_safetensors_open(r->root_fd, rel, NULL, &f, err, err_len);
+            if (st != WF_OK)
+                return st;
+            digest_file(&d, f);
+            wf_safetensors_close(&f);
+        }
+    }
+    m->digest = d;
+    return WF_OK;
+}
+
+/* A gated load: say the model is open (the main thread reads m->digest)
+ * and wait for wf_registry_gate. WF_OK to read, WF_E_ABORTED to stop. */
+static wf_status_t gate_wait(wf_registry_t *r, wf_model_t *m)
+{
+    atomic_store(&m->opened, true);
+    uint64_t one = 1;
+    ssize_t w = write(r->efd, &one, sizeof one);
+    (void)w;
+    pthread_mutex_lock(&r->gate_mu);
+    while (m->gate == WF_GATE_WAIT)
+        pthread_cond_wait(&r->gate_cv, &r->gate_mu);
+    bool go = m->gate == WF_GATE_GO;
+    pthread_mutex_unlock(&r->gate_mu);
+    if (go)
+        return WF_OK;
+    wf_errf(m->err, sizeof m->err, "the load of model '%s' was stopped before "
+            "its weights were read", m->name);
+    return WF_E_ABORTED;
+}
+
+void wf_registry_gate(wf_registry_t *r, wf_model_t *m, bool go)
+{
+    pthread_mutex_lock(&r->gate_mu);
+    if (m->gate == WF_GATE_WAIT)
+        m->gate = go ? WF_GATE_GO : WF_GATE_STOP;
+    pthread_cond_broadcast(&r->gate_cv);
+    pthread_mutex_unlock(&r->gate_mu);
+}
+
+bool wf_registry_stop_at_gate(wf_registry_t *r, wf_model_t *m)
+{
+    if (r->loading != m)
+        return false;
+    pthread_mutex_lock(&r->gate_mu);
+    /* opened is set before the loader takes the lock to wait */
+    bool waiting = m->gate == WF_GATE_WAIT && atomic_load(&m->opened);
+    if (waiting) {
+        m->gate = WF_GATE_STOP;
+        pthread_cond_broadcast(&r->gate_cv);
+    }
+    pthread_mutex_unlock(&r->gate_mu);
+    if (!waiting)
+        return false;
+    pthread_join(r->loader, NULL);  /* it only closes the files now */
+    r->loading = NULL;              /* its eventfd writes find nothing */
+    wf_registry_remove(r, m);
+    return true;
 }
 
 static wf_status_t load(wf_registry_t *r, wf_model_t *m)
@@ -253,6 +434,16 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         st = WF_E_NO_MEMORY;
         goto out;
     }
+    pthread_mutex_lock(&r->gate_mu);
+    bool gated = m->gate != WF_GATE_NONE;
+    pthread_mutex_unlock(&r->gate_mu);
+    if (gated) {
+        st = digest_make(r, m, files_tp, err, err_len);
+        if (st != WF_OK)
+            goto out;
+        if ((st = gate_wait(r, m)) != WF_OK)
+            goto out;
+    }
     st = wf_flux_source_read(src, progress, m, &m->host, err, err_len);
     if (st == WF_OK && r->host_f32) {
         st = wf_flux_host_to_f32(m->host, err, err_len);
@@ -271,6 +462,7 @@ static void *loader_main(void *arg)
     wf_registry_t *r = arg;
     wf_model_t *m = r->loading;
     m->status = load(r, m);
+    atomic_store(&m->finished, true);   /* before the eventfd: see take_loaded */
     uint64_t one = 1;
     ssize_t w = write(r->efd, &one, sizeof one);
     (void)w;
@@ -279,7 +471,7 @@ static void *loader_main(void *arg)
 
 wf_status_t wf_registry_start_load(wf_registry_t *r,
                                    const wf_load_model_args_t *args, int tp,
-                                   uint64_t avail, wf_model_t **ret,
+                                   uint64_t avail, bool gated, wf_model_t **ret,
                                    char *err, size_t err_len)
 {
     if (r->root_fd < 0) {
@@ -338,6 +530,9 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
     }
     m->id = r->next_id++;
     m->state = WF_MODEL_LOADING;
+    m->gate = gated ? WF_GATE_WAIT : WF_GATE_NONE;
+    atomic_init(&m->opened, false);
+    atomic_init(&m->finished, false);
     m->t_start_us = wf_now_usec();
     atomic_init(&m->bytes_loaded, 0);
     atomic_init(&m->bytes_to_load, 0);
@@ -356,13 +551,24 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
     return WF_OK;
 }
 
-wf_model_t *wf_registry_take_loaded(wf_registry_t *r)
+wf_model_t *wf_registry_take_loaded(wf_registry_t *r, bool *ret_opened)
 {
     uint64_t v;
+    *ret_opened = false;
     if (read(r->efd, &v, sizeof v) != (ssize_t)sizeof v || !r->loading)
         return NULL;
-    pthread_join(r->loader, NULL);
     wf_model_t *m = r->loading;
+    if (!atomic_load(&m->finished)) {
+        /* the loader waits at its gate (it writes the eventfd again only
+         * once released); the two writes may come as one read: then the
+         * end is what counts */
+        if (!atomic_load(&m->opened) || m->opened_seen)
+            return NULL;
+        m->opened_seen = true;
+        *ret_opened = true;
+        return m;
+    }
+    pthread_join(r->loader, NULL);
     r->loading = NULL;
     m->load_ms = (wf_now_usec() - m->t_start_us) / 1000;
     return m;
@@ -438,6 +644,7 @@ void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)
     snprintf(ret->name, sizeof ret->name, "%s", m->name);
     snprintf(ret->path, sizeof ret->path, "%s", m->path);
     snprintf(ret->family, sizeof ret->family, "flux");
+    snprintf(ret->nodes, sizeof ret->nodes, "%s", m->nodes);
     static const char *const states[] = { "loading", "installing", "ready",
                                           "unloading" };
     snprintf(ret->state, sizeof ret->state, "%s", states[m->state]);

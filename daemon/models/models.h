@@ -39,12 +39,37 @@
 #include "proto.h"
 #include "tp_plan.h"
 
+/* list_models' `nodes` of a model, with the NUL (weft.h). */
+#define WF_MODEL_NODES_MAX WF_MODEL_NODES_LEN
+/* Nodes of a cluster world (WF_SETTINGS_MAX_NODES). */
+#define WF_MODEL_MAX_NODES 16
+
 typedef enum wf_model_state {
     WF_MODEL_LOADING = 0,
     WF_MODEL_INSTALLING = 1,
     WF_MODEL_READY = 2,
     WF_MODEL_UNLOADING = 3
 } wf_model_state_t;
+
+/* What a node found of a model before reading a weight: the digests a
+ * cluster's nodes compare (64-bit FNV-1a each). */
+typedef struct wf_model_digest {
+    uint64_t cfg;                    /* config.json's bytes */
+    uint64_t tensors;                /* each tensor's name, dtype and shape */
+    uint64_t sizes;                  /* each file's name and size */
+    uint64_t headers;                /* each tensor's file and offset, the
+                                        files' __metadata__ */
+    uint64_t n;                      /* tensors */
+    uint64_t bytes;                  /* data bytes */
+} wf_model_digest_t;
+
+/* Where a gated load stands (cluster loads, see wf_registry_start_load). */
+typedef enum wf_model_gate {
+    WF_GATE_NONE = 0,                /* not gated: opens and reads at once */
+    WF_GATE_WAIT = 1,                /* the loader waits after opening */
+    WF_GATE_GO = 2,                  /* read the weights */
+    WF_GATE_STOP = 3                 /* stop (the load ends WF_E_ABORTED) */
+} wf_model_gate_t;
 
 /* One model of the registry. */
 typedef struct wf_model {
@@ -73,6 +98,41 @@ typedef struct wf_model {
     /* loader thread result */
     wf_status_t status;
     char err[WF_PROTO_ERROR_MAX];
+    /* cluster loads (daemon/server/model_requests.c) */
+    uint64_t lid;                    /* the coordinator's id of the model (0:
+                                        a single node's) */
+    wf_model_gate_t gate;            /* under the registry's gate_mu */
+    _Atomic bool opened;             /* loader: opened, digest made, waiting */
+    _Atomic bool finished;           /* loader: done (status, err set) */
+    bool opened_seen;                /* main thread: took that */
+    wf_model_digest_t digest;        /* valid once opened */
+    bool doomed;                     /* refused while loading: removed when the
+                                        loader ends (nobody is answered) */
+    uint32_t owed;                   /* coordinator: bit i = world node i owes
+                                        the answer of the step */
+    uint64_t step_deadline_us;       /* coordinator: when that step times out */
+    uint64_t world_epoch;            /* the world the load started on */
+    uint32_t world_nodes;            /* and its nodes (bits of owed) */
+    char nodes[WF_MODEL_NODES_MAX];  /* nodes and ranks holding it
+                                        ("a:0-1,b:2-3"; "" single node) */
+    int cstep;                       /* coordinator, while the client waits:
+                                        1 open, 2 read, 3 install (0: none) */
+    wf_model_digest_t found[WF_MODEL_MAX_NODES]; /* coordinator: what each
+                                        world node found (by node index) */
+    bool catchup;                    /* coordinator: the steps run for nodes
+                                        that joined the world since the load
+                                        (no client waits) */
+    uint32_t cnodes;                 /* coordinator: the nodes the steps run on
+                                        (bits by world node index) */
+    uint32_t ready_early;            /* coordinator: nodes whose shards another
+                                        regroup cut before our install */
+    uint64_t catchup_epoch;          /* coordinator: world epoch of the last
+                                        catch-up that failed (no retry in it) */
+    uint64_t unfit_epoch;            /* cluster: the mesh epoch of a world
+                                        whose mesh it does not fit (0: fits) */
+    char unfit[WF_PROTO_ERROR_MAX];  /* and why */
+    wf_status_t cst;                 /* coordinator: a member's first failure */
+    char cerr[WF_PROTO_ERROR_MAX];   /* and its message */
 } wf_model_t;
 
 /* What a regroup tells every worker to hold. */
@@ -120,6 +180,10 @@ typedef struct wf_registry {
     int root_fd;                     /* model root (O_PATH), -1: none */
     wf_model_t *m[WF_MODELS_MAX];    /* entries, NULL = free slot */
     uint64_t next_id;
+    uint64_t lid_base;               /* random high 32 bits of the ids a
+                                        cluster's coordinator gives its
+                                        loads (lid): unique across its
+                                        restarts */
     int efd;                         /* eventfd: the loader finished */
     pthread_t loader;                /* the loader thread */
     wf_model_t *loading;             /* its entry, NULL when none runs */
@@ -133,6 +197,10 @@ typedef struct wf_registry {
                                         dtype; with host_register the host
                                         copies are pinned once read, so
                                         that cutting shards copies fast */
+    pthread_mutex_t gate_mu;         /* guards every entry's gate */
+    pthread_cond_t gate_cv;          /* a gate changed */
+    bool flush_wanted;               /* coordinator: a member drops models and
+                                        waits for a regroup (cm_flush) */
     int load_tp;                     /* tp the loader checks the plan for */
     uint64_t load_avail;             /* bytes a rank may give the shards */
 } wf_registry_t;
@@ -153,16 +221,30 @@ uint32_t wf_registry_count(const wf_registry_t *r);
 /* Start loading: checks (root configured, name free, a slot free, no
  * load running, the request's plan), makes the entry (LOADING) and starts
  * the loader thread with the tp in force and the bytes each rank may give
- * to shards. On refusal nothing changes and err says why (WF_E_BAD_FIELD,
- * WF_E_BAD_ARGUMENT, WF_E_BUSY, WF_E_LIMIT). *ret is the new entry. */
+ * to shards. With `gated` (a cluster load) the loader stops after opening
+ * the model and checking it (no weight read yet), makes its digest and
+ * waits for wf_registry_gate. On refusal nothing changes and err says why
+ * (WF_E_BAD_FIELD, WF_E_BAD_ARGUMENT, WF_E_BUSY, WF_E_LIMIT). *ret is the
+ * new entry. */
 wf_status_t wf_registry_start_load(wf_registry_t *r,
                                    const wf_load_model_args_t *args, int tp,
-                                   uint64_t avail, wf_model_t **ret,
+                                   uint64_t avail, bool gated, wf_model_t **ret,
                                    char *err, size_t err_len);
 
-/* After the eventfd fired: join the loader and return its entry (status
- * and err set; host read when WF_OK), or NULL when none finished. */
-wf_model_t *wf_registry_take_loaded(wf_registry_t *r);
+/* After the eventfd fired: the loader's entry when it finished (joined;
+ * status and err set; host read when WF_OK; *ret_opened false) or when a
+ * gated load opened the model and waits (m->digest set; *ret_opened
+ * true); NULL when neither. */
+wf_model_t *wf_registry_take_loaded(wf_registry_t *r, bool *ret_opened);
+
+/* Release the gated load waiting at its gate: read the weights (go) or
+ * stop (the load then ends with WF_E_ABORTED). Main thread. */
+void wf_registry_gate(wf_registry_t *r, wf_model_t *m, bool go);
+
+/* Stop the gated load m when its loader waits at the gate (it opened the
+ * model; no weight is read): the loader ends at once, is joined and m is
+ * removed and freed. False (nothing done) when m's loader is elsewhere. */
+bool wf_registry_stop_at_gate(wf_registry_t *r, wf_model_t *m);
 
 /* Remove an entry and free it (its host copy too). */
 void wf_registry_remove(wf_registry_t *r, wf_model_t *m);

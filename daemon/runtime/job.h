@@ -138,6 +138,8 @@ struct wf_djob {
     int rank_base;             /* regroup: world rank of local rank 0 */
     wf_model_set_t models;     /* regroup: the models every worker holds after it */
     uint64_t model_id;         /* forward: the model it runs on */
+    uint64_t model_lid;        /* forward, cluster: the model's id across the
+                                  nodes (models.h wf_model_t lid; 0: none) */
     /* cluster */
     bool remote_part;          /* member: this node's part of a coordinator's job */
     uint32_t remote_pending;   /* coordinator: bit i = world node i owes "done" */

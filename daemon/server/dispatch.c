@@ -25,6 +25,8 @@ wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh
                      m ? " yet (it is loading)" : "");
             return WF_E_BAD_ARGUMENT;
         }
+        if (srv_models_forward_refused(srv, m, mesh, err, err_len))
+            return WF_E_UNAVAILABLE;
         return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
     }
     wf_status_t st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err,

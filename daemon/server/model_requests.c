@@ -4,6 +4,20 @@
  * called through srv->hooks at the end of a regroup). Called by
  * requests.c and server.c; calls reconfigure.c and replies.c
  * (server_impl.h).
+ *
+ * In a cluster (PROTOCOL.md section 12.7) a load is the coordinator's: it
+ * loads the model on every node of the world in three steps, each waiting
+ * for every node: open (each node opens the same relative path under its
+ * own model_root, checks it and answers the digests of what it found:
+ * "mload" -> "mfound"; the coordinator compares them with its own and
+ * refuses the load with WF_E_MISMATCH naming the first node that differs),
+ * read ("mgo" -> "mread": the weights into each node's host copy), install
+ * (the coordinator's regroup, which every member follows: each rank cuts
+ * its shard for the world mesh; "mready"). A failure anywhere answers the
+ * client once and tells every member to forget the model ("mdrop"); a
+ * node that does not answer the open within cluster_timeout_ms, or a world
+ * that changes meanwhile (a node lost or joined), fails the load. Members
+ * start nothing themselves: their regroups are the coordinator's.
  */
 #include "server_impl.h"
 
@@ -11,6 +25,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cluster_msg.h"
+#include "errf.h"
+#include "jobs/forward.h"
+#include "models/flux_shard.h"
+
+/* The owed bits are world node indices. */
+_Static_assert(WF_MODEL_MAX_NODES == WF_SETTINGS_MAX_NODES, "model nodes bound");
+_Static_assert(WF_MODEL_MAX_NODES <= 32, "owed bits");
+_Static_assert(sizeof(wf_cmsg_digest_t) == sizeof(wf_model_digest_t), "digests");
+
+static void cm_fail(wf_server_t *srv, wf_model_t *m, wf_status_t st, const char *msg);
+static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *buf,
+                            size_t len);
+static void cm_advance(wf_server_t *srv, wf_model_t *m);
+static void cm_flush(wf_server_t *srv);
+static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m);
+static bool holds_node(const char *nodes, const char *name);
 
 /* Model m as list_models and load_model report it: the registry's
  * fields, and where its shards live on this daemon (the backend) and in
@@ -21,6 +53,8 @@ static void srv_model_info(const wf_server_t *srv, const wf_model_t *m,
 {
     wf_model_info_fill(m, ret);
     snprintf(ret->device, sizeof ret->device, "%s", srv->ops->name);
+    if (srv->world && m->nodes[0])
+        cm_holders_text(srv, m, ret->nodes, sizeof ret->nodes);
     if (m->state == WF_MODEL_LOADING)
         return;
     const char *dt = srv->ops->copy_h2d ? wf_dtype_name(m->dtype) : "f32";
@@ -77,8 +111,61 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
         if ((m->state == WF_MODEL_INSTALLING || m->state == WF_MODEL_READY) &&
             st == WF_OK) {
             /* its shards are cut for the mesh now in force */
+            m->unfit_epoch = 0;
             m->tp = srv->sched.mesh.deg.tp;
             m->rank_bytes = wf_model_rank_bytes(&srv->models, m, (int)m->tp);
+        }
+        if (m->doomed && (m->state == WF_MODEL_INSTALLING ||
+                          m->state == WF_MODEL_READY)) {
+            /* refused while this regroup cut it: the next one drops it */
+            m->state = WF_MODEL_UNLOADING;
+            m->doomed = false;
+            continue;
+        }
+        if (m->lid && !wf_world_coordinator(srv->world) &&
+            (m->state == WF_MODEL_INSTALLING ||
+             (m->state == WF_MODEL_READY && m->cstep == 3))) {
+            /* a member: the coordinator's install regroup */
+            if (st == WF_OK && m->state == WF_MODEL_INSTALLING) {
+                m->state = WF_MODEL_READY;
+                m->load_ms = (wf_now_usec() - m->t_start_us) / 1000;
+                wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) installed for "
+                       "the coordinator: %.1f MiB per rank at tp=%u", m->name,
+                       m->path, (double)m->rank_bytes / 1048576.0, m->tp);
+            }
+            if (m->cstep == 3) {
+                wf_cmsg_t r = { .type = WF_CMSG_MREADY,
+                                .u.mres = { .lid = m->lid, .st = st } };
+                if (st != WF_OK)
+                    snprintf(r.u.mres.err, sizeof r.u.mres.err, "cutting its "
+                             "shards failed: %s", wf_status_str(st));
+                m->cstep = 0;
+                wf_ctl_msg_t *cm = malloc(sizeof *cm);
+                if (cm && wf_cmsg_put(cm, &r) == WF_OK)
+                    wf_cluster_send(wf_world_cluster(srv->world), NULL, cm);
+                free(cm);
+            }
+            if (st != WF_OK)
+                m->state = WF_MODEL_UNLOADING;  /* the coordinator drops it */
+            continue;
+        }
+        if (m->state == WF_MODEL_INSTALLING && m->lid) {
+            /* the coordinator: ready here; the client waits for every node */
+            if (st == WF_OK) {
+                m->state = WF_MODEL_READY;
+                m->load_ms = (wf_now_usec() - m->t_start_us) / 1000;
+                cm_advance(srv, m);
+            } else {
+                cm_fail(srv, m, st, "the model's shards could not be installed "
+                        "on every device of the coordinator; nothing was loaded "
+                        "(see the daemon's log)");
+                if (m->doomed) {
+                    /* this regroup is over: the next one (cm_flush) drops it */
+                    m->doomed = false;
+                    m->state = WF_MODEL_UNLOADING;
+                }
+            }
+            continue;
         }
         if (m->state == WF_MODEL_INSTALLING) {
             if (st == WF_OK) {
@@ -110,12 +197,16 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
 }
 
 /* Start the install regroup of the model the loader finished, unless a
- * reconfiguration runs (then its end calls this again). */
+ * reconfiguration runs (then its end calls this again). Also, on a
+ * coordinator or a single node, the regroup that drops models left
+ * UNLOADING by a refused cluster load (cm_flush). */
 void srv_models_try_install(wf_server_t *srv)
 {
     wf_model_t *m = srv->pending_install;
-    if (!m || srv->reconf.active || srv->workers_stopped)
+    if (!m || srv->reconf.active || srv->workers_stopped) {
+        cm_flush(srv);
         return;
+    }
     srv->pending_install = NULL;
     char err[WF_PROTO_ERROR_MAX] = "";
     m->state = WF_MODEL_INSTALLING;
@@ -127,30 +218,881 @@ void srv_models_try_install(wf_server_t *srv)
     if (st == WF_E_SHUTTING_DOWN)
         snprintf(err, sizeof err, "daemon is shutting down; model not loaded");
     wf_log(srv->log, WF_LOG_INFO, "model '%s' not installed: %s", m->name, err);
+    if (m->lid) {
+        cm_fail(srv, m, st, err);
+        return;
+    }
     model_reply(srv, m, WF_OP_LOAD_MODEL, st, err);
     wf_registry_remove(&srv->models, m);
 }
 
-/* The loader thread finished. */
-void srv_models_loaded(wf_server_t *srv)
+/* ---- clusters: the load on every node ------------------------------------ */
+
+/* Send msg to member `node` (coordinator) or to the coordinator (NULL). */
+static bool cm_send(wf_server_t *srv, const char *node, const wf_cmsg_t *msg)
 {
-    wf_model_t *m = wf_registry_take_loaded(&srv->models);
+    wf_ctl_msg_t *m = malloc(sizeof *m);
+    bool ok = m && wf_cmsg_put(m, msg) == WF_OK &&
+              wf_cluster_send(wf_world_cluster(srv->world), node, m);
+    free(m);
+    return ok;
+}
+
+/* The nodes of the world now, their count; *ret_epoch its epoch. */
+static uint32_t cm_nodes(const wf_server_t *srv, wf_cluster_node_t *nodes,
+                         uint64_t *ret_epoch)
+{
+    uint32_t n = 0;
+    wf_cluster_world(wf_world_cluster(srv->world), nodes, WF_SETTINGS_MAX_NODES,
+                     &n, ret_epoch);
+    return n;
+}
+
+/* Coordinator: msg to every member of the world; bit i set for each node
+ * it was queued to. */
+static uint32_t cm_tell_members(wf_server_t *srv, const wf_cmsg_t *msg)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch), bits = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!nodes[i].self && cm_send(srv, nodes[i].name, msg))
+            bits |= 1u << i;
+    return bits;
+}
+
+/* Member: msg to the coordinator: how step `t` of load `lid` went. */
+static void cm_tell_coord(wf_server_t *srv, wf_cmsg_type_t t, uint64_t lid,
+                          wf_status_t st, const char *err,
+                          const wf_model_digest_t *d)
+{
+    wf_cmsg_t msg = { .type = t };
+    if (t == WF_CMSG_MFOUND) {
+        msg.u.mfound.lid = lid;
+        msg.u.mfound.st = st;
+        snprintf(msg.u.mfound.err, sizeof msg.u.mfound.err, "%s", err ? err : "");
+        if (d && st == WF_OK)
+            memcpy(&msg.u.mfound.d, d, sizeof *d);
+    } else {
+        msg.u.mres.lid = lid;
+        msg.u.mres.st = st;
+        snprintf(msg.u.mres.err, sizeof msg.u.mres.err, "%s", err ? err : "");
+    }
+    if (!cm_send(srv, NULL, &msg))
+        wf_log(srv->log, WF_LOG_WARNING, "model load %" PRIu64 ": the answer "
+               "(%s) could not be queued to the coordinator", lid,
+               wf_cmsg_type_name(t));
+}
+
+/* Coordinator or single node: a regroup that drops the models left
+ * UNLOADING without a client (a refused cluster load), when nothing else
+ * runs. Members wait for the coordinator's. */
+static void cm_flush(wf_server_t *srv)
+{
+    if (srv->reconf.active || srv->workers_stopped || srv->stopping ||
+        (srv->world && !wf_world_coordinator(srv->world)))
+        return;
+    bool any = srv->models.flush_wanted;
+    for (int i = 0; i < WF_MODELS_MAX && !any; i++)
+        any = srv->models.m[i] && srv->models.m[i]->state == WF_MODEL_UNLOADING &&
+              !srv->models.m[i]->has_client;
+    if (!any)
+        return;
+    srv->models.flush_wanted = false;
+    char err[WF_PROTO_ERROR_MAX];
+    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "drop model" };
+    if (srv_reconf_start(srv, &req, err, sizeof err) != WF_OK)
+        wf_log(srv->log, WF_LOG_INFO, "models refused on a node stay until the "
+               "next regroup: %s", err);
+}
+
+/* This node's entry of a load that failed or was dropped: a load still
+ * reading stops at its gate or is dropped when it ends; a model some
+ * regroup may have cut goes with the next regroup (UNLOADING). */
+static void cm_drop_own(wf_server_t *srv, wf_model_t *m)
+{
+    m->cstep = 0;
+    if (wf_registry_stop_at_gate(&srv->models, m))
+        return;                 /* it read nothing: gone */
+    if (srv->models.loading == m) {
+        wf_registry_gate(&srv->models, m, false);
+        m->doomed = true;
+    } else if (srv->pending_install == m) {
+        srv->pending_install = NULL;
+        m->state = WF_MODEL_UNLOADING;
+    } else if (m->state == WF_MODEL_INSTALLING && srv->reconf.active) {
+        m->doomed = true;       /* srv_models_after_regroup */
+    } else if (m->state != WF_MODEL_UNLOADING) {
+        m->state = WF_MODEL_UNLOADING;
+    }
+}
+
+/* Coordinator: the cluster load of m failed: answer the client, tell every
+ * member to forget it, drop ours. */
+static void cm_fail(wf_server_t *srv, wf_model_t *m, wf_status_t st, const char *msg)
+{
+    wf_log(srv->log, WF_LOG_WARNING, "model '%s' (%s) not loaded on the cluster: "
+           "%s: %s", m->name, m->path, wf_status_name(st), msg);
+    model_reply(srv, m, WF_OP_LOAD_MODEL, st, msg);
+    wf_cmsg_t drop = { .type = WF_CMSG_MDROP, .u.mstep = { .lid = m->lid } };
+    cm_tell_members(srv, &drop);
+    cm_drop_own(srv, m);
+    cm_flush(srv);
+}
+
+/* What differs between two digests, or NULL. */
+static const char *cm_differs(const wf_model_digest_t *a, const wf_model_digest_t *b)
+{
+    if (a->cfg != b->cfg)
+        return "config.json";
+    if (a->n != b->n || a->tensors != b->tensors)
+        return "the tensor list (names, dtypes or shapes)";
+    if (a->sizes != b->sizes || a->bytes != b->bytes)
+        return "the file sizes";
+    if (a->headers != b->headers)
+        return "the headers (offsets or metadata)";
+    return NULL;
+}
+
+/* "a:0-1,b:2-3": the world's nodes and their ranks; only those m's
+ * holders name when m is not NULL. */
+static void cm_nodes_text(const wf_server_t *srv, const wf_model_t *m, char *buf,
+                          size_t len)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n && at < len; i++) {
+        if (m && !holds_node(m->nodes, nodes[i].name))
+            continue;
+        int k = snprintf(buf + at, len - at, "%s%s:%u-%u", at ? "," : "",
+                         nodes[i].name, nodes[i].first_rank,
+                         nodes[i].first_rank + nodes[i].ranks - 1);
+        if (k < 0 || (size_t)k >= len - at) {
+            buf[at] = '\0';     /* whole entries only */
+            break;
+        }
+        at += (size_t)k;
+    }
+}
+
+/* list_models' nodes of m: its holders in the world now, with their ranks. */
+static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *buf,
+                            size_t len)
+{
+    cm_nodes_text(srv, m, buf, len);
+}
+
+/* Coordinator: the first node of m->cnodes whose digests differ from ours;
+ * true and the message in msg when there is one. */
+static bool cm_compare(const wf_server_t *srv, const wf_model_t *m, char *msg,
+                       size_t len)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(m->cnodes & (1u << i)))
+            continue;
+        const char *what = cm_differs(&m->found[i], &m->digest);
+        if (what) {
+            wf_errf(msg, len, "node %s: its copy of model path '%s' differs from "
+                    "the coordinator's in %s", nodes[i].name, m->path, what);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Coordinator: the catch-up of m on the nodes of m->cnodes failed (or the
+ * world changed): they forget it; forwards on m stay refused in this
+ * world, with the reason (srv_models_forward_refused). */
+static void cm_catchup_fail(wf_server_t *srv, wf_model_t *m, const char *msg)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    wf_log(srv->log, WF_LOG_WARNING, "model '%s' not installed on the node(s) that "
+           "joined: %s; forward jobs on it are refused until it is loaded again",
+           m->name, msg);
+    wf_cmsg_t drop = { .type = WF_CMSG_MDROP, .u.mstep = { .lid = m->lid } };
+    for (uint32_t i = 0; i < n && epoch == m->world_epoch; i++)
+        if (m->cnodes & (1u << i))
+            cm_send(srv, nodes[i].name, &drop);
+    snprintf(m->cerr, sizeof m->cerr, "%s", msg);
+    m->catchup_epoch = epoch;
+    m->catchup = false;
+    m->cstep = 0;
+    m->owed = 0;
+    cm_flush(srv);
+}
+
+/* Coordinator: the next step of a catch-up (the nodes of m->cnodes open,
+ * read and cut the model the others hold). */
+static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m)
+{
+    char msg[WF_PROTO_ERROR_MAX];
+    if (m->cst != WF_OK) {
+        snprintf(msg, sizeof msg, "%s", m->cerr);
+        cm_catchup_fail(srv, m, msg);
+        return;
+    }
+    if (m->cstep == 1) {
+        if (cm_compare(srv, m, msg, sizeof msg)) {
+            cm_catchup_fail(srv, m, msg);
+            return;
+        }
+        m->cstep = 2;
+        wf_cmsg_t go = { .type = WF_CMSG_MGO, .u.mstep = { .lid = m->lid } };
+        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+        uint64_t epoch;
+        uint32_t n = cm_nodes(srv, nodes, &epoch);
+        for (uint32_t i = 0; i < n; i++)
+            if ((m->cnodes & (1u << i)) && cm_send(srv, nodes[i].name, &go))
+                m->owed |= 1u << i;
+    } else if (m->cstep == 2) {
+        /* read there: a regroup (same mesh) cuts its shards; the nodes
+         * answer "mready" after it */
+        if (srv->reconf.active || srv->workers_stopped)
+            return;         /* cm_tick comes back */
+        const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg,
+                                      .why = "model on a node that joined" };
+        if (srv_reconf_start(srv, &req, msg, sizeof msg) != WF_OK)
+            return;
+        m->cstep = 3;
+        m->owed = m->cnodes & ~m->ready_early;
+    } else if (m->cstep == 3) {
+        char now[WF_MODEL_NODES_MAX];
+        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+        uint64_t epoch;
+        uint32_t n = cm_nodes(srv, nodes, &epoch);
+        snprintf(now, sizeof now, "%s", m->nodes);
+        for (uint32_t i = 0; i < n; i++) {
+            size_t at = strlen(now);
+            if ((m->cnodes & (1u << i)) && at + 1 < sizeof now)
+                wf_errf(now + at, sizeof now - at, "%s%s:%u-%u", at ? "," : "",
+                        nodes[i].name, nodes[i].first_rank,
+                        nodes[i].first_rank + nodes[i].ranks - 1);
+        }
+        snprintf(m->nodes, sizeof m->nodes, "%s", now);
+        m->catchup = false;
+        m->cstep = 0;
+        m->cerr[0] = '\0';
+        wf_log(srv->log, WF_LOG_INFO, "model '%s' installed on the node(s) that "
+               "joined; held by %s", m->name, m->nodes);
+    }
+}
+
+/* Coordinator: start the catch-up of a ready model on the nodes of the
+ * world that do not hold it (one at a time, none while a load runs). */
+static void cm_catchup_start(wf_server_t *srv)
+{
+    if (srv->reconf.active || !wf_world_ready(srv->world) || srv->stopping)
+        return;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        const wf_model_t *x = srv->models.m[i];
+        if (x && (x->cstep || x->state == WF_MODEL_LOADING ||
+                  x->state == WF_MODEL_INSTALLING))
+            return;
+    }
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (!m || !m->lid || m->state != WF_MODEL_READY || !m->nodes[0] ||
+            m->catchup_epoch == epoch)
+            continue;
+        uint32_t bits = 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (!nodes[k].self && !holds_node(m->nodes, nodes[k].name))
+                bits |= 1u << k;
+        if (!bits)
+            continue;
+        wf_cmsg_t msg = { .type = WF_CMSG_MLOAD };
+        wf_cmsg_mload_t *l = &msg.u.mload;
+        l->lid = m->lid;
+        snprintf(l->name, sizeof l->name, "%s", m->name);
+        snprintf(l->path, sizeof l->path, "%s", m->path);
+        l->sharded = m->already_sharded;
+        m->catchup = true;
+        m->ready_early = 0;
+        m->cstep = 1;
+        m->cst = WF_OK;
+        m->cnodes = bits;
+        m->owed = 0;
+        m->world_epoch = epoch;
+        m->world_nodes = n;
+        m->step_deadline_us = wf_now_usec() +
+                              (uint64_t)srv->settings.cluster_timeout_ms * 1000;
+        for (uint32_t k = 0; k < n; k++)
+            if ((bits & (1u << k)) && cm_send(srv, nodes[k].name, &msg))
+                m->owed |= 1u << k;
+        wf_log(srv->log, WF_LOG_INFO, "model '%s': installing it on the node(s) "
+               "that joined the world (epoch %" PRIu64 ")", m->name, epoch);
+        if (m->owed != bits)
+            cm_catchup_fail(srv, m, "a node that joined cannot be reached");
+        return;
+    }
+}
+
+/* Coordinator: the next step of m's cluster load once every node
+ * answered the one running. */
+static void cm_advance(wf_server_t *srv, wf_model_t *m)
+{
+    if (!(m->has_client || m->catchup) || m->cstep == 0 || m->owed)
+        return;
+    if (m->catchup) {
+        cm_catchup_advance(srv, m);
+        return;
+    }
+    if (m->cst != WF_OK) {
+        char msg[WF_PROTO_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", m->cerr);
+        cm_fail(srv, m, m->cst, msg);
+        return;
+    }
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    if (m->cstep == 1) {
+        if (!m->opened_seen)
+            return;         /* ours is still opening */
+        char msg[WF_PROTO_ERROR_MAX];
+        if (cm_compare(srv, m, msg, sizeof msg)) {
+            wf_errf(msg + strlen(msg), sizeof msg - strlen(msg), "; nothing was "
+                    "loaded on any node");
+            cm_fail(srv, m, WF_E_MISMATCH, msg);
+            return;
+        }
+        m->cstep = 2;
+        wf_cmsg_t go = { .type = WF_CMSG_MGO, .u.mstep = { .lid = m->lid } };
+        m->owed = cm_tell_members(srv, &go);
+        wf_registry_gate(&srv->models, m, true);
+        wf_log(srv->log, WF_LOG_INFO, "model '%s': every node of the world found "
+               "the same files; reading its weights", m->name);
+    } else if (m->cstep == 2) {
+        if (srv->models.loading == m)
+            return;         /* ours is still reading */
+        /* the members answer "mready" after the install regroup, which
+         * they follow (the mesh broadcast of srv_reconf_advance) */
+        m->cstep = 3;
+        for (uint32_t i = 0; i < n; i++)
+            if (!nodes[i].self)
+                m->owed |= 1u << i;
+        m->owed &= ~m->ready_early;
+        srv->pending_install = m;
+        srv_models_try_install(srv);
+    } else if (m->cstep == 3 && m->state == WF_MODEL_READY) {
+        m->cstep = 0;
+        cm_nodes_text(srv, NULL, m->nodes, sizeof m->nodes);
+        wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) ready on the cluster (%s): %"
+               PRIu64 " parameters, %.1f MiB per rank at tp=%u, loaded in %" PRIu64
+               " ms", m->name, m->path, m->nodes, m->params,
+               (double)m->rank_bytes / 1048576.0, m->tp, m->load_ms);
+        model_reply(srv, m, WF_OP_LOAD_MODEL, WF_OK, NULL);
+    }
+}
+
+/* Coordinator: start the cluster load of m (its loader is gated): "mload"
+ * to every member (a failure is answered there). */
+static void cm_start(wf_server_t *srv, wf_model_t *m)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    m->lid = srv->models.lid_base | m->id;
+    m->ready_early = 0;
+    m->world_epoch = epoch;
+    m->world_nodes = n;
+    m->cstep = 1;
+    m->owed = 0;
+    m->cst = WF_OK;
+    m->step_deadline_us = wf_now_usec() +
+                          (uint64_t)srv->settings.cluster_timeout_ms * 1000;
+    wf_cmsg_t msg = { .type = WF_CMSG_MLOAD };
+    wf_cmsg_mload_t *l = &msg.u.mload;
+    l->lid = m->lid;
+    snprintf(l->name, sizeof l->name, "%s", m->name);
+    snprintf(l->path, sizeof l->path, "%s", m->path);
+    l->sharded = m->already_sharded;
+    for (uint32_t i = 0; i < n; i++) {
+        if (nodes[i].self)
+            continue;
+        if (!cm_send(srv, nodes[i].name, &msg)) {
+            char why[WF_PROTO_ERROR_MAX];
+            wf_errf(why, sizeof why, "node %s cannot be reached; nothing was "
+                     "loaded", nodes[i].name);
+            cm_fail(srv, m, WF_E_NODE_LOST, why);
+            return;
+        }
+        m->owed |= 1u << i;
+    }
+    m->cnodes = m->owed;
+}
+
+/* Coordinator, on every wake-up: a load whose world changed, or whose
+ * open a member did not answer within cluster_timeout_ms, fails. */
+static void cm_tick(wf_server_t *srv, uint64_t now)
+{
+    if (!srv->world || !wf_world_coordinator(srv->world))
+        return;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (!m || !m->cstep || !(m->has_client || m->catchup))
+            continue;
+        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+        uint64_t epoch;
+        uint32_t n = cm_nodes(srv, nodes, &epoch);
+        char msg[WF_PROTO_ERROR_MAX], who[160] = "";
+        if (m->catchup && (epoch != m->world_epoch || n != m->world_nodes)) {
+            cm_catchup_fail(srv, m, "the world changed during the install");
+            m->catchup_epoch = 0;   /* the new world tries again */
+            continue;
+        }
+        if (m->catchup && m->cstep == 2 && !m->owed) {
+            cm_advance(srv, m);     /* waits for a reconfiguration to end */
+            continue;
+        }
+        if (epoch != m->world_epoch || n != m->world_nodes) {
+            snprintf(msg, sizeof msg, "the cluster's world changed during the "
+                     "load (epoch %" PRIu64 " -> %" PRIu64 ": a node was lost or "
+                     "joined); nothing was loaded; retry", m->world_epoch, epoch);
+            cm_fail(srv, m, WF_E_UNAVAILABLE, msg);
+            continue;
+        }
+        if (m->cstep != 1 || !m->owed || now < m->step_deadline_us)
+            continue;
+        for (uint32_t k = 0; k < n; k++)
+            if (m->owed & (1u << k)) {
+                size_t at = strlen(who);
+                wf_errf(who + at, sizeof who - at, "%s%s", at ? ", " : "",
+                         nodes[k].name);
+            }
+        snprintf(msg, sizeof msg, "node(s) %s did not answer the load within "
+                 "cluster_timeout_ms (%u ms); nothing was loaded", who,
+                 srv->settings.cluster_timeout_ms);
+        if (m->catchup)
+            cm_catchup_fail(srv, m, msg);
+        else
+            cm_fail(srv, m, WF_E_NODE_LOST, msg);
+    }
+    /* a node lost holds nothing for us any more: when it joins again the
+     * catch-up installs the model there */
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (m && m->lid && m->state == WF_MODEL_READY && !m->cstep && m->nodes[0]) {
+            char held[WF_MODEL_NODES_MAX];
+            cm_nodes_text(srv, m, held, sizeof held);
+            if (held[0] && strcmp(held, m->nodes) != 0) {
+                wf_log(srv->log, WF_LOG_INFO, "model '%s': held by %s now (was %s)",
+                       m->name, held, m->nodes);
+                snprintf(m->nodes, sizeof m->nodes, "%s", held);
+            }
+        }
+    }
+    cm_catchup_start(srv);
+}
+
+/* The coordinator's entry of cluster load `lid` at step `step`. */
+static wf_model_t *cm_find(wf_server_t *srv, uint64_t lid, int step)
+{
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (m && m->lid == lid &&
+            (step == 0 || (m->cstep == step && (m->has_client || m->catchup))))
+            return m;
+    }
+    return NULL;
+}
+
+/* Coordinator: a member's answer to step `step` of load `lid`. */
+static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step,
+                      wf_status_t st, const char *err, const wf_cmsg_digest_t *d)
+{
+    wf_model_t *m = cm_find(srv, lid, step);
+    wf_model_t *early = step == 3 && !m ? cm_find(srv, lid, 2) : NULL;
+    if (!m && !early)
+        return;     /* a load that failed already: late */
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    int i = -1;
+    for (uint32_t k = 0; k < n && i < 0; k++)
+        if (strcmp(nodes[k].name, from) == 0)
+            i = (int)k;
+    if (early) {
+        /* a regroup not ours (a client's reconfigure) cut the member's
+         * shards before our install: its "mready" counts then */
+        if (i >= 0 && epoch == early->world_epoch && n == early->world_nodes &&
+            (early->cnodes & (1u << i))) {
+            early->ready_early |= 1u << i;
+            if (st != WF_OK && early->cst == WF_OK) {
+                char shown[WF_PROTO_ERROR_MAX];
+                wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
+                early->cst = st;
+                wf_errf(early->cerr, sizeof early->cerr, "node %s: %s", from,
+                        shown[0] ? shown : wf_status_str(st));
+            }
+        }
+        return;
+    }
+    if (i < 0 || epoch != m->world_epoch || n != m->world_nodes ||
+        !(m->owed & (1u << i)))
+        return;
+    m->owed &= ~(1u << i);
+    if (st == WF_E_BUSY)
+        srv->models.flush_wanted = true;    /* it drops models: a regroup */
+    if (st != WF_OK && m->cst == WF_OK) {
+        char shown[WF_PROTO_ERROR_MAX];
+        wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
+        m->cst = st;
+        wf_errf(m->cerr, sizeof m->cerr, "node %s: %s", from,
+                 shown[0] ? shown : wf_status_str(st));
+    } else if (st == WF_OK && d) {
+        memcpy(&m->found[i], d, sizeof m->found[i]);
+    }
+    cm_advance(srv, m);
+}
+
+/* Member: "mload" from the coordinator. */
+/* Member: models loaded by an earlier coordinator (another lid base: it
+ * restarted) go with the next regroup; true when one is named `name`. */
+static bool cm_member_drop_stale(wf_server_t *srv, uint64_t lid, const char *name)
+{
+    bool named = false;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        wf_model_t *m = srv->models.m[i];
+        if (!m || !m->lid || (m->lid >> 32) == (lid >> 32) ||
+            srv->models.loading == m)
+            continue;
+        named = named || strcmp(m->name, name) == 0;
+        if (m->state == WF_MODEL_UNLOADING || m->doomed)
+            continue;
+        wf_log(srv->log, WF_LOG_INFO, "model '%s' of an earlier coordinator "
+               "dropped", m->name);
+        if (srv->reconf.active)
+            m->doomed = true;
+        else
+            m->state = WF_MODEL_UNLOADING;
+    }
+    return named;
+}
+
+static void cm_member_load(wf_server_t *srv, const wf_cmsg_mload_t *l)
+{
+    wf_load_model_args_t args;
+    memset(&args, 0, sizeof args);
+    snprintf(args.name, sizeof args.name, "%s", l->name);
+    snprintf(args.path, sizeof args.path, "%s", l->path);
+    args.weights_already_sharded = l->sharded;
+    char err[WF_PROTO_ERROR_MAX] = "";
+    wf_model_t *m = NULL;
+    uint64_t avail = srv_min_device_memory(srv);
+    avail = avail > srv->sched.resident ? avail - srv->sched.resident : 0;
+    wf_model_t *old = wf_registry_find(&srv->models, l->name);
+    if (old && old->lid == l->lid && old->state == WF_MODEL_READY && !old->doomed) {
+        /* a catch-up after this node came back: it holds the model still */
+        old->cstep = 1;
+        cm_tell_coord(srv, WF_CMSG_MFOUND, l->lid, WF_OK, NULL, &old->digest);
+        return;
+    }
+    wf_status_t st = WF_OK;
+    bool stale = cm_member_drop_stale(srv, l->lid, l->name);
+    if (srv->stopping) {
+        st = WF_E_SHUTTING_DOWN;
+        snprintf(err, sizeof err, "daemon is shutting down");
+    } else if (stale) {
+        st = WF_E_BUSY;
+        snprintf(err, sizeof err, "model '%s' of an earlier coordinator is being "
+                 "dropped on this node; retry", l->name);
+    } else if (old && (old->doomed || old->state == WF_MODEL_UNLOADING)) {
+        /* an earlier load of the name, refused, still going away */
+        st = WF_E_BUSY;
+        snprintf(err, sizeof err, "model '%s' of an earlier load is still being "
+                 "dropped on this node; retry", l->name);
+    } else {
+        st = wf_registry_start_load(&srv->models, &args, (int)srv->sched.mesh.deg.tp,
+                                    avail, true, &m, err, sizeof err);
+    }
+    if (st != WF_OK) {
+        wf_log(srv->log, WF_LOG_INFO, "load of model '%s' for the coordinator "
+               "refused: %s: %s", l->name, wf_status_name(st), err);
+        cm_tell_coord(srv, WF_CMSG_MFOUND, l->lid, st, err, NULL);
+        return;
+    }
+    m->lid = l->lid;
+    m->cstep = 1;
+    wf_log(srv->log, WF_LOG_INFO, "loading model '%s' from %s for the "
+           "coordinator", m->name, m->path);
+}
+
+/* Member: "mdrop": forget load (or model) lid. */
+static void cm_member_drop(wf_server_t *srv, uint64_t lid)
+{
+    wf_model_t *m = cm_find(srv, lid, 0);
     if (!m)
         return;
+    wf_log(srv->log, WF_LOG_INFO, "model '%s': dropped by the coordinator",
+           m->name);
+    m->cstep = 0;
+    if (wf_registry_stop_at_gate(&srv->models, m))
+        return;                 /* it read nothing: gone */
+    if (srv->models.loading == m) {
+        wf_registry_gate(&srv->models, m, false);
+        m->doomed = true;
+    } else if (srv->reconf.active) {
+        m->doomed = true;       /* after the regroup running now */
+    } else {
+        m->state = WF_MODEL_UNLOADING;  /* the coordinator's next regroup */
+    }
+}
+
+void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *cm)
+{
+    wf_server_t *srv = arg;
+    wf_cmsg_t *msg = malloc(sizeof *msg);
+    char err[WF_PROTO_ERROR_MAX];
+    if (!msg)
+        return;
+    wf_status_t st = wf_cmsg_get(cm, msg, err, sizeof err);
+    if (st != WF_OK) {
+        wf_log(srv->log, WF_LOG_WARNING, "cluster: bad %s from %s dropped: %s",
+               wf_cmsg_type_name(msg->type), from ? from : "the coordinator", err);
+        free(msg);
+        return;
+    }
+    bool coord = wf_world_coordinator(srv->world);
+    switch (msg->type) {
+    case WF_CMSG_MLOAD:
+        if (!from && !coord)
+            cm_member_load(srv, &msg->u.mload);
+        break;
+    case WF_CMSG_MGO:
+        if (!from && !coord) {
+            wf_model_t *m = cm_find(srv, msg->u.mstep.lid, 0);
+            if (m && srv->models.loading == m && m->cstep == 1) {
+                m->cstep = 2;
+                wf_registry_gate(&srv->models, m, true);
+            } else if (m && m->state == WF_MODEL_READY && m->cstep == 1) {
+                m->cstep = 3;       /* read already: the regroup re-cuts it */
+                cm_tell_coord(srv, WF_CMSG_MREAD, m->lid, WF_OK, NULL, NULL);
+            }
+        }
+        break;
+    case WF_CMSG_MDROP:
+        if (!from && !coord)
+            cm_member_drop(srv, msg->u.mstep.lid);
+        break;
+    case WF_CMSG_MFOUND:
+        if (from && coord)
+            cm_answer(srv, from, msg->u.mfound.lid, 1, msg->u.mfound.st,
+                      msg->u.mfound.err, &msg->u.mfound.d);
+        break;
+    case WF_CMSG_MREAD:
+        if (from && coord)
+            cm_answer(srv, from, msg->u.mres.lid, 2, msg->u.mres.st,
+                      msg->u.mres.err, NULL);
+        break;
+    case WF_CMSG_MREADY:
+        if (from && coord)
+            cm_answer(srv, from, msg->u.mres.lid, 3, msg->u.mres.st,
+                      msg->u.mres.err, NULL);
+        break;
+    default:
+        break;
+    }
+    free(msg);
+}
+
+/* Does the holders' list "a:0-1,b:2-3" name node `name`? */
+static bool holds_node(const char *nodes, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = nodes; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ':')
+            return true;
+    return false;
+}
+
+/* The first node of the world now that does not hold m, or NULL. */
+static const char *cm_missing(const wf_server_t *srv, const wf_model_t *m,
+                              char *buf, size_t len)
+{
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (uint32_t i = 0; i < n; i++)
+        if (!holds_node(m->nodes, nodes[i].name)) {
+            wf_errf(buf, len, "%s", nodes[i].name);
+            return buf;
+        }
+    return NULL;
+}
+
+const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
+                                       const wf_mesh_t *mesh, char *buf, size_t len)
+{
+    if (!srv->world)
+        return NULL;
+    /* a forward's roots are its replica's tp ranks: one replica at least
+     * must have them on one node, else the job would wait forever */
+    const wf_sched_t *s = &srv->sched;
+    uint32_t dp = mesh->deg.dp ? mesh->deg.dp : 1, n = s->n_devices / dp;
+    bool placeable = false;
+    for (uint32_t r = 0; r < dp && !placeable && n >= mesh->deg.tp; r++) {
+        placeable = true;
+        for (uint32_t k = 1; k < mesh->deg.tp; k++)
+            placeable = placeable && s->node_of[r * n + k] == s->node_of[r * n];
+    }
+    if (!placeable) {
+        wf_errf(buf, len, "the mesh's tp groups (tp=%u) span nodes: a forward's tp "
+                "ranks must be on one node; reconfigure with tp inside a node "
+                "(ring / ulysses / dp across nodes)", mesh->deg.tp);
+        return buf;
+    }
+    if (m->unfit_epoch && m->unfit_epoch == mesh->epoch) {
+        wf_errf(buf, len, "%s", m->unfit);
+        return buf;
+    }
+    char who[WF_SETTINGS_NAME_MAX];
+    if (!wf_world_coordinator(srv->world) || !m->lid || !m->nodes[0] ||
+        !cm_missing(srv, m, who, sizeof who))
+        return NULL;
+    if (m->catchup)
+        wf_errf(buf, len, "model '%s' is being installed on node %s, which "
+                "joined the cluster's world; retry", m->name, who);
+    else
+        wf_errf(buf, len, "model '%s' is not resident on node %s of the "
+                "cluster's world (it is held by %s)%s%s", m->name, who, m->nodes,
+                m->cerr[0] ? ": " : "; retry", m->cerr);
+    return buf;
+}
+
+void srv_models_world_fit(wf_server_t *srv, const wf_mesh_t *mesh,
+                          wf_model_set_t *set)
+{
+    const int tp = (int)mesh->deg.tp;
+    uint64_t avail = srv_min_device_memory(srv), sum = 0;
+    uint32_t k = 0;
+    for (uint32_t j = 0; j < set->n; j++) {
+        wf_model_t *m = NULL;
+        for (int i = 0; i < WF_MODELS_MAX && !m; i++)
+            if (srv->models.m[i] && srv->models.m[i]->id == set->m[j].id)
+                m = srv->models.m[i];
+        char why[WF_PROTO_ERROR_MAX] = "";
+        bool fit = m && wf_flux_plan_check(&m->cfg, &m->plan, tp, m->default_plan,
+                                           why, sizeof why) == WF_OK;
+        uint64_t b = fit ? wf_model_rank_bytes(&srv->models, m, tp) : 0;
+        if (fit && (b > avail || sum > avail - b)) {
+            fit = false;
+            wf_errf(why, sizeof why, "its shards need %.1f MiB per device at tp=%d, "
+                    "%.1f MiB free", (double)b / 1048576.0, tp,
+                    (double)(avail - sum) / 1048576.0);
+        }
+        if (fit) {
+            sum += b;
+            m->unfit_epoch = 0;
+            set->m[k++] = set->m[j];
+        } else if (m) {
+            char deg[96];
+            wf_mesh_degrees_format(&mesh->deg, deg, sizeof deg);
+            m->unfit_epoch = mesh->epoch;
+            wf_errf(m->unfit, sizeof m->unfit, "model '%s' does not fit the "
+                    "cluster world's mesh %s: %s", m->name, deg, why);
+            wf_log(srv->log, WF_LOG_WARNING, "%s; it is not resident until a "
+                   "mesh it fits", m->unfit);
+        }
+    }
+    set->n = k;
+}
+
+wf_status_t srv_models_forward_plan(void *arg, wf_djob_t *job, uint64_t lid,
+                                    const wf_mesh_t *mesh, char *err, size_t err_len)
+{
+    wf_server_t *srv = arg;
+    for (int i = 0; i < WF_MODELS_MAX; i++) {
+        const wf_model_t *m = srv->models.m[i];
+        if (!m || m->lid != lid || m->state != WF_MODEL_READY)
+            continue;
+        if (m->unfit_epoch && m->unfit_epoch == mesh->epoch) {
+            snprintf(err, err_len, "%s", m->unfit);
+            return WF_E_UNAVAILABLE;
+        }
+        snprintf(job->req.args.forward.model, sizeof job->req.args.forward.model,
+                 "%s", m->name);
+        return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
+    }
+    snprintf(err, err_len, "no model of the coordinator's id %" PRIu64 " is ready "
+             "on this node", lid);
+    return WF_E_UNAVAILABLE;
+}
+
+/* ---- the loader's end, the requests ------------------------------------- */
+
+/* The loader thread finished, or a gated load opened its model. */
+void srv_models_loaded(wf_server_t *srv)
+{
+    bool opened = false;
+    wf_model_t *m = wf_registry_take_loaded(&srv->models, &opened);
+    if (!m)
+        return;
+    bool member = m->lid && srv->world && !wf_world_coordinator(srv->world);
+    if (opened) {
+        if (member)
+            cm_tell_coord(srv, WF_CMSG_MFOUND, m->lid, WF_OK, NULL, &m->digest);
+        else if (m->doomed)
+            wf_registry_gate(&srv->models, m, false);
+        else
+            cm_advance(srv, m);
+        return;
+    }
+    if (m->doomed) {
+        /* refused while it loaded: nobody waits for it */
+        if (m->status == WF_OK) {
+            m->doomed = false;
+            m->state = WF_MODEL_UNLOADING;  /* read: a regroup may follow */
+            cm_flush(srv);
+        } else {
+            wf_registry_remove(&srv->models, m);
+        }
+        return;
+    }
     if (m->status != WF_OK) {
         wf_log(srv->log, WF_LOG_INFO, "load of model '%s' (%s) refused: %s: %s",
                m->name, m->path, wf_status_name(m->status), m->err);
+        if (member) {
+            cm_tell_coord(srv, m->opened_seen ? WF_CMSG_MREAD : WF_CMSG_MFOUND,
+                          m->lid, m->status, m->err, NULL);
+        } else if (m->lid) {
+            /* ours failed: the members forget theirs; nothing was cut */
+            wf_cmsg_t drop = { .type = WF_CMSG_MDROP, .u.mstep = { .lid = m->lid } };
+            cm_tell_members(srv, &drop);
+        }
         model_reply(srv, m, WF_OP_LOAD_MODEL, m->status, m->err);
         wf_registry_remove(&srv->models, m);
         return;
     }
     wf_log(srv->log, WF_LOG_INFO, "model '%s' read: %.1f MiB in %" PRIu64 " ms",
            m->name, (double)m->bytes_total / 1048576.0, m->load_ms);
+    if (member) {
+        /* cut by the coordinator's install regroup */
+        m->state = WF_MODEL_INSTALLING;
+        m->cstep = 3;
+        cm_tell_coord(srv, WF_CMSG_MREAD, m->lid, WF_OK, NULL, NULL);
+        return;
+    }
+    if (m->lid) {
+        cm_advance(srv, m);
+        return;
+    }
     srv->pending_install = m;
     srv_models_try_install(srv);
 }
 
-/* Refusal common to the model ops: member nodes and clusters. */
+/* Refusal common to the model ops: shutdown; a cluster's member. */
 static bool models_refused(wf_server_t *srv, char *err, size_t err_len,
                            wf_status_t *st)
 {
@@ -159,10 +1101,20 @@ static bool models_refused(wf_server_t *srv, char *err, size_t err_len,
         snprintf(err, err_len, "daemon is shutting down");
         return true;
     }
-    if (srv->world) {
+    if (srv->world && !wf_world_coordinator(srv->world)) {
+        *st = WF_E_NOT_COORDINATOR;
+        wf_cluster_why_not(wf_world_cluster(srv->world), err, err_len);
+        snprintf(err + strlen(err), err_len - strlen(err), "; models are loaded "
+                 "and unloaded there, on every node at once");
+        return true;
+    }
+    if (srv->world && (!wf_world_ready(srv->world) || srv->reconf.active)) {
         *st = WF_E_UNAVAILABLE;
-        snprintf(err, err_len, "resident models are served by single-node "
-                 "daemons for now; this one is part of a cluster");
+        if (srv->reconf.active)
+            snprintf(err, err_len, "a reconfiguration is running; retry when it "
+                     "is done");
+        else
+            wf_cluster_why_not(wf_world_cluster(srv->world), err, err_len);
         return true;
     }
     return false;
@@ -176,21 +1128,31 @@ void srv_models_load(wf_server_t *srv, zmq_msg_t *identity, bool delim)
     wf_model_t *m = NULL;
     if (models_refused(srv, err, sizeof err, &st))
         goto reject;
+    if (srv->world && req->args.load_model.n_plan > 0) {
+        st = WF_E_UNAVAILABLE;
+        snprintf(err, sizeof err, "a cluster loads models with their family's "
+                 "default tp plan (or the plan of per-rank files) for now; omit "
+                 "tp_plan");
+        goto reject;
+    }
     uint64_t avail = srv_min_device_memory(srv);
     avail = avail > srv->sched.resident ? avail - srv->sched.resident : 0;
     st = wf_registry_start_load(&srv->models, &req->args.load_model,
-                                (int)srv->sched.mesh.deg.tp, avail, &m, err,
-                                sizeof err);
+                                (int)srv->sched.mesh.deg.tp, avail,
+                                srv->world != NULL, &m, err, sizeof err);
     if (st != WF_OK)
         goto reject;
     if (!model_take_client(m, identity, delim, req->id))
         wf_log(srv->log, WF_LOG_ERR, "load %" PRIu64 ": out of memory; the "
                "client gets no reply", req->id);
-    wf_log(srv->log, WF_LOG_INFO, "loading model '%s' from %s (tp plan: %s)",
+    wf_log(srv->log, WF_LOG_INFO, "loading model '%s' from %s (tp plan: %s)%s",
            m->name, m->path,
            req->args.load_model.weights_already_sharded ? "the files'"
-           : req->args.load_model.n_plan == 0 ? "default" : "given");
+           : req->args.load_model.n_plan == 0 ? "default" : "given",
+           srv->world ? " on every node of the cluster" : "");
     srv->t_extend_us = 0;
+    if (srv->world)
+        cm_start(srv, m);
     return;
 reject:
     srv->rejected++;
@@ -213,18 +1175,31 @@ void srv_models_unload(wf_server_t *srv, zmq_msg_t *identity, bool delim)
         snprintf(err, sizeof err, "model '%s' is not loaded", name);
         goto reject;
     }
-    if (m->state != WF_MODEL_READY) {
+    if (m->state != WF_MODEL_READY || m->cstep) {
         st = WF_E_BUSY;
         snprintf(err, sizeof err, "model '%s' is %s; retry when it is ready",
                  name, m->state == WF_MODEL_UNLOADING ? "unloading" : "loading");
         goto reject;
     }
     m->state = WF_MODEL_UNLOADING;
+    if (srv->world && m->lid) {
+        /* before the regroup's mesh message: the members drop it with it */
+        wf_cmsg_t drop = { .type = WF_CMSG_MDROP, .u.mstep = { .lid = m->lid } };
+        cm_tell_members(srv, &drop);
+    }
     const wf_reconf_req_t rreq = { .deg = srv->sched.mesh.deg, .why = "unload model" };
     st = srv_reconf_start(srv, &rreq, err, sizeof err);
     if (st != WF_OK) {
-        m->state = WF_MODEL_READY;
-        goto reject;
+        /* members marked it unloading: their next regroup drops it; ours
+         * is dropped too (cm_flush), so that the nodes agree */
+        if (srv->world && m->lid) {
+            wf_log(srv->log, WF_LOG_WARNING, "model '%s': unload regroup not "
+                   "started (%s); it is dropped with the next one", name, err);
+            st = WF_OK;
+        } else {
+            m->state = WF_MODEL_READY;
+            goto reject;
+        }
     }
     if (!model_take_client(m, identity, delim, req->id))
         wf_log(srv->log, WF_LOG_ERR, "unload %" PRIu64 ": out of memory; the "
@@ -248,9 +1223,10 @@ void srv_models_list(wf_server_t *srv, zmq_msg_t *identity, bool delim)
 }
 
 /* While a load runs: tell systemd it progresses (start-up / reload
- * timeouts stretch) and what it is doing. */
+ * timeouts stretch) and what it is doing. Cluster loads: their timers. */
 void srv_models_notify(wf_server_t *srv, uint64_t now)
 {
+    cm_tick(srv, now);
     wf_model_t *m = srv->models.loading;
     if (!m || now - srv->t_extend_us < 1000000)
         return;

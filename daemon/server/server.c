@@ -519,7 +519,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
             .n_workers = srv->n_workers, .done = &srv->done,
             .hooks = { .arg = srv, .regroup_new = world_regroup_new,
                        .job_mesh = world_job_mesh, .installed = world_installed,
-                       .dispatch = world_dispatch },
+                       .dispatch = world_dispatch,
+                       .model_msg = srv_models_on_message,
+                       .forward_plan = srv_models_forward_plan },
             .zap = srv->zap,   /* the context's ZAP handler: WF_ZAP_NODES */
             .keys = srv->has_keys ? &srv->keys : NULL,
         };
@@ -613,7 +615,10 @@ void wf_server_destroy(wf_server_t **psrv)
 
 static wf_djob_t *world_regroup_new(void *arg, const wf_mesh_t *mesh)
 {
-    return srv_regroup_new(arg, mesh, NULL);
+    wf_djob_t *job = srv_regroup_new(arg, mesh, NULL);
+    if (job)    /* a new world's mesh: the models that fit it */
+        srv_models_world_fit(arg, mesh, &job->models);
+    return job;
 }
 
 /* The mesh a member's job descriptor runs under: the one in force, or the

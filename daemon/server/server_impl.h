@@ -199,6 +199,23 @@ void srv_models_notify(wf_server_t *srv, uint64_t now);
 /* Hooks (wf_server_hooks_t): after a regroup; after a reconfiguration. */
 void srv_models_after_regroup(wf_server_t *srv, wf_status_t st);
 void srv_models_try_install(wf_server_t *srv);
+/* Cluster: a resident-model message between daemons (world.h model_msg;
+ * arg = srv). */
+void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *m);
+/* Forward jobs on m for `mesh`: NULL when this daemon may plan them, else
+ * why not (into buf: a node of the cluster's world does not hold m, or
+ * the mesh's tp groups span nodes). */
+const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
+                                       const wf_mesh_t *mesh, char *buf, size_t len);
+/* A cluster world's regroup for `mesh`: leave out of `set` the models
+ * that cannot be cut for it or do not fit this node's devices (forwards
+ * on them are then refused with the reason, until a regroup cuts them). */
+void srv_models_world_fit(wf_server_t *srv, const wf_mesh_t *mesh,
+                          wf_model_set_t *set);
+/* Member: plan a forward part on the coordinator's model `lid` (world.h
+ * forward_plan; arg = srv). */
+wf_status_t srv_models_forward_plan(void *arg, wf_djob_t *job, uint64_t lid,
+                                    const wf_mesh_t *mesh, char *err, size_t err_len);
 
 /* reconfigure.c */
 

@@ -1,0 +1,24 @@
+# Resident models in a cluster (tests/test_cluster_models.c): 3 weftd
+# processes (cpu:2 each) with their own model roots: a load on the
+# coordinator resident on every node (list_models names the nodes and
+# ranks), files that differ on one node refused naming it (WF_E_MISMATCH),
+# loads on members refused, forwards across nodes (tp=2 x ring=3,
+# ulysses=6, dp=3 x tp=2, tp=2 x ulysses=3) against diffusers and a
+# single-node weftd, unload everywhere, a member that does not answer
+# within cluster_timeout_ms, a node lost during forwards and restarted
+# (the models re-installed there), the coordinator restarted. ~8 s.
+add_executable(test_cluster_models ${CMAKE_CURRENT_LIST_DIR}/test_cluster_models.c)
+target_link_libraries(test_cluster_models PRIVATE weft_clusterd weft_fluxio weft
+  Threads::Threads m)
+target_compile_options(test_cluster_models PRIVATE -O2)
+add_test(NAME e2e_cluster_models COMMAND test_cluster_models $<TARGET_FILE:weftd>
+  ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+set_tests_properties(e2e_cluster_models PROPERTIES TIMEOUT 180)
+
+# Their control messages on their own (tests/test_cluster_models_msg.c):
+# mload .. mready and fjob through put / encode / decode / get, and what
+# get refuses.
+add_executable(test_cluster_models_msg ${CMAKE_CURRENT_LIST_DIR}/test_cluster_models_msg.c)
+target_include_directories(test_cluster_models_msg PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(test_cluster_models_msg PRIVATE weft_proto PkgConfig::MSGPACK m)
+add_test(NAME proto_cluster_models_msg COMMAND test_cluster_models_msg)

@@ -1,0 +1,558 @@
+/* test_cluster_models.c — resident models in a cluster, end to end: three
+ * real weftd processes (cpu:2 each, data planes on 127.0.0.1, .2 and .3)
+ * form one world of 6 ranks; each reads models from its own model root
+ * (a copy of the diffusers fixtures, tests/fixtures). Every wait is an
+ * event wait with a deadline (the sd_notify socket, the client's reply);
+ * what members hold is read back with list_models, polled.
+ *
+ *  1. a (coordinator), b, c serving: "cluster serving: epoch 1, 3 node(s)".
+ *  2. load_model on a member: WF_E_NOT_COORDINATOR naming the coordinator.
+ *  3. load "tiny" (flux-tiny) on a: ready on every node; list_models on a
+ *     shows its nodes and ranks ("a:0-1,b:2-3,c:4-5"); b and c hold it.
+ *  4. a model whose files differ on one node: the load is refused with
+ *     WF_E_MISMATCH naming that node and what differs (c's checkpoint in
+ *     bf16 under the same path: the tensor list; b's config.json), and
+ *     no node keeps it. A path missing on b only: refused naming b.
+ *  0. the reference: a single-node weftd (cpu:1) runs a forward of
+ *     flux-tiny on inputs of 24 image + 12 text tokens (the fixtures' 16 /
+ *     8 tokens do not divide over 3 or 6 sequence ranks).
+ *  5. forwards across nodes on meshes that cross them (tp=2 x ring=3,
+ *     ulysses=6, dp=3 x tp=2, tp=2 x ulysses=3; each reconfigure re-cuts
+ *     the shards on every node), 3 per mesh (dp replicas take turns, so
+ *     jobs rooted on members too): the diffusers fixture where the
+ *     sequence degree divides its tokens (tolerance fluxio_tolerance,
+ *     1e-5 for f32) and the 24 + 12 token inputs against the single-node
+ *     output (1e-5 relative).
+ *  6. unload "tiny": gone from every node; load it again: ready.
+ *  7. a member that does not answer (SIGSTOP c) within cluster_timeout_ms:
+ *     the load fails (WF_E_NODE_LOST or WF_E_UNAVAILABLE, naming c), one
+ *     reply; c continued (SIGCONT), the cluster serves again and a load
+ *     succeeds.
+ *  8. c killed during forwards: they fail with the loss or succeed (parity);
+ *     the models serve on the smaller world (a, b), parity; c restarted
+ *     with nothing loaded: the coordinator installs the models there
+ *     (list_models' nodes back to a, b, c), parity on the full world.
+ *  9. the coordinator restarted: the members' models of the earlier one
+ *     are dropped with the new one's first load (refused WF_E_BUSY, naming
+ *     the node, until they are), which then succeeds; parity.
+ * 10. SIGTERM stops every daemon cleanly (exit 0).
+ *
+ * Usage: test_cluster_models PATH_TO_WEFTD FIXTURES_DIR.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "support/clusterd.h"
+#include "support/fluxio.h"
+#include "weft.h"
+
+#define TIMEOUT_MS 30000
+#define HB 200            /* heartbeat_ms */
+#define HB_TIMEOUT 3000   /* heartbeat_timeout_ms */
+#define CLUSTER_TIMEOUT 1500
+
+static int failures;
+static char coordinator[64];
+static char roots[3][256];      /* each node's model root */
+static const char *fixtures;
+
+typedef clusterd_node_t node_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Copy fixture `model` into node k's root as `as`. */
+static bool put_model(int k, const char *model, const char *as)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp -r '%.400s/%.100s' '%.300s/%.100s'", fixtures,
+             model, roots[k], as);
+    return system(cmd) == 0;
+}
+
+static bool node_start(node_t *d, const char *weftd, const char *name, int k)
+{
+    char data_addr[32], env[300];
+    snprintf(data_addr, sizeof data_addr, "127.0.0.%d", 1 + k);
+    snprintf(env, sizeof env, "WEFT_MODEL_ROOT=%s", roots[k]);
+    clusterd_opts_t o = { .name = name, .tag = "cm", .coordinator = coordinator,
+                          .mesh = "tp=2,ring=3", .data_address = data_addr,
+                          .cluster_timeout_ms = CLUSTER_TIMEOUT,
+                          .heartbeat_ms = HB,
+                          .heartbeat_timeout_ms = HB_TIMEOUT,
+                          .log_env = "CM_LOG_LEVEL", .env = env };
+    return clusterd_node_start(d, weftd, &o);
+}
+
+static bool notify_wait(node_t *d, const char *prefix, int timeout_ms)
+{
+    return clusterd_node_wait(d, prefix, timeout_ms, NULL, 0);
+}
+
+/* Does the daemon at d hold model `name` (in `state` when not NULL)?
+ * Its info into *ret when it does. */
+static bool holds(node_t *d, const char *name, const char *state,
+                  wf_model_info_t *ret)
+{
+    wf_client_t *c = NULL;
+    if (wf_client_connect(d->p.endpoint, TIMEOUT_MS, &c) != WF_OK)
+        return false;
+    wf_model_info_t m[WF_MODELS_MAX];
+    size_t n = 0;
+    bool found = false;
+    if (wf_list_models(c, m, WF_MODELS_MAX, &n) == WF_OK)
+        for (size_t i = 0; i < n && i < WF_MODELS_MAX && !found; i++)
+            if (strcmp(m[i].name, name) == 0 &&
+                (!state || strcmp(m[i].state, state) == 0)) {
+                found = true;
+                if (ret)
+                    *ret = m[i];
+            }
+    wf_client_destroy(&c);
+    return found;
+}
+
+/* Poll (every 20 ms, up to timeout_ms) until `holds` answers `want`. */
+static bool wait_holds(node_t *d, const char *name, const char *state, bool want,
+                       int timeout_ms)
+{
+    double end = now_s() + timeout_ms / 1e3;
+    while (now_s() < end) {
+        if (holds(d, name, state, NULL) == want)
+            return true;
+        struct timespec ts = { 0, 20 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "node %s: model %s %s %s after %d ms\n", d->p.name, name,
+            want ? "not" : "still", state ? state : "held", timeout_ms);
+    return false;
+}
+
+
+/* Inputs for flux-tiny whose sequences divide over 6 ranks (the fixtures'
+ * 16 / 8 tokens do not divide by 3): B = 1, a 4 x 6 latent grid (24 image
+ * tokens), 12 text tokens; randn-like values from a fixed LCG. */
+typedef struct inputs6 {
+    float hs[24 * 16], enc[12 * 32], pooled[16], t[1], img[24 * 3], txt[12 * 3];
+    wf_tensor_t ths, tenc, tpool, tt, timg, ttxt;
+    wf_flux_inputs_t in;
+} inputs6_t;
+
+static void inputs6_make(inputs6_t *x)
+{
+    uint64_t s = 99;
+    float *all[3] = { x->hs, x->enc, x->pooled };
+    size_t n[3] = { 24 * 16, 12 * 32, 16 };
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n[k]; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            all[k][i] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+        }
+    x->t[0] = 0.5f;
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 6; c++) {
+            float *id = &x->img[(r * 6 + c) * 3];
+            id[0] = 0;
+            id[1] = (float)r;
+            id[2] = (float)c;
+        }
+    memset(x->txt, 0, sizeof x->txt);
+    x->ths = (wf_tensor_t){ x->hs, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+    x->tenc = (wf_tensor_t){ x->enc, WF_DTYPE_F32, 3, { 1, 12, 32 } };
+    x->tpool = (wf_tensor_t){ x->pooled, WF_DTYPE_F32, 2, { 1, 16 } };
+    x->tt = (wf_tensor_t){ x->t, WF_DTYPE_F32, 1, { 1 } };
+    x->timg = (wf_tensor_t){ x->img, WF_DTYPE_F32, 2, { 24, 3 } };
+    x->ttxt = (wf_tensor_t){ x->txt, WF_DTYPE_F32, 2, { 12, 3 } };
+    x->in = (wf_flux_inputs_t){ &x->ths, &x->tenc, &x->tpool, &x->tt, &x->timg,
+                                &x->ttxt, NULL };
+}
+
+/* max |a - b| / max |b| over n floats. */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= e))
+            e = d;      /* NaN counts */
+        if (fabs((double)b[i]) > m)
+            m = fabs((double)b[i]);
+    }
+    return m > 0 ? e / m : e;
+}
+
+static inputs6_t in6;
+static float ref6[24 * 16];     /* a single-node weftd's output on in6 */
+
+/* Forwards of "tiny" on the cluster now: the diffusers fixture (only
+ * when the mesh's sequence degree divides its 16 / 8 tokens) and in6
+ * against the single-node output. The largest errors into *ret_*. */
+static bool forwards(wf_client_t *cl, const fluxio_t *io, const char *mesh,
+                     double *ret_fix, double *ret_six)
+{
+    bool ok = true;
+    wf_job_result_t res;
+    *ret_fix = *ret_six = -1;
+    wf_status_info_t si;
+    bool fix = wf_status(cl, &si) == WF_OK &&
+               16 % (si.mesh.ring * si.mesh.ulysses) == 0 &&
+               8 % (si.mesh.ring * si.mesh.ulysses) == 0;
+    for (int rep = 0; rep < 3; rep++) {     /* dp replicas take turns */
+        if (fix) {
+            wf_tensor_t out;
+            if (!fluxio_output(io, WF_DTYPE_F32, &out))
+                return false;
+            wf_status_t st = wf_forward(cl, "tiny", &io->in, &out, &res);
+            double e = st == WF_OK ? fluxio_error(io, &out) : 1.0;
+            if (st != WF_OK)
+                fprintf(stderr, "%s: forward: %s %s\n", mesh, wf_status_name(st),
+                        wf_client_last_error(cl));
+            ok = ok && st == WF_OK && e <= fluxio_tolerance(io);
+            if (e > *ret_fix)
+                *ret_fix = e;
+            free(out.data);
+        }
+        float o[24 * 16];
+        for (size_t i = 0; i < 24 * 16; i++)
+            o[i] = NAN;
+        wf_tensor_t out = { o, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+        wf_status_t st = wf_forward(cl, "tiny", &in6.in, &out, &res);
+        double e = st == WF_OK ? rel_err(o, ref6, 24 * 16) : 1.0;
+        if (st != WF_OK)
+            fprintf(stderr, "%s: forward: %s %s\n", mesh, wf_status_name(st),
+                    wf_client_last_error(cl));
+        ok = ok && st == WF_OK && e <= 1e-5;
+        if (e > *ret_six)
+            *ret_six = e;
+    }
+    printf("  %-22s parity: diffusers fixture %s%.2e, 24+12 tokens vs single "
+           "node %.2e  %s\n", mesh, *ret_fix < 0 ? "(n/a) " : "",
+           *ret_fix < 0 ? 0.0 : *ret_fix, *ret_six, ok ? "ok" : "FAIL");
+    return ok;
+}
+
+/* The reference: a single-node weftd (cpu:1) on node a's model root. */
+static bool reference(const char *weftd)
+{
+    clusterd_t r;
+    if (!clusterd_open(&r, "ref", "cmr"))
+        return false;
+    const char *argv[] = { weftd, "--listen", r.endpoint, "--devices", "cpu:1",
+                           "--model-root", roots[0], "--log-level", "warning", NULL };
+    bool ok = clusterd_exec(&r, argv, NULL);
+    wf_client_t *c = NULL;
+    ok = ok && wf_client_connect(r.endpoint, TIMEOUT_MS, &c) == WF_OK &&
+         wf_load_model(c, "tiny", "tiny", NULL, NULL) == WF_OK;
+    for (size_t i = 0; i < 24 * 16; i++)
+        ref6[i] = NAN;
+    wf_tensor_t out = { ref6, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+    ok = ok && wf_forward(c, "tiny", &in6.in, &out, NULL) == WF_OK;
+    wf_client_destroy(&c);
+    clusterd_kill(&r, SIGTERM);
+    clusterd_close(&r);
+    return ok;
+}
+
+/* Forwards back to back on their own connection until `stop`. */
+typedef struct fwd_loop {
+    const char *endpoint;
+    atomic_bool stop;
+    pthread_t th;
+    int ok, lost, other;          /* outcomes */
+    double worst;                 /* parity of the OK ones */
+} fwd_loop_t;
+
+static void *fwd_main(void *arg)
+{
+    fwd_loop_t *f = arg;
+    wf_client_t *c = NULL;
+    if (wf_client_connect(f->endpoint, TIMEOUT_MS, &c) != WF_OK) {
+        f->other++;
+        return NULL;
+    }
+    while (!atomic_load(&f->stop)) {
+        float o[24 * 16];
+        for (size_t i = 0; i < 24 * 16; i++)
+            o[i] = NAN;
+        wf_tensor_t out = { o, WF_DTYPE_F32, 3, { 1, 24, 16 } };
+        wf_status_t st = wf_forward(c, "tiny", &in6.in, &out, NULL);
+        if (st == WF_OK) {
+            double e = rel_err(o, ref6, 24 * 16);
+            f->ok++;
+            f->worst = e > f->worst ? e : f->worst;
+        } else if (st == WF_E_NODE_LOST || st == WF_E_UNAVAILABLE ||
+                   st == WF_E_ABORTED) {
+            f->lost++;
+        } else {
+            fprintf(stderr, "forward during the loss: %s %s\n", wf_status_name(st),
+                    wf_client_last_error(c));
+            f->other++;
+        }
+    }
+    wf_client_destroy(&c);
+    return NULL;
+}
+
+/* Load on client c; the status, the message into err. */
+static wf_status_t load(wf_client_t *c, const char *name, const char *path,
+                        wf_model_info_t *info, char *err, size_t err_len)
+{
+    wf_status_t st = wf_load_model(c, name, path, NULL, info);
+    snprintf(err, err_len, "%s", st == WF_OK ? "" : wf_client_last_error(c));
+    printf("load %s (%s): %s %s\n", name, path, wf_status_name(st), err);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD FIXTURES_DIR\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *weftd = argv[1];
+    fixtures = argv[2];
+    double t_begin = now_s();
+    fluxio_t io;
+    if (!fluxio_load(&io, fixtures, "io-flux-tiny-f32.safetensors"))
+        return 1;
+    inputs6_make(&in6);
+    char top[128];
+    snprintf(top, sizeof top, "/tmp/weft-cm-%d", (int)getpid());
+    CHECK(mkdir(top, 0755) == 0);
+    for (int k = 0; k < 3; k++) {
+        snprintf(roots[k], sizeof roots[k], "%s/%c", top, 'a' + k);
+        CHECK(mkdir(roots[k], 0755) == 0);
+        CHECK(put_model(k, "flux-tiny", "tiny"));
+        /* "m2": the same everywhere but on c (bf16 weights, same config) */
+        CHECK(put_model(k, k == 2 ? "flux-tiny-bf16" : "flux-tiny", "m2"));
+        /* "m3": b's config differs (the guidance model) */
+        CHECK(put_model(k, k == 1 ? "flux-tiny-guidance" : "flux-tiny", "m3"));
+        /* "m4": missing on b */
+        if (k != 1)
+            CHECK(put_model(k, "flux-tiny", "m4"));
+    }
+
+    CHECK(reference(weftd));
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
+    node_t a, b, c;
+    CHECK(node_start(&a, weftd, "a", 0));
+    CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS));
+    CHECK(node_start(&b, weftd, "b", 1));
+    CHECK(node_start(&c, weftd, "c", 2));
+
+    /* 1. one world */
+    CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
+                      TIMEOUT_MS));
+    wf_client_t *cl = NULL, *cb = NULL;
+    CHECK(wf_client_connect(a.p.endpoint, TIMEOUT_MS, &cl) == WF_OK);
+    CHECK(wf_client_connect(b.p.endpoint, TIMEOUT_MS, &cb) == WF_OK);
+    char err[512];
+    wf_model_info_t info;
+
+    /* 2. a member refuses */
+    CHECK(load(cb, "tiny", "tiny", NULL, err, sizeof err) == WF_E_NOT_COORDINATOR);
+    CHECK(strstr(err, coordinator) != NULL);
+
+    /* 3. on every node */
+    double t0 = now_s();
+    memset(&info, 0, sizeof info);
+    CHECK(load(cl, "tiny", "tiny", &info, err, sizeof err) == WF_OK);
+    printf("  loaded on 3 nodes in %.0f ms; nodes \"%s\"\n", (now_s() - t0) * 1e3,
+           info.nodes);
+    CHECK(strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0);
+    CHECK(strcmp(info.state, "ready") == 0 && info.tp == 2);
+    CHECK(holds(&a, "tiny", "ready", &info) && strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0);
+    CHECK(holds(&b, "tiny", "ready", NULL));
+    CHECK(holds(&c, "tiny", "ready", NULL));
+
+    /* 4. files that differ on one node */
+    CHECK(load(cl, "m2", "m2", NULL, err, sizeof err) == WF_E_MISMATCH);
+    CHECK(strstr(err, "node c") && strstr(err, "tensor list"));
+    CHECK(load(cl, "m3", "m3", NULL, err, sizeof err) == WF_E_MISMATCH);
+    CHECK(strstr(err, "node b") && strstr(err, "config.json"));
+    CHECK(load(cl, "m4", "m4", NULL, err, sizeof err) != WF_OK);
+    CHECK(strstr(err, "node b") != NULL);
+    for (int i = 0; i < 3; i++) {
+        node_t *n = i == 0 ? &a : i == 1 ? &b : &c;
+        CHECK(wait_holds(n, "m2", NULL, false, 5000));
+        CHECK(wait_holds(n, "m3", NULL, false, 5000));
+        CHECK(wait_holds(n, "m4", NULL, false, 5000));
+    }
+
+    /* 5. forward across nodes, on meshes that cross them (each
+     * reconfiguration re-shards on every node) */
+    static const struct { const char *name; wf_mesh_degrees_t m; } meshes[] = {
+        { "tp=2 x ring=3", { 1, 3, 1, 2 } },
+        { "ulysses=6", { 1, 1, 6, 1 } },
+        { "dp=3 x tp=2", { 3, 1, 1, 2 } },
+        { "tp=2 x ulysses=3", { 1, 1, 3, 2 } },
+    };
+    double worst_fix = 0, worst_six = 0;
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        if (i > 0)
+            CHECK(wf_reconfigure(cl, &meshes[i].m, NULL) == WF_OK);
+        double ef, e6;
+        CHECK(forwards(cl, &io, meshes[i].name, &ef, &e6));
+        worst_fix = ef > worst_fix ? ef : worst_fix;
+        worst_six = e6 > worst_six ? e6 : worst_six;
+    }
+    printf("  worst parity: fixture %.2e, 24+12 tokens %.2e\n", worst_fix, worst_six);
+    {
+        wf_mesh_degrees_t back = { 1, 3, 1, 2 };
+        CHECK(wf_reconfigure(cl, &back, NULL) == WF_OK);
+    }
+
+    /* 6. unload, load again */
+    CHECK(wf_unload_model(cl, "tiny") == WF_OK);
+    CHECK(!holds(&a, "tiny", NULL, NULL));
+    CHECK(wait_holds(&b, "tiny", NULL, false, 5000));
+    CHECK(wait_holds(&c, "tiny", NULL, false, 5000));
+    CHECK(load(cl, "tiny", "tiny", NULL, err, sizeof err) == WF_OK);
+    CHECK(holds(&c, "tiny", "ready", NULL));
+
+    /* 7. a member that does not answer */
+    kill(c.p.pid, SIGSTOP);
+    t0 = now_s();
+    wf_status_t st = load(cl, "t2", "tiny", NULL, err, sizeof err);
+    double dt = now_s() - t0;
+    printf("  with c stopped: %s after %.0f ms\n", wf_status_name(st), dt * 1e3);
+    CHECK(st == WF_E_NODE_LOST || st == WF_E_UNAVAILABLE);
+    CHECK(strstr(err, "c") != NULL);
+    CHECK(dt < (CLUSTER_TIMEOUT + HB_TIMEOUT) / 1e3 + 2.0);
+    kill(c.p.pid, SIGCONT);
+    CHECK(!holds(&a, "t2", NULL, NULL));
+    /* the world may re-form with c (it was lost, or not): serving again */
+    double end = now_s() + TIMEOUT_MS / 1e3;
+    do {
+        wf_status_info_t si;
+        if (clusterd_status(&a.p, &si) && si.world_size == 6 &&
+            strcmp(si.cluster_state, "serving") == 0)
+            break;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    } while (now_s() < end);
+    /* c may still be dropping the first t2 (WF_E_BUSY naming c): retry */
+    for (int i = 0; i < 100; i++) {
+        st = load(cl, "t2", "tiny", NULL, err, sizeof err);
+        if (st != WF_E_BUSY)
+            break;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    CHECK(st == WF_OK);
+
+    /* 8. node c lost during forwards: the models stay on the smaller
+     * world (a, b: 4 ranks), parity there; c back (restarted, nothing
+     * loaded): the models are installed there, parity at full size */
+    {
+        fwd_loop_t fl;
+        memset(&fl, 0, sizeof fl);
+        fl.endpoint = a.p.endpoint;
+        atomic_init(&fl.stop, false);
+        CHECK(pthread_create(&fl.th, NULL, fwd_main, &fl) == 0);
+        struct timespec ts = { 0, 300 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        double tk = now_s();
+        kill(c.p.pid, SIGKILL);
+        CHECK(clusterd_wait_exit(&c.p, TIMEOUT_MS));
+        CHECK(notify_wait(&a, "STATUS=cluster degraded:", TIMEOUT_MS));
+        printf("  c killed: the world re-formed without it in %.0f ms\n",
+               (now_s() - tk) * 1e3);
+        nanosleep(&ts, NULL);
+        atomic_store(&fl.stop, true);
+        pthread_join(fl.th, NULL);
+        printf("  forwards during the loss: %d ok (worst %.2e), %d failed with the "
+               "loss, %d other\n", fl.ok, fl.worst, fl.lost, fl.other);
+        CHECK(fl.ok > 0 && fl.other == 0 && fl.worst <= 1e-5);
+        double ef, e6;
+        CHECK(forwards(cl, &io, "smaller world (a, b)", &ef, &e6));
+        CHECK(holds(&a, "tiny", "ready", &info));
+        printf("  tiny on the smaller world: nodes \"%s\", tp %u\n", info.nodes,
+               info.tp);
+        CHECK(strcmp(info.nodes, "a:0-1,b:2-3") == 0);
+
+        clusterd_node_close(&c);
+        double tr = now_s();
+        CHECK(node_start(&c, weftd, "c", 2));
+        CHECK(notify_wait(&a, "STATUS=cluster serving:", TIMEOUT_MS));
+        bool back = false;
+        while (!back && now_s() < tr + TIMEOUT_MS / 1e3) {
+            back = holds(&a, "tiny", "ready", &info) &&
+                   strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0 &&
+                   holds(&a, "t2", "ready", &info) &&
+                   strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0;
+            nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+        }
+        printf("  c restarted: the models installed there %.0f ms after its start\n",
+               (now_s() - tr) * 1e3);
+        CHECK(back);
+        CHECK(holds(&c, "tiny", "ready", NULL));
+        CHECK(forwards(cl, &io, "tp=2 x ring=3 again", &ef, &e6));
+    }
+
+    /* 9. the coordinator restarted: the members' models of the earlier
+     * one are dropped when the new one loads (a load of the same name is
+     * refused WF_E_BUSY meanwhile), then the load and forwards work */
+    {
+        wf_client_destroy(&cl);
+        kill(a.p.pid, SIGKILL);
+        CHECK(clusterd_wait_exit(&a.p, TIMEOUT_MS));
+        clusterd_node_close(&a);
+        double tr = now_s();
+        CHECK(node_start(&a, weftd, "a", 0));
+        CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 1, 3 node(s), 6 rank(s)",
+                          TIMEOUT_MS));
+        printf("  coordinator restarted: serving again after %.0f ms\n",
+               (now_s() - tr) * 1e3);
+        CHECK(wf_client_connect(a.p.endpoint, TIMEOUT_MS, &cl) == WF_OK);
+        wf_status_t st2 = WF_E_BUSY;
+        int busy = 0;
+        for (int i = 0; i < 100 && st2 == WF_E_BUSY; i++) {
+            st2 = load(cl, "tiny", "tiny", &info, err, sizeof err);
+            if (st2 == WF_E_BUSY) {
+                busy++;
+                nanosleep(&(struct timespec){ 0, 50 * 1000 * 1000 }, NULL);
+            }
+        }
+        CHECK(st2 == WF_OK && busy > 0);
+        CHECK(wait_holds(&b, "t2", NULL, false, 5000));   /* stale, dropped */
+        double ef, e6;
+        CHECK(forwards(cl, &io, "after the restart", &ef, &e6));
+    }
+
+    wf_client_destroy(&cl);
+    wf_client_destroy(&cb);
+
+    /* 10. clean stop */
+    node_t *all[3] = { &a, &b, &c };
+    for (int i = 2; i >= 0; i--) {
+        clusterd_kill(&all[i]->p, SIGTERM);
+        CHECK(all[i]->p.reaped && WIFEXITED(all[i]->p.exit_status) &&
+              WEXITSTATUS(all[i]->p.exit_status) == 0);
+        clusterd_node_close(all[i]);
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    CHECK(system(cmd) == 0);
+    fluxio_free(&io);
+    printf("test_cluster_models: %s (%d failure(s)), %.1f s\n",
+           failures ? "FAILED" : "ok", failures, now_s() - t_begin);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,169 @@
+/* test_cluster_models_msg.c — the resident-model control messages of
+ * proto/cluster_msg.h on their own (mload, mfound, mgo, mdrop, mread,
+ * mready, fjob; PROTOCOL.md sections 11 and 12.7):
+ *   - each survives put, encode, decode, get unchanged;
+ *   - get refuses a missing key, a value out of range, a bad name or
+ *     path (a peer's text reaches logs), an unknown dtype, with a stable
+ *     status and a message naming the key; optional keys may be absent.
+ * Exit status: the number of failed checks (capped). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster_msg.h"
+#include "proto.h"
+
+static int failures;
+
+#define CHECK(c)                                                           \
+    do {                                                                   \
+        if (!(c)) {                                                        \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
+                    __LINE__, #c);                                         \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+static wf_ctl_msg_t m1, m2;
+static wf_cmsg_t in, out;
+
+/* put -> encode -> decode -> get; the status of get, its message in err. */
+static wf_status_t wire(const wf_cmsg_t *msg, wf_cmsg_t *ret, char *err, size_t len)
+{
+    wf_buf_t b = { 0 };
+    wf_status_t st = wf_cmsg_put(&m1, msg);
+    if (st == WF_OK)
+        st = wf_ctl_encode(&m1, &b);
+    if (st == WF_OK)
+        st = wf_ctl_decode(b.data, b.len, &m2, err, len);
+    wf_buf_free(&b);
+    return st == WF_OK ? wf_cmsg_get(&m2, ret, err, len) : st;
+}
+
+/* get of m1 after f(m1) edited it. */
+static wf_status_t edited(const wf_cmsg_t *msg, const char *key, bool drop,
+                          bool is_str, uint64_t u, const char *s, char *err,
+                          size_t len)
+{
+    CHECK(wf_cmsg_put(&m1, msg) == WF_OK);
+    wf_ctl_init(&m2);
+    for (uint32_t i = 0; i < m1.n; i++) {
+        const wf_ctl_field_t *f = &m1.f[i];
+        if (strcmp(f->key, key) == 0) {
+            if (drop)
+                continue;
+            if (is_str)
+                wf_ctl_put_str(&m2, key, s);
+            else
+                wf_ctl_put_uint(&m2, key, u);
+        } else if (f->is_str) {
+            wf_ctl_put_str(&m2, f->key, f->s);
+        } else {
+            wf_ctl_put_uint(&m2, f->key, f->u);
+        }
+    }
+    return wf_cmsg_get(&m2, &out, err, len);
+}
+
+int main(void)
+{
+    char err[WF_PROTO_ERROR_MAX];
+
+    /* mload */
+    memset(&in, 0, sizeof in);
+    in.type = WF_CMSG_MLOAD;
+    in.u.mload.lid = (UINT64_C(0x9e3779b9) << 32) | 7;
+    snprintf(in.u.mload.name, sizeof in.u.mload.name, "flux-dev.1");
+    snprintf(in.u.mload.path, sizeof in.u.mload.path, "models/flux-dev");
+    in.u.mload.sharded = true;
+    CHECK(wire(&in, &out, err, sizeof err) == WF_OK);
+    CHECK(out.type == WF_CMSG_MLOAD && memcmp(&in.u.mload, &out.u.mload,
+                                              sizeof in.u.mload) == 0);
+    CHECK(edited(&in, "path", false, true, 0, "../etc", err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(strstr(err, "'path'") != NULL);
+    CHECK(edited(&in, "path", false, true, 0, "/abs", err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(edited(&in, "name", false, true, 0, "a b\x1b", err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(strstr(err, "'name'") != NULL);
+    CHECK(edited(&in, "lid", false, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(edited(&in, "name", true, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(strstr(err, "missing") != NULL);
+    CHECK(edited(&in, "sharded", true, false, 0, NULL, err, sizeof err) == WF_OK &&
+          !out.u.mload.sharded);
+    CHECK(edited(&in, "sharded", false, false, 2, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+
+    /* mfound */
+    memset(&in, 0, sizeof in);
+    in.type = WF_CMSG_MFOUND;
+    in.u.mfound.lid = 9;
+    in.u.mfound.st = WF_E_MISMATCH;
+    snprintf(in.u.mfound.err, sizeof in.u.mfound.err, "model file 'x' does not exist");
+    in.u.mfound.d = (wf_cmsg_digest_t){ UINT64_MAX, 1, 2, 3, 4, 5 };
+    CHECK(wire(&in, &out, err, sizeof err) == WF_OK);
+    CHECK(memcmp(&in.u.mfound, &out.u.mfound, sizeof in.u.mfound) == 0);
+    CHECK(edited(&in, "error", true, false, 0, NULL, err, sizeof err) == WF_OK &&
+          out.u.mfound.err[0] == '\0');
+    CHECK(edited(&in, "headers", true, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(edited(&in, "st", false, true, 0, "0", err, sizeof err) == WF_E_BAD_FIELD);
+
+    /* mgo, mdrop, mread, mready */
+    const wf_cmsg_type_t steps[] = { WF_CMSG_MGO, WF_CMSG_MDROP };
+    for (int i = 0; i < 2; i++) {
+        memset(&in, 0, sizeof in);
+        in.type = steps[i];
+        in.u.mstep.lid = 77;
+        CHECK(wire(&in, &out, err, sizeof err) == WF_OK);
+        CHECK(out.type == steps[i] && out.u.mstep.lid == 77);
+    }
+    const wf_cmsg_type_t res[] = { WF_CMSG_MREAD, WF_CMSG_MREADY };
+    for (int i = 0; i < 2; i++) {
+        memset(&in, 0, sizeof in);
+        in.type = res[i];
+        in.u.mres.lid = 5;
+        in.u.mres.st = WF_E_NO_MEMORY;
+        snprintf(in.u.mres.err, sizeof in.u.mres.err, "does not fit");
+        CHECK(wire(&in, &out, err, sizeof err) == WF_OK);
+        CHECK(out.type == res[i] && memcmp(&in.u.mres, &out.u.mres, sizeof in.u.mres) == 0);
+        CHECK(edited(&in, "lid", true, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    }
+
+    /* fjob */
+    memset(&in, 0, sizeof in);
+    in.type = WF_CMSG_FJOB;
+    wf_cfjob_t *f = &in.u.fjob;
+    f->seq = 100;
+    f->epoch = 4;
+    f->id = 55;
+    f->base = 2;
+    f->g = 2;
+    f->lid = (UINT64_C(3) << 32) | 1;
+    f->B = 2; f->Si = 4096; f->St = 512; f->Ch = 64; f->Ce = 4096; f->Cp = 768;
+    f->Ai = 3; f->At = 3;
+    f->hdt = WF_DTYPE_BF16; f->edt = WF_DTYPE_BF16; f->pdt = WF_DTYPE_F16;
+    f->tdt = WF_DTYPE_F32; f->idt = WF_DTYPE_F32; f->xdt = WF_DTYPE_F32;
+    f->odt = WF_DTYPE_BF16;
+    for (int guid = 0; guid < 2; guid++) {
+        f->guid = guid;
+        f->gdt = guid ? WF_DTYPE_BF16 : WF_DTYPE_F32;
+        CHECK(wire(&in, &out, err, sizeof err) == WF_OK);
+        CHECK(out.type == WF_CMSG_FJOB && memcmp(f, &out.u.fjob, sizeof *f) == 0);
+    }
+    CHECK(edited(&in, "Si", false, false, 0, NULL, err, sizeof err) == WF_E_BAD_SHAPE);
+    CHECK(edited(&in, "St", false, false, UINT64_C(1) << 31, NULL, err, sizeof err) ==
+          WF_E_BAD_SHAPE);
+    CHECK(edited(&in, "hdt", false, false, 9, NULL, err, sizeof err) == WF_E_BAD_DTYPE);
+    CHECK(strstr(err, "'hdt'") != NULL);
+    CHECK(edited(&in, "g", false, false, 65, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(edited(&in, "lid", false, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK(edited(&in, "Cp", true, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+
+    /* the channel takes a forward's 7 inputs, not 8 */
+    memset(&in, 0, sizeof in);
+    in.type = WF_CMSG_XFER_IN;
+    in.u.xfer = (wf_cmsg_xfer_t){ .epoch = 3, .seq = 9, .n = 7 };
+    CHECK(wire(&in, &out, err, sizeof err) == WF_OK && out.u.xfer.n == 7);
+    CHECK(edited(&in, "n", false, false, 8, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+
+    printf("test_cluster_models_msg: %s (%d failure(s))\n", failures ? "FAILED" : "ok",
+           failures);
+    return failures > 100 ? 100 : failures;
+}
