@@ -22,6 +22,8 @@
  *   weftctl [--endpoint E] [--timeout MS] models
  *   weftctl [--endpoint E] [--timeout MS] forward --model NAME
  *       --inputs FILE.safetensors [--out-dtype f32|f16|bf16] [--iters N]
+ *       [--deadline-ms MS]
+ *   weftctl [--endpoint E] [--timeout MS] cancel ID
  *   weftctl shard --model-root ROOT --path P --tp T --out DIR
  *       [--tp-plan FILE.json]
  *   weftctl keygen FILE
@@ -59,6 +61,16 @@
  * abs error is checked against a tolerance of max|ref| times 1e-4 (f32),
  * 4e-3 (f16) or 3e-2 (bf16), the looser of the inputs' and the output's
  * dtype: PASS, or FAIL and exit 1.
+ *
+ * forward --deadline-ms gives each forward that deadline (deadline_ms:
+ * WF_E_DEADLINE when it is not done that long after the daemon got it).
+ *
+ * cancel sends op 9 for request id ID (the id status and the daemon's log
+ * name): an admin client (CURVE key with role admin, or root / the
+ * daemon's user on ipc://) cancels a queued or running job of any
+ * connection; its owner gets WF_E_CANCELLED. It prints "cancelled ID" when
+ * the daemon found the job and exits 1 otherwise (no such job queued or
+ * running: WF_E_BAD_ARGUMENT; a job across cluster nodes: WF_E_BUSY).
  *
  * shard writes the per-rank layout of flux_host.h for T ranks locally,
  * without a daemon (ROOT is the model root, P the model directory under it).
@@ -104,9 +116,11 @@ static void usage(FILE *f)
         "  unload NAME      unload a model\n"
         "  models           list the models (state, size, tp, progress)\n"
         "  forward --model NAME --inputs FILE.safetensors [--out-dtype D]\n"
-        "          [--iters N]\n"
+        "          [--iters N] [--deadline-ms MS]\n"
         "                   run a forward on the file's inputs; checks the\n"
         "                   output against the file's output_f64 / output\n"
+        "  cancel ID        cancel queued or running request ID (an admin client\n"
+        "                   cancels any connection's job)\n"
         "  shard --model-root ROOT --path P --tp T --out DIR [--tp-plan FILE.json]\n"
         "                   write per-rank checkpoint files (no daemon needed)\n"
         "  keygen FILE      write a CURVE key pair to FILE (mode 0600) and its\n"
@@ -118,6 +132,22 @@ static void usage(FILE *f)
         "exit: 0 ok, 1 job or daemon error / failed check / unreadable file,\n"
         "      2 usage\n",
         WF_DEFAULT_ENDPOINT);
+}
+
+/* ---- cancel ------------------------------------------------------------ */
+
+static int cmd_cancel(wf_client_t *c, int argc, char **argv)
+{
+    int64_t id;
+    if (argc != 1 || !ctl_parse_i64(argv[0], 0, INT64_MAX, &id)) {
+        fprintf(stderr, "weftctl: cancel ID (a request id, 0 .. 2^63-1)\n");
+        return EXIT_USAGE;
+    }
+    wf_status_t st = wf_cancel_id(c, (uint64_t)id);
+    if (st != WF_OK)
+        return ctl_report_error(c, st, "cancel");
+    printf("cancelled %" PRId64 "\n", id);
+    return 0;
 }
 
 /* ---- hello / status --------------------------------------------------- */
@@ -349,7 +379,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[i++];
     static const char *const commands[] = { "hello", "status", "attention-demo",
                                             "reconfigure", "load", "unload", "models",
-                                            "forward", "shard", "keygen" };
+                                            "forward", "cancel", "shard", "keygen" };
     size_t k = 0;
     while (k < sizeof commands / sizeof commands[0] && strcmp(cmd, commands[k]) != 0)
         k++;
@@ -396,6 +426,8 @@ int main(int argc, char **argv)
         rc = ctl_cmd_models(c);
     else if (strcmp(cmd, "forward") == 0)
         rc = ctl_cmd_forward(c, argc - i, argv + i);
+    else if (strcmp(cmd, "cancel") == 0)
+        rc = cmd_cancel(c, argc - i, argv + i);
     else
         rc = ctl_cmd_demo(c, argc - i, argv + i);
     wf_client_destroy(&c);

@@ -364,7 +364,7 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     const char *model = NULL, *inputs = NULL;
     bool has_odt = false;
     wf_dtype_t odt = WF_DTYPE_F32;
-    int64_t iters = 1;
+    int64_t iters = 1, deadline_ms = 0;
     for (int i = 0; i < argc; i++) {
         if (i + 1 >= argc) {
             fprintf(stderr, "weftctl: forward: %s: unknown option or missing value\n",
@@ -393,6 +393,11 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
                 fprintf(stderr, "weftctl: --iters: bad value '%s'\n", v);
                 return EXIT_USAGE;
             }
+        } else if (strcmp(a, "--deadline-ms") == 0) {
+            if (!ctl_parse_i64(v, 1, UINT32_MAX, &deadline_ms)) {
+                fprintf(stderr, "weftctl: --deadline-ms: bad value '%s' (1 .. 2^32-1)\n", v);
+                return EXIT_USAGE;
+            }
         } else {
             fprintf(stderr, "weftctl: forward: unknown option %s\n", a);
             return EXIT_USAGE;
@@ -400,7 +405,7 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     }
     if (!model || !inputs) {
         fprintf(stderr, "weftctl: forward --model NAME --inputs FILE.safetensors "
-                "[--out-dtype D] [--iters N]\n");
+                "[--out-dtype D] [--iters N] [--deadline-ms MS]\n");
         return EXIT_USAGE;
     }
 
@@ -481,7 +486,8 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     memset(&res, 0, sizeof res);
     for (int64_t it = 0; it < iters; it++) {
         double t0 = ctl_now_s();
-        st = wf_forward(c, model, &fi, &to, &res);
+        wf_forward_opts_t fo = { .deadline_ms = (uint32_t)deadline_ms };
+        st = wf_forward_ex(c, model, &fi, &to, &fo, &res);
         times[it] = ctl_now_s() - t0;
         if (st != WF_OK) {
             ctl_report_error(c, st, "forward");

@@ -433,6 +433,18 @@ WF_API const char *wf_job_error(const wf_job_t *job);
  * (wf_job_wait) to read its final status. */
 WF_API wf_status_t wf_cancel(wf_client_t *client, wf_job_t *job);
 
+/* The request id of a submitted job (the id the daemon's log and status
+ * name, and that wf_cancel_id takes); 0 for NULL. */
+WF_API uint64_t wf_job_id(const wf_job_t *job);
+
+/* Cancel by request id, as weftctl cancel does: the same op as wf_cancel
+ * for a job this library did not submit. A submit client reaches only
+ * jobs of its own connection (WF_E_BAD_ARGUMENT otherwise); an admin
+ * client reaches its own job with that id first, else the oldest queued,
+ * else a running one with that id from any connection (PROTOCOL.md
+ * section 3.6). The job's owner gets WF_E_CANCELLED. */
+WF_API wf_status_t wf_cancel_id(wf_client_t *client, uint64_t id);
+
 /* Forget a job (a reply that arrives later is discarded) and free it; sets
  * *job to NULL. Blocks until the library no longer reads the job's input
  * buffers. Accepts NULL and a pointer to NULL. */
@@ -549,6 +561,30 @@ typedef struct wf_flux_inputs {
 WF_API wf_status_t wf_forward(wf_client_t *client, const char *model,
                               const wf_flux_inputs_t *in, wf_tensor_t *output,
                               wf_job_result_t *ret_result);
+
+/* Options of a forward job (added in 0.4: keep the struct
+ * zero-initialised; NULL means all defaults). */
+typedef struct wf_forward_opts {
+    uint32_t deadline_ms; /* fail the job with WF_E_DEADLINE when it is not
+                             done this many ms after the daemon received it
+                             (checked while queued and at each layer of its
+                             run); 0: none (the daemon's job_timeout_ms
+                             still applies) */
+} wf_forward_opts_t;
+
+/* wf_forward with options. */
+WF_API wf_status_t wf_forward_ex(wf_client_t *client, const char *model,
+                                 const wf_flux_inputs_t *in, wf_tensor_t *output,
+                                 const wf_forward_opts_t *opts,
+                                 wf_job_result_t *ret_result);
+
+/* Forward, asynchronous: sends the job and returns at once, as
+ * wf_attention_submit. The inputs and `output` are borrowed until the job
+ * is finished; wait with wf_job_wait, cancel with wf_cancel, free with
+ * wf_job_destroy. */
+WF_API wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
+                                     const wf_flux_inputs_t *in, wf_tensor_t *output,
+                                     const wf_forward_opts_t *opts, wf_job_t **ret_job);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,9 @@
 /* test_cuda_gpu.c — the CUDA backend against the CPU backend (every
  * dtype, causal / non-causal with global offsets, GQA and explicit head
- * mappings, uneven shapes, D 64 / 128), the fused LSE merge against the
+ * mappings, uneven shapes, D 64 / 128), non-finite inputs (NaN / +inf in
+ * q, NaN in k, NaN in v, -inf scores for half the keys; each dtype:
+ * NaN where the CPU backend is NaN, the same inf, else within the
+ * tolerance), the fused LSE merge against the
  * host formula, device conversions, the model ops against the CPU
  * backend's same ops (linear for every weight dtype, column blocks,
  * strided rows, fused bias / GELU epilogues and the kernel fallback;
@@ -84,7 +87,14 @@ typedef struct acase {
     int64_t grp, qbase, kvbase;
 } acase_t;
 
-static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
+/* Sets non-finite inputs of a case (f32 q, k, v before the conversion). */
+typedef void (*poke_fn)(const acase_t *t, float *q, float *k, float *v);
+
+/* NaN outputs of the CPU backend seen by the last case (its reference,
+ * which test_numerics checks against kernels/reference.h end to end). */
+static size_t last_nan_ref;
+
+static void run_case_poked(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke_fn poke)
 {
     size_t nq = (size_t)(t->B * t->Sq * t->Hq * t->D), nk = (size_t)(t->B * t->Skv * t->Hkv * t->D);
     size_t nl = (size_t)(t->B * t->Sq * t->Hq);
@@ -94,6 +104,8 @@ static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
     float *l_c = malloc(nl * 4), *l_g = malloc(nl * 4);
     for (size_t i = 0; i < nq + 2 * nk; i++)
         f[i] = frand();
+    if (poke)
+        poke(t, f, f + nq, f + nq + nk);
     wf_convert_from_f32(q, dt, f, nq);
     wf_convert_from_f32(k, dt, f + nq, nk);
     wf_convert_from_f32(v, dt, f + nq + nk, nk);
@@ -136,11 +148,19 @@ static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
     double tol = dt == WF_DTYPE_BF16 || odt == WF_DTYPE_BF16 ? 2.5e-2 : 4e-3;
     double maxe = 0, maxl = 0;
     size_t bad = 0;
+    last_nan_ref = 0;
     for (size_t i = 0; i < nq; i++) {
         int64_t h = (int64_t)((i / (size_t)t->D) % (size_t)t->Hq);
         if (h < t->hb || h >= t->he) {
             if (b[i] != 0.f)
                 bad++; /* outside the head range: untouched */
+            continue;
+        }
+        /* non-finite: the same class (NaN for NaN, the same inf) */
+        if (isnan(a[i]) || isnan(b[i]) || isinf(a[i]) || isinf(b[i])) {
+            last_nan_ref += isnan(a[i]);
+            if (!(isnan(a[i]) && isnan(b[i])) && a[i] != b[i])
+                bad++;
             continue;
         }
         double e = fabs((double)a[i] - (double)b[i]);
@@ -156,8 +176,8 @@ static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
                 bad++;
             continue;
         }
-        if (isinf(l_c[i]) || isinf(l_g[i])) {
-            if (l_c[i] != l_g[i])
+        if (isinf(l_c[i]) || isinf(l_g[i]) || isnan(l_c[i]) || isnan(l_g[i])) {
+            if (!(isnan(l_c[i]) && isnan(l_g[i])) && l_c[i] != l_g[i])
                 bad++;
             continue;
         }
@@ -167,8 +187,9 @@ static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
         if (e > maxl || e != e)
             maxl = e;
     }
-    printf("  attn B%lld Sq%lld Skv%lld H%lld/%lld D%lld heads[%lld,%lld) causal%d off%lld/%lld "
+    printf("  attn%s B%lld Sq%lld Skv%lld H%lld/%lld D%lld heads[%lld,%lld) causal%d off%lld/%lld "
            "grp%lld dt%d out%d: max|out| err %.2e, max|lse| err %.2e%s\n",
+           poke ? " (non-finite)" : "",
            (long long)t->B, (long long)t->Sq, (long long)t->Skv, (long long)t->Hq,
            (long long)t->Hkv, (long long)t->D, (long long)t->hb, (long long)t->he, t->causal,
            (long long)t->qo, (long long)t->ko, (long long)t->grp, dt, odt, maxe, maxl,
@@ -176,6 +197,78 @@ static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
     CHECK(bad == 0);
     free(a); free(b); free(f); free(q); free(k); free(v); free(o_c); free(o_g);
     free(l_c); free(l_g);
+}
+
+static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
+{
+    run_case_poked(t, dt, odt, NULL);
+}
+
+/* Non-finite inputs (issue 14 item 4), each against the CPU backend:
+ * where it is NaN the GPU must be NaN, where +-inf the same inf, else
+ * within the case's tolerance. (B 1, H 2 / Hkv 1, D 64, Sq = Skv = 130:
+ * three key tiles, the last partial.) */
+static void poke_q_nan(const acase_t *t, float *q, float *k, float *v)
+{
+    (void)k; (void)v;
+    q[(size_t)((5 * t->Hq + 1) * t->D + 3)] = NAN;       /* row 5, head 1 */
+}
+static void poke_q_inf(const acase_t *t, float *q, float *k, float *v)
+{
+    (void)k; (void)v;
+    q[(size_t)((70 * t->Hq + 0) * t->D + 0)] = INFINITY; /* row 70, head 0 */
+}
+static void poke_k_nan(const acase_t *t, float *q, float *k, float *v)
+{
+    (void)q; (void)v;
+    k[(size_t)((100 * t->Hkv) * t->D + 7)] = NAN;        /* key 100 */
+}
+static void poke_v_nan(const acase_t *t, float *q, float *k, float *v)
+{
+    (void)q; (void)k;
+    v[(size_t)((3 * t->Hkv) * t->D + 9)] = NAN;          /* key 3, column 9 */
+}
+static void poke_k_neg_inf_half(const acase_t *t, float *q, float *k, float *v)
+{
+    (void)v;
+    /* q >= 0 and k = -inf in column 0 for the first half of the keys:
+     * their scores are -inf for every row (no NaN: q 0 x inf is avoided) */
+    for (int64_t i = 0; i < t->Sq * t->Hq; i++)
+        q[(size_t)(i * t->D)] = 1.f;
+    for (int64_t j = 0; j < t->Skv / 2; j++)
+        for (int64_t h = 0; h < t->Hkv; h++)
+            k[(size_t)((j * t->Hkv + h) * t->D)] = -INFINITY;
+}
+
+static void test_nonfinite(void)
+{
+    static const struct {
+        const char *name;
+        poke_fn poke;
+        int causal;
+        int want_nan; /* the reference has NaN outputs */
+    } cases[] = {
+        { "NaN in q", poke_q_nan, 0, 1 },
+        { "NaN in q, causal", poke_q_nan, 1, 1 },
+        { "+inf in q", poke_q_inf, 0, 1 },
+        { "NaN in k", poke_k_nan, 0, 1 },
+        { "NaN in k, causal", poke_k_nan, 1, 1 },
+        { "NaN in v", poke_v_nan, 0, 1 },
+        { "-inf keys (first half)", poke_k_neg_inf_half, 0, 0 },
+        { "-inf keys (first half), causal", poke_k_neg_inf_half, 1, 0 },
+    };
+    /* Not here: a NaN in v of a key the causal mask hides from some rows
+     * of its key tile (the documented difference, kernels/cuda/
+     * attention.cu). "NaN in v" is non-causal for that reason. */
+    static const wf_dtype_t dts[] = { WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16 };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            acase_t t = { 1, 130, 130, 2, 1, 64, 0, 2, cases[c].causal, 0, 0, 0, 0, 0 };
+            printf("  %s:\n", cases[c].name);
+            run_case_poked(&t, dts[d], WF_DTYPE_F32, cases[c].poke);
+            if (cases[c].want_nan)
+                CHECK(last_nan_ref > 0); /* the case means what it says */
+        }
 }
 
 static void test_attention(void)
@@ -916,6 +1009,7 @@ int main(void)
                    : "mma.sync");
     }
     test_attention();
+    test_nonfinite();
     test_merge();
     test_convert();
     test_gelu_form();

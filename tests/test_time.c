@@ -33,10 +33,18 @@
  *  (h) a causal ring job whose holdings are cut into several query-row
  *      chunks (how ring steps run, for the stop checks) is right against
  *      the fp64 reference.
+ *  (i) forward options and weftctl cancel: the admin loads flux-tiny (the
+ *      diffusers fixture); behind alice's running long job, bob's forward
+ *      with wf_forward_opts_t deadline_ms 100 ends WF_E_DEADLINE; the
+ *      admin's `weftctl cancel ID` (alice's request id, wf_job_id) prints
+ *      "cancelled ID" and exits 0, alice's job ends WF_E_CANCELLED; the
+ *      same cancel again exits 1 (no such job); bob's forward without a
+ *      deadline then matches diffusers' output (fluxio tolerance), and
+ *      one through wf_forward_submit + wf_job_wait too.
  * Each section is bounded (the whole run ~6 s on 2 cores, ~15 s under
  * ASan + UBSan).
  *
- * usage: test_time WEFTD
+ * usage: test_time WEFTD FIXTURES WEFTCTL
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,6 +64,7 @@
 #include "keys.h"
 #include "proto.h"
 #include "support/clusterd.h"
+#include "support/fluxio.h"
 #include "support/jobcheck.h"
 #include "weft.h"
 
@@ -80,7 +89,7 @@ static int failures;
  * printed are the measure; typical: tens of ms, a deadline + ~0.2 s) */
 #define SLOW_MS 4000
 
-static const char *weftd;
+static const char *weftd, *fixtures, *weftctl;
 static char dir[] = "/tmp/weft-time-XXXXXX";
 static char ep[64];
 
@@ -502,13 +511,132 @@ static void test_reconfigure_timeout(wf_client_t *ops)
            "(g) mesh or epoch changed");
 }
 
+/* Runs weftctl as the admin "ops" with `args`; its exit code (-1: could
+ * not run), stdout into out. */
+static int weftctl_as_ops(const char *const *args, char *out, size_t out_len)
+{
+    char sp[256], cp[256];
+    path_of(sp, sizeof sp, "daemon.pub");
+    path_of(cp, sizeof cp, "ops");
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        const char *argv[16] = { weftctl, "--endpoint", ep, "--server-key", sp,
+                                 "--client-key", cp, "--timeout", "10000" };
+        size_t k = 9;
+        for (size_t i = 0; args[i] && k < 15; i++)
+            argv[k++] = args[i];
+        argv[k] = NULL;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < out_len && (r = read(pfd[0], out + n, out_len - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(pfd[0]);
+    int ws;
+    if (waitpid(pid, &ws, 0) != pid)
+        return -1;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* A forward of flux-tiny on bob, checked against diffusers' output. */
+static void forward_ok(wf_client_t *c, const fluxio_t *io, bool async, const char *what)
+{
+    wf_tensor_t out;
+    if (!fluxio_output(io, WF_DTYPE_F32, &out)) {
+        CHECKM(false, "%s: out of memory", what);
+        return;
+    }
+    wf_status_t st;
+    if (async) {
+        wf_job_t *job = NULL;
+        st = wf_forward_submit(c, "tiny", &io->in, &out, NULL, &job);
+        if (st == WF_OK) {
+            st = wf_job_wait(c, job, TIMEOUT_MS);
+            wf_job_destroy(c, &job);
+        }
+    } else {
+        st = wf_forward_ex(c, "tiny", &io->in, &out, NULL, NULL);
+    }
+    CHECKM(st == WF_OK, "%s: %s: %s", what, wf_status_name(st), wf_client_last_error(c));
+    if (st == WF_OK) {
+        double e = fluxio_error(io, &out);
+        CHECKM(e <= fluxio_tolerance(io), "%s: error %g > %g", what, e,
+               fluxio_tolerance(io));
+        printf("%s: OK, error %.2g (tolerance %g)\n", what, e, fluxio_tolerance(io));
+    }
+    free(out.data);
+}
+
+/* (i) */
+static void test_forward_and_weftctl_cancel(wf_client_t *alice, wf_client_t *bob,
+                                            wf_client_t *ops)
+{
+    wf_status_t st = wf_load_model(ops, "tiny", "flux-tiny", NULL, NULL);
+    CHECKM(st == WF_OK, "(i) load: %s: %s", wf_status_name(st), wf_client_last_error(ops));
+    fluxio_t io;
+    if (st != WF_OK || !fluxio_load(&io, fixtures, "io-flux-tiny-f32.safetensors"))
+        return;
+    jbuf_t b;
+    wf_job_t *job = NULL;
+    if (long_submit(alice, &b, 0, 31, &job) && wait_running()) {
+        wf_tensor_t out;
+        if (fluxio_output(&io, WF_DTYPE_F32, &out)) {
+            wf_forward_opts_t fo = { .deadline_ms = 100 };
+            double t0 = now_s();
+            st = wf_forward_ex(bob, "tiny", &io.in, &out, &fo, NULL);
+            double ms = (now_s() - t0) * 1e3;
+            CHECKM(st == WF_E_DEADLINE, "(i) forward deadline_ms 100: %s: %s",
+                   wf_status_name(st), wf_client_last_error(bob));
+            printf("(i) queued forward, deadline_ms 100: %s after %.0f ms: %s\n",
+                   wf_status_name(st), ms, wf_client_last_error(bob));
+            free(out.data);
+        }
+        char id[32], text[256];
+        snprintf(id, sizeof id, "%" PRIu64, wf_job_id(job));
+        const char *args[] = { "cancel", id, NULL };
+        int rc = weftctl_as_ops(args, text, sizeof text);
+        char want[64];
+        snprintf(want, sizeof want, "cancelled %s", id);
+        CHECKM(rc == 0 && strstr(text, want), "(i) weftctl cancel %s: exit %d, '%s'", id, rc,
+               text);
+        st = wf_job_wait(alice, job, TIMEOUT_MS);
+        CHECKM(st == WF_E_CANCELLED, "(i) alice's job: %s: %s", wf_status_name(st),
+               wf_job_error(job));
+        printf("(i) weftctl cancel %s: exit %d; alice's job %s\n", id, rc,
+               wf_status_name(st));
+        rc = weftctl_as_ops(args, text, sizeof text);
+        CHECKM(rc == 1, "(i) weftctl cancel %s again: exit %d (want 1)", id, rc);
+        wf_job_destroy(alice, &job);
+        jbuf_free(&b);
+    }
+    forward_ok(bob, &io, false, "(i) forward, no deadline");
+    forward_ok(bob, &io, true, "(i) forward, wf_forward_submit");
+    fluxio_free(&io);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_time WEFTD\n");
+    if (argc != 4) {
+        fprintf(stderr, "usage: test_time WEFTD FIXTURES WEFTCTL\n");
         return 2;
     }
     weftd = argv[1];
+    fixtures = argv[2];
+    weftctl = argv[3];
     signal(SIGPIPE, SIG_IGN);
     sigset_t chld;
     sigemptyset(&chld);
@@ -535,7 +663,8 @@ int main(int argc, char **argv)
     write_text(cfg, "job_timeout_ms = 0\n");
     const char *extra[] = { "--config", cfg, "--listen", ep, "--key-file", keyfile,
                             "--client-keys", clients, "--mesh", "ring=2",
-                            "--reconfigure-timeout-ms", rt, NULL };
+                            "--reconfigure-timeout-ms", rt, "--model-root", fixtures,
+                            NULL };
     clusterd_node_t n;
     char log[256];
     if (!start(&n, log, sizeof log, extra)) {
@@ -554,6 +683,7 @@ int main(int argc, char **argv)
         test_cancel_queued(alice);
         test_cancel_other(alice, ops);
         test_reconfigure_timeout(ops);
+        test_forward_and_weftctl_cancel(alice, bob, ops);
         /* job_timeout_ms 0 until now (the config file); SIGHUP applies it */
         char line[64];
         snprintf(line, sizeof line, "job_timeout_ms = %d\n", JOB_TIMEOUT_MS);

@@ -5,9 +5,12 @@
 # cancel of a running and of a queued job (WF_E_CANCELLED); a submit
 # client cannot cancel another's job, an admin can; a reconfigure blocked
 # by a long job gives up after reconfigure_timeout_ms (WF_E_BUSY) and the
-# old mesh serves.
+# old mesh serves; a forward with wf_forward_opts_t deadline_ms queued
+# behind a long job ends WF_E_DEADLINE; the admin's `weftctl cancel ID`
+# stops another client's running job (WF_E_CANCELLED).
 add_executable(test_time ${CMAKE_CURRENT_LIST_DIR}/test_time.c)
-target_link_libraries(test_time PRIVATE weft_clusterd weft_testsupport
+target_link_libraries(test_time PRIVATE weft_clusterd weft_fluxio weft_testsupport
                       weft_proto weft PkgConfig::ZMQ Threads::Threads m)
-add_test(NAME e2e_time COMMAND test_time $<TARGET_FILE:weftd>)
+add_test(NAME e2e_time COMMAND test_time $<TARGET_FILE:weftd>
+  ${CMAKE_CURRENT_LIST_DIR}/fixtures $<TARGET_FILE:weftctl>)
 set_tests_properties(e2e_time PROPERTIES TIMEOUT 180)

@@ -1165,6 +1165,19 @@ wf_status_t wf_cancel(wf_client_t *client, wf_job_t *job)
     return wfc_simple_call(client, JOB_CANCEL, NULL);
 }
 
+uint64_t wf_job_id(const wf_job_t *job)
+{
+    return job ? job->id : 0;
+}
+
+wf_status_t wf_cancel_id(wf_client_t *client, uint64_t id)
+{
+    if (!client)
+        return WF_E_BAD_ARGUMENT;
+    wfc_request_begin(client, JOB_CANCEL)->args.cancel.id = id;
+    return wfc_simple_call(client, JOB_CANCEL, NULL);
+}
+
 wf_status_t wf_job_poll(wf_client_t *client, wf_job_t *job)
 {
     if (!client || !job || job->client != client)

@@ -113,13 +113,15 @@ static const char *const fwd_names[FWD_N] = {
 };
 static const int fwd_ranks[FWD_N] = { 3, 3, 2, 1, 2, 2, 1 };
 
-wf_status_t wf_forward(wf_client_t *client, const char *model,
-                       const wf_flux_inputs_t *in, wf_tensor_t *output,
-                       wf_job_result_t *ret_result)
+wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
+                              const wf_flux_inputs_t *in, wf_tensor_t *output,
+                              const wf_forward_opts_t *opts, wf_job_t **ret_job)
 {
     if (!client)
         return WF_E_BAD_ARGUMENT;
     wf_client_t *c = client;
+    if (!ret_job)
+        return fail(c, WF_E_BAD_ARGUMENT, "ret_job is NULL");
     int64_t deadline = wfc_deadline_after(c->timeout_ms);
     wf_status_t st = check_str(c, "model", model, WF_MODEL_NAME_MAX);
     if (st != WF_OK)
@@ -198,6 +200,7 @@ wf_status_t wf_forward(wf_client_t *client, const char *model,
     a->guidance = n == FWD_N ? FWD_GUIDANCE : -1;
     a->has_out_dtype = true;
     a->out_dtype = output->dtype;
+    a->deadline_ms = opts ? opts->deadline_ms : 0;
 
     st = wfc_send_request(c, job, n, data, bytes, deadline);
     if (st != WF_OK) {
@@ -206,5 +209,25 @@ wf_status_t wf_forward(wf_client_t *client, const char *model,
     }
     wfc_job_link(c, job);
     c->last_error[0] = '\0';
-    return wfc_sync_finish(c, job, deadline, ret_result);
+    *ret_job = job;
+    return WF_OK;
+}
+
+wf_status_t wf_forward_ex(wf_client_t *client, const char *model,
+                          const wf_flux_inputs_t *in, wf_tensor_t *output,
+                          const wf_forward_opts_t *opts, wf_job_result_t *ret_result)
+{
+    wf_job_t *job = NULL;
+    int64_t deadline = wfc_deadline_after(client ? client->timeout_ms : 0);
+    wf_status_t st = wf_forward_submit(client, model, in, output, opts, &job);
+    if (st != WF_OK)
+        return st;
+    return wfc_sync_finish(client, job, deadline, ret_result);
+}
+
+wf_status_t wf_forward(wf_client_t *client, const char *model,
+                       const wf_flux_inputs_t *in, wf_tensor_t *output,
+                       wf_job_result_t *ret_result)
+{
+    return wf_forward_ex(client, model, in, output, NULL, ret_result);
 }
