@@ -156,9 +156,6 @@ class wf_flux_inputs_t(ctypes.Structure):
 
 
 class wf_forward_opts_t(ctypes.Structure):
-    """wf_forward_opts_t of wf_forward_ex (weft.h 0.4, from the lead's
-    issue-14 work): only deadline_ms is known here; the struct is
-    zero-initialised so that fields added later keep their defaults."""
     _fields_ = [("deadline_ms", c_u32)]
 
 
@@ -168,7 +165,7 @@ STRUCTS = {cls.__name__: cls for cls in (
     wf_tensor_t, wf_hello_info_t, wf_device_info_t, wf_mesh_degrees_t,
     wf_node_info_t, wf_code_count_t, wf_op_counters_t, wf_status_counters_t,
     wf_status_info_t, wf_attention_opts_t, wf_job_result_t, wf_tp_rule_t,
-    wf_load_opts_t, wf_model_info_t, wf_flux_inputs_t)}
+    wf_load_opts_t, wf_model_info_t, wf_flux_inputs_t, wf_forward_opts_t)}
 
 _SONAMES = ("libweft.so.0", "libweft.so")
 
@@ -282,11 +279,25 @@ _proto("wf_list_models", c_int, _P, ctypes.POINTER(wf_model_info_t), ctypes.c_si
        ctypes.POINTER(ctypes.c_size_t))
 _proto("wf_forward", c_int, _P, _CP, ctypes.POINTER(wf_flux_inputs_t), _TP,
        ctypes.POINTER(wf_job_result_t))
-# wf_forward_ex (forward with options: deadline_ms) is newer than 0.4.0's
-# first release; None where this libweft lacks it.
+# Later 0.4 additions (forward options and asynchronous forward, job ids,
+# cancel by id): None where this libweft predates them; the methods that
+# need one say so when called.
 forward_ex = _proto("wf_forward_ex", c_int, _P, _CP, ctypes.POINTER(wf_flux_inputs_t), _TP,
                     ctypes.POINTER(wf_forward_opts_t), ctypes.POINTER(wf_job_result_t),
                     optional=True)
+forward_submit = _proto("wf_forward_submit", c_int, _P, _CP, ctypes.POINTER(wf_flux_inputs_t),
+                        _TP, ctypes.POINTER(wf_forward_opts_t), ctypes.POINTER(_P),
+                        optional=True)
+job_id = _proto("wf_job_id", c_u64, _P, optional=True)
+cancel_id = _proto("wf_cancel_id", c_int, _P, c_u64, optional=True)
+
+
+def need(fn: Optional[object], name: str) -> object:
+    """fn, or NotImplementedError naming the missing libweft function."""
+    if fn is None:
+        raise NotImplementedError(f"{path} has no {name}: a libweft older than this "
+                                  "package (rebuild or reinstall libweft)")
+    return fn
 
 
 def cstr(b: bytes) -> str:

@@ -305,7 +305,8 @@ def _opt_bytes(s: Optional[Union[str, "os.PathLike[str]"]]) -> Optional[bytes]:
 
 
 class Job:
-    """An attention job in flight (Client.submit_attention).
+    """A job in flight: attention (Client.submit_attention) or forward
+    (Client.submit_forward).
 
     It holds the job's inputs and outputs alive until it is closed (close(),
     a `with` block, or garbage collection): libweft reads the inputs from
@@ -314,12 +315,15 @@ class Job:
     """
 
     def __init__(self, client: "Client", handle: ctypes.c_void_p, keep: List[Any],
-                 out: Any, lse: Any) -> None:
+                 kind: str, outputs: Tuple[Any, ...]) -> None:
         self._client = client
         self._handle: Optional[ctypes.c_void_p] = handle
         self._keep = keep
-        self._out = out
-        self._lse = lse
+        self.kind = kind            # "attention" or "forward"
+        self._outputs = outputs
+        self.id = int(_lib.job_id(handle)) if _lib.job_id is not None else 0
+        """The request id (the one the daemon's log names; Client.cancel_id
+        takes it); 0 with a libweft that lacks wf_job_id."""
 
     def _h(self) -> ctypes.c_void_p:
         if self._handle is None:
@@ -336,10 +340,11 @@ class Job:
                 raise error_for(st, self._client._last_error())
         return False
 
-    def wait(self, timeout_ms: Optional[int] = None) -> AttentionOutput:
-        """Wait for the job (None: forever) and return its outputs, or raise
-        its error (ReplyTimeoutError when timeout_ms passes: the job stays
-        in flight)."""
+    def wait(self, timeout_ms: Optional[int] = None) -> Any:
+        """Wait for the job (None: forever) and return its outputs (an
+        AttentionOutput or a ForwardOutput), or raise its error
+        (ReplyTimeoutError when timeout_ms passes: the job stays in
+        flight)."""
         t = -1 if timeout_ms is None else int(timeout_ms)
         with self._client._lock:
             st = lib.wf_job_wait(self._client._h(), self._h(), t)
@@ -352,7 +357,10 @@ class Job:
                 msg = _lib.cstr(lib.wf_job_error(self._h()) or b"") or \
                     self._client._last_error()
                 raise error_for(code, msg)
-        return AttentionOutput(T.unwrap(self._out), T.unwrap(self._lse), _job_result(r))
+        if self.kind == "forward":
+            return ForwardOutput(T.unwrap(self._outputs[0]), _job_result(r))
+        return AttentionOutput(T.unwrap(self._outputs[0]), T.unwrap(self._outputs[1]),
+                               _job_result(r))
 
     def cancel(self) -> bool:
         """Ask the daemon to cancel the job. True when it found it (the job
@@ -587,9 +595,18 @@ class Client:
                                          descs[2].ptr(), ctypes.byref(opts), descs[3].ptr(),
                                          lse_ptr, ctypes.byref(h))
             self._check(st)
-        job = Job(self, h, [descs, lse_obj, opts], out, lse_obj)
+        job = Job(self, h, [descs, lse_obj, opts], "attention", (out, lse_obj))
         self._jobs.add(job)
         return job
+
+    def cancel_id(self, job_id: int) -> None:
+        """Cancel a job by its request id (Job.id, the daemon's log), as
+        weftctl cancel does: a submit client reaches only its own
+        connection's jobs; an admin client any running job with that id
+        (PROTOCOL.md 3.6). BadArgumentError when there is no such job."""
+        fn = _lib.need(_lib.cancel_id, "wf_cancel_id")
+        with self._lock:
+            self._check(fn(self._h(), ctypes.c_uint64(int(job_id))))  # type: ignore[operator]
 
     # -- resident models
 
@@ -673,23 +690,12 @@ class Client:
             self._check(lib.wf_list_models(self._h(), arr, _lib.WF_MODELS_MAX, ctypes.byref(n)))
         return [_model_info(arr[i]) for i in range(min(n.value, _lib.WF_MODELS_MAX))]
 
-    def forward(self, model: str, hidden_states: T.ArrayLike,
-                encoder_hidden_states: T.ArrayLike, pooled_projections: T.ArrayLike,
-                timestep: T.ArrayLike, img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
-                guidance: Optional[T.ArrayLike] = None, *,
-                out: Optional[T.ArrayLike] = None, out_dtype: Optional[str] = None,
-                out_channels: Optional[int] = None,
-                deadline_ms: int = 0) -> ForwardOutput:
-        """Forward of resident model `model`, synchronous; the inputs as
-        diffusers' FluxTransformer2DModel takes them (shapes in weft.h,
-        wf_flux_inputs_t): hidden_states (B, S_img, in_channels), ...,
-        guidance (B) only for guidance_embeds models.
-
-        out: a caller-allocated (B, S_img, C) output; else one is made like
-        hidden_states, in out_dtype (default its dtype), with C =
-        out_channels (default in_channels: FLUX's patch 1 and out_channels
-        = in_channels). deadline_ms needs a libweft with wf_forward_ex.
-        """
+    def _forward_args(self, hidden_states: T.ArrayLike, encoder_hidden_states: T.ArrayLike,
+                      pooled_projections: T.ArrayLike, timestep: T.ArrayLike,
+                      img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
+                      guidance: Optional[T.ArrayLike], out: Optional[T.ArrayLike],
+                      out_dtype: Optional[str], out_channels: Optional[int],
+                      deadline_ms: int) -> Tuple[List[Any], Any, Any, Any]:
         names = ("hidden_states", "encoder_hidden_states", "pooled_projections",
                  "timestep", "img_ids", "txt_ids")
         args = (hidden_states, encoder_hidden_states, pooled_projections, timestep,
@@ -710,22 +716,68 @@ class Client:
         do = T.as_output(out, "output")
         inputs = _lib.wf_flux_inputs_t(*[d.ptr() for d in descs[:6]],
                                        descs[6].ptr() if len(descs) > 6 else None)
+        fo = _lib.wf_forward_opts_t()
+        fo.deadline_ms = _u32(deadline_ms, "deadline_ms")
+        return [descs, do, inputs, fo], out, inputs, fo
+
+    def forward(self, model: str, hidden_states: T.ArrayLike,
+                encoder_hidden_states: T.ArrayLike, pooled_projections: T.ArrayLike,
+                timestep: T.ArrayLike, img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
+                guidance: Optional[T.ArrayLike] = None, *,
+                out: Optional[T.ArrayLike] = None, out_dtype: Optional[str] = None,
+                out_channels: Optional[int] = None,
+                deadline_ms: int = 0) -> ForwardOutput:
+        """Forward of resident model `model`, synchronous; the inputs as
+        diffusers' FluxTransformer2DModel takes them (shapes in weft.h,
+        wf_flux_inputs_t): hidden_states (B, S_img, in_channels),
+        encoder_hidden_states (B, S_txt, joint_attention_dim),
+        pooled_projections (B, pooled_projection_dim), timestep (B) (the
+        model multiplies by 1000), img_ids (S_img, n_axes), txt_ids
+        (S_txt, n_axes), guidance (B) only for guidance_embeds models.
+
+        out: a caller-allocated (B, S_img, C) output; else one is made like
+        hidden_states, in out_dtype (default its dtype), with C =
+        out_channels (default in_channels: FLUX's patch 1 and out_channels
+        = in_channels). deadline_ms: fail with DeadlineError past it (0:
+        none).
+        """
+        keep, out, inputs, fo = self._forward_args(
+            hidden_states, encoder_hidden_states, pooled_projections, timestep, img_ids,
+            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms)
         r = _lib.wf_job_result_t()
+        do = keep[1]
         with self._lock:
-            if deadline_ms:
-                if _lib.forward_ex is None:
-                    raise NotImplementedError(
-                        f"forward deadline_ms: {_lib.path} has no wf_forward_ex "
-                        "(libweft older than the forward options)")
-                fo = _lib.wf_forward_opts_t()
-                fo.deadline_ms = _u32(deadline_ms, "deadline_ms")
-                st = _lib.forward_ex(self._h(), model.encode(), ctypes.byref(inputs),
+            if _lib.forward_ex is not None:
+                st = _lib.forward_ex(self._h(), model.encode(), ctypes.byref(inputs),  # type: ignore[operator]
                                      do.ptr(), ctypes.byref(fo), ctypes.byref(r))
+            elif deadline_ms:
+                _lib.need(None, "wf_forward_ex (forward deadline_ms)")
+                st = 0
             else:
                 st = lib.wf_forward(self._h(), model.encode(), ctypes.byref(inputs), do.ptr(),
                                     ctypes.byref(r))
             self._check(st)
         return ForwardOutput(T.unwrap(out), _job_result(r))
+
+    def submit_forward(self, model: str, hidden_states: T.ArrayLike,
+                       encoder_hidden_states: T.ArrayLike, pooled_projections: T.ArrayLike,
+                       timestep: T.ArrayLike, img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
+                       guidance: Optional[T.ArrayLike] = None, *,
+                       out: Optional[T.ArrayLike] = None, out_dtype: Optional[str] = None,
+                       out_channels: Optional[int] = None, deadline_ms: int = 0) -> Job:
+        """Forward, asynchronous (arguments as forward()): returns a Job at
+        once; Job.wait() gives the ForwardOutput."""
+        fn = _lib.need(_lib.forward_submit, "wf_forward_submit")
+        keep, out, inputs, fo = self._forward_args(
+            hidden_states, encoder_hidden_states, pooled_projections, timestep, img_ids,
+            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms)
+        h = ctypes.c_void_p()
+        with self._lock:
+            self._check(fn(self._h(), model.encode(), ctypes.byref(inputs),  # type: ignore[operator]
+                           keep[1].ptr(), ctypes.byref(fo), ctypes.byref(h)))
+        job = Job(self, h, keep, "forward", (out,))
+        self._jobs.add(job)
+        return job
 
 
 def connect(endpoint: Optional[str] = None, timeout_ms: int = 30000, *,
