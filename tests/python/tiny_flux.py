@@ -5,17 +5,21 @@ CLIPTokenizer from a vocab.json / merges.txt written here, a
 T5TokenizerFast from a tokenizer.json built with the `tokenizers`
 library), and FLUX.1-dev's flow-matching scheduler settings.
 
-Used by test_pipeline.py and bench/python_step.py. Sizes: transformer
-4 heads x 16 (hidden 64, MLP 256), one double and one single block,
-in_channels 16, guidance embeddings; T5 d_model 32, CLIP hidden 16;
-VAE 2 levels (scale factor 2), 4 latent channels. A 32 x 32 image is
-64 image tokens; max_sequence_length 8 text tokens; both divide the
-ring x ulysses degrees 2 and 4.
+Used by test_pipeline.py and bench/python_step.py. Sizes (SPECS):
+  tiny (the test's): transformer 4 heads x 16 (hidden 64, MLP 256), one
+    double and one single block, in_channels 16, guidance embeddings; T5
+    d_model 32, CLIP hidden 16; VAE 2 levels (scale factor 2), 4 latent
+    channels. A 32 x 32 image is 64 image tokens; max_sequence_length 8
+    text tokens; both divide the ring x ulysses degrees 2 and 4.
+  a (bench/python_step.py): bench/flux_cpu_torch.py's size a as the
+    transformer (4 heads x 128, 2 + 4 blocks, in_channels 64, no guidance
+    embeddings), a 64 x 64 image (256 image tokens), 64 text tokens, T5
+    d_model 512, CLIP hidden 256, VAE with 16 latent channels.
 """
 from __future__ import annotations
 
 import json
-import os
+import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -31,6 +35,15 @@ TRANSFORMER = dict(patch_size=1, in_channels=16, out_channels=None, num_layers=1
                    num_single_layers=1, attention_head_dim=16, num_attention_heads=4,
                    joint_attention_dim=32, pooled_projection_dim=16, guidance_embeds=True,
                    axes_dims_rope=(4, 6, 6))
+SPECS: Dict[str, Dict[str, Any]] = {
+    "tiny": dict(transformer=TRANSFORMER, height=HEIGHT, width=WIDTH, max_seq=MAX_SEQ),
+    "a": dict(transformer=dict(patch_size=1, in_channels=64, out_channels=None, num_layers=2,
+                               num_single_layers=4, attention_head_dim=128,
+                               num_attention_heads=4, joint_attention_dim=512,
+                               pooled_projection_dim=256, guidance_embeds=False,
+                               axes_dims_rope=(16, 56, 56)),
+              height=64, width=64, max_seq=64),
+}
 
 
 def _clip_tokenizer(d: Path) -> Any:
@@ -93,36 +106,41 @@ def _reinit(model: torch.nn.Module) -> None:
                 p.copy_(0.1 * torch.randn_like(p))
 
 
-def build(work: Path, seed: int = 1234) -> Dict[str, Any]:
-    """Every component, seeded; the transformer is also saved under
-    work/root/tiny-flux/transformer (diffusers' save_pretrained), and the
-    whole pipeline under work/root/tiny-flux (FluxPipeline.save_pretrained)."""
+def build(work: Path, seed: int = 1234, size: str = "tiny") -> Dict[str, Any]:
+    """Every component of SPECS[size], seeded; the whole pipeline is saved
+    under work/root/tiny-flux (FluxPipeline.save_pretrained), the
+    transformer thus in work/root/tiny-flux/transformer."""
     from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline,
                            FluxTransformer2DModel)
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
+    spec = SPECS[size]
+    tcfg = spec["transformer"]
     tok = _clip_tokenizer(work / "clip-tokenizer")
     tok2 = _t5_tokenizer(work / "t5-tokenizer")
     torch.manual_seed(seed)
     clip = CLIPTextModel(CLIPTextConfig(
-        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        vocab_size=len(tok), hidden_size=tcfg["pooled_projection_dim"],
+        intermediate_size=2 * tcfg["pooled_projection_dim"], num_hidden_layers=1,
         num_attention_heads=2, max_position_embeddings=CLIP_LEN, projection_dim=16,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id)).eval()
     torch.manual_seed(seed + 1)
     t5 = T5EncoderModel(T5Config(
-        vocab_size=len(tok2), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+        vocab_size=len(tok2), d_model=tcfg["joint_attention_dim"], d_kv=8,
+        d_ff=2 * tcfg["joint_attention_dim"], num_layers=1, num_heads=4,
         relative_attention_num_buckets=8, dropout_rate=0.0, pad_token_id=tok2.pad_token_id,
         eos_token_id=tok2.eos_token_id, decoder_start_token_id=0)).eval()
     torch.manual_seed(seed + 2)
     vae = AutoencoderKL(in_channels=3, out_channels=3,
                         down_block_types=["DownEncoderBlock2D"] * 2,
                         up_block_types=["UpDecoderBlock2D"] * 2, block_out_channels=[8, 16],
-                        latent_channels=4, layers_per_block=1, norm_num_groups=4,
-                        sample_size=HEIGHT, scaling_factor=0.3611, shift_factor=0.1159,
+                        latent_channels=tcfg["in_channels"] // 4, layers_per_block=1,
+                        norm_num_groups=4, sample_size=spec["height"], scaling_factor=0.3611,
+                        shift_factor=0.1159,
                         use_quant_conv=False, use_post_quant_conv=False).eval()
     torch.manual_seed(seed + 3)
-    transformer = FluxTransformer2DModel(**TRANSFORMER).eval()
+    transformer = FluxTransformer2DModel(**tcfg).eval()
     _reinit(transformer)
     scheduler = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
@@ -133,23 +151,27 @@ def build(work: Path, seed: int = 1234) -> Dict[str, Any]:
     root = work / "root"
     pipe.save_pretrained(str(root / "tiny-flux"))
     return dict(pipe=pipe, transformer=transformer, root=root,
-                transformer_path="tiny-flux/transformer")
+                transformer_path="tiny-flux/transformer", spec=spec)
 
 
-def run(pipe: Any, steps: int = 4, seed: int = 7, **kw: Any) -> Dict[str, Any]:
-    """One generation: the final (packed) latents and the decoded image
-    (numpy, (1, H, W, 3) in [0, 1])."""
-    seen: Dict[str, torch.Tensor] = {}
+def run(pipe: Any, steps: int = 4, seed: int = 7, spec: Optional[Dict[str, Any]] = None,
+        **kw: Any) -> Dict[str, Any]:
+    """One generation: the final (packed) latents, the decoded image
+    (numpy, (1, H, W, 3) in [0, 1]) and the time.perf_counter() at the end
+    of each step (step_ends)."""
+    spec = spec or SPECS["tiny"]
+    seen: Dict[str, Any] = {"step_ends": []}
 
     def keep(p: Any, i: int, t: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        seen["step_ends"].append(time.perf_counter())
         seen["latents"] = kwargs["latents"].clone()
         return {}
 
-    out = pipe(PROMPT, height=HEIGHT, width=WIDTH, num_inference_steps=steps,
-               guidance_scale=3.5, max_sequence_length=MAX_SEQ,
+    out = pipe(PROMPT, height=spec["height"], width=spec["width"], num_inference_steps=steps,
+               guidance_scale=3.5, max_sequence_length=spec["max_seq"],
                generator=torch.Generator().manual_seed(seed), output_type="np",
                callback_on_step_end=keep, callback_on_step_end_tensor_inputs=["latents"], **kw)
-    return dict(latents=seen["latents"], image=out.images)
+    return dict(latents=seen["latents"], image=out.images, step_ends=seen["step_ends"])
 
 
 if __name__ == "__main__":     # a look by hand: python tiny_flux.py DIR
@@ -157,5 +179,5 @@ if __name__ == "__main__":     # a look by hand: python tiny_flux.py DIR
     torch.set_num_threads(1)
     r = build(Path(sys.argv[1]))
     res = run(r["pipe"])
-    print({k: (tuple(v.shape), float(abs(v).max())) for k, v in res.items()})
-    _ = (os, Optional)
+    print({k: (tuple(v.shape), float(abs(v).max())) for k, v in res.items()
+           if k != "step_ends"})
