@@ -26,7 +26,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 WF_MAX_RANK = 8
 WF_STATUS_MAX_DEVICES = 64
@@ -237,7 +237,7 @@ _P = ctypes.c_void_p
 _CP = ctypes.c_char_p
 
 
-def _proto(name: str, restype: object, *argtypes: object, optional: bool = False) -> Optional[object]:
+def _proto(name: str, restype: Any, *argtypes: Any, optional: bool = False) -> Optional[Any]:
     fn = getattr(lib, name, None)
     if fn is None:
         if optional:
@@ -292,7 +292,7 @@ job_id = _proto("wf_job_id", c_u64, _P, optional=True)
 cancel_id = _proto("wf_cancel_id", c_int, _P, c_u64, optional=True)
 
 
-def need(fn: Optional[object], name: str) -> object:
+def need(fn: Optional[Any], name: str) -> Any:
     """fn, or NotImplementedError naming the missing libweft function."""
     if fn is None:
         raise NotImplementedError(f"{path} has no {name}: a libweft older than this "

@@ -272,6 +272,8 @@ def tp_plan_rules(plan: Mapping[str, TpRule]) -> "ctypes.Array[_lib.wf_tp_rule_t
         if len(g) >= _lib.WF_TP_GLOB_MAX:
             raise ValueError(f"tp plan: glob {glob[:32]!r}... is longer than "
                              f"{_lib.WF_TP_GLOB_MAX - 1} bytes")
+        style: Any
+        blocks: List[Any]
         if isinstance(rule, str):
             style, blocks = rule, []
         elif isinstance(rule, Mapping):
@@ -606,7 +608,7 @@ class Client:
         (PROTOCOL.md 3.6). BadArgumentError when there is no such job."""
         fn = _lib.need(_lib.cancel_id, "wf_cancel_id")
         with self._lock:
-            self._check(fn(self._h(), ctypes.c_uint64(int(job_id))))  # type: ignore[operator]
+            self._check(fn(self._h(), ctypes.c_uint64(int(job_id))))
 
     # -- resident models
 
@@ -748,7 +750,7 @@ class Client:
         do = keep[1]
         with self._lock:
             if _lib.forward_ex is not None:
-                st = _lib.forward_ex(self._h(), model.encode(), ctypes.byref(inputs),  # type: ignore[operator]
+                st = _lib.forward_ex(self._h(), model.encode(), ctypes.byref(inputs),
                                      do.ptr(), ctypes.byref(fo), ctypes.byref(r))
             elif deadline_ms:
                 _lib.need(None, "wf_forward_ex (forward deadline_ms)")
@@ -773,7 +775,7 @@ class Client:
             txt_ids, guidance, out, out_dtype, out_channels, deadline_ms)
         h = ctypes.c_void_p()
         with self._lock:
-            self._check(fn(self._h(), model.encode(), ctypes.byref(inputs),  # type: ignore[operator]
+            self._check(fn(self._h(), model.encode(), ctypes.byref(inputs),
                            keep[1].ptr(), ctypes.byref(fo), ctypes.byref(h)))
         job = Job(self, h, keep, "forward", (out,))
         self._jobs.add(job)
