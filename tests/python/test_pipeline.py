@@ -17,8 +17,8 @@ Tolerance (float32 throughout): the final latents within 1e-4 x max|ref|
 (pixels in [0, 1]). Also: one transformer call against diffusers'
 forward (tuple and Transformer2DModelOutput), the refusals
 (joint_attention_kwargs with a LoRA scale, through the pipeline;
-controlnet residuals), attaching to the resident model, and a
-WeftFluxTransformer without a config.
+controlnet residuals, save_pretrained), attaching to the resident model,
+and a WeftFluxTransformer without a config.
 """
 from __future__ import annotations
 
@@ -127,6 +127,8 @@ class Pipeline(unittest.TestCase):
             wt(**args, controlnet_single_block_samples=[torch.zeros(2, 64, 64)])
         with self.assertRaises(ValueError):
             wt(**dict(args, guidance=None))
+        with self.assertRaises(NotServedError):
+            wt.save_pretrained(str(self.work / "nowhere"))
         # the pipeline passes joint_attention_kwargs through: refused, not ignored
         from diffusers import FluxPipeline
         b = self.built["pipe"]

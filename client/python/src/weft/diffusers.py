@@ -189,6 +189,13 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         has no step caches: nothing to do."""
         yield
 
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
+        """Refused: the weights live in weftd, not here (saving would write
+        an empty checkpoint). Save the model directory weftd loaded."""
+        raise NotServedError("WeftFluxTransformer holds no weights (they are resident in "
+                             f"weftd as {self.model_name!r}): save the model directory "
+                             "weftd loaded instead")
+
     def unload(self) -> None:
         """Unload the model from weftd (other users of it lose it too)."""
         self._client.unload_model(self.model_name)
