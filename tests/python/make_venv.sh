@@ -14,7 +14,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 req="$here/../../bench/requirements-python.txt"
-venv=${WEFT_PY_VENV:-$HOME/.cache/weft/venv-python}
+venv=${WEFT_PY_VENV:-${HOME:?HOME is not set}/.cache/weft/venv-python}
 if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/weft-requirements.txt"; then
     echo "make_venv.sh: $venv is up to date"
     exit 0

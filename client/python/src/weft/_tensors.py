@@ -111,13 +111,8 @@ class Desc:
 def _struct(addr: int, dtype: str, shape: Sequence[int], what: str) -> _lib.wf_tensor_t:
     if not 1 <= len(shape) <= _lib.WF_MAX_RANK:
         raise ValueError(f"{what}: rank {len(shape)}, weft takes 1..{_lib.WF_MAX_RANK}")
-    t = _lib.wf_tensor_t()
-    t.data = addr
-    t.dtype = DTYPE_CODES[dtype]
-    t.rank = len(shape)
-    for i, d in enumerate(shape):
-        t.shape[i] = int(d)
-    return t
+    return _lib.wf_tensor_t(addr, DTYPE_CODES[dtype], len(shape),
+                            (ctypes.c_int64 * _lib.WF_MAX_RANK)(*shape))
 
 
 def _unwrap(x: Any, what: str) -> Tuple[Any, Optional[str]]:
@@ -140,9 +135,10 @@ def as_input(x: ArrayLike, what: str) -> Desc:
                             "float16; bf16 bits in uint16 as weft.Tensor(a, 'bf16'))")
         if data.dtype.byteorder == ">":
             data = data.astype(data.dtype.newbyteorder("<"))
-        data = np.ascontiguousarray(data)   # the same object when already contiguous
-        addr = data.ctypes.data
-        shape = tuple(int(d) for d in data.shape)
+        if not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data)
+        addr = data.__array_interface__["data"][0]
+        shape = data.shape
     else:
         if data.device.type != "cpu":
             raise ValueError(f"{what}: a {data.device.type} tensor; weft sends host memory: "
@@ -151,11 +147,12 @@ def as_input(x: ArrayLike, what: str) -> Desc:
         if dtype is None:
             raise TypeError(f"{what}: torch dtype {data.dtype} is not a weft dtype (float32, "
                             "float16, bfloat16)")
-        data = data.detach()
+        if data.requires_grad:
+            data = data.detach()
         if not data.is_contiguous():
             data = data.contiguous()
         addr = data.data_ptr()
-        shape = tuple(int(d) for d in data.shape)
+        shape = tuple(data.shape)
     if any(d <= 0 for d in shape) or len(shape) == 0:
         raise ValueError(f"{what}: shape {shape}: weft needs rank 1..8 and every dim > 0")
     return Desc(_struct(addr, dtype, shape, what), data, dtype, shape)
@@ -171,7 +168,7 @@ def as_output(x: ArrayLike, what: str) -> Desc:
         if not data.flags.c_contiguous or not data.flags.writeable or data.dtype.byteorder == ">":
             raise ValueError(f"{what}: an output must be a C-contiguous, writable, "
                              "native-order array")
-        addr = data.ctypes.data
+        addr = data.__array_interface__["data"][0]
     else:
         if data.device.type != "cpu":
             raise ValueError(f"{what}: outputs must be CPU tensors")
