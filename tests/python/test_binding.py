@@ -18,7 +18,8 @@
     (BusyError), waiting past a timeout (ReplyTimeoutError), a queue of
     one (QueueFullError), a stop that never runs a queued job
     (ShuttingDownError), the flops bound (LimitError), device memory
-    (NoMemoryError), CURVE: a stranger's key (AuthError), a submit key's
+    (NoMemoryError), CURVE (keys as arguments and from WEFT_SERVER_KEY /
+    WEFT_CLIENT_KEY): a stranger's key or none (AuthError), a submit key's
     reconfigure (DeniedError), a bad endpoint (ConnectError).
   - every wire and library code of weft.h maps to its class and name.
   - packaging: pip installs client/python (offline, from a copy), and the
@@ -545,6 +546,17 @@ class Refusals(unittest.TestCase):
                     with self.assertRaises(weft.AuthError) as cm:
                         c.hello()
                     self.assertEqual(cm.exception.code, 107)
+                # the keys from the environment (libweft reads them at connect)
+                os.environ["WEFT_SERVER_KEY"] = srv
+                os.environ["WEFT_CLIENT_KEY"] = str(tmp / "admin")
+                try:
+                    with weft.connect(ep, 10000) as c:
+                        self.assertGreater(c.reconfigure(tp=2), 0)
+                finally:
+                    del os.environ["WEFT_SERVER_KEY"], os.environ["WEFT_CLIENT_KEY"]
+                with self.assertRaises(weft.AuthError):           # no keys at all
+                    with weft.connect(ep, 10000) as c:
+                        c.hello()
                 with self.assertRaises(weft.BadArgumentError):   # keys on ipc://
                     weft.connect("ipc:///tmp/x.sock", 1000, server_key=srv,
                                  client_key_file=str(tmp / "admin"))
