@@ -7,11 +7,11 @@
         out = c.attention(q, q, q, causal=True).out
 
 Every operation of include/weft.h is a method of Client: hello,
-has_feature, status, reconfigure, attention / submit_attention (Job: poll,
-wait, cancel, close), load_model (with progress), unload_model,
-list_models, forward. Tensors are numpy arrays or CPU torch tensors
-(bf16: torch.bfloat16, or uint16 bits as weft.Tensor(a, "bf16")), sent
-without a copy. Errors raise weft.errors.WeftError subclasses carrying
+has_feature, status, reconfigure, attention / submit_attention, forward /
+submit_forward (a Job: id, poll, wait, cancel, close), cancel_id,
+load_model (with progress), unload_model, list_models. Tensors are numpy
+arrays or CPU torch tensors (bf16: torch.bfloat16, or uint16 bits as
+weft.Tensor(a, "bf16")), sent without a copy. Errors raise weft.errors.WeftError subclasses carrying
 the status code and the daemon's message. weft.diffusers has a FLUX
 transformer served by weftd for diffusers' FluxPipeline.
 
