@@ -8,9 +8,10 @@
 # of it, weft-requirements.txt, sits in the venv); made anew otherwise.
 # From scratch this downloads about 3.5 GB (torch's CUDA build and its
 # nvidia-* wheels: PyPI has no CPU-only torch; the tests use its CPU side)
-# and unpacks 5.7 GB: 217 s on the development machine (2 cores,
-# 2026-12-01). Exit status non-zero when it cannot make the venv: the
-# Python tests then fail (they never skip in CI).
+# and unpacks 5.7 GB: 217 s on the development machine (2 cores, lightly
+# loaded; 360 s at load average 11; 2026-12-01). Exit status non-zero when
+# it cannot make the venv: the Python tests then fail (they never skip in
+# CI).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 req="$here/../../bench/requirements-python.txt"
