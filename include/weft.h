@@ -124,6 +124,9 @@ typedef enum wf_status {
 
 /* Stable short name of a status ("WF_E_LIMIT"); never NULL. */
 WF_API const char *wf_status_name(wf_status_t s);
+
+/* The version of this libweft ("0.4.0"; the daemon's is in hello). */
+WF_API const char *wf_version(void);
 /* One-line English description of a status; never NULL. */
 WF_API const char *wf_status_str(wf_status_t s);
 

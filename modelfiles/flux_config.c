@@ -153,7 +153,7 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
         char where[128];
         wf_errf(err, err_len, "%s: JSON invalid %s", label,
                 wf_json_error_where(&jerr, where, sizeof where));
-        return WF_E_BAD_FIELD;
+        return WF_E_MALFORMED; /* not a config: PROTOCOL.md 12.2 */
     }
     wf_status_t s = WF_E_BAD_FIELD;
     wf_flux_config_t c;
@@ -161,6 +161,7 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
     bool axes_defaulted = false;
     if (!json_is_object(root)) {
         wf_errf(err, err_len, "%s: not a JSON object", label);
+        s = WF_E_MALFORMED;
         goto out;
     }
 

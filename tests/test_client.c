@@ -175,6 +175,9 @@ static void test_hello_status(wf_client_t *c)
     CHECK(h.max_tensor_bytes == MAX_TENSOR_BYTES, "max_tensor_bytes %" PRIu64,
           h.max_tensor_bytes);
     CHECK(h.weft_version[0] != '\0', "empty version");
+    /* one build: libweft's own version is the daemon's */
+    CHECK(strcmp(wf_version(), h.weft_version) == 0, "libweft %s, daemon %s", wf_version(),
+          h.weft_version);
 
     wf_status_info_t *s = calloc(1, sizeof *s);
     if (!s)

@@ -1165,6 +1165,11 @@ wf_status_t wf_cancel(wf_client_t *client, wf_job_t *job)
     return wfc_simple_call(client, JOB_CANCEL, NULL);
 }
 
+const char *wf_version(void)
+{
+    return WEFT_VERSION;
+}
+
 uint64_t wf_job_id(const wf_job_t *job)
 {
     return job ? job->id : 0;
