@@ -16,9 +16,11 @@ the status code and the daemon's message. weft.diffusers has a FLUX
 transformer served by weftd for diffusers' FluxPipeline.
 
 libweft.so is found through $WEFT_LIB, a build tree or the installed
-prefix (weft._lib says in which order); weft.library_path says which.
+prefix (weft._lib says in which order); weft.library_path says which,
+weft.library_version its version.
 """
 from ._lib import path as library_path
+from ._lib import version as _library_version
 from ._tensors import Tensor, bf16_to_f32, f32_to_bf16
 from .client import (AttentionOutput, Client, Counters, DeviceInfo, ForwardOutput,
                      HelloInfo, Job, JobResult, Mesh, ModelInfo, NodeInfo, OpCounters,
@@ -33,6 +35,8 @@ from .errors import (AbortedError, AuthError, BadArgumentError, BadDtypeError,
                      UnavailableError, UnknownOpError, VersionError, WeftError, error_for)
 
 __version__ = "0.4.0"
+#: the loaded libweft's version (wf_version; "" from a libweft without it)
+library_version: str = _library_version()
 
 __all__ = [
     "AbortedError", "AttentionOutput", "AuthError", "BadArgumentError", "BadDtypeError",
@@ -44,5 +48,5 @@ __all__ = [
     "ProtocolError", "QueueFullError", "ReplyTimeoutError", "RequestError", "RetryableError",
     "ShuttingDownError", "StatusInfo", "Tensor", "TransportError", "UnavailableError",
     "UnknownOpError", "VersionError", "WeftError", "bf16_to_f32", "connect", "error_for",
-    "f32_to_bf16", "library_path", "status_name", "status_str", "tp_plan_rules",
+    "f32_to_bf16", "library_path", "library_version", "status_name", "status_str", "tp_plan_rules",
 ]

@@ -289,7 +289,13 @@ forward_submit = _proto("wf_forward_submit", c_int, _P, _CP, ctypes.POINTER(wf_f
                         _TP, ctypes.POINTER(wf_forward_opts_t), ctypes.POINTER(_P),
                         optional=True)
 job_id = _proto("wf_job_id", c_u64, _P, optional=True)
+_version = _proto("wf_version", _CP, optional=True)
 cancel_id = _proto("wf_cancel_id", c_int, _P, c_u64, optional=True)
+
+
+def version() -> str:
+    """libweft's version ("0.4.0"); "" from a libweft without wf_version."""
+    return cstr(_version()) if _version is not None else ""
 
 
 def need(fn: Optional[Any], name: str) -> Any:
