@@ -5,7 +5,8 @@
   - hello / has_feature / status; attention f32 / f16 (numpy), bf16 (torch
     and raw uint16 bits), GQA, causal, lse, against a float64 numpy
     reference; inputs passed without a copy; eight jobs in flight on one
-    connection, waited in reverse order; reconfigure (ring 2 x ulysses 2
+    connection, waited in reverse order; four threads sharing one Client;
+    reconfigure (ring 2 x ulysses 2
     with rotate alltoall and ring_anything, back to tp 4).
   - models: load (progress), list, forward (numpy, torch, guidance, bf16;
     synchronous and asynchronous) against diffusers' outputs in
@@ -273,6 +274,23 @@ class Daemon(unittest.TestCase):
                 self.assertLess(np.abs(r.lse - lse_ref).max(), 1e-4)
         with self.assertRaises(ValueError):
             jobs[0].wait()          # closed
+
+    def test_threads_share_a_client(self) -> None:
+        """Four threads on one Client: its lock serialises libweft's calls."""
+        errors: List[str] = []
+
+        def work(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            for _ in range(5):
+                q = rng.standard_normal((1, 32, 4, 16)).astype(np.float32)
+                if rel_err(self.c.attention(q, q, q).out, attention_ref(q, q, q)[0]) > 2e-5:
+                    errors.append(f"thread {seed}: wrong output")
+        ths = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        self.assertEqual(errors, [])
 
     def test_reconfigure(self) -> None:
         c = self.c

@@ -17,7 +17,7 @@ Tolerance (float32 throughout): the final latents within 1e-4 x max|ref|
 (pixels in [0, 1]). Also: one transformer call against diffusers'
 forward (tuple and Transformer2DModelOutput), the refusals
 (joint_attention_kwargs with a LoRA scale, through the pipeline;
-controlnet residuals, save_pretrained), attaching to the resident model,
+controlnet residuals, save_pretrained, from_pretrained), attaching to the resident model,
 and a WeftFluxTransformer without a config.
 """
 from __future__ import annotations
@@ -129,6 +129,9 @@ class Pipeline(unittest.TestCase):
             wt(**dict(args, guidance=None))
         with self.assertRaises(NotServedError):
             wt.save_pretrained(str(self.work / "nowhere"))
+        with self.assertRaises(NotServedError):
+            WeftFluxTransformer.from_pretrained(str(self.built["root"] / "tiny-flux"),
+                                                subfolder="transformer")
         # the pipeline passes joint_attention_kwargs through: refused, not ignored
         from diffusers import FluxPipeline
         b = self.built["pipe"]

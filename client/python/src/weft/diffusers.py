@@ -189,6 +189,16 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         has no step caches: nothing to do."""
         yield
 
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
+        """Refused: the weights are loaded by weftd, not here. Construct it:
+        WeftFluxTransformer(endpoint, model, path=..., config=...)."""
+        raise NotServedError("WeftFluxTransformer is not loaded with from_pretrained: "
+                             "construct it, WeftFluxTransformer(endpoint, model, path="
+                             "'DIR under the daemon's model_root', config='local DIR or "
+                             "config.json'), and pass it to FluxPipeline.from_pretrained("
+                             "..., transformer=...)")
+
     def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
         """Refused: the weights live in weftd, not here (saving would write
         an empty checkpoint). Save the model directory weftd loaded."""
