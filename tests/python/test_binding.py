@@ -11,9 +11,8 @@
   - models: load (progress), list, forward (numpy, torch, guidance, bf16;
     synchronous and asynchronous) against diffusers' outputs in
     tests/fixtures, unload; load refusals (config not JSON, a safetensors
-    header that is not JSON, a shape
-    against the config, an F64 checkpoint, a `..` path, a bad name, a name
-    in use, no model root).
+    header that is not JSON, a shape against the config, an F64
+    checkpoint, a `..` path, a bad name, a name in use, no model root).
   - jobs stopped and refused: a deadline (DeadlineError), cancel and
     cancel by id (CancelledError), a reconfigure while another drains
     (BusyError), waiting past a timeout (ReplyTimeoutError), a queue of
