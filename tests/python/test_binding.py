@@ -6,8 +6,8 @@
     and raw uint16 bits), GQA, causal, lse, against a float64 numpy
     reference; inputs passed without a copy; eight jobs in flight on one
     connection, waited in reverse order; four threads sharing one Client;
-    reconfigure (ring 2 x ulysses 2
-    with rotate alltoall and ring_anything, back to tp 4).
+    reconfigure (ring 2 x ulysses 2 with rotate alltoall and ring_anything,
+    back to tp 4).
   - models: load (progress), list, forward (numpy, torch, guidance, bf16;
     synchronous and asynchronous) against diffusers' outputs in
     tests/fixtures, unload; load refusals (config not JSON, a safetensors
