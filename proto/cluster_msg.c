@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <zmq.h>
 
 #include "errf.h"
 #include "proto.h"
@@ -79,6 +80,7 @@ static const field_t hello_fields[] = {
     U32("devices", wf_cmsg_hello_t, devices, 1, WF_CMSG_MAX_DEVICES),
     STR("data", wf_cmsg_hello_t, data, 0, 0),
     U64("epoch", wf_cmsg_hello_t, epoch),
+    { "gpu", offsetof(wf_cmsg_hello_t, gpu), K_BOOL, F_OMIT, 0, 0 },
 };
 
 #define MESH_FIELDS(s, p)                                                  \
@@ -98,6 +100,7 @@ static const field_t world_fields[] = {
     U32("nn", wf_cmsg_world_t, nn, 1, WF_CMSG_MAX_NODES),
     MESH_FIELDS(wf_cmsg_world_t, mesh.),
     STR("xfer", wf_cmsg_world_t, xfer, 0, F_OMIT),
+    STR("ncclid", wf_cmsg_world_t, ncclid, 0, F_OMIT),
 };
 
 /* A world's node k: the key is "n<k>" followed by the suffix. */
@@ -235,11 +238,39 @@ static wf_status_t data_check(const void *body, char *err, size_t err_len)
     return WF_E_BAD_FIELD;
 }
 
+void wf_cmsg_nccl_id_encode(const unsigned char id[WF_CMSG_NCCL_ID_BYTES],
+                            char out[WF_CMSG_NCCL_ID_Z85 + 1])
+{
+    _Static_assert(WF_CMSG_NCCL_ID_BYTES % 4 == 0 &&
+                   WF_CMSG_NCCL_ID_Z85 == WF_CMSG_NCCL_ID_BYTES / 4 * 5, "Z85 size");
+    if (!zmq_z85_encode(out, id, WF_CMSG_NCCL_ID_BYTES))
+        out[0] = '\0';    /* not reached: the size is a multiple of 4 */
+}
+
+bool wf_cmsg_nccl_id_decode(const char *text, unsigned char out[WF_CMSG_NCCL_ID_BYTES])
+{
+    /* zmq_z85_decode wants 5k characters of its alphabet: check the length
+     * here (it would read a shorter string as a shorter key) */
+    unsigned char tmp[WF_CMSG_NCCL_ID_BYTES];
+    if (!text || strlen(text) != WF_CMSG_NCCL_ID_Z85 || !zmq_z85_decode(tmp, text))
+        return false;
+    memcpy(out, tmp, sizeof tmp);
+    return true;
+}
+
 /* A world's ranks are contiguous from 0, in node order; each node's
- * endpoints ("" allowed: none announced) one per rank. */
+ * endpoints ("" allowed: none announced) one per rank; an NCCL id, when
+ * present, is exactly WF_CMSG_NCCL_ID_BYTES bytes of Z85. */
 static wf_status_t world_check(const void *body, char *err, size_t err_len)
 {
     const wf_cmsg_world_t *w = body;
+    unsigned char id[WF_CMSG_NCCL_ID_BYTES];
+    if (w->ncclid[0] && !wf_cmsg_nccl_id_decode(w->ncclid, id)) {
+        wf_errf(err, err_len, "world: field 'ncclid': must be %d Z85 characters "
+                "(a %d-byte NCCL unique id)", WF_CMSG_NCCL_ID_Z85,
+                WF_CMSG_NCCL_ID_BYTES);
+        return WF_E_BAD_FIELD;
+    }
     uint64_t next = 0;
     for (uint32_t k = 0; k < w->nn; k++) {
         if (w->nodes[k].rank != next) {

@@ -38,6 +38,17 @@
 #define WF_CMSG_WORLD_ID_MAX 40      /* world id (32 hex digits), with the NUL */
 #define WF_CMSG_MESH_MAX 65536       /* a mesh degree (WF_MESH_MAX_WORLD) */
 #define WF_CMSG_XFER_MAX_FRAMES 3    /* tensor frames behind a channel header */
+#define WF_CMSG_NCCL_ID_BYTES 128    /* an ncclUniqueId (NCCL_UNIQUE_ID_BYTES,
+                                        daemon/comm/comm_nccl.h WF_NCCL_ID_BYTES) */
+#define WF_CMSG_NCCL_ID_Z85 160      /* its Z85 text ("ncclid" of world), without the NUL */
+
+/* The NCCL unique id of a world ("ncclid"; PROTOCOL.md section 11) as Z85
+ * text: exactly WF_CMSG_NCCL_ID_Z85 characters that decode to
+ * WF_CMSG_NCCL_ID_BYTES bytes. Encode writes out (with its NUL); decode
+ * answers false (out untouched) for anything else. */
+void wf_cmsg_nccl_id_encode(const unsigned char id[WF_CMSG_NCCL_ID_BYTES],
+                            char out[WF_CMSG_NCCL_ID_Z85 + 1]);
+bool wf_cmsg_nccl_id_decode(const char *text, unsigned char out[WF_CMSG_NCCL_ID_BYTES]);
 
 /* Check a node's announced comm endpoints ("data" of hello, data and
  * n<i>.data of world; PROTOCOL.md section 11): "tcp://HOST:PORT" then
@@ -87,6 +98,10 @@ typedef struct wf_cmsg_hello {
     uint32_t devices;                /* "devices": 1..WF_CMSG_MAX_DEVICES */
     char data[WF_CTL_STR_MAX];       /* "data": its comm endpoints */
     uint64_t epoch;                  /* "epoch": the last world epoch it knew */
+    bool gpu;                        /* "gpu": every device of the node is a GPU
+                                        of its own and NCCL is built and on (the
+                                        world may then be NCCL's); key absent
+                                        when false */
 } wf_cmsg_hello_t;
 
 /* One node of a world ("n<i>.name", "n<i>.rank", "n<i>.ranks", "n<i>.data"). */
@@ -111,6 +126,9 @@ typedef struct wf_cmsg_world {
     uint32_t nn;                     /* "nn": nodes */
     wf_cmsg_mesh_t mesh;             /* "mepoch", "dp", "ring", "ulysses", "tp" */
     char xfer[WF_CTL_STR_MAX];       /* "xfer": tensor channel; "" = key absent */
+    char ncclid[WF_CMSG_NCCL_ID_Z85 + 1]; /* "ncclid": the world's NCCL unique id
+                                        (wf_cmsg_nccl_id_encode); "" = key absent:
+                                        the data plane is comm_zmq */
     wf_cmsg_node_t nodes[WF_CMSG_MAX_NODES]; /* nodes[0..nn) */
 } wf_cmsg_world_t;
 

@@ -861,7 +861,7 @@ static void *nccl_rank(void *vp)
     a->ok = 0;
     if (G->ctx_new(a->rank, (uint64_t)64 << 20, &ctx) != WF_OK)
         return NULL;
-    wf_comm_nccl_opts_t o = {a->rank, G->native_stream(ctx), 60000, 60000};
+    wf_comm_nccl_opts_t o = {a->rank, G->native_stream(ctx), 60000, 60000, NULL};
     wf_comm_t *c = NULL;
     int ok = wf_comm_nccl_init(&a->id, a->n, a->rank, &o, &c) == WF_OK;
     const int n = a->n, r = a->rank;

@@ -217,7 +217,7 @@ expect_not bad_hardlink "$secret"
 cp "$tmp/secret.json" "$root/badjson/config.json"
 cp "$root/flux-tiny/diffusion_pytorch_model.safetensors" "$root/badjson/"
 run bad_json 1 ctl load bj badjson
-expect_err bad_json "^weftctl: load: WF_E_BAD_FIELD: badjson/config\.json: JSON invalid at byte [0-9]+ \(line 1, column [0-9]+\)"
+expect_err bad_json "^weftctl: load: WF_E_MALFORMED: badjson/config\.json: JSON invalid at byte [0-9]+ \(line 1, column [0-9]+\)"
 expect_not bad_json "$secret"
 
 # weftctl shard --out a symlink to a directory holding a victim file:

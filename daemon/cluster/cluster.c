@@ -28,6 +28,43 @@ _Static_assert(WF_CMSG_MESH_MAX == WF_MESH_MAX_WORLD, "mesh degree bound");
 _Static_assert(WF_SETTINGS_ENDPOINT_MAX == WF_CTL_STR_MAX, "endpoint bound");
 
 /* ------------------------------------------------------------------ */
+/* the NCCL data plane (comm_nccl_boot.h) */
+
+/* Our NCCL version as hellos carry it ("none": not built; nodes must
+ * agree) and whether this node may be in an NCCL world. */
+static void cluster_nccl_self(wf_cluster_t *c)
+{
+    const wf_nccl_api_t *api = wf_nccl_api();
+    int v = api->version(api->arg);
+    if (v > 0)
+        snprintf(c->nccl_version, sizeof c->nccl_version, "%d.%d.%d", v / 10000,
+                 v / 100 % 100, v % 100);
+    else
+        snprintf(c->nccl_version, sizeof c->nccl_version, "%s", NCCL_VERSION_NONE);
+    c->self_gpu = wf_nccl_api_node_gpu(api, c->settings);
+}
+
+/* Member: the data plane of the world just received (its "ncclid",
+ * validated by wf_cmsg_get). */
+static void member_world_nccl(wf_cluster_t *c, const wf_cmsg_world_t *w)
+{
+    c->have_nccl = w->ncclid[0] &&
+                   wf_cmsg_nccl_id_decode(w->ncclid, c->nccl_id.bytes);
+    if (c->have_nccl && !c->self_gpu)
+        wf_log(c->log, WF_LOG_WARNING, "cluster: world of epoch %" PRIu64 " is "
+               "NCCL's but this node has no GPU per rank with NCCL: its ranks "
+               "cannot join", w->epoch);
+}
+
+bool wf_cluster_nccl_id(const wf_cluster_t *c, wf_nccl_id_t *ret_id)
+{
+    if (!c->have_nccl)
+        return false;
+    *ret_id = c->nccl_id;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
 /* member (the coordinator's side is cluster_coord.c) */
 
 static void member_hello(wf_cluster_t *c)
@@ -35,7 +72,8 @@ static void member_hello(wf_cluster_t *c)
     wf_cmsg_hello_t *h = &cluster_tx_begin(c, WF_CMSG_HELLO)->u.hello;
     h->proto = c->protocol;
     snprintf(h->weft, sizeof h->weft, "%s", WEFT_VERSION);
-    snprintf(h->nccl, sizeof h->nccl, "%s", NCCL_VERSION_NONE);
+    snprintf(h->nccl, sizeof h->nccl, "%s", c->nccl_version);
+    h->gpu = c->self_gpu;
     snprintf(h->name, sizeof h->name, "%s", c->name);
     h->devices = cluster_local_devices(c);
     snprintf(h->data, sizeof h->data, "%s", c->data);
@@ -83,6 +121,7 @@ static void member_world(wf_cluster_t *c)
     c->n_nodes = w->nn;
     c->epoch = w->epoch;
     snprintf(c->world_id, sizeof c->world_id, "%s", w->id);
+    member_world_nccl(c, w);
     c->state = CS_FORMING;
     uint32_t ranks = w->nodes[w->nn - 1].rank + w->nodes[w->nn - 1].ranks;
     /* The server builds this node's part of the comm world now and says
@@ -372,6 +411,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
     c->protocol = WF_PROTOCOL_VERSION;
     wf_cluster_self_name(settings, c->name);
     snprintf(c->data, sizeof c->data, "%s", data_endpoint ? data_endpoint : "");
+    cluster_nccl_self(c);
     if (settings->test.protocol_version) {
         /* test hook: advertise another protocol version in the hello, to
          * test the coordinator's refusal (tests/test_cluster.c) */
@@ -403,6 +443,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         node_t *self = &c->nodes[0];
         snprintf(self->name, sizeof self->name, "%s", c->name);
         self->devices = settings->device_count;
+        self->gpu = c->self_gpu;
         self->state = NODE_SELF;
         snprintf(self->data, sizeof self->data, "%s", c->data);
         c->n_nodes = 1;

@@ -12,10 +12,10 @@
  * "t" = type; typed and validated by proto/cluster_msg.h), never tensor
  * bytes:
  *   member -> coordinator: hello {proto, weft, nccl, name, devices, data,
- *       epoch}, ready {epoch}, ping {epoch}, data {data}, done {seq, epoch,
+ *       epoch, gpu}, ready {epoch}, ping {epoch}, data {data}, done {seq, epoch,
  *       st}, aborted {epoch, seq, st}
  *   coordinator -> member: refuse {error}, world {epoch, id, nodes, mesh,
- *       mepoch, xfer}, serve {epoch}, pong {epoch}, rejoin {}, mesh {mepoch, dp,
+ *       mepoch, xfer, ncclid}, serve {epoch}, pong {epoch}, rejoin {}, mesh {mepoch, dp,
  *       ring, ulysses, tp}, job {descriptor}, abort {epoch, why}
  * (PROTOCOL.md section 11). `xfer` is the coordinator's tensor channel
  * (the server's, wf_cluster_set_xfer), where the inputs and outputs of
@@ -72,6 +72,7 @@
 #include "base/log.h"
 #include "base/notify.h"
 #include "base/zap.h"
+#include "comm/comm_nccl.h"
 #include "keys.h"
 #include "proto.h"
 
@@ -210,6 +211,11 @@ bool wf_cluster_take_mesh(wf_cluster_t *c, wf_mesh_degrees_t *ret_deg,
 void wf_cluster_current(const wf_cluster_t *c, wf_cluster_node_t *ret, uint32_t max,
                         uint32_t *ret_n, uint64_t *ret_epoch, uint64_t *ret_world_id,
                         wf_mesh_degrees_t *ret_mesh, uint64_t *ret_mesh_epoch);
+
+/* The world of wf_cluster_current is NCCL's (every node said "gpu" in its
+ * hello; comm_nccl_boot.h): true and its unique id, fresh per epoch, into
+ * *ret_id. False: its data plane is comm_zmq. */
+bool wf_cluster_nccl_id(const wf_cluster_t *c, wf_nccl_id_t *ret_id);
 
 /* This node's communicators of world `epoch` are built (a stale epoch is
  * ignored): a member sends ready; the coordinator counts itself ready and

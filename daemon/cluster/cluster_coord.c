@@ -80,11 +80,46 @@ void cluster_start_round(wf_cluster_t *c, uint64_t now)
     wf_log(c->log, WF_LOG_INFO, "cluster: rendezvous round of epoch %" PRIu64
            ": world of %u node(s), %u rank(s), id %s", c->epoch, nn, rank,
            c->world_id);
+    cluster_coord_nccl(c, w);
     if (!cluster_tx_put(c))
         return;
     for (uint32_t i = 0; i < c->n_nodes; i++)
         if (c->nodes[i].in_world && c->nodes[i].state == NODE_WORLD)
             cluster_send_msg(c, &c->nodes[i]);
+}
+
+/* The data plane of the round: NCCL when every node of the world said gpu
+ * (comm_nccl_boot.h), with a fresh unique id for this epoch (an id makes
+ * one communicator only); else comm_zmq. */
+void cluster_coord_nccl(wf_cluster_t *c, wf_cmsg_world_t *w)
+{
+    bool gpu[WF_SETTINGS_MAX_NODES];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i].in_world)
+            gpu[n++] = c->nodes[i].gpu;
+    c->have_nccl = false;
+    w->ncclid[0] = '\0';
+    if (wf_nccl_plane(gpu, n) != WF_PLANE_NCCL) {
+        wf_log(c->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 ": data "
+               "plane zmq (not every node has a GPU of its own per rank with NCCL on)",
+               c->epoch);
+        return;
+    }
+    const wf_nccl_api_t *api = wf_nccl_api();
+    wf_status_t st = api->unique_id(api->arg, &c->nccl_id);
+    if (st != WF_OK) {
+        wf_log(c->log, WF_LOG_WARNING, "cluster: world of epoch %" PRIu64 ": no "
+               "NCCL unique id (%s); data plane zmq", c->epoch, wf_status_str(st));
+        return;
+    }
+    _Static_assert(WF_NCCL_ID_BYTES == WF_CMSG_NCCL_ID_BYTES, "NCCL id size");
+    wf_cmsg_nccl_id_encode(c->nccl_id.bytes, w->ncclid);
+    c->have_nccl = true;
+    wf_log(c->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 ": data plane "
+           "nccl (%s %d.%d.%d, a fresh unique id in the world message)", c->epoch,
+           api->name, api->version(api->arg) / 10000, api->version(api->arg) / 100 % 100,
+           api->version(api->arg) % 100);
 }
 
 /* Every member of the round is ready: serve (the barrier). */
@@ -238,12 +273,15 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
                  WEFT_VERSION);
         goto refused;
     }
-    if (strcmp(h->nccl, NCCL_VERSION_NONE) != 0) {
+    /* NCCL versions matter between nodes that may form an NCCL world
+     * together (both "gpu"): a node without GPUs per rank, or a CPU build
+     * ("none"), joins a mixed world on comm_zmq whatever its NCCL */
+    if (h->gpu && c->self_gpu && strcmp(h->nccl, c->nccl_version) != 0) {
         snprintf(err, sizeof err, "node %.63s: field 'NCCL version': %.40s differs "
                  "from the coordinator's %s", who,
                  h->nccl[0] ? wf_escape(q, sizeof q, h->nccl, strlen(h->nccl), WF_ESC_ASCII)
                             : "(missing)",
-                 NCCL_VERSION_NONE);
+                 c->nccl_version);
         goto refused;
     }
     if (!name[0]) {
@@ -339,6 +377,7 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
     memcpy(n->id, id, id_len);
     n->id_len = id_len;
     n->devices = (uint32_t)devices;
+    n->gpu = h->gpu;
     snprintf(n->data, sizeof n->data, "%s", data);
     n->state = NODE_JOINING;
     n->in_world = false;

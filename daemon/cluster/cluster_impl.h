@@ -14,6 +14,7 @@
 
 #include "cluster.h"
 #include "cluster_msg.h"
+#include "comm/comm_nccl_boot.h"
 
 #define NCCL_VERSION_NONE "none"   /* the CPU build has no NCCL */
 #define IDENTITY_MAX 256
@@ -34,6 +35,7 @@ typedef struct node {
     unsigned char id[IDENTITY_MAX];        /* ROUTER identity */
     size_t id_len;
     uint32_t devices;                      /* from its hello */
+    bool gpu;                              /* its hello said "gpu" (self: ours) */
     node_state_t state;
     bool in_world;                         /* part of the current world */
     uint32_t first_rank;                   /* in the current world */
@@ -91,6 +93,11 @@ struct wf_cluster {
     wf_mesh_degrees_t mesh_req;      /* the world mesh asked for (coordinator's) */
     uint64_t mesh_epoch;             /* mesh epoch: + 1 per world and per mesh change */
     bool self_ready;                 /* this node's comm world of `epoch` is built */
+    /* the NCCL data plane (comm_nccl_boot.h) */
+    char nccl_version[32];           /* ours, as hellos carry it ("none") */
+    bool self_gpu;                   /* this node may be in an NCCL world */
+    bool have_nccl;                  /* the world of `epoch` is NCCL's: nccl_id */
+    wf_nccl_id_t nccl_id;            /* its unique id (the coordinator's draw) */
     /* a world aborted by a failed job (not by losing a node) */
     uint64_t failed_epoch;           /* world epoch known to be aborted so (0: none) */
     bool abort_pending;              /* the server must abort its part of it */
@@ -147,6 +154,9 @@ void cluster_remove_node(wf_cluster_t *c, uint32_t i);
 /* Put the alive nodes in world order (self first, then by name) and give
  * them ranks; start a round: world to every member, wait for readies. */
 void cluster_start_round(wf_cluster_t *c, uint64_t now);
+/* The data plane of the round being sent (world w): an NCCL id drawn
+ * into w and c->nccl_id when every node of it said gpu; logged. */
+void cluster_coord_nccl(wf_cluster_t *c, wf_cmsg_world_t *w);
 /* Every node of the round ready: serve (or degrade) and tell them. */
 void cluster_maybe_serve(wf_cluster_t *c);
 /* Node `n` is lost (`why`): out of the world, a new round. */

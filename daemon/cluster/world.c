@@ -7,6 +7,8 @@
  */
 #include "world_impl.h"
 
+#include "comm/comm_nccl_boot.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,11 +135,58 @@ static bool fill_rank_keys(wf_world_t *w, zworld_sec_t *zs,
     return true;
 }
 
+/* The data plane of the world being joined: NCCL's when the world message
+ * carried an id (every node said gpu; comm_nccl_boot.h), else comm_zmq.
+ * Logged either way. */
+static void world_plane(wf_world_t *w, wf_zworld_t *zw, uint64_t epoch)
+{
+    zw->nccl = wf_cluster_nccl_id(w->cluster, &zw->nccl_id);
+    wf_log(w->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 ": data plane "
+           "%s", epoch, zw->nccl ? "nccl (one communicator over the world, the "
+           "mesh groups split from it)" : "zmq");
+}
+
+/* An NCCL world after an NCCL world that served here: may the survivors
+ * shrink the communicator they hold (old: the nodes of that world)
+ * instead of making a new one from the id? (comm_nccl_boot.h
+ * wf_nccl_plan_loss; a rejoin or any other change is a new communicator.)
+ * Every node computes it from the same two world messages. Logged. */
+static void world_nccl_next(wf_world_t *w, wf_zworld_t *zw, const wf_cluster_node_t *old,
+                            uint32_t n_old, bool prev_ok, const wf_cluster_node_t *nw,
+                            uint32_t nn, uint64_t epoch)
+{
+    const wf_nccl_api_t *api = wf_nccl_api();
+    bool can = prev_ok && api->shrink && api->version(api->arg) >= 22700;
+    wf_nccl_span_t o[WF_SETTINGS_MAX_NODES], n[WF_SETTINGS_MAX_NODES];
+    for (uint32_t i = 0; i < n_old; i++)
+        o[i] = (wf_nccl_span_t){ old[i].name, old[i].first_rank, old[i].ranks };
+    for (uint32_t i = 0; i < nn; i++)
+        n[i] = (wf_nccl_span_t){ nw[i].name, nw[i].first_rank, nw[i].ranks };
+    zw->nccl_shrink = wf_nccl_plan_loss(o, n_old, n, nn, can, zw->exclude,
+                                        WF_DJOB_MAX_WORLD, &zw->n_exclude) ==
+                      WF_NCCL_SHRINK;
+    if (zw->nccl_shrink)
+        wf_log(w->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 ": shrinking "
+               "the NCCL communicator of epoch %" PRIu64 " without %d rank(s) from "
+               "rank %d (%s; no new id)", epoch, w->nccl_epoch, zw->n_exclude,
+               zw->exclude[0], api->name);
+    else
+        wf_log(w->log, WF_LOG_INFO, "cluster: world of epoch %" PRIu64 ": a new NCCL "
+               "communicator from the world message's id%s", epoch,
+               prev_ok && !can ? " (no ncclCommShrink in this NCCL)" : "");
+}
+
 /* The control plane has a new world (forming): join it. */
 static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
                               uint32_t nn, uint64_t epoch, uint64_t wid,
                               wf_mesh_degrees_t mdeg, uint64_t mepoch)
 {
+    /* the world this one follows, for an NCCL shrink */
+    bool prev_ok = w->nccl_epoch != 0 && w->nccl_epoch == w->world_epoch && w->built &&
+                   !w->install && !w->aborted;
+    wf_cluster_node_t prev[WF_SETTINGS_MAX_NODES];
+    uint32_t n_prev = w->n_nodes;
+    memcpy(prev, w->nodes, n_prev * sizeof prev[0]);
     char lost[160] = "";
     size_t o = 0;
     for (uint32_t i = 0; i < w->n_nodes; i++)
@@ -220,6 +269,9 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
     zw->cfg.connect_timeout_ms = (int)w->settings->cluster_timeout_ms;
     zw->cfg.op_timeout_ms = 0;      /* node loss aborts blocked ranks */
     zw->cfg.max_message_bytes = (int64_t)(2 * w->settings->limits.max_tensor_bytes) + 4096;
+    world_plane(w, zw, epoch);
+    if (zw->nccl)
+        world_nccl_next(w, zw, prev, n_prev, prev_ok, nw, nn, epoch);
     if (bind_spares(w) == WF_OK)
         wf_cluster_set_data(w->cluster, w->data);
 
@@ -276,6 +328,7 @@ void wf_world_regroup_done(wf_world_t *w, const wf_djob_t *job, wf_status_t st)
     }
     w->built = true;
     w->install = true;
+    w->nccl_epoch = job->zworld->nccl ? job->seq : 0;
     wf_world_try_install(w);
 }
 

@@ -44,6 +44,8 @@ struct wf_world {
     bool built;                  /* its regroup succeeded */
     bool install;                /* built; install once nothing is in flight */
     bool aborted;                /* its local domain was aborted */
+    uint64_t nccl_epoch;         /* world epoch whose NCCL world this node
+                                    built (0: none): survivors may shrink it */
     wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES]; /* of world_epoch */
     uint32_t n_nodes;
     uint32_t first_rank;         /* world rank of workers[0] */

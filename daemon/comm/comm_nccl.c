@@ -6,6 +6,7 @@
  * carry the error. */
 #include "comm_nccl.h"
 #include "comm_impl.h"
+#include "comm_zmq.h"
 #include "p2p_plan.h"
 
 #include <cuda_runtime.h>
@@ -27,6 +28,7 @@ enum { REQS = 64 }; /* isend / irecv in flight per handle */
 typedef struct nccl_world {
     atomic_int aborted; /* raised by wf_comm_abort on any handle */
     atomic_int refs;    /* handles alive */
+    wf_comm_zmq_local_t *domain; /* the cluster's abort domain (a reference), or NULL */
 } nccl_world_t;
 
 /* A posted point-to-point operation (group or asynchronous). */
@@ -119,19 +121,43 @@ static void pause_ns(uint64_t ns)
     nanosleep(&ts, NULL);
 }
 
-/* Abort this handle's communicator (once) and mark the world. */
+/* The world was aborted: by a handle of it, or through the cluster's
+ * abort domain (a lost node, a failed job on another rank). */
+static bool world_aborted(const nccl_comm_t *c)
+{
+    return atomic_load(&c->world->aborted) ||
+           (c->world->domain && wf_comm_zmq_local_aborted(c->world->domain));
+}
+
+/* Abort this handle's communicator (once) and mark the world (and the
+ * cluster's domain: the other ranks of this process and the cluster learn
+ * of it, as from a comm_zmq failure). */
 static void abort_local(nccl_comm_t *c)
 {
     atomic_store(&c->world->aborted, 1);
+    if (c->world->domain)
+        wf_comm_zmq_local_abort(c->world->domain);
     if (!c->nccl_aborted && c->comm) {
         ncclCommAbort(c->comm);
         c->nccl_aborted = true;
     }
 }
 
-/* After an error: abort and turn it into a job error. */
+/* After an error: abort and turn it into a job error. A world in the
+ * cluster's abort domain that stops for an abort, a remote error or a
+ * timeout (WF_E_ABORTED: a peer is lost or failed) is only revoked: the
+ * world and the domain are marked (every later call refuses, the other
+ * ranks of this process wake up) and the communicator is kept, so that
+ * the survivors can ncclCommShrink it (NCCL_SHRINK_ABORT ends what is
+ * still queued on it); destroy ncclCommAbort-s it otherwise. A local
+ * failure aborts at once. */
 static wf_status_t fail(nccl_comm_t *c, wf_status_t st)
 {
+    if (st == WF_E_ABORTED && c->world->domain && !c->nccl_aborted) {
+        atomic_store(&c->world->aborted, 1);
+        wf_comm_zmq_local_abort(c->world->domain);
+        return st;
+    }
     abort_local(c);
     return st == WF_E_BAD_ARGUMENT || st == WF_E_ABORTED ? st : WF_E_INTERNAL;
 }
@@ -141,7 +167,7 @@ static wf_status_t fail(nccl_comm_t *c, wf_status_t st)
 static wf_status_t wait_nccl_ready(nccl_comm_t *c, const wf_nccl_deadline_t *d)
 {
     for (unsigned it = 0;; it++) {
-        if (atomic_load(&c->world->aborted))
+        if (world_aborted(c))
             return fail(c, WF_E_ABORTED);
         ncclResult_t ar = ncclSuccess;
         if (ncclCommGetAsyncError(c->comm, &ar) != ncclSuccess)
@@ -169,7 +195,7 @@ static wf_status_t wait_event(nccl_comm_t *c, cudaEvent_t ev)
             (void)cudaGetLastError();
             return fail(c, WF_E_INTERNAL);
         }
-        if (atomic_load(&c->world->aborted))
+        if (world_aborted(c))
             return fail(c, WF_E_ABORTED);
         ncclResult_t ar = ncclSuccess;
         if (ncclCommGetAsyncError(c->comm, &ar) != ncclSuccess)
@@ -185,10 +211,8 @@ static wf_status_t wait_event(nccl_comm_t *c, cudaEvent_t ev)
 /* Start of every call: refuse after an abort, select the device. */
 static wf_status_t enter(nccl_comm_t *c)
 {
-    if (atomic_load(&c->world->aborted) || c->nccl_aborted) {
-        abort_local(c);
-        return WF_E_ABORTED;
-    }
+    if (world_aborted(c) || c->nccl_aborted)
+        return fail(c, WF_E_ABORTED);
     if (cudaSetDevice(c->device) != cudaSuccess) {
         (void)cudaGetLastError();
         return fail(c, WF_E_INTERNAL);
@@ -607,7 +631,8 @@ static ncclConfig_t make_config(void)
 
 /* Everything of a handle but the communicator; NULL on failure. */
 static nccl_comm_t *handle_new(int device, cudaStream_t stream, uint32_t init_ms,
-                               uint32_t op_ms, nccl_world_t *world)
+                               uint32_t op_ms, nccl_world_t *world,
+                               wf_comm_zmq_local_t *domain)
 {
     nccl_comm_t *c = calloc(1, sizeof *c);
     if (!c)
@@ -633,6 +658,7 @@ static nccl_comm_t *handle_new(int device, cudaStream_t stream, uint32_t init_ms
             goto bad;
         atomic_init(&world->aborted, 0);
         atomic_init(&world->refs, 0);
+        world->domain = domain ? wf_comm_zmq_local_ref(domain) : NULL;
     }
     atomic_fetch_add(&world->refs, 1);
     c->world = world;
@@ -666,8 +692,10 @@ static void handle_free(nccl_comm_t *c)
     cudaEventDestroy(c->ev_main);
     cudaStreamDestroy(c->side);
     (void)cudaGetLastError();
-    if (atomic_fetch_sub(&c->world->refs, 1) == 1)
+    if (atomic_fetch_sub(&c->world->refs, 1) == 1) {
+        wf_comm_zmq_local_unref(&c->world->domain);
         free(c->world);
+    }
     free(c->group);
     free(c);
 }
@@ -715,7 +743,8 @@ wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
         opts->device < 0)
         return WF_E_BAD_ARGUMENT;
     nccl_comm_t *c = handle_new(opts->device, (cudaStream_t)opts->stream,
-                                opts->init_timeout_ms, opts->op_timeout_ms, NULL);
+                                opts->init_timeout_ms, opts->op_timeout_ms, NULL,
+                                opts->abort_domain);
     if (!c)
         return WF_E_NO_MEMORY;
     c->base.rank = rank;
@@ -742,7 +771,7 @@ static wf_status_t nc_split(wf_comm_t *base, int color, int key, wf_comm_t **ret
     if (st != WF_OK)
         return st;
     nccl_comm_t *s = handle_new(c->device, c->stream, c->init_timeout_ms, c->op_timeout_ms,
-                                c->world);
+                                c->world, NULL);
     if (!s)
         return fail(c, WF_E_NO_MEMORY); /* the peers wait in the split: abort them */
     ncclConfig_t cfg = make_config();
@@ -777,6 +806,67 @@ static wf_status_t nc_split(wf_comm_t *base, int color, int key, wf_comm_t **ret
     return WF_OK;
 }
 
+/* ncclCommShrink came with NCCL 2.27 (NCCL_VERSION_CODE 22700). */
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22700
+#define WF_HAVE_SHRINK 1
+#else
+#define WF_HAVE_SHRINK 0
+#endif
+
+bool wf_comm_nccl_has_shrink(void)
+{
+    return WF_HAVE_SHRINK && wf_comm_nccl_version() >= 22700;
+}
+
+wf_status_t wf_comm_nccl_shrink(wf_comm_t *base, const int *exclude, int n,
+                                const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm)
+{
+    if (!base || !ret_comm || !exclude || !opts || n < 1 || n >= base->size ||
+        strcmp(wf_comm_backend(base), "nccl") != 0)
+        return WF_E_BAD_ARGUMENT;
+    for (int i = 0; i < n; i++)
+        if (exclude[i] < 0 || exclude[i] >= base->size || (i && exclude[i] <= exclude[i - 1]) ||
+            exclude[i] == base->rank)
+            return WF_E_BAD_ARGUMENT;
+    if (!wf_comm_nccl_has_shrink())
+        return WF_E_UNAVAILABLE;
+#if WF_HAVE_SHRINK
+    nccl_comm_t *c = (nccl_comm_t *)base;
+    if (c->nccl_aborted || !c->comm)
+        return WF_E_ABORTED;    /* an aborted communicator cannot shrink */
+    if (cudaSetDevice(c->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    /* a new world (own abort flag): the old one may be aborted already */
+    nccl_comm_t *s = handle_new(c->device, c->stream,
+                                opts->init_timeout_ms ? opts->init_timeout_ms
+                                                      : c->init_timeout_ms,
+                                opts->op_timeout_ms, NULL, opts->abort_domain);
+    if (!s)
+        return WF_E_NO_MEMORY;
+    ncclConfig_t cfg = make_config();
+    int *ex = (int *)exclude;   /* NCCL's prototype is not const-correct */
+    ncclResult_t r = ncclCommShrink(c->comm, ex, n, &s->comm, &cfg, NCCL_SHRINK_ABORT);
+    s->base.size = base->size - n;
+    int below = 0;
+    for (int i = 0; i < n; i++)
+        below += exclude[i] < base->rank;
+    s->base.rank = base->rank - below;
+    wf_status_t st = wait_init(s, r);
+    if (st != WF_OK) {
+        if (s->comm && !s->nccl_aborted)
+            ncclCommAbort(s->comm);
+        handle_free(s);
+        return st;
+    }
+    *ret_comm = &s->base;
+    return WF_OK;
+#else
+    return WF_E_UNAVAILABLE;
+#endif
+}
+
 static void nc_abort(wf_comm_t *base)
 {
     nccl_comm_t *c = (nccl_comm_t *)base;
@@ -790,7 +880,7 @@ static void nc_destroy(wf_comm_t *base)
     if (c->comm && !c->nccl_aborted) {
         /* Finalize flushes; a peer that never comes must not hang us. */
         bool ok = false;
-        if (!atomic_load(&c->world->aborted)) {
+        if (!world_aborted(c)) {
             ncclResult_t r = ncclCommFinalize(c->comm);
             if (r == ncclSuccess || r == ncclInProgress) {
                 wf_nccl_deadline_t d = deadline_ms(c->init_timeout_ms);

@@ -28,6 +28,13 @@
  *     other call; post more than one exchange inside group_start / end.
  * abort() only raises the world's flag (safe from any thread); each
  * handle's owner thread then calls ncclCommAbort in its next poll.
+ * A world created with an abort domain (the cluster's, opts.abort_domain)
+ * is revoked instead when it stops with WF_E_ABORTED (the domain aborted
+ * for a lost node, a remote error, a timeout): every later call refuses
+ * and the domain is aborted, but the communicator is kept until
+ * wf_comm_nccl_shrink (the survivors) or wf_comm_destroy (ncclCommAbort)
+ * so that a shrink can drop the lost ranks; a local failure
+ * (WF_E_INTERNAL) still aborts at once.
  *
  * The uneven collectives (and alltoall) run as grouped ncclSend /
  * ncclRecv from the plans of p2p_plan.h, the ones comm_zmq runs too. The
@@ -51,12 +58,19 @@ typedef struct wf_nccl_id {
     unsigned char bytes[WF_NCCL_ID_BYTES]; /* opaque */
 } wf_nccl_id_t;
 
+typedef struct wf_comm_zmq_local wf_comm_zmq_local_t; /* comm_zmq.h */
+
 /* Creation options of one rank. */
 typedef struct wf_comm_nccl_opts {
     int device;               /* CUDA device of this rank */
     void *stream;             /* cudaStream_t of the worker (borrowed); NULL: the legacy default stream */
     uint32_t init_timeout_ms; /* init / split / finalize; 0 = 60000 */
     uint32_t op_timeout_ms;   /* each operation; 0 = none */
+    wf_comm_zmq_local_t *abort_domain; /* (optional) the cluster's abort domain
+                                 (comm_zmq.h): an abort of it aborts this
+                                 world (polled with NCCL's async error), and a
+                                 failure of this world aborts it. The world
+                                 holds a reference (wf_comm_zmq_local_ref). */
 } wf_comm_nccl_opts_t;
 
 /* Whether NCCL was built in (comm_nccl.c); false with the stub
@@ -82,6 +96,26 @@ wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
 /* NCCL's version as major * 10000 + minor * 100 + patch (the version the
  * rendezvous compares between nodes). */
 int wf_comm_nccl_version(void);
+
+/* Whether the NCCL in use has ncclCommShrink: built against 2.27 or later
+ * (NCCL_VERSION_CODE) and running on 2.27 or later (ncclGetVersion). */
+bool wf_comm_nccl_has_shrink(void);
+
+/* Collective over the surviving ranks of c's world (c: a world handle of
+ * this backend, from wf_comm_nccl_init): a new world handle without the
+ * ranks exclude[0..n) (ascending, 1..size-1 of them; an excluded rank does
+ * not call it), ncclCommShrink with NCCL_SHRINK_ABORT (operations still
+ * queued on c are terminated first), non-blocking and polled under the
+ * init timeout (opts: its init_timeout_ms and abort_domain are the new
+ * world's; device and stream are c's). Survivors keep their order,
+ * renumbered from 0. c itself
+ * is left to wf_comm_destroy; it must not have been ncclCommAbort-ed (a
+ * failed operation or an abort of its world does that: WF_E_ABORTED, then
+ * rebuild). Caller owns *ret_comm. Errors:
+ * WF_E_UNAVAILABLE (no ncclCommShrink: rebuild from a new id instead),
+ * WF_E_BAD_ARGUMENT, WF_E_NO_MEMORY, WF_E_ABORTED, WF_E_INTERNAL. */
+wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
+                                const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm);
 
 /* ---- pure host logic (no NCCL, no CUDA) ------------------------------------ */
 

@@ -28,3 +28,15 @@ int wf_comm_nccl_version(void)
 {
     return 0;
 }
+
+bool wf_comm_nccl_has_shrink(void)
+{
+    return false;
+}
+
+wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
+                                const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm)
+{
+    (void)c, (void)exclude, (void)n, (void)opts, (void)ret_comm;
+    return WF_E_UNAVAILABLE;
+}

@@ -48,6 +48,17 @@ typedef struct wf_zworld {
     const char *ep_ptrs[WF_DJOB_MAX_WORLD];   /* into eps */
     wf_comm_zmq_endpoint_t *ep[WF_SETTINGS_MAX_DEVICES]; /* by local rank;
                                                  consumed by the join */
+    bool nccl;                                /* the world is NCCL's: each rank
+                                                 joins the communicator of nccl_id
+                                                 (abort domain cfg.local, timeout
+                                                 cfg.connect_timeout_ms) instead */
+    wf_nccl_id_t nccl_id;                     /* from the world message */
+    bool nccl_shrink;                         /* with nccl: shrink the NCCL world
+                                                 the workers hold (of the last
+                                                 world) without exclude[] instead
+                                                 (comm_nccl_boot.h) */
+    int n_exclude;                            /* its old world ranks to drop */
+    int exclude[WF_DJOB_MAX_WORLD];
 } wf_zworld_t;
 typedef struct wf_djob wf_djob_t;
 

@@ -35,6 +35,13 @@
 #      too): --devices cuda (tp 1), then the mixed mode on the one GPU,
 #      --devices cuda:0,0 --mesh tp=2 and cuda:0,0,0,0 --mesh
 #      tp=2,ulysses=2                                                ~30 s
+#   4b. a cluster of one GPU node (tests/gpu/nccl_cluster.sh): weftd
+#      --coordinator --nodes 1 --devices cuda: the coordinator draws the
+#      ncclUniqueId, the world message carries it, the rank joins NCCL
+#      from it ("data plane nccl" in the log); attention (bf16 / f16,
+#      fp64 reference) and the two FLUX fixtures' forwards (diffusers'
+#      outputs; needs resident models in a cluster, issue 15 item 3)
+#      through it (>= 40 s left)                                     ~15 s
 #   5. the FLUX benchmark (tests/gpu/flux_bench.py): FLUX.1-dev's
 #      configuration (24 x 128 heads, 19 + 38 blocks, 22 GiB of bf16
 #      weights written once), 4096 + 512 tokens, weft through weftd beside
@@ -314,6 +321,16 @@ fixture_cmds=(
 serve "$dev1" "--model-root $fx" "${fixture_cmds[@]}"
 serve "$dev2" "--model-root $fx --mesh tp=2" "${fixture_cmds[@]}"
 serve "$dev4" "--model-root $fx --mesh tp=2,ulysses=2" "${fixture_cmds[@]}"
+
+say "== a cluster of one GPU node, NCCL bootstrapped by the rendezvous ($(elapsed))"
+if [ "$(left)" -lt 40 ]; then
+  say "skipped: $(left)s left"
+  note "nccl cluster world: skipped (time)"
+else
+  timeout 120 bash tests/gpu/nccl_cluster.sh "$bd" "$logs" 2>&1 | tee -a "$report"
+  rc=${PIPESTATUS[0]}
+  note "nccl cluster world (1 GPU node, id through the world message): $rc failed check(s)"
+fi
 
 say "== FLUX forward beside diffusers ($(elapsed))"
 full_s=${WEFT_FLUX_FULL_S:-200}
