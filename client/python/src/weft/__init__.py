@@ -1,0 +1,52 @@
+"""weft — Python client of weftd, over libweft (ctypes).
+
+    import numpy as np, weft
+    with weft.connect("ipc:///run/weftd/weftd.sock") as c:
+        print(c.hello())
+        q = np.random.randn(1, 128, 4, 64).astype(np.float32)
+        out = c.attention(q, q, q, causal=True).out
+
+Every operation of include/weft.h is a method of Client: hello,
+has_feature, status, reconfigure, attention / submit_attention, forward /
+submit_forward (a Job: id, poll, wait, cancel, close), cancel_id,
+load_model (with progress), unload_model, list_models. Tensors are numpy
+arrays or CPU torch tensors (bf16: torch.bfloat16, or uint16 bits as
+weft.Tensor(a, "bf16")), sent without a copy. Errors raise weft.errors.WeftError subclasses carrying
+the status code and the daemon's message. weft.diffusers has a FLUX
+transformer served by weftd for diffusers' FluxPipeline.
+
+libweft.so is found through $WEFT_LIB, a build tree or the installed
+prefix (weft._lib says in which order); weft.library_path says which,
+weft.library_version its version.
+"""
+from ._lib import path as library_path
+from ._lib import version as _library_version
+from ._tensors import Tensor, bf16_to_f32, f32_to_bf16
+from .client import (AttentionOutput, Client, Counters, DeviceInfo, ForwardOutput,
+                     HelloInfo, Job, JobResult, Mesh, ModelInfo, NodeInfo, OpCounters,
+                     StatusInfo, connect, status_name, status_str, tp_plan_rules)
+from .errors import (AbortedError, AuthError, BadArgumentError, BadDtypeError,
+                     BadFieldError, BadShapeError, BusyError, CancelledError, ClientError,
+                     ConnectError, DaemonFailure, DeadlineError, DeniedError,
+                     FrameMismatchError, InternalError, JobStoppedError, LimitError,
+                     MalformedError, NodeLostError, NoMemoryError, NotCoordinatorError,
+                     PendingError, ProtocolError, QueueFullError, ReplyTimeoutError,
+                     RequestError, RetryableError, ShuttingDownError, TransportError,
+                     UnavailableError, UnknownOpError, VersionError, WeftError, error_for)
+
+__version__ = "0.4.0"
+#: the loaded libweft's version (wf_version; "" from a libweft without it)
+library_version: str = _library_version()
+
+__all__ = [
+    "AbortedError", "AttentionOutput", "AuthError", "BadArgumentError", "BadDtypeError",
+    "BadFieldError", "BadShapeError", "BusyError", "CancelledError", "Client", "ClientError",
+    "ConnectError", "Counters", "DaemonFailure", "DeadlineError", "DeniedError", "DeviceInfo",
+    "ForwardOutput", "FrameMismatchError", "HelloInfo", "InternalError", "Job", "JobResult",
+    "JobStoppedError", "LimitError", "MalformedError", "Mesh", "ModelInfo", "NoMemoryError",
+    "NodeInfo", "NodeLostError", "NotCoordinatorError", "OpCounters", "PendingError",
+    "ProtocolError", "QueueFullError", "ReplyTimeoutError", "RequestError", "RetryableError",
+    "ShuttingDownError", "StatusInfo", "Tensor", "TransportError", "UnavailableError",
+    "UnknownOpError", "VersionError", "WeftError", "bf16_to_f32", "connect", "error_for",
+    "f32_to_bf16", "library_path", "library_version", "status_name", "status_str", "tp_plan_rules",
+]

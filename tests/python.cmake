@@ -1,0 +1,20 @@
+# The Python package (client/python) and its diffusers transformer, against
+# real weftd daemons (tests/python). They run in the virtual environment
+# that tests/python/make_venv.sh makes (.ci/deps runs it): without it they
+# FAIL, unless WEFT_PY_TESTS=skip says to skip them (never under CI=true).
+set(WEFT_PY_VENV "$ENV{HOME}/.cache/weft/venv-python" CACHE PATH
+    "virtual environment of the Python tests (tests/python/make_venv.sh)")
+set(_weft_py_env
+  "WEFTD=$<TARGET_FILE:weftd>" "WEFTCTL=$<TARGET_FILE:weftctl>"
+  "WEFT_LIB=$<TARGET_FILE:weft>" "WEFT_INCLUDE=${PROJECT_SOURCE_DIR}/include"
+  "WEFT_SOURCE=${PROJECT_SOURCE_DIR}" "PYTHONPATH=${PROJECT_SOURCE_DIR}/client/python/src")
+# python_binding: every libweft operation, error classes, ABI, packaging.
+# python_pipeline: FluxPipeline with diffusers' transformer vs weftd's on
+# tp=2, ulysses=2, ring=2 x tp=2 (weftd --devices cpu:4).
+foreach(t binding pipeline)
+  add_test(NAME python_${t}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/python/run.sh ${WEFT_PY_VENV}
+                   ${CMAKE_CURRENT_LIST_DIR}/python/test_${t}.py)
+  set_tests_properties(python_${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+                       ENVIRONMENT "${_weft_py_env}")
+endforeach()

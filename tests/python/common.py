@@ -1,0 +1,130 @@
+"""common.py — what the Python tests share: real weftd daemons started
+here (the binary ctest names in $WEFTD), and a float64 attention
+reference.
+
+Environment (tests/python.cmake sets it): WEFTD, WEFTCTL (the binaries),
+WEFT_LIB (libweft.so), WEFT_INCLUDE (include/), WEFT_SOURCE (the
+repository), PYTHONPATH (client/python/src).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+import weft
+
+WEFTD = os.environ.get("WEFTD", "")
+WEFTCTL = os.environ.get("WEFTCTL", "")
+SOURCE = Path(os.environ.get("WEFT_SOURCE", Path(__file__).resolve().parents[2]))
+FIXTURES = SOURCE / "tests" / "fixtures"
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Weftd:
+    """A weftd process with its own folder (socket, log). Ready when its
+    hello answers (no sleeps: each hello waits up to 1 s for the reply,
+    and the process is checked between tries); ready_keys: the CURVE
+    keys of that hello (Client's server_key / client_key_file)."""
+
+    def __init__(self, devices: str = "cpu:4", mesh: Optional[str] = None,
+                 model_root: Optional[Path] = None, extra: Sequence[str] = (),
+                 endpoint: Optional[str] = None, start_timeout_s: float = 60.0,
+                 ready_keys: Optional[Dict[str, str]] = None) -> None:
+        if not WEFTD:
+            raise RuntimeError("WEFTD is not set (tests/python.cmake sets it)")
+        self.dir = Path(tempfile.mkdtemp(prefix="weft-py-"))
+        self.endpoint = endpoint or f"ipc://{self.dir}/weftd.sock"
+        cmd: List[str] = [WEFTD, "--devices", devices, "--listen", self.endpoint,
+                          "--log-level", "warning"]
+        if mesh:
+            cmd += ["--mesh", mesh]
+        if model_root is not None:
+            cmd += ["--model-root", str(model_root)]
+        cmd += list(extra)
+        self.log_path = self.dir / "weftd.log"
+        self._log = open(self.log_path, "wb")
+        env = dict(os.environ)
+        env.pop("WEFT_ENDPOINT", None)
+        self._terminated = False
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.wait_ready(start_timeout_s, **(ready_keys or {}))
+
+    def wait_ready(self, timeout_s: float, **keys: str) -> None:
+        end = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weftd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with weft.connect(self.endpoint, 1000, **keys) as c:
+                    c.hello()
+                return
+            except weft.ReplyTimeoutError:
+                if time.monotonic() > end:
+                    raise RuntimeError(f"weftd did not answer within {timeout_s} s:\n"
+                                       f"{self.log()}")
+
+    def connect(self, timeout_ms: int = 60000, **keys: str) -> weft.Client:
+        return weft.connect(self.endpoint, timeout_ms, **keys)
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self) -> None:
+        """SIGTERM once (a second one would not wait for the drain)."""
+        if not self._terminated and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self._terminated = True
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM, wait; the exit status (0 for a clean drain)."""
+        if self.proc.poll() is None:
+            self.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        rc = int(self.proc.returncode)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rc
+
+
+def attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
+                  scale: Optional[float] = None) -> tuple:
+    """Attention in float64: out (B, Sq, Hq, D) and lse (B, Sq, Hq) (natural
+    log of the softmax denominator, of the scaled scores); K/V heads
+    shared by Hq / Hkv query heads (GQA)."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, Sq, Hq, D = q.shape
+    Hkv = k.shape[2]
+    rep = Hq // Hkv
+    k = np.repeat(k, rep, axis=2)
+    v = np.repeat(v, rep, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) * (scale if scale else 1.0 / np.sqrt(D))
+    if causal:
+        Skv = k.shape[1]
+        mask = np.arange(Skv)[None, :] > np.arange(Sq)[:, None]
+        s = np.where(mask[None, None], -np.inf, s)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    den = p.sum(-1, keepdims=True)
+    out = np.einsum("bhqk,bkhd->bqhd", p / den, v)
+    lse = (np.log(den) + m)[..., 0].transpose(0, 2, 1)
+    return out, lse
