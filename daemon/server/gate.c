@@ -79,6 +79,7 @@ typedef struct conn {
     uint64_t bytes;              /* bytes kept */
     bool complete;               /* parts[] is a whole message for the DEALER */
     char limit[WF_GATE_LIMIT_MAX]; /* why it went over a limit; "" */
+    uint64_t dropped, dropped_frames; /* of it, since then */
     void *dealer;                /* to the ROUTER; once active */
     uint8_t rid[5];
     uint8_t *out;                /* bytes to write */
@@ -278,6 +279,7 @@ static void parts_clear(conn_t *c)
     c->bytes = 0;
     c->complete = false;
     c->limit[0] = '\0';
+    c->dropped = c->dropped_frames = 0;
 }
 
 static void conn_free(wf_gate_t *g, conn_t *c)
@@ -685,8 +687,25 @@ static void frame_begin(wf_gate_t *g, conn_t *c, uint64_t size)
     c->fsize = size;
     c->fgot = 0;
     c->fdrop = c->limit[0] != '\0';
-    if (!c->fdrop)
+    if (!c->fdrop) {
         c->bytes += size;
+    } else {
+        c->dropped_frames++;
+        c->dropped += size;
+    }
+}
+
+/* A message over a limit is dropped as it comes (no memory held) and
+ * answered when it ends; a peer that goes on past DROP_FRAMES frames, or
+ * past DROP_FACTOR x message_bytes (at least DROP_BYTES_MIN) after the
+ * limit, never ending its message, is closed. */
+#define DROP_FRAMES 1024
+#define DROP_FACTOR 8
+#define DROP_BYTES_MIN (UINT64_C(1) << 30)
+static bool dropped_too_much(const conn_t *c, const wf_gate_limits_t *l)
+{
+    return c->dropped_frames > DROP_FRAMES ||
+           (c->dropped > DROP_BYTES_MIN && c->dropped / DROP_FACTOR > l->message_bytes);
 }
 
 /* The body of a data frame is in (or dropped). */
@@ -858,6 +877,10 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
                 return false;
             }
             frame_begin(g, c, inner);
+            if (c->fdrop && dropped_too_much(c, &l)) {
+                *why = "it kept sending a message over the limit";
+                return false;
+            }
             /* the whole box is read, even of a frame dropped for a
              * limit: its "more" flag is inside (at most frame_bytes,
              * freed at once) */
@@ -870,6 +893,10 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
             continue;
         }
         frame_begin(g, c, size);
+        if (c->fdrop && dropped_too_much(c, &l)) {
+            *why = "it kept sending a message over the limit";
+            return false;
+        }
         if (!c->fdrop && size) {
             c->fbuf = malloc((size_t)size);
             if (!c->fbuf) {
