@@ -102,6 +102,8 @@ struct wf_gate {
     wf_log_t *log;
     int wake;                    /* eventfd: stop */
     atomic_bool stop;
+    atomic_bool flush;           /* stopping: write what is left, read nothing */
+    uint64_t flush_deadline_us;  /* set before flush */
     atomic_int tid;
     sem_t running;               /* posted once tid is set */
     pthread_t thread;
@@ -1023,12 +1025,26 @@ static void *gate_thread(void *arg)
         uint64_t now = now_us();
         int timeout = -1;
         size_t k = 0;
-        items[k++] = (zmq_pollitem_t){ NULL, g->wake, ZMQ_POLLIN, 0 };
-        items[k++] = (zmq_pollitem_t){ NULL, g->lfd, ZMQ_POLLIN, 0 };
+        bool flushing = atomic_load(&g->flush);
+        if (flushing) {
+            /* done when nothing is left to write, nor to take */
+            bool left = false;
+            for (uint32_t i = 0; i < g->n_conns; i++) {
+                conn_t *c = g->conns[i];
+                if (c->dealer && c->out_off == c->out_len)
+                    (void)take_reply(c);
+                left = left || c->out_off < c->out_len;
+            }
+            if (!left || now >= g->flush_deadline_us)
+                break;
+            timeout = (int)((g->flush_deadline_us - now + 999) / 1000);
+        }
+        items[k++] = (zmq_pollitem_t){ NULL, g->wake, flushing ? 0 : ZMQ_POLLIN, 0 };
+        items[k++] = (zmq_pollitem_t){ NULL, g->lfd, flushing ? 0 : ZMQ_POLLIN, 0 };
         for (uint32_t i = 0; i < g->n_conns; i++) {
             conn_t *c = g->conns[i];
             short ev = 0;
-            if (!c->complete && c->st != C_CLOSING)
+            if (!c->complete && c->st != C_CLOSING && !flushing)
                 ev |= ZMQ_POLLIN;     /* backpressure: not while a message waits */
             if (c->out_off < c->out_len)
                 ev |= ZMQ_POLLOUT;
@@ -1075,7 +1091,7 @@ static void *gate_thread(void *arg)
                 ok = conn_read(g, c, &why);
             if (ok && c->st == C_CLOSING && c->out_off == c->out_len)
                 ok = false;           /* ERROR written */
-            if (ok && c->complete && c->dealer && forward(g, c)) {
+            if (ok && c->complete && c->dealer && !flushing && forward(g, c)) {
                 /* room again: what rbuf still holds is parsed */
                 ok = parse(g, c, &why);
             }
@@ -1094,6 +1110,8 @@ static void *gate_thread(void *arg)
             if (!ok)
                 close_with(g, i, why);
         }
+        if (flushing)
+            continue;
         if (items[1].revents & ZMQ_POLLIN)
             for (int n = 0; n < 64; n++) {
                 uint32_t before = g->n_conns;
@@ -1287,7 +1305,7 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
     *ret = g;
     return WF_OK;
 fail:
-    wf_gate_stop(&g);
+    wf_gate_stop(&g, 0);
     return WF_E_INTERNAL;
 }
 
@@ -1346,13 +1364,18 @@ bool wf_gate_meta_read(const void *data, size_t len, wf_gate_meta_t *ret)
     return true;
 }
 
-void wf_gate_stop(wf_gate_t **pg)
+void wf_gate_stop(wf_gate_t **pg, unsigned linger_ms)
 {
     if (!pg || !*pg)
         return;
     wf_gate_t *g = *pg;
     if (g->started) {
-        atomic_store(&g->stop, true);
+        if (linger_ms) {
+            g->flush_deadline_us = now_us() + (uint64_t)linger_ms * 1000u;
+            atomic_store(&g->flush, true);
+        } else {
+            atomic_store(&g->stop, true);
+        }
         uint64_t one = 1;
         ssize_t w = write(g->wake, &one, sizeof one);
         (void)w;

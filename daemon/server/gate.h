@@ -134,7 +134,9 @@ void wf_gate_stats(wf_gate_t *g, wf_gate_stats_t *ret);
 bool wf_gate_meta_read(const void *data, size_t len, wf_gate_meta_t *ret);
 
 /* Stop the thread, close every connection and the listening socket;
- * NULL is fine. Before the ROUTER and the context close. */
-void wf_gate_stop(wf_gate_t **pg);
+ * NULL is fine. Before the ROUTER and the context close. With linger_ms,
+ * first write the replies already taken or waiting in the connections'
+ * DEALERs (reading nothing more) for up to that long. */
+void wf_gate_stop(wf_gate_t **pg, unsigned linger_ms);
 
 #endif /* WF_GATE_H */

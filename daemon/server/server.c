@@ -628,7 +628,9 @@ void wf_server_destroy(wf_server_t **psrv)
     wf_world_destroy(&srv->world);
     wf_registry_destroy(&srv->models);
     srv_access_stop(srv);
-    wf_gate_stop(&srv->gate);   /* its DEALERs before the ROUTER */
+    /* its DEALERs before the ROUTER; after a drain, the replies taken
+     * leave first (as ZeroMQ's LINGER let them before the gate) */
+    wf_gate_stop(&srv->gate, srv->gate_linger_ms);
     if (srv->router)
         zmq_close(srv->router);
     /* after every socket of the context is closed, before the term */
@@ -959,6 +961,7 @@ static void finish_drain(wf_server_t *srv)
      * leave before zmq_ctx_term drops them. */
     int linger = (int)srv->settings.drain_timeout_ms;
     zmq_setsockopt(srv->router, ZMQ_LINGER, &linger, sizeof linger);
+    srv->gate_linger_ms = srv->settings.drain_timeout_ms;
 }
 
 wf_status_t wf_server_run(wf_server_t *srv)
