@@ -22,13 +22,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "errf.h"

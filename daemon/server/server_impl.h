@@ -17,6 +17,8 @@
  *   access.c          the client plane's access control: CURVE keys, the
  *                     protected mode, the role of a message (calls none
  *                     of the others)
+ *   gate.c, gate_curve.c  the client endpoint's ZMTP transport, in its own
+ *                     thread (gate.h; calls none of the others)
  *
  * Where a lower file must reach a higher one (the end of a regroup tells
  * the models), it calls through srv->hooks, which server.c sets. Nothing
