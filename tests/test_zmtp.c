@@ -19,6 +19,9 @@
  *       after client_handshake_ms (1000); the rest closed at accept; RSS
  *       flat; a new client connects once they are gone; the refusals
  *       show in status's handshakes_refused;
+ *   (c2) 31 idle connections through their handshake beside the status
+ *       client: client_max_connections (32) is reached, one more is
+ *       closed at accept, the status client is still served;
  *   (d) CURVE (a libzmq client with keys): a hello with 10 frames of
  *       4 MiB is refused with WF_E_LIMIT; a frame over max_tensor_bytes
  *       closes the connection (its "more" flag is inside the box); the
@@ -541,6 +544,41 @@ static void curve_limits(const char *weftd)
     rmdir(dir);
 }
 
+/* (c2) idle connections past their handshake: client_max_connections */
+static void full_house(daemon_t *d, int port, prober_t *p)
+{
+    enum { MAX = 32 };
+    phase_begin(p);
+    uint64_t before = rss_of(d->pid);
+    int fds[MAX];
+    int open_ok = 0;
+    /* the prober holds one of the MAX */
+    for (int i = 0; i < MAX - 1; i++) {
+        fds[i] = zmtp_open(port);
+        open_ok += fds[i] >= 0;
+    }
+    int extra = tcp_connect(port);
+    uint8_t gr[64];
+    bool refused = extra >= 0 && !recv_all(extra, gr, sizeof gr, 5000);
+    printf("  (c2) %d of %d idle connections through the handshake; one more %s\n",
+           open_ok, MAX - 1, refused ? "closed at accept" : "NOT refused");
+    CHECK(open_ok == MAX - 1);
+    CHECK(refused);
+    if (extra >= 0)
+        close(extra);
+    /* the status client is served while every slot is taken */
+    unsigned calls = atomic_load(&p->calls);
+    int64_t deadline = clusterd_now_ms() + TIMEOUT_MS;
+    while (atomic_load(&p->calls) < calls + 5 && clusterd_now_ms() < deadline)
+        usleep(5000);
+    uint64_t peak = rss_of(d->pid);
+    for (int i = 0; i < MAX - 1; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    report("(c2)", before, peak, rss_of(d->pid));
+    phase_end(p, "(c2)");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -583,6 +621,7 @@ int main(int argc, char **argv)
     endless_more(&d, port, &p);
     hello_and_big_frames(&d, port, &p);
     idle_connections(&d, port, &p, ep);
+    full_house(&d, port, &p);
     atomic_store(&p.stop, true);
     pthread_join(p.thread, NULL);
     kill(d.pid, SIGTERM);
