@@ -116,6 +116,7 @@ struct wf_gate {
     uint32_t n_conns, cap_conns;
     uint32_t handshaking;
     uint32_t next_rid;
+    uint64_t accept_pause_us;    /* out of fds: accept again after this */
     atomic_uint_least64_t accepted, refused, over_limit, admitted;
     atomic_uint open;
     time_t window;               /* log rate limit; thread only */
@@ -353,8 +354,14 @@ static void accept_one(wf_gate_t *g)
 {
     int fd = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE)
-            note(g, "client plane: accept on %s: %s", g->endpoint, strerror(errno));
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+            errno == ENOMEM) {
+            /* the connection stays in the backlog: do not spin on it */
+            note(g, "client plane: accept on %s: %s (client_max_connections above "
+                 "what the fd limit allows?); accepting again in 100 ms",
+                 g->endpoint, strerror(errno));
+            g->accept_pause_us = now_us() + 100000;
+        }
         return;
     }
     atomic_fetch_add(&g->accepted, 1);
@@ -517,7 +524,7 @@ static bool handshake_command(wf_gate_t *g, conn_t *c, const char **why)
         memcpy(ready, "\x05READY", 6);
         memcpy(ready + 6, props, pn);
         if (!out_frame(c, F_COMMAND, ready, 6 + pn) || !activate(g, c)) {
-            *why = "out of memory";
+            *why = "no DEALER for it (out of memory or fds)";
             return false;
         }
         return true;
@@ -567,7 +574,7 @@ static bool handshake_command(wf_gate_t *g, conn_t *c, const char **why)
     uint8_t ready[14 + 16 + 64];
     size_t rn = wf_curve_ready(c->cv, props, pn, ready);
     if (!out_frame(c, F_COMMAND, ready, rn) || !activate(g, c)) {
-        *why = "out of memory";
+        *why = "no DEALER for it (out of memory or fds)";
         return false;
     }
     return true;
@@ -616,7 +623,7 @@ static bool greeting(wf_gate_t *g, conn_t *c, const char **why)
 
 /* Send the assembled message: the gate frame, then the peer's frames.
  * False while the DEALER is full (nothing sent). */
-static bool forward(wf_gate_t *g, conn_t *c)
+static bool forward(conn_t *c)
 {
     wf_gate_meta_t m;
     memset(&m, 0, sizeof m);
@@ -632,7 +639,6 @@ static bool forward(wf_gate_t *g, conn_t *c)
     if (zmq_send(c->dealer, &m, sizeof m,
                  ZMQ_DONTWAIT | (c->n_parts ? ZMQ_SNDMORE : 0)) < 0)
         return false;   /* EAGAIN: at the mark; anything else: it closes */
-    (void)g;
     /* the rest of a message always goes once its first frame went */
     for (uint32_t i = 0; i < c->n_parts; i++)
         if (zmq_msg_send(&c->parts[i], c->dealer, i + 1 < c->n_parts ? ZMQ_SNDMORE : 0) < 0)
@@ -1009,17 +1015,24 @@ static void *gate_thread(void *arg)
     wf_gate_t *g = arg;
     atomic_store(&g->tid, (int)gettid());
     sem_post(&g->running);
+    /* one item per open fd at most: poll() refuses more than
+     * RLIMIT_NOFILE items (and libzmq aborts on that) */
     zmq_pollitem_t *items = NULL;
+    size_t *cix = NULL;          /* conns[i]'s item */
     size_t cap = 0;
     while (!atomic_load(&g->stop)) {
         size_t need = 2 + 2 * (size_t)g->n_conns;
         if (need > cap) {
             zmq_pollitem_t *p = realloc(items, need * sizeof *p);
-            if (!p) {
-                usleep(10000);
+            if (p)
+                items = p;
+            size_t *q = p ? realloc(cix, need * sizeof *q) : NULL;
+            if (q)
+                cix = q;
+            if (!p || !q) {
+                usleep(10000);      /* out of memory */
                 continue;
             }
-            items = p;
             cap = need;
         }
         uint64_t now = now_us();
@@ -1040,7 +1053,14 @@ static void *gate_thread(void *arg)
             timeout = (int)((g->flush_deadline_us - now + 999) / 1000);
         }
         items[k++] = (zmq_pollitem_t){ NULL, g->wake, flushing ? 0 : ZMQ_POLLIN, 0 };
-        items[k++] = (zmq_pollitem_t){ NULL, g->lfd, flushing ? 0 : ZMQ_POLLIN, 0 };
+        bool paused = now < g->accept_pause_us;
+        if (paused) {
+            int t = (int)((g->accept_pause_us - now + 999) / 1000);
+            if (timeout < 0 || t < timeout)
+                timeout = t;
+        }
+        items[k++] = (zmq_pollitem_t){ NULL, g->lfd,
+                                       flushing || paused ? 0 : ZMQ_POLLIN, 0 };
         for (uint32_t i = 0; i < g->n_conns; i++) {
             conn_t *c = g->conns[i];
             short ev = 0;
@@ -1048,6 +1068,7 @@ static void *gate_thread(void *arg)
                 ev |= ZMQ_POLLIN;     /* backpressure: not while a message waits */
             if (c->out_off < c->out_len)
                 ev |= ZMQ_POLLOUT;
+            cix[i] = k;
             items[k++] = (zmq_pollitem_t){ NULL, c->fd, ev, 0 };
             short dev = 0;
             if (c->dealer) {
@@ -1056,8 +1077,8 @@ static void *gate_thread(void *arg)
                 if (c->out_off == c->out_len)
                     dev |= ZMQ_POLLIN;
             }
-            items[k++] = (zmq_pollitem_t){ dev ? c->dealer : NULL, dev ? -1 : c->fd,
-                                           dev, 0 };
+            if (dev)    /* its own revents are not read: both are tried below */
+                items[k++] = (zmq_pollitem_t){ c->dealer, -1, dev, 0 };
             if (c->deadline_us) {
                 int t = c->deadline_us <= now ? 0
                         : (int)((c->deadline_us - now + 999) / 1000);
@@ -1076,9 +1097,7 @@ static void *gate_thread(void *arg)
         /* connections, from the last (a close moves the last into i) */
         for (uint32_t i = g->n_conns; i-- > 0;) {
             conn_t *c = g->conns[i];
-            zmq_pollitem_t *it = &items[2 + 2 * (size_t)i];
-            if (2 + 2 * (size_t)i + 1 >= k)
-                continue;             /* accepted after the poll was built */
+            zmq_pollitem_t *it = &items[cix[i]];
             const char *why = NULL;
             bool ok = true;
             if (it[0].revents & (ZMQ_POLLERR))
@@ -1091,7 +1110,7 @@ static void *gate_thread(void *arg)
                 ok = conn_read(g, c, &why);
             if (ok && c->st == C_CLOSING && c->out_off == c->out_len)
                 ok = false;           /* ERROR written */
-            if (ok && c->complete && c->dealer && !flushing && forward(g, c)) {
+            if (ok && c->complete && c->dealer && !flushing && forward(c)) {
                 /* room again: what rbuf still holds is parsed */
                 ok = parse(g, c, &why);
             }
@@ -1113,15 +1132,15 @@ static void *gate_thread(void *arg)
         if (flushing)
             continue;
         if (items[1].revents & ZMQ_POLLIN)
-            for (int n = 0; n < 64; n++) {
-                uint32_t before = g->n_conns;
+            for (int n = 0; n < 64 && now_us() >= g->accept_pause_us; n++) {
                 uint64_t acc = atomic_load(&g->accepted);
                 accept_one(g);
-                if (atomic_load(&g->accepted) == acc && g->n_conns == before)
-                    break;
+                if (atomic_load(&g->accepted) == acc)
+                    break;      /* none waiting (or out of fds) */
             }
     }
     free(items);
+    free(cix);
     return NULL;
 }
 
