@@ -65,7 +65,7 @@ typedef struct conn {
     bool has_creds;
     uint32_t uid, pid;
     uint8_t *rbuf;               /* WF_GATE_RBUF bytes */
-    size_t rlen;                 /* bytes waiting in rbuf */
+    size_t rpos, rlen;           /* bytes waiting: rbuf[rpos..rlen) */
     /* the frame being read (C_ACTIVE, or a handshake command) */
     bool in_body;
     uint8_t fflags;
@@ -90,6 +90,24 @@ typedef struct conn {
     wf_role_t key_role;
     char key_name[WF_KEY_NAME_MAX];
 } conn_t;
+
+/* Bytes waiting in rbuf, and their start. */
+static size_t rbuf_avail(const conn_t *c)
+{
+    return c->rlen - c->rpos;
+}
+
+static const uint8_t *rbuf_at(const conn_t *c)
+{
+    return c->rbuf + c->rpos;
+}
+
+static void rbuf_consume(conn_t *c, size_t n)
+{
+    c->rpos += n;
+    if (c->rpos == c->rlen)
+        c->rpos = c->rlen = 0;
+}
 
 struct wf_gate {
     void *zctx;
@@ -583,7 +601,7 @@ static bool handshake_command(wf_gate_t *g, conn_t *c, const char **why)
 /* The peer's greeting in rbuf[0..64). False: close (why set). */
 static bool greeting(wf_gate_t *g, conn_t *c, const char **why)
 {
-    const uint8_t *p = c->rbuf;
+    const uint8_t *p = rbuf_at(c);
     if (p[0] != 0xff || (p[9] & 1) != 1) {
         *why = "not ZMTP 3 (a greeting without the signature)";
         return false;
@@ -603,8 +621,7 @@ static bool greeting(wf_gate_t *g, conn_t *c, const char **why)
                    : "it speaks CURVE where the daemon does not (a client with keys)";
         return false;
     }
-    memmove(c->rbuf, c->rbuf + 64, c->rlen - 64);
-    c->rlen -= 64;
+    rbuf_consume(c, 64);
     if (g->mech == WF_GATE_CURVE) {
         c->cv = calloc(1, sizeof *c->cv);
         if (!c->cv) {
@@ -792,7 +809,7 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
     limits_get(g, &l);
     while (!c->complete && c->st != C_CLOSING) {
         if (c->st == C_GREETING) {
-            if (c->rlen < 64)
+            if (rbuf_avail(c) < 64)
                 return true;
             if (!greeting(g, c, why))
                 return false;
@@ -800,14 +817,14 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
         }
         if (c->in_body) {
             uint64_t left = c->fsize - c->fgot;
-            size_t take = c->rlen < left ? c->rlen : (size_t)left;
+            size_t avail = rbuf_avail(c);
+            size_t take = avail < left ? avail : (size_t)left;
             if (take == 0 && left > 0)
                 return true;
             if (c->fbuf)
-                memcpy(c->fbuf + c->fgot, c->rbuf, take);
+                memcpy(c->fbuf + c->fgot, rbuf_at(c), take);
             c->fgot += take;
-            memmove(c->rbuf, c->rbuf + take, c->rlen - take);
-            c->rlen -= take;
+            rbuf_consume(c, take);
             if (c->fgot < c->fsize)
                 return true;
             if (c->st != C_ACTIVE) {
@@ -831,15 +848,15 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
             continue;
         }
         /* a frame's flags and size */
-        if (c->rlen < 2)
+        if (rbuf_avail(c) < 2)
             return true;
-        uint8_t flags = c->rbuf[0];
+        const uint8_t *h = rbuf_at(c);
+        uint8_t flags = h[0];
         size_t hl = flags & F_LONG ? 9 : 2;
-        if (c->rlen < hl)
+        if (rbuf_avail(c) < hl)
             return true;
-        uint64_t size = flags & F_LONG ? get_be64(c->rbuf + 1) : c->rbuf[1];
-        memmove(c->rbuf, c->rbuf + hl, c->rlen - hl);
-        c->rlen -= hl;
+        uint64_t size = flags & F_LONG ? get_be64(h + 1) : h[1];
+        rbuf_consume(c, hl);
         c->fflags = flags;
         if (flags & ~(F_MORE | F_LONG | F_COMMAND)) {
             *why = "a frame with reserved flags";
@@ -924,7 +941,7 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
     for (int rounds = 0; rounds < 64 && !c->complete && c->st != C_CLOSING; rounds++) {
         ssize_t r;
         uint64_t left = c->in_body ? c->fsize - c->fgot : 0;
-        if (c->in_body && c->rlen == 0 && left >= 4096) {
+        if (c->in_body && rbuf_avail(c) == 0 && left >= 4096) {
             /* a large body: straight into its buffer, or dropped */
             static _Thread_local uint8_t sink[64 << 10];
             size_t want = left > SIZE_MAX ? SIZE_MAX : (size_t)left;
@@ -940,6 +957,12 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
                 continue;
             }
         } else {
+            if (c->rpos > 0 && WF_GATE_RBUF - c->rlen < 512) {
+                /* a partial frame head at the end: move it to the front */
+                memmove(c->rbuf, rbuf_at(c), rbuf_avail(c));
+                c->rlen -= c->rpos;
+                c->rpos = 0;
+            }
             size_t room = WF_GATE_RBUF - c->rlen;
             if (room == 0)
                 return parse(g, c, why);
