@@ -22,6 +22,10 @@
  *   (c2) 31 idle connections through their handshake beside the status
  *       client: client_max_connections (32) is reached, one more is
  *       closed at accept, the status client is still served;
+ *   (e) malformed input (not a greeting, ZMTP 2, a PUB socket, a command
+ *       of 2^62 bytes, a frame of 2^63, a command of 2 KiB after the
+ *       handshake, reserved flags): each connection closed; PING gets
+ *       PONG with its context;
  *   (d) CURVE (a libzmq client with keys): a hello with 10 frames of
  *       4 MiB is refused with WF_E_LIMIT; a frame over max_tensor_bytes
  *       closes the connection (its "more" flag is inside the box); the
@@ -123,6 +127,15 @@ static void phase_begin(prober_t *p)
     atomic_store(&p->failed, 0);
     atomic_store(&p->max_us, 0);
     atomic_store(&p->sum_us, 0);
+}
+
+/* Until the status client has been served k more times. */
+static void wait_served(prober_t *p, unsigned k)
+{
+    unsigned calls = atomic_load(&p->calls);
+    int64_t deadline = clusterd_now_ms() + TIMEOUT_MS;
+    while (atomic_load(&p->calls) < calls + k && clusterd_now_ms() < deadline)
+        usleep(5000);
 }
 
 static void phase_end(prober_t *p, const char *what)
@@ -544,6 +557,75 @@ static void curve_limits(const char *weftd)
     rmdir(dir);
 }
 
+/* (e) malformed input: each closes its connection; PING gets PONG */
+static void malformed(daemon_t *d, int port, prober_t *p)
+{
+    phase_begin(p);
+    uint64_t before = rss_of(d->pid);
+    uint8_t g[64] = { 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 1, 'N', 'U', 'L', 'L' };
+    uint8_t junk[64];
+    memset(junk, 'A', sizeof junk);
+    uint8_t old[64];
+    memcpy(old, g, sizeof old);
+    old[10] = 2;                                  /* ZMTP 2 */
+    static const uint8_t pub_ready[] = { 5, 'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c',
+                                         'k', 'e', 't', '-', 'T', 'y', 'p', 'e', 0, 0,
+                                         0, 3, 'P', 'U', 'B' };
+    int closed = 0, cases = 0;
+    /* before the handshake */
+    for (int k = 0; k < 4; k++) {
+        int fd = tcp_connect(port);
+        bool ok = fd >= 0;
+        if (k == 0)
+            ok = ok && send_all(fd, junk, sizeof junk);
+        else if (k == 1)
+            ok = ok && send_all(fd, old, sizeof old);
+        else if (k == 2)
+            ok = ok && send_all(fd, g, sizeof g) &&
+                 send_frame(fd, 0x04, pub_ready, sizeof pub_ready);
+        else
+            ok = ok && send_all(fd, g, sizeof g) &&
+                 send_frame_head(fd, 0x04, UINT64_C(1) << 62);
+        cases++;
+        closed += ok && closed_within(fd, 5000);
+        if (fd >= 0)
+            close(fd);
+    }
+    /* after it */
+    for (int k = 0; k < 3; k++) {
+        int fd = zmtp_open(port);
+        bool ok = fd >= 0;
+        static uint8_t big_cmd[2048];
+        if (k == 0)
+            ok = ok && send_frame_head(fd, 0x01, UINT64_C(1) << 63);
+        else if (k == 1)
+            ok = ok && send_frame(fd, 0x04, big_cmd, sizeof big_cmd);
+        else
+            ok = ok && send_frame_head(fd, 0xf8, 0);
+        cases++;
+        closed += ok && closed_within(fd, 5000);
+        if (fd >= 0)
+            close(fd);
+    }
+    printf("  (e) %d of %d malformed connections closed by the daemon\n", closed, cases);
+    CHECK(closed == cases);
+    /* PING -> PONG with the context */
+    int fd = zmtp_open(port);
+    static const uint8_t ping[] = { 4, 'P', 'I', 'N', 'G', 0, 10, 'c', 't', 'x' };
+    uint8_t buf[64], flags;
+    size_t n = 0;
+    bool pong = fd >= 0 && send_frame(fd, 0x04, ping, sizeof ping) &&
+                recv_frame(fd, &flags, buf, sizeof buf, &n) && flags == 0x04 &&
+                n == 8 && memcmp(buf, "\x04PONGctx", 8) == 0;
+    printf("  (e) PING: %s\n", pong ? "PONG with its context" : "no PONG");
+    CHECK(pong);
+    if (fd >= 0)
+        close(fd);
+    wait_served(p, 2);
+    report("(e)", before, rss_of(d->pid), rss_of(d->pid));
+    phase_end(p, "(e)");
+}
+
 /* (c2) idle connections past their handshake: client_max_connections */
 static void full_house(daemon_t *d, int port, prober_t *p)
 {
@@ -567,10 +649,7 @@ static void full_house(daemon_t *d, int port, prober_t *p)
     if (extra >= 0)
         close(extra);
     /* the status client is served while every slot is taken */
-    unsigned calls = atomic_load(&p->calls);
-    int64_t deadline = clusterd_now_ms() + TIMEOUT_MS;
-    while (atomic_load(&p->calls) < calls + 5 && clusterd_now_ms() < deadline)
-        usleep(5000);
+    wait_served(p, 5);
     uint64_t peak = rss_of(d->pid);
     for (int i = 0; i < MAX - 1; i++)
         if (fds[i] >= 0)
@@ -622,6 +701,7 @@ int main(int argc, char **argv)
     hello_and_big_frames(&d, port, &p);
     idle_connections(&d, port, &p, ep);
     full_house(&d, port, &p);
+    malformed(&d, port, &p);
     atomic_store(&p.stop, true);
     pthread_join(p.thread, NULL);
     kill(d.pid, SIGTERM);
