@@ -1,6 +1,7 @@
 /* server.c — weftd's main thread (see server.h). Its sections, in order:
  *   start-up and teardown: signals, worker budgets, the start-up regroup,
- *       the ROUTER (or systemd's socket), wf_server_new / _destroy;
+ *       the client endpoint (the gate on `listen` or systemd's socket, the
+ *       ROUTER it feeds), wf_server_new / _destroy;
  *   cluster mode: the hooks the cluster world (cluster/world.h) calls, and
  *       following the control plane;
  *   completions: finished jobs and regroups from the workers;
@@ -35,9 +36,9 @@
 #define RECV_BATCH 64
 
 /* ZMQ_SNDHWM of the client ROUTER: replies ZeroMQ queues per peer. A peer
- * that does not read holds at most this many (plus the one its engine is
- * writing) in ZeroMQ; the rest wait in the daemon (replies.c), counted in
- * the client's share (client_reply_bytes). */
+ * that does not read holds at most this many (plus one in its DEALER in
+ * the gate and the one the gate is writing); the rest wait in the daemon
+ * (replies.c), counted in the client's share (client_reply_bytes). */
 #define REPLY_SNDHWM 4
 /* Longest wait between tries of the replies that wait. */
 #define RETRY_MAX_MS 50
@@ -104,10 +105,22 @@ static void set_share_limits(wf_server_t *srv)
     srv->sched.limits.reply_bytes = srv->settings.client_reply_bytes;
 }
 
-static void gate_limits(const wf_settings_t *s, wf_gate_limits_t *l);
+/* The gate's limits (gate.h) from the settings (at start and on
+ * reload): a frame as large as the largest header or tensor, a message
+ * as large as a header and one client's share of queued input bytes. */
+static void gate_limits(const wf_settings_t *s, wf_gate_limits_t *l)
+{
+    l->frame_bytes = s->limits.max_header_bytes > s->limits.max_tensor_bytes
+                         ? s->limits.max_header_bytes : s->limits.max_tensor_bytes;
+    l->max_frames = s->client_max_frames;
+    l->message_bytes = s->limits.max_header_bytes + s->client_queue_bytes;
+    l->max_connections = s->client_max_connections;
+    l->max_handshakes = s->client_max_handshakes;
+    l->handshake_ms = s->client_handshake_ms;
+}
 
 /* The gate's limits follow the settings (reload). */
-static void set_max_msg_size(wf_server_t *srv)
+static void set_gate_limits(wf_server_t *srv)
 {
     if (!srv->gate)
         return;
@@ -179,7 +192,8 @@ static bool favour_thread(pid_t tid)
            setpriority(PRIO_PROCESS, (id_t)tid, ANSWER_NICE) == 0;
 }
 
-/* The main thread and every ZeroMQ I/O thread ("ZMQbg/IO/N", started by
+/* The main thread, the gate's (the client connections) and every ZeroMQ
+ * I/O thread ("ZMQbg/IO/N", started by
  * the first socket of the context; it names itself once it runs, so
  * look for up to 200 ms). */
 static void favour_answering_threads(wf_server_t *srv)
@@ -213,7 +227,7 @@ static void favour_answering_threads(wf_server_t *srv)
                "client plane, ZeroMQ I/O) run at nice %d", threads, ANSWER_NICE);
     else
         wf_log(srv->log, WF_LOG_INFO, "scheduling: %u of %u answering threads (main, "
-               "ZeroMQ I/O) at nice %d; the others stay (no CAP_SYS_NICE, no "
+               "client plane, ZeroMQ I/O) at nice %d; the others stay (no CAP_SYS_NICE, no "
                "LimitNICE=%d): status may wait behind busy threads under full load",
                niced, threads, ANSWER_NICE, ANSWER_NICE);
 }
@@ -317,20 +331,6 @@ static wf_status_t socket_endpoint(int fd, char *buf, size_t len,
         return WF_E_INTERNAL;
     }
     return WF_OK;
-}
-
-/* The gate's limits (gate.h) from the settings (at start and on
- * reload): a frame as large as the largest header or tensor, a message
- * as large as a header and one client's share of queued input bytes. */
-static void gate_limits(const wf_settings_t *s, wf_gate_limits_t *l)
-{
-    l->frame_bytes = s->limits.max_header_bytes > s->limits.max_tensor_bytes
-                         ? s->limits.max_header_bytes : s->limits.max_tensor_bytes;
-    l->max_frames = s->client_max_frames;
-    l->message_bytes = s->limits.max_header_bytes + s->client_queue_bytes;
-    l->max_connections = s->client_max_connections;
-    l->max_handshakes = s->client_max_handshakes;
-    l->handshake_ms = s->client_handshake_ms;
 }
 
 /* The client endpoint: the socket systemd passed (socket activation,
@@ -802,7 +802,7 @@ static void reload(wf_server_t *srv)
         srv_access_reload(srv, keys_before);
         srv->sched.capacity = srv->settings.queue_capacity;
         set_share_limits(srv);
-        set_max_msg_size(srv);
+        set_gate_limits(srv);
         wf_log(srv->log, WF_LOG_INFO, "reloaded: %zu setting(s) applied, "
                "queue_capacity %u, log_level %s", applied,
                srv->settings.queue_capacity,
