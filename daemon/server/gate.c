@@ -907,8 +907,15 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
                 return false;
             }
             /* the whole box is read, even of a frame dropped for a
-             * limit: its "more" flag is inside (at most frame_bytes,
-             * freed at once) */
+             * limit: its "more" flag is inside. Such a frame is held
+             * (then freed) only up to message_bytes: beyond, close */
+            if (c->fdrop && inner > l.message_bytes) {
+                snprintf(c->limit, sizeof c->limit, "a CURVE frame of %" PRIu64
+                         " bytes over the message limit %" PRIu64, inner,
+                         l.message_bytes);
+                *why = c->limit;
+                return false;
+            }
             c->fsize = size;
             c->fbuf = malloc((size_t)size);
             if (!c->fbuf) {

@@ -14,8 +14,9 @@
  *     max_frames + 1, or would bring the message over message_bytes; the
  *     rest of that message is read and dropped (NULL) and the frames
  *     kept so far (the header) reach the daemon marked over the limit, so
- *     that it answers WF_E_LIMIT; a CURVE frame over frame_bytes cannot
- *     be read without buffering it: that connection is closed;
+ *     that it answers WF_E_LIMIT; a CURVE frame must be read whole for
+ *     its "more" flag (inside the box): one over frame_bytes, or one to
+ *     drop that is larger than message_bytes, closes the connection;
  *   - a complete message goes to the daemon's ROUTER (inproc) through one
  *     DEALER per connection with high-water marks of one message, so at
  *     most two complete messages wait there per connection; while they
@@ -23,7 +24,9 @@
  *   - one reply at a time is taken from the DEALER and written; the
  *     ROUTER's own SNDHWM bounds the replies waiting behind it.
  * So one connection holds at most 3 x message_bytes of requests, plus a
- * read buffer of WF_GATE_RBUF bytes and the reply being written.
+ * read buffer of WF_GATE_RBUF bytes and the reply being written (a
+ * CURVE frame dropped for a limit is held while it is opened: at most
+ * message_bytes, while the message being dropped keeps only its header).
  *
  * Each message reaches the ROUTER as [routing id, gate frame, the
  * peer's frames...]: the gate frame (wf_gate_meta_t) says who the peer
