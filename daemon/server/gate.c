@@ -1130,13 +1130,15 @@ static void *gate_thread(void *arg)
             zmq_pollitem_t *it = &items[cix[i]];
             const char *why = NULL;
             bool ok = true;
-            if (it[0].revents & (ZMQ_POLLERR))
-                ok = false;
-            if (ok && (it[0].revents & ZMQ_POLLOUT) && !out_flush(c)) {
+            /* hung up or reset: what it sent before is still read and
+             * forwarded (as libzmq would), then it is closed */
+            bool err = it[0].revents & ZMQ_POLLERR;
+            if (!err && (it[0].revents & ZMQ_POLLOUT) && !out_flush(c)) {
                 ok = false;
                 why = "write failed";
             }
-            if (ok && (it[0].revents & ZMQ_POLLIN))
+            if (ok && (it[0].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && !c->complete &&
+                c->st != C_CLOSING)
                 ok = conn_read(g, c, &why);
             if (ok && c->st == C_CLOSING && c->out_off == c->out_len)
                 ok = false;           /* ERROR written */
@@ -1152,6 +1154,8 @@ static void *gate_thread(void *arg)
                 ok = false;
                 why = "write failed";
             }
+            if (ok && err)
+                ok = false;
             if (ok && c->deadline_us && now >= c->deadline_us) {
                 ok = false;
                 why = "the handshake did not end within client_handshake_ms";
