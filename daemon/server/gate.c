@@ -1251,7 +1251,9 @@ wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
         port = "0";
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
+    /* IPv4 unless the host is an IPv6 address (libzmq without ZMQ_IPV6
+     * resolves names to IPv4 only: "localhost" is 127.0.0.1) */
+    hints.ai_family = strchr(host, ':') ? AF_INET6 : AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     int rc = getaddrinfo(strcmp(host, "*") == 0 ? NULL : host, port, &hints, &ai);
@@ -1259,13 +1261,7 @@ wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
         snprintf(why, why_len, "%s: %s", host, gai_strerror(rc));
         return WF_E_BAD_ARGUMENT;
     }
-    /* "*": IPv4's any address (libzmq's default without ZMQ_IPV6) */
     struct addrinfo *a = ai;
-    for (struct addrinfo *x = ai; x && strcmp(host, "*") == 0; x = x->ai_next)
-        if (x->ai_family == AF_INET) {
-            a = x;
-            break;
-        }
     int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(why, why_len, "socket: %s", strerror(errno));
