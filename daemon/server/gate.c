@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <stddef.h>
 #include <netinet/in.h>
@@ -1256,6 +1257,19 @@ wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
     hints.ai_family = strchr(host, ':') ? AF_INET6 : AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    /* an interface name ("lo", "eth0") stands for its IPv4 address, as
+     * in libzmq */
+    struct ifaddrs *ifs = NULL;
+    if (strcmp(host, "*") != 0 && getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *x = ifs; x; x = x->ifa_next)
+            if (x->ifa_addr && x->ifa_addr->sa_family == AF_INET &&
+                strcmp(x->ifa_name, host) == 0) {
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)x->ifa_addr)->sin_addr,
+                          host, sizeof host);
+                break;
+            }
+        freeifaddrs(ifs);
+    }
     int rc = getaddrinfo(strcmp(host, "*") == 0 ? NULL : host, port, &hints, &ai);
     if (rc != 0) {
         snprintf(why, why_len, "%s: %s", host, gai_strerror(rc));

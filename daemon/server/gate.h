@@ -100,7 +100,8 @@ typedef struct wf_gate_meta {
 #define WF_GATE_META_MAGIC 0x77676174u
 
 /* Bind and listen on a ZeroMQ-style endpoint as libzmq would:
- * tcp://HOST:PORT (HOST an IPv4 / [IPv6] address, "*", or a host name;
+ * tcp://HOST:PORT (HOST an IPv4 / [IPv6] address, "*", an interface name
+ * (its IPv4 address) or a host name (IPv4);
  * PORT a number, or "*" / 0 for any), ipc://PATH (an existing socket
  * file is replaced) or ipc://@NAME (abstract). *ret_fd: the listening
  * socket (close-on-exec); bound: the endpoint with the address and port
