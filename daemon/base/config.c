@@ -166,6 +166,17 @@ static const setting_def_t settings_table[] = {
       "false = the host comm staged through copies (for comparisons)" },
     { "nccl_init_timeout_ms", KIND_U32, OFF(nccl_init_timeout_ms), "30000",
       100, 3600000, false, "CUDA: bound on building an NCCL communicator" },
+    /* zmtp: the client plane's transport (server/gate.h, PROTOCOL.md 1.1) */
+    { "client_max_connections", KIND_U32, OFF(client_max_connections), "256", 1,
+      65536, true, "client connections open at once; more are closed at accept" },
+    { "client_max_handshakes", KIND_U32, OFF(client_max_handshakes), "64", 1,
+      65536, true, "client connections in their ZMTP / CURVE handshake at once" },
+    { "client_handshake_ms", KIND_U32, OFF(client_handshake_ms), "10000", 100,
+      600000, true, "longest a client connection may take to its first message "
+      "(greeting and handshake)" },
+    { "client_max_frames", KIND_U32, OFF(client_max_frames), "18", 2, 64, true,
+      "frames of one client message (delimiter, header, tensors); a longer "
+      "message is refused with WF_E_LIMIT, its frames dropped unread" },
 };
 
 #define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])

@@ -6,16 +6,15 @@
  * Three kinds of client endpoint (srv->access.mode):
  *   ipc://  no keys; the socket file's mode and group decide who may
  *           connect, and the peer's credentials (SO_PEERCRED, taken by
- *           libzmq when it accepts the connection) the role: uid 0 or the
- *           daemon's effective uid is admin, anyone else submit;
- *   tcp:// with client_keys: CURVE with this daemon's key_file; the ZAP
- *           handler (base/zap.h) admits the listed keys and names each
- *           connection "ROLE:NAME";
+ *           the gate when it accepts the connection) the role: uid 0 or
+ *           the daemon's effective uid is admin, anyone else submit;
+ *   tcp:// with client_keys: CURVE with this daemon's key_file; the gate
+ *           (gate.h) admits the listed keys and tells each message's
+ *           key name and role;
  *   tcp:// without client_keys: anonymous, every client admin; only on a
  *           loopback address or with allow_anonymous (protected mode).
- * On a CURVE endpoint a watcher thread reads the ROUTER's monitor and
- * logs the handshakes that fail before ZAP is asked (a client without
- * keys, a wrong server key) with the peer's address, rate-limited.
+ * The gate logs the handshakes it refuses (rate-limited, with the
+ * peer's address and key).
  */
 #include "server_impl.h"
 
@@ -23,34 +22,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "errf.h"
-
-#define MONITOR_ENDPOINT "inproc://weftd-client-monitor"
-#define WATCH_FDS 256            /* peer addresses remembered, by fd */
-#define LOG_BURST 20             /* failed handshakes logged per window */
-#define LOG_WINDOW_S 60
-
-struct wf_access_watch {
-    void *pair;                  /* connected to the ROUTER's monitor */
-    wf_log_t *log;
-    char endpoint[WF_SETTINGS_ENDPOINT_MAX];
-    pthread_t thread;
-    atomic_bool stop;
-    char peer[WATCH_FDS][64];    /* "ADDR:PORT" of an accepted fd; thread only */
-    uint32_t failed;             /* a handshake just failed with this code; 0 none */
-    time_t window;               /* log rate limit; thread only */
-    unsigned logged;
-    uint64_t suppressed;
-};
 
 /* ------------------------------------------------------------------ */
 /* endpoints */
@@ -134,7 +112,10 @@ static wf_status_t load_client_keys(wf_server_t *srv, char *counts, size_t count
         admin += e[i].role == WF_ROLE_ADMIN;
         submit += e[i].role == WF_ROLE_SUBMIT;
     }
-    free(e);
+    free(srv->access.keys);
+    srv->access.keys = e;
+    srv->access.n_keys = n;
+    srv_access_gate_keys(srv);
     snprintf(counts, counts_len, "%zu admin, %zu submit", admin, submit);
     return WF_OK;
 }
@@ -161,152 +142,19 @@ wf_status_t srv_access_start(wf_server_t *srv)
     return WF_OK;
 }
 
-/* ------------------------------------------------------------------ */
-/* the watcher of failed handshakes (CURVE endpoints) */
-
-static void watch_note(struct wf_access_watch *w, int fd, const char *why)
+void srv_access_gate_keys(wf_server_t *srv)
 {
-    time_t now = time(NULL);
-    if (now - w->window >= LOG_WINDOW_S) {
-        if (w->suppressed)
-            wf_log(w->log, WF_LOG_WARNING, "auth: %" PRIu64 " more client "
-                   "handshakes failed in the last %d s (not logged one by one)",
-                   w->suppressed, LOG_WINDOW_S);
-        w->window = now;
-        w->logged = 0;
-        w->suppressed = 0;
-    }
-    if (w->logged == LOG_BURST) {
-        w->suppressed++;
-        return;
-    }
-    w->logged++;
-    const char *peer = fd >= 0 && fd < WATCH_FDS && w->peer[fd][0]
-                           ? w->peer[fd] : "(address gone before it was read)";
-    wf_log(w->log, WF_LOG_WARNING, "auth: client %s on %s refused: %s", peer,
-           w->endpoint, why);
-}
-
-static const char *failure_text(uint32_t value)
-{
-    if (value == 1)
-        return "it left during the CURVE handshake (a client without keys, "
-               "or with the wrong server key?)";
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-        return "it does not speak CURVE (a client without keys; set "
-               "WEFT_SERVER_KEY and WEFT_CLIENT_KEY)";
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
-        return "CURVE cryptographic error (a client with the wrong server key?)";
-    return "CURVE protocol error";
-}
-
-static void watch_event(struct wf_access_watch *w, uint16_t event, uint32_t value)
-{
-    int fd = (int)value;
-    if (event == ZMQ_EVENT_ACCEPTED) {
-        if (fd < 0 || fd >= WATCH_FDS)
-            return;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        char host[INET6_ADDRSTRLEN] = "";
-        w->peer[fd][0] = '\0';
-        if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0)
-            return;             /* gone already: logged as unknown */
-        if (ss.ss_family == AF_INET) {
-            const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-            snprintf(w->peer[fd], sizeof w->peer[fd], "%s:%u", host,
-                     (unsigned)ntohs(in->sin_port));
-        } else if (ss.ss_family == AF_INET6) {
-            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-            snprintf(w->peer[fd], sizeof w->peer[fd], "[%s]:%u", host,
-                     (unsigned)ntohs(in6->sin6_port));
-        }
-    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-               event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-        /* The disconnection of that connection comes next, with its fd
-         * (one I/O thread emits both, in this order). Refusals by ZAP
-         * (FAILED_AUTH) are logged by the ZAP handler. NO_DETAIL: the
-         * peer left mid-handshake (a client without keys that saw our
-         * greeting first and reset the connection, a port scan). */
-        w->failed = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ? 1 : value ? value : 2;
-    } else if (event == ZMQ_EVENT_DISCONNECTED) {
-        if (w->failed)
-            watch_note(w, fd, failure_text(w->failed));
-        w->failed = 0;
-        if (fd >= 0 && fd < WATCH_FDS)
-            w->peer[fd][0] = '\0';
-    }
-}
-
-static void *watch_thread(void *arg)
-{
-    struct wf_access_watch *w = arg;
-    while (!atomic_load(&w->stop)) {
-        zmq_pollitem_t it = { .socket = w->pair, .events = ZMQ_POLLIN };
-        if (zmq_poll(&it, 1, 100) <= 0)
-            continue;
-        zmq_msg_t a, b;
-        zmq_msg_init(&a);
-        zmq_msg_init(&b);
-        if (zmq_msg_recv(&a, w->pair, 0) >= 0 && zmq_msg_more(&a) &&
-            zmq_msg_recv(&b, w->pair, 0) >= 0 && zmq_msg_size(&a) == 6) {
-            uint16_t event;
-            uint32_t value;
-            memcpy(&event, zmq_msg_data(&a), 2);
-            memcpy(&value, (const char *)zmq_msg_data(&a) + 2, 4);
-            watch_event(w, event, value);
-        }
-        zmq_msg_close(&a);
-        zmq_msg_close(&b);
-    }
-    return NULL;
-}
-
-/* Start the watcher on srv->router (before it binds). Failure only logs:
- * ZAP refusals are logged anyway. */
-static void watch_start(wf_server_t *srv)
-{
-    struct wf_access_watch *w = calloc(1, sizeof *w);
-    if (!w)
-        return;
-    w->log = srv->log;
-    snprintf(w->endpoint, sizeof w->endpoint, "%s", srv->endpoint);
-    atomic_init(&w->stop, false);
-    int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if (zmq_socket_monitor(srv->router, MONITOR_ENDPOINT, events) != 0)
-        goto fail;
-    w->pair = zmq_socket(srv->zctx, ZMQ_PAIR);
-    if (!w->pair || zmq_connect(w->pair, MONITOR_ENDPOINT) != 0)
-        goto fail;
-    if (pthread_create(&w->thread, NULL, watch_thread, w) != 0)
-        goto fail;
-    srv->access.watch = w;
-    return;
-fail:
-    wf_log(srv->log, WF_LOG_WARNING, "client endpoint monitor: %s (handshakes "
-           "failing before ZAP are not logged)", zmq_strerror(zmq_errno()));
-    zmq_socket_monitor(srv->router, NULL, 0);
-    if (w->pair)
-        zmq_close(w->pair);
-    free(w);
+    if (srv->gate && srv->access.mode == SRV_ACCESS_CURVE &&
+        wf_gate_set_keys(srv->gate, srv->access.keys, srv->access.n_keys) != WF_OK)
+        wf_log(srv->log, WF_LOG_ERR, "client_keys: out of memory; the gate keeps "
+               "the keys it had");
 }
 
 void srv_access_stop(wf_server_t *srv)
 {
-    struct wf_access_watch *w = srv->access.watch;
-    if (w) {
-        atomic_store(&w->stop, true);
-        pthread_join(w->thread, NULL);
-        if (srv->router)
-            zmq_socket_monitor(srv->router, NULL, 0);
-        zmq_close(w->pair);
-        free(w);
-        srv->access.watch = NULL;
-    }
+    free(srv->access.keys);
+    srv->access.keys = NULL;
+    srv->access.n_keys = 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -336,13 +184,7 @@ wf_status_t srv_access_prepare(wf_server_t *srv)
             wf_log(srv->log, WF_LOG_ERR, "client_keys: %s", err);
             return WF_E_BAD_ARGUMENT;
         }
-        if (wf_curve_server(srv->router, &srv->keys, WF_ZAP_CLIENTS) != WF_OK) {
-            wf_log(srv->log, WF_LOG_ERR, "CURVE on %s: %s", ep,
-                   zmq_strerror(zmq_errno()));
-            return WF_E_INTERNAL;
-        }
         srv->access.mode = SRV_ACCESS_CURVE;
-        watch_start(srv);
         wf_log(srv->log, WF_LOG_INFO, "client endpoint %s: CURVE, keys of "
                "client_keys (%s)", ep, counts);
         return WF_OK;
@@ -374,12 +216,8 @@ wf_status_t srv_access_check_bound(wf_server_t *srv)
     if (srv->access.mode != SRV_ACCESS_ANONYMOUS || srv->settings.allow_anonymous)
         return WF_OK;
     /* "localhost" and "lo" name loopback here; check what was bound. */
-    char last[WF_SETTINGS_ENDPOINT_MAX];
-    size_t len = sizeof last;
-    if (zmq_getsockopt(srv->router, ZMQ_LAST_ENDPOINT, last, &len) != 0)
-        return WF_OK;
-    last[sizeof last - 1] = '\0';
-    if (tcp_loopback(last))
+    const char *last = srv->access.bound_ep;
+    if (!last[0] || tcp_loopback(last))
         return WF_OK;
     wf_log(srv->log, WF_LOG_ERR, "refusing to serve %s: it bound %s, which is "
            "not loopback, and there are no client_keys (allow_anonymous = true "
@@ -417,70 +255,30 @@ void srv_access_reload(wf_server_t *srv, const char *client_keys_before)
 /* ------------------------------------------------------------------ */
 /* roles */
 
-/* uid and pid out of an ipc connection's "Peer-Address" (libzmq appends
- * ":UID:GID:PID" from SO_PEERCRED when it accepts the connection). */
-static bool peer_creds(const char *addr, unsigned long *uid, unsigned long *pid)
+wf_role_t srv_access_role(wf_server_t *srv, const wf_gate_meta_t *m, char *who,
+                          size_t who_len)
 {
-    if (!addr)
-        return false;
-    const char *p[3];
-    const char *end = addr + strlen(addr);
-    const char *c = end;
-    for (int i = 2; i >= 0; i--) {
-        while (c > addr && c[-1] != ':')
-            c--;
-        if (c == addr)
-            return false;
-        p[i] = c;
-        c--;                    /* the ':' */
-    }
-    unsigned long v[3];
-    for (int i = 0; i < 3; i++) {
-        char *e;
-        errno = 0;
-        if (p[i][0] < '0' || p[i][0] > '9')
-            return false;
-        v[i] = strtoul(p[i], &e, 10);
-        if (errno || (i < 2 ? *e != ':' : *e != '\0'))
-            return false;
-    }
-    *uid = v[0];
-    *pid = v[2];
-    return true;
-}
-
-wf_role_t srv_access_role(wf_server_t *srv, zmq_msg_t *msg, char *who, size_t who_len)
-{
+    char qa[WF_QUOTE_MAX];
+    wf_quote(qa, m->addr);
     switch (srv->access.mode) {
     case SRV_ACCESS_CURVE: {
-        const char *user = wf_msg_user_id(msg);
-        const char *name = NULL;
-        wf_role_t role = user ? wf_zap_client_role(user, &name) : WF_ROLE_NONE;
-        const char *addr = zmq_msg_gets(msg, "Peer-Address");
-        char qn[WF_QUOTE_MAX], qa[WF_QUOTE_MAX];
-        wf_quote(qn, name ? name : "?");
-        wf_quote(qa, addr ? addr : "?");
+        char qn[WF_QUOTE_MAX];
+        wf_quote(qn, m->curve ? m->key_name : "?");
         snprintf(who, who_len, "key '%s' from %s", qn, qa);
-        return role;
+        return m->curve ? m->key_role : WF_ROLE_NONE;
     }
-    case SRV_ACCESS_IPC: {
-        unsigned long uid = 0, pid = 0;
-        if (!peer_creds(zmq_msg_gets(msg, "Peer-Address"), &uid, &pid)) {
+    case SRV_ACCESS_IPC:
+        if (!m->has_creds) {
             /* No credentials: the least role. */
             snprintf(who, who_len, "a local peer of unknown uid");
             return WF_ROLE_SUBMIT;
         }
-        snprintf(who, who_len, "uid %lu pid %lu", uid, pid);
-        return uid == 0 || uid == (unsigned long)geteuid() ? WF_ROLE_ADMIN
-                                                            : WF_ROLE_SUBMIT;
-    }
-    case SRV_ACCESS_ANONYMOUS: {
-        const char *addr = zmq_msg_gets(msg, "Peer-Address");
-        char qa[WF_QUOTE_MAX];
-        wf_quote(qa, addr ? addr : "?");
+        snprintf(who, who_len, "uid %u pid %u", m->uid, m->pid);
+        return m->uid == 0 || m->uid == (uint32_t)geteuid() ? WF_ROLE_ADMIN
+                                                              : WF_ROLE_SUBMIT;
+    case SRV_ACCESS_ANONYMOUS:
         snprintf(who, who_len, "anonymous client from %s", qa);
         return WF_ROLE_ADMIN;
-    }
     }
     snprintf(who, who_len, "?");
     return WF_ROLE_NONE;

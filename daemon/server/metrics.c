@@ -188,8 +188,11 @@ void srv_metrics_refresh(wf_server_t *srv)
     if (srv->world)
         set(&m->nodes_lost, wf_cluster_nodes_lost(wf_world_cluster(srv->world)));
     if (srv->zap) {
-        set(&m->zap_refused, wf_zap_refused(srv->zap));
-        set(&m->zap_admitted, wf_zap_admitted(srv->zap));
+        /* the cluster plane's (ZAP) and the client plane's (the gate) */
+        wf_gate_stats_t gs;
+        wf_gate_stats(srv->gate, &gs);
+        set(&m->zap_refused, wf_zap_refused(srv->zap) + gs.refused);
+        set(&m->zap_admitted, wf_zap_admitted(srv->zap) + gs.admitted);
     }
 }
 

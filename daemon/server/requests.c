@@ -119,15 +119,15 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
  * connection (parts[0], the routing id): on ipc:// a uid is not a share,
  * so that one user's processes do not starve each other. NULL when out
  * of memory. */
-static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts, size_t h)
+static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts,
+                                const wf_gate_meta_t *meta)
 {
     unsigned char key[1 + 256];
     char label[96];
     size_t len;
-    const char *user = srv->access.mode == SRV_ACCESS_CURVE
-                           ? wf_msg_user_id(&parts[h]) : NULL;
-    const char *name = NULL;
-    if (user && wf_zap_client_role(user, &name) != WF_ROLE_NONE && name) {
+    const char *name = srv->access.mode == SRV_ACCESS_CURVE && meta->curve &&
+                       meta->key_role != WF_ROLE_NONE ? meta->key_name : NULL;
+    if (name) {
         char qn[WF_QUOTE_MAX];
         wf_quote(qn, name);
         snprintf(label, sizeof label, "key '%s'", qn);
@@ -148,7 +148,8 @@ static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts, size_t h)
 /* An attention request that passed validation: plan, admit, dispatch.
  * Takes the identity and tensor frames out of parts[]. */
 static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
-                             size_t n, bool delim, uint64_t t_recv)
+                             size_t n, bool delim, uint64_t t_recv,
+                             const wf_gate_meta_t *meta)
 {
     const wf_request_t *req = &srv->req;
     char err[WF_PROTO_ERROR_MAX] = "";
@@ -181,7 +182,7 @@ static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
     if (st == WF_OK) {
         for (size_t i = h + 1; i < n; i++)
             job->in_bytes += zmq_msg_size(&parts[i]);
-        job->share = client_share(srv, parts, h);
+        job->share = client_share(srv, parts, meta);
         if (!job->share) {
             st = WF_E_INTERNAL;
             snprintf(err, sizeof err, "out of memory");
@@ -244,13 +245,13 @@ static wf_djob_t *find_job(wf_server_t *srv, uint64_t id, zmq_msg_t *identity,
  * then. The cancel itself: OK when found, WF_E_BAD_ARGUMENT when this
  * client (an admin: anyone) has no such job waiting or running. A job
  * running across cluster nodes cannot stop early: refused (WF_E_BUSY). */
-static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity, zmq_msg_t *hdr,
-                          bool delim)
+static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity,
+                          const wf_gate_meta_t *meta, bool delim)
 {
     const wf_request_t *req = &srv->req;
     uint64_t id = req->args.cancel.id;
     char who[160], err[WF_PROTO_ERROR_MAX];
-    bool admin = srv_access_role(srv, hdr, who, sizeof who) == WF_ROLE_ADMIN;
+    bool admin = srv_access_role(srv, meta, who, sizeof who) == WF_ROLE_ADMIN;
     bool queued = false;
     wf_djob_t *job = find_job(srv, id, identity, admin, &queued);
     if (!job) {
@@ -301,13 +302,15 @@ static const char *op_label(uint32_t op)
     }
 }
 
-/* May the peer that sent `hdr` run srv->req's op? When not, the refusal
- * is logged (notice, with who the peer is) and its message is in err. */
-static bool role_allows(wf_server_t *srv, zmq_msg_t *hdr, char *err, size_t err_len)
+/* May the peer (the gate's frame `meta`) run srv->req's op? When not,
+ * the refusal is logged (notice, with who the peer is) and its message
+ * is in err. */
+static bool role_allows(wf_server_t *srv, const wf_gate_meta_t *meta, char *err,
+                        size_t err_len)
 {
     const wf_request_t *req = &srv->req;
     char who[160];
-    wf_role_t role = srv_access_role(srv, hdr, who, sizeof who);
+    wf_role_t role = srv_access_role(srv, meta, who, sizeof who);
     if (srv_access_op_allowed(role, req->op))
         return true;
     if (role == WF_ROLE_NONE)
@@ -322,9 +325,10 @@ static bool role_allows(wf_server_t *srv, zmq_msg_t *hdr, char *err, size_t err_
 }
 
 /* Validate and answer / admit one received message. parts[0] is the
- * identity; the caller closes every part afterwards. */
+ * identity; meta the gate's word on the peer; the caller closes every
+ * part afterwards. */
 static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
-                           bool overflow, uint64_t t_recv)
+                           bool overflow, uint64_t t_recv, const wf_gate_meta_t *meta)
 {
     wf_request_t *req = &srv->req;
     const wf_limits_t *lim = &srv->settings.limits;
@@ -334,6 +338,16 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
     size_t h = delim ? 2 : 1;       /* index of the header frame */
 
     memset(req, 0, offsetof(wf_request_t, tensors));
+    if (meta->limit[0]) {
+        /* the gate dropped what went over its limits; the header stayed
+         * unless it was the frame over them */
+        if (h < n)
+            wf_request_peek(zmq_msg_data(&parts[h]), zmq_msg_size(&parts[h]),
+                            &req->id, &req->op);
+        st = WF_E_LIMIT;
+        snprintf(err, sizeof err, "%s", meta->limit);
+        goto reject;
+    }
     if (h >= n) {
         st = WF_E_MALFORMED;
         snprintf(err, sizeof err, "message has no header frame");
@@ -341,6 +355,7 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
     }
     const void *hdr = zmq_msg_data(&parts[h]);
     size_t hdr_len = zmq_msg_size(&parts[h]);
+
     /* MAX_PARTS leaves room for a delimiter: without one, 17 tensor
      * frames still fit in parts[] and must be refused here, before
      * sizes[WF_PROTO_MAX_TENSORS] below is filled. */
@@ -370,7 +385,7 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
     /* Once per message, before any work: the role of the peer that sent
      * the header frame (the identity frame is made here and carries no
      * credentials). */
-    if (!role_allows(srv, &parts[h], err, sizeof err)) {
+    if (!role_allows(srv, meta, err, sizeof err)) {
         srv->rejected++;
         srv_reply_error(srv, &parts[0], delim, req->id, req->op, WF_E_DENIED, err);
         return;
@@ -391,7 +406,7 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         return;
     case WF_OP_ATTENTION:
     case WF_OP_FORWARD:
-        handle_attention(srv, parts, h, n, delim, t_recv);
+        handle_attention(srv, parts, h, n, delim, t_recv, meta);
         return;
     case WF_OP_LOAD_MODEL:
         srv_models_load(srv, &parts[0], delim);
@@ -406,7 +421,7 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         handle_reconfigure(srv, &parts[0], delim);
         return;
     case WF_OP_CANCEL:
-        handle_cancel(srv, &parts[0], &parts[h], delim);
+        handle_cancel(srv, &parts[0], meta, delim);
         return;
     default:
         /* The decoder refuses unknown ops; keep a reply for a new one. */
@@ -439,6 +454,20 @@ bool srv_request_recv(wf_server_t *srv)
     size_t n = 1;
     bool overflow = false;
     bool more = zmq_msg_more(&parts[0]);
+    /* the gate's frame (gate.h) comes first */
+    wf_gate_meta_t meta;
+    bool has_meta = false;
+    if (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, srv->router, 0) >= 0) {
+            has_meta = wf_gate_meta_read(zmq_msg_data(&m), zmq_msg_size(&m), &meta);
+            more = zmq_msg_more(&m);
+        } else {
+            more = false;
+        }
+        zmq_msg_close(&m);
+    }
     while (more) {
         /* The rest of a multipart message is already here: no waiting. */
         zmq_msg_t *m = &parts[n];
@@ -459,7 +488,11 @@ bool srv_request_recv(wf_server_t *srv)
         else
             n++;
     }
-    handle_message(srv, parts, n, overflow, t_recv);
+    if (has_meta)
+        handle_message(srv, parts, n, overflow, t_recv, &meta);
+    else
+        wf_log(srv->log, WF_LOG_ERR, "a client message without the gate's frame "
+               "(dropped)");
     for (size_t i = 0; i < n; i++)
         zmq_msg_close(&parts[i]);
     return true;

@@ -1,6 +1,7 @@
 /* server.c — weftd's main thread (see server.h). Its sections, in order:
  *   start-up and teardown: signals, worker budgets, the start-up regroup,
- *       the ROUTER (or systemd's socket), wf_server_new / _destroy;
+ *       the client endpoint (the gate on `listen` or systemd's socket, the
+ *       ROUTER it feeds), wf_server_new / _destroy;
  *   cluster mode: the hooks the cluster world (cluster/world.h) calls, and
  *       following the control plane;
  *   completions: finished jobs and regroups from the workers;
@@ -20,6 +21,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -34,9 +36,9 @@
 #define RECV_BATCH 64
 
 /* ZMQ_SNDHWM of the client ROUTER: replies ZeroMQ queues per peer. A peer
- * that does not read holds at most this many (plus the one its engine is
- * writing) in ZeroMQ; the rest wait in the daemon (replies.c), counted in
- * the client's share (client_reply_bytes). */
+ * that does not read holds at most this many (plus one in its DEALER in
+ * the gate and the one the gate is writing); the rest wait in the daemon
+ * (replies.c), counted in the client's share (client_reply_bytes). */
 #define REPLY_SNDHWM 4
 /* Longest wait between tries of the replies that wait. */
 #define RETRY_MAX_MS 50
@@ -103,13 +105,28 @@ static void set_share_limits(wf_server_t *srv)
     srv->sched.limits.reply_bytes = srv->settings.client_reply_bytes;
 }
 
-static void set_max_msg_size(wf_server_t *srv)
+/* The gate's limits (gate.h) from the settings (at start and on
+ * reload): a frame as large as the largest header or tensor, a message
+ * as large as a header and one client's share of queued input bytes. */
+static void gate_limits(const wf_settings_t *s, wf_gate_limits_t *l)
 {
-    /* ZeroMQ drops a peer that sends a bigger frame, before we see it. */
-    int64_t max = (int64_t)(2 * srv->settings.limits.max_tensor_bytes);
-    if (zmq_setsockopt(srv->router, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0)
-        wf_log(srv->log, WF_LOG_WARNING, "ZMQ_MAXMSGSIZE: %s",
-               zmq_strerror(zmq_errno()));
+    l->frame_bytes = s->limits.max_header_bytes > s->limits.max_tensor_bytes
+                         ? s->limits.max_header_bytes : s->limits.max_tensor_bytes;
+    l->max_frames = s->client_max_frames;
+    l->message_bytes = s->limits.max_header_bytes + s->client_queue_bytes;
+    l->max_connections = s->client_max_connections;
+    l->max_handshakes = s->client_max_handshakes;
+    l->handshake_ms = s->client_handshake_ms;
+}
+
+/* The gate's limits follow the settings (reload). */
+static void set_gate_limits(wf_server_t *srv)
+{
+    if (!srv->gate)
+        return;
+    wf_gate_limits_t l;
+    gate_limits(&srv->settings, &l);
+    wf_gate_set_limits(srv->gate, &l);
 }
 
 /* Whether this daemon's comm worlds are NCCL's: NCCL built, every rank on
@@ -175,13 +192,17 @@ static bool favour_thread(pid_t tid)
            setpriority(PRIO_PROCESS, (id_t)tid, ANSWER_NICE) == 0;
 }
 
-/* The main thread and every ZeroMQ I/O thread ("ZMQbg/IO/N", started by
+/* The main thread, the gate's (the client connections) and every ZeroMQ
+ * I/O thread ("ZMQbg/IO/N", started by
  * the first socket of the context; it names itself once it runs, so
  * look for up to 200 ms). */
 static void favour_answering_threads(wf_server_t *srv)
 {
-    unsigned threads = 1, niced = favour_thread(gettid());
-    for (int tries = 0; threads == 1 && tries < 10; tries++) {
+    unsigned threads = 2, niced = favour_thread(gettid());
+    /* the gate reads and writes every client connection */
+    niced += srv->gate && wf_gate_tid(srv->gate) > 0 &&
+             favour_thread((pid_t)wf_gate_tid(srv->gate));
+    for (int tries = 0; threads == 2 && tries < 10; tries++) {
         if (tries)
             usleep(20000);
         DIR *d = opendir("/proc/self/task");
@@ -203,10 +224,10 @@ static void favour_answering_threads(wf_server_t *srv)
     }
     if (niced == threads)
         wf_log(srv->log, WF_LOG_INFO, "scheduling: the %u answering threads (main, "
-               "ZeroMQ I/O) run at nice %d", threads, ANSWER_NICE);
+               "client plane, ZeroMQ I/O) run at nice %d", threads, ANSWER_NICE);
     else
         wf_log(srv->log, WF_LOG_INFO, "scheduling: %u of %u answering threads (main, "
-               "ZeroMQ I/O) at nice %d; the others stay (no CAP_SYS_NICE, no "
+               "client plane, ZeroMQ I/O) at nice %d; the others stay (no CAP_SYS_NICE, no "
                "LimitNICE=%d): status may wait behind busy threads under full load",
                niced, threads, ANSWER_NICE, ANSWER_NICE);
 }
@@ -312,9 +333,10 @@ static wf_status_t socket_endpoint(int fd, char *buf, size_t len,
     return WF_OK;
 }
 
-/* Bind the ROUTER: to the socket systemd passed (socket activation,
- * units/weftd.socket) when there is one, else to settings.listen. Takes
- * LISTEN_FDS out of the environment either way. */
+/* The client endpoint: the socket systemd passed (socket activation,
+ * units/weftd.socket) when there is one, else settings.listen, served
+ * by the gate (gate.h), which hands whole messages to the ROUTER on an
+ * inproc address. Takes LISTEN_FDS out of the environment either way. */
 static wf_status_t bind_router(wf_server_t *srv)
 {
     int n = sd_listen_fds(1);
@@ -328,48 +350,74 @@ static wf_status_t bind_router(wf_server_t *srv)
                "weftd.socket)", n);
         return WF_E_INTERNAL;
     }
+    int fd = -1;
+    bool is_unix = false;
+    char why[160];
     if (n == 0) {
         snprintf(srv->endpoint, sizeof srv->endpoint, "%s", srv->settings.listen);
         if (srv_access_prepare(srv) != WF_OK)
             return WF_E_BAD_ARGUMENT;
-        if (zmq_bind(srv->router, srv->endpoint) != 0) {
-            wf_log(srv->log, WF_LOG_ERR, "cannot bind %s: %s", srv->endpoint,
-                   zmq_strerror(zmq_errno()));
+        if (wf_gate_listen(srv->endpoint, &fd, &is_unix, srv->access.bound_ep,
+                           sizeof srv->access.bound_ep, why, sizeof why) != WF_OK) {
+            wf_log(srv->log, WF_LOG_ERR, "cannot bind %s: %s", srv->endpoint, why);
             return WF_E_INTERNAL;
         }
         srv->bound = true;
-        return srv_access_check_bound(srv);
+        if (srv_access_check_bound(srv) != WF_OK) {
+            close(fd);
+            return WF_E_BAD_ARGUMENT;
+        }
+    } else {
+        fd = SD_LISTEN_FDS_START;
+        is_unix = sd_is_socket(fd, AF_UNIX, SOCK_STREAM, 1) > 0;
+        if (!is_unix && sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) <= 0) {
+            wf_log(srv->log, WF_LOG_ERR, "socket activation: fd %d is not a "
+                   "listening AF_UNIX or TCP stream socket", fd);
+            return WF_E_INTERNAL;
+        }
+        if (socket_endpoint(fd, srv->endpoint, sizeof srv->endpoint, why,
+                            sizeof why) != WF_OK) {
+            wf_log(srv->log, WF_LOG_ERR, "socket activation: fd %d: %s", fd, why);
+            return WF_E_INTERNAL;
+        }
+        snprintf(srv->access.bound_ep, sizeof srv->access.bound_ep, "%s",
+                 srv->endpoint);
+        /* the same rules as for `listen` (protected mode, CURVE) */
+        if (srv_access_prepare(srv) != WF_OK)
+            return WF_E_BAD_ARGUMENT;
+        int fl = fcntl(fd, F_GETFD);
+        if (fl >= 0)
+            fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+        srv->bound = true;
+        srv->activated = true;
+        wf_log(srv->log, WF_LOG_INFO, "socket activation: serving on %s from "
+               "systemd (fd %d); listen = %s is not used", srv->endpoint, fd,
+               srv->settings.listen);
     }
-    int fd = SD_LISTEN_FDS_START;
-    bool is_unix = sd_is_socket(fd, AF_UNIX, SOCK_STREAM, 1) > 0;
-    if (!is_unix && sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) <= 0) {
-        wf_log(srv->log, WF_LOG_ERR, "socket activation: fd %d is not a "
-               "listening AF_UNIX or TCP stream socket", fd);
+    /* the ROUTER on an address of this process only */
+    snprintf(srv->router_ep, sizeof srv->router_ep, "inproc://weftd-clients-%p",
+             (void *)srv);
+    if (zmq_bind(srv->router, srv->router_ep) != 0) {
+        wf_log(srv->log, WF_LOG_ERR, "cannot bind %s: %s", srv->router_ep,
+               zmq_strerror(zmq_errno()));
+        close(fd);
         return WF_E_INTERNAL;
     }
-    char why[128];
-    if (socket_endpoint(fd, srv->endpoint, sizeof srv->endpoint, why,
-                        sizeof why) != WF_OK) {
-        wf_log(srv->log, WF_LOG_ERR, "socket activation: fd %d: %s", fd, why);
+    wf_gate_cfg_t gc = {
+        .zctx = srv->zctx, .router_endpoint = srv->router_ep, .listen_fd = fd,
+        .endpoint = srv->endpoint, .unix_socket = is_unix,
+        .mech = srv->access.mode == SRV_ACCESS_CURVE ? WF_GATE_CURVE : WF_GATE_NULL,
+        .keys = srv->has_keys ? &srv->keys : NULL, .log = srv->log,
+    };
+    gate_limits(&srv->settings, &gc.limits);
+    if (wf_gate_start(&gc, &srv->gate) != WF_OK)
         return WF_E_INTERNAL;
-    }
-    /* the same rules as for `listen` (protected mode, CURVE) */
-    if (srv_access_prepare(srv) != WF_OK)
-        return WF_E_BAD_ARGUMENT;
-    int ipv6 = strncmp(srv->endpoint, "tcp://[", 7) == 0;
-    if (ipv6)
-        zmq_setsockopt(srv->router, ZMQ_IPV6, &ipv6, sizeof ipv6);
-    if (zmq_setsockopt(srv->router, ZMQ_USE_FD, &fd, sizeof fd) != 0 ||
-        zmq_bind(srv->router, srv->endpoint) != 0) {
-        wf_log(srv->log, WF_LOG_ERR, "socket activation: cannot bind %s "
-               "(fd %d): %s", srv->endpoint, fd, zmq_strerror(zmq_errno()));
-        return WF_E_INTERNAL;
-    }
-    srv->bound = true;
-    srv->activated = true;
-    wf_log(srv->log, WF_LOG_INFO, "socket activation: serving on %s from "
-           "systemd (fd %d); listen = %s is not used", srv->endpoint, fd,
-           srv->settings.listen);
+    srv_access_gate_keys(srv);
+    wf_log(srv->log, WF_LOG_INFO, "client plane: at most %u connections (%u in "
+           "their handshake, %u ms each); a message of at most %u frames, %"
+           PRIu64 " bytes, frames of %" PRIu64 " bytes", gc.limits.max_connections,
+           gc.limits.max_handshakes, gc.limits.handshake_ms, gc.limits.max_frames,
+           gc.limits.message_bytes, gc.limits.frame_bytes);
     return WF_OK;
 }
 
@@ -507,7 +555,9 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
      * waits in the daemon (replies.c) instead of growing ZeroMQ's queue. */
     int hwm = REPLY_SNDHWM;
     zmq_setsockopt(srv->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    set_max_msg_size(srv);
+    /* one message per connection waits here; the gate holds the next */
+    int one_msg = 1;
+    zmq_setsockopt(srv->router, ZMQ_RCVHWM, &one_msg, sizeof one_msg);
     mode_t umask_before = srv_socket_umask(srv);     /* privileges.c */
     wf_status_t bound = bind_router(srv);
     if (srv_socket_perms(srv, umask_before) != WF_OK || bound != WF_OK)
@@ -580,6 +630,9 @@ void wf_server_destroy(wf_server_t **psrv)
     wf_world_destroy(&srv->world);
     wf_registry_destroy(&srv->models);
     srv_access_stop(srv);
+    /* its DEALERs before the ROUTER; after a drain, the replies taken
+     * leave first (as ZeroMQ's LINGER let them before the gate) */
+    wf_gate_stop(&srv->gate, srv->gate_linger_ms);
     if (srv->router)
         zmq_close(srv->router);
     /* after every socket of the context is closed, before the term */
@@ -754,7 +807,7 @@ static void reload(wf_server_t *srv)
         srv_access_reload(srv, keys_before);
         srv->sched.capacity = srv->settings.queue_capacity;
         set_share_limits(srv);
-        set_max_msg_size(srv);
+        set_gate_limits(srv);
         wf_log(srv->log, WF_LOG_INFO, "reloaded: %zu setting(s) applied, "
                "queue_capacity %u, log_level %s", applied,
                srv->settings.queue_capacity,
@@ -913,6 +966,7 @@ static void finish_drain(wf_server_t *srv)
      * leave before zmq_ctx_term drops them. */
     int linger = (int)srv->settings.drain_timeout_ms;
     zmq_setsockopt(srv->router, ZMQ_LINGER, &linger, sizeof linger);
+    srv->gate_linger_ms = srv->settings.drain_timeout_ms;
 }
 
 wf_status_t wf_server_run(wf_server_t *srv)

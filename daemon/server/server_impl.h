@@ -17,6 +17,8 @@
  *   access.c          the client plane's access control: CURVE keys, the
  *                     protected mode, the role of a message (calls none
  *                     of the others)
+ *   gate.c, gate_curve.c  the client endpoint's ZMTP transport, in its own
+ *                     thread (gate.h; calls none of the others)
  *
  * Where a lower file must reach a higher one (the end of a regroup tells
  * the models), it calls through srv->hooks, which server.c sets. Nothing
@@ -32,6 +34,7 @@
 #include <zmq.h>
 
 #include "server.h"
+#include "gate.h"
 #include "metrics.h"
 #include "backend.h"
 #include "base/mesh.h"
@@ -113,14 +116,19 @@ struct wf_server {
     wf_notify_t notify;          /* sd_notify state */
     const wf_backend_ops_t *ops; /* backend of every device */
     void *zctx;                  /* ZeroMQ context */
-    void *router;                /* client endpoint */
+    void *router;                /* client messages, from the gate (inproc) */
+    char router_ep[64];          /* its inproc:// address */
+    wf_gate_t *gate;             /* the client endpoint's transport (gate.h) */
+    unsigned gate_linger_ms;     /* after a drain: how long its replies may take */
     wf_zap_t *zap;               /* the ZAP handler of zctx (every CURVE socket
                                     of this daemon, the cluster's too) */
     wf_keypair_t keys;           /* key_file's pair, when has_keys */
     bool has_keys;               /* key_file was read */
     struct {                     /* the client plane (access.c) */
         srv_access_mode_t mode;
-        struct wf_access_watch *watch; /* CURVE: logs failed handshakes */
+        char bound_ep[WF_SETTINGS_ENDPOINT_MAX]; /* the address bound */
+        wf_key_entry_t *keys;    /* CURVE: client_keys as last read */
+        size_t n_keys;
     } access;
     bool bound;                  /* router is bound to endpoint */
     bool activated;              /* the socket came from systemd (it owns the file) */
@@ -284,12 +292,13 @@ wf_status_t srv_access_check_bound(wf_server_t *srv);
 /* SIGHUP: re-read client_keys (the settings already hold the new path;
  * `before` is the old one). A bad file keeps the old keys. */
 void srv_access_reload(wf_server_t *srv, const char *client_keys_before);
-/* Stop the watcher thread (before the router closes). */
+/* Give the gate the keys read (CURVE; once it runs). */
+void srv_access_gate_keys(wf_server_t *srv);
+/* Free what access holds. */
 void srv_access_stop(wf_server_t *srv);
-/* The role of the peer that sent `msg` (a frame it sent: the header),
- * and who it is for log lines and messages (key name, uid / pid, or
- * address; escaped). */
-wf_role_t srv_access_role(wf_server_t *srv, zmq_msg_t *msg, char *who,
+/* The role of the peer the gate frame `m` describes, and who it is for
+ * log lines and messages (key name, uid / pid, or address; escaped). */
+wf_role_t srv_access_role(wf_server_t *srv, const wf_gate_meta_t *m, char *who,
                           size_t who_len);
 /* May `role` run `op`? */
 bool srv_access_op_allowed(wf_role_t role, uint32_t op);

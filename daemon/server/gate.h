@@ -1,0 +1,146 @@
+/* gate.h — the client plane's transport (README "Security", PROTOCOL.md
+ * section 1.1): one thread that owns the client listening socket (tcp,
+ * ipc, abstract ipc, or the one systemd passes), accepts, and speaks
+ * ZMTP 3.1 itself (RFC 37; mechanisms NULL and CURVE, RFC 26), so that
+ * what a peer can make weftd hold is bounded before it is buffered:
+ *
+ *   - a connection that has not finished its handshake holds at most
+ *     WF_GATE_HANDSHAKE_MAX bytes and lives at most handshake_ms; at most
+ *     max_handshakes of them at once; at most max_connections in all
+ *     (more are closed at accept, logged);
+ *   - an authenticated connection assembles one message at a time: a
+ *     frame is refused from its size field, before any of it is read,
+ *     when it is larger than frame_bytes, would be frame number
+ *     max_frames + 1, or would bring the message over message_bytes; the
+ *     rest of that message is read and dropped (NULL) and the frames
+ *     kept so far (the header) reach the daemon marked over the limit, so
+ *     that it answers WF_E_LIMIT; a CURVE frame must be read whole for
+ *     its "more" flag (inside the box): one over frame_bytes, or one to
+ *     drop that is larger than message_bytes, closes the connection;
+ *   - a complete message goes to the daemon's ROUTER (inproc) through one
+ *     DEALER per connection with high-water marks of one message, so at
+ *     most two complete messages wait there per connection; while they
+ *     do, the gate does not read that connection (TCP backpressure);
+ *   - one reply at a time is taken from the DEALER and written; the
+ *     ROUTER's own SNDHWM bounds the replies waiting behind it.
+ * So one connection holds at most 3 x message_bytes of requests, plus a
+ * read buffer of WF_GATE_RBUF bytes and the reply being written (a
+ * CURVE frame dropped for a limit is held while it is opened: at most
+ * message_bytes, while the message being dropped keeps only its header).
+ *
+ * Each message reaches the ROUTER as [routing id, gate frame, the
+ * peer's frames...]: the gate frame (wf_gate_meta_t) says who the peer
+ * is (ipc credentials, CURVE key name and role, address) and whether the
+ * message went over a limit. The routing id is 5 bytes: 0 and a counter.
+ *
+ * The gate never calls into the rest of daemon/server/; the server reads
+ * its counters and passes it settings and keys.
+ */
+#ifndef WF_GATE_H
+#define WF_GATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keys.h"
+#include "base/log.h"
+#include "weft.h"
+
+#define WF_GATE_RBUF (16u << 10)        /* read buffer of one connection */
+#define WF_GATE_HANDSHAKE_MAX 4096      /* largest handshake command read */
+#define WF_GATE_LIMIT_MAX 160           /* the limit text, with the NUL */
+#define WF_GATE_ADDR_MAX 112            /* the peer address, with the NUL */
+
+typedef struct wf_gate wf_gate_t;
+
+/* How the gate admits connections. */
+typedef enum wf_gate_mech {
+    WF_GATE_NULL = 0,            /* ZMTP NULL (ipc, anonymous tcp) */
+    WF_GATE_CURVE = 1            /* CurveZMQ with the server's key pair and
+                                    the keys of wf_gate_set_keys */
+} wf_gate_mech_t;
+
+/* Limits; reloadable through wf_gate_set_limits. */
+typedef struct wf_gate_limits {
+    uint64_t frame_bytes;        /* largest frame of a message */
+    uint32_t max_frames;         /* frames of one message */
+    uint64_t message_bytes;      /* bytes of one message, all frames */
+    uint32_t max_connections;    /* open connections, handshaking included */
+    uint32_t max_handshakes;     /* connections not yet through the handshake */
+    uint32_t handshake_ms;       /* longest handshake (greeting included) */
+} wf_gate_limits_t;
+
+typedef struct wf_gate_cfg {
+    void *zctx;                  /* the ROUTER's context (inproc) */
+    const char *router_endpoint; /* inproc:// address the ROUTER bound */
+    int listen_fd;               /* listening stream socket; the gate owns it */
+    const char *endpoint;        /* its name, for log lines */
+    bool unix_socket;            /* AF_UNIX: peers' credentials by SO_PEERCRED */
+    wf_gate_mech_t mech;
+    const wf_keypair_t *keys;    /* CURVE: this daemon's pair (copied) */
+    wf_gate_limits_t limits;
+    wf_log_t *log;               /* borrowed; thread-safe */
+} wf_gate_cfg_t;
+
+/* What the gate says about the peer of a message (the frame after the
+ * routing id). Made and read in this process only. */
+typedef struct wf_gate_meta {
+    uint32_t magic;              /* WF_GATE_META_MAGIC */
+    bool has_creds;              /* AF_UNIX peer: uid / pid valid */
+    uint32_t uid, pid;
+    bool curve;                  /* a CURVE connection: key_role, key_name */
+    wf_role_t key_role;
+    char key_name[WF_KEY_NAME_MAX];
+    char addr[WF_GATE_ADDR_MAX]; /* "HOST:PORT", or the socket path; raw */
+    char limit[WF_GATE_LIMIT_MAX]; /* "" or why the message went over a limit
+                                      (the frames after the header dropped) */
+} wf_gate_meta_t;
+
+#define WF_GATE_META_MAGIC 0x77676174u
+
+/* Bind and listen on a ZeroMQ-style endpoint as libzmq would:
+ * tcp://HOST:PORT (HOST an IPv4 / [IPv6] address, "*", an interface name
+ * (its IPv4 address) or a host name (IPv4);
+ * PORT a number, or "*" / 0 for any), ipc://PATH (an existing socket
+ * file is replaced) or ipc://@NAME (abstract). *ret_fd: the listening
+ * socket (close-on-exec); bound: the endpoint with the address and port
+ * bound. On error the reason is in why. */
+wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
+                           char *bound, size_t bound_len, char *why,
+                           size_t why_len);
+
+/* Start the thread. On error (logged) nothing is left and the listening
+ * socket is closed. */
+wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret);
+
+/* Replace the CURVE keys admitted (copied; role and name per key).
+ * New handshakes see them; connected clients keep theirs. Any thread. */
+wf_status_t wf_gate_set_keys(wf_gate_t *g, const wf_key_entry_t *e, size_t n);
+
+/* New limits for what is read from now on. Any thread. */
+void wf_gate_set_limits(wf_gate_t *g, const wf_gate_limits_t *l);
+
+/* The gate thread's id (for its scheduling priority); 0 until it runs. */
+int wf_gate_tid(wf_gate_t *g);
+
+/* Counters since start. */
+typedef struct wf_gate_stats {
+    uint64_t accepted;           /* connections accepted */
+    uint64_t refused;            /* handshakes refused (auth, protocol, limits) */
+    uint64_t admitted;           /* CURVE handshakes admitted */
+    uint64_t over_limit;         /* messages over a limit, connections closed for one */
+    uint32_t open;               /* connections open now */
+} wf_gate_stats_t;
+void wf_gate_stats(wf_gate_t *g, wf_gate_stats_t *ret);
+
+/* Parse the gate frame; false when it is not one. */
+bool wf_gate_meta_read(const void *data, size_t len, wf_gate_meta_t *ret);
+
+/* Stop the thread, close every connection and the listening socket;
+ * NULL is fine. Before the ROUTER and the context close. With linger_ms,
+ * first write the replies already taken or waiting in the connections'
+ * DEALERs (reading nothing more) for up to that long. */
+void wf_gate_stop(wf_gate_t **pg, unsigned linger_ms);
+
+#endif /* WF_GATE_H */

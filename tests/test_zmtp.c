@@ -1,0 +1,717 @@
+/* test_zmtp.c — the client plane's bounds against a raw ZMTP peer (plain
+ * TCP sockets here, no libzmq on the attacking side), on a real weftd
+ * (daemon/server/gate.h, PROTOCOL.md section 1.1). The daemon runs with
+ * --client-queue-bytes 16M --max-tensor-bytes 4M, so one message may hold
+ * M = max_header_bytes (64 KiB) + 16 MiB, and one connection at most
+ * 3 M of requests (gate.h): the stated bound here is RSS before + 3 M +
+ * 16 MiB of slack (allocator, the status client). Meanwhile a libweft
+ * client asks for status in a loop from its own thread; every call must
+ * succeed, and its latency is printed.
+ *   (a) a NULL handshake, then frames of 256 KiB with the "more" flag,
+ *       never ending the message: RSS stays within the bound and the
+ *       daemon closes the connection (it drops what goes over the limit,
+ *       and closes a peer that keeps on for 1024 frames);
+ *   (b) a hello header and 100 frames of 4 MiB: RSS within the bound,
+ *       the message is refused with WF_E_LIMIT and the hello's id (the
+ *       frames over the limit are dropped unread);
+ *   (c) 64 idle connections and one that sends its greeting a byte at a
+ *       time: at most client_max_handshakes (8) are kept, each closed
+ *       after client_handshake_ms (1000); the rest closed at accept; RSS
+ *       flat; a new client connects once they are gone; the refusals
+ *       show in status's handshakes_refused;
+ *   (c2) 31 idle connections through their handshake beside the status
+ *       client: client_max_connections (32) is reached, one more is
+ *       closed at accept, the status client is still served;
+ *   (e) malformed input (not a greeting, ZMTP 2, a PUB socket, a command
+ *       of 2^62 bytes, a frame of 2^63, a command of 2 KiB after the
+ *       handshake, reserved flags): each connection closed; PING gets
+ *       PONG with its context;
+ *   (d) CURVE (a libzmq client with keys): a hello with 10 frames of
+ *       4 MiB is refused with WF_E_LIMIT; a frame over max_tensor_bytes
+ *       closes the connection (its "more" flag is inside the box); the
+ *       client is served again after libzmq reconnects.
+ * Usage: test_zmtp PATH_TO_WEFTD. Every wait has a deadline.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "keys.h"
+#include "proto.h"
+#include "support/clusterd.h"
+#include "support/rawd.h"
+#include "weft.h"
+
+#define MIB (UINT64_C(1) << 20)
+#define MSG_BYTES (64 * 1024 + 16 * MIB)   /* M: header + client_queue_bytes */
+#define SLACK (16 * MIB)
+#define BOUND (3 * MSG_BYTES + SLACK)
+
+
+static uint64_t rss_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1)
+            break;
+    fclose(f);
+    return kb * 1024;
+}
+
+/* ------------------------------------------------------------------ */
+/* the well-behaved client: status in a loop */
+
+typedef struct prober {
+    char endpoint[64];
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_uint calls, failed;
+    atomic_uint max_us;          /* of the current phase */
+    atomic_uint_least64_t sum_us;
+} prober_t;
+
+static void *prober_main(void *arg)
+{
+    prober_t *p = arg;
+    wf_client_t *c = NULL;
+    if (wf_client_connect(p->endpoint, 10000, &c) != WF_OK) {
+        atomic_fetch_add(&p->failed, 1);
+        return NULL;
+    }
+    wf_status_info_t *si = malloc(sizeof *si);
+    while (si && !atomic_load(&p->stop)) {
+        int64_t t0 = clusterd_now_ms();
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        wf_status_t st = wf_status(c, si);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        (void)t0;
+        unsigned us = (unsigned)((b.tv_sec - a.tv_sec) * 1000000 +
+                                 (b.tv_nsec - a.tv_nsec) / 1000);
+        if (st != WF_OK) {
+            fprintf(stderr, "status failed: %s\n", wf_client_last_error(c));
+            atomic_fetch_add(&p->failed, 1);
+        }
+        atomic_fetch_add(&p->calls, 1);
+        atomic_fetch_add(&p->sum_us, us);
+        if (us > atomic_load(&p->max_us))
+            atomic_store(&p->max_us, us);
+        usleep(2000);
+    }
+    free(si);
+    wf_client_destroy(&c);
+    return NULL;
+}
+
+static void phase_begin(prober_t *p)
+{
+    atomic_store(&p->calls, 0);
+    atomic_store(&p->failed, 0);
+    atomic_store(&p->max_us, 0);
+    atomic_store(&p->sum_us, 0);
+}
+
+/* Until the status client has been served k more times. */
+static void wait_served(prober_t *p, unsigned k)
+{
+    unsigned calls = atomic_load(&p->calls);
+    int64_t deadline = clusterd_now_ms() + TIMEOUT_MS;
+    while (atomic_load(&p->calls) < calls + k && clusterd_now_ms() < deadline)
+        usleep(5000);
+}
+
+static void phase_end(prober_t *p, const char *what)
+{
+    unsigned n = atomic_load(&p->calls), bad = atomic_load(&p->failed);
+    double mean = n ? (double)atomic_load(&p->sum_us) / n / 1000.0 : 0.0;
+    printf("  %s: status served %u times during the flood, %u failed, latency "
+           "mean %.2f ms, max %.2f ms\n", what, n, bad, mean,
+           atomic_load(&p->max_us) / 1000.0);
+    CHECK(n > 0);
+    CHECK(bad == 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* a raw ZMTP peer */
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        c += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* n bytes within timeout_ms; false at EOF, error or timeout. */
+static bool recv_all(int fd, void *p, size_t n, int timeout_ms)
+{
+    char *c = p;
+    int64_t deadline = clusterd_now_ms() + timeout_ms;
+    while (n) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        int left = (int)(deadline - clusterd_now_ms());
+        if (left <= 0 || poll(&pf, 1, left) != 1)
+            return false;
+        ssize_t r = recv(fd, c, n, 0);
+        if (r <= 0)
+            return false;
+        c += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+/* EOF (or a reset) within timeout_ms, whatever comes before it. */
+static bool closed_within(int fd, int timeout_ms)
+{
+    int64_t deadline = clusterd_now_ms() + timeout_ms;
+    char buf[4096];
+    for (;;) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        int left = (int)(deadline - clusterd_now_ms());
+        if (left <= 0 || poll(&pf, 1, left) != 1)
+            return false;
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
+            return true;
+    }
+}
+
+static bool send_frame_head(int fd, uint8_t flags, uint64_t size)
+{
+    uint8_t h[9];
+    if (size > 255) {
+        h[0] = flags | 0x02;
+        for (int i = 0; i < 8; i++)
+            h[1 + i] = (uint8_t)(size >> (56 - 8 * i));
+        return send_all(fd, h, 9);
+    }
+    h[0] = flags;
+    h[1] = (uint8_t)size;
+    return send_all(fd, h, 2);
+}
+
+static bool send_frame(int fd, uint8_t flags, const void *p, uint64_t n)
+{
+    return send_frame_head(fd, flags, n) && send_all(fd, p, (size_t)n);
+}
+
+/* Read one frame into buf (at most cap bytes); its flags and size. */
+static bool recv_frame(int fd, uint8_t *flags, uint8_t *buf, size_t cap, size_t *n)
+{
+    uint8_t h[9];
+    if (!recv_all(fd, h, 2, TIMEOUT_MS))
+        return false;
+    uint64_t size = h[1];
+    if (h[0] & 0x02) {
+        if (!recv_all(fd, h + 2, 7, TIMEOUT_MS))
+            return false;
+        size = 0;
+        for (int i = 0; i < 8; i++)
+            size = size << 8 | h[1 + i];
+    }
+    if (size > cap)
+        return false;
+    *flags = h[0];
+    *n = (size_t)size;
+    return recv_all(fd, buf, (size_t)size, TIMEOUT_MS);
+}
+
+/* Connect and go through the NULL handshake as a DEALER. -1 on error. */
+static int zmtp_open(int port)
+{
+    int fd = tcp_connect(port);
+    if (fd < 0)
+        return -1;
+    uint8_t g[64] = { 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 1, 'N', 'U', 'L', 'L' };
+    static const uint8_t ready[] = { 5, 'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c',
+                                     'k', 'e', 't', '-', 'T', 'y', 'p', 'e', 0, 0, 0,
+                                     6, 'D', 'E', 'A', 'L', 'E', 'R' };
+    uint8_t sg[64], buf[256], flags;
+    size_t n;
+    if (!send_all(fd, g, sizeof g) || !send_frame(fd, 0x04, ready, sizeof ready) ||
+        !recv_all(fd, sg, 64, TIMEOUT_MS) || sg[0] != 0xff || sg[10] != 3 ||
+        memcmp(sg + 12, "NULL", 5) != 0 ||
+        !recv_frame(fd, &flags, buf, sizeof buf, &n) || flags != 0x04 ||
+        n < 6 || memcmp(buf, "\x05READY", 6) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool hello_header(wf_buf_t *b, uint64_t id)
+{
+    wf_request_t req;
+    memset(&req, 0, sizeof req);
+    req.version = WF_PROTOCOL_VERSION;
+    req.op = WF_OP_HELLO;
+    req.id = id;
+    return wf_request_encode(&req, b) == WF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* the floods */
+
+static void report(const char *what, uint64_t before, uint64_t peak, uint64_t after)
+{
+    printf("  %s: RSS before %.1f MiB, peak during %.1f MiB (+%.1f), after %.1f "
+           "MiB; bound before + %.1f MiB\n", what, before / (double)MIB,
+           peak / (double)MIB, (peak > before ? peak - before : 0) / (double)MIB,
+           after / (double)MIB, BOUND / (double)MIB);
+    CHECK(peak <= before + BOUND);
+}
+
+/* (a) frames with "more", never the last one */
+static void endless_more(daemon_t *d, int port, prober_t *p)
+{
+    int fd = zmtp_open(port);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    phase_begin(p);
+    const size_t fsz = 256 * 1024;
+    uint8_t *frame = calloc(1, fsz);
+    uint64_t before = rss_of(d->pid), peak = before, sent = 0;
+    bool closed = false;
+    wf_buf_t b = { 0 };
+    CHECK(hello_header(&b, 7001));
+    closed = !send_frame(fd, 0x01, b.data, b.len);
+    /* 2 GiB at most; the daemon closes after ~1024 dropped frames */
+    while (!closed && sent < 2048 * MIB) {
+        if (!send_frame(fd, 0x01, frame, fsz)) {
+            closed = true;
+            break;
+        }
+        sent += fsz;
+        if (sent % (16 * MIB) == 0) {
+            uint64_t r = rss_of(d->pid);
+            if (r > peak)
+                peak = r;
+        }
+    }
+    if (!closed)
+        closed = closed_within(fd, 5000);
+    uint64_t after = rss_of(d->pid);
+    printf("  (a) endless \"more\" frames: %.0f MiB sent before the daemon closed "
+           "the connection (%s)\n", sent / (double)MIB, closed ? "closed" : "NOT closed");
+    CHECK(closed);
+    CHECK(sent < 1024 * MIB);
+    report("(a)", before, peak, after);
+    phase_end(p, "(a)");
+    wf_buf_free(&b);
+    free(frame);
+    close(fd);
+}
+
+/* (b) a hello, then 100 frames of 4 MiB: WF_E_LIMIT */
+static void hello_and_big_frames(daemon_t *d, int port, prober_t *p)
+{
+    int fd = zmtp_open(port);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    phase_begin(p);
+    const size_t fsz = 4 * MIB;
+    uint8_t *frame = calloc(1, fsz);
+    uint64_t before = rss_of(d->pid), peak = before;
+    wf_buf_t b = { 0 };
+    CHECK(hello_header(&b, 7002));
+    bool ok = send_frame(fd, 0x01, b.data, b.len);
+    for (int i = 0; ok && i < 100; i++) {
+        ok = send_frame(fd, i < 99 ? 0x01 : 0x00, frame, fsz);
+        uint64_t r = rss_of(d->pid);
+        if (r > peak)
+            peak = r;
+    }
+    CHECK(ok);
+    uint8_t buf[4096], flags;
+    size_t n = 0;
+    bool got = ok && recv_frame(fd, &flags, buf, sizeof buf, &n);
+    CHECK(got);
+    if (got) {
+        wf_reply_t *rep = calloc(1, sizeof *rep);
+        char err[256];
+        CHECK(rep && wf_reply_decode(buf, n, rep, err, sizeof err) == WF_OK);
+        if (rep) {
+            printf("  (b) hello + 100 x 4 MiB: reply id %" PRIu64 " %s: %s\n", rep->id,
+                   wf_status_name(rep->status), rep->error);
+            CHECK(rep->id == 7002);
+            CHECK(rep->status == WF_E_LIMIT);
+        }
+        free(rep);
+    }
+    /* the connection still serves: a hello of its own */
+    wf_buf_reset(&b);
+    CHECK(hello_header(&b, 7003));
+    CHECK(send_frame(fd, 0x00, b.data, b.len));
+    got = recv_frame(fd, &flags, buf, sizeof buf, &n);
+    CHECK(got);
+    if (got) {
+        wf_reply_t *rep = calloc(1, sizeof *rep);
+        char err[256];
+        CHECK(rep && wf_reply_decode(buf, n, rep, err, sizeof err) == WF_OK &&
+              rep->id == 7003 && rep->status == WF_OK);
+        free(rep);
+    }
+    uint64_t after = rss_of(d->pid);
+    report("(b)", before, peak, after);
+    phase_end(p, "(b)");
+    wf_buf_free(&b);
+    free(frame);
+    close(fd);
+}
+
+/* (c) idle connections, a slow greeting */
+static void idle_connections(daemon_t *d, int port, prober_t *p, const char *ep)
+{
+    enum { IDLE = 64 };
+    phase_begin(p);
+    uint64_t before = rss_of(d->pid), peak = before;
+    int fds[IDLE];
+    /* the slow one first: it takes a handshake slot */
+    int64_t t0 = clusterd_now_ms();
+    int slow = tcp_connect(port);
+    CHECK(slow >= 0);
+    usleep(50000);
+    for (int i = 0; i < IDLE; i++)
+        fds[i] = tcp_connect(port);
+    uint8_t g[64] = { 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 1, 'N', 'U', 'L', 'L' };
+    bool slow_closed = false;
+    for (int i = 0; i < 64 && !slow_closed; i++) {
+        if (clusterd_now_ms() - t0 > 5000)
+            break;
+        slow_closed = !send_all(slow, g + i, 1);
+        struct pollfd pf = { .fd = slow, .events = POLLIN };
+        if (!slow_closed && poll(&pf, 1, 100) == 1) {
+            char buf[128];
+            ssize_t r = recv(slow, buf, sizeof buf, 0);
+            slow_closed = r == 0 || (r < 0 && errno != EAGAIN);
+        }
+        uint64_t r = rss_of(d->pid);
+        if (r > peak)
+            peak = r;
+    }
+    int64_t slow_ms = clusterd_now_ms() - t0;
+    /* every idle one is closed within client_handshake_ms (+ slack) */
+    int open_after = 0;
+    for (int i = 0; i < IDLE; i++) {
+        if (fds[i] < 0 || !closed_within(fds[i], 5000))
+            open_after++;
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    printf("  (c) %d idle connections and a greeting a byte per 100 ms: the slow "
+           "one %s after %" PRId64 " ms, %d of the idle ones still open after 5 s\n",
+           IDLE, slow_closed ? "closed" : "NOT closed", slow_ms, open_after);
+    CHECK(slow_closed);
+    CHECK(slow_ms >= 800 && slow_ms < 5000);   /* client_handshake_ms 1000 */
+    CHECK(open_after == 0);
+    close(slow);
+    /* a new client connects once they are gone */
+    wf_client_t *c = NULL;
+    CHECK(wf_client_connect(ep, 10000, &c) == WF_OK);
+    wf_status_info_t *si = calloc(1, sizeof *si);
+    CHECK(c && si && wf_status(c, si) == WF_OK);
+    if (c && si) {
+        printf("  (c) handshakes refused (status counters): %" PRIu64 "\n",
+               si->counters.handshakes_refused);
+        CHECK(si->counters.handshakes_refused >= IDLE - 8);
+    }
+    free(si);
+    wf_client_destroy(&c);
+    uint64_t after = rss_of(d->pid);
+    report("(c)", before, peak, after);
+    phase_end(p, "(c)");
+}
+
+/* (d) CURVE, through libzmq (the limits apply to the boxed frames) */
+static void curve_limits(const char *weftd)
+{
+    char dir[] = "/tmp/weft-zmtp-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    char keyfile[64], clients[64], ep[64], err[256], text[256];
+    snprintf(keyfile, sizeof keyfile, "%s/daemon", dir);
+    snprintf(clients, sizeof clients, "%s/clients", dir);
+    wf_keypair_t kd, kc;
+    if (wf_keypair_generate(&kd, err, sizeof err) != WF_OK ||
+        wf_keypair_write(keyfile, &kd, err, sizeof err) != WF_OK ||
+        wf_keypair_generate(&kc, err, sizeof err) != WF_OK) {
+        fprintf(stderr, "keys: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    snprintf(text, sizeof text, "submit %s carol\n", kc.public_key);
+    write_file(clients, text);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", clusterd_free_port());
+    const char *args[] = { "--devices", "cpu:1", "--listen", ep, "--key-file", keyfile,
+                           "--client-keys", clients, "--client-queue-bytes", "16M",
+                           "--max-tensor-bytes", "4M", "--log-level", "warning", NULL };
+    daemon_t d;
+    if (!daemon_start(&d, weftd, args) || !notify_wait(&d, "READY=1", TIMEOUT_MS)) {
+        CHECK(0);
+        daemon_close(&d);
+        return;
+    }
+    zmq_close(d.sock);
+    d.sock = zmq_socket(d.zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(d.sock, ZMQ_LINGER, &zero, sizeof zero);
+    CHECK(zmq_setsockopt(d.sock, ZMQ_CURVE_SERVERKEY, kd.public_key, 40) == 0 &&
+          zmq_setsockopt(d.sock, ZMQ_CURVE_PUBLICKEY, kc.public_key, 40) == 0 &&
+          zmq_setsockopt(d.sock, ZMQ_CURVE_SECRETKEY, kc.secret_key, 40) == 0 &&
+          zmq_connect(d.sock, ep) == 0);
+    reply_t *r = calloc(1, sizeof *r);
+    CHECK(send_simple(&d, WF_OP_HELLO, 1) && recv_reply(&d, TIMEOUT_MS, r) &&
+          r->rep.status == WF_OK);
+    reply_clear(r);
+    /* a hello with 10 frames of 4 MiB: over message_bytes */
+    const size_t fsz = 4 * MIB;
+    uint8_t *frame = calloc(1, fsz + 1);
+    const void *data[10];
+    size_t len[10];
+    for (int i = 0; i < 10; i++) {
+        data[i] = frame;
+        len[i] = fsz;
+    }
+    uint64_t before = rss_of(d.pid);
+    wf_buf_t b = { 0 };
+    CHECK(hello_header(&b, 2));
+    CHECK(send_frames(d.sock, false, &b, 10, data, len));
+    bool got = recv_reply(&d, TIMEOUT_MS, r);
+    uint64_t peak = rss_of(d.pid);
+    CHECK(got && r->rep.id == 2 && r->rep.status == WF_E_LIMIT);
+    if (got)
+        printf("  (d) CURVE hello + 10 x 4 MiB: %s: %s\n",
+               wf_status_name(r->rep.status), r->rep.error);
+    reply_clear(r);
+    /* one frame over frame_bytes: its end is inside the box, so the
+     * connection is closed (libzmq reconnects; that request is lost) */
+    wf_buf_reset(&b);
+    CHECK(hello_header(&b, 3));
+    len[0] = fsz + 1;
+    CHECK(send_frames(d.sock, false, &b, 1, data, len));
+    got = recv_reply(&d, 2000, r);
+    printf("  (d) CURVE frame of 4 MiB + 1: %s\n", got ? "answered (wrong)"
+                                                        : "no reply: connection closed");
+    CHECK(!got);
+    reply_clear(r);
+    /* served again on the new connection */
+    got = false;
+    for (int i = 0; i < 50 && !got; i++)
+        got = send_simple(&d, WF_OP_HELLO, 4 + (uint64_t)i) &&
+              recv_reply(&d, 200, r) && r->rep.status == WF_OK;
+    CHECK(got);
+    reply_clear(r);
+    uint64_t after = rss_of(d.pid);
+    report("(d)", before, peak > after ? peak : after, after);
+    free(r);
+    free(frame);
+    wf_buf_free(&b);
+    kill(d.pid, SIGTERM);
+    CHECK(daemon_wait_exit(&d, TIMEOUT_MS) && d.exit_status == 0);
+    daemon_close(&d);
+    unlink(keyfile);
+    unlink(clients);
+    rmdir(dir);
+}
+
+/* (e) malformed input: each closes its connection; PING gets PONG */
+static void malformed(daemon_t *d, int port, prober_t *p)
+{
+    phase_begin(p);
+    uint64_t before = rss_of(d->pid);
+    uint8_t g[64] = { 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 1, 'N', 'U', 'L', 'L' };
+    uint8_t junk[64];
+    memset(junk, 'A', sizeof junk);
+    uint8_t old[64];
+    memcpy(old, g, sizeof old);
+    old[10] = 2;                                  /* ZMTP 2 */
+    static const uint8_t pub_ready[] = { 5, 'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c',
+                                         'k', 'e', 't', '-', 'T', 'y', 'p', 'e', 0, 0,
+                                         0, 3, 'P', 'U', 'B' };
+    int closed = 0, cases = 0;
+    /* before the handshake */
+    for (int k = 0; k < 4; k++) {
+        int fd = tcp_connect(port);
+        bool ok = fd >= 0;
+        if (k == 0)
+            ok = ok && send_all(fd, junk, sizeof junk);
+        else if (k == 1)
+            ok = ok && send_all(fd, old, sizeof old);
+        else if (k == 2)
+            ok = ok && send_all(fd, g, sizeof g) &&
+                 send_frame(fd, 0x04, pub_ready, sizeof pub_ready);
+        else
+            ok = ok && send_all(fd, g, sizeof g) &&
+                 send_frame_head(fd, 0x04, UINT64_C(1) << 62);
+        cases++;
+        closed += ok && closed_within(fd, 5000);
+        if (fd >= 0)
+            close(fd);
+    }
+    /* after it */
+    for (int k = 0; k < 3; k++) {
+        int fd = zmtp_open(port);
+        bool ok = fd >= 0;
+        static uint8_t big_cmd[2048];
+        if (k == 0)
+            ok = ok && send_frame_head(fd, 0x01, UINT64_C(1) << 63);
+        else if (k == 1)
+            ok = ok && send_frame(fd, 0x04, big_cmd, sizeof big_cmd);
+        else
+            ok = ok && send_frame_head(fd, 0xf8, 0);
+        cases++;
+        closed += ok && closed_within(fd, 5000);
+        if (fd >= 0)
+            close(fd);
+    }
+    printf("  (e) %d of %d malformed connections closed by the daemon\n", closed, cases);
+    CHECK(closed == cases);
+    /* PING -> PONG with the context */
+    int fd = zmtp_open(port);
+    static const uint8_t ping[] = { 4, 'P', 'I', 'N', 'G', 0, 10, 'c', 't', 'x' };
+    uint8_t buf[64], flags;
+    size_t n = 0;
+    bool pong = fd >= 0 && send_frame(fd, 0x04, ping, sizeof ping) &&
+                recv_frame(fd, &flags, buf, sizeof buf, &n) && flags == 0x04 &&
+                n == 8 && memcmp(buf, "\x04PONGctx", 8) == 0;
+    printf("  (e) PING: %s\n", pong ? "PONG with its context" : "no PONG");
+    CHECK(pong);
+    if (fd >= 0)
+        close(fd);
+    wait_served(p, 2);
+    report("(e)", before, rss_of(d->pid), rss_of(d->pid));
+    phase_end(p, "(e)");
+}
+
+/* (c2) idle connections past their handshake: client_max_connections */
+static void full_house(daemon_t *d, int port, prober_t *p)
+{
+    enum { MAX = 32 };
+    phase_begin(p);
+    uint64_t before = rss_of(d->pid);
+    int fds[MAX];
+    int open_ok = 0;
+    /* the prober holds one of the MAX */
+    for (int i = 0; i < MAX - 1; i++) {
+        fds[i] = zmtp_open(port);
+        open_ok += fds[i] >= 0;
+    }
+    int extra = tcp_connect(port);
+    uint8_t gr[64];
+    bool refused = extra >= 0 && !recv_all(extra, gr, sizeof gr, 5000);
+    printf("  (c2) %d of %d idle connections through the handshake; one more %s\n",
+           open_ok, MAX - 1, refused ? "closed at accept" : "NOT refused");
+    CHECK(open_ok == MAX - 1);
+    CHECK(refused);
+    if (extra >= 0)
+        close(extra);
+    /* the status client is served while every slot is taken */
+    wait_served(p, 5);
+    uint64_t peak = rss_of(d->pid);
+    for (int i = 0; i < MAX - 1; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    report("(c2)", before, peak, rss_of(d->pid));
+    phase_end(p, "(c2)");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int port = clusterd_free_port();
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    const char *args[] = { "--devices", "cpu:1", "--listen", ep,
+                           "--client-queue-bytes", "16M", "--max-tensor-bytes", "4M",
+                           "--client-max-connections", "32",
+                           "--client-max-handshakes", "8",
+                           "--client-handshake-ms", "1000",
+                           "--log-level", "warning", NULL };
+    daemon_t d;
+    if (!daemon_start(&d, argv[1], args) || !notify_wait(&d, "READY=1", TIMEOUT_MS)) {
+        fprintf(stderr, "test_zmtp: the daemon did not start\n");
+        daemon_close(&d);
+        return 1;
+    }
+    prober_t p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.endpoint, sizeof p.endpoint, "%s", ep);
+    atomic_init(&p.stop, false);
+    if (pthread_create(&p.thread, NULL, prober_main, &p) != 0) {
+        daemon_close(&d);
+        return 1;
+    }
+    /* the prober is connected and served before the floods */
+    int64_t deadline = clusterd_now_ms() + TIMEOUT_MS;
+    while (atomic_load(&p.calls) == 0 && atomic_load(&p.failed) == 0 &&
+           clusterd_now_ms() < deadline)
+        usleep(10000);
+    CHECK(atomic_load(&p.calls) > 0);
+    printf("stated bound: one connection holds at most 3 x %.1f MiB of requests; "
+           "RSS within before + %.1f MiB\n", MSG_BYTES / (double)MIB,
+           BOUND / (double)MIB);
+    endless_more(&d, port, &p);
+    hello_and_big_frames(&d, port, &p);
+    idle_connections(&d, port, &p, ep);
+    full_house(&d, port, &p);
+    malformed(&d, port, &p);
+    atomic_store(&p.stop, true);
+    pthread_join(p.thread, NULL);
+    kill(d.pid, SIGTERM);
+    CHECK(daemon_wait_exit(&d, TIMEOUT_MS) && d.exit_status == 0);
+    daemon_close(&d);
+    curve_limits(argv[1]);
+    if (failures) {
+        fprintf(stderr, "test_zmtp: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_zmtp: OK\n");
+    return 0;
+}
