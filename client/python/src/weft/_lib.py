@@ -38,6 +38,7 @@ WF_TP_MAX_BLOCKS = 8
 WF_TP_MAX_RULES = 64
 WF_MODEL_NAME_MAX = 64
 WF_MODEL_PATH_LEN = 256
+WF_MODEL_NODES_LEN = 256
 WF_MODELS_MAX = 16
 
 WF_DTYPE_F32 = 0
@@ -143,7 +144,8 @@ class wf_model_info_t(ctypes.Structure):
                 ("params", c_u64), ("bytes_total", c_u64), ("bytes_loaded", c_u64),
                 ("host_bytes", c_u64), ("rank_bytes", c_u64), ("tp", c_u32),
                 ("sharded_input", c_u32), ("load_ms", c_u64), ("device", c_char * 16),
-                ("compute", c_char * 8), ("host_pinned", c_u32)]
+                ("compute", c_char * 8), ("host_pinned", c_u32),
+                ("nodes", c_char * WF_MODEL_NODES_LEN)]
 
 
 _TP = ctypes.POINTER(wf_tensor_t)

@@ -170,6 +170,7 @@ class ModelInfo:
     device: str
     compute: str
     host_pinned: bool
+    nodes: str = ""         # a cluster coordinator's: "NODE:FIRST-LAST,..." holding it
 
 
 def _s(b: bytes) -> str:
@@ -185,7 +186,7 @@ def _model_info(m: _lib.wf_model_info_t) -> ModelInfo:
                      int(m.params), int(m.bytes_total), int(m.bytes_loaded),
                      int(m.host_bytes), int(m.rank_bytes), int(m.tp),
                      bool(m.sharded_input), int(m.load_ms), _s(m.device), _s(m.compute),
-                     bool(m.host_pinned))
+                     bool(m.host_pinned), _s(m.nodes))
 
 
 def _status_info(s: _lib.wf_status_info_t) -> StatusInfo:

@@ -13,6 +13,7 @@ libweft's) message.
         BusyError 23, NotCoordinatorError 24, UnavailableError 25
       JobStoppedError   26, 27       the job was stopped on purpose
         DeadlineError 26 (also a TimeoutError), CancelledError 27
+      MismatchError     28           a cluster node's copy of a model differs
       DaemonFailure     40..42       the daemon or a peer failed
         InternalError 40, AbortedError 41, NodeLostError 42
       ClientError       101..107     raised by libweft itself, never on the wire
@@ -131,6 +132,13 @@ class CancelledError(JobStoppedError):
     code = 27
 
 
+class MismatchError(WeftError):
+    """28: load_model on a cluster: a node's files of the model differ from
+    the coordinator's (the message names the node and what differs);
+    nothing was loaded on any node."""
+    code = 28
+
+
 class DaemonFailure(WeftError):
     """40..42: a failure inside the daemon or of a peer while the job ran."""
 
@@ -181,7 +189,7 @@ BY_CODE: Dict[int, Type[WeftError]] = {
         BadDtypeError, BadShapeError, FrameMismatchError, BadArgumentError,
         DeniedError, QueueFullError, NoMemoryError, ShuttingDownError, BusyError,
         NotCoordinatorError, UnavailableError, DeadlineError, CancelledError,
-        InternalError, AbortedError, NodeLostError, ReplyTimeoutError, ConnectError,
+        MismatchError, InternalError, AbortedError, NodeLostError, ReplyTimeoutError, ConnectError,
         TransportError, ProtocolError, PendingError, AuthError)
 }
 
