@@ -537,22 +537,14 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
     if (wg == 0) {
         /* ---- the producer ---- */
         regs_dec<REG_P>();
+        /* one thread loads; the other 127 have nothing to do and end */
         if (threadIdx.x == 0) {
-            /* the other 127 threads have nothing to do: they end here */
             int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
             for (int tile = blockIdx.x; tile < w.total; tile += gridDim.x) {
                 const block_plan bp = ws_tile(a, w, tile);
                 const int ntiles = (bp.k_end + BC - 1) / BC;
                 if (ntiles == 0)
                     continue; /* its rows see no key: the consumers write them alone */
-                if (qn > 0)
-                    mbar_wait(bar_qempty, (uint32_t)(qn - 1) & 1u);
-                mbar_expect_tx(bar_qfull, Q_BYTES);
-#pragma unroll
-                for (int c = 0; c < D / 64; c++)
-                    tma_load_4d(sQ + (uint32_t)c * (BR * 128), &tq, bar_qfull, c * 64, bp.h, bp.q0,
-                                bp.b);
-                qn++;
                 for (int j = 0; j < ntiles; j++, it++) {
                     const int s = it % nst;
                     const uint32_t ph = (uint32_t)(it / nst) & 1u;
@@ -564,6 +556,20 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
                     for (int c = 0; c < D / 64; c++)
                         tma_load_4d(sK(s) + (uint32_t)c * (BC * 128), &tk, full_k(s), c * 64, bp.hk,
                                     j * BC, bp.b);
+                    if (j == 0) {
+                        /* Q after the tile's first K: that load needs only
+                         * a free stage, so with a persistent grid it goes
+                         * out while the consumers finish the previous tile,
+                         * whose end (bar_qempty) Q waits for */
+                        if (qn > 0)
+                            mbar_wait(bar_qempty, (uint32_t)(qn - 1) & 1u);
+                        mbar_expect_tx(bar_qfull, Q_BYTES);
+#pragma unroll
+                        for (int c = 0; c < D / 64; c++)
+                            tma_load_4d(sQ + (uint32_t)c * (BR * 128), &tq, bar_qfull, c * 64,
+                                        bp.h, bp.q0, bp.b);
+                        qn++;
+                    }
                     mbar_wait(empty_v(s), ph ^ 1u);
                     mbar_expect_tx(full_v(s), KV_BYTES);
 #pragma unroll

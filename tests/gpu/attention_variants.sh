@@ -99,7 +99,9 @@ av_main() {
       *) say "variant $v: exit $rc, $ncase cases, $nfail failing"
          grep -E "FAIL|CHECK failed|error" "$tlog" | head -6 | tee -a "${report:-/dev/null}" ;;
     esac
-    note "variant $v: $( [ $rc = 0 ] && echo ok || { [ $rc = 124 ] && echo HUNG || echo "FAIL ($nfail cases)"; })"
+    local verdict="FAIL ($nfail of $ncase cases)"
+    case $rc in 0) verdict=ok ;; 124) verdict=HUNG ;; 77) verdict="skipped (no GPU)" ;; esac
+    note "variant $v: $verdict"
   done
 
   # 2. compute-sanitizer on a small grid
