@@ -815,10 +815,13 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
  * differs from gin: the TMA's swizzle against the layout the wgmma
  * descriptors assume; rows past S must arrive as zeros), writes them
  * through sw_offset into a staging tile and TMA-stores its rows (rows past
- * S clipped: the host checks the guard after the tensor). */
+ * S clipped: the host checks the guard after the tensor). Each tile
+ * starts with a ping-pong turn (named barriers 1 and 2, as the attention
+ * kernel's): order[2 j + c] gets consumer c's place in a shared counter,
+ * which must alternate 0, 1, 2, ... */
 __global__ void __launch_bounds__(NTHREADS, 1)
-ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, const __grid_constant__ CUtensorMap tin,
-                const __grid_constant__ CUtensorMap tout)
+ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, int *order,
+                const __grid_constant__ CUtensorMap tin, const __grid_constant__ CUtensorMap tout)
 {
 #ifdef WF_WS_BODY
     constexpr int D = 128, NST = 2;
@@ -829,6 +832,7 @@ ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, const __grid_constant__ 
     const uint32_t bars = staging + BR * D * 2;
     auto full = [&](int s) { return bars + 8u * s; };
     auto empty = [&](int s) { return bars + 8u * (NST + s); };
+    int *turns = reinterpret_cast<int *>(smem_raw + (bars + 8u * 2 * NST - smem_u32(smem_raw)));
     const int ntiles = (S + BC - 1) / BC;
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
@@ -837,6 +841,7 @@ ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, const __grid_constant__ 
             mbar_init(empty(s), 256u);
         }
         mbar_init_fence();
+        *turns = 0;
     }
     __syncthreads();
     if (wg == 0) {
@@ -857,8 +862,13 @@ ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, const __grid_constant__ 
     regs_inc<REG_C>();
     const int cw = wg - 1, wtid = threadIdx.x % 128, wrow0 = cw * WG_ROWS;
     unsigned nbad = 0;
+    nbar_arrive_if(cw == 1, 1, 256); /* consumer 0 goes first */
     for (int j = 0; j < ntiles; j++) {
         const int s = j % NST;
+        nbar_sync(1 + cw, 256);
+        if (wtid == 0)
+            order[2 * j + cw] = atomicAdd(turns, 1);
+        nbar_arrive_if(1, 2 - cw, 256);
         mbar_wait(full(s), (uint32_t)(j / NST) & 1u);
         /* 64 rows x 16 chunks of 16 bytes: 8 per thread */
         for (int i = 0; i < 8; i++) {
@@ -882,10 +892,11 @@ ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, const __grid_constant__ 
         }
         nbar_sync(3 + cw, 128); /* the staging rows are free again */
     }
+    nbar_sync_if(cw == 0, 1, 256); /* consumer 1's last hand-over */
     if (nbad)
         atomicAdd(bad, nbad);
 #else
-    (void)S, (void)gin, (void)bad, (void)tin, (void)tout;
+    (void)S, (void)gin, (void)bad, (void)order, (void)tin, (void)tout;
 #ifdef __CUDA_ARCH__
     __trap();
 #endif
@@ -1018,8 +1029,11 @@ extern "C" wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n)
     const int S = 1000, GUARD = 64, ROWB = 256;
     const size_t in_bytes = (size_t)S * ROWB, out_bytes = (size_t)(S + GUARD) * ROWB;
     unsigned char *hin = (unsigned char *)malloc(in_bytes), *hout = (unsigned char *)malloc(out_bytes);
-    void *din = nullptr, *dout = nullptr, *dbad = nullptr;
+    void *din = nullptr, *dout = nullptr, *dbad = nullptr, *dorder = nullptr;
     unsigned nbad = 0;
+    const int NT = (S + BC - 1) / BC;
+    int horder[2 * 16];
+    int turns_bad = 0;
     wf_status_t st = WF_E_INTERNAL;
     CUtensorMap tin, tout;
     const size_t smem = 1024 + 2 * (size_t)BC * 128 * 2 + (size_t)BR * 128 * 2 + 64;
@@ -1035,14 +1049,16 @@ extern "C" wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n)
         hin[i] = (unsigned char)(x >> 16);
     }
     if (cudaMalloc(&din, in_bytes) != cudaSuccess || cudaMalloc(&dout, out_bytes) != cudaSuccess ||
-        cudaMalloc(&dbad, sizeof(unsigned)) != cudaSuccess) {
+        cudaMalloc(&dbad, sizeof(unsigned)) != cudaSuccess ||
+        cudaMalloc(&dorder, sizeof horder) != cudaSuccess) {
         if (report)
             snprintf(report, n, "ws: probe allocation failed");
         goto done;
     }
     if (cudaMemcpy(din, hin, in_bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemset(dout, 0xAB, out_bytes) != cudaSuccess ||
-        cudaMemset(dbad, 0, sizeof(unsigned)) != cudaSuccess)
+        cudaMemset(dbad, 0, sizeof(unsigned)) != cudaSuccess ||
+        cudaMemset(dorder, 0xff, sizeof horder) != cudaSuccess)
         goto done;
     if (!tensor_map(&tin, din, true, 1, S, 1, 128, BC) ||
         !tensor_map(&tout, dout, true, 1, S, 1, 128, WG_ROWS)) {
@@ -1053,8 +1069,10 @@ extern "C" wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n)
     if (cudaFuncSetAttribute(ws_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem) != cudaSuccess)
         goto done;
-    ws_probe_kernel<<<1, NTHREADS, smem>>>(S, (const uint4 *)din, (unsigned *)dbad, tin, tout);
+    ws_probe_kernel<<<1, NTHREADS, smem>>>(S, (const uint4 *)din, (unsigned *)dbad,
+                                           (int *)dorder, tin, tout);
     if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(horder, dorder, sizeof horder, cudaMemcpyDeviceToHost) != cudaSuccess ||
         cudaMemcpy(hout, dout, out_bytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
         cudaMemcpy(&nbad, dbad, sizeof nbad, cudaMemcpyDeviceToHost) != cudaSuccess) {
         if (report)
@@ -1065,21 +1083,25 @@ extern "C" wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n)
         out_bad += hout[i] != hin[i];
     for (size_t i = in_bytes; i < out_bytes; i++)
         guard_bad += hout[i] != 0xAB;
-    st = nbad == 0 && out_bad == 0 && guard_bad == 0 ? WF_OK : WF_E_INTERNAL;
+    for (int i = 0; i < 2 * NT; i++)
+        turns_bad += horder[i] != i;
+    st = nbad == 0 && out_bad == 0 && guard_bad == 0 && turns_bad == 0 ? WF_OK : WF_E_INTERNAL;
     if (report)
         snprintf(report, n,
                  "ws mbarrier ring (TMA loads, 2 stages x %d boxes, full / empty) + setmaxnreg "
                  "%d / %d: %s (%u of %d chunks differ from sw_offset's layout); TMA store "
                  "(swizzle 128, rows past %d clipped): %s (%zu bytes differ, %zu guard bytes "
-                 "written)",
+                 "written); ping-pong (named barriers 1 / 2, %d turns): %s",
                  (S + BC - 1) / BC, REG_P, REG_C, nbad == 0 ? "ok" : "WRONG", nbad,
                  ((S + BC - 1) / BC) * BC * 16, S,
-                 out_bad == 0 && guard_bad == 0 ? "ok" : "WRONG", out_bad, guard_bad);
+                 out_bad == 0 && guard_bad == 0 ? "ok" : "WRONG", out_bad, guard_bad, 2 * NT,
+                 turns_bad == 0 ? "ok" : "WRONG (out of order)");
 done:
     (void)cudaGetLastError();
     cudaFree(din);
     cudaFree(dout);
     cudaFree(dbad);
+    cudaFree(dorder);
     free(hin);
     free(hout);
     return st;

@@ -217,7 +217,9 @@ wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n);
  * full / empty mbarriers, each consumer copying its rows into a swizzled
  * staging tile that a TMA store writes out; the output must equal the
  * input, rows past the tensor's end (zero-filled in, clipped out) leave
- * the guard after it untouched. WF_OK / WF_E_UNAVAILABLE / WF_E_INTERNAL
+ * the guard after it untouched; each tile also starts with a ping-pong
+ * turn of the two consumers (named barriers 1 / 2), whose order must
+ * alternate. WF_OK / WF_E_UNAVAILABLE / WF_E_INTERNAL
  * as wf_cuda_wgmma_selftest; one line in report. Defined in
  * attention_ws.cu (allocates; tests only). */
 wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n);

@@ -23,7 +23,8 @@
 #   1. test_cuda_gpu --attention-variants V for each variant, one process
 #      each under `timeout 40` (a deadlock in a named barrier cannot trap:
 #      a hung variant is reported as such and left out of the timings);
-#      the ws self-test line (mbarrier ring, setmaxnreg, TMA store) by name
+#      the ws self-test line (mbarrier ring, setmaxnreg, TMA store,
+#      ping-pong) by name
 #   2. compute-sanitizer --tool memcheck and --tool racecheck (when the
 #      toolkit has it) on bench_cuda_attention's small grid (S 300, H 2,
 #      D 64 and 128, causal and not) for the fullest variant that passed
@@ -85,8 +86,8 @@ av_main() {
     av_rc[$v]=$rc
     if [ "$v" = "${tests[0]}" ]; then
       grep -E "^  ws |^  wgmma|attention kernel" "$tlog" | head -4 | tee -a "${report:-/dev/null}"
-      grep -q "^  ws mbarrier ring.*: ok.*TMA store.*: ok" "$tlog" &&
-        note "ws self-test (mbarrier ring, setmaxnreg, TMA store): ok" ||
+      grep -q "^  ws mbarrier ring.*: ok.*TMA store.*: ok.*ping-pong.*: ok" "$tlog" &&
+        note "ws self-test (mbarrier ring, setmaxnreg, TMA store, ping-pong): ok" ||
         note "ws self-test: $(grep -m1 "^  ws " "$tlog" | cut -c1-160)"
     fi
     local ncase nfail
