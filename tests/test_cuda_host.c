@@ -33,9 +33,9 @@ static int failures;
 
 /* An H100 / H200 as cudaDeviceProp reports it, with the mma.sync kernel
  * only (H100) and with the wgmma kernel allowed (H100W). */
-static const wf_cuda_limits_t H100 = {232448, 2147483647, 65535, 65535, 132, 0};
+static const wf_cuda_limits_t H100 = {232448, 2147483647, 65535, 65535, 132, 0, 0};
 static const wf_cuda_limits_t H100W = {232448, 2147483647, 65535, 65535, 132,
-                                       WF_CUDA_KERNEL_WGMMA};
+                                       WF_CUDA_KERNEL_WGMMA, 0};
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -86,16 +86,27 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
     c->limits.sm_count = prop.multiProcessorCount;
     /* The wgmma kernel: built for sm_90a and a 9.0 device. WEFT_CUDA_ATTN
      * picks another form for comparison or as a fallback: wgmma-pipe (S
-     * of the next tile beside P V: slower on the H200, see BENCHMARKS.md)
-     * or mma (the mma.sync kernel). */
+     * of the next tile beside P V: slower on the H200, see BENCHMARKS.md),
+     * mma (the mma.sync kernel), or the warp-specialized kernel with its
+     * features (ws, ws+pipe+pp, ..., ws-full: wf_cuda_attn_kernel_parse;
+     * opt-in while it is measured). A value it does not know keeps the
+     * default, as before. */
     {
         const char *sel = getenv("WEFT_CUDA_ATTN");
+        int kern = WF_CUDA_KERNEL_WGMMA;
+        unsigned feat = 0;
+        if (wf_cuda_attn_kernel_parse(sel, &kern, &feat) != WF_OK) {
+            kern = WF_CUDA_KERNEL_WGMMA;
+            feat = 0;
+        }
+        if (kern == WF_CUDA_KERNEL_WS && !wf_cuda_ws_built())
+            kern = WF_CUDA_KERNEL_WGMMA, feat = 0;
         c->limits.wgmma = 0;
-        if (prop.major == 9 && prop.minor == 0 && wf_cuda_wgmma_built())
-            c->limits.wgmma = sel && strcmp(sel, "mma") == 0 ? 0
-                              : sel && strcmp(sel, "wgmma-pipe") == 0
-                                  ? WF_CUDA_KERNEL_WGMMA_PIPE
-                                  : WF_CUDA_KERNEL_WGMMA;
+        c->limits.ws_features = 0;
+        if (prop.major == 9 && prop.minor == 0 && wf_cuda_wgmma_built()) {
+            c->limits.wgmma = kern;
+            c->limits.ws_features = feat;
+        }
     }
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess)
         goto fail;
@@ -198,6 +209,8 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
         return st;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return WF_E_INTERNAL;
+    if (g.kernel == WF_CUDA_KERNEL_WS)
+        return wf_cuda_attention_ws_launch(p, &g, c->stream);
     return wf_cuda_attention_launch(p, &g, c->stream);
 }
 

@@ -24,6 +24,12 @@ wf_status_t wf_cuda_attention_wgmma_launch(const wf_attn_params_t *p,
                                            const wf_cuda_attn_geom_t *g,
                                            cudaStream_t stream);
 
+/* The same with the warp-specialized kernel (g->kernel ==
+ * WF_CUDA_KERNEL_WS; attention_ws.cu). */
+wf_status_t wf_cuda_attention_ws_launch(const wf_attn_params_t *p,
+                                        const wf_cuda_attn_geom_t *g,
+                                        cudaStream_t stream);
+
 /* 1 when the wgmma kernel was compiled for sm_90a (a real body), 0 when
  * this build has none (the geometry must not choose it). */
 int wf_cuda_wgmma_built(void);

@@ -72,6 +72,129 @@ size_t wf_cuda_attn_wgmma_smem_bytes(int d)
     return 1024u + 2u * (size_t)d * (WF_CUDA_BR + WF_CUDA_WG_STAGES * 2u * WF_CUDA_WG_BC) + 128u;
 }
 
+size_t wf_cuda_attn_ws_smem_bytes(int d, int stages)
+{
+    /* alignment slack, Q (also the output staging), the K and V rings,
+     * the mbarriers */
+    return 1024u + 2u * (size_t)d * (WF_CUDA_BR + (size_t)stages * 2u * WF_CUDA_WG_BC) +
+           WF_CUDA_WS_BAR_BYTES;
+}
+
+int wf_cuda_attn_ws_stages(int d, size_t smem_optin)
+{
+    for (int st = WF_CUDA_WS_MAX_STAGES; st >= WF_CUDA_WS_MIN_STAGES; st--)
+        if (wf_cuda_attn_ws_smem_bytes(d, st) <= smem_optin)
+            return st;
+    return 0;
+}
+
+static int regs_valid(int r) { return r >= 24 && r <= 256 && r % 8 == 0; }
+
+int wf_cuda_ws_regs_ok(int entry, int producer, int consumer, int consumers)
+{
+    if (!regs_valid(entry) || !regs_valid(producer) || !regs_valid(consumer) ||
+        consumers < 1 || consumers > 3 || producer > entry || entry > consumer)
+        return 0;
+    const long threads = 128L * (1 + consumers);
+    if ((long)entry * threads > 65536L)
+        return 0;
+    if ((long)(entry - producer) * 128L < (long)(consumer - entry) * 128L * consumers)
+        return 0;
+    return 128L * producer + 128L * consumers * consumer <= 65536L;
+}
+
+static const struct {
+    const char *name;
+    unsigned features;
+} ws_aliases[] = {
+    {"ws-pipe", WF_CUDA_WS_PIPE},
+    {"ws-pp", WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG},
+    {"ws-pp-store", WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_TMA_STORE},
+    {"ws-full", WF_CUDA_WS_ALL},
+};
+static const struct {
+    const char *name;
+    unsigned bit;
+} ws_bits[] = {
+    {"pipe", WF_CUDA_WS_PIPE},
+    {"pp", WF_CUDA_WS_PINGPONG},
+    {"store", WF_CUDA_WS_TMA_STORE},
+    {"persist", WF_CUDA_WS_PERSISTENT},
+};
+
+wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
+                                      unsigned *ret_features)
+{
+    if (!ret_kernel || !ret_features)
+        return WF_E_BAD_ARGUMENT;
+    int kernel;
+    unsigned feat = 0;
+    if (!sel || !*sel || strcmp(sel, "wgmma") == 0) {
+        kernel = WF_CUDA_KERNEL_WGMMA;
+    } else if (strcmp(sel, "wgmma-pipe") == 0) {
+        kernel = WF_CUDA_KERNEL_WGMMA_PIPE;
+    } else if (strcmp(sel, "mma") == 0) {
+        kernel = WF_CUDA_KERNEL_MMA;
+    } else {
+        kernel = WF_CUDA_KERNEL_WS;
+        size_t i;
+        for (i = 0; i < sizeof ws_aliases / sizeof ws_aliases[0]; i++)
+            if (strcmp(sel, ws_aliases[i].name) == 0)
+                break;
+        if (i < sizeof ws_aliases / sizeof ws_aliases[0]) {
+            feat = ws_aliases[i].features;
+        } else {
+            if (strncmp(sel, "ws", 2) != 0)
+                return WF_E_BAD_ARGUMENT;
+            const char *c = sel + 2;
+            while (*c) {
+                if (*c != '+')
+                    return WF_E_BAD_ARGUMENT;
+                c++;
+                size_t len = strcspn(c, "+"), b;
+                for (b = 0; b < sizeof ws_bits / sizeof ws_bits[0]; b++)
+                    if (strlen(ws_bits[b].name) == len && strncmp(c, ws_bits[b].name, len) == 0)
+                        break;
+                if (b == sizeof ws_bits / sizeof ws_bits[0] || (feat & ws_bits[b].bit))
+                    return WF_E_BAD_ARGUMENT; /* unknown or repeated */
+                feat |= ws_bits[b].bit;
+                c += len;
+            }
+        }
+    }
+    *ret_kernel = kernel;
+    *ret_features = feat;
+    return WF_OK;
+}
+
+void wf_cuda_attn_kernel_name(int kernel, unsigned features, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return;
+    buf[0] = 0;
+    if (kernel != WF_CUDA_KERNEL_WS) {
+        strncpy(buf, kernel == WF_CUDA_KERNEL_MMA ? "mma"
+                     : kernel == WF_CUDA_KERNEL_WGMMA_PIPE ? "wgmma-pipe" : "wgmma", n - 1);
+        buf[n - 1] = 0;
+        return;
+    }
+    size_t len = 0;
+    strncpy(buf, "ws", n - 1);
+    buf[n - 1] = 0;
+    len = strlen(buf);
+    for (size_t b = 0; b < sizeof ws_bits / sizeof ws_bits[0]; b++) {
+        if (!(features & ws_bits[b].bit))
+            continue;
+        size_t need = 1 + strlen(ws_bits[b].name);
+        if (len + need >= n)
+            break;
+        buf[len] = '+';
+        memcpy(buf + len + 1, ws_bits[b].name, need - 1);
+        len += need;
+        buf[len] = 0;
+    }
+}
+
 wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
                                   const wf_cuda_limits_t *lim,
                                   wf_cuda_attn_geom_t *ret_geom)
@@ -100,11 +223,38 @@ wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
     g.smem_bytes = wf_cuda_attn_smem_bytes(g.d, stages);
     g.compute_bf16 = p->q_dtype == WF_DTYPE_BF16;
     g.kernel = WF_CUDA_KERNEL_MMA;
+    g.ws_features = 0;
+    g.tiles = 0;
     wf_dtype_t cdt = g.compute_bf16 ? WF_DTYPE_BF16 : WF_DTYPE_F16;
-    if ((lim->wgmma == WF_CUDA_KERNEL_WGMMA || lim->wgmma == WF_CUDA_KERNEL_WGMMA_PIPE) &&
-        p->q_dtype == cdt && p->k_dtype == cdt && p->v_dtype == cdt &&
+    const int same_dt = p->q_dtype == cdt && p->k_dtype == cdt && p->v_dtype == cdt;
+    /* The ws kernel (opt-in): one linear grid over every (tile, head,
+     * batch); when its ring does not fit, or the tile count overflows
+     * gridDim.x, the default wgmma kernel below. */
+    const int64_t all_tiles = tiles * heads * p->B;
+    const int ws_stages = wf_cuda_attn_ws_stages(g.d, lim->smem_optin);
+    if (lim->wgmma == WF_CUDA_KERNEL_WS && same_dt && ws_stages > 0 &&
+        all_tiles <= lim->max_grid_x && all_tiles <= INT32_MAX) {
+        g.kernel = WF_CUDA_KERNEL_WS;
+        g.ws_features = lim->ws_features & WF_CUDA_WS_ALL;
+        g.tiles = all_tiles;
+        int64_t blocks = all_tiles;
+        if ((g.ws_features & WF_CUDA_WS_PERSISTENT) && lim->sm_count > 0 &&
+            blocks > lim->sm_count)
+            blocks = lim->sm_count;
+        g.grid[0] = (unsigned)blocks;
+        g.grid[1] = heads > 0 ? 1u : 0u; /* 0: an empty head range, nothing to launch */
+        g.grid[2] = 1;
+        g.block[0] = WF_CUDA_WS_THREADS;
+        g.stages = ws_stages;
+        g.dpad = g.d;
+        g.smem_bytes = wf_cuda_attn_ws_smem_bytes(g.d, ws_stages);
+        *ret_geom = g;
+        return WF_OK;
+    }
+    const int wgmma = lim->wgmma == WF_CUDA_KERNEL_WS ? WF_CUDA_KERNEL_WGMMA : lim->wgmma;
+    if ((wgmma == WF_CUDA_KERNEL_WGMMA || wgmma == WF_CUDA_KERNEL_WGMMA_PIPE) && same_dt &&
         wf_cuda_attn_wgmma_smem_bytes(g.d) <= lim->smem_optin) {
-        g.kernel = lim->wgmma;
+        g.kernel = wgmma;
         g.block[0] = WF_CUDA_WG_THREADS;
         g.stages = WF_CUDA_WG_STAGES;
         g.dpad = g.d;

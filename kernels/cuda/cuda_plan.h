@@ -58,6 +58,47 @@ enum {
     WF_CUDA_KERNEL_WGMMA_PIPE = 2
 };
 
+/* The warp-specialized Hopper kernel (attention_ws.cu, issue 17; sm_90a,
+ * opt-in: WEFT_CUDA_ATTN=ws..., never the default until a GPU run shows
+ * it right and faster). Three warpgroups: warpgroup 0 the producer (one
+ * thread issues every TMA load of Q and of the K / V ring; setmaxnreg
+ * lowers its registers to WF_CUDA_WS_REGS_PRODUCER), warpgroups 1 and 2
+ * the consumers of 64 query rows each (registers raised to
+ * WF_CUDA_WS_REGS_CONSUMER). BR = WF_CUDA_BR rows per tile, keys in tiles
+ * of WF_CUDA_WG_BC, K and V rings of `stages` (2..WF_CUDA_WS_MAX_STAGES:
+ * the most that fit) with full / empty mbarriers.
+ *   grid  (tiles, 1, 1): tiles = ceil(Sq / BR) * heads * B, or
+ *         min(tiles, sm_count) with WF_CUDA_WS_PERSISTENT (each block
+ *         strides over the tiles; causal: heavy tiles first)
+ *   block (WF_CUDA_WS_THREADS)
+ *   shared bytes = 1024 (alignment) + 2 * D * (BR + stages * 2 * WG_BC)
+ *                  + WF_CUDA_WS_BAR_BYTES (mbarriers); the output staging
+ *                  of WF_CUDA_WS_TMA_STORE reuses Q's tile. */
+enum {
+    WF_CUDA_KERNEL_WS = 3,         /* the kernel of attention_ws.cu */
+    WF_CUDA_WS_THREADS = 384,      /* producer + two consumer warpgroups */
+    WF_CUDA_WS_MIN_STAGES = 2,     /* the pipelined loop holds K of j + 1 and V of j */
+    WF_CUDA_WS_MAX_STAGES = 4,
+    WF_CUDA_WS_BAR_BYTES = 256,    /* 2 + 4 * MAX_STAGES mbarriers of 8 bytes, rounded */
+    WF_CUDA_WS_REGS_ENTRY = 168,   /* the cap at entry: 65536 / 384 rounded down to 8 */
+    WF_CUDA_WS_REGS_PRODUCER = 24, /* setmaxnreg.dec of warpgroup 0 */
+    WF_CUDA_WS_REGS_CONSUMER = 240 /* setmaxnreg.inc of warpgroups 1, 2 */
+};
+
+/* Features of the ws kernel (bits of wf_cuda_limits_t.ws_features), each
+ * a step of issue 17 to be measured alone: */
+enum {
+    WF_CUDA_WS_PIPE = 1u << 0,       /* in a warpgroup, S of tile j + 1 issued beside
+                                        P V of tile j (softmax under the GEMMs) */
+    WF_CUDA_WS_PINGPONG = 1u << 1,   /* the consumers take turns issuing their GEMMs
+                                        (named barriers): one's softmax under the
+                                        other's GEMMs */
+    WF_CUDA_WS_TMA_STORE = 1u << 2,  /* 16-bit out written through shared memory and
+                                        a TMA store (f32 out: direct stores) */
+    WF_CUDA_WS_PERSISTENT = 1u << 3, /* grid of sm_count blocks striding over the tiles */
+    WF_CUDA_WS_ALL = 15u
+};
+
 /* What the geometry depends on, from cudaDeviceProp (or a test). */
 typedef struct wf_cuda_limits {
     size_t smem_optin;  /* sharedMemPerBlockOptin, bytes */
@@ -69,7 +110,9 @@ typedef struct wf_cuda_limits {
                            for sm_90a): WF_CUDA_KERNEL_WGMMA (default),
                            WF_CUDA_KERNEL_WGMMA_PIPE (WEFT_CUDA_ATTN=
                            wgmma-pipe), or 0: mma.sync only
-                           (WEFT_CUDA_ATTN=mma, or no such device) */
+                           (WEFT_CUDA_ATTN=mma, or no such device);
+                           WF_CUDA_KERNEL_WS: the ws kernel (opt-in) */
+    unsigned ws_features; /* WF_CUDA_WS_* bits when wgmma is WF_CUDA_KERNEL_WS */
 } wf_cuda_limits_t;
 
 /* Launch of the attention kernel. */
@@ -82,6 +125,9 @@ typedef struct wf_cuda_attn_geom {
     int stages;        /* K/V buffers in flight (2, or 1 when 2 do not fit) */
     int compute_bf16;  /* 1: bf16 tensor-core inputs, 0: f16 */
     int kernel;        /* WF_CUDA_KERNEL_* */
+    unsigned ws_features; /* WF_CUDA_KERNEL_WS: its WF_CUDA_WS_* bits, else 0 */
+    int64_t tiles;     /* WF_CUDA_KERNEL_WS: query tiles in all (ceil(Sq / BR) *
+                          heads * B); grid[0] is that or, persistent, fewer */
 } wf_cuda_attn_geom_t;
 
 /* Shape, dtype and head-mapping checks of backend.h, plus the CUDA
@@ -98,7 +144,10 @@ bool wf_cuda_attn_head_dim_ok(int64_t D);
  * The compute dtype is bf16 when q is bf16, else f16 (f16 and f32 inputs:
  * f32 is rounded to f16 for the tensor cores, fp32 accumulation). The
  * kernel is lim->wgmma's when that is set, q, k and v all have the
- * compute dtype and its shared tiles fit; mma.sync otherwise. */
+ * compute dtype and its shared tiles fit; mma.sync otherwise.
+ * WF_CUDA_KERNEL_WS: the ws kernel (grid, block, stages, smem_bytes,
+ * ws_features, tiles as above) when its ring fits (wf_cuda_attn_ws_stages)
+ * and every tile fits gridDim.x; else as for WF_CUDA_KERNEL_WGMMA. */
 wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
                                   const wf_cuda_limits_t *lim,
                                   wf_cuda_attn_geom_t *ret_geom);
@@ -108,6 +157,39 @@ size_t wf_cuda_attn_smem_bytes(int d, int stages);
 
 /* Shared bytes of the wgmma kernel for head dim d. */
 size_t wf_cuda_attn_wgmma_smem_bytes(int d);
+
+/* Shared bytes of the ws kernel for head dim d with a K / V ring of
+ * `stages` (formula above). */
+size_t wf_cuda_attn_ws_smem_bytes(int d, int stages);
+
+/* Ring depth of the ws kernel for head dim d under smem_optin: the most
+ * stages in [WF_CUDA_WS_MIN_STAGES, WF_CUDA_WS_MAX_STAGES] that fit, or 0
+ * when not even the minimum does (the geometry then takes another
+ * kernel). */
+int wf_cuda_attn_ws_stages(int d, size_t smem_optin);
+
+/* 1 when a warp-specialized split of registers is valid on sm_90: every
+ * count a multiple of 8 in [24, 256] (setmaxnreg's range), producer <=
+ * entry <= consumer, entry * threads <= 65536 (threads = 128 * (1 +
+ * consumers)), what the producer warpgroup frees covers what the
+ * consumers take ((entry - producer) * 128 >= (consumer - entry) * 128 *
+ * consumers), and the total after the moves within 65536. */
+int wf_cuda_ws_regs_ok(int entry, int producer, int consumer, int consumers);
+
+/* WEFT_CUDA_ATTN's value as a kernel choice: NULL or "" or "wgmma" the
+ * default (WF_CUDA_KERNEL_WGMMA), "wgmma-pipe", "mma" (0), and the ws
+ * kernel: "ws" optionally followed by "+pipe", "+pp" (ping-pong),
+ * "+store" (TMA store), "+persist" in any order, or the names of the
+ * cumulative steps "ws-pipe" (ws+pipe), "ws-pp" (ws+pipe+pp),
+ * "ws-pp-store" (ws+pipe+pp+store), "ws-full" (all four).
+ * WF_E_BAD_ARGUMENT for anything else (the outputs untouched: the caller
+ * keeps the default). */
+wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
+                                      unsigned *ret_features);
+
+/* The canonical name of a choice ("mma", "wgmma", "wgmma-pipe",
+ * "ws+pipe+pp", ...) into buf (n bytes, NUL-terminated, truncated). */
+void wf_cuda_attn_kernel_name(int kernel, unsigned features, char *buf, size_t n);
 
 /* Workspace of the CUDA attention: 0 bytes (everything stays on chip);
  * exact, pure. The workspace argument may be NULL. */
@@ -128,6 +210,22 @@ void wf_cuda_convert_geometry(size_t n, const wf_cuda_limits_t *lim,
  * device; WF_E_INTERNAL otherwise. One line of findings in report.
  * Defined in attention_wgmma.cu (allocates; tests only). */
 wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n);
+
+/* A check of the ws kernel's building blocks on device `device`, by
+ * name: a K ring of 2 stages loaded by TMA from a producer warpgroup
+ * (setmaxnreg.dec) and consumed by two warpgroups (setmaxnreg.inc) through
+ * full / empty mbarriers, each consumer copying its rows into a swizzled
+ * staging tile that a TMA store writes out; the output must equal the
+ * input, rows past the tensor's end (zero-filled in, clipped out) leave
+ * the guard after it untouched; each tile also starts with a ping-pong
+ * turn of the two consumers (named barriers 1 / 2), whose order must
+ * alternate. WF_OK / WF_E_UNAVAILABLE / WF_E_INTERNAL
+ * as wf_cuda_wgmma_selftest; one line in report. Defined in
+ * attention_ws.cu (allocates; tests only). */
+wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n);
+
+/* 1 when the ws kernel was compiled for sm_90a (a real body). */
+int wf_cuda_ws_built(void);
 
 /* ---- the device arena ------------------------------------------------------ */
 

@@ -25,6 +25,10 @@
 #      backend (dtypes, causal, GQA, uneven shapes, D 64 / 128), LSE merge,
 #      conversions, NCCL worlds — for each attention kernel: wgmma (the
 #      default on Hopper), wgmma-pipe, mma (WEFT_CUDA_ATTN)          ~40 s
+#  3b. tests/gpu/attention_variants.sh (issue 17): the opt-in ws attention
+#      variants' tests, compute-sanitizer and TFLOP/s beside SDPA / FA3
+#      (its own budget WEFT_ATTN_VARIANTS_S=150; WEFT_ATTN_VARIANTS=0 skips
+#      it, WEFT_ATTN_VARIANTS_ONLY=1 ends run.sh after it)         ~150 s
 #   4. weftd on the GPU serving the repository's head-dim-64 FLUX
 #      fixtures (tests/fixtures: flux-small-d64 f32, flux-small-d64-bf16;
 #      the flux-tiny ones have head dim 12, which the CUDA attention
@@ -236,6 +240,7 @@ for kern in "" wgmma-pipe mma; do
   if [ $rc -eq 0 ] && [ "$daemon_kern" = none ]; then daemon_kern=$name; fi
 done
 
+. "$gpu/attention_variants.sh" # issue 17: ws variants (tests, sanitizer, TFLOP/s)
 case $daemon_kern in wgmma) export WEFT_CUDA_ATTN= ;; wgmma-pipe) export WEFT_CUDA_ATTN=wgmma-pipe ;; *) export WEFT_CUDA_ATTN=mma ;; esac
 
 # weftd on DEVICES with extra flags; then each remaining argument is one

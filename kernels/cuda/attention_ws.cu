@@ -1,0 +1,1117 @@
+/* attention_ws.cu — the warp-specialized Hopper attention forward
+ * (sm_90a; issue 17), the kernel, its launcher and a self-test of its
+ * building blocks. Same contract as attention.cu / attention_wgmma.cu
+ * (backend.h: shapes, masking, GQA, global offsets, head ranges, out in
+ * any dtype + lse, the non-finite rules of attention.cu's header). Opt-in
+ * only (WEFT_CUDA_ATTN=ws..., cuda_plan.h): never the default until a GPU
+ * run shows it right and faster. Written without a GPU: compiled, not yet
+ * run.
+ *
+ * One block: 384 threads, three warpgroups.
+ *   warpgroup 0, the producer: setmaxnreg.dec to WF_CUDA_WS_REGS_PRODUCER;
+ *     one thread issues every TMA load: Q of a tile (bar_qfull, freed by
+ *     bar_qempty) and K, V of each key tile into a ring of `stages`
+ *     (full mbarrier: the bytes landed; empty mbarrier: the 256 consumer
+ *     threads are done reading). The other threads exit at once.
+ *   warpgroups 1, 2, the consumers: setmaxnreg.inc to
+ *     WF_CUDA_WS_REGS_CONSUMER; 64 query rows each, the products and the
+ *     online softmax of attention_wgmma.cu (S = Q K^T wgmma m64n128k16 from
+ *     shared memory, P V with P from registers), either one tile after the
+ *     other or (WF_CUDA_WS_PIPE) S of tile j + 1 beside P V of tile j.
+ * Features (WF_CUDA_WS_*, run-time flags but PIPE, a template parameter):
+ *   PINGPONG: the consumers take turns issuing GEMMs through two named
+ *     barriers (ids 1 and 2, 256 threads): consumer c waits on 1 + c
+ *     before issuing, and arrives on the other's after, so one's softmax
+ *     runs under the other's GEMMs. Both consumers pass the same number of
+ *     turns per tile (one per key tile: a consumer with nothing to compute
+ *     in a key tile still takes its turn), consumer 1 arrives once at the
+ *     start and consumer 0 waits once at the end, so every barrier phase
+ *     completes.
+ *   TMA_STORE: a consumer writes its normalised 64 x D output rows (16-bit
+ *     out dtypes) into its own rows of Q's tile (its S products are all
+ *     done) in the 128-byte swizzle and one thread TMA-stores them (rows
+ *     past Sq are clipped by the copy engine); f32 out: direct stores.
+ *   PERSISTENT: sm_count blocks stride over the tiles (causal: the heavy
+ *     tiles, late query rows, of every head and batch first); without it
+ *     one block per tile in the same order.
+ * A consumer computes only the key tiles some of its rows see (causal);
+ * for the others it only waits for the loads and releases them (its
+ * arrivals must count toward the right phase of the empty barriers), so
+ * a NaN in v behind the causal mask reaches exactly the rows it reaches
+ * in attention_wgmma.cu.
+ *
+ * The wgmma / mbarrier / TMA / softmax helpers repeat
+ * attention_wgmma.cu's (that file stays as it is while this kernel is
+ * measured; once a GPU run keeps a variant, both can share one header).
+ *
+ * Built only for sm_90a; other architectures get bodies that trap, and
+ * the geometry never chooses this kernel there (wf_cuda_ws_built).
+ */
+#include "attention_common.cuh"
+
+#include <cuda.h> /* CUtensorMap and its enums (types only: no libcuda link) */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+using namespace wf_attn;
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WF_WS_BODY 1
+#endif
+
+constexpr int BR = WF_CUDA_BR;    /* query rows per tile */
+constexpr int BC = WF_CUDA_WG_BC; /* keys per K/V tile */
+constexpr int NTHREADS = WF_CUDA_WS_THREADS;
+constexpr int WG_ROWS = 64; /* query rows per consumer warpgroup */
+constexpr int MAXST = WF_CUDA_WS_MAX_STAGES;
+constexpr int REG_P = WF_CUDA_WS_REGS_PRODUCER, REG_C = WF_CUDA_WS_REGS_CONSUMER;
+static_assert(NTHREADS == 3 * 128, "a producer and two consumer warpgroups");
+static_assert(BR == 2 * WG_ROWS, "two consumers of 64 rows");
+static_assert(BC == 128, "S is one m64n128 accumulator");
+static_assert(WF_CUDA_WS_REGS_ENTRY * NTHREADS <= 65536 && WF_CUDA_WS_REGS_ENTRY % 8 == 0,
+              "the register cap at entry");
+static_assert(REG_P * 128 + 2 * REG_C * 128 <= 65536, "the registers after setmaxnreg");
+static_assert((WF_CUDA_WS_REGS_ENTRY - REG_P) >= 2 * (REG_C - WF_CUDA_WS_REGS_ENTRY),
+              "the producer frees what the consumers take");
+static_assert(8 * (2 + 4 * MAXST) <= WF_CUDA_WS_BAR_BYTES, "the mbarriers fit their bytes");
+constexpr uint32_t V_LBO = BC * 128, V_SBO = 1024;
+
+/* What the ws kernel adds to attn_args (by value). */
+struct ws_args {
+    int nqt;       /* query tiles per head: ceil(Sq / BR) */
+    int nh;        /* heads of the range */
+    int total;     /* nqt * nh * B */
+    int stages;    /* K / V ring depth, 2..MAXST */
+    int pingpong;  /* WF_CUDA_WS_PINGPONG */
+    int tma_store; /* WF_CUDA_WS_TMA_STORE and a 16-bit out dtype */
+};
+
+#ifdef WF_WS_BODY /* device helpers: sm_90a only */
+
+/* ---- wgmma --------------------------------------------------------------------- */
+
+/* Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+ * start address, leading and stride byte offsets (each >> 4, 14 bits),
+ * swizzle mode 1 = 128 bytes in bits 62-63. */
+__device__ __forceinline__ uint64_t desc_field(uint32_t bytes)
+{
+    return (uint64_t)((bytes & 0x3FFFF) >> 4);
+}
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return desc_field(saddr) | (desc_field(lbo) << 16) | (desc_field(sbo) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Shared memory written through the generic proxy (cp.async) becomes
+ * visible to wgmma's async proxy. */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* Keep the compiler from moving accesses of accumulator registers across
+ * the asynchronous MMAs that own them. */
+template <int N> __device__ __forceinline__ void reg_fence(float *r)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+
+/* d (64 x N, f32) (+)= A (64 x 16) B (16 x N): A and B K-major in shared
+ * memory (descriptors). scale_d 0 overwrites d. */
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int scale_d);
+/* The same with A from registers (the m16n8k16 A fragment of this warp's
+ * 16 rows) and B N-major (transposed) in shared memory. */
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db,
+                                         int scale_d);
+
+/* The wrappers of one element type T_ (PTX type TY_): the SS product with
+ * N = 128 (S) and the RS products with N = 64 and 128 (O, D = 64 / 128). */
+#define WF_WGMMA_WRAPPERS(T_, TY_) \
+template <> \
+__device__ __forceinline__ void \
+wgmma_ss<T_, 128>(float *d, uint64_t da, uint64_t db, int scale_d) \
+{ \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY_ "." TY_ " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+        : "l"(da), "l"(db), "r"(scale_d)); \
+} \
+ \
+template <> \
+__device__ __forceinline__ void \
+wgmma_rs<T_, 64>(float *d, const uint32_t *a, uint64_t db, int scale_d) \
+{ \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY_ "." TY_ " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+          "+f"(d[30]), "+f"(d[31]) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)); \
+} \
+ \
+template <> \
+__device__ __forceinline__ void \
+wgmma_rs<T_, 128>(float *d, const uint32_t *a, uint64_t db, int scale_d) \
+{ \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY_ "." TY_ " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)); \
+}
+
+WF_WGMMA_WRAPPERS(__nv_bfloat16, "bf16")
+WF_WGMMA_WRAPPERS(__half, "f16")
+#undef WF_WGMMA_WRAPPERS
+
+/* ---- mbarriers and TMA ----------------------------------------------------------- */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* The inits are visible to the async proxy (TMA) and the other threads
+ * after this and a barrier. */
+__device__ __forceinline__ void mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* One arrival that also announces `bytes` the TMA will deliver. */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Wait until the phase with this parity completed. A wait that never
+ * ends (a defect) traps after ~2^28 polls, so the job fails with a launch
+ * error instead of hanging its stream. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done, polls = 0;
+    do {
+        if (++polls == (1u << 28))
+            __trap();
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* TMA: the box at coordinates (c0..c3) of the 4-d tensor map into shared
+ * memory at dst (128-byte swizzled, as the map says); completes bytes on
+ * the mbarrier. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                            int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
+                 "r"(c3)
+                 : "memory");
+}
+
+/* ---- tiles --------------------------------------------------------------------- */
+
+/* Byte offset of 16-byte chunk j (of D / 8 per row) of row r in a
+ * swizzled tile of R rows. */
+template <int R>
+__device__ __forceinline__ uint32_t sw_offset(int r, int j)
+{
+    return (uint32_t)((j >> 3) * (R * 128) + r * 128 + (((j & 7) ^ (r & 7)) << 4));
+}
+
+/* Descriptor of k-step kk (16 elements of D) of the K-major operand made
+ * of rows [row0, row0 + 64 or R) of a swizzled tile of R rows. */
+template <int R>
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kk)
+{
+    return make_desc(tile + (uint32_t)(kk >> 2) * (R * 128) + (uint32_t)row0 * 128u +
+                         (uint32_t)(kk & 3) * 32u,
+                     16, 1024);
+}
+
+/* Descriptor of k-step kk (16 keys) of V as the N-major B operand of P V:
+ * keys along K (16 rows = 2048 bytes per k-step, 8-row groups SBO = 1024
+ * bytes apart), its 64-column blocks along N LBO = BC * 128 bytes apart. */
+__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk, uint32_t lbo, uint32_t sbo)
+{
+    return make_desc(tile + (uint32_t)kk * 2048u, lbo, sbo);
+}
+/* Online-softmax step on this thread's part of S for the key tile at k0
+ * (rows wl * 16 + g (+ 8), keys k0 + 8 i + 2 t (+ 1)): scale and mask,
+ * new running maxima (base 2), corr = the factor O and l take, and the
+ * un-normalised probabilities in place of the scores; l gets their sums. */
+template <int NS>
+__device__ __forceinline__ void softmax_tile(float *s, int k0, int Skv, int rel_row, int t,
+                                             float alpha, float m_r[2], float l_r[2],
+                                             float corr[2])
+{
+    /* rel_row: key kj is masked for the thread's first row when kj > rel_row
+     * (second row: rel_row + 8); the tile needs no mask when every key is
+     * below Skv and visible to both rows. */
+    const bool need_mask = k0 + BC > Skv || k0 + BC - 1 > rel_row;
+    float al = alpha;
+    if (!(al > 0.f)) {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            s[i] *= al;
+        al = 1.f;
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        float x = s[i];
+        if (need_mask) {
+            const int kj = k0 + (i >> 2) * 8 + 2 * t + (i & 1);
+            if (kj >= Skv || kj > rel_row + ((i >> 1) & 1) * 8)
+                x = -INFINITY;
+        }
+        s[i] = x;
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+    }
+    float m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m_r[r], mx[r] * al);
+        m_use[r] = m_new == -INFINITY ? 0.f : m_new; /* no NaN from -inf - -inf */
+        corr[r] = exp2f(m_r[r] - m_use[r]);
+        m_r[r] = m_new;
+        l_r[r] *= corr[r];
+    }
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        const int r = (i >> 1) & 1;
+        s[i] = exp2f(fmaf(s[i], al, -m_use[r]));
+        l_r[r] += s[i];
+    }
+}
+
+/* O *= corr (per row), skipped when no row's max moved in the warp. */
+template <int NO>
+__device__ __forceinline__ void rescale_o(float *o, const float corr[2])
+{
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+            o[i] *= corr[(i >> 1) & 1];
+    }
+}
+
+/* Probabilities (S's accumulator layout) packed to T as the A fragments
+ * of P V's k-steps: k-step kk takes n8 chunks 2 kk (k 0-7) and 2 kk + 1
+ * (k 8-15), rows g and g + 8 each. */
+template <typename T, int KS>
+__device__ __forceinline__ void pack_p(const float *s, uint32_t (*pa)[4])
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int i0 = (2 * kk + half) * 4;
+            pa[kk][half * 2 + 0] = cvt<T>::pack(s[i0 + 0], s[i0 + 1]);
+            pa[kk][half * 2 + 1] = cvt<T>::pack(s[i0 + 2], s[i0 + 3]);
+        }
+}
+
+template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+r"(r[i][e])::"memory");
+}
+
+
+/* ---- what warp specialization adds ------------------------------------------- */
+
+/* setmaxnreg: the warpgroup's registers per thread from here on (the
+ * kernel's cap at entry is WF_CUDA_WS_REGS_ENTRY, __launch_bounds__). */
+template <int R> __device__ __forceinline__ void regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+/* Named barriers (id >= 1; 0 is __syncthreads'), `on` uniform per warp:
+ * predicated, so no branch sits between a wgmma and its wait. */
+__device__ __forceinline__ void nbar_sync_if(int on, int id, int n)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p bar.sync %1, %2;\n}\n" ::"r"(on),
+                 "r"(id), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void nbar_arrive_if(int on, int id, int n)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p bar.arrive %1, %2;\n}\n" ::"r"(on),
+                 "r"(id), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void nbar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* TMA store: the box at (c0..c3) of the 4-d tensor map from shared memory
+ * at src (the map's swizzle); a bulk group of this thread. */
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int c0,
+                                             int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+                 " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* The shared memory of this thread's bulk stores has been read. */
+__device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v)
+{
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+/* Tile t of the linear order (plan_block's, for a linear index): causal,
+ * the heavy query tiles (late rows) of every batch and head first;
+ * otherwise query tiles fastest (neighbours share K / V in L2). */
+__device__ __forceinline__ block_plan ws_tile(const attn_args &a, const ws_args &w, int t)
+{
+    int qt, hl, b;
+    if (a.causal) {
+        const int per = w.total / w.nqt; /* heads * batches */
+        qt = w.nqt - 1 - t / per;
+        const int r = t % per;
+        b = r / w.nh;
+        hl = r % w.nh;
+    } else {
+        qt = t % w.nqt;
+        const int r = t / w.nqt;
+        hl = r % w.nh;
+        b = r / w.nh;
+    }
+    block_plan p;
+    p.q0 = qt * BR;
+    p.h = a.h_begin + hl;
+    p.b = b;
+    p.hk = a.gqa_group == 0 ? p.h / (a.Hq / a.Hkv)
+                            : (a.q_head_base + p.h) / a.gqa_group - a.kv_head_base;
+    p.q_rows = min(BR, a.Sq - p.q0);
+    p.k_end = a.Skv;
+    if (a.causal) {
+        long long last = a.q_offset + p.q0 + p.q_rows - a.kv_offset; /* keys < last */
+        p.k_end = (int)min((long long)a.Skv, max(0LL, last));
+    }
+    return p;
+}
+
+#endif /* WF_WS_BODY */
+
+template <typename T, int D, bool PIPE>
+__global__ void __launch_bounds__(NTHREADS, 1)
+flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap tq,
+                    const __grid_constant__ CUtensorMap tk,
+                    const __grid_constant__ CUtensorMap tv,
+                    const __grid_constant__ CUtensorMap to)
+{
+#ifdef WF_WS_BODY
+    constexpr int KS_QK = D / 16;  /* k-steps of Q K^T */
+    constexpr int KS_PV = BC / 16; /* k-steps of P V */
+    constexpr int NS = BC / 2;     /* S accumulators per thread */
+    constexpr int NO = D / 2;      /* O accumulators per thread */
+    constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const int nst = w.stages;
+    const uint32_t sQ = sbase;
+    auto sK = [&](int s) { return sbase + Q_BYTES + (uint32_t)s * KV_BYTES; };
+    auto sV = [&](int s) { return sbase + Q_BYTES + (uint32_t)(nst + s) * KV_BYTES; };
+    const uint32_t bars = sbase + Q_BYTES + 2u * (uint32_t)nst * KV_BYTES;
+    const uint32_t bar_qfull = bars, bar_qempty = bars + 8u;
+    auto full_k = [&](int s) { return bars + 8u * (2 + s); };
+    auto full_v = [&](int s) { return bars + 8u * (2 + MAXST + s); };
+    auto empty_k = [&](int s) { return bars + 8u * (2 + 2 * MAXST + s); };
+    auto empty_v = [&](int s) { return bars + 8u * (2 + 3 * MAXST + s); };
+
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        mbar_init(bar_qfull, 1);
+        mbar_init(bar_qempty, 2); /* one thread of each consumer */
+        for (int s = 0; s < nst; s++) {
+            mbar_init(full_k(s), 1);
+            mbar_init(full_v(s), 1);
+            mbar_init(empty_k(s), 256u); /* every consumer thread */
+            mbar_init(empty_v(s), 256u);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- the producer ---- */
+        regs_dec<REG_P>();
+        /* one thread loads; the other 127 have nothing to do and end */
+        if (threadIdx.x == 0) {
+            int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
+            for (int tile = blockIdx.x; tile < w.total; tile += gridDim.x) {
+                const block_plan bp = ws_tile(a, w, tile);
+                const int ntiles = (bp.k_end + BC - 1) / BC;
+                if (ntiles == 0)
+                    continue; /* its rows see no key: the consumers write them alone */
+                for (int j = 0; j < ntiles; j++, it++) {
+                    const int s = it % nst;
+                    const uint32_t ph = (uint32_t)(it / nst) & 1u;
+                    /* a fresh barrier's "previous phase" (parity 1) counts as
+                     * complete: the first pass over the ring does not wait */
+                    mbar_wait(empty_k(s), ph ^ 1u);
+                    mbar_expect_tx(full_k(s), KV_BYTES);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        tma_load_4d(sK(s) + (uint32_t)c * (BC * 128), &tk, full_k(s), c * 64, bp.hk,
+                                    j * BC, bp.b);
+                    if (j == 0) {
+                        /* Q after the tile's first K: that load needs only
+                         * a free stage, so with a persistent grid it goes
+                         * out while the consumers finish the previous tile,
+                         * whose end (bar_qempty) Q waits for */
+                        if (qn > 0)
+                            mbar_wait(bar_qempty, (uint32_t)(qn - 1) & 1u);
+                        mbar_expect_tx(bar_qfull, Q_BYTES);
+#pragma unroll
+                        for (int c = 0; c < D / 64; c++)
+                            tma_load_4d(sQ + (uint32_t)c * (BR * 128), &tq, bar_qfull, c * 64,
+                                        bp.h, bp.q0, bp.b);
+                        qn++;
+                    }
+                    mbar_wait(empty_v(s), ph ^ 1u);
+                    mbar_expect_tx(full_v(s), KV_BYTES);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        tma_load_4d(sV(s) + (uint32_t)c * (BC * 128), &tv, full_v(s), c * 64, bp.hk,
+                                    j * BC, bp.b);
+                }
+            }
+        }
+    } else {
+        /* ---- the consumers ---- */
+        regs_inc<REG_C>();
+        const int cw = wg - 1;                   /* consumer 0 or 1 */
+        const int wtid = threadIdx.x % 128;
+        const int wl = wtid / 32;                /* warp in the warpgroup */
+        const int lane = threadIdx.x % 32;
+        const int g = lane / 4, t = lane % 4;
+        const int wrow0 = cw * WG_ROWS;          /* tile-local first row */
+        const int pp = w.pingpong;
+        /* ping-pong turns: this consumer waits on my_turn, hands over on other */
+        const int my_turn = 1 + cw, other_turn = 2 - cw;
+        const int wg_bar = 3 + cw;               /* this warpgroup alone (128) */
+        nbar_arrive_if(pp && cw == 1, 1, 256);   /* consumer 0 goes first */
+
+        int it = 0, qn = 0;
+        for (int tile = blockIdx.x; tile < w.total; tile += gridDim.x) {
+            const block_plan bp = ws_tile(a, w, tile);
+            const int q0 = bp.q0, q_rows = bp.q_rows, b = bp.b, h = bp.h;
+            const int ntiles = (bp.k_end + BC - 1) / BC;
+            const long long wq_first = a.q_offset + q0 + wrow0;
+            const int rel = a.causal ? (int)max((long long)(-WG_ROWS - 1),
+                                                min((long long)a.Skv, wq_first - a.kv_offset))
+                                     : a.Skv;
+            /* key tiles this warpgroup computes: [0, nt_wg); [nt_wg, ntiles)
+             * it only releases (masked for all its rows, or it has no rows) */
+            int nt_wg = rel + WG_ROWS - 1 < 0 ? 0 : min(ntiles, (rel + WG_ROWS - 1) / BC + 1);
+            if (wrow0 >= q_rows)
+                nt_wg = 0;
+            const int rel_row = rel + wl * 16 + g;
+            const int it0 = it;
+            it += ntiles;
+            auto stg = [&](int j) { return (it0 + j) % nst; };
+            auto par = [&](int j) { return (uint32_t)((it0 + j) / nst) & 1u; };
+            auto wait_k = [&](int j) { mbar_wait(full_k(stg(j)), par(j)); };
+            auto wait_v = [&](int j) { mbar_wait(full_v(stg(j)), par(j)); };
+            auto issue_s = [&](float *s, int j) {
+#pragma unroll
+                for (int kk = 0; kk < KS_QK; kk++)
+                    wgmma_ss<T, BC>(s, desc_kmajor<BR>(sQ, wrow0, kk),
+                                    desc_kmajor<BC>(sK(stg(j)), 0, kk), kk > 0);
+            };
+            auto issue_pv = [&](float *o, uint32_t (*pa)[4], int j) {
+#pragma unroll
+                for (int kk = 0; kk < KS_PV; kk++)
+                    wgmma_rs<T, D>(o, pa[kk], desc_v(sV(stg(j)), kk, V_LBO, V_SBO), 1);
+            };
+            /* a key tile this warpgroup does not compute: its turn, and its
+             * release once the loads landed (so that the arrival counts toward
+             * this use of the stage, not the previous one) */
+            auto skip = [&](int j) {
+                wait_k(j);
+                nbar_sync_if(pp, my_turn, 256);
+                nbar_arrive_if(pp, other_turn, 256);
+                mbar_arrive(empty_k(stg(j)));
+                wait_v(j);
+                mbar_arrive(empty_v(stg(j)));
+            };
+
+            float o[NO], s[NS], corr[2];
+            uint32_t pa[KS_PV][4];
+#pragma unroll
+            for (int i = 0; i < NO; i++)
+                o[i] = 0.f;
+#pragma unroll
+            for (int i = 0; i < NS; i++)
+                s[i] = 0.f;
+            float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+
+            if (ntiles > 0)
+                mbar_wait(bar_qfull, (uint32_t)qn & 1u);
+            if (PIPE) {
+                if (nt_wg > 0) {
+                    wait_k(0);
+                    nbar_sync_if(pp, my_turn, 256);
+                    wgmma_fence();
+                    issue_s(s, 0);
+                    wgmma_commit();
+                    nbar_arrive_if(pp, other_turn, 256);
+                    wgmma_wait<0>();
+                    reg_fence<NS>(s);
+                    mbar_arrive(empty_k(stg(0)));
+                    softmax_tile<NS>(s, 0, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
+                    pack_p<T, KS_PV>(s, pa);
+                }
+                for (int j = 0; j < nt_wg; j++) {
+                    if (j + 1 < nt_wg) {
+                        wait_k(j + 1);
+                        wait_v(j);
+                        reg_fence<NO>(o);
+                        reg_fence_u<KS_PV>(pa);
+                        nbar_sync_if(pp, my_turn, 256);
+                        wgmma_fence();
+                        issue_s(s, j + 1);
+                        wgmma_commit();
+                        issue_pv(o, pa, j);
+                        wgmma_commit();
+                        nbar_arrive_if(pp, other_turn, 256);
+                        wgmma_wait<1>();
+                        reg_fence<NS>(s);
+                        mbar_arrive(empty_k(stg(j + 1)));
+                        softmax_tile<NS>(s, (j + 1) * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r,
+                                         corr);
+                        wgmma_wait<0>();
+                        reg_fence<NO>(o);
+                        reg_fence_u<KS_PV>(pa);
+                        mbar_arrive(empty_v(stg(j)));
+                        rescale_o<NO>(o, corr);
+                        pack_p<T, KS_PV>(s, pa);
+                    } else {
+                        wait_v(j);
+                        reg_fence<NO>(o);
+                        reg_fence_u<KS_PV>(pa);
+                        wgmma_fence();
+                        issue_pv(o, pa, j);
+                        wgmma_commit();
+                        wgmma_wait<0>();
+                        reg_fence<NO>(o);
+                        reg_fence_u<KS_PV>(pa);
+                        mbar_arrive(empty_v(stg(j)));
+                    }
+                }
+            } else {
+                for (int j = 0; j < nt_wg; j++) {
+                    wait_k(j);
+                    nbar_sync_if(pp, my_turn, 256);
+                    wgmma_fence();
+                    issue_s(s, j);
+                    wgmma_commit();
+                    nbar_arrive_if(pp, other_turn, 256);
+                    wgmma_wait<0>();
+                    reg_fence<NS>(s);
+                    mbar_arrive(empty_k(stg(j)));
+                    softmax_tile<NS>(s, j * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
+                    rescale_o<NO>(o, corr);
+                    pack_p<T, KS_PV>(s, pa);
+                    wait_v(j);
+                    reg_fence<NO>(o);
+                    reg_fence_u<KS_PV>(pa);
+                    wgmma_fence();
+                    issue_pv(o, pa, j);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    reg_fence<NO>(o);
+                    reg_fence_u<KS_PV>(pa);
+                    mbar_arrive(empty_v(stg(j)));
+                }
+            }
+            for (int j = nt_wg; j < ntiles; j++)
+                skip(j);
+
+            /* Epilogue: normalise; out through shared memory + TMA or direct. */
+            const bool via_smem = w.tma_store && ntiles > 0;
+            float inv_r[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float l = l_r[r];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                l_r[r] = l;
+                const int row = wrow0 + wl * 16 + g + r * 8;
+                /* as attention.cu: l = 0 with visible keys (all scores -inf):
+                 * out NaN, lse -inf; l NaN (a NaN or +inf score): out, lse NaN */
+                const bool sees = rel_row + r * 8 >= 0;
+                inv_r[r] = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
+                if (row < q_rows) {
+                    const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
+                    if (!via_smem) {
+#pragma unroll
+                        for (int n = 0; n < D / 8; n++)
+                            store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv_r[r],
+                                   o[n * 4 + 2 * r + 1] * inv_r[r]);
+                    }
+                    if (a.lse && t == 0)
+                        a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] =
+                            l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
+                                    : l == 0.f ? -INFINITY : l;
+                }
+            }
+            if (via_smem) {
+                /* this warpgroup's rows of Q's tile: every S product that read
+                 * them has completed (waited) in all four of its warps */
+                nbar_sync(wg_bar, 128);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = wrow0 + wl * 16 + g + r * 8;
+#pragma unroll
+                    for (int n = 0; n < D / 8; n++) {
+                        const float x0 = o[n * 4 + 2 * r] * inv_r[r], x1 = o[n * 4 + 2 * r + 1] * inv_r[r];
+                        st_shared_u32(sQ + sw_offset<BR>(row, n) + 4u * (uint32_t)t,
+                                      a.out_dt == WF_DTYPE_BF16 ? cvt<__nv_bfloat16>::pack(x0, x1)
+                                                                : cvt<__half>::pack(x0, x1));
+                    }
+                }
+                fence_proxy_async(); /* the copy engine reads what st.shared wrote */
+                nbar_sync(wg_bar, 128);
+                if (wtid == 0 && wrow0 < q_rows) {
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        tma_store_4d(&to, sQ + (uint32_t)c * (BR * 128) + (uint32_t)wrow0 * 128u,
+                                     c * 64, h, q0 + wrow0, b);
+                    bulk_commit();
+                    bulk_wait_read();
+                }
+            }
+            if (ntiles > 0) {
+                /* Q's tile is free for the next one once both warpgroups are
+                 * past their products and their store has read it */
+                nbar_sync(wg_bar, 128);
+                if (wtid == 0)
+                    mbar_arrive(bar_qempty);
+                qn++;
+            }
+            /* consumer 1's last hand-over, taken in the last tile (a
+             * bar.sync after the tile loop made ptxas keep the consumers at
+             * the entry's register count: spills) */
+            nbar_sync_if(pp && cw == 0 && (long long)tile + gridDim.x >= w.total, 1, 256);
+        }
+    }
+#else
+    (void)a, (void)w, (void)tq, (void)tk, (void)tv, (void)to;
+#ifdef __CUDA_ARCH__
+    __trap(); /* built without sm_90a: the geometry never launches this */
+#endif
+#endif
+}
+
+/* The building blocks alone, for wf_cuda_ws_selftest: the (1, S, 1, 128)
+ * bf16 tensor behind `tin` (and `gin`, the same bytes) copied to `tout`
+ * through them. The producer warpgroup (setmaxnreg.dec) loads key-tile
+ * sized boxes of 128 rows into a ring of 2 stages (full / empty
+ * mbarriers); each consumer warpgroup (setmaxnreg.inc) reads its 64 rows
+ * chunk by chunk through sw_offset (counting in *bad every chunk that
+ * differs from gin: the TMA's swizzle against the layout the wgmma
+ * descriptors assume; rows past S must arrive as zeros), writes them
+ * through sw_offset into a staging tile and TMA-stores its rows (rows past
+ * S clipped: the host checks the guard after the tensor). Each tile
+ * starts with a ping-pong turn (named barriers 1 and 2, as the attention
+ * kernel's): order[2 j + c] gets consumer c's place in a shared counter,
+ * which must alternate 0, 1, 2, ... */
+__global__ void __launch_bounds__(NTHREADS, 1)
+ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, int *order,
+                const __grid_constant__ CUtensorMap tin, const __grid_constant__ CUtensorMap tout)
+{
+#ifdef WF_WS_BODY
+    constexpr int D = 128, NST = 2;
+    constexpr uint32_t TILE = BC * D * 2;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t staging = sbase + NST * TILE;
+    const uint32_t bars = staging + BR * D * 2;
+    auto full = [&](int s) { return bars + 8u * s; };
+    auto empty = [&](int s) { return bars + 8u * (NST + s); };
+    int *turns = reinterpret_cast<int *>(smem_raw + (bars + 8u * 2 * NST - smem_u32(smem_raw)));
+    const int ntiles = (S + BC - 1) / BC;
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NST; s++) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), 256u);
+        }
+        mbar_init_fence();
+        *turns = 0;
+    }
+    __syncthreads();
+    if (wg == 0) {
+        regs_dec<REG_P>();
+        if (threadIdx.x != 0)
+            return;
+        for (int j = 0; j < ntiles; j++) {
+            const int s = j % NST;
+            const uint32_t ph = (uint32_t)(j / NST) & 1u;
+            mbar_wait(empty(s), ph ^ 1u);
+            mbar_expect_tx(full(s), TILE);
+            for (int c = 0; c < D / 64; c++)
+                tma_load_4d(sbase + (uint32_t)s * TILE + (uint32_t)c * (BC * 128), &tin, full(s),
+                            c * 64, 0, j * BC, 0);
+        }
+        return;
+    }
+    regs_inc<REG_C>();
+    const int cw = wg - 1, wtid = threadIdx.x % 128, wrow0 = cw * WG_ROWS;
+    unsigned nbad = 0;
+    nbar_arrive_if(cw == 1, 1, 256); /* consumer 0 goes first */
+    for (int j = 0; j < ntiles; j++) {
+        const int s = j % NST;
+        nbar_sync(1 + cw, 256);
+        if (wtid == 0)
+            order[2 * j + cw] = atomicAdd(turns, 1);
+        nbar_arrive_if(1, 2 - cw, 256);
+        mbar_wait(full(s), (uint32_t)(j / NST) & 1u);
+        /* 64 rows x 16 chunks of 16 bytes: 8 per thread */
+        for (int i = 0; i < 8; i++) {
+            const int c = wtid + i * 128, r = wrow0 + c / 16, k = c % 16;
+            const uint4 v = ld_shared_v4(sbase + (uint32_t)s * TILE + sw_offset<BC>(r, k));
+            const int grow = j * BC + r;
+            const uint4 want = grow < S ? gin[(long long)grow * 16 + k] : make_uint4(0, 0, 0, 0);
+            if (v.x != want.x || v.y != want.y || v.z != want.z || v.w != want.w)
+                nbad++;
+            st_shared_v4(staging + sw_offset<BR>(r, k), v);
+        }
+        mbar_arrive(empty(s));
+        fence_proxy_async();
+        nbar_sync(3 + cw, 128);
+        if (wtid == 0 && j * BC + wrow0 < S) {
+            for (int c = 0; c < D / 64; c++)
+                tma_store_4d(&tout, staging + (uint32_t)c * (BR * 128) + (uint32_t)wrow0 * 128u,
+                             c * 64, 0, j * BC + wrow0, 0);
+            bulk_commit();
+            bulk_wait_read();
+        }
+        nbar_sync(3 + cw, 128); /* the staging rows are free again */
+    }
+    nbar_sync_if(cw == 0, 1, 256); /* consumer 1's last hand-over */
+    if (nbad)
+        atomicAdd(bad, nbad);
+#else
+    (void)S, (void)gin, (void)bad, (void)order, (void)tin, (void)tout;
+#ifdef __CUDA_ARCH__
+    __trap();
+#endif
+#endif
+}
+
+/* cuTensorMapEncodeTiled from the driver, through the runtime (weft does
+ * not link libcuda). Null when the driver lacks it. */
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                    const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                    CUtensorMapFloatOOBfill);
+encode_tiled_fn encode_tiled()
+{
+    static const encode_tiled_fn fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            f = nullptr;
+        }
+        return reinterpret_cast<encode_tiled_fn>(f);
+    }();
+    return fn;
+}
+
+/* The map of a (B, S, H, D) tensor of 16-bit elements at base: boxes of 64
+ * elements (128 bytes, the swizzle span) x `rows` sequence rows of one
+ * head of one batch; coordinates (d, h, s, b); out-of-range rows read 0. */
+bool tensor_map(CUtensorMap *m, const void *base, bool bf16, long long B, long long S,
+                long long H, int D, int rows)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn)
+        return false;
+    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)(H * D * 2),
+                                   (cuuint64_t)(S * H * D * 2)};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+              const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+
+template <typename T, int D, bool PIPE>
+wf_status_t launch(const wf_attn_params_t *p, const attn_args &a, const ws_args &w,
+                   const wf_cuda_attn_geom_t *g, cudaStream_t stream)
+{
+    const bool bf16 = g->compute_bf16 != 0;
+    CUtensorMap tq, tk, tv, to;
+    if (!tensor_map(&tq, p->q, bf16, p->B, p->Sq, p->Hq, D, BR) ||
+        !tensor_map(&tk, p->k, bf16, p->B, p->Skv, p->Hkv, D, BC) ||
+        !tensor_map(&tv, p->v, bf16, p->B, p->Skv, p->Hkv, D, BC))
+        return WF_E_INTERNAL;
+    if (w.tma_store) {
+        /* out in its own dtype, boxes of one consumer's 64 rows */
+        if (!tensor_map(&to, p->out, p->out_dtype == WF_DTYPE_BF16, p->B, p->Sq, p->Hq, D,
+                        WG_ROWS))
+            return WF_E_INTERNAL;
+    } else {
+        to = tq; /* never read */
+    }
+    auto kern = flash_fwd_ws_kernel<T, D, PIPE>;
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)g->smem_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    kern<<<dim3(g->grid[0]), dim3(NTHREADS), g->smem_bytes, stream>>>(a, w, tq, tk, tv, to);
+    return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL;
+}
+
+} /* namespace */
+
+wf_status_t wf_cuda_attention_ws_launch(const wf_attn_params_t *p, const wf_cuda_attn_geom_t *g,
+                                        cudaStream_t stream)
+{
+    if (!p || !g || g->kernel != WF_CUDA_KERNEL_WS || g->block[0] != NTHREADS ||
+        g->stages < WF_CUDA_WS_MIN_STAGES || g->stages > MAXST)
+        return WF_E_BAD_ARGUMENT;
+    if (g->grid[0] == 0 || g->grid[1] == 0 || g->grid[2] == 0)
+        return WF_OK;
+    ws_args w;
+    w.nqt = (int)((p->Sq + BR - 1) / BR);
+    w.nh = (int)(p->h_end - p->h_begin);
+    if ((long long)w.nqt * w.nh * p->B != g->tiles || g->tiles > INT32_MAX)
+        return WF_E_BAD_ARGUMENT; /* a geometry of other params */
+    w.total = (int)g->tiles;
+    w.stages = g->stages;
+    w.pingpong = (g->ws_features & WF_CUDA_WS_PINGPONG) ? 1 : 0;
+    w.tma_store = (g->ws_features & WF_CUDA_WS_TMA_STORE) && p->out_dtype != WF_DTYPE_F32;
+    const attn_args a = make_args(p);
+    const bool pipe = (g->ws_features & WF_CUDA_WS_PIPE) != 0;
+    if (g->compute_bf16) {
+        if (g->d == 64)
+            return pipe ? launch<__nv_bfloat16, 64, true>(p, a, w, g, stream)
+                        : launch<__nv_bfloat16, 64, false>(p, a, w, g, stream);
+        return pipe ? launch<__nv_bfloat16, 128, true>(p, a, w, g, stream)
+                    : launch<__nv_bfloat16, 128, false>(p, a, w, g, stream);
+    }
+    if (g->d == 64)
+        return pipe ? launch<__half, 64, true>(p, a, w, g, stream)
+                    : launch<__half, 64, false>(p, a, w, g, stream);
+    return pipe ? launch<__half, 128, true>(p, a, w, g, stream)
+                : launch<__half, 128, false>(p, a, w, g, stream);
+}
+
+extern "C" wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n)
+{
+    if (report && n)
+        report[0] = 0;
+    cudaDeviceProp prop;
+    if (!wf_cuda_ws_built() || cudaSetDevice(device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major != 9 ||
+        prop.minor != 0) {
+        (void)cudaGetLastError();
+        if (report)
+            snprintf(report, n, "ws: not available (needs sm_90a built and a 9.0 device)");
+        return WF_E_UNAVAILABLE;
+    }
+    /* S rows of 128 bf16 (256 bytes); S not a multiple of the 128-row
+     * boxes, so the last box is part zero-fill on the way in and clipped
+     * on the way out; GUARD rows after it must stay as poisoned. */
+    const int S = 1000, GUARD = 64, ROWB = 256;
+    const size_t in_bytes = (size_t)S * ROWB, out_bytes = (size_t)(S + GUARD) * ROWB;
+    unsigned char *hin = (unsigned char *)malloc(in_bytes), *hout = (unsigned char *)malloc(out_bytes);
+    void *din = nullptr, *dout = nullptr, *dbad = nullptr, *dorder = nullptr;
+    unsigned nbad = 0;
+    const int NT = (S + BC - 1) / BC;
+    int horder[2 * 16];
+    int turns_bad = 0;
+    wf_status_t st = WF_E_INTERNAL;
+    CUtensorMap tin, tout;
+    const size_t smem = 1024 + 2 * (size_t)BC * 128 * 2 + (size_t)BR * 128 * 2 + 64;
+    size_t out_bad = 0, guard_bad = 0;
+    if (!hin || !hout) {
+        free(hin);
+        free(hout);
+        return WF_E_NO_MEMORY;
+    }
+    unsigned x = 2024;
+    for (size_t i = 0; i < in_bytes; i++) {
+        x = x * 1103515245u + 12345u;
+        hin[i] = (unsigned char)(x >> 16);
+    }
+    if (cudaMalloc(&din, in_bytes) != cudaSuccess || cudaMalloc(&dout, out_bytes) != cudaSuccess ||
+        cudaMalloc(&dbad, sizeof(unsigned)) != cudaSuccess ||
+        cudaMalloc(&dorder, sizeof horder) != cudaSuccess) {
+        if (report)
+            snprintf(report, n, "ws: probe allocation failed");
+        goto done;
+    }
+    if (cudaMemcpy(din, hin, in_bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemset(dout, 0xAB, out_bytes) != cudaSuccess ||
+        cudaMemset(dbad, 0, sizeof(unsigned)) != cudaSuccess ||
+        cudaMemset(dorder, 0xff, sizeof horder) != cudaSuccess)
+        goto done;
+    if (!tensor_map(&tin, din, true, 1, S, 1, 128, BC) ||
+        !tensor_map(&tout, dout, true, 1, S, 1, 128, WG_ROWS)) {
+        if (report)
+            snprintf(report, n, "ws: cuTensorMapEncodeTiled unavailable or refused");
+        goto done;
+    }
+    if (cudaFuncSetAttribute(ws_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess)
+        goto done;
+    ws_probe_kernel<<<1, NTHREADS, smem>>>(S, (const uint4 *)din, (unsigned *)dbad,
+                                           (int *)dorder, tin, tout);
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(horder, dorder, sizeof horder, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(hout, dout, out_bytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(&nbad, dbad, sizeof nbad, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        if (report)
+            snprintf(report, n, "ws: probe failed: %s", cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
+    for (size_t i = 0; i < in_bytes; i++)
+        out_bad += hout[i] != hin[i];
+    for (size_t i = in_bytes; i < out_bytes; i++)
+        guard_bad += hout[i] != 0xAB;
+    for (int i = 0; i < 2 * NT; i++)
+        turns_bad += horder[i] != i;
+    st = nbad == 0 && out_bad == 0 && guard_bad == 0 && turns_bad == 0 ? WF_OK : WF_E_INTERNAL;
+    if (report)
+        snprintf(report, n,
+                 "ws mbarrier ring (TMA loads, 2 stages x %d boxes, full / empty) + setmaxnreg "
+                 "%d / %d: %s (%u of %d chunks differ from sw_offset's layout); TMA store "
+                 "(swizzle 128, rows past %d clipped): %s (%zu bytes differ, %zu guard bytes "
+                 "written); ping-pong (named barriers 1 / 2, %d turns): %s",
+                 (S + BC - 1) / BC, REG_P, REG_C, nbad == 0 ? "ok" : "WRONG", nbad,
+                 ((S + BC - 1) / BC) * BC * 16, S,
+                 out_bad == 0 && guard_bad == 0 ? "ok" : "WRONG", out_bad, guard_bad, 2 * NT,
+                 turns_bad == 0 ? "ok" : "WRONG (out of order)");
+done:
+    (void)cudaGetLastError();
+    cudaFree(din);
+    cudaFree(dout);
+    cudaFree(dbad);
+    cudaFree(dorder);
+    free(hin);
+    free(hout);
+    return st;
+}
+
+int wf_cuda_ws_built(void)
+{
+#ifdef WF_CUDA_SM90A
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# tests/gpu/attention_variants.sh — the warp-specialized attention kernel's
+# GPU step (issue 17): each variant checked, sanitized and timed beside
+# torch SDPA (and FlashAttention-3 when torch has it) in the same run.
+#
+# Sourced by tests/gpu/run.sh after its tests (one line there), so it uses
+# run.sh's say / note / left / elapsed, $bd (the build), $logs, $py; run
+# alone (bash tests/gpu/attention_variants.sh) it needs an existing build
+# in WEFT_GPU_BUILD_DIR (default build-gpu) with test_cuda_gpu and
+# bench_cuda_attention, and writes to stdout and /tmp/weft-gpu-logs.
+#
+# Knobs (environment):
+#   WEFT_ATTN_VARIANTS=0        skip this step
+#   WEFT_ATTN_VARIANTS_S=150    its own budget in seconds (each part below
+#                               checks what is left of it, and of run.sh's)
+#   WEFT_ATTN_VARIANTS_LIST="ws ws-pipe ws-pp ws-pp-store ws-full"
+#                               the variants (WEFT_CUDA_ATTN values); the
+#                               tests also run ws+store and ws+persist alone
+#   WEFT_ATTN_VARIANTS_ONLY=1   (from run.sh) stop run.sh after this step:
+#                               its summary still prints (the EXIT trap)
+#
+# Parts, in order (~150 s on the H200 with a warm build):
+#   1. test_cuda_gpu --attention-variants V for each variant, one process
+#      each under `timeout 40` (a deadlock in a named barrier cannot trap:
+#      a hung variant is reported as such and left out of the timings);
+#      the ws self-test line (mbarrier ring, setmaxnreg, TMA store,
+#      ping-pong) by name
+#   2. compute-sanitizer --tool memcheck and --tool racecheck (when the
+#      toolkit has it) on bench_cuda_attention's small grid (S 300, H 2,
+#      D 64 and 128, causal and not) for the fullest variant that passed
+#   3. TFLOP/s for S = 4096 and 16384, causal and not (bf16, B 1, H 24,
+#      D 128): sdpa_bench.py --fa3 (SDPA, FA3 if importable), then
+#      bench_cuda_attention --variants wgmma,<passing variants> (the
+#      default kernel first: every variant's maxdiff is against it), and
+#      a table of TFLOP/s and the ratio to SDPA per shape
+# Nothing here changes what runs by default: the variants are opt-in.
+
+if ! declare -F say >/dev/null; then
+  # alone: minimal stand-ins for run.sh's helpers
+  cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+  start=$(date +%s)
+  budget=${WEFT_GPU_BUDGET_S:-470}
+  bd=${WEFT_GPU_BUILD_DIR:-build-gpu}
+  py=${WEFT_PYTHON:-python3}
+  logs=/tmp/weft-gpu-logs
+  mkdir -p "$logs"
+  say() { echo "$*"; }
+  note() { echo "  summary: $*"; }
+  elapsed() { echo "$(( $(date +%s) - start ))s"; }
+  left() { echo $(( budget - ($(date +%s) - start) )); }
+fi
+
+av_main() {
+  local av_start av_budget
+  av_start=$(date +%s)
+  av_budget=${WEFT_ATTN_VARIANTS_S:-150}
+  # seconds left: the smaller of this step's budget and run.sh's
+  av_left() {
+    local a=$(( av_budget - ($(date +%s) - av_start) )) b
+    b=$(left)
+    echo $(( a < b ? a : b ))
+  }
+  say "== attention kernel variants (issue 17: ws) ($(elapsed), ${av_budget}s budget)"
+  if [ "${WEFT_ATTN_VARIANTS:-1}" = 0 ]; then
+    say "skipped (WEFT_ATTN_VARIANTS=0)"
+    note "attention variants: skipped"
+    return 0
+  fi
+  if [ ! -x "$bd/tests/test_cuda_gpu" ] || [ ! -x "$bd/bench/bench_cuda_attention" ]; then
+    say "skipped: no $bd/tests/test_cuda_gpu or $bd/bench/bench_cuda_attention"
+    note "attention variants: skipped (not built)"
+    return 0
+  fi
+  local list=()
+  read -ra list <<<"${WEFT_ATTN_VARIANTS_LIST:-ws ws-pipe ws-pp ws-pp-store ws-full}"
+  local tests=("${list[@]}" ws+store ws+persist)
+  local passed=() v rc tlog
+  declare -A av_rc=()
+
+  # 1. correctness, one process per variant
+  for v in "${tests[@]}"; do
+    if [ "$(av_left)" -lt 50 ]; then say "tests: stopped before $v ($(av_left)s left)"; break; fi
+    tlog=$logs/test_cuda_gpu-variant-$v.log
+    timeout 40 "$bd"/tests/test_cuda_gpu --attention-variants "$v" > "$tlog" 2>&1
+    rc=$?
+    av_rc[$v]=$rc
+    if [ "$v" = "${tests[0]}" ]; then
+      grep -E "^  ws |^  wgmma|attention kernel" "$tlog" | head -4 | tee -a "${report:-/dev/null}"
+      grep -q "^  ws mbarrier ring.*: ok.*TMA store.*: ok.*ping-pong.*: ok" "$tlog" &&
+        note "ws self-test (mbarrier ring, setmaxnreg, TMA store, ping-pong): ok" ||
+        note "ws self-test: $(grep -m1 "^  ws " "$tlog" | cut -c1-160)"
+    fi
+    local ncase nfail
+    ncase=$(grep -c "attn B" "$tlog")
+    nfail=$(grep "attn B" "$tlog" | grep -c FAIL)
+    case $rc in
+      0) say "variant $v: $ncase attention cases, all ok"; passed+=("$v") ;;
+      124) say "variant $v: HUNG (timeout 40 s) after $ncase cases" ;;
+      77) say "variant $v: skipped (no GPU)" ;;
+      *) say "variant $v: exit $rc, $ncase cases, $nfail failing"
+         grep -E "FAIL|CHECK failed|error" "$tlog" | head -6 | tee -a "${report:-/dev/null}" ;;
+    esac
+    local verdict="FAIL ($nfail of $ncase cases)"
+    case $rc in 0) verdict=ok ;; 124) verdict=HUNG ;; 77) verdict="skipped (no GPU)" ;; esac
+    note "variant $v: $verdict"
+  done
+
+  # 2. compute-sanitizer on a small grid
+  local cs
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  local sv=""
+  for v in ws-full ws-pp-store ws-pp ws-pipe ws; do
+    [ "${av_rc[$v]:-1}" = 0 ] && { sv=$v; break; }
+  done
+  if [ -z "$cs" ]; then
+    say "compute-sanitizer: not in the toolkit, skipped"
+    note "compute-sanitizer: absent"
+  elif [ -z "$sv" ]; then
+    say "compute-sanitizer: no variant passed its tests, skipped"
+  else
+    local tool dc d c slog
+    for tool in memcheck racecheck; do
+      for dc in "64 0" "128 1"; do
+        read -r d c <<<"$dc"
+        if [ "$(av_left)" -lt 45 ]; then say "sanitizer: stopped ($(av_left)s left)"; break 2; fi
+        slog=$logs/sanitizer-$tool-$sv-d$d-c$c.log
+        # two launches (warm-up + one timed) on a grid of 3 x 2 tiles
+        WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
+          --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants "$sv" 300 2 "$d" "$c" \
+          > "$slog" 2>&1
+        rc=$?
+        say "compute-sanitizer --tool $tool, $sv, S 300 H 2 D $d causal $c: exit $rc," \
+            "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
+        note "sanitizer $tool $sv D$d causal$c: exit $rc"
+      done
+    done
+  fi
+
+  # 3. TFLOP/s beside SDPA (and FA3)
+  if [ "$(av_left)" -lt 40 ]; then
+    say "timings: skipped ($(av_left)s left)"
+    note "attention variants timings: skipped (time)"
+    return 0
+  fi
+  local shapes=(4096 0 4096 1 16384 0 16384 1) sargs=() i
+  for ((i = 0; i < ${#shapes[@]}; i += 2)); do sargs+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
+  timeout $(( $(av_left) > 100 ? 90 : $(av_left) / 2 )) "$py" tests/gpu/sdpa_bench.py --fa3 \
+    "${sargs[@]}" > "$logs/sdpa-variants.log" 2>&1
+  grep -E "^fa3:" "$logs/sdpa-variants.log" | cut -c1-200 | tee -a "${report:-/dev/null}"
+  local kl=wgmma
+  for v in "${list[@]}"; do [ "${av_rc[$v]:-1}" = 0 ] && kl+=",$v"; done
+  timeout $(( $(av_left) - 5 )) "$bd"/bench/bench_cuda_attention --variants "$kl" "${sargs[@]}" \
+    > "$logs/bench-variants.log" 2>&1
+  say "kernels timed: $kl (maxdiff: largest |out - wgmma's out| on the same inputs)"
+  local S c sd fa line k wt ratio
+  for ((i = 0; i < ${#shapes[@]}; i += 2)); do
+    S=${shapes[i]}; c=${shapes[i+1]}
+    sd=$(sed -n "s/^sdpa S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-variants.log" | tail -1)
+    fa=$(sed -n "s/^fa3 S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-variants.log" | tail -1)
+    say "S=$S causal=$c: sdpa ${sd:-?} TFLOP/s, fa3 ${fa:-n/a}"
+    for k in ${kl//,/ }; do
+      line=$(grep "^weft kernel=$k S=$S .*causal=$c " "$logs/bench-variants.log" | tail -1)
+      wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$line")
+      ratio=$(awk -v w="$wt" -v s="$sd" 'BEGIN { if (w == "" || s == "" || s == 0) print "?"; else printf "%.2f", w / s }')
+      say "  $k: ${wt:-FAILED} TFLOP/s, ratio to sdpa $ratio (target >= 0.90)," \
+          "maxdiff $(sed -n 's/.*maxdiff=\([^ ]*\).*/\1/p' <<<"$line")"
+      note "attention S=$S causal=$c $k: ${wt:-?} TFLOP/s, / sdpa $ratio"
+    done
+  done
+  return 0
+}
+
+av_main
+if [ "${WEFT_ATTN_VARIANTS_ONLY:-0}" = 1 ] && declare -F finish >/dev/null; then
+  say "== WEFT_ATTN_VARIANTS_ONLY=1: the rest of run.sh skipped"
+  exit 0
+fi

@@ -1,0 +1,301 @@
+/* test_cuda_plan_ws.c — the host side of the warp-specialized Hopper
+ * attention kernel (kernels/cuda/attention_ws.cu, issue 17), without a
+ * GPU: WEFT_CUDA_ATTN's values (wf_cuda_attn_kernel_parse / _name, the
+ * default untouched), the geometry's choice of kernel from the plan's
+ * fields (wf_cuda_limits_t.wgmma / ws_features) and its refusals and
+ * fallbacks, the launch geometry (block = producer + two consumers, the
+ * linear grid, the persistent grid against the SM count), the shared
+ * memory per ring depth and head dim against sm_90's 227 KiB, and the
+ * register split of setmaxnreg (producer / consumers within 64K
+ * registers per SM). Runs in every build: weft_cuda_plan is plain C. */
+#include "cuda_plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
+                    #cond);                                                  \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+/* sm_90's opt-in shared memory per block (227 KiB). */
+#define SM90_SMEM 232448u
+
+/* An H100 / H200 as cudaDeviceProp reports it, the ws kernel selected
+ * with features f. */
+static wf_cuda_limits_t hopper_ws(unsigned f)
+{
+    wf_cuda_limits_t l = {SM90_SMEM, 2147483647, 65535, 65535, 132, WF_CUDA_KERNEL_WS, f};
+    return l;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static wf_attn_params_t mk(int64_t B, int64_t Sq, int64_t Skv, int64_t Hq, int64_t Hkv,
+                           int64_t D, wf_dtype_t dt)
+{
+    static char dummy[16];
+    wf_attn_params_t p;
+    memset(&p, 0, sizeof p);
+    p.B = B; p.Sq = Sq; p.Skv = Skv; p.Hq = Hq; p.Hkv = Hkv; p.D = D;
+    p.h_begin = 0; p.h_end = Hq; p.scale = 0.125f;
+    p.q = p.k = p.v = dummy; p.out = dummy;
+    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = dt;
+    return p;
+}
+
+static void test_parse(void)
+{
+    static const struct {
+        const char *sel;
+        wf_status_t st;
+        int kernel;
+        unsigned feat;
+    } T[] = {
+        {NULL, WF_OK, WF_CUDA_KERNEL_WGMMA, 0}, /* the default stays wgmma */
+        {"", WF_OK, WF_CUDA_KERNEL_WGMMA, 0},
+        {"wgmma", WF_OK, WF_CUDA_KERNEL_WGMMA, 0},
+        {"wgmma-pipe", WF_OK, WF_CUDA_KERNEL_WGMMA_PIPE, 0},
+        {"mma", WF_OK, WF_CUDA_KERNEL_MMA, 0},
+        {"ws", WF_OK, WF_CUDA_KERNEL_WS, 0},
+        {"ws+pipe", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_PIPE},
+        {"ws+pp", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_PINGPONG},
+        {"ws+store", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_TMA_STORE},
+        {"ws+persist", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_PERSISTENT},
+        {"ws+persist+pipe", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_PERSISTENT | WF_CUDA_WS_PIPE},
+        {"ws+pipe+pp+store+persist", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL},
+        {"ws-pipe", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_PIPE},
+        {"ws-pp", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG},
+        {"ws-pp-store", WF_OK, WF_CUDA_KERNEL_WS,
+         WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_TMA_STORE},
+        {"ws-full", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL},
+        /* refused: the caller keeps the default */
+        {"WS", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws+", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws+pipe+", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws+pipe+pipe", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws+fast", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws+pipex", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws+pi", WF_E_BAD_ARGUMENT, 0, 0},
+        {"wspipe", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-full ", WF_E_BAD_ARGUMENT, 0, 0},
+        {"fa3", WF_E_BAD_ARGUMENT, 0, 0},
+        {"wgmma-pipe2", WF_E_BAD_ARGUMENT, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        int k = -7;
+        unsigned f = 99;
+        wf_status_t st = wf_cuda_attn_kernel_parse(T[i].sel, &k, &f);
+        if (st != T[i].st)
+            fprintf(stderr, "parse(%s): %d, want %d\n", T[i].sel ? T[i].sel : "NULL", st,
+                    T[i].st);
+        CHECK(st == T[i].st);
+        if (T[i].st == WF_OK) {
+            CHECK(k == T[i].kernel && f == T[i].feat);
+            /* the canonical name parses back to the same choice */
+            char name[64];
+            wf_cuda_attn_kernel_name(k, f, name, sizeof name);
+            int k2 = -1;
+            unsigned f2 = 99;
+            CHECK(wf_cuda_attn_kernel_parse(name, &k2, &f2) == WF_OK && k2 == k && f2 == f);
+        } else {
+            CHECK(k == -7 && f == 99); /* untouched */
+        }
+    }
+    char name[64];
+    wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL, name, sizeof name);
+    CHECK(strcmp(name, "ws+pipe+pp+store+persist") == 0);
+    wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_MMA, 0, name, sizeof name);
+    CHECK(strcmp(name, "mma") == 0);
+    /* truncated, still terminated; whole "+feature"s only */
+    wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL, name, 9);
+    CHECK(strcmp(name, "ws+pipe") == 0);
+    wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL, name, 2);
+    CHECK(strcmp(name, "w") == 0);
+    int k;
+    unsigned f;
+    CHECK(wf_cuda_attn_kernel_parse("ws", NULL, &f) == WF_E_BAD_ARGUMENT);
+    CHECK(wf_cuda_attn_kernel_parse("ws", &k, NULL) == WF_E_BAD_ARGUMENT);
+}
+
+static void test_budgets(void)
+{
+    /* Shared memory: 1 KiB alignment slack, Q (the output staging too), K
+     * and V rings, the mbarriers. */
+    CHECK(wf_cuda_attn_ws_smem_bytes(128, 3) ==
+          1024 + 2 * 128 * (WF_CUDA_BR + 3 * 2 * WF_CUDA_WG_BC) + WF_CUDA_WS_BAR_BYTES);
+    CHECK(wf_cuda_attn_ws_smem_bytes(128, 3) == 230656);
+    CHECK(wf_cuda_attn_ws_smem_bytes(128, 3) <= SM90_SMEM);
+    CHECK(wf_cuda_attn_ws_smem_bytes(128, 4) > SM90_SMEM); /* D 128: 3 stages at most */
+    CHECK(wf_cuda_attn_ws_smem_bytes(64, 4) == 148736);
+    CHECK(wf_cuda_attn_ws_stages(128, SM90_SMEM) == 3);
+    CHECK(wf_cuda_attn_ws_stages(64, SM90_SMEM) == WF_CUDA_WS_MAX_STAGES);
+    for (int d = 64; d <= 128; d += 64)
+        for (int st = WF_CUDA_WS_MIN_STAGES; st <= WF_CUDA_WS_MAX_STAGES; st++) {
+            size_t b = wf_cuda_attn_ws_smem_bytes(d, st);
+            CHECK(wf_cuda_attn_ws_stages(d, b) == st);     /* exactly enough */
+            CHECK(wf_cuda_attn_ws_stages(d, b - 1) == st - 1 ||
+                  (st == WF_CUDA_WS_MIN_STAGES && wf_cuda_attn_ws_stages(d, b - 1) == 0));
+        }
+    CHECK(wf_cuda_attn_ws_stages(128, 160 * 1024) == 0); /* not even 2 stages */
+    CHECK(wf_cuda_attn_ws_stages(64, 48 * 1024) == 0);
+    /* The mbarriers (Q full / empty, full and empty per K and V stage) fit
+     * their bytes. */
+    CHECK(8 * (2 + 4 * WF_CUDA_WS_MAX_STAGES) <= WF_CUDA_WS_BAR_BYTES);
+
+    /* Registers: the entry cap is 65536 / 384 rounded down to 8, and the
+     * split 24 / 240 / 240 moves exactly what it frees. */
+    CHECK(WF_CUDA_WS_THREADS == 3 * 128);
+    CHECK(WF_CUDA_WS_REGS_ENTRY == (65536 / WF_CUDA_WS_THREADS) / 8 * 8);
+    CHECK(wf_cuda_ws_regs_ok(WF_CUDA_WS_REGS_ENTRY, WF_CUDA_WS_REGS_PRODUCER,
+                             WF_CUDA_WS_REGS_CONSUMER, 2));
+    CHECK(128 * WF_CUDA_WS_REGS_PRODUCER + 2 * 128 * WF_CUDA_WS_REGS_CONSUMER <= 65536);
+    CHECK(wf_cuda_ws_regs_ok(168, 40, 232, 2));  /* CUTLASS's cooperative split */
+    CHECK(!wf_cuda_ws_regs_ok(168, 24, 248, 2)); /* 66560 > 65536 */
+    CHECK(!wf_cuda_ws_regs_ok(168, 40, 240, 2)); /* frees 16384, takes 18432 */
+    CHECK(!wf_cuda_ws_regs_ok(168, 16, 240, 2)); /* below setmaxnreg's 24 */
+    CHECK(!wf_cuda_ws_regs_ok(168, 24, 264, 2)); /* above 256 */
+    CHECK(!wf_cuda_ws_regs_ok(170, 24, 240, 2)); /* not a multiple of 8 */
+    CHECK(!wf_cuda_ws_regs_ok(176, 24, 240, 2)); /* 176 * 384 > 65536 at entry */
+    CHECK(!wf_cuda_ws_regs_ok(168, 176, 240, 2)); /* producer above the entry */
+    CHECK(!wf_cuda_ws_regs_ok(168, 24, 160, 2));  /* consumer below the entry */
+    CHECK(!wf_cuda_ws_regs_ok(168, 24, 240, 0));
+    CHECK(wf_cuda_ws_regs_ok(128, 24, 160, 3));  /* 1 + 3 warpgroups: 24 / 160 */
+}
+
+static void test_geometry(void)
+{
+    static const int64_t S[] = {1, 63, 64, 65, 127, 128, 129, 1000, 4096, 16384};
+    static const int64_t D[] = {64, 128};
+    static const wf_dtype_t DT[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
+    static const unsigned F[] = {0, WF_CUDA_WS_PIPE, WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG,
+                                 WF_CUDA_WS_ALL & ~WF_CUDA_WS_PERSISTENT, WF_CUDA_WS_ALL};
+    wf_cuda_attn_geom_t g;
+    for (size_t si = 0; si < sizeof S / sizeof S[0]; si++)
+        for (size_t di = 0; di < 2; di++)
+            for (size_t ti = 0; ti < 3; ti++)
+                for (size_t fi = 0; fi < sizeof F / sizeof F[0]; fi++)
+                    for (int mix = 0; mix < 3; mix++) {
+                        wf_cuda_limits_t lim = hopper_ws(F[fi]);
+                        wf_attn_params_t p = mk(2, S[si], S[si] + 5, 24, 8, D[di], DT[ti]);
+                        p.h_begin = 3; /* a head range: 21 heads */
+                        if (mix == 1)
+                            p.v_dtype = WF_DTYPE_F32;
+                        if (mix == 2)
+                            p.out_dtype = WF_DTYPE_F32; /* out's dtype does not matter */
+                        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK);
+                        const int want = DT[ti] != WF_DTYPE_F32 && mix != 1;
+                        const int64_t tiles = cdiv(S[si], WF_CUDA_BR) * 21 * 2;
+                        if (!want) { /* mixed or f32 inputs: mma.sync, as for wgmma */
+                            CHECK(g.kernel == WF_CUDA_KERNEL_MMA && g.ws_features == 0 &&
+                                  g.tiles == 0);
+                            continue;
+                        }
+                        CHECK(g.kernel == WF_CUDA_KERNEL_WS);
+                        CHECK(g.ws_features == F[fi]);
+                        CHECK(g.tiles == tiles);
+                        CHECK(g.block[0] == WF_CUDA_WS_THREADS && g.block[1] == 1 &&
+                              g.block[2] == 1);
+                        const int64_t grid = (F[fi] & WF_CUDA_WS_PERSISTENT) && tiles > 132
+                                                 ? 132 : tiles;
+                        CHECK(g.grid[0] == (unsigned)grid && g.grid[1] == 1 && g.grid[2] == 1);
+                        CHECK(g.stages == (D[di] == 128 ? 3 : 4));
+                        CHECK(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)D[di], g.stages));
+                        CHECK(g.smem_bytes <= SM90_SMEM);
+                        CHECK(g.d == D[di] && g.compute_bf16 == (DT[ti] == WF_DTYPE_BF16));
+                    }
+    {
+        /* The persistent grid: at most one block per SM; fewer tiles than
+         * SMs: one block per tile; an unknown SM count: one per tile. */
+        wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
+        wf_attn_params_t p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
+              g.grid[0] == 132);
+        p = mk(1, 1000, 1000, 4, 4, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 32 && g.grid[0] == 32);
+        lim.sm_count = 0;
+        p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
+        /* unknown feature bits are dropped */
+        lim = hopper_ws(0xF0u | WF_CUDA_WS_PIPE);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.ws_features == WF_CUDA_WS_PIPE);
+    }
+    {
+        /* Refusals and fallbacks: the ring does not fit -> the wgmma kernel
+         * when its tiles fit, else mma.sync; more tiles than gridDim.x ->
+         * wgmma; an empty head range -> nothing to launch. */
+        wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE);
+        lim.smem_optin = 160 * 1024;
+        wf_attn_params_t p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
+        p.D = 64; /* 2 stages of D 64 fit 160 KiB */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+              g.stages == 4);
+        lim.smem_optin = 120 * 1024; /* ws: 3 stages of D 64; wgmma's 115840 too */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+              g.stages == 3 && g.smem_bytes <= lim.smem_optin);
+        lim.smem_optin = 70 * 1024; /* below ws' 2 stages (83200): wgmma does not fit either */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
+        lim = hopper_ws(WF_CUDA_WS_PIPE);
+        lim.max_grid_x = 100;
+        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16); /* 32 x 8 = 256 tiles > 100 */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
+              g.grid[0] == 32 && g.grid[1] == 8 && g.block[0] == WF_CUDA_WG_THREADS &&
+              g.ws_features == 0);
+        lim.ws_features = WF_CUDA_WS_PERSISTENT; /* the linear grid still counts every tile */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA);
+        lim = hopper_ws(WF_CUDA_WS_ALL);
+        p.h_begin = p.h_end = 5;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+              g.grid[1] == 0 && g.tiles == 0);
+        /* The common refusals stay: other head dims, bad mappings. */
+        p = mk(1, 128, 128, 4, 4, 96, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
+        p = mk(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
+        p = mk(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16); /* beyond gridDim.z as before */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
+    }
+    {
+        /* GQA slices, offsets and S_q != S_kv take the ws kernel alike. */
+        wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG);
+        wf_attn_params_t p = mk(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
+        p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
+        p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+              g.tiles == 3 * 4);
+    }
+    {
+        /* The other selections are untouched by the new fields. */
+        wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
+        lim.wgmma = WF_CUDA_KERNEL_WGMMA;
+        wf_attn_params_t p = mk(1, 1000, 1000, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
+              g.ws_features == 0 && g.tiles == 0 && g.grid[0] == 8 && g.grid[1] == 8);
+        lim.wgmma = WF_CUDA_KERNEL_WGMMA_PIPE;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+              g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
+        lim.wgmma = 0;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
+    }
+}
+
+int main(void)
+{
+    test_parse();
+    test_budgets();
+    test_geometry();
+    if (failures) {
+        fprintf(stderr, "test_cuda_plan_ws: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_cuda_plan_ws: ok\n");
+    return 0;
+}
