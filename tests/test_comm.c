@@ -11,6 +11,7 @@
 #include "support/commcheck.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +42,18 @@ typedef struct rank_thread {
     int fails;                 /* body's result */
 } rank_thread_t;
 
+/* Ranks of the running world past wf_comm_host_init (the owner of an
+ * abort case waits for all of them: a rank thread scheduled late on a
+ * loaded machine must not meet the abort in its init). */
+static atomic_int ranks_inited;
+static int world_ranks; /* ranks of the running world */
+
 static void *rank_main(void *p)
 {
     rank_thread_t *t = p;
     wf_comm_t *c = NULL;
     wf_status_t st = wf_comm_host_init(t->w, t->rank, &c);
+    atomic_fetch_add(&ranks_inited, 1);
     if (st != WF_OK) {
         fprintf(stderr, "rank %d: init failed: %d\n", t->rank, (int)st);
         t->fails = 1;
@@ -67,6 +75,8 @@ static int run_world(int n, rank_fn fn, void *arg,
     if (wf_comm_host_world_new(n, &w) != WF_OK)
         return 1;
     rank_thread_t *t = calloc((size_t)n, sizeof *t);
+    atomic_store(&ranks_inited, 0);
+    world_ranks = n;
     for (int i = 0; i < n; i++) {
         t[i] = (rank_thread_t){.w = w, .rank = i, .fn = fn, .arg = arg};
         if (pthread_create(&t[i].tid, NULL, rank_main, &t[i]) != 0) {
@@ -133,6 +143,10 @@ typedef struct abort_case {
 static void pause_then_abort(abort_case_t *ac, wf_comm_t *c,
                              wf_comm_host_world_t *w)
 {
+    /* every rank past its init first (bounded: 10 s) */
+    struct timespec ms = {0, 1000 * 1000};
+    for (int i = 0; i < 10000 && atomic_load(&ranks_inited) < world_ranks; i++)
+        nanosleep(&ms, NULL);
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
     ac->t_abort = now_s();
