@@ -503,6 +503,26 @@ typedef struct wf_load_opts {
 #define WF_MODELS_MAX 16     /* models a daemon holds at once */
 #define WF_MODEL_NODES_LEN 256  /* a model's `nodes` in list_models, with the NUL */
 
+/* A model's architecture as the daemon read it from its config.json
+ * (diffusers' FluxTransformer2DModel fields; list_models' "config"). */
+#define WF_MODEL_MAX_AXES 8
+typedef struct wf_model_config {
+    uint32_t present;               /* 0: not known (loading, or a daemon
+                                       before this field) */
+    uint32_t patch_size;
+    uint32_t in_channels;
+    uint32_t out_channels;
+    uint32_t num_layers;            /* double-stream blocks */
+    uint32_t num_single_layers;     /* single-stream blocks */
+    uint32_t attention_head_dim;
+    uint32_t num_attention_heads;
+    uint32_t joint_attention_dim;
+    uint32_t pooled_projection_dim;
+    uint32_t guidance_embeds;       /* 1: takes a guidance input */
+    uint32_t n_axes;                /* entries of axes_dims_rope */
+    uint32_t axes_dims_rope[WF_MODEL_MAX_AXES];
+} wf_model_config_t;
+
 /* One resident (or loading) model as list_models reports it. */
 typedef struct wf_model_info {
     char name[WF_MODEL_NAME_MAX];  /* the name given at load */
@@ -527,6 +547,8 @@ typedef struct wf_model_info {
                                       world ranks, "NODE:FIRST-LAST,..." in
                                       rank order ("" on a single node, and
                                       from daemons before this field) */
+    wf_model_config_t config;      /* its architecture, once checked (not
+                                      while "loading") */
 } wf_model_info_t;
 
 /* Load a model: blocks until it is resident on every rank (or refused),

@@ -1162,6 +1162,46 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     return WF_OK;
 }
 
+/* MODEL's optional "config" map (PROTOCOL.md 12.5); present = 1 when
+ * it is there. */
+static wf_status_t decode_model_config(dec_t *d, const msgpack_object *m, const char *path,
+                                       wf_model_config_t *c)
+{
+    const msgpack_object *x = map_get(m, "config");
+    if (!x)
+        return WF_OK;
+    if (x->type != MSGPACK_OBJECT_MAP)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config: must be a map, got %s", path,
+                           type_name(x));
+    static const char *const names[] = { "patch_size", "in_channels", "out_channels",
+                                         "num_layers", "num_single_layers",
+                                         "attention_head_dim", "num_attention_heads",
+                                         "joint_attention_dim", "pooled_projection_dim" };
+    uint32_t *fields[] = { &c->patch_size, &c->in_channels, &c->out_channels,
+                           &c->num_layers, &c->num_single_layers, &c->attention_head_dim,
+                           &c->num_attention_heads, &c->joint_attention_dim,
+                           &c->pooled_projection_dim };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        TRY(opt_u32(d, x, "config", names[i], fields[i]));
+    TRY(opt_flag_u32(d, x, "config", "guidance_embeds", &c->guidance_embeds));
+    const msgpack_object *a = map_get(x, "axes_dims_rope");
+    if (a) {
+        if (a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size > WF_MODEL_MAX_AXES)
+            return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config.axes_dims_rope: must be an array "
+                               "of at most %d uints", path, WF_MODEL_MAX_AXES);
+        for (uint32_t i = 0; i < a->via.array.size; i++) {
+            uint64_t u;
+            if (!as_uint(&a->via.array.ptr[i], &u) || u > UINT32_MAX)
+                return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config.axes_dims_rope[%u]: must be "
+                                   "a uint below 2^32", path, i);
+            c->axes_dims_rope[i] = (uint32_t)u;
+        }
+        c->n_axes = a->via.array.size;
+    }
+    c->present = 1;
+    return WF_OK;
+}
+
 /* One MODEL map (PROTOCOL.md 12.5): the fields of wf_model_info_t. */
 static wf_status_t decode_model_info(dec_t *d, const msgpack_object *m, const char *path,
                                      wf_model_info_t *mi)
@@ -1185,6 +1225,7 @@ static wf_status_t decode_model_info(dec_t *d, const msgpack_object *m, const ch
     TRY(opt_str(d, m, path, "compute", mi->compute, sizeof(mi->compute)));
     TRY(opt_flag_u32(d, m, path, "host_pinned", &mi->host_pinned));
     TRY(opt_str(d, m, path, "nodes", mi->nodes, sizeof(mi->nodes)));
+    TRY(decode_model_config(d, m, path, &mi->config));
     return WF_OK;
 }
 

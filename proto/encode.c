@@ -476,12 +476,35 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
     }
 }
 
+/* MODEL's "config" (section 12.5): diffusers' names. */
+static void put_model_config(enc_t *e, const wf_model_config_t *c)
+{
+    put_str(e, "config");
+    e->failed |= msgpack_pack_map(&e->pk, 11);
+    put_key_uint(e, "patch_size", c->patch_size);
+    put_key_uint(e, "in_channels", c->in_channels);
+    put_key_uint(e, "out_channels", c->out_channels);
+    put_key_uint(e, "num_layers", c->num_layers);
+    put_key_uint(e, "num_single_layers", c->num_single_layers);
+    put_key_uint(e, "attention_head_dim", c->attention_head_dim);
+    put_key_uint(e, "num_attention_heads", c->num_attention_heads);
+    put_key_uint(e, "joint_attention_dim", c->joint_attention_dim);
+    put_key_uint(e, "pooled_projection_dim", c->pooled_projection_dim);
+    put_key_bool(e, "guidance_embeds", c->guidance_embeds != 0);
+    put_str(e, "axes_dims_rope");
+    uint32_t n = c->n_axes <= WF_MODEL_MAX_AXES ? c->n_axes : WF_MODEL_MAX_AXES;
+    e->failed |= msgpack_pack_array(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++)
+        e->failed |= msgpack_pack_uint32(&e->pk, c->axes_dims_rope[i]);
+}
+
 /* MODEL (section 12.5): every field of wf_model_info_t under its name. */
 static void put_model(enc_t *e, const wf_model_info_t *m)
 {
-    /* "nodes" only in a cluster: a single node's MODEL is as before */
-    bool nodes = m->nodes[0] != '\0';
-    e->failed |= msgpack_pack_map(&e->pk, nodes ? 17 : 16);
+    /* "nodes" only in a cluster: a single node's MODEL is as before;
+     * "config" once the daemon checked it */
+    bool nodes = m->nodes[0] != '\0', config = m->config.present != 0;
+    e->failed |= msgpack_pack_map(&e->pk, 16 + nodes + config);
     put_key_fixstr(e, "name", m->name, sizeof(m->name));
     put_key_fixstr(e, "path", m->path, sizeof(m->path));
     put_key_fixstr(e, "family", m->family, sizeof(m->family));
@@ -500,6 +523,8 @@ static void put_model(enc_t *e, const wf_model_info_t *m)
     put_key_bool(e, "host_pinned", m->host_pinned != 0);
     if (nodes)
         put_key_fixstr(e, "nodes", m->nodes, sizeof(m->nodes));
+    if (config)
+        put_model_config(e, &m->config);
 }
 
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)

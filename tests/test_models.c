@@ -616,6 +616,16 @@ int main(int argc, char **argv)
         wf_model_info_t info;
         CHECK(listed(c, "tiny", &info) && strcmp(info.path, "flux-tiny") == 0,
               "the model named tiny changed: %s", info.path);
+        /* its config as the daemon read it (tests/fixtures/flux-tiny/config.json) */
+        const wf_model_config_t *k = &info.config;
+        CHECK(k->present && k->patch_size == 1 && k->in_channels == 16 &&
+                  k->out_channels == 16 && k->num_layers == 1 && k->num_single_layers == 1 &&
+                  k->attention_head_dim == 12 && k->num_attention_heads == 4 &&
+                  !k->guidance_embeds && k->n_axes == 3 &&
+                  k->axes_dims_rope[0] + k->axes_dims_rope[1] + k->axes_dims_rope[2] == 12,
+              "config of tiny: present %u in %u heads %u x %u axes %u guidance %u",
+              k->present, k->in_channels, k->num_attention_heads, k->attention_head_dim,
+              k->n_axes, k->guidance_embeds);
     }
     {
         wf_tp_rule_t rule = { .glob = "transformer_blocks.*.attn.to_q",

@@ -566,6 +566,17 @@ static void fill_model(wf_model_info_t *m, int i)
     strcpy(m->device, i % 2 ? "cpu" : "cuda");
     strcpy(m->compute, i % 2 ? "f32" : "bf16");
     m->host_pinned = (uint32_t)(i % 2 == 0);
+    if (i % 2 == 0) { /* past loading: the config (FLUX.1-dev's, axes varied) */
+        wf_model_config_t *c = &m->config;
+        c->present = 1;
+        c->patch_size = 1; c->in_channels = 64; c->out_channels = 64;
+        c->num_layers = 19; c->num_single_layers = 38; c->attention_head_dim = 128;
+        c->num_attention_heads = 24; c->joint_attention_dim = 4096;
+        c->pooled_projection_dim = 768; c->guidance_embeds = (uint32_t)(i % 4 == 0);
+        c->n_axes = (uint32_t)(1 + i % WF_MODEL_MAX_AXES);
+        for (uint32_t a = 0; a < c->n_axes; a++)
+            c->axes_dims_rope[a] = 16 + 2 * a;
+    }
 }
 
 static void test_models_replies(void)

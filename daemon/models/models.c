@@ -664,4 +664,21 @@ void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)
     ret->tp = m->tp;
     ret->sharded_input = m->already_sharded;
     ret->load_ms = m->state == WF_MODEL_READY ? m->load_ms : 0;
+    /* past "loading": the loader opened and checked config.json */
+    const wf_flux_config_t *c = &m->cfg;
+    wf_model_config_t *o = &ret->config;
+    _Static_assert(WF_MODEL_MAX_AXES == WF_FLUX_MAX_AXES, "axes bound");
+    o->present = 1;
+    o->patch_size = c->patch_size;
+    o->in_channels = c->in_channels;
+    o->out_channels = c->out_channels;
+    o->num_layers = c->num_layers;
+    o->num_single_layers = c->num_single_layers;
+    o->attention_head_dim = c->attention_head_dim;
+    o->num_attention_heads = c->num_attention_heads;
+    o->joint_attention_dim = c->joint_attention_dim;
+    o->pooled_projection_dim = c->pooled_projection_dim;
+    o->guidance_embeds = c->guidance_embeds;
+    o->n_axes = c->n_axes;
+    memcpy(o->axes_dims_rope, c->axes_dims_rope, sizeof o->axes_dims_rope);
 }
