@@ -144,10 +144,17 @@ class Pipeline(unittest.TestCase):
         # what the daemon refuses comes back as its error
         with self.assertRaises(weft.BadArgumentError):
             wt(**dict(args, hidden_states=torch.randn(2, 63, 16), img_ids=torch.randn(63, 3)))
-        # attach without config, or to a model that is not there
+        # attach by name alone: the config comes from weftd (list_models' config)
+        by_name = WeftFluxTransformer(self.d.endpoint, "tiny-flux")
+        self.assertEqual(dict(by_name.config), dict(wt.config))
+        self.assertEqual(by_name.model_info.config["in_channels"], 16)
+        by_name.close()
+        # a config that differs from the daemon's is refused, naming the key
         with self.assertRaises(ValueError) as cm2:
-            WeftFluxTransformer(self.d.endpoint, "tiny-flux")
-        self.assertIn("config", str(cm2.exception))
+            WeftFluxTransformer(self.d.endpoint, "tiny-flux",
+                                config=dict(ref_t.config, num_layers=7))
+        self.assertIn("num_layers", str(cm2.exception))
+        # a model that is not there
         with self.assertRaises(ValueError) as cm2:
             WeftFluxTransformer(self.d.endpoint, "absent", config=ref_t.config)
         self.assertIn("holds no model", str(cm2.exception))

@@ -138,6 +138,18 @@ class wf_load_opts_t(ctypes.Structure):
                 ("weights_already_sharded", c_int)]
 
 
+WF_MODEL_MAX_AXES = 8
+
+
+class wf_model_config_t(ctypes.Structure):
+    _fields_ = [("present", c_u32), ("patch_size", c_u32), ("in_channels", c_u32),
+                ("out_channels", c_u32), ("num_layers", c_u32), ("num_single_layers", c_u32),
+                ("attention_head_dim", c_u32), ("num_attention_heads", c_u32),
+                ("joint_attention_dim", c_u32), ("pooled_projection_dim", c_u32),
+                ("guidance_embeds", c_u32), ("n_axes", c_u32),
+                ("axes_dims_rope", c_u32 * WF_MODEL_MAX_AXES)]
+
+
 class wf_model_info_t(ctypes.Structure):
     _fields_ = [("name", c_char * WF_MODEL_NAME_MAX), ("path", c_char * WF_MODEL_PATH_LEN),
                 ("family", c_char * 32), ("state", c_char * 16), ("dtype", c_char * 8),
@@ -145,7 +157,7 @@ class wf_model_info_t(ctypes.Structure):
                 ("host_bytes", c_u64), ("rank_bytes", c_u64), ("tp", c_u32),
                 ("sharded_input", c_u32), ("load_ms", c_u64), ("device", c_char * 16),
                 ("compute", c_char * 8), ("host_pinned", c_u32),
-                ("nodes", c_char * WF_MODEL_NODES_LEN)]
+                ("nodes", c_char * WF_MODEL_NODES_LEN), ("config", wf_model_config_t)]
 
 
 _TP = ctypes.POINTER(wf_tensor_t)

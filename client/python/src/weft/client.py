@@ -171,6 +171,9 @@ class ModelInfo:
     compute: str
     host_pinned: bool
     nodes: str = ""         # a cluster coordinator's: "NODE:FIRST-LAST,..." holding it
+    # its architecture as the daemon read it (config.json, diffusers' names);
+    # None while loading and from daemons before weft 0.4
+    config: Optional[Dict[str, Any]] = None
 
 
 def _s(b: bytes) -> str:
@@ -186,7 +189,22 @@ def _model_info(m: _lib.wf_model_info_t) -> ModelInfo:
                      int(m.params), int(m.bytes_total), int(m.bytes_loaded),
                      int(m.host_bytes), int(m.rank_bytes), int(m.tp),
                      bool(m.sharded_input), int(m.load_ms), _s(m.device), _s(m.compute),
-                     bool(m.host_pinned), _s(m.nodes))
+                     bool(m.host_pinned), _s(m.nodes), _model_config(m.config))
+
+
+_CONFIG_UINTS = ("patch_size", "in_channels", "out_channels", "num_layers",
+                 "num_single_layers", "attention_head_dim", "num_attention_heads",
+                 "joint_attention_dim", "pooled_projection_dim")
+
+
+def _model_config(c: _lib.wf_model_config_t) -> Optional[Dict[str, Any]]:
+    if not c.present:
+        return None
+    out: Dict[str, Any] = {k: int(getattr(c, k)) for k in _CONFIG_UINTS}
+    out["guidance_embeds"] = bool(c.guidance_embeds)
+    out["axes_dims_rope"] = [int(c.axes_dims_rope[i])
+                             for i in range(min(c.n_axes, _lib.WF_MODEL_MAX_AXES))]
+    return out
 
 
 def _status_info(s: _lib.wf_status_info_t) -> StatusInfo:

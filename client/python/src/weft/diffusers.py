@@ -23,11 +23,14 @@ joint_attention_kwargs with keys (LoRA `scale`, IP-adapter embeddings,
 attention-processor arguments), controlnet residuals. An empty
 joint_attention_kwargs (FluxPipeline always passes one) is fine.
 
-The daemon does not report a model's configuration, so the transformer
-needs it: `config=` a mapping (e.g. FluxTransformer2DModel.load_config(dir))
-or the path of a config.json or of its model directory; or, when the
-daemon's model root is visible here, `model_root=` with `path=` (its
-config.json is read). Keys a config lacks take diffusers' defaults.
+The model's configuration comes from the daemon (list_models' `config`,
+weft 0.4 and later), so attaching by name is enough:
+`WeftFluxTransformer(endpoint, "flux-dev")`. A config given here
+(`config=` a mapping, e.g. FluxTransformer2DModel.load_config(dir), or
+the path of a config.json or of its model directory; or `model_root=`
+with `path=` when the daemon's model root is visible here) is checked
+against the daemon's: a difference is an error. Keys a config lacks take
+diffusers' defaults.
 """
 from __future__ import annotations
 
@@ -63,6 +66,16 @@ def _flux_defaults() -> Dict[str, Any]:
             if k != "self" and p.default is not inspect.Parameter.empty}
 
 
+def _norm(v: Any, cfg: Mapping[str, Any]) -> Any:
+    """A config value compared as the model uses it (lists as tuples; an
+    out_channels of None is in_channels)."""
+    if isinstance(v, list):
+        return tuple(v)
+    if v is None:
+        return cfg.get("in_channels")
+    return v
+
+
 def _read_config(src: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> Dict[str, Any]:
     if isinstance(src, Mapping):
         cfg = dict(src)
@@ -96,7 +109,8 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
       `model` unless a model of that name is already resident from that
       path (then attached). None: attach to a resident `model`.
     config: the model's config (a mapping, or a config.json / its
-      directory); None: read model_root/path/config.json.
+      directory), checked against the daemon's; None: model_root/path's
+      config.json when model_root is given, else the daemon's.
     model_root: the daemon's model root as seen from here (only to find
       config.json).
     tp_plan, weights_already_sharded, progress: as Client.load_model.
@@ -126,15 +140,9 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         super().__init__()
         if dtype not in _WEFT_DTYPES:
             raise ValueError(f"dtype {dtype}: one of float32, float16, bfloat16")
-        if config is None:
-            if path is None or model_root is None:
-                raise ValueError(
-                    "WeftFluxTransformer needs the model's config: pass config= (a mapping, "
-                    "a config.json or its directory), or model_root= with path= (weftd does "
-                    "not report a model's configuration)")
+        if config is None and path is not None and model_root is not None:
             config = Path(model_root) / path
-        cfg = _read_config(config)
-        self.register_to_config(**cfg)
+        local = _read_config(config) if config is not None else None
         self.model_name = model
         self._dtype = dtype
         self._client = Client(endpoint, timeout_ms, server_key=server_key,
@@ -146,6 +154,29 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         self.last_result: Optional[JobResult] = None
         self.model_info = self._attach_or_load(path, tp_plan, weights_already_sharded,
                                                progress)
+        self.register_to_config(**self._config_of(local))
+
+    def _config_of(self, local: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """The daemon's config of the model, or `local` checked against it."""
+        theirs = self.model_info.config
+        if theirs is None:
+            if local is None:
+                raise ValueError(
+                    f"weftd at {self._client.endpoint} reports no config for model "
+                    f"{self.model_name!r} (a daemon before weft 0.4): pass config= (a "
+                    "mapping, a config.json or its directory), or model_root= with path=")
+            return local
+        daemon = _read_config(theirs)
+        if local is not None:
+            differ = sorted(k for k in daemon if k in local and
+                            _norm(local[k], daemon) != _norm(daemon[k], daemon))
+            if differ:
+                raise ValueError(
+                    f"the config given for {self.model_name!r} differs from the one weftd "
+                    f"serves in {', '.join(differ)}: "
+                    + "; ".join(f"{k} {local[k]!r} here, {daemon[k]!r} in weftd"
+                                for k in differ))
+        return daemon
 
     def _attach_or_load(self, path: Optional[str], tp_plan: Optional[Mapping[str, TpRule]],
                         sharded: bool,
