@@ -11,6 +11,15 @@ set(_weft_py_env
 # python_binding: every libweft operation, error classes, ABI, packaging.
 # python_pipeline: FluxPipeline with diffusers' transformer vs weftd's on
 # tp=2, ulysses=2, ring=2 x tp=2 (weftd --devices cpu:4).
+# A sanitized libweft.so loads into a Python that is not: the ASan
+# runtime must come first (preloaded), and Python's own allocations are
+# not ours to report as leaks.
+if(WEFT_SANITIZE)
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+                  OUTPUT_VARIABLE _weft_asan OUTPUT_STRIP_TRAILING_WHITESPACE)
+  list(APPEND _weft_py_env "LD_PRELOAD=${_weft_asan}"
+       "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=0")
+endif()
 foreach(t binding pipeline)
   add_test(NAME python_${t}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/python/run.sh ${WEFT_PY_VENV}
