@@ -20,7 +20,8 @@ set_tests_properties(e2e_badinput PROPERTIES TIMEOUT 120)
 
 # libFuzzer: -DWEFT_FUZZ=ON with CC=clang. Run by hand, e.g.
 #   fuzz_proto -malloc_limit_mb=256 -rss_limit_mb=1024 -max_total_time=300 CORPUS
-# (fuzz_cluster_msg and fuzz_safetensors the same way; tests/fuzz/README.md).
+# (fuzz_cluster_msg, fuzz_safetensors and fuzz_gate the same way;
+# tests/fuzz/README.md).
 # Coverage guidance needs the code under test instrumented, not only the
 # harness: every fuzzer links fuzz-only copies of the libraries it tests
 # (weft_proto_fuzz: the wire codec and the control messages between
