@@ -24,8 +24,10 @@
  *              client key not in the allow-list)
  * Any ASan / UBSan report in the gate's thread aborts the run (both
  * libraries are instrumented, -fno-sanitize-recover); so does a message
- * the ROUTER gets that breaks the gate's contract (gate.h), a gate that
- * keeps a connection open after its peer left, or a growing fd count.
+ * the ROUTER gets that breaks the gate's contract (gate.h) or, on an
+ * authenticated CURVE connection, the oracle's prediction (X below), a
+ * gate that keeps a connection open after its peer left, or a growing
+ * fd count.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -85,6 +87,21 @@ static struct {
     bool verbose;                /* FUZZ_GATE_VERBOSE set: the gates' debug
                                     log and a line per input */
 } F;
+
+/* The oracle of an authenticated CURVE connection: while its records are
+ * well-formed (boxed, fresh nonces, plain outer frames) what the gate must
+ * do with each message is known: forward it whole when within the limits,
+ * or its header marked over a limit. The ROUTER gets these messages in
+ * order (the tail may be lost when the gate closes the connection: its
+ * DEALER has linger 0), so each message it gets must be the next one
+ * predicted. */
+#define EXPECT_MAX 2048
+static struct {
+    bool on;                     /* this input's messages are predicted */
+    unsigned n, got;             /* predicted; received so far */
+    bool within[EXPECT_MAX];     /* each: within the limits */
+    unsigned frames[EXPECT_MAX]; /* and its frames */
+} X;
 
 static void check(bool cond, const char *what)
 {
@@ -151,6 +168,14 @@ static bool router_one(void)
     uint64_t bytes = 0;
     for (size_t i = 2; i < n; i++)
         bytes += zmq_msg_size(&parts[i]);
+    if (X.on && meta.curve && X.got < X.n) {
+        check(X.within[X.got] == !meta.limit[0],
+              X.within[X.got] ? "a message within the limits refused"
+                              : "a message over a limit forwarded");
+        check(!X.within[X.got] || n - 2 == X.frames[X.got],
+              "a message forwarded with other frames than sent");
+        X.got++;
+    }
     if (meta.limit[0]) {
         /* the header kept: the first frame, or an empty one and the next */
         check(frames <= 2, "more than the header kept of a message over a limit");
@@ -365,7 +390,12 @@ static bool curve_client(int fd, int who, uint8_t *ret_k, int64_t end)
  *   a size byte, then the body (from the input, zero-padded). */
 static void box_records(outbuf_t *o, const uint8_t *k, const uint8_t *d, size_t n)
 {
+    const wf_gate_limits_t *l = F.lim;
     uint64_t nonce = 2;
+    /* the oracle: the message being written */
+    bool predict = true;
+    unsigned frames = 0;
+    uint64_t bytes = 0;
     uint8_t *frame = malloc(9 + 33 + 255 * 256);
     check(frame != NULL, "out of memory");
     while (n >= 2 && o->n < OUT_MAX) {
@@ -397,7 +427,26 @@ static void box_records(outbuf_t *o, const uint8_t *k, const uint8_t *d, size_t 
         }
         d += have;
         n -= have;
+        if (o->n + 9 + bn > OUT_MAX)
+            break;
         out_frame(o, (uint8_t)((f & 0x40 ? 4 : 0) | (f & 0x80 ? 1 : 0)), body, bn);
+        /* a record not well-formed, or a frame the gate closes the
+         * connection for (over frame_bytes, or too large to hold while
+         * it is opened), or one past the frames it drops: no more
+         * predictions */
+        if (f & 0xcc || len > l->frame_bytes || len > l->message_bytes ||
+            frames > 1000 || X.n == EXPECT_MAX)
+            predict = false;
+        if (!predict || (f & 2))
+            continue;            /* a command: not a frame of the message */
+        frames++;
+        bytes += len;
+        if (f & 1)
+            continue;
+        X.within[X.n] = frames <= l->max_frames && bytes <= l->message_bytes;
+        X.frames[X.n++] = frames;
+        frames = 0;
+        bytes = 0;
     }
     free(frame);
 }
@@ -465,6 +514,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned prefix = (sel >> 1) & 3, chunks = ((sel >> 3) & 7) + 1, ls = sel >> 6;
     F.lim = &limit_sets[ls];
     wf_gate_set_limits(F.gate[curve], F.lim);
+    X.on = false;
+    X.n = X.got = 0;
     if (F.runs++ == 0)
         F.fds_base = count_fds();
 
@@ -489,8 +540,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t k[32];
         go = send_all(fd, o.p, o.n, end) && curve_client(fd, ls == 3, k, end);
         o.n = 0;
-        if (go)
+        if (go) {
             box_records(&o, k, data, size);
+            X.on = true;
+        }
     } else {
         out_add(&o, data, size);
     }
@@ -526,6 +579,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sched_yield();
     }
     router_drain();
+    X.on = false;
     if (F.verbose) {
         wf_gate_stats_t a;
         wf_gate_stats(F.gate[curve], &a);

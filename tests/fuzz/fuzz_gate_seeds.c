@@ -4,7 +4,7 @@
  * hello request, a PING), streams after the harness's own greeting and
  * READY (multipart messages, an empty delimiter, frames over the limits,
  * reserved flags), raw CURVE greetings and HELLO-sized commands, and
- * records for an authenticated CURVE connection (boxed frames, a PING,
+ * records for an authenticated CURVE connection (boxed frames, PINGs,
  * a forged and a replayed MESSAGE).
  * Usage: fuzz_gate_seeds DIR
  */
@@ -162,6 +162,18 @@ int main(int argc, char **argv)
     bad |= put(dir, "curve_records", 0x07, &s);
     bad |= put(dir, "curve_records_chunks", 0x27, &s);
     bad |= put(dir, "curve_records_unlisted", 0xc7, &s);
+    /* heartbeats (PINGs inside boxes) between messages: not frames of
+     * the next message (the gate counted them once) */
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < 20; i++) {
+        byte(&s, 0x02);
+        byte(&s, sizeof ping - 1);
+        add(&s, ping, sizeof ping - 1);
+    }
+    byte(&s, 0x00);
+    byte(&s, 3);
+    add(&s, "abc", 3);
+    bad |= put(dir, "curve_heartbeats", 0x07, &s);
     memset(&s, 0, sizeof s);
     byte(&s, 0x04);                      /* forged (unboxed) MESSAGE */
     byte(&s, 40);
