@@ -20,7 +20,8 @@ set_tests_properties(e2e_badinput PROPERTIES TIMEOUT 120)
 
 # libFuzzer: -DWEFT_FUZZ=ON with CC=clang. Run by hand, e.g.
 #   fuzz_proto -malloc_limit_mb=256 -rss_limit_mb=1024 -max_total_time=300 CORPUS
-# (fuzz_cluster_msg and fuzz_safetensors the same way; tests/fuzz/README.md).
+# (fuzz_cluster_msg, fuzz_safetensors and fuzz_gate the same way;
+# tests/fuzz/README.md).
 # Coverage guidance needs the code under test instrumented, not only the
 # harness: every fuzzer links fuzz-only copies of the libraries it tests
 # (weft_proto_fuzz: the wire codec and the control messages between
@@ -59,4 +60,23 @@ if(WEFT_FUZZ)
   target_link_libraries(fuzz_safetensors PRIVATE weft_modelfiles_fuzz)
   add_executable(fuzz_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_seeds.c)
   target_link_libraries(fuzz_seeds PRIVATE weft_proto)
+  # fuzz_gate: the client plane's ZMTP server (daemon/server/gate.c,
+  # gate_curve.c) instrumented, with the log it writes to, over the
+  # instrumented proto/ (keys.c, errf.c); driven through a real ipc://
+  # socket by the harness (tests/fuzz/README.md).
+  add_library(weft_gate_fuzz STATIC ${PROJECT_SOURCE_DIR}/daemon/server/gate.c
+    ${PROJECT_SOURCE_DIR}/daemon/server/gate_curve.c
+    ${PROJECT_SOURCE_DIR}/daemon/base/log.c)
+  target_include_directories(weft_gate_fuzz PUBLIC ${PROJECT_SOURCE_DIR}/daemon
+    ${PROJECT_SOURCE_DIR}/daemon/server)
+  target_link_libraries(weft_gate_fuzz PUBLIC weft_proto_fuzz PkgConfig::ZMQ
+    PkgConfig::SODIUM Threads::Threads)
+  target_compile_options(weft_gate_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})
+  add_executable(fuzz_gate ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gate.c)
+  target_compile_options(fuzz_gate PRIVATE -fsanitize=fuzzer,address,undefined
+                         -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  target_link_options(fuzz_gate PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_gate PRIVATE weft_gate_fuzz)
+  add_executable(fuzz_gate_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gate_seeds.c)
+  target_link_libraries(fuzz_gate_seeds PRIVATE weft_proto)
 endif()

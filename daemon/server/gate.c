@@ -691,8 +691,9 @@ static void go_over(wf_gate_t *g, conn_t *c, const char *fmt, ...)
          "refused with WF_E_LIMIT)", c->addr, g->endpoint, c->limit);
 }
 
-/* A data frame of `size` bytes begins (its size field read): the
- * limits, before any of it is read. Sets fdrop when it goes over one. */
+/* A data frame of `size` bytes begins (NULL: its size field read; the
+ * limits apply before any of it is read. CURVE: its box opened, a data
+ * frame inside). Sets fdrop when it goes over one. */
 static void frame_begin(wf_gate_t *g, conn_t *c, uint64_t size)
 {
     wf_gate_limits_t l;
@@ -766,8 +767,9 @@ static void active_command(conn_t *c, const uint8_t *b, size_t n)
 }
 
 /* CURVE: a whole MESSAGE command (c->fbuf) read: open it; a data frame
- * goes into the message. False: close. */
-static bool curve_frame(conn_t *c, const char **why)
+ * goes into the message (and counts in its limits: a command inside a
+ * box, a libzmq heartbeat's PING, does not). False: close. */
+static bool curve_frame(wf_gate_t *g, conn_t *c, const char **why)
 {
     uint8_t flags;
     size_t off, n;
@@ -785,7 +787,15 @@ static bool curve_frame(conn_t *c, const char **why)
         free(box);
         return true;
     }
-    /* the limits were checked on the boxed size (frame_begin) */
+    wf_gate_limits_t l;
+    limits_get(g, &l);
+    frame_begin(g, c, n);
+    c->in_body = false;
+    if (c->fdrop && dropped_too_much(c, &l)) {
+        free(box);
+        *why = "it kept sending a message over the limit";
+        return false;
+    }
     if (!c->fdrop) {
         zmq_msg_t *m = &c->parts[c->n_parts++];
         if (n) {
@@ -841,7 +851,7 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
                 free(c->fbuf);
                 c->fbuf = NULL;
             } else if (c->cv) {
-                if (!curve_frame(c, why))
+                if (!curve_frame(g, c, why))
                     return false;
             } else {
                 frame_end(c, c->fflags & F_MORE);
@@ -902,22 +912,24 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
                 *why = c->limit;
                 return false;
             }
-            frame_begin(g, c, inner);
-            if (c->fdrop && dropped_too_much(c, &l)) {
-                *why = "it kept sending a message over the limit";
-                return false;
-            }
             /* the whole box is read, even of a frame dropped for a
              * limit: its "more" flag is inside. Such a frame is held
-             * (then freed) only up to message_bytes: beyond, close */
-            if (c->fdrop && inner > l.message_bytes) {
+             * (then freed) only up to message_bytes: beyond, close (a
+             * frame that large goes over message_bytes in any case).
+             * Whether it is a data frame of the message (frame_begin:
+             * counted, limits) or a command is known once it is open
+             * (curve_frame) */
+            if (inner > l.message_bytes) {
                 snprintf(c->limit, sizeof c->limit, "a CURVE frame of %" PRIu64
                          " bytes over the message limit %" PRIu64, inner,
                          l.message_bytes);
                 *why = c->limit;
                 return false;
             }
+            c->in_body = true;
+            c->fdrop = false;
             c->fsize = size;
+            c->fgot = 0;
             c->fbuf = malloc((size_t)size);
             if (!c->fbuf) {
                 *why = "out of memory";
