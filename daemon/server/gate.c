@@ -706,7 +706,9 @@ static void frame_begin(wf_gate_t *g, conn_t *c, uint64_t size)
         else if (c->frames > l.max_frames || c->frames > MAX_PARTS)
             go_over(g, c, "more than %u frames in one message (client_max_frames)",
                     l.max_frames);
-        else if (size > l.message_bytes - c->bytes)
+        else if (c->bytes > l.message_bytes || size > l.message_bytes - c->bytes)
+            /* (the first test: a reload may lower the limit below what a
+             * message in progress already holds) */
             go_over(g, c, "a message of more than %" PRIu64 " bytes "
                     "(max_header_bytes + client_queue_bytes)", l.message_bytes);
     }
