@@ -1,0 +1,117 @@
+/* wgmma_tile.cuh — the per-key-tile steps shared by the Hopper attention
+ * kernels (attention_wgmma.cu, attention_ws.cu): the K-major and V
+ * operand descriptors of a swizzled tile, the online-softmax step of one
+ * key tile, O's rescale, P packed to the A fragments, and the register
+ * fence of those fragments. Uses the including file's BC (keys per tile,
+ * WF_CUDA_WG_BC in both) and wgmma_ops.cuh. sm_90a device code only:
+ * included inside each kernel's anonymous namespace, under its own
+ * "sm_90a body" #ifdef. */
+#ifndef WF_WGMMA_TILE_CUH
+#define WF_WGMMA_TILE_CUH
+
+/* Descriptor of k-step kk (16 elements of D) of the K-major operand made
+ * of rows [row0, row0 + 64 or R) of a swizzled tile of R rows. */
+template <int R>
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kk)
+{
+    return make_desc(tile + (uint32_t)(kk >> 2) * (R * 128) + (uint32_t)row0 * 128u +
+                         (uint32_t)(kk & 3) * 32u,
+                     16, 1024);
+}
+
+/* Descriptor of k-step kk (16 keys) of V as the N-major B operand of P V:
+ * keys along K (16 rows = 2048 bytes per k-step, 8-row groups SBO = 1024
+ * bytes apart), its 64-column blocks along N LBO = BC * 128 bytes apart. */
+__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk, uint32_t lbo, uint32_t sbo)
+{
+    return make_desc(tile + (uint32_t)kk * 2048u, lbo, sbo);
+}
+/* Online-softmax step on this thread's part of S for the key tile at k0
+ * (rows wl * 16 + g (+ 8), keys k0 + 8 i + 2 t (+ 1)): scale and mask,
+ * new running maxima (base 2), corr = the factor O and l take, and the
+ * un-normalised probabilities in place of the scores; l gets their sums. */
+template <int NS>
+__device__ __forceinline__ void softmax_tile(float *s, int k0, int Skv, int rel_row, int t,
+                                             float alpha, float m_r[2], float l_r[2],
+                                             float corr[2])
+{
+    /* rel_row: key kj is masked for the thread's first row when kj > rel_row
+     * (second row: rel_row + 8); the tile needs no mask when every key is
+     * below Skv and visible to both rows. */
+    const bool need_mask = k0 + BC > Skv || k0 + BC - 1 > rel_row;
+    float al = alpha;
+    if (!(al > 0.f)) {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            s[i] *= al;
+        al = 1.f;
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        float x = s[i];
+        if (need_mask) {
+            const int kj = k0 + (i >> 2) * 8 + 2 * t + (i & 1);
+            if (kj >= Skv || kj > rel_row + ((i >> 1) & 1) * 8)
+                x = -INFINITY;
+        }
+        s[i] = x;
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+    }
+    float m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m_r[r], mx[r] * al);
+        m_use[r] = m_new == -INFINITY ? 0.f : m_new; /* no NaN from -inf - -inf */
+        corr[r] = exp2f(m_r[r] - m_use[r]);
+        m_r[r] = m_new;
+        l_r[r] *= corr[r];
+    }
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        const int r = (i >> 1) & 1;
+        s[i] = exp2f(fmaf(s[i], al, -m_use[r]));
+        l_r[r] += s[i];
+    }
+}
+
+/* O *= corr (per row), skipped when no row's max moved in the warp. */
+template <int NO>
+__device__ __forceinline__ void rescale_o(float *o, const float corr[2])
+{
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+            o[i] *= corr[(i >> 1) & 1];
+    }
+}
+
+/* Probabilities (S's accumulator layout) packed to T as the A fragments
+ * of P V's k-steps: k-step kk takes n8 chunks 2 kk (k 0-7) and 2 kk + 1
+ * (k 8-15), rows g and g + 8 each. */
+template <typename T, int KS>
+__device__ __forceinline__ void pack_p(const float *s, uint32_t (*pa)[4])
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int i0 = (2 * kk + half) * 4;
+            pa[kk][half * 2 + 0] = cvt<T>::pack(s[i0 + 0], s[i0 + 1]);
+            pa[kk][half * 2 + 1] = cvt<T>::pack(s[i0 + 2], s[i0 + 3]);
+        }
+}
+
+template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+r"(r[i][e])::"memory");
+}
+
+
+#endif /* WF_WGMMA_TILE_CUH */
