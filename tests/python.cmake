@@ -2,7 +2,13 @@
 # real weftd daemons (tests/python). They run in the virtual environment
 # that tests/python/make_venv.sh makes (.ci/deps runs it): without it they
 # FAIL, unless WEFT_PY_TESTS=skip says to skip them (never under CI=true).
-set(WEFT_PY_VENV "$ENV{HOME}/.cache/weft/venv-python" CACHE PATH
+# HOME, else the user's home from passwd (as make_venv.sh does)
+set(_weft_home "$ENV{HOME}")
+if(_weft_home STREQUAL "")
+  execute_process(COMMAND sh -c "getent passwd \"$(id -u)\" | cut -d: -f6"
+                  OUTPUT_VARIABLE _weft_home OUTPUT_STRIP_TRAILING_WHITESPACE)
+endif()
+set(WEFT_PY_VENV "${_weft_home}/.cache/weft/venv-python" CACHE PATH
     "virtual environment of the Python tests (tests/python/make_venv.sh)")
 set(_weft_py_env
   "WEFTD=$<TARGET_FILE:weftd>" "WEFTCTL=$<TARGET_FILE:weftctl>"

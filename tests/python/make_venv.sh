@@ -15,7 +15,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 req="$here/../../bench/requirements-python.txt"
-venv=${WEFT_PY_VENV:-${HOME:?HOME is not set}/.cache/weft/venv-python}
+# HOME may be unset under some CI runners: the user's home from passwd then
+# (tests/python.cmake finds the same place)
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+venv=${WEFT_PY_VENV:-${home:?no HOME and no home directory in passwd}/.cache/weft/venv-python}
 if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/weft-requirements.txt"; then
     echo "make_venv.sh: $venv is up to date"
     exit 0
