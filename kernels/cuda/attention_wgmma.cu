@@ -30,7 +30,7 @@
  */
 #include "attention_common.cuh"
 
-#include <cuda.h> /* CUtensorMap and its enums (types only: no libcuda link) */
+#include "tensor_map.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,58 +415,15 @@ wgmma_probe_kernel(const __nv_bfloat16 *A, const __nv_bfloat16 *Bk, const uint16
 #endif
 }
 
-/* cuTensorMapEncodeTiled from the driver, through the runtime (weft does
- * not link libcuda). Null when the driver lacks it. */
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                    const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                    CUtensorMapFloatOOBfill);
-encode_tiled_fn encode_tiled()
-{
-    static const encode_tiled_fn fn = [] {
-        void *f = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-            (void)cudaGetLastError();
-            f = nullptr;
-        }
-        return reinterpret_cast<encode_tiled_fn>(f);
-    }();
-    return fn;
-}
-
-/* The map of a (B, S, H, D) tensor of 16-bit elements at base: boxes of 64
- * elements (128 bytes, the swizzle span) x `rows` sequence rows of one
- * head of one batch; coordinates (d, h, s, b); out-of-range rows read 0. */
-bool tensor_map(CUtensorMap *m, const void *base, bool bf16, long long B, long long S,
-                long long H, int D, int rows)
-{
-    encode_tiled_fn fn = encode_tiled();
-    if (!fn)
-        return false;
-    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)(H * D * 2),
-                                   (cuuint64_t)(S * H * D * 2)};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-              const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <typename T, int D, bool PIPE>
 wf_status_t launch(const wf_attn_params_t *p, const attn_args &a, const wf_cuda_attn_geom_t *g,
                    cudaStream_t stream)
 {
     const bool bf16 = g->compute_bf16 != 0;
     CUtensorMap tq, tk, tv;
-    if (!tensor_map(&tq, p->q, bf16, p->B, p->Sq, p->Hq, D, BR) ||
-        !tensor_map(&tk, p->k, bf16, p->B, p->Skv, p->Hkv, D, BC) ||
-        !tensor_map(&tv, p->v, bf16, p->B, p->Skv, p->Hkv, D, BC))
+    if (!wf_cuda_tensor_map(&tq, p->q, bf16, p->B, p->Sq, p->Hq, D, BR) ||
+        !wf_cuda_tensor_map(&tk, p->k, bf16, p->B, p->Skv, p->Hkv, D, BC) ||
+        !wf_cuda_tensor_map(&tv, p->v, bf16, p->B, p->Skv, p->Hkv, D, BC))
         return WF_E_INTERNAL;
     auto kern = flash_fwd_wgmma_kernel<T, D, PIPE>;
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,

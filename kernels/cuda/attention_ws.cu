@@ -49,7 +49,7 @@
  */
 #include "attention_common.cuh"
 
-#include <cuda.h> /* CUtensorMap and its enums (types only: no libcuda link) */
+#include "tensor_map.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -611,63 +611,19 @@ ws_probe_kernel(int S, const uint4 *gin, unsigned *bad, int *order,
 #endif
 }
 
-/* cuTensorMapEncodeTiled from the driver, through the runtime (weft does
- * not link libcuda). Null when the driver lacks it. */
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                    const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                    CUtensorMapFloatOOBfill);
-encode_tiled_fn encode_tiled()
-{
-    static const encode_tiled_fn fn = [] {
-        void *f = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-            (void)cudaGetLastError();
-            f = nullptr;
-        }
-        return reinterpret_cast<encode_tiled_fn>(f);
-    }();
-    return fn;
-}
-
-/* The map of a (B, S, H, D) tensor of 16-bit elements at base: boxes of 64
- * elements (128 bytes, the swizzle span) x `rows` sequence rows of one
- * head of one batch; coordinates (d, h, s, b); out-of-range rows read 0. */
-bool tensor_map(CUtensorMap *m, const void *base, bool bf16, long long B, long long S,
-                long long H, int D, int rows)
-{
-    encode_tiled_fn fn = encode_tiled();
-    if (!fn)
-        return false;
-    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)(H * D * 2),
-                                   (cuuint64_t)(S * H * D * 2)};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-              const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-
 template <typename T, int D, bool PIPE>
 wf_status_t launch(const wf_attn_params_t *p, const attn_args &a, const ws_args &w,
                    const wf_cuda_attn_geom_t *g, cudaStream_t stream)
 {
     const bool bf16 = g->compute_bf16 != 0;
     CUtensorMap tq, tk, tv, to;
-    if (!tensor_map(&tq, p->q, bf16, p->B, p->Sq, p->Hq, D, BR) ||
-        !tensor_map(&tk, p->k, bf16, p->B, p->Skv, p->Hkv, D, BC) ||
-        !tensor_map(&tv, p->v, bf16, p->B, p->Skv, p->Hkv, D, BC))
+    if (!wf_cuda_tensor_map(&tq, p->q, bf16, p->B, p->Sq, p->Hq, D, BR) ||
+        !wf_cuda_tensor_map(&tk, p->k, bf16, p->B, p->Skv, p->Hkv, D, BC) ||
+        !wf_cuda_tensor_map(&tv, p->v, bf16, p->B, p->Skv, p->Hkv, D, BC))
         return WF_E_INTERNAL;
     if (w.tma_store) {
         /* out in its own dtype, boxes of one consumer's 64 rows */
-        if (!tensor_map(&to, p->out, p->out_dtype == WF_DTYPE_BF16, p->B, p->Sq, p->Hq, D,
+        if (!wf_cuda_tensor_map(&to, p->out, p->out_dtype == WF_DTYPE_BF16, p->B, p->Sq, p->Hq, D,
                         WG_ROWS))
             return WF_E_INTERNAL;
     } else {
@@ -768,8 +724,8 @@ extern "C" wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n)
         cudaMemset(dbad, 0, sizeof(unsigned)) != cudaSuccess ||
         cudaMemset(dorder, 0xff, sizeof horder) != cudaSuccess)
         goto done;
-    if (!tensor_map(&tin, din, true, 1, S, 1, 128, BC) ||
-        !tensor_map(&tout, dout, true, 1, S, 1, 128, WG_ROWS)) {
+    if (!wf_cuda_tensor_map(&tin, din, true, 1, S, 1, 128, BC) ||
+        !wf_cuda_tensor_map(&tout, dout, true, 1, S, 1, 128, WG_ROWS)) {
         if (report)
             snprintf(report, n, "ws: cuTensorMapEncodeTiled unavailable or refused");
         goto done;
