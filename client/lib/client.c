@@ -1161,8 +1161,7 @@ wf_status_t wf_cancel(wf_client_t *client, wf_job_t *job)
                     (unsigned long long)job->id);
     /* the job's own reply (WF_E_CANCELLED, or its result) may come before
      * the cancel's: it is taken as usual meanwhile */
-    wfc_request_begin(client, JOB_CANCEL)->args.cancel.id = job->id;
-    return wfc_simple_call(client, JOB_CANCEL, NULL);
+    return wf_cancel_id(client, job->id);
 }
 
 const char *wf_version(void)
