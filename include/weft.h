@@ -103,6 +103,10 @@ typedef enum wf_status {
     /* a cluster's nodes disagree: a model's files (config, tensors, sizes
      * or headers) differ on the node the message names */
     WF_E_MISMATCH = 28,
+    /* the daemon's devices cannot serve an option the job asks for (an
+     * fp8 attention on a device without fp8 tensor cores, e.g. the CPU);
+     * the message names the option and the device */
+    WF_E_UNSUPPORTED = 29,
     /* a bug or an unexpected failure inside the daemon */
     WF_E_INTERNAL = 40,
     /* a communicator was aborted (a peer failed) while the job ran */

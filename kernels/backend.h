@@ -62,6 +62,15 @@ typedef struct wf_attn_params {
     int64_t gqa_group;               /* query heads per K/V head of the global problem; 0 = Hq / Hkv */
     int64_t q_head_base;             /* global index of local query head 0 (with gqa_group > 0) */
     int64_t kv_head_base;            /* global index of local K/V head 0 (with gqa_group > 0) */
+    /* fp8 (e4m3) tensor-core inputs (issue 17), off by default: q, k and
+     * v are quantized per (batch, head) of this call as kernels/fp8.h
+     * says (scale = amax / 448 over the head's finite elements, an
+     * infinite element becomes NaN), both products accumulate in f32 and
+     * P is rounded to e4m3 for the second; out, lse and every other rule
+     * as without. Only a backend whose attention_fp8_ok answers true for
+     * the device takes it; attention() of any other refuses it with
+     * WF_E_UNSUPPORTED (the daemon refuses such a job before it runs). */
+    bool fp8;
 } wf_attn_params_t;
 
 /* ---- model ops -----------------------------------------------------------
@@ -169,6 +178,13 @@ typedef struct wf_backend_ops {
      * Jobs and models with another head dim are refused before any rank
      * runs (the CUDA kernels: 64 and 128). */
     bool (*attention_head_dim_ok)(int64_t D);
+
+    /* (optional) Whether attention() takes fp8 jobs (p->fp8) on device
+     * `index` of this backend: a pure query (no context needed) that the
+     * daemon asks for every device of a job before admitting it. NULL:
+     * never (the CPU backend). The CUDA backend: a device of compute
+     * capability 9.0 in a build with sm_90a. */
+    bool (*attention_fp8_ok)(int index);
 
     /* Flash-style attention forward (tiled, online softmax, fp32
      * accumulation) for the heads [p->h_begin, p->h_end). `workspace` holds

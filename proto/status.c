@@ -31,6 +31,7 @@ const char *wf_status_name(wf_status_t s)
     case WF_E_DEADLINE: return "WF_E_DEADLINE";
     case WF_E_CANCELLED: return "WF_E_CANCELLED";
     case WF_E_MISMATCH: return "WF_E_MISMATCH";
+    case WF_E_UNSUPPORTED: return "WF_E_UNSUPPORTED";
     case WF_E_INTERNAL: return "WF_E_INTERNAL";
     case WF_E_ABORTED: return "WF_E_ABORTED";
     case WF_E_NODE_LOST: return "WF_E_NODE_LOST";
@@ -52,7 +53,7 @@ wf_status_t wf_status_on_wire(wf_status_t s)
     case WF_E_BAD_SHAPE: case WF_E_FRAME_MISMATCH: case WF_E_BAD_ARGUMENT:
     case WF_E_DENIED: case WF_E_QUEUE_FULL: case WF_E_NO_MEMORY: case WF_E_SHUTTING_DOWN:
     case WF_E_BUSY: case WF_E_NOT_COORDINATOR: case WF_E_UNAVAILABLE:
-    case WF_E_DEADLINE: case WF_E_CANCELLED: case WF_E_MISMATCH:
+    case WF_E_DEADLINE: case WF_E_CANCELLED: case WF_E_MISMATCH: case WF_E_UNSUPPORTED:
     case WF_E_INTERNAL: case WF_E_ABORTED: case WF_E_NODE_LOST:
         return s;
     case WF_E_TIMEOUT: case WF_E_CONNECT: case WF_E_IO: case WF_E_PROTOCOL:
@@ -85,6 +86,7 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_DEADLINE: return "the job's deadline passed: failed at a step boundary, its devices freed";
     case WF_E_CANCELLED: return "the job was cancelled: failed at a step boundary, its devices freed";
     case WF_E_MISMATCH: return "the cluster's nodes disagree (a model's files differ on a node)";
+    case WF_E_UNSUPPORTED: return "the daemon's devices cannot serve an option of the job";
     case WF_E_INTERNAL: return "internal error in the daemon";
     case WF_E_ABORTED: return "a communicator was aborted while the job ran";
     case WF_E_NODE_LOST: return "a node of the cluster was lost while the job ran";
