@@ -120,7 +120,30 @@ static const struct {
     {"pp", WF_CUDA_WS_PINGPONG},
     {"store", WF_CUDA_WS_TMA_STORE},
     {"persist", WF_CUDA_WS_PERSISTENT},
+    {"mc", WF_CUDA_WS_MULTICAST},
 };
+
+/* Length of the ws base name that sel starts with ("ws" or a cumulative
+ * name) when what follows is nothing, "+..." or "-mc" (then nothing or
+ * "+..."), with its features in *feat; 0 when none does. */
+static size_t ws_base(const char *sel, unsigned *feat)
+{
+    size_t best = 0;
+    for (size_t i = 0; i <= sizeof ws_aliases / sizeof ws_aliases[0]; i++) {
+        const char *name = i < sizeof ws_aliases / sizeof ws_aliases[0] ? ws_aliases[i].name : "ws";
+        const size_t n = strlen(name);
+        if (strncmp(sel, name, n) != 0 || n <= best)
+            continue;
+        const char *r = sel + n;
+        if (strncmp(r, "-mc", 3) == 0)
+            r += 3;
+        if (*r != 0 && *r != '+')
+            continue;
+        best = n;
+        *feat = i < sizeof ws_aliases / sizeof ws_aliases[0] ? ws_aliases[i].features : 0u;
+    }
+    return best;
+}
 
 wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
                                       unsigned *ret_features)
@@ -137,29 +160,26 @@ wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
         kernel = WF_CUDA_KERNEL_MMA;
     } else {
         kernel = WF_CUDA_KERNEL_WS;
-        size_t i;
-        for (i = 0; i < sizeof ws_aliases / sizeof ws_aliases[0]; i++)
-            if (strcmp(sel, ws_aliases[i].name) == 0)
-                break;
-        if (i < sizeof ws_aliases / sizeof ws_aliases[0]) {
-            feat = ws_aliases[i].features;
-        } else {
-            if (strncmp(sel, "ws", 2) != 0)
+        const size_t n = ws_base(sel, &feat);
+        if (n == 0)
+            return WF_E_BAD_ARGUMENT;
+        const char *c = sel + n;
+        if (strncmp(c, "-mc", 3) == 0) {
+            feat |= WF_CUDA_WS_MULTICAST;
+            c += 3;
+        }
+        while (*c) {
+            if (*c != '+')
                 return WF_E_BAD_ARGUMENT;
-            const char *c = sel + 2;
-            while (*c) {
-                if (*c != '+')
-                    return WF_E_BAD_ARGUMENT;
-                c++;
-                size_t len = strcspn(c, "+"), b;
-                for (b = 0; b < sizeof ws_bits / sizeof ws_bits[0]; b++)
-                    if (strlen(ws_bits[b].name) == len && strncmp(c, ws_bits[b].name, len) == 0)
-                        break;
-                if (b == sizeof ws_bits / sizeof ws_bits[0] || (feat & ws_bits[b].bit))
-                    return WF_E_BAD_ARGUMENT; /* unknown or repeated */
-                feat |= ws_bits[b].bit;
-                c += len;
-            }
+            c++;
+            size_t len = strcspn(c, "+"), b;
+            for (b = 0; b < sizeof ws_bits / sizeof ws_bits[0]; b++)
+                if (strlen(ws_bits[b].name) == len && strncmp(c, ws_bits[b].name, len) == 0)
+                    break;
+            if (b == sizeof ws_bits / sizeof ws_bits[0] || (feat & ws_bits[b].bit))
+                return WF_E_BAD_ARGUMENT; /* unknown or repeated */
+            feat |= ws_bits[b].bit;
+            c += len;
         }
     }
     *ret_kernel = kernel;
@@ -232,15 +252,33 @@ wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
      * gridDim.x, the default wgmma kernel below. */
     const int64_t all_tiles = tiles * heads * p->B;
     const int ws_stages = wf_cuda_attn_ws_stages(g.d, lim->smem_optin);
+    g.cluster[0] = g.cluster[1] = g.cluster[2] = 1;
     if (lim->wgmma == WF_CUDA_KERNEL_WS && same_dt && ws_stages > 0 &&
         all_tiles <= lim->max_grid_x && all_tiles <= INT32_MAX) {
         g.kernel = WF_CUDA_KERNEL_WS;
-        g.ws_features = lim->ws_features & WF_CUDA_WS_ALL;
+        g.ws_features = lim->ws_features & WF_CUDA_WS_KNOWN;
         g.tiles = all_tiles;
         int64_t blocks = all_tiles;
-        if ((g.ws_features & WF_CUDA_WS_PERSISTENT) && lim->sm_count > 0 &&
-            blocks > lim->sm_count)
+        /* +mc: pairs of query tiles of one head; dropped where a head has
+         * one tile (nothing to share) or the grid of pairs is too long */
+        const int64_t pairs = (tiles + 1) / 2 * heads * p->B;
+        if ((g.ws_features & WF_CUDA_WS_MULTICAST) &&
+            (tiles < 2 || 2 * pairs > lim->max_grid_x || 2 * pairs > INT32_MAX))
+            g.ws_features &= ~(unsigned)WF_CUDA_WS_MULTICAST;
+        if (g.ws_features & WF_CUDA_WS_MULTICAST) {
+            g.tiles = 2 * pairs;
+            int64_t clusters = pairs;
+            if ((g.ws_features & WF_CUDA_WS_PERSISTENT) && lim->sm_count > 0) {
+                const int64_t fit = lim->sm_count / 2 > 0 ? lim->sm_count / 2 : 1;
+                if (clusters > fit)
+                    clusters = fit;
+            }
+            blocks = WF_CUDA_WS_CLUSTER * clusters;
+            g.cluster[0] = WF_CUDA_WS_CLUSTER;
+        } else if ((g.ws_features & WF_CUDA_WS_PERSISTENT) && lim->sm_count > 0 &&
+                   blocks > lim->sm_count) {
             blocks = lim->sm_count;
+        }
         g.grid[0] = (unsigned)blocks;
         g.grid[1] = heads > 0 ? 1u : 0u; /* 0: an empty head range, nothing to launch */
         g.grid[2] = 1;

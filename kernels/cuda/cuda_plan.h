@@ -96,7 +96,36 @@ enum {
     WF_CUDA_WS_TMA_STORE = 1u << 2,  /* 16-bit out written through shared memory and
                                         a TMA store (f32 out: direct stores) */
     WF_CUDA_WS_PERSISTENT = 1u << 3, /* grid of sm_count blocks striding over the tiles */
-    WF_CUDA_WS_ALL = 15u
+    WF_CUDA_WS_ALL = 15u,            /* the four steps above ("ws-full") */
+    WF_CUDA_WS_MULTICAST = 1u << 4,  /* clusters of 2 CTAs (two query tiles of one
+                                        head) sharing each K / V tile by TMA
+                                        multicast (+mc; not in "ws-full") */
+    WF_CUDA_WS_KNOWN = 31u           /* every bit above */
+};
+
+/* +mc, the multicast form of the ws kernel (issue 17; opt-in, measured
+ * before it is kept: FlashAttention-3 found clusters help little in the
+ * forward). Thread-block clusters of WF_CUDA_WS_CLUSTER CTAs: the two
+ * CTAs of a cluster take query tiles 2 i and 2 i + 1 of one (batch, head)
+ * (an odd tile count leaves the second CTA of each head's last pair a tile
+ * without rows: it loads and releases with its partner, writes nothing);
+ * each CTA's producer loads half of every K and V tile (64 key rows) with
+ * .multicast::cluster into both CTAs, and a stage is reused once the
+ * consumer warps of both CTAs released it. Causal: the ring carries the
+ * union of the pair's key ranges (the later tile's); the CTA that does not
+ * need a key tile waits for it and releases it without computing.
+ *   grid  (2 * pairs, 1, 1), pairs = ceil(ceil(Sq / BR) / 2) * heads * B;
+ *         tiles = 2 * pairs (the tile order: pairs, each head's heavy
+ *         pairs first when causal); with WF_CUDA_WS_PERSISTENT
+ *         2 * min(pairs, max(1, sm_count / 2)) (each cluster strides over
+ *         the pairs; sm_count 0: one cluster per pair)
+ *   cluster (2, 1, 1); shared bytes per CTA as without +mc.
+ * The geometry drops +mc (the ws kernel without clusters) when a head has
+ * a single query tile (its pair would be one tile and an empty one:
+ * nothing shared, half the CTAs idle) and when 2 * pairs exceeds
+ * gridDim.x. */
+enum {
+    WF_CUDA_WS_CLUSTER = 2 /* CTAs per cluster with +mc */
 };
 
 /* What the geometry depends on, from cudaDeviceProp (or a test). */
@@ -127,7 +156,10 @@ typedef struct wf_cuda_attn_geom {
     int kernel;        /* WF_CUDA_KERNEL_* */
     unsigned ws_features; /* WF_CUDA_KERNEL_WS: its WF_CUDA_WS_* bits, else 0 */
     int64_t tiles;     /* WF_CUDA_KERNEL_WS: query tiles in all (ceil(Sq / BR) *
-                          heads * B); grid[0] is that or, persistent, fewer */
+                          heads * B; with +mc 2 * pairs, empty tiles included);
+                          grid[0] is that or, persistent, fewer */
+    unsigned cluster[3]; /* thread-block cluster dims: (2, 1, 1) with +mc
+                            (WF_CUDA_WS_MULTICAST in ws_features), else 1, 1, 1 */
 } wf_cuda_attn_geom_t;
 
 /* Shape, dtype and head-mapping checks of backend.h, plus the CUDA
@@ -147,7 +179,9 @@ bool wf_cuda_attn_head_dim_ok(int64_t D);
  * compute dtype and its shared tiles fit; mma.sync otherwise.
  * WF_CUDA_KERNEL_WS: the ws kernel (grid, block, stages, smem_bytes,
  * ws_features, tiles as above) when its ring fits (wf_cuda_attn_ws_stages)
- * and every tile fits gridDim.x; else as for WF_CUDA_KERNEL_WGMMA. */
+ * and every tile fits gridDim.x; else as for WF_CUDA_KERNEL_WGMMA. +mc:
+ * cluster, grid and tiles of the multicast form, or the bit dropped from
+ * ws_features by the rules above. */
 wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
                                   const wf_cuda_limits_t *lim,
                                   wf_cuda_attn_geom_t *ret_geom);
@@ -179,9 +213,12 @@ int wf_cuda_ws_regs_ok(int entry, int producer, int consumer, int consumers);
 /* WEFT_CUDA_ATTN's value as a kernel choice: NULL or "" or "wgmma" the
  * default (WF_CUDA_KERNEL_WGMMA), "wgmma-pipe", "mma" (0), and the ws
  * kernel: "ws" optionally followed by "+pipe", "+pp" (ping-pong),
- * "+store" (TMA store), "+persist" in any order, or the names of the
- * cumulative steps "ws-pipe" (ws+pipe), "ws-pp" (ws+pipe+pp),
- * "ws-pp-store" (ws+pipe+pp+store), "ws-full" (all four).
+ * "+store" (TMA store), "+persist", "+mc" (clusters with TMA multicast)
+ * in any order, or the names of the cumulative steps "ws-pipe" (ws+pipe),
+ * "ws-pp" (ws+pipe+pp), "ws-pp-store" (ws+pipe+pp+store), "ws-full" (the
+ * four but mc); "ws" or a cumulative name may end in "-mc" (+mc: "ws-mc",
+ * "ws-pp-mc", "ws-full-mc") and be followed by "+feature"s (each at most
+ * once).
  * WF_E_BAD_ARGUMENT for anything else (the outputs untouched: the caller
  * keeps the default). */
 wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
@@ -223,6 +260,20 @@ wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n);
  * as wf_cuda_wgmma_selftest; one line in report. Defined in
  * attention_ws.cu (allocates; tests only). */
 wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n);
+
+/* A check of +mc's building block on device `device`: a cluster of two
+ * CTAs, each CTA's producer multicasting half of every tile of a
+ * (1, S, 1, 128) bf16 tensor into a 2-stage ring of both CTAs (full
+ * mbarrier of each CTA expecting the whole tile), each CTA's consumer
+ * warps checking every byte of every tile (the swizzle as sw_offset
+ * reads it, rows past S zero) and releasing the stage on both CTAs'
+ * empty barriers (a remote arrive through mapa), each producer finally
+ * waiting for the last phase of its empty barriers (every remote arrival
+ * seen); cluster barriers at start and before exit. WF_OK when every
+ * byte matched in both CTAs and both saw every release; else as
+ * wf_cuda_ws_selftest. One line in report. Defined in attention_ws.cu
+ * (allocates; tests only). */
+wf_status_t wf_cuda_ws_mc_selftest(int device, char *report, size_t n);
 
 /* 1 when the ws kernel was compiled for sm_90a (a real body). */
 int wf_cuda_ws_built(void);
