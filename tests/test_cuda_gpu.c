@@ -286,6 +286,10 @@ static void test_attention(void)
         {1, 700, 1300, 4, 2, 128, 0, 4, 1, 600, 0, 0, 0, 0}, /* several key tiles, uneven */
         {2, 513, 513, 3, 1, 64, 0, 3, 0, 0, 0, 0, 0, 0},
         {1, 300, 2000, 2, 1, 128, 0, 2, 1, 100, 1700, 0, 0, 0}, /* rows before every key */
+        /* +mc's last key tiles: exactly 64 rows (loaded whole by one CTA)
+         * and 65 (the second half has one row), an odd query tile count */
+        {1, 384, 192, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
+        {2, 257, 193, 2, 1, 64, 0, 2, 0, 0, 0, 0, 0, 0},
     };
     static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -976,7 +980,8 @@ static void test_nccl(int ngpu)
 static void test_attention_variants(int n, char **vars)
 {
     static const char *const dflt[] = {"ws", "ws-pipe", "ws-pp", "ws-pp-store", "ws-full",
-                                       "ws+store", "ws+persist"};
+                                       "ws+store", "ws+persist", "ws+mc", "ws-pp-mc",
+                                       "ws-pp-store-mc", "ws-full-mc"};
     const int nv = n > 0 ? n : (int)(sizeof dflt / sizeof dflt[0]);
     for (int i = 0; i < nv; i++) {
         const char *v = n > 0 ? vars[i] : dflt[i];
@@ -1047,6 +1052,14 @@ int main(int argc, char **argv)
                                                                   : " (not counted here)");
         if (variants)
             CHECK(wst == WF_OK || wst == WF_E_UNAVAILABLE);
+        /* +mc's building block (a 2-CTA cluster multicasting tiles, remote
+         * arrivals on the empty barriers), counted as the ws line is */
+        char mrep[512];
+        wf_status_t mst = wf_cuda_ws_mc_selftest(0, mrep, sizeof mrep);
+        printf("  %s%s\n", mrep,
+               mst == WF_OK || mst == WF_E_UNAVAILABLE || variants ? "" : " (not counted here)");
+        if (variants)
+            CHECK(mst == WF_OK || mst == WF_E_UNAVAILABLE);
         const char *sel = getenv("WEFT_CUDA_ATTN");
         int kern = WF_CUDA_KERNEL_WGMMA;
         unsigned feat = 0;

@@ -11,11 +11,14 @@
 #
 # Knobs (environment):
 #   WEFT_ATTN_VARIANTS=0        skip this step
-#   WEFT_ATTN_VARIANTS_S=150    its own budget in seconds (each part below
-#                               checks what is left of it, and of run.sh's)
-#   WEFT_ATTN_VARIANTS_LIST="ws ws-pipe ws-pp ws-pp-store ws-full"
+#   WEFT_ATTN_VARIANTS_S=180    its own budget in seconds (each part below
+#                               checks what is left of it, and of run.sh's;
+#                               150 before +mc's tests and sanitizer runs)
+#   WEFT_ATTN_VARIANTS_LIST="ws ws-pipe ws-pp ws-pp-store ws-full ws-pp-mc"
 #                               the variants (WEFT_CUDA_ATTN values); the
-#                               tests also run ws+store and ws+persist alone
+#                               tests also run ws+store, ws+persist, ws+mc
+#                               and ws-full-mc alone (+mc: clusters of 2
+#                               CTAs with TMA multicast of K / V)
 #   WEFT_ATTN_VARIANTS_ONLY=1   (from run.sh) stop run.sh after this step:
 #                               its summary still prints (the EXIT trap)
 #
@@ -24,10 +27,14 @@
 #      each under `timeout 40` (a deadlock in a named barrier cannot trap:
 #      a hung variant is reported as such and left out of the timings);
 #      the ws self-test line (mbarrier ring, setmaxnreg, TMA store,
-#      ping-pong) by name
+#      ping-pong) and the ws mc line (2-CTA cluster, TMA multicast, remote
+#      arrive) by name
 #   2. compute-sanitizer --tool memcheck and --tool racecheck (when the
 #      toolkit has it) on bench_cuda_attention's small grid (S 300, H 2,
-#      D 64 and 128, causal and not) for the fullest variant that passed
+#      D 64 and 128, causal and not) for the fullest variant that passed;
+#      then racecheck (both shapes) and memcheck (D 128 causal) for the
+#      fullest +mc variant that passed (S 300: 3 query tiles per head, so
+#      every head's last cluster has a tile without rows)
 #   3. TFLOP/s for S = 4096 and 16384, causal and not (bf16, B 1, H 24,
 #      D 128): sdpa_bench.py --fa3 (SDPA, FA3 if importable), then
 #      bench_cuda_attention --variants wgmma,<passing variants> (the
@@ -53,7 +60,7 @@ fi
 av_main() {
   local av_start av_budget
   av_start=$(date +%s)
-  av_budget=${WEFT_ATTN_VARIANTS_S:-150}
+  av_budget=${WEFT_ATTN_VARIANTS_S:-180}
   # seconds left: the smaller of this step's budget and run.sh's
   av_left() {
     local a=$(( av_budget - ($(date +%s) - av_start) )) b
@@ -72,8 +79,8 @@ av_main() {
     return 0
   fi
   local list=()
-  read -ra list <<<"${WEFT_ATTN_VARIANTS_LIST:-ws ws-pipe ws-pp ws-pp-store ws-full}"
-  local tests=("${list[@]}" ws+store ws+persist)
+  read -ra list <<<"${WEFT_ATTN_VARIANTS_LIST:-ws ws-pipe ws-pp ws-pp-store ws-full ws-pp-mc}"
+  local tests=("${list[@]}" ws+store ws+persist ws+mc ws-full-mc)
   local passed=() v rc tlog
   declare -A av_rc=()
 
@@ -89,6 +96,9 @@ av_main() {
       grep -q "^  ws mbarrier ring.*: ok.*TMA store.*: ok.*ping-pong.*: ok" "$tlog" &&
         note "ws self-test (mbarrier ring, setmaxnreg, TMA store, ping-pong): ok" ||
         note "ws self-test: $(grep -m1 "^  ws " "$tlog" | cut -c1-160)"
+      grep -q "^  ws mc cluster of 2.*: ok .*remote arrive.*: ok" "$tlog" &&
+        note "ws mc self-test (2-CTA cluster, TMA multicast, remote arrive): ok" ||
+        note "ws mc self-test: $(grep -m1 "^  ws mc " "$tlog" | cut -c1-160)"
     fi
     local ncase nfail
     ncase=$(grep -c "attn B" "$tlog")
@@ -108,7 +118,7 @@ av_main() {
   # 2. compute-sanitizer on a small grid
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-  local sv=""
+  local sv="" tool dc d c slog
   for v in ws-full ws-pp-store ws-pp ws-pipe ws; do
     [ "${av_rc[$v]:-1}" = 0 ] && { sv=$v; break; }
   done
@@ -118,7 +128,6 @@ av_main() {
   elif [ -z "$sv" ]; then
     say "compute-sanitizer: no variant passed its tests, skipped"
   else
-    local tool dc d c slog
     for tool in memcheck racecheck; do
       for dc in "64 0" "128 1"; do
         read -r d c <<<"$dc"
@@ -133,6 +142,29 @@ av_main() {
             "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
         note "sanitizer $tool $sv D$d causal$c: exit $rc"
       done
+    done
+  fi
+  # +mc: shared memory written by the peer's multicast, barriers arrived
+  # on from the peer (S 300: every head's last cluster has an empty tile)
+  local mv="" tdc
+  for v in ws-full-mc ws-pp-mc ws+mc; do
+    [ "${av_rc[$v]:-1}" = 0 ] && { mv=$v; break; }
+  done
+  if [ -n "$cs" ] && [ -z "$mv" ]; then
+    say "compute-sanitizer +mc: no +mc variant passed its tests, skipped"
+    note "sanitizer +mc: skipped (no passing +mc variant)"
+  elif [ -n "$cs" ]; then
+    for tdc in "racecheck 64 0" "racecheck 128 1" "memcheck 128 1"; do
+      read -r tool d c <<<"$tdc"
+      if [ "$(av_left)" -lt 45 ]; then say "sanitizer +mc: stopped ($(av_left)s left)"; break; fi
+      slog=$logs/sanitizer-$tool-$mv-d$d-c$c.log
+      WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
+        --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants "$mv" 300 2 "$d" "$c" \
+        > "$slog" 2>&1
+      rc=$?
+      say "compute-sanitizer --tool $tool, $mv, S 300 H 2 D $d causal $c: exit $rc," \
+          "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
+      note "sanitizer $tool $mv D$d causal$c: exit $rc"
     done
   fi
 
