@@ -12,7 +12,8 @@
  *     one thread issues every TMA load: Q of a tile (bar_qfull, freed by
  *     bar_qempty) and K, V of each key tile into a ring of `stages`
  *     (full mbarrier: the bytes landed; empty mbarrier: the 256 consumer
- *     threads are done reading). The other threads exit at once.
+ *     threads are done reading). The other threads exit at once (+mc:
+ *     they wait at the closing cluster barrier).
  *   warpgroups 1, 2, the consumers: setmaxnreg.inc to
  *     WF_CUDA_WS_REGS_CONSUMER; 64 query rows each, the products and the
  *     online softmax of attention_wgmma.cu (S = Q K^T wgmma m64n128k16 from
