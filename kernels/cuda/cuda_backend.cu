@@ -228,11 +228,19 @@ bool attention_fp8_ok(int index)
     return ok;
 }
 
-/* p->fp8: quantize q / k / v into the workspace (fp8_quant.cu), then the
- * fp8 kernel (attention_fp8.cu). WF_E_UNSUPPORTED on a device without
- * fp8; the workspace (attention_workspace(p) bytes) is required. */
-wf_status_t attention_fp8(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *workspace)
+} /* namespace */
+
+/* p->fp8: quantize q / k / v into the workspace (fp8_quant.cu, step 1),
+ * then the fp8 kernel (attention_fp8.cu, step 2). WF_E_UNSUPPORTED on a
+ * device without fp8; the workspace (attention_workspace(p) bytes) is
+ * required. Steps alone for benchmarks (cuda_plan.h). */
+wf_status_t wf_cuda_attention_fp8_steps(wf_backend_ctx_t *c, const wf_attn_params_t *p,
+                                        void *workspace, int steps)
 {
+    if (!c || !p || !p->q || !p->k || !p->v || !p->out || steps < 1 || steps > 3)
+        return WF_E_BAD_ARGUMENT;
+    if (!aligned16(p->q) || !aligned16(p->k) || !aligned16(p->v) || !aligned16(p->out))
+        return WF_E_BAD_ARGUMENT;
     if (!c->fp8)
         return WF_E_UNSUPPORTED;
     wf_cuda_attn_geom_t g;
@@ -246,10 +254,14 @@ wf_status_t attention_fp8(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *
         return WF_E_BAD_ARGUMENT;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return WF_E_INTERNAL;
-    if ((st = wf_cuda_fp8_quantize_launch(p, &L, workspace, c->stream)) != WF_OK)
+    if ((steps & 1) && (st = wf_cuda_fp8_quantize_launch(p, &L, workspace, c->stream)) != WF_OK)
         return st;
-    return wf_cuda_attention_fp8_launch(p, &g, &L, workspace, c->stream);
+    if (steps & 2)
+        st = wf_cuda_attention_fp8_launch(p, &g, &L, workspace, c->stream);
+    return st;
 }
+
+namespace {
 
 wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *workspace)
 {
@@ -258,7 +270,7 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
     if (!aligned16(p->q) || !aligned16(p->k) || !aligned16(p->v) || !aligned16(p->out))
         return WF_E_BAD_ARGUMENT;
     if (p->fp8)
-        return attention_fp8(c, p, workspace);
+        return wf_cuda_attention_fp8_steps(c, p, workspace, 3);
     wf_cuda_attn_geom_t g;
     wf_status_t st = wf_cuda_attn_geometry(p, &c->limits, &g);
     if (st != WF_OK)

@@ -324,6 +324,14 @@ wf_status_t wf_cuda_fp8_selftest(int device, char *report, size_t n);
 /* 1 when the fp8 kernel was compiled for sm_90a (a real body). */
 int wf_cuda_fp8_built(void);
 
+/* The CUDA backend's attention() of an fp8 job (p->fp8 need not be set)
+ * in steps, for benchmarks that time the kernel without the quantization:
+ * steps 1 quantizes p's q / k / v into workspace, 2 runs the fp8 kernel
+ * on the copies an earlier step 1 wrote there, 3 both (attention()). Same
+ * checks and statuses as attention(). Defined in cuda_backend.cu. */
+wf_status_t wf_cuda_attention_fp8_steps(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                                        void *workspace, int steps);
+
 /* ---- the device arena ------------------------------------------------------ */
 
 /* Most resident blocks (mem_alloc) one context holds at once. */
