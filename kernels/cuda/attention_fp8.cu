@@ -77,9 +77,7 @@ using namespace wf_attn;
 constexpr int BR = WF_CUDA_BR;        /* query rows per block */
 constexpr int BC = WF_CUDA_FP8_BC;    /* keys per tile */
 constexpr int NTHREADS = WF_CUDA_FP8_THREADS;
-constexpr int NST = WF_CUDA_FP8_STAGES;
 constexpr int WG_ROWS = 64;           /* query rows per warpgroup */
-constexpr float P_SCALE = 256.f;      /* P x 256 before rounding (file comment) */
 static_assert(BR == WG_ROWS * NTHREADS / 128, "two warpgroups of 64 rows");
 static_assert(BC == 128, "S is one m64n128 accumulator; v8t rows are 128 bytes");
 
@@ -88,6 +86,9 @@ static_assert(BC == 128, "S is one m64n128 accumulator; v8t rows are 128 bytes")
 #ifdef WF_FP8_BODY /* device helpers: sm_90a only */
 #include "wgmma_ops.cuh"  /* wgmma fence / commit / wait, mbarriers, TMA */
 #include "wgmma_tile.cuh" /* softmax_tile, rescale_o, reg_fence_u */
+
+constexpr int NST = WF_CUDA_FP8_STAGES; /* K and V stages each */
+constexpr float P_SCALE = 256.f;        /* P x 256 before rounding (file comment) */
 
 /* S (64 x 128, f32) (+)= A (64 x 32) B (128 x 32)^T, e4m3, both K-major in
  * shared memory (descriptors); scale_d 0 overwrites S. 8-bit wgmma has no
