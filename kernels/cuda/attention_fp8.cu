@@ -61,6 +61,8 @@
 #include "fp8.h"
 #include "tensor_map.cuh"
 
+#include <cuda_fp8.h> /* before fp8_ops.cuh, which is included in the namespace */
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #ifndef WF_FP8_OPS_CUH
 #define WF_FP8_OPS_CUH
 
-#include <cuda_fp8.h>
+#include <cuda_fp8.h> /* the including file has it already, outside its namespace */
 
 /* fp8.h's wf_fp8_e4m3_from_f32 (round to nearest even, saturating to
  * +-448; NaN and +-inf -> NaN with the sign) with the hardware conversion

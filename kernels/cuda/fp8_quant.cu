@@ -14,6 +14,8 @@
 
 #include "fp8.h"
 
+#include <cuda_fp8.h> /* before fp8_ops.cuh, which is included in the namespace */
+
 namespace {
 
 using namespace wf_attn;
