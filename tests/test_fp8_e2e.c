@@ -27,7 +27,9 @@
  *      attention and an fp8 forward locally with WF_E_UNSUPPORTED naming
  *      the feature, after one hello it made itself; the peer received no
  *      job.
- * usage: test_fp8_e2e WEFTD WEFTD_STANDIN FIXTURES
+ * weftctl attention-demo --fp8 fails with WF_E_UNSUPPORTED against (a) and
+ * passes against (b) (its check is the fp8 reference).
+ * usage: test_fp8_e2e WEFTD WEFTD_STANDIN FIXTURES WEFTCTL
  */
 #include <inttypes.h>
 #include <math.h>
@@ -63,7 +65,22 @@ static int failures;
 
 #define TIMEOUT_MS 60000
 
-static const char *weftd, *standin, *fixtures;
+static const char *weftd, *standin, *fixtures, *weftctl;
+
+/* Run weftctl with `args` against endpoint `ep`: its exit status (-1:
+ * could not run), its stdout and stderr into out. */
+static int run_weftctl(const char *ep, const char *args, char *out, size_t len)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --endpoint '%s' %s 2>&1", weftctl, ep, args);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 /* A daemon with `extra` flags, its log in a file, READY=1 awaited. */
 static bool start(clusterd_node_t *n, const char *bin, const char *name,
@@ -182,6 +199,10 @@ static void test_cpu(void)
                                  TIMEOUT_MS, line, sizeof line),
                "(a) no log line of the refusal");
         served(c, &small, "(a) next attention");
+        char text[4096];
+        int rc = run_weftctl(n.p.endpoint, "attention-demo --fp8", text, sizeof text);
+        CHECKM(rc == 1 && strstr(text, "WF_E_UNSUPPORTED: precision fp8: device cpu:0"),
+               "(a) weftctl attention-demo --fp8: exit %d: %s", rc, text);
         wf_status_t st = wf_load_model(c, "tiny", "flux-tiny", NULL, NULL);
         CHECKM(st == WF_OK, "(a) load: %s: %s", wf_status_name(st), wf_client_last_error(c));
         fluxio_t io;
@@ -272,6 +293,12 @@ static void test_standin(void)
         free(ref);
         free(rlse);
         jbuf_free(&b);
+        char text[4096];
+        int rc = run_weftctl(n.p.endpoint, "attention-demo --fp8 --dtype bf16 --causal "
+                             "--kv-heads 2", text, sizeof text);
+        CHECKM(rc == 0 && strstr(text, "precision fp8") && strstr(text, "PASS"),
+               "(b) weftctl attention-demo --fp8: exit %d: %s", rc, text);
+        printf("(b) weftctl attention-demo --fp8: exit %d\n%s", rc, text);
         /* a forward with fp8: the flag reaches the model's attention */
         wf_status_t ls = wf_load_model(c, "tiny", "flux-tiny", NULL, NULL);
         CHECKM(ls == WF_OK, "(b) load: %s: %s", wf_status_name(ls), wf_client_last_error(c));
@@ -490,10 +517,11 @@ static void test_old_peer(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: test_fp8_e2e WEFTD WEFTD_STANDIN FIXTURES\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: test_fp8_e2e WEFTD WEFTD_STANDIN FIXTURES WEFTCTL\n");
         return 2;
     }
+    weftctl = argv[4];
     weftd = argv[1];
     standin = argv[2];
     fixtures = argv[3];
