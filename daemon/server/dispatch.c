@@ -65,9 +65,8 @@ static wf_status_t fp8_check(const wf_server_t *srv, const wf_djob_t *job, char 
     return WF_OK;
 }
 
-/* Plan a job for `mesh`. Cluster: a head-split job (no communication,
- * every rank reads the frames) runs on this node's devices only, so its
- * device count is capped at them. */
+/* The plan, then the fp8 check (PROTOCOL.md section 6, step 11: after
+ * the job against the mesh, before any admission). */
 wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
                          char *err, size_t err_len)
 {
@@ -75,6 +74,9 @@ wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh
     return st == WF_OK ? fp8_check(srv, job, err, err_len) : st;
 }
 
+/* Plan a job for `mesh`. Cluster: a head-split job (no communication,
+ * every rank reads the frames) runs on this node's devices only, so its
+ * device count is capped at them. */
 static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
                             char *err, size_t err_len)
 {
