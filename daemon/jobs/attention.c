@@ -42,6 +42,7 @@ static void base_params(const wf_djob_t *job, wf_attn_params_t *p)
     p->k_dtype = k->dtype;
     p->v_dtype = v->dtype;
     p->out_dtype = job->out_desc[0].dtype;
+    p->fp8 = a->fp8;
 }
 
 /* Estimated flops of an attention job: two matmuls of 2*Sq*Skv*D per
@@ -125,6 +126,7 @@ static void cp_job_of(const wf_djob_t *job, int t, wf_cp_job_t *cj)
     cj->ring_anything = job->ring_anything;
     cj->ulysses_anything = job->ulysses_anything;
     cj->load_balance = job->load_balance;
+    cj->fp8 = p.fp8;
 }
 
 /* Plan of a context-parallel job: checks and per-rank memory. */

@@ -401,6 +401,10 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                                  const wf_attn_params_t *p, void *workspace)
 {
     (void)ctx;
+    /* no fp8 here (attention_fp8_ok is NULL): the daemon refuses such a
+     * job before it runs, this is the backstop */
+    if (p && p->fp8)
+        return WF_E_UNSUPPORTED;
     if (!params_valid(p) || !workspace)
         return WF_E_BAD_ARGUMENT;
     const int64_t B = p->B, Sq = p->Sq, Skv = p->Skv, Hq = p->Hq,

@@ -16,6 +16,7 @@
  */
 #include "support/standin_dev.h"
 
+#include "reference.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -300,6 +301,55 @@ static void push_heads(void *dev, const void *host, size_t rows, int64_t H,
                        (const char *)host + r * row + off, len);
 }
 
+/* ---- fp8 emulation (p->fp8) -------------------------------------------
+ * The stand-in takes fp8 jobs on every device (attention_fp8_ok), so the
+ * daemon's fp8 paths run end to end without a GPU: the host copy of each
+ * of q, k and v is quantized-dequantized per (batch, head) of the call
+ * with kernels/fp8.h (reference.h wf_ref_fp8_qdq) into f32, and the CPU
+ * attention runs on those. Unlike a GPU kernel it does not round P to
+ * e4m3 (reference.h). */
+
+static bool standin_attention_fp8_ok(int index)
+{
+    (void)index;
+    return true;
+}
+
+/* Replace the host copy *x, (B, S, H, D) of *dt, by its f32
+ * quantized-dequantized values; *dt becomes f32. */
+static wf_status_t fp8_emulate(void **x, wf_dtype_t *dt, int64_t B, int64_t S,
+                               int64_t H, int64_t D)
+{
+    size_t n = (size_t)(B * S * H * D);
+    double *d = malloc(n * sizeof *d);
+    float *f = malloc(n * sizeof *f);
+    wf_status_t st = d && f ? wf_ref_fp8_qdq(*x, *dt, B, S, H, D, d, NULL)
+                            : WF_E_NO_MEMORY;
+    if (st == WF_OK) {
+        for (size_t i = 0; i < n; i++)
+            f[i] = (float)d[i];
+        free(*x);
+        *x = f;
+        *dt = WF_DTYPE_F32;
+        f = NULL;
+    }
+    free(d);
+    free(f);
+    return st;
+}
+
+/* The host params of an fp8 call: q, k, v emulated, hp->fp8 off. */
+static wf_status_t fp8_host_inputs(wf_attn_params_t *hp, void **q, void **k, void **v)
+{
+    wf_status_t st = fp8_emulate(q, &hp->q_dtype, hp->B, hp->Sq, hp->Hq, hp->D);
+    if (st == WF_OK)
+        st = fp8_emulate(k, &hp->k_dtype, hp->B, hp->Skv, hp->Hkv, hp->D);
+    if (st == WF_OK)
+        st = fp8_emulate(v, &hp->v_dtype, hp->B, hp->Skv, hp->Hkv, hp->D);
+    hp->fp8 = false;
+    return st;
+}
+
 static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
                                      const wf_attn_params_t *p,
                                      void *workspace)
@@ -323,11 +373,12 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
     void *q = pull(ctx, p->q, qb), *k = pull(ctx, p->k, kb);
     void *v = pull(ctx, p->v, vb), *out = pull(ctx, p->out, ob);
     float *lse = p->lse ? pull(ctx, p->lse, lb) : NULL;
+    wf_status_t st = WF_E_BAD_ARGUMENT;
+    bool ok = !p->fp8 || (q && k && v && fp8_host_inputs(&hp, &q, &k, &v) == WF_OK);
     size_t wsb = cpu->attention_workspace(&hp);
     wsb = (wsb + STANDIN_WS_ALIGN - 1) / STANDIN_WS_ALIGN * STANDIN_WS_ALIGN;
     void *ws = aligned_alloc(STANDIN_WS_ALIGN, wsb ? wsb : STANDIN_WS_ALIGN);
-    wf_status_t st = WF_E_BAD_ARGUMENT;
-    if (q && k && v && out && (lse || !p->lse) && ws) {
+    if (ok && q && k && v && out && (lse || !p->lse) && ws) {
         hp.q = q;
         hp.k = k;
         hp.v = v;
@@ -837,6 +888,7 @@ static const wf_backend_ops_t standin_ops = {
     .memory_info = standin_memory_info,
     .attention_workspace = standin_attention_workspace,
     .attention = standin_attention,
+    .attention_fp8_ok = standin_attention_fp8_ok,
     .dev_alloc = standin_dev_alloc,
     .dev_reset = standin_dev_reset,
     .copy_h2d = standin_copy_h2d,

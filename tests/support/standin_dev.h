@@ -31,6 +31,11 @@
  * attention() unscrambles q / k / v into host copies, runs
  * wf_backend_cpu()'s attention (its own workspace: attention_workspace
  * answers 0, as the CUDA backend does) and scrambles out / lse back.
+ * fp8 (p->fp8): attention_fp8_ok answers true for every device; the host
+ * copies of q, k and v are quantized-dequantized per (batch, head) of the
+ * call with kernels/fp8.h (reference.h wf_ref_fp8_qdq) into f32 first,
+ * so an fp8 job matches wf_ref_attention_fp8 (P is not rounded to e4m3,
+ * as a GPU kernel's is).
  * The model ops (linear, bias_act, act, add, modln, gate_residual,
  * head_norm_rope, rope_table, timestep_proj, copy_rows) run
  * wf_backend_cpu()'s same op on unscrambled host copies of their ranges
