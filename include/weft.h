@@ -35,7 +35,7 @@ extern "C" {
 #define WF_VERSION_MAJOR 0
 #define WF_VERSION_MINOR 4
 #define WF_VERSION_PATCH 0
-#define WF_VERSION_STRING "0.4.0"
+#define WF_VERSION_STRING "0.5.0"
 
 /* Wire protocol version spoken by this library (the "v" field). */
 #define WF_PROTOCOL_VERSION 1
@@ -132,7 +132,7 @@ typedef enum wf_status {
 /* Stable short name of a status ("WF_E_LIMIT"); never NULL. */
 WF_API const char *wf_status_name(wf_status_t s);
 
-/* The version of this libweft ("0.4.0"; the daemon's is in hello). */
+/* The version of this libweft ("0.5.0"; the daemon's is in hello). */
 WF_API const char *wf_version(void);
 /* One-line English description of a status; never NULL. */
 WF_API const char *wf_status_str(wf_status_t s);
