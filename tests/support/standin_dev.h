@@ -30,7 +30,10 @@
  *
  * attention() unscrambles q / k / v into host copies, runs
  * wf_backend_cpu()'s attention (its own workspace: attention_workspace
- * answers 0, as the CUDA backend does) and scrambles out / lse back.
+ * answers 0, as the CUDA backend does) and scrambles out / lse back;
+ * merge mode (attention_merge_ok: the CPU backend's answer) unscrambles
+ * the accumulator out / lse and final_out too, so the CPU op merges into
+ * them, and scrambles all three back.
  * The model ops (linear, bias_act, act, add, modln, gate_residual,
  * head_norm_rope, rope_table, timestep_proj, copy_rows) run
  * wf_backend_cpu()'s same op on unscrambled host copies of their ranges
@@ -66,6 +69,11 @@ typedef struct wf_standin_counters {
                                     * fill / model op calls */
     uint64_t mem_allocs, mem_frees; /* resident blocks allocated / freed */
     uint64_t bad_frees;            /* mem_free of a pointer that is no live block */
+    /* ringfuse: which ops ran (also counted in kernels), so that a test
+     * can tell the merge-in-kernel path (backend.h merge mode) from
+     * attention + lse_merge + convert */
+    uint64_t lse_merges, converts; /* successful lse_merge / convert calls */
+    uint64_t merged_attentions;    /* successful attention calls in merge mode */
 } wf_standin_counters_t;
 
 /* The counters of a stand-in context (zeroed by ctx_new). */
