@@ -10,6 +10,6 @@ set_tests_properties(cp_attention PROPERTIES TIMEOUT 300)
 # the CPU backend's merge mode bit for bit against attention +
 # wf_lse_merge_rows, and ring runs fused vs unfused (CPU and stand-in).
 add_executable(test_cp_fused ${CMAKE_CURRENT_LIST_DIR}/test_cp_fused.c)
-target_link_libraries(test_cp_fused PRIVATE weftd_core weft_standin m)
+target_link_libraries(test_cp_fused PRIVATE weftd_core weft_standin weft_cuda_plan m)
 add_test(NAME cp_fused COMMAND test_cp_fused)
 set_tests_properties(cp_fused PROPERTIES TIMEOUT 300)

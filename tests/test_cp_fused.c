@@ -16,13 +16,17 @@
  *     converted only rows the last ring step does not reach, and merged
  *     in the kernel (the stand-in counts each op; a wrapper of the CPU
  *     backend counts merge-mode calls and final_out writes);
- *   - the fused workspace is no larger than the unfused one.
+ *   - the fused workspace is no larger than the unfused one;
+ *   - the CUDA backend's host side of merge mode (cuda_plan.h, plain C:
+ *     every build): which params it takes, and that the kernel choice
+ *     does not change with it.
  * WF_TEST_QUICK=1 thins the ring cases (for the sanitizers). */
 #include "parallel/cp_attention.h"
 #include "comm/comm_host.h"
 #include "comm/comm_staged.h"
 #include "support/standin_dev.h"
 #include "base/mesh.h"
+#include "cuda_plan.h"
 #include "reference.h"
 #include "tensor.h"
 
@@ -592,11 +596,62 @@ static void test_unreached_rows(void)
     free(lse);
 }
 
+/* cuda_plan.h's answers for merge mode (the CUDA backend's
+ * attention_merge_ok and its parameter check). */
+static void test_cuda_plan_merge(void)
+{
+    static char dummy[64];
+    wf_attn_params_t p;
+    memset(&p, 0, sizeof p);
+    p.B = 2; p.Sq = 1000; p.Skv = 900; p.Hq = 8; p.Hkv = 2; p.D = 128;
+    p.h_end = 8; p.scale = 0.1f;
+    p.q_dtype = p.k_dtype = p.v_dtype = WF_DTYPE_BF16;
+    p.out_dtype = WF_DTYPE_F32;
+    p.q = p.k = p.v = p.out = dummy;
+    p.merge = true;
+    p.merge_round = WF_DTYPE_BF16;
+    CHECK(wf_cuda_attn_merge_ok(&p) && wf_cuda_attn_params_ok(&p), "merge into f32");
+    p.final_out = dummy;
+    p.final_dtype = WF_DTYPE_F16;
+    CHECK(wf_cuda_attn_merge_ok(&p), "final_out f16");
+    p.final_dtype = (wf_dtype_t)77;
+    CHECK(!wf_cuda_attn_merge_ok(&p) && !wf_cuda_attn_params_ok(&p), "final dtype 77");
+    p.final_dtype = WF_DTYPE_BF16;
+    p.merge_round = (wf_dtype_t)77;
+    CHECK(!wf_cuda_attn_merge_ok(&p), "merge_round 77");
+    p.merge_round = WF_DTYPE_F32;
+    p.out_dtype = WF_DTYPE_BF16;
+    CHECK(!wf_cuda_attn_merge_ok(&p) && !wf_cuda_attn_params_ok(&p), "merge into bf16");
+    p.merge = false;
+    CHECK(wf_cuda_attn_params_ok(&p), "bf16 out without merge");
+    p.merge = true;
+    p.out_dtype = WF_DTYPE_F32;
+    p.fp8 = true;
+    CHECK(!wf_cuda_attn_merge_ok(&p), "fp8 never merges (its kernel has no epilogue for it)");
+    p.fp8 = false;
+    /* the same kernel and grid with and without merge, for every choice */
+    static const int kernels[] = {0, WF_CUDA_KERNEL_WGMMA, WF_CUDA_KERNEL_WS};
+    for (int i = 0; i < 3; i++) {
+        wf_cuda_limits_t lim = {232448, 2147483647, 65535, 65535, 132, kernels[i],
+                                kernels[i] == WF_CUDA_KERNEL_WS ? WF_CUDA_WS_ALL : 0u};
+        wf_cuda_attn_geom_t a, b;
+        p.merge = false;
+        wf_status_t s1 = wf_cuda_attn_geometry(&p, &lim, &a);
+        p.merge = true;
+        wf_status_t s2 = wf_cuda_attn_geometry(&p, &lim, &b);
+        CHECK(s1 == WF_OK && s2 == WF_OK && a.kernel == b.kernel && a.grid[0] == b.grid[0] &&
+                  a.smem_bytes == b.smem_bytes && (i == 0 || a.kernel == kernels[i]),
+              "kernel %d: geometry with merge differs", kernels[i]);
+    }
+    printf("cuda_plan: merge mode taken for f32 out (not fp8), same kernel choice\n");
+}
+
 int main(void)
 {
     const char *qk = getenv("WF_TEST_QUICK");
     bool quick = qk && qk[0] == '1';
     test_merge_unit();
+    test_cuda_plan_merge();
     test_unreached_rows();
     test_ring(quick);
     printf("%d passed, %d failed\n", passed, failed);
