@@ -22,6 +22,10 @@
  *     message moves a ring step's K and V.
  *   acc (B, Lq_r, nh_u, D) f32 and its lse (B, Lq_r, nh_u) f32: the merge
  *     accumulator; part (Lq_r, nh_u, D) f32 + (Lq_r, nh_u): one kernel call.
+ *     With a kernel that merges (layout_t.fused: the backend's merge mode)
+ *     there is no part: each call merges into acc and the last step writes
+ *     the out holding; with R = 1 there is neither acc nor part: the
+ *     kernel writes the out holding and the lse directly (ring_step).
  * The ulysses all-to-all runs once per batch index: a source's rows of one
  * batch are contiguous in the holding, the whole source block is not.
  * Local mode swaps the root's scatter and gather for local copies between
