@@ -18,7 +18,9 @@
  *     is, unfused = the same ops table with attention_merge_ok removed.
  *     The time of a run is the slower rank's wf_cp_attention_run call.
  * Prints per measurement: median, min and max of each, and the ratio of
- * the medians unfused / fused (> 1: the fused path is faster).
+ * the medians unfused / fused (> 1: the fused path is faster); and the
+ * passes fusing removes timed alone (the step's two merges and its
+ * conversion), the upper bound of what it can save.
  * Usage: bench_ring_fuse [cpu|cuda] [S] [H] [D] [reps]
  * (defaults: cpu 2048 8 64 9; cuda 16384 24 128 15).
  */
@@ -197,6 +199,33 @@ static void bench_step(env_t *e, int64_t S, int64_t H, int64_t D, int reps)
     snprintf(what, sizeof what, "step x2 (S/2 %lld, H %lld, D %lld)", (long long)L,
              (long long)H, (long long)D);
     report(what, tf, tu, reps);
+    /* What fusing removes, alone: the unfused run's two merges and its
+     * conversion on the buffers as they are (median of reps). */
+    for (int r = 0; r < reps; r++) {
+        if (e->dev && e->ops->synchronize(e->ctx) != WF_OK)
+            die("synchronize");
+        double t0 = now_s();
+        for (int s = 0; s < 2; s++) {
+            if (e->dev) {
+                if (e->ops->lse_merge(e->ctx, acc, lse, part, partl, (int64_t)rows, D,
+                                      WF_DTYPE_F32) != WF_OK)
+                    die("lse_merge");
+            } else {
+                wf_lse_merge_rows(acc, lse, part, partl, (int64_t)rows, D, WF_DTYPE_F32);
+            }
+        }
+        if (e->dev) {
+            if (e->ops->convert(e->ctx, out, WF_DTYPE_BF16, acc, WF_DTYPE_F32, n) != WF_OK ||
+                e->ops->synchronize(e->ctx) != WF_OK)
+                die("convert");
+        } else {
+            wf_convert_from_f32(out, WF_DTYPE_BF16, acc, n);
+        }
+        tu[r] = now_s() - t0;
+    }
+    double mp = median(tu, reps);
+    printf("| the passes alone (2 lse_merge + convert) | %.3f (%.3f-%.3f) | - | - |\n",
+           mp * 1e3, tu[0] * 1e3, tu[reps - 1] * 1e3);
     free(tf);
     free(tu);
     free(ws);
