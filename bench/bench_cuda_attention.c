@@ -12,6 +12,11 @@
  * ms is the median of 5 timed rounds; maxdiff is the largest |out - out
  * of V1| on the same inputs (V1's own line says 0): a fast variant that
  * computes something else shows here, beside test_cuda_gpu's cases.
+ * Two more names select the fp8 path (issue 17, p->fp8 on the same bf16
+ * inputs, in the default context): "fp8" times attention() whole (the
+ * quantization of q / k / v included), "fp8-kernel" the fp8 kernel alone
+ * on copies quantized once (wf_cuda_attention_fp8_steps); their maxdiff
+ * against a bf16 V1 is the fp8 error on these inputs.
  *
  * WEFT_BENCH_ITERS and WEFT_BENCH_ROUNDS (environment) set the launches
  * per round and the rounds (compute-sanitizer runs use 1 and 1).
@@ -20,6 +25,7 @@
  * Exits 77 without a GPU. Uses the ops table only. */
 /* setenv: _GNU_SOURCE comes from the build (every target) */
 #include "backend.h"
+#include "cuda_plan.h" /* wf_cuda_attention_fp8_steps */
 #include "tensor.h"
 
 #include <math.h>
@@ -44,8 +50,10 @@ static int cmp_double(const void *a, const void *b)
 /* One shape on ctx: inputs from the ramp, `rounds` timed rounds of iters
  * launches; *ret_ms the median per launch. The output stays in *ret_out
  * (device, n bf16 elements) until dev_reset. 0 on success. */
+/* fp8: 0 bf16, 1 attention() with p->fp8 (quantization included), 2 the
+ * fp8 kernel alone (step 2) on copies quantized by the first call. */
 static int run_shape(const wf_backend_ops_t *G, wf_backend_ctx_t *ctx, int64_t B, int64_t S,
-                     int64_t H, int64_t D, int causal, int rounds, double *ret_ms,
+                     int64_t H, int64_t D, int causal, int fp8, int rounds, double *ret_ms,
                      wf_attn_params_t *ret_p, void **ret_out)
 {
     size_t n = (size_t)(B * S * H * D);
@@ -74,8 +82,16 @@ static int run_shape(const wf_backend_ops_t *G, wf_backend_ctx_t *ctx, int64_t B
     G->convert(ctx, v, WF_DTYPE_BF16, f, WF_DTYPE_F32, n);
     free(h);
     p.q = q; p.k = k; p.v = v; p.out = o; p.lse = l;
-    if (G->attention(ctx, &p, NULL) != WF_OK || G->synchronize(ctx) != WF_OK) {
-        fprintf(stderr, "bench_cuda_attention: attention failed\n");
+    p.fp8 = fp8 != 0;
+    void *ws = NULL;
+    const size_t wsb = G->attention_workspace(&p);
+    if (wsb && G->dev_alloc(ctx, wsb, &ws) != WF_OK) {
+        fprintf(stderr, "bench_cuda_attention: arena too small\n");
+        return 1;
+    }
+    wf_status_t st = G->attention(ctx, &p, ws);
+    if (st != WF_OK || G->synchronize(ctx) != WF_OK) {
+        fprintf(stderr, "bench_cuda_attention: attention failed (status %d)\n", (int)st);
         return 1;
     }
     int iters = S >= 16384 ? 10 : 50;
@@ -91,8 +107,12 @@ static int run_shape(const wf_backend_ops_t *G, wf_backend_ctx_t *ctx, int64_t B
         rounds = 16;
     for (int r = 0; r < rounds; r++) {
         double t0 = now();
-        for (int i = 0; i < iters; i++)
-            G->attention(ctx, &p, NULL);
+        for (int i = 0; i < iters; i++) {
+            if (fp8 == 2)
+                wf_cuda_attention_fp8_steps(ctx, &p, ws, 2);
+            else
+                G->attention(ctx, &p, ws);
+        }
         if (G->synchronize(ctx) != WF_OK) {
             fprintf(stderr, "bench_cuda_attention: attention failed\n");
             return 1;
@@ -120,7 +140,10 @@ static int run_variants(const wf_backend_ops_t *G, char *list, int nshape, char 
     if (!ref)
         return 1;
     for (int vi = 0; vi < nv; vi++) {
-        setenv("WEFT_CUDA_ATTN", strcmp(vars[vi], "wgmma") == 0 ? "" : vars[vi], 1);
+        const int fp8 = strcmp(vars[vi], "fp8") == 0          ? 1
+                        : strcmp(vars[vi], "fp8-kernel") == 0 ? 2
+                                                              : 0;
+        setenv("WEFT_CUDA_ATTN", strcmp(vars[vi], "wgmma") == 0 || fp8 ? "" : vars[vi], 1);
         wf_backend_ctx_t *ctx = NULL;
         if (G->ctx_new(0, 0, &ctx) != WF_OK) {
             printf("weft kernel=%s: ctx_new failed\n", vars[vi]);
@@ -134,7 +157,7 @@ static int run_variants(const wf_backend_ops_t *G, char *list, int nshape, char 
             double ms;
             wf_attn_params_t p;
             void *o;
-            if (run_shape(G, ctx, 1, S, H, D, causal, 5, &ms, &p, &o) != 0) {
+            if (run_shape(G, ctx, 1, S, H, D, causal, fp8, 5, &ms, &p, &o) != 0) {
                 printf("weft kernel=%s S=%lld H=%lld D=%lld causal=%d: FAILED\n", vars[vi],
                        (long long)S, (long long)H, (long long)D, causal);
                 rc = 1;
@@ -210,7 +233,7 @@ int main(int argc, char **argv)
     double ms;
     wf_attn_params_t p;
     void *o;
-    if (run_shape(G, ctx, B, S, H, D, causal, 1, &ms, &p, &o) != 0)
+    if (run_shape(G, ctx, B, S, H, D, causal, 0, 1, &ms, &p, &o) != 0)
         return 1;
     double tf = wf_attention_flops(&p) / (ms * 1e-3) / 1e12;
     printf("weft S=%lld H=%lld D=%lld causal=%d ms=%.3f tflops=%.1f\n", (long long)S,

@@ -5,9 +5,11 @@
  * fields (wf_cuda_limits_t.wgmma / ws_features) and its refusals and
  * fallbacks, the launch geometry (block = producer + two consumers, the
  * linear grid, the persistent grid against the SM count), the shared
- * memory per ring depth and head dim against sm_90's 227 KiB, and the
+ * memory per ring depth and head dim against sm_90's 227 KiB, the
  * register split of setmaxnreg (producer / consumers within 64K
- * registers per SM). Runs in every build: weft_cuda_plan is plain C. */
+ * registers per SM), and +mc's clusters (pairs of query tiles, the grid
+ * of whole clusters, persistent clusters, the rules that drop +mc). Runs
+ * in every build: weft_cuda_plan is plain C. */
 #include "cuda_plan.h"
 
 #include <stdio.h>
@@ -75,6 +77,35 @@ static void test_parse(void)
         {"ws-pp-store", WF_OK, WF_CUDA_KERNEL_WS,
          WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_TMA_STORE},
         {"ws-full", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL},
+        /* +mc (clusters with TMA multicast): a feature, or "-mc" after a
+         * cumulative name; "ws-full" stays the four steps without it */
+        {"ws+mc", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_MULTICAST},
+        {"ws-mc", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_MULTICAST},
+        {"ws-pipe-mc", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST},
+        {"ws-pp-mc", WF_OK, WF_CUDA_KERNEL_WS,
+         WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_MULTICAST},
+        {"ws-pp-store-mc", WF_OK, WF_CUDA_KERNEL_WS,
+         WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_TMA_STORE | WF_CUDA_WS_MULTICAST},
+        {"ws-full-mc", WF_OK, WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL | WF_CUDA_WS_MULTICAST},
+        {"ws+mc+pp+pipe", WF_OK, WF_CUDA_KERNEL_WS,
+         WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_MULTICAST},
+        {"ws-pp+store", WF_OK, WF_CUDA_KERNEL_WS,
+         WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_TMA_STORE},
+        {"ws-pp-mc+persist", WF_OK, WF_CUDA_KERNEL_WS,
+         WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG | WF_CUDA_WS_PERSISTENT | WF_CUDA_WS_MULTICAST},
+        {"ws+pipe+pp+store+persist+mc", WF_OK, WF_CUDA_KERNEL_WS,
+         WF_CUDA_WS_ALL | WF_CUDA_WS_MULTICAST},
+        {"ws+mc+mc", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-mc+mc", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-mc-mc", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-mcx", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-full-mcx", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws+mc-", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-pp-", WF_E_BAD_ARGUMENT, 0, 0},
+        {"ws-full+pipe", WF_E_BAD_ARGUMENT, 0, 0}, /* pipe twice */
+        {"ws-pp-mc-store", WF_E_BAD_ARGUMENT, 0, 0},
+        {"mc", WF_E_BAD_ARGUMENT, 0, 0},
+        {"wgmma-mc", WF_E_BAD_ARGUMENT, 0, 0},
         /* refused: the caller keeps the default */
         {"WS", WF_E_BAD_ARGUMENT, 0, 0},
         {"ws+", WF_E_BAD_ARGUMENT, 0, 0},
@@ -112,6 +143,9 @@ static void test_parse(void)
     char name[64];
     wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL, name, sizeof name);
     CHECK(strcmp(name, "ws+pipe+pp+store+persist") == 0);
+    wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG |
+                                                    WF_CUDA_WS_MULTICAST, name, sizeof name);
+    CHECK(strcmp(name, "ws+pipe+pp+mc") == 0);
     wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_MMA, 0, name, sizeof name);
     CHECK(strcmp(name, "mma") == 0);
     /* truncated, still terminated; whole "+feature"s only */
@@ -210,6 +244,7 @@ static void test_geometry(void)
                         CHECK(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)D[di], g.stages));
                         CHECK(g.smem_bytes <= SM90_SMEM);
                         CHECK(g.d == D[di] && g.compute_bf16 == (DT[ti] == WF_DTYPE_BF16));
+                        CHECK(g.cluster[0] == 1 && g.cluster[1] == 1 && g.cluster[2] == 1);
                     }
     {
         /* The persistent grid: at most one block per SM; fewer tiles than
@@ -223,8 +258,8 @@ static void test_geometry(void)
         lim.sm_count = 0;
         p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
-        /* unknown feature bits are dropped */
-        lim = hopper_ws(0xF0u | WF_CUDA_WS_PIPE);
+        /* unknown feature bits are dropped (0x10 is +mc) */
+        lim = hopper_ws(0xE0u | WF_CUDA_WS_PIPE);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.ws_features == WF_CUDA_WS_PIPE);
     }
     {
@@ -287,11 +322,124 @@ static void test_geometry(void)
     }
 }
 
+/* +mc: clusters of two CTAs over pairs of query tiles of one head. */
+static void test_multicast(void)
+{
+    static const int64_t S[] = {1, 127, 128, 129, 256, 300, 1000, 1030, 4096, 16384};
+    static const unsigned F[] = {0, WF_CUDA_WS_PIPE, WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG,
+                                 WF_CUDA_WS_ALL & ~WF_CUDA_WS_PERSISTENT, WF_CUDA_WS_ALL};
+    wf_cuda_attn_geom_t g;
+    for (size_t si = 0; si < sizeof S / sizeof S[0]; si++)
+        for (int64_t d = 64; d <= 128; d += 64)
+            for (size_t fi = 0; fi < sizeof F / sizeof F[0]; fi++)
+                for (int causal = 0; causal < 2; causal++) {
+                    const unsigned f = F[fi] | WF_CUDA_WS_MULTICAST;
+                    wf_cuda_limits_t lim = hopper_ws(f);
+                    wf_attn_params_t p = mk(2, S[si], S[si] + 5, 24, 8, d, WF_DTYPE_BF16);
+                    p.h_begin = 3; /* 21 heads */
+                    p.causal = causal;
+                    CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK);
+                    CHECK(g.kernel == WF_CUDA_KERNEL_WS);
+                    const int64_t nqt = cdiv(S[si], WF_CUDA_BR), pairs = cdiv(nqt, 2) * 21 * 2;
+                    /* the ring, the block and the shared bytes per CTA as without +mc */
+                    CHECK(g.block[0] == WF_CUDA_WS_THREADS && g.stages == (d == 128 ? 3 : 4));
+                    CHECK(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)d, g.stages) &&
+                          g.smem_bytes <= SM90_SMEM);
+                    CHECK(g.grid[1] == 1 && g.grid[2] == 1 && g.cluster[1] == 1 &&
+                          g.cluster[2] == 1);
+                    if (nqt < 2) {
+                        /* one tile per head: nothing to share, +mc dropped */
+                        CHECK(g.ws_features == F[fi] && g.cluster[0] == 1);
+                        CHECK(g.tiles == nqt * 21 * 2);
+                        continue;
+                    }
+                    CHECK(g.ws_features == f);
+                    CHECK(g.cluster[0] == WF_CUDA_WS_CLUSTER && WF_CUDA_WS_CLUSTER == 2);
+                    CHECK(g.tiles == 2 * pairs);
+                    CHECK(g.tiles >= nqt * 21 * 2 && g.tiles - nqt * 21 * 2 == (nqt % 2) * 21 * 2);
+                    const int64_t grid = (F[fi] & WF_CUDA_WS_PERSISTENT) && pairs > 66
+                                             ? 132 : 2 * pairs;
+                    CHECK(g.grid[0] == (unsigned)grid);
+                    CHECK(g.grid[0] % 2 == 0); /* whole clusters */
+                }
+    {
+        /* The persistent grid of clusters: sm_count / 2 clusters at most,
+         * at least one; an unknown SM count: one cluster per pair. */
+        wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL | WF_CUDA_WS_MULTICAST);
+        wf_attn_params_t p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
+              g.grid[0] == 132 && g.cluster[0] == 2);
+        lim.sm_count = 133; /* an odd count: 66 clusters */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 132);
+        lim.sm_count = 1;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 2 &&
+              g.cluster[0] == 2);
+        lim.sm_count = 0;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
+        /* an odd tile count: one empty tile per head in the grid */
+        lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
+        p = mk(1, 300, 300, 5, 5, 128, WF_DTYPE_BF16); /* 3 tiles per head */
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 4 * 5 &&
+              g.grid[0] == 20 && g.cluster[0] == 2);
+        /* fewer pairs than SMs, persistent: one cluster per pair */
+        lim.ws_features |= WF_CUDA_WS_PERSISTENT;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 20);
+    }
+    {
+        /* Fallbacks: the grid of pairs beyond gridDim.x while the tiles
+         * fit: the ws kernel without clusters; both beyond: wgmma. */
+        wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
+        wf_attn_params_t p = mk(10, 300, 300, 1, 1, 64, WF_DTYPE_F16); /* 30 tiles, 20 pairs */
+        lim.max_grid_x = 40;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+              g.ws_features == (WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST) && g.grid[0] == 40);
+        lim.max_grid_x = 39;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+              g.ws_features == WF_CUDA_WS_PIPE && g.grid[0] == 30 && g.tiles == 30 &&
+              g.cluster[0] == 1);
+        lim.max_grid_x = 29;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+              g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.ws_features == 0);
+        /* the ring does not fit: the same fallbacks as without +mc */
+        lim = hopper_ws(WF_CUDA_WS_MULTICAST);
+        lim.smem_optin = 160 * 1024;
+        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
+              g.cluster[0] == 1 && g.ws_features == 0);
+        /* mixed dtypes: mma.sync, no cluster */
+        lim = hopper_ws(WF_CUDA_WS_MULTICAST);
+        p.v_dtype = WF_DTYPE_F32;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
+              g.cluster[0] == 1);
+        /* an empty head range: nothing to launch */
+        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        p.h_begin = p.h_end = 2;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[1] == 0 && g.tiles == 0);
+        /* the other kernels never get a cluster */
+        lim.wgmma = WF_CUDA_KERNEL_WGMMA;
+        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+              g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.cluster[1] == 1 &&
+              g.cluster[2] == 1);
+    }
+    {
+        /* GQA slices, offsets, causal and S_q != S_kv keep +mc. */
+        wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG |
+                                         WF_CUDA_WS_MULTICAST);
+        wf_attn_params_t p = mk(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
+        p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
+        p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
+        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+              g.tiles == 4 * 4 && g.grid[0] == 16 && g.cluster[0] == 2);
+    }
+}
+
 int main(void)
 {
     test_parse();
     test_budgets();
     test_geometry();
+    test_multicast();
     if (failures) {
         fprintf(stderr, "test_cuda_plan_ws: %d failure(s)\n", failures);
         return 1;

@@ -40,6 +40,8 @@
 #include "cuda_launch.h"
 
 #include <cublas_v2.h>
+
+#include <atomic>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,7 @@ struct wf_backend_ctx {
     wf_cuda_limits_t limits;  /* from cudaDeviceProp */
     wf_cuda_lt_t *lt;         /* cuBLASLt handle, workspace, descriptor cache */
     int fuse_gelu;            /* 1: GELU in the cuBLASLt epilogue (WEFT_CUDA_GELU=kernel: 0) */
+    int fp8;                  /* 1: the fp8 kernel runs here (attention_fp8_ok) */
 };
 
 namespace {
@@ -108,6 +111,7 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
             c->limits.ws_features = feat;
         }
     }
+    c->fp8 = wf_cuda_fp8_device_ok(prop.major, prop.minor, wf_cuda_fp8_built());
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess)
         goto fail;
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS) {
@@ -196,16 +200,81 @@ wf_status_t enter(wf_backend_ctx_t *c)
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* fp8 jobs (backend.h attention_fp8_ok): a device of compute capability
+ * 9.0 in a build with sm_90a. The answer of each device is cached (it
+ * cannot change while the process runs): 0 unknown, 1 no, 2 yes. */
+const int FP8_CACHE = 64;
+std::atomic<int> fp8_cache[FP8_CACHE];
+
+bool attention_fp8_ok(int index)
+{
+    if (index < 0)
+        return false;
+    if (index < FP8_CACHE) {
+        const int v = fp8_cache[index].load(std::memory_order_relaxed);
+        if (v != 0)
+            return v == 2;
+    }
+    int n = 0, major = 0, minor = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || index >= n ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false; /* not cached: no such device now */
+    }
+    const bool ok = wf_cuda_fp8_device_ok(major, minor, wf_cuda_fp8_built()) != 0;
+    if (index < FP8_CACHE)
+        fp8_cache[index].store(ok ? 2 : 1, std::memory_order_relaxed);
+    return ok;
+}
+
+} /* namespace */
+
+/* p->fp8: quantize q / k / v into the workspace (fp8_quant.cu, step 1),
+ * then the fp8 kernel (attention_fp8.cu, step 2). WF_E_UNSUPPORTED on a
+ * device without fp8; the workspace (attention_workspace(p) bytes) is
+ * required. Steps alone for benchmarks (cuda_plan.h). */
+wf_status_t wf_cuda_attention_fp8_steps(wf_backend_ctx_t *c, const wf_attn_params_t *p,
+                                        void *workspace, int steps)
+{
+    if (!c || !p || !p->q || !p->k || !p->v || !p->out || steps < 1 || steps > 3)
+        return WF_E_BAD_ARGUMENT;
+    if (!aligned16(p->q) || !aligned16(p->k) || !aligned16(p->v) || !aligned16(p->out))
+        return WF_E_BAD_ARGUMENT;
+    if (!c->fp8)
+        return WF_E_UNSUPPORTED;
+    wf_cuda_attn_geom_t g;
+    wf_cuda_fp8_ws_t L;
+    wf_status_t st = wf_cuda_attn_fp8_geometry(p, &c->limits, c->fp8, &g);
+    if (st != WF_OK)
+        return st;
+    if ((st = wf_cuda_attn_fp8_layout(p, &L)) != WF_OK)
+        return st;
+    if (!workspace || !aligned16(workspace))
+        return WF_E_BAD_ARGUMENT;
+    if (cudaSetDevice(c->device) != cudaSuccess)
+        return WF_E_INTERNAL;
+    if ((steps & 1) && (st = wf_cuda_fp8_quantize_launch(p, &L, workspace, c->stream)) != WF_OK)
+        return st;
+    if (steps & 2)
+        st = wf_cuda_attention_fp8_launch(p, &g, &L, workspace, c->stream);
+    return st;
+}
+
+namespace {
+
 wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *workspace)
 {
-    (void)workspace; /* none needed */
     if (!c || !p || !p->q || !p->k || !p->v || !p->out)
         return WF_E_BAD_ARGUMENT;
     if (!aligned16(p->q) || !aligned16(p->k) || !aligned16(p->v) || !aligned16(p->out))
         return WF_E_BAD_ARGUMENT;
-    /* merge mode: the accumulator's lse is read and written */
-    if (p->merge && (!p->lse || (p->final_out && !aligned16(p->final_out))))
+    /* merge mode: the accumulator's lse is read and written; the fp8
+     * kernel has no merge epilogue (attention_merge_ok answers false) */
+    if (p->merge && (p->fp8 || !p->lse || (p->final_out && !aligned16(p->final_out))))
         return WF_E_BAD_ARGUMENT;
+    if (p->fp8)
+        return wf_cuda_attention_fp8_steps(c, p, workspace, 3);
     wf_cuda_attn_geom_t g;
     wf_status_t st = wf_cuda_attn_geometry(p, &c->limits, &g);
     if (st != WF_OK)
@@ -542,6 +611,7 @@ wf_backend_ops_t make_ops()
     o.attention_workspace = attention_workspace;
     o.attention = attention;
     o.attention_head_dim_ok = wf_cuda_attn_head_dim_ok;
+    o.attention_fp8_ok = attention_fp8_ok;
     o.attention_merge_ok = attention_merge_ok;
     o.dev_alloc = dev_alloc;
     o.dev_reset = dev_reset;

@@ -30,6 +30,20 @@ wf_status_t wf_cuda_attention_ws_launch(const wf_attn_params_t *p,
                                         const wf_cuda_attn_geom_t *g,
                                         cudaStream_t stream);
 
+/* fp8 attention (cuda_plan.h, "fp8 attention"), step 1: amax, scales and
+ * the e4m3 copies of p's q / k / v into `workspace` (device, laid out as
+ * *L from wf_cuda_attn_fp8_layout(p)) on `stream` (fp8_quant.cu). */
+wf_status_t wf_cuda_fp8_quantize_launch(const wf_attn_params_t *p, const wf_cuda_fp8_ws_t *L,
+                                        void *workspace, cudaStream_t stream);
+
+/* Step 2: the fp8 kernel (g->kernel == WF_CUDA_KERNEL_FP8, from
+ * wf_cuda_attn_fp8_geometry) on the copies step 1 wrote
+ * (attention_fp8.cu). */
+wf_status_t wf_cuda_attention_fp8_launch(const wf_attn_params_t *p,
+                                         const wf_cuda_attn_geom_t *g,
+                                         const wf_cuda_fp8_ws_t *L, void *workspace,
+                                         cudaStream_t stream);
+
 /* 1 when the wgmma kernel was compiled for sm_90a (a real body), 0 when
  * this build has none (the geometry must not choose it). */
 int wf_cuda_wgmma_built(void);

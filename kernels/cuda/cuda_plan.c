@@ -130,7 +130,30 @@ static const struct {
     {"pp", WF_CUDA_WS_PINGPONG},
     {"store", WF_CUDA_WS_TMA_STORE},
     {"persist", WF_CUDA_WS_PERSISTENT},
+    {"mc", WF_CUDA_WS_MULTICAST},
 };
+
+/* Length of the ws base name that sel starts with ("ws" or a cumulative
+ * name) when what follows is nothing, "+..." or "-mc" (then nothing or
+ * "+..."), with its features in *feat; 0 when none does. */
+static size_t ws_base(const char *sel, unsigned *feat)
+{
+    size_t best = 0;
+    for (size_t i = 0; i <= sizeof ws_aliases / sizeof ws_aliases[0]; i++) {
+        const char *name = i < sizeof ws_aliases / sizeof ws_aliases[0] ? ws_aliases[i].name : "ws";
+        const size_t n = strlen(name);
+        if (strncmp(sel, name, n) != 0 || n <= best)
+            continue;
+        const char *r = sel + n;
+        if (strncmp(r, "-mc", 3) == 0)
+            r += 3;
+        if (*r != 0 && *r != '+')
+            continue;
+        best = n;
+        *feat = i < sizeof ws_aliases / sizeof ws_aliases[0] ? ws_aliases[i].features : 0u;
+    }
+    return best;
+}
 
 wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
                                       unsigned *ret_features)
@@ -147,29 +170,26 @@ wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
         kernel = WF_CUDA_KERNEL_MMA;
     } else {
         kernel = WF_CUDA_KERNEL_WS;
-        size_t i;
-        for (i = 0; i < sizeof ws_aliases / sizeof ws_aliases[0]; i++)
-            if (strcmp(sel, ws_aliases[i].name) == 0)
-                break;
-        if (i < sizeof ws_aliases / sizeof ws_aliases[0]) {
-            feat = ws_aliases[i].features;
-        } else {
-            if (strncmp(sel, "ws", 2) != 0)
+        const size_t n = ws_base(sel, &feat);
+        if (n == 0)
+            return WF_E_BAD_ARGUMENT;
+        const char *c = sel + n;
+        if (strncmp(c, "-mc", 3) == 0) {
+            feat |= WF_CUDA_WS_MULTICAST;
+            c += 3;
+        }
+        while (*c) {
+            if (*c != '+')
                 return WF_E_BAD_ARGUMENT;
-            const char *c = sel + 2;
-            while (*c) {
-                if (*c != '+')
-                    return WF_E_BAD_ARGUMENT;
-                c++;
-                size_t len = strcspn(c, "+"), b;
-                for (b = 0; b < sizeof ws_bits / sizeof ws_bits[0]; b++)
-                    if (strlen(ws_bits[b].name) == len && strncmp(c, ws_bits[b].name, len) == 0)
-                        break;
-                if (b == sizeof ws_bits / sizeof ws_bits[0] || (feat & ws_bits[b].bit))
-                    return WF_E_BAD_ARGUMENT; /* unknown or repeated */
-                feat |= ws_bits[b].bit;
-                c += len;
-            }
+            c++;
+            size_t len = strcspn(c, "+"), b;
+            for (b = 0; b < sizeof ws_bits / sizeof ws_bits[0]; b++)
+                if (strlen(ws_bits[b].name) == len && strncmp(c, ws_bits[b].name, len) == 0)
+                    break;
+            if (b == sizeof ws_bits / sizeof ws_bits[0] || (feat & ws_bits[b].bit))
+                return WF_E_BAD_ARGUMENT; /* unknown or repeated */
+            feat |= ws_bits[b].bit;
+            c += len;
         }
     }
     *ret_kernel = kernel;
@@ -211,6 +231,8 @@ wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
 {
     if (!lim || !ret_geom || !wf_cuda_attn_params_ok(p))
         return WF_E_BAD_ARGUMENT;
+    if (p->fp8)
+        return WF_E_UNSUPPORTED; /* fp8 jobs: wf_cuda_attn_fp8_geometry */
     int64_t tiles = (p->Sq + WF_CUDA_BR - 1) / WF_CUDA_BR;
     int64_t heads = p->h_end - p->h_begin;
     if (tiles > lim->max_grid_x || heads > lim->max_grid_y || p->B > lim->max_grid_z)
@@ -242,15 +264,33 @@ wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
      * gridDim.x, the default wgmma kernel below. */
     const int64_t all_tiles = tiles * heads * p->B;
     const int ws_stages = wf_cuda_attn_ws_stages(g.d, lim->smem_optin);
+    g.cluster[0] = g.cluster[1] = g.cluster[2] = 1;
     if (lim->wgmma == WF_CUDA_KERNEL_WS && same_dt && ws_stages > 0 &&
         all_tiles <= lim->max_grid_x && all_tiles <= INT32_MAX) {
         g.kernel = WF_CUDA_KERNEL_WS;
-        g.ws_features = lim->ws_features & WF_CUDA_WS_ALL;
+        g.ws_features = lim->ws_features & WF_CUDA_WS_KNOWN;
         g.tiles = all_tiles;
         int64_t blocks = all_tiles;
-        if ((g.ws_features & WF_CUDA_WS_PERSISTENT) && lim->sm_count > 0 &&
-            blocks > lim->sm_count)
+        /* +mc: pairs of query tiles of one head; dropped where a head has
+         * one tile (nothing to share) or the grid of pairs is too long */
+        const int64_t pairs = (tiles + 1) / 2 * heads * p->B;
+        if ((g.ws_features & WF_CUDA_WS_MULTICAST) &&
+            (tiles < 2 || 2 * pairs > lim->max_grid_x || 2 * pairs > INT32_MAX))
+            g.ws_features &= ~(unsigned)WF_CUDA_WS_MULTICAST;
+        if (g.ws_features & WF_CUDA_WS_MULTICAST) {
+            g.tiles = 2 * pairs;
+            int64_t clusters = pairs;
+            if ((g.ws_features & WF_CUDA_WS_PERSISTENT) && lim->sm_count > 0) {
+                const int64_t fit = lim->sm_count / 2 > 0 ? lim->sm_count / 2 : 1;
+                if (clusters > fit)
+                    clusters = fit;
+            }
+            blocks = WF_CUDA_WS_CLUSTER * clusters;
+            g.cluster[0] = WF_CUDA_WS_CLUSTER;
+        } else if ((g.ws_features & WF_CUDA_WS_PERSISTENT) && lim->sm_count > 0 &&
+                   blocks > lim->sm_count) {
             blocks = lim->sm_count;
+        }
         g.grid[0] = (unsigned)blocks;
         g.grid[1] = heads > 0 ? 1u : 0u; /* 0: an empty head range, nothing to launch */
         g.grid[2] = 1;
@@ -276,8 +316,10 @@ wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
 
 size_t wf_cuda_attn_workspace(const wf_attn_params_t *p)
 {
-    (void)p;
-    return 0;
+    wf_cuda_fp8_ws_t L;
+    if (!p || !p->fp8 || wf_cuda_attn_fp8_layout(p, &L) != WF_OK || (size_t)L.bytes != L.bytes)
+        return 0;
+    return (size_t)L.bytes;
 }
 
 void wf_cuda_merge_geometry(int64_t rows, unsigned ret_grid[3],
@@ -609,4 +651,103 @@ int wf_cuda_copy_rows_ok(const void *dst, size_t ld_dst, const void *src,
                          size_t ld_src, int64_t rows, size_t row_bytes)
 {
     return wf_ops_copy_rows_ok(dst, ld_dst, src, ld_src, rows, row_bytes);
+}
+
+/* ---- fp8 attention -------------------------------------------------------------- */
+
+int wf_cuda_fp8_device_ok(int major, int minor, int built)
+{
+    return built != 0 && major == 9 && minor == 0;
+}
+
+int wf_cuda_fp8_key_slot(int k)
+{
+    return (k & 16) | (((k >> 1) & 3) << 2) | (((k >> 3) & 1) << 1) | (k & 1);
+}
+
+wf_status_t wf_cuda_attn_fp8_layout(const wf_attn_params_t *p, wf_cuda_fp8_ws_t *ret_ws)
+{
+    if (!ret_ws || !wf_cuda_attn_params_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    wf_cuda_fp8_ws_t L;
+    memset(&L, 0, sizeof L);
+    L.skv_pad = (p->Skv + WF_CUDA_FP8_BC - 1) / WF_CUDA_FP8_BC * WF_CUDA_FP8_BC;
+    if (p->h_end > p->h_begin) {
+        L.kv_begin = kv_head_of(p, p->h_begin);
+        L.kv_end = kv_head_of(p, p->h_end - 1) + 1;
+    }
+    uint64_t B = (uint64_t)p->B, Sq = (uint64_t)p->Sq, Skv = (uint64_t)p->Skv,
+             Hq = (uint64_t)p->Hq, Hkv = (uint64_t)p->Hkv, D = (uint64_t)p->D;
+    uint64_t t = 0;
+    L.q8 = t;
+    t = add_region(t, mul_sat(mul_sat(mul_sat(B, Sq), Hq), D));
+    L.k8 = t;
+    t = add_region(t, mul_sat(mul_sat(mul_sat(B, Skv), Hkv), D));
+    L.v8t = t;
+    t = add_region(t, mul_sat(mul_sat(mul_sat(B, Hkv), D), (uint64_t)L.skv_pad));
+    L.amax_q = t;
+    t = add_region(t, mul_sat(mul_sat(B, Hq), 4u));
+    L.amax_k = t;
+    t = add_region(t, mul_sat(mul_sat(B, Hkv), 4u));
+    L.amax_v = t;
+    t = add_region(t, mul_sat(mul_sat(B, Hkv), 4u));
+    L.sq = t;
+    t = add_region(t, mul_sat(mul_sat(B, Hq), 4u));
+    L.sk = t;
+    t = add_region(t, mul_sat(mul_sat(B, Hkv), 4u));
+    L.sv = t;
+    t = add_region(t, mul_sat(mul_sat(B, Hkv), 4u));
+    if (t == UINT64_MAX)
+        return WF_E_BAD_ARGUMENT;
+    L.bytes = t;
+    *ret_ws = L;
+    return WF_OK;
+}
+
+size_t wf_cuda_attn_fp8_smem_bytes(int d)
+{
+    /* alignment slack, Q, the K and V stages (one byte per element), the
+     * mbarriers */
+    return 1024u + (size_t)d * (WF_CUDA_BR + WF_CUDA_FP8_STAGES * 2u * WF_CUDA_FP8_BC) +
+           WF_CUDA_FP8_BAR_BYTES;
+}
+
+wf_status_t wf_cuda_attn_fp8_geometry(const wf_attn_params_t *p, const wf_cuda_limits_t *lim,
+                                      int fp8_ok, wf_cuda_attn_geom_t *ret_geom)
+{
+    if (!lim || !ret_geom || !wf_cuda_attn_params_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    if (!fp8_ok || wf_cuda_attn_fp8_smem_bytes((int)p->D) > lim->smem_optin)
+        return WF_E_UNSUPPORTED;
+    int64_t tiles = (p->Sq + WF_CUDA_BR - 1) / WF_CUDA_BR;
+    int64_t heads = p->h_end - p->h_begin;
+    if (tiles > lim->max_grid_x || heads > lim->max_grid_y || p->B > lim->max_grid_z)
+        return WF_E_BAD_ARGUMENT;
+    wf_cuda_attn_geom_t g;
+    memset(&g, 0, sizeof g);
+    g.grid[0] = (unsigned)tiles;
+    g.grid[1] = (unsigned)heads;
+    g.grid[2] = (unsigned)p->B;
+    g.block[0] = WF_CUDA_FP8_THREADS;
+    g.block[1] = 1;
+    g.block[2] = 1;
+    g.d = (int)p->D;
+    g.dpad = g.d;
+    g.stages = WF_CUDA_FP8_STAGES;
+    g.smem_bytes = wf_cuda_attn_fp8_smem_bytes(g.d);
+    g.compute_bf16 = 0;
+    g.kernel = WF_CUDA_KERNEL_FP8;
+    *ret_geom = g;
+    return WF_OK;
+}
+
+void wf_cuda_fp8_quant_geometry(int64_t rows, int64_t heads, int64_t B, unsigned ret_grid[3],
+                                unsigned ret_block[3])
+{
+    int64_t x = (rows + WF_CUDA_FP8_QUANT_ROWS - 1) / WF_CUDA_FP8_QUANT_ROWS;
+    ret_grid[0] = (unsigned)(x < 0 ? 0 : x);
+    ret_grid[1] = (unsigned)(heads < 0 ? 0 : heads);
+    ret_grid[2] = (unsigned)(B < 0 ? 0 : B);
+    ret_block[0] = WF_CUDA_FP8_QUANT_THREADS;
+    ret_block[1] = ret_block[2] = 1;
 }

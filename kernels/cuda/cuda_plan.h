@@ -96,7 +96,36 @@ enum {
     WF_CUDA_WS_TMA_STORE = 1u << 2,  /* 16-bit out written through shared memory and
                                         a TMA store (f32 out: direct stores) */
     WF_CUDA_WS_PERSISTENT = 1u << 3, /* grid of sm_count blocks striding over the tiles */
-    WF_CUDA_WS_ALL = 15u
+    WF_CUDA_WS_ALL = 15u,            /* the four steps above ("ws-full") */
+    WF_CUDA_WS_MULTICAST = 1u << 4,  /* clusters of 2 CTAs (two query tiles of one
+                                        head) sharing each K / V tile by TMA
+                                        multicast (+mc; not in "ws-full") */
+    WF_CUDA_WS_KNOWN = 31u           /* every bit above */
+};
+
+/* +mc, the multicast form of the ws kernel (issue 17; opt-in, measured
+ * before it is kept: FlashAttention-3 found clusters help little in the
+ * forward). Thread-block clusters of WF_CUDA_WS_CLUSTER CTAs: the two
+ * CTAs of a cluster take query tiles 2 i and 2 i + 1 of one (batch, head)
+ * (an odd tile count leaves the second CTA of each head's last pair a tile
+ * without rows: it loads and releases with its partner, writes nothing);
+ * each CTA's producer loads half of every K and V tile (64 key rows) with
+ * .multicast::cluster into both CTAs, and a stage is reused once the
+ * consumer warps of both CTAs released it. Causal: the ring carries the
+ * union of the pair's key ranges (the later tile's); the CTA that does not
+ * need a key tile waits for it and releases it without computing.
+ *   grid  (2 * pairs, 1, 1), pairs = ceil(ceil(Sq / BR) / 2) * heads * B;
+ *         tiles = 2 * pairs (the tile order: pairs, each head's heavy
+ *         pairs first when causal); with WF_CUDA_WS_PERSISTENT
+ *         2 * min(pairs, max(1, sm_count / 2)) (each cluster strides over
+ *         the pairs; sm_count 0: one cluster per pair)
+ *   cluster (2, 1, 1); shared bytes per CTA as without +mc.
+ * The geometry drops +mc (the ws kernel without clusters) when a head has
+ * a single query tile (its pair would be one tile and an empty one:
+ * nothing shared, half the CTAs idle) and when 2 * pairs exceeds
+ * gridDim.x. */
+enum {
+    WF_CUDA_WS_CLUSTER = 2 /* CTAs per cluster with +mc */
 };
 
 /* What the geometry depends on, from cudaDeviceProp (or a test). */
@@ -127,7 +156,10 @@ typedef struct wf_cuda_attn_geom {
     int kernel;        /* WF_CUDA_KERNEL_* */
     unsigned ws_features; /* WF_CUDA_KERNEL_WS: its WF_CUDA_WS_* bits, else 0 */
     int64_t tiles;     /* WF_CUDA_KERNEL_WS: query tiles in all (ceil(Sq / BR) *
-                          heads * B); grid[0] is that or, persistent, fewer */
+                          heads * B; with +mc 2 * pairs, empty tiles included);
+                          grid[0] is that or, persistent, fewer */
+    unsigned cluster[3]; /* thread-block cluster dims: (2, 1, 1) with +mc
+                            (WF_CUDA_WS_MULTICAST in ws_features), else 1, 1, 1 */
 } wf_cuda_attn_geom_t;
 
 /* Shape, dtype and head-mapping checks of backend.h, plus the CUDA
@@ -154,7 +186,10 @@ bool wf_cuda_attn_head_dim_ok(int64_t D);
  * compute dtype and its shared tiles fit; mma.sync otherwise.
  * WF_CUDA_KERNEL_WS: the ws kernel (grid, block, stages, smem_bytes,
  * ws_features, tiles as above) when its ring fits (wf_cuda_attn_ws_stages)
- * and every tile fits gridDim.x; else as for WF_CUDA_KERNEL_WGMMA. */
+ * and every tile fits gridDim.x; else as for WF_CUDA_KERNEL_WGMMA. +mc:
+ * cluster, grid and tiles of the multicast form, or the bit dropped from
+ * ws_features by the rules above.
+ * p->fp8: WF_E_UNSUPPORTED (those jobs take wf_cuda_attn_fp8_geometry). */
 wf_status_t wf_cuda_attn_geometry(const wf_attn_params_t *p,
                                   const wf_cuda_limits_t *lim,
                                   wf_cuda_attn_geom_t *ret_geom);
@@ -186,9 +221,12 @@ int wf_cuda_ws_regs_ok(int entry, int producer, int consumer, int consumers);
 /* WEFT_CUDA_ATTN's value as a kernel choice: NULL or "" or "wgmma" the
  * default (WF_CUDA_KERNEL_WGMMA), "wgmma-pipe", "mma" (0), and the ws
  * kernel: "ws" optionally followed by "+pipe", "+pp" (ping-pong),
- * "+store" (TMA store), "+persist" in any order, or the names of the
- * cumulative steps "ws-pipe" (ws+pipe), "ws-pp" (ws+pipe+pp),
- * "ws-pp-store" (ws+pipe+pp+store), "ws-full" (all four).
+ * "+store" (TMA store), "+persist", "+mc" (clusters with TMA multicast)
+ * in any order, or the names of the cumulative steps "ws-pipe" (ws+pipe),
+ * "ws-pp" (ws+pipe+pp), "ws-pp-store" (ws+pipe+pp+store), "ws-full" (the
+ * four but mc); "ws" or a cumulative name may end in "-mc" (+mc: "ws-mc",
+ * "ws-pp-mc", "ws-full-mc") and be followed by "+feature"s (each at most
+ * once).
  * WF_E_BAD_ARGUMENT for anything else (the outputs untouched: the caller
  * keeps the default). */
 wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
@@ -198,8 +236,9 @@ wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
  * "ws+pipe+pp", ...) into buf (n bytes, NUL-terminated, truncated). */
 void wf_cuda_attn_kernel_name(int kernel, unsigned features, char *buf, size_t n);
 
-/* Workspace of the CUDA attention: 0 bytes (everything stays on chip);
- * exact, pure. The workspace argument may be NULL. */
+/* Workspace of the CUDA attention: 0 bytes (everything stays on chip;
+ * the workspace argument may be NULL), or for p->fp8 the quantized
+ * copies (wf_cuda_attn_fp8_layout's bytes); exact, pure. */
 size_t wf_cuda_attn_workspace(const wf_attn_params_t *p);
 
 /* Launch of the LSE merge (one warp per row) and of conversions
@@ -231,8 +270,125 @@ wf_status_t wf_cuda_wgmma_selftest(int device, char *report, size_t n);
  * attention_ws.cu (allocates; tests only). */
 wf_status_t wf_cuda_ws_selftest(int device, char *report, size_t n);
 
+/* A check of +mc's building block on device `device`: a cluster of two
+ * CTAs, each CTA's producer multicasting half of every tile of a
+ * (1, S, 1, 128) bf16 tensor into a 2-stage ring of both CTAs (full
+ * mbarrier of each CTA expecting the whole tile), each CTA's consumer
+ * warps checking every byte of every tile (the swizzle as sw_offset
+ * reads it, rows past S zero) and releasing the stage on both CTAs'
+ * empty barriers (a remote arrive through mapa), each producer finally
+ * waiting for the last phase of its empty barriers (every remote arrival
+ * seen); cluster barriers at start and before exit. WF_OK when every
+ * byte matched in both CTAs and both saw every release; else as
+ * wf_cuda_ws_selftest. One line in report. Defined in attention_ws.cu
+ * (allocates; tests only). */
+wf_status_t wf_cuda_ws_mc_selftest(int device, char *report, size_t n);
+
 /* 1 when the ws kernel was compiled for sm_90a (a real body). */
 int wf_cuda_ws_built(void);
+
+/* ---- fp8 attention (issue 17; fp8_quant.cu, attention_fp8.cu) ----------------
+ *
+ * A job with p->fp8 runs in two steps on the context's stream:
+ *   1. quantize (fp8_quant.cu): per (batch, head) of this call, amax = the
+ *      largest finite |x| (atomicMax on the bits), then kernels/fp8.h's
+ *      e4m3(x * 448 / amax) into the workspace:
+ *        q8  (B, Sq, Hq, D)        e4m3, heads [h_begin, h_end)
+ *        k8  (B, Skv, Hkv, D)      e4m3, the K/V heads those read
+ *        v8t (B, Hkv, D, skv_pad)  e4m3, V transposed (keys contiguous, the
+ *                                  K-major B operand of P V that 8-bit wgmma
+ *                                  needs), keys permuted within each 32 (the
+ *                                  P fragment, attention_fp8.cu), zero past
+ *                                  Skv; skv_pad = Skv rounded up to
+ *                                  WF_CUDA_FP8_BC
+ *        amax u32 (B, Hq) + 2 x (B, Hkv); scales f32 sq (B, Hq), sk, sv
+ *        (B, Hkv) = fp8.h's wf_fp8_scale(amax)
+ *   2. the fp8 kernel (attention_fp8.cu, sm_90a): as the wgmma kernel (BR
+ *      = WF_CUDA_BR rows per block in two warpgroups, key tiles of
+ *      WF_CUDA_FP8_BC by TMA into WF_CUDA_FP8_STAGES stages) with
+ *      wgmma m64nNk32 e4m3 x e4m3 -> f32, softmax scale * sq * sk, P
+ *      rounded to e4m3 in registers, O * sv at the end.
+ *   grid  (ceil(Sq / BR), h_end - h_begin, B)   block (WF_CUDA_FP8_THREADS)
+ *   shared bytes = 1024 (alignment) + D * (BR + STAGES * 2 * BC) (one byte
+ *                  per element) + WF_CUDA_FP8_BAR_BYTES
+ * Only on a device of compute capability 9.0 in a build with sm_90a
+ * (wf_cuda_fp8_device_ok); elsewhere WF_E_UNSUPPORTED. */
+enum {
+    WF_CUDA_KERNEL_FP8 = 4,          /* the kernel of attention_fp8.cu */
+    WF_CUDA_FP8_BC = 128,            /* keys per tile (S is m64n128) */
+    WF_CUDA_FP8_THREADS = 256,       /* two warpgroups of 64 query rows */
+    WF_CUDA_FP8_STAGES = 4,          /* K and V tiles in shared memory each */
+    WF_CUDA_FP8_BAR_BYTES = 256,     /* 1 + 4 * STAGES mbarriers of 8 bytes, rounded */
+    WF_CUDA_FP8_QUANT_ROWS = 64,     /* sequence rows per block of the quantizer */
+    WF_CUDA_FP8_QUANT_THREADS = 256  /* threads per block of the quantizer */
+};
+
+/* Where the quantized copies live in the workspace of an fp8 call (byte
+ * offsets from the workspace's start, each WF_CUDA_ALIGN-aligned). */
+typedef struct wf_cuda_fp8_ws {
+    int64_t skv_pad;          /* Skv rounded up to WF_CUDA_FP8_BC */
+    int64_t kv_begin, kv_end; /* K/V heads read by [h_begin, h_end) */
+    uint64_t q8, k8, v8t;     /* the e4m3 copies (layouts above) */
+    uint64_t amax_q, amax_k, amax_v; /* u32 bits of each head's amax */
+    uint64_t sq, sk, sv;      /* f32 scales */
+    uint64_t bytes;           /* the whole workspace */
+} wf_cuda_fp8_ws_t;
+
+/* The slot of key k (0..31) of a 32-key chunk in v8t: the fp8 kernel's
+ * P fragment holds, in byte j of its A register 2 h + r, the score of key
+ * 16 h + 8 (j / 2) + 2 t + (j % 2) of its row (t = lane % 4: S's
+ * accumulator layout), where wgmma's k32 A fragment wants column 16 h +
+ * 4 t + j; so key 16 h + 8 a + 2 t + e is stored at slot 16 h + 4 t + 2 a
+ * + e (attention_fp8.cu has the derivation). A permutation of 0..31. */
+int wf_cuda_fp8_key_slot(int k);
+
+/* 1 when a device of compute capability major.minor runs the fp8 kernel
+ * in a build whose kernels have an sm_90a body (built != 0): 9.0 only. */
+int wf_cuda_fp8_device_ok(int major, int minor, int built);
+
+/* The workspace layout of fp8 call p (p->fp8 need not be set).
+ * WF_E_BAD_ARGUMENT when p is invalid (wf_cuda_attn_params_ok) or the
+ * sizes overflow. */
+wf_status_t wf_cuda_attn_fp8_layout(const wf_attn_params_t *p, wf_cuda_fp8_ws_t *ret_ws);
+
+/* Shared bytes of the fp8 kernel for head dim d (formula above). */
+size_t wf_cuda_attn_fp8_smem_bytes(int d);
+
+/* Geometry of the fp8 kernel for p on a device with limits *lim whose
+ * fp8 support is fp8_ok (wf_cuda_fp8_device_ok): kernel
+ * WF_CUDA_KERNEL_FP8, grid and block as above, stages, smem_bytes.
+ * WF_E_UNSUPPORTED when !fp8_ok or its shared memory exceeds
+ * lim->smem_optin; WF_E_BAD_ARGUMENT for invalid p or a grid past the
+ * limits. An empty head range gives grid[1] == 0. */
+wf_status_t wf_cuda_attn_fp8_geometry(const wf_attn_params_t *p, const wf_cuda_limits_t *lim,
+                                      int fp8_ok, wf_cuda_attn_geom_t *ret_geom);
+
+/* Grid of the quantizer's kernels over `rows` sequence rows of `heads`
+ * heads of B batches: (ceil(rows / WF_CUDA_FP8_QUANT_ROWS), heads, B),
+ * block (WF_CUDA_FP8_QUANT_THREADS). */
+void wf_cuda_fp8_quant_geometry(int64_t rows, int64_t heads, int64_t B, unsigned ret_grid[3],
+                                unsigned ret_block[3]);
+
+/* A check of the fp8 kernel's building blocks on device `device`, by
+ * name: S = A B^T with e4m3 wgmma m64n128k32 (both K-major, swizzled as
+ * the kernel's tiles), O = P V with P packed from S's accumulator layout
+ * to e4m3 A fragments against V^T with keys permuted as the quantizer
+ * stores them, each against an exact host product, and the quantizer
+ * (amax, q8, k8, v8t, scales) against kernels/fp8.h on the host.
+ * WF_OK / WF_E_UNAVAILABLE / WF_E_INTERNAL as wf_cuda_wgmma_selftest;
+ * one line in report. Defined in attention_fp8.cu (allocates; tests only). */
+wf_status_t wf_cuda_fp8_selftest(int device, char *report, size_t n);
+
+/* 1 when the fp8 kernel was compiled for sm_90a (a real body). */
+int wf_cuda_fp8_built(void);
+
+/* The CUDA backend's attention() of an fp8 job (p->fp8 need not be set)
+ * in steps, for benchmarks that time the kernel without the quantization:
+ * steps 1 quantizes p's q / k / v into workspace, 2 runs the fp8 kernel
+ * on the copies an earlier step 1 wrote there, 3 both (attention()). Same
+ * checks and statuses as attention(). Defined in cuda_backend.cu. */
+wf_status_t wf_cuda_attention_fp8_steps(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                                        void *workspace, int steps);
 
 /* ---- the device arena ------------------------------------------------------ */
 

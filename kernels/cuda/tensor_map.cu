@@ -50,3 +50,23 @@ bool wf_cuda_tensor_map(CUtensorMap *m, const void *base, bool bf16, long long B
               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+
+/* The map of a packed 4-d tensor of bytes (fp8 copies): dims[0]
+ * contiguous, boxes of box[], 64- or 128-byte swizzle. */
+bool wf_cuda_tensor_map_u8(CUtensorMap *m, const void *base, const long long dims[4],
+                           const unsigned box[4], int swizzle)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn || (swizzle != 64 && swizzle != 128))
+        return false;
+    const cuuint64_t d[4] = {(cuuint64_t)dims[0], (cuuint64_t)dims[1], (cuuint64_t)dims[2],
+                             (cuuint64_t)dims[3]};
+    const cuuint64_t strides[3] = {d[0], d[0] * d[1], d[0] * d[1] * d[2]};
+    const cuuint32_t bx[4] = {box[0], box[1], box[2], box[3]};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    return fn(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void *>(base), d, strides, bx,
+              estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+           CUDA_SUCCESS;
+}

@@ -1,7 +1,9 @@
 /* wgmma_ops.cuh — the Hopper building blocks shared by the wgmma attention
  * kernels (attention_wgmma.cu, attention_ws.cu): shared-memory matrix
  * descriptors, wgmma issue / fence / commit / wait, the async-proxy
- * fence, mbarriers, the 4-d TMA load and the 128-byte swizzle offset.
+ * fence, mbarriers, the 4-d TMA load and the 128-byte swizzle offset;
+ * at the end, the cluster operations of attention_ws.cu's +mc (rank,
+ * cluster barrier, multicast TMA load, remote mbarrier arrival).
  * sm_90a device code only: included inside each kernel's anonymous
  * namespace, under its own "sm_90a body" #ifdef. */
 #ifndef WF_WGMMA_OPS_CUH
@@ -195,6 +197,61 @@ template <int R>
 __device__ __forceinline__ uint32_t sw_offset(int r, int j)
 {
     return (uint32_t)((j >> 3) * (R * 128) + r * 128 + (((j & 7) ^ (r & 7)) << 4));
+}
+
+/* ---- clusters (attention_ws.cu's +mc) ---------------------------------------------- */
+
+/* This CTA's rank in its cluster. */
+__device__ __forceinline__ uint32_t cluster_ctarank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* Every non-exited thread of the cluster: arrive (release: this thread's
+ * earlier writes and remote arrivals are seen by whoever waits) and wait
+ * (acquire) for the others' arrivals. Not .aligned: a warp may have
+ * exited lanes. `on` uniform per thread pair: predicated, no branch. */
+__device__ __forceinline__ void cluster_sync_if(int on)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n"
+                 "@p barrier.cluster.arrive.release;\n"
+                 "@p barrier.cluster.wait.acquire;\n}\n" ::"r"(on)
+                 : "memory");
+}
+/* TMA with .multicast::cluster: the box at (c0..c3) lands at the same
+ * CTA-relative offset dst in every CTA of `mask` (bit i: rank i) and
+ * completes its bytes on the mbarrier at offset bar of each of them. */
+__device__ __forceinline__ void tma_load_4d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                               uint16_t mask, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(mask), "r"(c0), "r"(c1),
+                 "r"(c2), "r"(c3)
+                 : "memory");
+}
+/* A release of an mbarrier (an empty barrier) by one warp: without a
+ * cluster (mc 0) every thread arrives on bar; with one (mc 1) lane 0
+ * arrives on bar and on the barrier at the same offset in CTA `peer`
+ * (mapa). The remote arrival keeps mbarrier.arrive's default semantics
+ * (release at CTA scope, as CUTLASS's ClusterBarrier::arrive(cta_id)):
+ * what it orders is the warp's reads of the stage, which its waited
+ * wgmmas (or the caller's __syncwarp after ld.shared) completed before
+ * it, and .release.cluster compiled to a MEMBAR.ALL.GPU per release.
+ * Predicated: no branch between the asynchronous MMAs and their waits. */
+__device__ __forceinline__ void mbar_release(uint32_t bar, int mc, int lane, uint32_t peer)
+{
+    asm volatile("{\n.reg .pred pa, pm;\n.reg .u32 ra;\n"
+                 "setp.eq.b32 pa, %1, 0;\n"
+                 "setp.ne.b32 pm, %1, 0;\n"
+                 "@pa mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+                 "setp.eq.and.b32 pm, %2, 0, pm;\n"
+                 "@pm mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+                 "@pm mapa.shared::cluster.u32 ra, %0, %3;\n"
+                 "@pm mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "r"(mc), "r"(lane), "r"(peer)
+                 : "memory");
 }
 
 #endif /* WF_WGMMA_OPS_CUH */

@@ -11,11 +11,14 @@
 #
 # Knobs (environment):
 #   WEFT_ATTN_VARIANTS=0        skip this step
-#   WEFT_ATTN_VARIANTS_S=150    its own budget in seconds (each part below
-#                               checks what is left of it, and of run.sh's)
-#   WEFT_ATTN_VARIANTS_LIST="ws ws-pipe ws-pp ws-pp-store ws-full"
+#   WEFT_ATTN_VARIANTS_S=180    its own budget in seconds (each part below
+#                               checks what is left of it, and of run.sh's;
+#                               150 before +mc's tests and sanitizer runs)
+#   WEFT_ATTN_VARIANTS_LIST="ws ws-pipe ws-pp ws-pp-store ws-full ws-pp-mc"
 #                               the variants (WEFT_CUDA_ATTN values); the
-#                               tests also run ws+store and ws+persist alone
+#                               tests also run ws+store, ws+persist, ws+mc
+#                               and ws-full-mc alone (+mc: clusters of 2
+#                               CTAs with TMA multicast of K / V)
 #   WEFT_ATTN_VARIANTS_ONLY=1   (from run.sh) stop run.sh after this step:
 #                               its summary still prints (the EXIT trap)
 #
@@ -24,16 +27,35 @@
 #      each under `timeout 40` (a deadlock in a named barrier cannot trap:
 #      a hung variant is reported as such and left out of the timings);
 #      the ws self-test line (mbarrier ring, setmaxnreg, TMA store,
-#      ping-pong) by name
+#      ping-pong) and the ws mc line (2-CTA cluster, TMA multicast, remote
+#      arrive) by name
 #   2. compute-sanitizer --tool memcheck and --tool racecheck (when the
 #      toolkit has it) on bench_cuda_attention's small grid (S 300, H 2,
-#      D 64 and 128, causal and not) for the fullest variant that passed
+#      D 64 and 128, causal and not) for the fullest variant that passed;
+#      then racecheck (both shapes) and memcheck (D 128 causal) for the
+#      fullest +mc variant that passed (S 300: 3 query tiles per head, so
+#      every head's last cluster has a tile without rows)
 #   3. TFLOP/s for S = 4096 and 16384, causal and not (bf16, B 1, H 24,
 #      D 128): sdpa_bench.py --fa3 (SDPA, FA3 if importable), then
 #      bench_cuda_attention --variants wgmma,<passing variants> (the
 #      default kernel first: every variant's maxdiff is against it), and
 #      a table of TFLOP/s and the ratio to SDPA per shape
 # Nothing here changes what runs by default: the variants are opt-in.
+#
+# Then the fp8 path (issue 17; av_fp8, its own budget WEFT_ATTN_FP8_S=100,
+# WEFT_ATTN_FP8=0 skips it), ~70 s on a warm build:
+#   1. test_cuda_gpu --fp8 under `timeout 90`: the fp8 self-test line (e4m3
+#      wgmma, the P fragment against v8t's key order, the quantizer) and
+#      every fp8 case against fp64 on its quantized inputs, each printing
+#      its error against the unquantized fp64 reference beside bf16's
+#   2. compute-sanitizer memcheck and racecheck on bench_cuda_attention
+#      --variants fp8 (S 300, H 2; D 64 non-causal, D 128 causal)
+#   3. TFLOP/s for S = 4096 and 16384, causal and not (B 1, H 24, D 128):
+#      sdpa_bench.py --fa3-fp8 (SDPA bf16; FA3 fp8 when importable), then
+#      bench_cuda_attention --variants wgmma,fp8,fp8-kernel (bf16 default
+#      kernel, fp8 with the quantization, the fp8 kernel alone; maxdiff
+#      against bf16's output), a line per shape with the ratio to SDPA
+#      (target: fp8 above SDPA's bf16)
 
 if ! declare -F say >/dev/null; then
   # alone: minimal stand-ins for run.sh's helpers
@@ -53,7 +75,7 @@ fi
 av_main() {
   local av_start av_budget
   av_start=$(date +%s)
-  av_budget=${WEFT_ATTN_VARIANTS_S:-150}
+  av_budget=${WEFT_ATTN_VARIANTS_S:-180}
   # seconds left: the smaller of this step's budget and run.sh's
   av_left() {
     local a=$(( av_budget - ($(date +%s) - av_start) )) b
@@ -72,8 +94,8 @@ av_main() {
     return 0
   fi
   local list=()
-  read -ra list <<<"${WEFT_ATTN_VARIANTS_LIST:-ws ws-pipe ws-pp ws-pp-store ws-full}"
-  local tests=("${list[@]}" ws+store ws+persist)
+  read -ra list <<<"${WEFT_ATTN_VARIANTS_LIST:-ws ws-pipe ws-pp ws-pp-store ws-full ws-pp-mc}"
+  local tests=("${list[@]}" ws+store ws+persist ws+mc ws-full-mc)
   local passed=() v rc tlog
   declare -A av_rc=()
 
@@ -89,6 +111,9 @@ av_main() {
       grep -q "^  ws mbarrier ring.*: ok.*TMA store.*: ok.*ping-pong.*: ok" "$tlog" &&
         note "ws self-test (mbarrier ring, setmaxnreg, TMA store, ping-pong): ok" ||
         note "ws self-test: $(grep -m1 "^  ws " "$tlog" | cut -c1-160)"
+      grep -q "^  ws mc cluster of 2.*: ok .*remote arrive.*: ok" "$tlog" &&
+        note "ws mc self-test (2-CTA cluster, TMA multicast, remote arrive): ok" ||
+        note "ws mc self-test: $(grep -m1 "^  ws mc " "$tlog" | cut -c1-160)"
     fi
     local ncase nfail
     ncase=$(grep -c "attn B" "$tlog")
@@ -108,7 +133,7 @@ av_main() {
   # 2. compute-sanitizer on a small grid
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-  local sv=""
+  local sv="" tool dc d c slog
   for v in ws-full ws-pp-store ws-pp ws-pipe ws; do
     [ "${av_rc[$v]:-1}" = 0 ] && { sv=$v; break; }
   done
@@ -118,7 +143,6 @@ av_main() {
   elif [ -z "$sv" ]; then
     say "compute-sanitizer: no variant passed its tests, skipped"
   else
-    local tool dc d c slog
     for tool in memcheck racecheck; do
       for dc in "64 0" "128 1"; do
         read -r d c <<<"$dc"
@@ -133,6 +157,29 @@ av_main() {
             "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
         note "sanitizer $tool $sv D$d causal$c: exit $rc"
       done
+    done
+  fi
+  # +mc: shared memory written by the peer's multicast, barriers arrived
+  # on from the peer (S 300: every head's last cluster has an empty tile)
+  local mv="" tdc
+  for v in ws-full-mc ws-pp-mc ws+mc; do
+    [ "${av_rc[$v]:-1}" = 0 ] && { mv=$v; break; }
+  done
+  if [ -n "$cs" ] && [ -z "$mv" ]; then
+    say "compute-sanitizer +mc: no +mc variant passed its tests, skipped"
+    note "sanitizer +mc: skipped (no passing +mc variant)"
+  elif [ -n "$cs" ]; then
+    for tdc in "racecheck 64 0" "racecheck 128 1" "memcheck 128 1"; do
+      read -r tool d c <<<"$tdc"
+      if [ "$(av_left)" -lt 45 ]; then say "sanitizer +mc: stopped ($(av_left)s left)"; break; fi
+      slog=$logs/sanitizer-$tool-$mv-d$d-c$c.log
+      WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
+        --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants "$mv" 300 2 "$d" "$c" \
+        > "$slog" 2>&1
+      rc=$?
+      say "compute-sanitizer --tool $tool, $mv, S 300 H 2 D $d causal $c: exit $rc," \
+          "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
+      note "sanitizer $tool $mv D$d causal$c: exit $rc"
     done
   fi
 
@@ -170,7 +217,103 @@ av_main() {
   return 0
 }
 
+# The fp8 path (issue 17): tests, sanitizers, TFLOP/s (the file comment).
+av_fp8() {
+  local f_start f_budget
+  f_start=$(date +%s)
+  f_budget=${WEFT_ATTN_FP8_S:-100}
+  f_left() {
+    local a=$(( f_budget - ($(date +%s) - f_start) )) b
+    b=$(left)
+    echo $(( a < b ? a : b ))
+  }
+  say "== fp8 attention (issue 17) ($(elapsed), ${f_budget}s budget)"
+  if [ "${WEFT_ATTN_FP8:-1}" = 0 ]; then
+    say "skipped (WEFT_ATTN_FP8=0)"
+    note "fp8 attention: skipped"
+    return 0
+  fi
+  if [ ! -x "$bd/tests/test_cuda_gpu" ] || [ ! -x "$bd/bench/bench_cuda_attention" ]; then
+    say "skipped: no $bd/tests/test_cuda_gpu or $bd/bench/bench_cuda_attention"
+    note "fp8 attention: skipped (not built)"
+    return 0
+  fi
+  # 1. self-test and cases
+  local tlog=$logs/test_cuda_gpu-fp8.log rc ncase nfail
+  timeout 90 "$bd"/tests/test_cuda_gpu --fp8 > "$tlog" 2>&1
+  rc=$?
+  grep -E "^  fp8: " "$tlog" | head -2 | cut -c1-400 | tee -a "${report:-/dev/null}"
+  ncase=$(grep -c "^  fp8.* B[0-9]" "$tlog")
+  nfail=$(grep "^  fp8.* B[0-9]" "$tlog" | grep -c FAIL)
+  case $rc in
+    0) say "fp8: $ncase cases, all ok (vs fp64 on quantized inputs; error vs fp64 beside bf16's:)"
+       grep "^  fp8 B" "$tlog" | sed -n 's/.* B\([0-9]*\) Sq\([0-9]*\) .* D\([0-9]*\) .*causal\([01]\).* dt\([0-9]\) .*vs fp64: \(.*\)/  B\1 Sq\2 D\3 causal\4 dt\5: \6/p' |
+         head -12 | tee -a "${report:-/dev/null}" ;;
+    124) say "fp8: HUNG (timeout 90 s) after $ncase cases" ;;
+    77) say "fp8: skipped (no GPU)" ;;
+    *) say "fp8: exit $rc, $ncase cases, $nfail failing"
+       grep -E "FAIL|CHECK failed|WRONG|error" "$tlog" | head -6 | tee -a "${report:-/dev/null}" ;;
+  esac
+  note "fp8 self-test: $(grep -m1 "^  fp8: " "$tlog" | grep -q WRONG && echo WRONG || echo "$(grep -c "^  fp8: .*ok" "$tlog") ok line")"
+  note "fp8 cases: exit $rc ($nfail of $ncase failing)"
+
+  # 2. compute-sanitizer on a small fp8 grid
+  local cs tool dc d c slog
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [ -z "$cs" ]; then
+    say "compute-sanitizer: not in the toolkit, skipped"
+  elif [ "$rc" != 0 ]; then
+    say "compute-sanitizer (fp8): skipped (the fp8 tests did not pass)"
+  else
+    for tool in memcheck racecheck; do
+      for dc in "64 0" "128 1"; do
+        read -r d c <<<"$dc"
+        if [ "$(f_left)" -lt 40 ]; then say "sanitizer: stopped ($(f_left)s left)"; break 2; fi
+        slog=$logs/sanitizer-$tool-fp8-d$d-c$c.log
+        WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
+          --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants fp8 300 2 "$d" "$c" \
+          > "$slog" 2>&1
+        rc=$?
+        say "compute-sanitizer --tool $tool, fp8, S 300 H 2 D $d causal $c: exit $rc," \
+            "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
+        note "sanitizer $tool fp8 D$d causal$c: exit $rc"
+      done
+    done
+  fi
+
+  # 3. TFLOP/s beside SDPA bf16 (and FA3 fp8)
+  if [ "$(f_left)" -lt 30 ]; then
+    say "fp8 timings: skipped ($(f_left)s left)"
+    note "fp8 timings: skipped (time)"
+    return 0
+  fi
+  local shapes=(4096 0 4096 1 16384 0 16384 1) sargs=() i
+  for ((i = 0; i < ${#shapes[@]}; i += 2)); do sargs+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
+  timeout $(( $(f_left) / 2 )) "$py" tests/gpu/sdpa_bench.py --fa3-fp8 "${sargs[@]}" \
+    > "$logs/sdpa-fp8.log" 2>&1
+  grep -E "^fa3-fp8:" "$logs/sdpa-fp8.log" | cut -c1-200 | tee -a "${report:-/dev/null}"
+  timeout $(( $(f_left) - 3 )) "$bd"/bench/bench_cuda_attention --variants wgmma,fp8,fp8-kernel \
+    "${sargs[@]}" > "$logs/bench-fp8.log" 2>&1
+  local S sd fa line k wt ratio
+  for ((i = 0; i < ${#shapes[@]}; i += 2)); do
+    S=${shapes[i]}; c=${shapes[i+1]}
+    sd=$(sed -n "s/^sdpa S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-fp8.log" | tail -1)
+    fa=$(sed -n "s/^fa3-fp8 S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-fp8.log" | tail -1)
+    say "S=$S causal=$c: sdpa bf16 ${sd:-?} TFLOP/s, fa3 fp8 ${fa:-n/a}"
+    for k in wgmma fp8 fp8-kernel; do
+      line=$(grep "^weft kernel=$k S=$S .*causal=$c " "$logs/bench-fp8.log" | tail -1)
+      wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$line")
+      ratio=$(awk -v w="$wt" -v s="$sd" 'BEGIN { if (w == "" || s == "" || s == 0) print "?"; else printf "%.2f", w / s }')
+      say "  weft $k: ${wt:-FAILED} TFLOP/s, ratio to sdpa bf16 $ratio," \
+          "maxdiff vs bf16 $(sed -n 's/.*maxdiff=\([^ ]*\).*/\1/p' <<<"$line")"
+      note "fp8 timings S=$S causal=$c $k: ${wt:-?} TFLOP/s, / sdpa bf16 $ratio"
+    done
+  done
+  return 0
+}
+
 av_main
+av_fp8
 if [ "${WEFT_ATTN_VARIANTS_ONLY:-0}" = 1 ] && declare -F finish >/dev/null; then
   say "== WEFT_ATTN_VARIANTS_ONLY=1: the rest of run.sh skipped"
   exit 0
