@@ -15,14 +15,14 @@
  *       [--seq S] [--kv-seq SKV] [--heads H] [--kv-heads HKV] [--dim D]
  *       [--dtype f32|f16|bf16] [--causal] [--devices N] [--iters N]
  *       [--seed N] [--rotate allgather|alltoall] [--no-fp32-merge]
- *       [--ring-anything] [--ulysses-anything] [--no-load-balance]
+ *       [--ring-anything] [--ulysses-anything] [--no-load-balance] [--fp8]
  *   weftctl [--endpoint E] [--timeout MS] load NAME PATH
  *       [--tp-plan FILE.json] [--sharded]
  *   weftctl [--endpoint E] [--timeout MS] unload NAME
  *   weftctl [--endpoint E] [--timeout MS] models
  *   weftctl [--endpoint E] [--timeout MS] forward --model NAME
  *       --inputs FILE.safetensors [--out-dtype f32|f16|bf16] [--iters N]
- *       [--deadline-ms MS]
+ *       [--deadline-ms MS] [--fp8]
  *   weftctl [--endpoint E] [--timeout MS] cancel ID
  *   weftctl shard --model-root ROOT --path P --tp T --out DIR
  *       [--tp-plan FILE.json]
@@ -109,6 +109,7 @@ static void usage(FILE *f)
         "      --dim D --dtype f32|f16|bf16 --causal --devices N --iters N\n"
         "      --seed N --rotate allgather|alltoall --no-fp32-merge\n"
         "      --ring-anything --ulysses-anything --no-load-balance\n"
+        "      --fp8 (precision fp8, checked against the fp8 reference)\n"
         "  load NAME PATH [--tp-plan FILE.json] [--sharded]\n"
         "                   load a model (PATH under the daemon's model root);\n"
         "                   progress on stderr, the model on stdout; without\n"
@@ -116,7 +117,7 @@ static void usage(FILE *f)
         "  unload NAME      unload a model\n"
         "  models           list the models (state, size, tp, progress)\n"
         "  forward --model NAME --inputs FILE.safetensors [--out-dtype D]\n"
-        "          [--iters N] [--deadline-ms MS]\n"
+        "          [--iters N] [--deadline-ms MS] [--fp8]\n"
         "                   run a forward on the file's inputs; checks the\n"
         "                   output against the file's output_f64 / output\n"
         "  cancel ID        cancel queued or running request ID (an admin client\n"

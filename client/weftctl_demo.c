@@ -48,6 +48,7 @@ typedef struct demo {
     uint64_t seed;
     wf_rotate_t rotate;    /* --rotate; DEFAULT: the daemon's setting */
     wf_opt_t fp32, ring_any, uly_any, lb; /* flags; DEFAULT unless given */
+    bool fp8;              /* --fp8: precision fp8, checked against the fp8 reference */
 } demo_t;
 
 static int parse_demo(int argc, char **argv, demo_t *p)
@@ -76,6 +77,10 @@ static int parse_demo(int argc, char **argv, demo_t *p)
         }
         if (strcmp(a, "--no-load-balance") == 0) {
             p->lb = WF_OPT_OFF;
+            continue;
+        }
+        if (strcmp(a, "--fp8") == 0) {
+            p->fp8 = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -187,7 +192,9 @@ int ctl_cmd_demo(wf_client_t *c, int argc, char **argv)
                                  .convert_to_fp32 = p.fp32,
                                  .ring_anything = p.ring_any,
                                  .ulysses_anything = p.uly_any,
-                                 .load_balance = p.lb };
+                                 .load_balance = p.lb,
+                                 .precision = p.fp8 ? WF_PRECISION_FP8
+                                                    : WF_PRECISION_DEFAULT };
     wf_job_result_t res;
     for (int64_t it = 0; it < p.iters; it++) {
         double t0 = ctl_now_s();
@@ -203,7 +210,9 @@ int ctl_cmd_demo(wf_client_t *c, int argc, char **argv)
                                .Hkv = p.Hkv, .D = p.D,
                                .scale = 1.0 / sqrt((double)p.D),
                                .causal = p.causal != 0 };
-    wf_status_t st = wf_ref_attention(&ra, qf, kf, vf, ref, ref_lse);
+    /* fp8: the reference quantizes q / k / v as the kernels do (reference.h) */
+    wf_status_t st = p.fp8 ? wf_ref_attention_fp8(&ra, q, p.dt, k, p.dt, v, p.dt, ref, ref_lse)
+                           : wf_ref_attention(&ra, qf, kf, vf, ref, ref_lse);
     if (st != WF_OK) {
         fprintf(stderr, "weftctl: reference attention: %s\n", wf_status_str(st));
         goto done;
@@ -232,6 +241,14 @@ int ctl_cmd_demo(wf_client_t *c, int argc, char **argv)
         tol = p.dt == WF_DTYPE_F16 ? 4e-3 : 3e-2;
         lse_tol = p.dt == WF_DTYPE_F16 ? 4e-3 : 2.5e-2;
     }
+    /* fp8: the reference has the quantized q / k / v but not the kernels'
+     * rounding of the softmax weights P to e4m3 (relative 2^-4 each):
+     * 2^-5 of max|v| <= 1 on top bounds it for these random rows; the lse
+     * comes from the f32 scores, unrounded. */
+    if (p.fp8) {
+        tol += 0x1p-5;
+        lse_tol = fmax(lse_tol, 1e-3);
+    }
 
     /* FLOPs: QK^T and PV, 2 * D each per visible (query, key) pair. */
     double pairs = 0.0;
@@ -247,13 +264,13 @@ int ctl_cmd_demo(wf_client_t *c, int argc, char **argv)
            PRIu64 "\n", p.B, p.Sq, p.Skv, p.Hq, p.Hkv, p.D, wf_dtype_name(p.dt),
            p.causal ? " causal" : "", p.devices, res.devices, res.epoch);
     printf("options    rotate %s, fp32 merge %s, ring_anything %s, "
-           "ulysses_anything %s, load_balance %s\n",
+           "ulysses_anything %s, load_balance %s, precision %s\n",
            p.rotate == WF_ROTATE_ALLGATHER ? "allgather"
            : p.rotate == WF_ROTATE_ALLTOALL ? "alltoall" : "default",
            p.fp32 == WF_OPT_OFF ? "off" : "default",
            p.ring_any == WF_OPT_ON ? "on" : "default",
            p.uly_any == WF_OPT_ON ? "on" : "default",
-           p.lb == WF_OPT_OFF ? "off" : "default");
+           p.lb == WF_OPT_OFF ? "off" : "default", p.fp8 ? "fp8 (fp8 reference)" : "default");
     printf("max abs error   %.3e (relative %.3e), tolerance %.1e\n",
            max_err, max_ref > 0 ? max_err / max_ref : 0.0, tol);
     printf("max lse error   %.3e (relative), tolerance %.1e\n",

@@ -222,7 +222,7 @@ WF_API wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info);
 
 /* Whether the daemon announced the feature `name` in the `features` list
  * of this connection's last successful wf_hello (PROTOCOL.md section 9:
- * "reconfigure", "cp_options", "models", "roles"): 1 yes, 0 no. 0 also
+ * "reconfigure", "cp_options", "models", "roles", "fp8"): 1 yes, 0 no. 0 also
  * before any hello, from a daemon older than weft 0.4 (it announces
  * nothing) and for a name this library does not know. An accessor, not a
  * field of wf_hello_info_t: the caller allocates that struct, so its size
@@ -354,6 +354,18 @@ typedef enum wf_opt {
     WF_OPT_OFF = 2
 } wf_opt_t;
 
+/* The precision of a job's attention (added in 0.5; feature "fp8"). */
+typedef enum wf_precision {
+    WF_PRECISION_DEFAULT = 0, /* the inputs' dtypes, f32 accumulation */
+    WF_PRECISION_FP8 = 1      /* q, k, v quantized to fp8 (e4m3) per (batch,
+                                 head), f32 accumulation: faster on GPUs with
+                                 fp8 tensor cores (compute capability 9.0),
+                                 less exact. Refused with WF_E_UNSUPPORTED by
+                                 a daemon whose devices have none (the CPU),
+                                 and by libweft, nothing sent, when the
+                                 daemon does not announce "fp8" */
+} wf_precision_t;
+
 typedef struct wf_attention_opts {
     float scale;        /* softmax scale; 0 means 1/sqrt(D) */
     int causal;         /* 1: query i sees keys j <= i (top-left aligned) */
@@ -369,6 +381,8 @@ typedef struct wf_attention_opts {
                                    it; 0: none (the daemon's job_timeout_ms
                                    still applies). Added in 0.4: keep the
                                    struct zero-initialised */
+    wf_precision_t precision;   /* WF_PRECISION_FP8: fp8 attention (see
+                                   wf_precision_t); added in 0.5 */
 } wf_attention_opts_t;
 
 /* Change the mesh of a running daemon (hot reconfiguration). The daemon
@@ -607,6 +621,8 @@ typedef struct wf_forward_opts {
                              (checked while queued and at each layer of its
                              run); 0: none (the daemon's job_timeout_ms
                              still applies) */
+    wf_precision_t precision; /* WF_PRECISION_FP8: the model's attention in
+                                 fp8 (see wf_precision_t); added in 0.5 */
 } wf_forward_opts_t;
 
 /* wf_forward with options. */

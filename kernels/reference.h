@@ -41,4 +41,30 @@ wf_status_t wf_ref_attention(const wf_ref_attn_t *a, const float *q,
                              const float *k, const float *v, double *out,
                              double *lse);
 
+/* ---- fp8 (e4m3) attention (backend.h wf_attn_params_t.fp8) -------------
+ * What an fp8 kernel computes, up to one rounding it adds: q, k and v are
+ * quantized per (batch, head) exactly as kernels/fp8.h says (amax over
+ * the head's finite elements, x8 = e4m3(x * (448 / amax)) in f32, value
+ * x8 * (amax / 448)), then the attention runs in fp64 on the dequantized
+ * values. The kernels also round the softmax weights P to e4m3 before
+ * the second product (P v8); this reference does not, so a check against
+ * it needs a tolerance for that rounding (relative 2^-4 per weight, about
+ * 2^-4 / sqrt(visible keys) of a row's spread in practice), not 0. */
+
+/* Quantize-dequantize x, (B, S, H, D) of `dtype` (f32, f16 or bf16; its
+ * f32 values are what is quantized), into out (same layout, fp64: every
+ * value exact). An infinite or NaN element becomes NaN. ret_scale (may be
+ * NULL) gets the (B, H) scales amax / 448 (1 for an all-zero head).
+ * WF_E_BAD_ARGUMENT for a dim < 1 or another dtype. */
+wf_status_t wf_ref_fp8_qdq(const void *x, wf_dtype_t dtype, int64_t B, int64_t S,
+                           int64_t H, int64_t D, double *out, double *ret_scale);
+
+/* The fp8 reference attention: q (B,Sq,Hq,D) of q_dtype, k and v
+ * (B,Skv,Hkv,D) of their dtypes, quantized-dequantized by wf_ref_fp8_qdq,
+ * then wf_ref_attention's rules in fp64 into out and lse (may be NULL).
+ * Returns what those return (WF_E_NO_MEMORY: the fp64 copies). */
+wf_status_t wf_ref_attention_fp8(const wf_ref_attn_t *a, const void *q, wf_dtype_t q_dtype,
+                                 const void *k, wf_dtype_t k_dtype, const void *v,
+                                 wf_dtype_t v_dtype, double *out, double *lse);
+
 #endif /* WF_REFERENCE_H */

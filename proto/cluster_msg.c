@@ -81,6 +81,7 @@ static const field_t hello_fields[] = {
     STR("data", wf_cmsg_hello_t, data, 0, 0),
     U64("epoch", wf_cmsg_hello_t, epoch),
     { "gpu", offsetof(wf_cmsg_hello_t, gpu), K_BOOL, F_OMIT, 0, 0 },
+    { "fp8", offsetof(wf_cmsg_hello_t, fp8), K_BOOL, F_OMIT, 0, 0 },
 };
 
 #define MESH_FIELDS(s, p)                                                  \
@@ -137,6 +138,7 @@ static const field_t job_fields[] = {
     TYPED("lb", wf_cjob_t, lb, K_BOOL),
     { "hs", offsetof(wf_cjob_t, hs), K_BOOL, F_OMIT, 0, 0 },
     { "mask", offsetof(wf_cjob_t, mask), K_U64, F_OMIT, 0, UINT64_MAX },
+    { "fp8", offsetof(wf_cjob_t, fp8), K_BOOL, F_OMIT, 0, 0 },
 };
 
 static const field_t done_fields[] = {
@@ -209,6 +211,7 @@ static const field_t fjob_fields[] = {
     FDT("idt", idt), FDT("xdt", xdt), FDT("odt", odt),
     { "guid", offsetof(wf_cfjob_t, guid), K_BOOL, F_OMIT, 0, 0 },
     { "gdt", offsetof(wf_cfjob_t, gdt), K_DTYPE, F_OMIT, 0, 0 },
+    { "fp8", offsetof(wf_cfjob_t, fp8), K_BOOL, F_OMIT, 0, 0 },
 };
 
 wf_status_t wf_cmsg_check_data(const char *data, uint32_t ranks, const char *key,

@@ -112,6 +112,9 @@ typedef struct wf_cmsg_hello {
                                         of its own and NCCL is built and on (the
                                         world may then be NCCL's); key absent
                                         when false */
+    bool fp8;                        /* "fp8": every device of the node takes
+                                        fp8 attention (backend.h
+                                        attention_fp8_ok); key absent when false */
 } wf_cmsg_hello_t;
 
 /* One node of a world ("n<i>.name", "n<i>.rank", "n<i>.ranks", "n<i>.data"). */
@@ -164,6 +167,7 @@ typedef struct wf_cjob {
     bool hs;                         /* "hs": head split (key absent when false) */
     uint64_t mask;                   /* "mask" (with hs): its ranks are base + the
                                         bit numbers; bit 0 set, g bits */
+    bool fp8;                        /* "fp8": precision fp8 (key absent when false) */
 } wf_cjob_t;
 
 /* done / aborted: how a job part ended. */
@@ -257,6 +261,7 @@ typedef struct wf_cfjob {
                                         the inputs' dtypes in the order
                                         above, the output's */
     bool guid;                       /* "guid": guidance is an input */
+    bool fp8;                        /* "fp8": precision fp8 (key absent when false) */
 } wf_cfjob_t;
 
 /* One control message: its type and the body of that type. */

@@ -316,6 +316,24 @@ static wf_status_t opt_deadline(dec_t *d, const msgpack_object *o, uint32_t *ret
     return WF_OK;
 }
 
+/* "precision" (attention, forward): "default" or "fp8"; absent = default. */
+static wf_status_t opt_precision(dec_t *d, const msgpack_object *o, bool *ret)
+{
+    char buf[40];
+    if (!o)
+        return WF_OK;
+    if (o->type != MSGPACK_OBJECT_STR)
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.precision: must be a str, got %s",
+                           type_name(o));
+    if (str_is(o, "fp8"))
+        *ret = true;
+    else if (!str_is(o, "default"))
+        return wf_errf_buf(d, WF_E_BAD_FIELD,
+                           "args.precision: unknown precision \"%s\" (default, fp8)",
+                           excerpt(o, buf));
+    return WF_OK;
+}
+
 static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
                                     wf_request_t *req)
 {
@@ -324,7 +342,7 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
                                          "out_dtype", "devices", "rotate_method",
                                          "convert_to_fp32", "ring_anything",
                                          "ulysses_anything", "load_balance",
-                                         "deadline_ms" };
+                                         "deadline_ms", "precision" };
     enum { N_ARGS = sizeof(names) / sizeof(names[0]) };
     const msgpack_object *f[N_ARGS] = { NULL };
     wf_attention_args_t *a = &req->args.attention;
@@ -385,7 +403,8 @@ static wf_status_t decode_attention(dec_t *d, const msgpack_object *args,
         (rc = opt_flag(d, f[7], names[7], &a->ring_anything)) != WF_OK ||
         (rc = opt_flag(d, f[8], names[8], &a->ulysses_anything)) != WF_OK ||
         (rc = opt_flag(d, f[9], names[9], &a->load_balance)) != WF_OK ||
-        (rc = opt_deadline(d, f[10], &a->deadline_ms)) != WF_OK)
+        (rc = opt_deadline(d, f[10], &a->deadline_ms)) != WF_OK ||
+        (rc = opt_precision(d, f[11], &a->fp8)) != WF_OK)
         return rc;
 
     static const char *const qkv[] = { "q", "k", "v" };
@@ -648,15 +667,16 @@ static const char *const fwd_dims[FWD_N] = {
 static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_request_t *req)
 {
     char q[WF_QUOTE_MAX];
-    static const char *const names[] = { "model", "out_dtype", "deadline_ms" };
-    const msgpack_object *f[3] = { NULL, NULL, NULL };
+    static const char *const names[] = { "model", "out_dtype", "deadline_ms", "precision" };
+    const msgpack_object *f[4] = { NULL, NULL, NULL, NULL };
     wf_forward_args_t *a = &req->args.forward;
     wf_status_t rc;
     char buf[40];
 
-    if (args && (rc = map_fields(d, args, "args", names, 3, f)) != WF_OK)
+    if (args && (rc = map_fields(d, args, "args", names, 4, f)) != WF_OK)
         return rc;
-    if ((rc = opt_deadline(d, f[2], &a->deadline_ms)) != WF_OK)
+    if ((rc = opt_deadline(d, f[2], &a->deadline_ms)) != WF_OK ||
+        (rc = opt_precision(d, f[3], &a->fp8)) != WF_OK)
         return rc;
     if ((rc = take_str(d, f[0], "args.model", wf_check_model_name, a->model,
                        sizeof(a->model))) != WF_OK)

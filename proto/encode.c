@@ -271,7 +271,8 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
                      (a->convert_to_fp32 != WF_OPT_DEFAULT) +
                      (a->ring_anything != WF_OPT_DEFAULT) +
                      (a->ulysses_anything != WF_OPT_DEFAULT) +
-                     (a->load_balance != WF_OPT_DEFAULT) + (a->deadline_ms != 0);
+                     (a->load_balance != WF_OPT_DEFAULT) + (a->deadline_ms != 0) +
+                     a->fp8;
         e.failed |= msgpack_pack_map(&e.pk, k);
         if (a->has_scale) {
             put_str(&e, "scale");
@@ -291,6 +292,10 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
         put_opt(&e, "load_balance", a->load_balance);
         if (a->deadline_ms)
             put_key_uint(&e, "deadline_ms", a->deadline_ms);
+        /* only when set: "default" is what an absent key means, and a
+         * daemon without the feature "fp8" refuses the key */
+        if (a->fp8)
+            put_key_str(&e, "precision", "fp8");
     }
     if (recon) {
         put_str(&e, "args");
@@ -315,12 +320,15 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     }
     if (fwd) {
         put_str(&e, "args");
-        e.failed |= msgpack_pack_map(&e.pk, 1 + fw->has_out_dtype + (fw->deadline_ms != 0));
+        e.failed |= msgpack_pack_map(&e.pk, 1 + fw->has_out_dtype + (fw->deadline_ms != 0) +
+                                                fw->fp8);
         put_key_str(&e, "model", fw->model);
         if (fw->has_out_dtype)
             put_key_str(&e, "out_dtype", wf_dtype_name(fw->out_dtype));
         if (fw->deadline_ms)
             put_key_uint(&e, "deadline_ms", fw->deadline_ms);
+        if (fw->fp8)
+            put_key_str(&e, "precision", "fp8");
     }
     if (cancel) {
         put_str(&e, "args");
@@ -331,7 +339,7 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
 }
 
 static const char *const feature_names[WF_FEATURES_COUNT] = {
-    "reconfigure", "cp_options", "models", "roles",
+    "reconfigure", "cp_options", "models", "roles", "fp8",
 };
 
 const char *wf_feature_name(unsigned i)

@@ -88,6 +88,8 @@ typedef struct wf_attention_args {
     wf_opt_t ulysses_anything; /* bool "ulysses_anything"; absent = DEFAULT */
     wf_opt_t load_balance;     /* bool "load_balance"; absent = DEFAULT */
     uint32_t deadline_ms;      /* "deadline_ms": ms from receipt; 0 / absent = none */
+    bool fp8;                  /* "precision": "fp8" (true) or "default" / absent
+                                * (false); feature "fp8" (PROTOCOL.md 3.3) */
 } wf_attention_args_t;
 
 /* Arguments of a reconfigure request ("args" map {"dp","ring","ulysses",
@@ -133,6 +135,8 @@ typedef struct wf_forward_args {
     bool has_out_dtype;
     wf_dtype_t out_dtype;
     uint32_t deadline_ms;      /* "deadline_ms": ms from receipt; 0 / absent = none */
+    bool fp8;                  /* "precision": "fp8" (true) or "default" / absent
+                                * (false): the model's attention in fp8 */
 } wf_forward_args_t;
 
 /* Arguments of cancel: {"id": uint}, the id of a job this connection
@@ -189,8 +193,10 @@ enum {
     WF_FEATURE_CP_OPTIONS = 1u << 1,    /* "cp_options": attention's five CP args */
     WF_FEATURE_MODELS = 1u << 2,        /* "models": ops 5..8 */
     WF_FEATURE_ROLES = 1u << 3,         /* "roles": roles, status code 10 */
+    WF_FEATURE_FP8 = 1u << 4,           /* "fp8": args "precision" of attention and
+                                           forward, status code 29 */
 };
-#define WF_FEATURES_COUNT 4
+#define WF_FEATURES_COUNT 5
 /* Every feature this build serves: what weftd announces. */
 #define WF_FEATURES_ALL ((1u << WF_FEATURES_COUNT) - 1u)
 /* The name of feature bit i (0 .. WF_FEATURES_COUNT - 1), else NULL. */

@@ -622,8 +622,10 @@ static wf_status_t recv_reply(wf_client_t *c)
                          WF_PROTOCOL_VERSION);
             else if (job->answer)
                 *(wf_hello_info_t *)job->answer = r->result.hello;
-            if (job->status == WF_OK)
+            if (job->status == WF_OK) {
                 c->features = r->features;
+                c->hello_ok = true;
+            }
             break;
         case JOB_STATUS:
             if (job->answer)
@@ -946,6 +948,29 @@ wf_status_t wf_hello(wf_client_t *client, wf_hello_info_t *ret_info)
     return wfc_simple_call(client, JOB_HELLO, ret_info);
 }
 
+wf_status_t wfc_need_feature(wf_client_t *c, uint32_t bit, const char *feature,
+                             const char *what)
+{
+    if (!c->hello_ok) {
+        wf_status_t st = wf_hello(c, NULL);
+        if (st != WF_OK)
+            return st;
+    }
+    if (c->features & bit)
+        return WF_OK;
+    return fail(c, WF_E_UNSUPPORTED, "%s: the daemon does not announce the feature "
+                "\"%s\" (an older weftd); not sent", what, feature);
+}
+
+wf_status_t wfc_check_precision(wf_client_t *c, wf_precision_t p)
+{
+    if ((unsigned)p > WF_PRECISION_FP8)
+        return fail(c, WF_E_BAD_ARGUMENT, "precision %d is not a wf_precision_t", (int)p);
+    if (p == WF_PRECISION_DEFAULT)
+        return WF_OK;
+    return wfc_need_feature(c, WF_FEATURE_FP8, "fp8", "precision fp8");
+}
+
 int wf_client_has_feature(const wf_client_t *client, const char *name)
 {
     if (!client || !name)
@@ -1085,6 +1110,9 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
             if ((unsigned)flags[i] > WF_OPT_OFF)
                 return fail(c, WF_E_BAD_ARGUMENT, "%s %d is not a wf_opt_t", fnames[i],
                             (int)flags[i]);
+        /* last: it may ask the daemon (a hello) */
+        if ((st = wfc_check_precision(c, opts->precision)) != WF_OK)
+            return st;
     }
 
     wf_job_t *job = calloc(1, sizeof *job);
@@ -1135,6 +1163,7 @@ wf_status_t wf_attention_submit(wf_client_t *client, const wf_tensor_t *q,
         a->ulysses_anything = opts->ulysses_anything;
         a->load_balance = opts->load_balance;
         a->deadline_ms = opts->deadline_ms;   /* 0: not sent */
+        a->fp8 = opts->precision == WF_PRECISION_FP8;   /* false: not sent */
     }
 
     void *const data[3] = { q->data, k->data, v->data };

@@ -85,6 +85,7 @@ struct wf_client {
     wf_reply_t rep;            /* reused decoded reply */
     wf_models_result_t models; /* answer of load / list models, copied out */
     uint32_t features;         /* WF_FEATURE_* of the last hello reply */
+    bool hello_ok;             /* a hello succeeded on this client (features read) */
     char last_error[WF_CLIENT_ERR_MAX]; /* see wf_client_last_error */
 };
 
@@ -128,5 +129,18 @@ wf_status_t wfc_sync_finish(wf_client_t *client, wf_job_t *job, int64_t deadline
                             wf_job_result_t *ret_result);
 
 int64_t wfc_deadline_after(int timeout_ms);
+
+/* A job option that needs the daemon's feature `bit` (named `feature`;
+ * `what` names the option for the message): WF_OK when the daemon
+ * announced it. Without a hello on this client so far, one is made first
+ * (its failure is returned). Else WF_E_UNSUPPORTED, nothing sent
+ * (PROTOCOL.md section 9: a client never sends a field the daemon did
+ * not announce). */
+wf_status_t wfc_need_feature(wf_client_t *c, uint32_t bit, const char *feature,
+                             const char *what);
+
+/* Check a wf_precision_t argument (WF_E_BAD_ARGUMENT) and, for fp8, the
+ * daemon's feature "fp8" (wfc_need_feature). */
+wf_status_t wfc_check_precision(wf_client_t *c, wf_precision_t p);
 
 #endif /* WF_CLIENT_IMPL_H */

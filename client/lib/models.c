@@ -166,6 +166,9 @@ wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
                     "(%lld, %lld, %lld)", (long long)B, (long long)t[FWD_HS]->shape[1],
                     (long long)output->shape[0], (long long)output->shape[1],
                     (long long)output->shape[2]);
+    /* last: it may ask the daemon (a hello) */
+    if (opts && (st = wfc_check_precision(c, opts->precision)) != WF_OK)
+        return st;
 
     wf_job_t *job = calloc(1, sizeof *job);
     if (!job)
@@ -201,6 +204,7 @@ wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
     a->has_out_dtype = true;
     a->out_dtype = output->dtype;
     a->deadline_ms = opts ? opts->deadline_ms : 0;
+    a->fp8 = opts && opts->precision == WF_PRECISION_FP8;
 
     st = wfc_send_request(c, job, n, data, bytes, deadline);
     if (st != WF_OK) {

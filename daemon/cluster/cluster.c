@@ -74,6 +74,7 @@ static void member_hello(wf_cluster_t *c)
     snprintf(h->weft, sizeof h->weft, "%s", WEFT_VERSION);
     snprintf(h->nccl, sizeof h->nccl, "%s", c->nccl_version);
     h->gpu = c->self_gpu;
+    h->fp8 = c->self_fp8;
     snprintf(h->name, sizeof h->name, "%s", c->name);
     h->devices = cluster_local_devices(c);
     snprintf(h->data, sizeof h->data, "%s", c->data);
@@ -394,7 +395,7 @@ const char *wf_cluster_key_of(const wf_cluster_keys_t *k, const char *name)
 
 wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
                            const char *data_endpoint,
-                           const wf_cluster_keys_t *keys,
+                           const wf_cluster_keys_t *keys, bool fp8,
                            wf_log_t *log, wf_notify_t *notify,
                            wf_cluster_t **ret)
 {
@@ -412,6 +413,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
     wf_cluster_self_name(settings, c->name);
     snprintf(c->data, sizeof c->data, "%s", data_endpoint ? data_endpoint : "");
     cluster_nccl_self(c);
+    c->self_fp8 = fp8;
     if (settings->test.protocol_version) {
         /* test hook: advertise another protocol version in the hello, to
          * test the coordinator's refusal (tests/test_cluster.c) */
@@ -444,6 +446,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         snprintf(self->name, sizeof self->name, "%s", c->name);
         self->devices = settings->device_count;
         self->gpu = c->self_gpu;
+        self->fp8 = c->self_fp8;
         self->state = NODE_SELF;
         snprintf(self->data, sizeof self->data, "%s", c->data);
         c->n_nodes = 1;
@@ -628,6 +631,7 @@ static uint32_t world_nodes(const wf_cluster_t *c, wf_cluster_node_t *ret, uint3
         o->first_rank = n->first_rank;
         o->ranks = n->devices;
         o->self = strcmp(n->name, c->name) == 0;
+        o->fp8 = n->fp8;
     }
     return k;
 }

@@ -94,6 +94,8 @@ typedef struct wf_cluster_node {
     uint32_t first_rank;         /* global rank of its first device */
     uint32_t ranks;              /* its devices */
     bool self;                   /* this daemon */
+    bool fp8;                    /* its hello said "fp8" (self: ours): every
+                                    device of it takes fp8 attention */
 } wf_cluster_node_t;
 
 /* The cluster's CURVE keys (settings node_keys, key_file,
@@ -140,12 +142,13 @@ const char *wf_cluster_key_of(const wf_cluster_keys_t *k, const char *name);
  * error: someone holds the port), the others connect pinned to its key.
  * `data_endpoint` is this node's data-plane endpoint, announced in the
  * hello (members). settings->test.protocol_version (a test hook)
- * overrides the protocol version this node advertises. Borrowed: log,
- * notify (for STATUS= lines), until wf_cluster_destroy. Logs what failed.
- * Caller owns *ret. */
+ * overrides the protocol version this node advertises. `fp8`: every
+ * device of this node takes fp8 attention (its hello says "fp8"; the
+ * coordinator's own entry). Borrowed: log, notify (for STATUS= lines),
+ * until wf_cluster_destroy. Logs what failed. Caller owns *ret. */
 wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
                            const char *data_endpoint,
-                           const wf_cluster_keys_t *keys,
+                           const wf_cluster_keys_t *keys, bool fp8,
                            wf_log_t *log, wf_notify_t *notify,
                            wf_cluster_t **ret);
 

@@ -378,6 +378,7 @@ static void coord_hello(wf_cluster_t *c, const void *id, size_t id_len, uint64_t
     n->id_len = id_len;
     n->devices = (uint32_t)devices;
     n->gpu = h->gpu;
+    n->fp8 = h->fp8;
     snprintf(n->data, sizeof n->data, "%s", data);
     n->state = NODE_JOINING;
     n->in_world = false;

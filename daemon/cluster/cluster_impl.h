@@ -36,6 +36,7 @@ typedef struct node {
     size_t id_len;
     uint32_t devices;                      /* from its hello */
     bool gpu;                              /* its hello said "gpu" (self: ours) */
+    bool fp8;                              /* its hello said "fp8" (self: ours) */
     node_state_t state;
     bool in_world;                         /* part of the current world */
     uint32_t first_rank;                   /* in the current world */
@@ -96,6 +97,7 @@ struct wf_cluster {
     /* the NCCL data plane (comm_nccl_boot.h) */
     char nccl_version[32];           /* ours, as hellos carry it ("none") */
     bool self_gpu;                   /* this node may be in an NCCL world */
+    bool self_fp8;                   /* every device of this node takes fp8 */
     bool have_nccl;                  /* the world of `epoch` is NCCL's: nccl_id */
     wf_nccl_id_t nccl_id;            /* its unique id (the coordinator's draw) */
     /* a world aborted by a failed job (not by losing a node) */

@@ -475,7 +475,7 @@ wf_status_t wf_world_new(const wf_world_cfg_t *cfg, wf_world_t **ret)
     if (st == WF_OK)
         st = bind_spares(w);
     if (st == WF_OK)
-        st = wf_cluster_new(w->settings, w->zctx, w->data, w->keys, w->log,
+        st = wf_cluster_new(w->settings, w->zctx, w->data, w->keys, cfg->fp8, w->log,
                             cfg->notify, &w->cluster);
     if (st != WF_OK)
         goto fail;

@@ -79,6 +79,8 @@ typedef struct wf_world_cfg {
                                     WF_ZAP_NODES domain); required with node_keys */
     const wf_keypair_t *keys;    /* this daemon's key pair (key_file, read by
                                     the owner); NULL: none */
+    bool fp8;                    /* every local device takes fp8 attention
+                                    (the node hello's "fp8") */
     wf_world_hooks_t hooks;
 } wf_world_cfg_t;
 

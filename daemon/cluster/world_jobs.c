@@ -104,7 +104,7 @@ static wf_status_t job_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
         .lse = job->n_outputs > 1, .causal = a->causal, .scale = job->scale,
         .rot = job->rotate_method, .f32 = job->convert_to_fp32,
         .ra = job->ring_anything, .ua = job->ulysses_anything,
-        .lb = job->load_balance,
+        .lb = job->load_balance, .fp8 = a->fp8,
     };
     if (!job->cp) {
         /* a head split, its ranks all on one member (scheduler.c): which
@@ -146,6 +146,7 @@ static wf_status_t fjob_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
     d->guid = a->guidance >= 0;
     d->gdt = d->guid ? t[a->guidance].dtype : WF_DTYPE_F32;
     d->odt = job->out_desc[0].dtype;
+    d->fp8 = a->fp8;
     return wf_cmsg_put(m, &msg);
 }
 
@@ -310,6 +311,7 @@ static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
     a->v = 2;
     a->causal = d.causal;
     a->return_lse = lse != 0;
+    a->fp8 = d.fp8;
     const int64_t shp[3][4] = { { (int64_t)d.B, (int64_t)d.Sq, (int64_t)d.Hq, (int64_t)d.D },
                                 { (int64_t)d.B, (int64_t)d.Skv, (int64_t)d.Hkv, (int64_t)d.D },
                                 { (int64_t)d.B, (int64_t)d.Skv, (int64_t)d.Hkv, (int64_t)d.D } };
@@ -457,6 +459,7 @@ static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
     a->guidance = d.guid ? 6 : -1;
     a->has_out_dtype = true;
     a->out_dtype = d.odt;
+    a->fp8 = d.fp8;
     const struct { const char *name; int rank; int64_t s0, s1, s2; wf_dtype_t dt; } in[7] = {
         { "hidden_states", 3, d.B, d.Si, d.Ch, d.hdt },
         { "encoder_hidden_states", 3, d.B, d.St, d.Ce, d.edt },

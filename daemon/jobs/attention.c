@@ -42,6 +42,7 @@ static void base_params(const wf_djob_t *job, wf_attn_params_t *p)
     p->k_dtype = k->dtype;
     p->v_dtype = v->dtype;
     p->out_dtype = job->out_desc[0].dtype;
+    p->fp8 = a->fp8;
 }
 
 /* Estimated flops of an attention job: two matmuls of 2*Sq*Skv*D per
@@ -76,8 +77,8 @@ static wf_status_t head_split_run(wf_djob_t *job, int rank, int group_size,
 
 /* Arena bytes of one rank of a head-split job on a device-memory backend:
  * q, k, v, out and lse (when returned), each rounded up to 256 bytes, the
- * dev_alloc alignment (as wf_cuda_attn_job_bytes counts them; the CUDA
- * attention needs no workspace). Saturates. */
+ * dev_alloc alignment (as wf_cuda_attn_job_bytes counts them); the
+ * kernel's workspace comes on top (plan_attention). Saturates. */
 static uint64_t dev_bytes(const wf_djob_t *job)
 {
     const wf_attention_args_t *a = &job->req.args.attention;
@@ -125,6 +126,7 @@ static void cp_job_of(const wf_djob_t *job, int t, wf_cp_job_t *cj)
     cj->ring_anything = job->ring_anything;
     cj->ulysses_anything = job->ulysses_anything;
     cj->load_balance = job->load_balance;
+    cj->fp8 = p.fp8;
 }
 
 /* Plan of a context-parallel job: checks and per-rank memory. */
@@ -284,8 +286,14 @@ wf_status_t wf_attention_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
          * (and lse) in its arena (dev_bytes); the head split is in the
          * kernel's head range. What the arena holds is what is admitted. */
         uint64_t need = dev_bytes(job);
-        for (int r = 0; r < job->group_size; r++)
-            job->reserve[r] = need;
+        for (int r = 0; r < job->group_size; r++) {
+            /* plus the kernel's workspace of the rank's heads (the CUDA
+             * fp8 path's e4m3 copies; 0 otherwise), 256-byte rounded */
+            wf_attention_heads(hq, r, job->group_size, &p.h_begin, &p.h_end);
+            uint64_t ws = ops->attention_workspace(&p);
+            ws = ws > UINT64_MAX - 255 ? UINT64_MAX : (ws + 255) & ~(uint64_t)255;
+            job->reserve[r] = ws > UINT64_MAX - need ? UINT64_MAX : need + ws;
+        }
         job->run = head_split_run;
         return WF_OK;
     }
@@ -351,7 +359,14 @@ static wf_status_t head_split_dev(wf_djob_t *job, wf_attn_params_t *p,
         p->v = dv;
         p->out = dout;
         p->lse = lb ? (float *)dlse : NULL;
-        st = o->attention(w->ctx, p, NULL);
+        /* the kernel's workspace (fp8: the quantized copies), counted in
+         * the job's reservation */
+        size_t wsb = o->attention_workspace(p);
+        void *dws = NULL;
+        if (wsb)
+            st = o->dev_alloc(w->ctx, wsb, &dws);
+        if (st == WF_OK)
+            st = o->attention(w->ctx, p, dws);
     }
     if (st == WF_OK)
         st = o->copy_d2h(w->ctx, whole ? hout : host, dout, ob);

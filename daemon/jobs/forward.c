@@ -63,6 +63,7 @@ static void job_of(const wf_djob_t *job, bool frames, wf_flux_job_t *fj)
     if (fj->has_guidance)
         fj->guidance_dtype = t[a->guidance].dtype;
     fj->out_dtype = job->out_desc[0].dtype;
+    fj->fp8 = job->req.args.forward.fp8;
     fj->boundary = layer_boundary;        /* every rank's */
     fj->boundary_arg = (void *)job;
     if (!frames)

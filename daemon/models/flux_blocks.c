@@ -60,6 +60,7 @@ wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
      * head count) split as cp_attention's ulysses_anything does */
     j.ulysses_anything = Hl % g->U != 0;
     j.local = true;
+    j.fp8 = g->fp8;
     return j;
 }
 
@@ -78,6 +79,7 @@ wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl)
     p.h_end = Hl;
     p.scale = (float)(1.0 / sqrt((double)g->D));
     p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
+    p.fp8 = g->fp8;
     return p;
 }
 

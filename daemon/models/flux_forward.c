@@ -194,6 +194,7 @@ static geo_t geo_of(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T
     g.J = cfg->joint_attention_dim;
     g.PD = cfg->pooled_projection_dim;
     g.NA = cfg->n_axes;
+    g.fp8 = job->fp8;
     return g;
 }
 

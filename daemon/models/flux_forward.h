@@ -72,6 +72,9 @@ typedef struct wf_flux_job {
     const void *guidance;               wf_dtype_t guidance_dtype; /* (B) or NULL */
     bool has_guidance;                  /* same on every rank */
     void *output;                       wf_dtype_t out_dtype;      /* (B, S_img, p^2 * out_ch) */
+    bool fp8;                           /* every attention in fp8 (backend.h
+                                           wf_attn_params_t.fp8; the caller
+                                           checked attention_fp8_ok) */
     /* Layer boundaries (NULL: none), as wf_cp_job_t.boundary: every rank
      * calls boundary(arg, i) before block i (the double blocks, then the
      * single blocks, i = 0..num_layers + num_single_layers - 1) with

@@ -33,6 +33,7 @@ typedef struct geo {
     int64_t C, H, D, M, OC;      /* model widths */
     int64_t IN, J, PD, NA;       /* input widths */
     int T, R, U, P;              /* degrees */
+    bool fp8;                    /* the attention in fp8 (wf_flux_job_t.fp8) */
 } geo_t;
 
 /* One input record: what one seq rank needs of the inputs, f32, floats

@@ -433,6 +433,7 @@ static wf_attn_params_t kernel_params(const wf_cp_job_t *job, const geom_t *g,
     p.gqa_group = g->G;
     p.q_head_base = job->hq_begin + g->hd.h0;
     p.kv_head_base = g->hd.kv0;
+    p.fp8 = job->fp8;
     return p;
 }
 

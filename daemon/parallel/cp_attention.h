@@ -95,6 +95,9 @@ typedef struct wf_cp_job {
     bool ring_anything;              /* any Sq / Skv (tensor_split sharding) */
     bool ulysses_anything;           /* any head count per ulysses rank */
     bool load_balance;               /* zigzag ring holdings (for causal; R > 1) */
+    bool fp8;                        /* every kernel call in fp8 (backend.h
+                                        wf_attn_params_t.fp8); the caller checked
+                                        attention_fp8_ok */
     bool local;                      /* local mode (file comment): every rank's
                                         pointers are its own shards, all heads */
     const void *q;                   /* root: (B, Sq, Hq, D) q_dtype, any alignment

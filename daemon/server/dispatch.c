@@ -8,14 +8,77 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "errf.h"
 #include "jobs/attention.h"
 #include "jobs/forward.h"
+
+static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                            char *err, size_t err_len);
+
+bool srv_devices_fp8(const wf_server_t *srv, const char **ret_name)
+{
+    for (uint32_t d = 0; d < srv->n_workers; d++) {
+        const wf_worker_t *w = &srv->workers[d];
+        if (!srv->ops->attention_fp8_ok || !srv->ops->attention_fp8_ok(w->device)) {
+            if (ret_name)
+                *ret_name = w->name;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A planned job asking for precision fp8: this daemon's devices, and on a
+ * coordinator every node of the world, must take it. The job may run on
+ * any device (the replica is chosen at dispatch), so all are asked. */
+static wf_status_t fp8_check(const wf_server_t *srv, const wf_djob_t *job, char *err,
+                             size_t err_len)
+{
+    bool fp8 = job->req.op == WF_OP_FORWARD ? job->req.args.forward.fp8
+                                            : job->req.args.attention.fp8;
+    if (!fp8)
+        return WF_OK;
+    char q[WF_QUOTE_MAX];
+    const char *dev = NULL;
+    if (!srv_devices_fp8(srv, &dev)) {
+        snprintf(err, err_len, "precision fp8: device %s has no fp8 tensor cores "
+                 "(the %s backend; send precision \"default\")", wf_quote(q, dev),
+                 srv->ops->name);
+        return WF_E_UNSUPPORTED;
+    }
+    if (srv->world) {
+        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+        uint32_t n = 0;
+        uint64_t epoch = 0, wid = 0, mepoch = 0;
+        wf_mesh_degrees_t deg;
+        /* the world the job would run in (also one being rebuilt) */
+        wf_cluster_current(wf_world_cluster(srv->world), nodes, WF_SETTINGS_MAX_NODES,
+                           &n, &epoch, &wid, &deg, &mepoch);
+        for (uint32_t i = 0; i < n; i++)
+            if (!nodes[i].fp8) {
+                snprintf(err, err_len, "precision fp8: node %s of the cluster has a "
+                         "device without fp8 tensor cores (its hello did not say "
+                         "fp8); send precision \"default\"", wf_quote(q, nodes[i].name));
+                return WF_E_UNSUPPORTED;
+            }
+    }
+    return WF_OK;
+}
+
+/* The plan, then the fp8 check (PROTOCOL.md section 6, step 11: after
+ * the job against the mesh, before any admission). */
+wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                         char *err, size_t err_len)
+{
+    wf_status_t st = plan_job(srv, job, mesh, err, err_len);
+    return st == WF_OK ? fp8_check(srv, job, err, err_len) : st;
+}
 
 /* Plan a job for `mesh`. Cluster: a head-split job (no communication,
  * every rank reads the frames) runs on this node's devices only, so its
  * device count is capped at them. */
-wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
-                         char *err, size_t err_len)
+static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                            char *err, size_t err_len)
 {
     if (job->req.op == WF_OP_FORWARD) {
         const char *name = job->req.args.forward.model;

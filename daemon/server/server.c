@@ -574,6 +574,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                        .forward_plan = srv_models_forward_plan },
             .zap = srv->zap,   /* the context's ZAP handler: WF_ZAP_NODES */
             .keys = srv->has_keys ? &srv->keys : NULL,
+            .fp8 = srv_devices_fp8(srv, NULL),
         };
         if (wf_world_new(&wc, &srv->world) != WF_OK)
             goto fail;

@@ -258,7 +258,15 @@ uint64_t srv_min_device_memory(const wf_server_t *srv);
 
 /* dispatch.c */
 
-/* Plan `job` for `mesh` (message in err). */
+/* Whether every local device takes fp8 attention (the backend's
+ * attention_fp8_ok; a NULL entry: none does). When not and ret_name is
+ * not NULL, *ret_name is the first device that does not ("cpu:0"). */
+bool srv_devices_fp8(const wf_server_t *srv, const char **ret_name);
+
+/* Plan `job` for `mesh` (message in err). A job asking for precision fp8
+ * is then refused with WF_E_UNSUPPORTED unless every local device takes
+ * it and, on a coordinator, every node of the world said "fp8" in its
+ * hello: before any admission (PROTOCOL.md section 6, step 11). */
 wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
                          char *err, size_t err_len);
 /* Dispatch what fits and answer the jobs that failed to start. */

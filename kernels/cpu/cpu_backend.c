@@ -201,10 +201,11 @@ static bool params_valid(const wf_attn_params_t *p)
     return true;
 }
 
-/* Merge mode needs nothing but an f32 out (backend.h). */
+/* Merge mode needs nothing but an f32 out (backend.h); fp8 is not taken
+ * at all here. */
 static bool cpu_attention_merge_ok(const wf_attn_params_t *p)
 {
-    return p && p->out_dtype == WF_DTYPE_F32;
+    return p && !p->fp8 && p->out_dtype == WF_DTYPE_F32;
 }
 
 static size_t cpu_attention_workspace(const wf_attn_params_t *p)
@@ -434,6 +435,10 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                                  const wf_attn_params_t *p, void *workspace)
 {
     (void)ctx;
+    /* no fp8 here (attention_fp8_ok is NULL): the daemon refuses such a
+     * job before it runs, this is the backstop */
+    if (p && p->fp8)
+        return WF_E_UNSUPPORTED;
     if (!params_valid(p) || !workspace)
         return WF_E_BAD_ARGUMENT;
     const int64_t B = p->B, Sq = p->Sq, Skv = p->Skv, Hq = p->Hq,

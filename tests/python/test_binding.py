@@ -21,6 +21,9 @@
     (NoMemoryError), CURVE (keys as arguments and from WEFT_SERVER_KEY /
     WEFT_CLIENT_KEY): a stranger's key or none (AuthError), a submit key's
     reconfigure (DeniedError), a bad endpoint (ConnectError).
+  - precision="fp8" on the CPU daemon: UnsupportedError (29) naming the
+    option and the device, for attention (sync and async) and forward; a
+    bad precision is a ValueError; the next jobs are served.
   - every wire and library code of weft.h maps to its class and name.
   - packaging: pip installs client/python (offline, from a copy), and the
     README example runs from the installed package.
@@ -311,6 +314,39 @@ class Daemon(unittest.TestCase):
         self.assertGreater(c.reconfigure(tp=4), e1)
 
     # -- models
+
+    def test_fp8_refused(self) -> None:
+        """precision="fp8" on CPU devices: UnsupportedError (29) naming the
+        option and the device, for attention and forward, synchronous and
+        not; a bad precision is a ValueError, nothing sent; the daemon
+        serves the next job."""
+        c = self.c
+        c.hello()
+        self.assertTrue(c.has_feature("fp8"))
+        q = randn(1, 32, 4, 16)
+        with self.assertRaises(weft.UnsupportedError) as cm:
+            c.attention(q, q, q, precision="fp8")
+        self.assertEqual(cm.exception.code, 29)
+        self.assertIn("precision fp8: device cpu:0 has no fp8 tensor cores",
+                      cm.exception.message)
+        with self.assertRaises(weft.UnsupportedError):
+            c.submit_attention(q, q, q, precision="fp8").wait()
+        for bad in ("fp16", "FP8", 1, None):
+            with self.assertRaises(ValueError):
+                c.attention(q, q, q, precision=bad)  # type: ignore[arg-type]
+        r = c.attention(q, q, q, precision="default")
+        self.assertLess(rel_err(r.out, attention_ref(q, q, q)[0]), 2e-5)
+        c.load_model("tiny-fp8", "flux-tiny")
+        try:
+            x = io("flux-tiny-f32")
+            with self.assertRaises(weft.UnsupportedError) as cm:
+                c.forward("tiny-fp8", *(x[n] for n in INPUTS), precision="fp8")
+            self.assertIn("precision fp8", cm.exception.message)
+            r = c.forward("tiny-fp8", *(x[n] for n in INPUTS))
+            self.assertLess(rel_err(r.output.numpy(), x["output_f64"].double().numpy()), 1e-5)
+        finally:
+            c.unload_model("tiny-fp8")
+        print("fp8: refused with UnsupportedError on cpu; the next jobs served")
 
     def test_models(self) -> None:
         c = self.c

@@ -18,7 +18,8 @@ Tolerance (float32 throughout): the final latents within 1e-4 x max|ref|
 forward (tuple and Transformer2DModelOutput), the refusals
 (joint_attention_kwargs with a LoRA scale, through the pipeline;
 controlnet residuals, save_pretrained, from_pretrained), attaching to the resident model,
-and a WeftFluxTransformer without a config.
+a WeftFluxTransformer without a config, and one with precision="fp8"
+(UnsupportedError from the CPU daemon at its forward).
 """
 from __future__ import annotations
 
@@ -149,6 +150,14 @@ class Pipeline(unittest.TestCase):
         self.assertEqual(dict(by_name.config), dict(wt.config))
         self.assertEqual(by_name.model_info.config["in_channels"], 16)
         by_name.close()
+        # precision="fp8" reaches the forward: a CPU daemon refuses it (29)
+        fp8 = WeftFluxTransformer(self.d.endpoint, "tiny-flux", precision="fp8")
+        with self.assertRaises(weft.UnsupportedError) as cm3:
+            fp8(**args, return_dict=False)
+        self.assertIn("precision fp8: device cpu:", cm3.exception.message)
+        fp8.close()
+        with self.assertRaises(ValueError):
+            WeftFluxTransformer(self.d.endpoint, "tiny-flux", precision="fp16")
         # a config that differs from the daemon's is refused, naming the key
         with self.assertRaises(ValueError) as cm2:
             WeftFluxTransformer(self.d.endpoint, "tiny-flux",

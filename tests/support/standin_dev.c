@@ -16,6 +16,7 @@
  */
 #include "support/standin_dev.h"
 
+#include "reference.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -300,11 +301,15 @@ static void push_heads(void *dev, const void *host, size_t rows, int64_t H,
                        (const char *)host + r * row + off, len);
 }
 
-/* Merge mode (backend.h): the CPU backend's; final_out's dtype must be
- * valid (its range is checked by the attention below). */
+/* Merge mode (backend.h): the CPU backend's answer for the params the
+ * CPU op gets (fp8 is emulated before it, below). */
 static bool standin_attention_merge_ok(const wf_attn_params_t *p)
 {
-    return wf_backend_cpu()->attention_merge_ok(p);
+    if (!p)
+        return false;
+    wf_attn_params_t hp = *p;
+    hp.fp8 = false;
+    return wf_backend_cpu()->attention_merge_ok(&hp);
 }
 
 /* Merge mode's final_out: its range checked and pulled (so that the
@@ -322,6 +327,55 @@ static void *pull_final(const wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
               tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->final_dtype, ret_bytes) &&
               (h = pull(ctx, p->final_out, *ret_bytes)) != NULL;
     return h;
+}
+
+/* ---- fp8 emulation (p->fp8) -------------------------------------------
+ * The stand-in takes fp8 jobs on every device (attention_fp8_ok), so the
+ * daemon's fp8 paths run end to end without a GPU: the host copy of each
+ * of q, k and v is quantized-dequantized per (batch, head) of the call
+ * with kernels/fp8.h (reference.h wf_ref_fp8_qdq) into f32, and the CPU
+ * attention runs on those. Unlike a GPU kernel it does not round P to
+ * e4m3 (reference.h). */
+
+static bool standin_attention_fp8_ok(int index)
+{
+    (void)index;
+    return true;
+}
+
+/* Replace the host copy *x, (B, S, H, D) of *dt, by its f32
+ * quantized-dequantized values; *dt becomes f32. */
+static wf_status_t fp8_emulate(void **x, wf_dtype_t *dt, int64_t B, int64_t S,
+                               int64_t H, int64_t D)
+{
+    size_t n = (size_t)(B * S * H * D);
+    double *d = malloc(n * sizeof *d);
+    float *f = malloc(n * sizeof *f);
+    wf_status_t st = d && f ? wf_ref_fp8_qdq(*x, *dt, B, S, H, D, d, NULL)
+                            : WF_E_NO_MEMORY;
+    if (st == WF_OK) {
+        for (size_t i = 0; i < n; i++)
+            f[i] = (float)d[i];
+        free(*x);
+        *x = f;
+        *dt = WF_DTYPE_F32;
+        f = NULL;
+    }
+    free(d);
+    free(f);
+    return st;
+}
+
+/* The host params of an fp8 call: q, k, v emulated, hp->fp8 off. */
+static wf_status_t fp8_host_inputs(wf_attn_params_t *hp, void **q, void **k, void **v)
+{
+    wf_status_t st = fp8_emulate(q, &hp->q_dtype, hp->B, hp->Sq, hp->Hq, hp->D);
+    if (st == WF_OK)
+        st = fp8_emulate(k, &hp->k_dtype, hp->B, hp->Skv, hp->Hkv, hp->D);
+    if (st == WF_OK)
+        st = fp8_emulate(v, &hp->v_dtype, hp->B, hp->Skv, hp->Hkv, hp->D);
+    hp->fp8 = false;
+    return st;
 }
 
 static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
@@ -350,11 +404,12 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
     size_t fb;
     bool final_ok;
     void *fin = pull_final(ctx, p, &fb, &final_ok); /* merge mode (NULL: none) */
+    wf_status_t st = WF_E_BAD_ARGUMENT;
+    bool ok = !p->fp8 || (q && k && v && fp8_host_inputs(&hp, &q, &k, &v) == WF_OK);
     size_t wsb = cpu->attention_workspace(&hp);
     wsb = (wsb + STANDIN_WS_ALIGN - 1) / STANDIN_WS_ALIGN * STANDIN_WS_ALIGN;
     void *ws = aligned_alloc(STANDIN_WS_ALIGN, wsb ? wsb : STANDIN_WS_ALIGN);
-    wf_status_t st = WF_E_BAD_ARGUMENT;
-    if (q && k && v && out && (lse || !p->lse) && final_ok && ws) {
+    if (ok && q && k && v && out && (lse || !p->lse) && final_ok && ws) {
         hp.q = q;
         hp.k = k;
         hp.v = v;
@@ -873,6 +928,7 @@ static const wf_backend_ops_t standin_ops = {
     .attention_workspace = standin_attention_workspace,
     .attention_merge_ok = standin_attention_merge_ok,
     .attention = standin_attention,
+    .attention_fp8_ok = standin_attention_fp8_ok,
     .dev_alloc = standin_dev_alloc,
     .dev_reset = standin_dev_reset,
     .copy_h2d = standin_copy_h2d,

@@ -34,6 +34,11 @@
  * merge mode (attention_merge_ok: the CPU backend's answer) unscrambles
  * the accumulator out / lse and final_out too, so the CPU op merges into
  * them, and scrambles all three back.
+ * fp8 (p->fp8): attention_fp8_ok answers true for every device; the host
+ * copies of q, k and v are quantized-dequantized per (batch, head) of the
+ * call with kernels/fp8.h (reference.h wf_ref_fp8_qdq) into f32 first,
+ * so an fp8 job matches wf_ref_attention_fp8 (P is not rounded to e4m3,
+ * as a GPU kernel's is).
  * The model ops (linear, bias_act, act, add, modln, gate_residual,
  * head_norm_rope, rope_table, timestep_proj, copy_rows) run
  * wf_backend_cpu()'s same op on unscrambled host copies of their ranges

@@ -32,7 +32,8 @@ from .errors import (AbortedError, AuthError, BadArgumentError, BadDtypeError,
                      MalformedError, MismatchError, NodeLostError, NoMemoryError, NotCoordinatorError,
                      PendingError, ProtocolError, QueueFullError, ReplyTimeoutError,
                      RequestError, RetryableError, ShuttingDownError, TransportError,
-                     UnavailableError, UnknownOpError, VersionError, WeftError, error_for)
+                     UnavailableError, UnknownOpError, UnsupportedError, VersionError,
+                     WeftError, error_for)
 
 __version__ = "0.4.0"
 #: the loaded libweft's version (wf_version; "" from a libweft without it)
@@ -47,6 +48,6 @@ __all__ = [
     "NodeInfo", "NodeLostError", "NotCoordinatorError", "OpCounters", "PendingError",
     "ProtocolError", "QueueFullError", "ReplyTimeoutError", "RequestError", "RetryableError",
     "ShuttingDownError", "StatusInfo", "Tensor", "TransportError", "UnavailableError",
-    "UnknownOpError", "VersionError", "WeftError", "bf16_to_f32", "connect", "error_for",
+    "UnknownOpError", "UnsupportedError", "VersionError", "WeftError", "bf16_to_f32", "connect", "error_for",
     "f32_to_bf16", "library_path", "library_version", "status_name", "status_str", "tp_plan_rules",
 ]

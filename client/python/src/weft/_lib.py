@@ -120,7 +120,7 @@ class wf_attention_opts_t(ctypes.Structure):
     _fields_ = [("scale", c_float), ("causal", c_int), ("devices", c_u32),
                 ("rotate_method", c_int), ("convert_to_fp32", c_int),
                 ("ring_anything", c_int), ("ulysses_anything", c_int),
-                ("load_balance", c_int), ("deadline_ms", c_u32)]
+                ("load_balance", c_int), ("deadline_ms", c_u32), ("precision", c_int)]
 
 
 class wf_job_result_t(ctypes.Structure):
@@ -170,7 +170,7 @@ class wf_flux_inputs_t(ctypes.Structure):
 
 
 class wf_forward_opts_t(ctypes.Structure):
-    _fields_ = [("deadline_ms", c_u32)]
+    _fields_ = [("deadline_ms", c_u32), ("precision", c_int)]
 
 
 # Every struct the package mirrors, by its weft.h name: the ABI test

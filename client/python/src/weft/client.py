@@ -239,6 +239,14 @@ def _status_info(s: _lib.wf_status_info_t) -> StatusInfo:
 # ---- options -------------------------------------------------------------
 
 _ROTATE = {None: 0, "allgather": 1, "alltoall": 2}
+#: precision= of attention and forward (weft.h wf_precision_t)
+_PRECISION = {"default": 0, "fp8": 1}
+
+
+def _precision(p: str) -> int:
+    if not isinstance(p, str) or p not in _PRECISION:
+        raise ValueError(f"precision {p!r}: 'default' or 'fp8'")
+    return _PRECISION[p]
 _STYLES = {"replicated": 0, "colwise": 1, "rowwise": 2, "packed_colwise": 3,
            "packed_rowwise": 4}
 TpRule = Union[str, Mapping[str, Any]]
@@ -261,7 +269,7 @@ def _u32(v: Any, what: str) -> int:
 def _attention_opts(scale: float, causal: bool, devices: int, rotate_method: Optional[str],
                     convert_to_fp32: Optional[bool], ring_anything: Optional[bool],
                     ulysses_anything: Optional[bool], load_balance: Optional[bool],
-                    deadline_ms: int) -> _lib.wf_attention_opts_t:
+                    deadline_ms: int, precision: str = "default") -> _lib.wf_attention_opts_t:
     if rotate_method not in _ROTATE:
         raise ValueError(f"rotate_method {rotate_method!r}: 'allgather', 'alltoall' or None")
     o = _lib.wf_attention_opts_t()
@@ -274,6 +282,7 @@ def _attention_opts(scale: float, causal: bool, devices: int, rotate_method: Opt
     o.ulysses_anything = _tri(ulysses_anything, "ulysses_anything")
     o.load_balance = _tri(load_balance, "load_balance")
     o.deadline_ms = _u32(deadline_ms, "deadline_ms")
+    o.precision = _precision(precision)
     return o
 
 
@@ -571,7 +580,7 @@ class Client:
                   ring_anything: Optional[bool] = None,
                   ulysses_anything: Optional[bool] = None,
                   load_balance: Optional[bool] = None,
-                  deadline_ms: int = 0) -> AttentionOutput:
+                  deadline_ms: int = 0, precision: str = "default") -> AttentionOutput:
         """Attention, synchronous.
 
         q (B, Sq, Hq, D); k, v (B, Skv, Hkv, D) with Hkv dividing Hq; each
@@ -581,9 +590,13 @@ class Client:
         float32 log-sum-exp, or an array to fill. scale 0: 1/sqrt(D).
         Context-parallel options: None / 0 take the daemon's settings.
         deadline_ms: fail with DeadlineError past it (0: none).
+        precision: "fp8" quantizes q, k, v to fp8 (e4m3) per (batch, head)
+        on devices with fp8 tensor cores; UnsupportedError elsewhere (the
+        CPU) and from a daemon without the "fp8" feature.
         """
         opts = _attention_opts(scale, causal, devices, rotate_method, convert_to_fp32,
-                               ring_anything, ulysses_anything, load_balance, deadline_ms)
+                               ring_anything, ulysses_anything, load_balance, deadline_ms,
+                               precision)
         descs, out, lse_obj, lse_ptr = self._attention_args(q, k, v, out, lse, out_dtype)
         r = _lib.wf_job_result_t()
         with self._lock:
@@ -602,13 +615,14 @@ class Client:
                          ring_anything: Optional[bool] = None,
                          ulysses_anything: Optional[bool] = None,
                          load_balance: Optional[bool] = None,
-                         deadline_ms: int = 0) -> Job:
+                         deadline_ms: int = 0, precision: str = "default") -> Job:
         """Attention, asynchronous: sends the job and returns a Job at once
         (arguments as attention()). Several may be in flight on one
         client; a client whose jobs are many may need the daemon's
         --client-queue-jobs raised."""
         opts = _attention_opts(scale, causal, devices, rotate_method, convert_to_fp32,
-                               ring_anything, ulysses_anything, load_balance, deadline_ms)
+                               ring_anything, ulysses_anything, load_balance, deadline_ms,
+                               precision)
         descs, out, lse_obj, lse_ptr = self._attention_args(q, k, v, out, lse, out_dtype)
         h = ctypes.c_void_p()
         with self._lock:
@@ -716,7 +730,8 @@ class Client:
                       img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
                       guidance: Optional[T.ArrayLike], out: Optional[T.ArrayLike],
                       out_dtype: Optional[str], out_channels: Optional[int],
-                      deadline_ms: int) -> Tuple[List[Any], Any, Any, Any]:
+                      deadline_ms: int,
+                      precision: str = "default") -> Tuple[List[Any], Any, Any, Any]:
         names = ("hidden_states", "encoder_hidden_states", "pooled_projections",
                  "timestep", "img_ids", "txt_ids")
         args = (hidden_states, encoder_hidden_states, pooled_projections, timestep,
@@ -739,6 +754,7 @@ class Client:
                                        descs[6].ptr() if len(descs) > 6 else None)
         fo = _lib.wf_forward_opts_t()
         fo.deadline_ms = _u32(deadline_ms, "deadline_ms")
+        fo.precision = _precision(precision)
         return [descs, do, inputs, fo], out, inputs, fo
 
     def forward(self, model: str, hidden_states: T.ArrayLike,
@@ -747,7 +763,7 @@ class Client:
                 guidance: Optional[T.ArrayLike] = None, *,
                 out: Optional[T.ArrayLike] = None, out_dtype: Optional[str] = None,
                 out_channels: Optional[int] = None,
-                deadline_ms: int = 0) -> ForwardOutput:
+                deadline_ms: int = 0, precision: str = "default") -> ForwardOutput:
         """Forward of resident model `model`, synchronous; the inputs as
         diffusers' FluxTransformer2DModel takes them (shapes in weft.h,
         wf_flux_inputs_t): hidden_states (B, S_img, in_channels),
@@ -760,19 +776,20 @@ class Client:
         hidden_states, in out_dtype (default its dtype), with C =
         out_channels (default in_channels: FLUX's patch 1 and out_channels
         = in_channels). deadline_ms: fail with DeadlineError past it (0:
-        none).
+        none). precision: "fp8" runs the model's attention in fp8 (as
+        attention()).
         """
         keep, out, inputs, fo = self._forward_args(
             hidden_states, encoder_hidden_states, pooled_projections, timestep, img_ids,
-            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms)
+            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms, precision)
         r = _lib.wf_job_result_t()
         do = keep[1]
         with self._lock:
             if _lib.forward_ex is not None:
                 st = _lib.forward_ex(self._h(), model.encode(), ctypes.byref(inputs),
                                      do.ptr(), ctypes.byref(fo), ctypes.byref(r))
-            elif deadline_ms:
-                _lib.need(None, "wf_forward_ex (forward deadline_ms)")
+            elif deadline_ms or precision != "default":
+                _lib.need(None, "wf_forward_ex (forward deadline_ms / precision)")
                 st = 0
             else:
                 st = lib.wf_forward(self._h(), model.encode(), ctypes.byref(inputs), do.ptr(),
@@ -785,13 +802,14 @@ class Client:
                        timestep: T.ArrayLike, img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
                        guidance: Optional[T.ArrayLike] = None, *,
                        out: Optional[T.ArrayLike] = None, out_dtype: Optional[str] = None,
-                       out_channels: Optional[int] = None, deadline_ms: int = 0) -> Job:
+                       out_channels: Optional[int] = None, deadline_ms: int = 0,
+                       precision: str = "default") -> Job:
         """Forward, asynchronous (arguments as forward()): returns a Job at
         once; Job.wait() gives the ForwardOutput."""
         fn = _lib.need(_lib.forward_submit, "wf_forward_submit")
         keep, out, inputs, fo = self._forward_args(
             hidden_states, encoder_hidden_states, pooled_projections, timestep, img_ids,
-            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms)
+            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms, precision)
         h = ctypes.c_void_p()
         with self._lock:
             self._check(fn(self._h(), model.encode(), ctypes.byref(inputs),

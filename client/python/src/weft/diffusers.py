@@ -120,6 +120,9 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
       and embeddings come in that dtype; weftd computes as its backend
       does: f32 on the CPU).
     server_key, client_key_file: CURVE keys for a tcp:// endpoint.
+    precision: "fp8" runs every forward's attention in fp8 (e4m3) on a
+      daemon whose devices take it (Client.forward; UnsupportedError
+      otherwise); "default" as the inputs' dtypes.
 
     After each forward, `last_result` holds how the job ran (JobResult).
     """
@@ -136,8 +139,12 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
                  progress: Optional[Callable[[ModelInfo], None]] = None,
                  timeout_ms: int = 600_000, dtype: torch.dtype = torch.float32,
                  server_key: Optional[str] = None,
-                 client_key_file: Optional[str] = None) -> None:
+                 client_key_file: Optional[str] = None,
+                 precision: str = "default") -> None:
         super().__init__()
+        if precision not in ("default", "fp8"):
+            raise ValueError(f"precision {precision!r}: 'default' or 'fp8'")
+        self._precision = precision
         if dtype not in _WEFT_DTYPES:
             raise ValueError(f"dtype {dtype}: one of float32, float16, bfloat16")
         if config is None and path is not None and model_root is not None:
@@ -316,7 +323,7 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         output = torch.empty((hs.shape[0], hs.shape[1], out_ch), dtype=act)
         r = self._client.forward(self.model_name, hs, host(encoder_hidden_states),
                                  host(pooled_projections), host(t, act), host(img_ids),
-                                 host(txt_ids), g, out=output)
+                                 host(txt_ids), g, out=output, precision=self._precision)
         self.last_result = r.result
         sample = output if device.type == "cpu" else output.to(device)
         if not return_dict:

@@ -14,6 +14,7 @@ libweft's) message.
       JobStoppedError   26, 27       the job was stopped on purpose
         DeadlineError 26 (also a TimeoutError), CancelledError 27
       MismatchError     28           a cluster node's copy of a model differs
+      UnsupportedError  29           the devices cannot serve an option (fp8)
       DaemonFailure     40..42       the daemon or a peer failed
         InternalError 40, AbortedError 41, NodeLostError 42
       ClientError       101..107     raised by libweft itself, never on the wire
@@ -139,6 +140,15 @@ class MismatchError(WeftError):
     code = 28
 
 
+class UnsupportedError(WeftError):
+    """29: the daemon's devices cannot serve an option the job asks for
+    (precision="fp8" on a device without fp8 tensor cores, e.g. the CPU,
+    or a cluster node without them); the message names the option and the
+    device. Also raised by libweft, nothing sent, when the daemon does not
+    announce the feature the option needs."""
+    code = 29
+
+
 class DaemonFailure(WeftError):
     """40..42: a failure inside the daemon or of a peer while the job ran."""
 
@@ -189,7 +199,7 @@ BY_CODE: Dict[int, Type[WeftError]] = {
         BadDtypeError, BadShapeError, FrameMismatchError, BadArgumentError,
         DeniedError, QueueFullError, NoMemoryError, ShuttingDownError, BusyError,
         NotCoordinatorError, UnavailableError, DeadlineError, CancelledError,
-        MismatchError, InternalError, AbortedError, NodeLostError, ReplyTimeoutError, ConnectError,
+        MismatchError, UnsupportedError, InternalError, AbortedError, NodeLostError, ReplyTimeoutError, ConnectError,
         TransportError, ProtocolError, PendingError, AuthError)
 }
 
