@@ -26,8 +26,9 @@
  * aligned; buffers from dev_alloc are), and attention() is asynchronous
  * on the context's stream: the daemon stages the frames with copy_h2d,
  * runs attention, copies back with copy_d2h and calls synchronize.
- * Entries marked "(optional)" are NULL for the CPU backend (ggml style:
- * the caller checks before use); the CUDA backend fills them all.
+ * Entries marked "(optional)" may be NULL (ggml style: the caller checks
+ * before use): the CPU backend fills only attention_merge_ok of them;
+ * the CUDA backend fills them all.
  *
  * Backends never log above debug; they return a status.
  */
@@ -71,6 +72,25 @@ typedef struct wf_attn_params {
      * the device takes it; attention() of any other refuses it with
      * WF_E_UNSUPPORTED (the daemon refuses such a job before it runs). */
     bool fp8;
+    /* Merge mode (issue 17: the LSE merge of ring steps in the kernel's
+     * epilogue), off by default. With merge, out_dtype must be F32 and
+     * lse non-NULL: out (B, Sq, Hq, D) holds the running output of
+     * earlier ring steps and lse their lse, and the call merges its own
+     * result (out_p, lse_p) into them row by row (only the head range)
+     * instead of overwriting, exactly as lse_merge below with round_dtype
+     * = merge_round (lse_p = -inf: the row unchanged, lse = -inf: the
+     * row takes out_p, and so on). Only a backend whose
+     * attention_merge_ok answers true takes it; attention() of another
+     * refuses it with WF_E_BAD_ARGUMENT. */
+    bool merge;
+    wf_dtype_t merge_round;          /* F32 (no rounding), F16 or BF16 */
+    /* With merge: also write the merged rows converted to final_dtype
+     * (round-to-nearest-even, as tensor.h) into final_out (B, Sq, Hq, D),
+     * same head range (the last ring step's conversion of the
+     * accumulator); NULL: not. Never overlapping out or lse. Ignored
+     * without merge. */
+    void *final_out;
+    wf_dtype_t final_dtype;
 } wf_attn_params_t;
 
 /* ---- model ops -----------------------------------------------------------
@@ -185,6 +205,16 @@ typedef struct wf_backend_ops {
      * never (the CPU backend). The CUDA backend: a device of compute
      * capability 9.0 in a build with sm_90a. */
     bool (*attention_fp8_ok)(int index);
+
+    /* (optional) Whether attention() takes p in merge mode (p->merge,
+     * p->final_out above). A pure function of the shapes, dtypes and
+     * flags that does not depend on Sq, Skv, the offsets or the pointers
+     * (merge mode needs lse non-NULL: attention() refuses it without),
+     * so a caller asks once per job. NULL: never; the caller keeps
+     * partial buffers, lse_merge and convert. The CPU backend: every
+     * params with out_dtype F32 but fp8 (which it never takes); the CUDA
+     * backend: the same (its fp8 kernel has no merge epilogue). */
+    bool (*attention_merge_ok)(const wf_attn_params_t *p);
 
     /* Flash-style attention forward (tiled, online softmax, fp32
      * accumulation) for the heads [p->h_begin, p->h_end). `workspace` holds

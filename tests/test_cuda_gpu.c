@@ -6,7 +6,9 @@
  * tolerance), fp8 attention against fp64 references on its quantized
  * inputs (below, "fp8 attention"; `--fp8` runs only those), the fused
  * LSE merge against the
- * host formula, device conversions, the model ops against the CPU
+ * host formula, the attention kernels' merge mode (two ring steps merged
+ * in the epilogue against kernel + lse_merge + convert, every kernel
+ * variant), device conversions, the model ops against the CPU
  * backend's same ops (linear for every weight dtype, column blocks,
  * strided rows, fused bias / GELU epilogues and the kernel fallback;
  * bias_act, act, add, modln, gate_residual, head_norm_rope, rope_table,
@@ -680,6 +682,206 @@ static void test_merge(void)
     free(ao); free(po); free(al); free(pl); free(go); free(gl);
 }
 
+/* Merge mode (backend.h wf_attn_params_t.merge, issue 17): two ring
+ * steps of one query block merged in the kernel's epilogue (final_out on
+ * the second) against the same kernel writing partial buffers, merged by
+ * lse_merge and converted by convert. The kernels' own outputs are the
+ * same in both (same kernel, same inputs); the merge is the same code
+ * (merge_epilogue.cuh) compiled into two kernels, so the difference is at
+ * most FMA contraction: tolerance 4 f32 ulps of the larger value (+1e-7
+ * absolute) without rounding, one unit of the merge dtype (2^-8 bf16,
+ * 2^-11 f16, relative, +1e-6) with it; final_out one unit of its dtype
+ * beside convert's; lse 1e-6 (+1e-6 relative); -inf rows (step 2's
+ * offsets hide every key from the first rows) and untouched heads
+ * exactly. */
+typedef struct mcase {
+    int64_t B, Sq, Hq, Hkv, D, hb, he;
+    int64_t skv[2], qo, ko[2];
+    int causal;
+} mcase_t;
+
+static double unit_of(wf_dtype_t d)
+{
+    return d == WF_DTYPE_BF16 ? 0x1p-8 : d == WF_DTYPE_F16 ? 0x1p-11 : 4 * 0x1p-24;
+}
+
+static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_dtype_t fdt,
+                            const char *variant)
+{
+    const size_t nq = (size_t)(t->B * t->Sq * t->Hq * t->D), nl = (size_t)(t->B * t->Sq * t->Hq);
+    float *hacc = malloc(nq * 4), *hl = malloc(nl * 4), *hz = calloc(nq, 4), *hinf = malloc(nl * 4);
+    for (size_t i = 0; i < nl; i++)
+        hinf[i] = -INFINITY;
+    float *dacc[2], *dl[2]; /* [0]: kernel + lse_merge, [1]: merge mode */
+    for (int w = 0; w < 2; w++) {
+        dacc[w] = dev_copy(hz, nq * 4);
+        dl[w] = dev_copy(hinf, nl * 4);
+    }
+    float *dpart = dev_copy(hz, nq * 4), *dpl = dev_copy(hinf, nl * 4);
+    void *dfin[2] = {dev_copy(hz, nq * dsz(fdt)), dev_copy(hz, nq * dsz(fdt))};
+    void *dq = NULL, *dk[2] = {NULL, NULL}, *dv[2] = {NULL, NULL};
+    {
+        float *f = malloc(nq * 4);
+        unsigned char *b = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++)
+            f[i] = frand();
+        wf_convert_from_f32(b, dt, f, nq);
+        dq = dev_copy(b, nq * dsz(dt));
+        for (int s = 0; s < 2; s++) {
+            size_t nk = (size_t)(t->B * t->skv[s] * t->Hkv * t->D);
+            float *g = malloc(nk * 4);
+            unsigned char *c = malloc(nk * 4);
+            for (size_t i = 0; i < nk; i++)
+                g[i] = frand();
+            wf_convert_from_f32(c, dt, g, nk);
+            dk[s] = dev_copy(c, nk * dsz(dt));
+            for (size_t i = 0; i < nk; i++)
+                g[i] = frand();
+            wf_convert_from_f32(c, dt, g, nk);
+            dv[s] = dev_copy(c, nk * dsz(dt));
+            free(g);
+            free(c);
+        }
+        free(f);
+        free(b);
+    }
+    CHECK(dacc[0] && dacc[1] && dl[0] && dl[1] && dpart && dpl && dfin[0] && dfin[1] && dq &&
+          dk[0] && dk[1] && dv[0] && dv[1]);
+    for (int s = 0; s < 2; s++) {
+        wf_attn_params_t p = {0};
+        p.B = t->B; p.Sq = t->Sq; p.Skv = t->skv[s]; p.Hq = t->Hq; p.Hkv = t->Hkv; p.D = t->D;
+        p.h_begin = t->hb; p.h_end = t->he; p.scale = 1.0f / sqrtf((float)t->D);
+        p.causal = t->causal; p.q_offset = t->qo; p.kv_offset = t->ko[s];
+        p.q = dq; p.k = dk[s]; p.v = dv[s];
+        p.q_dtype = p.k_dtype = p.v_dtype = dt;
+        p.out = dpart; p.out_dtype = WF_DTYPE_F32; p.lse = dpl;
+        CHECK(G->attention(gctx, &p, NULL) == WF_OK);
+        /* rows outside the head range: part 0 / -inf, the merge keeps them */
+        CHECK(G->lse_merge(gctx, dacc[0], dl[0], dpart, dpl, (int64_t)nl, t->D, rdt) == WF_OK);
+        p.out = dacc[1]; p.lse = dl[1];
+        p.merge = true; p.merge_round = rdt;
+        p.final_out = s == 1 ? dfin[1] : NULL; p.final_dtype = fdt;
+        CHECK(G->attention_merge_ok && G->attention_merge_ok(&p));
+        CHECK(G->attention(gctx, &p, NULL) == WF_OK);
+    }
+    CHECK(G->convert(gctx, dfin[0], fdt, dacc[0], WF_DTYPE_F32, nq) == WF_OK);
+    float *a[2], *l[2], *fo[2];
+    unsigned char *fb = malloc(nq * 4);
+    for (int w = 0; w < 2; w++) {
+        a[w] = malloc(nq * 4);
+        l[w] = malloc(nl * 4);
+        fo[w] = malloc(nq * 4);
+        CHECK(G->copy_d2h(gctx, a[w], dacc[w], nq * 4) == WF_OK);
+        CHECK(G->copy_d2h(gctx, l[w], dl[w], nl * 4) == WF_OK);
+        CHECK(G->copy_d2h(gctx, fb, dfin[w], nq * dsz(fdt)) == WF_OK);
+        CHECK(G->synchronize(gctx) == WF_OK);
+        wf_convert_to_f32(fo[w], fb, fdt, nq);
+    }
+    G->dev_reset(gctx);
+    size_t bad = 0, exact = 0, empty = 0;
+    double me = 0, ml = 0;
+    const double u = unit_of(rdt), uf = unit_of(fdt);
+    for (size_t i = 0; i < nq; i++) {
+        const double x = a[0][i], y = a[1][i];
+        if (x != x || y != y) {
+            bad += !(x != x && y != y);
+            continue;
+        }
+        const double e = fabs(x - y);
+        exact += e == 0;
+        me = e > me ? e : me;
+        bad += !(e <= u * fmax(fabs(x), fabs(y)) + (rdt == WF_DTYPE_F32 ? 1e-7 : 1e-6));
+        const double f = fabs((double)fo[0][i] - fo[1][i]);
+        bad += !(f <= uf * fmax(fabs(fo[0][i]), fabs(fo[1][i])) + 1e-6 ||
+                 (fo[0][i] != fo[0][i] && fo[1][i] != fo[1][i]));
+    }
+    for (size_t i = 0; i < nl; i++) {
+        if (isinf(l[0][i]) || isinf(l[1][i]) || l[0][i] != l[0][i] || l[1][i] != l[1][i]) {
+            bad += !(l[0][i] == l[1][i] || (l[0][i] != l[0][i] && l[1][i] != l[1][i]));
+            empty += l[0][i] == -INFINITY;
+            continue;
+        }
+        const double e = fabs((double)l[0][i] - l[1][i]);
+        ml = e > ml ? e : ml;
+        bad += !(e <= 1e-6 + 1e-6 * fabs(l[0][i]));
+    }
+    printf("  merge mode [%s] B%lld Sq%lld H%lld/%lld D%lld heads[%lld,%lld) dt%d round%d "
+           "final%d: %zu/%zu exact, max|out| diff %.2e, max|lse| diff %.2e, %zu empty rows%s\n",
+           variant, (long long)t->B, (long long)t->Sq, (long long)t->Hq, (long long)t->Hkv,
+           (long long)t->D, (long long)t->hb, (long long)t->he, dt, rdt, fdt, exact, nq, me, ml,
+           empty, bad ? "  FAIL" : "");
+    CHECK(bad == 0);
+    CHECK(empty > 0); /* the case has masked / untouched rows, as it says */
+    for (int w = 0; w < 2; w++) {
+        free(a[w]);
+        free(l[w]);
+        free(fo[w]);
+    }
+    free(fb);
+    free(hacc);
+    free(hl);
+    free(hz);
+    free(hinf);
+}
+
+static void test_attention_merge(const char *variant)
+{
+    static const mcase_t cases[] = {
+        /* step 2's keys start at 150: rows before it see nothing there */
+        {2, 200, 4, 2, 128, 1, 4, {130, 90}, 100, {0, 150}, 1},
+        {1, 333, 6, 3, 64, 1, 6, {200, 257}, 0, {0, 200}, 1},
+        /* non-causal, heads [2, 4) only: the others stay 0 / -inf */
+        {2, 129, 4, 4, 64, 2, 4, {64, 77}, 0, {0, 0}, 0},
+    };
+    static const wf_dtype_t dts[] = {WF_DTYPE_BF16, WF_DTYPE_F16, WF_DTYPE_F32};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++)
+            merge_mode_case(&cases[c], dts[d], dts[(d + c) % 3], dts[(d + 1) % 3], variant);
+    /* refusals: merge into a 16-bit out, and without lse */
+    wf_attn_params_t p = {0};
+    void *x = NULL;
+    CHECK(G->dev_alloc(gctx, 1 << 16, &x) == WF_OK);
+    p.B = 1; p.Sq = p.Skv = 4; p.Hq = p.Hkv = 1; p.D = 64; p.h_end = 1; p.scale = 1;
+    p.q = p.k = p.v = p.out = x; p.q_dtype = p.k_dtype = p.v_dtype = WF_DTYPE_BF16;
+    p.out_dtype = WF_DTYPE_BF16; p.lse = (float *)x; p.merge = true;
+    CHECK(!G->attention_merge_ok(&p));
+    CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
+    p.out_dtype = WF_DTYPE_F32; p.lse = NULL;
+    CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
+    p.fp8 = true;
+    CHECK(!G->attention_merge_ok(&p));
+    G->dev_reset(gctx);
+}
+
+/* Merge mode under every kernel (a context per WEFT_CUDA_ATTN value; f32
+ * inputs take the mma.sync kernel under any); the default context comes
+ * back afterwards. */
+static void test_attention_merge_variants(void)
+{
+    static const char *const vars[] = {"mma",         "wgmma",    "wgmma-pipe", "ws",
+                                       "ws-pp-store", "ws-pp-mc", "ws-full",    "ws-full-mc"};
+    const char *was = getenv("WEFT_CUDA_ATTN");
+    char keep[64] = "";
+    if (was)
+        snprintf(keep, sizeof keep, "%s", was);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        G->ctx_destroy(&gctx);
+        setenv("WEFT_CUDA_ATTN", vars[i], 1);
+        if (G->ctx_new(0, (uint64_t)2 << 30, &gctx) != WF_OK) {
+            printf("  merge mode [%s]: ctx_new failed  FAIL\n", vars[i]);
+            failures++;
+            continue;
+        }
+        test_attention_merge(vars[i]);
+    }
+    G->ctx_destroy(&gctx);
+    if (was)
+        setenv("WEFT_CUDA_ATTN", keep, 1);
+    else
+        unsetenv("WEFT_CUDA_ATTN");
+    CHECK(G->ctx_new(0, (uint64_t)2 << 30, &gctx) == WF_OK);
+}
+
 static void test_convert(void)
 {
     const size_t n = 100003;
@@ -1331,6 +1533,7 @@ static void test_attention_variants(int n, char **vars)
         printf("variant %s (%s):\n", v, name);
         test_attention();
         test_nonfinite();
+        test_attention_merge(v);
         printf("variant %s (%s): %d failing checks%s\n", v, name, failures - before,
                failures > before ? "  FAIL" : "");
     }
@@ -1434,6 +1637,7 @@ int main(int argc, char **argv)
     test_nonfinite();
     test_fp8();
     test_merge();
+    test_attention_merge_variants();
     test_convert();
     test_gelu_form();
     test_linear();

@@ -22,6 +22,10 @@
  *     message moves a ring step's K and V.
  *   acc (B, Lq_r, nh_u, D) f32 and its lse (B, Lq_r, nh_u) f32: the merge
  *     accumulator; part (Lq_r, nh_u, D) f32 + (Lq_r, nh_u): one kernel call.
+ *     With a kernel that merges (layout_t.fused: the backend's merge mode)
+ *     there is no part: each call merges into acc and the last step writes
+ *     the out holding; with R = 1 there is neither acc nor part: the
+ *     kernel writes the out holding and the lse directly (ring_step).
  * The ulysses all-to-all runs once per batch index: a source's rows of one
  * batch are contiguous in the holding, the whole source block is not.
  * Local mode swaps the root's scatter and gather for local copies between
@@ -336,8 +340,8 @@ typedef struct layout {
     size_t ring;   /* K/V holdings: all R (allgather) or 2 buffers (alltoall) */
     size_t acc;    /* (B, Lq_r, nh, D) f32 */
     size_t accl;   /* (B, Lq_r, nh) f32, also the lse holding */
-    size_t part;   /* (Lq_r, nh, D) f32 */
-    size_t partl;  /* (Lq_r, nh) f32 */
+    size_t part;   /* (Lq_r, nh, D) f32 (empty when fused or R = 1) */
+    size_t partl;  /* (Lq_r, nh) f32 (empty when fused or R = 1) */
     size_t kws;    /* backend workspace */
     size_t oh;     /* out holding (B, Lq_r, nh, D) out_dtype */
     size_t osh;    /* out shard, a2a order (U > 1) */
@@ -349,6 +353,7 @@ typedef struct layout {
     /* sizes used by the run */
     size_t ring_slot;   /* bytes of one alltoall buffer (largest holding) */
     size_t kws_bytes;   /* backend workspace bytes */
+    bool fused;         /* the kernel merges into acc (merge mode, R > 1) */
 } layout_t;
 
 static size_t take(szc_t *c, size_t *off, size_t bytes)
@@ -432,6 +437,32 @@ static wf_attn_params_t kernel_params(const wf_cp_job_t *job, const geom_t *g,
     return p;
 }
 
+/* The rounding of the merged ring steps: convert_to_fp32 off keeps the
+ * partial outputs in the input dtype, as diffusers keeps them; a single
+ * step (R = 1) has nothing to merge and is not rounded. lse stays f32
+ * either way, as the kernel (and diffusers' ops) return it. */
+static wf_dtype_t step_round(const wf_cp_job_t *job, const geom_t *g)
+{
+    return (job->convert_to_fp32 || g->R == 1) ? WF_DTYPE_F32 : job->q_dtype;
+}
+
+/* Whether this rank's kernel merges each ring step into the accumulator
+ * itself (backend.h merge mode): no partial buffers, no lse_merge, and
+ * the last step writes the out holding. R > 1 only: a single step writes
+ * the out holding directly. attention_merge_ok looks at no length or
+ * pointer, so one question covers every call of the run. */
+static bool merge_in_kernel(const wf_cp_job_t *job, const geom_t *g,
+                            const wf_backend_ops_t *ops)
+{
+    if (g->R == 1 || g->hd.nh == 0 || !ops || !ops->attention_merge_ok)
+        return false;
+    wf_attn_params_t p = kernel_params(job, g, 1, 1);
+    p.merge = true;
+    p.merge_round = step_round(job, g);
+    p.final_dtype = job->out_dtype;
+    return ops->attention_merge_ok(&p);
+}
+
 static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
                           const group_facts_t *f, const wf_backend_ops_t *ops, bool dev)
 {
@@ -465,10 +496,14 @@ static layout_t layout_of(szc_t *c, const wf_cp_job_t *job, const geom_t *g,
     } else {
         L.ring = take(c, &off, 0);
     }
-    L.acc = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, D, 4));
+    /* R = 1: the kernel writes the out holding and the lse directly; a
+     * kernel that merges (fused) needs no partial buffers */
+    L.fused = merge_in_kernel(job, g, ops);
+    const bool one = g->R == 1, parts = !one && !L.fused;
+    L.acc = take(c, &off, one ? 0 : szc_mul5(c, B, g->Lq_r, nh, D, 4));
     L.accl = take(c, &off, szc_mul5(c, B, g->Lq_r, nh, 1, 4));
-    L.part = take(c, &off, szc_mul5(c, 1, g->Lq_r, nh, D, 4));
-    L.partl = take(c, &off, szc_mul5(c, 1, g->Lq_r, nh, 1, 4));
+    L.part = take(c, &off, parts ? szc_mul5(c, 1, g->Lq_r, nh, D, 4) : 0);
+    L.partl = take(c, &off, parts ? szc_mul5(c, 1, g->Lq_r, nh, 1, 4) : 0);
     if (nh > 0 && g->Lq_r > 0 && f->max_Lkv_r > 0 && ops && ops->attention_workspace) {
         /* The largest call: pieces are at most the own q holding and the
          * largest K/V holding (one segment each when causal). Backends'
@@ -876,16 +911,48 @@ static int64_t chunk_rows(const run_t *x, int64_t qlen, int64_t klen)
     return rows < 512 ? 512 : rows;
 }
 
+/* Whether the (q, k) piece has nothing to compute: empty, or fully
+ * masked (the first key is after the last query). */
+static bool piece_skipped(const wf_cp_job_t *job, const wf_cp_seg_t *q,
+                          const wf_cp_seg_t *k)
+{
+    return q->len == 0 || k->len == 0 ||
+           (job->causal && k->start > q->start + q->len - 1);
+}
+
+/* Rows [row0, row0 + n) of the f32 accumulator -> the out holding in
+ * out_dtype (the conversion of ulysses_out, for rows the fused last step
+ * does not write). */
+static wf_status_t convert_rows(run_t *x, size_t row0, size_t n)
+{
+    const size_t D = (size_t)x->job->D;
+    const float *src = (const float *)(const void *)at(x, x->L.acc) + row0 * D;
+    unsigned char *dst = at(x, x->L.oh) + row0 * D * wf_dtype_size(x->job->out_dtype);
+    if (x->dev)
+        return x->ops->convert(x->ctx, dst, x->job->out_dtype, src, WF_DTYPE_F32, n * D);
+    wf_convert_from_f32(dst, x->job->out_dtype, src, n * D);
+    return WF_OK;
+}
+
 /* Attention of my q holding against the K/V holding of ring rank src
- * (at hold), merged into acc. */
-static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
+ * (at hold), merged into acc; `last`: the last ring step. Three ways:
+ *   R = 1: each call writes the out holding (out_dtype) and the lse
+ *     directly: nothing to merge, nothing to convert.
+ *   fused (layout_t.fused): each call merges into acc / accl in the
+ *     kernel (merge mode); on the last step the last call that touches a
+ *     query row also writes its out-holding row (final_out), and rows no
+ *     call of the last step touches (fully masked or empty pieces) are
+ *     converted here, so ulysses_out converts nothing.
+ *   otherwise: each call writes part / partl, merged into acc / accl by
+ *     lse_merge (device) or wf_lse_merge_rows (host). */
+static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold, bool last)
 {
     const wf_cp_job_t *job = x->job;
     const geom_t *g = &x->g;
     geom_t gs = geom_of(job, g->R, g->U, src, g->u);
     const int64_t nh = g->hd.nh, nkv = g->hd.nkv, D = job->D;
     const size_t esq = wf_dtype_size(job->q_dtype), esk = wf_dtype_size(job->k_dtype),
-                 esv = wf_dtype_size(job->v_dtype);
+                 esv = wf_dtype_size(job->v_dtype), eso = wf_dtype_size(job->out_dtype);
     const unsigned char *kb = hold;
     const unsigned char *vb = hold + (size_t)(job->B * gs.Lkv_r * nkv * D) * esk;
     wf_cp_seg_t qall = {0, g->Lq_r, 0}, kall = {0, gs.Lkv_r, 0};
@@ -893,56 +960,85 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold)
     const wf_cp_seg_t *qs = job->causal ? g->qhold : &qall;
     const wf_cp_seg_t *ks = job->causal ? gs.kvhold : &kall;
     int nq = job->causal ? g->nqhold : 1, nk = job->causal ? gs.nkvhold : 1;
-    /* convert_to_fp32 off: the partial outputs of ring steps are kept in
-     * the input dtype, as diffusers keeps them; a single step (R = 1) has
-     * nothing to merge and is not rounded. lse stays f32 either way, as the
-     * kernel (and diffusers' ops) return it. */
-    wf_dtype_t rdt = (job->convert_to_fp32 || g->R == 1) ? WF_DTYPE_F32
-                                                         : job->q_dtype;
+    const wf_dtype_t rdt = step_round(job, g);
+    const bool one = g->R == 1, fused = x->L.fused, final = fused && last;
     float *acc = (float *)(void *)at(x, x->L.acc);
     float *accl = (float *)(void *)at(x, x->L.accl);
     float *part = (float *)(void *)at(x, x->L.part);
     float *partl = (float *)(void *)at(x, x->L.partl);
+    unsigned char *oh = at(x, x->L.oh);
+    int64_t kmax = 0;
+    for (int c = 0; c < nk; c++)
+        kmax = wf_max_i64(kmax, ks[c].len);
 
     for (int a = 0; a < nq; a++)
-        for (int c = 0; c < nk; c++)
-        for (int64_t r0 = 0, rows = chunk_rows(x, qs[a].len, ks[c].len);
-             r0 < qs[a].len; r0 += rows) {
+        for (int64_t r0 = 0, rows = chunk_rows(x, qs[a].len, kmax); r0 < qs[a].len;
+             r0 += rows) {
             /* rows [r0, r0 + rows) of query segment a (query rows are
              * independent: the same results as one call) */
             const wf_cp_seg_t qc = {qs[a].start + r0, wf_min_i64(rows, qs[a].len - r0),
                                     qs[a].local + r0};
-            const wf_cp_seg_t *q = &qc, *k = &ks[c];
-            if (job->boundary &&
-                job->boundary(job->boundary_arg, x->next_boundary, true) != WF_OK)
-                return WF_OK;   /* every rank stops at the next boundary:
-                                   the rest of this step is not used */
-            if (q->len == 0 || k->len == 0)
-                continue;
-            /* fully masked: the first key is after the last query */
-            if (job->causal && k->start > q->start + q->len - 1)
-                continue;
-            wf_attn_params_t p = kernel_params(job, g, q->len, k->len);
-            p.q_offset = job->causal ? q->start : 0;
-            p.kv_offset = job->causal ? k->start : 0;
-            p.out = part;
-            p.lse = partl;
-            for (int64_t b = 0; b < job->B; b++) {
-                p.q = at(x, x->L.qh) + (size_t)((b * g->Lq_r + q->local) * nh * D) * esq;
-                p.k = kb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esk;
-                p.v = vb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esv;
-                wf_status_t st = kernel_call(x, &p);
-                if (st != WF_OK)
-                    return st;
-                size_t row0 = (size_t)((b * g->Lq_r + q->local) * nh);
-                if (x->dev) {
-                    st = x->ops->lse_merge(x->ctx, acc + row0 * (size_t)D, accl + row0, part,
-                                           partl, q->len * nh, D, rdt);
+            const wf_cp_seg_t *q = &qc;
+            /* the last piece that computes these rows (final_out there) */
+            int clast = -1;
+            for (int c = 0; c < nk; c++)
+                if (!piece_skipped(job, q, &ks[c]))
+                    clast = c;
+            if (final && clast < 0)
+                for (int64_t b = 0; b < job->B; b++) {
+                    wf_status_t st = convert_rows(x, (size_t)((b * g->Lq_r + q->local) * nh),
+                                                  (size_t)(q->len * nh));
                     if (st != WF_OK)
                         return st;
+                }
+            for (int c = 0; c <= clast; c++) {
+                const wf_cp_seg_t *k = &ks[c];
+                if (job->boundary &&
+                    job->boundary(job->boundary_arg, x->next_boundary, true) != WF_OK)
+                    return WF_OK;   /* every rank stops at the next boundary:
+                                       the rest of this step is not used */
+                if (piece_skipped(job, q, k))
+                    continue;
+                wf_attn_params_t p = kernel_params(job, g, q->len, k->len);
+                p.q_offset = job->causal ? q->start : 0;
+                p.kv_offset = job->causal ? k->start : 0;
+                if (one) {
+                    p.out_dtype = job->out_dtype;
+                } else if (fused) {
+                    p.merge = true;
+                    p.merge_round = rdt;
+                    p.final_dtype = job->out_dtype;
                 } else {
-                    wf_lse_merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl,
-                                      q->len * nh, D, rdt);
+                    p.out = part;
+                    p.lse = partl;
+                }
+                for (int64_t b = 0; b < job->B; b++) {
+                    size_t row0 = (size_t)((b * g->Lq_r + q->local) * nh);
+                    p.q = at(x, x->L.qh) + (size_t)((b * g->Lq_r + q->local) * nh * D) * esq;
+                    p.k = kb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esk;
+                    p.v = vb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esv;
+                    if (one) {
+                        p.out = oh + row0 * (size_t)D * eso;
+                        p.lse = accl + row0;
+                    } else if (fused) {
+                        p.out = acc + row0 * (size_t)D;
+                        p.lse = accl + row0;
+                        p.final_out = final && c == clast ? oh + row0 * (size_t)D * eso : NULL;
+                    }
+                    wf_status_t st = kernel_call(x, &p);
+                    if (st != WF_OK)
+                        return st;
+                    if (one || fused)
+                        continue;
+                    if (x->dev) {
+                        st = x->ops->lse_merge(x->ctx, acc + row0 * (size_t)D, accl + row0,
+                                               part, partl, q->len * nh, D, rdt);
+                        if (st != WF_OK)
+                            return st;
+                    } else {
+                        wf_lse_merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl,
+                                          q->len * nh, D, rdt);
+                    }
                 }
             }
         }
@@ -960,14 +1056,17 @@ static wf_status_t ring(run_t *x)
     float *acc = (float *)(void *)at(x, x->L.acc);
     float *accl = (float *)(void *)at(x, x->L.accl);
     size_t rows = (size_t)(job->B * g->Lq_r * g->hd.nh);
+    /* R = 1 writes the out holding directly: no accumulator (the lse is
+     * filled all the same, for rows a stop left unwritten) */
+    size_t nacc = R == 1 ? 0 : rows * (size_t)job->D;
     if (x->dev) {
-        wf_status_t st = x->ops->fill_f32(x->ctx, acc, 0.0f, rows * (size_t)job->D);
+        wf_status_t st = x->ops->fill_f32(x->ctx, acc, 0.0f, nacc);
         if (st == WF_OK)
             st = x->ops->fill_f32(x->ctx, accl, -INFINITY, rows);
         if (st != WF_OK)
             return st;
     } else {
-        memset(acc, 0, rows * (size_t)job->D * sizeof(float));
+        memset(acc, 0, nacc * sizeof(float));
         for (size_t i = 0; i < rows; i++)
             accl[i] = -INFINITY;
     }
@@ -995,7 +1094,7 @@ static wf_status_t ring_steps(run_t *x)
 
     if (R == 1) {
         wf_status_t st = boundary(x, 0);
-        return st == WF_OK ? ring_step(x, 0, at(x, x->L.ring)) : st;
+        return st == WF_OK ? ring_step(x, 0, at(x, x->L.ring), true) : st;
     }
 
     if (job->rotate_method == WF_CP_ROTATE_ALLGATHER) {
@@ -1016,7 +1115,7 @@ static wf_status_t ring_steps(run_t *x)
             int src = (r + i) % R;
             if (i > 0 && (st = boundary(x, i)) != WF_OK)
                 break;
-            st = ring_step(x, src, base + displs[src]);
+            st = ring_step(x, src, base + displs[src], i == R - 1);
         }
         return st;
     }
@@ -1041,7 +1140,7 @@ static wf_status_t ring_steps(run_t *x)
                                    (r - 1 + R) % R, &sq);
         }
         if (st == WF_OK)
-            st = ring_step(x, src, cur);
+            st = ring_step(x, src, cur, i == R - 1);
         if (st != WF_OK && (rq || sq))
             wf_comm_abort(x->grp->ring); /* let the requests finish */
         wf_status_t s1 = wf_comm_wait(x->grp->ring, &rq);
@@ -1057,13 +1156,16 @@ static wf_status_t ring_steps(run_t *x)
     return WF_OK;
 }
 
-/* Phase 4: acc -> out holding in out_dtype; heads -> sequence. */
+/* Phase 4: acc -> out holding in out_dtype (unless the ring wrote it:
+ * R = 1 or fused); heads -> sequence. */
 static wf_status_t ulysses_out(run_t *x)
 {
     const wf_cp_job_t *job = x->job;
     const geom_t *g = &x->g;
     const size_t n = (size_t)(job->B * g->Lq_r * g->hd.nh * job->D);
-    if (x->dev) {
+    if (g->R == 1 || x->L.fused) {
+        /* written by the ring's kernels (ring_step) */
+    } else if (x->dev) {
         wf_status_t st = x->ops->convert(x->ctx, at(x, x->L.oh), job->out_dtype,
                                          at(x, x->L.acc), WF_DTYPE_F32, n);
         if (st != WF_OK)

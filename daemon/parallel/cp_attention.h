@@ -39,13 +39,25 @@
  * every buffer of the run lives on the device: the workspace is device
  * memory (dev_alloc), kernels read and write it in place, the merge,
  * the accumulator fill and the final conversion are the backend's
- * lse_merge / fill_f32 / convert. A small host workspace holds the counts
+ * lse_merge / fill_f32 / convert (or, where the backend's
+ * attention_merge_ok answers true, the kernel's merge mode, below). A small host workspace holds the counts
  * of the collectives and, on the root, the staging of its scatter and
  * gather (the job's tensors are host memory: the root packs a shard on
  * the host, copies it up and sends it; it receives a result on the
  * device, copies it down and unpacks it). In local mode the caller's
  * shards are device buffers too, moved by the backend's copy_rows (the
  * host workspace then holds only the counts).
+ *
+ * Merge in the kernel (issue 17): where ops->attention_merge_ok answers
+ * true (the CPU and CUDA backends), each ring step's kernel merges its
+ * rows into the accumulator itself (backend.h merge mode) instead of
+ * writing a partial result that lse_merge reads back, and the last step
+ * also writes the out holding in out_dtype (final_out), so neither the
+ * partial buffers nor the merge pass nor the final conversion exist; the
+ * rows the last step does not reach (a fully masked piece) are converted
+ * apart. The results are the same bits as without (the merge is the same
+ * formula; on the CPU the same code). With R = 1 the kernel writes the
+ * out holding and the lse directly on every backend.
  *
  * No logging, no globals, no allocation: all memory is the caller's
  * workspace, whose size wf_cp_attention_workspace computes in advance.

@@ -191,7 +191,21 @@ static bool params_valid(const wf_attn_params_t *p)
             return false;
     if (!p->q || !p->k || !p->v || !p->out)
         return false;
+    /* merge mode: an f32 accumulator with its lse; final_out any dtype */
+    if (p->merge && (p->out_dtype != WF_DTYPE_F32 || !p->lse ||
+                     (p->merge_round != WF_DTYPE_F32 && p->merge_round != WF_DTYPE_F16 &&
+                      p->merge_round != WF_DTYPE_BF16) ||
+                     (p->final_out && p->final_dtype != WF_DTYPE_F32 &&
+                      p->final_dtype != WF_DTYPE_F16 && p->final_dtype != WF_DTYPE_BF16)))
+        return false;
     return true;
+}
+
+/* Merge mode needs nothing but an f32 out (backend.h); fp8 is not taken
+ * at all here. */
+static bool cpu_attention_merge_ok(const wf_attn_params_t *p)
+{
+    return p && !p->fp8 && p->out_dtype == WF_DTYPE_F32;
 }
 
 static size_t cpu_attention_workspace(const wf_attn_params_t *p)
@@ -397,6 +411,26 @@ static bool attend_tile(const wf_attn_params_t *p, const tile_mode_t *md,
     return true;
 }
 
+/* Merge mode's epilogue of one query tile of head h: rows (b, q0 + i, h)
+ * of out / lse take the tile's (o, m) through tensor.h's
+ * wf_lse_merge_rows, one row at a time (the rows are Hq * D apart in
+ * out), the same code as the ring's separate merge, so the two paths
+ * agree bit for bit; then final_out gets the merged row converted. */
+static void merge_tile(const wf_attn_params_t *p, int64_t b, int64_t q0, int64_t h,
+                       int64_t tq, const float *o, const float *m)
+{
+    const int64_t Sq = p->Sq, Hq = p->Hq, D = p->D;
+    for (int64_t i = 0; i < tq; i++) {
+        size_t row = (size_t)((b * Sq + q0 + i) * Hq + h);
+        float *acc = (float *)p->out + row * (size_t)D;
+        wf_lse_merge_rows(acc, p->lse + row, o + i * D, m + i, 1, D, p->merge_round);
+        if (p->final_out)
+            wf_convert_from_f32((unsigned char *)p->final_out +
+                                    row * (size_t)D * dt_size(p->final_dtype),
+                                p->final_dtype, acc, (size_t)D);
+    }
+}
+
 static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                                  const wf_attn_params_t *p, void *workspace)
 {
@@ -443,6 +477,10 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                                        (size_t)(Hq * D));
                 if (!attend_tile(p, &fast, q0, tq, qf, kf, vf, of, sf, mf, lf))
                     (void)attend_tile(p, &safe, q0, tq, qf, kf, vf, of, sf, mf, lf);
+                if (p->merge) {
+                    merge_tile(p, b, q0, h, tq, of, mf);
+                    continue;
+                }
                 wf_convert_rows_from_f32(
                     (void *)at4(p->out, p->out_dtype, b, q0, h, Sq, Hq, D),
                     p->out_dtype, (size_t)(Hq * D), of, (size_t)tq, (size_t)D);
@@ -478,6 +516,7 @@ static const wf_backend_ops_t cpu_ops = {
     .ctx_destroy = cpu_ctx_destroy,
     .memory_info = cpu_memory_info,
     .attention_workspace = cpu_attention_workspace,
+    .attention_merge_ok = cpu_attention_merge_ok,
     .attention = cpu_attention,
     .linear_workspace = wf_cpu_linear_workspace,
     .linear = wf_cpu_linear,

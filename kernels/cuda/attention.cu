@@ -348,7 +348,8 @@ flash_fwd_kernel(attn_args a, int stages)
     }
     cp_async_wait<0>();
 
-    /* Epilogue: normalise, write out and lse. */
+    /* Epilogue: normalise, write out and lse (merge mode: merge them into
+     * the accumulator, attention_common.cuh). */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -362,18 +363,19 @@ flash_fwd_kernel(attn_args a, int stages)
              * are all -inf (out 0/0 = NaN); l NaN: a NaN score (NaN) */
             const bool sees = rel + mt * 16 + g + r * 8 >= 0;
             const float inv = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
+            const float lse = l > 0.f    ? (m_r[mt][r] + log2f(l)) * 0.69314718055994531f
+                              : l == 0.f ? -INFINITY
+                                         : l; /* NaN */
+            const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
+            /* merge mode: the accumulator's row plan (every lane) */
+            const wf_merge::row_plan mp = epilogue_plan(a, live, li, lse);
             if (live) {
-                const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
 #pragma unroll
                 for (int n = 0; n < NT_O; n++)
-                    store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[mt][n][2 * r] * inv,
-                           o[mt][n][2 * r + 1] * inv);
-                if (a.lse && t == 0) {
-                    float lse = l > 0.f    ? (m_r[mt][r] + log2f(l)) * 0.69314718055994531f
-                                : l == 0.f ? -INFINITY
-                                           : l; /* NaN */
-                    a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] = lse;
-                }
+                    epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[mt][n][2 * r] * inv,
+                                    o[mt][n][2 * r + 1] * inv);
+                if (t == 0)
+                    epilogue_lse(a, mp, li, lse);
             }
         }
     }

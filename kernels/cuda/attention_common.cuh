@@ -7,6 +7,7 @@
 #define WF_ATTENTION_COMMON_CUH
 
 #include "cuda_launch.h"
+#include "merge_epilogue.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,6 +29,11 @@ struct attn_args {
     int causal;
     long long q_offset, kv_offset;
     float alpha; /* scale * log2(e) */
+    /* merge mode (backend.h): out is the f32 accumulator, lse its lse */
+    int merge;       /* 1: merge into out / lse instead of writing them */
+    int merge_round; /* wf_dtype_t of the merge's rounding (F32: none) */
+    char *final_out; /* merge: the merged rows in final_dt too, or nullptr */
+    int final_dt;
 };
 
 /* ---- element helpers -------------------------------------------------------- */
@@ -150,6 +156,61 @@ __device__ __forceinline__ block_plan plan_block(const attn_args &a, int br)
     return p;
 }
 
+/* ---- the epilogue's stores (plain or merge mode) ------------------------------
+ *
+ * Each kernel's epilogue has a row's D outputs spread over the 4 lanes of
+ * a quad (pairs of consecutive columns) and writes the lse from lane 0.
+ * In merge mode a row is planned from the accumulator's old lse, which
+ * every lane of the quad reads before lane 0 overwrites it (the warp
+ * syncs in between), then each lane merges and writes its own pairs: a
+ * read of the accumulator and a write, no other thread touches them. */
+
+/* The row's plan: merge mode reads the accumulator's lse at li (live
+ * rows); lp is the kernel's own lse of the row. Called by every lane of
+ * the warp (it syncs the warp in merge mode: a.merge is uniform). */
+__device__ __forceinline__ wf_merge::row_plan epilogue_plan(const attn_args &a, bool live,
+                                                            long long li, float lp)
+{
+    wf_merge::row_plan m;
+    m.how = wf_merge::TAKE;
+    m.w = 0.f;
+    m.lse = lp;
+    if (a.merge) {
+        const float la = live ? a.lse[li] : -INFINITY;
+        __syncwarp(); /* every lane has read before lane 0 writes (epilogue_lse) */
+        m = wf_merge::plan_row(la, lp);
+    }
+    return m;
+}
+
+/* Two consecutive outputs (p0 at element e, p1 at e + 1) of a live row:
+ * stored in out_dt, or in merge mode merged into the f32 accumulator
+ * (and the merged values stored to final_out when it is set). */
+__device__ __forceinline__ void epilogue_store2(const attn_args &a, const wf_merge::row_plan &m,
+                                                long long e, float p0, float p1)
+{
+    if (!a.merge) {
+        store2(a.out, a.out_dt, e, p0, p1);
+        return;
+    }
+    float2 *acc = reinterpret_cast<float2 *>(a.out + e * 4);
+    const float2 old = *acc;
+    const float x0 = wf_merge::merge_elem(m, old.x, p0, a.merge_round);
+    const float x1 = wf_merge::merge_elem(m, old.y, p1, a.merge_round);
+    *acc = make_float2(x0, x1);
+    if (a.final_out)
+        store2(a.final_out, a.final_dt, e, x0, x1);
+}
+
+/* The lse of a live row (lane 0 of its quad): the kernel's own, or in
+ * merge mode the merged one. */
+__device__ __forceinline__ void epilogue_lse(const attn_args &a, const wf_merge::row_plan &m,
+                                             long long li, float lp)
+{
+    if (a.lse)
+        a.lse[li] = a.merge ? m.lse : lp;
+}
+
 /* The kernel's view of p (device pointers). */
 inline attn_args make_args(const wf_attn_params_t *p)
 {
@@ -175,6 +236,10 @@ inline attn_args make_args(const wf_attn_params_t *p)
     a.q_offset = p->q_offset;
     a.kv_offset = p->kv_offset;
     a.alpha = p->scale * 1.4426950408889634f;
+    a.merge = p->merge ? 1 : 0;
+    a.merge_round = p->merge_round;
+    a.final_out = p->merge ? static_cast<char *>(p->final_out) : nullptr;
+    a.final_dt = p->final_dtype;
     return a;
 }
 

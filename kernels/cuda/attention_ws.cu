@@ -568,18 +568,20 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
                  * out NaN, lse -inf; l NaN (a NaN or +inf score): out, lse NaN */
                 const bool sees = rel_row + r * 8 >= 0;
                 inv_r[r] = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
+                const float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
+                                          : l == 0.f ? -INFINITY : l;
+                const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
+                /* merge mode (never via_smem): the accumulator's row plan */
+                const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
                 if (row < q_rows) {
-                    const long long e0 = (((long long)b * a.Sq + q0 + row) * a.Hq + h) * D;
                     if (!via_smem) {
 #pragma unroll
                         for (int n = 0; n < D / 8; n++)
-                            store2(a.out, a.out_dt, e0 + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv_r[r],
-                                   o[n * 4 + 2 * r + 1] * inv_r[r]);
+                            epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv_r[r],
+                                            o[n * 4 + 2 * r + 1] * inv_r[r]);
                     }
-                    if (a.lse && t == 0)
-                        a.lse[((long long)b * a.Sq + q0 + row) * a.Hq + h] =
-                            l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
-                                    : l == 0.f ? -INFINITY : l;
+                    if (t == 0)
+                        epilogue_lse(a, mp, li, lse);
                 }
             }
             if (via_smem) {
@@ -902,7 +904,9 @@ wf_status_t wf_cuda_attention_ws_launch(const wf_attn_params_t *p, const wf_cuda
     w.total = (int)g->tiles;
     w.stages = g->stages;
     w.pingpong = (g->ws_features & WF_CUDA_WS_PINGPONG) ? 1 : 0;
-    w.tma_store = (g->ws_features & WF_CUDA_WS_TMA_STORE) && p->out_dtype != WF_DTYPE_F32;
+    /* merge mode merges into an f32 accumulator: direct stores */
+    w.tma_store = (g->ws_features & WF_CUDA_WS_TMA_STORE) && p->out_dtype != WF_DTYPE_F32 &&
+                  !p->merge;
     const attn_args a = make_args(p);
     const bool pipe = (g->ws_features & WF_CUDA_WS_PIPE) != 0;
     if (g->compute_bf16) {

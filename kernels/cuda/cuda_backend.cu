@@ -269,6 +269,10 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
         return WF_E_BAD_ARGUMENT;
     if (!aligned16(p->q) || !aligned16(p->k) || !aligned16(p->v) || !aligned16(p->out))
         return WF_E_BAD_ARGUMENT;
+    /* merge mode: the accumulator's lse is read and written; the fp8
+     * kernel has no merge epilogue (attention_merge_ok answers false) */
+    if (p->merge && (p->fp8 || !p->lse || (p->final_out && !aligned16(p->final_out))))
+        return WF_E_BAD_ARGUMENT;
     if (p->fp8)
         return wf_cuda_attention_fp8_steps(c, p, workspace, 3);
     wf_cuda_attn_geom_t g;
@@ -280,6 +284,13 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
     if (g.kernel == WF_CUDA_KERNEL_WS)
         return wf_cuda_attention_ws_launch(p, &g, c->stream);
     return wf_cuda_attention_launch(p, &g, c->stream);
+}
+
+/* backend.h attention_merge_ok: every kernel merges in its epilogue
+ * (cuda_plan.h wf_cuda_attn_merge_ok). */
+bool attention_merge_ok(const wf_attn_params_t *p)
+{
+    return wf_cuda_attn_merge_ok(p) != 0;
 }
 
 /* A block of the arena from `take` (per-job or resident), as a pointer. */
@@ -601,6 +612,7 @@ wf_backend_ops_t make_ops()
     o.attention = attention;
     o.attention_head_dim_ok = wf_cuda_attn_head_dim_ok;
     o.attention_fp8_ok = attention_fp8_ok;
+    o.attention_merge_ok = attention_merge_ok;
     o.dev_alloc = dev_alloc;
     o.dev_reset = dev_reset;
     o.copy_h2d = copy_h2d;

@@ -57,7 +57,17 @@ int wf_cuda_attn_params_ok(const wf_attn_params_t *p)
     if (p->q_offset < 0 || p->kv_offset < 0 || p->q_offset > INT32_MAX ||
         p->kv_offset > INT32_MAX)
         return 0;
+    if (p->merge && !wf_cuda_attn_merge_ok(p))
+        return 0;
     return 1;
+}
+
+int wf_cuda_attn_merge_ok(const wf_attn_params_t *p)
+{
+    /* every kernel merges in its epilogue into an f32 accumulator; the
+     * fp8 kernel (issue 17) does not (yet) */
+    return p && !p->fp8 && p->out_dtype == WF_DTYPE_F32 && dtype_ok(p->merge_round) &&
+           (!p->final_out || dtype_ok(p->final_dtype));
 }
 
 size_t wf_cuda_attn_smem_bytes(int d, int stages)

@@ -163,9 +163,16 @@ typedef struct wf_cuda_attn_geom {
 } wf_cuda_attn_geom_t;
 
 /* Shape, dtype and head-mapping checks of backend.h, plus the CUDA
- * backend's own: D in {64, 128}, every dim within int range. Pointers
- * are not looked at. 1 when valid. */
+ * backend's own: D in {64, 128}, every dim within int range, merge mode
+ * only as wf_cuda_attn_merge_ok. Pointers are not looked at. 1 when
+ * valid. */
 int wf_cuda_attn_params_ok(const wf_attn_params_t *p);
+
+/* Merge mode (backend.h wf_attn_params_t.merge; attention_merge_ok):
+ * 1 when p may run merged in the kernels' epilogue: out_dtype F32, a
+ * valid merge_round (and final_dtype with final_out), not fp8. Pure; the
+ * pointers' values are not looked at (attention() checks lse). */
+int wf_cuda_attn_merge_ok(const wf_attn_params_t *p);
 
 /* Head dims the attention kernels take: 64 and 128. */
 bool wf_cuda_attn_head_dim_ok(int64_t D);

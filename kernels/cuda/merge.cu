@@ -7,10 +7,11 @@
  * weight and the new lse, the lanes stride over D, lane 0 writes the lse
  * last (so no lane reads a half-updated row). One pass: reads out_a and
  * out_p once, writes out_a once. Formula and -inf handling are
- * tensor.h's wf_lse_merge_rows (see backend.h lse_merge).
+ * tensor.h's wf_lse_merge_rows (see backend.h lse_merge), in
+ * merge_epilogue.cuh, which the attention kernels' merge mode shares.
  */
 #include "cuda_launch.h"
-#include "round_dtype.cuh"
+#include "merge_epilogue.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,33 +27,25 @@ __global__ void lse_merge_kernel(float *ao, float *al, const float *po, const fl
     const long long i = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (i >= rows)
         return;
-    float lp = pl[i], la = al[i]; /* every lane reads: cached, same values */
+    /* every lane reads both lse values (cached, same values) and plans
+     * the row alike */
+    const wf_merge::row_plan m = wf_merge::plan_row(al[i], pl[i]);
     const float *p = po + i * D;
     float *acc = ao + i * D;
-    if (lp == -INFINITY) {
-        /* both -inf: a NaN out_p (visible scores all -inf, 0/0) is
-         * kept until a finite partial replaces it (tensor.c) */
-        if (la == -INFINITY)
-            for (int d = lane; d < D; d += 32)
-                if (p[d] != p[d])
-                    acc[d] = p[d];
+    if (m.how == wf_merge::KEEP)
+        return;
+    if (m.how == wf_merge::KEEP_NAN) {
+        /* both -inf: only a NaN out_p is written (tensor.c) */
+        for (int d = lane; d < D; d += 32)
+            if (p[d] != p[d])
+                acc[d] = p[d];
         return;
     }
-    if (la == -INFINITY) {
-        for (int d = lane; d < D; d += 32)
-            acc[d] = wf_cuda_round_to(p[d], rdt);
-    } else {
-        float diff = la - lp;
-        float w = 1.0f / (1.0f + expf(diff)); /* sigmoid(lp - la) */
-        for (int d = lane; d < D; d += 32) {
-            float pd = wf_cuda_round_to(p[d], rdt);
-            acc[d] = wf_cuda_round_to(acc[d] - w * (acc[d] - pd), rdt);
-        }
-        lp = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));
-    }
+    for (int d = lane; d < D; d += 32)
+        acc[d] = wf_merge::merge_elem(m, acc[d], p[d], rdt);
     __syncwarp();
     if (lane == 0)
-        al[i] = lp;
+        al[i] = m.lse;
 }
 
 __device__ __forceinline__ float load_elem(const void *src, int dt, size_t i)

@@ -301,6 +301,34 @@ static void push_heads(void *dev, const void *host, size_t rows, int64_t H,
                        (const char *)host + r * row + off, len);
 }
 
+/* Merge mode (backend.h): the CPU backend's answer for the params the
+ * CPU op gets (fp8 is emulated before it, below). */
+static bool standin_attention_merge_ok(const wf_attn_params_t *p)
+{
+    if (!p)
+        return false;
+    wf_attn_params_t hp = *p;
+    hp.fp8 = false;
+    return wf_backend_cpu()->attention_merge_ok(&hp);
+}
+
+/* Merge mode's final_out: its range checked and pulled (so that the
+ * bytes between head ranges survive the push), or NULL without; *ret_ok
+ * false on a bad range or no memory. */
+static void *pull_final(const wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                        size_t *ret_bytes, bool *ret_ok)
+{
+    *ret_bytes = 0;
+    *ret_ok = true;
+    if (!p->merge || !p->final_out)
+        return NULL;
+    void *h = NULL;
+    *ret_ok = dt_valid(p->final_dtype) &&
+              tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->final_dtype, ret_bytes) &&
+              (h = pull(ctx, p->final_out, *ret_bytes)) != NULL;
+    return h;
+}
+
 /* ---- fp8 emulation (p->fp8) -------------------------------------------
  * The stand-in takes fp8 jobs on every device (attention_fp8_ok), so the
  * daemon's fp8 paths run end to end without a GPU: the host copy of each
@@ -373,17 +401,21 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
     void *q = pull(ctx, p->q, qb), *k = pull(ctx, p->k, kb);
     void *v = pull(ctx, p->v, vb), *out = pull(ctx, p->out, ob);
     float *lse = p->lse ? pull(ctx, p->lse, lb) : NULL;
+    size_t fb;
+    bool final_ok;
+    void *fin = pull_final(ctx, p, &fb, &final_ok); /* merge mode (NULL: none) */
     wf_status_t st = WF_E_BAD_ARGUMENT;
     bool ok = !p->fp8 || (q && k && v && fp8_host_inputs(&hp, &q, &k, &v) == WF_OK);
     size_t wsb = cpu->attention_workspace(&hp);
     wsb = (wsb + STANDIN_WS_ALIGN - 1) / STANDIN_WS_ALIGN * STANDIN_WS_ALIGN;
     void *ws = aligned_alloc(STANDIN_WS_ALIGN, wsb ? wsb : STANDIN_WS_ALIGN);
-    if (ok && q && k && v && out && (lse || !p->lse) && ws) {
+    if (ok && q && k && v && out && (lse || !p->lse) && final_ok && ws) {
         hp.q = q;
         hp.k = k;
         hp.v = v;
         hp.out = out;
         hp.lse = lse;
+        hp.final_out = fin;
         st = cpu->attention(ctx->cpu, &hp, ws);
     }
     if (st == WF_OK) {
@@ -393,8 +425,13 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
         if (p->lse)
             push_heads(p->lse, lse, rows, p->Hq, 1, p->h_begin, p->h_end,
                        sizeof(float));
+        if (fin)
+            push_heads(p->final_out, fin, rows, p->Hq, p->D, p->h_begin, p->h_end,
+                       dt_size(p->final_dtype));
         ctx->counters.kernels++;
+        ctx->counters.merged_attentions += p->merge;
     }
+    free(fin);
     free(q);
     free(k);
     free(v);
@@ -427,6 +464,7 @@ static wf_status_t standin_lse_merge(wf_backend_ctx_t *ctx, float *acc_out,
         wf_standin_xor(acc_out, ao, ob);
         wf_standin_xor(acc_lse, al, lb);
         ctx->counters.kernels++;
+        ctx->counters.lse_merges++;
         st = WF_OK;
     }
     free(ao);
@@ -455,6 +493,7 @@ static wf_status_t standin_convert(wf_backend_ctx_t *ctx, void *dst,
         wf_convert_from_f32(d, dst_dtype, f, n);
         wf_standin_xor(dst, d, db);
         ctx->counters.kernels++;
+        ctx->counters.converts++;
         st = WF_OK;
     }
     free(s);
@@ -887,6 +926,7 @@ static const wf_backend_ops_t standin_ops = {
     .ctx_destroy = standin_ctx_destroy,
     .memory_info = standin_memory_info,
     .attention_workspace = standin_attention_workspace,
+    .attention_merge_ok = standin_attention_merge_ok,
     .attention = standin_attention,
     .attention_fp8_ok = standin_attention_fp8_ok,
     .dev_alloc = standin_dev_alloc,

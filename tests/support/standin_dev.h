@@ -30,7 +30,10 @@
  *
  * attention() unscrambles q / k / v into host copies, runs
  * wf_backend_cpu()'s attention (its own workspace: attention_workspace
- * answers 0, as the CUDA backend does) and scrambles out / lse back.
+ * answers 0, as the CUDA backend does) and scrambles out / lse back;
+ * merge mode (attention_merge_ok: the CPU backend's answer) unscrambles
+ * the accumulator out / lse and final_out too, so the CPU op merges into
+ * them, and scrambles all three back.
  * fp8 (p->fp8): attention_fp8_ok answers true for every device; the host
  * copies of q, k and v are quantized-dequantized per (batch, head) of the
  * call with kernels/fp8.h (reference.h wf_ref_fp8_qdq) into f32 first,
@@ -71,6 +74,11 @@ typedef struct wf_standin_counters {
                                     * fill / model op calls */
     uint64_t mem_allocs, mem_frees; /* resident blocks allocated / freed */
     uint64_t bad_frees;            /* mem_free of a pointer that is no live block */
+    /* ringfuse: which ops ran (also counted in kernels), so that a test
+     * can tell the merge-in-kernel path (backend.h merge mode) from
+     * attention + lse_merge + convert */
+    uint64_t lse_merges, converts; /* successful lse_merge / convert calls */
+    uint64_t merged_attentions;    /* successful attention calls in merge mode */
 } wf_standin_counters_t;
 
 /* The counters of a stand-in context (zeroed by ctx_new). */
