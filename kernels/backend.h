@@ -213,7 +213,7 @@ typedef struct wf_backend_ops {
      * so a caller asks once per job. NULL: never; the caller keeps
      * partial buffers, lse_merge and convert. The CPU backend: every
      * params with out_dtype F32 but fp8 (which it never takes); the CUDA
-     * backend: the same (its fp8 kernel has no merge epilogue). */
+     * backend: every params with out_dtype F32, fp8 included. */
     bool (*attention_merge_ok)(const wf_attn_params_t *p);
 
     /* Flash-style attention forward (tiled, online softmax, fp32

@@ -643,7 +643,7 @@ static void test_cuda_plan_merge(void)
     p.merge = true;
     p.out_dtype = WF_DTYPE_F32;
     p.fp8 = true;
-    CHECK(!wf_cuda_attn_merge_ok(&p), "fp8 never merges (its kernel has no epilogue for it)");
+    CHECK(wf_cuda_attn_merge_ok(&p), "fp8 merges too (its kernel has the merge epilogue)");
     p.fp8 = false;
     /* the same kernel and grid with and without merge, for every choice */
     static const int kernels[] = {0, WF_CUDA_KERNEL_WGMMA, WF_CUDA_KERNEL_WS};

@@ -269,9 +269,8 @@ wf_status_t attention(wf_backend_ctx_t *c, const wf_attn_params_t *p, void *work
         return WF_E_BAD_ARGUMENT;
     if (!aligned16(p->q) || !aligned16(p->k) || !aligned16(p->v) || !aligned16(p->out))
         return WF_E_BAD_ARGUMENT;
-    /* merge mode: the accumulator's lse is read and written; the fp8
-     * kernel has no merge epilogue (attention_merge_ok answers false) */
-    if (p->merge && (p->fp8 || !p->lse || (p->final_out && !aligned16(p->final_out))))
+    /* merge mode: the accumulator's lse is read and written */
+    if (p->merge && (!p->lse || (p->final_out && !aligned16(p->final_out))))
         return WF_E_BAD_ARGUMENT;
     if (p->fp8)
         return wf_cuda_attention_fp8_steps(c, p, workspace, 3);

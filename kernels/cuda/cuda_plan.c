@@ -64,9 +64,9 @@ int wf_cuda_attn_params_ok(const wf_attn_params_t *p)
 
 int wf_cuda_attn_merge_ok(const wf_attn_params_t *p)
 {
-    /* every kernel merges in its epilogue into an f32 accumulator; the
-     * fp8 kernel (issue 17) does not (yet) */
-    return p && !p->fp8 && p->out_dtype == WF_DTYPE_F32 && dtype_ok(p->merge_round) &&
+    /* every kernel merges in its epilogue into an f32 accumulator (the
+     * fp8 kernel too) */
+    return p && p->out_dtype == WF_DTYPE_F32 && dtype_ok(p->merge_round) &&
            (!p->final_out || dtype_ok(p->final_dtype));
 }
 

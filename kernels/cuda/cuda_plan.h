@@ -170,7 +170,7 @@ int wf_cuda_attn_params_ok(const wf_attn_params_t *p);
 
 /* Merge mode (backend.h wf_attn_params_t.merge; attention_merge_ok):
  * 1 when p may run merged in the kernels' epilogue: out_dtype F32, a
- * valid merge_round (and final_dtype with final_out), not fp8. Pure; the
+ * valid merge_round (and final_dtype with final_out); fp8 too. Pure; the
  * pointers' values are not looked at (attention() checks lse). */
 int wf_cuda_attn_merge_ok(const wf_attn_params_t *p);
 
