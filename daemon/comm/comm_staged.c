@@ -25,6 +25,7 @@
 #include "comm_impl.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,9 @@ typedef struct staged_comm {
     mirror_t *mir;                 /* the request mirrors, nmir of cap_mir */
     int nmir, cap_mir;
     unsigned flags;                /* WF_COMM_STAGED_* of the wrap */
+    atomic_int aborted;            /* an abort was seen (wf_comm_abort here, from
+                                    * any thread, or WF_E_ABORTED from the inner
+                                    * handle) */
     int async;                     /* isend / irecv on the transfer stream */
 } staged_comm_t;
 
@@ -98,7 +102,17 @@ static staged_comm_t *S(wf_comm_t *c) { return (staged_comm_t *)c; }
  * forever, and return the failure. */
 static wf_status_t fail(staged_comm_t *sc, wf_status_t st)
 {
+    atomic_store(&sc->aborted, 1);
     wf_comm_abort(sc->inner);
+    return st;
+}
+
+/* st of an inner call, remembering an abort (a deferred isend cannot ask
+ * the inner handle, so it asks this). */
+static wf_status_t seen(staged_comm_t *sc, wf_status_t st)
+{
+    if (st == WF_E_ABORTED)
+        atomic_store(&sc->aborted, 1);
     return st;
 }
 
@@ -331,8 +345,8 @@ static void progress(staged_comm_t *sc)
         if (st != WF_OK)
             r->st = fail(sc, st);
         else
-            r->st = wf_comm_isend(sc->inner, r->mirror, r->bytes, r->peer,
-                                  &r->inner);
+            r->st = seen(sc, wf_comm_isend(sc->inner, r->mirror, r->bytes, r->peer,
+                                           &r->inner));
     }
 }
 
@@ -364,6 +378,7 @@ static void staged_destroy(wf_comm_t *c)
 
 static void staged_abort(wf_comm_t *c)
 {
+    atomic_store(&S(c)->aborted, 1); /* any thread */
     wf_comm_abort(S(c)->inner);
 }
 
@@ -393,6 +408,7 @@ wf_status_t wf_comm_staged_wrap_ex(wf_comm_t *inner, const wf_backend_ops_t *ops
     sc->ops = ops;
     sc->ctx = ctx;
     sc->flags = flags;
+    atomic_init(&sc->aborted, 0);
     sc->async = !(flags & WF_COMM_STAGED_SYNC) && ops->xfer_mark && ops->xfer_d2h &&
                 ops->xfer_h2d && ops->xfer_wait;
     *ret_comm = &sc->base;
@@ -578,6 +594,12 @@ static wf_status_t post_req(staged_comm_t *sc, const void *dev_src,
     r->bytes = bytes;
     r->peer = peer;
     int async = sc->async && sc->base.group_depth == 0;
+    if (async && dev_src && atomic_load(&sc->aborted)) {
+        /* the inner isend would say so at once; a deferred one only at
+         * its wait (an abort by a peer is seen there) */
+        req_free(sc, r);
+        return WF_E_ABORTED;
+    }
     if (async && dev_src) {
         st = sc->ops->xfer_d2h(sc->ctx, r->mirror, dev_src, bytes, NULL, &r->x);
         if (st != WF_OK) {
@@ -664,7 +686,7 @@ static wf_status_t staged_wait(wf_comm_t *c, wf_comm_req_t *r)
 {
     staged_comm_t *sc = S(c);
     progress(sc);
-    wf_status_t st = r->inner ? wf_comm_wait(sc->inner, &r->inner) : r->st;
+    wf_status_t st = r->inner ? seen(sc, wf_comm_wait(sc->inner, &r->inner)) : r->st;
     return req_finish(sc, r, st);
 }
 
@@ -673,7 +695,7 @@ static wf_status_t staged_test(wf_comm_t *c, wf_comm_req_t *r, int *ret_done)
     staged_comm_t *sc = S(c);
     progress(sc);
     int done = 1;
-    wf_status_t st = r->inner ? wf_comm_test(sc->inner, &r->inner, &done) : r->st;
+    wf_status_t st = r->inner ? seen(sc, wf_comm_test(sc->inner, &r->inner, &done)) : r->st;
     *ret_done = done;
     if (!done)
         return st;

@@ -907,6 +907,7 @@ typedef struct xfer_queue {
     struct wf_xfer *free_list;      /* released tickets */
     struct wf_xfer *all;            /* every ticket */
     bool stop;                      /* ctx_destroy: the thread ends */
+    bool hold;                      /* wf_standin_xfer_hold: start nothing */
     uint64_t rng;                   /* the thread's delays */
     uint64_t fail_at;               /* 1-based index of the transfer to fail (0: none) */
     uint64_t queued;                /* transfers queued so far */
@@ -962,7 +963,7 @@ static void *xfer_thread(void *arg)
     xfer_queue_t *q = arg;
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        while (!q->head && !q->stop)
+        while ((!q->head || q->hold) && !q->stop)
             pthread_cond_wait(&q->cv, &q->mu);
         if (!q->head)
             break; /* stop, and nothing left */
@@ -1041,6 +1042,8 @@ static void xfer_drain(wf_backend_ctx_t *ctx)
     pthread_mutex_lock(&q->mu);
     if (q->head || q->running)
         q->conflicts++;
+    q->hold = false;
+    pthread_cond_broadcast(&q->cv);
     xfer_idle_locked(q);
     pthread_mutex_unlock(&q->mu);
 }
@@ -1051,6 +1054,8 @@ static void xfer_queue_destroy(wf_backend_ctx_t *ctx)
     if (!q)
         return;
     pthread_mutex_lock(&q->mu);
+    q->hold = false;
+    pthread_cond_broadcast(&q->cv);
     xfer_idle_locked(q);
     q->stop = true;
     pthread_cond_broadcast(&q->cv);
@@ -1218,6 +1223,17 @@ void wf_standin_xfer_fail(wf_backend_ctx_t *ctx, uint64_t nth)
         return;
     pthread_mutex_lock(&q->mu);
     q->fail_at = q->queued + nth;
+    pthread_mutex_unlock(&q->mu);
+}
+
+void wf_standin_xfer_hold(wf_backend_ctx_t *ctx, bool hold)
+{
+    xfer_queue_t *q;
+    if (!ctx || xfer_queue(ctx, &q) != WF_OK)
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->hold = hold;
+    pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->mu);
 }
 

@@ -64,6 +64,7 @@
 #ifndef WF_TEST_STANDIN_DEV_H
 #define WF_TEST_STANDIN_DEV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,6 +97,12 @@ wf_standin_counters_t wf_standin_counters(const wf_backend_ctx_t *ctx);
  * copies nothing and its xfer_wait returns WF_E_INTERNAL, as a failed
  * asynchronous copy on a GPU (error-path tests). */
 void wf_standin_xfer_fail(wf_backend_ctx_t *ctx, uint64_t nth);
+
+/* Hold (true) / release (false) ctx's transfer stream: while held it
+ * starts no transfer, so a test can keep one pending for sure (an
+ * xfer_wait of a held transfer waits forever: release first; dev_reset
+ * and ctx_destroy release the hold). */
+void wf_standin_xfer_hold(wf_backend_ctx_t *ctx, bool hold);
 
 /* Sums over every stand-in context destroyed so far in the process
  * (weftd_standin prints them at exit for the end-to-end tests). */
