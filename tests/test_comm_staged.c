@@ -11,6 +11,13 @@
  * controls: device pointers handed to the raw host comm give wrong data.
  * The stand-in's own device ops (attention on a head range, lse_merge,
  * convert, fill_f32) are checked once against the CPU backend.
+ * Overlap (the stand-in's transfer stream: a thread that copies after a
+ * random delay and refuses kernels on a range still being copied): a
+ * ring of alltoall steps with a kernel between post and wait, send order
+ * with wf_comm_test polling, every op above in three modes (overlapped,
+ * WF_COMM_STAGED_SYNC, a backend without xfer_*), abort while an isend is
+ * deferred, a failing transfer and an isend of a host pointer aborting
+ * the peers, and the stand-in's transfer checks themselves.
  * Rank threads count their own failures; main() CHECKs the sums. */
 #include "comm/comm.h"
 #include "comm/comm_host.h"
