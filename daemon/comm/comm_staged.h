@@ -75,7 +75,11 @@
  * deferred send whose copy fails is never posted: its wait / test
  * returns the copy's error (the call that found it failing aborted the
  * world). wf_comm_destroy after an abort waits for the copies still in
- * flight before it frees their mirrors.
+ * flight before it frees their mirrors. Unlike comm.h's "every later
+ * call returns WF_E_ABORTED", an overlapped isend learns of an abort only
+ * from this handle (its wf_comm_abort, a staging failure, an inner call
+ * that returned WF_E_ABORTED): after an abort made elsewhere it may
+ * return WF_OK, and its wait or test returns WF_E_ABORTED.
  */
 #ifndef WF_COMM_STAGED_H
 #define WF_COMM_STAGED_H
