@@ -27,7 +27,13 @@
  *   "ring backend=B mode=M R=.. S=.. H=.. D=.. causal=.. ms=MEDIAN min=.. max=.."
  * and the ratios "ratio sync/overlap=.." (staged) or
  * "ratio allgather/alltoall=.." (and the same for the staged modes).
- * Exits 77 when the backend is absent (no GPU, no NCCL, too few GPUs).
+ * Each rank's last out and lse of every mode are compared bit for bit
+ * with the first mode's (the same kernels and merges in the same order:
+ * only the transport differs): "check ... bit-identical" per mode; exit 1
+ * when the synchronous staging's differ from the overlapped one's (the
+ * allgather rotation's comparison is information: its K / V live at other
+ * addresses). Exits 77 when the backend is absent (no GPU, no NCCL,
+ * too few GPUs). tests/staged_ring.cmake runs the stand-in form in CI.
  */
 #include "comm/comm.h"
 #include "comm/comm_host.h"
@@ -40,6 +46,7 @@
 #endif
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +80,8 @@ typedef struct bench {
     wf_nccl_id_t nccl_id;            /* nccl */
     pthread_barrier_t bar;
     double ms[MAXMODES][64];         /* rank 0's times */
-    int failed;                      /* a rank failed (any thread) */
+    _Atomic int failed;              /* a rank failed (any thread) */
+    int mismatch[MAXR];              /* per rank: modes whose out differs from mode 0's */
 } bench_t;
 
 typedef struct rank_arg {
@@ -148,6 +156,12 @@ static void *rank_main(void *p)
         st = ops->dev_alloc(ctx, nl * 4, &l);
     if (st == WF_OK && !(hws = aligned_alloc(64, (hb + 63) / 64 * 64 + 64)))
         st = WF_E_NO_MEMORY;
+    /* every mode's last output, compared bit for bit with mode 0's: the
+     * same kernels and merges in the same order, only the transport differs */
+    unsigned char *outs[MAXMODES] = {NULL};
+    for (int m = 0; m < b->nmodes && st == WF_OK; m++)
+        if (!(outs[m] = malloc(nq * 2 + nl * 4)))
+            st = WF_E_NO_MEMORY;
     if (st == WF_OK)
         st = fill_bf16(ops, ctx, q, nq, 3u * (uint32_t)r + 1);
     if (st == WF_OK)
@@ -184,7 +198,17 @@ static void *rank_main(void *p)
             }
             if (r == 0 && it >= 0)
                 b->ms[m][it] = (t1 - t0) * 1e3;
+            if (rs == WF_OK && it == b->rounds - 1 &&
+                (ops->copy_d2h(ctx, outs[m], o, nq * 2) != WF_OK ||
+                 ops->copy_d2h(ctx, outs[m] + nq * 2, l, nl * 4) != WF_OK ||
+                 ops->synchronize(ctx) != WF_OK))
+                b->failed = 1;
         }
+    for (int m = 1; m < b->nmodes && !b->failed; m++)
+        if (memcmp(outs[m], outs[0], nq * 2 + nl * 4) != 0)
+            b->mismatch[r] |= 1 << m;
+    for (int m = 0; m < b->nmodes; m++)
+        free(outs[m]);
     if (ctx)
         ops->dev_reset(ctx);
     free(hws);
@@ -280,6 +304,21 @@ int main(int argc, char **argv)
         printf("ring backend=%s: FAILED (see stderr)\n", be);
         return 1;
     }
+    int bad = 0;
+    for (int m = 1; m < b.nmodes; m++) {
+        int ranks = 0;
+        for (int r = 0; r < b.R; r++)
+            ranks += (b.mismatch[r] >> m) & 1;
+        /* overlapped and synchronous staging must agree bit for bit; the
+         * other rotation reads K / V at other addresses (a kernel may pick
+         * another path): told, not failed */
+        int must = b.be != B_NCCL && m == 1;
+        printf("check backend=%s: out and lse of mode %s %s mode %s's on %d of %d ranks%s\n",
+               be, b.mode_name[m], ranks ? "DIFFER from" : "bit-identical to",
+               b.mode_name[0], ranks ? ranks : b.R, b.R, must ? "" : " (information)");
+        if (must)
+            bad += ranks;
+    }
     double med[MAXMODES];
     for (int m = 0; m < b.nmodes; m++) {
         qsort(b.ms[m], (size_t)b.rounds, sizeof(double), cmp_double);
@@ -294,5 +333,5 @@ int main(int argc, char **argv)
     else
         printf("ratio sync/overlap=%.3f allgather/overlap=%.3f\n", med[1] / med[0],
                med[2] / med[0]);
-    return 0;
+    return bad ? 1 : 0;
 }

@@ -21,14 +21,3 @@ add_test(NAME e2e_weftctl_models_standin
                  ${CMAKE_CURRENT_LIST_DIR}/fixtures standin)
 set_tests_properties(e2e_weftctl_models_standin PROPERTIES TIMEOUT 240
                      ENVIRONMENT "WEFT_CPU_MEMORY=402653184")
-
-# The mixed mode end to end (tests/test_staged_ring.sh): weftd_standin's
-# virtual devices on one ring, the world comm staged with the stand-in's
-# transfer stream, attention-demo jobs with alltoall rotation on ring 4,
-# 2 and 3 (PASS), and the daemon's stand-in totals at exit (transfers
-# overlapped with kernels, no access to a range being copied).
-add_test(NAME e2e_staged_ring
-         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_staged_ring.sh
-                 $<TARGET_FILE:weftd_standin> $<TARGET_FILE:weftctl>)
-set_tests_properties(e2e_staged_ring PROPERTIES TIMEOUT 180
-                     ENVIRONMENT "WEFT_CPU_MEMORY=268435456")
