@@ -57,7 +57,6 @@ struct wf_comm_req {
     size_t bytes;                    /* size of the message */
     int peer;                        /* isend: the destination (deferred post) */
     wf_xfer_t *x;                    /* isend: its d2h; irecv: the mark at post */
-    int deferred;                    /* isend: inner isend not posted yet */
     wf_status_t st;                  /* a failure before the inner request existed */
 };
 
@@ -339,7 +338,6 @@ static void progress(staged_comm_t *sc)
         if (!sc->pend_head)
             sc->pend_tail = NULL;
         r->pend = NULL;
-        r->deferred = 0;
         wf_status_t st = sc->ops->xfer_wait(sc->ctx, r->x);
         r->x = NULL;
         if (st != WF_OK)
@@ -607,7 +605,6 @@ static wf_status_t post_req(staged_comm_t *sc, const void *dev_src,
             req_free(sc, r);
             return fail(sc, st);
         }
-        r->deferred = 1;
         if (sc->pend_tail)
             sc->pend_tail->pend = r;
         else
