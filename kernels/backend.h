@@ -46,6 +46,8 @@ extern "C" {
 #endif
 
 typedef struct wf_backend_ctx wf_backend_ctx_t;
+/* A ticket of a transfer on the context's second stream (xfer_* below). */
+typedef struct wf_xfer wf_xfer_t;
 
 /* One attention call: a contiguous range of query heads of one job. */
 typedef struct wf_attn_params {
@@ -368,6 +370,49 @@ typedef struct wf_backend_ops {
      * still work, slower): it returns WF_E_UNAVAILABLE then. */
     wf_status_t (*host_register)(void *ptr, size_t bytes);
     void (*host_unregister)(void *ptr);
+
+    /* ---- transfers on a second stream (optional: all four or none) ----
+     *
+     * A device context may own a transfer stream beside its main stream
+     * (the one every op above runs on), so that a copy runs while kernels
+     * run: comm_staged.h moves ring exchanges that way. A transfer is
+     * ordered AFTER a point of the main stream (an event recorded there)
+     * and before nothing: later main-stream work does not wait for it, so
+     * the host waits for its ticket (xfer_wait) before it reads or reuses
+     * the host buffer, or queues main-stream work that touches the device
+     * range. Transfers of one context run in the order they were queued.
+     * A ticket (wf_xfer_t) comes from a small pool of the context (nothing
+     * is allocated per call once the pool holds as many as are live at
+     * once) and is released exactly once: by xfer_wait, or by being passed
+     * as `after`. Host memory should be pinned (host_register) for the
+     * copies to overlap at all; any host memory works. NULL for the CPU
+     * backend; the CUDA backend: a non-blocking stream and a pool of
+     * events per context, made at first use. */
+
+    /* (optional) A mark: a ticket that completes when everything queued
+     * on the main stream so far has completed (the order point of a later
+     * transfer, e.g. "after the kernels that still read this buffer"). */
+    wf_status_t (*xfer_mark)(wf_backend_ctx_t *ctx, wf_xfer_t **ret_t);
+
+    /* (optional) Copy `bytes` device -> host (xfer_d2h: src device, dst
+     * host) or host -> device (xfer_h2d) on the transfer stream, after
+     * `after` (a mark; taken over: released here whatever the outcome) or,
+     * when after is NULL, after everything queued on the main stream so
+     * far; *ret_t its ticket (also for bytes == 0). The host buffer is
+     * borrowed until xfer_wait returns: xfer_d2h writes it, xfer_h2d reads
+     * it, at any time before. WF_E_BAD_ARGUMENT (NULL pointers with bytes
+     * > 0, a range the backend refuses), WF_E_INTERNAL (the queueing
+     * failed), WF_E_NO_MEMORY (a new ticket); nothing is queued then. */
+    wf_status_t (*xfer_d2h)(wf_backend_ctx_t *ctx, void *dst, const void *src,
+                            size_t bytes, wf_xfer_t *after, wf_xfer_t **ret_t);
+    wf_status_t (*xfer_h2d)(wf_backend_ctx_t *ctx, void *dst, const void *src,
+                            size_t bytes, wf_xfer_t *after, wf_xfer_t **ret_t);
+
+    /* (optional) Block the host until t's work is complete, then release
+     * t (also on error). WF_E_INTERNAL when the copy failed (for a mark:
+     * the main-stream work it waited for). Accepts NULL (WF_OK). There is
+     * no device-side wait: a caller that waited here may queue anything. */
+    wf_status_t (*xfer_wait)(wf_backend_ctx_t *ctx, wf_xfer_t *t);
 } wf_backend_ops_t;
 
 /* The CPU reference backend (OpenBLAS). Always available. Its ctx_new

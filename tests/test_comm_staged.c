@@ -11,6 +11,13 @@
  * controls: device pointers handed to the raw host comm give wrong data.
  * The stand-in's own device ops (attention on a head range, lse_merge,
  * convert, fill_f32) are checked once against the CPU backend.
+ * Overlap (the stand-in's transfer stream: a thread that copies after a
+ * random delay and refuses kernels on a range still being copied): a
+ * ring of alltoall steps with a kernel between post and wait, send order
+ * with wf_comm_test polling, every op above in three modes (overlapped,
+ * WF_COMM_STAGED_SYNC, a backend without xfer_*), abort while an isend is
+ * deferred, a failing transfer and an isend of a host pointer aborting
+ * the peers, and the stand-in's transfer checks themselves.
  * Rank threads count their own failures; main() CHECKs the sums. */
 #include "comm/comm.h"
 #include "comm/comm_host.h"
@@ -21,6 +28,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +103,7 @@ typedef struct rk {
     wf_backend_ctx_t *ctx;       /* this rank's context */
     int me, n;                   /* rank, world size */
     int fails;                   /* failed expectations */
+    uint64_t overlaps;           /* the stand-in's xfer_overlaps at the end */
 } rk_t;
 
 /* A device buffer of `bytes` holding host's bytes (or SENT when host is
@@ -228,6 +237,97 @@ static void t_async(rk_t *r, int it)
     got = dget(r, self, bytes);
     EXPECT(r, memcmp(got, src, bytes) == 0);
     free(got);
+    op_done(r);
+}
+
+/* cp_attention's ring with alltoall rotation, 3 rounds of n steps: post
+ * the irecv of the next holding (from me + 1) and the isend of the
+ * current one (to me - 1), run a kernel that reads the current holding
+ * (the stand-in's add into an accumulator) between the posts and the
+ * waits, wait both, swap. Holdings of uneven sizes (rank j: 256 + 61 j
+ * floats of small integers, so the f32 sums are exact): acc[k] = 3 *
+ * sum over j with k < n_j of v(j, k). On the overlapped path the stand-in
+ * refuses the kernel if the copy into a holding is still pending. */
+#define RING_ROUNDS 3
+static size_t ring_n(int j) { return 256 + 61 * (size_t)j; }
+static float ring_v(int j, size_t k) { return (float)(j * 1000 + (int)(k % 97)); }
+
+static void t_ring_steps(rk_t *r)
+{
+    int me = r->me, n = r->n, next = (me + 1) % n, prev = (me - 1 + n) % n;
+    size_t maxn = ring_n(n - 1);
+    float *own = malloc(maxn * sizeof *own), *zero = calloc(maxn, sizeof *zero);
+    for (size_t k = 0; k < ring_n(me); k++)
+        own[k] = ring_v(me, k);
+    float *cur = dput(r, own, maxn * sizeof *own);
+    float *nxt = dput(r, NULL, maxn * sizeof *own);
+    float *acc = dput(r, zero, maxn * sizeof *own);
+    for (int i = 0; i < RING_ROUNDS * n; i++) {
+        int src = (me + i) % n, nsrc = (src + 1) % n;
+        wf_comm_req_t *rq = NULL, *sq = NULL;
+        EXPECT_OK(r, wf_comm_irecv(r->c, nxt, ring_n(nsrc) * sizeof(float), next, &rq));
+        EXPECT_OK(r, wf_comm_isend(r->c, cur, ring_n(src) * sizeof(float), prev, &sq));
+        EXPECT_OK(r, r->ops->add(r->ctx, acc, cur, (int64_t)ring_n(src)));
+        EXPECT_OK(r, wf_comm_wait(r->c, &rq));
+        EXPECT_OK(r, wf_comm_wait(r->c, &sq));
+        float *t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    float *got = (float *)(void *)dget(r, acc, maxn * sizeof *acc);
+    int bad = 0;
+    for (size_t k = 0; k < maxn; k++) {
+        float e = 0;
+        for (int j = 0; j < n; j++)
+            if (k < ring_n(j))
+                e += ring_v(j, k);
+        bad += got[k] != RING_ROUNDS * e;
+    }
+    EXPECT(r, bad == 0);
+    free(got);
+    free(own);
+    free(zero);
+    op_done(r);
+}
+
+/* Order: K isends to the next rank back to back (deferred together on the
+ * overlapped path), sizes with a zero; the previous rank's K irecvs
+ * completed with wf_comm_test polling, in order; the sends waited for in
+ * reverse. Message j must land in receive j. */
+#define ORDER_K 5
+static void t_order(rk_t *r, int it)
+{
+    int me = r->me, n = r->n, next = (me + 1) % n, prev = (me - 1 + n) % n;
+    wf_comm_req_t *sq[ORDER_K], *rq[ORDER_K];
+    void *ds[ORDER_K], *dr[ORDER_K];
+    size_t sz[ORDER_K];
+    for (int j = 0; j < ORDER_K; j++) {
+        sz[j] = j == 2 ? 0 : 50 + (size_t)(j * 37 + it);
+        uint8_t src[256];
+        for (size_t k = 0; k < sz[j]; k++)
+            src[k] = pat(me, j, it, k);
+        ds[j] = dput(r, src, sz[j]);
+        dr[j] = dput(r, NULL, sz[j]);
+    }
+    for (int j = 0; j < ORDER_K; j++)
+        EXPECT_OK(r, wf_comm_irecv(r->c, dr[j], sz[j], prev, &rq[j]));
+    for (int j = 0; j < ORDER_K; j++)
+        EXPECT_OK(r, wf_comm_isend(r->c, ds[j], sz[j], next, &sq[j]));
+    for (int j = 0; j < ORDER_K; j++) {
+        int done = 0;
+        double t0 = now_s();
+        while (!done && now_s() - t0 < 10.0)
+            EXPECT_OK(r, wf_comm_test(r->c, &rq[j], &done));
+        EXPECT(r, done && rq[j] == NULL);
+    }
+    for (int j = ORDER_K - 1; j >= 0; j--)
+        EXPECT_OK(r, wf_comm_wait(r->c, &sq[j]));
+    for (int j = 0; j < ORDER_K; j++) {
+        uint8_t *got = dget(r, dr[j], sz[j]);
+        for (size_t k = 0; k < sz[j]; k++)
+            EXPECT(r, got[k] == pat(prev, j, it, k));
+        free(got);
+    }
     op_done(r);
 }
 
@@ -548,14 +648,45 @@ static void t_negative(rk_t *r)
     op_done(r);
 }
 
+/* How the rank threads wrap their world (main() runs each). */
+typedef enum stage_mode {
+    MODE_OVERLAP = 0, /* the stand-in with its transfer stream: overlapped */
+    MODE_SYNC_FLAG,   /* the same, wrapped WF_COMM_STAGED_SYNC */
+    MODE_NO_XFER      /* a backend without the xfer_* entries */
+} stage_mode_t;
+static stage_mode_t mode;
+static wf_backend_ops_t noxfer_ops; /* the stand-in without xfer_* */
+static wf_backend_ops_t pin_ops;    /* the stand-in with counting host_register */
+static _Atomic long pins, unpins;   /* its calls (any rank thread) */
+
+/* host_register / host_unregister that only count (the stand-in has
+ * nothing to pin): the staged comm must pin each pooled mirror once, not
+ * once per request, and unpin every one it pinned. */
+static wf_status_t count_pin(void *ptr, size_t bytes)
+{
+    if (!ptr || bytes == 0)
+        return WF_E_BAD_ARGUMENT;
+    atomic_fetch_add(&pins, 1);
+    return WF_OK;
+}
+static void count_unpin(void *ptr)
+{
+    if (ptr)
+        atomic_fetch_add(&unpins, 1);
+}
+
 static void body_every_op(rk_t *r)
 {
     EXPECT(r, strcmp(wf_comm_backend(r->c), "staged(host)") == 0);
     EXPECT(r, wf_comm_rank(r->c) == r->me && wf_comm_size(r->c) == r->n);
+    EXPECT(r, wf_comm_staged_overlaps(r->c) == (mode == MODE_OVERLAP));
+    EXPECT(r, !wf_comm_staged_overlaps(r->ref));
+    t_ring_steps(r);
     for (int it = 0; it < ITERS; it++) {
         t_ring(r, it);
         t_group(r, it);
         t_async(r, it);
+        t_order(r, it);
         EXPECT_OK(r, wf_comm_barrier(r->c));
         t_allgatherv(r, it);
         t_allgather(r, it);
@@ -570,6 +701,12 @@ static void body_every_op(rk_t *r)
     t_negative(r);
     wf_standin_counters_t k = wf_standin_counters(r->ctx);
     EXPECT(r, k.h2d > 0 && k.d2h > 0 && k.h2d_bytes > 0 && k.d2h_bytes > 0);
+    /* overlapped: isend / irecv went through the transfer stream, kernels
+     * ran while copies were pending, none touched a pending range */
+    EXPECT(r, mode == MODE_OVERLAP ? k.xfer_d2h > 0 && k.xfer_h2d > 0 && k.xfer_overlaps > 0
+                                   : k.xfer_d2h == 0 && k.xfer_h2d == 0);
+    EXPECT(r, k.xfer_conflicts == 0);
+    r->overlaps = k.xfer_overlaps;
     /* refused locally, as by every backend */
     EXPECT_OK(r, wf_comm_group_start(r->c));
     EXPECT_ST(r, wf_comm_barrier(r->c), WF_E_BAD_ARGUMENT);
@@ -581,7 +718,10 @@ static void body_every_op(rk_t *r)
 /* abort                                                                   */
 
 typedef struct abort_case {
-    int copy_fail;       /* 0: rank 0 aborts; 1: rank 0's copy fails */
+    int copy_fail;       /* 0: rank 0 aborts; 1: rank 0's copy fails; 2: rank 0
+                          * aborts while its isend is deferred (its copy held
+                          * pending); 3: the copy of rank 0's isend fails
+                          * (xfer_wait); 4: rank 0's isend of a host pointer */
     double t_abort;      /* when rank 0 aborted / started its failing op */
     double t_ret[MAXN];  /* when each rank's blocked call returned */
     wf_status_t st[MAXN]; /* what it returned */
@@ -592,6 +732,41 @@ typedef struct abort_case {
  * buffer to an all-gather, whose failing copy must abort the world. Rank
  * 1 is blocked in a receive from rank 0 (abort) or in the all-gather
  * (copy failure); the others in a receive from themselves. */
+/* Rank 0's side of abort cases 2-4 (isend of d, 4096 bytes, to rank 1);
+ * returns WF_E_ABORTED when it went as it must. */
+static wf_status_t deferred_send_fails(rk_t *r, int kind, void *d)
+{
+    wf_comm_req_t *sq = NULL;
+    if (kind == 2) {
+        /* the copy held pending: the isend is deferred; abort, let the
+         * copy run; with an even world the wait sees WF_E_ABORTED, with an
+         * odd one the request is left to wf_comm_destroy (which must wait
+         * for the copy before it frees the mirror: ASan) */
+        wf_standin_xfer_hold(r->ctx, true);
+        EXPECT_OK(r, wf_comm_isend(r->c, d, 4096, 1, &sq));
+        wf_comm_abort(r->c);
+        wf_standin_xfer_hold(r->ctx, false);
+        wf_comm_req_t *late = NULL;
+        EXPECT_ST(r, wf_comm_isend(r->c, d, 16, 1, &late), WF_E_ABORTED);
+        EXPECT(r, late == NULL);
+        if (r->n % 2 == 0) {
+            EXPECT_ST(r, wf_comm_wait(r->c, &sq), WF_E_ABORTED);
+            EXPECT(r, sq == NULL);
+        }
+    } else if (kind == 3) {
+        /* the copy into the mirror fails: the wait says so and the world
+         * is aborted for the peers */
+        wf_standin_xfer_fail(r->ctx, 1);
+        EXPECT_OK(r, wf_comm_isend(r->c, d, 4096, 1, &sq));
+        EXPECT_ST(r, wf_comm_wait(r->c, &sq), WF_E_INTERNAL);
+    } else {
+        uint8_t host[64] = {0};
+        EXPECT_ST(r, wf_comm_isend(r->c, host, sizeof host, 1, &sq), WF_E_BAD_ARGUMENT);
+        EXPECT(r, sq == NULL);
+    }
+    return WF_E_ABORTED;
+}
+
 static void body_abort(rk_t *r, abort_case_t *ac)
 {
     int me = r->me;
@@ -601,7 +776,9 @@ static void body_abort(rk_t *r, abort_case_t *ac)
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
         ac->t_abort = now_s();
-        if (ac->copy_fail) {
+        if (ac->copy_fail >= 2) {
+            st = deferred_send_fails(r, ac->copy_fail, d);
+        } else if (ac->copy_fail) {
             uint8_t host[64] = {0};
             st = wf_comm_allgather(r->c, host, d, sizeof host);
             EXPECT_ST(r, st, WF_E_BAD_ARGUMENT);
@@ -610,6 +787,11 @@ static void body_abort(rk_t *r, abort_case_t *ac)
             wf_comm_abort(r->c);
             st = WF_E_ABORTED;
         }
+    } else if (me == 1 && ac->copy_fail >= 2) {
+        wf_comm_req_t *rq = NULL;
+        st = wf_comm_irecv(r->c, d, 4096, 0, &rq);
+        if (st == WF_OK)
+            st = wf_comm_wait(r->c, &rq);
     } else if (me == 1) {
         st = ac->copy_fail ? wf_comm_allgather(r->c, d, (char *)d + 64, 64)
                            : wf_comm_recv(r->c, d, 4096, 0);
@@ -649,12 +831,15 @@ static void *rank_main(void *p)
     rank_thread_t *t = p;
     rk_t *r = &t->r;
     wf_comm_t *inner = NULL;
-    r->ops = wf_standin_dev_backend();
+    r->ops = mode == MODE_NO_XFER ? &noxfer_ops
+             : mode == MODE_OVERLAP ? &pin_ops : wf_standin_dev_backend();
     EXPECT_OK(r, r->ops->ctx_new(r->me, ARENA, &r->ctx));
     EXPECT_OK(r, wf_comm_host_init(t->run->wa, r->me, &inner));
     EXPECT_OK(r, wf_comm_host_init(t->run->wb, r->me, &r->ref));
     if (r->ctx && inner && r->ref) {
-        EXPECT_OK(r, wf_comm_staged_wrap(inner, r->ops, r->ctx, &r->c));
+        EXPECT_OK(r, wf_comm_staged_wrap_ex(inner, r->ops, r->ctx,
+                                            mode == MODE_SYNC_FLAG ? WF_COMM_STAGED_SYNC : 0,
+                                            &r->c));
         if (r->c) {
             if (t->run->ac)
                 body_abort(r, t->run->ac);
@@ -671,6 +856,8 @@ static void *rank_main(void *p)
     r->ops->ctx_destroy(&r->ctx);
     return NULL;
 }
+
+static uint64_t world_overlaps; /* the ranks' xfer_overlaps, summed by run_world */
 
 /* Run n ranks; returns their failed expectations. */
 static int run_world(int n, abort_case_t *ac)
@@ -699,6 +886,7 @@ static int run_world(int n, abort_case_t *ac)
     for (int i = 0; i < started; i++) {
         pthread_join(t[i].tid, NULL);
         fails += t[i].r.fails;
+        world_overlaps += t[i].r.overlaps;
     }
     free(t);
     wf_comm_host_world_unref(&run.wa);
@@ -713,8 +901,7 @@ static void check_abort(int n, int copy_fail)
     memset(&ac, 0, sizeof ac);
     ac.copy_fail = copy_fail;
     int f = run_world(n, &ac);
-    CHECK(f == 0, "abort (%s), %d ranks: %d failed expectations",
-          copy_fail ? "copy failure" : "wf_comm_abort", n, f);
+    CHECK(f == 0, "abort (case %d), %d ranks: %d failed expectations", copy_fail, n, f);
     double worst = 0;
     for (int i = 0; i < n; i++) {
         CHECK(ac.st[i] == WF_E_ABORTED, "abort: rank %d returned %d", i,
@@ -723,10 +910,98 @@ static void check_abort(int n, int copy_fail)
         worst = dt > worst ? dt : worst;
     }
     CHECK(worst < 1.0, "abort: a rank took %.3f s to return", worst);
-    printf("  %s, %d ranks: every rank WF_E_ABORTED, slowest %.2f ms\n",
-           copy_fail ? "failing device copy aborts the peers"
-                     : "abort while a rank is blocked in recv",
+    static const char *what[] = {
+        "abort while a rank is blocked in recv", "failing device copy aborts the peers",
+        "abort while an isend is deferred", "failing transfer of an isend aborts the peers",
+        "isend of a host pointer aborts the peers"};
+    printf("  %s, %d ranks: every rank WF_E_ABORTED, slowest %.2f ms\n", what[copy_fail],
            n, worst * 1e3);
+}
+
+/* The stand-in's transfer stream itself: the ordering mistakes it must
+ * catch (a kernel or copy on the range of a pending h2d, a host buffer of
+ * a pending d2h read early, a dev_reset with a transfer pending), marks,
+ * `after` released on a refusal, an injected failure. The queue is held
+ * where a transfer must stay pending for sure. */
+static void check_xfer_standin(void)
+{
+    const wf_backend_ops_t *ops = wf_standin_dev_backend();
+    wf_backend_ctx_t *ctx = NULL;
+    if (ops->ctx_new(0, 1 << 20, &ctx) != WF_OK) {
+        CHECK(0, "ctx_new");
+        return;
+    }
+    float a[64], b[64], h[64];
+    for (int i = 0; i < 64; i++) {
+        a[i] = (float)i;
+        b[i] = (float)(2 * i);
+    }
+    void *da = NULL, *db = NULL;
+    CHECK(ops->dev_alloc(ctx, sizeof a, &da) == WF_OK &&
+              ops->dev_alloc(ctx, sizeof b, &db) == WF_OK,
+          "dev_alloc");
+    CHECK(ops->copy_h2d(ctx, db, b, sizeof b) == WF_OK, "copy_h2d");
+    wf_xfer_t *t = NULL, *m = NULL;
+    /* an h2d held pending: every main-stream access to its range refused */
+    wf_standin_xfer_hold(ctx, true);
+    CHECK(ops->xfer_h2d(ctx, da, a, sizeof a, NULL, &t) == WF_OK && t, "xfer_h2d");
+    CHECK(ops->add(ctx, (float *)da, (const float *)db, 64) == WF_E_BAD_ARGUMENT,
+          "a kernel writing a pending h2d's range is refused");
+    CHECK(ops->add(ctx, (float *)db, (const float *)da + 8, 8) == WF_E_BAD_ARGUMENT,
+          "a kernel reading a pending h2d's range is refused");
+    CHECK(ops->copy_d2h(ctx, h, (char *)da + 4, 4) == WF_E_BAD_ARGUMENT,
+          "a copy of a pending h2d's range is refused");
+    wf_standin_counters_t c = wf_standin_counters(ctx);
+    CHECK(c.xfer_conflicts == 3 && c.xfer_overlaps >= 3, "conflicts %llu overlaps %llu",
+          (unsigned long long)c.xfer_conflicts, (unsigned long long)c.xfer_overlaps);
+    CHECK(ops->add(ctx, (float *)db, (const float *)db, 64) == WF_OK,
+          "a kernel elsewhere runs meanwhile");
+    wf_standin_xfer_hold(ctx, false);
+    CHECK(ops->xfer_wait(ctx, t) == WF_OK, "xfer_wait");
+    CHECK(ops->copy_d2h(ctx, h, da, sizeof h) == WF_OK && memcmp(h, a, sizeof a) == 0,
+          "h2d data");
+    /* a d2h held pending: the host buffer is not written before the wait */
+    memset(h, 0x77, sizeof h);
+    wf_standin_xfer_hold(ctx, true);
+    CHECK(ops->xfer_mark(ctx, &m) == WF_OK && m, "xfer_mark");
+    CHECK(ops->xfer_d2h(ctx, h, da, sizeof h, m, &t) == WF_OK, "xfer_d2h after a mark");
+    CHECK(((unsigned char *)h)[0] == 0x77, "d2h host buffer untouched while pending");
+    CHECK(ops->add(ctx, (float *)db, (const float *)da, 64) == WF_OK,
+          "a kernel reading a pending d2h's source runs");
+    wf_standin_xfer_hold(ctx, false);
+    CHECK(ops->xfer_wait(ctx, t) == WF_OK && memcmp(h, a, sizeof a) == 0, "d2h data");
+    /* refusals release `after`; an injected failure; NULL */
+    CHECK(ops->xfer_mark(ctx, &m) == WF_OK, "xfer_mark");
+    CHECK(ops->xfer_d2h(ctx, h, h, sizeof h, m, &t) == WF_E_BAD_ARGUMENT,
+          "xfer_d2h from host memory refused");
+    CHECK(ops->xfer_h2d(ctx, (char *)db + 200, a, 64, NULL, &t) == WF_E_BAD_ARGUMENT,
+          "xfer_h2d past the allocation refused");
+    wf_standin_xfer_fail(ctx, 2);
+    wf_xfer_t *t1 = NULL, *t2 = NULL;
+    CHECK(ops->xfer_d2h(ctx, h, da, 16, NULL, &t1) == WF_OK &&
+              ops->xfer_d2h(ctx, h + 8, da, 16, NULL, &t2) == WF_OK,
+          "two transfers");
+    CHECK(ops->xfer_wait(ctx, t1) == WF_OK, "the first is fine");
+    CHECK(ops->xfer_wait(ctx, t2) == WF_E_INTERNAL, "the second fails at its wait");
+    CHECK(ops->xfer_wait(ctx, NULL) == WF_OK, "xfer_wait(NULL)");
+    /* dev_reset with a transfer pending: counted (and waited for) */
+    wf_standin_counters_t c0 = wf_standin_counters(ctx);
+    wf_standin_xfer_hold(ctx, true);
+    CHECK(ops->xfer_h2d(ctx, da, a, sizeof a, NULL, &t) == WF_OK, "xfer_h2d");
+    ops->dev_reset(ctx); /* releases the hold, waits */
+    c = wf_standin_counters(ctx);
+    CHECK(c.xfer_conflicts == c0.xfer_conflicts + 1, "dev_reset with a pending transfer counted");
+    CHECK(ops->xfer_wait(ctx, t) == WF_OK, "xfer_wait after dev_reset");
+    CHECK(c.xfer_d2h == 3 && c.xfer_h2d == 2, "transfers counted: %llu d2h %llu h2d",
+          (unsigned long long)c.xfer_d2h, (unsigned long long)c.xfer_h2d);
+    /* a pending transfer at ctx_destroy: waited for there */
+    CHECK(ops->dev_alloc(ctx, sizeof a, &da) == WF_OK, "dev_alloc");
+    wf_standin_xfer_hold(ctx, true);
+    CHECK(ops->xfer_h2d(ctx, da, a, sizeof a, NULL, &t) == WF_OK, "xfer_h2d at the end");
+    ops->ctx_destroy(&ctx);
+    CHECK(ctx == NULL, "ctx_destroy");
+    printf("  stand-in transfer stream: pending ranges refused, early reads stale, "
+           "failures at the wait\n");
 }
 
 /* wf_comm_staged_wrap's refusals (inner is destroyed each time). */
@@ -751,6 +1026,11 @@ static void check_bad_arguments(void)
     CHECK(wf_comm_host_init(w, 0, &inner) == WF_OK, "host_init");
     CHECK(wf_comm_staged_wrap(inner, NULL, ctx, &c) == WF_E_BAD_ARGUMENT,
           "wrap(NULL ops)");
+    wf_comm_host_world_unref(&w);
+    CHECK(wf_comm_host_world_new(1, &w) == WF_OK, "world_new");
+    CHECK(wf_comm_host_init(w, 0, &inner) == WF_OK, "host_init");
+    CHECK(wf_comm_staged_wrap_ex(inner, ops, ctx, 2u, &c) == WF_E_BAD_ARGUMENT,
+          "unknown flag");
     wf_comm_host_world_unref(&w);
     CHECK(wf_comm_host_world_new(1, &w) == WF_OK, "world_new");
     CHECK(wf_comm_host_init(w, 0, &inner) == WF_OK, "host_init");
@@ -901,19 +1181,42 @@ int main(void)
 {
     double t0 = now_s();
     check_standin();
+    check_xfer_standin();
     check_bad_arguments();
-    for (int n = 2; n <= 4; n++) {
-        double ts = now_s();
-        int f = run_world(n, NULL);
-        CHECK(f == 0, "every op, %d ranks: %d failed expectations", n, f);
-        printf("  every op x %d iterations on device buffers, %d ranks: %s "
-               "(%.2f s)\n",
-               ITERS, n, f ? "FAIL" : "ok", now_s() - ts);
+    noxfer_ops = *wf_standin_dev_backend();
+    noxfer_ops.xfer_mark = NULL;
+    noxfer_ops.xfer_d2h = NULL;
+    noxfer_ops.xfer_h2d = NULL;
+    noxfer_ops.xfer_wait = NULL;
+    pin_ops = *wf_standin_dev_backend();
+    pin_ops.host_register = count_pin;
+    pin_ops.host_unregister = count_unpin;
+    static const char *mode_name[] = {"overlapped", "WF_COMM_STAGED_SYNC",
+                                      "backend without xfer_*"};
+    for (int m = MODE_OVERLAP; m <= MODE_NO_XFER; m++) {
+        mode = (stage_mode_t)m;
+        for (int n = 2; n <= 4; n++) {
+            double ts = now_s();
+            world_overlaps = 0;
+            int f = run_world(n, NULL);
+            CHECK(f == 0, "every op (%s), %d ranks: %d failed expectations", mode_name[m],
+                  n, f);
+            printf("  every op x %d iterations + ring of %d steps on device buffers, "
+                   "%d ranks, %s: %s, %llu kernel accesses during transfers (%.2f s)\n",
+                   ITERS, RING_ROUNDS * n, n, mode_name[m], f ? "FAIL" : "ok",
+                   (unsigned long long)world_overlaps, now_s() - ts);
+        }
     }
-    for (int n = 2; n <= 4; n++) {
-        check_abort(n, 0);
-        check_abort(n, 1);
-    }
+    /* the overlapped runs (9 ranks in all, each some 400 isend / irecv):
+     * a handful of mirrors pinned per handle, every one unpinned */
+    long np = atomic_load(&pins), nu = atomic_load(&unpins);
+    CHECK(np > 0 && np == nu && np <= 9 * 24, "mirrors pinned %ld, unpinned %ld", np, nu);
+    printf("  request mirrors pinned once each: %ld host_register calls for 9 ranks, "
+           "%ld unregistered\n", np, nu);
+    mode = MODE_OVERLAP;
+    for (int n = 2; n <= 4; n++)
+        for (int k = 0; k <= 4; k++)
+            check_abort(n, k);
     printf("test_comm_staged: %d passed, %d failed (%.2f s)\n", passed, failed,
            now_s() - t0);
     return failed ? 1 : 0;

@@ -24,6 +24,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,10 @@ typedef struct trank {
 } trank_t;
 
 #define GUARD 256
+
+/* The stand-in's transfer counters, summed over the device-mode ranks
+ * (test_device, test_device_ring). */
+static _Atomic uint64_t dev_xfers, dev_overlaps, dev_conflicts;
 
 /* The backend of the case being run (the CPU one, or the stand-in device). */
 static const wf_backend_ops_t *case_ops;
@@ -227,6 +232,14 @@ static void *rank_main(void *arg)
         t->guard_ok &= ws[i] == 0xa5;
     free(ws);
 out:
+    if (t->d->dev && ctx) {
+        /* before the handles go: a staged handle still holding a transfer
+         * would show as a conflict */
+        wf_standin_counters_t k = wf_standin_counters(ctx);
+        atomic_fetch_add(&dev_xfers, k.xfer_d2h + k.xfer_h2d);
+        atomic_fetch_add(&dev_overlaps, k.xfer_overlaps);
+        atomic_fetch_add(&dev_conflicts, k.xfer_conflicts);
+    }
     ops->ctx_destroy(&ctx);
     wf_comm_destroy(&uly);
     wf_comm_destroy(&ring);
@@ -602,7 +615,56 @@ static void test_device(bool quick)
     no_rows.copy_rows = NULL;
     CHECK(wf_cp_attention_workspace_dev(&j, 1, 1, &no_rows, &db, &hb) == WF_E_BAD_ARGUMENT,
           "device mode in local mode without copy_rows");
+    CHECK(atomic_load(&dev_conflicts) == 0, "device mode: accesses to a range being copied");
     printf("device mode (stand-in device, staged host comm): %d cases\n", n);
+}
+
+/* The ring with alltoall rotation in device mode, where the staged comm
+ * overlaps each step's copies with its kernels (comm_staged.h; the
+ * stand-in's transfer thread delays every copy and refuses a kernel on a
+ * range still being copied): R = 2, 3, 4, causal with and without load
+ * balance, even and uneven sequences, GQA, against the fp64 reference.
+ * The transfers must have run while kernels ran, and never under one. */
+static void test_device_ring(bool quick)
+{
+    const wf_backend_ops_t *ops = wf_standin_dev_backend();
+    case_ops = ops;
+    dev_mode = true;
+    atomic_store(&dev_xfers, 0);
+    atomic_store(&dev_overlaps, 0);
+    atomic_store(&dev_conflicts, 0);
+    int n = 0;
+    for (int R = 2; R <= 4; R++)
+        for (int v = 0; v < (quick ? 2 : 4); v++) {
+            bool uneven = v & 1;
+            tcase_t c = {.R = R, .U = 1, .T = 1, .B = 2,
+                         .Sq = uneven ? 47 + 16 * R : 16 * R * 2,
+                         .Skv = uneven ? 47 + 16 * R : 16 * R * 2, .Hq = 4,
+                         .Hkv = v < 2 ? 2 : 4, .D = 16, .causal = true, .lb = v < 2,
+                         .rot = WF_CP_ROTATE_ALLTOALL, .fp32 = v != 2,
+                         .in = v == 3 ? WF_DTYPE_F32 : WF_DTYPE_BF16,
+                         .out = v == 3 ? WF_DTYPE_F32 : WF_DTYPE_BF16,
+                         .ring_any = true, .uly_any = true, .lse = true};
+            run_case(&c, -1);
+            n++;
+        }
+    /* R = 3 with U = 2 (the ring group a split of the world) */
+    tcase_t u = {.R = 3, .U = 2, .T = 1, .B = 1, .Sq = 61, .Skv = 61, .Hq = 4, .Hkv = 2,
+                 .D = 16, .causal = true, .lb = true, .rot = WF_CP_ROTATE_ALLTOALL,
+                 .fp32 = true, .in = WF_DTYPE_F16, .out = WF_DTYPE_F16, .ring_any = true,
+                 .uly_any = true, .lse = true};
+    run_case(&u, -1);
+    n++;
+    case_ops = NULL;
+    dev_mode = false;
+    uint64_t x = atomic_load(&dev_xfers), o = atomic_load(&dev_overlaps),
+             k = atomic_load(&dev_conflicts);
+    CHECK(x > 0 && o > 0, "device ring: %llu transfers, %llu kernel accesses during them",
+          (unsigned long long)x, (unsigned long long)o);
+    CHECK(k == 0, "device ring: %llu accesses to a range being copied", (unsigned long long)k);
+    printf("device ring, alltoall rotation, overlapped staging: %d cases, %llu transfers, "
+           "%llu device accesses while one was pending, %llu conflicts\n",
+           n, (unsigned long long)x, (unsigned long long)o, (unsigned long long)k);
 }
 
 /* ---- local mode ------------------------------------------------------------------ */
@@ -929,6 +991,7 @@ int main(void)
     test_workspace_sizes();
     test_slices();
     test_device(quick);
+    test_device_ring(quick);
     test_error_aborts();
     test_local(quick);
     test_long(quick);

@@ -34,6 +34,11 @@
  * bias and GELU as cuBLASLt epilogue; SiLU (and whatever the epilogue
  * could not take) is one bias_act kernel after.
  *
+ * Transfers (xfer_*): a second non-blocking stream per context, made at
+ * the first call, ordered after the main stream by events from a pool
+ * (see the section near the end); the staged comm's ring exchanges run
+ * there beside the kernels.
+ *
  * Not here: logging (backends return statuses), staging policy (the
  * daemon decides what to copy when).
  */
@@ -46,6 +51,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct wf_cuda_xfer; /* the transfer stream and its tickets (xfer_* below) */
+
 struct wf_backend_ctx {
     int device;               /* CUDA device index */
     cudaStream_t stream;      /* the worker's stream (non-blocking) */
@@ -56,6 +63,7 @@ struct wf_backend_ctx {
     wf_cuda_lt_t *lt;         /* cuBLASLt handle, workspace, descriptor cache */
     int fuse_gelu;            /* 1: GELU in the cuBLASLt epilogue (WEFT_CUDA_GELU=kernel: 0) */
     int fp8;                  /* 1: the fp8 kernel runs here (attention_fp8_ok) */
+    wf_cuda_xfer *xfer;       /* transfer stream, made at the first xfer_* call */
 };
 
 namespace {
@@ -155,6 +163,8 @@ fail:
     return st;
 }
 
+void xfer_destroy(wf_backend_ctx_t *c);
+
 void ctx_destroy(wf_backend_ctx_t **pc)
 {
     if (!pc || !*pc)
@@ -165,6 +175,7 @@ void ctx_destroy(wf_backend_ctx_t **pc)
     cudaSetDevice(c->device);
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    xfer_destroy(c);
     if (c->arena_base)
         cudaFree(c->arena_base);
     wf_cuda_lt_destroy(&c->lt);
@@ -600,6 +611,198 @@ void host_unregister(void *ptr)
         (void)cudaGetLastError();
 }
 
+/* ---- transfers on a second stream (backend.h xfer_*) ----------------
+ *
+ * One non-blocking stream per context beside the main one, made at the
+ * first call, and a pool of tickets: each ticket is an event (timing
+ * off) recorded where its work ends; released tickets are kept on a free
+ * list and reused, so nothing is allocated once the pool holds as many
+ * as are live at once (a staged ring: a handful). A copy is ordered after
+ * the main stream by cudaStreamWaitEvent on the transfer stream: on a
+ * mark's event, or on `order`, recorded on the main stream at the call.
+ * Reusing an event right after a wait on it is safe: the wait binds the
+ * record made before it. Later main-stream work does not wait for the
+ * transfer stream; the host does (xfer_wait), as backend.h says. */
+
+} /* namespace */
+
+struct wf_xfer {
+    wf_xfer *next;            /* the free list */
+    wf_xfer *all;             /* every ticket of the context */
+    cudaEvent_t ev;           /* recorded where the ticket's work ends */
+};
+
+struct wf_cuda_xfer {
+    cudaStream_t stream;      /* the transfer stream (non-blocking) */
+    cudaEvent_t order;        /* main-stream point of a copy without a mark */
+    wf_xfer *free_list;       /* released tickets */
+    wf_xfer *all;             /* every ticket (destroyed with the context) */
+};
+
+namespace {
+
+/* The context's transfer state, made on first use; its device current. */
+wf_status_t xfer_state(wf_backend_ctx_t *c, wf_cuda_xfer **ret_x)
+{
+    if (cudaSetDevice(c->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    if (c->xfer) {
+        *ret_x = c->xfer;
+        return WF_OK;
+    }
+    wf_cuda_xfer *x = static_cast<wf_cuda_xfer *>(calloc(1, sizeof *x));
+    if (!x)
+        return WF_E_NO_MEMORY;
+    if (cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(x);
+        return WF_E_INTERNAL;
+    }
+    if (cudaEventCreateWithFlags(&x->order, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaStreamDestroy(x->stream);
+        free(x);
+        return WF_E_INTERNAL;
+    }
+    c->xfer = *ret_x = x;
+    return WF_OK;
+}
+
+/* Teardown (ctx_destroy, main stream idle): waits for the transfer
+ * stream, destroys every ticket's event whether released or not. */
+void xfer_destroy(wf_backend_ctx_t *c)
+{
+    wf_cuda_xfer *x = c->xfer;
+    if (!x)
+        return;
+    c->xfer = nullptr;
+    cudaStreamSynchronize(x->stream);
+    while (x->all) {
+        wf_xfer *t = x->all;
+        x->all = t->all;
+        cudaEventDestroy(t->ev);
+        free(t);
+    }
+    cudaEventDestroy(x->order);
+    cudaStreamDestroy(x->stream);
+    (void)cudaGetLastError();
+    free(x);
+}
+
+/* A ticket: from the free list, or a new one (the pool grows). */
+wf_status_t xfer_take(wf_cuda_xfer *x, wf_xfer **ret_t)
+{
+    wf_xfer *t = x->free_list;
+    if (t) {
+        x->free_list = t->next;
+    } else {
+        t = static_cast<wf_xfer *>(calloc(1, sizeof *t));
+        if (!t)
+            return WF_E_NO_MEMORY;
+        if (cudaEventCreateWithFlags(&t->ev, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            free(t);
+            return WF_E_INTERNAL;
+        }
+        t->all = x->all;
+        x->all = t;
+    }
+    t->next = nullptr;
+    *ret_t = t;
+    return WF_OK;
+}
+
+void xfer_give(wf_cuda_xfer *x, wf_xfer *t)
+{
+    t->next = x->free_list;
+    x->free_list = t;
+}
+
+wf_status_t xfer_mark(wf_backend_ctx_t *c, wf_xfer_t **ret_t)
+{
+    if (!c || !ret_t)
+        return WF_E_BAD_ARGUMENT;
+    wf_cuda_xfer *x;
+    wf_xfer *t;
+    wf_status_t st = xfer_state(c, &x);
+    if (st == WF_OK)
+        st = xfer_take(x, &t);
+    if (st != WF_OK)
+        return st;
+    if (cudaEventRecord(t->ev, c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        xfer_give(x, t);
+        return WF_E_INTERNAL;
+    }
+    *ret_t = t;
+    return WF_OK;
+}
+
+/* A copy on the transfer stream after `after` (taken over) or after the
+ * main stream as it is now. */
+wf_status_t xfer_copy(wf_backend_ctx_t *c, void *dst, const void *src, size_t bytes,
+                      cudaMemcpyKind kind, wf_xfer_t *after, wf_xfer_t **ret_t)
+{
+    if (c && after && c->xfer)
+        xfer_give(c->xfer, after);
+    if (!c || !ret_t || (bytes && (!dst || !src)))
+        return WF_E_BAD_ARGUMENT;
+    wf_cuda_xfer *x;
+    wf_xfer *t;
+    wf_status_t st = xfer_state(c, &x);
+    if (st == WF_OK)
+        st = xfer_take(x, &t);
+    if (st != WF_OK)
+        return st;
+    /* `after` went back to the pool above: its last record is what the
+     * wait binds, and nothing records it again before this call ends */
+    cudaError_t e = after ? cudaSuccess : cudaEventRecord(x->order, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(x->stream, after ? after->ev : x->order, 0);
+    if (e == cudaSuccess && bytes)
+        e = cudaMemcpyAsync(dst, src, bytes, kind, x->stream);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(t->ev, x->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        xfer_give(x, t);
+        return e == cudaErrorInvalidValue ? WF_E_BAD_ARGUMENT : WF_E_INTERNAL;
+    }
+    *ret_t = t;
+    return WF_OK;
+}
+
+wf_status_t xfer_d2h(wf_backend_ctx_t *c, void *dst, const void *src, size_t bytes,
+                     wf_xfer_t *after, wf_xfer_t **ret_t)
+{
+    return xfer_copy(c, dst, src, bytes, cudaMemcpyDeviceToHost, after, ret_t);
+}
+
+wf_status_t xfer_h2d(wf_backend_ctx_t *c, void *dst, const void *src, size_t bytes,
+                     wf_xfer_t *after, wf_xfer_t **ret_t)
+{
+    return xfer_copy(c, dst, src, bytes, cudaMemcpyHostToDevice, after, ret_t);
+}
+
+wf_status_t xfer_wait(wf_backend_ctx_t *c, wf_xfer_t *t)
+{
+    if (!t)
+        return WF_OK;
+    if (!c || !c->xfer)
+        return WF_E_BAD_ARGUMENT;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess)
+        e = cudaEventSynchronize(t->ev);
+    xfer_give(c->xfer, t);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    return WF_OK;
+}
+
 wf_backend_ops_t make_ops()
 {
     wf_backend_ops_t o = {};
@@ -636,6 +839,10 @@ wf_backend_ops_t make_ops()
     o.mem_free = mem_free;
     o.host_register = host_register;
     o.host_unregister = host_unregister;
+    o.xfer_mark = xfer_mark;
+    o.xfer_d2h = xfer_d2h;
+    o.xfer_h2d = xfer_h2d;
+    o.xfer_wait = xfer_wait;
     return o;
 }
 

@@ -29,6 +29,10 @@
 #      variants' tests, compute-sanitizer and TFLOP/s beside SDPA / FA3
 #      (its own budget WEFT_ATTN_VARIANTS_S=150; WEFT_ATTN_VARIANTS=0 skips
 #      it, WEFT_ATTN_VARIANTS_ONLY=1 ends run.sh after it)         ~150 s
+#  3c. tests/gpu/staged_ring.sh (issue 17 item 3): bench_staged_ring, the
+#      ring with alltoall rotation in the mixed mode with overlapped
+#      transfers vs the synchronous staging (and NCCL where R GPUs exist);
+#      WEFT_STAGED_RING=0 skips it                                    ~30 s
 #   4. weftd on the GPU serving the repository's head-dim-64 FLUX
 #      fixtures (tests/fixtures: flux-small-d64 f32, flux-small-d64-bf16;
 #      the flux-tiny ones have head dim 12, which the CUDA attention
@@ -205,7 +209,7 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=
       -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
   tail -30 "$log"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
 grep "weft:" "$log" | tee -a "$report"
-targets=(test_cuda_host test_cuda_gpu bench_cuda_attention test_kernels weftd weftctl)
+targets=(test_cuda_host test_cuda_gpu bench_cuda_attention bench_staged_ring test_kernels weftd weftctl)
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
   grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; note "build: FAILED"; exit 1; }
 say "built in $(elapsed)"
@@ -241,6 +245,7 @@ for kern in "" wgmma-pipe mma; do
 done
 
 . "$gpu/attention_variants.sh" # issue 17: ws variants (tests, sanitizer, TFLOP/s)
+. "$gpu/staged_ring.sh" # issue 17: staged ring, overlapped vs synchronous transfers
 case $daemon_kern in wgmma) export WEFT_CUDA_ATTN= ;; wgmma-pipe) export WEFT_CUDA_ATTN=wgmma-pipe ;; *) export WEFT_CUDA_ATTN=mma ;; esac
 
 # weftd on DEVICES with extra flags; then each remaining argument is one

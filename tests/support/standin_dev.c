@@ -20,9 +20,12 @@
 #include "tensor.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define STANDIN_KEY 0xA5u
 #define STANDIN_ALIGN 256u
@@ -46,7 +49,13 @@ struct wf_backend_ctx {
     size_t resident;               /* sum of the blocks' charged bytes */
     wf_backend_ctx_t *cpu;         /* the CPU backend's context (attention, model ops) */
     wf_standin_counters_t counters; /* see standin_dev.h */
+    struct xfer_queue *xq;         /* the transfer stream, made at first use (xfer_*) */
 };
+
+static bool xfer_busy(const wf_backend_ctx_t *ctx, const void *p, size_t bytes);
+static void xfer_drain(wf_backend_ctx_t *ctx);
+static void xfer_queue_destroy(wf_backend_ctx_t *ctx);
+static void xfer_counters(const wf_backend_ctx_t *ctx, wf_standin_counters_t *c);
 
 void wf_standin_xor(void *dst, const void *src, size_t n)
 {
@@ -58,9 +67,13 @@ void wf_standin_xor(void *dst, const void *src, size_t n)
 
 wf_standin_counters_t wf_standin_counters(const wf_backend_ctx_t *ctx)
 {
-    wf_standin_counters_t none;
-    memset(&none, 0, sizeof none);
-    return ctx ? ctx->counters : none;
+    wf_standin_counters_t c;
+    memset(&c, 0, sizeof c);
+    if (ctx) {
+        c = ctx->counters;
+        xfer_counters(ctx, &c);
+    }
+    return c;
 }
 
 /* [p, p + bytes) lies in [base, base + size). */
@@ -73,8 +86,8 @@ static bool in_block(const void *base, size_t size, const void *p, size_t bytes)
 /* The start of the device memory holding [p, p + bytes) (bytes > 0): the
  * arena when the range lies in its allocated part, or the live resident
  * block that holds it; NULL when neither does. */
-static const unsigned char *segment_of(const wf_backend_ctx_t *ctx,
-                                       const void *p, size_t bytes)
+static const unsigned char *segment_raw(const wf_backend_ctx_t *ctx,
+                                        const void *p, size_t bytes)
 {
     if (in_block(ctx->arena, ctx->used, p, bytes))
         return ctx->arena;
@@ -82,6 +95,16 @@ static const unsigned char *segment_of(const wf_backend_ctx_t *ctx,
         if (in_block(ctx->blocks[i].p, ctx->blocks[i].bytes, p, bytes))
             return ctx->blocks[i].p;
     return NULL;
+}
+
+/* segment_raw, for a main-stream op: NULL also while a transfer into the
+ * range is pending on the transfer stream (a missing xfer_wait), which
+ * is counted in xfer_conflicts. */
+static const unsigned char *segment_of(const wf_backend_ctx_t *ctx,
+                                       const void *p, size_t bytes)
+{
+    const unsigned char *seg = segment_raw(ctx, p, bytes);
+    return seg && !xfer_busy(ctx, p, bytes) ? seg : NULL;
 }
 
 /* [p, p + bytes) is device memory of the context: inside the allocated
@@ -129,6 +152,7 @@ static void standin_ctx_destroy(wf_backend_ctx_t **ctx)
         return;
     wf_backend_ctx_t *x = *ctx;
     *ctx = NULL;
+    xfer_queue_destroy(x);
     wf_backend_cpu()->ctx_destroy(&x->cpu);
     for (size_t i = 0; i < x->nblocks; i++)
         free(x->blocks[i].p);
@@ -188,8 +212,10 @@ static wf_status_t standin_dev_alloc(wf_backend_ctx_t *ctx, size_t bytes,
 
 static void standin_dev_reset(wf_backend_ctx_t *ctx)
 {
-    if (ctx)
+    if (ctx) {
+        xfer_drain(ctx); /* a transfer still pending here is a caller's bug */
         ctx->used = 0;
+    }
 }
 
 /* Resident blocks: charged to the budget rounded up to STANDIN_ALIGN (as
@@ -920,6 +946,397 @@ static wf_status_t standin_copy_rows(wf_backend_ctx_t *ctx, void *dst, size_t ld
     return stage_finish(ctx, &stg, st);
 }
 
+/* ---------------------------------------------------------------------- */
+/* transfers on a second stream (backend.h xfer_*)                         */
+
+/* The stand-in's transfer stream is a real second thread, so that the
+ * ordering mistakes backend.h's contract forbids fail here instead of on
+ * a GPU: every transfer is carried out by that thread, in queue order,
+ * after a random delay of up to XFER_DELAY_US, while the main stream's
+ * ops stay synchronous on the caller's thread.
+ *   - xfer_d2h reads the device range when it is queued (everything the
+ *     main stream held is done by then: its ops are synchronous) and
+ *     writes the host buffer only later on the thread: a caller that uses
+ *     the host copy before xfer_wait reads stale bytes;
+ *   - xfer_h2d reads the host buffer and writes the device range only
+ *     later on the thread: until xfer_wait, every main-stream op touching
+ *     that range (a kernel, a copy, a model op) is refused with
+ *     WF_E_BAD_ARGUMENT and counted in xfer_conflicts, as is a dev_reset
+ *     (which then waits for the transfers); a caller that changes the
+ *     host buffer before xfer_wait sends the changed bytes.
+ * Marks complete at once (the main stream is synchronous).
+ * Thread safety: the queue, the tickets' states and the xfer counters are
+ * under the queue's mutex; the device bytes of a pending h2d are written
+ * by the thread alone (the main stream may not touch them, see above),
+ * the host bytes of a pending transfer by the thread alone unless the
+ * caller breaks the contract. */
+
+#define XFER_DELAY_US 300
+
+typedef enum { XF_MARK, XF_D2H, XF_H2D } xfer_kind_t;
+
+struct wf_xfer {
+    struct wf_xfer *next;           /* the free list, or the queue */
+    struct wf_xfer *all;            /* every ticket of the context (freed at destroy) */
+    xfer_kind_t kind;               /* what it is */
+    bool done;                      /* carried out (under the mutex) */
+    bool failed;                    /* injected failure: xfer_wait says WF_E_INTERNAL */
+    unsigned char *dev;             /* h2d: device destination (pending until done) */
+    unsigned char *host;            /* d2h: host destination; h2d: host source */
+    unsigned char *snap;            /* d2h: the device bytes, unscrambled at queue time */
+    size_t snap_cap;                /* room in snap (kept across uses) */
+    size_t bytes;                   /* size of the copy */
+};
+
+typedef struct xfer_queue {
+    pthread_mutex_t mu;             /* guards everything below */
+    pthread_cond_t cv;              /* work queued / a transfer done / stop */
+    pthread_t thread;               /* the transfer stream */
+    struct wf_xfer *head, *tail;    /* queued, not started */
+    struct wf_xfer *running;        /* taken by the thread, not done */
+    struct wf_xfer *free_list;      /* released tickets */
+    struct wf_xfer *all;            /* every ticket */
+    bool stop;                      /* ctx_destroy: the thread ends */
+    bool hold;                      /* wf_standin_xfer_hold: start nothing */
+    uint64_t rng;                   /* the thread's delays */
+    uint64_t fail_at;               /* 1-based index of the transfer to fail (0: none) */
+    uint64_t queued;                /* transfers queued so far */
+    uint64_t overlaps, conflicts;   /* see wf_standin_counters_t */
+} xfer_queue_t;
+
+/* Process-wide sums of every destroyed context's counters (weftd_standin
+ * reports them at exit). */
+static _Atomic uint64_t tot_xfers, tot_overlaps, tot_conflicts;
+
+/* [a, a + an) and [b, b + bn) meet. */
+static bool meets(const unsigned char *a, size_t an, const unsigned char *b, size_t bn)
+{
+    return an && bn && a < b + bn && b < a + an;
+}
+
+/* Called by every main-stream access (segment_of): a pending h2d into the
+ * range is a conflict; any pending transfer makes the access an overlap. */
+static bool xfer_busy(const wf_backend_ctx_t *ctx, const void *p, size_t bytes)
+{
+    xfer_queue_t *q = ctx->xq;
+    if (!q)
+        return false;
+    bool busy = false;
+    pthread_mutex_lock(&q->mu);
+    const struct wf_xfer *lists[2] = {q->running, q->head};
+    if (q->running || q->head)
+        q->overlaps++;
+    for (int l = 0; l < 2; l++)
+        for (const struct wf_xfer *t = lists[l]; t; t = l ? t->next : NULL)
+            if (t->kind == XF_H2D && meets(t->dev, t->bytes, p, bytes))
+                busy = true;
+    if (busy)
+        q->conflicts++;
+    pthread_mutex_unlock(&q->mu);
+    return busy;
+}
+
+/* The counters the transfer queue keeps (under its mutex). */
+static void xfer_counters(const wf_backend_ctx_t *ctx, wf_standin_counters_t *c)
+{
+    xfer_queue_t *q = ctx->xq;
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    c->xfer_overlaps = q->overlaps;
+    c->xfer_conflicts = q->conflicts;
+    pthread_mutex_unlock(&q->mu);
+}
+
+static void *xfer_thread(void *arg)
+{
+    xfer_queue_t *q = arg;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while ((!q->head || q->hold) && !q->stop)
+            pthread_cond_wait(&q->cv, &q->mu);
+        if (!q->head)
+            break; /* stop, and nothing left */
+        struct wf_xfer *t = q->head;
+        q->head = t->next;
+        if (!q->head)
+            q->tail = NULL;
+        t->next = NULL;
+        q->running = t;
+        q->rng ^= q->rng << 13;
+        q->rng ^= q->rng >> 7;
+        q->rng ^= q->rng << 17;
+        long us = (long)(q->rng % (XFER_DELAY_US + 1));
+        pthread_mutex_unlock(&q->mu);
+        struct timespec ts = {0, us * 1000};
+        nanosleep(&ts, NULL);
+        if (!t->failed && t->bytes) {
+            if (t->kind == XF_D2H)
+                memcpy(t->host, t->snap, t->bytes);
+            else if (t->kind == XF_H2D)
+                wf_standin_xor(t->dev, t->host, t->bytes);
+        }
+        pthread_mutex_lock(&q->mu);
+        t->done = true;
+        q->running = NULL;
+        pthread_cond_broadcast(&q->cv);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+/* The context's queue and thread, made at the first transfer. */
+static wf_status_t xfer_queue(wf_backend_ctx_t *ctx, xfer_queue_t **ret_q)
+{
+    if (ctx->xq) {
+        *ret_q = ctx->xq;
+        return WF_OK;
+    }
+    xfer_queue_t *q = calloc(1, sizeof *q);
+    if (!q)
+        return WF_E_NO_MEMORY;
+    q->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)ctx;
+    if (pthread_mutex_init(&q->mu, NULL) != 0) {
+        free(q);
+        return WF_E_INTERNAL;
+    }
+    if (pthread_cond_init(&q->cv, NULL) != 0) {
+        pthread_mutex_destroy(&q->mu);
+        free(q);
+        return WF_E_INTERNAL;
+    }
+    if (pthread_create(&q->thread, NULL, xfer_thread, q) != 0) {
+        pthread_cond_destroy(&q->cv);
+        pthread_mutex_destroy(&q->mu);
+        free(q);
+        return WF_E_INTERNAL;
+    }
+    ctx->xq = *ret_q = q;
+    return WF_OK;
+}
+
+/* Wait (mutex held) until nothing is queued or running. */
+static void xfer_idle_locked(xfer_queue_t *q)
+{
+    while (q->head || q->running)
+        pthread_cond_wait(&q->cv, &q->mu);
+}
+
+/* dev_reset: transfers must be waited for before; one still pending is
+ * counted as a conflict and waited for here. */
+static void xfer_drain(wf_backend_ctx_t *ctx)
+{
+    xfer_queue_t *q = ctx->xq;
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    if (q->head || q->running)
+        q->conflicts++;
+    q->hold = false;
+    pthread_cond_broadcast(&q->cv);
+    xfer_idle_locked(q);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static void xfer_queue_destroy(wf_backend_ctx_t *ctx)
+{
+    xfer_queue_t *q = ctx->xq;
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->hold = false;
+    pthread_cond_broadcast(&q->cv);
+    xfer_idle_locked(q);
+    q->stop = true;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->thread, NULL);
+    atomic_fetch_add(&tot_xfers, q->queued);
+    atomic_fetch_add(&tot_overlaps, q->overlaps);
+    atomic_fetch_add(&tot_conflicts, q->conflicts);
+    while (q->all) {
+        struct wf_xfer *t = q->all;
+        q->all = t->all;
+        free(t->snap);
+        free(t);
+    }
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+    ctx->xq = NULL;
+}
+
+/* A ticket from the free list (or a new one), reset; mutex not held (the
+ * free list is the caller's thread's: only xfer_wait puts tickets back). */
+static wf_status_t xfer_take(xfer_queue_t *q, xfer_kind_t kind, struct wf_xfer **ret_t)
+{
+    pthread_mutex_lock(&q->mu);
+    struct wf_xfer *t = q->free_list;
+    if (t)
+        q->free_list = t->next;
+    pthread_mutex_unlock(&q->mu);
+    if (!t) {
+        t = calloc(1, sizeof *t);
+        if (!t)
+            return WF_E_NO_MEMORY;
+        pthread_mutex_lock(&q->mu);
+        t->all = q->all;
+        q->all = t;
+        pthread_mutex_unlock(&q->mu);
+    }
+    t->next = NULL;
+    t->kind = kind;
+    t->done = kind == XF_MARK;
+    t->failed = false;
+    t->dev = t->host = NULL;
+    t->bytes = 0;
+    *ret_t = t;
+    return WF_OK;
+}
+
+static void xfer_release(xfer_queue_t *q, struct wf_xfer *t)
+{
+    pthread_mutex_lock(&q->mu);
+    t->next = q->free_list;
+    q->free_list = t;
+    pthread_mutex_unlock(&q->mu);
+}
+
+static wf_status_t standin_xfer_mark(wf_backend_ctx_t *ctx, wf_xfer_t **ret_t)
+{
+    xfer_queue_t *q;
+    if (!ctx || !ret_t)
+        return WF_E_BAD_ARGUMENT;
+    wf_status_t st = xfer_queue(ctx, &q);
+    return st == WF_OK ? xfer_take(q, XF_MARK, ret_t) : st;
+}
+
+/* Queue a d2h / h2d; `after` (a mark: complete, the main stream being
+ * synchronous) is released whatever happens. */
+static wf_status_t xfer_post(wf_backend_ctx_t *ctx, xfer_kind_t kind, void *dst,
+                             const void *src, size_t bytes, wf_xfer_t *after,
+                             wf_xfer_t **ret_t)
+{
+    if (ctx && after && ctx->xq)
+        xfer_release(ctx->xq, after);
+    const void *dev = kind == XF_D2H ? src : dst;
+    const void *host = kind == XF_D2H ? dst : src;
+    if (!ctx || !ret_t || (bytes && (!dev || !host)) ||
+        (bytes && !segment_raw(ctx, dev, bytes)))
+        return WF_E_BAD_ARGUMENT;
+    xfer_queue_t *q;
+    struct wf_xfer *t;
+    wf_status_t st = xfer_queue(ctx, &q);
+    if (st == WF_OK)
+        st = xfer_take(q, kind, &t);
+    if (st != WF_OK)
+        return st;
+    if (kind == XF_D2H && bytes > t->snap_cap) {
+        unsigned char *s = realloc(t->snap, bytes);
+        if (!s) {
+            xfer_release(q, t);
+            return WF_E_NO_MEMORY;
+        }
+        t->snap = s;
+        t->snap_cap = bytes;
+    }
+    t->bytes = bytes;
+    t->host = (unsigned char *)(uintptr_t)host;
+    t->dev = (unsigned char *)(uintptr_t)dev;
+    if (kind == XF_D2H && bytes) {
+        /* the device bytes now: the main stream's work is done (synchronous),
+         * and a pending h2d of this queue into the range comes first */
+        pthread_mutex_lock(&q->mu);
+        bool behind = false;
+        for (const struct wf_xfer *o = q->running; o; o = NULL)
+            behind |= o->kind == XF_H2D && meets(o->dev, o->bytes, t->dev, bytes);
+        for (const struct wf_xfer *o = q->head; o; o = o->next)
+            behind |= o->kind == XF_H2D && meets(o->dev, o->bytes, t->dev, bytes);
+        if (behind)
+            xfer_idle_locked(q); /* in-order stream: wait for those first */
+        pthread_mutex_unlock(&q->mu);
+        wf_standin_xor(t->snap, dev, bytes);
+    }
+    pthread_mutex_lock(&q->mu);
+    q->queued++;
+    t->failed = q->fail_at != 0 && q->queued == q->fail_at;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
+    q->tail = t;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    if (kind == XF_D2H) {
+        ctx->counters.xfer_d2h++;
+    } else {
+        ctx->counters.xfer_h2d++;
+    }
+    ctx->counters.xfer_bytes += bytes;
+    *ret_t = t;
+    return WF_OK;
+}
+
+static wf_status_t standin_xfer_d2h(wf_backend_ctx_t *ctx, void *dst, const void *src,
+                                    size_t bytes, wf_xfer_t *after, wf_xfer_t **ret_t)
+{
+    return xfer_post(ctx, XF_D2H, dst, src, bytes, after, ret_t);
+}
+
+static wf_status_t standin_xfer_h2d(wf_backend_ctx_t *ctx, void *dst, const void *src,
+                                    size_t bytes, wf_xfer_t *after, wf_xfer_t **ret_t)
+{
+    return xfer_post(ctx, XF_H2D, dst, src, bytes, after, ret_t);
+}
+
+static wf_status_t standin_xfer_wait(wf_backend_ctx_t *ctx, wf_xfer_t *t)
+{
+    if (!t)
+        return WF_OK;
+    if (!ctx || !ctx->xq)
+        return WF_E_BAD_ARGUMENT;
+    xfer_queue_t *q = ctx->xq;
+    pthread_mutex_lock(&q->mu);
+    while (!t->done)
+        pthread_cond_wait(&q->cv, &q->mu);
+    bool failed = t->failed;
+    t->next = q->free_list;
+    q->free_list = t;
+    pthread_mutex_unlock(&q->mu);
+    return failed ? WF_E_INTERNAL : WF_OK;
+}
+
+void wf_standin_xfer_fail(wf_backend_ctx_t *ctx, uint64_t nth)
+{
+    xfer_queue_t *q;
+    if (!ctx || nth == 0 || xfer_queue(ctx, &q) != WF_OK)
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->fail_at = q->queued + nth;
+    pthread_mutex_unlock(&q->mu);
+}
+
+void wf_standin_xfer_hold(wf_backend_ctx_t *ctx, bool hold)
+{
+    xfer_queue_t *q;
+    if (!ctx || xfer_queue(ctx, &q) != WF_OK)
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->hold = hold;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+wf_standin_totals_t wf_standin_totals(void)
+{
+    wf_standin_totals_t t = {
+        .xfers = atomic_load(&tot_xfers),
+        .overlaps = atomic_load(&tot_overlaps),
+        .conflicts = atomic_load(&tot_conflicts),
+    };
+    return t;
+}
+
 static const wf_backend_ops_t standin_ops = {
     .name = "standin",
     .ctx_new = standin_ctx_new,
@@ -953,6 +1370,10 @@ static const wf_backend_ops_t standin_ops = {
     .mem_free = standin_mem_free,
     .host_register = NULL, /* optional for callers; nothing to pin */
     .host_unregister = NULL,
+    .xfer_mark = standin_xfer_mark,
+    .xfer_d2h = standin_xfer_d2h,
+    .xfer_h2d = standin_xfer_h2d,
+    .xfer_wait = standin_xfer_wait,
 };
 
 const wf_backend_ops_t *wf_standin_dev_backend(void)

@@ -55,11 +55,24 @@
  * synchronous; synchronize returns WF_OK. native_stream is NULL. Counters
  * (copies in each direction, bytes, kernels, resident blocks) are for
  * tests that check a path went through the copies.
- * Thread safety: one context per thread, as the daemon's workers.
+ * Transfers on a second stream (xfer_mark, xfer_d2h, xfer_h2d,
+ * xfer_wait): a real second thread per context (made at the first
+ * transfer) carries them out in queue order after a random delay of up
+ * to 0.3 ms, while the main stream's ops stay synchronous. xfer_d2h
+ * reads the device range when queued and writes the host buffer later;
+ * xfer_h2d reads the host buffer and writes the device range later. Until
+ * its xfer_wait, every main-stream op touching the range of a pending
+ * h2d is refused (WF_E_BAD_ARGUMENT) and counted in xfer_conflicts, as is
+ * a dev_reset with anything pending (which then waits): so a caller that
+ * uses a transfer's buffers before waiting for it, on either side, fails
+ * its test. Marks complete at once.
+ * Thread safety: one context per thread, as the daemon's workers (plus
+ * its own transfer thread).
  */
 #ifndef WF_TEST_STANDIN_DEV_H
 #define WF_TEST_STANDIN_DEV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,10 +92,39 @@ typedef struct wf_standin_counters {
      * attention + lse_merge + convert */
     uint64_t lse_merges, converts; /* successful lse_merge / convert calls */
     uint64_t merged_attentions;    /* successful attention calls in merge mode */
+    /* transfers on the second stream (xfer_*, see below) */
+    uint64_t xfer_d2h, xfer_h2d;   /* transfers queued */
+    uint64_t xfer_bytes;           /* their bytes */
+    uint64_t xfer_overlaps;        /* main-stream device accesses made while a
+                                    * transfer was pending (the overlap) */
+    uint64_t xfer_conflicts;       /* main-stream accesses refused because an h2d
+                                    * into the range was pending, and dev_resets
+                                    * with a transfer pending (0 in a correct
+                                    * caller) */
 } wf_standin_counters_t;
 
 /* The counters of a stand-in context (zeroed by ctx_new). */
 wf_standin_counters_t wf_standin_counters(const wf_backend_ctx_t *ctx);
+
+/* Make the nth transfer queued on ctx from now (1: the next) fail: it
+ * copies nothing and its xfer_wait returns WF_E_INTERNAL, as a failed
+ * asynchronous copy on a GPU (error-path tests). */
+void wf_standin_xfer_fail(wf_backend_ctx_t *ctx, uint64_t nth);
+
+/* Hold (true) / release (false) ctx's transfer stream: while held it
+ * starts no transfer, so a test can keep one pending for sure (an
+ * xfer_wait of a held transfer waits forever: release first; dev_reset
+ * and ctx_destroy release the hold). */
+void wf_standin_xfer_hold(wf_backend_ctx_t *ctx, bool hold);
+
+/* Sums over every stand-in context destroyed so far in the process
+ * (weftd_standin prints them at exit for the end-to-end tests). */
+typedef struct wf_standin_totals {
+    uint64_t xfers;                /* transfers queued (d2h + h2d) */
+    uint64_t overlaps;             /* xfer_overlaps */
+    uint64_t conflicts;            /* xfer_conflicts */
+} wf_standin_totals_t;
+wf_standin_totals_t wf_standin_totals(void);
 
 /* Scramble / unscramble n bytes (the same XOR), for tests that put data
  * on the "device" or read it back without a context. */

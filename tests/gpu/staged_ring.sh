@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# tests/gpu/staged_ring.sh — the ring with alltoall rotation on device
+# buffers, measured (issue 17 item 3): bench_staged_ring in the mixed mode
+# (R ranks on GPU 0 over the host comm behind comm_staged.h) with each
+# step's transfers overlapped with its kernels (the transfer stream)
+# against the synchronous staging (WF_COMM_STAGED_SYNC, the path before)
+# and the allgather rotation; over NCCL (one rank per GPU) alltoall
+# against allgather where R GPUs exist. Median, min and max of the rounds
+# and the ratios. The mixed mode's correctness on the GPU is run.sh's
+# weftd step (cuda:0,0,0,0, ring=2 ulysses=2, --rotate alltoall: PASS
+# against the fp64 check), which runs the same overlapped path.
+#
+# Sourced by tests/gpu/run.sh after attention_variants.sh (one line there),
+# so it uses run.sh's say / note / left / elapsed, $bd and $logs; alone
+# (bash tests/gpu/staged_ring.sh) it needs a build in WEFT_GPU_BUILD_DIR
+# (default build-gpu) with bench/bench_staged_ring.
+#
+# Knobs: WEFT_STAGED_RING=0 skips it; WEFT_STAGED_RING_S=45 its budget in
+# seconds; WEFT_STAGED_RING_SHAPES="R S H D causal ..." (default: R 2 and
+# 4, S 16384, H 24, D 128, causal 0 and 1).
+
+if ! declare -F say >/dev/null; then
+  cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+  start=$(date +%s)
+  budget=${WEFT_GPU_BUDGET_S:-470}
+  bd=${WEFT_GPU_BUILD_DIR:-build-gpu}
+  logs=/tmp/weft-gpu-logs
+  mkdir -p "$logs"
+  say() { echo "$*"; }
+  note() { echo "  summary: $*"; }
+  elapsed() { echo "$(( $(date +%s) - start ))s"; }
+  left() { echo $(( budget - ($(date +%s) - start) )); }
+fi
+
+sr_main() {
+  local sr_start sr_budget
+  sr_start=$(date +%s)
+  sr_budget=${WEFT_STAGED_RING_S:-45}
+  sr_left() {
+    local a=$(( sr_budget - ($(date +%s) - sr_start) )) b
+    b=$(left)
+    echo $(( a < b ? a : b ))
+  }
+  say "== staged ring: alltoall rotation, overlapped transfers vs synchronous staging ($(elapsed), ${sr_budget}s budget)"
+  if [ "${WEFT_STAGED_RING:-1}" = 0 ]; then
+    say "skipped (WEFT_STAGED_RING=0)"; note "staged ring: skipped"; return 0
+  fi
+  if [ ! -x "$bd/bench/bench_staged_ring" ]; then
+    say "skipped: no $bd/bench/bench_staged_ring"; note "staged ring: skipped (not built)"; return 0
+  fi
+  local shapes=()
+  read -ra shapes <<<"${WEFT_STAGED_RING_SHAPES:-2 16384 24 128 0 2 16384 24 128 1 4 16384 24 128 0 4 16384 24 128 1}"
+  local i R S H D c be out rc ratio
+  for ((i = 0; i + 4 < ${#shapes[@]}; i += 5)); do
+    R=${shapes[i]}; S=${shapes[i+1]}; H=${shapes[i+2]}; D=${shapes[i+3]}; c=${shapes[i+4]}
+    for be in cuda nccl; do
+      if [ "$(sr_left)" -lt 12 ]; then say "stopped before $be R=$R S=$S causal=$c ($(sr_left)s left)"; break 2; fi
+      out=$logs/staged-ring-$be-R$R-S$S-c$c.log
+      timeout $(( $(sr_left) - 5 )) "$bd"/bench/bench_staged_ring "$be" "$R" "$S" "$H" "$D" "$c" 5 \
+        > "$out" 2>&1
+      rc=$?
+      case $rc in
+        0) grep -E "^ring |^ratio" "$out" | tee -a "${report:-/dev/null}"
+           ratio=$(grep -m1 "^ratio" "$out")
+           note "staged ring $be R=$R S=$S causal=$c: $ratio" ;;
+        77) say "$be R=$R: $(tail -1 "$out")" ;;
+        *) say "$be R=$R S=$S causal=$c: exit $rc"; tail -4 "$out" | tee -a "${report:-/dev/null}"
+           note "staged ring $be R=$R S=$S causal=$c: FAILED (exit $rc)" ;;
+      esac
+    done
+  done
+  return 0
+}
+
+sr_main
