@@ -297,11 +297,49 @@ static wf_status_t standin_synchronize(wf_backend_ctx_t *ctx)
 /* attention                                                               */
 
 /* The device-side answer, as the CUDA backend's: no caller workspace (the
- * CPU attention's own is allocated per call). */
+ * CPU attention's own is allocated per call), except for fp8, where a
+ * device backend keeps its e4m3 copies there: q (B, Sq, Hq, D), k and v
+ * (B, Skv, Hkv, D) one byte each plus f32 scales per (batch, head),
+ * rounded up to 256 bytes. attention() checks that the caller passes it
+ * (device memory, aligned, clear of every operand) and fills it with
+ * junk, so a path that sizes or passes none fails in CI. SIZE_MAX on
+ * overflow. */
 static size_t standin_attention_workspace(const wf_attn_params_t *p)
 {
-    (void)p;
-    return 0;
+    if (!p || !p->fp8)
+        return 0;
+    if (p->B < 1 || p->Sq < 1 || p->Skv < 1 || p->Hq < 1 || p->Hkv < 1 || p->D < 1)
+        return 0;
+    size_t q, kv, sc, t;
+    if (!mul_ok((size_t)p->B, (size_t)p->Sq, &q) || !mul_ok(q, (size_t)p->Hq, &q) ||
+        !mul_ok(q, (size_t)p->D, &q) || !mul_ok((size_t)p->B, (size_t)p->Skv, &kv) ||
+        !mul_ok(kv, (size_t)p->Hkv, &kv) || !mul_ok(kv, (size_t)p->D * 2u, &kv) ||
+        !mul_ok((size_t)p->B, (size_t)(p->Hq + 2 * p->Hkv) * sizeof(float), &sc))
+        return SIZE_MAX;
+    t = q + kv;
+    if (t < q || t + sc < t || t + sc > SIZE_MAX - STANDIN_ALIGN)
+        return SIZE_MAX;
+    t += sc;
+    return (t + STANDIN_ALIGN - 1) / STANDIN_ALIGN * STANDIN_ALIGN;
+}
+
+static bool overlaps(const unsigned char *a, size_t an, const unsigned char *b,
+                     size_t bn);
+
+/* fp8: the caller's workspace of standin_attention_workspace(p) bytes is
+ * device memory of ctx, 64-byte aligned (backend.h) and clear of q, k,
+ * v, out and lse. */
+static bool fp8_workspace_ok(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                             const void *workspace, size_t wsb, const size_t bytes[5])
+{
+    const unsigned char *w = workspace;
+    if (wsb == SIZE_MAX || !w || (uintptr_t)w % 64u || !dev_range(ctx, w, wsb))
+        return false;
+    const void *ops[5] = {p->q, p->k, p->v, p->out, p->lse};
+    for (int i = 0; i < 5; i++)
+        if (overlaps(w, wsb, ops[i], bytes[i]))
+            return false;
+    return true;
 }
 
 /* Bytes of a (B, S, H, D) tensor of dtype dt. */
@@ -408,7 +446,6 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
                                      const wf_attn_params_t *p,
                                      void *workspace)
 {
-    (void)workspace; /* attention_workspace is 0 */
     if (!ctx || !p || !dt_valid(p->q_dtype) || !dt_valid(p->k_dtype) ||
         !dt_valid(p->v_dtype) || !dt_valid(p->out_dtype) || p->h_begin < 0 ||
         p->h_end < p->h_begin || p->h_end > p->Hq)
@@ -421,6 +458,10 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
         (p->lse && !tensor_bytes(p->B, p->Sq, p->Hq, 1, WF_DTYPE_F32, &lb)))
         return WF_E_BAD_ARGUMENT;
     if (!dev_range(ctx, p->out, ob) || !dev_range(ctx, p->lse, lb))
+        return WF_E_BAD_ARGUMENT;
+    const size_t dwsb = standin_attention_workspace(p); /* fp8 only */
+    const size_t opb[5] = {qb, kb, vb, ob, lb};
+    if (dwsb && !fp8_workspace_ok(ctx, p, workspace, dwsb, opb))
         return WF_E_BAD_ARGUMENT;
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     wf_attn_params_t hp = *p;
@@ -456,6 +497,8 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
                        dt_size(p->final_dtype));
         ctx->counters.kernels++;
         ctx->counters.merged_attentions += p->merge;
+        if (dwsb)
+            memset(workspace, 0x5A, dwsb); /* junk, as the e4m3 copies leave it */
     }
     free(fin);
     free(q);

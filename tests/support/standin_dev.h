@@ -30,7 +30,10 @@
  *
  * attention() unscrambles q / k / v into host copies, runs
  * wf_backend_cpu()'s attention (its own workspace: attention_workspace
- * answers 0, as the CUDA backend does) and scrambles out / lse back;
+ * answers 0, as the CUDA backend does, except for fp8 params, where it
+ * asks for the e4m3 copies a device keeps there, checks that the caller
+ * passes them as device memory clear of the operands and fills them with
+ * junk) and scrambles out / lse back;
  * merge mode (attention_merge_ok: the CPU backend's answer) unscrambles
  * the accumulator out / lse and final_out too, so the CPU op merges into
  * them, and scrambles all three back.
