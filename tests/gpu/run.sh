@@ -26,13 +26,17 @@
 #      conversions, NCCL worlds — for each attention kernel: wgmma (the
 #      default on Hopper), wgmma-pipe, mma (WEFT_CUDA_ATTN)          ~40 s
 #  3b. tests/gpu/attention_variants.sh (issue 17): the opt-in ws attention
-#      variants' tests, compute-sanitizer and TFLOP/s beside SDPA / FA3
-#      (its own budget WEFT_ATTN_VARIANTS_S=150; WEFT_ATTN_VARIANTS=0 skips
-#      it, WEFT_ATTN_VARIANTS_ONLY=1 ends run.sh after it)         ~150 s
+#      variants' tests (+mc included), compute-sanitizer and TFLOP/s beside
+#      SDPA / FA3 (its own budget WEFT_ATTN_VARIANTS_S=180), then the fp8
+#      path's tests, sanitizers and TFLOP/s beside SDPA bf16 / FA3 fp8
+#      (WEFT_ATTN_FP8_S=100); WEFT_ATTN_VARIANTS=0 skips it,
+#      WEFT_ATTN_VARIANTS_ONLY=1 ends run.sh after it (then steps 1-3b
+#      fit 8 minutes: ~450 s)                                       ~280 s
 #  3c. tests/gpu/staged_ring.sh (issue 17 item 3): bench_staged_ring, the
 #      ring with alltoall rotation in the mixed mode with overlapped
-#      transfers vs the synchronous staging (and NCCL where R GPUs exist);
-#      WEFT_STAGED_RING=0 skips it                                    ~30 s
+#      transfers vs the synchronous staging (and NCCL where R GPUs exist),
+#      then bench_ring_fuse cuda (the ring's merge in the kernel's
+#      epilogue vs separate passes); WEFT_STAGED_RING=0 skips it      ~45 s
 #   4. weftd on the GPU serving the repository's head-dim-64 FLUX
 #      fixtures (tests/fixtures: flux-small-d64 f32, flux-small-d64-bf16;
 #      the flux-tiny ones have head dim 12, which the CUDA attention
@@ -68,9 +72,11 @@
 #      ring=2,ulysses=2 (>= 30 s left)                               ~15 s
 #   8. test_kernels (the CPU backend with the carried OpenBLAS; CI runs it
 #      too), if >= 40 s are left; then a summary table.
-# Sum of the estimates: ~470 s without steps 6-8, which run on what the
-# benchmark leaves (a fast build leaves room for them; raise
-# WEFT_GPU_BUDGET_S towards the tool's 600 s to run everything).
+# Sum of the estimates: ~690 s without steps 6-8, more than one call: run
+# it twice, WEFT_ATTN_VARIANTS_ONLY=1 (steps 1-3b, ~450 s: issue 17's
+# figures) and then WEFT_ATTN_VARIANTS=0 (steps 1-3 and 3c-8, ~400 s; the
+# build is redone on a fresh machine); steps 6-8 run on what the benchmark
+# leaves (raise WEFT_GPU_BUDGET_S towards the tool's 600 s).
 #
 # A plumbing run without a GPU (what was checked before any H200 ran it):
 #   WEFT_GPU_BUILD_DIR=DIR   an existing build (a CPU one): no configure / build
@@ -209,7 +215,7 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=
       -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
   tail -30 "$log"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
 grep "weft:" "$log" | tee -a "$report"
-targets=(test_cuda_host test_cuda_gpu bench_cuda_attention bench_staged_ring test_kernels weftd weftctl)
+targets=(test_cuda_host test_cuda_gpu bench_cuda_attention bench_staged_ring bench_ring_fuse test_kernels weftd weftctl)
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
   grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; note "build: FAILED"; exit 1; }
 say "built in $(elapsed)"

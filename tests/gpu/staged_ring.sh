@@ -15,6 +15,10 @@
 # (bash tests/gpu/staged_ring.sh) it needs a build in WEFT_GPU_BUILD_DIR
 # (default build-gpu) with bench/bench_staged_ring.
 #
+# Then bench_ring_fuse cuda (the ring's merge in the kernel's epilogue
+# against the separate merge and conversion passes, mixed mode, S 16384,
+# H 24, D 128) when 15 s of the budget are left.
+#
 # Knobs: WEFT_STAGED_RING=0 skips it; WEFT_STAGED_RING_S=45 its budget in
 # seconds; WEFT_STAGED_RING_SHAPES="R S H D causal ..." (default: R 2 and
 # 4, S 16384, H 24, D 128, causal 0 and 1).
@@ -69,6 +73,24 @@ sr_main() {
       esac
     done
   done
+  # the ring's merge in the kernel's epilogue (issue 17 item 3, first
+  # half): fused against partial buffers + lse_merge + convert, mixed mode
+  local fo=$logs/ring-fuse-cuda.log
+  if [ ! -x "$bd/bench/bench_ring_fuse" ]; then
+    say "ring fuse: skipped (no $bd/bench/bench_ring_fuse)"
+  elif [ "$(sr_left)" -lt 15 ]; then
+    say "ring fuse: skipped ($(sr_left)s left)"; note "ring fuse: skipped (time)"
+  else
+    timeout $(( $(sr_left) - 3 )) "$bd"/bench/bench_ring_fuse cuda 16384 24 128 5 > "$fo" 2>&1
+    rc=$?
+    case $rc in
+      0) tail -6 "$fo" | tee -a "${report:-/dev/null}"
+         note "ring fuse cuda: $(grep -m1 -i "ratio\|ring R 2" "$fo" | tail -1)" ;;
+      77) say "ring fuse: $(tail -1 "$fo")" ;;
+      *) say "ring fuse: exit $rc"; tail -4 "$fo" | tee -a "${report:-/dev/null}"
+         note "ring fuse cuda: FAILED (exit $rc)" ;;
+    esac
+  fi
   return 0
 }
 
