@@ -8,7 +8,7 @@
  * LSE merge against the
  * host formula, the attention kernels' merge mode (two ring steps merged
  * in the epilogue against kernel + lse_merge + convert, every kernel
- * variant), device conversions, the model ops against the CPU
+ * variant and the fp8 kernel), device conversions, the model ops against the CPU
  * backend's same ops (linear for every weight dtype, column blocks,
  * strided rows, fused bias / GELU epilogues and the kernel fallback;
  * bias_act, act, add, modln, gate_residual, head_norm_rope, rope_table,
@@ -706,7 +706,7 @@ static double unit_of(wf_dtype_t d)
 }
 
 static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_dtype_t fdt,
-                            const char *variant)
+                            const char *variant, bool fp8)
 {
     const size_t nq = (size_t)(t->B * t->Sq * t->Hq * t->D), nl = (size_t)(t->B * t->Sq * t->Hq);
     float *hacc = malloc(nq * 4), *hl = malloc(nl * 4), *hz = calloc(nq, 4), *hinf = malloc(nl * 4);
@@ -755,14 +755,20 @@ static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_
         p.q = dq; p.k = dk[s]; p.v = dv[s];
         p.q_dtype = p.k_dtype = p.v_dtype = dt;
         p.out = dpart; p.out_dtype = WF_DTYPE_F32; p.lse = dpl;
-        CHECK(G->attention(gctx, &p, NULL) == WF_OK);
+        /* fp8: the e4m3 copies live in the workspace (the same quantized
+         * inputs for both calls, so the kernel's own rows are the same) */
+        p.fp8 = fp8;
+        void *ws = NULL;
+        size_t wsb = G->attention_workspace(&p);
+        CHECK(!wsb || G->dev_alloc(gctx, wsb, &ws) == WF_OK);
+        CHECK(G->attention(gctx, &p, ws) == WF_OK);
         /* rows outside the head range: part 0 / -inf, the merge keeps them */
         CHECK(G->lse_merge(gctx, dacc[0], dl[0], dpart, dpl, (int64_t)nl, t->D, rdt) == WF_OK);
         p.out = dacc[1]; p.lse = dl[1];
         p.merge = true; p.merge_round = rdt;
         p.final_out = s == 1 ? dfin[1] : NULL; p.final_dtype = fdt;
         CHECK(G->attention_merge_ok && G->attention_merge_ok(&p));
-        CHECK(G->attention(gctx, &p, NULL) == WF_OK);
+        CHECK(G->attention(gctx, &p, ws) == WF_OK);
     }
     CHECK(G->convert(gctx, dfin[0], fdt, dacc[0], WF_DTYPE_F32, nq) == WF_OK);
     float *a[2], *l[2], *fo[2];
@@ -805,9 +811,9 @@ static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_
         ml = e > ml ? e : ml;
         bad += !(e <= 1e-6 + 1e-6 * fabs(l[0][i]));
     }
-    printf("  merge mode [%s] B%lld Sq%lld H%lld/%lld D%lld heads[%lld,%lld) dt%d round%d "
+    printf("  merge mode [%s%s] B%lld Sq%lld H%lld/%lld D%lld heads[%lld,%lld) dt%d round%d "
            "final%d: %zu/%zu exact, max|out| diff %.2e, max|lse| diff %.2e, %zu empty rows%s\n",
-           variant, (long long)t->B, (long long)t->Sq, (long long)t->Hq, (long long)t->Hkv,
+           variant, fp8 ? " fp8" : "", (long long)t->B, (long long)t->Sq, (long long)t->Hq, (long long)t->Hkv,
            (long long)t->D, (long long)t->hb, (long long)t->he, dt, rdt, fdt, exact, nq, me, ml,
            empty, bad ? "  FAIL" : "");
     CHECK(bad == 0);
@@ -836,7 +842,13 @@ static void test_attention_merge(const char *variant)
     static const wf_dtype_t dts[] = {WF_DTYPE_BF16, WF_DTYPE_F16, WF_DTYPE_F32};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++)
-            merge_mode_case(&cases[c], dts[d], dts[(d + c) % 3], dts[(d + 1) % 3], variant);
+            merge_mode_case(&cases[c], dts[d], dts[(d + c) % 3], dts[(d + 1) % 3], variant,
+                            false);
+    /* the fp8 kernel's merge epilogue (its choice does not depend on
+     * WEFT_CUDA_ATTN: once, beside the default kernel) */
+    if (strcmp(variant, "wgmma") == 0 && G->attention_fp8_ok && G->attention_fp8_ok(0))
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            merge_mode_case(&cases[c], dts[c % 2], dts[(c + 1) % 3], dts[c % 3], variant, true);
     /* refusals: merge into a 16-bit out, and without lse */
     wf_attn_params_t p = {0};
     void *x = NULL;
@@ -848,8 +860,8 @@ static void test_attention_merge(const char *variant)
     CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
     p.out_dtype = WF_DTYPE_F32; p.lse = NULL;
     CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
-    p.fp8 = true;
-    CHECK(!G->attention_merge_ok(&p));
+    p.fp8 = true; /* the fp8 kernel merges too */
+    CHECK(G->attention_merge_ok(&p));
     G->dev_reset(gctx);
 }
 
