@@ -53,17 +53,6 @@
 
 static int failures;
 
-#define CHECKM(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
 #define TIMEOUT_MS 20000      /* client timeout: refusals must come far sooner */
 #define FAST_MS 3000          /* "at once" */
 

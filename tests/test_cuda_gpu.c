@@ -93,6 +93,20 @@ typedef struct acase {
     int64_t grp, qbase, kvbase;
 } acase_t;
 
+/* The params of case t, inputs dt and output odt; no buffers yet. */
+static wf_attn_params_t params_of(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
+{
+    wf_attn_params_t p = {0};
+    p.B = t->B; p.Sq = t->Sq; p.Skv = t->Skv; p.Hq = t->Hq; p.Hkv = t->Hkv; p.D = t->D;
+    p.h_begin = t->hb; p.h_end = t->he;
+    p.scale = 1.0f / sqrtf((float)t->D);
+    p.causal = t->causal; p.q_offset = t->qo; p.kv_offset = t->ko;
+    p.gqa_group = t->grp; p.q_head_base = t->qbase; p.kv_head_base = t->kvbase;
+    p.q_dtype = p.k_dtype = p.v_dtype = dt;
+    p.out_dtype = odt;
+    return p;
+}
+
 /* Sets non-finite inputs of a case (f32 q, k, v before the conversion). */
 typedef void (*poke_fn)(const acase_t *t, float *q, float *k, float *v);
 
@@ -118,14 +132,7 @@ static void run_case_poked(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke
     for (size_t i = 0; i < nl; i++)
         l_c[i] = l_g[i] = 12345.f;
 
-    wf_attn_params_t p = {0};
-    p.B = t->B; p.Sq = t->Sq; p.Skv = t->Skv; p.Hq = t->Hq; p.Hkv = t->Hkv; p.D = t->D;
-    p.h_begin = t->hb; p.h_end = t->he;
-    p.scale = 1.0f / sqrtf((float)t->D);
-    p.causal = t->causal; p.q_offset = t->qo; p.kv_offset = t->ko;
-    p.gqa_group = t->grp; p.q_head_base = t->qbase; p.kv_head_base = t->kvbase;
-    p.q_dtype = p.k_dtype = p.v_dtype = dt;
-    p.out_dtype = odt;
+    wf_attn_params_t p = params_of(t, dt, odt);
     /* CPU reference */
     p.q = q; p.k = k; p.v = v; p.out = o_c; p.lse = l_c;
     void *ws = aligned_alloc(64, (C->attention_workspace(&p) + 63) / 64 * 64 + 64);
@@ -277,30 +284,35 @@ static void test_nonfinite(void)
         }
 }
 
+/* The attention cases: test_attention runs them all, test_fp8 the first
+ * ATTN_FP8_CASES (the last two are +mc's key-tile edges). */
+#define ATTN_FP8_CASES 12
+static const acase_t attn_cases[] = {
+    {1, 128, 128, 4, 4, 64, 0, 4, 0, 0, 0, 0, 0, 0},
+    {1, 128, 128, 4, 4, 128, 0, 4, 1, 0, 0, 0, 0, 0},
+    {2, 100, 77, 8, 2, 128, 0, 8, 0, 0, 0, 0, 0, 0},   /* uneven, GQA */
+    {2, 100, 77, 8, 2, 64, 0, 8, 1, 0, 0, 0, 0, 0},
+    {1, 333, 1000, 6, 3, 64, 1, 5, 1, 700, 0, 0, 0, 0}, /* slice, global offsets */
+    {1, 200, 300, 4, 1, 128, 0, 4, 1, 0, 120, 0, 0, 0}, /* first rows see nothing */
+    {1, 65, 129, 4, 1, 64, 0, 4, 0, 0, 0, 4, 8, 2},     /* explicit mapping */
+    {3, 1, 1, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
+    {1, 1024, 1024, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
+    {1, 700, 1300, 4, 2, 128, 0, 4, 1, 600, 0, 0, 0, 0}, /* several key tiles, uneven */
+    {2, 513, 513, 3, 1, 64, 0, 3, 0, 0, 0, 0, 0, 0},
+    {1, 300, 2000, 2, 1, 128, 0, 2, 1, 100, 1700, 0, 0, 0}, /* rows before every key */
+    /* +mc's last key tiles: exactly 64 rows (loaded whole by one CTA)
+     * and 65 (the second half has one row), an odd query tile count */
+    {1, 384, 192, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
+    {2, 257, 193, 2, 1, 64, 0, 2, 0, 0, 0, 0, 0, 0},
+};
+_Static_assert(ATTN_FP8_CASES <= sizeof attn_cases / sizeof attn_cases[0], "ATTN_FP8_CASES");
+
 static void test_attention(void)
 {
-    static const acase_t cases[] = {
-        {1, 128, 128, 4, 4, 64, 0, 4, 0, 0, 0, 0, 0, 0},
-        {1, 128, 128, 4, 4, 128, 0, 4, 1, 0, 0, 0, 0, 0},
-        {2, 100, 77, 8, 2, 128, 0, 8, 0, 0, 0, 0, 0, 0},   /* uneven, GQA */
-        {2, 100, 77, 8, 2, 64, 0, 8, 1, 0, 0, 0, 0, 0},
-        {1, 333, 1000, 6, 3, 64, 1, 5, 1, 700, 0, 0, 0, 0}, /* slice, global offsets */
-        {1, 200, 300, 4, 1, 128, 0, 4, 1, 0, 120, 0, 0, 0}, /* first rows see nothing */
-        {1, 65, 129, 4, 1, 64, 0, 4, 0, 0, 0, 4, 8, 2},     /* explicit mapping */
-        {3, 1, 1, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
-        {1, 1024, 1024, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
-        {1, 700, 1300, 4, 2, 128, 0, 4, 1, 600, 0, 0, 0, 0}, /* several key tiles, uneven */
-        {2, 513, 513, 3, 1, 64, 0, 3, 0, 0, 0, 0, 0, 0},
-        {1, 300, 2000, 2, 1, 128, 0, 2, 1, 100, 1700, 0, 0, 0}, /* rows before every key */
-        /* +mc's last key tiles: exactly 64 rows (loaded whole by one CTA)
-         * and 65 (the second half has one row), an odd query tile count */
-        {1, 384, 192, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
-        {2, 257, 193, 2, 1, 64, 0, 2, 0, 0, 0, 0, 0, 0},
-    };
     static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++)
         for (int d = 0; d < 3; d++)
-            run_case(&cases[c], dts[d], dts[(d + c) % 3]);
+            run_case(&attn_cases[c], dts[d], dts[(d + c) % 3]);
     /* D 96 is refused. */
     wf_attn_params_t p = {0};
     void *x = NULL;
@@ -474,14 +486,7 @@ static wf_status_t gpu_attn(const acase_t *t, int fp8, wf_dtype_t dt, wf_dtype_t
 {
     const size_t nq = (size_t)(t->B * t->Sq * t->Hq * t->D),
                  nk = (size_t)(t->B * t->Skv * t->Hkv * t->D), nl = (size_t)(t->B * t->Sq * t->Hq);
-    wf_attn_params_t p = {0};
-    p.B = t->B; p.Sq = t->Sq; p.Skv = t->Skv; p.Hq = t->Hq; p.Hkv = t->Hkv; p.D = t->D;
-    p.h_begin = t->hb; p.h_end = t->he;
-    p.scale = 1.0f / sqrtf((float)t->D);
-    p.causal = t->causal; p.q_offset = t->qo; p.kv_offset = t->ko;
-    p.gqa_group = t->grp; p.q_head_base = t->qbase; p.kv_head_base = t->kvbase;
-    p.q_dtype = p.k_dtype = p.v_dtype = dt;
-    p.out_dtype = odt;
+    wf_attn_params_t p = params_of(t, dt, odt);
     p.fp8 = fp8 != 0;
     unsigned char *o = calloc(nq, 4);
     for (size_t i = 0; i < nl; i++)
@@ -607,24 +612,10 @@ static void test_fp8(void)
                "WF_E_UNSUPPORTED\n");
         return;
     }
-    static const acase_t cases[] = {
-        {1, 128, 128, 4, 4, 64, 0, 4, 0, 0, 0, 0, 0, 0},
-        {1, 128, 128, 4, 4, 128, 0, 4, 1, 0, 0, 0, 0, 0},
-        {2, 100, 77, 8, 2, 128, 0, 8, 0, 0, 0, 0, 0, 0},   /* uneven, GQA */
-        {2, 100, 77, 8, 2, 64, 0, 8, 1, 0, 0, 0, 0, 0},
-        {1, 333, 1000, 6, 3, 64, 1, 5, 1, 700, 0, 0, 0, 0}, /* slice, global offsets */
-        {1, 200, 300, 4, 1, 128, 0, 4, 1, 0, 120, 0, 0, 0}, /* first rows see nothing */
-        {1, 65, 129, 4, 1, 64, 0, 4, 0, 0, 0, 4, 8, 2},     /* explicit mapping */
-        {3, 1, 1, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
-        {1, 1024, 1024, 2, 2, 128, 0, 2, 1, 0, 0, 0, 0, 0},
-        {1, 700, 1300, 4, 2, 128, 0, 4, 1, 600, 0, 0, 0, 0}, /* several key tiles, uneven */
-        {2, 513, 513, 3, 1, 64, 0, 3, 0, 0, 0, 0, 0, 0},
-        {1, 300, 2000, 2, 1, 128, 0, 2, 1, 100, 1700, 0, 0, 0}, /* rows before every key */
-    };
     static const wf_dtype_t dts[] = {WF_DTYPE_BF16, WF_DTYPE_F16, WF_DTYPE_F32};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (size_t c = 0; c < ATTN_FP8_CASES; c++)
         for (int d = 0; d < 3; d++)
-            run_fp8_case(&cases[c], dts[d], dts[(d + c) % 3], NULL);
+            run_fp8_case(&attn_cases[c], dts[d], dts[(d + c) % 3], NULL);
     /* non-finite: a NaN in q poisons its row; +inf in q is NaN in e4m3
      * (fp8.h), so its row is NaN too; a NaN in k every row that sees it */
     const acase_t nf = {1, 130, 130, 2, 1, 64, 0, 2, 0, 0, 0, 0, 0, 0};

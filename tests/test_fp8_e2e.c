@@ -52,17 +52,6 @@
 
 static int failures;
 
-#define CHECKM(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
 #define TIMEOUT_MS 60000
 
 static const char *weftd, *standin, *fixtures, *weftctl;
@@ -525,11 +514,7 @@ int main(int argc, char **argv)
     weftd = argv[1];
     standin = argv[2];
     fixtures = argv[3];
-    signal(SIGPIPE, SIG_IGN);
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
+    block_test_signals();
     test_old_peer();
     test_cpu();
     test_standin();

@@ -43,17 +43,6 @@
 
 static int failures;
 
-#define CHECKM(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
 #define TIMEOUT_MS 60000
 
 static const char *weftd, *weftctl;

@@ -70,17 +70,6 @@
 
 static int failures;
 
-#define CHECKM(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
 #define TIMEOUT_MS 60000
 #define JOB_TIMEOUT_MS 1500
 #define RECONF_TIMEOUT_MS 400
@@ -637,11 +626,7 @@ int main(int argc, char **argv)
     weftd = argv[1];
     fixtures = argv[2];
     weftctl = argv[3];
-    signal(SIGPIPE, SIG_IGN);
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
+    block_test_signals();
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;

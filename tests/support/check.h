@@ -1,7 +1,8 @@
 /* check.h — the assertion of the unit tests: CHECK(cond, fmt, ...) counts
- * a pass, or a failure with its file, line and message on stderr; main()
- * reports `passed` / `failed` and exits non-zero on any failure. Header
- * only: each test program gets its own counters. Tests only. */
+ * a pass, or a failure with its file, line and message on stderr;
+ * CHECK_TRUE(cond) does the same with the condition's text as the message.
+ * main() reports `passed` / `failed` and exits non-zero on any failure.
+ * Header only: each test program gets its own counters. Tests only. */
 #ifndef WF_TEST_CHECK_H
 #define WF_TEST_CHECK_H
 
@@ -20,5 +21,8 @@ static int passed, failed;
             fputc('\n', stderr);                                          \
         }                                                                 \
     } while (0)
+
+/* CHECK with the condition's own text as the message. */
+#define CHECK_TRUE(cond) CHECK(cond, "%s", #cond)
 
 #endif /* WF_TEST_CHECK_H */

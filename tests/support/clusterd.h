@@ -30,6 +30,18 @@
         }                                                                  \
     } while (0)
 
+/* CHECK with a printf-style message after the condition. */
+#define CHECKM(cond, ...)                                                  \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
+                    __LINE__, #cond);                                      \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
 /* One weftd process. */
 typedef struct clusterd {
     char name[16];         /* node name, for messages */

@@ -214,6 +214,15 @@ void jcase_tolerances(const jcase_t *c, bool ring_merge, double *ret_out,
     *ret_lse = 1e-4;
 }
 
+void block_test_signals(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+}
+
 pid_t spawn_daemon(const char *const argv[], const char *notify_socket)
 {
     pid_t pid = fork();

@@ -78,6 +78,11 @@ wf_attention_opts_t opts_of(const jcase_t *c);
  * fails); an exec failure exits the child with 127. */
 pid_t spawn_daemon(const char *const argv[], const char *notify_socket);
 
+/* The signal set-up of an end-to-end test's main(): SIGPIPE ignored (a
+ * write to a daemon that died fails instead of killing the test) and
+ * SIGCHLD blocked (stop_daemon and the like wait for it). */
+void block_test_signals(void);
+
 /* True once the daemon at endpoint answers hello (20 s timeout). */
 bool wait_ready(const char *endpoint);
 
