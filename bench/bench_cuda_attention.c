@@ -28,24 +28,13 @@
 #include "cuda_plan.h" /* wf_cuda_attention_fp8_steps */
 #include "tensor.h"
 
+#include "bench_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* One shape on ctx: inputs from the ramp, `rounds` timed rounds of iters
  * launches; *ret_ms the median per launch. The output stays in *ret_out
@@ -106,7 +95,7 @@ static int run_shape(const wf_backend_ops_t *G, wf_backend_ctx_t *ctx, int64_t B
     if (rounds > 16)
         rounds = 16;
     for (int r = 0; r < rounds; r++) {
-        double t0 = now();
+        double t0 = bench_now_s();
         for (int i = 0; i < iters; i++) {
             if (fp8 == 2)
                 wf_cuda_attention_fp8_steps(ctx, &p, ws, 2);
@@ -117,9 +106,9 @@ static int run_shape(const wf_backend_ops_t *G, wf_backend_ctx_t *ctx, int64_t B
             fprintf(stderr, "bench_cuda_attention: attention failed\n");
             return 1;
         }
-        ms[r] = (now() - t0) * 1e3 / iters;
+        ms[r] = (bench_now_s() - t0) * 1e3 / iters;
     }
-    qsort(ms, (size_t)rounds, sizeof ms[0], cmp_double);
+    bench_sort(ms, rounds);
     *ret_ms = ms[rounds / 2];
     *ret_p = p;
     *ret_out = o;

@@ -30,19 +30,14 @@
 #include "parallel/cp_attention.h"
 #include "tensor.h"
 
+#include "bench_util.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what)
 {
@@ -58,23 +53,21 @@ static void *xalloc(size_t bytes)
     return p;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median of n values (sorts them). */
 static double median(double *t, int n)
 {
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    bench_sort(t, n);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-static void report(const char *what, double *fused, double *unfused, int n)
+/* A table row: "what (s_name S, H H, D D)", the unfused and fused
+ * medians (ranges) in ms and their ratio. */
+static void report(const char *what, const char *s_name, int64_t S, int64_t H, int64_t D,
+                   double *fused, double *unfused, int n)
 {
     double mf = median(fused, n), mu = median(unfused, n);
-    printf("| %s | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.3f |\n", what, mu * 1e3,
+    printf("| %s (%s %lld, H %lld, D %lld) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.3f |\n",
+           what, s_name, (long long)S, (long long)H, (long long)D, mu * 1e3,
            unfused[0] * 1e3, unfused[n - 1] * 1e3, mf * 1e3, fused[0] * 1e3,
            fused[n - 1] * 1e3, mu / mf);
 }
@@ -132,6 +125,30 @@ static void fill_acc(env_t *e, float *acc, float *lse, size_t rows, int64_t D)
         lse[i] = -INFINITY;
 }
 
+/* The unfused step's merge of part / partl into acc / lse (rows of D). */
+static void merge_part(env_t *e, float *acc, float *lse, const float *part,
+                       const float *partl, size_t rows, int64_t D)
+{
+    if (e->dev) {
+        if (e->ops->lse_merge(e->ctx, acc, lse, part, partl, (int64_t)rows, D,
+                              WF_DTYPE_F32) != WF_OK)
+            die("lse_merge");
+    } else {
+        wf_lse_merge_rows(acc, lse, part, partl, (int64_t)rows, D, WF_DTYPE_F32);
+    }
+}
+
+/* The unfused run's last pass: acc (n f32) converted into out (bf16). */
+static void convert_out(env_t *e, void *out, const float *acc, size_t n)
+{
+    if (e->dev) {
+        if (e->ops->convert(e->ctx, out, WF_DTYPE_BF16, acc, WF_DTYPE_F32, n) != WF_OK)
+            die("convert");
+    } else {
+        wf_convert_from_f32(out, WF_DTYPE_BF16, acc, n);
+    }
+}
+
 static void bench_step(env_t *e, int64_t S, int64_t H, int64_t D, int reps)
 {
     const int64_t L = S / 2;
@@ -157,7 +174,7 @@ static void bench_step(env_t *e, int64_t S, int64_t H, int64_t D, int reps)
             fill_acc(e, acc, lse, rows, D);
             if (e->dev && e->ops->synchronize(e->ctx) != WF_OK)
                 die("synchronize");
-            double t0 = now_s();
+            double t0 = bench_now_s();
             for (int s = 0; s < 2; s++) {
                 p.k = k[s];
                 p.v = v[s];
@@ -170,58 +187,31 @@ static void bench_step(env_t *e, int64_t S, int64_t H, int64_t D, int reps)
                 }
                 if (e->ops->attention(e->ctx, &p, ws) != WF_OK)
                     die("attention failed");
-                if (fused)
-                    continue;
-                if (e->dev) {
-                    if (e->ops->lse_merge(e->ctx, acc, lse, part, partl, (int64_t)rows, D,
-                                          WF_DTYPE_F32) != WF_OK)
-                        die("lse_merge");
-                } else {
-                    wf_lse_merge_rows(acc, lse, part, partl, (int64_t)rows, D, WF_DTYPE_F32);
-                }
+                if (!fused)
+                    merge_part(e, acc, lse, part, partl, rows, D);
             }
-            if (!fused) {
-                if (e->dev) {
-                    if (e->ops->convert(e->ctx, out, WF_DTYPE_BF16, acc, WF_DTYPE_F32, n) != WF_OK)
-                        die("convert");
-                } else {
-                    wf_convert_from_f32(out, WF_DTYPE_BF16, acc, n);
-                }
-            }
+            if (!fused)
+                convert_out(e, out, acc, n);
             if (e->dev && e->ops->synchronize(e->ctx) != WF_OK)
                 die("synchronize (a kernel failed)");
-            double t = now_s() - t0;
+            double t = bench_now_s() - t0;
             if (r >= 0)
                 (fused ? tf : tu)[r] = t;
         }
     }
-    char what[96];
-    snprintf(what, sizeof what, "step x2 (S/2 %lld, H %lld, D %lld)", (long long)L,
-             (long long)H, (long long)D);
-    report(what, tf, tu, reps);
+    report("step x2", "S/2", L, H, D, tf, tu, reps);
     /* What fusing removes, alone: the unfused run's two merges and its
      * conversion on the buffers as they are (median of reps). */
     for (int r = 0; r < reps; r++) {
         if (e->dev && e->ops->synchronize(e->ctx) != WF_OK)
             die("synchronize");
-        double t0 = now_s();
-        for (int s = 0; s < 2; s++) {
-            if (e->dev) {
-                if (e->ops->lse_merge(e->ctx, acc, lse, part, partl, (int64_t)rows, D,
-                                      WF_DTYPE_F32) != WF_OK)
-                    die("lse_merge");
-            } else {
-                wf_lse_merge_rows(acc, lse, part, partl, (int64_t)rows, D, WF_DTYPE_F32);
-            }
-        }
-        if (e->dev) {
-            if (e->ops->convert(e->ctx, out, WF_DTYPE_BF16, acc, WF_DTYPE_F32, n) != WF_OK ||
-                e->ops->synchronize(e->ctx) != WF_OK)
-                die("convert");
-        } else {
-            wf_convert_from_f32(out, WF_DTYPE_BF16, acc, n);
-        }
-        tu[r] = now_s() - t0;
+        double t0 = bench_now_s();
+        for (int s = 0; s < 2; s++)
+            merge_part(e, acc, lse, part, partl, rows, D);
+        convert_out(e, out, acc, n);
+        if (e->dev && e->ops->synchronize(e->ctx) != WF_OK)
+            die("convert");
+        tu[r] = bench_now_s() - t0;
     }
     double mp = median(tu, reps);
     printf("| the passes alone (2 lse_merge + convert) | %.3f (%.3f-%.3f) | - | - |\n",
@@ -295,17 +285,17 @@ static void *ring_rank_main(void *arg)
             ops->dev_alloc(ctx, db, &dws) != WF_OK)
             goto out;
         void *hws = xalloc(hb + 64);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         rk->st = wf_cp_attention_run_dev(&job, &grp, ops, ctx, dws, db, hws, hb);
-        rk->t = now_s() - t0;
+        rk->t = bench_now_s() - t0;
         free(hws);
         ops->dev_reset(ctx);
     } else {
         size_t bytes = wf_cp_attention_workspace(&job, 2, 1, ops);
         void *ws = xalloc(bytes);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         rk->st = wf_cp_attention_run(&job, &grp, ops, ctx, ws, bytes);
-        rk->t = now_s() - t0;
+        rk->t = bench_now_s() - t0;
         free(ws);
     }
 out:
@@ -363,10 +353,7 @@ static void bench_ring(const wf_backend_ops_t *ops, bool dev, int64_t S, int64_t
             if (r >= 0)
                 (fused ? tf : tu)[r] = t;
         }
-    char what[96];
-    snprintf(what, sizeof what, "ring R 2 (S %lld, H %lld, D %lld)", (long long)S,
-             (long long)H, (long long)D);
-    report(what, tf, tu, reps);
+    report("ring R 2", "S", S, H, D, tf, tu, reps);
     free(tf);
     free(tu);
     free((void *)x.q);

@@ -45,6 +45,8 @@
 #include "support/standin_dev.h"
 #endif
 
+#include "bench_util.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -54,19 +56,6 @@
 
 #define MAXR 16
 #define MAXMODES 3
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef enum { B_CUDA, B_NCCL, B_STANDIN } backend_t;
 
@@ -188,10 +177,10 @@ static void *rank_main(void *p)
                                                                     : WF_CP_ROTATE_ALLTOALL;
             wf_cp_group_t g = {.seq = c, .ring = c, .ring_degree = R, .ulysses_degree = 1};
             pthread_barrier_wait(&b->bar);
-            double t0 = now();
+            double t0 = bench_now_s();
             wf_status_t rs = wf_cp_attention_run_dev(&job, &g, ops, ctx, dws, db, hws, hb);
             pthread_barrier_wait(&b->bar);
-            double t1 = now();
+            double t1 = bench_now_s();
             if (rs != WF_OK) {
                 fprintf(stderr, "rank %d: %s: %s\n", r, b->mode_name[m], wf_status_name(rs));
                 b->failed = 1;
@@ -321,7 +310,7 @@ int main(int argc, char **argv)
     }
     double med[MAXMODES];
     for (int m = 0; m < b.nmodes; m++) {
-        qsort(b.ms[m], (size_t)b.rounds, sizeof(double), cmp_double);
+        bench_sort(b.ms[m], b.rounds);
         med[m] = b.ms[m][b.rounds / 2];
         printf("ring backend=%s mode=%s R=%d S=%lld H=%lld D=%lld causal=%d ms=%.3f min=%.3f "
                "max=%.3f rounds=%d\n",

@@ -691,9 +691,14 @@ void xfer_destroy(wf_backend_ctx_t *c)
     free(x);
 }
 
-/* A ticket: from the free list, or a new one (the pool grows). */
-wf_status_t xfer_take(wf_cuda_xfer *x, wf_xfer **ret_t)
+/* The context's transfer state (xfer_state) and a ticket of its pool:
+ * from the free list, or a new one (the pool grows). */
+wf_status_t xfer_take(wf_backend_ctx_t *c, wf_cuda_xfer **ret_x, wf_xfer **ret_t)
 {
+    wf_cuda_xfer *x;
+    wf_status_t st = xfer_state(c, &x);
+    if (st != WF_OK)
+        return st;
     wf_xfer *t = x->free_list;
     if (t) {
         x->free_list = t->next;
@@ -710,6 +715,7 @@ wf_status_t xfer_take(wf_cuda_xfer *x, wf_xfer **ret_t)
         x->all = t;
     }
     t->next = nullptr;
+    *ret_x = x;
     *ret_t = t;
     return WF_OK;
 }
@@ -726,9 +732,7 @@ wf_status_t xfer_mark(wf_backend_ctx_t *c, wf_xfer_t **ret_t)
         return WF_E_BAD_ARGUMENT;
     wf_cuda_xfer *x;
     wf_xfer *t;
-    wf_status_t st = xfer_state(c, &x);
-    if (st == WF_OK)
-        st = xfer_take(x, &t);
+    wf_status_t st = xfer_take(c, &x, &t);
     if (st != WF_OK)
         return st;
     if (cudaEventRecord(t->ev, c->stream) != cudaSuccess) {
@@ -751,9 +755,7 @@ wf_status_t xfer_copy(wf_backend_ctx_t *c, void *dst, const void *src, size_t by
         return WF_E_BAD_ARGUMENT;
     wf_cuda_xfer *x;
     wf_xfer *t;
-    wf_status_t st = xfer_state(c, &x);
-    if (st == WF_OK)
-        st = xfer_take(x, &t);
+    wf_status_t st = xfer_take(c, &x, &t);
     if (st != WF_OK)
         return st;
     /* `after` went back to the pool above: its last record is what the
