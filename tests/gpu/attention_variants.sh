@@ -57,31 +57,16 @@
 #      against bf16's output), a line per shape with the ratio to SDPA
 #      (target: fp8 above SDPA's bf16)
 
-if ! declare -F say >/dev/null; then
-  # alone: minimal stand-ins for run.sh's helpers
-  cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
-  start=$(date +%s)
-  budget=${WEFT_GPU_BUDGET_S:-470}
-  bd=${WEFT_GPU_BUILD_DIR:-build-gpu}
-  py=${WEFT_PYTHON:-python3}
-  logs=/tmp/weft-gpu-logs
-  mkdir -p "$logs"
-  say() { echo "$*"; }
-  note() { echo "  summary: $*"; }
-  elapsed() { echo "$(( $(date +%s) - start ))s"; }
-  left() { echo $(( budget - ($(date +%s) - start) )); }
-fi
+# alone: stand-ins for run.sh's helpers (lib.sh)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 av_main() {
   local av_start av_budget
   av_start=$(date +%s)
   av_budget=${WEFT_ATTN_VARIANTS_S:-180}
   # seconds left: the smaller of this step's budget and run.sh's
-  av_left() {
-    local a=$(( av_budget - ($(date +%s) - av_start) )) b
-    b=$(left)
-    echo $(( a < b ? a : b ))
-  }
+  av_left() { step_left "$av_start" "$av_budget"; }
   say "== attention kernel variants (issue 17: ws) ($(elapsed), ${av_budget}s budget)"
   if [ "${WEFT_ATTN_VARIANTS:-1}" = 0 ]; then
     say "skipped (WEFT_ATTN_VARIANTS=0)"
@@ -222,11 +207,7 @@ av_fp8() {
   local f_start f_budget
   f_start=$(date +%s)
   f_budget=${WEFT_ATTN_FP8_S:-100}
-  f_left() {
-    local a=$(( f_budget - ($(date +%s) - f_start) )) b
-    b=$(left)
-    echo $(( a < b ? a : b ))
-  }
+  f_left() { step_left "$f_start" "$f_budget"; }
   say "== fp8 attention (issue 17) ($(elapsed), ${f_budget}s budget)"
   if [ "${WEFT_ATTN_FP8:-1}" = 0 ]; then
     say "skipped (WEFT_ATTN_FP8=0)"

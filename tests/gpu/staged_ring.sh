@@ -23,28 +23,15 @@
 # seconds; WEFT_STAGED_RING_SHAPES="R S H D causal ..." (default: R 2 and
 # 4, S 16384, H 24, D 128, causal 0 and 1).
 
-if ! declare -F say >/dev/null; then
-  cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
-  start=$(date +%s)
-  budget=${WEFT_GPU_BUDGET_S:-470}
-  bd=${WEFT_GPU_BUILD_DIR:-build-gpu}
-  logs=/tmp/weft-gpu-logs
-  mkdir -p "$logs"
-  say() { echo "$*"; }
-  note() { echo "  summary: $*"; }
-  elapsed() { echo "$(( $(date +%s) - start ))s"; }
-  left() { echo $(( budget - ($(date +%s) - start) )); }
-fi
+# alone: stand-ins for run.sh's helpers (lib.sh)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 sr_main() {
   local sr_start sr_budget
   sr_start=$(date +%s)
   sr_budget=${WEFT_STAGED_RING_S:-45}
-  sr_left() {
-    local a=$(( sr_budget - ($(date +%s) - sr_start) )) b
-    b=$(left)
-    echo $(( a < b ? a : b ))
-  }
+  sr_left() { step_left "$sr_start" "$sr_budget"; }
   say "== staged ring: alltoall rotation, overlapped transfers vs synchronous staging ($(elapsed), ${sr_budget}s budget)"
   if [ "${WEFT_STAGED_RING:-1}" = 0 ]; then
     say "skipped (WEFT_STAGED_RING=0)"; note "staged ring: skipped"; return 0
