@@ -1542,6 +1542,20 @@ static void test_attention_variants(int n, char **vars)
     }
 }
 
+/* The end of main: both contexts destroyed (ctx_destroy nulls the
+ * pointer and takes a null one), the verdict printed; the exit status. */
+static int finish(void)
+{
+    G->ctx_destroy(&gctx);
+    C->ctx_destroy(&cctx);
+    if (failures) {
+        fprintf(stderr, "test_cuda_gpu: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_cuda_gpu: ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     G = wf_backend_cuda();
@@ -1614,27 +1628,13 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--fp8") == 0) {
         /* tests/gpu/attention_variants.sh: the fp8 cases only */
         test_fp8();
-        G->ctx_destroy(&gctx);
-        C->ctx_destroy(&cctx);
-        if (failures) {
-            fprintf(stderr, "test_cuda_gpu: %d failure(s)\n", failures);
-            return 1;
-        }
-        printf("test_cuda_gpu: ok\n");
-        return 0;
+        return finish();
     }
     if (argc > 1 && strcmp(argv[1], "--attention-variants") == 0) {
         /* tests/gpu/attention_variants.sh: the attention cases only, under
          * each variant named after the flag (or the ws list) */
         test_attention_variants(argc - 2, argv + 2);
-        G->ctx_destroy(&gctx);
-        C->ctx_destroy(&cctx);
-        if (failures) {
-            fprintf(stderr, "test_cuda_gpu: %d failure(s)\n", failures);
-            return 1;
-        }
-        printf("test_cuda_gpu: ok\n");
-        return 0;
+        return finish();
     }
     test_attention();
     test_nonfinite();
@@ -1653,14 +1653,6 @@ int main(int argc, char **argv)
 #if WEFT_TEST_NCCL
     G->ctx_destroy(&gctx);
     test_nccl(ngpu);
-#else
-    G->ctx_destroy(&gctx);
 #endif
-    C->ctx_destroy(&cctx);
-    if (failures) {
-        fprintf(stderr, "test_cuda_gpu: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_cuda_gpu: ok\n");
-    return 0;
+    return finish();
 }
