@@ -114,6 +114,22 @@ typedef void (*poke_fn)(const acase_t *t, float *q, float *k, float *v);
  * which test_numerics checks against kernels/reference.h end to end). */
 static size_t last_nan_ref;
 
+/* Case t's inputs: nq + 2 nk random f32 values in f (q, then k, then v;
+ * poked when poke is not NULL), converted to dt into q, k and v. */
+static void fill_inputs(const acase_t *t, wf_dtype_t dt, poke_fn poke, float *f, void *q, void *k,
+                        void *v)
+{
+    const size_t nq = (size_t)(t->B * t->Sq * t->Hq * t->D),
+                 nk = (size_t)(t->B * t->Skv * t->Hkv * t->D);
+    for (size_t i = 0; i < nq + 2 * nk; i++)
+        f[i] = frand();
+    if (poke)
+        poke(t, f, f + nq, f + nq + nk);
+    wf_convert_from_f32(q, dt, f, nq);
+    wf_convert_from_f32(k, dt, f + nq, nk);
+    wf_convert_from_f32(v, dt, f + nq + nk, nk);
+}
+
 static void run_case_poked(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke_fn poke)
 {
     size_t nq = (size_t)(t->B * t->Sq * t->Hq * t->D), nk = (size_t)(t->B * t->Skv * t->Hkv * t->D);
@@ -122,13 +138,7 @@ static void run_case_poked(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke
     unsigned char *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4);
     unsigned char *o_c = calloc(nq, 4), *o_g = calloc(nq, 4);
     float *l_c = malloc(nl * 4), *l_g = malloc(nl * 4);
-    for (size_t i = 0; i < nq + 2 * nk; i++)
-        f[i] = frand();
-    if (poke)
-        poke(t, f, f + nq, f + nq + nk);
-    wf_convert_from_f32(q, dt, f, nq);
-    wf_convert_from_f32(k, dt, f + nq, nk);
-    wf_convert_from_f32(v, dt, f + nq + nk, nk);
+    fill_inputs(t, dt, poke, f, q, k, v);
     for (size_t i = 0; i < nl; i++)
         l_c[i] = l_g[i] = 12345.f;
 
@@ -554,13 +564,7 @@ static void run_fp8_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke_f
     double *r8 = malloc(nq * 8), *rf = malloc(nq * 8), *l8 = malloc(nl * 8), *lf = malloc(nl * 8),
            *slk = malloc(nq * 8);
     float *o8 = malloc(nq * 4), *ob = malloc(nq * 4), *g8 = malloc(nl * 4), *gb = malloc(nl * 4);
-    for (size_t i = 0; i < nq + 2 * nk; i++)
-        f[i] = frand();
-    if (poke)
-        poke(t, f, f + nq, f + nq + nk);
-    wf_convert_from_f32(q, dt, f, nq);
-    wf_convert_from_f32(k, dt, f + nq, nk);
-    wf_convert_from_f32(v, dt, f + nq + nk, nk);
+    fill_inputs(t, dt, poke, f, q, k, v);
     /* the dtype's values (what both paths read) */
     wf_convert_to_f32(x, q, dt, nq);
     wf_convert_to_f32(x + nq, k, dt, nk);
