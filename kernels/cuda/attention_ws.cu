@@ -99,8 +99,6 @@ static_assert(REG_P * 128 + 2 * REG_C * 128 <= 65536, "the registers after setma
 static_assert((WF_CUDA_WS_REGS_ENTRY - REG_P) >= 2 * (REG_C - WF_CUDA_WS_REGS_ENTRY),
               "the producer frees what the consumers take");
 static_assert(8 * (2 + 4 * MAXST) <= WF_CUDA_WS_BAR_BYTES, "the mbarriers fit their bytes");
-constexpr uint32_t V_LBO = BC * 128, V_SBO = 1024;
-
 /* What the ws kernel adds to attn_args (by value). */
 struct ws_args {
     int nqt;       /* query tiles per head: ceil(Sq / BR) */
@@ -114,6 +112,7 @@ struct ws_args {
 };
 
 #ifdef WF_WS_BODY /* device helpers: sm_90a only */
+constexpr uint32_t V_LBO = BC * 128, V_SBO = 1024; /* V's operand strides */
 #include "wgmma_ops.cuh" /* descriptors, wgmma, mbarriers, TMA, swizzle */
 
 #include "wgmma_tile.cuh" /* operand descriptors, softmax step, O rescale, P packing */
