@@ -934,6 +934,72 @@ static wf_status_t convert_rows(run_t *x, size_t row0, size_t n)
     return WF_OK;
 }
 
+/* The kernel calls of one (q, k) piece of a ring step, one per batch
+ * index: q rows of my holding against k rows of the K/V holding at kb /
+ * vb of a ring rank holding Lkv_src tokens. `final_here` (fused mode):
+ * the last call of the last step for these rows, which also writes their
+ * out-holding rows (final_out). The three modes are ring_step's. */
+static wf_status_t piece_calls(run_t *x, const wf_cp_seg_t *q, const wf_cp_seg_t *k,
+                               const unsigned char *kb, const unsigned char *vb,
+                               int64_t Lkv_src, bool final_here)
+{
+    const wf_cp_job_t *job = x->job;
+    const geom_t *g = &x->g;
+    const int64_t nh = g->hd.nh, nkv = g->hd.nkv, D = job->D;
+    const size_t esq = wf_dtype_size(job->q_dtype), esk = wf_dtype_size(job->k_dtype),
+                 esv = wf_dtype_size(job->v_dtype), eso = wf_dtype_size(job->out_dtype);
+    const bool one = g->R == 1, fused = x->L.fused;
+    const wf_dtype_t rdt = step_round(job, g);
+    float *acc = (float *)(void *)at(x, x->L.acc);
+    float *accl = (float *)(void *)at(x, x->L.accl);
+    float *part = (float *)(void *)at(x, x->L.part);
+    float *partl = (float *)(void *)at(x, x->L.partl);
+    unsigned char *oh = at(x, x->L.oh);
+
+    wf_attn_params_t p = kernel_params(job, g, q->len, k->len);
+    p.q_offset = job->causal ? q->start : 0;
+    p.kv_offset = job->causal ? k->start : 0;
+    if (one) {
+        p.out_dtype = job->out_dtype;
+    } else if (fused) {
+        p.merge = true;
+        p.merge_round = rdt;
+        p.final_dtype = job->out_dtype;
+    } else {
+        p.out = part;
+        p.lse = partl;
+    }
+    for (int64_t b = 0; b < job->B; b++) {
+        const size_t row0 = (size_t)((b * g->Lq_r + q->local) * nh);
+        p.q = at(x, x->L.qh) + row0 * (size_t)D * esq;
+        p.k = kb + (size_t)((b * Lkv_src + k->local) * nkv * D) * esk;
+        p.v = vb + (size_t)((b * Lkv_src + k->local) * nkv * D) * esv;
+        if (one) {
+            p.out = oh + row0 * (size_t)D * eso;
+            p.lse = accl + row0;
+        } else if (fused) {
+            p.out = acc + row0 * (size_t)D;
+            p.lse = accl + row0;
+            p.final_out = final_here ? oh + row0 * (size_t)D * eso : NULL;
+        }
+        wf_status_t st = kernel_call(x, &p);
+        if (st != WF_OK)
+            return st;
+        if (one || fused)
+            continue;
+        if (x->dev) {
+            st = x->ops->lse_merge(x->ctx, acc + row0 * (size_t)D, accl + row0, part, partl,
+                                   q->len * nh, D, rdt);
+            if (st != WF_OK)
+                return st;
+        } else {
+            wf_lse_merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl, q->len * nh,
+                              D, rdt);
+        }
+    }
+    return WF_OK;
+}
+
 /* Attention of my q holding against the K/V holding of ring rank src
  * (at hold), merged into acc; `last`: the last ring step. Three ways:
  *   R = 1: each call writes the out holding (out_dtype) and the lse
@@ -950,23 +1016,15 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold, bool 
     const wf_cp_job_t *job = x->job;
     const geom_t *g = &x->g;
     geom_t gs = geom_of(job, g->R, g->U, src, g->u);
-    const int64_t nh = g->hd.nh, nkv = g->hd.nkv, D = job->D;
-    const size_t esq = wf_dtype_size(job->q_dtype), esk = wf_dtype_size(job->k_dtype),
-                 esv = wf_dtype_size(job->v_dtype), eso = wf_dtype_size(job->out_dtype);
-    const unsigned char *kb = hold;
-    const unsigned char *vb = hold + (size_t)(job->B * gs.Lkv_r * nkv * D) * esk;
+    const int64_t nh = g->hd.nh;
+    const unsigned char *vb =
+        hold + (size_t)(job->B * gs.Lkv_r * g->hd.nkv * job->D) * wf_dtype_size(job->k_dtype);
     wf_cp_seg_t qall = {0, g->Lq_r, 0}, kall = {0, gs.Lkv_r, 0};
     /* Without a mask positions do not matter: one call per batch. */
     const wf_cp_seg_t *qs = job->causal ? g->qhold : &qall;
     const wf_cp_seg_t *ks = job->causal ? gs.kvhold : &kall;
     int nq = job->causal ? g->nqhold : 1, nk = job->causal ? gs.nkvhold : 1;
-    const wf_dtype_t rdt = step_round(job, g);
-    const bool one = g->R == 1, fused = x->L.fused, final = fused && last;
-    float *acc = (float *)(void *)at(x, x->L.acc);
-    float *accl = (float *)(void *)at(x, x->L.accl);
-    float *part = (float *)(void *)at(x, x->L.part);
-    float *partl = (float *)(void *)at(x, x->L.partl);
-    unsigned char *oh = at(x, x->L.oh);
+    const bool final = x->L.fused && last;
     int64_t kmax = 0;
     for (int c = 0; c < nk; c++)
         kmax = wf_max_i64(kmax, ks[c].len);
@@ -976,70 +1034,30 @@ static wf_status_t ring_step(run_t *x, int src, const unsigned char *hold, bool 
              r0 += rows) {
             /* rows [r0, r0 + rows) of query segment a (query rows are
              * independent: the same results as one call) */
-            const wf_cp_seg_t qc = {qs[a].start + r0, wf_min_i64(rows, qs[a].len - r0),
-                                    qs[a].local + r0};
-            const wf_cp_seg_t *q = &qc;
+            const wf_cp_seg_t q = {qs[a].start + r0, wf_min_i64(rows, qs[a].len - r0),
+                                   qs[a].local + r0};
             /* the last piece that computes these rows (final_out there) */
             int clast = -1;
             for (int c = 0; c < nk; c++)
-                if (!piece_skipped(job, q, &ks[c]))
+                if (!piece_skipped(job, &q, &ks[c]))
                     clast = c;
-            if (final && clast < 0)
-                for (int64_t b = 0; b < job->B; b++) {
-                    wf_status_t st = convert_rows(x, (size_t)((b * g->Lq_r + q->local) * nh),
-                                                  (size_t)(q->len * nh));
-                    if (st != WF_OK)
-                        return st;
-                }
+            for (int64_t b = 0; final && clast < 0 && b < job->B; b++) {
+                wf_status_t st = convert_rows(x, (size_t)((b * g->Lq_r + q.local) * nh),
+                                              (size_t)(q.len * nh));
+                if (st != WF_OK)
+                    return st;
+            }
             for (int c = 0; c <= clast; c++) {
-                const wf_cp_seg_t *k = &ks[c];
                 if (job->boundary &&
                     job->boundary(job->boundary_arg, x->next_boundary, true) != WF_OK)
                     return WF_OK;   /* every rank stops at the next boundary:
                                        the rest of this step is not used */
-                if (piece_skipped(job, q, k))
+                if (piece_skipped(job, &q, &ks[c]))
                     continue;
-                wf_attn_params_t p = kernel_params(job, g, q->len, k->len);
-                p.q_offset = job->causal ? q->start : 0;
-                p.kv_offset = job->causal ? k->start : 0;
-                if (one) {
-                    p.out_dtype = job->out_dtype;
-                } else if (fused) {
-                    p.merge = true;
-                    p.merge_round = rdt;
-                    p.final_dtype = job->out_dtype;
-                } else {
-                    p.out = part;
-                    p.lse = partl;
-                }
-                for (int64_t b = 0; b < job->B; b++) {
-                    size_t row0 = (size_t)((b * g->Lq_r + q->local) * nh);
-                    p.q = at(x, x->L.qh) + (size_t)((b * g->Lq_r + q->local) * nh * D) * esq;
-                    p.k = kb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esk;
-                    p.v = vb + (size_t)((b * gs.Lkv_r + k->local) * nkv * D) * esv;
-                    if (one) {
-                        p.out = oh + row0 * (size_t)D * eso;
-                        p.lse = accl + row0;
-                    } else if (fused) {
-                        p.out = acc + row0 * (size_t)D;
-                        p.lse = accl + row0;
-                        p.final_out = final && c == clast ? oh + row0 * (size_t)D * eso : NULL;
-                    }
-                    wf_status_t st = kernel_call(x, &p);
-                    if (st != WF_OK)
-                        return st;
-                    if (one || fused)
-                        continue;
-                    if (x->dev) {
-                        st = x->ops->lse_merge(x->ctx, acc + row0 * (size_t)D, accl + row0,
-                                               part, partl, q->len * nh, D, rdt);
-                        if (st != WF_OK)
-                            return st;
-                    } else {
-                        wf_lse_merge_rows(acc + row0 * (size_t)D, accl + row0, part, partl,
-                                          q->len * nh, D, rdt);
-                    }
-                }
+                wf_status_t st = piece_calls(x, &q, &ks[c], hold, vb, gs.Lkv_r,
+                                             final && c == clast);
+                if (st != WF_OK)
+                    return st;
             }
         }
     return WF_OK;
