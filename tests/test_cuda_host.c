@@ -11,6 +11,7 @@
  * tested in every build by tests/test_p2p_plan.c; the split colors are
  * wf_mesh_color's, tested by tests/test_mesh.c.) */
 #include "cuda_plan.h"
+#include "support/cuda_params.h"
 #if WEFT_TEST_NCCL
 #include "comm/comm_nccl.h"
 #endif
@@ -37,21 +38,6 @@ static const wf_cuda_limits_t H100 = {232448, 2147483647, 65535, 65535, 132, 0, 
 static const wf_cuda_limits_t H100W = {232448, 2147483647, 65535, 65535, 132,
                                        WF_CUDA_KERNEL_WGMMA, 0};
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-static wf_attn_params_t mk(int64_t B, int64_t Sq, int64_t Skv, int64_t Hq, int64_t Hkv,
-                           int64_t D, wf_dtype_t dt)
-{
-    static char dummy[16];
-    wf_attn_params_t p;
-    memset(&p, 0, sizeof p);
-    p.B = B; p.Sq = Sq; p.Skv = Skv; p.Hq = Hq; p.Hkv = Hkv; p.D = D;
-    p.h_begin = 0; p.h_end = Hq; p.scale = 0.125f;
-    p.q = p.k = p.v = dummy; p.out = dummy;
-    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = dt;
-    return p;
-}
-
 static void test_geometry(void)
 {
     static const int64_t S[] = {1, 7, 63, 64, 65, 127, 128, 1000, 4096, 16384, 100003};
@@ -60,7 +46,7 @@ static void test_geometry(void)
     for (size_t si = 0; si < sizeof S / sizeof S[0]; si++)
         for (size_t di = 0; di < 2; di++)
             for (size_t ti = 0; ti < 3; ti++) {
-                wf_attn_params_t p = mk(2, S[si], S[(si + 3) % 11], 24, 8, D[di], DT[ti]);
+                wf_attn_params_t p = attn_params(2, S[si], S[(si + 3) % 11], 24, 8, D[di], DT[ti]);
                 p.h_begin = 3;
                 p.h_end = 17;
                 wf_cuda_attn_geom_t g;
@@ -97,7 +83,7 @@ static void test_geometry(void)
     for (size_t di = 0; di < 2; di++)
         for (size_t ti = 0; ti < 3; ti++)
             for (int mix = 0; mix < 3; mix++) {
-                wf_attn_params_t p = mk(1, 1000, 777, 8, 2, D[di], DT[ti]);
+                wf_attn_params_t p = attn_params(1, 1000, 777, 8, 2, D[di], DT[ti]);
                 if (mix == 1)
                     p.k_dtype = WF_DTYPE_F32;
                 if (mix == 2)
@@ -120,7 +106,7 @@ static void test_geometry(void)
         /* Shared memory too small for the wgmma tiles: mma.sync. */
         wf_cuda_limits_t w = H100W;
         w.smem_optin = 160 * 1024;
-        wf_attn_params_t p = mk(1, 128, 128, 4, 4, 128, WF_DTYPE_BF16);
+        wf_attn_params_t p = attn_params(1, 128, 128, 4, 4, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         p.D = 64;
         CHECK(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK &&
@@ -133,13 +119,13 @@ static void test_geometry(void)
     /* Other head dims are refused. */
     static const int64_t bad_d[] = {0, 1, 32, 80, 96, 127, 192, 256};
     for (size_t i = 0; i < sizeof bad_d / sizeof bad_d[0]; i++) {
-        wf_attn_params_t p = mk(1, 128, 128, 4, 4, bad_d[i], WF_DTYPE_BF16);
+        wf_attn_params_t p = attn_params(1, 128, 128, 4, 4, bad_d[i], WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     }
     /* Small shared memory: one stage, then refusal. */
     wf_cuda_limits_t small = H100;
     small.smem_optin = 80000;
-    wf_attn_params_t p = mk(1, 128, 128, 4, 4, 128, WF_DTYPE_BF16);
+    wf_attn_params_t p = attn_params(1, 128, 128, 4, 4, 128, WF_DTYPE_BF16);
     CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 1 &&
           g.smem_bytes == 69632);
     small.smem_optin = 48 * 1024;
@@ -151,29 +137,29 @@ static void test_geometry(void)
     CHECK(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 2 &&
           g.smem_bytes == 55296);
     /* Grid limits: heads and batch beyond gridDim.y / z. */
-    p = mk(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16);
+    p = attn_params(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16);
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
-    p = mk(1, 64, 64, 65536, 1, 64, WF_DTYPE_F16);
+    p = attn_params(1, 64, 64, 65536, 1, 64, WF_DTYPE_F16);
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     p.h_end = 65535;
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK && g.grid[1] == 65535);
     /* Empty head range: nothing to launch. */
-    p = mk(1, 64, 64, 8, 8, 64, WF_DTYPE_F16);
+    p = attn_params(1, 64, 64, 8, 8, 64, WF_DTYPE_F16);
     p.h_begin = p.h_end = 5;
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK && g.grid[1] == 0);
     /* Invalid shapes and mappings. */
-    p = mk(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
+    p = attn_params(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT); /* 3 does not divide 8 */
-    p = mk(1, 64, 64, 4, 1, 64, WF_DTYPE_F16); /* slice of a 16-head, 4-group problem */
+    p = attn_params(1, 64, 64, 4, 1, 64, WF_DTYPE_F16); /* slice of a 16-head, 4-group problem */
     p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK);
     p.kv_head_base = 1; /* heads 8..11 read K/V head 2: local 1, but Hkv = 1 */
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
-    p = mk(1, 64, 64, 4, 4, 64, (wf_dtype_t)7);
+    p = attn_params(1, 64, 64, 4, 4, 64, (wf_dtype_t)7);
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
-    p = mk(1, 0, 64, 4, 4, 64, WF_DTYPE_F16);
+    p = attn_params(1, 0, 64, 4, 4, 64, WF_DTYPE_F16);
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
-    p = mk(1, 64, 64, 4, 4, 64, WF_DTYPE_F16);
+    p = attn_params(1, 64, 64, 4, 4, 64, WF_DTYPE_F16);
     p.q_offset = -1;
     CHECK(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
     CHECK(wf_cuda_attn_geometry(NULL, &H100, &g) == WF_E_BAD_ARGUMENT);
@@ -754,7 +740,7 @@ static void test_elementwise(void)
 static void test_admission(void)
 {
     /* bf16, B 1, S 4096, H 24, D 128: q, k, v, out 24 MiB each, lse 384 KiB. */
-    wf_attn_params_t p = mk(1, 4096, 4096, 24, 24, 128, WF_DTYPE_BF16);
+    wf_attn_params_t p = attn_params(1, 4096, 4096, 24, 24, 128, WF_DTYPE_BF16);
     uint64_t t = 4096ull * 24 * 128 * 2;
     uint64_t want = 4 * t + 4096ull * 24 * 4;
     CHECK(wf_cuda_attn_job_bytes(&p) == want);
@@ -762,7 +748,7 @@ static void test_admission(void)
     CHECK(wf_cuda_admit(&p, want, &need) == WF_OK && need == want);
     CHECK(wf_cuda_admit(&p, want - 1, &need) == WF_E_NO_MEMORY && need == want);
     /* f32 out, GQA K/V, odd sizes: each region rounded to 256. */
-    p = mk(1, 3, 5, 4, 2, 64, WF_DTYPE_F16);
+    p = attn_params(1, 3, 5, 4, 2, 64, WF_DTYPE_F16);
     p.out_dtype = WF_DTYPE_F32;
     uint64_t r = 0;
     r += (3 * 4 * 64 * 2 + 255) / 256 * 256;     /* q */
@@ -771,13 +757,13 @@ static void test_admission(void)
     r += 256;                                    /* lse 48 bytes */
     CHECK(wf_cuda_attn_job_bytes(&p) == r);
     /* Overflowing shapes are refused, never wrapped. */
-    p = mk(INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, 128, WF_DTYPE_F32);
+    p = attn_params(INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, 128, WF_DTYPE_F32);
     CHECK(wf_cuda_attn_job_bytes(&p) == UINT64_MAX);
     CHECK(wf_cuda_admit(&p, UINT64_MAX - 1, NULL) == WF_E_NO_MEMORY);
-    p = mk(1, 4, 4, 4, 4, 96, WF_DTYPE_F32);
+    p = attn_params(1, 4, 4, 4, 4, 96, WF_DTYPE_F32);
     CHECK(wf_cuda_admit(&p, UINT64_MAX, NULL) == WF_E_BAD_ARGUMENT);
     /* The workspace is exactly zero: everything stays on chip. */
-    p = mk(3, 1000, 77, 8, 2, 128, WF_DTYPE_BF16);
+    p = attn_params(3, 1000, 77, 8, 2, 128, WF_DTYPE_BF16);
     CHECK(wf_cuda_attn_workspace(&p) == 0);
 }
 

@@ -11,6 +11,7 @@
  * of whole clusters, persistent clusters, the rules that drop +mc). Runs
  * in every build: weft_cuda_plan is plain C. */
 #include "cuda_plan.h"
+#include "support/cuda_params.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -35,21 +36,6 @@ static wf_cuda_limits_t hopper_ws(unsigned f)
 {
     wf_cuda_limits_t l = {SM90_SMEM, 2147483647, 65535, 65535, 132, WF_CUDA_KERNEL_WS, f};
     return l;
-}
-
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-static wf_attn_params_t mk(int64_t B, int64_t Sq, int64_t Skv, int64_t Hq, int64_t Hkv,
-                           int64_t D, wf_dtype_t dt)
-{
-    static char dummy[16];
-    wf_attn_params_t p;
-    memset(&p, 0, sizeof p);
-    p.B = B; p.Sq = Sq; p.Skv = Skv; p.Hq = Hq; p.Hkv = Hkv; p.D = D;
-    p.h_begin = 0; p.h_end = Hq; p.scale = 0.125f;
-    p.q = p.k = p.v = dummy; p.out = dummy;
-    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = dt;
-    return p;
 }
 
 static void test_parse(void)
@@ -218,7 +204,7 @@ static void test_geometry(void)
                 for (size_t fi = 0; fi < sizeof F / sizeof F[0]; fi++)
                     for (int mix = 0; mix < 3; mix++) {
                         wf_cuda_limits_t lim = hopper_ws(F[fi]);
-                        wf_attn_params_t p = mk(2, S[si], S[si] + 5, 24, 8, D[di], DT[ti]);
+                        wf_attn_params_t p = attn_params(2, S[si], S[si] + 5, 24, 8, D[di], DT[ti]);
                         p.h_begin = 3; /* a head range: 21 heads */
                         if (mix == 1)
                             p.v_dtype = WF_DTYPE_F32;
@@ -250,13 +236,13 @@ static void test_geometry(void)
         /* The persistent grid: at most one block per SM; fewer tiles than
          * SMs: one block per tile; an unknown SM count: one per tile. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
-        wf_attn_params_t p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        wf_attn_params_t p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
               g.grid[0] == 132);
-        p = mk(1, 1000, 1000, 4, 4, 128, WF_DTYPE_BF16);
+        p = attn_params(1, 1000, 1000, 4, 4, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 32 && g.grid[0] == 32);
         lim.sm_count = 0;
-        p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
         /* unknown feature bits are dropped (0x10 is +mc) */
         lim = hopper_ws(0xE0u | WF_CUDA_WS_PIPE);
@@ -268,7 +254,7 @@ static void test_geometry(void)
          * wgmma; an empty head range -> nothing to launch. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE);
         lim.smem_optin = 160 * 1024;
-        wf_attn_params_t p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        wf_attn_params_t p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         p.D = 64; /* 2 stages of D 64 fit 160 KiB */
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
@@ -280,7 +266,7 @@ static void test_geometry(void)
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         lim = hopper_ws(WF_CUDA_WS_PIPE);
         lim.max_grid_x = 100;
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16); /* 32 x 8 = 256 tiles > 100 */
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16); /* 32 x 8 = 256 tiles > 100 */
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
               g.grid[0] == 32 && g.grid[1] == 8 && g.block[0] == WF_CUDA_WG_THREADS &&
               g.ws_features == 0);
@@ -291,17 +277,17 @@ static void test_geometry(void)
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
               g.grid[1] == 0 && g.tiles == 0);
         /* The common refusals stay: other head dims, bad mappings. */
-        p = mk(1, 128, 128, 4, 4, 96, WF_DTYPE_BF16);
+        p = attn_params(1, 128, 128, 4, 4, 96, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
-        p = mk(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
+        p = attn_params(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
-        p = mk(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16); /* beyond gridDim.z as before */
+        p = attn_params(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16); /* beyond gridDim.z as before */
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
     }
     {
         /* GQA slices, offsets and S_q != S_kv take the ws kernel alike. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG);
-        wf_attn_params_t p = mk(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
+        wf_attn_params_t p = attn_params(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
         p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
         p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
@@ -311,7 +297,7 @@ static void test_geometry(void)
         /* The other selections are untouched by the new fields. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
         lim.wgmma = WF_CUDA_KERNEL_WGMMA;
-        wf_attn_params_t p = mk(1, 1000, 1000, 8, 8, 128, WF_DTYPE_BF16);
+        wf_attn_params_t p = attn_params(1, 1000, 1000, 8, 8, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
               g.ws_features == 0 && g.tiles == 0 && g.grid[0] == 8 && g.grid[1] == 8);
         lim.wgmma = WF_CUDA_KERNEL_WGMMA_PIPE;
@@ -335,7 +321,7 @@ static void test_multicast(void)
                 for (int causal = 0; causal < 2; causal++) {
                     const unsigned f = F[fi] | WF_CUDA_WS_MULTICAST;
                     wf_cuda_limits_t lim = hopper_ws(f);
-                    wf_attn_params_t p = mk(2, S[si], S[si] + 5, 24, 8, d, WF_DTYPE_BF16);
+                    wf_attn_params_t p = attn_params(2, S[si], S[si] + 5, 24, 8, d, WF_DTYPE_BF16);
                     p.h_begin = 3; /* 21 heads */
                     p.causal = causal;
                     CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK);
@@ -366,7 +352,7 @@ static void test_multicast(void)
         /* The persistent grid of clusters: sm_count / 2 clusters at most,
          * at least one; an unknown SM count: one cluster per pair. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL | WF_CUDA_WS_MULTICAST);
-        wf_attn_params_t p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        wf_attn_params_t p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
               g.grid[0] == 132 && g.cluster[0] == 2);
         lim.sm_count = 133; /* an odd count: 66 clusters */
@@ -378,7 +364,7 @@ static void test_multicast(void)
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
         /* an odd tile count: one empty tile per head in the grid */
         lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
-        p = mk(1, 300, 300, 5, 5, 128, WF_DTYPE_BF16); /* 3 tiles per head */
+        p = attn_params(1, 300, 300, 5, 5, 128, WF_DTYPE_BF16); /* 3 tiles per head */
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 4 * 5 &&
               g.grid[0] == 20 && g.cluster[0] == 2);
         /* fewer pairs than SMs, persistent: one cluster per pair */
@@ -389,7 +375,7 @@ static void test_multicast(void)
         /* Fallbacks: the grid of pairs beyond gridDim.x while the tiles
          * fit: the ws kernel without clusters; both beyond: wgmma. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
-        wf_attn_params_t p = mk(10, 300, 300, 1, 1, 64, WF_DTYPE_F16); /* 30 tiles, 20 pairs */
+        wf_attn_params_t p = attn_params(10, 300, 300, 1, 1, 64, WF_DTYPE_F16); /* 30 tiles, 20 pairs */
         lim.max_grid_x = 40;
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
               g.ws_features == (WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST) && g.grid[0] == 40);
@@ -403,7 +389,7 @@ static void test_multicast(void)
         /* the ring does not fit: the same fallbacks as without +mc */
         lim = hopper_ws(WF_CUDA_WS_MULTICAST);
         lim.smem_optin = 160 * 1024;
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
               g.cluster[0] == 1 && g.ws_features == 0);
         /* mixed dtypes: mma.sync, no cluster */
@@ -412,12 +398,12 @@ static void test_multicast(void)
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
               g.cluster[0] == 1);
         /* an empty head range: nothing to launch */
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         p.h_begin = p.h_end = 2;
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[1] == 0 && g.tiles == 0);
         /* the other kernels never get a cluster */
         lim.wgmma = WF_CUDA_KERNEL_WGMMA;
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
               g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.cluster[1] == 1 &&
               g.cluster[2] == 1);
@@ -426,7 +412,7 @@ static void test_multicast(void)
         /* GQA slices, offsets, causal and S_q != S_kv keep +mc. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG |
                                          WF_CUDA_WS_MULTICAST);
-        wf_attn_params_t p = mk(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
+        wf_attn_params_t p = attn_params(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
         p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
         p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
         CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
