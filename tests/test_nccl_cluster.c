@@ -80,35 +80,6 @@ static const jcase_t cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
-                     wf_job_result_t *ret_res)
-{
-    jbuf_t a;
-    if (!jbuf_init(&a, c, seed))
-        return false;
-    wf_attention_opts_t o = opts_of(c);
-    wf_job_result_t res;
-    memset(&res, 0, sizeof res);
-    wf_status_t st = wf_attention(cl, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &res);
-    bool ok = st == WF_OK;
-    if (!ok) {
-        fprintf(stderr, "case %s: %s: %s\n", c->name, wf_status_name(st),
-                wf_client_last_error(cl));
-    } else {
-        double eo, el, to, tl;
-        jbuf_errors(&a, &eo, &el);
-        jcase_tolerances(c, true, &to, &tl);
-        ok = eo <= to && (!c->want_lse || el <= tl);
-        printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  devices %u  %s\n",
-               c->name, eo, to, el, (unsigned long long)res.epoch, res.devices,
-               ok ? "ok" : "FAIL");
-    }
-    if (ret_res)
-        *ret_res = res;
-    jbuf_free(&a);
-    return ok;
-}
-
 /* The whole scenario, with the stand-in's ncclCommShrink or without. */
 static void scenario(bool shrink)
 {
@@ -135,7 +106,7 @@ static void scenario(bool shrink)
     uint64_t epoch = 0;
     for (size_t k = 0; k < N_CASES; k++) {
         wf_job_result_t r;
-        CHECK(run_case(cl, &cases[k], 100 + k, &r));
+        CHECK(jcase_run(cl, &cases[k], 100 + k, false, &r));
         CHECK(r.devices == 6);
         epoch = r.epoch;
     }
@@ -145,7 +116,7 @@ static void scenario(bool shrink)
     epoch = e2;
     for (size_t k = 0; k < N_CASES; k++) {
         wf_job_result_t r;
-        CHECK(run_case(cl, &cases[k], 200 + k, &r));
+        CHECK(jcase_run(cl, &cases[k], 200 + k, false, &r));
         CHECK(r.epoch == epoch && r.devices == 6);
     }
     wf_status_info_t si;
@@ -192,7 +163,7 @@ static void scenario(bool shrink)
         CHECK(log_has(&a, how));
         CHECK(log_has(&b, how));
         wf_job_result_t r;
-        CHECK(run_case(cl, &cases[0], 300, &r));
+        CHECK(jcase_run(cl, &cases[0], 300, false, &r));
         CHECK(r.devices == 4);
     }
 
@@ -206,7 +177,7 @@ static void scenario(bool shrink)
         CHECK(log_has(&c, "cluster: world of epoch 3: data plane zmq"));
         for (size_t k = 0; k < N_CASES; k++) {
             wf_job_result_t r;
-            CHECK(run_case(cl, &cases[k], 400 + k, &r));
+            CHECK(jcase_run(cl, &cases[k], 400 + k, false, &r));
             CHECK(r.devices == 6);
         }
     }
