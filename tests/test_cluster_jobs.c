@@ -255,33 +255,7 @@ int main(int argc, char **argv)
         wf_mesh_degrees_t ring6 = { 1, 6, 1, 1 };
         CHECK(wf_reconfigure(cl, &ring6, &e) == WF_OK);
         epoch = e;
-        jcase_t big = { "f32 12288 (killed)", 1, 12288, 12288, 4, 4, 64, F32, F32,
-                        0, false, 0, AG, DEF, DEF, DEF, DEF };
-        jbuf_t x;
-        CHECK(jbuf_init(&x, &big, 99));
-        wf_attention_opts_t o = opts_of(&big);
-        wf_job_t *job = NULL;
-        CHECK(wf_attention_submit(cl, &x.q, &x.k, &x.v, &o, &x.out, NULL, &job) == WF_OK);
-        /* on the same connection the status is answered after the job
-         * was dispatched: it proves the job is in flight */
-        CHECK(wf_status(cl, &si) == WF_OK && si.in_flight == 1);
-        int64_t t_kill = clusterd_now_ms();
-        kill(c.p.pid, SIGKILL);
-        CHECK(clusterd_wait_exit(&c.p, TIMEOUT_MS));
-        wf_status_t st = job ? wf_job_wait(cl, job, TIMEOUT_MS) : WF_E_INTERNAL;
-        int64_t t_err = clusterd_now_ms() - t_kill;
-        wf_job_result_t res;
-        memset(&res, 0, sizeof res);
-        if (job)
-            wf_job_result(job, &res);
-        const char *msg = job ? wf_job_error(job) : "";
-        printf("job in flight when c was killed: %s after %lld ms: %s\n",
-               wf_status_name(res.status), (long long)t_err, msg);
-        CHECK(st == WF_OK || st == WF_E_NODE_LOST);
-        CHECK(res.status == WF_E_NODE_LOST && t_err < 5000);
-        CHECK(strstr(msg, "node(s) c lost") != NULL);
-        wf_job_destroy(cl, &job);
-        jbuf_free(&x);
+        failures += clusterd_kill_mid_job(&c.p, cl, "node(s) c lost", TIMEOUT_MS);
         CHECK(notify_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), 4 rank(s)",
                           TIMEOUT_MS));
         wf_job_result_t r2;
