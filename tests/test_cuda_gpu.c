@@ -732,7 +732,7 @@ static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_
         free(b);
     }
     CHECK_TRUE(dacc[0] && dacc[1] && dl[0] && dl[1] && dpart && dpl && dfin[0] && dfin[1] && dq &&
-          dk[0] && dk[1] && dv[0] && dv[1]);
+               dk[0] && dk[1] && dv[0] && dv[1]);
     for (int s = 0; s < 2; s++) {
         wf_attn_params_t p = {0};
         p.B = t->B; p.Sq = t->Sq; p.Skv = t->skv[s]; p.Hq = t->Hq; p.Hkv = t->Hkv; p.D = t->D;
@@ -891,7 +891,8 @@ static void test_convert(void)
     for (int k = 0; k < 2; k++) {
         float *df = dev_copy(f, n * 4);
         void *dh = NULL, *db = NULL;
-        CHECK_TRUE(G->dev_alloc(gctx, n * 2, &dh) == WF_OK && G->dev_alloc(gctx, n * 4, &db) == WF_OK);
+        CHECK_TRUE(G->dev_alloc(gctx, n * 2, &dh) == WF_OK &&
+                   G->dev_alloc(gctx, n * 4, &db) == WF_OK);
         CHECK_TRUE(G->convert(gctx, dh, d2[k], df, WF_DTYPE_F32, n) == WF_OK);
         CHECK_TRUE(G->convert(gctx, db, WF_DTYPE_F32, dh, d2[k], n) == WF_OK);
         CHECK_TRUE(G->copy_d2h(gctx, h, dh, n * 2) == WF_OK);
@@ -1223,7 +1224,7 @@ static void test_modln_gate(void)
     CHECK_TRUE(G->modln(gctx, &bad) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->modln(gctx, NULL) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->gate_residual(gctx, (float *)8, 7, (float *)8, 8, (float *)8, 8, 1, 1, 8) ==
-          WF_E_BAD_ARGUMENT);
+               WF_E_BAD_ARGUMENT);
 }
 
 static void test_head_norm_rope(void)
@@ -1277,7 +1278,7 @@ static void test_tables(void)
     float *cc = malloc(nt * 4), *sc = malloc(nt * 4), *cg = malloc(nt * 4), *sg = malloc(nt * 4);
     float *dids = dev_copy(ids, (size_t)(L * na) * 4), *dcs = NULL, *dsn = NULL;
     CHECK_TRUE(G->dev_alloc(gctx, nt * 4, (void **)&dcs) == WF_OK &&
-          G->dev_alloc(gctx, nt * 4, (void **)&dsn) == WF_OK);
+               G->dev_alloc(gctx, nt * 4, (void **)&dsn) == WF_OK);
     CHECK_TRUE(C->rope_table(cctx, ids, L, axes, 3, 10000.0, D, cc, sc) == WF_OK);
     CHECK_TRUE(G->rope_table(gctx, dids, L, axes, 3, 10000.0, D, dcs, dsn) == WF_OK);
     fetch(cg, dcs, nt * 4);

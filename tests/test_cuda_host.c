@@ -48,7 +48,7 @@ static void test_geometry(void)
                 CHECK_TRUE(g.d == (int)D[di] && g.dpad == (int)D[di] + WF_CUDA_PAD);
                 CHECK_TRUE(g.stages == 2);
                 CHECK_TRUE(g.smem_bytes == 2u * (size_t)(WF_CUDA_BR + 4 * WF_CUDA_BC) *
-                                          (size_t)(D[di] + WF_CUDA_PAD));
+                                               (size_t)(D[di] + WF_CUDA_PAD));
                 CHECK_TRUE(g.smem_bytes <= H100.smem_optin);
                 CHECK_TRUE(g.compute_bf16 == (DT[ti] == WF_DTYPE_BF16));
                 /* 16-byte aligned rows for ldmatrix / cp.async */
@@ -67,7 +67,7 @@ static void test_geometry(void)
     /* The wgmma kernel: chosen when allowed and q, k, v all have the
      * compute dtype; its block, shared bytes and the mma.sync fallback. */
     CHECK_TRUE(wf_cuda_attn_wgmma_smem_bytes(128) ==
-          1024 + 2 * 128 * (128 + 2 * WF_CUDA_WG_STAGES * WF_CUDA_WG_BC) + 128);
+               1024 + 2 * 128 * (128 + 2 * WF_CUDA_WG_STAGES * WF_CUDA_WG_BC) + 128);
     CHECK_TRUE(wf_cuda_attn_wgmma_smem_bytes(128) == 230528); /* fits 232448 */
     CHECK_TRUE(wf_cuda_attn_wgmma_smem_bytes(64) == 115840);
     for (size_t di = 0; di < 2; di++)
@@ -90,7 +90,7 @@ static void test_geometry(void)
                     CHECK_TRUE(g.smem_bytes == wf_cuda_attn_smem_bytes((int)D[di], 2));
                 }
                 CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100, &g) == WF_OK &&
-                      g.kernel == WF_CUDA_KERNEL_MMA);
+                           g.kernel == WF_CUDA_KERNEL_MMA);
             }
     {
         /* Shared memory too small for the wgmma tiles: mma.sync. */
@@ -100,11 +100,11 @@ static void test_geometry(void)
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         p.D = 64;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA && g.stages == WF_CUDA_WG_STAGES);
+                   g.kernel == WF_CUDA_KERNEL_WGMMA && g.stages == WF_CUDA_WG_STAGES);
         /* The pipelined form when the limits ask for it. */
         w.wgmma = WF_CUDA_KERNEL_WGMMA_PIPE;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &w, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
+                   g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
     }
     /* Other head dims are refused. */
     static const int64_t bad_d[] = {0, 1, 32, 80, 96, 127, 192, 256};
@@ -117,15 +117,15 @@ static void test_geometry(void)
     small.smem_optin = 80000;
     wf_attn_params_t p = attn_params(1, 128, 128, 4, 4, 128, WF_DTYPE_BF16);
     CHECK_TRUE(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 1 &&
-          g.smem_bytes == 69632);
+               g.smem_bytes == 69632);
     small.smem_optin = 48 * 1024;
     CHECK_TRUE(wf_cuda_attn_geometry(&p, &small, &g) == WF_E_BAD_ARGUMENT);
     p.D = 64;
     CHECK_TRUE(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 1 &&
-          g.smem_bytes == 36864);
+               g.smem_bytes == 36864);
     small.smem_optin = 56 * 1024;
     CHECK_TRUE(wf_cuda_attn_geometry(&p, &small, &g) == WF_OK && g.stages == 2 &&
-          g.smem_bytes == 55296);
+               g.smem_bytes == 55296);
     /* Grid limits: heads and batch beyond gridDim.y / z. */
     p = attn_params(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16);
     CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100, &g) == WF_E_BAD_ARGUMENT);
@@ -272,7 +272,8 @@ static void test_resident(void)
     CHECK_TRUE(wf_cuda_arena_init(&a, 8 * 256, 256) == WF_OK);
     uint64_t offs[8];
     for (int i = 0; i < 8; i++)
-        CHECK_TRUE(wf_cuda_arena_res_alloc(&a, 256, &offs[i]) == WF_OK && offs[i] == (uint64_t)(7 - i) * 256);
+        CHECK_TRUE(wf_cuda_arena_res_alloc(&a, 256, &offs[i]) == WF_OK &&
+                   offs[i] == (uint64_t)(7 - i) * 256);
     CHECK_TRUE(wf_cuda_arena_free(&a) == 0 && a.floor == 0);
     CHECK_TRUE(wf_cuda_arena_take(&a, 0, &j) == WF_OK && j == 0);
     CHECK_TRUE(wf_cuda_arena_take(&a, 1, &j) == WF_E_NO_MEMORY);
@@ -412,7 +413,8 @@ static void test_linear_plan(void)
     /* f32: no workspace, x used in place with its own ld. */
     p.w_dtype = WF_DTYPE_F32;
     CHECK_TRUE(wf_cuda_linear_workspace(&p) == 0);
-    CHECK_TRUE(wf_cuda_linear_plan(&p, NULL, 1, &pl) == WF_OK && pl.convert_x == 0 && pl.x_bytes == 0);
+    CHECK_TRUE(wf_cuda_linear_plan(&p, NULL, 1, &pl) == WF_OK && pl.convert_x == 0 &&
+               pl.x_bytes == 0);
     CHECK_TRUE(pl.g[0].key.ldb == 40 && pl.g[0].key.dtype == WF_DTYPE_F32);
     /* Three column blocks: b_col, beta, epilogue on the last only. */
     p = mkl(7, 24, 8, WF_DTYPE_F16);
@@ -426,7 +428,8 @@ static void test_linear_plan(void)
     CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK && pl.nwb == 3);
     CHECK_TRUE(pl.g[0].b_col == 0 && pl.g[1].b_col == 8 && pl.g[2].b_col == 12);
     CHECK_TRUE(pl.g[0].beta == 0.0f && pl.g[1].beta == 1.0f && pl.g[2].beta == 1.0f);
-    CHECK_TRUE(pl.g[0].key.epilogue == WF_CUDA_EPI_NONE && pl.g[1].key.epilogue == WF_CUDA_EPI_NONE);
+    CHECK_TRUE(pl.g[0].key.epilogue == WF_CUDA_EPI_NONE &&
+               pl.g[1].key.epilogue == WF_CUDA_EPI_NONE);
     CHECK_TRUE(pl.g[2].key.epilogue == WF_CUDA_EPI_GELU_BIAS);
     CHECK_TRUE(pl.post_bias == 0 && pl.post_act == WF_ACT_NONE);
     CHECK_TRUE(pl.g[0].key.k == 8 && pl.g[1].key.k == 4 && pl.g[2].key.k == 12);
@@ -444,7 +447,7 @@ static void test_linear_plan(void)
     p.act = WF_ACT_GELU_TANH;
     CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK);
     CHECK_TRUE(pl.g[2].key.epilogue == WF_CUDA_EPI_NONE && pl.post_bias == 1 &&
-          pl.post_act == WF_ACT_GELU_TANH);
+               pl.post_act == WF_ACT_GELU_TANH);
     p.bias = NULL;
     CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK);
     CHECK_TRUE(pl.g[2].key.epilogue == WF_CUDA_EPI_GELU && pl.post_bias == 0);
@@ -506,7 +509,8 @@ static void test_linear_plan(void)
         b.wb[i] = b.wb[0];
     }
     CHECK_TRUE(wf_cuda_linear_plan(&b, NULL, 1, &pl) == WF_OK && pl.nwb == 8);
-    CHECK_TRUE(pl.g[7].b_col == 14 && pl.g[7].key.align_b == wf_cuda_ptr_align((const float *)b.x + 14));
+    CHECK_TRUE(pl.g[7].b_col == 14 &&
+               pl.g[7].key.align_b == wf_cuda_ptr_align((const float *)b.x + 14));
 #undef BAD
 #undef BADSHAPE
     /* Pointer alignment. */

@@ -140,7 +140,7 @@ static void test_budgets(void)
     /* Shared memory: 1 KiB alignment slack, Q (the output staging too), K
      * and V rings, the mbarriers. */
     CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 3) ==
-          1024 + 2 * 128 * (WF_CUDA_BR + 3 * 2 * WF_CUDA_WG_BC) + WF_CUDA_WS_BAR_BYTES);
+               1024 + 2 * 128 * (WF_CUDA_BR + 3 * 2 * WF_CUDA_WG_BC) + WF_CUDA_WS_BAR_BYTES);
     CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 3) == 230656);
     CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 3) <= SM90_SMEM);
     CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 4) > SM90_SMEM); /* D 128: 3 stages at most */
@@ -152,7 +152,7 @@ static void test_budgets(void)
             size_t b = wf_cuda_attn_ws_smem_bytes(d, st);
             CHECK_TRUE(wf_cuda_attn_ws_stages(d, b) == st);     /* exactly enough */
             CHECK_TRUE(wf_cuda_attn_ws_stages(d, b - 1) == st - 1 ||
-                  (st == WF_CUDA_WS_MIN_STAGES && wf_cuda_attn_ws_stages(d, b - 1) == 0));
+                       (st == WF_CUDA_WS_MIN_STAGES && wf_cuda_attn_ws_stages(d, b - 1) == 0));
         }
     CHECK_TRUE(wf_cuda_attn_ws_stages(128, 160 * 1024) == 0); /* not even 2 stages */
     CHECK_TRUE(wf_cuda_attn_ws_stages(64, 48 * 1024) == 0);
@@ -165,7 +165,7 @@ static void test_budgets(void)
     CHECK_TRUE(WF_CUDA_WS_THREADS == 3 * 128);
     CHECK_TRUE(WF_CUDA_WS_REGS_ENTRY == (65536 / WF_CUDA_WS_THREADS) / 8 * 8);
     CHECK_TRUE(wf_cuda_ws_regs_ok(WF_CUDA_WS_REGS_ENTRY, WF_CUDA_WS_REGS_PRODUCER,
-                             WF_CUDA_WS_REGS_CONSUMER, 2));
+                                  WF_CUDA_WS_REGS_CONSUMER, 2));
     CHECK_TRUE(128 * WF_CUDA_WS_REGS_PRODUCER + 2 * 128 * WF_CUDA_WS_REGS_CONSUMER <= 65536);
     CHECK_TRUE(wf_cuda_ws_regs_ok(168, 40, 232, 2));  /* CUTLASS's cooperative split */
     CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 24, 248, 2)); /* 66560 > 65536 */
@@ -205,19 +205,20 @@ static void test_geometry(void)
                         const int64_t tiles = cdiv(S[si], WF_CUDA_BR) * 21 * 2;
                         if (!want) { /* mixed or f32 inputs: mma.sync, as for wgmma */
                             CHECK_TRUE(g.kernel == WF_CUDA_KERNEL_MMA && g.ws_features == 0 &&
-                                  g.tiles == 0);
+                                       g.tiles == 0);
                             continue;
                         }
                         CHECK_TRUE(g.kernel == WF_CUDA_KERNEL_WS);
                         CHECK_TRUE(g.ws_features == F[fi]);
                         CHECK_TRUE(g.tiles == tiles);
                         CHECK_TRUE(g.block[0] == WF_CUDA_WS_THREADS && g.block[1] == 1 &&
-                              g.block[2] == 1);
+                                   g.block[2] == 1);
                         const int64_t grid = (F[fi] & WF_CUDA_WS_PERSISTENT) && tiles > 132
                                                  ? 132 : tiles;
                         CHECK_TRUE(g.grid[0] == (unsigned)grid && g.grid[1] == 1 && g.grid[2] == 1);
                         CHECK_TRUE(g.stages == (D[di] == 128 ? 3 : 4));
-                        CHECK_TRUE(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)D[di], g.stages));
+                        CHECK_TRUE(g.smem_bytes ==
+                                   wf_cuda_attn_ws_smem_bytes((int)D[di], g.stages));
                         CHECK_TRUE(g.smem_bytes <= SM90_SMEM);
                         CHECK_TRUE(g.d == D[di] && g.compute_bf16 == (DT[ti] == WF_DTYPE_BF16));
                         CHECK_TRUE(g.cluster[0] == 1 && g.cluster[1] == 1 && g.cluster[2] == 1);
@@ -228,15 +229,17 @@ static void test_geometry(void)
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
         wf_attn_params_t p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
-              g.grid[0] == 132);
+                   g.grid[0] == 132);
         p = attn_params(1, 1000, 1000, 4, 4, 128, WF_DTYPE_BF16);
-        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 32 && g.grid[0] == 32);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 32 &&
+                   g.grid[0] == 32);
         lim.sm_count = 0;
         p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
         /* unknown feature bits are dropped (0x10 is +mc) */
         lim = hopper_ws(0xE0u | WF_CUDA_WS_PIPE);
-        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.ws_features == WF_CUDA_WS_PIPE);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.ws_features == WF_CUDA_WS_PIPE);
     }
     {
         /* Refusals and fallbacks: the ring does not fit -> the wgmma kernel
@@ -248,24 +251,26 @@ static void test_geometry(void)
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         p.D = 64; /* 2 stages of D 64 fit 160 KiB */
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.stages == 4);
+                   g.stages == 4);
         lim.smem_optin = 120 * 1024; /* ws: 3 stages of D 64; wgmma's 115840 too */
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.stages == 3 && g.smem_bytes <= lim.smem_optin);
+                   g.stages == 3 && g.smem_bytes <= lim.smem_optin);
         lim.smem_optin = 70 * 1024; /* below ws' 2 stages (83200): wgmma does not fit either */
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         lim = hopper_ws(WF_CUDA_WS_PIPE);
         lim.max_grid_x = 100;
         p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16); /* 32 x 8 = 256 tiles > 100 */
-        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
-              g.grid[0] == 32 && g.grid[1] == 8 && g.block[0] == WF_CUDA_WG_THREADS &&
-              g.ws_features == 0);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA &&
+                   g.grid[0] == 32 && g.grid[1] == 8 && g.block[0] == WF_CUDA_WG_THREADS &&
+                   g.ws_features == 0);
         lim.ws_features = WF_CUDA_WS_PERSISTENT; /* the linear grid still counts every tile */
-        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA);
         lim = hopper_ws(WF_CUDA_WS_ALL);
         p.h_begin = p.h_end = 5;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.grid[1] == 0 && g.tiles == 0);
+                   g.grid[1] == 0 && g.tiles == 0);
         /* The common refusals stay: other head dims, bad mappings. */
         p = attn_params(1, 128, 128, 4, 4, 96, WF_DTYPE_BF16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
@@ -281,18 +286,19 @@ static void test_geometry(void)
         p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
         p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.tiles == 3 * 4);
+                   g.tiles == 3 * 4);
     }
     {
         /* The other selections are untouched by the new fields. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
         lim.wgmma = WF_CUDA_KERNEL_WGMMA;
         wf_attn_params_t p = attn_params(1, 1000, 1000, 8, 8, 128, WF_DTYPE_BF16);
-        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
-              g.ws_features == 0 && g.tiles == 0 && g.grid[0] == 8 && g.grid[1] == 8);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA &&
+                   g.ws_features == 0 && g.tiles == 0 && g.grid[0] == 8 && g.grid[1] == 8);
         lim.wgmma = WF_CUDA_KERNEL_WGMMA_PIPE;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
+                   g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
         lim.wgmma = 0;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
     }
@@ -320,9 +326,9 @@ static void test_multicast(void)
                     /* the ring, the block and the shared bytes per CTA as without +mc */
                     CHECK_TRUE(g.block[0] == WF_CUDA_WS_THREADS && g.stages == (d == 128 ? 3 : 4));
                     CHECK_TRUE(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)d, g.stages) &&
-                          g.smem_bytes <= SM90_SMEM);
+                               g.smem_bytes <= SM90_SMEM);
                     CHECK_TRUE(g.grid[1] == 1 && g.grid[2] == 1 && g.cluster[1] == 1 &&
-                          g.cluster[2] == 1);
+                               g.cluster[2] == 1);
                     if (nqt < 2) {
                         /* one tile per head: nothing to share, +mc dropped */
                         CHECK_TRUE(g.ws_features == F[fi] && g.cluster[0] == 1);
@@ -332,7 +338,8 @@ static void test_multicast(void)
                     CHECK_TRUE(g.ws_features == f);
                     CHECK_TRUE(g.cluster[0] == WF_CUDA_WS_CLUSTER && WF_CUDA_WS_CLUSTER == 2);
                     CHECK_TRUE(g.tiles == 2 * pairs);
-                    CHECK_TRUE(g.tiles >= nqt * 21 * 2 && g.tiles - nqt * 21 * 2 == (nqt % 2) * 21 * 2);
+                    CHECK_TRUE(g.tiles >= nqt * 21 * 2 &&
+                               g.tiles - nqt * 21 * 2 == (nqt % 2) * 21 * 2);
                     const int64_t grid = (F[fi] & WF_CUDA_WS_PERSISTENT) && pairs > 66
                                              ? 132 : 2 * pairs;
                     CHECK_TRUE(g.grid[0] == (unsigned)grid);
@@ -344,19 +351,19 @@ static void test_multicast(void)
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL | WF_CUDA_WS_MULTICAST);
         wf_attn_params_t p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
-              g.grid[0] == 132 && g.cluster[0] == 2);
+                   g.grid[0] == 132 && g.cluster[0] == 2);
         lim.sm_count = 133; /* an odd count: 66 clusters */
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 132);
         lim.sm_count = 1;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 2 &&
-              g.cluster[0] == 2);
+                   g.cluster[0] == 2);
         lim.sm_count = 0;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
         /* an odd tile count: one empty tile per head in the grid */
         lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
         p = attn_params(1, 300, 300, 5, 5, 128, WF_DTYPE_BF16); /* 3 tiles per head */
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 4 * 5 &&
-              g.grid[0] == 20 && g.cluster[0] == 2);
+                   g.grid[0] == 20 && g.cluster[0] == 2);
         /* fewer pairs than SMs, persistent: one cluster per pair */
         lim.ws_features |= WF_CUDA_WS_PERSISTENT;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 20);
@@ -365,28 +372,29 @@ static void test_multicast(void)
         /* Fallbacks: the grid of pairs beyond gridDim.x while the tiles
          * fit: the ws kernel without clusters; both beyond: wgmma. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
-        wf_attn_params_t p = attn_params(10, 300, 300, 1, 1, 64, WF_DTYPE_F16); /* 30 tiles, 20 pairs */
+        /* 30 tiles, 20 pairs */
+        wf_attn_params_t p = attn_params(10, 300, 300, 1, 1, 64, WF_DTYPE_F16);
         lim.max_grid_x = 40;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.ws_features == (WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST) && g.grid[0] == 40);
+                   g.ws_features == (WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST) && g.grid[0] == 40);
         lim.max_grid_x = 39;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.ws_features == WF_CUDA_WS_PIPE && g.grid[0] == 30 && g.tiles == 30 &&
-              g.cluster[0] == 1);
+                   g.ws_features == WF_CUDA_WS_PIPE && g.grid[0] == 30 && g.tiles == 30 &&
+                   g.cluster[0] == 1);
         lim.max_grid_x = 29;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.ws_features == 0);
+                   g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.ws_features == 0);
         /* the ring does not fit: the same fallbacks as without +mc */
         lim = hopper_ws(WF_CUDA_WS_MULTICAST);
         lim.smem_optin = 160 * 1024;
         p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
-              g.cluster[0] == 1 && g.ws_features == 0);
+                   g.cluster[0] == 1 && g.ws_features == 0);
         /* mixed dtypes: mma.sync, no cluster */
         lim = hopper_ws(WF_CUDA_WS_MULTICAST);
         p.v_dtype = WF_DTYPE_F32;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
-              g.cluster[0] == 1);
+                   g.cluster[0] == 1);
         /* an empty head range: nothing to launch */
         p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         p.h_begin = p.h_end = 2;
@@ -395,8 +403,8 @@ static void test_multicast(void)
         lim.wgmma = WF_CUDA_KERNEL_WGMMA;
         p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.cluster[1] == 1 &&
-              g.cluster[2] == 1);
+                   g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.cluster[1] == 1 &&
+                   g.cluster[2] == 1);
     }
     {
         /* GQA slices, offsets, causal and S_q != S_kv keep +mc. */
@@ -406,7 +414,7 @@ static void test_multicast(void)
         p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
         p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.tiles == 4 * 4 && g.grid[0] == 16 && g.cluster[0] == 2);
+                   g.tiles == 4 * 4 && g.grid[0] == 16 && g.cluster[0] == 2);
     }
 }
 
