@@ -6,7 +6,8 @@
 # (tests/support/clusterd.c).
 add_library(weft_clusterd STATIC ${CMAKE_CURRENT_LIST_DIR}/support/clusterd.c)
 target_include_directories(weft_clusterd PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(weft_clusterd PUBLIC weft Threads::Threads)
+# weft_testsupport: the job that clusterd_kill_mid_job submits.
+target_link_libraries(weft_clusterd PUBLIC weft weft_testsupport Threads::Threads)
 
 add_executable(test_cluster ${CMAKE_CURRENT_LIST_DIR}/test_cluster.c)
 target_link_libraries(test_cluster PRIVATE weft_clusterd weft Threads::Threads m)

@@ -85,42 +85,6 @@ static const jcase_t cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-/* The outputs of a job that answered WF_OK against the fp64 reference. */
-static bool check_outputs(const jbuf_t *a, const wf_job_result_t *res)
-{
-    double eo, el, to, tl;
-    jbuf_errors(a, &eo, &el);
-    jcase_tolerances(&a->c, true, &to, &tl);
-    bool ok = eo <= to && (!a->c.want_lse || el <= tl);
-    printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  devices %u"
-           "  %s\n", a->c.name, eo, to, el, (unsigned long long)res->epoch,
-           res->devices, ok ? "ok" : "FAIL");
-    return ok;
-}
-
-/* Run case c; WF_OK and within tolerance -> true. */
-static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
-                     wf_job_result_t *ret_res)
-{
-    jbuf_t a;
-    if (!jbuf_init(&a, c, seed))
-        return false;
-    wf_attention_opts_t o = opts_of(c);
-    wf_job_result_t res;
-    memset(&res, 0, sizeof res);
-    wf_status_t st = wf_attention(cl, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &res);
-    bool ok = st == WF_OK;
-    if (!ok)
-        fprintf(stderr, "case %s: %s: %s\n", c->name, wf_status_name(st),
-                wf_client_last_error(cl));
-    else
-        ok = check_outputs(&a, &res);
-    if (ret_res)
-        *ret_res = res;
-    jbuf_free(&a);
-    return ok;
-}
-
 /* A job submitted, not waited for yet. */
 typedef struct pending {
     jbuf_t a;
@@ -230,9 +194,9 @@ int main(int argc, char **argv)
     wf_client_t *cl = NULL;
     CHECK(wf_client_connect(a.p.endpoint, TIMEOUT_MS, &cl) == WF_OK);
     wf_job_result_t r;
-    CHECK(run_case(cl, &cases[0], 1, &r));
+    CHECK(jcase_run(cl, &cases[0], 1, false, &r));
     uint64_t epoch1 = r.epoch;
-    CHECK(run_case(cl, &cases[1], 2, &r));
+    CHECK(jcase_run(cl, &cases[1], 2, false, &r));
 
     /* 2. seq 2 fails on b; seq 3 and 4 wait behind it */
     {
@@ -261,7 +225,7 @@ int main(int argc, char **argv)
             if (res.status != WF_OK)
                 fprintf(stderr, "queued job %d: %s: %s\n", i,
                         wf_status_name(res.status), msg);
-            CHECK(res.status == WF_OK && check_outputs(&p[i].a, &res));
+            CHECK(res.status == WF_OK && jbuf_check(&p[i].a, &res, false));
             CHECK(res.epoch > epoch1 && res.devices == 6);
         }
         printf("jobs queued behind it: done %lld ms after the submit\n",
@@ -276,7 +240,7 @@ int main(int argc, char **argv)
     CHECK(clusterd_status(&b.p, &si) && si.world_epoch == 2 &&
           strcmp(si.role, "member") == 0);
     for (size_t k = 0; k < N_CASES; k++) {
-        CHECK(run_case(cl, &cases[k], 100 + k, &r));
+        CHECK(jcase_run(cl, &cases[k], 100 + k, false, &r));
         CHECK(r.epoch > epoch1 && r.devices == 6);
     }
 
@@ -310,8 +274,8 @@ int main(int argc, char **argv)
                (long long)held, CLUSTER_TIMEOUT_MS);
         CHECK(held >= CLUSTER_TIMEOUT_MS / 2);
         CHECK(world_is(&a, 6, "serving"));
-        CHECK(run_case(cl, &cases[1], 230, &r));    /* seq 14 */
-        CHECK(run_case(cl, &cases[2], 231, &r));    /* seq 15 */
+        CHECK(jcase_run(cl, &cases[1], 230, false, &r));    /* seq 14 */
+        CHECK(jcase_run(cl, &cases[2], 231, false, &r));    /* seq 15 */
     }
 
     /* 5. seq 16 fails on the coordinator's own ranks */
@@ -322,7 +286,7 @@ int main(int argc, char **argv)
                           "seq 16 failed on node a", TIMEOUT_MS));
         CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 7, 3 node(s), 6 rank(s)",
                           TIMEOUT_MS));
-        CHECK(run_case(cl, &cases[4], 301, &r));
+        CHECK(jcase_run(cl, &cases[4], 301, false, &r));
         CHECK(world_is(&a, 7, "serving"));
     }
     wf_client_destroy(&cl);

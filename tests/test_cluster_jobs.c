@@ -98,37 +98,6 @@ static const jcase_t cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-/* Run case c on the coordinator; WF_OK and within tolerance -> true. */
-static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
-                     wf_job_result_t *ret_res, bool quiet)
-{
-    jbuf_t a;
-    if (!jbuf_init(&a, c, seed))
-        return false;
-    wf_attention_opts_t o = opts_of(c);
-    wf_job_result_t res;
-    memset(&res, 0, sizeof res);
-    wf_status_t st = wf_attention(cl, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &res);
-    bool ok = st == WF_OK;
-    if (!ok) {
-        fprintf(stderr, "case %s: %s: %s\n", c->name, wf_status_name(st),
-                wf_client_last_error(cl));
-    } else {
-        double eo, el, to, tl;
-        jbuf_errors(&a, &eo, &el);
-        jcase_tolerances(c, true, &to, &tl);
-        ok = eo <= to && (!c->want_lse || el <= tl);
-        if (!ok || !quiet)
-            printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  "
-                   "devices %u  %s\n", c->name, eo, to, el,
-                   (unsigned long long)res.epoch, res.devices, ok ? "ok" : "FAIL");
-    }
-    if (ret_res)
-        *ret_res = res;
-    jbuf_free(&a);
-    return ok;
-}
-
 /* ------------------------------------------------------------------ */
 /* load */
 
@@ -150,7 +119,7 @@ static void *loader_main(void *arg)
     }
     for (uint64_t seq = 0; !atomic_load(l->stop); seq++) {
         const jcase_t *jc = &cases[(seq + (uint64_t)l->index) % N_CASES];
-        if (run_case(c, jc, ((uint64_t)l->index << 32) | seq, NULL, true))
+        if (jcase_run(c, jc, ((uint64_t)l->index << 32) | seq, true, NULL))
             l->ok++;
         else
             l->bad++;
@@ -227,7 +196,7 @@ int main(int argc, char **argv)
             wf_job_result_t res;
             if (!heads_fit)
                 continue;
-            CHECK(run_case(cl, jc, 1000 * i + k, &res, false));
+            CHECK(jcase_run(cl, jc, 1000 * i + k, false, &res));
             CHECK(res.epoch == epoch && res.devices == replica);
         }
     }
@@ -258,16 +227,16 @@ int main(int argc, char **argv)
         for (int i = 0; i < 8; i++) {
             /* some jobs under each mesh: three in a row on this client */
             for (int k = 0; k < 2; k++)
-                CHECK(run_case(cl, &cases[2 + k], 7200 + (uint64_t)(i * 2 + k),
-                               NULL, true));
+                CHECK(jcase_run(cl, &cases[2 + k], 7200 + (uint64_t)(i * 2 + k),
+                                true, NULL));
             /* let some jobs through under each mesh: wait for one reply */
-            CHECK(run_case(cl, &cases[0], 7000 + (uint64_t)i, NULL, true));
+            CHECK(jcase_run(cl, &cases[0], 7000 + (uint64_t)i, true, NULL));
             uint64_t e = 0;
             wf_status_t st = wf_reconfigure(cl, &seq[i], &e);
             CHECK(st == WF_OK && e == epoch + 1);
             epoch = e;
         }
-        CHECK(run_case(cl, &cases[1], 7100, NULL, true));
+        CHECK(jcase_run(cl, &cases[1], 7100, true, NULL));
         atomic_store(&stop, true);
         unsigned ok = 0, bad = 0;
         for (int i = 0; i < 3; i++) {
@@ -286,38 +255,12 @@ int main(int argc, char **argv)
         wf_mesh_degrees_t ring6 = { 1, 6, 1, 1 };
         CHECK(wf_reconfigure(cl, &ring6, &e) == WF_OK);
         epoch = e;
-        jcase_t big = { "f32 12288 (killed)", 1, 12288, 12288, 4, 4, 64, F32, F32,
-                        0, false, 0, AG, DEF, DEF, DEF, DEF };
-        jbuf_t x;
-        CHECK(jbuf_init(&x, &big, 99));
-        wf_attention_opts_t o = opts_of(&big);
-        wf_job_t *job = NULL;
-        CHECK(wf_attention_submit(cl, &x.q, &x.k, &x.v, &o, &x.out, NULL, &job) == WF_OK);
-        /* on the same connection the status is answered after the job
-         * was dispatched: it proves the job is in flight */
-        CHECK(wf_status(cl, &si) == WF_OK && si.in_flight == 1);
-        int64_t t_kill = clusterd_now_ms();
-        kill(c.p.pid, SIGKILL);
-        CHECK(clusterd_wait_exit(&c.p, TIMEOUT_MS));
-        wf_status_t st = job ? wf_job_wait(cl, job, TIMEOUT_MS) : WF_E_INTERNAL;
-        int64_t t_err = clusterd_now_ms() - t_kill;
-        wf_job_result_t res;
-        memset(&res, 0, sizeof res);
-        if (job)
-            wf_job_result(job, &res);
-        const char *msg = job ? wf_job_error(job) : "";
-        printf("job in flight when c was killed: %s after %lld ms: %s\n",
-               wf_status_name(res.status), (long long)t_err, msg);
-        CHECK(st == WF_OK || st == WF_E_NODE_LOST);
-        CHECK(res.status == WF_E_NODE_LOST && t_err < 5000);
-        CHECK(strstr(msg, "node(s) c lost") != NULL);
-        wf_job_destroy(cl, &job);
-        jbuf_free(&x);
+        failures += clusterd_kill_mid_job(&c.p, cl, "node(s) c lost", TIMEOUT_MS);
         CHECK(notify_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), 4 rank(s)",
                           TIMEOUT_MS));
         wf_job_result_t r2;
         /* the survivors serve the smaller world (ring=6 fitted to ring=4) */
-        CHECK(run_case(cl, &cases[0], 4242, &r2, false));
+        CHECK(jcase_run(cl, &cases[0], 4242, false, &r2));
         CHECK(r2.epoch > epoch && r2.devices == 4);
         epoch = r2.epoch;
     }
@@ -330,7 +273,7 @@ int main(int argc, char **argv)
                           TIMEOUT_MS));
         for (size_t k = 0; k < N_CASES; k++) {
             wf_job_result_t r3;
-            CHECK(run_case(cl, &cases[k], 9000 + k, &r3, false));
+            CHECK(jcase_run(cl, &cases[k], 9000 + k, false, &r3));
             CHECK(r3.epoch > epoch && r3.devices == 6);
         }
         uint64_t s3 = served_on(&c);

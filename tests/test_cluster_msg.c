@@ -21,6 +21,7 @@
 #include "proto.h"
 
 #include "support/check.h"
+#include "support/ctl_wire.h"
 
 /* Large: kept off the stack. */
 static wf_ctl_msg_t m_typed, m_hand, m_wire, m_edit;
@@ -292,17 +293,6 @@ static bool same_bytes(const wf_ctl_msg_t *a, const wf_ctl_msg_t *b)
               x.len == y.len && memcmp(x.data, y.data, x.len) == 0;
     wf_buf_free(&x);
     wf_buf_free(&y);
-    return ok;
-}
-
-/* m through the wire: encode, then decode into out. */
-static bool through_wire(const wf_ctl_msg_t *m, wf_ctl_msg_t *out)
-{
-    wf_buf_t b = { 0 };
-    char err[128];
-    bool ok = wf_ctl_encode(m, &b) == WF_OK &&
-              wf_ctl_decode(b.data, b.len, out, err, sizeof err) == WF_OK;
-    wf_buf_free(&b);
     return ok;
 }
 

@@ -17,6 +17,7 @@
 #include "parallel/cp_attention.h"
 #include "comm/comm_host.h"
 #include "comm/comm_staged.h"
+#include "support/cp_groups.h"
 #include "support/standin_dev.h"
 #include "base/mesh.h"
 #include "reference.h"
@@ -147,19 +148,9 @@ static void *rank_main(void *arg)
             return NULL;
         }
     }
-    wf_mesh_t m;
-    wf_mesh_degrees_t deg = {.dp = 1, .ring = c->R, .ulysses = c->U, .tp = c->T};
     wf_mesh_coords_t co;
-    int col, key;
-    if (wf_mesh_init(&m, &deg, c->R * c->U * c->T, NULL, 0) != WF_OK ||
-        wf_mesh_coords(&m, t->rank, &co) != WF_OK)
+    if (cp_groups_split(world, t->rank, c->R, c->U, c->T, &co, &seq, &ring, &uly) != WF_OK)
         goto out;
-    wf_mesh_dim_t dims[3] = {WF_MESH_DIM_SEQ, WF_MESH_DIM_RING, WF_MESH_DIM_ULYSSES};
-    wf_comm_t **sub[3] = {&seq, &ring, &uly};
-    for (int i = 0; i < 3; i++)
-        if (wf_mesh_color(&m, dims[i], t->rank, &col, &key) != WF_OK ||
-            wf_comm_split(world, col, key, sub[i]) != WF_OK)
-            goto out;
     if (!ctx && ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
         goto out;
     t->setup_ok = true;

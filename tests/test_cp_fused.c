@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "support/check.h"
+#include "support/cp_groups.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -279,19 +280,9 @@ static void *ring_rank(void *arg)
         goto out;
     if (t->d->dev && wf_comm_staged_wrap(world, ops, ctx, &world) != WF_OK)
         goto out;
-    wf_mesh_t m;
-    wf_mesh_degrees_t deg = {.dp = 1, .ring = c->R, .ulysses = c->U, .tp = 1};
     wf_mesh_coords_t co;
-    int col, key;
-    if (wf_mesh_init(&m, &deg, c->R * c->U, NULL, 0) != WF_OK ||
-        wf_mesh_coords(&m, t->rank, &co) != WF_OK)
+    if (cp_groups_split(world, t->rank, c->R, c->U, 1, &co, &seq, &ring, &uly) != WF_OK)
         goto out;
-    wf_mesh_dim_t dims[3] = {WF_MESH_DIM_SEQ, WF_MESH_DIM_RING, WF_MESH_DIM_ULYSSES};
-    wf_comm_t **sub[3] = {&seq, &ring, &uly};
-    for (int i = 0; i < 3; i++)
-        if (wf_mesh_color(&m, dims[i], t->rank, &col, &key) != WF_OK ||
-            wf_comm_split(world, col, key, sub[i]) != WF_OK)
-            goto out;
     wf_cp_job_t job = {
         .B = c->B, .Sq = c->Sq, .Skv = c->Skv, .Hq = c->Hq, .Hkv = c->Hkv, .D = c->D,
         .hq_begin = 0, .hq_end = c->Hq, .scale = (float)(1.0 / sqrt((double)c->D)),

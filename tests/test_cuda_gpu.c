@@ -28,6 +28,7 @@
 #include "cuda_plan.h"
 #include "fp8.h"
 #include "tensor.h"
+#include "support/check.h"
 #if WEFT_TEST_NCCL
 #include "comm/comm_nccl.h"
 #include "cuda_plan.h"
@@ -38,16 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 static const wf_backend_ops_t *G, *C;
 static wf_backend_ctx_t *gctx, *cctx;
@@ -71,7 +62,7 @@ static void *dev_copy(const void *h, size_t bytes);
             fprintf(stderr, "  %s: FAIL: wf_backend_cpu()->" #op " is NULL (the CPU " \
                             "model ops are not in this build), nothing compared\n", \
                     __func__);                                                     \
-            failures++;                                                            \
+            failed++;                                                            \
             return;                                                                \
         }                                                                          \
     } while (0)
@@ -146,7 +137,7 @@ static void run_case_poked(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke
     /* CPU reference */
     p.q = q; p.k = k; p.v = v; p.out = o_c; p.lse = l_c;
     void *ws = aligned_alloc(64, (C->attention_workspace(&p) + 63) / 64 * 64 + 64);
-    CHECK(C->attention(cctx, &p, ws) == WF_OK);
+    CHECK_TRUE(C->attention(cctx, &p, ws) == WF_OK);
     free(ws);
     /* GPU */
     size_t ob = nq * dsz(odt);
@@ -155,13 +146,13 @@ static void run_case_poked(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke
     p.v = dev_copy(v, nk * dsz(dt));
     p.out = dev_copy(o_g, ob);
     p.lse = dev_copy(l_g, nl * 4);
-    CHECK(p.q && p.k && p.v && p.out && p.lse);
-    CHECK(G->attention_workspace(&p) == 0);
+    CHECK_TRUE(p.q && p.k && p.v && p.out && p.lse);
+    CHECK_TRUE(G->attention_workspace(&p) == 0);
     wf_status_t st = G->attention(gctx, &p, NULL);
-    CHECK(st == WF_OK);
-    CHECK(G->copy_d2h(gctx, o_g, p.out, ob) == WF_OK);
-    CHECK(G->copy_d2h(gctx, l_g, p.lse, nl * 4) == WF_OK);
-    CHECK(G->synchronize(gctx) == WF_OK);
+    CHECK_TRUE(st == WF_OK);
+    CHECK_TRUE(G->copy_d2h(gctx, o_g, p.out, ob) == WF_OK);
+    CHECK_TRUE(G->copy_d2h(gctx, l_g, p.lse, nl * 4) == WF_OK);
+    CHECK_TRUE(G->synchronize(gctx) == WF_OK);
     G->dev_reset(gctx);
 
     float *a = malloc(nq * 4), *b = malloc(nq * 4);
@@ -217,7 +208,7 @@ static void run_case_poked(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke
            (long long)t->Hkv, (long long)t->D, (long long)t->hb, (long long)t->he, t->causal,
            (long long)t->qo, (long long)t->ko, (long long)t->grp, dt, odt, maxe, maxl,
            bad ? "  FAIL" : "");
-    CHECK(bad == 0);
+    CHECK_TRUE(bad == 0);
     free(a); free(b); free(f); free(q); free(k); free(v); free(o_c); free(o_g);
     free(l_c); free(l_g);
 }
@@ -290,7 +281,7 @@ static void test_nonfinite(void)
             printf("  %s:\n", cases[c].name);
             run_case_poked(&t, dts[d], WF_DTYPE_F32, cases[c].poke);
             if (cases[c].want_nan)
-                CHECK(last_nan_ref > 0); /* the case means what it says */
+                CHECK_TRUE(last_nan_ref > 0); /* the case means what it says */
         }
 }
 
@@ -326,10 +317,10 @@ static void test_attention(void)
     /* D 96 is refused. */
     wf_attn_params_t p = {0};
     void *x = NULL;
-    CHECK(G->dev_alloc(gctx, 4096, &x) == WF_OK);
+    CHECK_TRUE(G->dev_alloc(gctx, 4096, &x) == WF_OK);
     p.B = 1; p.Sq = p.Skv = 4; p.Hq = p.Hkv = 1; p.D = 96; p.h_end = 1; p.scale = 1;
     p.q = p.k = p.v = p.out = x;
-    CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
     G->dev_reset(gctx);
 }
 
@@ -509,15 +500,15 @@ static wf_status_t gpu_attn(const acase_t *t, int fp8, wf_dtype_t dt, wf_dtype_t
     const size_t wsb = G->attention_workspace(&p);
     void *ws = NULL;
     if (wsb)
-        CHECK(G->dev_alloc(gctx, wsb, &ws) == WF_OK);
+        CHECK_TRUE(G->dev_alloc(gctx, wsb, &ws) == WF_OK);
     wf_status_t st = WF_E_NO_MEMORY;
     if (p.q && p.k && p.v && p.out && p.lse && (ws || !wsb)) {
         if (fp8) /* the copies live in the workspace: none is refused */
-            CHECK(wsb > 0 && G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
+            CHECK_TRUE(wsb > 0 && G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
         st = G->attention(gctx, &p, ws);
         if (st == WF_OK) {
-            CHECK(G->copy_d2h(gctx, o, p.out, nq * dsz(odt)) == WF_OK);
-            CHECK(G->copy_d2h(gctx, lse, p.lse, nl * 4) == WF_OK);
+            CHECK_TRUE(G->copy_d2h(gctx, o, p.out, nq * dsz(odt)) == WF_OK);
+            CHECK_TRUE(G->copy_d2h(gctx, lse, p.lse, nl * 4) == WF_OK);
             st = G->synchronize(gctx);
         }
     }
@@ -580,7 +571,7 @@ static void run_fp8_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke_f
     ref_attn(t, (double)fscale, x, x + nq, x + nq + nk, sq, sk, sv, 1, r8, l8, slk);
     const wf_status_t s8 = gpu_attn(t, 1, dt, odt, q, k, v, o8, g8);
     const wf_status_t sb = gpu_attn(t, 0, dt, odt, q, k, v, ob, gb);
-    CHECK(s8 == WF_OK && sb == WF_OK);
+    CHECK_TRUE(s8 == WF_OK && sb == WF_OK);
     size_t bad = 0, ignore = 0;
     const double rtol = odt == WF_DTYPE_BF16 ? 1.0 / 256 : odt == WF_DTYPE_F16 ? 1.0 / 2048 : 0;
     const double e8 = cmp_range(t, o8, r8, (size_t)t->D, 4e-3, rtol, slk, &bad);
@@ -595,7 +586,7 @@ static void run_fp8_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt, poke_f
            (long long)t->he, t->causal, (long long)t->qo, (long long)t->ko, (long long)t->grp,
            dt, odt, e8, el, e8f, dt == WF_DTYPE_BF16 ? "bf16" : dt == WF_DTYPE_F16 ? "f16" : "f32",
            ebf, bad ? "  FAIL" : "");
-    CHECK(bad == 0);
+    CHECK_TRUE(bad == 0);
     free(f); free(x); free(q); free(k); free(v); free(sq); free(sk); free(sv);
     free(r8); free(rf); free(l8); free(lf); free(slk); free(o8); free(ob); free(g8); free(gb);
 }
@@ -606,11 +597,11 @@ static void test_fp8(void)
         /* refused, before anything runs */
         wf_attn_params_t p = {0};
         void *x = NULL;
-        CHECK(G->dev_alloc(gctx, 1 << 20, &x) == WF_OK);
+        CHECK_TRUE(G->dev_alloc(gctx, 1 << 20, &x) == WF_OK);
         p.B = 1; p.Sq = p.Skv = 4; p.Hq = p.Hkv = 1; p.D = 64; p.h_end = 1; p.scale = 1;
         p.q = p.k = p.v = p.out = x;
         p.fp8 = true;
-        CHECK(G->attention(gctx, &p, x) == WF_E_UNSUPPORTED);
+        CHECK_TRUE(G->attention(gctx, &p, x) == WF_E_UNSUPPORTED);
         G->dev_reset(gctx);
         printf("  fp8: not on this device (attention_fp8_ok false): refused with "
                "WF_E_UNSUPPORTED\n");
@@ -647,10 +638,10 @@ static void test_merge(void)
         }
         float *dao = dev_copy(ao, n * 4), *dal = dev_copy(al, rows * 4);
         float *dpo = dev_copy(po, n * 4), *dpl = dev_copy(pl, rows * 4);
-        CHECK(G->lse_merge(gctx, dao, dal, dpo, dpl, rows, D, rd[r]) == WF_OK);
-        CHECK(G->copy_d2h(gctx, go, dao, n * 4) == WF_OK);
-        CHECK(G->copy_d2h(gctx, gl, dal, rows * 4) == WF_OK);
-        CHECK(G->synchronize(gctx) == WF_OK);
+        CHECK_TRUE(G->lse_merge(gctx, dao, dal, dpo, dpl, rows, D, rd[r]) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, go, dao, n * 4) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, gl, dal, rows * 4) == WF_OK);
+        CHECK_TRUE(G->synchronize(gctx) == WF_OK);
         G->dev_reset(gctx);
         wf_lse_merge_rows(ao, al, po, pl, rows, D, rd[r]);
         double me = 0, ml = 0;
@@ -672,7 +663,7 @@ static void test_merge(void)
         }
         printf("  lse_merge round %d: max|out| err %.2e, max|lse| err %.2e%s\n", rd[r], me, ml,
                bad ? "  FAIL" : "");
-        CHECK(bad == 0);
+        CHECK_TRUE(bad == 0);
     }
     free(ao); free(po); free(al); free(pl); free(go); free(gl);
 }
@@ -740,8 +731,8 @@ static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_
         free(f);
         free(b);
     }
-    CHECK(dacc[0] && dacc[1] && dl[0] && dl[1] && dpart && dpl && dfin[0] && dfin[1] && dq &&
-          dk[0] && dk[1] && dv[0] && dv[1]);
+    CHECK_TRUE(dacc[0] && dacc[1] && dl[0] && dl[1] && dpart && dpl && dfin[0] && dfin[1] && dq &&
+               dk[0] && dk[1] && dv[0] && dv[1]);
     for (int s = 0; s < 2; s++) {
         wf_attn_params_t p = {0};
         p.B = t->B; p.Sq = t->Sq; p.Skv = t->skv[s]; p.Hq = t->Hq; p.Hkv = t->Hkv; p.D = t->D;
@@ -755,27 +746,27 @@ static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_
         p.fp8 = fp8;
         void *ws = NULL;
         size_t wsb = G->attention_workspace(&p);
-        CHECK(!wsb || G->dev_alloc(gctx, wsb, &ws) == WF_OK);
-        CHECK(G->attention(gctx, &p, ws) == WF_OK);
+        CHECK_TRUE(!wsb || G->dev_alloc(gctx, wsb, &ws) == WF_OK);
+        CHECK_TRUE(G->attention(gctx, &p, ws) == WF_OK);
         /* rows outside the head range: part 0 / -inf, the merge keeps them */
-        CHECK(G->lse_merge(gctx, dacc[0], dl[0], dpart, dpl, (int64_t)nl, t->D, rdt) == WF_OK);
+        CHECK_TRUE(G->lse_merge(gctx, dacc[0], dl[0], dpart, dpl, (int64_t)nl, t->D, rdt) == WF_OK);
         p.out = dacc[1]; p.lse = dl[1];
         p.merge = true; p.merge_round = rdt;
         p.final_out = s == 1 ? dfin[1] : NULL; p.final_dtype = fdt;
-        CHECK(G->attention_merge_ok && G->attention_merge_ok(&p));
-        CHECK(G->attention(gctx, &p, ws) == WF_OK);
+        CHECK_TRUE(G->attention_merge_ok && G->attention_merge_ok(&p));
+        CHECK_TRUE(G->attention(gctx, &p, ws) == WF_OK);
     }
-    CHECK(G->convert(gctx, dfin[0], fdt, dacc[0], WF_DTYPE_F32, nq) == WF_OK);
+    CHECK_TRUE(G->convert(gctx, dfin[0], fdt, dacc[0], WF_DTYPE_F32, nq) == WF_OK);
     float *a[2], *l[2], *fo[2];
     unsigned char *fb = malloc(nq * 4);
     for (int w = 0; w < 2; w++) {
         a[w] = malloc(nq * 4);
         l[w] = malloc(nl * 4);
         fo[w] = malloc(nq * 4);
-        CHECK(G->copy_d2h(gctx, a[w], dacc[w], nq * 4) == WF_OK);
-        CHECK(G->copy_d2h(gctx, l[w], dl[w], nl * 4) == WF_OK);
-        CHECK(G->copy_d2h(gctx, fb, dfin[w], nq * dsz(fdt)) == WF_OK);
-        CHECK(G->synchronize(gctx) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, a[w], dacc[w], nq * 4) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, l[w], dl[w], nl * 4) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, fb, dfin[w], nq * dsz(fdt)) == WF_OK);
+        CHECK_TRUE(G->synchronize(gctx) == WF_OK);
         wf_convert_to_f32(fo[w], fb, fdt, nq);
     }
     G->dev_reset(gctx);
@@ -811,8 +802,8 @@ static void merge_mode_case(const mcase_t *t, wf_dtype_t dt, wf_dtype_t rdt, wf_
            variant, fp8 ? " fp8" : "", (long long)t->B, (long long)t->Sq, (long long)t->Hq, (long long)t->Hkv,
            (long long)t->D, (long long)t->hb, (long long)t->he, dt, rdt, fdt, exact, nq, me, ml,
            empty, bad ? "  FAIL" : "");
-    CHECK(bad == 0);
-    CHECK(empty > 0); /* the case has masked / untouched rows, as it says */
+    CHECK_TRUE(bad == 0);
+    CHECK_TRUE(empty > 0); /* the case has masked / untouched rows, as it says */
     for (int w = 0; w < 2; w++) {
         free(a[w]);
         free(l[w]);
@@ -847,16 +838,16 @@ static void test_attention_merge(const char *variant)
     /* refusals: merge into a 16-bit out, and without lse */
     wf_attn_params_t p = {0};
     void *x = NULL;
-    CHECK(G->dev_alloc(gctx, 1 << 16, &x) == WF_OK);
+    CHECK_TRUE(G->dev_alloc(gctx, 1 << 16, &x) == WF_OK);
     p.B = 1; p.Sq = p.Skv = 4; p.Hq = p.Hkv = 1; p.D = 64; p.h_end = 1; p.scale = 1;
     p.q = p.k = p.v = p.out = x; p.q_dtype = p.k_dtype = p.v_dtype = WF_DTYPE_BF16;
     p.out_dtype = WF_DTYPE_BF16; p.lse = (float *)x; p.merge = true;
-    CHECK(!G->attention_merge_ok(&p));
-    CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(!G->attention_merge_ok(&p));
+    CHECK_TRUE(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
     p.out_dtype = WF_DTYPE_F32; p.lse = NULL;
-    CHECK(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
     p.fp8 = true; /* the fp8 kernel merges too */
-    CHECK(G->attention_merge_ok(&p));
+    CHECK_TRUE(G->attention_merge_ok(&p));
     G->dev_reset(gctx);
 }
 
@@ -876,7 +867,7 @@ static void test_attention_merge_variants(void)
         setenv("WEFT_CUDA_ATTN", vars[i], 1);
         if (G->ctx_new(0, (uint64_t)2 << 30, &gctx) != WF_OK) {
             printf("  merge mode [%s]: ctx_new failed  FAIL\n", vars[i]);
-            failures++;
+            failed++;
             continue;
         }
         test_attention_merge(vars[i]);
@@ -886,7 +877,7 @@ static void test_attention_merge_variants(void)
         setenv("WEFT_CUDA_ATTN", keep, 1);
     else
         unsetenv("WEFT_CUDA_ATTN");
-    CHECK(G->ctx_new(0, (uint64_t)2 << 30, &gctx) == WF_OK);
+    CHECK_TRUE(G->ctx_new(0, (uint64_t)2 << 30, &gctx) == WF_OK);
 }
 
 static void test_convert(void)
@@ -900,18 +891,19 @@ static void test_convert(void)
     for (int k = 0; k < 2; k++) {
         float *df = dev_copy(f, n * 4);
         void *dh = NULL, *db = NULL;
-        CHECK(G->dev_alloc(gctx, n * 2, &dh) == WF_OK && G->dev_alloc(gctx, n * 4, &db) == WF_OK);
-        CHECK(G->convert(gctx, dh, d2[k], df, WF_DTYPE_F32, n) == WF_OK);
-        CHECK(G->convert(gctx, db, WF_DTYPE_F32, dh, d2[k], n) == WF_OK);
-        CHECK(G->copy_d2h(gctx, h, dh, n * 2) == WF_OK);
-        CHECK(G->copy_d2h(gctx, back, db, n * 4) == WF_OK);
-        CHECK(G->synchronize(gctx) == WF_OK);
+        CHECK_TRUE(G->dev_alloc(gctx, n * 2, &dh) == WF_OK &&
+                   G->dev_alloc(gctx, n * 4, &db) == WF_OK);
+        CHECK_TRUE(G->convert(gctx, dh, d2[k], df, WF_DTYPE_F32, n) == WF_OK);
+        CHECK_TRUE(G->convert(gctx, db, WF_DTYPE_F32, dh, d2[k], n) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, h, dh, n * 2) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, back, db, n * 4) == WF_OK);
+        CHECK_TRUE(G->synchronize(gctx) == WF_OK);
         G->dev_reset(gctx);
         wf_convert_from_f32(want, d2[k], f, n);
-        CHECK(memcmp(h, want, n * 2) == 0);
+        CHECK_TRUE(memcmp(h, want, n * 2) == 0);
         float *wb = malloc(n * 4);
         wf_convert_to_f32(wb, want, d2[k], n);
-        CHECK(memcmp(back, wb, n * 4) == 0);
+        CHECK_TRUE(memcmp(back, wb, n * 4) == 0);
         free(wb);
     }
     printf("  convert: f32 <-> f16 / bf16 bit-exact against tensor.c\n");
@@ -939,8 +931,8 @@ static float *hfill(size_t n, float value)
 /* Device buffer -> host, waiting for the stream. */
 static void fetch(void *h, const void *d, size_t bytes)
 {
-    CHECK(G->copy_d2h(gctx, h, d, bytes) == WF_OK);
-    CHECK(G->synchronize(gctx) == WF_OK);
+    CHECK_TRUE(G->copy_d2h(gctx, h, d, bytes) == WF_OK);
+    CHECK_TRUE(G->synchronize(gctx) == WF_OK);
 }
 
 /* got against ref over n floats (padding included: equal sentinels give
@@ -962,7 +954,7 @@ static size_t compare(const char *what, const float *ref, const float *got, size
             me = e;
     }
     printf("  %s: max err %.2e (max |ref| %.2e)%s\n", what, me, mx, bad ? "  FAIL" : "");
-    CHECK(bad == 0);
+    CHECK_TRUE(bad == 0);
     return bad;
 }
 
@@ -1009,7 +1001,7 @@ static void linear_case(wf_backend_ctx_t *g, const lcase_t *t, wf_dtype_t wdt, c
         p.wb[k] = w + (size_t)starts[k] * es;
     size_t cws = C->linear_workspace(&p);
     void *cw = cws ? aligned_alloc(64, (cws + 63) / 64 * 64) : NULL;
-    CHECK(C->linear(cctx, &p, cw) == WF_OK);
+    CHECK_TRUE(C->linear(cctx, &p, cw) == WF_OK);
     free(cw);
     /* GPU */
     float *dx = dev_copy(x, nx * 4), *dy = dev_copy(yg, ny * 4);
@@ -1019,15 +1011,15 @@ static void linear_case(wf_backend_ctx_t *g, const lcase_t *t, wf_dtype_t wdt, c
     p.bias = t->bias ? db + t->bias_off : NULL;
     for (uint32_t k = 0; k < t->nwb; k++)
         p.wb[k] = dw + (size_t)starts[k] * es;
-    CHECK(G->synchronize(gctx) == WF_OK); /* the copies ran on gctx's stream; g may differ */
+    CHECK_TRUE(G->synchronize(gctx) == WF_OK); /* the copies ran on gctx's stream; g may differ */
     size_t gws = G->linear_workspace(&p);
-    CHECK(gws == (wdt == WF_DTYPE_F32 ? 0 : ((size_t)(t->rows * in * 2) + 255) / 256 * 256));
+    CHECK_TRUE(gws == (wdt == WF_DTYPE_F32 ? 0 : ((size_t)(t->rows * in * 2) + 255) / 256 * 256));
     void *ws = NULL;
     if (gws)
-        CHECK(G->dev_alloc(g, gws, &ws) == WF_OK);
-    CHECK(G->linear(g, &p, ws) == WF_OK);
-    CHECK(G->copy_d2h(g, yg, dy, ny * 4) == WF_OK);
-    CHECK(G->synchronize(g) == WF_OK);
+        CHECK_TRUE(G->dev_alloc(g, gws, &ws) == WF_OK);
+    CHECK_TRUE(G->linear(g, &p, ws) == WF_OK);
+    CHECK_TRUE(G->copy_d2h(g, yg, dy, ny * 4) == WF_OK);
+    CHECK_TRUE(G->synchronize(g) == WF_OK);
     char what[160];
     snprintf(what, sizeof what,
              "linear%s w%d rows %lld in %lld out %lld blocks %u gap %lld bias %d%s act %d", tag,
@@ -1058,7 +1050,7 @@ static void test_linear(void)
     /* The same with GELU kept out of the epilogue (a kernel applies it). */
     setenv("WEFT_CUDA_GELU", "kernel", 1);
     wf_backend_ctx_t *k = NULL;
-    CHECK(G->ctx_new(0, (uint64_t)256 << 20, &k) == WF_OK);
+    CHECK_TRUE(G->ctx_new(0, (uint64_t)256 << 20, &k) == WF_OK);
     unsetenv("WEFT_CUDA_GELU");
     if (k) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -1076,11 +1068,11 @@ static void test_linear(void)
     memset(&p, 0, sizeof p);
     p.in = 8; p.out = 4; p.ldx = 8; p.ldy = 4; p.ldw = 8; p.nwb = 1; p.wbw[0] = 8;
     p.w_dtype = WF_DTYPE_BF16;
-    CHECK(G->linear(gctx, &p, NULL) == WF_OK);
+    CHECK_TRUE(G->linear(gctx, &p, NULL) == WF_OK);
     p.rows = 2;
-    CHECK(G->linear(gctx, &p, NULL) == WF_E_BAD_ARGUMENT); /* NULL pointers */
-    CHECK(G->linear(NULL, &p, NULL) == WF_E_BAD_ARGUMENT);
-    CHECK(G->linear(gctx, NULL, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->linear(gctx, &p, NULL) == WF_E_BAD_ARGUMENT); /* NULL pointers */
+    CHECK_TRUE(G->linear(NULL, &p, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->linear(gctx, NULL, NULL) == WF_E_BAD_ARGUMENT);
 }
 
 /* cuBLASLt's fused GELU is the tanh form: the pre-activations of an f32
@@ -1095,16 +1087,16 @@ static void test_gelu_form(void)
     float *pre = malloc((size_t)(rows * out) * 4), *got = malloc((size_t)(rows * out) * 4);
     float *dx = dev_copy(x, (size_t)(rows * in) * 4), *dw = dev_copy(w, (size_t)(out * in) * 4);
     float *db = dev_copy(bias, (size_t)out * 4), *dy = NULL;
-    CHECK(G->dev_alloc(gctx, (size_t)(rows * out) * 4, (void **)&dy) == WF_OK);
+    CHECK_TRUE(G->dev_alloc(gctx, (size_t)(rows * out) * 4, (void **)&dy) == WF_OK);
     wf_linear_params_t p;
     memset(&p, 0, sizeof p);
     p.rows = rows; p.in = in; p.out = out; p.x = dx; p.ldx = in;
     p.w_dtype = WF_DTYPE_F32; p.ldw = in; p.nwb = 1; p.wb[0] = dw; p.wbw[0] = in;
     p.bias = db; p.y = dy; p.ldy = out;
-    CHECK(G->linear(gctx, &p, NULL) == WF_OK);
+    CHECK_TRUE(G->linear(gctx, &p, NULL) == WF_OK);
     fetch(pre, dy, (size_t)(rows * out) * 4);
     p.act = WF_ACT_GELU_TANH;
-    CHECK(G->linear(gctx, &p, NULL) == WF_OK);
+    CHECK_TRUE(G->linear(gctx, &p, NULL) == WF_OK);
     fetch(got, dy, (size_t)(rows * out) * 4);
     double et = 0, ee = 0, span = 0;
     for (int64_t i = 0; i < rows * out; i++) {
@@ -1118,7 +1110,7 @@ static void test_gelu_form(void)
     }
     printf("  fused GELU: max |gpu - tanh form| %.2e, max |gpu - erf form| %.2e (|x| up to %.1f)%s\n",
            et, ee, span, et <= 2e-5 ? "" : "  FAIL (not the tanh form: set WEFT_CUDA_GELU=kernel)");
-    CHECK(et <= 2e-5);
+    CHECK_TRUE(et <= 2e-5);
     G->dev_reset(gctx);
     free(x); free(w); free(bias); free(pre); free(got);
 }
@@ -1135,8 +1127,8 @@ static void test_elementwise_ops(void)
         for (int wb = 0; wb < 2; wb++) {
             float *y = hrand(ny, 6.0f), *b = hrand((size_t)n, 1.0f), *yg = malloc(ny * 4);
             float *dy = dev_copy(y, ny * 4), *dbias = dev_copy(b, (size_t)n * 4);
-            CHECK(C->bias_act(cctx, y, rows, n, ldy, wb ? b : NULL, acts[a]) == WF_OK);
-            CHECK(G->bias_act(gctx, dy, rows, n, ldy, wb ? dbias : NULL, acts[a]) == WF_OK);
+            CHECK_TRUE(C->bias_act(cctx, y, rows, n, ldy, wb ? b : NULL, acts[a]) == WF_OK);
+            CHECK_TRUE(G->bias_act(gctx, dy, rows, n, ldy, wb ? dbias : NULL, acts[a]) == WF_OK);
             fetch(yg, dy, ny * 4);
             char what[64];
             snprintf(what, sizeof what, "bias_act act %d bias %d", acts[a], wb);
@@ -1150,14 +1142,14 @@ static void test_elementwise_ops(void)
             float *src = hrand((size_t)N, 8.0f), *dc = hfill((size_t)N, 5.f), *dg = malloc((size_t)N * 4);
             float *ds = dev_copy(src, (size_t)N * 4), *dd = dev_copy(dc, (size_t)N * 4);
             if (inplace) {
-                CHECK(C->act(cctx, src, src, N, acts[a]) == WF_OK);
-                CHECK(G->act(gctx, ds, ds, N, acts[a]) == WF_OK);
+                CHECK_TRUE(C->act(cctx, src, src, N, acts[a]) == WF_OK);
+                CHECK_TRUE(G->act(gctx, ds, ds, N, acts[a]) == WF_OK);
                 fetch(dg, ds, (size_t)N * 4);
                 compare(acts[a] == WF_ACT_SILU ? "act silu in place" : "act gelu in place", src,
                         dg, (size_t)N, 1e-5, -1);
             } else {
-                CHECK(C->act(cctx, dc, src, N, acts[a]) == WF_OK);
-                CHECK(G->act(gctx, dd, ds, N, acts[a]) == WF_OK);
+                CHECK_TRUE(C->act(cctx, dc, src, N, acts[a]) == WF_OK);
+                CHECK_TRUE(G->act(gctx, dd, ds, N, acts[a]) == WF_OK);
                 fetch(dg, dd, (size_t)N * 4);
                 compare(acts[a] == WF_ACT_SILU ? "act silu" : "act gelu", dc, dg, (size_t)N, 1e-5,
                         -1);
@@ -1168,20 +1160,20 @@ static void test_elementwise_ops(void)
     {
         float *a = hrand((size_t)N, 3.f), *b = hrand((size_t)N, 3.f), *g = malloc((size_t)N * 4);
         float *da = dev_copy(a, (size_t)N * 4), *dbb = dev_copy(b, (size_t)N * 4);
-        CHECK(C->add(cctx, a, b, N) == WF_OK);
-        CHECK(G->add(gctx, da, dbb, N) == WF_OK);
+        CHECK_TRUE(C->add(cctx, a, b, N) == WF_OK);
+        CHECK_TRUE(G->add(gctx, da, dbb, N) == WF_OK);
         fetch(g, da, (size_t)N * 4);
         compare("add", a, g, (size_t)N, 0, 0); /* one f32 addition: exact */
         G->dev_reset(gctx);
         free(a); free(b); free(g);
     }
-    CHECK(G->act(gctx, NULL, NULL, 4, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
-    CHECK(G->act(gctx, (float *)8, (float *)8, 4, WF_ACT_NONE) == WF_E_BAD_ARGUMENT);
-    CHECK(G->act(gctx, (float *)8, (float *)8, -1, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
-    CHECK(G->add(gctx, NULL, NULL, 0) == WF_OK);
-    CHECK(G->add(gctx, NULL, NULL, 1) == WF_E_BAD_ARGUMENT);
-    CHECK(G->bias_act(gctx, (float *)8, 2, 8, 7, NULL, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
-    CHECK(G->bias_act(gctx, (float *)8, 2, 8, 8, NULL, (wf_act_t)5) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->act(gctx, NULL, NULL, 4, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->act(gctx, (float *)8, (float *)8, 4, WF_ACT_NONE) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->act(gctx, (float *)8, (float *)8, -1, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->add(gctx, NULL, NULL, 0) == WF_OK);
+    CHECK_TRUE(G->add(gctx, NULL, NULL, 1) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 7, NULL, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 8, NULL, (wf_act_t)5) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_modln_gate(void)
@@ -1203,9 +1195,9 @@ static void test_modln_gate(void)
             float *dd = inplace ? ds : dev_copy(dc, nd * 4);
             wf_modln_params_t p = {nb, per, W, src, lds, dc, ldd, mod + 0 * W, mod + 1 * W, ldm,
                                    1e-6f};
-            CHECK(C->modln(cctx, &p) == WF_OK);
+            CHECK_TRUE(C->modln(cctx, &p) == WF_OK);
             p.src = ds; p.dst = dd; p.shift = dm; p.scale = dm + W;
-            CHECK(G->modln(gctx, &p) == WF_OK);
+            CHECK_TRUE(G->modln(gctx, &p) == WF_OK);
             fetch(dg, dd, nd * 4);
             char what[64];
             snprintf(what, sizeof what, "modln C %lld%s", (long long)W, inplace ? " in place" : "");
@@ -1221,18 +1213,18 @@ static void test_modln_gate(void)
                      ng = (size_t)(nb * ldg);
         float *S = hrand(ns, 2.f), *y = hrand(ny, 2.f), *gt = hrand(ng, 1.f), *Sg = malloc(ns * 4);
         float *dS = dev_copy(S, ns * 4), *dy = dev_copy(y, ny * 4), *dg = dev_copy(gt, ng * 4);
-        CHECK(C->gate_residual(cctx, S, lds, y, ldy, gt + 2 * W, ldg, nb, per, W) == WF_OK);
-        CHECK(G->gate_residual(gctx, dS, lds, dy, ldy, dg + 2 * W, ldg, nb, per, W) == WF_OK);
+        CHECK_TRUE(C->gate_residual(cctx, S, lds, y, ldy, gt + 2 * W, ldg, nb, per, W) == WF_OK);
+        CHECK_TRUE(G->gate_residual(gctx, dS, lds, dy, ldy, dg + 2 * W, ldg, nb, per, W) == WF_OK);
         fetch(Sg, dS, ns * 4);
         compare("gate_residual", S, Sg, ns, 1e-6, -1);
         G->dev_reset(gctx);
         free(S); free(y); free(gt); free(Sg);
     }
     wf_modln_params_t bad = {1, 1, 8, NULL, 8, NULL, 8, NULL, NULL, 8, 1e-6f};
-    CHECK(G->modln(gctx, &bad) == WF_E_BAD_ARGUMENT);
-    CHECK(G->modln(gctx, NULL) == WF_E_BAD_ARGUMENT);
-    CHECK(G->gate_residual(gctx, (float *)8, 7, (float *)8, 8, (float *)8, 8, 1, 1, 8) ==
-          WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->modln(gctx, &bad) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->modln(gctx, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->gate_residual(gctx, (float *)8, 7, (float *)8, 8, (float *)8, 8, 1, 1, 8) ==
+               WF_E_BAD_ARGUMENT);
 }
 
 static void test_head_norm_rope(void)
@@ -1253,10 +1245,10 @@ static void test_head_norm_rope(void)
             wf_headrope_params_t p = {nb, per, L, row0, H, D, src, lds, dc,
                                       mode & 1 ? nw : NULL, mode & 2 ? cs : NULL,
                                       mode & 2 ? sn : NULL, 1e-6f};
-            CHECK(C->head_norm_rope(cctx, &p) == WF_OK);
+            CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
             p.src = dsrc; p.dst = dd; p.norm = mode & 1 ? dnw : NULL;
             p.cos = mode & 2 ? dcs : NULL; p.sin = mode & 2 ? dsn : NULL;
-            CHECK(G->head_norm_rope(gctx, &p) == WF_OK);
+            CHECK_TRUE(G->head_norm_rope(gctx, &p) == WF_OK);
             fetch(dg, dd, nd * 4);
             char what[64];
             snprintf(what, sizeof what, "head_norm_rope D %lld norm %d rope %d", (long long)D,
@@ -1267,7 +1259,7 @@ static void test_head_norm_rope(void)
         }
     wf_headrope_params_t bad = {1, 4, 3, 0, 1, 8, (float *)8, 8, (float *)8, NULL, NULL, NULL,
                                 1e-6f};
-    CHECK(G->head_norm_rope(gctx, &bad) == WF_E_BAD_ARGUMENT); /* per > L - row0 */
+    CHECK_TRUE(G->head_norm_rope(gctx, &bad) == WF_E_BAD_ARGUMENT); /* per > L - row0 */
 }
 
 static void test_tables(void)
@@ -1285,15 +1277,15 @@ static void test_tables(void)
     const size_t nt = (size_t)(L * D);
     float *cc = malloc(nt * 4), *sc = malloc(nt * 4), *cg = malloc(nt * 4), *sg = malloc(nt * 4);
     float *dids = dev_copy(ids, (size_t)(L * na) * 4), *dcs = NULL, *dsn = NULL;
-    CHECK(G->dev_alloc(gctx, nt * 4, (void **)&dcs) == WF_OK &&
-          G->dev_alloc(gctx, nt * 4, (void **)&dsn) == WF_OK);
-    CHECK(C->rope_table(cctx, ids, L, axes, 3, 10000.0, D, cc, sc) == WF_OK);
-    CHECK(G->rope_table(gctx, dids, L, axes, 3, 10000.0, D, dcs, dsn) == WF_OK);
+    CHECK_TRUE(G->dev_alloc(gctx, nt * 4, (void **)&dcs) == WF_OK &&
+               G->dev_alloc(gctx, nt * 4, (void **)&dsn) == WF_OK);
+    CHECK_TRUE(C->rope_table(cctx, ids, L, axes, 3, 10000.0, D, cc, sc) == WF_OK);
+    CHECK_TRUE(G->rope_table(gctx, dids, L, axes, 3, 10000.0, D, dcs, dsn) == WF_OK);
     fetch(cg, dcs, nt * 4);
     fetch(sg, dsn, nt * 4);
     compare("rope_table cos", cc, cg, nt, 0, 2e-6);
     compare("rope_table sin", sc, sg, nt, 0, 2e-6);
-    CHECK(G->rope_table(gctx, dids, L, axes, 3, 10000.0, 126, dcs, dsn) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->rope_table(gctx, dids, L, axes, 3, 10000.0, 126, dcs, dsn) == WF_E_BAD_ARGUMENT);
     G->dev_reset(gctx);
     free(ids); free(cc); free(sc); free(cg); free(sg);
 
@@ -1302,16 +1294,16 @@ static void test_tables(void)
     static const wf_dtype_t rd[] = {WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16};
     for (int r = 0; r < 3; r++) {
         float c[4 * 256], g[4 * 256], *dt = dev_copy(t, sizeof t), *dd = NULL;
-        CHECK(G->dev_alloc(gctx, sizeof g, (void **)&dd) == WF_OK);
-        CHECK(C->timestep_proj(cctx, t, B, dim, rd[r], c) == WF_OK);
-        CHECK(G->timestep_proj(gctx, dt, B, dim, rd[r], dd) == WF_OK);
+        CHECK_TRUE(G->dev_alloc(gctx, sizeof g, (void **)&dd) == WF_OK);
+        CHECK_TRUE(C->timestep_proj(cctx, t, B, dim, rd[r], c) == WF_OK);
+        CHECK_TRUE(G->timestep_proj(gctx, dt, B, dim, rd[r], dd) == WF_OK);
         fetch(g, dd, sizeof g);
         char what[64];
         snprintf(what, sizeof what, "timestep_proj round %d", rd[r]);
         compare(what, c, g, (size_t)(B * dim), 0, 2e-6);
         G->dev_reset(gctx);
     }
-    CHECK(G->timestep_proj(gctx, t, B, 255, WF_DTYPE_F32, (float *)8) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->timestep_proj(gctx, t, B, 255, WF_DTYPE_F32, (float *)8) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_copy_rows(void)
@@ -1323,15 +1315,15 @@ static void test_copy_rows(void)
     for (size_t i = 0; i < n; i++)
         h[i] = (unsigned char)(i * 31u + 7u);
     unsigned char *dsrc = dev_copy(h, n), *ddst = dev_copy(want, (size_t)rows * ld);
-    CHECK(C->copy_rows(cctx, want, ld, h, ls, rows, rb) == WF_OK);
-    CHECK(G->copy_rows(gctx, ddst, ld, dsrc, ls, rows, rb) == WF_OK);
+    CHECK_TRUE(C->copy_rows(cctx, want, ld, h, ls, rows, rb) == WF_OK);
+    CHECK_TRUE(G->copy_rows(gctx, ddst, ld, dsrc, ls, rows, rb) == WF_OK);
     fetch(got, ddst, (size_t)rows * ld);
     int same = memcmp(got, want, (size_t)rows * ld) == 0;
     printf("  copy_rows: %s\n", same ? "bit-exact" : "FAIL");
-    CHECK(same);
-    CHECK(G->copy_rows(gctx, ddst, 400, dsrc, ls, rows, rb) == WF_E_BAD_ARGUMENT);
-    CHECK(G->copy_rows(gctx, dsrc + 10, ls, dsrc, ls, rows, rb) == WF_E_BAD_ARGUMENT);
-    CHECK(G->copy_rows(gctx, NULL, ld, NULL, ls, 0, rb) == WF_OK);
+    CHECK_TRUE(same);
+    CHECK_TRUE(G->copy_rows(gctx, ddst, 400, dsrc, ls, rows, rb) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->copy_rows(gctx, dsrc + 10, ls, dsrc, ls, rows, rb) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->copy_rows(gctx, NULL, ld, NULL, ls, 0, rb) == WF_OK);
     G->dev_reset(gctx);
     free(h); free(want); free(got);
 }
@@ -1342,35 +1334,35 @@ static void test_resident_memory(void)
 {
     wf_backend_ctx_t *m = NULL;
     const uint64_t budget = (uint64_t)64 << 20;
-    CHECK(G->ctx_new(0, budget, &m) == WF_OK);
+    CHECK_TRUE(G->ctx_new(0, budget, &m) == WF_OK);
     if (!m)
         return;
     uint64_t tot = 0, fr = 0;
     G->memory_info(m, &tot, &fr);
-    CHECK(tot == budget && fr == budget);
+    CHECK_TRUE(tot == budget && fr == budget);
     void *r1 = NULL, *r2 = NULL, *j = NULL;
-    CHECK(G->mem_alloc(m, (size_t)16 << 20, &r1) == WF_OK && ((uintptr_t)r1 & 255) == 0);
-    CHECK(G->mem_alloc(m, 1000, &r2) == WF_OK && ((uintptr_t)r2 & 255) == 0);
+    CHECK_TRUE(G->mem_alloc(m, (size_t)16 << 20, &r1) == WF_OK && ((uintptr_t)r1 & 255) == 0);
+    CHECK_TRUE(G->mem_alloc(m, 1000, &r2) == WF_OK && ((uintptr_t)r2 & 255) == 0);
     G->memory_info(m, &tot, &fr);
-    CHECK(tot == budget && fr == budget - ((uint64_t)16 << 20) - 1024);
+    CHECK_TRUE(tot == budget && fr == budget - ((uint64_t)16 << 20) - 1024);
     float pat[256];
     for (int i = 0; i < 256; i++)
         pat[i] = (float)i * 0.5f;
-    CHECK(G->copy_h2d(m, r2, pat, sizeof pat) == WF_OK);
-    CHECK(G->dev_alloc(m, fr + 1, &j) == WF_E_NO_MEMORY);
-    CHECK(G->dev_alloc(m, fr, &j) == WF_OK);
-    CHECK((unsigned char *)j + fr <= (unsigned char *)r2); /* below every resident block */
-    CHECK(G->mem_alloc(m, 256, &j) == WF_E_NO_MEMORY);      /* no room above the job */
-    CHECK(G->synchronize(m) == WF_OK);
+    CHECK_TRUE(G->copy_h2d(m, r2, pat, sizeof pat) == WF_OK);
+    CHECK_TRUE(G->dev_alloc(m, fr + 1, &j) == WF_E_NO_MEMORY);
+    CHECK_TRUE(G->dev_alloc(m, fr, &j) == WF_OK);
+    CHECK_TRUE((unsigned char *)j + fr <= (unsigned char *)r2); /* below every resident block */
+    CHECK_TRUE(G->mem_alloc(m, 256, &j) == WF_E_NO_MEMORY);      /* no room above the job */
+    CHECK_TRUE(G->synchronize(m) == WF_OK);
     G->dev_reset(m);
     float back[256];
-    CHECK(G->copy_d2h(m, back, r2, sizeof back) == WF_OK && G->synchronize(m) == WF_OK);
-    CHECK(memcmp(back, pat, sizeof pat) == 0);
+    CHECK_TRUE(G->copy_d2h(m, back, r2, sizeof back) == WF_OK && G->synchronize(m) == WF_OK);
+    CHECK_TRUE(memcmp(back, pat, sizeof pat) == 0);
     G->mem_free(m, r1);
     G->mem_free(m, r2);
     G->mem_free(m, NULL);
     G->memory_info(m, &tot, &fr);
-    CHECK(fr == budget);
+    CHECK_TRUE(fr == budget);
     G->ctx_destroy(&m);
     printf("  resident memory: blocks from the top, job buffers below, freed back\n");
 
@@ -1378,7 +1370,7 @@ static void test_resident_memory(void)
     size_t hb = (size_t)4 << 20;
     void *h = aligned_alloc(4096, hb);
     wf_status_t st = G->host_register(h, hb);
-    CHECK(st == WF_OK || st == WF_E_UNAVAILABLE);
+    CHECK_TRUE(st == WF_OK || st == WF_E_UNAVAILABLE);
     printf("  host_register: %s\n", st == WF_OK ? "pinned" : "unavailable (not an error)");
     if (st == WF_OK)
         G->host_unregister(h);
@@ -1492,7 +1484,7 @@ static void test_nccl(int ngpu)
         nccl_arg_t a[16];
         pthread_t th[16];
         wf_nccl_id_t id;
-        CHECK(wf_comm_nccl_unique_id(&id) == WF_OK);
+        CHECK_TRUE(wf_comm_nccl_unique_id(&id) == WF_OK);
         for (int r = 0; r < n; r++) {
             a[r] = (nccl_arg_t){id, n, r, 0};
             pthread_create(&th[r], NULL, nccl_rank, &a[r]);
@@ -1503,7 +1495,7 @@ static void test_nccl(int ngpu)
             all &= a[r].ok;
         }
         printf("  nccl world of %d: %s\n", n, all ? "ok" : "FAIL");
-        CHECK(all);
+        CHECK_TRUE(all);
     }
 }
 #endif
@@ -1525,7 +1517,7 @@ static void test_attention_variants(int n, char **vars)
         char name[64];
         if (wf_cuda_attn_kernel_parse(v, &k, &f) != WF_OK) {
             printf("variant %s: not a WEFT_CUDA_ATTN value  FAIL\n", v);
-            failures++;
+            failed++;
             continue;
         }
         wf_cuda_attn_kernel_name(k, f, name, sizeof name);
@@ -1533,16 +1525,16 @@ static void test_attention_variants(int n, char **vars)
         setenv("WEFT_CUDA_ATTN", v, 1);
         if (G->ctx_new(0, (uint64_t)2 << 30, &gctx) != WF_OK) {
             printf("variant %s: ctx_new failed  FAIL\n", v);
-            failures++;
+            failed++;
             continue;
         }
-        const int before = failures;
+        const int before = failed;
         printf("variant %s (%s):\n", v, name);
         test_attention();
         test_nonfinite();
         test_attention_merge(v);
-        printf("variant %s (%s): %d failing checks%s\n", v, name, failures - before,
-               failures > before ? "  FAIL" : "");
+        printf("variant %s (%s): %d failing checks%s\n", v, name, failed - before,
+               failed > before ? "  FAIL" : "");
     }
 }
 
@@ -1552,8 +1544,8 @@ static int finish(void)
 {
     G->ctx_destroy(&gctx);
     C->ctx_destroy(&cctx);
-    if (failures) {
-        fprintf(stderr, "test_cuda_gpu: %d failure(s)\n", failures);
+    if (failed) {
+        fprintf(stderr, "test_cuda_gpu: %d failure(s)\n", failed);
         return 1;
     }
     printf("test_cuda_gpu: ok\n");
@@ -1573,7 +1565,7 @@ int main(int argc, char **argv)
                "unavailable), skipped\n");
         return 77;
     }
-    CHECK(C->ctx_new(0, 0, &cctx) == WF_OK);
+    CHECK_TRUE(C->ctx_new(0, 0, &cctx) == WF_OK);
     int ngpu = 1;
     for (;; ngpu++) {
         wf_backend_ctx_t *x = NULL;
@@ -1590,7 +1582,7 @@ int main(int argc, char **argv)
         char rep[512];
         wf_status_t st = wf_cuda_wgmma_selftest(0, rep, sizeof rep);
         printf("  %s\n", rep);
-        CHECK(st == WF_OK || st == WF_E_UNAVAILABLE);
+        CHECK_TRUE(st == WF_OK || st == WF_E_UNAVAILABLE);
         /* the warp-specialized kernel's blocks (issue 17) by name; a
          * failure counts only where the ws variants are tested (the
          * kernel is opt-in: the default run stays as it was) */
@@ -1601,7 +1593,7 @@ int main(int argc, char **argv)
                wst == WF_OK || wst == WF_E_UNAVAILABLE || variants ? ""
                                                                   : " (not counted here)");
         if (variants)
-            CHECK(wst == WF_OK || wst == WF_E_UNAVAILABLE);
+            CHECK_TRUE(wst == WF_OK || wst == WF_E_UNAVAILABLE);
         /* +mc's building block (a 2-CTA cluster multicasting tiles, remote
          * arrivals on the empty barriers), counted as the ws line is */
         char mrep[512];
@@ -1609,13 +1601,13 @@ int main(int argc, char **argv)
         printf("  %s%s\n", mrep,
                mst == WF_OK || mst == WF_E_UNAVAILABLE || variants ? "" : " (not counted here)");
         if (variants)
-            CHECK(mst == WF_OK || mst == WF_E_UNAVAILABLE);
+            CHECK_TRUE(mst == WF_OK || mst == WF_E_UNAVAILABLE);
         /* the fp8 kernel's blocks (issue 17) by name: the e4m3 wgmma, the
          * P fragment against v8t's key order, the quantizer */
         char frep[768];
         wf_status_t fst = wf_cuda_fp8_selftest(0, frep, sizeof frep);
         printf("  %s\n", frep);
-        CHECK(fst == WF_OK || fst == WF_E_UNAVAILABLE);
+        CHECK_TRUE(fst == WF_OK || fst == WF_E_UNAVAILABLE);
         const char *sel = getenv("WEFT_CUDA_ATTN");
         int kern = WF_CUDA_KERNEL_WGMMA;
         unsigned feat = 0;

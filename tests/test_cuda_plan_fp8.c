@@ -10,6 +10,7 @@
  * file comment). Runs in every build: weft_cuda_plan is plain C. */
 #include "cuda_plan.h"
 #include "support/check.h"
+#include "support/cuda_params.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -22,19 +23,13 @@ static wf_cuda_limits_t hopper(size_t smem)
     return l;
 }
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static uint64_t up256(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
 
+/* attn_params' shapes as an fp8 job. */
 static wf_attn_params_t mk(int64_t B, int64_t Sq, int64_t Skv, int64_t Hq, int64_t Hkv,
                            int64_t D, wf_dtype_t dt)
 {
-    static char dummy[16];
-    wf_attn_params_t p;
-    memset(&p, 0, sizeof p);
-    p.B = B; p.Sq = Sq; p.Skv = Skv; p.Hq = Hq; p.Hkv = Hkv; p.D = D;
-    p.h_begin = 0; p.h_end = Hq; p.scale = 0.125f;
-    p.q = p.k = p.v = dummy; p.out = dummy;
-    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = dt;
+    wf_attn_params_t p = attn_params(B, Sq, Skv, Hq, Hkv, D, dt);
     p.fp8 = true;
     return p;
 }

@@ -11,20 +11,11 @@
  * of whole clusters, persistent clusters, the rules that drop +mc). Runs
  * in every build: weft_cuda_plan is plain C. */
 #include "cuda_plan.h"
+#include "support/check.h"
+#include "support/cuda_params.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 /* sm_90's opt-in shared memory per block (227 KiB). */
 #define SM90_SMEM 232448u
@@ -35,21 +26,6 @@ static wf_cuda_limits_t hopper_ws(unsigned f)
 {
     wf_cuda_limits_t l = {SM90_SMEM, 2147483647, 65535, 65535, 132, WF_CUDA_KERNEL_WS, f};
     return l;
-}
-
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-static wf_attn_params_t mk(int64_t B, int64_t Sq, int64_t Skv, int64_t Hq, int64_t Hkv,
-                           int64_t D, wf_dtype_t dt)
-{
-    static char dummy[16];
-    wf_attn_params_t p;
-    memset(&p, 0, sizeof p);
-    p.B = B; p.Sq = Sq; p.Skv = Skv; p.Hq = Hq; p.Hkv = Hkv; p.D = D;
-    p.h_begin = 0; p.h_end = Hq; p.scale = 0.125f;
-    p.q = p.k = p.v = dummy; p.out = dummy;
-    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = dt;
-    return p;
 }
 
 static void test_parse(void)
@@ -127,81 +103,81 @@ static void test_parse(void)
         if (st != T[i].st)
             fprintf(stderr, "parse(%s): %d, want %d\n", T[i].sel ? T[i].sel : "NULL", st,
                     T[i].st);
-        CHECK(st == T[i].st);
+        CHECK_TRUE(st == T[i].st);
         if (T[i].st == WF_OK) {
-            CHECK(k == T[i].kernel && f == T[i].feat);
+            CHECK_TRUE(k == T[i].kernel && f == T[i].feat);
             /* the canonical name parses back to the same choice */
             char name[64];
             wf_cuda_attn_kernel_name(k, f, name, sizeof name);
             int k2 = -1;
             unsigned f2 = 99;
-            CHECK(wf_cuda_attn_kernel_parse(name, &k2, &f2) == WF_OK && k2 == k && f2 == f);
+            CHECK_TRUE(wf_cuda_attn_kernel_parse(name, &k2, &f2) == WF_OK && k2 == k && f2 == f);
         } else {
-            CHECK(k == -7 && f == 99); /* untouched */
+            CHECK_TRUE(k == -7 && f == 99); /* untouched */
         }
     }
     char name[64];
     wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL, name, sizeof name);
-    CHECK(strcmp(name, "ws+pipe+pp+store+persist") == 0);
+    CHECK_TRUE(strcmp(name, "ws+pipe+pp+store+persist") == 0);
     wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG |
                                                     WF_CUDA_WS_MULTICAST, name, sizeof name);
-    CHECK(strcmp(name, "ws+pipe+pp+mc") == 0);
+    CHECK_TRUE(strcmp(name, "ws+pipe+pp+mc") == 0);
     wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_MMA, 0, name, sizeof name);
-    CHECK(strcmp(name, "mma") == 0);
+    CHECK_TRUE(strcmp(name, "mma") == 0);
     /* truncated, still terminated; whole "+feature"s only */
     wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL, name, 9);
-    CHECK(strcmp(name, "ws+pipe") == 0);
+    CHECK_TRUE(strcmp(name, "ws+pipe") == 0);
     wf_cuda_attn_kernel_name(WF_CUDA_KERNEL_WS, WF_CUDA_WS_ALL, name, 2);
-    CHECK(strcmp(name, "w") == 0);
+    CHECK_TRUE(strcmp(name, "w") == 0);
     int k;
     unsigned f;
-    CHECK(wf_cuda_attn_kernel_parse("ws", NULL, &f) == WF_E_BAD_ARGUMENT);
-    CHECK(wf_cuda_attn_kernel_parse("ws", &k, NULL) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(wf_cuda_attn_kernel_parse("ws", NULL, &f) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(wf_cuda_attn_kernel_parse("ws", &k, NULL) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_budgets(void)
 {
     /* Shared memory: 1 KiB alignment slack, Q (the output staging too), K
      * and V rings, the mbarriers. */
-    CHECK(wf_cuda_attn_ws_smem_bytes(128, 3) ==
-          1024 + 2 * 128 * (WF_CUDA_BR + 3 * 2 * WF_CUDA_WG_BC) + WF_CUDA_WS_BAR_BYTES);
-    CHECK(wf_cuda_attn_ws_smem_bytes(128, 3) == 230656);
-    CHECK(wf_cuda_attn_ws_smem_bytes(128, 3) <= SM90_SMEM);
-    CHECK(wf_cuda_attn_ws_smem_bytes(128, 4) > SM90_SMEM); /* D 128: 3 stages at most */
-    CHECK(wf_cuda_attn_ws_smem_bytes(64, 4) == 148736);
-    CHECK(wf_cuda_attn_ws_stages(128, SM90_SMEM) == 3);
-    CHECK(wf_cuda_attn_ws_stages(64, SM90_SMEM) == WF_CUDA_WS_MAX_STAGES);
+    CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 3) ==
+               1024 + 2 * 128 * (WF_CUDA_BR + 3 * 2 * WF_CUDA_WG_BC) + WF_CUDA_WS_BAR_BYTES);
+    CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 3) == 230656);
+    CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 3) <= SM90_SMEM);
+    CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(128, 4) > SM90_SMEM); /* D 128: 3 stages at most */
+    CHECK_TRUE(wf_cuda_attn_ws_smem_bytes(64, 4) == 148736);
+    CHECK_TRUE(wf_cuda_attn_ws_stages(128, SM90_SMEM) == 3);
+    CHECK_TRUE(wf_cuda_attn_ws_stages(64, SM90_SMEM) == WF_CUDA_WS_MAX_STAGES);
     for (int d = 64; d <= 128; d += 64)
         for (int st = WF_CUDA_WS_MIN_STAGES; st <= WF_CUDA_WS_MAX_STAGES; st++) {
             size_t b = wf_cuda_attn_ws_smem_bytes(d, st);
-            CHECK(wf_cuda_attn_ws_stages(d, b) == st);     /* exactly enough */
-            CHECK(wf_cuda_attn_ws_stages(d, b - 1) == st - 1 ||
-                  (st == WF_CUDA_WS_MIN_STAGES && wf_cuda_attn_ws_stages(d, b - 1) == 0));
+            CHECK_TRUE(wf_cuda_attn_ws_stages(d, b) == st);     /* exactly enough */
+            CHECK_TRUE(wf_cuda_attn_ws_stages(d, b - 1) == st - 1 ||
+                       (st == WF_CUDA_WS_MIN_STAGES && wf_cuda_attn_ws_stages(d, b - 1) == 0));
         }
-    CHECK(wf_cuda_attn_ws_stages(128, 160 * 1024) == 0); /* not even 2 stages */
-    CHECK(wf_cuda_attn_ws_stages(64, 48 * 1024) == 0);
+    CHECK_TRUE(wf_cuda_attn_ws_stages(128, 160 * 1024) == 0); /* not even 2 stages */
+    CHECK_TRUE(wf_cuda_attn_ws_stages(64, 48 * 1024) == 0);
     /* The mbarriers (Q full / empty, full and empty per K and V stage) fit
      * their bytes. */
-    CHECK(8 * (2 + 4 * WF_CUDA_WS_MAX_STAGES) <= WF_CUDA_WS_BAR_BYTES);
+    CHECK_TRUE(8 * (2 + 4 * WF_CUDA_WS_MAX_STAGES) <= WF_CUDA_WS_BAR_BYTES);
 
     /* Registers: the entry cap is 65536 / 384 rounded down to 8, and the
      * split 24 / 240 / 240 moves exactly what it frees. */
-    CHECK(WF_CUDA_WS_THREADS == 3 * 128);
-    CHECK(WF_CUDA_WS_REGS_ENTRY == (65536 / WF_CUDA_WS_THREADS) / 8 * 8);
-    CHECK(wf_cuda_ws_regs_ok(WF_CUDA_WS_REGS_ENTRY, WF_CUDA_WS_REGS_PRODUCER,
-                             WF_CUDA_WS_REGS_CONSUMER, 2));
-    CHECK(128 * WF_CUDA_WS_REGS_PRODUCER + 2 * 128 * WF_CUDA_WS_REGS_CONSUMER <= 65536);
-    CHECK(wf_cuda_ws_regs_ok(168, 40, 232, 2));  /* CUTLASS's cooperative split */
-    CHECK(!wf_cuda_ws_regs_ok(168, 24, 248, 2)); /* 66560 > 65536 */
-    CHECK(!wf_cuda_ws_regs_ok(168, 40, 240, 2)); /* frees 16384, takes 18432 */
-    CHECK(!wf_cuda_ws_regs_ok(168, 16, 240, 2)); /* below setmaxnreg's 24 */
-    CHECK(!wf_cuda_ws_regs_ok(168, 24, 264, 2)); /* above 256 */
-    CHECK(!wf_cuda_ws_regs_ok(170, 24, 240, 2)); /* not a multiple of 8 */
-    CHECK(!wf_cuda_ws_regs_ok(176, 24, 240, 2)); /* 176 * 384 > 65536 at entry */
-    CHECK(!wf_cuda_ws_regs_ok(168, 176, 240, 2)); /* producer above the entry */
-    CHECK(!wf_cuda_ws_regs_ok(168, 24, 160, 2));  /* consumer below the entry */
-    CHECK(!wf_cuda_ws_regs_ok(168, 24, 240, 0));
-    CHECK(wf_cuda_ws_regs_ok(128, 24, 160, 3));  /* 1 + 3 warpgroups: 24 / 160 */
+    CHECK_TRUE(WF_CUDA_WS_THREADS == 3 * 128);
+    CHECK_TRUE(WF_CUDA_WS_REGS_ENTRY == (65536 / WF_CUDA_WS_THREADS) / 8 * 8);
+    CHECK_TRUE(wf_cuda_ws_regs_ok(WF_CUDA_WS_REGS_ENTRY, WF_CUDA_WS_REGS_PRODUCER,
+                                  WF_CUDA_WS_REGS_CONSUMER, 2));
+    CHECK_TRUE(128 * WF_CUDA_WS_REGS_PRODUCER + 2 * 128 * WF_CUDA_WS_REGS_CONSUMER <= 65536);
+    CHECK_TRUE(wf_cuda_ws_regs_ok(168, 40, 232, 2));  /* CUTLASS's cooperative split */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 24, 248, 2)); /* 66560 > 65536 */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 40, 240, 2)); /* frees 16384, takes 18432 */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 16, 240, 2)); /* below setmaxnreg's 24 */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 24, 264, 2)); /* above 256 */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(170, 24, 240, 2)); /* not a multiple of 8 */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(176, 24, 240, 2)); /* 176 * 384 > 65536 at entry */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 176, 240, 2)); /* producer above the entry */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 24, 160, 2));  /* consumer below the entry */
+    CHECK_TRUE(!wf_cuda_ws_regs_ok(168, 24, 240, 0));
+    CHECK_TRUE(wf_cuda_ws_regs_ok(128, 24, 160, 3));  /* 1 + 3 warpgroups: 24 / 160 */
 }
 
 static void test_geometry(void)
@@ -218,49 +194,52 @@ static void test_geometry(void)
                 for (size_t fi = 0; fi < sizeof F / sizeof F[0]; fi++)
                     for (int mix = 0; mix < 3; mix++) {
                         wf_cuda_limits_t lim = hopper_ws(F[fi]);
-                        wf_attn_params_t p = mk(2, S[si], S[si] + 5, 24, 8, D[di], DT[ti]);
+                        wf_attn_params_t p = attn_params(2, S[si], S[si] + 5, 24, 8, D[di], DT[ti]);
                         p.h_begin = 3; /* a head range: 21 heads */
                         if (mix == 1)
                             p.v_dtype = WF_DTYPE_F32;
                         if (mix == 2)
                             p.out_dtype = WF_DTYPE_F32; /* out's dtype does not matter */
-                        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK);
+                        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK);
                         const int want = DT[ti] != WF_DTYPE_F32 && mix != 1;
                         const int64_t tiles = cdiv(S[si], WF_CUDA_BR) * 21 * 2;
                         if (!want) { /* mixed or f32 inputs: mma.sync, as for wgmma */
-                            CHECK(g.kernel == WF_CUDA_KERNEL_MMA && g.ws_features == 0 &&
-                                  g.tiles == 0);
+                            CHECK_TRUE(g.kernel == WF_CUDA_KERNEL_MMA && g.ws_features == 0 &&
+                                       g.tiles == 0);
                             continue;
                         }
-                        CHECK(g.kernel == WF_CUDA_KERNEL_WS);
-                        CHECK(g.ws_features == F[fi]);
-                        CHECK(g.tiles == tiles);
-                        CHECK(g.block[0] == WF_CUDA_WS_THREADS && g.block[1] == 1 &&
-                              g.block[2] == 1);
+                        CHECK_TRUE(g.kernel == WF_CUDA_KERNEL_WS);
+                        CHECK_TRUE(g.ws_features == F[fi]);
+                        CHECK_TRUE(g.tiles == tiles);
+                        CHECK_TRUE(g.block[0] == WF_CUDA_WS_THREADS && g.block[1] == 1 &&
+                                   g.block[2] == 1);
                         const int64_t grid = (F[fi] & WF_CUDA_WS_PERSISTENT) && tiles > 132
                                                  ? 132 : tiles;
-                        CHECK(g.grid[0] == (unsigned)grid && g.grid[1] == 1 && g.grid[2] == 1);
-                        CHECK(g.stages == (D[di] == 128 ? 3 : 4));
-                        CHECK(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)D[di], g.stages));
-                        CHECK(g.smem_bytes <= SM90_SMEM);
-                        CHECK(g.d == D[di] && g.compute_bf16 == (DT[ti] == WF_DTYPE_BF16));
-                        CHECK(g.cluster[0] == 1 && g.cluster[1] == 1 && g.cluster[2] == 1);
+                        CHECK_TRUE(g.grid[0] == (unsigned)grid && g.grid[1] == 1 && g.grid[2] == 1);
+                        CHECK_TRUE(g.stages == (D[di] == 128 ? 3 : 4));
+                        CHECK_TRUE(g.smem_bytes ==
+                                   wf_cuda_attn_ws_smem_bytes((int)D[di], g.stages));
+                        CHECK_TRUE(g.smem_bytes <= SM90_SMEM);
+                        CHECK_TRUE(g.d == D[di] && g.compute_bf16 == (DT[ti] == WF_DTYPE_BF16));
+                        CHECK_TRUE(g.cluster[0] == 1 && g.cluster[1] == 1 && g.cluster[2] == 1);
                     }
     {
         /* The persistent grid: at most one block per SM; fewer tiles than
          * SMs: one block per tile; an unknown SM count: one per tile. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
-        wf_attn_params_t p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
-              g.grid[0] == 132);
-        p = mk(1, 1000, 1000, 4, 4, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 32 && g.grid[0] == 32);
+        wf_attn_params_t p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
+                   g.grid[0] == 132);
+        p = attn_params(1, 1000, 1000, 4, 4, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 32 &&
+                   g.grid[0] == 32);
         lim.sm_count = 0;
-        p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
+        p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
         /* unknown feature bits are dropped (0x10 is +mc) */
         lim = hopper_ws(0xE0u | WF_CUDA_WS_PIPE);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.ws_features == WF_CUDA_WS_PIPE);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.ws_features == WF_CUDA_WS_PIPE);
     }
     {
         /* Refusals and fallbacks: the ring does not fit -> the wgmma kernel
@@ -268,57 +247,60 @@ static void test_geometry(void)
          * wgmma; an empty head range -> nothing to launch. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE);
         lim.smem_optin = 160 * 1024;
-        wf_attn_params_t p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
+        wf_attn_params_t p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         p.D = 64; /* 2 stages of D 64 fit 160 KiB */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.stages == 4);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+                   g.stages == 4);
         lim.smem_optin = 120 * 1024; /* ws: 3 stages of D 64; wgmma's 115840 too */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.stages == 3 && g.smem_bytes <= lim.smem_optin);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+                   g.stages == 3 && g.smem_bytes <= lim.smem_optin);
         lim.smem_optin = 70 * 1024; /* below ws' 2 stages (83200): wgmma does not fit either */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
         lim = hopper_ws(WF_CUDA_WS_PIPE);
         lim.max_grid_x = 100;
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16); /* 32 x 8 = 256 tiles > 100 */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
-              g.grid[0] == 32 && g.grid[1] == 8 && g.block[0] == WF_CUDA_WG_THREADS &&
-              g.ws_features == 0);
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16); /* 32 x 8 = 256 tiles > 100 */
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA &&
+                   g.grid[0] == 32 && g.grid[1] == 8 && g.block[0] == WF_CUDA_WG_THREADS &&
+                   g.ws_features == 0);
         lim.ws_features = WF_CUDA_WS_PERSISTENT; /* the linear grid still counts every tile */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA);
         lim = hopper_ws(WF_CUDA_WS_ALL);
         p.h_begin = p.h_end = 5;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.grid[1] == 0 && g.tiles == 0);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+                   g.grid[1] == 0 && g.tiles == 0);
         /* The common refusals stay: other head dims, bad mappings. */
-        p = mk(1, 128, 128, 4, 4, 96, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
-        p = mk(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
-        p = mk(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16); /* beyond gridDim.z as before */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
+        p = attn_params(1, 128, 128, 4, 4, 96, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
+        p = attn_params(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
+        p = attn_params(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16); /* beyond gridDim.z as before */
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
     }
     {
         /* GQA slices, offsets and S_q != S_kv take the ws kernel alike. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG);
-        wf_attn_params_t p = mk(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
+        wf_attn_params_t p = attn_params(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
         p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
         p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.tiles == 3 * 4);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+                   g.tiles == 3 * 4);
     }
     {
         /* The other selections are untouched by the new fields. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL);
         lim.wgmma = WF_CUDA_KERNEL_WGMMA;
-        wf_attn_params_t p = mk(1, 1000, 1000, 8, 8, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WGMMA &&
-              g.ws_features == 0 && g.tiles == 0 && g.grid[0] == 8 && g.grid[1] == 8);
+        wf_attn_params_t p = attn_params(1, 1000, 1000, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA &&
+                   g.ws_features == 0 && g.tiles == 0 && g.grid[0] == 8 && g.grid[1] == 8);
         lim.wgmma = WF_CUDA_KERNEL_WGMMA_PIPE;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA_PIPE);
         lim.wgmma = 0;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA);
     }
 }
 
@@ -335,102 +317,104 @@ static void test_multicast(void)
                 for (int causal = 0; causal < 2; causal++) {
                     const unsigned f = F[fi] | WF_CUDA_WS_MULTICAST;
                     wf_cuda_limits_t lim = hopper_ws(f);
-                    wf_attn_params_t p = mk(2, S[si], S[si] + 5, 24, 8, d, WF_DTYPE_BF16);
+                    wf_attn_params_t p = attn_params(2, S[si], S[si] + 5, 24, 8, d, WF_DTYPE_BF16);
                     p.h_begin = 3; /* 21 heads */
                     p.causal = causal;
-                    CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK);
-                    CHECK(g.kernel == WF_CUDA_KERNEL_WS);
+                    CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK);
+                    CHECK_TRUE(g.kernel == WF_CUDA_KERNEL_WS);
                     const int64_t nqt = cdiv(S[si], WF_CUDA_BR), pairs = cdiv(nqt, 2) * 21 * 2;
                     /* the ring, the block and the shared bytes per CTA as without +mc */
-                    CHECK(g.block[0] == WF_CUDA_WS_THREADS && g.stages == (d == 128 ? 3 : 4));
-                    CHECK(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)d, g.stages) &&
-                          g.smem_bytes <= SM90_SMEM);
-                    CHECK(g.grid[1] == 1 && g.grid[2] == 1 && g.cluster[1] == 1 &&
-                          g.cluster[2] == 1);
+                    CHECK_TRUE(g.block[0] == WF_CUDA_WS_THREADS && g.stages == (d == 128 ? 3 : 4));
+                    CHECK_TRUE(g.smem_bytes == wf_cuda_attn_ws_smem_bytes((int)d, g.stages) &&
+                               g.smem_bytes <= SM90_SMEM);
+                    CHECK_TRUE(g.grid[1] == 1 && g.grid[2] == 1 && g.cluster[1] == 1 &&
+                               g.cluster[2] == 1);
                     if (nqt < 2) {
                         /* one tile per head: nothing to share, +mc dropped */
-                        CHECK(g.ws_features == F[fi] && g.cluster[0] == 1);
-                        CHECK(g.tiles == nqt * 21 * 2);
+                        CHECK_TRUE(g.ws_features == F[fi] && g.cluster[0] == 1);
+                        CHECK_TRUE(g.tiles == nqt * 21 * 2);
                         continue;
                     }
-                    CHECK(g.ws_features == f);
-                    CHECK(g.cluster[0] == WF_CUDA_WS_CLUSTER && WF_CUDA_WS_CLUSTER == 2);
-                    CHECK(g.tiles == 2 * pairs);
-                    CHECK(g.tiles >= nqt * 21 * 2 && g.tiles - nqt * 21 * 2 == (nqt % 2) * 21 * 2);
+                    CHECK_TRUE(g.ws_features == f);
+                    CHECK_TRUE(g.cluster[0] == WF_CUDA_WS_CLUSTER && WF_CUDA_WS_CLUSTER == 2);
+                    CHECK_TRUE(g.tiles == 2 * pairs);
+                    CHECK_TRUE(g.tiles >= nqt * 21 * 2 &&
+                               g.tiles - nqt * 21 * 2 == (nqt % 2) * 21 * 2);
                     const int64_t grid = (F[fi] & WF_CUDA_WS_PERSISTENT) && pairs > 66
                                              ? 132 : 2 * pairs;
-                    CHECK(g.grid[0] == (unsigned)grid);
-                    CHECK(g.grid[0] % 2 == 0); /* whole clusters */
+                    CHECK_TRUE(g.grid[0] == (unsigned)grid);
+                    CHECK_TRUE(g.grid[0] % 2 == 0); /* whole clusters */
                 }
     {
         /* The persistent grid of clusters: sm_count / 2 clusters at most,
          * at least one; an unknown SM count: one cluster per pair. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_ALL | WF_CUDA_WS_MULTICAST);
-        wf_attn_params_t p = mk(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
-              g.grid[0] == 132 && g.cluster[0] == 2);
+        wf_attn_params_t p = attn_params(1, 16384, 16384, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 128 * 24 &&
+                   g.grid[0] == 132 && g.cluster[0] == 2);
         lim.sm_count = 133; /* an odd count: 66 clusters */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 132);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 132);
         lim.sm_count = 1;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 2 &&
-              g.cluster[0] == 2);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 2 &&
+                   g.cluster[0] == 2);
         lim.sm_count = 0;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 128 * 24);
         /* an odd tile count: one empty tile per head in the grid */
         lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
-        p = mk(1, 300, 300, 5, 5, 128, WF_DTYPE_BF16); /* 3 tiles per head */
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 4 * 5 &&
-              g.grid[0] == 20 && g.cluster[0] == 2);
+        p = attn_params(1, 300, 300, 5, 5, 128, WF_DTYPE_BF16); /* 3 tiles per head */
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.tiles == 4 * 5 &&
+                   g.grid[0] == 20 && g.cluster[0] == 2);
         /* fewer pairs than SMs, persistent: one cluster per pair */
         lim.ws_features |= WF_CUDA_WS_PERSISTENT;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 20);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[0] == 20);
     }
     {
         /* Fallbacks: the grid of pairs beyond gridDim.x while the tiles
          * fit: the ws kernel without clusters; both beyond: wgmma. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST);
-        wf_attn_params_t p = mk(10, 300, 300, 1, 1, 64, WF_DTYPE_F16); /* 30 tiles, 20 pairs */
+        /* 30 tiles, 20 pairs */
+        wf_attn_params_t p = attn_params(10, 300, 300, 1, 1, 64, WF_DTYPE_F16);
         lim.max_grid_x = 40;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.ws_features == (WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST) && g.grid[0] == 40);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+                   g.ws_features == (WF_CUDA_WS_PIPE | WF_CUDA_WS_MULTICAST) && g.grid[0] == 40);
         lim.max_grid_x = 39;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.ws_features == WF_CUDA_WS_PIPE && g.grid[0] == 30 && g.tiles == 30 &&
-              g.cluster[0] == 1);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+                   g.ws_features == WF_CUDA_WS_PIPE && g.grid[0] == 30 && g.tiles == 30 &&
+                   g.cluster[0] == 1);
         lim.max_grid_x = 29;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.ws_features == 0);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.ws_features == 0);
         /* the ring does not fit: the same fallbacks as without +mc */
         lim = hopper_ws(WF_CUDA_WS_MULTICAST);
         lim.smem_optin = 160 * 1024;
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
-              g.cluster[0] == 1 && g.ws_features == 0);
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
+                   g.cluster[0] == 1 && g.ws_features == 0);
         /* mixed dtypes: mma.sync, no cluster */
         lim = hopper_ws(WF_CUDA_WS_MULTICAST);
         p.v_dtype = WF_DTYPE_F32;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
-              g.cluster[0] == 1);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_MMA &&
+                   g.cluster[0] == 1);
         /* an empty head range: nothing to launch */
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
         p.h_begin = p.h_end = 2;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[1] == 0 && g.tiles == 0);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.grid[1] == 0 && g.tiles == 0);
         /* the other kernels never get a cluster */
         lim.wgmma = WF_CUDA_KERNEL_WGMMA;
-        p = mk(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
-              g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.cluster[1] == 1 &&
-              g.cluster[2] == 1);
+        p = attn_params(1, 4096, 4096, 8, 8, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA && g.cluster[0] == 1 && g.cluster[1] == 1 &&
+                   g.cluster[2] == 1);
     }
     {
         /* GQA slices, offsets, causal and S_q != S_kv keep +mc. */
         wf_cuda_limits_t lim = hopper_ws(WF_CUDA_WS_PIPE | WF_CUDA_WS_PINGPONG |
                                          WF_CUDA_WS_MULTICAST);
-        wf_attn_params_t p = mk(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
+        wf_attn_params_t p = attn_params(1, 300, 1000, 4, 1, 64, WF_DTYPE_F16);
         p.gqa_group = 4; p.q_head_base = 8; p.kv_head_base = 2;
         p.causal = 1; p.q_offset = 700; p.kv_offset = 0;
-        CHECK(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
-              g.tiles == 4 * 4 && g.grid[0] == 16 && g.cluster[0] == 2);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_OK && g.kernel == WF_CUDA_KERNEL_WS &&
+                   g.tiles == 4 * 4 && g.grid[0] == 16 && g.cluster[0] == 2);
     }
 }
 
@@ -440,10 +424,6 @@ int main(void)
     test_budgets();
     test_geometry();
     test_multicast();
-    if (failures) {
-        fprintf(stderr, "test_cuda_plan_ws: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_cuda_plan_ws: ok\n");
-    return 0;
+    printf("test_cuda_plan_ws: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
 }

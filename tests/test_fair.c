@@ -77,22 +77,6 @@ static void client_close(daemon_t *c)
     c->sock = NULL;
 }
 
-/* VmRSS of pid in bytes (0 when unreadable). */
-static uint64_t rss_of(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    uint64_t kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib * 1024;
-}
-
 /* Sleep ms, sampling the daemon's RSS every 20 ms into *max. */
 static void watch_rss(pid_t pid, int ms, uint64_t *max)
 {

@@ -31,6 +31,7 @@
 #include "comm/comm_zmq.h"
 #include "proto.h"
 #include "support/check.h"
+#include "support/ctl_wire.h"
 #include "support/nccl_standin.h"
 
 #define NODES 3
@@ -39,16 +40,6 @@
 
 static wf_ctl_msg_t m_out, m_in;
 static wf_cmsg_t c_out, c_in;
-
-static bool through_wire(const wf_ctl_msg_t *m, wf_ctl_msg_t *out)
-{
-    wf_buf_t b = { 0 };
-    char err[128];
-    bool ok = wf_ctl_encode(m, &b) == WF_OK &&
-              wf_ctl_decode(b.data, b.len, out, err, sizeof err) == WF_OK;
-    wf_buf_free(&b);
-    return ok;
-}
 
 /* The world message of a round, as cluster_coord.c fills it: 3 nodes of
  * 2 ranks, the id (NULL: none). */

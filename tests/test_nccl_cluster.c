@@ -80,35 +80,6 @@ static const jcase_t cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static bool run_case(wf_client_t *cl, const jcase_t *c, uint64_t seed,
-                     wf_job_result_t *ret_res)
-{
-    jbuf_t a;
-    if (!jbuf_init(&a, c, seed))
-        return false;
-    wf_attention_opts_t o = opts_of(c);
-    wf_job_result_t res;
-    memset(&res, 0, sizeof res);
-    wf_status_t st = wf_attention(cl, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &res);
-    bool ok = st == WF_OK;
-    if (!ok) {
-        fprintf(stderr, "case %s: %s: %s\n", c->name, wf_status_name(st),
-                wf_client_last_error(cl));
-    } else {
-        double eo, el, to, tl;
-        jbuf_errors(&a, &eo, &el);
-        jcase_tolerances(c, true, &to, &tl);
-        ok = eo <= to && (!c->want_lse || el <= tl);
-        printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  devices %u  %s\n",
-               c->name, eo, to, el, (unsigned long long)res.epoch, res.devices,
-               ok ? "ok" : "FAIL");
-    }
-    if (ret_res)
-        *ret_res = res;
-    jbuf_free(&a);
-    return ok;
-}
-
 /* The whole scenario, with the stand-in's ncclCommShrink or without. */
 static void scenario(bool shrink)
 {
@@ -135,7 +106,7 @@ static void scenario(bool shrink)
     uint64_t epoch = 0;
     for (size_t k = 0; k < N_CASES; k++) {
         wf_job_result_t r;
-        CHECK(run_case(cl, &cases[k], 100 + k, &r));
+        CHECK(jcase_run(cl, &cases[k], 100 + k, false, &r));
         CHECK(r.devices == 6);
         epoch = r.epoch;
     }
@@ -145,7 +116,7 @@ static void scenario(bool shrink)
     epoch = e2;
     for (size_t k = 0; k < N_CASES; k++) {
         wf_job_result_t r;
-        CHECK(run_case(cl, &cases[k], 200 + k, &r));
+        CHECK(jcase_run(cl, &cases[k], 200 + k, false, &r));
         CHECK(r.epoch == epoch && r.devices == 6);
     }
     wf_status_info_t si;
@@ -156,29 +127,7 @@ static void scenario(bool shrink)
         wf_mesh_degrees_t ring6 = { 1, 6, 1, 1 };
         CHECK(wf_reconfigure(cl, &ring6, &e2) == WF_OK);
         epoch = e2;
-        jcase_t big = { "f32 12288 (killed)", 1, 12288, 12288, 4, 4, 64, F32, F32,
-                        0, false, 0, AG, DEF, DEF, DEF, DEF };
-        jbuf_t x;
-        CHECK(jbuf_init(&x, &big, 99));
-        wf_attention_opts_t o = opts_of(&big);
-        wf_job_t *job = NULL;
-        CHECK(wf_attention_submit(cl, &x.q, &x.k, &x.v, &o, &x.out, NULL, &job) == WF_OK);
-        CHECK(wf_status(cl, &si) == WF_OK && si.in_flight == 1);
-        int64_t t_kill = clusterd_now_ms();
-        kill(c.p.pid, SIGKILL);
-        CHECK(clusterd_wait_exit(&c.p, TIMEOUT_MS));
-        wf_status_t st = job ? wf_job_wait(cl, job, TIMEOUT_MS) : WF_E_INTERNAL;
-        int64_t t_err = clusterd_now_ms() - t_kill;
-        wf_job_result_t res;
-        memset(&res, 0, sizeof res);
-        if (job)
-            wf_job_result(job, &res);
-        printf("job in flight when c was killed: %s after %lld ms: %s\n",
-               wf_status_name(res.status), (long long)t_err, job ? wf_job_error(job) : "");
-        CHECK(st == WF_OK || st == WF_E_NODE_LOST);
-        CHECK(res.status == WF_E_NODE_LOST && t_err < 5000);
-        wf_job_destroy(cl, &job);
-        jbuf_free(&x);
+        failures += clusterd_kill_mid_job(&c.p, cl, NULL, TIMEOUT_MS);
         CHECK(clusterd_node_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), 4 rank(s)",
                                  TIMEOUT_MS, NULL, 0));
         CHECK(log_has(&a, "world of epoch 2: data plane nccl (nccl-standin"));
@@ -192,7 +141,7 @@ static void scenario(bool shrink)
         CHECK(log_has(&a, how));
         CHECK(log_has(&b, how));
         wf_job_result_t r;
-        CHECK(run_case(cl, &cases[0], 300, &r));
+        CHECK(jcase_run(cl, &cases[0], 300, false, &r));
         CHECK(r.devices == 4);
     }
 
@@ -206,7 +155,7 @@ static void scenario(bool shrink)
         CHECK(log_has(&c, "cluster: world of epoch 3: data plane zmq"));
         for (size_t k = 0; k < N_CASES; k++) {
             wf_job_result_t r;
-            CHECK(run_case(cl, &cases[k], 400 + k, &r));
+            CHECK(jcase_run(cl, &cases[k], 400 + k, false, &r));
             CHECK(r.devices == 6);
         }
     }

@@ -20,21 +20,7 @@
 #include <string.h>
 
 #include "runtime/scheduler.h"
-
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        checks++;                                                          \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "support/check.h"
 
 #define NW 4 /* workers of the tests */
 
@@ -205,9 +191,9 @@ static void test_dispatch_replicas(void)
     j[0]->out_desc[0].nbytes = 100;
 
     /* a replica each for the first two; the third waits for a free replica */
-    wf_djob_t *failed = NULL;
-    size_t n = wf_sched_dispatch(s, 77, &failed);
-    CHECK(n == 2 && failed == NULL, "dispatched %zu, failed %p", n, (void *)failed);
+    wf_djob_t *failed_jobs = NULL;
+    size_t n = wf_sched_dispatch(s, 77, &failed_jobs);
+    CHECK(n == 2 && failed_jobs == NULL, "dispatched %zu, failed %p", n, (void *)failed_jobs);
     CHECK(j[0]->replica == 0 && j[0]->device[0] == 0 && j[0]->device[1] == 1,
           "job 0 on replica %u devices %u %u", j[0]->replica, j[0]->device[0],
           j[0]->device[1]);
@@ -228,7 +214,7 @@ static void test_dispatch_replicas(void)
     expect_task(3, j[1], 1);
 
     /* nothing more until a job completes */
-    CHECK(wf_sched_dispatch(s, 78, &failed) == 0, "dispatched onto busy devices");
+    CHECK(wf_sched_dispatch(s, 78, &failed_jobs) == 0, "dispatched onto busy devices");
 
     /* replica 0 frees first (its job failed): the head goes there, the
      * next waits */
@@ -237,7 +223,7 @@ static void test_dispatch_replicas(void)
     CHECK(s->used[0] == 0 && s->tasks[0] == 0 && s->in_flight == 1 && s->failed == 1 &&
               s->replica_jobs[0] == 0,
           "complete bookkeeping");
-    n = wf_sched_dispatch(s, 79, &failed);
+    n = wf_sched_dispatch(s, 79, &failed_jobs);
     CHECK(n == 1 && j[2]->replica == 0 && s->head == j[3], "job 2 to replica %u (%zu)",
           j[2]->replica, n);
     expect_task(0, j[2], 0);
@@ -249,7 +235,7 @@ static void test_dispatch_replicas(void)
     wf_sched_complete(s, j[2]);
     CHECK(s->served == 2 && s->failed == 1 && !wf_sched_idle(s), "served %llu failed %llu",
           (unsigned long long)s->served, (unsigned long long)s->failed);
-    n = wf_sched_dispatch(s, 80, &failed);
+    n = wf_sched_dispatch(s, 80, &failed_jobs);
     CHECK(n == 1 && j[3]->replica == 1, "job 3 to replica %u, want 1", j[3]->replica);
     expect_task(2, j[3], 0);
     expect_task(3, j[3], 1);
@@ -265,7 +251,7 @@ static void test_dispatch_replicas(void)
     }
     /* k0: loads equal, round-robin from replica 0 (after replica 1);
      * k1: replica 1 (load 0 against 1) */
-    CHECK(wf_sched_dispatch(s, 81, &failed) == 2, "k0, k1");
+    CHECK(wf_sched_dispatch(s, 81, &failed_jobs) == 2, "k0, k1");
     CHECK(k[0]->replica == 0 && k[0]->device[0] == 0 && k[1]->replica == 1 &&
               k[1]->device[0] == 2,
           "k0, k1 on replicas %u %u devices %u %u", k[0]->replica, k[1]->replica,
@@ -275,7 +261,7 @@ static void test_dispatch_replicas(void)
     wf_sched_complete(s, k[1]);
     k[2] = job_new(1, 10, false, 0);
     CHECK(wf_sched_admit(s, k[2], err, sizeof err) == WF_OK, "admit k2: %s", err);
-    CHECK(wf_sched_dispatch(s, 82, &failed) == 1 && k[2]->replica == 1 &&
+    CHECK(wf_sched_dispatch(s, 82, &failed_jobs) == 1 && k[2]->replica == 1 &&
               k[2]->device[0] == 2,
           "k2 to replica %u device %u, want 1, 2", k[2]->replica, k[2]->device[0]);
     wf_sched_complete(s, k[0]);
@@ -300,13 +286,13 @@ static void test_dispatch_order_and_memory(void)
     wf_mesh_t m = mesh_of(1, 1, 1, 4);
     wf_sched_t *s = sched_new(NW, 8, &m);
     char err[256];
-    wf_djob_t *failed = NULL;
+    wf_djob_t *failed_jobs = NULL;
 
     /* a head split takes the devices with the most room, ranks in device
      * order: devices 1 (4000) and 3 (3000) */
     wf_djob_t *a = job_new(2, 500, false, 0);
     CHECK(wf_sched_admit(s, a, err, sizeof err) == WF_OK, "a: %s", err);
-    CHECK(wf_sched_dispatch(s, 1, &failed) == 1, "a not dispatched");
+    CHECK(wf_sched_dispatch(s, 1, &failed_jobs) == 1, "a not dispatched");
     CHECK(a->device[0] == 1 && a->device[1] == 3, "a on devices %u %u", a->device[0],
           a->device[1]);
     expect_task(1, a, 0);
@@ -317,24 +303,24 @@ static void test_dispatch_order_and_memory(void)
     wf_djob_t *b = job_new(4, 10, false, 0), *c = job_new(1, 10, false, 0);
     CHECK(wf_sched_admit(s, b, err, sizeof err) == WF_OK, "b: %s", err);
     CHECK(wf_sched_admit(s, c, err, sizeof err) == WF_OK, "c: %s", err);
-    CHECK(wf_sched_dispatch(s, 2, &failed) == 0, "overtook the head");
+    CHECK(wf_sched_dispatch(s, 2, &failed_jobs) == 0, "overtook the head");
     CHECK(s->head == b && b->next == c && workers[0].head == NULL && workers[2].head == NULL,
           "queue or FIFOs changed");
     wf_sched_complete(s, a);
-    CHECK(wf_sched_dispatch(s, 3, &failed) == 1 && s->head == c, "b after a");
+    CHECK(wf_sched_dispatch(s, 3, &failed_jobs) == 1 && s->head == c, "b after a");
     for (int w = 0; w < NW; w++)
         expect_task(w, b, w);
     wf_sched_complete(s, b);
-    CHECK(wf_sched_dispatch(s, 4, &failed) == 1 && c->device[0] == 1, "c on device %u",
+    CHECK(wf_sched_dispatch(s, 4, &failed_jobs) == 1 && c->device[0] == 1, "c on device %u",
           c->device[0]);
     expect_task(1, c, 0);
 
     /* a share only device 1 can hold waits while device 1 is busy */
     wf_djob_t *d = job_new(1, 3500, false, 0);
     CHECK(wf_sched_admit(s, d, err, sizeof err) == WF_OK, "d: %s", err);
-    CHECK(wf_sched_dispatch(s, 5, &failed) == 0 && s->head == d, "d on a device too small");
+    CHECK(wf_sched_dispatch(s, 5, &failed_jobs) == 0 && s->head == d, "d on a device too small");
     wf_sched_complete(s, c);
-    CHECK(wf_sched_dispatch(s, 6, &failed) == 1 && d->device[0] == 1, "d on device %u",
+    CHECK(wf_sched_dispatch(s, 6, &failed_jobs) == 1 && d->device[0] == 1, "d on device %u",
           d->device[0]);
     expect_task(1, d, 0);
     wf_sched_complete(s, d);
@@ -342,7 +328,7 @@ static void test_dispatch_order_and_memory(void)
     /* a context-parallel job takes every rank of the replica in order */
     wf_djob_t *e = job_new(4, 10, true, 0);
     CHECK(wf_sched_admit(s, e, err, sizeof err) == WF_OK, "e: %s", err);
-    CHECK(wf_sched_dispatch(s, 7, &failed) == 1, "e not dispatched");
+    CHECK(wf_sched_dispatch(s, 7, &failed_jobs) == 1, "e not dispatched");
     for (int w = 0; w < NW; w++) {
         CHECK(e->device[w] == (uint32_t)w, "cp rank %d on device %u", w, e->device[w]);
         expect_task(w, e, w);
@@ -385,14 +371,14 @@ static void test_pause_replan(void)
     wf_mesh_t m = mesh_of(1, 1, 1, 4);
     wf_sched_t *s = sched_new(NW, 8, &m);
     char err[256];
-    wf_djob_t *failed = NULL;
+    wf_djob_t *failed_jobs = NULL;
 
     s->paused = true;
     wf_djob_t *j[4] = { job_new(1, 10, false, 0), job_new(3, 10, false, 0),
                         job_new(2, 999, false, 0), job_new(2, 10, false, 0) };
     for (int i = 0; i < 4; i++)
         CHECK(wf_sched_admit(s, j[i], err, sizeof err) == WF_OK, "admit %d: %s", i, err);
-    CHECK(wf_sched_dispatch(s, 1, &failed) == 0 && s->depth == 4, "dispatched while paused");
+    CHECK(wf_sched_dispatch(s, 1, &failed_jobs) == 0 && s->depth == 4, "dispatched while paused");
     for (int w = 0; w < NW; w++)
         CHECK(workers[w].head == NULL, "worker %d got a task while paused", w);
 
@@ -401,9 +387,9 @@ static void test_pause_replan(void)
     CHECK(wf_mesh_reconfigure(&s->mesh, &deg, err, sizeof err) == WF_OK, "%s", err);
     j[3]->plan_epoch = s->mesh.epoch; /* already planned for it: left alone */
     plans = 0;
-    wf_sched_replan(s, replan, NULL, &failed);
+    wf_sched_replan(s, replan, NULL, &failed_jobs);
     CHECK(plans == 3, "%d plans, want 3 (one job was already planned)", plans);
-    CHECK(failed == j[1] && j[1]->next == j[2] && j[2]->next == NULL, "failed list");
+    CHECK(failed_jobs == j[1] && j[1]->next == j[2] && j[2]->next == NULL, "failed list");
     CHECK(atomic_load(&j[1]->status) == WF_E_BAD_ARGUMENT &&
               strcmp(j[1]->err, "refused by the new mesh") == 0,
           "refused job: %d '%s'", atomic_load(&j[1]->status), j[1]->err);
@@ -416,7 +402,7 @@ static void test_pause_replan(void)
 
     /* resumed: the survivors run under the new mesh, on its replicas */
     s->paused = false;
-    CHECK(wf_sched_dispatch(s, 2, &failed) == 2 && failed == NULL, "after resume");
+    CHECK(wf_sched_dispatch(s, 2, &failed_jobs) == 2 && failed_jobs == NULL, "after resume");
     CHECK(j[0]->epoch == s->mesh.epoch && j[0]->replica == 0 && j[3]->replica == 1 &&
               j[3]->device[0] == 2 && j[3]->device[1] == 3,
           "j3 on replica %u devices %u %u", j[3]->replica, j[3]->device[0], j[3]->device[1]);
@@ -455,7 +441,7 @@ static void test_cluster(void)
     s->node_of[2] = s->node_of[3] = 1;
     s->remote = remote;
     char err[256];
-    wf_djob_t *failed = NULL;
+    wf_djob_t *failed_jobs = NULL;
 
     /* a head split runs on local ranks only */
     wf_djob_t *wide = job_new(3, 10, false, 0);
@@ -470,7 +456,7 @@ static void test_cluster(void)
     r->n_outputs = 1;
     r->out_desc[0].nbytes = 64;
     CHECK(wf_sched_admit(s, r, err, sizeof err) == WF_OK, "ring: %s", err);
-    CHECK(wf_sched_dispatch(s, 1, &failed) == 1 && r->out[0], "ring not dispatched");
+    CHECK(wf_sched_dispatch(s, 1, &failed_jobs) == 1 && r->out[0], "ring not dispatched");
     CHECK(remote_calls == 1 && remote_job == r, "remote hook called %d times", remote_calls);
     CHECK(atomic_load(&r->remaining) == 3, "remaining %d, want 2 local + 1 member",
           atomic_load(&r->remaining));
@@ -492,9 +478,9 @@ static void test_cluster(void)
           "roots on a member without remote_roots: %s '%s'", wf_status_name(st), err);
     s->remote_roots = true;
     CHECK(wf_sched_admit(s, x, err, sizeof err) == WF_OK, "with remote_roots: %s", err);
-    CHECK(wf_sched_dispatch(s, 2, &failed) == 0, "dispatched before the channel was up");
+    CHECK(wf_sched_dispatch(s, 2, &failed_jobs) == 0, "dispatched before the channel was up");
     s->roots_ok = 1u << 1;
-    CHECK(wf_sched_dispatch(s, 3, &failed) == 1 && x->out[0] == NULL,
+    CHECK(wf_sched_dispatch(s, 3, &failed_jobs) == 1 && x->out[0] == NULL,
           "after roots_ok (the member sends the outputs)");
     CHECK(remote_calls == 2 && atomic_load(&x->remaining) == 3, "remote hook / remaining");
     /* workers[] are world ranks local_first.. */
@@ -515,6 +501,6 @@ int main(void)
     test_dispatch_order_and_memory();
     test_pause_replan();
     test_cluster();
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    printf("%d checks, %d failures\n", passed + failed, failed);
+    return failed ? 1 : 0;
 }

@@ -62,22 +62,6 @@
 #define SLACK (16 * MIB)
 #define BOUND (3 * MSG_BYTES + SLACK)
 
-
-static uint64_t rss_of(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    uint64_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1)
-            break;
-    fclose(f);
-    return kb * 1024;
-}
-
 /* ------------------------------------------------------------------ */
 /* the well-behaved client: status in a loop */
 

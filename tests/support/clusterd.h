@@ -2,9 +2,10 @@
  * process on loopback with its own sd_notify socket, started, waited for
  * (pidfd, with a deadline), killed and cleaned up; a free port for a
  * coordinator; the status of a daemon; a daemon whose notify socket a
- * thread reads (clusterd_node_t). Shared by test_cluster.c,
- * test_cluster_jobs.c and test_cluster_fault.c. Not here: the daemon's
- * arguments. Tests only. */
+ * thread reads (clusterd_node_t); a member killed mid-job. Shared by
+ * test_cluster.c, test_cluster_jobs.c, test_cluster_fault.c and the other
+ * cluster end-to-end tests. Not here: the daemon's arguments. Tests
+ * only. */
 #ifndef WF_TEST_CLUSTERD_H
 #define WF_TEST_CLUSTERD_H
 
@@ -152,5 +153,17 @@ typedef struct clusterd_opts {
 /* clusterd_node_open, then exec weftd with o's flags. False on failure. */
 bool clusterd_node_start(clusterd_node_t *d, const char *weftd,
                          const clusterd_opts_t *o);
+
+/* A member lost mid-job, on a mesh that spans victim: submit through cl a
+ * job long enough to be in flight (f32, 12288 tokens, 4 heads of 64,
+ * inputs of seed 99), expect the status on the same connection (answered
+ * after the job was dispatched) to count it in flight, SIGKILL victim and
+ * expect it reaped, then expect the job to end WF_E_NODE_LOST within 5 s
+ * of the kill (wf_job_wait WF_OK or WF_E_NODE_LOST) with lost_msg in its
+ * error message (NULL: not checked). Waits are bounded by timeout_ms.
+ * Prints what the job answered; returns the failed expectations, each
+ * printed on stderr (the caller adds them to its failures). */
+int clusterd_kill_mid_job(clusterd_t *victim, wf_client_t *cl, const char *lost_msg,
+                          int timeout_ms);
 
 #endif

@@ -163,6 +163,41 @@ wf_attention_opts_t opts_of(const jcase_t *c)
                                   .load_balance = c->lb };
 }
 
+bool jbuf_check(const jbuf_t *a, const wf_job_result_t *res, bool quiet)
+{
+    double eo, el, to, tl;
+    jbuf_errors(a, &eo, &el);
+    jcase_tolerances(&a->c, true, &to, &tl);
+    bool ok = eo <= to && (!a->c.want_lse || el <= tl);
+    if (!ok || !quiet)
+        printf("  %-24s out err %.2e (tol %.0e)  lse err %.2e  epoch %llu  devices %u"
+               "  %s\n", a->c.name, eo, to, el, (unsigned long long)res->epoch,
+               res->devices, ok ? "ok" : "FAIL");
+    return ok;
+}
+
+bool jcase_run(wf_client_t *cl, const jcase_t *c, uint64_t seed, bool quiet,
+               wf_job_result_t *ret_res)
+{
+    jbuf_t a;
+    if (!jbuf_init(&a, c, seed))
+        return false;
+    wf_attention_opts_t o = opts_of(c);
+    wf_job_result_t res;
+    memset(&res, 0, sizeof res);
+    wf_status_t st = wf_attention(cl, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &res);
+    bool ok = st == WF_OK;
+    if (!ok)
+        fprintf(stderr, "case %s: %s: %s\n", c->name, wf_status_name(st),
+                wf_client_last_error(cl));
+    else
+        ok = jbuf_check(&a, &res, quiet);
+    if (ret_res)
+        *ret_res = res;
+    jbuf_free(&a);
+    return ok;
+}
+
 bool wait_ready(const char *endpoint)
 {
     wf_client_t *c = NULL;

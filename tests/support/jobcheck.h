@@ -72,6 +72,19 @@ void jcase_tolerances(const jcase_t *c, bool ring_merge, double *ret_out,
 /* The libweft options of case c. */
 wf_attention_opts_t opts_of(const jcase_t *c);
 
+/* The outputs of a job of a->c that answered WF_OK (its result res)
+ * against the fp64 reference, with the tolerances of a cluster job
+ * (jcase_tolerances with ring_merge): true when within them. Prints the
+ * errors, epoch and devices to stdout, unless quiet and within them. */
+bool jbuf_check(const jbuf_t *a, const wf_job_result_t *res, bool quiet);
+
+/* Run case c through cl (wf_attention, inputs seeded with seed) and check
+ * it (jbuf_check): true when WF_OK and within tolerance. A failed job's
+ * status and message go to stderr. The job's result goes to *ret_res
+ * (NULL: not wanted), also when it failed. */
+bool jcase_run(wf_client_t *cl, const jcase_t *c, uint64_t seed, bool quiet,
+               wf_job_result_t *ret_res);
+
 /* Fork and exec a daemon: argv[0] is its path, argv NULL-terminated;
  * the child gets an empty signal mask (the tests block SIGCHLD) and, when
  * notify_socket is not NULL, NOTIFY_SOCKET. Returns the pid (-1 when fork

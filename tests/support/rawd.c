@@ -2,6 +2,7 @@
 #include "support/rawd.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -91,6 +92,21 @@ bool daemon_start_env(daemon_t *d, const char *weftd,
 bool daemon_start(daemon_t *d, const char *weftd, const char *const *args)
 {
     return daemon_start_env(d, weftd, args, NULL);
+}
+
+uint64_t rss_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    uint64_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib * 1024;
 }
 
 /* Wait for the process to exit (poll on its pidfd), reap it. */

@@ -83,6 +83,9 @@ bool daemon_start_env(daemon_t *d, const char *weftd,
 bool daemon_start(daemon_t *d, const char *weftd, const char *const *args);
 bool daemon_wait_exit(daemon_t *d, int timeout_ms);
 void daemon_close(daemon_t *d);
+/* VmRSS of process pid in bytes, from /proc/PID/status (0 when
+ * unreadable). */
+uint64_t rss_of(pid_t pid);
 bool notify_wait(daemon_t *d, const char *want, int timeout_ms);
 bool send_frames(void *sock, bool delim, const wf_buf_t *hdr,
                         size_t n, const void *const *data, const size_t *len);
