@@ -306,23 +306,34 @@ static void cm_flush(wf_server_t *srv)
                "next regroup: %s", err);
 }
 
+/* The first steps of dropping a cluster load's entry m: a load that read
+ * nothing stops at its gate (m is gone), one still reading is dropped
+ * when it ends. False when m was past reading: the caller decides. */
+static bool cm_stop_reading(wf_server_t *srv, wf_model_t *m)
+{
+    m->cstep = 0;
+    if (wf_registry_stop_at_gate(&srv->models, m))
+        return true;            /* it read nothing: gone */
+    if (srv->models.loading != m)
+        return false;
+    wf_registry_gate(&srv->models, m, false);
+    m->doomed = true;
+    return true;
+}
+
 /* This node's entry of a load that failed or was dropped: a load still
  * reading stops at its gate or is dropped when it ends; a model some
  * regroup may have cut goes with the next regroup (UNLOADING). */
 static void cm_drop_own(wf_server_t *srv, wf_model_t *m)
 {
-    m->cstep = 0;
-    if (wf_registry_stop_at_gate(&srv->models, m))
-        return;                 /* it read nothing: gone */
-    if (srv->models.loading == m) {
-        wf_registry_gate(&srv->models, m, false);
-        m->doomed = true;
-    } else if (srv->pending_install == m) {
+    if (cm_stop_reading(srv, m))
+        return;
+    if (srv->pending_install == m) {
         srv->pending_install = NULL;
         m->state = WF_MODEL_UNLOADING;
     } else if (m->state == WF_MODEL_INSTALLING && srv->reconf.active) {
         m->doomed = true;       /* srv_models_after_regroup */
-    } else if (m->state != WF_MODEL_UNLOADING) {
+    } else {
         m->state = WF_MODEL_UNLOADING;
     }
 }
@@ -837,17 +848,12 @@ static void cm_member_drop(wf_server_t *srv, uint64_t lid)
         return;
     wf_log(srv->log, WF_LOG_INFO, "model '%s': dropped by the coordinator",
            m->name);
-    m->cstep = 0;
-    if (wf_registry_stop_at_gate(&srv->models, m))
-        return;                 /* it read nothing: gone */
-    if (srv->models.loading == m) {
-        wf_registry_gate(&srv->models, m, false);
-        m->doomed = true;
-    } else if (srv->reconf.active) {
+    if (cm_stop_reading(srv, m))
+        return;
+    if (srv->reconf.active)
         m->doomed = true;       /* after the regroup running now */
-    } else {
+    else
         m->state = WF_MODEL_UNLOADING;  /* the coordinator's next regroup */
-    }
 }
 
 void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *cm)
