@@ -238,6 +238,17 @@ static bool cm_send(wf_server_t *srv, const char *node, const wf_cmsg_t *msg)
     return ok;
 }
 
+/* The "mload" that asks a member to load m (name, path, lid) into *msg. */
+static void cm_mload_msg(const wf_model_t *m, wf_cmsg_t *msg)
+{
+    *msg = (wf_cmsg_t){ .type = WF_CMSG_MLOAD };
+    wf_cmsg_mload_t *l = &msg->u.mload;
+    l->lid = m->lid;
+    snprintf(l->name, sizeof l->name, "%s", m->name);
+    snprintf(l->path, sizeof l->path, "%s", m->path);
+    l->sharded = m->already_sharded;
+}
+
 /* The nodes of the world now, their count; *ret_epoch its epoch. */
 static uint32_t cm_nodes(const wf_server_t *srv, wf_cluster_node_t *nodes,
                          uint64_t *ret_epoch)
@@ -522,12 +533,8 @@ static void cm_catchup_start(wf_server_t *srv)
                 bits |= 1u << k;
         if (!bits)
             continue;
-        wf_cmsg_t msg = { .type = WF_CMSG_MLOAD };
-        wf_cmsg_mload_t *l = &msg.u.mload;
-        l->lid = m->lid;
-        snprintf(l->name, sizeof l->name, "%s", m->name);
-        snprintf(l->path, sizeof l->path, "%s", m->path);
-        l->sharded = m->already_sharded;
+        wf_cmsg_t msg;
+        cm_mload_msg(m, &msg);
         m->catchup = true;
         m->ready_early = 0;
         m->cstep = 1;
@@ -623,12 +630,8 @@ static void cm_start(wf_server_t *srv, wf_model_t *m)
     m->cst = WF_OK;
     m->step_deadline_us = wf_now_usec() +
                           (uint64_t)srv->settings.cluster_timeout_ms * 1000;
-    wf_cmsg_t msg = { .type = WF_CMSG_MLOAD };
-    wf_cmsg_mload_t *l = &msg.u.mload;
-    l->lid = m->lid;
-    snprintf(l->name, sizeof l->name, "%s", m->name);
-    snprintf(l->path, sizeof l->path, "%s", m->path);
-    l->sharded = m->already_sharded;
+    wf_cmsg_t msg;
+    cm_mload_msg(m, &msg);
     for (uint32_t i = 0; i < n; i++) {
         if (nodes[i].self)
             continue;
