@@ -564,10 +564,7 @@ static void member_pump(wf_world_t *w)
         if (!w->mq_head)
             w->mq_tail = NULL;
         j->next = NULL;
-        if (j->kind == WF_DJOB_REGROUP)
-            wf_world_submit(w, j);
-        else
-            wf_world_submit(w, j);
+        wf_world_submit(w, j);
     }
 }
 
