@@ -7,9 +7,8 @@
  * and, through the callbacks world.c registers, by the control plane and
  * the tensor channel. Calls nothing in world.c.
  *
- * The descriptor is written key by key (job_encode) and read back the same
- * way (job_decode); both stay apart from the bookkeeping so that typed
- * codecs can replace them.
+ * The descriptors are written by job_encode / fjob_encode and read back
+ * by member_job / member_fjob through proto/cluster_msg.h's codecs.
  */
 #include "world_impl.h"
 
