@@ -249,6 +249,21 @@ static void cm_mload_msg(const wf_model_t *m, wf_cmsg_t *msg)
     l->sharded = m->already_sharded;
 }
 
+/* The first failure a node answered for m's cluster load (st, the node's
+ * message err): kept in m->cst / m->cerr ("node NAME: ..."); a later one
+ * is dropped. */
+static void cm_note_failure(wf_model_t *m, const char *from, wf_status_t st,
+                            const char *err)
+{
+    if (m->cst != WF_OK)
+        return;
+    char shown[WF_PROTO_ERROR_MAX];
+    wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
+    m->cst = st;
+    wf_errf(m->cerr, sizeof m->cerr, "node %s: %s", from,
+            shown[0] ? shown : wf_status_str(st));
+}
+
 /* The nodes of the world now, their count; *ret_epoch its epoch. */
 static uint32_t cm_nodes(const wf_server_t *srv, wf_cluster_node_t *nodes,
                          uint64_t *ret_epoch)
@@ -743,13 +758,8 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
         if (i >= 0 && epoch == early->world_epoch && n == early->world_nodes &&
             (early->cnodes & (1u << i))) {
             early->ready_early |= 1u << i;
-            if (st != WF_OK && early->cst == WF_OK) {
-                char shown[WF_PROTO_ERROR_MAX];
-                wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
-                early->cst = st;
-                wf_errf(early->cerr, sizeof early->cerr, "node %s: %s", from,
-                        shown[0] ? shown : wf_status_str(st));
-            }
+            if (st != WF_OK)
+                cm_note_failure(early, from, st, err);
         }
         return;
     }
@@ -759,13 +769,9 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
     m->owed &= ~(1u << i);
     if (st == WF_E_BUSY)
         srv->models.flush_wanted = true;    /* it drops models: a regroup */
-    if (st != WF_OK && m->cst == WF_OK) {
-        char shown[WF_PROTO_ERROR_MAX];
-        wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
-        m->cst = st;
-        wf_errf(m->cerr, sizeof m->cerr, "node %s: %s", from,
-                 shown[0] ? shown : wf_status_str(st));
-    } else if (st == WF_OK && d) {
+    if (st != WF_OK) {
+        cm_note_failure(m, from, st, err);
+    } else if (d) {
         memcpy(&m->found[i], d, sizeof m->found[i]);
     }
     cm_advance(srv, m);
