@@ -320,6 +320,17 @@ bool wf_settings_resolve_gpus(wf_settings_t *s, int gpus, char *why,
     return true;
 }
 
+bool wf_settings_gpu_shared(const wf_settings_t *s)
+{
+    if (s->device_kind != WF_DEVICE_CUDA)
+        return false;
+    for (uint32_t d = 0; d < s->device_count; d++)
+        for (uint32_t e = d + 1; e < s->device_count; e++)
+            if (s->gpu[d] == s->gpu[e])
+                return true;
+    return false;
+}
+
 static bool parse_endpoint(const char *v, char *why, size_t why_len)
 {
     size_t len = strlen(v);

@@ -169,6 +169,11 @@ bool wf_settings_parse_devices(const char *v, wf_settings_t *s, char *why,
 bool wf_settings_resolve_gpus(wf_settings_t *s, int gpus, char *why,
                               size_t why_len);
 
+/* Whether two of the devices are one GPU ("cuda:0,0": the mixed mode, its
+ * ranks on one GPU talk through the host comm, never one NCCL
+ * communicator). False for CPU devices. */
+bool wf_settings_gpu_shared(const wf_settings_t *s);
+
 /* SIGHUP: copy into *cur the reloadable settings in which `next` differs.
  * `mesh` is copied like the others (text and degrees); the caller compares
  * cur->mesh_deg before and after to start a hot reconfiguration.

@@ -7,9 +7,8 @@
  * and, through the callbacks world.c registers, by the control plane and
  * the tensor channel. Calls nothing in world.c.
  *
- * The descriptor is written key by key (job_encode) and read back the same
- * way (job_decode); both stay apart from the bookkeeping so that typed
- * codecs can replace them.
+ * The descriptors are written by job_encode / fjob_encode and read back
+ * by member_job / member_fjob through proto/cluster_msg.h's codecs.
  */
 #include "world_impl.h"
 
@@ -242,6 +241,55 @@ static void member_take_early(wf_world_t *w, wf_djob_t *job);
 static void member_pump(wf_world_t *w);
 static void early_drop(wf_world_t *w, uint32_t i);
 
+/* Member: give the job's ranks that are this node's (world ranks base +
+ * the offset of each set bit of a head split's mask, base + 0..g-1 when
+ * mask is 0) their task on the local worker; *local counts them and
+ * *roots those among them below T (the ranks that read the inputs). */
+static void member_claim_ranks(wf_world_t *w, wf_djob_t *job, uint32_t base, uint32_t g,
+                               uint64_t mask, uint32_t T, int *local, int *roots)
+{
+    uint32_t lo = w->first_rank;
+    for (uint32_t r = 0, off = 0; r < g; r++, off++) {
+        while (mask && !(mask & (UINT64_C(1) << off)))
+            off++;
+        uint32_t wr = base + off;
+        if (wr < lo || wr - lo >= w->n_workers)
+            continue;
+        job->device[r] = wr - lo;
+        job->task[r].job = job;
+        job->task[r].rank = (int)r;
+        (*local)++;
+        *roots += r < T;
+    }
+}
+
+/* Member: queue a placed part (local: its ranks here), or answer at once
+ * when none is ours. Takes job. Roots here take the inputs that came
+ * early; inputs dropped for room fail the part rather than leave it
+ * waiting. */
+static void member_queue_part(wf_world_t *w, wf_djob_t *job, int local)
+{
+    if (local == 0) {
+        uint64_t seq = job->seq, epoch = job->epoch;
+        wf_djob_free(&job);
+        wf_world_member_done(w, seq, epoch, WF_OK);
+        return;
+    }
+    atomic_store(&job->remaining, local);
+    if (job->root_here && !job->inputs_in)
+        member_take_early(w, job);
+    if (job->root_here && !job->inputs_in && w->early_lost_seq >= job->seq &&
+        w->early_lost_epoch == job->world_epoch) {
+        /* its inputs came and were dropped for room (the channel keeps
+         * the coordinator's order): it would wait forever */
+        wf_log(w->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
+               PRIu64 ") were dropped; it fails", job->req.id, job->seq);
+        job->inputs_in = true;
+        job->inputs_bad = true;
+    }
+    wf_world_enqueue(w, job);
+}
+
 /* Member: a job descriptor from the coordinator: queue our ranks' parts
  * in the order received, which is the coordinator's. When the job's
  * roots are ours (a head split's: every rank, all ours), its inputs come
@@ -338,19 +386,9 @@ static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
     int local = 0, roots = 0;
     /* the roots (they read the inputs and write the outputs): a cp job's
      * first tp ranks, every rank of a head split */
-    uint32_t lo = w->first_rank, T = hs ? (uint32_t)g : mesh->deg.tp;
-    for (uint32_t r = 0, off = 0; r < g; r++, off++) {
-        while (hs && !(mask & (UINT64_C(1) << off)))
-            off++;
-        uint32_t wr = (uint32_t)base + off;
-        if (wr < lo || wr - lo >= w->n_workers)
-            continue;
-        job->device[r] = wr - lo;
-        job->task[r].job = job;
-        job->task[r].rank = (int)r;
-        local++;
-        roots += r < T;
-    }
+    uint32_t T = hs ? (uint32_t)g : mesh->deg.tp;
+    member_claim_ranks(w, job, (uint32_t)base, (uint32_t)g, hs ? mask : 0, T, &local,
+                       &roots);
     if (roots > 0 && ((uint32_t)roots != T || !wf_channel_socket(w->channel) ||
                       member_root_setup(w, job) != WF_OK)) {
         wf_log(w->log, WF_LOG_ERR, "cluster: job %" PRIu64 " (seq %" PRIu64
@@ -382,24 +420,7 @@ static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
         job->inputs_bad = true;
         job->inputs_in = true;
     }
-    if (local == 0) {
-        wf_djob_free(&job);
-        wf_world_member_done(w, seq, epoch, WF_OK);
-        return;
-    }
-    atomic_store(&job->remaining, local);
-    if (job->root_here && !job->inputs_in)
-        member_take_early(w, job);
-    if (job->root_here && !job->inputs_in && w->early_lost_seq >= seq &&
-        w->early_lost_epoch == job->world_epoch) {
-        /* its inputs came and were dropped for room (the channel keeps
-         * the coordinator's order): it would wait forever */
-        wf_log(w->log, WF_LOG_ERR, "cluster: inputs of job %" PRIu64 " (seq %"
-               PRIu64 ") were dropped; it fails", id, seq);
-        job->inputs_in = true;
-        job->inputs_bad = true;
-    }
-    wf_world_enqueue(w, job);
+    member_queue_part(w, job, local);
 }
 
 /* Member: a forward job's descriptor ("fjob"): as member_job, on this
@@ -498,17 +519,8 @@ static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
     job->done = w->done;
     job->world_epoch = w->world_epoch;
     int local = 0, roots = 0;
-    uint32_t lo = w->first_rank, T = mesh->deg.tp;
-    for (uint32_t r = 0; r < d.g; r++) {
-        uint32_t wr = d.base + r;
-        if (wr < lo || wr - lo >= w->n_workers)
-            continue;
-        job->device[r] = wr - lo;
-        job->task[r].job = job;
-        job->task[r].rank = (int)r;
-        local++;
-        roots += r < T;
-    }
+    uint32_t T = mesh->deg.tp;
+    member_claim_ranks(w, job, d.base, d.g, 0, T, &local, &roots);
     wf_log(w->log, WF_LOG_DEBUG, "cluster: forward job %" PRIu64 " (seq %" PRIu64
            "): ranks %u..%u, %d here, %d root(s) here", d.id, d.seq, d.base,
            d.base + d.g - 1, local, roots);
@@ -526,20 +538,7 @@ static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
         job->inputs_bad = true;
         job->inputs_in = true;
     }
-    if (local == 0) {
-        wf_djob_free(&job);
-        wf_world_member_done(w, d.seq, d.epoch, WF_OK);
-        return;
-    }
-    atomic_store(&job->remaining, local);
-    if (job->root_here && !job->inputs_in)
-        member_take_early(w, job);
-    if (job->root_here && !job->inputs_in && w->early_lost_seq >= d.seq &&
-        w->early_lost_epoch == job->world_epoch) {
-        job->inputs_in = true;
-        job->inputs_bad = true;
-    }
-    wf_world_enqueue(w, job);
+    member_queue_part(w, job, local);
 }
 
 /* Member: queue a part on its ranks' workers. */
@@ -564,10 +563,7 @@ static void member_pump(wf_world_t *w)
         if (!w->mq_head)
             w->mq_tail = NULL;
         j->next = NULL;
-        if (j->kind == WF_DJOB_REGROUP)
-            wf_world_submit(w, j);
-        else
-            wf_world_submit(w, j);
+        wf_world_submit(w, j);
     }
 }
 

@@ -12,14 +12,8 @@ const char *wf_nccl_plane_name(wf_nccl_plane_t p)
 
 bool wf_nccl_node_gpu(const wf_settings_t *s, int version)
 {
-    if (version <= 0 || !s->nccl || s->device_kind != WF_DEVICE_CUDA ||
-        s->device_count == 0)
-        return false;
-    for (uint32_t d = 0; d < s->device_count; d++)
-        for (uint32_t e = d + 1; e < s->device_count; e++)
-            if (s->gpu[d] == s->gpu[e])
-                return false;
-    return true;
+    return version > 0 && s->nccl && s->device_kind == WF_DEVICE_CUDA &&
+           s->device_count > 0 && !wf_settings_gpu_shared(s);
 }
 
 wf_nccl_plane_t wf_nccl_plane(const bool *gpu, uint32_t n)

@@ -27,6 +27,31 @@ static uint64_t get_be64(const uint8_t *p)
     return v;
 }
 
+/* A box from the peer: its nonce (the 16-byte prefix and the 8-byte
+ * counter at p) into nonce, the counter into *ret_n. False when the
+ * counter is not above the last one accepted (a replayed box). */
+static bool peer_nonce(const wf_curve_conn_t *c, const char *prefix, const uint8_t *p,
+                       uint8_t nonce[crypto_box_NONCEBYTES], uint64_t *ret_n)
+{
+    uint64_t n = get_be64(p);
+    if (n <= c->peer_nonce)
+        return false;
+    memcpy(nonce, prefix, 16);
+    memcpy(nonce + 16, p, 8);
+    *ret_n = n;
+    return true;
+}
+
+/* Our next box: its nonce (the 16-byte prefix and our counter, which
+ * advances) into nonce, the counter's 8 bytes also at out. */
+static void own_nonce(wf_curve_conn_t *c, const char *prefix,
+                      uint8_t nonce[crypto_box_NONCEBYTES], uint8_t *out)
+{
+    memcpy(nonce, prefix, 16);
+    put_be64(nonce + 16, c->nonce++);
+    memcpy(out, nonce + 16, 8);
+}
+
 bool wf_curve_server_init(wf_curve_server_t *s, const char *public_z85,
                           const char *secret_z85)
 {
@@ -98,12 +123,10 @@ bool wf_curve_initiate(wf_curve_conn_t *c, const uint8_t *cmd, size_t len,
     sodium_memzero(cookie_plain, sizeof cookie_plain);
     if (!same)
         return false;
-    uint64_t n8 = get_be64(cmd + 105);
-    if (n8 <= c->peer_nonce)
-        return false;
+    uint64_t n8;
     uint8_t nonce[crypto_box_NONCEBYTES];
-    memcpy(nonce, "CurveZMQINITIATE", 16);
-    memcpy(nonce + 16, cmd + 105, 8);
+    if (!peer_nonce(c, "CurveZMQINITIATE", cmd + 105, nonce, &n8))
+        return false;
     size_t clen = len - 113;
     if (crypto_box_open_easy(scratch, cmd + 113, clen, nonce, c->cn_client,
                              c->cn_secret) != 0)
@@ -129,10 +152,8 @@ size_t wf_curve_ready(wf_curve_conn_t *c, const uint8_t *props, size_t n,
                       uint8_t *out)
 {
     uint8_t nonce[crypto_box_NONCEBYTES];
-    memcpy(nonce, "CurveZMQREADY---", 16);
-    put_be64(nonce + 16, c->nonce++);
     memcpy(out, "\x05READY", 6);
-    memcpy(out + 6, nonce + 16, 8);
+    own_nonce(c, "CurveZMQREADY---", nonce, out + 6);
     crypto_box_easy_afternm(out + 14, props, n, nonce, c->precom);
     return 14 + MAC + n;
 }
@@ -141,10 +162,8 @@ void wf_curve_box(wf_curve_conn_t *c, uint8_t flags, const void *data, size_t n,
                   uint8_t *out)
 {
     uint8_t nonce[crypto_box_NONCEBYTES];
-    memcpy(nonce, "CurveZMQMESSAGES", 16);
-    put_be64(nonce + 16, c->nonce++);
     memcpy(out, "\x07MESSAGE", 8);
-    memcpy(out + 8, nonce + 16, 8);
+    own_nonce(c, "CurveZMQMESSAGES", nonce, out + 8);
     /* the plaintext where the box ends up, then sealed in place
      * (libsodium allows the overlap) */
     uint8_t *plain = out + 16 + MAC;
@@ -159,12 +178,10 @@ bool wf_curve_unbox(wf_curve_conn_t *c, uint8_t *msg, size_t len,
 {
     if (len < WF_CURVE_MSG_OVERHEAD || memcmp(msg, "\x07MESSAGE", 8) != 0)
         return false;
-    uint64_t n8 = get_be64(msg + 8);
-    if (n8 <= c->peer_nonce)
-        return false;
+    uint64_t n8;
     uint8_t nonce[crypto_box_NONCEBYTES];
-    memcpy(nonce, "CurveZMQMESSAGEC", 16);
-    memcpy(nonce + 16, msg + 8, 8);
+    if (!peer_nonce(c, "CurveZMQMESSAGEC", msg + 8, nonce, &n8))
+        return false;
     if (crypto_box_open_easy_afternm(msg + 16, msg + 16, len - 16, nonce,
                                      c->precom) != 0)
         return false;

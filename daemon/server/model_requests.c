@@ -238,6 +238,32 @@ static bool cm_send(wf_server_t *srv, const char *node, const wf_cmsg_t *msg)
     return ok;
 }
 
+/* The "mload" that asks a member to load m (name, path, lid) into *msg. */
+static void cm_mload_msg(const wf_model_t *m, wf_cmsg_t *msg)
+{
+    *msg = (wf_cmsg_t){ .type = WF_CMSG_MLOAD };
+    wf_cmsg_mload_t *l = &msg->u.mload;
+    l->lid = m->lid;
+    snprintf(l->name, sizeof l->name, "%s", m->name);
+    snprintf(l->path, sizeof l->path, "%s", m->path);
+    l->sharded = m->already_sharded;
+}
+
+/* The first failure a node answered for m's cluster load (st, the node's
+ * message err): kept in m->cst / m->cerr ("node NAME: ..."); a later one
+ * is dropped. */
+static void cm_note_failure(wf_model_t *m, const char *from, wf_status_t st,
+                            const char *err)
+{
+    if (m->cst != WF_OK)
+        return;
+    char shown[WF_PROTO_ERROR_MAX];
+    wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
+    m->cst = st;
+    wf_errf(m->cerr, sizeof m->cerr, "node %s: %s", from,
+            shown[0] ? shown : wf_status_str(st));
+}
+
 /* The nodes of the world now, their count; *ret_epoch its epoch. */
 static uint32_t cm_nodes(const wf_server_t *srv, wf_cluster_node_t *nodes,
                          uint64_t *ret_epoch)
@@ -306,23 +332,34 @@ static void cm_flush(wf_server_t *srv)
                "next regroup: %s", err);
 }
 
+/* The first steps of dropping a cluster load's entry m: a load that read
+ * nothing stops at its gate (m is gone), one still reading is dropped
+ * when it ends. False when m was past reading: the caller decides. */
+static bool cm_stop_reading(wf_server_t *srv, wf_model_t *m)
+{
+    m->cstep = 0;
+    if (wf_registry_stop_at_gate(&srv->models, m))
+        return true;            /* it read nothing: gone */
+    if (srv->models.loading != m)
+        return false;
+    wf_registry_gate(&srv->models, m, false);
+    m->doomed = true;
+    return true;
+}
+
 /* This node's entry of a load that failed or was dropped: a load still
  * reading stops at its gate or is dropped when it ends; a model some
  * regroup may have cut goes with the next regroup (UNLOADING). */
 static void cm_drop_own(wf_server_t *srv, wf_model_t *m)
 {
-    m->cstep = 0;
-    if (wf_registry_stop_at_gate(&srv->models, m))
-        return;                 /* it read nothing: gone */
-    if (srv->models.loading == m) {
-        wf_registry_gate(&srv->models, m, false);
-        m->doomed = true;
-    } else if (srv->pending_install == m) {
+    if (cm_stop_reading(srv, m))
+        return;
+    if (srv->pending_install == m) {
         srv->pending_install = NULL;
         m->state = WF_MODEL_UNLOADING;
     } else if (m->state == WF_MODEL_INSTALLING && srv->reconf.active) {
         m->doomed = true;       /* srv_models_after_regroup */
-    } else if (m->state != WF_MODEL_UNLOADING) {
+    } else {
         m->state = WF_MODEL_UNLOADING;
     }
 }
@@ -511,12 +548,8 @@ static void cm_catchup_start(wf_server_t *srv)
                 bits |= 1u << k;
         if (!bits)
             continue;
-        wf_cmsg_t msg = { .type = WF_CMSG_MLOAD };
-        wf_cmsg_mload_t *l = &msg.u.mload;
-        l->lid = m->lid;
-        snprintf(l->name, sizeof l->name, "%s", m->name);
-        snprintf(l->path, sizeof l->path, "%s", m->path);
-        l->sharded = m->already_sharded;
+        wf_cmsg_t msg;
+        cm_mload_msg(m, &msg);
         m->catchup = true;
         m->ready_early = 0;
         m->cstep = 1;
@@ -612,12 +645,8 @@ static void cm_start(wf_server_t *srv, wf_model_t *m)
     m->cst = WF_OK;
     m->step_deadline_us = wf_now_usec() +
                           (uint64_t)srv->settings.cluster_timeout_ms * 1000;
-    wf_cmsg_t msg = { .type = WF_CMSG_MLOAD };
-    wf_cmsg_mload_t *l = &msg.u.mload;
-    l->lid = m->lid;
-    snprintf(l->name, sizeof l->name, "%s", m->name);
-    snprintf(l->path, sizeof l->path, "%s", m->path);
-    l->sharded = m->already_sharded;
+    wf_cmsg_t msg;
+    cm_mload_msg(m, &msg);
     for (uint32_t i = 0; i < n; i++) {
         if (nodes[i].self)
             continue;
@@ -729,13 +758,8 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
         if (i >= 0 && epoch == early->world_epoch && n == early->world_nodes &&
             (early->cnodes & (1u << i))) {
             early->ready_early |= 1u << i;
-            if (st != WF_OK && early->cst == WF_OK) {
-                char shown[WF_PROTO_ERROR_MAX];
-                wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
-                early->cst = st;
-                wf_errf(early->cerr, sizeof early->cerr, "node %s: %s", from,
-                        shown[0] ? shown : wf_status_str(st));
-            }
+            if (st != WF_OK)
+                cm_note_failure(early, from, st, err);
         }
         return;
     }
@@ -745,13 +769,9 @@ static void cm_answer(wf_server_t *srv, const char *from, uint64_t lid, int step
     m->owed &= ~(1u << i);
     if (st == WF_E_BUSY)
         srv->models.flush_wanted = true;    /* it drops models: a regroup */
-    if (st != WF_OK && m->cst == WF_OK) {
-        char shown[WF_PROTO_ERROR_MAX];
-        wf_escape(shown, sizeof shown, err, strlen(err), WF_ESC_ASCII);
-        m->cst = st;
-        wf_errf(m->cerr, sizeof m->cerr, "node %s: %s", from,
-                 shown[0] ? shown : wf_status_str(st));
-    } else if (st == WF_OK && d) {
+    if (st != WF_OK) {
+        cm_note_failure(m, from, st, err);
+    } else if (d) {
         memcpy(&m->found[i], d, sizeof m->found[i]);
     }
     cm_advance(srv, m);
@@ -837,17 +857,12 @@ static void cm_member_drop(wf_server_t *srv, uint64_t lid)
         return;
     wf_log(srv->log, WF_LOG_INFO, "model '%s': dropped by the coordinator",
            m->name);
-    m->cstep = 0;
-    if (wf_registry_stop_at_gate(&srv->models, m))
-        return;                 /* it read nothing: gone */
-    if (srv->models.loading == m) {
-        wf_registry_gate(&srv->models, m, false);
-        m->doomed = true;
-    } else if (srv->reconf.active) {
+    if (cm_stop_reading(srv, m))
+        return;
+    if (srv->reconf.active)
         m->doomed = true;       /* after the regroup running now */
-    } else {
+    else
         m->state = WF_MODEL_UNLOADING;  /* the coordinator's next regroup */
-    }
 }
 
 void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *cm)

@@ -136,14 +136,8 @@ static void set_gate_limits(wf_server_t *srv)
  * comparisons: WEFT_NCCL=0). */
 static bool use_nccl(const wf_settings_t *s, bool cluster)
 {
-    if (!wf_comm_nccl_built() || !s->nccl || cluster ||
-        s->device_kind != WF_DEVICE_CUDA)
-        return false;
-    for (uint32_t d = 0; d < s->device_count; d++)
-        for (uint32_t e = d + 1; e < s->device_count; e++)
-            if (s->gpu[d] == s->gpu[e])
-                return false;
-    return true;
+    return wf_comm_nccl_built() && s->nccl && !cluster &&
+           s->device_kind == WF_DEVICE_CUDA && !wf_settings_gpu_shared(s);
 }
 
 /* The test hook WEFT_TEST_FAIL_JOB (settings.test, config.h): this

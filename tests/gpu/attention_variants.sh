@@ -61,23 +61,38 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# av_sanitize CS TOOL VARIANT D CAUSAL: compute-sanitizer (at CS) --tool
+# TOOL on bench_cuda_attention --variants VARIANT's small grid (S 300, H 2,
+# head dim D): two launches (warm-up + one timed) on a grid of 3 x 2
+# tiles; says and notes its exit and summary line.
+av_sanitize() {
+  local cs=$1 tool=$2 v=$3 d=$4 c=$5 slog rc
+  slog=$logs/sanitizer-$tool-$v-d$d-c$c.log
+  WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
+    --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants "$v" 300 2 "$d" "$c" \
+    > "$slog" 2>&1
+  rc=$?
+  say "compute-sanitizer --tool $tool, $v, S 300 H 2 D $d causal $c: exit $rc," \
+      "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
+  note "sanitizer $tool $v D$d causal$c: exit $rc"
+}
+
+# av_tflops FILE LABEL S CAUSAL: the TFLOP/s of FILE's last line
+# "LABEL S=S ... causal=CAUSAL ... tflops=X" (sdpa_bench.py's; empty when
+# there is none).
+av_tflops() {
+  sed -n "s/^$2 S=$3 .*causal=$4 .*tflops=\([0-9.]*\).*/\1/p" "$1" | tail -1
+}
+
+# av_ratio W S: W / S with two decimals; "?" when either is missing or S is 0.
+av_ratio() {
+  awk -v w="$1" -v s="$2" 'BEGIN { if (w == "" || s == "" || s == 0) print "?"; else printf "%.2f", w / s }'
+}
+
 av_main() {
-  local av_start av_budget
-  av_start=$(date +%s)
-  av_budget=${WEFT_ATTN_VARIANTS_S:-180}
-  # seconds left: the smaller of this step's budget and run.sh's
-  av_left() { step_left "$av_start" "$av_budget"; }
-  say "== attention kernel variants (issue 17: ws) ($(elapsed), ${av_budget}s budget)"
-  if [ "${WEFT_ATTN_VARIANTS:-1}" = 0 ]; then
-    say "skipped (WEFT_ATTN_VARIANTS=0)"
-    note "attention variants: skipped"
-    return 0
-  fi
-  if [ ! -x "$bd/tests/test_cuda_gpu" ] || [ ! -x "$bd/bench/bench_cuda_attention" ]; then
-    say "skipped: no $bd/tests/test_cuda_gpu or $bd/bench/bench_cuda_attention"
-    note "attention variants: skipped (not built)"
-    return 0
-  fi
+  step_begin "attention kernel variants (issue 17: ws)" "${WEFT_ATTN_VARIANTS_S:-180}"
+  step_skip WEFT_ATTN_VARIANTS "attention variants" tests/test_cuda_gpu \
+    bench/bench_cuda_attention && return 0
   local list=()
   read -ra list <<<"${WEFT_ATTN_VARIANTS_LIST:-ws ws-pipe ws-pp ws-pp-store ws-full ws-pp-mc}"
   local tests=("${list[@]}" ws+store ws+persist ws+mc ws-full-mc)
@@ -86,7 +101,7 @@ av_main() {
 
   # 1. correctness, one process per variant
   for v in "${tests[@]}"; do
-    if [ "$(av_left)" -lt 50 ]; then say "tests: stopped before $v ($(av_left)s left)"; break; fi
+    if [ "$(step_left)" -lt 50 ]; then say "tests: stopped before $v ($(step_left)s left)"; break; fi
     tlog=$logs/test_cuda_gpu-variant-$v.log
     timeout 40 "$bd"/tests/test_cuda_gpu --attention-variants "$v" > "$tlog" 2>&1
     rc=$?
@@ -118,7 +133,7 @@ av_main() {
   # 2. compute-sanitizer on a small grid
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-  local sv="" tool dc d c slog
+  local sv="" tool dc d c
   for v in ws-full ws-pp-store ws-pp ws-pipe ws; do
     [ "${av_rc[$v]:-1}" = 0 ] && { sv=$v; break; }
   done
@@ -131,16 +146,8 @@ av_main() {
     for tool in memcheck racecheck; do
       for dc in "64 0" "128 1"; do
         read -r d c <<<"$dc"
-        if [ "$(av_left)" -lt 45 ]; then say "sanitizer: stopped ($(av_left)s left)"; break 2; fi
-        slog=$logs/sanitizer-$tool-$sv-d$d-c$c.log
-        # two launches (warm-up + one timed) on a grid of 3 x 2 tiles
-        WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
-          --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants "$sv" 300 2 "$d" "$c" \
-          > "$slog" 2>&1
-        rc=$?
-        say "compute-sanitizer --tool $tool, $sv, S 300 H 2 D $d causal $c: exit $rc," \
-            "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
-        note "sanitizer $tool $sv D$d causal$c: exit $rc"
+        if [ "$(step_left)" -lt 45 ]; then say "sanitizer: stopped ($(step_left)s left)"; break 2; fi
+        av_sanitize "$cs" "$tool" "$sv" "$d" "$c"
       done
     done
   fi
@@ -156,44 +163,37 @@ av_main() {
   elif [ -n "$cs" ]; then
     for tdc in "racecheck 64 0" "racecheck 128 1" "memcheck 128 1"; do
       read -r tool d c <<<"$tdc"
-      if [ "$(av_left)" -lt 45 ]; then say "sanitizer +mc: stopped ($(av_left)s left)"; break; fi
-      slog=$logs/sanitizer-$tool-$mv-d$d-c$c.log
-      WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
-        --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants "$mv" 300 2 "$d" "$c" \
-        > "$slog" 2>&1
-      rc=$?
-      say "compute-sanitizer --tool $tool, $mv, S 300 H 2 D $d causal $c: exit $rc," \
-          "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
-      note "sanitizer $tool $mv D$d causal$c: exit $rc"
+      if [ "$(step_left)" -lt 45 ]; then say "sanitizer +mc: stopped ($(step_left)s left)"; break; fi
+      av_sanitize "$cs" "$tool" "$mv" "$d" "$c"
     done
   fi
 
   # 3. TFLOP/s beside SDPA (and FA3)
-  if [ "$(av_left)" -lt 40 ]; then
-    say "timings: skipped ($(av_left)s left)"
+  if [ "$(step_left)" -lt 40 ]; then
+    say "timings: skipped ($(step_left)s left)"
     note "attention variants timings: skipped (time)"
     return 0
   fi
   local shapes=(4096 0 4096 1 16384 0 16384 1) sargs=() i
   for ((i = 0; i < ${#shapes[@]}; i += 2)); do sargs+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
-  timeout $(( $(av_left) > 100 ? 90 : $(av_left) / 2 )) "$py" tests/gpu/sdpa_bench.py --fa3 \
+  timeout $(( $(step_left) > 100 ? 90 : $(step_left) / 2 )) "$py" tests/gpu/sdpa_bench.py --fa3 \
     "${sargs[@]}" > "$logs/sdpa-variants.log" 2>&1
   grep -E "^fa3:" "$logs/sdpa-variants.log" | cut -c1-200 | tee -a "${report:-/dev/null}"
   local kl=wgmma
   for v in "${list[@]}"; do [ "${av_rc[$v]:-1}" = 0 ] && kl+=",$v"; done
-  timeout $(( $(av_left) - 5 )) "$bd"/bench/bench_cuda_attention --variants "$kl" "${sargs[@]}" \
+  timeout $(( $(step_left) - 5 )) "$bd"/bench/bench_cuda_attention --variants "$kl" "${sargs[@]}" \
     > "$logs/bench-variants.log" 2>&1
   say "kernels timed: $kl (maxdiff: largest |out - wgmma's out| on the same inputs)"
   local S c sd fa line k wt ratio
   for ((i = 0; i < ${#shapes[@]}; i += 2)); do
     S=${shapes[i]}; c=${shapes[i+1]}
-    sd=$(sed -n "s/^sdpa S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-variants.log" | tail -1)
-    fa=$(sed -n "s/^fa3 S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-variants.log" | tail -1)
+    sd=$(av_tflops "$logs/sdpa-variants.log" sdpa "$S" "$c")
+    fa=$(av_tflops "$logs/sdpa-variants.log" fa3 "$S" "$c")
     say "S=$S causal=$c: sdpa ${sd:-?} TFLOP/s, fa3 ${fa:-n/a}"
     for k in ${kl//,/ }; do
       line=$(grep "^weft kernel=$k S=$S .*causal=$c " "$logs/bench-variants.log" | tail -1)
       wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$line")
-      ratio=$(awk -v w="$wt" -v s="$sd" 'BEGIN { if (w == "" || s == "" || s == 0) print "?"; else printf "%.2f", w / s }')
+      ratio=$(av_ratio "$wt" "$sd")
       say "  $k: ${wt:-FAILED} TFLOP/s, ratio to sdpa $ratio (target >= 0.90)," \
           "maxdiff $(sed -n 's/.*maxdiff=\([^ ]*\).*/\1/p' <<<"$line")"
       note "attention S=$S causal=$c $k: ${wt:-?} TFLOP/s, / sdpa $ratio"
@@ -204,21 +204,9 @@ av_main() {
 
 # The fp8 path (issue 17): tests, sanitizers, TFLOP/s (the file comment).
 av_fp8() {
-  local f_start f_budget
-  f_start=$(date +%s)
-  f_budget=${WEFT_ATTN_FP8_S:-100}
-  f_left() { step_left "$f_start" "$f_budget"; }
-  say "== fp8 attention (issue 17) ($(elapsed), ${f_budget}s budget)"
-  if [ "${WEFT_ATTN_FP8:-1}" = 0 ]; then
-    say "skipped (WEFT_ATTN_FP8=0)"
-    note "fp8 attention: skipped"
+  step_begin "fp8 attention (issue 17)" "${WEFT_ATTN_FP8_S:-100}"
+  step_skip WEFT_ATTN_FP8 "fp8 attention" tests/test_cuda_gpu bench/bench_cuda_attention &&
     return 0
-  fi
-  if [ ! -x "$bd/tests/test_cuda_gpu" ] || [ ! -x "$bd/bench/bench_cuda_attention" ]; then
-    say "skipped: no $bd/tests/test_cuda_gpu or $bd/bench/bench_cuda_attention"
-    note "fp8 attention: skipped (not built)"
-    return 0
-  fi
   # 1. self-test and cases
   local tlog=$logs/test_cuda_gpu-fp8.log rc ncase nfail
   timeout 90 "$bd"/tests/test_cuda_gpu --fp8 > "$tlog" 2>&1
@@ -239,7 +227,7 @@ av_fp8() {
   note "fp8 cases: exit $rc ($nfail of $ncase failing)"
 
   # 2. compute-sanitizer on a small fp8 grid
-  local cs tool dc d c slog
+  local cs tool dc d c
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
   if [ -z "$cs" ]; then
     say "compute-sanitizer: not in the toolkit, skipped"
@@ -249,42 +237,35 @@ av_fp8() {
     for tool in memcheck racecheck; do
       for dc in "64 0" "128 1"; do
         read -r d c <<<"$dc"
-        if [ "$(f_left)" -lt 40 ]; then say "sanitizer: stopped ($(f_left)s left)"; break 2; fi
-        slog=$logs/sanitizer-$tool-fp8-d$d-c$c.log
-        WEFT_BENCH_ITERS=1 WEFT_BENCH_ROUNDS=1 timeout 60 "$cs" --tool "$tool" \
-          --error-exitcode 9 "$bd"/bench/bench_cuda_attention --variants fp8 300 2 "$d" "$c" \
-          > "$slog" 2>&1
-        rc=$?
-        say "compute-sanitizer --tool $tool, fp8, S 300 H 2 D $d causal $c: exit $rc," \
-            "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
-        note "sanitizer $tool fp8 D$d causal$c: exit $rc"
+        if [ "$(step_left)" -lt 40 ]; then say "sanitizer: stopped ($(step_left)s left)"; break 2; fi
+        av_sanitize "$cs" "$tool" fp8 "$d" "$c"
       done
     done
   fi
 
   # 3. TFLOP/s beside SDPA bf16 (and FA3 fp8)
-  if [ "$(f_left)" -lt 30 ]; then
-    say "fp8 timings: skipped ($(f_left)s left)"
+  if [ "$(step_left)" -lt 30 ]; then
+    say "fp8 timings: skipped ($(step_left)s left)"
     note "fp8 timings: skipped (time)"
     return 0
   fi
   local shapes=(4096 0 4096 1 16384 0 16384 1) sargs=() i
   for ((i = 0; i < ${#shapes[@]}; i += 2)); do sargs+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
-  timeout $(( $(f_left) / 2 )) "$py" tests/gpu/sdpa_bench.py --fa3-fp8 "${sargs[@]}" \
+  timeout $(( $(step_left) / 2 )) "$py" tests/gpu/sdpa_bench.py --fa3-fp8 "${sargs[@]}" \
     > "$logs/sdpa-fp8.log" 2>&1
   grep -E "^fa3-fp8:" "$logs/sdpa-fp8.log" | cut -c1-200 | tee -a "${report:-/dev/null}"
-  timeout $(( $(f_left) - 3 )) "$bd"/bench/bench_cuda_attention --variants wgmma,fp8,fp8-kernel \
+  timeout $(( $(step_left) - 3 )) "$bd"/bench/bench_cuda_attention --variants wgmma,fp8,fp8-kernel \
     "${sargs[@]}" > "$logs/bench-fp8.log" 2>&1
   local S sd fa line k wt ratio
   for ((i = 0; i < ${#shapes[@]}; i += 2)); do
     S=${shapes[i]}; c=${shapes[i+1]}
-    sd=$(sed -n "s/^sdpa S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-fp8.log" | tail -1)
-    fa=$(sed -n "s/^fa3-fp8 S=$S .*causal=$c .*tflops=\([0-9.]*\).*/\1/p" "$logs/sdpa-fp8.log" | tail -1)
+    sd=$(av_tflops "$logs/sdpa-fp8.log" sdpa "$S" "$c")
+    fa=$(av_tflops "$logs/sdpa-fp8.log" fa3-fp8 "$S" "$c")
     say "S=$S causal=$c: sdpa bf16 ${sd:-?} TFLOP/s, fa3 fp8 ${fa:-n/a}"
     for k in wgmma fp8 fp8-kernel; do
       line=$(grep "^weft kernel=$k S=$S .*causal=$c " "$logs/bench-fp8.log" | tail -1)
       wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$line")
-      ratio=$(awk -v w="$wt" -v s="$sd" 'BEGIN { if (w == "" || s == "" || s == 0) print "?"; else printf "%.2f", w / s }')
+      ratio=$(av_ratio "$wt" "$sd")
       say "  weft $k: ${wt:-FAILED} TFLOP/s, ratio to sdpa bf16 $ratio," \
           "maxdiff vs bf16 $(sed -n 's/.*maxdiff=\([^ ]*\).*/\1/p' <<<"$line")"
       note "fp8 timings S=$S causal=$c $k: ${wt:-?} TFLOP/s, / sdpa bf16 $ratio"

@@ -1,6 +1,7 @@
 # tests/gpu/lib.sh — what the GPU steps sourced by run.sh share
 # (attention_variants.sh, staged_ring.sh): stand-ins for run.sh's helpers
-# when a step runs alone, and a step's own budget. Sourced, never run.
+# when a step runs alone, a step's header and own budget (step_begin,
+# step_left) and its skip checks (step_skip). Sourced, never run.
 #
 # Alone (run.sh's say is not defined): cd to the repository root and
 # define say / note / elapsed / left, $start, $budget (WEFT_GPU_BUDGET_S,
@@ -23,10 +24,40 @@ if ! declare -F say >/dev/null; then
   left() { echo $(( budget - ($(date +%s) - start) )); }
 fi
 
-# step_left START BUDGET: the seconds a step that started at START (date
-# +%s) with BUDGET seconds has left: the smaller of that and run.sh's.
+# step_begin TITLE BUDGET: start a step: its "== TITLE" header, and the
+# clock (step_start) and budget (step_budget, seconds) step_left reads.
+step_begin() {
+  step_start=$(date +%s)
+  step_budget=$2
+  say "== $1 ($(elapsed), ${step_budget}s budget)"
+}
+
+# step_left: the seconds the step begun last has left: the smaller of its
+# own budget's and run.sh's.
 step_left() {
-  local a=$(( $2 - ($(date +%s) - $1) )) b
+  local a=$(( step_budget - ($(date +%s) - step_start) )) b
   b=$(left)
   echo $(( a < b ? a : b ))
+}
+
+# step_skip KNOB WHAT FILE...: true when the step is skipped, having said
+# why and noted "WHAT: skipped": the variable KNOB is 0, or one of the
+# FILEs (paths in the build $bd) is not built.
+step_skip() {
+  local knob=$1 what=$2 f files
+  shift 2
+  if [ "${!knob:-1}" = 0 ]; then
+    say "skipped ($knob=0)"
+    note "$what: skipped"
+    return 0
+  fi
+  for f; do
+    if [ ! -x "$bd/$f" ]; then
+      printf -v files '%s or ' "${@/#/$bd/}"
+      say "skipped: no ${files% or }"
+      note "$what: skipped (not built)"
+      return 0
+    fi
+  done
+  return 1
 }

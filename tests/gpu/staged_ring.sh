@@ -28,26 +28,18 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 sr_main() {
-  local sr_start sr_budget
-  sr_start=$(date +%s)
-  sr_budget=${WEFT_STAGED_RING_S:-45}
-  sr_left() { step_left "$sr_start" "$sr_budget"; }
-  say "== staged ring: alltoall rotation, overlapped transfers vs synchronous staging ($(elapsed), ${sr_budget}s budget)"
-  if [ "${WEFT_STAGED_RING:-1}" = 0 ]; then
-    say "skipped (WEFT_STAGED_RING=0)"; note "staged ring: skipped"; return 0
-  fi
-  if [ ! -x "$bd/bench/bench_staged_ring" ]; then
-    say "skipped: no $bd/bench/bench_staged_ring"; note "staged ring: skipped (not built)"; return 0
-  fi
+  step_begin "staged ring: alltoall rotation, overlapped transfers vs synchronous staging" \
+    "${WEFT_STAGED_RING_S:-45}"
+  step_skip WEFT_STAGED_RING "staged ring" bench/bench_staged_ring && return 0
   local shapes=()
   read -ra shapes <<<"${WEFT_STAGED_RING_SHAPES:-2 16384 24 128 0 2 16384 24 128 1 4 16384 24 128 0 4 16384 24 128 1}"
   local i R S H D c be out rc ratio
   for ((i = 0; i + 4 < ${#shapes[@]}; i += 5)); do
     R=${shapes[i]}; S=${shapes[i+1]}; H=${shapes[i+2]}; D=${shapes[i+3]}; c=${shapes[i+4]}
     for be in cuda nccl; do
-      if [ "$(sr_left)" -lt 12 ]; then say "stopped before $be R=$R S=$S causal=$c ($(sr_left)s left)"; break 2; fi
+      if [ "$(step_left)" -lt 12 ]; then say "stopped before $be R=$R S=$S causal=$c ($(step_left)s left)"; break 2; fi
       out=$logs/staged-ring-$be-R$R-S$S-c$c.log
-      timeout $(( $(sr_left) - 5 )) "$bd"/bench/bench_staged_ring "$be" "$R" "$S" "$H" "$D" "$c" 5 \
+      timeout $(( $(step_left) - 5 )) "$bd"/bench/bench_staged_ring "$be" "$R" "$S" "$H" "$D" "$c" 5 \
         > "$out" 2>&1
       rc=$?
       case $rc in
@@ -65,10 +57,10 @@ sr_main() {
   local fo=$logs/ring-fuse-cuda.log
   if [ ! -x "$bd/bench/bench_ring_fuse" ]; then
     say "ring fuse: skipped (no $bd/bench/bench_ring_fuse)"
-  elif [ "$(sr_left)" -lt 15 ]; then
-    say "ring fuse: skipped ($(sr_left)s left)"; note "ring fuse: skipped (time)"
+  elif [ "$(step_left)" -lt 15 ]; then
+    say "ring fuse: skipped ($(step_left)s left)"; note "ring fuse: skipped (time)"
   else
-    timeout $(( $(sr_left) - 3 )) "$bd"/bench/bench_ring_fuse cuda 16384 24 128 5 > "$fo" 2>&1
+    timeout $(( $(step_left) - 3 )) "$bd"/bench/bench_ring_fuse cuda 16384 24 128 5 > "$fo" 2>&1
     rc=$?
     case $rc in
       0) tail -6 "$fo" | tee -a "${report:-/dev/null}"

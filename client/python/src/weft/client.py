@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import _lib
 from . import _tensors as T
@@ -334,7 +334,39 @@ def _opt_bytes(s: Optional[Union[str, "os.PathLike[str]"]]) -> Optional[bytes]:
 # ---- jobs ----------------------------------------------------------------
 
 
-class Job:
+_O = TypeVar("_O", bound="_Owned")
+
+
+class _Owned:
+    """What Job and Client share: a libweft handle (None once closed) that
+    close() releases, also at the end of a `with` block and on garbage
+    collection."""
+
+    _handle: Optional[ctypes.c_void_p]
+    _closed_msg: str    # ValueError's text from _h() once closed
+
+    def _h(self) -> ctypes.c_void_p:
+        if self._handle is None:
+            raise ValueError(self._closed_msg)
+        return self._handle
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _O) -> _O:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Job(_Owned):
     """A job in flight: attention (Client.submit_attention) or forward
     (Client.submit_forward).
 
@@ -343,6 +375,8 @@ class Job:
     their memory while it sends and writes the outputs when the reply
     arrives, which may happen during any call on the same client.
     """
+
+    _closed_msg = "weft.Job: the job is closed"
 
     def __init__(self, client: "Client", handle: ctypes.c_void_p, keep: List[Any],
                  kind: str, outputs: Tuple[Any, ...]) -> None:
@@ -354,11 +388,6 @@ class Job:
         self.id = int(_lib.job_id(handle)) if _lib.job_id is not None else 0
         """The request id (the one the daemon's log names; Client.cancel_id
         takes it); 0 with a libweft that lacks wf_job_id."""
-
-    def _h(self) -> ctypes.c_void_p:
-        if self._handle is None:
-            raise ValueError("weft.Job: the job is closed")
-        return self._handle
 
     def poll(self) -> bool:
         """True once the job is finished (then wait() returns at once)."""
@@ -417,23 +446,11 @@ class Job:
         self._handle = None
         self._keep = []
 
-    def __enter__(self) -> "Job":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 # ---- the client ----------------------------------------------------------
 
 
-class Client:
+class Client(_Owned):
     """A connection to weftd (wf_client_connect / wf_client_connect_curve).
 
     endpoint: ipc://PATH or tcp://HOST:PORT; None: $WEFT_ENDPOINT, else
@@ -446,6 +463,8 @@ class Client:
     Connecting does not wait for the daemon; the first call does. Close
     with close() or a `with` block.
     """
+
+    _closed_msg = "weft.Client: the connection is closed"
 
     def __init__(self, endpoint: Optional[str] = None, timeout_ms: int = 30000, *,
                  server_key: Optional[Union[str, "os.PathLike[str]"]] = None,
@@ -470,11 +489,6 @@ class Client:
 
     # -- plumbing
 
-    def _h(self) -> ctypes.c_void_p:
-        if self._handle is None:
-            raise ValueError("weft.Client: the connection is closed")
-        return self._handle
-
     def _last_error(self) -> str:
         return _lib.cstr(lib.wf_client_last_error(self._handle) or b"")
 
@@ -496,18 +510,6 @@ class Client:
         with self._lock:
             lib.wf_client_destroy(ctypes.byref(self._handle))
             self._handle = None
-
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     # -- handshake and status
 
