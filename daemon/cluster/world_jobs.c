@@ -240,6 +240,7 @@ static wf_status_t member_root_setup(wf_world_t *w, wf_djob_t *job);
 static void member_take_early(wf_world_t *w, wf_djob_t *job);
 static void member_pump(wf_world_t *w);
 static void early_drop(wf_world_t *w, uint32_t i);
+static void early_drop_seq(wf_world_t *w, uint64_t seq, uint64_t epoch);
 
 /* Member: give the job's ranks that are this node's (world ranks base +
  * the offset of each set bit of a head split's mask, base + 0..g-1 when
@@ -399,12 +400,7 @@ static void member_job(wf_world_t *w, const wf_ctl_msg_t *m)
                (uint32_t)local == g || hs ? "refused" : "it fails");
         /* a head split has no comm: nothing waits for its ranks */
         if ((uint32_t)local == g || hs) {
-            for (uint32_t i = 0; i < w->n_early; i++)
-                if (w->early[i].seq == seq &&
-                    w->early[i].epoch == job->world_epoch) {
-                    early_drop(w, i);     /* its inputs, if they came */
-                    break;
-                }
+            early_drop_seq(w, seq, job->world_epoch); /* its inputs, if they came */
             wf_djob_free(&job);
             wf_world_member_done(w, seq, epoch, WF_E_INTERNAL);
             return;
@@ -512,6 +508,7 @@ static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
          * ranks never run, and it aborts the world (its ranks wait) */
         wf_log(w->log, WF_LOG_ERR, "cluster: forward job %" PRIu64 " (seq %" PRIu64
                ") refused: %s", d.id, d.seq, err);
+        early_drop_seq(w, d.seq, w->world_epoch); /* its inputs, if they came */
         wf_djob_free(&job);
         wf_world_member_done(w, d.seq, d.epoch, WF_E_UNAVAILABLE);
         return;
@@ -585,6 +582,17 @@ static void early_drop(wf_world_t *w, uint32_t i)
     memmove(&w->early[i], &w->early[i + 1],
             (w->n_early - i - 1) * sizeof w->early[0]);
     w->n_early--;
+}
+
+/* The early inputs of job seq of world epoch `epoch`, if they came (a
+ * refused job never takes them). */
+static void early_drop_seq(wf_world_t *w, uint64_t seq, uint64_t epoch)
+{
+    for (uint32_t i = 0; i < w->n_early; i++)
+        if (w->early[i].seq == seq && w->early[i].epoch == epoch) {
+            early_drop(w, i);
+            return;
+        }
 }
 
 /* Member, the world aborted (or lost): the parts not yet on the workers
