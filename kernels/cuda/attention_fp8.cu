@@ -288,16 +288,11 @@ flash_fwd_fp8_kernel(attn_args a, const float *sq, const float *sk, const float 
         rescale_o<NO>(o, corr);
         pack_p8(s, pa, P_SCALE);
         wait_v(j);
-        reg_fence<NO>(o);
-        reg_fence_u<KS_PV>(pa);
-        wgmma_fence();
+        pv_tile<NO, KS_PV>(o, pa, [&] {
 #pragma unroll
-        for (int kk = 0; kk < KS_PV; kk++)
-            wgmma_rs8<D>(o, pa[kk], desc8<128>(sV(j) + (uint32_t)(kk * 32)), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence<NO>(o);
-        reg_fence_u<KS_PV>(pa);
+            for (int kk = 0; kk < KS_PV; kk++)
+                wgmma_rs8<D>(o, pa[kk], desc8<128>(sV(j) + (uint32_t)(kk * 32)), 1);
+        });
         mbar_arrive(empty_v(j));
         if (wg == 0)
             produce(j);

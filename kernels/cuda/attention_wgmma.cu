@@ -275,14 +275,7 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
                 pack_p<T, KS_PV>(s, pa);
             } else {
                 wait_v(j);
-                reg_fence<NO>(o);
-                reg_fence_u<KS_PV>(pa);
-                wgmma_fence();
-                issue_pv(o, pa, j);
-                wgmma_commit();
-                wgmma_wait<0>();
-                reg_fence<NO>(o);
-                reg_fence_u<KS_PV>(pa);
+                pv_tile<NO, KS_PV>(o, pa, [&] { issue_pv(o, pa, j); });
                 mbar_arrive(empty_v(j));
             }
         } else {
@@ -297,14 +290,7 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
             rescale_o<NO>(o, corr);
             pack_p<T, KS_PV>(s, pa);
             wait_v(j);
-            reg_fence<NO>(o);
-            reg_fence_u<KS_PV>(pa);
-            wgmma_fence();
-            issue_pv(o, pa, j);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence<NO>(o);
-            reg_fence_u<KS_PV>(pa);
+            pv_tile<NO, KS_PV>(o, pa, [&] { issue_pv(o, pa, j); });
             mbar_arrive(empty_v(j));
         }
         if (wg == 0)

@@ -539,14 +539,7 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
                     rescale_o<NO>(o, corr);
                     pack_p<T, KS_PV>(s, pa);
                     wait_v(j);
-                    reg_fence<NO>(o);
-                    reg_fence_u<KS_PV>(pa);
-                    wgmma_fence();
-                    issue_pv(o, pa, j);
-                    wgmma_commit();
-                    wgmma_wait<0>();
-                    reg_fence<NO>(o);
-                    reg_fence_u<KS_PV>(pa);
+                    pv_tile<NO, KS_PV>(o, pa, [&] { issue_pv(o, pa, j); });
                     mbar_release(empty_v(stg(j)), w.mc, lane, peer);
                 }
             }

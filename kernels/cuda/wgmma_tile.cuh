@@ -113,5 +113,21 @@ template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
             asm volatile("" : "+r"(r[i][e])::"memory");
 }
 
+/* O += P V of one key tile, waited: P (pa) and O are fenced before the
+ * wgmma reads them and after it completes (a register the asynchronous
+ * product still reads must not be moved across it). issue_pv issues the
+ * k-steps of the product (the kernel's operand descriptors). */
+template <int NO, int KS_PV, class IssuePV>
+__device__ __forceinline__ void pv_tile(float *o, uint32_t (*pa)[4], IssuePV issue_pv)
+{
+    reg_fence<NO>(o);
+    reg_fence_u<KS_PV>(pa);
+    wgmma_fence();
+    issue_pv();
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<NO>(o);
+    reg_fence_u<KS_PV>(pa);
+}
 
 #endif /* WF_WGMMA_TILE_CUH */
