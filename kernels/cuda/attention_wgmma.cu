@@ -304,30 +304,9 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
 
     /* Epilogue: normalise, write out and lse (merge mode: merge them into
      * the accumulator, attention_common.cuh). */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_r[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = wrow0 + wl * 16 + g + r * 8;
-        /* as attention.cu: l = 0 with visible keys (all scores -inf):
-         * out NaN, lse -inf; l NaN (a NaN or +inf score): out, lse NaN */
-        const bool sees = rel_row + r * 8 >= 0;
-        const float inv = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
-        const float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
-                                  : l == 0.f ? -INFINITY : l;
-        const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
-        /* merge mode: the accumulator's row plan (every lane) */
-        const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
-        if (row < q_rows) {
-#pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv,
-                                o[n * 4 + 2 * r + 1] * inv);
-            if (t == 0)
-                epilogue_lse(a, mp, li, lse);
-        }
-    }
+    float inv_r[2];
+    epilogue_rows<D>(a, o, m_r, l_r, inv_r, wrow0, wl, g, rel_row, q_rows, b, q0, h, t,
+                     [](float l) { return 1.f / l; }, true);
 #else
     (void)a, (void)tq, (void)tk, (void)tv;
 #ifdef __CUDA_ARCH__

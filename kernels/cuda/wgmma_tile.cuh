@@ -130,4 +130,48 @@ __device__ __forceinline__ void pv_tile(float *o, uint32_t (*pa)[4], IssuePV iss
     reg_fence_u<KS_PV>(pa);
 }
 
+/* Epilogue of this thread's two rows, wrow0 + wl * 16 + g (+ 8), rel_row
+ * as for softmax_tile: l summed over the quad, the output factor
+ * inv_of(l) (written to inv_r too) and the lse. As attention.cu: l = 0
+ * with visible keys (all scores -inf): out NaN, lse -inf; l NaN (a NaN or
+ * +inf score): out, lse NaN. Live rows (below q_rows) get their lse and,
+ * with store_o, their D outputs (merge mode: merged into the accumulator,
+ * attention_common.cuh); without store_o the caller writes O * inv_r.
+ * inv_of is a lambda rather than a factor: a literal 1.f / l compiles to
+ * other code than x / l with x = 1 (the SASS changed). */
+template <int D, class InvOf>
+__device__ __forceinline__ void epilogue_rows(const attn_args &a, const float *o,
+                                              const float m_r[2], const float l_r[2],
+                                              float inv_r[2], int wrow0, int wl, int g,
+                                              int rel_row, int q_rows, int b, int q0, int h,
+                                              int t, InvOf inv_of, bool store_o)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_r[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = wrow0 + wl * 16 + g + r * 8;
+        const bool sees = rel_row + r * 8 >= 0;
+        const float inv = l > 0.f ? inv_of(l)
+                                  : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
+        inv_r[r] = inv;
+        const float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
+                                  : l == 0.f ? -INFINITY : l;
+        const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
+        /* merge mode: the accumulator's row plan (every lane) */
+        const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
+        if (row < q_rows) {
+            if (store_o) {
+#pragma unroll
+                for (int n = 0; n < D / 8; n++)
+                    epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv,
+                                    o[n * 4 + 2 * r + 1] * inv);
+            }
+            if (t == 0)
+                epilogue_lse(a, mp, li, lse);
+        }
+    }
+}
+
 #endif /* WF_WGMMA_TILE_CUH */
