@@ -232,19 +232,7 @@ __device__ __forceinline__ block_plan ws_tile(const attn_args &a, const ws_args 
         hl = r % w.nh;
         b = r / w.nh;
     }
-    block_plan p;
-    p.q0 = qt * BR;
-    p.h = a.h_begin + hl;
-    p.b = b;
-    p.hk = a.gqa_group == 0 ? p.h / (a.Hq / a.Hkv)
-                            : (a.q_head_base + p.h) / a.gqa_group - a.kv_head_base;
-    p.q_rows = min(BR, a.Sq - p.q0);
-    p.k_end = a.Skv;
-    if (a.causal) {
-        long long last = a.q_offset + p.q0 + p.q_rows - a.kv_offset; /* keys < last */
-        p.k_end = (int)min((long long)a.Skv, max(0LL, last));
-    }
-    return p;
+    return plan_tile(a, BR, qt, hl, b);
 }
 
 /* Key tiles the K / V ring carries for tile t (plan bp): its own, or with
