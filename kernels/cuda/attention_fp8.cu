@@ -263,12 +263,7 @@ flash_fwd_fp8_kernel(attn_args a, const float *sq, const float *sk, const float 
 
     float o[NO], s[NS], corr[2];
     uint32_t pa[KS_PV][4];
-#pragma unroll
-    for (int i = 0; i < NO; i++)
-        o[i] = 0.f;
-#pragma unroll
-    for (int i = 0; i < NS; i++)
-        s[i] = 0.f;
+    acc_zero<NO, NS>(o, s);
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
     if (nt_wg > 0)

@@ -225,12 +225,7 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
 
     float o[NO], s[NS], corr[2];
     uint32_t pa[KS_PV][4];
-#pragma unroll
-    for (int i = 0; i < NO; i++)
-        o[i] = 0.f;
-#pragma unroll
-    for (int i = 0; i < NS; i++)
-        s[i] = 0.f; /* overwritten (scale-d 0), but never read undefined */
+    acc_zero<NO, NS>(o, s);
     /* This thread's rows: running max (base 2), its part of the row sums. */
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 

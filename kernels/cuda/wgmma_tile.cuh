@@ -113,6 +113,18 @@ template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
             asm volatile("" : "+r"(r[i][e])::"memory");
 }
 
+/* A row block's accumulators zero: O, and S (overwritten by the first
+ * product, scale-d 0, but never read undefined). */
+template <int NO, int NS> __device__ __forceinline__ void acc_zero(float *o, float *s)
+{
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+        o[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; i++)
+        s[i] = 0.f;
+}
+
 /* O += P V of one key tile, waited: P (pa) and O are fenced before the
  * wgmma reads them and after it completes (a register the asynchronous
  * product still reads must not be moved across it). issue_pv issues the
