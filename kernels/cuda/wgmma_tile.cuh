@@ -1,11 +1,14 @@
 /* wgmma_tile.cuh — the per-key-tile steps shared by the Hopper attention
- * kernels (attention_wgmma.cu, attention_ws.cu): the K-major and V
- * operand descriptors of a swizzled tile, the online-softmax step of one
- * key tile, O's rescale, P packed to the A fragments, and the register
- * fence of those fragments. Uses the including file's BC (keys per tile,
- * WF_CUDA_WG_BC in both) and wgmma_ops.cuh. sm_90a device code only:
- * included inside each kernel's anonymous namespace, under its own
- * "sm_90a body" #ifdef. */
+ * kernels (attention_wgmma.cu, attention_ws.cu, attention_fp8.cu): the
+ * K-major and V operand descriptors of a swizzled tile, the online-softmax
+ * step of one key tile, O's rescale, P packed to the A fragments and the
+ * register fence of those fragments, the zeroed accumulators, the fenced
+ * P V step and the two-row epilogue. Uses the including file's BC (keys
+ * per tile) and wgmma_ops.cuh. sm_90a device code only: included inside
+ * each kernel's anonymous namespace, under its own "sm_90a body" #ifdef.
+ * Each helper was moved here from the kernels with their SASS unchanged
+ * (cuobjdump -sass before and after); where a call changed a kernel's
+ * SASS that kernel kept its copy (said at the helper). */
 #ifndef WF_WGMMA_TILE_CUH
 #define WF_WGMMA_TILE_CUH
 
@@ -114,7 +117,8 @@ template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
 }
 
 /* A row block's accumulators zero: O, and S (overwritten by the first
- * product, scale-d 0, but never read undefined). */
+ * product, scale-d 0, but never read undefined). attention_ws.cu keeps
+ * its own loops: calling this there changed its SASS. */
 template <int NO, int NS> __device__ __forceinline__ void acc_zero(float *o, float *s)
 {
 #pragma unroll
@@ -128,7 +132,9 @@ template <int NO, int NS> __device__ __forceinline__ void acc_zero(float *o, flo
 /* O += P V of one key tile, waited: P (pa) and O are fenced before the
  * wgmma reads them and after it completes (a register the asynchronous
  * product still reads must not be moved across it). issue_pv issues the
- * k-steps of the product (the kernel's operand descriptors). */
+ * k-steps of the product (the kernel's operand descriptors).
+ * attention_ws.cu's pipelined last tile keeps its copy: calling this
+ * there changed its SASS. */
 template <int NO, int KS_PV, class IssuePV>
 __device__ __forceinline__ void pv_tile(float *o, uint32_t (*pa)[4], IssuePV issue_pv)
 {
