@@ -270,14 +270,12 @@ flash_fwd_fp8_kernel(attn_args a, const float *sq, const float *sk, const float 
         mbar_wait(bar_q, 0);
     for (int j = 0; j < nt_wg; j++) {
         wait_k(j);
-        wgmma_fence();
+        s_tile<NS>(s, [&] {
 #pragma unroll
-        for (int kk = 0; kk < KS_QK; kk++)
-            wgmma_ss8_n128(s, desc8<D>(sQ + (uint32_t)(wrow0 * D + kk * 32)),
-                           desc8<D>(sK(j) + (uint32_t)(kk * 32)), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence<NS>(s);
+            for (int kk = 0; kk < KS_QK; kk++)
+                wgmma_ss8_n128(s, desc8<D>(sQ + (uint32_t)(wrow0 * D + kk * 32)),
+                               desc8<D>(sK(j) + (uint32_t)(kk * 32)), kk > 0);
+        });
         mbar_arrive(empty_k(j));
         softmax_tile<NS>(s, j * BC, a.Skv, rel_row, t, alpha, m_r, l_r, corr);
         rescale_o<NO>(o, corr);

@@ -234,11 +234,7 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
         if (PIPE) {
             /* Prologue: S and P of tile 0. */
             wait_k(0);
-            wgmma_fence();
-            issue_s(s, 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence<NS>(s);
+            s_tile<NS>(s, [&] { issue_s(s, 0); });
             mbar_arrive(empty_k(0));
             softmax_tile<NS>(s, 0, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
             pack_p<T, KS_PV>(s, pa); /* O is 0: nothing to rescale */
@@ -275,11 +271,7 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
             }
         } else {
             wait_k(j);
-            wgmma_fence();
-            issue_s(s, j);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence<NS>(s);
+            s_tile<NS>(s, [&] { issue_s(s, j); });
             mbar_arrive(empty_k(j));
             softmax_tile<NS>(s, j * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
             rescale_o<NO>(o, corr);

@@ -2,9 +2,9 @@
  * kernels (attention_wgmma.cu, attention_ws.cu, attention_fp8.cu): the
  * K-major and V operand descriptors of a swizzled tile, the online-softmax
  * step of one key tile, O's rescale, P packed to the A fragments and the
- * register fence of those fragments, the zeroed accumulators, the fenced
- * P V step and the two-row epilogue. Uses the including file's BC (keys
- * per tile) and wgmma_ops.cuh. sm_90a device code only: included inside
+ * register fence of those fragments, the zeroed accumulators, the waited
+ * S and the fenced P V steps, and the two-row epilogue. Uses the
+ * including file's BC (keys per tile) and wgmma_ops.cuh. sm_90a device code only: included inside
  * each kernel's anonymous namespace, under its own "sm_90a body" #ifdef.
  * Each helper was moved here from the kernels with their SASS unchanged
  * (cuobjdump -sass before and after); where a call changed a kernel's
@@ -127,6 +127,18 @@ template <int NO, int NS> __device__ __forceinline__ void acc_zero(float *o, flo
 #pragma unroll
     for (int i = 0; i < NS; i++)
         s[i] = 0.f;
+}
+
+/* S = Q K^T of one key tile, waited, S fenced after (softmax_tile reads
+ * it). issue_s issues the k-steps of the product. attention_ws.cu keeps
+ * its own: its ping-pong hands the turn over between commit and wait. */
+template <int NS, class IssueS> __device__ __forceinline__ void s_tile(float *s, IssueS issue_s)
+{
+    wgmma_fence();
+    issue_s();
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<NS>(s);
 }
 
 /* O += P V of one key tile, waited: P (pa) and O are fenced before the
