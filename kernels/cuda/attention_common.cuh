@@ -130,6 +130,23 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t smem, const void *gmem
 struct block_plan {
     int q0, q_rows, b, h, hk, k_end;
 };
+/* The plan of query tile qt (br rows) of head h_begin + hl, batch b. */
+__device__ __forceinline__ block_plan plan_tile(const attn_args &a, int br, int qt, int hl, int b)
+{
+    block_plan p;
+    p.q0 = qt * br;
+    p.h = a.h_begin + hl;
+    p.b = b;
+    p.hk = a.gqa_group == 0 ? p.h / (a.Hq / a.Hkv)
+                            : (a.q_head_base + p.h) / a.gqa_group - a.kv_head_base;
+    p.q_rows = min(br, a.Sq - p.q0);
+    p.k_end = a.Skv;
+    if (a.causal) {
+        long long last = a.q_offset + p.q0 + p.q_rows - a.kv_offset; /* keys < last */
+        p.k_end = (int)min((long long)a.Skv, max(0LL, last));
+    }
+    return p;
+}
 __device__ __forceinline__ block_plan plan_block(const attn_args &a, int br)
 {
     int qt, hl;
@@ -141,19 +158,7 @@ __device__ __forceinline__ block_plan plan_block(const attn_args &a, int br)
         qt = blockIdx.x;
         hl = blockIdx.y;
     }
-    block_plan p;
-    p.q0 = qt * br;
-    p.h = a.h_begin + hl;
-    p.b = blockIdx.z;
-    p.hk = a.gqa_group == 0 ? p.h / (a.Hq / a.Hkv)
-                            : (a.q_head_base + p.h) / a.gqa_group - a.kv_head_base;
-    p.q_rows = min(br, a.Sq - p.q0);
-    p.k_end = a.Skv;
-    if (a.causal) {
-        long long last = a.q_offset + p.q0 + p.q_rows - a.kv_offset; /* keys < last */
-        p.k_end = (int)min((long long)a.Skv, max(0LL, last));
-    }
-    return p;
+    return plan_tile(a, br, qt, hl, blockIdx.z);
 }
 
 /* ---- the epilogue's stores (plain or merge mode) ------------------------------

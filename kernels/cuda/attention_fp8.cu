@@ -263,41 +263,29 @@ flash_fwd_fp8_kernel(attn_args a, const float *sq, const float *sk, const float 
 
     float o[NO], s[NS], corr[2];
     uint32_t pa[KS_PV][4];
-#pragma unroll
-    for (int i = 0; i < NO; i++)
-        o[i] = 0.f;
-#pragma unroll
-    for (int i = 0; i < NS; i++)
-        s[i] = 0.f;
+    acc_zero<NO, NS>(o, s);
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
     if (nt_wg > 0)
         mbar_wait(bar_q, 0);
     for (int j = 0; j < nt_wg; j++) {
         wait_k(j);
-        wgmma_fence();
+        s_tile<NS>(s, [&] {
 #pragma unroll
-        for (int kk = 0; kk < KS_QK; kk++)
-            wgmma_ss8_n128(s, desc8<D>(sQ + (uint32_t)(wrow0 * D + kk * 32)),
-                           desc8<D>(sK(j) + (uint32_t)(kk * 32)), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence<NS>(s);
+            for (int kk = 0; kk < KS_QK; kk++)
+                wgmma_ss8_n128(s, desc8<D>(sQ + (uint32_t)(wrow0 * D + kk * 32)),
+                               desc8<D>(sK(j) + (uint32_t)(kk * 32)), kk > 0);
+        });
         mbar_arrive(empty_k(j));
         softmax_tile<NS>(s, j * BC, a.Skv, rel_row, t, alpha, m_r, l_r, corr);
         rescale_o<NO>(o, corr);
         pack_p8(s, pa, P_SCALE);
         wait_v(j);
-        reg_fence<NO>(o);
-        reg_fence_u<KS_PV>(pa);
-        wgmma_fence();
+        pv_tile<NO, KS_PV>(o, pa, [&] {
 #pragma unroll
-        for (int kk = 0; kk < KS_PV; kk++)
-            wgmma_rs8<D>(o, pa[kk], desc8<128>(sV(j) + (uint32_t)(kk * 32)), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence<NO>(o);
-        reg_fence_u<KS_PV>(pa);
+            for (int kk = 0; kk < KS_PV; kk++)
+                wgmma_rs8<D>(o, pa[kk], desc8<128>(sV(j) + (uint32_t)(kk * 32)), 1);
+        });
         mbar_arrive(empty_v(j));
         if (wg == 0)
             produce(j);
@@ -309,28 +297,9 @@ flash_fwd_fp8_kernel(attn_args a, const float *sq, const float *sk, const float 
     /* Epilogue as attention_wgmma.cu, with the output factor sv / 256
      * (merge mode too: attention_common.cuh's epilogue_plan / _store2 /
      * _lse merge into the f32 accumulator of a ring step). */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_r[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = wrow0 + wl * 16 + g + r * 8;
-        const bool sees = rel_row + r * 8 >= 0;
-        const float inv = l > 0.f ? out_mul / l
-                                  : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
-        const float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
-                                  : l == 0.f ? -INFINITY : l;
-        const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
-        const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
-        if (row < q_rows) {
-#pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv,
-                                o[n * 4 + 2 * r + 1] * inv);
-            if (t == 0)
-                epilogue_lse(a, mp, li, lse);
-        }
-    }
+    float inv_r[2];
+    epilogue_rows<D>(a, o, m_r, l_r, inv_r, wrow0, wl, g, rel_row, q_rows, b, q0, h, t,
+                     [&](float l) { return out_mul / l; }, true);
 #else
     (void)a, (void)sq, (void)sk, (void)sv, (void)tq, (void)tk, (void)tv;
 #ifdef __CUDA_ARCH__

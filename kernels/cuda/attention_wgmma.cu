@@ -225,12 +225,7 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
 
     float o[NO], s[NS], corr[2];
     uint32_t pa[KS_PV][4];
-#pragma unroll
-    for (int i = 0; i < NO; i++)
-        o[i] = 0.f;
-#pragma unroll
-    for (int i = 0; i < NS; i++)
-        s[i] = 0.f; /* overwritten (scale-d 0), but never read undefined */
+    acc_zero<NO, NS>(o, s);
     /* This thread's rows: running max (base 2), its part of the row sums. */
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
@@ -239,11 +234,7 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
         if (PIPE) {
             /* Prologue: S and P of tile 0. */
             wait_k(0);
-            wgmma_fence();
-            issue_s(s, 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence<NS>(s);
+            s_tile<NS>(s, [&] { issue_s(s, 0); });
             mbar_arrive(empty_k(0));
             softmax_tile<NS>(s, 0, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
             pack_p<T, KS_PV>(s, pa); /* O is 0: nothing to rescale */
@@ -275,36 +266,18 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
                 pack_p<T, KS_PV>(s, pa);
             } else {
                 wait_v(j);
-                reg_fence<NO>(o);
-                reg_fence_u<KS_PV>(pa);
-                wgmma_fence();
-                issue_pv(o, pa, j);
-                wgmma_commit();
-                wgmma_wait<0>();
-                reg_fence<NO>(o);
-                reg_fence_u<KS_PV>(pa);
+                pv_tile<NO, KS_PV>(o, pa, [&] { issue_pv(o, pa, j); });
                 mbar_arrive(empty_v(j));
             }
         } else {
             wait_k(j);
-            wgmma_fence();
-            issue_s(s, j);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence<NS>(s);
+            s_tile<NS>(s, [&] { issue_s(s, j); });
             mbar_arrive(empty_k(j));
             softmax_tile<NS>(s, j * BC, a.Skv, rel_row, t, a.alpha, m_r, l_r, corr);
             rescale_o<NO>(o, corr);
             pack_p<T, KS_PV>(s, pa);
             wait_v(j);
-            reg_fence<NO>(o);
-            reg_fence_u<KS_PV>(pa);
-            wgmma_fence();
-            issue_pv(o, pa, j);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence<NO>(o);
-            reg_fence_u<KS_PV>(pa);
+            pv_tile<NO, KS_PV>(o, pa, [&] { issue_pv(o, pa, j); });
             mbar_arrive(empty_v(j));
         }
         if (wg == 0)
@@ -318,30 +291,9 @@ flash_fwd_wgmma_kernel(attn_args a, const __grid_constant__ CUtensorMap tq,
 
     /* Epilogue: normalise, write out and lse (merge mode: merge them into
      * the accumulator, attention_common.cuh). */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_r[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = wrow0 + wl * 16 + g + r * 8;
-        /* as attention.cu: l = 0 with visible keys (all scores -inf):
-         * out NaN, lse -inf; l NaN (a NaN or +inf score): out, lse NaN */
-        const bool sees = rel_row + r * 8 >= 0;
-        const float inv = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
-        const float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
-                                  : l == 0.f ? -INFINITY : l;
-        const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
-        /* merge mode: the accumulator's row plan (every lane) */
-        const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
-        if (row < q_rows) {
-#pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv,
-                                o[n * 4 + 2 * r + 1] * inv);
-            if (t == 0)
-                epilogue_lse(a, mp, li, lse);
-        }
-    }
+    float inv_r[2];
+    epilogue_rows<D>(a, o, m_r, l_r, inv_r, wrow0, wl, g, rel_row, q_rows, b, q0, h, t,
+                     [](float l) { return 1.f / l; }, true);
 #else
     (void)a, (void)tq, (void)tk, (void)tv;
 #ifdef __CUDA_ARCH__

@@ -232,19 +232,7 @@ __device__ __forceinline__ block_plan ws_tile(const attn_args &a, const ws_args 
         hl = r % w.nh;
         b = r / w.nh;
     }
-    block_plan p;
-    p.q0 = qt * BR;
-    p.h = a.h_begin + hl;
-    p.b = b;
-    p.hk = a.gqa_group == 0 ? p.h / (a.Hq / a.Hkv)
-                            : (a.q_head_base + p.h) / a.gqa_group - a.kv_head_base;
-    p.q_rows = min(BR, a.Sq - p.q0);
-    p.k_end = a.Skv;
-    if (a.causal) {
-        long long last = a.q_offset + p.q0 + p.q_rows - a.kv_offset; /* keys < last */
-        p.k_end = (int)min((long long)a.Skv, max(0LL, last));
-    }
-    return p;
+    return plan_tile(a, BR, qt, hl, b);
 }
 
 /* Key tiles the K / V ring carries for tile t (plan bp): its own, or with
@@ -539,14 +527,7 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
                     rescale_o<NO>(o, corr);
                     pack_p<T, KS_PV>(s, pa);
                     wait_v(j);
-                    reg_fence<NO>(o);
-                    reg_fence_u<KS_PV>(pa);
-                    wgmma_fence();
-                    issue_pv(o, pa, j);
-                    wgmma_commit();
-                    wgmma_wait<0>();
-                    reg_fence<NO>(o);
-                    reg_fence_u<KS_PV>(pa);
+                    pv_tile<NO, KS_PV>(o, pa, [&] { issue_pv(o, pa, j); });
                     mbar_release(empty_v(stg(j)), w.mc, lane, peer);
                 }
             }
@@ -556,33 +537,9 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
             /* Epilogue: normalise; out through shared memory + TMA or direct. */
             const bool via_smem = w.tma_store && ntiles > 0;
             float inv_r[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float l = l_r[r];
-                l += __shfl_xor_sync(0xffffffffu, l, 1);
-                l += __shfl_xor_sync(0xffffffffu, l, 2);
-                l_r[r] = l;
-                const int row = wrow0 + wl * 16 + g + r * 8;
-                /* as attention.cu: l = 0 with visible keys (all scores -inf):
-                 * out NaN, lse -inf; l NaN (a NaN or +inf score): out, lse NaN */
-                const bool sees = rel_row + r * 8 >= 0;
-                inv_r[r] = l > 0.f ? 1.f / l : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
-                const float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
-                                          : l == 0.f ? -INFINITY : l;
-                const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
-                /* merge mode (never via_smem): the accumulator's row plan */
-                const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
-                if (row < q_rows) {
-                    if (!via_smem) {
-#pragma unroll
-                        for (int n = 0; n < D / 8; n++)
-                            epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv_r[r],
-                                            o[n * 4 + 2 * r + 1] * inv_r[r]);
-                    }
-                    if (t == 0)
-                        epilogue_lse(a, mp, li, lse);
-                }
-            }
+            /* merge mode is never via_smem */
+            epilogue_rows<D>(a, o, m_r, l_r, inv_r, wrow0, wl, g, rel_row, q_rows, b, q0, h,
+                             t, [](float l) { return 1.f / l; }, !via_smem);
             if (via_smem) {
                 /* this warpgroup's rows of Q's tile: every S product that read
                  * them has completed (waited) in all four of its warps */

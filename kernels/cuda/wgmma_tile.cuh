@@ -1,11 +1,14 @@
 /* wgmma_tile.cuh — the per-key-tile steps shared by the Hopper attention
- * kernels (attention_wgmma.cu, attention_ws.cu): the K-major and V
- * operand descriptors of a swizzled tile, the online-softmax step of one
- * key tile, O's rescale, P packed to the A fragments, and the register
- * fence of those fragments. Uses the including file's BC (keys per tile,
- * WF_CUDA_WG_BC in both) and wgmma_ops.cuh. sm_90a device code only:
- * included inside each kernel's anonymous namespace, under its own
- * "sm_90a body" #ifdef. */
+ * kernels (attention_wgmma.cu, attention_ws.cu, attention_fp8.cu): the
+ * K-major and V operand descriptors of a swizzled tile, the online-softmax
+ * step of one key tile, O's rescale, P packed to the A fragments and the
+ * register fence of those fragments, the zeroed accumulators, the waited
+ * S and the fenced P V steps, and the two-row epilogue. Uses the
+ * including file's BC (keys per tile) and wgmma_ops.cuh. sm_90a device code only: included inside
+ * each kernel's anonymous namespace, under its own "sm_90a body" #ifdef.
+ * Each helper was moved here from the kernels with their SASS unchanged
+ * (cuobjdump -sass before and after); where a call changed a kernel's
+ * SASS that kernel kept its copy (said at the helper). */
 #ifndef WF_WGMMA_TILE_CUH
 #define WF_WGMMA_TILE_CUH
 
@@ -113,5 +116,92 @@ template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
             asm volatile("" : "+r"(r[i][e])::"memory");
 }
 
+/* A row block's accumulators zero: O, and S (overwritten by the first
+ * product, scale-d 0, but never read undefined). attention_ws.cu keeps
+ * its own loops: calling this there changed its SASS. */
+template <int NO, int NS> __device__ __forceinline__ void acc_zero(float *o, float *s)
+{
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+        o[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; i++)
+        s[i] = 0.f;
+}
+
+/* S = Q K^T of one key tile, waited, S fenced after (softmax_tile reads
+ * it). issue_s issues the k-steps of the product. attention_ws.cu keeps
+ * its own: its ping-pong hands the turn over between commit and wait. */
+template <int NS, class IssueS> __device__ __forceinline__ void s_tile(float *s, IssueS issue_s)
+{
+    wgmma_fence();
+    issue_s();
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<NS>(s);
+}
+
+/* O += P V of one key tile, waited: P (pa) and O are fenced before the
+ * wgmma reads them and after it completes (a register the asynchronous
+ * product still reads must not be moved across it). issue_pv issues the
+ * k-steps of the product (the kernel's operand descriptors).
+ * attention_ws.cu's pipelined last tile keeps its copy: calling this
+ * there changed its SASS. */
+template <int NO, int KS_PV, class IssuePV>
+__device__ __forceinline__ void pv_tile(float *o, uint32_t (*pa)[4], IssuePV issue_pv)
+{
+    reg_fence<NO>(o);
+    reg_fence_u<KS_PV>(pa);
+    wgmma_fence();
+    issue_pv();
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<NO>(o);
+    reg_fence_u<KS_PV>(pa);
+}
+
+/* Epilogue of this thread's two rows, wrow0 + wl * 16 + g (+ 8), rel_row
+ * as for softmax_tile: l summed over the quad, the output factor
+ * inv_of(l) (written to inv_r too) and the lse. As attention.cu: l = 0
+ * with visible keys (all scores -inf): out NaN, lse -inf; l NaN (a NaN or
+ * +inf score): out, lse NaN. Live rows (below q_rows) get their lse and,
+ * with store_o, their D outputs (merge mode: merged into the accumulator,
+ * attention_common.cuh); without store_o the caller writes O * inv_r.
+ * inv_of is a lambda rather than a factor: a literal 1.f / l compiles to
+ * other code than x / l with x = 1 (the SASS changed). */
+template <int D, class InvOf>
+__device__ __forceinline__ void epilogue_rows(const attn_args &a, const float *o,
+                                              const float m_r[2], const float l_r[2],
+                                              float inv_r[2], int wrow0, int wl, int g,
+                                              int rel_row, int q_rows, int b, int q0, int h,
+                                              int t, InvOf inv_of, bool store_o)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_r[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = wrow0 + wl * 16 + g + r * 8;
+        const bool sees = rel_row + r * 8 >= 0;
+        const float inv = l > 0.f ? inv_of(l)
+                                  : l == 0.f && !sees ? 0.f : __int_as_float(0x7fc00000);
+        inv_r[r] = inv;
+        const float lse = l > 0.f ? (m_r[r] + log2f(l)) * 0.69314718055994531f
+                                  : l == 0.f ? -INFINITY : l;
+        const long long li = ((long long)b * a.Sq + q0 + row) * a.Hq + h;
+        /* merge mode: the accumulator's row plan (every lane) */
+        const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
+        if (row < q_rows) {
+            if (store_o) {
+#pragma unroll
+                for (int n = 0; n < D / 8; n++)
+                    epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv,
+                                    o[n * 4 + 2 * r + 1] * inv);
+            }
+            if (t == 0)
+                epilogue_lse(a, mp, li, lse);
+        }
+    }
+}
 
 #endif /* WF_WGMMA_TILE_CUH */
