@@ -62,7 +62,8 @@ check "the node joined one NCCL communicator from the world message's id" \
 if [ $served = 1 ]; then
   run_ctl() {  # run_ctl NAME weftctl-args...: weftctl must exit 0
     local name=$1; shift
-    local o=$logs/weftctl-nc-$(echo "$name" | tr -c 'a-z0-9' '-').out
+    local o
+    o=$logs/weftctl-nc-$(echo "$name" | tr -c 'a-z0-9' '-').out
     timeout 120 "$ctl" --endpoint "ipc://$sock" "$@" > "$o" 2>&1
     local rc=$?
     grep -v "^loading .*%" "$o" | tail -3 | sed 's/^/  | /'
