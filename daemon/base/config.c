@@ -670,8 +670,21 @@ static bool parse_protocol_version(const char *v, wf_test_hooks_t *t,
     return true;
 }
 
+static bool parse_hold_fifo(const char *v, wf_test_hooks_t *t, char *why,
+                            size_t why_len)
+{
+    if (v[0] != '/' || strlen(v) >= sizeof t->hold_fifo) {
+        snprintf(why, why_len, "expected an absolute path shorter than %zu "
+                 "bytes", sizeof t->hold_fifo);
+        return false;
+    }
+    snprintf(t->hold_fifo, sizeof t->hold_fifo, "%s", v);
+    return true;
+}
+
 static const test_hook_def_t test_hooks_table[] = {
     { "WEFT_TEST_FAIL_JOB", parse_fail_jobs },
+    { "WEFT_TEST_HOLD_JOBS", parse_hold_fifo },
     { "WEFT_TEST_PROTOCOL_VERSION", parse_protocol_version },
 };
 

@@ -39,6 +39,11 @@ typedef struct wf_test_hooks {
     /* WEFT_TEST_PROTOCOL_VERSION=N: the protocol version the cluster hello
      * advertises (0 = the real one), to test the coordinator's refusal */
     uint32_t protocol_version;
+    /* WEFT_TEST_HOLD_JOBS=PATH: a FIFO the test made; each worker, before
+     * a part of a job (not a regroup), reads one byte from it, so the test
+     * holds every job at its start and releases one per byte ('a' opens
+     * the gate for good). A held part counts as busy in status. "" = off. */
+    char hold_fifo[WF_SETTINGS_PATH_MAX];
 } wf_test_hooks_t;
 
 /* What the devices are. */

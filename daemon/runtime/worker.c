@@ -7,6 +7,7 @@
 #include "comm/comm_staged.h"
 #include "comm/comm_zmq.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,24 @@ static bool fault_hit(const wf_worker_t *w, const wf_djob_t *job)
         if (w->fault_seq[i] == job->seq)
             return true;
     return false;
+}
+
+/* The test hook (wf_worker_set_hold): wait for the test's byte. */
+static void hold_wait(wf_worker_t *w, const wf_djob_t *job, int rank)
+{
+    if (w->hold_fd < 0 || job->kind == WF_DJOB_REGROUP ||
+        atomic_load(w->hold_open))
+        return;
+    wf_log(w->log, WF_LOG_INFO, "%s: job %llu (seq %llu) rank %d held "
+           "(WEFT_TEST_HOLD_JOBS, test only)", w->name,
+           (unsigned long long)job->req.id, (unsigned long long)job->seq, rank);
+    char c = 0;
+    ssize_t n;
+    do
+        n = read(w->hold_fd, &c, 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1 || c == 'a')
+        atomic_store(w->hold_open, true);
 }
 
 /* Wake the main thread without handing it a job: it drains the box (maybe
@@ -77,6 +96,8 @@ static void *worker_main(void *arg)
         if (counted)
             atomic_store(&w->busy, true);
         wf_status_t rs;
+        if (counted)
+            hold_wait(w, job, t->rank);
         if (fault_hit(w, job)) {
             /* test only: fail as a step that fails after the job's first
              * collective may have started */
@@ -276,6 +297,7 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
     w->ops = ops;
     w->memory_budget = memory_budget;
     w->log = log;
+    w->hold_fd = -1;
     atomic_init(&w->jobs_served, 0);
     atomic_init(&w->busy, false);
     atomic_init(&w->own_failures, 0);
@@ -308,6 +330,12 @@ void wf_worker_set_fault(wf_worker_t *w, const uint64_t *seq, uint32_t n)
         n = WF_WORKER_MAX_FAULTS;
     memcpy(w->fault_seq, seq, n * sizeof seq[0]);
     w->n_fault = n;
+}
+
+void wf_worker_set_hold(wf_worker_t *w, int fd, atomic_bool *open)
+{
+    w->hold_fd = fd;
+    w->hold_open = open;
 }
 
 void wf_worker_submit(wf_worker_t *w, wf_task_t *task)

@@ -63,6 +63,11 @@ struct wf_worker {
      * as a failed step does. Set before the first task, read-only after. */
     uint64_t fault_seq[WF_WORKER_MAX_FAULTS];
     uint32_t n_fault;            /* entries of fault_seq; 0: no fault */
+    /* Test hook (WEFT_TEST_HOLD_JOBS, see wf_worker_set_hold): a FIFO read
+     * one byte per job part before it runs; -1: none. Set before the first
+     * task, read-only after. */
+    int hold_fd;
+    atomic_bool *hold_open;      /* the server's: once set, nothing is held */
 
     pthread_t thread;            /* the worker thread */
     pthread_mutex_t mu;          /* guards the FIFO, stop, started */
@@ -101,6 +106,16 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
  * step. Call after wf_worker_start, before the first wf_worker_submit. n is
  * capped at WF_WORKER_MAX_FAULTS. */
 void wf_worker_set_fault(wf_worker_t *w, const uint64_t *seq, uint32_t n);
+
+/* Test hook, never set in production: before each part of a job (not a
+ * regroup) the worker, already counted busy, reads one byte from fd (a
+ * FIFO the server holds open for reading and writing) while *open is
+ * false, and runs the part once it has it; the byte 'a' sets *open. So a
+ * test holds every job at its start, sees it held in status (busy), and
+ * releases parts one byte at a time. Call after wf_worker_start, before
+ * the first wf_worker_submit. fd and open are borrowed until the worker
+ * stops. */
+void wf_worker_set_hold(wf_worker_t *w, int fd, atomic_bool *open);
 
 /* Append a task (main thread). The worker runs it after those before it. */
 void wf_worker_submit(wf_worker_t *w, wf_task_t *task);

@@ -157,6 +157,45 @@ static void set_test_fault(wf_server_t *srv)
            t->n_fail_jobs, t->fail_jobs[0]);
 }
 
+/* The test hook WEFT_TEST_HOLD_JOBS (settings.test, config.h): every
+ * worker reads one byte from the test's FIFO before each job part
+ * (wf_worker_set_hold), so a test makes "a job is running" or "the queue
+ * is full" happen as events instead of hoping a job is slow enough. The
+ * FIFO is opened for reading and writing: the open never waits for the
+ * test, a read never sees end-of-file, and test_hold_release can open the
+ * gate from here. */
+static wf_status_t set_test_hold(wf_server_t *srv)
+{
+    const char *path = srv->settings.test.hold_fifo;
+    if (!path[0])
+        return WF_OK;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        wf_log(srv->log, WF_LOG_ERR, "WEFT_TEST_HOLD_JOBS: cannot open %s: %s",
+               path, strerror(errno));
+        return WF_E_BAD_ARGUMENT;
+    }
+    srv->test_hold_fd = fd;
+    for (uint32_t d = 0; d < srv->n_workers; d++)
+        wf_worker_set_hold(&srv->workers[d], fd, &srv->test_hold_open);
+    wf_log(srv->log, WF_LOG_WARNING, "WEFT_TEST_HOLD_JOBS: every job part "
+           "waits for a byte from the test (test only)");
+    return WF_OK;
+}
+
+/* Open the test's gate before the workers stop, so none waits for a byte
+ * that will never come: one 'a' for each worker that may be reading. */
+static void test_hold_release(wf_server_t *srv)
+{
+    if (srv->test_hold_fd < 0)
+        return;
+    atomic_store(&srv->test_hold_open, true);
+    char a[WF_SETTINGS_MAX_DEVICES];
+    memset(a, 'a', sizeof a);
+    ssize_t n = write(srv->test_hold_fd, a, srv->n_workers);
+    (void)n;     /* a full pipe already holds bytes for every reader */
+}
+
 /* The threads that answer clients (the main thread, ZeroMQ's I/O thread)
  * run at nice -10 where that is allowed (root before `user` takes over,
  * CAP_SYS_NICE, or systemd's LimitNICE=-10), so that status and replies
@@ -431,6 +470,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->log = log;
     srv->sigfd = -1;
     srv->done.efd = -1;
+    srv->test_hold_fd = -1;
+    atomic_init(&srv->test_hold_open, false);
     srv->models.efd = -1;
     srv->models.root_fd = -1;
     zmq_msg_init(&srv->reconf.identity);
@@ -517,6 +558,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         srv->workers[d].nccl_init_timeout_ms = settings->nccl_init_timeout_ms;
     }
     set_test_fault(srv);
+    if (set_test_hold(srv) != WF_OK)
+        goto fail;
     srv->nccl = use_nccl(settings, cluster);
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
                   settings->queue_capacity, &mesh, log);
@@ -602,8 +645,11 @@ void wf_server_destroy(wf_server_t **psrv)
      * are no longer wanted here (wf_server_run already drained). A cluster
      * world is aborted first: peers of other nodes may never come. */
     wf_world_abort_local(srv->world);
+    test_hold_release(srv);
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
+    if (srv->test_hold_fd >= 0)
+        close(srv->test_hold_fd);
     wf_comm_host_world_unref(&srv->host_world); /* workers dropped their handles */
     zmq_msg_close(&srv->reconf.identity);
     if (srv->done.efd >= 0) {
@@ -937,6 +983,7 @@ static void finish_drain(wf_server_t *srv)
         q = next;
     }
     wf_world_abort_local(srv->world);   /* nothing of ours is left */
+    test_hold_release(srv);
     for (uint32_t d = 0; d < srv->n_workers; d++)
         wf_worker_stop(&srv->workers[d]);
     srv->workers_stopped = true;

@@ -148,6 +148,8 @@ struct wf_server {
     wf_comm_host_world_t *host_world; /* single node: our reference on the
                                     workers' comm world */
     bool workers_stopped;        /* finish_drain stopped them: submit nothing */
+    int test_hold_fd;            /* WEFT_TEST_HOLD_JOBS's FIFO; -1: none */
+    atomic_bool test_hold_open;  /* its gate opened: workers hold nothing */
     struct {                     /* the hot reconfiguration that runs, if any */
         bool active;             /* validated, dispatch paused */
         bool regrouping;         /* drained; its regroup job is on the workers */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "proto.h"
-#include "proto_test.h"
+#include "support/proto_test.h"
 
 static const int64_t SKV[4] = { 2, 7, 2, 8 };  /* k, v (B, Skv, Hkv, D) */
 

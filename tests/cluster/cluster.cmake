@@ -1,14 +1,6 @@
 # The cluster control plane with real weftd processes on loopback
-# (tests/test_cluster.c): rendezvous of 3 nodes, version refusal, member
-# lost and back, coordinator lost and back, member killed in rendezvous.
-# Starting, waiting for, watching (sd_notify reader thread) and stopping
-# weftd processes, shared by the cluster end-to-end tests
-# (tests/support/clusterd.c).
-add_library(weft_clusterd STATIC ${CMAKE_CURRENT_LIST_DIR}/support/clusterd.c)
-target_include_directories(weft_clusterd PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-# weft_testsupport: the job that clusterd_kill_mid_job submits.
-target_link_libraries(weft_clusterd PUBLIC weft weft_testsupport Threads::Threads)
-
+# (test_cluster.c): rendezvous of 3 nodes, version refusal, member lost and
+# back, coordinator lost and back, member killed in rendezvous.
 add_executable(test_cluster ${CMAKE_CURRENT_LIST_DIR}/test_cluster.c)
 target_link_libraries(test_cluster PRIVATE weft_clusterd weft Threads::Threads m)
 target_compile_options(test_cluster PRIVATE -O2)

@@ -13,7 +13,7 @@
 
 #include "proto.h"
 #include "proto_check.h"
-#include "proto_test.h"
+#include "support/proto_test.h"
 
 /* One rule for a test plan. */
 static wf_tp_rule_t rule(const char *glob, wf_tp_style_t style, uint32_t n_blocks,

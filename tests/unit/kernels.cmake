@@ -11,7 +11,7 @@ set_tests_properties(kernels PROPERTIES TIMEOUT 300)
 # timestep projection, copies) against fp64 references
 # (tests/test_model_ops.c).
 add_executable(test_model_ops ${CMAKE_CURRENT_LIST_DIR}/test_model_ops.c)
-target_include_directories(test_model_ops PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_include_directories(test_model_ops PRIVATE ${WEFT_TESTS_DIR})
 target_link_libraries(test_model_ops PRIVATE weft_kernels m)
 target_compile_options(test_model_ops PRIVATE -O2)
 add_test(NAME model_ops COMMAND test_model_ops)

@@ -28,8 +28,8 @@ if(WEFT_SANITIZE)
 endif()
 foreach(t binding pipeline)
   add_test(NAME python_${t}
-           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/python/run.sh ${WEFT_PY_VENV}
-                   ${CMAKE_CURRENT_LIST_DIR}/python/test_${t}.py)
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh ${WEFT_PY_VENV}
+                   ${CMAKE_CURRENT_LIST_DIR}/test_${t}.py)
   set_tests_properties(python_${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
                        ENVIRONMENT "${_weft_py_env}")
 endforeach()

@@ -6,5 +6,5 @@
 # the plan and job checks.
 add_executable(test_flux_forward ${CMAKE_CURRENT_LIST_DIR}/test_flux_forward.c)
 target_link_libraries(test_flux_forward PRIVATE weftd_core weft_standin m)
-add_test(NAME flux_forward COMMAND test_flux_forward ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+add_test(NAME flux_forward COMMAND test_flux_forward ${WEFT_TESTS_DIR}/fixtures)
 set_tests_properties(flux_forward PROPERTIES TIMEOUT 300)

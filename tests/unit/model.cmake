@@ -2,13 +2,10 @@
 # rules, and the FLUX config / expected tensors. Fixtures in
 # tests/fixtures were written by diffusers and safetensors
 # (tests/parity/make_fixtures.py, not run by CI).
-add_library(weft_stwriter STATIC ${CMAKE_CURRENT_LIST_DIR}/support/st_writer.c)
-target_include_directories(weft_stwriter PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(weft_stwriter PUBLIC weft_modelfiles)
 foreach(t safetensors flux_config)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE weft_stwriter weft_modelfiles m)
-  add_test(NAME ${t} COMMAND test_${t} ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+  add_test(NAME ${t} COMMAND test_${t} ${WEFT_TESTS_DIR}/fixtures)
 endforeach()
 
 # fuzz_safetensors: tests/proto.cmake (WEFT_FUZZ), with the other fuzzers.

@@ -1,3 +1,3 @@
 # The systemd unit and the example configuration.
-add_test(NAME units COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_units.sh
+add_test(NAME units COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_units.sh
          ${PROJECT_SOURCE_DIR} $<TARGET_FILE:weftd>)

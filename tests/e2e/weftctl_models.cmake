@@ -5,7 +5,7 @@
 add_test(NAME e2e_weftctl_models
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_weftctl_models.sh
                  $<TARGET_FILE:weftd> $<TARGET_FILE:weftctl>
-                 ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+                 ${WEFT_TESTS_DIR}/fixtures)
 set_tests_properties(e2e_weftctl_models PROPERTIES TIMEOUT 240)
 
 # The same script against weftd_standin: the daemon's device paths (the
@@ -13,11 +13,9 @@ set_tests_properties(e2e_weftctl_models PROPERTIES TIMEOUT 240)
 # arena, the world comm staged through the copies, device-mode context
 # parallelism) on the stand-in device backend, which scrambles its memory
 # so that a path that skips a copy fails against diffusers' outputs.
-add_executable(weftd_standin ${CMAKE_CURRENT_LIST_DIR}/support/weftd_standin.c)
-target_link_libraries(weftd_standin PRIVATE weftd_core weft_standin)
 add_test(NAME e2e_weftctl_models_standin
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_weftctl_models.sh
                  $<TARGET_FILE:weftd_standin> $<TARGET_FILE:weftctl>
-                 ${CMAKE_CURRENT_LIST_DIR}/fixtures standin)
+                 ${WEFT_TESTS_DIR}/fixtures standin)
 set_tests_properties(e2e_weftctl_models_standin PROPERTIES TIMEOUT 240
                      ENVIRONMENT "WEFT_CPU_MEMORY=402653184")

@@ -1,23 +1,3 @@
-# proto: the wire codec on its own (test_proto: requests, replies, limits;
-# test_proto_models: the resident-model ops; test_cluster_msg: the control
-# messages between daemons), the daemon against bad input over a real
-# socket (e2e_badinput), and the libFuzzer target.
-foreach(t test_proto test_proto_models test_cluster_msg)
-  add_executable(${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
-  target_include_directories(${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-  target_link_libraries(${t} PRIVATE weft_proto PkgConfig::MSGPACK m)
-endforeach()
-add_test(NAME proto COMMAND test_proto)
-add_test(NAME proto_models COMMAND test_proto_models)
-add_test(NAME proto_cluster_msg COMMAND test_cluster_msg)
-
-add_executable(test_badinput ${CMAKE_CURRENT_LIST_DIR}/test_badinput.c)
-target_include_directories(test_badinput PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(test_badinput PRIVATE weft_proto PkgConfig::ZMQ
-  PkgConfig::MSGPACK m)
-add_test(NAME e2e_badinput COMMAND test_badinput $<TARGET_FILE:weftd>)
-set_tests_properties(e2e_badinput PROPERTIES TIMEOUT 120)
-
 # libFuzzer: -DWEFT_FUZZ=ON with CC=clang. Run by hand, e.g.
 #   fuzz_proto -malloc_limit_mb=256 -rss_limit_mb=1024 -max_total_time=300 CORPUS
 # (fuzz_cluster_msg, fuzz_safetensors and fuzz_gate the same way;
@@ -50,7 +30,7 @@ if(WEFT_FUZZ)
     PkgConfig::JANSSON m)
   target_compile_options(weft_modelfiles_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})
   foreach(f proto cluster_msg safetensors)
-    add_executable(fuzz_${f} ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_${f}.c)
+    add_executable(fuzz_${f} ${CMAKE_CURRENT_LIST_DIR}/fuzz_${f}.c)
     target_compile_options(fuzz_${f} PRIVATE -fsanitize=fuzzer,address,undefined
                            -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
     target_link_options(fuzz_${f} PRIVATE -fsanitize=fuzzer,address,undefined)
@@ -58,7 +38,7 @@ if(WEFT_FUZZ)
   target_link_libraries(fuzz_proto PRIVATE weft_proto_fuzz)
   target_link_libraries(fuzz_cluster_msg PRIVATE weft_proto_fuzz)
   target_link_libraries(fuzz_safetensors PRIVATE weft_modelfiles_fuzz)
-  add_executable(fuzz_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_seeds.c)
+  add_executable(fuzz_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz_seeds.c)
   target_link_libraries(fuzz_seeds PRIVATE weft_proto)
   # fuzz_gate: the client plane's ZMTP server (daemon/server/gate.c,
   # gate_curve.c) instrumented, with the log it writes to, over the
@@ -72,11 +52,11 @@ if(WEFT_FUZZ)
   target_link_libraries(weft_gate_fuzz PUBLIC weft_proto_fuzz PkgConfig::ZMQ
     PkgConfig::SODIUM Threads::Threads)
   target_compile_options(weft_gate_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})
-  add_executable(fuzz_gate ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gate.c)
+  add_executable(fuzz_gate ${CMAKE_CURRENT_LIST_DIR}/fuzz_gate.c)
   target_compile_options(fuzz_gate PRIVATE -fsanitize=fuzzer,address,undefined
                          -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
   target_link_options(fuzz_gate PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz_gate PRIVATE weft_gate_fuzz)
-  add_executable(fuzz_gate_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gate_seeds.c)
+  add_executable(fuzz_gate_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz_gate_seeds.c)
   target_link_libraries(fuzz_gate_seeds PRIVATE weft_proto)
 endif()

@@ -3,15 +3,11 @@
 # (tp, ulysses, ring and together; f32 and bf16) with live re-sharding,
 # pre-sharded checkpoints, bad checkpoints (e2e_models), and re-sharding
 # under load from 4 client threads (e2e_reshard_load).
-add_library(weft_fluxio STATIC ${CMAKE_CURRENT_LIST_DIR}/support/fluxio.c)
-target_include_directories(weft_fluxio PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(weft_fluxio PUBLIC weft_testsupport weftd_core m)
-target_compile_options(weft_fluxio PRIVATE -O2)
 foreach(t models reshard_load)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE weft_fluxio weft_stwriter
     weft_testsupport weft Threads::Threads m)
   add_test(NAME e2e_${t} COMMAND test_${t} $<TARGET_FILE:weftd>
-    ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+    ${WEFT_TESTS_DIR}/fixtures)
   set_tests_properties(e2e_${t} PROPERTIES TIMEOUT 240)
 endforeach()

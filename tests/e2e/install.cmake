@@ -1,5 +1,5 @@
 # The installed package: binaries, header, pkg-config file, unit.
-add_test(NAME install COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_install.sh
+add_test(NAME install COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_install.sh
          ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 set_tests_properties(install PROPERTIES TIMEOUT 120)
 # A sanitized build installs sanitized libraries: the example must link the

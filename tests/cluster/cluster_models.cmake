@@ -12,13 +12,5 @@ target_link_libraries(test_cluster_models PRIVATE weft_clusterd weft_fluxio weft
   Threads::Threads m)
 target_compile_options(test_cluster_models PRIVATE -O2)
 add_test(NAME e2e_cluster_models COMMAND test_cluster_models $<TARGET_FILE:weftd>
-  ${CMAKE_CURRENT_LIST_DIR}/fixtures)
+  ${WEFT_TESTS_DIR}/fixtures)
 set_tests_properties(e2e_cluster_models PROPERTIES TIMEOUT 180)
-
-# Their control messages on their own (tests/test_cluster_models_msg.c):
-# mload .. mready and fjob through put / encode / decode / get, and what
-# get refuses.
-add_executable(test_cluster_models_msg ${CMAKE_CURRENT_LIST_DIR}/test_cluster_models_msg.c)
-target_include_directories(test_cluster_models_msg PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(test_cluster_models_msg PRIVATE weft_proto PkgConfig::MSGPACK m)
-add_test(NAME proto_cluster_models_msg COMMAND test_cluster_models_msg)

@@ -12,5 +12,5 @@ add_executable(test_time ${CMAKE_CURRENT_LIST_DIR}/test_time.c)
 target_link_libraries(test_time PRIVATE weft_clusterd weft_fluxio weft_testsupport
                       weft_proto weft PkgConfig::ZMQ Threads::Threads m)
 add_test(NAME e2e_time COMMAND test_time $<TARGET_FILE:weftd>
-  ${CMAKE_CURRENT_LIST_DIR}/fixtures $<TARGET_FILE:weftctl>)
+  ${WEFT_TESTS_DIR}/fixtures $<TARGET_FILE:weftctl>)
 set_tests_properties(e2e_time PROPERTIES TIMEOUT 180)

@@ -7,13 +7,7 @@
 # CPU node refuses them, libweft refuses locally against a peer without
 # the feature.
 add_executable(test_fp8 ${CMAKE_CURRENT_LIST_DIR}/test_fp8.c)
-target_include_directories(test_fp8 PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_include_directories(test_fp8 PRIVATE ${WEFT_TESTS_DIR})
 target_link_libraries(test_fp8 PRIVATE weft_proto weft_kernels m)
 add_test(NAME fp8 COMMAND test_fp8)
 
-add_executable(test_fp8_e2e ${CMAKE_CURRENT_LIST_DIR}/test_fp8_e2e.c)
-target_link_libraries(test_fp8_e2e PRIVATE weft_clusterd weft_fluxio weft_testsupport
-                      weft_proto weft_kernels weft PkgConfig::ZMQ Threads::Threads m)
-add_test(NAME e2e_fp8 COMMAND test_fp8_e2e $<TARGET_FILE:weftd>
-  $<TARGET_FILE:weftd_standin> ${CMAKE_CURRENT_LIST_DIR}/fixtures $<TARGET_FILE:weftctl>)
-set_tests_properties(e2e_fp8 PROPERTIES TIMEOUT 180)

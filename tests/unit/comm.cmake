@@ -5,11 +5,6 @@ add_executable(test_mesh ${CMAKE_CURRENT_LIST_DIR}/test_mesh.c)
 target_link_libraries(test_mesh PRIVATE weftd_core)
 add_test(NAME mesh COMMAND test_mesh)
 
-# The op checkers and rank bodies both comm backend tests run
-# (tests/support/commcheck.c); test_comm_zmq (cluster.cmake) links it too.
-add_library(weft_commcheck STATIC ${CMAKE_CURRENT_LIST_DIR}/support/commcheck.c)
-target_include_directories(weft_commcheck PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(weft_commcheck PUBLIC weftd_core)
 
 add_executable(test_comm ${CMAKE_CURRENT_LIST_DIR}/test_comm.c)
 target_link_libraries(test_comm PRIVATE weft_commcheck weftd_core)
