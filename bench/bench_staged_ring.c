@@ -33,7 +33,7 @@
  * when the synchronous staging's differ from the overlapped one's (the
  * allgather rotation's comparison is information: its K / V live at other
  * addresses). Exits 77 when the backend is absent (no GPU, no NCCL,
- * too few GPUs). tests/staged_ring.cmake runs the stand-in form in CI.
+ * too few GPUs). tests/e2e/staged_ring.cmake runs the stand-in form in CI.
  */
 #include "comm/comm.h"
 #include "comm/comm_host.h"

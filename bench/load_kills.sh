@@ -2,7 +2,7 @@
 # bench/load_kills.sh — the long load run of issue 14: CLIENTS client
 # processes x JOBS checked attention jobs on one weftd cpu:2, KILLS clients
 # SIGKILLed mid-stream and RECONFIGS live reconfigurations (the test
-# program tests/test_load_kills.c, which asserts every surviving job
+# program tests/e2e/test_load_kills.c, which asserts every surviving job
 # answered once and correct and the daemon's RSS flat), beside the same
 # clients without kills or reconfigurations as the baseline; the two
 # alternate, ROUNDS times each; prints a markdown row with the medians,

@@ -1,5 +1,5 @@
 /* reference.h — the fp64 reference attention every check compares with:
- * tests/test_kernels.c (each backend's op), tests/test_cp_attention.c
+ * tests/unit/test_kernels.c (each backend's op), tests/unit/test_cp_attention.c
  * (the context-parallel plans), tests/support/jobcheck.c (end-to-end jobs)
  * and weftctl's attention-demo.
  *

@@ -416,7 +416,7 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
     c->self_fp8 = fp8;
     if (settings->test.protocol_version) {
         /* test hook: advertise another protocol version in the hello, to
-         * test the coordinator's refusal (tests/test_cluster.c) */
+         * test the coordinator's refusal (tests/cluster/test_cluster.c) */
         c->protocol = settings->test.protocol_version;
         wf_log(log, WF_LOG_WARNING, "cluster: advertising protocol version %u "
                "(WEFT_TEST_PROTOCOL_VERSION, test only)", c->protocol);

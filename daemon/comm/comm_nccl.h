@@ -40,7 +40,7 @@
  * ncclRecv from the plans of p2p_plan.h, the ones comm_zmq runs too. The
  * pure functions at the end (deadlines, poll pacing, error mapping) are
  * the NCCL backend's own and are unit-tested without a GPU
- * (tests/test_cuda_host.c).
+ * (tests/unit/test_cuda_host.c).
  */
 #ifndef WF_COMM_NCCL_H
 #define WF_COMM_NCCL_H

@@ -14,7 +14,7 @@
  * user (real, effective and saved), then a check that root cannot be had
  * back. glibc applies set*id and setgroups to every thread of the process
  * (its setxid broadcast), so the workers, ZeroMQ's I/O thread and the
- * libraries' pools change too (tests/test_privileges.c checks each task).
+ * libraries' pools change too (tests/e2e/test_privileges.c checks each task).
  * The kernel then marks the process non-dumpable: no core dumps, and
  * other processes of `user` cannot ptrace it (the CURVE secret key is in
  * its memory).

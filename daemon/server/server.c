@@ -143,7 +143,7 @@ static bool use_nccl(const wf_settings_t *s, bool cluster)
 /* The test hook WEFT_TEST_FAIL_JOB (settings.test, config.h): this
  * daemon's ranks of the listed jobs fail with WF_E_INTERNAL as a failing
  * step does, aborting the comm world (wf_worker_set_fault). Only for
- * tests of the recovery (e.g. tests/test_cluster_fault.c): nothing else
+ * tests of the recovery (e.g. tests/cluster/test_cluster_fault.c): nothing else
  * in the daemon fails jobs on purpose. */
 static void set_test_fault(wf_server_t *srv)
 {

@@ -1,7 +1,7 @@
 /* cuda_plan.h — the host-side arithmetic of the CUDA backend: launch
  * geometry, the device arena, memory admission. Pure C, no CUDA headers,
  * no allocation, no I/O, so it is unit-tested on machines without a GPU
- * (tests/test_cuda_host.c) and the kernels take every number from here.
+ * (tests/unit/test_cuda_host.c) and the kernels take every number from here.
  *
  * Attention kernel (attention.cu), FA2 style: one thread block computes
  * WF_CUDA_BR query rows of one (batch, query head); WF_CUDA_WARPS warps,

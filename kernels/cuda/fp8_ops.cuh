@@ -12,7 +12,7 @@
  * +-448; NaN and +-inf -> NaN with the sign) with the hardware conversion
  * (cvt.rn.satfinite.e4m3x2.f32 on sm_89+), which rounds and saturates the
  * same way for finite values but maps +-inf to +-448: non-finite values
- * are taken first. tests/test_fp8_nv.cu checks cuda_fp8.h's conversion
+ * are taken first. tests/unit/test_fp8_nv.cu checks cuda_fp8.h's conversion
  * against fp8.h for every e4m3 code and ~1e6 floats on the host. */
 __device__ __forceinline__ uint32_t fp8_e4m3(float y)
 {

@@ -15,7 +15,7 @@
  * The epilogue: CUBLASLT_EPILOGUE_BIAS (an f32 bias of m, broadcast over
  * the n columns, added before the activation), _GELU, _GELU_BIAS. The
  * cuBLASLt documentation names the transform "GELU" without a formula;
- * weft's contract is the tanh form, so tests/test_cuda_gpu.c checks the
+ * weft's contract is the tanh form, so tests/gpu/test_cuda_gpu.c checks the
  * fused result against the CPU's tanh GELU at inputs where the tanh and
  * erf forms differ by far more than the tolerance, and WEFT_CUDA_GELU=
  * kernel (read at ctx_new) keeps GELU out of the epilogue. When the

@@ -9,13 +9,13 @@ set_tests_properties(e2e_cluster PROPERTIES TIMEOUT 120)
 
 # The ZeroMQ comm backend across processes (daemon/comm/comm_zmq*.c): every op,
 # ring exchanges, splits, abort, timeouts, bad traffic, with forked ranks
-# on loopback (tests/test_comm_zmq.c).
+# on loopback (tests/cluster/test_comm_zmq.c).
 add_executable(test_comm_zmq ${CMAKE_CURRENT_LIST_DIR}/test_comm_zmq.c)
 target_link_libraries(test_comm_zmq PRIVATE weft_commcheck weftd_core)
 add_test(NAME comm_zmq COMMAND test_comm_zmq)
 set_tests_properties(comm_zmq PROPERTIES TIMEOUT 300)
 
-# Jobs across daemons (tests/test_cluster_jobs.c): 3 weftd processes form
+# Jobs across daemons (tests/cluster/test_cluster_jobs.c): 3 weftd processes form
 # one mesh of 6 ranks; ring / Ulysses / USP across processes against the
 # fp64 reference, live re-mesh under load, a member killed mid-job
 # (WF_E_NODE_LOST within 5 s, service resumes), rejoin.
@@ -26,7 +26,7 @@ add_test(NAME e2e_cluster_jobs COMMAND test_cluster_jobs $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_jobs PROPERTIES TIMEOUT 180)
 
 # A job failing on one rank (not a lost node) in a cluster
-# (tests/test_cluster_fault.c): 3 weftd processes, ring=6 over all of them,
+# (tests/cluster/test_cluster_fault.c): 3 weftd processes, ring=6 over all of them,
 # the test hook WEFT_TEST_FAIL_JOB on a member and on the coordinator; the
 # job's error within 5 s, the world rebuilt with the same nodes (new world
 # epoch), queued and later jobs correct, the guard against rebuild loops
@@ -38,7 +38,7 @@ add_test(NAME e2e_cluster_fault COMMAND test_cluster_fault $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_fault PROPERTIES TIMEOUT 120)
 
 # dp replicas rooted on member nodes serve context-parallel jobs over the
-# tensor channel (tests/test_cluster_replicas.c): 3 weftd processes, mesh
+# tensor channel (tests/cluster/test_cluster_replicas.c): 3 weftd processes, mesh
 # dp=3 x ring=2 then dp=3 x ulysses=2, 24 jobs in flight from 2 clients
 # against the fp64 reference, every device of every node served.
 add_executable(test_cluster_replicas ${CMAKE_CURRENT_LIST_DIR}/test_cluster_replicas.c)
@@ -48,7 +48,7 @@ add_test(NAME e2e_cluster_replicas COMMAND test_cluster_replicas $<TARGET_FILE:w
 set_tests_properties(e2e_cluster_replicas PROPERTIES TIMEOUT 120)
 
 # dp replicas spanning nodes with their roots on a member
-# (tests/test_cluster_split_roots.c): mesh dp=2 x ring=3 over 3 daemons,
+# (tests/cluster/test_cluster_split_roots.c): mesh dp=2 x ring=3 over 3 daemons,
 # node b with a smaller max_tensor_bytes: a job over b's limit on b's
 # replica fails at once naming b, the world is rebuilt with the same
 # nodes, bursts before and after correct.
@@ -58,7 +58,7 @@ target_compile_options(test_cluster_split_roots PRIVATE -O2)
 add_test(NAME e2e_cluster_split_roots COMMAND test_cluster_split_roots $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_split_roots PROPERTIES TIMEOUT 120)
 
-# A node hello with control bytes in its name (tests/test_cluster_badname.c):
+# A node hello with control bytes in its name (tests/cluster/test_cluster_badname.c):
 # refused by a real coordinator, nothing of it in sd_notify.
 add_executable(test_cluster_badname ${CMAKE_CURRENT_LIST_DIR}/test_cluster_badname.c)
 target_link_libraries(test_cluster_badname PRIVATE weft_clusterd weft_proto weft
@@ -66,7 +66,7 @@ target_link_libraries(test_cluster_badname PRIVATE weft_clusterd weft_proto weft
 add_test(NAME e2e_cluster_badname COMMAND test_cluster_badname $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_badname PROPERTIES TIMEOUT 120)
 
-# The cluster plane attacked as a stranger would (tests/test_cluster_auth.c,
+# The cluster plane attacked as a stranger would (tests/cluster/test_cluster_auth.c,
 # issue 13): node_keys worlds with stranger daemons, a hello under another
 # node's key and takeover attempts on the tensor channel refused; the
 # tensor channel without keys (no routing-id handover); a squatter on the

@@ -1,4 +1,4 @@
-# Resident models in a cluster (tests/test_cluster_models.c): 3 weftd
+# Resident models in a cluster (tests/cluster/test_cluster_models.c): 3 weftd
 # processes (cpu:2 each) with their own model roots: a load on the
 # coordinator resident on every node (list_models names the nodes and
 # ranks), files that differ on one node refused naming it (WF_E_MISMATCH),

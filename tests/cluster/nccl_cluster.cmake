@@ -1,4 +1,4 @@
-# End to end (tests/test_nccl_cluster.c): three weftd_ncclsi processes
+# End to end (tests/cluster/test_nccl_cluster.c): three weftd_ncclsi processes
 # (the stand-in device backend and the NCCL stand-in, linked in place of
 # comm_nccl_api.c) form an NCCL world through the rendezvous; attention
 # across them against the fp64 reference; a member killed mid-job

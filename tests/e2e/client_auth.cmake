@@ -1,4 +1,4 @@
-# The client plane against real daemons (tests/test_client_auth.c): CURVE
+# The client plane against real daemons (tests/e2e/test_client_auth.c): CURVE
 # on tcp:// (no keys, unknown key, wrong server key: WF_E_AUTH at once;
 # submit refused reconfigure / load / unload with WF_E_DENIED beside an
 # admin's jobs; SIGHUP re-reads client_keys), the protected mode of an

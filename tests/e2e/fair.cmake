@@ -1,5 +1,5 @@
 # Per-client shares of the queue and the bound on unread replies on a real
-# daemon (tests/test_fair.c): two clients competing for the queue; a client
+# daemon (tests/e2e/test_fair.c): two clients competing for the queue; a client
 # that never reads its replies, with the daemon's RSS measured.
 add_executable(test_fair ${CMAKE_CURRENT_LIST_DIR}/test_fair.c)
 target_link_libraries(test_fair PRIVATE weft_rawd)

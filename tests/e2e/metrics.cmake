@@ -1,4 +1,4 @@
-# The operators' counters against a real weftd (tests/test_metrics.c): the
+# The operators' counters against a real weftd (tests/e2e/test_metrics.c): the
 # Prometheus endpoint on metrics_listen (GET /metrics by hand over a
 # socket: 200, text format 0.0.4, values after jobs, a refusal and a
 # reconfiguration; 404 / 405; a non-loopback address refused without

@@ -1,4 +1,4 @@
-# Non-finite inputs and extreme scales end to end: tests/test_numerics.c
+# Non-finite inputs and extreme scales end to end: tests/e2e/test_numerics.c
 # drives a real weftd (ring = 2, then ulysses = 2) through libweft and
 # compares every job with the fp64 reference.
 add_executable(test_numerics ${CMAKE_CURRENT_LIST_DIR}/test_numerics.c)

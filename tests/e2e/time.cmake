@@ -1,5 +1,5 @@
 # Time limits of jobs on a real daemon through libweft over CURVE
-# (tests/test_time.c): max_job_flops refuses the (1, 2^24, 1, 1) job at
+# (tests/e2e/test_time.c): max_job_flops refuses the (1, 2^24, 1, 1) job at
 # once; a ring=2 job past its deadline_ms (or job_timeout_ms) fails with
 # WF_E_DEADLINE at a step boundary and the next job is right at once;
 # cancel of a running and of a queued job (WF_E_CANCELLED); a submit

@@ -1,4 +1,4 @@
-# weftctl's model commands end to end (tests/test_weftctl_models.sh): a
+# weftctl's model commands end to end (tests/e2e/test_weftctl_models.sh): a
 # real weftd cpu:4 with a temporary model root of the fixtures; load,
 # models, forward (PASS against diffusers), reconfigure re-shard, shard /
 # load --sharded, --tp-plan, refusals, unload, clean SIGTERM.

@@ -1,5 +1,5 @@
 # The client plane's transport bounds (daemon/server/gate.h) against a raw
-# ZMTP peer on plain TCP sockets (tests/test_zmtp.c): endless "more"
+# ZMTP peer on plain TCP sockets (tests/e2e/test_zmtp.c): endless "more"
 # frames, a hello with 100 frames of 4 MiB, idle connections and a slow
 # greeting; the daemon's RSS stays within the stated bound and a libweft
 # client is served meanwhile.

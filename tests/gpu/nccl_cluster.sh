@@ -12,7 +12,7 @@
 #
 # A world of two GPU nodes on one GPU is not possible with NCCL (one GPU
 # cannot hold two ranks of one communicator): that path has run only on
-# the NCCL stand-in (tests/test_nccl_cluster.c).
+# the NCCL stand-in (tests/cluster/test_nccl_cluster.c).
 #
 # Environment (for a plumbing run without a GPU):
 #   WEFT_NC_WEFTD    the daemon (default BUILD_DIR/daemon/weftd; the

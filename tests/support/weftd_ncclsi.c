@@ -5,7 +5,7 @@
  * object's definition and never pulls that archive member). So the
  * rendezvous's NCCL path runs end to end on a machine without a GPU:
  * hellos say "gpu", the coordinator draws the id, the world message
- * carries it, every rank joins from it (tests/test_nccl_cluster.c).
+ * carries it, every rank joins from it (tests/cluster/test_nccl_cluster.c).
  *
  * The stand-in lives for the process (made on first use; a daemon does
  * not destroy its NCCL either). WEFT_TEST_NCCL_SHRINK=1 gives it

@@ -1,4 +1,4 @@
-# Their control messages on their own (tests/test_cluster_models_msg.c):
+# Their control messages on their own (tests/unit/test_cluster_models_msg.c):
 # mload .. mready and fjob through put / encode / decode / get, and what
 # get refuses.
 add_executable(test_cluster_models_msg ${CMAKE_CURRENT_LIST_DIR}/test_cluster_models_msg.c)

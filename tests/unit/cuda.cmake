@@ -1,5 +1,5 @@
 # CUDA backend and NCCL comm backend. cuda_host: their host-side logic,
-# no GPU needed (tests/test_cuda_host.c). cuda_gpu: the kernels against
+# no GPU needed (tests/unit/test_cuda_host.c). cuda_gpu: the kernels against
 # the CPU backend and NCCL with a world of 1 (and N), on a GPU; exits 77
 # (skipped) where cudaGetDeviceCount fails.
 if(WEFT_HAVE_CUDA)

@@ -8,4 +8,4 @@ foreach(t safetensors flux_config)
   add_test(NAME ${t} COMMAND test_${t} ${WEFT_TESTS_DIR}/fixtures)
 endforeach()
 
-# fuzz_safetensors: tests/proto.cmake (WEFT_FUZZ), with the other fuzzers.
+# fuzz_safetensors: tests/fuzz/fuzz.cmake (WEFT_FUZZ), with the other fuzzers.

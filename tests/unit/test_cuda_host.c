@@ -8,8 +8,8 @@
  * epilogues, alignments, validation), the elementwise ops' geometry and
  * checks, rope_table's frequencies, and NCCL's deadlines, poll
  * pacing and error mapping. (The point-to-point plans NCCL runs are
- * tested in every build by tests/test_p2p_plan.c; the split colors are
- * wf_mesh_color's, tested by tests/test_mesh.c.) */
+ * tested in every build by tests/unit/test_p2p_plan.c; the split colors are
+ * wf_mesh_color's, tested by tests/unit/test_mesh.c.) */
 #include "cuda_plan.h"
 #include "support/check.h"
 #include "support/cuda_params.h"
