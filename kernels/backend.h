@@ -65,7 +65,7 @@ typedef struct wf_attn_params {
     int64_t gqa_group;               /* query heads per K/V head of the global problem; 0 = Hq / Hkv */
     int64_t q_head_base;             /* global index of local query head 0 (with gqa_group > 0) */
     int64_t kv_head_base;            /* global index of local K/V head 0 (with gqa_group > 0) */
-    /* fp8 (e4m3) tensor-core inputs (issue 17), off by default: q, k and
+    /* fp8 (e4m3) tensor-core inputs, off by default: q, k and
      * v are quantized per (batch, head) of this call as kernels/fp8.h
      * says (scale = amax / 448 over the head's finite elements, an
      * infinite element becomes NaN), both products accumulate in f32 and
@@ -74,8 +74,8 @@ typedef struct wf_attn_params {
      * the device takes it; attention() of any other refuses it with
      * WF_E_UNSUPPORTED (the daemon refuses such a job before it runs). */
     bool fp8;
-    /* Merge mode (issue 17: the LSE merge of ring steps in the kernel's
-     * epilogue), off by default. With merge, out_dtype must be F32 and
+    /* Merge mode (the LSE merge of ring steps in the kernel's epilogue),
+     * off by default. With merge, out_dtype must be F32 and
      * lse non-NULL: out (B, Sq, Hq, D) holds the running output of
      * earlier ring steps and lse their lse, and the call merges its own
      * result (out_p, lse_p) into them row by row (only the head range)

@@ -3,18 +3,19 @@
  * forward written as simple loops that GCC vectorises at -O3 without
  * -ffast-math.
  *
- * Formulas are those of the daemon's scalar FLUX code (flux_blocks.c,
- * flux_embed.c, flux_linear.c), with two deliberate changes:
+ * Each op computes its formula for the FLUX blocks (daemon/models:
+ * flux_blocks.c, flux_embed.c, flux_linear.c call these ops) as a plain
+ * scalar loop would, with two deliberate differences:
  *   - GELU(tanh) and SiLU go through one vectorisable exp (exp_poly below)
- *     instead of a libm tanhf / expf call per element (the call stopped
- *     vectorisation and was a third of the CPU forward). GELU uses
- *     0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), which has no cancellation
- *     for u < 0; SiLU is x / (1 + e^(-x)) as before.
- *   - norm statistics (double, as before) are summed in 8 double lanes,
- *     then the lanes in order, so the loops vectorise; the sums differ
- *     from a sequential double sum in the last bits of the double only.
- * RoPE frequencies and the timestep projection are the reference code
- * unchanged (libm in double / f32; once per job, not hot).
+ *     instead of a libm tanhf / expf call per element (such a call keeps
+ *     the loop from vectorising and costs about a third of the CPU
+ *     forward). GELU uses 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), which
+ *     has no cancellation for u < 0; SiLU is x / (1 + e^(-x)).
+ *   - norm statistics (in double) are summed in 8 double lanes, then the
+ *     lanes in order, so the loops vectorise; the sums differ from a
+ *     sequential double sum in the last bits of the double only.
+ * RoPE frequencies and the timestep projection are plain scalar code
+ * (libm in double / f32; once per job, not hot).
  *
  * Aliasing: each row kernel takes restrict pointers, and the ops that
  * allow dst == src call an in-place variant with a single pointer, so the

@@ -1,5 +1,5 @@
-/* attention_fp8.cu — fp8 (e4m3) attention forward on Hopper (sm_90a, issue
- * 17), the kernel, its launcher and the self-test of its building blocks.
+/* attention_fp8.cu — fp8 (e4m3) attention forward on Hopper (sm_90a), the
+ * kernel, its launcher and the self-test of its building blocks.
  * Same contract as the other kernels (backend.h: shapes, masking, GQA,
  * head ranges, out dtypes, lse, the non-finite rules) on the e4m3 copies
  * fp8_quant.cu writes into the workspace (cuda_plan.h, "fp8 attention"):

@@ -1,5 +1,5 @@
 /* attention_ws.cu — the warp-specialized Hopper attention forward
- * (sm_90a; issue 17), the kernel, its launcher and a self-test of its
+ * (sm_90a), the kernel, its launcher and a self-test of its
  * building blocks. Same contract as attention.cu / attention_wgmma.cu
  * (backend.h: shapes, masking, GQA, global offsets, head ranges, out in
  * any dtype + lse, the non-finite rules of attention.cu's header). Opt-in
@@ -334,7 +334,7 @@ flash_fwd_ws_kernel(attn_args a, ws_args w, const __grid_constant__ CUtensorMap 
                 }
             };
             /* the stride read where it is used (nctaid_x): held across the
-             * loop, it was the one value the producer's 24 registers spilled */
+             * loop, it is the one value the producer's 24 registers spill */
             for (int tile = blockIdx.x; tile < w.total; tile += nctaid_x()) {
                 const block_plan bp = ws_tile(a, w, tile);
                 const int ntiles = ws_ring_tiles(a, w, bp);

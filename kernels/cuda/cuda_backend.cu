@@ -101,7 +101,7 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
      * mma (the mma.sync kernel), or the warp-specialized kernel with its
      * features (ws, ws+pipe+pp, ..., ws-full: wf_cuda_attn_kernel_parse;
      * opt-in while it is measured). A value it does not know keeps the
-     * default, as before. */
+     * default. */
     {
         const char *sel = getenv("WEFT_CUDA_ATTN");
         int kern = WF_CUDA_KERNEL_WGMMA;

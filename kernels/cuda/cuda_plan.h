@@ -58,7 +58,7 @@ enum {
     WF_CUDA_KERNEL_WGMMA_PIPE = 2
 };
 
-/* The warp-specialized Hopper kernel (attention_ws.cu, issue 17; sm_90a,
+/* The warp-specialized Hopper kernel (attention_ws.cu; sm_90a,
  * opt-in: WEFT_CUDA_ATTN=ws..., never the default until a GPU run shows
  * it right and faster). Three warpgroups: warpgroup 0 the producer (one
  * thread issues every TMA load of Q and of the K / V ring; setmaxnreg
@@ -86,7 +86,8 @@ enum {
 };
 
 /* Features of the ws kernel (bits of wf_cuda_limits_t.ws_features), each
- * a step of issue 17 to be measured alone: */
+ * one step that can be switched on alone, so that its gain is measured
+ * alone: */
 enum {
     WF_CUDA_WS_PIPE = 1u << 0,       /* in a warpgroup, S of tile j + 1 issued beside
                                         P V of tile j (softmax under the GEMMs) */
@@ -103,8 +104,8 @@ enum {
     WF_CUDA_WS_KNOWN = 31u           /* every bit above */
 };
 
-/* +mc, the multicast form of the ws kernel (issue 17; opt-in, measured
- * before it is kept: FlashAttention-3 found clusters help little in the
+/* +mc, the multicast form of the ws kernel (opt-in until a measurement
+ * shows it pays: FlashAttention-3 found clusters help little in the
  * forward). Thread-block clusters of WF_CUDA_WS_CLUSTER CTAs: the two
  * CTAs of a cluster take query tiles 2 i and 2 i + 1 of one (batch, head)
  * (an odd tile count leaves the second CTA of each head's last pair a tile
@@ -287,7 +288,7 @@ wf_status_t wf_cuda_ws_mc_selftest(int device, char *report, size_t n);
 /* 1 when the ws kernel was compiled for sm_90a (a real body). */
 int wf_cuda_ws_built(void);
 
-/* ---- fp8 attention (issue 17; fp8_quant.cu, attention_fp8.cu) ----------------
+/* ---- fp8 attention (fp8_quant.cu, attention_fp8.cu) -------------------------
  *
  * A job with p->fp8 runs in two steps on the context's stream:
  *   1. quantize (fp8_quant.cu): per (batch, head) of this call, amax = the

@@ -6,9 +6,9 @@
  * S and the fenced P V steps, and the two-row epilogue. Uses the
  * including file's BC (keys per tile) and wgmma_ops.cuh. sm_90a device code only: included inside
  * each kernel's anonymous namespace, under its own "sm_90a body" #ifdef.
- * Each helper was moved here from the kernels with their SASS unchanged
- * (cuobjdump -sass before and after); where a call changed a kernel's
- * SASS that kernel kept its copy (said at the helper). */
+ * A kernel calls a helper only where that compiles to the same SASS as
+ * the steps written inline (compare cuobjdump -sass); where it would not,
+ * the kernel keeps the steps inline, said at the helper. */
 #ifndef WF_WGMMA_TILE_CUH
 #define WF_WGMMA_TILE_CUH
 
@@ -118,7 +118,7 @@ template <int N> __device__ __forceinline__ void reg_fence_u(uint32_t (*r)[4])
 
 /* A row block's accumulators zero: O, and S (overwritten by the first
  * product, scale-d 0, but never read undefined). attention_ws.cu keeps
- * its own loops: calling this there changed its SASS. */
+ * its own loops: calling this there would change its SASS. */
 template <int NO, int NS> __device__ __forceinline__ void acc_zero(float *o, float *s)
 {
 #pragma unroll
@@ -145,8 +145,8 @@ template <int NS, class IssueS> __device__ __forceinline__ void s_tile(float *s,
  * wgmma reads them and after it completes (a register the asynchronous
  * product still reads must not be moved across it). issue_pv issues the
  * k-steps of the product (the kernel's operand descriptors).
- * attention_ws.cu's pipelined last tile keeps its copy: calling this
- * there changed its SASS. */
+ * attention_ws.cu's pipelined last tile keeps its own: calling this
+ * there would change its SASS. */
 template <int NO, int KS_PV, class IssuePV>
 __device__ __forceinline__ void pv_tile(float *o, uint32_t (*pa)[4], IssuePV issue_pv)
 {
@@ -168,7 +168,7 @@ __device__ __forceinline__ void pv_tile(float *o, uint32_t (*pa)[4], IssuePV iss
  * with store_o, their D outputs (merge mode: merged into the accumulator,
  * attention_common.cuh); without store_o the caller writes O * inv_r.
  * inv_of is a lambda rather than a factor: a literal 1.f / l compiles to
- * other code than x / l with x = 1 (the SASS changed). */
+ * other code than x / l with x = 1 (different SASS). */
 template <int D, class InvOf>
 __device__ __forceinline__ void epilogue_rows(const attn_args &a, const float *o,
                                               const float m_r[2], const float l_r[2],
