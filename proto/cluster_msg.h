@@ -6,9 +6,8 @@
  * On the wire each is a wf_ctl_msg_t (proto.h): one flat msgpack map of
  * str keys to uints or strs, key "t" = the type. Every key is spelled
  * once, in cluster_msg.c's tables ({key, offset, kind, bounds}), and
- * wf_cmsg_put writes them in the order those tables give, which is the
- * order the daemons have always sent them in: the bytes on the wire are
- * the same as before the messages were typed.
+ * wf_cmsg_put writes them in the order those tables give, so a given
+ * message always encodes to the same bytes.
  *
  * wf_cmsg_get validates a received message as a client request is
  * validated (proto/decode.c): every field present with its type and in

@@ -509,7 +509,7 @@ static void put_model_config(enc_t *e, const wf_model_config_t *c)
 /* MODEL (section 12.5): every field of wf_model_info_t under its name. */
 static void put_model(enc_t *e, const wf_model_info_t *m)
 {
-    /* "nodes" only in a cluster: a single node's MODEL is as before;
+    /* "nodes" only in a cluster (a single node's MODEL has no such key);
      * "config" once the daemon checked it */
     bool nodes = m->nodes[0] != '\0', config = m->config.present != 0;
     e->failed |= msgpack_pack_map(&e->pk, 16 + nodes + config);
