@@ -4,7 +4,7 @@
  * on the same shape. Usage: bench_cuda_attention S H D causal [B]
  * Prints one line: "weft S=.. H=.. D=.. causal=.. ms=.. tflops=..".
  *
- * Second form, for tests/gpu/attention_variants.sh (issue 17):
+ * Second form, for tests/gpu/attention_variants.sh:
  *   bench_cuda_attention --variants V1,V2,... S H D causal [S H D causal ...]
  * every kernel Vi (a WEFT_CUDA_ATTN value; "wgmma" the default) on every
  * shape in one process, one line each:
@@ -12,7 +12,7 @@
  * ms is the median of 5 timed rounds; maxdiff is the largest |out - out
  * of V1| on the same inputs (V1's own line says 0): a fast variant that
  * computes something else shows here, beside test_cuda_gpu's cases.
- * Two more names select the fp8 path (issue 17, p->fp8 on the same bf16
+ * Two more names select the fp8 path (p->fp8 on the same bf16
  * inputs, in the default context): "fp8" times attention() whole (the
  * quantization of q / k / v included), "fp8-kernel" the fp8 kernel alone
  * on copies quantized once (wf_cuda_attention_fp8_steps); their maxdiff
@@ -48,7 +48,7 @@ static int run_shape(const wf_backend_ops_t *G, wf_backend_ctx_t *ctx, int64_t B
     size_t n = (size_t)(B * S * H * D);
     wf_attn_params_t p = {0};
     p.B = B; p.Sq = p.Skv = S; p.Hq = p.Hkv = H; p.D = D; p.h_end = H;
-    p.scale = 1.0f / 11.3137085f; /* 1 / sqrt(128), as before for every D */
+    p.scale = 1.0f / 11.3137085f; /* 1 / sqrt(128), for every D */
     p.causal = causal;
     p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_BF16;
     void *q, *k, *v, *o, *l, *f;

@@ -1,4 +1,4 @@
-/* bench_models.c — resident models on the CPU backend (issue 6):
+/* bench_models.c — resident models on the CPU backend:
  *
  *  1. load speed beside reading the same bytes from disk: a FLUX
  *     checkpoint of random f32 weights (hidden 512 = 4 heads x 128,

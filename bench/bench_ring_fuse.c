@@ -1,5 +1,5 @@
 /* bench_ring_fuse.c — the pass that merging ring steps in the attention
- * kernel saves (backend.h merge mode, issue 17), fused against unfused,
+ * kernel saves (backend.h merge mode), fused against unfused,
  * measured in the same run, alternated, median and spread.
  *
  * Two measurements, each on the CPU backend (host memory) or the CUDA

@@ -1,6 +1,6 @@
 /* bench_staged_ring.c — ring attention with alltoall rotation, timed with
- * and without the overlap of each step's transfer with its kernels
- * (issue 17 item 3): R ranks as threads of this process, each its own
+ * and without the overlap of each step's transfer with its kernels:
+ * R ranks as threads of this process, each its own
  * backend context, every rank passing its own shard (local mode, device
  * buffers), so the time is the ring's: the R steps' kernels and merges
  * and the R - 1 K/V exchanges.

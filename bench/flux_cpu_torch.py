@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""flux_cpu_torch.py — weft's CPU FLUX forward beside diffusers' in torch
-(issue 12, item 8). Driven by bench/flux_cpu_torch.sh, which makes the
+"""flux_cpu_torch.py — weft's CPU FLUX forward beside diffusers' in
+torch. Driven by bench/flux_cpu_torch.sh, which makes the
 pinned virtual environment (bench/requirements-torch.txt) and pins the
 cores; run that, not this. Not run by CI.
 

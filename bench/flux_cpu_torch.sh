@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/flux_cpu_torch.sh — weft's CPU FLUX forward beside diffusers'
 # FluxTransformer2DModel forward in torch on the same machine and cores
-# (issue 12, item 8). Not run by CI: it needs torch from PyPI.
+# Not run by CI: it needs torch from PyPI.
 #
 # Usage: bench/flux_cpu_torch.sh BUILD_DIR [LABEL]
 #   BUILD_DIR: a Release build (cmake -DCMAKE_BUILD_TYPE=Release) with

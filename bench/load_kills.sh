@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/load_kills.sh — the long load run of issue 14: CLIENTS client
+# bench/load_kills.sh — the long load run: CLIENTS client
 # processes x JOBS checked attention jobs on one weftd cpu:2, KILLS clients
 # SIGKILLed mid-stream and RECONFIGS live reconfigurations (the test
 # program tests/e2e/test_load_kills.c, which asserts every surviving job

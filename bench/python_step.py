@@ -2,7 +2,7 @@
 """python_step.py — a FluxPipeline step with its transformer served by
 weftd (weft.diffusers.WeftFluxTransformer) beside the same step with
 diffusers' FluxTransformer2DModel in this process, and the per-call
-overhead of the Python binding and the IPC (issue 16, item 5). Driven by
+overhead of the Python binding and the IPC. Driven by
 bench/python_step.sh (the venv, the core pinning); not run by CI.
 
 1. Pipeline step. A FluxPipeline built by tests/python/tiny_flux.py at

@@ -2,7 +2,7 @@
 # bench/python_step.sh — a FluxPipeline step through weftd (the weft
 # package's WeftFluxTransformer) beside the same step with diffusers'
 # transformer in-process, and the per-call overhead of the Python binding
-# and the IPC (issue 16, item 5; bench/python_step.py says what is timed).
+# and the IPC (bench/python_step.py says what is timed).
 # Not run by CI.
 #
 # Usage: bench/python_step.sh BUILD_DIR [LABEL]

@@ -1,7 +1,7 @@
 /* channel.c — the tensor channel's sockets, its send paths ("in", "hi",
- * "out") and its receive loop (see channel.h). Moved out of server.c; the
- * bookkeeping of what arrives (which job takes which inputs or outputs)
- * stays with the owner, behind the callback.
+ * "out") and its receive loop (see channel.h). The bookkeeping of what
+ * arrives (which job takes which inputs or outputs) is the owner's,
+ * behind the callback.
  */
 #include "channel.h"
 

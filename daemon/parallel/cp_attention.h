@@ -48,7 +48,7 @@
  * shards are device buffers too, moved by the backend's copy_rows (the
  * host workspace then holds only the counts).
  *
- * Merge in the kernel (issue 17): where ops->attention_merge_ok answers
+ * Merge in the kernel: where ops->attention_merge_ok answers
  * true (the CPU and CUDA backends), each ring step's kernel merges its
  * rows into the accumulator itself (backend.h merge mode) instead of
  * writing a partial result that lse_merge reads back, and the last step
