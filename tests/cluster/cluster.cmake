@@ -66,8 +66,8 @@ target_link_libraries(test_cluster_badname PRIVATE weft_clusterd weft_proto weft
 add_test(NAME e2e_cluster_badname COMMAND test_cluster_badname $<TARGET_FILE:weftd>)
 set_tests_properties(e2e_cluster_badname PROPERTIES TIMEOUT 120)
 
-# The cluster plane attacked as a stranger would (tests/cluster/test_cluster_auth.c,
-# issue 13): node_keys worlds with stranger daemons, a hello under another
+# The cluster plane attacked as a stranger would (tests/cluster/test_cluster_auth.c):
+# node_keys worlds with stranger daemons, a hello under another
 # node's key and takeover attempts on the tensor channel refused; the
 # tensor channel without keys (no routing-id handover); a squatter on the
 # rendezvous port; refused and dead hellos do not fill the node table, a

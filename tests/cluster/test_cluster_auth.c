@@ -1,5 +1,5 @@
-/* test_cluster_auth.c — the cluster plane attacked as a stranger would
- * (issue 13), end to end: real weftd processes (cpu:2 each) on loopback,
+/* test_cluster_auth.c — the cluster plane attacked as a stranger would,
+ * end to end: real weftd processes (cpu:2 each) on loopback,
  * raw ZeroMQ peers with the real codec (proto/cluster_msg.h), real key
  * files. One scenario per run (argv[2]), each under ~30 s:
  *

@@ -1089,7 +1089,7 @@ static int test_curve_refusals(void)
                    *s_keys[2] = {A.public_key, S.public_key},
                    *s_nodes[2] = {"a", "s"};
         uint64_t refused0 = wf_zap_refused(zap);
-        /* the attack of issue 13: 300 MiB sent to a data endpoint by a
+        /* a stranger's flood: 300 MiB sent to a data endpoint by a
          * plain socket and by a CURVE client with an unadmitted key */
         void *flooder[2] = {zmq_socket(ctx, ZMQ_DEALER),
                             zmq_socket(ctx, ZMQ_DEALER)};

@@ -1,4 +1,4 @@
-# The daemon against proto/PROTOCOL.md (issue 14, item 7): the hello's
+# The daemon against proto/PROTOCOL.md: the hello's
 # version and features, the op echo, the mesh rules of attention (tp | Hq,
 # devices, the anything flags), forward's sequence rule and one reply per
 # request at the end of a SIGTERM drain. Real weftd cpu:4 and cpu:2.

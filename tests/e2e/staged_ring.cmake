@@ -1,4 +1,4 @@
-# The staged comm's overlapped transfers (issue 17 item 3) beyond its unit
+# The staged comm's overlapped transfers beyond its unit
 # test (comm.cmake: test_comm_staged) and test_cp_attention's device ring:
 #  - e2e_staged_ring (tests/e2e/test_staged_ring.sh): the mixed mode end to
 #    end, weftd_standin's virtual devices on one ring, the world comm

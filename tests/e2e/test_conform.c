@@ -1,6 +1,6 @@
 /* test_conform.c — end to end: weftd does what proto/PROTOCOL.md says,
- * in the cases a client written from the document alone found it
- * differing (issue 14, item 7). Real daemons on private ipc endpoints;
+ * in the details a client written from the document alone relies on.
+ * Real daemons on private ipc endpoints;
  * libweft where the case is about the library (hello features), raw
  * ZeroMQ + the codec where the bytes matter (an op of 2^32, the drain).
  *

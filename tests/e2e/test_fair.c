@@ -1,6 +1,5 @@
 /* test_fair.c — per-client shares and the bound on unread replies, on a
- * real weftd (cpu:2) over raw ZeroMQ with the real codec (issue 14,
- * items 1 and 2).
+ * real weftd (cpu:2) over raw ZeroMQ with the real codec.
  *
  * 1. Two clients competing: --queue-capacity 16 --client-queue-jobs 4.
  *    Client A sends 40 slow jobs at once, then a status (answered after

@@ -1,4 +1,4 @@
-/* test_fp8_e2e.c — fp8 attention end to end (issue 17 item 2), real
+/* test_fp8_e2e.c — fp8 attention end to end, real
  * daemons driven through libweft on ipc://:
  *  (a) a CPU weftd (cpu:2) announces "fp8" but refuses an fp8 attention
  *      and an fp8 forward (flux-tiny, the diffusers fixture) with

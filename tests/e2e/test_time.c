@@ -1,5 +1,5 @@
-/* test_time.c — end to end: time limits of jobs on a real weftd (issue
- * 14 item 3) through libweft, over CURVE so that roles are real.
+/* test_time.c — end to end: time limits of jobs on a real weftd through
+ * libweft, over CURVE so that roles are real.
  *
  * One daemon: --devices cpu:2, mesh ring=2 (every attention job is
  * context parallel: both ranks, collectives at every ring step), tcp on

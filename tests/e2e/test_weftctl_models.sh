@@ -201,7 +201,7 @@ EOF
 run bad_nomatch 1 ctl load tiny-nomatch flux-tiny --tp-plan "$tmp/plan_nomatch.json"
 expect_err bad_nomatch "^weftctl: load: WF_E_BAD_ARGUMENT: .*'transformer_blocks\.\*\.attn\.to_qq' matches no linear layer"
 
-# -- issue 13: files ---------------------------------------------------------
+# -- untrusted files ---------------------------------------------------------
 # a hard link inside the model root to a file outside it (the daemon could
 # read it, the client could not): refused, and its text never echoed; the
 # same text in a regular config.json inside the root (invalid JSON) is

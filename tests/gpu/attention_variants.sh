@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/attention_variants.sh — the warp-specialized attention kernel's
-# GPU step (issue 17): each variant checked, sanitized and timed beside
+# GPU step: each variant checked, sanitized and timed beside
 # torch SDPA (and FlashAttention-3 when torch has it) in the same run.
 #
 # Sourced by tests/gpu/run.sh after its tests (one line there), so it uses
@@ -42,7 +42,7 @@
 #      a table of TFLOP/s and the ratio to SDPA per shape
 # Nothing here changes what runs by default: the variants are opt-in.
 #
-# Then the fp8 path (issue 17; av_fp8, its own budget WEFT_ATTN_FP8_S=100,
+# Then the fp8 path (av_fp8, its own budget WEFT_ATTN_FP8_S=100,
 # WEFT_ATTN_FP8=0 skips it), ~70 s on a warm build:
 #   1. test_cuda_gpu --fp8 under `timeout 90`: the fp8 self-test line (e4m3
 #      wgmma, the P fragment against v8t's key order, the quantizer) and

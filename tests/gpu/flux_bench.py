@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""flux_bench.py — weft's FLUX forward beside diffusers' on the same GPU
-(issue 12, point 6): one transformer of FLUX.1-dev's configuration with
+"""flux_bench.py — weft's FLUX forward beside diffusers' on the same GPU:
+one transformer of FLUX.1-dev's configuration with
 seeded random bf16 weights, one forward at 1024 x 1024 (4096 image + 512
 text tokens, B = 1), the same weights and inputs for both, in one run.
 

@@ -74,8 +74,8 @@ if [ $served = 1 ]; then
     run_ctl attn-bf16 attention-demo --seq 2048 --heads 8 --kv-heads 2 --dim 128 --dtype bf16 --causal --iters 3
   check "attention f16 uneven D64 over the NCCL world (fp64 reference)" \
     run_ctl attn-f16 attention-demo --seq 1000 --kv-seq 1500 --heads 6 --kv-heads 3 --dim 64 --dtype f16 --causal --iters 3
-  # resident models in a cluster come with issue 15 item 3 (the cmodels
-  # branch); before it a cluster daemon refuses load with WF_E_UNAVAILABLE
+  # resident models in a cluster: a load the cluster refuses
+  # (WF_E_UNAVAILABLE) counts as a failure
   for m in flux-small-d64:io-flux-small-d64-f32 flux-small-d64-bf16:io-flux-small-d64-bf16; do
     name=${m%%:*}; io=${m##*:}
     if run_ctl "load-$name" load "$name" "$name"; then

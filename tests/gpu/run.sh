@@ -25,14 +25,14 @@
 #      backend (dtypes, causal, GQA, uneven shapes, D 64 / 128), LSE merge,
 #      conversions, NCCL worlds — for each attention kernel: wgmma (the
 #      default on Hopper), wgmma-pipe, mma (WEFT_CUDA_ATTN)          ~40 s
-#  3b. tests/gpu/attention_variants.sh (issue 17): the opt-in ws attention
+#  3b. tests/gpu/attention_variants.sh: the opt-in ws attention
 #      variants' tests (+mc included), compute-sanitizer and TFLOP/s beside
 #      SDPA / FA3 (its own budget WEFT_ATTN_VARIANTS_S=180), then the fp8
 #      path's tests, sanitizers and TFLOP/s beside SDPA bf16 / FA3 fp8
 #      (WEFT_ATTN_FP8_S=100); WEFT_ATTN_VARIANTS=0 skips it,
 #      WEFT_ATTN_VARIANTS_ONLY=1 ends run.sh after it (then steps 1-3b
 #      fit 8 minutes: ~450 s)                                       ~280 s
-#  3c. tests/gpu/staged_ring.sh (issue 17 item 3): bench_staged_ring, the
+#  3c. tests/gpu/staged_ring.sh: bench_staged_ring, the
 #      ring with alltoall rotation in the mixed mode with overlapped
 #      transfers vs the synchronous staging (and NCCL where R GPUs exist),
 #      then bench_ring_fuse cuda (the ring's merge in the kernel's
@@ -52,7 +52,7 @@
 #      ncclUniqueId, the world message carries it, the rank joins NCCL
 #      from it ("data plane nccl" in the log); attention (bf16 / f16,
 #      fp64 reference) and the two FLUX fixtures' forwards (diffusers'
-#      outputs; needs resident models in a cluster, issue 15 item 3)
+#      outputs; needs resident models in a cluster)
 #      through it (>= 40 s left)                                     ~15 s
 #   5. the FLUX benchmark (tests/gpu/flux_bench.py): FLUX.1-dev's
 #      configuration (24 x 128 heads, 19 + 38 blocks, 22 GiB of bf16
@@ -64,7 +64,7 @@
 #      if 200 s are left after the eager alternation           ~150-250 s
 #   6. attention TFLOP/s of the three kernels against torch SDPA (bf16,
 #      B=1, H=24, D=128, S 4096 / 16384, non-causal / causal), ratios
-#      (target >= 0.60): recorded before in BENCHMARKS.md, so it runs
+#      (target >= 0.60): BENCHMARKS.md already holds figures, so it runs
 #      after the benchmark and only with >= 60 s left                ~50 s
 #   7. weftd attention-demo on the GPU: --devices cuda (an NCCL world of
 #      one GPU: "comm: NCCL") bf16 / f16, causal, GQA, against the fp64
@@ -73,7 +73,7 @@
 #   8. test_kernels (the CPU backend with the carried OpenBLAS; CI runs it
 #      too), if >= 40 s are left; then a summary table.
 # Sum of the estimates: ~690 s without steps 6-8, more than one call: run
-# it twice, WEFT_ATTN_VARIANTS_ONLY=1 (steps 1-3b, ~450 s: issue 17's
+# it twice, WEFT_ATTN_VARIANTS_ONLY=1 (steps 1-3b, ~450 s: the ws and fp8
 # figures) and then WEFT_ATTN_VARIANTS=0 (steps 1-3 and 3c-8, ~400 s; the
 # build is redone on a fresh machine); steps 6-8 run on what the benchmark
 # leaves (raise WEFT_GPU_BUDGET_S towards the tool's 600 s).
@@ -250,8 +250,8 @@ for kern in "" wgmma-pipe mma; do
   if [ $rc -eq 0 ] && [ "$daemon_kern" = none ]; then daemon_kern=$name; fi
 done
 
-. "$gpu/attention_variants.sh" # issue 17: ws variants (tests, sanitizer, TFLOP/s)
-. "$gpu/staged_ring.sh" # issue 17: staged ring, overlapped vs synchronous transfers
+. "$gpu/attention_variants.sh" # ws variants and fp8 (tests, sanitizer, TFLOP/s)
+. "$gpu/staged_ring.sh" # staged ring, overlapped vs synchronous transfers
 case $daemon_kern in wgmma) export WEFT_CUDA_ATTN= ;; wgmma-pipe) export WEFT_CUDA_ATTN=wgmma-pipe ;; *) export WEFT_CUDA_ATTN=mma ;; esac
 
 # weftd on DEVICES with extra flags; then each remaining argument is one

@@ -9,7 +9,7 @@
 # otherwise one line "fa3: not importable (...)".
 # --fa3-fp8 (with or without --fa3): FA3's fp8 forward (e4m3 q / k / v,
 # descale factors 1) on the same shapes: "fa3-fp8 S=... tflops=..", for
-# weft's fp8 path (issue 17) beside it.
+# weft's fp8 path beside it.
 import sys
 import torch
 import torch.nn.functional as F

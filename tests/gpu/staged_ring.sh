@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/staged_ring.sh — the ring with alltoall rotation on device
-# buffers, measured (issue 17 item 3): bench_staged_ring in the mixed mode
+# buffers, measured: bench_staged_ring in the mixed mode
 # (R ranks on GPU 0 over the host comm behind comm_staged.h) with each
 # step's transfers overlapped with its kernels (the transfer stream)
-# against the synchronous staging (WF_COMM_STAGED_SYNC, the path before)
+# against the synchronous staging (WF_COMM_STAGED_SYNC)
 # and the allgather rotation; over NCCL (one rank per GPU) alltoall
 # against allgather where R GPUs exist. Median, min and max of the rounds
 # and the ratios. The mixed mode's correctness on the GPU is run.sh's
@@ -52,8 +52,8 @@ sr_main() {
       esac
     done
   done
-  # the ring's merge in the kernel's epilogue (issue 17 item 3, first
-  # half): fused against partial buffers + lse_merge + convert, mixed mode
+  # the ring's merge in the kernel's epilogue: fused against partial
+  # buffers + lse_merge + convert, mixed mode
   local fo=$logs/ring-fuse-cuda.log
   if [ ! -x "$bd/bench/bench_ring_fuse" ]; then
     say "ring fuse: skipped (no $bd/bench/bench_ring_fuse)"

@@ -218,7 +218,7 @@ static void run_case(const acase_t *t, wf_dtype_t dt, wf_dtype_t odt)
     run_case_poked(t, dt, odt, NULL);
 }
 
-/* Non-finite inputs (issue 14 item 4), each against the CPU backend:
+/* Non-finite inputs, each against the CPU backend:
  * where it is NaN the GPU must be NaN, where +-inf the same inf, else
  * within the case's tolerance. (B 1, H 2 / Hkv 1, D 64, Sq = Skv = 130:
  * three key tiles, the last partial.) */
@@ -324,7 +324,7 @@ static void test_attention(void)
     G->dev_reset(gctx);
 }
 
-/* ---- fp8 attention (issue 17) ---------------------------------------------
+/* ---- fp8 attention --------------------------------------------------------
  *
  * Each case of test_attention in q / k / v dtypes bf16, f16, f32 with
  * p->fp8, against two fp64 references of this file (they take the head
@@ -347,7 +347,7 @@ static void test_attention(void)
  *   ref:  attention on the unquantized inputs (the dtype's values): the
  *         fp8 path's error against it is printed beside the bf16 kernel's
  *         on the same case (quantization and P rounding cost), not
- *         checked: it is the number issue 17 asks to report.
+ *         checked: it is the number to report.
  * Devices without fp8 (attention_fp8_ok false): attention() refuses with
  * WF_E_UNSUPPORTED, nothing else runs. */
 
@@ -668,7 +668,7 @@ static void test_merge(void)
     free(ao); free(po); free(al); free(pl); free(go); free(gl);
 }
 
-/* Merge mode (backend.h wf_attn_params_t.merge, issue 17): two ring
+/* Merge mode (backend.h wf_attn_params_t.merge): two ring
  * steps of one query block merged in the kernel's epilogue (final_out on
  * the second) against the same kernel writing partial buffers, merged by
  * lse_merge and converted by convert. The kernels' own outputs are the
@@ -1583,9 +1583,9 @@ int main(int argc, char **argv)
         wf_status_t st = wf_cuda_wgmma_selftest(0, rep, sizeof rep);
         printf("  %s\n", rep);
         CHECK_TRUE(st == WF_OK || st == WF_E_UNAVAILABLE);
-        /* the warp-specialized kernel's blocks (issue 17) by name; a
-         * failure counts only where the ws variants are tested (the
-         * kernel is opt-in: the default run stays as it was) */
+        /* the warp-specialized kernel's blocks by name; a failure counts
+         * only where the ws variants are tested (the kernel is opt-in:
+         * the default run does not depend on it) */
         char wrep[512];
         wf_status_t wst = wf_cuda_ws_selftest(0, wrep, sizeof wrep);
         const int variants = argc > 1 && strcmp(argv[1], "--attention-variants") == 0;
@@ -1602,7 +1602,7 @@ int main(int argc, char **argv)
                mst == WF_OK || mst == WF_E_UNAVAILABLE || variants ? "" : " (not counted here)");
         if (variants)
             CHECK_TRUE(mst == WF_OK || mst == WF_E_UNAVAILABLE);
-        /* the fp8 kernel's blocks (issue 17) by name: the e4m3 wgmma, the
+        /* the fp8 kernel's blocks by name: the e4m3 wgmma, the
          * P fragment against v8t's key order, the quantizer */
         char frep[768];
         wf_status_t fst = wf_cuda_fp8_selftest(0, frep, sizeof frep);

@@ -1,4 +1,4 @@
-# The fp8 attention kernel's host side (issue 17): which devices take fp8
+# The fp8 attention kernel's host side: which devices take fp8
 # jobs, the geometry's selection and refusals, shared memory, the
 # workspace of the quantized copies, the quantizer's grid and v8t's key
 # order against the P fragment. Plain C against weft_cuda_plan: runs in

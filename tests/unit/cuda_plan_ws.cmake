@@ -1,4 +1,4 @@
-# The warp-specialized attention kernel's host side (issue 17): kernel
+# The warp-specialized attention kernel's host side: kernel
 # selection (WEFT_CUDA_ATTN's values, the plan's fields), launch geometry,
 # shared-memory and register budgets, refusals. Plain C against
 # weft_cuda_plan: runs in every build, with or without CUDA.

@@ -1,4 +1,4 @@
-# fp8 attention, host side (issue 17 item 2): test_fp8 checks kernels/fp8.h
+# fp8 attention, host side: test_fp8 checks kernels/fp8.h
 # (every code, the rounding against a brute force), the fp8 reference
 # (reference.h) and the wire's `precision` / "fp8" keys without a daemon;
 # test_fp8_e2e drives real daemons: a CPU weftd refuses fp8 attention and

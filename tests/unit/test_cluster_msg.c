@@ -1,9 +1,8 @@
 /* test_cluster_msg.c — the typed control messages between daemons
  * (proto/cluster_msg.h) on their own:
  *   - every message type survives put, encode, decode, get unchanged;
- *   - the encoded bytes equal those of a wf_ctl_msg_t built key by key
- *     the way the daemons built them before the messages were typed (the
- *     wire did not change);
+ *   - the encoded bytes equal those of a wf_ctl_msg_t built by hand, key
+ *     by key (same keys, order and value types);
  *   - get refuses a message with any required key missing, a key of the
  *     wrong type, a value out of range, an unknown dtype or rotate code,
  *     or fields inconsistent with each other, with a stable status and a
@@ -351,7 +350,7 @@ static void test_round_trip_and_bytes(void)
         char err[WF_PROTO_ERROR_MAX] = "";
         wf_status_t rc = wf_cmsg_put(&m_typed, &msg_in);
         CHECK(rc == WF_OK, "%s: put: %s", what, wf_status_name(rc));
-        /* the wire as before: same keys, order, value types, bytes */
+        /* the hand-built message's wire: same keys, order, value types, bytes */
         CHECK(m_typed.n == m_hand.n, "%s: %u fields, by hand %u", what, m_typed.n,
               m_hand.n);
         CHECK(same_bytes(&m_typed, &m_hand), "%s: bytes differ from the "

@@ -1,5 +1,5 @@
 /* test_cp_fused.c — the LSE merge of ring steps in the kernel's epilogue
- * (backend.h merge mode, issue 17):
+ * (backend.h merge mode):
  *   - the CPU backend's merge mode against a plain call + tensor.h's
  *     wf_lse_merge_rows, bit for bit: two steps into one accumulator,
  *     causal offsets that leave rows with no key (lse -inf), a NaN row,

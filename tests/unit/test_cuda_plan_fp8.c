@@ -1,5 +1,5 @@
 /* test_cuda_plan_fp8.c — the host side of the fp8 attention kernel
- * (kernels/cuda/attention_fp8.cu and fp8_quant.cu, issue 17), without a
+ * (kernels/cuda/attention_fp8.cu and fp8_quant.cu), without a
  * GPU: which devices take fp8 jobs (compute capability 9.0 in a build with
  * sm_90a), the geometry's selection and refusals (WF_E_UNSUPPORTED without
  * fp8 or when its shared memory does not fit; the bf16 geometry refuses

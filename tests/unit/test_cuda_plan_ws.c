@@ -1,5 +1,5 @@
 /* test_cuda_plan_ws.c — the host side of the warp-specialized Hopper
- * attention kernel (kernels/cuda/attention_ws.cu, issue 17), without a
+ * attention kernel (kernels/cuda/attention_ws.cu), without a
  * GPU: WEFT_CUDA_ATTN's values (wf_cuda_attn_kernel_parse / _name, the
  * default untouched), the geometry's choice of kernel from the plan's
  * fields (wf_cuda_limits_t.wgmma / ws_features) and its refusals and
@@ -276,7 +276,7 @@ static void test_geometry(void)
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
         p = attn_params(1, 64, 64, 8, 3, 64, WF_DTYPE_F16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
-        p = attn_params(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16); /* beyond gridDim.z as before */
+        p = attn_params(65536, 64, 64, 1, 1, 64, WF_DTYPE_F16); /* B beyond gridDim.z */
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &lim, &g) == WF_E_BAD_ARGUMENT);
     }
     {

@@ -9,8 +9,8 @@
  * damages sharded directories (a rank file missing, a file of another
  * degree, a piece of the wrong shape, a replicated tensor that differs,
  * ...) and checks that each is refused with a message naming the file.
- * Issue 13: a checkpoint truncated between open and read is an error (no
- * SIGBUS); the writer refuses a symlinked, foreign or world-writable
+ * Untrusted files: a checkpoint truncated between open and read is an
+ * error (no SIGBUS); the writer refuses a symlinked, foreign or world-writable
  * output directory, does not follow symlinks or hard links at the names
  * it writes, and removes nothing it did not make.
  *
@@ -717,7 +717,7 @@ static void test_corrupt(void)
     EXPECT_BAD("c-config", WF_E_BAD_FIELD, false, "c-config/config.json", NULL);
 }
 
-/* ---- issue 13: files changing under the loader, the writer attacked ------ */
+/* ---- untrusted files: changing under the loader, the writer attacked ---- */
 
 static char *read_text(const char *path)
 {

@@ -1,4 +1,4 @@
-/* test_fp8.c — the host side of fp8 attention (issue 17 item 2), without
+/* test_fp8.c — the host side of fp8 attention, without
  * a daemon:
  *  - kernels/fp8.h: every one of the 256 e4m3 codes decodes and encodes
  *    back (NaN codes to NaN); e4m3_from_f32 equals an independent

@@ -699,7 +699,7 @@ static void test_python_fixtures(const char *dir)
     close(fx);
 }
 
-/* ---- issue 13: hard links, files shrinking, parse errors ------------------ */
+/* ---- untrusted files: hard links, files shrinking, parse errors ---------- */
 
 /* A hard link inside the root to a file outside it is not read, by either
  * resolver, through any entry point (safetensors, the small-file reader
