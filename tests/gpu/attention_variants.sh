@@ -202,7 +202,7 @@ av_main() {
   return 0
 }
 
-# The fp8 path (issue 17): tests, sanitizers, TFLOP/s (the file comment).
+# The fp8 path: tests, sanitizers, TFLOP/s (the file comment).
 av_fp8() {
   step_begin "fp8 attention (issue 17)" "${WEFT_ATTN_FP8_S:-100}"
   step_skip WEFT_ATTN_FP8 "fp8 attention" tests/test_cuda_gpu bench/bench_cuda_attention &&
