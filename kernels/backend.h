@@ -260,8 +260,10 @@ typedef struct wf_backend_ops {
      * one pass, on the backend's memory: for each of `rows` rows,
      *   lse_p = -inf: unchanged (lse_a = -inf too: NaNs of out_p copied);
      *   lse_a = -inf: (out_a, lse_a) = (out_p, lse_p);
-     *   else w = sigmoid(lse_p - lse_a), out_a -= w * (out_a - out_p),
-     *        lse_a = max + log1p(exp(-|lse_a - lse_p|)).
+     *   else w = sigmoid(lse_p - lse_a), out_a -= w * (out_a - out_p)
+     *        (an element of out_a or out_p not finite: out_a =
+     *        sigmoid(lse_a - lse_p) * out_a + w * out_p, so an infinity
+     *        stays one), lse_a = max + log1p(exp(-|lse_a - lse_p|)).
      * acc_out, part_out (rows, D) f32; acc_lse, part_lse (rows) f32.
      * round_dtype F16 / BF16 rounds out_p and the new out_a to that dtype
      * after each step (convert_to_fp32 off), F32 keeps fp32. Exactly

@@ -286,10 +286,15 @@ void wf_lse_merge_rows(float *ao, float *al, const float *po, const float *pl,
             continue;
         }
         float diff = la - lp;
-        float w = 1.0f / (1.0f + expf(diff)); /* sigmoid(lp - la) */
+        float w = 1.0f / (1.0f + expf(diff));   /* sigmoid(lp - la): the partial's weight */
+        float wa = 1.0f / (1.0f + expf(-diff)); /* sigmoid(la - lp): the accumulator's */
         for (int64_t d = 0; d < D; d++) {
             float pd = rnd ? wf_round_to_dtype(p[d], rdt) : p[d];
-            float x = a[d] - w * (a[d] - pd);
+            /* a non-finite a or p: a - w (a - p) would be inf - inf, the
+             * weighted sum gives the infinity (NaN for +inf with -inf, or
+             * where the infinity's weight is 0) */
+            float x = isfinite(a[d]) && isfinite(pd) ? a[d] - w * (a[d] - pd)
+                                                     : wa * a[d] + w * pd;
             a[d] = rnd ? wf_round_to_dtype(x, rdt) : x;
         }
         al[i] = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));

@@ -54,7 +54,9 @@ float wf_round_to_dtype(float x, wf_dtype_t dt);
  * -inf has out NaN, lse -inf, and the NaN must survive until a finite
  * partial replaces it); lse_a = -inf takes the
  * partial; else with w = sigmoid(lse_p - lse_a)
- *   out = out_a - w * (out_a - out_p),
+ *   out = out_a - w * (out_a - out_p) (both finite),
+ *   out = sigmoid(lse_a - lse_p) * out_a + w * out_p (either not finite:
+ *         an infinity stays one, never inf - inf),
  *   lse = max + log1p(exp(-|lse_a - lse_p|)).
  * rdt F16 / BF16 rounds the partial and the merged output to that dtype,
  * as if both were stored in it (diffusers keeping ring steps in the input

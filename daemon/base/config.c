@@ -930,6 +930,24 @@ size_t wf_settings_apply_reload(wf_settings_t *cur, const wf_settings_t *next,
     return applied;
 }
 
+/* An empty text setting's value for --help's default column: "" and,
+ * in parentheses, what its help line says an empty value means (the
+ * words after "empty = ", up to a ';' or the end), so the two columns
+ * cannot disagree; `fallback` where the help line does not say. */
+static void format_empty(const setting_def_t *d, const char *fallback, char *buf,
+                         size_t len)
+{
+    const char *e = strstr(d->help, "empty = ");
+    if (e) {
+        e += strlen("empty = ");
+        snprintf(buf, len, "\"\" (%.*s)", (int)strcspn(e, ";"), e);
+    } else if (fallback) {
+        snprintf(buf, len, "\"\" (%s)", fallback);
+    } else {
+        snprintf(buf, len, "\"\"");
+    }
+}
+
 static void format_value(const setting_def_t *d, const wf_settings_t *s,
                          char *buf, size_t len)
 {
@@ -942,13 +960,12 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
         snprintf(buf, len, "%s", f);
         return;
     case KIND_HOSTPORT:
-        snprintf(buf, len, "%s", f[0] ? f : "\"\" (single node)");
-        return;
     case KIND_NAME:
-        snprintf(buf, len, "%s", f[0] ? f : "\"\"");
-        return;
     case KIND_PATH:
-        snprintf(buf, len, "%s", f[0] ? f : "\"\" (none)");
+        if (f[0])
+            snprintf(buf, len, "%s", f);
+        else
+            format_empty(d, d->kind == KIND_PATH ? "none" : NULL, buf, len);
         return;
     case KIND_LEVEL:
         memcpy(&u32, f, sizeof u32);

@@ -330,8 +330,9 @@ static void conn_close(wf_gate_t *g, uint32_t i)
     g->conns[i] = g->conns[--g->n_conns];
 }
 
-/* The peer's address for log lines: "HOST:PORT", or the credentials of
- * a local peer. */
+/* The peer's address for log lines, which read "client ADDR on
+ * ENDPOINT" or "from ADDR": "HOST:PORT", or a local peer's credentials
+ * "uid U pid P" ("uid unknown" where the socket gives none). */
 static void peer_address(wf_gate_t *g, conn_t *c)
 {
     struct sockaddr_storage ss;
@@ -345,10 +346,9 @@ static void peer_address(wf_gate_t *g, conn_t *c)
             c->has_creds = true;
             c->uid = (uint32_t)cr.uid;
             c->pid = (uint32_t)cr.pid;
-            snprintf(c->addr, sizeof c->addr, "a local peer (uid %u pid %u)",
-                     c->uid, c->pid);
+            snprintf(c->addr, sizeof c->addr, "uid %u pid %u", c->uid, c->pid);
         } else {
-            snprintf(c->addr, sizeof c->addr, "a local peer");
+            snprintf(c->addr, sizeof c->addr, "uid unknown");
         }
         return;
     }

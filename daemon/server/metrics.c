@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -451,18 +452,39 @@ static enum MHD_Result respond(struct MHD_Connection *con, unsigned code,
     return rc;
 }
 
+/* MHD_get_connection_values' iterator over the request's headers:
+ * counts its Host lines in *cls. */
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (key && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+        (*(unsigned *)cls)++;
+    return MHD_YES;
+}
+
 /* Answered on the first call, before any body is read: a request with a
- * body gets its answer and the connection is closed after it. */
+ * body gets its answer and the connection is closed after it. A request
+ * of any version but HTTP/1.0 (1.1, or a later 1.x served as 1.1) needs
+ * exactly one Host header line (RFC 9112 section 3.2): without it, or
+ * with several, 400 whatever the path. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
                                   const char *url, const char *method,
                                   const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     (void)upload_data;
     (void)upload_data_size;
     (void)con_cls;
     srv_metrics_t *m = cls;
+    if (strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
+        unsigned hosts = 0;
+        MHD_get_connection_values(con, MHD_HEADER_KIND, count_host, &hosts);
+        if (hosts != 1)
+            return respond(con, MHD_HTTP_BAD_REQUEST,
+                           "bad request: an HTTP/1.1 request needs one Host header\n", NULL);
+    }
     bool get_ = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
     bool head_ = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
     if (strcmp(url, "/metrics") != 0)

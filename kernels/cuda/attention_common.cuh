@@ -179,6 +179,7 @@ __device__ __forceinline__ wf_merge::row_plan epilogue_plan(const attn_args &a, 
     wf_merge::row_plan m;
     m.how = wf_merge::TAKE;
     m.w = 0.f;
+    m.wa = 1.f;
     m.lse = lp;
     if (a.merge) {
         const float la = live ? a.lse[li] : -INFINITY;

@@ -14,7 +14,10 @@
  *   lp = -inf otherwise:  unchanged
  *   la = -inf:            a = round(p), lse = lp
  *   else:                 w = sigmoid(lp - la), a = round(a - w (a -
- *                         round(p))), lse = max + log1p(exp(-|la - lp|))
+ *                         round(p))), lse = max + log1p(exp(-|la - lp|));
+ *                         where a or round(p) is not finite, a =
+ *                         round(sigmoid(la - lp) a + w round(p)) (an
+ *                         infinity stays one, never inf - inf)
  * round: to merge_round's precision (F32: none), wf_cuda_round_to.
  */
 #ifndef WF_CUDA_MERGE_EPILOGUE_CUH
@@ -32,6 +35,7 @@ enum { KEEP = 0, KEEP_NAN = 1, TAKE = 2, BLEND = 3 };
 struct row_plan {
     int how;   /* KEEP, KEEP_NAN, TAKE or BLEND */
     float w;   /* BLEND: the partial's weight sigmoid(lp - la) */
+    float wa;  /* BLEND: the accumulator's weight sigmoid(la - lp) */
     float lse; /* the row's lse after the merge */
 };
 
@@ -40,6 +44,7 @@ static __device__ __forceinline__ row_plan plan_row(float la, float lp)
 {
     row_plan m;
     m.w = 0.f;
+    m.wa = 1.f;
     m.lse = la;
     if (lp == -INFINITY) {
         m.how = la == -INFINITY ? KEEP_NAN : KEEP;
@@ -52,7 +57,8 @@ static __device__ __forceinline__ row_plan plan_row(float la, float lp)
     }
     m.how = BLEND;
     const float diff = la - lp;
-    m.w = 1.0f / (1.0f + expf(diff)); /* sigmoid(lp - la) */
+    m.w = 1.0f / (1.0f + expf(diff));   /* sigmoid(lp - la) */
+    m.wa = 1.0f / (1.0f + expf(-diff)); /* sigmoid(la - lp) */
     m.lse = fmaxf(la, lp) + log1pf(expf(-fabsf(diff)));
     return m;
 }
@@ -69,7 +75,8 @@ static __device__ __forceinline__ float merge_elem(const row_plan &m, float a, f
         return wf_cuda_round_to(p, rdt);
     default: {
         const float pd = wf_cuda_round_to(p, rdt);
-        return wf_cuda_round_to(a - m.w * (a - pd), rdt);
+        const float x = isfinite(a) && isfinite(pd) ? a - m.w * (a - pd) : m.wa * a + m.w * pd;
+        return wf_cuda_round_to(x, rdt);
     }
     }
 }

@@ -28,7 +28,9 @@
  * usage: test_client_auth WEFTD ipc     (h) ipc:// peer credentials: a
  *       child that setuid(65534) (nobody) on a socket file of mode 0666
  *       gets WF_E_DENIED for reconfigure while its attention works; root
- *       reconfigures. Needs root: exits 77 (skipped) otherwise.
+ *       reconfigures; a local peer that is no ZMTP client is refused and
+ *       logged by its credentials ("client uid U pid P on ipc://...").
+ *       Needs root: exits 77 (skipped) otherwise.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,12 +45,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "keys.h"
 #include "support/clusterd.h"
 #include "support/jobcheck.h"
+#include "support/wait.h"
 #include "weft.h"
 
 static int failures;
@@ -599,6 +603,28 @@ static int test_ipc(void)
     if (c)
         job_ok(c, 22, "(h) root's attention");
     wf_client_destroy(&c);
+    /* a local peer that sends no ZMTP greeting: the gate's log line names
+     * it by its credentials, "client uid U pid P on ipc://..." */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    const char *sock = ep + strlen("ipc://");
+    const bool fits = strlen(sock) < sizeof sa.sun_path;
+    if (fits)
+        memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    static const char junk[64] = "GET / HTTP/1.1\r\n\r\n";
+    CHECKM(fd >= 0 && fits && connect(fd, (const struct sockaddr *)&sa, sizeof sa) == 0 &&
+               write(fd, junk, sizeof junk) == (ssize_t)sizeof junk,
+           "(h) a raw local peer: %s", strerror(errno));
+    char want[160], got[512] = "";
+    snprintf(want, sizeof want, "client plane: client uid %u pid %d on ipc://",
+             (unsigned)geteuid(), (int)getpid());
+    bool named = clusterd_file_find(w.log, want, (int)wait_bound_ms(WAIT_EVENT_MS), got,
+                                    sizeof got);
+    CHECKM(named, "(h) no log line with '%s' in %s", want, w.log);
+    if (named)
+        printf("(h) %s\n", got);
+    if (fd >= 0)
+        close(fd);
     wd_stop(&w);
     return 0;
 }

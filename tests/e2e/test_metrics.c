@@ -10,7 +10,8 @@
  *       the device budget; the same through libweft's status (counters)
  *       and `weftctl status`;
  *   (c) other paths 404, other methods 405 (with Allow; a body sent with
- *       them is never read), HEAD 200 without a body;
+ *       them is never read), HEAD 200 without a body; an HTTP/1.1
+ *       request without exactly one Host header 400, with one 200;
  *   (d) metrics_listen on 0.0.0.0 without allow_anonymous: weftd exits
  *       non-zero and says why; with allow_anonymous it serves; an address
  *       that does not resolve stops the start too, and so does a port
@@ -63,8 +64,9 @@ static void http_free(http_t *h)
     memset(h, 0, sizeof *h);
 }
 
-/* Send `request` (a whole HTTP/1.0 request) to 127.0.0.1:port, read the
- * answer to EOF (the server closes an HTTP/1.0 connection). */
+/* Send `request` (a whole HTTP/1.0 request, or HTTP/1.1 with
+ * "Connection: close") to 127.0.0.1:port, read the answer to EOF (the
+ * server closes the connection after it). */
 static bool http_do(int port, const char *request, http_t *h)
 {
     memset(h, 0, sizeof *h);
@@ -410,6 +412,24 @@ static void check_http_errors(int port)
     http_free(&h);
     CHECKM(http_do(port, "garbage\r\n\r\n", &h) ? h.code >= 400 : true, "garbage: %d",
            h.code);
+    http_free(&h);
+    /* HTTP/1.1 needs exactly one Host (RFC 9112 section 3.2): without it,
+     * or with two, 400 whatever the path; with one, served */
+    static const char *const no_host[] = {
+        "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.2\r\n"
+        "Connection: close\r\n\r\n",
+        "GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof no_host / sizeof no_host[0]; i++) {
+        CHECKM(http_do(port, no_host[i], &h) && h.code == 400, "HTTP/1.1 request %zu "
+               "without one Host: %d", i, h.code);
+        http_free(&h);
+    }
+    CHECKM(http_do(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+                         "close\r\n\r\n", &h) && h.code == 200 &&
+               strstr(h.body, "weft_uptime_seconds"),
+           "HTTP/1.1 GET with Host: %d", h.code);
     http_free(&h);
 }
 

@@ -10,9 +10,10 @@
  * cases also check that they mean what they say (the reference has NaN
  * rows and finite rows where the case puts them). Cases: a NaN in q (one
  * row), a NaN in k (causal: the rows that see the key), a NaN in v (one
- * column of those rows), +inf in q, the first half of the keys -inf for
- * every row (one ring rank's partial is all -inf: it must give way to
- * the other's), every key -inf (out NaN, lse -inf), scale 2^64 (the
+ * column of those rows), +-inf in v (that column +-inf in the rows that
+ * see the key, ring merges included), +inf in q, the first half of the
+ * keys -inf for every row (one ring rank's partial is all -inf: it must
+ * give way to the other's), every key -inf (out NaN, lse -inf), scale 2^64 (the
  * bound: a hard maximum) and 1e-38 (a mean), and scale 3e38, refused
  * with WF_E_BAD_ARGUMENT naming the bound. The daemon serves a clean job
  * after them all and exits 0 on SIGTERM.
@@ -133,6 +134,27 @@ static void cases(wf_client_t *c, const char *mesh)
     RUN_OK("NaN in v, causal", 0, 1);
     CHECK(st != WF_OK || (nr == S - 20 && fr == NL - (S - 20)),
           "%s, NaN in v: %d NaN rows, %d finite", mesh, nr, fr);
+    /* +-inf in v, not causal and causal: +inf in column 2 of head 0 at
+     * key 3 (the first ring shard), -inf in column 5 of head 1 at key 20
+     * (the second), +inf in column 9 of head 0 at keys 4 and 24 (one in
+     * each: two equal infinities merged). Every row that sees such a key
+     * has that column +-inf, whatever the mesh (a ring merges a finite
+     * partial with an infinite one), and no element is NaN */
+    for (int causal = 0; causal < 2; causal++) {
+        fill(j, 10);
+        j->v[(3 * H + 0) * D + 2] = INFINITY;
+        j->v[(20 * H + 1) * D + 5] = -INFINITY;
+        j->v[(4 * H + 0) * D + 9] = INFINITY;
+        j->v[(24 * H + 0) * D + 9] = INFINITY;
+        RUN_OK(causal ? "+-inf in v, causal" : "+-inf in v", 0, causal);
+        int infs = 0;
+        for (int i = 0; i < NQ; i++)
+            infs += isinf(j->ro[i]) != 0;
+        const int want = causal ? (S - 3) + (S - 20) + (S - 4) : 3 * S;
+        CHECK(st != WF_OK || (nr == 0 && infs == want),
+              "%s, +-inf in v%s: %d NaN rows, %d infinite elements in the reference (want "
+              "%d)", mesh, causal ? ", causal" : "", nr, infs, want);
+    }
     /* +inf in q (row 9, head 0): +-inf scores, inf - inf: that row NaN */
     fill(j, 4);
     j->q[(9 * H + 0) * D + 1] = INFINITY;

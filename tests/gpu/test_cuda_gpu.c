@@ -632,6 +632,13 @@ static void test_merge(void)
             ao[i] = frand();
             po[i] = frand();
         }
+        /* infinities beside finite elements: merged, a finite and an
+         * infinite element or two equal infinities give the infinity, +inf
+         * with -inf NaN, as on the host */
+        for (size_t i = 0; i < n; i += 37)
+            ao[i] = INFINITY;
+        for (size_t i = 0; i < n; i += 53)
+            po[i] = i % 2 ? -INFINITY : INFINITY;
         for (int64_t i = 0; i < rows; i++) {
             al[i] = i % 7 == 0 ? -INFINITY : 3 * frand();
             pl[i] = i % 5 == 0 ? -INFINITY : 3 * frand();
@@ -647,7 +654,13 @@ static void test_merge(void)
         double me = 0, ml = 0;
         size_t bad = 0;
         double tol = rd[r] == WF_DTYPE_BF16 ? 8e-3 : rd[r] == WF_DTYPE_F16 ? 1e-3 : 1e-5;
+        size_t infs = 0;
         for (size_t i = 0; i < n; i++) {
+            if (!isfinite(ao[i]) || !isfinite(go[i])) {
+                infs += isinf(ao[i]) != 0;
+                bad += isnan(ao[i]) ? !isnan(go[i]) : go[i] != ao[i];
+                continue;
+            }
             double e = fabs((double)go[i] - ao[i]);
             me = e > me ? e : me;
             bad += !(e <= tol);
@@ -661,9 +674,10 @@ static void test_merge(void)
             ml = e > ml ? e : ml;
             bad += !(e <= 1e-5 + 1e-5 * fabs(al[i]));
         }
-        printf("  lse_merge round %d: max|out| err %.2e, max|lse| err %.2e%s\n", rd[r], me, ml,
-               bad ? "  FAIL" : "");
+        printf("  lse_merge round %d: max|out| err %.2e, max|lse| err %.2e, %zu infinite "
+               "elements%s\n", rd[r], me, ml, infs, bad ? "  FAIL" : "");
         CHECK_TRUE(bad == 0);
+        CHECK_TRUE(infs > 0);
     }
     free(ao); free(po); free(al); free(pl); free(go); free(gl);
 }

@@ -3,7 +3,8 @@
  * suffixes, devices (cpu:N and the CUDA forms, resolved against a GPU
  * count without a GPU), the mesh (resolved against the device count, with
  * messages naming both numbers) and the per-job defaults of context
- * parallelism, and which settings a reload applies. */
+ * parallelism, which settings a reload applies, and the default column of
+ * --help (an empty default says what its meaning column says). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,6 +460,45 @@ static void test_comm_knobs_and_test_hooks(void)
     CHECK(build(1, argv, env4, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
 }
 
+/* --help's default column: metrics_listen's empty default reads "" (off),
+ * and every empty default that says in parentheses what it means says
+ * what its meaning column's "empty = ..." says. */
+static void test_help_defaults(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    wf_config_print_help(f, "weftd");
+    fclose(f);
+    int metrics = 0, said = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "metrics_listen ", 15) == 0) {
+            metrics++;
+            if (!strstr(line, " \"\" (off) "))
+                fprintf(stderr, "want \"\" (off) in: %s\n", line);
+            CHECK(strstr(line, " \"\" (off) ") != NULL);
+        }
+        const char *def = strstr(line, " \"\" (");
+        const char *empty = strstr(line, "empty = ");
+        if (!def || !empty)
+            continue;
+        said++;
+        const char *words = def + 5;
+        size_t n = strcspn(words, ")");
+        empty += strlen("empty = ");
+        bool same = strncmp(words, empty, n) == 0 && (empty[n] == ';' || empty[n] == '\0');
+        if (!same)
+            fprintf(stderr, "the default's words differ from \"empty = ...\" in: %s\n", line);
+        CHECK(same);
+    }
+    CHECK(metrics == 1 && said >= 3);
+    printf("test_config: --help's empty defaults: %d agree with their meaning\n", said);
+    free(text);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/weft-test-config-XXXXXX";
@@ -474,6 +514,7 @@ int main(void)
     test_reload_rules();
     test_mesh_and_job_defaults(dir);
     test_comm_knobs_and_test_hooks();
+    test_help_defaults();
     rmdir(dir);
     if (failures) {
         fprintf(stderr, "test_config: %d check(s) failed\n", failures);

@@ -911,6 +911,34 @@ static void test_merge_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *
     wf_lse_merge_rows(&ao[0][0], al, fo, &fl, 1, D2, WF_DTYPE_F32);
     CHECK(ao[0][0] == 7 && ao[0][2] == 9 && al[0] == 0.5f, "merge: finite after NaN,-inf");
 
+    /* infinite elements, in each round dtype: a finite one merged with an
+     * infinite one, or two equal infinities, give the infinity (inf in v
+     * gives +-inf on every mesh, PROTOCOL.md section 8); +inf with -inf
+     * is NaN; a finite pair merges as a - w (a - p), within the round
+     * dtype's unit roundoff */
+    static const wf_dtype_t rdts[] = { WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16 };
+    for (int r = 0; r < 3; r++) {
+        enum { DI = 6 };
+        const float a0[DI] = { INFINITY, 0.5f, -INFINITY, INFINITY, INFINITY, 0.75f };
+        const float ip[DI] = { 0.5f, INFINITY, -INFINITY, INFINITY, -INFINITY, -0.5f };
+        const float want[DI - 1] = { INFINITY, INFINITY, -INFINITY, INFINITY, NAN };
+        float ia[DI], ial = 1.0f, ipl = 0.5f;
+        memcpy(ia, a0, sizeof ia);
+        const float w = 1.0f / (1.0f + expf(ial - ipl));
+        const float fin = wf_round_to_dtype(a0[DI - 1] - w * (a0[DI - 1] - ip[DI - 1]), rdts[r]);
+        wf_lse_merge_rows(ia, &ial, ip, &ipl, 1, DI, rdts[r]);
+        for (int d = 0; d < DI - 1; d++)
+            CHECK(isnan(want[d]) ? isnan(ia[d]) != 0 : ia[d] == want[d],
+                  "merge round %d: %g with %g gave %g, want %g", (int)rdts[r], (double)a0[d],
+                  (double)ip[d], (double)ia[d], (double)want[d]);
+        const double eps = rdts[r] == WF_DTYPE_BF16  ? 0x1p-8
+                           : rdts[r] == WF_DTYPE_F16 ? 0x1p-11
+                                                     : 0x1p-23;
+        CHECK(fabs((double)ia[DI - 1] - fin) <= eps * fabs(fin) && isfinite(ial),
+              "merge round %d: finite pair %.9g, want %.9g", (int)rdts[r], (double)ia[DI - 1],
+              (double)fin);
+    }
+
     /* kernel on halves, merged */
     enum { SQ = 24, SKV = 64, D = 8, H = 2, HALF = SKV / 2 };
     float *q = malloc((size_t)SQ * H * D * 4), *k = malloc((size_t)SKV * D * 4),
@@ -976,7 +1004,8 @@ static void test_merge_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *
     free(l2);
     free(ro);
     free(rl);
-    printf("lse merge: non-finite rows and halves merged as the reference\n");
+    printf("lse merge: non-finite rows, infinite elements and halves merged as the "
+           "reference\n");
 }
 
 /* The BLAS kernel check: a sentence either way, naming the fix when it
