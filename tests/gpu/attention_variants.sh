@@ -90,7 +90,7 @@ av_ratio() {
 }
 
 av_main() {
-  step_begin "attention kernel variants (issue 17: ws)" "${WEFT_ATTN_VARIANTS_S:-180}"
+  step_begin "attention kernel variants (ws)" "${WEFT_ATTN_VARIANTS_S:-180}"
   step_skip WEFT_ATTN_VARIANTS "attention variants" tests/test_cuda_gpu \
     bench/bench_cuda_attention && return 0
   local list=()
@@ -204,7 +204,7 @@ av_main() {
 
 # The fp8 path: tests, sanitizers, TFLOP/s (the file comment).
 av_fp8() {
-  step_begin "fp8 attention (issue 17)" "${WEFT_ATTN_FP8_S:-100}"
+  step_begin "fp8 attention" "${WEFT_ATTN_FP8_S:-100}"
   step_skip WEFT_ATTN_FP8 "fp8 attention" tests/test_cuda_gpu bench/bench_cuda_attention &&
     return 0
   # 1. self-test and cases

@@ -675,7 +675,7 @@ def main():
             say(f"  weft model FLOP/s: {100 * share:.1f}% of the measured bf16 matmul rate (aim >= 60%)")
             ok = bool(eager["verdicts"]) and all(v == "PASS" for v in eager["verdicts"])
             yn = lambda c: "met" if c else "NOT met"
-            say(f"  targets (issue 12): floor weft >= diffusers eager {yn(ratio >= 1.0)}; "
+            say(f"  targets: floor weft >= diffusers eager {yn(ratio >= 1.0)}; "
                 f"aim 1.3x {yn(ratio >= 1.3)}; aim 60% of matmul {yn(share >= 0.6)}; "
                 f"outputs within bf16 tolerance {yn(ok)}")
             say(f"  max |weft - diffusers| {eager['max_err']:.3e} (weftctl's bf16 tolerance "

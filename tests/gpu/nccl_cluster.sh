@@ -82,7 +82,7 @@ if [ $served = 1 ]; then
       check "FLUX forward $name over the NCCL world against diffusers ($io)" \
         run_ctl "fwd-$name" forward --model "$name" --inputs "$fx/$io.safetensors" --iters 3
     else
-      echo "  FAIL  load $name in a cluster (refused: resident models across nodes not merged?)"
+      echo "  FAIL  load $name in a cluster (refused: see the coordinator's log)"
       fails=$((fails + 1))
     fi
   done
