@@ -15,18 +15,7 @@
 
 #include "base/log.h"
 #include "errf.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
+#include "support/check.h"
 
 static void expect(const char *in, size_t len, wf_esc_mode_t mode, size_t size,
                    const char *want)
@@ -116,6 +105,6 @@ int main(void)
 {
     test_escape();
     test_log();
-    printf("test_escape: %d failures\n", failures);
-    return failures ? 1 : 0;
+    printf("test_escape: %d failures\n", failed);
+    return failed ? 1 : 0;
 }

@@ -33,6 +33,7 @@
 #include "comm/comm_host.h"
 #include "comm/comm_staged.h"
 #include "flux_config.h"
+#include "support/check.h"
 #include "support/standin_dev.h"
 #include "models/flux_forward.h"
 #include "models/models.h"
@@ -50,19 +51,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static long checks, failures;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        checks++;                                                            \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                  \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-        }                                                                    \
-    } while (0)
 
 static double now_s(void)
 {
@@ -1018,6 +1006,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < NFIX; i++)
         fixture_close(&fx[i]);
     close(root);
-    printf("%ld checks, %ld failures, %.1f s\n", checks, failures, now_s() - t0);
-    return failures ? 1 : 0;
+    printf("%d checks, %d failures, %.1f s\n", passed + failed, failed, now_s() - t0);
+    return failed ? 1 : 0;
 }

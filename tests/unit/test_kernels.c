@@ -38,22 +38,8 @@
 #include <string.h>
 
 #define WF_TEST_RNG_SEED 12345u
+#include "support/check.h"
 #include "support/rng.h"
-
-static int failures;
-static long checks;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        checks++;                                                            \
-        if (!(cond)) {                                                       \
-            if (failures++ < 30) {                                           \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-                fprintf(stderr, __VA_ARGS__);                                \
-                fputc('\n', stderr);                                         \
-            }                                                                \
-        }                                                                    \
-    } while (0)
 
 static uint32_t fbits(float f)
 {
@@ -1041,6 +1027,6 @@ int main(void)
     test_merge_nonfinite(ops, ctx);
     ops->ctx_destroy(&ctx);
     test_threads(ops);
-    printf("%ld checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    printf("%d checks, %d failures\n", passed + failed, failed);
+    return failed ? 1 : 0;
 }

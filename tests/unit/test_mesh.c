@@ -1,21 +1,11 @@
 /* test_mesh.c — unit test of mesh.c: rank <-> coordinates, group members
  * against hand-written tables, colors, parsing and validation messages. */
 #include "base/mesh.h"
+#include "support/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 static wf_mesh_t mk(int dp, int ring, int ul, int tp)
 {
@@ -43,17 +33,17 @@ static void test_roundtrip(void)
         for (int r = 0; r < m.world_size; r++) {
             wf_mesh_coords_t c;
             int back = -1;
-            CHECK(wf_mesh_coords(&m, r, &c) == WF_OK);
-            CHECK(wf_mesh_rank(&m, &c, &back) == WF_OK);
-            CHECK(back == r);
-            CHECK(r == ((c.dp * d[1] + c.ring) * d[2] + c.ulysses) * d[3] + c.tp);
+            CHECK_TRUE(wf_mesh_coords(&m, r, &c) == WF_OK);
+            CHECK_TRUE(wf_mesh_rank(&m, &c, &back) == WF_OK);
+            CHECK_TRUE(back == r);
+            CHECK_TRUE(r == ((c.dp * d[1] + c.ring) * d[2] + c.ulysses) * d[3] + c.tp);
         }
         wf_mesh_coords_t c;
-        CHECK(wf_mesh_coords(&m, m.world_size, &c) == WF_E_BAD_ARGUMENT);
-        CHECK(wf_mesh_coords(&m, -1, &c) == WF_E_BAD_ARGUMENT);
+        CHECK_TRUE(wf_mesh_coords(&m, m.world_size, &c) == WF_E_BAD_ARGUMENT);
+        CHECK_TRUE(wf_mesh_coords(&m, -1, &c) == WF_E_BAD_ARGUMENT);
         wf_mesh_coords_t bad = {0, d[1], 0, 0};
         int r;
-        CHECK(wf_mesh_rank(&m, &bad, &r) == WF_E_BAD_ARGUMENT);
+        CHECK_TRUE(wf_mesh_rank(&m, &bad, &r) == WF_E_BAD_ARGUMENT);
     }
 }
 
@@ -66,20 +56,15 @@ static void check_groups(const wf_mesh_t *m, wf_mesh_dim_t dim, int ngroups,
         for (int i = 0; i < gsize; i++) {
             int rank = table[g * gsize + i];
             int got[64], size = -1, index = -1, color = -1, key = -1;
-            CHECK(wf_mesh_group(m, dim, rank, got, 64, &size, &index) == WF_OK);
-            CHECK(size == gsize);
-            CHECK(index == i);
-            for (int j = 0; j < gsize && j < size; j++) {
-                if (got[j] != table[g * gsize + j]) {
-                    fprintf(stderr, "dim %s rank %d: member %d is %d, want %d\n",
-                            wf_mesh_dim_name(dim), rank, j, got[j],
-                            table[g * gsize + j]);
-                    failures++;
-                }
-            }
-            CHECK(wf_mesh_color(m, dim, rank, &color, &key) == WF_OK);
-            CHECK(color == table[g * gsize]); /* lowest rank of the group */
-            CHECK(key == i);
+            CHECK_TRUE(wf_mesh_group(m, dim, rank, got, 64, &size, &index) == WF_OK);
+            CHECK_TRUE(size == gsize);
+            CHECK_TRUE(index == i);
+            for (int j = 0; j < gsize && j < size; j++)
+                CHECK(got[j] == table[g * gsize + j], "dim %s rank %d: member %d is %d, want %d",
+                      wf_mesh_dim_name(dim), rank, j, got[j], table[g * gsize + j]);
+            CHECK_TRUE(wf_mesh_color(m, dim, rank, &color, &key) == WF_OK);
+            CHECK_TRUE(color == table[g * gsize]); /* lowest rank of the group */
+            CHECK_TRUE(key == i);
         }
     }
 }
@@ -137,11 +122,11 @@ static void test_groups_ring3_ul2_tp2(void)
     check_groups(&m2, WF_MESH_DIM_DP, 2, 3, dp2);
 
     int buf[2];
-    CHECK(wf_mesh_group(&m, WF_MESH_DIM_SEQ, 0, buf, 2, NULL, NULL) == WF_E_LIMIT);
-    CHECK(wf_mesh_group(&m, (wf_mesh_dim_t)9, 0, NULL, 0, NULL, NULL) ==
-          WF_E_BAD_ARGUMENT);
-    CHECK(wf_mesh_group(&m, WF_MESH_DIM_RING, 12, NULL, 0, NULL, NULL) ==
-          WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(wf_mesh_group(&m, WF_MESH_DIM_SEQ, 0, buf, 2, NULL, NULL) == WF_E_LIMIT);
+    CHECK_TRUE(wf_mesh_group(&m, (wf_mesh_dim_t)9, 0, NULL, 0, NULL, NULL) ==
+               WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(wf_mesh_group(&m, WF_MESH_DIM_RING, 12, NULL, 0, NULL, NULL) ==
+               WF_E_BAD_ARGUMENT);
 }
 
 /* For every mesh of a world and every dim, colors partition the world:
@@ -166,33 +151,33 @@ static void test_colors_partition(void)
                     int n = wf_mesh_group_size(&m, (wf_mesh_dim_t)dim);
                     for (int r = 0; r < world; r++) {
                         int color, key, members[24], size, index;
-                        CHECK(wf_mesh_color(&m, (wf_mesh_dim_t)dim, r, &color,
-                                            &key) == WF_OK);
-                        CHECK(wf_mesh_group(&m, (wf_mesh_dim_t)dim, r, members,
-                                            24, &size, &index) == WF_OK);
-                        CHECK(color >= 0 && color < world && color <= r);
-                        CHECK(size == n && index == key && members[key] == r);
-                        CHECK(members[0] == color);
+                        CHECK_TRUE(wf_mesh_color(&m, (wf_mesh_dim_t)dim, r, &color,
+                                                 &key) == WF_OK);
+                        CHECK_TRUE(wf_mesh_group(&m, (wf_mesh_dim_t)dim, r, members,
+                                                 24, &size, &index) == WF_OK);
+                        CHECK_TRUE(color >= 0 && color < world && color <= r);
+                        CHECK_TRUE(size == n && index == key && members[key] == r);
+                        CHECK_TRUE(members[0] == color);
                         count[color]++;
-                        CHECK(!keys_seen[color][key]);
+                        CHECK_TRUE(!keys_seen[color][key]);
                         keys_seen[color][key] = 1;
                         /* everyone in my group has my color */
                         for (int j = 0; j < size; j++) {
                             int c2, k2;
                             wf_mesh_color(&m, (wf_mesh_dim_t)dim, members[j], &c2,
                                           &k2);
-                            CHECK(c2 == color && k2 == j);
+                            CHECK_TRUE(c2 == color && k2 == j);
                         }
                     }
                     int total = 0;
                     for (int c = 0; c < world; c++) {
-                        CHECK(count[c] == 0 || count[c] == n);
+                        CHECK_TRUE(count[c] == 0 || count[c] == n);
                         total += count[c];
                     }
-                    CHECK(total == world);
+                    CHECK_TRUE(total == world);
                 }
             }
-    CHECK(nmesh > 20);
+    CHECK_TRUE(nmesh > 20);
 }
 
 static void test_validate(void)
@@ -200,58 +185,58 @@ static void test_validate(void)
     char err[256];
     wf_mesh_t m = mk(1, 1, 1, 1);
     wf_mesh_degrees_t d = {1, 2, 2, 1};
-    CHECK(wf_mesh_init(&m, &d, 8, err, sizeof err) == WF_E_BAD_FIELD);
-    CHECK(strstr(err, "is 4") && strstr(err, "world size (8)"));
+    CHECK_TRUE(wf_mesh_init(&m, &d, 8, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK_TRUE(strstr(err, "is 4") && strstr(err, "world size (8)"));
     printf("  product error: %s\n", err);
-    CHECK(m.world_size == 1); /* untouched on error */
+    CHECK_TRUE(m.world_size == 1); /* untouched on error */
 
     wf_mesh_degrees_t z = {1, 0, 2, 1};
-    CHECK(wf_mesh_init(&m, &z, 2, err, sizeof err) == WF_E_BAD_FIELD);
-    CHECK(strstr(err, "`ring` degree must be greater than or equal to 1"));
+    CHECK_TRUE(wf_mesh_init(&m, &z, 2, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK_TRUE(strstr(err, "`ring` degree must be greater than or equal to 1"));
     printf("  degree error:  %s\n", err);
 
     wf_mesh_degrees_t neg = {1, 1, 1, UINT32_MAX};
-    CHECK(wf_mesh_init(&m, &neg, 2, err, sizeof err) == WF_E_BAD_FIELD);
-    CHECK(strstr(err, "`tp`"));
+    CHECK_TRUE(wf_mesh_init(&m, &neg, 2, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK_TRUE(strstr(err, "`tp`"));
 
     wf_mesh_degrees_t big = {65536, 65536, 65536, 65536};
-    CHECK(wf_mesh_init(&m, &big, 8, err, sizeof err) == WF_E_BAD_FIELD);
-    CHECK(strstr(err, "exceeds"));
+    CHECK_TRUE(wf_mesh_init(&m, &big, 8, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK_TRUE(strstr(err, "exceeds"));
 
-    CHECK(wf_mesh_init(&m, &d, 0, err, sizeof err) == WF_E_BAD_ARGUMENT);
-    CHECK(wf_mesh_init(&m, &d, 4, NULL, 0) == WF_OK);
-    CHECK(m.epoch == 0 && m.world_size == 4);
+    CHECK_TRUE(wf_mesh_init(&m, &d, 0, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(wf_mesh_init(&m, &d, 4, NULL, 0) == WF_OK);
+    CHECK_TRUE(m.epoch == 0 && m.world_size == 4);
 
     /* reconfiguration: same world, epoch + 1; refused without change */
     wf_mesh_degrees_t d2 = {4, 1, 1, 1};
-    CHECK(wf_mesh_reconfigure(&m, &d2, err, sizeof err) == WF_OK);
-    CHECK(m.epoch == 1 && m.deg.dp == 4 && m.deg.ring == 1);
+    CHECK_TRUE(wf_mesh_reconfigure(&m, &d2, err, sizeof err) == WF_OK);
+    CHECK_TRUE(m.epoch == 1 && m.deg.dp == 4 && m.deg.ring == 1);
     wf_mesh_degrees_t d3 = {1, 8, 1, 1};
-    CHECK(wf_mesh_reconfigure(&m, &d3, err, sizeof err) == WF_E_BAD_FIELD);
-    CHECK(m.epoch == 1 && m.deg.dp == 4);
+    CHECK_TRUE(wf_mesh_reconfigure(&m, &d3, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK_TRUE(m.epoch == 1 && m.deg.dp == 4);
 
     /* heads */
     wf_mesh_t t = mk(1, 1, 1, 4);
-    CHECK(wf_mesh_check_heads(&t, 24, err, sizeof err) == WF_OK);
-    CHECK(wf_mesh_check_heads(&t, 6, err, sizeof err) == WF_E_BAD_ARGUMENT);
-    CHECK(strcmp(err, "Cannot shard 6 attention heads across 4 tensor-parallel "
-                      "ranks: not divisible by 4.") == 0);
+    CHECK_TRUE(wf_mesh_check_heads(&t, 24, err, sizeof err) == WF_OK);
+    CHECK_TRUE(wf_mesh_check_heads(&t, 6, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(strcmp(err, "Cannot shard 6 attention heads across 4 tensor-parallel "
+                           "ranks: not divisible by 4.") == 0);
     printf("  heads error:   %s\n", err);
-    CHECK(wf_mesh_check_heads(&t, 0, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(wf_mesh_check_heads(&t, 0, err, sizeof err) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_parse(void)
 {
     wf_mesh_degrees_t d;
     char err[256];
-    CHECK(wf_mesh_parse("ring=2,ulysses=2", &d, err, sizeof err) == WF_OK);
-    CHECK(d.dp == 1 && d.ring == 2 && d.ulysses == 2 && d.tp == 1);
-    CHECK(wf_mesh_parse("dp=2,tp=2", &d, err, sizeof err) == WF_OK);
-    CHECK(d.dp == 2 && d.ring == 1 && d.ulysses == 1 && d.tp == 2);
-    CHECK(wf_mesh_parse(" tp = 4 , ring=3 ", &d, err, sizeof err) == WF_OK);
-    CHECK(d.dp == 1 && d.ring == 3 && d.ulysses == 1 && d.tp == 4);
-    CHECK(wf_mesh_parse("", &d, err, sizeof err) == WF_OK);
-    CHECK(d.dp == 1 && d.ring == 1 && d.ulysses == 1 && d.tp == 1);
+    CHECK_TRUE(wf_mesh_parse("ring=2,ulysses=2", &d, err, sizeof err) == WF_OK);
+    CHECK_TRUE(d.dp == 1 && d.ring == 2 && d.ulysses == 2 && d.tp == 1);
+    CHECK_TRUE(wf_mesh_parse("dp=2,tp=2", &d, err, sizeof err) == WF_OK);
+    CHECK_TRUE(d.dp == 2 && d.ring == 1 && d.ulysses == 1 && d.tp == 2);
+    CHECK_TRUE(wf_mesh_parse(" tp = 4 , ring=3 ", &d, err, sizeof err) == WF_OK);
+    CHECK_TRUE(d.dp == 1 && d.ring == 3 && d.ulysses == 1 && d.tp == 4);
+    CHECK_TRUE(wf_mesh_parse("", &d, err, sizeof err) == WF_OK);
+    CHECK_TRUE(d.dp == 1 && d.ring == 1 && d.ulysses == 1 && d.tp == 1);
 
     static const struct {
         const char *in;
@@ -275,11 +260,8 @@ static void test_parse(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         d.dp = 77;
         wf_status_t st = wf_mesh_parse(bad[i].in, &d, err, sizeof err);
-        if (st != WF_E_BAD_FIELD || !strstr(err, bad[i].msg) || d.dp != 77) {
-            fprintf(stderr, "parse \"%s\": status %d, message \"%s\"\n",
-                    bad[i].in, (int)st, err);
-            failures++;
-        }
+        CHECK(st == WF_E_BAD_FIELD && strstr(err, bad[i].msg) && d.dp == 77,
+              "parse \"%s\": status %d, message \"%s\"", bad[i].in, (int)st, err);
     }
     printf("  parse error:   %s\n", err);
 
@@ -287,14 +269,14 @@ static void test_parse(void)
     wf_mesh_t m = mk(2, 1, 2, 3);
     m.epoch = 5;
     char line[128];
-    CHECK(wf_mesh_format(&m, line, sizeof line) == WF_OK);
-    CHECK(strcmp(line, "dp=2,ring=1,ulysses=2,tp=3 world=12 epoch=5") == 0);
+    CHECK_TRUE(wf_mesh_format(&m, line, sizeof line) == WF_OK);
+    CHECK_TRUE(strcmp(line, "dp=2,ring=1,ulysses=2,tp=3 world=12 epoch=5") == 0);
     printf("  status line:   %s\n", line);
     *strchr(line, ' ') = '\0';
-    CHECK(wf_mesh_parse(line, &d, err, sizeof err) == WF_OK);
-    CHECK(d.dp == 2 && d.ring == 1 && d.ulysses == 2 && d.tp == 3);
+    CHECK_TRUE(wf_mesh_parse(line, &d, err, sizeof err) == WF_OK);
+    CHECK_TRUE(d.dp == 2 && d.ring == 1 && d.ulysses == 2 && d.tp == 3);
     char tiny[8];
-    CHECK(wf_mesh_format(&m, tiny, sizeof tiny) == WF_E_LIMIT);
+    CHECK_TRUE(wf_mesh_format(&m, tiny, sizeof tiny) == WF_E_LIMIT);
 }
 
 int main(void)
@@ -306,8 +288,8 @@ int main(void)
     test_colors_partition();
     test_validate();
     test_parse();
-    if (failures) {
-        printf("test_mesh: %d failures\n", failures);
+    if (failed) {
+        printf("test_mesh: %d failures\n", failed);
         return 1;
     }
     printf("test_mesh: all passed\n");

@@ -6,21 +6,11 @@
  * order, sizes equal, the bytes landing where comm.h says), and the
  * even-all-gather test. Pure functions: runs in every build. */
 #include "comm/p2p_plan.h"
+#include "support/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 enum { N = 5, CAP = 4096 };
 
@@ -38,13 +28,13 @@ static void check_order(int r, const rankplan_t *p, int center, int rooted)
     int ns = 0, nr = 0;
     for (size_t i = 0; i < p->nops; i++) {
         const wf_p2p_op_t *o = &p->ops[i];
-        CHECK(o->peer != r && o->peer >= 0 && o->peer < N);
+        CHECK_TRUE(o->peer != r && o->peer >= 0 && o->peer < N);
         if (o->is_send) {
-            CHECK(o->peer == (center + ++ns) % N || (rooted && r != center));
+            CHECK_TRUE(o->peer == (center + ++ns) % N || (rooted && r != center));
         } else {
             int s = ++nr;
-            CHECK(o->peer == (rooted ? (center + s) % N : (center - s + N) % N) ||
-                  (rooted && r != center));
+            CHECK_TRUE(o->peer == (rooted ? (center + s) % N : (center - s + N) % N) ||
+                       (rooted && r != center));
         }
     }
 }
@@ -62,7 +52,7 @@ static void execute(int n, rankplan_t *pl, unsigned char **send,
                     pl[r].self.bytes);
         for (size_t i = 0; i < pl[r].nops; i++) {
             const wf_p2p_op_t *o = &pl[r].ops[i];
-            CHECK(o->peer != r && o->peer >= 0 && o->peer < n);
+            CHECK_TRUE(o->peer != r && o->peer >= 0 && o->peer < n);
             int k = 0;
             for (size_t j = 0; j < i; j++)
                 k += pl[r].ops[j].is_send == o->is_send &&
@@ -75,10 +65,10 @@ static void execute(int n, rankplan_t *pl, unsigned char **send,
                     break;
                 }
             }
-            CHECK(m != NULL);
+            CHECK_TRUE(m != NULL);
             if (!m)
                 continue;
-            CHECK(m->bytes == o->bytes);
+            CHECK_TRUE(m->bytes == o->bytes);
             if (o->is_send && o->bytes)
                 memcpy(recv[o->peer] + m->offset, send[r] + o->offset,
                        o->bytes);
@@ -114,15 +104,15 @@ static void test_alltoallv(void)
     for (int r = 0; r < N; r++) {
         pl[r].nops = wf_p2p_plan_alltoallv(r, N, sc[r], sd[r], rc[r], rd[r],
                                            pl[r].ops, &pl[r].self);
-        CHECK(pl[r].nops == 2 * (N - 1)); /* zero counts included */
+        CHECK_TRUE(pl[r].nops == 2 * (N - 1)); /* zero counts included */
         check_order(r, &pl[r], r, 0);
     }
     execute(N, pl, sendp, recvp);
     for (int j = 0; j < N; j++)
         for (int i = 0; i < N; i++)
-            CHECK(memcmp(rb[j] + rd[j][i], sb[i] + sd[i][j], rc[j][i]) == 0);
+            CHECK_TRUE(memcmp(rb[j] + rd[j][i], sb[i] + sd[i][j], rc[j][i]) == 0);
     /* the first operation is the send of step 1, to rank + 1 */
-    CHECK(pl[0].ops[0].is_send && pl[0].ops[0].peer == 1);
+    CHECK_TRUE(pl[0].ops[0].is_send && pl[0].ops[0].peer == 1);
 }
 
 static void test_alltoall(void)
@@ -131,13 +121,13 @@ static void test_alltoall(void)
     memset(rb, 0, sizeof rb);
     for (int r = 0; r < N; r++) {
         pl[r].nops = wf_p2p_plan_alltoall(r, N, B, pl[r].ops, &pl[r].self);
-        CHECK(pl[r].nops == 2 * (N - 1));
+        CHECK_TRUE(pl[r].nops == 2 * (N - 1));
         check_order(r, &pl[r], r, 0);
     }
     execute(N, pl, sendp, recvp);
     for (int j = 0; j < N; j++)
         for (int i = 0; i < N; i++)
-            CHECK(memcmp(rb[j] + (size_t)i * B, sb[i] + (size_t)j * B, B) == 0);
+            CHECK_TRUE(memcmp(rb[j] + (size_t)i * B, sb[i] + (size_t)j * B, B) == 0);
 }
 
 static void test_allgather(void)
@@ -158,7 +148,7 @@ static void test_allgather(void)
     execute(N, pl, sendp, recvp);
     for (int r = 0; r < N; r++)
         for (int j = 0; j < N; j++)
-            CHECK(memcmp(rb[r] + dsp[j], sb[j], cnt[j]) == 0);
+            CHECK_TRUE(memcmp(rb[r] + dsp[j], sb[j], cnt[j]) == 0);
     /* even */
     const size_t B = 24;
     memset(rb, 0, sizeof rb);
@@ -167,19 +157,19 @@ static void test_allgather(void)
     execute(N, pl, sendp, recvp);
     for (int r = 0; r < N; r++)
         for (int j = 0; j < N; j++)
-            CHECK(memcmp(rb[r] + (size_t)j * B, sb[j], B) == 0);
+            CHECK_TRUE(memcmp(rb[r] + (size_t)j * B, sb[j], B) == 0);
     /* which all-gathervs are even */
     size_t even = 0;
-    CHECK(!wf_p2p_allgather_even(N, cnt, dsp, &even));
+    CHECK_TRUE(!wf_p2p_allgather_even(N, cnt, dsp, &even));
     size_t ec[N], ed[N];
     for (int j = 0; j < N; j++) {
         ec[j] = 64;
         ed[j] = 64 * (size_t)j;
     }
-    CHECK(wf_p2p_allgather_even(N, ec, ed, &even) && even == 64);
+    CHECK_TRUE(wf_p2p_allgather_even(N, ec, ed, &even) && even == 64);
     ed[2] += 1;
-    CHECK(!wf_p2p_allgather_even(N, ec, ed, &even));
-    CHECK(!wf_p2p_allgather_even(0, ec, ed, &even));
+    CHECK_TRUE(!wf_p2p_allgather_even(N, ec, ed, &even));
+    CHECK_TRUE(!wf_p2p_allgather_even(0, ec, ed, &even));
 }
 
 static void test_rooted(void)
@@ -197,24 +187,24 @@ static void test_rooted(void)
                                               r == root ? cnt : NULL,
                                               r == root ? dsp : NULL, cnt[r],
                                               pl[r].ops, &pl[r].self);
-            CHECK(pl[r].nops == (r == root ? (size_t)N - 1 : 1));
+            CHECK_TRUE(pl[r].nops == (r == root ? (size_t)N - 1 : 1));
             check_order(r, &pl[r], root, 1);
         }
         execute(N, pl, sendp, recvp);
         for (int r = 0; r < N; r++)
-            CHECK(memcmp(rb[r], sb[root] + dsp[r], cnt[r]) == 0);
+            CHECK_TRUE(memcmp(rb[r], sb[root] + dsp[r], cnt[r]) == 0);
         memset(rb, 0, sizeof rb);
         for (int r = 0; r < N; r++) {
             pl[r].nops = wf_p2p_plan_gatherv(r, N, root, cnt[r],
                                              r == root ? cnt : NULL,
                                              r == root ? dsp : NULL,
                                              pl[r].ops, &pl[r].self);
-            CHECK(pl[r].nops == (r == root ? (size_t)N - 1 : 1));
+            CHECK_TRUE(pl[r].nops == (r == root ? (size_t)N - 1 : 1));
             check_order(r, &pl[r], root, 1);
         }
         execute(N, pl, sendp, recvp);
         for (int j = 0; j < N; j++)
-            CHECK(memcmp(rb[root] + dsp[j], sb[j], cnt[j]) == 0);
+            CHECK_TRUE(memcmp(rb[root] + dsp[j], sb[j], cnt[j]) == 0);
     }
 }
 
@@ -224,14 +214,14 @@ static void test_single(void)
     wf_p2p_op_t ops[2];
     wf_p2p_copy_t self;
     size_t c = 9, d = 4;
-    CHECK(wf_p2p_plan_alltoallv(0, 1, &c, &d, &c, &d, ops, &self) == 0);
-    CHECK(self.src == 4 && self.dst == 4 && self.bytes == 9);
-    CHECK(wf_p2p_plan_allgatherv(0, 1, 9, &c, &d, ops, &self) == 0);
-    CHECK(self.src == 0 && self.dst == 4 && self.bytes == 9);
-    CHECK(wf_p2p_plan_scatterv(0, 1, 0, &c, &d, 9, ops, &self) == 0);
-    CHECK(self.src == 4 && self.dst == 0 && self.bytes == 9);
-    CHECK(wf_p2p_plan_gatherv(0, 1, 0, 9, &c, &d, ops, &self) == 0);
-    CHECK(self.src == 0 && self.dst == 4 && self.bytes == 9);
+    CHECK_TRUE(wf_p2p_plan_alltoallv(0, 1, &c, &d, &c, &d, ops, &self) == 0);
+    CHECK_TRUE(self.src == 4 && self.dst == 4 && self.bytes == 9);
+    CHECK_TRUE(wf_p2p_plan_allgatherv(0, 1, 9, &c, &d, ops, &self) == 0);
+    CHECK_TRUE(self.src == 0 && self.dst == 4 && self.bytes == 9);
+    CHECK_TRUE(wf_p2p_plan_scatterv(0, 1, 0, &c, &d, 9, ops, &self) == 0);
+    CHECK_TRUE(self.src == 4 && self.dst == 0 && self.bytes == 9);
+    CHECK_TRUE(wf_p2p_plan_gatherv(0, 1, 0, 9, &c, &d, ops, &self) == 0);
+    CHECK_TRUE(self.src == 0 && self.dst == 4 && self.bytes == 9);
 }
 
 int main(void)
@@ -247,8 +237,8 @@ int main(void)
     test_allgather();
     test_rooted();
     test_single();
-    if (failures) {
-        fprintf(stderr, "test_p2p_plan: %d failure(s)\n", failures);
+    if (failed) {
+        fprintf(stderr, "test_p2p_plan: %d failure(s)\n", failed);
         return 1;
     }
     printf("test_p2p_plan: ok\n");
