@@ -133,39 +133,14 @@ static bool wd_start_fd(wd_t *w, const char *tag, const char *const *extra,
     for (size_t i = 0; extra[i] && n < 31; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    int lfd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (lfd < 0) {
-        perror(w->log);
-        return false;
+    /* the test's own client keys are not the daemon's business */
+    static const char *const unset[] = { "WEFT_SERVER_KEY", "WEFT_CLIENT_KEY", NULL };
+    spawn_opts_t o = { .unset = unset, .log_path = w->log };
+    if (listen_fd >= 0) {
+        o.listen_fds = &listen_fd;
+        o.n_listen_fds = 1;
     }
-    clusterd_t *d = &w->n.p;
-    d->pid = fork();
-    if (d->pid < 0)
-        return false;
-    if (d->pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        if (listen_fd >= 0) {
-            if (listen_fd != 3 && dup2(listen_fd, 3) != 3)
-                _exit(126);
-            if (listen_fd == 3)
-                fcntl(3, F_SETFD, 0);
-            char pid[32];
-            snprintf(pid, sizeof pid, "%d", (int)getpid());
-            setenv("LISTEN_FDS", "1", 1);
-            setenv("LISTEN_PID", pid, 1);
-        }
-        dup2(lfd, 2);
-        setenv("NOTIFY_SOCKET", d->notify_path, 1);
-        unsetenv("WEFT_SERVER_KEY");
-        unsetenv("WEFT_CLIENT_KEY");
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(lfd);
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    if (d->pidfd < 0)
+    if (!clusterd_spawn(&w->n.p, argv, &o))
         return false;
     if (!want_ready)
         return true;
@@ -590,10 +565,15 @@ static int test_ipc(void)
         wf_client_destroy(&c);
         _exit(0);
     }
+    /* its four calls are each bounded by the client timeout */
     int status = 0;
-    CHECKM(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-           WEXITSTATUS(status) == 0, "(h) the unprivileged child failed (exit %d)",
-           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    bool done = pid > 0 && spawn_reap(pid, -1, 4 * TIMEOUT_MS + (int)WAIT_EVENT_MS, &status);
+    if (pid > 0 && !done)
+        spawn_signal_reap(pid, -1, SIGKILL, (int)WAIT_EVENT_MS, "the unprivileged child",
+                          &status, NULL);
+    CHECKM(done && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "(h) the unprivileged child failed (exit %d)",
+           done && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     CHECKM(log_has(w.log, "reconfigure denied: uid 65534 pid"), "(h) denial logged");
     wf_client_t *c = NULL;
     CHECKM(wf_client_connect(ep, TIMEOUT_MS, &c) == WF_OK, "connect");

@@ -194,27 +194,8 @@ static bool wd_start(wd_t *w, const char *tag, const char *const *extra, bool wa
     for (size_t i = 0; extra[i] && n < 31; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    int lfd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (lfd < 0) {
-        perror(w->log);
-        return false;
-    }
-    clusterd_t *d = &w->n.p;
-    d->pid = fork();
-    if (d->pid < 0)
-        return false;
-    if (d->pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        dup2(lfd, 2);
-        setenv("NOTIFY_SOCKET", d->notify_path, 1);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(lfd);
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    if (d->pidfd < 0)
+    spawn_opts_t o = { .log_path = w->log };
+    if (!clusterd_spawn(&w->n.p, argv, &o))
         return false;
     if (!want_ready)
         return true;

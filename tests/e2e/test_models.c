@@ -54,24 +54,14 @@
 #include "flux_host.h"
 #include "model_root.h"
 #include "safetensors.h"
+#include "support/check.h"
 #include "support/fluxio.h"
 #include "support/jobcheck.h"
+#include "support/spawn.h"
 #include "support/st_writer.h"
 #include "tensor.h"
 
 #define WF_PROTO_ERROR_MAX_COPY 512
-
-static int failures;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-        }                                                                    \
-    } while (0)
 
 /* ---- files ----------------------------------------------------------------- */
 
@@ -272,12 +262,8 @@ static char notify_path[300];
 static bool notify_open(void)
 {
     snprintf(notify_path, sizeof notify_path, "%s.notify", root);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    if (strlen(notify_path) >= sizeof sa.sun_path)
-        return false;
-    strcpy(sa.sun_path, notify_path);
-    notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    return notify_fd >= 0 && bind(notify_fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    notify_fd = spawn_notify_bind(notify_path, 0);
+    return notify_fd >= 0;
 }
 
 /* Wait (up to 5 s, on the socket) for a notify datagram holding `needle`;
@@ -812,6 +798,6 @@ int main(int argc, char **argv)
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", root, outside);
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", root);
-    printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d checks, %d failures\n", failed ? "FAIL" : "ok", passed + failed, failed);
+    return failed ? 1 : 0;
 }

@@ -59,19 +59,9 @@
 #include <unistd.h>
 
 #include "weft.h"
+#include "support/check.h"
 #include "support/jobcheck.h"
-
-static int failures; /* single-threaded test bookkeeping */
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-        }                                                                    \
-    } while (0)
+#include "support/spawn.h"
 
 /* Tolerances, see the file comment. */
 
@@ -325,8 +315,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (!wait_ready(endpoint)) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+        int ws;
+        spawn_signal_reap(pid, -1, SIGKILL, SPAWN_STOP_MS, "weftd", &ws, NULL);
         fprintf(stderr, "FAIL: weftd did not answer hello\n");
         return 1;
     }
@@ -374,6 +364,7 @@ int main(int argc, char **argv)
     char why[128];
     CHECK(stop_daemon(pid, 20000, why, sizeof why), "%s", why);
 
-    printf("test_parity: %.1f s, %d failure(s)\n", now_s() - t0, failures);
-    return failures ? 1 : 0;
+    printf("test_parity: %.1f s, %d checks, %d failure(s)\n", now_s() - t0, passed + failed,
+           failed);
+    return failed ? 1 : 0;
 }

@@ -23,7 +23,9 @@
  *   two checks are skipped with a message.
  *
  * Usage: test_privileges PATH_TO_WEFTD. Every wait is an event wait with
- * a deadline (poll on the notify socket and on a pidfd, zmq_poll).
+ * a deadline (poll on the notify socket and on a pidfd, zmq_poll); the
+ * daemons are started through rawd (support/spawn.h, as_user for the
+ * switch to nobody).
  */
 #include <errno.h>
 #include <dirent.h>
@@ -38,17 +40,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "proto.h"
 #include "support/rawd.h"
-
-/* exit status of a child that could not exec weftd as another user */
-#define EXEC_FAILED 126
 
 static int counter;
 
@@ -60,39 +57,21 @@ typedef struct proc {
     char log_path[108];
 } proc_t;
 
-/* Start `weftd --listen ipc:///tmp/weft-priv-PID-N.sock --devices cpu:2
- * args...` with NOTIFY_SOCKET set, `env` (K=V or NULL) in its
- * environment and stderr to a file; as user `as` (uid and gid; -1: as
- * we are) when not -1. The notify socket is made writable for everyone
- * so that a daemon running as nobody can reach it. */
+/* Start `weftd --listen ipc:///tmp/... --devices cpu:2 args...` (rawd's
+ * daemon_exec) with NOTIFY_SOCKET set, `env` (K=V or NULL) in its
+ * environment and stderr to a file; as user `as` (uid and gid; -1: as we
+ * are) when not -1. The notify socket is made writable for everyone so
+ * that a daemon running as nobody can reach it. */
 static bool start(proc_t *p, const char *weftd, const char *const *args,
                   const char *env, uid_t as_uid, gid_t as_gid)
 {
     memset(p, 0, sizeof *p);
     daemon_t *d = &p->d;
-    int n = counter++;
-    snprintf(d->sock_path, sizeof d->sock_path, "/tmp/weft-priv-%d-%d.sock",
-             (int)getpid(), n);
-    snprintf(d->endpoint, sizeof d->endpoint, "ipc://%s", d->sock_path);
-    snprintf(d->notify_path, sizeof d->notify_path,
-             "/tmp/weft-priv-notify-%d-%d.sock", (int)getpid(), n);
+    /* a daemon that switches to `user` itself sends READY=1 as that user */
+    if (!daemon_open(d) || chmod(d->notify_path, 0666) != 0)
+        return false;
     snprintf(p->log_path, sizeof p->log_path, "/tmp/weft-priv-%d-%d.log",
-             (int)getpid(), n);
-    unlink(d->sock_path);
-    unlink(d->notify_path);
-    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
-    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        chmod(d->notify_path, 0666) != 0) {
-        perror("notify socket");
-        return false;
-    }
-    int log_fd = open(p->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (log_fd < 0) {
-        perror(p->log_path);
-        return false;
-    }
+             (int)getpid(), counter++);
     const char *argv[32];
     int argc = 0;
     argv[argc++] = weftd;
@@ -103,34 +82,10 @@ static bool start(proc_t *p, const char *weftd, const char *const *args,
     for (int i = 0; args[i] && argc < 31; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
-    d->pid = fork();
-    if (d->pid < 0) {
-        perror("fork");
-        close(log_fd);
-        return false;
-    }
-    if (d->pid == 0) {
-        dup2(log_fd, STDERR_FILENO);
-        setenv("NOTIFY_SOCKET", d->notify_path, 1);
-        if (env)
-            putenv((char *)env);
-        if (as_uid != (uid_t)-1 &&
-            (setgroups(0, NULL) != 0 || setgid(as_gid) != 0 || setuid(as_uid) != 0))
-            _exit(EXEC_FAILED);
-        execv(weftd, (char *const *)argv);
-        _exit(EXEC_FAILED);
-    }
-    close(log_fd);
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    if (d->pidfd < 0) {
-        perror("pidfd_open");
-        return false;
-    }
-    d->zctx = zmq_ctx_new();
-    d->sock = zmq_socket(d->zctx, ZMQ_DEALER);
-    int zero = 0;
-    zmq_setsockopt(d->sock, ZMQ_LINGER, &zero, sizeof zero);
-    return zmq_connect(d->sock, d->endpoint) == 0;
+    const char *const envs[] = { env, NULL };
+    spawn_opts_t o = { .env = env ? envs : NULL, .log_path = p->log_path,
+                       .as_user = as_uid != (uid_t)-1, .uid = as_uid, .gid = as_gid };
+    return daemon_exec(d, argv, &o);
 }
 
 /* Whether the daemon's stderr so far holds `text`. */
@@ -359,7 +314,8 @@ static bool test_not_root(const char *weftd, const struct passwd *as,
     CHECK(start(&p, weftd, args1, NULL, uid, gid));
     CHECK(daemon_wait_exit(&p.d, TIMEOUT_MS));
     if (as && p.d.reaped && WIFEXITED(p.d.exit_status) &&
-        WEXITSTATUS(p.d.exit_status) == EXEC_FAILED) {
+        (WEXITSTATUS(p.d.exit_status) == SPAWN_EXIT_EXEC ||
+         WEXITSTATUS(p.d.exit_status) == SPAWN_EXIT_SETUP)) {
         printf("  %s cannot execute %s: not-root checks skipped\n", as->pw_name,
                weftd);
         finish(&p);

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "weft.h"
+#include "support/check.h"
 #include "support/fluxio.h"
 #include "support/jobcheck.h"
 
@@ -43,23 +44,12 @@ static fluxio_t io_tiny, io_guid;
 
 typedef struct shared {
     const char *endpoint;
-    atomic_int failures;
     atomic_bool stop;
     pthread_mutex_t mu;
     pthread_cond_t progress;
     uint64_t done[N_THREADS];
     uint64_t sent[N_THREADS];
 } shared_t;
-
-#define CHECK(sh, cond, ...)                                                 \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            atomic_fetch_add(&(sh)->failures, 1);                            \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-        }                                                                    \
-    } while (0)
 
 typedef struct targ {
     shared_t *sh;
@@ -72,7 +62,7 @@ static void *client_main(void *arg)
     shared_t *sh = t->sh;
     wf_client_t *c = NULL;
     if (wf_client_connect(sh->endpoint, 120000, &c) != WF_OK) {
-        CHECK(sh, false, "thread %d cannot connect", t->index);
+        CHECK(false, "thread %d cannot connect", t->index);
         return NULL;
     }
     for (uint64_t k = 0; !atomic_load(&sh->stop); k++) {
@@ -80,7 +70,7 @@ static void *client_main(void *arg)
         const fluxio_t *io = guid ? &io_guid : &io_tiny;
         wf_tensor_t out;
         if (!fluxio_output(io, WF_DTYPE_F32, &out)) {
-            CHECK(sh, false, "out of memory");
+            CHECK(false, "out of memory");
             break;
         }
         pthread_mutex_lock(&sh->mu);
@@ -88,7 +78,7 @@ static void *client_main(void *arg)
         pthread_mutex_unlock(&sh->mu);
         wf_status_t st = wf_forward(c, guid ? "guidance" : "tiny", &io->in, &out, NULL);
         double e = st == WF_OK ? fluxio_error(io, &out) : INFINITY;
-        CHECK(sh, st == WF_OK && e <= fluxio_tolerance(io),
+        CHECK(st == WF_OK && e <= fluxio_tolerance(io),
               "thread %d job %" PRIu64 " (%s): %s %s error %.3g", t->index, k,
               guid ? "guidance" : "tiny", wf_status_name(st),
               wf_client_last_error(c), e);
@@ -116,7 +106,7 @@ static bool wait_progress(shared_t *sh, const uint64_t *base, uint64_t more)
         bool all = true;
         for (int i = 0; i < N_THREADS; i++)
             all = all && sh->done[i] >= base[i] + more;
-        if (all || atomic_load(&sh->failures) > 0)
+        if (all || failed > 0)
             break;
         if (pthread_cond_timedwait(&sh->progress, &sh->mu, &dl) != 0) {
             pthread_mutex_unlock(&sh->mu);
@@ -170,9 +160,9 @@ int main(int argc, char **argv)
     wf_client_t *c = NULL;
     wf_client_connect(endpoint, 120000, &c);
     wf_status_t st = wf_load_model(c, "tiny", "flux-tiny", NULL, NULL);
-    CHECK(&sh, st == WF_OK, "load tiny: %s", wf_client_last_error(c));
+    CHECK(st == WF_OK, "load tiny: %s", wf_client_last_error(c));
     st = wf_load_model(c, "guidance", "flux-tiny-guidance", NULL, NULL);
-    CHECK(&sh, st == WF_OK, "load guidance: %s", wf_client_last_error(c));
+    CHECK(st == WF_OK, "load guidance: %s", wf_client_last_error(c));
 
     pthread_t th[N_THREADS];
     targ_t ta[N_THREADS];
@@ -189,17 +179,17 @@ int main(int argc, char **argv)
     };
     size_t n_seq = sizeof seq / sizeof seq[0], ok_changes = 0;
     double worst = 0, sum = 0;
-    for (size_t k = 0; k < n_seq && atomic_load(&sh.failures) == 0; k++) {
+    for (size_t k = 0; k < n_seq && failed == 0; k++) {
         uint64_t base[N_THREADS];
         pthread_mutex_lock(&sh.mu);
         memcpy(base, sh.done, sizeof base);
         pthread_mutex_unlock(&sh.mu);
-        CHECK(&sh, wait_progress(&sh, base, JOBS_PER_STEP), "no progress before "
+        CHECK(wait_progress(&sh, base, JOBS_PER_STEP), "no progress before "
               "change %zu", k);
         double t0 = now_s();
         st = wf_reconfigure(c, &seq[k], NULL);
         double dt = now_s() - t0;
-        CHECK(&sh, st == WF_OK, "change %zu to tp=%u: %s %s", k, seq[k].tp,
+        CHECK(st == WF_OK, "change %zu to tp=%u: %s %s", k, seq[k].tp,
               wf_status_name(st), wf_client_last_error(c));
         if (st == WF_OK) {
             ok_changes++;
@@ -210,7 +200,7 @@ int main(int argc, char **argv)
         size_t n = 0;
         st = wf_list_models(c, info, WF_MODELS_MAX, &n);
         for (size_t i = 0; st == WF_OK && i < n; i++)
-            CHECK(&sh, info[i].tp == seq[k].tp && strcmp(info[i].state, "ready") == 0,
+            CHECK(info[i].tp == seq[k].tp && strcmp(info[i].state, "ready") == 0,
                   "model %s reports tp %u (%s) after change to tp=%u", info[i].name,
                   info[i].tp, info[i].state, seq[k].tp);
     }
@@ -227,25 +217,24 @@ int main(int argc, char **argv)
     for (int i = 0; i < N_THREADS; i++) {
         sent += sh.sent[i];
         done += sh.done[i];
-        CHECK(&sh, sh.sent[i] == sh.done[i], "thread %d: %" PRIu64 " sent, %"
+        CHECK(sh.sent[i] == sh.done[i], "thread %d: %" PRIu64 " sent, %"
               PRIu64 " completed", i, sh.sent[i], sh.done[i]);
     }
     wf_status_info_t si;
     st = wf_status(c, &si);
-    CHECK(&sh, st == WF_OK && si.jobs_served == done && si.jobs_failed == 0,
+    CHECK(st == WF_OK && si.jobs_served == done && si.jobs_failed == 0,
           "daemon served %" PRIu64 " failed %" PRIu64 ", clients completed %" PRIu64,
           si.jobs_served, si.jobs_failed, done);
     printf("%zu re-shards under load (tp 1 -> 2 -> 4 -> 1 x3, tp2 x ulysses2, "
            "ring2 x tp2): mean %.1f ms, worst %.1f ms; %" PRIu64 " forward jobs "
            "sent, %" PRIu64 " correct, 0 lost\n", ok_changes,
            ok_changes ? sum / (double)ok_changes * 1e3 : 0.0, worst * 1e3, sent, done);
-    CHECK(&sh, ok_changes == n_seq, "%zu of %zu changes succeeded", ok_changes, n_seq);
+    CHECK(ok_changes == n_seq, "%zu of %zu changes succeeded", ok_changes, n_seq);
     wf_client_destroy(&c);
     char err[256];
-    CHECK(&sh, stop_daemon(pid, 30000, err, sizeof err), "weftd: %s", err);
+    CHECK(stop_daemon(pid, 30000, err, sizeof err), "weftd: %s", err);
     fluxio_free(&io_tiny);
     fluxio_free(&io_guid);
-    int f = atomic_load(&sh.failures);
-    printf("%s: %d failures\n", f ? "FAIL" : "ok", f);
-    return f ? 1 : 0;
+    printf("%s: %d checks, %d failures\n", failed ? "FAIL" : "ok", passed + failed, failed);
+    return failed ? 1 : 0;
 }

@@ -7,7 +7,8 @@
  *
  * Usage: test_socket_activation PATH_TO_WEFTD. Exits 77 (skip) when
  * systemd-socket-activate is not installed. Every wait is an event wait
- * with a deadline (zmq_poll, poll on the notify socket and on a pidfd).
+ * with a deadline (zmq_poll, poll on the notify socket and on a pidfd);
+ * the activator is started through rawd (support/spawn.h).
  */
 #include <signal.h>
 #include <stdbool.h>
@@ -16,8 +17,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -48,21 +47,9 @@ static bool find_activator(char *buf, size_t len)
 static bool sa_start(daemon_t *d, const char *activator, const char *weftd,
                      const char *extra_sock)
 {
-    memset(d, 0, sizeof *d);
-    snprintf(d->sock_path, sizeof d->sock_path, "/tmp/weft-sa-%d.sock",
-             (int)getpid());
-    snprintf(d->endpoint, sizeof d->endpoint, "ipc://%s", d->sock_path);
-    snprintf(d->notify_path, sizeof d->notify_path,
-             "/tmp/weft-sa-notify-%d.sock", (int)getpid());
-    unlink(d->sock_path);
-    unlink(d->notify_path);
-    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
-    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        perror("notify socket");
+    if (!daemon_open(d))
         return false;
-    }
+    unlink(d->sock_path);
     char notify_env[160], unused[160];
     snprintf(notify_env, sizeof notify_env, "NOTIFY_SOCKET=%s", d->notify_path);
     /* the daemon must not bind this: activation replaces --listen */
@@ -86,27 +73,9 @@ static bool sa_start(daemon_t *d, const char *activator, const char *weftd,
     argv[argc++] = "--devices";
     argv[argc++] = "cpu:1";
     argv[argc] = NULL;
-    d->pid = fork();
-    if (d->pid < 0) {
-        perror("fork");
-        return false;
-    }
-    if (d->pid == 0) {
-        execv(activator, (char *const *)argv);
-        _exit(127);
-    }
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    if (d->pidfd < 0) {
-        perror("pidfd_open");
-        return false;
-    }
-    d->zctx = zmq_ctx_new();
-    d->sock = zmq_socket(d->zctx, ZMQ_DEALER);
-    int zero = 0;
-    zmq_setsockopt(d->sock, ZMQ_LINGER, &zero, sizeof zero);
-    /* before the activator listens: ZeroMQ retries by itself, and the
-     * first connection is what starts weftd */
-    return zmq_connect(d->sock, d->endpoint) == 0;
+    /* the DEALER connects before the activator listens: ZeroMQ retries by
+     * itself, and the first connection is what starts weftd */
+    return daemon_exec(d, argv, NULL);
 }
 
 static void test_serves(const char *activator, const char *weftd, reply_t *r)

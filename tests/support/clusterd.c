@@ -1,5 +1,6 @@
 /* clusterd.c — weftd processes for end-to-end cluster tests (see
- * clusterd.h). Every wait is an event wait (pidfd) with a deadline. */
+ * clusterd.h), started, waited for and stopped through support/spawn.h.
+ * Every wait is an event wait (pidfd, notify lines) with a deadline. */
 #include "support/clusterd.h"
 #include "support/jobcheck.h"
 
@@ -12,9 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,37 +51,31 @@ bool clusterd_open(clusterd_t *d, const char *name, const char *tag)
              tag, (int)getpid(), n);
     snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-%sn-%d-%d.sock",
              tag, (int)getpid(), n);
-    unlink(d->notify_path);
-    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
-    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        perror("notify socket");
+    d->nfd = spawn_notify_bind(d->notify_path, 0);
+    return d->nfd >= 0;
+}
+
+bool clusterd_spawn(clusterd_t *d, const char *const argv[], const spawn_opts_t *o)
+{
+    spawn_opts_t so = { 0 };
+    if (o)
+        so = *o;
+    so.notify_path = d->notify_path;
+    if (!so.log_path && d->log_path[0])
+        so.log_path = d->log_path;
+    /* a daemon running as another user must reach the notify socket */
+    if (so.as_user && chmod(d->notify_path, 0666) != 0) {
+        perror(d->notify_path);
         return false;
     }
-    return true;
+    return spawn_exec(argv, &so, &d->pid, &d->pidfd);
 }
 
 bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env)
 {
-    d->pid = fork();
-    if (d->pid < 0)
-        return false;
-    if (d->pid == 0) {
-        setenv("NOTIFY_SOCKET", d->notify_path, 1);
-        if (d->log_path[0]) {
-            int fd = open(d->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-            if (fd < 0 || dup2(fd, 2) < 0)
-                _exit(126);
-            close(fd);
-        }
-        if (env)
-            putenv((char *)env);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    return d->pidfd >= 0;
+    const char *const envs[] = { env, NULL };
+    spawn_opts_t o = { .env = env ? envs : NULL };
+    return clusterd_spawn(d, argv, &o);
 }
 
 bool clusterd_file_find(const char *path, const char *needle, int timeout_ms,
@@ -121,25 +114,18 @@ bool clusterd_log_find(const clusterd_t *d, const char *needle, int timeout_ms,
 
 bool clusterd_wait_exit(clusterd_t *d, int timeout_ms)
 {
-    if (d->reaped)
-        return true;
-    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
-    if (poll(&p, 1, timeout_ms) != 1)
-        return false;
-    int st;
-    if (waitpid(d->pid, &st, 0) != d->pid)
-        return false;
-    d->exit_status = st;
-    d->reaped = true;
-    return true;
+    if (!d->reaped &&
+        spawn_reap(d->pid, d->pidfd > 0 ? d->pidfd : -1, timeout_ms, &d->exit_status))
+        d->reaped = true;
+    return d->reaped;
 }
 
 void clusterd_kill(clusterd_t *d, int sig)
 {
-    if (!d->reaped && d->pid > 0) {
-        kill(d->pid, sig);
-        clusterd_wait_exit(d, CLUSTERD_TIMEOUT_MS);
-    }
+    if (!d->reaped && d->pid > 0 &&
+        spawn_signal_reap(d->pid, d->pidfd > 0 ? d->pidfd : -1, sig, CLUSTERD_TIMEOUT_MS,
+                          d->name[0] ? d->name : "weftd", &d->exit_status, NULL))
+        d->reaped = true;
 }
 
 void clusterd_close(clusterd_t *d)

@@ -1,8 +1,9 @@
 /* clusterd.h — test support for end-to-end cluster tests: one weftd
  * process on loopback with its own sd_notify socket, started, waited for
- * (pidfd, with a deadline), killed and cleaned up; a free port for a
- * coordinator; the status of a daemon; a daemon whose notify socket a
- * thread reads (clusterd_node_t); a member killed mid-job. Shared by
+ * (pidfd, with a deadline), killed and cleaned up (through
+ * support/spawn.h); a free port for a coordinator; the status of a
+ * daemon; a daemon whose notify socket a thread reads (clusterd_node_t);
+ * a member killed mid-job. Shared by
  * test_cluster.c, test_cluster_jobs.c, test_cluster_fault.c and the other
  * cluster end-to-end tests. Not here: the daemon's arguments. Tests
  * only. */
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "support/wait.h"
+#include "support/spawn.h"
 #include "weft.h"
 
 /* How long clusterd waits for a killed daemon and for a status reply. */
@@ -72,8 +75,16 @@ bool clusterd_open(clusterd_t *d, const char *name, const char *tag);
 
 /* Fork and exec argv[0] with argv (NULL-terminated) and NOTIFY_SOCKET set
  * to d's notify path, `env` ("NAME=value", or NULL) put in its
- * environment too; open its pidfd. False when fork or pidfd_open fails. */
+ * environment too; open its pidfd. False when fork or pidfd_open fails.
+ * clusterd_spawn with that one variable. */
 bool clusterd_exec(clusterd_t *d, const char *const argv[], const char *env);
+
+/* Start argv[0] with argv (NULL-terminated) through spawn_exec with o's
+ * options (NULL: none): NOTIFY_SOCKET is d's notify path (open to every
+ * user when o->as_user), stderr goes to o->log_path, else to d->log_path
+ * when set; d->pid and d->pidfd are set. False when it could not be
+ * started. */
+bool clusterd_spawn(clusterd_t *d, const char *const argv[], const spawn_opts_t *o);
 
 /* Wait up to timeout_ms for a line of the file at `path` holding
  * `needle`; the line (without its newline) goes to got. Polls the file
@@ -92,8 +103,10 @@ bool clusterd_log_find(const clusterd_t *d, const char *needle, int timeout_ms,
  * d->exit_status). True at once when it is already reaped. */
 bool clusterd_wait_exit(clusterd_t *d, int timeout_ms);
 
-/* Send sig and wait (CLUSTERD_TIMEOUT_MS) for the exit; nothing when
- * the process is already reaped or was never started. */
+/* Send sig and wait (CLUSTERD_TIMEOUT_MS) for the exit; past that bound
+ * the process is SIGKILLed and reaped, with a line on stderr (a test that
+ * expects an exit status then fails). Nothing when the process is
+ * already reaped or was never started. */
 void clusterd_kill(clusterd_t *d, int sig);
 
 /* SIGKILL the process if it runs, close d's descriptors, remove its

@@ -1,7 +1,8 @@
 /* jobcheck.c — shared by the end-to-end attention tests (test_client,
  * test_parity, test_reconfig_load, test_cluster_jobs): seeded inputs in
  * every dtype, the error measure against the fp64 reference
- * (kernels/reference.h), the per-job options, waiting for a daemon.
+ * (kernels/reference.h), the per-job options, waiting for a daemon
+ * (started and stopped through support/spawn.h).
  * The reference and the dtype conversions are kernels/'s, each checked on
  * its own by test_kernels; nothing here runs the daemon's attention
  * kernels. See jobcheck.h. */
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "reference.h"
+#include "support/spawn.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -213,30 +215,18 @@ bool wait_ready(const char *endpoint)
 
 bool stop_daemon(pid_t pid, int timeout_ms, char *err, size_t errlen)
 {
-    kill(pid, SIGTERM);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    double end = now_s() + timeout_ms / 1000.0;
-    for (;;) {
-        int ws;
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid) {
-            if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
-                return true;
-            snprintf(err, errlen, "weftd did not exit 0 on SIGTERM (status 0x%x)", ws);
-            return false;
-        }
-        double left = end - now_s();
-        if (r < 0 || left <= 0) {
-            snprintf(err, errlen, "weftd did not exit within %d ms of SIGTERM", timeout_ms);
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            return false;
-        }
-        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
-        sigtimedwait(&set, NULL, &ts);
+    int ws = 0;
+    bool killed = false;
+    if (!spawn_signal_reap(pid, -1, SIGTERM, timeout_ms, "weftd", &ws, &killed) || killed) {
+        snprintf(err, errlen, "weftd did not exit within %d ms of SIGTERM", timeout_ms);
+        return false;
     }
+    if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+        return true;
+    char how[64];
+    snprintf(err, errlen, "weftd did not exit 0 on SIGTERM (%s)",
+             spawn_status_str(ws, how, sizeof how));
+    return false;
 }
 
 void jcase_tolerances(const jcase_t *c, bool ring_merge, double *ret_out,
@@ -260,16 +250,7 @@ void block_test_signals(void)
 
 pid_t spawn_daemon(const char *const argv[], const char *notify_socket)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        if (notify_socket)
-            setenv("NOTIFY_SOCKET", notify_socket, 1);
-        execv(argv[0], (char *const *)argv);
-        perror("execv");
-        _exit(127);
-    }
-    return pid;
+    spawn_opts_t o = { .notify_path = notify_socket };
+    pid_t pid;
+    return spawn_exec(argv, &o, &pid, NULL) ? pid : -1;
 }

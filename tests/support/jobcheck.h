@@ -85,24 +85,26 @@ bool jbuf_check(const jbuf_t *a, const wf_job_result_t *res, bool quiet);
 bool jcase_run(wf_client_t *cl, const jcase_t *c, uint64_t seed, bool quiet,
                wf_job_result_t *ret_res);
 
-/* Fork and exec a daemon: argv[0] is its path, argv NULL-terminated;
- * the child gets an empty signal mask (the tests block SIGCHLD) and, when
- * notify_socket is not NULL, NOTIFY_SOCKET. Returns the pid (-1 when fork
- * fails); an exec failure exits the child with 127. */
+/* Start a daemon (support/spawn.h's spawn_exec): argv[0] is its path,
+ * argv NULL-terminated; the child gets an empty signal mask and, when
+ * notify_socket is not NULL, NOTIFY_SOCKET (never the test's own).
+ * Returns the pid (-1 when it could not be started); an exec failure
+ * exits the child with SPAWN_EXIT_EXEC (127). */
 pid_t spawn_daemon(const char *const argv[], const char *notify_socket);
 
 /* The signal set-up of an end-to-end test's main(): SIGPIPE ignored (a
  * write to a daemon that died fails instead of killing the test) and
- * SIGCHLD blocked (stop_daemon and the like wait for it). */
+ * SIGCHLD blocked (children are waited for on pidfds, which the block
+ * does not affect). */
 void block_test_signals(void);
 
 /* True once the daemon at endpoint answers hello (20 s timeout). */
 bool wait_ready(const char *endpoint);
 
-/* SIGTERM the daemon and wait (bounded) for it to exit. True when it
- * exited 0; otherwise the reason goes to err (and a daemon still running
- * after timeout_ms is killed). The caller blocks SIGCHLD, so the wait
- * wakes on it rather than polling. */
+/* SIGTERM the daemon (started by spawn_daemon) and wait for it to exit,
+ * within timeout_ms (spawn_signal_reap: on its pidfd). True when it
+ * exited 0; otherwise the reason goes to err. A daemon still running at
+ * the bound is SIGKILLed and reaped, with a line on stderr. */
 bool stop_daemon(pid_t pid, int timeout_ms, char *err, size_t errlen);
 
 #endif

@@ -1,4 +1,5 @@
-/* rawd.c — see rawd.h. */
+/* rawd.c — see rawd.h. The process and its notify socket go through
+ * support/spawn.h. */
 #include "support/rawd.h"
 
 #include <errno.h>
@@ -8,10 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,11 +33,7 @@ int left_ms(int64_t deadline)
 
 static int counter;
 
-/* Start weftd with --listen on a fresh ipc path, NOTIFY_SOCKET on a fresh
- * datagram socket, `args` appended and `env` ("K=V", NULL-terminated, may
- * be NULL) added to the environment. */
-bool daemon_start_env(daemon_t *d, const char *weftd,
-                             const char *const *args, const char *const *env)
+bool daemon_open(daemon_t *d)
 {
     memset(d, 0, sizeof *d);
     int n = counter++;
@@ -48,14 +42,39 @@ bool daemon_start_env(daemon_t *d, const char *weftd,
     snprintf(d->endpoint, sizeof d->endpoint, "ipc://%s", d->sock_path);
     snprintf(d->notify_path, sizeof d->notify_path, "/tmp/weft-notify-%d-%d.sock",
              (int)getpid(), n);
-    unlink(d->notify_path);
-    d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->notify_path);
-    if (d->nfd < 0 || bind(d->nfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        perror("notify socket");
+    d->nfd = spawn_notify_bind(d->notify_path, 0);
+    return d->nfd >= 0;
+}
+
+bool daemon_exec(daemon_t *d, const char *const *argv, const spawn_opts_t *o)
+{
+    spawn_opts_t so = { 0 };
+    if (o)
+        so = *o;
+    so.notify_path = d->notify_path;
+    /* a daemon running as another user must reach the notify socket */
+    if (so.as_user && chmod(d->notify_path, 0666) != 0) {
+        perror(d->notify_path);
         return false;
     }
+    if (!spawn_exec(argv, &so, &d->pid, &d->pidfd))
+        return false;
+    d->zctx = zmq_ctx_new();
+    d->sock = zmq_socket(d->zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(d->sock, ZMQ_LINGER, &zero, sizeof zero);
+    /* connect before the daemon binds: ZeroMQ retries by itself */
+    return zmq_connect(d->sock, d->endpoint) == 0;
+}
+
+/* Start weftd with --listen on a fresh ipc path, NOTIFY_SOCKET on a fresh
+ * datagram socket, `args` appended and `env` ("K=V", NULL-terminated, may
+ * be NULL) added to the environment. */
+bool daemon_start_env(daemon_t *d, const char *weftd,
+                             const char *const *args, const char *const *env)
+{
+    if (!daemon_open(d))
+        return false;
     const char *argv[32];
     int argc = 0;
     argv[argc++] = weftd;
@@ -64,29 +83,8 @@ bool daemon_start_env(daemon_t *d, const char *weftd,
     for (int i = 0; args[i] && argc < 31; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
-    d->pid = fork();
-    if (d->pid < 0) {
-        perror("fork");
-        return false;
-    }
-    if (d->pid == 0) {
-        setenv("NOTIFY_SOCKET", d->notify_path, 1);
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        execv(weftd, (char *const *)argv);
-        _exit(127);
-    }
-    d->pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    if (d->pidfd < 0) {
-        perror("pidfd_open");
-        return false;
-    }
-    d->zctx = zmq_ctx_new();
-    d->sock = zmq_socket(d->zctx, ZMQ_DEALER);
-    int zero = 0;
-    zmq_setsockopt(d->sock, ZMQ_LINGER, &zero, sizeof zero);
-    /* connect before the daemon binds: ZeroMQ retries by itself */
-    return zmq_connect(d->sock, d->endpoint) == 0;
+    spawn_opts_t o = { .env = env };
+    return daemon_exec(d, argv, &o);
 }
 
 bool daemon_start(daemon_t *d, const char *weftd, const char *const *args)
@@ -109,28 +107,21 @@ uint64_t rss_of(pid_t pid)
     return kib * 1024;
 }
 
-/* Wait for the process to exit (poll on its pidfd), reap it. */
+/* Wait for the process to exit (on its pidfd), reap it. */
 bool daemon_wait_exit(daemon_t *d, int timeout_ms)
 {
-    if (d->reaped)
-        return true;
-    struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
-    if (poll(&p, 1, timeout_ms) != 1)
-        return false;
-    int st;
-    if (waitpid(d->pid, &st, 0) != d->pid)
-        return false;
-    d->exit_status = st;
-    d->reaped = true;
-    return true;
+    if (!d->reaped &&
+        spawn_reap(d->pid, d->pidfd > 0 ? d->pidfd : -1, timeout_ms, &d->exit_status))
+        d->reaped = true;
+    return d->reaped;
 }
 
 void daemon_close(daemon_t *d)
 {
-    if (!d->reaped && d->pid > 0) {
-        kill(d->pid, SIGKILL);
-        daemon_wait_exit(d, TIMEOUT_MS);
-    }
+    if (!d->reaped && d->pid > 0 &&
+        spawn_signal_reap(d->pid, d->pidfd > 0 ? d->pidfd : -1, SIGKILL, TIMEOUT_MS,
+                          "weftd", &d->exit_status, NULL))
+        d->reaped = true;
     if (d->sock)
         zmq_close(d->sock);
     if (d->zctx)
@@ -147,23 +138,7 @@ void daemon_close(daemon_t *d)
  * earlier datagrams are skipped. */
 bool notify_wait(daemon_t *d, const char *want, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        struct pollfd p = { .fd = d->nfd, .events = POLLIN };
-        if (poll(&p, 1, left_ms(deadline)) != 1) {
-            fprintf(stderr, "no %s within %d ms\n", want, timeout_ms);
-            return false;
-        }
-        char buf[4096];
-        ssize_t n = recv(d->nfd, buf, sizeof buf - 1, 0);
-        if (n < 0)
-            return false;
-        buf[n] = '\0';
-        for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line;
-             line = strtok_r(NULL, "\n", &save))
-            if (strcmp(line, want) == 0)
-                return true;
-    }
+    return spawn_notify_wait(d->nfd, want, timeout_ms);
 }
 
 /* ------------------------------------------------------------------ */
@@ -488,3 +463,4 @@ void write_file(const char *path, const char *text)
     fputs(text, f);
     fclose(f);
 }
+

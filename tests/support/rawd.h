@@ -3,7 +3,9 @@
  * NOTIFY_SOCKET and a pidfd, wait for sd_notify lines, send requests,
  * receive replies, build attention jobs with an fp64 reference and check
  * their replies. Every wait is an event wait with a deadline. Tests only.
- * Shared by test_daemon.c and test_reconfig_basic.c. */
+ * The process and the notify socket go through support/spawn.h. Shared
+ * by the raw-ZeroMQ end-to-end tests (test_daemon, test_reconfig_basic,
+ * test_fair, test_zmtp, test_privileges, test_socket_activation). */
 #ifndef WF_TEST_RAWD_H
 #define WF_TEST_RAWD_H
 
@@ -15,6 +17,7 @@
 #include <zmq.h>
 
 #include "proto.h"
+#include "support/spawn.h"
 
 /* Failed CHECKs of the running test program. */
 extern int failures;
@@ -78,6 +81,20 @@ typedef struct attn_job {
 
 int64_t now_ms(void);
 int left_ms(int64_t deadline);
+/* Zero d, choose its ipc endpoint (d->endpoint, file d->sock_path) and
+ * notify path under /tmp (this process's pid and a counter in the names)
+ * and bind the notify socket (d->nfd). False (perror) when it cannot be
+ * bound. */
+bool daemon_open(daemon_t *d);
+/* Start argv (argv[0] the program; run as given: the caller puts
+ * d->endpoint in it, or passes a socket bound at d->sock_path) through
+ * spawn_exec with o's options (NULL: none) and d's notify socket as
+ * NOTIFY_SOCKET (open to every user when o->as_user), then connect d's
+ * DEALER to d->endpoint. False when it could not be started. */
+bool daemon_exec(daemon_t *d, const char *const *argv, const spawn_opts_t *o);
+/* daemon_open, then daemon_exec of `weftd --listen d->endpoint args...`
+ * with env ("K=V", NULL-terminated; NULL: none) added to its
+ * environment. */
 bool daemon_start_env(daemon_t *d, const char *weftd,
                              const char *const *args, const char *const *env);
 bool daemon_start(daemon_t *d, const char *weftd, const char *const *args);

@@ -1,8 +1,16 @@
 # Support code shared by several tests, as libraries.
 
+# Starting and ending a test's programs (support/spawn.c): fork + exec
+# with environment, notify socket, log files, passed sockets and a user;
+# bounded waits and stops. Every support library that starts a daemon
+# links it: jobcheck (weft_testsupport), rawd, clusterd.
+add_library(weft_spawn STATIC ${CMAKE_CURRENT_LIST_DIR}/spawn.c)
+target_include_directories(weft_spawn PUBLIC ${WEFT_TESTS_DIR})
+target_link_libraries(weft_testsupport PUBLIC weft_spawn)
+
 # Support for raw-ZeroMQ end-to-end tests: daemon start, notify, requests.
 add_library(weft_rawd STATIC ${CMAKE_CURRENT_LIST_DIR}/rawd.c)
-target_link_libraries(weft_rawd PUBLIC weft_proto PkgConfig::ZMQ Threads::Threads m)
+target_link_libraries(weft_rawd PUBLIC weft_spawn weft_proto PkgConfig::ZMQ Threads::Threads m)
 
 # The NCCL stand-in (support/nccl_standin.c): NCCL's bootstrap over ZeroMQ.
 add_library(weft_ncclsi STATIC ${CMAKE_CURRENT_LIST_DIR}/nccl_standin.c)
@@ -31,4 +39,4 @@ target_link_libraries(weftd_standin PRIVATE weftd_core weft_standin)
 # (support/clusterd.c).
 add_library(weft_clusterd STATIC ${CMAKE_CURRENT_LIST_DIR}/clusterd.c)
 # weft_testsupport: the job that clusterd_kill_mid_job submits.
-target_link_libraries(weft_clusterd PUBLIC weft weft_testsupport Threads::Threads)
+target_link_libraries(weft_clusterd PUBLIC weft_spawn weft weft_testsupport Threads::Threads)
