@@ -3,6 +3,7 @@
 #include "support/rawd.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <poll.h>
@@ -464,3 +465,68 @@ void write_file(const char *path, const char *text)
     fclose(f);
 }
 
+/* ------------------------------------------------------------------ */
+/* the job hold (WEFT_TEST_HOLD_JOBS) */
+
+bool hold_make(hold_t *h)
+{
+    memset(h, 0, sizeof *h);
+    h->fd = -1;
+    snprintf(h->dir, sizeof h->dir, "/tmp/weft-hold-XXXXXX");
+    if (!mkdtemp(h->dir)) {
+        perror("hold: mkdtemp");
+        h->dir[0] = '\0';
+        return false;
+    }
+    snprintf(h->path, sizeof h->path, "%s/fifo", h->dir);
+    if (mkfifo(h->path, 0600) != 0) {
+        perror("hold: mkfifo");
+        return false;
+    }
+    /* read and write: the open does not wait for the daemon to open its
+     * end, and a write never fails for want of a reader */
+    h->fd = open(h->path, O_RDWR | O_CLOEXEC);
+    if (h->fd < 0) {
+        perror("hold: open");
+        return false;
+    }
+    snprintf(h->env, sizeof h->env, "WEFT_TEST_HOLD_JOBS=%s", h->path);
+    return true;
+}
+
+static bool hold_write(hold_t *h, char byte, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        ssize_t w;
+        do
+            w = write(h->fd, &byte, 1);
+        while (w < 0 && errno == EINTR);
+        if (w != 1) {
+            perror("hold: write");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool hold_release(hold_t *h, unsigned parts)
+{
+    return hold_write(h, '1', parts);
+}
+
+bool hold_open_gate(hold_t *h, unsigned devices)
+{
+    return hold_write(h, 'a', devices);
+}
+
+void hold_remove(hold_t *h)
+{
+    if (h->fd >= 0)
+        close(h->fd);
+    h->fd = -1;
+    if (h->path[0])
+        unlink(h->path);
+    if (h->dir[0])
+        rmdir(h->dir);
+    h->path[0] = h->dir[0] = '\0';
+}

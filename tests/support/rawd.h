@@ -24,6 +24,10 @@ extern int failures;
 
 #define TIMEOUT_MS 60000   /* generous: the suite may run under sanitizers */
 
+/* rawd.c's own checks (attn_check). A test that includes support/check.h
+ * before this header keeps check.h's CHECK, and adds `failures` to its
+ * own count of failed checks. */
+#ifndef CHECK
 #define CHECK(cond)                                                        \
     do {                                                                   \
         if (!(cond)) {                                                     \
@@ -32,6 +36,7 @@ extern int failures;
             failures++;                                                    \
         }                                                                  \
     } while (0)
+#endif
 
 typedef struct daemon {
     pid_t pid;
@@ -123,5 +128,31 @@ void attn_check(const attn_case_t *c, const attn_job_t *j,
                        const reply_t *r);
 bool get_status(daemon_t *d, reply_t *r, uint64_t id);
 void write_file(const char *path, const char *text);
+
+/* The job hold of the daemon's test hook WEFT_TEST_HOLD_JOBS
+ * (daemon/base/config.h): a FIFO made by the test. A daemon started with
+ * `env` in its environment makes every job part wait at its start,
+ * counted busy in status (devices[].busy), for one byte from it; so a
+ * test makes "a job is running" and "the queue is full" happen and waits
+ * for them in status, instead of hoping that jobs are slow enough. The
+ * daemon opens the gate itself at its shutdown. */
+typedef struct hold {
+    char dir[64];              /* a fresh directory under /tmp */
+    char path[96];             /* the FIFO in it */
+    char env[128];             /* "WEFT_TEST_HOLD_JOBS=PATH", for the daemon */
+    int fd;                    /* the test's end, read and write; -1: none */
+} hold_t;
+
+/* Make the FIFO and open it. False (perror) when that fails; hold_remove
+ * cleans up either way. */
+bool hold_make(hold_t *h);
+/* Let `parts` held job parts run, one byte each (the workers keep
+ * holding the parts after them). */
+bool hold_release(hold_t *h, unsigned parts);
+/* Open the gate for good: one 'a' per device of the daemon (each worker
+ * that reads one stops holding, and so do the others). */
+bool hold_open_gate(hold_t *h, unsigned devices);
+/* Close the test's end, remove the FIFO and its directory. */
+void hold_remove(hold_t *h);
 
 #endif
