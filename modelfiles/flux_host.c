@@ -1176,7 +1176,10 @@ static wf_status_t find_stale(int dfd, int tp, const char *q, stale_t **ret, siz
             v = nv;
             cap = nc;
         }
-        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        size_t nl = strlen(e->d_name);   /* the pattern above bounds it */
+        if (nl >= sizeof v[n].name)
+            continue;
+        memcpy(v[n].name, e->d_name, nl + 1);
         v[n].dev = lst.st_dev;
         v[n].ino = lst.st_ino;
         n++;
