@@ -1037,16 +1037,20 @@ static bool take_reply(conn_t *c)
 static void close_with(wf_gate_t *g, uint32_t i, const char *why)
 {
     conn_t *c = g->conns[i];
+    /* A connection in its handshake is refused here, and counted. One in
+     * C_CLOSING was refused and counted by refuse_key: whatever ends it
+     * before its ERROR is written (a failed write, the handshake's time)
+     * closes it without counting it a second time. */
+    bool refusing = c->st != C_ACTIVE && c->st != C_CLOSING;
     if (why) {
-        if (c->st != C_ACTIVE)
+        if (refusing)
             atomic_fetch_add(&g->refused, 1);
-        const char *what = c->st == C_ACTIVE ? "closed" : "refused";
-        if (c->st != C_ACTIVE && g->mech == WF_GATE_CURVE)
+        if (refusing && g->mech == WF_GATE_CURVE)
             note(g, "auth: client %s on %s refused: %s", c->addr, g->endpoint, why);
         else
             note(g, "client plane: client %s on %s %s: %s", c->addr, g->endpoint,
-                 what, why);
-    } else if (c->st != C_ACTIVE && c->st != C_CLOSING && g->mech == WF_GATE_CURVE) {
+                 refusing ? "refused" : "closed", why);
+    } else if (refusing && g->mech == WF_GATE_CURVE) {
         atomic_fetch_add(&g->refused, 1);
         note(g, "auth: client %s on %s refused: it left during the CURVE "
              "handshake (a client without keys, or with the wrong server key?)",
@@ -1155,8 +1159,6 @@ static void *gate_thread(void *arg)
             if (ok && (it[0].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && !c->complete &&
                 c->st != C_CLOSING)
                 ok = conn_read(g, c, &why);
-            if (ok && c->st == C_CLOSING && c->out_off == c->out_len)
-                ok = false;           /* ERROR written */
             if (ok && c->complete && c->dealer && !flushing && forward(c)) {
                 /* room again: what rbuf still holds is parsed */
                 ok = parse(g, c, &why);
@@ -1169,6 +1171,10 @@ static void *gate_thread(void *arg)
                 ok = false;
                 why = "write failed";
             }
+            /* ERROR written (here, or at POLLOUT): closed now, not at the
+             * handshake's deadline (nothing else is polled for it) */
+            if (ok && c->st == C_CLOSING && c->out_off == c->out_len)
+                ok = false;
             if (ok && err)
                 ok = false;
             if (ok && c->deadline_us && now >= c->deadline_us) {

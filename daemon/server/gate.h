@@ -124,10 +124,12 @@ void wf_gate_set_limits(wf_gate_t *g, const wf_gate_limits_t *l);
 /* The gate thread's id (for its scheduling priority); 0 until it runs. */
 int wf_gate_tid(wf_gate_t *g);
 
-/* Counters since start. */
+/* Counters since start, counted by the gate's thread as it refuses and
+ * admits (atomics): any thread may read them at any time. */
 typedef struct wf_gate_stats {
     uint64_t accepted;           /* connections accepted */
-    uint64_t refused;            /* handshakes refused (auth, protocol, limits) */
+    uint64_t refused;            /* handshakes refused (auth, protocol, limits),
+                                    once per connection */
     uint64_t admitted;           /* CURVE handshakes admitted */
     uint64_t over_limit;         /* messages over a limit, connections closed for one */
     uint32_t open;               /* connections open now */

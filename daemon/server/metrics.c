@@ -1,6 +1,8 @@
 /* metrics.c — the operators' counters and the Prometheus endpoint (see
  * metrics.h). Counters and gauges are atomics written by the main thread
- * and read by libmicrohttpd's thread; nothing here locks.
+ * and read by libmicrohttpd's thread; the handshake counts are the gate's
+ * and the ZAP handler's own atomics, read where a reply or a scrape is
+ * built. Nothing here locks.
  */
 #include "server_impl.h"
 #include "metrics.h"
@@ -27,8 +29,9 @@
 
 /* Wire codes are below 100 (wf_status_on_wire). */
 #define N_CODES 100
-/* Op slots: the wire ops 1..8; 0 for anything else. */
-#define N_OPS 9
+/* Op slots: the wire ops 1..9 (WF_OP_HELLO .. WF_OP_CANCEL); 0 for
+ * anything else. */
+#define N_OPS 10
 /* Ops with a latency histogram: attention, forward. */
 #define N_JOB_OPS 2
 
@@ -69,6 +72,10 @@ struct srv_metrics {
     void *httpd;                   /* struct MHD_Daemon (WEFT_HAVE_MHD) */
     unsigned port;
     wf_log_t *log;
+    wf_gate_t *gate;               /* borrowed: the client plane (NULL: none);
+                                      its counters are atomics, any thread */
+    wf_zap_t *zap;                 /* borrowed: the ZAP handler (NULL: none),
+                                      likewise */
     /* counters (main thread writes) */
     counter_t refused[N_OPS][N_CODES];
     counter_t failed[N_OPS][N_CODES];
@@ -80,14 +87,15 @@ struct srv_metrics {
     /* gauges (srv_metrics_refresh) */
     counter_t queued, running, capacity, epoch, reconfiguring, world_size;
     counter_t resident;            /* bytes of every device held by model shards */
-    counter_t nodes_lost, zap_refused, zap_admitted;
+    counter_t nodes_lost;
     counter_t scrapes;             /* GET /metrics answered */
 };
 
 static const char *const op_names[N_OPS] = {
     "other", "hello", "status", "attention", "reconfigure", "load_model",
-    "unload_model", "list_models", "forward"
+    "unload_model", "list_models", "forward", "cancel"
 };
+_Static_assert(WF_OP_CANCEL == N_OPS - 1, "an op slot and a label per wire op");
 
 static uint32_t op_slot(uint32_t op)
 {
@@ -188,13 +196,20 @@ void srv_metrics_refresh(wf_server_t *srv)
     }
     if (srv->world)
         set(&m->nodes_lost, wf_cluster_nodes_lost(wf_world_cluster(srv->world)));
-    if (srv->zap) {
-        /* the cluster plane's (ZAP) and the client plane's (the gate) */
-        wf_gate_stats_t gs;
-        wf_gate_stats(srv->gate, &gs);
-        set(&m->zap_refused, wf_zap_refused(srv->zap) + gs.refused);
-        set(&m->zap_admitted, wf_zap_admitted(srv->zap) + gs.admitted);
-    }
+}
+
+/* Handshakes refused and admitted since start: the client plane's (the
+ * gate's thread counts them) and the cluster plane's (the ZAP handler's
+ * thread), read now rather than copied once per main-loop turn, so that
+ * a status reply or a scrape counts every refusal made before it, also
+ * while the main loop waits. Any thread. */
+static void handshakes(const srv_metrics_t *m, uint64_t *ret_refused,
+                       uint64_t *ret_admitted)
+{
+    wf_gate_stats_t gs;
+    wf_gate_stats(m->gate, &gs);             /* zeroes for NULL */
+    *ret_refused = gs.refused + (m->zap ? wf_zap_refused(m->zap) : 0);
+    *ret_admitted = gs.admitted + (m->zap ? wf_zap_admitted(m->zap) : 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -263,8 +278,7 @@ void srv_metrics_fill_status(const wf_server_t *srv, wf_status_info_t *si)
     c->reconfigurations_failed = get(&m->reconf_failed);
     c->reconfigure_ms = get(&m->reconf_sum_us) / 1000;
     c->nodes_lost = get(&m->nodes_lost);
-    c->handshakes_refused = get(&m->zap_refused);
-    c->handshakes_admitted = get(&m->zap_admitted);
+    handshakes(m, &c->handshakes_refused, &c->handshakes_admitted);
 }
 
 /* ------------------------------------------------------------------ */
@@ -418,10 +432,13 @@ char *srv_metrics_render(srv_metrics_t *m, size_t *len)
     head(&t, "weft_cluster_nodes_lost_total", "counter", "cluster coordinator: nodes "
          "lost since start");
     put(&t, "weft_cluster_nodes_lost_total %" PRIu64 "\n", get(&m->nodes_lost));
-    head(&t, "weft_handshakes_refused_total", "counter", "CURVE handshakes refused");
-    put(&t, "weft_handshakes_refused_total %" PRIu64 "\n", get(&m->zap_refused));
+    uint64_t hs_refused, hs_admitted;
+    handshakes(m, &hs_refused, &hs_admitted);
+    head(&t, "weft_handshakes_refused_total", "counter", "connections refused before "
+         "their handshake ended (client and cluster planes)");
+    put(&t, "weft_handshakes_refused_total %" PRIu64 "\n", hs_refused);
     head(&t, "weft_handshakes_admitted_total", "counter", "CURVE handshakes admitted");
-    put(&t, "weft_handshakes_admitted_total %" PRIu64 "\n", get(&m->zap_admitted));
+    put(&t, "weft_handshakes_admitted_total %" PRIu64 "\n", hs_admitted);
     head(&t, "weft_metrics_scrapes_total", "counter", "GET /metrics answered");
     put(&t, "weft_metrics_scrapes_total %" PRIu64 "\n", get(&m->scrapes));
     if (t.oom) {
@@ -610,6 +627,9 @@ wf_status_t srv_metrics_start(wf_server_t *srv)
     snprintf(m->backend, sizeof m->backend, "%s", srv->ops->name);
     m->t_start_us = srv->t_start_us;
     m->log = srv->log;
+    /* both outlive the endpoint: wf_server_destroy stops it first */
+    m->gate = srv->gate;
+    m->zap = srv->zap;
     m->n_devices = srv->n_workers;
     for (uint32_t d = 0; d < srv->n_workers; d++) {
         size_t n = strnlen(srv->workers[d].name, sizeof m->dev[d].name - 1);

@@ -6,12 +6,15 @@
  * the jobs' latency), reconfigure.c (reconfigurations and their
  * durations). The gauges (queue depth, jobs running, device memory, the
  * mesh, the cluster) are copied from the main thread's own state by
- * srv_metrics_refresh once per turn of the poll loop. Every value the
+ * srv_metrics_refresh once per turn of the poll loop. The handshake
+ * counts are counted by the threads that refuse and admit (the gate's,
+ * the ZAP handler's) and read from them when a status reply or a scrape
+ * is built, so neither waits for the main loop to wake. Every value the
  * HTTP thread reads is an atomic (relaxed: each value is exact, a scrape
  * is not one instant across values), and the rest (version, backend,
- * device names and budgets) is written before that thread starts and
- * never again: the HTTP thread never touches wf_server_t and never waits
- * for the main loop.
+ * device names and budgets, the gate and ZAP handles) is written before
+ * that thread starts and never again: the HTTP thread never touches
+ * wf_server_t and never waits for the main loop.
  *
  * The endpoint (setting metrics_listen, HOST:PORT; "" = off) is served
  * by libmicrohttpd on its own internal thread: GET (or HEAD) /metrics
@@ -36,9 +39,10 @@ typedef struct wf_server wf_server_t;
 typedef struct srv_metrics srv_metrics_t;
 
 /* Allocate srv->metrics (zeroed counters, names of the devices): once the
- * workers are started. Then, when metrics_listen is set, check the
- * address (loopback, or allow_anonymous) and start the endpoint. Logs
- * what failed; an error means weftd must not start. */
+ * workers, the gate and the ZAP handler are started. Then, when
+ * metrics_listen is set, check the address (loopback, or
+ * allow_anonymous) and start the endpoint. Logs what failed; an error
+ * means weftd must not start. */
 wf_status_t srv_metrics_start(wf_server_t *srv);
 
 /* Stop the endpoint (joins its thread) and free srv->metrics. Accepts a

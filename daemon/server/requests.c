@@ -220,31 +220,43 @@ static bool same_peer(wf_djob_t *job, zmq_msg_t *identity)
 }
 
 /* The job `id` of this peer, queued (*queued true) or running; with
- * `any` (an admin), another connection's when this one has none. */
+ * `any` (an admin), another connection's when this one has none. A
+ * running job of this peer that a cancel has flagged already is found
+ * all the same (*flagged true): it is the one the client means, so the
+ * search never goes on to another connection's job with that id. Of
+ * other connections' running jobs, a flagged one is passed over: an
+ * admin's repeated cancel of an id reaches the next job with it. */
 static wf_djob_t *find_job(wf_server_t *srv, uint64_t id, zmq_msg_t *identity,
-                           bool any, bool *queued)
+                           bool any, bool *queued, bool *flagged)
 {
+    *flagged = false;
     for (int pass = 0; pass < (any ? 2 : 1); pass++) {
         for (wf_djob_t *j = srv->sched.head; j; j = j->next)
             if (j->req.id == id && (pass == 1 || same_peer(j, identity))) {
                 *queued = true;
                 return j;
             }
-        for (wf_djob_t *j = srv->sched.running; j; j = j->run_next)
-            if (j->req.id == id && (pass == 1 || same_peer(j, identity)) &&
-                atomic_load(&j->stop_req) == WF_OK) {
-                *queued = false;
-                return j;
-            }
+        for (wf_djob_t *j = srv->sched.running; j; j = j->run_next) {
+            if (j->req.id != id || (pass == 0 && !same_peer(j, identity)))
+                continue;
+            bool stop = atomic_load(&j->stop_req) != WF_OK;
+            if (pass == 1 && stop)
+                continue;
+            *queued = false;
+            *flagged = stop;
+            return j;
+        }
     }
     return NULL;
 }
 
 /* cancel {id}: a queued job is answered WF_E_CANCELLED at once; a running
  * one is flagged and stops at its next step boundary (job.h), answered
- * then. The cancel itself: OK when found, WF_E_BAD_ARGUMENT when this
- * client (an admin: anyone) has no such job waiting or running. A job
- * running across cluster nodes cannot stop early: refused (WF_E_BUSY). */
+ * then. The cancel itself: OK when found (also when this client's job is
+ * flagged already: the job still gets its one reply), WF_E_BAD_ARGUMENT
+ * when this client (an admin: anyone) has no such job waiting or
+ * running. A job running across cluster nodes cannot stop early:
+ * refused (WF_E_BUSY). */
 static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity,
                           const wf_gate_meta_t *meta, bool delim)
 {
@@ -252,8 +264,8 @@ static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity,
     uint64_t id = req->args.cancel.id;
     char who[160], err[WF_PROTO_ERROR_MAX];
     bool admin = srv_access_role(srv, meta, who, sizeof who) == WF_ROLE_ADMIN;
-    bool queued = false;
-    wf_djob_t *job = find_job(srv, id, identity, admin, &queued);
+    bool queued = false, flagged = false;
+    wf_djob_t *job = find_job(srv, id, identity, admin, &queued, &flagged);
     if (!job) {
         srv->rejected++;
         snprintf(err, sizeof err, "no job %" PRIu64 " of this client is queued "
@@ -269,7 +281,8 @@ static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity,
         return;
     }
     wf_log(srv->log, WF_LOG_INFO, "request %" PRIu64 ": cancel of job %" PRIu64
-           " (%s) by %s", req->id, id, queued ? "queued" : "running", who);
+           " (%s) by %s", req->id, id, queued ? "queued" : flagged ?
+           "running, already cancelling" : "running", who);
     /* the cancel's reply first: the job's may follow at once */
     uint64_t cid = req->id;
     uint32_t cop = req->op;

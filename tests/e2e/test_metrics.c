@@ -18,7 +18,13 @@
  *       already taken;
  *   (e) the wire: the counters round trip through the codec, a status
  *       without them decodes with present 0, unknown keys in them are
- *       ignored.
+ *       ignored;
+ *   (f) a raw socket on the ipc endpoint sends a greeting that is not
+ *       ZMTP 3 and is refused: with no request to wake the daemon's main
+ *       loop, scrapes alone see weft_handshakes_refused_total move (they
+ *       are polled until it does, bounded by WAIT_EVENT_MS);
+ *   (g) a cancel of an id no job has (WF_E_BAD_ARGUMENT) is counted as
+ *       weft_requests_refused_total{op="cancel",...}, not op="other".
  * usage: test_metrics WEFTD WEFTCTL
  */
 #include <errno.h>
@@ -33,6 +39,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +47,7 @@
 #include "proto.h"
 #include "support/clusterd.h"
 #include "support/jobcheck.h"
+#include "support/wait.h"
 #include "weft.h"
 
 static int failures;
@@ -414,6 +422,85 @@ static void check_http_errors(int port)
     http_free(&h);
 }
 
+/* (f): wait_for's condition: a scrape reads weft_handshakes_refused_total
+ * above `above` (the last value read goes to got). */
+typedef struct refused_wait {
+    int port;
+    double above;
+    double got;
+} refused_wait_t;
+
+static bool handshakes_refused_moved(void *arg)
+{
+    refused_wait_t *r = arg;
+    http_t h;
+    if (http_do(r->port, "GET /metrics HTTP/1.0\r\n\r\n", &h) && h.code == 200)
+        r->got = sample(h.body, "weft_handshakes_refused_total");
+    http_free(&h);
+    return r->got > r->above;
+}
+
+/* (f) */
+static void check_handshake_refused(int port, const wd_t *w)
+{
+    http_t h;
+    if (!get_metrics(port, &h))
+        return;
+    double before = sample(h.body, "weft_handshakes_refused_total");
+    http_free(&h);
+    CHECKM(before == 0, "weft_handshakes_refused_total before: %g", before);
+    /* an HTTP request where the ZMTP greeting belongs: the gate closes
+     * the connection (the end of the stream, read here) and counts it */
+    static const char junk[] = "GET / HTTP/1.0\r\n\r\n..........................................";
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", w->ep + strlen("ipc://"));
+    struct timeval tv = { WAIT_EVENT_MS / 1000, 0 };
+    bool closed = false;
+    if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+        connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        write(fd, junk, sizeof junk - 1) == (ssize_t)(sizeof junk - 1)) {
+        char buf[256];
+        ssize_t r;
+        while ((r = read(fd, buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR))
+            ;
+        closed = r == 0 || (r < 0 && errno == ECONNRESET);
+    }
+    if (fd >= 0)
+        close(fd);
+    CHECKM(closed, "the gate did not close a connection that sent no ZMTP greeting");
+    refused_wait_t rw = { port, before, NAN };
+    bool moved = wait_for(handshakes_refused_moved, &rw, WAIT_EVENT_MS);
+    CHECKM(moved && rw.got == before + 1, "weft_handshakes_refused_total: %g after a "
+           "refused handshake (before %g), with no request to the daemon", rw.got, before);
+    printf("(f) a refused greeting: weft_handshakes_refused_total %g -> %g, scrapes "
+           "only\n", before, rw.got);
+}
+
+/* (g) */
+static void check_cancel_label(int port, const wd_t *w)
+{
+    wf_client_t *c = NULL;
+    if (wf_client_connect(w->ep, TIMEOUT_MS, &c) != WF_OK) {
+        CHECKM(false, "connect: %s", wf_client_last_error(NULL));
+        return;
+    }
+    wf_status_t st = wf_cancel_id(c, 987654321);
+    CHECKM(st == WF_E_BAD_ARGUMENT, "cancel of an id no job has: %s: %s",
+           wf_status_name(st), wf_client_last_error(c));
+    wf_client_destroy(&c);
+    /* counted before the reply went out: no wait */
+    http_t h;
+    if (!get_metrics(port, &h))
+        return;
+    expect_sample(h.body, "weft_requests_refused_total{op=\"cancel\","
+                  "code=\"WF_E_BAD_ARGUMENT\"}", 1);
+    CHECKM(strstr(h.body, "op=\"other\"") == NULL, "a series labelled op=\"other\":\n%s",
+           h.body);
+    http_free(&h);
+    printf("(g) a refused cancel: op=\"cancel\"\n");
+}
+
 static bool counters_equal(const wf_status_counters_t *a, const wf_status_counters_t *b)
 {
     bool eq = a->present == b->present && a->refused_count == b->refused_count &&
@@ -544,7 +631,9 @@ int main(int argc, char **argv)
     wf_client_destroy(&c);
     check_after(port, &w, n_jobs);
     check_http_errors(port);
-    printf("metrics: (a)-(c) done, %d failure(s) so far\n", failures);
+    check_handshake_refused(port, &w);
+    check_cancel_label(port, &w);
+    printf("metrics: (a)-(c), (f), (g) done, %d failure(s) so far\n", failures);
     wd_stop(&w);
 
     /* (d) */

@@ -41,6 +41,15 @@
  *      same cancel again exits 1 (no such job); bob's forward without a
  *      deadline then matches diffusers' output (fluxio tolerance), and
  *      one through wf_forward_submit + wf_job_wait too.
+ *  (j) a second daemon, mesh dp=4 (a small job runs on one device) and
+ *      every job part held at its start (WEFT_TEST_HOLD_JOBS): ops
+ *      (admin), alice and bob each have one job running under the same
+ *      request id. Bob (submit) cancels his job twice, then the admin its
+ *      own twice: each cancel is WF_OK (the second finds the job it
+ *      already flagged), and alice's job, the one unflagged job left with
+ *      that id, is untouched by the admin's second cancel; once released,
+ *      ops's and bob's jobs end WF_E_CANCELLED and alice's is right
+ *      against the fp64 reference.
  * Each section is bounded (the whole run ~6 s on 2 cores, ~15 s under
  * ASan + UBSan).
  *
@@ -66,6 +75,7 @@
 #include "support/clusterd.h"
 #include "support/fluxio.h"
 #include "support/jobcheck.h"
+#include "support/wait.h"
 #include "weft.h"
 
 static int failures;
@@ -128,16 +138,22 @@ static bool start(clusterd_node_t *n, char *log, size_t log_len,
 
 static wf_client_t *watcher;     /* polls status: keeps the others' ids small */
 
-static wf_client_t *connect_as(const char *who)
+/* A CURVE client of the daemon at `endpoint` with the key pair `who`. */
+static wf_client_t *connect_at(const char *endpoint, const char *who)
 {
     char sp[256], cp[256];
     path_of(sp, sizeof sp, "daemon.pub");
     path_of(cp, sizeof cp, who);
     wf_client_t *c = NULL;
-    wf_status_t st = wf_client_connect_curve(ep, TIMEOUT_MS, sp, cp, &c);
+    wf_status_t st = wf_client_connect_curve(endpoint, TIMEOUT_MS, sp, cp, &c);
     CHECKM(st == WF_OK, "connect %s: %s: %s", who, wf_status_name(st),
            wf_client_last_error(NULL));
     return c;
+}
+
+static wf_client_t *connect_as(const char *who)
+{
+    return connect_at(ep, who);
 }
 
 static const jcase_t small_case = {
@@ -594,6 +610,127 @@ static void test_forward_and_weftctl_cancel(wf_client_t *alice, wf_client_t *bob
     fluxio_free(&io);
 }
 
+/* (j): wait_for's condition: at least `want` of the daemon's devices are
+ * busy (running a job part, or held at its start), from status on c. */
+typedef struct busy_wait {
+    wf_client_t *c;
+    uint32_t want;
+    uint32_t got;
+} busy_wait_t;
+
+static bool devices_busy(void *arg)
+{
+    busy_wait_t *b = arg;
+    wf_status_info_t *si = calloc(1, sizeof *si);
+    b->got = 0;
+    if (si && wf_status(b->c, si) == WF_OK)
+        for (uint32_t d = 0; d < si->device_count; d++)
+            b->got += si->devices[d].busy ? 1 : 0;
+    free(si);
+    return b->got >= b->want;
+}
+
+/* (j) */
+static void test_cancel_again(const char *keyfile, const char *clients)
+{
+    char fifo[256], env[320], hep[64];
+    path_of(fifo, sizeof fifo, "hold");
+    if (mkfifo(fifo, 0600) != 0) {
+        CHECKM(false, "(j) mkfifo %s: %s", fifo, strerror(errno));
+        return;
+    }
+    snprintf(env, sizeof env, "WEFT_TEST_HOLD_JOBS=%s", fifo);
+    snprintf(hep, sizeof hep, "tcp://127.0.0.1:%d", clusterd_free_port());
+    clusterd_node_t n;
+    memset(&n, 0, sizeof n);
+    if (!clusterd_node_open(&n, "time", "held")) {
+        CHECKM(false, "(j) notify socket");
+        return;
+    }
+    path_of(n.p.log_path, sizeof n.p.log_path, "held.log");
+    const char *argv[] = { weftd, "--devices", "cpu:4", "--cpu-memory", "256M",
+                           "--log-level", "info", "--listen", hep, "--key-file", keyfile,
+                           "--client-keys", clients, "--mesh", "dp=4", NULL };
+    if (!clusterd_exec(&n.p, argv, env) ||
+        !clusterd_node_wait(&n, "READY=1", TIMEOUT_MS, NULL, 0)) {
+        CHECKM(false, "(j) the held daemon did not start");
+        clusterd_node_close(&n);
+        return;
+    }
+    /* the same requests on each connection: the same request id for the job */
+    static const char *const who[3] = { "ops", "alice", "bob" };
+    wf_client_t *c[3] = { NULL, NULL, NULL };
+    jbuf_t b[3];
+    wf_job_t *job[3] = { NULL, NULL, NULL };
+    bool ok = true;
+    for (int i = 0; i < 3; i++) {
+        c[i] = connect_at(hep, who[i]);
+        if (!c[i] || !jbuf_init(&b[i], &small_case, 41 + (uint64_t)i)) {
+            ok = false;
+            break;
+        }
+        wf_attention_opts_t o = opts_of(&small_case);
+        wf_status_t st = wf_attention_submit(c[i], &b[i].q, &b[i].k, &b[i].v, &o,
+                                             &b[i].out, b[i].lse, &job[i]);
+        CHECKM(st == WF_OK, "(j) %s submit: %s", who[i], wf_status_name(st));
+        ok = ok && st == WF_OK;
+    }
+    if (ok) {
+        uint64_t id = wf_job_id(job[0]);
+        CHECKM(wf_job_id(job[1]) == id && wf_job_id(job[2]) == id,
+               "(j) request ids %" PRIu64 ", %" PRIu64 ", %" PRIu64 ": not one id", id,
+               wf_job_id(job[1]), wf_job_id(job[2]));
+        busy_wait_t bw = { c[0], 3, 0 };
+        CHECKM(wait_for(devices_busy, &bw, WAIT_EVENT_MS), "(j) %u of 3 jobs running",
+               bw.got);
+        /* bob (submit) twice, then the admin twice, each its own job */
+        wf_status_t st[4];
+        st[0] = wf_cancel(c[2], job[2]);
+        st[1] = wf_cancel(c[2], job[2]);
+        CHECKM(st[0] == WF_OK && st[1] == WF_OK, "(j) bob's cancels of his own running "
+               "job: %s, %s: %s", wf_status_name(st[0]), wf_status_name(st[1]),
+               wf_client_last_error(c[2]));
+        st[2] = wf_cancel(c[0], job[0]);
+        st[3] = wf_cancel(c[0], job[0]);
+        CHECKM(st[2] == WF_OK && st[3] == WF_OK, "(j) the admin's cancels of its own "
+               "running job: %s, %s: %s", wf_status_name(st[2]), wf_status_name(st[3]),
+               wf_client_last_error(c[0]));
+        printf("(j) job %" PRIu64 " of ops, alice and bob held; cancels: bob %s, %s; "
+               "ops %s, %s\n", id, wf_status_name(st[0]), wf_status_name(st[1]),
+               wf_status_name(st[2]), wf_status_name(st[3]));
+    }
+    /* each held part reads a byte of its own: one 'a' per device ('a'
+     * also keeps later parts from waiting) */
+    int fd = open(fifo, O_WRONLY | O_CLOEXEC);
+    CHECKM(fd >= 0 && write(fd, "aaaa", 4) == 4, "(j) release the held jobs");
+    if (fd >= 0)
+        close(fd);
+    static const wf_status_t want[3] = { WF_E_CANCELLED, WF_OK, WF_E_CANCELLED };
+    for (int i = 0; i < 3; i++) {
+        if (!job[i])
+            continue;
+        wf_status_t st = wf_job_wait(c[i], job[i], TIMEOUT_MS);
+        CHECKM(st == want[i], "(j) %s's job: %s, want %s: %s", who[i], wf_status_name(st),
+               wf_status_name(want[i]), wf_job_error(job[i]));
+        if (i == 1 && st == WF_OK) {
+            double eo, el, to, tl;
+            jbuf_errors(&b[i], &eo, &el);
+            jcase_tolerances(&small_case, false, &to, &tl);
+            CHECKM(eo <= to && el <= tl, "(j) alice: errors out %g lse %g", eo, el);
+        }
+        printf("(j) %s's job: %s\n", who[i], wf_status_name(st));
+        wf_job_destroy(c[i], &job[i]);
+        jbuf_free(&b[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        wf_client_destroy(&c[i]);
+    clusterd_kill(&n.p, SIGTERM);
+    CHECKM(n.p.reaped && WIFEXITED(n.p.exit_status) && WEXITSTATUS(n.p.exit_status) == 0,
+           "(j) the held daemon did not exit 0");
+    clusterd_node_close(&n);
+    unlink(fifo);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
@@ -653,6 +790,7 @@ int main(int argc, char **argv)
         kill(n.p.pid, SIGHUP);
         CHECKM(clusterd_node_wait(&n, "READY=1", 30000, NULL, 0), "(f) reload");
         test_deadline(alice, 0, "(f) job_timeout_ms", "1500 ms");
+        test_cancel_again(keyfile, clients);
     }
     wf_client_destroy(&bob);
     wf_client_destroy(&alice);
