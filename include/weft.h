@@ -126,7 +126,14 @@ typedef enum wf_status {
     /* the daemon refused this client's credentials: its CURVE handshake
      * failed (a key not in the daemon's client_keys, the wrong server key,
      * or no keys where the endpoint wants them) */
-    WF_E_AUTH = 107
+    WF_E_AUTH = 107,
+    /* the connection to the daemon closed (the daemon stopped, or the
+     * connection was reset) before the reply: every request still waiting
+     * on it fails with this at once, and while no new connection is up so
+     * does every new request, nothing sent. At the end of a daemon's
+     * shutdown (PROTOCOL.md section 1) it means that the daemon never
+     * read the request: nothing of it ran */
+    WF_E_CONN_CLOSED = 108
 } wf_status_t;
 
 /* Stable short name of a status ("WF_E_LIMIT"); never NULL. */

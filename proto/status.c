@@ -41,6 +41,7 @@ const char *wf_status_name(wf_status_t s)
     case WF_E_PROTOCOL: return "WF_E_PROTOCOL";
     case WF_E_PENDING: return "WF_E_PENDING";
     case WF_E_AUTH: return "WF_E_AUTH";
+    case WF_E_CONN_CLOSED: return "WF_E_CONN_CLOSED";
     }
     return "WF_E_UNKNOWN";
 }
@@ -57,7 +58,7 @@ wf_status_t wf_status_on_wire(wf_status_t s)
     case WF_E_INTERNAL: case WF_E_ABORTED: case WF_E_NODE_LOST:
         return s;
     case WF_E_TIMEOUT: case WF_E_CONNECT: case WF_E_IO: case WF_E_PROTOCOL:
-    case WF_E_PENDING: case WF_E_AUTH:
+    case WF_E_PENDING: case WF_E_AUTH: case WF_E_CONN_CLOSED:
         break;
     }
     return WF_E_INTERNAL;
@@ -96,6 +97,7 @@ const char *wf_status_str(wf_status_t s)
     case WF_E_PROTOCOL: return "reply does not follow the protocol";
     case WF_E_PENDING: return "job not finished";
     case WF_E_AUTH: return "the daemon refused this client's credentials";
+    case WF_E_CONN_CLOSED: return "the connection to the daemon closed before the reply";
     }
     return "unknown status";
 }

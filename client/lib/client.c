@@ -12,15 +12,33 @@
  * and simple calls without tensors (hello, status, reconfigure and the
  * resident-model calls load / unload / list), waited for at once.
  *
- * The socket uses ZMQ_IMMEDIATE so nothing is queued while no daemon is
- * connected: a send then waits (up to the timeout) instead of leaving
- * borrowed buffers in a queue that may never drain.
- *
- * tcp:// endpoints may use CURVE (the keys from the arguments of
- * wf_client_connect_curve or the environment, proto/keys.h files); their
- * socket has a monitor whose handshake events turn a refused handshake
- * into WF_E_AUTH while a call waits (a refused handshake otherwise looks
- * like a daemon that is not there).
+ * The socket has a monitor, read by every call that waits and before
+ * every send; its events wake a waiting call at once. A request is sent
+ * only while a connection is up (its handshake succeeded, and no close
+ * since), so nothing is queued while no daemon is connected: a send
+ * waits for a connection (up to the timeout) instead of leaving borrowed
+ * buffers in a queue that may never drain. Not ZMQ_IMMEDIATE, which does
+ * the same inside ZeroMQ but drops the replies that arrived just before
+ * a close and are not read yet.
+ *   - a connection that was up closes (the daemon stopped, or the
+ *     connection was reset: ZMQ_EVENT_DISCONNECTED): the replies that came
+ *     before the close are taken, every request still waiting fails with
+ *     WF_E_CONN_CLOSED, and the socket is replaced (socket_reset: ZeroMQ
+ *     releases the frames it still held, the requests it still queued
+ *     never go to a later connection, and the old socket's events are
+ *     gone). Until a new connection is up, a send waits for the next
+ *     attempt to reconnect: sent if it succeeds, WF_E_CONN_CLOSED (nothing
+ *     sent) as soon as one fails (ZMQ_EVENT_CONNECT_RETRIED). A client
+ *     that has never had a connection waits for one up to its timeout (a
+ *     daemon may start after it). A request sent in the instant the
+ *     connection closes, before the close is read here, stays queued in
+ *     the old socket until then: were a new daemon up within ZeroMQ's
+ *     reconnect interval (10 ms) while the caller makes no call, it could
+ *     reach it, and still be reported WF_E_CONN_CLOSED;
+ *   - tcp:// endpoints may use CURVE (the keys from the arguments of
+ *     wf_client_connect_curve or the environment, proto/keys.h files): a
+ *     refused handshake becomes WF_E_AUTH (it otherwise looks like a
+ *     daemon that is not there).
  *
  * Not here: the wire encoding (proto/), logging (a library never logs;
  * errors go to wf_client_last_error / wf_job_error); the resident-model
@@ -171,20 +189,22 @@ static void socket_close(wf_client_t *c)
     }
 }
 
-/* tcp:// sockets get a monitor, so that a handshake the daemon refuses
- * (CURVE keys, or none where it wants them) fails the call at once with
- * WF_E_AUTH instead of a timeout: with ZMQ_IMMEDIATE nothing is sent
+/* The socket's monitor (file comment): a connection up, closed, an
+ * attempt to reconnect failed; on tcp:// also a handshake the daemon
+ * refuses (CURVE keys, or none where it wants them), which fails the
+ * call at once with WF_E_AUTH instead of a timeout: nothing is sent
  * until a handshake succeeds, so a refused one looks like no daemon. */
 static wf_status_t monitor_open(wf_client_t *c, void *s)
 {
-    if (strncmp(c->endpoint, "tcp://", 6) != 0)
-        return WF_OK;
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://weft-client-monitor-%llu",
              (unsigned long long)c->mon_seq++);
-    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                 ZMQ_EVENT_CONNECT_RETRIED;
+    if (strncmp(c->endpoint, "tcp://", 6) == 0)
+        events |= ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (zmq_socket_monitor(s, ep, events) != 0)
         return fail(c, WF_E_CONNECT, "zmq_socket_monitor: %s", zmq_strerror(errno));
     void *m = zmq_socket(c->zctx, ZMQ_PAIR);
@@ -202,13 +222,37 @@ static wf_status_t monitor_open(wf_client_t *c, void *s)
     }
     c->mon = m;
     c->handshake_fails = 0;
+    c->up = false;
     return WF_OK;
 }
 
-/* Read the monitor's events. WF_E_AUTH (message set) when a handshake
- * failed: the daemon refused our key (ZAP), wants CURVE while we speak
- * none (or the reverse), or closed the connection in the handshake twice
- * in a row (a wrong server key: it cannot read our hello); else WF_OK. */
+static wf_status_t recv_ready(wf_client_t *c);
+static wf_status_t socket_reset(wf_client_t *c, const char *why);
+
+/* The connection that was up closed: take the replies that came before
+ * the close, fail every request still waiting, and replace the socket
+ * (see the file comment). */
+static void connection_lost(wf_client_t *c)
+{
+    (void)recv_ready(c);
+    while (c->pending) {
+        wf_job_t *j = c->pending;
+        job_fail(j, WF_E_CONN_CLOSED, "the connection to the daemon at '%s' closed "
+                 "before the reply (the daemon stopped, or the connection was "
+                 "reset)", c->endpoint);
+        job_finish(c, j);
+    }
+    socket_reset(c, "the connection closed");
+    c->lost = true;
+    c->retried = false;
+}
+
+/* Read the monitor's events (file comment). WF_E_AUTH (message set) when
+ * a handshake failed: the daemon refused our key (ZAP), wants CURVE while
+ * we speak none (or the reverse), or closed the connection in the
+ * handshake twice in a row (a wrong server key: it cannot read our
+ * hello). WF_E_CONN_CLOSED when the connection was lost (every waiting
+ * job failed, the socket replaced: connection_lost). Else WF_OK. */
 static wf_status_t monitor_check(wf_client_t *c)
 {
     if (!c->mon)
@@ -238,6 +282,18 @@ static wf_status_t monitor_check(wf_client_t *c)
         switch (event) {
         case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
             c->handshake_fails = 0;
+            c->up = true;
+            c->lost = false;
+            break;
+        case ZMQ_EVENT_DISCONNECTED:
+            /* also sent for a connection that ends in its handshake (the
+             * failure events above say why): nothing was sent on it */
+            if (!c->up)
+                break;
+            connection_lost(c);     /* a new socket, a new monitor */
+            return WF_E_CONN_CLOSED;
+        case ZMQ_EVENT_CONNECT_RETRIED:
+            c->retried = true;
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
             return fail(c, WF_E_AUTH, "the daemon at '%s' refused this client's "
@@ -277,12 +333,10 @@ static wf_status_t socket_open(wf_client_t *c)
     void *s = zmq_socket(c->zctx, ZMQ_DEALER);
     if (!s)
         return fail(c, WF_E_CONNECT, "zmq_socket: %s", zmq_strerror(errno));
-    int linger = 0, immediate = 1, ivl = 10, ivl_max = 250;
+    int linger = 0, ivl = 10, ivl_max = 250;
     /* linger 0: closing never waits for a daemon that is gone.
-     * immediate: queue only on a completed connection (see file comment).
      * Short reconnect interval: a daemon started after us is found fast. */
     if (zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-        zmq_setsockopt(s, ZMQ_IMMEDIATE, &immediate, sizeof immediate) != 0 ||
         zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl) != 0 ||
         zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max) != 0) {
         int e = errno;
@@ -317,10 +371,11 @@ static wf_status_t socket_open(wf_client_t *c)
 }
 
 /* Drop the connection and open a new one. Closing with linger 0 makes
- * ZeroMQ discard (and release) the frames it still queues; the daemon's
- * replies to the old connection can no longer reach us, so every job still
- * waiting fails. Used when a half-sent message or frames that the daemon
- * does not read would otherwise keep buffers borrowed forever. */
+ * ZeroMQ discard (and release, from its own threads) the frames it still
+ * queues; the daemon's replies to the old connection can no longer reach
+ * us, so every job still waiting fails. Used when a half-sent message or
+ * frames that the daemon does not read would otherwise keep buffers
+ * borrowed forever, and when the connection closed (connection_lost). */
 static wf_status_t socket_reset(wf_client_t *c, const char *why)
 {
     socket_close(c);
@@ -358,23 +413,47 @@ static void drain_parts(wf_client_t *c, bool more)
     }
 }
 
-/* Wait until the socket can take a message (a connection is up). */
+/* Wait until a connection is up (the monitor says so) and the socket can
+ * take a message (below its high-water mark). The monitor is read first,
+ * and again once the socket is writable, so that the close of an earlier
+ * connection is never taken for the new one's (its jobs fail before
+ * anything goes out on the new one). After a lost connection:
+ * WF_E_CONN_CLOSED, nothing sent, once an attempt to reconnect fails. */
 static wf_status_t wait_writable(wf_client_t *c, int64_t deadline)
 {
+    c->retried = false;
     for (;;) {
-        zmq_pollitem_t it[2] = { { .socket = c->sock, .events = ZMQ_POLLOUT },
-                                 { .socket = c->mon, .events = ZMQ_POLLIN } };
-        int rc = zmq_poll(it, c->mon ? 2 : 1, remaining_ms(deadline));
+        wf_status_t st = monitor_check(c);
+        if (st == WF_E_AUTH)
+            return st;
+        if (!c->sock && socket_open(c) != WF_OK)
+            return c->lost ? fail(c, WF_E_CONN_CLOSED, "the connection to the daemon "
+                                  "at '%s' closed: %s", c->endpoint, c->last_error)
+                           : WF_E_CONNECT;
+        if (!c->up && c->lost && c->retried)
+            return fail(c, WF_E_CONN_CLOSED, "the connection to the daemon at '%s' "
+                        "closed and reconnecting failed (no daemon there now); "
+                        "not sent", c->endpoint);
+        /* while no connection is up only the monitor can say anything:
+         * the socket itself takes messages (into a queue) at once */
+        zmq_pollitem_t it[2] = { { .socket = c->mon, .events = ZMQ_POLLIN },
+                                 { .socket = c->sock, .events = ZMQ_POLLOUT } };
+        int rc = zmq_poll(it, c->up ? 2 : 1, remaining_ms(deadline));
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
             return fail(c, WF_E_IO, "zmq_poll: %s", zmq_strerror(errno));
         }
-        if (it[0].revents & ZMQ_POLLOUT)
-            return WF_OK;
-        wf_status_t st = monitor_check(c);
-        if (st != WF_OK)
-            return st;
+        if (c->up && (it[1].revents & ZMQ_POLLOUT)) {
+            st = monitor_check(c);
+            if (st == WF_E_AUTH)
+                return st;
+            if (st == WF_OK && c->up) {
+                c->lost = false;
+                return WF_OK;
+            }
+            continue;           /* that connection closed: a new socket */
+        }
         if (deadline >= 0 && now_ms() >= deadline)
             return fail(c, WF_E_TIMEOUT,
                         "no connection to the daemon at '%s' within the timeout",
@@ -400,7 +479,7 @@ wf_status_t wfc_send_request(wf_client_t *c, wf_job_t *job, int n_frames,
         int flags = ZMQ_DONTWAIT | (n_frames > 0 ? ZMQ_SNDMORE : 0);
         if (zmq_send(c->sock, c->hdr.data, c->hdr.len, flags) >= 0)
             break;
-        /* EAGAIN: the connection went away between poll and send. */
+        /* EAGAIN: the queue reached its high-water mark since the poll. */
         if (errno != EAGAIN && errno != EINTR)
             return fail(c, WF_E_IO, "zmq_send: %s", zmq_strerror(errno));
     }
@@ -662,14 +741,15 @@ static wf_status_t recv_ready(wf_client_t *c)
     return st == WF_E_PENDING ? WF_OK : st;
 }
 
-/* A refused handshake after the connection was lost (e.g. our key was
- * removed from client_keys): no reply can come back, so every job still
- * waiting fails with WF_E_AUTH. */
+/* The monitor's events while jobs wait: a closed connection fails them
+ * with WF_E_CONN_CLOSED (monitor_check); a refused handshake after the
+ * connection was lost (e.g. our key was removed from client_keys) with
+ * WF_E_AUTH: no reply can come back. */
 static wf_status_t auth_check(wf_client_t *c)
 {
     wf_status_t st = monitor_check(c);
-    if (st == WF_OK)
-        return WF_OK;
+    if (st != WF_E_AUTH)
+        return st;
     while (c->pending) {
         wf_job_t *j = c->pending;
         job_fail(j, st, "%s", c->last_error);

@@ -72,9 +72,14 @@ struct wf_client {
     bool curve;                /* CURVE client: keys and server_key below */
     wf_keypair_t keys;         /* this client's key pair (when curve) */
     char server_key[WF_KEY_Z85_LEN + 1]; /* the daemon's public key (pinned) */
-    void *mon;                 /* PAIR reading sock's monitor (tcp:// only) */
+    void *mon;                 /* PAIR reading sock's monitor */
     uint64_t mon_seq;          /* numbers the monitor's inproc endpoints */
     int handshake_fails;       /* failed handshakes without detail in a row */
+    bool up;                   /* sock's connection finished its handshake
+                                  and has not closed since */
+    bool lost;                 /* a connection closed and no new one is up:
+                                  a send waits for one attempt to reconnect */
+    bool retried;              /* lost: an attempt to reconnect failed */
     int timeout_ms;            /* default timeout of synchronous calls */
     uint64_t next_id;          /* next request id (increasing) */
     wf_job_t *pending;         /* jobs awaiting a reply (doubly linked) */

@@ -86,6 +86,12 @@ typedef struct conn {
     uint8_t *out;                /* bytes to write */
     size_t out_len, out_off, out_cap;
     unsigned pongs;              /* PONGs in out while a reply is there */
+    bool reply_out;              /* a whole reply is in out, not yet written */
+    uint32_t unanswered;         /* messages forwarded whose reply is not taken */
+    uint64_t requests;           /* messages forwarded */
+    uint64_t replies_written;    /* replies written whole */
+    bool lingering;              /* finishing: our side shut down, reading
+                                    (and dropping) until the peer closes */
     bool handshaking;            /* counted in g->handshaking */
     wf_curve_conn_t *cv;         /* CURVE state */
     wf_role_t key_role;
@@ -119,10 +125,11 @@ struct wf_gate {
     wf_gate_mech_t mech;
     wf_curve_server_t server;    /* CURVE key pair (binary) */
     wf_log_t *log;
-    int wake;                    /* eventfd: stop */
+    int wake;                    /* eventfd: stop, finish */
+    int done;                    /* eventfd: finishing, no connection left */
     atomic_bool stop;
-    atomic_bool flush;           /* stopping: write what is left, read nothing */
-    uint64_t flush_deadline_us;  /* set before flush */
+    atomic_bool finish;          /* the end of a drain (wf_gate_finish) */
+    bool finished;               /* thread only: done written */
     atomic_int tid;
     sem_t running;               /* posted once tid is set */
     pthread_t thread;
@@ -138,6 +145,9 @@ struct wf_gate {
     uint64_t accept_pause_us;    /* out of fds: accept again after this */
     atomic_uint_least64_t accepted, refused, over_limit, admitted;
     atomic_uint open;
+    uint64_t requests;           /* thread only: of the connections closed, */
+    uint64_t replies;            /*   messages forwarded, replies written and */
+    uint64_t unanswered;         /*   messages whose reply was not taken */
     time_t window;               /* log rate limit; thread only */
     unsigned logged;
     uint64_t suppressed;
@@ -281,6 +291,10 @@ static bool out_flush(conn_t *c)
     }
     c->out_off = c->out_len = 0;
     c->pongs = 0;
+    if (c->reply_out) {
+        c->reply_out = false;
+        c->replies_written++;
+    }
     if (c->out_cap > OUT_KEEP) {
         free(c->out);
         c->out = NULL;
@@ -308,6 +322,9 @@ static void conn_free(wf_gate_t *g, conn_t *c)
 {
     if (c->handshaking)
         g->handshaking--;
+    g->requests += c->requests;
+    g->replies += c->replies_written;
+    g->unanswered += c->unanswered;
     if (c->fd >= 0)
         close(c->fd);
     if (c->dealer)
@@ -663,6 +680,8 @@ static bool forward(conn_t *c)
             zmq_msg_close(&c->parts[i]);
     c->n_parts = 0;
     parts_clear(c);
+    c->requests++;
+    c->unanswered++;
     return true;
 }
 
@@ -1011,7 +1030,7 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
 }
 
 /* Take one reply from the DEALER into out (the connection's output is
- * empty). */
+ * empty). The daemon sends one reply per message forwarded. */
 static bool take_reply(conn_t *c)
 {
     for (;;) {
@@ -1026,9 +1045,48 @@ static bool take_reply(conn_t *c)
         zmq_msg_close(&m);
         if (!ok)
             return false;
-        if (!more)
+        if (!more) {
+            if (c->unanswered)
+                c->unanswered--;
+            c->reply_out = true;
             return true;
+        }
     }
+}
+
+/* The end of a drain, for one connection; false: close it now. One not
+ * through its handshake has sent no message: closed. An active one
+ * stays until every message read from it is forwarded and answered and
+ * the replies are written; then it shuts down its sending side (the
+ * peer reads the replies, then the end of the stream: no reset can
+ * overtake them, as a close with unread input would send on TCP) and
+ * lingers until the peer closes (linger_read). */
+static bool conn_finish(conn_t *c)
+{
+    if (c->st != C_ACTIVE)
+        return false;
+    if (c->lingering || c->complete || c->unanswered || c->out_off < c->out_len)
+        return true;
+    if (shutdown(c->fd, SHUT_WR) != 0)
+        return false;
+    c->lingering = true;
+    return true;
+}
+
+/* A lingering connection: read and drop what the peer still sends (it
+ * sent it after the last message read). False once the peer has closed,
+ * or on an error. */
+static bool linger_read(conn_t *c)
+{
+    for (int rounds = 0; rounds < 64; rounds++) {
+        ssize_t r = recv(c->fd, c->rbuf, WF_GATE_RBUF, 0);
+        if (r > 0)
+            continue;
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1087,34 +1145,38 @@ static void *gate_thread(void *arg)
         uint64_t now = now_us();
         int timeout = -1;
         size_t k = 0;
-        bool flushing = atomic_load(&g->flush);
-        if (flushing) {
-            /* done when nothing is left to write, nor to take */
-            bool left = false;
-            for (uint32_t i = 0; i < g->n_conns; i++) {
-                conn_t *c = g->conns[i];
-                if (c->dealer && c->out_off == c->out_len)
-                    (void)take_reply(c);
-                left = left || c->out_off < c->out_len;
-            }
-            if (!left || now >= g->flush_deadline_us)
-                break;
-            timeout = (int)((g->flush_deadline_us - now + 999) / 1000);
+        bool finishing = atomic_load(&g->finish);
+        if (finishing && g->lfd >= 0) {
+            close(g->lfd);      /* new connections are refused from now on */
+            g->lfd = -1;
         }
-        items[k++] = (zmq_pollitem_t){ NULL, g->wake, flushing ? 0 : ZMQ_POLLIN, 0 };
+        if (finishing && g->n_conns == 0 && !g->finished) {
+            g->finished = true;
+            wf_log(g->log, WF_LOG_INFO, "client plane: every connection closed: "
+                   "%" PRIu64 " requests read since the start, %" PRIu64 " replies "
+                   "written, %" PRIu64 " requests unanswered when their peer left "
+                   "first", g->requests, g->replies, g->unanswered);
+            uint64_t one = 1;
+            ssize_t w = write(g->done, &one, sizeof one);
+            (void)w;
+        }
+        items[k++] = (zmq_pollitem_t){ NULL, g->wake, ZMQ_POLLIN, 0 };
         bool paused = now < g->accept_pause_us;
-        if (paused) {
+        if (paused && !finishing) {
             int t = (int)((g->accept_pause_us - now + 999) / 1000);
             if (timeout < 0 || t < timeout)
                 timeout = t;
         }
+        /* (finishing: fd -1, which poll skips) */
         items[k++] = (zmq_pollitem_t){ NULL, g->lfd,
-                                       flushing || paused ? 0 : ZMQ_POLLIN, 0 };
+                                       finishing || paused ? 0 : ZMQ_POLLIN, 0 };
         for (uint32_t i = 0; i < g->n_conns; i++) {
             conn_t *c = g->conns[i];
             short ev = 0;
-            if (!c->complete && c->st != C_CLOSING && !flushing)
-                ev |= ZMQ_POLLIN;     /* backpressure: not while a message waits */
+            /* backpressure: not while a message waits; finishing: only
+             * a lingering connection's end */
+            if (c->lingering || (!c->complete && c->st != C_CLOSING && !finishing))
+                ev |= ZMQ_POLLIN;
             if (c->out_off < c->out_len)
                 ev |= ZMQ_POLLOUT;
             cix[i] = k;
@@ -1143,23 +1205,37 @@ static void *gate_thread(void *arg)
             continue;
         }
         now = now_us();
+        if (items[0].revents & ZMQ_POLLIN) {
+            uint64_t v;
+            ssize_t r = read(g->wake, &v, sizeof v);
+            (void)r;
+        }
+        /* wf_gate_finish may have woken this poll: every connection is
+         * looked at below, before the next one blocks */
+        finishing = atomic_load(&g->finish);
         /* connections, from the last (a close moves the last into i) */
         for (uint32_t i = g->n_conns; i-- > 0;) {
             conn_t *c = g->conns[i];
             zmq_pollitem_t *it = &items[cix[i]];
             const char *why = NULL;
             bool ok = true;
+            if (c->lingering) {
+                if ((it[0].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && !linger_read(c))
+                    conn_close(g, i);
+                continue;
+            }
             /* hung up or reset: what it sent before is still read and
-             * forwarded (as libzmq would), then it is closed */
+             * forwarded (as libzmq would), then it is closed; finishing,
+             * nothing more is read */
             bool err = it[0].revents & ZMQ_POLLERR;
             if (!err && (it[0].revents & ZMQ_POLLOUT) && !out_flush(c)) {
                 ok = false;
                 why = "write failed";
             }
             if (ok && (it[0].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && !c->complete &&
-                c->st != C_CLOSING)
+                c->st != C_CLOSING && !finishing)
                 ok = conn_read(g, c, &why);
-            if (ok && c->complete && c->dealer && !flushing && forward(c)) {
+            if (ok && c->complete && c->dealer && forward(c)) {
                 /* room again: what rbuf still holds is parsed */
                 ok = parse(g, c, &why);
             }
@@ -1177,14 +1253,18 @@ static void *gate_thread(void *arg)
                 ok = false;
             if (ok && err)
                 ok = false;
-            if (ok && c->deadline_us && now >= c->deadline_us) {
+            if (ok && c->deadline_us && now >= c->deadline_us && !finishing) {
                 ok = false;
                 why = "the handshake did not end within client_handshake_ms";
+            }
+            if (ok && finishing && !conn_finish(c)) {
+                conn_close(g, i);
+                continue;
             }
             if (!ok)
                 close_with(g, i, why);
         }
-        if (flushing)
+        if (finishing)
             continue;
         if (items[1].revents & ZMQ_POLLIN)
             for (int n = 0; n < 64 && now_us() >= g->accept_pause_us; n++) {
@@ -1356,9 +1436,11 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
     g->log = cfg->log;
     g->limits = cfg->limits;
     g->wake = -1;
+    g->done = -1;
     pthread_mutex_init(&g->mu, NULL);
     sem_init(&g->running, 0, 0);
     atomic_init(&g->stop, false);
+    atomic_init(&g->finish, false);
     atomic_init(&g->tid, 0);
     randombytes_buf(&g->next_rid, sizeof g->next_rid);
     if (g->mech == WF_GATE_CURVE &&
@@ -1373,7 +1455,8 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
         goto fail;
     }
     g->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (g->wake < 0) {
+    g->done = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g->wake < 0 || g->done < 0) {
         wf_log(cfg->log, WF_LOG_ERR, "client plane: eventfd: %s", strerror(errno));
         goto fail;
     }
@@ -1388,7 +1471,7 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
     *ret = g;
     return WF_OK;
 fail:
-    wf_gate_stop(&g, 0);
+    wf_gate_stop(&g);
     return WF_E_INTERNAL;
 }
 
@@ -1447,18 +1530,28 @@ bool wf_gate_meta_read(const void *data, size_t len, wf_gate_meta_t *ret)
     return true;
 }
 
-void wf_gate_stop(wf_gate_t **pg, unsigned linger_ms)
+void wf_gate_finish(wf_gate_t *g)
+{
+    if (!g || !g->started)
+        return;
+    atomic_store(&g->finish, true);
+    uint64_t one = 1;
+    ssize_t w = write(g->wake, &one, sizeof one);
+    (void)w;
+}
+
+int wf_gate_done_fd(const wf_gate_t *g)
+{
+    return g ? g->done : -1;
+}
+
+void wf_gate_stop(wf_gate_t **pg)
 {
     if (!pg || !*pg)
         return;
     wf_gate_t *g = *pg;
     if (g->started) {
-        if (linger_ms) {
-            g->flush_deadline_us = now_us() + (uint64_t)linger_ms * 1000u;
-            atomic_store(&g->flush, true);
-        } else {
-            atomic_store(&g->stop, true);
-        }
+        atomic_store(&g->stop, true);
         uint64_t one = 1;
         ssize_t w = write(g->wake, &one, sizeof one);
         (void)w;
@@ -1471,6 +1564,8 @@ void wf_gate_stop(wf_gate_t **pg, unsigned linger_ms)
         close(g->lfd);
     if (g->wake >= 0)
         close(g->wake);
+    if (g->done >= 0)
+        close(g->done);
     free(g->keys);
     sodium_memzero(&g->server, sizeof g->server);
     pthread_mutex_destroy(&g->mu);

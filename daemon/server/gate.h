@@ -33,6 +33,10 @@
  * is (ipc credentials, CURVE key name and role, address) and whether the
  * message went over a limit. The routing id is 5 bytes: 0 and a counter.
  *
+ * At the end of a drain (wf_gate_finish) it accepts and reads nothing
+ * more, and closes each connection once every message read from it has
+ * had its reply and the replies are written.
+ *
  * The gate never calls into the rest of daemon/server/; the server reads
  * its counters and passes it settings and keys.
  */
@@ -139,10 +143,27 @@ void wf_gate_stats(wf_gate_t *g, wf_gate_stats_t *ret);
 /* Parse the gate frame; false when it is not one. */
 bool wf_gate_meta_read(const void *data, size_t len, wf_gate_meta_t *ret);
 
-/* Stop the thread, close every connection and the listening socket;
- * NULL is fine. Before the ROUTER and the context close. With linger_ms,
- * first write the replies already taken or waiting in the connections'
- * DEALERs (reading nothing more) for up to that long. */
-void wf_gate_stop(wf_gate_t **pg, unsigned linger_ms);
+/* The end of a drain (PROTOCOL.md section 1). The listening socket is
+ * closed (new connections are refused) and nothing more is read from
+ * any connection; the whole messages already read from one still go to
+ * the ROUTER, one at a time as before. A connection is closed once the
+ * daemon has replied to every message forwarded from it and the replies
+ * are written: the gate shuts down its sending side, so that the peer
+ * reads every reply and then the end of the stream, drops what the peer
+ * still sends, and closes when the peer does. A connection still in its
+ * handshake is closed at once (it sent no message). The daemon must go
+ * on answering until wf_gate_done_fd is readable: no connection is left.
+ * Any thread; returns at once. NULL is fine. */
+void wf_gate_finish(wf_gate_t *g);
+
+/* An eventfd that becomes readable (and stays so) once wf_gate_finish
+ * has closed every connection; -1 for NULL. Owned by the gate, valid
+ * until wf_gate_stop. */
+int wf_gate_done_fd(const wf_gate_t *g);
+
+/* Stop the thread, close every connection (after wf_gate_finish, those
+ * whose peer has not read its replies) and the listening socket; NULL is
+ * fine. Before the ROUTER and the context close. */
+void wf_gate_stop(wf_gate_t **pg);
 
 #endif /* WF_GATE_H */

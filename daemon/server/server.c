@@ -585,7 +585,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     int one = 1, zero = 0;
     /* MANDATORY: a reply to a vanished client fails (EHOSTUNREACH) instead
      * of vanishing silently, so we can log it. LINGER 0: close never
-     * blocks on dead peers (drain raises it just before closing). */
+     * blocks on dead peers (at the end of a drain the gate has written
+     * every reply its connections' peers would read: close_connections). */
     zmq_setsockopt(srv->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof zero);
     /* A full peer makes a send fail with EAGAIN (MANDATORY): the reply
@@ -671,9 +672,8 @@ void wf_server_destroy(wf_server_t **psrv)
     wf_world_destroy(&srv->world);
     wf_registry_destroy(&srv->models);
     srv_access_stop(srv);
-    /* its DEALERs before the ROUTER; after a drain, the replies taken
-     * leave first (as ZeroMQ's LINGER let them before the gate) */
-    wf_gate_stop(&srv->gate, srv->gate_linger_ms);
+    /* its DEALERs before the ROUTER */
+    wf_gate_stop(&srv->gate);
     if (srv->router)
         zmq_close(srv->router);
     /* after every socket of the context is closed, before the term */
@@ -923,12 +923,12 @@ static int poll_timeout_ms(const wf_server_t *srv, uint64_t now)
 }
 
 /* The end of a drain (PROTOCOL.md section 1): requests that wait on the
- * socket, or arrive now, would be dropped by the close. Answer each as
- * the drain does (jobs, loads and reconfigurations get
- * WF_E_SHUTTING_DOWN; hello, status and list_models their reply) until
- * the socket has been quiet for DRAIN_TAIL_QUIET_MS, and never for more
- * than DRAIN_TAIL_MAX_MS or DRAIN_TAIL_MAX_MSGS messages. Returns how
- * many it answered. */
+ * socket, or arrive now, are answered as the drain does (jobs, loads and
+ * reconfigurations get WF_E_SHUTTING_DOWN; hello, status and list_models
+ * their reply) until the socket has been quiet for DRAIN_TAIL_QUIET_MS,
+ * and never for more than DRAIN_TAIL_MAX_MS or DRAIN_TAIL_MAX_MSGS
+ * messages (a client told WF_E_SHUTTING_DOWN that stops sending then has
+ * its requests still in flight answered). Returns how many it answered. */
 #define DRAIN_TAIL_QUIET_MS 100
 #define DRAIN_TAIL_MAX_MS 1000
 #define DRAIN_TAIL_MAX_MSGS 4096
@@ -964,9 +964,70 @@ static unsigned answer_drain_tail(wf_server_t *srv)
     return n;
 }
 
+/* Then the close (PROTOCOL.md section 1): the gate reads nothing more
+ * and closes each connection once every request read from it has its
+ * reply (wf_gate_finish). Until no connection is left, answer the
+ * requests it still hands over (the whole messages it had read: jobs,
+ * loads and reconfigurations get WF_E_SHUTTING_DOWN, hello, status and
+ * list_models their reply, as during the drain), retry the replies
+ * ZeroMQ did not take (a peer at SNDHWM: no event says when it made
+ * room, hence 1 ms) and end a load that finishes meanwhile. A peer that
+ * reads none of its replies keeps its connection open: that is bounded
+ * by drain_timeout_ms, at least CLOSE_MIN_MS. */
+#define CLOSE_MIN_MS 1000u
+
+static void close_connections(wf_server_t *srv)
+{
+    uint32_t bound_ms = srv->settings.drain_timeout_ms > CLOSE_MIN_MS
+                            ? srv->settings.drain_timeout_ms : CLOSE_MIN_MS;
+    const uint64_t end = wf_now_usec() + (uint64_t)bound_ms * 1000;
+    uint64_t refused = srv->rejected;
+    unsigned n = 0;
+    bool closed = false;
+    wf_gate_finish(srv->gate);
+    for (;;) {
+        if (srv->waiting)
+            srv_replies_retry(srv);
+        if (srv_request_recv(srv)) {
+            n++;
+            continue;
+        }
+        uint64_t now = wf_now_usec();
+        if (now >= end)
+            break;
+        zmq_pollitem_t it[3] = {
+            { srv->router, 0, ZMQ_POLLIN, 0 },
+            { NULL, wf_gate_done_fd(srv->gate), ZMQ_POLLIN, 0 },
+            { NULL, srv->models.efd, ZMQ_POLLIN, 0 },
+        };
+        long left_ms = (long)((end - now + 999) / 1000);
+        int rc = zmq_poll(it, 3, srv->waiting && left_ms > 1 ? 1 : left_ms);
+        if (rc < 0 && zmq_errno() != EINTR)
+            break;      /* the socket failed */
+        if (rc > 0 && it[1].revents) {
+            closed = true;
+            break;
+        }
+        if (rc > 0 && it[2].revents)
+            srv_models_loaded(srv);
+    }
+    if (n > 0)
+        wf_log(srv->log, WF_LOG_INFO, "answered %u more request(s) read before the "
+               "client connections closed (%" PRIu64 " refused)", n,
+               srv->rejected - refused);
+    if (!closed) {
+        wf_gate_stats_t gs;
+        wf_gate_stats(srv->gate, &gs);
+        wf_log(srv->log, WF_LOG_WARNING, "%u client connection(s) still open %u ms "
+               "after the drain (replies not read by their peers): closed",
+               gs.open, bound_ms);
+    }
+}
+
 /* Drain ended (all done, or the deadline passed): answer what never ran,
  * let the workers finish what they hold, answer that too, then what still
- * waits on the socket (answer_drain_tail). */
+ * waits on the socket (answer_drain_tail), then every request read before
+ * the connections close (close_connections). */
 static void finish_drain(wf_server_t *srv)
 {
     wf_djob_t *q = wf_sched_take_queued(&srv->sched);
@@ -1004,11 +1065,12 @@ static void finish_drain(wf_server_t *srv)
                    "the end of the drain (%" PRIu64 " refused)", tail,
                    srv->rejected - refused);
     }
-    /* Replies are queued in ZeroMQ; give them up to the drain timeout to
-     * leave before zmq_ctx_term drops them. */
-    int linger = (int)srv->settings.drain_timeout_ms;
-    zmq_setsockopt(srv->router, ZMQ_LINGER, &linger, sizeof linger);
-    srv->gate_linger_ms = srv->settings.drain_timeout_ms;
+    /* also after a fatal error: the requests still read are refused as
+     * in a drain */
+    srv->stopping = true;
+    wf_log(srv->log, WF_LOG_INFO, "closing each client connection once the "
+           "requests read from it are answered");
+    close_connections(srv);
 }
 
 wf_status_t wf_server_run(wf_server_t *srv)

@@ -119,7 +119,6 @@ struct wf_server {
     void *router;                /* client messages, from the gate (inproc) */
     char router_ep[64];          /* its inproc:// address */
     wf_gate_t *gate;             /* the client endpoint's transport (gate.h) */
-    unsigned gate_linger_ms;     /* after a drain: how long its replies may take */
     wf_zap_t *zap;               /* the ZAP handler of zctx (every CURVE socket
                                     of this daemon, the cluster's too) */
     wf_keypair_t keys;           /* key_file's pair, when has_keys */

@@ -20,7 +20,9 @@
     (ShuttingDownError), the flops bound (LimitError), device memory
     (NoMemoryError), CURVE (keys as arguments and from WEFT_SERVER_KEY /
     WEFT_CLIENT_KEY): a stranger's key or none (AuthError), a submit key's
-    reconfigure (DeniedError), a bad endpoint (ConnectError).
+    reconfigure (DeniedError), a bad endpoint (ConnectError), a call after
+    the daemon stopped (ConnectionClosedError at once, not after the
+    client's timeout).
   - precision="fp8" on the CPU daemon: UnsupportedError (29) naming the
     option and the device, for attention (sync and async) and forward; a
     bad precision is a ValueError; the next jobs are served.
@@ -111,7 +113,7 @@ class Codes(unittest.TestCase):
         families = {1: weft.RequestError, 9: ValueError, 10: weft.DeniedError,
                     20: weft.RetryableError, 26: TimeoutError, 27: weft.JobStoppedError,
                     40: weft.DaemonFailure, 101: TimeoutError, 102: ConnectionError,
-                    107: weft.ClientError}
+                    107: weft.ClientError, 108: ConnectionError}
         for code, fam in families.items():
             self.assertIsInstance(weft.error_for(code), fam)
         self.assertIs(type(weft.error_for(77)), weft.WeftError)
@@ -621,6 +623,21 @@ class Refusals(unittest.TestCase):
             weft.connect("bogus://nowhere", 1000)
         self.assertEqual(cm.exception.code, 102)
         self.assertTrue(cm.exception.message)
+
+    def test_daemon_gone(self) -> None:
+        """The daemon closes the connection at the end of its drain: the
+        next call raises ConnectionClosedError (108) as soon as reconnecting
+        fails; the client's timeout (10 min, above ctest's bound) is never
+        waited for."""
+        d = Weftd("cpu:1")
+        with d.connect(600000) as c:
+            c.hello()                          # a connection is up
+            self.assertEqual(d.stop(), 0)      # SIGTERM, drained, exited
+            with self.assertRaises(weft.ConnectionClosedError) as cm:
+                c.hello()
+            self.assertEqual(cm.exception.code, 108)
+            self.assertIsInstance(cm.exception, ConnectionError)
+            self.assertIn("closed", cm.exception.message)
 
 
 if __name__ == "__main__":

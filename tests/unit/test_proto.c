@@ -961,7 +961,8 @@ static void test_status_on_wire(void)
     char err[WF_PROTO_ERROR_MAX];
     wf_reply_t r, d;
     const wf_status_t client_side[] = { WF_E_TIMEOUT, WF_E_CONNECT, WF_E_IO,
-                                        WF_E_PROTOCOL, WF_E_PENDING, WF_E_AUTH, (wf_status_t)100,
+                                        WF_E_PROTOCOL, WF_E_PENDING, WF_E_AUTH,
+                                        WF_E_CONN_CLOSED, (wf_status_t)100,
                                         (wf_status_t)105, (wf_status_t)77 };
     for (size_t i = 0; i < sizeof client_side / sizeof client_side[0]; i++) {
         memset(&r, 0, sizeof r);

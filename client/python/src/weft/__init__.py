@@ -27,7 +27,8 @@ from .client import (AttentionOutput, Client, Counters, DeviceInfo, ForwardOutpu
                      StatusInfo, connect, status_name, status_str, tp_plan_rules)
 from .errors import (AbortedError, AuthError, BadArgumentError, BadDtypeError,
                      BadFieldError, BadShapeError, BusyError, CancelledError, ClientError,
-                     ConnectError, DaemonFailure, DeadlineError, DeniedError,
+                     ConnectError, ConnectionClosedError, DaemonFailure, DeadlineError,
+                     DeniedError,
                      FrameMismatchError, InternalError, JobStoppedError, LimitError,
                      MalformedError, MismatchError, NodeLostError, NoMemoryError, NotCoordinatorError,
                      PendingError, ProtocolError, QueueFullError, ReplyTimeoutError,
@@ -42,7 +43,8 @@ library_version: str = _library_version()
 __all__ = [
     "AbortedError", "AttentionOutput", "AuthError", "BadArgumentError", "BadDtypeError",
     "BadFieldError", "BadShapeError", "BusyError", "CancelledError", "Client", "ClientError",
-    "ConnectError", "Counters", "DaemonFailure", "DeadlineError", "DeniedError", "DeviceInfo",
+    "ConnectError", "ConnectionClosedError", "Counters", "DaemonFailure", "DeadlineError",
+    "DeniedError", "DeviceInfo",
     "ForwardOutput", "FrameMismatchError", "HelloInfo", "InternalError", "Job", "JobResult",
     "JobStoppedError", "LimitError", "MalformedError", "MismatchError", "Mesh", "ModelInfo", "NoMemoryError",
     "NodeInfo", "NodeLostError", "NotCoordinatorError", "OpCounters", "PendingError",

@@ -17,10 +17,10 @@ libweft's) message.
       UnsupportedError  29           the devices cannot serve an option (fp8)
       DaemonFailure     40..42       the daemon or a peer failed
         InternalError 40, AbortedError 41, NodeLostError 42
-      ClientError       101..107     raised by libweft itself, never on the wire
+      ClientError       101..108     raised by libweft itself, never on the wire
         ReplyTimeoutError 101 (also a TimeoutError), ConnectError 102 (also a
         ConnectionError), TransportError 103, ProtocolError 104, PendingError 106,
-        AuthError 107
+        AuthError 107, ConnectionClosedError 108 (also a ConnectionError)
 
 `error_for(code, message)` builds the right one; `raise_for(code, msg)`
 raises it unless code is 0.
@@ -166,7 +166,7 @@ class NodeLostError(DaemonFailure):
 
 
 class ClientError(WeftError):
-    """101..107: raised by libweft itself (transport, timeouts, auth)."""
+    """101..108: raised by libweft itself (transport, timeouts, auth)."""
 
 
 class ReplyTimeoutError(ClientError, builtins.TimeoutError):
@@ -193,6 +193,15 @@ class AuthError(ClientError):
     code = 107
 
 
+class ConnectionClosedError(ClientError, builtins.ConnectionError):
+    """108: the connection to the daemon closed (the daemon stopped, or the
+    connection was reset) before the reply; raised at once for every
+    request waiting on it, and for a new request while no new connection
+    is up (nothing sent). After a daemon's shutdown it means the daemon
+    never read the request: nothing of it ran."""
+    code = 108
+
+
 BY_CODE: Dict[int, Type[WeftError]] = {
     c.code: c for c in (
         MalformedError, VersionError, LimitError, UnknownOpError, BadFieldError,
@@ -200,7 +209,7 @@ BY_CODE: Dict[int, Type[WeftError]] = {
         DeniedError, QueueFullError, NoMemoryError, ShuttingDownError, BusyError,
         NotCoordinatorError, UnavailableError, DeadlineError, CancelledError,
         MismatchError, UnsupportedError, InternalError, AbortedError, NodeLostError, ReplyTimeoutError, ConnectError,
-        TransportError, ProtocolError, PendingError, AuthError)
+        TransportError, ProtocolError, PendingError, AuthError, ConnectionClosedError)
 }
 
 
