@@ -42,6 +42,8 @@
 #include "proto.h"
 #include "support/jobcheck.h"
 #include "support/check.h"
+#include "support/spawn.h"
+#include "support/wait.h"
 
 
 #define REPLY_TIMEOUT_MS 20000
@@ -55,12 +57,6 @@
     "20 76 65 72 73 69 6f 6e 2c 20 6d 75 73 74 20 62 " \
     "65 20 31 29 a5 65 70 6f 63 68 00"
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- raw ZeroMQ ---------------------------------------------------------- */
 
@@ -527,47 +523,42 @@ static bool log_has(const char *path, const char *needle, unsigned *ret_n)
     return found;
 }
 
-/* The daemon's log (stderr) goes to log_path. */
-static pid_t spawn_logged(const char *const argv[], const char *log_path)
-{
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (saved < 0 || fd < 0)
-        return -1;
-    dup2(fd, 2);
-    close(fd);
-    pid_t pid = spawn_daemon(argv, NULL);
-    dup2(saved, 2);
-    close(saved);
-    return pid;
-}
+/* A client keeps DRAIN_WINDOW small attention jobs in flight on one
+ * connection, sending the next as each reply comes; SIGTERM lands once
+ * DRAIN_SIGNAL replies have come. It goes on the same way after the
+ * first WF_E_SHUTTING_DOWN, through the drain and its tail, until the
+ * daemon closes the connection (the monitor's DISCONNECTED): so requests
+ * are always on their way when the drain ends and when the daemon stops
+ * reading. Section 1's promise is checked against the daemon's own
+ * count: every request it read got exactly one reply (the client got as
+ * many replies as the daemon says it read and wrote, none twice, none
+ * stray), the rest were never read, and the tail answered some. */
+#define DRAIN_SIGNAL 200
 
-/* A client sends small attention jobs without pause (a window of 32 in
- * flight), SIGTERM lands; once WF_E_SHUTTING_DOWN comes back it goes on
- * sending, one request every 2 ms, until the daemon's log says the drain
- * is over ("drained;") and 50 ms after, so that requests arrive after the
- * daemon's loop has ended; then it stops (section 1: a client stops
- * sending once told the daemon shuts down). Every request sent must get
- * exactly one reply, and the daemon must have answered some after the
- * drain. */
 static void test_drain(const char *weftd)
 {
-    char endpoint[96], log_path[96];
+    char endpoint[96], log_path[96], mon_ep[64];
     snprintf(endpoint, sizeof endpoint, "ipc:///tmp/weft-conform-drain-%d.sock",
              (int)getpid());
     snprintf(log_path, sizeof log_path, "/tmp/weft-conform-drain-%d.log", (int)getpid());
+    snprintf(mon_ep, sizeof mon_ep, "inproc://conform-drain-%d", (int)getpid());
     /* one client keeps DRAIN_WINDOW jobs in flight: its share is the
      * whole queue (client_queue_jobs), so every reply is OK or 22 */
     const char *argv[] = { weftd, "--devices", "cpu:2", "--listen", endpoint,
                            "--log-level", "info", "--client-queue-jobs", "64",
                            NULL };
-    pid_t pid = spawn_logged(argv, log_path);
-    CHECK(pid > 0 && wait_ready(endpoint), "drain: weftd did not start");
-    if (pid <= 0)
+    spawn_opts_t so = { .log_path = log_path };
+    pid_t pid = 0;
+    int pidfd = -1;
+    bool started = spawn_exec(argv, &so, &pid, &pidfd);
+    CHECK(started && wait_ready(endpoint), "drain: weftd did not start");
+    if (!started)
         return;
     void *zctx = zmq_ctx_new();
     void *s = dealer(zctx, endpoint);
+    zmq_socket_monitor(s, mon_ep, ZMQ_EVENT_DISCONNECTED);
+    void *mon = zmq_socket(zctx, ZMQ_PAIR);
+    zmq_connect(mon, mon_ep);
     unsigned char *answered = calloc(DRAIN_MAX + 1, 1);
     /* q, k, v (1, 4, 2, 8) f32 */
     wf_request_t *req = calloc(1, sizeof *req);
@@ -594,20 +585,10 @@ static void test_drain(const char *weftd)
     wf_buf_t b = { 0 };
 
     uint64_t sent = 0, replies = 0, dup = 0, stray = 0, refused = 0, ok = 0;
-    bool signalled = false, told = false, stop_sending = false;
-    int64_t t0 = now_ms(), t_told = 0, t_drained = 0, t_last_send = 0, quiet_since = 0;
-    for (;;) {
-        int64_t now = now_ms();
-        if (told && !stop_sending) {
-            /* after the first refusal: paced, until 50 ms past the drain's
-             * end (or 5 s: a daemon that never logs it) */
-            if (!t_drained && log_has(log_path, "drained;", NULL))
-                t_drained = now;
-            if ((t_drained && now - t_drained > 50) || now - t_told > 5000)
-                stop_sending = true;
-        }
-        while (!stop_sending && sent - replies < DRAIN_WINDOW && sent < DRAIN_MAX &&
-               (!told || now - t_last_send >= 2)) {
+    bool signalled = false, closed = false;
+    uint64_t end = wait_now_ms() + wait_bound_ms(WAIT_EVENT_MS);
+    while (!closed && wait_now_ms() < end) {
+        while (sent - replies < DRAIN_WINDOW && sent < DRAIN_MAX) {
             req->id = ++sent;
             wf_buf_reset(&b);
             wf_request_encode(req, &b);
@@ -615,81 +596,83 @@ static void test_drain(const char *weftd)
             zmq_send(s, data, sizeof data, ZMQ_SNDMORE);
             zmq_send(s, data, sizeof data, ZMQ_SNDMORE);
             zmq_send(s, data, sizeof data, 0);
-            t_last_send = now;
         }
-        if (!signalled && (sent >= 400 || now - t0 > 3000)) {
+        if (!signalled && replies >= DRAIN_SIGNAL) {
             kill(pid, SIGTERM);
             signalled = true;
         }
+        zmq_pollitem_t it[2] = { { s, 0, ZMQ_POLLIN, 0 }, { mon, 0, ZMQ_POLLIN, 0 } };
+        if (zmq_poll(it, 2, 100) <= 0)
+            continue;
+        if (it[1].revents & ZMQ_POLLIN) {
+            /* the event frame, then the endpoint frame */
+            zmq_msg_t m;
+            int more = 1;
+            while (more) {
+                zmq_msg_init(&m);
+                zmq_msg_recv(&m, mon, 0);
+                more = zmq_msg_more(&m);
+                zmq_msg_close(&m);
+            }
+            closed = true;
+        }
+        /* every reply the daemon wrote before its close is in the socket
+         * by the time the close is seen: take them all */
         memset(rep, 0, sizeof *rep);
-        if (recv_reply(s, told ? 2 : 500, rep) != 0) {
-            /* done once every request is answered, or after 3 s without
-             * a reply once the client stopped */
-            if (stop_sending && replies == sent)
+        while (recv_reply(s, 0, rep) == 0) {
+            if (rep->id == 0 || rep->id > sent) {
+                stray++;
+            } else if (answered[rep->id]++) {
+                dup++;
+            } else {
+                replies++;
+                refused += rep->status == WF_E_SHUTTING_DOWN;
+                ok += rep->status == WF_OK;
+            }
+            memset(rep, 0, sizeof *rep);
+            if (!closed)
                 break;
-            if (!stop_sending)
-                continue;
-            if (quiet_since == 0)
-                quiet_since = now_ms();
-            if (now_ms() - quiet_since > 3000)
-                break;
-            continue;
-        }
-        quiet_since = 0;
-        if (rep->id == 0 || rep->id > sent) {
-            stray++;
-            continue;
-        }
-        if (answered[rep->id]++)
-            dup++;
-        else
-            replies++;
-        if (rep->status == WF_E_SHUTTING_DOWN) {
-            refused++;
-            if (!told)
-                t_told = now_ms();
-            told = true;
-        } else if (rep->status == WF_OK) {
-            ok++;
         }
     }
-    uint64_t missing = 0;
-    for (uint64_t i = 1; i <= sent; i++)
-        missing += answered[i] == 0;
-    /* it had its SIGTERM: wait for the exit (a second SIGTERM would land
-     * in its teardown) */
+    /* it closed every connection: its exit needs nothing more */
     int wst = 0;
-    pid_t w = 0;
-    for (int64_t end = now_ms() + 30000; (w = waitpid(pid, &wst, WNOHANG)) == 0 &&
-                                          now_ms() < end;)
-        usleep(10000);
-    if (w == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &wst, 0);
-    }
-    CHECK(w == pid && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+    bool reaped = spawn_reap(pid, pidfd, SPAWN_STOP_MS, &wst);
+    if (!reaped)
+        spawn_signal_reap(pid, pidfd, SIGKILL, SPAWN_STOP_MS, "weftd", &wst, NULL);
+    if (pidfd >= 0)
+        close(pidfd);
+    CHECK(reaped && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
           "drain: weftd did not exit 0 after SIGTERM (status %#x)", wst);
-    unsigned tail = 0;
-    bool logged = log_has(log_path, "answered ", &tail);
-    printf("  drain: %llu sent, %llu replies (%llu ok, %llu shutting down), %llu missing, "
-           "%llu duplicated; the daemon answered %u after its drain\n",
+    unsigned read_n = 0, written = 0, unanswered = 0;
+    /* logged only when the tail answered at least one */
+    bool tail = log_has(log_path, "request(s) that arrived at the end of the drain", NULL);
+    bool counted = log_has(log_path, "every connection closed: ", &read_n);
+    log_has(log_path, "requests read since the start, ", &written);
+    log_has(log_path, "replies written, ", &unanswered);
+    printf("  drain: %llu sent, %llu replies (%llu ok, %llu shutting down), %llu never "
+           "read, %llu duplicated; the daemon read %u, wrote %u, answered %s after "
+           "its drain\n",
            (unsigned long long)sent, (unsigned long long)replies, (unsigned long long)ok,
-           (unsigned long long)refused, (unsigned long long)missing,
-           (unsigned long long)dup, tail);
+           (unsigned long long)refused, (unsigned long long)(sent - replies),
+           (unsigned long long)dup, read_n, written, tail ? "some" : "none");
+    CHECK(closed, "drain: the daemon never closed the connection");
     CHECK(signalled && refused > 0, "drain: no WF_E_SHUTTING_DOWN reply seen");
     CHECK(ok + refused == replies, "drain: %llu replies neither OK nor shutting down",
           (unsigned long long)(replies - ok - refused));
-    CHECK(missing == 0 && dup == 0 && stray == 0,
-          "drain: %llu of %llu requests got no reply, %llu twice, %llu stray",
-          (unsigned long long)missing, (unsigned long long)sent, (unsigned long long)dup,
-          (unsigned long long)stray);
-    CHECK(t_drained && logged && tail > 0, "drain: no request answered after the drain "
-          "(log: drained %d, answered %d)", t_drained != 0, logged);
+    CHECK(dup == 0 && stray == 0, "drain: %llu replies twice, %llu stray",
+          (unsigned long long)dup, (unsigned long long)stray);
+    /* the daemon's count includes wait_ready's hello on its own connection */
+    CHECK(counted && read_n == replies + 1 && written == read_n && unanswered == 0,
+          "drain: the daemon read %u requests and wrote %u replies (%u unanswered); "
+          "the client got %llu", read_n, written, unanswered,
+          (unsigned long long)replies);
+    CHECK(tail, "drain: no request answered after the drain");
     unlink(log_path);
     wf_buf_free(&b);
     free(req);
     free(rep);
     free(answered);
+    zmq_close(mon);
     zmq_close(s);
     zmq_ctx_term(zctx);
 }
