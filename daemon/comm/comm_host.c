@@ -116,6 +116,8 @@ typedef struct host_group {
 struct wf_comm_host_world {
     pthread_mutex_t mu;    /* guards refs, taken, groups */
     atomic_int aborted;    /* set once, never cleared */
+    atomic_int waiting;    /* calls asleep on a group condvar for a peer
+                            * (wf_comm_host_world_waiting) */
     int nranks;            /* ranks of the root group */
     int refs;              /* owner + live handles */
     unsigned char *taken;  /* nranks flags: root handle given out */
@@ -205,6 +207,7 @@ wf_status_t wf_comm_host_world_new(int nranks,
     if (!w)
         return WF_E_NO_MEMORY;
     atomic_init(&w->aborted, 0);
+    atomic_init(&w->waiting, 0);
     w->nranks = nranks;
     w->refs = 1;
     w->taken = calloc((size_t)nranks, 1);
@@ -246,6 +249,20 @@ void wf_comm_host_world_abort(wf_comm_host_world_t *w)
 int wf_comm_host_world_aborted(const wf_comm_host_world_t *w)
 {
     return w ? is_aborted(w) : 0;
+}
+
+int wf_comm_host_world_waiting(const wf_comm_host_world_t *w)
+{
+    return w ? atomic_load(&w->waiting) : 0;
+}
+
+/* pthread_cond_wait on g for a peer, counted in the world's `waiting`
+ * while asleep. Under g->mu. */
+static void wait_for_peer(host_group_t *g)
+{
+    atomic_fetch_add(&g->world->waiting, 1);
+    pthread_cond_wait(&g->cv, &g->mu);
+    atomic_fetch_sub(&g->world->waiting, 1);
 }
 
 /* Drop one world reference; the caller must not hold w->mu. */
@@ -408,7 +425,7 @@ static wf_status_t sync_ranks(host_group_t *g, int flags)
     while (g->gen == gen) {
         if (is_aborted(w))
             goto aborted;
-        pthread_cond_wait(&g->cv, &g->mu);
+        wait_for_peer(g);
     }
     pthread_mutex_unlock(&g->mu);
     return WF_OK;
@@ -896,7 +913,7 @@ static wf_status_t host_wait(wf_comm_t *c, wf_comm_req_t *r)
             abandon(g, r);
             break;
         }
-        pthread_cond_wait(&g->cv, &g->mu);
+        wait_for_peer(g);
     }
     wf_status_t st = r->status;
     pthread_mutex_unlock(&g->mu);

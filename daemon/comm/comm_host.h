@@ -50,6 +50,13 @@ void wf_comm_host_world_abort(wf_comm_host_world_t *w);
 /* 1 once the world has been aborted, else 0. */
 int wf_comm_host_world_aborted(const wf_comm_host_world_t *w);
 
+/* How many calls on the world's handles are asleep now waiting for a
+ * peer: in a collective's rendezvous, or in a wait on a send / receive
+ * not yet matched. A test waits for it (with its own flag set just before
+ * each call) to know that its ranks are blocked inside their calls before
+ * it aborts them. Any thread; a snapshot. */
+int wf_comm_host_world_waiting(const wf_comm_host_world_t *w);
+
 /* Drop the owner's reference and set *w to NULL; the world is freed when
  * its last handle is destroyed too. Accepts NULL and a pointer to NULL. */
 void wf_comm_host_world_unref(wf_comm_host_world_t **w);

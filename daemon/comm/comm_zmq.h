@@ -142,6 +142,13 @@ wf_comm_zmq_local_t *wf_comm_zmq_local_ref(wf_comm_zmq_local_t *l);
 /* 1 once the domain has been aborted, else 0. */
 int wf_comm_zmq_local_aborted(const wf_comm_zmq_local_t *l);
 
+/* How many calls on the domain's handles are blocked now waiting for a
+ * message (a blocking op, a wait, a world's formation). A test waits for
+ * it (with its own flag set just before each call) to know that its
+ * ranks are blocked inside their calls before it aborts them or kills a
+ * peer. Any thread; a snapshot. */
+int wf_comm_zmq_local_waiting(const wf_comm_zmq_local_t *l);
+
 /* Drop a reference and set *l to NULL. Accepts NULL and a pointer to
  * NULL. */
 void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l);

@@ -53,6 +53,7 @@ enum op_code {
 struct wf_comm_zmq_local {
     atomic_int refs;    /* creator + handles */
     atomic_int aborted; /* set once, never cleared */
+    atomic_int waiting; /* calls blocked in wf_zmq_progress now */
     int efd;            /* eventfd written at abort, never read */
 };
 

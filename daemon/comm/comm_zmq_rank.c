@@ -72,6 +72,7 @@ wf_status_t wf_comm_zmq_local_new(wf_comm_zmq_local_t **ret_local)
     }
     atomic_init(&l->refs, 1);
     atomic_init(&l->aborted, 0);
+    atomic_init(&l->waiting, 0);
     *ret_local = l;
     return WF_OK;
 }
@@ -91,6 +92,11 @@ void wf_comm_zmq_local_abort(wf_comm_zmq_local_t *l)
 int wf_comm_zmq_local_aborted(const wf_comm_zmq_local_t *l)
 {
     return l ? atomic_load(&l->aborted) : 0;
+}
+
+int wf_comm_zmq_local_waiting(const wf_comm_zmq_local_t *l)
+{
+    return l ? atomic_load(&l->waiting) : 0;
 }
 
 wf_comm_zmq_local_t *wf_comm_zmq_local_ref(wf_comm_zmq_local_t *l)
@@ -443,7 +449,13 @@ wf_status_t wf_zmq_progress(zrank_t *rs, long timeout_ms)
         {NULL, rs->local->efd, ZMQ_POLLIN, 0},
         {NULL, rs->zc_efd, ZMQ_POLLIN, 0},
     };
-    if (zmq_poll(it, 3, timeout_ms) < 0)
+    /* a poll that may sleep counts as a blocked call of the domain */
+    if (timeout_ms != 0)
+        atomic_fetch_add(&rs->local->waiting, 1);
+    int polled = zmq_poll(it, 3, timeout_ms);
+    if (timeout_ms != 0)
+        atomic_fetch_sub(&rs->local->waiting, 1);
+    if (polled < 0)
         return errno == EINTR ? WF_OK : WF_E_INTERNAL;
     if (it[2].revents & ZMQ_POLLIN) {
         uint64_t v;

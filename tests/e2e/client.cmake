@@ -1,5 +1,6 @@
 # libweft end to end: tests/e2e/test_client.c drives a real weftd through the
-# library; tests/e2e/test_weftctl.sh checks weftctl's output and exit codes.
+# library (its first job held by the test hook WEFT_TEST_HOLD_JOBS);
+# tests/e2e/test_weftctl.sh checks weftctl's output and exit codes.
 add_executable(test_client ${CMAKE_CURRENT_LIST_DIR}/test_client.c)
 target_link_libraries(test_client PRIVATE weft_testsupport weft Threads::Threads m)
 target_compile_options(test_client PRIVATE -O2)

@@ -4,14 +4,20 @@
  *
  * Starts the daemon with fork/exec on a private ipc endpoint, waits for it
  * with a hello under a timeout (no sleeps), then checks: hello, status,
+ * poll on a job the daemon holds (its test hook WEFT_TEST_HOLD_JOBS),
  * synchronous attention over dtypes / causal / GQA / Sq != Skv / devices /
  * LSE against an fp64 reference, 16 jobs in flight answered in any order,
- * poll, destroying a job before its reply, client-side validation (nothing
+ * destroying a job before its reply, client-side validation (nothing
  * reaches the daemon; bad option enums and mesh degrees included), the
  * mesh and coordinates in status, a daemon error with its message, a daemon that
  * stops reading (SIGSTOP: timeout, buffers released, client recovers), a
  * timeout on an endpoint without a daemon, two clients in two threads, and finally that
  * SIGTERM makes the daemon exit 0.
+ *
+ * Timeouts are checked against the client's configured timeout: a call
+ * that times out must not return before it, and must return within it
+ * plus TIMEOUT_SLACK_MS. Client threads record what they saw; main()
+ * CHECKs it (support/check.h).
  *
  * Tolerances (inputs uniform in [-1, 1], so |out| <= 1; the reference
  * reads the same rounded inputs, so only output rounding and the daemon's
@@ -20,36 +26,48 @@
  * max(1, |lse|).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "support/check.h"
 #include "support/jobcheck.h"
+#include "support/wait.h"
 #include "weft.h"
-
-static atomic_int failures; /* test bookkeeping; CHECK runs in threads too */
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-        }                                                                    \
-    } while (0)
 
 #define MAX_TENSOR_BYTES (4u << 20) /* the daemon's --max-tensor-bytes */
 #define QUEUE_CAPACITY 48           /* the daemon's --queue-capacity */
+
+/* Slack on a call bounded by its timeout: it must return within the
+ * timeout plus this. A wake-up after a timer is late by milliseconds even
+ * on a loaded 2-core machine under the sanitizers; ten seconds leaves
+ * three orders of magnitude, and stays a third of libweft's 30 s default
+ * timeout, so a call that waited for the default instead of its own
+ * timeout still fails. */
+#define TIMEOUT_SLACK_MS 10000u
+
+/* The bound on a reply a working daemon sends on its own (a job, hello,
+ * status): a failure bound only (support/wait.h). */
+#define REPLY_MS ((int)wait_bound_ms(WAIT_EVENT_MS))
+
+/* A call bounded by a client timeout of timeout_ms took dt_ms (measured
+ * with wait_now_ms: the whole-millisecond CLOCK_MONOTONIC that libweft
+ * reads, started before the call and read after it, so a timeout that
+ * fired at its deadline cannot measure short). */
+static bool timed_out_in_bounds(uint64_t dt_ms, int timeout_ms)
+{
+    return dt_ms >= (uint64_t)timeout_ms &&
+           dt_ms <= (uint64_t)timeout_ms + wait_bound_ms(TIMEOUT_SLACK_MS);
+}
 
 /* ---- dtypes, rng, fp64 reference: tests/support/jobcheck.c ------------- */
 
@@ -123,14 +141,23 @@ static void abuf_free(abuf_t *a)
     free(a->lse);
 }
 
-/* Compare out / lse with the fp64 reference over the stored inputs
- * (attention_errors: each tensor in its own dtype). */
+/* Worst errors of out (absolute) and lse against the fp64 reference
+ * over the stored inputs (attention_errors: each tensor in its own
+ * dtype); true when within the tolerances. */
+static bool abuf_errors(const abuf_t *a, double *ret_err, double *ret_lse)
+{
+    const acase_t *c = &a->c;
+    attention_errors(&a->q, &a->k, &a->v, &a->out, a->lse, c->causal,
+                     c->scale, ret_err, ret_lse);
+    return *ret_err <= out_tolerance(c->ot) && *ret_lse <= 1e-4;
+}
+
+/* Compare out / lse with the fp64 reference (main thread). */
 static void abuf_check(const abuf_t *a)
 {
     const acase_t *c = &a->c;
     double max_err, max_lse;
-    attention_errors(&a->q, &a->k, &a->v, &a->out, a->lse, c->causal,
-                     c->scale, &max_err, &max_lse);
+    abuf_errors(a, &max_err, &max_lse);
     double tol = out_tolerance(c->ot);
     CHECK(max_err <= tol, "%s: max abs error %.3e > %.1e", c->name, max_err, tol);
     CHECK(max_lse <= 1e-4, "%s: max lse error %.3e > 1e-4", c->name, max_lse);
@@ -148,7 +175,12 @@ static wf_attention_opts_t acase_opts(const acase_t *c)
 
 /* ---- the daemon --------------------------------------------------------- */
 
-static pid_t start_daemon(const char *weftd, const char *endpoint)
+/* The daemon runs with the test hook WEFT_TEST_HOLD_JOBS on the FIFO
+ * hold_fifo: each worker waits for a byte from it before a job part,
+ * until it reads an 'a', which opens the gate for good. test_poll holds
+ * the first job so, then opens the gate for every later job. */
+static pid_t start_daemon(const char *weftd, const char *endpoint,
+                          const char *hold_fifo)
 {
     char tensor_bytes[32], queue[32];
     snprintf(tensor_bytes, sizeof tensor_bytes, "%u", MAX_TENSOR_BYTES);
@@ -157,7 +189,30 @@ static pid_t start_daemon(const char *weftd, const char *endpoint)
                            "--max-tensor-bytes", tensor_bytes, "--queue-capacity",
                            queue, "--client-queue-jobs", queue, "--log-level",
                            "warning", NULL };
-    return spawn_daemon(argv, NULL);
+    if (setenv("WEFT_TEST_HOLD_JOBS", hold_fifo, 1) != 0)
+        return -1;
+    pid_t pid = spawn_daemon(argv, NULL);
+    unsetenv("WEFT_TEST_HOLD_JOBS");
+    return pid;
+}
+
+typedef struct busy_arg {
+    wf_client_t *c;   /* the client */
+    uint32_t n;       /* devices that must be busy */
+} busy_arg_t;
+
+/* At least n of the daemon's devices are busy (a held job part counts),
+ * by its status. */
+static bool devices_busy(void *p)
+{
+    busy_arg_t *b = p;
+    wf_status_info_t *s = calloc(1, sizeof *s);
+    uint32_t n = 0;
+    if (s && wf_status(b->c, s) == WF_OK)
+        for (uint32_t i = 0; i < s->device_count && i < WF_STATUS_MAX_DEVICES; i++)
+            n += s->devices[i].busy != 0;
+    free(s);
+    return n >= b->n;
 }
 
 /* ---- the tests ----------------------------------------------------------- */
@@ -284,7 +339,7 @@ static void test_in_flight(wf_client_t *c)
     for (int i = N - 1; i >= 0; i--) {
         if (!job[i])
             continue;
-        wf_status_t st = wf_job_wait(c, job[i], 20000);
+        wf_status_t st = wf_job_wait(c, job[i], REPLY_MS);
         CHECK(st == WF_OK, "job %d: %s %s", i, wf_status_name(st), wf_job_error(job[i]));
         wf_job_result_t r;
         CHECK(wf_job_result(job[i], &r) == WF_OK && r.status == WF_OK,
@@ -298,31 +353,45 @@ static void test_in_flight(wf_client_t *c)
         abuf_free(&a[i]);
 }
 
-/* A job large enough that its reply cannot be back microseconds after
- * submit: ~1 GFLOP on two CPU devices. */
+/* A job whose reply takes a while (~1 GFLOP on two CPU devices); test_poll
+ * holds it in the daemon regardless. */
 static const acase_t slow_case = { "slow", 1, 512, 512, 8, 8, 64, WF_DTYPE_F32,
                                    WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 0,
                                    0, true, 0, 77 };
 
-static void test_poll(wf_client_t *c)
+/* The first job of the run: held by the daemon (WEFT_TEST_HOLD_JOBS) on
+ * both devices, so poll and result must say pending whatever the
+ * machine's speed; then the gate opens (for this job and every later one)
+ * and the reply comes. */
+static void test_poll(wf_client_t *c, const char *hold_fifo)
 {
     printf("poll\n");
     abuf_t a;
     wf_job_t *job = NULL;
+    /* the daemon holds the FIFO open for reading: this open does not wait */
+    int hold = open(hold_fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    CHECK(hold >= 0, "open %s: %s", hold_fifo, strerror(errno));
     if (!abuf_init(&a, &slow_case)) {
         CHECK(0, "out of memory");
         abuf_free(&a);
+        if (hold >= 0)
+            close(hold);
         return;
     }
     wf_attention_opts_t o = acase_opts(&slow_case);
     wf_status_t st = wf_attention_submit(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, &job);
     CHECK(st == WF_OK, "submit: %s %s", wf_status_name(st), wf_client_last_error(c));
     if (st == WF_OK) {
+        /* both parts (tp = 2) reach the workers and are held there */
+        busy_arg_t b = { c, 2 };
+        CHECK(wait_for(devices_busy, &b, WAIT_EVENT_MS), "the job never held 2 devices");
         st = wf_job_poll(c, job);
-        CHECK(st == WF_E_PENDING, "first poll: %s", wf_status_name(st));
+        CHECK(st == WF_E_PENDING, "poll while held: %s", wf_status_name(st));
         wf_job_result_t r;
         CHECK(wf_job_result(job, &r) == WF_E_PENDING, "result before the reply");
-        st = wf_job_wait(c, job, 30000);
+        /* one 'a' for each worker waiting: the gate is open from now on */
+        CHECK(hold >= 0 && write(hold, "aa", 2) == 2, "release the held job");
+        st = wf_job_wait(c, job, REPLY_MS);
         CHECK(st == WF_OK, "wait: %s %s", wf_status_name(st), wf_job_error(job));
         st = wf_job_poll(c, job);
         CHECK(st == WF_OK, "poll after the reply: %s", wf_status_name(st));
@@ -333,6 +402,8 @@ static void test_poll(wf_client_t *c)
     }
     wf_job_destroy(c, &job);
     abuf_free(&a);
+    if (hold >= 0)
+        close(hold);
 }
 
 static void test_destroy_early(wf_client_t *c)
@@ -359,11 +430,11 @@ static void test_destroy_early(wf_client_t *c)
     CHECK(js == NULL, "destroy did not clear the pointer");
     CHECK(wf_attention_submit(c, &b.q, &b.k, &b.v, &ob, &b.out, b.lse, &jb) == WF_OK,
           "submit b");
-    wf_status_t st = jb ? wf_job_wait(c, jb, 30000) : WF_E_BAD_ARGUMENT;
+    wf_status_t st = jb ? wf_job_wait(c, jb, REPLY_MS) : WF_E_BAD_ARGUMENT;
     CHECK(st == WF_OK, "b: %s %s", wf_status_name(st), jb ? wf_job_error(jb) : "");
     if (st == WF_OK)
         abuf_check(&b);
-    st = ja ? wf_job_wait(c, ja, 30000) : WF_E_BAD_ARGUMENT;
+    st = ja ? wf_job_wait(c, ja, REPLY_MS) : WF_E_BAD_ARGUMENT;
     CHECK(st == WF_OK, "a: %s %s", wf_status_name(st), ja ? wf_job_error(ja) : "");
     if (st == WF_OK)
         abuf_check(&a);
@@ -524,7 +595,7 @@ static void test_daemon_error(wf_client_t *c)
     st = wf_attention_submit(c, &a.q, &a.k, &a.v, NULL, &a.out, NULL, &job);
     CHECK(st == WF_OK, "submit: %s", wf_status_name(st));
     if (job) {
-        st = wf_job_wait(c, job, 30000);
+        st = wf_job_wait(c, job, REPLY_MS);
         CHECK(st == WF_E_LIMIT, "async: %s", wf_status_name(st));
         CHECK(wf_job_error(job)[0] != '\0', "no job message");
         wf_job_result_t r;
@@ -543,9 +614,10 @@ static void test_daemon_error(wf_client_t *c)
  * frames ZeroMQ still queues), and the client must work again afterwards. */
 static void test_stalled_daemon(const char *endpoint, pid_t pid)
 {
+    enum { TIMEOUT = 500 }; /* the client's timeout here, ms */
     printf("a daemon that stops reading\n");
     wf_client_t *c = NULL;
-    if (wf_client_connect(endpoint, 500, &c) != WF_OK ||
+    if (wf_client_connect(endpoint, TIMEOUT, &c) != WF_OK ||
         wf_hello(c, NULL) != WF_OK) {
         CHECK(0, "connect: %s", c ? wf_client_last_error(c) : "");
         wf_client_destroy(&c);
@@ -570,20 +642,27 @@ static void test_stalled_daemon(const char *endpoint, pid_t pid)
     if (job) {
         CHECK(wf_job_wait(c, job, 100) == WF_E_TIMEOUT, "wait on a stalled daemon");
         CHECK(wf_job_poll(c, job) == WF_E_PENDING, "poll on a stalled daemon");
-        double t0 = now_s();
-        wf_job_destroy(c, &job); /* returns once the inputs are released */
-        double dt = now_s() - t0;
-        CHECK(dt < 2.0, "destroy took %.3f s", dt);
-        printf("  destroy: returned after %.0f ms (timeout 500 ms)\n", dt * 1e3);
+        /* returns once the inputs are released: it waits up to the
+         * client's timeout for ZeroMQ to let go of them, then resets the
+         * connection, which releases them at once */
+        uint64_t t0 = wait_now_ms();
+        wf_job_destroy(c, &job);
+        uint64_t dt = wait_now_ms() - t0;
+        CHECK(dt <= TIMEOUT + wait_bound_ms(TIMEOUT_SLACK_MS),
+              "destroy took %" PRIu64 " ms with a %d ms timeout", dt, TIMEOUT);
+        printf("  destroy: returned after %" PRIu64 " ms (timeout %d ms)\n", dt,
+               TIMEOUT);
     }
     /* The library reconnected; a stopped daemon cannot finish the
-     * handshake, so nothing is even sent. */
-    double t0 = now_s();
+     * handshake, so nothing is even sent: the call waits out its
+     * timeout for a connection. */
+    uint64_t t0 = wait_now_ms();
     st = wf_attention(c, &a.q, &a.k, &a.v, NULL, &a.out, NULL, NULL);
-    double dt = now_s() - t0;
+    uint64_t dt = wait_now_ms() - t0;
     CHECK(st == WF_E_TIMEOUT, "sync: %s", wf_status_name(st));
-    CHECK(dt < 2.0, "sync took %.3f s with a 500 ms timeout", dt);
-    printf("  sync:    %s after %.0f ms\n", wf_status_name(st), dt * 1e3);
+    CHECK(timed_out_in_bounds(dt, TIMEOUT), "sync took %" PRIu64 " ms with a %d ms "
+          "timeout", dt, TIMEOUT);
+    printf("  sync:    %s after %" PRIu64 " ms\n", wf_status_name(st), dt);
     kill(pid, SIGCONT);
     /* Scribbling on the inputs is allowed now; the next job must still be
      * right, over the fresh connection. */
@@ -605,28 +684,32 @@ static void test_stalled_daemon(const char *endpoint, pid_t pid)
 
 static void test_timeout(const char *dead_endpoint)
 {
+    enum { TIMEOUT = 300 }; /* the client's timeout here, ms */
     printf("timeout without a daemon\n");
     wf_client_t *c = NULL;
-    wf_status_t st = wf_client_connect(dead_endpoint, 300, &c);
+    wf_status_t st = wf_client_connect(dead_endpoint, TIMEOUT, &c);
     CHECK(st == WF_OK, "connect: %s", wf_status_name(st));
     if (!c)
         return;
-    double t0 = now_s();
+    uint64_t t0 = wait_now_ms();
     st = wf_hello(c, NULL);
-    double dt = now_s() - t0;
+    uint64_t dt = wait_now_ms() - t0;
     CHECK(st == WF_E_TIMEOUT, "hello: %s", wf_status_name(st));
-    CHECK(dt >= 0.25 && dt < 1.5, "hello took %.3f s with a 300 ms timeout", dt);
-    printf("  hello: %s after %.0f ms (timeout 300 ms)\n", wf_status_name(st), dt * 1e3);
+    CHECK(timed_out_in_bounds(dt, TIMEOUT), "hello took %" PRIu64 " ms with a %d ms "
+          "timeout", dt, TIMEOUT);
+    printf("  hello: %s after %" PRIu64 " ms (timeout %d ms)\n", wf_status_name(st),
+           dt, TIMEOUT);
 
     acase_t cs = { "no daemon", 1, 4, 4, 2, 2, 8, WF_DTYPE_F32, WF_DTYPE_F32,
                    WF_DTYPE_F32, WF_DTYPE_F32, 0, 0, false, 0, 41 };
     abuf_t a;
     if (abuf_init(&a, &cs)) {
-        t0 = now_s();
+        t0 = wait_now_ms();
         st = wf_attention(c, &a.q, &a.k, &a.v, NULL, &a.out, NULL, NULL);
-        dt = now_s() - t0;
+        dt = wait_now_ms() - t0;
         CHECK(st == WF_E_TIMEOUT, "attention: %s", wf_status_name(st));
-        CHECK(dt >= 0.25 && dt < 1.5, "attention took %.3f s", dt);
+        CHECK(timed_out_in_bounds(dt, TIMEOUT), "attention took %" PRIu64 " ms with a "
+              "%d ms timeout", dt, TIMEOUT);
         wf_job_t *job = NULL;
         st = wf_attention_submit(c, &a.q, &a.k, &a.v, NULL, &a.out, NULL, &job);
         CHECK(st == WF_E_TIMEOUT && job == NULL, "submit: %s", wf_status_name(st));
@@ -641,21 +724,26 @@ static void test_timeout(const char *dead_endpoint)
           "bad endpoint");
 }
 
+enum { THREAD_JOBS = 6 };
+
 typedef struct thread_arg {
-    const char *endpoint;
-    int index;
-    int errors;
+    const char *endpoint;     /* the daemon */
+    int index;                /* 0 or 1 */
+    int errors;               /* calls that failed */
+    bool done[THREAD_JOBS];   /* job i answered WF_OK */
+    double tol[THREAD_JOBS];  /* its out tolerance (its out dtype's) */
+    double err[THREAD_JOBS], lse[THREAD_JOBS]; /* its errors (abuf_errors) */
 } thread_arg_t;
 
 static void *client_thread(void *p)
 {
     thread_arg_t *t = p;
     wf_client_t *c = NULL;
-    if (wf_client_connect(t->endpoint, 30000, &c) != WF_OK) {
+    if (wf_client_connect(t->endpoint, REPLY_MS, &c) != WF_OK) {
         t->errors++;
         return NULL;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < THREAD_JOBS; i++) {
         acase_t cs = { t->index ? "thread 1" : "thread 0", 1, 24 + i, 24, 4, 2,
                        32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32,
                        (wf_dtype_t)(i % 3), i % 2, 0, true, 0,
@@ -667,10 +755,13 @@ static void *client_thread(void *p)
             break;
         }
         wf_attention_opts_t o = acase_opts(&cs);
-        if (wf_attention(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, NULL) != WF_OK)
+        if (wf_attention(c, &a.q, &a.k, &a.v, &o, &a.out, a.lse, NULL) != WF_OK) {
             t->errors++;
-        else
-            abuf_check(&a); /* counts its own failures */
+        } else {
+            t->done[i] = true;
+            t->tol[i] = out_tolerance(cs.ot);
+            abuf_errors(&a, &t->err[i], &t->lse[i]);
+        }
         abuf_free(&a);
     }
     wf_client_destroy(&c);
@@ -681,12 +772,29 @@ static void test_threads(const char *endpoint)
 {
     printf("two clients in two threads\n");
     pthread_t th[2];
-    thread_arg_t arg[2] = { { endpoint, 0, 0 }, { endpoint, 1, 0 } };
-    for (int i = 0; i < 2; i++)
-        CHECK(pthread_create(&th[i], NULL, client_thread, &arg[i]) == 0, "thread");
+    thread_arg_t arg[2] = { { .endpoint = endpoint, .index = 0 },
+                            { .endpoint = endpoint, .index = 1 } };
+    bool started[2];
     for (int i = 0; i < 2; i++) {
+        started[i] = pthread_create(&th[i], NULL, client_thread, &arg[i]) == 0;
+        CHECK(started[i], "thread %d not started", i);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!started[i])
+            continue;
         pthread_join(th[i], NULL);
         CHECK(arg[i].errors == 0, "thread %d: %d errors", i, arg[i].errors);
+        const thread_arg_t *t = &arg[i];
+        for (int j = 0; j < THREAD_JOBS; j++) {
+            if (!t->done[j])
+                continue;
+            CHECK(t->err[j] <= t->tol[j], "thread %d job %d: max abs error %.3e > %.1e",
+                  i, j, t->err[j], t->tol[j]);
+            CHECK(t->lse[j] <= 1e-4, "thread %d job %d: max lse error %.3e > 1e-4", i,
+                  j, t->lse[j]);
+            printf("  thread %d job %d: out err %.2e (tol %.0e)  lse err %.2e (tol "
+                   "1e-04)\n", i, j, t->err[j], t->tol[j], t->lse[j]);
+        }
     }
 }
 
@@ -697,30 +805,38 @@ int main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char endpoint[96], dead[96];
+    char endpoint[96], dead[96], hold_fifo[96];
     snprintf(endpoint, sizeof endpoint, "ipc:///tmp/weft-test-%d-c.sock", (int)getpid());
     snprintf(dead, sizeof dead, "ipc:///tmp/weft-test-%d-none.sock", (int)getpid());
+    snprintf(hold_fifo, sizeof hold_fifo, "/tmp/weft-test-%d-hold.fifo", (int)getpid());
+    unlink(hold_fifo);
+    if (mkfifo(hold_fifo, 0600) != 0) {
+        perror(hold_fifo);
+        return 1;
+    }
 
-    pid_t pid = start_daemon(argv[1], endpoint);
+    pid_t pid = start_daemon(argv[1], endpoint, hold_fifo);
     if (pid < 0) {
         perror("fork");
+        unlink(hold_fifo);
         return 1;
     }
     if (!wait_ready(endpoint)) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         fprintf(stderr, "FAIL: weftd did not answer hello\n");
+        unlink(hold_fifo);
         return 1;
     }
 
     wf_client_t *c = NULL;
-    wf_status_t st = wf_client_connect(endpoint, 30000, &c);
+    wf_status_t st = wf_client_connect(endpoint, REPLY_MS, &c);
     CHECK(st == WF_OK, "connect: %s", wf_status_name(st));
     if (c) {
         test_hello_status(c);
+        test_poll(c, hold_fifo); /* the first job: see start_daemon */
         test_sync(c);
         test_in_flight(c);
-        test_poll(c);
         test_destroy_early(c);
         test_invalid(c);
         test_daemon_error(c);
@@ -738,11 +854,8 @@ int main(int argc, char **argv)
         ;
     CHECK(w == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
           "weftd did not exit 0 on SIGTERM (status 0x%x)", ws);
+    unlink(hold_fifo);
 
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", atomic_load(&failures));
-        return 1;
-    }
-    printf("all client checks passed\n");
-    return 0;
+    printf("test_client: %d passed, %d failed\n", (int)passed, (int)failed);
+    return failed ? 1 : 0;
 }

@@ -1,6 +1,6 @@
 # The mesh (rank layout, groups, parsing; tests/unit/test_mesh.c) and the host
-# comm backend op by op, with uneven sizes, splits and abort
-# (tests/unit/test_comm.c). Both link the daemon's modules.
+# comm backend op by op, with uneven sizes, splits and abort of ranks seen
+# blocked (tests/unit/test_comm.c). Both link the daemon's modules.
 add_executable(test_mesh ${CMAKE_CURRENT_LIST_DIR}/test_mesh.c)
 target_link_libraries(test_mesh PRIVATE weftd_core)
 add_test(NAME mesh COMMAND test_mesh)

@@ -2,13 +2,20 @@
  * thread per rank. Every op on group sizes 1, 2, 3, 4, 8 with uneven and
  * zero sizes, split sub-groups running concurrently, ring exchanges
  * (grouped and overlapped), a long random mix of ops, argument mismatch
- * verdicts, and abort while ranks are blocked. Every result is checked
- * byte for byte against what the rank must hold. WF_TEST_QUICK=1 shrinks
- * the loops (for valgrind). The op checkers and the bodies built from
- * them live in support/commcheck.c, shared with test_comm_zmq.c. */
+ * verdicts, and abort while ranks are blocked: the abort is issued only
+ * once every rank that must block is asleep inside its call
+ * (wf_comm_host_world_waiting), and since the host backend has no
+ * timeout, WF_E_ABORTED can only come from the abort waking them. Every
+ * result is checked byte for byte against what the rank must hold.
+ * WF_TEST_QUICK=1 shrinks the loops (for valgrind). The op checkers and
+ * the bodies built from them live in support/commcheck.c, shared with
+ * test_comm_zmq.c; rank threads count their own failed expectations
+ * (EXPECT) and main() CHECKs the sums. */
 #include "comm/comm.h"
 #include "comm/comm_host.h"
+#include "support/check.h"
 #include "support/commcheck.h"
+#include "support/wait.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -42,21 +49,19 @@ typedef struct rank_thread {
     int fails;                 /* body's result */
 } rank_thread_t;
 
-/* Ranks of the running world past wf_comm_host_init (the owner of an
- * abort case waits for all of them: a rank thread scheduled late on a
- * loaded machine must not meet the abort in its init). */
-static atomic_int ranks_inited;
-static int world_ranks; /* ranks of the running world */
+/* The world run_world is running (rank bodies of the abort cases read
+ * its waiting count). */
+static wf_comm_host_world_t *running_world;
 
 static void *rank_main(void *p)
 {
     rank_thread_t *t = p;
     wf_comm_t *c = NULL;
     wf_status_t st = wf_comm_host_init(t->w, t->rank, &c);
-    atomic_fetch_add(&ranks_inited, 1);
     if (st != WF_OK) {
         fprintf(stderr, "rank %d: init failed: %d\n", t->rank, (int)st);
         t->fails = 1;
+        wf_comm_host_world_abort(t->w); /* nobody waits for me */
         return NULL;
     }
     t->fails = t->fn(c, t->arg);
@@ -75,8 +80,7 @@ static int run_world(int n, rank_fn fn, void *arg,
     if (wf_comm_host_world_new(n, &w) != WF_OK)
         return 1;
     rank_thread_t *t = calloc((size_t)n, sizeof *t);
-    atomic_store(&ranks_inited, 0);
-    world_ranks = n;
+    running_world = w;
     for (int i = 0; i < n; i++) {
         t[i] = (rank_thread_t){.w = w, .rank = i, .fn = fn, .arg = arg};
         if (pthread_create(&t[i].tid, NULL, rank_main, &t[i]) != 0) {
@@ -92,6 +96,7 @@ static int run_world(int n, rank_fn fn, void *arg,
         fails += t[i].fails;
     }
     free(t);
+    running_world = NULL;
     wf_comm_host_world_unref(&w);
     return fails;
 }
@@ -129,27 +134,37 @@ static int body_mismatch(wf_comm_t *c, void *arg)
 enum abort_where { AB_BARRIER, AB_RECV, AB_ALLTOALL, AB_GROUP_RING, AB_SUBGROUP };
 
 typedef struct abort_case {
-    double t_abort;     /* when the abort was issued */
-    double t_ret[64];   /* when each rank's call returned */
-    wf_status_t st[64]; /* what it returned */
-    int where;          /* enum abort_where */
-    int by_rank;        /* 1: rank 0 aborts with wf_comm_abort; 0: owner */
+    int where;              /* enum abort_where */
+    int by_rank;            /* 1: rank 0 aborts with wf_comm_abort; 0: owner */
+    int n;                  /* ranks of the world */
+    int expect;             /* ranks that must block: n, or n - 1 by a rank */
+    atomic_int entered;     /* ranks about to make the call that blocks */
+    atomic_int returned;    /* ranks whose call returned */
+    int blocked;            /* 1: the aborter saw them all asleep in it */
+    int seen_entered;       /* at the abort: entered */
+    int seen_waiting;       /* and wf_comm_host_world_waiting */
+    wf_status_t st[64];     /* what each rank's call returned */
 } abort_case_t;
 
-/* Let the other ranks block before the abort. This is the one place a
- * sleep is used: there is no event that says "a peer is now blocked
- * inside the call" (and the test passes whether or not they already are:
- * a call made after the abort must fail promptly too). */
-static void pause_then_abort(abort_case_t *ac, wf_comm_t *c,
-                             wf_comm_host_world_t *w)
+/* Every rank that must block has set its flag and is asleep inside its
+ * call. A rank counts in `entered` only past everything before that call
+ * (init, split), so `waiting` can then count nothing but the calls under
+ * test (each blocked rank counts once). */
+static bool all_blocked(void *p)
 {
-    /* every rank past its init first (bounded: 10 s) */
-    struct timespec ms = {0, 1000 * 1000};
-    for (int i = 0; i < 10000 && atomic_load(&ranks_inited) < world_ranks; i++)
-        nanosleep(&ms, NULL);
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    ac->t_abort = now_s();
+    abort_case_t *ac = p;
+    return atomic_load(&ac->entered) == ac->expect &&
+           wf_comm_host_world_waiting(running_world) == ac->expect;
+}
+
+/* Abort once every rank that must block is blocked (or the bound
+ * passed: then abort anyway, so the ranks return, and fail). */
+static void abort_when_blocked(abort_case_t *ac, wf_comm_t *c,
+                               wf_comm_host_world_t *w)
+{
+    ac->blocked = wait_for(all_blocked, ac, WAIT_EVENT_MS);
+    ac->seen_entered = atomic_load(&ac->entered);
+    ac->seen_waiting = wf_comm_host_world_waiting(running_world);
     if (c)
         wf_comm_abort(c);
     else
@@ -175,13 +190,15 @@ static int body_abort(wf_comm_t *c, void *arg)
                                  (me == n - 1 || (ac->where == AB_SUBGROUP &&
                                                   me == n - 2)));
     if (ac->by_rank && me == 0) {
-        pause_then_abort(ac, c, NULL);
+        abort_when_blocked(ac, c, NULL);
         st = WF_E_ABORTED;
     } else if (missing) {
-        /* wait for the abort without sleeping: a receive from myself that
-         * nobody sends blocks until the abort wakes it */
+        /* a receive from myself that nobody sends: blocked until the
+         * abort wakes it */
+        atomic_fetch_add(&ac->entered, 1);
         st = wf_comm_recv(c, buf, 1, me);
     } else {
+        atomic_fetch_add(&ac->entered, 1);
         switch (ac->where) {
         case AB_BARRIER: st = wf_comm_barrier(c); break;
         case AB_RECV: st = wf_comm_recv(c, buf, sizeof buf, (me + 1) % n); break;
@@ -199,52 +216,68 @@ static int body_abort(wf_comm_t *c, void *arg)
         case AB_SUBGROUP: st = wf_comm_barrier(sub); break;
         }
     }
-    ac->t_ret[me] = now_s();
     ac->st[me] = st;
+    atomic_fetch_add(&ac->returned, 1);
     fails += cc_aborted_refusals(c);
     wf_comm_destroy(&sub);
     free(big);
     return fails;
 }
 
+static bool all_returned(void *p)
+{
+    abort_case_t *ac = p;
+    return atomic_load(&ac->returned) == ac->n;
+}
+
+/* The owner: abort (unless rank 0 does), then wait for every rank's call
+ * to return; the join would hang on a rank the abort did not wake, so a
+ * rank still blocked at the bound ends the test. The bound covers the
+ * wait for the blocked state and the wake-up, each WAIT_EVENT_MS. */
 static void owner_abort(wf_comm_host_world_t *w, void *arg)
 {
     abort_case_t *ac = arg;
     if (!ac->by_rank)
-        pause_then_abort(ac, NULL, w);
+        abort_when_blocked(ac, NULL, w);
+    if (!wait_for(all_returned, ac, 2 * WAIT_EVENT_MS)) {
+        fprintf(stderr, "FAIL abort: %d of %d ranks still blocked after the "
+                "abort\n", ac->n - atomic_load(&ac->returned), ac->n);
+        exit(1);
+    }
 }
 
-static int test_abort(int where, int by_rank, int n, double *ret_worst)
+static void test_abort(int where, int by_rank, int n)
 {
     static const char *names[] = {"barrier", "recv", "all-to-all",
                                   "grouped ring", "sub-group barrier"};
-    abort_case_t ac;
-    memset(&ac, 0, sizeof ac);
-    ac.where = where;
-    ac.by_rank = by_rank;
-    int fails = run_world(n, body_abort, &ac, owner_abort);
-    double worst = 0;
+    abort_case_t *ac = calloc(1, sizeof *ac);
+    if (!ac) {
+        CHECK(0, "out of memory");
+        return;
+    }
+    ac->where = where;
+    ac->by_rank = by_rank;
+    ac->expect = by_rank ? n - 1 : n;
+    atomic_init(&ac->entered, 0);
+    atomic_init(&ac->returned, 0);
+    ac->n = n;
+    int fails = run_world(n, body_abort, ac, owner_abort);
+    const char *who = by_rank ? "by a rank" : "by the owner";
+    CHECK(fails == 0, "abort in %s (%s, %d ranks): %d failed expectations",
+          names[where], who, n, fails);
+    CHECK(ac->blocked, "abort in %s (%s, %d ranks): the ranks were not all asleep "
+          "in their calls before the abort (%d of %d entered, %d waiting)",
+          names[where], who, n, ac->seen_entered, ac->expect, ac->seen_waiting);
+    int aborted = 0;
     for (int r = 0; r < n; r++) {
-        if (ac.st[r] != WF_E_ABORTED) {
-            fprintf(stderr, "abort %s: rank %d returned %d\n", names[where],
-                    r, (int)ac.st[r]);
-            fails++;
-        }
-        double dt = ac.t_ret[r] - ac.t_abort;
-        if (dt > worst)
-            worst = dt;
+        CHECK(ac->st[r] == WF_E_ABORTED, "abort in %s (%s): rank %d returned %d",
+              names[where], who, r, (int)ac->st[r]);
+        aborted += ac->st[r] == WF_E_ABORTED;
     }
-    if (worst >= 1.0) {
-        fprintf(stderr, "abort %s: a rank took %.3f s to return\n",
-                names[where], worst);
-        fails++;
-    }
-    printf("  abort in %-18s (%s, %d ranks): all ranks returned "
-           "WF_E_ABORTED, slowest %.2f ms after the abort\n",
-           names[where], by_rank ? "by a rank" : "by the owner", n,
-           worst * 1e3);
-    *ret_worst = worst > *ret_worst ? worst : *ret_worst;
-    return fails;
+    printf("  abort in %-18s (%s, %d ranks): %d rank(s) asleep in the call, "
+           "then %d of %d returned WF_E_ABORTED\n",
+           names[where], who, n, ac->seen_waiting, aborted, n);
+    free(ac);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -252,7 +285,6 @@ static int test_abort(int where, int by_rank, int n, double *ret_worst)
 int main(void)
 {
     int quick = getenv("WF_TEST_QUICK") != NULL;
-    int fails = 0;
     static const int sizes[] = {1, 2, 3, 4, 8};
     double t0 = now_s();
 
@@ -262,15 +294,18 @@ int main(void)
         sh.iters = quick ? 6 : 24;
         sh.allreduce_big = ALLREDUCE_BIG;
         int f = run_world(sizes[i], cc_body_every_op, &sh, NULL);
+        CHECK(f == 0, "every op, %d ranks: %d failed expectations", sizes[i], f);
         printf("  every op x %d iterations, %d ranks: %s\n", sh.iters,
                sizes[i], f ? "FAIL" : "ok");
-        fails += f;
         int f2 = run_world(sizes[i], cc_body_ring_grouped, NULL, NULL);
         int f3 = run_world(sizes[i], cc_body_ring_overlap, NULL, NULL);
+        CHECK(f2 == 0, "ring exchange grouped, %d ranks: %d failed expectations",
+              sizes[i], f2);
+        CHECK(f3 == 0, "ring exchange overlapped, %d ranks: %d failed expectations",
+              sizes[i], f3);
         printf("  ring exchange, %d ranks: grouped %s, isend/irecv overlapped "
                "%s\n",
                sizes[i], f2 ? "FAIL" : "ok", f3 ? "FAIL" : "ok");
-        fails += f2 + f3;
     }
 
     {
@@ -279,16 +314,16 @@ int main(void)
         sh.iters = quick ? 20 : 200;
         sh.allreduce_big = ALLREDUCE_BIG;
         int f = run_world(8, cc_body_split_mesh, &sh, NULL);
+        CHECK(f == 0, "split by mesh: %d failed expectations", f);
         printf("  split by mesh (dp=2,ring=2,ulysses=2), %d rounds in 3 "
                "sub-groups at once: %s\n",
                sh.iters, f ? "FAIL" : "ok");
-        fails += f;
     }
 
     for (int n = 2; n <= 4; n++) {
         int f = run_world(n, body_mismatch, NULL, NULL);
+        CHECK(f == 0, "mismatched arguments, %d ranks: %d failed expectations", n, f);
         printf("  mismatched arguments, %d ranks: %s\n", n, f ? "FAIL" : "ok");
-        fails += f;
     }
 
     {
@@ -300,20 +335,19 @@ int main(void)
             sh.allreduce_big = ALLREDUCE_BIG;
             double ts = now_s();
             int f = run_world(mixn[i], cc_body_mixed, &sh, NULL);
+            CHECK(f == 0, "mixed ops, %d ranks: %d failed expectations", mixn[i], f);
             printf("  %d mixed ops back-to-back, %d ranks: %s (%.2f s)\n",
                    sh.iters, mixn[i], f ? "FAIL" : "ok", now_s() - ts);
-            fails += f;
         }
     }
 
-    double worst = 0;
     for (int where = AB_BARRIER; where <= AB_SUBGROUP; where++) {
-        fails += test_abort(where, 0, 4, &worst);
-        fails += test_abort(where, 1, 4, &worst);
+        test_abort(where, 0, 4);
+        test_abort(where, 1, 4);
     }
-    fails += test_abort(AB_ALLTOALL, 0, 8, &worst);
+    test_abort(AB_ALLTOALL, 0, 8);
 
-    printf("test_comm: %s (%d failures, %.2f s)\n", fails ? "FAILED" : "all passed",
-           fails, now_s() - t0);
-    return fails ? 1 : 0;
+    printf("test_comm: %d passed, %d failed (%.2f s)\n", (int)passed, (int)failed,
+           now_s() - t0);
+    return failed ? 1 : 0;
 }

@@ -24,6 +24,7 @@
 #include "comm/comm_staged.h"
 #include "support/check.h"
 #include "support/standin_dev.h"
+#include "support/wait.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -315,8 +316,10 @@ static void t_order(rk_t *r, int it)
         EXPECT_OK(r, wf_comm_isend(r->c, ds[j], sz[j], next, &sq[j]));
     for (int j = 0; j < ORDER_K; j++) {
         int done = 0;
-        double t0 = now_s();
-        while (!done && now_s() - t0 < 10.0)
+        /* polled without a pause: each test drives the staged comm's
+         * progress; the bound is only a failure bound */
+        uint64_t end = wait_now_ms() + wait_bound_ms(WAIT_EVENT_MS);
+        while (!done && wait_now_ms() < end)
             EXPECT_OK(r, wf_comm_test(r->c, &rq[j], &done));
         EXPECT(r, done && rq[j] == NULL);
     }
@@ -722,16 +725,32 @@ typedef struct abort_case {
                           * aborts while its isend is deferred (its copy held
                           * pending); 3: the copy of rank 0's isend fails
                           * (xfer_wait); 4: rank 0's isend of a host pointer */
-    double t_abort;      /* when rank 0 aborted / started its failing op */
-    double t_ret[MAXN];  /* when each rank's blocked call returned */
-    wf_status_t st[MAXN]; /* what it returned */
+    int n;               /* ranks */
+    wf_comm_host_world_t *w; /* the staged comms' inner world */
+    atomic_int entered;  /* ranks 1.. about to make the call that blocks */
+    atomic_int returned; /* ranks past that call (rank 0: past its abort) */
+    int blocked;         /* 1: rank 0 saw ranks 1.. asleep in their calls */
+    int seen_entered;    /* at rank 0's abort: entered */
+    int seen_waiting;    /* and the inner world's waiting count */
+    wf_status_t st[MAXN]; /* what each rank's call returned */
 } abort_case_t;
 
-/* Rank 0 aborts (after a pause that lets rank 1 block in a receive from
- * it; the test passes either way) or passes a host pointer as a device
- * buffer to an all-gather, whose failing copy must abort the world. Rank
- * 1 is blocked in a receive from rank 0 (abort) or in the all-gather
- * (copy failure); the others in a receive from themselves. */
+/* Ranks 1.. have set their flag and are asleep in their calls (the
+ * staged comm blocks in its inner host comm, whose waiting count then
+ * holds those calls only: nothing else of theirs is left to wait on). */
+static bool peers_blocked(void *p)
+{
+    abort_case_t *ac = p;
+    return atomic_load(&ac->entered) == ac->n - 1 &&
+           wf_comm_host_world_waiting(ac->w) == ac->n - 1;
+}
+
+/* Rank 0 aborts, or passes a host pointer as a device buffer to an
+ * all-gather, whose failing copy must abort the world; it does so once
+ * every other rank is blocked: rank 1 in a receive from rank 0 (abort) or
+ * in the all-gather (copy failure), the others in a receive from
+ * themselves. The host comm has no timeout, so only the abort can end
+ * their calls. */
 /* Rank 0's side of abort cases 2-4 (isend of d, 4096 bytes, to rank 1);
  * returns WF_E_ABORTED when it went as it must. */
 static wf_status_t deferred_send_fails(rk_t *r, int kind, void *d)
@@ -773,9 +792,9 @@ static void body_abort(rk_t *r, abort_case_t *ac)
     void *d = dput(r, NULL, 4096);
     wf_status_t st;
     if (me == 0) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        ac->t_abort = now_s();
+        ac->blocked = wait_for(peers_blocked, ac, WAIT_EVENT_MS);
+        ac->seen_entered = atomic_load(&ac->entered);
+        ac->seen_waiting = wf_comm_host_world_waiting(ac->w);
         if (ac->copy_fail >= 2) {
             st = deferred_send_fails(r, ac->copy_fail, d);
         } else if (ac->copy_fail) {
@@ -790,16 +809,19 @@ static void body_abort(rk_t *r, abort_case_t *ac)
     } else if (me == 1 && ac->copy_fail >= 2) {
         wf_comm_req_t *rq = NULL;
         st = wf_comm_irecv(r->c, d, 4096, 0, &rq);
+        atomic_fetch_add(&ac->entered, 1);
         if (st == WF_OK)
             st = wf_comm_wait(r->c, &rq);
     } else if (me == 1) {
+        atomic_fetch_add(&ac->entered, 1);
         st = ac->copy_fail ? wf_comm_allgather(r->c, d, (char *)d + 64, 64)
                            : wf_comm_recv(r->c, d, 4096, 0);
     } else {
+        atomic_fetch_add(&ac->entered, 1);
         st = wf_comm_recv(r->c, d, 1, me);
     }
-    ac->t_ret[me] = now_s();
     ac->st[me] = st;
+    atomic_fetch_add(&ac->returned, 1);
     /* every later call fails at once */
     EXPECT_ST(r, wf_comm_barrier(r->c), WF_E_ABORTED);
     EXPECT_ST(r, wf_comm_send(r->c, d, 1, (me + 1) % r->n), WF_E_ABORTED);
@@ -859,7 +881,16 @@ static void *rank_main(void *p)
 
 static uint64_t world_overlaps; /* the ranks' xfer_overlaps, summed by run_world */
 
-/* Run n ranks; returns their failed expectations. */
+/* Every rank of an abort case is past its call. */
+static bool all_returned(void *p)
+{
+    abort_case_t *ac = p;
+    return atomic_load(&ac->returned) == ac->n;
+}
+
+/* Run n ranks; returns their failed expectations. An abort case's ranks
+ * must all return within the bound on rank 0's wait for the blocked
+ * state plus the abort's wake-up (each WAIT_EVENT_MS). */
 static int run_world(int n, abort_case_t *ac)
 {
     world_run_t run = {NULL, NULL, ac};
@@ -868,6 +899,8 @@ static int run_world(int n, abort_case_t *ac)
         wf_comm_host_world_unref(&run.wa);
         return 1;
     }
+    if (ac)
+        ac->w = run.wa;
     rank_thread_t *t = calloc((size_t)n, sizeof *t);
     int fails = 0, started = 0;
     for (int i = 0; i < n; i++) {
@@ -883,6 +916,12 @@ static int run_world(int n, abort_case_t *ac)
         }
         started++;
     }
+    if (ac && started == n && !wait_for(all_returned, ac, 2 * WAIT_EVENT_MS)) {
+        /* the join would hang on a rank the abort did not wake */
+        fprintf(stderr, "FAIL abort: %d of %d ranks still blocked after the abort\n",
+                n - atomic_load(&ac->returned), n);
+        exit(1);
+    }
     for (int i = 0; i < started; i++) {
         pthread_join(t[i].tid, NULL);
         fails += t[i].r.fails;
@@ -894,28 +933,30 @@ static int run_world(int n, abort_case_t *ac)
     return fails;
 }
 
-/* Abort cases: every rank returns WF_E_ABORTED within a second. */
+/* Abort cases: once the other ranks are asleep in their calls, rank 0's
+ * abort (or failing copy) makes every rank return WF_E_ABORTED. */
 static void check_abort(int n, int copy_fail)
 {
-    abort_case_t ac;
-    memset(&ac, 0, sizeof ac);
-    ac.copy_fail = copy_fail;
-    int f = run_world(n, &ac);
-    CHECK(f == 0, "abort (case %d), %d ranks: %d failed expectations", copy_fail, n, f);
-    double worst = 0;
-    for (int i = 0; i < n; i++) {
-        CHECK(ac.st[i] == WF_E_ABORTED, "abort: rank %d returned %d", i,
-              (int)ac.st[i]);
-        double dt = ac.t_ret[i] - ac.t_abort;
-        worst = dt > worst ? dt : worst;
-    }
-    CHECK(worst < 1.0, "abort: a rank took %.3f s to return", worst);
     static const char *what[] = {
         "abort while a rank is blocked in recv", "failing device copy aborts the peers",
         "abort while an isend is deferred", "failing transfer of an isend aborts the peers",
         "isend of a host pointer aborts the peers"};
-    printf("  %s, %d ranks: every rank WF_E_ABORTED, slowest %.2f ms\n", what[copy_fail],
-           n, worst * 1e3);
+    abort_case_t ac;
+    memset(&ac, 0, sizeof ac);
+    ac.copy_fail = copy_fail;
+    ac.n = n;
+    atomic_init(&ac.entered, 0);
+    atomic_init(&ac.returned, 0);
+    int f = run_world(n, &ac);
+    CHECK(f == 0, "abort (case %d), %d ranks: %d failed expectations", copy_fail, n, f);
+    CHECK(ac.blocked, "%s, %d ranks: ranks 1..%d were not all asleep in their calls "
+          "before rank 0 acted (%d entered, %d waiting)", what[copy_fail], n, n - 1,
+          ac.seen_entered, ac.seen_waiting);
+    for (int i = 0; i < n; i++)
+        CHECK(ac.st[i] == WF_E_ABORTED, "abort: rank %d returned %d", i,
+              (int)ac.st[i]);
+    printf("  %s, %d ranks: %d rank(s) asleep in their calls, then every rank "
+           "WF_E_ABORTED\n", what[copy_fail], n, ac.seen_waiting);
 }
 
 /* The stand-in's transfer stream itself: the ordering mistakes it must

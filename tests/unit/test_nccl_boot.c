@@ -12,16 +12,18 @@
  *     the id of the world message, splits the mesh groups with
  *     wf_mesh_color's colours, and every group's allreduce / the world's
  *     allgather are right;
- *   - a lost node: a rank blocked in a collective returns WF_E_ABORTED when
- *     the cluster's abort domain is aborted; shrink vs rebuild
+ *   - a lost node: ranks blocked in a collective (asleep in it, by their
+ *     domains' waiting counts) return WF_E_ABORTED when the cluster's
+ *     abort domains are aborted; shrink vs rebuild
  *     (wf_nccl_plan_loss), both carried out: shrink drops the lost ranks
  *     without a new id, rebuild forms a new world from a new id.
  */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/config.h"
 #include "base/mesh.h"
@@ -33,6 +35,7 @@
 #include "support/check.h"
 #include "support/ctl_wire.h"
 #include "support/nccl_standin.h"
+#include "support/wait.h"
 
 #define NODES 3
 #define PER 2
@@ -223,8 +226,10 @@ static double group_sum(const wf_mesh_t *m, wf_mesh_dim_t dim, int rank, int nra
 static void *rank_join(void *p)
 {
     rank_arg_t *a = p;
+    /* op_timeout_ms 0: no per-op timeout, so a blocked collective ends
+     * only by an abort (the lost node's case relies on it) */
     wf_comm_nccl_opts_t o = { .device = a->rank, .init_timeout_ms = 20000,
-                              .abort_domain = a->domain };
+                              .op_timeout_ms = 0, .abort_domain = a->domain };
     a->st = a->api->init(a->api->arg, &a->id, a->nranks, a->rank, &o, &a->world);
     if (a->st != WF_OK)
         return NULL;
@@ -250,13 +255,39 @@ static void *rank_join(void *p)
     return NULL;
 }
 
+/* Survivors that call a collective with a lost node's ranks. */
+static atomic_int g_entered;  /* about to call it */
+static atomic_int g_returned; /* their call returned */
+
 /* A survivor blocked in a collective with a lost node's ranks. */
 static void *rank_blocked(void *p)
 {
     rank_arg_t *a = p;
     double mine = 1, sum = 0;
+    atomic_fetch_add(&g_entered, 1);
     a->st = wf_comm_allreduce(a->world, &mine, &sum, 1, WF_COMM_F64, WF_COMM_SUM);
+    atomic_fetch_add(&g_returned, 1);
     return NULL;
+}
+
+/* The domains of the surviving nodes n0 and n2 (two ranks each). */
+static wf_comm_zmq_local_t *g_surv_dom[2];
+
+/* All 4 survivors have entered the allreduce and are blocked in it:
+ * nothing else runs on their nodes' domains, so each domain's waiting
+ * count is its two ranks' calls. */
+static bool survivors_blocked(void *p)
+{
+    (void)p;
+    return atomic_load(&g_entered) == 4 &&
+           wf_comm_zmq_local_waiting(g_surv_dom[0]) == 2 &&
+           wf_comm_zmq_local_waiting(g_surv_dom[1]) == 2;
+}
+
+static bool survivors_returned(void *p)
+{
+    (void)p;
+    return atomic_load(&g_returned) == 4;
 }
 
 /* Shrink without the excluded ranks, then check an allreduce. */
@@ -285,13 +316,6 @@ static void run_ranks(rank_arg_t *a, const int *which, int n, void *(*fn)(void *
         pthread_create(&t[i], NULL, fn, &a[which[i]]);
     for (int i = 0; i < n; i++)
         pthread_join(t[i], NULL);
-}
-
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* One epoch: the coordinator draws the id and sends the world message;
@@ -394,23 +418,34 @@ static void test_worlds(bool with_shrink)
     }
     /* whichever the plan, the survivors blocked in a collective with the
      * lost ranks return WF_E_ABORTED once the domain is aborted (what the
-     * heartbeat timeout does in the daemon) */
+     * heartbeat timeout does in the daemon); they have no per-op timeout,
+     * so nothing else can end their calls */
     pthread_t t[4];
+    atomic_store(&g_entered, 0);
+    atomic_store(&g_returned, 0);
+    g_surv_dom[0] = dom[0];
+    g_surv_dom[1] = dom[2];
     for (int i = 0; i < 4; i++)
         pthread_create(&t[i], NULL, rank_blocked, &a[surv[i]]);
-    struct timespec pause = { 0, 200 * 1000000L };
-    nanosleep(&pause, NULL);
-    uint64_t t0 = ms_now();
+    bool blocked = wait_for(survivors_blocked, NULL, WAIT_EVENT_MS);
+    CHECK(blocked, "survivors blocked in the allreduce before the abort: %d entered, "
+          "%d + %d waiting", atomic_load(&g_entered),
+          wf_comm_zmq_local_waiting(dom[0]), wf_comm_zmq_local_waiting(dom[2]));
     for (int k = 0; k < NODES; k++)
         wf_comm_zmq_local_abort(dom[k]);
+    if (!wait_for(survivors_returned, NULL, WAIT_EVENT_MS)) {
+        /* the join would hang on a survivor the abort did not wake */
+        fprintf(stderr, "FAIL: %d of 4 survivors still blocked after the abort\n",
+                4 - atomic_load(&g_returned));
+        exit(1);
+    }
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
-    uint64_t waited = ms_now() - t0;
     int aborted = 0;
     for (int i = 0; i < 4; i++)
         aborted += a[surv[i]].st == WF_E_ABORTED;
-    CHECK(aborted == 4 && waited < 2000, "blocked survivors aborted: %d of 4 in %llu ms",
-          aborted, (unsigned long long)waited);
+    CHECK(aborted == 4, "blocked survivors aborted: %d of 4 returned WF_E_ABORTED",
+          aborted);
     drop(a, WORLD);
     for (int k = 0; k < NODES; k++) {
         wf_comm_zmq_local_unref(&dom[k]);
