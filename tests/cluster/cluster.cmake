@@ -17,8 +17,9 @@ set_tests_properties(comm_zmq PROPERTIES TIMEOUT 300)
 
 # Jobs across daemons (tests/cluster/test_cluster_jobs.c): 3 weftd processes form
 # one mesh of 6 ranks; ring / Ulysses / USP across processes against the
-# fp64 reference, live re-mesh under load, a member killed mid-job
-# (WF_E_NODE_LOST within 5 s, service resumes), rejoin.
+# fp64 reference, live re-mesh under load, a member killed with a job held
+# on it (WEFT_TEST_HOLD_JOBS; WF_E_NODE_LOST within heartbeat_timeout_ms and
+# a margin, service resumes), rejoin.
 add_executable(test_cluster_jobs ${CMAKE_CURRENT_LIST_DIR}/test_cluster_jobs.c)
 target_link_libraries(test_cluster_jobs PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
 target_compile_options(test_cluster_jobs PRIVATE -O2)
@@ -28,9 +29,9 @@ set_tests_properties(e2e_cluster_jobs PROPERTIES TIMEOUT 180)
 # A job failing on one rank (not a lost node) in a cluster
 # (tests/cluster/test_cluster_fault.c): 3 weftd processes, ring=6 over all of them,
 # the test hook WEFT_TEST_FAIL_JOB on a member and on the coordinator; the
-# job's error within 5 s, the world rebuilt with the same nodes (new world
-# epoch), queued and later jobs correct, the guard against rebuild loops
-# (degraded, held for cluster_timeout_ms, then rebuilt).
+# job's own error naming the node, the world rebuilt with the same nodes
+# (new world epoch), queued and later jobs correct, the guard against
+# rebuild loops (degraded, held for cluster_timeout_ms, then rebuilt).
 add_executable(test_cluster_fault ${CMAKE_CURRENT_LIST_DIR}/test_cluster_fault.c)
 target_link_libraries(test_cluster_fault PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
 target_compile_options(test_cluster_fault PRIVATE -O2)
@@ -40,7 +41,9 @@ set_tests_properties(e2e_cluster_fault PROPERTIES TIMEOUT 120)
 # dp replicas rooted on member nodes serve context-parallel jobs over the
 # tensor channel (tests/cluster/test_cluster_replicas.c): 3 weftd processes, mesh
 # dp=3 x ring=2 then dp=3 x ulysses=2, 24 jobs in flight from 2 clients
-# against the fp64 reference, every device of every node served.
+# against the fp64 reference, every device of every node served; a member
+# killed with a job held on its replica (WEFT_TEST_HOLD_JOBS): WF_E_NODE_LOST
+# within heartbeat_timeout_ms and a margin, the smaller world serves.
 add_executable(test_cluster_replicas ${CMAKE_CURRENT_LIST_DIR}/test_cluster_replicas.c)
 target_link_libraries(test_cluster_replicas PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
 target_compile_options(test_cluster_replicas PRIVATE -O2)
@@ -50,8 +53,8 @@ set_tests_properties(e2e_cluster_replicas PROPERTIES TIMEOUT 120)
 # dp replicas spanning nodes with their roots on a member
 # (tests/cluster/test_cluster_split_roots.c): mesh dp=2 x ring=3 over 3 daemons,
 # node b with a smaller max_tensor_bytes: a job over b's limit on b's
-# replica fails at once naming b, the world is rebuilt with the same
-# nodes, bursts before and after correct.
+# replica fails in its root step naming b (WF_E_INTERNAL), the world is
+# rebuilt with the same nodes, bursts before and after correct.
 add_executable(test_cluster_split_roots ${CMAKE_CURRENT_LIST_DIR}/test_cluster_split_roots.c)
 target_link_libraries(test_cluster_split_roots PRIVATE weft_clusterd weft_testsupport weft Threads::Threads m)
 target_compile_options(test_cluster_split_roots PRIVATE -O2)
@@ -59,7 +62,8 @@ add_test(NAME e2e_cluster_split_roots COMMAND test_cluster_split_roots $<TARGET_
 set_tests_properties(e2e_cluster_split_roots PROPERTIES TIMEOUT 120)
 
 # A node hello with control bytes in its name (tests/cluster/test_cluster_badname.c):
-# refused by a real coordinator, nothing of it in sd_notify.
+# refused by a real coordinator, nothing of it in sd_notify up to the line
+# of a later, well-named peer's loss.
 add_executable(test_cluster_badname ${CMAKE_CURRENT_LIST_DIR}/test_cluster_badname.c)
 target_link_libraries(test_cluster_badname PRIVATE weft_clusterd weft_proto weft
   PkgConfig::ZMQ Threads::Threads)

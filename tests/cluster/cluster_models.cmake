@@ -5,8 +5,10 @@
 # loads on members refused, forwards across nodes (tp=2 x ring=3,
 # ulysses=6, dp=3 x tp=2, tp=2 x ulysses=3) against diffusers and a
 # single-node weftd, unload everywhere, a member that does not answer
-# within cluster_timeout_ms, a node lost during forwards and restarted
-# (the models re-installed there), the coordinator restarted. ~8 s.
+# within cluster_timeout_ms, a node lost with a forward held on it
+# (WEFT_TEST_HOLD_JOBS: WF_E_NODE_LOST, the forward queued behind it served
+# on the smaller world) and restarted (the models re-installed there), the
+# coordinator restarted. ~10 s.
 add_executable(test_cluster_models ${CMAKE_CURRENT_LIST_DIR}/test_cluster_models.c)
 target_link_libraries(test_cluster_models PRIVATE weft_clusterd weft_fluxio weft
   Threads::Threads m)

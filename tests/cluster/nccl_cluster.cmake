@@ -1,8 +1,9 @@
 # End to end (tests/cluster/test_nccl_cluster.c): three weftd_ncclsi processes
 # (the stand-in device backend and the NCCL stand-in, linked in place of
 # comm_nccl_api.c) form an NCCL world through the rendezvous; attention
-# across them against the fp64 reference; a member killed mid-job
-# (WF_E_NODE_LOST), the smaller NCCL world from a new id; a rejoin
+# across them against the fp64 reference; a member killed with a job held
+# on it (WEFT_TEST_HOLD_JOBS; WF_E_NODE_LOST), the smaller NCCL world
+# (shrunk, or from a new id); a rejoin
 # without "gpu" (WEFT_NCCL=0) makes a mixed world on comm_zmq.
 add_executable(weftd_ncclsi ${WEFT_TESTS_DIR}/support/weftd_ncclsi.c)
 target_link_libraries(weftd_ncclsi PRIVATE weft_ncclsi weft_standin weftd_core)

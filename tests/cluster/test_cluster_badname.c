@@ -5,8 +5,11 @@
  * with a `refuse` whose error names the field 'node name', keep serving
  * its status, and no sd_notify datagram may carry the name: none holds
  * "WATCHDOG=trigger" (a forged notify assignment) or a newline followed by
- * it. A well-named raw hello is then accepted (no refuse within 1 s) to
- * show that the refusal is the name's.
+ * it. A well-named raw hello is then accepted (its answer is a `world`,
+ * not a `refuse`) to show that the refusal is the name's; that peer never
+ * gets ready, and the coordinator's STATUS line losing it (after
+ * heartbeat_timeout_ms) ends the watch of the notify socket: every
+ * datagram sent about the bad hello came before it.
  *
  * Usage: test_cluster_badname PATH_TO_WEFTD.
  */
@@ -20,22 +23,26 @@
 #include "cluster_msg.h"
 #include "proto.h"
 #include "support/clusterd.h"
+#include "support/wait.h"
+
+#define TIMEOUT_MS ((int)WAIT_EVENT_MS) /* events: replies, notify lines */
 
 static int failures; /* clusterd.h's CHECK counts here */
 
 static wf_cmsg_t msg;
 static wf_ctl_msg_t ctl;
 
-/* Every notify datagram of d for ms milliseconds: fails on a forged one.
- * Returns true when one starting with `want` was seen. */
+/* Every notify datagram of d until one starting with `want` (true) or
+ * until ms pass (false): counts a failure for each forged one. */
 static bool notify_scan(clusterd_t *d, int ms, const char *want)
 {
-    bool seen = false;
     int64_t end = clusterd_now_ms() + ms;
     for (;;) {
         int64_t left = end - clusterd_now_ms();
-        if (left <= 0)
-            return seen;
+        if (left <= 0) {
+            fprintf(stderr, "no notify line '%s' within %d ms\n", want, ms);
+            return false;
+        }
         struct pollfd p = { .fd = d->nfd, .events = POLLIN };
         if (poll(&p, 1, (int)left) != 1)
             continue;
@@ -48,8 +55,14 @@ static bool notify_scan(clusterd_t *d, int ms, const char *want)
             fprintf(stderr, "forged notify datagram: %s\n", buf);
             failures++;
         }
-        if (want && strncmp(buf, want, strlen(want)) == 0)
-            seen = true;
+        for (const char *line = buf; line;) {
+            if (strncmp(line, want, strlen(want)) == 0) {
+                printf("notify: %.*s\n", (int)strcspn(line, "\n"), line);
+                return true;
+            }
+            const char *nl = strchr(line, '\n');
+            line = nl ? nl + 1 : NULL;
+        }
     }
 }
 
@@ -72,15 +85,17 @@ static bool send_hello(void *sock, const char *weft, const char *name)
     return ok;
 }
 
-/* The next message of type `type` within ms, into msg. */
-static bool recv_type(void *sock, wf_cmsg_type_t type, int ms)
+/* The type of the next message that decodes within ms, the message in
+ * msg; WF_CMSG_UNKNOWN when none came (or only types this build does not
+ * know). */
+static wf_cmsg_type_t recv_next(void *sock, int ms)
 {
     int64_t end = clusterd_now_ms() + ms;
     for (;;) {
         int64_t left = end - clusterd_now_ms();
         zmq_pollitem_t it = { sock, 0, ZMQ_POLLIN, 0 };
         if (left <= 0 || zmq_poll(&it, 1, (long)left) <= 0)
-            return false;
+            return WF_CMSG_UNKNOWN;
         char buf[WF_CTL_MAX_BYTES], err[WF_PROTO_ERROR_MAX];
         int n = zmq_recv(sock, buf, sizeof buf, 0);
         if (n < 0 || (size_t)n > sizeof buf)
@@ -89,8 +104,8 @@ static bool recv_type(void *sock, wf_cmsg_type_t type, int ms)
             continue;
         memset(&msg, 0, sizeof msg);
         wf_cmsg_get(&ctl, &msg, err, sizeof err);
-        if (msg.type == type)
-            return true;
+        if (msg.type != WF_CMSG_UNKNOWN)
+            return msg.type;
     }
 }
 
@@ -112,9 +127,10 @@ int main(int argc, char **argv)
     const char *argv_a[] = { argv[1], "--listen", a.endpoint, "--devices", "cpu:2",
                              "--mesh", "ring=2", "--coordinator", coord, "--nodes", "2",
                              "--node-name", "a", "--cluster-timeout-ms", "60000",
+                             "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1000",
                              "--cpu-memory", "256M", NULL };
     CHECK(clusterd_exec(&a, argv_a, NULL));
-    CHECK(notify_scan(&a, 5000, "READY=1") || 1);
+    CHECK(notify_scan(&a, TIMEOUT_MS, "READY=1"));
     static wf_status_info_t si;
     CHECK(clusterd_status(&a, &si));
 
@@ -126,26 +142,29 @@ int main(int argc, char **argv)
     CHECK(zmq_connect(s, zep) == 0);
 
     CHECK(send_hello(s, si.weft_version, "x\nWATCHDOG=trigger"));
-    bool refused = recv_type(s, WF_CMSG_REFUSE, CLUSTERD_TIMEOUT_MS);
+    bool refused = recv_next(s, TIMEOUT_MS) == WF_CMSG_REFUSE;
     CHECK(refused);
     if (refused) {
         printf("refused: %s\n", msg.u.text);
         CHECK(strstr(msg.u.text, "node name") != NULL);
         CHECK(strstr(msg.u.text, "WATCHDOG") == NULL);
     }
-    notify_scan(&a, 1000, NULL);
     memset(&si, 0, sizeof si);
     CHECK(clusterd_status(&a, &si));
     CHECK(strcmp(si.role, "coordinator") == 0);
 
-    /* the same hello with a good name is not refused */
+    /* the same hello with a good name is answered with a world */
     void *s2 = zmq_socket(zctx, ZMQ_DEALER);
     zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s2, ZMQ_ROUTING_ID, "y", 1);
     CHECK(zmq_connect(s2, zep) == 0);
     CHECK(send_hello(s2, si.weft_version, "y"));
-    CHECK(!recv_type(s2, WF_CMSG_REFUSE, 1000));
-    CHECK(notify_scan(&a, 3000, "STATUS=cluster") || 1);
+    wf_cmsg_type_t answer = recv_next(s2, TIMEOUT_MS);
+    printf("the well-named hello: %s\n", wf_cmsg_type_name(answer));
+    CHECK(answer == WF_CMSG_WORLD);
+    /* y never gets ready: lost once heartbeat_timeout_ms passes; every
+     * notify datagram before that line is checked */
+    CHECK(notify_scan(&a, TIMEOUT_MS, "STATUS=cluster: node y lost"));
 
     zmq_close(s);
     zmq_close(s2);

@@ -9,7 +9,8 @@
  *  1. a (coordinator), b (fails seqs 2, 10..13), c (none): "cluster
  *     serving: epoch 1, 3 node(s), 6 rank(s)"; jobs seq 0, 1 correct.
  *  2. seq 2 submitted with seq 3 and 4 behind it on the same connection:
- *     seq 2 gets WF_E_INTERNAL naming node b within 5 s; a reports the
+ *     seq 2 gets WF_E_INTERNAL naming node b (its own failure, reported by
+ *     b: not WF_E_NODE_LOST, and not a job left waiting); a reports the
  *     rebuild ("comm world of epoch 1 aborted (job seq 2 failed on node
  *     b ...); rebuilding it") and serves epoch 2 with 3 nodes, 6 ranks;
  *     seq 3 and 4 (queued meanwhile) run on the new world and are correct.
@@ -17,9 +18,10 @@
  *     every job case (seq 5..9) is correct on the rebuilt world.
  *  4. the loop guard: seq 10, 11, 12 fail and each rebuilds (epochs 3, 4,
  *     5: 3 rebuilds in a row without a job succeeding); seq 13 fails and
- *     the rebuild is held back: "cluster degraded: ...", status says
- *     degraded, a new job is refused with WF_E_UNAVAILABLE saying why;
- *     cluster_timeout_ms later epoch 6 serves and jobs are correct.
+ *     the rebuild is held back: "cluster degraded: ...", a new job is
+ *     refused with WF_E_UNAVAILABLE saying why, status says degraded;
+ *     epoch 6 serves no sooner than cluster_timeout_ms after seq 13 was
+ *     submitted, and jobs are correct.
  *  5. a failure on the coordinator's own ranks (a fails seq 16): the job
  *     gets WF_E_INTERNAL, epoch 7 serves, the next job is correct.
  *  6. SIGTERM stops every daemon cleanly (exit 0; no leak under ASan).
@@ -37,9 +39,10 @@
 
 #include "support/clusterd.h"
 #include "support/jobcheck.h"
+#include "support/wait.h"
 #include "weft.h"
 
-#define TIMEOUT_MS 30000
+#define TIMEOUT_MS ((int)WAIT_EVENT_MS) /* events: replies, notify lines */
 #define HB 200                /* heartbeat_ms */
 #define HB_TIMEOUT 1000       /* heartbeat_timeout_ms */
 #define CLUSTER_TIMEOUT_MS 3000 /* also how long a held rebuild waits */
@@ -120,9 +123,12 @@ static void wait_job(wf_client_t *cl, pending_t *p, wf_job_result_t *res,
     }
 }
 
-/* The job that the hook fails: its error within 5 s, naming the node. */
-static bool expect_failure(wf_client_t *cl, const char *node, uint64_t seed,
-                           int64_t *ret_ms)
+/* The job that the hook fails: WF_E_INTERNAL naming the node. The status
+ * and the message say how it ended: the failing rank's own status,
+ * reported by its node, where a lost node would give WF_E_NODE_LOST and
+ * ranks left waiting in the job's collectives would run into the wait's
+ * bound (WAIT_EVENT_MS; the daemons' job_timeout_ms is 15 minutes). */
+static bool expect_failure(wf_client_t *cl, const char *node, uint64_t seed)
 {
     pending_t p;
     int64_t t0 = clusterd_now_ms();
@@ -134,13 +140,11 @@ static bool expect_failure(wf_client_t *cl, const char *node, uint64_t seed,
     jbuf_free(&p.a);
     printf("failed job: %s after %lld ms: %s\n", wf_status_name(res.status),
            (long long)ms, msg);
-    ok = ok && res.status == WF_E_INTERNAL && ms < 5000;
+    ok = ok && res.status == WF_E_INTERNAL;
     if (node && !strstr(msg, node)) {
         fprintf(stderr, "the error does not name %s\n", node);
         ok = false;
     }
-    if (ret_ms)
-        *ret_ms = ms;
     return ok;
 }
 
@@ -211,7 +215,7 @@ int main(int argc, char **argv)
         int64_t t_err = clusterd_now_ms() - t0;
         printf("seq 2 (fails on b): %s after %lld ms: %s\n",
                wf_status_name(res.status), (long long)t_err, msg);
-        CHECK(res.status == WF_E_INTERNAL && t_err < 5000);
+        CHECK(res.status == WF_E_INTERNAL);
         CHECK(strstr(msg, "node b") != NULL);
         CHECK(notify_wait(&a, "STATUS=cluster: comm world of epoch 1 aborted (job "
                           "seq 2 failed on node b", TIMEOUT_MS));
@@ -246,33 +250,36 @@ int main(int argc, char **argv)
 
     /* 4. the loop guard: seq 10..12 rebuild (epochs 3..5), seq 13 holds */
     {
-        int64_t ms;
         for (int i = 0; i < 3; i++) {
-            CHECK(expect_failure(cl, "node b", 200 + (uint64_t)i, &ms));
+            CHECK(expect_failure(cl, "node b", 200 + (uint64_t)i));
             char line[128];
             snprintf(line, sizeof line, "STATUS=cluster: comm world of epoch %d "
                      "aborted (job seq %d failed on node b", 2 + i, 10 + i);
             CHECK(notify_wait(&a, line, TIMEOUT_MS));
         }
-        CHECK(expect_failure(cl, "node b", 210, &ms));
-        int64_t t_held = clusterd_now_ms();
-        CHECK(notify_wait(&a, "STATUS=cluster degraded: comm world of epoch 5 "
-                          "aborted (job seq 13 failed on node b", TIMEOUT_MS));
-        CHECK(world_is(&a, 5, "degraded"));
+        /* the hold starts after this submit: measured from here, the
+         * rebuild can only come later than cluster_timeout_ms */
+        double t_held = now_s();
         jbuf_t x;
         CHECK(jbuf_init(&x, &cases[0], 220));
         wf_attention_opts_t o = opts_of(&cases[0]);
+        CHECK(expect_failure(cl, "node b", 210));
+        CHECK(notify_wait(&a, "STATUS=cluster degraded: comm world of epoch 5 "
+                          "aborted (job seq 13 failed on node b", TIMEOUT_MS));
+        /* first thing in the hold (cluster_timeout_ms, 3 s: one job's
+         * round trip here) */
         wf_status_t st = wf_attention(cl, &x.q, &x.k, &x.v, &o, &x.out, x.lse, NULL);
         const char *msg = wf_client_last_error(cl);
         printf("job while held: %s: %s\n", wf_status_name(st), msg);
         CHECK(st == WF_E_UNAVAILABLE && strstr(msg, "degraded") != NULL);
         jbuf_free(&x);
+        CHECK(world_is(&a, 5, "degraded"));
         CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 6, 3 node(s), 6 rank(s)",
                           TIMEOUT_MS));
-        int64_t held = clusterd_now_ms() - t_held;
-        printf("held rebuild served after %lld ms (cluster_timeout_ms %d)\n",
-               (long long)held, CLUSTER_TIMEOUT_MS);
-        CHECK(held >= CLUSTER_TIMEOUT_MS / 2);
+        double held_ms = (now_s() - t_held) * 1e3;
+        printf("held rebuild served %.0f ms after seq 13 was submitted "
+               "(cluster_timeout_ms %d)\n", held_ms, CLUSTER_TIMEOUT_MS);
+        CHECK(held_ms >= CLUSTER_TIMEOUT_MS);
         CHECK(world_is(&a, 6, "serving"));
         CHECK(jcase_run(cl, &cases[1], 230, false, &r));    /* seq 14 */
         CHECK(jcase_run(cl, &cases[2], 231, false, &r));    /* seq 15 */
@@ -280,8 +287,7 @@ int main(int argc, char **argv)
 
     /* 5. seq 16 fails on the coordinator's own ranks */
     {
-        int64_t ms;
-        CHECK(expect_failure(cl, NULL, 300, &ms));
+        CHECK(expect_failure(cl, NULL, 300));
         CHECK(notify_wait(&a, "STATUS=cluster: comm world of epoch 6 aborted (job "
                           "seq 16 failed on node a", TIMEOUT_MS));
         CHECK(notify_wait(&a, "STATUS=cluster serving: epoch 7, 3 node(s), 6 rank(s)",

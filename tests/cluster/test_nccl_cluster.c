@@ -9,13 +9,17 @@
  *  2. attention across the nodes (ring=6, then ulysses=3,tp=2 after a live
  *     re-mesh: the groups are split again from the same communicator, no
  *     new round) against the fp64 reference.
- *  3. member c killed (SIGKILL) while a long job is in flight: the job
- *     fails with WF_E_NODE_LOST within 5 s; the survivors form the world of
- *     epoch 2 (4 ranks, nccl again): with the stand-in's ncclCommShrink
- *     they shrink the communicator without c's ranks (no new id), without
- *     it they make a new one from the round's id; a job on it is correct.
+ *  3. member c killed (SIGKILL) while a job is in flight on it: c
+ *     restarted (the world degrades to epoch 2, serves at epoch 3, nccl)
+ *     with its job parts held (the daemon's test hook
+ *     WEFT_TEST_HOLD_JOBS), a job held on c's devices (status), c killed:
+ *     the job fails with WF_E_NODE_LOST within heartbeat_timeout_ms and a
+ *     stated margin; the survivors form the world of epoch 4 (4 ranks,
+ *     nccl again): with the stand-in's ncclCommShrink they shrink the
+ *     communicator of epoch 3 without c's ranks (no new id), without it
+ *     they make a new one from the round's id; a job on it is correct.
  *  4. c restarted with WEFT_NCCL=0 (its hello without "gpu"): the world of
- *     epoch 3 is mixed, its data plane zmq, and a job across all three
+ *     epoch 5 is mixed, its data plane zmq, and a job across all three
  *     is correct.
  *  4b. a GPU node whose NCCL version differs (WEFT_TEST_NCCL_VERSION) is
  *     refused: it exits 1 naming the NCCL version.
@@ -35,9 +39,11 @@
 
 #include "support/clusterd.h"
 #include "support/jobcheck.h"
+#include "support/wait.h"
 #include "weft.h"
 
-#define TIMEOUT_MS 30000
+#define TIMEOUT_MS ((int)WAIT_EVENT_MS) /* events: replies, notify and log lines */
+#define HB_TIMEOUT 1000                 /* heartbeat_timeout_ms */
 
 static int failures;
 typedef clusterd_node_t node_t;
@@ -48,13 +54,15 @@ static bool node_start(node_t *d, const char *name, const char *env)
 {
     if (!clusterd_node_open(d, name, "nc"))
         return false;
+    char hbt[16];
+    snprintf(hbt, sizeof hbt, "%d", HB_TIMEOUT);
     snprintf(d->p.log_path, sizeof d->p.log_path, "/tmp/weft-nc-%s-%d.log", name,
              (int)getpid());
     const char *argv[] = { weftd, "--listen", d->p.endpoint, "--devices", "cpu:2",
                            "--data-address", "127.0.0.1", "--mesh", "ring=6",
                            "--coordinator", coordinator, "--nodes", "3",
                            "--node-name", name, "--cluster-timeout-ms", "5000",
-                           "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1000",
+                           "--heartbeat-ms", "200", "--heartbeat-timeout-ms", hbt,
                            "--cpu-memory", "256M", "--log-level", "info", NULL };
     return clusterd_exec(&d->p, argv, env);
 }
@@ -122,21 +130,32 @@ static void scenario(bool shrink)
     wf_status_info_t si;
     CHECK(wf_status(cl, &si) == WF_OK && si.world_epoch == 1);
 
-    /* 3. a member lost mid-job */
+    /* 3. a member lost with a job in flight on it: c restarted with its
+     * job parts held, so a job across it cannot end before the kill */
     {
         wf_mesh_degrees_t ring6 = { 1, 6, 1, 1 };
         CHECK(wf_reconfigure(cl, &ring6, &e2) == WF_OK);
-        epoch = e2;
-        failures += clusterd_kill_mid_job(&c.p, cl, NULL, TIMEOUT_MS);
+        clusterd_hold_t hold;
+        CHECK(clusterd_hold_open(&hold, "nc"));
+        clusterd_node_close(&c);
         CHECK(clusterd_node_wait(&a, "STATUS=cluster degraded: epoch 2, 2 node(s), 4 rank(s)",
                                  TIMEOUT_MS, NULL, 0));
-        CHECK(log_has(&a, "world of epoch 2: data plane nccl (nccl-standin"));
-        CHECK(log_has(&b, "cluster: world of epoch 2: data plane nccl (one communicator"));
+        CHECK(node_start(&c, "c", hold.env));
+        CHECK(clusterd_node_wait(&a, "STATUS=cluster serving: epoch 3, 3 node(s), 6 rank(s)",
+                                 TIMEOUT_MS, NULL, 0));
+        CHECK(log_has(&c, "cluster: world of epoch 3: data plane nccl (one communicator"));
+        failures += clusterd_kill_held_job(&c.p, cl, &cases[0], "node(s) c lost",
+                                           clusterd_loss_bound_ms(HB_TIMEOUT));
+        clusterd_hold_close(&hold);
+        CHECK(clusterd_node_wait(&a, "STATUS=cluster degraded: epoch 4, 2 node(s), 4 rank(s)",
+                                 TIMEOUT_MS, NULL, 0));
+        CHECK(log_has(&a, "world of epoch 4: data plane nccl (nccl-standin"));
+        CHECK(log_has(&b, "cluster: world of epoch 4: data plane nccl (one communicator"));
         /* survivors: shrink without c's ranks 4, 5 (no new id), or a new
          * communicator from the round's id without ncclCommShrink */
-        const char *how = shrink ? "cluster: world of epoch 2: shrinking the NCCL "
-                                   "communicator of epoch 1 without 2 rank(s) from rank 4"
-                                 : "cluster: world of epoch 2: a new NCCL communicator "
+        const char *how = shrink ? "cluster: world of epoch 4: shrinking the NCCL "
+                                   "communicator of epoch 3 without 2 rank(s) from rank 4"
+                                 : "cluster: world of epoch 4: a new NCCL communicator "
                                    "from the world message's id (no ncclCommShrink";
         CHECK(log_has(&a, how));
         CHECK(log_has(&b, how));
@@ -149,10 +168,10 @@ static void scenario(bool shrink)
     {
         clusterd_node_close(&c);
         CHECK(node_start(&c, "c", "WEFT_NCCL=0"));
-        CHECK(clusterd_node_wait(&a, "STATUS=cluster serving: epoch 3, 3 node(s), 6 rank(s)",
+        CHECK(clusterd_node_wait(&a, "STATUS=cluster serving: epoch 5, 3 node(s), 6 rank(s)",
                                  TIMEOUT_MS, NULL, 0));
-        CHECK(log_has(&a, "world of epoch 3: data plane zmq (not every node"));
-        CHECK(log_has(&c, "cluster: world of epoch 3: data plane zmq"));
+        CHECK(log_has(&a, "world of epoch 5: data plane zmq (not every node"));
+        CHECK(log_has(&c, "cluster: world of epoch 5: data plane zmq"));
         for (size_t k = 0; k < N_CASES; k++) {
             wf_job_result_t r;
             CHECK(jcase_run(cl, &cases[k], 400 + k, false, &r));

@@ -329,3 +329,148 @@ int clusterd_kill_mid_job(clusterd_t *victim, wf_client_t *cl, const char *lost_
     jbuf_free(&x);
     return failures;
 }
+
+/* ------------------------------------------------------------------ */
+/* Job parts held on a node (WEFT_TEST_HOLD_JOBS) */
+
+/* FIFOs made by this process: makes each one's path unique. */
+static int hold_counter;
+
+bool clusterd_hold_open(clusterd_hold_t *h, const char *tag)
+{
+    memset(h, 0, sizeof *h);
+    snprintf(h->path, sizeof h->path, "/tmp/weft-%sh-%d-%d.fifo", tag, (int)getpid(),
+             hold_counter++);
+    snprintf(h->env, sizeof h->env, "WEFT_TEST_HOLD_JOBS=%s", h->path);
+    unlink(h->path);
+    if (mkfifo(h->path, 0600) != 0) {
+        perror(h->path);
+        return false;
+    }
+    return true;
+}
+
+void clusterd_hold_close(clusterd_hold_t *h)
+{
+    if (h->path[0])
+        unlink(h->path);
+    memset(h, 0, sizeof *h);
+}
+
+int clusterd_busy(const clusterd_t *d)
+{
+    wf_status_info_t si;
+    if (!clusterd_status(d, &si))
+        return -1;
+    int n = 0;
+    for (uint32_t i = 0; i < si.device_count && i < WF_STATUS_MAX_DEVICES; i++)
+        n += si.devices[i].busy != 0;
+    return n;
+}
+
+typedef struct busy_wait {
+    const clusterd_t *d;
+    int n;
+} busy_wait_t;
+
+static bool busy_reached(void *arg)
+{
+    const busy_wait_t *w = arg;
+    return clusterd_busy(w->d) >= w->n;
+}
+
+bool clusterd_wait_busy(const clusterd_t *d, int n, uint32_t timeout_ms)
+{
+    busy_wait_t w = { d, n };
+    if (wait_for(busy_reached, &w, timeout_ms))
+        return true;
+    fprintf(stderr, "%s: not %d busy device(s) within %u ms\n", d->name, n,
+            wait_bound_ms(timeout_ms));
+    return false;
+}
+
+/* A submitted job and the node that should hold it, for wait_for. */
+typedef struct held_wait {
+    const clusterd_t *victim;
+    wf_client_t *cl;
+    wf_job_t *job;
+    bool held;                 /* the victim holds a part (else the job ended) */
+} held_wait_t;
+
+static bool held_or_ended(void *arg)
+{
+    held_wait_t *w = arg;
+    /* the victim runs no other job: a busy device there is this job's */
+    if (clusterd_busy(w->victim) > 0) {
+        w->held = true;
+        return true;
+    }
+    return wf_job_poll(w->cl, w->job) != WF_E_PENDING;
+}
+
+/* Jobs clusterd_kill_held_job submits at most before one lands on the
+ * victim: each replica takes one in turn, and a mesh has at most
+ * WF_STATUS_MAX_DEVICES replicas. */
+#define HELD_TRIES WF_STATUS_MAX_DEVICES
+
+int clusterd_kill_held_job(clusterd_t *victim, wf_client_t *cl, const struct jcase *jc,
+                           const char *lost_msg, uint32_t lost_bound_ms)
+{
+    int failures = 0; /* counted by CHECK */
+    jbuf_t x;
+    memset(&x, 0, sizeof x);
+    held_wait_t w = { victim, cl, NULL, false };
+    for (int i = 0; i < HELD_TRIES && !w.held; i++) {
+        bool init = jbuf_init(&x, jc, 7700 + (uint64_t)i);
+        CHECK(init);
+        if (!init)
+            return failures;
+        wf_attention_opts_t o = opts_of(jc);
+        wf_status_t st = wf_attention_submit(cl, &x.q, &x.k, &x.v, &o, &x.out, x.lse,
+                                             &w.job);
+        CHECKM(st == WF_OK, "submit: %s", wf_status_name(st));
+        if (st != WF_OK) {
+            jbuf_free(&x);
+            return failures;
+        }
+        CHECKM(wait_for(held_or_ended, &w, WAIT_EVENT_MS),
+               "job %d neither held on %s nor ended", i, victim->name);
+        if (!w.held) {
+            wf_job_result_t res;
+            memset(&res, 0, sizeof res);
+            wf_job_result(w.job, &res);
+            CHECKM(res.status == WF_OK, "job %d on another replica: %s: %s", i,
+                   wf_status_name(res.status), wf_job_error(w.job));
+            wf_job_destroy(cl, &w.job);
+            jbuf_free(&x);
+            if (res.status != WF_OK)
+                return failures;
+        }
+    }
+    CHECKM(w.held, "no job held on %s after %d", victim->name, HELD_TRIES);
+    if (!w.held)
+        return failures;
+    wf_status_info_t si;
+    CHECKM(wf_status(cl, &si) == WF_OK && si.in_flight >= 1,
+           "the coordinator counts no job in flight");
+    int64_t t_kill = clusterd_now_ms();
+    kill(victim->pid, SIGKILL);
+    CHECK(clusterd_wait_exit(victim, (int)WAIT_EVENT_MS));
+    wf_status_t st = wf_job_wait(cl, w.job, (int)wait_bound_ms(WAIT_EVENT_MS));
+    int64_t t_err = clusterd_now_ms() - t_kill;
+    wf_job_result_t res;
+    memset(&res, 0, sizeof res);
+    wf_job_result(w.job, &res);
+    const char *msg = wf_job_error(w.job);
+    printf("job held on %s when it was killed: %s after %lld ms (bound %u): %s\n",
+           victim->name, wf_status_name(res.status), (long long)t_err, lost_bound_ms,
+           msg);
+    CHECK(st == WF_OK || st == WF_E_NODE_LOST);
+    CHECKM(res.status == WF_E_NODE_LOST, "the held job: %s", wf_status_name(res.status));
+    CHECKM(t_err <= (int64_t)lost_bound_ms, "the loss after %lld ms", (long long)t_err);
+    if (lost_msg)
+        CHECKM(strstr(msg, lost_msg) != NULL, "the job's error: %s", msg);
+    wf_job_destroy(cl, &w.job);
+    jbuf_free(&x);
+    return failures;
+}

@@ -179,4 +179,67 @@ bool clusterd_node_start(clusterd_node_t *d, const char *weftd,
 int clusterd_kill_mid_job(clusterd_t *victim, wf_client_t *cl, const char *lost_msg,
                           int timeout_ms);
 
+/* ------------------------------------------------------------------ */
+/* Job parts held on a node: the daemon's test hook WEFT_TEST_HOLD_JOBS */
+
+/* A FIFO for WEFT_TEST_HOLD_JOBS. A daemon started with `env` in its
+ * environment makes every job part (attention, forward; not a regroup)
+ * wait at its start for one byte from the FIFO, and counts a held part as
+ * a busy device in status: a job with ranks there cannot end until the
+ * test says so, however fast the machine. Nothing here writes to it: a
+ * daemon held so is killed with its parts held (a node lost mid-job), or
+ * opens the gate itself when it shuts down. */
+typedef struct clusterd_hold {
+    char path[108];   /* the FIFO, under /tmp */
+    char env[160];    /* "WEFT_TEST_HOLD_JOBS=<path>" */
+} clusterd_hold_t;
+
+/* Make a fresh FIFO (`tag`, this process's pid and a counter in its
+ * name) and fill h. False (perror) when mkfifo fails. */
+bool clusterd_hold_open(clusterd_hold_t *h, const char *tag);
+
+/* Remove the FIFO; zeroes h. */
+void clusterd_hold_close(clusterd_hold_t *h);
+
+/* How many of d's devices are busy now (running a job part, or held at
+ * its start), from d's own status; -1 when no status came. */
+int clusterd_busy(const clusterd_t *d);
+
+/* Wait (wait_for, bound timeout_ms) until at least n of d's devices are
+ * busy. False, with a line on stderr, at the bound. */
+bool clusterd_wait_busy(const clusterd_t *d, int n, uint32_t timeout_ms);
+
+/* What a node's loss may take beyond heartbeat_timeout_ms to reach the
+ * coordinator's STATUS line or a client (WF_E_NODE_LOST): the
+ * coordinator's timer tick, aborting the comm world on every node, the
+ * reply, on a loaded 2-core machine under the sanitizers. It stays far
+ * below the clients' own waits (WAIT_EVENT_MS), so a loss found by
+ * anything slower than the heartbeats still fails the check. */
+#define CLUSTERD_LOSS_MARGIN_MS 10000u
+
+/* The bound on a node's loss being known, counted from the kill, for
+ * daemons started with heartbeat_timeout_ms (through wait_bound_ms). */
+static inline uint32_t clusterd_loss_bound_ms(uint32_t heartbeat_timeout_ms)
+{
+    return wait_bound_ms(heartbeat_timeout_ms + CLUSTERD_LOSS_MARGIN_MS);
+}
+
+struct jcase;
+
+/* A member lost with a job in flight on it. victim runs with a hold
+ * (clusterd_hold_t), so a job with ranks there cannot end before the
+ * kill. Submit through cl jobs of case jc (inputs of seed 7700 + i) one
+ * at a time until one is held on victim (a busy device there); each
+ * that ends first ran on another dp replica and must end WF_OK (replicas
+ * take turns, so at most one per replica does). Then expect the status on
+ * cl (answered after the held job was dispatched) to count a job in
+ * flight, SIGKILL victim and reap it, and expect the held job to end
+ * WF_E_NODE_LOST within lost_bound_ms of the kill with lost_msg in its
+ * error message (NULL: not checked). Every other wait is bounded by
+ * WAIT_EVENT_MS. Prints what the job answered; returns the failed
+ * expectations, each printed on stderr (the caller adds them to its
+ * failures). */
+int clusterd_kill_held_job(clusterd_t *victim, wf_client_t *cl, const struct jcase *jc,
+                           const char *lost_msg, uint32_t lost_bound_ms);
+
 #endif
