@@ -290,46 +290,6 @@ bool clusterd_node_start(clusterd_node_t *d, const char *weftd,
     return clusterd_exec(&d->p, argv, o->env);
 }
 
-int clusterd_kill_mid_job(clusterd_t *victim, wf_client_t *cl, const char *lost_msg,
-                          int timeout_ms)
-{
-    int failures = 0; /* counted by CHECK */
-    jcase_t big = { "f32 12288 (killed)", 1, 12288, 12288, 4, 4, 64, WF_DTYPE_F32,
-                    WF_DTYPE_F32, 0, false, 0, WF_ROTATE_ALLGATHER, WF_OPT_DEFAULT,
-                    WF_OPT_DEFAULT, WF_OPT_DEFAULT, WF_OPT_DEFAULT };
-    jbuf_t x;
-    bool init = jbuf_init(&x, &big, 99);
-    CHECK(init);
-    if (!init)
-        return failures;
-    wf_attention_opts_t o = opts_of(&big);
-    wf_job_t *job = NULL;
-    CHECK(wf_attention_submit(cl, &x.q, &x.k, &x.v, &o, &x.out, NULL, &job) == WF_OK);
-    /* on the same connection the status is answered after the job was
-     * dispatched: it proves the job is in flight */
-    wf_status_info_t si;
-    CHECK(wf_status(cl, &si) == WF_OK && si.in_flight == 1);
-    int64_t t_kill = clusterd_now_ms();
-    kill(victim->pid, SIGKILL);
-    CHECK(clusterd_wait_exit(victim, timeout_ms));
-    wf_status_t st = job ? wf_job_wait(cl, job, timeout_ms) : WF_E_INTERNAL;
-    int64_t t_err = clusterd_now_ms() - t_kill;
-    wf_job_result_t res;
-    memset(&res, 0, sizeof res);
-    if (job)
-        wf_job_result(job, &res);
-    const char *msg = job ? wf_job_error(job) : "";
-    printf("job in flight when %s was killed: %s after %lld ms: %s\n", victim->name,
-           wf_status_name(res.status), (long long)t_err, msg);
-    CHECK(st == WF_OK || st == WF_E_NODE_LOST);
-    CHECK(res.status == WF_E_NODE_LOST && t_err < 5000);
-    if (lost_msg)
-        CHECKM(strstr(msg, lost_msg) != NULL, "the job's error: %s", msg);
-    wf_job_destroy(cl, &job);
-    jbuf_free(&x);
-    return failures;
-}
-
 /* ------------------------------------------------------------------ */
 /* Job parts held on a node (WEFT_TEST_HOLD_JOBS) */
 

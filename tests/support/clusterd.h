@@ -167,18 +167,6 @@ typedef struct clusterd_opts {
 bool clusterd_node_start(clusterd_node_t *d, const char *weftd,
                          const clusterd_opts_t *o);
 
-/* A member lost mid-job, on a mesh that spans victim: submit through cl a
- * job long enough to be in flight (f32, 12288 tokens, 4 heads of 64,
- * inputs of seed 99), expect the status on the same connection (answered
- * after the job was dispatched) to count it in flight, SIGKILL victim and
- * expect it reaped, then expect the job to end WF_E_NODE_LOST within 5 s
- * of the kill (wf_job_wait WF_OK or WF_E_NODE_LOST) with lost_msg in its
- * error message (NULL: not checked). Waits are bounded by timeout_ms.
- * Prints what the job answered; returns the failed expectations, each
- * printed on stderr (the caller adds them to its failures). */
-int clusterd_kill_mid_job(clusterd_t *victim, wf_client_t *cl, const char *lost_msg,
-                          int timeout_ms);
-
 /* ------------------------------------------------------------------ */
 /* Job parts held on a node: the daemon's test hook WEFT_TEST_HOLD_JOBS */
 
