@@ -3,8 +3,9 @@
  *
  * usage: test_client_auth WEFTD curve   a daemon on tcp://127.0.0.1:PORT
  *                                       with key_file and client_keys:
- *   (a) a client without keys gets WF_E_AUTH within 3 s (not the 20 s
- *       timeout) and the daemon's log names the refusal and the address;
+ *   (a) a client without keys gets WF_E_AUTH (from the refused
+ *       handshake: waiting out its 60 s timeout would read WF_E_TIMEOUT)
+ *       and the daemon's log names the refusal and the address;
  *   (b) a key not in client_keys: WF_E_AUTH, logged with the address;
  *   (c) a wrong server key: WF_E_AUTH;
  *   (d) a submit key: hello, status, attention (checked against the fp64
@@ -57,8 +58,10 @@
 
 static int failures;
 
-#define TIMEOUT_MS 20000      /* client timeout: refusals must come far sooner */
-#define FAST_MS 3000          /* "at once" */
+/* the clients' timeout: a refusal the client waited out reads
+ * WF_E_TIMEOUT, never WF_E_AUTH (libweft gives WF_E_AUTH only for the
+ * refused handshake it is told of) */
+#define TIMEOUT_MS ((int)WAIT_EVENT_MS)
 
 static const char *weftd;
 static char dir[] = "/tmp/weft-cauth-XXXXXX";
@@ -91,11 +94,12 @@ static void write_text(const char *path, const char *text)
     }
 }
 
-/* Wait up to 5 s for `needle` in the file (the daemon logs from its
- * threads; the client may see the refusal first). */
+/* Wait for `needle` in the file (the daemon logs from its threads; the
+ * client may see the refusal first): a log line is an event, bounded by
+ * WAIT_EVENT_MS. */
 static bool log_has(const char *path, const char *needle)
 {
-    return clusterd_file_find(path, needle, 5000, NULL, 0);
+    return clusterd_file_find(path, needle, (int)wait_bound_ms(WAIT_EVENT_MS), NULL, 0);
 }
 
 /* ---- daemons ---------------------------------------------------------- */
@@ -144,7 +148,7 @@ static bool wd_start_fd(wd_t *w, const char *tag, const char *const *extra,
         return false;
     if (!want_ready)
         return true;
-    return clusterd_node_wait(&w->n, "READY=1", 60000, NULL, 0);
+    return clusterd_node_wait(&w->n, "READY=1", TIMEOUT_MS, NULL, 0);
 }
 
 static void wd_stop(wd_t *w)
@@ -171,7 +175,9 @@ static wf_client_t *connect_keys(const char *ep, const char *server, const char 
     return c;
 }
 
-/* One call that must be refused at the handshake, at once. */
+/* One call that must be refused at the handshake: WF_E_AUTH, which
+ * libweft returns when its socket monitor reports the refusal, before the
+ * client's timeout (a wait-out would read WF_E_TIMEOUT). */
 static void expect_auth(wf_client_t *c, const char *what)
 {
     if (!c)
@@ -182,7 +188,6 @@ static void expect_auth(wf_client_t *c, const char *what)
     int64_t ms = clusterd_now_ms() - t0;
     CHECKM(st == WF_E_AUTH, "%s: hello gave %s: %s", what, wf_status_name(st),
            wf_client_last_error(c));
-    CHECKM(ms < FAST_MS, "%s: WF_E_AUTH took %" PRId64 " ms", what, ms);
     printf("%s: %s in %" PRId64 " ms: %s\n", what, wf_status_name(st), ms,
            wf_client_last_error(c));
 }
@@ -359,7 +364,7 @@ static void test_curve(void)
     /* (f) SIGHUP: a bad file keeps the old keys */
     write_text(clients, "admin not-a-key x\n");
     kill(w.n.p.pid, SIGHUP);
-    CHECKM(clusterd_node_wait(&w.n, "READY=1", 30000, NULL, 0), "(f) reload 1");
+    CHECKM(clusterd_node_wait(&w.n, "READY=1", TIMEOUT_MS, NULL, 0), "(f) reload 1");
     CHECKM(log_has(w.log, "the old keys stay"), "(f) bad file logged");
     c = connect_keys(ep, "daemon.pub", "submit");
     CHECKM(c && wf_hello(c, &h) == WF_OK, "(f) submit key kept: %s",
@@ -368,7 +373,7 @@ static void test_curve(void)
     /* ... the submit key removed */
     write_clients(clients, &ka, NULL);
     kill(w.n.p.pid, SIGHUP);
-    CHECKM(clusterd_node_wait(&w.n, "READY=1", 30000, NULL, 0), "(f) reload 2");
+    CHECKM(clusterd_node_wait(&w.n, "READY=1", TIMEOUT_MS, NULL, 0), "(f) reload 2");
     CHECKM(log_has(w.log, "client_keys re-read: 1 admin, 0 submit"), "(f) reloaded");
     c = connect_keys(ep, "daemon.pub", "submit");
     expect_auth(c, "(f) removed submit key");

@@ -2,18 +2,22 @@
  * reconfiguration, on a real weftd driven over raw ZeroMQ with the real
  * codec (as test_daemon.c), watched through a real sd_notify socket.
  *
- * One daemon, --devices cpu:4, mesh from its config file (dp=4):
+ * One daemon, --devices cpu:4, mesh from its config file (dp=4), every
+ * job part held at its start until the test writes a byte for it
+ * (WEFT_TEST_HOLD_JOBS), so that "running" and "draining" are states the
+ * test makes and waits for, however fast the machine:
  *  - status: mesh, epoch 0, each device's rank and coordinates;
- *  - dp=4 replicas run two jobs at once: each on its own device
- *    (per-device jobs_served), the second dispatched while the first
- *    computes (its queue time below the first's compute time);
+ *  - dp=4 replicas run two jobs at once: both held on two devices at the
+ *    same time (status), each on its own device (per-device
+ *    jobs_served);
  *  - reconfigure to ring=2,ulysses=2: epoch 1 in the reply and in status,
  *    the new coordinates, RELOADING=1 / READY=1, and a context-parallel
  *    job right against the fp64 reference under epoch 1;
  *  - invalid meshes (product 3; a zero degree) refused, nothing changed;
- *  - a second reconfiguration while one drains (a long job in flight)
- *    gets WF_E_BUSY at once, status says reconfiguring; the long job
- *    keeps its epoch, a job queued meanwhile runs under the new one;
+ *  - a second reconfiguration while one drains (a job held running on
+ *    every device) gets WF_E_BUSY, status says reconfiguring with the
+ *    job sent meanwhile queued; once let go, the held job keeps its
+ *    epoch, the queued one runs under the new one;
  *  - SIGHUP after editing the file's mesh: RELOADING=1 then READY=1 and
  *    the new mesh (ring=2,tp=2) with its coordinates;
  *  - SIGTERM: exit 0.
@@ -41,6 +45,7 @@
 
 #include "proto.h"
 #include "support/rawd.h"
+#include "support/wait.h"
 
 
 /* ------------------------------------------------------------------ */
@@ -81,8 +86,7 @@ static bool send_zero_degree(daemon_t *d, uint8_t id)
     return zmq_send(d->sock, hdr, sizeof hdr, 0) == (int)sizeof hdr;
 }
 
-/* Receive replies until the one with `id`, storing the others in
- * `others` (up to n) by id order of arrival. */
+/* Receive replies until the one with `id`; any other is a failure. */
 static bool recv_id(daemon_t *d, uint64_t id, reply_t *r)
 {
     int64_t deadline = now_ms() + TIMEOUT_MS;
@@ -120,15 +124,43 @@ static void check_mesh(const wf_status_info_t *si, uint32_t dp, uint32_t ring,
     }
 }
 
+/* wait_for's condition: at least `want` devices busy (a job part running
+ * or held at its start), from status requests with ids from `id` up (no
+ * other reply is due while they run: every job is held). */
+typedef struct busy_wait {
+    daemon_t *d;
+    reply_t *r;
+    uint64_t id;
+    uint32_t want, got;
+} busy_wait_t;
+
+static bool devices_busy(void *arg)
+{
+    busy_wait_t *b = arg;
+    b->got = 0;
+    if (get_status(b->d, b->r, b->id++)) {
+        const wf_status_info_t *si = &b->r->rep.result.status;
+        for (uint32_t i = 0; i < si->device_count; i++)
+            b->got += si->devices[i].busy ? 1 : 0;
+    }
+    return b->got >= b->want;
+}
+
 static void test_reconfig(const char *weftd, reply_t *r)
 {
     char cfg[128];
     snprintf(cfg, sizeof cfg, "/tmp/weft-test-reconfig-%d.conf", (int)getpid());
-    write_file(cfg, "devices = cpu:4\nmesh = dp=4\n");
+    /* a reconfiguration waits for the held job for ever, not
+     * reconfigure_timeout_ms */
+    write_file(cfg, "devices = cpu:4\nmesh = dp=4\nreconfigure_timeout_ms = 0\n");
     const char *args[] = { "--config", cfg, NULL };
+    hold_t h;
+    CHECK(hold_make(&h));
+    const char *env[] = { h.env, NULL };
     daemon_t d;
-    CHECK(daemon_start(&d, weftd, args));
+    CHECK(daemon_start_env(&d, weftd, args, env));
     CHECK(notify_wait(&d, "READY=1", TIMEOUT_MS));
+    busy_wait_t bw = { .d = &d, .r = r, .id = 1000 };
 
     /* the initial mesh */
     CHECK(get_status(&d, r, 1));
@@ -143,7 +175,13 @@ static void test_reconfig(const char *weftd, reply_t *r)
     attn_job_make(&mid, &j1, 11);
     attn_job_make(&mid, &j2, 12);
     CHECK(attn_send(&d, &mid, &j1, 100) && attn_send(&d, &mid, &j2, 101));
-    /* The two replicas run at once: either reply may come first. */
+    /* both held at once, on two devices; then let go */
+    bw.want = 2;
+    CHECK(wait_for(devices_busy, &bw, WAIT_EVENT_MS));
+    if (bw.got != 2)
+        fprintf(stderr, "dp=4: %u devices busy with the two jobs, want 2\n", bw.got);
+    CHECK(hold_release(&h, 2));
+    /* either reply may come first */
     uint64_t compute1 = 0, queue2 = 0;
     bool seen1 = false, seen2 = false;
     for (int k = 0; k < 2; k++) {
@@ -166,9 +204,7 @@ static void test_reconfig(const char *weftd, reply_t *r)
     CHECK(seen1 && seen2);
     printf("  dp=4: job 1 computed %llu us; job 2 waited %llu us in the queue\n",
            (unsigned long long)compute1, (unsigned long long)queue2);
-    /* No timing assertion (a loaded CI machine can delay any thread);
-     * that the two jobs ran on two replicas is checked from the
-     * per-device counters below. */
+    /* that each ran on a replica of its own: the per-device counters */
     attn_job_free(&j1);
     attn_job_free(&j2);
     CHECK(get_status(&d, r, 2));
@@ -203,6 +239,7 @@ static void test_reconfig(const char *weftd, reply_t *r)
                                     false };
     attn_job_t j3;
     attn_job_make(&cp, &j3, 13);
+    CHECK(hold_release(&h, 4));     /* one part on each device */
     CHECK(attn_send(&d, &cp, &j3, 102) && recv_id(&d, 102, r));
     attn_check(&cp, &j3, r);
     CHECK(r->rep.epoch == 1);
@@ -225,8 +262,8 @@ static void test_reconfig(const char *weftd, reply_t *r)
     CHECK(get_status(&d, r, 7));
     check_mesh(&r->rep.result.status, 1, 2, 2, 1, 1);
 
-    /* busy: a long job in flight keeps reconfiguration 8 draining */
-    static const attn_case_t big = { "f32 long job", WF_DTYPE_F32, 1, 4096, 4096, 4, 4,
+    /* busy: a job held on every device keeps reconfiguration 8 draining */
+    static const attn_case_t big = { "f32 held job", WF_DTYPE_F32, 1, 256, 256, 4, 4,
                                      64, false, false, false, 0, 0, 0, 4, false };
     static const attn_case_t small = { "f32 queued during the drain", WF_DTYPE_F32, 1,
                                        32, 32, 4, 4, 16, false, true, false, 0, 0, 0,
@@ -236,6 +273,8 @@ static void test_reconfig(const char *weftd, reply_t *r)
     attn_job_make(&small, &js, 15);
     notify_drain(&d);
     CHECK(attn_send(&d, &big, &jb, 103));
+    bw.want = 4;
+    CHECK(wait_for(devices_busy, &bw, WAIT_EVENT_MS));
     CHECK(send_reconfigure(&d, 8, 4, 1, 1, 1));
     CHECK(send_reconfigure(&d, 9, 1, 4, 1, 1));
     CHECK(attn_send(&d, &small, &js, 104));
@@ -249,6 +288,8 @@ static void test_reconfig(const char *weftd, reply_t *r)
     CHECK(r->rep.status == WF_OK && r->rep.result.status.reconfiguring == 1);
     CHECK(r->rep.result.status.epoch == 1 && r->rep.result.status.queue_depth == 1);
     reply_clear(r);
+    /* let every job part go from here on */
+    CHECK(hold_open_gate(&h, 4));
     CHECK(recv_id(&d, 103, r));
     attn_check(&big, &jb, r);
     CHECK(r->rep.epoch == 1);        /* ran under the mesh it was dispatched on */
@@ -268,7 +309,7 @@ static void test_reconfig(const char *weftd, reply_t *r)
 
     /* SIGHUP after editing the file's mesh */
     notify_drain(&d);
-    write_file(cfg, "devices = cpu:4\nmesh = ring=2,tp=2\n");
+    write_file(cfg, "devices = cpu:4\nmesh = ring=2,tp=2\nreconfigure_timeout_ms = 0\n");
     CHECK(kill(d.pid, SIGHUP) == 0);
     CHECK(notify_wait(&d, "RELOADING=1", TIMEOUT_MS));
     CHECK(notify_wait(&d, "READY=1", TIMEOUT_MS));
@@ -277,7 +318,7 @@ static void test_reconfig(const char *weftd, reply_t *r)
     CHECK(r->rep.result.status.reconfiguring == 0);
     /* an invalid file changes nothing */
     notify_drain(&d);
-    write_file(cfg, "devices = cpu:4\nmesh = ring=3\n");
+    write_file(cfg, "devices = cpu:4\nmesh = ring=3\nreconfigure_timeout_ms = 0\n");
     CHECK(kill(d.pid, SIGHUP) == 0);
     CHECK(notify_wait(&d, "READY=1", TIMEOUT_MS));
     CHECK(get_status(&d, r, 12));
@@ -299,6 +340,7 @@ static void test_reconfig(const char *weftd, reply_t *r)
     CHECK(daemon_wait_exit(&d, TIMEOUT_MS));
     CHECK(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 0);
     daemon_close(&d);
+    hold_remove(&h);
     unlink(cfg);
 }
 

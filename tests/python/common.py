@@ -1,5 +1,6 @@
 """common.py — what the Python tests share: real weftd daemons started
-here (the binary ctest names in $WEFTD), and a float64 attention
+here (the binary ctest names in $WEFTD), the daemon's job hold
+(WEFT_TEST_HOLD_JOBS), waiting for an event, and a float64 attention
 reference.
 
 Environment (tests/python.cmake sets it): WEFTD, WEFTCTL (the binaries),
@@ -16,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -26,6 +27,56 @@ WEFTD = os.environ.get("WEFTD", "")
 WEFTCTL = os.environ.get("WEFTCTL", "")
 SOURCE = Path(os.environ.get("WEFT_SOURCE", Path(__file__).resolve().parents[2]))
 FIXTURES = SOURCE / "tests" / "fixtures"
+
+
+# Bound on an event a correct daemon brings about on its own (a reply, a
+# status change): a minute, far above what a loaded 2-core machine under
+# sanitizers takes, so reaching it means the event is lost.
+WAIT_EVENT_S = 60.0
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = WAIT_EVENT_S) -> bool:
+    """Poll cond() until it is true (True) or timeout_s passes (False,
+    after one last poll): at once, then every 1 ms growing to 20 ms. A
+    failure bound, never a window the machine must be fast enough for."""
+    end = time.monotonic() + timeout_s
+    step = 0.001
+    while True:
+        if cond():
+            return True
+        if time.monotonic() >= end:
+            return cond()
+        time.sleep(step)
+        step = min(step * 2, 0.02)
+
+
+class JobHold:
+    """The daemon's test hook WEFT_TEST_HOLD_JOBS: a FIFO made here. A
+    daemon started with `env` in its environment makes every job part
+    wait at its start (busy in status) for one byte from it, so that a
+    test makes "a job is running" or "the queue is full" happen however
+    fast the machine. release(n) lets n parts run; open_gate(devices)
+    lets every part run from then on (one 'a' per device that may be
+    waiting)."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="weft-py-hold-")
+        self.path = os.path.join(self.dir, "fifo")
+        os.mkfifo(self.path, 0o600)
+        # read and write: the open waits for no reader, a write never
+        # fails for want of one
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        self.env = {"WEFT_TEST_HOLD_JOBS": self.path}
+
+    def release(self, parts: int) -> None:
+        os.write(self.fd, b"1" * parts)
+
+    def open_gate(self, devices: int) -> None:
+        os.write(self.fd, b"a" * devices)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -39,12 +90,14 @@ class Weftd:
     """A weftd process with its own folder (socket, log). Ready when its
     hello answers (no sleeps: each hello waits up to 1 s for the reply,
     and the process is checked between tries); ready_keys: the CURVE
-    keys of that hello (Client's server_key / client_key_file)."""
+    keys of that hello (Client's server_key / client_key_file); env:
+    variables added to the daemon's environment (JobHold.env)."""
 
     def __init__(self, devices: str = "cpu:4", mesh: Optional[str] = None,
                  model_root: Optional[Path] = None, extra: Sequence[str] = (),
-                 endpoint: Optional[str] = None, start_timeout_s: float = 60.0,
-                 ready_keys: Optional[Dict[str, str]] = None) -> None:
+                 endpoint: Optional[str] = None, start_timeout_s: float = WAIT_EVENT_S,
+                 ready_keys: Optional[Dict[str, str]] = None,
+                 env: Optional[Dict[str, str]] = None) -> None:
         if not WEFTD:
             raise RuntimeError("WEFTD is not set (tests/python.cmake sets it)")
         self.dir = Path(tempfile.mkdtemp(prefix="weft-py-"))
@@ -58,10 +111,11 @@ class Weftd:
         cmd += list(extra)
         self.log_path = self.dir / "weftd.log"
         self._log = open(self.log_path, "wb")
-        env = dict(os.environ)
-        env.pop("WEFT_ENDPOINT", None)
+        penv = dict(os.environ)
+        penv.pop("WEFT_ENDPOINT", None)
+        penv.update(env or {})
         self._terminated = False
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=penv)
         self.wait_ready(start_timeout_s, **(ready_keys or {}))
 
     def wait_ready(self, timeout_s: float, **keys: str) -> None:
@@ -78,7 +132,7 @@ class Weftd:
                     raise RuntimeError(f"weftd did not answer within {timeout_s} s:\n"
                                        f"{self.log()}")
 
-    def connect(self, timeout_ms: int = 60000, **keys: str) -> weft.Client:
+    def connect(self, timeout_ms: int = int(WAIT_EVENT_S * 1000), **keys: str) -> weft.Client:
         return weft.connect(self.endpoint, timeout_ms, **keys)
 
     def log(self) -> str:
@@ -91,7 +145,7 @@ class Weftd:
             self.proc.send_signal(signal.SIGTERM)
         self._terminated = True
 
-    def stop(self, timeout_s: float = 60.0) -> int:
+    def stop(self, timeout_s: float = WAIT_EVENT_S) -> int:
         """SIGTERM, wait; the exit status (0 for a clean drain)."""
         if self.proc.poll() is None:
             self.terminate()

@@ -13,11 +13,14 @@
     tests/fixtures, unload; load refusals (config not JSON, a safetensors
     header that is not JSON, a shape against the config, an F64
     checkpoint, a `..` path, a bad name, a name in use, no model root).
-  - jobs stopped and refused: a deadline (DeadlineError), cancel and
-    cancel by id (CancelledError), a reconfigure while another drains
-    (BusyError), waiting past a timeout (ReplyTimeoutError), a queue of
-    one (QueueFullError), a stop that never runs a queued job
-    (ShuttingDownError), the flops bound (LimitError), device memory
+  - jobs stopped and refused, on daemons that hold every job part at its
+    start until the test lets it go (WEFT_TEST_HOLD_JOBS: "running" and
+    "queue full" are states the test makes, however fast the machine): a
+    deadline (DeadlineError), cancel and cancel by id (CancelledError), a
+    reconfigure while another drains (BusyError), waiting past a timeout
+    (ReplyTimeoutError), a queue of one (QueueFullError), a stop that
+    never runs a queued job (ShuttingDownError); the flops bound
+    (LimitError), device memory
     (NoMemoryError), CURVE (keys as arguments and from WEFT_SERVER_KEY /
     WEFT_CLIENT_KEY): a stranger's key or none (AuthError), a submit key's
     reconfigure (DeniedError), a bad endpoint (ConnectError), a call after
@@ -55,11 +58,14 @@ import torch
 
 import weft
 from weft import _lib, _tensors
-from common import FIXTURES, SOURCE, WEFTCTL, Weftd, attention_ref, free_port
+from common import (FIXTURES, SOURCE, WAIT_EVENT_S, WEFTCTL, JobHold, Weftd, attention_ref,
+                    free_port, wait_for)
 
 torch.set_num_threads(1)
 RNG = np.random.default_rng(20261201)
-LONG = (1, 2048, 16, 64)    # ~1.7e10 flops: a job that runs for a while
+# a client's timeout: a reply it waits out reads ReplyTimeoutError, never
+# the error the test expects
+EVENT_MS = int(WAIT_EVENT_S * 1000)
 
 
 def randn(*shape: int, dtype: Any = np.float32) -> np.ndarray:
@@ -430,54 +436,62 @@ class Daemon(unittest.TestCase):
     # -- stopped jobs
 
     def test_deadline_cancel_busy_timeout(self) -> None:
-        c = self.c
-        big = randn(*LONG)
-        small = randn(1, 64, 4, 32)
-        long_job = c.submit_attention(big, big, big)
-        late = c.submit_attention(small, small, small, deadline_ms=1)
-        x = c.submit_attention(small, small, small)
-        y = c.submit_attention(small, small, small)
-        with self.assertRaises(weft.ReplyTimeoutError):
-            long_job.wait(timeout_ms=1)                           # still running
-        self.assertFalse(long_job.poll())
-        self.assertTrue(x.cancel())
-        c.cancel_id(y.id)
-        # a reconfigure waits for the long job; a second one meanwhile is busy
-        box: Dict[str, Any] = {}
-        other = self.d.connect()
-        th = threading.Thread(target=lambda: box.setdefault("epoch", other.reconfigure(tp=4)))
-        th.start()
-        watcher = self.d.connect()
-        busy_seen = False
-        while th.is_alive() and not long_job.poll():
-            if watcher.status().reconfiguring:
-                with self.assertRaises(weft.BusyError) as cm:
-                    watcher.reconfigure(tp=4)
-                self.assertEqual(cm.exception.code, 23)
-                busy_seen = True
-                break
-        th.join()
-        self.assertTrue(busy_seen, "the long job ended before the reconfigure was seen "
-                        "draining: make LONG longer")
-        self.assertIn("epoch", box)
-        r = long_job.wait()
-        self.assertLess(rel_err(r.out[:, :64], attention_ref(big[:, :64], big, big)[0]), 2e-5)
-        with self.assertRaises(weft.DeadlineError) as cm:
-            late.wait()
-        self.assertEqual(cm.exception.code, 26)
-        for j in (x, y):
-            with self.assertRaises(weft.CancelledError):
-                j.wait()
-            self.assertFalse(j.cancel())                          # finished already
-        for j in (long_job, late, x, y):
-            j.close()
-        with self.assertRaises(weft.BadArgumentError):
-            c.cancel_id(y.id)
-        with self.assertRaises(weft.ReplyTimeoutError):           # the client's timeout
-            with weft.connect(self.d.endpoint, 1) as quick:
-                quick.attention(big, big, big)
-        other.close()
-        watcher.close()
+        """A daemon of its own (cpu:4, tp=4: a job has a part on each
+        device) holds every job part until the test opens the gate: the
+        first job runs held, the others queue behind it."""
+        hold = JobHold()
+        d = Weftd("cpu:4", mesh="tp=4", env=hold.env,
+                  extra=["--client-queue-jobs", "64", "--reconfigure-timeout-ms", "0"])
+        try:
+            with d.connect() as c, d.connect() as other, d.connect() as watcher:
+                held = randn(1, 256, 16, 64)
+                small = randn(1, 64, 4, 32)
+                long_job = c.submit_attention(held, held, held)
+                self.assertTrue(wait_for(lambda: sum(x.busy for x in watcher.status().devices)
+                                         == 4), "the held job never showed on 4 devices")
+                late = c.submit_attention(small, small, small, deadline_ms=1)
+                x = c.submit_attention(small, small, small)
+                y = c.submit_attention(small, small, small)
+                with self.assertRaises(weft.ReplyTimeoutError):
+                    long_job.wait(timeout_ms=1)                   # held: still running
+                self.assertFalse(long_job.poll())
+                self.assertTrue(x.cancel())
+                c.cancel_id(y.id)
+                # the client's own timeout, on a job that is queued behind
+                with self.assertRaises(weft.ReplyTimeoutError):
+                    with weft.connect(d.endpoint, 1) as quick:
+                        quick.attention(small, small, small)
+                # a reconfigure waits for the held job; a second one meanwhile is busy
+                box: Dict[str, Any] = {}
+                th = threading.Thread(
+                    target=lambda: box.setdefault("epoch", other.reconfigure(tp=4)))
+                th.start()
+                try:
+                    self.assertTrue(wait_for(lambda: watcher.status().reconfiguring),
+                                    "the reconfigure never showed draining")
+                    with self.assertRaises(weft.BusyError) as cm:
+                        watcher.reconfigure(tp=4)
+                    self.assertEqual(cm.exception.code, 23)
+                finally:
+                    hold.open_gate(4)
+                    th.join()
+                self.assertIn("epoch", box)
+                r = long_job.wait()
+                self.assertLess(rel_err(r.out, attention_ref(held, held, held)[0]), 2e-5)
+                with self.assertRaises(weft.DeadlineError) as cm2:
+                    late.wait()
+                self.assertEqual(cm2.exception.code, 26)
+                for j in (x, y):
+                    with self.assertRaises(weft.CancelledError):
+                        j.wait()
+                    self.assertFalse(j.cancel())                  # finished already
+                for j in (long_job, late, x, y):
+                    j.close()
+                with self.assertRaises(weft.BadArgumentError):
+                    c.cancel_id(y.id)
+        finally:
+            self.assertEqual(d.stop(), 0)
+            hold.close()
 
     def test_packaging_and_example(self) -> None:
         """pip installs a copy of client/python (offline: the venv's
@@ -537,13 +551,18 @@ class Refusals(unittest.TestCase):
             self.assertEqual(d.stop(), 0)
 
     def test_queue_full_and_shutting_down(self) -> None:
-        d = Weftd("cpu:1", extra=["--queue-capacity", "1", "--client-queue-jobs", "1",
-                                  "--drain-timeout-ms", "0"])
+        """The first job is held on the one device (WEFT_TEST_HOLD_JOBS):
+        the next fills the queue of one, the two after it are refused."""
+        hold = JobHold()
+        d = Weftd("cpu:1", env=hold.env,
+                  extra=["--queue-capacity", "1", "--client-queue-jobs", "1",
+                         "--drain-timeout-ms", "0"])
         with d.connect() as c:
-            big = randn(1, 1024, 8, 64)
             small = randn(1, 64, 4, 32)
-            jobs = [c.submit_attention(big, big, big)] + \
-                [c.submit_attention(small, small, small) for _ in range(3)]
+            jobs = [c.submit_attention(small, small, small)]
+            self.assertTrue(wait_for(lambda: c.status().in_flight == 1),
+                            "the held job never showed running")
+            jobs += [c.submit_attention(small, small, small) for _ in range(3)]
             c.status()          # a round trip: every job above was received
             d.terminate()       # drain_timeout_ms 0: queued jobs never run
             codes = []
@@ -555,8 +574,8 @@ class Refusals(unittest.TestCase):
                     codes.append(e.code)
                 j.close()
         rc = d.stop()
-        self.assertIn(20, codes, codes)       # WF_E_QUEUE_FULL
-        self.assertIn(22, codes, codes)       # WF_E_SHUTTING_DOWN
+        hold.close()
+        self.assertEqual(codes[1:], [22, 20, 20], codes)  # queued, then the queue full
         self.assertEqual(rc, 0)
 
     def test_curve(self) -> None:
@@ -582,11 +601,11 @@ class Refusals(unittest.TestCase):
                                       client_key_file=str(tmp / "admin")))
             try:
                 srv = str(tmp / "daemon.pub")
-                with weft.connect(ep, 10000, server_key=srv,
+                with weft.connect(ep, EVENT_MS, server_key=srv,
                                   client_key_file=str(tmp / "admin")) as c:
                     self.assertEqual(c.hello().devices, 2)
                     c.reconfigure(tp=2)
-                with weft.connect(ep, 10000, server_key=pub("daemon"),
+                with weft.connect(ep, EVENT_MS, server_key=pub("daemon"),
                                   client_key_file=str(tmp / "submit")) as c:
                     q = randn(1, 32, 2, 16)
                     self.assertLess(rel_err(c.attention(q, q, q).out,
@@ -594,7 +613,7 @@ class Refusals(unittest.TestCase):
                     with self.assertRaises(weft.DeniedError) as cm:
                         c.reconfigure(tp=2)
                     self.assertEqual(cm.exception.code, 10)
-                with weft.connect(ep, 10000, server_key=srv,
+                with weft.connect(ep, EVENT_MS, server_key=srv,
                                   client_key_file=str(tmp / "stranger")) as c:
                     with self.assertRaises(weft.AuthError) as cm:
                         c.hello()
@@ -603,12 +622,12 @@ class Refusals(unittest.TestCase):
                 os.environ["WEFT_SERVER_KEY"] = srv
                 os.environ["WEFT_CLIENT_KEY"] = str(tmp / "admin")
                 try:
-                    with weft.connect(ep, 10000) as c:
+                    with weft.connect(ep, EVENT_MS) as c:
                         self.assertGreater(c.reconfigure(tp=2), 0)
                 finally:
                     del os.environ["WEFT_SERVER_KEY"], os.environ["WEFT_CLIENT_KEY"]
                 with self.assertRaises(weft.AuthError):           # no keys at all
-                    with weft.connect(ep, 10000) as c:
+                    with weft.connect(ep, EVENT_MS) as c:
                         c.hello()
                 with self.assertRaises(weft.BadArgumentError):   # keys on ipc://
                     weft.connect("ipc:///tmp/x.sock", 1000, server_key=srv,
