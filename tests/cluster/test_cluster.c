@@ -49,7 +49,6 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-static int failures;
 
 static int left_ms(int64_t deadline)
 {
@@ -324,6 +323,6 @@ int main(int argc, char **argv)
     clusterd_close(&e);
     clusterd_close(&f);
 
-    printf("%s: %d failure(s)\n", argv[0], failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", argv[0], failed);
+    return failed ? 1 : 0;
 }

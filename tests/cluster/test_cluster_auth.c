@@ -73,7 +73,6 @@
 #define TIMEOUT_MS ((int)WAIT_EVENT_MS) /* events: replies, notify and log lines */
 #define IN_FLIGHT 8
 
-static int failures;
 typedef clusterd_node_t node_t;
 static const char *weftd;
 static char coordinator[64], rdv_ep[80];
@@ -819,14 +818,14 @@ int main(int argc, char **argv)
         scenario_table();
     else {
         fprintf(stderr, "unknown scenario %s\n", argv[2]);
-        failures++;
+        failed++;
     }
     zmq_ctx_term(zctx);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
-    printf("test_cluster_auth %s: %d failure(s) in %.1f s\n", argv[2], failures,
+    printf("test_cluster_auth %s: %d failure(s) in %.1f s\n", argv[2], failed,
            now_s() - t0);
-    return failures ? 1 : 0;
+    return failed ? 1 : 0;
 }

@@ -47,7 +47,6 @@
 #define HB_TIMEOUT 1000       /* heartbeat_timeout_ms */
 #define CLUSTER_TIMEOUT_MS 3000 /* also how long a held rebuild waits */
 
-static int failures;
 
 typedef clusterd_node_t node_t;
 
@@ -311,6 +310,6 @@ int main(int argc, char **argv)
     clusterd_node_close(&b);
     clusterd_node_close(&c);
     printf("test_cluster_fault: %s (%d failure(s)) in %.1f s\n",
-           failures ? "FAILED" : "passed", failures, now_s() - t_begin);
-    return failures ? 1 : 0;
+           failed ? "FAILED" : "passed", failed, now_s() - t_begin);
+    return failed ? 1 : 0;
 }

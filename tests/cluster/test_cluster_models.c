@@ -67,7 +67,6 @@
 #define HB_TIMEOUT 3000   /* heartbeat_timeout_ms */
 #define CLUSTER_TIMEOUT 1500
 
-static int failures;
 static char coordinator[64];
 static char roots[3][256];      /* each node's model root */
 static const char *fixtures;
@@ -602,6 +601,6 @@ int main(int argc, char **argv)
     CHECK(system(cmd) == 0);
     fluxio_free(&io);
     printf("test_cluster_models: %s (%d failure(s)), %.1f s\n",
-           failures ? "FAILED" : "ok", failures, now_s() - t_begin);
-    return failures ? 1 : 0;
+           failed ? "FAILED" : "ok", failed, now_s() - t_begin);
+    return failed ? 1 : 0;
 }

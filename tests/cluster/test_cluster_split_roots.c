@@ -41,7 +41,6 @@
 #define IN_FLIGHT 24
 #define CLIENTS 2
 
-static int failures;
 typedef clusterd_node_t node_t;
 static char coordinator[64];
 
@@ -168,14 +167,14 @@ static bool over_b_limit(wf_client_t *cl, const jcase_t *big, uint64_t epoch,
         wf_job_result(job, &res);
         printf("  %s #%d: %s after %lld ms %s\n", big->name, i,
                wf_status_name(res.status), (long long)t, wf_job_error(job));
-        bool failed = st != WF_OK || res.status != WF_OK;
-        bool good = failed ? res.status == WF_E_INTERNAL &&
+        bool job_failed = st != WF_OK || res.status != WF_OK;
+        bool good = job_failed ? res.status == WF_E_INTERNAL &&
                                  strstr(wf_job_error(job), "node b") != NULL
                            : check_result(big->name, i, &x, job, st, epoch, 3);
         wf_job_destroy(cl, &job);
         jbuf_free(&x);
-        if (failed || !good)
-            return failed && good;
+        if (job_failed || !good)
+            return job_failed && good;
     }
     fprintf(stderr, "%s: no job failed on replica 1\n", big->name);
     return false;
@@ -256,6 +255,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++)
         clusterd_node_close(all[i]);
     printf("test_cluster_split_roots: %s (%d failure(s)) in %.1f s\n",
-           failures ? "FAILED" : "passed", failures, now_s() - t_begin);
-    return failures ? 1 : 0;
+           failed ? "FAILED" : "passed", failed, now_s() - t_begin);
+    return failed ? 1 : 0;
 }

@@ -45,7 +45,6 @@
 #define TIMEOUT_MS ((int)WAIT_EVENT_MS) /* events: replies, notify and log lines */
 #define HB_TIMEOUT 1000                 /* heartbeat_timeout_ms */
 
-static int failures;
 typedef clusterd_node_t node_t;
 static char coordinator[64];
 static const char *weftd;
@@ -144,7 +143,7 @@ static void scenario(bool shrink)
         CHECK(clusterd_node_wait(&a, "STATUS=cluster serving: epoch 3, 3 node(s), 6 rank(s)",
                                  TIMEOUT_MS, NULL, 0));
         CHECK(log_has(&c, "cluster: world of epoch 3: data plane nccl (one communicator"));
-        failures += clusterd_kill_held_job(&c.p, cl, &cases[0], "node(s) c lost",
+        clusterd_kill_held_job(&c.p, cl, &cases[0], "node(s) c lost",
                                            clusterd_loss_bound_ms(HB_TIMEOUT));
         clusterd_hold_close(&hold);
         CHECK(clusterd_node_wait(&a, "STATUS=cluster degraded: epoch 4, 2 node(s), 4 rank(s)",
@@ -202,7 +201,7 @@ static void scenario(bool shrink)
             fprintf(stderr, "%s: exit status 0x%x (log %s kept)\n", all[i]->p.name,
                     all[i]->p.exit_status, all[i]->p.log_path);
     }
-    if (failures)
+    if (failed)
         for (int i = 0; i < 3; i++) {
             fprintf(stderr, "log of %s kept: %s\n", all[i]->p.name, all[i]->p.log_path);
             all[i]->p.log_path[0] = '\0';    /* clusterd_close leaves it */
@@ -225,6 +224,6 @@ int main(int argc, char **argv)
     scenario(false);
     scenario(true);
     printf("test_nccl_cluster: %s (%d failure(s)) in %.1f s\n",
-           failures ? "FAILED" : "passed", failures, now_s() - t_begin);
-    return failures ? 1 : 0;
+           failed ? "FAILED" : "passed", failed, now_s() - t_begin);
+    return failed ? 1 : 0;
 }

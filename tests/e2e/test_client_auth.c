@@ -56,7 +56,6 @@
 #include "support/wait.h"
 #include "weft.h"
 
-static int failures;
 
 /* the clients' timeout: a refusal the client waited out reads
  * WF_E_TIMEOUT, never WF_E_AUTH (libweft gives WF_E_AUTH only for the
@@ -647,8 +646,8 @@ int main(int argc, char **argv)
     cleanup();
     if (rc == 77)
         return 77;
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
+    if (failed) {
+        fprintf(stderr, "%d check(s) failed\n", failed);
         return 1;
     }
     printf("all client-plane checks passed\n");

@@ -330,8 +330,8 @@ int main(int argc, char **argv)
     printf("bad start-up settings:\n");
     test_bad_start(argv[1]);
     free(r);
-    if (failures) {
-        fprintf(stderr, "test_daemon: %d check(s) failed\n", failures);
+    if (failed) {
+        fprintf(stderr, "test_daemon: %d check(s) failed\n", failed);
         return 1;
     }
     printf("test_daemon: all checks passed\n");

@@ -50,7 +50,6 @@
 #include "support/jobcheck.h"
 #include "weft.h"
 
-static int failures;
 
 #define TIMEOUT_MS 60000
 
@@ -520,6 +519,6 @@ int main(int argc, char **argv)
     test_standin();
     test_cluster(false);
     test_cluster(true);
-    printf("test_fp8_e2e: %s\n", failures ? "FAILED" : "OK");
-    return failures ? 1 : 0;
+    printf("test_fp8_e2e: %s\n", failed ? "FAILED" : "OK");
+    return failed ? 1 : 0;
 }

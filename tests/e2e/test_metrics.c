@@ -50,7 +50,6 @@
 #include "support/wait.h"
 #include "weft.h"
 
-static int failures;
 
 #define TIMEOUT_MS 60000
 
@@ -648,7 +647,7 @@ int main(int argc, char **argv)
     check_http_errors(port);
     check_handshake_refused(port, &w);
     check_cancel_label(port, &w);
-    printf("metrics: (a)-(c), (f), (g) done, %d failure(s) so far\n", failures);
+    printf("metrics: (a)-(c), (f), (g) done, %d failure(s) so far\n", failed);
     wd_stop(&w);
 
     /* (d) */
@@ -685,8 +684,8 @@ int main(int argc, char **argv)
 
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    if (failures == 0 && system(rm) != 0)
+    if (failed == 0 && system(rm) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
-    printf("test_metrics: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
-    return failures ? 1 : 0;
+    printf("test_metrics: %s (%d failure(s))\n", failed ? "FAILED" : "ok", failed);
+    return failed ? 1 : 0;
 }

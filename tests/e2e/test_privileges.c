@@ -117,7 +117,7 @@ static void expect_refusal(proc_t *p, int code, const char *text)
           WEXITSTATUS(p->d.exit_status) == code);
     if (!log_has(p, text)) {
         fprintf(stderr, "log of a refused start lacks \"%s\"\n", text);
-        failures++;
+        failed++;
     }
 }
 
@@ -150,7 +150,7 @@ static void expect_socket(const proc_t *p, mode_t mode, uid_t uid, gid_t gid)
         fprintf(stderr, "%s: mode %04o uid %ld gid %ld, want %04o %ld %ld\n",
                 p->d.sock_path, (unsigned)(st.st_mode & 07777), (long)st.st_uid,
                 (long)st.st_gid, (unsigned)mode, (long)uid, (long)gid);
-        failures++;
+        failed++;
     }
 }
 
@@ -272,7 +272,7 @@ static void test_drop(const char *weftd, const struct passwd *nobody, reply_t *r
     /* the main thread, two workers, ZeroMQ's I/O thread at least */
     if (tasks < 4) {
         fprintf(stderr, "only %d tasks: the workers were not checked\n", tasks);
-        failures++;
+        failed++;
     }
     if (switched)
         printf("  user = %s: %d tasks, each uid %ld gid %ld\n", nobody->pw_name,
@@ -394,8 +394,8 @@ int main(int argc, char **argv)
         if (!test_not_root(weftd, &nobody, "root", &r))
             skipped = true;
     }
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
+    if (failed) {
+        fprintf(stderr, "%d check(s) failed\n", failed);
         return 1;
     }
     printf("privileges: all checks passed%s\n", skipped ? " (some skipped)" : "");

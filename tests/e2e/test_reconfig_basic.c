@@ -98,7 +98,7 @@ static bool recv_id(daemon_t *d, uint64_t id, reply_t *r)
         fprintf(stderr, "unexpected reply id %llu while waiting for %llu\n",
                 (unsigned long long)r->rep.id, (unsigned long long)id);
         reply_clear(r);
-        failures++;
+        failed++;
     }
 }
 
@@ -119,7 +119,7 @@ static void check_mesh(const wf_status_info_t *si, uint32_t dp, uint32_t ring,
             fprintf(stderr, "device %u: coords %u,%u,%u,%u, want %u,%u,%u,%u\n", d,
                     di->coords[0], di->coords[1], di->coords[2], di->coords[3],
                     c[0], c[1], c[2], c[3]);
-            failures++;
+            failed++;
         }
     }
 }
@@ -196,7 +196,7 @@ static void test_reconfig(const char *weftd, reply_t *r)
             queue2 = r->rep.result.attention.queue_us;
         } else {
             fprintf(stderr, "unexpected reply id %llu\n", (unsigned long long)r->rep.id);
-            failures++;
+            failed++;
         }
         CHECK(r->rep.epoch == 0);
         reply_clear(r);
@@ -354,8 +354,8 @@ int main(int argc, char **argv)
     reply_t *r = calloc(1, sizeof *r);
     test_reconfig(argv[1], r);
     free(r);
-    if (failures) {
-        fprintf(stderr, "test_reconfig_basic: %d check(s) failed\n", failures);
+    if (failed) {
+        fprintf(stderr, "test_reconfig_basic: %d check(s) failed\n", failed);
         return 1;
     }
     printf("test_reconfig_basic: all checks passed\n");

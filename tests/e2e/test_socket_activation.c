@@ -145,8 +145,8 @@ int main(int argc, char **argv)
     test_serves(activator, argv[1], &r);
     printf("socket activation: two sockets refused\n");
     test_two_sockets(activator, argv[1]);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
+    if (failed) {
+        fprintf(stderr, "%d check(s) failed\n", failed);
         return 1;
     }
     printf("socket activation: all checks passed\n");

@@ -94,7 +94,6 @@
 #include "support/wait.h"
 #include "weft.h"
 
-static int failures;
 
 /* the clients' timeout: a reply that never comes reads WF_E_TIMEOUT */
 #define TIMEOUT_MS ((int)WAIT_EVENT_MS)
@@ -894,8 +893,8 @@ int main(int argc, char **argv)
            "daemon did not exit 0 (log %s)", log);
     clusterd_node_close(&n);
     close(hold_fd);
-    if (failures) {
-        fprintf(stderr, "test_time: %d checks failed (log %s)\n", failures, log);
+    if (failed) {
+        fprintf(stderr, "test_time: %d checks failed (log %s)\n", failed, log);
         return 1;
     }
     char cmd[300];

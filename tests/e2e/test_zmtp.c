@@ -982,8 +982,8 @@ int main(int argc, char **argv)
     CHECK(daemon_wait_exit(&d, TIMEOUT_MS) && d.exit_status == 0);
     daemon_close(&d);
     curve_limits(argv[1]);
-    if (failures) {
-        fprintf(stderr, "test_zmtp: %d check(s) failed\n", failures);
+    if (failed) {
+        fprintf(stderr, "test_zmtp: %d check(s) failed\n", failed);
         return 1;
     }
     printf("test_zmtp: OK\n");

@@ -376,7 +376,7 @@ static bool held_or_ended(void *arg)
 int clusterd_kill_held_job(clusterd_t *victim, wf_client_t *cl, const struct jcase *jc,
                            const char *lost_msg, uint32_t lost_bound_ms)
 {
-    int failures = 0; /* counted by CHECK */
+    int failed_before = failed;
     jbuf_t x;
     memset(&x, 0, sizeof x);
     held_wait_t w = { victim, cl, NULL, false };
@@ -384,14 +384,14 @@ int clusterd_kill_held_job(clusterd_t *victim, wf_client_t *cl, const struct jca
         bool init = jbuf_init(&x, jc, 7700 + (uint64_t)i);
         CHECK(init);
         if (!init)
-            return failures;
+            return failed - failed_before;
         wf_attention_opts_t o = opts_of(jc);
         wf_status_t st = wf_attention_submit(cl, &x.q, &x.k, &x.v, &o, &x.out, x.lse,
                                              &w.job);
         CHECKM(st == WF_OK, "submit: %s", wf_status_name(st));
         if (st != WF_OK) {
             jbuf_free(&x);
-            return failures;
+            return failed - failed_before;
         }
         CHECKM(wait_for(held_or_ended, &w, WAIT_EVENT_MS),
                "job %d neither held on %s nor ended", i, victim->name);
@@ -404,12 +404,12 @@ int clusterd_kill_held_job(clusterd_t *victim, wf_client_t *cl, const struct jca
             wf_job_destroy(cl, &w.job);
             jbuf_free(&x);
             if (res.status != WF_OK)
-                return failures;
+                return failed - failed_before;
         }
     }
     CHECKM(w.held, "no job held on %s after %d", victim->name, HELD_TRIES);
     if (!w.held)
-        return failures;
+        return failed - failed_before;
     wf_status_info_t si;
     CHECKM(wf_status(cl, &si) == WF_OK && si.in_flight >= 1,
            "the coordinator counts no job in flight");
@@ -432,5 +432,5 @@ int clusterd_kill_held_job(clusterd_t *victim, wf_client_t *cl, const struct jca
         CHECKM(strstr(msg, lost_msg) != NULL, "the job's error: %s", msg);
     wf_job_destroy(cl, &w.job);
     jbuf_free(&x);
-    return failures;
+    return failed - failed_before;
 }

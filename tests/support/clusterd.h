@@ -17,34 +17,13 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "support/check.h"
 #include "support/wait.h"
 #include "support/spawn.h"
 #include "weft.h"
 
 /* How long clusterd waits for a killed daemon and for a status reply. */
 #define CLUSTERD_TIMEOUT_MS 30000
-
-/* Count a failed check in the test's `static int failures`. */
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
-/* CHECK with a printf-style message after the condition. */
-#define CHECKM(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 
 /* One weftd process. */
 typedef struct clusterd {

@@ -7,6 +7,7 @@
  * its own by test_kernels; nothing here runs the daemon's attention
  * kernels. See jobcheck.h. */
 #include "jobcheck.h"
+#include "support/wait.h"
 #include <unistd.h>
 
 #include "reference.h"
@@ -203,7 +204,7 @@ bool jcase_run(wf_client_t *cl, const jcase_t *c, uint64_t seed, bool quiet,
 bool wait_ready(const char *endpoint)
 {
     wf_client_t *c = NULL;
-    if (wf_client_connect(endpoint, 20000, &c) != WF_OK)
+    if (wf_client_connect(endpoint, wait_bound_ms(WAIT_EVENT_MS), &c) != WF_OK)
         return false;
     wf_status_t st = wf_hello(c, NULL);
     if (st != WF_OK)

@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int failures;
 
 int64_t now_ms(void)
 {

@@ -17,26 +17,11 @@
 #include <zmq.h>
 
 #include "proto.h"
+#include "support/check.h"
 #include "support/spawn.h"
-
-/* Failed CHECKs of the running test program. */
-extern int failures;
 
 #define TIMEOUT_MS 60000   /* generous: the suite may run under sanitizers */
 
-/* rawd.c's own checks (attn_check). A test that includes support/check.h
- * before this header keeps check.h's CHECK, and adds `failures` to its
- * own count of failed checks. */
-#ifndef CHECK
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,         \
-                    __LINE__, #cond);                                      \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-#endif
 
 typedef struct daemon {
     pid_t pid;

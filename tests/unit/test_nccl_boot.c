@@ -97,9 +97,15 @@ static void test_proto(void)
     char s_short[WF_CMSG_NCCL_ID_Z85], s_long[WF_CMSG_NCCL_ID_Z85 + 6],
         s_char[WF_CMSG_NCCL_ID_Z85 + 1];
     world_msg(&id, 7);
-    snprintf(s_short, sizeof s_short, "%s", c_out.u.world.ncclid);     /* 159 */
-    snprintf(s_long, sizeof s_long, "%s12345", c_out.u.world.ncclid);  /* 165 */
-    snprintf(s_char, sizeof s_char, "%s", c_out.u.world.ncclid);
+    /* the id's text, one character short and five long */
+    const char *z = c_out.u.world.ncclid;
+    size_t zn = strnlen(z, sizeof s_char - 1);
+    memcpy(s_short, z, sizeof s_short - 1);                            /* 159 */
+    s_short[sizeof s_short - 1] = '\0';
+    memcpy(s_long, z, zn);
+    memcpy(s_long + zn, "12345", 6);                                   /* 165 */
+    memcpy(s_char, z, zn);
+    s_char[zn] = '\0';
     s_char[17] = '~';                                                   /* not Z85 */
     bad[0] = s_short, bad[1] = s_long, bad[2] = s_char;
     for (int i = 0; i < 3; i++) {
