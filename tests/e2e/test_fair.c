@@ -385,23 +385,6 @@ static void competing(const char *weftd)
 /* ------------------------------------------------------------------ */
 /* 2. a client that does not read its replies */
 
-/* VmHWM of process pid (its peak resident set since it started, or
- * since hwm_reset) in bytes; 0 when unreadable. */
-static uint64_t hwm_of(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    uint64_t kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %" SCNu64 " kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib * 1024;
-}
-
 /* Set pid's VmHWM to its present VmRSS (proc(5), clear_refs "5"). */
 static bool hwm_reset(pid_t pid)
 {

@@ -436,24 +436,6 @@ static void check_http_errors(int port)
     http_free(&h);
 }
 
-/* (f): wait_for's condition: a scrape reads weft_handshakes_refused_total
- * above `above` (the last value read goes to got). */
-typedef struct refused_wait {
-    int port;
-    double above;
-    double got;
-} refused_wait_t;
-
-static bool handshakes_refused_moved(void *arg)
-{
-    refused_wait_t *r = arg;
-    http_t h;
-    if (http_do(r->port, "GET /metrics HTTP/1.0\r\n\r\n", &h) && h.code == 200)
-        r->got = sample(h.body, "weft_handshakes_refused_total");
-    http_free(&h);
-    return r->got > r->above;
-}
-
 /* (f) */
 static void check_handshake_refused(int port, const wd_t *w)
 {
@@ -483,12 +465,12 @@ static void check_handshake_refused(int port, const wd_t *w)
     if (fd >= 0)
         close(fd);
     CHECKM(closed, "the gate did not close a connection that sent no ZMTP greeting");
-    refused_wait_t rw = { port, before, NAN };
-    bool moved = wait_for(handshakes_refused_moved, &rw, WAIT_EVENT_MS);
-    CHECKM(moved && rw.got == before + 1, "weft_handshakes_refused_total: %g after a "
-           "refused handshake (before %g), with no request to the daemon", rw.got, before);
+    gauge_wait_t g = { port, "weft_handshakes_refused_total", before + 1, NAN };
+    bool moved = wait_for(gauge_reads, &g, WAIT_EVENT_MS);
+    CHECKM(moved, "weft_handshakes_refused_total: %g after a refused handshake "
+           "(before %g), with no request to the daemon", g.got, before);
     printf("(f) a refused greeting: weft_handshakes_refused_total %g -> %g, scrapes "
-           "only\n", before, rw.got);
+           "only\n", before, g.got);
 }
 
 /* (g) */

@@ -92,19 +92,32 @@ bool daemon_start(daemon_t *d, const char *weftd, const char *const *args)
     return daemon_start_env(d, weftd, args, NULL);
 }
 
-uint64_t rss_of(pid_t pid)
+/* The "KEY: N kB" line of /proc/PID/status, in bytes; 0 when unreadable. */
+static uint64_t status_bytes(pid_t pid, const char *key)
 {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "re");
     if (!f)
         return 0;
+    size_t n = strlen(key);
     uint64_t kib = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kib) == 1)
+        if (strncmp(line, key, n) == 0 && line[n] == ':' &&
+            sscanf(line + n + 1, " %" SCNu64 " kB", &kib) == 1)
             break;
     fclose(f);
     return kib * 1024;
+}
+
+uint64_t rss_of(pid_t pid)
+{
+    return status_bytes(pid, "VmRSS");
+}
+
+uint64_t hwm_of(pid_t pid)
+{
+    return status_bytes(pid, "VmHWM");
 }
 
 /* Wait for the process to exit (on its pidfd), reap it. */

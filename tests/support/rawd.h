@@ -93,6 +93,10 @@ void daemon_close(daemon_t *d);
 /* VmRSS of process pid in bytes, from /proc/PID/status (0 when
  * unreadable). */
 uint64_t rss_of(pid_t pid);
+
+/* VmHWM of process pid (its peak resident set since it started, or since
+ * its clear_refs "5"), in bytes; 0 when unreadable. */
+uint64_t hwm_of(pid_t pid);
 bool notify_wait(daemon_t *d, const char *want, int timeout_ms);
 bool send_frames(void *sock, bool delim, const wf_buf_t *hdr,
                         size_t n, const void *const *data, const size_t *len);
