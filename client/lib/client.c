@@ -176,15 +176,26 @@ static bool wait_released(wf_client_t *c, wf_job_t *job, int64_t deadline)
 
 /* ---- socket ----------------------------------------------------------- */
 
-/* Close the socket and its monitor. */
+/* Close the socket and its monitor: stop the monitor, then close its
+ * reader, then the socket. ZeroMQ's I/O thread, which serves every socket
+ * of the context, writes each event into the monitor with a blocking
+ * send; with the reader closed that send never returns, and the context
+ * stops for good (no socket connects or reports an event again, and
+ * zmq_ctx_term never returns). A socket whose connection closed goes on
+ * reconnecting, and reporting CONNECT_RETRIED, until ZeroMQ's reaper has
+ * finished closing it, after zmq_close. zmq_socket_monitor with no
+ * endpoint stops the monitor under the lock every event is sent under:
+ * no event goes out after it returns. */
 static void socket_close(wf_client_t *c)
 {
+    if (c->sock)
+        zmq_socket_monitor(c->sock, NULL, 0);   /* none: does nothing */
     if (c->mon) {
         zmq_close(c->mon);
         c->mon = NULL;
     }
     if (c->sock) {
-        zmq_close(c->sock);     /* stops its monitor too */
+        zmq_close(c->sock);
         c->sock = NULL;
     }
 }
@@ -351,22 +362,15 @@ static wf_status_t socket_open(wf_client_t *c)
         zmq_close(s);
         return fail(c, WF_E_CONNECT, "CURVE keys: %s", zmq_strerror(e));
     }
+    c->sock = s;
     wf_status_t st = monitor_open(c, s);
+    if (st == WF_OK && zmq_connect(s, c->endpoint) != 0)
+        st = fail(c, WF_E_CONNECT, "cannot connect to '%s': %s", c->endpoint,
+                  zmq_strerror(errno));
     if (st != WF_OK) {
-        zmq_close(s);
+        socket_close(c);
         return st;
     }
-    if (zmq_connect(s, c->endpoint) != 0) {
-        int e = errno;
-        zmq_close(s);
-        if (c->mon) {
-            zmq_close(c->mon);
-            c->mon = NULL;
-        }
-        return fail(c, WF_E_CONNECT, "cannot connect to '%s': %s",
-                    c->endpoint, zmq_strerror(e));
-    }
-    c->sock = s;
     return WF_OK;
 }
 
