@@ -288,7 +288,7 @@ static wf_cmsg_t msg;
 static wf_ctl_msg_t ctl;
 
 /* A monitor of socket s (before it connects or binds): a PAIR that
- * receives s's events of the mask. Close it before s. */
+ * receives s's events of the mask. Closed with monitor_close, before s. */
 static void *monitor_of(void *s, int events)
 {
     static int seq;
@@ -300,6 +300,16 @@ static void *monitor_of(void *s, int events)
     zmq_setsockopt(m, ZMQ_LINGER, &zero, sizeof zero);
     CHECK(zmq_connect(m, ep) == 0);
     return m;
+}
+
+/* Stop s's monitor, then close its reader m: in this order, because
+ * ZeroMQ's I/O thread sends each event with a blocking send, which never
+ * returns once the reader is gone, and that thread serves every socket of
+ * the context. */
+static void monitor_close(void *s, void *m)
+{
+    zmq_socket_monitor(s, NULL, 0);
+    zmq_close(m);
 }
 
 /* The next event from monitor m within ms (0: none came). */
@@ -574,9 +584,9 @@ static void scenario_keys(void)
     CHECK(frames_within(t3, 0) == 0);
     CHECK(status_of(&a, &si));
     CHECK(si.world_epoch == 1 && si.world_size == 4 && si.world_id[0] == '\0');
-    zmq_close(m1);
-    zmq_close(m2);
-    zmq_close(m3);
+    monitor_close(t1, m1);
+    monitor_close(t2, m2);
+    monitor_close(t3, m3);
     zmq_close(t1);
     zmq_close(t2);
     zmq_close(t3);
@@ -619,7 +629,7 @@ static void scenario_channel(void)
     int got = frames_within(t, 0);
     printf("the raw DEALER named b received %d frame(s)\n", got);
     CHECK(got == 0);
-    zmq_close(m);
+    monitor_close(t, m);
     zmq_close(t);
     stop_clean(&b);
     stop_clean(&a);
@@ -680,7 +690,7 @@ static void scenario_squatter(void)
     CHECK(si.world_size == 0);
     CHECK(!b.p.reaped);
     stop_clean(&b);
-    zmq_close(sqm);
+    monitor_close(sq, sqm);
     zmq_close(sq);
     clusterd_node_close(&b);
     clusterd_node_close(&a);

@@ -820,6 +820,9 @@ static void curve_limits(const char *weftd)
     free(frame);
     wf_buf_free(&b);
     /* the client goes first: nothing is left for the daemon to answer */
+    /* the monitor is stopped before its reader closes: ZeroMQ's I/O
+     * thread would block for good on an event sent to a closed reader */
+    zmq_socket_monitor(d.sock, NULL, 0);
     zmq_close(mon);
     zmq_close(d.sock);
     d.sock = NULL;
