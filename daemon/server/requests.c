@@ -283,6 +283,12 @@ static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity,
     wf_log(srv->log, WF_LOG_INFO, "request %" PRIu64 ": cancel of job %" PRIu64
            " (%s) by %s", req->id, id, queued ? "queued" : flagged ?
            "running, already cancelling" : "running", who);
+    /* A running job is flagged before the cancel is answered: a client
+     * that acts on the answer (here, a test releasing a held job) finds
+     * the job's next step boundary already stopping it. The job's own
+     * reply still comes after the cancel's: this thread sends both. */
+    if (!queued)
+        atomic_store(&job->stop_req, WF_E_CANCELLED);
     /* the cancel's reply first: the job's may follow at once */
     uint64_t cid = req->id;
     uint32_t cop = req->op;
@@ -294,9 +300,7 @@ static void handle_cancel(wf_server_t *srv, zmq_msg_t *identity,
         srv_reply_job(srv, job);
         wf_djob_free(&job);
         srv_dispatch(srv);      /* the head may have changed */
-        return;
     }
-    atomic_store(&job->stop_req, WF_E_CANCELLED);
 }
 
 static const char *op_label(uint32_t op)
