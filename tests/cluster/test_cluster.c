@@ -199,7 +199,7 @@ int main(int argc, char **argv)
     }
     const char *weftd = argv[1];
     signal(SIGPIPE, SIG_IGN);
-    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", test_port());
     static wf_status_info_t si;
     char line[512];
     node_t a, b, c, d;
@@ -300,7 +300,7 @@ int main(int argc, char **argv)
 
     /* 7. a member killed during the rendezvous */
     char coord2[64];
-    snprintf(coord2, sizeof coord2, "127.0.0.1:%d", clusterd_free_port());
+    snprintf(coord2, sizeof coord2, "127.0.0.1:%d", test_port());
     node_t e, f;
     CHECK(node_start(&e, weftd, "e", coord2, "3", "1500", NULL));
     CHECK(notify_wait(&e, "READY=1", TIMEOUT_MS, NULL, 0));

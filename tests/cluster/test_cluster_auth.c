@@ -808,7 +808,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
     weftd = argv[1];
-    int port = clusterd_free_port();
+    int port = test_port();
     snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", port);
     snprintf(rdv_ep, sizeof rdv_ep, "tcp://%s", coordinator);
     snprintf(dir, sizeof dir, "/tmp/weft-ca-%d", (int)getpid());

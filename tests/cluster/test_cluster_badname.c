@@ -115,7 +115,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    int port = clusterd_free_port();
+    int port = test_port();
     char coord[64], zep[80];
     snprintf(coord, sizeof coord, "127.0.0.1:%d", port);
     snprintf(zep, sizeof zep, "tcp://127.0.0.1:%d", port);

@@ -184,7 +184,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *weftd = argv[1];
     double t_begin = now_s();
-    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", test_port());
     node_t a, b, c;
     CHECK(node_start(&a, weftd, "a", "WEFT_TEST_FAIL_JOB=16"));
     CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS));

@@ -373,7 +373,7 @@ int main(int argc, char **argv)
     }
 
     CHECK(reference(weftd));
-    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", test_port());
     node_t a, b, c;
     CHECK(node_start(&a, weftd, "a", 0));
     CHECK(notify_wait(&a, "READY=1", TIMEOUT_MS));

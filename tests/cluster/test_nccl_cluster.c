@@ -92,7 +92,7 @@ static void scenario(bool shrink)
 {
     printf("== NCCL stand-in %s ncclCommShrink\n", shrink ? "with" : "without");
     setenv("WEFT_TEST_NCCL_SHRINK", shrink ? "1" : "0", 1);
-    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", clusterd_free_port());
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%d", test_port());
     node_t a, b, c;
     CHECK(node_start(&a, "a", NULL));
     CHECK(clusterd_node_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));

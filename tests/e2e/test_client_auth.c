@@ -249,7 +249,7 @@ static void test_curve(void)
     path_of(keyfile, sizeof keyfile, "daemon");
     path_of(clients, sizeof clients, "clients");
     write_clients(clients, &ka, &ks);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", clusterd_free_port());
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", test_port());
     const char *extra[] = { "--listen", ep, "--key-file", keyfile, "--client-keys",
                             clients, NULL };
     wd_t w;
@@ -396,7 +396,7 @@ out:
 static void test_protected(void)
 {
     char ep[64], ep_any[64];
-    snprintf(ep_any, sizeof ep_any, "tcp://0.0.0.0:%d", clusterd_free_port());
+    snprintf(ep_any, sizeof ep_any, "tcp://0.0.0.0:%d", test_port());
     wd_t w;
     const char *refused[] = { "--listen", ep_any, NULL };
     if (wd_start(&w, "open", refused, false)) {
@@ -420,7 +420,7 @@ static void test_protected(void)
     char clients[256], keyfile[256];
     path_of(clients, sizeof clients, "clients");
     path_of(keyfile, sizeof keyfile, "daemon");
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", clusterd_free_port());
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", test_port());
     const char *nokey[] = { "--listen", ep, "--client-keys", clients, NULL };
     if (wd_start(&w, "nokeyfile", nokey, false)) {
         CHECKM(clusterd_wait_exit(&w.n.p, 60000) && WIFEXITED(w.n.p.exit_status) &&

@@ -63,6 +63,7 @@
 #include "keys.h"
 #include "proto.h"
 #include "support/check.h"
+#include "support/ports.h"
 #include "support/rawd.h"
 #include "support/wait.h"
 
@@ -605,21 +606,6 @@ static bool curve_client(const daemon_t *d, daemon_t *c, const char *ep,
            zmq_connect(c->sock, ep) == 0;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 /* The next reply on c is the status `id` with queue `depth`. */
 static bool status_reply_is(daemon_t *c, uint64_t id, uint32_t depth, reply_t *r)
 {
@@ -656,7 +642,7 @@ static void per_key(const char *weftd)
     snprintf(text, sizeof text, "submit %s alice\nsubmit %s bob\n",
              kalice.public_key, kbob.public_key);
     write_file(clients, text);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", free_port());
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", test_port());
     hold_t hold;
     CHECK(hold_make(&hold), "hold FIFO");
     const char *args[] = { "--devices", "cpu:2", "--queue-capacity", "16",

@@ -362,7 +362,7 @@ static void cluster_fp8_served(wf_client_t *c)
 static void test_cluster(bool all_standin)
 {
     char coord[64], tmo[] = "20000";
-    snprintf(coord, sizeof coord, "127.0.0.1:%d", clusterd_free_port());
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", test_port());
     clusterd_node_t a, m;
     const char *common[] = { "--devices", "cpu:1", "--cpu-memory", "512M", "--mesh",
                              "ring=2", "--coordinator", coord, "--nodes", "2",

@@ -598,7 +598,7 @@ int main(int argc, char **argv)
     }
 
     /* (a) .. (c) */
-    int port = clusterd_free_port();
+    int port = test_port();
     char ml[64];
     snprintf(ml, sizeof ml, "127.0.0.1:%d", port);
     const char *extra[] = { "--metrics-listen", ml, NULL };
@@ -634,7 +634,7 @@ int main(int argc, char **argv)
 
     /* (d) */
     char any[64];
-    snprintf(any, sizeof any, "0.0.0.0:%d", clusterd_free_port());
+    snprintf(any, sizeof any, "0.0.0.0:%d", test_port());
     const char *open_[] = { "--metrics-listen", any, NULL };
     expect_no_start("open", open_, "is not a loopback address");
     const char *open_ok[] = { "--metrics-listen", any, "--allow-anonymous", "true", NULL };
@@ -651,7 +651,7 @@ int main(int argc, char **argv)
     const char *bad_host[] = { "--metrics-listen", "no-such-host.invalid:9464", NULL };
     expect_no_start("badhost", bad_host, "metrics_listen");
     /* the port taken (by the daemon below's own endpoint): no start */
-    int p3 = clusterd_free_port();
+    int p3 = test_port();
     char taken[64];
     snprintf(taken, sizeof taken, "127.0.0.1:%d", p3);
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "support/check.h"
+#include "support/ports.h"
 #include "support/spawn.h"
 #include "support/wait.h"
 #include "weft.h"
@@ -293,22 +294,6 @@ static void print_tally(const char *who, tally_t *t)
            atomic_load(&t->closed), atomic_load(&t->other));
 }
 
-/* A loopback TCP port nobody listens on now (0: none found). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 static void tally_reset(tally_t *t)
 {
     atomic_store(&t->replies, 0);
@@ -332,7 +317,7 @@ static void run_case(const char *weftd, bool tcp)
     snprintf(fifo, sizeof fifo, "/tmp/weft-shutdown-%d.hold", pid);
     snprintf(logp, sizeof logp, "/tmp/weft-shutdown-%d-%s.log", pid, kind);
     if (tcp)
-        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", free_port());
+        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", test_port());
     else
         snprintf(ep, sizeof ep, "ipc://%s", sock);
     snprintf(hold_env, sizeof hold_env, "WEFT_TEST_HOLD_JOBS=%s", fifo);

@@ -722,7 +722,7 @@ static void test_cancel_again(const char *keyfile, const char *clients)
         return;
     }
     snprintf(env, sizeof env, "WEFT_TEST_HOLD_JOBS=%s", fifo);
-    snprintf(hep, sizeof hep, "tcp://127.0.0.1:%d", clusterd_free_port());
+    snprintf(hep, sizeof hep, "tcp://127.0.0.1:%d", test_port());
     clusterd_node_t n;
     memset(&n, 0, sizeof n);
     if (!clusterd_node_open(&n, "time", "held")) {
@@ -837,7 +837,7 @@ int main(int argc, char **argv)
     snprintf(text, sizeof text, "admin %s ops\nsubmit %s alice\nsubmit %s bob\n",
              ka.public_key, ks.public_key, kb.public_key);
     write_text(clients, text);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", clusterd_free_port());
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", test_port());
     if (!hold_setup())
         return 1;
     char rt[16], cfg[256];

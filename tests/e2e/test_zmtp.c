@@ -722,7 +722,7 @@ static void curve_limits(const char *weftd)
     }
     snprintf(text, sizeof text, "submit %s carol\n", kc.public_key);
     write_file(clients, text);
-    int port = clusterd_free_port();
+    int port = test_port();
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     const char *args[] = { "--devices", "cpu:1", "--listen", ep, "--key-file", keyfile,
                            "--client-keys", clients, "--client-queue-bytes", "16M",
@@ -944,7 +944,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    int port = clusterd_free_port();
+    int port = test_port();
     char ep[64], handshake_ms[16];
     snprintf(handshake_ms, sizeof handshake_ms, "%d", HANDSHAKE_MS);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);

@@ -9,7 +9,9 @@ repository), PYTHONPATH (client/python/src).
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import shutil
 import signal
 import socket
@@ -79,11 +81,52 @@ class JobHold:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+PORT_DIR = Path("/tmp/weft-test-ports")
+PORT_SPAN = 8192
+_port_locks: List[object] = []     # held until this process exits
+
+
+def _port_span_start() -> int:
+    try:
+        lo, hi = (int(v) for v in
+                  Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    if lo - PORT_SPAN >= 10000:
+        return lo - PORT_SPAN
+    if hi + PORT_SPAN <= 65535:
+        return hi + 1
+    return 10000
+
+
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port reserved for this test: outside the kernel's
+    ephemeral range (which every bind to port 0 and every outgoing
+    connection on the machine draws from), locked against the other tests
+    by an flock on /tmp/weft-test-ports/<port> that this process holds
+    until it exits, and not listened on now. The C tests take the same
+    locks (tests/support/ports.c)."""
+    PORT_DIR.mkdir(mode=0o1777, exist_ok=True)
+    start = _port_span_start()
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(PORT_SPAN):
+        port = start + rng.randrange(PORT_SPAN)
+        f = open(PORT_DIR / str(port), "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                f.close()
+                continue
+        _port_locks.append(f)
+        return port
+    raise RuntimeError(f"no free port in {start}..{start + PORT_SPAN - 1}")
 
 
 class Weftd:

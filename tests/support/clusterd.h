@@ -19,6 +19,7 @@
 
 #include "support/check.h"
 #include "support/wait.h"
+#include "support/ports.h"
 #include "support/spawn.h"
 #include "weft.h"
 
@@ -42,10 +43,6 @@ typedef struct clusterd {
 
 /* Monotonic milliseconds. */
 int64_t clusterd_now_ms(void);
-
-/* A free loopback TCP port: bind port 0, read it, close. Exits the test
- * when no socket can be had. */
-int clusterd_free_port(void);
 
 /* Zero d, name it, choose its endpoint and notify path under /tmp (with
  * `tag`, this process's pid and a counter in the names) and bind the

@@ -4,7 +4,8 @@
 # with environment, notify socket, log files, passed sockets and a user;
 # bounded waits and stops. Every support library that starts a daemon
 # links it: jobcheck (weft_testsupport), rawd, clusterd.
-add_library(weft_spawn STATIC ${CMAKE_CURRENT_LIST_DIR}/spawn.c)
+add_library(weft_spawn STATIC ${CMAKE_CURRENT_LIST_DIR}/spawn.c
+            ${CMAKE_CURRENT_LIST_DIR}/ports.c)
 target_include_directories(weft_spawn PUBLIC ${WEFT_TESTS_DIR})
 target_link_libraries(weft_testsupport PUBLIC weft_spawn)
 
