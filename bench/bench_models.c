@@ -86,7 +86,7 @@ static uint64_t write_model(const char *dir, bool bf16)
         fprintf(stderr, "config: %s\n", err);
         exit(1);
     }
-    wf_flux_tensor_spec_t *sp = NULL;
+    wf_tensor_spec_t *sp = NULL;
     size_t n = 0;
     if (wf_flux_expected_tensors(&cfg, &sp, &n, err, sizeof err) != WF_OK)
         exit(1);

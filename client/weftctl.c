@@ -4,7 +4,7 @@
  * weftctl_cmds.h; all of them use weftctl_util.c. It talks
  * to the daemon through libweft only; the model commands also use the
  * model-file library locally (tp_plan.h to read --tp-plan, safetensors.h
- * to read --inputs, flux_host.h to write a sharded checkpoint), never to
+ * to read --inputs, model_host.h to write a sharded checkpoint), never to
  * reach the daemon.
  *
  *   weftctl [--endpoint E] [--timeout MS] hello
@@ -21,8 +21,8 @@
  *   weftctl [--endpoint E] [--timeout MS] unload NAME
  *   weftctl [--endpoint E] [--timeout MS] models
  *   weftctl [--endpoint E] [--timeout MS] forward --model NAME
- *       --inputs FILE.safetensors [--out-dtype f32|f16|bf16] [--iters N]
- *       [--deadline-ms MS] [--fp8]
+ *       --inputs FILE.safetensors [--out FILE.safetensors]
+ *       [--out-dtype f32|f16|bf16] [--iters N] [--deadline-ms MS] [--fp8]
  *   weftctl [--endpoint E] [--timeout MS] cancel ID
  *   weftctl shard --model-root ROOT --path P --tp T --out DIR
  *       [--tp-plan FILE.json]
@@ -52,15 +52,24 @@
  * plan in its JSON wire form ({"glob": "style" | {"style": s, "blocks":
  * [..]}}); --sharded loads per-rank files written by `shard`.
  *
- * forward reads the inputs from a safetensors file whose tensors carry
- * the input names (hidden_states, encoder_hidden_states,
- * pooled_projections, timestep, img_ids, txt_ids, guidance if the model
- * takes it), runs the forward and prints its time. When the file also
- * holds `output_f64` (preferred) or `output`, it is the reference: the
- * output shape is taken from it (else hidden_states' shape) and the max
- * abs error is checked against a tolerance of max|ref| times 1e-4 (f32),
- * 4e-3 (f16) or 3e-2 (bf16), the looser of the inputs' and the output's
- * dtype: PASS, or FAIL and exit 1.
+ * models lists each model's family, state and sizes on one row, and under
+ * it (indented) its config entries and its forward schema: a line per
+ * input and output with its dims (a named size such as B, or a config
+ * field and its value such as in_channels=64) and dtypes.
+ *
+ * forward asks list_models for the model's schema and reads from a
+ * safetensors file every tensor whose name is one of its inputs (FLUX:
+ * hidden_states, encoder_hidden_states, pooled_projections, timestep,
+ * img_ids, txt_ids, guidance if the model takes it); other tensors are
+ * not sent. It allocates every output by the schema's shapes (named
+ * sizes from the inputs) in --out-dtype, else the first input's dtype,
+ * runs the forward and prints the named sizes and its time. For each
+ * output NAME the file holds as `NAME_f64` (preferred) or `NAME`, that
+ * tensor is the reference: the max abs error is checked against a
+ * tolerance of max|ref| times 1e-4 (f32), 4e-3 (f16) or 3e-2 (bf16), the
+ * loosest of the inputs' and the output's dtypes: PASS, or FAIL and exit
+ * 1. --out writes every output, under its schema name, to a safetensors
+ * file.
  *
  * forward --deadline-ms gives each forward that deadline (deadline_ms:
  * WF_E_DEADLINE when it is not done that long after the daemon got it).
@@ -72,7 +81,7 @@
  * the daemon found the job and exits 1 otherwise (no such job queued or
  * running: WF_E_BAD_ARGUMENT; a job across cluster nodes: WF_E_BUSY).
  *
- * shard writes the per-rank layout of flux_host.h for T ranks locally,
+ * shard writes the per-rank layout of model_host.h for T ranks locally,
  * without a daemon (ROOT is the model root, P the model directory under it).
  *
  * Endpoint: --endpoint, else $WEFT_ENDPOINT, else WF_DEFAULT_ENDPOINT.
@@ -115,11 +124,14 @@ static void usage(FILE *f)
         "                   progress on stderr, the model on stdout; without\n"
         "                   --timeout waits up to an hour\n"
         "  unload NAME      unload a model\n"
-        "  models           list the models (state, size, tp, progress)\n"
-        "  forward --model NAME --inputs FILE.safetensors [--out-dtype D]\n"
-        "          [--iters N] [--deadline-ms MS] [--fp8]\n"
-        "                   run a forward on the file's inputs; checks the\n"
-        "                   output against the file's output_f64 / output\n"
+        "  models           list the models (family, state, size, tp, progress)\n"
+        "                   with each one's config and forward schema\n"
+        "  forward --model NAME --inputs FILE.safetensors [--out FILE.safetensors]\n"
+        "          [--out-dtype D] [--iters N] [--deadline-ms MS] [--fp8]\n"
+        "                   run a forward on the file's tensors named as the\n"
+        "                   model's schema inputs; checks each output NAME\n"
+        "                   against the file's NAME_f64 / NAME; --out writes\n"
+        "                   every output\n"
         "  cancel ID        cancel queued or running request ID (an admin client\n"
         "                   cancels any connection's job)\n"
         "  shard --model-root ROOT --path P --tp T --out DIR [--tp-plan FILE.json]\n"

@@ -37,8 +37,11 @@ extern "C" {
 #define WF_VERSION_PATCH 0
 #define WF_VERSION_STRING "0.5.0"
 
-/* Wire protocol version spoken by this library (the "v" field). */
-#define WF_PROTOCOL_VERSION 1
+/* Wire protocol versions spoken by this library (the "v" field): it
+ * sends WF_PROTOCOL_VERSION and accepts replies of either (PROTOCOL.md
+ * section 9). */
+#define WF_PROTOCOL_VERSION 2
+#define WF_PROTOCOL_VERSION_MIN 1
 
 /* Largest tensor rank accepted anywhere. */
 #define WF_MAX_RANK 8
@@ -529,30 +532,80 @@ typedef struct wf_load_opts {
 #define WF_MODEL_NODES_LEN 256  /* a model's `nodes` in list_models, with the NUL */
 
 /* A model's architecture as the daemon read it from its config.json
- * (diffusers' FluxTransformer2DModel fields; list_models' "config"). */
-#define WF_MODEL_MAX_AXES 8
+ * (list_models' "config"): the fields of diffusers' config that its
+ * family reads, under diffusers' names, in the family's order. A value
+ * is an integer, a flag (0 / 1) or a list of integers. */
+#define WF_MODEL_CONFIG_MAX 32      /* entries */
+#define WF_MODEL_CONFIG_KEY_MAX 40  /* key length, with the NUL */
+#define WF_MODEL_CONFIG_VALUES 8    /* values of a list */
+typedef enum wf_config_kind {
+    WF_CONFIG_INT = 0,
+    WF_CONFIG_FLAG = 1,
+    WF_CONFIG_LIST = 2
+} wf_config_kind_t;
+typedef struct wf_model_config_entry {
+    char key[WF_MODEL_CONFIG_KEY_MAX];
+    wf_config_kind_t kind;
+    uint32_t n;                     /* values used (1 unless a list) */
+    int64_t v[WF_MODEL_CONFIG_VALUES];
+} wf_model_config_entry_t;
 typedef struct wf_model_config {
     uint32_t present;               /* 0: not known (loading, or a daemon
                                        before this field) */
-    uint32_t patch_size;
-    uint32_t in_channels;
-    uint32_t out_channels;
-    uint32_t num_layers;            /* double-stream blocks */
-    uint32_t num_single_layers;     /* single-stream blocks */
-    uint32_t attention_head_dim;
-    uint32_t num_attention_heads;
-    uint32_t joint_attention_dim;
-    uint32_t pooled_projection_dim;
-    uint32_t guidance_embeds;       /* 1: takes a guidance input */
-    uint32_t n_axes;                /* entries of axes_dims_rope */
-    uint32_t axes_dims_rope[WF_MODEL_MAX_AXES];
+    uint32_t n;                     /* entries used */
+    wf_model_config_entry_t e[WF_MODEL_CONFIG_MAX];
 } wf_model_config_t;
+
+/* Value i of config entry `key`, or `dflt` when there is none. */
+WF_API int64_t wf_model_config_get(const wf_model_config_t *c, const char *key,
+                                   uint32_t i, int64_t dflt);
+
+/* What a model's forward takes and gives (list_models' "schema"): each
+ * tensor's name, the dtypes it may have, its rank, and each dimension as
+ * a fixed size or a named size that every tensor naming it shares (the
+ * batch "B", a sequence length). The daemon checks a forward's tensors
+ * against it (wf_schema_bind): names, dtypes, ranks, fixed sizes, and
+ * that named sizes agree. The mesh adds its own rules (a sequence that
+ * ring x ulysses must divide), said in the refusal. */
+#define WF_SCHEMA_NAME_MAX 32       /* tensor and size names, with the NUL */
+#define WF_SCHEMA_MAX_INPUTS 16
+#define WF_SCHEMA_MAX_OUTPUTS 4
+typedef struct wf_schema_dim {
+    int64_t size;                   /* > 0: fixed; 0: the named size `sym` */
+    char sym[WF_SCHEMA_NAME_MAX];   /* its name ("B", "S_img"); for a fixed
+                                       size the config field it comes from */
+} wf_schema_dim_t;
+typedef struct wf_schema_tensor {
+    char name[WF_SCHEMA_NAME_MAX];
+    uint32_t dtypes;                /* bit (1u << dtype) for each accepted
+                                       wf_dtype_t; an output: any of them,
+                                       chosen with out_dtype */
+    uint32_t optional;              /* 1: an input that may be absent */
+    uint32_t rank;
+    wf_schema_dim_t dim[WF_MAX_RANK];
+} wf_schema_tensor_t;
+typedef struct wf_model_schema {
+    uint32_t n_inputs, n_outputs;
+    wf_schema_tensor_t inputs[WF_SCHEMA_MAX_INPUTS];
+    wf_schema_tensor_t outputs[WF_SCHEMA_MAX_OUTPUTS];
+} wf_model_schema_t;
+
+/* A tensor with its name, as a forward's inputs and outputs travel. */
+typedef struct wf_named_tensor {
+    const char *name;
+    const wf_tensor_t *tensor;
+} wf_named_tensor_t;
+
+/* The input or output `name` of a schema, or NULL. */
+WF_API const wf_schema_tensor_t *wf_schema_find(const wf_schema_tensor_t *t,
+                                                uint32_t n, const char *name);
 
 /* One resident (or loading) model as list_models reports it. */
 typedef struct wf_model_info {
     char name[WF_MODEL_NAME_MAX];  /* the name given at load */
     char path[WF_MODEL_PATH_LEN];  /* relative to the model root */
-    char family[32];               /* "flux" */
+    char family[32];               /* its family ("flux"): what the daemon
+                                      read in config.json's _class_name */
     char state[16];                /* "loading", "ready" */
     char dtype[8];                 /* checkpoint dtype: "f32", "f16", "bf16" */
     uint64_t params;               /* parameters */
@@ -574,6 +627,9 @@ typedef struct wf_model_info {
                                       from daemons before this field) */
     wf_model_config_t config;      /* its architecture, once checked (not
                                       while "loading") */
+    wf_model_schema_t schema;      /* its forward's inputs and outputs, with
+                                      config.present (0 from daemons before
+                                      protocol version 2) */
 } wf_model_info_t;
 
 /* Load a model: blocks until it is resident on every rank (or refused),
@@ -596,6 +652,46 @@ WF_API wf_status_t wf_unload_model(wf_client_t *client, const char *name);
 WF_API wf_status_t wf_list_models(wf_client_t *client, wf_model_info_t *ret,
                                   size_t cap, size_t *ret_n);
 
+/* Options of a forward job (added in 0.4: keep the struct
+ * zero-initialised; NULL means all defaults). */
+typedef struct wf_forward_opts {
+    uint32_t deadline_ms; /* fail the job with WF_E_DEADLINE when it is not
+                             done this many ms after the daemon received it
+                             (checked while queued and at each layer of its
+                             run); 0: none (the daemon's job_timeout_ms
+                             still applies) */
+    wf_precision_t precision; /* WF_PRECISION_FP8: the model's attention in
+                                 fp8 (see wf_precision_t); added in 0.5 */
+} wf_forward_opts_t;
+
+/* Forward of resident model `model` with named tensors: `inputs` as the
+ * model's schema names them (wf_model_info_t.schema, from wf_list_models:
+ * names, dtypes, ranks, fixed and shared sizes), `outputs` caller-allocated
+ * with the shapes the schema gives (any dtype, the same for every output:
+ * the daemon converts). Over the mesh: tp ranks split the weights, ring x
+ * ulysses ranks split the sequences. The daemon checks the tensors against
+ * the schema and the mesh and refuses with a message (wf_client_last_error)
+ * naming the tensor. Synchronous. */
+WF_API wf_status_t wf_forward_named(wf_client_t *client, const char *model,
+                                    const wf_named_tensor_t *inputs, size_t n_inputs,
+                                    const wf_named_tensor_t *outputs, size_t n_outputs,
+                                    const wf_forward_opts_t *opts,
+                                    wf_job_result_t *ret_result);
+
+/* wf_forward_named, asynchronous: sends the job and returns at once, as
+ * wf_attention_submit. The tensors are borrowed until the job is
+ * finished; wait with wf_job_wait, cancel with wf_cancel, free with
+ * wf_job_destroy. */
+WF_API wf_status_t wf_forward_named_submit(wf_client_t *client, const char *model,
+                                           const wf_named_tensor_t *inputs,
+                                           size_t n_inputs,
+                                           const wf_named_tensor_t *outputs,
+                                           size_t n_outputs,
+                                           const wf_forward_opts_t *opts,
+                                           wf_job_t **ret_job);
+
+/* FLUX's forward as one call: a wrapper over wf_forward_named for the
+ * "flux" family's inputs. */
 /* Inputs of a FLUX forward, as diffusers' FluxTransformer2DModel takes them:
  *   hidden_states          (B, S_img, in_channels)      f32 / f16 / bf16
  *   encoder_hidden_states  (B, S_txt, joint_attention_dim)
@@ -619,18 +715,6 @@ typedef struct wf_flux_inputs {
 WF_API wf_status_t wf_forward(wf_client_t *client, const char *model,
                               const wf_flux_inputs_t *in, wf_tensor_t *output,
                               wf_job_result_t *ret_result);
-
-/* Options of a forward job (added in 0.4: keep the struct
- * zero-initialised; NULL means all defaults). */
-typedef struct wf_forward_opts {
-    uint32_t deadline_ms; /* fail the job with WF_E_DEADLINE when it is not
-                             done this many ms after the daemon received it
-                             (checked while queued and at each layer of its
-                             run); 0: none (the daemon's job_timeout_ms
-                             still applies) */
-    wf_precision_t precision; /* WF_PRECISION_FP8: the model's attention in
-                                 fp8 (see wf_precision_t); added in 0.5 */
-} wf_forward_opts_t;
 
 /* wf_forward with options. */
 WF_API wf_status_t wf_forward_ex(wf_client_t *client, const char *model,

@@ -1,5 +1,5 @@
 /* tp_plan.c — tensor-parallel plans as data (see tp_plan.h): glob match,
- * plan check, the FLUX default plan, placements with diffusers' messages,
+ * plan check, placements with diffusers' messages,
  * and the plan's JSON wire form.
  *
  * Everything but the JSON pair is pure and allocation-free, so the
@@ -174,46 +174,6 @@ wf_status_t wf_tp_plan_check(const wf_tp_plan_t *plan, char *err, size_t err_len
             }
     }
     return WF_OK;
-}
-
-/* ---- the FLUX default --------------------------------------------------- */
-
-void wf_tp_plan_flux_default(wf_tp_plan_t *ret)
-{
-    static const struct {
-        const char *glob;
-        wf_tp_style_t style;
-    } rules[] = {
-        { "transformer_blocks.*.attn.to_q", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_k", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_v", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_out.0", WF_TP_ROWWISE },
-        { "transformer_blocks.*.attn.add_q_proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.add_k_proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.add_v_proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_add_out", WF_TP_ROWWISE },
-        { "transformer_blocks.*.ff.net.0.proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.ff.net.2", WF_TP_ROWWISE },
-        { "transformer_blocks.*.ff_context.net.0.proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.ff_context.net.2", WF_TP_ROWWISE },
-        { "single_transformer_blocks.*.attn.to_q", WF_TP_COLWISE },
-        { "single_transformer_blocks.*.attn.to_k", WF_TP_COLWISE },
-        { "single_transformer_blocks.*.attn.to_v", WF_TP_COLWISE },
-        { "single_transformer_blocks.*.proj_mlp", WF_TP_COLWISE },
-        /* input is cat([attn (dim), mlp (4 * dim)]): each part split */
-        { "single_transformer_blocks.*.proj_out", WF_TP_PACKED_ROWWISE },
-    };
-    memset(ret, 0, sizeof *ret);
-    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
-        wf_tp_rule_t *r = &ret->rules[ret->n++];
-        snprintf(r->glob, sizeof r->glob, "%s", rules[i].glob);
-        r->style = rules[i].style;
-        if (style_packed(r->style)) {
-            r->n_blocks = 2;
-            r->blocks[0] = 1;
-            r->blocks[1] = 4;   /* mlp_hidden_dim = 4 * dim */
-        }
-    }
 }
 
 int wf_tp_plan_find(const wf_tp_plan_t *plan, const char *name)

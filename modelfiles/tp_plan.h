@@ -52,15 +52,6 @@ bool wf_tp_glob_match(const char *glob, const char *name);
  * WF_E_BAD_FIELD with a message naming the rule. */
 wf_status_t wf_tp_plan_check(const wf_tp_plan_t *plan, char *err, size_t err_len);
 
-/* The default plan of diffusers' FluxTransformer2DModel (the reference's
- * example): attention to_q / to_k / to_v and add_q_proj / add_k_proj /
- * add_v_proj colwise; to_out.0 and to_add_out rowwise; ff.net.0.proj and
- * ff_context.net.0.proj colwise, ff.net.2 and ff_context.net.2 rowwise;
- * single blocks: attn.to_q / to_k / to_v and proj_mlp colwise, proj_out
- * packed_rowwise with blocks {1, 4} ([dim, mlp_hidden]). Everything else
- * (embedders, AdaLN linears, norms, proj_out of the model) replicated. */
-void wf_tp_plan_flux_default(wf_tp_plan_t *ret);
-
 /* The rule index matching module `name`, -1 when none. When several
  * match, the first. */
 int wf_tp_plan_find(const wf_tp_plan_t *plan, const char *name);

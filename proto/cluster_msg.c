@@ -196,8 +196,12 @@ static const field_t mres_fields[] = {
     STR("error", wf_cmsg_mres_t, err, 0, F_OMIT),
 };
 
-#define FDIM(k, m) TYPED(k, wf_cfjob_t, m, K_DIM)
-#define FDT(k, m) TYPED(k, wf_cfjob_t, m, K_DTYPE)
+/* One input of an fjob: name, dtype, dims (absent: "", f32, 0). */
+#define FT_DIM(i, j) { "t" #i "s" #j, offsetof(wf_cfjob_t, t[i].shape[j]), K_DIM, F_OMIT, 0, 0 }
+#define FT(i) \
+    { "t" #i, offsetof(wf_cfjob_t, t[i].name), K_STR, F_OMIT | F_NAME, 0, WF_SCHEMA_NAME_MAX }, \
+    { "t" #i "d", offsetof(wf_cfjob_t, t[i].dt), K_DTYPE, F_OMIT, 0, 0 }, \
+    FT_DIM(i, 0), FT_DIM(i, 1), FT_DIM(i, 2), FT_DIM(i, 3), FT_DIM(i, 4), FT_DIM(i, 5)
 static const field_t fjob_fields[] = {
     U64("seq", wf_cfjob_t, seq),
     U64("epoch", wf_cfjob_t, epoch),
@@ -205,14 +209,48 @@ static const field_t fjob_fields[] = {
     U32("base", wf_cfjob_t, base, 0, WF_CMSG_MAX_DEVICES),
     U32("g", wf_cfjob_t, g, 1, WF_CMSG_MAX_DEVICES),
     { "lid", offsetof(wf_cfjob_t, lid), K_U64, 0, 1, UINT64_MAX },
-    FDIM("B", B), FDIM("Si", Si), FDIM("St", St), FDIM("Ch", Ch), FDIM("Ce", Ce),
-    FDIM("Cp", Cp), FDIM("Ai", Ai), FDIM("At", At),
-    FDT("hdt", hdt), FDT("edt", edt), FDT("pdt", pdt), FDT("tdt", tdt),
-    FDT("idt", idt), FDT("xdt", xdt), FDT("odt", odt),
-    { "guid", offsetof(wf_cfjob_t, guid), K_BOOL, F_OMIT, 0, 0 },
-    { "gdt", offsetof(wf_cfjob_t, gdt), K_DTYPE, F_OMIT, 0, 0 },
+    FT(0), FT(1), FT(2), FT(3), FT(4), FT(5), FT(6), FT(7),
+    TYPED("odt", wf_cfjob_t, odt, K_DTYPE),
     { "fp8", offsetof(wf_cfjob_t, fp8), K_BOOL, F_OMIT, 0, 0 },
 };
+_Static_assert(WF_CFJOB_MAX_TENSORS == 8 && WF_CFJOB_MAX_RANK == 6,
+               "fjob_fields lists 8 inputs of 6 dims");
+
+/* The inputs are t0.. without a gap, at least one, each with dims 0..
+ * without a gap and at least one; nothing past them. */
+static wf_status_t fjob_check(const void *body, char *err, size_t err_len)
+{
+    const wf_cfjob_t *d = body;
+    bool end = false;
+    for (int i = 0; i < WF_CFJOB_MAX_TENSORS; i++) {
+        const wf_cfjob_tensor_t *t = &d->t[i];
+        bool any = t->name[0] || t->dt;
+        for (int j = 0; j < WF_CFJOB_MAX_RANK; j++)
+            any |= t->shape[j] != 0;
+        if (end && any)
+            return wf_errf_status(WF_E_BAD_FIELD, err, err_len, "fjob: input %d "
+                                  "after the last one", i);
+        if (!t->name[0]) {
+            if (i == 0)
+                return wf_errf_status(WF_E_BAD_FIELD, err, err_len, "fjob: no inputs");
+            end = true;
+            continue;
+        }
+        bool dims_end = false;
+        for (int j = 0; j < WF_CFJOB_MAX_RANK; j++) {
+            if (t->shape[j] == 0)
+                dims_end = true;
+            else if (dims_end)
+                return wf_errf_status(WF_E_BAD_SHAPE, err, err_len, "fjob: input %d "
+                                      "has a gap in its dims", i);
+        }
+        if (t->shape[0] == 0)
+            return wf_errf_status(WF_E_BAD_SHAPE, err, err_len, "fjob: input %d has "
+                                  "no dims", i);
+    }
+    return WF_OK;
+}
+
 
 wf_status_t wf_cmsg_check_data(const char *data, uint32_t ranks, const char *key,
                                char *err, size_t err_len)
@@ -393,7 +431,7 @@ static const spec_t specs[] = {
     SPEC(WF_CMSG_MDROP, "mdrop", mstep_fields, NULL, false),
     SPEC(WF_CMSG_MREAD, "mread", mres_fields, NULL, false),
     SPEC(WF_CMSG_MREADY, "mready", mres_fields, NULL, false),
-    SPEC(WF_CMSG_FJOB, "fjob", fjob_fields, NULL, false),
+    SPEC(WF_CMSG_FJOB, "fjob", fjob_fields, fjob_check, false),
 };
 
 /* The key of the message's "t", the only one outside the tables. */

@@ -36,7 +36,7 @@
                                         (WF_SETTINGS_MAX_DEVICES, WF_DJOB_MAX_WORLD) */
 #define WF_CMSG_WORLD_ID_MAX 40      /* world id (32 hex digits), with the NUL */
 #define WF_CMSG_MESH_MAX 65536       /* a mesh degree (WF_MESH_MAX_WORLD) */
-#define WF_CMSG_XFER_MAX_FRAMES 7    /* tensor frames behind a channel header
+#define WF_CMSG_XFER_MAX_FRAMES 8    /* tensor frames behind a channel header
                                         (a forward's inputs) */
 #define WF_CMSG_NCCL_ID_BYTES 128    /* an ncclUniqueId (NCCL_UNIQUE_ID_BYTES,
                                         daemon/comm/comm_nccl.h WF_NCCL_ID_BYTES) */
@@ -243,11 +243,17 @@ typedef struct wf_cmsg_mres {
 /* fjob: the descriptor of a forward job's part (a resident model's),
  * coordinator to every member holding ranks of it; answered like "job"
  * ("done", or the outputs on the tensor channel from the roots' node).
- * The inputs, in this order (weft.h wf_flux_inputs_t): hidden_states
- * (B, Si, Ch), encoder_hidden_states (B, St, Ce), pooled_projections
- * (B, Cp), timestep (B), img_ids (Si, Ai), txt_ids (St, At) and, with
- * guid, guidance (B). The member checks them against its copy of the
- * model (the coordinator's checks are the same). */
+ * Its inputs are the request's tensors in request order: each one's name,
+ * dtype and shape ("t<i>", "t<i>d", "t<i>s<j>"); the tensor channel
+ * carries their frames in the same order. The member binds them to its
+ * copy of the model's schema (the coordinator's checks are the same). */
+#define WF_CFJOB_MAX_TENSORS 8           /* inputs of a forward in a cluster */
+#define WF_CFJOB_MAX_RANK 6              /* their rank */
+typedef struct wf_cfjob_tensor {
+    char name[WF_SCHEMA_NAME_MAX];   /* "" past the last input */
+    wf_dtype_t dt;
+    int64_t shape[WF_CFJOB_MAX_RANK]; /* 1..INT32_MAX each, then 0s (the rank) */
+} wf_cfjob_tensor_t;
 typedef struct wf_cfjob {
     uint64_t seq;                    /* "seq": global sequence number */
     uint64_t epoch;                  /* "epoch": mesh epoch */
@@ -255,11 +261,8 @@ typedef struct wf_cfjob {
     uint32_t base;                   /* "base": world rank of job rank 0 */
     uint32_t g;                      /* "g": ranks of the job, 1..WF_CMSG_MAX_DEVICES */
     uint64_t lid;                    /* "lid": the model (mload's lid) */
-    int64_t B, Si, St, Ch, Ce, Cp, Ai, At; /* "B" .. "At": 1..INT32_MAX */
-    wf_dtype_t hdt, edt, pdt, tdt, idt, xdt, gdt, odt; /* "hdt" .. "odt":
-                                        the inputs' dtypes in the order
-                                        above, the output's */
-    bool guid;                       /* "guid": guidance is an input */
+    wf_cfjob_tensor_t t[WF_CFJOB_MAX_TENSORS];
+    wf_dtype_t odt;                  /* "odt": the outputs' dtype */
     bool fp8;                        /* "fp8": precision fp8 (key absent when false) */
 } wf_cfjob_t;
 

@@ -651,22 +651,12 @@ static wf_status_t decode_unload_model(dec_t *d, const msgpack_object *args,
     return no_tensors(d, req);
 }
 
-/* The inputs of a FLUX forward, in wf_flux_inputs_t's order, with their
- * ranks and (for messages) their dims. */
-enum { FWD_HS, FWD_EHS, FWD_POOLED, FWD_T, FWD_IMG, FWD_TXT, FWD_GUIDANCE, FWD_N };
-static const char *const fwd_names[FWD_N] = {
-    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
-    "img_ids", "txt_ids", "guidance"
-};
-static const int fwd_ranks[FWD_N] = { 3, 3, 2, 1, 2, 2, 1 };
-static const char *const fwd_dims[FWD_N] = {
-    "(B, S_img, in_channels)", "(B, S_txt, joint_attention_dim)",
-    "(B, pooled_projection_dim)", "(B)", "(S_img, n_axes)", "(S_txt, n_axes)", "(B)"
-};
-
+/* forward: {"model", "out_dtype"?, "deadline_ms"?, "precision"?}; its
+ * tensors are the model's inputs by name, which only the daemon knows
+ * (wf_schema_bind against the model's schema): here only that there is
+ * at least one (names are unique in every message). */
 static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_request_t *req)
 {
-    char q[WF_QUOTE_MAX];
     static const char *const names[] = { "model", "out_dtype", "deadline_ms", "precision" };
     const msgpack_object *f[4] = { NULL, NULL, NULL, NULL };
     wf_forward_args_t *a = &req->args.forward;
@@ -690,57 +680,9 @@ static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_reque
                                excerpt(f[1], buf));
         a->has_out_dtype = true;
     }
-
-    int idx[FWD_N];
-    for (int i = 0; i < FWD_N; i++) {
-        idx[i] = find_tensor(req, fwd_names[i]);
-        if (idx[i] < 0 && i != FWD_GUIDANCE)
-            return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors: no tensor named \"%s\"", fwd_names[i]);
-    }
-    for (uint32_t t = 0; t < req->n_tensors; t++) {
-        int i = 0;
-        while (i < FWD_N && idx[i] != (int)t)
-            i++;
-        if (i == FWD_N)
-            return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
-                               "tensors[%u]: unexpected tensor \"%s\" (forward takes "
-                               "hidden_states, encoder_hidden_states, pooled_projections, "
-                               "timestep, img_ids, txt_ids, guidance)", t, wf_quote(q, req->tensors[t].name));
-    }
-    for (int i = 0; i < FWD_N; i++)
-        if (idx[i] >= 0 && req->tensors[idx[i]].rank != fwd_ranks[i])
-            return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "%s: rank must be %d %s, got %d", fwd_names[i],
-                               fwd_ranks[i], fwd_dims[i], req->tensors[idx[i]].rank);
-    const wf_tensor_desc_t *hs = &req->tensors[idx[FWD_HS]];
-    const wf_tensor_desc_t *ehs = &req->tensors[idx[FWD_EHS]];
-    const wf_tensor_desc_t *img = &req->tensors[idx[FWD_IMG]];
-    const wf_tensor_desc_t *txt = &req->tensors[idx[FWD_TXT]];
-    static const int batched[] = { FWD_EHS, FWD_POOLED, FWD_T, FWD_GUIDANCE };
-    for (size_t j = 0; j < sizeof(batched) / sizeof(batched[0]); j++) {
-        int i = batched[j];
-        if (idx[i] >= 0 && req->tensors[idx[i]].shape[0] != hs->shape[0])
-            return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
-                               "batch of %s (%lld) and hidden_states (%lld) differ", fwd_names[i],
-                               (long long)req->tensors[idx[i]].shape[0], (long long)hs->shape[0]);
-    }
-    if (img->shape[0] != hs->shape[1])
-        return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
-                           "img_ids has %lld rows, hidden_states %lld tokens (S_img)",
-                           (long long)img->shape[0], (long long)hs->shape[1]);
-    if (txt->shape[0] != ehs->shape[1])
-        return wf_errf_buf(d, WF_E_BAD_ARGUMENT,
-                           "txt_ids has %lld rows, encoder_hidden_states %lld tokens (S_txt)",
-                           (long long)txt->shape[0], (long long)ehs->shape[1]);
-    if (img->shape[1] != txt->shape[1])
-        return wf_errf_buf(d, WF_E_BAD_ARGUMENT, "img_ids has %lld axes, txt_ids %lld (n_axes)",
-                           (long long)img->shape[1], (long long)txt->shape[1]);
-    a->hidden_states = idx[FWD_HS];
-    a->encoder_hidden_states = idx[FWD_EHS];
-    a->pooled_projections = idx[FWD_POOLED];
-    a->timestep = idx[FWD_T];
-    a->img_ids = idx[FWD_IMG];
-    a->txt_ids = idx[FWD_TXT];
-    a->guidance = idx[FWD_GUIDANCE];
+    if (req->n_tensors == 0)
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors: a forward carries the model's "
+                           "inputs, got none");
     return WF_OK;
 }
 
@@ -780,14 +722,15 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     /* the version comes before anything else: a future client must learn
      * that it speaks another version, not that a field is wrong */
     if (!(x = map_get(o, "v")))
-        return wf_errf_buf(d, WF_E_VERSION, "v: missing (protocol version, must be %d)",
-                           WF_PROTOCOL_VERSION);
+        return wf_errf_buf(d, WF_E_VERSION, "v: missing (protocol version, must be %d or %d)",
+                           WF_PROTOCOL_VERSION_MIN, WF_PROTOCOL_VERSION);
     if (!as_uint(x, &u))
         return wf_errf_buf(d, WF_E_VERSION, "v: must be an unsigned integer, got %s", type_name(x));
-    if (u != WF_PROTOCOL_VERSION)
+    if (u < WF_PROTOCOL_VERSION_MIN || u > WF_PROTOCOL_VERSION)
         return wf_errf_buf(d, WF_E_VERSION,
-                           "v: protocol version %llu not supported (this side speaks %d)",
-                           (unsigned long long)u, WF_PROTOCOL_VERSION);
+                           "v: protocol version %llu not supported (this side speaks %d..%d)",
+                           (unsigned long long)u, WF_PROTOCOL_VERSION_MIN,
+                           WF_PROTOCOL_VERSION);
     req->version = (uint32_t)u;
 
     if ((rc = map_fields(d, o, "header", names, 5, f)) != WF_OK)
@@ -1182,43 +1125,123 @@ static wf_status_t decode_status_result(dec_t *d, const msgpack_object *r,
     return WF_OK;
 }
 
-/* MODEL's optional "config" map (PROTOCOL.md 12.5); present = 1 when
- * it is there. */
+/* A str of at most cap - 1 bytes into out. */
+static wf_status_t take_name(dec_t *d, const msgpack_object *x, const char *path,
+                             char *out, size_t cap)
+{
+    if (!x || x->type != MSGPACK_OBJECT_STR || x->via.str.size == 0 ||
+        x->via.str.size >= cap)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s: must be a str of 1..%zu bytes", path,
+                           cap - 1);
+    memcpy(out, x->via.str.ptr, x->via.str.size);
+    out[x->via.str.size] = '\0';
+    return WF_OK;
+}
+
+/* MODEL's optional "config" map (PROTOCOL.md 12.5): key -> uint, bool or
+ * array of uints; present = 1 when it is there. */
 static wf_status_t decode_model_config(dec_t *d, const msgpack_object *m, const char *path,
                                        wf_model_config_t *c)
 {
     const msgpack_object *x = map_get(m, "config");
     if (!x)
         return WF_OK;
-    if (x->type != MSGPACK_OBJECT_MAP)
-        return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config: must be a map, got %s", path,
-                           type_name(x));
-    static const char *const names[] = { "patch_size", "in_channels", "out_channels",
-                                         "num_layers", "num_single_layers",
-                                         "attention_head_dim", "num_attention_heads",
-                                         "joint_attention_dim", "pooled_projection_dim" };
-    uint32_t *fields[] = { &c->patch_size, &c->in_channels, &c->out_channels,
-                           &c->num_layers, &c->num_single_layers, &c->attention_head_dim,
-                           &c->num_attention_heads, &c->joint_attention_dim,
-                           &c->pooled_projection_dim };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        TRY(opt_u32(d, x, "config", names[i], fields[i]));
-    TRY(opt_flag_u32(d, x, "config", "guidance_embeds", &c->guidance_embeds));
-    const msgpack_object *a = map_get(x, "axes_dims_rope");
-    if (a) {
-        if (a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size > WF_MODEL_MAX_AXES)
-            return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config.axes_dims_rope: must be an array "
-                               "of at most %d uints", path, WF_MODEL_MAX_AXES);
-        for (uint32_t i = 0; i < a->via.array.size; i++) {
-            uint64_t u;
-            if (!as_uint(&a->via.array.ptr[i], &u) || u > UINT32_MAX)
-                return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config.axes_dims_rope[%u]: must be "
-                                   "a uint below 2^32", path, i);
-            c->axes_dims_rope[i] = (uint32_t)u;
+    if (x->type != MSGPACK_OBJECT_MAP || x->via.map.size > WF_MODEL_CONFIG_MAX)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config: must be a map of at most %d "
+                           "entries", path, WF_MODEL_CONFIG_MAX);
+    for (uint32_t i = 0; i < x->via.map.size; i++) {
+        const msgpack_object *k = &x->via.map.ptr[i].key, *v = &x->via.map.ptr[i].val;
+        wf_model_config_entry_t *e = &c->e[i];
+        TRY(take_name(d, k, "config key", e->key, sizeof e->key));
+        uint64_t u;
+        if (v->type == MSGPACK_OBJECT_BOOLEAN) {
+            e->kind = WF_CONFIG_FLAG;
+            e->n = 1;
+            e->v[0] = v->via.boolean;
+        } else if (as_uint(v, &u) && u <= INT64_MAX) {
+            e->kind = WF_CONFIG_INT;
+            e->n = 1;
+            e->v[0] = (int64_t)u;
+        } else if (v->type == MSGPACK_OBJECT_ARRAY &&
+                   v->via.array.size <= WF_MODEL_CONFIG_VALUES) {
+            e->kind = WF_CONFIG_LIST;
+            e->n = v->via.array.size;
+            for (uint32_t j = 0; j < e->n; j++) {
+                if (!as_uint(&v->via.array.ptr[j], &u) || u > INT64_MAX)
+                    return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config.%s[%u]: must be a "
+                                       "uint", path, e->key, j);
+                e->v[j] = (int64_t)u;
+            }
+        } else {
+            return wf_errf_buf(d, WF_E_PROTOCOL, "%s.config.%s: must be a uint, a bool or "
+                               "an array of at most %d uints", path, e->key,
+                               WF_MODEL_CONFIG_VALUES);
         }
-        c->n_axes = a->via.array.size;
     }
+    c->n = x->via.map.size;
     c->present = 1;
+    return WF_OK;
+}
+
+/* One tensor of a schema: {"name", "dtypes": [str], "optional": bool,
+ * "shape": [uint (fixed) | str (named size)], "dims": [str]}. */
+static wf_status_t decode_schema_tensor(dec_t *d, const msgpack_object *x,
+                                        wf_schema_tensor_t *t)
+{
+    if (x->type != MSGPACK_OBJECT_MAP)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "schema tensor: must be a map");
+    TRY(take_name(d, map_get(x, "name"), "schema name", t->name, sizeof t->name));
+    TRY(opt_flag_u32(d, x, "schema", "optional", &t->optional));
+    const msgpack_object *dt = map_get(x, "dtypes");
+    if (!dt || dt->type != MSGPACK_OBJECT_ARRAY)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "schema %s.dtypes: must be an array", t->name);
+    for (uint32_t j = 0; j < dt->via.array.size; j++) {
+        const msgpack_object *o = &dt->via.array.ptr[j];
+        wf_dtype_t v;
+        if (o->type == MSGPACK_OBJECT_STR && wf_dtype_parse(o->via.str.ptr, o->via.str.size, &v))
+            t->dtypes |= 1u << v;       /* dtypes this side does not know: skipped */
+    }
+    const msgpack_object *sh = map_get(x, "shape"), *dm = map_get(x, "dims");
+    if (!sh || sh->type != MSGPACK_OBJECT_ARRAY || sh->via.array.size < 1 ||
+        sh->via.array.size > WF_MAX_RANK)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "schema %s.shape: must be an array of 1..%d",
+                           t->name, WF_MAX_RANK);
+    t->rank = sh->via.array.size;
+    for (uint32_t j = 0; j < t->rank; j++) {
+        const msgpack_object *o = &sh->via.array.ptr[j];
+        uint64_t u;
+        if (as_uint(o, &u) && u > 0 && u <= INT64_MAX)
+            t->dim[j].size = (int64_t)u;
+        else
+            TRY(take_name(d, o, "schema shape", t->dim[j].sym, sizeof t->dim[j].sym));
+        if (t->dim[j].size > 0 && dm && dm->type == MSGPACK_OBJECT_ARRAY &&
+            j < dm->via.array.size)
+            TRY(take_name(d, &dm->via.array.ptr[j], "schema dims", t->dim[j].sym,
+                          sizeof t->dim[j].sym));
+    }
+    return WF_OK;
+}
+
+/* MODEL's optional "schema": {"inputs": [T], "outputs": [T]}. */
+static wf_status_t decode_model_schema(dec_t *d, const msgpack_object *m, const char *path,
+                                       wf_model_schema_t *s)
+{
+    const msgpack_object *x = map_get(m, "schema");
+    if (!x)
+        return WF_OK;
+    const msgpack_object *in = x->type == MSGPACK_OBJECT_MAP ? map_get(x, "inputs") : NULL;
+    const msgpack_object *out = x->type == MSGPACK_OBJECT_MAP ? map_get(x, "outputs") : NULL;
+    if (!in || !out || in->type != MSGPACK_OBJECT_ARRAY || out->type != MSGPACK_OBJECT_ARRAY ||
+        in->via.array.size > WF_SCHEMA_MAX_INPUTS || out->via.array.size > WF_SCHEMA_MAX_OUTPUTS)
+        return wf_errf_buf(d, WF_E_PROTOCOL, "%s.schema: must be {inputs: [at most %d], "
+                           "outputs: [at most %d]}", path, WF_SCHEMA_MAX_INPUTS,
+                           WF_SCHEMA_MAX_OUTPUTS);
+    for (uint32_t i = 0; i < in->via.array.size; i++)
+        TRY(decode_schema_tensor(d, &in->via.array.ptr[i], &s->inputs[i]));
+    for (uint32_t i = 0; i < out->via.array.size; i++)
+        TRY(decode_schema_tensor(d, &out->via.array.ptr[i], &s->outputs[i]));
+    s->n_inputs = in->via.array.size;
+    s->n_outputs = out->via.array.size;
     return WF_OK;
 }
 
@@ -1246,6 +1269,7 @@ static wf_status_t decode_model_info(dec_t *d, const msgpack_object *m, const ch
     TRY(opt_flag_u32(d, m, path, "host_pinned", &mi->host_pinned));
     TRY(opt_str(d, m, path, "nodes", mi->nodes, sizeof(mi->nodes)));
     TRY(decode_model_config(d, m, path, &mi->config));
+    TRY(decode_model_schema(d, m, path, &mi->schema));
     return WF_OK;
 }
 
@@ -1286,9 +1310,10 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
         rep->op = wf_op_echo(u);
     if (!(x = map_get(o, "v")) || !as_uint(x, &u))
         return wf_errf_buf(d, WF_E_PROTOCOL, "reply: v missing or not an unsigned integer");
-    if (u != WF_PROTOCOL_VERSION)
-        return wf_errf_buf(d, WF_E_VERSION, "reply: protocol version %llu, this side speaks %d",
-                           (unsigned long long)u, WF_PROTOCOL_VERSION);
+    if (u < WF_PROTOCOL_VERSION_MIN || u > WF_PROTOCOL_VERSION)
+        return wf_errf_buf(d, WF_E_VERSION, "reply: protocol version %llu, this side "
+                           "speaks %d..%d", (unsigned long long)u, WF_PROTOCOL_VERSION_MIN,
+                           WF_PROTOCOL_VERSION);
     rep->version = (uint32_t)u;
     static const char *const req_names[] = { "id", "op", "status" };
     for (int i = 0; i < 3; i++)

@@ -484,26 +484,72 @@ static void put_status(enc_t *e, const wf_status_info_t *s)
     }
 }
 
-/* MODEL's "config" (section 12.5): diffusers' names. */
+/* MODEL's "config" (section 12.5): diffusers' names, in the family's
+ * order; an int, a flag (bool) or a list. */
 static void put_model_config(enc_t *e, const wf_model_config_t *c)
 {
+    uint32_t n = c->n <= WF_MODEL_CONFIG_MAX ? c->n : WF_MODEL_CONFIG_MAX;
     put_str(e, "config");
-    e->failed |= msgpack_pack_map(&e->pk, 11);
-    put_key_uint(e, "patch_size", c->patch_size);
-    put_key_uint(e, "in_channels", c->in_channels);
-    put_key_uint(e, "out_channels", c->out_channels);
-    put_key_uint(e, "num_layers", c->num_layers);
-    put_key_uint(e, "num_single_layers", c->num_single_layers);
-    put_key_uint(e, "attention_head_dim", c->attention_head_dim);
-    put_key_uint(e, "num_attention_heads", c->num_attention_heads);
-    put_key_uint(e, "joint_attention_dim", c->joint_attention_dim);
-    put_key_uint(e, "pooled_projection_dim", c->pooled_projection_dim);
-    put_key_bool(e, "guidance_embeds", c->guidance_embeds != 0);
-    put_str(e, "axes_dims_rope");
-    uint32_t n = c->n_axes <= WF_MODEL_MAX_AXES ? c->n_axes : WF_MODEL_MAX_AXES;
-    e->failed |= msgpack_pack_array(&e->pk, n);
-    for (uint32_t i = 0; i < n; i++)
-        e->failed |= msgpack_pack_uint32(&e->pk, c->axes_dims_rope[i]);
+    e->failed |= msgpack_pack_map(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const wf_model_config_entry_t *x = &c->e[i];
+        put_str(e, x->key);
+        if (x->kind == WF_CONFIG_FLAG) {
+            e->failed |= x->v[0] ? msgpack_pack_true(&e->pk) : msgpack_pack_false(&e->pk);
+        } else if (x->kind == WF_CONFIG_LIST) {
+            uint32_t m = x->n <= WF_MODEL_CONFIG_VALUES ? x->n : WF_MODEL_CONFIG_VALUES;
+            e->failed |= msgpack_pack_array(&e->pk, m);
+            for (uint32_t j = 0; j < m; j++)
+                e->failed |= msgpack_pack_uint64(&e->pk, (uint64_t)x->v[j]);
+        } else {
+            e->failed |= msgpack_pack_uint64(&e->pk, (uint64_t)x->v[0]);
+        }
+    }
+}
+
+static void put_schema_tensor(enc_t *e, const wf_schema_tensor_t *t)
+{
+    e->failed |= msgpack_pack_map(&e->pk, 5);
+    put_key_fixstr(e, "name", t->name, sizeof t->name);
+    put_key_bool(e, "optional", t->optional != 0);
+    put_str(e, "dtypes");
+    uint32_t nd = 0;
+    for (int k = 0; k < 32; k++)
+        nd += (t->dtypes >> k & 1u) && wf_dtype_name((wf_dtype_t)k);
+    e->failed |= msgpack_pack_array(&e->pk, nd);
+    for (int k = 0; k < 32; k++)
+        if ((t->dtypes >> k & 1u) && wf_dtype_name((wf_dtype_t)k))
+            put_str(e, wf_dtype_name((wf_dtype_t)k));
+    uint32_t r = t->rank <= WF_MAX_RANK ? t->rank : WF_MAX_RANK;
+    put_str(e, "shape");
+    e->failed |= msgpack_pack_array(&e->pk, r);
+    for (uint32_t j = 0; j < r; j++) {
+        if (t->dim[j].size > 0)
+            e->failed |= msgpack_pack_uint64(&e->pk, (uint64_t)t->dim[j].size);
+        else
+            put_str(e, t->dim[j].sym);
+    }
+    put_str(e, "dims");
+    e->failed |= msgpack_pack_array(&e->pk, r);
+    for (uint32_t j = 0; j < r; j++)
+        put_str(e, t->dim[j].sym);
+}
+
+/* MODEL's "schema" (section 12.5): the forward's inputs and outputs. */
+static void put_model_schema(enc_t *e, const wf_model_schema_t *s)
+{
+    uint32_t ni = s->n_inputs <= WF_SCHEMA_MAX_INPUTS ? s->n_inputs : WF_SCHEMA_MAX_INPUTS;
+    uint32_t no = s->n_outputs <= WF_SCHEMA_MAX_OUTPUTS ? s->n_outputs : WF_SCHEMA_MAX_OUTPUTS;
+    put_str(e, "schema");
+    e->failed |= msgpack_pack_map(&e->pk, 2);
+    put_str(e, "inputs");
+    e->failed |= msgpack_pack_array(&e->pk, ni);
+    for (uint32_t i = 0; i < ni; i++)
+        put_schema_tensor(e, &s->inputs[i]);
+    put_str(e, "outputs");
+    e->failed |= msgpack_pack_array(&e->pk, no);
+    for (uint32_t i = 0; i < no; i++)
+        put_schema_tensor(e, &s->outputs[i]);
 }
 
 /* MODEL (section 12.5): every field of wf_model_info_t under its name. */
@@ -512,7 +558,7 @@ static void put_model(enc_t *e, const wf_model_info_t *m)
     /* "nodes" only in a cluster (a single node's MODEL has no such key);
      * "config" once the daemon checked it */
     bool nodes = m->nodes[0] != '\0', config = m->config.present != 0;
-    e->failed |= msgpack_pack_map(&e->pk, 16 + nodes + config);
+    e->failed |= msgpack_pack_map(&e->pk, 16 + nodes + 2 * config);
     put_key_fixstr(e, "name", m->name, sizeof(m->name));
     put_key_fixstr(e, "path", m->path, sizeof(m->path));
     put_key_fixstr(e, "family", m->family, sizeof(m->family));
@@ -531,8 +577,10 @@ static void put_model(enc_t *e, const wf_model_info_t *m)
     put_key_bool(e, "host_pinned", m->host_pinned != 0);
     if (nodes)
         put_key_fixstr(e, "nodes", m->nodes, sizeof(m->nodes));
-    if (config)
+    if (config) {
         put_model_config(e, &m->config);
+        put_model_schema(e, &m->schema);
+    }
 }
 
 wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)

@@ -121,17 +121,14 @@ typedef struct wf_unload_model_args {
     char name[WF_MODEL_NAME_MAX];
 } wf_unload_model_args_t;
 
-/* Arguments of forward: {"model": str}, tensors named hidden_states,
- * encoder_hidden_states, pooled_projections, timestep, img_ids, txt_ids
- * and optionally guidance (no others; each at most once), with the ranks
- * of weft.h's wf_flux_inputs_t (3, 3, 2, 1, 2, 2, 1) and consistent B /
- * S_img / S_txt / n_axes; "out_dtype"?: dtype name (default: the dtype of
- * hidden_states). Checks against the model's config are the daemon's.
- * Indices into wf_request_t.tensors; guidance -1 when absent. */
+/* Arguments of forward: {"model": str}, "out_dtype"?: dtype name
+ * (default: the dtype of the model's first input), "deadline_ms"?,
+ * "precision"?; tensors: the model's inputs by name (its schema,
+ * list_models; each at most once). The decoder checks only what needs no
+ * model; the daemon binds the tensors to the model's schema
+ * (wf_schema_bind). */
 typedef struct wf_forward_args {
     char model[WF_MODEL_NAME_MAX];
-    int hidden_states, encoder_hidden_states, pooled_projections, timestep,
-        img_ids, txt_ids, guidance;
     bool has_out_dtype;
     wf_dtype_t out_dtype;
     uint32_t deadline_ms;      /* "deadline_ms": ms from receipt; 0 / absent = none */
@@ -333,6 +330,37 @@ bool wf_dtype_parse(const char *name, size_t len, wf_dtype_t *ret_dtype);
 /* Fill d->numel and d->nbytes from dtype and shape; WF_E_BAD_SHAPE when a
  * dim <= 0, rank out of range or the product overflows uint64 / int64. */
 wf_status_t wf_tensor_desc_finish(wf_tensor_desc_t *d);
+
+/* A forward's tensors bound to a model's schema: for each schema input
+ * the index of its tensor in the request (-1: an optional input absent),
+ * and each named size with its value and the input that gave it. */
+#define WF_SCHEMA_MAX_SYMS 16
+typedef struct wf_schema_binding {
+    int in[WF_SCHEMA_MAX_INPUTS];
+    uint32_t n_syms;
+    char sym[WF_SCHEMA_MAX_SYMS][WF_SCHEMA_NAME_MAX];
+    char who[WF_SCHEMA_MAX_SYMS][WF_SCHEMA_NAME_MAX];
+    int64_t val[WF_SCHEMA_MAX_SYMS];
+} wf_schema_binding_t;
+
+/* Bind tensors t[0..n) to schema s of model `model` (for messages):
+ * every tensor is an input of s, every input that is not optional is
+ * there, with an accepted dtype, its rank, its fixed sizes, and named
+ * sizes that agree across tensors. WF_E_BAD_FIELD (a required input
+ * missing), WF_E_BAD_DTYPE, WF_E_BAD_ARGUMENT, each with a message. */
+wf_status_t wf_schema_bind(const wf_model_schema_t *s, const char *model,
+                           const wf_tensor_desc_t *t, uint32_t n,
+                           wf_schema_binding_t *b, char *err, size_t err_len);
+
+/* The value of named size `sym` in b, or -1. */
+int64_t wf_schema_sym(const wf_schema_binding_t *b, const char *sym);
+
+/* The descriptor of output i of s under binding b, in `dtype`, as frame
+ * `frame` of the reply. */
+wf_status_t wf_schema_output(const wf_model_schema_t *s, uint32_t i,
+                             const wf_schema_binding_t *b, wf_dtype_t dtype,
+                             uint32_t frame, wf_tensor_desc_t *out, char *err,
+                             size_t err_len);
 
 /* --- control messages between daemons (proto/ctl.c) -----------------
  * weftd's cluster control plane (daemon/cluster/, PROTOCOL.md section 11)

@@ -37,14 +37,14 @@ typedef enum job_kind {
 
 /* An output tensor a job expects in its reply, and where its bytes go. */
 typedef struct job_output {
-    const char *name;            /* "out", "lse", "output" (static strings) */
+    char name[WF_PROTO_NAME_MAX]; /* "out", "lse", a forward output's name */
     wf_dtype_t dtype;            /* expected dtype */
     int rank;                    /* expected rank */
     int64_t shape[WF_MAX_RANK];  /* expected shape */
     void *dst;                   /* caller's buffer, exactly that many bytes */
 } job_output_t;
 
-#define JOB_MAX_OUTPUTS 2
+#define JOB_MAX_OUTPUTS WF_SCHEMA_MAX_OUTPUTS
 
 struct wf_job {
     wf_client_t *client;       /* connection that sent it */

@@ -105,17 +105,53 @@ wf_status_t wf_list_models(wf_client_t *client, wf_model_info_t *ret, size_t cap
     return WF_OK;
 }
 
-/* The inputs of a forward in wire order, with their ranks. */
-enum { FWD_HS, FWD_EHS, FWD_POOLED, FWD_T, FWD_IMG, FWD_TXT, FWD_GUIDANCE, FWD_N };
-static const char *const fwd_names[FWD_N] = {
-    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
-    "img_ids", "txt_ids", "guidance"
-};
-static const int fwd_ranks[FWD_N] = { 3, 3, 2, 1, 2, 2, 1 };
+/* The tensor `name` of a list, or NULL; dup: it appears twice. */
+static const wf_named_tensor_t *find_named(const wf_named_tensor_t *t, size_t n,
+                                           const char *name, size_t skip)
+{
+    for (size_t i = 0; i < n; i++)
+        if (i != skip && t[i].name && strcmp(t[i].name, name) == 0)
+            return &t[i];
+    return NULL;
+}
 
-wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
-                              const wf_flux_inputs_t *in, wf_tensor_t *output,
-                              const wf_forward_opts_t *opts, wf_job_t **ret_job)
+/* Names and descriptors of a forward's inputs or outputs: what the
+ * request can carry is checked here (a NULL, a name too long or twice,
+ * too many tensors); whether they fit the model is the daemon's to judge
+ * against its schema (list_models), with its code and message. */
+static wf_status_t check_named(wf_client_t *c, const char *what,
+                               const wf_named_tensor_t *t, size_t n, size_t max,
+                               size_t *bytes)
+{
+    if (n > 0 && !t)
+        return fail(c, WF_E_BAD_ARGUMENT, "%s is NULL with %zu tensors", what, n);
+    if (n > max)
+        return fail(c, WF_E_BAD_ARGUMENT, "%zu %s, at most %zu", n, what, max);
+    for (size_t i = 0; i < n; i++) {
+        if (!t[i].name || !t[i].name[0])
+            return fail(c, WF_E_BAD_ARGUMENT, "%s[%zu] has no name", what, i);
+        if (strnlen(t[i].name, WF_PROTO_NAME_MAX) >= WF_PROTO_NAME_MAX)
+            return fail(c, WF_E_BAD_ARGUMENT, "%s[%zu]: name longer than %d bytes",
+                        what, i, WF_PROTO_NAME_MAX - 1);
+        if (find_named(t, i, t[i].name, SIZE_MAX))
+            return fail(c, WF_E_BAD_ARGUMENT, "%s: \"%s\" appears twice", what,
+                        t[i].name);
+        const wf_tensor_t *x = t[i].tensor;
+        wf_status_t st = wfc_check_tensor(c, "forward", t[i].name, x,
+                                          x ? x->rank : 0, &bytes[i]);
+        if (st != WF_OK)
+            return st;
+        if (x->rank < 1 || x->rank > WF_MAX_RANK)
+            return fail(c, WF_E_BAD_ARGUMENT, "%s has rank %d (1..%d)", t[i].name,
+                        x->rank, WF_MAX_RANK);
+    }
+    return WF_OK;
+}
+
+wf_status_t wf_forward_named_submit(wf_client_t *client, const char *model,
+                                    const wf_named_tensor_t *inputs, size_t n_inputs,
+                                    const wf_named_tensor_t *outputs, size_t n_outputs,
+                                    const wf_forward_opts_t *opts, wf_job_t **ret_job)
 {
     if (!client)
         return WF_E_BAD_ARGUMENT;
@@ -126,46 +162,19 @@ wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
     wf_status_t st = check_str(c, "model", model, WF_MODEL_NAME_MAX);
     if (st != WF_OK)
         return st;
-    if (!in)
-        return fail(c, WF_E_BAD_ARGUMENT, "inputs are NULL");
-
-    /* Validate the tensors here, as the daemon's decoder will (and as
-     * attention does), so that a mistake costs no round trip and sends
-     * nothing; the model name is the daemon's to judge. */
-    const wf_tensor_t *t[FWD_N] = { in->hidden_states, in->encoder_hidden_states,
-                                    in->pooled_projections, in->timestep, in->img_ids,
-                                    in->txt_ids, in->guidance };
-    size_t bytes[FWD_N] = { 0 }, ob = 0;
-    int n = t[FWD_GUIDANCE] ? FWD_N : FWD_N - 1;
-    for (int i = 0; i < n; i++)
-        if ((st = wfc_check_tensor(c, "forward", fwd_names[i], t[i], fwd_ranks[i],
-                               &bytes[i])) != WF_OK)
-            return st;
-    if ((st = wfc_check_tensor(c, "forward", "output", output, 3, &ob)) != WF_OK)
+    size_t bytes[WF_PROTO_MAX_TENSORS] = { 0 }, obytes[JOB_MAX_OUTPUTS] = { 0 };
+    if ((st = check_named(c, "inputs", inputs, n_inputs, WF_PROTO_MAX_TENSORS,
+                          bytes)) != WF_OK ||
+        (st = check_named(c, "outputs", outputs, n_outputs, JOB_MAX_OUTPUTS,
+                          obytes)) != WF_OK)
         return st;
-    int64_t B = t[FWD_HS]->shape[0];
-    static const int batched[] = { FWD_EHS, FWD_POOLED, FWD_T, FWD_GUIDANCE };
-    for (size_t j = 0; j < sizeof batched / sizeof batched[0]; j++) {
-        int i = batched[j];
-        if (i < n && t[i]->shape[0] != B)
-            return fail(c, WF_E_BAD_ARGUMENT, "batch of %s (%lld) and hidden_states (%lld) "
-                        "differ", fwd_names[i], (long long)t[i]->shape[0], (long long)B);
-    }
-    if (t[FWD_IMG]->shape[0] != t[FWD_HS]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "img_ids has %lld rows, hidden_states %lld tokens",
-                    (long long)t[FWD_IMG]->shape[0], (long long)t[FWD_HS]->shape[1]);
-    if (t[FWD_TXT]->shape[0] != t[FWD_EHS]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "txt_ids has %lld rows, encoder_hidden_states "
-                    "%lld tokens", (long long)t[FWD_TXT]->shape[0],
-                    (long long)t[FWD_EHS]->shape[1]);
-    if (t[FWD_IMG]->shape[1] != t[FWD_TXT]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "img_ids has %lld axes, txt_ids %lld",
-                    (long long)t[FWD_IMG]->shape[1], (long long)t[FWD_TXT]->shape[1]);
-    if (output->shape[0] != B || output->shape[1] != t[FWD_HS]->shape[1])
-        return fail(c, WF_E_BAD_ARGUMENT, "output must be (B %lld, S_img %lld, C), got "
-                    "(%lld, %lld, %lld)", (long long)B, (long long)t[FWD_HS]->shape[1],
-                    (long long)output->shape[0], (long long)output->shape[1],
-                    (long long)output->shape[2]);
+    if (n_outputs == 0)
+        return fail(c, WF_E_BAD_ARGUMENT, "a forward needs an output buffer");
+    /* one out_dtype on the wire: every output comes converted to it */
+    for (size_t i = 1; i < n_outputs; i++)
+        if (outputs[i].tensor->dtype != outputs[0].tensor->dtype)
+            return fail(c, WF_E_BAD_ARGUMENT, "outputs %s and %s differ in dtype",
+                        outputs[0].name, outputs[i].name);
     /* last: it may ask the daemon (a hello) */
     if (opts && (st = wfc_check_precision(c, opts->precision)) != WF_OK)
         return st;
@@ -179,34 +188,33 @@ wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
     atomic_init(&job->frames_out, 0);
     job->status = WF_E_PENDING;
     job->result.status = WF_E_PENDING;
-    job->n_outputs = 1;
-    job->outputs[0] = (job_output_t){ .name = "output", .dtype = output->dtype,
-                                      .rank = 3, .dst = output->data };
-    memcpy(job->outputs[0].shape, output->shape, 3 * sizeof(int64_t));
+    job->n_outputs = (uint32_t)n_outputs;
+    for (size_t i = 0; i < n_outputs; i++) {
+        const wf_tensor_t *o = outputs[i].tensor;
+        job_output_t *x = &job->outputs[i];
+        snprintf(x->name, sizeof x->name, "%s", outputs[i].name);
+        x->dtype = o->dtype;
+        x->rank = o->rank;
+        x->dst = o->data;
+        memcpy(x->shape, o->shape, (size_t)o->rank * sizeof(int64_t));
+    }
 
     wf_request_t *req = wfc_request_begin(c, JOB_FORWARD);
     req->id = job->id;
-    req->n_tensors = (uint32_t)n;
-    void *data[FWD_N];
-    for (int i = 0; i < n; i++) {
-        wfc_fill_desc(&req->tensors[i], fwd_names[i], t[i], (uint32_t)i);
-        data[i] = t[i]->data; /* sent without a copy, only read */
+    req->n_tensors = (uint32_t)n_inputs;
+    void *data[WF_PROTO_MAX_TENSORS];
+    for (size_t i = 0; i < n_inputs; i++) {
+        wfc_fill_desc(&req->tensors[i], inputs[i].name, inputs[i].tensor, (uint32_t)i);
+        data[i] = inputs[i].tensor->data; /* sent without a copy, only read */
     }
     wf_forward_args_t *a = &req->args.forward;
     snprintf(a->model, sizeof a->model, "%s", model);
-    a->hidden_states = FWD_HS;
-    a->encoder_hidden_states = FWD_EHS;
-    a->pooled_projections = FWD_POOLED;
-    a->timestep = FWD_T;
-    a->img_ids = FWD_IMG;
-    a->txt_ids = FWD_TXT;
-    a->guidance = n == FWD_N ? FWD_GUIDANCE : -1;
     a->has_out_dtype = true;
-    a->out_dtype = output->dtype;
+    a->out_dtype = outputs[0].tensor->dtype;
     a->deadline_ms = opts ? opts->deadline_ms : 0;
     a->fp8 = opts && opts->precision == WF_PRECISION_FP8;
 
-    st = wfc_send_request(c, job, n, data, bytes, deadline);
+    st = wfc_send_request(c, job, (int)n_inputs, data, bytes, deadline);
     if (st != WF_OK) {
         free(job);
         return st;
@@ -215,6 +223,47 @@ wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
     c->last_error[0] = '\0';
     *ret_job = job;
     return WF_OK;
+}
+
+wf_status_t wf_forward_named(wf_client_t *client, const char *model,
+                             const wf_named_tensor_t *inputs, size_t n_inputs,
+                             const wf_named_tensor_t *outputs, size_t n_outputs,
+                             const wf_forward_opts_t *opts, wf_job_result_t *ret_result)
+{
+    wf_job_t *job = NULL;
+    int64_t deadline = wfc_deadline_after(client ? client->timeout_ms : 0);
+    wf_status_t st = wf_forward_named_submit(client, model, inputs, n_inputs, outputs,
+                                             n_outputs, opts, &job);
+    if (st != WF_OK)
+        return st;
+    return wfc_sync_finish(client, job, deadline, ret_result);
+}
+
+/* FLUX's inputs as named tensors (guidance only when given). */
+static size_t flux_named(const wf_flux_inputs_t *in, wf_named_tensor_t *t)
+{
+    size_t n = 0;
+    t[n++] = (wf_named_tensor_t){ "hidden_states", in->hidden_states };
+    t[n++] = (wf_named_tensor_t){ "encoder_hidden_states", in->encoder_hidden_states };
+    t[n++] = (wf_named_tensor_t){ "pooled_projections", in->pooled_projections };
+    t[n++] = (wf_named_tensor_t){ "timestep", in->timestep };
+    t[n++] = (wf_named_tensor_t){ "img_ids", in->img_ids };
+    t[n++] = (wf_named_tensor_t){ "txt_ids", in->txt_ids };
+    if (in->guidance)
+        t[n++] = (wf_named_tensor_t){ "guidance", in->guidance };
+    return n;
+}
+
+wf_status_t wf_forward_submit(wf_client_t *client, const char *model,
+                              const wf_flux_inputs_t *in, wf_tensor_t *output,
+                              const wf_forward_opts_t *opts, wf_job_t **ret_job)
+{
+    if (client && !in)
+        return fail(client, WF_E_BAD_ARGUMENT, "inputs are NULL");
+    wf_named_tensor_t t[7];
+    size_t n = in ? flux_named(in, t) : 0;
+    wf_named_tensor_t out = { "output", output };
+    return wf_forward_named_submit(client, model, t, n, &out, 1, opts, ret_job);
 }
 
 wf_status_t wf_forward_ex(wf_client_t *client, const char *model,

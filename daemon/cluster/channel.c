@@ -219,18 +219,16 @@ bool wf_channel_send_inputs(wf_channel_t *ch, const wf_djob_t *job,
 {
     if (!ch->sock)
         return false;
-    /* attention: q, k, v; forward: its inputs in the order of "fjob"
-     * (proto/cluster_msg.h wf_cfjob_t) */
+    /* attention: q, k, v; forward: its inputs in request order, as "fjob"
+     * lists them (proto/cluster_msg.h wf_cfjob_t) */
     const wf_attention_args_t *a = &job->req.args.attention;
-    const wf_forward_args_t *fa = &job->req.args.forward;
     int idx[WF_CMSG_XFER_MAX_FRAMES] = { a->q, a->k, a->v };
     uint32_t n = 3;
     if (job->kind == WF_DJOB_FORWARD) {
-        const int fi[7] = { fa->hidden_states, fa->encoder_hidden_states,
-                            fa->pooled_projections, fa->timestep, fa->img_ids,
-                            fa->txt_ids, fa->guidance };
-        n = fa->guidance >= 0 ? 7 : 6;
-        memcpy(idx, fi, n * sizeof fi[0]);
+        n = job->req.n_tensors < WF_CMSG_XFER_MAX_FRAMES ? job->req.n_tensors
+                                                         : WF_CMSG_XFER_MAX_FRAMES;
+        for (uint32_t t = 0; t < n; t++)
+            idx[t] = (int)t;
     }
     zmq_msg_t f[WF_CMSG_XFER_MAX_FRAMES];
     for (uint32_t t = 0; t < n; t++) {

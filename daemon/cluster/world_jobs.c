@@ -115,11 +115,11 @@ static wf_status_t job_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
     return wf_cjob_put(m, &d);
 }
 
-/* The descriptor of a forward job (PROTOCOL.md section 11, "fjob"). */
+/* The descriptor of a forward job (PROTOCOL.md section 11, "fjob"): its
+ * inputs as the request carries them. */
 static wf_status_t fjob_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
 {
     const wf_forward_args_t *a = &job->req.args.forward;
-    const wf_tensor_desc_t *t = job->req.tensors;
     wf_cmsg_t msg = { .type = WF_CMSG_FJOB };
     wf_cfjob_t *d = &msg.u.fjob;
     d->seq = job->seq;
@@ -128,22 +128,17 @@ static wf_status_t fjob_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
     d->base = job->device[0];
     d->g = (uint32_t)job->group_size;
     d->lid = job->model_lid;
-    d->B = t[a->hidden_states].shape[0];
-    d->Si = t[a->hidden_states].shape[1];
-    d->Ch = t[a->hidden_states].shape[2];
-    d->St = t[a->encoder_hidden_states].shape[1];
-    d->Ce = t[a->encoder_hidden_states].shape[2];
-    d->Cp = t[a->pooled_projections].shape[1];
-    d->Ai = t[a->img_ids].shape[1];
-    d->At = t[a->txt_ids].shape[1];
-    d->hdt = t[a->hidden_states].dtype;
-    d->edt = t[a->encoder_hidden_states].dtype;
-    d->pdt = t[a->pooled_projections].dtype;
-    d->tdt = t[a->timestep].dtype;
-    d->idt = t[a->img_ids].dtype;
-    d->xdt = t[a->txt_ids].dtype;
-    d->guid = a->guidance >= 0;
-    d->gdt = d->guid ? t[a->guidance].dtype : WF_DTYPE_F32;
+    if (job->req.n_tensors > WF_CFJOB_MAX_TENSORS)
+        return WF_E_LIMIT;
+    for (uint32_t i = 0; i < job->req.n_tensors; i++) {
+        const wf_tensor_desc_t *t = &job->req.tensors[i];
+        if (t->rank > WF_CFJOB_MAX_RANK)
+            return WF_E_LIMIT;
+        snprintf(d->t[i].name, sizeof d->t[i].name, "%s", t->name);
+        d->t[i].dt = t->dtype;
+        for (int j = 0; j < t->rank; j++)
+            d->t[i].shape[j] = t->shape[j];
+    }
     d->odt = job->out_desc[0].dtype;
     d->fp8 = a->fp8;
     return wf_cmsg_put(m, &msg);
@@ -465,37 +460,31 @@ static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
     job->epoch = d.epoch;
     job->req.id = d.id;
     job->req.op = WF_OP_FORWARD;
-    job->req.n_tensors = d.guid ? 7 : 6;
     wf_forward_args_t *a = &job->req.args.forward;
-    a->hidden_states = 0;
-    a->encoder_hidden_states = 1;
-    a->pooled_projections = 2;
-    a->timestep = 3;
-    a->img_ids = 4;
-    a->txt_ids = 5;
-    a->guidance = d.guid ? 6 : -1;
     a->has_out_dtype = true;
     a->out_dtype = d.odt;
     a->fp8 = d.fp8;
-    const struct { const char *name; int rank; int64_t s0, s1, s2; wf_dtype_t dt; } in[7] = {
-        { "hidden_states", 3, d.B, d.Si, d.Ch, d.hdt },
-        { "encoder_hidden_states", 3, d.B, d.St, d.Ce, d.edt },
-        { "pooled_projections", 2, d.B, d.Cp, 0, d.pdt },
-        { "timestep", 1, d.B, 0, 0, d.tdt },
-        { "img_ids", 2, d.Si, d.Ai, 0, d.idt },
-        { "txt_ids", 2, d.St, d.At, 0, d.xdt },
-        { "guidance", 1, d.B, 0, 0, d.gdt },
-    };
-    for (uint32_t t = 0; t < job->req.n_tensors; t++) {
-        wf_tensor_desc_t *td = &job->req.tensors[t];
-        snprintf(td->name, sizeof td->name, "%s", in[t].name);
-        td->dtype = in[t].dt;
-        td->rank = in[t].rank;
-        td->shape[0] = in[t].s0;
-        td->shape[1] = in[t].s1;
-        td->shape[2] = in[t].s2;
-        td->frame = t;
+    uint32_t n = 0;
+    while (n < WF_CFJOB_MAX_TENSORS && d.t[n].name[0]) {
+        wf_tensor_desc_t *td = &job->req.tensors[n];
+        snprintf(td->name, sizeof td->name, "%s", d.t[n].name);
+        td->dtype = d.t[n].dt;
+        td->rank = 0;
+        while (td->rank < WF_CFJOB_MAX_RANK && d.t[n].shape[td->rank] > 0) {
+            td->shape[td->rank] = d.t[n].shape[td->rank];
+            td->rank++;
+        }
+        td->frame = n;
+        if (wf_tensor_desc_finish(td) != WF_OK) {
+            wf_log(w->log, WF_LOG_WARNING, "cluster: forward job %" PRIu64 " (seq %"
+                   PRIu64 "): input %u overflows", d.id, d.seq, n);
+            wf_djob_free(&job);
+            wf_world_member_done(w, d.seq, d.epoch, WF_E_MALFORMED);
+            return;
+        }
+        n++;
     }
+    job->req.n_tensors = n;
     wf_status_t st = w->hooks.forward_plan(w->hooks.arg, job, d.lid, mesh, err,
                                            sizeof err);
     if (st == WF_OK && (uint32_t)job->group_size != d.g) {

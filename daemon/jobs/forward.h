@@ -1,5 +1,5 @@
 /* forward.h — the forward op as a gang job on one dp replica: every rank
- * of the replica (ring x ulysses x tp) runs wf_flux_forward_run with its
+ * of the replica (ring x ulysses x tp) runs its family's forward with its
  * shard of the resident model (models.h) and its mesh communicators.
  * Replica rank r has tp coordinate r % tp and seq index r / tp; rank 0 is
  * the root: it reads the request's frames and writes the output buffer.

@@ -455,7 +455,7 @@ static wf_status_t finish(run_t *x)
     return WF_OK;
 }
 
-static void abort_world(const wf_flux_group_t *grp)
+static void abort_world(const wf_fwd_group_t *grp)
 {
     wf_comm_t *c = grp->tp      ? grp->tp
                    : grp->seq   ? grp->seq
@@ -467,7 +467,7 @@ static void abort_world(const wf_flux_group_t *grp)
 
 /* A group matching the degrees: each communicator present iff its
  * degree (or R * U for seq) is above 1, with that size. */
-static bool group_ok(const wf_flux_group_t *grp)
+static bool group_ok(const wf_fwd_group_t *grp)
 {
     int T = grp->tp_degree, R = grp->ring_degree, U = grp->ulysses_degree;
     const struct {
@@ -495,7 +495,7 @@ static bool ops_ok(const wf_backend_ops_t *o)
 
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
                                 const wf_flux_job_t *job,
-                                const wf_flux_group_t *group,
+                                const wf_fwd_group_t *group,
                                 const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, void *workspace,
                                 size_t bytes, void *host_ws, size_t host_bytes)

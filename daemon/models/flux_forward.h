@@ -54,6 +54,7 @@
 #include "backend.h"
 #include "comm/comm.h"
 #include "flux_shard.h"
+#include "models/family_run.h"
 #include "weft.h"
 
 /* One forward job as every rank sees it (pointers: root only). */
@@ -84,14 +85,6 @@ typedef struct wf_flux_job {
     void *boundary_arg;
 } wf_flux_job_t;
 
-/* This rank's communicators (NULL where the degree is 1). */
-typedef struct wf_flux_group {
-    wf_comm_t *tp;        /* same dp, ring, ulysses; index = tp coordinate */
-    wf_comm_t *seq;       /* same dp, tp; index ring_c * U + ulysses_c */
-    wf_comm_t *ring;      /* same dp, ulysses, tp */
-    wf_comm_t *ulysses;   /* same dp, ring, tp */
-    int tp_degree, ring_degree, ulysses_degree;
-} wf_flux_group_t;
 
 /* Validate a job against the model's config and the degrees before it is
  * admitted (pure; every rank would compute the same): dtypes, shapes
@@ -137,7 +130,7 @@ size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
  * ops, or missing root pointers. */
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
                                 const wf_flux_job_t *job,
-                                const wf_flux_group_t *group,
+                                const wf_fwd_group_t *group,
                                 const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, void *workspace,
                                 size_t bytes, void *host_ws,

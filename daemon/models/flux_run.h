@@ -103,7 +103,7 @@ typedef struct flux_run {
     const wf_flux_shard_t *s;    /* weights */
     const wf_flux_config_t *cfg; /* = &s->cfg */
     const wf_flux_job_t *job;    /* the job */
-    const wf_flux_group_t *grp;  /* communicators */
+    const wf_fwd_group_t *grp;  /* communicators */
     const wf_backend_ops_t *ops; /* backend */
     wf_backend_ctx_t *ctx;       /* its context */
     geo_t g;                     /* sizes */

@@ -42,7 +42,7 @@ static wf_status_t walk(const wf_flux_config_t *cfg, wf_flux_shard_t *s,
     const int64_t C = cfg->inner_dim, D = cfg->attention_head_dim;
     const int64_t M = cfg->mlp_hidden_dim, TC = WF_FLUX_TIMESTEP_CHANNELS;
     const int64_t OC = (int64_t)cfg->patch_size * cfg->patch_size * cfg->out_channels;
-    char n[WF_FLUX_TENSOR_NAME_MAX];
+    char n[WF_TENSOR_SPEC_NAME_MAX];
     wf_status_t st;
 #define LIN(field, kind, out, in, ...)                                        \
     do {                                                                      \
@@ -279,7 +279,7 @@ uint64_t wf_flux_shard_bytes_dev(const wf_flux_config_t *cfg,
 
 /* State of a shard build walk. */
 typedef struct build {
-    const wf_flux_host_t *host; /* the host copy */
+    const wf_model_host_t *host; /* the host copy */
     const wf_tp_plan_t *plan;   /* the plan */
     int tp, rank;               /* ranks, this one */
     wf_flux_shard_t *s;         /* the shard being cut */
@@ -304,11 +304,11 @@ static float *falloc(uint64_t n)
 }
 
 /* Host tensor `name` with the given rank and shape, or NULL with a message. */
-static const wf_flux_host_tensor_t *host_tensor(build_t *bd, const char *name, int rank,
+static const wf_host_tensor_t *host_tensor(build_t *bd, const char *name, int rank,
                                                 int64_t d0, int64_t d1, bool optional,
                                                 wf_status_t *ret_st)
 {
-    const wf_flux_host_tensor_t *t = wf_flux_host_find(bd->host, name);
+    const wf_host_tensor_t *t = wf_model_host_find(bd->host, name);
     *ret_st = WF_OK;
     if (!t) {
         if (!optional) {
@@ -395,8 +395,8 @@ static wf_status_t dev_f32(build_t *bd, const void *const *src, const uint64_t *
 
 /* A linear's weight (contiguous local_out x local_in, its dtype) and
  * bias on the device. */
-static wf_status_t dev_linear(build_t *bd, const wf_flux_host_tensor_t *w,
-                              const wf_flux_host_tensor_t *b, wf_flux_linear_t *lin,
+static wf_status_t dev_linear(build_t *bd, const wf_host_tensor_t *w,
+                              const wf_host_tensor_t *b, wf_flux_linear_t *lin,
                               const int64_t *ps, const int64_t *pl)
 {
     const wf_tp_place_t *p = &lin->place;
@@ -464,8 +464,8 @@ static wf_status_t dev_linear(build_t *bd, const wf_flux_host_tensor_t *w,
 
 /* A linear's weight and bias in f32 on the host: views of an f32 host
  * copy where the pieces allow it, else owned copies. */
-static wf_status_t cpu_linear(build_t *bd, const wf_flux_host_tensor_t *w,
-                              const wf_flux_host_tensor_t *b, wf_flux_linear_t *lin,
+static wf_status_t cpu_linear(build_t *bd, const wf_host_tensor_t *w,
+                              const wf_host_tensor_t *b, wf_flux_linear_t *lin,
                               const int64_t *ps, const int64_t *pl)
 {
     const wf_tp_place_t *p = &lin->place;
@@ -556,11 +556,11 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
                                float **norm)
 {
     build_t *bd = arg;
-    char name[WF_FLUX_TENSOR_NAME_MAX + 8];
+    char name[WF_TENSOR_SPEC_NAME_MAX + 8];
     wf_status_t st;
     snprintf(name, sizeof name, "%s.weight", module);
     if (kind == K_NORM) {
-        const wf_flux_host_tensor_t *t = host_tensor(bd, name, 1, out, 0, false, &st);
+        const wf_host_tensor_t *t = host_tensor(bd, name, 1, out, 0, false, &st);
         if (!t)
             return st;
         if (bd->dev) {
@@ -574,11 +574,11 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
         bd->s->bytes += (uint64_t)out * sizeof(float);
         return WF_OK;
     }
-    const wf_flux_host_tensor_t *w = host_tensor(bd, name, 2, out, in, false, &st);
+    const wf_host_tensor_t *w = host_tensor(bd, name, 2, out, in, false, &st);
     if (!w)
         return st;
     snprintf(name, sizeof name, "%s.bias", module);
-    const wf_flux_host_tensor_t *b = host_tensor(bd, name, 1, out, 0, true, &st);
+    const wf_host_tensor_t *b = host_tensor(bd, name, 1, out, 0, true, &st);
     if (st != WF_OK)
         return st;
     wf_tp_place_t *p = &lin->place;
@@ -702,7 +702,7 @@ static wf_status_t build_dev(build_t *bd)
     return st;
 }
 
-wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
+wf_status_t wf_flux_shard_build(const wf_model_host_t *host,
                                 const wf_tp_plan_t *plan, int tp, int tp_rank,
                                 const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, wf_flux_shard_t **ret,
@@ -718,7 +718,7 @@ wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
     wf_flux_shard_t *s = calloc(1, sizeof *s);
     if (!s)
         return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
-    s->cfg = host->cfg;
+    s->cfg = *wf_flux_cfg(&host->cfg);
     s->tp = tp;
     s->tp_rank = tp_rank;
     s->ops = dev ? ops : NULL;

@@ -33,7 +33,7 @@
 
 #include "backend.h"
 #include "flux_config.h"
-#include "flux_host.h"
+#include "model_host.h"
 #include "tp_plan.h"
 #include "weft.h"
 
@@ -129,7 +129,7 @@ uint64_t wf_flux_shard_bytes_dev(const wf_flux_config_t *cfg,
  * the block does not fit, with the figures, before a byte is copied),
  * WF_E_MALFORMED / WF_E_BAD_SHAPE for a host copy that does not match,
  * or the backend's error. */
-wf_status_t wf_flux_shard_build(const wf_flux_host_t *host,
+wf_status_t wf_flux_shard_build(const wf_model_host_t *host,
                                 const wf_tp_plan_t *plan, int tp, int tp_rank,
                                 const wf_backend_ops_t *ops,
                                 wf_backend_ctx_t *ctx, wf_flux_shard_t **ret,

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "cluster_msg.h"
 #include "model_root.h"
 #include "proto_check.h"
 #include "safetensors.h"
@@ -20,18 +21,18 @@
 
 /* ---- worker side --------------------------------------------------------- */
 
-const wf_flux_shard_t *wf_rank_models_find(const wf_rank_models_t *rm, uint64_t id)
+const wf_rank_model_t *wf_rank_models_find(const wf_rank_models_t *rm, uint64_t id)
 {
     for (uint32_t i = 0; i < rm->n; i++)
         if (rm->m[i].id == id)
-            return rm->m[i].shard;
+            return &rm->m[i];
     return NULL;
 }
 
 void wf_rank_models_clear(wf_rank_models_t *rm)
 {
     for (uint32_t i = 0; i < rm->n; i++)
-        wf_flux_shard_free(&rm->m[i].shard);
+        rm->m[i].run->shard_free(&rm->m[i].shard);
     rm->n = 0;
 }
 
@@ -49,7 +50,7 @@ wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
         if (keep)
             rm->m[k++] = rm->m[i];
         else
-            wf_flux_shard_free(&rm->m[i].shard);
+            rm->m[i].run->shard_free(&rm->m[i].shard);
     }
     rm->n = k;
     for (uint32_t j = 0; j < set->n; j++) {
@@ -59,12 +60,18 @@ wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
             wf_errf(err, err_len, "more than %d models", WF_MODELS_MAX);
             return WF_E_INTERNAL;
         }
-        wf_flux_shard_t *sh = NULL;
-        wf_status_t st = wf_flux_shard_build(set->m[j].host, set->m[j].plan, tp,
-                                             tp_rank, ops, ctx, &sh, err, err_len);
+        const wf_family_run_t *run = wf_family_run_of(set->m[j].host->cfg.fam);
+        if (!run) {
+            wf_errf(err, err_len, "no family runs model %" PRIu64, set->m[j].id);
+            return WF_E_INTERNAL;
+        }
+        void *sh = NULL;
+        wf_status_t st = run->shard_build(set->m[j].host, set->m[j].plan, tp, tp_rank,
+                                          ops, ctx, &sh, err, err_len);
         if (st != WF_OK)
             return st;
         rm->m[rm->n].id = set->m[j].id;
+        rm->m[rm->n].run = run;
         rm->m[rm->n].tp = tp;
         rm->m[rm->n].tp_rank = tp_rank;
         rm->m[rm->n].shard = sh;
@@ -112,7 +119,7 @@ static void host_pin(const wf_registry_t *r, wf_model_t *m)
     if (!r->ops || !r->ops->host_register || !r->ops->host_unregister || !m->host)
         return;
     for (size_t i = 0; i < m->host->n; i++) {
-        const wf_flux_host_tensor_t *t = &m->host->t[i];
+        const wf_host_tensor_t *t = &m->host->t[i];
         if (!t->data || !t->nbytes ||
             r->ops->host_register(t->data, (size_t)t->nbytes) == WF_OK)
             continue;
@@ -132,7 +139,7 @@ static void model_free(const wf_registry_t *r, wf_model_t *m)
         for (size_t i = 0; i < m->host->n; i++)
             if (m->host->t[i].data && m->host->t[i].nbytes)
                 r->ops->host_unregister(m->host->t[i].data);
-    wf_flux_host_free(&m->host);
+    wf_model_host_free(&m->host);
     if (m->identity) {
         zmq_msg_close(m->identity);
         free(m->identity);
@@ -382,19 +389,39 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
 {
     char *err = m->err;
     size_t err_len = sizeof m->err;
-    wf_flux_source_t *src = NULL;
+    wf_model_source_t *src = NULL;
     uint32_t files_tp = 0;
-    wf_status_t st = wf_flux_source_open(r->root_fd, m->path, m->already_sharded,
+    wf_status_t st = wf_model_source_open(r->root_fd, m->path, m->already_sharded,
                                          m->default_plan ? NULL : &m->plan, &src,
                                          &files_tp, err, err_len);
     if (st != WF_OK)
         return st;
-    m->cfg = *wf_flux_source_config(src);
-    m->params = wf_flux_source_params(src);
-    m->bytes_total = wf_flux_source_bytes(src);
-    m->dtype = wf_flux_source_dtype(src);
+    m->cfg = *wf_model_source_config(src);
+    m->run = wf_family_run_of(m->cfg.fam);
+    if (!m->run) {
+        wf_errf(err, err_len, "'%s': this daemon does not run family %s", m->path,
+                m->cfg.fam->name);
+        st = WF_E_BAD_ARGUMENT;
+        goto out;
+    }
+    m->cfg.fam->schema(m->cfg.b, &m->schema);
+    /* a cluster's forward descriptor carries the inputs (cluster_msg.h) */
+    for (uint32_t i = 0; i < m->schema.n_inputs; i++)
+        if (m->schema.n_inputs > WF_CFJOB_MAX_TENSORS ||
+            m->schema.inputs[i].rank > WF_CFJOB_MAX_RANK) {
+            wf_errf(err, err_len, "'%s': family %s takes more inputs or dims than a "
+                    "forward carries (%d inputs of rank <= %d)", m->path,
+                    m->cfg.fam->name, WF_CFJOB_MAX_TENSORS, WF_CFJOB_MAX_RANK);
+            st = WF_E_INTERNAL;
+            goto out;
+        }
+    if (m->default_plan)
+        m->cfg.fam->default_plan(m->cfg.b, &m->plan);
+    m->params = wf_model_source_params(src);
+    m->bytes_total = wf_model_source_bytes(src);
+    m->dtype = wf_model_source_dtype(src);
     if (m->already_sharded) {
-        m->plan = *wf_flux_source_plan(src);
+        m->plan = *wf_model_source_plan(src);
         m->default_plan = false;
         if ((int)files_tp != r->load_tp) {
             wf_errf(err, err_len, "'%s' is sharded for tp=%" PRIu32 " but the "
@@ -404,11 +431,11 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
             goto out;
         }
     }
-    st = wf_flux_plan_check(&m->cfg, &m->plan, r->load_tp, m->default_plan, err,
+    st = m->run->plan_check(m->cfg.b, &m->plan, r->load_tp, m->default_plan, err,
                             err_len);
     if (st != WF_OK)
         goto out;
-    if (r->ops && (st = wf_flux_backend_check(&m->cfg, r->ops, err, err_len)) != WF_OK)
+    if (r->ops && (st = m->run->backend_check(m->cfg.b, r->ops, err, err_len)) != WF_OK)
         goto out;
     m->tp = (uint32_t)r->load_tp;
     m->rank_bytes = wf_model_rank_bytes(r, m, r->load_tp);
@@ -444,16 +471,16 @@ static wf_status_t load(wf_registry_t *r, wf_model_t *m)
         if ((st = gate_wait(r, m)) != WF_OK)
             goto out;
     }
-    st = wf_flux_source_read(src, progress, m, &m->host, err, err_len);
+    st = wf_model_source_read(src, progress, m, &m->host, err, err_len);
     if (st == WF_OK && r->host_f32) {
-        st = wf_flux_host_to_f32(m->host, err, err_len);
+        st = wf_model_host_to_f32(m->host, err, err_len);
         if (st != WF_OK)
-            wf_flux_host_free(&m->host);
+            wf_model_host_free(&m->host);
     }
     if (st == WF_OK)
         host_pin(r, m);
 out:
-    wf_flux_source_close(&src);
+    wf_model_source_close(&src);
     return st;
 }
 
@@ -517,8 +544,7 @@ wf_status_t wf_registry_start_load(wf_registry_t *r,
     snprintf(m->path, sizeof m->path, "%s", args->path);
     m->already_sharded = args->weights_already_sharded;
     if (args->n_plan == 0) {
-        wf_tp_plan_flux_default(&m->plan);
-        m->default_plan = true;
+        m->default_plan = true;     /* the family's, once config.json is read */
     } else {
         m->plan.n = args->n_plan;
         memcpy(m->plan.rules, args->plan, args->n_plan * sizeof args->plan[0]);
@@ -608,7 +634,7 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
             !m->host)
             continue;
         char why[WF_PROTO_ERROR_MAX];
-        if (wf_flux_plan_check(&m->cfg, &m->plan, tp, m->default_plan, why,
+        if (m->run->plan_check(m->cfg.b, &m->plan, tp, m->default_plan, why,
                                sizeof why) != WF_OK) {
             wf_errf(err, err_len, "model '%s' cannot be sharded for tp=%d: %s",
                     m->name, tp, why);
@@ -633,9 +659,9 @@ uint64_t wf_model_rank_bytes(const wf_registry_t *r, const wf_model_t *m, int tp
 {
     /* a device shard holds each weight in its checkpoint dtype: the
      * majority dtype is the figure (exact for a checkpoint of one dtype) */
-    return r->ops && r->ops->mem_alloc
-               ? wf_flux_shard_bytes_dev(&m->cfg, &m->plan, tp, m->dtype)
-               : wf_flux_shard_bytes(&m->cfg, &m->plan, tp);
+    return m->run ? m->run->shard_bytes(m->cfg.b, &m->plan, tp,
+                                        r->ops && r->ops->mem_alloc, m->dtype)
+                  : 0;
 }
 
 void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)
@@ -643,7 +669,8 @@ void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)
     memset(ret, 0, sizeof *ret);
     snprintf(ret->name, sizeof ret->name, "%s", m->name);
     snprintf(ret->path, sizeof ret->path, "%s", m->path);
-    snprintf(ret->family, sizeof ret->family, "flux");
+    if (m->cfg.fam)
+        snprintf(ret->family, sizeof ret->family, "%s", m->cfg.fam->name);
     snprintf(ret->nodes, sizeof ret->nodes, "%s", m->nodes);
     static const char *const states[] = { "loading", "installing", "ready",
                                           "unloading" };
@@ -665,20 +692,8 @@ void wf_model_info_fill(const wf_model_t *m, wf_model_info_t *ret)
     ret->sharded_input = m->already_sharded;
     ret->load_ms = m->state == WF_MODEL_READY ? m->load_ms : 0;
     /* past "loading": the loader opened and checked config.json */
-    const wf_flux_config_t *c = &m->cfg;
-    wf_model_config_t *o = &ret->config;
-    _Static_assert(WF_MODEL_MAX_AXES == WF_FLUX_MAX_AXES, "axes bound");
-    o->present = 1;
-    o->patch_size = c->patch_size;
-    o->in_channels = c->in_channels;
-    o->out_channels = c->out_channels;
-    o->num_layers = c->num_layers;
-    o->num_single_layers = c->num_single_layers;
-    o->attention_head_dim = c->attention_head_dim;
-    o->num_attention_heads = c->num_attention_heads;
-    o->joint_attention_dim = c->joint_attention_dim;
-    o->pooled_projection_dim = c->pooled_projection_dim;
-    o->guidance_embeds = c->guidance_embeds;
-    o->n_axes = c->n_axes;
-    memcpy(o->axes_dims_rope, c->axes_dims_rope, sizeof o->axes_dims_rope);
+    if (m->cfg.fam) {
+        m->cfg.fam->public_config(m->cfg.b, &ret->config);
+        ret->schema = m->schema;
+    }
 }

@@ -34,8 +34,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flux_forward.h"
-#include "flux_host.h"
+#include "model_host.h"
+#include "models/family_run.h"
 #include "proto.h"
 #include "tp_plan.h"
 
@@ -80,12 +80,16 @@ typedef struct wf_model {
     bool already_sharded;            /* loaded from per-rank files */
     bool default_plan;               /* plan is the family's default */
     wf_tp_plan_t plan;               /* plan in force */
-    wf_flux_config_t cfg;            /* valid once opened */
+    wf_model_cfg_t cfg;              /* valid once opened: its family and
+                                        config */
+    const wf_family_run_t *run;      /* the family's daemon half (once opened) */
+    wf_model_schema_t schema;        /* its forward's inputs and outputs (once
+                                        opened) */
     wf_dtype_t dtype;                /* checkpoint's majority dtype */
     uint64_t params, bytes_total;    /* from the headers */
     _Atomic uint64_t bytes_loaded;   /* progress of the read */
     _Atomic uint64_t bytes_to_load;  /* its total (0 until the read starts) */
-    wf_flux_host_t *host;            /* host copy (NULL until read) */
+    wf_model_host_t *host;            /* host copy (NULL until read) */
     bool pinned;                     /* its tensors host_register'ed */
     uint64_t rank_bytes;             /* per-rank shard bytes at `tp` */
     uint32_t tp;                     /* tp its shards are cut for */
@@ -95,6 +99,7 @@ typedef struct wf_model {
     void *identity;                  /* zmq_msg_t * (owned, heap) */
     bool delim;
     uint64_t req_id;
+    uint32_t req_version;            /* its protocol version (the reply's) */
     /* loader thread result */
     wf_status_t status;
     char err[WF_PROTO_ERROR_MAX];
@@ -138,7 +143,7 @@ typedef struct wf_model {
 /* What a regroup tells every worker to hold. */
 typedef struct wf_model_ref {
     uint64_t id;
-    const wf_flux_host_t *host;      /* read-only during the regroup */
+    const wf_model_host_t *host;      /* read-only during the regroup */
     const wf_tp_plan_t *plan;
 } wf_model_ref_t;
 
@@ -151,7 +156,8 @@ typedef struct wf_model_set {
 typedef struct wf_rank_model {
     uint64_t id;
     int tp, tp_rank;
-    wf_flux_shard_t *shard;
+    const wf_family_run_t *run;      /* its family's daemon half */
+    void *shard;                     /* the family's shard */
 } wf_rank_model_t;
 
 typedef struct wf_rank_models {
@@ -170,7 +176,7 @@ wf_status_t wf_rank_models_sync(wf_rank_models_t *rm, const wf_model_set_t *set,
                                 wf_backend_ctx_t *ctx, char *err, size_t err_len);
 
 /* The shard of model `id`, or NULL. */
-const wf_flux_shard_t *wf_rank_models_find(const wf_rank_models_t *rm, uint64_t id);
+const wf_rank_model_t *wf_rank_models_find(const wf_rank_models_t *rm, uint64_t id);
 
 /* Free every shard. */
 void wf_rank_models_clear(wf_rank_models_t *rm);

@@ -138,6 +138,10 @@ struct wf_djob {
     int rank_base;             /* regroup: world rank of local rank 0 */
     wf_model_set_t models;     /* regroup: the models every worker holds after it */
     uint64_t model_id;         /* forward: the model it runs on */
+    const wf_family_run_t *frun; /* forward: its family's daemon half */
+    wf_model_cfg_t mcfg;       /* forward: its config */
+    uint32_t n_in;             /* forward: inputs of its schema */
+    wf_schema_binding_t bind;  /* forward: the request's tensors bound to it */
     uint64_t model_lid;        /* forward, cluster: the model's id across the
                                   nodes (models.h wf_model_t lid; 0: none) */
     /* cluster */

@@ -1449,6 +1449,13 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
         wf_log(cfg->log, WF_LOG_ERR, "client plane: CURVE needs this daemon's key pair");
         goto fail;
     }
+    /* the allow-list before the thread accepts a connection: a client
+     * admitted later would be refused in between */
+    if (g->mech == WF_GATE_CURVE &&
+        wf_gate_set_keys(g, cfg->client_keys, cfg->n_client_keys) != WF_OK) {
+        wf_log(cfg->log, WF_LOG_ERR, "client plane: client_keys: out of memory");
+        goto fail;
+    }
     int fl = fcntl(g->lfd, F_GETFL);
     if (fl < 0 || fcntl(g->lfd, F_SETFL, fl | O_NONBLOCK) != 0) {
         wf_log(cfg->log, WF_LOG_ERR, "client plane: fcntl: %s", strerror(errno));

@@ -83,6 +83,10 @@ typedef struct wf_gate_cfg {
     bool unix_socket;            /* AF_UNIX: peers' credentials by SO_PEERCRED */
     wf_gate_mech_t mech;
     const wf_keypair_t *keys;    /* CURVE: this daemon's pair (copied) */
+    const wf_key_entry_t *client_keys; /* CURVE: the clients admitted (copied
+                                    before the first connection is accepted;
+                                    wf_gate_set_keys replaces them) */
+    size_t n_client_keys;
     wf_gate_limits_t limits;
     wf_log_t *log;               /* borrowed; thread-safe */
 } wf_gate_cfg_t;

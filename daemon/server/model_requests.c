@@ -68,6 +68,7 @@ static void model_reply(wf_server_t *srv, wf_model_t *m, uint32_t op,
 {
     if (!m->has_client)
         return;
+    srv->reply_version = m->req_version;
     if (st != WF_OK) {
         srv_reply_fail(srv, m->identity, m->delim, m->req_id, op, st, msg);
     } else {
@@ -86,7 +87,7 @@ static void model_reply(wf_server_t *srv, wf_model_t *m, uint32_t op,
 
 /* Keep the client's identity in m for the reply at the end. */
 static bool model_take_client(wf_model_t *m, zmq_msg_t *identity, bool delim,
-                              uint64_t id)
+                              const wf_request_t *req)
 {
     zmq_msg_t *idm = malloc(sizeof *idm);
     if (!idm)
@@ -95,7 +96,8 @@ static bool model_take_client(wf_model_t *m, zmq_msg_t *identity, bool delim,
     zmq_msg_move(idm, identity);
     m->identity = idm;
     m->delim = delim;
-    m->req_id = id;
+    m->req_id = req->id;
+    m->req_version = req->version;
     m->has_client = true;
     return true;
 }
@@ -998,8 +1000,9 @@ void srv_models_world_fit(wf_server_t *srv, const wf_mesh_t *mesh,
             if (srv->models.m[i] && srv->models.m[i]->id == set->m[j].id)
                 m = srv->models.m[i];
         char why[WF_PROTO_ERROR_MAX] = "";
-        bool fit = m && wf_flux_plan_check(&m->cfg, &m->plan, tp, m->default_plan,
-                                           why, sizeof why) == WF_OK;
+        bool fit = m && m->run && m->run->plan_check(m->cfg.b, &m->plan, tp,
+                                                     m->default_plan, why,
+                                                     sizeof why) == WF_OK;
         uint64_t b = fit ? wf_model_rank_bytes(&srv->models, m, tp) : 0;
         if (fit && (b > avail || sum > avail - b)) {
             fit = false;
@@ -1157,7 +1160,7 @@ void srv_models_load(wf_server_t *srv, zmq_msg_t *identity, bool delim)
                                 srv->world != NULL, &m, err, sizeof err);
     if (st != WF_OK)
         goto reject;
-    if (!model_take_client(m, identity, delim, req->id))
+    if (!model_take_client(m, identity, delim, req))
         wf_log(srv->log, WF_LOG_ERR, "load %" PRIu64 ": out of memory; the "
                "client gets no reply", req->id);
     wf_log(srv->log, WF_LOG_INFO, "loading model '%s' from %s (tp plan: %s)%s",
@@ -1216,7 +1219,7 @@ void srv_models_unload(wf_server_t *srv, zmq_msg_t *identity, bool delim)
             goto reject;
         }
     }
-    if (!model_take_client(m, identity, delim, req->id))
+    if (!model_take_client(m, identity, delim, req))
         wf_log(srv->log, WF_LOG_ERR, "unload %" PRIu64 ": out of memory; the "
                "client gets no reply", req->id);
     return;

@@ -150,6 +150,7 @@ wf_status_t srv_reconf_start(wf_server_t *srv, const wf_reconf_req_t *req,
         zmq_msg_move(&srv->reconf.identity, req->identity);
     srv->reconf.delim = req->delim;
     srv->reconf.id = req->id;
+    srv->reconf.version = srv->reply_version;   /* the request being handled */
     srv->reconf.t_start_us = wf_now_usec();
     srv->sched.paused = true;
     if (req->notify && !req->reloading_sent)
@@ -185,6 +186,7 @@ void srv_reconf_finish(wf_server_t *srv, wf_status_t st)
     }
     srv->hooks.regrouped(srv, st);     /* resident models follow the mesh */
     if (srv->reconf.has_client) {
+        srv->reply_version = srv->reconf.version;
         if (st == WF_OK) {
             wf_reply_t *rep = srv_reply_ok(srv, srv->reconf.id, WF_OP_RECONFIGURE);
             rep->result.reconfigure.epoch = srv->sched.mesh.epoch;

@@ -235,7 +235,7 @@ wf_reply_t *srv_reply_ok(wf_server_t *srv, uint64_t id, uint32_t op)
 {
     wf_reply_t *rep = &srv->reply;
     memset(rep, 0, sizeof *rep);
-    rep->version = WF_PROTOCOL_VERSION;
+    rep->version = srv->reply_version ? srv->reply_version : WF_PROTOCOL_VERSION;
     rep->id = id;
     rep->op = op;
     rep->status = WF_OK;
@@ -269,6 +269,7 @@ void srv_reply_fail(wf_server_t *srv, zmq_msg_t *identity, bool delim,
 void srv_reply_job(wf_server_t *srv, wf_djob_t *job)
 {
     wf_status_t st = (wf_status_t)atomic_load(&job->status);
+    srv->reply_version = job->req.version;
     wf_sched_release_inputs(&srv->sched, job);
     if (st != WF_OK) {
         /* an error reply has no outputs: their reservation ends here */

@@ -391,6 +391,7 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         goto reject;
     }
     st = wf_request_decode(hdr, hdr_len, lim, req, err, sizeof err);
+    srv->reply_version = req->version;      /* 0 before "v" was read */
     if (st != WF_OK)
         goto reject;
     size_t sizes[WF_PROTO_MAX_TENSORS];

@@ -441,11 +441,11 @@ static wf_status_t bind_router(wf_server_t *srv)
         .endpoint = srv->endpoint, .unix_socket = is_unix,
         .mech = srv->access.mode == SRV_ACCESS_CURVE ? WF_GATE_CURVE : WF_GATE_NULL,
         .keys = srv->has_keys ? &srv->keys : NULL, .log = srv->log,
+        .client_keys = srv->access.keys, .n_client_keys = srv->access.n_keys,
     };
     gate_limits(&srv->settings, &gc.limits);
     if (wf_gate_start(&gc, &srv->gate) != WF_OK)
         return WF_E_INTERNAL;
-    srv_access_gate_keys(srv);
     wf_log(srv->log, WF_LOG_INFO, "client plane: at most %u connections (%u in "
            "their handshake, %u ms each); a message of at most %u frames, %"
            PRIu64 " bytes, frames of %" PRIu64 " bytes", gc.limits.max_connections,
@@ -1037,6 +1037,7 @@ static void finish_drain(wf_server_t *srv)
     while (q) {
         wf_djob_t *next = q->next;
         wf_sched_release_job(&srv->sched, q);
+        srv->reply_version = q->req.version;
         srv_reply_fail(srv, &q->identity, q->has_delim, q->req.id, q->req.op,
                        WF_E_SHUTTING_DOWN, "daemon stopped before the job ran");
         srv->sched.failed++;
@@ -1050,6 +1051,7 @@ static void finish_drain(wf_server_t *srv)
     srv->workers_stopped = true;
     handle_completions(srv);
     if (srv->reconf.active && srv->reconf.has_client) {
+        srv->reply_version = srv->reconf.version;
         srv_reply_fail(srv, &srv->reconf.identity, srv->reconf.delim, srv->reconf.id,
                        WF_OP_RECONFIGURE, WF_E_SHUTTING_DOWN,
                        "daemon stopped before the reconfiguration ran");

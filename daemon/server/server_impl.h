@@ -160,6 +160,7 @@ struct wf_server {
         zmq_msg_t identity;      /* its ROUTER identity (when has_client) */
         bool delim;              /* it sent an empty delimiter */
         uint64_t id;             /* its id */
+        uint32_t version;        /* its protocol version (the reply's) */
         uint64_t world_epoch;    /* cluster: the world it started under */
         uint64_t t_start_us;     /* validated */
         uint64_t t_drained_us;   /* in-flight jobs done, regroup submitted */
@@ -185,6 +186,10 @@ struct wf_server {
     wf_buf_t buf;                /* reply header encoding scratch */
     wf_request_t req;            /* request decoding scratch */
     wf_reply_t reply;            /* reply scratch (a status reply is ~6 KiB) */
+    uint32_t reply_version;      /* "v" of the reply being built: the version
+                                    of the request it answers, which the
+                                    client's decoder accepts (0: this
+                                    daemon's, WF_PROTOCOL_VERSION) */
     srv_metrics_t *metrics;      /* counters, the metrics endpoint (metrics.h) */
 };
 

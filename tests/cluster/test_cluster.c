@@ -10,7 +10,7 @@
  *  2. an attention job (ring=2 on the coordinator's devices) against the
  *     fp64 reference (f32 out: 1e-4 absolute, values in [-1, 1]); the
  *     same job sent to member b is refused with WF_E_NOT_COORDINATOR.
- *  3. a member advertising protocol version 2 (WEFT_TEST_PROTOCOL_VERSION,
+ *  3. a member advertising protocol version 3 (WEFT_TEST_PROTOCOL_VERSION,
  *     test only) is refused: it exits non-zero, a's status does not list
  *     it (a refused hello takes no entry), the world is untouched.
  *  4. member c killed (SIGKILL): a reports it lost within
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 
     /* 3. version mismatch */
     CHECK(node_start(&d, weftd, "d", coordinator, "3", STR(CLUSTER_TIMEOUT_MS),
-                     "WEFT_TEST_PROTOCOL_VERSION=2"));
+                     "WEFT_TEST_PROTOCOL_VERSION=3"));
     CHECK(clusterd_wait_exit(&d, TIMEOUT_MS));
     CHECK(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) != 0);
     memset(&si, 0, sizeof si);

@@ -430,9 +430,9 @@ static void run_bad_model_cases(t_t *t)
     const int64_t *shapes[6] = { hs, enc, pooled, ts, ids, ids };
     const int ranks[6] = { 3, 3, 2, 1, 2, 2 };
     for (int c = 0; c < 3; c++) {
-        /* 0: a valid request for a model that is not loaded; 1: txt_ids
-         * missing; 2: the hidden_states frame one float short */
-        int n = c == 1 ? 5 : 6;
+        /* 0: a valid request for a model that is not loaded; 1: no
+         * tensors at all; 2: the hidden_states frame one float short */
+        int n = c == 1 ? 0 : 6;
         msgpack_sbuffer_clear(sb);
         mpb(sb, "M5 si sU si s A*", "v", 1, "id", (uint64_t)(1220 + c), "op", 8,
             "tensors", n);
@@ -444,7 +444,7 @@ static void run_bad_model_cases(t_t *t)
         if (c == 2)
             fc[0].n -= 4;
         static const char *const what[3] = { "forward on no model",
-                                             "forward without txt_ids",
+                                             "forward without tensors",
                                              "forward frame one float short" };
         static const wf_status_t want[3] = { WF_E_BAD_ARGUMENT, WF_E_BAD_FIELD,
                                              WF_E_FRAME_MISMATCH };
@@ -737,14 +737,14 @@ static void run_bad_cases(t_t *t)
     mpb(sb, "M2 si si", "id", 1020, "op", 1);
     bad_sb(t, "version missing", WF_E_VERSION, 1020);
     msgpack_sbuffer_clear(sb);
-    mpb(sb, "M3 si si si", "v", 2, "id", 1021, "op", 1);
-    bad_sb(t, "version 2", WF_E_VERSION, 1021);
+    mpb(sb, "M3 si si si", "v", 3, "id", 1021, "op", 1);
+    bad_sb(t, "version 3", WF_E_VERSION, 1021);
     msgpack_sbuffer_clear(sb);
     mpb(sb, "M3 ss si si", "v", "1", "id", 1022, "op", 1);
     bad_sb(t, "version is a str", WF_E_VERSION, 1022);
     msgpack_sbuffer_clear(sb);
-    mpb(sb, "M3 si si si", "v", 2, "id", 1023, "op", 3);
-    bad(t, "version 2 with a REQ-style delimiter", true, sb->data, sb->size, f, 3,
+    mpb(sb, "M3 si si si", "v", 3, "id", 1023, "op", 3);
+    bad(t, "version 3 with a REQ-style delimiter", true, sb->data, sb->size, f, 3,
         WF_E_VERSION, 1023);
 
     /* --- fields: wrong types, missing, unknown, duplicated --- */

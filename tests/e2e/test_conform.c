@@ -51,11 +51,11 @@
 /* PROTOCOL.md section 10: the reply of a fresh daemon (epoch 0) to the
  * hello request without "v", as the document prints it. */
 #define PROTOCOL_10_REPLY \
-    "86 a1 76 01 a2 69 64 01 a2 6f 70 01 a6 73 74 61 " \
-    "74 75 73 02 a5 65 72 72 6f 72 d9 28 76 3a 20 6d " \
+    "86 a1 76 02 a2 69 64 01 a2 6f 70 01 a6 73 74 61 " \
+    "74 75 73 02 a5 65 72 72 6f 72 d9 2d 76 3a 20 6d " \
     "69 73 73 69 6e 67 20 28 70 72 6f 74 6f 63 6f 6c " \
     "20 76 65 72 73 69 6f 6e 2c 20 6d 75 73 74 20 62 " \
-    "65 20 31 29 a5 65 70 6f 63 68 00"
+    "65 20 31 20 6f 72 20 32 29 a5 65 70 6f 63 68 00"
 
 
 /* ---- raw ZeroMQ ---------------------------------------------------------- */
@@ -159,6 +159,20 @@ static void test_worked_example(void *zctx, const char *endpoint)
     hex(buf, n, got, sizeof got);
     CHECK(strcmp(got, want_rep) == 0, "section 10 reply (%zu bytes): %s", n, got);
     printf("  section 10 reply, %zu bytes: %s\n", n, got);
+    /* a version-1 client gets version-1 replies (section 9), a version-2
+     * one version 2: the hello above as each sends it */
+    for (unsigned v = 1; v <= 2; v++) {
+        wf_buf_reset(&b);
+        req->version = v;
+        CHECK(wf_request_encode(req, &b) == WF_OK, "encode hello v%u", v);
+        zmq_send(s, b.data, b.len, 0);
+        CHECK(recv_header_bytes(s, REPLY_TIMEOUT_MS, buf, sizeof buf, &n) == 0 && n > 4,
+              "hello v%u: no reply", v);
+        /* the reply's first key: fixmap, "v" (a1 76), the version */
+        hex(buf, n < 16 ? n : 16, got, sizeof got);
+        CHECK(buf[1] == 0xa1 && buf[2] == 'v' && buf[3] == v, "hello v%u answered with "
+              "v %u: %s", v, buf[3], got);
+    }
     wf_buf_free(&b);
     free(req);
     zmq_close(s);

@@ -58,7 +58,7 @@
 
 #include "weft.h"
 #include "flux_config.h"
-#include "flux_host.h"
+#include "model_host.h"
 #include "model_root.h"
 #include "safetensors.h"
 #include "support/check.h"
@@ -210,7 +210,7 @@ static bool big_model(const char *dir)
     }
     fclose(cf);
     wf_flux_config_t cfg;
-    wf_flux_tensor_spec_t *sp = NULL;
+    wf_tensor_spec_t *sp = NULL;
     size_t n = 0;
     char err[256];
     if (wf_flux_config_parse(cfgtext, strlen(cfgtext), 0, "big", &cfg, err,
@@ -723,7 +723,7 @@ int main(int argc, char **argv)
         path_of(out, sizeof out, "flux-tiny-tp2");
         wf_status_t st = wf_model_root_open(root, &rfd, err, sizeof err);
         if (st == WF_OK) {
-            st = wf_flux_write_sharded(rfd, "flux-tiny", NULL, 2, out, err, sizeof err);
+            st = wf_model_write_sharded(rfd, "flux-tiny", NULL, 2, out, err, sizeof err);
             close(rfd);
         }
         CHECK(st == WF_OK, "write sharded: %s", err);
@@ -767,14 +767,33 @@ int main(int argc, char **argv)
               "the model named tiny changed: %s", info.path);
         /* its config as the daemon read it (tests/fixtures/flux-tiny/config.json) */
         const wf_model_config_t *k = &info.config;
-        CHECK(k->present && k->patch_size == 1 && k->in_channels == 16 &&
-                  k->out_channels == 16 && k->num_layers == 1 && k->num_single_layers == 1 &&
-                  k->attention_head_dim == 12 && k->num_attention_heads == 4 &&
-                  !k->guidance_embeds && k->n_axes == 3 &&
-                  k->axes_dims_rope[0] + k->axes_dims_rope[1] + k->axes_dims_rope[2] == 12,
-              "config of tiny: present %u in %u heads %u x %u axes %u guidance %u",
-              k->present, k->in_channels, k->num_attention_heads, k->attention_head_dim,
-              k->n_axes, k->guidance_embeds);
+#define K(key) wf_model_config_get(k, key, 0, -1)
+        int64_t axes = K("axes_dims_rope") + wf_model_config_get(k, "axes_dims_rope", 1, -1) +
+                       wf_model_config_get(k, "axes_dims_rope", 2, -1);
+        CHECK(k->present && K("patch_size") == 1 && K("in_channels") == 16 &&
+                  K("out_channels") == 16 && K("num_layers") == 1 &&
+                  K("num_single_layers") == 1 && K("attention_head_dim") == 12 &&
+                  K("num_attention_heads") == 4 && K("guidance_embeds") == 0 &&
+                  wf_model_config_get(k, "axes_dims_rope", 3, -1) == -1 && axes == 12,
+              "config of tiny: present %u in %lld heads %lld x %lld axes sum %lld guidance %lld",
+              k->present, (long long)K("in_channels"), (long long)K("num_attention_heads"),
+              (long long)K("attention_head_dim"), (long long)axes,
+              (long long)K("guidance_embeds"));
+#undef K
+        CHECK(strcmp(info.family, "flux") == 0, "family of tiny: %s", info.family);
+        /* its forward's schema: six inputs (no guidance embedder), one output
+         * (patch^2 * out_channels = 16 wide) */
+        const wf_model_schema_t *sc = &info.schema;
+        const wf_schema_tensor_t *hs = wf_schema_find(sc->inputs, sc->n_inputs, "hidden_states");
+        const wf_schema_tensor_t *ids = wf_schema_find(sc->inputs, sc->n_inputs, "img_ids");
+        CHECK(sc->n_inputs == 6 && sc->n_outputs == 1 && hs && hs->rank == 3 &&
+                  hs->dim[0].size == 0 && strcmp(hs->dim[0].sym, "B") == 0 &&
+                  strcmp(hs->dim[1].sym, "S_img") == 0 && hs->dim[2].size == 16 &&
+                  ids && ids->dim[1].size == 3 &&
+                  !wf_schema_find(sc->inputs, sc->n_inputs, "guidance") &&
+                  strcmp(sc->outputs[0].name, "output") == 0 &&
+                  sc->outputs[0].dim[2].size == 16,
+              "schema of tiny: %u inputs, %u outputs", sc->n_inputs, sc->n_outputs);
     }
     {
         wf_tp_rule_t rule = { .glob = "transformer_blocks.*.attn.to_q",

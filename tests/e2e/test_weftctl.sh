@@ -44,7 +44,7 @@ expect() {
 }
 
 run ready 0 "$weftctl" --endpoint "$ep" --timeout 20000 hello
-expect ready 'protocol 1, backend cpu, 2 devices'
+expect ready 'protocol 2, backend cpu, 2 devices'
 expect ready 'tensor 1\.0 MiB'
 
 run status 0 "$weftctl" --endpoint "$ep" status

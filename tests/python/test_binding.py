@@ -26,6 +26,14 @@
     reconfigure (DeniedError), a bad endpoint (ConnectError), a call after
     the daemon stopped (ConnectionClosedError at once, not after the
     client's timeout).
+  - the generic forward: list_models' config (ints, flags, lists) and
+    schema (names, fixed sizes from the config, named sizes); forward by
+    name bitwise equal to FLUX's call; refusals made before sending
+    (unknown name, rank, B that disagrees, a fixed size, a missing input,
+    an output's name or shape), each naming the tensor, the daemon's
+    counters unchanged; a schema refreshed after a reload. weftctl
+    models prints config and schema; weftctl forward reads inputs by the
+    schema, checks and writes every output (bitwise the binding's).
   - precision="fp8" on the CPU daemon: UnsupportedError (29) naming the
     option and the device, for attention (sync and async) and forward; a
     bad precision is a ValueError; the next jobs are served.
@@ -220,7 +228,7 @@ class Daemon(unittest.TestCase):
 
     def test_hello_status(self) -> None:
         h = self.c.hello()
-        self.assertEqual((h.protocol, h.backend, h.devices), (1, "cpu", 4))
+        self.assertEqual((h.protocol, h.backend, h.devices), (2, "cpu", 4))
         self.assertEqual(weft.library_version, h.weft_version)   # one build
         for f in ("reconfigure", "cp_options", "models"):
             self.assertTrue(self.c.has_feature(f), f)
@@ -398,7 +406,7 @@ class Daemon(unittest.TestCase):
         self.assertEqual(r.output.dtype, torch.float32)
 
         # refusals, each with its code and the daemon's words
-        with self.assertRaises(weft.BadArgumentError) as cm:     # guidance missing
+        with self.assertRaises(weft.BadFieldError) as cm:        # guidance missing
             c.forward("tiny-g", *(xg[n] for n in INPUTS))
         self.assertIn("guidance", cm.exception.message)
         with self.assertRaises(weft.BadArgumentError) as cm:     # in_channels
@@ -432,6 +440,181 @@ class Daemon(unittest.TestCase):
         self.assertIn("not loaded", cm.exception.message)
         with self.assertRaises(weft.BadArgumentError):
             c.unload_model("tiny")
+
+    def forward_counts(self) -> tuple:
+        """What the daemon counts of requests: refused ones, and forward
+        jobs served and failed. Unchanged: no forward reached it."""
+        s = self.c.status()
+        fwd = [(o.served, o.failed) for o in s.counters.ops if o.op == "forward"]
+        return s.requests_rejected, fwd
+
+    def test_schema_and_named_forward(self) -> None:
+        """list_models' config and schema; forward by name (any family's
+        call) against FLUX's, bitwise; the client-side refusals, each
+        naming the tensor, with nothing sent; a schema refreshed after
+        the model was reloaded with another config."""
+        c = self.c
+        c.load_model("s-tiny", "flux-tiny")
+        c.load_model("s-g", "flux-tiny-guidance")
+        try:
+            m = {x.name: x for x in c.list_models()}["s-tiny"]
+            cfg = m.config
+            assert cfg is not None and m.schema is not None
+            self.assertIsInstance(cfg["num_layers"], int)
+            self.assertIs(cfg["guidance_embeds"], False)
+            self.assertIsInstance(cfg["axes_dims_rope"], list)
+            self.assertEqual(cfg.in_channels, cfg["in_channels"])     # attribute access
+            n_axes = len(cfg["axes_dims_rope"])
+            out_c = cfg["patch_size"] ** 2 * cfg["out_channels"]
+            self.assertEqual([t.name for t in m.schema.inputs], list(INPUTS))
+            shapes = {t.name: t.shape for t in m.schema.inputs + m.schema.outputs}
+            self.assertEqual(shapes, {
+                "hidden_states": ("B", "S_img", cfg["in_channels"]),
+                "encoder_hidden_states": ("B", "S_txt", cfg["joint_attention_dim"]),
+                "pooled_projections": ("B", cfg["pooled_projection_dim"]),
+                "timestep": ("B",), "img_ids": ("S_img", n_axes), "txt_ids": ("S_txt", n_axes),
+                "output": ("B", "S_img", out_c)})
+            hs = m.schema.input("hidden_states")
+            assert hs is not None
+            self.assertEqual(hs.labels, ("B", "S_img", "in_channels"))
+            self.assertEqual(hs.dtypes, ("f32", "f16", "bf16"))
+            self.assertFalse(hs.optional)
+            self.assertEqual([t.name for t in m.schema.outputs], ["output"])
+            g = c.model_schema("s-g")
+            self.assertEqual([t.name for t in g.inputs], list(INPUTS) + ["guidance"])
+            self.assertEqual(g.input("guidance").shape, ("B",))  # type: ignore[union-attr]
+
+            # the named call and FLUX's give the same bits (numpy and torch,
+            # synchronous and not)
+            x = io("flux-tiny-f32")
+            named = {n: x[n].numpy() for n in INPUTS}
+            flux = c.forward("s-tiny", *named.values())
+            r = c.forward_named("s-tiny", named)
+            self.assertIsInstance(r.output, np.ndarray)
+            self.assertEqual(list(r.outputs), ["output"])
+            self.assertIs(r.outputs["output"], r.output)
+            self.assertTrue(np.array_equal(r.output, flux.output))
+            self.assertTrue(np.array_equal(c.forward("s-tiny", named).output, flux.output))
+            with c.submit_forward_named("s-tiny", named) as job:
+                self.assertTrue(np.array_equal(job.wait().output, flux.output))
+            rt = c.forward_named("s-tiny", {n: x[n] for n in INPUTS}, out_dtype="f16")
+            self.assertEqual(rt.output.dtype, torch.float16)
+            self.assertTrue(torch.equal(
+                rt.output, c.forward("s-tiny", *(x[n] for n in INPUTS), out_dtype="f16").output))
+            mine = {"output": np.empty_like(flux.output)}
+            self.assertIs(c.forward_named("s-tiny", named, out=mine).output, mine["output"])
+            self.assertTrue(np.array_equal(mine["output"], flux.output))
+            xg = io("flux-tiny-guidance-f32")
+            rg = c.forward_named("s-g", {n: xg[n] for n in list(INPUTS) + ["guidance"]})
+            self.assertTrue(torch.equal(
+                rg.output, c.forward("s-g", *(xg[n] for n in INPUTS), xg["guidance"]).output))
+
+            # refusals before sending: each names the tensor, and the daemon
+            # counts no request and no forward
+            before = self.forward_counts()
+            B, S_img = x["hidden_states"].shape[:2]
+            bad: List[Any] = [
+                (weft.BadArgumentError, "unknown input", dict(named, latents=named["timestep"]),
+                 {}, 'unexpected tensor "latents"'),
+                (weft.BadArgumentError, "wrong rank", dict(named, timestep=named["timestep"][:, None]),
+                 {}, "timestep: rank must be 1 (B), got 2"),
+                (weft.BadArgumentError, "B mismatch",
+                 dict(named, pooled_projections=np.concatenate([named["pooled_projections"]] * 2)),
+                 {}, f"pooled_projections: dim 0 (B) is {2 * B}, but hidden_states gave B = {B}"),
+                (weft.BadArgumentError, "fixed size",
+                 dict(named, encoder_hidden_states=named["encoder_hidden_states"][..., :-1]), {},
+                 f"encoder_hidden_states: dim 2 (joint_attention_dim) must be "
+                 f"{cfg['joint_attention_dim']}"),
+                (weft.BadArgumentError, "S_img mismatch",
+                 dict(named, img_ids=named["img_ids"][:-1]), {},
+                 f"img_ids: dim 0 (S_img) is {S_img - 1}, but hidden_states gave S_img"),
+                (weft.BadFieldError, "missing input",
+                 {k: v for k, v in named.items() if k != "txt_ids"}, {}, 'no tensor named "txt_ids"'),
+                (weft.BadArgumentError, "unknown output", named,
+                 {"lse": np.empty(3, np.float32)}, 'unexpected output "lse"'),
+                (weft.BadArgumentError, "output shape", named,
+                 {"output": np.empty((B, S_img, out_c + 1), np.float32)},
+                 f"output output: dim 2 (out_channels) must be {out_c}"),
+            ]
+            for cls, what, ins, outs, words in bad:
+                with self.assertRaises(cls, msg=what) as cm:
+                    c.forward_named("s-tiny", ins, out=outs)
+                self.assertIn(words, cm.exception.message, what)
+                with self.assertRaises(cls, msg=what):
+                    c.submit_forward_named("s-tiny", ins, out=outs)
+            with self.assertRaises(weft.BadArgumentError) as cm:  # FLUX's form, out_channels
+                c.forward("s-tiny", *named.values(), out_channels=out_c + 2)
+            self.assertIn("output output: dim 2 (out_channels)", cm.exception.message)
+            self.assertEqual(self.forward_counts(), before, "a refused forward was sent")
+            with self.assertRaises(TypeError):
+                c.forward("s-tiny", named, named["timestep"])
+            with self.assertRaises(weft.BadArgumentError) as cm:
+                c.forward_named("absent", named)
+            self.assertIn("model 'absent' is not loaded", cm.exception.message)
+
+            # another connection reloads "s-tiny" with guidance: the cached
+            # schema refuses guidance, the fresh one takes it
+            with self.d.connect() as other:
+                other.unload_model("s-tiny")
+                other.load_model("s-tiny", "flux-tiny-guidance")
+            ins_g = {n: xg[n].numpy() for n in list(INPUTS) + ["guidance"]}
+            self.assertTrue(np.array_equal(c.forward_named("s-tiny", ins_g).output,
+                                           rg.output.numpy()))
+            self.assertEqual(len(c.model_schema("s-tiny").inputs), 7)
+        finally:
+            for n in ("s-tiny", "s-g"):
+                c.unload_model(n)
+        print("schema: FLUX's inputs and output with the config's sizes; named forward "
+              f"bitwise equal to FLUX's; {len(bad) + 1} refusals sent nothing")
+
+    def test_weftctl_models_and_forward(self) -> None:
+        """weftctl models prints each model's config and schema under its
+        row; weftctl forward reads the inputs by the schema's names, checks
+        the output against the file's reference and writes every output
+        (--out), bitwise what the binding's forward gives."""
+        c = self.c
+        c.load_model("ctl-g", "flux-tiny-guidance")
+        try:
+            def ctl(*args: str) -> subprocess.CompletedProcess:
+                return subprocess.run([WEFTCTL, "--endpoint", self.d.endpoint, *args],
+                                      capture_output=True, text=True, timeout=EVENT_MS / 1000)
+
+            p = ctl("models")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            rows = p.stdout.splitlines()
+            i = next(k for k, line in enumerate(rows) if line.startswith("ctl-g "))
+            self.assertRegex(rows[i], r"^ctl-g +ready +flux +f32 ")
+            cfg = c.model_schema("ctl-g")
+            block = rows[i + 1:i + 2 + len(cfg.inputs) + len(cfg.outputs)]
+            self.assertRegex(block[0], r"^    config patch_size=1 in_channels=16 .*"
+                                       r"guidance_embeds=true axes_dims_rope=\[\d+(,\d+)*\]$")
+            self.assertEqual(block[1], "    input  hidden_states (B, S_img, in_channels=16) "
+                                       "f32/f16/bf16")
+            self.assertEqual(block[7], "    input  guidance (B) f32/f16/bf16")
+            self.assertRegex(block[8], r"^    output output \(B, S_img, out_channels=\d+\) ")
+            with tempfile.TemporaryDirectory() as d:
+                out = Path(d) / "out.safetensors"
+                p = ctl("forward", "--model", "ctl-g", "--inputs",
+                        str(FIXTURES / "io-flux-tiny-guidance-f32.safetensors"),
+                        "--out", str(out))
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                self.assertRegex(p.stdout, r"(?m)^forward ctl-g  B=2 S_img=\d+ S_txt=\d+  "
+                                           r"f32 -> f32  devices 4 ")
+                self.assertRegex(p.stdout, r"(?m)^max abs error \S+ \(tolerance \S+\) PASS$")
+                self.assertIn(f"wrote 1 output to {out}", p.stdout)
+                from safetensors.numpy import load_file
+                got = load_file(str(out))
+            xg = io("flux-tiny-guidance-f32")
+            want = c.forward("ctl-g", *(xg[n] for n in INPUTS), xg["guidance"]).output
+            self.assertEqual(list(got), ["output"])
+            self.assertTrue(np.array_equal(got["output"], want.numpy()))
+            # a file without the guidance this model needs: the daemon's words
+            p = ctl("forward", "--model", "ctl-g", "--inputs",
+                    str(FIXTURES / "io-flux-tiny-f32.safetensors"))
+            self.assertEqual(p.returncode, 1)
+            self.assertIn('no tensor named "guidance"', p.stderr)
+        finally:
+            c.unload_model("ctl-g")
 
     # -- stopped jobs
 

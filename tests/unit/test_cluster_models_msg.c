@@ -126,32 +126,46 @@ int main(void)
     f->base = 2;
     f->g = 2;
     f->lid = (UINT64_C(3) << 32) | 1;
-    f->B = 2; f->Si = 4096; f->St = 512; f->Ch = 64; f->Ce = 4096; f->Cp = 768;
-    f->Ai = 3; f->At = 3;
-    f->hdt = WF_DTYPE_BF16; f->edt = WF_DTYPE_BF16; f->pdt = WF_DTYPE_F16;
-    f->tdt = WF_DTYPE_F32; f->idt = WF_DTYPE_F32; f->xdt = WF_DTYPE_F32;
+    /* FLUX's inputs, and a sixth of rank 5 (a video latent) */
+    static const struct { const char *name; wf_dtype_t dt; int64_t shape[6]; } ins[] = {
+        { "hidden_states", WF_DTYPE_BF16, { 2, 4096, 64 } },
+        { "encoder_hidden_states", WF_DTYPE_BF16, { 2, 512, 4096 } },
+        { "pooled_projections", WF_DTYPE_F16, { 2, 768 } },
+        { "timestep", WF_DTYPE_F32, { 2 } },
+        { "img_ids", WF_DTYPE_F32, { 4096, 3 } },
+        { "latents", WF_DTYPE_BF16, { 1, 16, 21, 60, 104, 1 } },
+    };
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        snprintf(f->t[i].name, sizeof f->t[i].name, "%s", ins[i].name);
+        f->t[i].dt = ins[i].dt;
+        memcpy(f->t[i].shape, ins[i].shape, sizeof ins[i].shape);
+    }
     f->odt = WF_DTYPE_BF16;
-    for (int guid = 0; guid < 2; guid++) {
-        f->guid = guid;
-        f->gdt = guid ? WF_DTYPE_BF16 : WF_DTYPE_F32;
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        f->fp8 = fp8;
         CHECK_TRUE(wire(&in, &out, err, sizeof err) == WF_OK);
         CHECK_TRUE(out.type == WF_CMSG_FJOB && memcmp(f, &out.u.fjob, sizeof *f) == 0);
     }
-    CHECK_TRUE(edited(&in, "Si", false, false, 0, NULL, err, sizeof err) == WF_E_BAD_SHAPE);
-    CHECK_TRUE(edited(&in, "St", false, false, UINT64_C(1) << 31, NULL, err, sizeof err) ==
+    CHECK_TRUE(edited(&in, "t0s1", false, false, 0, NULL, err, sizeof err) == WF_E_BAD_SHAPE);
+    CHECK_TRUE(edited(&in, "t1s1", false, false, UINT64_C(1) << 31, NULL, err, sizeof err) ==
                WF_E_BAD_SHAPE);
-    CHECK_TRUE(edited(&in, "hdt", false, false, 9, NULL, err, sizeof err) == WF_E_BAD_DTYPE);
-    CHECK_TRUE(strstr(err, "'hdt'") != NULL);
+    CHECK_TRUE(edited(&in, "t0d", false, false, 9, NULL, err, sizeof err) == WF_E_BAD_DTYPE);
+    CHECK_TRUE(strstr(err, "'t0d'") != NULL);
     CHECK_TRUE(edited(&in, "g", false, false, 65, NULL, err, sizeof err) == WF_E_BAD_FIELD);
     CHECK_TRUE(edited(&in, "lid", false, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
-    CHECK_TRUE(edited(&in, "Cp", true, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    /* a gap: input 0 without a name, or a dim missing inside a shape */
+    CHECK_TRUE(edited(&in, "t0", true, false, 0, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK_TRUE(edited(&in, "t1s1", true, false, 0, NULL, err, sizeof err) == WF_E_BAD_SHAPE);
+    CHECK_TRUE(strstr(err, "gap") != NULL);
+    /* names reach logs: only [A-Za-z0-9._-] */
+    CHECK_TRUE(edited(&in, "t2", false, true, 0, "a\nb", err, sizeof err) != WF_OK);
 
-    /* the channel takes a forward's 7 inputs, not 8 */
+    /* the channel takes a forward's 8 inputs, not 9 */
     memset(&in, 0, sizeof in);
     in.type = WF_CMSG_XFER_IN;
-    in.u.xfer = (wf_cmsg_xfer_t){ .epoch = 3, .seq = 9, .n = 7 };
-    CHECK_TRUE(wire(&in, &out, err, sizeof err) == WF_OK && out.u.xfer.n == 7);
-    CHECK_TRUE(edited(&in, "n", false, false, 8, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    in.u.xfer = (wf_cmsg_xfer_t){ .epoch = 3, .seq = 9, .n = 8 };
+    CHECK_TRUE(wire(&in, &out, err, sizeof err) == WF_OK && out.u.xfer.n == 8);
+    CHECK_TRUE(edited(&in, "n", false, false, 9, NULL, err, sizeof err) == WF_E_BAD_FIELD);
 
     printf("test_cluster_models_msg: %s (%d failure(s))\n", failed ? "FAILED" : "ok",
            failed);

@@ -22,6 +22,15 @@
 
 /* The tiny config of the fixtures, with one field's text replaced or
  * removed. */
+/* The family's checkpoint check (family.h) on a FLUX config. */
+static wf_status_t check_ck(const wf_flux_config_t *c, const wf_checkpoint_t *ck,
+                            char *err, size_t len)
+{
+    wf_model_cfg_t m = { .fam = &wf_flux_family };
+    memcpy(m.b, c, sizeof *c);
+    return wf_model_check_checkpoint(&m, ck, err, len);
+}
+
 static const char *const tiny_fields[][2] = {
     { "_class_name", "\"FluxTransformer2DModel\"" },
     { "_diffusers_version", "\"0.42.1\"" },
@@ -199,7 +208,7 @@ static void test_parse(void)
           && strstr(err, "JSON invalid"), "truncated: %s", err);
 }
 
-static const wf_flux_tensor_spec_t *find_spec(const wf_flux_tensor_spec_t *s, size_t n,
+static const wf_tensor_spec_t *find_spec(const wf_tensor_spec_t *s, size_t n,
                                               const char *name)
 {
     for (size_t i = 0; i < n; i++)
@@ -214,7 +223,7 @@ static void test_tensor_list(void)
     wf_flux_config_t c;
     CHECK(parse_with("guidance_embeds", "true", 0, &c, err, sizeof err) == WF_OK, "%s", err);
     c.patch_size = 2; /* proj_out emits patch^2 * out_channels */
-    wf_flux_tensor_spec_t *s = NULL;
+    wf_tensor_spec_t *s = NULL;
     size_t n = 0;
     CHECK(wf_flux_expected_tensors(&c, &s, &n, err, sizeof err) == WF_OK, "list");
     /* 12 + 4 (guidance) + 32 + 14 + 4 */
@@ -237,7 +246,7 @@ static void test_tensor_list(void)
         { "proj_out.weight", 2, 64, 48 },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        const wf_flux_tensor_spec_t *sp = s ? find_spec(s, n, want[i].name) : NULL;
+        const wf_tensor_spec_t *sp = s ? find_spec(s, n, want[i].name) : NULL;
         CHECK(sp != NULL && sp->rank == want[i].rank && sp->shape[0] == want[i].d0
               && (sp->rank == 1 || sp->shape[1] == want[i].d1), "spec %s", want[i].name);
     }
@@ -311,7 +320,7 @@ static void test_fixtures(const char *dir)
             continue;
         CHECK(wf_checkpoint_count(ck) == wf_flux_tensor_count(&c), "%s: %zu tensors, expected %zu",
               dirs[d], wf_checkpoint_count(ck), wf_flux_tensor_count(&c));
-        s = wf_flux_check_checkpoint(&c, ck, err, sizeof err);
+        s = check_ck(&c, ck, err, sizeof err);
         CHECK(s == WF_OK, "%s check: %s", dirs[d], err);
         if (d == 0) {
             tiny = ck;
@@ -322,7 +331,7 @@ static void test_fixtures(const char *dir)
             /* the guidance checkpoint against the config without guidance */
             wf_flux_config_t ng = c;
             ng.guidance_embeds = false;
-            s = wf_flux_check_checkpoint(&ng, ck, err, sizeof err);
+            s = check_ck(&ng, ck, err, sizeof err);
             CHECK(s == WF_E_MALFORMED
                   && strstr(err, "unexpected tensor 'time_text_embed.guidance_embedder.linear_1.bias'")
                   && strstr(err, "(and 3 more problems)"), "guidance extra: %s", err);
@@ -336,7 +345,7 @@ static void test_fixtures(const char *dir)
     /* the tiny checkpoint against the config with guidance */
     wf_flux_config_t g = tiny_cfg;
     g.guidance_embeds = true;
-    wf_status_t s = wf_flux_check_checkpoint(&g, tiny, err, sizeof err);
+    wf_status_t s = check_ck(&g, tiny, err, sizeof err);
     CHECK(s == WF_E_MALFORMED
           && strstr(err, "lacks tensor 'time_text_embed.guidance_embedder.linear_1.weight' "
                          "(expected shape [48, 256])")
@@ -344,7 +353,7 @@ static void test_fixtures(const char *dir)
     /* ... and against a config with 2 double blocks */
     wf_flux_config_t two = tiny_cfg;
     two.num_layers = 2;
-    s = wf_flux_check_checkpoint(&two, tiny, err, sizeof err);
+    s = check_ck(&two, tiny, err, sizeof err);
     CHECK(s == WF_E_MALFORMED && strstr(err, "transformer_blocks.1.norm1.linear.weight"),
           "2 blocks: %s", err);
 
@@ -381,7 +390,7 @@ static void test_fixtures(const char *dir)
         if (s != WF_OK)
             continue;
         err[0] = '\0';
-        s = wf_flux_check_checkpoint(&tiny_cfg, ck, err, sizeof err);
+        s = check_ck(&tiny_cfg, ck, err, sizeof err);
         CHECK(s == cases[i].want && strstr(err, cases[i].needle) != NULL, "%s: got %s \"%s\"",
               cases[i].file, wf_status_name(s), err);
         wf_checkpoint_close(&ck);

@@ -37,7 +37,7 @@
 #include "support/standin_dev.h"
 #include "models/flux_forward.h"
 #include "models/models.h"
-#include "flux_host.h"
+#include "model_host.h"
 #include "base/mesh.h"
 #include "model_root.h"
 #include "safetensors.h"
@@ -63,15 +63,15 @@ static double now_s(void)
 
 /* The host copy of model directory `dir` beneath root_fd, as flux_host.c's
  * reader would leave it (tensors in name order, checkpoint dtypes). */
-static wf_flux_host_t *load_host(int root_fd, const char *dir)
+static wf_model_host_t *load_host(int root_fd, const char *dir)
 {
     char err[512], rel[256];
     snprintf(rel, sizeof rel, "%s/config.json", dir);
-    wf_flux_host_t *h = calloc(1, sizeof *h);
+    wf_model_host_t *h = calloc(1, sizeof *h);
     wf_checkpoint_t *ck = NULL;
-    if (wf_flux_config_load(root_fd, rel, WF_RESOLVE_AUTO, 0, &h->cfg, err, sizeof err) != WF_OK ||
+    if (wf_model_cfg_load(root_fd, rel, WF_RESOLVE_AUTO, 0, &h->cfg, err, sizeof err) != WF_OK ||
         wf_checkpoint_open_dir(root_fd, dir, NULL, &ck, err, sizeof err) != WF_OK ||
-        wf_flux_check_checkpoint(&h->cfg, ck, err, sizeof err) != WF_OK) {
+        wf_model_check_checkpoint(&h->cfg, ck, err, sizeof err) != WF_OK) {
         CHECK(0, "%s: %s", dir, err);
         wf_checkpoint_close(&ck);
         free(h);
@@ -82,7 +82,7 @@ static wf_flux_host_t *load_host(int root_fd, const char *dir)
     size_t by[3] = {0, 0, 0};
     for (size_t i = 0; i < h->n; i++) {
         wf_ckpt_ref_t r = wf_checkpoint_at(ck, i);
-        wf_flux_host_tensor_t *t = &h->t[i];
+        wf_host_tensor_t *t = &h->t[i];
         snprintf(t->name, sizeof t->name, "%s", r.tensor->name);
         t->dtype = r.tensor->dtype;
         t->rank = r.tensor->rank;
@@ -129,7 +129,7 @@ static io_t io_get(const wf_safetensors_t *st, const char *name)
 /* One fixture: model, inputs, references. */
 typedef struct fixture {
     const char *name;           /* for messages */
-    wf_flux_host_t *host;       /* host copy */
+    wf_model_host_t *host;       /* host copy */
     wf_safetensors_t *io;       /* io file */
     wf_flux_job_t job;          /* the job with the root's input pointers */
     float *ref, *ref64;         /* diffusers' output / float64 output, f32 */
@@ -195,7 +195,7 @@ static bool fixture_open(int root_fd, const char *model, const char *io, bool bf
 
 static void fixture_close(fixture_t *f)
 {
-    wf_flux_host_free(&f->host);
+    wf_model_host_free(&f->host);
     wf_safetensors_close(&f->io);
     free(f->ref);
     free(f->ref64);
@@ -219,7 +219,7 @@ static double rel_err(const float *a, const float *b, size_t n)
 typedef struct mrun {
     int T, R, U;                     /* mesh */
     wf_flux_shard_t **shards;        /* per tp rank (CPU path) */
-    const wf_flux_host_t *host;      /* device path: each rank cuts its own */
+    const wf_model_host_t *host;      /* device path: each rank cuts its own */
     const wf_tp_plan_t *plan;        /* ... with this plan */
     const wf_flux_job_t *job;        /* the root's job */
     wf_comm_host_world_t *w;         /* the world */
@@ -264,9 +264,9 @@ static bool rank_split(const mrun_t *m, int rank, wf_comm_t *world, wf_comm_t *s
 }
 
 /* The flux group over the sub-comms of rank_split (NULL for degree 1). */
-static wf_flux_group_t rank_group(const mrun_t *m, wf_comm_t *const sub[4])
+static wf_fwd_group_t rank_group(const mrun_t *m, wf_comm_t *const sub[4])
 {
-    wf_flux_group_t grp = {
+    wf_fwd_group_t grp = {
         .tp = m->T > 1 ? sub[0] : NULL,
         .seq = m->R * m->U > 1 ? sub[1] : NULL,
         .ring = m->R > 1 ? sub[2] : NULL,
@@ -305,7 +305,7 @@ static void *rank_main(void *arg)
     if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
         goto out;
     t->setup_ok = true;
-    wf_flux_group_t grp = rank_group(m, sub);
+    wf_fwd_group_t grp = rank_group(m, sub);
     wf_flux_job_t job = rank_job(m, t->rank);
     size_t bytes = wf_flux_forward_workspace(&m->shards[co.tp]->cfg, &job, m->T, m->R, m->U,
                                              ops, NULL);
@@ -357,7 +357,7 @@ static void *rank_main_dev(void *arg)
     t->setup_ok = true;
     wf_status_t bst = wf_flux_shard_build(m->host, m->plan, m->T, co.tp, ops, ctx, &shard, err,
                                           sizeof err);
-    uint64_t want = wf_flux_shard_bytes_dev(&m->host->cfg, m->plan, m->T, m->host->dtype);
+    uint64_t want = wf_flux_shard_bytes_dev(wf_flux_cfg(&m->host->cfg), m->plan, m->T, m->host->dtype);
     t->shard_ok = bst == WF_OK && shard->bytes == want && shard->dev != NULL;
     if (!t->shard_ok) {
         fprintf(stderr, "rank %d: device shard: %s (bytes %llu, figure %llu)\n", t->rank, err,
@@ -365,7 +365,7 @@ static void *rank_main_dev(void *arg)
         wf_comm_abort(world);
         goto out;
     }
-    wf_flux_group_t grp = rank_group(m, sub);
+    wf_fwd_group_t grp = rank_group(m, sub);
     wf_flux_job_t job = rank_job(m, t->rank);
     size_t hbytes = 0;
     size_t bytes = wf_flux_forward_workspace(&shard->cfg, &job, m->T, m->R, m->U, ops, &hbytes);
@@ -401,7 +401,7 @@ out:
 
 /* The device path of job0 on mesh (T, R, U), shards cut by each rank
  * from host h with plan p; the root's output (f32 copy) into out. */
-static bool run_mesh_dev(const wf_flux_host_t *h, const wf_tp_plan_t *p,
+static bool run_mesh_dev(const wf_model_host_t *h, const wf_tp_plan_t *p,
                          const wf_flux_job_t *job0, int T, int R, int U, float *out, size_t nout)
 {
     const int N = T * R * U;
@@ -447,11 +447,11 @@ static bool run_mesh_dev(const wf_flux_host_t *h, const wf_tp_plan_t *p,
 }
 
 /* Shards of host h for tp ranks with plan p; NULL on failure. */
-static wf_flux_shard_t **make_shards(const wf_flux_host_t *h, const wf_tp_plan_t *p, int T)
+static wf_flux_shard_t **make_shards(const wf_model_host_t *h, const wf_tp_plan_t *p, int T)
 {
     char err[512];
     wf_flux_shard_t **s = calloc((size_t)T, sizeof *s);
-    uint64_t want = wf_flux_shard_bytes(&h->cfg, p, T);
+    uint64_t want = wf_flux_shard_bytes(wf_flux_cfg(&h->cfg), p, T);
     for (int t = 0; t < T; t++) {
         wf_status_t st = wf_flux_shard_build(h, p, T, t, NULL, NULL, &s[t], err, sizeof err);
         CHECK(st == WF_OK, "shard %d of %d: %s", t, T, err);
@@ -556,7 +556,7 @@ static void check_out(const fixture_t *f, const float *out, const char *path, in
 static void test_fixture(fixture_t *f)
 {
     wf_tp_plan_t def;
-    wf_tp_plan_flux_default(&def);
+    wf_flux_family.default_plan(NULL, &def);
     float *out = malloc(f->nout * sizeof(float)), *dout = malloc(f->nout * sizeof(float));
     double worst64 = 0, worst32 = 0, dworst64 = 0, dworst32 = 0, vs = 0;
     printf("%s (B %lld, S_img %lld, S_txt %lld, %s):\n", f->name, (long long)f->job.B,
@@ -564,11 +564,11 @@ static void test_fixture(fixture_t *f)
     wf_flux_shard_t **shards[5] = {NULL};
     for (int mi = 0; mi < NMESH; mi++) {
         int T = meshes[mi][0], R = meshes[mi][1], U = meshes[mi][2];
-        if (f->host->cfg.num_attention_heads % (uint32_t)T != 0) {
+        if (wf_flux_cfg(&f->host->cfg)->num_attention_heads % (uint32_t)T != 0) {
             /* the default plan splits heads (flux-small-d64 has 2): the
              * plan check's refusal is test_plan_check's */
             printf("  mesh tp %d ring %d ulysses %d: skipped (%u heads)\n", T, R, U,
-                   f->host->cfg.num_attention_heads);
+                   wf_flux_cfg(&f->host->cfg)->num_attention_heads);
             continue;
         }
         if (!shards[T] && !(shards[T] = make_shards(f->host, &def, T)))
@@ -609,7 +609,7 @@ static void test_fixture(fixture_t *f)
 static void test_out_dtype(fixture_t *f)
 {
     wf_tp_plan_t def;
-    wf_tp_plan_flux_default(&def);
+    wf_flux_family.default_plan(NULL, &def);
     wf_flux_shard_t **s = make_shards(f->host, &def, 2);
     if (!s)
         return;
@@ -642,9 +642,9 @@ static void test_dev_shard(const fixture_t *f)
 {
     const wf_backend_ops_t *ops = wf_standin_dev_backend();
     wf_tp_plan_t def;
-    wf_tp_plan_flux_default(&def);
-    uint64_t need = wf_flux_shard_bytes_dev(&f->host->cfg, &def, 2, f->host->dtype);
-    uint64_t cpu = wf_flux_shard_bytes(&f->host->cfg, &def, 2);
+    wf_flux_family.default_plan(NULL, &def);
+    uint64_t need = wf_flux_shard_bytes_dev(wf_flux_cfg(&f->host->cfg), &def, 2, f->host->dtype);
+    uint64_t cpu = wf_flux_shard_bytes(wf_flux_cfg(&f->host->cfg), &def, 2);
     CHECK(need > 0 && (f->bf16 ? need < cpu : need >= cpu),
           "%s: device figure %llu, cpu figure %llu", f->name, (unsigned long long)need,
           (unsigned long long)cpu);
@@ -677,6 +677,7 @@ static void test_dev_shard(const fixture_t *f)
     memset(&reg, 0, sizeof reg);
     wf_model_t *m = calloc(1, sizeof *m);
     m->cfg = f->host->cfg;
+    m->run = wf_family_run_of(m->cfg.fam);
     m->plan = def;
     m->dtype = f->host->dtype;
     uint64_t on_cpu = wf_model_rank_bytes(&reg, m, 2);
@@ -748,17 +749,17 @@ static void test_plans(fixture_t *f)
     static const int pm[][3] = {{2, 1, 1}, {2, 1, 2}, {4, 1, 1}, {4, 1, 2}};
     wf_tp_plan_t def, odd;
     char err[512];
-    wf_tp_plan_flux_default(&def);
-    odd_plan(&odd, f->host->cfg.guidance_embeds);
+    wf_flux_family.default_plan(NULL, &def);
+    odd_plan(&odd, wf_flux_cfg(&f->host->cfg)->guidance_embeds);
     float *a = malloc(f->nout * sizeof(float)), *b = malloc(f->nout * sizeof(float));
     double worst = 0;
     for (size_t mi = 0; mi < sizeof pm / sizeof pm[0]; mi++) {
         int T = pm[mi][0], R = pm[mi][1], U = pm[mi][2];
-        wf_status_t st = wf_flux_plan_check(&f->host->cfg, &odd, T, false, err, sizeof err);
+        wf_status_t st = wf_flux_plan_check(wf_flux_cfg(&f->host->cfg), &odd, T, false, err, sizeof err);
         CHECK(st == WF_OK, "odd plan at tp %d: %s", T, err);
         wf_flux_shard_t **sd = make_shards(f->host, &def, T), **so = make_shards(f->host, &odd, T);
-        CHECK(wf_flux_shard_bytes(&f->host->cfg, &odd, T) !=
-                  wf_flux_shard_bytes(&f->host->cfg, &def, T),
+        CHECK(wf_flux_shard_bytes(wf_flux_cfg(&f->host->cfg), &odd, T) !=
+                  wf_flux_shard_bytes(wf_flux_cfg(&f->host->cfg), &def, T),
               "the odd plan cuts other shards than the default");
         if (sd && so && run_mesh(sd, &f->job, T, R, U, a, f->nout, -1, NULL) &&
             run_mesh(so, &f->job, T, R, U, b, f->nout, -1, NULL)) {
@@ -791,7 +792,7 @@ static void test_plan_check(const wf_flux_config_t *cfg)
 {
     char err[512];
     wf_tp_plan_t p;
-    wf_tp_plan_flux_default(&p);
+    wf_flux_family.default_plan(NULL, &p);
     /* diffusers: "`tp_degree` (3) must divide the number of attention heads (4)." */
     wf_status_t st = wf_flux_plan_check(cfg, &p, 3, true, err, sizeof err);
     CHECK(st == WF_E_BAD_ARGUMENT &&
@@ -845,7 +846,7 @@ static bool head_dim_64_128(int64_t D) { return D == 64 || D == 128; }
 static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
 {
     char err[512];
-    const wf_flux_config_t *cfg = &plain->host->cfg;
+    const wf_flux_config_t *cfg = wf_flux_cfg(&plain->host->cfg);
     wf_flux_job_t j = plain->job;
     const wf_backend_ops_t *ops = wf_backend_cpu();
     /* a model whose head dim the backend's attention does not take is
@@ -892,7 +893,7 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     j = guid->job;
     j.has_guidance = false;
     j.guidance = NULL;
-    st = wf_flux_forward_check(&guid->host->cfg, &j, 1, 1, 1, err, sizeof err);
+    st = wf_flux_forward_check(wf_flux_cfg(&guid->host->cfg), &j, 1, 1, 1, err, sizeof err);
     CHECK(st == WF_E_BAD_ARGUMENT && strstr(err, "guidance is required"),
           "missing guidance: %d '%s'", (int)st, err);
     j = plain->job;
@@ -924,7 +925,7 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
 static void test_error_aborts(fixture_t *f)
 {
     wf_tp_plan_t def;
-    wf_tp_plan_flux_default(&def);
+    wf_flux_family.default_plan(NULL, &def);
     wf_flux_shard_t **s = make_shards(f->host, &def, 2);
     if (!s)
         return;
@@ -992,7 +993,7 @@ int main(int argc, char **argv)
               fixture_open(root, "flux-small-d64-bf16", "io-flux-small-d64-bf16.safetensors",
                            true, &fx[4]);
     if (ok) {
-        test_plan_check(&fx[0].host->cfg);
+        test_plan_check(wf_flux_cfg(&fx[0].host->cfg));
         test_forward_check(&fx[0], &fx[1]);
         for (int i = 0; i < NFIX; i++)
             test_fixture(&fx[i]);

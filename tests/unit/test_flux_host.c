@@ -16,7 +16,8 @@
  *
  * Usage: test_flux_host FIXTURES_DIR
  */
-#include "flux_host.h"
+#include "flux_config.h"
+#include "model_host.h"
 #include "support/st_writer.h"
 
 #include <dirent.h>
@@ -85,40 +86,40 @@ static bool plan_same(const wf_tp_plan_t *a, const wf_tp_plan_t *b)
 }
 
 /* Open + read `dir` under root; NULL on failure (reported). */
-static wf_flux_host_t *load(int root, const char *dir, bool sharded, const wf_tp_plan_t *plan,
+static wf_model_host_t *load(int root, const char *dir, bool sharded, const wf_tp_plan_t *plan,
                             uint32_t *ret_tp, const char *what)
 {
     char err[512] = "";
-    wf_flux_source_t *src = NULL;
-    wf_flux_host_t *h = NULL;
+    wf_model_source_t *src = NULL;
+    wf_model_host_t *h = NULL;
     uint32_t tp = 77;
-    wf_status_t s = wf_flux_source_open(root, dir, sharded, plan, &src, &tp, err, sizeof err);
+    wf_status_t s = wf_model_source_open(root, dir, sharded, plan, &src, &tp, err, sizeof err);
     CHECK(s == WF_OK, "%s: open %s: %s %s", what, dir, wf_status_name(s), err);
     if (s != WF_OK)
         return NULL;
     CHECK(sharded ? tp >= 1 : tp == 0, "%s: ret_tp %" PRIu32, what, tp);
-    CHECK((wf_flux_source_plan(src) != NULL) == sharded, "%s: source plan", what);
+    CHECK((wf_model_source_plan(src) != NULL) == sharded, "%s: source plan", what);
     progress_t p = { 0, 0, 0, true };
-    s = wf_flux_source_read(src, on_progress, &p, &h, err, sizeof err);
+    s = wf_model_source_read(src, on_progress, &p, &h, err, sizeof err);
     CHECK(s == WF_OK, "%s: read %s: %s %s", what, dir, wf_status_name(s), err);
     if (s == WF_OK) {
         CHECK(p.monotonic && p.calls == (int)h->n && p.last == p.total
-                  && p.total == wf_flux_source_bytes(src),
+                  && p.total == wf_model_source_bytes(src),
               "%s: progress monotonic %d calls %d/%zu last %" PRIu64 " total %" PRIu64
               " bytes %" PRIu64, what, p.monotonic, p.calls, h->n, p.last, p.total,
-              wf_flux_source_bytes(src));
-        CHECK(h->params == wf_flux_source_params(src) && h->dtype == wf_flux_source_dtype(src)
-                  && cfg_same(&h->cfg, wf_flux_source_config(src)), "%s: facts", what);
+              wf_model_source_bytes(src));
+        CHECK(h->params == wf_model_source_params(src) && h->dtype == wf_model_source_dtype(src)
+                  && cfg_same(wf_flux_cfg(&h->cfg), wf_flux_cfg(wf_model_source_config(src))), "%s: facts", what);
     }
     if (ret_tp != NULL)
         *ret_tp = tp;
-    wf_flux_source_close(&src);
+    wf_model_source_close(&src);
     CHECK(src == NULL, "close sets NULL");
     return h;
 }
 
 /* Every host tensor against the checkpoint, byte for byte. */
-static void compare_with_checkpoint(const wf_flux_host_t *h, const char *dir)
+static void compare_with_checkpoint(const wf_model_host_t *h, const char *dir)
 {
     char err[512] = "";
     wf_checkpoint_t *ck = NULL;
@@ -126,12 +127,12 @@ static void compare_with_checkpoint(const wf_flux_host_t *h, const char *dir)
     CHECK(s == WF_OK, "%s: checkpoint: %s", dir, err);
     if (s != WF_OK)
         return;
-    CHECK(h->n == wf_checkpoint_count(ck) && h->n == wf_flux_tensor_count(&h->cfg),
+    CHECK(h->n == wf_checkpoint_count(ck) && h->n == wf_flux_tensor_count(wf_flux_cfg(&h->cfg)),
           "%s: %zu host tensors, %zu in the checkpoint", dir, h->n, wf_checkpoint_count(ck));
     uint64_t params = 0, bytes = 0, bad = 0;
     uint64_t by_dtype[3] = { 0, 0, 0 };
     for (size_t i = 0; i < h->n && i < wf_checkpoint_count(ck); i++) {
-        const wf_flux_host_tensor_t *t = &h->t[i];
+        const wf_host_tensor_t *t = &h->t[i];
         wf_ckpt_ref_t r = wf_checkpoint_at(ck, i);
         bool ok = strcmp(t->name, r.tensor->name) == 0 && t->dtype == r.tensor->dtype
                   && t->rank == r.tensor->rank && t->shape[0] == r.tensor->shape[0]
@@ -142,7 +143,7 @@ static void compare_with_checkpoint(const wf_flux_host_t *h, const char *dir)
             CHECK(false, "%s: tensor %zu '%s' differs from the checkpoint", dir, i, t->name);
         if (i > 0 && strcmp(h->t[i - 1].name, t->name) >= 0)
             CHECK(false, "%s: not in name order at %zu", dir, i);
-        CHECK(wf_flux_host_find(h, t->name) == t, "%s: find '%s'", dir, t->name);
+        CHECK(wf_model_host_find(h, t->name) == t, "%s: find '%s'", dir, t->name);
         params += r.tensor->numel;
         bytes += r.tensor->nbytes;
         by_dtype[t->dtype] += r.tensor->numel;
@@ -151,19 +152,19 @@ static void compare_with_checkpoint(const wf_flux_host_t *h, const char *dir)
     CHECK(h->params == params && h->bytes == bytes, "%s: params %" PRIu64 " bytes %" PRIu64,
           dir, h->params, h->bytes);
     CHECK(by_dtype[h->dtype] * 2 > params, "%s: majority dtype", dir);
-    CHECK(wf_flux_host_find(h, "x_embedder.weightx") == NULL
-              && wf_flux_host_find(h, "") == NULL, "find absent");
+    CHECK(wf_model_host_find(h, "x_embedder.weightx") == NULL
+              && wf_model_host_find(h, "") == NULL, "find absent");
     wf_checkpoint_close(&ck);
 }
 
-static void compare_hosts(const wf_flux_host_t *a, const wf_flux_host_t *b, const char *what)
+static void compare_hosts(const wf_model_host_t *a, const wf_model_host_t *b, const char *what)
 {
     CHECK(a->n == b->n && a->params == b->params && a->bytes == b->bytes
-              && a->dtype == b->dtype && cfg_same(&a->cfg, &b->cfg),
+              && a->dtype == b->dtype && cfg_same(wf_flux_cfg(&a->cfg), wf_flux_cfg(&b->cfg)),
           "%s: host facts differ (%zu vs %zu tensors)", what, a->n, b->n);
     size_t bad = 0;
     for (size_t i = 0; i < a->n && i < b->n; i++) {
-        const wf_flux_host_tensor_t *x = &a->t[i], *y = &b->t[i];
+        const wf_host_tensor_t *x = &a->t[i], *y = &b->t[i];
         bool ok = strcmp(x->name, y->name) == 0 && x->dtype == y->dtype
                   && x->rank == y->rank && x->shape[0] == y->shape[0]
                   && x->shape[1] == y->shape[1] && x->nbytes == y->nbytes
@@ -229,12 +230,12 @@ static wf_status_t shard(const char *src, const wf_tp_plan_t *plan, int tp, cons
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", tmp_root, out);
-    return wf_flux_write_sharded(fix_fd, src, plan, tp, path, err, err_len);
+    return wf_model_write_sharded(fix_fd, src, plan, tp, path, err, err_len);
 }
 
 /* ---- plain checkpoints -------------------------------------------------- */
 
-static wf_flux_host_t *plain[3];
+static wf_model_host_t *plain[3];
 static const char *const fixtures[3] = { "flux-tiny", "flux-tiny-guidance", "flux-tiny-bf16" };
 
 static void test_plain(void)
@@ -246,28 +247,28 @@ static void test_plain(void)
     }
     if (plain[0] != NULL)
         CHECK(plain[0]->dtype == WF_DTYPE_F32 && plain[0]->n == 62
-                  && plain[0]->cfg.inner_dim == 48, "flux-tiny: dtype %d n %zu",
+                  && wf_flux_cfg(&plain[0]->cfg)->inner_dim == 48, "flux-tiny: dtype %d n %zu",
               (int)plain[0]->dtype, plain[0]->n);
     if (plain[1] != NULL)
-        CHECK(plain[1]->cfg.guidance_embeds
-                  && wf_flux_host_find(plain[1], "time_text_embed.guidance_embedder."
+        CHECK(wf_flux_cfg(&plain[1]->cfg)->guidance_embeds
+                  && wf_model_host_find(plain[1], "time_text_embed.guidance_embedder."
                                                  "linear_1.weight") != NULL, "guidance");
     if (plain[2] != NULL)
         CHECK(plain[2]->dtype == WF_DTYPE_BF16, "bf16 dtype %d", (int)plain[2]->dtype);
 
     /* the f32 host copy of a bf16 checkpoint: every value exact (bf16 ->
      * f32 is exact), dtype and sizes updated, the checkpoint dtype kept */
-    wf_flux_host_t *h16 = load(fix_fd, fixtures[2], false, NULL, NULL, "bf16 to f32");
+    wf_model_host_t *h16 = load(fix_fd, fixtures[2], false, NULL, NULL, "bf16 to f32");
     if (h16 != NULL && plain[2] != NULL) {
         char e2[256] = "";
         uint64_t before = h16->bytes;
-        wf_status_t cs = wf_flux_host_to_f32(h16, e2, sizeof e2);
+        wf_status_t cs = wf_model_host_to_f32(h16, e2, sizeof e2);
         CHECK(cs == WF_OK && h16->bytes == 2 * before && h16->dtype == WF_DTYPE_BF16,
               "to_f32: %s %s bytes %" PRIu64 " -> %" PRIu64, wf_status_name(cs), e2,
               before, h16->bytes);
         size_t bad = 0;
         for (size_t i = 0; i < h16->n; i++) {
-            const wf_flux_host_tensor_t *a = &h16->t[i], *b = &plain[2]->t[i];
+            const wf_host_tensor_t *a = &h16->t[i], *b = &plain[2]->t[i];
             size_t n = (size_t)(b->nbytes / 2);
             float *ref = malloc(n * sizeof *ref + 4);
             if (ref == NULL)
@@ -280,32 +281,32 @@ static void test_plain(void)
         CHECK(bad == 0, "to_f32: %zu tensors differ", bad);
         /* an f32 copy converts nothing */
         uint64_t b32 = plain[0] ? plain[0]->bytes : 0;
-        CHECK(plain[0] == NULL || (wf_flux_host_to_f32(plain[0], e2, sizeof e2) == WF_OK &&
+        CHECK(plain[0] == NULL || (wf_model_host_to_f32(plain[0], e2, sizeof e2) == WF_OK &&
                                    plain[0]->bytes == b32), "to_f32 of an f32 copy");
     }
-    wf_flux_host_free(&h16);
+    wf_model_host_free(&h16);
 
     /* phase-1 refusals */
     char err[512] = "";
-    wf_flux_source_t *src = NULL;
-    wf_status_t s = wf_flux_source_open(fix_fd, "../fixtures/flux-tiny", false, NULL, &src,
+    wf_model_source_t *src = NULL;
+    wf_status_t s = wf_model_source_open(fix_fd, "../fixtures/flux-tiny", false, NULL, &src,
                                         NULL, err, sizeof err);
     CHECK(s == WF_E_BAD_FIELD && src == NULL, "'..' refused: %s %s", wf_status_name(s), err);
-    s = wf_flux_source_open(fix_fd, "no-such-model", false, NULL, &src, NULL, err, sizeof err);
+    s = wf_model_source_open(fix_fd, "no-such-model", false, NULL, &src, NULL, err, sizeof err);
     CHECK(s == WF_E_BAD_FIELD && strstr(err, "no-such-model/config.json") != NULL,
           "missing dir: %s %s", wf_status_name(s), err);
-    s = wf_flux_source_open(fix_fd, "flux-tiny", true, NULL, &src, NULL, err, sizeof err);
+    s = wf_model_source_open(fix_fd, "flux-tiny", true, NULL, &src, NULL, err, sizeof err);
     CHECK(s == WF_E_BAD_FIELD && strstr(err, "not a sharded checkpoint") != NULL,
           "plain as sharded: %s %s", wf_status_name(s), err);
-    wf_flux_source_close(NULL);
-    wf_flux_host_free(NULL);
+    wf_model_source_close(NULL);
+    wf_model_host_free(NULL);
 }
 
 /* ---- the layout, checked without the reader ----------------------------- */
 
 static const void *fixture_data(const char *name)
 {
-    const wf_flux_host_tensor_t *t = wf_flux_host_find(plain[0], name);
+    const wf_host_tensor_t *t = wf_model_host_find(plain[0], name);
     return t != NULL ? t->data : NULL;
 }
 
@@ -354,7 +355,7 @@ static void test_layout_tp2(void)
         CHECK(fmt && strcmp(fmt, "tp-shard-1") == 0 && deg && strcmp(deg, "2") == 0 && rk
                   && strcmp(rk, want) == 0 && pj, "%s: metadata", rel);
         wf_tp_plan_t fp, def;
-        wf_tp_plan_flux_default(&def);
+        wf_flux_family.default_plan(NULL, &def);
         CHECK(pj && wf_tp_plan_from_json(pj, strlen(pj), "m", &fp, err, sizeof err) == WF_OK
                   && plan_same(&fp, &def), "%s: tp_plan is the default", rel);
         CHECK(wf_safetensors_count(f) == 62, "%s: %zu tensors", rel, wf_safetensors_count(f));
@@ -430,21 +431,21 @@ static void round_trip(int fixture, const wf_tp_plan_t *plan, int tp, const char
     char what[128];
     snprintf(what, sizeof what, "%s tp %d -> %s", fixtures[fixture], tp, out);
     uint32_t got_tp = 0;
-    wf_flux_host_t *h = load(tmp_fd, out, true, plan, &got_tp, what);
+    wf_model_host_t *h = load(tmp_fd, out, true, plan, &got_tp, what);
     CHECK(got_tp == (uint32_t)tp, "%s: tp %" PRIu32, what, got_tp);
     if (h != NULL)
         compare_hosts(plain[fixture], h, what);
-    wf_flux_host_free(&h);
+    wf_model_host_free(&h);
     CHECK(h == NULL, "free sets NULL");
 
     /* the files' plan comes back */
-    wf_flux_source_t *src = NULL;
-    s = wf_flux_source_open(tmp_fd, out, true, NULL, &src, NULL, err, sizeof err);
+    wf_model_source_t *src = NULL;
+    s = wf_model_source_open(tmp_fd, out, true, NULL, &src, NULL, err, sizeof err);
     wf_tp_plan_t def;
-    wf_tp_plan_flux_default(&def);
-    CHECK(s == WF_OK && plan_same(wf_flux_source_plan(src), plan ? plan : &def),
+    wf_flux_family.default_plan(NULL, &def);
+    CHECK(s == WF_OK && plan_same(wf_model_source_plan(src), plan ? plan : &def),
           "%s: source plan", what);
-    wf_flux_source_close(&src);
+    wf_model_source_close(&src);
 }
 
 static void test_round_trips(void)
@@ -474,17 +475,17 @@ static void test_round_trips(void)
 
     /* a plan asked for that differs from the files' */
     wf_tp_plan_t def;
-    wf_tp_plan_flux_default(&def);
-    wf_flux_source_t *src = NULL;
-    wf_status_t s = wf_flux_source_open(tmp_fd, "custom4", true, &def, &src, NULL, err,
+    wf_flux_family.default_plan(NULL, &def);
+    wf_model_source_t *src = NULL;
+    wf_status_t s = wf_model_source_open(tmp_fd, "custom4", true, &def, &src, NULL, err,
                                         sizeof err);
     CHECK(s == WF_E_BAD_ARGUMENT && src == NULL
               && strstr(err, "custom4/tp-rank-00000-of-00004.safetensors") != NULL,
           "plan mismatch: %s %s", wf_status_name(s), err);
     wf_tp_plan_t empty = { 0 };
-    s = wf_flux_source_open(tmp_fd, "custom4", true, &empty, &src, NULL, err, sizeof err);
+    s = wf_model_source_open(tmp_fd, "custom4", true, &empty, &src, NULL, err, sizeof err);
     CHECK(s == WF_OK, "empty plan takes the files': %s", err);
-    wf_flux_source_close(&src);
+    wf_model_source_close(&src);
 
     /* re-sharding into the same directory replaces the set */
     s = shard("flux-tiny", NULL, 4, "r2", err, sizeof err);
@@ -493,11 +494,11 @@ static void test_round_trips(void)
     snprintf(path, sizeof path, "%s/r2/tp-rank-00000-of-00002.safetensors", tmp_root);
     CHECK(!file_exists(path), "old tp 2 files removed");
     uint32_t tp = 0;
-    wf_flux_host_t *h = load(tmp_fd, "r2", true, NULL, &tp, "re-shard");
+    wf_model_host_t *h = load(tmp_fd, "r2", true, NULL, &tp, "re-shard");
     CHECK(tp == 4, "re-sharded tp %" PRIu32, tp);
     if (h != NULL && plain[0] != NULL)
         compare_hosts(plain[0], h, "re-shard");
-    wf_flux_host_free(&h);
+    wf_model_host_free(&h);
 
     /* refusals of the writer: nothing written */
     s = shard("flux-tiny", NULL, 5, "t5", err, sizeof err);
@@ -599,19 +600,19 @@ static void expect_bad(const char *dir, wf_status_t want, bool at_read, const ch
                        const char *needle2, int line)
 {
     char err[768] = "";
-    wf_flux_source_t *src = NULL;
-    wf_flux_host_t *h = NULL;
-    wf_status_t s = wf_flux_source_open(tmp_fd, dir, true, NULL, &src, NULL, err, sizeof err);
+    wf_model_source_t *src = NULL;
+    wf_model_host_t *h = NULL;
+    wf_status_t s = wf_model_source_open(tmp_fd, dir, true, NULL, &src, NULL, err, sizeof err);
     if (at_read) {
         CHECK(s == WF_OK, "line %d: %s: open: %s", line, dir, err);
         if (s == WF_OK)
-            s = wf_flux_source_read(src, NULL, NULL, &h, err, sizeof err);
+            s = wf_model_source_read(src, NULL, NULL, &h, err, sizeof err);
     }
     CHECK(s == want && h == NULL && (at_read || src == NULL) && strstr(err, needle1) != NULL
               && (needle2 == NULL || strstr(err, needle2) != NULL),
           "line %d: %s: got %s \"%s\", want %s with \"%s\"%s%s", line, dir, wf_status_name(s),
           err, wf_status_name(want), needle1, needle2 ? " and " : "", needle2 ? needle2 : "");
-    wf_flux_source_close(&src);
+    wf_model_source_close(&src);
 }
 #define EXPECT_BAD(dir, want, at_read, n1, n2) \
     expect_bad(dir, want, at_read, n1, n2, __LINE__)
@@ -696,12 +697,12 @@ static void test_corrupt(void)
     fresh("c-piece", 2);
     mutation_t mq = { .flip = "transformer_blocks.0.attn.to_q.weight" };
     rewrite("c-piece/tp-rank-00001-of-00002.safetensors", &mq);
-    wf_flux_host_t *h = load(tmp_fd, "c-piece", true, NULL, NULL, "c-piece");
-    const wf_flux_host_tensor_t *t = h ? wf_flux_host_find(h, mq.flip) : NULL;
+    wf_model_host_t *h = load(tmp_fd, "c-piece", true, NULL, NULL, "c-piece");
+    const wf_host_tensor_t *t = h ? wf_model_host_find(h, mq.flip) : NULL;
     const unsigned char *orig = fixture_data(mq.flip);
     CHECK(t && orig && ((const unsigned char *)t->data)[24 * 48 * 4] == (orig[24 * 48 * 4] ^ 1)
               && memcmp(t->data, orig, 24 * 48 * 4) == 0, "flipped byte lands at row 24");
-    wf_flux_host_free(&h);
+    wf_model_host_free(&h);
 
     /* an unexpected tensor */
     fresh("c-extra", 2);
@@ -729,9 +730,9 @@ static char *read_text(const char *path)
 static void expect_shrink(const char *dir, bool sharded, const char *file)
 {
     char err[768] = "", path[1024];
-    wf_flux_source_t *src = NULL;
-    wf_flux_host_t *h = NULL;
-    wf_status_t s = wf_flux_source_open(tmp_fd, dir, sharded, NULL, &src, NULL, err,
+    wf_model_source_t *src = NULL;
+    wf_model_host_t *h = NULL;
+    wf_status_t s = wf_model_source_open(tmp_fd, dir, sharded, NULL, &src, NULL, err,
                                         sizeof err);
     CHECK(s == WF_OK, "%s: open: %s", dir, err);
     if (s != WF_OK)
@@ -739,12 +740,12 @@ static void expect_shrink(const char *dir, bool sharded, const char *file)
     snprintf(path, sizeof path, "%s/%s/%s", tmp_root, dir, file);
     struct stat st;
     CHECK(stat(path, &st) == 0 && truncate(path, st.st_size / 2) == 0, "truncate %s", path);
-    s = wf_flux_source_read(src, NULL, NULL, &h, err, sizeof err);
+    s = wf_model_source_read(src, NULL, NULL, &h, err, sizeof err);
     CHECK(s == WF_E_INTERNAL && h == NULL && strstr(err, file) != NULL
               && strstr(err, "the file shrank while loading") != NULL,
           "%s: read after truncate: %s \"%s\"", dir, wf_status_name(s), err);
-    wf_flux_host_free(&h);
-    wf_flux_source_close(&src);
+    wf_model_host_free(&h);
+    wf_model_source_close(&src);
 }
 
 static void test_shrink(void)
@@ -852,10 +853,10 @@ static void test_writer_attacks(void)
     CHECK(file_exists(b), "the file at the old temporary name is not removed");
     CHECK(count_tmp("o-links") == 1, "no temporary file of ours left (%d)",
           count_tmp("o-links"));
-    wf_flux_host_t *h = load(tmp_fd, "o-links", true, NULL, NULL, "o-links");
+    wf_model_host_t *h = load(tmp_fd, "o-links", true, NULL, NULL, "o-links");
     if (h != NULL && plain[0] != NULL)
         compare_hosts(plain[0], h, "o-links");
-    wf_flux_host_free(&h);
+    wf_model_host_free(&h);
 
     /* a rank file of another degree that weftctl shard did not write: a
      * symlink, a plain file, a hard link; refused before anything is
@@ -961,7 +962,7 @@ int main(int argc, char **argv)
     test_writer_attacks();
 
     for (int i = 0; i < 3; i++)
-        wf_flux_host_free(&plain[i]);
+        wf_model_host_free(&plain[i]);
     close(tmp_fd);
     close(fix_fd);
     rm_tree(tmp_root);

@@ -327,13 +327,6 @@ static wf_request_t req_forward(bool fp8)
     desc(&r.tensors[5], "txt_ids", 2, txt, 5);
     wf_forward_args_t *a = &r.args.forward;
     snprintf(a->model, sizeof a->model, "flux");
-    a->hidden_states = 0;
-    a->encoder_hidden_states = 1;
-    a->pooled_projections = 2;
-    a->timestep = 3;
-    a->img_ids = 4;
-    a->txt_ids = 5;
-    a->guidance = -1;
     a->fp8 = fp8;
     return r;
 }
@@ -462,7 +455,8 @@ static void test_cluster_keys(void)
         wf_cfjob_t *f = &m.u.fjob;
         f->g = 1;
         f->lid = 1;
-        f->B = f->Si = f->St = f->Ch = f->Ce = f->Cp = f->Ai = f->At = 1;
+        snprintf(f->t[0].name, sizeof f->t[0].name, "hidden_states");
+        f->t[0].shape[0] = 1;
         f->fp8 = fp8;
         wf_ctl_init(&cm);
         CHECK(wf_cmsg_put(&cm, &m) == WF_OK, "fjob put");

@@ -232,9 +232,18 @@ static void test_round_trip_replies(void)
           d.result.status.devices[0].index == 5, "tolerant reply: %s %s", wf_status_name(rc),
           err);
     B();
-    mpb(&sb, "M4 si si si si", "v", 2, "id", 7, "op", 1, "status", 0);
+    mpb(&sb, "M4 si si si si", "v", 3, "id", 7, "op", 1, "status", 0);
     rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
-    CHECK(rc == WF_E_VERSION && d.id == 7, "reply v=2: %s", wf_status_name(rc));
+    CHECK(rc == WF_E_VERSION && d.id == 7, "reply v=3: %s", wf_status_name(rc));
+    B();
+    mpb(&sb, "M4 si si si si", "v", 0, "id", 7, "op", 1, "status", 0);
+    rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
+    CHECK(rc == WF_E_VERSION && d.id == 7, "reply v=0: %s", wf_status_name(rc));
+    /* a version-1 daemon's reply is understood */
+    B();
+    mpb(&sb, "M4 si si si si", "v", 1, "id", 7, "op", 1, "status", 0);
+    rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
+    CHECK(rc == WF_OK && d.version == 1, "reply v=1: %s", wf_status_name(rc));
     B();
     mpb(&sb, "M3 si si si", "v", 1, "id", 7, "op", 1);
     rc = wf_reply_decode(sb.data, sb.size, &d, err, sizeof(err));
@@ -406,8 +415,10 @@ static void test_request_errors(void)
     /* VERSION, checked before anything else; id still echoed */
     B(); mpb(&sb, "M2 si si", "id", 5, "op", 1);
     expect_req("v missing", WF_E_VERSION, 5, "v");
-    B(); mpb(&sb, "M3 si si si", "v", 2, "id", 6, "op", 1);
-    expect_req("v = 2", WF_E_VERSION, 6, "version 2");
+    B(); mpb(&sb, "M3 si si si", "v", 3, "id", 6, "op", 1);
+    expect_req("v = 3", WF_E_VERSION, 6, "version 3");
+    B(); mpb(&sb, "M3 si si si", "v", 0, "id", 6, "op", 1);
+    expect_req("v = 0", WF_E_VERSION, 6, "version 0");
     B(); mpb(&sb, "M3 si si si", "v", 0, "id", 6, "op", 1);
     expect_req("v = 0", WF_E_VERSION, 6, NULL);
     B(); mpb(&sb, "M3 ss si si", "v", "1", "id", 6, "op", 1);

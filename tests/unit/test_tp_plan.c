@@ -147,7 +147,7 @@ static void test_check(void)
 static void test_flux_default(void)
 {
     wf_tp_plan_t p;
-    wf_tp_plan_flux_default(&p);
+    wf_flux_family.default_plan(NULL, &p);
     char err[256] = "";
     CHECK(wf_tp_plan_check(&p, err, sizeof err) == WF_OK, "default plan: %s", err);
     CHECK(p.n == 17, "default plan has %" PRIu32 " rules", p.n);
@@ -181,7 +181,7 @@ static void test_flux_default(void)
         wf_flux_config_t cfg;
         CHECK(wf_flux_config_parse(cfgs[c], strlen(cfgs[c]), 0, "cfg", &cfg, err,
                                    sizeof err) == WF_OK, "config %zu: %s", c, err);
-        wf_flux_tensor_spec_t *specs = NULL;
+        wf_tensor_spec_t *specs = NULL;
         size_t n = 0;
         CHECK(wf_flux_expected_tensors(&cfg, &specs, &n, err, sizeof err) == WF_OK,
               "specs: %s", err);
@@ -192,7 +192,7 @@ static void test_flux_default(void)
             size_t len = strlen(name);
             if (len < 7 || strcmp(name + len - 7, ".weight") != 0)
                 continue;
-            char module[WF_FLUX_TENSOR_NAME_MAX];
+            char module[WF_TENSOR_SPEC_NAME_MAX];
             snprintf(module, sizeof module, "%.*s", (int)(len - 7), name);
             int ri = wf_tp_plan_find(&p, module);
             wf_tp_style_t expect = WF_TP_REPLICATED;
@@ -370,7 +370,7 @@ static void test_place(void)
     /* the FLUX tiny fixture: 4 heads of 12, tp 3 does not divide proj_out's
      * 48:192 blocks? 48 / 3 = 16, 192 / 3 = 64: fine; tp 5 does not */
     wf_tp_plan_t fd;
-    wf_tp_plan_flux_default(&fd);
+    wf_flux_family.default_plan(NULL, &fd);
     EXPECT_PLACE(&fd, "single_transformer_blocks.0.proj_out", 48, 240, 3,
                  WF_TP_PACKED_ROWWISE, 48, 80);
     EXPECT_PLACE_ERR(&fd, "single_transformer_blocks.0.proj_out", 48, 240, 5,
@@ -390,7 +390,7 @@ static void test_json(void)
 {
     char buf[8192], err[256] = "";
     wf_tp_plan_t p, q;
-    wf_tp_plan_flux_default(&p);
+    wf_flux_family.default_plan(NULL, &p);
     CHECK(wf_tp_plan_to_json(&p, buf, sizeof buf) == WF_OK, "to_json");
     CHECK(strncmp(buf, "{\"transformer_blocks.*.attn.to_q\":\"colwise\",", 44) == 0,
           "json starts %.60s", buf);

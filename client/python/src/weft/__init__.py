@@ -7,9 +7,12 @@
         out = c.attention(q, q, q, causal=True).out
 
 Every operation of include/weft.h is a method of Client: hello,
-has_feature, status, reconfigure, attention / submit_attention, forward /
-submit_forward (a Job: id, poll, wait, cancel, close), cancel_id,
-load_model (with progress), unload_model, list_models. Tensors are numpy
+has_feature, status, reconfigure, attention / submit_attention,
+forward_named / submit_forward_named (any family's inputs by name, checked
+against the model's schema before sending), forward / submit_forward
+(FLUX's inputs, or a dict of named ones; a Job: id, poll, wait, cancel,
+close), cancel_id, load_model (with progress), unload_model, list_models
+(each model's config and schema), model_schema. Tensors are numpy
 arrays or CPU torch tensors (bf16: torch.bfloat16, or uint16 bits as
 weft.Tensor(a, "bf16")), sent without a copy. Errors raise weft.errors.WeftError subclasses carrying
 the status code and the daemon's message. weft.diffusers has a FLUX
@@ -23,8 +26,9 @@ from ._lib import path as library_path
 from ._lib import version as _library_version
 from ._tensors import Tensor, bf16_to_f32, f32_to_bf16
 from .client import (AttentionOutput, Client, Counters, DeviceInfo, ForwardOutput,
-                     HelloInfo, Job, JobResult, Mesh, ModelInfo, NodeInfo, OpCounters,
-                     StatusInfo, connect, status_name, status_str, tp_plan_rules)
+                     HelloInfo, Job, JobResult, Mesh, ModelConfig, ModelInfo, ModelSchema,
+                     NodeInfo, OpCounters, StatusInfo, TensorSchema, connect, status_name,
+                     status_str, tp_plan_rules)
 from .errors import (AbortedError, AuthError, BadArgumentError, BadDtypeError,
                      BadFieldError, BadShapeError, BusyError, CancelledError, ClientError,
                      ConnectError, ConnectionClosedError, DaemonFailure, DeadlineError,
@@ -46,10 +50,11 @@ __all__ = [
     "ConnectError", "ConnectionClosedError", "Counters", "DaemonFailure", "DeadlineError",
     "DeniedError", "DeviceInfo",
     "ForwardOutput", "FrameMismatchError", "HelloInfo", "InternalError", "Job", "JobResult",
-    "JobStoppedError", "LimitError", "MalformedError", "MismatchError", "Mesh", "ModelInfo", "NoMemoryError",
+    "JobStoppedError", "LimitError", "MalformedError", "MismatchError", "Mesh", "ModelConfig", "ModelInfo",
+    "ModelSchema", "NoMemoryError",
     "NodeInfo", "NodeLostError", "NotCoordinatorError", "OpCounters", "PendingError",
     "ProtocolError", "QueueFullError", "ReplyTimeoutError", "RequestError", "RetryableError",
-    "ShuttingDownError", "StatusInfo", "Tensor", "TransportError", "UnavailableError",
+    "ShuttingDownError", "StatusInfo", "Tensor", "TensorSchema", "TransportError", "UnavailableError",
     "UnknownOpError", "UnsupportedError", "VersionError", "WeftError", "bf16_to_f32", "connect", "error_for",
     "f32_to_bf16", "library_path", "library_version", "status_name", "status_str", "tp_plan_rules",
 ]

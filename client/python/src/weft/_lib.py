@@ -138,16 +138,40 @@ class wf_load_opts_t(ctypes.Structure):
                 ("weights_already_sharded", c_int)]
 
 
-WF_MODEL_MAX_AXES = 8
+WF_MODEL_CONFIG_MAX = 32
+WF_MODEL_CONFIG_KEY_MAX = 40
+WF_MODEL_CONFIG_VALUES = 8
+WF_CONFIG_INT = 0
+WF_CONFIG_FLAG = 1
+WF_CONFIG_LIST = 2
+WF_SCHEMA_NAME_MAX = 32
+WF_SCHEMA_MAX_INPUTS = 16
+WF_SCHEMA_MAX_OUTPUTS = 4
+
+
+class wf_model_config_entry_t(ctypes.Structure):
+    _fields_ = [("key", c_char * WF_MODEL_CONFIG_KEY_MAX), ("kind", c_int), ("n", c_u32),
+                ("v", c_i64 * WF_MODEL_CONFIG_VALUES)]
 
 
 class wf_model_config_t(ctypes.Structure):
-    _fields_ = [("present", c_u32), ("patch_size", c_u32), ("in_channels", c_u32),
-                ("out_channels", c_u32), ("num_layers", c_u32), ("num_single_layers", c_u32),
-                ("attention_head_dim", c_u32), ("num_attention_heads", c_u32),
-                ("joint_attention_dim", c_u32), ("pooled_projection_dim", c_u32),
-                ("guidance_embeds", c_u32), ("n_axes", c_u32),
-                ("axes_dims_rope", c_u32 * WF_MODEL_MAX_AXES)]
+    _fields_ = [("present", c_u32), ("n", c_u32),
+                ("e", wf_model_config_entry_t * WF_MODEL_CONFIG_MAX)]
+
+
+class wf_schema_dim_t(ctypes.Structure):
+    _fields_ = [("size", c_i64), ("sym", c_char * WF_SCHEMA_NAME_MAX)]
+
+
+class wf_schema_tensor_t(ctypes.Structure):
+    _fields_ = [("name", c_char * WF_SCHEMA_NAME_MAX), ("dtypes", c_u32), ("optional", c_u32),
+                ("rank", c_u32), ("dim", wf_schema_dim_t * WF_MAX_RANK)]
+
+
+class wf_model_schema_t(ctypes.Structure):
+    _fields_ = [("n_inputs", c_u32), ("n_outputs", c_u32),
+                ("inputs", wf_schema_tensor_t * WF_SCHEMA_MAX_INPUTS),
+                ("outputs", wf_schema_tensor_t * WF_SCHEMA_MAX_OUTPUTS)]
 
 
 class wf_model_info_t(ctypes.Structure):
@@ -157,20 +181,19 @@ class wf_model_info_t(ctypes.Structure):
                 ("host_bytes", c_u64), ("rank_bytes", c_u64), ("tp", c_u32),
                 ("sharded_input", c_u32), ("load_ms", c_u64), ("device", c_char * 16),
                 ("compute", c_char * 8), ("host_pinned", c_u32),
-                ("nodes", c_char * WF_MODEL_NODES_LEN), ("config", wf_model_config_t)]
+                ("nodes", c_char * WF_MODEL_NODES_LEN), ("config", wf_model_config_t),
+                ("schema", wf_model_schema_t)]
 
 
 _TP = ctypes.POINTER(wf_tensor_t)
 
 
-class wf_flux_inputs_t(ctypes.Structure):
-    _fields_ = [("hidden_states", _TP), ("encoder_hidden_states", _TP),
-                ("pooled_projections", _TP), ("timestep", _TP), ("img_ids", _TP),
-                ("txt_ids", _TP), ("guidance", _TP)]
-
-
 class wf_forward_opts_t(ctypes.Structure):
     _fields_ = [("deadline_ms", c_u32), ("precision", c_int)]
+
+
+class wf_named_tensor_t(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("tensor", _TP)]
 
 
 # Every struct the package mirrors, by its weft.h name: the ABI test
@@ -179,7 +202,9 @@ STRUCTS = {cls.__name__: cls for cls in (
     wf_tensor_t, wf_hello_info_t, wf_device_info_t, wf_mesh_degrees_t,
     wf_node_info_t, wf_code_count_t, wf_op_counters_t, wf_status_counters_t,
     wf_status_info_t, wf_attention_opts_t, wf_job_result_t, wf_tp_rule_t,
-    wf_load_opts_t, wf_model_info_t, wf_flux_inputs_t, wf_forward_opts_t)}
+    wf_load_opts_t, wf_model_config_entry_t, wf_model_config_t, wf_schema_dim_t,
+    wf_schema_tensor_t, wf_model_schema_t, wf_model_info_t, wf_forward_opts_t,
+    wf_named_tensor_t)}
 
 _SONAMES = ("libweft.so.0", "libweft.so")
 
@@ -291,17 +316,16 @@ _proto("wf_load_model", c_int, _P, _CP, _CP, ctypes.POINTER(wf_load_opts_t),
 _proto("wf_unload_model", c_int, _P, _CP)
 _proto("wf_list_models", c_int, _P, ctypes.POINTER(wf_model_info_t), ctypes.c_size_t,
        ctypes.POINTER(ctypes.c_size_t))
-_proto("wf_forward", c_int, _P, _CP, ctypes.POINTER(wf_flux_inputs_t), _TP,
-       ctypes.POINTER(wf_job_result_t))
-# Later 0.4 additions (forward options and asynchronous forward, job ids,
-# cancel by id): None where this libweft predates them; the methods that
-# need one say so when called.
-forward_ex = _proto("wf_forward_ex", c_int, _P, _CP, ctypes.POINTER(wf_flux_inputs_t), _TP,
-                    ctypes.POINTER(wf_forward_opts_t), ctypes.POINTER(wf_job_result_t),
-                    optional=True)
-forward_submit = _proto("wf_forward_submit", c_int, _P, _CP, ctypes.POINTER(wf_flux_inputs_t),
-                        _TP, ctypes.POINTER(wf_forward_opts_t), ctypes.POINTER(_P),
-                        optional=True)
+_NTP = ctypes.POINTER(wf_named_tensor_t)
+# Every forward goes through the named form (FLUX's too: Client.forward
+# builds its named tensors); wf_forward / _ex / _submit stay libweft's
+# wrappers for C callers.
+_proto("wf_forward_named", c_int, _P, _CP, _NTP, ctypes.c_size_t, _NTP, ctypes.c_size_t,
+       ctypes.POINTER(wf_forward_opts_t), ctypes.POINTER(wf_job_result_t))
+_proto("wf_forward_named_submit", c_int, _P, _CP, _NTP, ctypes.c_size_t, _NTP,
+       ctypes.c_size_t, ctypes.POINTER(wf_forward_opts_t), ctypes.POINTER(_P))
+# Later 0.4 additions (job ids, cancel by id): None where this libweft
+# predates them; the methods that need one say so when called.
 job_id = _proto("wf_job_id", c_u64, _P, optional=True)
 _version = _proto("wf_version", _CP, optional=True)
 cancel_id = _proto("wf_cancel_id", c_int, _P, c_u64, optional=True)

@@ -17,12 +17,15 @@ import ctypes
 import os
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
+
+import numpy as np
 
 from . import _lib
 from . import _tensors as T
-from .errors import BadArgumentError, WeftError, error_for, raise_for
+from .errors import (BadArgumentError, BadDtypeError, BadFieldError, WeftError,
+                     error_for, raise_for)
 
 lib = _lib.lib
 
@@ -145,10 +148,59 @@ class AttentionOutput:
 
 @dataclass(frozen=True)
 class ForwardOutput:
-    """A forward job's output (B, S_img, patch^2 * out_channels) and how
-    it ran."""
+    """A forward job's outputs and how it ran: `outputs` every output by
+    its schema name, `output` the first of them (FLUX's only one, (B,
+    S_img, patch^2 * out_channels))."""
     output: Any
     result: JobResult
+    outputs: Dict[str, Any] = field(default_factory=dict)
+
+
+class ModelConfig(Dict[str, Any]):
+    """A model's config entries as list_models reports them, under
+    diffusers' names, in the family's order: an int, a bool (a flag) or a
+    list of ints each. A dict whose keys also read as attributes
+    (``info.config.in_channels``)."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(f"model config has no {key!r} (it has "
+                                 f"{', '.join(self) or 'nothing'})") from None
+
+
+@dataclass(frozen=True)
+class TensorSchema:
+    """One input or output of a model's forward: its name, the dtypes it
+    may have ("f32", "f16", "bf16"; an output: any of them, chosen with
+    out_dtype), whether an input may be absent, and its shape: an int for
+    a fixed size, a str for a named size that every tensor naming it
+    shares ("B", "S_img"). `labels` names each dim (the named size, or
+    for a fixed one the config field it comes from)."""
+    name: str
+    dtypes: Tuple[str, ...]
+    optional: bool
+    shape: Tuple[Union[int, str], ...]
+    labels: Tuple[str, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def dims_text(self) -> str:
+        """"(B, S_img, in_channels)": the dims by their labels."""
+        return "(" + ", ".join(self.labels) + ")"
+
+
+@dataclass(frozen=True)
+class ModelSchema:
+    """What a model's forward takes and gives (list_models' schema)."""
+    inputs: Tuple[TensorSchema, ...]
+    outputs: Tuple[TensorSchema, ...]
+
+    def input(self, name: str) -> Optional[TensorSchema]:
+        return next((t for t in self.inputs if t.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -173,7 +225,10 @@ class ModelInfo:
     nodes: str = ""         # a cluster coordinator's: "NODE:FIRST-LAST,..." holding it
     # its architecture as the daemon read it (config.json, diffusers' names);
     # None while loading and from daemons before weft 0.4
-    config: Optional[Dict[str, Any]] = None
+    config: Optional[ModelConfig] = None
+    # its forward's inputs and outputs; None while loading and from daemons
+    # before protocol version 2
+    schema: Optional[ModelSchema] = None
 
 
 def _s(b: bytes) -> str:
@@ -189,22 +244,42 @@ def _model_info(m: _lib.wf_model_info_t) -> ModelInfo:
                      int(m.params), int(m.bytes_total), int(m.bytes_loaded),
                      int(m.host_bytes), int(m.rank_bytes), int(m.tp),
                      bool(m.sharded_input), int(m.load_ms), _s(m.device), _s(m.compute),
-                     bool(m.host_pinned), _s(m.nodes), _model_config(m.config))
+                     bool(m.host_pinned), _s(m.nodes), _model_config(m.config),
+                     _model_schema(m))
 
 
-_CONFIG_UINTS = ("patch_size", "in_channels", "out_channels", "num_layers",
-                 "num_single_layers", "attention_head_dim", "num_attention_heads",
-                 "joint_attention_dim", "pooled_projection_dim")
-
-
-def _model_config(c: _lib.wf_model_config_t) -> Optional[Dict[str, Any]]:
+def _model_config(c: _lib.wf_model_config_t) -> Optional[ModelConfig]:
     if not c.present:
         return None
-    out: Dict[str, Any] = {k: int(getattr(c, k)) for k in _CONFIG_UINTS}
-    out["guidance_embeds"] = bool(c.guidance_embeds)
-    out["axes_dims_rope"] = [int(c.axes_dims_rope[i])
-                             for i in range(min(c.n_axes, _lib.WF_MODEL_MAX_AXES))]
+    out = ModelConfig()
+    for e in c.e[:min(c.n, _lib.WF_MODEL_CONFIG_MAX)]:
+        vals = [int(v) for v in e.v[:min(e.n, _lib.WF_MODEL_CONFIG_VALUES)]]
+        if e.kind == _lib.WF_CONFIG_LIST:
+            out[_s(e.key)] = vals
+        elif e.kind == _lib.WF_CONFIG_FLAG:
+            out[_s(e.key)] = bool(vals and vals[0])
+        else:
+            out[_s(e.key)] = vals[0] if vals else 0
     return out
+
+
+def _tensor_schema(t: _lib.wf_schema_tensor_t) -> TensorSchema:
+    dims = t.dim[:min(t.rank, _lib.WF_MAX_RANK)]
+    return TensorSchema(
+        _s(t.name), tuple(n for n, code in T.DTYPE_CODES.items() if t.dtypes & (1 << code)),
+        bool(t.optional), tuple(int(d.size) if d.size > 0 else _s(d.sym) for d in dims),
+        tuple(_s(d.sym) or str(int(d.size)) for d in dims))
+
+
+def _model_schema(m: _lib.wf_model_info_t) -> Optional[ModelSchema]:
+    s = m.schema
+    if not m.config.present or s.n_outputs == 0:
+        return None
+    return ModelSchema(
+        tuple(_tensor_schema(t) for t in s.inputs[:min(s.n_inputs,
+                                                      _lib.WF_SCHEMA_MAX_INPUTS)]),
+        tuple(_tensor_schema(t) for t in s.outputs[:min(s.n_outputs,
+                                                       _lib.WF_SCHEMA_MAX_OUTPUTS)]))
 
 
 def _status_info(s: _lib.wf_status_info_t) -> StatusInfo:
@@ -368,7 +443,7 @@ class _Owned:
 
 class Job(_Owned):
     """A job in flight: attention (Client.submit_attention) or forward
-    (Client.submit_forward).
+    (Client.submit_forward_named, Client.submit_forward).
 
     It holds the job's inputs and outputs alive until it is closed (close(),
     a `with` block, or garbage collection): libweft reads the inputs from
@@ -417,7 +492,7 @@ class Job(_Owned):
                     self._client._last_error()
                 raise error_for(code, msg)
         if self.kind == "forward":
-            return ForwardOutput(T.unwrap(self._outputs[0]), _job_result(r))
+            return _forward_output(self._outputs[0], r)
         return AttentionOutput(T.unwrap(self._outputs[0]), T.unwrap(self._outputs[1]),
                                _job_result(r))
 
@@ -476,6 +551,9 @@ class Client(_Owned):
         self._curve = (server_key, client_key_file)
         self._lock = threading.RLock()
         self._jobs: "weakref.WeakSet[Job]" = weakref.WeakSet()
+        # the models as the last list_models (or this client's load) saw
+        # them, by name: forward checks its tensors against their schemas
+        self._models: Dict[str, ModelInfo] = {}
         h = ctypes.c_void_p()
         ep = endpoint.encode() if endpoint is not None else None
         if server_key is not None or client_key_file is not None:
@@ -678,7 +756,7 @@ class Client(_Owned):
 
         if progress is None:
             self._check(call())
-            return _model_info(info)
+            return self._remember(_model_info(info))
 
         box: Dict[str, Any] = {}
 
@@ -707,7 +785,7 @@ class Client(_Owned):
         if "exc" in box:
             raise box["exc"]
         self._check(box["st"])
-        mi = _model_info(info)
+        mi = self._remember(_model_info(info))
         if callback_error is None:
             progress(mi)
         else:
@@ -717,6 +795,7 @@ class Client(_Owned):
     def unload_model(self, name: str) -> None:
         """Unload a model (after the jobs queued before it)."""
         with self._lock:
+            self._models.pop(name, None)
             self._check(lib.wf_unload_model(self._h(), name.encode()))
 
     def list_models(self) -> List[ModelInfo]:
@@ -725,100 +804,313 @@ class Client(_Owned):
         n = ctypes.c_size_t()
         with self._lock:
             self._check(lib.wf_list_models(self._h(), arr, _lib.WF_MODELS_MAX, ctypes.byref(n)))
-        return [_model_info(arr[i]) for i in range(min(n.value, _lib.WF_MODELS_MAX))]
+            models = [_model_info(arr[i]) for i in range(min(n.value, _lib.WF_MODELS_MAX))]
+            self._models = {m.name: m for m in models}
+        return models
 
-    def _forward_args(self, hidden_states: T.ArrayLike, encoder_hidden_states: T.ArrayLike,
-                      pooled_projections: T.ArrayLike, timestep: T.ArrayLike,
-                      img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
-                      guidance: Optional[T.ArrayLike], out: Optional[T.ArrayLike],
-                      out_dtype: Optional[str], out_channels: Optional[int],
-                      deadline_ms: int,
-                      precision: str = "default") -> Tuple[List[Any], Any, Any, Any]:
-        names = ("hidden_states", "encoder_hidden_states", "pooled_projections",
-                 "timestep", "img_ids", "txt_ids")
-        args = (hidden_states, encoder_hidden_states, pooled_projections, timestep,
-                img_ids, txt_ids)
-        descs = [T.as_input(a, n) for a, n in zip(args, names)]
-        if guidance is not None:
-            descs.append(T.as_input(guidance, "guidance"))
-        hs = descs[0]
-        if out is None:
-            if out_dtype is not None and out_dtype not in T.DTYPE_CODES:
-                raise ValueError(f"out_dtype {out_dtype!r}: 'f32', 'f16' or 'bf16'")
-            if len(hs.shape) != 3:
-                raise BadArgumentError(9, f"hidden_states must be (B, S_img, C), got "
-                                          f"shape {hs.shape}")
-            c = hs.shape[2] if out_channels is None else int(out_channels)
-            out = T.new_like(hidden_states, (hs.shape[0], hs.shape[1], c),
-                             out_dtype or hs.dtype)
-        do = T.as_output(out, "output")
-        inputs = _lib.wf_flux_inputs_t(*[d.ptr() for d in descs[:6]],
-                                       descs[6].ptr() if len(descs) > 6 else None)
+    def _remember(self, m: ModelInfo) -> ModelInfo:
+        with self._lock:
+            self._models[m.name] = m
+        return m
+
+    def model_schema(self, model: str) -> ModelSchema:
+        """The schema of resident model `model` (what forward takes and
+        gives), from this client's cache of list_models, asked again when
+        the model is not in it. BadArgumentError when the daemon holds no
+        such model, or none with a schema yet (loading; a daemon before
+        protocol version 2)."""
+        return self._schema_of(model, refresh=False)
+
+    def _schema_of(self, model: str, refresh: bool) -> ModelSchema:
+        with self._lock:
+            m = None if refresh else self._models.get(model)
+        if m is None or m.schema is None:
+            m = next((x for x in self.list_models() if x.name == model), None)
+        if m is None:
+            raise BadArgumentError(9, f"model '{model}' is not loaded")
+        if m.schema is None:
+            raise BadArgumentError(9, f"model '{model}' is {m.state} and has no schema yet "
+                                      "(or the daemon is older than protocol version 2)")
+        return m.schema
+
+    def _forward_args(self, model: str, inputs: Mapping[str, T.ArrayLike],
+                      out: Optional[Mapping[str, T.ArrayLike]], out_dtype: Optional[str],
+                      deadline_ms: int, precision: str) -> Tuple[List[Any], Dict[str, Any]]:
+        """The named tensors of a forward, checked against the model's
+        schema before anything is sent: (what the job must keep alive,
+        its outputs by name in the schema's order)."""
+        if not isinstance(model, str):
+            raise TypeError(f"model must be a str, got {type(model).__name__}")
+        if not isinstance(inputs, Mapping):
+            raise TypeError("inputs must be a mapping of input name to tensor, got "
+                            f"{type(inputs).__name__}")
+        if out is not None and not isinstance(out, Mapping):
+            raise TypeError("out must be a mapping of output name to tensor, got "
+                            f"{type(out).__name__}")
+        if out_dtype is not None and out_dtype not in T.DTYPE_CODES:
+            raise ValueError(f"out_dtype {out_dtype!r}: 'f32', 'f16' or 'bf16'")
         fo = _lib.wf_forward_opts_t()
         fo.deadline_ms = _u32(deadline_ms, "deadline_ms")
         fo.precision = _precision(precision)
-        return [descs, do, inputs, fo], out, inputs, fo
-
-    def forward(self, model: str, hidden_states: T.ArrayLike,
-                encoder_hidden_states: T.ArrayLike, pooled_projections: T.ArrayLike,
-                timestep: T.ArrayLike, img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
-                guidance: Optional[T.ArrayLike] = None, *,
-                out: Optional[T.ArrayLike] = None, out_dtype: Optional[str] = None,
-                out_channels: Optional[int] = None,
-                deadline_ms: int = 0, precision: str = "default") -> ForwardOutput:
-        """Forward of resident model `model`, synchronous; the inputs as
-        diffusers' FluxTransformer2DModel takes them (shapes in weft.h,
-        wf_flux_inputs_t): hidden_states (B, S_img, in_channels),
-        encoder_hidden_states (B, S_txt, joint_attention_dim),
-        pooled_projections (B, pooled_projection_dim), timestep (B) (the
-        model multiplies by 1000), img_ids (S_img, n_axes), txt_ids
-        (S_txt, n_axes), guidance (B) only for guidance_embeds models.
-
-        out: a caller-allocated (B, S_img, C) output; else one is made like
-        hidden_states, in out_dtype (default its dtype), with C =
-        out_channels (default in_channels: FLUX's patch 1 and out_channels
-        = in_channels). deadline_ms: fail with DeadlineError past it (0:
-        none). precision: "fp8" runs the model's attention in fp8 (as
-        attention()).
-        """
-        keep, out, inputs, fo = self._forward_args(
-            hidden_states, encoder_hidden_states, pooled_projections, timestep, img_ids,
-            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms, precision)
-        r = _lib.wf_job_result_t()
-        do = keep[1]
+        for n in list(inputs) + list(out or {}):
+            if not isinstance(n, str):
+                raise TypeError(f"tensor names must be str, got {n!r}")
+        descs = {n: T.as_input(x, n) for n, x in inputs.items()}
         with self._lock:
-            if _lib.forward_ex is not None:
-                st = _lib.forward_ex(self._h(), model.encode(), ctypes.byref(inputs),
-                                     do.ptr(), ctypes.byref(fo), ctypes.byref(r))
-            elif deadline_ms or precision != "default":
-                _lib.need(None, "wf_forward_ex (forward deadline_ms / precision)")
-                st = 0
-            else:
-                st = lib.wf_forward(self._h(), model.encode(), ctypes.byref(inputs), do.ptr(),
-                                    ctypes.byref(r))
-            self._check(st)
-        return ForwardOutput(T.unwrap(out), _job_result(r))
+            cached = model in self._models
+        schema = self._schema_of(model, refresh=False)
+        try:
+            plan = _plan_forward(model, schema, inputs, descs, out or {}, out_dtype)
+        except (BadArgumentError, BadFieldError, BadDtypeError):
+            if not cached:
+                raise
+            # the cached schema may be stale (the model was reloaded with
+            # another config): judge again by the daemon's current one
+            schema = self._schema_of(model, refresh=True)
+            plan = _plan_forward(model, schema, inputs, descs, out or {}, out_dtype)
+        in_list, out_list = plan
+        ins = (_lib.wf_named_tensor_t * max(1, len(in_list)))()
+        for i, (n, d) in enumerate(in_list):
+            ins[i].name = n.encode()
+            ins[i].tensor = d.ptr()
+        outs = (_lib.wf_named_tensor_t * len(out_list))()
+        for i, (n, _, d) in enumerate(out_list):
+            outs[i].name = n.encode()
+            outs[i].tensor = d.ptr()
+        keep = [model.encode(), ins, len(in_list), outs, len(out_list), fo, descs, out_list]
+        return keep, {n: o for n, o, _ in out_list}
 
-    def submit_forward(self, model: str, hidden_states: T.ArrayLike,
-                       encoder_hidden_states: T.ArrayLike, pooled_projections: T.ArrayLike,
-                       timestep: T.ArrayLike, img_ids: T.ArrayLike, txt_ids: T.ArrayLike,
-                       guidance: Optional[T.ArrayLike] = None, *,
-                       out: Optional[T.ArrayLike] = None, out_dtype: Optional[str] = None,
-                       out_channels: Optional[int] = None, deadline_ms: int = 0,
-                       precision: str = "default") -> Job:
-        """Forward, asynchronous (arguments as forward()): returns a Job at
-        once; Job.wait() gives the ForwardOutput."""
-        fn = _lib.need(_lib.forward_submit, "wf_forward_submit")
-        keep, out, inputs, fo = self._forward_args(
-            hidden_states, encoder_hidden_states, pooled_projections, timestep, img_ids,
-            txt_ids, guidance, out, out_dtype, out_channels, deadline_ms, precision)
+    def forward_named(self, model: str, inputs: Mapping[str, T.ArrayLike], *,
+                      out: Optional[Mapping[str, T.ArrayLike]] = None,
+                      out_dtype: Optional[str] = None, deadline_ms: int = 0,
+                      precision: str = "default") -> ForwardOutput:
+        """Forward of resident model `model` of any family, synchronous.
+
+        inputs: {name: tensor} as the model's schema names them
+        (ModelInfo.schema, model_schema()); numpy arrays, CPU torch tensors
+        or weft.Tensor. They are checked against the schema before
+        anything is sent, with the daemon's codes and a message naming
+        the tensor: every name known (BadArgumentError), every required
+        input given (BadFieldError), each dtype accepted (BadDtypeError),
+        each rank, each fixed size, each named size ("B", "S_img") the
+        same wherever it appears (BadArgumentError). The daemon checks
+        them again, and adds the mesh's own rules (a sequence the ring x
+        ulysses degree must divide). A check that fails against this
+        client's cached schema is made again against a fresh one (the
+        model may have been reloaded) before it is raised.
+
+        out: caller-allocated outputs by name (some or all); the others are
+        made like the first input given (numpy in, numpy out; torch in,
+        torch out) with the shapes the schema gives, in out_dtype (default:
+        a given output's dtype, else the first input's). Every output has
+        the same dtype (the daemon converts to it). deadline_ms and
+        precision as forward(). Returns a ForwardOutput whose `outputs`
+        holds every output by name.
+        """
+        keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision)
+        r = _lib.wf_job_result_t()
+        with self._lock:
+            self._check(lib.wf_forward_named(self._h(), keep[0], keep[1], keep[2], keep[3],
+                                             keep[4], ctypes.byref(keep[5]), ctypes.byref(r)))
+        return _forward_output(outs, r)
+
+    def submit_forward_named(self, model: str, inputs: Mapping[str, T.ArrayLike], *,
+                             out: Optional[Mapping[str, T.ArrayLike]] = None,
+                             out_dtype: Optional[str] = None, deadline_ms: int = 0,
+                             precision: str = "default") -> Job:
+        """forward_named, asynchronous: checks and sends the job and returns
+        a Job at once; Job.wait() gives the ForwardOutput."""
+        keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision)
         h = ctypes.c_void_p()
         with self._lock:
-            self._check(fn(self._h(), model.encode(), ctypes.byref(inputs),
-                           keep[1].ptr(), ctypes.byref(fo), ctypes.byref(h)))
-        job = Job(self, h, keep, "forward", (out,))
+            self._check(lib.wf_forward_named_submit(self._h(), keep[0], keep[1], keep[2],
+                                                    keep[3], keep[4], ctypes.byref(keep[5]),
+                                                    ctypes.byref(h)))
+        job = Job(self, h, keep, "forward", (outs,))
         self._jobs.add(job)
         return job
+
+    def forward(self, model: str,
+                hidden_states: Union[T.ArrayLike, Mapping[str, T.ArrayLike]],
+                encoder_hidden_states: Optional[T.ArrayLike] = None,
+                pooled_projections: Optional[T.ArrayLike] = None,
+                timestep: Optional[T.ArrayLike] = None, img_ids: Optional[T.ArrayLike] = None,
+                txt_ids: Optional[T.ArrayLike] = None,
+                guidance: Optional[T.ArrayLike] = None, *,
+                out: Optional[Union[T.ArrayLike, Mapping[str, T.ArrayLike]]] = None,
+                out_dtype: Optional[str] = None, out_channels: Optional[int] = None,
+                deadline_ms: int = 0, precision: str = "default") -> ForwardOutput:
+        """Forward of resident model `model`, synchronous.
+
+        forward(model, {name: tensor, ...}, out=..., out_dtype=...): any
+        family's inputs by name, as forward_named().
+
+        forward(model, hidden_states, encoder_hidden_states,
+        pooled_projections, timestep, img_ids, txt_ids, guidance=None):
+        a FLUX model's inputs as diffusers' FluxTransformer2DModel takes
+        them (shapes in weft.h, wf_flux_inputs_t): hidden_states (B, S_img,
+        in_channels), encoder_hidden_states (B, S_txt,
+        joint_attention_dim), pooled_projections (B,
+        pooled_projection_dim), timestep (B) (the model multiplies by
+        1000), img_ids (S_img, n_axes), txt_ids (S_txt, n_axes), guidance
+        (B) only for guidance_embeds models; their names for
+        forward_named, which checks and sends them.
+
+        out: a caller-allocated (B, S_img, C) output; else one is made like
+        hidden_states, in out_dtype (default its dtype), with the schema's
+        C = patch^2 * out_channels (out_channels=: one of that many
+        channels, refused when the model's differs). deadline_ms: fail
+        with DeadlineError past it (0: none). precision: "fp8" runs the
+        model's attention in fp8 (as attention()).
+        """
+        inputs, outs = _flux_named(hidden_states, encoder_hidden_states, pooled_projections,
+                                   timestep, img_ids, txt_ids, guidance, out, out_dtype,
+                                   out_channels)
+        return self.forward_named(model, inputs, out=outs, out_dtype=out_dtype,
+                                  deadline_ms=deadline_ms, precision=precision)
+
+    def submit_forward(self, model: str,
+                       hidden_states: Union[T.ArrayLike, Mapping[str, T.ArrayLike]],
+                       encoder_hidden_states: Optional[T.ArrayLike] = None,
+                       pooled_projections: Optional[T.ArrayLike] = None,
+                       timestep: Optional[T.ArrayLike] = None,
+                       img_ids: Optional[T.ArrayLike] = None,
+                       txt_ids: Optional[T.ArrayLike] = None,
+                       guidance: Optional[T.ArrayLike] = None, *,
+                       out: Optional[Union[T.ArrayLike, Mapping[str, T.ArrayLike]]] = None,
+                       out_dtype: Optional[str] = None, out_channels: Optional[int] = None,
+                       deadline_ms: int = 0, precision: str = "default") -> Job:
+        """Forward, asynchronous (arguments as forward(): a dict of named
+        inputs, or FLUX's): returns a Job at once; Job.wait() gives the
+        ForwardOutput."""
+        inputs, outs = _flux_named(hidden_states, encoder_hidden_states, pooled_projections,
+                                   timestep, img_ids, txt_ids, guidance, out, out_dtype,
+                                   out_channels)
+        return self.submit_forward_named(model, inputs, out=outs, out_dtype=out_dtype,
+                                         deadline_ms=deadline_ms, precision=precision)
+
+
+_FLUX_INPUTS = ("hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
+                "img_ids", "txt_ids")
+
+
+def _flux_named(hidden_states: Any, encoder_hidden_states: Any, pooled_projections: Any,
+                timestep: Any, img_ids: Any, txt_ids: Any, guidance: Any, out: Any,
+                out_dtype: Optional[str], out_channels: Optional[int]
+                ) -> Tuple[Mapping[str, Any], Optional[Mapping[str, Any]]]:
+    """forward()'s arguments as forward_named's: a mapping passes as it
+    is; FLUX's positional inputs get their names, `out` the name
+    "output", and out_channels a (B, S_img, out_channels) output."""
+    flux = (encoder_hidden_states, pooled_projections, timestep, img_ids, txt_ids, guidance)
+    if isinstance(hidden_states, Mapping):
+        if any(x is not None for x in flux) or out_channels is not None:
+            raise TypeError("forward(model, inputs_dict): FLUX's positional inputs and "
+                            "out_channels do not go with a dict of named inputs")
+        if out is not None and not isinstance(out, Mapping):
+            raise TypeError("forward(model, inputs_dict, out=...): out must be a mapping "
+                            "of output name to tensor")
+        return hidden_states, out
+    args = (hidden_states,) + flux[:5]
+    missing = [n for n, a in zip(_FLUX_INPUTS, args) if a is None]
+    if missing:
+        raise TypeError(f"forward: {', '.join(missing)} missing (FLUX's inputs, or one "
+                        "dict of named inputs)")
+    inputs: Dict[str, Any] = dict(zip(_FLUX_INPUTS, args))
+    if guidance is not None:
+        inputs["guidance"] = guidance
+    if out is None and out_channels is not None:
+        if out_dtype is not None and out_dtype not in T.DTYPE_CODES:
+            raise ValueError(f"out_dtype {out_dtype!r}: 'f32', 'f16' or 'bf16'")
+        hs = T.as_input(hidden_states, "hidden_states")
+        if len(hs.shape) == 3:
+            out = T.new_like(hidden_states, (hs.shape[0], hs.shape[1], int(out_channels)),
+                             out_dtype or hs.dtype)
+    return inputs, (None if out is None else {"output": out})
+
+
+def _forward_output(outs: Dict[str, Any], r: _lib.wf_job_result_t) -> ForwardOutput:
+    named = {n: T.unwrap(o) for n, o in outs.items()}
+    return ForwardOutput(next(iter(named.values())), _job_result(r), named)
+
+
+def _plan_forward(model: str, schema: ModelSchema, inputs: Mapping[str, Any],
+                  descs: Dict[str, T.Desc], out: Mapping[str, Any], out_dtype: Optional[str]
+                  ) -> Tuple[List[Tuple[str, T.Desc]], List[Tuple[str, Any, T.Desc]]]:
+    """Bind a forward's tensors to `schema` as the daemon will
+    (wf_schema_bind), so that a mistake costs no round trip: the inputs in
+    the schema's order, and every output (given or made here) with its
+    descriptor. Otherwise the daemon's code for the same mistake, with a
+    message naming the tensor: BadFieldError for a required input
+    missing, BadDtypeError for a dtype, BadArgumentError for the rest."""
+    def takes() -> str:
+        return ", ".join(t.name + (" (optional)" if t.optional else "")
+                         for t in schema.inputs)
+
+    for n in descs:
+        if schema.input(n) is None:
+            raise BadArgumentError(9, f"unexpected tensor \"{n}\" (model '{model}' takes "
+                                      f"{takes()})")
+    sizes: Dict[str, Tuple[int, str]] = {}      # named size: (value, who gave it)
+
+    def bind(t: TensorSchema, shape: Tuple[int, ...], what: str) -> None:
+        if len(shape) != t.rank:
+            raise BadArgumentError(9, f"{what}: rank must be {t.rank} {t.dims_text()}, "
+                                      f"got {len(shape)} (shape {tuple(shape)})")
+        for d, (want, got) in enumerate(zip(t.shape, shape)):
+            if isinstance(want, int):
+                if got != want:
+                    raise BadArgumentError(9, f"{what}: dim {d} ({t.labels[d]}) must be "
+                                              f"{want} for model '{model}', got {got}")
+            elif want in sizes:
+                val, who = sizes[want]
+                if got != val:
+                    raise BadArgumentError(9, f"{what}: dim {d} ({want}) is {got}, but "
+                                              f"{who} gave {want} = {val}")
+            else:
+                sizes[want] = (got, what)
+
+    in_list: List[Tuple[str, T.Desc]] = []
+    for t in schema.inputs:
+        d = descs.get(t.name)
+        if d is None:
+            if t.optional:
+                continue
+            raise BadFieldError(5, f"no tensor named \"{t.name}\" (model '{model}' "
+                                   f"needs it; it takes {takes()})")
+        if d.dtype not in t.dtypes:
+            raise BadDtypeError(6, f"{t.name}: dtype {d.dtype} is not accepted (takes "
+                                   f"{', '.join(t.dtypes)})")
+        bind(t, d.shape, t.name)
+        in_list.append((t.name, d))
+
+    for n in out:
+        if not any(o.name == n for o in schema.outputs):
+            raise BadArgumentError(9, f"unexpected output \"{n}\" (model '{model}' gives "
+                                      f"{', '.join(o.name for o in schema.outputs)})")
+    given = {n: T.as_output(x, f"output {n}") for n, x in out.items()}
+    dtypes = {d.dtype for d in given.values()}
+    if len(dtypes) > 1 or (out_dtype is not None and dtypes and dtypes != {out_dtype}):
+        raise BadArgumentError(9, "every output has one dtype (out_dtype"
+                                  f"{' ' + out_dtype if out_dtype else ''}), got " +
+                                  ", ".join(f"{n} {d.dtype}" for n, d in given.items()))
+    ref = in_list[0] if in_list else None
+    dtype = out_dtype or (dtypes.pop() if dtypes else ref[1].dtype if ref else "f32")
+    out_list: List[Tuple[str, Any, T.Desc]] = []
+    for t in schema.outputs:
+        g = given.get(t.name)
+        if g is not None:
+            bind(t, g.shape, f"output {t.name}")
+            out_list.append((t.name, out[t.name], g))
+            continue
+        unbound = [x for x in t.shape if isinstance(x, str) and x not in sizes]
+        if unbound:
+            raise BadArgumentError(9, f"output {t.name}: no input gives {', '.join(unbound)}: "
+                                      "pass the output in out=")
+        shape = tuple(x if isinstance(x, int) else sizes[x][0] for x in t.shape)
+        obj = T.new_like(inputs[ref[0]], shape, dtype) if ref else T.new_like(
+            np.empty(0, np.float32), shape, dtype)
+        out_list.append((t.name, obj, T.as_output(obj, f"output {t.name}")))
+    return in_list, out_list
 
 
 def connect(endpoint: Optional[str] = None, timeout_ms: int = 30000, *,

@@ -13,7 +13,9 @@ WeftFluxTransformer stands where FluxPipeline expects a
 FluxTransformer2DModel: it is a diffusers ModelMixin with no parameters
 that carries the model's config (in_channels, guidance_embeds,
 joint_attention_dim, ...: what the pipeline reads), and its forward sends
-the step's tensors as one forward job to the model resident in weftd and
+the step's tensors as one forward job (Client.forward, FLUX's form of
+Client.forward_named, checked against the model's schema before it is
+sent) to the model resident in weftd and
 returns what diffusers' forward returns (a Transformer2DModelOutput, or a
 1-tuple with return_dict=False). Everything else of the pipeline (text
 encoders, tokenizers, scheduler, VAE, the denoising loop) stays in Python.
@@ -24,7 +26,8 @@ attention-processor arguments), controlnet residuals. An empty
 joint_attention_kwargs (FluxPipeline always passes one) is fine.
 
 The model's configuration comes from the daemon (list_models' `config`,
-weft 0.4 and later), so attaching by name is enough:
+weft 0.4 and later; FLUX's entries are FluxTransformer2DModel's
+arguments), so attaching by name is enough:
 `WeftFluxTransformer(endpoint, "flux-dev")`. A config given here
 (`config=` a mapping, e.g. FluxTransformer2DModel.load_config(dir), or
 the path of a config.json or of its model directory; or `model_root=`
@@ -203,8 +206,13 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         if path is None:
             raise ValueError(f"weftd holds no model {self.model_name!r} (it holds "
                              f"{sorted(resident) or 'none'}): pass path= to load one")
-        return self._client.load_model(self.model_name, path, tp_plan=tp_plan,
-                                       weights_already_sharded=sharded, progress=progress)
+        m = self._client.load_model(self.model_name, path, tp_plan=tp_plan,
+                                    weights_already_sharded=sharded, progress=progress)
+        if m.family != "flux":
+            raise ValueError(f"{path!r} holds a model of family {m.family!r}, not flux "
+                             f"(weftd keeps it loaded as {self.model_name!r}; Client."
+                             "forward_named serves any family)")
+        return m
 
     # -- what the pipeline reads of a model
 

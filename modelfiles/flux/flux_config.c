@@ -297,7 +297,7 @@ wf_status_t wf_flux_config_load(int root_fd, const char *rel, wf_resolve_mode_t 
 /* ---- tensor list -------------------------------------------------------- */
 
 typedef struct spec_list {
-    wf_flux_tensor_spec_t *v;   /* entries */
+    wf_tensor_spec_t *v;   /* entries */
     size_t n, cap;              /* used, allocated (cap is exact) */
 } spec_list_t;
 
@@ -305,7 +305,7 @@ static void add(spec_list_t *l, const char *prefix, const char *name, int rank,
                 int64_t d0, int64_t d1)
 {
     if (l->v != NULL && l->n < l->cap) {
-        wf_flux_tensor_spec_t *s = &l->v[l->n];
+        wf_tensor_spec_t *s = &l->v[l->n];
         snprintf(s->name, sizeof s->name, "%s%s", prefix, name);
         s->rank = rank;
         s->shape[0] = d0;
@@ -387,7 +387,7 @@ size_t wf_flux_tensor_count(const wf_flux_config_t *cfg)
 }
 
 wf_status_t wf_flux_expected_tensors(const wf_flux_config_t *cfg,
-                                     wf_flux_tensor_spec_t **ret_specs,
+                                     wf_tensor_spec_t **ret_specs,
                                      size_t *ret_n, char *err, size_t err_len)
 {
     spec_list_t l = { NULL, 0, 0 };
@@ -403,83 +403,3 @@ wf_status_t wf_flux_expected_tensors(const wf_flux_config_t *cfg,
     return WF_OK;
 }
 
-static int cmp_spec_name(const void *a, const void *b)
-{
-    return strcmp(((const wf_flux_tensor_spec_t *)a)->name,
-                  ((const wf_flux_tensor_spec_t *)b)->name);
-}
-
-static void dims_text(int rank, const int64_t *shape, char *buf, size_t len)
-{
-    size_t o = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < rank && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64, i ? ", " : "", shape[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
-}
-
-wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
-                                     const wf_checkpoint_t *ck,
-                                     char *err, size_t err_len)
-{
-    wf_flux_tensor_spec_t *specs = NULL;
-    size_t n = 0;
-    wf_status_t s = wf_flux_expected_tensors(cfg, &specs, &n, err, err_len);
-    if (s != WF_OK)
-        return s;
-    size_t problems = 0;
-    s = WF_OK;
-    for (size_t i = 0; i < n; i++) {
-        const wf_flux_tensor_spec_t *sp = &specs[i];
-        wf_ckpt_ref_t r;
-        char want[64], have[160];
-        dims_text(sp->rank, sp->shape, want, sizeof want);
-        if (!wf_checkpoint_find(ck, sp->name, &r)) {
-            if (problems++ == 0) {
-                wf_errf(err, err_len, "checkpoint lacks tensor '%s' (expected shape %s)",
-                        sp->name, want);
-                s = WF_E_MALFORMED;
-            }
-            continue;
-        }
-        bool same = r.tensor->rank == sp->rank;
-        for (int k = 0; same && k < sp->rank; k++)
-            same = r.tensor->shape[k] == sp->shape[k];
-        if (!same) {
-            if (problems++ == 0) {
-                dims_text(r.tensor->rank, r.tensor->shape, have, sizeof have);
-                wf_errf(err, err_len,
-                        "tensor '%s' in %s has shape %s, expected %s for this config",
-                        sp->name, wf_safetensors_path(r.file), have, want);
-                s = WF_E_BAD_SHAPE;
-            }
-        }
-    }
-    /* every checkpoint tensor expected: compare the name-ordered lists */
-    qsort(specs, n, sizeof *specs, cmp_spec_name);
-    for (size_t i = 0; i < wf_checkpoint_count(ck); i++) {
-        wf_ckpt_ref_t r = wf_checkpoint_at(ck, i);
-        wf_flux_tensor_spec_t key;
-        snprintf(key.name, sizeof key.name, "%s", r.tensor->name);
-        if (strlen(r.tensor->name) >= sizeof key.name
-            || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL) {
-            if (problems++ == 0) {
-                /* the name is the file's: escaped (control bytes) */
-                char q[160];
-                wf_errf(err, err_len,
-                        "checkpoint has unexpected tensor '%s' in %s (not part of %s with this config)",
-                        wf_escape(q, sizeof q, r.tensor->name, strlen(r.tensor->name),
-                                  WF_ESC_ASCII),
-                        wf_safetensors_path(r.file), WF_FLUX_CLASS_NAME);
-                s = WF_E_MALFORMED;
-            }
-        }
-    }
-    free(specs);
-    if (problems > 1 && err != NULL && err_len > 0) {
-        size_t o = strlen(err);
-        if (o < err_len)
-            snprintf(err + o, err_len - o, " (and %zu more problems)", problems - 1);
-    }
-    return s;
-}

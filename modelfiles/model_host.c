@@ -1,6 +1,6 @@
-/* flux_host.c — a FLUX checkpoint read into the daemon's host copy, and
+/* model_host.c — a checkpoint of any family read into the daemon's host copy, and
  * the sharded layout (one safetensors file per tp rank) read and written
- * (see flux_host.h).
+ * (see model_host.h).
  *
  * A source keeps the validated files open between the two phases; its
  * tensor table (name order, as the host copy) says for each tensor where
@@ -14,9 +14,9 @@
  * The tp degree of a sharded directory is found by probing file names
  * (the model root gives no directory listing): rank 0 or the last rank of
  * each degree up to SHARD_MAX_TP. Not here: memory admission, cutting
- * device shards (flux_forward.h), logging.
+ * device shards (the family's), logging.
  */
-#include "flux_host.h"
+#include "model_host.h"
 #include "errf.h"
 #include "tensor.h"
 
@@ -55,7 +55,7 @@ typedef struct split {
 
 /* One tensor of a source. */
 typedef struct src_tensor {
-    char name[WF_FLUX_TENSOR_NAME_MAX]; /* diffusers' name */
+    char name[WF_TENSOR_SPEC_NAME_MAX]; /* diffusers' name */
     wf_dtype_t dtype;         /* as stored (every rank file agrees) */
     int rank;                 /* 1 or 2 */
     int64_t shape[2];         /* full shape */
@@ -64,9 +64,9 @@ typedef struct src_tensor {
     split_t split;            /* sharded: how it is cut */
 } src_tensor_t;
 
-struct wf_flux_source {
+struct wf_model_source {
     char dir[WF_MODEL_PATH_MAX + 1]; /* as given, for messages */
-    wf_flux_config_t cfg;     /* config.json, validated */
+    wf_model_cfg_t cfg;       /* config.json, validated (its family) */
     bool sharded;             /* the per-rank layout */
     uint32_t tp;              /* sharded: the files' degree */
     wf_tp_plan_t plan;        /* sharded: the files' plan */
@@ -123,8 +123,8 @@ static bool ends_with(const char *s, const char *suffix)
 
 static int cmp_spec_name(const void *a, const void *b)
 {
-    return strcmp(((const wf_flux_tensor_spec_t *)a)->name,
-                  ((const wf_flux_tensor_spec_t *)b)->name);
+    return strcmp(((const wf_tensor_spec_t *)a)->name,
+                  ((const wf_tensor_spec_t *)b)->name);
 }
 
 static bool plan_equal(const wf_tp_plan_t *a, const wf_tp_plan_t *b)
@@ -151,8 +151,8 @@ static bool plan_equal(const wf_tp_plan_t *a, const wf_tp_plan_t *b)
  * whole otherwise; any other tensor (norm weights) is whole and a rule
  * that shards it is refused. WF_E_BAD_ARGUMENT with the message. */
 static wf_status_t tensor_split(const wf_tp_plan_t *plan, int tp,
-                                const wf_flux_tensor_spec_t *s,
-                                const wf_flux_tensor_spec_t *specs, size_t n,
+                                const wf_tensor_spec_t *s,
+                                const wf_tensor_spec_t *specs, size_t n,
                                 split_t *ret, char *err, size_t err_len)
 {
     memset(ret, 0, sizeof *ret);
@@ -160,7 +160,7 @@ static wf_status_t tensor_split(const wf_tp_plan_t *plan, int tp,
     ret->local[0] = s->shape[0];
     ret->local[1] = s->rank == 2 ? s->shape[1] : 0;
 
-    char module[WF_FLUX_TENSOR_NAME_MAX];
+    char module[WF_TENSOR_SPEC_NAME_MAX];
     size_t len = strlen(s->name);
     bool weight = ends_with(s->name, ".weight"), bias = ends_with(s->name, ".bias");
     if (!weight && !bias)
@@ -174,12 +174,12 @@ static wf_status_t tensor_split(const wf_tp_plan_t *plan, int tp,
         out = s->shape[0];
         in = s->shape[1];
     } else if (bias) {
-        wf_flux_tensor_spec_t key;
+        wf_tensor_spec_t key;
         if (ml + sizeof ".weight" > sizeof key.name)
             return WF_OK;     /* no such weight name: whole */
         memcpy(key.name, module, ml);
         memcpy(key.name + ml, ".weight", sizeof ".weight");
-        const wf_flux_tensor_spec_t *w = bsearch(&key, specs, n, sizeof *specs, cmp_spec_name);
+        const wf_tensor_spec_t *w = bsearch(&key, specs, n, sizeof *specs, cmp_spec_name);
         if (w == NULL || w->rank != 2)
             return WF_OK;     /* not a linear's bias: whole */
         out = w->shape[0];
@@ -270,7 +270,7 @@ static void paste_piece(const split_t *sp, int rank, int tp, size_t es,
 
 /* ---- opening ------------------------------------------------------------ */
 
-static void source_free(wf_flux_source_t *s)
+static void source_free(wf_model_source_t *s)
 {
     if (s == NULL)
         return;
@@ -283,7 +283,7 @@ static void source_free(wf_flux_source_t *s)
     free(s);
 }
 
-static void count_dtypes(wf_flux_source_t *s)
+static void count_dtypes(wf_model_source_t *s)
 {
     uint64_t by[3] = { 0, 0, 0 };
     s->params = s->bytes = 0;
@@ -301,12 +301,12 @@ static void count_dtypes(wf_flux_source_t *s)
 }
 
 /* A plain diffusers checkpoint (one file or an index). */
-static wf_status_t open_plain(int root_fd, wf_flux_source_t *s, char *err, size_t err_len)
+static wf_status_t open_plain(int root_fd, wf_model_source_t *s, char *err, size_t err_len)
 {
     wf_status_t st = wf_checkpoint_open_dir(root_fd, s->dir, NULL, &s->ck, err, err_len);
     if (st != WF_OK)
         return st;
-    st = wf_flux_check_checkpoint(&s->cfg, s->ck, err, err_len);
+    st = wf_model_check_checkpoint(&s->cfg, s->ck, err, err_len);
     if (st != WF_OK)
         return st;
     s->n = wf_checkpoint_count(s->ck);
@@ -335,7 +335,7 @@ static wf_status_t open_plain(int root_fd, wf_flux_source_t *s, char *err, size_
 }
 
 /* The tp degree of the sharded files in s->dir (see the file comment). */
-static wf_status_t find_degree(int root_fd, const wf_flux_source_t *s, uint32_t *ret,
+static wf_status_t find_degree(int root_fd, const wf_model_source_t *s, uint32_t *ret,
                                char *err, size_t err_len)
 {
     char name[64], rel[WF_MODEL_PATH_MAX + 1];
@@ -408,7 +408,7 @@ static wf_status_t check_meta(const wf_safetensors_t *f, uint32_t r, uint32_t tp
 }
 
 /* The tensors of rank file r against the expected list and the split. */
-static wf_status_t check_pieces(const wf_flux_source_t *s, uint32_t r, char *err,
+static wf_status_t check_pieces(const wf_model_source_t *s, uint32_t r, char *err,
                                 size_t err_len)
 {
     const wf_safetensors_t *f = s->files[r];
@@ -461,7 +461,7 @@ static wf_status_t check_pieces(const wf_flux_source_t *s, uint32_t r, char *err
     return WF_OK;
 }
 
-static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_plan_t *want,
+static wf_status_t open_sharded(int root_fd, wf_model_source_t *s, const wf_tp_plan_t *want,
                                 char *err, size_t err_len)
 {
     wf_status_t st = find_degree(root_fd, s, &s->tp, err, err_len);
@@ -470,7 +470,7 @@ static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_pl
     uint32_t tp = s->tp;
     s->files = calloc(tp, sizeof *s->files);
     wf_tp_plan_t *other = malloc(sizeof *other);
-    wf_flux_tensor_spec_t *specs = NULL;
+    wf_tensor_spec_t *specs = NULL;
     size_t n = 0;
     if (s->files == NULL || other == NULL) {
         wf_errf(err, err_len, "%s: out of memory", s->dir);
@@ -513,7 +513,7 @@ static wf_status_t open_sharded(int root_fd, wf_flux_source_t *s, const wf_tp_pl
     }
 
     /* the tensor table: the expected list, cut by the files' plan */
-    st = wf_flux_expected_tensors(&s->cfg, &specs, &n, err, err_len);
+    st = s->cfg.fam->expected_tensors(s->cfg.b, &specs, &n, err, err_len);
     if (st != WF_OK)
         goto out;
     qsort(specs, n, sizeof *specs, cmp_spec_name);
@@ -564,16 +564,16 @@ out:
     return st;
 }
 
-wf_status_t wf_flux_source_open(int root_fd, const char *dir,
+wf_status_t wf_model_source_open(int root_fd, const char *dir,
                                 bool already_sharded, const wf_tp_plan_t *plan,
-                                wf_flux_source_t **ret, uint32_t *ret_tp,
+                                wf_model_source_t **ret, uint32_t *ret_tp,
                                 char *err, size_t err_len)
 {
     if (dir == NULL || strlen(dir) > WF_MODEL_PATH_MAX) {
         wf_errf(err, err_len, "model directory %s", dir ? "path too long" : "missing");
         return WF_E_BAD_FIELD;
     }
-    wf_flux_source_t *s = calloc(1, sizeof *s);
+    wf_model_source_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
         wf_errf(err, err_len, "%s: out of memory", dir);
         return WF_E_NO_MEMORY;
@@ -588,7 +588,7 @@ wf_status_t wf_flux_source_open(int root_fd, const char *dir,
         st = WF_E_BAD_FIELD;
         goto fail;
     }
-    st = wf_flux_config_load(root_fd, rel, WF_RESOLVE_AUTO, 0, &s->cfg, err, err_len);
+    st = wf_model_cfg_load(root_fd, rel, WF_RESOLVE_AUTO, 0, &s->cfg, err, err_len);
     if (st != WF_OK)
         goto fail;
     st = already_sharded ? open_sharded(root_fd, s, plan, err, err_len)
@@ -604,32 +604,32 @@ fail:
     return st;
 }
 
-const wf_flux_config_t *wf_flux_source_config(const wf_flux_source_t *src)
+const wf_model_cfg_t *wf_model_source_config(const wf_model_source_t *src)
 {
     return &src->cfg;
 }
 
-uint64_t wf_flux_source_params(const wf_flux_source_t *src)
+uint64_t wf_model_source_params(const wf_model_source_t *src)
 {
     return src->params;
 }
 
-uint64_t wf_flux_source_bytes(const wf_flux_source_t *src)
+uint64_t wf_model_source_bytes(const wf_model_source_t *src)
 {
     return src->read_bytes;
 }
 
-wf_dtype_t wf_flux_source_dtype(const wf_flux_source_t *src)
+wf_dtype_t wf_model_source_dtype(const wf_model_source_t *src)
 {
     return src->dtype;
 }
 
-const wf_tp_plan_t *wf_flux_source_plan(const wf_flux_source_t *src)
+const wf_tp_plan_t *wf_model_source_plan(const wf_model_source_t *src)
 {
     return src->sharded ? &src->plan : NULL;
 }
 
-void wf_flux_source_close(wf_flux_source_t **src)
+void wf_model_source_close(wf_model_source_t **src)
 {
     if (src == NULL)
         return;
@@ -639,7 +639,7 @@ void wf_flux_source_close(wf_flux_source_t **src)
 
 /* ---- reading ------------------------------------------------------------ */
 
-void wf_flux_host_free(wf_flux_host_t **h)
+void wf_model_host_free(wf_model_host_t **h)
 {
     if (h == NULL || *h == NULL)
         return;
@@ -653,7 +653,7 @@ void wf_flux_host_free(wf_flux_host_t **h)
 /* Tensor t of a sharded source pasted together from every rank file;
  * scratch holds at least a piece and the whole tensor (for the replicated
  * check); *ret_read gets the bytes read. */
-static wf_status_t read_sharded(const wf_flux_source_t *s, const src_tensor_t *t,
+static wf_status_t read_sharded(const wf_model_source_t *s, const src_tensor_t *t,
                                 uint8_t *full, uint8_t *scratch, uint64_t *ret_read,
                                 char *err, size_t err_len)
 {
@@ -682,7 +682,7 @@ static wf_status_t read_sharded(const wf_flux_source_t *s, const src_tensor_t *t
 /* qsort has no context argument: the source being sorted (one reading
  * thread at a time per process is not guaranteed, so this is
  * thread-local). */
-static _Thread_local const wf_flux_source_t *sort_src;
+static _Thread_local const wf_model_source_t *sort_src;
 
 /* Tensor order in the files: by file, then by offset. */
 static int cmp_file_order(const void *a, const void *b)
@@ -696,12 +696,12 @@ static int cmp_file_order(const void *a, const void *b)
     return ox < oy ? -1 : ox > oy;
 }
 
-wf_status_t wf_flux_source_read(wf_flux_source_t *src,
-                                wf_flux_progress_fn progress, void *arg,
-                                wf_flux_host_t **ret, char *err, size_t err_len)
+wf_status_t wf_model_source_read(wf_model_source_t *src,
+                                wf_model_progress_fn progress, void *arg,
+                                wf_model_host_t **ret, char *err, size_t err_len)
 {
     wf_status_t st = WF_OK;
-    wf_flux_host_t *h = calloc(1, sizeof *h);
+    wf_model_host_t *h = calloc(1, sizeof *h);
     if (h == NULL || (h->t = calloc(src->n ? src->n : 1, sizeof *h->t)) == NULL) {
         free(h);
         wf_errf(err, err_len, "%s: out of memory for the host copy", src->dir);
@@ -750,7 +750,7 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
     for (size_t k = 0; k < src->n; k++) {
         size_t i = order[k];
         const src_tensor_t *t = &src->t[i];
-        wf_flux_host_tensor_t *ht = &h->t[i];
+        wf_host_tensor_t *ht = &h->t[i];
         size_t size = (size_t)t->nbytes;
         size_t alloc = (size + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
         ht->data = aligned_alloc(HOST_ALIGN, alloc ? alloc : HOST_ALIGN);
@@ -786,14 +786,14 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
 fail:
     free(scratch);
     free(order);
-    wf_flux_host_free(&h);
+    wf_model_host_free(&h);
     return st;
 }
 
-wf_status_t wf_flux_host_to_f32(wf_flux_host_t *h, char *err, size_t err_len)
+wf_status_t wf_model_host_to_f32(wf_model_host_t *h, char *err, size_t err_len)
 {
     for (size_t i = 0; i < h->n; i++) {
-        wf_flux_host_tensor_t *t = &h->t[i];
+        wf_host_tensor_t *t = &h->t[i];
         if (t->dtype == WF_DTYPE_F32)
             continue;
         uint64_t n = t->nbytes / wf_dtype_size(t->dtype);
@@ -817,10 +817,10 @@ wf_status_t wf_flux_host_to_f32(wf_flux_host_t *h, char *err, size_t err_len)
 
 static int cmp_host_name(const void *key, const void *elem)
 {
-    return strcmp((const char *)key, ((const wf_flux_host_tensor_t *)elem)->name);
+    return strcmp((const char *)key, ((const wf_host_tensor_t *)elem)->name);
 }
 
-const wf_flux_host_tensor_t *wf_flux_host_find(const wf_flux_host_t *h, const char *name)
+const wf_host_tensor_t *wf_model_host_find(const wf_model_host_t *h, const char *name)
 {
     if (h == NULL || name == NULL || h->n == 0)
         return NULL;
@@ -850,7 +850,7 @@ static wf_status_t write_all(int fd, const void *buf, size_t len, const char *pa
 
 /* The safetensors header of rank r's file, padded with spaces so the data
  * starts 8-byte aligned. Caller owns *ret (free). */
-static wf_status_t shard_header(const wf_flux_source_t *s, const split_t *splits,
+static wf_status_t shard_header(const wf_model_source_t *s, const split_t *splits,
                                 uint32_t r, int tp, const char *plan_json,
                                 char **ret, size_t *ret_len)
 {
@@ -1054,7 +1054,7 @@ static wf_status_t place_temp(int dfd, out_file_t *f, const char *final, const c
 
 /* Write rank r's file (a new temporary file f for `final`) in dfd; `full`
  * holds the largest tensor, `scratch` the largest piece. */
-static wf_status_t write_rank(const wf_flux_source_t *s, const split_t *splits, uint32_t r,
+static wf_status_t write_rank(const wf_model_source_t *s, const split_t *splits, uint32_t r,
                               int tp, const char *plan_json, uint8_t *full, uint8_t *scratch,
                               int dfd, out_file_t *f, const char *final, const char *path,
                               char *err, size_t err_len)
@@ -1194,7 +1194,7 @@ static wf_status_t find_stale(int dfd, int tp, const char *q, stale_t **ret, siz
     return WF_OK;
 }
 
-wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
+wf_status_t wf_model_write_sharded(int root_fd, const char *src_dir,
                                   const wf_tp_plan_t *plan, int tp,
                                   const char *out_dir, char *err, size_t err_len)
 {
@@ -1207,7 +1207,7 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         return WF_E_BAD_ARGUMENT;
     }
     wf_tp_plan_t *def = NULL;
-    wf_flux_source_t *s = NULL;
+    wf_model_source_t *s = NULL;
     split_t *splits = NULL;
     char *plan_json = NULL, *config = NULL;
     uint8_t *scratch = NULL, *full = NULL;
@@ -1219,17 +1219,7 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
     char name[64], path[4352], q[256];
     wf_escape(q, sizeof q, out_dir, strlen(out_dir), WF_ESC_ASCII);
 
-    if (plan == NULL) {
-        def = malloc(sizeof *def);
-        if (def == NULL) {
-            wf_errf(err, err_len, "out of memory");
-            return WF_E_NO_MEMORY;
-        }
-        wf_tp_plan_flux_default(def);
-        plan = def;
-    }
-    st = wf_tp_plan_check(plan, err, err_len);
-    if (st != WF_OK)
+    if (plan != NULL && (st = wf_tp_plan_check(plan, err, err_len)) != WF_OK)
         goto out;
     plan_json = malloc(PLAN_JSON_MAX);
     files = calloc((size_t)tp + 1, sizeof *files);
@@ -1238,17 +1228,29 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         st = WF_E_NO_MEMORY;
         goto out;
     }
+    st = wf_model_source_open(root_fd, src_dir, false, NULL, &s, NULL, err, err_len);
+    if (st != WF_OK)
+        goto out;
+    if (plan == NULL) {
+        /* the family's default plan: the config says which family */
+        const wf_model_cfg_t *mc = wf_model_source_config(s);
+        def = malloc(sizeof *def);
+        if (def == NULL) {
+            wf_errf(err, err_len, "out of memory");
+            st = WF_E_NO_MEMORY;
+            goto out;
+        }
+        mc->fam->default_plan(mc->b, def);
+        plan = def;
+    }
     st = wf_tp_plan_to_json(plan, plan_json, PLAN_JSON_MAX);
     if (st != WF_OK) {
         wf_errf(err, err_len, "tp_plan: cannot write it as JSON (%s)", wf_status_name(st));
         goto out;
     }
-    st = wf_flux_source_open(root_fd, src_dir, false, NULL, &s, NULL, err, err_len);
-    if (st != WF_OK)
-        goto out;
 
     /* every placement before any file is touched */
-    wf_flux_tensor_spec_t *specs = calloc(s->n ? s->n : 1, sizeof *specs);
+    wf_tensor_spec_t *specs = calloc(s->n ? s->n : 1, sizeof *specs);
     splits = calloc(s->n ? s->n : 1, sizeof *splits);
     if (specs == NULL || splits == NULL) {
         free(specs);
@@ -1289,7 +1291,7 @@ wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
         st = WF_E_BAD_FIELD;
         goto out;
     }
-    st = wf_model_read_file(root_fd, rel, WF_RESOLVE_AUTO, WF_FLUX_CONFIG_MAX_BYTES,
+    st = wf_model_read_file(root_fd, rel, WF_RESOLVE_AUTO, WF_MODEL_CONFIG_MAX_BYTES,
                             &config, &config_len, err, err_len);
     if (st != WF_OK)
         goto out;
@@ -1355,7 +1357,7 @@ out:
     free(config);
     free(plan_json);
     free(splits);
-    wf_flux_source_close(&s);
+    wf_model_source_close(&s);
     free(def);
     return st;
 }

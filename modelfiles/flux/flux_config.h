@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "family.h"
 #include "model_root.h"
 #include "safetensors.h"
 #include "weft.h"
@@ -53,10 +54,10 @@
 #define WF_FLUX_MAX_DIM (1u << 20)     /* any width, and inner_dim */
 #define WF_FLUX_MAX_LAYERS 4096        /* each of the two block counts */
 /* Cap on config.json. */
-#define WF_FLUX_CONFIG_MAX_BYTES (1u << 20)
+#define WF_FLUX_CONFIG_MAX_BYTES WF_MODEL_CONFIG_MAX_BYTES
 
 /* Flags of wf_flux_config_parse. */
-#define WF_FLUX_CONFIG_DIFFUSERS_DEFAULTS 0x1u /* missing field -> diffusers' default */
+#define WF_FLUX_CONFIG_DIFFUSERS_DEFAULTS WF_CONFIG_DIFFUSERS_DEFAULTS
 
 /* A validated configuration. */
 typedef struct wf_flux_config {
@@ -88,13 +89,6 @@ wf_status_t wf_flux_config_load(int root_fd, const char *rel,
                                 wf_resolve_mode_t mode, unsigned flags,
                                 wf_flux_config_t *ret, char *err, size_t err_len);
 
-/* One tensor a checkpoint must hold. */
-#define WF_FLUX_TENSOR_NAME_MAX 128
-typedef struct wf_flux_tensor_spec {
-    char name[WF_FLUX_TENSOR_NAME_MAX]; /* diffusers' state_dict key */
-    int rank;                           /* 1 or 2 */
-    int64_t shape[2];                   /* [out, in] for weights, [n] otherwise */
-} wf_flux_tensor_spec_t;
 
 /* Number of tensors of a model with this config. */
 size_t wf_flux_tensor_count(const wf_flux_config_t *cfg);
@@ -103,14 +97,17 @@ size_t wf_flux_tensor_count(const wf_flux_config_t *cfg);
  * order. On success *ret_specs (caller owns it: free) holds *ret_n
  * entries. Fails only when out of memory. */
 wf_status_t wf_flux_expected_tensors(const wf_flux_config_t *cfg,
-                                     wf_flux_tensor_spec_t **ret_specs,
+                                     wf_tensor_spec_t **ret_specs,
                                      size_t *ret_n, char *err, size_t err_len);
 
-/* Check that checkpoint `ck` holds exactly the tensors of `cfg` with their
- * shapes (any of F32 / F16 / BF16). The message names the first missing,
- * misshapen or unexpected tensor and counts the other problems. */
-wf_status_t wf_flux_check_checkpoint(const wf_flux_config_t *cfg,
-                                     const wf_checkpoint_t *ck,
-                                     char *err, size_t err_len);
+
+/* The FLUX family (family.h): FluxTransformer2DModel. */
+extern const wf_family_t wf_flux_family;
+
+/* The FLUX config of a model config of the FLUX family. */
+static inline const wf_flux_config_t *wf_flux_cfg(const wf_model_cfg_t *c)
+{
+    return (const wf_flux_config_t *)(const void *)c->b;
+}
 
 #endif /* WF_FLUX_CONFIG_H */

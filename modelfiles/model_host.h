@@ -1,13 +1,14 @@
-/* flux_host.h — reading a FLUX checkpoint into the daemon's host copy.
+/* model_host.h — reading a checkpoint of any family (family.h) into the
+ * daemon's host copy.
  *
  * Loading is two phases so that a model which cannot fit is refused before
  * a byte of weights is read:
- *   1. wf_flux_source_open: config.json (flux_config.h), the safetensors
+ *   1. wf_model_source_open: config.json (family.h), the safetensors
  *      headers (safetensors.h: every bound checked), the tensor list
  *      against the config, the dtypes. Cheap: no tensor data is touched.
- *      The caller then checks memory (flux_forward.h's wf_flux_shard_bytes)
+ *      The caller then checks memory (the family's shard bytes)
  *      and the plan.
- *   2. wf_flux_source_read: every tensor read (pread, safetensors.h's
+ *   2. wf_model_source_read: every tensor read (pread, safetensors.h's
  *      wf_safetensors_read) into the host copy, in its checkpoint dtype
  *      (64-byte aligned buffers), reporting progress. A file that shrinks
  *      meanwhile is an error (WF_E_INTERNAL, "the file shrank while
@@ -15,7 +16,7 @@
  *      a tp change never touches the disk again.
  *
  * Sharded checkpoints (weights_already_sharded; written by
- * wf_flux_write_sharded, i.e. `weftctl shard`). Layout of a directory DIR:
+ * wf_model_write_sharded, i.e. `weftctl shard`). Layout of a directory DIR:
  *   DIR/config.json                          the model's config, as is
  *   DIR/tp-rank-RRRRR-of-TTTTT.safetensors   one per rank (5-digit,
  *                                            zero-padded), every tensor of
@@ -34,73 +35,73 @@
  * finished host copy is read-only and may be read by any number of
  * threads (the workers cut their shards from it concurrently).
  * Nothing here logs; errors are a status and a message naming the file
- * and the tensor (codes as in safetensors.h / flux_config.h; a sharded
+ * and the tensor (codes as in safetensors.h / family.h; a sharded
  * directory that disagrees with itself: WF_E_MALFORMED; a plan that does
  * not match the files' plan: WF_E_BAD_ARGUMENT).
  */
-#ifndef WF_FLUX_HOST_H
-#define WF_FLUX_HOST_H
+#ifndef WF_MODEL_HOST_H
+#define WF_MODEL_HOST_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "flux_config.h"
+#include "family.h"
 #include "model_root.h"
 #include "safetensors.h"
 #include "tp_plan.h"
 #include "weft.h"
 
 /* One tensor of the host copy. */
-typedef struct wf_flux_host_tensor {
-    char name[WF_FLUX_TENSOR_NAME_MAX]; /* diffusers' name */
+typedef struct wf_host_tensor {
+    char name[WF_TENSOR_SPEC_NAME_MAX]; /* diffusers' name */
     wf_dtype_t dtype;                   /* as in the checkpoint */
     int rank;                           /* 1 or 2 */
     int64_t shape[2];                   /* full shape */
     uint64_t nbytes;
     void *data;                         /* owned, 64-byte aligned */
-} wf_flux_host_tensor_t;
+} wf_host_tensor_t;
 
 /* The host copy of one model. */
-typedef struct wf_flux_host {
-    wf_flux_config_t cfg;
+typedef struct wf_model_host {
+    wf_model_cfg_t cfg;
     wf_dtype_t dtype;          /* dtype of the majority of the weights */
     size_t n;                  /* tensors */
-    wf_flux_host_tensor_t *t;  /* in name order (strcmp) */
+    wf_host_tensor_t *t;  /* in name order (strcmp) */
     uint64_t params;           /* elements over all tensors */
     uint64_t bytes;            /* bytes over all tensors */
-} wf_flux_host_t;
+} wf_model_host_t;
 
 /* An opened, validated checkpoint not yet read. */
-typedef struct wf_flux_source wf_flux_source_t;
+typedef struct wf_model_source wf_model_source_t;
 
 /* Open model directory `dir` under the root (phase 1). With
  * `already_sharded`, `dir` must hold the sharded layout above; `plan` is
  * then compared with the files' plan (NULL or n == 0: take the files'),
  * and *ret_tp (may be NULL) gets the files' tp degree. Without it,
  * `plan` is not read and *ret_tp is 0. */
-wf_status_t wf_flux_source_open(int root_fd, const char *dir,
+wf_status_t wf_model_source_open(int root_fd, const char *dir,
                                 bool already_sharded, const wf_tp_plan_t *plan,
-                                wf_flux_source_t **ret, uint32_t *ret_tp,
+                                wf_model_source_t **ret, uint32_t *ret_tp,
                                 char *err, size_t err_len);
 
 /* Facts of an opened source. */
-const wf_flux_config_t *wf_flux_source_config(const wf_flux_source_t *src);
-uint64_t wf_flux_source_params(const wf_flux_source_t *src);
-uint64_t wf_flux_source_bytes(const wf_flux_source_t *src);   /* data to read */
-wf_dtype_t wf_flux_source_dtype(const wf_flux_source_t *src); /* majority dtype */
+const wf_model_cfg_t *wf_model_source_config(const wf_model_source_t *src);
+uint64_t wf_model_source_params(const wf_model_source_t *src);
+uint64_t wf_model_source_bytes(const wf_model_source_t *src);   /* data to read */
+wf_dtype_t wf_model_source_dtype(const wf_model_source_t *src); /* majority dtype */
 /* The plan of a sharded source (the files'); NULL otherwise. */
-const wf_tp_plan_t *wf_flux_source_plan(const wf_flux_source_t *src);
+const wf_tp_plan_t *wf_model_source_plan(const wf_model_source_t *src);
 
 /* Progress of phase 2: bytes copied so far of `total`, called after each
  * tensor (from the reading thread). */
-typedef void (*wf_flux_progress_fn)(void *arg, uint64_t done, uint64_t total);
+typedef void (*wf_model_progress_fn)(void *arg, uint64_t done, uint64_t total);
 
 /* Phase 2: copy every tensor into a new host copy. Caller owns *ret
- * (wf_flux_host_free). On failure nothing is kept. */
-wf_status_t wf_flux_source_read(wf_flux_source_t *src,
-                                wf_flux_progress_fn progress, void *arg,
-                                wf_flux_host_t **ret, char *err, size_t err_len);
+ * (wf_model_host_free). On failure nothing is kept. */
+wf_status_t wf_model_source_read(wf_model_source_t *src,
+                                wf_model_progress_fn progress, void *arg,
+                                wf_model_host_t **ret, char *err, size_t err_len);
 
 /* Convert every tensor of the host copy that is not f32 to f32, one at a
  * time (peak: the copy plus its largest tensor in f32); updates dtype,
@@ -108,20 +109,20 @@ wf_status_t wf_flux_source_read(wf_flux_source_t *src,
  * that computes in f32 on host memory (the CPU backend): its shards can
  * then be views of the host copy, and re-sharding converts nothing.
  * WF_E_NO_MEMORY leaves the copy valid (partly converted). */
-wf_status_t wf_flux_host_to_f32(wf_flux_host_t *h, char *err, size_t err_len);
+wf_status_t wf_model_host_to_f32(wf_model_host_t *h, char *err, size_t err_len);
 
 /* Close a source (unmaps the files); sets *src to NULL; accepts NULL. */
-void wf_flux_source_close(wf_flux_source_t **src);
+void wf_model_source_close(wf_model_source_t **src);
 
 /* Free a host copy; sets *h to NULL; accepts NULL. */
-void wf_flux_host_free(wf_flux_host_t **h);
+void wf_model_host_free(wf_model_host_t **h);
 
 /* The tensor called `name`, or NULL (binary search). */
-const wf_flux_host_tensor_t *wf_flux_host_find(const wf_flux_host_t *h,
+const wf_host_tensor_t *wf_model_host_find(const wf_model_host_t *h,
                                                const char *name);
 
 /* Write the sharded layout of model directory `src_dir` (under root_fd)
- * for `tp` ranks with `plan` (NULL: the FLUX default) into directory
+ * for `tp` ranks with `plan` (NULL: the family's default) into directory
  * `out_dir` (absolute or relative to the working directory; created 0755
  * if missing). Every planned weight must divide (wf_tp_place's errors).
  * For `weftctl shard`.
@@ -140,8 +141,8 @@ const wf_flux_host_tensor_t *wf_flux_host_find(const wf_flux_host_t *h,
  * in place, and only when each is a regular file of the caller's with one
  * link whose metadata says weft wrote it; any other such file is refused
  * up front, before anything is written. */
-wf_status_t wf_flux_write_sharded(int root_fd, const char *src_dir,
+wf_status_t wf_model_write_sharded(int root_fd, const char *src_dir,
                                   const wf_tp_plan_t *plan, int tp,
                                   const char *out_dir, char *err, size_t err_len);
 
-#endif /* WF_FLUX_HOST_H */
+#endif /* WF_MODEL_HOST_H */

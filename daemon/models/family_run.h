@@ -1,0 +1,89 @@
+/* family_run.h — the daemon's half of a model family (the pure half:
+ * modelfiles/family.h): its shards on a worker's backend and its forward
+ * on one rank of a replica. The generic code (models.c, jobs/forward.c,
+ * the cluster) reaches a family only through this table, found from the
+ * model's config (wf_family_run_of). README.md beside this file: what a
+ * family supplies and the checklist of a new one. */
+#ifndef WF_FAMILY_RUN_H
+#define WF_FAMILY_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "comm/comm.h"
+#include "family.h"
+#include "model_host.h"
+#include "proto.h"
+#include "tp_plan.h"
+#include "weft.h"
+
+/* This rank's communicators for a forward (NULL where the degree is 1). */
+typedef struct wf_fwd_group {
+    wf_comm_t *tp;        /* same dp, ring, ulysses; index = tp coordinate */
+    wf_comm_t *seq;       /* same dp, tp; index ring_c * U + ulysses_c */
+    wf_comm_t *ring;      /* same dp, ulysses, tp */
+    wf_comm_t *ulysses;   /* same dp, ring, tp */
+    int tp_degree, ring_degree, ulysses_degree;
+} wf_fwd_group_t;
+
+/* One forward as every rank sees it: the inputs in the model's schema
+ * order (bound by wf_schema_bind), the outputs' descriptors, the data
+ * on the root only (NULL elsewhere). */
+typedef struct wf_fwd_io {
+    const wf_schema_binding_t *bind;
+    uint32_t n_in;        /* the schema's inputs */
+    const wf_tensor_desc_t *in[WF_SCHEMA_MAX_INPUTS];  /* NULL: an optional
+                                                          input absent */
+    const void *in_data[WF_SCHEMA_MAX_INPUTS];
+    uint32_t n_out;
+    const wf_tensor_desc_t *out[WF_SCHEMA_MAX_OUTPUTS];
+    void *out_data[WF_SCHEMA_MAX_OUTPUTS];
+    bool fp8;             /* attention in fp8 (the caller checked the backend) */
+    /* Layer boundaries (NULL: none), as wf_cp_job_t.boundary: every rank
+     * calls boundary(arg, i) before block i with nothing in flight; the
+     * same answer on every rank; not WF_OK stops the run there. */
+    wf_status_t (*boundary)(void *arg, int64_t step, bool ahead);
+    void *boundary_arg;
+} wf_fwd_io_t;
+
+typedef struct wf_family_run {
+    const wf_family_t *fam;
+    /* Whether backend ops can run this model at all (its kernels' limits). */
+    wf_status_t (*backend_check)(const void *cfg, const wf_backend_ops_t *ops,
+                                 char *err, size_t err_len);
+    /* Whether plan cuts every module of cfg for tp (allow_unmatched: a
+     * rule matching no module is no error, as with a default plan). */
+    wf_status_t (*plan_check)(const void *cfg, const wf_tp_plan_t *plan, int tp,
+                              bool allow_unmatched, char *err, size_t err_len);
+    /* Bytes of one rank's shard: f32 on the CPU; on a device the weights
+     * in weight_dtype (device = true). */
+    uint64_t (*shard_bytes)(const void *cfg, const wf_tp_plan_t *plan, int tp,
+                            bool device, wf_dtype_t weight_dtype);
+    /* Cut rank tp_rank's shard from the host copy on backend ops / ctx. */
+    wf_status_t (*shard_build)(const wf_model_host_t *host, const wf_tp_plan_t *plan,
+                               int tp, int tp_rank, const wf_backend_ops_t *ops,
+                               wf_backend_ctx_t *ctx, void **ret, char *err,
+                               size_t err_len);
+    void (*shard_free)(void **shard);
+    /* Check a bound forward against the config and the degrees (what the
+     * schema cannot say: a sequence ring x ulysses must divide). */
+    wf_status_t (*forward_check)(const void *cfg, const wf_fwd_io_t *io, int tp,
+                                 int R, int U, char *err, size_t err_len);
+    /* Workspace bytes any rank needs (device or host memory as ops has
+     * it; *ret_host: a device backend's host part). SIZE_MAX: overflow. */
+    size_t (*workspace)(const void *cfg, const wf_fwd_io_t *io, int tp, int R, int U,
+                        const wf_backend_ops_t *ops, size_t *ret_host);
+    /* The forward on this rank with its shard. */
+    wf_status_t (*run)(const void *shard, const wf_fwd_io_t *io,
+                       const wf_fwd_group_t *group, const wf_backend_ops_t *ops,
+                       wf_backend_ctx_t *ctx, void *workspace, size_t bytes,
+                       void *host_ws, size_t host_bytes);
+} wf_family_run_t;
+
+/* The daemon's half of family fam, or NULL (a family this daemon cannot
+ * run). */
+const wf_family_run_t *wf_family_run_of(const wf_family_t *fam);
+
+#endif /* WF_FAMILY_RUN_H */
