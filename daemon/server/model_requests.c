@@ -1,7 +1,7 @@
 /* model_requests.c — resident models (models.h): load -> loader thread ->
  * install regroup -> ready; unload -> regroup without it; every regroup
- * re-cuts the shards for the mesh it installs (srv_models_after_regroup,
- * called through srv->hooks at the end of a regroup). Called by
+ * re-cuts the shards for the mesh it installs (models_after_regroup, the
+ * completion srv_models_follow that every reconfiguration carries). Called by
  * requests.c and server.c; calls reconfigure.c and replies.c
  * (server_impl.h).
  *
@@ -28,6 +28,7 @@
 
 #include "cluster_msg.h"
 #include "errf.h"
+#include "cluster/model_load.h"
 #include "jobs/forward.h"
 #include "models/flux_shard.h"
 
@@ -42,7 +43,7 @@ static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *b
 static void cm_advance(wf_server_t *srv, wf_model_t *m);
 static void cm_flush(wf_server_t *srv);
 static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m);
-static bool holds_node(const char *nodes, const char *name);
+static void models_try_install(wf_server_t *srv);
 
 /* Model m as list_models and load_model report it: the registry's
  * fields, and where its shards live on this daemon (the backend) and in
@@ -102,7 +103,7 @@ static bool model_take_client(wf_model_t *m, zmq_msg_t *identity, bool delim,
 
 /* A regroup ended: installing models become ready (or fail), unloading
  * ones go; the shards now resident are what jobs cannot use. */
-void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
+static void models_after_regroup(wf_server_t *srv, wf_status_t st)
 {
     for (int i = 0; i < WF_MODELS_MAX; i++) {
         wf_model_t *m = srv->models.m[i];
@@ -196,11 +197,27 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
         srv->sched.resident = resident;
 }
 
+static void follow_regrouped(wf_server_t *srv, wf_status_t st, void *arg)
+{
+    (void)arg;
+    models_after_regroup(srv, st);
+}
+
+static void follow_finished(wf_server_t *srv, void *arg)
+{
+    (void)arg;
+    models_try_install(srv);
+}
+
+const srv_reconf_done_t srv_models_follow = {
+    .regrouped = follow_regrouped, .finished = follow_finished,
+};
+
 /* Start the install regroup of the model the loader finished, unless a
  * reconfiguration runs (then its end calls this again). Also, on a
  * coordinator or a single node, the regroup that drops models left
  * UNLOADING by a refused cluster load (cm_flush). */
-void srv_models_try_install(wf_server_t *srv)
+static void models_try_install(wf_server_t *srv)
 {
     wf_model_t *m = srv->pending_install;
     if (!m || srv->reconf.active || srv->workers_stopped) {
@@ -210,7 +227,8 @@ void srv_models_try_install(wf_server_t *srv)
     srv->pending_install = NULL;
     char err[WF_PROTO_ERROR_MAX] = "";
     m->state = WF_MODEL_INSTALLING;
-    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "load model" };
+    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "load model",
+                                  .done = srv_models_follow };
     wf_status_t st = srv->stopping ? WF_E_SHUTTING_DOWN
                                    : srv_reconf_start(srv, &req, err, sizeof err);
     if (st == WF_OK)
@@ -326,7 +344,8 @@ static void cm_flush(wf_server_t *srv)
         return;
     srv->models.flush_wanted = false;
     char err[WF_PROTO_ERROR_MAX];
-    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "drop model" };
+    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "drop model",
+                                  .done = srv_models_follow };
     if (srv_reconf_start(srv, &req, err, sizeof err) != WF_OK)
         wf_log(srv->log, WF_LOG_INFO, "models refused on a node stay until the "
                "next regroup: %s", err);
@@ -358,7 +377,7 @@ static void cm_drop_own(wf_server_t *srv, wf_model_t *m)
         srv->pending_install = NULL;
         m->state = WF_MODEL_UNLOADING;
     } else if (m->state == WF_MODEL_INSTALLING && srv->reconf.active) {
-        m->doomed = true;       /* srv_models_after_regroup */
+        m->doomed = true;       /* models_after_regroup */
     } else {
         m->state = WF_MODEL_UNLOADING;
     }
@@ -402,7 +421,7 @@ static void cm_nodes_text(const wf_server_t *srv, const wf_model_t *m, char *buf
     size_t at = 0;
     buf[0] = '\0';
     for (uint32_t i = 0; i < n && at < len; i++) {
-        if (m && !holds_node(m->nodes, nodes[i].name))
+        if (m && !wf_mload_holds(m->nodes, nodes[i].name))
             continue;
         int k = snprintf(buf + at, len - at, "%s%s:%u-%u", at ? "," : "",
                          nodes[i].name, nodes[i].first_rank,
@@ -445,7 +464,7 @@ static bool cm_compare(const wf_server_t *srv, const wf_model_t *m, char *msg,
 
 /* Coordinator: the catch-up of m on the nodes of m->cnodes failed (or the
  * world changed): they forget it; forwards on m stay refused in this
- * world, with the reason (srv_models_forward_refused). */
+ * world, with the reason (wf_mload_forward_refused). */
 static void cm_catchup_fail(wf_server_t *srv, wf_model_t *m, const char *msg)
 {
     wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
@@ -495,7 +514,8 @@ static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m)
         if (srv->reconf.active || srv->workers_stopped)
             return;         /* cm_tick comes back */
         const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg,
-                                      .why = "model on a node that joined" };
+                                      .why = "model on a node that joined",
+                                      .done = srv_models_follow };
         if (srv_reconf_start(srv, &req, msg, sizeof msg) != WF_OK)
             return;
         m->cstep = 3;
@@ -544,7 +564,7 @@ static void cm_catchup_start(wf_server_t *srv)
             continue;
         uint32_t bits = 0;
         for (uint32_t k = 0; k < n; k++)
-            if (!nodes[k].self && !holds_node(m->nodes, nodes[k].name))
+            if (!nodes[k].self && !wf_mload_holds(m->nodes, nodes[k].name))
                 bits |= 1u << k;
         if (!bits)
             continue;
@@ -617,7 +637,7 @@ static void cm_advance(wf_server_t *srv, wf_model_t *m)
                 m->owed |= 1u << i;
         m->owed &= ~m->ready_early;
         srv->pending_install = m;
-        srv_models_try_install(srv);
+        models_try_install(srv);
     } else if (m->cstep == 3 && m->state == WF_MODEL_READY) {
         m->cstep = 0;
         cm_nodes_text(srv, NULL, m->nodes, sizeof m->nodes);
@@ -922,70 +942,6 @@ void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *cm)
     free(msg);
 }
 
-/* Does the holders' list "a:0-1,b:2-3" name node `name`? */
-static bool holds_node(const char *nodes, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = nodes; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-        if (strncmp(p, name, n) == 0 && p[n] == ':')
-            return true;
-    return false;
-}
-
-/* The first node of the world now that does not hold m, or NULL. */
-static const char *cm_missing(const wf_server_t *srv, const wf_model_t *m,
-                              char *buf, size_t len)
-{
-    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
-    uint64_t epoch;
-    uint32_t n = cm_nodes(srv, nodes, &epoch);
-    for (uint32_t i = 0; i < n; i++)
-        if (!holds_node(m->nodes, nodes[i].name)) {
-            wf_errf(buf, len, "%s", nodes[i].name);
-            return buf;
-        }
-    return NULL;
-}
-
-const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
-                                       const wf_mesh_t *mesh, char *buf, size_t len)
-{
-    if (!srv->world)
-        return NULL;
-    /* a forward's roots are its replica's tp ranks: one replica at least
-     * must have them on one node, else the job would wait forever */
-    const wf_sched_t *s = &srv->sched;
-    uint32_t dp = mesh->deg.dp ? mesh->deg.dp : 1, n = s->n_devices / dp;
-    bool placeable = false;
-    for (uint32_t r = 0; r < dp && !placeable && n >= mesh->deg.tp; r++) {
-        placeable = true;
-        for (uint32_t k = 1; k < mesh->deg.tp; k++)
-            placeable = placeable && s->node_of[r * n + k] == s->node_of[r * n];
-    }
-    if (!placeable) {
-        wf_errf(buf, len, "the mesh's tp groups (tp=%u) span nodes: a forward's tp "
-                "ranks must be on one node; reconfigure with tp inside a node "
-                "(ring / ulysses / dp across nodes)", mesh->deg.tp);
-        return buf;
-    }
-    if (m->unfit_epoch && m->unfit_epoch == mesh->epoch) {
-        wf_errf(buf, len, "%s", m->unfit);
-        return buf;
-    }
-    char who[WF_SETTINGS_NAME_MAX];
-    if (!wf_world_coordinator(srv->world) || !m->lid || !m->nodes[0] ||
-        !cm_missing(srv, m, who, sizeof who))
-        return NULL;
-    if (m->catchup)
-        wf_errf(buf, len, "model '%s' is being installed on node %s, which "
-                "joined the cluster's world; retry", m->name, who);
-    else
-        wf_errf(buf, len, "model '%s' is not resident on node %s of the "
-                "cluster's world (it is held by %s)%s%s", m->name, who, m->nodes,
-                m->cerr[0] ? ": " : "; retry", m->cerr);
-    return buf;
-}
-
 void srv_models_world_fit(wf_server_t *srv, const wf_mesh_t *mesh,
                           wf_model_set_t *set)
 {
@@ -1104,7 +1060,7 @@ void srv_models_loaded(wf_server_t *srv)
         return;
     }
     srv->pending_install = m;
-    srv_models_try_install(srv);
+    models_try_install(srv);
 }
 
 /* Refusal common to the model ops: shutdown; a cluster's member. */
@@ -1202,7 +1158,8 @@ void srv_models_unload(wf_server_t *srv, zmq_msg_t *identity, bool delim)
         wf_cmsg_t drop = { .type = WF_CMSG_MDROP, .u.mstep = { .lid = m->lid } };
         cm_tell_members(srv, &drop);
     }
-    const wf_reconf_req_t rreq = { .deg = srv->sched.mesh.deg, .why = "unload model" };
+    const wf_reconf_req_t rreq = { .deg = srv->sched.mesh.deg, .why = "unload model",
+                                  .done = srv_models_follow };
     st = srv_reconf_start(srv, &rreq, err, sizeof err);
     if (st != WF_OK) {
         /* members marked it unloading: their next regroup drops it; ours
