@@ -1,5 +1,6 @@
 /* model_load.c — resident models across the nodes of a cluster world (see
- * model_load.h): holders and the forward refusal. Calls the control plane
+ * model_load.h): the table of the coordinator's load steps, holders and
+ * the forward refusal. Calls the control plane
  * (cluster.h) for the nodes of the world; never the server.
  */
 #include "model_load.h"
@@ -7,6 +8,75 @@
 #include <string.h>
 
 #include "errf.h"
+
+/* The coordinator's steps. Every failure ends the load (the client gets
+ * it once, every member forgets the model); a catch-up that fails leaves
+ * the model on the nodes that held it, refused for forwards in that
+ * world. TIMEOUT is raised in OPEN only: the later steps wait on this
+ * node's own reading and regroup, which end. */
+static const wf_mload_rule_t rules[] = {
+    /* state                     event                 action                        next */
+    { WF_MLOAD_OPEN,            WF_MLOAD_EV_ANSWERED, WF_MLOAD_ACT_GO,              WF_MLOAD_READ },
+    { WF_MLOAD_OPEN,            WF_MLOAD_EV_DIFFERS,  WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_OPEN,            WF_MLOAD_EV_FAILED,   WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_OPEN,            WF_MLOAD_EV_WORLD,    WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_OPEN,            WF_MLOAD_EV_TIMEOUT,  WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_READ,            WF_MLOAD_EV_ANSWERED, WF_MLOAD_ACT_INSTALL,         WF_MLOAD_INSTALL },
+    { WF_MLOAD_READ,            WF_MLOAD_EV_FAILED,   WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_READ,            WF_MLOAD_EV_WORLD,    WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_INSTALL,         WF_MLOAD_EV_ANSWERED, WF_MLOAD_ACT_DONE,            WF_MLOAD_IDLE },
+    { WF_MLOAD_INSTALL,         WF_MLOAD_EV_FAILED,   WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_INSTALL,         WF_MLOAD_EV_WORLD,    WF_MLOAD_ACT_FAIL,            WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_OPEN,    WF_MLOAD_EV_ANSWERED, WF_MLOAD_ACT_CATCHUP_GO,      WF_MLOAD_CATCHUP_READ },
+    { WF_MLOAD_CATCHUP_OPEN,    WF_MLOAD_EV_DIFFERS,  WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_OPEN,    WF_MLOAD_EV_FAILED,   WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_OPEN,    WF_MLOAD_EV_WORLD,    WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_OPEN,    WF_MLOAD_EV_TIMEOUT,  WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_READ,    WF_MLOAD_EV_ANSWERED, WF_MLOAD_ACT_CATCHUP_INSTALL, WF_MLOAD_CATCHUP_INSTALL },
+    { WF_MLOAD_CATCHUP_READ,    WF_MLOAD_EV_FAILED,   WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_READ,    WF_MLOAD_EV_WORLD,    WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_INSTALL, WF_MLOAD_EV_ANSWERED, WF_MLOAD_ACT_CATCHUP_DONE,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_INSTALL, WF_MLOAD_EV_FAILED,   WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+    { WF_MLOAD_CATCHUP_INSTALL, WF_MLOAD_EV_WORLD,    WF_MLOAD_ACT_CATCHUP_FAIL,    WF_MLOAD_IDLE },
+};
+
+const wf_mload_rule_t *wf_mload_rule(wf_mload_state_t state, wf_mload_event_t event)
+{
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (rules[i].state == state && rules[i].event == event)
+            return &rules[i];
+    return NULL;
+}
+
+wf_mload_state_t wf_mload_state(const wf_model_t *m)
+{
+    if (m->cstep < WF_MLOAD_OPEN || m->cstep > WF_MLOAD_INSTALL)
+        return WF_MLOAD_IDLE;
+    return (wf_mload_state_t)(m->cstep + (m->catchup ? 3 : 0));
+}
+
+void wf_mload_set_state(wf_model_t *m, wf_mload_state_t state)
+{
+    m->catchup = state >= WF_MLOAD_CATCHUP_OPEN;
+    m->cstep = state >= WF_MLOAD_CATCHUP_OPEN ? (int)state - 3 : (int)state;
+}
+
+const char *wf_mload_state_name(wf_mload_state_t state)
+{
+    static const char *const names[WF_MLOAD_STATES] = {
+        "idle", "open", "read", "install", "catch-up open", "catch-up read",
+        "catch-up install",
+    };
+    return (unsigned)state < WF_MLOAD_STATES ? names[state] : "?";
+}
+
+const char *wf_mload_event_name(wf_mload_event_t event)
+{
+    static const char *const names[WF_MLOAD_EVENTS] = {
+        "answered", "differs", "failed", "world changed", "timeout",
+    };
+    return (unsigned)event < WF_MLOAD_EVENTS ? names[event] : "?";
+}
 
 bool wf_mload_holds(const char *nodes, const char *name)
 {
