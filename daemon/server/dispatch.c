@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "errf.h"
+#include "cluster/model_load.h"
 #include "jobs/attention.h"
 #include "jobs/forward.h"
 
@@ -88,7 +89,7 @@ static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *m
                      m ? " yet (it is loading)" : "");
             return WF_E_BAD_ARGUMENT;
         }
-        if (srv_models_forward_refused(srv, m, mesh, err, err_len))
+        if (wf_mload_forward_refused(srv->world, &srv->sched, m, mesh, err, err_len))
             return WF_E_UNAVAILABLE;
         return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
     }

@@ -1,7 +1,7 @@
 /* model_requests.c — resident models (models.h): load -> loader thread ->
  * install regroup -> ready; unload -> regroup without it; every regroup
- * re-cuts the shards for the mesh it installs (srv_models_after_regroup,
- * called through srv->hooks at the end of a regroup). Called by
+ * re-cuts the shards for the mesh it installs (models_after_regroup, the
+ * completion srv_models_follow that every reconfiguration carries). Called by
  * requests.c and server.c; calls reconfigure.c and replies.c
  * (server_impl.h).
  *
@@ -28,6 +28,7 @@
 
 #include "cluster_msg.h"
 #include "errf.h"
+#include "cluster/model_load.h"
 #include "jobs/forward.h"
 #include "models/flux_shard.h"
 
@@ -41,8 +42,7 @@ static void cm_holders_text(const wf_server_t *srv, const wf_model_t *m, char *b
                             size_t len);
 static void cm_advance(wf_server_t *srv, wf_model_t *m);
 static void cm_flush(wf_server_t *srv);
-static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m);
-static bool holds_node(const char *nodes, const char *name);
+static void models_try_install(wf_server_t *srv);
 
 /* Model m as list_models and load_model report it: the registry's
  * fields, and where its shards live on this daemon (the backend) and in
@@ -104,7 +104,7 @@ static bool model_take_client(wf_model_t *m, zmq_msg_t *identity, bool delim,
 
 /* A regroup ended: installing models become ready (or fail), unloading
  * ones go; the shards now resident are what jobs cannot use. */
-void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
+static void models_after_regroup(wf_server_t *srv, wf_status_t st)
 {
     for (int i = 0; i < WF_MODELS_MAX; i++) {
         wf_model_t *m = srv->models.m[i];
@@ -198,11 +198,27 @@ void srv_models_after_regroup(wf_server_t *srv, wf_status_t st)
         srv->sched.resident = resident;
 }
 
+static void follow_regrouped(wf_server_t *srv, wf_status_t st, void *arg)
+{
+    (void)arg;
+    models_after_regroup(srv, st);
+}
+
+static void follow_finished(wf_server_t *srv, void *arg)
+{
+    (void)arg;
+    models_try_install(srv);
+}
+
+const srv_reconf_done_t srv_models_follow = {
+    .regrouped = follow_regrouped, .finished = follow_finished,
+};
+
 /* Start the install regroup of the model the loader finished, unless a
  * reconfiguration runs (then its end calls this again). Also, on a
  * coordinator or a single node, the regroup that drops models left
  * UNLOADING by a refused cluster load (cm_flush). */
-void srv_models_try_install(wf_server_t *srv)
+static void models_try_install(wf_server_t *srv)
 {
     wf_model_t *m = srv->pending_install;
     if (!m || srv->reconf.active || srv->workers_stopped) {
@@ -212,7 +228,8 @@ void srv_models_try_install(wf_server_t *srv)
     srv->pending_install = NULL;
     char err[WF_PROTO_ERROR_MAX] = "";
     m->state = WF_MODEL_INSTALLING;
-    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "load model" };
+    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "load model",
+                                  .done = srv_models_follow };
     wf_status_t st = srv->stopping ? WF_E_SHUTTING_DOWN
                                    : srv_reconf_start(srv, &req, err, sizeof err);
     if (st == WF_OK)
@@ -328,7 +345,8 @@ static void cm_flush(wf_server_t *srv)
         return;
     srv->models.flush_wanted = false;
     char err[WF_PROTO_ERROR_MAX];
-    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "drop model" };
+    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg, .why = "drop model",
+                                  .done = srv_models_follow };
     if (srv_reconf_start(srv, &req, err, sizeof err) != WF_OK)
         wf_log(srv->log, WF_LOG_INFO, "models refused on a node stay until the "
                "next regroup: %s", err);
@@ -360,7 +378,7 @@ static void cm_drop_own(wf_server_t *srv, wf_model_t *m)
         srv->pending_install = NULL;
         m->state = WF_MODEL_UNLOADING;
     } else if (m->state == WF_MODEL_INSTALLING && srv->reconf.active) {
-        m->doomed = true;       /* srv_models_after_regroup */
+        m->doomed = true;       /* models_after_regroup */
     } else {
         m->state = WF_MODEL_UNLOADING;
     }
@@ -404,7 +422,7 @@ static void cm_nodes_text(const wf_server_t *srv, const wf_model_t *m, char *buf
     size_t at = 0;
     buf[0] = '\0';
     for (uint32_t i = 0; i < n && at < len; i++) {
-        if (m && !holds_node(m->nodes, nodes[i].name))
+        if (m && !wf_mload_holds(m->nodes, nodes[i].name))
             continue;
         int k = snprintf(buf + at, len - at, "%s%s:%u-%u", at ? "," : "",
                          nodes[i].name, nodes[i].first_rank,
@@ -447,7 +465,7 @@ static bool cm_compare(const wf_server_t *srv, const wf_model_t *m, char *msg,
 
 /* Coordinator: the catch-up of m on the nodes of m->cnodes failed (or the
  * world changed): they forget it; forwards on m stay refused in this
- * world, with the reason (srv_models_forward_refused). */
+ * world, with the reason (wf_mload_forward_refused). */
 static void cm_catchup_fail(wf_server_t *srv, wf_model_t *m, const char *msg)
 {
     wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
@@ -466,62 +484,6 @@ static void cm_catchup_fail(wf_server_t *srv, wf_model_t *m, const char *msg)
     m->cstep = 0;
     m->owed = 0;
     cm_flush(srv);
-}
-
-/* Coordinator: the next step of a catch-up (the nodes of m->cnodes open,
- * read and cut the model the others hold). */
-static void cm_catchup_advance(wf_server_t *srv, wf_model_t *m)
-{
-    char msg[WF_PROTO_ERROR_MAX];
-    if (m->cst != WF_OK) {
-        snprintf(msg, sizeof msg, "%s", m->cerr);
-        cm_catchup_fail(srv, m, msg);
-        return;
-    }
-    if (m->cstep == 1) {
-        if (cm_compare(srv, m, msg, sizeof msg)) {
-            cm_catchup_fail(srv, m, msg);
-            return;
-        }
-        m->cstep = 2;
-        wf_cmsg_t go = { .type = WF_CMSG_MGO, .u.mstep = { .lid = m->lid } };
-        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
-        uint64_t epoch;
-        uint32_t n = cm_nodes(srv, nodes, &epoch);
-        for (uint32_t i = 0; i < n; i++)
-            if ((m->cnodes & (1u << i)) && cm_send(srv, nodes[i].name, &go))
-                m->owed |= 1u << i;
-    } else if (m->cstep == 2) {
-        /* read there: a regroup (same mesh) cuts its shards; the nodes
-         * answer "mready" after it */
-        if (srv->reconf.active || srv->workers_stopped)
-            return;         /* cm_tick comes back */
-        const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg,
-                                      .why = "model on a node that joined" };
-        if (srv_reconf_start(srv, &req, msg, sizeof msg) != WF_OK)
-            return;
-        m->cstep = 3;
-        m->owed = m->cnodes & ~m->ready_early;
-    } else if (m->cstep == 3) {
-        char now[WF_MODEL_NODES_MAX];
-        wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
-        uint64_t epoch;
-        uint32_t n = cm_nodes(srv, nodes, &epoch);
-        snprintf(now, sizeof now, "%s", m->nodes);
-        for (uint32_t i = 0; i < n; i++) {
-            size_t at = strlen(now);
-            if ((m->cnodes & (1u << i)) && at + 1 < sizeof now)
-                wf_errf(now + at, sizeof now - at, "%s%s:%u-%u", at ? "," : "",
-                        nodes[i].name, nodes[i].first_rank,
-                        nodes[i].first_rank + nodes[i].ranks - 1);
-        }
-        snprintf(m->nodes, sizeof m->nodes, "%s", now);
-        m->catchup = false;
-        m->cstep = 0;
-        m->cerr[0] = '\0';
-        wf_log(srv->log, WF_LOG_INFO, "model '%s' installed on the node(s) that "
-               "joined; held by %s", m->name, m->nodes);
-    }
 }
 
 /* Coordinator: start the catch-up of a ready model on the nodes of the
@@ -546,7 +508,7 @@ static void cm_catchup_start(wf_server_t *srv)
             continue;
         uint32_t bits = 0;
         for (uint32_t k = 0; k < n; k++)
-            if (!nodes[k].self && !holds_node(m->nodes, nodes[k].name))
+            if (!nodes[k].self && !wf_mload_holds(m->nodes, nodes[k].name))
                 bits |= 1u << k;
         if (!bits)
             continue;
@@ -573,62 +535,200 @@ static void cm_catchup_start(wf_server_t *srv)
     }
 }
 
-/* Coordinator: the next step of m's cluster load once every node
- * answered the one running. */
+/* ---- the coordinator's actions (cluster/model_load.h's table) ---------- */
+
+/* Each returns false when it could not start (the state goes back). */
+typedef bool (*cm_action_fn)(wf_server_t *srv, wf_model_t *m, wf_status_t st,
+                             const char *msg);
+
+/* OPEN -> READ: every node found the same files; all of them read. */
+static bool act_go(wf_server_t *srv, wf_model_t *m, wf_status_t st, const char *msg)
+{
+    (void)st, (void)msg;
+    wf_cmsg_t go = { .type = WF_CMSG_MGO, .u.mstep = { .lid = m->lid } };
+    m->owed = cm_tell_members(srv, &go);
+    wf_registry_gate(&srv->models, m, true);
+    wf_log(srv->log, WF_LOG_INFO, "model '%s': every node of the world found "
+           "the same files; reading its weights", m->name);
+    return true;
+}
+
+/* READ -> INSTALL: every node read it: our install regroup, which the
+ * members follow (the mesh broadcast of srv_reconf_advance); they answer
+ * "mready" after it. */
+static bool act_install(wf_server_t *srv, wf_model_t *m, wf_status_t st,
+                        const char *msg)
+{
+    (void)st, (void)msg;
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (uint32_t i = 0; i < n; i++)
+        if (!nodes[i].self)
+            m->owed |= 1u << i;
+    m->owed &= ~m->ready_early;
+    srv->pending_install = m;
+    models_try_install(srv);
+    return true;
+}
+
+/* INSTALL -> IDLE: installed on every node. */
+static bool act_done(wf_server_t *srv, wf_model_t *m, wf_status_t st, const char *msg)
+{
+    (void)st, (void)msg;
+    cm_nodes_text(srv, NULL, m->nodes, sizeof m->nodes);
+    wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) ready on the cluster (%s): %"
+           PRIu64 " parameters, %.1f MiB per rank at tp=%u, loaded in %" PRIu64
+           " ms", m->name, m->path, m->nodes, m->params,
+           (double)m->rank_bytes / 1048576.0, m->tp, m->load_ms);
+    model_reply(srv, m, WF_OP_LOAD_MODEL, WF_OK, NULL);
+    return true;
+}
+
+static bool act_fail(wf_server_t *srv, wf_model_t *m, wf_status_t st, const char *msg)
+{
+    cm_fail(srv, m, st, msg);
+    return true;
+}
+
+/* CATCHUP_OPEN -> CATCHUP_READ: the nodes that joined found the same
+ * files; they read. */
+static bool act_catchup_go(wf_server_t *srv, wf_model_t *m, wf_status_t st,
+                           const char *msg)
+{
+    (void)st, (void)msg;
+    wf_cmsg_t go = { .type = WF_CMSG_MGO, .u.mstep = { .lid = m->lid } };
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    for (uint32_t i = 0; i < n; i++)
+        if ((m->cnodes & (1u << i)) && cm_send(srv, nodes[i].name, &go))
+            m->owed |= 1u << i;
+    return true;
+}
+
+/* CATCHUP_READ -> CATCHUP_INSTALL: read there: a regroup (same mesh)
+ * cuts its shards; the nodes answer "mready" after it. Not started (a
+ * reconfiguration runs): cm_tick comes back. */
+static bool act_catchup_install(wf_server_t *srv, wf_model_t *m, wf_status_t st,
+                                const char *msg)
+{
+    (void)st, (void)msg;
+    char err[WF_PROTO_ERROR_MAX];
+    const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg,
+                                  .why = "model on a node that joined",
+                                  .done = srv_models_follow };
+    if (srv_reconf_start(srv, &req, err, sizeof err) != WF_OK)
+        return false;
+    m->owed = m->cnodes & ~m->ready_early;
+    return true;
+}
+
+/* CATCHUP_INSTALL -> IDLE: the nodes that joined hold it too. */
+static bool act_catchup_done(wf_server_t *srv, wf_model_t *m, wf_status_t st,
+                             const char *msg)
+{
+    (void)st, (void)msg;
+    char now[WF_MODEL_NODES_MAX];
+    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
+    uint64_t epoch;
+    uint32_t n = cm_nodes(srv, nodes, &epoch);
+    snprintf(now, sizeof now, "%s", m->nodes);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t at = strlen(now);
+        if ((m->cnodes & (1u << i)) && at + 1 < sizeof now)
+            wf_errf(now + at, sizeof now - at, "%s%s:%u-%u", at ? "," : "",
+                    nodes[i].name, nodes[i].first_rank,
+                    nodes[i].first_rank + nodes[i].ranks - 1);
+    }
+    snprintf(m->nodes, sizeof m->nodes, "%s", now);
+    m->cerr[0] = '\0';
+    wf_log(srv->log, WF_LOG_INFO, "model '%s' installed on the node(s) that "
+           "joined; held by %s", m->name, m->nodes);
+    return true;
+}
+
+static bool act_catchup_fail(wf_server_t *srv, wf_model_t *m, wf_status_t st,
+                             const char *msg)
+{
+    (void)st;
+    cm_catchup_fail(srv, m, msg);
+    return true;
+}
+
+/* Indexed by wf_mload_action_t. */
+static const cm_action_fn cm_actions[WF_MLOAD_ACTIONS] = {
+    [WF_MLOAD_ACT_GO] = act_go,
+    [WF_MLOAD_ACT_INSTALL] = act_install,
+    [WF_MLOAD_ACT_DONE] = act_done,
+    [WF_MLOAD_ACT_FAIL] = act_fail,
+    [WF_MLOAD_ACT_CATCHUP_GO] = act_catchup_go,
+    [WF_MLOAD_ACT_CATCHUP_INSTALL] = act_catchup_install,
+    [WF_MLOAD_ACT_CATCHUP_DONE] = act_catchup_done,
+    [WF_MLOAD_ACT_CATCHUP_FAIL] = act_catchup_fail,
+};
+
+/* Coordinator: event `ev` on m's load: the table's rule, if any, sets the
+ * next state and runs its action (st, msg: a failure's status and text).
+ * m may be gone afterwards. */
+static void cm_event(wf_server_t *srv, wf_model_t *m, wf_mload_event_t ev,
+                     wf_status_t st, const char *msg)
+{
+    wf_mload_state_t prev = wf_mload_state(m);
+    const wf_mload_rule_t *r = wf_mload_rule(prev, ev);
+    if (!r)
+        return;
+    wf_mload_set_state(m, r->next);
+    if (!cm_actions[r->action](srv, m, st, msg))
+        wf_mload_set_state(m, prev);
+}
+
+/* Coordinator: once every node answered the step running on m (owed
+ * empty) and this node's part of it is done, the event that ends the
+ * step: a node's failure, digests that differ (open), or all answered. */
 static void cm_advance(wf_server_t *srv, wf_model_t *m)
 {
     if (!(m->has_client || m->catchup) || m->cstep == 0 || m->owed)
         return;
-    if (m->catchup) {
-        cm_catchup_advance(srv, m);
-        return;
-    }
+    char msg[WF_PROTO_ERROR_MAX];
     if (m->cst != WF_OK) {
-        char msg[WF_PROTO_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", m->cerr);
-        cm_fail(srv, m, m->cst, msg);
+        cm_event(srv, m, WF_MLOAD_EV_FAILED, m->cst, msg);
         return;
     }
-    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
-    uint64_t epoch;
-    uint32_t n = cm_nodes(srv, nodes, &epoch);
-    if (m->cstep == 1) {
+    switch (wf_mload_state(m)) {
+    case WF_MLOAD_OPEN:
         if (!m->opened_seen)
             return;         /* ours is still opening */
-        char msg[WF_PROTO_ERROR_MAX];
         if (cm_compare(srv, m, msg, sizeof msg)) {
             wf_errf(msg + strlen(msg), sizeof msg - strlen(msg), "; nothing was "
                     "loaded on any node");
-            cm_fail(srv, m, WF_E_MISMATCH, msg);
+            cm_event(srv, m, WF_MLOAD_EV_DIFFERS, WF_E_MISMATCH, msg);
             return;
         }
-        m->cstep = 2;
-        wf_cmsg_t go = { .type = WF_CMSG_MGO, .u.mstep = { .lid = m->lid } };
-        m->owed = cm_tell_members(srv, &go);
-        wf_registry_gate(&srv->models, m, true);
-        wf_log(srv->log, WF_LOG_INFO, "model '%s': every node of the world found "
-               "the same files; reading its weights", m->name);
-    } else if (m->cstep == 2) {
+        break;
+    case WF_MLOAD_CATCHUP_OPEN:
+        if (cm_compare(srv, m, msg, sizeof msg)) {
+            cm_event(srv, m, WF_MLOAD_EV_DIFFERS, WF_E_MISMATCH, msg);
+            return;
+        }
+        break;
+    case WF_MLOAD_READ:
         if (srv->models.loading == m)
             return;         /* ours is still reading */
-        /* the members answer "mready" after the install regroup, which
-         * they follow (the mesh broadcast of srv_reconf_advance) */
-        m->cstep = 3;
-        for (uint32_t i = 0; i < n; i++)
-            if (!nodes[i].self)
-                m->owed |= 1u << i;
-        m->owed &= ~m->ready_early;
-        srv->pending_install = m;
-        srv_models_try_install(srv);
-    } else if (m->cstep == 3 && m->state == WF_MODEL_READY) {
-        m->cstep = 0;
-        cm_nodes_text(srv, NULL, m->nodes, sizeof m->nodes);
-        wf_log(srv->log, WF_LOG_INFO, "model '%s' (%s) ready on the cluster (%s): %"
-               PRIu64 " parameters, %.1f MiB per rank at tp=%u, loaded in %" PRIu64
-               " ms", m->name, m->path, m->nodes, m->params,
-               (double)m->rank_bytes / 1048576.0, m->tp, m->load_ms);
-        model_reply(srv, m, WF_OP_LOAD_MODEL, WF_OK, NULL);
+        break;
+    case WF_MLOAD_CATCHUP_READ:
+        if (srv->reconf.active || srv->workers_stopped)
+            return;         /* cm_tick comes back */
+        break;
+    case WF_MLOAD_INSTALL:
+        if (m->state != WF_MODEL_READY)
+            return;         /* our install regroup runs */
+        break;
+    default:
+        break;
     }
+    cm_event(srv, m, WF_MLOAD_EV_ANSWERED, WF_OK, NULL);
 }
 
 /* Coordinator: start the cluster load of m (its loader is gated): "mload"
@@ -679,7 +779,8 @@ static void cm_tick(wf_server_t *srv, uint64_t now)
         uint32_t n = cm_nodes(srv, nodes, &epoch);
         char msg[WF_PROTO_ERROR_MAX], who[160] = "";
         if (m->catchup && (epoch != m->world_epoch || n != m->world_nodes)) {
-            cm_catchup_fail(srv, m, "the world changed during the install");
+            cm_event(srv, m, WF_MLOAD_EV_WORLD, WF_E_UNAVAILABLE,
+                     "the world changed during the install");
             m->catchup_epoch = 0;   /* the new world tries again */
             continue;
         }
@@ -691,7 +792,7 @@ static void cm_tick(wf_server_t *srv, uint64_t now)
             snprintf(msg, sizeof msg, "the cluster's world changed during the "
                      "load (epoch %" PRIu64 " -> %" PRIu64 ": a node was lost or "
                      "joined); nothing was loaded; retry", m->world_epoch, epoch);
-            cm_fail(srv, m, WF_E_UNAVAILABLE, msg);
+            cm_event(srv, m, WF_MLOAD_EV_WORLD, WF_E_UNAVAILABLE, msg);
             continue;
         }
         if (m->cstep != 1 || !m->owed || now < m->step_deadline_us)
@@ -705,10 +806,7 @@ static void cm_tick(wf_server_t *srv, uint64_t now)
         snprintf(msg, sizeof msg, "node(s) %s did not answer the load within "
                  "cluster_timeout_ms (%u ms); nothing was loaded", who,
                  srv->settings.cluster_timeout_ms);
-        if (m->catchup)
-            cm_catchup_fail(srv, m, msg);
-        else
-            cm_fail(srv, m, WF_E_NODE_LOST, msg);
+        cm_event(srv, m, WF_MLOAD_EV_TIMEOUT, WF_E_NODE_LOST, msg);
     }
     /* a node lost holds nothing for us any more: when it joins again the
      * catch-up installs the model there */
@@ -924,70 +1022,6 @@ void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *cm)
     free(msg);
 }
 
-/* Does the holders' list "a:0-1,b:2-3" name node `name`? */
-static bool holds_node(const char *nodes, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = nodes; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-        if (strncmp(p, name, n) == 0 && p[n] == ':')
-            return true;
-    return false;
-}
-
-/* The first node of the world now that does not hold m, or NULL. */
-static const char *cm_missing(const wf_server_t *srv, const wf_model_t *m,
-                              char *buf, size_t len)
-{
-    wf_cluster_node_t nodes[WF_SETTINGS_MAX_NODES];
-    uint64_t epoch;
-    uint32_t n = cm_nodes(srv, nodes, &epoch);
-    for (uint32_t i = 0; i < n; i++)
-        if (!holds_node(m->nodes, nodes[i].name)) {
-            wf_errf(buf, len, "%s", nodes[i].name);
-            return buf;
-        }
-    return NULL;
-}
-
-const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
-                                       const wf_mesh_t *mesh, char *buf, size_t len)
-{
-    if (!srv->world)
-        return NULL;
-    /* a forward's roots are its replica's tp ranks: one replica at least
-     * must have them on one node, else the job would wait forever */
-    const wf_sched_t *s = &srv->sched;
-    uint32_t dp = mesh->deg.dp ? mesh->deg.dp : 1, n = s->n_devices / dp;
-    bool placeable = false;
-    for (uint32_t r = 0; r < dp && !placeable && n >= mesh->deg.tp; r++) {
-        placeable = true;
-        for (uint32_t k = 1; k < mesh->deg.tp; k++)
-            placeable = placeable && s->node_of[r * n + k] == s->node_of[r * n];
-    }
-    if (!placeable) {
-        wf_errf(buf, len, "the mesh's tp groups (tp=%u) span nodes: a forward's tp "
-                "ranks must be on one node; reconfigure with tp inside a node "
-                "(ring / ulysses / dp across nodes)", mesh->deg.tp);
-        return buf;
-    }
-    if (m->unfit_epoch && m->unfit_epoch == mesh->epoch) {
-        wf_errf(buf, len, "%s", m->unfit);
-        return buf;
-    }
-    char who[WF_SETTINGS_NAME_MAX];
-    if (!wf_world_coordinator(srv->world) || !m->lid || !m->nodes[0] ||
-        !cm_missing(srv, m, who, sizeof who))
-        return NULL;
-    if (m->catchup)
-        wf_errf(buf, len, "model '%s' is being installed on node %s, which "
-                "joined the cluster's world; retry", m->name, who);
-    else
-        wf_errf(buf, len, "model '%s' is not resident on node %s of the "
-                "cluster's world (it is held by %s)%s%s", m->name, who, m->nodes,
-                m->cerr[0] ? ": " : "; retry", m->cerr);
-    return buf;
-}
-
 void srv_models_world_fit(wf_server_t *srv, const wf_mesh_t *mesh,
                           wf_model_set_t *set)
 {
@@ -1107,7 +1141,7 @@ void srv_models_loaded(wf_server_t *srv)
         return;
     }
     srv->pending_install = m;
-    srv_models_try_install(srv);
+    models_try_install(srv);
 }
 
 /* Refusal common to the model ops: shutdown; a cluster's member. */
@@ -1205,7 +1239,8 @@ void srv_models_unload(wf_server_t *srv, zmq_msg_t *identity, bool delim)
         wf_cmsg_t drop = { .type = WF_CMSG_MDROP, .u.mstep = { .lid = m->lid } };
         cm_tell_members(srv, &drop);
     }
-    const wf_reconf_req_t rreq = { .deg = srv->sched.mesh.deg, .why = "unload model" };
+    const wf_reconf_req_t rreq = { .deg = srv->sched.mesh.deg, .why = "unload model",
+                                  .done = srv_models_follow };
     st = srv_reconf_start(srv, &rreq, err, sizeof err);
     if (st != WF_OK) {
         /* members marked it unloading: their next regroup drops it; ours

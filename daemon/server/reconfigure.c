@@ -3,10 +3,11 @@
  * resume. Also the recovery after an aborted world (same mesh, new world),
  * a model's install or unload (same mesh: the regroup re-cuts the shards)
  * and, on a member, the coordinator's mesh change. A reconfiguration is
- * asked for with one wf_reconf_req_t; its end goes up through srv->hooks
- * (the models follow the new mesh) instead of calls into the files above.
- * Called by requests.c, model_requests.c and server.c; calls dispatch.c
- * and replies.c (server_impl.h).
+ * asked for with one wf_reconf_req_t, which carries its completion
+ * (srv_reconf_done_t: the models follow the new mesh): its end is told
+ * there, never through a call into the files above. Called by
+ * requests.c, model_requests.c and server.c; calls dispatch.c and
+ * replies.c (server_impl.h).
  */
 #include "server_impl.h"
 
@@ -151,6 +152,7 @@ wf_status_t srv_reconf_start(wf_server_t *srv, const wf_reconf_req_t *req,
     srv->reconf.delim = req->delim;
     srv->reconf.id = req->id;
     srv->reconf.version = srv->reply_version;   /* the request being handled */
+    srv->reconf.done = req->done;
     srv->reconf.t_start_us = wf_now_usec();
     srv->sched.paused = true;
     if (req->notify && !req->reloading_sent)
@@ -184,7 +186,11 @@ void srv_reconf_finish(wf_server_t *srv, wf_status_t st)
         wf_log(srv->log, WF_LOG_ERR, "reconfiguration (%s) %s -> %s failed: %s",
                srv->reconf.why, from, to, wf_status_str(st));
     }
-    srv->hooks.regrouped(srv, st);     /* resident models follow the mesh */
+    const srv_reconf_done_t done = srv->reconf.done; /* a recovery keeps it; the
+                                                        finished call may start
+                                                        another */
+    if (done.regrouped)
+        done.regrouped(srv, st, done.arg); /* resident models follow the mesh */
     if (srv->reconf.has_client) {
         srv->reply_version = srv->reconf.version;
         if (st == WF_OK) {
@@ -227,20 +233,22 @@ void srv_reconf_finish(wf_server_t *srv, wf_status_t st)
     }
     /* Jobs queued meanwhile were planned for the old mesh. */
     srv_replan(srv);
-    srv->hooks.reconfigured(srv);      /* a model install may wait for this */
+    if (done.finished)
+        done.finished(srv, done.arg);  /* a model install may wait for this */
 }
 
 /* Member: the coordinator's mesh change, once the previous regroup's
  * completion was taken (both may arrive in one wake-up; the workers run
  * the regroups in order anyway). */
-void srv_reconf_apply_pending(wf_server_t *srv)
+void srv_reconf_apply_pending(wf_server_t *srv, const srv_reconf_done_t *done)
 {
     wf_mesh_degrees_t deg;
     uint64_t epoch;
     if (srv->reconf.active || !wf_world_take_mesh(srv->world, &deg, &epoch))
         return;
     char err[WF_PROTO_ERROR_MAX];
-    const wf_reconf_req_t req = { .deg = deg, .epoch = epoch, .why = "coordinator" };
+    const wf_reconf_req_t req = { .deg = deg, .epoch = epoch, .why = "coordinator",
+                                  .done = *done };
     if (srv_reconf_start(srv, &req, err, sizeof err) != WF_OK)
         wf_log(srv->log, WF_LOG_ERR, "cluster: mesh from the coordinator not "
                "applied: %s", err);
@@ -292,5 +300,7 @@ void srv_reconf_tick(wf_server_t *srv, uint64_t now_us)
         wf_notify_ready(&srv->notify, line);
     }
     srv_dispatch(srv);                 /* queued jobs resume on the old mesh */
-    srv->hooks.reconfigured(srv);      /* a model install may wait for this */
+    const srv_reconf_done_t done = srv->reconf.done;
+    if (done.finished)
+        done.finished(srv, done.arg);  /* a model install may wait for this */
 }

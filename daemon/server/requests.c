@@ -103,6 +103,7 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
         const wf_reconf_req_t rreq = {
             .deg = req->args.reconfigure.mesh, .why = "request", .notify = true,
             .identity = identity, .delim = delim, .id = req->id,
+            .done = srv_models_follow,
         };
         st = srv_reconf_start(srv, &rreq, err, sizeof err);
     }

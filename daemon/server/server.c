@@ -480,10 +480,6 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                                                          : wf_backend_cpu();
     srv->t_start_us = wf_now_usec();
     wf_notify_init(&srv->notify);
-    /* The end of a regroup reaches the models through these (reconfigure.c
-     * sits below model_requests.c). */
-    srv->hooks.regrouped = srv_models_after_regroup;
-    srv->hooks.reconfigured = srv_models_try_install;
 
     /* Blocked before any thread exists (workers, ZeroMQ's I/O thread), so
      * every thread inherits the mask and the signals reach only the
@@ -806,7 +802,8 @@ static void handle_completions(wf_server_t *srv)
             wf_log(srv->log, WF_LOG_WARNING, "comm world aborted by a failed "
                    "job: rebuilding it");
             const wf_reconf_req_t req = { .deg = srv->sched.mesh.deg,
-                                          .new_world = true, .why = "abort recovery" };
+                                          .new_world = true, .why = "abort recovery",
+                                          .done = srv_models_follow };
             srv_reconf_start(srv, &req, err, sizeof err);
         }
     }
@@ -816,7 +813,7 @@ static void handle_completions(wf_server_t *srv)
     srv_reconf_advance(srv);
     if (srv->world) {
         wf_world_try_install(srv->world);
-        srv_reconf_apply_pending(srv);
+        srv_reconf_apply_pending(srv, &srv_models_follow);
     }
 }
 
@@ -857,7 +854,8 @@ static void reload(wf_server_t *srv)
             /* RELOADING=1 is out; READY=1 comes when the regroup is done. */
             char rerr[WF_PROTO_ERROR_MAX];
             const wf_reconf_req_t req = { .deg = srv->settings.mesh_deg, .why = "SIGHUP",
-                                          .notify = true, .reloading_sent = true };
+                                          .notify = true, .reloading_sent = true,
+                                          .done = srv_models_follow };
             wf_status_t st = srv_reconf_start(srv, &req, rerr, sizeof rerr);
             if (st == WF_OK) {
                 reconfiguring = true;
@@ -1148,7 +1146,7 @@ wf_status_t wf_server_run(wf_server_t *srv)
             }
             cluster_sync(srv);
             wf_world_note_mesh(srv->world);
-            srv_reconf_apply_pending(srv);
+            srv_reconf_apply_pending(srv, &srv_models_follow);
             wf_world_recv(srv->world);  /* cheap when nothing waits */
         }
         if (rc <= 0)

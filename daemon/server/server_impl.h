@@ -20,9 +20,9 @@
  *   gate.c, gate_curve.c  the client endpoint's ZMTP transport, in its own
  *                     thread (gate.h; calls none of the others)
  *
- * Where a lower file must reach a higher one (the end of a regroup tells
- * the models), it calls through srv->hooks, which server.c sets. Nothing
- * outside daemon/server/ includes this.
+ * No file reaches one above it: the end of a reconfiguration goes to the
+ * completion its request carries (srv_reconf_done_t), which the file that
+ * asked for it chose. Nothing outside daemon/server/ includes this.
  */
 #ifndef WF_SERVER_IMPL_H
 #define WF_SERVER_IMPL_H
@@ -48,6 +48,20 @@
 #include "runtime/scheduler.h"
 #include "runtime/worker.h"
 
+/* The completion a reconfiguration carries: what its end tells the file
+ * that asked for it. Both entries run on the main thread, from
+ * reconfigure.c; either may be NULL. */
+typedef struct srv_reconf_done {
+    /* A regroup of this reconfiguration ended with st (WF_OK: its mesh is
+     * in force; a failed one may be followed by a recovery regroup, which
+     * ends here too). No reconfiguration can start from here. */
+    void (*regrouped)(wf_server_t *srv, wf_status_t st, void *arg);
+    /* The reconfiguration is over (installed, failed or given up) and
+     * dispatch resumed: another may start from here. */
+    void (*finished)(wf_server_t *srv, void *arg);
+    void *arg;                   /* borrowed: passed to both */
+} srv_reconf_done_t;
+
 /* A reconfiguration asked for: by a client, by SIGHUP, by a model load or
  * unload (the mesh in force: a regroup that re-cuts shards), by the
  * recovery of an aborted world, or by the coordinator (member). */
@@ -62,6 +76,10 @@ typedef struct wf_reconf_req {
                                     reconfiguration starts; NULL: no client */
     bool delim;                  /* the client sent an empty delimiter */
     uint64_t id;                 /* its request id */
+    srv_reconf_done_t done;      /* its completion (every regroup re-cuts
+                                    the resident models: callers pass
+                                    srv_models_follow, or a completion
+                                    that calls it) */
 } wf_reconf_req_t;
 
 /* Who may use the client endpoint, and how roles are told (access.c). */
@@ -97,16 +115,6 @@ typedef struct srv_conn {
     uint64_t small_bytes;        /* bytes of its replies without a share;
                                     <= client_reply_bytes */
 } srv_conn_t;
-
-/* What the end of a regroup tells the files above reconfigure.c. */
-typedef struct wf_server_hooks {
-    /* A regroup ended with st (the mesh in force is installed when WF_OK):
-     * resident models follow it (model_requests.c). */
-    void (*regrouped)(wf_server_t *srv, wf_status_t st);
-    /* A reconfiguration is over and dispatch resumed: a model install
-     * that waited may start (model_requests.c). */
-    void (*reconfigured)(wf_server_t *srv);
-} wf_server_hooks_t;
 
 struct wf_server {
     wf_settings_t settings;      /* in effect (reload updates the reloadable ones) */
@@ -165,8 +173,8 @@ struct wf_server {
         uint64_t t_start_us;     /* validated */
         uint64_t t_drained_us;   /* in-flight jobs done, regroup submitted */
         unsigned failures;       /* consecutive failed regroups */
+        srv_reconf_done_t done;  /* its request's completion */
     } reconf;
-    wf_server_hooks_t hooks;     /* set by server.c */
     srv_conn_t *waiting;         /* connections with replies ZeroMQ did
                                     not take yet (replies.c) */
     uint32_t retry_ms;           /* while some wait: poll timeout before the
@@ -210,17 +218,14 @@ void srv_models_list(wf_server_t *srv, zmq_msg_t *identity, bool delim);
 void srv_models_loaded(wf_server_t *srv);
 /* While a load runs: progress to systemd, at most once a second. */
 void srv_models_notify(wf_server_t *srv, uint64_t now);
-/* Hooks (wf_server_hooks_t): after a regroup; after a reconfiguration. */
-void srv_models_after_regroup(wf_server_t *srv, wf_status_t st);
-void srv_models_try_install(wf_server_t *srv);
+/* The completion every reconfiguration's request carries (the resident
+ * models follow each regroup: installing ones become ready, unloading
+ * ones go, every shard is re-cut for the mesh; once the reconfiguration
+ * is over a model install that waited for it starts). arg: unused. */
+extern const srv_reconf_done_t srv_models_follow;
 /* Cluster: a resident-model message between daemons (world.h model_msg;
  * arg = srv). */
 void srv_models_on_message(void *arg, const char *from, const wf_ctl_msg_t *m);
-/* Forward jobs on m for `mesh`: NULL when this daemon may plan them, else
- * why not (into buf: a node of the cluster's world does not hold m, or
- * the mesh's tp groups span nodes). */
-const char *srv_models_forward_refused(const wf_server_t *srv, const wf_model_t *m,
-                                       const wf_mesh_t *mesh, char *buf, size_t len);
 /* A cluster world's regroup for `mesh`: leave out of `set` the models
  * that cannot be cut for it or do not fit this node's devices (forwards
  * on them are then refused with the reason, until a regroup cuts them). */
@@ -245,8 +250,8 @@ void srv_reconf_advance(wf_server_t *srv);
  * client (see reconfigure.c). */
 void srv_reconf_finish(wf_server_t *srv, wf_status_t st);
 /* Member: start the coordinator's mesh change if one waits and nothing
- * runs. */
-void srv_reconf_apply_pending(wf_server_t *srv);
+ * runs; `done` is its completion. */
+void srv_reconf_apply_pending(wf_server_t *srv, const srv_reconf_done_t *done);
 /* A reconfiguration still draining past reconfigure_timeout_ms gives up:
  * its client gets WF_E_BUSY, the mesh in force keeps serving. Called on
  * every wake-up of the loop. */
