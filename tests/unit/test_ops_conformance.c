@@ -800,6 +800,47 @@ static void check_supports(const bk_t *bks, int nb)
     CHECK(wf_backend_require(&lack, wan, 2, NULL) == WF_OK);
 }
 
+/* The new primitives' params that every backend refuses (ops_check.h),
+ * on backend b (host memory or its device memory). */
+static void check_refusals(bk_t *b)
+{
+    float *x = put(b, NULL, 64 * 4), *y = put(b, NULL, 64 * 4), *q = put(b, NULL, 8 * 4);
+    CHECK(!b->broken, "%s refusals: buffers", b->name);
+    const wf_status_t bad = WF_E_BAD_ARGUMENT;
+    wf_rmsnorm_params_t r = {.rows = 2, .n = 8, .src = x, .ld_src = 8, .dst = y, .ld_dst = 8,
+                             .eps = 1e-6f};
+    r.width = 8; /* width without sumsq */
+    CHECK(b->o->rms_norm(b->c, &r) == bad, "%s rms_norm width without sumsq", b->name);
+    r.width = 4;
+    r.sumsq = q; /* sums over fewer columns than src holds */
+    CHECK(b->o->rms_norm(b->c, &r) == bad, "%s rms_norm width < n", b->name);
+    r.width = 16;
+    r.dst = x + 4; /* overlapping src, not in place */
+    CHECK(b->o->rms_norm(b->c, &r) == bad, "%s rms_norm overlap", b->name);
+    CHECK(b->o->rms_sumsq(b->c, x, 2, 8, 8, x + 15) == bad, "%s rms_sumsq overlap", b->name);
+    CHECK(b->o->rms_sumsq(b->c, x, 2, 8, 7, q) == bad, "%s rms_sumsq ld < n", b->name);
+    wf_layernorm_params_t l = {.rows = 2, .C = 8, .src = x, .ld_src = 8, .dst = x, .ld_dst = 9,
+                               .eps = 1e-6f};
+    CHECK(b->o->layer_norm(b->c, &l) == bad, "%s layer_norm in place, ld differs", b->name);
+    l.ld_dst = 8;
+    l.eps = -1.0f;
+    CHECK(b->o->layer_norm(b->c, &l) == bad, "%s layer_norm eps < 0", b->name);
+    wf_rope_grid_params_t g = {.n_axes = 2, .grid = {2, 3}, .axes_dims = {2, 2}, .theta = 1e4,
+                               .D = 4, .row0 = 4, .L = 3, .cos = x, .sin = y};
+    CHECK(b->o->rope_grid(b->c, &g) == bad, "%s rope_grid past the grid", b->name);
+    g.L = 2;
+    g.axes_dims[1] = 3;
+    CHECK(b->o->rope_grid(b->c, &g) == bad, "%s rope_grid odd axis", b->name);
+    wf_timestep_params_t t = {.t = q, .B = 2, .dim = 8, .dst = x};
+    CHECK(b->o->timestep_embed(b->c, &t) == bad, "%s timestep_embed zeroed", b->name);
+    t.max_period = 10000;
+    t.downscale_freq_shift = 4; /* half - shift = 0 */
+    CHECK(b->o->timestep_embed(b->c, &t) == bad, "%s timestep_embed shift", b->name);
+    t.downscale_freq_shift = 0;
+    CHECK(b->o->timestep_embed(b->c, &t) == WF_OK, "%s timestep_embed valid", b->name);
+    reset(b);
+}
+
 int main(int argc, char **argv)
 {
     const bool cuda = argc > 1 && strcmp(argv[1], "--cuda") == 0;
@@ -833,6 +874,10 @@ int main(int argc, char **argv)
 
     bk_t both[2] = {cpu, sd};
     check_supports(both, 2);
+    if (!cuda) {
+        check_refusals(&cpu);
+        check_refusals(&sd);
+    }
     if (cu.o)
         for (int op = 0; op < WF_BACKEND_OP_COUNT; op++)
             CHECK(wf_backend_supports(cu.o, (wf_backend_op_t)op), "cuda lacks %s",
