@@ -97,17 +97,29 @@ typedef struct wf_attn_params {
 
 /* ---- model ops -----------------------------------------------------------
  *
- * The layer operations of a transformer forward (daemon/models), on the
- * backend's memory: host memory for the CPU backend, device memory of the
- * context for a device backend (asynchronous on its stream, like
- * attention). Activations are f32, row-major, rows `ld` elements apart;
- * weights may be f32, bf16 or f16. Every op returns WF_OK or
- * WF_E_BAD_ARGUMENT for inconsistent params (nothing is touched then),
- * WF_E_INTERNAL for a failed launch, and linear WF_E_NO_MEMORY when the
- * CPU backend cannot allocate its one-time conversion tile (bf16 / f16
- * weights; once per context). The CPU backend is the reference: it
- * computes statistics (norm means and variances) in double, as the fp64
- * diffusers parity needs; a device backend in f32 with the same formulas. */
+ * The primitives a transformer forward is made of (daemon/models: each
+ * model family composes its blocks from them), on the backend's memory:
+ * host memory for the CPU backend, device memory of the context for a
+ * device backend (asynchronous on its stream, like attention).
+ *
+ * Common rules, unless an op says otherwise:
+ *   - activations, norm weights, tables and statistics are f32, row-major,
+ *     rows `ld` elements apart (ld >= the row's width); linear's weights
+ *     may be f32, bf16 or f16;
+ *   - an output never overlaps an input, except where an op allows
+ *     dst == src (then with the same ld): in place;
+ *   - a count of rows 0 is a no-op and needs no pointers;
+ *   - every op returns WF_OK, or WF_E_BAD_ARGUMENT for inconsistent params
+ *     (nothing is touched then; all backends refuse the same params:
+ *     ops_check.h), WF_E_INTERNAL for a failed launch, and linear
+ *     WF_E_NO_MEMORY when the CPU backend cannot allocate its one-time
+ *     conversion tile (bf16 / f16 weights; once per context).
+ * The CPU backend is the reference: it computes statistics (norm means,
+ * variances, sums of squares) in double, as the fp64 diffusers parity
+ * needs; a device backend in f32 with the same formulas.
+ *
+ * Whether a backend has an op: wf_backend_supports() below (a model family
+ * asks at load time for every op it calls). */
 
 /* Most column blocks of one linear's weight (tp_plan.h's WF_TP_MAX_BLOCKS
  * fits: a rowwise packed shard is one view per block). */
@@ -142,12 +154,16 @@ typedef struct wf_linear_params {
     float *y;         int64_t ldy;
 } wf_linear_params_t;
 
-/* dst = LayerNorm(src) * (1 + scale[b]) + shift[b] (AdaLN modulation; the
- * norm has no affine, eps given):
+/* Modulated LayerNorm (AdaLN), rows in nbatch groups of per:
+ *   dst row (b, r) = LN(src row (b, r)) * (1 + scale[b]) + shift[b],
+ *   LN(x) = (x - mean(x)) / sqrt(var(x) + eps), no affine, biased var
  *   src, dst  nbatch x per rows of C (row stride ld_src / ld_dst; dst may
  *             be src)
  *   shift, scale  (nbatch, C), rows ld_mod elements apart (the chunks of
- *             an AdaLN linear's output: shift = mod + k C, ...) */
+ *             an AdaLN linear's output: shift = mod + k C, ...), apart
+ *             from dst
+ * A modulation per sequence, per batch row (per = tokens), or per token
+ * (nbatch = tokens, per = 1). */
 typedef struct wf_modln_params {
     int64_t nbatch, per, C;
     const float *src; int64_t ld_src;
@@ -156,16 +172,21 @@ typedef struct wf_modln_params {
     float eps;
 } wf_modln_params_t;
 
-/* Per-head RMSNorm and rotary embedding, writing the attention's joint
- * (B, L, H, D) order from a projection in stream order:
+/* Per-head RMSNorm and rotary embedding, writing attention's (B, L, H, D)
+ * order from a projection's rows (a stream of a joint sequence: rows
+ * row0 .. row0 + per of each batch's L):
  *   src   nbatch x per rows of H * D (row stride ld_src): row (b, s)
- *   dst   row (b, s) goes to dst + (b * L + row0 + s) * H * D
- *   norm  (D) f32 RMSNorm weight, or NULL: no norm (x / sqrt(mean x^2 +
- *         eps) * w, statistics in double on the CPU)
- *   cos, sin  (L, D) f32 tables, or NULL: no rotation; row row0 + s is
- *         the token's; pairs (2j, 2j+1) rotate as
- *         (x0 c - x1 s, x1 c + x0 s) (diffusers' use_real, repeat-
- *         interleaved tables) */
+ *   dst   row (b, s) goes to dst + (b * L + row0 + s) * H * D; never
+ *         overlapping src
+ *   norm  (D) RMSNorm weight of every head, or NULL: no norm
+ *         (x / sqrt(mean over the head's D of x^2 + eps) * w)
+ *   cos, sin  (L, D) tables (rope_table, rope_grid), or NULL: no
+ *         rotation; row row0 + s is the token's; pairs (2j, 2j+1) rotate
+ *         as (x0 c - x1 s, x1 c + x0 s) (diffusers' use_real, repeat-
+ *         interleaved tables: the complex / interleaved RoPE of FLUX and
+ *         Wan alike)
+ * A norm over the whole row (all heads) is rms_norm, then this op with
+ * norm NULL for the rotation and the reorder. */
 typedef struct wf_headrope_params {
     int64_t nbatch, per, L, row0, H, D;
     const float *src; int64_t ld_src;
@@ -174,6 +195,94 @@ typedef struct wf_headrope_params {
     const float *cos, *sin;
     float eps;
 } wf_headrope_params_t;
+
+/* RMSNorm over whole rows, with an optional elementwise weight:
+ *   dst row r = src row r / sqrt(ss_r / width + eps) * weight
+ *   src, dst  (rows, n), rows ld_src / ld_dst apart; dst may be src
+ *   weight    (n) or NULL (no affine)
+ *   sumsq     NULL: ss_r is the sum of src row r's squares over its n
+ *             elements and width must be 0 (meaning n);
+ *             else (rows): ss_r = sumsq[r], the sum of squares over the
+ *             whole row of width elements (width >= n), of which src
+ *             holds n
+ * Split over tensor parallelism (each rank holds n = width / tp columns
+ * of a row, e.g. its heads of a q projection normed across all heads):
+ * every rank calls rms_sumsq on its columns, the caller all-reduces the
+ * (rows) sums (f32, a sum) over the tp group, and every rank calls
+ * rms_norm with those sums, width = the full width and weight = its
+ * columns of the full weight. The result is the unsplit norm's up to the
+ * sums' f32 rounding (the CPU without sumsq keeps them in double). */
+typedef struct wf_rmsnorm_params {
+    int64_t rows, n;
+    const float *src; int64_t ld_src;
+    float *dst;       int64_t ld_dst;
+    const float *weight;             /* (n) or NULL */
+    float eps;                       /* finite, >= 0 */
+    const float *sumsq;              /* (rows) reduced sums, or NULL */
+    int64_t width;                   /* with sumsq: the full row width; else 0 */
+} wf_rmsnorm_params_t;
+
+/* LayerNorm over whole rows with an optional elementwise affine (no
+ * modulation; modln is the modulated one):
+ *   dst row r = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias,
+ *   x = src row r, biased var over C
+ *   src, dst  (rows, C), rows ld_src / ld_dst apart; dst may be src
+ *   weight, bias  (C) each, or NULL (1, 0), apart from dst */
+typedef struct wf_layernorm_params {
+    int64_t rows, C;
+    const float *src; int64_t ld_src;
+    float *dst;       int64_t ld_dst;
+    const float *weight, *bias;
+    float eps;                       /* finite, >= 0 */
+} wf_layernorm_params_t;
+
+/* Most axes of a rope_grid. */
+#define WF_ROPE_MAX_AXES 4
+
+/* RoPE tables of tokens on a regular grid (video: frame, height, width;
+ * image: height, width), positions implied instead of given:
+ *   grid     tokens per axis (>= 1 each); token t of the grid, in
+ *            row-major order (the last axis fastest), sits at position
+ *            p_a = (t / prod(grid[a+1 ..])) % grid[a] on axis a
+ *   axes_dims, theta, D  as rope_table: axis a has axes_dims[a] columns
+ *            (even; they sum to D), frequency j = 1 / theta^(2j / d_a)
+ *   row0, L  the tokens [row0, row0 + L) of the grid's prod(grid) (a
+ *            rank's slice of a context-parallel sequence)
+ *   cos, sin (L, D), row i the token row0 + i's, each value twice
+ *            (repeat-interleaved), apart from each other
+ * Exactly rope_table's output for ids row i = (p_0, p_1, ...) of token
+ * row0 + i (diffusers' WanRotaryPosEmbed: axes (t, h, w) with dims
+ * (D - 4 (D / 6), 2 (D / 6), 2 (D / 6)), theta 10000). */
+typedef struct wf_rope_grid_params {
+    uint32_t n_axes;                        /* 1 .. WF_ROPE_MAX_AXES */
+    int64_t grid[WF_ROPE_MAX_AXES];
+    uint32_t axes_dims[WF_ROPE_MAX_AXES];
+    double theta;                           /* finite, > 0 */
+    int64_t D;
+    int64_t row0, L;
+    float *cos, *sin;
+} wf_rope_grid_params_t;
+
+/* Sinusoidal timestep embedding, diffusers' get_timestep_embedding
+ * (Timesteps(dim, flip_sin_to_cos, downscale_freq_shift, scale)) in its
+ * f32 steps, half = dim / 2, k < half:
+ *   f_k = exp(f32(-ln(max_period)) k / f32(half - downscale_freq_shift))
+ *   a_k = scale * (t[b] f_k)
+ *   dst row b = [sin a_k | cos a_k], or [cos a_k | sin a_k] with
+ *   flip_sin_to_cos; dim odd: a last column of 0
+ *   t    (B) on the backend's memory, used as given (no rounding)
+ *   dst  (B, dim), apart from t
+ * FLUX: flip, shift 0 of round(t * 1000) (timestep_proj); Wan: flip,
+ * shift 0 of t itself. A zeroed struct is refused (max_period 0). */
+typedef struct wf_timestep_params {
+    const float *t;  int64_t B;
+    int64_t dim;                     /* >= 2 */
+    bool flip_sin_to_cos;
+    float downscale_freq_shift;      /* finite, < half (diffusers' default 1) */
+    float scale;                     /* finite (diffusers' default 1) */
+    float max_period;                /* finite, > 0 (diffusers' default 10000) */
+    float *dst;
+} wf_timestep_params_t;
 
 typedef struct wf_backend_ops {
     const char *name;   /* "cpu", "cuda" */
@@ -284,7 +393,9 @@ typedef struct wf_backend_ops {
     wf_status_t (*fill_f32)(wf_backend_ctx_t *ctx, float *dst, float value,
                             size_t n);
 
-    /* ---- model ops (required; see "model ops" above) ------------------ */
+    /* ---- model ops (see "model ops" above) -------------------------------
+     * The CPU, CUDA and the tests' stand-in backend fill every one; a
+     * caller asks wf_backend_supports() before it relies on one. */
 
     /* Bytes of workspace linear() needs for these params (a device
      * backend's operand conversion; 0 for the CPU). Pure function of the
@@ -296,8 +407,9 @@ typedef struct wf_backend_ops {
     wf_status_t (*linear)(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
                           void *workspace);
 
-    /* y = act(y + bias) for (rows, n) rows ldy apart; bias (n) or NULL
-     * (the bias of a tp rowwise linear, added once after its all-reduce). */
+    /* y = act(y + bias) for (rows, n) rows ldy apart, in place; bias (n)
+     * or NULL, apart from y (the bias of a tp rowwise linear, added once
+     * after its all-reduce; with act NONE: a vector added to every row). */
     wf_status_t (*bias_act)(wf_backend_ctx_t *ctx, float *y, int64_t rows,
                             int64_t n, int64_t ldy, const float *bias,
                             wf_act_t act);
@@ -306,16 +418,18 @@ typedef struct wf_backend_ops {
     wf_status_t (*act)(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n, wf_act_t act);
 
-    /* dst[i] += src[i] for n elements. */
+    /* dst[i] += src[i] for n elements (dst may be src: doubled). */
     wf_status_t (*add)(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n);
 
-    /* AdaLN: LayerNorm + modulate (wf_modln_params_t). */
+    /* Modulated LayerNorm (wf_modln_params_t). */
     wf_status_t (*modln)(wf_backend_ctx_t *ctx, const wf_modln_params_t *p);
 
-    /* Gated residual: S row (b, r) += gate[b] * y row (b, r), for nbatch
-     * x per rows of C; S rows ld_s apart, y rows ld_y apart, gate
-     * (nbatch, C) rows ld_gate apart. */
+    /* Gated residual: S row (b, r) += gate[b] * y row (b, r), elementwise,
+     * for nbatch x per rows of C; S rows ld_s apart, y rows ld_y apart,
+     * gate (nbatch, C) rows ld_gate apart; S apart from y and gate. A
+     * gate per batch row (per = tokens) or per token (nbatch = tokens,
+     * per = 1). */
     wf_status_t (*gate_residual)(wf_backend_ctx_t *ctx, float *S, int64_t ld_s,
                                  const float *y, int64_t ld_y,
                                  const float *gate, int64_t ld_gate,
@@ -325,21 +439,24 @@ typedef struct wf_backend_ops {
     wf_status_t (*head_norm_rope)(wf_backend_ctx_t *ctx,
                                   const wf_headrope_params_t *p);
 
-    /* RoPE tables of L tokens (FluxPosEmbed): ids (L, n_axes) f32 on the
-     * backend's memory; axes_dims (n_axes, host memory, each even, sum D);
-     * per axis a of width d, frequency j = 1 / theta^(2j / d) in double at
-     * the f32 position, cos / sin rounded to f32 and each repeated twice:
-     * cos, sin (L, D) f32. */
+    /* RoPE tables of L tokens at given positions (diffusers'
+     * get_1d_rotary_pos_embed per axis, use_real, repeat-interleaved;
+     * FluxPosEmbed): ids (L, n_axes) positions on the backend's memory;
+     * axes_dims (n_axes, host memory, each even, sum D); per axis a of
+     * width d, frequency j = 1 / theta^(2j / d) and angle position * freq
+     * in double, cos / sin rounded to f32 and each written twice:
+     * cos, sin (L, D), apart. Positions on a grid: rope_grid. */
     wf_status_t (*rope_table)(wf_backend_ctx_t *ctx, const float *ids,
                               int64_t L, const uint32_t *axes_dims,
                               uint32_t n_axes, double theta, int64_t D,
                               float *cos, float *sin);
 
-    /* diffusers' Timesteps(dim, flip_sin_to_cos=True, shift 0) of
-     * t * 1000 for B values t (f32, backend memory): tv = round(round(t) *
-     * 1000) in round_dtype (F32: no rounding, the dtype of the activations
-     * diffusers scales in), then dst (B, dim) = [cos(tv f_k), sin(tv f_k)],
-     * f_k = exp(-ln(10000) k / (dim / 2)) in f32, k < dim / 2; dim even. */
+    /* timestep_embed (flip, shift 0, scale 1, max_period 10000) of
+     * t * 1000 rounded as FLUX's pipeline does, for B values t (f32,
+     * backend memory): tv = round(round(t) * 1000) in round_dtype (F32: no
+     * rounding; the dtype of the activations diffusers scales in), then
+     * dst (B, dim) = [cos(tv f_k), sin(tv f_k)], f_k = exp(-ln(10000) k /
+     * (dim / 2)) in f32, k < dim / 2; dim even. */
     wf_status_t (*timestep_proj)(wf_backend_ctx_t *ctx, const float *t,
                                  int64_t B, int64_t dim, wf_dtype_t round_dtype,
                                  float *dst);
@@ -350,6 +467,25 @@ typedef struct wf_backend_ops {
     wf_status_t (*copy_rows)(wf_backend_ctx_t *ctx, void *dst, size_t ld_dst,
                              const void *src, size_t ld_src, int64_t rows,
                              size_t row_bytes);
+
+    /* Sums of squares of rows: sumsq[r] = sum over c < n of src[r][c]^2
+     * for (rows, n) rows ld_src apart; sumsq (rows), apart from src. The
+     * first step of a row norm split over tp (wf_rmsnorm_params_t). */
+    wf_status_t (*rms_sumsq)(wf_backend_ctx_t *ctx, const float *src, int64_t rows,
+                             int64_t n, int64_t ld_src, float *sumsq);
+
+    /* RMSNorm over whole rows, optionally from reduced sums
+     * (wf_rmsnorm_params_t). */
+    wf_status_t (*rms_norm)(wf_backend_ctx_t *ctx, const wf_rmsnorm_params_t *p);
+
+    /* LayerNorm with an optional affine (wf_layernorm_params_t). */
+    wf_status_t (*layer_norm)(wf_backend_ctx_t *ctx, const wf_layernorm_params_t *p);
+
+    /* RoPE tables of a token grid (wf_rope_grid_params_t). */
+    wf_status_t (*rope_grid)(wf_backend_ctx_t *ctx, const wf_rope_grid_params_t *p);
+
+    /* Sinusoidal timestep embedding (wf_timestep_params_t). */
+    wf_status_t (*timestep_embed)(wf_backend_ctx_t *ctx, const wf_timestep_params_t *p);
 
     /* ---- resident memory (optional, with dev_alloc) ------------------ */
 
@@ -416,6 +552,45 @@ typedef struct wf_backend_ops {
      * no device-side wait: a caller that waited here may queue anything. */
     wf_status_t (*xfer_wait)(wf_backend_ctx_t *ctx, wf_xfer_t *t);
 } wf_backend_ops_t;
+
+/* The ops of backend.h's table that a caller may ask a backend for (a model
+ * family at load time, for every op its forward calls). Stable numbers;
+ * WF_BACKEND_OP_COUNT is one past the last. */
+typedef enum wf_backend_op {
+    WF_BACKEND_OP_ATTENTION = 0, /* attention (+ attention_workspace) */
+    WF_BACKEND_OP_LINEAR = 1,    /* linear (+ linear_workspace) */
+    WF_BACKEND_OP_BIAS_ACT = 2,
+    WF_BACKEND_OP_ACT = 3,
+    WF_BACKEND_OP_ADD = 4,
+    WF_BACKEND_OP_MODLN = 5,
+    WF_BACKEND_OP_GATE_RESIDUAL = 6,
+    WF_BACKEND_OP_HEAD_NORM_ROPE = 7,
+    WF_BACKEND_OP_ROPE_TABLE = 8,
+    WF_BACKEND_OP_TIMESTEP_PROJ = 9,
+    WF_BACKEND_OP_COPY_ROWS = 10,
+    WF_BACKEND_OP_RMS_SUMSQ = 11,
+    WF_BACKEND_OP_RMS_NORM = 12,
+    WF_BACKEND_OP_LAYER_NORM = 13,
+    WF_BACKEND_OP_ROPE_GRID = 14,
+    WF_BACKEND_OP_TIMESTEP_EMBED = 15,
+    WF_BACKEND_OP_COUNT = 16
+} wf_backend_op_t;
+
+/* Whether backend `ops` has op `op` (its entries non-NULL). false for a
+ * NULL ops or an op out of range. A pure query: no context. */
+bool wf_backend_supports(const wf_backend_ops_t *ops, wf_backend_op_t op);
+
+/* The op's entry name as in wf_backend_ops_t ("rms_norm"), for a message
+ * such as "backend cuda lacks rms_norm"; "?" out of range. Static. */
+const char *wf_backend_op_name(wf_backend_op_t op);
+
+/* The first op of ops[0 .. n) that backend `ops` lacks (WF_OK with
+ * *ret_missing untouched when it has them all), else WF_E_UNSUPPORTED
+ * with *ret_missing that op (ret_missing may be NULL). For a model family
+ * at load time: refuse the model with the op's name instead of calling a
+ * NULL entry. */
+wf_status_t wf_backend_require(const wf_backend_ops_t *ops, const wf_backend_op_t *need,
+                               size_t n, wf_backend_op_t *ret_missing);
 
 /* The CPU reference backend (OpenBLAS). Always available. Its ctx_new
  * calls openblas_set_num_threads(1), which is process-wide: every BLAS call

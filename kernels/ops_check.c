@@ -249,3 +249,92 @@ bool wf_ops_copy_rows_ok(const void *dst, size_t ld_dst, const void *src, size_t
     uint64_t ns = span_bytes(n, (int64_t)row_bytes, (int64_t)ld_src, 1, &ok);
     return ok && have(dst, n) && have(src, n) && !overlap(dst, nd, src, ns);
 }
+
+/* ---- rms_sumsq, rms_norm, layer_norm -------------------------------------------------- */
+
+bool wf_ops_rms_sumsq_ok(const float *src, int64_t rows, int64_t n, int64_t ld_src,
+                         const float *sumsq)
+{
+    if (rows < 0 || n < 1 || ld_src < n)
+        return false;
+    bool ok = true;
+    uint64_t ns = span_bytes(rows, n, ld_src, sizeof(float), &ok);
+    uint64_t nq = span_bytes(rows, 1, 1, sizeof(float), &ok);
+    return ok && have(src, rows) && have(sumsq, rows) && !overlap(src, ns, sumsq, nq);
+}
+
+/* A row norm's src and dst (rows, n): dst is src with the same ld, or
+ * apart from it; *ret_nd the bytes of dst. */
+static bool norm_rows_ok(const float *src, int64_t ld_src, const float *dst, int64_t ld_dst,
+                         int64_t rows, int64_t n, uint64_t *ret_nd)
+{
+    if (rows < 0 || n < 1 || ld_src < n || ld_dst < n)
+        return false;
+    bool ok = true;
+    uint64_t ns = span_bytes(rows, n, ld_src, sizeof(float), &ok);
+    *ret_nd = span_bytes(rows, n, ld_dst, sizeof(float), &ok);
+    if (!ok || !have(src, rows) || !have(dst, rows))
+        return false;
+    if (src == dst && rows > 0)
+        return ld_src == ld_dst;
+    return !overlap(src, ns, dst, *ret_nd);
+}
+
+bool wf_ops_rms_norm_ok(const wf_rmsnorm_params_t *p)
+{
+    uint64_t nd;
+    if (!p || !eps_ok(p->eps) || !norm_rows_ok(p->src, p->ld_src, p->dst, p->ld_dst, p->rows,
+                                               p->n, &nd))
+        return false;
+    if (p->sumsq ? p->width < p->n : p->width != 0)
+        return false;
+    const uint64_t nw = p->weight ? (uint64_t)p->n * sizeof(float) : 0;
+    const uint64_t nq = p->sumsq ? (uint64_t)p->rows * sizeof(float) : 0;
+    return !overlap(p->weight, nw, p->dst, nd) && !overlap(p->sumsq, nq, p->dst, nd);
+}
+
+bool wf_ops_layer_norm_ok(const wf_layernorm_params_t *p)
+{
+    uint64_t nd;
+    if (!p || !eps_ok(p->eps) || !norm_rows_ok(p->src, p->ld_src, p->dst, p->ld_dst, p->rows,
+                                               p->C, &nd))
+        return false;
+    const uint64_t nc = (uint64_t)p->C * sizeof(float);
+    return !overlap(p->weight, p->weight ? nc : 0, p->dst, nd) &&
+           !overlap(p->bias, p->bias ? nc : 0, p->dst, nd);
+}
+
+/* ---- rope_grid, timestep_embed --------------------------------------------------------- */
+
+bool wf_ops_rope_grid_ok(const wf_rope_grid_params_t *p)
+{
+    if (!p || p->n_axes < 1 || p->n_axes > WF_ROPE_MAX_AXES || p->row0 < 0 || p->L < 0 ||
+        !wf_ops_rope_axes_ok(p->axes_dims, p->n_axes, p->theta, p->D))
+        return false;
+    int64_t tokens = 1;
+    for (uint32_t a = 0; a < p->n_axes; a++) {
+        if (p->grid[a] < 1 || p->grid[a] > INT32_MAX / tokens)
+            return false;
+        tokens *= p->grid[a];
+    }
+    if (p->row0 > tokens || p->L > tokens - p->row0 || !have(p->cos, p->L) ||
+        !have(p->sin, p->L))
+        return false;
+    bool ok = true;
+    uint64_t nt = span_bytes(p->L, p->D, p->D, sizeof(float), &ok);
+    return ok && !overlap(p->cos, nt, p->sin, nt);
+}
+
+bool wf_ops_timestep_embed_ok(const wf_timestep_params_t *p)
+{
+    if (!p || p->B < 0 || p->dim < 2 || p->dim > INT32_MAX || !have(p->t, p->B) ||
+        !have(p->dst, p->B))
+        return false;
+    if (!(p->max_period > 0.0f) || isinf(p->max_period) || !isfinite(p->scale) ||
+        !isfinite(p->downscale_freq_shift) ||
+        !((double)p->downscale_freq_shift < (double)(p->dim / 2)))
+        return false;
+    bool ok = true;
+    uint64_t nd = span_bytes(p->B, p->dim, p->dim, sizeof(float), &ok);
+    return ok && !overlap(p->t, (uint64_t)p->B * 4u, p->dst, nd);
+}

@@ -77,6 +77,30 @@ bool wf_ops_timestep_ok(const float *t, int64_t B, int64_t dim, wf_dtype_t round
 bool wf_ops_copy_rows_ok(const void *dst, size_t ld_dst, const void *src, size_t ld_src,
                          int64_t rows, size_t row_bytes);
 
+/* rms_sumsq: rows >= 0, n >= 1, ld_src >= n, sumsq (rows) apart from src. */
+bool wf_ops_rms_sumsq_ok(const float *src, int64_t rows, int64_t n, int64_t ld_src,
+                         const float *sumsq);
+
+/* rms_norm: rows >= 0, n >= 1, ld_src, ld_dst >= n, eps finite >= 0; dst
+ * is src (same ld) or apart from it; weight (n) and sumsq (rows) apart
+ * from dst; width 0 without sumsq, >= n with it. */
+bool wf_ops_rms_norm_ok(const wf_rmsnorm_params_t *p);
+
+/* layer_norm: rows >= 0, C >= 1, ld_src, ld_dst >= C, eps finite >= 0;
+ * dst is src (same ld) or apart from it; weight, bias (C) apart from dst. */
+bool wf_ops_layer_norm_ok(const wf_layernorm_params_t *p);
+
+/* rope_grid: 1..WF_ROPE_MAX_AXES axes, each grid >= 1 with a product
+ * below 2^31 (positions exact in f32), axes as wf_ops_rope_axes_ok,
+ * row0 >= 0, L >= 0, row0 + L <= the product, cos and sin present when
+ * L > 0 and apart. */
+bool wf_ops_rope_grid_ok(const wf_rope_grid_params_t *p);
+
+/* timestep_embed: B >= 0, dim in 2..INT32_MAX, max_period finite > 0,
+ * scale finite, downscale_freq_shift finite and below dim / 2, dst (B,
+ * dim) apart from t (B). */
+bool wf_ops_timestep_embed_ok(const wf_timestep_params_t *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -529,6 +529,11 @@ static const wf_backend_ops_t cpu_ops = {
     .rope_table = wf_cpu_rope_table,
     .timestep_proj = wf_cpu_timestep_proj,
     .copy_rows = wf_cpu_copy_rows,
+    .rms_sumsq = wf_cpu_rms_sumsq,
+    .rms_norm = wf_cpu_rms_norm,
+    .layer_norm = wf_cpu_layer_norm,
+    .rope_grid = wf_cpu_rope_grid,
+    .timestep_embed = wf_cpu_timestep_embed,
 };
 
 const wf_backend_ops_t *wf_backend_cpu(void)

@@ -3,9 +3,9 @@
  * forward written as simple loops that GCC vectorises at -O3 without
  * -ffast-math.
  *
- * Each op computes its formula for the FLUX blocks (daemon/models:
- * flux_blocks.c, flux_embed.c, flux_linear.c call these ops) as a plain
- * scalar loop would, with two deliberate differences:
+ * Each op computes its backend.h formula (the FLUX and Wan blocks of
+ * daemon/models are made of them) as a plain scalar loop would, with two
+ * deliberate differences:
  *   - GELU(tanh) and SiLU go through one vectorisable exp (exp_poly below)
  *     instead of a libm tanhf / expf call per element (such a call keeps
  *     the loop from vectorising and costs about a third of the CPU
@@ -14,7 +14,7 @@
  *   - norm statistics (in double) are summed in 8 double lanes, then the
  *     lanes in order, so the loops vectorise; the sums differ from a
  *     sequential double sum in the last bits of the double only.
- * RoPE frequencies and the timestep projection are plain scalar code
+ * RoPE frequencies and the timestep embeddings are plain scalar code
  * (libm in double / f32; once per job, not hot).
  *
  * Aliasing: each row kernel takes restrict pointers, and the ops that
@@ -403,21 +403,27 @@ wf_status_t wf_cpu_gate_residual(wf_backend_ctx_t *ctx, float *S, int64_t ld_s,
 
 /* ---- head_norm_rope ------------------------------------------------------------- */
 
-/* o = (x / rms) w over D; statistics in double (flux_blocks.c pack). */
-static void rms_head(const float *restrict x, float *restrict o,
-                     const float *restrict w, int64_t D, double eps)
+/* sum of x[c]^2 in double, lanes as sum_f64. */
+static double sumsq_f64(const float *x, int64_t n)
 {
     double acc[DLANES] = {0};
     int64_t j = 0;
-    for (; j + DLANES <= D; j += DLANES)
+    for (; j + DLANES <= n; j += DLANES)
         for (int t = 0; t < DLANES; t++)
             acc[t] += (double)x[j + t] * (double)x[j + t];
     double ss = 0.0;
     for (int t = 0; t < DLANES; t++)
         ss += acc[t];
-    for (; j < D; j++)
+    for (; j < n; j++)
         ss += (double)x[j] * (double)x[j];
-    double inv = 1.0 / sqrt(ss / (double)D + eps);
+    return ss;
+}
+
+/* o = (x / rms) w over D; statistics in double. */
+static void rms_head(const float *restrict x, float *restrict o,
+                     const float *restrict w, int64_t D, double eps)
+{
+    double inv = 1.0 / sqrt(sumsq_f64(x, D) / (double)D + eps);
     for (int64_t d = 0; d < D; d++)
         o[d] = (float)(x[d] * inv) * w[d];
 }
@@ -459,7 +465,96 @@ wf_status_t wf_cpu_head_norm_rope(wf_backend_ctx_t *ctx, const wf_headrope_param
     return WF_OK;
 }
 
-/* ---- rope_table, timestep_proj ----------------------------------------------------- */
+/* ---- rms_sumsq, rms_norm, layer_norm ------------------------------------------------ */
+
+wf_status_t wf_cpu_rms_sumsq(wf_backend_ctx_t *ctx, const float *src, int64_t rows,
+                             int64_t n, int64_t ld_src, float *sumsq)
+{
+    (void)ctx;
+    if (!wf_ops_rms_sumsq_ok(src, rows, n, ld_src, sumsq))
+        return WF_E_BAD_ARGUMENT;
+    for (int64_t r = 0; r < rows; r++)
+        sumsq[r] = (float)sumsq_f64(src + r * ld_src, n);
+    return WF_OK;
+}
+
+/* y = (x inv) w over n (w NULL: 1), the product rounded to f32 first as
+ * rms_head; y may not be x (see below). */
+static void rms_apply(const float *restrict x, float *restrict y, const float *restrict w,
+                      int64_t n, double inv)
+{
+    if (w)
+        for (int64_t c = 0; c < n; c++)
+            y[c] = (float)(x[c] * inv) * w[c];
+    else
+        for (int64_t c = 0; c < n; c++)
+            y[c] = (float)(x[c] * inv);
+}
+
+/* The same in place. */
+static void rms_apply_ip(float *restrict v, const float *restrict w, int64_t n, double inv)
+{
+    if (w)
+        for (int64_t c = 0; c < n; c++)
+            v[c] = (float)(v[c] * inv) * w[c];
+    else
+        for (int64_t c = 0; c < n; c++)
+            v[c] = (float)(v[c] * inv);
+}
+
+wf_status_t wf_cpu_rms_norm(wf_backend_ctx_t *ctx, const wf_rmsnorm_params_t *p)
+{
+    (void)ctx;
+    if (!wf_ops_rms_norm_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    const bool inplace = (const float *)p->dst == p->src;
+    const double width = (double)(p->sumsq ? p->width : p->n), eps = (double)p->eps;
+    for (int64_t r = 0; r < p->rows; r++) {
+        const float *x = p->src + r * p->ld_src;
+        float *y = p->dst + r * p->ld_dst;
+        double ss = p->sumsq ? (double)p->sumsq[r] : sumsq_f64(x, p->n);
+        double inv = 1.0 / sqrt(ss / width + eps);
+        if (inplace)
+            rms_apply_ip(y, p->weight, p->n, inv);
+        else
+            rms_apply(x, y, p->weight, p->n, inv);
+    }
+    return WF_OK;
+}
+
+/* y = ((x - mean) inv) w + b over C (w, b NULL: 1, 0); y may be x: each
+ * element is read before it is written, and the loop has no other
+ * pointer it could alias. */
+static void ln_apply(const float *x, float *y, const float *w, const float *b, int64_t C,
+                     double mean, double inv)
+{
+    for (int64_t c = 0; c < C; c++) {
+        float nv = (float)(((double)x[c] - mean) * inv);
+        if (w)
+            nv *= w[c];
+        if (b)
+            nv += b[c];
+        y[c] = nv;
+    }
+}
+
+wf_status_t wf_cpu_layer_norm(wf_backend_ctx_t *ctx, const wf_layernorm_params_t *p)
+{
+    (void)ctx;
+    if (!wf_ops_layer_norm_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    const double C = (double)p->C, eps = (double)p->eps;
+    for (int64_t r = 0; r < p->rows; r++) {
+        const float *x = p->src + r * p->ld_src;
+        double mean = sum_f64(x, p->C) / C;
+        double var = sqdev_f64(x, p->C, mean) / C;
+        ln_apply(x, p->dst + r * p->ld_dst, p->weight, p->bias, p->C, mean,
+                 1.0 / sqrt(var + eps));
+    }
+    return WF_OK;
+}
+
+/* ---- rope_table, rope_grid, timestep_proj, timestep_embed ------------------------------ */
 
 wf_status_t wf_cpu_rope_table(wf_backend_ctx_t *ctx, const float *ids,
                               int64_t L, const uint32_t *axes_dims,
@@ -487,6 +582,70 @@ wf_status_t wf_cpu_rope_table(wf_backend_ctx_t *ctx, const float *ids,
     return WF_OK;
 }
 
+wf_status_t wf_cpu_rope_grid(wf_backend_ctx_t *ctx, const wf_rope_grid_params_t *p)
+{
+    (void)ctx;
+    if (!wf_ops_rope_grid_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    /* stride[a]: tokens per step of axis a (the axes after it) */
+    int64_t stride[WF_ROPE_MAX_AXES];
+    int64_t st = 1;
+    for (uint32_t a = p->n_axes; a-- > 0;) {
+        stride[a] = st;
+        st *= p->grid[a];
+    }
+    const int64_t D = p->D;
+    int64_t d = 0;
+    for (uint32_t a = 0; a < p->n_axes; a++) {
+        const int64_t da = p->axes_dims[a];
+        for (int64_t j = 0; j < da / 2; j++, d += 2) {
+            /* as rope_table: one pow per frequency, the angle in double */
+            double freq = 1.0 / pow(p->theta, (double)(2 * j) / (double)da);
+            for (int64_t r = 0; r < p->L; r++) {
+                double pos = (double)((p->row0 + r) / stride[a] % p->grid[a]);
+                double ang = pos * freq;
+                float c = (float)cos(ang), s = (float)sin(ang);
+                p->cos[r * D + d] = p->cos[r * D + d + 1] = c;
+                p->sin[r * D + d] = p->sin[r * D + d + 1] = s;
+            }
+        }
+    }
+    return WF_OK;
+}
+
+/* One row of a sinusoidal embedding (get_timestep_embedding's f32 steps):
+ * a_k = scale * (tv exp(nl k / div)), k < half; [sin | cos] or, flipped,
+ * [cos | sin] into dst[0 .. 2 half). */
+static void timestep_row(float tv, int half, float nl, float div, float scale, bool flip,
+                         float *dst)
+{
+    float *cs = flip ? dst : dst + half, *sn = flip ? dst + half : dst;
+    for (int k = 0; k < half; k++) {
+        float e = nl * (float)k;
+        e = e / div;
+        float arg = scale * (tv * expf(e));
+        cs[k] = cosf(arg);
+        sn[k] = sinf(arg);
+    }
+}
+
+wf_status_t wf_cpu_timestep_embed(wf_backend_ctx_t *ctx, const wf_timestep_params_t *p)
+{
+    (void)ctx;
+    if (!wf_ops_timestep_embed_ok(p))
+        return WF_E_BAD_ARGUMENT;
+    const int half = (int)(p->dim / 2);
+    const float nl = (float)-log((double)p->max_period);
+    const float div = (float)((double)half - (double)p->downscale_freq_shift);
+    for (int64_t b = 0; b < p->B; b++) {
+        float *row = p->dst + b * p->dim;
+        timestep_row(p->t[b], half, nl, div, p->scale, p->flip_sin_to_cos, row);
+        if (p->dim % 2 != 0)
+            row[p->dim - 1] = 0.0f;
+    }
+    return WF_OK;
+}
+
 wf_status_t wf_cpu_timestep_proj(wf_backend_ctx_t *ctx, const float *t,
                                  int64_t B, int64_t dim, wf_dtype_t round_dtype,
                                  float *dst)
@@ -494,19 +653,13 @@ wf_status_t wf_cpu_timestep_proj(wf_backend_ctx_t *ctx, const float *t,
     (void)ctx;
     if (!wf_ops_timestep_ok(t, B, dim, round_dtype, dst))
         return WF_E_BAD_ARGUMENT;
-    /* flux_embed.c's timestep_proj, unchanged */
+    /* timestep_embed's row (scale 1 multiplies exactly) of the rounded t */
     const int half = (int)(dim / 2);
     const float nl = (float)-9.210340371976184; /* -ln(10000) */
     for (int64_t b = 0; b < B; b++) {
         float tv = wf_round_to_dtype(wf_round_to_dtype(t[b], round_dtype) * 1000.0f,
                                      round_dtype);
-        for (int k = 0; k < half; k++) {
-            float e = nl * (float)k;
-            e = e / (float)half;
-            float arg = tv * expf(e);
-            dst[b * 2 * half + k] = cosf(arg);
-            dst[b * 2 * half + half + k] = sinf(arg);
-        }
+        timestep_row(tv, half, nl, (float)half, 1.0f, true, dst + b * 2 * half);
     }
     return WF_OK;
 }

@@ -44,5 +44,11 @@ wf_status_t wf_cpu_timestep_proj(wf_backend_ctx_t *ctx, const float *t,
 wf_status_t wf_cpu_copy_rows(wf_backend_ctx_t *ctx, void *dst, size_t ld_dst,
                              const void *src, size_t ld_src, int64_t rows,
                              size_t row_bytes);
+wf_status_t wf_cpu_rms_sumsq(wf_backend_ctx_t *ctx, const float *src, int64_t rows,
+                             int64_t n, int64_t ld_src, float *sumsq);
+wf_status_t wf_cpu_rms_norm(wf_backend_ctx_t *ctx, const wf_rmsnorm_params_t *p);
+wf_status_t wf_cpu_layer_norm(wf_backend_ctx_t *ctx, const wf_layernorm_params_t *p);
+wf_status_t wf_cpu_rope_grid(wf_backend_ctx_t *ctx, const wf_rope_grid_params_t *p);
+wf_status_t wf_cpu_timestep_embed(wf_backend_ctx_t *ctx, const wf_timestep_params_t *p);
 
 #endif /* WF_CPU_MODEL_OPS_H */

@@ -560,6 +560,66 @@ wf_status_t timestep_proj(wf_backend_ctx_t *c, const float *t, int64_t B, int64_
     return wf_cuda_timestep_proj_launch(t, B, dim, round_dtype, dst, &c->limits, c->stream);
 }
 
+wf_status_t rms_sumsq(wf_backend_ctx_t *c, const float *src, int64_t rows, int64_t n,
+                      int64_t ld_src, float *sumsq)
+{
+    if (!c || !wf_ops_rms_sumsq_ok(src, rows, n, ld_src, sumsq) || rows > INT32_MAX ||
+        n > INT32_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (rows == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_rms_sumsq_launch(src, rows, n, ld_src, sumsq, &c->limits, c->stream);
+}
+
+wf_status_t rms_norm(wf_backend_ctx_t *c, const wf_rmsnorm_params_t *p)
+{
+    if (!c || !wf_ops_rms_norm_ok(p) || p->rows > INT32_MAX || p->n > INT32_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (p->rows == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_rms_norm_launch(p, &c->limits, c->stream);
+}
+
+wf_status_t layer_norm(wf_backend_ctx_t *c, const wf_layernorm_params_t *p)
+{
+    if (!c || !wf_ops_layer_norm_ok(p) || p->rows > INT32_MAX || p->C > INT32_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (p->rows == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_layer_norm_launch(p, &c->limits, c->stream);
+}
+
+wf_status_t rope_grid(wf_backend_ctx_t *c, const wf_rope_grid_params_t *p)
+{
+    double freq[WF_CUDA_ROPE_MAX_PAIRS];
+    uint8_t axis[WF_CUDA_ROPE_MAX_PAIRS];
+    if (!c || !wf_ops_rope_grid_ok(p) ||
+        wf_cuda_rope_freqs(p->axes_dims, p->n_axes, p->theta, p->D, freq, axis) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    if (p->L == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_rope_grid_launch(p, freq, axis, &c->limits, c->stream);
+}
+
+wf_status_t timestep_embed(wf_backend_ctx_t *c, const wf_timestep_params_t *p)
+{
+    if (!c || !wf_ops_timestep_embed_ok(p) || p->B > INT32_MAX || p->B * p->dim > INT32_MAX)
+        return WF_E_BAD_ARGUMENT;
+    if (p->B == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_timestep_embed_launch(p, &c->limits, c->stream);
+}
+
 wf_status_t copy_rows(wf_backend_ctx_t *c, void *dst, size_t ld_dst, const void *src,
                       size_t ld_src, int64_t rows, size_t row_bytes)
 {
@@ -837,6 +897,11 @@ wf_backend_ops_t make_ops()
     o.rope_table = rope_table;
     o.timestep_proj = timestep_proj;
     o.copy_rows = copy_rows;
+    o.rms_sumsq = rms_sumsq;
+    o.rms_norm = rms_norm;
+    o.layer_norm = layer_norm;
+    o.rope_grid = rope_grid;
+    o.timestep_embed = timestep_embed;
     o.mem_alloc = mem_alloc;
     o.mem_free = mem_free;
     o.host_register = host_register;

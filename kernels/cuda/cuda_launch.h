@@ -109,6 +109,29 @@ wf_status_t wf_cuda_timestep_proj_launch(const float *t, int64_t B, int64_t dim,
                                          wf_dtype_t round_dtype, float *dst,
                                          const wf_cuda_limits_t *lim, cudaStream_t stream);
 
+/* Sums of squares sumsq (rows) of src (rows, n) rows ld_src apart. */
+wf_status_t wf_cuda_rms_sumsq_launch(const float *src, int64_t rows, int64_t n,
+                                     int64_t ld_src, float *sumsq, const wf_cuda_limits_t *lim,
+                                     cudaStream_t stream);
+
+/* RMSNorm over rows (wf_rmsnorm_params_t, checked). */
+wf_status_t wf_cuda_rms_norm_launch(const wf_rmsnorm_params_t *p, const wf_cuda_limits_t *lim,
+                                    cudaStream_t stream);
+
+/* LayerNorm with an optional affine (wf_layernorm_params_t, checked). */
+wf_status_t wf_cuda_layer_norm_launch(const wf_layernorm_params_t *p,
+                                      const wf_cuda_limits_t *lim, cudaStream_t stream);
+
+/* RoPE tables of a token grid (wf_rope_grid_params_t, checked) with the
+ * frequencies of wf_cuda_rope_freqs (host arrays of D / 2). */
+wf_status_t wf_cuda_rope_grid_launch(const wf_rope_grid_params_t *p, const double *freq,
+                                     const uint8_t *axis, const wf_cuda_limits_t *lim,
+                                     cudaStream_t stream);
+
+/* Sinusoidal timestep embedding (wf_timestep_params_t, checked). */
+wf_status_t wf_cuda_timestep_embed_launch(const wf_timestep_params_t *p,
+                                          const wf_cuda_limits_t *lim, cudaStream_t stream);
+
 /* ---- cuBLASLt (gemm_lt.cu) ---- */
 
 /* A cuBLASLt handle, a workspace of ws_bytes device bytes and the

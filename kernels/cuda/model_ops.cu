@@ -1,6 +1,7 @@
 /* model_ops.cu — the elementwise model ops of backend.h on the device
  * (bias_act, act, add, modln, gate_residual, head_norm_rope, rope_table,
- * timestep_proj) and the rounding of a linear's x to its weight dtype,
+ * timestep_proj, rms_sumsq, rms_norm, layer_norm, rope_grid,
+ * timestep_embed) and the rounding of a linear's x to its weight dtype,
  * with their launchers. Launch geometry comes from cuda_plan.c; params
  * are checked by the ops (cuda_backend.cu) before a launcher runs.
  *
@@ -236,6 +237,126 @@ __global__ void timestep_proj_kernel(const float *t, int B, int half, int rdt, f
     }
 }
 
+/* sumsq[row] = sum of src row's squares: one block per row. */
+__global__ void rms_sumsq_kernel(const float *src, int rows, int n, long long ld_src,
+                                 float *sumsq)
+{
+    __shared__ float sh[32];
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float *x = src + (long long)row * ld_src;
+        float q = 0.0f;
+        for (int c = threadIdx.x; c < n; c += blockDim.x)
+            q += x[c] * x[c];
+        q = block_sum(q, sh);
+        if (threadIdx.x == 0)
+            sumsq[row] = q;
+    }
+}
+
+/* RMSNorm (wf_rmsnorm_params_t): one block per row; each thread writes
+ * only the columns it read, so dst may be src. */
+__global__ void rms_norm_kernel(wf_rmsnorm_params_t p)
+{
+    __shared__ float sh[32];
+    const int n = (int)p.n, rows = (int)p.rows;
+    const float width = (float)(p.sumsq ? p.width : p.n);
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float *x = p.src + (long long)row * p.ld_src;
+        float *y = p.dst + (long long)row * p.ld_dst;
+        float ss;
+        if (p.sumsq) {
+            ss = p.sumsq[row];
+        } else {
+            float q = 0.0f;
+            for (int c = threadIdx.x; c < n; c += blockDim.x)
+                q += x[c] * x[c];
+            ss = block_sum(q, sh);
+        }
+        const float inv = 1.0f / sqrtf(ss / width + p.eps);
+        for (int c = threadIdx.x; c < n; c += blockDim.x)
+            y[c] = p.weight ? (x[c] * inv) * p.weight[c] : x[c] * inv;
+    }
+}
+
+/* LayerNorm with an optional affine (wf_layernorm_params_t): as
+ * modln_kernel, two passes for the statistics. */
+__global__ void layer_norm_kernel(wf_layernorm_params_t p)
+{
+    __shared__ float sh[32];
+    const int C = (int)p.C, rows = (int)p.rows;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float *x = p.src + (long long)row * p.ld_src;
+        float *y = p.dst + (long long)row * p.ld_dst;
+        float s = 0.0f;
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            s += x[c];
+        const float mean = block_sum(s, sh) / (float)C;
+        float q = 0.0f;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float d = x[c] - mean;
+            q += d * d;
+        }
+        const float var = block_sum(q, sh) / (float)C;
+        const float inv = 1.0f / sqrtf(var + p.eps);
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float nv = (x[c] - mean) * inv;
+            if (p.weight)
+                nv *= p.weight[c];
+            if (p.bias)
+                nv += p.bias[c];
+            y[c] = nv;
+        }
+    }
+}
+
+/* The grid of rope_grid_kernel by value: tokens per step of each axis. */
+struct rope_grid_dims {
+    long long stride[WF_ROPE_MAX_AXES];
+    long long grid[WF_ROPE_MAX_AXES];
+};
+
+/* cos, sin (L, D) of tokens row0 .. row0 + L: item = l * (D / 2) + pair;
+ * the position on the pair's axis from the token index. */
+__global__ void rope_grid_kernel(rope_freqs f, rope_grid_dims g, long long row0, int L, int D,
+                                 float *cs, float *sn)
+{
+    const int pairs = D / 2;
+    const long long n = (long long)L * pairs;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int l = (int)(i / pairs), pr = (int)(i % pairs);
+        const int a = f.axis[pr];
+        const double pos = (double)((row0 + l) / g.stride[a] % g.grid[a]);
+        const double ang = pos * f.freq[pr];
+        const float c = (float)cos(ang), s = (float)sin(ang);
+        float *cr = cs + (long long)l * D + 2 * pr, *sr = sn + (long long)l * D + 2 * pr;
+        cr[0] = cr[1] = c;
+        sr[0] = sr[1] = s;
+    }
+}
+
+/* dst (B, dim) of wf_timestep_params_t: item = b * half + k; the f32
+ * steps of the CPU, exp / cos / sin in double rounded to f32 as
+ * timestep_proj_kernel. */
+__global__ void timestep_embed_kernel(wf_timestep_params_t p, int half, float nl, float div)
+{
+    const long long n = (long long)p.B * half;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int b = (int)(i / half), k = (int)(i % half);
+        float e = __fmul_rn(nl, (float)k);
+        e = __fdiv_rn(e, div);
+        const float arg = __fmul_rn(p.scale, __fmul_rn(p.t[b], (float)exp((double)e)));
+        float *row = p.dst + (long long)b * p.dim;
+        float *cr = p.flip_sin_to_cos ? row : row + half;
+        float *sr = p.flip_sin_to_cos ? row + half : row;
+        cr[k] = (float)cos((double)arg);
+        sr[k] = (float)sin((double)arg);
+        if (k == 0 && p.dim % 2 != 0)
+            row[p.dim - 1] = 0.0f;
+    }
+}
+
 dim3 d3(const unsigned v[3]) { return dim3(v[0], v[1], v[2]); }
 
 wf_status_t launched() { return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E_INTERNAL; }
@@ -363,5 +484,81 @@ wf_status_t wf_cuda_timestep_proj_launch(const float *t, int64_t B, int64_t dim,
     wf_cuda_convert_geometry((size_t)(B * (dim / 2)), lim, g, b);
     timestep_proj_kernel<<<d3(g), d3(b), 0, stream>>>(t, (int)B, (int)(dim / 2),
                                                       (int)round_dtype, dst);
+    return launched();
+}
+
+wf_status_t wf_cuda_rms_sumsq_launch(const float *src, int64_t rows, int64_t n,
+                                     int64_t ld_src, float *sumsq, const wf_cuda_limits_t *lim,
+                                     cudaStream_t stream)
+{
+    if (rows == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_rowblock_geometry(rows, lim, g, b);
+    rms_sumsq_kernel<<<d3(g), d3(b), 0, stream>>>(src, (int)rows, (int)n, (long long)ld_src,
+                                                  sumsq);
+    return launched();
+}
+
+wf_status_t wf_cuda_rms_norm_launch(const wf_rmsnorm_params_t *p, const wf_cuda_limits_t *lim,
+                                    cudaStream_t stream)
+{
+    if (p->rows == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_rowblock_geometry(p->rows, lim, g, b);
+    rms_norm_kernel<<<d3(g), d3(b), 0, stream>>>(*p);
+    return launched();
+}
+
+wf_status_t wf_cuda_layer_norm_launch(const wf_layernorm_params_t *p,
+                                      const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    if (p->rows == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_rowblock_geometry(p->rows, lim, g, b);
+    layer_norm_kernel<<<d3(g), d3(b), 0, stream>>>(*p);
+    return launched();
+}
+
+wf_status_t wf_cuda_rope_grid_launch(const wf_rope_grid_params_t *p, const double *freq,
+                                     const uint8_t *axis, const wf_cuda_limits_t *lim,
+                                     cudaStream_t stream)
+{
+    if (p->L == 0)
+        return WF_OK;
+    rope_freqs f;
+    for (int64_t i = 0; i < WF_CUDA_ROPE_MAX_PAIRS; i++) {
+        f.freq[i] = i < p->D / 2 ? freq[i] : 0.0;
+        f.axis[i] = i < p->D / 2 ? axis[i] : 0;
+    }
+    rope_grid_dims gd;
+    long long st = 1;
+    for (int a = WF_ROPE_MAX_AXES - 1; a >= 0; a--) {
+        const bool used = a < (int)p->n_axes;
+        gd.stride[a] = used ? st : 1;
+        gd.grid[a] = used ? (long long)p->grid[a] : 1;
+        st *= gd.grid[a];
+    }
+    unsigned g[3], b[3];
+    wf_cuda_convert_geometry((size_t)(p->L * (p->D / 2)), lim, g, b);
+    rope_grid_kernel<<<d3(g), d3(b), 0, stream>>>(f, gd, (long long)p->row0, (int)p->L,
+                                                  (int)p->D, p->cos, p->sin);
+    return launched();
+}
+
+wf_status_t wf_cuda_timestep_embed_launch(const wf_timestep_params_t *p,
+                                          const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    if (p->B == 0)
+        return WF_OK;
+    const int half = (int)(p->dim / 2);
+    /* the CPU's f32 constants, computed on the host the same way */
+    const float nl = (float)-log((double)p->max_period);
+    const float div = (float)((double)half - (double)p->downscale_freq_shift);
+    unsigned g[3], b[3];
+    wf_cuda_convert_geometry((size_t)(p->B * half), lim, g, b);
+    timestep_embed_kernel<<<d3(g), d3(b), 0, stream>>>(*p, half, nl, div);
     return launched();
 }

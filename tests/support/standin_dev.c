@@ -989,6 +989,101 @@ static wf_status_t standin_copy_rows(wf_backend_ctx_t *ctx, void *dst, size_t ld
     return stage_finish(ctx, &stg, st);
 }
 
+static wf_status_t standin_rms_sumsq(wf_backend_ctx_t *ctx, const float *src, int64_t rows,
+                                     int64_t n, int64_t ld_src, float *sumsq)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    stage_t stg = {.n = 0};
+    int is = stage_add(&stg, src, rows, n, ld_src, sizeof(float), false);
+    int iq = stage_add(&stg, sumsq, 1, rows, 0, sizeof(float), true);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->rms_sumsq(ctx->cpu, stg.r[is].host, rows, n, ld_src, stg.r[iq].host);
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_rms_norm(wf_backend_ctx_t *ctx, const wf_rmsnorm_params_t *p)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx || !p)
+        return WF_E_BAD_ARGUMENT;
+    stage_t stg = {.n = 0};
+    int is = stage_add(&stg, p->src, p->rows, p->n, p->ld_src, sizeof(float), false);
+    int id = stage_add(&stg, p->dst, p->rows, p->n, p->ld_dst, sizeof(float), true);
+    int iw = stage_add(&stg, p->weight, 1, p->n, 0, sizeof(float), false);
+    int iq = stage_add(&stg, p->sumsq, 1, p->rows, 0, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK) {
+        wf_rmsnorm_params_t hp = *p;
+        hp.src = stg.r[is].host;
+        hp.dst = stg.r[id].host;
+        hp.weight = stg.r[iw].host;
+        hp.sumsq = stg.r[iq].host;
+        st = cpu->rms_norm(ctx->cpu, &hp);
+    }
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_layer_norm(wf_backend_ctx_t *ctx, const wf_layernorm_params_t *p)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx || !p)
+        return WF_E_BAD_ARGUMENT;
+    stage_t stg = {.n = 0};
+    int is = stage_add(&stg, p->src, p->rows, p->C, p->ld_src, sizeof(float), false);
+    int id = stage_add(&stg, p->dst, p->rows, p->C, p->ld_dst, sizeof(float), true);
+    int iw = stage_add(&stg, p->weight, 1, p->C, 0, sizeof(float), false);
+    int ib = stage_add(&stg, p->bias, 1, p->C, 0, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK) {
+        wf_layernorm_params_t hp = *p;
+        hp.src = stg.r[is].host;
+        hp.dst = stg.r[id].host;
+        hp.weight = stg.r[iw].host;
+        hp.bias = stg.r[ib].host;
+        st = cpu->layer_norm(ctx->cpu, &hp);
+    }
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_rope_grid(wf_backend_ctx_t *ctx, const wf_rope_grid_params_t *p)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx || !p)
+        return WF_E_BAD_ARGUMENT;
+    stage_t stg = {.n = 0};
+    int ic = stage_add(&stg, p->cos, p->L, p->D, p->D, sizeof(float), true);
+    int is = stage_add(&stg, p->sin, p->L, p->D, p->D, sizeof(float), true);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK) {
+        wf_rope_grid_params_t hp = *p;
+        hp.cos = stg.r[ic].host;
+        hp.sin = stg.r[is].host;
+        st = cpu->rope_grid(ctx->cpu, &hp);
+    }
+    return stage_finish(ctx, &stg, st);
+}
+
+static wf_status_t standin_timestep_embed(wf_backend_ctx_t *ctx, const wf_timestep_params_t *p)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx || !p)
+        return WF_E_BAD_ARGUMENT;
+    stage_t stg = {.n = 0};
+    int it = stage_add(&stg, p->t, 1, p->B, 0, sizeof(float), false);
+    int id = stage_add(&stg, p->dst, p->B, p->dim, p->dim, sizeof(float), true);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK) {
+        wf_timestep_params_t hp = *p;
+        hp.t = stg.r[it].host;
+        hp.dst = stg.r[id].host;
+        st = cpu->timestep_embed(ctx->cpu, &hp);
+    }
+    return stage_finish(ctx, &stg, st);
+}
+
 /* ---------------------------------------------------------------------- */
 /* transfers on a second stream (backend.h xfer_*)                         */
 
@@ -1409,6 +1504,11 @@ static const wf_backend_ops_t standin_ops = {
     .rope_table = standin_rope_table,
     .timestep_proj = standin_timestep_proj,
     .copy_rows = standin_copy_rows,
+    .rms_sumsq = standin_rms_sumsq,
+    .rms_norm = standin_rms_norm,
+    .layer_norm = standin_layer_norm,
+    .rope_grid = standin_rope_grid,
+    .timestep_embed = standin_timestep_embed,
     .mem_alloc = standin_mem_alloc,
     .mem_free = standin_mem_free,
     .host_register = NULL, /* optional for callers; nothing to pin */
