@@ -1,6 +1,5 @@
 /* family.h — model families: the table of the architectures weft serves,
- * keyed by diffusers' `_class_name` in config.json (README.md beside this
- * file: what a family supplies, and the checklist of a new one).
+ * keyed by diffusers' `_class_name` in config.json.
  *
  * This half of a family is pure: it reads files and describes the model
  * (config, the tensors of a checkpoint, the default tp plan, the
@@ -9,7 +8,8 @@
  * the daemon's (daemon/models/family_run.h). Everything else (checkpoint
  * reading, host copy, sharding, re-shard, loading in a cluster,
  * admission, scheduling, replies) is generic and reaches a family only
- * through these tables. */
+ * through these tables (FAMILIES.md: what a family supplies, the
+ * checklist of a new one). */
 #ifndef WF_FAMILY_H
 #define WF_FAMILY_H
 

@@ -2,7 +2,7 @@
  * modelfiles/family.h): its shards on a worker's backend and its forward
  * on one rank of a replica. The generic code (models.c, jobs/forward.c,
  * the cluster) reaches a family only through this table, found from the
- * model's config (wf_family_run_of). README.md beside this file: what a
+ * model's config (wf_family_run_of). modelfiles/FAMILIES.md: what a
  * family supplies and the checklist of a new one. */
 #ifndef WF_FAMILY_RUN_H
 #define WF_FAMILY_RUN_H

@@ -40,7 +40,7 @@ from .errors import (AbortedError, AuthError, BadArgumentError, BadDtypeError,
                      UnavailableError, UnknownOpError, UnsupportedError, VersionError,
                      WeftError, error_for)
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 #: the loaded libweft's version (wf_version; "" from a libweft without it)
 library_version: str = _library_version()
 

@@ -332,7 +332,7 @@ cancel_id = _proto("wf_cancel_id", c_int, _P, c_u64, optional=True)
 
 
 def version() -> str:
-    """libweft's version ("0.5.0"); "" from a libweft without wf_version."""
+    """libweft's version ("0.6.0"); "" from a libweft without wf_version."""
     return cstr(_version()) if _version is not None else ""
 
 
