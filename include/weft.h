@@ -33,9 +33,9 @@ extern "C" {
 #endif
 
 #define WF_VERSION_MAJOR 0
-#define WF_VERSION_MINOR 4
+#define WF_VERSION_MINOR 6
 #define WF_VERSION_PATCH 0
-#define WF_VERSION_STRING "0.5.0"
+#define WF_VERSION_STRING "0.6.0"
 
 /* Wire protocol versions spoken by this library (the "v" field): it
  * sends WF_PROTOCOL_VERSION and accepts replies of either (PROTOCOL.md

@@ -1350,13 +1350,18 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
         TRY(decode_features(d, x, &rep->features));
         return decode_hello_result(d, x, &rep->result.hello);
     case WF_OP_STATUS: return decode_status_result(d, x, &rep->result.status);
-    case WF_OP_ATTENTION:
-    case WF_OP_FORWARD: {
-        wf_attention_result_t *a = rep->op == WF_OP_FORWARD ? &rep->result.forward
-                                                            : &rep->result.attention;
+    case WF_OP_ATTENTION: {
+        wf_attention_result_t *a = &rep->result.attention;
         TRY(opt_u64(d, x, "result", "queue_us", &a->queue_us));
         TRY(opt_u64(d, x, "result", "compute_us", &a->compute_us));
         TRY(opt_u32(d, x, "result", "devices", &a->devices));
+        return WF_OK;
+    }
+    case WF_OP_FORWARD: {
+        wf_forward_result_t *f = &rep->result.forward;
+        TRY(opt_u64(d, x, "result", "queue_us", &f->queue_us));
+        TRY(opt_u64(d, x, "result", "compute_us", &f->compute_us));
+        TRY(opt_u32(d, x, "result", "devices", &f->devices));
         return WF_OK;
     }
     case WF_OP_LOAD_MODEL:

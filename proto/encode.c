@@ -638,11 +638,16 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
                 put_model(&e, &rep->result.models.models[i]);
             break;
         }
+        case WF_OP_FORWARD: {
+            const wf_forward_result_t *f = &rep->result.forward;
+            e.failed |= msgpack_pack_map(&e.pk, 3);
+            put_key_uint(&e, "queue_us", f->queue_us);
+            put_key_uint(&e, "compute_us", f->compute_us);
+            put_key_uint(&e, "devices", f->devices);
+            break;
+        }
         default: {
-            /* attention and forward */
-            const wf_attention_result_t *a = rep->op == WF_OP_FORWARD
-                                                 ? &rep->result.forward
-                                                 : &rep->result.attention;
+            const wf_attention_result_t *a = &rep->result.attention;
             e.failed |= msgpack_pack_map(&e.pk, 3);
             put_key_uint(&e, "queue_us", a->queue_us);
             put_key_uint(&e, "compute_us", a->compute_us);

@@ -166,6 +166,15 @@ typedef struct wf_attention_result {
     uint32_t devices;     /* devices used */
 } wf_attention_result_t;
 
+/* Result fields of a forward reply: {"queue_us", "compute_us", "devices"}
+ * (the devices of the replica that ran it); its outputs are the reply's
+ * tensors, named by the model's schema. */
+typedef struct wf_forward_result {
+    uint64_t queue_us;    /* time in the daemon's queue */
+    uint64_t compute_us;  /* time on the devices */
+    uint32_t devices;     /* devices of the replica */
+} wf_forward_result_t;
+
 /* Result of a reconfigure reply: {"epoch", "mesh": {"dp","ring","ulysses","tp"}}. */
 typedef struct wf_reconfigure_result {
     uint64_t epoch;   /* the new epoch */
@@ -217,7 +226,7 @@ typedef struct wf_reply {
         wf_attention_result_t attention; /* op == WF_OP_ATTENTION */
         wf_reconfigure_result_t reconfigure; /* op == WF_OP_RECONFIGURE */
         wf_models_result_t models;     /* LOAD_MODEL (n = 1), LIST_MODELS */
-        wf_attention_result_t forward; /* op == WF_OP_FORWARD */
+        wf_forward_result_t forward;   /* op == WF_OP_FORWARD */
     } result;
     uint32_t features;                /* hello: WF_FEATURE_* announced */
 } wf_reply_t;

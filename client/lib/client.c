@@ -685,10 +685,14 @@ static wf_status_t recv_reply(wf_client_t *c)
         job_fail(job, WF_E_PROTOCOL, "reply has op %u, the request had %u",
                  r->op, op_of[job->kind]);
         drain_parts(c, more);
-    } else if (job->kind == JOB_ATTENTION || job->kind == JOB_FORWARD) {
-        const wf_attention_result_t *a = job->kind == JOB_FORWARD
-                                             ? &r->result.forward
-                                             : &r->result.attention;
+    } else if (job->kind == JOB_FORWARD) {
+        const wf_forward_result_t *f = &r->result.forward;
+        job->result.queue_us = f->queue_us;
+        job->result.compute_us = f->compute_us;
+        job->result.devices = f->devices;
+        take_outputs(c, job, r, more);
+    } else if (job->kind == JOB_ATTENTION) {
+        const wf_attention_result_t *a = &r->result.attention;
         job->result.queue_us = a->queue_us;
         job->result.compute_us = a->compute_us;
         job->result.devices = a->devices;

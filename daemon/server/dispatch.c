@@ -13,8 +13,10 @@
 #include "jobs/attention.h"
 #include "jobs/forward.h"
 
-static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
-                            char *err, size_t err_len);
+static wf_status_t plan_forward(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                                char *err, size_t err_len);
+static wf_status_t plan_attention(wf_server_t *srv, wf_djob_t *job,
+                                  const wf_mesh_t *mesh, char *err, size_t err_len);
 
 bool srv_devices_fp8(const wf_server_t *srv, const char **ret_name)
 {
@@ -71,28 +73,35 @@ static wf_status_t fp8_check(const wf_server_t *srv, const wf_djob_t *job, char 
 wf_status_t srv_plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
                          char *err, size_t err_len)
 {
-    wf_status_t st = plan_job(srv, job, mesh, err, err_len);
+    wf_status_t st = job->req.op == WF_OP_FORWARD
+                         ? plan_forward(srv, job, mesh, err, err_len)
+                         : plan_attention(srv, job, mesh, err, err_len);
     return st == WF_OK ? fp8_check(srv, job, err, err_len) : st;
 }
 
-/* Plan a job for `mesh`. Cluster: a head-split job (no communication,
- * every rank reads the frames) runs on this node's devices only, so its
- * device count is capped at them. */
-static wf_status_t plan_job(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
-                            char *err, size_t err_len)
+/* Plan a forward for `mesh` on its model, which must be ready (and, in a
+ * cluster, held by the nodes its replica spans). */
+static wf_status_t plan_forward(wf_server_t *srv, wf_djob_t *job, const wf_mesh_t *mesh,
+                                char *err, size_t err_len)
 {
-    if (job->req.op == WF_OP_FORWARD) {
-        const char *name = job->req.args.forward.model;
-        const wf_model_t *m = wf_registry_find(&srv->models, name);
-        if (!m || m->state != WF_MODEL_READY) {
-            snprintf(err, err_len, "model '%s' is not loaded%s", name,
-                     m ? " yet (it is loading)" : "");
-            return WF_E_BAD_ARGUMENT;
-        }
-        if (wf_mload_forward_refused(srv->world, &srv->sched, m, mesh, err, err_len))
-            return WF_E_UNAVAILABLE;
-        return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
+    const char *name = job->req.args.forward.model;
+    const wf_model_t *m = wf_registry_find(&srv->models, name);
+    if (!m || m->state != WF_MODEL_READY) {
+        snprintf(err, err_len, "model '%s' is not loaded%s", name,
+                 m ? " yet (it is loading)" : "");
+        return WF_E_BAD_ARGUMENT;
     }
+    if (wf_mload_forward_refused(srv->world, &srv->sched, m, mesh, err, err_len))
+        return WF_E_UNAVAILABLE;
+    return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
+}
+
+/* Plan an attention job for `mesh`. Cluster: a head-split job (no
+ * communication, every rank reads the frames) runs on this node's
+ * devices only, so its device count is capped at them. */
+static wf_status_t plan_attention(wf_server_t *srv, wf_djob_t *job,
+                                  const wf_mesh_t *mesh, char *err, size_t err_len)
+{
     wf_status_t st = wf_attention_plan(job, srv->ops, mesh, &srv->settings, err,
                                        err_len);
     if (st == WF_OK && srv->world && !job->cp &&

@@ -291,13 +291,20 @@ void srv_reply_job(wf_server_t *srv, wf_djob_t *job)
     rep->epoch = job->epoch;
     rep->n_tensors = job->n_outputs;
     memcpy(rep->tensors, job->out_desc, job->n_outputs * sizeof job->out_desc[0]);
-    rep->result.attention.queue_us = job->t_dispatch_us - job->t_recv_us;
-    rep->result.attention.compute_us = job->t_done_us - job->t_dispatch_us;
-    rep->result.attention.devices = (uint32_t)job->group_size;
+    uint64_t queue_us = job->t_dispatch_us - job->t_recv_us;
+    uint64_t compute_us = job->t_done_us - job->t_dispatch_us;
+    if (job->kind == WF_DJOB_FORWARD) {
+        rep->result.forward.queue_us = queue_us;
+        rep->result.forward.compute_us = compute_us;
+        rep->result.forward.devices = (uint32_t)job->group_size;
+    } else {
+        rep->result.attention.queue_us = queue_us;
+        rep->result.attention.compute_us = compute_us;
+        rep->result.attention.devices = (uint32_t)job->group_size;
+    }
     wf_log(srv->log, WF_LOG_DEBUG, "job %" PRIu64 " done: queue %" PRIu64
-           " us, compute %" PRIu64 " us, %d device(s)", job->req.id,
-           rep->result.attention.queue_us, rep->result.attention.compute_us,
-           job->group_size);
+           " us, compute %" PRIu64 " us, %d device(s)", job->req.id, queue_us,
+           compute_us, job->group_size);
     srv_reply_send(srv, &job->identity, job->has_delim, rep, job);
 }
 

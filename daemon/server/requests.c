@@ -146,11 +146,11 @@ static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts,
     return wf_sched_share(&srv->sched, key, len + 1, label);
 }
 
-/* An attention request that passed validation: plan, admit, dispatch.
- * Takes the identity and tensor frames out of parts[]. */
-static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
-                             size_t n, bool delim, uint64_t t_recv,
-                             const wf_gate_meta_t *meta)
+/* A job request (attention or forward) that passed validation: plan
+ * (srv_plan_job, by op), admit, dispatch. Takes the identity and tensor
+ * frames out of parts[]. */
+static void submit_job(wf_server_t *srv, zmq_msg_t *parts, size_t h, size_t n,
+                       bool delim, uint64_t t_recv, const wf_gate_meta_t *meta)
 {
     const wf_request_t *req = &srv->req;
     char err[WF_PROTO_ERROR_MAX] = "";
@@ -210,6 +210,25 @@ reject:
     wf_log(srv->log, st == WF_E_QUEUE_FULL ? WF_LOG_DEBUG : WF_LOG_INFO,
            "request %" PRIu64 " refused: %s: %s", req->id, wf_status_name(st), err);
     srv_reply_error(srv, &parts[0], delim, req->id, req->op, st, err);
+}
+
+/* attention (op 3): q, k, v over the mesh's ring x ulysses (or split by
+ * heads), PROTOCOL.md section 3.3. */
+static void handle_attention(wf_server_t *srv, zmq_msg_t *parts, size_t h,
+                             size_t n, bool delim, uint64_t t_recv,
+                             const wf_gate_meta_t *meta)
+{
+    submit_job(srv, parts, h, n, delim, t_recv, meta);
+}
+
+/* forward (op 8): a resident model's forward on one dp replica; its
+ * tensors are bound to the model's schema when it is planned
+ * (jobs/forward.c), PROTOCOL.md section 12.4. */
+static void handle_forward(wf_server_t *srv, zmq_msg_t *parts, size_t h,
+                           size_t n, bool delim, uint64_t t_recv,
+                           const wf_gate_meta_t *meta)
+{
+    submit_job(srv, parts, h, n, delim, t_recv, meta);
 }
 
 /* Does the job come from the connection with this routing identity? */
@@ -424,8 +443,10 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         srv_reply_send(srv, &parts[0], delim, rep, NULL);
         return;
     case WF_OP_ATTENTION:
-    case WF_OP_FORWARD:
         handle_attention(srv, parts, h, n, delim, t_recv, meta);
+        return;
+    case WF_OP_FORWARD:
+        handle_forward(srv, parts, h, n, delim, t_recv, meta);
         return;
     case WF_OP_LOAD_MODEL:
         srv_models_load(srv, &parts[0], delim);
