@@ -21,7 +21,7 @@
  * the same way at open. A file that shrinks while open (truncated by
  * someone under the loader) is then a short read, reported as
  * WF_E_INTERNAL "the file shrank while loading", never a signal: this is
- * the path the daemon's loader uses (flux_host.c).
+ * the path the daemon's loader uses (model_host.c).
  * wf_safetensors_data instead gives a pointer into a read-only mapping of
  * the file, for tools and tests that read small files in place; like
  * every mmap reader it assumes nobody truncates the file meanwhile (a

@@ -30,7 +30,6 @@
 #include "errf.h"
 #include "cluster/model_load.h"
 #include "jobs/forward.h"
-#include "models/flux_shard.h"
 
 /* The owed bits are world node indices. */
 _Static_assert(WF_MODEL_MAX_NODES == WF_SETTINGS_MAX_NODES, "model nodes bound");

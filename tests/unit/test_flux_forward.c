@@ -35,7 +35,7 @@
 #include "flux_config.h"
 #include "support/check.h"
 #include "support/standin_dev.h"
-#include "models/flux_forward.h"
+#include "models/flux/flux_forward.h"
 #include "models/models.h"
 #include "model_host.h"
 #include "base/mesh.h"

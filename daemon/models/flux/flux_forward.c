@@ -6,8 +6,6 @@
  *   flux_shard.c   the plan check and the shards cut from the host copy
  *   flux_embed.c   the inputs over the mesh, RoPE tables, time / text
  *                  embedders
- *   flux_linear.c  the activation layouts over tp and the linear layers
- *                  (the backend's linear, f32 activations)
  *   flux_blocks.c  the joint attention and the double / single blocks
  *
  * Names (one rank): T tp ranks (this one t), P = R * U seq ranks (this one
@@ -24,17 +22,12 @@
  * orders. The RoPE table is built from this rank's ids pieces in that
  * joint order.
  *
- * Layouts over tp (lay_t). An activation's columns are either full on
- * every rank, or split: the full width cut into blocks, each block split
- * evenly, rank r holding piece r of every block in block order (what a
- * colwise / packed_colwise linear emits, and what a rowwise /
- * packed_rowwise linear takes). flux_convert() (flux_linear.c) turns any
- * layout into any other: a local slice from full, a copy when every
- * rank's pieces already agree, else an all-gather over tp and a column
- * reorder. The decision
- * depends on the layouts only, never on the rank, so every tp rank enters
- * the same collectives. The attention runs on the heads of the q / k / v
- * projections' common split layout, or on every head when they differ.
+ * Layouts over tp (models/linear.h). An activation's columns are full
+ * on every rank or split by the producing linear's placement;
+ * wf_layout_convert turns any layout into any other, every tp rank
+ * entering the same collectives. The attention runs on the heads of the
+ * q / k / v projections' common split layout, or on every head when they
+ * differ.
  *
  * Workspace. One fixed list of regions (ws_layout), computed alike by
  * wf_flux_forward_workspace and the run. Its widths are the full ones, so
@@ -402,12 +395,12 @@ static wf_status_t finish(run_t *x)
     const int64_t B = g->B, C = g->C, Nt = g->Nt, OC = g->OC;
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *mod = fp(x, x->W.modA);
     float *out = fp(x, x->W.out);
-    lay_t lc = flux_lay_full(C);
+    wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    if ((st = flux_lin_full(x, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B, WF_ACT_NONE,
+    if ((st = wf_linear_apply_full(&x->lin, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B, WF_ACT_NONE,
                             mod)) != WF_OK ||
         (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 2 * C, C, 0)) != WF_OK ||
-        (st = flux_lin_full(x, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni, WF_ACT_NONE,
+        (st = wf_linear_apply_full(&x->lin, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni, WF_ACT_NONE,
                             out)) != WF_OK)
         return st;
     if (x->t != 0)
@@ -539,6 +532,11 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
         goto fail;
     if (x.dev && (!host_ws || ((uintptr_t)host_ws & 63u) != 0 || host_bytes < x.W.htotal))
         goto fail;
+    x.lin = (wf_linear_env_t){
+        .ops = ops, .ctx = ctx, .tp = group->tp, .T = T, .t = x.t,
+        .G = fp(&x, x.W.G), .G_n = x.W.G_n, .Xc = fp(&x, x.W.Xc), .Xc_n = x.W.Xc_n,
+        .Y = fp(&x, x.W.Y), .Y_n = x.W.Y_n, .lws = x.ws + x.W.lws, .lws_bytes = x.W.lws_bytes,
+    };
     if (x.root && (!job->hidden_states || !job->encoder_hidden_states ||
                    !job->pooled_projections || !job->timestep || !job->img_ids ||
                    !job->txt_ids || (job->has_guidance && !job->guidance) || !job->output))
@@ -547,12 +545,12 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     const geo_t *g = &x.g;
     const float *rec = fp(&x, x.W.in);
     float *S = fp(&x, x.W.S);
-    lay_t lin_in = flux_lay_full(g->IN), lj = flux_lay_full(g->J);
+    wf_layout_t lin_in = wf_layout_full(g->IN), lj = wf_layout_full(g->J);
     if ((st = flux_distribute(&x)) != WF_OK || (st = flux_rope_tables(&x)) != WF_OK ||
-        (st = flux_lin_full(&x, &shard->x_embedder, rec + x.W.rec.hid, g->IN, &lin_in, g->Ni,
+        (st = wf_linear_apply_full(&x.lin, &shard->x_embedder, rec + x.W.rec.hid, g->IN, &lin_in, g->Ni,
                             WF_ACT_NONE, S + g->Nt * g->C)) != WF_OK ||
         (st = flux_embed_time(&x)) != WF_OK ||
-        (st = flux_lin_full(&x, &shard->context_embedder, rec + x.W.rec.enc, g->J, &lj, g->Nt,
+        (st = wf_linear_apply_full(&x.lin, &shard->context_embedder, rec + x.W.rec.enc, g->J, &lj, g->Nt,
                             WF_ACT_NONE, S)) != WF_OK)
         goto fail;
     for (uint32_t b = 0; b < x.cfg->num_layers; b++) {
