@@ -141,6 +141,28 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
     return WF_OK;
 }
 
+/* The model ops the forward calls (backend.h "model ops"). */
+static const wf_backend_op_t flux_ops[] = {
+    WF_BACKEND_OP_ATTENTION,     WF_BACKEND_OP_LINEAR,         WF_BACKEND_OP_BIAS_ACT,
+    WF_BACKEND_OP_ACT,           WF_BACKEND_OP_ADD,            WF_BACKEND_OP_MODLN,
+    WF_BACKEND_OP_GATE_RESIDUAL, WF_BACKEND_OP_HEAD_NORM_ROPE, WF_BACKEND_OP_ROPE_TABLE,
+    WF_BACKEND_OP_TIMESTEP_PROJ, WF_BACKEND_OP_COPY_ROWS,
+};
+#define N_FLUX_OPS (sizeof flux_ops / sizeof flux_ops[0])
+
+/* The entries a device backend needs besides (the root's inputs and
+ * output cross between host and device memory). */
+static const char *dev_entry_missing(const wf_backend_ops_t *o)
+{
+    if (!flux_on_device(o))
+        return NULL;
+    return !o->copy_d2h      ? "copy_d2h"
+           : !o->synchronize ? "synchronize"
+           : !o->convert     ? "convert"
+           : !o->fill_f32    ? "fill_f32"
+                             : NULL;
+}
+
 wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
                                   const wf_backend_ops_t *ops, char *err,
                                   size_t err_len)
@@ -149,6 +171,16 @@ wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
         err[0] = '\0';
     if (!cfg || !ops)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no config or backend");
+    wf_backend_op_t missing;
+    if (wf_backend_require(ops, flux_ops, N_FLUX_OPS, &missing) != WF_OK)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "the %s backend lacks %s, which the FLUX forward calls",
+                              ops->name, wf_backend_op_name(missing));
+    const char *entry = dev_entry_missing(ops);
+    if (entry)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "the %s backend has device memory but lacks %s, which the "
+                              "FLUX forward calls", ops->name, entry);
     if (ops->attention_head_dim_ok && !ops->attention_head_dim_ok(cfg->attention_head_dim))
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "attention_head_dim %" PRIu32 " is not one the %s backend's "
@@ -475,15 +507,11 @@ static bool group_ok(const wf_fwd_group_t *grp)
     return true;
 }
 
-/* The entries the forward calls. */
+/* The entries the forward calls (wf_flux_backend_check's list). */
 static bool ops_ok(const wf_backend_ops_t *o)
 {
-    bool model = o->attention && o->linear_workspace && o->linear && o->bias_act && o->act &&
-                 o->add && o->modln && o->gate_residual && o->head_norm_rope &&
-                 o->rope_table && o->timestep_proj && o->copy_rows;
-    bool dev = !flux_on_device(o) ||
-               (o->copy_d2h && o->synchronize && o->convert && o->fill_f32);
-    return model && dev;
+    return wf_backend_require(o, flux_ops, N_FLUX_OPS, NULL) == WF_OK &&
+           dev_entry_missing(o) == NULL;
 }
 
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
