@@ -61,6 +61,7 @@ typedef struct module_def {
  * input cat([attn (dim), mlp (4 * dim)]), each part split; embedders,
  * AdaLN linears, norms and the model's proj_out replicated. */
 static const module_def_t table[WF_FLUX_MODULE_COUNT] = {
+    /* row i has id i: the walk takes the model's own rows by id range */
     { WF_FLUX_TIME_L1, MODEL, "time_text_embed.timestep_embedder.linear_1", LIN, DIM_C, DIM_TC,
       false, false, REP, 0, 0, {0} },
     { WF_FLUX_TIME_L2, MODEL, "time_text_embed.timestep_embedder.linear_2", LIN, DIM_C, DIM_C,
@@ -116,7 +117,8 @@ static const module_def_t table[WF_FLUX_MODULE_COUNT] = {
     { WF_FLUX_S_TO_V, SGL, "attn.to_v", LIN, DIM_C, DIM_C, true, false, COL, 3, 0, {0} },
 
     /* AdaLayerNormContinuous, then the patches out */
-    { WF_FLUX_NORM_OUT, MODEL, "norm_out.linear", LIN, DIM_2C, DIM_C, false, false, REP, 0, 0, {0} },
+    { WF_FLUX_NORM_OUT, MODEL, "norm_out.linear", LIN, DIM_2C, DIM_C,
+      false, false, REP, 0, 0, {0} },
     { WF_FLUX_PROJ_OUT, MODEL, "proj_out", LIN, DIM_OC, DIM_C, false, false, REP, 0, 0, {0} },
 };
 

@@ -159,7 +159,8 @@ static wf_status_t to_attn(run_t *x, const float *raw, const wf_layout_t *pl, in
     if ((size_t)(rows * w) > x->W.Xc_n)
         return WF_E_INTERNAL;
     float *xc = fp(x, x->W.Xc);
-    wf_status_t st = wf_layout_convert(&x->lin, raw, wf_layout_width(pl, T), pl, rows, al, 0, xc, w);
+    wf_status_t st =
+        wf_layout_convert(&x->lin, raw, wf_layout_width(pl, T), pl, rows, al, 0, xc, w);
     *ret = xc;
     *ret_ld = w;
     return st;
@@ -242,8 +243,8 @@ static wf_status_t attention(run_t *x, const wf_linear_t *const *proj, int parts
         for (int k = 0; k < np; k++) {
             float *dst = raw[w] + pp[k].row0 * C; /* room for rows x C */
             wf_layout_t pl;
-            st = wf_linear_apply(&x->lin, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows, WF_ACT_NONE,
-                              dst, &pl);
+            st = wf_linear_apply(&x->lin, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows,
+                                 WF_ACT_NONE, dst, &pl);
             if (st != WF_OK)
                 return st;
             const float *a;
@@ -282,21 +283,23 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k);
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    if ((st = wf_linear_apply_full(&x->lin, &d->norm1, semb, C, &lc, B, WF_ACT_NONE, mi)) != WF_OK ||
-        (st = wf_linear_apply_full(&x->lin, &d->norm1_context, semb, C, &lc, B, WF_ACT_NONE, mt)) != WF_OK ||
+    const wf_linear_env_t *le = &x->lin;
+    if ((st = wf_linear_apply_full(le, &d->norm1, semb, C, &lc, B, WF_ACT_NONE, mi)) != WF_OK ||
+        (st = wf_linear_apply_full(le, &d->norm1_context, semb, C, &lc, B, WF_ACT_NONE, mt)) !=
+            WF_OK ||
         (st = flux_ln_mod(x, S, nx, B, g->Lt, mt, 6 * C, 0, C)) != WF_OK ||
         (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mi, 6 * C, 0, C)) != WF_OK)
         return st;
     const wf_linear_t *proj[6] = {&d->to_q, &d->to_k, &d->to_v,
-                                       &d->add_q, &d->add_k, &d->add_v};
+                                  &d->add_q, &d->add_k, &d->add_v};
     const float *norms[4] = {d->norm_q, d->norm_k, d->norm_added_q, d->norm_added_k};
     wf_layout_t al;
     if ((st = attention(x, proj, 2, norms, &al)) != WF_OK)
         return st;
     int64_t wa = wf_layout_width(&al, g->T);
-    if ((st = wf_linear_apply_full(&x->lin, &d->to_out, o + Nt * wa, wa, &al, Ni, WF_ACT_NONE,
-                            lo + Nt * C)) != WF_OK ||
-        (st = wf_linear_apply_full(&x->lin, &d->to_add_out, o, wa, &al, Nt, WF_ACT_NONE, lo)) != WF_OK ||
+    if ((st = wf_linear_apply_full(le, &d->to_out, o + Nt * wa, wa, &al, Ni, WF_ACT_NONE,
+                                   lo + Nt * C)) != WF_OK ||
+        (st = wf_linear_apply_full(le, &d->to_add_out, o, wa, &al, Nt, WF_ACT_NONE, lo)) != WF_OK ||
         (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mi, 6 * C, 2 * C)) != WF_OK ||
         (st = gate_add(x, S, lo, B, g->Lt, mt, 6 * C, 2 * C)) != WF_OK)
         return st;
@@ -310,11 +313,12 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
         /* GELU in the linear, or after the all-reduce of a rowwise one */
         if ((st = flux_ln_mod(x, S + r0 * C, nx + r0 * C, B, per, mod, 6 * C, 3 * C, 4 * C)) !=
                 WF_OK ||
-            (st = wf_linear_apply(&x->lin, f0, nx + r0 * C, C, &lc, rows, WF_ACT_GELU_TANH, hid, &hl)) !=
-                WF_OK)
+            (st = wf_linear_apply(le, f0, nx + r0 * C, C, &lc, rows, WF_ACT_GELU_TANH, hid,
+                                  &hl)) != WF_OK)
             return st;
         int64_t hw = wf_layout_width(&hl, g->T);
-        if ((st = wf_linear_apply_full(&x->lin, f2, hid, hw, &hl, rows, WF_ACT_NONE, lo + r0 * C)) != WF_OK ||
+        if ((st = wf_linear_apply_full(le, f2, hid, hw, &hl, rows, WF_ACT_NONE, lo + r0 * C)) !=
+                WF_OK ||
             (st = gate_add(x, S + r0 * C, lo + r0 * C, B, per, mod, 6 * C, 5 * C)) != WF_OK)
             return st;
     }
@@ -334,10 +338,11 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
     wf_layout_t ml;
-    if ((st = wf_linear_apply_full(&x->lin, &sb->norm, semb, C, &lc, B, WF_ACT_NONE, mod)) != WF_OK ||
+    const wf_linear_env_t *le = &x->lin;
+    if ((st = wf_linear_apply_full(le, &sb->norm, semb, C, &lc, B, WF_ACT_NONE, mod)) != WF_OK ||
         (st = flux_ln_mod(x, S, nx, B, g->Lt, mod, 3 * C, 0, C)) != WF_OK ||
         (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 3 * C, 0, C)) != WF_OK ||
-        (st = wf_linear_apply(&x->lin, &sb->proj_mlp, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &ml)) !=
+        (st = wf_linear_apply(le, &sb->proj_mlp, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &ml)) !=
             WF_OK)
         return st;
     const wf_linear_t *proj[3] = {&sb->to_q, &sb->to_k, &sb->to_v};
@@ -358,11 +363,13 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     int64_t ldc = wo + wm;
     if (ldc != sb->proj_out.place.local_in)
         return WF_E_INTERNAL;
-    if ((st = wf_layout_convert(&x->lin, o, wf_layout_width(&al, T), &al, N, &need, 0, cat, ldc)) != WF_OK ||
-        (st = wf_layout_convert(&x->lin, hid, wf_layout_width(&ml, T), &ml, N, &need, C, cat + wo,
-                           ldc)) != WF_OK)
+    if ((st = wf_layout_convert(le, o, wf_layout_width(&al, T), &al, N, &need, 0, cat, ldc)) !=
+            WF_OK ||
+        (st = wf_layout_convert(le, hid, wf_layout_width(&ml, T), &ml, N, &need, C, cat + wo,
+                                ldc)) != WF_OK)
         return st;
-    if ((st = wf_linear_apply_full(&x->lin, &sb->proj_out, cat, ldc, &need, N, WF_ACT_NONE, lo)) != WF_OK ||
+    if ((st = wf_linear_apply_full(le, &sb->proj_out, cat, ldc, &need, N, WF_ACT_NONE, lo)) !=
+            WF_OK ||
         (st = gate_add(x, S, lo, B, g->Lt, mod, 3 * C, 2 * C)) != WF_OK ||
         (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, 3 * C, 2 * C)) != WF_OK)
         return st;

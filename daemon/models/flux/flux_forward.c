@@ -429,11 +429,11 @@ static wf_status_t finish(run_t *x)
     float *out = fp(x, x->W.out);
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    if ((st = wf_linear_apply_full(&x->lin, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B, WF_ACT_NONE,
-                            mod)) != WF_OK ||
+    if ((st = wf_linear_apply_full(&x->lin, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B,
+                                   WF_ACT_NONE, mod)) != WF_OK ||
         (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 2 * C, C, 0)) != WF_OK ||
-        (st = wf_linear_apply_full(&x->lin, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni, WF_ACT_NONE,
-                            out)) != WF_OK)
+        (st = wf_linear_apply_full(&x->lin, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni,
+                                   WF_ACT_NONE, out)) != WF_OK)
         return st;
     if (x->t != 0)
         return WF_OK;
@@ -575,11 +575,11 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     float *S = fp(&x, x.W.S);
     wf_layout_t lin_in = wf_layout_full(g->IN), lj = wf_layout_full(g->J);
     if ((st = flux_distribute(&x)) != WF_OK || (st = flux_rope_tables(&x)) != WF_OK ||
-        (st = wf_linear_apply_full(&x.lin, &shard->x_embedder, rec + x.W.rec.hid, g->IN, &lin_in, g->Ni,
-                            WF_ACT_NONE, S + g->Nt * g->C)) != WF_OK ||
+        (st = wf_linear_apply_full(&x.lin, &shard->x_embedder, rec + x.W.rec.hid, g->IN,
+                                   &lin_in, g->Ni, WF_ACT_NONE, S + g->Nt * g->C)) != WF_OK ||
         (st = flux_embed_time(&x)) != WF_OK ||
-        (st = wf_linear_apply_full(&x.lin, &shard->context_embedder, rec + x.W.rec.enc, g->J, &lj, g->Nt,
-                            WF_ACT_NONE, S)) != WF_OK)
+        (st = wf_linear_apply_full(&x.lin, &shard->context_embedder, rec + x.W.rec.enc, g->J,
+                                   &lj, g->Nt, WF_ACT_NONE, S)) != WF_OK)
         goto fail;
     for (uint32_t b = 0; b < x.cfg->num_layers; b++) {
         if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {
