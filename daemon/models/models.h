@@ -12,7 +12,7 @@
  *                  reconfiguration path: drain, every worker, epoch + 1)
  *                  whose model set includes it; each worker cuts its
  *                  shard from the host copy (on a device backend into
- *                  device memory, flux_shard.h).
+ *                  device memory, flux/flux_shard.h).
  *              -> READY: forward jobs run on it.
  *   unload      -> UNLOADING: a regroup without it; then the host copy
  *                  is freed.
@@ -166,7 +166,7 @@ typedef struct wf_rank_models {
 } wf_rank_models_t;
 
 /* Make rm hold exactly the models of `set` cut for (tp, tp_rank) on the
- * worker's backend `ops` / `ctx` (flux_shard.h: device memory when ops
+ * worker's backend `ops` / `ctx` (flux/flux_shard.h: device memory when ops
  * has mem_alloc; every shard of rm is built on the same ones): keeps a
  * shard already cut so, cuts the missing ones, frees the others (device
  * memory returns at once). On a failure (WF_E_NO_MEMORY) rm holds what

@@ -21,7 +21,7 @@
  * scattered from or gathered to the root; the all-to-alls, the ring and
  * the merge are the same, so each rank's rows come out exactly as the root
  * mode writes them. For a model whose token-wise layers already run on
- * sequence shards (flux_forward.h).
+ * sequence shards (models/flux/flux_forward.h).
  *
  * Sequence plan (the same pure function on every rank): the ring group
  * holds the sequence in R ring holdings — without load balancing the

@@ -201,7 +201,7 @@ wf_status_t wf_cpu_linear(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
     if (p->rows == 0)
         return WF_OK;
     if (p->w_dtype == WF_DTYPE_F32) {
-        /* one sgemm per column block, accumulating (flux_linear.c) */
+        /* one sgemm per column block, accumulating (daemon/models/linear.c) */
         int64_t acol = 0;
         for (uint32_t k = 0; k < p->nwb; k++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->rows,

@@ -1,15 +1,11 @@
 /* flux_config.c — FluxTransformer2DModel config.json and its tensor list
  * (see flux_config.h).
  *
- * The fields are one table (name, kind, default); the tensor list follows
- * diffusers' module tree:
- *   time_text_embed.{timestep_embedder, guidance_embedder?, text_embedder}
- *   context_embedder, x_embedder,
- *   transformer_blocks.N.{norm1, norm1_context, attn, ff, ff_context},
- *   single_transformer_blocks.N.{norm, proj_mlp, proj_out, attn},
- *   norm_out, proj_out.
+ * The fields are one table (name, kind, default); the tensor list is the
+ * module table's (flux_modules.h) tensors, in state_dict order.
  */
 #include "flux_config.h"
+#include "flux_modules.h"
 #include "errf.h"
 #include "json_err.h"
 
@@ -297,16 +293,16 @@ wf_status_t wf_flux_config_load(int root_fd, const char *rel, wf_resolve_mode_t 
 /* ---- tensor list -------------------------------------------------------- */
 
 typedef struct spec_list {
-    wf_tensor_spec_t *v;   /* entries */
-    size_t n, cap;              /* used, allocated (cap is exact) */
+    wf_tensor_spec_t *v;   /* entries, or NULL to count only */
+    size_t n, cap;         /* used, allocated (cap is exact) */
 } spec_list_t;
 
-static void add(spec_list_t *l, const char *prefix, const char *name, int rank,
+static void add(spec_list_t *l, const char *module, const char *suffix, int rank,
                 int64_t d0, int64_t d1)
 {
     if (l->v != NULL && l->n < l->cap) {
         wf_tensor_spec_t *s = &l->v[l->n];
-        snprintf(s->name, sizeof s->name, "%s%s", prefix, name);
+        snprintf(s->name, sizeof s->name, "%s%s", module, suffix);
         s->rank = rank;
         s->shape[0] = d0;
         s->shape[1] = rank == 2 ? d1 : 0;
@@ -314,75 +310,25 @@ static void add(spec_list_t *l, const char *prefix, const char *name, int rank,
     l->n++;
 }
 
-/* nn.Linear(in, out): weight [out, in], bias [out]. */
-static void linear(spec_list_t *l, const char *prefix, const char *name, int64_t in,
-                   int64_t out)
+/* A module's tensors: nn.Linear(in, out) weight [out, in] and bias
+ * [out]; an RMSNorm weight [out]. */
+static wf_status_t add_module(void *arg, const wf_flux_module_t *m)
 {
-    char w[64];
-    snprintf(w, sizeof w, "%s.weight", name);
-    add(l, prefix, w, 2, out, in);
-    snprintf(w, sizeof w, "%s.bias", name);
-    add(l, prefix, w, 1, out, 0);
-}
-
-/* Fill l (or only count when l->v is NULL), in state_dict order. */
-static void build(const wf_flux_config_t *c, spec_list_t *l)
-{
-    const int64_t d = c->inner_dim, hd = c->attention_head_dim, mlp = c->mlp_hidden_dim;
-    const int64_t t = WF_FLUX_TIMESTEP_CHANNELS;
-    linear(l, "time_text_embed.timestep_embedder.", "linear_1", t, d);
-    linear(l, "time_text_embed.timestep_embedder.", "linear_2", d, d);
-    if (c->guidance_embeds) {
-        linear(l, "time_text_embed.guidance_embedder.", "linear_1", t, d);
-        linear(l, "time_text_embed.guidance_embedder.", "linear_2", d, d);
+    spec_list_t *l = arg;
+    if (m->kind == WF_FLUX_NORM) {
+        add(l, m->name, ".weight", 1, m->out, 0);
+        return WF_OK;
     }
-    linear(l, "time_text_embed.text_embedder.", "linear_1", c->pooled_projection_dim, d);
-    linear(l, "time_text_embed.text_embedder.", "linear_2", d, d);
-    linear(l, "", "context_embedder", c->joint_attention_dim, d);
-    linear(l, "", "x_embedder", c->in_channels, d);
-
-    char p[48];
-    for (uint32_t b = 0; b < c->num_layers; b++) {
-        snprintf(p, sizeof p, "transformer_blocks.%" PRIu32 ".", b);
-        linear(l, p, "norm1.linear", d, 6 * d);          /* AdaLayerNormZero */
-        linear(l, p, "norm1_context.linear", d, 6 * d);
-        add(l, p, "attn.norm_q.weight", 1, hd, 0);       /* RMSNorm over a head */
-        add(l, p, "attn.norm_k.weight", 1, hd, 0);
-        linear(l, p, "attn.to_q", d, d);
-        linear(l, p, "attn.to_k", d, d);
-        linear(l, p, "attn.to_v", d, d);
-        linear(l, p, "attn.to_out.0", d, d);
-        add(l, p, "attn.norm_added_q.weight", 1, hd, 0);
-        add(l, p, "attn.norm_added_k.weight", 1, hd, 0);
-        linear(l, p, "attn.add_q_proj", d, d);
-        linear(l, p, "attn.add_k_proj", d, d);
-        linear(l, p, "attn.add_v_proj", d, d);
-        linear(l, p, "attn.to_add_out", d, d);
-        linear(l, p, "ff.net.0.proj", d, mlp);           /* GELU(tanh) projection */
-        linear(l, p, "ff.net.2", mlp, d);
-        linear(l, p, "ff_context.net.0.proj", d, mlp);
-        linear(l, p, "ff_context.net.2", mlp, d);
-    }
-    for (uint32_t b = 0; b < c->num_single_layers; b++) {
-        snprintf(p, sizeof p, "single_transformer_blocks.%" PRIu32 ".", b);
-        linear(l, p, "norm.linear", d, 3 * d);           /* AdaLayerNormZeroSingle */
-        linear(l, p, "proj_mlp", d, mlp);
-        linear(l, p, "proj_out", d + mlp, d);            /* packed [attn, mlp] -> d */
-        add(l, p, "attn.norm_q.weight", 1, hd, 0);
-        add(l, p, "attn.norm_k.weight", 1, hd, 0);
-        linear(l, p, "attn.to_q", d, d);
-        linear(l, p, "attn.to_k", d, d);
-        linear(l, p, "attn.to_v", d, d);
-    }
-    linear(l, "", "norm_out.linear", d, 2 * d);          /* AdaLayerNormContinuous */
-    linear(l, "", "proj_out", d,
-           (int64_t)c->patch_size * c->patch_size * c->out_channels);
+    add(l, m->name, ".weight", 2, m->out, m->in);
+    if (m->kind == WF_FLUX_LINEAR)
+        add(l, m->name, ".bias", 1, m->out, 0);
+    return WF_OK;
 }
 
 size_t wf_flux_tensor_count(const wf_flux_config_t *cfg)
 {
     spec_list_t l = { NULL, 0, 0 };
-    build(cfg, &l);
+    (void)wf_flux_modules_walk(cfg, add_module, &l);
     return l.n;
 }
 
@@ -397,9 +343,8 @@ wf_status_t wf_flux_expected_tensors(const wf_flux_config_t *cfg,
         wf_errf(err, err_len, "out of memory for %zu tensor specs", l.cap);
         return WF_E_NO_MEMORY;
     }
-    build(cfg, &l);
+    (void)wf_flux_modules_walk(cfg, add_module, &l);
     *ret_specs = l.v;
     *ret_n = l.n;
     return WF_OK;
 }
-

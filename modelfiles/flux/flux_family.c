@@ -2,6 +2,7 @@
  * FluxTransformer2DModel, its config, tensors, default tp plan, forward
  * schema and flops. */
 #include "flux_config.h"
+#include "flux_modules.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -21,50 +22,12 @@ static wf_status_t flux_tensors(const void *cfg, wf_tensor_spec_t **ret, size_t 
     return wf_flux_expected_tensors(cfg, ret, n, err, err_len);
 }
 
-/* The default plan of diffusers' FluxTransformer2DModel (the reference's
- * example): attention to_q / to_k / to_v and add_q_proj / add_k_proj /
- * add_v_proj colwise; to_out.0 and to_add_out rowwise; ff.net.0.proj and
- * ff_context.net.0.proj colwise, ff.net.2 and ff_context.net.2 rowwise;
- * single blocks: attn.to_q / to_k / to_v and proj_mlp colwise, proj_out
- * packed_rowwise with blocks {1, 4} ([dim, mlp_hidden]). Everything else
- * (embedders, AdaLN linears, norms, proj_out of the model) replicated. */
+/* The default plan of diffusers' FluxTransformer2DModel (the module
+ * table's styles: flux_modules.c). */
 static void flux_default_plan(const void *cfg, wf_tp_plan_t *ret)
 {
     (void)cfg;
-    static const struct {
-        const char *glob;
-        wf_tp_style_t style;
-    } rules[] = {
-        { "transformer_blocks.*.attn.to_q", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_k", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_v", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_out.0", WF_TP_ROWWISE },
-        { "transformer_blocks.*.attn.add_q_proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.add_k_proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.add_v_proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.attn.to_add_out", WF_TP_ROWWISE },
-        { "transformer_blocks.*.ff.net.0.proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.ff.net.2", WF_TP_ROWWISE },
-        { "transformer_blocks.*.ff_context.net.0.proj", WF_TP_COLWISE },
-        { "transformer_blocks.*.ff_context.net.2", WF_TP_ROWWISE },
-        { "single_transformer_blocks.*.attn.to_q", WF_TP_COLWISE },
-        { "single_transformer_blocks.*.attn.to_k", WF_TP_COLWISE },
-        { "single_transformer_blocks.*.attn.to_v", WF_TP_COLWISE },
-        { "single_transformer_blocks.*.proj_mlp", WF_TP_COLWISE },
-        /* input is cat([attn (dim), mlp (4 * dim)]): each part split */
-        { "single_transformer_blocks.*.proj_out", WF_TP_PACKED_ROWWISE },
-    };
-    memset(ret, 0, sizeof *ret);
-    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
-        wf_tp_rule_t *r = &ret->rules[ret->n++];
-        snprintf(r->glob, sizeof r->glob, "%s", rules[i].glob);
-        r->style = rules[i].style;
-        if (r->style == WF_TP_PACKED_ROWWISE) {
-            r->n_blocks = 2;
-            r->blocks[0] = 1;
-            r->blocks[1] = WF_FLUX_MLP_RATIO;   /* mlp_hidden_dim = 4 * dim */
-        }
-    }
+    wf_flux_default_plan(ret);
 }
 
 static void put_int(wf_model_config_t *c, const char *key, int64_t v, wf_config_kind_t k)

@@ -1,6 +1,6 @@
-# The FLUX forward (daemon/models/flux_*.c) on real threads with the host
-# comm: every tp x ring x ulysses mesh of the grid on the committed
-# diffusers fixtures (tests/fixtures, from tests/parity/make_fixtures.py),
+# The FLUX forward (daemon/models/flux/, models/linear.c) on real threads
+# with the host comm: every tp x ring x ulysses mesh of the grid on the
+# committed diffusers fixtures (tests/fixtures, from tests/parity/make_fixtures.py),
 # on the CPU backend and on the stand-in device backend (weft_standin:
 # resident shards, device workspace, comm_staged), non-default tp plans,
 # the plan and job checks.

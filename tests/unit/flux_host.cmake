@@ -1,5 +1,5 @@
 # Tensor-parallel plans (modelfiles/tp_plan.c) and the FLUX host copy with its
-# sharded layout (modelfiles/flux_host.c). test_flux_host reads the fixtures
+# sharded layout (modelfiles/model_host.c). test_flux_host reads the fixtures
 # in tests/fixtures and writes sharded copies under a temporary model root.
 add_executable(test_tp_plan ${CMAKE_CURRENT_LIST_DIR}/test_tp_plan.c)
 target_link_libraries(test_tp_plan PRIVATE weft_modelfiles m)

@@ -35,7 +35,7 @@
 #include "flux_config.h"
 #include "support/check.h"
 #include "support/standin_dev.h"
-#include "models/flux_forward.h"
+#include "models/flux/flux_forward.h"
 #include "models/models.h"
 #include "model_host.h"
 #include "base/mesh.h"
@@ -864,6 +864,23 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     c64.attention_head_dim = 64;
     CHECK(wf_flux_backend_check(&c64, &limited, err, sizeof err) == WF_OK, "head dim 64: %s",
           err);
+    /* a backend lacking an op the forward calls is refused with the op
+     * named, and so is a device backend lacking a host <-> device entry */
+    wf_backend_ops_t no_modln = *wf_standin_dev_backend();
+    no_modln.modln = NULL;
+    bst = wf_flux_backend_check(cfg, &no_modln, err, sizeof err);
+    CHECK(bst == WF_E_BAD_ARGUMENT && strstr(err, "lacks modln") && strstr(err, "standin"),
+          "a backend without modln: %d '%s'", (int)bst, err);
+    wf_backend_ops_t no_ws = *ops;
+    no_ws.attention_workspace = NULL;
+    bst = wf_flux_backend_check(cfg, &no_ws, err, sizeof err);
+    CHECK(bst == WF_E_BAD_ARGUMENT && strstr(err, "lacks attention"),
+          "a backend without attention_workspace: %d '%s'", (int)bst, err);
+    wf_backend_ops_t no_fill = *wf_standin_dev_backend();
+    no_fill.fill_f32 = NULL;
+    bst = wf_flux_backend_check(cfg, &no_fill, err, sizeof err);
+    CHECK(bst == WF_E_BAD_ARGUMENT && strstr(err, "lacks fill_f32"),
+          "a device backend without fill_f32: %d '%s'", (int)bst, err);
     CHECK(wf_flux_forward_check(cfg, &j, 2, 2, 2, err, sizeof err) == WF_OK, "valid: %s", err);
     j.hidden_ch = 17;
     wf_status_t st = wf_flux_forward_check(cfg, &j, 1, 1, 1, err, sizeof err);

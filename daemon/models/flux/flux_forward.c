@@ -6,8 +6,6 @@
  *   flux_shard.c   the plan check and the shards cut from the host copy
  *   flux_embed.c   the inputs over the mesh, RoPE tables, time / text
  *                  embedders
- *   flux_linear.c  the activation layouts over tp and the linear layers
- *                  (the backend's linear, f32 activations)
  *   flux_blocks.c  the joint attention and the double / single blocks
  *
  * Names (one rank): T tp ranks (this one t), P = R * U seq ranks (this one
@@ -24,17 +22,12 @@
  * orders. The RoPE table is built from this rank's ids pieces in that
  * joint order.
  *
- * Layouts over tp (lay_t). An activation's columns are either full on
- * every rank, or split: the full width cut into blocks, each block split
- * evenly, rank r holding piece r of every block in block order (what a
- * colwise / packed_colwise linear emits, and what a rowwise /
- * packed_rowwise linear takes). flux_convert() (flux_linear.c) turns any
- * layout into any other: a local slice from full, a copy when every
- * rank's pieces already agree, else an all-gather over tp and a column
- * reorder. The decision
- * depends on the layouts only, never on the rank, so every tp rank enters
- * the same collectives. The attention runs on the heads of the q / k / v
- * projections' common split layout, or on every head when they differ.
+ * Layouts over tp (models/linear.h). An activation's columns are full
+ * on every rank or split by the producing linear's placement;
+ * wf_layout_convert turns any layout into any other, every tp rank
+ * entering the same collectives. The attention runs on the heads of the
+ * q / k / v projections' common split layout, or on every head when they
+ * differ.
  *
  * Workspace. One fixed list of regions (ws_layout), computed alike by
  * wf_flux_forward_workspace and the run. Its widths are the full ones, so
@@ -148,6 +141,28 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
     return WF_OK;
 }
 
+/* The model ops the forward calls (backend.h "model ops"). */
+static const wf_backend_op_t flux_ops[] = {
+    WF_BACKEND_OP_ATTENTION,     WF_BACKEND_OP_LINEAR,         WF_BACKEND_OP_BIAS_ACT,
+    WF_BACKEND_OP_ACT,           WF_BACKEND_OP_ADD,            WF_BACKEND_OP_MODLN,
+    WF_BACKEND_OP_GATE_RESIDUAL, WF_BACKEND_OP_HEAD_NORM_ROPE, WF_BACKEND_OP_ROPE_TABLE,
+    WF_BACKEND_OP_TIMESTEP_PROJ, WF_BACKEND_OP_COPY_ROWS,
+};
+#define N_FLUX_OPS (sizeof flux_ops / sizeof flux_ops[0])
+
+/* The entries a device backend needs besides (the root's inputs and
+ * output cross between host and device memory). */
+static const char *dev_entry_missing(const wf_backend_ops_t *o)
+{
+    if (!flux_on_device(o))
+        return NULL;
+    return !o->copy_d2h      ? "copy_d2h"
+           : !o->synchronize ? "synchronize"
+           : !o->convert     ? "convert"
+           : !o->fill_f32    ? "fill_f32"
+                             : NULL;
+}
+
 wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
                                   const wf_backend_ops_t *ops, char *err,
                                   size_t err_len)
@@ -156,6 +171,16 @@ wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
         err[0] = '\0';
     if (!cfg || !ops)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no config or backend");
+    wf_backend_op_t missing;
+    if (wf_backend_require(ops, flux_ops, N_FLUX_OPS, &missing) != WF_OK)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "the %s backend lacks %s, which the FLUX forward calls",
+                              ops->name, wf_backend_op_name(missing));
+    const char *entry = dev_entry_missing(ops);
+    if (entry)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "the %s backend has device memory but lacks %s, which the "
+                              "FLUX forward calls", ops->name, entry);
     if (ops->attention_head_dim_ok && !ops->attention_head_dim_ok(cfg->attention_head_dim))
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "attention_head_dim %" PRIu32 " is not one the %s backend's "
@@ -402,13 +427,13 @@ static wf_status_t finish(run_t *x)
     const int64_t B = g->B, C = g->C, Nt = g->Nt, OC = g->OC;
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *mod = fp(x, x->W.modA);
     float *out = fp(x, x->W.out);
-    lay_t lc = flux_lay_full(C);
+    wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    if ((st = flux_lin_full(x, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B, WF_ACT_NONE,
-                            mod)) != WF_OK ||
+    if ((st = wf_linear_apply_full(&x->lin, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B,
+                                   WF_ACT_NONE, mod)) != WF_OK ||
         (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 2 * C, C, 0)) != WF_OK ||
-        (st = flux_lin_full(x, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni, WF_ACT_NONE,
-                            out)) != WF_OK)
+        (st = wf_linear_apply_full(&x->lin, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni,
+                                   WF_ACT_NONE, out)) != WF_OK)
         return st;
     if (x->t != 0)
         return WF_OK;
@@ -482,15 +507,11 @@ static bool group_ok(const wf_fwd_group_t *grp)
     return true;
 }
 
-/* The entries the forward calls. */
+/* The entries the forward calls (wf_flux_backend_check's list). */
 static bool ops_ok(const wf_backend_ops_t *o)
 {
-    bool model = o->attention && o->linear_workspace && o->linear && o->bias_act && o->act &&
-                 o->add && o->modln && o->gate_residual && o->head_norm_rope &&
-                 o->rope_table && o->timestep_proj && o->copy_rows;
-    bool dev = !flux_on_device(o) ||
-               (o->copy_d2h && o->synchronize && o->convert && o->fill_f32);
-    return model && dev;
+    return wf_backend_require(o, flux_ops, N_FLUX_OPS, NULL) == WF_OK &&
+           dev_entry_missing(o) == NULL;
 }
 
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
@@ -539,6 +560,11 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
         goto fail;
     if (x.dev && (!host_ws || ((uintptr_t)host_ws & 63u) != 0 || host_bytes < x.W.htotal))
         goto fail;
+    x.lin = (wf_linear_env_t){
+        .ops = ops, .ctx = ctx, .tp = group->tp, .T = T, .t = x.t,
+        .G = fp(&x, x.W.G), .G_n = x.W.G_n, .Xc = fp(&x, x.W.Xc), .Xc_n = x.W.Xc_n,
+        .Y = fp(&x, x.W.Y), .Y_n = x.W.Y_n, .lws = x.ws + x.W.lws, .lws_bytes = x.W.lws_bytes,
+    };
     if (x.root && (!job->hidden_states || !job->encoder_hidden_states ||
                    !job->pooled_projections || !job->timestep || !job->img_ids ||
                    !job->txt_ids || (job->has_guidance && !job->guidance) || !job->output))
@@ -547,13 +573,13 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     const geo_t *g = &x.g;
     const float *rec = fp(&x, x.W.in);
     float *S = fp(&x, x.W.S);
-    lay_t lin_in = flux_lay_full(g->IN), lj = flux_lay_full(g->J);
+    wf_layout_t lin_in = wf_layout_full(g->IN), lj = wf_layout_full(g->J);
     if ((st = flux_distribute(&x)) != WF_OK || (st = flux_rope_tables(&x)) != WF_OK ||
-        (st = flux_lin_full(&x, &shard->x_embedder, rec + x.W.rec.hid, g->IN, &lin_in, g->Ni,
-                            WF_ACT_NONE, S + g->Nt * g->C)) != WF_OK ||
+        (st = wf_linear_apply_full(&x.lin, &shard->x_embedder, rec + x.W.rec.hid, g->IN,
+                                   &lin_in, g->Ni, WF_ACT_NONE, S + g->Nt * g->C)) != WF_OK ||
         (st = flux_embed_time(&x)) != WF_OK ||
-        (st = flux_lin_full(&x, &shard->context_embedder, rec + x.W.rec.enc, g->J, &lj, g->Nt,
-                            WF_ACT_NONE, S)) != WF_OK)
+        (st = wf_linear_apply_full(&x.lin, &shard->context_embedder, rec + x.W.rec.enc, g->J,
+                                   &lj, g->Nt, WF_ACT_NONE, S)) != WF_OK)
         goto fail;
     for (uint32_t b = 0; b < x.cfg->num_layers; b++) {
         if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {

@@ -97,9 +97,11 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
                                   const wf_flux_job_t *job, int tp, int R, int U,
                                   char *err, size_t err_len);
 
-/* Whether backend `ops` can run this model at all (its kernels' limits:
- * the attention's head dims). WF_E_BAD_ARGUMENT with a message naming
- * the config field and the backend. Pure. */
+/* Whether backend `ops` can run this model at all: it has every op the
+ * forward calls (wf_backend_require; on a device backend also copy_d2h,
+ * synchronize, convert, fill_f32) and its kernels take the model (the
+ * attention's head dims). WF_E_BAD_ARGUMENT with a message naming the
+ * backend and the missing op or the config field. Pure. */
 wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
                                   const wf_backend_ops_t *ops, char *err,
                                   size_t err_len);

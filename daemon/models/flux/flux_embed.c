@@ -150,21 +150,22 @@ wf_status_t flux_embed_time(run_t *x)
     float *tp = fp(x, x->W.tproj), *v1 = fp(x, x->W.v1), *v2 = fp(x, x->W.v2);
     float *temb = fp(x, x->W.temb), *semb = fp(x, x->W.semb);
     const int64_t B = g->B, C = g->C, TC = WF_FLUX_TIMESTEP_CHANNELS;
-    lay_t ltc = flux_lay_full(TC), lc = flux_lay_full(C), lpd = flux_lay_full(g->PD);
+    wf_layout_t ltc = wf_layout_full(TC), lc = wf_layout_full(C), lpd = wf_layout_full(g->PD);
+    const wf_linear_env_t *le = &x->lin;
     wf_status_t st;
     if ((st = timestep_proj(x, rec + x->W.rec.ts, tp)) != WF_OK ||
-        (st = flux_lin_full(x, &s->time_l1, tp, TC, &ltc, B, WF_ACT_SILU, v1)) != WF_OK ||
-        (st = flux_lin_full(x, &s->time_l2, v1, C, &lc, B, WF_ACT_NONE, temb)) != WF_OK)
+        (st = wf_linear_apply_full(le, &s->time_l1, tp, TC, &ltc, B, WF_ACT_SILU, v1)) != WF_OK ||
+        (st = wf_linear_apply_full(le, &s->time_l2, v1, C, &lc, B, WF_ACT_NONE, temb)) != WF_OK)
         return st;
     if (x->cfg->guidance_embeds &&
         ((st = timestep_proj(x, rec + x->W.rec.gd, tp)) != WF_OK ||
-         (st = flux_lin_full(x, &s->guid_l1, tp, TC, &ltc, B, WF_ACT_SILU, v1)) != WF_OK ||
-         (st = flux_lin_full(x, &s->guid_l2, v1, C, &lc, B, WF_ACT_NONE, v2)) != WF_OK ||
+         (st = wf_linear_apply_full(le, &s->guid_l1, tp, TC, &ltc, B, WF_ACT_SILU, v1)) != WF_OK ||
+         (st = wf_linear_apply_full(le, &s->guid_l2, v1, C, &lc, B, WF_ACT_NONE, v2)) != WF_OK ||
          (st = x->ops->add(x->ctx, temb, v2, B * C)) != WF_OK))
         return st;
-    if ((st = flux_lin_full(x, &s->text_l1, rec + x->W.rec.pooled, g->PD, &lpd, B, WF_ACT_SILU,
-                            v1)) != WF_OK ||
-        (st = flux_lin_full(x, &s->text_l2, v1, C, &lc, B, WF_ACT_NONE, v2)) != WF_OK ||
+    if ((st = wf_linear_apply_full(le, &s->text_l1, rec + x->W.rec.pooled, g->PD, &lpd, B,
+                                   WF_ACT_SILU, v1)) != WF_OK ||
+        (st = wf_linear_apply_full(le, &s->text_l2, v1, C, &lc, B, WF_ACT_NONE, v2)) != WF_OK ||
         (st = x->ops->add(x->ctx, temb, v2, B * C)) != WF_OK)
         return st;
     return x->ops->act(x->ctx, semb, temb, B * C, WF_ACT_SILU);

@@ -95,20 +95,20 @@ bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops)
 /* The layout the attention runs in: the common output layout of the n
  * projections when they agree and keep whole heads, else full (every
  * head on every tp rank). */
-static lay_t attn_lay(const run_t *x, const wf_flux_linear_t *const *proj, int n)
+static wf_layout_t attn_lay(const run_t *x, const wf_linear_t *const *proj, int n)
 {
     const int T = x->g.T;
-    lay_t a = flux_lay_of(&proj[0]->place, false, T);
+    wf_layout_t a = wf_layout_of(&proj[0]->place, false, T);
     for (int k = 1; k < n; k++) {
-        lay_t b = flux_lay_of(&proj[k]->place, false, T);
-        if (!flux_lay_same(&a, &b))
-            return flux_lay_full(x->g.C);
+        wf_layout_t b = wf_layout_of(&proj[k]->place, false, T);
+        if (!wf_layout_same(&a, &b))
+            return wf_layout_full(x->g.C);
     }
     int64_t st[WF_TP_MAX_BLOCKS], ln[WF_TP_MAX_BLOCKS];
-    int np = flux_lay_pieces(&a, 0, T, st, ln);
+    int np = wf_layout_pieces(&a, 0, T, st, ln);
     for (int k = 0; k < np; k++)
         if (st[k] % x->g.D != 0 || ln[k] % x->g.D != 0)
-            return flux_lay_full(x->g.C);
+            return wf_layout_full(x->g.C);
     return a;
 }
 
@@ -146,20 +146,21 @@ static wf_status_t unpack(const run_t *x, const float *src, int64_t w, float *ds
 
 /* A projection's part (raw output in layout pl, rows x its width) in the
  * attention layout: as is, or converted into Xc. */
-static wf_status_t to_attn(run_t *x, const float *raw, const lay_t *pl, int64_t rows,
-                           const lay_t *al, const float **ret, int64_t *ret_ld)
+static wf_status_t to_attn(run_t *x, const float *raw, const wf_layout_t *pl, int64_t rows,
+                           const wf_layout_t *al, const float **ret, int64_t *ret_ld)
 {
     const int T = x->g.T;
-    if (flux_lay_same(pl, al)) {
+    if (wf_layout_same(pl, al)) {
         *ret = raw;
-        *ret_ld = flux_lay_width(pl, T);
+        *ret_ld = wf_layout_width(pl, T);
         return WF_OK;
     }
-    int64_t w = flux_lay_width(al, T);
+    int64_t w = wf_layout_width(al, T);
     if ((size_t)(rows * w) > x->W.Xc_n)
         return WF_E_INTERNAL;
     float *xc = fp(x, x->W.Xc);
-    wf_status_t st = flux_convert(x, raw, flux_lay_width(pl, T), pl, rows, al, 0, xc, w);
+    wf_status_t st =
+        wf_layout_convert(&x->lin, raw, wf_layout_width(pl, T), pl, rows, al, 0, xc, w);
     *ret = xc;
     *ret_ld = w;
     return st;
@@ -199,23 +200,23 @@ static wf_status_t attend(run_t *x, int64_t Hl)
  * block: txt rows with proj[3..5], img rows with proj[0..2]); `in` is
  * the normalized stream (N, C) full. norms[0..1] for img / all q, k,
  * norms[2..3] for txt q, k. */
-static wf_status_t attention(run_t *x, const wf_flux_linear_t *const *proj, int parts,
-                             const float *const *norms, lay_t *ret_al)
+static wf_status_t attention(run_t *x, const wf_linear_t *const *proj, int parts,
+                             const float *const *norms, wf_layout_t *ret_al)
 {
     const geo_t *g = &x->g;
     const int64_t C = g->C;
     const float *nx = fp(x, x->W.nx);
     float *raw[3] = {fp(x, x->W.q), fp(x, x->W.k), fp(x, x->W.v)};
     float *joint[3] = {fp(x, x->W.qj), fp(x, x->W.kj), fp(x, x->W.vj)};
-    lay_t full = flux_lay_full(C);
-    lay_t al = attn_lay(x, proj, parts == 2 ? 6 : 3);
-    int64_t Hl = flux_lay_width(&al, g->T) / g->D;
+    wf_layout_t full = wf_layout_full(C);
+    wf_layout_t al = attn_lay(x, proj, parts == 2 ? 6 : 3);
+    int64_t Hl = wf_layout_width(&al, g->T) / g->D;
     wf_status_t st;
     for (int w = 0; w < 3; w++) {
         /* (part rows, first row, projection, its q/k norm) */
         struct {
             int64_t rows, row0;
-            const wf_flux_linear_t *L;
+            const wf_linear_t *L;
             const float *norm;
             bool txt;
         } pp[2];
@@ -241,9 +242,9 @@ static wf_status_t attention(run_t *x, const wf_flux_linear_t *const *proj, int 
         }
         for (int k = 0; k < np; k++) {
             float *dst = raw[w] + pp[k].row0 * C; /* room for rows x C */
-            lay_t pl;
-            st = flux_lin_raw(x, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows, WF_ACT_NONE,
-                              dst, &pl);
+            wf_layout_t pl;
+            st = wf_linear_apply(&x->lin, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows,
+                                 WF_ACT_NONE, dst, &pl);
             if (st != WF_OK)
                 return st;
             const float *a;
@@ -280,23 +281,25 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
     float *mi = fp(x, x->W.modA), *mt = fp(x, x->W.modB), *semb = fp(x, x->W.semb);
     float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k);
-    lay_t lc = flux_lay_full(C);
+    wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    if ((st = flux_lin_full(x, &d->norm1, semb, C, &lc, B, WF_ACT_NONE, mi)) != WF_OK ||
-        (st = flux_lin_full(x, &d->norm1_context, semb, C, &lc, B, WF_ACT_NONE, mt)) != WF_OK ||
+    const wf_linear_env_t *le = &x->lin;
+    if ((st = wf_linear_apply_full(le, &d->norm1, semb, C, &lc, B, WF_ACT_NONE, mi)) != WF_OK ||
+        (st = wf_linear_apply_full(le, &d->norm1_context, semb, C, &lc, B, WF_ACT_NONE, mt)) !=
+            WF_OK ||
         (st = flux_ln_mod(x, S, nx, B, g->Lt, mt, 6 * C, 0, C)) != WF_OK ||
         (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mi, 6 * C, 0, C)) != WF_OK)
         return st;
-    const wf_flux_linear_t *proj[6] = {&d->to_q, &d->to_k, &d->to_v,
-                                       &d->add_q, &d->add_k, &d->add_v};
+    const wf_linear_t *proj[6] = {&d->to_q, &d->to_k, &d->to_v,
+                                  &d->add_q, &d->add_k, &d->add_v};
     const float *norms[4] = {d->norm_q, d->norm_k, d->norm_added_q, d->norm_added_k};
-    lay_t al;
+    wf_layout_t al;
     if ((st = attention(x, proj, 2, norms, &al)) != WF_OK)
         return st;
-    int64_t wa = flux_lay_width(&al, g->T);
-    if ((st = flux_lin_full(x, &d->to_out, o + Nt * wa, wa, &al, Ni, WF_ACT_NONE,
-                            lo + Nt * C)) != WF_OK ||
-        (st = flux_lin_full(x, &d->to_add_out, o, wa, &al, Nt, WF_ACT_NONE, lo)) != WF_OK ||
+    int64_t wa = wf_layout_width(&al, g->T);
+    if ((st = wf_linear_apply_full(le, &d->to_out, o + Nt * wa, wa, &al, Ni, WF_ACT_NONE,
+                                   lo + Nt * C)) != WF_OK ||
+        (st = wf_linear_apply_full(le, &d->to_add_out, o, wa, &al, Nt, WF_ACT_NONE, lo)) != WF_OK ||
         (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mi, 6 * C, 2 * C)) != WF_OK ||
         (st = gate_add(x, S, lo, B, g->Lt, mt, 6 * C, 2 * C)) != WF_OK)
         return st;
@@ -305,16 +308,17 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
         bool img = part == 0;
         int64_t rows = img ? Ni : Nt, per = img ? g->Li : g->Lt, r0 = img ? Nt : 0;
         const float *mod = img ? mi : mt;
-        const wf_flux_linear_t *f0 = img ? &d->ff0 : &d->ffc0, *f2 = img ? &d->ff2 : &d->ffc2;
-        lay_t hl;
+        const wf_linear_t *f0 = img ? &d->ff0 : &d->ffc0, *f2 = img ? &d->ff2 : &d->ffc2;
+        wf_layout_t hl;
         /* GELU in the linear, or after the all-reduce of a rowwise one */
         if ((st = flux_ln_mod(x, S + r0 * C, nx + r0 * C, B, per, mod, 6 * C, 3 * C, 4 * C)) !=
                 WF_OK ||
-            (st = flux_lin_raw(x, f0, nx + r0 * C, C, &lc, rows, WF_ACT_GELU_TANH, hid, &hl)) !=
-                WF_OK)
+            (st = wf_linear_apply(le, f0, nx + r0 * C, C, &lc, rows, WF_ACT_GELU_TANH, hid,
+                                  &hl)) != WF_OK)
             return st;
-        int64_t hw = flux_lay_width(&hl, g->T);
-        if ((st = flux_lin_full(x, f2, hid, hw, &hl, rows, WF_ACT_NONE, lo + r0 * C)) != WF_OK ||
+        int64_t hw = wf_layout_width(&hl, g->T);
+        if ((st = wf_linear_apply_full(le, f2, hid, hw, &hl, rows, WF_ACT_NONE, lo + r0 * C)) !=
+                WF_OK ||
             (st = gate_add(x, S + r0 * C, lo + r0 * C, B, per, mod, 6 * C, 5 * C)) != WF_OK)
             return st;
     }
@@ -331,38 +335,41 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
     float *mod = fp(x, x->W.modA), *semb = fp(x, x->W.semb);
     float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k), *cat = fp(x, x->W.cat);
-    lay_t lc = flux_lay_full(C);
+    wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    lay_t ml;
-    if ((st = flux_lin_full(x, &sb->norm, semb, C, &lc, B, WF_ACT_NONE, mod)) != WF_OK ||
+    wf_layout_t ml;
+    const wf_linear_env_t *le = &x->lin;
+    if ((st = wf_linear_apply_full(le, &sb->norm, semb, C, &lc, B, WF_ACT_NONE, mod)) != WF_OK ||
         (st = flux_ln_mod(x, S, nx, B, g->Lt, mod, 3 * C, 0, C)) != WF_OK ||
         (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 3 * C, 0, C)) != WF_OK ||
-        (st = flux_lin_raw(x, &sb->proj_mlp, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &ml)) !=
+        (st = wf_linear_apply(le, &sb->proj_mlp, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &ml)) !=
             WF_OK)
         return st;
-    const wf_flux_linear_t *proj[3] = {&sb->to_q, &sb->to_k, &sb->to_v};
+    const wf_linear_t *proj[3] = {&sb->to_q, &sb->to_k, &sb->to_v};
     const float *norms[2] = {sb->norm_q, sb->norm_k};
-    lay_t al;
+    wf_layout_t al;
     if ((st = attention(x, proj, 1, norms, &al)) != WF_OK)
         return st;
     /* cat([attn (C), mlp (M)]) in the layout proj_out takes: its pieces
      * ascend, so the attention columns come first in every row */
-    lay_t need = flux_lay_of(&sb->proj_out.place, true, T);
+    wf_layout_t need = wf_layout_of(&sb->proj_out.place, true, T);
     int64_t ps[WF_TP_MAX_BLOCKS], pn[WF_TP_MAX_BLOCKS], wo = 0, wm = 0;
-    int n = flux_win_pieces(&need, x->t, T, 0, C, ps, pn);
+    int n = wf_layout_window(&need, x->t, T, 0, C, ps, pn);
     for (int k = 0; k < n; k++)
         wo += pn[k];
-    n = flux_win_pieces(&need, x->t, T, C, M, ps, pn);
+    n = wf_layout_window(&need, x->t, T, C, M, ps, pn);
     for (int k = 0; k < n; k++)
         wm += pn[k];
     int64_t ldc = wo + wm;
     if (ldc != sb->proj_out.place.local_in)
         return WF_E_INTERNAL;
-    if ((st = flux_convert(x, o, flux_lay_width(&al, T), &al, N, &need, 0, cat, ldc)) != WF_OK ||
-        (st = flux_convert(x, hid, flux_lay_width(&ml, T), &ml, N, &need, C, cat + wo,
-                           ldc)) != WF_OK)
+    if ((st = wf_layout_convert(le, o, wf_layout_width(&al, T), &al, N, &need, 0, cat, ldc)) !=
+            WF_OK ||
+        (st = wf_layout_convert(le, hid, wf_layout_width(&ml, T), &ml, N, &need, C, cat + wo,
+                                ldc)) != WF_OK)
         return st;
-    if ((st = flux_lin_full(x, &sb->proj_out, cat, ldc, &need, N, WF_ACT_NONE, lo)) != WF_OK ||
+    if ((st = wf_linear_apply_full(le, &sb->proj_out, cat, ldc, &need, N, WF_ACT_NONE, lo)) !=
+            WF_OK ||
         (st = gate_add(x, S, lo, B, g->Lt, mod, 3 * C, 2 * C)) != WF_OK ||
         (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, 3 * C, 2 * C)) != WF_OK)
         return st;

@@ -4,7 +4,7 @@
  * a shard; the registry (models.h) builds and frees them.
  *
  * A rank's shard (wf_flux_shard_t) is cut from the read-only host
- * copy (flux_host.h) for (tp, tp_rank) by the plan (tp_plan.h), on the
+ * copy (model_host.h) for (tp, tp_rank) by the plan (tp_plan.h), on the
  * memory of the backend it is built for (backend.h):
  *   - the CPU backend (host memory; ops NULL or without mem_alloc): every
  *     piece in f32 (the CPU backend computes in f32). Where the host
@@ -34,43 +34,23 @@
 #include "backend.h"
 #include "flux_config.h"
 #include "model_host.h"
+#include "models/linear.h"
 #include "tp_plan.h"
 #include "weft.h"
 
-/* One linear layer on this rank (the weight as backend.h's
- * wf_linear_params_t takes it: nwb column blocks of (local_out, wbw[k])
- * rows ldw elements apart). */
-typedef struct wf_flux_linear {
-    wf_tp_place_t place;   /* its placement (full and local shapes) */
-    wf_dtype_t w_dtype;    /* of the weight as held: f32 on the CPU, the
-                              checkpoint tensor's on a device */
-    void *w;               /* an owned host f32 copy [local_out, local_in]
-                              (CPU, not a view), else NULL */
-    float *b;              /* bias f32 on the backend's memory:
-                              colwise / packed_colwise [local_out],
-                              otherwise [out]; NULL when the module has none */
-    bool w_view, b_view;   /* w / b are not owned (a view of the host copy,
-                              or a piece of the shard's device block) */
-    int64_t ldw;           /* elements between rows of the weight */
-    uint32_t nwb;          /* column blocks: 1, or (CPU view) the rank's
-                              pieces of a rowwise / packed_rowwise view */
-    const void *wb[WF_TP_MAX_BLOCKS]; /* first element of each block */
-    int64_t wbw[WF_TP_MAX_BLOCKS];    /* their widths (sum = local_in) */
-} wf_flux_linear_t;
-
 /* A double-stream block (diffusers' FluxTransformerBlock). */
 typedef struct wf_flux_double {
-    wf_flux_linear_t norm1, norm1_context;          /* AdaLN-Zero: 6 * dim */
-    wf_flux_linear_t to_q, to_k, to_v, add_q, add_k, add_v;
-    wf_flux_linear_t to_out, to_add_out;
-    wf_flux_linear_t ff0, ff2, ffc0, ffc2;          /* ff.net.0.proj, ff.net.2, ff_context.* */
+    wf_linear_t norm1, norm1_context;          /* AdaLN-Zero: 6 * dim */
+    wf_linear_t to_q, to_k, to_v, add_q, add_k, add_v;
+    wf_linear_t to_out, to_add_out;
+    wf_linear_t ff0, ff2, ffc0, ffc2;          /* ff.net.0.proj, ff.net.2, ff_context.* */
     float *norm_q, *norm_k, *norm_added_q, *norm_added_k; /* RMSNorm [D] f32, backend memory */
 } wf_flux_double_t;
 
 /* A single-stream block (diffusers' FluxSingleTransformerBlock). */
 typedef struct wf_flux_single {
-    wf_flux_linear_t norm;                          /* AdaLN-Zero single: 3 * dim */
-    wf_flux_linear_t to_q, to_k, to_v, proj_mlp, proj_out;
+    wf_linear_t norm;                          /* AdaLN-Zero single: 3 * dim */
+    wf_linear_t to_q, to_k, to_v, proj_mlp, proj_out;
     float *norm_q, *norm_k;
 } wf_flux_single_t;
 
@@ -78,13 +58,13 @@ typedef struct wf_flux_single {
 typedef struct wf_flux_shard {
     wf_flux_config_t cfg;
     int tp, tp_rank;
-    wf_flux_linear_t x_embedder, context_embedder;
-    wf_flux_linear_t time_l1, time_l2;     /* time_text_embed.timestep_embedder */
-    wf_flux_linear_t guid_l1, guid_l2;     /* .guidance_embedder (guidance models) */
-    wf_flux_linear_t text_l1, text_l2;     /* .text_embedder */
+    wf_linear_t x_embedder, context_embedder;
+    wf_linear_t time_l1, time_l2;     /* time_text_embed.timestep_embedder */
+    wf_linear_t guid_l1, guid_l2;     /* .guidance_embedder (guidance models) */
+    wf_linear_t text_l1, text_l2;     /* .text_embedder */
     wf_flux_double_t *dbl;                 /* cfg.num_layers */
     wf_flux_single_t *sgl;                 /* cfg.num_single_layers */
-    wf_flux_linear_t norm_out, proj_out;
+    wf_linear_t norm_out, proj_out;
     uint64_t bytes;                        /* bytes held: f32 pieces on the
                                               CPU (views counted too), the
                                               device block on a device */

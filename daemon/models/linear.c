@@ -1,25 +1,26 @@
-/* flux_linear.c — the FLUX forward's linear layers on one tp rank and
- * the layouts of the activations between them (flux_forward.c "Layouts
- * over tp"): a layout is full or split by the producing placement;
- * flux_convert turns any into any other, deciding on the layouts alone so
- * that every tp rank enters the same collectives. The arithmetic is the
- * backend's (ops->linear, bias_act, copy_rows) on its memory; the
- * collectives are the comm's.
+/* linear.c — linear layers with tp placement on one tp rank and the
+ * layouts of the activations between them (linear.h): a layout is full
+ * or split by the producing placement; wf_layout_convert turns any into
+ * any other, deciding on the layouts alone so that every tp rank enters
+ * the same collectives.
  *
- * Not here: which layer runs when (flux_blocks.c, flux_embed.c).
+ * Not here: which layer runs when (the family's model code).
  */
-#include "flux_run.h"
+#include "models/linear.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/szcheck.h"
 
 _Static_assert(WF_TP_MAX_BLOCKS <= WF_LINEAR_MAX_BLOCKS,
                "a rowwise packed shard view is one weight block per plan block");
 
 /* ---- layouts over tp ----------------------------------------------------------- */
 
-lay_t flux_lay_full(int64_t n)
+wf_layout_t wf_layout_full(int64_t n)
 {
-    lay_t l;
+    wf_layout_t l;
     memset(&l, 0, sizeof l);
     l.n = n;
     return l;
@@ -27,11 +28,11 @@ lay_t flux_lay_full(int64_t n)
 
 /* The layout a linear takes (`input`) or emits with placement p. With one
  * rank everything is full. */
-lay_t flux_lay_of(const wf_tp_place_t *p, bool input, int T)
+wf_layout_t wf_layout_of(const wf_tp_place_t *p, bool input, int T)
 {
     bool cols = p->style == WF_TP_COLWISE || p->style == WF_TP_PACKED_COLWISE;
     bool rows = p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE;
-    lay_t l = flux_lay_full(input ? p->in : p->out);
+    wf_layout_t l = wf_layout_full(input ? p->in : p->out);
     if (T == 1 || !(input ? rows : cols))
         return l;
     l.nb = p->n_blocks;
@@ -40,9 +41,9 @@ lay_t flux_lay_of(const wf_tp_place_t *p, bool input, int T)
     return l;
 }
 
-int64_t flux_lay_width(const lay_t *l, int T) { return l->nb ? l->n / T : l->n; }
+int64_t wf_layout_width(const wf_layout_t *l, int T) { return l->nb ? l->n / T : l->n; }
 
-bool flux_lay_same(const lay_t *a, const lay_t *b)
+bool wf_layout_same(const wf_layout_t *a, const wf_layout_t *b)
 {
     if (a->n != b->n || a->nb != b->nb)
         return false;
@@ -53,7 +54,7 @@ bool flux_lay_same(const lay_t *a, const lay_t *b)
 }
 
 /* Pieces of rank r (ascending): count, starts and lengths in full columns. */
-int flux_lay_pieces(const lay_t *l, int r, int T, int64_t *st, int64_t *ln)
+int wf_layout_pieces(const wf_layout_t *l, int r, int T, int64_t *st, int64_t *ln)
 {
     if (l->nb == 0) {
         st[0] = 0;
@@ -71,11 +72,11 @@ int flux_lay_pieces(const lay_t *l, int r, int T, int64_t *st, int64_t *ln)
 }
 
 /* Rank r's pieces of l inside the window [a, a + w), shifted by -a. */
-int flux_win_pieces(const lay_t *l, int r, int T, int64_t a, int64_t w, int64_t *st,
+int wf_layout_window(const wf_layout_t *l, int r, int T, int64_t a, int64_t w, int64_t *st,
                     int64_t *ln)
 {
     int64_t s0[WF_TP_MAX_BLOCKS], l0[WF_TP_MAX_BLOCKS];
-    int n = flux_lay_pieces(l, r, T, s0, l0), m = 0;
+    int n = wf_layout_pieces(l, r, T, s0, l0), m = 0;
     for (int k = 0; k < n; k++) {
         int64_t lo = wf_max_i64(s0[k], a), hi = wf_min_i64(s0[k] + l0[k], a + w);
         if (hi <= lo)
@@ -88,12 +89,12 @@ int flux_win_pieces(const lay_t *l, int r, int T, int64_t a, int64_t w, int64_t 
 }
 
 /* rows x `w` floats from src (row stride ld_src floats) to dst (ld_dst). */
-static wf_status_t copy_cols(run_t *x, float *dst, int64_t ld_dst, const float *src,
+static wf_status_t copy_cols(const wf_linear_env_t *e, float *dst, int64_t ld_dst, const float *src,
                              int64_t ld_src, int64_t rows, int64_t w)
 {
     if (w <= 0 || rows <= 0)
         return WF_OK;
-    return x->ops->copy_rows(x->ctx, dst, (size_t)ld_dst * sizeof(float), src,
+    return e->ops->copy_rows(e->ctx, dst, (size_t)ld_dst * sizeof(float), src,
                              (size_t)ld_src * sizeof(float), rows, (size_t)w * sizeof(float));
 }
 
@@ -101,19 +102,19 @@ static wf_status_t copy_cols(run_t *x, float *dst, int64_t ld_dst, const float *
  * row stride ld_src) -> this rank's columns of target layout tl inside
  * the window [a, a + sl->n) of tl's dim, into dst (row stride ld_dst).
  * Collective over tp when sl is split and the pieces differ on some rank. */
-wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t *sl,
-                         int64_t rows, const lay_t *tl, int64_t a, float *dst,
-                         int64_t ld_dst)
+wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_t ld_src,
+                              const wf_layout_t *sl, int64_t rows, const wf_layout_t *tl,
+                              int64_t a, float *dst, int64_t ld_dst)
 {
-    const int T = x->g.T;
+    const int T = e->T;
     int64_t ts[WF_TP_MAX_BLOCKS], tn[WF_TP_MAX_BLOCKS];
-    int nt = flux_win_pieces(tl, x->t, T, a, sl->n, ts, tn);
+    int nt = wf_layout_window(tl, e->t, T, a, sl->n, ts, tn);
     wf_status_t st;
     if (sl->nb == 0) {
         /* full source: a local slice, one strided copy per piece */
         int64_t o = 0;
         for (int k = 0; k < nt; k++) {
-            if ((st = copy_cols(x, dst + o, ld_dst, src + ts[k], ld_src, rows, tn[k])) != WF_OK)
+            if ((st = copy_cols(e, dst + o, ld_dst, src + ts[k], ld_src, rows, tn[k])) != WF_OK)
                 return st;
             o += tn[k];
         }
@@ -125,19 +126,19 @@ wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t
     for (int r = 0; r < T && same; r++) {
         int64_t as[WF_TP_MAX_BLOCKS], an[WF_TP_MAX_BLOCKS];
         int64_t bs[WF_TP_MAX_BLOCKS], bn[WF_TP_MAX_BLOCKS];
-        int na = flux_win_pieces(tl, r, T, a, sl->n, as, an);
-        int nb = flux_lay_pieces(sl, r, T, bs, bn);
+        int na = wf_layout_window(tl, r, T, a, sl->n, as, an);
+        int nb = wf_layout_pieces(sl, r, T, bs, bn);
         same = na == nb;
         for (int k = 0; k < na && same; k++)
             same = as[k] == bs[k] && an[k] == bn[k];
     }
-    const int64_t wl = flux_lay_width(sl, T);
+    const int64_t wl = wf_layout_width(sl, T);
     if (same)
-        return copy_cols(x, dst, ld_dst, src, ld_src, rows, wl);
-    if (ld_src != wl || (size_t)(rows * sl->n) > x->W.G_n || !x->grp->tp)
+        return copy_cols(e, dst, ld_dst, src, ld_src, rows, wl);
+    if (ld_src != wl || (size_t)(rows * sl->n) > e->G_n || !e->tp)
         return WF_E_INTERNAL;
-    float *G = fp(x, x->W.G);
-    st = wf_comm_allgather(x->grp->tp, src, G, (size_t)(rows * wl) * sizeof(float));
+    float *G = e->G;
+    st = wf_comm_allgather(e->tp, src, G, (size_t)(rows * wl) * sizeof(float));
     if (st != WF_OK)
         return st;
     /* full column c lies in block b at offset o: rank o / q holds it at
@@ -158,7 +159,7 @@ wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t
                 pre += q;
             }
             int64_t owner = o / q, lc = pre + o % q, run = wf_min_i64(end - c, q - o % q);
-            st = copy_cols(x, dst + d, ld_dst, G + owner * rows * wl + lc, wl, rows, run);
+            st = copy_cols(e, dst + d, ld_dst, G + owner * rows * wl + lc, wl, rows, run);
             if (st != WF_OK)
                 return st;
             d += run;
@@ -168,7 +169,7 @@ wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t
     return WF_OK;
 }
 
-wf_linear_params_t flux_lin_params(const wf_flux_linear_t *L, int64_t rows)
+wf_linear_params_t wf_linear_params_of(const wf_linear_t *L, int64_t rows)
 {
     wf_linear_params_t p;
     memset(&p, 0, sizeof p);
@@ -192,23 +193,23 @@ wf_linear_params_t flux_lin_params(const wf_flux_linear_t *L, int64_t rows)
  * Rowwise partial sums are all-reduced over tp, then the bias and the
  * activation are applied once (ops->bias_act); otherwise both are in the
  * linear call. */
-wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
-                         int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
-                         float *dst, lay_t *ret_lay)
+wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, const float *in,
+                            int64_t ld_in, const wf_layout_t *il, int64_t rows, wf_act_t act,
+                            float *dst, wf_layout_t *ret_lay)
 {
     const wf_tp_place_t *p = &L->place;
-    const int T = x->g.T;
-    lay_t need = flux_lay_of(p, true, T);
+    const int T = e->T;
+    wf_layout_t need = wf_layout_of(p, true, T);
     const float *a = in;
     int64_t lda = ld_in;
     wf_status_t st;
-    if (flux_lay_width(&need, T) != p->local_in || il->n != p->in)
+    if (wf_layout_width(&need, T) != p->local_in || il->n != p->in)
         return WF_E_INTERNAL;
-    if (!flux_lay_same(il, &need)) {
-        if ((size_t)(rows * p->local_in) > x->W.Xc_n)
+    if (!wf_layout_same(il, &need)) {
+        if ((size_t)(rows * p->local_in) > e->Xc_n)
             return WF_E_INTERNAL;
-        float *xc = fp(x, x->W.Xc);
-        st = flux_convert(x, in, ld_in, il, rows, &need, 0, xc, p->local_in);
+        float *xc = e->Xc;
+        st = wf_layout_convert(e, in, ld_in, il, rows, &need, 0, xc, p->local_in);
         if (st != WF_OK)
             return st;
         a = xc;
@@ -216,49 +217,61 @@ wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
     }
     const int64_t lo = p->local_out;
     bool reduce = T > 1 && (p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE);
-    wf_linear_params_t lp = flux_lin_params(L, rows);
+    wf_linear_params_t lp = wf_linear_params_of(L, rows);
     lp.x = a;
     lp.ldx = lda;
     lp.bias = reduce ? NULL : L->b;
     lp.act = reduce ? WF_ACT_NONE : act;
     lp.y = dst;
     lp.ldy = lo;
-    size_t need_ws = x->ops->linear_workspace(&lp);
-    if (need_ws > x->W.lws_bytes)
+    size_t need_ws = e->ops->linear_workspace(&lp);
+    if (need_ws > e->lws_bytes)
         return WF_E_INTERNAL;
-    if (rows > 0 && (st = x->ops->linear(x->ctx, &lp, need_ws ? x->ws + x->W.lws : NULL)) != WF_OK)
+    if (rows > 0 && (st = e->ops->linear(e->ctx, &lp, need_ws ? e->lws : NULL)) != WF_OK)
         return st;
     if (reduce) {
-        if (!x->grp->tp)
+        if (!e->tp)
             return WF_E_INTERNAL;
-        st = wf_comm_allreduce(x->grp->tp, dst, dst, (size_t)(rows * lo), WF_COMM_F32,
+        st = wf_comm_allreduce(e->tp, dst, dst, (size_t)(rows * lo), WF_COMM_F32,
                                WF_COMM_SUM);
         if (st != WF_OK)
             return st;
         if ((L->b || act != WF_ACT_NONE) &&
-            (st = x->ops->bias_act(x->ctx, dst, rows, lo, lo, L->b, act)) != WF_OK)
+            (st = e->ops->bias_act(e->ctx, dst, rows, lo, lo, L->b, act)) != WF_OK)
             return st;
     }
-    *ret_lay = flux_lay_of(p, false, T);
+    *ret_lay = wf_layout_of(p, false, T);
     return WF_OK;
 }
 
-/* As lin_raw, but dst (rows x out, contiguous) always gets the full
+/* As wf_linear_apply, but dst (rows x out, contiguous) always gets the full
  * output (a split one is gathered through Y). */
-wf_status_t flux_lin_full(run_t *x, const wf_flux_linear_t *L, const float *in,
-                          int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
-                          float *dst)
+wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
+                                 const float *in, int64_t ld_in, const wf_layout_t *il,
+                                 int64_t rows, wf_act_t act, float *dst)
 {
     const wf_tp_place_t *p = &L->place;
-    lay_t ol = flux_lay_of(p, false, x->g.T);
+    wf_layout_t ol = wf_layout_of(p, false, e->T);
     if (ol.nb == 0)
-        return flux_lin_raw(x, L, in, ld_in, il, rows, act, dst, &ol);
-    if ((size_t)(rows * p->local_out) > x->W.Y_n)
+        return wf_linear_apply(e, L, in, ld_in, il, rows, act, dst, &ol);
+    if ((size_t)(rows * p->local_out) > e->Y_n)
         return WF_E_INTERNAL;
-    float *Y = fp(x, x->W.Y);
-    wf_status_t st = flux_lin_raw(x, L, in, ld_in, il, rows, act, Y, &ol);
+    float *Y = e->Y;
+    wf_status_t st = wf_linear_apply(e, L, in, ld_in, il, rows, act, Y, &ol);
     if (st != WF_OK)
         return st;
-    lay_t full = flux_lay_full(p->out);
-    return flux_convert(x, Y, p->local_out, &ol, rows, &full, 0, dst, p->out);
+    wf_layout_t full = wf_layout_full(p->out);
+    return wf_layout_convert(e, Y, p->local_out, &ol, rows, &full, 0, dst, p->out);
+}
+
+void wf_linear_free(wf_linear_t *L)
+{
+    if (!L->w_view)
+        free(L->w);
+    if (!L->b_view)
+        free(L->b);
+    L->w = NULL;
+    L->b = NULL;
+    L->w_view = L->b_view = false;
+    L->nwb = 0;
 }

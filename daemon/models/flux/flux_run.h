@@ -1,8 +1,8 @@
-/* flux_run.h — private to daemon/models: what the files of the FLUX
+/* flux_run.h — private to daemon/models/flux: what the files of the FLUX
  * forward share (flux_forward.c the job check, workspace and driver,
  * flux_shard.c the plan check and shards, flux_embed.c the inputs and
- * embeddings, flux_linear.c the tp layouts and linear layers,
- * flux_blocks.c the attention and the transformer blocks). Nothing
+ * embeddings, flux_blocks.c the attention and the transformer blocks;
+ * the linear layers and tp layouts are models/linear.h's). Nothing
  * outside those files includes it; flux_forward.h is the contract.
  *
  * Names as in flux_forward.c: T tp ranks, P = R * U seq ranks, C =
@@ -91,13 +91,6 @@ typedef struct wsl {
     recl_t rec;                  /* the input record */
 } wsl_t;
 
-/* Layout of an activation's columns over the tp ranks. */
-typedef struct lay {
-    int64_t n;                       /* full width */
-    uint32_t nb;                     /* 0: full on every rank; else blocks */
-    int64_t block[WF_TP_MAX_BLOCKS]; /* full sizes of the blocks (sum n) */
-} lay_t;
-
 /* State of one forward on one rank. */
 typedef struct flux_run {
     const wf_flux_shard_t *s;    /* weights */
@@ -113,6 +106,8 @@ typedef struct flux_run {
     bool dev;                    /* the backend computes on device memory */
     int t, i;                    /* tp rank, seq index */
     bool root;                   /* t == 0 and i == 0 */
+    wf_linear_env_t lin;         /* the linear layers' backend, tp group
+                                    and scratch (Xc, Y, G, lws of W) */
 } run_t;
 
 /* The floats at byte offset off of the run's workspace. */
@@ -127,50 +122,6 @@ static inline size_t *flux_meta(const run_t *x)
 /* Whether a backend computes on device memory (the forward's workspace
  * and the shards are then device memory). */
 static inline bool flux_on_device(const wf_backend_ops_t *ops) { return ops->copy_h2d != NULL; }
-
-/* ---- layouts over tp and linear layers (flux_linear.c) ----------------- */
-
-/* Full width n on every rank. */
-lay_t flux_lay_full(int64_t n);
-
-/* The layout a linear takes (`input`) or emits with placement p. */
-lay_t flux_lay_of(const wf_tp_place_t *p, bool input, int T);
-
-/* Columns of l on one rank. */
-int64_t flux_lay_width(const lay_t *l, int T);
-
-/* Same layout. */
-bool flux_lay_same(const lay_t *a, const lay_t *b);
-
-/* Pieces of rank r (ascending): count, starts and lengths in full
- * columns (st, ln: WF_TP_MAX_BLOCKS each). */
-int flux_lay_pieces(const lay_t *l, int r, int T, int64_t *st, int64_t *ln);
-
-/* Rank r's pieces of l inside the window [a, a + w), shifted by -a. */
-int flux_win_pieces(const lay_t *l, int r, int T, int64_t a, int64_t w, int64_t *st,
-                    int64_t *ln);
-
-/* Columns in layout sl -> this rank's columns of layout tl inside the
- * window [a, a + sl->n); collective over tp when the pieces differ on
- * some rank (every tp rank decides alike). */
-wf_status_t flux_convert(run_t *x, const float *src, int64_t ld_src, const lay_t *sl,
-                         int64_t rows, const lay_t *tl, int64_t a, float *dst,
-                         int64_t ld_dst);
-
-/* dst (rows x local out) = act(in W^T + b) in the placement's output
- * layout (*ret_lay); rowwise partial sums all-reduced over tp before the
- * bias and act. */
-wf_status_t flux_lin_raw(run_t *x, const wf_flux_linear_t *L, const float *in,
-                         int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
-                         float *dst, lay_t *ret_lay);
-
-/* flux_lin_raw with the full output in dst (rows x out). */
-wf_status_t flux_lin_full(run_t *x, const wf_flux_linear_t *L, const float *in,
-                          int64_t ld_in, const lay_t *il, int64_t rows, wf_act_t act,
-                          float *dst);
-
-/* Linear params of layer L on an input of `rows` rows (x, y unset). */
-wf_linear_params_t flux_lin_params(const wf_flux_linear_t *L, int64_t rows);
 
 /* ---- inputs and embeddings (flux_embed.c) ------------------------------ */
 

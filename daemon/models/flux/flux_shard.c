@@ -1,5 +1,6 @@
-/* flux_shard.c — the modules of a FLUX config walked in state_dict
- * order, and what is done with them: the tp plan check
+/* flux_shard.c — the modules of a FLUX config (the module table,
+ * modelfiles/flux/flux_modules.h) walked in state_dict order, each mapped
+ * to its slot of a shard, and what is done with them: the tp plan check
  * (wf_flux_plan_check), a shard's size and the shards themselves, cut
  * from the host copy for one tp rank (flux_shard.h): f32 host memory for
  * the CPU backend, one resident block in the checkpoint's dtype for a
@@ -9,8 +10,10 @@
  */
 #include "flux_shard.h"
 #include "flux_run.h"
+#include "flux_modules.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,91 +23,90 @@
 
 /* ---- the modules of a config ------------------------------------------- */
 
-/* What a visited module is. */
-typedef enum tkind {
-    K_LINEAR = 0, /* a linear layer */
-    K_QKV = 1,    /* a query / key / value projection (its heads must stay whole) */
-    K_NORM = 2    /* an RMSNorm weight [D] (never sharded) */
-} tkind_t;
+/* Where a module lives in a shard: byte offset + 1 of its slot (a
+ * wf_linear_t, or a norm's float *) in wf_flux_shard_t (model
+ * modules), wf_flux_double_t or wf_flux_single_t (by its scope); 0: no
+ * slot (a table row the shard does not hold: a bug). */
+#define MS(f) (offsetof(wf_flux_shard_t, f) + 1)
+#define DS(f) (offsetof(wf_flux_double_t, f) + 1)
+#define SS(f) (offsetof(wf_flux_single_t, f) + 1)
+static const size_t slot_of[WF_FLUX_MODULE_COUNT] = {
+    [WF_FLUX_TIME_L1] = MS(time_l1),
+    [WF_FLUX_TIME_L2] = MS(time_l2),
+    [WF_FLUX_GUIDANCE_L1] = MS(guid_l1),
+    [WF_FLUX_GUIDANCE_L2] = MS(guid_l2),
+    [WF_FLUX_TEXT_L1] = MS(text_l1),
+    [WF_FLUX_TEXT_L2] = MS(text_l2),
+    [WF_FLUX_CONTEXT_EMBEDDER] = MS(context_embedder),
+    [WF_FLUX_X_EMBEDDER] = MS(x_embedder),
+    [WF_FLUX_D_NORM1] = DS(norm1),
+    [WF_FLUX_D_NORM1_CONTEXT] = DS(norm1_context),
+    [WF_FLUX_D_NORM_Q] = DS(norm_q),
+    [WF_FLUX_D_NORM_K] = DS(norm_k),
+    [WF_FLUX_D_TO_Q] = DS(to_q),
+    [WF_FLUX_D_TO_K] = DS(to_k),
+    [WF_FLUX_D_TO_V] = DS(to_v),
+    [WF_FLUX_D_TO_OUT] = DS(to_out),
+    [WF_FLUX_D_NORM_ADDED_Q] = DS(norm_added_q),
+    [WF_FLUX_D_NORM_ADDED_K] = DS(norm_added_k),
+    [WF_FLUX_D_ADD_Q] = DS(add_q),
+    [WF_FLUX_D_ADD_K] = DS(add_k),
+    [WF_FLUX_D_ADD_V] = DS(add_v),
+    [WF_FLUX_D_TO_ADD_OUT] = DS(to_add_out),
+    [WF_FLUX_D_FF0] = DS(ff0),
+    [WF_FLUX_D_FF2] = DS(ff2),
+    [WF_FLUX_D_FFC0] = DS(ffc0),
+    [WF_FLUX_D_FFC2] = DS(ffc2),
+    [WF_FLUX_S_NORM] = SS(norm),
+    [WF_FLUX_S_PROJ_MLP] = SS(proj_mlp),
+    [WF_FLUX_S_PROJ_OUT] = SS(proj_out),
+    [WF_FLUX_S_NORM_Q] = SS(norm_q),
+    [WF_FLUX_S_NORM_K] = SS(norm_k),
+    [WF_FLUX_S_TO_Q] = SS(to_q),
+    [WF_FLUX_S_TO_K] = SS(to_k),
+    [WF_FLUX_S_TO_V] = SS(to_v),
+    [WF_FLUX_NORM_OUT] = MS(norm_out),
+    [WF_FLUX_PROJ_OUT] = MS(proj_out),
+};
+#undef MS
+#undef DS
+#undef SS
 
-/* Called once per module, in state_dict order. `module` is diffusers'
- * module name (the tensor names are module + ".weight" / ".bias"). With a
- * shard, `lin` (linear) or `norm` (norm weight) point at its slot. */
-typedef wf_status_t (*visit_fn)(void *arg, const char *module, tkind_t kind,
-                                int64_t out, int64_t in, wf_flux_linear_t *lin,
+/* Called once per module, in state_dict order (flux_modules.h). With a
+ * shard, `lin` (a linear) or `norm` (a norm weight) point at its slot. */
+typedef wf_status_t (*visit_fn)(void *arg, const wf_flux_module_t *m, wf_linear_t *lin,
                                 float **norm);
 
-/* Every module of a model with config cfg; s may be NULL (names only).
- * Stops at the first error. */
-static wf_status_t walk(const wf_flux_config_t *cfg, wf_flux_shard_t *s,
-                        visit_fn fn, void *arg)
+/* A walk: the visitor, its argument, the shard (or NULL). */
+typedef struct walk_state {
+    wf_flux_shard_t *s;
+    visit_fn fn;
+    void *arg;
+} walk_state_t;
+
+static wf_status_t walk_visit(void *arg, const wf_flux_module_t *m)
 {
-    const int64_t C = cfg->inner_dim, D = cfg->attention_head_dim;
-    const int64_t M = cfg->mlp_hidden_dim, TC = WF_FLUX_TIMESTEP_CHANNELS;
-    const int64_t OC = (int64_t)cfg->patch_size * cfg->patch_size * cfg->out_channels;
-    char n[WF_TENSOR_SPEC_NAME_MAX];
-    wf_status_t st;
-#define LIN(field, kind, out, in, ...)                                        \
-    do {                                                                      \
-        snprintf(n, sizeof n, __VA_ARGS__);                                   \
-        st = fn(arg, n, kind, out, in, s ? &s->field : NULL, NULL);           \
-        if (st != WF_OK)                                                      \
-            return st;                                                        \
-    } while (0)
-#define NORM(field, ...)                                                      \
-    do {                                                                      \
-        snprintf(n, sizeof n, __VA_ARGS__);                                   \
-        st = fn(arg, n, K_NORM, D, 0, NULL, s ? &s->field : NULL);            \
-        if (st != WF_OK)                                                      \
-            return st;                                                        \
-    } while (0)
-    LIN(time_l1, K_LINEAR, C, TC, "time_text_embed.timestep_embedder.linear_1");
-    LIN(time_l2, K_LINEAR, C, C, "time_text_embed.timestep_embedder.linear_2");
-    if (cfg->guidance_embeds) {
-        LIN(guid_l1, K_LINEAR, C, TC, "time_text_embed.guidance_embedder.linear_1");
-        LIN(guid_l2, K_LINEAR, C, C, "time_text_embed.guidance_embedder.linear_2");
-    }
-    LIN(text_l1, K_LINEAR, C, cfg->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
-    LIN(text_l2, K_LINEAR, C, C, "time_text_embed.text_embedder.linear_2");
-    LIN(context_embedder, K_LINEAR, C, cfg->joint_attention_dim, "context_embedder");
-    LIN(x_embedder, K_LINEAR, C, cfg->in_channels, "x_embedder");
-    for (uint32_t b = 0; b < cfg->num_layers; b++) {
-        const char *p = "transformer_blocks";
-        LIN(dbl[b].norm1, K_LINEAR, 6 * C, C, "%s.%" PRIu32 ".norm1.linear", p, b);
-        LIN(dbl[b].norm1_context, K_LINEAR, 6 * C, C, "%s.%" PRIu32 ".norm1_context.linear", p, b);
-        NORM(dbl[b].norm_q, "%s.%" PRIu32 ".attn.norm_q", p, b);
-        NORM(dbl[b].norm_k, "%s.%" PRIu32 ".attn.norm_k", p, b);
-        LIN(dbl[b].to_q, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_q", p, b);
-        LIN(dbl[b].to_k, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_k", p, b);
-        LIN(dbl[b].to_v, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_v", p, b);
-        LIN(dbl[b].to_out, K_LINEAR, C, C, "%s.%" PRIu32 ".attn.to_out.0", p, b);
-        NORM(dbl[b].norm_added_q, "%s.%" PRIu32 ".attn.norm_added_q", p, b);
-        NORM(dbl[b].norm_added_k, "%s.%" PRIu32 ".attn.norm_added_k", p, b);
-        LIN(dbl[b].add_q, K_QKV, C, C, "%s.%" PRIu32 ".attn.add_q_proj", p, b);
-        LIN(dbl[b].add_k, K_QKV, C, C, "%s.%" PRIu32 ".attn.add_k_proj", p, b);
-        LIN(dbl[b].add_v, K_QKV, C, C, "%s.%" PRIu32 ".attn.add_v_proj", p, b);
-        LIN(dbl[b].to_add_out, K_LINEAR, C, C, "%s.%" PRIu32 ".attn.to_add_out", p, b);
-        LIN(dbl[b].ff0, K_LINEAR, M, C, "%s.%" PRIu32 ".ff.net.0.proj", p, b);
-        LIN(dbl[b].ff2, K_LINEAR, C, M, "%s.%" PRIu32 ".ff.net.2", p, b);
-        LIN(dbl[b].ffc0, K_LINEAR, M, C, "%s.%" PRIu32 ".ff_context.net.0.proj", p, b);
-        LIN(dbl[b].ffc2, K_LINEAR, C, M, "%s.%" PRIu32 ".ff_context.net.2", p, b);
-    }
-    for (uint32_t b = 0; b < cfg->num_single_layers; b++) {
-        const char *p = "single_transformer_blocks";
-        LIN(sgl[b].norm, K_LINEAR, 3 * C, C, "%s.%" PRIu32 ".norm.linear", p, b);
-        LIN(sgl[b].proj_mlp, K_LINEAR, M, C, "%s.%" PRIu32 ".proj_mlp", p, b);
-        LIN(sgl[b].proj_out, K_LINEAR, C, C + M, "%s.%" PRIu32 ".proj_out", p, b);
-        NORM(sgl[b].norm_q, "%s.%" PRIu32 ".attn.norm_q", p, b);
-        NORM(sgl[b].norm_k, "%s.%" PRIu32 ".attn.norm_k", p, b);
-        LIN(sgl[b].to_q, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_q", p, b);
-        LIN(sgl[b].to_k, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_k", p, b);
-        LIN(sgl[b].to_v, K_QKV, C, C, "%s.%" PRIu32 ".attn.to_v", p, b);
-    }
-    LIN(norm_out, K_LINEAR, 2 * C, C, "norm_out.linear");
-    LIN(proj_out, K_LINEAR, OC, C, "proj_out");
-#undef LIN
-#undef NORM
-    return WF_OK;
+    walk_state_t *w = arg;
+    if (!w->s)
+        return w->fn(w->arg, m, NULL, NULL);
+    if ((unsigned)m->id >= WF_FLUX_MODULE_COUNT || slot_of[m->id] == 0)
+        return WF_E_INTERNAL;
+    unsigned char *base = m->scope == WF_FLUX_SCOPE_DOUBLE   ? (unsigned char *)&w->s->dbl[m->block]
+                          : m->scope == WF_FLUX_SCOPE_SINGLE ? (unsigned char *)&w->s->sgl[m->block]
+                                                             : (unsigned char *)w->s;
+    void *slot = base + slot_of[m->id] - 1;
+    if (m->kind == WF_FLUX_NORM)
+        return w->fn(w->arg, m, NULL, slot);
+    return w->fn(w->arg, m, slot, NULL);
+}
+
+/* Every module of a model with config cfg; s may be NULL (no slots).
+ * Stops at the first error. */
+static wf_status_t walk(const wf_flux_config_t *cfg, wf_flux_shard_t *s, visit_fn fn,
+                        void *arg)
+{
+    walk_state_t w = {s, fn, arg};
+    return wf_flux_modules_walk(cfg, walk_visit, &w);
 }
 
 /* ---- plan check ----------------------------------------------------------- */
@@ -119,39 +121,39 @@ typedef struct pcheck {
     size_t err_len;              /* its size */
 } pcheck_t;
 
-static wf_status_t pcheck_visit(void *arg, const char *module, tkind_t kind,
-                                int64_t out, int64_t in, wf_flux_linear_t *lin,
+static wf_status_t pcheck_visit(void *arg, const wf_flux_module_t *m, wf_linear_t *lin,
                                 float **norm)
 {
     (void)lin;
     (void)norm;
     pcheck_t *pc = arg;
     const wf_tp_plan_t *plan = pc->plan;
+    const char *module = m->name;
     for (uint32_t r = 0; r < plan->n; r++) {
         if (!wf_tp_glob_match(plan->rules[r].glob, module))
             continue;
-        if (kind == K_NORM)
+        if (m->kind == WF_FLUX_NORM)
             return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
                                   "tp_plan rule '%s' matches '%s', a norm weight: only linear "
                                   "layers can be sharded (norm weights stay replicated)",
                                   plan->rules[r].glob, module);
         pc->matched[r] = true;
     }
-    if (kind == K_NORM)
+    if (m->kind == WF_FLUX_NORM)
         return WF_OK;
     const int64_t D = pc->cfg->attention_head_dim, H = pc->cfg->num_attention_heads;
     int ri = wf_tp_plan_find(plan, module);
     wf_tp_style_t style = ri >= 0 ? plan->rules[ri].style : WF_TP_REPLICATED;
     bool splits_out = style == WF_TP_COLWISE || style == WF_TP_PACKED_COLWISE;
     /* diffusers checks the heads before it shards anything */
-    if (kind == K_QKV && splits_out && H % pc->tp != 0)
+    if (m->heads && splits_out && H % pc->tp != 0)
         return wf_errf_status(WF_E_BAD_ARGUMENT, pc->err, pc->err_len,
                               "`tp_degree` (%d) must divide the number of attention heads "
                               "(%" PRId64 ").", pc->tp, H);
     wf_tp_place_t pl;
-    if (wf_tp_place(plan, module, out, in, pc->tp, &pl, pc->err, pc->err_len) != WF_OK)
+    if (wf_tp_place(plan, module, m->out, m->in, pc->tp, &pl, pc->err, pc->err_len) != WF_OK)
         return WF_E_BAD_ARGUMENT;
-    if (kind == K_QKV && splits_out && pc->tp > 1) {
+    if (m->heads && splits_out && pc->tp > 1) {
         int64_t start = 0;
         for (uint32_t b = 0; b < pl.n_blocks; b++) {
             int64_t piece = pl.block[b] / pc->tp;
@@ -224,25 +226,22 @@ static uint64_t bias_elems(const wf_tp_place_t *p)
     return (uint64_t)(split ? p->local_out : p->out);
 }
 
-static wf_status_t pbytes_visit(void *arg, const char *module, tkind_t kind,
-                                int64_t out, int64_t in, wf_flux_linear_t *lin,
+static wf_status_t pbytes_visit(void *arg, const wf_flux_module_t *m, wf_linear_t *lin,
                                 float **norm)
 {
     (void)lin;
     (void)norm;
     pbytes_t *pb = arg;
-    if (kind == K_NORM) {
-        uint64_t b = (uint64_t)out * sizeof(float);
+    if (m->kind == WF_FLUX_NORM) {
+        uint64_t b = (uint64_t)m->out * sizeof(float);
         pb->bytes += pb->dev ? dev_round(b) : b;
         return WF_OK;
     }
     wf_tp_place_t pl;
-    if (wf_tp_place(pb->plan, module, out, in, pb->tp, &pl, NULL, 0) != WF_OK)
+    if (wf_tp_place(pb->plan, m->name, m->out, m->in, pb->tp, &pl, NULL, 0) != WF_OK)
         return WF_E_BAD_ARGUMENT;
     uint64_t w = (uint64_t)pl.local_out * (uint64_t)pl.local_in;
-    uint64_t b = bias_elems(&pl) * sizeof(float);
-    /* the bias is counted whether or not the module has one (the config
-     * does not say): an upper bound on a device, as it always was here */
+    uint64_t b = m->kind == WF_FLUX_LINEAR ? bias_elems(&pl) * sizeof(float) : 0;
     if (pb->dev)
         pb->bytes += dev_round(w * pb->wes) + dev_round(b);
     else
@@ -396,7 +395,7 @@ static wf_status_t dev_f32(build_t *bd, const void *const *src, const uint64_t *
 /* A linear's weight (contiguous local_out x local_in, its dtype) and
  * bias on the device. */
 static wf_status_t dev_linear(build_t *bd, const wf_host_tensor_t *w,
-                              const wf_host_tensor_t *b, wf_flux_linear_t *lin,
+                              const wf_host_tensor_t *b, wf_linear_t *lin,
                               const int64_t *ps, const int64_t *pl)
 {
     const wf_tp_place_t *p = &lin->place;
@@ -465,7 +464,7 @@ static wf_status_t dev_linear(build_t *bd, const wf_host_tensor_t *w,
 /* A linear's weight and bias in f32 on the host: views of an f32 host
  * copy where the pieces allow it, else owned copies. */
 static wf_status_t cpu_linear(build_t *bd, const wf_host_tensor_t *w,
-                              const wf_host_tensor_t *b, wf_flux_linear_t *lin,
+                              const wf_host_tensor_t *b, wf_linear_t *lin,
                               const int64_t *ps, const int64_t *pl)
 {
     const wf_tp_place_t *p = &lin->place;
@@ -551,15 +550,16 @@ static wf_status_t cpu_linear(build_t *bd, const wf_host_tensor_t *w,
     return WF_OK;
 }
 
-static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
-                               int64_t out, int64_t in, wf_flux_linear_t *lin,
+static wf_status_t build_visit(void *arg, const wf_flux_module_t *m, wf_linear_t *lin,
                                float **norm)
 {
     build_t *bd = arg;
+    const char *module = m->name;
+    const int64_t out = m->out, in = m->in;
     char name[WF_TENSOR_SPEC_NAME_MAX + 8];
     wf_status_t st;
     snprintf(name, sizeof name, "%s.weight", module);
-    if (kind == K_NORM) {
+    if (m->kind == WF_FLUX_NORM) {
         const wf_host_tensor_t *t = host_tensor(bd, name, 1, out, 0, false, &st);
         if (!t)
             return st;
@@ -578,7 +578,8 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     if (!w)
         return st;
     snprintf(name, sizeof name, "%s.bias", module);
-    const wf_host_tensor_t *b = host_tensor(bd, name, 1, out, 0, true, &st);
+    const wf_host_tensor_t *b =
+        m->kind == WF_FLUX_LINEAR ? host_tensor(bd, name, 1, out, 0, true, &st) : NULL;
     if (st != WF_OK)
         return st;
     wf_tp_place_t *p = &lin->place;
@@ -589,30 +590,14 @@ static wf_status_t build_visit(void *arg, const char *module, tkind_t kind,
     return bd->dev ? dev_linear(bd, w, b, lin, ps, pl) : cpu_linear(bd, w, b, lin, ps, pl);
 }
 
-static void linear_free(wf_flux_linear_t *l)
-{
-    if (!l->w_view)
-        free(l->w);
-    if (!l->b_view)
-        free(l->b);
-    l->w = NULL;
-    l->b = NULL;
-    l->w_view = l->b_view = false;
-    l->nwb = 0;
-}
-
 /* Frees every host buffer of a CPU shard a walk reaches. */
-static wf_status_t free_visit(void *arg, const char *module, tkind_t kind,
-                              int64_t out, int64_t in, wf_flux_linear_t *lin,
+static wf_status_t free_visit(void *arg, const wf_flux_module_t *m, wf_linear_t *lin,
                               float **norm)
 {
     (void)arg;
-    (void)module;
-    (void)kind;
-    (void)out;
-    (void)in;
+    (void)m;
     if (lin)
-        linear_free(lin);
+        wf_linear_free(lin);
     if (norm) {
         free(*norm);
         *norm = NULL;

@@ -1,0 +1,133 @@
+/* linear.h — linear layers with tensor-parallel placement on one tp
+ * rank, and the layouts of the activations between them; model code of
+ * any family (daemon/models/<family>/) runs its linears through these.
+ *
+ * Layouts over tp (wf_layout_t). An activation's columns are either full
+ * on every rank, or split: the full width cut into blocks, each block
+ * split evenly, rank r holding piece r of every block in block order
+ * (what a colwise / packed_colwise linear emits, and what a rowwise /
+ * packed_rowwise linear takes). wf_layout_convert turns any layout into
+ * any other: a local slice from full, a copy when every rank's pieces
+ * already agree, else an all-gather over tp and a column reorder. The
+ * decision depends on the layouts only, never on the rank, so every tp
+ * rank enters the same collectives.
+ *
+ * The arithmetic is the backend's (ops->linear, bias_act, copy_rows) on
+ * its memory, activations f32; the collectives are the comm's. Nothing
+ * here allocates or logs; scratch is the caller's (wf_linear_env_t).
+ *
+ * Not here: cutting a layer's weights from a checkpoint (the family's
+ * shard code), which layer runs when.
+ */
+#ifndef WF_LINEAR_H
+#define WF_LINEAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "comm/comm.h"
+#include "tp_plan.h"
+#include "weft.h"
+
+/* One linear layer on this rank (the weight as backend.h's
+ * wf_linear_params_t takes it: nwb column blocks of (local_out, wbw[k])
+ * rows ldw elements apart). */
+typedef struct wf_linear {
+    wf_tp_place_t place;   /* its placement (full and local shapes) */
+    wf_dtype_t w_dtype;    /* of the weight as held: f32 on the CPU, the
+                              checkpoint tensor's on a device */
+    void *w;               /* an owned host f32 copy [local_out, local_in]
+                              (CPU, not a view), else NULL */
+    float *b;              /* bias f32 on the backend's memory:
+                              colwise / packed_colwise [local_out],
+                              otherwise [out]; NULL when the module has none */
+    bool w_view, b_view;   /* w / b are not owned (a view of the host copy,
+                              or a piece of a device block) */
+    int64_t ldw;           /* elements between rows of the weight */
+    uint32_t nwb;          /* column blocks: 1, or (CPU view) the rank's
+                              pieces of a rowwise / packed_rowwise view */
+    const void *wb[WF_TP_MAX_BLOCKS]; /* first element of each block */
+    int64_t wbw[WF_TP_MAX_BLOCKS];    /* their widths (sum = local_in) */
+} wf_linear_t;
+
+/* Layout of an activation's columns over the tp ranks. */
+typedef struct wf_layout {
+    int64_t n;                       /* full width */
+    uint32_t nb;                     /* 0: full on every rank; else blocks */
+    int64_t block[WF_TP_MAX_BLOCKS]; /* full sizes of the blocks (sum n) */
+} wf_layout_t;
+
+/* Where this rank's linear layers run: the backend, the tp group, and
+ * the scratch regions of the forward's workspace (backend memory), each
+ * with its size. Borrowed for the forward. */
+typedef struct wf_linear_env {
+    const wf_backend_ops_t *ops; /* backend */
+    wf_backend_ctx_t *ctx;       /* its context */
+    wf_comm_t *tp;               /* tp group; NULL when T == 1 */
+    int T, t;                    /* tp ranks, this one */
+    float *G;                    /* all-gather landing of wf_layout_convert */
+    size_t G_n;                  /* its floats */
+    float *Xc;                   /* a linear's input converted to its layout */
+    size_t Xc_n;                 /* its floats */
+    float *Y;                    /* a split output before it is made full */
+    size_t Y_n;                  /* its floats */
+    void *lws;                   /* ops->linear's workspace */
+    size_t lws_bytes;            /* its bytes */
+} wf_linear_env_t;
+
+/* Full width n on every rank. */
+wf_layout_t wf_layout_full(int64_t n);
+
+/* The layout a linear takes (`input`) or emits with placement p over T
+ * ranks (with one rank everything is full). */
+wf_layout_t wf_layout_of(const wf_tp_place_t *p, bool input, int T);
+
+/* Columns of l on one rank. */
+int64_t wf_layout_width(const wf_layout_t *l, int T);
+
+/* Same layout. */
+bool wf_layout_same(const wf_layout_t *a, const wf_layout_t *b);
+
+/* Pieces of rank r (ascending): count, starts and lengths in full
+ * columns (st, ln: WF_TP_MAX_BLOCKS each). */
+int wf_layout_pieces(const wf_layout_t *l, int r, int T, int64_t *st, int64_t *ln);
+
+/* Rank r's pieces of l inside the window [a, a + w), shifted by -a. */
+int wf_layout_window(const wf_layout_t *l, int r, int T, int64_t a, int64_t w, int64_t *st,
+                     int64_t *ln);
+
+/* Columns in layout sl (rows x its local width at src, row stride
+ * ld_src) -> this rank's columns of layout tl inside the window
+ * [a, a + sl->n) of tl's dim, into dst (row stride ld_dst); collective
+ * over tp when sl is split and the pieces differ on some rank (every tp
+ * rank decides alike). WF_E_INTERNAL when e's scratch is short. */
+wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_t ld_src,
+                              const wf_layout_t *sl, int64_t rows, const wf_layout_t *tl,
+                              int64_t a, float *dst, int64_t ld_dst);
+
+/* The backend's linear params of layer L on an input of `rows` rows (x,
+ * y, bias and act unset). */
+wf_linear_params_t wf_linear_params_of(const wf_linear_t *L, int64_t rows);
+
+/* dst (rows x local_out, contiguous) = act(in W^T + b) on this rank, in
+ * the placement's output layout (*ret_lay); the input (layout il, row
+ * stride ld_in) is converted to the layout the placement takes first.
+ * Rowwise partial sums are all-reduced over tp, then the bias and the
+ * activation are applied once (ops->bias_act); otherwise both are in the
+ * linear call. */
+wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, const float *in,
+                            int64_t ld_in, const wf_layout_t *il, int64_t rows, wf_act_t act,
+                            float *dst, wf_layout_t *ret_lay);
+
+/* wf_linear_apply with the full output in dst (rows x out, contiguous):
+ * a split one is gathered through e->Y. */
+wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
+                                 const float *in, int64_t ld_in, const wf_layout_t *il,
+                                 int64_t rows, wf_act_t act, float *dst);
+
+/* Free L's owned host copies (not its views); L stays zeroed of them. */
+void wf_linear_free(wf_linear_t *L);
+
+#endif /* WF_LINEAR_H */
