@@ -11,11 +11,13 @@
 #include <string.h>
 
 extern const wf_family_t wf_flux_family;
+extern const wf_family_t wf_wan_family;
 
 /* Every family served, in the order messages list them. A new family
  * adds its line here and in daemon/models/family_run.c. */
 static const wf_family_t *const families[] = {
     &wf_flux_family,
+    &wf_wan_family,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

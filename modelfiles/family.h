@@ -32,12 +32,16 @@
 #define WF_CONFIG_DIFFUSERS_DEFAULTS 0x1u
 
 /* One tensor a checkpoint must hold: diffusers' state_dict key and shape
- * ([out, in] for a weight, [n] otherwise). */
+ * ([out, in] for a linear's weight, [n] for a vector; up to
+ * WF_TENSOR_MAX_DIMS dims for the rest: a Conv3d patch embedding's
+ * weight [out, in, kt, kh, kw], a modulation table [1, 6, dim]). Only
+ * rank-2 weights are linear layers a tp plan may cut. */
 #define WF_TENSOR_SPEC_NAME_MAX 128
+#define WF_TENSOR_MAX_DIMS 5
 typedef struct wf_tensor_spec {
     char name[WF_TENSOR_SPEC_NAME_MAX];
-    int rank;                           /* 1 or 2 */
-    int64_t shape[2];
+    int rank;                           /* 1 .. WF_TENSOR_MAX_DIMS */
+    int64_t shape[WF_TENSOR_MAX_DIMS];  /* dims past rank: 0 */
 } wf_tensor_spec_t;
 
 typedef struct wf_family wf_family_t;

@@ -49,16 +49,17 @@ typedef struct split {
     bool cut;                 /* false: whole on every rank */
     wf_tp_place_t place;      /* the weight's placement (pieces on dim) */
     int64_t outer, dim, inner; /* view of the full tensor; cut on dim */
-    int rank;                 /* local rank (1 or 2) */
-    int64_t local[2];         /* local shape */
+    int rank;                 /* dims (1 .. WF_TENSOR_MAX_DIMS) */
+    int64_t local[WF_TENSOR_MAX_DIMS]; /* local shape (only rank-2 weights
+                                          and their biases are cut) */
 } split_t;
 
 /* One tensor of a source. */
 typedef struct src_tensor {
     char name[WF_TENSOR_SPEC_NAME_MAX]; /* diffusers' name */
     wf_dtype_t dtype;         /* as stored (every rank file agrees) */
-    int rank;                 /* 1 or 2 */
-    int64_t shape[2];         /* full shape */
+    int rank;                 /* 1 .. WF_TENSOR_MAX_DIMS */
+    int64_t shape[WF_TENSOR_MAX_DIMS]; /* full shape (dims past rank: 0) */
     uint64_t numel, nbytes;   /* full */
     wf_ckpt_ref_t ref;        /* plain checkpoint: where it is */
     split_t split;            /* sharded: how it is cut */
@@ -109,10 +110,20 @@ static const char *st_dtype_name(wf_dtype_t dt)
 
 static void shape_text(char *buf, size_t len, int rank, const int64_t *shape)
 {
-    if (rank == 1)
-        snprintf(buf, len, "[%" PRId64 "]", shape[0]);
-    else
-        snprintf(buf, len, "[%" PRId64 ", %" PRId64 "]", shape[0], shape[1]);
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+/* Elements of a shape of `rank` dims. */
+static uint64_t shape_numel(int rank, const int64_t *shape)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)shape[i];
+    return n;
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -157,8 +168,7 @@ static wf_status_t tensor_split(const wf_tp_plan_t *plan, int tp,
 {
     memset(ret, 0, sizeof *ret);
     ret->rank = s->rank;
-    ret->local[0] = s->shape[0];
-    ret->local[1] = s->rank == 2 ? s->shape[1] : 0;
+    memcpy(ret->local, s->shape, sizeof ret->local);
 
     char module[WF_TENSOR_SPEC_NAME_MAX];
     size_t len = strlen(s->name);
@@ -226,8 +236,7 @@ static wf_status_t tensor_split(const wf_tp_plan_t *plan, int tp,
 
 static uint64_t local_numel(const split_t *sp)
 {
-    return sp->rank == 1 ? (uint64_t)sp->local[0]
-                         : (uint64_t)sp->local[0] * (uint64_t)sp->local[1];
+    return shape_numel(sp->rank, sp->local);
 }
 
 /* Rank `rank`'s piece of a full tensor: full -> local. */
@@ -319,12 +328,12 @@ static wf_status_t open_plain(int root_fd, wf_model_source_t *s, char *err, size
     for (size_t i = 0; i < s->n; i++) {
         wf_ckpt_ref_t r = wf_checkpoint_at(s->ck, i);
         src_tensor_t *t = &s->t[i];
-        /* the config check passed: names fit, rank is 1 or 2 */
+        /* the config check passed: names fit, ranks are the specs' */
         snprintf(t->name, sizeof t->name, "%s", r.tensor->name);
         t->dtype = r.tensor->dtype;
         t->rank = r.tensor->rank;
-        t->shape[0] = r.tensor->shape[0];
-        t->shape[1] = t->rank == 2 ? r.tensor->shape[1] : 0;
+        for (int d = 0; d < t->rank && d < WF_TENSOR_MAX_DIMS; d++)
+            t->shape[d] = r.tensor->shape[d];
         t->numel = r.tensor->numel;
         t->nbytes = r.tensor->nbytes;
         t->ref = r;
@@ -422,11 +431,13 @@ static wf_status_t check_pieces(const wf_model_source_t *s, uint32_t r, char *er
         }
         const wf_st_tensor_t *x = wf_safetensors_tensor(f, (size_t)k);
         const split_t *sp = &t->split;
-        if (x->rank != sp->rank || x->shape[0] != sp->local[0]
-            || (sp->rank == 2 && x->shape[1] != sp->local[1])) {
-            char got[64], want[64];
+        bool same = x->rank == sp->rank;
+        for (int d = 0; same && d < sp->rank; d++)
+            same = x->shape[d] == sp->local[d];
+        if (!same) {
+            char got[96], want[96];
             shape_text(want, sizeof want, sp->rank, sp->local);
-            if (x->rank == 1 || x->rank == 2)
+            if (x->rank >= 1 && x->rank <= WF_TENSOR_MAX_DIMS)
                 shape_text(got, sizeof got, x->rank, x->shape);
             else
                 snprintf(got, sizeof got, "of rank %d", x->rank);
@@ -529,9 +540,8 @@ static wf_status_t open_sharded(int root_fd, wf_model_source_t *s, const wf_tp_p
         src_tensor_t *t = &s->t[i];
         memcpy(t->name, specs[i].name, sizeof t->name);
         t->rank = specs[i].rank;
-        t->shape[0] = specs[i].shape[0];
-        t->shape[1] = t->rank == 2 ? specs[i].shape[1] : 0;
-        t->numel = (uint64_t)t->shape[0] * (t->rank == 2 ? (uint64_t)t->shape[1] : 1);
+        memcpy(t->shape, specs[i].shape, sizeof t->shape);
+        t->numel = shape_numel(t->rank, t->shape);
         char msg[384];
         if (tensor_split(&s->plan, (int)tp, &specs[i], specs, n, &t->split, msg, sizeof msg)
             != WF_OK) {
@@ -763,8 +773,7 @@ wf_status_t wf_model_source_read(wf_model_source_t *src,
         memcpy(ht->name, t->name, sizeof ht->name);
         ht->dtype = t->dtype;
         ht->rank = t->rank;
-        ht->shape[0] = t->shape[0];
-        ht->shape[1] = t->shape[1];
+        memcpy(ht->shape, t->shape, sizeof ht->shape);
         ht->nbytes = t->nbytes;
         if (src->sharded) {
             st = read_sharded(src, t, ht->data, scratch, &done, err, err_len);
@@ -875,12 +884,12 @@ static wf_status_t shard_header(const wf_model_source_t *s, const split_t *split
         json_t *e = json_pack("{s:s, s:[I], s:[I, I]}", "dtype", st_dtype_name(t->dtype),
                               "shape", (json_int_t)sp->local[0], "data_offsets",
                               (json_int_t)off, (json_int_t)(off + nb));
-        if (e != NULL && sp->rank == 2
-            && json_array_append_new(json_object_get(e, "shape"),
-                                     json_integer(sp->local[1])) != 0) {
-            json_decref(e);
-            e = NULL;
-        }
+        for (int d = 1; e != NULL && d < sp->rank; d++)
+            if (json_array_append_new(json_object_get(e, "shape"),
+                                      json_integer(sp->local[d])) != 0) {
+                json_decref(e);
+                e = NULL;
+            }
         if (e == NULL || json_object_set_new(root, t->name, e) != 0)
             goto out;
         off += nb;
@@ -1261,8 +1270,7 @@ wf_status_t wf_model_write_sharded(int root_fd, const char *src_dir,
     for (size_t i = 0; i < s->n; i++) {
         memcpy(specs[i].name, s->t[i].name, sizeof specs[i].name);
         specs[i].rank = s->t[i].rank;
-        specs[i].shape[0] = s->t[i].shape[0];
-        specs[i].shape[1] = s->t[i].shape[1];
+        memcpy(specs[i].shape, s->t[i].shape, sizeof specs[i].shape);
     }
     uint64_t max_local = 0, max_full = 0;
     for (size_t i = 0; i < s->n && st == WF_OK; i++) {

@@ -56,8 +56,8 @@
 typedef struct wf_host_tensor {
     char name[WF_TENSOR_SPEC_NAME_MAX]; /* diffusers' name */
     wf_dtype_t dtype;                   /* as in the checkpoint */
-    int rank;                           /* 1 or 2 */
-    int64_t shape[2];                   /* full shape */
+    int rank;                           /* 1 .. WF_TENSOR_MAX_DIMS */
+    int64_t shape[WF_TENSOR_MAX_DIMS];  /* full shape (dims past rank: 0) */
     uint64_t nbytes;
     void *data;                         /* owned, 64-byte aligned */
 } wf_host_tensor_t;

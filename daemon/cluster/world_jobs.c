@@ -132,9 +132,13 @@ static wf_status_t fjob_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
         return WF_E_LIMIT;
     for (uint32_t i = 0; i < job->req.n_tensors; i++) {
         const wf_tensor_desc_t *t = &job->req.tensors[i];
-        if (t->rank > WF_CFJOB_MAX_RANK)
+        /* the plan bound the tensors to the model's schema: names of a
+         * schema, ranks the load checked against the descriptor's */
+        size_t len = strnlen(t->name, sizeof t->name);
+        if (t->rank > WF_CFJOB_MAX_RANK || len >= sizeof d->t[i].name)
             return WF_E_LIMIT;
-        snprintf(d->t[i].name, sizeof d->t[i].name, "%s", t->name);
+        memcpy(d->t[i].name, t->name, len);
+        d->t[i].name[len] = '\0';
         d->t[i].dt = t->dtype;
         for (int j = 0; j < t->rank; j++)
             d->t[i].shape[j] = t->shape[j];

@@ -1,0 +1,158 @@
+/* wan_family.c — the Wan family's table entry (family.h): diffusers'
+ * WanTransformer3DModel (Wan 2.1 text-to-video), its config, tensors,
+ * default tp plan, forward schema and flops. */
+#include "wan_config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert(sizeof(wf_wan_config_t) <= WF_FAMILY_CONFIG_BYTES,
+               "wf_wan_config_t fits wf_model_cfg_t");
+
+static wf_status_t wan_parse(const char *json, size_t len, unsigned flags,
+                             const char *label, void *cfg, char *err, size_t err_len)
+{
+    return wf_wan_config_parse(json, len, flags, label, cfg, err, err_len);
+}
+
+static wf_status_t wan_tensors(const void *cfg, wf_tensor_spec_t **ret, size_t *n,
+                               char *err, size_t err_len)
+{
+    return wf_wan_expected_tensors(cfg, ret, n, err, err_len);
+}
+
+/* diffusers 0.42.1 gives WanTransformer3DModel no _tp_plan; this is the
+ * Megatron split of its blocks, as diffusers' FLUX plan does for FLUX:
+ * the self- and cross-attention's to_q / to_k / to_v colwise (whole heads
+ * per rank; the q / k RMSNorm across heads then needs the sums of squares
+ * all-reduced), to_out.0 rowwise, ffn.net.0.proj colwise, ffn.net.2
+ * rowwise. Everything else (patch embedding, condition embedder, the
+ * modulation tables, norms, proj_out) replicated. */
+static void wan_default_plan(const void *cfg, wf_tp_plan_t *ret)
+{
+    (void)cfg;
+    static const struct {
+        const char *glob;
+        wf_tp_style_t style;
+    } rules[] = {
+        { "blocks.*.attn1.to_q", WF_TP_COLWISE },
+        { "blocks.*.attn1.to_k", WF_TP_COLWISE },
+        { "blocks.*.attn1.to_v", WF_TP_COLWISE },
+        { "blocks.*.attn1.to_out.0", WF_TP_ROWWISE },
+        { "blocks.*.attn2.to_q", WF_TP_COLWISE },
+        { "blocks.*.attn2.to_k", WF_TP_COLWISE },
+        { "blocks.*.attn2.to_v", WF_TP_COLWISE },
+        { "blocks.*.attn2.to_out.0", WF_TP_ROWWISE },
+        { "blocks.*.ffn.net.0.proj", WF_TP_COLWISE },
+        { "blocks.*.ffn.net.2", WF_TP_ROWWISE },
+    };
+    memset(ret, 0, sizeof *ret);
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        wf_tp_rule_t *r = &ret->rules[ret->n++];
+        snprintf(r->glob, sizeof r->glob, "%s", rules[i].glob);
+        r->style = rules[i].style;
+    }
+}
+
+static void put(wf_model_config_t *c, const char *key, wf_config_kind_t k, uint32_t n,
+                const int64_t *v)
+{
+    wf_model_config_entry_t *e = &c->e[c->n++];
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->kind = k;
+    e->n = n;
+    for (uint32_t i = 0; i < n; i++)
+        e->v[i] = v[i];
+}
+
+static void put_int(wf_model_config_t *c, const char *key, int64_t v, wf_config_kind_t k)
+{
+    put(c, key, k, 1, &v);
+}
+
+/* The integer and flag fields (eps is a real number: list_models' config
+ * holds integers only, so it is not reported). */
+static void wan_public_config(const void *cfg, wf_model_config_t *ret)
+{
+    const wf_wan_config_t *c = cfg;
+    memset(ret, 0, sizeof *ret);
+    put(ret, "patch_size", WF_CONFIG_LIST, 3,
+        (const int64_t[]){ c->patch_size[0], c->patch_size[1], c->patch_size[2] });
+    put_int(ret, "num_attention_heads", c->num_attention_heads, WF_CONFIG_INT);
+    put_int(ret, "attention_head_dim", c->attention_head_dim, WF_CONFIG_INT);
+    put_int(ret, "in_channels", c->in_channels, WF_CONFIG_INT);
+    put_int(ret, "out_channels", c->out_channels, WF_CONFIG_INT);
+    put_int(ret, "text_dim", c->text_dim, WF_CONFIG_INT);
+    put_int(ret, "freq_dim", c->freq_dim, WF_CONFIG_INT);
+    put_int(ret, "ffn_dim", c->ffn_dim, WF_CONFIG_INT);
+    put_int(ret, "num_layers", c->num_layers, WF_CONFIG_INT);
+    put_int(ret, "cross_attn_norm", c->cross_attn_norm, WF_CONFIG_FLAG);
+    put_int(ret, "qk_norm", c->qk_norm, WF_CONFIG_FLAG);
+    put_int(ret, "rope_max_seq_len", c->rope_max_seq_len, WF_CONFIG_INT);
+    ret->present = 1;
+}
+
+static void tensor(wf_schema_tensor_t *t, const char *name, uint32_t rank,
+                   const int64_t *size, const char *const *sym)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtypes = 1u << WF_DTYPE_F32 | 1u << WF_DTYPE_F16 | 1u << WF_DTYPE_BF16;
+    t->rank = rank;
+    for (uint32_t d = 0; d < rank; d++) {
+        t->dim[d].size = size[d];
+        snprintf(t->dim[d].sym, sizeof t->dim[d].sym, "%s", sym[d]);
+    }
+}
+
+/* diffusers' WanTransformer3DModel.forward, in its argument order:
+ *   hidden_states          (B, in_channels, F, H, W)  the latent video
+ *   timestep               (B)   as the pipeline passes it (0..1000)
+ *   encoder_hidden_states  (B, S_txt, text_dim)
+ * output (its `sample`): (B, out_channels, F, H, W). F, H, W must be
+ * multiples of patch_size (forward_check). Wan 2.2's per-token timestep
+ * (B, S) and the image inputs are not served. */
+static void wan_schema(const void *cfg, wf_model_schema_t *s)
+{
+    const wf_wan_config_t *c = cfg;
+    memset(s, 0, sizeof *s);
+    tensor(&s->inputs[s->n_inputs++], "hidden_states", 5,
+           (const int64_t[]){ 0, c->in_channels, 0, 0, 0 },
+           (const char *const[]){ "B", "in_channels", "F", "H", "W" });
+    tensor(&s->inputs[s->n_inputs++], "timestep", 1, (const int64_t[]){ 0 },
+           (const char *const[]){ "B" });
+    tensor(&s->inputs[s->n_inputs++], "encoder_hidden_states", 3,
+           (const int64_t[]){ 0, 0, c->text_dim },
+           (const char *const[]){ "B", "S_txt", "text_dim" });
+    tensor(&s->outputs[s->n_outputs++], "output", 5,
+           (const int64_t[]){ 0, c->out_channels, 0, 0, 0 },
+           (const char *const[]){ "B", "out_channels", "F", "H", "W" });
+}
+
+/* 2 flops per parameter per video token (every linear of the blocks and
+ * the patch embedding and proj_out; the text's K/V projections and
+ * embedder, per text token, are counted as if video) plus each block's
+ * attention: self 4 B H S S D, cross 4 B H S S_txt D. Wan 2.1 14B at
+ * 81 x 720 x 1280 (21 x 45 x 80 = 75600 tokens): about 2.1e15 + 6.9e15. */
+static uint64_t wan_flops(const void *cfg, uint64_t params, const wf_schema_binding_t *b)
+{
+    const wf_wan_config_t *c = cfg;
+    double B = (double)wf_schema_sym(b, "B");
+    double S = (double)wf_schema_sym(b, "F") * (double)wf_schema_sym(b, "H") *
+               (double)wf_schema_sym(b, "W") / (double)c->patch_elems;
+    double St = (double)wf_schema_sym(b, "S_txt");
+    double f = 2.0 * (double)params * B * S +
+               (double)c->num_layers * 4.0 * B * (double)c->inner_dim * S * (S + St);
+    return f >= 1.8e19 ? UINT64_MAX : f <= 0 ? 0 : (uint64_t)f;
+}
+
+const wf_family_t wf_wan_family = {
+    .name = "wan",
+    .class_name = WF_WAN_CLASS_NAME,
+    .parse = wan_parse,
+    .expected_tensors = wan_tensors,
+    .default_plan = wan_default_plan,
+    .public_config = wan_public_config,
+    .schema = wan_schema,
+    .flops = wan_flops,
+};

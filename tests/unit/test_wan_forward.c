@@ -1,0 +1,510 @@
+/* test_wan_forward.c — the Wan family (modelfiles/wan, daemon/models/wan)
+ * against diffusers' WanTransformer3DModel, through the generic path only:
+ * the family table (wf_model_cfg_load, family.h), the checkpoint source and
+ * host copy (model_host.h), and the daemon half (family_run.h: plan check,
+ * shard, forward check, workspace, run), on real threads with the host
+ * comm for the sequence-parallel meshes.
+ *
+ * Checked: the config of tests/fixtures/wan-tiny and the refusals of the
+ * image-conditioned fields, other classes and bad values; the expected
+ * tensors against the checkpoint (a rank-5 Conv3d weight and rank-3
+ * modulation tables through the generic reader); the schema, the default
+ * plan and the public config; the plan check (tp > 1 refused, rules on
+ * non-linear tensors refused); the forward check's refusals; the forward
+ * on meshes (ring, ulysses) = (1, 1), (2, 1), (1, 2), (2, 2), (3, 1),
+ * (4, 1) against diffusers' float64 and float32 runs
+ * (io-wan-tiny-f32.safetensors from tests/parity/make_wan_fixtures.py),
+ * and a bf16 output.
+ *
+ * Usage: test_wan_forward FIXTURES_DIR. */
+#include "base/mesh.h"
+#include "comm/comm_host.h"
+#include "family.h"
+#include "model_host.h"
+#include "model_root.h"
+#include "models/family_run.h"
+#include "safetensors.h"
+#include "support/check.h"
+#include "tensor.h"
+#include "wan/wan_config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- the pure half -------------------------------------------------------- */
+
+static const char *const good_json =
+    "{\"_class_name\": \"WanTransformer3DModel\", \"_diffusers_version\": \"0.42.1\","
+    " \"added_kv_proj_dim\": null, \"attention_head_dim\": 16, \"cross_attn_norm\": true,"
+    " \"eps\": 1e-06, \"ffn_dim\": 64, \"freq_dim\": 32, \"image_dim\": null,"
+    " \"in_channels\": 4, \"num_attention_heads\": 2, \"num_layers\": 2, \"out_channels\": 4,"
+    " \"patch_size\": [1, 2, 2], \"pos_embed_seq_len\": null,"
+    " \"qk_norm\": \"rms_norm_across_heads\", \"rope_max_seq_len\": 1024, \"text_dim\": 32}";
+
+/* good_json with `from` replaced by `to`; parsed; the status, message in err. */
+static wf_status_t parse_edit(const char *from, const char *to, unsigned flags, char *err,
+                              size_t len, wf_model_cfg_t *cfg)
+{
+    char buf[2048];
+    const char *at = strstr(good_json, from);
+    if (!at) {
+        CHECK(0, "edit '%s' not found", from);
+        return WF_E_INTERNAL;
+    }
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good_json), good_json, to,
+             at + strlen(from));
+    return wf_model_cfg_parse(buf, strlen(buf), flags, "config.json", cfg, err, len);
+}
+
+static void test_config(int root)
+{
+    char err[512] = "";
+    wf_model_cfg_t cfg;
+    wf_status_t st = wf_model_cfg_load(root, "wan-tiny/config.json", WF_RESOLVE_AUTO, 0, &cfg,
+                                       err, sizeof err);
+    CHECK(st == WF_OK, "wan-tiny config: %s", err);
+    if (st != WF_OK)
+        return;
+    CHECK(cfg.fam == &wf_wan_family && wf_family_by_name("wan") == &wf_wan_family &&
+          wf_family_by_class("WanTransformer3DModel") == &wf_wan_family);
+    const wf_wan_config_t *c = wf_wan_cfg(&cfg);
+    CHECK(c->patch_size[0] == 1 && c->patch_size[1] == 2 && c->patch_size[2] == 2);
+    CHECK(c->num_attention_heads == 2 && c->attention_head_dim == 16 && c->inner_dim == 32);
+    CHECK(c->in_channels == 4 && c->out_channels == 4 && c->text_dim == 32);
+    CHECK(c->freq_dim == 32 && c->ffn_dim == 64 && c->num_layers == 2);
+    CHECK(c->cross_attn_norm && c->qk_norm && c->rope_max_seq_len == 1024);
+    CHECK(fabsf(c->eps - 1e-6f) < 1e-12f);
+    CHECK(c->patch_elems == 4 && c->rope_dims[0] == 8 && c->rope_dims[1] == 4 &&
+          c->rope_dims[2] == 4, "rope dims %u %u %u", c->rope_dims[0], c->rope_dims[1],
+          c->rope_dims[2]);
+    char classes[256];
+    wf_family_classes(classes, sizeof classes);
+    CHECK(strstr(classes, "\"WanTransformer3DModel\"") != NULL, "classes: %s", classes);
+
+    /* the image-conditioned models are refused, naming the field */
+    static const struct {
+        const char *from, *to, *want;
+    } bad[] = {
+        { "\"image_dim\": null", "\"image_dim\": 1280", "'image_dim'" },
+        { "\"added_kv_proj_dim\": null", "\"added_kv_proj_dim\": 5120", "'added_kv_proj_dim'" },
+        { "\"pos_embed_seq_len\": null", "\"pos_embed_seq_len\": 514", "'pos_embed_seq_len'" },
+        { "WanTransformer3DModel", "WanVACETransformer3DModel", "not supported" },
+        { "WanTransformer3DModel", "WanAnimateTransformer3DModel", "not supported" },
+        { "\"eps\": 1e-06,", "\"eps\": 1e-06, \"window_size\": [-1, -1],", "unknown field" },
+        { "\"attention_head_dim\": 16", "\"attention_head_dim\": 15", "even" },
+        { "\"patch_size\": [1, 2, 2]", "\"patch_size\": [2, 2]", "'patch_size'" },
+        { "\"qk_norm\": \"rms_norm_across_heads\"", "\"qk_norm\": \"rms_norm\"", "'qk_norm'" },
+        { "\"freq_dim\": 32", "\"freq_dim\": 33", "freq_dim" },
+        { ", \"text_dim\": 32", "", "missing field 'text_dim'" },
+        { "\"eps\": 1e-06", "\"eps\": \"small\"", "'eps'" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        wf_model_cfg_t x;
+        err[0] = '\0';
+        st = parse_edit(bad[i].from, bad[i].to, 0, err, sizeof err, &x);
+        CHECK(st == WF_E_BAD_FIELD && strstr(err, bad[i].want) != NULL,
+              "edit %zu (%s): status %d, message '%s', wanted '%s'", i, bad[i].to, (int)st,
+              err, bad[i].want);
+    }
+    /* qk_norm null, out_channels null and a missing field with diffusers' defaults */
+    wf_model_cfg_t x;
+    st = parse_edit("\"qk_norm\": \"rms_norm_across_heads\"", "\"qk_norm\": null", 0, err,
+                    sizeof err, &x);
+    CHECK(st == WF_OK && !wf_wan_cfg(&x)->qk_norm, "qk_norm null: %s", err);
+    st = parse_edit("\"out_channels\": 4", "\"out_channels\": null", 0, err, sizeof err, &x);
+    CHECK(st == WF_OK && wf_wan_cfg(&x)->out_channels == 4, "out_channels null: %s", err);
+    st = parse_edit("\"text_dim\": 32", "\"freq_dim_unused\": 1", WF_CONFIG_DIFFUSERS_DEFAULTS,
+                    err, sizeof err, &x);
+    CHECK(st == WF_E_BAD_FIELD, "unknown field with defaults");
+    st = parse_edit(", \"text_dim\": 32", "", WF_CONFIG_DIFFUSERS_DEFAULTS, err, sizeof err, &x);
+    CHECK(st == WF_OK && wf_wan_cfg(&x)->text_dim == 4096, "text_dim default: %s", err);
+
+    /* schema, plan, public config */
+    wf_model_schema_t sc;
+    wf_wan_family.schema(c, &sc);
+    CHECK(sc.n_inputs == 3 && sc.n_outputs == 1);
+    CHECK(strcmp(sc.inputs[0].name, "hidden_states") == 0 && sc.inputs[0].rank == 5 &&
+          sc.inputs[0].dim[1].size == 4 && strcmp(sc.inputs[0].dim[2].sym, "F") == 0);
+    CHECK(strcmp(sc.inputs[1].name, "timestep") == 0 && sc.inputs[1].rank == 1);
+    CHECK(strcmp(sc.inputs[2].name, "encoder_hidden_states") == 0 &&
+          sc.inputs[2].dim[2].size == 32);
+    CHECK(strcmp(sc.outputs[0].name, "output") == 0 && sc.outputs[0].rank == 5 &&
+          sc.outputs[0].dim[1].size == 4);
+    wf_tp_plan_t plan;
+    wf_wan_family.default_plan(c, &plan);
+    CHECK(plan.n == 10 && wf_tp_plan_check(&plan, err, sizeof err) == WF_OK, "%s", err);
+    wf_model_config_t pc;
+    wf_wan_family.public_config(c, &pc);
+    CHECK(pc.present && wf_model_config_get(&pc, "patch_size", 2, -1) == 2 &&
+          wf_model_config_get(&pc, "num_layers", 0, -1) == 2 &&
+          wf_model_config_get(&pc, "cross_attn_norm", 0, -1) == 1);
+}
+
+/* The checkpoint through the generic source: the tensor list (rank 5
+ * and 3 tensors included), the host copy in f32. */
+static wf_model_host_t *test_source(int root)
+{
+    char err[512] = "";
+    wf_model_source_t *src = NULL;
+    wf_model_host_t *h = NULL;
+    uint32_t tp = 0;
+    wf_status_t st = wf_model_source_open(root, "wan-tiny", false, NULL, &src, &tp, err,
+                                          sizeof err);
+    CHECK(st == WF_OK, "source: %s", err);
+    if (st != WF_OK)
+        return NULL;
+    const wf_wan_config_t *c = wf_wan_cfg(wf_model_source_config(src));
+    wf_tensor_spec_t *specs = NULL;
+    size_t n = 0;
+    CHECK(wf_wan_expected_tensors(c, &specs, &n, err, sizeof err) == WF_OK);
+    uint64_t params = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t e = 1;
+        for (int d = 0; d < specs[i].rank; d++)
+            e *= (uint64_t)specs[i].shape[d];
+        params += e;
+    }
+    /* scale_shift_table, patch_embedding (2), the condition embedder's 5
+     * linears; per block its table, 8 linears, 4 q / k norms, norm2 (2)
+     * and the feed-forward's 2 linears; proj_out */
+    CHECK(n == 3 + 10 + 2 * (1 + 16 + 4 + 2 + 4) + 2, "tensors %zu", n);
+    CHECK(wf_model_source_params(src) == params, "params %llu vs %llu",
+          (unsigned long long)wf_model_source_params(src), (unsigned long long)params);
+    free(specs);
+    st = wf_model_source_read(src, NULL, NULL, &h, err, sizeof err);
+    CHECK(st == WF_OK, "read: %s", err);
+    wf_model_source_close(&src);
+    if (st != WF_OK)
+        return NULL;
+    const wf_host_tensor_t *pe = wf_model_host_find(h, "patch_embedding.weight");
+    CHECK(pe && pe->rank == 5 && pe->shape[0] == 32 && pe->shape[1] == 4 &&
+          pe->shape[2] == 1 && pe->shape[3] == 2 && pe->shape[4] == 2);
+    const wf_host_tensor_t *sst = wf_model_host_find(h, "blocks.1.scale_shift_table");
+    CHECK(sst && sst->rank == 3 && sst->shape[1] == 6 && sst->shape[2] == 32);
+    CHECK(wf_model_host_to_f32(h, err, sizeof err) == WF_OK, "%s", err);
+    return h;
+}
+
+/* ---- the forward ------------------------------------------------------------ */
+
+typedef struct io_t {
+    const void *data;
+    wf_tensor_desc_t d;
+} io_t;
+
+static bool io_get(const wf_safetensors_t *st, const char *name, uint32_t frame, io_t *r)
+{
+    memset(r, 0, sizeof *r);
+    ptrdiff_t i = wf_safetensors_find(st, name);
+    if (i < 0)
+        return false;
+    const wf_st_tensor_t *t = wf_safetensors_tensor(st, (size_t)i);
+    r->data = wf_safetensors_data(st, (size_t)i);
+    snprintf(r->d.name, sizeof r->d.name, "%s", name);
+    r->d.dtype = t->dtype;
+    r->d.rank = t->rank;
+    for (int k = 0; k < t->rank; k++)
+        r->d.shape[k] = t->shape[k];
+    r->d.frame = frame;
+    return wf_tensor_desc_finish(&r->d) == WF_OK;
+}
+
+/* One bound forward: the inputs of the io file. */
+typedef struct fwd {
+    wf_model_schema_t schema;
+    wf_tensor_desc_t in[3];
+    const void *in_data[3];
+    wf_schema_binding_t bind;
+    wf_tensor_desc_t out;
+    float *ref, *ref64;       /* diffusers' f32 / f64 outputs */
+    size_t nout;
+} fwd_t;
+
+static bool fwd_open(const wf_model_host_t *h, const wf_safetensors_t *io, fwd_t *f)
+{
+    char err[512];
+    memset(f, 0, sizeof *f);
+    h->cfg.fam->schema(h->cfg.b, &f->schema);
+    io_t t[3], o, o64;
+    const char *names[3] = { "hidden_states", "timestep", "encoder_hidden_states" };
+    for (int i = 0; i < 3; i++) {
+        if (!io_get(io, names[i], (uint32_t)i, &t[i]))
+            return false;
+        f->in[i] = t[i].d;
+        f->in_data[i] = t[i].data;
+    }
+    if (!io_get(io, "output", 0, &o) || !io_get(io, "output_f64", 0, &o64))
+        return false;
+    if (wf_schema_bind(&f->schema, "wan-tiny", f->in, 3, &f->bind, err, sizeof err) != WF_OK ||
+        wf_schema_output(&f->schema, 0, &f->bind, WF_DTYPE_F32, 0, &f->out, err, sizeof err) !=
+            WF_OK) {
+        CHECK(0, "bind: %s", err);
+        return false;
+    }
+    CHECK(f->out.numel == o.d.numel && f->out.rank == 5, "output shape");
+    f->nout = (size_t)o.d.numel;
+    f->ref = malloc(f->nout * sizeof(float));
+    f->ref64 = malloc(f->nout * sizeof(float));
+    wf_convert_to_f32(f->ref, o.data, o.d.dtype, f->nout);
+    wf_convert_to_f32(f->ref64, o64.data, o64.d.dtype, f->nout);
+    return true;
+}
+
+/* The io as a rank sees it: data on the root only. */
+static wf_fwd_io_t io_of(const fwd_t *f, const wf_tensor_desc_t *out, void *out_data, bool root)
+{
+    wf_fwd_io_t io;
+    memset(&io, 0, sizeof io);
+    io.bind = &f->bind;
+    io.n_in = 3;
+    for (int i = 0; i < 3; i++) {
+        io.in[i] = &f->in[i];
+        io.in_data[i] = root ? f->in_data[i] : NULL;
+    }
+    io.n_out = 1;
+    io.out[0] = out;
+    io.out_data[0] = root ? out_data : NULL;
+    return io;
+}
+
+typedef struct mrun {
+    int R, U;
+    const wf_family_run_t *run;
+    const void *cfg;             /* the family's config */
+    const void *shard;
+    const fwd_t *f;
+    wf_tensor_desc_t out;        /* the output's descriptor (its dtype) */
+    void *out_data;              /* root's output */
+    wf_comm_host_world_t *w;
+} mrun_t;
+
+typedef struct mrank {
+    pthread_t tid;
+    mrun_t *m;
+    int rank;
+    wf_status_t st;
+    bool guard_ok;
+} mrank_t;
+
+#define GUARD 256
+
+static void *rank_main(void *arg)
+{
+    mrank_t *t = arg;
+    mrun_t *m = t->m;
+    t->st = WF_E_INTERNAL;
+    t->guard_ok = true;
+    const wf_backend_ops_t *ops = wf_backend_cpu();
+    wf_comm_t *world = NULL, *sub[3] = { NULL, NULL, NULL };
+    wf_backend_ctx_t *ctx = NULL;
+    if (wf_comm_host_init(m->w, t->rank, &world) != WF_OK)
+        return NULL;
+    wf_mesh_t mesh;
+    wf_mesh_degrees_t deg = { .dp = 1, .ring = (uint32_t)m->R, .ulysses = (uint32_t)m->U,
+                              .tp = 1 };
+    const wf_mesh_dim_t dims[3] = { WF_MESH_DIM_SEQ, WF_MESH_DIM_RING, WF_MESH_DIM_ULYSSES };
+    if (wf_mesh_init(&mesh, &deg, m->R * m->U, NULL, 0) != WF_OK)
+        goto out;
+    for (int i = 0; i < 3; i++) {
+        int col, key;
+        if (wf_mesh_color(&mesh, dims[i], t->rank, &col, &key) != WF_OK ||
+            wf_comm_split(world, col, key, &sub[i]) != WF_OK)
+            goto out;
+    }
+    if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
+        goto out;
+    wf_fwd_group_t grp = {
+        .tp = NULL, .seq = m->R * m->U > 1 ? sub[0] : NULL, .ring = m->R > 1 ? sub[1] : NULL,
+        .ulysses = m->U > 1 ? sub[2] : NULL, .tp_degree = 1, .ring_degree = m->R,
+        .ulysses_degree = m->U,
+    };
+    wf_fwd_io_t io = io_of(m->f, &m->out, m->out_data, t->rank == 0);
+    size_t host = 1;
+    size_t bytes = m->run->workspace(m->cfg, &io, 1, m->R, m->U, ops,
+                              &host);
+    if (bytes == 0 || bytes == SIZE_MAX || host != 0) {
+        t->st = WF_E_BAD_ARGUMENT;
+        goto out;
+    }
+    size_t alloc = (bytes + GUARD + 63) & ~(size_t)63;
+    unsigned char *ws = aligned_alloc(64, alloc);
+    memset(ws, 0xff, bytes); /* NaN everywhere: a stale read shows */
+    memset(ws + bytes, 0xa5, alloc - bytes);
+    t->st = m->run->run(m->shard, &io, &grp, ops, ctx, ws, bytes, NULL, 0);
+    for (size_t i = bytes; i < alloc; i++)
+        t->guard_ok &= ws[i] == 0xa5;
+    free(ws);
+out:
+    ops->ctx_destroy(&ctx);
+    for (int i = 0; i < 3; i++)
+        wf_comm_destroy(&sub[i]);
+    wf_comm_destroy(&world);
+    return NULL;
+}
+
+/* max |a - b| / max |b|. */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= e))
+            e = d;
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return e / (m > 0 ? m : 1);
+}
+
+/* The forward on mesh (R, U) with out dtype dt; the root's output in f32
+ * into got. */
+static bool run_mesh(const wf_family_run_t *run, const void *cfg, const void *shard,
+                     const fwd_t *f, int R, int U, wf_dtype_t dt, float *got)
+{
+    const int N = R * U;
+    size_t es = wf_dtype_size(dt);
+    unsigned char *ob = malloc(f->nout * es + 1);
+    memset(ob, 0x5a, f->nout * es + 1);
+    mrun_t m = { .R = R, .U = U, .run = run, .cfg = cfg, .shard = shard, .f = f, .out = f->out,
+                 .out_data = ob + 1 /* any alignment */ };
+    m.out.dtype = dt;
+    CHECK(wf_comm_host_world_new(N, &m.w) == WF_OK, "world");
+    mrank_t *t = calloc((size_t)N, sizeof *t);
+    for (int i = 0; i < N; i++) {
+        t[i] = (mrank_t){ .m = &m, .rank = i };
+        CHECK(pthread_create(&t[i].tid, NULL, rank_main, &t[i]) == 0, "thread");
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i].tid, NULL);
+    wf_comm_host_world_unref(&m.w);
+    bool ok = true;
+    for (int i = 0; i < N; i++) {
+        CHECK(t[i].st == WF_OK, "mesh (ring %d, ulysses %d) rank %d: run returned %d", R, U, i,
+              (int)t[i].st);
+        CHECK(t[i].guard_ok, "rank %d wrote past its workspace", i);
+        ok &= t[i].st == WF_OK;
+    }
+    CHECK(ob[0] == 0x5a, "wrote before the output");
+    if (ok)
+        wf_convert_to_f32(got, ob + 1, dt, f->nout);
+    free(t);
+    free(ob);
+    return ok;
+}
+
+static void test_forward(const wf_model_host_t *h, const wf_safetensors_t *io)
+{
+    char err[512] = "";
+    const wf_family_run_t *run = wf_family_run_of(h->cfg.fam);
+    CHECK(run != NULL, "no daemon half for wan");
+    if (!run)
+        return;
+    const void *cfg = h->cfg.b;
+    wf_tp_plan_t plan;
+    h->cfg.fam->default_plan(cfg, &plan);
+
+    /* plan check: tp = 1 passes, tp > 1 is refused saying so */
+    CHECK(run->plan_check(cfg, &plan, 1, false, err, sizeof err) == WF_OK, "plan: %s", err);
+    CHECK(run->plan_check(cfg, &plan, 2, true, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "tensor parallelism is not implemented"), "tp 2: %s", err);
+    wf_tp_plan_t bad = plan;
+    snprintf(bad.rules[bad.n].glob, sizeof bad.rules[0].glob, "blocks.*.attn1.norm_q");
+    bad.rules[bad.n++].style = WF_TP_COLWISE;
+    CHECK(run->plan_check(cfg, &bad, 1, true, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "not a linear layer"), "norm rule: %s", err);
+    bad = plan;
+    snprintf(bad.rules[bad.n].glob, sizeof bad.rules[0].glob, "blocks.*.attn3.to_q");
+    bad.rules[bad.n++].style = WF_TP_COLWISE;
+    CHECK(run->plan_check(cfg, &bad, 1, false, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "matches no linear layer"), "unmatched rule: %s", err);
+    CHECK(run->backend_check(cfg, wf_backend_cpu(), err, sizeof err) == WF_OK, "%s", err);
+
+    void *shard = NULL;
+    wf_status_t st = run->shard_build(h, &plan, 1, 0, wf_backend_cpu(), NULL, &shard, err,
+                                      sizeof err);
+    CHECK(st == WF_OK, "shard: %s", err);
+    if (st != WF_OK)
+        return;
+    CHECK(run->shard_bytes(cfg, &plan, 1, false, WF_DTYPE_F32) == h->params * 4, "shard bytes");
+
+    fwd_t f;
+    if (!fwd_open(h, io, &f)) {
+        CHECK(0, "io file");
+        run->shard_free(&shard);
+        return;
+    }
+    /* forward check refusals */
+    wf_fwd_io_t x = io_of(&f, &f.out, NULL, false);
+    CHECK(run->forward_check(cfg, &x, 1, 1, 1, err, sizeof err) == WF_OK, "%s", err);
+    CHECK(run->forward_check(cfg, &x, 2, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "tensor parallelism"), "tp 2: %s", err);
+    CHECK(run->forward_check(cfg, &x, 1, 5, 1, err, sizeof err) == WF_E_BAD_SHAPE &&
+          strstr(err, "divisible by mesh size"), "12 tokens over 5: %s", err);
+    wf_tensor_desc_t odd = f.in[0];
+    odd.shape[3] = 5;
+    x.in[0] = &odd;
+    CHECK(run->forward_check(cfg, &x, 1, 1, 1, err, sizeof err) == WF_E_BAD_SHAPE &&
+          strstr(err, "patch_size[1]"), "odd height: %s", err);
+    odd.shape[3] = 2 * 1025;
+    CHECK(run->forward_check(cfg, &x, 1, 1, 1, err, sizeof err) == WF_E_BAD_SHAPE &&
+          strstr(err, "rope_max_seq_len"), "tall: %s", err);
+
+    /* Tolerances (max abs error / max |ref|): vs diffusers' float64 run
+     * 1e-5 (f32 sgemm and attention, norm statistics in double, 2
+     * blocks); vs its float32 run 2e-5 (both sides' f32 errors). */
+    static const int meshes[][2] = { { 1, 1 }, { 2, 1 }, { 1, 2 }, { 2, 2 }, { 3, 1 }, { 4, 1 } };
+    float *got = malloc(f.nout * sizeof(float));
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        int R = meshes[i][0], U = meshes[i][1];
+        if (!run_mesh(run, cfg, shard, &f, R, U, WF_DTYPE_F32, got))
+            continue;
+        double e64 = rel_err(got, f.ref64, f.nout), e32 = rel_err(got, f.ref, f.nout);
+        printf("wan-tiny ring %d ulysses %d: rel err vs f64 %.3g, vs f32 %.3g\n", R, U, e64,
+               e32);
+        CHECK(e64 <= 1e-5, "ring %d ulysses %d: %.3g vs diffusers f64", R, U, e64);
+        CHECK(e32 <= 2e-5, "ring %d ulysses %d: %.3g vs diffusers f32", R, U, e32);
+    }
+    /* bf16 output: the f32 result rounded once */
+    if (run_mesh(run, cfg, shard, &f, 2, 1, WF_DTYPE_BF16, got)) {
+        double e = rel_err(got, f.ref64, f.nout);
+        CHECK(e <= 8e-3, "bf16 output: %.3g", e);
+    }
+    free(got);
+    free(f.ref);
+    free(f.ref64);
+    run->shard_free(&shard);
+    CHECK(shard == NULL);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
+        return 2;
+    }
+    wf_backend_ctx_t *ctx = NULL; /* sets OpenBLAS to one thread up front */
+    wf_backend_cpu()->ctx_new(0, 0, &ctx);
+    wf_backend_cpu()->ctx_destroy(&ctx);
+    char err[512];
+    int root = -1;
+    if (wf_model_root_open(argv[1], &root, err, sizeof err) != WF_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    test_config(root);
+    wf_model_host_t *h = test_source(root);
+    wf_safetensors_t *io = NULL;
+    if (wf_safetensors_open(root, "io-wan-tiny-f32.safetensors", NULL, &io, err, sizeof err) !=
+        WF_OK)
+        CHECK(0, "io: %s", err);
+    if (h && io)
+        test_forward(h, io);
+    wf_safetensors_close(&io);
+    wf_model_host_free(&h);
+    close(root);
+    printf("%d checks, %d failures\n", passed + failed, failed);
+    return failed ? 1 : 0;
+}
