@@ -12,7 +12,7 @@
  *                  reconfiguration path: drain, every worker, epoch + 1)
  *                  whose model set includes it; each worker cuts its
  *                  shard from the host copy (on a device backend into
- *                  device memory, flux/flux_shard.h).
+ *                  device memory, the family's shard_build).
  *              -> READY: forward jobs run on it.
  *   unload      -> UNLOADING: a regroup without it; then the host copy
  *                  is freed.
@@ -166,7 +166,7 @@ typedef struct wf_rank_models {
 } wf_rank_models_t;
 
 /* Make rm hold exactly the models of `set` cut for (tp, tp_rank) on the
- * worker's backend `ops` / `ctx` (flux/flux_shard.h: device memory when ops
+ * worker's backend `ops` / `ctx` (the family's shard_build: device memory when ops
  * has mem_alloc; every shard of rm is built on the same ones): keeps a
  * shard already cut so, cuts the missing ones, frees the others (device
  * memory returns at once). On a failure (WF_E_NO_MEMORY) rm holds what
@@ -265,8 +265,8 @@ wf_status_t wf_registry_check_tp(const wf_registry_t *r, int tp, uint64_t avail,
                                  uint64_t *ret_bytes, char *err, size_t err_len);
 
 /* Bytes of one rank's shard of m at `tp` as this registry's workers hold
- * them (wf_flux_shard_bytes, or wf_flux_shard_bytes_dev at the
- * checkpoint's dtype when ops has mem_alloc); 0 when m cannot be cut so. */
+ * them (the family's shard_bytes: f32 on the CPU, the checkpoint's
+ * dtype when ops has mem_alloc); 0 when m cannot be cut so. */
 uint64_t wf_model_rank_bytes(const wf_registry_t *r, const wf_model_t *m, int tp);
 
 /* Fill a list_models entry. */
