@@ -710,6 +710,23 @@ class Daemon(unittest.TestCase):
                                capture_output=True, text=True)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("cannot load libweft from WEFT_LIB", p.stderr)
+            # a library planted in ./build/client of the working directory is
+            # never loaded: its constructor would run as the user
+            planted = Path(d) / "build" / "client"
+            planted.mkdir(parents=True)
+            marker = Path(d) / "planted-ran"
+            (Path(d) / "evil.c").write_text(
+                "#include <stdio.h>\n"
+                "__attribute__((constructor)) static void run(void) {\n"
+                f"    FILE *f = fopen(\"{marker}\", \"w\"); if (f) fclose(f);\n"
+                "}\n")
+            subprocess.run(["cc", "-shared", "-fPIC", "-o", str(planted / "libweft.so.0"),
+                            str(Path(d) / "evil.c")], check=True)
+            env3 = {k: v for k, v in env.items() if k not in ("WEFT_LIB", "WEFT_BUILD_DIR")}
+            p = subprocess.run([sys.executable, "-c", "import weft; print(weft.library_path)"],
+                               env=env3, cwd=d, capture_output=True, text=True)
+            self.assertFalse(marker.exists(), "the planted library's constructor ran")
+            self.assertNotIn(str(planted), p.stdout + p.stderr)
 
 
 class Refusals(unittest.TestCase):

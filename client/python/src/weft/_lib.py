@@ -6,9 +6,10 @@ send are the only ones).
 Where libweft.so comes from, first found wins:
   1. $WEFT_LIB: the library file itself, or a folder holding it. When set,
      nothing else is tried (a wrong value is an error, not a fallback).
-  2. A build tree: $WEFT_BUILD_DIR/client, ./build/client (the README's
-     quick start, run from the repository root), and the build/client
-     folder of the checkout this file lives in (when run from source).
+  2. A build tree: $WEFT_BUILD_DIR/client, and the build/client folder of
+     the checkout this file lives in (when run from source). Never the
+     current directory: a library planted in ./build/client of whatever
+     folder a user runs Python in would run as that user.
   3. The installed prefix: `pkg-config --variable=libdir weft`, this
      Python's prefix, /usr/local/lib, /usr/lib and its multiarch folder,
      then the system loader's own search (ldconfig cache, LD_LIBRARY_PATH).
@@ -218,7 +219,6 @@ def _candidates() -> Iterator[Path | str]:
     build = os.environ.get("WEFT_BUILD_DIR")
     if build:
         yield from _in_dir(Path(build) / "client")
-    yield from _in_dir(Path.cwd() / "build" / "client")
     here = Path(__file__).resolve()
     if len(here.parents) > 4 and here.parents[3].name == "client" and \
             (here.parents[4] / "include" / "weft.h").is_file():
