@@ -583,7 +583,7 @@ static bool handshake_command(wf_gate_t *g, conn_t *c, const char **why)
     const uint8_t *meta = NULL;
     size_t meta_len = 0;
     if (n > sizeof scratch ||
-        !wf_curve_initiate(c->cv, b, n, scratch, &meta, &meta_len)) {
+        !wf_curve_initiate(c->cv, &g->server, b, n, scratch, &meta, &meta_len)) {
         *why = "CURVE cryptographic error in INITIATE";
         return false;
     }

@@ -106,9 +106,9 @@ bool wf_curve_hello(wf_curve_conn_t *c, const wf_curve_server_t *s,
 /* INITIATE: "\x08INITIATE", cookie (nonce 16, box 80), nonce 8,
  * Box[C + vouch nonce + vouch + metadata](C' -> S'); the vouch is
  * Box[C' + S](C -> S'). */
-bool wf_curve_initiate(wf_curve_conn_t *c, const uint8_t *cmd, size_t len,
-                       uint8_t *scratch, const uint8_t **ret_meta,
-                       size_t *ret_meta_len)
+bool wf_curve_initiate(wf_curve_conn_t *c, const wf_curve_server_t *s,
+                       const uint8_t *cmd, size_t len, uint8_t *scratch,
+                       const uint8_t **ret_meta, size_t *ret_meta_len)
 {
     if (len < WF_CURVE_INITIATE_MIN || memcmp(cmd, "\x08INITIATE", 9) != 0)
         return false;
@@ -135,9 +135,14 @@ bool wf_curve_initiate(wf_curve_conn_t *c, const uint8_t *cmd, size_t len,
     uint8_t vnonce[crypto_box_NONCEBYTES], vouch[64];
     memcpy(vnonce, "VOUCH---", 8);
     memcpy(vnonce + 8, scratch + 32, 16);
-    if (crypto_box_open_easy(vouch, scratch + 48, 80, vnonce, scratch,
-                             c->cn_secret) != 0 ||
-        sodium_memcmp(vouch, c->cn_client, 32) != 0)
+    /* the vouch binds the client's long-term key to this connection (C')
+     * and to this server (S): a vouch made for another server is refused */
+    bool vouched = crypto_box_open_easy(vouch, scratch + 48, 80, vnonce, scratch,
+                                        c->cn_secret) == 0 &&
+                   sodium_memcmp(vouch, c->cn_client, 32) == 0 &&
+                   sodium_memcmp(vouch + 32, s->public_key, 32) == 0;
+    sodium_memzero(vouch, sizeof vouch);
+    if (!vouched)
         return false;
     memcpy(c->client_key, scratch, 32);
     c->peer_nonce = n8;

@@ -46,12 +46,14 @@ bool wf_curve_server_init(wf_curve_server_t *s, const char *public_z85,
 bool wf_curve_hello(wf_curve_conn_t *c, const wf_curve_server_t *s,
                     const uint8_t *cmd, size_t len, uint8_t *welcome);
 
-/* INITIATE: verifies the cookie, the box and the vouch; on success
- * c->client_key is the client's key and *ret_meta / *ret_meta_len the
- * metadata (in scratch, which must hold len bytes). */
-bool wf_curve_initiate(wf_curve_conn_t *c, const uint8_t *cmd, size_t len,
-                       uint8_t *scratch, const uint8_t **ret_meta,
-                       size_t *ret_meta_len);
+/* INITIATE: verifies the cookie, the box and the vouch (RFC 26: both
+ * keys it holds, the client's short-term key C' and this server's
+ * long-term key S); on success c->client_key is the client's key and
+ * *ret_meta / *ret_meta_len the metadata (in scratch, which must hold len
+ * bytes). */
+bool wf_curve_initiate(wf_curve_conn_t *c, const wf_curve_server_t *s,
+                       const uint8_t *cmd, size_t len, uint8_t *scratch,
+                       const uint8_t **ret_meta, size_t *ret_meta_len);
 
 /* READY around the metadata props[0..n) into out (14 + 16 + n bytes);
  * returns the command's size. */

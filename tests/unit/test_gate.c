@@ -34,6 +34,7 @@ static char sock_path[100];  /* fits sockaddr_un's sun_path */
 /* the keys, binary */
 static uint8_t server_pub[32];
 static uint8_t stranger_pub[32], stranger_sec[32];
+static uint8_t listed_pub[32], listed_sec[32];
 
 static void put_be64(uint8_t *p, uint64_t v)
 {
@@ -112,11 +113,13 @@ static const uint8_t props_dealer[] = { 11, 'S', 'o', 'c', 'k', 'e', 't', '-', '
                                         'p', 'e', 0, 0, 0, 6, 'D', 'E', 'A', 'L', 'E',
                                         'R' };
 
-/* A CURVE client with the stranger's key: greeting and HELLO, the gate's
- * greeting and WELCOME read; with shut_read, shutdown(SHUT_RD) (the
- * gate's writes to it fail from then on); then INITIATE. Returns the
- * connected socket, or -1 (a CHECK says which step failed). */
-static int stranger_handshake(bool shut_read)
+/* A CURVE client with key pair (pub, sec): greeting and HELLO, the
+ * gate's greeting and WELCOME read; with shut_read, shutdown(SHUT_RD) (the
+ * gate's writes to it fail from then on); then INITIATE, whose vouch names
+ * server key `vouch_server` (RFC 26: the server's long-term key). Returns
+ * the connected socket, or -1 (a CHECK says which step failed). */
+static int client_handshake(bool shut_read, const uint8_t *pub, const uint8_t *sec,
+                            const uint8_t *vouch_server)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -163,13 +166,13 @@ static int stranger_handshake(bool shut_read)
     const uint8_t *sn = wplain;              /* S', then the cookie */
     /* INITIATE: cookie, nonce 2, Box[C, vouch nonce, vouch, metadata](C'->S') */
     uint8_t plain[128 + sizeof props_dealer];
-    memcpy(plain, stranger_pub, 32);
+    memcpy(plain, pub, 32);
     uint8_t vnonce[24] = "VOUCH---", vplain[64];
     randombytes_buf(vnonce + 8, 16);
     memcpy(plain + 32, vnonce + 8, 16);
     memcpy(vplain, cn_pub, 32);
-    memcpy(vplain + 32, server_pub, 32);
-    boxed = crypto_box_easy(plain + 48, vplain, 64, vnonce, sn, stranger_sec) == 0;
+    memcpy(vplain + 32, vouch_server, 32);
+    boxed = crypto_box_easy(plain + 48, vplain, 64, vnonce, sn, sec) == 0;
     memcpy(plain + 128, props_dealer, sizeof props_dealer);
     uint8_t ini[113 + sizeof plain + 16];
     memcpy(ini, "\x08INITIATE", 9);
@@ -190,6 +193,12 @@ static int stranger_handshake(bool shut_read)
         return -1;
     }
     return fd;
+}
+
+/* The stranger's handshake, vouched for this server. */
+static int stranger_handshake(bool shut_read)
+{
+    return client_handshake(shut_read, stranger_pub, stranger_sec, server_pub);
 }
 
 typedef struct closed_wait {
@@ -227,6 +236,8 @@ int main(void)
     zmq_z85_decode(server_pub, server.public_key);
     zmq_z85_decode(stranger_pub, stranger.public_key);
     zmq_z85_decode(stranger_sec, stranger.secret_key);
+    zmq_z85_decode(listed_pub, listed.public_key);
+    zmq_z85_decode(listed_sec, listed.secret_key);
 
     snprintf(sock_path, sizeof sock_path, "%s/gate.sock", dir);
     char ep[160], bound[160];
@@ -282,6 +293,32 @@ int main(void)
               (unsigned long long)w.st.refused);
         printf("a refused key, ERROR not written: refused %llu in all\n",
                (unsigned long long)w.st.refused);
+
+        /* a listed key whose vouch names another server's long-term key
+         * (RFC 26: the vouch holds C' and S): the handshake fails, the key
+         * is not admitted; the same key vouching for this server is */
+        uint8_t other_pub[32], other_sec[32];
+        crypto_box_keypair(other_pub, other_sec);
+        fd = client_handshake(false, listed_pub, listed_sec, other_pub);
+        CHECK(wait_for(gate_idle, &w, WAIT_EVENT_MS), "the gate closed the connection");
+        if (fd >= 0)
+            close(fd);
+        CHECK(w.st.admitted == 0 && w.st.refused == 3, "a vouch for another server: "
+              "admitted %llu (want 0), refused %llu (want 3: a failed handshake)",
+              (unsigned long long)w.st.admitted, (unsigned long long)w.st.refused);
+        fd = client_handshake(false, listed_pub, listed_sec, server_pub);
+        uint8_t b[64];
+        long n = fd >= 0 ? read_command(fd, b, sizeof b) : -1;
+        CHECK(n > 6 && memcmp(b, "\x05READY", 6) == 0,
+              "the listed key vouching for this server gets READY (%ld bytes)", n);
+        wf_gate_stats(g, &w.st);
+        CHECK(w.st.admitted == 1, "admitted %llu (want 1)",
+              (unsigned long long)w.st.admitted);
+        if (fd >= 0)
+            close(fd);
+        CHECK(wait_for(gate_idle, &w, WAIT_EVENT_MS), "the gate closed the connection");
+        printf("a vouch for another server's key: not admitted; for this server's: "
+               "admitted\n");
     }
     wf_gate_stop(&g);
     zmq_close(router);
