@@ -160,9 +160,10 @@ wf_status_t wf_keypair_parse(const char *text, size_t len, bool need_secret,
 }
 
 /* Read a whole small file (at most WF_KEYS_FILE_MAX bytes) into a
- * malloc'ed buffer; *ret_mode gets its mode bits. */
+ * malloc'ed buffer; *ret_mode gets its mode bits, *ret_uid its owner. */
 static wf_status_t read_small(const char *path, char **ret, size_t *ret_len,
-                              mode_t *ret_mode, char *err, size_t err_len)
+                              mode_t *ret_mode, uid_t *ret_uid, char *err,
+                              size_t err_len)
 {
     char q[WF_QUOTE_MAX];
     wf_quote(q, path);
@@ -216,6 +217,7 @@ static wf_status_t read_small(const char *path, char **ret, size_t *ret_len,
     *ret = buf;
     *ret_len = len;
     *ret_mode = st.st_mode;
+    *ret_uid = st.st_uid;
     return WF_OK;
 }
 
@@ -225,7 +227,8 @@ wf_status_t wf_keypair_read(const char *path, bool need_secret,
     char *text;
     size_t len;
     mode_t mode;
-    wf_status_t st = read_small(path, &text, &len, &mode, err, err_len);
+    uid_t owner;
+    wf_status_t st = read_small(path, &text, &len, &mode, &owner, err, err_len);
     if (st != WF_OK)
         return st;
     char q[WF_QUOTE_MAX];
@@ -381,16 +384,33 @@ wf_status_t wf_keylist_read(const char *path, wf_keylist_kind_t kind,
     char *text;
     size_t len;
     mode_t mode;
-    wf_status_t st = read_small(path, &text, &len, &mode, err, err_len);
+    uid_t owner;
+    wf_status_t st = read_small(path, &text, &len, &mode, &owner, err, err_len);
     if (st != WF_OK)
         return st;
+    /* an allow-list grants roles and node identities: whoever may write
+     * it may make themselves admin. Writable by group or others, or owned
+     * by another user than this process's (or root), it is refused. */
+    char q[WF_QUOTE_MAX];
+    wf_quote(q, path);
+    if ((mode & 022) || (owner != 0 && owner != geteuid())) {
+        free(text);
+        return (mode & 022)
+                   ? wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                                    "%s: writable by %s (mode %03o): an allow-list "
+                                    "grants roles; chmod go-w it", q,
+                                    (mode & 002) ? "others" : "its group",
+                                    (unsigned)(mode & 0777))
+                   : wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                                    "%s: owned by uid %u, not by this user (uid %u) "
+                                    "or root: an allow-list grants roles", q,
+                                    (unsigned)owner, (unsigned)geteuid());
+    }
     wf_key_entry_t *e = calloc(WF_KEYS_MAX, sizeof *e);
     if (!e) {
         free(text);
         return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
     }
-    char q[WF_QUOTE_MAX];
-    wf_quote(q, path);
     size_t n = 0;
     st = wf_keylist_parse(text, len, kind, q, e, WF_KEYS_MAX, &n, err, err_len);
     free(text);

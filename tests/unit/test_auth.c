@@ -110,6 +110,38 @@ static void test_lists(void)
     snprintf(text, sizeof text, "n1 %s\nn2 %s\n", a.public_key, b.public_key);
     CHECK(wf_keylist_parse(text, strlen(text), WF_KEYLIST_NODES, "k", e, 1, &n,
                            err, sizeof err) == WF_E_LIMIT, "list over its bound");
+
+    /* on disk: an allow-list writable by its group or by others is
+     * refused, with the path and the mode; 0644 and 0600 are read */
+    char path[256];
+    snprintf(path, sizeof path, "%s/clients", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "write %s", path);
+    if (!f)
+        return;
+    fprintf(f, "admin %s ops\n", a.public_key);
+    fclose(f);
+    static const struct { mode_t mode; bool ok; const char *why; } modes[] = {
+        { 0600, true, NULL }, { 0644, true, NULL },
+        { 0664, false, "writable by its group (mode 664)" },
+        { 0666, false, "writable by others (mode 666)" },
+        { 0646, false, "writable by others (mode 646)" },
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        chmod(path, modes[i].mode);
+        wf_key_entry_t *le = NULL;
+        size_t ln = 0;
+        err[0] = '\0';
+        wf_status_t st = wf_keylist_read(path, WF_KEYLIST_CLIENTS, &le, &ln, err, sizeof err);
+        if (modes[i].ok)
+            CHECK(st == WF_OK && ln == 1, "mode %03o read: %s", (unsigned)modes[i].mode, err);
+        else
+            CHECK(st == WF_E_BAD_ARGUMENT && strstr(err, modes[i].why) &&
+                      strstr(err, path), "mode %03o refused: '%s'",
+                  (unsigned)modes[i].mode, err);
+        free(le);
+    }
+    unlink(path);
 }
 
 /* Send "ping" from a new DEALER with key pair `kp` pinned to `server_pub`;
