@@ -860,14 +860,17 @@ int main(int argc, char **argv)
         return 1;
     }
     bool have_cuda = false;
+    int rc = 0;
     if (cuda) {
         if (!cu.o) {
             printf("test_ops_conformance: built without CUDA, skipped\n");
-            return 77;
+            rc = 77;
+            goto out;
         }
         if (cu.o->ctx_new(0, (uint64_t)256 << 20, &cu.c) != WF_OK) {
             printf("test_ops_conformance: no usable GPU, skipped\n");
-            return 77;
+            rc = 77;
+            goto out;
         }
         have_cuda = true;
     }
@@ -912,6 +915,9 @@ int main(int argc, char **argv)
         }
     }
 
+    printf("test_ops_conformance: %d passed, %d failed\n", (int)passed, (int)failed);
+    rc = failed ? 1 : 0;
+out:
     if (cu.c)
         cu.o->ctx_destroy(&cu.c);
     sd.o->ctx_destroy(&sd.c);
@@ -921,6 +927,5 @@ int main(int argc, char **argv)
     free(scratch);
     free(ref);
     free(tol);
-    printf("test_ops_conformance: %d passed, %d failed\n", (int)passed, (int)failed);
-    return failed ? 1 : 0;
+    return rc;
 }
