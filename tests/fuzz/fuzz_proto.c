@@ -13,6 +13,7 @@
  * Seeds: fuzz_seeds DIR; dictionary: proto.dict.
  */
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,39 +99,79 @@ static void check_load_model(const wf_request_t *req)
     }
 }
 
-/* forward: the six inputs (and guidance, optional) by name, each once,
- * no other tensor, the ranks of wf_flux_inputs_t, one B, S_img / S_txt
- * matching the id rows, one n_axes. */
+/* A schema like FLUX's (modelfiles/flux/flux_family.c) with guidance
+ * optional: fixed and named sizes, rank 1 to 3. */
+static void fuzz_schema(wf_model_schema_t *s)
+{
+    static const struct { const char *name; uint32_t rank; int64_t size[3];
+                          const char *sym[3]; bool optional; } in[] = {
+        { "hidden_states", 3, { 0, 0, 4 }, { "B", "S_img", "in_channels" }, false },
+        { "encoder_hidden_states", 3, { 0, 0, 32 }, { "B", "S_txt", "joint" }, false },
+        { "pooled_projections", 2, { 0, 16 }, { "B", "pooled" }, false },
+        { "timestep", 1, { 0 }, { "B" }, false },
+        { "img_ids", 2, { 0, 3 }, { "S_img", "axes" }, false },
+        { "txt_ids", 2, { 0, 3 }, { "S_txt", "axes" }, false },
+        { "guidance", 1, { 0 }, { "B" }, true },
+    };
+    memset(s, 0, sizeof *s);
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        wf_schema_tensor_t *t = &s->inputs[s->n_inputs++];
+        snprintf(t->name, sizeof t->name, "%s", in[i].name);
+        t->dtypes = 1u << WF_DTYPE_F32 | 1u << WF_DTYPE_BF16;
+        t->optional = in[i].optional;
+        t->rank = in[i].rank;
+        for (uint32_t d = 0; d < t->rank; d++) {
+            t->dim[d].size = in[i].size[d];
+            snprintf(t->dim[d].sym, sizeof t->dim[d].sym, "%s", in[i].sym[d]);
+        }
+    }
+    s->outputs[0] = s->inputs[0];
+    s->n_outputs = 1;
+}
+
+/* forward: a model name, a dtype, at least one tensor (which tensors a
+ * model takes is its schema's: wf_schema_bind, fuzzed here against a
+ * FLUX-like schema). A binding that succeeds has every required input,
+ * each tensor once, accepted dtypes, the schema's ranks and fixed sizes,
+ * and one value per named size. */
 static void check_forward(const wf_request_t *req)
 {
-    static const char *const names[7] = {
-        "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
-        "img_ids", "txt_ids", "guidance"
-    };
-    static const int ranks[7] = { 3, 3, 2, 1, 2, 2, 1 };
     const wf_forward_args_t *a = &req->args.forward;
     check_model_name(a->model, sizeof(a->model));
     check(!a->has_out_dtype || wf_dtype_name(a->out_dtype) != NULL);
-    const int idx[7] = { a->hidden_states, a->encoder_hidden_states, a->pooled_projections,
-                         a->timestep, a->img_ids, a->txt_ids, a->guidance };
-    check(req->n_tensors == 6u + (a->guidance >= 0));
-    unsigned used = 0;
-    for (int i = 0; i < 7; i++) {
-        if (i == 6 && idx[i] == -1)
-            continue;
-        check(idx[i] >= 0 && (uint32_t)idx[i] < req->n_tensors && !(used & (1u << idx[i])));
-        used |= 1u << idx[i];
-        check(strcmp(req->tensors[idx[i]].name, names[i]) == 0);
-        check(req->tensors[idx[i]].rank == ranks[i]);
+    check(req->n_tensors >= 1);
+    static wf_model_schema_t s;
+    static bool made;
+    if (!made) {
+        fuzz_schema(&s);
+        made = true;
     }
-    const wf_tensor_desc_t *t = req->tensors;
-    int64_t b = t[idx[0]].shape[0];
-    for (int i = 1; i < 4; i++)
-        check(t[idx[i]].shape[0] == b);
-    check(idx[6] < 0 || t[idx[6]].shape[0] == b);
-    check(t[idx[4]].shape[0] == t[idx[0]].shape[1]);   /* img_ids rows = S_img */
-    check(t[idx[5]].shape[0] == t[idx[1]].shape[1]);   /* txt_ids rows = S_txt */
-    check(t[idx[4]].shape[1] == t[idx[5]].shape[1]);   /* n_axes */
+    wf_schema_binding_t b;
+    char err[WF_PROTO_ERROR_MAX];
+    if (wf_schema_bind(&s, "m", req->tensors, req->n_tensors, &b, err, sizeof err) != WF_OK) {
+        check(err[0] != '\0');
+        return;
+    }
+    unsigned used = 0;
+    for (uint32_t k = 0; k < s.n_inputs; k++) {
+        const wf_schema_tensor_t *si = &s.inputs[k];
+        if (b.in[k] < 0) {
+            check(si->optional);
+            continue;
+        }
+        check((uint32_t)b.in[k] < req->n_tensors && !(used & (1u << b.in[k])));
+        used |= 1u << b.in[k];
+        const wf_tensor_desc_t *t = &req->tensors[b.in[k]];
+        check(strcmp(t->name, si->name) == 0 && (uint32_t)t->rank == si->rank);
+        check(si->dtypes & (1u << t->dtype));
+        for (uint32_t d = 0; d < si->rank; d++)
+            check(si->dim[d].size > 0 ? t->shape[d] == si->dim[d].size
+                                      : t->shape[d] == wf_schema_sym(&b, si->dim[d].sym));
+    }
+    check(__builtin_popcount(used) == (int)req->n_tensors);
+    wf_tensor_desc_t out;
+    check(wf_schema_output(&s, 0, &b, WF_DTYPE_F32, 0, &out, err, sizeof err) == WF_OK &&
+          out.shape[0] == wf_schema_sym(&b, "B"));
 }
 
 /* Two MODEL maps equal as the wire carries them: C strings, uints, and
