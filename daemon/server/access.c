@@ -225,7 +225,8 @@ wf_status_t srv_access_check_bound(wf_server_t *srv)
     return WF_E_BAD_ARGUMENT;
 }
 
-void srv_access_reload(wf_server_t *srv, const char *client_keys_before)
+bool srv_access_reload(wf_server_t *srv, const char *client_keys_before, char *why,
+                       size_t why_len)
 {
     const char *now = srv->settings.client_keys;
     if (srv->access.mode != SRV_ACCESS_CURVE) {
@@ -233,23 +234,26 @@ void srv_access_reload(wf_server_t *srv, const char *client_keys_before)
             wf_log(srv->log, WF_LOG_WARNING, "reload: client_keys changed; the "
                    "client endpoint is %s: it needs a restart, ignored",
                    mode_name(srv->access.mode));
-        return;
+        return true;
     }
     if (!now[0]) {
         wf_log(srv->log, WF_LOG_ERR, "reload: client_keys removed; the CURVE "
                "endpoint keeps the keys it has (a restart turns CURVE off)");
         snprintf(srv->settings.client_keys, sizeof srv->settings.client_keys, "%s",
                  client_keys_before);
-        return;
+        snprintf(why, why_len, "client_keys removed; the previous keys stay");
+        return false;
     }
     char counts[64], err[512];
     if (load_client_keys(srv, counts, sizeof counts, err, sizeof err) != WF_OK) {
         wf_log(srv->log, WF_LOG_ERR, "reload: client_keys: %s; the old keys stay",
                err);
-        return;
+        snprintf(why, why_len, "client_keys not read; the previous keys stay");
+        return false;
     }
     wf_log(srv->log, WF_LOG_INFO, "reload: client_keys re-read: %s (new "
            "connections; connected clients keep theirs)", counts);
+    return true;
 }
 
 /* ------------------------------------------------------------------ */

@@ -82,6 +82,7 @@ struct srv_metrics {
     counter_t served[N_OPS];
     histogram_t latency[N_JOB_OPS];
     counter_t reconf_ok, reconf_failed;
+    counter_t reload_ok, reload_failed;
     counter_t reconf_bucket[N_REC + 1];
     counter_t reconf_sum_us;
     /* gauges (srv_metrics_refresh) */
@@ -161,6 +162,13 @@ void srv_metrics_served(wf_server_t *srv, uint32_t op, uint64_t latency_us)
     inc(&h->sum_us, latency_us);
     if (latency_us > get(&h->max_us))      /* one writer: no CAS needed */
         set(&h->max_us, latency_us);
+}
+
+void srv_metrics_reloaded(wf_server_t *srv, bool ok)
+{
+    srv_metrics_t *m = srv->metrics;
+    if (m)
+        inc(ok ? &m->reload_ok : &m->reload_failed, 1);
 }
 
 void srv_metrics_reconfigured(wf_server_t *srv, bool ok, uint64_t dur_us)
@@ -417,6 +425,12 @@ char *srv_metrics_render(srv_metrics_t *m, size_t *len)
     put(&t, "weft_reconfigurations_total{result=\"ok\"} %" PRIu64 "\n", get(&m->reconf_ok));
     put(&t, "weft_reconfigurations_total{result=\"failed\"} %" PRIu64 "\n",
         get(&m->reconf_failed));
+    head(&t, "weft_reloads_total", "counter", "reloads (SIGHUP) ended, by result: "
+         "failed = some of it did not take effect (the previous settings or keys "
+         "stay)");
+    put(&t, "weft_reloads_total{result=\"ok\"} %" PRIu64 "\n", get(&m->reload_ok));
+    put(&t, "weft_reloads_total{result=\"failed\"} %" PRIu64 "\n",
+        get(&m->reload_failed));
     head(&t, "weft_reconfiguration_duration_seconds", "histogram", "hot "
          "reconfigurations: validated to installed (or failed)");
     histogram_put(&t, "weft_reconfiguration_duration_seconds", "", m->reconf_bucket,

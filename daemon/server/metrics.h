@@ -62,6 +62,10 @@ void srv_metrics_served(wf_server_t *srv, uint32_t op, uint64_t latency_us);
 /* A reconfiguration ended (ok or not) after dur_us since it started. */
 void srv_metrics_reconfigured(wf_server_t *srv, bool ok, uint64_t dur_us);
 
+/* A reload (SIGHUP) ended: ok, or some of it failed (the previous settings
+ * or keys stay). */
+void srv_metrics_reloaded(wf_server_t *srv, bool ok);
+
 /* The counters into a status reply (si->has_counters = 1). */
 void srv_metrics_fill_status(const wf_server_t *srv, wf_status_info_t *si);
 

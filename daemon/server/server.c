@@ -826,8 +826,10 @@ static void reload(wf_server_t *srv)
     wf_settings_t next;
     char err[512];
     bool reconfiguring = false;
+    char failed[160] = "";      /* what of the reload did not take effect */
     if (wf_config_build(srv->cli, srv->envp, &next, err, sizeof err) != WF_OK) {
         wf_log(srv->log, WF_LOG_ERR, "reload failed, settings unchanged: %s", err);
+        snprintf(failed, sizeof failed, "settings not read; nothing changed");
     } else {
         char mesh_before[WF_SETTINGS_MESH_MAX];
         wf_mesh_degrees_t deg_before = srv->settings.mesh_deg;
@@ -842,14 +844,20 @@ static void reload(wf_server_t *srv)
             wf_log(srv->log, WF_LOG_WARNING, "reload: %s changed; it needs a "
                    "restart, ignored", restart[i]);
         wf_log_set_level(srv->log, (wf_log_level_t)srv->settings.log_level);
-        srv_access_reload(srv, keys_before);
+        bool keys_ok = srv_access_reload(srv, keys_before, failed, sizeof failed);
         srv->sched.capacity = srv->settings.queue_capacity;
         set_share_limits(srv);
         set_gate_limits(srv);
-        wf_log(srv->log, WF_LOG_INFO, "reloaded: %zu setting(s) applied, "
-               "queue_capacity %u, log_level %s", applied,
-               srv->settings.queue_capacity,
-               wf_log_level_name((wf_log_level_t)srv->settings.log_level));
+        if (keys_ok)
+            wf_log(srv->log, WF_LOG_INFO, "reloaded: %zu setting(s) applied, "
+                   "queue_capacity %u, log_level %s", applied,
+                   srv->settings.queue_capacity,
+                   wf_log_level_name((wf_log_level_t)srv->settings.log_level));
+        else
+            wf_log(srv->log, WF_LOG_ERR, "reload failed in part: %s; %zu other "
+                   "setting(s) applied, queue_capacity %u, log_level %s", failed,
+                   applied, srv->settings.queue_capacity,
+                   wf_log_level_name((wf_log_level_t)srv->settings.log_level));
         if (memcmp(&deg_before, &srv->settings.mesh_deg, sizeof deg_before) != 0) {
             /* RELOADING=1 is out; READY=1 comes when the regroup is done. */
             char rerr[WF_PROTO_ERROR_MAX];
@@ -870,11 +878,16 @@ static void reload(wf_server_t *srv)
         /* A tighter queue bound applies to new jobs only; queued ones stay. */
         srv_dispatch(srv);
     }
+    srv_metrics_reloaded(srv, failed[0] == '\0');
     if (reconfiguring)
         return;
-    char line[WF_SETTINGS_ENDPOINT_MAX + 256];
+    char line[WF_SETTINGS_ENDPOINT_MAX + 256], status[sizeof line + sizeof failed + 32];
     srv_status_line(srv, line, sizeof line);
-    wf_notify_ready(&srv->notify, line);
+    if (failed[0])      /* the operator reads it in `systemctl status` */
+        snprintf(status, sizeof status, "%s; last reload failed: %s", line, failed);
+    else
+        snprintf(status, sizeof status, "%s", line);
+    wf_notify_ready(&srv->notify, status);
 }
 
 static void begin_drain(wf_server_t *srv, int signo)

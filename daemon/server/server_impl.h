@@ -310,7 +310,10 @@ wf_status_t srv_access_prepare(wf_server_t *srv);
 wf_status_t srv_access_check_bound(wf_server_t *srv);
 /* SIGHUP: re-read client_keys (the settings already hold the new path;
  * `before` is the old one). A bad file keeps the old keys. */
-void srv_access_reload(wf_server_t *srv, const char *client_keys_before);
+/* Re-read client_keys after a reload (keys_before: the path before it).
+ * False when they could not be taken (the previous keys stay), with why. */
+bool srv_access_reload(wf_server_t *srv, const char *client_keys_before, char *why,
+                       size_t why_len);
 /* Give the gate the keys read (CURVE; once it runs). */
 void srv_access_gate_keys(wf_server_t *srv);
 /* Free what access holds. */

@@ -364,7 +364,18 @@ static void test_curve(void)
     write_text(clients, "admin not-a-key x\n");
     kill(w.n.p.pid, SIGHUP);
     CHECKM(clusterd_node_wait(&w.n, "READY=1", TIMEOUT_MS, NULL, 0), "(f) reload 1");
+    /* the STATUS= lines in order: the reload's is the last one sent */
+    char status[1024] = "";
+    bool said = false;
+    for (int i = 0; i < 8 && !said &&
+                    clusterd_node_wait(&w.n, "STATUS=", TIMEOUT_MS, status, sizeof status);
+         i++)
+        said = strstr(status, "last reload failed: client_keys not read; the previous "
+                              "keys stay") != NULL;
+    CHECKM(said, "(f) STATUS says the reload failed: %s", status);
     CHECKM(log_has(w.log, "the old keys stay"), "(f) bad file logged");
+    CHECKM(log_has(w.log, "reload failed in part: client_keys not read"),
+           "(f) the reload logged as failed");
     c = connect_keys(ep, "daemon.pub", "submit");
     CHECKM(c && wf_hello(c, &h) == WF_OK, "(f) submit key kept: %s",
            c ? wf_client_last_error(c) : "");
@@ -374,6 +385,10 @@ static void test_curve(void)
     kill(w.n.p.pid, SIGHUP);
     CHECKM(clusterd_node_wait(&w.n, "READY=1", TIMEOUT_MS, NULL, 0), "(f) reload 2");
     CHECKM(log_has(w.log, "client_keys re-read: 1 admin, 0 submit"), "(f) reloaded");
+    /* the next STATUS= line, after reload 2's READY=1, is the good reload's */
+    CHECKM(clusterd_node_wait(&w.n, "STATUS=", TIMEOUT_MS, status, sizeof status) &&
+               !strstr(status, "reload failed"), "(f) STATUS after a good reload: %s",
+           status);
     c = connect_keys(ep, "daemon.pub", "submit");
     expect_auth(c, "(f) removed submit key");
     wf_client_destroy(&c);

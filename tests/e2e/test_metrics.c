@@ -278,7 +278,7 @@ static const char *const names[] = {
     "weft_queue_capacity", "weft_jobs_served_total", "weft_requests_failed_total",
     "weft_requests_refused_total", "weft_job_latency_seconds",
     "weft_device_memory_budget_bytes", "weft_device_memory_used_bytes",
-    "weft_device_model_bytes", "weft_reconfigurations_total",
+    "weft_device_model_bytes", "weft_reconfigurations_total", "weft_reloads_total",
     "weft_reconfiguration_duration_seconds", "weft_reconfiguring", "weft_mesh_epoch",
     "weft_world_size", "weft_cluster_nodes_lost_total", "weft_handshakes_refused_total",
     "weft_handshakes_admitted_total",
@@ -304,6 +304,7 @@ static void check_fresh(int port)
     expect_sample(h.body, "weft_jobs_served_total{op=\"attention\"}", 0);
     expect_sample(h.body, "weft_job_latency_seconds_count{op=\"attention\"}", 0);
     expect_sample(h.body, "weft_reconfigurations_total{result=\"ok\"}", 0);
+    expect_sample(h.body, "weft_reloads_total{result=\"failed\"}", 0);
     expect_sample(h.body, "weft_jobs_queued", 0);
     expect_sample(h.body, "weft_jobs_running", 0);
     expect_sample(h.body, "weft_queue_capacity", 64);
