@@ -1,7 +1,9 @@
 /* json_err.c — jansson parse errors without the parsed text (json_err.h). */
 #include "json_err.h"
+#include "errf.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static const char *phrase(enum json_error_code code)
 {
@@ -45,4 +47,31 @@ const char *wf_json_ordinal(size_t n)
     case 3: return "rd";
     default: return "th";
     }
+}
+
+bool wf_json_config_keys_known(json_t *root, const char *const *names, size_t n,
+                               size_t stride, const char *label,
+                               const char *class_name, char *err, size_t err_len)
+{
+    const char *key;
+    json_t *val;
+    size_t nth = 0;
+    json_object_foreach(root, key, val) {
+        nth++;
+        if (key[0] == '_')
+            continue; /* _class_name, _diffusers_version, _name_or_path, ... */
+        size_t i = 0;
+        while (i < n && strcmp(key, *(const char *const *)(const void *)
+                                        ((const char *)names + i * stride)) != 0)
+            i++;
+        if (i == n) {
+            /* named by position: the key is the file's text, not ours */
+            wf_errf(err, err_len,
+                    "%s: unknown field: the %zu%s key of the object is not a field of "
+                    "diffusers' %s that weft knows",
+                    label, nth, wf_json_ordinal(nth), class_name);
+            return false;
+        }
+    }
+    return true;
 }

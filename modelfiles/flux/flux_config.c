@@ -174,26 +174,9 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
         goto out;
     }
 
-    const char *key;
-    json_t *val;
-    size_t nth = 0;
-    json_object_foreach(root, key, val) {
-        nth++;
-        if (key[0] == '_')
-            continue; /* _class_name, _diffusers_version, _name_or_path, ... */
-        size_t i;
-        for (i = 0; i < N_FIELDS; i++)
-            if (strcmp(key, fields[i].name) == 0)
-                break;
-        if (i == N_FIELDS) {
-            /* named by position: the key is the file's text, not ours */
-            wf_errf(err, err_len,
-                    "%s: unknown field: the %zu%s key of the object is not a field of "
-                    "diffusers' %s that weft knows",
-                    label, nth, wf_json_ordinal(nth), WF_FLUX_CLASS_NAME);
-            goto out;
-        }
-    }
+    if (!wf_json_config_keys_known(root, &fields[0].name, N_FIELDS, sizeof fields[0],
+                                   label, WF_FLUX_CLASS_NAME, err, err_len))
+        goto out;
 
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field_def_t *f = &fields[i];

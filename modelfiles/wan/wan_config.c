@@ -224,25 +224,9 @@ wf_status_t wf_wan_config_parse(const char *text, size_t len, unsigned flags,
         wf_errf(err, err_len, "%s: '_class_name' is not \"%s\"", label, WF_WAN_CLASS_NAME);
         goto out;
     }
-    const char *key;
-    json_t *val;
-    size_t nth = 0;
-    json_object_foreach(root, key, val) {
-        nth++;
-        if (key[0] == '_')
-            continue;
-        size_t i;
-        for (i = 0; i < N_FIELDS; i++)
-            if (strcmp(key, fields[i].name) == 0)
-                break;
-        if (i == N_FIELDS) {
-            wf_errf(err, err_len,
-                    "%s: unknown field: the %zu%s key of the object is not a field of "
-                    "diffusers' %s that weft knows",
-                    label, nth, wf_json_ordinal(nth), WF_WAN_CLASS_NAME);
-            goto out;
-        }
-    }
+    if (!wf_json_config_keys_known(root, &fields[0].name, N_FIELDS, sizeof fields[0],
+                                   label, WF_WAN_CLASS_NAME, err, err_len))
+        goto out;
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field_def_t *f = &fields[i];
         json_t *v = json_object_get(root, f->name);

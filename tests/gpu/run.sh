@@ -18,7 +18,8 @@
 #      lacks: pip --no-index --no-deps --target)                   ~10 s
 #   2. configure + build with CUDA (and NCCL from the toolkit or torch's
 #      nvidia-nccl wheel) against the carried Debian prefix       ~120 s
-#   3. test_cuda_host; test_cuda_gpu — the wgmma building blocks by name,
+#   3. test_cuda_host; test_ops_conformance --cuda (every model op
+#      against fp64); test_cuda_gpu — the wgmma building blocks by name,
 #      the model ops (linear, bias_act, act, add, modln, gate_residual,
 #      head_norm_rope, rope_table, timestep_proj, copy_rows) against the
 #      CPU backend in every dtype they take, CUDA attention vs the CPU
@@ -215,7 +216,7 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=
       -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
   tail -30 "$log"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
 grep "weft:" "$log" | tee -a "$report"
-targets=(test_cuda_host test_cuda_gpu bench_cuda_attention bench_staged_ring bench_ring_fuse test_kernels weftd weftctl)
+targets=(test_cuda_host test_ops_conformance test_cuda_gpu bench_cuda_attention bench_staged_ring bench_ring_fuse test_kernels weftd weftctl)
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
   grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; note "build: FAILED"; exit 1; }
 say "built in $(elapsed)"
@@ -225,6 +226,12 @@ fi
 say "== tests ($(elapsed))"
 timeout 60 "$bd"/tests/test_cuda_host 2>&1 | tail -1 | tee -a "$report"
 note "test_cuda_host: exit ${PIPESTATUS[0]}"
+# every model op on CUDA against fp64 (tests/unit/test_ops_conformance.c:
+# the rows that never ran before a GPU did)
+timeout 60 "$bd"/tests/test_ops_conformance --cuda > "$logs/ops_conformance.log" 2>&1
+rc=$?
+grep -E "FAIL|cuda|passed" "$logs/ops_conformance.log" | head -24 | tee -a "$report"
+note "test_ops_conformance --cuda: exit $rc, $(grep -c FAIL "$logs/ops_conformance.log") FAIL lines"
 # Each kernel's test; a kernel whose test hangs (timeout) is not benched.
 # The daemon runs on the first kernel whose test passed.
 declare -A test_rc
