@@ -263,15 +263,3 @@ wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
     wf_layout_t full = wf_layout_full(p->out);
     return wf_layout_convert(e, Y, p->local_out, &ol, rows, &full, 0, dst, p->out);
 }
-
-void wf_linear_free(wf_linear_t *L)
-{
-    if (!L->w_view)
-        free(L->w);
-    if (!L->b_view)
-        free(L->b);
-    L->w = NULL;
-    L->b = NULL;
-    L->w_view = L->b_view = false;
-    L->nwb = 0;
-}

@@ -38,7 +38,7 @@ typedef struct wf_linear {
     wf_tp_place_t place;   /* its placement (full and local shapes) */
     wf_dtype_t w_dtype;    /* of the weight as held: f32 on the CPU, the
                               checkpoint tensor's on a device */
-    void *w;               /* an owned host f32 copy [local_out, local_in]
+    void *w;               /* a host f32 copy [local_out, local_in] the shard owns
                               (CPU, not a view), else NULL */
     float *b;              /* bias f32 on the backend's memory:
                               colwise / packed_colwise [local_out],
@@ -126,8 +126,5 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
 wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
                                  const float *in, int64_t ld_in, const wf_layout_t *il,
                                  int64_t rows, wf_act_t act, float *dst);
-
-/* Free L's owned host copies (not its views); L stays zeroed of them. */
-void wf_linear_free(wf_linear_t *L);
 
 #endif /* WF_LINEAR_H */

@@ -358,10 +358,10 @@ static void *rank_main_dev(void *arg)
     wf_status_t bst = wf_flux_shard_build(m->host, m->plan, m->T, co.tp, ops, ctx, &shard, err,
                                           sizeof err);
     uint64_t want = wf_flux_shard_bytes_dev(wf_flux_cfg(&m->host->cfg), m->plan, m->T, m->host->dtype);
-    t->shard_ok = bst == WF_OK && shard->bytes == want && shard->dev != NULL;
+    t->shard_ok = bst == WF_OK && shard->mem.bytes == want && shard->mem.dev != NULL;
     if (!t->shard_ok) {
         fprintf(stderr, "rank %d: device shard: %s (bytes %llu, figure %llu)\n", t->rank, err,
-                shard ? (unsigned long long)shard->bytes : 0ull, (unsigned long long)want);
+                shard ? (unsigned long long)shard->mem.bytes : 0ull, (unsigned long long)want);
         wf_comm_abort(world);
         goto out;
     }
@@ -461,8 +461,8 @@ static wf_flux_shard_t **make_shards(const wf_model_host_t *h, const wf_tp_plan_
             free(s);
             return NULL;
         }
-        CHECK(s[t]->bytes == want, "shard %d of %d holds %llu bytes, shard_bytes says %llu",
-              t, T, (unsigned long long)s[t]->bytes, (unsigned long long)want);
+        CHECK(s[t]->mem.bytes == want, "shard %d of %d holds %llu bytes, shard_bytes says %llu",
+              t, T, (unsigned long long)s[t]->mem.bytes, (unsigned long long)want);
     }
     return s;
 }
@@ -662,7 +662,7 @@ static void test_dev_shard(const fixture_t *f)
     st = wf_flux_shard_build(f->host, &def, 2, 1, ops, ctx, &s, err, sizeof err);
     uint64_t total = 0, avail = 0;
     ops->memory_info(ctx, &total, &avail);
-    CHECK(st == WF_OK && s && s->bytes == need && avail == 0,
+    CHECK(st == WF_OK && s && s->mem.bytes == need && avail == 0,
           "%s: shard at exactly its figure: %d '%s', free %llu", f->name, (int)st, err,
           (unsigned long long)avail);
     wf_flux_shard_free(&s);

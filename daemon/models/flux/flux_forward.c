@@ -550,7 +550,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     x.i = R * U > 1 ? wf_comm_rank(group->seq) : 0;
     x.root = x.t == 0 && x.i == 0;
     /* a device shard on the CPU or the other way round: a bug */
-    if (shard->tp != T || shard->tp_rank != x.t || (shard->dev != NULL) != x.dev)
+    if (shard->tp != T || shard->tp_rank != x.t || (shard->mem.dev != NULL) != x.dev)
         goto fail;
     szc_t c = {false};
     size_t haws = 0, aws = attn_ws(&c, &x.g, ops, &haws), lws = lin_ws(&x.g, ops);

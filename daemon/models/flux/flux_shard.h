@@ -35,6 +35,7 @@
 #include "flux_config.h"
 #include "model_host.h"
 #include "models/linear.h"
+#include "models/shard.h"
 #include "tp_plan.h"
 #include "weft.h"
 
@@ -65,12 +66,8 @@ typedef struct wf_flux_shard {
     wf_flux_double_t *dbl;                 /* cfg.num_layers */
     wf_flux_single_t *sgl;                 /* cfg.num_single_layers */
     wf_linear_t norm_out, proj_out;
-    uint64_t bytes;                        /* bytes held: f32 pieces on the
-                                              CPU (views counted too), the
-                                              device block on a device */
-    const wf_backend_ops_t *ops;           /* backend built for; NULL: CPU */
-    wf_backend_ctx_t *ctx;                 /* its context (borrowed) */
-    void *dev;                             /* the mem_alloc block, or NULL */
+    wf_shard_mem_t mem;                    /* where the pieces live, what
+                                              the shard owns (shard.h) */
 } wf_flux_shard_t;
 
 /* Check `plan` against the model for `tp` ranks: every rule must match at
