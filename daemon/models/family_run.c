@@ -1,4 +1,5 @@
-/* family_run.c — the daemon's table of model families (family_run.h). */
+/* family_run.c — the daemon's table of model families and what every
+ * family's forward shares (family_run.h). */
 #include "models/family_run.h"
 
 extern const wf_family_run_t wf_flux_family_run;
@@ -17,4 +18,42 @@ const wf_family_run_t *wf_family_run_of(const wf_family_t *fam)
         if (runs[i]->fam == fam)
             return runs[i];
     return NULL;
+}
+
+bool wf_fwd_group_ok(const wf_fwd_group_t *grp)
+{
+    int T = grp->tp_degree, R = grp->ring_degree, U = grp->ulysses_degree;
+    const struct {
+        wf_comm_t *c;
+        int n;
+    } cs[4] = { { grp->tp, T }, { grp->seq, R * U }, { grp->ring, R }, { grp->ulysses, U } };
+    if (T < 1 || R < 1 || U < 1)
+        return false;
+    for (int k = 0; k < 4; k++) {
+        if (cs[k].n > 1 ? (!cs[k].c || wf_comm_size(cs[k].c) != cs[k].n)
+                        : (cs[k].c && wf_comm_size(cs[k].c) != 1))
+            return false;
+    }
+    return true;
+}
+
+void wf_fwd_group_abort(const wf_fwd_group_t *grp)
+{
+    wf_comm_t *c = grp->tp      ? grp->tp
+                   : grp->seq   ? grp->seq
+                   : grp->ring  ? grp->ring
+                                : grp->ulysses;
+    if (c)
+        wf_comm_abort(c);
+}
+
+const char *wf_fwd_device_entry_missing(const wf_backend_ops_t *o)
+{
+    if (!o->copy_h2d)
+        return NULL;
+    return !o->copy_d2h      ? "copy_d2h"
+           : !o->synchronize ? "synchronize"
+           : !o->convert     ? "convert"
+           : !o->fill_f32    ? "fill_f32"
+                             : NULL;
 }

@@ -15,6 +15,7 @@
 #include "comm/comm.h"
 #include "family.h"
 #include "model_host.h"
+#include "models/shard.h"
 #include "proto.h"
 #include "tp_plan.h"
 #include "weft.h"
@@ -67,6 +68,8 @@ typedef struct wf_family_run {
                                wf_backend_ctx_t *ctx, void **ret, char *err,
                                size_t err_len);
     void (*shard_free)(void **shard);
+    /* Where a built shard's pieces live and the bytes it holds. */
+    const wf_shard_mem_t *(*shard_mem)(const void *shard);
     /* Check a bound forward against the config and the degrees (what the
      * schema cannot say: a sequence ring x ulysses must divide). */
     wf_status_t (*forward_check)(const void *cfg, const wf_fwd_io_t *io, int tp,
@@ -81,6 +84,19 @@ typedef struct wf_family_run {
                        wf_backend_ctx_t *ctx, void *workspace, size_t bytes,
                        void *host_ws, size_t host_bytes);
 } wf_family_run_t;
+
+/* Whether a forward's group matches its degrees: each communicator
+ * present iff its degree (R * U for seq) is above 1, with that size. */
+bool wf_fwd_group_ok(const wf_fwd_group_t *grp);
+
+/* Abort the world of a forward's group (its first communicator), so that
+ * no peer waits in a collective after this rank failed. */
+void wf_fwd_group_abort(const wf_fwd_group_t *grp);
+
+/* The entry a backend with device memory (copy_h2d) lacks for a forward
+ * whose inputs and output cross between host and device memory
+ * ("copy_d2h", ...), or NULL (none lacking, or the CPU backend). */
+const char *wf_fwd_device_entry_missing(const wf_backend_ops_t *ops);
 
 /* The daemon's half of family fam, or NULL (a family this daemon cannot
  * run). */

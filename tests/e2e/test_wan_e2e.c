@@ -6,10 +6,11 @@
  * tests/fixtures/wan-tiny through libweft (wf_load_model), lists it
  * (family "wan", its config and schema), and serves its forward through
  * wf_forward_named with the inputs of io-wan-tiny-f32.safetensors on the
- * meshes dp 4, then ring 2, ulysses 2, ring 2 x ulysses 2 and ring 4
- * (wf_reconfigure: a live re-shard), each compared with diffusers'
- * float64 output (1e-5 of max |ref|, as test_wan_forward). A mesh with
- * tp 2 is refused naming the Wan family's limit, and a forward whose
+ * meshes dp 4, then ring 2, ulysses 2, ring 2 x ulysses 2, ring 4, tp 2,
+ * tp 2 x ring 2, tp 2 x ulysses 2 (wf_reconfigure: a live re-shard, tp
+ * changing twice), each compared with diffusers' float64 output (1e-5 of
+ * max |ref|, as test_wan_forward). A mesh with tp 4 is refused (the
+ * model's 2 heads do not split over 4), and a forward whose
  * height is not a multiple of the patch is refused naming patch_size;
  * the daemon keeps serving. The daemon exits 0 on SIGTERM.
  */
@@ -150,6 +151,9 @@ int main(int argc, char **argv)
         { .dp = 2, .ring = 1, .ulysses = 2, .tp = 1 },
         { .dp = 1, .ring = 2, .ulysses = 2, .tp = 1 },
         { .dp = 1, .ring = 4, .ulysses = 1, .tp = 1 },
+        { .dp = 2, .ring = 1, .ulysses = 1, .tp = 2 },
+        { .dp = 1, .ring = 2, .ulysses = 1, .tp = 2 },
+        { .dp = 1, .ring = 1, .ulysses = 2, .tp = 2 },
     };
     for (size_t i = 0; st == WF_OK && i < sizeof meshes / sizeof meshes[0]; i++) {
         const wf_mesh_degrees_t *m = &meshes[i];
@@ -162,19 +166,19 @@ int main(int argc, char **argv)
         }
         wf_status_t fs;
         double e = forward(c, in, &ref64, &fs);
-        CHECK(fs == WF_OK, "forward (dp %u ring %u ulysses %u): %s %s", m->dp, m->ring,
-              m->ulysses, wf_status_name(fs), wf_client_last_error(c));
-        CHECK(e <= 1e-5, "forward (dp %u ring %u ulysses %u): rel err %.3g", m->dp, m->ring,
-              m->ulysses, e);
-        printf("wan-tiny via weftd, dp %u ring %u ulysses %u: rel err vs diffusers f64 %.3g\n",
-               m->dp, m->ring, m->ulysses, e);
+        CHECK(fs == WF_OK, "forward (dp %u ring %u ulysses %u tp %u): %s %s", m->dp, m->ring,
+              m->ulysses, m->tp, wf_status_name(fs), wf_client_last_error(c));
+        CHECK(e <= 1e-5, "forward (dp %u ring %u ulysses %u tp %u): rel err %.3g", m->dp,
+              m->ring, m->ulysses, m->tp, e);
+        printf("wan-tiny via weftd, dp %u ring %u ulysses %u tp %u: rel err vs diffusers f64 "
+               "%.3g\n", m->dp, m->ring, m->ulysses, m->tp, e);
     }
     if (st == WF_OK) {
-        /* tp 2: refused, naming the limit; the mesh stays */
-        wf_mesh_degrees_t tp2 = { .dp = 2, .ring = 1, .ulysses = 1, .tp = 2 };
-        wf_status_t rs = wf_reconfigure(c, &tp2, NULL);
-        CHECK(rs != WF_OK && strstr(wf_client_last_error(c), "tensor parallelism"),
-              "tp 2: %s %s", wf_status_name(rs), wf_client_last_error(c));
+        /* tp 4: refused (2 heads), naming the limit; the mesh stays */
+        wf_mesh_degrees_t tp4 = { .dp = 1, .ring = 1, .ulysses = 1, .tp = 4 };
+        wf_status_t rs = wf_reconfigure(c, &tp4, NULL);
+        CHECK(rs != WF_OK && strstr(wf_client_last_error(c), "attention heads"),
+              "tp 4: %s %s", wf_status_name(rs), wf_client_last_error(c));
         /* a height that is no multiple of the patch */
         wf_tensor_t odd[3] = { in[0], in[1], in[2] };
         odd[0].shape[3] = 3;

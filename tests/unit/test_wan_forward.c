@@ -9,22 +9,27 @@
  * image-conditioned fields, other classes and bad values; the expected
  * tensors against the checkpoint (a rank-5 Conv3d weight and rank-3
  * modulation tables through the generic reader); the schema, the default
- * plan and the public config; the plan check (tp > 1 refused, rules on
- * non-linear tensors refused); the forward check's refusals; the forward
- * on meshes (ring, ulysses) = (1, 1), (2, 1), (1, 2), (2, 2), (3, 1),
- * (4, 1) against diffusers' float64 and float32 runs
- * (io-wan-tiny-f32.safetensors from tests/parity/make_wan_fixtures.py),
- * and a bf16 output.
+ * plan and the public config; the plan check (tp must divide the heads,
+ * rules on non-linear tensors refused); the forward check's refusals;
+ * the forward on tp x ring x ulysses meshes, each rank cutting its own
+ * shard (its size as shard_bytes figures it), on the CPU and on the
+ * stand-in device (every byte of device memory scrambled, given back at
+ * the end), including uneven token shards and head counts ulysses does
+ * not divide (the anything modes), against diffusers' float64 and
+ * float32 runs (io-wan-tiny-f32.safetensors from
+ * tests/parity/make_wan_fixtures.py), and a bf16 output.
  *
  * Usage: test_wan_forward FIXTURES_DIR. */
 #include "base/mesh.h"
 #include "comm/comm_host.h"
+#include "comm/comm_staged.h"
 #include "family.h"
 #include "model_host.h"
 #include "model_root.h"
 #include "models/family_run.h"
 #include "safetensors.h"
 #include "support/check.h"
+#include "support/standin_dev.h"
 #include "tensor.h"
 #include "wan/wan_config.h"
 
@@ -272,10 +277,11 @@ static wf_fwd_io_t io_of(const fwd_t *f, const wf_tensor_desc_t *out, void *out_
 }
 
 typedef struct mrun {
-    int R, U;
+    int T, R, U;
+    bool dev;                    /* the stand-in device backend */
     const wf_family_run_t *run;
-    const void *cfg;             /* the family's config */
-    const void *shard;
+    const wf_model_host_t *host; /* each rank cuts its shard from it */
+    const wf_tp_plan_t *plan;
     const fwd_t *f;
     wf_tensor_desc_t out;        /* the output's descriptor (its dtype) */
     void *out_data;              /* root's output */
@@ -287,62 +293,122 @@ typedef struct mrank {
     mrun_t *m;
     int rank;
     wf_status_t st;
-    bool guard_ok;
+    bool shard_ok;               /* shard built, its size as figured */
+    bool guard_ok;               /* nothing written past the workspace */
+    bool mem_back;               /* device: every byte given back */
 } mrank_t;
 
 #define GUARD 256
 
+/* Rank `rank`'s tp / seq / ring / ulysses groups (NULL for degree 1). */
+static bool rank_split(const mrun_t *m, int rank, wf_comm_t *world, wf_comm_t *sub[4],
+                       wf_mesh_coords_t *co, wf_fwd_group_t *grp)
+{
+    wf_mesh_t mesh;
+    wf_mesh_degrees_t deg = { .dp = 1, .ring = (uint32_t)m->R, .ulysses = (uint32_t)m->U,
+                              .tp = (uint32_t)m->T };
+    const wf_mesh_dim_t dims[4] = { WF_MESH_DIM_TP, WF_MESH_DIM_SEQ, WF_MESH_DIM_RING,
+                                    WF_MESH_DIM_ULYSSES };
+    if (wf_mesh_init(&mesh, &deg, m->T * m->R * m->U, NULL, 0) != WF_OK ||
+        wf_mesh_coords(&mesh, rank, co) != WF_OK)
+        return false;
+    for (int i = 0; i < 4; i++) {
+        int col, key;
+        if (wf_mesh_color(&mesh, dims[i], rank, &col, &key) != WF_OK ||
+            wf_comm_split(world, col, key, &sub[i]) != WF_OK)
+            return false;
+    }
+    *grp = (wf_fwd_group_t){
+        .tp = m->T > 1 ? sub[0] : NULL, .seq = m->R * m->U > 1 ? sub[1] : NULL,
+        .ring = m->R > 1 ? sub[2] : NULL, .ulysses = m->U > 1 ? sub[3] : NULL,
+        .tp_degree = m->T, .ring_degree = m->R, .ulysses_degree = m->U,
+    };
+    return true;
+}
+
+/* One rank: its backend context (the stand-in device's, with the host
+ * comm behind comm_staged, or the CPU's), its own shard, a workspace full
+ * of NaN (stale reads show) with a guard after it (CPU), the run. */
 static void *rank_main(void *arg)
 {
     mrank_t *t = arg;
     mrun_t *m = t->m;
     t->st = WF_E_INTERNAL;
     t->guard_ok = true;
-    const wf_backend_ops_t *ops = wf_backend_cpu();
-    wf_comm_t *world = NULL, *sub[3] = { NULL, NULL, NULL };
+    const wf_backend_ops_t *ops = m->dev ? wf_standin_dev_backend() : wf_backend_cpu();
+    wf_comm_t *world = NULL, *inner = NULL, *sub[4] = { NULL, NULL, NULL, NULL };
     wf_backend_ctx_t *ctx = NULL;
-    if (wf_comm_host_init(m->w, t->rank, &world) != WF_OK)
-        return NULL;
-    wf_mesh_t mesh;
-    wf_mesh_degrees_t deg = { .dp = 1, .ring = (uint32_t)m->R, .ulysses = (uint32_t)m->U,
-                              .tp = 1 };
-    const wf_mesh_dim_t dims[3] = { WF_MESH_DIM_SEQ, WF_MESH_DIM_RING, WF_MESH_DIM_ULYSSES };
-    if (wf_mesh_init(&mesh, &deg, m->R * m->U, NULL, 0) != WF_OK)
-        goto out;
-    for (int i = 0; i < 3; i++) {
-        int col, key;
-        if (wf_mesh_color(&mesh, dims[i], t->rank, &col, &key) != WF_OK ||
-            wf_comm_split(world, col, key, &sub[i]) != WF_OK)
-            goto out;
-    }
+    void *shard = NULL, *dws = NULL;
+    unsigned char *ws = NULL, *hws = NULL;
+    char err[512] = "";
+    uint64_t total = 0, free0 = 0, free1 = 0;
     if (ops->ctx_new(t->rank, 0, &ctx) != WF_OK)
+        return NULL;
+    if (m->dev)
+        ops->memory_info(ctx, &total, &free0);
+    if (wf_comm_host_init(m->w, t->rank, m->dev ? &inner : &world) != WF_OK ||
+        (m->dev && wf_comm_staged_wrap(inner, ops, ctx, &world) != WF_OK))
         goto out;
-    wf_fwd_group_t grp = {
-        .tp = NULL, .seq = m->R * m->U > 1 ? sub[0] : NULL, .ring = m->R > 1 ? sub[1] : NULL,
-        .ulysses = m->U > 1 ? sub[2] : NULL, .tp_degree = 1, .ring_degree = m->R,
-        .ulysses_degree = m->U,
-    };
+    wf_mesh_coords_t co;
+    wf_fwd_group_t grp;
+    if (!rank_split(m, t->rank, world, sub, &co, &grp))
+        goto out;
+    const void *cfg = m->host->cfg.b;
+    wf_status_t bst = m->run->shard_build(m->host, m->plan, m->T, (int)co.tp, ops, ctx, &shard,
+                                          err, sizeof err);
+    uint64_t want = m->run->shard_bytes(cfg, m->plan, m->T, m->dev, m->host->dtype);
+    const wf_shard_mem_t *mem = shard ? m->run->shard_mem(shard) : NULL;
+    t->shard_ok = bst == WF_OK && mem && mem->bytes == want && (mem->dev != NULL) == m->dev;
+    if (!t->shard_ok) {
+        fprintf(stderr, "rank %d: shard: %s (figure %llu)\n", t->rank, err,
+                (unsigned long long)want);
+        wf_comm_abort(world);
+        goto out;
+    }
     wf_fwd_io_t io = io_of(m->f, &m->out, m->out_data, t->rank == 0);
     size_t host = 1;
-    size_t bytes = m->run->workspace(m->cfg, &io, 1, m->R, m->U, ops,
-                              &host);
-    if (bytes == 0 || bytes == SIZE_MAX || host != 0) {
+    size_t bytes = m->run->workspace(cfg, &io, m->T, m->R, m->U, ops, &host);
+    if (bytes == 0 || bytes == SIZE_MAX || (m->dev ? host == SIZE_MAX : host != 0)) {
         t->st = WF_E_BAD_ARGUMENT;
+        wf_comm_abort(world);
         goto out;
     }
-    size_t alloc = (bytes + GUARD + 63) & ~(size_t)63;
-    unsigned char *ws = aligned_alloc(64, alloc);
-    memset(ws, 0xff, bytes); /* NaN everywhere: a stale read shows */
-    memset(ws + bytes, 0xa5, alloc - bytes);
-    t->st = m->run->run(m->shard, &io, &grp, ops, ctx, ws, bytes, NULL, 0);
-    for (size_t i = bytes; i < alloc; i++)
-        t->guard_ok &= ws[i] == 0xa5;
-    free(ws);
+    if (m->dev) {
+        if (!(hws = aligned_alloc(64, (host + 63) & ~(size_t)63 ? (host + 63) & ~(size_t)63
+                                                                : 64)) ||
+            ops->dev_alloc(ctx, bytes, &dws) != WF_OK ||
+            ops->fill_f32(ctx, dws, NAN, bytes / sizeof(float)) != WF_OK) {
+            wf_comm_abort(world);
+            goto out;
+        }
+        memset(hws, 0xff, host);
+        t->st = m->run->run(shard, &io, &grp, ops, ctx, dws, bytes, hws, host);
+        wf_status_t ss = ops->synchronize(ctx);
+        ops->dev_reset(ctx);
+        if (t->st == WF_OK)
+            t->st = ss;
+    } else {
+        size_t alloc = (bytes + GUARD + 63) & ~(size_t)63;
+        ws = aligned_alloc(64, alloc);
+        memset(ws, 0xff, bytes);
+        memset(ws + bytes, 0xa5, alloc - bytes);
+        t->st = m->run->run(shard, &io, &grp, ops, ctx, ws, bytes, NULL, 0);
+        for (size_t i = bytes; i < alloc; i++)
+            t->guard_ok &= ws[i] == 0xa5;
+    }
 out:
-    ops->ctx_destroy(&ctx);
-    for (int i = 0; i < 3; i++)
+    if (shard)
+        m->run->shard_free(&shard);
+    if (m->dev && ctx) {
+        ops->memory_info(ctx, &total, &free1);
+        t->mem_back = free1 == free0 && free0 == total;
+    }
+    free(ws);
+    free(hws);
+    for (int i = 0; i < 4; i++)
         wf_comm_destroy(&sub[i]);
     wf_comm_destroy(&world);
+    ops->ctx_destroy(&ctx);
     return NULL;
 }
 
@@ -359,17 +425,18 @@ static double rel_err(const float *a, const float *b, size_t n)
     return e / (m > 0 ? m : 1);
 }
 
-/* The forward on mesh (R, U) with out dtype dt; the root's output in f32
- * into got. */
-static bool run_mesh(const wf_family_run_t *run, const void *cfg, const void *shard,
-                     const fwd_t *f, int R, int U, wf_dtype_t dt, float *got)
+/* The forward on mesh (T, R, U) on the CPU or the stand-in device (dev)
+ * with out dtype dt, each rank cutting its shard from h with plan p; the
+ * root's output in f32 into got. */
+static bool run_mesh(const wf_family_run_t *run, const wf_model_host_t *h, const wf_tp_plan_t *p,
+                     const fwd_t *f, int T, int R, int U, bool dev, wf_dtype_t dt, float *got)
 {
-    const int N = R * U;
+    const int N = T * R * U;
     size_t es = wf_dtype_size(dt);
     unsigned char *ob = malloc(f->nout * es + 1);
     memset(ob, 0x5a, f->nout * es + 1);
-    mrun_t m = { .R = R, .U = U, .run = run, .cfg = cfg, .shard = shard, .f = f, .out = f->out,
-                 .out_data = ob + 1 /* any alignment */ };
+    mrun_t m = { .T = T, .R = R, .U = U, .dev = dev, .run = run, .host = h, .plan = p, .f = f,
+                 .out = f->out, .out_data = ob + 1 /* any alignment */ };
     m.out.dtype = dt;
     CHECK(wf_comm_host_world_new(N, &m.w) == WF_OK, "world");
     mrank_t *t = calloc((size_t)N, sizeof *t);
@@ -382,9 +449,12 @@ static bool run_mesh(const wf_family_run_t *run, const void *cfg, const void *sh
     wf_comm_host_world_unref(&m.w);
     bool ok = true;
     for (int i = 0; i < N; i++) {
-        CHECK(t[i].st == WF_OK, "mesh (ring %d, ulysses %d) rank %d: run returned %d", R, U, i,
-              (int)t[i].st);
+        CHECK(t[i].shard_ok, "mesh (tp %d, ring %d, ulysses %d%s) rank %d: shard", T, R, U,
+              dev ? ", device" : "", i);
+        CHECK(t[i].st == WF_OK, "mesh (tp %d, ring %d, ulysses %d%s) rank %d: run returned %d",
+              T, R, U, dev ? ", device" : "", i, (int)t[i].st);
         CHECK(t[i].guard_ok, "rank %d wrote past its workspace", i);
+        CHECK(!dev || t[i].mem_back, "rank %d: device memory not all given back", i);
         ok &= t[i].st == WF_OK;
     }
     CHECK(ob[0] == 0x5a, "wrote before the output");
@@ -406,10 +476,11 @@ static void test_forward(const wf_model_host_t *h, const wf_safetensors_t *io)
     wf_tp_plan_t plan;
     h->cfg.fam->default_plan(cfg, &plan);
 
-    /* plan check: tp = 1 passes, tp > 1 is refused saying so */
+    /* plan check: tp 1 and 2 pass; tp 4 does not divide the 2 heads */
     CHECK(run->plan_check(cfg, &plan, 1, false, err, sizeof err) == WF_OK, "plan: %s", err);
-    CHECK(run->plan_check(cfg, &plan, 2, true, err, sizeof err) == WF_E_BAD_ARGUMENT &&
-          strstr(err, "tensor parallelism is not implemented"), "tp 2: %s", err);
+    CHECK(run->plan_check(cfg, &plan, 2, false, err, sizeof err) == WF_OK, "tp 2: %s", err);
+    CHECK(run->plan_check(cfg, &plan, 4, true, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "must divide the number of attention heads"), "tp 4: %s", err);
     wf_tp_plan_t bad = plan;
     snprintf(bad.rules[bad.n].glob, sizeof bad.rules[0].glob, "blocks.*.attn1.norm_q");
     bad.rules[bad.n++].style = WF_TP_COLWISE;
@@ -422,27 +493,23 @@ static void test_forward(const wf_model_host_t *h, const wf_safetensors_t *io)
           strstr(err, "matches no linear layer"), "unmatched rule: %s", err);
     CHECK(run->backend_check(cfg, wf_backend_cpu(), err, sizeof err) == WF_OK, "%s", err);
 
-    void *shard = NULL;
-    wf_status_t st = run->shard_build(h, &plan, 1, 0, wf_backend_cpu(), NULL, &shard, err,
-                                      sizeof err);
-    CHECK(st == WF_OK, "shard: %s", err);
-    if (st != WF_OK)
-        return;
     CHECK(run->shard_bytes(cfg, &plan, 1, false, WF_DTYPE_F32) == h->params * 4, "shard bytes");
+    CHECK(run->shard_bytes(cfg, &plan, 2, false, WF_DTYPE_F32) < h->params * 4,
+          "a tp 2 shard holds less than the model");
 
     fwd_t f;
     if (!fwd_open(h, io, &f)) {
         CHECK(0, "io file");
-        run->shard_free(&shard);
         return;
     }
     /* forward check refusals */
     wf_fwd_io_t x = io_of(&f, &f.out, NULL, false);
     CHECK(run->forward_check(cfg, &x, 1, 1, 1, err, sizeof err) == WF_OK, "%s", err);
-    CHECK(run->forward_check(cfg, &x, 2, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT &&
-          strstr(err, "tensor parallelism"), "tp 2: %s", err);
-    CHECK(run->forward_check(cfg, &x, 1, 5, 1, err, sizeof err) == WF_E_BAD_SHAPE &&
-          strstr(err, "divisible by mesh size"), "12 tokens over 5: %s", err);
+    CHECK(run->forward_check(cfg, &x, 2, 1, 1, err, sizeof err) == WF_OK, "tp 2: %s", err);
+    CHECK(run->forward_check(cfg, &x, 4, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "must divide the number of attention heads"), "tp 4: %s", err);
+    CHECK(run->forward_check(cfg, &x, 1, 5, 1, err, sizeof err) == WF_OK,
+          "12 tokens over 5 (the ring's anything mode): %s", err);
     wf_tensor_desc_t odd = f.in[0];
     odd.shape[3] = 5;
     x.in[0] = &odd;
@@ -455,28 +522,39 @@ static void test_forward(const wf_model_host_t *h, const wf_safetensors_t *io)
     /* Tolerances (max abs error / max |ref|): vs diffusers' float64 run
      * 1e-5 (f32 sgemm and attention, norm statistics in double, 2
      * blocks); vs its float32 run 2e-5 (both sides' f32 errors). */
-    static const int meshes[][2] = { { 1, 1 }, { 2, 1 }, { 1, 2 }, { 2, 2 }, { 3, 1 }, { 4, 1 } };
+    /* every mesh: (tp, ring, ulysses), and whether the stand-in device
+     * runs it too; uneven token shards (12 tokens over 5, over 3 x 2 with
+     * tp) and head counts ulysses does not divide (2 heads, 1 per tp rank,
+     * over 3 or 2) take the anything modes */
+    static const struct {
+        int T, R, U;
+        bool dev;
+    } meshes[] = {
+        { 1, 1, 1, true },  { 1, 2, 1, true },  { 1, 1, 2, false }, { 1, 2, 2, true },
+        { 1, 3, 1, false }, { 1, 4, 1, false }, { 1, 5, 1, true },  { 1, 1, 3, false },
+        { 2, 1, 1, true },  { 2, 2, 1, true },  { 2, 1, 2, true },  { 2, 3, 2, false },
+    };
     float *got = malloc(f.nout * sizeof(float));
     for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
-        int R = meshes[i][0], U = meshes[i][1];
-        if (!run_mesh(run, cfg, shard, &f, R, U, WF_DTYPE_F32, got))
-            continue;
-        double e64 = rel_err(got, f.ref64, f.nout), e32 = rel_err(got, f.ref, f.nout);
-        printf("wan-tiny ring %d ulysses %d: rel err vs f64 %.3g, vs f32 %.3g\n", R, U, e64,
-               e32);
-        CHECK(e64 <= 1e-5, "ring %d ulysses %d: %.3g vs diffusers f64", R, U, e64);
-        CHECK(e32 <= 2e-5, "ring %d ulysses %d: %.3g vs diffusers f32", R, U, e32);
+        for (int d = 0; d < (meshes[i].dev ? 2 : 1); d++) {
+            int T = meshes[i].T, R = meshes[i].R, U = meshes[i].U;
+            if (!run_mesh(run, h, &plan, &f, T, R, U, d == 1, WF_DTYPE_F32, got))
+                continue;
+            double e64 = rel_err(got, f.ref64, f.nout), e32 = rel_err(got, f.ref, f.nout);
+            printf("wan-tiny tp %d ring %d ulysses %d%s: rel err vs f64 %.3g, vs f32 %.3g\n", T,
+                   R, U, d ? " (device)" : "", e64, e32);
+            CHECK(e64 <= 1e-5, "tp %d ring %d ulysses %d: %.3g vs diffusers f64", T, R, U, e64);
+            CHECK(e32 <= 2e-5, "tp %d ring %d ulysses %d: %.3g vs diffusers f32", T, R, U, e32);
+        }
     }
     /* bf16 output: the f32 result rounded once */
-    if (run_mesh(run, cfg, shard, &f, 2, 1, WF_DTYPE_BF16, got)) {
+    if (run_mesh(run, h, &plan, &f, 1, 2, 1, false, WF_DTYPE_BF16, got)) {
         double e = rel_err(got, f.ref64, f.nout);
         CHECK(e <= 8e-3, "bf16 output: %.3g", e);
     }
     free(got);
     free(f.ref);
     free(f.ref64);
-    run->shard_free(&shard);
-    CHECK(shard == NULL);
 }
 
 int main(int argc, char **argv)

@@ -86,6 +86,11 @@ static void shard_free(void **shard)
     *shard = NULL;
 }
 
+static const wf_shard_mem_t *shard_mem(const void *shard)
+{
+    return &((const wf_flux_shard_t *)shard)->mem;
+}
+
 static wf_status_t forward_check(const void *cfg, const wf_fwd_io_t *io, int tp, int R,
                                  int U, char *err, size_t err_len)
 {
@@ -120,6 +125,7 @@ const wf_family_run_t wf_flux_family_run = {
     .shard_bytes = shard_bytes,
     .shard_build = shard_build,
     .shard_free = shard_free,
+    .shard_mem = shard_mem,
     .forward_check = forward_check,
     .workspace = workspace,
     .run = run,

@@ -150,19 +150,6 @@ static const wf_backend_op_t flux_ops[] = {
 };
 #define N_FLUX_OPS (sizeof flux_ops / sizeof flux_ops[0])
 
-/* The entries a device backend needs besides (the root's inputs and
- * output cross between host and device memory). */
-static const char *dev_entry_missing(const wf_backend_ops_t *o)
-{
-    if (!flux_on_device(o))
-        return NULL;
-    return !o->copy_d2h      ? "copy_d2h"
-           : !o->synchronize ? "synchronize"
-           : !o->convert     ? "convert"
-           : !o->fill_f32    ? "fill_f32"
-                             : NULL;
-}
-
 wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
                                   const wf_backend_ops_t *ops, char *err,
                                   size_t err_len)
@@ -176,7 +163,7 @@ wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "the %s backend lacks %s, which the FLUX forward calls",
                               ops->name, wf_backend_op_name(missing));
-    const char *entry = dev_entry_missing(ops);
+    const char *entry = wf_fwd_device_entry_missing(ops);
     if (entry)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "the %s backend has device memory but lacks %s, which the "
@@ -480,38 +467,11 @@ static wf_status_t finish(run_t *x)
     return WF_OK;
 }
 
-static void abort_world(const wf_fwd_group_t *grp)
-{
-    wf_comm_t *c = grp->tp      ? grp->tp
-                   : grp->seq   ? grp->seq
-                   : grp->ring  ? grp->ring
-                                : grp->ulysses;
-    if (c)
-        wf_comm_abort(c);
-}
-
-/* A group matching the degrees: each communicator present iff its
- * degree (or R * U for seq) is above 1, with that size. */
-static bool group_ok(const wf_fwd_group_t *grp)
-{
-    int T = grp->tp_degree, R = grp->ring_degree, U = grp->ulysses_degree;
-    const struct {
-        wf_comm_t *c;
-        int n;
-    } cs[4] = {{grp->tp, T}, {grp->seq, R * U}, {grp->ring, R}, {grp->ulysses, U}};
-    for (int k = 0; k < 4; k++) {
-        if (cs[k].n > 1 ? (!cs[k].c || wf_comm_size(cs[k].c) != cs[k].n)
-                        : (cs[k].c && wf_comm_size(cs[k].c) != 1))
-            return false;
-    }
-    return true;
-}
-
 /* The entries the forward calls (wf_flux_backend_check's list). */
 static bool ops_ok(const wf_backend_ops_t *o)
 {
     return wf_backend_require(o, flux_ops, N_FLUX_OPS, NULL) == WF_OK &&
-           dev_entry_missing(o) == NULL;
+           wf_fwd_device_entry_missing(o) == NULL;
 }
 
 wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
@@ -544,7 +504,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     wf_status_t st = WF_E_BAD_ARGUMENT;
     bool stopped = false;       /* a layer boundary stopped every rank alike */
     int64_t step = 0;           /* layer boundaries passed */
-    if (!group_ok(group))
+    if (!wf_fwd_group_ok(group))
         goto fail;
     x.t = T > 1 ? wf_comm_rank(group->tp) : 0;
     x.i = R * U > 1 ? wf_comm_rank(group->seq) : 0;
@@ -607,6 +567,6 @@ fail:
     if (x.dev)
         (void)ops->synchronize(ctx); /* nothing queued outlives the call */
     if (!stopped)
-        abort_world(group);
+        wf_fwd_group_abort(group);
     return st;
 }

@@ -15,25 +15,18 @@ static wf_status_t plan_check(const void *cfg, const wf_tp_plan_t *plan, int tp,
     return wan_plan_check(cfg, plan, tp, allow_unmatched, err, err_len);
 }
 
-/* f32 pieces on the CPU; a device backend is refused by backend_check
- * before this figure is used. */
 static uint64_t shard_bytes(const void *cfg, const wf_tp_plan_t *plan, int tp, bool device,
                             wf_dtype_t weight_dtype)
 {
-    (void)device;
-    (void)weight_dtype;
-    return wan_shard_bytes(cfg, plan, tp);
+    return wan_shard_bytes(cfg, plan, tp, device, weight_dtype);
 }
 
 static wf_status_t shard_build(const wf_model_host_t *host, const wf_tp_plan_t *plan, int tp,
                                int tp_rank, const wf_backend_ops_t *ops,
                                wf_backend_ctx_t *ctx, void **ret, char *err, size_t err_len)
 {
-    (void)ctx;
-    if (ops && (ops->copy_h2d || ops->mem_alloc))
-        return wan_backend_check(wf_wan_cfg(&host->cfg), ops, err, err_len);
     wf_wan_shard_t *s = NULL;
-    wf_status_t st = wan_shard_build(host, plan, tp, tp_rank, &s, err, err_len);
+    wf_status_t st = wan_shard_build(host, plan, tp, tp_rank, ops, ctx, &s, err, err_len);
     *ret = s;
     return st;
 }
@@ -43,6 +36,11 @@ static void shard_free(void **shard)
     wf_wan_shard_t *s = *shard;
     wan_shard_free(&s);
     *shard = NULL;
+}
+
+static const wf_shard_mem_t *shard_mem(const void *shard)
+{
+    return &((const wf_wan_shard_t *)shard)->mem;
 }
 
 static wf_status_t forward_check(const void *cfg, const wf_fwd_io_t *io, int tp, int R, int U,
@@ -61,9 +59,7 @@ static wf_status_t run(const void *shard, const wf_fwd_io_t *io, const wf_fwd_gr
                        const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx, void *ws,
                        size_t bytes, void *host_ws, size_t host_bytes)
 {
-    (void)host_ws;
-    (void)host_bytes;
-    return wan_forward_run(shard, io, group, ops, ctx, ws, bytes);
+    return wan_forward_run(shard, io, group, ops, ctx, ws, bytes, host_ws, host_bytes);
 }
 
 const wf_family_run_t wf_wan_family_run = {
@@ -73,6 +69,7 @@ const wf_family_run_t wf_wan_family_run = {
     .shard_bytes = shard_bytes,
     .shard_build = shard_build,
     .shard_free = shard_free,
+    .shard_mem = shard_mem,
     .forward_check = forward_check,
     .workspace = workspace,
     .run = run,

@@ -1,49 +1,67 @@
 /* wan_forward.c — diffusers' WanTransformer3DModel forward (Wan 2.1
- * text-to-video) on one rank of a ring x ulysses mesh at tp = 1, on the
- * CPU backend: the job check, the workspace layout and the run.
+ * text-to-video) on one rank of a tp x ring x ulysses mesh: the job
+ * check, the workspace layout and the run.
  *
  * Inputs, in the schema's order (modelfiles/wan/wan_family.c):
  * hidden_states (B, C_in, F, H, W), timestep (B), encoder_hidden_states
  * (B, S_txt, text_dim); output (B, C_out, F, H, W).
  *
- * Names (one rank): P = R * U seq ranks (this one i), C = inner_dim, H
- * heads of D, FF = ffn_dim; the video is a grid of (F', H', W') = (F / pt,
+ * Names (one rank): T tp ranks (this one t), P = R * U seq ranks (this
+ * one i), C = inner_dim, H heads of D (Hl = H / T on each tp rank, Cl =
+ * Hl D), FF = ffn_dim; the video is a grid of (F', H', W') = (F / pt,
  * H / ph, W / pw) patches, S = F' H' W' tokens in row-major order (the
- * order of diffusers' flatten(2)); this rank holds the contiguous tokens
- * [row0, row0 + Li), Li = S / P (cp_attention's seq shard i; diffusers'
- * _cp_plan splits blocks.0's hidden_states and the rope tables on the
- * sequence the same way), N = B * Li rows, Nt = B * S_txt text rows.
+ * order of diffusers' flatten(2)). Seq rank j holds the contiguous tokens
+ * [row0_j, row0_j + L_j) of cp_attention's seq shard j (diffusers' _cp_plan
+ * splits blocks.0's hidden_states and the RoPE tables on the sequence the
+ * same way; uneven when P does not divide S: the ring's anything mode,
+ * tensor_split's sizes). N = B L_i rows here, Nt = B S_txt text rows.
  *
- * The flow, each step a backend op (backend.h "model ops") unless said:
- *   - the root converts the inputs to f32 and broadcasts them over the
- *     seq group (latents and text are small next to the activations);
- *     each rank cuts its tokens' patches out of the latent (a reorder,
- *     here) and runs patch_embedding as a linear over them;
- *   - condition embedder: timestep_embed (flip_sin_to_cos, shift 0) ->
- *     time_embedder (linear SiLU linear) = temb -> SiLU -> time_proj =
- *     tproj (B, 6C); text_embedder (linear GELU-tanh linear) on every text
- *     token (every rank: the text is the cross-attention's K / V,
- *     replicated);
+ * The flow, each step a backend op (backend.h "model ops") or a
+ * collective:
+ *   - the root (t = 0, i = 0) converts the inputs to f32 on the host and
+ *     cuts every seq rank's patches out of the latent (a reorder, rank-
+ *     major), copies them to its memory, sends them over tp to the seq
+ *     roots, which scatter the patches and broadcast the timestep and
+ *     the text over their seq group;
+ *   - patch_embedding as a linear over this rank's patches; condition
+ *     embedder: timestep_embed (flip_sin_to_cos, shift 0) -> time_embedder
+ *     (linear SiLU linear) = temb -> SiLU -> time_proj = tproj (B, 6C);
+ *     text_embedder (linear GELU-tanh linear) on every text token (every
+ *     rank: the text is the cross-attention's K / V);
  *   - rope_grid: the 3-D RoPE tables of this rank's tokens;
- *   - each block: mod = tproj + scale_shift_table (bias_act); modln;
- *     self-attention (q / k RMSNorm across all heads: rms_norm; RoPE and
- *     the (B, L, H, D) order: head_norm_rope without a norm; attention on
- *     one rank, cp_attention's local mode over P); gated residual;
- *     norm2 (layer_norm with affine, or none); cross-attention (q of this
- *     rank's tokens against every text token: the backend's attention,
- *     no exchange); residual; modln, feed-forward (GELU-tanh), gated
+ *   - each block: mod = tproj + scale_shift_table; modln; self-attention
+ *     on this tp rank's heads (q / k RMSNorm across all heads: rms_sumsq
+ *     all-reduced over tp, rms_norm; RoPE and the (B, L, Hl, D) order:
+ *     head_norm_rope without a norm; cp_attention's local mode over P);
+ *     to_out (rowwise: all-reduced); gated residual; norm2 (layer_norm
+ *     with affine, or none); cross-attention of this rank's queries
+ *     against every text token on its heads (no exchange over seq);
+ *     residual; modln, feed-forward (GELU-tanh, split over tp), gated
  *     residual;
- *   - norm_out: modln with temb + scale_shift_table; proj_out; the
- *     tokens gathered on the root, which unpatchifies (a reorder) and
- *     converts to the output's dtype.
+ *   - norm_out: modln with temb + scale_shift_table; proj_out; the rows
+ *     gathered on the seq roots; the root copies them to the host,
+ *     unpatchifies (a reorder) and converts to the output's dtype.
+ *
+ * Layouts over tp (models/linear.h). The stream and everything outside
+ * the attention and the feed-forward's hidden layer are full on every tp
+ * rank. q / k / v are taken in the head split (rank t: heads [t Hl, (t +
+ * 1) Hl)), converted there from whatever the plan's projections emit
+ * (the default plan emits it).
+ *
+ * Memory. On the CPU backend the workspace and the shard are host
+ * memory, and the host regions below are in the same workspace. On a
+ * backend with device memory (copy_h2d) the workspace and the shard are
+ * the device's, the comms move device buffers, P > 1 attention is
+ * cp_attention's device mode; the host workspace holds the counts of the
+ * v-collectives, cp_attention's host part and, on the root, the inputs
+ * and output on their way through the reorders.
  *
  * Precision: f32 activations, the CPU backend's norms' statistics in
  * double. diffusers runs the timestep embedding and the modulation in
  * f32 whatever the model's dtype; so does this.
  *
- * Errors after validation abort the seq group's world (wf_comm_abort),
- * as cp_attention.h, so no peer waits in a collective. Nothing here
- * logs, nothing is allocated during a run.
+ * Errors after validation abort the group's world, so no peer waits in a
+ * collective. Nothing here logs, nothing is allocated during a run.
  */
 #include "wan_run.h"
 
@@ -51,6 +69,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/szcheck.h"
 #include "comm/comm.h"
 #include "errf.h"
 #include "parallel/cp_attention.h"
@@ -64,32 +83,45 @@ typedef struct geo {
     int64_t Fp, Hp, Wp, S;         /* patch grid and its tokens */
     int64_t St, TD;                /* text tokens, text_dim */
     int64_t C, H, D, FF, PIN, OC;  /* widths: PIN = CI pt ph pw, OC = C_out pt ph pw */
-    int64_t Li, N, Nt;             /* tokens and rows per rank */
-    int R, U, P;                   /* degrees */
+    int64_t FQ;                    /* freq_dim */
+    int64_t Hl, Cl;                /* heads and their width on a tp rank */
+    int64_t Lm, Nm, Nt;            /* most tokens and rows on a seq rank; text rows */
+    int T, R, U, P;                /* degrees */
 } geo_t;
 
-/* Byte offsets of the workspace's regions (64 bytes apart; float counts
- * in comments). */
+/* Byte offsets of the workspace's regions (256 bytes apart; float counts
+ * in comments) on the backend's memory, and of the host regions (the
+ * host workspace on a device, else the same workspace). */
 typedef struct wsl {
-    size_t meta;              /* 2 P size_t: gather counts */
-    size_t hs, ts, eh;        /* inputs in f32: (B CI F Hh Ww), (B), (Nt, TD) */
-    size_t xp;                /* this rank's patches (N, PIN) */
-    size_t tf, tmp, temb, tproj; /* (B, freq), (B, C), (B, C), (B, 6C) */
+    size_t in;                /* ts (B) | eh (Nt, TD) | patches (B S PIN), rank-major */
+    size_t eh, pat;           /* offsets of eh and the patches inside `in` */
+    size_t tf, tmp, temb, tproj; /* (B, FQ), (B, C), (B, C), (B, 6C) */
     size_t mod, modo;         /* (B, 6C) a block's modulation, (B, 2C) norm_out's */
     size_t ctxh, ctx;         /* text embedder hidden / output (Nt, C) */
-    size_t rcos, rsin;        /* RoPE (Li, D) */
-    size_t S, nx;             /* residual stream, normed (N, C) */
-    size_t q, k, v;           /* projections (max(N, Nt), C) */
-    size_t qj, kj;            /* RoPE'd q / k (B, Li, H, D) */
-    size_t ao, lo;            /* attention out, a linear's out (N, C) */
-    size_t hid;               /* feed-forward hidden (N, FF) */
-    size_t out;               /* proj_out (N, OC) */
-    size_t outg;              /* root: every rank's (P N OC) */
-    size_t vid;               /* root: the unpatchified output (B C_out F Hh Ww) */
-    size_t lws;               /* linear workspace */
-    size_t aws;               /* attention workspace */
+    size_t rcos, rsin;        /* RoPE (Lm, D) */
+    size_t S, nx;             /* residual stream, normed (Nm, C) */
+    size_t q, k, v;           /* projections in the head split (KV, Cl) */
+    size_t pl;                /* a projection before its conversion (KV, C); tp > 1 */
+    size_t sums;              /* sums of squares of a norm split over tp (KV) */
+    size_t qj, kj;            /* RoPE'd q / k (B, Lm, Hl, D) */
+    size_t ao, lo;            /* attention out (Nm, Cl), a linear's out (Nm, C) */
+    size_t hid;               /* feed-forward hidden (Nm, FF) */
+    size_t out;               /* proj_out (Nm, OC) */
+    size_t outg;              /* seq root: every rank's (B S OC), rank-major */
+    size_t Y, Xc, G;          /* linear.h's scratch (tp > 1) */
+    size_t lin_n;             /* floats of each */
+    size_t lws, aws;          /* linear and attention workspaces */
     size_t lws_bytes, aws_bytes;
     size_t total;             /* bytes */
+    /* host */
+    size_t meta;              /* 2 P size_t counts / displacements, then
+                                 2 P int64 token starts / lengths */
+    size_t hin, hout;         /* root: `in` and `outg` on the host (the same
+                                 regions on the CPU) */
+    size_t hhs, vid;          /* root: hidden_states in f32, the output in
+                                 f32 before its conversion */
+    size_t haws, haws_bytes;  /* cp_attention's host part (device) */
+    size_t htotal;            /* host bytes on a device; 0 on the CPU */
 } wsl_t;
 
 /* State of one run on one rank. */
@@ -102,16 +134,25 @@ typedef struct run {
     wf_backend_ctx_t *ctx;
     geo_t g;
     wsl_t W;
-    unsigned char *ws;
-    int i;                    /* seq index */
-    int64_t row0;             /* first token of this rank */
+    unsigned char *ws;        /* workspace (backend memory) */
+    unsigned char *hws;       /* host regions: host workspace on a device,
+                                 else ws */
+    bool dev;                 /* a backend with device memory */
+    int t, i;                 /* tp and seq index */
+    bool root;                /* t == 0 and i == 0 */
+    int64_t row0, Li, N;      /* this rank's tokens and rows */
+    wf_layout_t heads;        /* q / k / v's layout: the head split */
+    wf_linear_env_t lin;      /* linear layers' environment */
 } run_t;
 
 static float *fp(const run_t *x, size_t off) { return (float *)(void *)(x->ws + off); }
+static float *hp(const run_t *x, size_t off) { return (float *)(void *)(x->hws + off); }
+static bool on_device(const wf_backend_ops_t *ops) { return ops->copy_h2d != NULL; }
 
 /* ---- sizes -------------------------------------------------------------- */
 
-static void geo_of(const wf_wan_config_t *c, const wf_fwd_io_t *io, int R, int U, geo_t *g)
+static void geo_of(const wf_wan_config_t *c, const wf_fwd_io_t *io, int T, int R, int U,
+                   geo_t *g)
 {
     const wf_tensor_desc_t *hs = io->in[IN_HS], *eh = io->in[IN_EHS];
     memset(g, 0, sizeof *g);
@@ -130,168 +171,251 @@ static void geo_of(const wf_wan_config_t *c, const wf_fwd_io_t *io, int R, int U
     g->H = c->num_attention_heads;
     g->D = c->attention_head_dim;
     g->FF = c->ffn_dim;
+    g->FQ = c->freq_dim;
     g->PIN = (int64_t)c->in_channels * c->patch_elems;
     g->OC = (int64_t)c->out_channels * c->patch_elems;
+    g->T = T;
     g->R = R;
     g->U = U;
     g->P = R * U;
-    g->Li = g->S / g->P;
-    g->N = g->B * g->Li;
+    g->Hl = g->H / T;
+    g->Cl = g->Hl * g->D;
+    g->Lm = (g->S + g->P - 1) / g->P;
+    g->Nm = g->B * g->Lm;
     g->Nt = g->B * g->St;
 }
 
-/* The self-attention's cp job (local mode), without pointers. */
+/* The self-attention's cp job (local mode) on a tp rank's heads,
+ * without pointers: the anything modes where the degrees do not divide. */
 static wf_cp_job_t cp_job_of(const geo_t *g)
 {
     wf_cp_job_t j;
     memset(&j, 0, sizeof j);
     j.B = g->B;
     j.Sq = j.Skv = g->S;
-    j.Hq = j.Hkv = g->H;
+    j.Hq = j.Hkv = g->Hl;
     j.D = g->D;
     j.hq_begin = 0;
-    j.hq_end = g->H;
+    j.hq_end = g->Hl;
     j.scale = (float)(1.0 / sqrt((double)g->D));
     j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
     j.rotate_method = WF_CP_ROTATE_ALLGATHER;
     j.convert_to_fp32 = true;
-    j.ulysses_anything = g->H % g->U != 0; /* heads need not divide over ulysses */
+    j.ring_anything = g->S % g->P != 0;
+    j.ulysses_anything = g->Hl % g->U != 0;
     j.local = true;
     return j;
 }
 
 /* Kernel params of an attention of Li query tokens against Skv keys on
- * this rank, every head, without pointers. */
-static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Skv)
+ * a tp rank's heads, without pointers. */
+static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Li, int64_t Skv)
 {
     wf_attn_params_t p;
     memset(&p, 0, sizeof p);
     p.B = g->B;
-    p.Sq = g->Li;
+    p.Sq = Li;
     p.Skv = Skv;
-    p.Hq = p.Hkv = g->H;
+    p.Hq = p.Hkv = g->Hl;
     p.D = g->D;
     p.h_begin = 0;
-    p.h_end = g->H;
+    p.h_end = g->Hl;
     p.scale = (float)(1.0 / sqrt((double)g->D));
     p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
     return p;
 }
 
-/* The largest linear workspace of the run's layers. */
-static size_t lin_ws(const wf_backend_ops_t *ops, const geo_t *g, int64_t freq, int64_t TD)
+/* Seq rank j's tokens [*row0, *row0 + *len): cp_attention's seq shard,
+ * one piece (no load balance). */
+static wf_status_t tokens_of(const geo_t *g, int j, int64_t *row0, int64_t *len)
 {
-    const int64_t shapes[][3] = {
-        { g->N, g->PIN, g->C }, { g->B, freq, g->C }, { g->B, g->C, g->C },
-        { g->B, g->C, 6 * g->C }, { g->Nt, TD, g->C }, { g->Nt, g->C, g->C },
-        { g->N, g->C, g->C }, { g->N, g->C, g->FF }, { g->N, g->FF, g->C },
-        { g->N, g->C, g->OC },
-    };
-    size_t m = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        wf_linear_params_t p;
-        memset(&p, 0, sizeof p);
-        p.rows = shapes[i][0];
-        p.in = shapes[i][1];
-        p.out = shapes[i][2];
-        p.w_dtype = WF_DTYPE_F32;
-        p.ldw = p.in;
-        p.nwb = 1;
-        p.wbw[0] = p.in;
-        p.ldx = p.in;
-        p.ldy = p.out;
-        size_t b = ops->linear_workspace ? ops->linear_workspace(&p) : 0;
-        if (b > m)
-            m = b;
+    if (g->P == 1) {
+        *row0 = 0;
+        *len = g->S;
+        return WF_OK;
     }
+    wf_cp_job_t cj = cp_job_of(g);
+    wf_cp_seg_t seg[WF_CP_MAX_SEGS];
+    int nseg = 0;
+    if (wf_cp_attention_segments(&cj, g->R, g->U, j, false, false, seg, &nseg) != WF_OK ||
+        nseg != 1)
+        return WF_E_INTERNAL;
+    *row0 = seg[0].start;
+    *len = seg[0].len;
+    return WF_OK;
+}
+
+/* The largest linear workspace of the run's layers at full widths, for
+ * any weight dtype a device shard holds. */
+static size_t lin_ws(const wf_backend_ops_t *ops, const geo_t *g)
+{
+    const int64_t KV = g->Nm > g->Nt ? g->Nm : g->Nt;
+    const int64_t shapes[][3] = {
+        { g->Nm, g->PIN, g->C }, { g->B, g->FQ, g->C }, { g->B, g->C, g->C },
+        { g->B, g->C, 6 * g->C }, { g->Nt, g->TD, g->C }, { KV, g->C, g->C },
+        { g->Nm, g->C, g->FF }, { g->Nm, g->FF, g->C }, { g->Nm, g->C, g->OC },
+    };
+    const wf_dtype_t dts[3] = { WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16 };
+    size_t m = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int d = 0; d < 3; d++) {
+            wf_linear_params_t p;
+            memset(&p, 0, sizeof p);
+            p.rows = shapes[k][0];
+            p.in = shapes[k][1];
+            p.out = shapes[k][2];
+            p.w_dtype = dts[d];
+            p.ldw = p.in;
+            p.nwb = 1;
+            p.wbw[0] = p.in;
+            p.ldx = p.in;
+            p.ldy = p.out;
+            size_t b = ops->linear_workspace ? ops->linear_workspace(&p) : 0;
+            if (b > m)
+                m = b;
+        }
     return m;
 }
 
-/* Lay the regions out; false on overflow. */
-static bool ws_layout(const wf_wan_config_t *c, const geo_t *g, const wf_backend_ops_t *ops,
-                      wsl_t *W)
+/* Attention workspace: the cross-attention's kernel and the
+ * self-attention's (cp_attention over P > 1, else the kernel);
+ * *ret_host: cp_attention's host part on a device. */
+static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, size_t *ret_host)
 {
-    memset(W, 0, sizeof *W);
-    size_t off = 0;
-    bool ok = true;
-#define REGION(field, nfloats)                                                   \
-    do {                                                                         \
-        double n_ = (double)(nfloats) * sizeof(float);                           \
-        if (n_ > (double)(SIZE_MAX / 4))                                         \
-            ok = false;                                                          \
-        W->field = off;                                                          \
-        off += ((size_t)(ok ? n_ : 0) + 63) & ~(size_t)63;                       \
-    } while (0)
-    const int64_t KV = g->N > g->Nt ? g->N : g->Nt;
-    REGION(meta, 2.0 * g->P * sizeof(size_t) / sizeof(float));
-    REGION(hs, (double)g->B * g->CI * g->F * g->Hh * g->Ww);
-    REGION(ts, g->B);
-    REGION(eh, (double)g->Nt * g->TD);
-    REGION(xp, (double)g->N * g->PIN);
-    REGION(tf, (double)g->B * c->freq_dim);
-    REGION(tmp, (double)g->B * g->C);
-    REGION(temb, (double)g->B * g->C);
-    REGION(tproj, 6.0 * g->B * g->C);
-    REGION(mod, 6.0 * g->B * g->C);
-    REGION(modo, 2.0 * g->B * g->C);
-    REGION(ctxh, (double)g->Nt * g->C);
-    REGION(ctx, (double)g->Nt * g->C);
-    REGION(rcos, (double)g->Li * g->D);
-    REGION(rsin, (double)g->Li * g->D);
-    REGION(S, (double)g->N * g->C);
-    REGION(nx, (double)g->N * g->C);
-    REGION(q, (double)KV * g->C);
-    REGION(k, (double)KV * g->C);
-    REGION(v, (double)KV * g->C);
-    REGION(qj, (double)g->N * g->C);
-    REGION(kj, (double)g->N * g->C);
-    REGION(ao, (double)g->N * g->C);
-    REGION(lo, (double)g->N * g->C);
-    REGION(hid, (double)g->N * g->FF);
-    REGION(out, (double)g->N * g->OC);
-    REGION(outg, (double)g->P * g->N * g->OC);
-    REGION(vid, (double)g->P * g->N * g->OC);
-    W->lws_bytes = lin_ws(ops, g, c->freq_dim, g->TD);
-    REGION(lws, (double)W->lws_bytes / sizeof(float));
-    wf_attn_params_t sp = attn_params_of(g, g->Li), xp = attn_params_of(g, g->St);
-    size_t a = ops->attention_workspace(&xp);
-    size_t b;
+    wf_attn_params_t xp = attn_params_of(g, g->Lm, g->St), sp = attn_params_of(g, g->S, g->S);
+    size_t a = ops->attention_workspace ? ops->attention_workspace(&xp) : 0;
+    size_t b = 0, h = 0;
     if (g->P > 1) {
         wf_cp_job_t j = cp_job_of(g);
-        b = wf_cp_attention_workspace(&j, g->R, g->U, ops);
-        ok = ok && b != 0 && b != SIZE_MAX;
+        if (on_device(ops)) {
+            if (wf_cp_attention_workspace_dev(&j, g->R, g->U, ops, &b, &h) != WF_OK)
+                c->overflow = true;
+        } else {
+            b = wf_cp_attention_workspace(&j, g->R, g->U, ops);
+            if (b == 0)
+                c->overflow = true;
+        }
     } else {
-        b = ops->attention_workspace(&sp);
+        b = ops->attention_workspace ? ops->attention_workspace(&sp) : 0;
     }
-    W->aws_bytes = a > b ? a : b;
-    REGION(aws, (double)W->aws_bytes / sizeof(float));
-#undef REGION
+    if (a == SIZE_MAX || b == SIZE_MAX)
+        c->overflow = true;
+    *ret_host = h;
+    return a > b ? a : b;
+}
+
+/* Regions are 256 bytes apart (dev_alloc's alignment). */
+static size_t take(szc_t *c, size_t *off, size_t bytes)
+{
+    size_t start = *off;
+    *off = szc_add(c, start, szc_add(c, bytes, 255u) & ~(size_t)255u);
+    return start;
+}
+
+static size_t ftake(szc_t *c, size_t *off, size_t floats)
+{
+    return take(c, off, szc_mul(c, floats, sizeof(float)));
+}
+
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Lay the regions out (every rank alike); c->overflow on overflow. */
+static void ws_layout(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, wsl_t *W)
+{
+    memset(W, 0, sizeof *W);
+    const bool dev = on_device(ops);
+    size_t off = 0, hoff = 0;
+    size_t *ho = dev ? &hoff : &off;
+    const int64_t B = g->B, C = g->C, Nm = g->Nm, KV = g->Nm > g->Nt ? g->Nm : g->Nt;
+    /* `in`: three parts, each 256-byte aligned inside it */
+    size_t ts_b = szc_add(c, szc_mul(c, (size_t)B, 4), 255u) & ~(size_t)255u;
+    size_t eh_b = szc_add(c, szc_mul3(c, g->Nt, g->TD, 4), 255u) & ~(size_t)255u;
+    W->eh = ts_b;
+    W->pat = szc_add(c, ts_b, eh_b);
+    size_t in_b = szc_add(c, W->pat, szc_mul3(c, B * g->S, g->PIN, 4));
+    W->in = take(c, &off, in_b);
+    W->tf = ftake(c, &off, szc_mul3(c, B, g->FQ, 1));
+    W->tmp = ftake(c, &off, szc_mul3(c, B, C, 1));
+    W->temb = ftake(c, &off, szc_mul3(c, B, C, 1));
+    W->tproj = ftake(c, &off, szc_mul3(c, B, 6, C));
+    W->mod = ftake(c, &off, szc_mul3(c, B, 6, C));
+    W->modo = ftake(c, &off, szc_mul3(c, B, 2, C));
+    W->ctxh = ftake(c, &off, szc_mul3(c, g->Nt, C, 1));
+    W->ctx = ftake(c, &off, szc_mul3(c, g->Nt, C, 1));
+    W->rcos = ftake(c, &off, szc_mul3(c, g->Lm, g->D, 1));
+    W->rsin = ftake(c, &off, szc_mul3(c, g->Lm, g->D, 1));
+    W->S = ftake(c, &off, szc_mul3(c, Nm, C, 1));
+    W->nx = ftake(c, &off, szc_mul3(c, Nm, C, 1));
+    W->q = ftake(c, &off, szc_mul3(c, KV, g->Cl, 1));
+    W->k = ftake(c, &off, szc_mul3(c, KV, g->Cl, 1));
+    W->v = ftake(c, &off, szc_mul3(c, KV, g->Cl, 1));
+    W->pl = ftake(c, &off, g->T > 1 ? szc_mul3(c, KV, C, 1) : 0);
+    W->sums = ftake(c, &off, (size_t)KV);
+    W->qj = ftake(c, &off, szc_mul3(c, Nm, g->Cl, 1));
+    W->kj = ftake(c, &off, szc_mul3(c, Nm, g->Cl, 1));
+    W->ao = ftake(c, &off, szc_mul3(c, Nm, g->Cl, 1));
+    W->lo = ftake(c, &off, szc_mul3(c, Nm, C, 1));
+    W->hid = ftake(c, &off, szc_mul3(c, Nm, g->FF, 1));
+    W->out = ftake(c, &off, szc_mul3(c, Nm, g->OC, 1));
+    W->outg = ftake(c, &off, szc_mul3(c, B * g->S, g->OC, 1));
+    if (g->T > 1) {
+        /* rows x the widest activation any linear takes or emits */
+        int64_t wd = C > g->FF ? C : g->FF;
+        wd = wd > g->PIN ? wd : g->PIN;
+        wd = wd > g->TD ? wd : g->TD;
+        wd = wd > g->FQ ? wd : g->FQ;
+        wd = wd > g->OC ? wd : g->OC;
+        W->lin_n = maxz(szc_mul3(c, KV, wd, 1), szc_mul3(c, B, 6, C));
+    }
+    W->Y = ftake(c, &off, W->lin_n);
+    W->Xc = ftake(c, &off, W->lin_n);
+    W->G = ftake(c, &off, W->lin_n);
+    W->lws_bytes = lin_ws(ops, g);
+    if (W->lws_bytes == SIZE_MAX)
+        c->overflow = true;
+    W->lws = take(c, &off, W->lws_bytes);
+    size_t haws = 0;
+    W->aws_bytes = attn_ws(c, g, ops, &haws);
+    W->aws = take(c, &off, W->aws_bytes);
+    /* host */
+    W->meta = take(c, ho, szc_mul(c, (size_t)g->P, 2 * sizeof(size_t) + 2 * sizeof(int64_t)));
+    W->hin = dev ? take(c, ho, in_b) : W->in;
+    W->hout = dev ? ftake(c, ho, szc_mul3(c, B * g->S, g->OC, 1)) : W->outg;
+    W->hhs = ftake(c, ho, szc_mul(c, szc_mul5(c, B, g->CI, g->F, g->Hh, 1), (size_t)g->Ww));
+    W->vid = ftake(c, ho, szc_mul3(c, B * g->S, g->OC, 1));
+    W->haws_bytes = dev ? haws : 0;
+    W->haws = take(c, ho, W->haws_bytes);
     W->total = off;
-    return ok;
+    W->htotal = dev ? hoff : 0;
 }
 
 /* ---- checks ------------------------------------------------------------- */
 
+/* The model ops the forward calls. */
+static const wf_backend_op_t wan_ops[] = {
+    WF_BACKEND_OP_ATTENTION, WF_BACKEND_OP_LINEAR, WF_BACKEND_OP_BIAS_ACT,
+    WF_BACKEND_OP_ACT, WF_BACKEND_OP_ADD, WF_BACKEND_OP_MODLN,
+    WF_BACKEND_OP_GATE_RESIDUAL, WF_BACKEND_OP_HEAD_NORM_ROPE, WF_BACKEND_OP_COPY_ROWS,
+    WF_BACKEND_OP_RMS_SUMSQ, WF_BACKEND_OP_RMS_NORM, WF_BACKEND_OP_LAYER_NORM,
+    WF_BACKEND_OP_ROPE_GRID, WF_BACKEND_OP_TIMESTEP_EMBED,
+};
+#define N_WAN_OPS (sizeof wan_ops / sizeof wan_ops[0])
+
 wf_status_t wan_backend_check(const wf_wan_config_t *cfg, const wf_backend_ops_t *ops,
                               char *err, size_t err_len)
 {
-    static const wf_backend_op_t need[] = {
-        WF_BACKEND_OP_ATTENTION, WF_BACKEND_OP_LINEAR, WF_BACKEND_OP_BIAS_ACT,
-        WF_BACKEND_OP_ACT, WF_BACKEND_OP_ADD, WF_BACKEND_OP_MODLN,
-        WF_BACKEND_OP_GATE_RESIDUAL, WF_BACKEND_OP_HEAD_NORM_ROPE, WF_BACKEND_OP_COPY_ROWS,
-        WF_BACKEND_OP_RMS_NORM, WF_BACKEND_OP_LAYER_NORM, WF_BACKEND_OP_ROPE_GRID,
-        WF_BACKEND_OP_TIMESTEP_EMBED,
-    };
-    if (!ops)
-        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no backend");
-    if (ops->copy_h2d || ops->mem_alloc)
-        return wf_errf_status(WF_E_UNSUPPORTED, err, err_len,
-                              "%s runs on the CPU backend only so far, not on the %s "
-                              "backend", WF_WAN_CLASS_NAME, ops->name);
+    if (!ops || !cfg)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "no config or backend");
     wf_backend_op_t miss;
-    if (wf_backend_require(ops, need, sizeof need / sizeof need[0], &miss) != WF_OK)
-        return wf_errf_status(WF_E_UNSUPPORTED, err, err_len, "backend %s lacks %s", ops->name,
+    if (wf_backend_require(ops, wan_ops, N_WAN_OPS, &miss) != WF_OK)
+        return wf_errf_status(WF_E_UNSUPPORTED, err, err_len,
+                              "the %s backend lacks %s, which the Wan forward calls", ops->name,
                               wf_backend_op_name(miss));
+    const char *entry = wf_fwd_device_entry_missing(ops);
+    if (entry)
+        return wf_errf_status(WF_E_UNSUPPORTED, err, err_len,
+                              "the %s backend has device memory but lacks %s, which the Wan "
+                              "forward calls", ops->name, entry);
     if (ops->attention_head_dim_ok && !ops->attention_head_dim_ok(cfg->attention_head_dim))
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "attention_head_dim %" PRIu32 " is not a head size the %s "
@@ -304,13 +428,13 @@ wf_status_t wan_forward_check(const wf_wan_config_t *c, const wf_fwd_io_t *io, i
 {
     if (err && err_len)
         err[0] = '\0';
-    if (tp != 1)
+    if (tp < 1 || R < 1 || U < 1 || tp > WAN_MAX_DEGREE || (int64_t)R * U > WAN_MAX_DEGREE)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
-                              "%s: tensor parallelism is not implemented for the Wan family "
-                              "yet (tp = %d)", WF_WAN_CLASS_NAME, tp);
-    if (R < 1 || U < 1 || (int64_t)R * U > WAN_MAX_DEGREE)
-        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len, "bad degrees (ring %d, "
-                              "ulysses %d)", R, U);
+                              "bad degrees (tp %d, ring %d, ulysses %d)", tp, R, U);
+    if (c->num_attention_heads % (uint32_t)tp != 0)
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "`tp_degree` (%d) must divide the number of attention heads "
+                              "(%" PRIu32 ").", tp, c->num_attention_heads);
     if (io->n_in != N_IN || !io->in[IN_HS] || !io->in[IN_T] || !io->in[IN_EHS] ||
         io->n_out != 1 || !io->out[0])
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
@@ -334,65 +458,65 @@ wf_status_t wan_forward_check(const wf_wan_config_t *c, const wf_fwd_io_t *io, i
                                   axis[a], n / p, c->rope_max_seq_len);
     }
     geo_t g;
-    geo_of(c, io, R, U, &g);
-    if (g.S % g.P != 0)
-        return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
-                              "Tensor size along dimension to be sharded must be divisible "
-                              "by mesh size: the %" PRId64 " video tokens of hidden_states "
-                              "(F/%" PRIu32 " x H/%" PRIu32 " x W/%" PRIu32 ") over ring x "
-                              "ulysses = %d", g.S, c->patch_size[0], c->patch_size[1],
-                              c->patch_size[2], g.P);
+    geo_of(c, io, tp, R, U, &g);
     if (g.P > 1) {
         wf_cp_job_t j = cp_job_of(&g);
         wf_status_t st = wf_cp_attention_check(&j, R, U, err, err_len);
         if (st != WF_OK)
             return st;
     }
-    wsl_t W;
-    if (!ws_layout(c, &g, wf_backend_cpu(), &W))
-        return wf_errf_status(WF_E_BAD_SHAPE, err, err_len, "the job is too large");
     return WF_OK;
 }
 
 size_t wan_forward_workspace(const wf_wan_config_t *c, const wf_fwd_io_t *io, int tp, int R,
                              int U, const wf_backend_ops_t *ops, size_t *ret_host)
 {
-    char err[256];
     if (ret_host)
-        *ret_host = 0;
-    if (wan_forward_check(c, io, tp, R, U, err, sizeof err) != WF_OK)
+        *ret_host = SIZE_MAX;
+    if (!ops || wan_forward_check(c, io, tp, R, U, NULL, 0) != WF_OK)
         return SIZE_MAX;
     geo_t g;
     wsl_t W;
-    geo_of(c, io, R, U, &g);
-    if (!ws_layout(c, &g, ops, &W))
+    szc_t sc = { false };
+    geo_of(c, io, tp, R, U, &g);
+    ws_layout(&sc, &g, ops, &W);
+    if (sc.overflow)
         return SIZE_MAX;
+    if (ret_host)
+        *ret_host = W.htotal;
     return W.total;
 }
 
 /* ---- the run ------------------------------------------------------------ */
 
-/* y (rows, out) = act(x (rows, in) W^T + b), contiguous rows. */
-static wf_status_t lin(run_t *x, const wan_lin_t *L, const float *in, int64_t rows,
-                       wf_act_t act, float *y)
+#define TRY(e)                                                                   \
+    do {                                                                         \
+        st = (e);                                                                \
+        if (st != WF_OK)                                                         \
+            return st;                                                           \
+    } while (0)
+
+/* dst (rows, out) full = act(in W^T + b), the input full (width ld_in). */
+static wf_status_t lin_full(run_t *x, const wf_linear_t *L, const float *in, int64_t rows,
+                            wf_act_t act, float *dst)
 {
-    wf_linear_params_t p;
-    memset(&p, 0, sizeof p);
-    p.rows = rows;
-    p.in = L->in;
-    p.out = L->out;
-    p.x = in;
-    p.ldx = L->in;
-    p.w_dtype = WF_DTYPE_F32;
-    p.ldw = L->in;
-    p.nwb = 1;
-    p.wb[0] = L->w;
-    p.wbw[0] = L->in;
-    p.bias = L->b;
-    p.act = act;
-    p.y = y;
-    p.ldy = L->out;
-    return x->ops->linear(x->ctx, &p, x->W.lws_bytes ? x->ws + x->W.lws : NULL);
+    wf_layout_t il = wf_layout_full(L->place.in);
+    return wf_linear_apply_full(&x->lin, L, in, L->place.in, &il, rows, act, dst);
+}
+
+/* A q / k / v projection of `rows` full rows into dst in the head split
+ * (rows, Cl). */
+static wf_status_t proj(run_t *x, const wf_linear_t *L, const float *in, int64_t rows,
+                        float *dst)
+{
+    wf_layout_t il = wf_layout_full(L->place.in), ol;
+    if (x->g.T == 1)
+        return wf_linear_apply(&x->lin, L, in, L->place.in, &il, rows, WF_ACT_NONE, dst, &ol);
+    float *land = fp(x, x->W.pl);
+    wf_status_t st;
+    TRY(wf_linear_apply(&x->lin, L, in, L->place.in, &il, rows, WF_ACT_NONE, land, &ol));
+    return wf_layout_convert(&x->lin, land, wf_layout_width(&ol, x->g.T), &ol, rows, &x->heads,
+                             0, dst, x->g.Cl);
 }
 
 /* dst = LN(src) (1 + scale) + shift over this rank's rows; row b of mod
@@ -401,38 +525,50 @@ static wf_status_t ln_mod(run_t *x, const float *src, float *dst, const float *m
                           int64_t ld_mod, int64_t shift_off, int64_t scale_off)
 {
     wf_modln_params_t p = {
-        .nbatch = x->g.B, .per = x->g.Li, .C = x->g.C, .src = src, .ld_src = x->g.C,
+        .nbatch = x->g.B, .per = x->Li, .C = x->g.C, .src = src, .ld_src = x->g.C,
         .dst = dst, .ld_dst = x->g.C, .shift = mod + shift_off, .scale = mod + scale_off,
         .ld_mod = ld_mod, .eps = x->cfg->eps,
     };
     return x->ops->modln(x->ctx, &p);
 }
 
-/* RMSNorm across all heads of rows (rows, C), in place. */
+/* RMSNorm across all heads of rows (rows, Cl) in the head split, in
+ * place; w the full (C) weight. Over tp: the sums of squares of every
+ * rank's heads all-reduced first. */
 static wf_status_t rms(run_t *x, float *v, int64_t rows, const float *w)
 {
+    const geo_t *g = &x->g;
     wf_rmsnorm_params_t p = {
-        .rows = rows, .n = x->g.C, .src = v, .ld_src = x->g.C, .dst = v, .ld_dst = x->g.C,
+        .rows = rows, .n = g->Cl, .src = v, .ld_src = g->Cl, .dst = v, .ld_dst = g->Cl,
         .weight = w, .eps = x->cfg->eps,
     };
+    if (g->T == 1)
+        return x->ops->rms_norm(x->ctx, &p);
+    float *sums = fp(x, x->W.sums);
+    wf_status_t st;
+    TRY(x->ops->rms_sumsq(x->ctx, v, rows, g->Cl, g->Cl, sums));
+    TRY(wf_comm_allreduce(x->grp->tp, sums, sums, (size_t)rows, WF_COMM_F32, WF_COMM_SUM));
+    p.weight = w + (int64_t)x->t * g->Cl;
+    p.sumsq = sums;
+    p.width = g->C;
     return x->ops->rms_norm(x->ctx, &p);
 }
 
-/* RoPE of this rank's rows of src (N, C) into dst (B, Li, H, D). */
+/* RoPE of this rank's rows of src (N, Cl) into dst (B, Li, Hl, D). */
 static wf_status_t rope(run_t *x, const float *src, float *dst)
 {
     wf_headrope_params_t p = {
-        .nbatch = x->g.B, .per = x->g.Li, .L = x->g.Li, .row0 = 0, .H = x->g.H, .D = x->g.D,
-        .src = src, .ld_src = x->g.C, .dst = dst, .norm = NULL, .cos = fp(x, x->W.rcos),
+        .nbatch = x->g.B, .per = x->Li, .L = x->Li, .row0 = 0, .H = x->g.Hl, .D = x->g.D,
+        .src = src, .ld_src = x->g.Cl, .dst = dst, .norm = NULL, .cos = fp(x, x->W.rcos),
         .sin = fp(x, x->W.rsin), .eps = x->cfg->eps,
     };
     return x->ops->head_norm_rope(x->ctx, &p);
 }
 
-/* Attention of this rank's queries q (B, Li, H, D) against k, v (B, Skv,
- * H, D) into out (B, Li, H, D): the self-attention over the seq group
- * (cp_attention's local mode, Skv then this rank's Li too) or on this
- * rank alone. */
+/* Attention of this rank's queries q (B, Li, Hl, D) against k, v (B, Skv,
+ * Hl, D) into out (B, Li, Hl, D): the self-attention over the seq group
+ * (cp_attention's local mode, k / v then this rank's tokens too) or on
+ * this rank alone. */
 static wf_status_t attend(run_t *x, const float *q, const float *k, const float *v,
                           int64_t Skv, bool over_seq, float *out)
 {
@@ -446,9 +582,12 @@ static wf_status_t attend(run_t *x, const float *q, const float *k, const float 
         wf_cp_group_t cg = { .seq = x->grp->seq, .ring = x->grp->ring,
                              .ulysses = x->grp->ulysses, .ring_degree = x->g.R,
                              .ulysses_degree = x->g.U };
+        if (x->dev)
+            return wf_cp_attention_run_dev(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes,
+                                           x->hws + x->W.haws, x->W.haws_bytes);
         return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
     }
-    wf_attn_params_t p = attn_params_of(&x->g, Skv);
+    wf_attn_params_t p = attn_params_of(&x->g, x->Li, Skv);
     p.q = q;
     p.k = k;
     p.v = v;
@@ -456,76 +595,107 @@ static wf_status_t attend(run_t *x, const float *q, const float *k, const float 
     return x->ops->attention(x->ctx, &p, aws);
 }
 
-/* The root's inputs in f32, broadcast over the seq group. */
-static wf_status_t inputs(run_t *x)
+/* Counts (bytes) and displacements of every seq rank's piece of a
+ * rank-major buffer of `width` floats a row, into the host meta. */
+static void counts_of(run_t *x, int64_t width, size_t **ret_cnt, size_t **ret_dsp)
 {
     const geo_t *g = &x->g;
-    const wf_fwd_io_t *io = x->io;
-    size_t nh = (size_t)(g->B * g->CI * g->F * g->Hh * g->Ww), ne = (size_t)(g->Nt * g->TD);
-    if (x->i == 0) {
-        wf_convert_to_f32(fp(x, x->W.hs), io->in_data[IN_HS], io->in[IN_HS]->dtype, nh);
-        wf_convert_to_f32(fp(x, x->W.ts), io->in_data[IN_T], io->in[IN_T]->dtype,
-                          (size_t)g->B);
-        wf_convert_to_f32(fp(x, x->W.eh), io->in_data[IN_EHS], io->in[IN_EHS]->dtype, ne);
+    size_t *cnt = (size_t *)(void *)(x->hws + x->W.meta), *dsp = cnt + g->P;
+    const int64_t *len = (const int64_t *)(const void *)(dsp + g->P) + g->P;
+    size_t at = 0;
+    for (int j = 0; j < g->P; j++) {
+        cnt[j] = (size_t)(g->B * len[j] * width) * sizeof(float);
+        dsp[j] = at;
+        at += cnt[j];
     }
-    if (g->P == 1)
-        return WF_OK;
-    /* hs, ts and eh are consecutive regions: one broadcast */
-    return wf_comm_broadcast(x->grp->seq, x->ws + x->W.hs, x->W.xp - x->W.hs, 0);
+    *ret_cnt = cnt;
+    *ret_dsp = dsp;
 }
 
-/* This rank's patches (N, PIN): row (b, t - row0), column ((c pt + a) ph
- * + e) pw + d, the Conv3d weight's flattening (out, c, kt, kh, kw). */
-static void patchify(run_t *x)
+/* Every seq rank's patches, rank-major (rank j: (B, L_j, PIN)); row (b,
+ * t) column ((c pt + a) ph + e) pw + d, the Conv3d weight's flattening
+ * (out, c, kt, kh, kw). */
+static void patchify(run_t *x, const int64_t *row0, const int64_t *len)
 {
     const geo_t *g = &x->g;
     const uint32_t *ps = x->cfg->patch_size;
-    const float *hs = fp(x, x->W.hs);
-    float *xp = fp(x, x->W.xp);
-    for (int64_t b = 0; b < g->B; b++)
-        for (int64_t t = 0; t < g->Li; t++) {
-            int64_t tok = x->row0 + t;
-            int64_t f = tok / (g->Hp * g->Wp), h = tok / g->Wp % g->Hp, w = tok % g->Wp;
-            float *row = xp + (b * g->Li + t) * g->PIN;
-            int64_t col = 0;
-            for (int64_t c = 0; c < g->CI; c++)
-                for (int64_t a = 0; a < ps[0]; a++)
-                    for (int64_t e = 0; e < ps[1]; e++)
-                        for (int64_t d = 0; d < ps[2]; d++)
-                            row[col++] = hs[(((b * g->CI + c) * g->F + f * ps[0] + a) * g->Hh +
-                                             h * ps[1] + e) * g->Ww + w * ps[2] + d];
-        }
+    const float *hs = hp(x, x->W.hhs);
+    float *row = hp(x, x->W.hin + x->W.pat);
+    for (int j = 0; j < g->P; j++)
+        for (int64_t b = 0; b < g->B; b++)
+            for (int64_t tok = row0[j]; tok < row0[j] + len[j]; tok++) {
+                int64_t f = tok / (g->Hp * g->Wp), h = tok / g->Wp % g->Hp, w = tok % g->Wp;
+                for (int64_t c = 0; c < g->CI; c++)
+                    for (int64_t a = 0; a < ps[0]; a++)
+                        for (int64_t e = 0; e < ps[1]; e++) {
+                            const float *src = hs + (((b * g->CI + c) * g->F + f * ps[0] + a) *
+                                                         g->Hh + h * ps[1] + e) * g->Ww +
+                                               w * ps[2];
+                            memcpy(row, src, ps[2] * sizeof(float));
+                            row += ps[2];
+                        }
+            }
 }
 
-/* The root's output (B, C_out, F, Hh, Ww) from every rank's proj_out rows
- * (P, B, Li, OC): token t of batch b is rank t / Li's row b Li + t % Li;
- * column ((a ph + e) pw + d) C_out + c (diffusers' reshape to (B, F', H',
- * W', pt, ph, pw, C_out) and permute). */
-static void unpatchify(run_t *x, const float *og, float *vid)
+/* The output (B, C_out, F, Hh, Ww) in f32 from every seq rank's proj_out
+ * rows (rank-major (B, L_j, OC)); column ((a ph + e) pw + d) C_out + c
+ * (diffusers' reshape to (B, F', H', W', pt, ph, pw, C_out) and
+ * permute). */
+static void unpatchify(run_t *x, const int64_t *row0, const int64_t *len)
 {
     const geo_t *g = &x->g;
     const uint32_t *ps = x->cfg->patch_size;
     const int64_t CO = x->cfg->out_channels;
-    for (int64_t b = 0; b < g->B; b++)
-        for (int64_t tok = 0; tok < g->S; tok++) {
-            int64_t f = tok / (g->Hp * g->Wp), h = tok / g->Wp % g->Hp, w = tok % g->Wp;
-            const float *row = og + ((tok / g->Li) * g->N + b * g->Li + tok % g->Li) * g->OC;
-            int64_t col = 0;
-            for (int64_t a = 0; a < ps[0]; a++)
-                for (int64_t e = 0; e < ps[1]; e++)
-                    for (int64_t d = 0; d < ps[2]; d++)
-                        for (int64_t c = 0; c < CO; c++)
-                            vid[(((b * CO + c) * g->F + f * ps[0] + a) * g->Hh + h * ps[1] + e) *
-                                    g->Ww + w * ps[2] + d] = row[col++];
-        }
+    const float *row = hp(x, x->W.hout);
+    float *vid = hp(x, x->W.vid);
+    for (int j = 0; j < g->P; j++)
+        for (int64_t b = 0; b < g->B; b++)
+            for (int64_t tok = row0[j]; tok < row0[j] + len[j]; tok++) {
+                int64_t f = tok / (g->Hp * g->Wp), h = tok / g->Wp % g->Hp, w = tok % g->Wp;
+                for (int64_t a = 0; a < ps[0]; a++)
+                    for (int64_t e = 0; e < ps[1]; e++)
+                        for (int64_t d = 0; d < ps[2]; d++)
+                            for (int64_t c = 0; c < CO; c++)
+                                vid[(((b * CO + c) * g->F + f * ps[0] + a) * g->Hh + h * ps[1] +
+                                     e) * g->Ww + w * ps[2] + d] = *row++;
+            }
 }
 
-#define TRY(e)                                                                   \
-    do {                                                                         \
-        st = (e);                                                                \
-        if (st != WF_OK)                                                         \
-            return st;                                                           \
-    } while (0)
+/* The inputs to every rank: the root fills `in` (ts, eh, every rank's
+ * patches), sends it over tp to the seq roots, which broadcast ts and eh
+ * and scatter the patches over seq. */
+static wf_status_t inputs(run_t *x)
+{
+    const geo_t *g = &x->g;
+    const wf_fwd_io_t *io = x->io;
+    const int64_t *row0 = (const int64_t *)(const void *)(x->hws + x->W.meta +
+                                                          2 * (size_t)g->P * sizeof(size_t));
+    const int64_t *len = row0 + g->P;
+    size_t pat_b = (size_t)(g->B * g->S * g->PIN) * sizeof(float);
+    wf_status_t st;
+    if (x->root) {
+        wf_convert_to_f32(hp(x, x->W.hin), io->in_data[IN_T], io->in[IN_T]->dtype,
+                          (size_t)g->B);
+        wf_convert_to_f32(hp(x, x->W.hin + x->W.eh), io->in_data[IN_EHS],
+                          io->in[IN_EHS]->dtype, (size_t)(g->Nt * g->TD));
+        wf_convert_to_f32(hp(x, x->W.hhs), io->in_data[IN_HS], io->in[IN_HS]->dtype,
+                          (size_t)(g->B * g->CI * g->F * g->Hh * g->Ww));
+        patchify(x, row0, len);
+        if (x->dev)
+            TRY(x->ops->copy_h2d(x->ctx, x->ws + x->W.in, x->hws + x->W.hin,
+                                 x->W.pat + pat_b));
+    }
+    if (g->T > 1 && x->i == 0)
+        TRY(wf_comm_broadcast(x->grp->tp, x->ws + x->W.in, x->W.pat + pat_b, 0));
+    if (g->P == 1)
+        return WF_OK;
+    TRY(wf_comm_broadcast(x->grp->seq, x->ws + x->W.in, x->W.pat, 0));
+    size_t *cnt, *dsp;
+    counts_of(x, g->PIN, &cnt, &dsp);
+    float *pat = fp(x, x->W.in + x->W.pat);
+    /* in place on the seq root: its piece is the first */
+    return wf_comm_scatterv(x->grp->seq, pat, cnt, dsp, pat, cnt[x->i], 0);
+}
 
 /* Condition embedder and RoPE tables: temb, tproj, the text's ctx. */
 static wf_status_t embed(run_t *x)
@@ -534,21 +704,22 @@ static wf_status_t embed(run_t *x)
     const wf_wan_shard_t *s = x->s;
     wf_status_t st;
     wf_timestep_params_t tp = {
-        .t = fp(x, x->W.ts), .B = g->B, .dim = x->cfg->freq_dim, .flip_sin_to_cos = true,
+        .t = fp(x, x->W.in), .B = g->B, .dim = x->cfg->freq_dim, .flip_sin_to_cos = true,
         .downscale_freq_shift = 0.0f, .scale = 1.0f, .max_period = 10000.0f,
         .dst = fp(x, x->W.tf),
     };
     TRY(x->ops->timestep_embed(x->ctx, &tp));
-    TRY(lin(x, &s->t1, fp(x, x->W.tf), g->B, WF_ACT_SILU, fp(x, x->W.tmp)));
-    TRY(lin(x, &s->t2, fp(x, x->W.tmp), g->B, WF_ACT_NONE, fp(x, x->W.temb)));
+    TRY(lin_full(x, &s->t1, fp(x, x->W.tf), g->B, WF_ACT_SILU, fp(x, x->W.tmp)));
+    TRY(lin_full(x, &s->t2, fp(x, x->W.tmp), g->B, WF_ACT_NONE, fp(x, x->W.temb)));
     TRY(x->ops->act(x->ctx, fp(x, x->W.tmp), fp(x, x->W.temb), g->B * g->C, WF_ACT_SILU));
-    TRY(lin(x, &s->tproj, fp(x, x->W.tmp), g->B, WF_ACT_NONE, fp(x, x->W.tproj)));
-    TRY(lin(x, &s->x1, fp(x, x->W.eh), g->Nt, WF_ACT_GELU_TANH, fp(x, x->W.ctxh)));
-    TRY(lin(x, &s->x2, fp(x, x->W.ctxh), g->Nt, WF_ACT_NONE, fp(x, x->W.ctx)));
+    TRY(lin_full(x, &s->tproj, fp(x, x->W.tmp), g->B, WF_ACT_NONE, fp(x, x->W.tproj)));
+    TRY(lin_full(x, &s->x1, fp(x, x->W.in + x->W.eh), g->Nt, WF_ACT_GELU_TANH,
+                 fp(x, x->W.ctxh)));
+    TRY(lin_full(x, &s->x2, fp(x, x->W.ctxh), g->Nt, WF_ACT_NONE, fp(x, x->W.ctx)));
     wf_rope_grid_params_t rp = {
         .n_axes = 3, .grid = { g->Fp, g->Hp, g->Wp },
         .axes_dims = { x->cfg->rope_dims[0], x->cfg->rope_dims[1], x->cfg->rope_dims[2] },
-        .theta = WF_WAN_ROPE_THETA, .D = g->D, .row0 = x->row0, .L = g->Li,
+        .theta = WF_WAN_ROPE_THETA, .D = g->D, .row0 = x->row0, .L = x->Li,
         .cos = fp(x, x->W.rcos), .sin = fp(x, x->W.rsin),
     };
     return x->ops->rope_grid(x->ctx, &rp);
@@ -558,50 +729,53 @@ static wf_status_t embed(run_t *x)
 static wf_status_t block(run_t *x, const wan_block_t *k)
 {
     const geo_t *g = &x->g;
-    const int64_t C = g->C, C6 = 6 * C;
+    const int64_t C = g->C, C6 = 6 * C, N = x->N;
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *mod = fp(x, x->W.mod);
     float *q = fp(x, x->W.q), *kk = fp(x, x->W.k), *v = fp(x, x->W.v);
-    float *ao = fp(x, x->W.ao), *lo = fp(x, x->W.lo);
+    float *ao = fp(x, x->W.ao), *lo = fp(x, x->W.lo), *hid = fp(x, x->W.hid);
+    wf_layout_t hl;
+    wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
     /* (shift, scale, gate) x (self-attention, feed-forward) per batch row */
     TRY(x->ops->copy_rows(x->ctx, mod, (size_t)C6 * 4, fp(x, x->W.tproj), (size_t)C6 * 4, g->B,
                           (size_t)C6 * 4));
     TRY(x->ops->bias_act(x->ctx, mod, g->B, C6, C6, k->sst, WF_ACT_NONE));
-    /* 1. self-attention */
+    /* 1. self-attention on this tp rank's heads */
     TRY(ln_mod(x, S, nx, mod, C6, 0, C));
-    TRY(lin(x, &k->q1, nx, g->N, WF_ACT_NONE, q));
-    TRY(lin(x, &k->k1, nx, g->N, WF_ACT_NONE, kk));
-    TRY(lin(x, &k->v1, nx, g->N, WF_ACT_NONE, v));
-    TRY(rms(x, q, g->N, k->nq1));
-    TRY(rms(x, kk, g->N, k->nk1));
+    TRY(proj(x, &k->q1, nx, N, q));
+    TRY(proj(x, &k->k1, nx, N, kk));
+    TRY(proj(x, &k->v1, nx, N, v));
+    TRY(rms(x, q, N, k->nq1));
+    TRY(rms(x, kk, N, k->nk1));
     TRY(rope(x, q, fp(x, x->W.qj)));
     TRY(rope(x, kk, fp(x, x->W.kj)));
-    TRY(attend(x, fp(x, x->W.qj), fp(x, x->W.kj), v, g->Li, true, ao));
-    TRY(lin(x, &k->o1, ao, g->N, WF_ACT_NONE, lo));
-    TRY(x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 2 * C, C6, g->B, g->Li, C));
+    TRY(attend(x, fp(x, x->W.qj), fp(x, x->W.kj), v, x->Li, true, ao));
+    TRY(wf_linear_apply_full(&x->lin, &k->o1, ao, g->Cl, &x->heads, N, WF_ACT_NONE, lo));
+    TRY(x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 2 * C, C6, g->B, x->Li, C));
     /* 2. cross-attention: this rank's tokens against the whole text */
     const float *in2 = S;
     if (k->n2w) {
         wf_layernorm_params_t lp = {
-            .rows = g->N, .C = C, .src = S, .ld_src = C, .dst = nx, .ld_dst = C,
+            .rows = N, .C = C, .src = S, .ld_src = C, .dst = nx, .ld_dst = C,
             .weight = k->n2w, .bias = k->n2b, .eps = x->cfg->eps,
         };
         TRY(x->ops->layer_norm(x->ctx, &lp));
         in2 = nx;
     }
-    TRY(lin(x, &k->q2, in2, g->N, WF_ACT_NONE, q));
-    TRY(lin(x, &k->k2, fp(x, x->W.ctx), g->Nt, WF_ACT_NONE, kk));
-    TRY(lin(x, &k->v2, fp(x, x->W.ctx), g->Nt, WF_ACT_NONE, v));
-    TRY(rms(x, q, g->N, k->nq2));
+    TRY(proj(x, &k->q2, in2, N, q));
+    TRY(proj(x, &k->k2, fp(x, x->W.ctx), g->Nt, kk));
+    TRY(proj(x, &k->v2, fp(x, x->W.ctx), g->Nt, v));
+    TRY(rms(x, q, N, k->nq2));
     TRY(rms(x, kk, g->Nt, k->nk2));
     TRY(attend(x, q, kk, v, g->St, false, ao));
-    TRY(lin(x, &k->o2, ao, g->N, WF_ACT_NONE, lo));
-    TRY(x->ops->add(x->ctx, S, lo, g->N * C));
-    /* 3. feed-forward */
+    TRY(wf_linear_apply_full(&x->lin, &k->o2, ao, g->Cl, &x->heads, N, WF_ACT_NONE, lo));
+    TRY(x->ops->add(x->ctx, S, lo, N * C));
+    /* 3. feed-forward, its hidden layer as the plan splits it */
     TRY(ln_mod(x, S, nx, mod, C6, 3 * C, 4 * C));
-    TRY(lin(x, &k->ff0, nx, g->N, WF_ACT_GELU_TANH, fp(x, x->W.hid)));
-    TRY(lin(x, &k->ff2, fp(x, x->W.hid), g->N, WF_ACT_NONE, lo));
-    return x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 5 * C, C6, g->B, g->Li, C);
+    TRY(wf_linear_apply(&x->lin, &k->ff0, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &hl));
+    TRY(wf_linear_apply_full(&x->lin, &k->ff2, hid, wf_layout_width(&hl, g->T), &hl, N,
+                             WF_ACT_NONE, lo));
+    return x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 5 * C, C6, g->B, x->Li, C);
 }
 
 /* norm_out, proj_out, the gather and (root) the output. */
@@ -618,24 +792,32 @@ static wf_status_t finish(run_t *x)
                           g->B, (size_t)C * 4));
     TRY(x->ops->bias_act(x->ctx, modo, g->B, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE));
     TRY(ln_mod(x, fp(x, x->W.S), fp(x, x->W.nx), modo, 2 * C, 0, C));
-    TRY(lin(x, &x->s->proj_out, fp(x, x->W.nx), g->N, WF_ACT_NONE, out));
+    TRY(lin_full(x, &x->s->proj_out, fp(x, x->W.nx), x->N, WF_ACT_NONE, out));
+    if (x->t != 0)
+        return WF_OK;
+    size_t n = (size_t)(x->N * g->OC) * sizeof(float);
     const float *og = out;
-    size_t n = (size_t)(g->N * g->OC);
     if (g->P > 1) {
-        size_t *cnt = (size_t *)(void *)(x->ws + x->W.meta), *dsp = cnt + g->P;
-        for (int r = 0; r < g->P; r++) {
-            cnt[r] = n * sizeof(float);
-            dsp[r] = (size_t)r * n * sizeof(float);
-        }
-        TRY(wf_comm_gatherv(x->grp->seq, out, n * sizeof(float), fp(x, x->W.outg), cnt, dsp,
+        size_t *cnt, *dsp;
+        counts_of(x, g->OC, &cnt, &dsp);
+        TRY(wf_comm_gatherv(x->grp->seq, out, n, x->root ? fp(x, x->W.outg) : NULL, cnt, dsp,
                             0));
         og = fp(x, x->W.outg);
     }
-    if (x->i == 0) {
-        unpatchify(x, og, fp(x, x->W.vid));
-        wf_convert_from_f32(x->io->out_data[0], x->io->out[0]->dtype, fp(x, x->W.vid),
-                            (size_t)g->P * n);
+    if (!x->root)
+        return WF_OK;
+    size_t all = (size_t)(g->B * g->S * g->OC) * sizeof(float);
+    if (x->dev) {
+        TRY(x->ops->copy_d2h(x->ctx, x->hws + x->W.hout, og, all));
+        TRY(x->ops->synchronize(x->ctx));
+    } else if (og != hp(x, x->W.hout)) {
+        memcpy(hp(x, x->W.hout), og, all);
     }
+    const int64_t *row0 = (const int64_t *)(const void *)(x->hws + x->W.meta +
+                                                          2 * (size_t)g->P * sizeof(size_t));
+    unpatchify(x, row0, row0 + g->P);
+    wf_convert_from_f32(x->io->out_data[0], x->io->out[0]->dtype, hp(x, x->W.vid),
+                        (size_t)(g->B * g->S * g->OC));
     return WF_OK;
 }
 
@@ -645,8 +827,8 @@ static wf_status_t forward(run_t *x, bool *stopped)
 {
     wf_status_t st;
     TRY(inputs(x));
-    patchify(x);
-    TRY(lin(x, &x->s->patch, fp(x, x->W.xp), x->g.N, WF_ACT_NONE, fp(x, x->W.S)));
+    TRY(lin_full(x, &x->s->patch, fp(x, x->W.in + x->W.pat), x->N, WF_ACT_NONE,
+                 fp(x, x->W.S)));
     TRY(embed(x));
     for (uint32_t b = 0; b < x->cfg->num_layers; b++) {
         if (x->io->boundary) {
@@ -659,21 +841,25 @@ static wf_status_t forward(run_t *x, bool *stopped)
         }
         TRY(block(x, &x->s->blk[b]));
     }
-    return finish(x);
+    TRY(finish(x));
+    /* the output (and everything else queued) complete on return */
+    return x->dev ? x->ops->synchronize(x->ctx) : WF_OK;
 }
 
 wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,
                             const wf_fwd_group_t *group, const wf_backend_ops_t *ops,
-                            wf_backend_ctx_t *ctx, void *workspace, size_t bytes)
+                            wf_backend_ctx_t *ctx, void *workspace, size_t bytes,
+                            void *host_ws, size_t host_bytes)
 {
-    char err[256];
-    if (!shard || !io || !group || !ops || !workspace)
+    /* validation every rank computes alike: fails everywhere, no abort */
+    if (!shard || !io || !group || !ops || !wf_fwd_group_ok(group) ||
+        wan_backend_check(&shard->cfg, ops, NULL, 0) != WF_OK)
         return WF_E_BAD_ARGUMENT;
-    const int R = group->ring_degree, U = group->ulysses_degree;
-    if (shard->tp != 1 || group->tp_degree != 1 ||
-        wan_forward_check(&shard->cfg, io, 1, R, U, err, sizeof err) != WF_OK ||
-        wan_backend_check(&shard->cfg, ops, err, sizeof err) != WF_OK)
+    const int T = group->tp_degree, R = group->ring_degree, U = group->ulysses_degree;
+    if (wan_forward_check(&shard->cfg, io, T, R, U, NULL, 0) != WF_OK)
         return WF_E_BAD_ARGUMENT;
+
+    /* this rank's own arguments: a failure aborts the world */
     run_t x;
     memset(&x, 0, sizeof x);
     x.s = shard;
@@ -683,28 +869,48 @@ wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,
     x.ops = ops;
     x.ctx = ctx;
     x.ws = workspace;
-    geo_of(x.cfg, io, R, U, &x.g);
-    if (!ws_layout(x.cfg, &x.g, ops, &x.W) || bytes < x.W.total ||
-        (x.g.P > 1 && !group->seq))
-        return WF_E_BAD_ARGUMENT;
-    x.i = x.g.P > 1 ? wf_comm_rank(group->seq) : 0;
-    if (x.i == 0 && (!io->in_data[IN_HS] || !io->in_data[IN_T] || !io->in_data[IN_EHS] ||
-                     !io->out_data[0]))
-        return WF_E_BAD_ARGUMENT; /* every rank's check passed: the root alone returns */
-    /* this rank's tokens: cp_attention's seq shard i (one piece, no
-     * load balance) */
-    if (x.g.P > 1) {
-        wf_cp_job_t j = cp_job_of(&x.g);
-        wf_cp_seg_t seg[WF_CP_MAX_SEGS];
-        int nseg = 0;
-        if (wf_cp_attention_segments(&j, R, U, x.i, false, false, seg, &nseg) != WF_OK ||
-            nseg != 1 || seg[0].len != x.g.Li)
-            return WF_E_INTERNAL;
-        x.row0 = seg[0].start;
-    }
+    x.dev = on_device(ops);
+    x.hws = x.dev ? host_ws : workspace;
+    geo_of(x.cfg, io, T, R, U, &x.g);
+    const geo_t *g = &x.g;
+    wf_status_t st = WF_E_BAD_ARGUMENT;
     bool stopped = false;
-    wf_status_t st = forward(&x, &stopped);
-    if (st != WF_OK && !stopped && x.g.P > 1)
-        wf_comm_abort(group->seq);
+    szc_t sc = { false };
+    ws_layout(&sc, g, ops, &x.W);
+    x.t = T > 1 ? wf_comm_rank(group->tp) : 0;
+    x.i = g->P > 1 ? wf_comm_rank(group->seq) : 0;
+    x.root = x.t == 0 && x.i == 0;
+    /* a device shard on the CPU or the other way round, or another
+     * rank's: a bug */
+    if (sc.overflow || shard->tp != T || shard->tp_rank != x.t ||
+        (shard->mem.dev != NULL) != x.dev || !workspace ||
+        ((uintptr_t)workspace & (x.dev ? 255u : 63u)) != 0 || bytes < x.W.total ||
+        (x.dev && (!host_ws || ((uintptr_t)host_ws & 63u) != 0 || host_bytes < x.W.htotal)))
+        goto fail;
+    if (x.root && (!io->in_data[IN_HS] || !io->in_data[IN_T] || !io->in_data[IN_EHS] ||
+                   !io->out_data[0]))
+        goto fail;
+    x.heads = g->T > 1 ? (wf_layout_t){ .n = g->C, .nb = 1, .block = { g->C } }
+                       : wf_layout_full(g->C);
+    x.lin = (wf_linear_env_t){
+        .ops = ops, .ctx = ctx, .tp = group->tp, .T = T, .t = x.t,
+        .G = fp(&x, x.W.G), .G_n = x.W.lin_n, .Xc = fp(&x, x.W.Xc), .Xc_n = x.W.lin_n,
+        .Y = fp(&x, x.W.Y), .Y_n = x.W.lin_n, .lws = x.ws + x.W.lws, .lws_bytes = x.W.lws_bytes,
+    };
+    /* every seq rank's tokens, in the host meta after the counts */
+    int64_t *row0 = (int64_t *)(void *)(x.hws + x.W.meta + 2 * (size_t)g->P * sizeof(size_t));
+    for (int j = 0; j < g->P; j++)
+        if ((st = tokens_of(g, j, &row0[j], &row0[g->P + j])) != WF_OK)
+            goto fail;
+    x.row0 = row0[x.i];
+    x.Li = row0[g->P + x.i];
+    x.N = g->B * x.Li;
+    if ((st = forward(&x, &stopped)) == WF_OK)
+        return WF_OK;
+fail:
+    if (x.dev)
+        (void)ops->synchronize(ctx); /* nothing queued outlives the call */
+    if (!stopped)
+        wf_fwd_group_abort(group);
     return st;
 }

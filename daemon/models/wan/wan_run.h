@@ -8,11 +8,11 @@
  * Nothing outside this folder includes it; family_run.h is the contract.
  *
  * What is served: diffusers' WanTransformer3DModel (Wan 2.1 text-to-video,
- * modelfiles/wan/wan_config.h) on the CPU backend, tp = 1, with sequence
- * parallelism over the video tokens (ring x ulysses, cp_attention's local
- * mode). tp > 1 and device backends are refused with a message by the
- * plan check and the backend check (the shard keeps each linear's tp
- * placement, so a split comes later without changing the table).
+ * modelfiles/wan/wan_config.h) on a tp x ring x ulysses mesh, on the CPU
+ * backend or a backend with device memory: tensor parallelism by the tp
+ * plan (the default: modelfiles/wan/wan_family.c), sequence parallelism
+ * over the video tokens (cp_attention's local mode, its anything modes
+ * for token and head counts the degrees do not divide).
  */
 #ifndef WF_WAN_RUN_H
 #define WF_WAN_RUN_H
@@ -23,52 +23,45 @@
 
 #include "backend.h"
 #include "models/family_run.h"
+#include "models/linear.h"
+#include "models/shard.h"
 #include "model_host.h"
 #include "tp_plan.h"
 #include "wan/wan_config.h"
 #include "weft.h"
 
-/* One linear layer of a shard: f32 weight [out, in] and bias [out] in
- * host memory (views of an f32 host copy, or the shard's own copies). */
-typedef struct wan_lin {
-    const float *w;        /* [out, in] */
-    const float *b;        /* [out], or NULL */
-    int64_t out, in;       /* shape */
-} wan_lin_t;
-
-/* One WanTransformerBlock. */
+/* One WanTransformerBlock (linears as models/linear.h, vectors f32 on
+ * the backend's memory). */
 typedef struct wan_block {
-    const float *sst;              /* scale_shift_table (6, C): shift, scale,
+    float *sst;                    /* scale_shift_table (6, C): shift, scale,
                                       gate of the self-attention, then of
                                       the feed-forward */
-    wan_lin_t q1, k1, v1, o1;      /* attn1 (self): to_q, to_k, to_v, to_out.0 */
-    const float *nq1, *nk1;        /* attn1 norm_q / norm_k (C): RMSNorm
+    wf_linear_t q1, k1, v1, o1;    /* attn1 (self): to_q, to_k, to_v, to_out.0 */
+    float *nq1, *nk1;              /* attn1 norm_q / norm_k (C): RMSNorm
                                       across all heads */
-    wan_lin_t q2, k2, v2, o2;      /* attn2 (cross): q from video, k / v
+    wf_linear_t q2, k2, v2, o2;    /* attn2 (cross): q from video, k / v
                                       from the text */
-    const float *nq2, *nk2;        /* attn2 norm_q / norm_k (C) */
-    const float *n2w, *n2b;        /* norm2 LayerNorm affine (C), NULL
+    float *nq2, *nk2;              /* attn2 norm_q / norm_k (C) */
+    float *n2w, *n2b;              /* norm2 LayerNorm affine (C), NULL
                                       without cross_attn_norm */
-    wan_lin_t ff0, ff2;            /* ffn.net.0.proj (GELU tanh), ffn.net.2 */
+    wf_linear_t ff0, ff2;          /* ffn.net.0.proj (GELU tanh), ffn.net.2 */
 } wan_block_t;
 
-/* One rank's shard. */
+/* One tp rank's shard (models/shard.h: f32 host pieces on the CPU, one
+ * resident block on a device). */
 typedef struct wf_wan_shard {
     wf_wan_config_t cfg;           /* the model */
-    int tp, tp_rank;               /* cut for (tp = 1 so far) */
-    const float *sst_out;          /* scale_shift_table (2, C): shift, scale */
-    wan_lin_t patch;               /* patch_embedding as a linear: [C, in_channels
+    int tp, tp_rank;               /* cut for */
+    float *sst_out;                /* scale_shift_table (2, C): shift, scale */
+    wf_linear_t patch;             /* patch_embedding as a linear: [C, in_channels
                                       * pt * ph * pw], columns in the Conv3d
                                       weight's (c, kt, kh, kw) order */
-    wan_lin_t t1, t2;              /* condition_embedder.time_embedder.linear_1 / _2 */
-    wan_lin_t tproj;               /* condition_embedder.time_proj: C -> 6C */
-    wan_lin_t x1, x2;              /* condition_embedder.text_embedder.linear_1 / _2 */
+    wf_linear_t t1, t2;            /* condition_embedder.time_embedder.linear_1 / _2 */
+    wf_linear_t tproj;             /* condition_embedder.time_proj: C -> 6C */
+    wf_linear_t x1, x2;            /* condition_embedder.text_embedder.linear_1 / _2 */
     wan_block_t *blk;              /* cfg.num_layers */
-    wan_lin_t proj_out;            /* C -> out_channels * pt * ph * pw */
-    float **owned;                 /* f32 copies this shard made (host
-                                      tensors in another dtype) */
-    size_t n_owned;                /* entries of owned */
-    uint64_t bytes;                /* f32 bytes of every piece (views too) */
+    wf_linear_t proj_out;          /* C -> out_channels * pt * ph * pw */
+    wf_shard_mem_t mem;            /* where the pieces live (shard.h) */
 } wf_wan_shard_t;
 
 /* Largest degree accepted along one mesh dim (the host comm's world). */
@@ -77,9 +70,11 @@ typedef struct wf_wan_shard {
 /* family_run.h's plan_check, shard_bytes, shard_build and shard_free. */
 wf_status_t wan_plan_check(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan, int tp,
                            bool allow_unmatched, char *err, size_t err_len);
-uint64_t wan_shard_bytes(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan, int tp);
+uint64_t wan_shard_bytes(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan, int tp,
+                         bool device, wf_dtype_t weight_dtype);
 wf_status_t wan_shard_build(const wf_model_host_t *host, const wf_tp_plan_t *plan, int tp,
-                            int tp_rank, wf_wan_shard_t **ret, char *err, size_t err_len);
+                            int tp_rank, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                            wf_wan_shard_t **ret, char *err, size_t err_len);
 void wan_shard_free(wf_wan_shard_t **s);
 
 /* family_run.h's backend_check, forward_check, workspace and run. */
@@ -91,6 +86,7 @@ size_t wan_forward_workspace(const wf_wan_config_t *cfg, const wf_fwd_io_t *io, 
                              int R, int U, const wf_backend_ops_t *ops, size_t *ret_host);
 wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,
                             const wf_fwd_group_t *group, const wf_backend_ops_t *ops,
-                            wf_backend_ctx_t *ctx, void *workspace, size_t bytes);
+                            wf_backend_ctx_t *ctx, void *workspace, size_t bytes,
+                            void *host_ws, size_t host_bytes);
 
 #endif /* WF_WAN_RUN_H */

@@ -1,8 +1,6 @@
 /* wan_shard.c — the tp plan check of a Wan model and a rank's shard cut
- * from the host copy (wan_run.h). CPU backend: every piece f32 in host
- * memory, a view into the host copy where it is already f32 (the
- * daemon's CPU registry converts it: wf_model_host_to_f32), else the
- * shard's own converted copy. */
+ * from the host copy (wan_run.h) through models/shard.h: one walk names
+ * every piece in state_dict order, and the same walk sizes a shard. */
 #include "wan_run.h"
 
 #include <inttypes.h>
@@ -40,11 +38,12 @@ wf_status_t wan_plan_check(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan,
     if (tp < 1 || tp > WAN_MAX_DEGREE)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "tensor-parallel degree %d invalid (1..%d)", tp, WAN_MAX_DEGREE);
-    if (tp > 1)
+    /* each tp rank attends whole heads of its own (diffusers checks the
+     * heads before it shards anything) */
+    if (cfg->num_attention_heads % (uint32_t)tp != 0)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
-                              "%s: tensor parallelism is not implemented for the Wan family "
-                              "yet (tp = %d): load it with tp = 1 (ring and ulysses sequence "
-                              "parallelism are served)", WF_WAN_CLASS_NAME, tp);
+                              "`tp_degree` (%d) must divide the number of attention heads "
+                              "(%" PRIu32 ").", tp, cfg->num_attention_heads);
     if (wf_tp_plan_check(plan, err, err_len) != WF_OK)
         return WF_E_BAD_ARGUMENT;
     wf_tensor_spec_t *specs = NULL;
@@ -90,143 +89,104 @@ wf_status_t wan_plan_check(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan,
     return WF_OK;
 }
 
-uint64_t wan_shard_bytes(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan, int tp)
-{
-    char err[256];
-    if (wan_plan_check(cfg, plan, tp, true, err, sizeof err) != WF_OK)
-        return 0;
-    wf_tensor_spec_t *specs = NULL;
-    size_t n = 0;
-    if (wf_wan_expected_tensors(cfg, &specs, &n, err, sizeof err) != WF_OK)
-        return 0;
-    uint64_t b = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t e = 1;
-        for (int d = 0; d < specs[i].rank; d++)
-            e *= (uint64_t)specs[i].shape[d];
-        b += e * sizeof(float);
-    }
-    free(specs);
-    return b;
-}
+/* Every piece of a shard in state_dict order (shard.h's walk); s is
+ * NULL when sizing. */
+typedef struct cut_arg {
+    const wf_wan_config_t *cfg;
+    wf_wan_shard_t *s;
+} cut_arg_t;
 
-/* State of one build. */
-typedef struct build {
-    const wf_model_host_t *host;   /* the host copy */
-    wf_wan_shard_t *s;             /* the shard being built */
-    size_t cap;                    /* entries allocated in s->owned */
-    char *err;                     /* message buffer */
-    size_t err_len;                /* its size */
-} build_t;
-
-/* The f32 data of host tensor `name` of `numel` elements (a view, or a
- * converted copy the shard owns); NULL with a message. */
-static const float *piece(build_t *bd, const char *name, uint64_t numel)
-{
-    const wf_host_tensor_t *t = wf_model_host_find(bd->host, name);
-    uint64_t have = 1;
-    for (int d = 0; t && d < t->rank; d++)
-        have *= (uint64_t)t->shape[d];
-    if (!t || !t->data || have != numel) {
-        wf_errf(bd->err, bd->err_len, "host copy %s tensor '%s'%s",
-                t ? "has the wrong size of" : "lacks", name,
-                t ? " for this config" : "");
-        return NULL;
-    }
-    bd->s->bytes += numel * sizeof(float);
-    if (t->dtype == WF_DTYPE_F32)
-        return t->data;
-    if (bd->s->n_owned == bd->cap) {
-        size_t cap = bd->cap ? 2 * bd->cap : 64;
-        float **o = realloc(bd->s->owned, cap * sizeof *o);
-        if (!o)
-            goto oom;
-        bd->s->owned = o;
-        bd->cap = cap;
-    }
-    float *f = aligned_alloc(64, ((size_t)numel * sizeof(float) + 63) & ~(size_t)63);
-    if (!f)
-        goto oom;
-    wf_convert_to_f32(f, t->data, t->dtype, (size_t)numel);
-    bd->s->owned[bd->s->n_owned++] = f;
-    return f;
-oom:
-    wf_errf(bd->err, bd->err_len, "out of memory converting tensor '%s' to f32", name);
-    return NULL;
-}
-
-/* Linear `module` [out, in] (+ bias) into l; false with a message. */
-static bool lin(build_t *bd, wan_lin_t *l, const char *prefix, const char *module,
-                int64_t out, int64_t in)
+/* A linear with a bias: `prefix` + `module`. */
+static wf_status_t lin(wf_shard_cut_t *c, wf_linear_t *l, const char *prefix,
+                       const char *module, int64_t out, int64_t in)
 {
     char n[WF_TENSOR_SPEC_NAME_MAX];
-    l->out = out;
-    l->in = in;
-    snprintf(n, sizeof n, "%s%s.weight", prefix, module);
-    if (!(l->w = piece(bd, n, (uint64_t)out * (uint64_t)in)))
-        return false;
-    snprintf(n, sizeof n, "%s%s.bias", prefix, module);
-    return (l->b = piece(bd, n, (uint64_t)out)) != NULL;
+    snprintf(n, sizeof n, "%s%s", prefix, module);
+    return wf_shard_linear(c, n, out, in, true, l);
 }
 
-static bool vec(build_t *bd, const float **v, const char *prefix, const char *name,
-                int64_t n)
+static wf_status_t vec(wf_shard_cut_t *c, float **v, const char *prefix, const char *name,
+                       int64_t n)
 {
     char t[WF_TENSOR_SPEC_NAME_MAX];
     snprintf(t, sizeof t, "%s%s", prefix, name);
-    return (*v = piece(bd, t, (uint64_t)n)) != NULL;
+    return wf_shard_vector(c, t, n, v);
 }
 
-static bool build(build_t *bd)
+#define TRY(e)                                                                   \
+    do {                                                                         \
+        wf_status_t st_ = (e);                                                   \
+        if (st_ != WF_OK)                                                        \
+            return st_;                                                          \
+    } while (0)
+
+static wf_status_t cut_walk(wf_shard_cut_t *c, void *arg)
 {
-    wf_wan_shard_t *s = bd->s;
-    const wf_wan_config_t *c = &s->cfg;
-    const int64_t C = c->inner_dim, FF = c->ffn_dim;
+    const cut_arg_t *a = arg;
+    wf_wan_shard_t *s = a->s;
+    const wf_wan_config_t *cf = a->cfg;
+    const int64_t C = cf->inner_dim, FF = cf->ffn_dim;
     const char *ce = "condition_embedder.";
-    bool ok = vec(bd, &s->sst_out, "", "scale_shift_table", 2 * C);
+    /* sizing: the slots of one scratch block and model */
+    wan_block_t scratch;
+    wf_wan_shard_t *m = s;
+    wf_wan_shard_t none;
+    if (!m) {
+        memset(&none, 0, sizeof none);
+        m = &none;
+    }
+    TRY(vec(c, &m->sst_out, "", "scale_shift_table", 2 * C));
     /* Conv3d with kernel = stride = patch_size: a linear over patches */
-    if (ok) {
-        s->patch.out = C;
-        s->patch.in = (int64_t)c->in_channels * c->patch_elems;
-        ok = (s->patch.w = piece(bd, "patch_embedding.weight",
-                                 (uint64_t)s->patch.out * (uint64_t)s->patch.in)) &&
-             (s->patch.b = piece(bd, "patch_embedding.bias", (uint64_t)C));
-    }
-    ok = ok && lin(bd, &s->t1, ce, "time_embedder.linear_1", C, c->freq_dim) &&
-         lin(bd, &s->t2, ce, "time_embedder.linear_2", C, C) &&
-         lin(bd, &s->tproj, ce, "time_proj", 6 * C, C) &&
-         lin(bd, &s->x1, ce, "text_embedder.linear_1", C, c->text_dim) &&
-         lin(bd, &s->x2, ce, "text_embedder.linear_2", C, C);
+    TRY(lin(c, &m->patch, "", "patch_embedding", C,
+            (int64_t)cf->in_channels * cf->patch_elems));
+    TRY(lin(c, &m->t1, ce, "time_embedder.linear_1", C, cf->freq_dim));
+    TRY(lin(c, &m->t2, ce, "time_embedder.linear_2", C, C));
+    TRY(lin(c, &m->tproj, ce, "time_proj", 6 * C, C));
+    TRY(lin(c, &m->x1, ce, "text_embedder.linear_1", C, cf->text_dim));
+    TRY(lin(c, &m->x2, ce, "text_embedder.linear_2", C, C));
     char p[48];
-    for (uint32_t b = 0; ok && b < c->num_layers; b++) {
-        wan_block_t *k = &s->blk[b];
+    for (uint32_t b = 0; b < cf->num_layers; b++) {
+        wan_block_t *k = s ? &s->blk[b] : &scratch;
         snprintf(p, sizeof p, "blocks.%" PRIu32 ".", b);
-        ok = vec(bd, &k->sst, p, "scale_shift_table", 6 * C) &&
-             lin(bd, &k->q1, p, "attn1.to_q", C, C) && lin(bd, &k->k1, p, "attn1.to_k", C, C) &&
-             lin(bd, &k->v1, p, "attn1.to_v", C, C) &&
-             lin(bd, &k->o1, p, "attn1.to_out.0", C, C) &&
-             vec(bd, &k->nq1, p, "attn1.norm_q.weight", C) &&
-             vec(bd, &k->nk1, p, "attn1.norm_k.weight", C) &&
-             lin(bd, &k->q2, p, "attn2.to_q", C, C) && lin(bd, &k->k2, p, "attn2.to_k", C, C) &&
-             lin(bd, &k->v2, p, "attn2.to_v", C, C) &&
-             lin(bd, &k->o2, p, "attn2.to_out.0", C, C) &&
-             vec(bd, &k->nq2, p, "attn2.norm_q.weight", C) &&
-             vec(bd, &k->nk2, p, "attn2.norm_k.weight", C) &&
-             (!c->cross_attn_norm || (vec(bd, &k->n2w, p, "norm2.weight", C) &&
-                                      vec(bd, &k->n2b, p, "norm2.bias", C))) &&
-             lin(bd, &k->ff0, p, "ffn.net.0.proj", FF, C) &&
-             lin(bd, &k->ff2, p, "ffn.net.2", C, FF);
+        TRY(vec(c, &k->sst, p, "scale_shift_table", 6 * C));
+        TRY(lin(c, &k->q1, p, "attn1.to_q", C, C));
+        TRY(lin(c, &k->k1, p, "attn1.to_k", C, C));
+        TRY(lin(c, &k->v1, p, "attn1.to_v", C, C));
+        TRY(lin(c, &k->o1, p, "attn1.to_out.0", C, C));
+        TRY(vec(c, &k->nq1, p, "attn1.norm_q.weight", C));
+        TRY(vec(c, &k->nk1, p, "attn1.norm_k.weight", C));
+        TRY(lin(c, &k->q2, p, "attn2.to_q", C, C));
+        TRY(lin(c, &k->k2, p, "attn2.to_k", C, C));
+        TRY(lin(c, &k->v2, p, "attn2.to_v", C, C));
+        TRY(lin(c, &k->o2, p, "attn2.to_out.0", C, C));
+        TRY(vec(c, &k->nq2, p, "attn2.norm_q.weight", C));
+        TRY(vec(c, &k->nk2, p, "attn2.norm_k.weight", C));
+        if (cf->cross_attn_norm) {
+            TRY(vec(c, &k->n2w, p, "norm2.weight", C));
+            TRY(vec(c, &k->n2b, p, "norm2.bias", C));
+        }
+        TRY(lin(c, &k->ff0, p, "ffn.net.0.proj", FF, C));
+        TRY(lin(c, &k->ff2, p, "ffn.net.2", C, FF));
     }
-    return ok && lin(bd, &s->proj_out, "", "proj_out",
-                     (int64_t)c->out_channels * c->patch_elems, C);
+    return lin(c, &m->proj_out, "", "proj_out", (int64_t)cf->out_channels * cf->patch_elems, C);
+}
+
+uint64_t wan_shard_bytes(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan, int tp,
+                         bool device, wf_dtype_t weight_dtype)
+{
+    if (wan_plan_check(cfg, plan, tp, true, NULL, 0) != WF_OK)
+        return 0;
+    cut_arg_t a = { cfg, NULL };
+    return wf_shard_size(plan, tp, device, weight_dtype, cut_walk, &a);
 }
 
 wf_status_t wan_shard_build(const wf_model_host_t *host, const wf_tp_plan_t *plan, int tp,
-                            int tp_rank, wf_wan_shard_t **ret, char *err, size_t err_len)
+                            int tp_rank, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                            wf_wan_shard_t **ret, char *err, size_t err_len)
 {
     if (err && err_len)
         err[0] = '\0';
-    if (!host || !plan || !ret || host->cfg.fam != &wf_wan_family || tp_rank < 0 ||
+    if (!host || !plan || !ret || host->cfg.fam != &wf_wan_family || tp < 1 || tp_rank < 0 ||
         tp_rank >= tp)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "bad shard arguments (tp %d, rank %d)", tp, tp_rank);
@@ -240,14 +200,16 @@ wf_status_t wan_shard_build(const wf_model_host_t *host, const wf_tp_plan_t *pla
     s->tp = tp;
     s->tp_rank = tp_rank;
     s->blk = calloc(s->cfg.num_layers, sizeof *s->blk);
-    build_t bd = { host, s, 0, err, err_len };
     if (!s->blk) {
         wan_shard_free(&s);
         return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
     }
-    if (!build(&bd)) {
+    cut_arg_t a = { &s->cfg, s };
+    st = wf_shard_cut_run(host, plan, tp, tp_rank, ops, ctx, cut_walk, &a, &s->mem, err,
+                          err_len);
+    if (st != WF_OK) {
         wan_shard_free(&s);
-        return WF_E_MALFORMED;
+        return st;
     }
     *ret = s;
     return WF_OK;
@@ -257,9 +219,7 @@ void wan_shard_free(wf_wan_shard_t **s)
 {
     if (!s || !*s)
         return;
-    for (size_t i = 0; i < (*s)->n_owned; i++)
-        free((*s)->owned[i]);
-    free((*s)->owned);
+    wf_shard_mem_free(&(*s)->mem);
     free((*s)->blk);
     free(*s);
     *s = NULL;
