@@ -18,7 +18,7 @@
 # the overhead (default 50). Tables on stdout and in $WORK/table-LABEL.md
 # (default WORK /var/tmp/weft-python-step).
 # torch runs with OMP_WAIT_POLICY=PASSIVE unless set (libgomp's spinning
-# collapses on a shared 2-core machine: see bench/flux_cpu_torch.sh). Set
+# collapses on a shared 2-core machine: see bench/model_cpu_torch.sh). Set
 # OPENBLAS_CORETYPE for weftd where OpenBLAS does not know the CPU (the
 # table names the kernel set it chose); NO_PIN=1 skips taskset.
 set -euo pipefail

@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""flux_cpu_torch.py — weft's CPU FLUX forward beside diffusers' in
-torch. Driven by bench/flux_cpu_torch.sh, which makes the
+"""model_cpu_torch.py — weft's CPU forward of a model family beside
+diffusers' in torch. Driven by bench/model_cpu_torch.sh, which makes the
 pinned virtual environment (bench/requirements-torch.txt) and pins the
 cores; run that, not this. Not run by CI.
 
 Subcommands:
-  make  --work DIR --size a|b
-        writes DIR/flux-bench-SIZE/ (diffusers' save_pretrained of a
-        FluxTransformer2DModel with seeded random f32 weights) and
-        DIR/io-flux-bench-SIZE.safetensors: the inputs in the layout
+  make  --work DIR --size SIZE
+        writes DIR/bench-SIZE/ (diffusers' save_pretrained of the size's
+        model class with seeded random f32 weights) and
+        DIR/io-bench-SIZE.safetensors: the inputs in the layout
         `weftctl forward --inputs` reads, and `output` (diffusers' f32
         forward of them) as the reference weftctl compares with.
         Skipped when both exist with the same config and seeds.
-  run   --work DIR --build BUILD --threads N --size a|b --rounds R
+  run   --work DIR --build BUILD --threads N --size SIZE --rounds R
         --iters K [--mesh M ...] --out FILE.json
         torch: torch.set_num_threads(N) in this process. weft: a weftd
         started here with --devices cpu:N and the model loaded through
@@ -25,12 +25,16 @@ Subcommands:
   table FILE.json ...
         the markdown table of one or more run files.
 
-Sizes (B = 1, f32 everywhere, guidance_embeds False, patch 1,
-in_channels 64, axes_dims_rope (16, 56, 56)):
-  a: 4 heads x 128 (hidden 512), 2 double + 4 single blocks,
-     joint_attention_dim 512, pooled 256, 256 image (16 x 16) + 64 text
-  b: 8 heads x 128 (hidden 1024), 4 double + 8 single blocks,
-     joint_attention_dim 1024, pooled 768, 1024 image (32 x 32) + 256 text
+Sizes (B = 1, f32 everywhere):
+  a, b: FluxTransformer2DModel (guidance_embeds False, patch 1,
+     in_channels 64, axes_dims_rope (16, 56, 56))
+     a: 4 heads x 128 (hidden 512), 2 double + 4 single blocks,
+        joint_attention_dim 512, pooled 256, 256 image (16 x 16) + 64 text
+     b: 8 heads x 128 (hidden 1024), 4 double + 8 single blocks,
+        joint_attention_dim 1024, pooled 768, 1024 image (32 x 32) + 256 text
+  wan: WanTransformer3DModel, 12 heads x 64 (hidden 768), 4 layers, ffn
+     3072, patch (1, 2, 2), in / out channels 16, text_dim 512: a latent
+     of 8 x 64 x 64 = 8,192 video tokens, 64 text tokens
 """
 import argparse
 import json
@@ -43,32 +47,73 @@ import sys
 import time
 
 SIZES = {
-    "a": dict(config=dict(patch_size=1, in_channels=64, out_channels=None,
+    "a": dict(family="flux", config=dict(patch_size=1, in_channels=64, out_channels=None,
                           num_layers=2, num_single_layers=4, attention_head_dim=128,
                           num_attention_heads=4, joint_attention_dim=512,
                           pooled_projection_dim=256, guidance_embeds=False,
                           axes_dims_rope=(16, 56, 56)),
               grid=(16, 16), txt=64,
               label="hidden 512 (4 x 128), 2 + 4 blocks, 256 + 64 tokens"),
-    "b": dict(config=dict(patch_size=1, in_channels=64, out_channels=None,
+    "b": dict(family="flux", config=dict(patch_size=1, in_channels=64, out_channels=None,
                           num_layers=4, num_single_layers=8, attention_head_dim=128,
                           num_attention_heads=8, joint_attention_dim=1024,
                           pooled_projection_dim=768, guidance_embeds=False,
                           axes_dims_rope=(16, 56, 56)),
               grid=(32, 32), txt=256,
               label="hidden 1024 (8 x 128), 4 + 8 blocks, 1024 + 256 tokens"),
+    "wan": dict(family="wan",
+                config=dict(patch_size=(1, 2, 2), num_attention_heads=12,
+                            attention_head_dim=64, in_channels=16, out_channels=16,
+                            text_dim=512, freq_dim=256, ffn_dim=3072, num_layers=4,
+                            cross_attn_norm=True, eps=1e-6, rope_max_seq_len=1024),
+                grid=(8, 64, 64), txt=64,
+                label="Wan: hidden 768 (12 x 64), 4 layers, 8192 video + 64 text tokens"),
 }
 WEIGHT_SEED = 1212
 INPUT_SEED = 3434
-TIMESTEP = 0.5                 # t / 1000, as the pipeline passes it
+TIMESTEP = 0.5                 # t / 1000, as FluxPipeline passes it (WanPipeline: t)
 
 
 def model_dir(work, size):
-    return os.path.join(work, f"flux-bench-{size}")
+    return os.path.join(work, f"bench-{size}")
 
 
 def io_path(work, size):
-    return os.path.join(work, f"io-flux-bench-{size}.safetensors")
+    return os.path.join(work, f"io-bench-{size}.safetensors")
+
+
+def model_class(family):
+    import diffusers
+    return {"flux": diffusers.FluxTransformer2DModel,
+            "wan": diffusers.WanTransformer3DModel}[family]
+
+
+def make_inputs(spec, g):
+    """The forward's inputs (B = 1) of a size, drawn from generator g."""
+    import torch
+    cfg = spec["config"]
+    if spec["family"] == "wan":
+        f, h, w = spec["grid"]
+        return {
+            "hidden_states": torch.randn(1, cfg["in_channels"], f, h, w, generator=g),
+            "timestep": torch.tensor([TIMESTEP * 1000.0]),
+            "encoder_hidden_states": torch.randn(1, spec["txt"], cfg["text_dim"], generator=g),
+        }
+    gh, gw = spec["grid"]
+    s_img, s_txt = gh * gw, spec["txt"]
+    inputs = {
+        "hidden_states": torch.randn(1, s_img, cfg["in_channels"], generator=g),
+        "encoder_hidden_states": torch.randn(1, s_txt, cfg["joint_attention_dim"],
+                                             generator=g),
+        "pooled_projections": torch.randn(1, cfg["pooled_projection_dim"], generator=g),
+        "timestep": torch.tensor([TIMESTEP]),
+    }
+    img_ids = torch.zeros(gh, gw, 3)
+    img_ids[..., 1] = torch.arange(gh)[:, None]
+    img_ids[..., 2] = torch.arange(gw)[None, :]
+    inputs["img_ids"] = img_ids.reshape(s_img, 3)
+    inputs["txt_ids"] = torch.zeros(s_txt, 3)
+    return inputs
 
 
 def stamp(size):
@@ -84,7 +129,6 @@ def cmd_make(a):
     import diffusers
     import diffusers.utils.logging
     import safetensors
-    from diffusers import FluxTransformer2DModel
     from safetensors.torch import save_file
 
     size, work = a.size, a.work
@@ -98,7 +142,7 @@ def cmd_make(a):
     spec = SIZES[size]
     cfg = spec["config"]
     torch.manual_seed(WEIGHT_SEED)
-    model = FluxTransformer2DModel(**cfg)
+    model = model_class(spec["family"])(**cfg)
     # every parameter drawn anew (std 1/sqrt(fan_in) for matrices, 0.1 for
     # vectors; q/k RMS-norm weights 1 + 0.1 noise), as the fixtures are
     with torch.no_grad():
@@ -115,26 +159,13 @@ def cmd_make(a):
                           max_shard_size="10GB")
 
     g = torch.Generator().manual_seed(INPUT_SEED)
-    gh, gw = spec["grid"]
-    s_img, s_txt = gh * gw, spec["txt"]
-    inputs = {
-        "hidden_states": torch.randn(1, s_img, cfg["in_channels"], generator=g),
-        "encoder_hidden_states": torch.randn(1, s_txt, cfg["joint_attention_dim"],
-                                             generator=g),
-        "pooled_projections": torch.randn(1, cfg["pooled_projection_dim"], generator=g),
-        "timestep": torch.tensor([TIMESTEP]),
-    }
-    img_ids = torch.zeros(gh, gw, 3)
-    img_ids[..., 1] = torch.arange(gh)[:, None]
-    img_ids[..., 2] = torch.arange(gw)[None, :]
-    inputs["img_ids"] = img_ids.reshape(s_img, 3)
-    inputs["txt_ids"] = torch.zeros(s_txt, 3)
+    inputs = make_inputs(spec, g)
     with torch.inference_mode():
         out = model(**inputs, return_dict=False)[0]
-    meta = {"model": f"flux-bench-{size}", "dtype": "f32", "weight_seed": WEIGHT_SEED,
+    meta = {"model": f"bench-{size}", "dtype": "f32", "weight_seed": WEIGHT_SEED,
             "input_seed": INPUT_SEED, "torch": torch.__version__,
             "diffusers": diffusers.__version__, "safetensors": safetensors.__version__,
-            "writer": "bench/flux_cpu_torch.py"}
+            "writer": "bench/model_cpu_torch.py"}
     tensors = {k: v.contiguous() for k, v in inputs.items()}
     tensors["output"] = out.contiguous()
     save_file(tensors, io_path(work, size), metadata={k: str(v) for k, v in meta.items()})
@@ -194,10 +225,10 @@ class Weft:
             core = re.search(r"Core: (\S+)", f.read())
         self.blas_core = core.group(1) if core else "unknown"
         if self.blas_core.lower() == "prescott":
-            print("flux_cpu_torch: OpenBLAS chose its generic PRESCOTT (SSE3) kernels "
+            print("model_cpu_torch: OpenBLAS chose its generic PRESCOTT (SSE3) kernels "
                   "for weftd; on an AVX2 / AVX-512 CPU it does not know, set "
                   "OPENBLAS_CORETYPE=Haswell or SkylakeX", file=sys.stderr)
-        self.ctl("load", "bench", f"flux-bench-{size}")
+        self.ctl("load", "bench", f"bench-{size}")
 
     def ctl(self, *args, check=True):
         r = subprocess.run([self.weftctl, "--endpoint", self.endpoint, *args],
@@ -265,13 +296,12 @@ def cmd_run(a):
     torch.set_num_interop_threads(1)
     import diffusers
     import diffusers.utils.logging
-    from diffusers import FluxTransformer2DModel
     from safetensors.torch import load_file
     diffusers.utils.logging.set_verbosity_error()
 
     size, n = a.size, a.threads
     meshes = a.mesh or ["single"]
-    model = FluxTransformer2DModel.from_pretrained(
+    model = model_class(SIZES[size]["family"]).from_pretrained(
         model_dir(a.work, size), torch_dtype=torch.float32).eval()
     io = load_file(io_path(a.work, size))
     ref = io.pop("output")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# bench/flux_cpu_torch.sh — weft's CPU FLUX forward beside diffusers'
-# FluxTransformer2DModel forward in torch on the same machine and cores
+# bench/model_cpu_torch.sh — weft's CPU forward of a model family beside
+# diffusers' forward of the same model in torch on the same machine and
+# cores (FluxTransformer2DModel: sizes a, b; WanTransformer3DModel: wan)
 # Not run by CI: it needs torch from PyPI.
 #
-# Usage: bench/flux_cpu_torch.sh BUILD_DIR [LABEL]
+# Usage: bench/model_cpu_torch.sh BUILD_DIR [LABEL]
 #   BUILD_DIR: a Release build (cmake -DCMAKE_BUILD_TYPE=Release) with
 #   daemon/weftd and client/weftctl; LABEL names the result files.
 #
@@ -13,19 +14,19 @@
 #     bench/requirements-torch.txt. torch comes from plain PyPI: the
 #     download is large (the CUDA build with its nvidia-* wheels, several
 #     GB); only its CPU side is used.
-#  2. writes (once) two FLUX checkpoints with seeded random f32 weights
+#  2. writes (once) a checkpoint per size with seeded random f32 weights
 #     (diffusers' save_pretrained) and their inputs + diffusers' output
-#     under $WORK (default /var/tmp/weft-flux-cpu-torch); see
-#     flux_cpu_torch.py for the sizes.
+#     under $WORK (default /var/tmp/weft-model-cpu-torch); see
+#     model_cpu_torch.py for the sizes.
 #  3. for each thread count n in $THREADS (default "1 2") and size in
 #     $SIZES (default "a b"): one process pinned to cores 0..n-1 (taskset)
 #     holds torch with torch.set_num_threads(n) (OMP / MKL threads n) and
 #     starts weftd --devices cpu:n (OpenBLAS 1 thread per virtual device),
 #     loads the model with weftctl load, and times weftctl forward on the
 #     same inputs. n = 1: one device; n = 2: each mesh of $MESHES2 (default
-#     "tp=2 ulysses=2 ring=2"). $ROUNDS (default 7; $ROUNDS_B for size b,
-#     default $ROUNDS) rounds alternate the
-#     two sides; each round times $ITERS_A / $ITERS_B (default 3 / 1)
+#     "tp=2 ulysses=2 ring=2"). $ROUNDS (default 7; $ROUNDS_B for sizes b
+#     and wan, default $ROUNDS) rounds alternate the two sides; each round
+#     times $ITERS_A (size a) / $ITERS_B (the others) (default 3 / 1)
 #     forwards per side and keeps their median.
 #  4. prints a markdown table (also in $WORK/table-LABEL.md): medians and
 #     min-max over the rounds, torch_ms / weft_ms (> 1: weft is faster) of
@@ -46,11 +47,11 @@
 # AVX-512 CPU, Haswell on AVX2) for the run; weftctl's difference from
 # diffusers' output checks the result either way.
 set -euo pipefail
-build=$(cd "${1:?usage: bench/flux_cpu_torch.sh BUILD_DIR [LABEL]}" && pwd)
+build=$(cd "${1:?usage: bench/model_cpu_torch.sh BUILD_DIR [LABEL]}" && pwd)
 label=${2:-$(basename "$build")}
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${WEFT_TORCH_VENV:-$HOME/.cache/weft/venv-torch}
-work=${WORK:-/var/tmp/weft-flux-cpu-torch}
+work=${WORK:-/var/tmp/weft-model-cpu-torch}
 threads=${THREADS:-1 2}
 sizes=${SIZES:-a b}
 meshes2=${MESHES2:-tp=2 ulysses=2 ring=2}
@@ -60,7 +61,7 @@ iters_a=${ITERS_A:-3}
 iters_b=${ITERS_B:-1}
 
 for x in "$build/daemon/weftd" "$build/client/weftctl"; do
-    [ -x "$x" ] || { echo "flux_cpu_torch.sh: no $x" >&2; exit 1; }
+    [ -x "$x" ] || { echo "model_cpu_torch.sh: no $x" >&2; exit 1; }
 done
 
 req="$here/requirements-torch.txt"
@@ -73,7 +74,7 @@ fi
 py="$venv/bin/python"
 mkdir -p "$work"
 for s in $sizes; do
-    "$py" "$here/flux_cpu_torch.py" make --work "$work" --size "$s"
+    "$py" "$here/model_cpu_torch.py" make --work "$work" --size "$s"
 done
 
 results=()
@@ -90,11 +91,11 @@ for n in $threads; do
     fi
     for s in $sizes; do
         iters=$iters_a r=$rounds
-        [ "$s" = b ] && iters=$iters_b r=$rounds_b
+        [ "$s" != a ] && iters=$iters_b r=$rounds_b
         out="$work/result-$label-$s-n$n.json"
         OMP_NUM_THREADS=$n MKL_NUM_THREADS=$n OPENBLAS_NUM_THREADS=1 \
             OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} \
-            "${pin[@]}" "$py" "$here/flux_cpu_torch.py" run --work "$work" \
+            "${pin[@]}" "$py" "$here/model_cpu_torch.py" run --work "$work" \
             --build "$build" --size "$s" --threads "$n" --rounds "$r" \
             --iters "$iters" "${mesh[@]}" --label "$label" \
             --log "$work/weftd-$label.log" --out "$out"
@@ -104,4 +105,4 @@ done
 echo
 echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo
-"$py" "$here/flux_cpu_torch.py" table "${results[@]}" | tee "$work/table-$label.md"
+"$py" "$here/model_cpu_torch.py" table "${results[@]}" | tee "$work/table-$label.md"
