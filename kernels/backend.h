@@ -129,7 +129,8 @@ typedef struct wf_attn_params {
 typedef enum wf_act {
     WF_ACT_NONE = 0,
     WF_ACT_GELU_TANH = 1, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    WF_ACT_SILU = 2       /* x / (1 + exp(-x)) */
+    WF_ACT_SILU = 2,      /* x / (1 + exp(-x)) */
+    WF_ACT_GELU = 3       /* 0.5 x (1 + erf(x / sqrt(2))): exact GELU */
 } wf_act_t;
 
 /* y = act(x W^T + bias), one linear layer on one rank:

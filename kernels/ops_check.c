@@ -6,7 +6,8 @@
 
 static bool act_known(wf_act_t act)
 {
-    return act == WF_ACT_NONE || act == WF_ACT_GELU_TANH || act == WF_ACT_SILU;
+    return act == WF_ACT_NONE || act == WF_ACT_GELU_TANH || act == WF_ACT_SILU ||
+           act == WF_ACT_GELU;
 }
 
 static bool dtype_known(wf_dtype_t dt)

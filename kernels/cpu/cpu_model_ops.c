@@ -122,12 +122,23 @@ static void silu_inplace(float *v, int64_t n)
         v[i] = silu1(v[i]);
 }
 
+/* Exact GELU through libm (its callers are small: an image embedder's
+ * hidden layer): 0.5 x erfc(-x / sqrt 2), which keeps its relative
+ * accuracy for negative x where 1 + erf(x / sqrt 2) cancels. */
+static void gelu_erf_inplace(float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = 0.5f * v[i] * erfcf(-v[i] * 0.70710678118654752f);
+}
+
 static void act_inplace(float *v, int64_t n, wf_act_t act)
 {
     if (act == WF_ACT_GELU_TANH)
         gelu_inplace(v, n);
     else if (act == WF_ACT_SILU)
         silu_inplace(v, n);
+    else if (act == WF_ACT_GELU)
+        gelu_erf_inplace(v, n);
 }
 
 /* Bytes of an element of a weight dtype (f32, bf16, f16). */

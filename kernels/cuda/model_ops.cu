@@ -40,6 +40,8 @@ __device__ __forceinline__ float apply_act(float v, int act)
         return gelu_tanh(v);
     if (act == WF_ACT_SILU)
         return silu(v);
+    if (act == WF_ACT_GELU)
+        return 0.5f * v * erfcf(-v * 0.70710678118654752f); /* no cancellation for v < 0 */
     return v;
 }
 

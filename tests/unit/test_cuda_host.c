@@ -482,7 +482,7 @@ static void test_linear_plan(void)
     BAD((b.nwb = 2, b.wbw[0] = 8, b.wbw[1] = 8)); /* wb[1] NULL */
     BADSHAPE((b.nwb = 2, b.wbw[0] = 16, b.wbw[1] = 0, b.wb[1] = b.wb[0]));
     BADSHAPE(b.w_dtype = (wf_dtype_t)9);
-    BADSHAPE(b.act = (wf_act_t)3);
+    BADSHAPE(b.act = (wf_act_t)4);
     BADSHAPE(b.ldx = 15);
     BADSHAPE(b.ldy = 7);
     BADSHAPE(b.ldw = 15);

@@ -81,7 +81,10 @@ static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
 
 static double act_ref(double x, wf_act_t a)
 {
-    return a == WF_ACT_GELU_TANH ? gelu_ref(x) : a == WF_ACT_SILU ? silu_ref(x) : x;
+    return a == WF_ACT_GELU_TANH ? gelu_ref(x)
+           : a == WF_ACT_SILU    ? silu_ref(x)
+           : a == WF_ACT_GELU    ? 0.5 * x * (1.0 + erf(x / sqrt(2.0)))
+                                 : x;
 }
 
 static bool act_ok(float got, double ref) { return fabs(got - ref) <= 2e-6 * fabs(ref) + 1e-9; }
@@ -114,7 +117,7 @@ static void test_act_accuracy(wf_act_t a, const char *name)
             CHECK(false, "%s(%.9g) = %.9g, ref %.17g", name, (double)x[i], (double)y[i], r);
     }
     CHECK(bad == 0, "%s: %d values off", name, bad);
-    CHECK(max_rel < (a == WF_ACT_GELU_TANH ? 1.5e-6 : 3e-7), "%s: max rel err %.3g", name,
+    CHECK(max_rel < (a == WF_ACT_SILU ? 3e-7 : 1.5e-6), "%s: max rel err %.3g", name,
           max_rel);
     printf("%s vs fp64: max rel err %.3g (|ref| > 1e-3), max abs err %.3g (|ref| up to 3.4e38)\n",
            name, max_rel, max_abs);
@@ -644,7 +647,7 @@ static void test_refusals(void)
     p = g; p.wbw[1] = 3; BAD(ops->linear(ctx, &p, NULL), "linear sum wbw != in");
     p = g; p.wbw[0] = 0; p.wbw[1] = 8; BAD(ops->linear(ctx, &p, NULL), "linear wbw 0");
     p = g; p.w_dtype = (wf_dtype_t)7; BAD(ops->linear(ctx, &p, NULL), "linear bad dtype");
-    p = g; p.act = (wf_act_t)3; BAD(ops->linear(ctx, &p, NULL), "linear bad act");
+    p = g; p.act = (wf_act_t)4; BAD(ops->linear(ctx, &p, NULL), "linear bad act");
     p = g; p.ldx = 7; BAD(ops->linear(ctx, &p, NULL), "linear ldx < in");
     p = g; p.ldy = 3; BAD(ops->linear(ctx, &p, NULL), "linear ldy < out");
     p = g; p.ldw = 3; BAD(ops->linear(ctx, &p, NULL), "linear ldw < block");
@@ -764,6 +767,7 @@ int main(void)
           "cpu backend lacks a model op");
     test_act_accuracy(WF_ACT_GELU_TANH, "gelu_tanh");
     test_act_accuracy(WF_ACT_SILU, "silu");
+    test_act_accuracy(WF_ACT_GELU, "gelu");
     test_act_inplace();
     test_linear();
     test_bias_act();

@@ -100,7 +100,7 @@ static uint64_t kernels(void) { return wf_standin_counters(dctx).kernels; }
 static void test_linear(void)
 {
     static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16};
-    static const wf_act_t acts[] = {WF_ACT_NONE, WF_ACT_GELU_TANH, WF_ACT_SILU};
+    static const wf_act_t acts[] = {WF_ACT_NONE, WF_ACT_GELU_TANH, WF_ACT_SILU, WF_ACT_GELU};
     const int64_t rows = 5, in = 24, out = 11, ldx = 30, ldw = 29, ldy = 13;
     for (int di = 0; di < 3; di++)
         for (int ai = 0; ai < 3; ai++)
@@ -212,7 +212,7 @@ static void test_linear(void)
 /* bias_act on (4, 9) rows 12 apart, each act, with and without bias. */
 static void test_bias_act(void)
 {
-    static const wf_act_t acts[] = {WF_ACT_NONE, WF_ACT_GELU_TANH, WF_ACT_SILU};
+    static const wf_act_t acts[] = {WF_ACT_NONE, WF_ACT_GELU_TANH, WF_ACT_SILU, WF_ACT_GELU};
     for (int ai = 0; ai < 3; ai++)
         for (int bias = 0; bias < 2; bias++) {
             buf_t b = mk(9, WF_DTYPE_F32, false);
