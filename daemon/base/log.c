@@ -3,6 +3,7 @@
 
 #include "errf.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +47,58 @@ void wf_log(wf_log_t *lg, wf_log_level_t level, const char *fmt, ...)
     /* A lost log line is not worth failing for; nothing to do on error. */
     ssize_t w = write(lg->fd, line, len);
     (void)w;
+}
+
+void wf_log_limit_init(wf_log_limit_t *lim, const char *what, unsigned burst, int window_s)
+{
+    memset(lim, 0, sizeof *lim);
+    lim->what = what;
+    lim->burst = burst;
+    lim->window_s = window_s;
+    pthread_mutex_init(&lim->mu, NULL);
+}
+
+void wf_log_limit_destroy(wf_log_limit_t *lim) { pthread_mutex_destroy(&lim->mu); }
+
+bool wf_log_limited(wf_log_t *lg, wf_log_limit_t *lim, wf_log_level_t level,
+                    const char *fmt, ...)
+{
+    time_t now = time(NULL);
+    uint64_t summed = 0;
+    bool write_it;
+    pthread_mutex_lock(&lim->mu);
+    if (now - lim->window >= lim->window_s) {
+        summed = lim->suppressed;
+        lim->window = now;
+        lim->logged = 0;
+        lim->suppressed = 0;
+    }
+    write_it = lim->logged < lim->burst;
+    if (write_it)
+        lim->logged++;
+    else
+        lim->suppressed++;
+    pthread_mutex_unlock(&lim->mu);
+    if (summed)
+        wf_log(lg, level, "%" PRIu64 " more %s in the last %d s (not logged one by one)",
+               summed, lim->what, lim->window_s);
+    if (!write_it)
+        return false;
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    wf_log(lg, level, "%s", text);
+    return true;
+}
+
+uint64_t wf_log_limit_suppressed(wf_log_limit_t *lim)
+{
+    pthread_mutex_lock(&lim->mu);
+    uint64_t n = lim->suppressed;
+    pthread_mutex_unlock(&lim->mu);
+    return n;
 }
 
 static const struct {

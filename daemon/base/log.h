@@ -8,9 +8,12 @@
 #ifndef WF_LOG_H
 #define WF_LOG_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <time.h>
 
 /* syslog / journald priorities. */
 typedef enum wf_log_level {
@@ -42,6 +45,36 @@ bool wf_log_enabled(const wf_log_t *lg, wf_log_level_t level);
  * start a new line or forge a priority prefix. */
 void wf_log(wf_log_t *lg, wf_log_level_t level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A rate limit on one kind of line that a peer can cause at will (a
+ * refused connection, a dropped reply): at most `burst` lines per
+ * `window_s` seconds; the rest are counted, and the first line of a later
+ * window is preceded by one that says how many were not written. Any
+ * thread may log through it (wf_log_limit_init first). */
+typedef struct wf_log_limit {
+    const char *what;          /* what the lines are, for the summary:
+                                  "client-plane refusals" */
+    unsigned burst;            /* lines per window */
+    int window_s;              /* the window */
+    pthread_mutex_t mu;
+    time_t window;             /* start of the current window */
+    unsigned logged;           /* lines written in it */
+    uint64_t suppressed;       /* lines not written since the last summary */
+} wf_log_limit_t;
+
+/* Set lim up: `what` (a static string) names the lines in summaries. */
+void wf_log_limit_init(wf_log_limit_t *lim, const char *what, unsigned burst, int window_s);
+
+/* Release lim (nothing logs through it any more). */
+void wf_log_limit_destroy(wf_log_limit_t *lim);
+
+/* wf_log under limit `lim`: written, or counted when the window's burst
+ * is spent. Returns true when the line was written. */
+bool wf_log_limited(wf_log_t *lg, wf_log_limit_t *lim, wf_log_level_t level,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Lines lim has not written (since its last summary). */
+uint64_t wf_log_limit_suppressed(wf_log_limit_t *lim);
 
 /* Parse "err"/"error", "warning"/"warn", "notice", "info", "debug" or the
  * digits 3..7. False if unknown. */

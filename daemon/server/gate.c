@@ -148,9 +148,7 @@ struct wf_gate {
     uint64_t requests;           /* thread only: of the connections closed, */
     uint64_t replies;            /*   messages forwarded, replies written and */
     uint64_t unanswered;         /*   messages whose reply was not taken */
-    time_t window;               /* log rate limit; thread only */
-    unsigned logged;
-    uint64_t suppressed;
+    wf_log_limit_t noted;        /* refusals and closes logged */
 };
 
 static uint64_t now_us(void)
@@ -178,32 +176,7 @@ static uint64_t get_be64(const uint8_t *p)
 
 /* A refusal or a closed connection, rate-limited (LOG_BURST per
  * LOG_WINDOW_S; the rest counted and summed up in the next window). */
-static void note(wf_gate_t *g, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(wf_gate_t *g, const char *fmt, ...)
-{
-    time_t now = time(NULL);
-    if (now - g->window >= LOG_WINDOW_S) {
-        if (g->suppressed)
-            wf_log(g->log, WF_LOG_WARNING, "client plane: %" PRIu64 " more "
-                   "connections refused or closed in the last %d s (not logged "
-                   "one by one)", g->suppressed, LOG_WINDOW_S);
-        g->window = now;
-        g->logged = 0;
-        g->suppressed = 0;
-    }
-    if (g->logged == LOG_BURST) {
-        g->suppressed++;
-        return;
-    }
-    g->logged++;
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    wf_log(g->log, WF_LOG_WARNING, "%s", line);
-}
+#define note(g, ...) wf_log_limited((g)->log, &(g)->noted, WF_LOG_WARNING, __VA_ARGS__)
 
 static void limits_get(wf_gate_t *g, wf_gate_limits_t *l)
 {
@@ -1425,6 +1398,8 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
         close(cfg->listen_fd);
         return WF_E_INTERNAL;
     }
+    wf_log_limit_init(&g->noted, "client-plane connections refused or closed", LOG_BURST,
+                      LOG_WINDOW_S);
     g->zctx = cfg->zctx;
     snprintf(g->router_ep, sizeof g->router_ep, "%s", cfg->router_endpoint);
     g->lfd = cfg->listen_fd;
@@ -1434,6 +1409,7 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
     g->unix_socket = cfg->unix_socket;
     g->mech = cfg->mech;
     g->log = cfg->log;
+
     g->limits = cfg->limits;
     g->wake = -1;
     g->done = -1;
@@ -1576,6 +1552,7 @@ void wf_gate_stop(wf_gate_t **pg)
     free(g->keys);
     sodium_memzero(&g->server, sizeof g->server);
     pthread_mutex_destroy(&g->mu);
+    wf_log_limit_destroy(&g->noted);
     sem_destroy(&g->running);
     free(g);
     *pg = NULL;

@@ -48,6 +48,10 @@ static const double rec_le[] = { 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 #define HTTP_MAX_CONNECTIONS 8
 #define HTTP_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (32 * 1024)
+/* libmicrohttpd's warnings logged per window (each peer that closes
+ * mid-request causes one); the rest counted */
+#define LOG_LINES_BURST 20
+#define LOG_LINES_WINDOW_S 60
 
 typedef atomic_uint_fast64_t counter_t;
 
@@ -72,6 +76,8 @@ struct srv_metrics {
     void *httpd;                   /* struct MHD_Daemon (WEFT_HAVE_MHD) */
     unsigned port;
     wf_log_t *log;
+    wf_log_limit_t mhd_lines;      /* libmicrohttpd's complaints (a peer
+                                      closing mid-request causes one) */
     wf_gate_t *gate;               /* borrowed: the client plane (NULL: none);
                                       its counters are atomics, any thread */
     wf_zap_t *zap;                 /* borrowed: the ZAP handler (NULL: none),
@@ -549,7 +555,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(line);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
-    wf_log(m->log, WF_LOG_WARNING, "metrics: %s", line);
+    wf_log_limited(m->log, &m->mhd_lines, WF_LOG_WARNING, "metrics: %s", line);
 }
 
 
@@ -641,6 +647,8 @@ wf_status_t srv_metrics_start(wf_server_t *srv)
     snprintf(m->backend, sizeof m->backend, "%s", srv->ops->name);
     m->t_start_us = srv->t_start_us;
     m->log = srv->log;
+    wf_log_limit_init(&m->mhd_lines, "metrics endpoint warnings", LOG_LINES_BURST,
+                      LOG_LINES_WINDOW_S);
     /* both outlive the endpoint: wf_server_destroy stops it first */
     m->gate = srv->gate;
     m->zap = srv->zap;
@@ -702,5 +710,6 @@ void srv_metrics_stop(wf_server_t *srv)
         http_stop(m->httpd);
 #endif
     srv->metrics = NULL;
+    wf_log_limit_destroy(&m->mhd_lines);
     free(m);
 }

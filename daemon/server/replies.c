@@ -186,12 +186,13 @@ void srv_reply_send(wf_server_t *srv, zmq_msg_t *identity, bool delim,
         zmq_msg_close(&p.frames[i]);
     wf_sched_release_reply(&srv->sched, p.share, p.share_bytes);
     srv->replies_dropped++;
-    wf_log(srv->log, e == EHOSTUNREACH ? WF_LOG_INFO : WF_LOG_WARNING,
-           "reply to request %" PRIu64 " dropped: %s", rep->id,
-           e == EHOSTUNREACH ? "client gone"
-           : e == EAGAIN ? "the client does not read its replies and those "
-                           "waiting pass client_reply_bytes"
-                         : zmq_strerror(e));
+    wf_log_limited(srv->log, &srv->dropped_lines,
+                   e == EHOSTUNREACH ? WF_LOG_INFO : WF_LOG_WARNING,
+                   "reply to request %" PRIu64 " dropped: %s", rep->id,
+                   e == EHOSTUNREACH ? "client gone"
+                   : e == EAGAIN     ? "the client does not read its replies and those "
+                                       "waiting pass client_reply_bytes"
+                                     : zmq_strerror(e));
 }
 
 bool srv_replies_retry(wf_server_t *srv)

@@ -468,6 +468,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->cli = cli;
     srv->envp = envp;
     srv->log = log;
+    wf_log_limit_init(&srv->dropped_lines, "replies dropped", 20, 60);
     srv->sigfd = -1;
     srv->done.efd = -1;
     srv->test_hold_fd = -1;
@@ -696,6 +697,7 @@ void wf_server_destroy(wf_server_t **psrv)
     if (srv->mask_set)
         pthread_sigmask(SIG_SETMASK, &srv->old_mask, NULL);
     wf_buf_free(&srv->buf);
+    wf_log_limit_destroy(&srv->dropped_lines);
     free(srv);
     *psrv = NULL;
 }

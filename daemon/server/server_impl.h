@@ -181,6 +181,8 @@ struct wf_server {
                                     next try (backs off to 50 ms) */
     uint64_t replies_dropped;    /* replies lost: client gone, or a reply
                                     without a share past client_reply_bytes */
+    wf_log_limit_t dropped_lines; /* their log lines (a client that stops
+                                    reading causes one per reply) */
     uint64_t rejected;           /* requests refused before queueing */
     bool stopping;               /* draining: no new jobs */
     uint64_t drain_deadline_us;  /* when draining gives up */

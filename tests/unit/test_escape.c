@@ -9,6 +9,7 @@
  *     message holds: a "\n<0>..." inside a formatted argument cannot start
  *     a forged line (read back through a pipe).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -101,10 +102,75 @@ static void test_log(void)
     CHECK(n < 1024 * 3, "%zu bytes: a line was not truncated", n);
 }
 
+/* A flood through a rate limit from 4 threads: exactly `burst` lines
+ * written, the rest counted; the first line of the next window is
+ * preceded by the count (the window's start is moved back by hand: no
+ * waiting). */
+typedef struct flood {
+    pthread_t tid;
+    wf_log_t *lg;
+    wf_log_limit_t *lim;
+    int written;
+} flood_t;
+
+static void *flood_main(void *arg)
+{
+    flood_t *f = arg;
+    for (int i = 0; i < 1000; i++)
+        f->written += wf_log_limited(f->lg, f->lim, WF_LOG_WARNING, "line %d", i);
+    return NULL;
+}
+
+static void test_log_limit(void)
+{
+    int p[2];
+    if (pipe(p) != 0) {
+        CHECK(0, "pipe");
+        return;
+    }
+    wf_log_t lg;
+    wf_log_init(&lg, p[1], WF_LOG_DEBUG);
+    wf_log_limit_t lim;
+    wf_log_limit_init(&lim, "test lines", 20, 3600);
+    flood_t f[4];
+    for (int i = 0; i < 4; i++) {
+        f[i] = (flood_t){ .lg = &lg, .lim = &lim };
+        CHECK(pthread_create(&f[i].tid, NULL, flood_main, &f[i]) == 0, "thread");
+    }
+    int written = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(f[i].tid, NULL);
+        written += f[i].written;
+    }
+    CHECK(written == 20, "%d lines written through a burst of 20", written);
+    CHECK(wf_log_limit_suppressed(&lim) == 3980, "%llu counted, want 3980",
+          (unsigned long long)wf_log_limit_suppressed(&lim));
+    lim.window -= 3600; /* the next window */
+    CHECK(wf_log_limited(&lg, &lim, WF_LOG_WARNING, "after"), "first line of a new window");
+    CHECK(wf_log_limit_suppressed(&lim) == 0, "count not reset");
+    wf_log_limit_destroy(&lim);
+    close(p[1]);
+    static char buf[65536];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(p[0], buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)r;
+    close(p[0]);
+    buf[n] = '\0';
+    int lines = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += buf[i] == '\n';
+    CHECK(lines == 22, "%d lines in the log, want 20 + summary + 1", lines);
+    CHECK(strstr(buf, "<4>3980 more test lines in the last 3600 s (not logged one by one)\n"
+                      "<4>after\n") != NULL, "summary line missing: ...%s",
+          n > 200 ? buf + n - 200 : buf);
+}
+
 int main(void)
 {
     test_escape();
     test_log();
+    test_log_limit();
     printf("test_escape: %d failures\n", failed);
     return failed ? 1 : 0;
 }
