@@ -59,8 +59,11 @@ WEIGHT_SEED = 2468
 INPUT_SEED = 1357
 
 
-def build_model() -> WanTransformer3DModel:
-    torch.manual_seed(WEIGHT_SEED)
+def build_model(seed: int = WEIGHT_SEED) -> WanTransformer3DModel:
+    """CONFIG with every weight drawn from `seed` (the fixture's:
+    WEIGHT_SEED; tests/python/tiny_wan.py draws a second expert with
+    another)."""
+    torch.manual_seed(seed)
     model = WanTransformer3DModel(**CONFIG)
     # draw every parameter anew (scale 1 / sqrt(fan in)) so that every
     # weight moves the output; norm weights near 1
