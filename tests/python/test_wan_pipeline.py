@@ -18,7 +18,12 @@ it, it runs and is held to the same tolerances.
 
 Wan 2.2: a second model (tiny-wan-2, other weights) as transformer_2 with
 boundary_ratio 0.8 (two steps each), two WeftWanTransformers against the
-pipeline with diffusers' two experts.
+pipeline with diffusers' two experts. Image-to-video in Wan 2.2's form
+(WanImageToVideoPipeline without an image encoder: a transformer of
+in_channels 12 takes the image's latents beside the video's) likewise,
+on ulysses = 2; Wan 2.2 TI2V's form (expand_timesteps: the first frame's
+tokens at timestep 0) is refused with NotServedError while weftd's
+schema takes a (B) timestep.
 
 Tolerance (float32 throughout): the final latents within 1e-4 x max|ref|
 (max abs difference over all elements), the decoded video within 1e-4
@@ -161,7 +166,33 @@ class WanPipelineTest(unittest.TestCase):
         w1.close()
         w2.close()
 
-    def test_3_one_call_config_and_refusals(self) -> None:
+    def test_3_image_to_video(self) -> None:
+        from diffusers import WanImageToVideoPipeline
+        from weft.diffusers import NotServedError
+        b = self.built
+        ref = tw.run_both(b["pipe_i2v"], **b["i2v_kw"])
+        wi = self.transformer("tiny-wan-i2v", "i2v_path")
+        self.assertEqual((wi.config.in_channels, wi.config.out_channels), (12, 4))
+        wi.client.reconfigure(ulysses=2)
+        t = b["pipe"]
+        pipe = WanImageToVideoPipeline(tokenizer=t.tokenizer, text_encoder=t.text_encoder,
+                                       vae=t.vae, scheduler=t.scheduler, transformer=wi)
+        pipe.set_progress_bar_config(disable=True)
+        self.check("i2v ulysses=2", tw.run_both(pipe, **b["i2v_kw"]), ref)
+        # TI2V: the latents' first frame is the image's, its tokens at t = 0
+        wt = self.transformer()
+        ti2v = WanImageToVideoPipeline(tokenizer=t.tokenizer, text_encoder=t.text_encoder,
+                                       vae=t.vae, scheduler=t.scheduler, transformer=wt,
+                                       expand_timesteps=True)
+        ti2v.set_progress_bar_config(disable=True)
+        with self.assertRaises(NotServedError) as cm:
+            tw.run(ti2v, "latent", steps=1, **b["i2v_kw"])
+        self.assertIn("per-token timestep", str(cm.exception))
+        wi.client.reconfigure(dp=2)
+        wi.close()
+        wt.close()
+
+    def test_4_one_call_config_and_refusals(self) -> None:
         from diffusers.models.modeling_outputs import Transformer2DModelOutput
         from weft.diffusers import NotServedError, WeftFluxTransformer, WeftWanTransformer
         wt = self.transformer()                 # attaches: already resident
@@ -250,7 +281,7 @@ class WanPipelineTest(unittest.TestCase):
         self.assertIn("family 'wan'", str(cm2.exception))
         wt.close()
 
-    def test_4_inputs_for_a_schema_with_image_and_token_timesteps(self) -> None:
+    def test_5_inputs_for_a_schema_with_image_and_token_timesteps(self) -> None:
         """What is sent once weftd's schema lists encoder_hidden_states_image
         and a (B, S) timestep: _wan_inputs against that schema (the
         daemon's own, extended as such a daemon would report it)."""
