@@ -67,9 +67,9 @@
 #      configuration (12 x 128 heads, 30 layers, 2.6 GiB of bf16 weights
 #      saved by diffusers), 480p x 81 frames (32,760 video + 512 text
 #      tokens), diffusers eager (SDPA) beside weft on --devices cuda and on
-#      cuda:0,0 with ulysses = 2; weftd's Wan forward runs on the CPU
-#      backend only so far, so today weftd refuses the model on the GPU
-#      (said so, per mesh) and diffusers' figures stand alone. Runs when
+#      cuda:0,0 with ulysses = 2; a weftd whose Wan forward runs on the
+#      CPU backend only refuses the model on the GPU (said so, per mesh)
+#      and diffusers' figures stand alone. Runs when
 #      >= 90 s are left (WEFT_WAN_BENCH_NEED_S); WEFT_WAN_BENCH=0 skips it,
 #      WEFT_WAN_BENCH_ONLY=1 runs steps 1-2 and then only it        ~60-90 s
 #   6. attention TFLOP/s of the three kernels against torch SDPA (bf16,

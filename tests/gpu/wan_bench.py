@@ -30,10 +30,10 @@ tokens) with 512 text tokens, B = 1, the same weights and inputs for both.
      forwards timed with CUDA events) and `weftctl forward --iters ITERS`
      (median wall time per forward, the socket round trip of the 4 MB
      input and output included; the daemon's compute time beside it).
-     weftd's Wan forward runs on the CPU backend only so far: a weftd
-     that refuses the model on the GPU ("runs on the CPU backend only")
-     is reported as such, the mesh's weft figures are absent, and
-     diffusers' figures still stand;
+     A weftd whose Wan forward runs on the CPU backend only refuses the
+     model on the GPU ("runs on the CPU backend only"): that is reported
+     per mesh, the mesh's weft figures are absent, and diffusers' still
+     stand;
   5. the summary: ms per forward (median of the per-repeat medians, min
      - max), the ratio diffusers / weft per mesh (> 1: weft is faster),
      model FLOP/s as a share of step 1's rate, max |weft - diffusers|.
@@ -510,7 +510,7 @@ def weft_load_and_check(weft, run, io_path, io32_path, report, left):
     if m:
         run["refused"] = m.group(0).strip()
         say(f"weft REFUSED on {run['label']}: {run['refused']}")
-        say("  (weftd's Wan forward runs on the CPU backend only so far: no weft figures "
+        say("  (this weftd's Wan forward runs on the CPU backend only: no weft figures "
             "for this mesh; diffusers' still follow)")
     else:
         run["error"] = f"exit {rc}: {out.strip()[-300:]}"
