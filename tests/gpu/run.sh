@@ -63,6 +63,15 @@
 #      runs the same width with 5 + 10 blocks and says so; under 100 s it
 #      is skipped. It ends 40 s before the budget; torch.compile runs only
 #      if 200 s are left after the eager alternation           ~150-250 s
+#  5b. the Wan benchmark (tests/gpu/wan_bench.py): Wan 2.1 T2V 1.3B's
+#      configuration (12 x 128 heads, 30 layers, 2.6 GiB of bf16 weights
+#      saved by diffusers), 480p x 81 frames (32,760 video + 512 text
+#      tokens), diffusers eager (SDPA) beside weft on --devices cuda and on
+#      cuda:0,0 with ulysses = 2; a weftd whose Wan forward runs on the
+#      CPU backend only refuses the model on the GPU (said so, per mesh)
+#      and diffusers' figures stand alone. Runs when
+#      >= 90 s are left (WEFT_WAN_BENCH_NEED_S); WEFT_WAN_BENCH=0 skips it,
+#      WEFT_WAN_BENCH_ONLY=1 runs steps 1-2 and then only it        ~60-90 s
 #   6. attention TFLOP/s of the three kernels against torch SDPA (bf16,
 #      B=1, H=24, D=128, S 4096 / 16384, non-causal / causal), ratios
 #      (target >= 0.60): BENCHMARKS.md already holds figures, so it runs
@@ -87,11 +96,14 @@
 #   WEFT_PYTHON=PATH         the python with torch (default python3)
 #   WEFT_FLUX_ARGS="..."     appended to flux_bench.py's arguments (e.g.
 #                            "--tiny --device cpu --devices cpu:2 --grid 8 --txt 16")
+#   WEFT_WAN_ARGS="..."      appended to wan_bench.py's arguments (e.g.
+#                            "--tiny --device cpu --meshes cpu:1 cpu:2/ulysses=2")
 #
 # Output: stdout, and under $OUT when set (the device tool returns at most
 # 8 files): gpu-report.txt (what stdout shows), flux-bench.txt and
-# flux-bench.json (the benchmark's figures), gpu-logs.tar.gz (the build
-# log, every test and weftd log). Without $OUT they go to /tmp.
+# flux-bench.json, wan-bench.txt and wan-bench.json (the benchmarks'
+# figures), gpu-logs.tar.gz (the build log, every test and weftd log).
+# Without $OUT they go to /tmp.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 start=$(date +%s)
@@ -206,6 +218,37 @@ else
   say "diffusers does not import: the FLUX benchmark is skipped ($(tail -1 "$logs/diffusers-import.log"))"
 fi
 
+# Step 5b, the Wan benchmark (called after the FLUX benchmark, or right
+# after the build with WEFT_WAN_BENCH_ONLY=1).
+wan_bench_step() {
+  say "== Wan forward beside diffusers ($(elapsed))"
+  local l rc bench_dir shm_kib wargs
+  l=$(left)
+  if [ "${WEFT_WAN_BENCH:-1}" = 0 ]; then
+    say "skipped (WEFT_WAN_BENCH=0)"; note "wan_bench: skipped"; return
+  elif [ $have_diffusers -eq 0 ]; then
+    say "skipped: no diffusers"; note "wan_bench: skipped (no diffusers)"; return
+  elif [ "$l" -lt "${WEFT_WAN_BENCH_NEED_S:-90}" ]; then
+    say "skipped: ${l}s left (it needs ${WEFT_WAN_BENCH_NEED_S:-90})"
+    note "wan_bench: skipped (${l}s left)"; return
+  fi
+  read -ra wargs <<<"${WEFT_WAN_ARGS:-}"
+  # the checkpoint (2.6 GiB) in memory when /dev/shm has room for it
+  bench_dir=/tmp/weft-wan-bench
+  shm_kib=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
+  if [ "${shm_kib:-0}" -gt $((8 * 1024 * 1024)) ]; then bench_dir=/dev/shm/weft-wan-bench; fi
+  say "checkpoint directory: $bench_dir"
+  PYTHONUNBUFFERED=1 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout $((l - 10)) \
+    "$py" tests/gpu/wan_bench.py --weftd "$bd"/daemon/weftd --weftctl "$bd"/client/weftctl \
+      --dir "$bench_dir" --out "$logs" --deadline-s $((l - 25)) "${wargs[@]}" 2>&1 \
+      | tee "$logs/wan-bench.out" | tee -a "$report"
+  rc=${PIPESTATUS[0]}
+  cp "$logs/wan-bench.txt" "$logs/wan-bench.json" "$out/" 2>/dev/null
+  rm -rf "$bench_dir"
+  note "wan_bench: exit $rc"
+  while IFS= read -r line; do note "  $line"; done < <(awk '/^== summary/ { b = ""; next } { b = b $0 "\n" } END { printf "%s", b }' "$logs/wan-bench.txt" 2>/dev/null)
+}
+
 log=$logs/build-gpu.log
 say "== build ($(elapsed))"
 if [ -n "${WEFT_GPU_BUILD_DIR:-}" ]; then
@@ -221,6 +264,12 @@ cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || 
   grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; note "build: FAILED"; exit 1; }
 say "built in $(elapsed)"
 note "build: ok at $(elapsed)"
+fi
+
+if [ "${WEFT_WAN_BENCH_ONLY:-0}" = 1 ]; then
+  wan_bench_step
+  say "== WEFT_WAN_BENCH_ONLY=1: the rest of run.sh skipped"
+  exit 0
 fi
 
 say "== tests ($(elapsed))"
@@ -390,6 +439,8 @@ else
   # the last summary it wrote (eager, then with torch.compile)
   while IFS= read -r line; do note "  $line"; done < <(awk '/^== summary/ { b = ""; next } { b = b $0 "\n" } END { printf "%s", b }' "$logs/flux-bench.txt" 2>/dev/null)
 fi
+
+wan_bench_step
 
 say "== attention vs torch SDPA, bf16, B=1, H=24, D=128 ($(elapsed))"
 if [ "$(left)" -lt 60 ]; then

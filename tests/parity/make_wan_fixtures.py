@@ -59,9 +59,12 @@ WEIGHT_SEED = 2468
 INPUT_SEED = 1357
 
 
-def build_model() -> WanTransformer3DModel:
-    torch.manual_seed(WEIGHT_SEED)
-    model = WanTransformer3DModel(**CONFIG)
+def build_model(seed: int = WEIGHT_SEED, **overrides) -> WanTransformer3DModel:
+    """CONFIG (with `overrides`) and every weight drawn from `seed` (the
+    fixture's: WEIGHT_SEED and no overrides; tests/python/tiny_wan.py
+    draws a second expert and an image-to-video one this way)."""
+    torch.manual_seed(seed)
+    model = WanTransformer3DModel(**{**CONFIG, **overrides})
     # draw every parameter anew (scale 1 / sqrt(fan in)) so that every
     # weight moves the output; norm weights near 1
     with torch.no_grad():

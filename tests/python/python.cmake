@@ -17,6 +17,9 @@ set(_weft_py_env
 # python_binding: every libweft operation, error classes, ABI, packaging.
 # python_pipeline: FluxPipeline with diffusers' transformer vs weftd's on
 # tp=2, ulysses=2, ring=2 x tp=2 (weftd --devices cpu:4).
+# python_wan_pipeline: WanPipeline (Wan 2.1, and Wan 2.2's two experts)
+# with diffusers' transformer vs weftd's on tp=1, ulysses=2, ring=2 and
+# tp=2 once weftd serves it (weftd --devices cpu:2).
 # A sanitized libweft.so loads into a Python that is not: the ASan
 # runtime must come first (preloaded), and Python's own allocations are
 # not ours to report as leaks.
@@ -26,7 +29,7 @@ if(WEFT_SANITIZE)
   list(APPEND _weft_py_env "LD_PRELOAD=${_weft_asan}"
        "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=0")
 endif()
-foreach(t binding pipeline)
+foreach(t binding pipeline wan_pipeline)
   add_test(NAME python_${t}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh ${WEFT_PY_VENV}
                    ${CMAKE_CURRENT_LIST_DIR}/test_${t}.py)

@@ -73,7 +73,10 @@ def _clip_tokenizer(d: Path) -> Any:
     return tok
 
 
-def _t5_tokenizer(d: Path) -> Any:
+def t5_tokenizer(d: Path) -> Any:
+    """A T5TokenizerFast over WORDS (a Unigram model written to
+    d/tokenizer.json), appending </s> as T5's does (also WanPipeline's
+    UMT5 tokenizer, tiny_wan.py)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import T5TokenizerFast
     d.mkdir(parents=True, exist_ok=True)
@@ -117,7 +120,7 @@ def build(work: Path, seed: int = 1234, size: str = "tiny") -> Dict[str, Any]:
     spec = SPECS[size]
     tcfg = spec["transformer"]
     tok = _clip_tokenizer(work / "clip-tokenizer")
-    tok2 = _t5_tokenizer(work / "t5-tokenizer")
+    tok2 = t5_tokenizer(work / "t5-tokenizer")
     torch.manual_seed(seed)
     clip = CLIPTextModel(CLIPTextConfig(
         vocab_size=len(tok), hidden_size=tcfg["pooled_projection_dim"],

@@ -1,7 +1,7 @@
-"""weft.diffusers — a FLUX transformer served by weftd, for diffusers.
+"""weft.diffusers — diffusers transformers served by weftd.
 
-    from diffusers import FluxPipeline
-    from weft.diffusers import WeftFluxTransformer
+    from diffusers import FluxPipeline, WanPipeline
+    from weft.diffusers import WeftFluxTransformer, WeftWanTransformer
 
     transformer = WeftFluxTransformer("ipc:///run/weftd/weftd.sock", model="flux-dev",
                                       path="flux/dev/transformer",      # under model_root
@@ -9,31 +9,41 @@
     pipe = FluxPipeline.from_pretrained("/srv/models/flux/dev", transformer=transformer)
     image = pipe("a tabby cat", num_inference_steps=28).images[0]
 
+    wan = WeftWanTransformer("ipc:///run/weftd/weftd.sock", "wan-1.3b",
+                             path="wan/1.3b/transformer")
+    pipe = WanPipeline.from_pretrained("/srv/models/wan/1.3b", transformer=wan)
+
 WeftFluxTransformer stands where FluxPipeline expects a
-FluxTransformer2DModel: it is a diffusers ModelMixin with no parameters
-that carries the model's config (in_channels, guidance_embeds,
-joint_attention_dim, ...: what the pipeline reads), and its forward sends
-the step's tensors as one forward job (Client.forward, FLUX's form of
-Client.forward_named, checked against the model's schema before it is
-sent) to the model resident in weftd and
-returns what diffusers' forward returns (a Transformer2DModelOutput, or a
-1-tuple with return_dict=False). Everything else of the pipeline (text
+FluxTransformer2DModel, WeftWanTransformer where WanPipeline (and
+WanImageToVideoPipeline) expects a WanTransformer3DModel; Wan 2.2's two
+experts are two WeftWanTransformers, each its own resident model, passed
+as `transformer` and `transformer_2` (the pipeline's boundary_ratio picks
+one per step). Each is a diffusers ModelMixin with no parameters that
+carries the model's config (what the pipeline reads: in_channels,
+patch_size, image_dim, ...), and its forward sends the step's tensors as
+one forward job to the model resident in weftd (checked against the
+model's schema before it is sent) and returns what diffusers' forward
+returns (a Transformer2DModelOutput, or a 1-tuple with
+return_dict=False). Everything else of the pipeline (text and image
 encoders, tokenizers, scheduler, VAE, the denoising loop) stays in Python.
 
 What weftd does not serve is refused with NotServedError, never ignored:
-joint_attention_kwargs with keys (LoRA `scale`, IP-adapter embeddings,
-attention-processor arguments), controlnet residuals. An empty
-joint_attention_kwargs (FluxPipeline always passes one) is fine.
+attention kwargs other than a LoRA `scale` of 1.0 (LoRA scales,
+IP-adapter embeddings, attention-processor arguments), FLUX's controlnet
+residuals; for Wan, the image embeddings of Wan 2.1 image-to-video
+(encoder_hidden_states_image) and a per-token timestep that differs
+between tokens (Wan 2.2 TI2V's image-conditioned first frame), unless the
+model's schema lists them (then they are sent).
 
 The model's configuration comes from the daemon (list_models' `config`,
-weft 0.4 and later; FLUX's entries are FluxTransformer2DModel's
-arguments), so attaching by name is enough:
+under diffusers' names), so attaching by name is enough:
 `WeftFluxTransformer(endpoint, "flux-dev")`. A config given here
 (`config=` a mapping, e.g. FluxTransformer2DModel.load_config(dir), or
 the path of a config.json or of its model directory; or `model_root=`
 with `path=` when the daemon's model root is visible here) is checked
-against the daemon's: a difference is an error. Keys a config lacks take
-diffusers' defaults.
+against the daemon's: a difference is an error. Keys the daemon does not
+report (Wan's eps) come from the config given here, else, like keys the
+config lacks, from diffusers' defaults.
 """
 from __future__ import annotations
 
@@ -46,25 +56,28 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import torch
-from diffusers import FluxTransformer2DModel
+from diffusers import FluxTransformer2DModel, WanTransformer3DModel
 from diffusers.configuration_utils import ConfigMixin
 from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from diffusers.models.modeling_utils import ModelMixin
 
-from .client import Client, JobResult, ModelInfo, TpRule
+from .client import Client, JobResult, ModelConfig, ModelInfo, ModelSchema, TpRule
 
 log = logging.getLogger(__name__)
 
 _WEFT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+ConfigSource = Union[Mapping[str, Any], str, "os.PathLike[str]"]
 
 
 class NotServedError(NotImplementedError):
-    """The pipeline asked for something weftd's FLUX forward does not do
-    (LoRA scales, controlnet residuals, attention-processor kwargs)."""
+    """The pipeline asked for something weftd's forward of the model does
+    not do (LoRA scales, controlnet residuals, attention-processor kwargs,
+    inputs the model's schema does not list)."""
 
 
-def _flux_defaults() -> Dict[str, Any]:
-    sig = inspect.signature(FluxTransformer2DModel.__init__)
+def _defaults(cls: type) -> Dict[str, Any]:
+    """The arguments of diffusers' model class `cls` and their defaults."""
+    sig = inspect.signature(cls.__init__)    # type: ignore[misc]
     return {k: p.default for k, p in sig.parameters.items()
             if k != "self" and p.default is not inspect.Parameter.empty}
 
@@ -79,7 +92,10 @@ def _norm(v: Any, cfg: Mapping[str, Any]) -> Any:
     return v
 
 
-def _read_config(src: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> Dict[str, Any]:
+def _read_config(src: ConfigSource, cls: type) -> Dict[str, Any]:
+    """A config (a mapping, a config.json or its directory) as `cls`'s
+    arguments: every key one of them, the others at their defaults, lists
+    as tuples (as diffusers' constructors take them)."""
     if isinstance(src, Mapping):
         cfg = dict(src)
     else:
@@ -90,24 +106,50 @@ def _read_config(src: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> Dict
             cfg = json.load(f)
         if not isinstance(cfg, dict):
             raise ValueError(f"{p}: not a JSON object")
-    known = _flux_defaults()
+    known = _defaults(cls)
     out = dict(known)
     for k, v in cfg.items():
         if k.startswith("_"):
             continue            # _class_name, _diffusers_version, ...
         if k not in known:
-            raise ValueError(f"config key {k!r} is not a FluxTransformer2DModel argument")
-        out[k] = v
-    if isinstance(out.get("axes_dims_rope"), list):
-        out["axes_dims_rope"] = tuple(out["axes_dims_rope"])
+            raise ValueError(f"config key {k!r} is not a {cls.__name__} argument")
+        out[k] = tuple(v) if isinstance(v, list) else v
     return out
 
 
-class WeftFluxTransformer(ModelMixin, ConfigMixin):
-    """diffusers' FluxTransformer2DModel, served by weftd.
+def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """t as weft sends it: a CPU tensor of a weft dtype (`dtype`, else its
+    own when it is one, else float32). One that already is passes as it is
+    (zero-copy); others are moved / cast once."""
+    want = dtype or (t.dtype if t.dtype in _WEFT_DTYPES else torch.float32)
+    return t.detach().to(device="cpu", dtype=want)
+
+
+def _check_attention_kwargs(kwargs: Optional[Mapping[str, Any]], what: str) -> None:
+    """An attention-kwargs argument weftd can honour: none, empty, or only
+    a LoRA `scale` of 1.0 (which changes nothing without LoRA layers, and
+    weftd's models have none). Anything else is NotServedError."""
+    if not kwargs:
+        return
+    rest = sorted(k for k in kwargs if k != "scale")
+    scale = kwargs.get("scale", 1.0)
+    if rest or scale != 1.0:
+        raise NotServedError(
+            f"weftd does not serve {what} (got keys {sorted(kwargs)}"
+            + ("" if scale == 1.0 else f", scale {scale!r}") + "): LoRA scales, IP-adapter "
+            "embeddings and attention-processor arguments need diffusers' own transformer")
+
+
+class _WeftTransformer(ModelMixin, ConfigMixin):
+    """What every transformer served by weftd shares: the connection, the
+    resident model (attached or loaded), its config, the attributes a
+    pipeline reads of a model, and the refusals of what would need the
+    weights here. A subclass names its family and diffusers class and
+    writes forward.
 
     endpoint: the daemon (None: $WEFT_ENDPOINT, else libweft's default).
-    model: the resident model's name in weftd.
+    model: the resident model's name in weftd (None: the family's name,
+      "flux" or "wan").
     path: a model directory under the daemon's model_root: loaded as
       `model` unless a model of that name is already resident from that
       path (then attached). None: attach to a resident `model`.
@@ -124,18 +166,23 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
       does: f32 on the CPU).
     server_key, client_key_file: CURVE keys for a tcp:// endpoint.
     precision: "fp8" runs every forward's attention in fp8 (e4m3) on a
-      daemon whose devices take it (Client.forward; UnsupportedError
-      otherwise); "default" as the inputs' dtypes.
+      daemon whose devices take it (UnsupportedError otherwise); "default"
+      as the inputs' dtypes.
 
     After each forward, `last_result` holds how the job ran (JobResult).
     """
 
     config_name = "config.json"
     _supports_gradient_checkpointing = False
+    #: weftd's family of the model (ModelInfo.family)
+    _family = ""
+    #: the diffusers class this stands for (its arguments are the config)
+    _diffusers_class: type = ModelMixin
+    #: whether forward needs the model's schema (a daemon of protocol 2)
+    _needs_schema = False
 
-    def __init__(self, endpoint: Optional[str] = None, model: str = "flux", *,
-                 path: Optional[str] = None,
-                 config: Optional[Union[Mapping[str, Any], str, "os.PathLike[str]"]] = None,
+    def __init__(self, endpoint: Optional[str] = None, model: Optional[str] = None, *,
+                 path: Optional[str] = None, config: Optional[ConfigSource] = None,
                  model_root: Optional[Union[str, "os.PathLike[str]"]] = None,
                  tp_plan: Optional[Mapping[str, TpRule]] = None,
                  weights_already_sharded: bool = False,
@@ -152,8 +199,8 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
             raise ValueError(f"dtype {dtype}: one of float32, float16, bfloat16")
         if config is None and path is not None and model_root is not None:
             config = Path(model_root) / path
-        local = _read_config(config) if config is not None else None
-        self.model_name = model
+        local = _read_config(config, self._diffusers_class) if config is not None else None
+        self.model_name = model or self._family
         self._dtype = dtype
         self._client = Client(endpoint, timeout_ms, server_key=server_key,
                               client_key_file=client_key_file)
@@ -164,10 +211,23 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         self.last_result: Optional[JobResult] = None
         self.model_info = self._attach_or_load(path, tp_plan, weights_already_sharded,
                                                progress)
+        if self._needs_schema and self.model_info.schema is None:
+            raise ValueError(f"weftd at {self._client.endpoint} reports no forward schema "
+                             f"for model {self.model_name!r} (a daemon before protocol "
+                             "version 2)")
+        self._schema: Optional[ModelSchema] = self.model_info.schema
         self.register_to_config(**self._config_of(local))
 
+    @classmethod
+    def _from_daemon(cls, theirs: ModelConfig) -> Dict[str, Any]:
+        """The daemon's config entries as the diffusers class's arguments
+        (a family whose entries differ in kind, e.g. a flag for a string,
+        maps them here)."""
+        return dict(theirs)
+
     def _config_of(self, local: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-        """The daemon's config of the model, or `local` checked against it."""
+        """The daemon's config of the model over `local` (checked against
+        it) or over diffusers' defaults."""
         theirs = self.model_info.config
         if theirs is None:
             if local is None:
@@ -176,21 +236,24 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
                     f"{self.model_name!r} (a daemon before weft 0.4): pass config= (a "
                     "mapping, a config.json or its directory), or model_root= with path=")
             return local
-        daemon = _read_config(theirs)
+        daemon = _read_config(self._from_daemon(theirs), self._diffusers_class)
+        reported = {k for k in daemon if k in theirs}
         if local is not None:
-            differ = sorted(k for k in daemon if k in local and
-                            _norm(local[k], daemon) != _norm(daemon[k], daemon))
+            differ = sorted(k for k in reported if
+                            _norm(local[k], local) != _norm(daemon[k], daemon))
             if differ:
                 raise ValueError(
                     f"the config given for {self.model_name!r} differs from the one weftd "
                     f"serves in {', '.join(differ)}: "
                     + "; ".join(f"{k} {local[k]!r} here, {daemon[k]!r} in weftd"
                                 for k in differ))
+            return {**local, **{k: daemon[k] for k in reported}}
         return daemon
 
     def _attach_or_load(self, path: Optional[str], tp_plan: Optional[Mapping[str, TpRule]],
                         sharded: bool,
                         progress: Optional[Callable[[ModelInfo], None]]) -> ModelInfo:
+        family = self._family
         resident = {m.name: m for m in self._client.list_models()}
         m = resident.get(self.model_name)
         if m is not None:
@@ -199,17 +262,17 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
                                  f"{m.path!r}, not {path!r}: unload it or pick another name")
             if m.state != "ready":
                 raise RuntimeError(f"model {self.model_name!r} is {m.state} in weftd")
-            if m.family != "flux":
+            if m.family != family:
                 raise ValueError(f"model {self.model_name!r} is of family {m.family!r}, "
-                                 "not flux")
+                                 f"not {family}")
             return m
         if path is None:
             raise ValueError(f"weftd holds no model {self.model_name!r} (it holds "
                              f"{sorted(resident) or 'none'}): pass path= to load one")
         m = self._client.load_model(self.model_name, path, tp_plan=tp_plan,
                                     weights_already_sharded=sharded, progress=progress)
-        if m.family != "flux":
-            raise ValueError(f"{path!r} holds a model of family {m.family!r}, not flux "
+        if m.family != family:
+            raise ValueError(f"{path!r} holds a model of family {m.family!r}, not {family} "
                              f"(weftd keeps it loaded as {self.model_name!r}; Client."
                              "forward_named serves any family)")
         return m
@@ -230,26 +293,26 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         return self._client
 
     @contextlib.contextmanager
-    def cache_context(self, name: str) -> Iterator[None]:
-        """FluxPipeline wraps each call in one (diffusers' CacheMixin); weft
-        has no step caches: nothing to do."""
+    def cache_context(self, name: str, **kwargs: Any) -> Iterator[None]:
+        """Pipelines wrap each call in one (diffusers' CacheMixin, with the
+        step's index and sigma); weft has no step caches: nothing to do."""
         yield
 
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
-        """Refused: the weights are loaded by weftd, not here. Construct it:
-        WeftFluxTransformer(endpoint, model, path=..., config=...)."""
-        raise NotServedError("WeftFluxTransformer is not loaded with from_pretrained: "
-                             "construct it, WeftFluxTransformer(endpoint, model, path="
+        """Refused: the weights are loaded by weftd, not here. Construct it
+        and pass it to the pipeline's from_pretrained."""
+        raise NotServedError(f"{cls.__name__} is not loaded with from_pretrained: "
+                             f"construct it, {cls.__name__}(endpoint, model, path="
                              "'DIR under the daemon's model_root', config='local DIR or "
-                             "config.json'), and pass it to FluxPipeline.from_pretrained("
+                             "config.json'), and pass it to the pipeline's from_pretrained("
                              "..., transformer=...)")
 
     def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
         """Refused: the weights live in weftd, not here (saving would write
         an empty checkpoint). Save the model directory weftd loaded."""
-        raise NotServedError("WeftFluxTransformer holds no weights (they are resident in "
-                             f"weftd as {self.model_name!r}): save the model directory "
+        raise NotServedError(f"{type(self).__name__} holds no weights (they are resident "
+                             f"in weftd as {self.model_name!r}): save the model directory "
                              "weftd loaded instead")
 
     def unload(self) -> None:
@@ -260,7 +323,23 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
         """Close the connection (the model stays resident)."""
         self._client.close()
 
-    # -- the forward
+    def _result(self, sample: torch.Tensor, device: torch.device, return_dict: bool
+                ) -> Union[Tuple[torch.Tensor], Transformer2DModelOutput]:
+        """The forward's output as diffusers returns it, on the inputs'
+        device."""
+        if device.type != "cpu":
+            sample = sample.to(device)
+        if not return_dict:
+            return (sample,)
+        return Transformer2DModelOutput(sample=sample)
+
+
+class WeftFluxTransformer(_WeftTransformer):
+    """diffusers' FluxTransformer2DModel, served by weftd (the arguments
+    are _WeftTransformer's)."""
+
+    _family = "flux"
+    _diffusers_class = FluxTransformer2DModel
 
     def forward(self, hidden_states: torch.Tensor,
                 encoder_hidden_states: Optional[torch.Tensor] = None,
@@ -277,11 +356,7 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
                 ) -> Union[Tuple[torch.Tensor], Transformer2DModelOutput]:
         """FluxTransformer2DModel.forward's arguments and result, computed by
         weftd: one forward job on the resident model."""
-        if joint_attention_kwargs:
-            raise NotServedError(
-                "weftd does not serve joint_attention_kwargs (got keys "
-                f"{sorted(joint_attention_kwargs)}): LoRA scales, IP-adapter embeddings and "
-                "attention-processor arguments need diffusers' own transformer")
+        _check_attention_kwargs(joint_attention_kwargs, "joint_attention_kwargs")
         if controlnet_block_samples is not None or controlnet_single_block_samples is not None:
             raise NotServedError("weftd does not serve controlnet residuals "
                                  "(controlnet_block_samples / controlnet_single_block_samples)")
@@ -291,6 +366,8 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
                                   ("txt_ids", txt_ids)) if v is None]
         if missing:
             raise ValueError(f"WeftFluxTransformer.forward: {', '.join(missing)} required")
+        assert encoder_hidden_states is not None and pooled_projections is not None
+        assert timestep is not None and img_ids is not None and txt_ids is not None
         cfg = self.config
         if guidance is not None and not cfg.guidance_embeds:
             raise ValueError("guidance given to a model without guidance_embeds")
@@ -304,15 +381,7 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
             log.warning("Passing `img_ids` 3d torch.Tensor is deprecated.")
             img_ids = img_ids[0]
 
-        device = hidden_states.device
         act = hidden_states.dtype if hidden_states.dtype in _WEFT_DTYPES else torch.float32
-
-        def host(t: torch.Tensor, dt: Optional[torch.dtype] = None) -> torch.Tensor:
-            # CPU tensors of a weft dtype pass as they are (zero-copy);
-            # others are moved / cast once
-            want = dt or (t.dtype if t.dtype in _WEFT_DTYPES else torch.float32)
-            return t.detach().to(device="cpu", dtype=want)
-
         batch = hidden_states.shape[0]
         # diffusers casts timestep and guidance to hidden_states' dtype
         # before scaling them by 1000: do the same cast here
@@ -324,16 +393,116 @@ class WeftFluxTransformer(ModelMixin, ConfigMixin):
             g = guidance.detach()
             if g.ndim == 0:
                 g = g.expand(batch)
-            g = host(g, act)
+            g = _host(g, act)
         p = cfg.patch_size
         out_ch = (cfg.out_channels or cfg.in_channels) * p * p
-        hs = host(hidden_states, act)
+        hs = _host(hidden_states, act)
         output = torch.empty((hs.shape[0], hs.shape[1], out_ch), dtype=act)
-        r = self._client.forward(self.model_name, hs, host(encoder_hidden_states),
-                                 host(pooled_projections), host(t, act), host(img_ids),
-                                 host(txt_ids), g, out=output, precision=self._precision)
+        r = self._client.forward(self.model_name, hs, _host(encoder_hidden_states),
+                                 _host(pooled_projections), _host(t, act), _host(img_ids),
+                                 _host(txt_ids), g, out=output, precision=self._precision)
         self.last_result = r.result
-        sample = output if device.type == "cpu" else output.to(device)
-        if not return_dict:
-            return (sample,)
-        return Transformer2DModelOutput(sample=sample)
+        return self._result(output, hidden_states.device, return_dict)
+
+
+def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
+                hidden_states: torch.Tensor, timestep: torch.Tensor,
+                encoder_hidden_states: torch.Tensor,
+                encoder_hidden_states_image: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """WanTransformer3DModel.forward's tensors as the named inputs of the
+    model's schema, as CPU tensors of weft dtypes.
+
+    timestep: (B) as the pipeline passes it (a scalar or one value for
+    every batch entry is expanded to B), or Wan 2.2 TI2V's (B, S), one per
+    video token (S = F/p_t * H/p_h * W/p_w). Sent at the rank the schema
+    takes: a (B, S) whose rows are each one value is sent as (B) (diffusers
+    then computes the same modulation for every token: TI2V's text-to-video
+    steps), a (B) to a rank-2 schema as (B, S); a (B, S) that varies within
+    a row, to a schema of rank 1, is NotServedError. Always float32: the
+    model's sinusoidal embedding computes in float32 from it.
+    encoder_hidden_states_image: (B, 257, image_dim) of Wan 2.1 I2V, sent
+    when the schema lists it, else NotServedError.
+    """
+    act = hidden_states.dtype if hidden_states.dtype in _WEFT_DTYPES else torch.float32
+    b = hidden_states.shape[0]
+    t = timestep.detach()
+    want = schema.input("timestep")
+    rank = want.rank if want is not None else 1
+    if t.ndim == 0 or (t.ndim == 1 and t.numel() == 1 and b > 1):
+        t = t.reshape(1).expand(b)
+    if t.ndim == 2 and rank == 1:
+        if not bool((t == t[:, :1]).all()):
+            raise NotServedError(
+                "weftd's Wan forward takes one timestep per batch entry, (B); this "
+                f"model got a per-token timestep {tuple(t.shape)} whose values differ "
+                "between tokens (Wan 2.2 TI2V conditioning on an image): that needs "
+                "diffusers' own transformer, or a weftd whose schema takes a (B, S) "
+                "timestep")
+        t = t[:, 0]
+    elif t.ndim == 1 and rank == 2:
+        s = 1
+        for n, p in zip(hidden_states.shape[2:], patch_size):
+            s *= n // p
+        t = t[:, None].expand(b, s)
+    inputs = {"hidden_states": _host(hidden_states, act),
+              "timestep": _host(t, torch.float32),
+              "encoder_hidden_states": _host(encoder_hidden_states)}
+    if encoder_hidden_states_image is not None:
+        if schema.input("encoder_hidden_states_image") is None:
+            raise NotServedError(
+                "weftd's Wan forward of this model takes no encoder_hidden_states_image "
+                "(Wan 2.1 image-to-video's CLIP image embeddings; its schema takes "
+                + ", ".join(x.name for x in schema.inputs) + "): image-to-video with image "
+                "embeddings needs diffusers' own transformer, or a weftd that serves them")
+        inputs["encoder_hidden_states_image"] = _host(encoder_hidden_states_image)
+    return inputs
+
+
+class WeftWanTransformer(_WeftTransformer):
+    """diffusers' WanTransformer3DModel, served by weftd (the arguments are
+    _WeftTransformer's). For Wan 2.2's two
+    experts, make one per resident model and pass them as the pipeline's
+    `transformer` and `transformer_2`.
+
+    The inputs a forward sends are decided by the model's schema as the
+    daemon reported it at construction (`model_info.schema`):
+    encoder_hidden_states_image when the schema lists it, a per-token
+    timestep when the schema's timestep has rank 2 (_wan_inputs)."""
+
+    _family = "wan"
+    _diffusers_class = WanTransformer3DModel
+    _needs_schema = True
+
+    @classmethod
+    def _from_daemon(cls, theirs: ModelConfig) -> Dict[str, Any]:
+        # weftd reports qk_norm as a flag (its one norm, or none)
+        cfg = dict(theirs)
+        if isinstance(cfg.get("qk_norm"), bool):
+            cfg["qk_norm"] = "rms_norm_across_heads" if cfg["qk_norm"] else None
+        return cfg
+
+    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor,
+                encoder_hidden_states: torch.Tensor,
+                encoder_hidden_states_image: Optional[torch.Tensor] = None,
+                return_dict: bool = True,
+                attention_kwargs: Optional[Dict[str, Any]] = None,
+                ) -> Union[Tuple[torch.Tensor], Transformer2DModelOutput]:
+        """WanTransformer3DModel.forward's arguments and result, computed by
+        weftd: one forward job on the resident model. hidden_states (B,
+        in_channels, F, H, W), timestep (B) (or (B, S), see _wan_inputs),
+        encoder_hidden_states (B, S_txt, text_dim); the result's sample is
+        (B, out_channels, F, H, W) in hidden_states' dtype."""
+        _check_attention_kwargs(attention_kwargs, "attention_kwargs")
+        cfg = self.config
+        schema = self._schema
+        assert schema is not None      # _needs_schema: checked at construction
+        inputs = _wan_inputs(schema, tuple(cfg.patch_size), hidden_states, timestep,
+                             encoder_hidden_states, encoder_hidden_states_image)
+        hs = inputs["hidden_states"]
+        b, _, f, h, w = hs.shape
+        out_name = schema.outputs[0].name
+        output = torch.empty((b, cfg.out_channels or cfg.in_channels, f, h, w), dtype=hs.dtype)
+        r = self._client.forward(self.model_name, inputs, out={out_name: output},
+                                 precision=self._precision)
+        self.last_result = r.result
+        return self._result(output, hidden_states.device, return_dict)

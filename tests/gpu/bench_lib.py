@@ -1,0 +1,196 @@
+"""bench_lib.py — what the GPU benchmarks beside diffusers share
+(flux_bench.py, wan_bench.py): the log that becomes NAME.txt, a weftd
+driven by weftctl (Weft), CUDA-event timing, the measured bf16 matrix
+rate, weftctl forward's figures, medians and their spread, and the
+SIGTERM of run.sh's deadline (start() installs it). Imported, never run.
+"""
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+T0 = time.monotonic()
+LOG = []
+DAEMONS = []   # weftd processes this script started: stopped on SIGTERM too
+OUT_DIR = []   # --out, for the signal handler
+NAME = ["bench"]  # the benchmark's name: NAME.txt, NAME.json, its socket and log
+
+
+def say(*a):
+    line = " ".join(str(x) for x in a)
+    print(line, flush=True)
+    LOG.append(line)
+
+
+def elapsed():
+    return time.monotonic() - T0
+
+
+def start(name):
+    """A benchmark called `name` begins: its files are name.txt / name.json,
+    and run.sh's SIGTERM stops the daemons it started (on_term)."""
+    NAME[0] = name
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def write_log(out_dir):
+    """What stdout showed, as OUT_DIR/NAME.txt."""
+    with open(os.path.join(out_dir, f"{NAME[0]}.txt"), "w") as f:
+        f.write("\n".join(LOG) + "\n")
+
+
+# ---------------------------------------------------------------- weft side
+WEFTCTL_TIME = re.compile(r"time ([0-9.]+) ms median, ([0-9.]+) ms best over (\d+) iteration"
+                          r".*compute (\d+) us")
+WEFTCTL_ERR = re.compile(r"max abs error ([0-9.eE+-]+|nan|inf|-nan) \(tolerance ([0-9.eE+-]+)\) "
+                         r"(PASS|FAIL)")
+
+
+def parse_weftctl_forward(text):
+    """weftctl forward's lines (client/weftctl_models.c): 'time X ms median,
+    Y ms best over N iterations (daemon: queue Q us, compute C us)' and
+    'max abs error E (tolerance T) PASS|FAIL'. Returns a dict (None where
+    a line is missing)."""
+    r = {"median_ms": None, "best_ms": None, "iters": None, "compute_ms": None,
+         "max_err": None, "tol": None, "verdict": None}
+    m = WEFTCTL_TIME.search(text)
+    if m:
+        r.update(median_ms=float(m.group(1)), best_ms=float(m.group(2)),
+                 iters=int(m.group(3)), compute_ms=int(m.group(4)) / 1000.0)
+    m = WEFTCTL_ERR.search(text)
+    if m:
+        r.update(max_err=float(m.group(1)), tol=float(m.group(2)), verdict=m.group(3))
+    return r
+
+
+class Weft:
+    """weftd on --devices serving one model directory, driven by weftctl
+    (its socket and log named after the benchmark)."""
+
+    def __init__(self, weftd, weftctl, devices, model_root, logdir, extra=()):
+        self.weftctl = weftctl
+        self.sock = f"/tmp/weft-{NAME[0]}-{os.getpid()}.sock"
+        self.endpoint = "ipc://" + self.sock
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.log_path = os.path.join(logdir, f"weftd-{NAME[0]}.log")
+        self.log = open(self.log_path, "w")
+        cmd = [weftd, "--devices", devices, "--listen", self.endpoint,
+               "--model-root", model_root, *extra]
+        say("weftd:", " ".join(cmd))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        DAEMONS.append(self.proc)
+
+    def ctl(self, *args, timeout=120):
+        cmd = [self.weftctl, "--endpoint", self.endpoint, *args]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            return p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+                else (e.stdout or "")
+            return 124, out + f"\n(weftctl timed out after {timeout} s)"
+
+    def up(self, wait_s=30.0):
+        """True once weftd answers hello; False as soon as it exits."""
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return False
+            rc, _ = self.ctl("--timeout", "1000", "hello", timeout=10)
+            if rc == 0:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def log_tail(self, n=8):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read().splitlines()[-n:]
+        except OSError:
+            return []
+
+
+# ---------------------------------------------------------------- torch side
+def torch_setup(device):
+    import torch
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        say(f"{NAME[0]}: torch sees no CUDA device")
+        sys.exit(2)
+    return torch
+
+
+class Timer:
+    """Milliseconds of one call: CUDA events on a GPU, else perf_counter."""
+
+    def __init__(self, torch, device):
+        self.torch, self.cuda = torch, device.startswith("cuda")
+
+    def time(self, fn):
+        torch = self.torch
+        if self.cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            return a.elapsed_time(b)
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+
+
+def matmul_rate(torch, device, n, timer):
+    """bf16 FLOP/s of torch.matmul n x n x n on random data: median of 10."""
+    g = torch.Generator(device=device).manual_seed(7)
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
+    c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.matmul(a, b, out=c)
+    ts = [timer.time(lambda: torch.matmul(a, b, out=c)) for _ in range(10)]
+    ms = statistics.median(ts)
+    return 2.0 * n ** 3 / (ms * 1e-3), ms
+
+
+def spread(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def fmt(s, unit="ms"):
+    if not s:
+        return "n/a"
+    return f"{s['median']:.2f} {unit} (min {s['min']:.2f}, max {s['max']:.2f}, n {s['n']})"
+
+
+def on_term(signum, frame):
+    """A deadline's SIGTERM (run.sh's timeout): stop the daemon this script
+    started, keep what was written, exit 124."""
+    for p in DAEMONS:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    say(f"{NAME[0]}: stopped by signal {signum} at {elapsed():.0f} s")
+    for d in OUT_DIR:
+        write_log(d)
+    sys.exit(124)
