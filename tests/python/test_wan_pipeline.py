@@ -12,9 +12,6 @@ takes a WeftWanTransformer in its place; the same generation (prompt and
 negative prompt, seed, 4 UniPC steps, guidance 5, 5 frames of 32 x 48)
 runs on the meshes below, re-sharded live by reconfigure, each as final
 latents (output_type="latent") and decoded video (output_type="np").
-The tp = 2 mesh is listed too: while weftd refuses tp > 1 for the Wan
-family ("not implemented") it is skipped, saying why; once weftd serves
-it, it runs and is held to the same tolerances.
 
 Wan 2.2: a second model (tiny-wan-2, other weights) as transformer_2 with
 boundary_ratio 0.8 (two steps each), two WeftWanTransformers against the
@@ -71,8 +68,6 @@ ONE_CALL_TOL = 1e-5     # x max|ref|, one forward (test_wan_forward's bound)
 # (label, reconfigure's degrees); cpu:2: dp = 2 is one device per job
 MESHES = [("tp=1", dict(dp=2)), ("ulysses=2", dict(ulysses=2)), ("ring=2", dict(ring=2)),
           ("tp=2", dict(tp=2))]
-# weftd's refusal of tp > 1 for the Wan family (daemon/models/wan)
-TP_REFUSAL = "tensor parallelism is not implemented for the Wan family"
 
 
 def max_diff(a: Any, b: Any) -> float:
@@ -128,18 +123,12 @@ class WanPipelineTest(unittest.TestCase):
               f"{float(self.ref['video'].max()):.3f}]")
         ran = []
         for label, mesh in MESHES:
-            try:
-                epoch = wt.client.reconfigure(**mesh)
-            except weft.BadArgumentError as e:
-                if mesh.get("tp", 1) > 1 and TP_REFUSAL in e.message:
-                    print(f"{label:16s}: SKIPPED, weftd refuses it: {e.message}")
-                    continue
-                raise
+            epoch = wt.client.reconfigure(**mesh)
             got = tw.run_both(pipe)
             self.assertEqual(wt.last_result.epoch if wt.last_result else -1, epoch)
             self.check(label, got, self.ref)
             ran.append(label)
-        self.assertEqual(ran[:3], ["tp=1", "ulysses=2", "ring=2"])
+        self.assertEqual(ran, [m[0] for m in MESHES])
         wt.client.reconfigure(dp=2)
         wt.close()
 

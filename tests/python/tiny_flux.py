@@ -11,7 +11,7 @@ Used by test_pipeline.py and bench/python_step.py. Sizes (SPECS):
     d_model 32, CLIP hidden 16; VAE 2 levels (scale factor 2), 4 latent
     channels. A 32 x 32 image is 64 image tokens; max_sequence_length 8
     text tokens; both divide the ring x ulysses degrees 2 and 4.
-  a (bench/python_step.py): bench/flux_cpu_torch.py's size a as the
+  a (bench/python_step.py): bench/model_cpu_torch.py's size a as the
     transformer (4 heads x 128, 2 + 4 blocks, in_channels 64, no guidance
     embeddings), a 64 x 64 image (256 image tokens), 64 text tokens, T5
     d_model 512, CLIP hidden 256, VAE with 16 latent channels.
