@@ -46,6 +46,13 @@ typedef struct wf_tensor_spec {
 
 typedef struct wf_family wf_family_t;
 
+/* A diffusers class of a family's models that weft does not serve, and
+ * why (for the refusal's message). */
+typedef struct wf_unserved_class {
+    const char *class_name;     /* diffusers' _class_name */
+    const char *why;            /* "Wan VACE: control blocks beside the ..." */
+} wf_unserved_class_t;
+
 /* A parsed, validated config of some family: the family and its own
  * config struct, opaque here. */
 typedef struct wf_model_cfg {
@@ -56,6 +63,9 @@ typedef struct wf_model_cfg {
 struct wf_family {
     const char *name;           /* list_models' family: "flux" */
     const char *class_name;     /* diffusers' _class_name */
+    /* (optional) Related classes not served, named in the refusal of a
+     * config of one of them; ends with a NULL class_name. */
+    const wf_unserved_class_t *unserved;
     /* Parse and validate config.json text (label names it in messages;
      * flags: WF_CONFIG_*) into the family's config struct at cfg.
      * WF_E_MALFORMED (not JSON) or WF_E_BAD_FIELD with a message. */
@@ -84,7 +94,8 @@ void wf_family_classes(char *buf, size_t len);
 
 /* Parse config.json text: its _class_name picks the family, which
  * parses the rest. A class weft does not serve is WF_E_BAD_FIELD naming
- * the classes it does. */
+ * the classes it does (and, for a family's unserved class, that class
+ * and why). */
 wf_status_t wf_model_cfg_parse(const char *json, size_t len, unsigned flags,
                                const char *label, wf_model_cfg_t *ret,
                                char *err, size_t err_len);
