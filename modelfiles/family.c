@@ -114,6 +114,11 @@ wf_status_t wf_model_cfg_load(int root_fd, const char *rel, wf_resolve_mode_t mo
     return s;
 }
 
+bool wf_model_tensor_ignored(const wf_model_cfg_t *cfg, const char *name)
+{
+    return cfg->fam->ignored_tensor != NULL && cfg->fam->ignored_tensor(cfg->b, name);
+}
+
 static int cmp_spec_name(const void *a, const void *b)
 {
     return strcmp(((const wf_tensor_spec_t *)a)->name,
@@ -172,8 +177,9 @@ wf_status_t wf_model_check_checkpoint(const wf_model_cfg_t *cfg,
         wf_ckpt_ref_t r = wf_checkpoint_at(ck, i);
         wf_tensor_spec_t key;
         snprintf(key.name, sizeof key.name, "%s", r.tensor->name);
-        if (strlen(r.tensor->name) >= sizeof key.name
-            || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL) {
+        if ((strlen(r.tensor->name) >= sizeof key.name
+             || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL)
+            && !wf_model_tensor_ignored(cfg, r.tensor->name)) {
             if (problems++ == 0) {
                 /* the name is the file's: escaped (control bytes) */
                 char q[160];

@@ -71,6 +71,11 @@ struct wf_family {
      * WF_E_MALFORMED (not JSON) or WF_E_BAD_FIELD with a message. */
     wf_status_t (*parse)(const char *json, size_t len, unsigned flags,
                          const char *label, void *cfg, char *err, size_t err_len);
+    /* (optional) Whether checkpoint tensor `name`, not one of
+     * expected_tensors, is one diffusers skips at load
+     * (_keys_to_ignore_on_load_unexpected): such a tensor is allowed in a
+     * checkpoint, never read and not counted. */
+    bool (*ignored_tensor)(const void *cfg, const char *name);
     /* The tensors of a checkpoint with this config, in diffusers'
      * state_dict order (*ret_specs malloc'ed). */
     wf_status_t (*expected_tensors)(const void *cfg, wf_tensor_spec_t **ret_specs,
@@ -106,11 +111,16 @@ wf_status_t wf_model_cfg_load(int root_fd, const char *rel, wf_resolve_mode_t mo
                               size_t err_len);
 
 /* Check that checkpoint `ck` holds exactly the tensors of cfg with their
- * shapes. WF_E_MALFORMED (a tensor missing or unexpected) or
- * WF_E_BAD_SHAPE, naming the first problem and counting the rest. */
+ * shapes, besides those the family ignores (wf_model_tensor_ignored).
+ * WF_E_MALFORMED (a tensor missing or unexpected) or WF_E_BAD_SHAPE,
+ * naming the first problem and counting the rest. */
 wf_status_t wf_model_check_checkpoint(const wf_model_cfg_t *cfg,
                                       const wf_checkpoint_t *ck, char *err,
                                       size_t err_len);
+
+/* Whether checkpoint tensor `name` is one cfg's family ignores
+ * (wf_family_t.ignored_tensor). */
+bool wf_model_tensor_ignored(const wf_model_cfg_t *cfg, const char *name);
 
 /* The family's config struct of a model config (for the family's own
  * code, which knows its type). */

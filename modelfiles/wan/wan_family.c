@@ -22,6 +22,27 @@ static wf_status_t wan_tensors(const void *cfg, wf_tensor_spec_t **ret, size_t *
     return wf_wan_expected_tensors(cfg, ret, n, err, err_len);
 }
 
+/* diffusers' _keys_to_ignore_on_load_unexpected ["norm_added_q"]: the
+ * image-to-video checkpoints converted before diffusers dropped it (the
+ * Hub's Wan2.1-I2V-14B-*-Diffusers among them: 1343 tensors, these 40 and
+ * the 1303 expected) hold an RMSNorm weight blocks.N.attn2.norm_added_q
+ * that no forward reads. Only that exact name is skipped, never one of
+ * the expected tensors. */
+static bool wan_ignored_tensor(const void *cfg, const char *name)
+{
+    const wf_wan_config_t *c = cfg;
+    static const char pre[] = "blocks.", post[] = ".attn2.norm_added_q.weight";
+    if (strncmp(name, pre, sizeof pre - 1) != 0)
+        return false;
+    const char *p = name + sizeof pre - 1, *q = p;
+    uint64_t b = 0;
+    while (*q >= '0' && *q <= '9' && q - p < 6)
+        b = b * 10 + (uint64_t)(*q++ - '0');
+    if (q == p || (*p == '0' && q - p > 1))
+        return false;
+    return b < c->num_layers && strcmp(q, post) == 0;
+}
+
 /* diffusers 0.42.1 gives WanTransformer3DModel no _tp_plan; this is the
  * Megatron split of its blocks, as diffusers' FLUX plan does for FLUX:
  * the self- and cross-attention's to_q / to_k / to_v colwise (whole heads
@@ -209,6 +230,7 @@ const wf_family_t wf_wan_family = {
     .name = "wan",
     .class_name = WF_WAN_CLASS_NAME,
     .unserved = wan_unserved,
+    .ignored_tensor = wan_ignored_tensor,
     .parse = wan_parse,
     .expected_tensors = wan_tensors,
     .default_plan = wan_default_plan,

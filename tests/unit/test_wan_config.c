@@ -13,20 +13,26 @@
  * forward's tensors (wf_schema_bind), flops and public config. With the
  * fixtures directory: each Wan fixture's config parses, its checkpoint
  * holds exactly the expected tensors, and its io file's inputs bind to its
- * schema (the forward itself: test_wan_forward).
+ * schema (the forward itself: test_wan_forward); and a copy of the I2V
+ * checkpoint with the unused attn2.norm_added_q weights of older
+ * conversions loads (checked, never read, not counted), other extra
+ * tensors still refused.
  *
  * Usage: test_wan_config [FIXTURES_DIR] */
 #include "family.h"
+#include "model_host.h"
 #include "model_root.h"
 #include "proto.h"
 #include "safetensors.h"
 #include "support/check.h"
+#include "support/st_writer.h"
 #include "wan/wan_config.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The tiny T2V config of the fixtures (wan-tiny/config.json). */
@@ -515,6 +521,124 @@ static void test_fixture(int root, const char *name, const char *io_name, wf_dty
            io_name);
 }
 
+/* wan-tiny-i2v's checkpoint with `extra` (each [32], zeros) added, as
+ * DIR/diffusion_pytorch_model.safetensors beside its config.json. */
+static int write_with_extra(int root, const char *dir, const char *const *extra, size_t n_extra)
+{
+    char err[512], path[PATH_MAX + 64];
+    wf_checkpoint_t *ck = NULL;
+    if (wf_checkpoint_open_dir(root, "wan-tiny-i2v", NULL, &ck, err, sizeof err) != WF_OK)
+        return -1;
+    size_t n = wf_checkpoint_count(ck);
+    st_w_tensor_t *t = calloc(n + n_extra, sizeof *t);
+    int rc = -1;
+    if (t != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            wf_ckpt_ref_t r = wf_checkpoint_at(ck, i);
+            t[i] = (st_w_tensor_t){ r.tensor->name, "F32", r.tensor->rank, { 0 },
+                                    wf_safetensors_data(r.file, r.index),
+                                    (size_t)r.tensor->nbytes };
+            memcpy(t[i].shape, r.tensor->shape, sizeof r.tensor->shape);
+        }
+        for (size_t i = 0; i < n_extra; i++)
+            t[n + i] = (st_w_tensor_t){ extra[i], "F32", 1, { 32 }, NULL, 32 * sizeof(float) };
+        snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors", dir);
+        rc = st_write(path, t, n + n_extra, "{\"format\":\"pt\"}", 0);
+    }
+    free(t);
+    wf_checkpoint_close(&ck);
+    /* the config, copied */
+    char *text = NULL;
+    size_t len = 0;
+    if (rc == 0 && wf_model_read_file(root, "wan-tiny-i2v/config.json", WF_RESOLVE_AUTO, 1 << 16,
+                                      &text, &len, err, sizeof err) == WF_OK) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        FILE *f = fopen(path, "w");
+        rc = f && fwrite(text, 1, len, f) == len ? 0 : -1;
+        if (f && fclose(f) != 0)
+            rc = -1;
+    } else {
+        rc = -1;
+    }
+    free(text);
+    return rc;
+}
+
+static void test_ignored(int root)
+{
+    char base[] = "/tmp/wf-wan-test.XXXXXX", err[512] = "", dir[PATH_MAX];
+    int tmp = -1;
+    if (mkdtemp(base) == NULL || wf_model_root_open(base, &tmp, err, sizeof err) != WF_OK) {
+        CHECK(0, "tmp dir: %s", err);
+        return;
+    }
+    static const char *const old[] = { "blocks.0.attn2.norm_added_q.weight",
+                                       "blocks.1.attn2.norm_added_q.weight" };
+    static const char *const attn1[] = { "blocks.0.attn1.norm_added_q.weight" };
+    static const char *const block2[] = { "blocks.2.attn2.norm_added_q.weight" };
+    static const char *const zero[] = { "blocks.00.attn2.norm_added_q.weight" };
+    static const struct {
+        const char *name;
+        const char *const *extra;
+        size_t n;
+        wf_status_t want;
+        const char *needle;
+    } cases[] = {
+        { "old", old, 2, WF_OK, "" },
+        { "attn1", attn1, 1, WF_E_MALFORMED, "unexpected tensor '" },
+        { "block2", block2, 1, WF_E_MALFORMED, "unexpected tensor '" },
+        { "zero", zero, 1, WF_E_MALFORMED, "unexpected tensor '" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/%s", base, cases[i].name);
+        if (mkdir(dir, 0700) != 0 || write_with_extra(root, dir, cases[i].extra, cases[i].n)) {
+            CHECK(0, "write %s", dir);
+            continue;
+        }
+        wf_model_source_t *src = NULL;
+        uint32_t tp = 0;
+        err[0] = '\0';
+        wf_status_t st = wf_model_source_open(tmp, cases[i].name, false, NULL, &src, &tp, err,
+                                              sizeof err);
+        CHECK(st == cases[i].want && strstr(err, cases[i].needle), "%s: %s \"%s\"",
+              cases[i].name, wf_status_name(st), err);
+        if (st == WF_OK) {
+            /* the host copy: the expected tensors only, counted as such */
+            wf_tensor_spec_t *sp = NULL;
+            size_t n = 0;
+            uint64_t params = 0;
+            wf_model_cfg_t m;
+            CHECK(wf_model_cfg_load(root, "wan-tiny-i2v/config.json", WF_RESOLVE_AUTO, 0, &m,
+                                    err, sizeof err) == WF_OK);
+            CHECK(wf_wan_expected_tensors(wf_wan_cfg(&m), &sp, &n, err, sizeof err) == WF_OK);
+            for (size_t k = 0; k < n; k++) {
+                uint64_t e = 1;
+                for (int d = 0; d < sp[k].rank; d++)
+                    e *= (uint64_t)sp[k].shape[d];
+                params += e;
+            }
+            free(sp);
+            CHECK(wf_model_source_params(src) == params, "params %llu, expected %llu",
+                  (unsigned long long)wf_model_source_params(src), (unsigned long long)params);
+            wf_model_host_t *h = NULL;
+            st = wf_model_source_read(src, NULL, NULL, &h, err, sizeof err);
+            CHECK(st == WF_OK, "read: %s", err);
+            CHECK(h && wf_model_host_find(h, old[0]) == NULL &&
+                  wf_model_host_find(h, "blocks.1.attn2.add_k_proj.weight") != NULL);
+            wf_model_host_free(&h);
+        }
+        wf_model_source_close(&src);
+        char f[PATH_MAX + 64];
+        snprintf(f, sizeof f, "%s/diffusion_pytorch_model.safetensors", dir);
+        unlink(f);
+        snprintf(f, sizeof f, "%s/config.json", dir);
+        unlink(f);
+        rmdir(dir);
+    }
+    close(tmp);
+    rmdir(base);
+}
+
 int main(int argc, char **argv)
 {
     test_real_configs();
@@ -536,6 +660,7 @@ int main(int argc, char **argv)
                          WF_DTYPE_F32, 0, 12);
             test_fixture(root, "wan-tiny-bf16", "io-wan-tiny-bf16.safetensors", WF_DTYPE_BF16,
                          0, 4);
+            test_ignored(root);
             close(root);
         }
     } else {
