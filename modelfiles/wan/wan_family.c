@@ -48,28 +48,36 @@ static bool wan_ignored_tensor(const void *cfg, const char *name)
  * the self- and cross-attention's to_q / to_k / to_v colwise (whole heads
  * per rank; the q / k RMSNorm across heads then needs the sums of squares
  * all-reduced), to_out.0 rowwise, ffn.net.0.proj colwise, ffn.net.2
- * rowwise. Everything else (patch embedding, condition embedder, the
- * modulation tables, norms, proj_out) replicated. */
+ * rowwise; with an image (added_kv_proj_dim), attn2.add_k_proj /
+ * add_v_proj colwise too: the image's K / V of the rank's heads, beside
+ * its text K / V (norm_added_k across heads as norm_k). Everything else
+ * (patch embedding, condition and image embedders, the modulation tables,
+ * norms, proj_out) replicated. */
 static void wan_default_plan(const void *cfg, wf_tp_plan_t *ret)
 {
-    (void)cfg;
+    const wf_wan_config_t *c = cfg;
     static const struct {
         const char *glob;
         wf_tp_style_t style;
+        bool image;             /* only where added_kv_proj_dim */
     } rules[] = {
-        { "blocks.*.attn1.to_q", WF_TP_COLWISE },
-        { "blocks.*.attn1.to_k", WF_TP_COLWISE },
-        { "blocks.*.attn1.to_v", WF_TP_COLWISE },
-        { "blocks.*.attn1.to_out.0", WF_TP_ROWWISE },
-        { "blocks.*.attn2.to_q", WF_TP_COLWISE },
-        { "blocks.*.attn2.to_k", WF_TP_COLWISE },
-        { "blocks.*.attn2.to_v", WF_TP_COLWISE },
-        { "blocks.*.attn2.to_out.0", WF_TP_ROWWISE },
-        { "blocks.*.ffn.net.0.proj", WF_TP_COLWISE },
-        { "blocks.*.ffn.net.2", WF_TP_ROWWISE },
+        { "blocks.*.attn1.to_q", WF_TP_COLWISE, false },
+        { "blocks.*.attn1.to_k", WF_TP_COLWISE, false },
+        { "blocks.*.attn1.to_v", WF_TP_COLWISE, false },
+        { "blocks.*.attn1.to_out.0", WF_TP_ROWWISE, false },
+        { "blocks.*.attn2.to_q", WF_TP_COLWISE, false },
+        { "blocks.*.attn2.to_k", WF_TP_COLWISE, false },
+        { "blocks.*.attn2.to_v", WF_TP_COLWISE, false },
+        { "blocks.*.attn2.to_out.0", WF_TP_ROWWISE, false },
+        { "blocks.*.ffn.net.0.proj", WF_TP_COLWISE, false },
+        { "blocks.*.ffn.net.2", WF_TP_ROWWISE, false },
+        { "blocks.*.attn2.add_k_proj", WF_TP_COLWISE, true },
+        { "blocks.*.attn2.add_v_proj", WF_TP_COLWISE, true },
     };
     memset(ret, 0, sizeof *ret);
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        if (rules[i].image && c->added_kv_proj_dim == 0)
+            continue;
         wf_tp_rule_t *r = &ret->rules[ret->n++];
         snprintf(r->glob, sizeof r->glob, "%s", rules[i].glob);
         r->style = rules[i].style;

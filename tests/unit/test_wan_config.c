@@ -10,7 +10,8 @@
  * order and shapes; the refusals (image fields set apart, added K/V of
  * another width, an odd pos_embed_seq_len, bad values, the VACE and
  * Animate classes named); each variant's schema, its binding of a
- * forward's tensors (wf_schema_bind), flops and public config. With the
+ * forward's tensors (wf_schema_bind), flops, default tp plan and public
+ * config. With the
  * fixtures directory: each Wan fixture's config parses, its checkpoint
  * holds exactly the expected tensors, and its io file's inputs bind to its
  * schema (the forward itself: test_wan_forward); and a copy of the I2V
@@ -431,6 +432,15 @@ static void test_schema(void)
                          sizeof err) == WF_OK, "%s", err);
     CHECK(wf_wan_family.flops(wf_wan_cfg(&flf), 1000, &b) ==
               f_t2v + 2ull * 4 * 2 * 32 * 18 * 10, "flf2v flops");
+
+    /* default plan: the image's added K/V colwise where there are any */
+    wf_tp_plan_t plan;
+    wf_wan_family.default_plan(wf_wan_cfg(&t2v), &plan);
+    CHECK(plan.n == 10 && wf_tp_plan_find(&plan, "blocks.0.attn2.add_k_proj") < 0);
+    wf_wan_family.default_plan(wf_wan_cfg(&i2v), &plan);
+    int r = wf_tp_plan_find(&plan, "blocks.1.attn2.add_v_proj");
+    CHECK(plan.n == 12 && wf_tp_plan_check(&plan, err, sizeof err) == WF_OK && r >= 0 &&
+          plan.rules[r].style == WF_TP_COLWISE, "i2v plan: %s", err);
 
     /* public config: diffusers' None as 0 */
     wf_model_config_t pc;
