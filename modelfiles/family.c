@@ -37,6 +37,16 @@ const wf_family_t *wf_family_by_name(const char *name)
     return NULL;
 }
 
+/* The entry of a family's unserved class `class_name`, or NULL. */
+static const wf_unserved_class_t *unserved_class(const char *class_name)
+{
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        for (const wf_unserved_class_t *u = families[i]->unserved; u && u->class_name; u++)
+            if (strcmp(u->class_name, class_name) == 0)
+                return u;
+    return NULL;
+}
+
 void wf_family_classes(char *buf, size_t len)
 {
     size_t o = 0;
@@ -71,9 +81,15 @@ wf_status_t wf_model_cfg_parse(const char *json, size_t len, unsigned flags,
         wf_errf(err, err_len, "%s: '_class_name' is %s, expected one of %s", label,
                 cls ? "not a string" : "missing", served);
     } else if (!(ret->fam = wf_family_by_class(json_string_value(cls)))) {
-        /* the value is not echoed: a message never quotes file content */
-        wf_errf(err, err_len, "%s: model class ('_class_name') is not supported "
-                "(weft serves %s)", label, served);
+        const wf_unserved_class_t *u = unserved_class(json_string_value(cls));
+        /* the value is not echoed: a message never quotes file content
+         * (a known class is named from the table) */
+        if (u)
+            wf_errf(err, err_len, "%s: model class ('_class_name') %s is not supported "
+                    "(%s; weft serves %s)", label, u->class_name, u->why, served);
+        else
+            wf_errf(err, err_len, "%s: model class ('_class_name') is not supported "
+                    "(weft serves %s)", label, served);
     } else {
         s = ret->fam->parse(json, len, flags, label, ret->b, err, err_len);
     }
@@ -96,6 +112,11 @@ wf_status_t wf_model_cfg_load(int root_fd, const char *rel, wf_resolve_mode_t mo
     s = wf_model_cfg_parse(text, len, flags, rel, ret, err, err_len);
     free(text);
     return s;
+}
+
+bool wf_model_tensor_ignored(const wf_model_cfg_t *cfg, const char *name)
+{
+    return cfg->fam->ignored_tensor != NULL && cfg->fam->ignored_tensor(cfg->b, name);
 }
 
 static int cmp_spec_name(const void *a, const void *b)
@@ -156,8 +177,9 @@ wf_status_t wf_model_check_checkpoint(const wf_model_cfg_t *cfg,
         wf_ckpt_ref_t r = wf_checkpoint_at(ck, i);
         wf_tensor_spec_t key;
         snprintf(key.name, sizeof key.name, "%s", r.tensor->name);
-        if (strlen(r.tensor->name) >= sizeof key.name
-            || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL) {
+        if ((strlen(r.tensor->name) >= sizeof key.name
+             || bsearch(&key, specs, n, sizeof *specs, cmp_spec_name) == NULL)
+            && !wf_model_tensor_ignored(cfg, r.tensor->name)) {
             if (problems++ == 0) {
                 /* the name is the file's: escaped (control bytes) */
                 char q[160];

@@ -46,6 +46,13 @@ typedef struct wf_tensor_spec {
 
 typedef struct wf_family wf_family_t;
 
+/* A diffusers class of a family's models that weft does not serve, and
+ * why (for the refusal's message). */
+typedef struct wf_unserved_class {
+    const char *class_name;     /* diffusers' _class_name */
+    const char *why;            /* "Wan VACE: control blocks beside the ..." */
+} wf_unserved_class_t;
+
 /* A parsed, validated config of some family: the family and its own
  * config struct, opaque here. */
 typedef struct wf_model_cfg {
@@ -56,11 +63,19 @@ typedef struct wf_model_cfg {
 struct wf_family {
     const char *name;           /* list_models' family: "flux" */
     const char *class_name;     /* diffusers' _class_name */
+    /* (optional) Related classes not served, named in the refusal of a
+     * config of one of them; ends with a NULL class_name. */
+    const wf_unserved_class_t *unserved;
     /* Parse and validate config.json text (label names it in messages;
      * flags: WF_CONFIG_*) into the family's config struct at cfg.
      * WF_E_MALFORMED (not JSON) or WF_E_BAD_FIELD with a message. */
     wf_status_t (*parse)(const char *json, size_t len, unsigned flags,
                          const char *label, void *cfg, char *err, size_t err_len);
+    /* (optional) Whether checkpoint tensor `name`, not one of
+     * expected_tensors, is one diffusers skips at load
+     * (_keys_to_ignore_on_load_unexpected): such a tensor is allowed in a
+     * checkpoint, never read and not counted. */
+    bool (*ignored_tensor)(const void *cfg, const char *name);
     /* The tensors of a checkpoint with this config, in diffusers'
      * state_dict order (*ret_specs malloc'ed). */
     wf_status_t (*expected_tensors)(const void *cfg, wf_tensor_spec_t **ret_specs,
@@ -84,7 +99,8 @@ void wf_family_classes(char *buf, size_t len);
 
 /* Parse config.json text: its _class_name picks the family, which
  * parses the rest. A class weft does not serve is WF_E_BAD_FIELD naming
- * the classes it does. */
+ * the classes it does (and, for a family's unserved class, that class
+ * and why). */
 wf_status_t wf_model_cfg_parse(const char *json, size_t len, unsigned flags,
                                const char *label, wf_model_cfg_t *ret,
                                char *err, size_t err_len);
@@ -95,11 +111,16 @@ wf_status_t wf_model_cfg_load(int root_fd, const char *rel, wf_resolve_mode_t mo
                               size_t err_len);
 
 /* Check that checkpoint `ck` holds exactly the tensors of cfg with their
- * shapes. WF_E_MALFORMED (a tensor missing or unexpected) or
- * WF_E_BAD_SHAPE, naming the first problem and counting the rest. */
+ * shapes, besides those the family ignores (wf_model_tensor_ignored).
+ * WF_E_MALFORMED (a tensor missing or unexpected) or WF_E_BAD_SHAPE,
+ * naming the first problem and counting the rest. */
 wf_status_t wf_model_check_checkpoint(const wf_model_cfg_t *cfg,
                                       const wf_checkpoint_t *ck, char *err,
                                       size_t err_len);
+
+/* Whether checkpoint tensor `name` is one cfg's family ignores
+ * (wf_family_t.ignored_tensor). */
+bool wf_model_tensor_ignored(const wf_model_cfg_t *cfg, const char *name);
 
 /* The family's config struct of a model config (for the family's own
  * code, which knows its type). */

@@ -318,16 +318,19 @@ static wf_status_t open_plain(int root_fd, wf_model_source_t *s, char *err, size
     st = wf_model_check_checkpoint(&s->cfg, s->ck, err, err_len);
     if (st != WF_OK)
         return st;
-    s->n = wf_checkpoint_count(s->ck);
-    s->t = calloc(s->n ? s->n : 1, sizeof *s->t);
+    size_t n = wf_checkpoint_count(s->ck);
+    s->t = calloc(n ? n : 1, sizeof *s->t);
     if (s->t == NULL) {
         wf_errf(err, err_len, "%s: out of memory", s->dir);
         return WF_E_NO_MEMORY;
     }
     s->read_bytes = 0;
-    for (size_t i = 0; i < s->n; i++) {
+    s->n = 0;
+    for (size_t i = 0; i < n; i++) {
         wf_ckpt_ref_t r = wf_checkpoint_at(s->ck, i);
-        src_tensor_t *t = &s->t[i];
+        if (wf_model_tensor_ignored(&s->cfg, r.tensor->name))
+            continue; /* never read (the family's ignored_tensor) */
+        src_tensor_t *t = &s->t[s->n++];
         /* the config check passed: names fit, ranks are the specs' */
         snprintf(t->name, sizeof t->name, "%s", r.tensor->name);
         t->dtype = r.tensor->dtype;

@@ -5,8 +5,10 @@
  * diffusers' module tree in state_dict order (a module's own parameters
  * before its children's):
  *   scale_shift_table, patch_embedding (Conv3d),
- *   condition_embedder.{time_embedder, time_proj, text_embedder},
- *   blocks.N.{scale_shift_table, attn1, attn2, norm2?, ffn},
+ *   condition_embedder.{time_embedder, time_proj, text_embedder,
+ *                       image_embedder?{pos_embed?, norm1, ff, norm2}},
+ *   blocks.N.{scale_shift_table, attn1, attn2 (+ add_k_proj, add_v_proj,
+ *             norm_added_k where added_kv_proj_dim), norm2?, ffn},
  *   proj_out.
  */
 #include "wan_config.h"
@@ -29,40 +31,35 @@ typedef enum field_kind {
     FIELD_PATCH,      /* array of 3 integers in [1, WF_WAN_MAX_PATCH] */
     FIELD_REAL,       /* finite number >= 0 (eps) */
     FIELD_QK_NORM,    /* "rms_norm_across_heads" or null */
-    FIELD_NULL        /* must be null (an image-conditioned model's field) */
+    FIELD_OPTIONAL    /* null or missing -> 0 (diffusers' None), else FIELD_POSITIVE */
 } field_kind_t;
 
 typedef struct field_def {
     const char *name;        /* key in config.json */
     field_kind_t kind;       /* how it is read */
-    size_t offset;           /* of its field in wf_wan_config_t (FIELD_NULL: 0) */
+    size_t offset;           /* of its field in wf_wan_config_t */
     uint32_t def;            /* diffusers' default, where an integer or flag */
-    const char *why;         /* FIELD_NULL: what a value would mean */
 } field_def_t;
 
 #define OFF(f) offsetof(wf_wan_config_t, f)
 
 static const field_def_t fields[] = {
-    { "patch_size", FIELD_PATCH, OFF(patch_size), 0, NULL },
-    { "num_attention_heads", FIELD_POSITIVE, OFF(num_attention_heads), 40, NULL },
-    { "attention_head_dim", FIELD_POSITIVE, OFF(attention_head_dim), 128, NULL },
-    { "in_channels", FIELD_POSITIVE, OFF(in_channels), 16, NULL },
-    { "out_channels", FIELD_CHANNELS, OFF(out_channels), 16, NULL },
-    { "text_dim", FIELD_POSITIVE, OFF(text_dim), 4096, NULL },
-    { "freq_dim", FIELD_POSITIVE, OFF(freq_dim), 256, NULL },
-    { "ffn_dim", FIELD_POSITIVE, OFF(ffn_dim), 13824, NULL },
-    { "num_layers", FIELD_POSITIVE, OFF(num_layers), 40, NULL },
-    { "cross_attn_norm", FIELD_BOOL, OFF(cross_attn_norm), 1, NULL },
-    { "qk_norm", FIELD_QK_NORM, OFF(qk_norm), 1, NULL },
-    { "eps", FIELD_REAL, OFF(eps), 0, NULL },
-    { "image_dim", FIELD_NULL, 0, 0,
-      "an image embedder (Wan 2.1 image-to-video / first-last-frame)" },
-    { "added_kv_proj_dim", FIELD_NULL, 0, 0,
-      "added K/V projections of the image context in every cross-attention "
-      "(Wan 2.1 image-to-video)" },
-    { "rope_max_seq_len", FIELD_POSITIVE, OFF(rope_max_seq_len), 1024, NULL },
-    { "pos_embed_seq_len", FIELD_NULL, 0, 0,
-      "a position embedding of the image embedder (Wan 2.1 first-last-frame)" },
+    { "patch_size", FIELD_PATCH, OFF(patch_size), 0 },
+    { "num_attention_heads", FIELD_POSITIVE, OFF(num_attention_heads), 40 },
+    { "attention_head_dim", FIELD_POSITIVE, OFF(attention_head_dim), 128 },
+    { "in_channels", FIELD_POSITIVE, OFF(in_channels), 16 },
+    { "out_channels", FIELD_CHANNELS, OFF(out_channels), 16 },
+    { "text_dim", FIELD_POSITIVE, OFF(text_dim), 4096 },
+    { "freq_dim", FIELD_POSITIVE, OFF(freq_dim), 256 },
+    { "ffn_dim", FIELD_POSITIVE, OFF(ffn_dim), 13824 },
+    { "num_layers", FIELD_POSITIVE, OFF(num_layers), 40 },
+    { "cross_attn_norm", FIELD_BOOL, OFF(cross_attn_norm), 1 },
+    { "qk_norm", FIELD_QK_NORM, OFF(qk_norm), 1 },
+    { "eps", FIELD_REAL, OFF(eps), 0 },
+    { "image_dim", FIELD_OPTIONAL, OFF(image_dim), 0 },
+    { "added_kv_proj_dim", FIELD_OPTIONAL, OFF(added_kv_proj_dim), 0 },
+    { "rope_max_seq_len", FIELD_POSITIVE, OFF(rope_max_seq_len), 1024 },
+    { "pos_embed_seq_len", FIELD_OPTIONAL, OFF(pos_embed_seq_len), 0 },
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 static const uint32_t default_patch[3] = { 1, 2, 2 };
@@ -94,13 +91,6 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
                                   "%s: field '%s' is %s, expected true or false", label,
                                   f->name, json_type_name(v));
         *(bool *)(void *)at = json_is_true(v);
-        return WF_OK;
-    case FIELD_NULL:
-        if (!json_is_null(v))
-            return wf_errf_status(WF_E_BAD_FIELD, err, err_len,
-                                  "%s: field '%s' is %s: it configures %s, and weft serves "
-                                  "text-to-video %s only (the field must be null)",
-                                  label, f->name, json_type_name(v), f->why, WF_WAN_CLASS_NAME);
         return WF_OK;
     case FIELD_QK_NORM:
         if (json_is_null(v)) {
@@ -147,6 +137,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
         return WF_OK;
     }
     case FIELD_CHANNELS:
+    case FIELD_OPTIONAL:
         if (json_is_null(v)) {
             *(uint32_t *)(void *)at = 0;
             return WF_OK;
@@ -157,7 +148,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
             return wf_errf_status(WF_E_BAD_FIELD, err, err_len,
                                   "%s: field '%s' is %s, expected an integer%s", label, f->name,
                                   json_type_name(v),
-                                  f->kind == FIELD_CHANNELS ? " or null" : "");
+                                  f->kind != FIELD_POSITIVE ? " or null" : "");
         json_int_t x = json_integer_value(v);
         json_int_t hi = strcmp(f->name, "num_layers") == 0 ? WF_WAN_MAX_LAYERS : WF_WAN_MAX_DIM;
         if (x < 1 || x > hi)
@@ -187,9 +178,8 @@ static void put_default(const field_def_t *f, wf_wan_config_t *c)
     case FIELD_REAL:
         *(float *)(void *)at = DEFAULT_EPS;
         break;
-    case FIELD_NULL:
-        break;
     case FIELD_CHANNELS:
+    case FIELD_OPTIONAL:
     case FIELD_POSITIVE:
         *(uint32_t *)(void *)at = f->def;
         break;
@@ -231,8 +221,8 @@ wf_status_t wf_wan_config_parse(const char *text, size_t len, unsigned flags,
         const field_def_t *f = &fields[i];
         json_t *v = json_object_get(root, f->name);
         if (v == NULL) {
-            if (f->kind == FIELD_NULL)
-                continue; /* diffusers' default is None */
+            if (f->kind == FIELD_OPTIONAL)
+                continue; /* diffusers' default is None: 0, as memset */
             if ((flags & WF_CONFIG_DIFFUSERS_DEFAULTS) == 0) {
                 wf_errf(err, err_len, "%s: missing field '%s' (pass diffusers' defaults "
                         "to take its default)", label, f->name);
@@ -267,6 +257,31 @@ wf_status_t wf_wan_config_parse(const char *text, size_t len, unsigned flags,
         wf_errf(err, err_len, "%s: num_attention_heads x attention_head_dim, or "
                 "patch_size's product x the channels, is more than the %u allowed",
                 label, WF_WAN_MAX_DIM);
+        goto out;
+    }
+    /* image conditioning: the embedder (image_dim) and the added K/V
+     * projections of its output (added_kv_proj_dim) come together in every
+     * converted model; one without the other is a model diffusers builds
+     * but cannot run (added K/V with no image tokens to project: an empty
+     * attention; an embedder with no added K/V: image tokens read as text) */
+    if ((c.image_dim == 0) != (c.added_kv_proj_dim == 0)) {
+        wf_errf(err, err_len, "%s: image_dim and added_kv_proj_dim are set together "
+                "(image-to-video: an image embedder and the added K/V projections of its "
+                "tokens) or both null (text-to-video); here only %s is set", label,
+                c.image_dim ? "image_dim" : "added_kv_proj_dim");
+        goto out;
+    }
+    if (c.added_kv_proj_dim != 0 && c.added_kv_proj_dim != inner) {
+        wf_errf(err, err_len, "%s: added_kv_proj_dim %" PRIu32 " must equal "
+                "num_attention_heads x attention_head_dim (%" PRIu64 "): add_k_proj and "
+                "add_v_proj project the image embedder's output, which is that wide",
+                label, c.added_kv_proj_dim, inner);
+        goto out;
+    }
+    if (c.pos_embed_seq_len % 2 != 0) {
+        wf_errf(err, err_len, "%s: pos_embed_seq_len %" PRIu32 " must be even (the tokens "
+                "of the first and the last frame's images, as many each)", label,
+                c.pos_embed_seq_len);
         goto out;
     }
     c.inner_dim = (uint32_t)inner;
@@ -329,6 +344,20 @@ static void build(const wf_wan_config_t *c, spec_list_t *l)
     linear(l, "condition_embedder.", "time_proj", C, 6 * C);
     linear(l, "condition_embedder.", "text_embedder.linear_1", c->text_dim, C);
     linear(l, "condition_embedder.", "text_embedder.linear_2", C, C);
+    if (c->image_dim != 0) {
+        /* WanImageEmbedding: (pos_embed +) LayerNorm, FeedForward(mult 1,
+         * GELU), LayerNorm; both norms with affine */
+        const int64_t I = c->image_dim;
+        const char *ie = "condition_embedder.image_embedder.";
+        if (c->pos_embed_seq_len != 0)
+            add(l, ie, "pos_embed", 3, (const int64_t[]){ 1, c->pos_embed_seq_len, I });
+        vec(l, ie, "norm1.weight", I);
+        vec(l, ie, "norm1.bias", I);
+        linear(l, ie, "ff.net.0.proj", I, I);
+        linear(l, ie, "ff.net.2", I, C);
+        vec(l, ie, "norm2.weight", C);
+        vec(l, ie, "norm2.bias", C);
+    }
     char p[48];
     for (uint32_t b = 0; b < c->num_layers; b++) {
         snprintf(p, sizeof p, "blocks.%" PRIu32 ".", b);
@@ -347,6 +376,11 @@ static void build(const wf_wan_config_t *c, spec_list_t *l)
             vec(l, p, m, C);
             snprintf(m, sizeof m, "attn%d.norm_k.weight", a);
             vec(l, p, m, C);
+        }
+        if (c->added_kv_proj_dim != 0) {                     /* the image tokens' K / V */
+            linear(l, p, "attn2.add_k_proj", c->added_kv_proj_dim, C);
+            linear(l, p, "attn2.add_v_proj", c->added_kv_proj_dim, C);
+            vec(l, p, "attn2.norm_added_k.weight", C);       /* RMSNorm over all heads */
         }
         if (c->cross_attn_norm) {                            /* LayerNorm with affine */
             vec(l, p, "norm2.weight", C);

@@ -1,5 +1,6 @@
-/* wan_config.h — diffusers' WanTransformer3DModel (Wan 2.1 text-to-video):
- * config.json and the tensors a checkpoint of it must hold.
+/* wan_config.h — diffusers' WanTransformer3DModel (Wan 2.1 text-to-video,
+ * image-to-video and first-last-frame-to-video; Wan 2.2 T2V / I2V A14B and
+ * TI2V-5B): config.json and the tensors a checkpoint of it must hold.
  *
  * The field set and defaults are those of diffusers' __init__
  * (src/diffusers/models/transformers/transformer_wan.py, checked against
@@ -11,14 +12,29 @@
  *   added_kv_proj_dim None, rope_max_seq_len 1024, pos_embed_seq_len None.
  * As for FLUX, a missing field is refused unless the caller asks for
  * diffusers' defaults, except the three whose default is None (image_dim,
- * added_kv_proj_dim, pos_embed_seq_len); keys starting with '_' are
+ * added_kv_proj_dim, pos_embed_seq_len: missing is null); keys starting with '_' are
  * ignored and any other unknown key is refused.
  *
- * Served: text-to-video only. image_dim, added_kv_proj_dim and
- * pos_embed_seq_len belong to the image-conditioned models (Wan 2.1 I2V /
- * FLF2V: an image embedder and added K/V projections in every
- * cross-attention) and must be null. Wan VACE and Animate are other
- * classes (other _class_names), not in the family table.
+ * Served: every WanTransformer3DModel config diffusers' conversion script
+ * (scripts/convert_wan_to_diffusers.py) writes for this class:
+ *   - text-to-video (Wan 2.1 T2V, Wan 2.2 T2V-A14B): image_dim,
+ *     added_kv_proj_dim and pos_embed_seq_len null;
+ *   - image-to-video (Wan 2.1 I2V): image_dim (1280, the CLIP image
+ *     tokens' width) and added_kv_proj_dim (= inner_dim: the image
+ *     embedder's output width, the input of every attn2.add_k_proj /
+ *     add_v_proj), set together; in_channels 36;
+ *   - first-last-frame (Wan 2.1 FLF2V): I2V plus pos_embed_seq_len (514 =
+ *     2 x 257, even: the tokens of both images, one learned position
+ *     embedding added before the image embedder);
+ *   - Wan 2.2 I2V-A14B (in_channels 36, no image embedder) and TI2V-5B
+ *     (in_channels / out_channels 48, per-token timesteps: a forward
+ *     input, not a config field) need nothing more; A14B is two such
+ *     models, one per noise range, each loaded on its own.
+ * pos_embed_seq_len without image_dim is accepted and unused, as diffusers
+ * does (no image embedder to hold the embedding). Wan VACE and Animate are
+ * other classes (WanVACETransformer3DModel, WanAnimateTransformer3DModel),
+ * not in the family table: wf_model_cfg_parse refuses them as unsupported
+ * classes.
  *
  * qk_norm: diffusers' WanTransformerBlock does not read it (every
  * attention has norm_q / norm_k, RMSNorm over all heads, whatever its
@@ -60,6 +76,10 @@ typedef struct wf_wan_config {
     bool qk_norm;                   /* "rms_norm_across_heads" given (not null) */
     float eps;                      /* every norm's eps, finite, >= 0 */
     uint32_t rope_max_seq_len;      /* RoPE positions per axis */
+    uint32_t image_dim;             /* image tokens' width; 0: null (no image embedder) */
+    uint32_t added_kv_proj_dim;     /* 0: null; else = inner_dim (add_k_proj's input) */
+    uint32_t pos_embed_seq_len;     /* 0: null; else even: the image embedder's
+                                       position embedding (FLF2V) where image_dim */
     uint32_t inner_dim;             /* derived: H * D */
     uint32_t patch_elems;           /* derived: pt * ph * pw */
     uint32_t rope_dims[3];          /* derived: (D - 4 (D / 6), 2 (D / 6), 2 (D / 6)) */

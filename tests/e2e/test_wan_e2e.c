@@ -138,9 +138,11 @@ int main(int argc, char **argv)
         CHECK(info.config.present &&
               wf_model_config_get(&info.config, "num_attention_heads", 0, -1) == 2 &&
               wf_model_config_get(&info.config, "patch_size", 2, -1) == 2, "config");
-        CHECK(info.schema.n_inputs == 3 && strcmp(info.schema.inputs[0].name,
+        CHECK(info.schema.n_inputs == 4 && strcmp(info.schema.inputs[0].name,
                                                   "hidden_states") == 0 &&
-              info.schema.inputs[0].rank == 5 && info.schema.n_outputs == 1, "schema");
+              info.schema.inputs[0].rank == 5 && info.schema.inputs[1].optional &&
+              strcmp(info.schema.inputs[3].name, "timestep_tokens") == 0 &&
+              info.schema.inputs[3].optional && info.schema.n_outputs == 1, "schema");
     }
 
     /* Tolerance: 1e-5 of max |ref| against diffusers' float64 run (the

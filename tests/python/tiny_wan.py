@@ -69,9 +69,9 @@ def build(work: Path, seed: int = 4321) -> Dict[str, Any]:
     transformer = WanTransformer3DModel.from_config(WanTransformer3DModel.load_config(str(fx)))
     transformer.load_state_dict(load_file(str(fx / "diffusion_pytorch_model.safetensors")))
     transformer.eval()
-    transformer_2 = make_wan_fixtures.build_model(EXPERT2_SEED)
+    transformer_2 = make_wan_fixtures.build_model(seed=EXPERT2_SEED)
     z = transformer.config.in_channels
-    i2v = make_wan_fixtures.build_model(I2V_SEED, in_channels=2 * z + 4, out_channels=z)
+    i2v = make_wan_fixtures.build_model(seed=I2V_SEED, in_channels=2 * z + 4, out_channels=z)
     torch.manual_seed(seed)
     text_encoder = UMT5EncoderModel(UMT5Config(
         vocab_size=len(tok), d_model=transformer.config.text_dim, d_kv=8,

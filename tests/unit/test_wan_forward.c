@@ -5,8 +5,9 @@
  * shard, forward check, workspace, run), on real threads with the host
  * comm for the sequence-parallel meshes.
  *
- * Checked: the config of tests/fixtures/wan-tiny and the refusals of the
- * image-conditioned fields, other classes and bad values; the expected
+ * Checked: the config of tests/fixtures/wan-tiny and the refusals of
+ * other classes and bad values (the image-conditioned and per-token
+ * timestep variants: test_wan_config); the expected
  * tensors against the checkpoint (a rank-5 Conv3d weight and rank-3
  * modulation tables through the generic reader); the schema, the default
  * plan and the public config; the plan check (tp must divide the heads,
@@ -90,13 +91,10 @@ static void test_config(int root)
     wf_family_classes(classes, sizeof classes);
     CHECK(strstr(classes, "\"WanTransformer3DModel\"") != NULL, "classes: %s", classes);
 
-    /* the image-conditioned models are refused, naming the field */
+    /* refusals, naming the field or the class */
     static const struct {
         const char *from, *to, *want;
     } bad[] = {
-        { "\"image_dim\": null", "\"image_dim\": 1280", "'image_dim'" },
-        { "\"added_kv_proj_dim\": null", "\"added_kv_proj_dim\": 5120", "'added_kv_proj_dim'" },
-        { "\"pos_embed_seq_len\": null", "\"pos_embed_seq_len\": 514", "'pos_embed_seq_len'" },
         { "WanTransformer3DModel", "WanVACETransformer3DModel", "not supported" },
         { "WanTransformer3DModel", "WanAnimateTransformer3DModel", "not supported" },
         { "\"eps\": 1e-06,", "\"eps\": 1e-06, \"window_size\": [-1, -1],", "unknown field" },
@@ -131,10 +129,13 @@ static void test_config(int root)
     /* schema, plan, public config */
     wf_model_schema_t sc;
     wf_wan_family.schema(c, &sc);
-    CHECK(sc.n_inputs == 3 && sc.n_outputs == 1);
+    CHECK(sc.n_inputs == 4 && sc.n_outputs == 1);
     CHECK(strcmp(sc.inputs[0].name, "hidden_states") == 0 && sc.inputs[0].rank == 5 &&
           sc.inputs[0].dim[1].size == 4 && strcmp(sc.inputs[0].dim[2].sym, "F") == 0);
-    CHECK(strcmp(sc.inputs[1].name, "timestep") == 0 && sc.inputs[1].rank == 1);
+    CHECK(strcmp(sc.inputs[1].name, "timestep") == 0 && sc.inputs[1].rank == 1 &&
+          sc.inputs[1].optional);
+    CHECK(strcmp(sc.inputs[3].name, "timestep_tokens") == 0 && sc.inputs[3].rank == 2 &&
+          sc.inputs[3].optional);
     CHECK(strcmp(sc.inputs[2].name, "encoder_hidden_states") == 0 &&
           sc.inputs[2].dim[2].size == 32);
     CHECK(strcmp(sc.outputs[0].name, "output") == 0 && sc.outputs[0].rank == 5 &&
