@@ -12,7 +12,10 @@
  * max |ref|, as test_wan_forward). A mesh with tp 4 is refused (the
  * model's 2 heads do not split over 4), and a forward whose
  * height is not a multiple of the patch is refused naming patch_size;
- * the daemon keeps serving. The daemon exits 0 on SIGTERM.
+ * the daemon keeps serving. Then the image-to-video, first-last-frame and
+ * per-token-timestep fixtures load beside it (each rank's size below the
+ * whole model's at tp 2) and forward on tp 2 x ulysses 2 against
+ * diffusers' float64 outputs, each unloaded after. The daemon exits 0 on SIGTERM.
  */
 #include <math.h>
 #include <signal.h>
@@ -80,6 +83,64 @@ static double forward(wf_client_t *c, const wf_tensor_t *in, const wf_tensor_t *
     }
     free(out);
     free(ref);
+    return e;
+}
+
+/* A forward of model `model` on every input of io file `file` (all its
+ * tensors but the outputs) against its output_f64: the error (INFINITY
+ * on failure). */
+static double forward_file(wf_client_t *c, const char *fixtures, const char *model,
+                           const char *file)
+{
+    char err[512];
+    int rfd = -1;
+    wf_safetensors_t *io = NULL;
+    if (wf_model_root_open(fixtures, &rfd, err, sizeof err) != WF_OK ||
+        wf_safetensors_open(rfd, file, NULL, &io, err, sizeof err) != WF_OK) {
+        CHECK(0, "%s: %s", file, err);
+        if (rfd >= 0)
+            close(rfd);
+        return INFINITY;
+    }
+    close(rfd);
+    wf_tensor_t t[8], ref64, o;
+    wf_named_tensor_t ins[8];
+    uint32_t n = 0;
+    for (size_t i = 0; i < wf_safetensors_count(io) && n < 8; i++) {
+        const char *name = wf_safetensors_tensor(io, i)->name;
+        if (strncmp(name, "output", 6) != 0 && get(io, name, &t[n])) {
+            ins[n] = (wf_named_tensor_t){ name, &t[n] };
+            n++;
+        }
+    }
+    double e = INFINITY;
+    if (get(io, "output_f64", &ref64)) {
+        size_t k = (size_t)wf_tensor_numel(&ref64);
+        float *out = calloc(k, sizeof(float)), *ref = malloc(k * sizeof(float));
+        o = ref64;
+        o.data = out;
+        o.dtype = WF_DTYPE_F32;
+        wf_named_tensor_t outs[1] = { { "output", &o } };
+        wf_job_result_t res;
+        wf_status_t st = wf_forward_named(c, model, ins, n, outs, 1, NULL, &res);
+        CHECK(st == WF_OK, "%s forward: %s %s", model, wf_status_name(st),
+              wf_client_last_error(c));
+        if (st == WF_OK) {
+            wf_convert_to_f32(ref, ref64.data, ref64.dtype, k);
+            double m = 0;
+            e = 0;
+            for (size_t i = 0; i < k; i++) {
+                double d = fabs((double)out[i] - (double)ref[i]);
+                if (!(d <= e))
+                    e = d;
+                m = fmax(m, fabs((double)ref[i]));
+            }
+            e /= m > 0 ? m : 1;
+        }
+        free(out);
+        free(ref);
+    }
+    wf_safetensors_close(&io);
     return e;
 }
 
@@ -193,6 +254,33 @@ int main(int argc, char **argv)
         double e = forward(c, in, &ref64, &fs);
         CHECK(fs == WF_OK && e <= 1e-5, "forward after the refusals: %s %.3g",
               wf_status_name(fs), e);
+        /* the image-to-video and per-token-timestep variants beside it, on
+         * the tp 2 x ulysses 2 mesh: 18 tokens over 2 ulysses ranks, one
+         * head per tp rank over 2 (the anything mode) */
+        static const struct {
+            const char *name, *dir, *io;
+        } var[] = {
+            { "i2v", "wan-tiny-i2v", "io-wan-tiny-i2v-f32.safetensors" },
+            { "flf2v", "wan-tiny-flf2v", "io-wan-tiny-flf2v-f32.safetensors" },
+            { "ti2v", "wan-tiny-ti2v", "io-wan-tiny-ti2v-f32.safetensors" },
+        };
+        for (size_t i = 0; i < sizeof var / sizeof var[0]; i++) {
+            wf_model_info_t vi;
+            wf_status_t ls = wf_load_model(c, var[i].name, var[i].dir, NULL, &vi);
+            CHECK(ls == WF_OK, "load %s: %s %s", var[i].dir, wf_status_name(ls),
+                  wf_client_last_error(c));
+            if (ls != WF_OK)
+                continue;
+            /* each rank holds its tp half of the sharded layers */
+            CHECK(vi.tp == 2 && vi.rank_bytes > 0 && vi.rank_bytes < vi.params * 4,
+                  "%s: tp %u, %llu bytes per rank of %llu params", var[i].dir, vi.tp,
+                  (unsigned long long)vi.rank_bytes, (unsigned long long)vi.params);
+            e = forward_file(c, fixtures, var[i].name, var[i].io);
+            CHECK(e <= 1e-5, "%s via weftd: rel err %.3g", var[i].dir, e);
+            printf("%s via weftd, tp 2 x ulysses 2: rel err vs diffusers f64 %.3g\n",
+                   var[i].dir, e);
+            CHECK(wf_unload_model(c, var[i].name) == WF_OK, "unload %s", var[i].name);
+        }
     }
     wf_client_destroy(&c);
     CHECK(stop_daemon(pid, SPAWN_STOP_MS, err, sizeof err), "weftd: %s", err);

@@ -16,9 +16,11 @@
  * shard (its size as shard_bytes figures it), on the CPU and on the
  * stand-in device (every byte of device memory scrambled, given back at
  * the end), including uneven token shards and head counts ulysses does
- * not divide (the anything modes), against diffusers' float64 and
- * float32 runs (io-wan-tiny-f32.safetensors from
- * tests/parity/make_wan_fixtures.py), and a bf16 output.
+ * not divide (the anything modes), for every fixture of
+ * tests/parity/make_wan_fixtures.py (text-, image- and first-last-frame-
+ * to-video, per-token timesteps, a bf16 checkpoint) against diffusers'
+ * float64 and float32 runs; the per-token timestep's checks; a bf16
+ * output.
  *
  * Usage: test_wan_forward FIXTURES_DIR. */
 #include "base/mesh.h"
@@ -219,33 +221,38 @@ static bool io_get(const wf_safetensors_t *st, const char *name, uint32_t frame,
     return wf_tensor_desc_finish(&r->d) == WF_OK;
 }
 
-/* One bound forward: the inputs of the io file. */
+/* One bound forward: the inputs of an io file under the schema's names,
+ * bound to the model's schema, and diffusers' outputs. */
 typedef struct fwd {
     wf_model_schema_t schema;
-    wf_tensor_desc_t in[3];
-    const void *in_data[3];
+    uint32_t n;                       /* tensors found in the io file */
+    wf_tensor_desc_t in[WF_SCHEMA_MAX_INPUTS];
+    const void *in_data[WF_SCHEMA_MAX_INPUTS];
     wf_schema_binding_t bind;
     wf_tensor_desc_t out;
-    float *ref, *ref64;       /* diffusers' f32 / f64 outputs */
+    float *ref, *ref64;               /* diffusers' f32 (or upcast) / f64 outputs */
     size_t nout;
 } fwd_t;
 
-static bool fwd_open(const wf_model_host_t *h, const wf_safetensors_t *io, fwd_t *f)
+/* The io file's inputs for h's schema; ref32 names diffusers' f32 output
+ * ("output", or "output_f32" beside a bf16 one). */
+static bool fwd_open(const wf_model_host_t *h, const wf_safetensors_t *io, const char *ref32,
+                     fwd_t *f)
 {
     char err[512];
     memset(f, 0, sizeof *f);
     h->cfg.fam->schema(h->cfg.b, &f->schema);
-    io_t t[3], o, o64;
-    const char *names[3] = { "hidden_states", "timestep", "encoder_hidden_states" };
-    for (int i = 0; i < 3; i++) {
-        if (!io_get(io, names[i], (uint32_t)i, &t[i]))
-            return false;
-        f->in[i] = t[i].d;
-        f->in_data[i] = t[i].data;
+    for (uint32_t i = 0; i < f->schema.n_inputs; i++) {
+        io_t t;
+        if (!io_get(io, f->schema.inputs[i].name, f->n, &t))
+            continue; /* an optional input the file does not give */
+        f->in[f->n] = t.d;
+        f->in_data[f->n++] = t.data;
     }
-    if (!io_get(io, "output", 0, &o) || !io_get(io, "output_f64", 0, &o64))
+    io_t o, o64;
+    if (!io_get(io, ref32, 0, &o) || !io_get(io, "output_f64", 0, &o64))
         return false;
-    if (wf_schema_bind(&f->schema, "wan-tiny", f->in, 3, &f->bind, err, sizeof err) != WF_OK ||
+    if (wf_schema_bind(&f->schema, "wan", f->in, f->n, &f->bind, err, sizeof err) != WF_OK ||
         wf_schema_output(&f->schema, 0, &f->bind, WF_DTYPE_F32, 0, &f->out, err, sizeof err) !=
             WF_OK) {
         CHECK(0, "bind: %s", err);
@@ -260,16 +267,18 @@ static bool fwd_open(const wf_model_host_t *h, const wf_safetensors_t *io, fwd_t
     return true;
 }
 
-/* The io as a rank sees it: data on the root only. */
+/* The io as a rank sees it: the schema's inputs in order (NULL: an
+ * optional one absent), data on the root only. */
 static wf_fwd_io_t io_of(const fwd_t *f, const wf_tensor_desc_t *out, void *out_data, bool root)
 {
     wf_fwd_io_t io;
     memset(&io, 0, sizeof io);
     io.bind = &f->bind;
-    io.n_in = 3;
-    for (int i = 0; i < 3; i++) {
-        io.in[i] = &f->in[i];
-        io.in_data[i] = root ? f->in_data[i] : NULL;
+    io.n_in = f->schema.n_inputs;
+    for (uint32_t i = 0; i < io.n_in; i++) {
+        int k = f->bind.in[i];
+        io.in[i] = k >= 0 ? &f->in[k] : NULL;
+        io.in_data[i] = k >= 0 && root ? f->in_data[k] : NULL;
     }
     io.n_out = 1;
     io.out[0] = out;
@@ -499,7 +508,7 @@ static void test_forward(const wf_model_host_t *h, const wf_safetensors_t *io)
           "a tp 2 shard holds less than the model");
 
     fwd_t f;
-    if (!fwd_open(h, io, &f)) {
+    if (!fwd_open(h, io, "output", &f)) {
         CHECK(0, "io file");
         return;
     }
@@ -520,42 +529,98 @@ static void test_forward(const wf_model_host_t *h, const wf_safetensors_t *io)
     CHECK(run->forward_check(cfg, &x, 1, 1, 1, err, sizeof err) == WF_E_BAD_SHAPE &&
           strstr(err, "rope_max_seq_len"), "tall: %s", err);
 
-    /* Tolerances (max abs error / max |ref|): vs diffusers' float64 run
-     * 1e-5 (f32 sgemm and attention, norm statistics in double, 2
-     * blocks); vs its float32 run 2e-5 (both sides' f32 errors). */
-    /* every mesh: (tp, ring, ulysses), and whether the stand-in device
-     * runs it too; uneven token shards (12 tokens over 5, over 3 x 2 with
-     * tp) and head counts ulysses does not divide (2 heads, 1 per tp rank,
-     * over 3 or 2) take the anything modes */
-    static const struct {
-        int T, R, U;
-        bool dev;
-    } meshes[] = {
-        { 1, 1, 1, true },  { 1, 2, 1, true },  { 1, 1, 2, false }, { 1, 2, 2, true },
-        { 1, 3, 1, false }, { 1, 4, 1, false }, { 1, 5, 1, true },  { 1, 1, 3, false },
-        { 2, 1, 1, true },  { 2, 2, 1, true },  { 2, 1, 2, true },  { 2, 3, 2, false },
-    };
-    float *got = malloc(f.nout * sizeof(float));
-    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
-        for (int d = 0; d < (meshes[i].dev ? 2 : 1); d++) {
-            int T = meshes[i].T, R = meshes[i].R, U = meshes[i].U;
-            if (!run_mesh(run, h, &plan, &f, T, R, U, d == 1, WF_DTYPE_F32, got))
-                continue;
-            double e64 = rel_err(got, f.ref64, f.nout), e32 = rel_err(got, f.ref, f.nout);
-            printf("wan-tiny tp %d ring %d ulysses %d%s: rel err vs f64 %.3g, vs f32 %.3g\n", T,
-                   R, U, d ? " (device)" : "", e64, e32);
-            CHECK(e64 <= 1e-5, "tp %d ring %d ulysses %d: %.3g vs diffusers f64", T, R, U, e64);
-            CHECK(e32 <= 2e-5, "tp %d ring %d ulysses %d: %.3g vs diffusers f32", T, R, U, e32);
-        }
-    }
-    /* bf16 output: the f32 result rounded once */
-    if (run_mesh(run, h, &plan, &f, 1, 2, 1, false, WF_DTYPE_BF16, got)) {
-        double e = rel_err(got, f.ref64, f.nout);
-        CHECK(e <= 8e-3, "bf16 output: %.3g", e);
-    }
-    free(got);
     free(f.ref);
     free(f.ref64);
+}
+
+/* Every mesh: (tp, ring, ulysses). Uneven token shards (12 or 18 tokens
+ * over 5, 4, or 3 x 2 with tp) and head counts ulysses does not divide
+ * (2 heads, 1 per tp rank, over 3 or 2) take the anything modes. */
+static const struct {
+    int T, R, U;
+} meshes[] = {
+    { 1, 1, 1 }, { 1, 2, 1 }, { 1, 1, 2 }, { 1, 2, 2 }, { 1, 3, 1 }, { 1, 4, 1 },
+    { 1, 5, 1 }, { 1, 1, 3 }, { 2, 1, 1 }, { 2, 2, 1 }, { 2, 1, 2 }, { 2, 3, 2 },
+};
+
+/* Fixture `name` on every mesh, on the CPU (host copy h, f32) and on the
+ * stand-in device (host copy hd, the checkpoint's dtype, as a device
+ * registry keeps it: bf16 weights stay bf16 there), against diffusers'
+ * float64 and float32 runs (a bf16 checkpoint's: upcast to f32).
+ * Tolerances (max abs error / max |ref|): 1e-5 vs float64 (f32 GEMMs and
+ * attention, norm statistics in double, 2 blocks) and 2e-5 vs float32
+ * (both sides' f32 errors). The stand-in's linear converts bf16 weights
+ * and keeps f32 activations, so bf16 weights meet the same bounds. */
+static void test_meshes(const char *name, const wf_model_host_t *h, const wf_model_host_t *hd,
+                        const fwd_t *f)
+{
+    const wf_family_run_t *run = wf_family_run_of(h->cfg.fam);
+    wf_tp_plan_t plan;
+    h->cfg.fam->default_plan(h->cfg.b, &plan);
+    float *got = malloc(f->nout * sizeof(float));
+    double worst[2] = { 0, 0 };
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        for (int d = 0; d < 2; d++) {
+            int T = meshes[i].T, R = meshes[i].R, U = meshes[i].U;
+            if (!run_mesh(run, d ? hd : h, &plan, f, T, R, U, d == 1, WF_DTYPE_F32, got))
+                continue;
+            double e64 = rel_err(got, f->ref64, f->nout), e32 = rel_err(got, f->ref, f->nout);
+            CHECK(e64 <= 1e-5, "%s tp %d ring %d ulysses %d%s: %.3g vs diffusers f64", name, T,
+                  R, U, d ? " (device)" : "", e64);
+            CHECK(e32 <= 2e-5, "%s tp %d ring %d ulysses %d%s: %.3g vs diffusers f32", name, T,
+                  R, U, d ? " (device)" : "", e32);
+            worst[d] = e64 > worst[d] ? e64 : worst[d];
+        }
+    }
+    printf("%s: %zu meshes, worst rel err vs diffusers f64 %.3g on the CPU, %.3g on the "
+           "stand-in device\n", name, sizeof meshes / sizeof meshes[0], worst[0], worst[1]);
+    free(got);
+}
+
+/* A fixture's checkpoint read through the generic source; f32: the host
+ * copy converted to f32, as the CPU registry does. */
+static wf_model_host_t *read_host(int root, const char *dir, bool f32)
+{
+    char err[512] = "";
+    wf_model_source_t *src = NULL;
+    wf_model_host_t *h = NULL;
+    uint32_t tp = 0;
+    wf_status_t st = wf_model_source_open(root, dir, false, NULL, &src, &tp, err, sizeof err);
+    if (st == WF_OK)
+        st = wf_model_source_read(src, NULL, NULL, &h, err, sizeof err);
+    wf_model_source_close(&src);
+    if (st == WF_OK && f32)
+        st = wf_model_host_to_f32(h, err, sizeof err);
+    CHECK(st == WF_OK, "%s: %s", dir, err);
+    if (st != WF_OK)
+        wf_model_host_free(&h);
+    return h;
+}
+
+/* The per-token timestep's checks (TI2V): exactly one of timestep and
+ * timestep_tokens, and one timestep per video token. */
+static void test_timestep_inputs(const wf_model_host_t *h, const fwd_t *f)
+{
+    char err[512] = "";
+    const wf_family_run_t *run = wf_family_run_of(h->cfg.fam);
+    wf_fwd_io_t x = io_of(f, &f->out, NULL, false);
+    CHECK(x.in[3] && !x.in[1], "the TI2V fixture gives timestep_tokens only");
+    CHECK(run->forward_check(h->cfg.b, &x, 1, 2, 1, err, sizeof err) == WF_OK, "%s", err);
+    wf_tensor_desc_t ts = *x.in[3];
+    ts.rank = 1;
+    x.in[1] = &ts;
+    CHECK(run->forward_check(h->cfg.b, &x, 1, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "exactly one"), "both: %s", err);
+    x.in[1] = NULL;
+    const wf_tensor_desc_t *tt = x.in[3];
+    x.in[3] = NULL;
+    CHECK(run->forward_check(h->cfg.b, &x, 1, 1, 1, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+          strstr(err, "neither"), "neither: %s", err);
+    wf_tensor_desc_t short_tt = *tt;
+    short_tt.shape[1] -= 1;
+    x.in[3] = &short_tt;
+    CHECK(run->forward_check(h->cfg.b, &x, 1, 1, 1, err, sizeof err) == WF_E_BAD_SHAPE &&
+          strstr(err, "timesteps per sample"), "17 timesteps: %s", err);
 }
 
 int main(int argc, char **argv)
@@ -583,6 +648,40 @@ int main(int argc, char **argv)
         test_forward(h, io);
     wf_safetensors_close(&io);
     wf_model_host_free(&h);
+
+    /* every fixture on every mesh */
+    static const struct {
+        const char *dir, *io, *ref32;
+    } fx[] = {
+        { "wan-tiny", "io-wan-tiny-f32.safetensors", "output" },
+        { "wan-tiny-i2v", "io-wan-tiny-i2v-f32.safetensors", "output" },
+        { "wan-tiny-flf2v", "io-wan-tiny-flf2v-f32.safetensors", "output" },
+        { "wan-tiny-ti2v", "io-wan-tiny-ti2v-f32.safetensors", "output" },
+        { "wan-tiny-bf16", "io-wan-tiny-bf16.safetensors", "output_f32" },
+    };
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        wf_model_host_t *hc = read_host(root, fx[i].dir, true);
+        wf_model_host_t *hd = hc && hc->dtype != WF_DTYPE_F32 ? NULL : hc;
+        wf_model_host_t *raw = read_host(root, fx[i].dir, false);
+        if (raw && raw->dtype != WF_DTYPE_F32)
+            hd = raw;
+        fwd_t f;
+        io = NULL;
+        if (wf_safetensors_open(root, fx[i].io, NULL, &io, err, sizeof err) != WF_OK)
+            CHECK(0, "%s: %s", fx[i].io, err);
+        if (hc && hd && io && fwd_open(hc, io, fx[i].ref32, &f)) {
+            test_meshes(fx[i].dir, hc, hd, &f);
+            if (strcmp(fx[i].dir, "wan-tiny-ti2v") == 0)
+                test_timestep_inputs(hc, &f);
+            free(f.ref);
+            free(f.ref64);
+        } else {
+            CHECK(0, "%s: fixture", fx[i].dir);
+        }
+        wf_safetensors_close(&io);
+        wf_model_host_free(&raw);
+        wf_model_host_free(&hc);
+    }
     close(root);
     printf("%d checks, %d failures\n", passed + failed, failed);
     return failed ? 1 : 0;

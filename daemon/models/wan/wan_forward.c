@@ -1,10 +1,13 @@
-/* wan_forward.c — diffusers' WanTransformer3DModel forward (Wan 2.1
- * text-to-video) on one rank of a tp x ring x ulysses mesh: the job
- * check, the workspace layout and the run.
+/* wan_forward.c — diffusers' WanTransformer3DModel forward on one rank of
+ * a tp x ring x ulysses mesh: the job check, the workspace layout and the
+ * run. Text-, image- and first-last-frame-to-video (Wan 2.1), and Wan
+ * 2.2's per-token timesteps.
  *
  * Inputs, in the schema's order (modelfiles/wan/wan_family.c):
- * hidden_states (B, C_in, F, H, W), timestep (B), encoder_hidden_states
- * (B, S_txt, text_dim); output (B, C_out, F, H, W).
+ * hidden_states (B, C_in, F, H, W), timestep (B) or timestep_tokens (B,
+ * S), encoder_hidden_states (B, S_txt, text_dim), and where the config
+ * has image_dim encoder_hidden_states_image (B, S_img, image_dim); output
+ * (B, C_out, F, H, W).
  *
  * Names (one rank): T tp ranks (this one t), P = R * U seq ranks (this
  * one i), C = inner_dim, H heads of D (Hl = H / T on each tp rank, Cl =
@@ -25,9 +28,13 @@
  *     the text over their seq group;
  *   - patch_embedding as a linear over this rank's patches; condition
  *     embedder: timestep_embed (flip_sin_to_cos, shift 0) -> time_embedder
- *     (linear SiLU linear) = temb -> SiLU -> time_proj = tproj (B, 6C);
- *     text_embedder (linear GELU-tanh linear) on every text token (every
- *     rank: the text is the cross-attention's K / V);
+ *     (linear SiLU linear) = temb -> SiLU -> time_proj = tproj (B, 6C),
+ *     or per token (N, 6C) for this rank's tokens with timestep_tokens
+ *     (each token's modulation then its own row: modln and gate_residual
+ *     per token); text_embedder (linear GELU-tanh linear) on every text
+ *     token and image_embedder ((pos_embed +) LayerNorm, linear GELU
+ *     linear, LayerNorm) on every image token (every rank: they are the
+ *     cross-attention's K / V);
  *   - rope_grid: the 3-D RoPE tables of this rank's tokens;
  *   - each block: mod = tproj + scale_shift_table; modln; self-attention
  *     on this tp rank's heads (q / k RMSNorm across all heads: rms_sumsq
@@ -35,7 +42,10 @@
  *     head_norm_rope without a norm; cp_attention's local mode over P);
  *     to_out (rowwise: all-reduced); gated residual; norm2 (layer_norm
  *     with affine, or none); cross-attention of this rank's queries
- *     against every text token on its heads (no exchange over seq);
+ *     against every text token on its heads (no exchange over seq), plus,
+ *     with an image, a second attention of the same queries against the
+ *     image tokens' add_k_proj / add_v_proj (norm_added_k across heads),
+ *     added before to_out;
  *     residual; modln, feed-forward (GELU-tanh, split over tp), gated
  *     residual;
  *   - norm_out: modln with temb + scale_shift_table; proj_out; the rows
@@ -75,7 +85,13 @@
 #include "parallel/cp_attention.h"
 #include "tensor.h"
 
-enum { IN_HS, IN_T, IN_EHS, N_IN };
+/* The schema's inputs (modelfiles/wan/wan_family.c); the image input only
+ * where the config has image_dim. */
+enum { IN_HS, IN_T, IN_EHS, IN_TT, IN_EHI };
+
+/* LayerNorm eps of the image embedder's norms (diffusers' FP32LayerNorm
+ * with nn.LayerNorm's default, not the config's eps). */
+#define IMAGE_LN_EPS 1e-5f
 
 /* Sizes of a job on one rank (identical on every rank). */
 typedef struct geo {
@@ -84,8 +100,12 @@ typedef struct geo {
     int64_t St, TD;                /* text tokens, text_dim */
     int64_t C, H, D, FF, PIN, OC;  /* widths: PIN = CI pt ph pw, OC = C_out pt ph pw */
     int64_t FQ;                    /* freq_dim */
+    bool tok;                      /* per-token timesteps (timestep_tokens) */
+    int64_t SI, ID, Ni;            /* image tokens, image_dim, their rows (0: none) */
+    int64_t Tm;                    /* most rows of the time path: Nm per token, else B */
     int64_t Hl, Cl;                /* heads and their width on a tp rank */
     int64_t Lm, Nm, Nt;            /* most tokens and rows on a seq rank; text rows */
+    int64_t KV;                    /* most rows of a projection: max(Nm, Nt, Ni) */
     int T, R, U, P;                /* degrees */
 } geo_t;
 
@@ -93,11 +113,15 @@ typedef struct geo {
  * in comments) on the backend's memory, and of the host regions (the
  * host workspace on a device, else the same workspace). */
 typedef struct wsl {
-    size_t in;                /* ts (B) | eh (Nt, TD) | patches (B S PIN), rank-major */
-    size_t eh, pat;           /* offsets of eh and the patches inside `in` */
-    size_t tf, tmp, temb, tproj; /* (B, FQ), (B, C), (B, C), (B, 6C) */
-    size_t mod, modo;         /* (B, 6C) a block's modulation, (B, 2C) norm_out's */
+    size_t in;                /* ts (B; none per token) | eh (Nt, TD) | ei (Ni, ID)
+                                 | patches (B S PIN) | tt (B S; per token), the
+                                 last two rank-major */
+    size_t eh, ei, pat, tt;   /* offsets of the parts inside `in` */
+    size_t tf, tmp, temb, tproj; /* (Tm, FQ), (Tm, C), (Tm, C), (Tm, 6C) */
+    size_t mod, modo;         /* (Tm, 6C) a block's modulation, (Tm, 2C) norm_out's */
     size_t ctxh, ctx;         /* text embedder hidden / output (Nt, C) */
+    size_t ein, eih, cimg;    /* image embedder: normed (Ni, ID), hidden (Ni,
+                                 ID), output (Ni, C) */
     size_t rcos, rsin;        /* RoPE (Lm, D) */
     size_t S, nx;             /* residual stream, normed (Nm, C) */
     size_t q, k, v;           /* projections in the head split (KV, Cl) */
@@ -141,6 +165,9 @@ typedef struct run {
     int t, i;                 /* tp and seq index */
     bool root;                /* t == 0 and i == 0 */
     int64_t row0, Li, N;      /* this rank's tokens and rows */
+    int64_t trows;            /* rows of the time path: N per token, else B */
+    int64_t mb, mper;         /* modulation: mb groups of mper rows (B x Li, or
+                                 N x 1 per token) */
     wf_layout_t heads;        /* q / k / v's layout: the head split */
     wf_linear_env_t lin;      /* linear layers' environment */
 } run_t;
@@ -183,6 +210,15 @@ static void geo_of(const wf_wan_config_t *c, const wf_fwd_io_t *io, int T, int R
     g->Lm = (g->S + g->P - 1) / g->P;
     g->Nm = g->B * g->Lm;
     g->Nt = g->B * g->St;
+    g->tok = io->n_in > IN_TT && io->in[IN_TT] != NULL;
+    if (c->image_dim && io->n_in > IN_EHI && io->in[IN_EHI]) {
+        g->SI = io->in[IN_EHI]->shape[1];
+        g->ID = c->image_dim;
+        g->Ni = g->B * g->SI;
+    }
+    g->Tm = g->tok ? g->Nm : g->B;
+    g->KV = g->Nm > g->Nt ? g->Nm : g->Nt;
+    g->KV = g->KV > g->Ni ? g->KV : g->Ni;
 }
 
 /* The self-attention's cp job (local mode) on a tp rank's heads,
@@ -249,11 +285,11 @@ static wf_status_t tokens_of(const geo_t *g, int j, int64_t *row0, int64_t *len)
  * any weight dtype a device shard holds. */
 static size_t lin_ws(const wf_backend_ops_t *ops, const geo_t *g)
 {
-    const int64_t KV = g->Nm > g->Nt ? g->Nm : g->Nt;
     const int64_t shapes[][3] = {
-        { g->Nm, g->PIN, g->C }, { g->B, g->FQ, g->C }, { g->B, g->C, g->C },
-        { g->B, g->C, 6 * g->C }, { g->Nt, g->TD, g->C }, { KV, g->C, g->C },
+        { g->Nm, g->PIN, g->C }, { g->Tm, g->FQ, g->C }, { g->Tm, g->C, g->C },
+        { g->Tm, g->C, 6 * g->C }, { g->Nt, g->TD, g->C }, { g->KV, g->C, g->C },
         { g->Nm, g->C, g->FF }, { g->Nm, g->FF, g->C }, { g->Nm, g->C, g->OC },
+        { g->Ni, g->ID, g->ID }, { g->Ni, g->ID, g->C },
     };
     const wf_dtype_t dts[3] = { WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16 };
     size_t m = 0;
@@ -284,6 +320,11 @@ static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, siz
 {
     wf_attn_params_t xp = attn_params_of(g, g->Lm, g->St), sp = attn_params_of(g, g->S, g->S);
     size_t a = ops->attention_workspace ? ops->attention_workspace(&xp) : 0;
+    if (g->SI) {
+        wf_attn_params_t ip = attn_params_of(g, g->Lm, g->SI);
+        size_t ai = ops->attention_workspace ? ops->attention_workspace(&ip) : 0;
+        a = ai > a ? ai : a;
+    }
     size_t b = 0, h = 0;
     if (g->P > 1) {
         wf_cp_job_t j = cp_job_of(g);
@@ -326,22 +367,32 @@ static void ws_layout(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, wsl
     const bool dev = on_device(ops);
     size_t off = 0, hoff = 0;
     size_t *ho = dev ? &hoff : &off;
-    const int64_t B = g->B, C = g->C, Nm = g->Nm, KV = g->Nm > g->Nt ? g->Nm : g->Nt;
-    /* `in`: three parts, each 256-byte aligned inside it */
-    size_t ts_b = szc_add(c, szc_mul(c, (size_t)B, 4), 255u) & ~(size_t)255u;
-    size_t eh_b = szc_add(c, szc_mul3(c, g->Nt, g->TD, 4), 255u) & ~(size_t)255u;
-    W->eh = ts_b;
-    W->pat = szc_add(c, ts_b, eh_b);
-    size_t in_b = szc_add(c, W->pat, szc_mul3(c, B * g->S, g->PIN, 4));
+    const int64_t B = g->B, C = g->C, Nm = g->Nm, KV = g->KV, Tm = g->Tm;
+    /* `in`: its parts, each 256-byte aligned inside it */
+    size_t in_b = 0;
+    in_b = szc_add(c, in_b, szc_add(c, szc_mul(c, g->tok ? 0u : (size_t)B, 4), 255u) &
+                                ~(size_t)255u);
+    W->eh = in_b;
+    in_b = szc_add(c, in_b, szc_add(c, szc_mul3(c, g->Nt, g->TD, 4), 255u) & ~(size_t)255u);
+    W->ei = in_b;
+    in_b = szc_add(c, in_b, szc_add(c, szc_mul3(c, g->Ni, g->ID, 4), 255u) & ~(size_t)255u);
+    W->pat = in_b;
+    in_b = szc_add(c, in_b, szc_add(c, szc_mul3(c, B * g->S, g->PIN, 4), 255u) &
+                                ~(size_t)255u);
+    W->tt = in_b;
+    in_b = szc_add(c, in_b, szc_mul3(c, g->tok ? B * g->S : 0, 4, 1));
     W->in = take(c, &off, in_b);
-    W->tf = ftake(c, &off, szc_mul3(c, B, g->FQ, 1));
-    W->tmp = ftake(c, &off, szc_mul3(c, B, C, 1));
-    W->temb = ftake(c, &off, szc_mul3(c, B, C, 1));
-    W->tproj = ftake(c, &off, szc_mul3(c, B, 6, C));
-    W->mod = ftake(c, &off, szc_mul3(c, B, 6, C));
-    W->modo = ftake(c, &off, szc_mul3(c, B, 2, C));
+    W->tf = ftake(c, &off, szc_mul3(c, Tm, g->FQ, 1));
+    W->tmp = ftake(c, &off, szc_mul3(c, Tm, C, 1));
+    W->temb = ftake(c, &off, szc_mul3(c, Tm, C, 1));
+    W->tproj = ftake(c, &off, szc_mul3(c, Tm, 6, C));
+    W->mod = ftake(c, &off, szc_mul3(c, Tm, 6, C));
+    W->modo = ftake(c, &off, szc_mul3(c, Tm, 2, C));
     W->ctxh = ftake(c, &off, szc_mul3(c, g->Nt, C, 1));
     W->ctx = ftake(c, &off, szc_mul3(c, g->Nt, C, 1));
+    W->ein = ftake(c, &off, szc_mul3(c, g->Ni, g->ID, 1));
+    W->eih = ftake(c, &off, szc_mul3(c, g->Ni, g->ID, 1));
+    W->cimg = ftake(c, &off, szc_mul3(c, g->Ni, C, 1));
     W->rcos = ftake(c, &off, szc_mul3(c, g->Lm, g->D, 1));
     W->rsin = ftake(c, &off, szc_mul3(c, g->Lm, g->D, 1));
     W->S = ftake(c, &off, szc_mul3(c, Nm, C, 1));
@@ -365,7 +416,8 @@ static void ws_layout(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, wsl
         wd = wd > g->TD ? wd : g->TD;
         wd = wd > g->FQ ? wd : g->FQ;
         wd = wd > g->OC ? wd : g->OC;
-        W->lin_n = maxz(szc_mul3(c, KV, wd, 1), szc_mul3(c, B, 6, C));
+        wd = wd > g->ID ? wd : g->ID;
+        W->lin_n = maxz(szc_mul3(c, KV, wd, 1), szc_mul3(c, Tm, 6, C));
     }
     W->Y = ftake(c, &off, W->lin_n);
     W->Xc = ftake(c, &off, W->lin_n);
@@ -435,11 +487,18 @@ wf_status_t wan_forward_check(const wf_wan_config_t *c, const wf_fwd_io_t *io, i
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "`tp_degree` (%d) must divide the number of attention heads "
                               "(%" PRIu32 ").", tp, c->num_attention_heads);
-    if (io->n_in != N_IN || !io->in[IN_HS] || !io->in[IN_T] || !io->in[IN_EHS] ||
-        io->n_out != 1 || !io->out[0])
+    const uint32_t n_in = c->image_dim ? IN_EHI + 1 : IN_TT + 1;
+    if (io->n_in != n_in || !io->in[IN_HS] || !io->in[IN_EHS] ||
+        (c->image_dim && !io->in[IN_EHI]) || io->n_out != 1 || !io->out[0])
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
-                              "a Wan forward takes hidden_states, timestep and "
-                              "encoder_hidden_states and gives output");
+                              "a Wan forward takes hidden_states, timestep or "
+                              "timestep_tokens, encoder_hidden_states%s and gives output",
+                              c->image_dim ? " and encoder_hidden_states_image" : "");
+    if ((io->in[IN_T] != NULL) == (io->in[IN_TT] != NULL))
+        return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                              "a Wan forward takes exactly one of timestep (B) and "
+                              "timestep_tokens (B, S: one per video token); %s given",
+                              io->in[IN_T] ? "both were" : "neither was");
     if (io->fp8)
         return wf_errf_status(WF_E_UNSUPPORTED, err, err_len,
                               "fp8 attention is not served for %s", WF_WAN_CLASS_NAME);
@@ -459,6 +518,12 @@ wf_status_t wan_forward_check(const wf_wan_config_t *c, const wf_fwd_io_t *io, i
     }
     geo_t g;
     geo_of(c, io, tp, R, U, &g);
+    if (g.tok && io->in[IN_TT]->shape[1] != g.S)
+        return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
+                              "timestep_tokens has %" PRId64 " timesteps per sample, but "
+                              "hidden_states gives %" PRId64 " video tokens (F/%" PRIu32
+                              " x H/%" PRIu32 " x W/%" PRIu32 ")", io->in[IN_TT]->shape[1],
+                              g.S, c->patch_size[0], c->patch_size[1], c->patch_size[2]);
     if (g.P > 1) {
         wf_cp_job_t j = cp_job_of(&g);
         wf_status_t st = wf_cp_attention_check(&j, R, U, err, err_len);
@@ -525,7 +590,7 @@ static wf_status_t ln_mod(run_t *x, const float *src, float *dst, const float *m
                           int64_t ld_mod, int64_t shift_off, int64_t scale_off)
 {
     wf_modln_params_t p = {
-        .nbatch = x->g.B, .per = x->Li, .C = x->g.C, .src = src, .ld_src = x->g.C,
+        .nbatch = x->mb, .per = x->mper, .C = x->g.C, .src = src, .ld_src = x->g.C,
         .dst = dst, .ld_dst = x->g.C, .shift = mod + shift_off, .scale = mod + scale_off,
         .ld_mod = ld_mod, .eps = x->cfg->eps,
     };
@@ -661,9 +726,9 @@ static void unpatchify(run_t *x, const int64_t *row0, const int64_t *len)
             }
 }
 
-/* The inputs to every rank: the root fills `in` (ts, eh, every rank's
- * patches), sends it over tp to the seq roots, which broadcast ts and eh
- * and scatter the patches over seq. */
+/* The inputs to every rank: the root fills `in` (ts, eh, ei, every rank's
+ * patches and per-token timesteps), sends it over tp to the seq roots,
+ * which broadcast ts, eh and ei and scatter the rest over seq. */
 static wf_status_t inputs(run_t *x)
 {
     const geo_t *g = &x->g;
@@ -671,22 +736,38 @@ static wf_status_t inputs(run_t *x)
     const int64_t *row0 = (const int64_t *)(const void *)(x->hws + x->W.meta +
                                                           2 * (size_t)g->P * sizeof(size_t));
     const int64_t *len = row0 + g->P;
-    size_t pat_b = (size_t)(g->B * g->S * g->PIN) * sizeof(float);
+    size_t in_b = x->W.tt + (g->tok ? (size_t)(g->B * g->S) * sizeof(float) : 0);
     wf_status_t st;
     if (x->root) {
-        wf_convert_to_f32(hp(x, x->W.hin), io->in_data[IN_T], io->in[IN_T]->dtype,
-                          (size_t)g->B);
+        if (!g->tok)
+            wf_convert_to_f32(hp(x, x->W.hin), io->in_data[IN_T], io->in[IN_T]->dtype,
+                              (size_t)g->B);
         wf_convert_to_f32(hp(x, x->W.hin + x->W.eh), io->in_data[IN_EHS],
                           io->in[IN_EHS]->dtype, (size_t)(g->Nt * g->TD));
+        if (g->SI)
+            wf_convert_to_f32(hp(x, x->W.hin + x->W.ei), io->in_data[IN_EHI],
+                              io->in[IN_EHI]->dtype, (size_t)(g->Ni * g->ID));
         wf_convert_to_f32(hp(x, x->W.hhs), io->in_data[IN_HS], io->in[IN_HS]->dtype,
                           (size_t)(g->B * g->CI * g->F * g->Hh * g->Ww));
         patchify(x, row0, len);
+        if (g->tok) {
+            /* rank-major (B, L_j) pieces of (B, S), converted one row piece
+             * at a time */
+            const unsigned char *src = io->in_data[IN_TT];
+            size_t es = wf_dtype_size(io->in[IN_TT]->dtype);
+            float *dst = hp(x, x->W.hin + x->W.tt);
+            for (int j = 0; j < g->P; j++)
+                for (int64_t b = 0; b < g->B; b++) {
+                    wf_convert_to_f32(dst, src + (size_t)(b * g->S + row0[j]) * es,
+                                      io->in[IN_TT]->dtype, (size_t)len[j]);
+                    dst += len[j];
+                }
+        }
         if (x->dev)
-            TRY(x->ops->copy_h2d(x->ctx, x->ws + x->W.in, x->hws + x->W.hin,
-                                 x->W.pat + pat_b));
+            TRY(x->ops->copy_h2d(x->ctx, x->ws + x->W.in, x->hws + x->W.hin, in_b));
     }
     if (g->T > 1 && x->i == 0)
-        TRY(wf_comm_broadcast(x->grp->tp, x->ws + x->W.in, x->W.pat + pat_b, 0));
+        TRY(wf_comm_broadcast(x->grp->tp, x->ws + x->W.in, in_b, 0));
     if (g->P == 1)
         return WF_OK;
     TRY(wf_comm_broadcast(x->grp->seq, x->ws + x->W.in, x->W.pat, 0));
@@ -694,7 +775,37 @@ static wf_status_t inputs(run_t *x)
     counts_of(x, g->PIN, &cnt, &dsp);
     float *pat = fp(x, x->W.in + x->W.pat);
     /* in place on the seq root: its piece is the first */
-    return wf_comm_scatterv(x->grp->seq, pat, cnt, dsp, pat, cnt[x->i], 0);
+    TRY(wf_comm_scatterv(x->grp->seq, pat, cnt, dsp, pat, cnt[x->i], 0));
+    if (!g->tok)
+        return WF_OK;
+    counts_of(x, 1, &cnt, &dsp);
+    float *tt = fp(x, x->W.in + x->W.tt);
+    return wf_comm_scatterv(x->grp->seq, tt, cnt, dsp, tt, cnt[x->i], 0);
+}
+
+/* The image embedder on every image token: (pos_embed +) LayerNorm,
+ * linear GELU linear, LayerNorm into cimg (Ni, C). */
+static wf_status_t embed_image(run_t *x)
+{
+    const geo_t *g = &x->g;
+    const wf_wan_shard_t *s = x->s;
+    float *ei = fp(x, x->W.in + x->W.ei), *cimg = fp(x, x->W.cimg);
+    wf_status_t st;
+    if (s->ie_pos)
+        for (int64_t b = 0; b < g->B; b++)
+            TRY(x->ops->add(x->ctx, ei + b * g->SI * g->ID, s->ie_pos, g->SI * g->ID));
+    wf_layernorm_params_t n1 = {
+        .rows = g->Ni, .C = g->ID, .src = ei, .ld_src = g->ID, .dst = fp(x, x->W.ein),
+        .ld_dst = g->ID, .weight = s->ie_n1w, .bias = s->ie_n1b, .eps = IMAGE_LN_EPS,
+    };
+    TRY(x->ops->layer_norm(x->ctx, &n1));
+    TRY(lin_full(x, &s->ie_ff0, fp(x, x->W.ein), g->Ni, WF_ACT_GELU, fp(x, x->W.eih)));
+    TRY(lin_full(x, &s->ie_ff2, fp(x, x->W.eih), g->Ni, WF_ACT_NONE, cimg));
+    wf_layernorm_params_t n2 = {
+        .rows = g->Ni, .C = g->C, .src = cimg, .ld_src = g->C, .dst = cimg, .ld_dst = g->C,
+        .weight = s->ie_n2w, .bias = s->ie_n2b, .eps = IMAGE_LN_EPS,
+    };
+    return x->ops->layer_norm(x->ctx, &n2);
 }
 
 /* Condition embedder and RoPE tables: temb, tproj, the text's ctx. */
@@ -703,16 +814,19 @@ static wf_status_t embed(run_t *x)
     const geo_t *g = &x->g;
     const wf_wan_shard_t *s = x->s;
     wf_status_t st;
+    const int64_t tr = x->trows;
     wf_timestep_params_t tp = {
-        .t = fp(x, x->W.in), .B = g->B, .dim = x->cfg->freq_dim, .flip_sin_to_cos = true,
-        .downscale_freq_shift = 0.0f, .scale = 1.0f, .max_period = 10000.0f,
-        .dst = fp(x, x->W.tf),
+        .t = fp(x, x->W.in + (g->tok ? x->W.tt : 0)), .B = tr, .dim = x->cfg->freq_dim,
+        .flip_sin_to_cos = true, .downscale_freq_shift = 0.0f, .scale = 1.0f,
+        .max_period = 10000.0f, .dst = fp(x, x->W.tf),
     };
     TRY(x->ops->timestep_embed(x->ctx, &tp));
-    TRY(lin_full(x, &s->t1, fp(x, x->W.tf), g->B, WF_ACT_SILU, fp(x, x->W.tmp)));
-    TRY(lin_full(x, &s->t2, fp(x, x->W.tmp), g->B, WF_ACT_NONE, fp(x, x->W.temb)));
-    TRY(x->ops->act(x->ctx, fp(x, x->W.tmp), fp(x, x->W.temb), g->B * g->C, WF_ACT_SILU));
-    TRY(lin_full(x, &s->tproj, fp(x, x->W.tmp), g->B, WF_ACT_NONE, fp(x, x->W.tproj)));
+    TRY(lin_full(x, &s->t1, fp(x, x->W.tf), tr, WF_ACT_SILU, fp(x, x->W.tmp)));
+    TRY(lin_full(x, &s->t2, fp(x, x->W.tmp), tr, WF_ACT_NONE, fp(x, x->W.temb)));
+    TRY(x->ops->act(x->ctx, fp(x, x->W.tmp), fp(x, x->W.temb), tr * g->C, WF_ACT_SILU));
+    TRY(lin_full(x, &s->tproj, fp(x, x->W.tmp), tr, WF_ACT_NONE, fp(x, x->W.tproj)));
+    if (g->SI)
+        TRY(embed_image(x));
     TRY(lin_full(x, &s->x1, fp(x, x->W.in + x->W.eh), g->Nt, WF_ACT_GELU_TANH,
                  fp(x, x->W.ctxh)));
     TRY(lin_full(x, &s->x2, fp(x, x->W.ctxh), g->Nt, WF_ACT_NONE, fp(x, x->W.ctx)));
@@ -736,10 +850,11 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     wf_layout_t hl;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    /* (shift, scale, gate) x (self-attention, feed-forward) per batch row */
-    TRY(x->ops->copy_rows(x->ctx, mod, (size_t)C6 * 4, fp(x, x->W.tproj), (size_t)C6 * 4, g->B,
-                          (size_t)C6 * 4));
-    TRY(x->ops->bias_act(x->ctx, mod, g->B, C6, C6, k->sst, WF_ACT_NONE));
+    /* (shift, scale, gate) x (self-attention, feed-forward) per batch row
+     * (per token with timestep_tokens) */
+    TRY(x->ops->copy_rows(x->ctx, mod, (size_t)C6 * 4, fp(x, x->W.tproj), (size_t)C6 * 4,
+                          x->trows, (size_t)C6 * 4));
+    TRY(x->ops->bias_act(x->ctx, mod, x->trows, C6, C6, k->sst, WF_ACT_NONE));
     /* 1. self-attention on this tp rank's heads */
     TRY(ln_mod(x, S, nx, mod, C6, 0, C));
     TRY(proj(x, &k->q1, nx, N, q));
@@ -751,7 +866,7 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     TRY(rope(x, kk, fp(x, x->W.kj)));
     TRY(attend(x, fp(x, x->W.qj), fp(x, x->W.kj), v, x->Li, true, ao));
     TRY(wf_linear_apply_full(&x->lin, &k->o1, ao, g->Cl, &x->heads, N, WF_ACT_NONE, lo));
-    TRY(x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 2 * C, C6, g->B, x->Li, C));
+    TRY(x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 2 * C, C6, x->mb, x->mper, C));
     /* 2. cross-attention: this rank's tokens against the whole text */
     const float *in2 = S;
     if (k->n2w) {
@@ -768,6 +883,14 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     TRY(rms(x, q, N, k->nq2));
     TRY(rms(x, kk, g->Nt, k->nk2));
     TRY(attend(x, q, kk, v, g->St, false, ao));
+    if (g->SI) {
+        /* the same queries against the image tokens, added */
+        TRY(proj(x, &k->ak, fp(x, x->W.cimg), g->Ni, kk));
+        TRY(proj(x, &k->av, fp(x, x->W.cimg), g->Ni, v));
+        TRY(rms(x, kk, g->Ni, k->nak));
+        TRY(attend(x, q, kk, v, g->SI, false, lo));
+        TRY(x->ops->add(x->ctx, ao, lo, N * g->Cl));
+    }
     TRY(wf_linear_apply_full(&x->lin, &k->o2, ao, g->Cl, &x->heads, N, WF_ACT_NONE, lo));
     TRY(x->ops->add(x->ctx, S, lo, N * C));
     /* 3. feed-forward, its hidden layer as the plan splits it */
@@ -775,7 +898,7 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     TRY(wf_linear_apply(&x->lin, &k->ff0, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &hl));
     TRY(wf_linear_apply_full(&x->lin, &k->ff2, hid, wf_layout_width(&hl, g->T), &hl, N,
                              WF_ACT_NONE, lo));
-    return x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 5 * C, C6, g->B, x->Li, C);
+    return x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 5 * C, C6, x->mb, x->mper, C);
 }
 
 /* norm_out, proj_out, the gather and (root) the output. */
@@ -785,12 +908,12 @@ static wf_status_t finish(run_t *x)
     const int64_t C = g->C;
     float *modo = fp(x, x->W.modo), *out = fp(x, x->W.out);
     wf_status_t st;
-    /* (shift, scale) = scale_shift_table + temb per batch row */
-    TRY(x->ops->copy_rows(x->ctx, modo, (size_t)C * 8, fp(x, x->W.temb), (size_t)C * 4, g->B,
-                          (size_t)C * 4));
+    /* (shift, scale) = scale_shift_table + temb per batch row (per token) */
+    TRY(x->ops->copy_rows(x->ctx, modo, (size_t)C * 8, fp(x, x->W.temb), (size_t)C * 4,
+                          x->trows, (size_t)C * 4));
     TRY(x->ops->copy_rows(x->ctx, modo + C, (size_t)C * 8, fp(x, x->W.temb), (size_t)C * 4,
-                          g->B, (size_t)C * 4));
-    TRY(x->ops->bias_act(x->ctx, modo, g->B, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE));
+                          x->trows, (size_t)C * 4));
+    TRY(x->ops->bias_act(x->ctx, modo, x->trows, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE));
     TRY(ln_mod(x, fp(x, x->W.S), fp(x, x->W.nx), modo, 2 * C, 0, C));
     TRY(lin_full(x, &x->s->proj_out, fp(x, x->W.nx), x->N, WF_ACT_NONE, out));
     if (x->t != 0)
@@ -887,7 +1010,8 @@ wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,
         ((uintptr_t)workspace & (x.dev ? 255u : 63u)) != 0 || bytes < x.W.total ||
         (x.dev && (!host_ws || ((uintptr_t)host_ws & 63u) != 0 || host_bytes < x.W.htotal)))
         goto fail;
-    if (x.root && (!io->in_data[IN_HS] || !io->in_data[IN_T] || !io->in_data[IN_EHS] ||
+    if (x.root && (!io->in_data[IN_HS] || !io->in_data[g->tok ? IN_TT : IN_T] ||
+                   !io->in_data[IN_EHS] || (g->SI && !io->in_data[IN_EHI]) ||
                    !io->out_data[0]))
         goto fail;
     x.heads = g->T > 1 ? (wf_layout_t){ .n = g->C, .nb = 1, .block = { g->C } }
@@ -905,6 +1029,9 @@ wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,
     x.row0 = row0[x.i];
     x.Li = row0[g->P + x.i];
     x.N = g->B * x.Li;
+    x.trows = g->tok ? x.N : g->B;
+    x.mb = g->tok ? x.N : g->B;
+    x.mper = g->tok ? 1 : x.Li;
     if ((st = forward(&x, &stopped)) == WF_OK)
         return WF_OK;
 fail:

@@ -42,6 +42,9 @@ typedef struct wan_block {
     wf_linear_t q2, k2, v2, o2;    /* attn2 (cross): q from video, k / v
                                       from the text */
     float *nq2, *nk2;              /* attn2 norm_q / norm_k (C) */
+    wf_linear_t ak, av;            /* attn2.add_k_proj / add_v_proj: K / V of
+                                      the image tokens (where added_kv_proj_dim) */
+    float *nak;                    /* attn2.norm_added_k (C), or NULL */
     float *n2w, *n2b;              /* norm2 LayerNorm affine (C), NULL
                                       without cross_attn_norm */
     wf_linear_t ff0, ff2;          /* ffn.net.0.proj (GELU tanh), ffn.net.2 */
@@ -59,6 +62,12 @@ typedef struct wf_wan_shard {
     wf_linear_t t1, t2;            /* condition_embedder.time_embedder.linear_1 / _2 */
     wf_linear_t tproj;             /* condition_embedder.time_proj: C -> 6C */
     wf_linear_t x1, x2;            /* condition_embedder.text_embedder.linear_1 / _2 */
+    /* condition_embedder.image_embedder (where image_dim): (pos_embed +)
+     * LayerNorm, linear GELU linear, LayerNorm, both norms with affine */
+    float *ie_pos;                 /* pos_embed (pos_embed_seq_len, image_dim), or NULL */
+    float *ie_n1w, *ie_n1b;        /* norm1 (image_dim) */
+    wf_linear_t ie_ff0, ie_ff2;    /* ff.net.0.proj (exact GELU), ff.net.2 */
+    float *ie_n2w, *ie_n2b;        /* norm2 (C) */
     wan_block_t *blk;              /* cfg.num_layers */
     wf_linear_t proj_out;          /* C -> out_channels * pt * ph * pw */
     wf_shard_mem_t mem;            /* where the pieces live (shard.h) */

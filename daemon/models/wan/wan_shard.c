@@ -144,6 +144,18 @@ static wf_status_t cut_walk(wf_shard_cut_t *c, void *arg)
     TRY(lin(c, &m->tproj, ce, "time_proj", 6 * C, C));
     TRY(lin(c, &m->x1, ce, "text_embedder.linear_1", C, cf->text_dim));
     TRY(lin(c, &m->x2, ce, "text_embedder.linear_2", C, C));
+    if (cf->image_dim) {
+        const int64_t I = cf->image_dim;
+        const char *ie = "condition_embedder.image_embedder.";
+        if (cf->pos_embed_seq_len)
+            TRY(vec(c, &m->ie_pos, ie, "pos_embed", (int64_t)cf->pos_embed_seq_len * I));
+        TRY(vec(c, &m->ie_n1w, ie, "norm1.weight", I));
+        TRY(vec(c, &m->ie_n1b, ie, "norm1.bias", I));
+        TRY(lin(c, &m->ie_ff0, ie, "ff.net.0.proj", I, I));
+        TRY(lin(c, &m->ie_ff2, ie, "ff.net.2", C, I));
+        TRY(vec(c, &m->ie_n2w, ie, "norm2.weight", C));
+        TRY(vec(c, &m->ie_n2b, ie, "norm2.bias", C));
+    }
     char p[48];
     for (uint32_t b = 0; b < cf->num_layers; b++) {
         wan_block_t *k = s ? &s->blk[b] : &scratch;
@@ -161,6 +173,11 @@ static wf_status_t cut_walk(wf_shard_cut_t *c, void *arg)
         TRY(lin(c, &k->o2, p, "attn2.to_out.0", C, C));
         TRY(vec(c, &k->nq2, p, "attn2.norm_q.weight", C));
         TRY(vec(c, &k->nk2, p, "attn2.norm_k.weight", C));
+        if (cf->added_kv_proj_dim) {
+            TRY(lin(c, &k->ak, p, "attn2.add_k_proj", C, cf->added_kv_proj_dim));
+            TRY(lin(c, &k->av, p, "attn2.add_v_proj", C, cf->added_kv_proj_dim));
+            TRY(vec(c, &k->nak, p, "attn2.norm_added_k.weight", C));
+        }
         if (cf->cross_attn_norm) {
             TRY(vec(c, &k->n2w, p, "norm2.weight", C));
             TRY(vec(c, &k->n2b, p, "norm2.bias", C));
