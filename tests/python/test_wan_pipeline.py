@@ -19,8 +19,7 @@ pipeline with diffusers' two experts. Image-to-video in Wan 2.2's form
 (WanImageToVideoPipeline without an image encoder: a transformer of
 in_channels 12 takes the image's latents beside the video's) likewise,
 on ulysses = 2; Wan 2.2 TI2V's form (expand_timesteps: the first frame's
-tokens at timestep 0) is refused with NotServedError while weftd's
-schema takes a (B) timestep.
+tokens at timestep 0, sent as the schema's timestep_tokens) likewise.
 
 Tolerance (float32 throughout): the final latents within 1e-4 x max|ref|
 (max abs difference over all elements), the decoded video within 1e-4
@@ -36,12 +35,12 @@ O(1): the two experts' latents differ by 0.4 of max|latents|).
 Also: one transformer call against diffusers' forward on the fixture's
 inputs (tuple and Transformer2DModelOutput; timestep as int64, as a 0-d
 tensor, as a per-token (B, S) of equal values), the config the pipeline
-reads (in_channels, patch_size, image_dim, qk_norm, eps), the refusals
+reads (in_channels, patch_size, image_dim, qk_norm, eps), a per-token
+timestep that varies against diffusers' forward with it, the refusals
 (attention_kwargs other than scale 1.0 through the pipeline,
-encoder_hidden_states_image, a per-token timestep that varies,
-save_pretrained, from_pretrained, a config that differs, a model of
-another family), and what is sent to a schema that lists
-encoder_hidden_states_image and a rank-2 timestep.
+encoder_hidden_states_image to a text-to-video model, save_pretrained,
+from_pretrained, a config that differs, a model of another family), and
+what is sent for each timestep form and for FLF2V's image tokens.
 """
 from __future__ import annotations
 
@@ -169,14 +168,16 @@ class WanPipelineTest(unittest.TestCase):
         pipe.set_progress_bar_config(disable=True)
         self.check("i2v ulysses=2", tw.run_both(pipe, **b["i2v_kw"]), ref)
         # TI2V: the latents' first frame is the image's, its tokens at t = 0
+        # (per-token timesteps, sent as timestep_tokens)
+        def ti2v_pipe(transformer: Any) -> Any:
+            p = WanImageToVideoPipeline(tokenizer=t.tokenizer, text_encoder=t.text_encoder,
+                                        vae=t.vae, scheduler=t.scheduler,
+                                        transformer=transformer, expand_timesteps=True)
+            p.set_progress_bar_config(disable=True)
+            return p
+        ref_ti2v = tw.run_both(ti2v_pipe(b["transformer"]), **b["i2v_kw"])
         wt = self.transformer()
-        ti2v = WanImageToVideoPipeline(tokenizer=t.tokenizer, text_encoder=t.text_encoder,
-                                       vae=t.vae, scheduler=t.scheduler, transformer=wt,
-                                       expand_timesteps=True)
-        ti2v.set_progress_bar_config(disable=True)
-        with self.assertRaises(NotServedError) as cm:
-            tw.run(ti2v, "latent", steps=1, **b["i2v_kw"])
-        self.assertIn("per-token timestep", str(cm.exception))
+        self.check("ti2v ulysses=2", tw.run_both(ti2v_pipe(wt), **b["i2v_kw"]), ref_ti2v)
         wi.client.reconfigure(dp=2)
         wi.close()
         wt.close()
@@ -236,8 +237,11 @@ class WanPipelineTest(unittest.TestCase):
         self.assertIn("encoder_hidden_states_image", str(cm.exception))
         varying = per_token.clone()
         varying[0, :6] = 0.0                    # TI2V: the first frame's tokens at t = 0
-        with self.assertRaises(NotServedError):
-            wt(**dict(a1, timestep=varying))
+        with torch.no_grad():
+            want_v = ref_t(**dict(a1, timestep=varying), return_dict=False)[0]
+        got_v = wt(**dict(a1, timestep=varying), return_dict=False)[0]
+        self.assertGreater(max_diff(want_v, t999), 100 * ONE_CALL_TOL * scale)
+        self.assertLess(max_diff(got_v, want_v), 2 * ONE_CALL_TOL * scale)
         with self.assertRaises(NotServedError):
             wt.save_pretrained(str(self.work / "nowhere"))
         with self.assertRaises(NotServedError):
@@ -270,38 +274,38 @@ class WanPipelineTest(unittest.TestCase):
         self.assertIn("family 'wan'", str(cm2.exception))
         wt.close()
 
-    def test_5_inputs_for_a_schema_with_image_and_token_timesteps(self) -> None:
-        """What is sent once weftd's schema lists encoder_hidden_states_image
-        and a (B, S) timestep: _wan_inputs against that schema (the
-        daemon's own, extended as such a daemon would report it)."""
+    def test_5_inputs_for_each_timestep_form_and_image_tokens(self) -> None:
+        """What _wan_inputs sends for the daemon's schema: a (B) timestep,
+        a per-token one that is one value a row (as (B)) or varies
+        (timestep_tokens); and FLF2V's (2 B, 5, D) image tokens to a schema
+        of 10 fixed image tokens, viewed (B, 10, D) as diffusers' image
+        embedder views them."""
         from weft.diffusers import _wan_inputs
         with weft.connect(self.d.endpoint) as c:
             schema = c.model_schema("tiny-wan")
         names = [t.name for t in schema.inputs]
-        self.assertEqual(names, ["hidden_states", "timestep", "encoder_hidden_states"])
-        ts = schema.input("timestep")
-        assert ts is not None
-        image = weft.TensorSchema("encoder_hidden_states_image", ("f32", "f16", "bf16"), True,
-                                  ("B", 257, 16), ("B", "257", "image_dim"))
-        wider = dataclasses.replace(schema, inputs=tuple(
-            dataclasses.replace(t, shape=("B", "S"), labels=("B", "S"))
-            if t.name == "timestep" else t for t in schema.inputs) + (image,))
+        self.assertEqual(names, ["hidden_states", "timestep", "encoder_hidden_states",
+                                 "timestep_tokens"])
         hs = torch.randn(2, 4, 2, 4, 6)
         ehs = torch.randn(2, 8, 32)
-        img = torch.randn(2, 257, 16)
-        sent = _wan_inputs(wider, (1, 2, 2), hs, torch.tensor([999, 500]), ehs, img)
-        self.assertEqual(sorted(sent), ["encoder_hidden_states", "encoder_hidden_states_image",
-                                        "hidden_states", "timestep"])
-        self.assertTrue(torch.equal(sent["encoder_hidden_states_image"], img))
-        self.assertEqual(tuple(sent["timestep"].shape), (2, 12))
+        sent = _wan_inputs(schema, (1, 2, 2), hs, torch.tensor([999, 500]), ehs, None)
+        self.assertEqual(sorted(sent), ["encoder_hidden_states", "hidden_states", "timestep"])
         self.assertEqual(sent["timestep"].dtype, torch.float32)
-        self.assertTrue(torch.equal(sent["timestep"][1], torch.full((12,), 500.0)))
-        varying = torch.rand(2, 12) * 1000
-        self.assertTrue(torch.equal(_wan_inputs(wider, (1, 2, 2), hs, varying, ehs, None)
-                                    ["timestep"], varying))
-        # the daemon's schema as it is: (B) timestep, no image input
         self.assertEqual(tuple(_wan_inputs(schema, (1, 2, 2), hs, torch.tensor(7.0), ehs, None)
                                ["timestep"].shape), (2,))
+        rows = torch.tensor([[3.0] * 12, [9.0] * 12])
+        self.assertTrue(torch.equal(_wan_inputs(schema, (1, 2, 2), hs, rows, ehs, None)
+                                    ["timestep"], torch.tensor([3.0, 9.0])))
+        varying = torch.rand(2, 12) * 1000
+        sent = _wan_inputs(schema, (1, 2, 2), hs, varying, ehs, None)
+        self.assertNotIn("timestep", sent)
+        self.assertTrue(torch.equal(sent["timestep_tokens"], varying))
+        image = weft.TensorSchema("encoder_hidden_states_image", ("f32", "f16", "bf16"), False,
+                                  ("B", 10, 16), ("B", "pos_embed_seq_len", "image_dim"))
+        flf2v = dataclasses.replace(schema, inputs=schema.inputs + (image,))
+        img = torch.randn(4, 5, 16)
+        sent = _wan_inputs(flf2v, (1, 2, 2), hs, torch.tensor([1.0, 2.0]), ehs, img)
+        self.assertTrue(torch.equal(sent["encoder_hidden_states_image"], img.reshape(2, 10, 16)))
 
 
 if __name__ == "__main__":

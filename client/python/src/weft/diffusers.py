@@ -30,10 +30,8 @@ encoders, tokenizers, scheduler, VAE, the denoising loop) stays in Python.
 What weftd does not serve is refused with NotServedError, never ignored:
 attention kwargs other than a LoRA `scale` of 1.0 (LoRA scales,
 IP-adapter embeddings, attention-processor arguments), FLUX's controlnet
-residuals; for Wan, the image embeddings of Wan 2.1 image-to-video
-(encoder_hidden_states_image) and a per-token timestep that differs
-between tokens (Wan 2.2 TI2V's image-conditioned first frame), unless the
-model's schema lists them (then they are sent).
+residuals; for Wan, image embeddings (encoder_hidden_states_image) for a
+model whose schema does not list them (a text-to-video model).
 
 The model's configuration comes from the daemon (list_models' `config`,
 under diffusers' names), so attaching by name is enough:
@@ -414,47 +412,48 @@ def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
 
     timestep: (B) as the pipeline passes it (a scalar or one value for
     every batch entry is expanded to B), or Wan 2.2 TI2V's (B, S), one per
-    video token (S = F/p_t * H/p_h * W/p_w). Sent at the rank the schema
-    takes: a (B, S) whose rows are each one value is sent as (B) (diffusers
-    then computes the same modulation for every token: TI2V's text-to-video
-    steps), a (B) to a rank-2 schema as (B, S); a (B, S) that varies within
-    a row, to a schema of rank 1, is NotServedError. Always float32: the
-    model's sinusoidal embedding computes in float32 from it.
-    encoder_hidden_states_image: (B, 257, image_dim) of Wan 2.1 I2V, sent
-    when the schema lists it, else NotServedError.
+    video token (S = F/p_t * H/p_h * W/p_w). A (B, S) whose rows are each
+    one value is sent as `timestep` (B) (diffusers then computes the same
+    modulation for every token: TI2V's text-to-video steps), any other as
+    the schema's `timestep_tokens`. Always float32: the model's sinusoidal
+    embedding computes in float32 from it.
+    encoder_hidden_states_image: (B, S_img, image_dim) of Wan 2.1 I2V, or
+    FLF2V's (2 B, 257, image_dim) (the first and last frames' tokens of each
+    sample in consecutive rows), viewed as the schema's (B, 514, image_dim)
+    as diffusers' image embedder views it; sent when the schema lists it,
+    else NotServedError.
     """
     act = hidden_states.dtype if hidden_states.dtype in _WEFT_DTYPES else torch.float32
     b = hidden_states.shape[0]
     t = timestep.detach()
-    want = schema.input("timestep")
-    rank = want.rank if want is not None else 1
     if t.ndim == 0 or (t.ndim == 1 and t.numel() == 1 and b > 1):
         t = t.reshape(1).expand(b)
-    if t.ndim == 2 and rank == 1:
-        if not bool((t == t[:, :1]).all()):
+    name = "timestep"
+    if t.ndim == 2:
+        if bool((t == t[:, :1]).all()):
+            t = t[:, 0]
+        elif schema.input("timestep_tokens") is not None:
+            name = "timestep_tokens"
+        else:
             raise NotServedError(
-                "weftd's Wan forward takes one timestep per batch entry, (B); this "
-                f"model got a per-token timestep {tuple(t.shape)} whose values differ "
-                "between tokens (Wan 2.2 TI2V conditioning on an image): that needs "
-                "diffusers' own transformer, or a weftd whose schema takes a (B, S) "
-                "timestep")
-        t = t[:, 0]
-    elif t.ndim == 1 and rank == 2:
-        s = 1
-        for n, p in zip(hidden_states.shape[2:], patch_size):
-            s *= n // p
-        t = t[:, None].expand(b, s)
+                f"this model's schema takes no per-token timestep, and a "
+                f"{tuple(t.shape)} timestep whose values differ between tokens was given")
     inputs = {"hidden_states": _host(hidden_states, act),
-              "timestep": _host(t, torch.float32),
+              name: _host(t, torch.float32),
               "encoder_hidden_states": _host(encoder_hidden_states)}
     if encoder_hidden_states_image is not None:
-        if schema.input("encoder_hidden_states_image") is None:
+        want = schema.input("encoder_hidden_states_image")
+        if want is None:
             raise NotServedError(
                 "weftd's Wan forward of this model takes no encoder_hidden_states_image "
-                "(Wan 2.1 image-to-video's CLIP image embeddings; its schema takes "
-                + ", ".join(x.name for x in schema.inputs) + "): image-to-video with image "
-                "embeddings needs diffusers' own transformer, or a weftd that serves them")
-        inputs["encoder_hidden_states_image"] = _host(encoder_hidden_states_image)
+                "(image embeddings; its schema takes "
+                + ", ".join(x.name for x in schema.inputs) + "): it is not an "
+                "image-to-video model")
+        img = encoder_hidden_states_image
+        fixed = want.shape[1] if want.rank > 1 and isinstance(want.shape[1], int) else 0
+        if fixed and img.ndim == 3 and img.shape[1] != fixed:
+            img = img.reshape(-1, fixed, img.shape[2])   # FLF2V: (2 B, 257, D) -> (B, 514, D)
+        inputs["encoder_hidden_states_image"] = _host(img)
     return inputs
 
 
@@ -467,7 +466,7 @@ class WeftWanTransformer(_WeftTransformer):
     The inputs a forward sends are decided by the model's schema as the
     daemon reported it at construction (`model_info.schema`):
     encoder_hidden_states_image when the schema lists it, a per-token
-    timestep when the schema's timestep has rank 2 (_wan_inputs)."""
+    timestep as timestep_tokens (_wan_inputs)."""
 
     _family = "wan"
     _diffusers_class = WanTransformer3DModel
@@ -475,10 +474,14 @@ class WeftWanTransformer(_WeftTransformer):
 
     @classmethod
     def _from_daemon(cls, theirs: ModelConfig) -> Dict[str, Any]:
-        # weftd reports qk_norm as a flag (its one norm, or none)
+        # weftd reports qk_norm as a flag (its one norm, or none), and
+        # diffusers' None of the image fields as 0
         cfg = dict(theirs)
         if isinstance(cfg.get("qk_norm"), bool):
             cfg["qk_norm"] = "rms_norm_across_heads" if cfg["qk_norm"] else None
+        for k in ("image_dim", "added_kv_proj_dim", "pos_embed_seq_len"):
+            if cfg.get(k) == 0:
+                cfg[k] = None
         return cfg
 
     def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor,
