@@ -12,8 +12,8 @@
  *   added_kv_proj_dim None, rope_max_seq_len 1024, pos_embed_seq_len None.
  * As for FLUX, a missing field is refused unless the caller asks for
  * diffusers' defaults, except the three whose default is None (image_dim,
- * added_kv_proj_dim, pos_embed_seq_len: missing is null); keys starting with '_' are
- * ignored and any other unknown key is refused.
+ * added_kv_proj_dim, pos_embed_seq_len: missing is null); keys starting
+ * with '_' are ignored and any other unknown key is refused.
  *
  * Served: every WanTransformer3DModel config diffusers' conversion script
  * (scripts/convert_wan_to_diffusers.py) writes for this class:
@@ -33,8 +33,8 @@
  * pos_embed_seq_len without image_dim is accepted and unused, as diffusers
  * does (no image embedder to hold the embedding). Wan VACE and Animate are
  * other classes (WanVACETransformer3DModel, WanAnimateTransformer3DModel),
- * not in the family table: wf_model_cfg_parse refuses them as unsupported
- * classes.
+ * not in the family table: wf_model_cfg_parse refuses them by name, with
+ * why (the family's `unserved` list, wan_family.c).
  *
  * qk_norm: diffusers' WanTransformerBlock does not read it (every
  * attention has norm_q / norm_k, RMSNorm over all heads, whatever its
@@ -74,7 +74,8 @@ typedef struct wf_wan_config {
     uint32_t num_layers;            /* blocks, >= 1 */
     bool cross_attn_norm;           /* norm2: LayerNorm with affine, else identity */
     bool qk_norm;                   /* "rms_norm_across_heads" given (not null) */
-    float eps;                      /* every norm's eps, finite, >= 0 */
+    float eps;                      /* the blocks' and norm_out's eps, finite, >= 0
+                                       (the image embedder's LayerNorms: 1e-5) */
     uint32_t rope_max_seq_len;      /* RoPE positions per axis */
     uint32_t image_dim;             /* image tokens' width; 0: null (no image embedder) */
     uint32_t added_kv_proj_dim;     /* 0: null; else = inner_dim (add_k_proj's input) */

@@ -1,12 +1,13 @@
 # libFuzzer: -DWEFT_FUZZ=ON with CC=clang. Run by hand, e.g.
 #   fuzz_proto -malloc_limit_mb=256 -rss_limit_mb=1024 -max_total_time=300 CORPUS
-# (fuzz_cluster_msg, fuzz_safetensors and fuzz_gate the same way;
+# (fuzz_cluster_msg, fuzz_safetensors, fuzz_config and fuzz_gate the same way;
 # tests/fuzz/README.md).
 # Coverage guidance needs the code under test instrumented, not only the
 # harness: every fuzzer links fuzz-only copies of the libraries it tests
 # (weft_proto_fuzz: the wire codec and the control messages between
 # daemons, cluster_msg.c / ctl.c; weft_modelfiles_fuzz: the safetensors
-# parser and the other model-file readers), compiled with
+# parser, the families' config parsers and the other model-file readers),
+# compiled with
 # -fsanitize=fuzzer-no-link,address,undefined. The libraries weftd and
 # libweft link stay as they are, so the rest of the tree builds and links
 # in a fuzz build too.
@@ -23,13 +24,14 @@ if(WEFT_FUZZ)
   target_link_libraries(weft_proto_fuzz PRIVATE PkgConfig::MSGPACK PkgConfig::ZMQ)
   target_compile_options(weft_proto_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})
   file(GLOB WEFT_MODELFILES_FUZZ_SRC CONFIGURE_DEPENDS
-       ${PROJECT_SOURCE_DIR}/modelfiles/*.c)
+       ${PROJECT_SOURCE_DIR}/modelfiles/*.c ${PROJECT_SOURCE_DIR}/modelfiles/*/*.c)
   add_library(weft_modelfiles_fuzz STATIC ${WEFT_MODELFILES_FUZZ_SRC})
-  target_include_directories(weft_modelfiles_fuzz PUBLIC ${PROJECT_SOURCE_DIR}/modelfiles)
+  target_include_directories(weft_modelfiles_fuzz PUBLIC ${PROJECT_SOURCE_DIR}/modelfiles
+    ${PROJECT_SOURCE_DIR}/modelfiles/flux)
   target_link_libraries(weft_modelfiles_fuzz PUBLIC weft_proto_fuzz weft_kernels
     PkgConfig::JANSSON m)
   target_compile_options(weft_modelfiles_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})
-  foreach(f proto cluster_msg safetensors)
+  foreach(f proto cluster_msg safetensors config)
     add_executable(fuzz_${f} ${CMAKE_CURRENT_LIST_DIR}/fuzz_${f}.c)
     target_compile_options(fuzz_${f} PRIVATE -fsanitize=fuzzer,address,undefined
                            -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
@@ -38,6 +40,7 @@ if(WEFT_FUZZ)
   target_link_libraries(fuzz_proto PRIVATE weft_proto_fuzz)
   target_link_libraries(fuzz_cluster_msg PRIVATE weft_proto_fuzz)
   target_link_libraries(fuzz_safetensors PRIVATE weft_modelfiles_fuzz)
+  target_link_libraries(fuzz_config PRIVATE weft_modelfiles_fuzz)
   add_executable(fuzz_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz_seeds.c)
   target_link_libraries(fuzz_seeds PRIVATE weft_proto)
   # fuzz_gate: the client plane's ZMTP server (daemon/server/gate.c,
