@@ -232,21 +232,28 @@ static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
     return R * N;
 }
 
-/* act: SiLU of 300 values in [-20, 20] into another buffer; tol 4e-6 |ref| + 1e-9. */
+/* act: SiLU, then the exact GELU, of 300 values in [-20, 20] into other
+ * buffers; tol 4e-6 |ref| + 1e-9. */
 static size_t row_act(bk_t *b, float *got, double *ref, double *tol)
 {
     enum { N = 300 };
     float x[N];
     seed(WF_BACKEND_OP_ACT);
     fill(x, N, -20, 20);
-    float *dx = put(b, x, sizeof x), *dd = put(b, NULL, sizeof x);
-    CHECK(b->broken || b->o->act(b->c, dd, dx, N, WF_ACT_SILU) == WF_OK, "%s act", b->name);
-    get(b, got, dd, sizeof x);
+    float *dx = put(b, x, sizeof x), *ds = put(b, NULL, sizeof x), *dg = put(b, NULL, sizeof x);
+    CHECK(b->broken || b->o->act(b->c, ds, dx, N, WF_ACT_SILU) == WF_OK, "%s act", b->name);
+    CHECK(b->broken || b->o->act(b->c, dg, dx, N, WF_ACT_GELU) == WF_OK, "%s act gelu",
+          b->name);
+    get(b, got, ds, sizeof x);
+    get(b, got + N, dg, sizeof x);
     for (int i = 0; ref && i < N; i++) {
-        ref[i] = x[i] / (1.0 + exp(-(double)x[i]));
+        double v = x[i];
+        ref[i] = v / (1.0 + exp(-v));
+        ref[N + i] = 0.5 * v * erfc(-v / sqrt(2.0));
         tol[i] = 4e-6 * fabs(ref[i]) + 1e-9;
+        tol[N + i] = 4e-6 * fabs(ref[N + i]) + 1e-9;
     }
-    return N;
+    return 2 * N;
 }
 
 /* add: 257 values; tol u |ref| (one rounding). */
