@@ -161,6 +161,9 @@ static const setting_def_t settings_table[] = {
     { "metrics_listen", KIND_HOSTPORT, OFF(metrics_listen), "", 0, 0, false,
       "HOST:PORT of the Prometheus metrics endpoint (HTTP GET /metrics, "
       "text format 0.0.4); loopback only unless allow_anonymous; empty = off" },
+    { "metrics_connection_ms", KIND_U32, OFF(metrics_connection_ms), "5000", 100, 600000,
+      false, "longest a metrics connection stays open from its accept, whatever it "
+      "sends (a slow or trickling client cannot hold a slot past it)" },
     { "nccl", KIND_BOOL, OFF(nccl), "true", 0, 0, false,
       "CUDA: NCCL worlds when NCCL is built and every rank has its own GPU; "
       "false = the host comm staged through copies (for comparisons)" },

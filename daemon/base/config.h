@@ -104,6 +104,8 @@ typedef struct wf_settings {
     char user[WF_SETTINGS_NAME_MAX]; /* root: switch to this user after binding */
     char metrics_listen[WF_SETTINGS_NAME_MAX]; /* HOST:PORT of the Prometheus
                                     endpoint (GET /metrics); "" = off */
+    uint32_t metrics_connection_ms; /* longest a metrics connection stays open,
+                                    however it trickles */
     /* comm on GPUs */
     bool nccl;                   /* NCCL worlds where every rank has its own GPU */
     uint32_t nccl_init_timeout_ms; /* bound on an NCCL communicator's init */

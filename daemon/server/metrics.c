@@ -2,12 +2,16 @@
  * metrics.h). Counters and gauges are atomics written by the main thread
  * and read by libmicrohttpd's thread; the handshake counts are the gate's
  * and the ZAP handler's own atomics, read where a reply or a scrape is
- * built. Nothing here locks.
+ * built. Nothing on the counters locks; the endpoint's connection
+ * deadlines (a table under a mutex, a thread that closes overdue ones)
+ * are the HTTP side's own.
  */
 #include "server_impl.h"
 #include "metrics.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -45,7 +49,8 @@ static const double rec_le[] = { 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 #define N_REC (sizeof rec_le / sizeof rec_le[0])
 
 /* The endpoint's bounds */
-#define HTTP_MAX_CONNECTIONS 8
+#define HTTP_MAX_CONNECTIONS 32
+#define HTTP_PER_ADDRESS 4
 #define HTTP_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (32 * 1024)
 /* libmicrohttpd's warnings logged per window (each peer that closes
@@ -67,6 +72,27 @@ typedef struct device_gauges {
     counter_t used;                /* bytes reserved by jobs */
 } device_gauges_t;
 
+/* An open HTTP connection and when it must be closed (the whole-
+ * connection deadline: libmicrohttpd's own timeout is an idle one, which
+ * each byte a client trickles restarts). */
+typedef struct http_conn {
+    bool used;
+    int fd;
+    uint64_t deadline_us;          /* UINT64_MAX once shut down */
+} http_conn_t;
+
+/* The deadline keeper: the open connections (libmicrohttpd's
+ * notifications fill the table) and a thread that shuts each down at its
+ * deadline; libmicrohttpd then sees the end of the stream and closes it. */
+typedef struct reaper {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;             /* CLOCK_MONOTONIC */
+    pthread_t tid;
+    bool running, stop;
+    uint64_t life_us;              /* metrics_connection_ms */
+    http_conn_t conn[HTTP_MAX_CONNECTIONS];
+} reaper_t;
+
 struct srv_metrics {
     /* immutable once the endpoint runs */
     char backend[16];
@@ -74,6 +100,7 @@ struct srv_metrics {
     uint32_t n_devices;
     device_gauges_t dev[WF_SETTINGS_MAX_DEVICES];
     void *httpd;                   /* struct MHD_Daemon (WEFT_HAVE_MHD) */
+    reaper_t reap;                 /* its connections' deadlines */
     unsigned port;
     wf_log_t *log;
     wf_log_limit_t mhd_lines;      /* libmicrohttpd's complaints (a peer
@@ -559,6 +586,96 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* libmicrohttpd's connection notifications: a slot of the table per open
+ * connection (its index + 1 in *socket_context). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    reaper_t *r = &((srv_metrics_t *)cls)->reap;
+    pthread_mutex_lock(&r->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        for (size_t i = 0; ci && i < HTTP_MAX_CONNECTIONS; i++)
+            if (!r->conn[i].used) {
+                r->conn[i] = (http_conn_t){ true, ci->connect_fd, mono_us() + r->life_us };
+                *socket_context = (void *)(uintptr_t)(i + 1);
+                pthread_cond_signal(&r->cv);
+                break;
+            }
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        uintptr_t i = (uintptr_t)*socket_context;
+        if (i >= 1 && i <= HTTP_MAX_CONNECTIONS)
+            r->conn[i - 1].used = false;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The deadline keeper's thread: shuts each connection down at its
+ * deadline (under the mutex, so the connection's close, which removes it
+ * from the table first, cannot race the fd away). */
+static void *reaper_main(void *arg)
+{
+    reaper_t *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop) {
+        uint64_t now = mono_us(), next = UINT64_MAX;
+        for (size_t i = 0; i < HTTP_MAX_CONNECTIONS; i++) {
+            http_conn_t *c = &r->conn[i];
+            if (!c->used || c->deadline_us == UINT64_MAX)
+                continue;
+            if (c->deadline_us <= now) {
+                shutdown(c->fd, SHUT_RDWR);
+                c->deadline_us = UINT64_MAX;
+            } else if (c->deadline_us < next) {
+                next = c->deadline_us;
+            }
+        }
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&r->cv, &r->mu);
+        } else {
+            struct timespec ts = { (time_t)(next / 1000000u), (long)(next % 1000000u) * 1000 };
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+static bool reaper_start(reaper_t *r, uint32_t life_ms)
+{
+    pthread_condattr_t ca;
+    memset(r, 0, sizeof *r);
+    r->life_us = (uint64_t)life_ms * 1000u;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    bool ok = pthread_mutex_init(&r->mu, NULL) == 0 && pthread_cond_init(&r->cv, &ca) == 0 &&
+              pthread_create(&r->tid, NULL, reaper_main, r) == 0;
+    pthread_condattr_destroy(&ca);
+    r->running = ok;
+    return ok;
+}
+
+static void reaper_stop(reaper_t *r)
+{
+    if (!r->running)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->tid, NULL);
+    r->running = false;
+}
+
 static void *http_start(srv_metrics_t *m, const struct sockaddr_storage *ss)
 {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
@@ -569,6 +686,8 @@ static void *http_start(srv_metrics_t *m, const struct sockaddr_storage *ss)
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, m,     /* first: it says so */
         MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MAX_CONNECTIONS,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)HTTP_PER_ADDRESS,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEMORY_LIMIT,
         MHD_OPTION_END);
@@ -579,9 +698,16 @@ static void *http_start(srv_metrics_t *m, const struct sockaddr_storage *ss)
     return d;
 }
 
-static void http_stop(void *d)
+/* libmicrohttpd stopped first: its last close notifications need the
+ * table, whose thread then goes. */
+static void http_stop(srv_metrics_t *m)
 {
-    MHD_stop_daemon(d);
+    if (m->httpd)
+        MHD_stop_daemon(m->httpd);
+    m->httpd = NULL;
+    reaper_stop(&m->reap);
+    pthread_mutex_destroy(&m->reap.mu);
+    pthread_cond_destroy(&m->reap.cv);
 }
 #endif /* WEFT_HAVE_MHD */
 
@@ -684,6 +810,10 @@ wf_status_t srv_metrics_start(wf_server_t *srv)
         return WF_E_BAD_ARGUMENT;
     }
 #ifdef WEFT_HAVE_MHD
+    if (!reaper_start(&m->reap, srv->settings.metrics_connection_ms)) {
+        wf_log(srv->log, WF_LOG_ERR, "metrics: cannot start its connection deadlines");
+        return WF_E_INTERNAL;
+    }
     m->httpd = http_start(m, &ss);
     if (!m->httpd) {
         wf_log(srv->log, WF_LOG_ERR, "metrics_listen %s: cannot serve HTTP there "
@@ -706,8 +836,8 @@ void srv_metrics_stop(wf_server_t *srv)
     if (!m)
         return;
 #ifdef WEFT_HAVE_MHD
-    if (m->httpd)
-        http_stop(m->httpd);
+    if (m->reap.running)
+        http_stop(m);
 #endif
     srv->metrics = NULL;
     wf_log_limit_destroy(&m->mhd_lines);

@@ -24,7 +24,11 @@
  *       loop, scrapes alone see weft_handshakes_refused_total move (they
  *       are polled until it does, bounded by WAIT_EVENT_MS);
  *   (g) a cancel of an id no job has (WF_E_BAD_ARGUMENT) is counted as
- *       weft_requests_refused_total{op="cancel",...}, not op="other".
+ *       weft_requests_refused_total{op="cancel",...}, not op="other";
+ *   (h) 40 connections from 10 loopback addresses holding the endpoint's
+ *       slots with half a request: a scrape is served within 10 x
+ *       metrics_connection_ms, each holder's connection is closed, a job
+ *       runs meanwhile.
  * usage: test_metrics WEFTD WEFTCTL
  */
 #include <errno.h>
@@ -33,6 +37,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -498,6 +503,79 @@ static void check_cancel_label(int port, const wd_t *w)
     printf("(g) a refused cancel: op=\"cancel\"\n");
 }
 
+/* (h) Connections that hold the endpoint's slots (40 from 10 loopback
+ * addresses, each with half a request line, never finished) against a
+ * daemon with metrics_connection_ms = HOLD_MS: a scrape is served within
+ * a bound derived from it (each held slot is closed HOLD_MS after its
+ * accept, long before libmicrohttpd's 10 s idle timeout would), every
+ * holder sees its connection closed, and jobs run meanwhile. */
+#define HOLD_MS 300
+#define HOLDERS 40
+
+static int hold_slot(int port, int k)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in src = { .sin_family = AF_INET };
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (uint32_t)(k % 10));
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char part[] = "GET /metr";
+    if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
+        connect(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        write(fd, part, sizeof part - 1) != (ssize_t)(sizeof part - 1)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void check_slots_held(int port, const wd_t *w)
+{
+    int fds[HOLDERS], held = 0;
+    for (int k = 0; k < HOLDERS; k++)
+        if ((fds[k] = hold_slot(port, k)) >= 0)
+            held++;
+    CHECKM(held == HOLDERS, "%d of %d holders connected", held, HOLDERS);
+    wf_client_t *c = NULL;
+    if (wf_client_connect(w->ep, TIMEOUT_MS, &c) == WF_OK)
+        CHECKM(job_ok(c, 900), "a job while the metrics slots are held");
+    wf_client_destroy(&c);
+    /* served within 10 deadlines (the idle timeout alone would take 10 s) */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double ms = 0;
+    bool served = false;
+    while (!served && ms < 10.0 * HOLD_MS) {
+        http_t h;
+        served = http_do(port, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", &h) &&
+                 h.code == 200;
+        http_free(&h);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    }
+    CHECKM(served, "a scrape while %d connections held the slots: not served in %.0f ms "
+           "(metrics_connection_ms %d)", HOLDERS, ms, HOLD_MS);
+    printf("metrics: a scrape past %d slot holders served after %.0f ms "
+           "(metrics_connection_ms %d)\n", HOLDERS, ms, HOLD_MS);
+    /* every holder's connection ends: EOF or a reset, not our read timeout */
+    int closed = 0;
+    for (int k = 0; k < HOLDERS; k++) {
+        if (fds[k] < 0)
+            continue;
+        struct timeval tv = { wait_bound_ms(WAIT_EVENT_MS) / 1000, 0 };
+        setsockopt(fds[k], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char b[256];
+        ssize_t r;
+        while ((r = read(fds[k], b, sizeof b)) > 0)
+            ;
+        closed += r == 0 || (r < 0 && errno == ECONNRESET);
+        close(fds[k]);
+    }
+    CHECKM(closed == held, "%d of %d held connections closed by the daemon", closed, held);
+}
+
 static bool counters_equal(const wf_status_counters_t *a, const wf_status_counters_t *b)
 {
     bool eq = a->present == b->present && a->refused_count == b->refused_count &&
@@ -632,6 +710,20 @@ int main(int argc, char **argv)
     check_cancel_label(port, &w);
     printf("metrics: (a)-(c), (f), (g) done, %d failure(s) so far\n", failed);
     wd_stop(&w);
+
+    /* (h) */
+    char hl[64], hold_ms[16];
+    int ph = test_port();
+    snprintf(hl, sizeof hl, "127.0.0.1:%d", ph);
+    snprintf(hold_ms, sizeof hold_ms, "%d", HOLD_MS);
+    const char *hold[] = { "--metrics-listen", hl, "--metrics-connection-ms", hold_ms, NULL };
+    if (wd_start(&w, "hold", hold, true)) {
+        check_slots_held(ph, &w);
+        wd_stop(&w);
+    } else {
+        CHECKM(false, "the slot-holding daemon did not start");
+        clusterd_node_close(&w.n);
+    }
 
     /* (d) */
     char any[64];
