@@ -137,6 +137,9 @@ struct wf_gate {
     pthread_mutex_t mu;          /* guards keys, n_keys, limits */
     wf_key_entry_t *keys;
     size_t n_keys;
+    uint64_t keys_gen;           /* bumped by wf_gate_set_keys (under mu) */
+    uint64_t keys_seen;          /* thread only: the generation applied to
+                                    the open connections */
     wf_gate_limits_t limits;
     conn_t **conns;              /* thread only: open connections */
     uint32_t n_conns, cap_conns;
@@ -1090,6 +1093,39 @@ static void close_with(wf_gate_t *g, uint32_t i, const char *why)
     conn_close(g, i);
 }
 
+/* Keys replaced (a reload): every admitted CURVE connection is looked up
+ * again. One whose key is gone is closed (a revocation takes effect on
+ * open connections too); one whose role or name changed carries the new
+ * ones on its next message. */
+static void keys_apply(wf_gate_t *g)
+{
+    pthread_mutex_lock(&g->mu);
+    uint64_t gen = g->keys_gen;
+    for (uint32_t i = g->n_conns; i-- > 0;) {
+        conn_t *c = g->conns[i];
+        if (!c->cv || c->st != C_ACTIVE || c->lingering)
+            continue;
+        char z85[WF_KEY_Z85_LEN + 1];
+        zmq_z85_encode(z85, c->cv->client_key, 32);
+        const wf_key_entry_t *e = wf_keylist_find_key(g->keys, g->n_keys, z85);
+        if (e) {
+            if (e->role != c->key_role || strcmp(e->name, c->key_name) != 0)
+                wf_log(g->log, WF_LOG_NOTICE, "auth: client %s on %s (%s:%s) is now %s:%s",
+                       c->addr, g->endpoint, wf_role_name(c->key_role), c->key_name,
+                       wf_role_name(e->role), e->name);
+            c->key_role = e->role;
+            snprintf(c->key_name, sizeof c->key_name, "%s", e->name);
+            continue;
+        }
+        wf_log(g->log, WF_LOG_NOTICE, "auth: client %s on %s (%s:%s) closed: its key was "
+               "removed from client_keys", c->addr, g->endpoint, wf_role_name(c->key_role),
+               c->key_name);
+        conn_close(g, i);
+    }
+    pthread_mutex_unlock(&g->mu);
+    g->keys_seen = gen;
+}
+
 static void *gate_thread(void *arg)
 {
     wf_gate_t *g = arg;
@@ -1182,6 +1218,13 @@ static void *gate_thread(void *arg)
             uint64_t v;
             ssize_t r = read(g->wake, &v, sizeof v);
             (void)r;
+        }
+        pthread_mutex_lock(&g->mu);
+        bool rekey = g->keys_gen != g->keys_seen;
+        pthread_mutex_unlock(&g->mu);
+        if (rekey) {
+            keys_apply(g);
+            continue;   /* the poll items are stale: closes moved connections */
         }
         /* wf_gate_finish may have woken this poll: every connection is
          * looked at below, before the next one blocks */
@@ -1471,8 +1514,15 @@ wf_status_t wf_gate_set_keys(wf_gate_t *g, const wf_key_entry_t *e, size_t n)
     wf_key_entry_t *old = g->keys;
     g->keys = copy;
     g->n_keys = n;
+    g->keys_gen++;
     pthread_mutex_unlock(&g->mu);
     free(old);
+    /* the thread applies them to the open connections */
+    if (g->wake >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(g->wake, &one, sizeof one);
+        (void)w;
+    }
     return WF_OK;
 }
 

@@ -17,7 +17,10 @@
  *       unload_model); the server key given as a Z85 string works too;
  *   (f) SIGHUP with a bad client_keys keeps the old keys; SIGHUP after
  *       the submit key was removed: that key is refused on a new
- *       connection, the admin key still works;
+ *       connection and the submit client connected since (d) is closed
+ *       (its next request fails), the admin key still works; SIGHUP with
+ *       the admin key listed as submit: the admin client connected since
+ *       (d) is refused reconfigure (WF_E_DENIED) on its next request;
  *   (g) protected mode: tcp://0.0.0.0 without client_keys exits non-zero
  *       naming client_keys and allow_anonymous; with allow_anonymous it
  *       serves (warning in the log); tcp://127.0.0.1 without keys serves
@@ -400,6 +403,25 @@ static void test_curve(void)
     wf_client_destroy(&c);
     /* the connected admin client keeps working */
     job_ok(adm, 11, "(f) connected admin after reload");
+    /* the submit client connected since (d): closed by the reload */
+    CHECKM(log_has(w.log, "(submit:runner.a) closed: its key was removed from client_keys"),
+           "(f) the revoked connection closed");
+    st = sub ? wf_hello(sub, &h) : WF_E_AUTH;
+    CHECKM(st != WF_OK, "(f) revoked client's next request: %s", wf_status_name(st));
+    printf("(f) a revoked open connection: its next hello gives %s\n", wf_status_name(st));
+    /* the admin key demoted to submit: the open admin connection with it */
+    {
+        char text[256];
+        snprintf(text, sizeof text, "submit %s ops-1\n", ka.public_key);
+        write_text(clients, text);
+    }
+    kill(w.n.p.pid, SIGHUP);
+    CHECKM(clusterd_node_wait(&w.n, "READY=1", TIMEOUT_MS, NULL, 0), "(f) reload 3");
+    CHECKM(log_has(w.log, "(admin:ops-1) is now submit:ops-1"), "(f) role change logged");
+    st = wf_reconfigure(adm, &before, &epoch);
+    CHECKM(st == WF_E_DENIED, "(f) demoted open connection reconfigures: %s: %s",
+           wf_status_name(st), wf_client_last_error(adm));
+    job_ok(adm, 12, "(f) demoted open connection still submits");
 out:
     wf_client_destroy(&sub);
     wf_client_destroy(&adm);
