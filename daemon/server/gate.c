@@ -362,6 +362,8 @@ static void peer_address(wf_gate_t *g, conn_t *c)
     }
 }
 
+static void close_with(wf_gate_t *g, uint32_t i, const char *why);
+
 static void accept_one(wf_gate_t *g)
 {
     int fd = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -387,6 +389,21 @@ static void accept_one(wf_gate_t *g)
     c->fd = fd;
     atomic_fetch_add(&g->open, 1);
     peer_address(g, c);
+    /* Handshake slots full: the connection in its handshake longest goes
+     * instead of the new one (a client's handshake takes milliseconds;
+     * connections that never finish theirs cannot hold the slots and keep
+     * new clients out). */
+    if (g->n_conns < l.max_connections && g->handshaking >= l.max_handshakes) {
+        uint32_t oldest = UINT32_MAX;
+        for (uint32_t i = 0; i < g->n_conns; i++)
+            if (g->conns[i]->handshaking && g->conns[i]->st != C_CLOSING &&
+                (oldest == UINT32_MAX ||
+                 g->conns[i]->deadline_us < g->conns[oldest]->deadline_us))
+                oldest = i;
+        if (oldest != UINT32_MAX)
+            close_with(g, oldest, "its handshake slot taken by a newer connection "
+                       "(client_max_handshakes in their handshake)");
+    }
     const char *full = g->n_conns >= l.max_connections ? "client_max_connections"
                        : g->handshaking >= l.max_handshakes ? "client_max_handshakes"
                                                             : NULL;
