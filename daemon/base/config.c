@@ -144,6 +144,10 @@ static const setting_def_t settings_table[] = {
       "allow a tcp:// client endpoint without client_keys, or a cluster without "
       "node_keys, on addresses other than loopback (anyone reaching them may "
       "do anything)" },
+    { "anonymous_admin", KIND_BOOL, OFF(anonymous_admin), "false", 0, 0, false,
+      "anonymous clients of a loopback tcp:// endpoint (no client_keys) get the "
+      "admin role; false: submit, as other local users on the ipc:// socket "
+      "(allow_anonymous grants admin too)" },
     { "socket_mode", KIND_MODE, OFF(socket_mode), "0660", 0, 0777, false,
       "ipc:// endpoint: mode of the socket file (who may connect; local "
       "clients other than root and the daemon's user get the submit role)" },

@@ -191,9 +191,16 @@ wf_status_t srv_access_prepare(wf_server_t *srv)
     }
     srv->access.mode = SRV_ACCESS_ANONYMOUS;
     if (tcp_loopback(ep)) {
-        wf_log(srv->log, WF_LOG_NOTICE, "client endpoint %s: anonymous "
-               "loopback access (no client_keys): every local user may do "
-               "anything, admin operations included", ep);
+        if (s->anonymous_admin || s->allow_anonymous)
+            wf_log(srv->log, WF_LOG_NOTICE, "client endpoint %s: anonymous "
+                   "loopback access (no client_keys): every local user may do "
+                   "anything, admin operations included (%s)", ep,
+                   s->anonymous_admin ? "anonymous_admin" : "allow_anonymous");
+        else
+            wf_log(srv->log, WF_LOG_NOTICE, "client endpoint %s: anonymous "
+                   "loopback access (no client_keys): every local user may submit "
+                   "jobs; admin operations need the ipc:// socket as root or this "
+                   "daemon's user, client_keys, or anonymous_admin = true", ep);
         return WF_OK;
     }
     if (s->allow_anonymous) {
@@ -251,8 +258,9 @@ bool srv_access_reload(wf_server_t *srv, const char *client_keys_before, char *w
         snprintf(why, why_len, "client_keys not read; the previous keys stay");
         return false;
     }
-    wf_log(srv->log, WF_LOG_INFO, "reload: client_keys re-read: %s (new "
-           "connections; connected clients keep theirs)", counts);
+    wf_log(srv->log, WF_LOG_INFO, "reload: client_keys re-read: %s (open "
+           "connections too: a key no longer listed is closed, a changed role "
+           "applies from its next message)", counts);
     return true;
 }
 
@@ -282,7 +290,12 @@ wf_role_t srv_access_role(wf_server_t *srv, const wf_gate_meta_t *m, char *who,
                                                               : WF_ROLE_SUBMIT;
     case SRV_ACCESS_ANONYMOUS:
         snprintf(who, who_len, "anonymous client from %s", qa);
-        return WF_ROLE_ADMIN;
+        /* off loopback only with allow_anonymous, which says anyone may do
+         * anything; on loopback as the ipc:// socket's other local users
+         * unless anonymous_admin */
+        return srv->settings.allow_anonymous || srv->settings.anonymous_admin
+                   ? WF_ROLE_ADMIN
+                   : WF_ROLE_SUBMIT;
     }
     snprintf(who, who_len, "?");
     return WF_ROLE_NONE;

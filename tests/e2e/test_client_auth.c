@@ -24,7 +24,8 @@
  *   (g) protected mode: tcp://0.0.0.0 without client_keys exits non-zero
  *       naming client_keys and allow_anonymous; with allow_anonymous it
  *       serves (warning in the log); tcp://127.0.0.1 without keys serves
- *       anonymous clients as admin; client_keys without key_file exits
+ *       anonymous clients as submit (reconfigure WF_E_DENIED), as admin
+ *       with anonymous_admin = true; client_keys without key_file exits
  *       non-zero; a client with keys against an anonymous daemon gets
  *       WF_E_AUTH; a secret key file readable by others is refused by
  *       libweft; the same rules for a TCP socket passed by systemd
@@ -476,9 +477,29 @@ static void test_protected(void)
     wf_client_t *c = NULL;
     CHECKM(wf_client_connect(ep, TIMEOUT_MS, &c) == WF_OK, "connect");
     wf_mesh_degrees_t dp2 = { 2, 1, 1, 1 };
-    CHECKM(c && wf_reconfigure(c, &dp2, NULL) == WF_OK, "(g) anonymous loopback "
-           "client is admin: %s", c ? wf_client_last_error(c) : "");
+    wf_hello_info_t hi;
+    CHECKM(c && wf_hello(c, &hi) == WF_OK, "(g) anonymous loopback client served");
+    wf_status_t rs = c ? wf_reconfigure(c, &dp2, NULL) : WF_E_INTERNAL;
+    CHECKM(rs == WF_E_DENIED, "(g) anonymous loopback client is submit: reconfigure %s",
+           wf_status_name(rs));
     wf_client_destroy(&c);
+    /* anonymous_admin: the operator says local users are admins */
+    {
+        char ep2[64];
+        snprintf(ep2, sizeof ep2, "tcp://127.0.0.1:%d", test_port());
+        const char *adm_loop[] = { "--listen", ep2, "--anonymous-admin", "true", NULL };
+        wd_t w2;
+        if (wd_start(&w2, "loopback-admin", adm_loop, true)) {
+            CHECKM(wf_client_connect(ep2, TIMEOUT_MS, &c) == WF_OK, "connect");
+            CHECKM(c && wf_reconfigure(c, &dp2, NULL) == WF_OK, "(g) anonymous_admin: "
+                   "reconfigure: %s", c ? wf_client_last_error(c) : "");
+            wf_client_destroy(&c);
+            wd_stop(&w2);
+        } else {
+            CHECKM(false, "(g) anonymous_admin daemon did not start");
+            clusterd_node_close(&w2.n);
+        }
+    }
     /* keys against a daemon without CURVE: refused at once */
     c = connect_keys(ep, "daemon.pub", "admin");
     expect_auth(c, "(g) keys against an anonymous daemon");
