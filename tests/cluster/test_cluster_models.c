@@ -26,7 +26,8 @@
  *     output (1e-5 relative).
  *  6. Wan (tests/fixtures/wan-tiny, served at tp 1 only) across nodes:
  *     the mesh re-cut to ring=3 x ulysses=2 (the ring crosses a, b and c;
- *     "tiny" re-sharded to tp 1 alike); "wan" loaded on a: ready on
+ *     "tiny" re-sharded to tp 1 alike), every node's status on its epoch;
+ *     "wan" loaded on a: ready on
  *     every node (nodes "a:0-1,b:2-3,c:4-5"), list_models on each node
  *     shows it (family "wan", tp 1) with the per-rank size a single-node
  *     weftd reports; forwards through wf_forward_named on ring=3 x
@@ -181,6 +182,25 @@ static bool models_on(void *arg)
     wf_model_info_t info;
     return holds(m->a, "tiny", "ready", &info) && strcmp(info.nodes, m->nodes) == 0 &&
            holds(m->a, "t2", "ready", &info) && strcmp(info.nodes, m->nodes) == 0;
+}
+
+/* The nodes and the mesh epoch they should all run, for mesh_followed. */
+typedef struct epoch_arg {
+    node_t *n[3];
+    uint64_t epoch;             /* the coordinator's reconfigure's */
+} epoch_arg_t;
+
+/* Does every node run the mesh of that epoch (or a later one), no
+ * reconfiguration under way? */
+static bool mesh_followed(void *arg)
+{
+    const epoch_arg_t *e = arg;
+    for (int i = 0; i < 3; i++) {
+        wf_status_info_t si;
+        if (!clusterd_status(&e->n[i]->p, &si) || si.epoch < e->epoch || si.reconfiguring)
+            return false;
+    }
+    return true;
 }
 
 /* Does the status of d say serving, on a world of 6 ranks? */
@@ -503,7 +523,13 @@ int main(int argc, char **argv)
             { "ring=6", { 1, 6, 1, 1 } },
             { "dp=3 x ulysses=2", { 3, 1, 2, 1 } },
         };
-        CHECK(wf_reconfigure(cl, &wmeshes[0].m, NULL) == WF_OK);
+        /* The coordinator answers the reconfigure once it runs the new
+         * mesh; each member follows it after that, and checks its part
+         * of a load (the tp plan) at the mesh in force on it: the load
+         * waits until every node runs tp 1 */
+        epoch_arg_t ea = { { &a, &b, &c }, 0 };
+        CHECK(wf_reconfigure(cl, &wmeshes[0].m, &ea.epoch) == WF_OK);
+        CHECK(wait_for(mesh_followed, &ea, WAIT_EVENT_MS));
         memset(&info, 0, sizeof info);
         t0 = now_s();
         CHECK(load(cl, "wan", "wan-tiny", &info, err, sizeof err) == WF_OK);

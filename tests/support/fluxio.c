@@ -165,6 +165,10 @@ double wanio_forward(wf_client_t *c, const char *model, const wf_tensor_t in[3],
                      const wf_tensor_t *ref, wf_status_t *ret_st,
                      wf_job_result_t *ret_res)
 {
+    wf_job_result_t res;
+    memset(&res, 0, sizeof res);
+    if (ret_res)
+        *ret_res = res;
     wf_tensor_t o = *ref;
     o.dtype = WF_DTYPE_F32;
     int64_t n = wf_tensor_numel(&o);
@@ -178,8 +182,6 @@ double wanio_forward(wf_client_t *c, const char *model, const wf_tensor_t in[3],
     wf_named_tensor_t ins[3], outs[1] = { { "output", &o } };
     for (int i = 0; i < 3; i++)
         ins[i] = (wf_named_tensor_t){ wanio_input_names[i], &in[i] };
-    wf_job_result_t res;
-    memset(&res, 0, sizeof res);
     *ret_st = wf_forward_named(c, model, ins, 3, outs, 1, NULL, &res);
     double e = *ret_st == WF_OK ? rel_error(ref, &o) : INFINITY;
     if (ret_res)
