@@ -15,7 +15,8 @@
  *     no node keeps it. A path missing on b only: refused naming b.
  *  0. the reference: a single-node weftd (cpu:1) runs a forward of
  *     flux-tiny on inputs of 24 image + 12 text tokens (the fixtures' 16 /
- *     8 tokens do not divide over 3 or 6 sequence ranks).
+ *     8 tokens do not divide over 3 or 6 sequence ranks), and reports
+ *     wan-tiny's per-rank size.
  *  5. forwards across nodes on meshes that cross them (tp=2 x ring=3,
  *     ulysses=6, dp=3 x tp=2, tp=2 x ulysses=3; each reconfigure re-cuts
  *     the shards on every node), 3 per mesh (dp replicas take turns, so
@@ -23,13 +24,26 @@
  *     sequence degree divides its tokens (tolerance fluxio_tolerance,
  *     1e-5 for f32) and the 24 + 12 token inputs against the single-node
  *     output (1e-5 relative).
- *  6. unload "tiny": gone from every node; load it again: ready.
- *  7. a member that does not answer (SIGSTOP c) within cluster_timeout_ms:
+ *  6. Wan (tests/fixtures/wan-tiny, served at tp 1 only) across nodes:
+ *     the mesh re-cut to ring=3 x ulysses=2 (the ring crosses a, b and c;
+ *     "tiny" re-sharded to tp 1 alike), every node's status on its epoch;
+ *     "wan" loaded on a: ready on
+ *     every node (nodes "a:0-1,b:2-3,c:4-5"), list_models on each node
+ *     shows it (family "wan", tp 1) with the per-rank size a single-node
+ *     weftd reports; forwards through wf_forward_named on ring=3 x
+ *     ulysses=2, ring=6 and dp=3 x ulysses=2, 3 per mesh, each on its
+ *     replica's ring x ulysses devices (the job's result), against
+ *     diffusers' float64 output (io-wan-tiny-f32: 12 video tokens, which
+ *     divide over 6 sequence ranks; WANIO_TOLERANCE, 1e-5); then tp=2 x
+ *     ring=3 with it resident (a live re-shard on every node) and its
+ *     forwards; unloaded: gone from every node.
+ *  7. unload "tiny": gone from every node; load it again: ready.
+ *  8. a member that does not answer (SIGSTOP c) within cluster_timeout_ms:
  *     the load fails (WF_E_NODE_LOST or WF_E_UNAVAILABLE, naming c), one
  *     reply, within cluster_timeout_ms + heartbeat_timeout_ms and a stated
  *     margin; c continued (SIGCONT), the cluster serves again and a load
  *     succeeds.
- *  8. c lost with a forward in flight on it: c restarted with its job
+ *  9. c lost with a forward in flight on it: c restarted with its job
  *     parts held (the daemon's test hook WEFT_TEST_HOLD_JOBS), the models
  *     installed there; two forwards submitted, c's two devices hold the
  *     first one's parts (status), c killed: that forward fails with
@@ -38,10 +52,10 @@
  *     parity; the models serve there (list_models' nodes a, b), parity; c
  *     restarted with nothing loaded: the coordinator installs the models
  *     there (list_models' nodes back to a, b, c), parity on the full world.
- *  9. the coordinator restarted: the members' models of the earlier one
+ * 10. the coordinator restarted: the members' models of the earlier one
  *     are dropped with the new one's first load (refused WF_E_BUSY, naming
  *     the node, until they are), which then succeeds; parity.
- * 10. SIGTERM stops every daemon cleanly (exit 0).
+ * 11. SIGTERM stops every daemon cleanly (exit 0).
  *
  * Usage: test_cluster_models PATH_TO_WEFTD FIXTURES_DIR.
  */
@@ -169,6 +183,25 @@ static bool models_on(void *arg)
            holds(m->a, "t2", "ready", &info) && strcmp(info.nodes, m->nodes) == 0;
 }
 
+/* The nodes and the mesh epoch they should all run, for mesh_followed. */
+typedef struct epoch_arg {
+    node_t *n[3];
+    uint64_t epoch;             /* the coordinator's reconfigure's */
+} epoch_arg_t;
+
+/* Does every node run the mesh of that epoch (or a later one), no
+ * reconfiguration under way? */
+static bool mesh_followed(void *arg)
+{
+    const epoch_arg_t *e = arg;
+    for (int i = 0; i < 3; i++) {
+        wf_status_info_t si;
+        if (!clusterd_status(&e->n[i]->p, &si) || si.epoch < e->epoch || si.reconfiguring)
+            return false;
+    }
+    return true;
+}
+
 /* Does the status of d say serving, on a world of 6 ranks? */
 static bool serving6(void *arg)
 {
@@ -232,6 +265,8 @@ static double rel_err(const float *a, const float *b, size_t n)
 
 static inputs6_t in6;
 static float ref6[24 * 16];     /* a single-node weftd's output on in6 */
+static wanio_t wio;             /* io-wan-tiny-f32: inputs, diffusers' output */
+static uint64_t wan_rank_bytes; /* wan-tiny's per-rank size on a single node */
 
 /* Forwards of "tiny" on the cluster now: the diffusers fixture (only
  * when the mesh's sequence degree divides its 16 / 8 tokens) and in6
@@ -280,7 +315,37 @@ static bool forwards(wf_client_t *cl, const fluxio_t *io, const char *mesh,
     return ok;
 }
 
-/* The reference: a single-node weftd (cpu:1) on node a's model root. */
+/* Forwards of "wan" on the cluster now, 3 (dp replicas take turns)
+ * against diffusers, each on one replica's ring x ulysses devices (the
+ * mesh's, from status); the largest error into *ret_err. */
+static bool wan_forwards(wf_client_t *cl, const char *mesh, double *ret_err)
+{
+    *ret_err = INFINITY;
+    wf_status_info_t si;
+    if (wf_status(cl, &si) != WF_OK)
+        return false;
+    uint32_t devices = si.mesh.ring * si.mesh.ulysses * si.mesh.tp, got = 0;
+    bool ok = true;
+    *ret_err = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        wf_status_t st;
+        wf_job_result_t res;
+        double e = wanio_forward(cl, "wan", &wio, &wio.ref, &st, &res);
+        if (st != WF_OK)
+            fprintf(stderr, "%s: wan forward: %s %s\n", mesh, wf_status_name(st),
+                    wf_client_last_error(cl));
+        ok = ok && st == WF_OK && e <= WANIO_TOLERANCE && res.devices == devices;
+        got = res.devices;
+        if (!(e <= *ret_err))
+            *ret_err = e;
+    }
+    printf("  %-22s wan parity: diffusers fixture %.2e, on %u devices (want %u)  %s\n",
+           mesh, *ret_err, got, devices, ok ? "ok" : "FAIL");
+    return ok;
+}
+
+/* The reference: a single-node weftd (cpu:1) on node a's model root:
+ * flux-tiny's output on in6, wan-tiny's per-rank size. */
 static bool reference(const char *weftd)
 {
     clusterd_t r;
@@ -296,6 +361,9 @@ static bool reference(const char *weftd)
         ref6[i] = NAN;
     wf_tensor_t out = { ref6, WF_DTYPE_F32, 3, { 1, 24, 16 } };
     ok = ok && wf_forward(c, "tiny", &in6.in, &out, NULL) == WF_OK;
+    wf_model_info_t info;
+    ok = ok && wf_load_model(c, "wan", "wan-tiny", NULL, &info) == WF_OK;
+    wan_rank_bytes = ok ? info.rank_bytes : 0;
     wf_client_destroy(&c);
     clusterd_kill(&r, SIGTERM);
     clusterd_close(&r);
@@ -353,7 +421,8 @@ int main(int argc, char **argv)
     fixtures = argv[2];
     double t_begin = now_s();
     fluxio_t io;
-    if (!fluxio_load(&io, fixtures, "io-flux-tiny-f32.safetensors"))
+    if (!fluxio_load(&io, fixtures, "io-flux-tiny-f32.safetensors") ||
+        !wanio_load(&wio, fixtures, "io-wan-tiny-f32.safetensors"))
         return 1;
     inputs6_make(&in6);
     char top[128];
@@ -363,6 +432,7 @@ int main(int argc, char **argv)
         snprintf(roots[k], sizeof roots[k], "%s/%c", top, 'a' + k);
         CHECK(mkdir(roots[k], 0755) == 0);
         CHECK(put_model(k, "flux-tiny", "tiny"));
+        CHECK(put_model(k, "wan-tiny", "wan-tiny"));
         /* "m2": the same everywhere but on c (bf16 weights, same config) */
         CHECK(put_model(k, k == 2 ? "flux-tiny-bf16" : "flux-tiny", "m2"));
         /* "m3": b's config differs (the guidance model) */
@@ -442,7 +512,67 @@ int main(int argc, char **argv)
         CHECK(wf_reconfigure(cl, &back, NULL) == WF_OK);
     }
 
-    /* 6. unload, load again */
+    /* 6. Wan across nodes. Its forward runs at tp 1 only, so the mesh
+     * is re-cut first (ring x ulysses: the ring crosses the nodes, each
+     * ulysses pair is one node's two devices); "tiny" stays resident and
+     * is re-sharded alike */
+    {
+        static const struct { const char *name; wf_mesh_degrees_t m; } wmeshes[] = {
+            { "ring=3 x ulysses=2", { 1, 3, 2, 1 } },
+            { "ring=6", { 1, 6, 1, 1 } },
+            { "dp=3 x ulysses=2", { 3, 1, 2, 1 } },
+        };
+        /* The coordinator answers the reconfigure once it runs the new
+         * mesh; each member follows it after that, and checks its part
+         * of a load (the tp plan) at the mesh in force on it: the load
+         * waits until every node runs tp 1 */
+        epoch_arg_t ea = { { &a, &b, &c }, 0 };
+        CHECK(wf_reconfigure(cl, &wmeshes[0].m, &ea.epoch) == WF_OK);
+        CHECK(wait_for(mesh_followed, &ea, WAIT_EVENT_MS));
+        memset(&info, 0, sizeof info);
+        t0 = now_s();
+        CHECK(load(cl, "wan", "wan-tiny", &info, err, sizeof err) == WF_OK);
+        printf("  wan loaded on 3 nodes in %.0f ms; nodes \"%s\", %llu bytes per rank "
+               "(single node: %llu)\n", (now_s() - t0) * 1e3, info.nodes,
+               (unsigned long long)info.rank_bytes, (unsigned long long)wan_rank_bytes);
+        CHECK(strcmp(info.nodes, "a:0-1,b:2-3,c:4-5") == 0);
+        CHECK(strcmp(info.state, "ready") == 0 && strcmp(info.family, "wan") == 0);
+        node_t *abc[3] = { &a, &b, &c };
+        for (int i = 0; i < 3; i++) {
+            wf_model_info_t ni;
+            memset(&ni, 0, sizeof ni);
+            bool held = holds(abc[i], "wan", "ready", &ni);
+            CHECK(held && strcmp(ni.family, "wan") == 0 && ni.tp == 1 &&
+                      ni.rank_bytes > 0 && ni.rank_bytes == wan_rank_bytes,
+                  "node %s: wan %s, family %s, tp %u, %llu bytes per rank (single node: "
+                  "%llu)", abc[i]->p.name, held ? "ready" : "not ready", ni.family, ni.tp,
+                  (unsigned long long)ni.rank_bytes, (unsigned long long)wan_rank_bytes);
+        }
+        double worst = 0;
+        for (size_t i = 0; i < sizeof wmeshes / sizeof wmeshes[0]; i++) {
+            if (i > 0)
+                CHECK(wf_reconfigure(cl, &wmeshes[i].m, NULL) == WF_OK);
+            double e;
+            CHECK(wan_forwards(cl, wmeshes[i].name, &e));
+            worst = e > worst ? e : worst;
+        }
+        printf("  worst wan parity across nodes: %.2e\n", worst);
+        /* tp 2 x ring 3 with the Wan model resident: re-sharded on every
+         * node, its forwards across the nodes */
+        wf_mesh_degrees_t tp2 = { 1, 3, 1, 2 };
+        wf_status_t rs = wf_reconfigure(cl, &tp2, NULL);
+        CHECK(rs == WF_OK, "tp 2 x ring 3 with wan resident: %s %s", wf_status_name(rs),
+              wf_client_last_error(cl));
+        double e;
+        CHECK(wan_forwards(cl, "tp=2 x ring=3", &e));
+        printf("  wan on tp=2 x ring=3 across the nodes: %.2e\n", e);
+        CHECK(wf_unload_model(cl, "wan") == WF_OK);
+        CHECK(!holds(&a, "wan", NULL, NULL));
+        CHECK(wait_holds(&b, "wan", NULL, false));
+        CHECK(wait_holds(&c, "wan", NULL, false));
+    }
+
+    /* 7. unload, load again */
     CHECK(wf_unload_model(cl, "tiny") == WF_OK);
     CHECK(!holds(&a, "tiny", NULL, NULL));
     CHECK(wait_holds(&b, "tiny", NULL, false));
@@ -450,7 +580,7 @@ int main(int argc, char **argv)
     CHECK(load(cl, "tiny", "tiny", NULL, err, sizeof err) == WF_OK);
     CHECK(holds(&c, "tiny", "ready", NULL));
 
-    /* 7. a member that does not answer. The bound is the point: the load
+    /* 8. a member that does not answer. The bound is the point: the load
      * ends when cluster_timeout_ms passes without c's answer to a step,
      * or c is found lost (heartbeat_timeout_ms) during one; the margin is
      * clusterd's for a loss (CLUSTERD_LOSS_MARGIN_MS), and a load that
@@ -474,7 +604,7 @@ int main(int argc, char **argv)
     CHECK(wait_for(load_not_busy, &lr, WAIT_EVENT_MS));
     CHECK(lr.st == WF_OK);
 
-    /* 8. node c lost with a forward in flight on it. c restarts with its
+    /* 9. node c lost with a forward in flight on it. c restarts with its
      * job parts held (WEFT_TEST_HOLD_JOBS), so a forward across it (tp=2 x
      * ring=3: every forward has ranks on c) cannot end before c is
      * killed; then the models stay on the smaller world (a, b: 4 ranks),
@@ -561,7 +691,7 @@ int main(int argc, char **argv)
         CHECK(forwards(cl, &io, "tp=2 x ring=3 again", &ef, &e6));
     }
 
-    /* 9. the coordinator restarted: the members' models of the earlier
+    /* 10. the coordinator restarted: the members' models of the earlier
      * one are dropped when the new one loads (a load of the same name is
      * refused WF_E_BUSY meanwhile), then the load and forwards work */
     {
@@ -588,7 +718,7 @@ int main(int argc, char **argv)
     wf_client_destroy(&cl);
     wf_client_destroy(&cb);
 
-    /* 10. clean stop */
+    /* 11. clean stop */
     node_t *all[3] = { &a, &b, &c };
     for (int i = 2; i >= 0; i--) {
         clusterd_kill(&all[i]->p, SIGTERM);
@@ -600,6 +730,7 @@ int main(int argc, char **argv)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
     CHECK(system(cmd) == 0);
     fluxio_free(&io);
+    wanio_free(&wio);
     printf("test_cluster_models: %s (%d failure(s)), %.1f s\n",
            failed ? "FAILED" : "ok", failed, now_s() - t_begin);
     return failed ? 1 : 0;

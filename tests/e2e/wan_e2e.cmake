@@ -1,9 +1,14 @@
-# A Wan model (tests/fixtures/wan-tiny) in a real weftd cpu:4: loaded
-# through libweft, its forward through wf_forward_named on dp, ring,
-# ulysses and ring x ulysses meshes against diffusers, tp 2 and a bad
-# shape refused.
+# A Wan model in a real weftd cpu:4 (tests/e2e/test_wan_e2e.c): loaded
+# through libweft, its forward through wf_forward_named against diffusers'
+# float64 output. e2e_wan: wan-tiny on dp, ring, ulysses and ring x
+# ulysses meshes, tp 2 and a bad shape refused. e2e_wan_long: wan-long's
+# 8,192 video tokens on ring 2 x ulysses 2, ring 4, ulysses 2 and ring 2
+# (about 0.1 s a forward; under a second in all).
 add_executable(test_wan_e2e ${CMAKE_CURRENT_LIST_DIR}/test_wan_e2e.c)
-target_link_libraries(test_wan_e2e PRIVATE weft_testsupport weft_modelfiles weft
+target_link_libraries(test_wan_e2e PRIVATE weft_fluxio weft_testsupport weft_modelfiles weft
   Threads::Threads m)
-add_test(NAME e2e_wan COMMAND test_wan_e2e $<TARGET_FILE:weftd> ${WEFT_TESTS_DIR}/fixtures)
+add_test(NAME e2e_wan COMMAND test_wan_e2e $<TARGET_FILE:weftd> ${WEFT_TESTS_DIR}/fixtures tiny)
 set_tests_properties(e2e_wan PROPERTIES TIMEOUT 120)
+add_test(NAME e2e_wan_long COMMAND test_wan_e2e $<TARGET_FILE:weftd> ${WEFT_TESTS_DIR}/fixtures
+  long)
+set_tests_properties(e2e_wan_long PROPERTIES TIMEOUT 180)

@@ -1,4 +1,5 @@
-/* fluxio.c — FLUX io fixtures for the end-to-end tests (fluxio.h). */
+/* fluxio.c — the FLUX and Wan io fixtures for the end-to-end tests
+ * (fluxio.h). */
 #include "fluxio.h"
 
 #include <math.h>
@@ -32,19 +33,46 @@ static bool take(const wf_safetensors_t *st, const char *name, wf_tensor_t *t,
     return true;
 }
 
-bool fluxio_load(fluxio_t *io, const char *dir, const char *file)
+/* Open `dir`/`file` (message on stderr when it cannot). */
+static wf_safetensors_t *io_open(const char *dir, const char *file)
 {
-    memset(io, 0, sizeof *io);
     int root = -1;
     char err[512];
     wf_safetensors_t *st = NULL;
     if (wf_model_root_open(dir, &root, err, sizeof err) != WF_OK ||
-        wf_safetensors_open(root, file, NULL, &st, err, sizeof err) != WF_OK) {
+        wf_safetensors_open(root, file, NULL, &st, err, sizeof err) != WF_OK)
         fprintf(stderr, "fluxio: %s/%s: %s\n", dir, file, err);
-        if (root >= 0)
-            close(root);
-        return false;
+    if (root >= 0)
+        close(root);
+    return st;
+}
+
+/* max |out - ref| / max |ref| over ref's elements (NaN in out counts as
+ * infinitely wrong); INFINITY when the sizes differ. */
+static double rel_error(const wf_tensor_t *ref, const wf_tensor_t *out)
+{
+    int64_t n = wf_tensor_numel(ref);
+    if (n != wf_tensor_numel(out))
+        return INFINITY;
+    double worst = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double r = load(ref->data, ref->dtype, (size_t)i);
+        double o = load(out->data, out->dtype, (size_t)i);
+        double e = fabs(o - r);
+        if (!(e <= worst))      /* NaN counts as worst */
+            worst = isnan(e) ? INFINITY : e;
+        if (fabs(r) > mx)
+            mx = fabs(r);
     }
+    return mx > 0 ? worst / mx : worst;
+}
+
+bool fluxio_load(fluxio_t *io, const char *dir, const char *file)
+{
+    memset(io, 0, sizeof *io);
+    wf_safetensors_t *st = io_open(dir, file);
+    if (!st)
+        return false;
     bool ok = take(st, "hidden_states", &io->hs, true) &&
               take(st, "encoder_hidden_states", &io->enc, true) &&
               take(st, "pooled_projections", &io->pooled, true) &&
@@ -58,7 +86,6 @@ bool fluxio_load(fluxio_t *io, const char *dir, const char *file)
             ok = take(st, "output", &io->ref, true);
     }
     wf_safetensors_close(&st);
-    close(root);
     if (!ok) {
         fluxio_free(io);
         return false;
@@ -98,23 +125,72 @@ bool fluxio_output(const fluxio_t *io, wf_dtype_t dt, wf_tensor_t *ret)
 
 double fluxio_error(const fluxio_t *io, const wf_tensor_t *out)
 {
-    int64_t n = wf_tensor_numel(&io->ref);
-    if (n != wf_tensor_numel(out))
-        return INFINITY;
-    double worst = 0, mx = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double r = load(io->ref.data, io->ref.dtype, (size_t)i);
-        double o = load(out->data, out->dtype, (size_t)i);
-        double e = fabs(o - r);
-        if (!(e <= worst))      /* NaN counts as worst */
-            worst = isnan(e) ? INFINITY : e;
-        if (fabs(r) > mx)
-            mx = fabs(r);
-    }
-    return mx > 0 ? worst / mx : worst;
+    return rel_error(&io->ref, out);
 }
 
 double fluxio_tolerance(const fluxio_t *io)
 {
     return io->in_dtype == WF_DTYPE_F32 ? 1e-5 : 2e-2;
+}
+
+/* ---- Wan ---------------------------------------------------------------- */
+
+const char *const wanio_input_names[WANIO_MAX_IN] = {
+    "hidden_states", "timestep", "encoder_hidden_states", "timestep_tokens",
+    "encoder_hidden_states_image",
+};
+
+bool wanio_load(wanio_t *io, const char *dir, const char *file)
+{
+    memset(io, 0, sizeof *io);
+    wf_safetensors_t *st = io_open(dir, file);
+    if (!st)
+        return false;
+    bool ok = take(st, "output_f64", &io->ref, true);
+    for (int i = 0; ok && i < WANIO_MAX_IN; i++)
+        if (take(st, wanio_input_names[i], &io->in[io->n], i == 0))
+            io->name[io->n++] = wanio_input_names[i];
+        else
+            ok = i != 0;
+    wf_safetensors_close(&st);
+    if (!ok)
+        wanio_free(io);
+    return ok;
+}
+
+void wanio_free(wanio_t *io)
+{
+    for (uint32_t i = 0; i < io->n; i++)
+        free(io->in[i].data);
+    free(io->ref.data);
+    memset(io, 0, sizeof *io);
+}
+
+double wanio_forward(wf_client_t *c, const char *model, const wanio_t *io,
+                     const wf_tensor_t *ref, wf_status_t *ret_st,
+                     wf_job_result_t *ret_res)
+{
+    wf_job_result_t res;
+    memset(&res, 0, sizeof res);
+    if (ret_res)
+        *ret_res = res;
+    wf_tensor_t o = *ref;
+    o.dtype = WF_DTYPE_F32;
+    int64_t n = wf_tensor_numel(&o);
+    o.data = malloc((size_t)n * sizeof(float));
+    if (!o.data) {
+        *ret_st = WF_E_NO_MEMORY;
+        return INFINITY;
+    }
+    for (int64_t i = 0; i < n; i++)
+        ((float *)o.data)[i] = NAN;
+    wf_named_tensor_t ins[WANIO_MAX_IN], outs[1] = { { "output", &o } };
+    for (uint32_t i = 0; i < io->n; i++)
+        ins[i] = (wf_named_tensor_t){ io->name[i], &io->in[i] };
+    *ret_st = wf_forward_named(c, model, ins, io->n, outs, 1, NULL, &res);
+    double e = *ret_st == WF_OK ? rel_error(ref, &o) : INFINITY;
+    if (ret_res)
+        *ret_res = res;
+    free(o.data);
+    return e;
 }

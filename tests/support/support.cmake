@@ -26,7 +26,7 @@ target_link_libraries(weft_commcheck PUBLIC weftd_core)
 add_library(weft_stwriter STATIC ${CMAKE_CURRENT_LIST_DIR}/st_writer.c)
 target_link_libraries(weft_stwriter PUBLIC weft_modelfiles)
 
-# FLUX inputs and outputs of the fixtures (support/fluxio.c).
+# FLUX and Wan inputs and outputs of the fixtures (support/fluxio.c).
 add_library(weft_fluxio STATIC ${CMAKE_CURRENT_LIST_DIR}/fluxio.c)
 target_link_libraries(weft_fluxio PUBLIC weft_testsupport weftd_core m)
 target_compile_options(weft_fluxio PRIVATE -O2)
