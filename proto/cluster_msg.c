@@ -174,6 +174,7 @@ static const field_t mload_fields[] = {
     STR("name", wf_cmsg_mload_t, name, 1, F_NAME),
     STR("path", wf_cmsg_mload_t, path, 1, 0),
     { "sharded", offsetof(wf_cmsg_mload_t, sharded), K_BOOL, F_OMIT, 0, 0 },
+    { "tp", offsetof(wf_cmsg_mload_t, tp), K_U32, F_OMIT, 0, 65536 },
 };
 
 #define DIGEST(k, m) { k, offsetof(wf_cmsg_mfound_t, d) + offsetof(wf_cmsg_digest_t, m), \

@@ -218,6 +218,10 @@ typedef struct wf_cmsg_mload {
     char name[WF_MODEL_NAME_MAX];    /* "name": a model name (section 12.1) */
     char path[WF_MODEL_PATH_LEN];    /* "path": a model path (section 12.1) */
     bool sharded;                    /* "sharded": weights_already_sharded */
+    uint32_t tp;                     /* "tp": the tp degree of the mesh the
+                                        coordinator runs (a member checks the
+                                        load at it: it may not have switched
+                                        yet); 0 / absent: the member's own */
 } wf_cmsg_mload_t;
 
 /* mfound: what the member found (st WF_OK: the digests; else err). */

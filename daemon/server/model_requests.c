@@ -256,8 +256,9 @@ static bool cm_send(wf_server_t *srv, const char *node, const wf_cmsg_t *msg)
     return ok;
 }
 
-/* The "mload" that asks a member to load m (name, path, lid) into *msg. */
-static void cm_mload_msg(const wf_model_t *m, wf_cmsg_t *msg)
+/* The "mload" that asks a member to load m (name, path, lid, the tp of
+ * the coordinator's mesh) into *msg. */
+static void cm_mload_msg(const wf_server_t *srv, const wf_model_t *m, wf_cmsg_t *msg)
 {
     *msg = (wf_cmsg_t){ .type = WF_CMSG_MLOAD };
     wf_cmsg_mload_t *l = &msg->u.mload;
@@ -265,6 +266,7 @@ static void cm_mload_msg(const wf_model_t *m, wf_cmsg_t *msg)
     snprintf(l->name, sizeof l->name, "%s", m->name);
     snprintf(l->path, sizeof l->path, "%s", m->path);
     l->sharded = m->already_sharded;
+    l->tp = srv->sched.mesh.deg.tp;
 }
 
 /* The first failure a node answered for m's cluster load (st, the node's
@@ -512,7 +514,7 @@ static void cm_catchup_start(wf_server_t *srv)
         if (!bits)
             continue;
         wf_cmsg_t msg;
-        cm_mload_msg(m, &msg);
+        cm_mload_msg(srv, m, &msg);
         m->catchup = true;
         m->ready_early = 0;
         m->cstep = 1;
@@ -747,7 +749,7 @@ static void cm_start(wf_server_t *srv, wf_model_t *m)
     m->step_deadline_us = wf_now_usec() +
                           (uint64_t)srv->settings.cluster_timeout_ms * 1000;
     wf_cmsg_t msg;
-    cm_mload_msg(m, &msg);
+    cm_mload_msg(srv, m, &msg);
     for (uint32_t i = 0; i < n; i++) {
         if (nodes[i].self)
             continue;
@@ -933,8 +935,11 @@ static void cm_member_load(wf_server_t *srv, const wf_cmsg_mload_t *l)
         snprintf(err, sizeof err, "model '%s' of an earlier load is still being "
                  "dropped on this node; retry", l->name);
     } else {
-        st = wf_registry_start_load(&srv->models, &args, (int)srv->sched.mesh.deg.tp,
-                                    avail, true, &m, err, sizeof err);
+        /* at the coordinator's tp: a reconfiguration it has answered may
+         * not have reached this node yet */
+        int tp = l->tp ? (int)l->tp : (int)srv->sched.mesh.deg.tp;
+        st = wf_registry_start_load(&srv->models, &args, tp, avail, true, &m, err,
+                                    sizeof err);
     }
     if (st != WF_OK) {
         wf_log(srv->log, WF_LOG_INFO, "load of model '%s' for the coordinator "

@@ -66,6 +66,7 @@ int main(void)
     snprintf(in.u.mload.name, sizeof in.u.mload.name, "flux-dev.1");
     snprintf(in.u.mload.path, sizeof in.u.mload.path, "models/flux-dev");
     in.u.mload.sharded = true;
+    in.u.mload.tp = 4;
     CHECK_TRUE(wire(&in, &out, err, sizeof err) == WF_OK);
     CHECK_TRUE(out.type == WF_CMSG_MLOAD && memcmp(&in.u.mload, &out.u.mload,
                                                    sizeof in.u.mload) == 0);
@@ -80,6 +81,9 @@ int main(void)
     CHECK_TRUE(edited(&in, "sharded", true, false, 0, NULL, err, sizeof err) == WF_OK &&
                !out.u.mload.sharded);
     CHECK_TRUE(edited(&in, "sharded", false, false, 2, NULL, err, sizeof err) == WF_E_BAD_FIELD);
+    CHECK_TRUE(edited(&in, "tp", true, false, 0, NULL, err, sizeof err) == WF_OK &&
+               out.u.mload.tp == 0);
+    CHECK_TRUE(edited(&in, "tp", false, false, 65537, NULL, err, sizeof err) == WF_E_BAD_FIELD);
 
     /* mfound */
     memset(&in, 0, sizeof in);
