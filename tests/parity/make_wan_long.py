@@ -46,23 +46,8 @@ from safetensors.torch import save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_wan_fixtures  # noqa: E402  (the weight draw and the forward)
 
-CONFIG = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=2,
-    attention_head_dim=16,
-    in_channels=4,
-    out_channels=4,
-    text_dim=16,
-    freq_dim=16,
-    ffn_dim=32,
-    num_layers=1,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    eps=1e-6,
-    image_dim=None,
-    added_kv_proj_dim=None,
-    rope_max_seq_len=1024,
-)
+# wan-tiny's config, narrower and with one layer
+CONFIG = dict(make_wan_fixtures.CONFIG, text_dim=16, freq_dim=16, ffn_dim=32, num_layers=1)
 BATCH, FRAMES, HEIGHT, WIDTH = 1, 8, 64, 64
 TXT_TOKENS = 4
 WEIGHT_SEED = 8642
@@ -70,14 +55,7 @@ INPUT_SEED = 7531
 
 
 def build_model():
-    """make_wan_fixtures.build_model reads its module's CONFIG and
-    WEIGHT_SEED: it runs here with this script's, then they are put back."""
-    saved = make_wan_fixtures.CONFIG, make_wan_fixtures.WEIGHT_SEED
-    make_wan_fixtures.CONFIG, make_wan_fixtures.WEIGHT_SEED = CONFIG, WEIGHT_SEED
-    try:
-        return make_wan_fixtures.build_model()
-    finally:
-        make_wan_fixtures.CONFIG, make_wan_fixtures.WEIGHT_SEED = saved
+    return make_wan_fixtures.build_model(CONFIG, WEIGHT_SEED)
 
 
 def make_inputs() -> dict:
