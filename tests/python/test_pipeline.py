@@ -17,9 +17,24 @@ Tolerance (float32 throughout): the final latents within 1e-4 x max|ref|
 (pixels in [0, 1]). Also: one transformer call against diffusers'
 forward (tuple and Transformer2DModelOutput), the refusals
 (joint_attention_kwargs with a LoRA scale, through the pipeline;
-controlnet residuals, save_pretrained, from_pretrained), attaching to the resident model,
+controlnet residuals, save_pretrained), attaching to the resident model,
 a WeftFluxTransformer without a config, and one with precision="fp8"
-(UnsupportedError from the CPU daemon at its forward).
+(UnsupportedError from the CPU daemon at its forward). Then the
+pipeline's own calls whose batches differ (true CFG with a list of
+prompts and one negative prompt, num_images_per_prompt with true CFG)
+and each broadcast form of one call, against diffusers; model CPU
+offload, LoRA and attention backends, dtype moves (bf16, float64), a
+partial config; from_pretrained under the daemon's model root and
+FluxPipeline.from_pretrained without diffusers' "Expected types"
+warning, python -m weft and examples/flux_pipeline.py against the
+daemon; a connect timeout where nobody listens, and a daemon stopped and
+started again on the same endpoint and model root (its own weftd
+--devices cpu:1).
+
+Offload and LoRA through the pipeline need accelerate and peft, which
+the tests' venv lacks: there the test checks that diffusers' own
+pipeline refuses the same way, and the adapter's side (its one empty
+parameter for accelerate's hooks; its refusing load_lora_adapter).
 """
 from __future__ import annotations
 

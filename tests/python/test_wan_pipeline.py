@@ -39,8 +39,11 @@ reads (in_channels, patch_size, image_dim, qk_norm, eps), a per-token
 timestep that varies against diffusers' forward with it, the refusals
 (attention_kwargs other than scale 1.0 through the pipeline,
 encoder_hidden_states_image to a text-to-video model, save_pretrained,
-from_pretrained, a config that differs, a model of another family), and
-what is sent for each timestep form and for FLF2V's image tokens.
+a config that differs, a model of another family), what is sent for
+each timestep form and for FLF2V's image tokens; num_videos_per_prompt
+with CFG and batch-1 text embeddings and timestep against diffusers,
+from_pretrained taken by WanPipeline.from_pretrained without diffusers'
+"Expected types" warning, a bf16 move.
 """
 from __future__ import annotations
 

@@ -694,6 +694,8 @@ def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
     """WanTransformer3DModel.forward's tensors as the named inputs of the
     model's schema, as CPU tensors of weft dtypes.
 
+    Every batched input has batch B (the broadcast of theirs: _batch) or
+    1, repeated to B.
     timestep: (B) as the pipeline passes it (a scalar or one value for
     every batch entry is expanded to B), or Wan 2.2 TI2V's (B, S), one per
     video token (S = F/p_t * H/p_h * W/p_w). A (B, S) whose rows are each
