@@ -53,7 +53,7 @@ import torch
 
 import tiny_flux as tf
 import weft
-from common import SOURCE, Weftd, free_port
+from common import SOURCE, JobHold, Weftd, free_port, wait_for
 
 torch.set_num_threads(1)
 LATENT_TOL = 1e-4       # x max|ref latents|
@@ -118,12 +118,7 @@ class Pipeline(unittest.TestCase):
         from weft.diffusers import NotServedError, WeftFluxTransformer
         wt = self.transformer()           # attaches: already resident
         ref_t = self.built["transformer"]
-        g = torch.Generator().manual_seed(3)
-        args = dict(hidden_states=torch.randn(2, 64, 16, generator=g),
-                    encoder_hidden_states=torch.randn(2, 8, 32, generator=g),
-                    pooled_projections=torch.randn(2, 16, generator=g),
-                    timestep=torch.tensor([0.3, 0.9]), img_ids=torch.randn(64, 3, generator=g),
-                    txt_ids=torch.zeros(8, 3), guidance=torch.tensor([3.5, 3.5]))
+        args = self.one_call_args()
         with torch.no_grad():
             want = ref_t(**args, return_dict=False)[0]
         got = wt(**args, return_dict=False)
@@ -195,6 +190,16 @@ class Pipeline(unittest.TestCase):
                        generator=torch.Generator().manual_seed(7)), **kw)
         return pipe(prompt, **kw).images
 
+    @staticmethod
+    def one_call_args(seed: int = 3) -> Dict[str, torch.Tensor]:
+        """One FLUX forward's arguments for the tiny transformer (batch 2)."""
+        g = torch.Generator().manual_seed(seed)
+        return dict(hidden_states=torch.randn(2, 64, 16, generator=g),
+                    encoder_hidden_states=torch.randn(2, 8, 32, generator=g),
+                    pooled_projections=torch.randn(2, 16, generator=g),
+                    timestep=torch.tensor([0.3, 0.9]), img_ids=torch.randn(64, 3, generator=g),
+                    txt_ids=torch.zeros(8, 3), guidance=torch.tensor([3.5, 3.5]))
+
     def weft_pipe(self, wt: Any) -> Any:
         from diffusers import FluxPipeline
         pipe = FluxPipeline.from_pretrained(str(self.built["root"] / "tiny-flux"), transformer=wt)
@@ -222,12 +227,7 @@ class Pipeline(unittest.TestCase):
             self.assertEqual(got.shape, want.shape, label)
             self.assertEqual(got.shape[0], 2, label)
             self.assertLess(d, IMAGE_TOL, label)
-        g = torch.Generator().manual_seed(5)
-        full = dict(hidden_states=torch.randn(2, 64, 16, generator=g),
-                    encoder_hidden_states=torch.randn(2, 8, 32, generator=g),
-                    pooled_projections=torch.randn(2, 16, generator=g),
-                    timestep=torch.tensor([0.3, 0.9]), guidance=torch.tensor([3.5, 2.0]),
-                    img_ids=torch.randn(64, 3, generator=g), txt_ids=torch.zeros(8, 3))
+        full = dict(self.one_call_args(5), guidance=torch.tensor([3.5, 2.0]))
         ref_t = self.built["transformer"]
         for ones in (("encoder_hidden_states", "pooled_projections"),
                      ("hidden_states",), ("timestep", "guidance"), ("pooled_projections",)):
@@ -318,12 +318,7 @@ class Pipeline(unittest.TestCase):
         self.assertEqual(wt.dtype, torch.float32)
         self.assertIs(wt.double().dtype, torch.float64)
         wt.float()
-        g = torch.Generator().manual_seed(3)
-        args = dict(hidden_states=torch.randn(2, 64, 16, generator=g),
-                    encoder_hidden_states=torch.randn(2, 8, 32, generator=g),
-                    pooled_projections=torch.randn(2, 16, generator=g),
-                    timestep=torch.tensor([0.3, 0.9]), img_ids=torch.randn(64, 3, generator=g),
-                    txt_ids=torch.zeros(8, 3), guidance=torch.tensor([3.5, 3.5]))
+        args = self.one_call_args()
         f32 = wt(**args).sample
         f64 = wt(**dict(args, hidden_states=args["hidden_states"].double())).sample
         self.assertEqual(f64.dtype, torch.float64)
@@ -444,10 +439,25 @@ class Pipeline(unittest.TestCase):
         sock = Path(tempfile.mkdtemp(prefix="weft-py-restart-"))
         ep = f"ipc://{sock}/weftd.sock"
         root = self.built["root"]
-        d = Weftd("cpu:1", model_root=root, endpoint=ep)
+        hold = JobHold()
+        d = Weftd("cpu:1", model_root=root, endpoint=ep, env=hold.env)
         try:
             wt = WeftFluxTransformer(ep, "tiny-flux", path=self.built["transformer_path"],
                                      connect_timeout_ms=1000)
+            # forward_timeout_ms is the job's deadline: a forward queued
+            # behind a held job past it gets the daemon's DeadlineError
+            quick = WeftFluxTransformer(ep, "tiny-flux", forward_timeout_ms=1)
+            with weft.connect(ep) as c:
+                q = torch.randn(1, 16, 2, 8)
+                blocker = c.submit_attention(q, q, q)
+                self.assertTrue(wait_for(lambda: c.status().devices[0].busy),
+                                "the held job never showed busy")
+                with self.assertRaises(weft.DeadlineError):
+                    quick(**self.one_call_args())
+                hold.open_gate(1)
+                blocker.wait()
+                blocker.close()
+            quick.close()
             strict = WeftFluxTransformer(ep, "tiny-flux", connect_timeout_ms=1000,
                                          reload=False)
             pipe = self.weft_pipe(wt)
@@ -473,6 +483,7 @@ class Pipeline(unittest.TestCase):
             strict.close()
         finally:
             self.assertEqual(d.stop(), 0)
+            hold.close()
             shutil.rmtree(sock, ignore_errors=True)
 
 

@@ -101,6 +101,10 @@ ConfigSource = Union[Mapping[str, Any], str, "os.PathLike[str]"]
 #: default bound on the wait for a connection to weftd (construction, and a
 #: forward while the daemon is away)
 CONNECT_TIMEOUT_MS = 5000
+#: how long past a forward's deadline its reply is awaited: the daemon
+#: stops a running job at its next step boundary (a block) and answers
+#: DeadlineError; this bounds only a daemon that stopped answering
+FORWARD_REPLY_GRACE_MS = 60_000
 _T = TypeVar("_T", bound="_WeftTransformer")
 
 
@@ -268,8 +272,8 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
       there (CONNECT_TIMEOUT_MS: 5 s): the constructor raises ConnectError.
     forward_timeout_ms: each forward's deadline, sent with the job (the
       daemon answers DeadlineError past it); None: the daemon's
-      job_timeout_ms bounds it. The reply is awaited that long plus the
-      connect timeout.
+      job_timeout_ms bounds it. The reply is awaited that long plus
+      FORWARD_REPLY_GRACE_MS (a minute).
     reload: after a daemon restart, load the model again from the path
       weftd had loaded it from (True), or raise saying so (False).
     dtype: the dtype the pipeline sees as the transformer's (`.dtype`;
@@ -563,8 +567,7 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
                     precision=self._precision)
                 with job:
                     wait = self._forward_timeout_ms
-                    r = job.wait(None if wait is None else
-                                 wait + (self._client.connect_timeout_ms or 0))
+                    r = job.wait(None if wait is None else wait + FORWARD_REPLY_GRACE_MS)
                 self.last_result = r.result
                 return r
             except (ConnectionClosedError, ConnectError, BadArgumentError) as e:
