@@ -30,7 +30,8 @@
  *     attempt to reconnect: sent if it succeeds, WF_E_CONN_CLOSED (nothing
  *     sent) as soon as one fails (ZMQ_EVENT_CONNECT_RETRIED). A client
  *     that has never had a connection waits for one up to its timeout (a
- *     daemon may start after it). A request sent in the instant the
+ *     daemon may start after it), or its connect timeout when one is set
+ *     (wf_client_set_connect_timeout: WF_E_CONNECT, naming the endpoint). A request sent in the instant the
  *     connection closes, before the close is read here, stays queued in
  *     the old socket until then: were a new daemon up within ZeroMQ's
  *     reconnect interval (10 ms) while the caller makes no call, it could

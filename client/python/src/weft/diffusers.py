@@ -411,7 +411,8 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
     # -- loading like diffusers
 
     @classmethod
-    def from_pretrained(cls: type[_T], pretrained_model_name_or_path: Union[str, "os.PathLike[str]"],
+    def from_pretrained(cls: type[_T],
+                        pretrained_model_name_or_path: Union[str, "os.PathLike[str]"],
                         subfolder: Optional[str] = None, *, endpoint: Optional[str] = None,
                         name: Optional[str] = None,
                         model_root: Optional[Union[str, "os.PathLike[str]"]] = None,
