@@ -277,7 +277,7 @@ class Pipeline(unittest.TestCase):
         for call in (lambda: wt.load_lora_adapter({}, adapter_name="x"),
                      lambda: wt.set_adapters(["x"]), lambda: wt.fuse_lora(),
                      lambda: wt.add_adapter(None), lambda: wt.enable_cache(None),
-                     lambda: wt.set_attn_processor(None)):
+                     lambda: wt.set_attn_processor(None), lambda: wt.enable_parallelism()):
             with self.assertRaises(NotServedError) as cm2:
                 call()
             self.assertIn("weftd", str(cm2.exception))

@@ -48,6 +48,7 @@ controlnet residuals, LoRA adapters (load_lora_adapter, set_adapters,
 fuse_lora, ...: the pipeline's load_lora_weights reaches them), IP
 adapters, attention backends other than diffusers' default ("native":
 weftd runs its own attention kernels), step caches (enable_cache),
+diffusers' parallelism (enable_parallelism: weftd's mesh decides),
 save_pretrained; for Wan, image embeddings for a model whose schema does
 not list them. Model CPU offload (pipe.enable_model_cpu_offload) works:
 the adapter holds no weights, so moving it is a no-op, and the other
@@ -233,6 +234,10 @@ _REFUSED = {
                             "other components)",
     "enable_layerwise_casting": "the weights are in weftd, not here: weftd computes in its "
                                 "backend's dtypes",
+    "enable_parallelism": "weftd runs the model context- and tensor-parallel across its own "
+                          "devices: set its mesh (transformer.client.reconfigure(ring=, "
+                          "ulysses=, tp=)) instead",
+    "compile_repeated_blocks": "the blocks run in weftd, not here: there is nothing to compile",
 }
 
 
