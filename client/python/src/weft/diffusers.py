@@ -280,7 +280,9 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
       job_timeout_ms bounds it. The reply is awaited that long plus
       FORWARD_REPLY_GRACE_MS (a minute).
     reload: after a daemon restart, load the model again from the path
-      weftd had loaded it from (True), or raise saying so (False).
+      weftd had loaded it from, with this tp_plan (the family's default
+      for a model this transformer attached to) (True), or raise saying
+      so (False).
     dtype: the dtype the pipeline sees as the transformer's (`.dtype`;
       `.to(dtype)` changes it). weftd computes as its backend does (f32
       on the CPU); outputs come back in the latents' dtype.
@@ -524,7 +526,8 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
 
     @property
     def client(self) -> Client:
-        """The connection to weftd (for status, reconfigure, ...)."""
+        """The connection to weftd (for status, reconfigure, ...); a new
+        one after the transformer reconnected to a restarted daemon."""
         return self._client
 
     @contextlib.contextmanager
