@@ -205,6 +205,15 @@ WF_API wf_status_t wf_client_connect_curve(const char *endpoint, int timeout_ms,
                                            const char *client_key_file,
                                            wf_client_t **ret_client);
 
+/* Bound, apart from the reply timeout, how long a call waits for a
+ * connection to the daemon while none is up (a daemon not started yet, a
+ * wrong endpoint): past `connect_timeout_ms` the call fails with
+ * WF_E_CONNECT, nothing sent, and wf_client_last_error names the
+ * endpoint. The reply timeout still bounds the whole call. <= 0: none
+ * (the default: only the reply timeout bounds the wait). Added in 0.6. */
+WF_API wf_status_t wf_client_set_connect_timeout(wf_client_t *client,
+                                                 int connect_timeout_ms);
+
 /* Close the connection, cancel unfinished jobs and free the client; sets
  * *client to NULL. Jobs created on it must be destroyed first. Accepts NULL
  * and a pointer to NULL. */

@@ -30,7 +30,8 @@
  *     attempt to reconnect: sent if it succeeds, WF_E_CONN_CLOSED (nothing
  *     sent) as soon as one fails (ZMQ_EVENT_CONNECT_RETRIED). A client
  *     that has never had a connection waits for one up to its timeout (a
- *     daemon may start after it). A request sent in the instant the
+ *     daemon may start after it), or its connect timeout when one is set
+ *     (wf_client_set_connect_timeout: WF_E_CONNECT, naming the endpoint). A request sent in the instant the
  *     connection closes, before the close is read here, stays queued in
  *     the old socket until then: were a new daemon up within ZeroMQ's
  *     reconnect interval (10 ms) while the caller makes no call, it could
@@ -426,6 +427,9 @@ static void drain_parts(wf_client_t *c, bool more)
 static wf_status_t wait_writable(wf_client_t *c, int64_t deadline)
 {
     c->retried = false;
+    /* while no connection is up, the connect timeout bounds the wait too */
+    int64_t connect_deadline = wfc_deadline_after(c->connect_timeout_ms > 0
+                                                  ? c->connect_timeout_ms : -1);
     for (;;) {
         wf_status_t st = monitor_check(c);
         if (st == WF_E_AUTH)
@@ -442,7 +446,10 @@ static wf_status_t wait_writable(wf_client_t *c, int64_t deadline)
          * the socket itself takes messages (into a queue) at once */
         zmq_pollitem_t it[2] = { { .socket = c->mon, .events = ZMQ_POLLIN },
                                  { .socket = c->sock, .events = ZMQ_POLLOUT } };
-        int rc = zmq_poll(it, c->up ? 2 : 1, remaining_ms(deadline));
+        int64_t until = deadline;
+        if (!c->up && connect_deadline >= 0 && (until < 0 || connect_deadline < until))
+            until = connect_deadline;
+        int rc = zmq_poll(it, c->up ? 2 : 1, remaining_ms(until));
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
@@ -458,6 +465,11 @@ static wf_status_t wait_writable(wf_client_t *c, int64_t deadline)
             }
             continue;           /* that connection closed: a new socket */
         }
+        if (!c->up && connect_deadline >= 0 && now_ms() >= connect_deadline)
+            return fail(c, WF_E_CONNECT,
+                        "no connection to the daemon at '%s' within the connect "
+                        "timeout (%d ms): is weftd running and listening there?",
+                        c->endpoint, c->connect_timeout_ms);
         if (deadline >= 0 && now_ms() >= deadline)
             return fail(c, WF_E_TIMEOUT,
                         "no connection to the daemon at '%s' within the timeout",
@@ -988,6 +1000,14 @@ void wf_client_destroy(wf_client_t **client)
     free(c->endpoint);
     free(c);
     *client = NULL;
+}
+
+wf_status_t wf_client_set_connect_timeout(wf_client_t *client, int connect_timeout_ms)
+{
+    if (!client)
+        return WF_E_BAD_ARGUMENT;
+    client->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 0;
+    return WF_OK;
 }
 
 const char *wf_client_last_error(const wf_client_t *client)

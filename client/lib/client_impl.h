@@ -81,6 +81,8 @@ struct wf_client {
                                   a send waits for one attempt to reconnect */
     bool retried;              /* lost: an attempt to reconnect failed */
     int timeout_ms;            /* default timeout of synchronous calls */
+    int connect_timeout_ms;    /* bound on a send's wait for a connection
+                                  while none is up (0: the call's timeout) */
     uint64_t next_id;          /* next request id (increasing) */
     wf_job_t *pending;         /* jobs awaiting a reply (doubly linked) */
     pthread_mutex_t mu;        /* guards frame releases against waiters */

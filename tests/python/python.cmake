@@ -14,12 +14,18 @@ set(_weft_py_env
   "WEFTD=$<TARGET_FILE:weftd>" "WEFTCTL=$<TARGET_FILE:weftctl>"
   "WEFT_LIB=$<TARGET_FILE:weft>" "WEFT_INCLUDE=${PROJECT_SOURCE_DIR}/include"
   "WEFT_SOURCE=${PROJECT_SOURCE_DIR}" "PYTHONPATH=${PROJECT_SOURCE_DIR}/client/python/src")
-# python_binding: every libweft operation, error classes, ABI, packaging.
+# python_binding: every libweft operation, error classes, ABI, the connect
+# timeout, packaging (a wheel built offline from the tree, nothing written
+# into it; a fresh venv installing it).
 # python_pipeline: FluxPipeline with diffusers' transformer vs weftd's on
-# tp=2, ulysses=2, ring=2 x tp=2 (weftd --devices cpu:4).
+# tp=2, ulysses=2, ring=2 x tp=2 (weftd --devices cpu:4); batches that
+# broadcast (true CFG, num_images_per_prompt), offload / LoRA / attention
+# backend / dtype, from_pretrained, python -m weft, the pipeline example,
+# a daemon restart (a second weftd --devices cpu:1).
 # python_wan_pipeline: WanPipeline (Wan 2.1, and Wan 2.2's two experts)
 # with diffusers' transformer vs weftd's on tp=1, ulysses=2, ring=2 and
-# tp=2 once weftd serves it (weftd --devices cpu:2).
+# tp=2 once weftd serves it (weftd --devices cpu:2); num_videos_per_prompt
+# with CFG, from_pretrained.
 # A sanitized libweft.so loads into a Python that is not: the ASan
 # runtime must come first (preloaded), and Python's own allocations are
 # not ours to report as leaks.

@@ -38,8 +38,12 @@
     option and the device, for attention (sync and async) and forward; a
     bad precision is a ValueError; the next jobs are served.
   - every wire and library code of weft.h maps to its class and name.
-  - packaging: pip installs client/python (offline, from a copy), and the
-    README example runs from the installed package.
+  - packaging: a wheel of client/python built offline from the tree
+    itself, nothing written into it; a fresh venv installs it offline
+    (with and without build isolation); the README example runs from the
+    installed package.
+  - a connect timeout apart from the reply timeout: ConnectError naming
+    the endpoint where no daemon listens.
 
 Codes no libweft call can provoke (2 VERSION, 4 UNKNOWN_OP, 8
 FRAME_MISMATCH, 24 NOT_COORDINATOR, 25 UNAVAILABLE, 40..42, 103 IO, 104
@@ -677,21 +681,41 @@ class Daemon(unittest.TestCase):
             hold.close()
 
     def test_packaging_and_example(self) -> None:
-        """pip installs a copy of client/python (offline: the venv's
-        setuptools); the README example runs from the installed package."""
+        """client/python builds a wheel offline from the source tree itself
+        (pip wheel --no-build-isolation: its build backend needs nothing
+        installed) and writes nothing into it; a fresh venv (pip from
+        ensurepip, nothing else) installs it offline, with and without
+        build isolation, `weft` command included; the README example runs
+        from the installed package."""
+        pkg = SOURCE / "client" / "python"
+
+        def tree() -> List[str]:
+            return sorted(str(Path(r, n).relative_to(pkg)) for r, ds, fs in os.walk(pkg)
+                          for n in ds + fs)
+
+        before = tree()
         with tempfile.TemporaryDirectory() as d:
-            src = Path(d) / "src"
-            shutil.copytree(SOURCE / "client" / "python", src,
-                            ignore=shutil.ignore_patterns("build", "*.egg-info",
-                                                          "__pycache__"))
+            pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+            wheels = Path(d) / "wheels"
+            subprocess.run(pip + ["wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                                  "--no-index", "-w", str(wheels), str(pkg)], check=True)
+            wheel, = wheels.glob("weft-*.whl")
+            venv = Path(d) / "venv"
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            vpip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+            for isolation in (["--no-build-isolation"], []):
+                subprocess.run(vpip + ["install", "--quiet", "--no-deps", "--no-index",
+                                       "--force-reinstall"] + isolation + [str(pkg)],
+                               check=True)
+            self.assertTrue((venv / "bin" / "weft").is_file())
+            self.assertEqual(tree(), before, "building and installing wrote into client/python")
             target = Path(d) / "site"
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                            "--no-build-isolation", "--no-index", "--target", str(target),
-                            str(src)], check=True)
+            subprocess.run(pip + ["install", "--quiet", "--no-deps", "--no-index", "--target",
+                                  str(target), str(wheel)], check=True)
             for f in ("__init__.py", "client.py", "diffusers.py", "py.typed"):
                 self.assertTrue((target / "weft" / f).is_file(), f)
             env = dict(os.environ, PYTHONPATH=str(target))
-            p = subprocess.run([sys.executable, str(src / "examples" / "attention.py"),
+            p = subprocess.run([sys.executable, str(pkg / "examples" / "attention.py"),
                                 self.d.endpoint], env=env, cwd=d, capture_output=True,
                                text=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
@@ -842,6 +866,23 @@ class Refusals(unittest.TestCase):
             weft.connect("bogus://nowhere", 1000)
         self.assertEqual(cm.exception.code, 102)
         self.assertTrue(cm.exception.message)
+
+    def test_connect_timeout(self) -> None:
+        """No daemon at the endpoint: with connect_timeout_ms the first call
+        raises ConnectError (102) naming the endpoint, bounded by that
+        timeout and not by the reply timeout (10 min, above ctest's bound);
+        without it, the reply timeout bounds the wait (ReplyTimeoutError)."""
+        for ep in (f"tcp://127.0.0.1:{free_port()}", f"ipc://{tempfile.gettempdir()}/"
+                   f"weft-py-nobody-{os.getpid()}.sock"):
+            with weft.connect(ep, 600000, connect_timeout_ms=300) as c:
+                self.assertEqual(c.reopen().connect_timeout_ms, 300)
+                with self.assertRaises(weft.ConnectError) as cm:
+                    c.hello()
+                self.assertEqual(cm.exception.code, 102)
+                self.assertIn(f"'{ep}' within the connect timeout (300 ms)",
+                              cm.exception.message)
+            with weft.connect(ep, 300) as c, self.assertRaises(weft.ReplyTimeoutError):
+                c.status()
 
     def test_daemon_gone(self) -> None:
         """The daemon closes the connection at the end of its drain: the

@@ -39,8 +39,11 @@ reads (in_channels, patch_size, image_dim, qk_norm, eps), a per-token
 timestep that varies against diffusers' forward with it, the refusals
 (attention_kwargs other than scale 1.0 through the pipeline,
 encoder_hidden_states_image to a text-to-video model, save_pretrained,
-from_pretrained, a config that differs, a model of another family), and
-what is sent for each timestep form and for FLF2V's image tokens.
+a config that differs, a model of another family), what is sent for
+each timestep form and for FLF2V's image tokens; num_videos_per_prompt
+with CFG and batch-1 text embeddings and timestep against diffusers,
+from_pretrained taken by WanPipeline.from_pretrained without diffusers'
+"Expected types" warning, a bf16 move.
 """
 from __future__ import annotations
 
@@ -244,9 +247,6 @@ class WanPipelineTest(unittest.TestCase):
         self.assertLess(max_diff(got_v, want_v), 2 * ONE_CALL_TOL * scale)
         with self.assertRaises(NotServedError):
             wt.save_pretrained(str(self.work / "nowhere"))
-        with self.assertRaises(NotServedError):
-            WeftWanTransformer.from_pretrained(str(self.built["root"] / "tiny-wan"),
-                                               subfolder="transformer")
         # through the pipeline: attention_kwargs reach the transformer, refused
         b = self.built
         from diffusers import WanPipeline
@@ -306,6 +306,62 @@ class WanPipelineTest(unittest.TestCase):
         img = torch.randn(4, 5, 16)
         sent = _wan_inputs(flf2v, (1, 2, 2), hs, torch.tensor([1.0, 2.0]), ehs, img)
         self.assertTrue(torch.equal(sent["encoder_hidden_states_image"], img.reshape(2, 10, 16)))
+
+
+    def test_6_batches_and_loading(self) -> None:
+        """WanPipeline's own call with num_videos_per_prompt=2 and CFG
+        against diffusers'; text embeddings and timestep of batch 1 for
+        latents of batch 2 in one call against diffusers' forward;
+        from_pretrained of the pipeline folder under the model root, taken
+        by WanPipeline.from_pretrained without diffusers' "Expected types"
+        warning; a bf16 move the pipeline casts its latents to."""
+        import logging
+
+        from diffusers import WanPipeline, WanTransformer3DModel
+        from weft.diffusers import WeftWanTransformer
+        root = self.built["root"]
+        wt = WeftWanTransformer.from_pretrained(root / "tiny-wan", subfolder="transformer",
+                                                endpoint=self.d.endpoint, model_root=root,
+                                                name="tiny-wan")
+        self.assertIsInstance(wt, WanTransformer3DModel)
+        seen: list = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = lambda r: seen.append(r.getMessage())    # type: ignore[method-assign]
+        dl = logging.getLogger("diffusers")
+        dl.addHandler(handler)
+        try:
+            pipe = WanPipeline.from_pretrained(str(root / "tiny-wan"), transformer=wt)
+        finally:
+            dl.removeHandler(handler)
+        self.assertFalse([m for m in seen if "Expected types" in m], seen)
+        pipe.set_progress_bar_config(disable=True)
+        want = tw.run(self.built["pipe"], "latent", steps=2, num_videos_per_prompt=2)
+        got = tw.run(pipe, "latent", steps=2, num_videos_per_prompt=2)
+        self.assertEqual(tuple(got.shape), tuple(want.shape))
+        self.assertEqual(got.shape[0], 2)
+        d = max_diff(got, want)
+        print(f"2 videos per prompt with CFG: latents {tuple(got.shape)}, max|diff| {d:.3e}")
+        self.assertLess(d, LATENT_TOL * float(want.abs().max()))
+        io = load_file(str(FIXTURES / "io-wan-tiny-f32.safetensors"))
+        args = {k: io[k] for k in ("hidden_states", "timestep", "encoder_hidden_states")}
+        ref_t = self.built["transformer"]
+        for ones in (("encoder_hidden_states",), ("timestep",),
+                     ("timestep", "encoder_hidden_states")):
+            a = dict(args, **{k: args[k][:1] for k in ones})
+            with torch.no_grad():
+                w = ref_t(**a, return_dict=False)[0]
+            g = wt(**a, return_dict=False)[0]
+            self.assertEqual(tuple(g.shape), tuple(w.shape), ones)
+            self.assertLess(max_diff(g, w), 2 * ONE_CALL_TOL * float(w.abs().max()), ones)
+        # Wan's pipelines cast the transformer's inputs to transformer.dtype
+        # (their scheduler keeps the latents float32): bf16 in, bf16 out
+        wt.to(torch.bfloat16)
+        self.assertEqual(wt.dtype, torch.bfloat16)
+        lat = tw.run(pipe, "latent", steps=1)
+        self.assertTrue(bool(torch.isfinite(lat).all()))
+        out = wt(**{k: v.to(wt.dtype) for k, v in args.items()}).sample
+        self.assertEqual(out.dtype, torch.bfloat16)
+        wt.close()
 
 
 if __name__ == "__main__":

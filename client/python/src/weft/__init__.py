@@ -17,7 +17,8 @@ arrays or CPU torch tensors (bf16: torch.bfloat16, or uint16 bits as
 weft.Tensor(a, "bf16")), sent without a copy. Errors raise weft.errors.WeftError subclasses carrying
 the status code and the daemon's message. weft.diffusers has FLUX and
 Wan transformers served by weftd for diffusers' FluxPipeline and
-WanPipeline.
+WanPipeline. `python -m weft` (the `weft` command): a daemon's status and
+models, load, unload.
 
 libweft.so is found through $WEFT_LIB, a build tree or the installed
 prefix (weft._lib says in which order); weft.library_path says which,

@@ -329,6 +329,8 @@ _proto("wf_forward_named_submit", c_int, _P, _CP, _NTP, ctypes.c_size_t, _NTP,
 job_id = _proto("wf_job_id", c_u64, _P, optional=True)
 _version = _proto("wf_version", _CP, optional=True)
 cancel_id = _proto("wf_cancel_id", c_int, _P, c_u64, optional=True)
+# 0.6: a connect timeout apart from the reply timeout
+set_connect_timeout = _proto("wf_client_set_connect_timeout", c_int, _P, c_int, optional=True)
 
 
 def version() -> str:

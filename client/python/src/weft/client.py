@@ -531,6 +531,10 @@ class Client(_Owned):
     endpoint: ipc://PATH or tcp://HOST:PORT; None: $WEFT_ENDPOINT, else
       libweft's default (ipc:///run/weftd/weftd.sock).
     timeout_ms: the reply timeout of every synchronous call (<= 0: 30000).
+    connect_timeout_ms: how long a call waits for a connection to the
+      daemon while none is up (a daemon not started, a wrong endpoint):
+      past it the call raises ConnectError naming the endpoint, nothing
+      sent; None (or <= 0): only timeout_ms bounds that wait.
     server_key / client_key_file: CURVE keys for a tcp:// endpoint (the
       daemon's public key, a Z85 key or a file; this client's key pair
       file). Without them libweft reads WEFT_SERVER_KEY / WEFT_CLIENT_KEY.
@@ -543,11 +547,13 @@ class Client(_Owned):
 
     def __init__(self, endpoint: Optional[str] = None, timeout_ms: int = 30000, *,
                  server_key: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 client_key_file: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
+                 client_key_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 connect_timeout_ms: Optional[int] = None) -> None:
         if endpoint is None:
             endpoint = os.environ.get("WEFT_ENDPOINT") or None
         self.endpoint = endpoint
         self.timeout_ms = int(timeout_ms)
+        self.connect_timeout_ms = connect_timeout_ms
         self._curve = (server_key, client_key_file)
         self._lock = threading.RLock()
         self._jobs: "weakref.WeakSet[Job]" = weakref.WeakSet()
@@ -564,6 +570,9 @@ class Client(_Owned):
         if st != 0:
             raise error_for(st, _lib.cstr(lib.wf_client_last_error(None) or b""))
         self._handle: Optional[ctypes.c_void_p] = h
+        if connect_timeout_ms is not None and connect_timeout_ms > 0:
+            fn = _lib.need(_lib.set_connect_timeout, "wf_client_set_connect_timeout")
+            self._check(fn(h, int(connect_timeout_ms)))
 
     # -- plumbing
 
@@ -577,7 +586,8 @@ class Client(_Owned):
     def reopen(self) -> "Client":
         """A new connection to the same endpoint with the same keys."""
         return Client(self.endpoint, self.timeout_ms, server_key=self._curve[0],
-                      client_key_file=self._curve[1])
+                      client_key_file=self._curve[1],
+                      connect_timeout_ms=self.connect_timeout_ms)
 
     def close(self) -> None:
         """Close the connection: jobs still open are closed first."""
@@ -1115,10 +1125,11 @@ def _plan_forward(model: str, schema: ModelSchema, inputs: Mapping[str, Any],
 
 def connect(endpoint: Optional[str] = None, timeout_ms: int = 30000, *,
             server_key: Optional[Union[str, "os.PathLike[str]"]] = None,
-            client_key_file: Optional[Union[str, "os.PathLike[str]"]] = None) -> Client:
+            client_key_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+            connect_timeout_ms: Optional[int] = None) -> Client:
     """Open a Client (see Client for the arguments)."""
     return Client(endpoint, timeout_ms, server_key=server_key,
-                  client_key_file=client_key_file)
+                  client_key_file=client_key_file, connect_timeout_ms=connect_timeout_ms)
 
 
 def status_name(code: int) -> str:

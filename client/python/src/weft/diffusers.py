@@ -3,35 +3,67 @@
     from diffusers import FluxPipeline, WanPipeline
     from weft.diffusers import WeftFluxTransformer, WeftWanTransformer
 
-    transformer = WeftFluxTransformer("ipc:///run/weftd/weftd.sock", model="flux-dev",
-                                      path="flux/dev/transformer",      # under model_root
-                                      config="/srv/models/flux/dev/transformer")
-    pipe = FluxPipeline.from_pretrained("/srv/models/flux/dev", transformer=transformer)
-    image = pipe("a tabby cat", num_inference_steps=28).images[0]
+    # /srv/models is weftd's --model-root, seen here at the same path
+    with WeftFluxTransformer.from_pretrained("/srv/models/flux/dev", subfolder="transformer",
+                                             endpoint="ipc:///run/weftd/weftd.sock",
+                                             model_root="/srv/models") as transformer:
+        pipe = FluxPipeline.from_pretrained("/srv/models/flux/dev", transformer=transformer)
+        image = pipe("a tabby cat", num_inference_steps=28).images[0]
 
+    # or by the name and path weftd knows (path relative to its model root)
     wan = WeftWanTransformer("ipc:///run/weftd/weftd.sock", "wan-1.3b",
                              path="wan/1.3b/transformer")
     pipe = WanPipeline.from_pretrained("/srv/models/wan/1.3b", transformer=wan)
 
-WeftFluxTransformer stands where FluxPipeline expects a
-FluxTransformer2DModel, WeftWanTransformer where WanPipeline (and
-WanImageToVideoPipeline) expects a WanTransformer3DModel; Wan 2.2's two
-experts are two WeftWanTransformers, each its own resident model, passed
-as `transformer` and `transformer_2` (the pipeline's boundary_ratio picks
-one per step). Each is a diffusers ModelMixin with no parameters that
+WeftFluxTransformer is a FluxTransformer2DModel and WeftWanTransformer a
+WanTransformer3DModel (subclasses, so that the pipelines' type checks
+pass: no "Expected types" warning), that hold no parameters: each
 carries the model's config (what the pipeline reads: in_channels,
-patch_size, image_dim, ...), and its forward sends the step's tensors as
+patch_size, image_dim, ...) and its forward sends the step's tensors as
 one forward job to the model resident in weftd (checked against the
 model's schema before it is sent) and returns what diffusers' forward
 returns (a Transformer2DModelOutput, or a 1-tuple with
-return_dict=False). Everything else of the pipeline (text and image
+return_dict=False). Wan 2.2's two experts are two WeftWanTransformers,
+each its own resident model, passed as `transformer` and
+`transformer_2`. Everything else of the pipeline (text and image
 encoders, tokenizers, scheduler, VAE, the denoising loop) stays in Python.
 
-What weftd does not serve is refused with NotServedError, never ignored:
-attention kwargs other than a LoRA `scale` of 1.0 (LoRA scales,
-IP-adapter embeddings, attention-processor arguments), FLUX's controlnet
-residuals; for Wan, image embeddings (encoder_hidden_states_image) for a
-model whose schema does not list them (a text-to-video model).
+Batches broadcast as in diffusers' forward: every batched input (text
+embeddings, pooled projections, timestep, guidance, image embeddings)
+has the latents' batch B or 1 (true CFG with one negative prompt for a
+list of prompts sends negative embeddings of batch 1); a batch-1 input
+is repeated to B before it is sent.
+
+dtypes: weftd computes as its backend does (f32 on the CPU) from inputs
+of float32, float16 or bfloat16, which are sent as they are; inputs of
+another floating dtype (float64) are sent as float32. The output comes
+back in the latents' dtype (bf16 latents: bf16; float64: float64).
+`.to(dtype)` (and pipe.to(dtype)) sets the dtype the transformer
+reports (`.dtype`, which the Wan pipelines cast their latents to); it
+moves no weights.
+
+What weftd does not serve is refused with NotServedError, never
+ignored: attention kwargs other than a LoRA `scale` of 1.0, FLUX's
+controlnet residuals, LoRA adapters (load_lora_adapter, set_adapters,
+fuse_lora, ...: the pipeline's load_lora_weights reaches them), IP
+adapters, attention backends other than diffusers' default ("native":
+weftd runs its own attention kernels), step caches (enable_cache),
+diffusers' parallelism (enable_parallelism: weftd's mesh decides),
+save_pretrained; for Wan, image embeddings for a model whose schema does
+not list them. Model CPU offload (pipe.enable_model_cpu_offload) works:
+the adapter holds no weights, so moving it is a no-op, and the other
+components are offloaded as usual.
+
+Connection: `connect_timeout_ms` (default CONNECT_TIMEOUT_MS, 5 s)
+bounds the wait for a daemon that is not there (a wrong endpoint, a
+stopped weftd): the constructor raises weft.ConnectError naming the
+endpoint. A forward carries `forward_timeout_ms` as its job's deadline
+(None: the daemon's job_timeout_ms, 15 min by default, bounds it; the
+daemon answers DeadlineError); a daemon that stops fails the waiting
+forward at once. After the daemon restarts, the next forward reconnects
+and, when the model is no longer resident, loads it again from the path
+weftd had loaded it from (reload=False: raises instead, saying what to
+do); that happens once, then forwards run as before.
 
 The model's configuration comes from the daemon (list_models' `config`,
 under diffusers' names), so attaching by name is enough:
@@ -39,9 +71,9 @@ under diffusers' names), so attaching by name is enough:
 (`config=` a mapping, e.g. FluxTransformer2DModel.load_config(dir), or
 the path of a config.json or of its model directory; or `model_root=`
 with `path=` when the daemon's model root is visible here) is checked
-against the daemon's: a difference is an error. Keys the daemon does not
-report (Wan's eps) come from the config given here, else, like keys the
-config lacks, from diffusers' defaults.
+against the daemon's in the keys it sets: a difference is an error. Keys
+the daemon does not report (Wan's eps) come from the config given here,
+else, like keys the config lacks, from diffusers' defaults.
 """
 from __future__ import annotations
 
@@ -51,7 +83,8 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, Iterator, Mapping, Optional, Set, Tuple, TypeVar,
+                    Union)
 
 import torch
 from diffusers import FluxTransformer2DModel, WanTransformer3DModel
@@ -59,18 +92,28 @@ from diffusers.configuration_utils import ConfigMixin
 from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from diffusers.models.modeling_utils import ModelMixin
 
-from .client import Client, JobResult, ModelConfig, ModelInfo, ModelSchema, TpRule
+from .client import Client, ForwardOutput, JobResult, ModelConfig, ModelInfo, ModelSchema, TpRule
+from .errors import BadArgumentError, ConnectError, ConnectionClosedError
 
 log = logging.getLogger(__name__)
 
 _WEFT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 ConfigSource = Union[Mapping[str, Any], str, "os.PathLike[str]"]
+#: default bound on the wait for a connection to weftd (construction, and a
+#: forward while the daemon is away)
+CONNECT_TIMEOUT_MS = 5000
+#: how long past a forward's deadline its reply is awaited: the daemon
+#: stops a running job at its next step boundary (a block) and answers
+#: DeadlineError; this bounds only a daemon that stopped answering
+FORWARD_REPLY_GRACE_MS = 60_000
+_T = TypeVar("_T", bound="_WeftTransformer")
 
 
 class NotServedError(NotImplementedError):
     """The pipeline asked for something weftd's forward of the model does
-    not do (LoRA scales, controlnet residuals, attention-processor kwargs,
-    inputs the model's schema does not list)."""
+    not do (LoRA adapters and scales, controlnet residuals, IP adapters,
+    attention backends and processors, inputs the model's schema does not
+    list); the message says what to do instead."""
 
 
 def _defaults(cls: type) -> Dict[str, Any]:
@@ -90,10 +133,11 @@ def _norm(v: Any, cfg: Mapping[str, Any]) -> Any:
     return v
 
 
-def _read_config(src: ConfigSource, cls: type) -> Dict[str, Any]:
+def _read_config(src: ConfigSource, cls: type) -> Tuple[Dict[str, Any], Set[str]]:
     """A config (a mapping, a config.json or its directory) as `cls`'s
     arguments: every key one of them, the others at their defaults, lists
-    as tuples (as diffusers' constructors take them)."""
+    as tuples (as diffusers' constructors take them); and the keys the
+    source set."""
     if isinstance(src, Mapping):
         cfg = dict(src)
     else:
@@ -106,21 +150,48 @@ def _read_config(src: ConfigSource, cls: type) -> Dict[str, Any]:
             raise ValueError(f"{p}: not a JSON object")
     known = _defaults(cls)
     out = dict(known)
+    given = set()
     for k, v in cfg.items():
         if k.startswith("_"):
             continue            # _class_name, _diffusers_version, ...
         if k not in known:
             raise ValueError(f"config key {k!r} is not a {cls.__name__} argument")
         out[k] = tuple(v) if isinstance(v, list) else v
-    return out
+        given.add(k)
+    return out, given
+
+
+def _wire_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype t is sent in: its own when weft takes it, else float32."""
+    return t.dtype if t.dtype in _WEFT_DTYPES else torch.float32
 
 
 def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """t as weft sends it: a CPU tensor of a weft dtype (`dtype`, else its
-    own when it is one, else float32). One that already is passes as it is
-    (zero-copy); others are moved / cast once."""
-    want = dtype or (t.dtype if t.dtype in _WEFT_DTYPES else torch.float32)
-    return t.detach().to(device="cpu", dtype=want)
+    """t as weft sends it: a CPU tensor of a weft dtype (`dtype`, else
+    _wire_dtype). One that already is passes as it is (zero-copy); others
+    are moved / cast once."""
+    return t.detach().to(device="cpu", dtype=dtype or _wire_dtype(t))
+
+
+def _batch(batched: Mapping[str, Optional[torch.Tensor]]) -> int:
+    """The batch B of a forward whose batched inputs are `batched` (name:
+    tensor, the batch its first dim; None and 0-d tensors are left out):
+    each has batch B or 1, as the elementwise broadcasting of diffusers'
+    forward takes them. ValueError naming the sizes otherwise."""
+    sizes = {n: int(t.shape[0]) for n, t in batched.items() if t is not None and t.ndim > 0}
+    b = max(sizes.values(), default=1)
+    if any(s not in (1, b) for s in sizes.values()):
+        raise ValueError("batch sizes do not broadcast (each input's batch is the "
+                         f"latents' or 1): " + ", ".join(f"{n} {s}" for n, s in sizes.items()))
+    return b
+
+
+def _expand(t: torch.Tensor, b: int) -> torch.Tensor:
+    """t with its batch (first dim) repeated to b when it is 1 (a 0-d t is
+    one value for every batch entry: (b,))."""
+    if t.ndim == 0:
+        return t.reshape(1).expand(b)
+    return t if t.shape[0] == b else t.expand(b, *t.shape[1:])
 
 
 def _check_attention_kwargs(kwargs: Optional[Mapping[str, Any]], what: str) -> None:
@@ -138,12 +209,53 @@ def _check_attention_kwargs(kwargs: Optional[Mapping[str, Any]], what: str) -> N
             "embeddings and attention-processor arguments need diffusers' own transformer")
 
 
+_LORA = ("weftd serves the checkpoint it loaded, without LoRA layers: fuse the LoRA into "
+         "the weights with diffusers' own transformer (load_lora_weights, fuse_lora, "
+         "save_pretrained) and load that directory in weftd")
+_ATTENTION = ("weftd runs its own attention kernels (context- and tensor-parallel as its "
+              "mesh says); choose them with the daemon's settings, not diffusers' "
+              "attention backends or processors")
+# What diffusers' model mixins offer that needs the weights here, and why
+# weftd refuses it: each becomes a method that raises NotServedError.
+_REFUSED = {
+    "load_lora_adapter": _LORA, "add_adapter": _LORA, "set_adapters": _LORA,
+    "set_adapter": _LORA, "enable_adapters": _LORA, "enable_lora": _LORA,
+    "fuse_lora": _LORA, "enable_lora_hotswap": _LORA, "save_lora_adapter": _LORA,
+    "_load_ip_adapter_weights": "weftd does not serve IP adapters (image prompt "
+                                "projections need diffusers' own transformer)",
+    "set_attn_processor": _ATTENTION, "fuse_qkv_projections": _ATTENTION,
+    "enable_xformers_memory_efficient_attention": _ATTENTION,
+    "set_use_memory_efficient_attention_xformers": _ATTENTION,
+    "enable_npu_flash_attention": _ATTENTION, "enable_xla_flash_attention": _ATTENTION,
+    "enable_cache": "weftd computes every step in full: diffusers' step caches need "
+                    "diffusers' own transformer",
+    "enable_group_offload": "the weights are in weftd, not here: there is nothing to "
+                            "offload (enable_model_cpu_offload works and offloads the "
+                            "other components)",
+    "enable_layerwise_casting": "the weights are in weftd, not here: weftd computes in its "
+                                "backend's dtypes",
+    "enable_parallelism": "weftd runs the model context- and tensor-parallel across its own "
+                          "devices: set its mesh (transformer.client.reconfigure(ring=, "
+                          "ulysses=, tp=)) instead",
+    "compile_repeated_blocks": "the blocks run in weftd, not here: there is nothing to compile",
+}
+
+
+def _refusal(name: str, why: str) -> Callable[..., Any]:
+    def refuse(self: "_WeftTransformer", *args: Any, **kwargs: Any) -> Any:
+        raise NotServedError(f"{type(self).__name__}.{name}: {why}")
+    refuse.__name__ = name
+    refuse.__doc__ = f"Refused with NotServedError: {why}."
+    return refuse
+
+
 class _WeftTransformer(ModelMixin, ConfigMixin):
     """What every transformer served by weftd shares: the connection, the
-    resident model (attached or loaded), its config, the attributes a
-    pipeline reads of a model, and the refusals of what would need the
-    weights here. A subclass names its family and diffusers class and
-    writes forward.
+    resident model (attached or loaded, and loaded again after a daemon
+    restart), its config, the attributes a pipeline reads of a model, and
+    the refusals of what would need the weights here. A subclass names its
+    family and diffusers class (also its second base, which it stands
+    for) and writes forward.
 
     endpoint: the daemon (None: $WEFT_ENDPOINT, else libweft's default).
     model: the resident model's name in weftd (None: the family's name,
@@ -152,22 +264,36 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
       `model` unless a model of that name is already resident from that
       path (then attached). None: attach to a resident `model`.
     config: the model's config (a mapping, or a config.json / its
-      directory), checked against the daemon's; None: model_root/path's
-      config.json when model_root is given, else the daemon's.
+      directory), checked against the daemon's in the keys it sets;
+      None: model_root/path's config.json when model_root is given, else
+      the daemon's.
     model_root: the daemon's model root as seen from here (only to find
       config.json).
     tp_plan, weights_already_sharded, progress: as Client.load_model.
-    timeout_ms: the connection's reply timeout (a load waits as long as
-      reading the checkpoint takes; a forward as long as a step).
-    dtype: the dtype the pipeline sees as the transformer's (its latents
-      and embeddings come in that dtype; weftd computes as its backend
-      does: f32 on the CPU).
+    timeout_ms: the reply timeout of the calls that are not forwards (a
+      load waits as long as reading the checkpoint takes; list_models,
+      reconfigure through `.client`).
+    connect_timeout_ms: how long a call waits for a daemon that is not
+      there (CONNECT_TIMEOUT_MS: 5 s): the constructor raises ConnectError.
+    forward_timeout_ms: each forward's deadline, sent with the job (the
+      daemon answers DeadlineError past it); None: the daemon's
+      job_timeout_ms bounds it. The reply is awaited that long plus
+      FORWARD_REPLY_GRACE_MS (a minute).
+    reload: after a daemon restart, load the model again from the path
+      weftd had loaded it from, with this tp_plan (the family's default
+      for a model this transformer attached to) (True), or raise saying
+      so (False).
+    dtype: the dtype the pipeline sees as the transformer's (`.dtype`;
+      `.to(dtype)` changes it). weftd computes as its backend does (f32
+      on the CPU); outputs come back in the latents' dtype.
     server_key, client_key_file: CURVE keys for a tcp:// endpoint.
     precision: "fp8" runs every forward's attention in fp8 (e4m3) on a
       daemon whose devices take it (UnsupportedError otherwise); "default"
       as the inputs' dtypes.
 
     After each forward, `last_result` holds how the job ran (JobResult).
+    A `with` block closes the connection at its end (the model stays
+    resident).
     """
 
     config_name = "config.json"
@@ -185,30 +311,43 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
                  tp_plan: Optional[Mapping[str, TpRule]] = None,
                  weights_already_sharded: bool = False,
                  progress: Optional[Callable[[ModelInfo], None]] = None,
-                 timeout_ms: int = 600_000, dtype: torch.dtype = torch.float32,
+                 timeout_ms: int = 600_000, connect_timeout_ms: int = CONNECT_TIMEOUT_MS,
+                 forward_timeout_ms: Optional[int] = None, reload: bool = True,
+                 dtype: torch.dtype = torch.float32,
                  server_key: Optional[str] = None,
                  client_key_file: Optional[str] = None,
                  precision: str = "default") -> None:
-        super().__init__()
+        # ModelMixin's, not the diffusers class's (the next in the MRO):
+        # that one would build the model's layers here
+        ModelMixin.__init__(self)
+        # no weights, but one empty parameter: accelerate's offload hooks
+        # (enable_model_cpu_offload) read the device of a model's first one
+        self.offload_anchor = torch.nn.Parameter(torch.empty(0), requires_grad=False)
         if precision not in ("default", "fp8"):
             raise ValueError(f"precision {precision!r}: 'default' or 'fp8'")
         self._precision = precision
-        if dtype not in _WEFT_DTYPES:
-            raise ValueError(f"dtype {dtype}: one of float32, float16, bfloat16")
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype {dtype}: a floating-point dtype")
+        if forward_timeout_ms is not None and forward_timeout_ms <= 0:
+            raise ValueError(f"forward_timeout_ms {forward_timeout_ms}: > 0, or None")
         if config is None and path is not None and model_root is not None:
             config = Path(model_root) / path
         local = _read_config(config, self._diffusers_class) if config is not None else None
         self.model_name = model or self._family
         self._dtype = dtype
+        self._device = torch.device("cpu")
+        self._forward_timeout_ms = forward_timeout_ms
+        self._reload = reload
+        self._load_args = (tp_plan, weights_already_sharded)
         self._client = Client(endpoint, timeout_ms, server_key=server_key,
-                              client_key_file=client_key_file)
+                              client_key_file=client_key_file,
+                              connect_timeout_ms=connect_timeout_ms)
         self._client.hello()
         if not self._client.has_feature("models"):
             raise RuntimeError(f"the daemon at {self._client.endpoint} serves no models "
                                "(no 'models' feature in its hello)")
         self.last_result: Optional[JobResult] = None
-        self.model_info = self._attach_or_load(path, tp_plan, weights_already_sharded,
-                                               progress)
+        self.model_info = self._attach_or_load(path, progress)
         if self._needs_schema and self.model_info.schema is None:
             raise ValueError(f"weftd at {self._client.endpoint} reports no forward schema "
                              f"for model {self.model_name!r} (a daemon before protocol "
@@ -223,9 +362,9 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
         maps them here)."""
         return dict(theirs)
 
-    def _config_of(self, local: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    def _config_of(self, local: Optional[Tuple[Dict[str, Any], Set[str]]]) -> Dict[str, Any]:
         """The daemon's config of the model over `local` (checked against
-        it) or over diffusers' defaults."""
+        it in the keys `local` sets) or over diffusers' defaults."""
         theirs = self.model_info.config
         if theirs is None:
             if local is None:
@@ -233,24 +372,24 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
                     f"weftd at {self._client.endpoint} reports no config for model "
                     f"{self.model_name!r} (a daemon before weft 0.4): pass config= (a "
                     "mapping, a config.json or its directory), or model_root= with path=")
-            return local
-        daemon = _read_config(self._from_daemon(theirs), self._diffusers_class)
+            return local[0]
+        daemon, _ = _read_config(self._from_daemon(theirs), self._diffusers_class)
         reported = {k for k in daemon if k in theirs}
         if local is not None:
-            differ = sorted(k for k in reported if
-                            _norm(local[k], local) != _norm(daemon[k], daemon))
+            cfg, given = local
+            differ = sorted(k for k in reported & given if
+                            _norm(cfg[k], cfg) != _norm(daemon[k], daemon))
             if differ:
                 raise ValueError(
                     f"the config given for {self.model_name!r} differs from the one weftd "
                     f"serves in {', '.join(differ)}: "
-                    + "; ".join(f"{k} {local[k]!r} here, {daemon[k]!r} in weftd"
+                    + "; ".join(f"{k} {cfg[k]!r} here, {daemon[k]!r} in weftd"
                                 for k in differ))
-            return {**local, **{k: daemon[k] for k in reported}}
+            return {**cfg, **{k: daemon[k] for k in reported}}
         return daemon
 
-    def _attach_or_load(self, path: Optional[str], tp_plan: Optional[Mapping[str, TpRule]],
-                        sharded: bool,
-                        progress: Optional[Callable[[ModelInfo], None]]) -> ModelInfo:
+    def _attach_or_load(self, path: Optional[str],
+                        progress: Optional[Callable[[ModelInfo], None]] = None) -> ModelInfo:
         family = self._family
         resident = {m.name: m for m in self._client.list_models()}
         m = resident.get(self.model_name)
@@ -267,6 +406,7 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
         if path is None:
             raise ValueError(f"weftd holds no model {self.model_name!r} (it holds "
                              f"{sorted(resident) or 'none'}): pass path= to load one")
+        tp_plan, sharded = self._load_args
         m = self._client.load_model(self.model_name, path, tp_plan=tp_plan,
                                     weights_already_sharded=sharded, progress=progress)
         if m.family != family:
@@ -275,7 +415,72 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
                              "forward_named serves any family)")
         return m
 
-    # -- what the pipeline reads of a model
+    # -- loading like diffusers
+
+    @classmethod
+    def from_pretrained(cls: type[_T],
+                        pretrained_model_name_or_path: Union[str, "os.PathLike[str]"],
+                        subfolder: Optional[str] = None, *, endpoint: Optional[str] = None,
+                        name: Optional[str] = None,
+                        model_root: Optional[Union[str, "os.PathLike[str]"]] = None,
+                        torch_dtype: Optional[torch.dtype] = None, **kwargs: Any) -> _T:
+        """The model directory `pretrained_model_name_or_path` (a diffusers
+        pipeline folder with subfolder="transformer", or the transformer's
+        own folder), served by weftd: loaded by its path relative to the
+        daemon's model root (attached when weftd already holds it under
+        `name`), its config.json checked against the daemon's.
+
+        model_root: weftd's --model-root as seen from here (None:
+          $WEFT_MODEL_ROOT). A relative directory that does not exist here
+          is taken under it. A directory outside it is refused: weftd loads
+          only below its model root.
+        name: the resident model's name (None: the path under the model
+          root with "/" as "-", e.g. "flux-dev-transformer").
+        torch_dtype: as diffusers' (the `dtype` the pipeline sees).
+        Other keyword arguments are the constructor's (timeouts, tp_plan,
+        reload, precision, ...)."""
+        root_s = model_root if model_root is not None else os.environ.get("WEFT_MODEL_ROOT")
+        if not root_s:
+            raise ValueError(f"{cls.__name__}.from_pretrained: pass model_root= (weftd's "
+                             "--model-root as seen from here) or set WEFT_MODEL_ROOT: weftd "
+                             "loads a model by its path relative to it")
+        root = Path(os.path.abspath(root_s))
+        d = Path(pretrained_model_name_or_path)
+        if subfolder:
+            d = d / subfolder
+        if not d.is_absolute() and not d.exists():
+            d = root / d
+        d = Path(os.path.abspath(d))
+        if not (d / "config.json").is_file():
+            raise FileNotFoundError(f"{d} has no config.json: give a diffusers model "
+                                    "directory (a pipeline's folder with subfolder="
+                                    "'transformer', or the transformer's own folder)")
+        try:
+            rel = d.relative_to(root).as_posix()
+        except ValueError:
+            raise ValueError(f"{d} is not under weftd's model root {root}: weftd loads only "
+                             "the directories below its --model-root; move or link the model "
+                             "there, or give the model_root weftd was started with") from None
+        if torch_dtype is not None:
+            kwargs["dtype"] = torch_dtype
+        return cls(endpoint, name or rel.replace("/", "-"), path=rel, config=d, **kwargs)
+
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
+        """Refused: the weights live in weftd, not here (saving would write
+        an empty checkpoint). Save the model directory weftd loaded."""
+        raise NotServedError(f"{type(self).__name__} holds no weights (they are resident "
+                             f"in weftd as {self.model_name!r}): save the model directory "
+                             "weftd loaded instead")
+
+    @classmethod
+    def from_single_file(cls, *args: Any, **kwargs: Any) -> Any:
+        """Refused: weftd loads diffusers model directories."""
+        raise NotServedError(f"{cls.__name__}.from_single_file: weftd loads a diffusers model "
+                             "directory (config.json and safetensors) under its model root: "
+                             "convert the file with diffusers, save_pretrained it there and "
+                             f"use {cls.__name__}.from_pretrained")
+
+    # -- what the pipeline reads of a model, and moves
 
     @property
     def dtype(self) -> torch.dtype:
@@ -283,11 +488,46 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
 
     @property
     def device(self) -> torch.device:
-        return torch.device("cpu")
+        return self._device
+
+    def to(self: _T, *args: Any, **kwargs: Any) -> _T:
+        """Record the dtype (what `.dtype` reports) and device (what
+        `.device` reports) of torch's Module.to arguments; no weights move
+        (they are in weftd). Accelerate's CPU offload moves the model with
+        this: a no-op for it."""
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None:
+            if not dtype.is_floating_point:
+                raise TypeError(f"{type(self).__name__}.to only accepts floating point "
+                                f"dtypes, got {dtype}")
+            self._dtype = dtype
+        if device is not None:
+            self._device = torch.device(device)
+        return self
+
+    def cpu(self: _T) -> _T:
+        return self.to("cpu")
+
+    def cuda(self: _T, device: Optional[Union[int, torch.device]] = None) -> _T:
+        return self.to(torch.device("cuda", device) if isinstance(device, int)
+                       else device or "cuda")
+
+    def float(self: _T) -> _T:
+        return self.to(torch.float32)
+
+    def half(self: _T) -> _T:
+        return self.to(torch.float16)
+
+    def bfloat16(self: _T) -> _T:
+        return self.to(torch.bfloat16)
+
+    def double(self: _T) -> _T:
+        return self.to(torch.float64)
 
     @property
     def client(self) -> Client:
-        """The connection to weftd (for status, reconfigure, ...)."""
+        """The connection to weftd (for status, reconfigure, ...); a new
+        one after the transformer reconnected to a restarted daemon."""
         return self._client
 
     @contextlib.contextmanager
@@ -296,22 +536,16 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
         step's index and sigma); weft has no step caches: nothing to do."""
         yield
 
-    @classmethod
-    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
-        """Refused: the weights are loaded by weftd, not here. Construct it
-        and pass it to the pipeline's from_pretrained."""
-        raise NotServedError(f"{cls.__name__} is not loaded with from_pretrained: "
-                             f"construct it, {cls.__name__}(endpoint, model, path="
-                             "'DIR under the daemon's model_root', config='local DIR or "
-                             "config.json'), and pass it to the pipeline's from_pretrained("
-                             "..., transformer=...)")
+    def set_attention_backend(self, backend: str) -> None:
+        """diffusers' default backend ("native") is accepted and changes
+        nothing; any other is NotServedError (weftd runs its own attention
+        kernels)."""
+        if str(backend).lower() != "native":
+            raise NotServedError(f"{type(self).__name__}.set_attention_backend({backend!r}): "
+                                 f"{_ATTENTION}")
 
-    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
-        """Refused: the weights live in weftd, not here (saving would write
-        an empty checkpoint). Save the model directory weftd loaded."""
-        raise NotServedError(f"{type(self).__name__} holds no weights (they are resident "
-                             f"in weftd as {self.model_name!r}): save the model directory "
-                             "weftd loaded instead")
+    def reset_attention_backend(self) -> None:
+        """Nothing to reset: weftd's attention is not diffusers'."""
 
     def unload(self) -> None:
         """Unload the model from weftd (other users of it lose it too)."""
@@ -321,18 +555,84 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
         """Close the connection (the model stays resident)."""
         self._client.close()
 
-    def _result(self, sample: torch.Tensor, device: torch.device, return_dict: bool
+    def __enter__(self: _T) -> _T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the forward job
+
+    def _forward_job(self, inputs: Mapping[str, torch.Tensor],
+                     out: Mapping[str, torch.Tensor]) -> ForwardOutput:
+        """One forward job on the resident model, its outputs written into
+        `out`. A daemon that went away (the connection closed, or none is
+        up) or that no longer holds the model is recovered from once
+        (_recover), and the job sent again."""
+        for attempt in (0, 1):
+            try:
+                job = self._client.submit_forward_named(
+                    self.model_name, inputs, out=out, deadline_ms=self._forward_timeout_ms or 0,
+                    precision=self._precision)
+                with job:
+                    wait = self._forward_timeout_ms
+                    r = job.wait(None if wait is None else wait + FORWARD_REPLY_GRACE_MS)
+                self.last_result = r.result
+                return r
+            except (ConnectionClosedError, ConnectError, BadArgumentError) as e:
+                if attempt or not self._recover(e):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _recover(self, e: Exception) -> bool:
+        """After a forward failed with `e`: when the daemon went away,
+        connect again (ConnectError when it is not back within the connect
+        timeout); when it no longer holds the model, load it again from
+        the path it was loaded from (or raise, with reload=False). True
+        when the forward should be sent again; False when `e` stands (an
+        argument error about a model that is resident)."""
+        lost = isinstance(e, (ConnectionClosedError, ConnectError))
+        if lost:
+            old = self._client
+            self._client = old.reopen()
+            old.close()
+            try:
+                self._client.hello()
+            except ConnectError as ce:
+                raise ConnectError(ce.code, f"{ce.message} (the daemon serving "
+                                   f"{self.model_name!r} went away: restart it; this "
+                                   "transformer reconnects at its next call)") from e
+        m = next((x for x in self._client.list_models() if x.name == self.model_name), None)
+        if m is not None:
+            return lost
+        path = self.model_info.path
+        if not self._reload:
+            raise RuntimeError(
+                f"weftd at {self._client.endpoint} no longer holds model {self.model_name!r} "
+                "(it restarted, or the model was unloaded): load it again (python -m weft "
+                f"load {self.model_name} {path}), or construct the transformer with "
+                "reload=True") from e
+        log.warning("weftd at %s no longer holds model %r: loading it again from %r",
+                    self._client.endpoint, self.model_name, path)
+        self.model_info = self._attach_or_load(path)
+        self._schema = self.model_info.schema
+        return True
+
+    def _result(self, sample: torch.Tensor, like: torch.Tensor, return_dict: bool
                 ) -> Union[Tuple[torch.Tensor], Transformer2DModelOutput]:
-        """The forward's output as diffusers returns it, on the inputs'
-        device."""
-        if device.type != "cpu":
-            sample = sample.to(device)
+        """The forward's output as diffusers returns it: in the latents'
+        (`like`'s) dtype, on their device."""
+        sample = sample.to(device=like.device, dtype=like.dtype)
         if not return_dict:
             return (sample,)
         return Transformer2DModelOutput(sample=sample)
 
 
-class WeftFluxTransformer(_WeftTransformer):
+for _name, _why in _REFUSED.items():
+    setattr(_WeftTransformer, _name, _refusal(_name, _why))
+
+
+class WeftFluxTransformer(_WeftTransformer, FluxTransformer2DModel):
     """diffusers' FluxTransformer2DModel, served by weftd (the arguments
     are _WeftTransformer's)."""
 
@@ -379,28 +679,24 @@ class WeftFluxTransformer(_WeftTransformer):
             log.warning("Passing `img_ids` 3d torch.Tensor is deprecated.")
             img_ids = img_ids[0]
 
-        act = hidden_states.dtype if hidden_states.dtype in _WEFT_DTYPES else torch.float32
-        batch = hidden_states.shape[0]
+        act = _wire_dtype(hidden_states)
+        b = _batch({"hidden_states": hidden_states, "encoder_hidden_states": encoder_hidden_states,
+                    "pooled_projections": pooled_projections, "timestep": timestep,
+                    "guidance": guidance})
         # diffusers casts timestep and guidance to hidden_states' dtype
         # before scaling them by 1000: do the same cast here
-        t = timestep.detach()
-        if t.ndim == 0:
-            t = t.expand(batch)
-        g = None
+        inputs = {"hidden_states": _host(_expand(hidden_states, b), act),
+                  "encoder_hidden_states": _host(_expand(encoder_hidden_states, b)),
+                  "pooled_projections": _host(_expand(pooled_projections, b)),
+                  "timestep": _host(_expand(timestep, b), act),
+                  "img_ids": _host(img_ids), "txt_ids": _host(txt_ids)}
         if guidance is not None:
-            g = guidance.detach()
-            if g.ndim == 0:
-                g = g.expand(batch)
-            g = _host(g, act)
+            inputs["guidance"] = _host(_expand(guidance, b), act)
         p = cfg.patch_size
         out_ch = (cfg.out_channels or cfg.in_channels) * p * p
-        hs = _host(hidden_states, act)
-        output = torch.empty((hs.shape[0], hs.shape[1], out_ch), dtype=act)
-        r = self._client.forward(self.model_name, hs, _host(encoder_hidden_states),
-                                 _host(pooled_projections), _host(t, act), _host(img_ids),
-                                 _host(txt_ids), g, out=output, precision=self._precision)
-        self.last_result = r.result
-        return self._result(output, hidden_states.device, return_dict)
+        output = torch.empty((b, hidden_states.shape[1], out_ch), dtype=act)
+        self._forward_job(inputs, {"output": output})
+        return self._result(output, hidden_states, return_dict)
 
 
 def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
@@ -410,6 +706,8 @@ def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
     """WanTransformer3DModel.forward's tensors as the named inputs of the
     model's schema, as CPU tensors of weft dtypes.
 
+    Every batched input has batch B (the broadcast of theirs: _batch) or
+    1, repeated to B.
     timestep: (B) as the pipeline passes it (a scalar or one value for
     every batch entry is expanded to B), or Wan 2.2 TI2V's (B, S), one per
     video token (S = F/p_t * H/p_h * W/p_w). A (B, S) whose rows are each
@@ -423,11 +721,22 @@ def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
     as diffusers' image embedder views it; sent when the schema lists it,
     else NotServedError.
     """
-    act = hidden_states.dtype if hidden_states.dtype in _WEFT_DTYPES else torch.float32
-    b = hidden_states.shape[0]
-    t = timestep.detach()
-    if t.ndim == 0 or (t.ndim == 1 and t.numel() == 1 and b > 1):
-        t = t.reshape(1).expand(b)
+    img = encoder_hidden_states_image
+    if img is not None:
+        want = schema.input("encoder_hidden_states_image")
+        if want is None:
+            raise NotServedError(
+                "weftd's Wan forward of this model takes no encoder_hidden_states_image "
+                "(image embeddings; its schema takes "
+                + ", ".join(x.name for x in schema.inputs) + "): it is not an "
+                "image-to-video model")
+        fixed = want.shape[1] if want.rank > 1 and isinstance(want.shape[1], int) else 0
+        if fixed and img.ndim == 3 and img.shape[1] != fixed:
+            img = img.reshape(-1, fixed, img.shape[2])   # FLF2V: (2 B, 257, D) -> (B, 514, D)
+    b = _batch({"hidden_states": hidden_states, "timestep": timestep,
+                "encoder_hidden_states": encoder_hidden_states,
+                "encoder_hidden_states_image": img})
+    t = _expand(timestep.detach(), b)
     name = "timestep"
     if t.ndim == 2:
         if bool((t == t[:, :1]).all()):
@@ -438,26 +747,15 @@ def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
             raise NotServedError(
                 f"this model's schema takes no per-token timestep, and a "
                 f"{tuple(t.shape)} timestep whose values differ between tokens was given")
-    inputs = {"hidden_states": _host(hidden_states, act),
+    inputs = {"hidden_states": _host(_expand(hidden_states, b)),
               name: _host(t, torch.float32),
-              "encoder_hidden_states": _host(encoder_hidden_states)}
-    if encoder_hidden_states_image is not None:
-        want = schema.input("encoder_hidden_states_image")
-        if want is None:
-            raise NotServedError(
-                "weftd's Wan forward of this model takes no encoder_hidden_states_image "
-                "(image embeddings; its schema takes "
-                + ", ".join(x.name for x in schema.inputs) + "): it is not an "
-                "image-to-video model")
-        img = encoder_hidden_states_image
-        fixed = want.shape[1] if want.rank > 1 and isinstance(want.shape[1], int) else 0
-        if fixed and img.ndim == 3 and img.shape[1] != fixed:
-            img = img.reshape(-1, fixed, img.shape[2])   # FLF2V: (2 B, 257, D) -> (B, 514, D)
-        inputs["encoder_hidden_states_image"] = _host(img)
+              "encoder_hidden_states": _host(_expand(encoder_hidden_states, b))}
+    if img is not None:
+        inputs["encoder_hidden_states_image"] = _host(_expand(img, b))
     return inputs
 
 
-class WeftWanTransformer(_WeftTransformer):
+class WeftWanTransformer(_WeftTransformer, WanTransformer3DModel):
     """diffusers' WanTransformer3DModel, served by weftd (the arguments are
     _WeftTransformer's). For Wan 2.2's two
     experts, make one per resident model and pass them as the pipeline's
@@ -505,7 +803,5 @@ class WeftWanTransformer(_WeftTransformer):
         b, _, f, h, w = hs.shape
         out_name = schema.outputs[0].name
         output = torch.empty((b, cfg.out_channels or cfg.in_channels, f, h, w), dtype=hs.dtype)
-        r = self._client.forward(self.model_name, inputs, out={out_name: output},
-                                 precision=self._precision)
-        self.last_result = r.result
-        return self._result(output, hidden_states.device, return_dict)
+        self._forward_job(inputs, {out_name: output})
+        return self._result(output, hidden_states, return_dict)
