@@ -330,6 +330,10 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
     if (st != WF_OK)
         wf_log(log, WF_LOG_ERR, "%s: backend context failed: %s", w->name,
                wf_status_str(st));
+    else if (ops->ctx_tune && (w->attention[0] || w->gelu_kernel))
+        wf_log(log, WF_LOG_INFO, "%s: attention kernel %s, GELU %s", w->name,
+               w->attention[0] ? w->attention : "auto",
+               w->gelu_kernel ? "in a kernel" : "in cuBLASLt's epilogue");
     return st;
 }
 

@@ -1,8 +1,8 @@
 # tests/gpu/lib.sh — what run.sh and the GPU steps share
 # (attention_variants.sh, staged_ring.sh, nccl_cluster.sh): stand-ins for
 # run.sh's helpers when a step runs alone, a step's header and own budget
-# (step_begin, step_left), its skip checks (step_skip), stopping a
-# process with a bound (stop_pid) and the TFLOP/s of a benchmark line
+# (step_begin, step_left), its skip checks (step_skip), waiting for and
+# stopping a process with a bound (wait_pid, stop_pid) and the TFLOP/s of a benchmark line
 # (av_tflops, av_ratio). Sourced, never run.
 #
 # Alone (run.sh's say is not defined): cd to the repository root and
@@ -42,14 +42,19 @@ step_left() {
   echo $(( a < b ? a : b ))
 }
 
+# wait_pid PID SECONDS: true once PID has exited (tail --pid waits on the
+# event), false after SECONDS.
+wait_pid() {
+  timeout "$2" tail --pid="$1" -f /dev/null 2>/dev/null
+}
+
 # stop_pid PID SECONDS [NAME]: stop a process this shell started (a
-# daemon): SIGTERM, then up to SECONDS for it to exit (tail --pid waits on
-# the event), then SIGKILL, said so. Returns its exit status (137 when it
-# was killed). Never a bare `wait` on a daemon that may hang.
+# daemon): SIGTERM, then up to SECONDS for it to exit, then SIGKILL, said
+# so. Returns its exit status (137 when it was killed). Never a bare
+# `wait` on a daemon that may hang.
 stop_pid() {
   local pid=$1 s=$2 name=${3:-process $1}
-  if kill -TERM "$pid" 2>/dev/null &&
-     ! timeout "$s" tail --pid="$pid" -f /dev/null 2>/dev/null; then
+  if kill -TERM "$pid" 2>/dev/null && ! wait_pid "$pid" "$s"; then
     say "$name (pid $pid): still running ${s}s after SIGTERM: killed"
     kill -KILL "$pid" 2>/dev/null
   fi

@@ -370,24 +370,23 @@ wan_step() {
   save_out
 }
 
-# descendant_with PID TEXT: the first process below PID whose command line
-# holds TEXT (the daemon nsys started), or nothing.
-descendant_with() {
-  local todo=("$1") p f c
-  while [ ${#todo[@]} -gt 0 ]; do
-    p=${todo[0]}; todo=("${todo[@]:1}")
-    while IFS= read -r f; do
-      c=${f#/proc/}; c=${c%/status}
-      if tr '\0' ' ' < "/proc/$c/cmdline" 2>/dev/null | grep -qF -- "$2"; then echo "$c"; return; fi
-      todo+=("$c")
-    done < <(grep -l "^PPid:[[:space:]]*$p\$" /proc/[0-9]*/status 2>/dev/null)
+# daemon_pid SOCK: the pid of the weftd listening on SOCK (the one nsys
+# started, which is not $!: nsys's own command line names SOCK too, so
+# the program name must be weftd), or nothing.
+daemon_pid() {
+  local f
+  for f in /proc/[0-9]*/cmdline; do
+    [[ $(head -z -n1 "$f" 2>/dev/null | tr -d '\0') == */weftd ]] || continue
+    if tr '\0' ' ' < "$f" 2>/dev/null | grep -qF -- "ipc://$1 "; then
+      f=${f#/proc/}; echo "${f%/cmdline}"; return
+    fi
   done
 }
 
 nsys_step() {
   say "== nsys: the kernels of one FLUX forward ($(elapsed))"
   local io=$flux_dir/io-flux-bench.safetensors rep=/tmp/weft-nsys/flux sock=/tmp/weft-nsys-$$.sock
-  local npid wpid rc
+  local npid wpid rc f
   if [ -z "$nsys" ]; then
     say "skipped: no nsys on this machine"; note "nsys: skipped (absent)"; return
   elif [ -z "$flux_dir" ] || [ ! -f "$io" ]; then
@@ -398,7 +397,7 @@ nsys_step() {
   rm -rf /tmp/weft-nsys && mkdir -p /tmp/weft-nsys
   rm -f "$sock"
   "$nsys" profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true -o "$rep" \
-    "$bd"/daemon/weftd --devices cuda --model-root "$flux_dir" --listen "ipc://$sock" \
+    "$bd"/daemon/weftd --devices "$dev1" --model-root "$flux_dir" --listen "ipc://$sock" \
     > "$logs/nsys-weftd.log" 2>&1 &
   npid=$!
   if ! wait_socket "$sock" "$npid" 60; then
@@ -415,24 +414,28 @@ nsys_step() {
     timeout 60 "$bd"/client/weftctl --endpoint "ipc://$sock" forward --model flux-bench \
       --inputs "$io" --iters 1 2>&1 | tail -3 | sed 's/^/  /' | tee -a "$report"
   fi
-  wpid=$(descendant_with "$npid" "$sock")
+  wpid=$(daemon_pid "$sock")
   if [ -n "$wpid" ]; then
-    stop_pid "$wpid" 30 "weftd under nsys"
+    kill -TERM "$wpid" 2>/dev/null
   else
-    say "weftd's pid under nsys not found: nsys stopped instead"
+    say "weftd's pid under nsys not found: nsys is stopped instead"
   fi
   # nsys writes its report once the daemon has exited
-  stop_pid "$npid" 90 nsys
-  if [ ! -f "$rep.nsys-rep" ]; then
+  wait_pid "$npid" 120 || say "nsys still running 120 s after the daemon's SIGTERM"
+  stop_pid "$npid" 20 nsys
+  local file=
+  for f in "$rep".nsys-rep "$rep".qdrep; do [ -f "$f" ] && file=$f && break; done
+  if [ -z "$file" ]; then
     say "no report written ($(tail -2 "$logs/nsys-weftd.log" | tr '\n' ' '))"
     note "nsys: no report"; return
   fi
-  timeout 90 "$nsys" stats -q --report cuda_gpu_kern_sum --format table "$rep.nsys-rep" \
+  # the report's name: cuda_gpu_kern_sum since nsys 2023, gpukernsum before
+  timeout 90 "$nsys" stats --report cuda_gpu_kern_sum --format table "$file" \
     > "$logs/nsys-stats.txt" 2>&1 ||
-    timeout 60 "$nsys" stats -q --report gpukernsum "$rep.nsys-rep" > "$logs/nsys-stats.txt" 2>&1
+    timeout 60 "$nsys" stats --report gpukernsum "$file" > "$logs/nsys-stats.txt" 2>&1
   {
-    echo "weftd under nsys profile --trace=cuda: load of the FLUX.1-dev checkpoint and one"
-    echo "forward (4096 + 512 tokens); kernels by total time, the top 20:"
+    echo "weftd under nsys profile --trace=cuda: the load of the benchmark's FLUX checkpoint and"
+    echo "one forward on its inputs; kernels by total time, the top 20:"
     sed -n '/Time (%)/,$p' "$logs/nsys-stats.txt" | head -n 22
   } > "$logs/nsys-kernels.txt"
   tee -a "$report" < "$logs/nsys-kernels.txt"
@@ -498,7 +501,7 @@ serve() {
     done
     stop_pid "$wpid" 30 weftd
     say "weftd exit $?"
-    grep -E "comm:|NCCL|ERR|error|failed" "$dlog" | head -6 | tee -a "$report"
+    grep -E "comm:|NCCL|ERR|error|failed|attention kernel" "$dlog" | head -6 | tee -a "$report"
   else
     say "weftd --devices $devices $flags refused: skipped"
     head -3 "$dlog" | tee -a "$report"
