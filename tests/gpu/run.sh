@@ -280,14 +280,15 @@ build_step() {
   fi
   # WEFT_WERROR=OFF: a warning that this machine's compiler adds must not
   # end the only run (CI builds with -Werror where the code is written).
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=OFF \
+  timeout 120 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=OFF \
         -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
-    tail -30 "$log"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
+    tail -30 "$log" | tee -a "$report"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
   grep "weft:" "$log" | tee -a "$report"
   targets=(test_cuda_host test_ops_conformance test_cuda_gpu bench_cuda_attention bench_staged_ring
            bench_ring_fuse test_kernels weftd weftctl)
-  cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
-    grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; note "build: FAILED"; exit 1; }
+  timeout 360 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
+    grep -E "error|Error" -A3 "$log" | head -40 | tee -a "$report"
+    say "build FAILED at $(elapsed)"; note "build: FAILED"; exit 1; }
   say "built in $(elapsed); $(grep -c -i "warning" "$log") warning line(s) (gpu-logs: build-gpu.log)"
   note "build: ok at $(elapsed)"
 }
