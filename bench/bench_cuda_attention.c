@@ -6,7 +6,7 @@
  *
  * Second form, for tests/gpu/attention_variants.sh:
  *   bench_cuda_attention --variants V1,V2,... S H D causal [S H D causal ...]
- * every kernel Vi (a WEFT_CUDA_ATTN value; "wgmma" the default) on every
+ * every kernel Vi (a cuda_attention value; "wgmma" the default) on every
  * shape in one process, one line each:
  *   "weft kernel=V S=.. H=.. D=.. causal=.. ms=.. tflops=.. maxdiff=.."
  * ms is the median of 5 timed rounds; maxdiff is the largest |out - out
@@ -19,11 +19,12 @@
  * against a bf16 V1 is the fp8 error on these inputs.
  *
  * WEFT_BENCH_ITERS and WEFT_BENCH_ROUNDS (environment) set the launches
- * per round and the rounds (compute-sanitizer runs use 1 and 1).
+ * per round and the rounds (compute-sanitizer runs use 1 and 1);
+ * WEFT_CUDA_ATTENTION (the variable of weftd's cuda_attention setting)
+ * the kernel of the first form.
  *
  * FLOPs: wf_attention_flops (visible score elements only when causal).
  * Exits 77 without a GPU. Uses the ops table only. */
-/* setenv: _GNU_SOURCE comes from the build (every target) */
 #include "backend.h"
 #include "cuda_plan.h" /* wf_cuda_attention_fp8_steps */
 #include "tensor.h"
@@ -115,6 +116,23 @@ static int run_shape(const wf_backend_ops_t *G, wf_backend_ctx_t *ctx, int64_t B
     return 0;
 }
 
+/* A context of GPU 0 running attention kernel `kern` (NULL: the
+ * default), as weftd's cuda_attention setting tunes its workers. */
+static wf_status_t tuned_ctx(const wf_backend_ops_t *G, const char *kern, wf_backend_ctx_t **ret)
+{
+    wf_backend_ctx_t *c = NULL;
+    wf_status_t st = G->ctx_new(0, 0, &c);
+    if (st != WF_OK)
+        return st;
+    const wf_backend_tuning_t t = { kern, false };
+    if ((st = G->ctx_tune(c, &t)) != WF_OK) {
+        G->ctx_destroy(&c);
+        return st;
+    }
+    *ret = c;
+    return WF_OK;
+}
+
 /* --variants LIST S H D causal [...] */
 static int run_variants(const wf_backend_ops_t *G, char *list, int nshape, char **sh)
 {
@@ -132,9 +150,8 @@ static int run_variants(const wf_backend_ops_t *G, char *list, int nshape, char 
         const int fp8 = strcmp(vars[vi], "fp8") == 0          ? 1
                         : strcmp(vars[vi], "fp8-kernel") == 0 ? 2
                                                               : 0;
-        setenv("WEFT_CUDA_ATTN", strcmp(vars[vi], "wgmma") == 0 || fp8 ? "" : vars[vi], 1);
         wf_backend_ctx_t *ctx = NULL;
-        if (G->ctx_new(0, 0, &ctx) != WF_OK) {
+        if (tuned_ctx(G, fp8 ? NULL : vars[vi], &ctx) != WF_OK) {
             printf("weft kernel=%s: ctx_new failed\n", vars[vi]);
             rc = 1;
             continue;
@@ -215,7 +232,7 @@ int main(int argc, char **argv)
     int64_t B = argc > 5 ? atoll(argv[5]) : 1;
     const wf_backend_ops_t *G = wf_backend_cuda();
     wf_backend_ctx_t *ctx = NULL;
-    if (!G || G->ctx_new(0, 0, &ctx) != WF_OK) {
+    if (!G || tuned_ctx(G, getenv("WEFT_CUDA_ATTENTION"), &ctx) != WF_OK) {
         printf("bench_cuda_attention: no GPU, skipped\n");
         return 77;
     }

@@ -285,6 +285,18 @@ typedef struct wf_timestep_params {
     float *dst;
 } wf_timestep_params_t;
 
+/* The daemon's settings a backend context takes after ctx_new
+ * (ctx_tune): choices between equivalent implementations, for
+ * comparisons and as fallbacks. A zeroed struct is every default. */
+typedef struct wf_backend_tuning {
+    const char *attention;  /* the CUDA attention kernel: NULL, "" or
+                               "auto" the default (wgmma on a 9.0 device
+                               built for sm_90a, else mma.sync), else a
+                               name wf_cuda_attention_kernel_ok takes */
+    bool gelu_kernel;       /* true: GELU after a linear as a kernel of its
+                               own, never in cuBLASLt's epilogue */
+} wf_backend_tuning_t;
+
 typedef struct wf_backend_ops {
     const char *name;   /* "cpu", "cuda" */
 
@@ -293,6 +305,12 @@ typedef struct wf_backend_ops {
      * it. Caller owns *ret_ctx. */
     wf_status_t (*ctx_new)(int index, uint64_t memory_budget,
                            wf_backend_ctx_t **ret_ctx);
+
+    /* (optional) Apply the daemon's tuning t to a fresh context, before
+     * any op runs on it. WF_E_BAD_ARGUMENT for a name the backend does
+     * not know (the context keeps its defaults). NULL: nothing to tune
+     * (the CPU backend). */
+    wf_status_t (*ctx_tune)(wf_backend_ctx_t *ctx, const wf_backend_tuning_t *t);
 
     /* Free a context; sets *ctx to NULL; accepts NULL. */
     void (*ctx_destroy)(wf_backend_ctx_t **ctx);
@@ -630,6 +648,13 @@ wf_status_t wf_cuda_device_count(int *ret_count, const char **ret_why);
  * for an index out of range. */
 wf_status_t wf_cuda_device_memory(int index, uint64_t *ret_free,
                                   uint64_t *ret_total);
+
+/* Whether `name` names a CUDA attention kernel (the cuda_attention
+ * setting, wf_backend_tuning_t.attention): "auto", "wgmma", "wgmma-pipe",
+ * "mma" or a warp-specialized form ("ws", "ws-pp", "ws+pipe+mc", ...;
+ * kernels/cuda/cuda_plan.h). Pure; in every build, so that a setting is
+ * checked where CUDA is absent. */
+bool wf_cuda_attention_kernel_ok(const char *name);
 
 /* Floating-point operations of the attention of params p over all heads
  * (4 * B * Hq * Sq * Skv * D, halved-ish by the mask when causal: counts

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -652,12 +653,37 @@ void wf_model_source_close(wf_model_source_t **src)
 
 /* ---- reading ------------------------------------------------------------ */
 
+/* Whether p lies in h's slab. */
+static bool in_slab(const wf_model_host_t *h, const void *p)
+{
+    const uint8_t *b = h->slab, *q = p;
+    return b != NULL && q >= b && q < b + h->slab_bytes;
+}
+
+/* A tensor at each 64-byte offset of one page-aligned mapping: bytes of
+ * the slab for tensors of these sizes (0 on overflow). */
+static size_t slab_size(const src_tensor_t *t, size_t n, size_t page)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t alloc = ((size_t)t[i].nbytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+        alloc = alloc ? alloc : HOST_ALIGN;
+        if (total > SIZE_MAX - alloc - page)
+            return 0;
+        total += alloc;
+    }
+    return (total + page - 1) / page * page;
+}
+
 void wf_model_host_free(wf_model_host_t **h)
 {
     if (h == NULL || *h == NULL)
         return;
     for (size_t i = 0; i < (*h)->n; i++)
-        free((*h)->t[i].data);
+        if (!in_slab(*h, (*h)->t[i].data))
+            free((*h)->t[i].data);
+    if ((*h)->slab)
+        munmap((*h)->slab, (*h)->slab_bytes);
     free((*h)->t);
     free(*h);
     *h = NULL;
@@ -759,20 +785,32 @@ wf_status_t wf_model_source_read(wf_model_source_t *src,
         qsort(order, src->n, sizeof *order, cmp_file_order);
         sort_src = NULL;
     }
+    /* One mapping for every tensor, laid out in file order: a GPU backend
+     * pins it with one registration (registering tensors one by one
+     * fails where two share a page). */
+    long page = sysconf(_SC_PAGESIZE);
+    size_t slab = slab_size(src->t, src->n, page > 0 ? (size_t)page : 4096);
+    void *base = slab ? mmap(NULL, slab, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                             -1, 0)
+                      : MAP_FAILED;
+    if (src->n > 0 && base == MAP_FAILED) {
+        wf_errf(err, err_len, "%s: out of memory for the host copy (%zu bytes)", src->dir,
+                slab);
+        st = WF_E_NO_MEMORY;
+        goto fail;
+    }
+    h->slab = src->n > 0 ? base : NULL;
+    h->slab_bytes = src->n > 0 ? slab : 0;
     uint64_t done = 0;
+    size_t at = 0;
     for (size_t k = 0; k < src->n; k++) {
         size_t i = order[k];
         const src_tensor_t *t = &src->t[i];
         wf_host_tensor_t *ht = &h->t[i];
         size_t size = (size_t)t->nbytes;
         size_t alloc = (size + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
-        ht->data = aligned_alloc(HOST_ALIGN, alloc ? alloc : HOST_ALIGN);
-        if (ht->data == NULL) {
-            wf_errf(err, err_len, "%s: out of memory for tensor '%s' (%zu bytes)",
-                    src->dir, t->name, size);
-            st = WF_E_NO_MEMORY;
-            goto fail;
-        }
+        ht->data = (uint8_t *)base + at;
+        at += alloc ? alloc : HOST_ALIGN;
         memcpy(ht->name, t->name, sizeof ht->name);
         ht->dtype = t->dtype;
         ht->rank = t->rank;
@@ -802,6 +840,24 @@ fail:
     return st;
 }
 
+/* A tensor's bytes the host copy no longer needs: its own allocation
+ * freed, or the whole pages it covers in the slab returned to the system
+ * (munmap of a part of a mapping; wf_model_host_free's munmap of the
+ * whole skips the hole). Its neighbours' bytes stay. */
+static void release(wf_model_host_t *h, void *data, size_t nbytes)
+{
+    if (!in_slab(h, data)) {
+        free(data);
+        return;
+    }
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+    uintptr_t lo = ((uintptr_t)data + page - 1) / page * page;
+    uintptr_t hi = ((uintptr_t)data + nbytes) / page * page;
+    if (hi > lo)
+        munmap((void *)lo, hi - lo);
+}
+
 wf_status_t wf_model_host_to_f32(wf_model_host_t *h, char *err, size_t err_len)
 {
     for (size_t i = 0; i < h->n; i++) {
@@ -818,7 +874,7 @@ wf_status_t wf_model_host_to_f32(wf_model_host_t *h, char *err, size_t err_len)
             return WF_E_NO_MEMORY;
         }
         wf_convert_to_f32(f, t->data, t->dtype, (size_t)n);
-        free(t->data);
+        release(h, t->data, (size_t)t->nbytes);
         t->data = f;
         h->bytes += bytes - t->nbytes;
         t->nbytes = bytes;

@@ -59,7 +59,8 @@ typedef struct wf_host_tensor {
     int rank;                           /* 1 .. WF_TENSOR_MAX_DIMS */
     int64_t shape[WF_TENSOR_MAX_DIMS];  /* full shape (dims past rank: 0) */
     uint64_t nbytes;
-    void *data;                         /* owned, 64-byte aligned */
+    void *data;                         /* 64-byte aligned: inside the host
+                                           copy's slab, else owned alone */
 } wf_host_tensor_t;
 
 /* The host copy of one model. */
@@ -70,6 +71,12 @@ typedef struct wf_model_host {
     wf_host_tensor_t *t;  /* in name order (strcmp) */
     uint64_t params;           /* elements over all tensors */
     uint64_t bytes;            /* bytes over all tensors */
+    void *slab;                /* the one page-aligned mapping that
+                                  wf_model_source_read puts every tensor in
+                                  (64-byte offsets), so that a GPU backend
+                                  pins it with one registration; NULL: each
+                                  tensor's data is its own allocation */
+    size_t slab_bytes;         /* its length (a whole number of pages) */
 } wf_model_host_t;
 
 /* An opened, validated checkpoint not yet read. */
@@ -97,14 +104,17 @@ const wf_tp_plan_t *wf_model_source_plan(const wf_model_source_t *src);
  * tensor (from the reading thread). */
 typedef void (*wf_model_progress_fn)(void *arg, uint64_t done, uint64_t total);
 
-/* Phase 2: copy every tensor into a new host copy. Caller owns *ret
+/* Phase 2: copy every tensor into a new host copy: one page-aligned slab
+ * (h->slab) holding every tensor at a 64-byte offset. Caller owns *ret
  * (wf_model_host_free). On failure nothing is kept. */
 wf_status_t wf_model_source_read(wf_model_source_t *src,
                                 wf_model_progress_fn progress, void *arg,
                                 wf_model_host_t **ret, char *err, size_t err_len);
 
 /* Convert every tensor of the host copy that is not f32 to f32, one at a
- * time (peak: the copy plus its largest tensor in f32); updates dtype,
+ * time (peak: the copy plus its largest tensor in f32: a converted
+ * tensor's whole pages of the slab go back to the system at once; its f32
+ * copy is an allocation of its own, outside the slab); updates dtype,
  * nbytes and h->bytes (h->dtype, the checkpoint's, stays). For a backend
  * that computes in f32 on host memory (the CPU backend): its shards can
  * then be views of the host copy, and re-sharding converts nothing.

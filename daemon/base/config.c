@@ -31,7 +31,9 @@ typedef enum setting_kind {
     KIND_HOSTPORT,  /* char[WF_SETTINGS_NAME_MAX]: "" or HOST:PORT */
     KIND_NAME,      /* char[WF_SETTINGS_NAME_MAX]: "" or [A-Za-z0-9._-]{1,63} */
     KIND_PATH,      /* char[WF_SETTINGS_PATH_MAX]: "" or an absolute path */
-    KIND_MODE       /* uint32_t file mode bits, octal text ("0660"), <= max */
+    KIND_MODE,      /* uint32_t file mode bits, octal text ("0660"), <= max */
+    KIND_GPU_MEMORY, /* wf_gpu_memory_t: bytes or a fraction (wf_parse_gpu_memory) */
+    KIND_CUDA_ATTN  /* char[WF_SETTINGS_NAME_MAX]: wf_cuda_attention_kernel_ok */
 } setting_kind_t;
 
 typedef struct setting_def {
@@ -168,6 +170,20 @@ static const setting_def_t settings_table[] = {
     { "metrics_connection_ms", KIND_U32, OFF(metrics_connection_ms), "5000", 100, 600000,
       false, "longest a metrics connection stays open from its accept, whatever it "
       "sends (a slow or trickling client cannot hold a slot past it)" },
+    { "gpu_memory", KIND_GPU_MEMORY, OFF(gpu_memory), "0", 0, 0, false,
+      "CUDA: the device arena of each GPU (weights, activations, workspaces; "
+      "the ranks on one GPU share it equally): bytes (K/M/G/T, 64M..1P) or a "
+      "fraction of the GPU's total memory (0.01..0.95, e.g. 0.5: room for "
+      "another process); 0 = 90% of the free memory less 1 GiB at start" },
+    { "cuda_attention", KIND_CUDA_ATTN, OFF(cuda_attention), "auto", 0, 0, false,
+      "CUDA: the attention kernel: auto (wgmma on compute capability 9.0 "
+      "built for sm_90a, else mma), wgmma, wgmma-pipe, mma, or the opt-in "
+      "warp-specialized ws, ws-pipe, ws-pp, ws-pp-store, ws-full (-mc: with "
+      "TMA multicast; +pipe, +pp, +store, +persist, +mc features); for "
+      "comparisons and as a fallback" },
+    { "cuda_gelu_epilogue", KIND_BOOL, OFF(cuda_gelu_epilogue), "true", 0, 0, false,
+      "CUDA: GELU after a linear in cuBLASLt's epilogue; false = a kernel of "
+      "its own after the product (the tanh form as the CPU backend computes it)" },
     { "nccl", KIND_BOOL, OFF(nccl), "true", 0, 0, false,
       "CUDA: NCCL worlds when NCCL is built and every rank has its own GPU; "
       "false = the host comm staged through copies (for comparisons)" },
@@ -227,6 +243,34 @@ bool wf_parse_size(const char *s, uint64_t *ret)
     if (shift && v > (UINT64_MAX >> shift))
         return false;
     *ret = (uint64_t)v << shift;
+    return true;
+}
+
+bool wf_parse_gpu_memory(const char *s, wf_gpu_memory_t *ret, char *why,
+                         size_t why_len)
+{
+    const uint64_t lo = UINT64_C(64) << 20, hi = UINT64_C(1) << 50;
+    wf_gpu_memory_t g = { 0, 0.0 };
+    if (strchr(s, '.')) {
+        char *end;
+        errno = 0;
+        double f = isdigit((unsigned char)s[0]) ? strtod(s, &end) : -1.0;
+        if (f < 0 || errno || *end != '\0' || !(f >= 0.01 && f <= 0.95)) {
+            snprintf(why, why_len, "expected a fraction of the GPU's memory in "
+                     "[0.01, 0.95]");
+            return false;
+        }
+        g.fraction = f;
+    } else {
+        uint64_t v;
+        if (!wf_parse_size(s, &v) || (v != 0 && (v < lo || v > hi))) {
+            snprintf(why, why_len, "expected 0, bytes in [64M, 1P] (K/M/G/T "
+                     "suffixes allowed) or a fraction in [0.01, 0.95]");
+            return false;
+        }
+        g.bytes = v;
+    }
+    *ret = g;
     return true;
 }
 
@@ -466,6 +510,21 @@ static bool parse_value(const setting_def_t *d, const char *value,
         memcpy(field, &b, sizeof b);
         return true;
     }
+    case KIND_GPU_MEMORY: {
+        wf_gpu_memory_t g;
+        if (!wf_parse_gpu_memory(value, &g, why, why_len))
+            return false;
+        memcpy(field, &g, sizeof g);
+        return true;
+    }
+    case KIND_CUDA_ATTN:
+        if (strlen(value) >= WF_SETTINGS_NAME_MAX || !wf_cuda_attention_kernel_ok(value)) {
+            snprintf(why, why_len, "expected auto, wgmma, wgmma-pipe, mma or a ws "
+                     "form (ws, ws-pp, ws-full, ws+pipe+mc, ...)");
+            return false;
+        }
+        snprintf(field, WF_SETTINGS_NAME_MAX, "%s", value);
+        return true;
     case KIND_MODE: {
         char *end;
         errno = 0;
@@ -853,7 +912,10 @@ static bool field_equal(const setting_def_t *d, const wf_settings_t *a,
     case KIND_HOSTPORT:
     case KIND_NAME:
     case KIND_PATH:
+    case KIND_CUDA_ATTN:
         return strcmp(fa, fb) == 0;
+    case KIND_GPU_MEMORY:
+        return memcmp(fa, fb, sizeof(wf_gpu_memory_t)) == 0;
     case KIND_U32:
     case KIND_LEVEL:
     case KIND_MODE:
@@ -882,7 +944,11 @@ static void field_copy(const setting_def_t *d, wf_settings_t *dst,
         break;
     case KIND_HOSTPORT:
     case KIND_NAME:
+    case KIND_CUDA_ATTN:
         memcpy(fd, fs, WF_SETTINGS_NAME_MAX);
+        break;
+    case KIND_GPU_MEMORY:
+        memcpy(fd, fs, sizeof(wf_gpu_memory_t));
         break;
     case KIND_PATH:
         memcpy(fd, fs, WF_SETTINGS_PATH_MAX);
@@ -964,8 +1030,18 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
     switch (d->kind) {
     case KIND_ENDPOINT:
     case KIND_DEVICES:
+    case KIND_CUDA_ATTN:
         snprintf(buf, len, "%s", f);
         return;
+    case KIND_GPU_MEMORY: {
+        wf_gpu_memory_t g;
+        memcpy(&g, f, sizeof g);
+        if (g.fraction > 0)
+            snprintf(buf, len, "%.2f", g.fraction);
+        else
+            snprintf(buf, len, "%" PRIu64, g.bytes);
+        return;
+    }
     case KIND_HOSTPORT:
     case KIND_NAME:
     case KIND_PATH:
@@ -1032,6 +1108,8 @@ void wf_config_print_help(FILE *out, const char *argv0)
         format_value(d, &s, def, sizeof def);
         if (d->kind == KIND_U32 || d->kind == KIND_U64 || d->kind == KIND_DEVICES)
             snprintf(bounds, sizeof bounds, "%" PRIu64 "..%" PRIu64, d->min, d->max);
+        else if (d->kind == KIND_GPU_MEMORY)
+            snprintf(bounds, sizeof bounds, "0, 64M..1P or 0.01..0.95");
         fprintf(out, "%-18s %-28s %-26s %-6s %s\n", d->name, def, bounds,
                 d->reloadable ? "yes" : "no", d->help);
     }

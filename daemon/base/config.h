@@ -52,6 +52,13 @@ typedef enum wf_device_kind {
     WF_DEVICE_CUDA = 1           /* cuda / cuda:i,j,...: GPUs (kernels/cuda) */
 } wf_device_kind_t;
 
+/* The gpu_memory setting: the CUDA arena of each GPU (shared equally by
+ * the ranks on one GPU). Both 0: 90% of the free memory less 1 GiB. */
+typedef struct wf_gpu_memory {
+    uint64_t bytes;              /* > 0: this many bytes */
+    double fraction;             /* > 0: this share of the GPU's total memory */
+} wf_gpu_memory_t;
+
 /* Every setting, resolved. */
 typedef struct wf_settings {
     char listen[WF_SETTINGS_ENDPOINT_MAX]; /* ZeroMQ endpoint to bind */
@@ -107,6 +114,12 @@ typedef struct wf_settings {
                                     endpoint (GET /metrics); "" = off */
     uint32_t metrics_connection_ms; /* longest a metrics connection stays open,
                                     however it trickles */
+    /* the CUDA backend */
+    wf_gpu_memory_t gpu_memory;  /* the arena of each GPU */
+    char cuda_attention[WF_SETTINGS_NAME_MAX]; /* attention kernel; "auto" =
+                                    the backend's default */
+    bool cuda_gelu_epilogue;     /* GELU in cuBLASLt's epilogue; false: a
+                                    kernel of its own */
     /* comm on GPUs */
     bool nccl;                   /* NCCL worlds where every rank has its own GPU */
     uint32_t nccl_init_timeout_ms; /* bound on an NCCL communicator's init */
@@ -196,6 +209,13 @@ size_t wf_settings_apply_reload(wf_settings_t *cur, const wf_settings_t *next,
 /* Parse an integer with an optional K/M/G/T suffix (powers of 1024).
  * False on anything else or on overflow. */
 bool wf_parse_size(const char *s, uint64_t *ret);
+
+/* Parse a gpu_memory value: "0" (the default share), bytes with an
+ * optional K/M/G/T suffix in [64M, 1P], or a decimal fraction of the
+ * GPU's total memory in [0.01, 0.95] ("0.5"; a '.' makes it a fraction).
+ * False with the reason in why on anything else. */
+bool wf_parse_gpu_memory(const char *s, wf_gpu_memory_t *ret, char *why,
+                         size_t why_len);
 
 /* Print the usage and the settings table (name, default, bounds,
  * reloadable, help) for --help. */

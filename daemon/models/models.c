@@ -110,25 +110,25 @@ wf_status_t wf_registry_init(wf_registry_t *r, const char *model_root,
     return WF_OK;
 }
 
-/* Pin every tensor of m's host copy, or none: a failure to pin is no
- * error (copies from pageable memory work, slower), but m->pinned then
- * stays false and what was pinned is unpinned, so that list_models tells
- * the truth and model_free unpins exactly what is pinned. */
+/* Pin m's host copy: its slab (model_host.h), one registration, so that
+ * no page is registered twice (tensors share pages at 64-byte offsets).
+ * A failure to pin is no error (copies from pageable memory work,
+ * slower): m->pinned then stays false, so that list_models tells the
+ * truth and model_free unpins exactly what is pinned. A copy without a
+ * slab, or with a tensor outside it (converted to f32 for the CPU
+ * backend, which pins nothing), is not pinned. */
 static void host_pin(const wf_registry_t *r, wf_model_t *m)
 {
-    if (!r->ops || !r->ops->host_register || !r->ops->host_unregister || !m->host)
+    if (!r->ops || !r->ops->host_register || !r->ops->host_unregister || !m->host ||
+        !m->host->slab)
         return;
+    const uint8_t *b = m->host->slab;
     for (size_t i = 0; i < m->host->n; i++) {
-        const wf_host_tensor_t *t = &m->host->t[i];
-        if (!t->data || !t->nbytes ||
-            r->ops->host_register(t->data, (size_t)t->nbytes) == WF_OK)
-            continue;
-        while (i-- > 0)
-            if (m->host->t[i].data && m->host->t[i].nbytes)
-                r->ops->host_unregister(m->host->t[i].data);
-        return;
+        const uint8_t *p = m->host->t[i].data;
+        if (p < b || p >= b + m->host->slab_bytes)
+            return;
     }
-    m->pinned = true;
+    m->pinned = r->ops->host_register(m->host->slab, m->host->slab_bytes) == WF_OK;
 }
 
 static void model_free(const wf_registry_t *r, wf_model_t *m)
@@ -136,9 +136,7 @@ static void model_free(const wf_registry_t *r, wf_model_t *m)
     if (!m)
         return;
     if (m->pinned && m->host)
-        for (size_t i = 0; i < m->host->n; i++)
-            if (m->host->t[i].data && m->host->t[i].nbytes)
-                r->ops->host_unregister(m->host->t[i].data);
+        r->ops->host_unregister(m->host->slab);
     wf_model_host_free(&m->host);
     if (m->identity) {
         zmq_msg_close(m->identity);

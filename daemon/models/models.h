@@ -90,7 +90,7 @@ typedef struct wf_model {
     _Atomic uint64_t bytes_loaded;   /* progress of the read */
     _Atomic uint64_t bytes_to_load;  /* its total (0 until the read starts) */
     wf_model_host_t *host;            /* host copy (NULL until read) */
-    bool pinned;                     /* its tensors host_register'ed */
+    bool pinned;                     /* its host copy's slab host_register'ed */
     uint64_t rank_bytes;             /* per-rank shard bytes at `tp` */
     uint32_t tp;                     /* tp its shards are cut for */
     uint64_t t_start_us, load_ms;

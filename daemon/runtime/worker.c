@@ -63,6 +63,12 @@ static void *worker_main(void *arg)
     wf_worker_t *w = arg;
     wf_backend_ctx_t *ctx = NULL;
     wf_status_t st = w->ops->ctx_new(w->device, w->memory_budget, &ctx);
+    if (st == WF_OK && w->ops->ctx_tune) {
+        const wf_backend_tuning_t t = { w->attention, w->gelu_kernel };
+        st = w->ops->ctx_tune(ctx, &t);
+        if (st != WF_OK)
+            w->ops->ctx_destroy(&ctx);
+    }
     uint64_t total = 0, avail = 0;
     if (st == WF_OK)
         w->ops->memory_info(ctx, &total, &avail);
@@ -287,8 +293,8 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
 }
 
 wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
-                            const wf_backend_ops_t *ops,
-                            uint64_t memory_budget, wf_log_t *log)
+                            const wf_backend_ops_t *ops, uint64_t memory_budget,
+                            const wf_backend_tuning_t *tuning, wf_log_t *log)
 {
     memset(w, 0, sizeof *w);
     w->index = index;
@@ -296,6 +302,9 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
     snprintf(w->name, sizeof w->name, "%s:%d", ops->name, device);
     w->ops = ops;
     w->memory_budget = memory_budget;
+    if (tuning && tuning->attention)
+        snprintf(w->attention, sizeof w->attention, "%s", tuning->attention);
+    w->gelu_kernel = tuning && tuning->gelu_kernel;
     w->log = log;
     w->hold_fd = -1;
     atomic_init(&w->jobs_served, 0);
@@ -321,6 +330,10 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
     if (st != WF_OK)
         wf_log(log, WF_LOG_ERR, "%s: backend context failed: %s", w->name,
                wf_status_str(st));
+    else if (ops->ctx_tune && (w->attention[0] || w->gelu_kernel))
+        wf_log(log, WF_LOG_INFO, "%s: attention kernel %s, GELU %s", w->name,
+               w->attention[0] ? w->attention : "auto",
+               w->gelu_kernel ? "in a kernel" : "in cuBLASLt's epilogue");
     return st;
 }
 

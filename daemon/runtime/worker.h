@@ -42,6 +42,8 @@ struct wf_worker {
     char name[32];               /* "cpu:0", "cuda:1" (backend:device) */
     const wf_backend_ops_t *ops; /* backend of the device */
     uint64_t memory_budget;      /* bytes asked of ctx_new */
+    char attention[64];          /* the tuning's attention kernel ("" = default) */
+    bool gelu_kernel;            /* the tuning's GELU choice (wf_backend_tuning_t) */
     uint64_t memory_total;       /* bytes the backend reports; set by start */
     wf_backend_ctx_t *ctx;       /* backend context; worker thread only */
     void *arena;                 /* workspace, 64-byte aligned; worker thread only */
@@ -75,7 +77,7 @@ struct wf_worker {
     wf_task_t *head, *tail;      /* FIFO of tasks */
     bool stop;                   /* finish the FIFO, then exit */
     bool started;                /* start handshake done */
-    wf_status_t start_status;    /* result of ctx_new */
+    wf_status_t start_status;    /* result of ctx_new (and ctx_tune) */
     bool running;                /* thread exists (start succeeded) */
 
     atomic_uint_fast64_t jobs_served; /* tasks run */
@@ -93,11 +95,13 @@ struct wf_worker {
 /* Start the worker of daemon device `index` on the backend's device
  * `device` (the CPU slot, or the GPU index; several workers may share one
  * GPU, each with its own context and budget): spawns the thread, which
- * creates the backend context with `memory_budget` bytes; returns its
- * status. `w` must stay at the same address until wf_worker_stop. */
+ * creates the backend context with `memory_budget` bytes and applies
+ * `tuning` (copied; NULL: the defaults) where the backend has ctx_tune;
+ * returns its status. `w` must stay at the same address until
+ * wf_worker_stop. */
 wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
-                            const wf_backend_ops_t *ops,
-                            uint64_t memory_budget, wf_log_t *log);
+                            const wf_backend_ops_t *ops, uint64_t memory_budget,
+                            const wf_backend_tuning_t *tuning, wf_log_t *log);
 
 /* Test hook, never set in production: every part of a job (not a regroup)
  * whose sequence number is one of seq[0..n) fails on this worker with

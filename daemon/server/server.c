@@ -69,16 +69,26 @@ static void forward_to_main_thread(int signo)
     errno = saved;
 }
 
-/* Arena of a worker on GPU `gpu`: 0 (the backend takes 90% of the free
- * memory less 1 GiB) when the GPU has one worker; with k workers on it
- * (the mixed mode) each gets a k-th of that, as ctx_new would size one.
- * Asked before any worker starts, so every share is equal. */
+/* Arena of a worker on GPU `gpu`, a k-th of the GPU's arena when k
+ * workers share it (the mixed mode): the gpu_memory setting's bytes, or
+ * its fraction of the GPU's total memory; by default 0 (the backend takes
+ * 90% of the free memory less 1 GiB) when the GPU has one worker, else a
+ * k-th of that, as ctx_new would size one. Asked before any worker
+ * starts, so every share is equal. An arena larger than what is free
+ * makes ctx_new fail (WF_E_NO_MEMORY): the daemon says so at start. */
 static uint64_t gpu_budget(const wf_settings_t *s, int gpu)
 {
     uint32_t k = 0;
     for (uint32_t d = 0; d < s->device_count; d++)
         k += s->gpu[d] == gpu;
+    k = k ? k : 1;
     uint64_t free_b = 0, total_b = 0;
+    if (s->gpu_memory.bytes)
+        return s->gpu_memory.bytes / k;
+    if (s->gpu_memory.fraction > 0)
+        return wf_cuda_device_memory(gpu, &free_b, &total_b) == WF_OK
+                   ? (uint64_t)((double)total_b * s->gpu_memory.fraction) / k
+                   : 0;
     if (k <= 1 || wf_cuda_device_memory(gpu, &free_b, &total_b) != WF_OK)
         return 0;
     const uint64_t reserve = UINT64_C(1) << 30; /* NCCL, cuBLAS, contexts */
@@ -547,8 +557,11 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
                          : device_budget(settings);
     for (uint32_t d = 0; d < settings->device_count; d++) {
         int dev = cuda ? settings->gpu[d] : (int)d;
-        wf_status_t st = wf_worker_start(&srv->workers[d], d, dev, srv->ops,
-                                         budget[d], log);
+        const wf_backend_tuning_t tuning = {
+            strcmp(settings->cuda_attention, "auto") == 0 ? NULL : settings->cuda_attention,
+            !settings->cuda_gelu_epilogue };
+        wf_status_t st = wf_worker_start(&srv->workers[d], d, dev, srv->ops, budget[d],
+                                         &tuning, log);
         srv->n_workers = d + 1;      /* a failed one is still joined */
         if (st != WF_OK)
             goto fail;

@@ -3,7 +3,7 @@
  * building blocks. Same contract as attention.cu / attention_wgmma.cu
  * (backend.h: shapes, masking, GQA, global offsets, head ranges, out in
  * any dtype + lse, the non-finite rules of attention.cu's header). Opt-in
- * only (WEFT_CUDA_ATTN=ws..., cuda_plan.h): never the default until a GPU
+ * only (cuda_attention = ws..., cuda_plan.h): never the default until a GPU
  * run shows it right and faster. Written without a GPU: compiled, not yet
  * run.
  *

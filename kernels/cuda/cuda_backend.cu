@@ -61,7 +61,8 @@ struct wf_backend_ctx {
     wf_cuda_arena_t arena;    /* offsets into arena_base */
     wf_cuda_limits_t limits;  /* from cudaDeviceProp */
     wf_cuda_lt_t *lt;         /* cuBLASLt handle, workspace, descriptor cache */
-    int fuse_gelu;            /* 1: GELU in the cuBLASLt epilogue (WEFT_CUDA_GELU=kernel: 0) */
+    int fuse_gelu;            /* 1: GELU in the cuBLASLt epilogue (ctx_tune's gelu_kernel: 0) */
+    int cc;                   /* compute capability, 10 * major + minor */
     int fp8;                  /* 1: the fp8 kernel runs here (attention_fp8_ok) */
     wf_cuda_xfer *xfer;       /* transfer stream, made at the first xfer_* call */
 };
@@ -70,6 +71,44 @@ namespace {
 
 const uint64_t RESERVE = (uint64_t)1 << 30; /* left to NCCL / cuBLAS / context */
 const size_t LT_WORKSPACE = (size_t)32 << 20; /* cuBLASLt workspace (Hopper: 32 MiB) */
+
+/* The attention kernel of c: the wgmma kernel, built for sm_90a, on a 9.0
+ * device by default (sel NULL, "" or "auto"); sel picks another form for
+ * comparison or as a fallback: wgmma-pipe (S of the next tile beside P V:
+ * slower on the H200, see BENCHMARKS.md), mma (the mma.sync kernel), or
+ * the warp-specialized kernel with its features (ws, ws+pipe+pp, ...,
+ * ws-full: wf_cuda_attn_kernel_parse; opt-in while it is measured, the
+ * default where it is not built). Anything else: WF_E_BAD_ARGUMENT, c
+ * unchanged. A device other than 9.0, or a build without sm_90a, runs
+ * mma.sync whatever sel says. */
+wf_status_t select_attention(wf_backend_ctx_t *c, const char *sel)
+{
+    int kern = WF_CUDA_KERNEL_WGMMA;
+    unsigned feat = 0;
+    if (sel && *sel && strcmp(sel, "auto") != 0 &&
+        wf_cuda_attn_kernel_parse(sel, &kern, &feat) != WF_OK)
+        return WF_E_BAD_ARGUMENT;
+    if (kern == WF_CUDA_KERNEL_WS && !wf_cuda_ws_built())
+        kern = WF_CUDA_KERNEL_WGMMA, feat = 0;
+    c->limits.wgmma = 0;
+    c->limits.ws_features = 0;
+    if (c->cc == 90 && wf_cuda_wgmma_built()) {
+        c->limits.wgmma = kern;
+        c->limits.ws_features = feat;
+    }
+    return WF_OK;
+}
+
+wf_status_t ctx_tune(wf_backend_ctx_t *c, const wf_backend_tuning_t *t)
+{
+    if (!c || !t)
+        return WF_E_BAD_ARGUMENT;
+    wf_status_t st = select_attention(c, t->attention);
+    if (st != WF_OK)
+        return st;
+    c->fuse_gelu = !t->gelu_kernel;
+    return WF_OK;
+}
 
 wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
 {
@@ -95,30 +134,8 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
     c->limits.max_grid_y = prop.maxGridSize[1];
     c->limits.max_grid_z = prop.maxGridSize[2];
     c->limits.sm_count = prop.multiProcessorCount;
-    /* The wgmma kernel: built for sm_90a and a 9.0 device. WEFT_CUDA_ATTN
-     * picks another form for comparison or as a fallback: wgmma-pipe (S
-     * of the next tile beside P V: slower on the H200, see BENCHMARKS.md),
-     * mma (the mma.sync kernel), or the warp-specialized kernel with its
-     * features (ws, ws+pipe+pp, ..., ws-full: wf_cuda_attn_kernel_parse;
-     * opt-in while it is measured). A value it does not know keeps the
-     * default. */
-    {
-        const char *sel = getenv("WEFT_CUDA_ATTN");
-        int kern = WF_CUDA_KERNEL_WGMMA;
-        unsigned feat = 0;
-        if (wf_cuda_attn_kernel_parse(sel, &kern, &feat) != WF_OK) {
-            kern = WF_CUDA_KERNEL_WGMMA;
-            feat = 0;
-        }
-        if (kern == WF_CUDA_KERNEL_WS && !wf_cuda_ws_built())
-            kern = WF_CUDA_KERNEL_WGMMA, feat = 0;
-        c->limits.wgmma = 0;
-        c->limits.ws_features = 0;
-        if (prop.major == 9 && prop.minor == 0 && wf_cuda_wgmma_built()) {
-            c->limits.wgmma = kern;
-            c->limits.ws_features = feat;
-        }
-    }
+    c->cc = 10 * prop.major + prop.minor;
+    (void)select_attention(c, NULL);
     c->fp8 = wf_cuda_fp8_device_ok(prop.major, prop.minor, wf_cuda_fp8_built());
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess)
         goto fail;
@@ -128,10 +145,7 @@ wf_status_t ctx_new(int index, uint64_t budget, wf_backend_ctx_t **ret_ctx)
     }
     if (cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS)
         goto fail;
-    {
-        const char *g = getenv("WEFT_CUDA_GELU");
-        c->fuse_gelu = !(g && strcmp(g, "kernel") == 0);
-    }
+    c->fuse_gelu = 1;
     if ((st = wf_cuda_lt_new(LT_WORKSPACE, &c->lt)) != WF_OK)
         goto fail;
     st = WF_E_INTERNAL;
@@ -870,6 +884,7 @@ wf_backend_ops_t make_ops()
     wf_backend_ops_t o = {};
     o.name = "cuda";
     o.ctx_new = ctx_new;
+    o.ctx_tune = ctx_tune;
     o.ctx_destroy = ctx_destroy;
     o.memory_info = memory_info;
     o.attention_workspace = attention_workspace;

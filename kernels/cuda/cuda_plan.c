@@ -197,6 +197,14 @@ wf_status_t wf_cuda_attn_kernel_parse(const char *sel, int *ret_kernel,
     return WF_OK;
 }
 
+bool wf_cuda_attention_kernel_ok(const char *name)
+{
+    int k;
+    unsigned f;
+    return name && (strcmp(name, "auto") == 0 ||
+                    (name[0] && wf_cuda_attn_kernel_parse(name, &k, &f) == WF_OK));
+}
+
 void wf_cuda_attn_kernel_name(int kernel, unsigned features, char *buf, size_t n)
 {
     if (!buf || n == 0)

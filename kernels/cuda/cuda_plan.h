@@ -59,7 +59,7 @@ enum {
 };
 
 /* The warp-specialized Hopper kernel (attention_ws.cu; sm_90a,
- * opt-in: WEFT_CUDA_ATTN=ws..., never the default until a GPU run shows
+ * opt-in: cuda_attention = ws..., never the default until a GPU run shows
  * it right and faster). Three warpgroups: warpgroup 0 the producer (one
  * thread issues every TMA load of Q and of the K / V ring; setmaxnreg
  * lowers its registers to WF_CUDA_WS_REGS_PRODUCER), warpgroups 1 and 2
@@ -138,9 +138,9 @@ typedef struct wf_cuda_limits {
     int sm_count;       /* multiProcessorCount */
     int wgmma;          /* the wgmma kernel (compute capability 9.0, built
                            for sm_90a): WF_CUDA_KERNEL_WGMMA (default),
-                           WF_CUDA_KERNEL_WGMMA_PIPE (WEFT_CUDA_ATTN=
+                           WF_CUDA_KERNEL_WGMMA_PIPE (cuda_attention =
                            wgmma-pipe), or 0: mma.sync only
-                           (WEFT_CUDA_ATTN=mma, or no such device);
+                           (cuda_attention = mma, or no such device);
                            WF_CUDA_KERNEL_WS: the ws kernel (opt-in) */
     unsigned ws_features; /* WF_CUDA_WS_* bits when wgmma is WF_CUDA_KERNEL_WS */
 } wf_cuda_limits_t;
@@ -219,7 +219,7 @@ int wf_cuda_attn_ws_stages(int d, size_t smem_optin);
  * consumers), and the total after the moves within 65536. */
 int wf_cuda_ws_regs_ok(int entry, int producer, int consumer, int consumers);
 
-/* WEFT_CUDA_ATTN's value as a kernel choice: NULL or "" or "wgmma" the
+/* The cuda_attention setting's value as a kernel choice: NULL or "" or "wgmma" the
  * default (WF_CUDA_KERNEL_WGMMA), "wgmma-pipe", "mma" (0), and the ws
  * kernel: "ws" optionally followed by "+pipe", "+pp" (ping-pong),
  * "+store" (TMA store), "+persist", "+mc" (clusters with TMA multicast)

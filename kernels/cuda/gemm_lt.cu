@@ -16,9 +16,9 @@
  * the n columns, added before the activation), _GELU, _GELU_BIAS. The
  * cuBLASLt documentation names the transform "GELU" without a formula;
  * weft's contract is the tanh form, so tests/gpu/test_cuda_gpu.c checks the
- * fused result against the CPU's tanh GELU at inputs where the tanh and
- * erf forms differ by far more than the tolerance, and WEFT_CUDA_GELU=
- * kernel (read at ctx_new) keeps GELU out of the epilogue. When the
+ * fused result against the CPU's tanh GELU within the error a hardware
+ * tanh allows and names the form it is nearer, and weftd's
+ * cuda_gelu_epilogue = false (ctx_tune) keeps GELU out of the epilogue. When the
  * heuristic offers no algorithm for an epilogue, the entry falls back to
  * the plain matmul and the caller applies bias and activation with a
  * kernel (*ret_fused = 0).

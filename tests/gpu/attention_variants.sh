@@ -3,7 +3,8 @@
 # GPU step: each variant checked, sanitized and timed beside
 # torch SDPA (and FlashAttention-3 when torch has it) in the same run.
 #
-# Sourced by tests/gpu/run.sh after its tests (one line there), so it uses
+# Sourced by tests/gpu/run.sh after its correctness steps, when time is
+# left (or right after the build with WEFT_ATTN_VARIANTS_ONLY=1), so it uses
 # run.sh's say / note / left / elapsed, $bd (the build), $logs, $py; run
 # alone (bash tests/gpu/attention_variants.sh) it needs an existing build
 # in WEFT_GPU_BUILD_DIR (default build-gpu) with test_cuda_gpu and
@@ -15,7 +16,7 @@
 #                               checks what is left of it, and of run.sh's;
 #                               150 before +mc's tests and sanitizer runs)
 #   WEFT_ATTN_VARIANTS_LIST="ws ws-pipe ws-pp ws-pp-store ws-full ws-pp-mc"
-#                               the variants (WEFT_CUDA_ATTN values); the
+#                               the variants (cuda_attention values); the
 #                               tests also run ws+store, ws+persist, ws+mc
 #                               and ws-full-mc alone (+mc: clusters of 2
 #                               CTAs with TMA multicast of K / V)
@@ -75,18 +76,6 @@ av_sanitize() {
   say "compute-sanitizer --tool $tool, $v, S 300 H 2 D $d causal $c: exit $rc," \
       "$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$slog" || echo "no summary")"
   note "sanitizer $tool $v D$d causal$c: exit $rc"
-}
-
-# av_tflops FILE LABEL S CAUSAL: the TFLOP/s of FILE's last line
-# "LABEL S=S ... causal=CAUSAL ... tflops=X" (sdpa_bench.py's; empty when
-# there is none).
-av_tflops() {
-  sed -n "s/^$2 S=$3 .*causal=$4 .*tflops=\([0-9.]*\).*/\1/p" "$1" | tail -1
-}
-
-# av_ratio W S: W / S with two decimals; "?" when either is missing or S is 0.
-av_ratio() {
-  awk -v w="$1" -v s="$2" 'BEGIN { if (w == "" || s == "" || s == 0) print "?"; else printf "%.2f", w / s }'
 }
 
 av_main() {

@@ -6,6 +6,7 @@ SIGTERM of run.sh's deadline (start() installs it). Imported, never run.
 """
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -64,6 +65,22 @@ def parse_weftctl_forward(text):
     if m:
         r.update(max_err=float(m.group(1)), tol=float(m.group(2)), verdict=m.group(3))
     return r
+
+
+def add_weftd_args(ap):
+    """The weftd flags of both benchmarks: its CUDA arena, which must
+    leave diffusers' PyTorch side room (by default weftd takes 90% of what
+    is free at its start), and any others."""
+    ap.add_argument("--gpu-memory", default="0.45",
+                    help="weftd --gpu-memory: its CUDA arena, bytes or a fraction of the GPU's "
+                         "memory (default 0.45: the rest stays for diffusers)")
+    ap.add_argument("--weftd-args", default="",
+                    help="more weftd flags, one string (e.g. \"--cuda-attention mma\")")
+
+
+def weftd_flags(a):
+    """The flags add_weftd_args took, as weftd's argument list."""
+    return ["--gpu-memory", a.gpu_memory, *shlex.split(a.weftd_args)]
 
 
 class Weft:

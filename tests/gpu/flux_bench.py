@@ -62,8 +62,9 @@ import struct
 import sys
 import time
 
-from bench_lib import (OUT_DIR, Timer, Weft, elapsed, fmt, matmul_rate,
-                       parse_weftctl_forward, say, spread, start, torch_setup, write_log)
+from bench_lib import (OUT_DIR, Timer, Weft, add_weftd_args, elapsed, fmt, matmul_rate,
+                       parse_weftctl_forward, say, spread, start, torch_setup, weftd_flags,
+                       write_log)
 
 # FLUX.1-dev's transformer (diffusers' FluxTransformer2DModel defaults,
 # guidance-distilled).
@@ -229,6 +230,7 @@ def main():
     ap.add_argument("--weftd"), ap.add_argument("--weftctl")
     ap.add_argument("--devices", default="cuda", help="weftd --devices (default cuda)")
     ap.add_argument("--mesh", default="", help="weftd --mesh (default: tp = devices)")
+    add_weftd_args(ap)
     ap.add_argument("--device", default="cuda", help="torch device of diffusers (default cuda)")
     ap.add_argument("--dir", default="/tmp/weft-flux-bench",
                     help="model root; the checkpoint goes to DIR/flux-bench")
@@ -400,15 +402,15 @@ def main():
                    "output": ref32.cpu().contiguous()}, io32_path, metadata=meta)
         del ref32
 
-    # 4. weft. weftd's CUDA backend takes 90% of the GPU's free memory (less
-    # 1 GiB) as its arena when it starts: diffusers' model and the blocks
-    # of its forward are taken first (a forward now refills torch's cache
-    # after the f32 run's empty_cache), so torch keeps what it needs.
+    # 4. weft. weftd's CUDA arena is --gpu-memory (a share of the GPU's
+    # memory that leaves diffusers room); diffusers' model and the blocks
+    # of its forward are taken first all the same (a forward now refills
+    # torch's cache after the f32 run's empty_cache).
     fwd(model)
     weft = None
     weft_ok = False
     if a.weftd and a.weftctl:
-        extra = ["--mesh", a.mesh] if a.mesh else []
+        extra = weftd_flags(a) + (["--mesh", a.mesh] if a.mesh else [])
         weft = Weft(a.weftd, a.weftctl, a.devices, os.path.abspath(a.dir), a.out, extra)
         if not weft.up():
             say("weftd did not come up: " + " | ".join(weft.log_tail()))

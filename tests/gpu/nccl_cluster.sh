@@ -24,6 +24,9 @@
 # Prints one line per check ("ok" / "FAIL"); exit status = failed checks.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
+# stop_pid (and stand-ins for run.sh's say / note)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. tests/gpu/lib.sh
 bd=${1:?usage: nccl_cluster.sh BUILD_DIR [LOG_DIR]}
 logs=${2:-/tmp/weft-nccl-cluster}
 mkdir -p "$logs"
@@ -87,8 +90,7 @@ if [ $served = 1 ]; then
     fi
   done
 fi
-kill -TERM $wpid 2>/dev/null
-wait $wpid
+stop_pid "$wpid" 30 weftd
 rc=$?
 check "weftd stopped cleanly (exit 0)" test $rc = 0
 rm -f "$sock"

@@ -1,94 +1,75 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — the GPU check, from the repository root, on the lent
-# H200 (nvcc, cmake, PyTorch, driver; no package registry). Fits 8 minutes
-# (WEFT_GPU_BUDGET_S, default 470 s: each step below checks what is left
-# and the optional ones are skipped, said so, rather than overrun).
+# H200 (nvcc, cmake, PyTorch, driver; no package registry). The key
+# figures come first, then correctness, then what time is left; it fits
+# 8 minutes from a bare machine (WEFT_GPU_BUDGET_S, default 480 s: each
+# step reads the clock and a step that would overrun is skipped, said so).
 #
 # Needs, from tests/gpu/prepare.sh run beforehand on a machine with apt and
 # PyPI, carried with the working tree: tests/gpu/debs (the Debian packages
 # weft links against, packed) and tests/gpu/wheels (diffusers and what a
 # torch install lacks for it). With the device tool:
 #   run(command="bash tests/gpu/run.sh", carry=["tests/gpu/debs", "tests/gpu/wheels"],
-#       timeout_s=540)
+#       timeout_s=560)
 #
-# Steps (each prints a "== " header), with the seconds budgeted for each
-# (estimates for 16 cores; the guards use the clock, not these figures):
-#   1. environment: GPU, nvcc, the carried prefix unpacked, diffusers
-#      installed from the wheels into /tmp/weft-site (only what python3
-#      lacks: pip --no-index --no-deps --target)                   ~10 s
-#   2. configure + build with CUDA (and NCCL from the toolkit or torch's
-#      nvidia-nccl wheel) against the carried Debian prefix       ~120 s
-#   3. test_cuda_host; test_ops_conformance --cuda (every model op
-#      against fp64); test_cuda_gpu — the wgmma building blocks by name,
-#      the model ops (linear, bias_act, act, add, modln, gate_residual,
-#      head_norm_rope, rope_table, timestep_proj, copy_rows) against the
-#      CPU backend in every dtype they take, CUDA attention vs the CPU
-#      backend (dtypes, causal, GQA, uneven shapes, D 64 / 128), LSE merge,
-#      conversions, NCCL worlds — for each attention kernel: wgmma (the
-#      default on Hopper), wgmma-pipe, mma (WEFT_CUDA_ATTN)          ~40 s
-#  3b. tests/gpu/attention_variants.sh: the opt-in ws attention
-#      variants' tests (+mc included), compute-sanitizer and TFLOP/s beside
-#      SDPA / FA3 (its own budget WEFT_ATTN_VARIANTS_S=180), then the fp8
-#      path's tests, sanitizers and TFLOP/s beside SDPA bf16 / FA3 fp8
-#      (WEFT_ATTN_FP8_S=100); WEFT_ATTN_VARIANTS=0 skips it,
-#      WEFT_ATTN_VARIANTS_ONLY=1 ends run.sh after it (then steps 1-3b
-#      fit 8 minutes: ~450 s)                                       ~280 s
-#  3c. tests/gpu/staged_ring.sh: bench_staged_ring, the
-#      ring with alltoall rotation in the mixed mode with overlapped
-#      transfers vs the synchronous staging (and NCCL where R GPUs exist),
-#      then bench_ring_fuse cuda (the ring's merge in the kernel's
-#      epilogue vs separate passes); WEFT_STAGED_RING=0 skips it      ~45 s
-#   4. weftd on the GPU serving the repository's head-dim-64 FLUX
-#      fixtures (tests/fixtures: flux-small-d64 f32, flux-small-d64-bf16;
-#      the flux-tiny ones have head dim 12, which the CUDA attention
-#      kernels do not take) through weftctl load / forward, each checked
-#      against diffusers' output in its io file (weftctl's tolerances: f32
-#      1e-4 x max |ref| against diffusers' float64 run, bf16 3e-2 x
-#      max |ref| against its bf16 run; the error / max |ref| is printed
-#      too): --devices cuda (tp 1), then the mixed mode on the one GPU,
-#      --devices cuda:0,0 --mesh tp=2 and cuda:0,0,0,0 --mesh
-#      tp=2,ulysses=2                                                ~30 s
-#   4b. a cluster of one GPU node (tests/gpu/nccl_cluster.sh): weftd
-#      --coordinator --nodes 1 --devices cuda: the coordinator draws the
-#      ncclUniqueId, the world message carries it, the rank joins NCCL
-#      from it ("data plane nccl" in the log); attention (bf16 / f16,
-#      fp64 reference) and the two FLUX fixtures' forwards (diffusers'
-#      outputs; needs resident models in a cluster)
-#      through it (>= 40 s left)                                     ~15 s
-#   5. the FLUX benchmark (tests/gpu/flux_bench.py): FLUX.1-dev's
-#      configuration (24 x 128 heads, 19 + 38 blocks, 22 GiB of bf16
-#      weights written once), 4096 + 512 tokens, weft through weftd beside
-#      diffusers eager (and torch.compile when the time left allows);
-#      when less than WEFT_FLUX_FULL_S (200 s) is left at its start it
-#      runs the same width with 5 + 10 blocks and says so; under 100 s it
-#      is skipped. It ends 40 s before the budget; torch.compile runs only
-#      if 200 s are left after the eager alternation           ~150-250 s
-#  5b. the Wan benchmark (tests/gpu/wan_bench.py): Wan 2.1 T2V 1.3B's
-#      configuration (12 x 128 heads, 30 layers, 2.6 GiB of bf16 weights
-#      saved by diffusers), 480p x 81 frames (32,760 video + 512 text
-#      tokens), diffusers eager (SDPA) beside weft on --devices cuda and on
-#      cuda:0,0 with ulysses = 2; a weftd whose Wan forward runs on the
-#      CPU backend only refuses the model on the GPU (said so, per mesh)
-#      and diffusers' figures stand alone. Runs when
-#      >= 90 s are left (WEFT_WAN_BENCH_NEED_S); WEFT_WAN_BENCH=0 skips it,
-#      WEFT_WAN_BENCH_ONLY=1 runs steps 1-2 and then only it        ~60-90 s
-#   6. attention TFLOP/s of the three kernels against torch SDPA (bf16,
-#      B=1, H=24, D=128, S 4096 / 16384, non-causal / causal), ratios
-#      (target >= 0.60): BENCHMARKS.md already holds figures, so it runs
-#      after the benchmark and only with >= 60 s left                ~50 s
-#   7. weftd attention-demo on the GPU: --devices cuda (an NCCL world of
-#      one GPU: "comm: NCCL") bf16 / f16, causal, GQA, against the fp64
-#      reference; the mixed mode --devices cuda:0,0,0,0 --mesh
-#      ring=2,ulysses=2 (>= 30 s left)                               ~15 s
-#   8. test_kernels (the CPU backend with the carried OpenBLAS; CI runs it
-#      too), if >= 40 s are left; then a summary table.
-# Sum of the estimates: ~690 s without steps 6-8, more than one call: run
-# it twice, WEFT_ATTN_VARIANTS_ONLY=1 (steps 1-3b, ~450 s: the ws and fp8
-# figures) and then WEFT_ATTN_VARIANTS=0 (steps 1-3 and 3c-8, ~400 s; the
-# build is redone on a fresh machine); steps 6-8 run on what the benchmark
-# leaves (raise WEFT_GPU_BUDGET_S towards the tool's 600 s).
+# Steps, in this order (each prints a "== " header), with estimates for
+# the 16-core H200 machine (the guards use the clock, not these figures):
+#   1. environment: GPU, nvcc, nsys, the carried prefix unpacked, the
+#      wheels python3 lacks installed into /tmp/weft-site     ~10 s
+#   2. configure + build, Release, CUDA sm_90a, WEFT_WERROR=OFF (a new
+#      warning of the device's compiler must not end the only run), NCCL
+#      from the toolkit or torch's nvidia-nccl wheel, against the carried
+#      Debian prefix                                           ~120 s
+#   3. the FLUX.1-dev forward beside diffusers eager (flux_bench.py:
+#      24 x 128 heads, 19 + 38 blocks, 22 GiB of bf16 weights written once,
+#      4096 + 512 tokens): ms per forward, the ratio, the share of the bf16
+#      matrix rate measured in the same run, the max difference (and
+#      against diffusers' f32 run); weftd's arena --gpu-memory 0.45. Under
+#      WEFT_FLUX_FULL_S (200 s) left: 5 + 10 blocks, said so; under 100 s:
+#      skipped. torch.compile only with WEFT_FLUX_COMPILE=1. The checkpoint
+#      is kept for step 6                                       ~90 s
+#   4. attention at the FLUX forward's own shape (S = 4,608, 24 heads x
+#      128, bf16, non-causal): bench_cuda_attention (the default kernel)
+#      beside torch SDPA (sdpa_bench.py), TFLOP/s and ratio     ~20 s
+#   5. the Wan benchmark (wan_bench.py: Wan 2.1 T2V 1.3B's configuration,
+#      480p x 81 frames, 32,760 + 512 tokens; --devices cuda and cuda:0,0
+#      with ulysses = 2) when >= WEFT_WAN_BENCH_NEED_S (90) are left;
+#      WEFT_WAN_BENCH=0 skips it                                ~80 s
+#   6. nsys: one FLUX forward's per-kernel breakdown (weftd under `nsys
+#      profile --trace=cuda`, weftctl load + one forward, the daemon
+#      stopped, `nsys stats --report cuda_gpu_kern_sum`'s top 20 into the
+#      report and nsys-kernels.txt); skipped when nsys is absent or under
+#      60 s are left                                            ~60 s
+#   7. correctness: test_cuda_host; test_ops_conformance --cuda (every
+#      model op against fp64); test_cuda_gpu ONCE with the default kernel
+#      (the wgmma building blocks, the model ops against the CPU backend,
+#      attention, LSE merge, cuBLASLt's GELU form, NCCL worlds). The
+#      daemons' kernel (--cuda-attention) is chosen from its attention
+#      cases alone: the default when they pass, else mma when
+#      `test_cuda_gpu --attention-variants mma` passes; a failing model op
+#      or GELU case does not change it. Then weftd serving the
+#      head-dim-64 FLUX fixtures (flux-small-d64 f32 / bf16) against
+#      diffusers' outputs on --devices cuda, cuda:0,0 --mesh tp=2 and
+#      cuda:0,0,0,0 --mesh tp=2,ulysses=2 (weftctl's tolerances: f32
+#      1e-4, bf16 3e-2 x max |ref|), and a cluster of one GPU node whose
+#      data plane is NCCL (nccl_cluster.sh)                     ~90 s
+#   8. only with time left (each checks the clock): the ws / fp8
+#      attention variants (attention_variants.sh, own budget), the staged
+#      ring (staged_ring.sh), the three kernels (wgmma, wgmma-pipe, mma)
+#      beside SDPA at S 4096 / 16384, causal or not, weftd attention-demo,
+#      test_kernels (the CPU backend)
+# Steps 1-7: ~470 s. WEFT_ATTN_VARIANTS_ONLY=1 runs steps 1-2 and then
+# the variants (their figures need a call of their own); WEFT_WAN_BENCH_ONLY=1
+# steps 1-2 and then the Wan benchmark.
 #
-# A plumbing run without a GPU (what was checked before any H200 ran it):
+# A run cut short keeps what it measured: the report is written line by
+# line, and each step copies its files under $OUT when it ends. Every wait
+# has a bound: the tests and tools run under `timeout`, every daemon is
+# stopped by stop_pid (SIGTERM, a bounded wait, then SIGKILL).
+#
+# A plumbing run without a GPU (the script's logic on a CPU build; the
+# missing pieces, nvidia-smi, nvcc, nsys, the carried prefix, say so and
+# are skipped):
 #   WEFT_GPU_BUILD_DIR=DIR   an existing build (a CPU one): no configure / build
 #   WEFT_GPU_DEV1 / _DEV2 / _DEV4   weftd --devices of the three fixture
 #                            daemons (default cuda, cuda:0,0, cuda:0,0,0,0;
@@ -98,16 +79,20 @@
 #                            "--tiny --device cpu --devices cpu:2 --grid 8 --txt 16")
 #   WEFT_WAN_ARGS="..."      appended to wan_bench.py's arguments (e.g.
 #                            "--tiny --device cpu --meshes cpu:1 cpu:2/ulysses=2")
+#   WEFT_NC_WEFTD, WEFT_NC_DEVICES, WEFT_NC_API, WEFT_NC_FLAGS
+#                            nccl_cluster.sh's daemon on the NCCL stand-in
+#                            (BUILD/tests/weftd_ncclsi, cpu:1, nccl-standin,
+#                            "--cpu-memory 1G")
 #
 # Output: stdout, and under $OUT when set (the device tool returns at most
 # 8 files): gpu-report.txt (what stdout shows), flux-bench.txt and
 # flux-bench.json, wan-bench.txt and wan-bench.json (the benchmarks'
-# figures), gpu-logs.tar.gz (the build log, every test and weftd log).
-# Without $OUT they go to /tmp.
+# figures), nsys-kernels.txt, gpu-logs.tar.gz (the build log, every test
+# and weftd log). Without $OUT they go to /tmp.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 start=$(date +%s)
-budget=${WEFT_GPU_BUDGET_S:-470}
+budget=${WEFT_GPU_BUDGET_S:-480}
 out=${OUT:-/tmp}
 logs=/tmp/weft-gpu-logs
 rm -rf "$logs"
@@ -119,11 +104,23 @@ elapsed() { echo "$(( $(date +%s) - start ))s"; }
 left() { echo $(( budget - ($(date +%s) - start) )); }
 summary=()
 note() { summary+=("$*"); }
+# save_out: the files of the steps done so far under $OUT (a run killed
+# later still returns them).
+save_out() {
+  local f
+  for f in flux-bench.txt flux-bench.json wan-bench.txt wan-bench.json nsys-kernels.txt; do
+    [ -f "$logs/$f" ] && cp -f "$logs/$f" "$out/"
+  done
+  tar -C /tmp -czf "$out/gpu-logs.tar.gz.part" weft-gpu-logs 2>/dev/null &&
+    mv -f "$out/gpu-logs.tar.gz.part" "$out/gpu-logs.tar.gz"
+}
+flux_dir=
 finish() {
   say "== summary ($(elapsed) of ${budget}s)"
   local s
   for s in "${summary[@]}"; do say "  $s"; done
-  tar -C /tmp -czf "$out/gpu-logs.tar.gz" weft-gpu-logs 2>/dev/null
+  [ -n "$flux_dir" ] && rm -rf "$flux_dir"
+  save_out
 }
 trap finish EXIT
 
@@ -133,6 +130,24 @@ dev1=${WEFT_GPU_DEV1:-cuda}
 dev2=${WEFT_GPU_DEV2:-cuda:0,0}
 dev4=${WEFT_GPU_DEV4:-cuda:0,0,0,0}
 gpu=$PWD/tests/gpu
+# stop_pid, av_tflops / av_ratio, step_begin / step_left / step_skip
+# (run.sh's say, note, left and elapsed stay: lib.sh defines stand-ins
+# only when they are absent)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$gpu/lib.sh"
+
+# wait_socket SOCK PID SECONDS: true once the daemon PID has bound SOCK;
+# false as soon as it exits, or after SECONDS.
+wait_socket() {
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    [ -S "$1" ] && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  [ -S "$1" ]
+}
+
 # The carried prefix: tests/gpu/debs/root.tar.xz (prepare.sh), unpacked
 # outside the tree (so that a later call does not carry it twice); an
 # unpacked tests/gpu/debs/root from an older prepare.sh is used as it is.
@@ -153,21 +168,38 @@ fi
 lib=$root/usr/lib/x86_64-linux-gnu
 
 say "== environment ($(elapsed))"
-if [ ! -d "$lib" ]; then
+if [ -d "$lib" ]; then
+  export PATH=$root/usr/bin:$PATH
+  export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$root/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$root
+  export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # pkg-config drops -L for the system libdir, which the carried prefix
+  # mirrors: name both folders explicitly for the linker.
+  export PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
+  export LDFLAGS="-L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib -Wl,-rpath-link,$lib/openblas-pthread"
+elif [ -n "${WEFT_GPU_BUILD_DIR:-}" ]; then
+  say "no carried prefix (tests/gpu/debs): the build in $bd runs on this machine's libraries"
+else
   say "run.sh: tests/gpu/debs missing: run tests/gpu/prepare.sh first and carry tests/gpu/debs"
+  note "environment: no tests/gpu/debs (prepare.sh)"
   exit 2
 fi
-export PATH=$root/usr/bin:/usr/local/cuda/bin:$PATH
-export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$root/usr/share/pkgconfig
-export PKG_CONFIG_SYSROOT_DIR=$root
-export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# pkg-config drops -L for the system libdir, which the carried prefix
-# mirrors: name both folders explicitly for the linker.
-export PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
-export LDFLAGS="-L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib -Wl,-rpath-link,$lib/openblas-pthread"
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$report"
-nvcc --version | tail -1 | tee -a "$report"
+export PATH=$PATH:/usr/local/cuda/bin
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$report"
+else
+  say "no nvidia-smi: no GPU driver here"
+fi
+if command -v nvcc >/dev/null; then
+  nvcc --version | tail -1 | tee -a "$report"
+else
+  say "no nvcc"
+fi
+nsys=$(command -v nsys)
+for f in /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
+  [ -z "$nsys" ] && [ -x "$f" ] && nsys=$f
+done
+say "nsys: ${nsys:-absent (the per-kernel breakdown is skipped)}"
 "$py" -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}")' 2>&1 \
   | tail -1 | tee -a "$report"
 nccl_args=()
@@ -175,16 +207,16 @@ if ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
   ncclroot=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
   if [ -n "$ncclroot" ] && [ -f "$ncclroot/include/nccl.h" ]; then
     nccl_args=(-DNCCL_ROOT="$ncclroot")
-    export LD_LIBRARY_PATH=$ncclroot/lib:$LD_LIBRARY_PATH
+    export LD_LIBRARY_PATH=$ncclroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     say "NCCL from torch's wheel: $ncclroot"
   else
     say "no NCCL in the toolkit or torch's wheel: CMake looks in the system paths"
   fi
 fi
 
-# diffusers for flux_bench.py: each carried wheel whose distribution
+# diffusers for the benchmarks: each carried wheel whose distribution
 # python3 lacks (or has older, for diffusers' pinned needs) goes into
-# /tmp/weft-site, put on PYTHONPATH for the benchmark only.
+# /tmp/weft-site, put on PYTHONPATH for the benchmarks only.
 site=/tmp/weft-site
 have_diffusers=0
 if [ -d "$gpu/wheels" ]; then
@@ -205,24 +237,116 @@ EOF
   )
   rm -rf "$site"
   if [ ${#need[@]} -gt 0 ]; then
-    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
-      "${need[@]}" > "$logs/pip.log" 2>&1 || say "pip install of the wheels FAILED (gpu-logs: pip.log)"
+    timeout 120 "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "$site" "${need[@]}" > "$logs/pip.log" 2>&1 ||
+      say "pip install of the wheels FAILED (gpu-logs: pip.log)"
   fi
   say "wheels installed into $site: ${#need[@]} ($(for w in "${need[@]}"; do basename "$w" | cut -d- -f1-2; done | tr '\n' ' '))"
+else
+  say "no tests/gpu/wheels: diffusers as $py has it"
 fi
-if PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} "$py" -c \
+if PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout 120 "$py" -c \
     'import diffusers; from diffusers import FluxTransformer2DModel; print("diffusers", diffusers.__version__)' \
     2>"$logs/diffusers-import.log" | tee -a "$report"; then
   have_diffusers=1
 else
-  say "diffusers does not import: the FLUX benchmark is skipped ($(tail -1 "$logs/diffusers-import.log"))"
+  say "diffusers does not import: the benchmarks are skipped ($(tail -1 "$logs/diffusers-import.log"))"
 fi
 
-# Step 5b, the Wan benchmark (called after the FLUX benchmark, or right
-# after the build with WEFT_WAN_BENCH_ONLY=1).
-wan_bench_step() {
+# bench_summary NAME: the last summary NAME.txt holds, into the summary.
+bench_summary() {
+  local line
+  while IFS= read -r line; do note "  $line"; done < <(awk '/^== summary/ { b = ""; next } { b = b $0 "\n" } END { printf "%s", b }' "$logs/$1.txt" 2>/dev/null)
+}
+
+# shm_or_tmp NAME GIB: a directory for a checkpoint of GIB GiB: in memory
+# (/dev/shm) when it has room for it (no disk to write and read back),
+# else under /tmp.
+shm_or_tmp() {
+  local kib
+  kib=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
+  if [ "${kib:-0}" -gt $(($2 * 1024 * 1024)) ]; then echo "/dev/shm/$1"; else echo "/tmp/$1"; fi
+}
+
+# ---- steps ------------------------------------------------------------------
+
+build_step() {
+  local log=$logs/build-gpu.log targets
+  say "== build ($(elapsed))"
+  if [ -n "${WEFT_GPU_BUILD_DIR:-}" ]; then
+    say "using the build in $bd (WEFT_GPU_BUILD_DIR): not configured or built here"
+    note "build: $bd as given"
+    return 0
+  fi
+  # WEFT_WERROR=OFF: a warning that this machine's compiler adds must not
+  # end the only run (CI builds with -Werror where the code is written).
+  timeout 120 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
+    tail -30 "$log" | tee -a "$report"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
+  grep "weft:" "$log" | tee -a "$report"
+  targets=(test_cuda_host test_ops_conformance test_cuda_gpu bench_cuda_attention bench_staged_ring
+           bench_ring_fuse test_kernels weftd weftctl)
+  timeout 360 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
+    grep -E "error|Error" -A3 "$log" | head -40 | tee -a "$report"
+    say "build FAILED at $(elapsed)"; note "build: FAILED"; exit 1; }
+  say "built in $(elapsed); $(grep -c -i "warning" "$log") warning line(s) (gpu-logs: build-gpu.log)"
+  note "build: ok at $(elapsed)"
+}
+
+flux_step() {
+  say "== FLUX forward beside diffusers eager ($(elapsed))"
+  local l rc depth=() fargs=() comp=()
+  l=$(left)
+  if [ $have_diffusers -eq 0 ]; then
+    say "skipped: no diffusers"; note "flux_bench: skipped (no diffusers)"; return
+  elif [ "$l" -lt 100 ]; then
+    say "skipped: ${l}s left (it needs 100)"; note "flux_bench: skipped (${l}s left)"; return
+  fi
+  read -ra fargs <<<"${WEFT_FLUX_ARGS:-}"
+  if [ "$l" -lt "${WEFT_FLUX_FULL_S:-200}" ]; then
+    depth=(--layers 5 --single-layers 10)
+    say "${l}s left (< ${WEFT_FLUX_FULL_S:-200}s): the same width with 5 + 10 blocks instead of 19 + 38"
+  fi
+  [ "${WEFT_FLUX_COMPILE:-0}" = 1 ] && comp=(--compile)
+  # its own share: what the steps after it need stays (they skip
+  # themselves when it is not there)
+  local cap=$(( l < 180 ? l : 180 ))
+  flux_dir=$(shm_or_tmp weft-flux-bench 30)
+  say "checkpoint directory: $flux_dir"
+  PYTHONUNBUFFERED=1 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout -k 10 $((cap - 5)) \
+    "$py" tests/gpu/flux_bench.py --weftd "$bd"/daemon/weftd --weftctl "$bd"/client/weftctl \
+      --devices cuda --dir "$flux_dir" --out "$logs" --deadline-s $((cap - 25)) \
+      "${comp[@]}" "${depth[@]}" "${fargs[@]}" 2>&1 | tee "$logs/flux-bench.out" | tee -a "$report"
+  rc=${PIPESTATUS[0]}
+  note "flux_bench: exit $rc"
+  bench_summary flux-bench
+  save_out
+}
+
+attention_shape_step() {
+  say "== attention at the FLUX forward's shape: bf16, B 1, S 4608, 24 heads x 128, non-causal ($(elapsed))"
+  if [ "$(left)" -lt 30 ]; then
+    say "skipped: $(left)s left"; note "attention at FLUX's shape: skipped (time)"; return
+  fi
+  local w s wt st ratio
+  if [ -x "$bd/bench/bench_cuda_attention" ]; then
+    w=$(timeout 30 "$bd"/bench/bench_cuda_attention 4608 24 128 0 2>&1 | tail -1)
+  else
+    w="no $bd/bench/bench_cuda_attention (a build without CUDA)"
+  fi
+  s=$(timeout 60 "$py" tests/gpu/sdpa_bench.py 4608 24 128 0 2>&1 | tail -1)
+  wt=$(sed -n 's/^weft .*tflops=\([0-9.]*\).*/\1/p' <<<"$w")
+  st=$(sed -n 's/^sdpa .*tflops=\([0-9.]*\).*/\1/p' <<<"$s")
+  ratio=$(av_ratio "$wt" "$st")
+  say "weft (default kernel): $w"
+  say "torch SDPA: $s"
+  say "weft / SDPA: $ratio"
+  note "attention S 4608 H 24 D 128 bf16: weft ${wt:-?} TFLOP/s, SDPA ${st:-?}, ratio $ratio"
+}
+
+wan_step() {
   say "== Wan forward beside diffusers ($(elapsed))"
-  local l rc bench_dir shm_kib wargs
+  local l rc wdir wargs=()
   l=$(left)
   if [ "${WEFT_WAN_BENCH:-1}" = 0 ]; then
     say "skipped (WEFT_WAN_BENCH=0)"; note "wan_bench: skipped"; return
@@ -233,82 +357,93 @@ wan_bench_step() {
     note "wan_bench: skipped (${l}s left)"; return
   fi
   read -ra wargs <<<"${WEFT_WAN_ARGS:-}"
-  # the checkpoint (2.6 GiB) in memory when /dev/shm has room for it
-  bench_dir=/tmp/weft-wan-bench
-  shm_kib=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
-  if [ "${shm_kib:-0}" -gt $((8 * 1024 * 1024)) ]; then bench_dir=/dev/shm/weft-wan-bench; fi
-  say "checkpoint directory: $bench_dir"
-  PYTHONUNBUFFERED=1 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout $((l - 10)) \
+  local cap=$(( l < 150 ? l : 150 ))
+  wdir=$(shm_or_tmp weft-wan-bench 8)
+  say "checkpoint directory: $wdir"
+  PYTHONUNBUFFERED=1 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout -k 10 $((cap - 5)) \
     "$py" tests/gpu/wan_bench.py --weftd "$bd"/daemon/weftd --weftctl "$bd"/client/weftctl \
-      --dir "$bench_dir" --out "$logs" --deadline-s $((l - 25)) "${wargs[@]}" 2>&1 \
+      --dir "$wdir" --out "$logs" --deadline-s $((cap - 20)) "${wargs[@]}" 2>&1 \
       | tee "$logs/wan-bench.out" | tee -a "$report"
   rc=${PIPESTATUS[0]}
-  cp "$logs/wan-bench.txt" "$logs/wan-bench.json" "$out/" 2>/dev/null
-  rm -rf "$bench_dir"
+  rm -rf "$wdir"
   note "wan_bench: exit $rc"
-  while IFS= read -r line; do note "  $line"; done < <(awk '/^== summary/ { b = ""; next } { b = b $0 "\n" } END { printf "%s", b }' "$logs/wan-bench.txt" 2>/dev/null)
+  bench_summary wan-bench
+  save_out
 }
 
-log=$logs/build-gpu.log
-say "== build ($(elapsed))"
-if [ -n "${WEFT_GPU_BUILD_DIR:-}" ]; then
-  say "using the build in $bd (WEFT_GPU_BUILD_DIR): not configured or built here"
-  note "build: $bd as given"
-else
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON -DWEFT_WERROR=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90a "${nccl_args[@]}" > "$log" 2>&1 || {
-  tail -30 "$log"; say "configure FAILED"; note "build: configure FAILED"; exit 1; }
-grep "weft:" "$log" | tee -a "$report"
-targets=(test_cuda_host test_ops_conformance test_cuda_gpu bench_cuda_attention bench_staged_ring bench_ring_fuse test_kernels weftd weftctl)
-cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || {
-  grep -E "error|Error" -A3 "$log" | head -40; say "build FAILED"; note "build: FAILED"; exit 1; }
-say "built in $(elapsed)"
-note "build: ok at $(elapsed)"
-fi
+# daemon_pid SOCK: the pid of the weftd listening on SOCK (the one nsys
+# started, which is not $!: nsys's own command line names SOCK too, so
+# the program name must be weftd), or nothing.
+daemon_pid() {
+  local f
+  for f in /proc/[0-9]*/cmdline; do
+    [[ $(head -z -n1 "$f" 2>/dev/null | tr -d '\0') == */weftd ]] || continue
+    if tr '\0' ' ' < "$f" 2>/dev/null | grep -qF -- "ipc://$1 "; then
+      f=${f#/proc/}; echo "${f%/cmdline}"; return
+    fi
+  done
+}
 
-if [ "${WEFT_WAN_BENCH_ONLY:-0}" = 1 ]; then
-  wan_bench_step
-  say "== WEFT_WAN_BENCH_ONLY=1: the rest of run.sh skipped"
-  exit 0
-fi
-
-say "== tests ($(elapsed))"
-timeout 60 "$bd"/tests/test_cuda_host 2>&1 | tail -1 | tee -a "$report"
-note "test_cuda_host: exit ${PIPESTATUS[0]}"
-# every model op on CUDA against fp64 (tests/unit/test_ops_conformance.c:
-# the rows that never ran before a GPU did)
-timeout 60 "$bd"/tests/test_ops_conformance --cuda > "$logs/ops_conformance.log" 2>&1
-rc=$?
-grep -E "FAIL|cuda|passed" "$logs/ops_conformance.log" | head -24 | tee -a "$report"
-note "test_ops_conformance --cuda: exit $rc, $(grep -c FAIL "$logs/ops_conformance.log") FAIL lines"
-# Each kernel's test; a kernel whose test hangs (timeout) is not benched.
-# The daemon runs on the first kernel whose test passed.
-declare -A test_rc
-daemon_kern=none
-for kern in "" wgmma-pipe mma; do
-  name=${kern:-wgmma}
-  say "-- test_cuda_gpu, WEFT_CUDA_ATTN=${kern:-(default: wgmma)}"
-  tlog=$logs/test_cuda_gpu-$name.log
-  WEFT_CUDA_ATTN=$kern timeout 60 "$bd"/tests/test_cuda_gpu > "$tlog" 2>&1
-  rc=$?
-  test_rc[$name]=$rc
-  # the kernel lines, the model ops (first run only: they do not depend on
-  # the attention kernel), failing cases (the full log is in gpu-logs)
-  ops='linear|bias_act|act|add|modln|gate_residual|head_norm_rope|rope_table|timestep|copy_rows|op '
-  if [ -z "$kern" ]; then
-    grep -E "wgmma|kernel:|FAIL|failure|nccl|$ops" "$tlog" | grep -v "attn B.*ok" | head -48 | tee -a "$report"
-  else
-    grep -E "wgmma|kernel:|FAIL|failure|nccl" "$tlog" | head -24 | tee -a "$report"
+nsys_step() {
+  say "== nsys: the kernels of one FLUX forward ($(elapsed))"
+  local io=$flux_dir/io-flux-bench.safetensors rep=/tmp/weft-nsys/flux sock=/tmp/weft-nsys-$$.sock
+  local npid wpid rc f
+  if [ -z "$nsys" ]; then
+    say "skipped: no nsys on this machine"; note "nsys: skipped (absent)"; return
+  elif [ -z "$flux_dir" ] || [ ! -f "$io" ]; then
+    say "skipped: no FLUX checkpoint (step 3 wrote none)"; note "nsys: skipped (no checkpoint)"; return
+  elif [ "$(left)" -lt 60 ]; then
+    say "skipped: $(left)s left (it needs 60)"; note "nsys: skipped (time)"; return
   fi
-  say "attention cases: $(grep -c "attn B" "$tlog"), failing: $(grep "attn B" "$tlog" | grep -c FAIL)"
-  say "test_cuda_gpu exit $rc"
-  note "test_cuda_gpu ($name): exit $rc, $(grep -c FAIL "$tlog") FAIL lines"
-  if [ $rc -eq 0 ] && [ "$daemon_kern" = none ]; then daemon_kern=$name; fi
-done
-
-. "$gpu/attention_variants.sh" # ws variants and fp8 (tests, sanitizer, TFLOP/s)
-. "$gpu/staged_ring.sh" # staged ring, overlapped vs synchronous transfers
-case $daemon_kern in wgmma) export WEFT_CUDA_ATTN= ;; wgmma-pipe) export WEFT_CUDA_ATTN=wgmma-pipe ;; *) export WEFT_CUDA_ATTN=mma ;; esac
+  rm -rf /tmp/weft-nsys && mkdir -p /tmp/weft-nsys
+  rm -f "$sock"
+  "$nsys" profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true -o "$rep" \
+    "$bd"/daemon/weftd --devices "$dev1" --model-root "$flux_dir" --listen "ipc://$sock" \
+    > "$logs/nsys-weftd.log" 2>&1 &
+  npid=$!
+  if ! wait_socket "$sock" "$npid" 60; then
+    say "weftd under nsys did not come up: $(tail -2 "$logs/nsys-weftd.log" | tr '\n' ' ')"
+    note "nsys: weftd did not come up"
+    stop_pid "$npid" 20 nsys
+    return
+  fi
+  timeout 150 "$bd"/client/weftctl --endpoint "ipc://$sock" load flux-bench flux-bench \
+    > "$logs/nsys-load.out" 2>&1
+  rc=$?
+  grep -v "^loading .*%" "$logs/nsys-load.out" | tail -2 | sed 's/^/  /' | tee -a "$report"
+  if [ $rc -eq 0 ]; then
+    timeout 60 "$bd"/client/weftctl --endpoint "ipc://$sock" forward --model flux-bench \
+      --inputs "$io" --iters 1 2>&1 | tail -3 | sed 's/^/  /' | tee -a "$report"
+  fi
+  wpid=$(daemon_pid "$sock")
+  if [ -n "$wpid" ]; then
+    kill -TERM "$wpid" 2>/dev/null
+  else
+    say "weftd's pid under nsys not found: nsys is stopped instead"
+  fi
+  # nsys writes its report once the daemon has exited
+  wait_pid "$npid" 120 || say "nsys still running 120 s after the daemon's SIGTERM"
+  stop_pid "$npid" 20 nsys
+  local file=
+  for f in "$rep".nsys-rep "$rep".qdrep; do [ -f "$f" ] && file=$f && break; done
+  if [ -z "$file" ]; then
+    say "no report written ($(tail -2 "$logs/nsys-weftd.log" | tr '\n' ' '))"
+    note "nsys: no report"; return
+  fi
+  # the report's name: cuda_gpu_kern_sum since nsys 2023, gpukernsum before
+  timeout 90 "$nsys" stats --report cuda_gpu_kern_sum --format table "$file" \
+    > "$logs/nsys-stats.txt" 2>&1 ||
+    timeout 60 "$nsys" stats --report gpukernsum "$file" > "$logs/nsys-stats.txt" 2>&1
+  {
+    echo "weftd under nsys profile --trace=cuda: the load of the benchmark's FLUX checkpoint and"
+    echo "one forward on its inputs; kernels by total time, the top 20:"
+    sed -n '/Time (%)/,$p' "$logs/nsys-stats.txt" | head -n 22
+  } > "$logs/nsys-kernels.txt"
+  tee -a "$report" < "$logs/nsys-kernels.txt"
+  note "nsys: $(($(wc -l < "$logs/nsys-kernels.txt") - 4)) kernel line(s) in nsys-kernels.txt"
+  rm -rf /tmp/weft-nsys
+  save_out
+}
 
 # weftd on DEVICES with extra flags; then each remaining argument is one
 # weftctl command line run against it. Refused devices: a message, skipped.
@@ -330,12 +465,11 @@ serve() {
   local dlog=$logs/weftd-gpu-$serve_n.log
   rm -f "$sock"
   # shellcheck disable=SC2086
-  "$bd"/daemon/weftd --devices "$devices" $flags --listen "ipc://$sock" \
-      > "$dlog" 2>&1 &
+  "$bd"/daemon/weftd --devices "$devices" $flags --cuda-attention "$daemon_kern" \
+      --listen "ipc://$sock" > "$dlog" 2>&1 &
   local wpid=$!
-  for _ in $(seq 100); do [ -S "$sock" ] && break; kill -0 $wpid 2>/dev/null || break; sleep 0.1; done
-  if kill -0 $wpid 2>/dev/null && [ -S "$sock" ]; then
-    say "weftd --devices $devices $flags"
+  if wait_socket "$sock" "$wpid" 10; then
+    say "weftd --devices $devices $flags --cuda-attention $daemon_kern"
     timeout 60 "$bd"/client/weftctl --endpoint "ipc://$sock" status 2>&1 | tee -a "$report"
     local cmd cout rc
     for cmd in "$@"; do
@@ -366,130 +500,199 @@ serve() {
         attention-demo*) note "attention-demo on $label: exit $rc" ;;
       esac
     done
-    kill -TERM $wpid; wait $wpid
+    stop_pid "$wpid" 30 weftd
     say "weftd exit $?"
-    grep -E "comm:|NCCL|ERR|error|failed" "$dlog" | head -6 | tee -a "$report"
+    grep -E "comm:|NCCL|ERR|error|failed|attention kernel" "$dlog" | head -6 | tee -a "$report"
   else
     say "weftd --devices $devices $flags refused: skipped"
     head -3 "$dlog" | tee -a "$report"
     note "weftd --devices $label: refused ($(head -1 "$dlog"))"
-    kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
+    stop_pid "$wpid" 10 weftd >/dev/null
   fi
 }
 
-say "== FLUX fixtures through weftd on the GPU, kernel $daemon_kern ($(elapsed))"
-fx=$PWD/tests/fixtures
-# flux-small-d64 (f32) and flux-small-d64-bf16: 2 heads x 64, made by
-# tests/parity/make_fixtures.py with diffusers. Not the flux-tiny ones:
-# their head dim is 12 and the CUDA attention kernels take D = 64 and 128
-# only, so they cannot pass on CUDA (the CPU tests serve them).
-fixture_cmds=(
-  "load flux-small-d64 flux-small-d64"
-  "forward --model flux-small-d64 --inputs $fx/io-flux-small-d64-f32.safetensors --iters 3"
-  "load flux-small-d64-bf16 flux-small-d64-bf16"
-  "forward --model flux-small-d64-bf16 --inputs $fx/io-flux-small-d64-bf16.safetensors --iters 3"
-  "models"
-)
-serve "$dev1" "--model-root $fx" "${fixture_cmds[@]}"
-serve "$dev2" "--model-root $fx --mesh tp=2" "${fixture_cmds[@]}"
-serve "$dev4" "--model-root $fx --mesh tp=2,ulysses=2" "${fixture_cmds[@]}"
-
-say "== a cluster of one GPU node, NCCL bootstrapped by the rendezvous ($(elapsed))"
-if [ "$(left)" -lt 40 ]; then
-  say "skipped: $(left)s left"
-  note "nccl cluster world: skipped (time)"
-else
-  timeout 120 bash tests/gpu/nccl_cluster.sh "$bd" "$logs" 2>&1 | tee -a "$report"
-  rc=${PIPESTATUS[0]}
-  note "nccl cluster world (1 GPU node, id through the world message): $rc failed check(s)"
-fi
-
-say "== FLUX forward beside diffusers ($(elapsed))"
-full_s=${WEFT_FLUX_FULL_S:-200}
-l=$(left)
-if [ $have_diffusers -eq 0 ]; then
-  say "skipped: no diffusers"
-  note "flux_bench: skipped (no diffusers)"
-elif [ "$l" -lt 100 ]; then
-  say "skipped: ${l}s left (it needs 100)"
-  note "flux_bench: skipped (${l}s left)"
-else
-  depth=()
-  read -ra fargs <<<"${WEFT_FLUX_ARGS:-}"
-  if [ "$l" -lt "$full_s" ]; then
-    depth=(--layers 5 --single-layers 10)
-    say "${l}s left (< ${full_s}s): the same width with 5 + 10 blocks instead of 19 + 38"
+# The daemons' attention kernel (--cuda-attention), from the attention
+# cases of test_cuda_gpu's log $1 alone: auto when they ran and none
+# failed (the run reached the merge checks after them, or ended), else
+# mma when its attention cases pass by themselves, else auto, said so.
+daemon_kern=auto
+choose_kernel() {
+  local tlog=$1 rc=$2 n nf mlog
+  n=$(grep -c "^  attn" "$tlog")
+  nf=$(grep "^  attn" "$tlog" | grep -c FAIL)
+  if [ "$n" -gt 0 ] && [ "$nf" -eq 0 ] && { [ "$rc" != 124 ] || grep -q "^  lse_merge" "$tlog"; }; then
+    daemon_kern=auto
+    say "daemons' kernel: auto (the default kernel's $n attention cases passed)"
+    return
   fi
-  # the checkpoint (22 GiB) goes to memory (/dev/shm) when it has room
-  # for it: writing and reading it back then costs no disk
-  bench_dir=/tmp/weft-flux-bench
-  shm_kib=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
-  if [ "${shm_kib:-0}" -gt $((30 * 1024 * 1024)) ]; then bench_dir=/dev/shm/weft-flux-bench; fi
-  say "checkpoint directory: $bench_dir"
-  # it ends 40 s before the budget so that the summary and packing fit;
-  # --compile runs only if 150 s remain after the eager alternation
-  PYTHONUNBUFFERED=1 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout $((l - 20)) \
-    "$py" tests/gpu/flux_bench.py --weftd "$bd"/daemon/weftd --weftctl "$bd"/client/weftctl \
-      --devices cuda --dir "$bench_dir" --out "$logs" --compile \
-      --deadline-s $((l - 40)) "${depth[@]}" "${fargs[@]}" 2>&1 | tee "$logs/flux-bench.out" | tee -a "$report"
-  rc=${PIPESTATUS[0]}
-  cp "$logs/flux-bench.txt" "$logs/flux-bench.json" "$out/" 2>/dev/null
-  rm -rf "$bench_dir"
-  note "flux_bench: exit $rc"
-  # the last summary it wrote (eager, then with torch.compile)
-  while IFS= read -r line; do note "  $line"; done < <(awk '/^== summary/ { b = ""; next } { b = b $0 "\n" } END { printf "%s", b }' "$logs/flux-bench.txt" 2>/dev/null)
-fi
+  say "the default kernel's attention: $n cases, $nf failing, exit $rc: trying mma's cases alone"
+  mlog=$logs/test_cuda_gpu-mma.log
+  [ -x "$bd/tests/test_cuda_gpu" ] &&
+    timeout 60 "$bd"/tests/test_cuda_gpu --attention-variants mma > "$mlog" 2>&1
+  if grep -q "^variant mma (mma): 0 failing checks" "$mlog" 2>/dev/null; then
+    daemon_kern=mma
+    say "daemons' kernel: mma (its attention cases passed)"
+  else
+    daemon_kern=auto
+    say "daemons' kernel: auto (mma's attention cases did not pass either)"
+  fi
+  note "daemons' attention kernel: $daemon_kern (the default kernel's cases: $nf of $n failing)"
+}
 
-wan_bench_step
+correctness_step() {
+  say "== correctness: every op, attention, the fixtures ($(elapsed))"
+  local rc tlog
+  if [ -x "$bd/tests/test_cuda_host" ]; then
+    timeout 60 "$bd"/tests/test_cuda_host 2>&1 | tail -1 | tee -a "$report"
+    note "test_cuda_host: exit ${PIPESTATUS[0]}"
+  else
+    say "no $bd/tests/test_cuda_host"; note "test_cuda_host: not built"
+  fi
+  # every model op on CUDA against fp64 (tests/unit/test_ops_conformance.c)
+  if [ -x "$bd/tests/test_ops_conformance" ]; then
+    timeout 60 "$bd"/tests/test_ops_conformance --cuda > "$logs/ops_conformance.log" 2>&1
+    rc=$?
+    grep -E "FAIL|cuda|passed" "$logs/ops_conformance.log" | head -24 | tee -a "$report"
+    note "test_ops_conformance --cuda: exit $rc, $(grep -c FAIL "$logs/ops_conformance.log") FAIL lines"
+  else
+    say "no $bd/tests/test_ops_conformance"; note "test_ops_conformance: not built"
+  fi
+  # test_cuda_gpu once, with the default kernel; the full log is in gpu-logs
+  tlog=$logs/test_cuda_gpu.log
+  if [ -x "$bd/tests/test_cuda_gpu" ] && [ "$(left)" -ge 60 ]; then
+    say "-- test_cuda_gpu (the default kernel)"
+    timeout 120 "$bd"/tests/test_cuda_gpu > "$tlog" 2>&1
+    rc=$?
+    local ops='linear|bias_act|act|add|modln|gate_residual|head_norm_rope|rope_table|timestep|copy_rows|op |GELU'
+    grep -E "wgmma|kernel:|FAIL|failure|nccl|$ops" "$tlog" | grep -v "^  attn B.*ok" | head -48 | tee -a "$report"
+    say "attention cases: $(grep -c "^  attn" "$tlog"), failing: $(grep "^  attn" "$tlog" | grep -c FAIL)"
+    say "test_cuda_gpu exit $rc$( [ $rc = 124 ] && echo " (timed out after 120 s)")"
+    note "test_cuda_gpu: exit $rc, $(grep -c FAIL "$tlog") FAIL lines"
+    choose_kernel "$tlog" "$rc"
+  elif [ -x "$bd/tests/test_cuda_gpu" ]; then
+    say "test_cuda_gpu: skipped ($(left)s left); daemons' kernel: auto"
+    note "test_cuda_gpu: skipped (time)"
+  else
+    say "no $bd/tests/test_cuda_gpu (a build without CUDA); daemons' kernel: auto"
+    note "test_cuda_gpu: not built"
+  fi
+  save_out
 
-say "== attention vs torch SDPA, bf16, B=1, H=24, D=128 ($(elapsed))"
-if [ "$(left)" -lt 60 ]; then
-  say "skipped: $(left)s left (recorded before in BENCHMARKS.md)"
-  note "attention vs SDPA: skipped (time)"
-else
-  shapes=(4096 0 4096 1 16384 0 16384 1)
-  sdpa_args=()
-  for ((i = 0; i < ${#shapes[@]}; i += 2)); do sdpa_args+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
-  timeout 150 "$py" tests/gpu/sdpa_bench.py "${sdpa_args[@]}" > "$logs/sdpa.log" 2>&1
-  tail -4 "$logs/sdpa.log" | tee -a "$report"
+  say "== FLUX fixtures through weftd, kernel $daemon_kern ($(elapsed))"
+  local fx=$PWD/tests/fixtures
+  # flux-small-d64 (f32) and flux-small-d64-bf16: 2 heads x 64, made by
+  # tests/parity/make_fixtures.py with diffusers. Not the flux-tiny ones:
+  # their head dim is 12 and the CUDA attention kernels take D = 64 and
+  # 128 only, so they cannot pass on CUDA (the CPU tests serve them).
+  local fixture_cmds=(
+    "load flux-small-d64 flux-small-d64"
+    "forward --model flux-small-d64 --inputs $fx/io-flux-small-d64-f32.safetensors --iters 3"
+    "load flux-small-d64-bf16 flux-small-d64-bf16"
+    "forward --model flux-small-d64-bf16 --inputs $fx/io-flux-small-d64-bf16.safetensors --iters 3"
+    "models"
+  )
+  local d mesh
+  for d in "$dev1|" "$dev2|--mesh tp=2" "$dev4|--mesh tp=2,ulysses=2"; do
+    mesh=${d#*|}
+    if [ "$(left)" -lt 20 ]; then
+      say "weftd --devices ${d%%|*} $mesh: skipped ($(left)s left)"
+      note "fixtures on ${d%%|*}: skipped (time)"
+      continue
+    fi
+    serve "${d%%|*}" "--model-root $fx${mesh:+ $mesh}" "${fixture_cmds[@]}"
+  done
+  save_out
+
+  say "== a cluster of one GPU node, NCCL bootstrapped by the rendezvous ($(elapsed))"
+  if [ "$(left)" -lt 40 ]; then
+    say "skipped: $(left)s left"
+    note "nccl cluster world: skipped (time)"
+  else
+    WEFT_NC_FLAGS="--cuda-attention $daemon_kern ${WEFT_NC_FLAGS:-}" timeout 120 \
+      bash tests/gpu/nccl_cluster.sh "$bd" "$logs" 2>&1 | tee -a "$report"
+    rc=${PIPESTATUS[0]}
+    note "nccl cluster world (1 GPU node, id through the world message): $rc failed check(s)"
+  fi
+  save_out
+}
+
+# The three kernels beside SDPA at 4096 / 16384, causal or not (one
+# process each side).
+kernels_step() {
+  say "== the three kernels beside torch SDPA, bf16, B 1, H 24, D 128 ($(elapsed))"
+  if [ "$(left)" -lt 60 ]; then
+    say "skipped: $(left)s left (BENCHMARKS.md holds figures)"; note "kernels x3 vs SDPA: skipped (time)"; return
+  elif [ ! -x "$bd/bench/bench_cuda_attention" ]; then
+    say "skipped: no $bd/bench/bench_cuda_attention"; note "kernels x3 vs SDPA: not built"; return
+  fi
+  local shapes=(4096 0 4096 1 16384 0 16384 1) sargs=() i S c line sd k wt
+  for ((i = 0; i < ${#shapes[@]}; i += 2)); do sargs+=("${shapes[i]}" 24 128 "${shapes[i+1]}"); done
+  timeout 90 "$py" tests/gpu/sdpa_bench.py "${sargs[@]}" > "$logs/sdpa.log" 2>&1
+  timeout $(( $(left) > 100 ? 90 : $(left) - 10 )) "$bd"/bench/bench_cuda_attention \
+    --variants wgmma,wgmma-pipe,mma "${sargs[@]}" > "$logs/bench-kernels.log" 2>&1
   for ((i = 0; i < ${#shapes[@]}; i += 2)); do
-    S=${shapes[i]}; causal=${shapes[i+1]}
-    t=$(grep "sdpa S=$S .*causal=$causal " "$logs/sdpa.log" | tail -1)
-    tt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$t")
-    for kern in "" wgmma-pipe mma; do
-      if [ "${test_rc[${kern:-wgmma}]}" = 124 ]; then say "S=$S causal=$causal kernel=${kern:-wgmma}: skipped (its test hung)"; continue; fi
-      w=$(WEFT_CUDA_ATTN=$kern timeout 30 "$bd"/bench/bench_cuda_attention "$S" 24 128 "$causal" 2>&1 | tail -1)
-      wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$w")
-      ratio=$(python3 -c "print(f'{float(\"$wt\")/float(\"$tt\"):.2f}')" 2>/dev/null || echo "?")
-      say "S=$S causal=$causal kernel=${kern:-wgmma} | $w | sdpa tflops=$tt | ratio $ratio (target >= 0.60)"
-      [ -z "$kern" ] && note "attention S=$S causal=$causal wgmma / SDPA: $ratio"
+    S=${shapes[i]}; c=${shapes[i+1]}
+    sd=$(av_tflops "$logs/sdpa.log" sdpa "$S" "$c")
+    for k in wgmma wgmma-pipe mma; do
+      line=$(grep "^weft kernel=$k S=$S .*causal=$c " "$logs/bench-kernels.log" | tail -1)
+      wt=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$line")
+      say "S=$S causal=$c $k: ${wt:-FAILED} TFLOP/s, sdpa ${sd:-?}, ratio $(av_ratio "$wt" "$sd")"
+      [ "$k" = wgmma ] && note "attention S=$S causal=$c wgmma / SDPA: $(av_ratio "$wt" "$sd")"
     done
   done
-fi
+}
 
-say "== weftd attention-demo on the GPU, kernel $daemon_kern ($(elapsed))"
-if [ "$(left)" -lt 30 ]; then
-  say "skipped: $(left)s left"
-  note "attention-demo: skipped (time)"
-else
+demo_step() {
+  say "== weftd attention-demo, kernel $daemon_kern ($(elapsed))"
+  if [ "$(left)" -lt 30 ]; then
+    say "skipped: $(left)s left"; note "attention-demo: skipped (time)"; return
+  fi
   # one GPU per rank (head split), bf16 and f16, causal, GQA, D 128 and 64
-  serve cuda "" \
+  serve "$dev1" "" \
     "attention-demo --seq 2048 --heads 8 --kv-heads 2 --dim 128 --dtype bf16 --causal --iters 3" \
     "attention-demo --seq 1000 --kv-seq 1500 --heads 6 --kv-heads 3 --dim 64 --dtype f16 --causal --iters 3"
   # the mixed mode: four ranks on GPU 0, CUDA kernels, host comm, USP
-  serve cuda:0,0,0,0 "--mesh ring=2,ulysses=2" \
+  [ "$(left)" -ge 20 ] && serve "$dev4" "--mesh ring=2,ulysses=2" \
     "attention-demo --seq 2048 --heads 8 --kv-heads 2 --dim 128 --dtype bf16 --causal --rotate alltoall --iters 2" \
     "attention-demo --seq 1001 --heads 8 --kv-heads 4 --dim 64 --dtype f16 --causal --ring-anything --rotate allgather --iters 2"
-fi
+}
 
-say "== test_kernels, the CPU backend ($(elapsed))"
-if [ "$(left)" -lt 40 ]; then
-  say "skipped: $(left)s left (CI runs it)"
-  note "test_kernels: skipped (time)"
-else
+test_kernels_step() {
+  say "== test_kernels, the CPU backend ($(elapsed))"
+  if [ "$(left)" -lt 40 ]; then
+    say "skipped: $(left)s left (CI runs it)"; note "test_kernels: skipped (time)"; return
+  fi
   timeout $(( $(left) - 10 )) "$bd"/tests/test_kernels > "$logs/test_kernels.log" 2>&1
-  rc=$?
+  local rc=$?
   say "test_kernels (CPU reference) exit $rc"
   note "test_kernels: exit $rc"
+}
+
+# ---- the run ----------------------------------------------------------------
+
+build_step
+save_out
+if [ "${WEFT_WAN_BENCH_ONLY:-0}" = 1 ]; then
+  wan_step
+  say "== WEFT_WAN_BENCH_ONLY=1: the rest of run.sh skipped"
+  exit 0
 fi
+if [ "${WEFT_ATTN_VARIANTS_ONLY:-0}" = 1 ]; then
+  . "$gpu/attention_variants.sh" # ends run.sh after the variants
+fi
+flux_step
+attention_shape_step
+wan_step
+nsys_step
+[ -n "$flux_dir" ] && rm -rf "$flux_dir"
+flux_dir=
+correctness_step
+# optional: each checks the clock (and its own budget)
+. "$gpu/attention_variants.sh" # ws variants and fp8 (tests, sanitizer, TFLOP/s)
+save_out
+. "$gpu/staged_ring.sh" # staged ring, overlapped vs synchronous transfers
+save_out
+kernels_step
+demo_step
+test_kernels_step
 say "== done in $(elapsed)"

@@ -62,8 +62,9 @@ import statistics
 import sys
 import time
 
-from bench_lib import (OUT_DIR, Timer, Weft, elapsed, fmt, matmul_rate, parse_weftctl_forward,
-                       say, spread, start, torch_setup, write_log)
+from bench_lib import (OUT_DIR, Timer, Weft, add_weftd_args, elapsed, fmt, matmul_rate,
+                       parse_weftctl_forward, say, spread, start, torch_setup, weftd_flags,
+                       write_log)
 
 # Wan 2.1 T2V 1.3B's transformer (Wan-AI/Wan2.1-T2V-1.3B-Diffusers'
 # config.json).
@@ -197,6 +198,7 @@ def main():
                     help="weft runs, each DEVICES[/MESH] (weftd --devices, --mesh); default "
                          "cuda (tp 1), cuda:0,0/ulysses=2")
     ap.add_argument("--device", default="cuda", help="torch device of diffusers (default cuda)")
+    add_weftd_args(ap)
     ap.add_argument("--dir", default="/tmp/weft-wan-bench",
                     help="model root; the checkpoint goes to DIR/wan-bench")
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/wan-bench")
@@ -360,8 +362,8 @@ def main():
         del ref32
 
     # 4. each mesh: weft beside diffusers. diffusers' forward runs first so
-    # that torch holds its memory before weftd's CUDA arena takes 90% of
-    # what is free.
+    # that torch holds its memory before weftd's CUDA arena (--gpu-memory)
+    # is taken.
     fwd(model)
     runs = []
     d_all = []
@@ -377,7 +379,7 @@ def main():
             say("no --weftd / --weftctl: diffusers only")
         else:
             weft = Weft(a.weftd, a.weftctl, dev, os.path.abspath(a.dir), a.out,
-                        ["--mesh", mesh] if mesh else [])
+                        weftd_flags(a) + (["--mesh", mesh] if mesh else []))
             if not weft.up():
                 run["error"] = "weftd did not come up: " + " | ".join(weft.log_tail())
                 say(run["error"])

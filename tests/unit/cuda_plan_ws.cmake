@@ -1,5 +1,5 @@
 # The warp-specialized attention kernel's host side: kernel
-# selection (WEFT_CUDA_ATTN's values, the plan's fields), launch geometry,
+# selection (the cuda_attention setting's values, the plan's fields), launch geometry,
 # shared-memory and register budgets, refusals. Plain C against
 # weft_cuda_plan: runs in every build, with or without CUDA.
 add_executable(test_cuda_plan_ws ${CMAKE_CURRENT_LIST_DIR}/test_cuda_plan_ws.c)

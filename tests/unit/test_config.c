@@ -3,13 +3,15 @@
  * suffixes, devices (cpu:N and the CUDA forms, resolved against a GPU
  * count without a GPU), the mesh (resolved against the device count, with
  * messages naming both numbers) and the per-job defaults of context
- * parallelism, which settings a reload applies, and the default column of
- * --help (an empty default says what its meaning column says). */
+ * parallelism, the CUDA backend's settings (gpu_memory, cuda_attention,
+ * cuda_gelu_epilogue), which settings a reload applies, and the default
+ * column of --help (an empty default says what its meaning column says). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "base/config.h"
 #include "support/check.h"
 
@@ -450,6 +452,86 @@ static void test_comm_knobs_and_test_hooks(void)
     CHECK_TRUE(build(1, argv, env4, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
 }
 
+/* The CUDA backend's settings: gpu_memory (bytes or a fraction, range
+ * checked, from flags, the environment and the file), cuda_attention
+ * (the kernel names the backend takes) and cuda_gelu_epilogue; none is
+ * reloadable. */
+static void test_cuda_backend_settings(const char *dir)
+{
+    wf_settings_t s;
+    wf_gpu_memory_t g;
+    char err[256], why[128];
+    char *env0[] = { NULL };
+    char *argv0[] = { "weftd", NULL };
+    CHECK_TRUE(build(1, argv0, env0, &s, err, sizeof err) == WF_OK);
+    CHECK_TRUE(s.gpu_memory.bytes == 0 && s.gpu_memory.fraction == 0.0);
+    CHECK_TRUE(strcmp(s.cuda_attention, "auto") == 0 && s.cuda_gelu_epilogue);
+
+    /* the parser alone: bytes, fractions, the bounds of each */
+    CHECK_TRUE(wf_parse_gpu_memory("0", &g, why, sizeof why) && g.bytes == 0 &&
+               g.fraction == 0.0);
+    CHECK_TRUE(wf_parse_gpu_memory("40G", &g, why, sizeof why) &&
+               g.bytes == (UINT64_C(40) << 30) && g.fraction == 0.0);
+    CHECK_TRUE(wf_parse_gpu_memory("64M", &g, why, sizeof why) && g.bytes == (UINT64_C(64) << 20));
+    CHECK_TRUE(wf_parse_gpu_memory("1024T", &g, why, sizeof why) && g.bytes == (UINT64_C(1) << 50));
+    CHECK_TRUE(wf_parse_gpu_memory("0.5", &g, why, sizeof why) && g.bytes == 0 &&
+               g.fraction == 0.5);
+    CHECK_TRUE(wf_parse_gpu_memory("0.01", &g, why, sizeof why) && g.fraction == 0.01);
+    CHECK_TRUE(wf_parse_gpu_memory("0.95", &g, why, sizeof why) && g.fraction == 0.95);
+    static const char *const bad[] = { "", "63M", "1025T", "0.0", "0.009", "0.96", "1.0",
+                                       "1.5", "-0.5", ".5", "0.5x", "0.5G", "half", "5%",
+                                       "nan", "1e-1" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        g.bytes = 7;
+        CHECK(!wf_parse_gpu_memory(bad[i], &g, why, sizeof why) && g.bytes == 7 && why[0],
+              "gpu_memory '%s' was taken", bad[i]);
+    }
+
+    /* flags, the environment, the file; the message names the source */
+    char *argv1[] = { "weftd", "--gpu-memory", "0.45", "--cuda-attention", "ws+pipe+mc",
+                      "--cuda-gelu-epilogue", "false", NULL };
+    CHECK_TRUE(build(7, argv1, env0, &s, err, sizeof err) == WF_OK);
+    CHECK_TRUE(s.gpu_memory.fraction == 0.45 && s.gpu_memory.bytes == 0);
+    CHECK_TRUE(strcmp(s.cuda_attention, "ws+pipe+mc") == 0 && !s.cuda_gelu_epilogue);
+    char *env1[] = { "WEFT_GPU_MEMORY=24G", "WEFT_CUDA_ATTENTION=mma",
+                     "WEFT_CUDA_GELU_EPILOGUE=0", NULL };
+    CHECK_TRUE(build(1, argv0, env1, &s, err, sizeof err) == WF_OK);
+    CHECK_TRUE(s.gpu_memory.bytes == (UINT64_C(24) << 30) && s.gpu_memory.fraction == 0.0);
+    CHECK_TRUE(strcmp(s.cuda_attention, "mma") == 0 && !s.cuda_gelu_epilogue);
+    char path[256];
+    snprintf(path, sizeof path, "%s/cuda.conf", dir);
+    write_file(path, "gpu_memory = 0.3\ncuda_attention = wgmma-pipe\n");
+    char *argv2[] = { "weftd", "--config", path, NULL };
+    CHECK_TRUE(build(3, argv2, env0, &s, err, sizeof err) == WF_OK);
+    CHECK_TRUE(s.gpu_memory.fraction == 0.3 && strcmp(s.cuda_attention, "wgmma-pipe") == 0);
+    write_file(path, "gpu_memory = 1.5\n");
+    CHECK_TRUE(build(3, argv2, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    CHECK(strstr(err, "cuda.conf:1") && strstr(err, "gpu_memory"), "%s", err);
+    unlink(path);
+    char *argv3[] = { "weftd", "--gpu-memory", "12", NULL };
+    CHECK_TRUE(build(3, argv3, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
+    CHECK(strstr(err, "--gpu-memory") != NULL, "%s", err);
+    static const char *const kern_bad[] = { "bogus", "ws+pipe+pipe", "ws-", "", "WGMMA" };
+    for (size_t i = 0; i < sizeof kern_bad / sizeof kern_bad[0]; i++) {
+        char *argv4[] = { "weftd", "--cuda-attention", (char *)kern_bad[i], NULL };
+        CHECK(build(3, argv4, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+              strstr(err, "--cuda-attention"), "cuda_attention '%s' was taken", kern_bad[i]);
+    }
+    CHECK_TRUE(wf_cuda_attention_kernel_ok("auto") && wf_cuda_attention_kernel_ok("ws-full-mc"));
+
+    /* a restart, not a reload */
+    wf_settings_t cur, next;
+    wf_settings_default(&cur);
+    next = cur;
+    next.gpu_memory.fraction = 0.5;
+    snprintf(next.cuda_attention, sizeof next.cuda_attention, "mma");
+    next.cuda_gelu_epilogue = false;
+    const char *restart[8];
+    size_t nr = 0;
+    CHECK_TRUE(wf_settings_apply_reload(&cur, &next, restart, 8, &nr) == 0 && nr == 3);
+    CHECK_TRUE(cur.gpu_memory.fraction == 0.0 && strcmp(cur.cuda_attention, "auto") == 0);
+}
+
 /* --help's default column: metrics_listen's empty default reads "" (off),
  * and every empty default that says in parentheses what it means says
  * what its meaning column's "empty = ..." says. */
@@ -501,6 +583,7 @@ int main(void)
     test_reload_rules();
     test_mesh_and_job_defaults(dir);
     test_comm_knobs_and_test_hooks();
+    test_cuda_backend_settings(dir);
     test_help_defaults();
     rmdir(dir);
     if (failed) {

@@ -1,6 +1,6 @@
 /* test_cuda_plan_ws.c — the host side of the warp-specialized Hopper
  * attention kernel (kernels/cuda/attention_ws.cu), without a
- * GPU: WEFT_CUDA_ATTN's values (wf_cuda_attn_kernel_parse / _name, the
+ * GPU: the cuda_attention setting's values (wf_cuda_attn_kernel_parse / _name, the
  * default untouched), the geometry's choice of kernel from the plan's
  * fields (wf_cuda_limits_t.wgmma / ws_features) and its refusals and
  * fallbacks, the launch geometry (block = producer + two consumers, the

@@ -110,6 +110,24 @@ static wf_model_host_t *load(int root, const char *dir, bool sharded, const wf_t
               wf_model_source_bytes(src));
         CHECK(h->params == wf_model_source_params(src) && h->dtype == wf_model_source_dtype(src)
                   && cfg_same(wf_flux_cfg(&h->cfg), wf_flux_cfg(wf_model_source_config(src))), "%s: facts", what);
+        /* one page-aligned slab (a GPU backend pins it once): every tensor
+         * inside it, 64-byte aligned, none overlapping the next */
+        const uint8_t *b = h->slab;
+        long page = sysconf(_SC_PAGESIZE);
+        size_t bad = 0;
+        for (size_t i = 0; i < h->n; i++) {
+            const uint8_t *d = h->t[i].data;
+            bad += !(d >= b && d + h->t[i].nbytes <= b + h->slab_bytes &&
+                     ((uintptr_t)d & 63) == 0);
+            for (size_t j = 0; j < h->n; j++) {
+                const uint8_t *e = h->t[j].data;
+                bad += j != i && e >= d && e < d + h->t[i].nbytes;
+            }
+        }
+        CHECK(b != NULL && page > 0 && (uintptr_t)b % (uintptr_t)page == 0 &&
+                  h->slab_bytes % (size_t)page == 0 && h->slab_bytes >= h->bytes && bad == 0,
+              "%s: slab %p of %zu bytes for %" PRIu64 ", %zu tensors outside or overlapping",
+              what, (const void *)b, h->slab_bytes, h->bytes, bad);
     }
     if (ret_tp != NULL)
         *ret_tp = tp;
