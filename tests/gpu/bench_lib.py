@@ -197,6 +197,54 @@ def fmt(s, unit="ms"):
     return f"{s['median']:.2f} {unit} (min {s['min']:.2f}, max {s['max']:.2f}, n {s['n']})"
 
 
+def reference(torch, model, dev_in, host_in, path, stem, meta, report, f32_ref, device):
+    """diffusers' forward of `model` on dev_in (its warm-up), saved with
+    the inputs (host_in) as PATH/io-STEM.safetensors (`output`: the
+    reference `weftctl forward` compares with); with f32_ref, the yardstick
+    of the bf16 comparison too: the same weights and inputs run in f32
+    (TF32 off), saved as io-STEM-f32ref.safetensors (weft's output is read
+    against it beside diffusers' own bf16 error, in
+    report["diffusers_bf16_vs_f32"]). -> (io path, f32 io path or None)."""
+    import copy
+    from safetensors.torch import save_file
+    cuda = device.startswith("cuda")
+
+    def fwd(m, x):
+        with torch.no_grad():
+            out = m(**x, return_dict=False)[0]
+        if cuda:
+            torch.cuda.synchronize()
+        return out
+
+    t = time.monotonic()
+    ref = fwd(model, dev_in)
+    say(f"diffusers first forward (warm-up) {time.monotonic() - t:.2f} s; output "
+        f"{tuple(ref.shape)} {ref.dtype}, max |out| {ref.float().abs().max().item():.3g}, "
+        f"finite {bool(torch.isfinite(ref).all().item())}")
+    inputs = {k: v.contiguous() for k, v in host_in.items()}
+    io_path = os.path.join(path, f"io-{stem}.safetensors")
+    save_file({**inputs, "output": ref.cpu().contiguous()}, io_path, metadata=meta)
+    say(f"inputs + diffusers' output: {io_path}")
+    if not f32_ref:
+        return io_path, None
+    t = time.monotonic()
+    m32 = copy.deepcopy(model).float()
+    in32 = {k: (v.float() if v.is_floating_point() else v) for k, v in dev_in.items()}
+    ref32 = fwd(m32, in32)
+    del m32
+    if cuda:
+        torch.cuda.empty_cache()
+    mx32 = ref32.abs().max().item()
+    e = (ref.float() - ref32).abs().max().item()
+    report["diffusers_bf16_vs_f32"] = {"max_err": e, "max_ref": mx32, "rel": e / mx32}
+    say(f"diffusers f32 reference (same weights, f32 arithmetic) in "
+        f"{time.monotonic() - t:.1f} s: |diffusers bf16 - f32| max {e:.3e} = "
+        f"{e / mx32:.2e} of max |f32| {mx32:.3g}")
+    io32_path = os.path.join(path, f"io-{stem}-f32ref.safetensors")
+    save_file({**inputs, "output": ref32.cpu().contiguous()}, io32_path, metadata=meta)
+    return io_path, io32_path
+
+
 def on_term(signum, frame):
     """A deadline's SIGTERM (run.sh's timeout): stop the daemon this script
     started, keep what was written, exit 124."""

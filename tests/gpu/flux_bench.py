@@ -63,6 +63,7 @@ import sys
 import time
 
 from bench_lib import (OUT_DIR, Timer, Weft, add_weftd_args, elapsed, fmt, matmul_rate,
+                       reference,
                        parse_weftctl_forward, say, spread, start, torch_setup, weftd_flags,
                        write_log)
 
@@ -359,48 +360,11 @@ def main():
         del back
         if not same:
             return 1
-    t = time.monotonic()
-    ref = fwd(model)
-    if a.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    say(f"diffusers first forward (warm-up) {time.monotonic() - t:.2f} s; output "
-        f"{tuple(ref.shape)} {ref.dtype}, max |out| {ref.float().abs().max().item():.3g}, "
-        f"finite {bool(torch.isfinite(ref).all().item())}")
-    from safetensors.torch import save_file
     meta = {"writer": "tests/gpu/flux_bench.py", "weight_seed": str(WEIGHT_SEED),
             "input_seed": str(INPUT_SEED), "diffusers": diffusers.__version__,
             "torch": torch.__version__}
-    io_path = os.path.join(a.dir, "io-flux-bench.safetensors")
-    save_file({**{k: v.contiguous() for k, v in host_in.items()}, "output": ref.cpu().contiguous()},
-              io_path, metadata=meta)
-    say(f"inputs + diffusers' output: {io_path}")
-
-    # The yardstick of the bf16 comparison: the same bf16 weights and
-    # inputs run in f32 (TF32 off) by diffusers. Both bf16 outputs are
-    # compared with it (weft's through a second inputs file whose `output`
-    # is this f32 result), so a weft - diffusers difference can be read
-    # against diffusers' own bf16 error.
-    io32_path = None
-    if not a.no_f32_ref:
-        t = time.monotonic()
-        import copy
-        m32 = copy.deepcopy(model).float()
-        in32 = {k: (v.float() if v.is_floating_point() else v) for k, v in dev_in.items()}
-        with torch.no_grad():
-            ref32 = m32(**in32, return_dict=False)[0]
-        del m32
-        if a.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-        mx32 = ref32.abs().max().item()
-        e = (ref.float() - ref32).abs().max().item()
-        report["diffusers_bf16_vs_f32"] = {"max_err": e, "max_ref": mx32, "rel": e / mx32}
-        say(f"diffusers f32 reference (same weights, f32 arithmetic) in {time.monotonic() - t:.1f} s: "
-            f"|diffusers bf16 - f32| max {e:.3e} = {e / mx32:.2e} of max |f32| {mx32:.3g}")
-        io32_path = os.path.join(a.dir, "io-flux-bench-f32ref.safetensors")
-        save_file({**{k: v.contiguous() for k, v in host_in.items()},
-                   "output": ref32.cpu().contiguous()}, io32_path, metadata=meta)
-        del ref32
+    io_path, io32_path = reference(torch, model, dev_in, host_in, a.dir, "flux-bench", meta,
+                                       report, not a.no_f32_ref, a.device)
 
     # 4. weft. weftd's CUDA arena is --gpu-memory (a share of the GPU's
     # memory that leaves diffusers room); diffusers' model and the blocks

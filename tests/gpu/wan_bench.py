@@ -63,6 +63,7 @@ import sys
 import time
 
 from bench_lib import (OUT_DIR, Timer, Weft, add_weftd_args, elapsed, fmt, matmul_rate,
+                       reference,
                        parse_weftctl_forward, say, spread, start, torch_setup, weftd_flags,
                        write_log)
 
@@ -323,43 +324,11 @@ def main():
             "linear part (the counter may have no entry for SDPA's kernel)")
     except Exception as e:  # a counter that fails is reported, not fatal
         say(f"FlopCounterMode: {e!r}")
-    t = time.monotonic()
-    ref = fwd(model)
-    if cuda:
-        torch.cuda.synchronize()
-    say(f"diffusers first forward (warm-up) {time.monotonic() - t:.2f} s; output "
-        f"{tuple(ref.shape)} {ref.dtype}, max |out| {ref.float().abs().max().item():.3g}, "
-        f"finite {bool(torch.isfinite(ref).all().item())}")
-    from safetensors.torch import save_file
     meta = {"writer": "tests/gpu/wan_bench.py", "weight_seed": str(WEIGHT_SEED),
             "input_seed": str(INPUT_SEED), "diffusers": diffusers.__version__,
             "torch": torch.__version__}
-    io_path = os.path.join(a.dir, "io-wan-bench.safetensors")
-    save_file({**{k: v.contiguous() for k, v in host_in.items()}, "output": ref.cpu().contiguous()},
-              io_path, metadata=meta)
-    say(f"inputs + diffusers' output: {io_path}")
-
-    # the yardstick: the same bf16 weights and inputs in f32 arithmetic
-    io32_path = None
-    if not a.no_f32_ref:
-        t = time.monotonic()
-        m32 = copy.deepcopy(model).float()
-        in32 = {k: (v.float() if v.is_floating_point() else v) for k, v in dev_in.items()}
-        ref32 = fwd(m32, in32)
-        del m32
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-        mx32 = ref32.abs().max().item()
-        e = (ref.float() - ref32).abs().max().item()
-        report["diffusers_bf16_vs_f32"] = {"max_err": e, "max_ref": mx32, "rel": e / mx32}
-        say(f"diffusers f32 reference (same weights, f32 arithmetic) in "
-            f"{time.monotonic() - t:.1f} s: |diffusers bf16 - f32| max {e:.3e} = "
-            f"{e / mx32:.2e} of max |f32| {mx32:.3g}")
-        io32_path = os.path.join(a.dir, "io-wan-bench-f32ref.safetensors")
-        save_file({**{k: v.contiguous() for k, v in host_in.items()},
-                   "output": ref32.cpu().contiguous()}, io32_path, metadata=meta)
-        del ref32
+    io_path, io32_path = reference(torch, model, dev_in, host_in, a.dir, "wan-bench", meta,
+                                       report, not a.no_f32_ref, a.device)
 
     # 4. each mesh: weft beside diffusers. diffusers' forward runs first so
     # that torch holds its memory before weftd's CUDA arena (--gpu-memory)
