@@ -18,8 +18,12 @@
 #     backend contexts, OpenBLAS at 1 thread each) pinned the same; for
 #     each shape of $SHAPES (S:D:H,..., default in attention_cpu_torch.py:
 #     S 1024-8192, D 64 and 128, B 1, f32, non-causal) $ROUNDS (default
-#     5) rounds alternate the two sides, each timing $ITERS (default 3)
+#     5) rounds alternate the sides, each timing $ITERS (default 3)
 #     calls and keeping their median.
+#     With BASELINE_BUILD set (another build's directory, e.g. the code
+#     before a change with this bench_attention.c), its bench_attention
+#     runs in the same rounds as a third side, labelled "before", and
+#     the build under test is labelled "after".
 #  3. prints a markdown table (also $WORK/table-LABEL.md, $WORK default
 #     /var/tmp/weft-attention-cpu-torch): medians and min-max over the
 #     rounds, weft speed / torch speed of the medians and per round.
@@ -41,6 +45,12 @@ iters=${ITERS:-3}
 bench="$build/bench/bench_attention"
 
 [ -x "$bench" ] || { echo "attention_cpu_torch.sh: no $bench" >&2; exit 1; }
+sides=(--bench "weft=$bench")
+if [ -n "${BASELINE_BUILD:-}" ]; then
+    base="$(cd "$BASELINE_BUILD" && pwd)/bench/bench_attention"
+    [ -x "$base" ] || { echo "attention_cpu_torch.sh: no $base" >&2; exit 1; }
+    sides=(--bench "after=$bench" --bench "before=$base")
+fi
 
 req="$here/requirements-torch.txt"
 if [ ! -x "$venv/bin/python" ] || ! cmp -s "$req" "$venv/bench-requirements.txt"; then
@@ -61,7 +71,7 @@ for n in $threads; do
     out="$work/result-$label-n$n.json"
     OMP_NUM_THREADS=$n MKL_NUM_THREADS=$n OPENBLAS_NUM_THREADS=1 \
         OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} \
-        "${pin[@]}" "$py" "$here/attention_cpu_torch.py" run --bench "$bench" \
+        "${pin[@]}" "$py" "$here/attention_cpu_torch.py" run "${sides[@]}" \
         --threads "$n" --rounds "$rounds" --iters "$iters" "${shapes[@]}" --out "$out"
     results+=("$out")
 done

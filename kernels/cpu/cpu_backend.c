@@ -15,6 +15,16 @@
  * Working in base 2 (alpha = scale * log2 e) turns every exp into exp2,
  * which is a cheap polynomial plus an exponent shift.
  *
+ * Two paths run that loop. Non-causal tiles with D a multiple of 16 on an
+ * AVX-512 build run attn_tile.c: its own register-blocked products with
+ * K packed once per KV head (each cblas_sgemm call packs both of its
+ * operands again), the row max taken on the score accumulators, exp2 and
+ * the row sum in one pass, the score block in L1 (BENCHMARKS.md has its
+ * speed beside the cblas path's and torch's SDPA). Every
+ * other tile runs the cblas path below (causal masks, other head dims,
+ * builds without AVX-512), and so does a tile the tile path gives up on
+ * (a non-finite row max: safe mode, below).
+ *
  * Threading: the backend has no shared mutable state; each context belongs
  * to one worker thread. ctx_new sets OpenBLAS to one thread, which is
  * process-wide: weft parallelises across devices (one worker per device),
