@@ -24,11 +24,18 @@
  * polynomial of 2^f for f in [-0.5, 0.5], exactly 0 below -126, NaN stays
  * NaN) with the exponent applied by vscalefps.
  *
- * Not here: masks (the tile path is non-causal only), the safe mode for
- * non-finite row maxima and extreme scales (cpu_backend.c reruns such a
- * tile on the cblas path), dtype conversion, the epilogue.
+ * The causal mask: a query block skips the key tiles none of its rows
+ * sees, runs the tiles all of its rows see in full, and on a tile that
+ * crosses its diagonal computes the scores up to the last key any of its
+ * rows sees and takes each row's max, exp2 and sum over its own keys only
+ * (the rest of its P row 0).
+ *
+ * Not here: the safe mode for non-finite row maxima and extreme scales
+ * and the diagonal tiles with a non-finite v (cpu_backend.c reruns such a
+ * query tile on the cblas path), dtype conversion, the epilogue.
  */
 #include "attn_tile.h"
+#include "softmax.h"
 
 #include <math.h>
 #include <string.h>
@@ -180,9 +187,22 @@ static void pv_block(const float *s, int64_t tk, const float *v, int64_t D, floa
         }
 }
 
-bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, float alpha,
-                      const float *q, const float *kp, const float *v, float *o,
-                      float *m, float *l, float *s)
+/* Whether v[0..n) are all finite (x * 0 is NaN exactly for inf and NaN). */
+static bool all_finite(const float *v, int64_t n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(v + j), _mm512_setzero_ps()));
+    float z = _mm512_reduce_add_ps(acc);
+    for (; j < n; j++)
+        z += v[j] * 0.0f;
+    return z == 0.0f;
+}
+
+bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, bool causal,
+                      int64_t first, float alpha, const float *q, const float *kp,
+                      const float *v, float *o, float *m, float *l, float *s)
 {
     for (int64_t i = 0; i < tq; i++) {
         m[i] = -INFINITY;
@@ -190,16 +210,45 @@ bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, float al
     }
     memset(o, 0, (size_t)(tq * D) * sizeof(float));
 
-    for (int64_t k0 = 0; k0 < Skv; k0 += FK) {
-        int64_t tk = Skv - k0 < FK ? Skv - k0 : FK;
+    /* keys any real row sees: row i sees key j iff j <= first + i */
+    int64_t k_end = Skv;
+    if (causal)
+        k_end = first + real < 0 ? 0 : first + real < Skv ? first + real : Skv;
+    for (int64_t k0 = 0; k0 < k_end; k0 += FK) {
+        int64_t tk = k_end - k0 < FK ? k_end - k0 : FK;
+        int v_ok = -1; /* v rows of the tile all finite: unknown yet */
         for (int64_t r0 = 0; r0 < tq; r0 += RB) {
+            /* keys of the tile each row sees, and the block's range */
+            int64_t nvis[RB], lo_n = tk, hi_n = tk;
+            for (int r = 0; r < RB; r++) {
+                int64_t n = tk;
+                if (causal) {
+                    n = first + r0 + r + 1 - k0;
+                    n = n < 0 ? 0 : n > tk ? tk : n;
+                }
+                nvis[r] = n;
+                lo_n = r == 0 || n < lo_n ? n : lo_n;
+                hi_n = r == 0 || n > hi_n ? n : hi_n;
+            }
+            if (hi_n == 0)
+                continue; /* no row of the block sees the tile yet */
+            bool diag = lo_n < hi_n;
+            /* A masked key weighs 0, but 0 * NaN (or inf) in its v row
+             * would still reach the rows that do not see it: such a tile
+             * goes to the cblas path, which takes each row's keys alone. */
+            if (diag && v_ok < 0)
+                v_ok = all_finite(v + k0 * D, tk * D);
+            if (diag && !v_ok)
+                return false;
+
             __m512 rmax[RB];
             for (int r = 0; r < RB; r++)
                 rmax[r] = _mm512_set1_ps(-INFINITY);
-            for (int64_t c = 0; c < tk; c += KP) {
-                /* keys past tk (zero padding of the last panel) are
-                 * stored but kept out of the max, the exp and P V */
-                int64_t n = tk - c;
+            for (int64_t c = 0; c < hi_n; c += KP) {
+                /* keys past hi_n (zero padding of the last panel, or
+                 * keys no row of the block sees) are stored but kept out
+                 * of the max, the exp and P V */
+                int64_t n = hi_n - c;
                 __mmask16 lo = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
                 __mmask16 hi = n >= 32   ? (__mmask16)0xffff
                                : n <= 16 ? (__mmask16)0
@@ -209,15 +258,25 @@ bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, float al
             float corr[RB];
             for (int r = 0; r < RB; r++) {
                 int64_t i = r0 + r;
-                float m_new = fmaxf(m[i], _mm512_reduce_max_ps(rmax[r]));
+                float *row = s + r * FK;
+                if (nvis[r] == 0) {
+                    /* nothing visible yet: m, l, o unchanged */
+                    memset(row, 0, (size_t)hi_n * sizeof(float));
+                    corr[r] = 1.0f;
+                    continue;
+                }
+                float mx = diag ? wf_cpu_row_max(row, nvis[r]) : _mm512_reduce_max_ps(rmax[r]);
+                float m_new = fmaxf(m[i], mx);
                 if (i < real && !isfinite(m_new))
                     return false;
-                float sum = exp2_row(s + r * FK, tk, m_new);
+                float sum = exp2_row(row, nvis[r], m_new);
+                if (nvis[r] < hi_n)
+                    memset(row + nvis[r], 0, (size_t)(hi_n - nvis[r]) * sizeof(float));
                 corr[r] = exp2f(m[i] - m_new); /* 0 when m[i] was -inf */
                 l[i] = l[i] * corr[r] + sum;
                 m[i] = m_new;
             }
-            pv_block(s, tk, v + k0 * D, D, o + r0 * D, corr);
+            pv_block(s, hi_n, v + k0 * D, D, o + r0 * D, corr);
         }
     }
     return true;
@@ -231,11 +290,12 @@ bool wf_cpu_attn_tile_ok(int64_t D)
     return false;
 }
 
-bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, float alpha,
-                      const float *q, const float *kp, const float *v, float *o,
-                      float *m, float *l, float *s)
+bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, bool causal,
+                      int64_t first, float alpha, const float *q, const float *kp,
+                      const float *v, float *o, float *m, float *l, float *s)
 {
-    (void)tq, (void)real, (void)D, (void)Skv, (void)alpha, (void)q, (void)kp, (void)v;
+    (void)tq, (void)real, (void)D, (void)Skv, (void)causal, (void)first, (void)alpha;
+    (void)q, (void)kp, (void)v;
     (void)o, (void)m, (void)l, (void)s;
     return false;
 }

@@ -32,19 +32,22 @@ bool wf_cpu_attn_tile_ok(int64_t D);
  * past Skv in the last panel are 0. */
 void wf_cpu_attn_kpack(float *kp, const float *k, int64_t Skv, int64_t D);
 
-/* Non-causal attention of one query tile (the online softmax in base 2,
- * as cpu_backend.c's attend_tile with its fast mode):
- *   q  (tq, D) f32, tq a multiple of WF_ATTN_RB (rows past the real ones
- *      are zero and their results unused)
+/* Attention of one query tile (the online softmax in base 2, as
+ * cpu_backend.c's attend_tile with its fast mode):
+ *   q  (tq, D) f32, tq a multiple of WF_ATTN_RB (rows past the first
+ *      `real` are zero and their results unused)
  *   kp packed K (wf_cpu_attn_kpack), v (Skv, D) f32
  *   o  (tq, D): the unnormalised output; m, l (tq): running max and sum
+ *      (m -inf and l 0 for a row that sees no key)
  *   s  (WF_ATTN_RB, WF_ATTN_FK) scratch
- * alpha = scale * log2 e, a normal positive f32. Scores are alpha * q.k.
- * Returns false (o, m, l undefined) as soon as the max of one of the
- * first `real` rows is not finite: the caller reruns the tile in the
- * cblas path's safe mode. */
-bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, float alpha,
-                      const float *q, const float *kp, const float *v, float *o,
-                      float *m, float *l, float *s);
+ * causal: row i sees key j iff j <= first + i (first = q_offset + q0 -
+ * kv_offset); otherwise every key. alpha = scale * log2 e, a normal
+ * positive f32. Scores are alpha * q.k. Returns false (o, m, l undefined)
+ * as soon as the max of one of the first `real` rows is not finite, or a
+ * key tile that crosses a block's diagonal has a non-finite v: the caller
+ * reruns the tile on the cblas path in safe mode. */
+bool wf_cpu_attn_tile(int64_t tq, int64_t real, int64_t D, int64_t Skv, bool causal,
+                      int64_t first, float alpha, const float *q, const float *kp,
+                      const float *v, float *o, float *m, float *l, float *s);
 
 #endif /* WF_CPU_ATTN_TILE_H */

@@ -15,15 +15,15 @@
  * Working in base 2 (alpha = scale * log2 e) turns every exp into exp2,
  * which is a cheap polynomial plus an exponent shift.
  *
- * Two paths run that loop. Non-causal tiles with D a multiple of 16 on an
- * AVX-512 build run attn_tile.c: its own register-blocked products with
- * K packed once per KV head (each cblas_sgemm call packs both of its
- * operands again), the row max taken on the score accumulators, exp2 and
- * the row sum in one pass, the score block in L1 (BENCHMARKS.md has its
- * speed beside the cblas path's and torch's SDPA). Every
- * other tile runs the cblas path below (causal masks, other head dims,
- * builds without AVX-512), and so does a tile the tile path gives up on
- * (a non-finite row max: safe mode, below).
+ * Two paths run that loop. With D a multiple of 16 on an AVX-512 build,
+ * tiles run attn_tile.c: its own register-blocked products with K packed
+ * once per KV head (each cblas_sgemm call packs both of its operands
+ * again), the row max taken on the score accumulators, exp2 and the row
+ * sum in one pass, the score block in L1 (BENCHMARKS.md has its speed
+ * beside the cblas path's and torch's SDPA). Every other tile runs the
+ * cblas path below (other head dims, builds without AVX-512), and so does
+ * a tile the tile path gives up on (a non-finite row max: safe mode,
+ * below; a non-finite v in a key tile that crosses the causal diagonal).
  *
  * Threading: the backend has no shared mutable state; each context belongs
  * to one worker thread. ctx_new sets OpenBLAS to one thread, which is
@@ -154,19 +154,22 @@ static int64_t mul_or_neg(int64_t a, int64_t b)
 }
 
 /* Whether the query tiles of p run on the tile path (attn_tile.h) when
- * their scores allow (tile_mode_t): non-causal, a head dim it takes, a
- * scale whose alpha is a normal f32. */
+ * their scores allow (tile_mode_t): a head dim it takes, a scale whose
+ * alpha is a normal f32. */
 static bool use_tile_path(const wf_attn_params_t *p)
 {
     double a = (double)p->scale * M_LOG2E;
-    return !p->causal && wf_cpu_attn_tile_ok(p->D) && a >= FLT_MIN && a <= FLT_MAX;
+    return wf_cpu_attn_tile_ok(p->D) && a >= FLT_MIN && a <= FLT_MAX;
 }
 
+/* The workspace is a function of the shapes alone (backend.h; callers
+ * size it before they know the scale or the mask), so it has the tile
+ * path's regions whenever the head dim may take it. */
 static ws_layout_t ws_layout(const wf_attn_params_t *p)
 {
     ws_layout_t w;
     size_t off = 0;
-    bool tile = use_tile_path(p);
+    bool tile = wf_cpu_attn_tile_ok(p->D);
     int64_t tq = min64(p->Sq, TQ), tk = min64(p->Skv, TK);
     /* the tile path's query tile, padded to whole row blocks, and its
      * score block; a tile it gives up on reruns on the cblas path in the
@@ -538,8 +541,9 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                      * whose results are dropped */
                     int64_t tqp = (tq + WF_ATTN_RB - 1) / WF_ATTN_RB * WF_ATTN_RB;
                     memset(qf + tq * D, 0, (size_t)((tqp - tq) * D) * sizeof(float));
-                    done = wf_cpu_attn_tile(tqp, tq, D, Skv, fast.alpha, qf, kp, vf, of,
-                                            mf, lf, sf);
+                    done = wf_cpu_attn_tile(tqp, tq, D, Skv, p->causal,
+                                            p->q_offset + q0 - p->kv_offset, fast.alpha,
+                                            qf, kp, vf, of, mf, lf, sf);
                     if (done)
                         finish_tile(p, &fast, q0, tq, of, mf, lf);
                 } else {

@@ -467,7 +467,7 @@ static void test_attention_grid(const wf_backend_ops_t *ops, wf_backend_ctx_t *c
         {1, 1100, 200, 2, 2, 40, 1, 2, true, 0, 300, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_F32, WF_DTYPE_BF16, 1.0f, true},
         {2, 130, 600, 4, 2, 128, 1, 3, true, 470, 0, WF_DTYPE_BF16, WF_DTYPE_F16, WF_DTYPE_F16, WF_DTYPE_F16, 1.0f, true},
         {1, 300, 1030, 3, 1, 17, 0, 3, false, 0, 0, WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_F32, 8.0f, true},
-        /* the AVX-512 tile path (non-causal, D a multiple of 16): query
+        /* the AVX-512 tile path (D a multiple of 16): query
          * tiles of 120 rows with a padded last one (250 = 120 + 120 +
          * 10), key tiles of 256 with a last panel of 24 keys (600) or of
          * 8 (520), P V column blocks of 48, 64 + 16, 16 and 128 */
@@ -475,6 +475,12 @@ static void test_attention_grid(const wf_backend_ops_t *ops, wf_backend_ctx_t *c
         {1, 131, 520, 3, 3, 80, 1, 3, false, 0, 0, WF_DTYPE_F16, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_BF16, 1.0f, true},
         {2, 37, 300, 4, 2, 16, 0, 4, false, 0, 0, WF_DTYPE_BF16, WF_DTYPE_BF16, WF_DTYPE_BF16, WF_DTYPE_F32, 6.0f, false},
         {1, 260, 777, 2, 2, 128, 0, 2, false, 0, 0, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 8.0f, true},
+        /* the same causal: the first 30 rows see no key (blocks that skip
+         * a key tile, rows without a key beside rows with some), the
+         * diagonal crossing key tiles and a padded last query tile */
+        {1, 250, 600, 2, 1, 48, 0, 2, true, 0, 30, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 4.0f, true},
+        {1, 260, 777, 2, 2, 128, 0, 2, true, 517, 0, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 8.0f, true},
+        {2, 131, 520, 3, 3, 80, 1, 3, true, 389, 0, WF_DTYPE_F16, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_BF16, 1.0f, true},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++, ncases++)
         run_case(ops, ctx, &extra[i]);
