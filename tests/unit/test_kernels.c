@@ -792,7 +792,9 @@ static void fill_rnd(float *x, size_t n, float amp)
 
 static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
 {
-    /* Skv 1100 > 2 key tiles of 512: the online softmax across tiles */
+    /* Skv 1100: the online softmax across key tiles (3 of 512 keys on the
+     * cblas path, 5 of 256 on the tile path, which D = 16 takes on an
+     * AVX-512 build) */
     enum { SQ = 40, SKV = 40, SKL = 1100, D = 16, H = 2 };
     float *q = malloc((size_t)SKL * H * D * 4), *k = malloc((size_t)SKL * D * 4),
           *v = malloc((size_t)SKL * D * 4);
@@ -856,7 +858,8 @@ static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
         k[j * D] = -INFINITY;
     nf_case(ops, ctx, "all -inf", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr, &finr);
     CHECK(nanr > 0, "all -inf: no NaN row");
-    /* NaN in the second key tile of a long row */
+    /* NaN in a later key tile of a long row (the cblas path's second,
+     * the tile path's third) */
     FRESH(SQ, SKL);
     k[700 * D + 1] = NAN;
     nf_case(ops, ctx, "nan k tile 2", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
