@@ -4,7 +4,8 @@
 # Usage: bench/run.sh [BUILD_DIR]   (build with -DCMAKE_BUILD_TYPE=Release)
 # The CPU FLUX forward beside diffusers in torch is separate (it installs
 # torch from PyPI into a virtual environment): bench/flux_cpu_torch.sh
-# BUILD_DIR prints its table, which goes into BENCHMARKS.md by hand.
+# BUILD_DIR prints its table, which goes into BENCHMARKS.md by hand; so
+# does the CPU attention beside torch's SDPA (bench/attention_cpu_torch.sh).
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -15,6 +15,16 @@
  * Working in base 2 (alpha = scale * log2 e) turns every exp into exp2,
  * which is a cheap polynomial plus an exponent shift.
  *
+ * Two paths run that loop. With D a multiple of 16 on an AVX-512 build,
+ * tiles run attn_tile.c: its own register-blocked products with K packed
+ * once per KV head (each cblas_sgemm call packs both of its operands
+ * again), the row max taken on the score accumulators, exp2 and the row
+ * sum in one pass, the score block in L1 (BENCHMARKS.md has its speed
+ * beside the cblas path's and torch's SDPA). Every other tile runs the
+ * cblas path below (other head dims, builds without AVX-512), and so does
+ * a tile the tile path gives up on (a non-finite row max: safe mode,
+ * below; a non-finite v in a key tile that crosses the causal diagonal).
+ *
  * Threading: the backend has no shared mutable state; each context belongs
  * to one worker thread. ctx_new sets OpenBLAS to one thread, which is
  * process-wide: weft parallelises across devices (one worker per device),
@@ -26,6 +36,7 @@
  * memory_info's total), logging, allocation inside attention().
  */
 #include "backend.h"
+#include "attn_tile.h"
 #include "cpu_model_ops.h"
 #include "tensor.h"
 #include "softmax.h"
@@ -43,6 +54,12 @@
  * to the K/V tiles it multiplies, and both sgemms are large enough for
  * OpenBLAS to run near its peak even at D = 64. */
 enum { TQ = 128, TK = 512 };
+
+/* Query tile of the tile path (attn_tile.h): ten row blocks. Its Q and O
+ * (FQ x D each) stay in L2 beside the K and V tiles; at most TQ so that a
+ * tile it gives up on reruns on the cblas path in the same workspace. */
+enum { FQ = 10 * WF_ATTN_RB };
+_Static_assert((int)FQ <= (int)TQ, "the cblas path reruns tile-path tiles");
 
 /* OpenBLAS exports this; Debian's cblas.h declares it, other cblas.h
  * headers may not. */
@@ -99,6 +116,7 @@ static void cpu_memory_info(const wf_backend_ctx_t *ctx, uint64_t *ret_total,
 /* Layout of the workspace, every region 64-byte aligned. */
 typedef struct ws_layout {
     size_t k, v;      /* K_h, V_h: (Skv, D) f32 each */
+    size_t kp;        /* K_h packed for the tile path (attn_tile.h), or SIZE_MAX when unused */
     size_t q;         /* Q tile: (tq, D) */
     size_t o;         /* accumulator: (tq, D) */
     size_t s;         /* scores / probabilities: (tq, tk) */
@@ -135,19 +153,44 @@ static int64_t mul_or_neg(int64_t a, int64_t b)
     return a * b;
 }
 
+/* Whether the query tiles of p run on the tile path (attn_tile.h) when
+ * their scores allow (tile_mode_t): a head dim it takes, a scale whose
+ * alpha is a normal f32. */
+static bool use_tile_path(const wf_attn_params_t *p)
+{
+    double a = (double)p->scale * M_LOG2E;
+    return wf_cpu_attn_tile_ok(p->D) && a >= FLT_MIN && a <= FLT_MAX;
+}
+
+/* The workspace is a function of the shapes alone (backend.h; callers
+ * size it before they know the scale or the mask), so it has the tile
+ * path's regions whenever the head dim may take it. */
 static ws_layout_t ws_layout(const wf_attn_params_t *p)
 {
     ws_layout_t w;
     size_t off = 0;
+    bool tile = wf_cpu_attn_tile_ok(p->D);
     int64_t tq = min64(p->Sq, TQ), tk = min64(p->Skv, TK);
+    /* the tile path's query tile, padded to whole row blocks, and its
+     * score block; a tile it gives up on reruns on the cblas path in the
+     * same regions (FQ <= TQ) */
+    int64_t rows = tq, sc = mul_or_neg(tq, tk);
+    if (tile) {
+        rows = max64(tq, (min64(p->Sq, FQ) + WF_ATTN_RB - 1) / WF_ATTN_RB * WF_ATTN_RB);
+        sc = max64(sc, (int64_t)WF_ATTN_RB * WF_ATTN_FK);
+    }
     int64_t kv = mul_or_neg(p->Skv, p->D);
     w.k = ws_take(&off, kv);
     w.v = ws_take(&off, kv);
-    w.q = ws_take(&off, mul_or_neg(tq, p->D));
-    w.o = ws_take(&off, mul_or_neg(tq, p->D));
-    w.s = ws_take(&off, mul_or_neg(tq, tk));
-    w.m = ws_take(&off, tq);
-    w.l = ws_take(&off, tq);
+    /* K packed in panels of WF_ATTN_KP keys, the last one padded */
+    int64_t skp = p->Skv > INT64_MAX - WF_ATTN_KP
+                      ? -1 : (p->Skv + WF_ATTN_KP - 1) / WF_ATTN_KP * WF_ATTN_KP;
+    w.kp = tile ? ws_take(&off, mul_or_neg(skp, p->D)) : SIZE_MAX;
+    w.q = ws_take(&off, mul_or_neg(rows, p->D));
+    w.o = ws_take(&off, mul_or_neg(rows, p->D));
+    w.s = ws_take(&off, sc);
+    w.m = ws_take(&off, rows);
+    w.l = ws_take(&off, rows);
     w.total = off;
     return w;
 }
@@ -294,6 +337,44 @@ static tile_mode_t mode_of(const wf_attn_params_t *p, bool safe)
     return md;
 }
 
+/* The epilogue of one query tile (either path): o (tq, D) = o / l, and m
+ * (tq) = the rows' lse (natural log) from the running max m and sum l;
+ * rows without a finite positive sum as the fp64 reference has them. */
+static void finish_tile(const wf_attn_params_t *p, const tile_mode_t *md, int64_t q0,
+                        int64_t tq, float *o, float *m, const float *l)
+{
+    const int64_t D = p->D, Skv = p->Skv;
+    for (int64_t i = 0; i < tq; i++) {
+        float *orow = o + i * D;
+        int64_t vis = Skv; /* keys this row sees */
+        if (p->causal)
+            vis = min64(Skv, max64(0, p->q_offset + q0 + i - p->kv_offset + 1));
+        if (l[i] > 0.0f) {
+            float inv = 1.0f / l[i];
+            for (int64_t d = 0; d < D; d++)
+                orow[d] *= inv;
+            if (md->safe)
+                m[i] = (float)((double)m[i] * md->scale + log((double)l[i]));
+            else
+                m[i] = (m[i] + log2f(l[i])) * (float)M_LN2;
+        } else if (l[i] == 0.0f) {
+            /* no visible key: empty row for the log-sum-exp merge (out
+             * 0); visible keys whose scores are all -inf: out 0/0 = NaN,
+             * lse log 0 = -inf, which the merge lets a finite partial
+             * replace (tensor.h) */
+            float fill = vis == 0 ? 0.0f : NAN;
+            for (int64_t d = 0; d < D; d++)
+                orow[d] = fill;
+            m[i] = -INFINITY;
+        } else {
+            /* a NaN weight: the row is NaN */
+            for (int64_t d = 0; d < D; d++)
+                orow[d] = NAN;
+            m[i] = NAN;
+        }
+    }
+}
+
 /* One query tile of one head against the keys it can see.
  * q: (tq, D) f32; k, v: (Skv, D) f32; o: (tq, D); s: (tq, TK);
  * m, l: (tq). Writes o (normalised) and m (lse, natural log). Returns
@@ -379,35 +460,7 @@ static bool attend_tile(const wf_attn_params_t *p, const tile_mode_t *md,
         }
     }
 
-    for (int64_t i = 0; i < tq; i++) {
-        float *orow = o + i * D;
-        int64_t vis = Skv; /* keys this row sees */
-        if (p->causal)
-            vis = min64(Skv, max64(0, p->q_offset + q0 + i - p->kv_offset + 1));
-        if (l[i] > 0.0f) {
-            float inv = 1.0f / l[i];
-            for (int64_t d = 0; d < D; d++)
-                orow[d] *= inv;
-            if (md->safe)
-                m[i] = (float)((double)m[i] * md->scale + log((double)l[i]));
-            else
-                m[i] = (m[i] + log2f(l[i])) * (float)M_LN2;
-        } else if (l[i] == 0.0f) {
-            /* no visible key: empty row for the log-sum-exp merge (out
-             * 0); visible keys whose scores are all -inf: out 0/0 = NaN,
-             * lse log 0 = -inf, which the merge lets a finite partial
-             * replace (tensor.h) */
-            float fill = vis == 0 ? 0.0f : NAN;
-            for (int64_t d = 0; d < D; d++)
-                orow[d] = fill;
-            m[i] = -INFINITY;
-        } else {
-            /* a NaN weight: the row is NaN */
-            for (int64_t d = 0; d < D; d++)
-                orow[d] = NAN;
-            m[i] = NAN;
-        }
-    }
+    finish_tile(p, md, q0, tq, o, m, l);
     return true;
 }
 
@@ -455,6 +508,11 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
     float *mf = (float *)(void *)(base + w.m);
     float *lf = (float *)(void *)(base + w.l);
     const tile_mode_t fast = mode_of(p, false), safe = mode_of(p, true);
+    /* use_tile_path implies fast mode with a retry (scale > 0, normal
+     * alpha): a tile it gives up on reruns in safe mode below */
+    const bool tile = use_tile_path(p);
+    float *kp = tile ? (float *)(void *)(base + w.kp) : NULL;
+    const int64_t tq_max = tile ? FQ : TQ;
 
     for (int64_t b = 0; b < B; b++) {
         int64_t kv_loaded = -1;
@@ -468,14 +526,30 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                 wf_convert_rows_to_f32(vf, at4(p->v, p->v_dtype, b, 0, hk, Skv, Hkv, D),
                                        p->v_dtype, (size_t)Skv, (size_t)D,
                                        (size_t)(Hkv * D));
+                if (tile)
+                    wf_cpu_attn_kpack(kp, kf, Skv, D);
                 kv_loaded = hk;
             }
-            for (int64_t q0 = 0; q0 < Sq; q0 += TQ) {
-                int64_t tq = min64(TQ, Sq - q0);
+            for (int64_t q0 = 0; q0 < Sq; q0 += tq_max) {
+                int64_t tq = min64(tq_max, Sq - q0);
                 wf_convert_rows_to_f32(qf, at4(p->q, p->q_dtype, b, q0, h, Sq, Hq, D),
                                        p->q_dtype, (size_t)tq, (size_t)D,
                                        (size_t)(Hq * D));
-                if (!attend_tile(p, &fast, q0, tq, qf, kf, vf, of, sf, mf, lf))
+                bool done = false;
+                if (tile) {
+                    /* whole row blocks; the padding rows are zero queries
+                     * whose results are dropped */
+                    int64_t tqp = (tq + WF_ATTN_RB - 1) / WF_ATTN_RB * WF_ATTN_RB;
+                    memset(qf + tq * D, 0, (size_t)((tqp - tq) * D) * sizeof(float));
+                    done = wf_cpu_attn_tile(tqp, tq, D, Skv, p->causal,
+                                            p->q_offset + q0 - p->kv_offset, fast.alpha,
+                                            qf, kp, vf, of, mf, lf, sf);
+                    if (done)
+                        finish_tile(p, &fast, q0, tq, of, mf, lf);
+                } else {
+                    done = attend_tile(p, &fast, q0, tq, qf, kf, vf, of, sf, mf, lf);
+                }
+                if (!done)
                     (void)attend_tile(p, &safe, q0, tq, qf, kf, vf, of, sf, mf, lf);
                 if (p->merge) {
                     merge_tile(p, b, q0, h, tq, of, mf);

@@ -467,6 +467,20 @@ static void test_attention_grid(const wf_backend_ops_t *ops, wf_backend_ctx_t *c
         {1, 1100, 200, 2, 2, 40, 1, 2, true, 0, 300, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_F32, WF_DTYPE_BF16, 1.0f, true},
         {2, 130, 600, 4, 2, 128, 1, 3, true, 470, 0, WF_DTYPE_BF16, WF_DTYPE_F16, WF_DTYPE_F16, WF_DTYPE_F16, 1.0f, true},
         {1, 300, 1030, 3, 1, 17, 0, 3, false, 0, 0, WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_F32, 8.0f, true},
+        /* the AVX-512 tile path (D a multiple of 16): query
+         * tiles of 120 rows with a padded last one (250 = 120 + 120 +
+         * 10), key tiles of 256 with a last panel of 24 keys (600) or of
+         * 8 (520), P V column blocks of 48, 64 + 16, 16 and 128 */
+        {1, 250, 600, 2, 1, 48, 0, 2, false, 0, 0, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 4.0f, true},
+        {1, 131, 520, 3, 3, 80, 1, 3, false, 0, 0, WF_DTYPE_F16, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_BF16, 1.0f, true},
+        {2, 37, 300, 4, 2, 16, 0, 4, false, 0, 0, WF_DTYPE_BF16, WF_DTYPE_BF16, WF_DTYPE_BF16, WF_DTYPE_F32, 6.0f, false},
+        {1, 260, 777, 2, 2, 128, 0, 2, false, 0, 0, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 8.0f, true},
+        /* the same causal: the first 30 rows see no key (blocks that skip
+         * a key tile, rows without a key beside rows with some), the
+         * diagonal crossing key tiles and a padded last query tile */
+        {1, 250, 600, 2, 1, 48, 0, 2, true, 0, 30, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 4.0f, true},
+        {1, 260, 777, 2, 2, 128, 0, 2, true, 517, 0, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, WF_DTYPE_F32, 8.0f, true},
+        {2, 131, 520, 3, 3, 80, 1, 3, true, 389, 0, WF_DTYPE_F16, WF_DTYPE_F16, WF_DTYPE_BF16, WF_DTYPE_BF16, 1.0f, true},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++, ncases++)
         run_case(ops, ctx, &extra[i]);
@@ -778,7 +792,9 @@ static void fill_rnd(float *x, size_t n, float amp)
 
 static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
 {
-    /* Skv 1100 > 2 key tiles of 512: the online softmax across tiles */
+    /* Skv 1100: the online softmax across key tiles (3 of 512 keys on the
+     * cblas path, 5 of 256 on the tile path, which D = 16 takes on an
+     * AVX-512 build) */
     enum { SQ = 40, SKV = 40, SKL = 1100, D = 16, H = 2 };
     float *q = malloc((size_t)SKL * H * D * 4), *k = malloc((size_t)SKL * D * 4),
           *v = malloc((size_t)SKL * D * 4);
@@ -842,12 +858,24 @@ static void test_nonfinite(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx)
         k[j * D] = -INFINITY;
     nf_case(ops, ctx, "all -inf", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr, &finr);
     CHECK(nanr > 0, "all -inf: no NaN row");
-    /* NaN in the second key tile of a long row */
+    /* NaN in a later key tile of a long row (the cblas path's second,
+     * the tile path's third) */
     FRESH(SQ, SKL);
     k[700 * D + 1] = NAN;
     nf_case(ops, ctx, "nan k tile 2", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
             &finr);
     CHECK(nanr == SQ * H, "nan k tile 2: %d NaN rows", nanr);
+
+    /* +inf in a later key tile (key 700 of 1100: the tile path's third
+     * key tile, the cblas path's second): the rows with q[0] > 0 score
+     * +inf there and the tile is rerun in safe mode after earlier key
+     * tiles ran; those rows NaN (inf - inf), the rows with q[0] < 0 see
+     * -inf (weight 0) and stay finite */
+    FRESH(SQ, SKL);
+    k[700 * D] = INFINITY;
+    nf_case(ops, ctx, "inf k tile 3", SQ, SKL, D, q, k, v, s0, false, WF_DTYPE_F32, &nanr,
+            &finr);
+    CHECK(nanr > 0 && finr > 0, "inf k tile 3: %d NaN rows, %d finite", nanr, finr);
 
     /* extreme scales: 3e38 (alpha = scale log2 e beyond f32: every score
      * would overflow), 1e30 (the scores overflow f32), 1e-38 and 1e-40
