@@ -518,8 +518,14 @@ static bool run_mesh(wf_flux_shard_t **shards, const wf_flux_job_t *job0, int T,
 
 /* ---- the grid ---------------------------------------------------------------------- */
 
+/* The even meshes, then uneven ones: 16 image and 8 text tokens over 3,
+ * 5, 6 or 7 seq ranks (the ring's anything mode), 4 heads (2 at tp 2; 2
+ * and 1 on flux-small-d64) over ulysses 3 (ulysses_anything; at tp 2 a
+ * rank without heads) */
 static const int meshes[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 1, 2}, {1, 2, 1},
-                                {2, 1, 2}, {1, 2, 2}, {2, 2, 1}, {4, 1, 2}};
+                                {2, 1, 2}, {1, 2, 2}, {2, 2, 1}, {4, 1, 2}, {1, 3, 1},
+                                {1, 1, 3}, {1, 5, 1}, {1, 3, 2}, {2, 3, 1}, {2, 1, 3},
+                                {1, 7, 1}};
 #define NMESH (int)(sizeof meshes / sizeof meshes[0])
 
 /* Tolerances, max abs error / max |ref| (see main's comment). */
@@ -896,16 +902,25 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     j.txt_ids_axes = 2;
     st = wf_flux_forward_check(cfg, &j, 1, 1, 1, err, sizeof err);
     CHECK(st == WF_E_BAD_SHAPE && strstr(err, "txt_ids"), "ids axes: '%s'", err);
-    /* S_img = 16 over ring x ulysses = 3 */
-    const char *msg = "Tensor size along dimension to be sharded must be divisible by mesh size";
-    j = plain->job;
-    st = wf_flux_forward_check(cfg, &j, 1, 3, 1, err, sizeof err);
-    CHECK(st == WF_E_BAD_SHAPE && strstr(err, msg) && strstr(err, "S_img = 16"),
-          "S_img over 3: %d '%s'", (int)st, err);
-    j.S_img = 18; /* S_txt = 8 over 3 */
-    st = wf_flux_forward_check(cfg, &j, 1, 1, 3, err, sizeof err);
-    CHECK(st == WF_E_BAD_SHAPE && strstr(err, msg) && strstr(err, "S_txt = 8"),
-          "S_txt over 3: %d '%s'", (int)st, err);
+    /* any S_img and S_txt on any ring x ulysses of up to 8, also fewer
+     * tokens than seq ranks: accepted, with a workspace */
+    int n_seq = 0;
+    for (int R = 1; R <= 8; R++)
+        for (int U = 1; R * U <= 8; U++)
+            for (int64_t si = 1; si <= 20; si++)
+                for (int64_t stx = 1; stx <= 10; stx++) {
+                    j = plain->job;
+                    j.S_img = si;
+                    j.S_txt = stx;
+                    st = wf_flux_forward_check(cfg, &j, 1, R, U, err, sizeof err);
+                    CHECK(st == WF_OK && err[0] == 0, "S_img %lld, S_txt %lld on ring %d x "
+                          "ulysses %d: %d '%s'", (long long)si, (long long)stx, R, U, (int)st,
+                          err);
+                    CHECK(wf_flux_forward_workspace(cfg, &j, 1, R, U, ops, NULL) != SIZE_MAX,
+                          "workspace of S_img %lld, S_txt %lld on ring %d x ulysses %d",
+                          (long long)si, (long long)stx, R, U);
+                    n_seq++;
+                }
     /* guidance: required by the guidance model, refused by the other */
     j = guid->job;
     j.has_guidance = false;
@@ -933,8 +948,8 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     size_t w1 = wf_flux_forward_workspace(cfg, &j, 1, 1, 1, ops, NULL);
     size_t w4 = wf_flux_forward_workspace(cfg, &j, 1, 2, 2, ops, NULL);
     CHECK(w1 > 0 && w1 != SIZE_MAX && w4 < w1, "workspace P 1 %zu, P 4 %zu", w1, w4);
-    printf("forward check: channels, ids, diffusers' divisibility message, guidance, dtypes; "
-           "workspace %zu bytes (P 1), %zu (P 4)\n", w1, w4);
+    printf("forward check: channels, ids, guidance, dtypes; any S_img / S_txt on any ring x "
+           "ulysses (%d cases); workspace %zu bytes (P 1), %zu (P 4)\n", n_seq, w1, w4);
 }
 
 /* One rank with a short workspace fails alone and aborts the world: the
