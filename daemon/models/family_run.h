@@ -72,7 +72,7 @@ typedef struct wf_family_run {
     /* Where a built shard's pieces live and the bytes it holds. */
     const wf_shard_mem_t *(*shard_mem)(const void *shard);
     /* Check a bound forward against the config and the degrees (what the
-     * schema cannot say: a sequence ring x ulysses must divide). */
+     * schema cannot say). */
     wf_status_t (*forward_check)(const void *cfg, const wf_fwd_io_t *io, int tp,
                                  int R, int U, char *err, size_t err_len);
     /* Workspace bytes any rank needs (device or host memory as ops has

@@ -153,8 +153,8 @@ class Pipeline(unittest.TestCase):
         pipe.set_progress_bar_config(disable=True)
         with self.assertRaises(NotServedError):
             tf.run(pipe, steps=1, joint_attention_kwargs={"scale": 0.5})
-        # what the daemon refuses comes back as its error (S_img 63 against
-        # img_ids' 64 rows)
+        # a size mismatch (S_img 63 against img_ids' 64 rows) is refused
+        # with the daemon's code
         with self.assertRaises(weft.BadArgumentError):
             wt(**dict(args, hidden_states=torch.randn(2, 63, 16)))
         # 63 image tokens, which the mesh's seq ranks do not divide: served
