@@ -905,7 +905,7 @@ class Client(_Owned):
         each rank, each fixed size, each named size ("B", "S_img") the
         same wherever it appears (BadArgumentError). The daemon checks
         them again, and adds the model family's own rules (the model's
-        config, the mesh: FLUX's tp against its heads). A check that fails against this
+        config and the mesh). A check that fails against this
         client's cached schema is made again against a fresh one (the
         model may have been reloaded) before it is raised.
 
