@@ -78,19 +78,9 @@ wf_status_t wf_fwd_seq_tokens(const wf_cp_job_t *job, int R, int U, int seq_inde
         *ret_len = seg[0].len;
         return WF_OK;
     }
-    /* an empty shard (fewer tokens than seq ranks): it starts where the
-     * last non-empty one before it ends */
-    int64_t row0 = 0;
-    for (int k = seq_index - 1; k >= 0; k--) {
-        int n = 0;
-        if (wf_cp_attention_segments(job, R, U, k, false, false, seg, &n) != WF_OK || n > 1)
-            return WF_E_INTERNAL;
-        if (n == 1) {
-            row0 = seg[0].start + seg[0].len;
-            break;
-        }
-    }
-    *ret_row0 = row0;
+    /* an empty shard (fewer tokens than seq ranks): the shards' sizes
+     * never grow in rank order (tensor_split's), so it starts at the end */
+    *ret_row0 = job->Sq;
     *ret_len = 0;
     return WF_OK;
 }

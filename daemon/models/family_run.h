@@ -103,7 +103,8 @@ const char *wf_fwd_device_entry_missing(const wf_backend_ops_t *ops);
  * query sequence of a local-mode cp job (job's pointers unused) on ring
  * R x ulysses U: its seq shard of wf_cp_attention_segments, one
  * contiguous piece without load balance (tensor_split's sizes where R * U
- * does not divide Sq; all of it when R * U = 1). Pure. WF_E_INTERNAL for a
+ * does not divide Sq; all of it when R * U = 1; an empty shard, where
+ * Sq < R * U, at Sq). Pure. WF_E_INTERNAL for a
  * job the check refuses or a shard in more than one piece; the outputs
  * are written only on success. */
 wf_status_t wf_fwd_seq_tokens(const wf_cp_job_t *job, int R, int U, int seq_index,
