@@ -57,3 +57,30 @@ const char *wf_fwd_device_entry_missing(const wf_backend_ops_t *o)
            : !o->fill_f32    ? "fill_f32"
                              : NULL;
 }
+
+wf_status_t wf_fwd_seq_tokens(const wf_cp_job_t *job, int R, int U, int seq_index,
+                              int64_t *ret_row0, int64_t *ret_len)
+{
+    if ((int64_t)R * U == 1) {
+        if (!job || seq_index != 0)
+            return WF_E_INTERNAL;
+        *ret_row0 = 0;
+        *ret_len = job->Sq;
+        return WF_OK;
+    }
+    wf_cp_seg_t seg[WF_CP_MAX_SEGS];
+    int nseg = 0;
+    if (wf_cp_attention_segments(job, R, U, seq_index, false, false, seg, &nseg) != WF_OK ||
+        nseg > 1)
+        return WF_E_INTERNAL;
+    if (nseg == 1) {
+        *ret_row0 = seg[0].start;
+        *ret_len = seg[0].len;
+        return WF_OK;
+    }
+    /* an empty shard (fewer tokens than seq ranks): the shards' sizes
+     * never grow in rank order (tensor_split's), so it starts at the end */
+    *ret_row0 = job->Sq;
+    *ret_len = 0;
+    return WF_OK;
+}

@@ -16,6 +16,7 @@
 #include "family.h"
 #include "model_host.h"
 #include "models/shard.h"
+#include "parallel/cp_attention.h"
 #include "proto.h"
 #include "tp_plan.h"
 #include "weft.h"
@@ -71,7 +72,7 @@ typedef struct wf_family_run {
     /* Where a built shard's pieces live and the bytes it holds. */
     const wf_shard_mem_t *(*shard_mem)(const void *shard);
     /* Check a bound forward against the config and the degrees (what the
-     * schema cannot say: a sequence ring x ulysses must divide). */
+     * schema cannot say). */
     wf_status_t (*forward_check)(const void *cfg, const wf_fwd_io_t *io, int tp,
                                  int R, int U, char *err, size_t err_len);
     /* Workspace bytes any rank needs (device or host memory as ops has
@@ -97,6 +98,17 @@ void wf_fwd_group_abort(const wf_fwd_group_t *grp);
  * whose inputs and output cross between host and device memory
  * ("copy_d2h", ...), or NULL (none lacking, or the CPU backend). */
 const char *wf_fwd_device_entry_missing(const wf_backend_ops_t *ops);
+
+/* Seq rank seq_index's tokens [*ret_row0, *ret_row0 + *ret_len) of the
+ * query sequence of a local-mode cp job (job's pointers unused) on ring
+ * R x ulysses U: its seq shard of wf_cp_attention_segments, one
+ * contiguous piece without load balance (tensor_split's sizes where R * U
+ * does not divide Sq; all of it when R * U = 1; an empty shard, where
+ * Sq < R * U, at Sq). Pure. WF_E_INTERNAL for a
+ * job the check refuses or a shard in more than one piece; the outputs
+ * are written only on success. */
+wf_status_t wf_fwd_seq_tokens(const wf_cp_job_t *job, int R, int U, int seq_index,
+                              int64_t *ret_row0, int64_t *ret_len);
 
 /* The daemon's half of family fam, or NULL (a family this daemon cannot
  * run). */

@@ -31,7 +31,10 @@
  *   - a daemon whose devices are too small refuses the load with
  *     WF_E_NO_MEMORY before reading weights;
  *   - on cpu:6, a reconfiguration to tp = 3 (4 heads) is refused with
- *     diffusers' message and changes nothing (mesh, epoch; forward runs).
+ *     diffusers' message and changes nothing (mesh, epoch; forward runs);
+ *     then flux-tiny (16 image, 8 text tokens, 4 heads) on meshes that
+ *     divide none of them (ring 3, ulysses 3, ring 3 x ulysses 2, tp 2 x
+ *     ring 3) against diffusers' output.
  * The first daemon reports to an sd_notify socket of the test's: a load
  * sends EXTEND_TIMEOUT_USEC with a "loading model" STATUS. It holds every
  * job part at its start for a byte from the test until the drain case
@@ -904,6 +907,23 @@ int main(int argc, char **argv)
         e = run_forward(c, "tiny", &models[0].data, &st);
         CHECK(st == WF_OK && e <= fluxio_tolerance(&models[0].data),
               "forward at dp=3,tp=2: %s %.3g", wf_status_name(st), e);
+        /* meshes that divide neither the 16 image nor the 8 text tokens,
+         * nor the 4 heads over ulysses 3: uneven shards, diffusers' output */
+        static const struct { const char *name; uint32_t dp, ring, uly, tp; } um[] = {
+            { "ring=3 (dp=2)", 2, 3, 1, 1 },
+            { "ulysses=3 (dp=2)", 2, 1, 3, 1 },
+            { "ring=3 x ulysses=2", 1, 3, 2, 1 },
+            { "tp=2 x ring=3", 1, 3, 1, 2 },
+        };
+        for (size_t k = 0; k < sizeof um / sizeof um[0]; k++) {
+            set_mesh(c, um[k].dp, um[k].ring, um[k].uly, um[k].tp);
+            e = run_forward(c, "tiny", &models[0].data, &st);
+            CHECK(st == WF_OK && e <= fluxio_tolerance(&models[0].data),
+                  "forward on %s: %s (%s) error %.3g", um[k].name, wf_status_name(st),
+                  wf_client_last_error(c), e);
+            printf("  uneven %-20s tiny %.2e (tol %.0e)\n", um[k].name, e,
+                   fluxio_tolerance(&models[0].data));
+        }
         wf_client_destroy(&c);
         CHECK(stop_daemon(pid, SPAWN_STOP_MS, err, sizeof err), "weftd (cpu:6): %s", err);
     } else {

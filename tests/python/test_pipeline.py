@@ -29,7 +29,8 @@ FluxPipeline.from_pretrained without diffusers' "Expected types"
 warning, python -m weft and examples/flux_pipeline.py against the
 daemon; a connect timeout where nobody listens, and a daemon stopped and
 started again on the same endpoint and model root (its own weftd
---devices cpu:1).
+--devices cpu:1). A 36 x 36 image (81 image tokens) on ulysses = 2 and
+ring = 2 x ulysses = 2, which do not divide it, against diffusers.
 
 Offload and LoRA through the pipeline need accelerate and peft, which
 the tests' venv lacks: there the test checks that diffusers' own
@@ -152,9 +153,16 @@ class Pipeline(unittest.TestCase):
         pipe.set_progress_bar_config(disable=True)
         with self.assertRaises(NotServedError):
             tf.run(pipe, steps=1, joint_attention_kwargs={"scale": 0.5})
-        # what the daemon refuses comes back as its error
+        # a size mismatch (S_img 63 against img_ids' 64 rows) is refused
+        # with the daemon's code
         with self.assertRaises(weft.BadArgumentError):
-            wt(**dict(args, hidden_states=torch.randn(2, 63, 16), img_ids=torch.randn(63, 3)))
+            wt(**dict(args, hidden_states=torch.randn(2, 63, 16)))
+        # 63 image tokens, which the mesh's seq ranks do not divide: served
+        a63 = dict(args, hidden_states=torch.randn(2, 63, 16), img_ids=torch.randn(63, 3))
+        with torch.no_grad():
+            want63 = ref_t(**a63, return_dict=False)[0]
+        got63 = wt(**a63, return_dict=False)[0]
+        self.assertLess(float((got63 - want63).abs().max()), 1e-5 * float(want63.abs().max()))
         # attach by name alone: the config comes from weftd (list_models' config)
         by_name = WeftFluxTransformer(self.d.endpoint, "tiny-flux")
         self.assertEqual(dict(by_name.config), dict(wt.config))
@@ -485,6 +493,22 @@ class Pipeline(unittest.TestCase):
             self.assertEqual(d.stop(), 0)
             hold.close()
             shutil.rmtree(sock, ignore_errors=True)
+
+    def test_7_any_resolution(self) -> None:
+        """A 36 x 36 image, 81 image tokens (8 text tokens), which neither
+        ulysses = 2 nor ring = 2 x ulysses = 2 divides: served with uneven
+        sequence shards, diffusers' image."""
+        wt = self.transformer()
+        pipe = self.weft_pipe(wt)
+        want = self.generate(self.built["pipe"], tf.PROMPT, height=36, width=36)
+        for label, mesh in (("ulysses=2", dict(dp=2, ulysses=2)),
+                            ("ring=2 x ulysses=2", dict(ring=2, ulysses=2))):
+            wt.client.reconfigure(**mesh)
+            got = self.generate(pipe, tf.PROMPT, height=36, width=36)
+            di = float(abs(got - want).max())
+            print(f"36 x 36 (81 image tokens) on {label}: image max|diff| {di:.3e}")
+            self.assertLess(di, IMAGE_TOL, label)
+        wt.close()
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ Used by test_pipeline.py and bench/python_step.py. Sizes (SPECS):
   tiny (the test's): transformer 4 heads x 16 (hidden 64, MLP 256), one
     double and one single block, in_channels 16, guidance embeddings; T5
     d_model 32, CLIP hidden 16; VAE 2 levels (scale factor 2), 4 latent
-    channels. A 32 x 32 image is 64 image tokens; max_sequence_length 8
-    text tokens; both divide the ring x ulysses degrees 2 and 4.
+    channels. A 32 x 32 image is 64 image tokens (36 x 36: 81, which no
+    ring x ulysses degree divides); max_sequence_length 8 text tokens.
   a (bench/python_step.py): bench/model_cpu_torch.py's size a as the
     transformer (4 heads x 128, 2 + 4 blocks, in_channels 64, no guidance
     embeddings), a 64 x 64 image (256 image tokens), 64 text tokens, T5

@@ -10,12 +10,16 @@
  * Checked: every mesh of the grid on the five fixtures (flux-tiny,
  * flux-tiny-guidance, flux-tiny-bf16: head dim 12; flux-small-d64 and
  * its bf16 copy: head dim 64; f32 against diffusers' float64 run and its
- * float32 run, bf16 against diffusers' bf16 run); a non-default plan (colwise to_out, replicated feed-
+ * float32 run, bf16 against diffusers' bf16 run), the grid including
+ * uneven meshes (16 image and 8 text tokens over 3, 5, 6, 7 seq ranks;
+ * heads over ulysses 3); fewer tokens than seq ranks (empty pieces)
+ * against one rank; a non-default plan (colwise to_out, replicated feed-
  * forwards, packed_colwise AdaLN linears, mixed q / k / v layouts, a
  * rowwise single-block proj_out whose pieces straddle the attention / MLP
  * boundary, split embedders) equal to the default plan at tp 2 and 4;
  * shard sizes; the plan check's and the job check's refusals with
- * diffusers' messages; an error on one rank reaching the others as an
+ * diffusers' messages, the job check's acceptance of any S_img / S_txt on
+ * any ring x ulysses of up to 8; an error on one rank reaching the others as an
  * abort instead of a hang.
  *
  * The device path on the stand-in device backend (tests/support/
@@ -518,8 +522,14 @@ static bool run_mesh(wf_flux_shard_t **shards, const wf_flux_job_t *job0, int T,
 
 /* ---- the grid ---------------------------------------------------------------------- */
 
+/* The even meshes, then uneven ones: 16 image and 8 text tokens over 3,
+ * 5, 6 or 7 seq ranks (the ring's anything mode), 4 heads (2 at tp 2; 2
+ * and 1 on flux-small-d64) over ulysses 3 (ulysses_anything; at tp 2 a
+ * rank without heads) */
 static const int meshes[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 1, 2}, {1, 2, 1},
-                                {2, 1, 2}, {1, 2, 2}, {2, 2, 1}, {4, 1, 2}};
+                                {2, 1, 2}, {1, 2, 2}, {2, 2, 1}, {4, 1, 2}, {1, 3, 1},
+                                {1, 1, 3}, {1, 5, 1}, {1, 3, 2}, {2, 3, 1}, {2, 1, 3},
+                                {1, 7, 1}};
 #define NMESH (int)(sizeof meshes / sizeof meshes[0])
 
 /* Tolerances, max abs error / max |ref| (see main's comment). */
@@ -602,6 +612,53 @@ static void test_fixture(fixture_t *f)
         free_shards(&shards[T], T);
     free(out);
     free(dout);
+}
+
+/* Fewer tokens than seq ranks, so that some ranks hold no text or no
+ * image token, or no token at all: the first batch's first S_img image
+ * and S_txt text tokens of the fixture (a prefix of each input), on
+ * meshes against one rank, on the CPU and on the stand-in device. */
+static void test_short_seqs(fixture_t *f)
+{
+    static const int64_t sizes[][2] = {{3, 2}, {1, 6}, {5, 1}}; /* S_img, S_txt */
+    static const int sm[][3] = {{1, 8, 1}, {1, 2, 4}, {2, 3, 1}, {1, 3, 2}, {2, 1, 3}};
+    wf_tp_plan_t def;
+    wf_flux_family.default_plan(NULL, &def);
+    wf_flux_shard_t **s1 = make_shards(f->host, &def, 1), **s2 = make_shards(f->host, &def, 2);
+    double worst = 0;
+    int runs = 0;
+    for (size_t k = 0; s1 && s2 && k < sizeof sizes / sizeof sizes[0]; k++) {
+        wf_flux_job_t j = f->job;
+        j.B = 1;
+        j.S_img = sizes[k][0];
+        j.S_txt = sizes[k][1];
+        size_t n = (size_t)(j.S_img * f->nout / (size_t)(f->job.B * f->job.S_img));
+        float *ref = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+        if (run_mesh(s1, &j, 1, 1, 1, ref, n, -1, NULL))
+            for (size_t m = 0; m < sizeof sm / sizeof sm[0]; m++) {
+                int T = sm[m][0], R = sm[m][1], U = sm[m][2];
+                for (int dev = 0; dev < 2; dev++) {
+                    memset(out, 0, n * sizeof(float));
+                    bool ok = dev ? run_mesh_dev(f->host, &def, &j, T, R, U, out, n)
+                                  : run_mesh(T == 1 ? s1 : s2, &j, T, R, U, out, n, -1, NULL);
+                    if (!ok)
+                        continue;
+                    double e = rel_err(out, ref, n);
+                    worst = fmax(worst, e);
+                    runs++;
+                    CHECK(e <= TOL_PLAN, "S_img %lld, S_txt %lld, %s mesh (%d,%d,%d) vs one "
+                          "rank: %.3g > %.3g", (long long)j.S_img, (long long)j.S_txt,
+                          dev ? "device" : "cpu", T, R, U, e, TOL_PLAN);
+                }
+            }
+        free(ref);
+        free(out);
+    }
+    free_shards(&s1, 1);
+    free_shards(&s2, 2);
+    printf("%s: S_img / S_txt of 3 / 2, 1 / 6, 5 / 1 (empty pieces) on ring 8, ring 2 x ulysses "
+           "4, tp 2 x ring 3, ring 3 x ulysses 2, tp 2 x ulysses 3 (CPU and device) vs one rank: "
+           "%d runs, worst %.3g (tol %.0e)\n", f->name, runs, worst, TOL_PLAN);
 }
 
 /* The output in bf16 is the f32 output rounded (round-to-nearest-even),
@@ -896,16 +953,25 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     j.txt_ids_axes = 2;
     st = wf_flux_forward_check(cfg, &j, 1, 1, 1, err, sizeof err);
     CHECK(st == WF_E_BAD_SHAPE && strstr(err, "txt_ids"), "ids axes: '%s'", err);
-    /* S_img = 16 over ring x ulysses = 3 */
-    const char *msg = "Tensor size along dimension to be sharded must be divisible by mesh size";
-    j = plain->job;
-    st = wf_flux_forward_check(cfg, &j, 1, 3, 1, err, sizeof err);
-    CHECK(st == WF_E_BAD_SHAPE && strstr(err, msg) && strstr(err, "S_img = 16"),
-          "S_img over 3: %d '%s'", (int)st, err);
-    j.S_img = 18; /* S_txt = 8 over 3 */
-    st = wf_flux_forward_check(cfg, &j, 1, 1, 3, err, sizeof err);
-    CHECK(st == WF_E_BAD_SHAPE && strstr(err, msg) && strstr(err, "S_txt = 8"),
-          "S_txt over 3: %d '%s'", (int)st, err);
+    /* any S_img and S_txt on any ring x ulysses of up to 8, also fewer
+     * tokens than seq ranks: accepted, with a workspace */
+    int n_seq = 0;
+    for (int R = 1; R <= 8; R++)
+        for (int U = 1; R * U <= 8; U++)
+            for (int64_t si = 1; si <= 20; si++)
+                for (int64_t stx = 1; stx <= 10; stx++) {
+                    j = plain->job;
+                    j.S_img = si;
+                    j.S_txt = stx;
+                    st = wf_flux_forward_check(cfg, &j, 1, R, U, err, sizeof err);
+                    CHECK(st == WF_OK && err[0] == 0, "S_img %lld, S_txt %lld on ring %d x "
+                          "ulysses %d: %d '%s'", (long long)si, (long long)stx, R, U, (int)st,
+                          err);
+                    CHECK(wf_flux_forward_workspace(cfg, &j, 1, R, U, ops, NULL) != SIZE_MAX,
+                          "workspace of S_img %lld, S_txt %lld on ring %d x ulysses %d",
+                          (long long)si, (long long)stx, R, U);
+                    n_seq++;
+                }
     /* guidance: required by the guidance model, refused by the other */
     j = guid->job;
     j.has_guidance = false;
@@ -933,8 +999,8 @@ static void test_forward_check(const fixture_t *plain, const fixture_t *guid)
     size_t w1 = wf_flux_forward_workspace(cfg, &j, 1, 1, 1, ops, NULL);
     size_t w4 = wf_flux_forward_workspace(cfg, &j, 1, 2, 2, ops, NULL);
     CHECK(w1 > 0 && w1 != SIZE_MAX && w4 < w1, "workspace P 1 %zu, P 4 %zu", w1, w4);
-    printf("forward check: channels, ids, diffusers' divisibility message, guidance, dtypes; "
-           "workspace %zu bytes (P 1), %zu (P 4)\n", w1, w4);
+    printf("forward check: channels, ids, guidance, dtypes; any S_img / S_txt on any ring x "
+           "ulysses (%d cases); workspace %zu bytes (P 1), %zu (P 4)\n", n_seq, w1, w4);
 }
 
 /* One rank with a short workspace fails alone and aborts the world: the
@@ -1015,6 +1081,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < NFIX; i++)
             test_fixture(&fx[i]);
         test_out_dtype(&fx[2]);
+        test_short_seqs(&fx[0]);
         for (int i = 0; i < NFIX; i++)
             test_dev_shard(&fx[i]);
         test_plans(&fx[0]);

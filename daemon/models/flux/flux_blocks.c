@@ -56,8 +56,10 @@ wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
     j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
     j.rotate_method = WF_CP_ROTATE_ALLGATHER;
     j.convert_to_fp32 = true;
-    /* S divides over P (checked); uneven heads (tp * ulysses above the
-     * head count) split as cp_attention's ulysses_anything does */
+    /* uneven shards of the joint sequence (flux_tokens) and uneven heads
+     * (tp * ulysses above the head count, or not dividing it): the
+     * anything modes, tensor_split's sizes */
+    j.ring_anything = g->S % g->P != 0;
     j.ulysses_anything = Hl % g->U != 0;
     j.local = true;
     j.fp8 = g->fp8;

@@ -41,7 +41,9 @@ static wf_status_t put_f32(run_t *x, float *dst, const void *src, wf_dtype_t dt,
     return x->ops->convert(x->ctx, dst, WF_DTYPE_F32, stage, dt, n);
 }
 
-/* The root writes every seq rank's record (rank-major) from the inputs. */
+/* The root writes every seq rank's record (rank-major) from the inputs:
+ * rank j's text and image tokens (flux_tokens) packed at the front of
+ * each piece. */
 static wf_status_t fill_records(run_t *x)
 {
     const geo_t *g = &x->g;
@@ -50,26 +52,31 @@ static wf_status_t fill_records(run_t *x)
     wf_status_t st = WF_OK;
     for (int j = 0; j < g->P && st == WF_OK; j++) {
         float *rec = fp(x, x->W.in) + (size_t)j * rl->n;
+        int64_t t0, lt, i0, li;
+        if ((st = flux_tokens(g, j, &t0, &lt, &i0, &li)) != WF_OK)
+            break;
         size_t eh = wf_dtype_size(job->hidden_dtype), ee = wf_dtype_size(job->encoder_dtype);
         for (int64_t b = 0; b < g->B && st == WF_OK; b++) {
             const unsigned char *h = job->hidden_states;
-            st = put_f32(x, rec + rl->hid + (size_t)(b * g->Li * g->IN),
-                         h + (size_t)((b * g->S_img + j * g->Li) * g->IN) * eh,
-                         job->hidden_dtype, (size_t)(g->Li * g->IN));
+            st = put_f32(x, rec + rl->hid + (size_t)(b * li * g->IN),
+                         h + (size_t)((b * g->S_img + i0) * g->IN) * eh, job->hidden_dtype,
+                         (size_t)(li * g->IN));
             const unsigned char *e = job->encoder_hidden_states;
             if (st == WF_OK)
-                st = put_f32(x, rec + rl->enc + (size_t)(b * g->Lt * g->J),
-                             e + (size_t)((b * g->S_txt + j * g->Lt) * g->J) * ee,
-                             job->encoder_dtype, (size_t)(g->Lt * g->J));
+                st = put_f32(x, rec + rl->enc + (size_t)(b * lt * g->J),
+                             e + (size_t)((b * g->S_txt + t0) * g->J) * ee, job->encoder_dtype,
+                             (size_t)(lt * g->J));
         }
         const unsigned char *ii = job->img_ids, *ti = job->txt_ids;
         size_t ei = wf_dtype_size(job->img_ids_dtype), et = wf_dtype_size(job->txt_ids_dtype);
+        /* the joint rows' ids: text piece, then image piece */
         if (st == WF_OK)
-            st = put_f32(x, rec + rl->iid, ii + (size_t)(j * g->Li * g->NA) * ei,
-                         job->img_ids_dtype, (size_t)(g->Li * g->NA));
+            st = put_f32(x, rec + rl->ids + (size_t)(lt * g->NA),
+                         ii + (size_t)(i0 * g->NA) * ei, job->img_ids_dtype,
+                         (size_t)(li * g->NA));
         if (st == WF_OK)
-            st = put_f32(x, rec + rl->tid, ti + (size_t)(j * g->Lt * g->NA) * et,
-                         job->txt_ids_dtype, (size_t)(g->Lt * g->NA));
+            st = put_f32(x, rec + rl->ids, ti + (size_t)(t0 * g->NA) * et, job->txt_ids_dtype,
+                         (size_t)(lt * g->NA));
         if (st == WF_OK)
             st = put_f32(x, rec + rl->pooled, job->pooled_projections, job->pooled_dtype,
                          (size_t)(g->B * g->PD));
@@ -88,7 +95,9 @@ static wf_status_t fill_records(run_t *x)
 }
 
 /* Inputs to every rank: the root's records over tp (seq index 0 ranks),
- * then each seq group's root scatters them. */
+ * then each seq group's root scatters them. Every record has the same
+ * size (the most of any rank), so the counts are equal; a rank with fewer
+ * tokens than the most leaves the end of its pieces unread. */
 wf_status_t flux_distribute(run_t *x)
 {
     const geo_t *g = &x->g;
@@ -112,12 +121,12 @@ wf_status_t flux_distribute(run_t *x)
 }
 
 /* RoPE tables (L, D) of this rank's joint rows [txt piece, img piece]
- * (the record's txt_ids and img_ids, contiguous in that order):
+ * (the record's ids, txt_ids then img_ids):
  * diffusers' FluxPosEmbed (backend.h's rope_table). */
 wf_status_t flux_rope_tables(run_t *x)
 {
     const float *rec = fp(x, x->W.in);
-    return x->ops->rope_table(x->ctx, rec + x->W.rec.tid, x->g.L, x->cfg->axes_dims_rope,
+    return x->ops->rope_table(x->ctx, rec + x->W.rec.ids, x->g.L, x->cfg->axes_dims_rope,
                               x->cfg->n_axes, ROPE_THETA, x->g.D, fp(x, x->W.rcos),
                               fp(x, x->W.rsin));
 }

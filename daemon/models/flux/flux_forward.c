@@ -10,8 +10,19 @@
  *
  * Names (one rank): T tp ranks (this one t), P = R * U seq ranks (this one
  * i), C = inner_dim, H heads of D, M = mlp_hidden_dim, OC = p^2 *
- * out_channels. Lt = S_txt / P and Li = S_img / P tokens of each stream on
- * this rank, L = Lt + Li; Nt = B * Lt, Ni = B * Li, N = Nt + Ni rows.
+ * out_channels. Lt and Li tokens of each stream on this rank, L = Lt + Li;
+ * Nt = B * Lt, Ni = B * Li, N = Nt + Ni rows.
+ *
+ * Tokens. Rank j's L_j joint rows are its seq shard of cp_attention's
+ * plan for the joint sequence S = S_txt + S_img (cp_attention.h local
+ * mode; tensor_split's sizes, uneven where P does not divide S: the
+ * ring's anything mode): piece j of the tensor_split of S_txt into P,
+ * then the L_j - Lt_j image tokens that follow rank j - 1's (flux_tokens).
+ * When P divides S_txt and S_img that is S_txt / P and S_img / P, the
+ * split of diffusers' _cp_plan; otherwise every rank has its own Lt, Li,
+ * the input records and buffers are sized by the most of any rank, and
+ * the output is gathered with each rank's count. Heads that ulysses does
+ * not divide split as cp_attention's ulysses_anything does.
  *
  * Stream order. The residual stream is one (N, C) buffer S: the text rows
  * of every batch (b-major), then the image rows. Double blocks work on its
@@ -58,6 +69,37 @@
 #define MAX_ROWS ((int64_t)INT32_MAX)
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ---- tokens ---------------------------------------------------------------- */
+
+/* Piece j of torch.tensor_split of n into P: [*start, *start + *len). */
+static void tensor_split_piece(int64_t n, int64_t P, int64_t j, int64_t *start, int64_t *len)
+{
+    int64_t q = n / P, r = n % P;
+    *start = j * q + (j < r ? j : r);
+    *len = q + (j < r ? 1 : 0);
+}
+
+wf_status_t flux_tokens(const geo_t *g, int j, int64_t *t0, int64_t *lt, int64_t *i0,
+                        int64_t *li)
+{
+    wf_cp_job_t cj = flux_cp_job_of(g, g->H);
+    int64_t row0, len, ts, tl;
+    if (wf_fwd_seq_tokens(&cj, g->R, g->U, j, &row0, &len) != WF_OK)
+        return WF_E_INTERNAL;
+    tensor_split_piece(g->S_txt, g->P, j, &ts, &tl);
+    /* the shards before j hold row0 joint tokens, ts of them text */
+    if (len < tl || row0 < ts || row0 - ts + len - tl > g->S_img)
+        return WF_E_INTERNAL;
+    *t0 = ts;
+    *lt = tl;
+    *i0 = row0 - ts;
+    *li = len - tl;
+    return WF_OK;
+}
+
+static geo_t geo_base(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T, int R,
+                      int U);
 
 /* ---- job check -------------------------------------------------------------- */
 
@@ -123,21 +165,29 @@ wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "guidance given, but the model has no guidance embedder "
                               "(guidance_embeds is false)");
-    int64_t P = (int64_t)R * U;
-    if (job->S_img % P != 0 || job->S_txt % P != 0) {
-        bool img = job->S_img % P != 0;
-        return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
-                              "Tensor size along dimension to be sharded must be divisible by mesh "
-                              "size (%s: %s = %" PRId64 ", ring x ulysses = %" PRId64 ")",
-                              img ? "hidden_states / img_ids" : "encoder_hidden_states / txt_ids",
-                              img ? "S_img" : "S_txt", img ? job->S_img : job->S_txt, P);
-    }
     /* rows of one GEMM and every product of the workspace in range */
     int64_t S = job->S_img + job->S_txt;
     if (job->S_img > INT32_MAX || job->S_txt > INT32_MAX || S > INT32_MAX ||
         job->B > MAX_ROWS / S)
         return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
                               "job too large: B %" PRId64 " x %" PRId64 " tokens", job->B, S);
+    /* any S_img and S_txt on any ring x ulysses: every rank's pieces
+     * (flux_tokens) tile both sequences in rank order */
+    geo_t g = geo_base(cfg, job, tp, R, U);
+    int64_t next = 0;
+    for (int j = 0; j < g.P; j++) {
+        int64_t t0, lt, i0, li;
+        if (flux_tokens(&g, j, &t0, &lt, &i0, &li) != WF_OK || i0 != next)
+            return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
+                                  "no split of the joint sequence (S_txt = %" PRId64 ", S_img = "
+                                  "%" PRId64 ") over ring x ulysses = %d gives seq rank %d its "
+                                  "shard's tokens", job->S_txt, job->S_img, g.P, j);
+        next = i0 + li;
+    }
+    if (next != job->S_img)
+        return wf_errf_status(WF_E_BAD_SHAPE, err, err_len,
+                              "the image pieces over ring x ulysses = %d cover %" PRId64
+                              " of S_img = %" PRId64 " tokens", g.P, next, job->S_img);
     return WF_OK;
 }
 
@@ -178,8 +228,8 @@ wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
 
 /* ---- sizes and the workspace layout ------------------------------------------ */
 
-static geo_t geo_of(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T, int R,
-                    int U)
+static geo_t geo_base(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T, int R,
+                      int U)
 {
     geo_t g;
     memset(&g, 0, sizeof g);
@@ -191,12 +241,6 @@ static geo_t geo_of(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T
     g.S_img = job->S_img;
     g.S_txt = job->S_txt;
     g.S = g.S_img + g.S_txt;
-    g.Lt = g.S_txt / g.P;
-    g.Li = g.S_img / g.P;
-    g.L = g.Lt + g.Li;
-    g.Nt = g.B * g.Lt;
-    g.Ni = g.B * g.Li;
-    g.N = g.Nt + g.Ni;
     g.C = cfg->inner_dim;
     g.H = cfg->num_attention_heads;
     g.D = cfg->attention_head_dim;
@@ -210,18 +254,49 @@ static geo_t geo_of(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T
     return g;
 }
 
+/* Seq rank i's tokens and rows into g. */
+static wf_status_t geo_rank(geo_t *g, int i)
+{
+    int64_t t0, i0;
+    if (flux_tokens(g, i, &t0, &g->Lt, &i0, &g->Li) != WF_OK)
+        return WF_E_INTERNAL;
+    g->L = g->Lt + g->Li;
+    g->Nt = g->B * g->Lt;
+    g->Ni = g->B * g->Li;
+    g->N = g->Nt + g->Ni;
+    return WF_OK;
+}
+
+/* The sizes of a job the check accepted: the most tokens of any rank,
+ * and rank 0's as this rank's (the run sets its own with geo_rank). */
+static wf_status_t geo_of(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int T, int R,
+                          int U, geo_t *ret)
+{
+    geo_t g = geo_base(cfg, job, T, R, U);
+    for (int j = g.P - 1; j >= 0; j--) {
+        if (geo_rank(&g, j) != WF_OK)
+            return WF_E_INTERNAL;
+        g.Ltm = wf_max_i64(g.Ltm, g.Lt);
+        g.Lim = wf_max_i64(g.Lim, g.Li);
+        g.Lm = wf_max_i64(g.Lm, g.L);
+    }
+    g.Ntm = g.B * g.Ltm;
+    g.Nim = g.B * g.Lim;
+    g.Nm = g.B * g.Lm;
+    *ret = g;
+    return WF_OK;
+}
+
 static recl_t rec_layout(szc_t *c, const geo_t *g)
 {
     recl_t r;
     size_t o = 0;
     r.hid = o;
-    o = szc_add(c, o, szc_mul3(c, g->B, g->Li, g->IN));
+    o = szc_add(c, o, szc_mul3(c, g->B, g->Lim, g->IN));
     r.enc = o;
-    o = szc_add(c, o, szc_mul3(c, g->B, g->Lt, g->J));
-    r.tid = o; /* then iid: the joint rows' ids, contiguous */
-    o = szc_add(c, o, szc_mul3(c, g->Lt, g->NA, 1));
-    r.iid = o;
-    o = szc_add(c, o, szc_mul3(c, g->Li, g->NA, 1));
+    o = szc_add(c, o, szc_mul3(c, g->B, g->Ltm, g->J));
+    r.ids = o;
+    o = szc_add(c, o, szc_mul3(c, g->Lm, g->NA, 1));
     r.pooled = o;
     o = szc_add(c, o, szc_mul3(c, g->B, g->PD, 1));
     r.ts = o;
@@ -294,7 +369,7 @@ static size_t lin_ws(const geo_t *g, const wf_backend_ops_t *ops)
         for (int d = 0; d < 3; d++) {
             wf_linear_params_t p;
             memset(&p, 0, sizeof p);
-            p.rows = g->N;
+            p.rows = g->Nm;
             p.in = shapes[k][0];
             p.out = shapes[k][1];
             p.ldx = p.in;
@@ -317,13 +392,13 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, bool dev,
     wsl_t w;
     memset(&w, 0, sizeof w);
     size_t off = 0, hoff = 0;
-    const int64_t B = g->B, N = g->N, C = g->C, M = g->M;
+    const int64_t B = g->B, N = g->Nm, C = g->C, M = g->M;
     w.rec = rec_layout(c, g);
     w.meta = take(c, dev ? &hoff : &off,
                   szc_mul(c, 2u * (size_t)wf_max_i64(g->P, g->T), sizeof(size_t)));
     w.in = ftake(c, &off, szc_mul(c, w.rec.n, seq0 ? (size_t)g->P : 1u));
-    w.rcos = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
-    w.rsin = ftake(c, &off, szc_mul3(c, g->L, g->D, 1));
+    w.rcos = ftake(c, &off, szc_mul3(c, g->Lm, g->D, 1));
+    w.rsin = ftake(c, &off, szc_mul3(c, g->Lm, g->D, 1));
     w.tproj = ftake(c, &off, szc_mul3(c, B, WF_FLUX_TIMESTEP_CHANNELS, 1));
     w.v1 = ftake(c, &off, szc_mul3(c, B, C, 1));
     w.v2 = ftake(c, &off, szc_mul3(c, B, C, 1));
@@ -343,11 +418,11 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, bool dev,
     w.hid = ftake(c, &off, szc_mul3(c, N, M, 1));
     w.cat = ftake(c, &off, szc_mul3(c, N, C + M, 1));
     /* Y: any linear's split output (rows x out) before it is made full */
-    w.Y_n = maxz(maxz(szc_mul3(c, B, 6, C), szc_mul3(c, N, C, 1)), szc_mul3(c, g->Ni, g->OC, 1));
+    w.Y_n = maxz(maxz(szc_mul3(c, B, 6, C), szc_mul3(c, N, C, 1)), szc_mul3(c, g->Nim, g->OC, 1));
     w.Y = ftake(c, &off, w.Y_n);
     /* Xc: any linear's input (rows x in), or a q / k / v part (N x C) */
-    w.Xc_n = maxz(maxz(szc_mul3(c, N, M, 1), szc_mul3(c, g->Ni, g->IN, 1)),
-                  maxz(szc_mul3(c, g->Nt, g->J, 1),
+    w.Xc_n = maxz(maxz(szc_mul3(c, N, M, 1), szc_mul3(c, g->Nim, g->IN, 1)),
+                  maxz(szc_mul3(c, g->Ntm, g->J, 1),
                        szc_mul3(c, B, wf_max_i64(g->PD, WF_FLUX_TIMESTEP_CHANNELS), 1)));
     w.Xc = ftake(c, &off, w.Xc_n);
     /* G: rows x full width of anything converted: an input (Xc's bound)
@@ -358,14 +433,14 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, bool dev,
     w.lws = take(c, &off, lws_bytes);
     w.aws_bytes = aws_bytes;
     w.aws = take(c, &off, aws_bytes);
-    w.out = ftake(c, &off, szc_mul3(c, g->Ni, g->OC, 1));
-    w.outg = ftake(c, &off, root && g->P > 1 ? szc_mul3(c, g->P, g->Ni, g->OC) : 0);
+    w.out = ftake(c, &off, szc_mul3(c, g->Nim, g->OC, 1));
+    w.outg = ftake(c, &off, root && g->P > 1 ? szc_mul3(c, g->P, g->Nim, g->OC) : 0);
     if (dev && root) {
         /* a raw input chunk (at most 4 bytes an element), or the whole
          * output in out_dtype */
-        size_t chunk = maxz(maxz(szc_mul3(c, g->Li, g->IN, 1), szc_mul3(c, g->Lt, g->J, 1)),
-                            maxz(szc_mul3(c, g->L, g->NA, 1), szc_mul3(c, B, g->PD, 1)));
-        w.stage_bytes = szc_mul(c, maxz(chunk, szc_mul3(c, g->P, g->Ni, g->OC)), sizeof(float));
+        size_t chunk = maxz(maxz(szc_mul3(c, g->Lim, g->IN, 1), szc_mul3(c, g->Ltm, g->J, 1)),
+                            maxz(szc_mul3(c, g->Lm, g->NA, 1), szc_mul3(c, B, g->PD, 1)));
+        w.stage_bytes = szc_mul(c, maxz(chunk, szc_mul3(c, g->P, g->Nim, g->OC)), sizeof(float));
     }
     w.stage = take(c, &off, w.stage_bytes);
     w.total = off;
@@ -384,7 +459,9 @@ size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
         *ret_host = SIZE_MAX;
     if (!ops || wf_flux_forward_check(cfg, job, tp, R, U, NULL, 0) != WF_OK)
         return SIZE_MAX;
-    geo_t g = geo_of(cfg, job, tp, R, U);
+    geo_t g;
+    if (geo_of(cfg, job, tp, R, U, &g) != WF_OK)
+        return SIZE_MAX;
     szc_t c = {false};
     size_t haws = 0, aws = attn_ws(&c, &g, ops, &haws), lws = lin_ws(&g, ops);
     if (lws == SIZE_MAX)
@@ -405,9 +482,10 @@ size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
 /* ---- the forward ------------------------------------------------------------------------- */
 
 /* norm_out (AdaLayerNormContinuous: scale, then shift) and proj_out of
- * the image rows, then every seq rank's output to the root, which writes
- * (B, S_img, OC) in out_dtype (on a device: converted there, copied down
- * chunk by chunk). Only the tp rank 0 ranks gather. */
+ * the image rows, then every seq rank's output to the root (rank j's
+ * (Ni_j, OC) at j * Nim * OC), which writes (B, S_img, OC) in out_dtype,
+ * each rank's image tokens at their place (on a device: converted there,
+ * copied down chunk by chunk). Only the tp rank 0 ranks gather. */
 static wf_status_t finish(run_t *x)
 {
     const geo_t *g = &x->g;
@@ -429,8 +507,11 @@ static wf_status_t finish(run_t *x)
     if (g->P > 1) {
         size_t *counts = flux_meta(x), *displs = counts + g->P;
         for (int j = 0; j < g->P; j++) {
-            counts[j] = rb;
-            displs[j] = (size_t)j * rb;
+            int64_t t0, lt, i0, li;
+            if ((st = flux_tokens(g, j, &t0, &lt, &i0, &li)) != WF_OK)
+                return st;
+            counts[j] = (size_t)(B * li * OC) * sizeof(float);
+            displs[j] = (size_t)(j * g->Nim * OC) * sizeof(float);
         }
         float *outg = x->root ? fp(x, x->W.outg) : NULL;
         st = wf_comm_gatherv(x->grp->seq, out, rb, outg, counts, displs, 0);
@@ -444,7 +525,9 @@ static wf_status_t finish(run_t *x)
     unsigned char *dst = x->job->output;
     const unsigned char *conv = NULL;
     if (x->dev) {
-        size_t n = (size_t)(g->P * g->Ni * OC);
+        /* rank j's rows at j * Nim * OC; the ends of shorter ranks'
+         * pieces are converted too, never read */
+        size_t n = (size_t)((g->P > 1 ? g->P * g->Nim : g->Ni) * OC);
         if (n * eo > x->W.stage_bytes)
             return WF_E_INTERNAL;
         conv = x->ws + x->W.stage;
@@ -453,10 +536,13 @@ static wf_status_t finish(run_t *x)
         if (st != WF_OK)
             return st;
     }
-    for (int j = 0; j < g->P; j++)
+    for (int j = 0; j < g->P; j++) {
+        int64_t t0, lt, i0, li;
+        if ((st = flux_tokens(g, j, &t0, &lt, &i0, &li)) != WF_OK)
+            return st;
         for (int64_t b = 0; b < B; b++) {
-            unsigned char *d = dst + (size_t)((b * g->S_img + j * g->Li) * OC) * eo;
-            size_t at = (size_t)((j * g->Ni + b * g->Li) * OC), n = (size_t)(g->Li * OC);
+            unsigned char *d = dst + (size_t)((b * g->S_img + i0) * OC) * eo;
+            size_t at = (size_t)((j * g->Nim + b * li) * OC), n = (size_t)(li * OC);
             if (x->dev) {
                 if ((st = x->ops->copy_d2h(x->ctx, d, conv + at * eo, n * eo)) != WF_OK)
                     return st;
@@ -464,6 +550,7 @@ static wf_status_t finish(run_t *x)
                 wf_convert_from_f32(d, x->job->out_dtype, src + at, n);
             }
         }
+    }
     return WF_OK;
 }
 
@@ -497,7 +584,6 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     x.grp = group;
     x.ops = ops;
     x.ctx = ctx;
-    x.g = geo_of(&shard->cfg, job, T, R, U);
     x.ws = workspace;
     x.hws = host_ws;
     x.dev = flux_on_device(ops);
@@ -509,6 +595,8 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     x.t = T > 1 ? wf_comm_rank(group->tp) : 0;
     x.i = R * U > 1 ? wf_comm_rank(group->seq) : 0;
     x.root = x.t == 0 && x.i == 0;
+    if (geo_of(&shard->cfg, job, T, R, U, &x.g) != WF_OK || geo_rank(&x.g, x.i) != WF_OK)
+        goto fail;
     /* a device shard on the CPU or the other way round: a bug */
     if (shard->tp != T || shard->tp_rank != x.t || (shard->mem.dev != NULL) != x.dev)
         goto fail;

@@ -14,12 +14,17 @@
  *
  * Sequences. With ring x ulysses = P > 1 ranks in the seq group, the
  * split / gather plan of diffusers' FLUX: hidden_states, img_ids split on
- * the sequence (tensor_split into P contiguous pieces, seq rank i holding
- * piece i), encoder_hidden_states and txt_ids likewise; each rank runs the
- * token-wise layers on its tokens ([txt piece, img piece] joint order) and
- * the attention with wf_cp_attention_run in its local mode over the seq /
- * ring / ulysses communicators; the output is gathered on the sequence
- * dim. S_img and S_txt must each be divisible by P (diffusers' message).
+ * the sequence (contiguous pieces in rank order), encoder_hidden_states
+ * and txt_ids likewise; each rank runs the token-wise layers on its
+ * tokens ([txt piece, img piece] joint order) and the attention with
+ * wf_cp_attention_run in its local mode over the seq / ring / ulysses
+ * communicators; the output is gathered on the sequence dim. Any S_img
+ * and S_txt on any P: rank i's joint rows are its seq shard of the joint
+ * sequence S_txt + S_img (tensor_split's sizes, uneven where P does not
+ * divide it), holding piece i of the tensor_split of S_txt into P and
+ * the image tokens that fill the rest; when P divides both, S_txt / P
+ * and S_img / P, diffusers' split. Heads that ulysses does not divide
+ * split unevenly (cp_attention's ulysses_anything).
  *
  * Roots. The rank with tp rank 0 and seq index 0 (the replica's rank 0)
  * reads the inputs and writes the output; it sends every other rank what
@@ -90,9 +95,9 @@ typedef struct wf_flux_job {
  * admitted (pure; every rank would compute the same): dtypes, shapes
  * (the *_ch / *_axes fields against in_channels, joint_attention_dim,
  * pooled_projection_dim, n_axes), guidance present iff
- * cfg.guidance_embeds, S_img and S_txt
- * divisible by ring x ulysses. WF_E_BAD_SHAPE / WF_E_BAD_ARGUMENT with a
- * message naming the tensor and the config field. */
+ * cfg.guidance_embeds, sizes in range; any S_img and S_txt on any ring x
+ * ulysses. WF_E_BAD_SHAPE / WF_E_BAD_ARGUMENT with a message naming the
+ * tensor and the config field. */
 wf_status_t wf_flux_forward_check(const wf_flux_config_t *cfg,
                                   const wf_flux_job_t *job, int tp, int R, int U,
                                   char *err, size_t err_len);

@@ -8,7 +8,7 @@
  * Names as in flux_forward.c: T tp ranks, P = R * U seq ranks, C =
  * inner_dim, H heads of D, M = mlp_hidden_dim, OC = p^2 * out_channels;
  * Lt / Li text / image tokens on this rank, L = Lt + Li; Nt = B * Lt,
- * Ni = B * Li, N = Nt + Ni rows.
+ * Ni = B * Li, N = Nt + Ni rows (flux_tokens: which tokens).
  */
 #ifndef WF_FLUX_RUN_H
 #define WF_FLUX_RUN_H
@@ -25,11 +25,16 @@
 #define MAX_DEGREE 65536
 
 
-/* Sizes of a job on one rank (identical on every rank). */
+/* Sizes of a job: identical on every rank but for this rank's tokens and
+ * rows (flux_geo_rank; the workspace is laid out with the most of any
+ * rank, so that one figure serves every rank). */
 typedef struct geo {
     int64_t B, S_img, S_txt, S;  /* job; S = S_img + S_txt (the joint length) */
-    int64_t Lt, Li, L;           /* tokens per rank */
-    int64_t Nt, Ni, N;           /* rows per rank */
+    int64_t Lt, Li, L;           /* this rank's tokens */
+    int64_t Nt, Ni, N;           /* this rank's rows */
+    int64_t Ltm, Lim, Lm;        /* the most tokens of any seq rank (each
+                                    its own maximum) */
+    int64_t Ntm, Nim, Nm;        /* B times those: the most rows */
     int64_t C, H, D, M, OC;      /* model widths */
     int64_t IN, J, PD, NA;       /* input widths */
     int T, R, U, P;              /* degrees */
@@ -37,13 +42,13 @@ typedef struct geo {
 } geo_t;
 
 /* One input record: what one seq rank needs of the inputs, f32, floats
- * from the record's start. txt_ids then img_ids: the ids of the joint
- * rows (L, NA) in joint order. */
+ * from the record's start, sized for the most tokens of any rank (Ltm,
+ * Lim, Lm); rank j's pieces have its own Lt_j / Li_j rows, packed. */
 typedef struct recl {
     size_t hid;    /* hidden_states piece (B, Li, IN) */
     size_t enc;    /* encoder_hidden_states piece (B, Lt, J) */
-    size_t tid;    /* txt_ids piece (Lt, NA) */
-    size_t iid;    /* img_ids piece (Li, NA), right after tid */
+    size_t ids;    /* the ids of the joint rows (L, NA) in joint order: the
+                      txt_ids piece (Lt, NA), then the img_ids piece (Li, NA) */
     size_t pooled; /* pooled_projections (B, PD) */
     size_t ts;     /* timestep (B) */
     size_t gd;     /* guidance (B) */
@@ -60,7 +65,7 @@ typedef struct wsl {
                       in the workspace on the CPU, the host workspace on a
                       device) */
     size_t in;     /* input records: P on seq index 0, else 1; own first */
-    size_t rcos, rsin; /* RoPE tables (L, D) */
+    size_t rcos, rsin; /* RoPE tables (Lm, D) */
     size_t tproj;  /* sinusoidal projection (B, 256) */
     size_t v1, v2, temb, semb; /* (B, C): embedder scratch, temb, silu(temb) */
     size_t modA, modB; /* (B, 6C): AdaLN outputs */
@@ -77,7 +82,8 @@ typedef struct wsl {
     size_t lws;    /* linear workspace (ops->linear_workspace, any layer) */
     size_t aws;    /* attention workspace */
     size_t out;    /* final output (Ni, OC) */
-    size_t outg;   /* root, P > 1: every seq rank's output (P, Ni, OC) */
+    size_t outg;   /* root, P > 1: every seq rank's output, rank j's (Ni_j,
+                      OC) at j * Nim * OC */
     size_t stage;  /* root on a device: a raw input chunk copied up, and
                       the output converted to out_dtype */
     size_t total;  /* bytes */
@@ -123,12 +129,26 @@ static inline size_t *flux_meta(const run_t *x)
  * and the shards are then device memory). */
 static inline bool flux_on_device(const wf_backend_ops_t *ops) { return ops->copy_h2d != NULL; }
 
+/* ---- tokens (flux_forward.c) ------------------------------------------- */
+
+/* Seq rank j's text tokens [*t0, *t0 + *lt) and image tokens [*i0, *i0 +
+ * *li): its joint rows, cp_attention's seq shard of the joint sequence
+ * (L_j tokens: tensor_split's sizes of S), hold piece j of the
+ * tensor_split of S_txt into P, then L_j - lt image tokens, the image
+ * pieces tiling S_img in rank order. The joint rows need not be the
+ * shard's global positions: the attention has no mask, so only their
+ * number must match. When P divides both, lt = S_txt / P and li = S_img
+ * / P. WF_E_INTERNAL where li would be negative (cannot happen: L_j and
+ * lt are tensor_split sizes of S >= S_txt) or the job is refused. */
+wf_status_t flux_tokens(const geo_t *g, int j, int64_t *t0, int64_t *lt, int64_t *i0,
+                        int64_t *li);
+
 /* ---- inputs and embeddings (flux_embed.c) ------------------------------ */
 
 /* Inputs to every rank's input record (the root fills them). */
 wf_status_t flux_distribute(run_t *x);
 
-/* RoPE tables (L, D) of this rank's joint rows. */
+/* RoPE tables (L, D) of this rank's joint rows (the record's ids). */
 wf_status_t flux_rope_tables(run_t *x);
 
 /* temb and semb = silu(temb) from the timestep, guidance and pooled

@@ -261,24 +261,11 @@ static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Li, int64_t Skv)
     return p;
 }
 
-/* Seq rank j's tokens [*row0, *row0 + *len): cp_attention's seq shard,
- * one piece (no load balance). */
+/* Seq rank j's tokens [*row0, *row0 + *len): cp_attention's seq shard. */
 static wf_status_t tokens_of(const geo_t *g, int j, int64_t *row0, int64_t *len)
 {
-    if (g->P == 1) {
-        *row0 = 0;
-        *len = g->S;
-        return WF_OK;
-    }
     wf_cp_job_t cj = cp_job_of(g);
-    wf_cp_seg_t seg[WF_CP_MAX_SEGS];
-    int nseg = 0;
-    if (wf_cp_attention_segments(&cj, g->R, g->U, j, false, false, seg, &nseg) != WF_OK ||
-        nseg != 1)
-        return WF_E_INTERNAL;
-    *row0 = seg[0].start;
-    *len = seg[0].len;
-    return WF_OK;
+    return wf_fwd_seq_tokens(&cj, g->R, g->U, j, row0, len);
 }
 
 /* The largest linear workspace of the run's layers at full widths, for

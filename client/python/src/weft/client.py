@@ -904,8 +904,8 @@ class Client(_Owned):
         input given (BadFieldError), each dtype accepted (BadDtypeError),
         each rank, each fixed size, each named size ("B", "S_img") the
         same wherever it appears (BadArgumentError). The daemon checks
-        them again, and adds the mesh's own rules (a sequence the ring x
-        ulysses degree must divide). A check that fails against this
+        them again, and adds the model family's own rules (the model's
+        config and the mesh). A check that fails against this
         client's cached schema is made again against a fresh one (the
         model may have been reloaded) before it is raised.
 
