@@ -19,7 +19,8 @@
  *     ulysses_anything allows them and the refusal names
  *     ulysses_anything; on a ring mesh only ring_anything, and the
  *     refusal names it (section 3.3.1).
- *  6. forward with S_img not divisible by ring x ulysses: 9 (12.4).
+ *  6. forward with S_img not divisible by ring x ulysses: served (uneven
+ *     sequence shards, 12.4); channels that do not fit the model: 9.
  *  7. SIGTERM while a client sends jobs without pause: every request the
  *     client sent gets exactly one reply (section 1), the client stopping
  *     once it has seen WF_E_SHUTTING_DOWN (as section 1 asks); the daemon
@@ -491,10 +492,10 @@ static void test_forward(wf_client_t *c)
     if (st != WF_OK)
         return;
     if (set_mesh(c, 2, 2, 1, 1)) {
+        /* 15 image tokens (23 joint) over 2 seq ranks: uneven shards */
         st = forward_simg(c, 15, 16, msg, sizeof msg);
-        CHECK(st == WF_E_BAD_ARGUMENT && strstr(msg, "S_img"), "forward S_img 15 on ring 2: "
-              "%s '%s'", wf_status_name(st), msg);
-        printf("  forward S_img 15, ring 2: %s: %s\n", wf_status_name(st), msg);
+        CHECK(st == WF_OK, "forward S_img 15 on ring 2: %s '%s'", wf_status_name(st), msg);
+        printf("  forward S_img 15, ring 2: %s\n", wf_status_name(st));
         st = forward_simg(c, 16, 16, msg, sizeof msg);
         CHECK(st == WF_OK, "forward S_img 16 on ring 2: %s '%s'", wf_status_name(st), msg);
     }
@@ -505,8 +506,7 @@ static void test_forward(wf_client_t *c)
     printf("  forward with 12 channels: %s: %s\n", wf_status_name(st), msg);
     if (set_mesh(c, 2, 1, 2, 1)) {
         st = forward_simg(c, 15, 16, msg, sizeof msg);
-        CHECK(st == WF_E_BAD_ARGUMENT, "forward S_img 15 on ulysses 2: %s '%s'",
-              wf_status_name(st), msg);
+        CHECK(st == WF_OK, "forward S_img 15 on ulysses 2: %s '%s'", wf_status_name(st), msg);
     }
     wf_unload_model(c, "tiny");
 }
