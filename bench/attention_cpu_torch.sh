@@ -10,7 +10,7 @@
 # What it does:
 #  1. makes (once) the virtual environment $WEFT_TORCH_VENV (default
 #     ~/.cache/weft/venv-torch) with the versions pinned in
-#     bench/requirements-torch.txt (as bench/flux_cpu_torch.sh; only
+#     bench/requirements-torch.txt (as bench/model_cpu_torch.sh; only
 #     torch is used here).
 #  2. for each thread count n in $THREADS (default "1 2"): one python
 #     process pinned to cores 0..n-1 (taskset) holds torch with
@@ -37,7 +37,6 @@ set -euo pipefail
 build=$(cd "${1:?usage: bench/attention_cpu_torch.sh BUILD_DIR [LABEL]}" && pwd)
 label=${2:-$(basename "$build")}
 here=$(cd "$(dirname "$0")" && pwd)
-venv=${WEFT_TORCH_VENV:-$HOME/.cache/weft/venv-torch}
 work=${WORK:-/var/tmp/weft-attention-cpu-torch}
 threads=${THREADS:-1 2}
 rounds=${ROUNDS:-5}
@@ -52,14 +51,7 @@ if [ -n "${BASELINE_BUILD:-}" ]; then
     sides=(--bench "after=$bench" --bench "before=$base")
 fi
 
-req="$here/requirements-torch.txt"
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$req" "$venv/bench-requirements.txt"; then
-    echo "making $venv from $req (torch from PyPI: a large download)" >&2
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet -r "$req"
-    cp "$req" "$venv/bench-requirements.txt"
-fi
-py="$venv/bin/python"
+. "$here/torch_venv.sh"
 mkdir -p "$work"
 
 shapes=()

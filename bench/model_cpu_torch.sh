@@ -50,7 +50,6 @@ set -euo pipefail
 build=$(cd "${1:?usage: bench/model_cpu_torch.sh BUILD_DIR [LABEL]}" && pwd)
 label=${2:-$(basename "$build")}
 here=$(cd "$(dirname "$0")" && pwd)
-venv=${WEFT_TORCH_VENV:-$HOME/.cache/weft/venv-torch}
 work=${WORK:-/var/tmp/weft-model-cpu-torch}
 threads=${THREADS:-1 2}
 sizes=${SIZES:-a b}
@@ -64,14 +63,7 @@ for x in "$build/daemon/weftd" "$build/client/weftctl"; do
     [ -x "$x" ] || { echo "model_cpu_torch.sh: no $x" >&2; exit 1; }
 done
 
-req="$here/requirements-torch.txt"
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$req" "$venv/bench-requirements.txt"; then
-    echo "making $venv from $req (torch from PyPI: a large download)" >&2
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet -r "$req"
-    cp "$req" "$venv/bench-requirements.txt"
-fi
-py="$venv/bin/python"
+. "$here/torch_venv.sh"
 mkdir -p "$work"
 for s in $sizes; do
     "$py" "$here/model_cpu_torch.py" make --work "$work" --size "$s"

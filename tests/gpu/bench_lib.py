@@ -197,6 +197,21 @@ def fmt(s, unit="ms"):
     return f"{s['median']:.2f} {unit} (min {s['min']:.2f}, max {s['max']:.2f}, n {s['n']})"
 
 
+def versions_and_rate(torch, diffusers, a, report, timer):
+    """Say the versions and the device, and measure the bf16 matrix rate
+    (a --matmul cube, at most 1024 with --tiny): this run's ceiling, in
+    report["matmul"]. -> FLOP/s."""
+    cuda = a.device.startswith("cuda")
+    say(f"torch {torch.__version__}, diffusers {diffusers.__version__}, device {a.device}"
+        + (f" ({torch.cuda.get_device_name()})" if cuda else ""))
+    report["versions"] = {"torch": torch.__version__, "diffusers": diffusers.__version__}
+    n = a.matmul if not a.tiny else min(a.matmul, 1024)
+    rate, mm_ms = matmul_rate(torch, a.device, n, timer)
+    report["matmul"] = {"n": n, "ms": mm_ms, "flops_per_s": rate}
+    say(f"bf16 matmul {n}^3: {mm_ms:.3f} ms, {rate / 1e12:.1f} TFLOP/s (this run's ceiling)")
+    return rate
+
+
 def reference(torch, model, dev_in, host_in, path, stem, meta, report, f32_ref, device):
     """diffusers' forward of `model` on dev_in (its warm-up), saved with
     the inputs (host_in) as PATH/io-STEM.safetensors (`output`: the

@@ -62,8 +62,8 @@ import statistics
 import sys
 import time
 
-from bench_lib import (OUT_DIR, Timer, Weft, add_weftd_args, elapsed, fmt, matmul_rate,
-                       reference,
+from bench_lib import (OUT_DIR, Timer, Weft, add_weftd_args, elapsed, fmt,
+                       reference, versions_and_rate,
                        parse_weftctl_forward, say, spread, start, torch_setup, weftd_flags,
                        write_log)
 
@@ -274,16 +274,10 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     timer = Timer(torch, a.device)
     cuda = a.device.startswith("cuda")
-    say(f"torch {torch.__version__}, diffusers {diffusers.__version__}, device {a.device}"
-        + (f" ({torch.cuda.get_device_name()})" if cuda else ""))
-    report["versions"] = {"torch": torch.__version__, "diffusers": diffusers.__version__}
     left = lambda: (a.deadline_s - elapsed()) if a.deadline_s > 0 else float("inf")
 
     # 1. the matrix rate
-    n = a.matmul if not a.tiny else min(a.matmul, 1024)
-    rate, mm_ms = matmul_rate(torch, a.device, n, timer)
-    report["matmul"] = {"n": n, "ms": mm_ms, "flops_per_s": rate}
-    say(f"bf16 matmul {n}^3: {mm_ms:.3f} ms, {rate / 1e12:.1f} TFLOP/s (this run's ceiling)")
+    rate = versions_and_rate(torch, diffusers, a, report, timer)
 
     # 2. the model, saved by diffusers
     t = time.monotonic()
