@@ -18,6 +18,13 @@
  * The kernel then marks the process non-dumpable: no core dumps, and
  * other processes of `user` cannot ptrace it (the CURVE secret key is in
  * its memory).
+ *
+ * Then what could give privileges back through an execve: the capability
+ * bounding set emptied (while CAP_SETPCAP is still held) and
+ * no_new_privs set. Both are per-thread in Linux and inherited by the
+ * threads started later: they hold for the main thread and every thread
+ * started after the drop; threads started before keep theirs, and none of
+ * weftd's threads ever exec.
  */
 #include "server_impl.h"
 
@@ -32,6 +39,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/capability.h>
+#include <sys/prctl.h>
 
 /* getpwnam_r / getgrnam_r buffers grow up to this (a group with many
  * members has a long entry). */
@@ -255,6 +263,14 @@ wf_status_t srv_drop_privileges(wf_server_t *srv)
                strerror(errno));
         return WF_E_INTERNAL;
     }
+    /* the bounding set, while CAP_SETPCAP is held (EINVAL: a capability
+     * this kernel does not have, past its last one) */
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+            wf_log(srv->log, WF_LOG_ERR, "user = %s: dropping capability %d from the "
+                   "bounding set: %s", name, cap, strerror(errno));
+            return WF_E_INTERNAL;
+        }
     if (setresgid(gid, gid, gid) != 0) {
         wf_log(srv->log, WF_LOG_ERR, "user = %s: setresgid(%ld): %s", name,
                (long)gid, strerror(errno));
@@ -265,9 +281,15 @@ wf_status_t srv_drop_privileges(wf_server_t *srv)
                (long)uid, strerror(errno));
         return WF_E_INTERNAL;
     }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+        wf_log(srv->log, WF_LOG_ERR, "user = %s: no_new_privs: %s", name, strerror(errno));
+        return WF_E_INTERNAL;
+    }
     uid_t ru, eu, su;
     gid_t rg, eg, sg;
-    bool dropped = setuid(0) != 0 && setgid(0) != 0 &&
+    bool dropped = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 &&
+                   prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) == 0 &&
+                   setuid(0) != 0 && setgid(0) != 0 &&
                    getresuid(&ru, &eu, &su) == 0 && ru == uid && eu == uid &&
                    su == uid && getresgid(&rg, &eg, &sg) == 0 && rg == gid &&
                    eg == gid && sg == gid && no_capabilities();

@@ -277,6 +277,23 @@ static void test_drop(const char *weftd, const struct passwd *nobody, reply_t *r
     if (switched)
         printf("  user = %s: %d tasks, each uid %ld gid %ld\n", nobody->pw_name,
                tasks, (long)nobody->pw_uid, (long)nobody->pw_gid);
+    /* the main thread: no new privileges, an empty bounding set */
+    {
+        char path[64], line[256];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)p.d.pid);
+        FILE *f = fopen(path, "re");
+        bool nnp = false, bnd = false;
+        while (f && fgets(line, sizeof line, f)) {
+            nnp |= strcmp(line, "NoNewPrivs:\t1\n") == 0;
+            bnd |= strcmp(line, "CapBnd:\t0000000000000000\n") == 0;
+        }
+        if (f)
+            fclose(f);
+        CHECK(nnp);
+        CHECK(bnd);
+        printf("  user = %s: NoNewPrivs %s, CapBnd %s\n", nobody->pw_name,
+               nnp ? "1" : "not set", bnd ? "empty" : "NOT empty");
+    }
     /* the file is nobody's, as if it had bound it; root still connects */
     expect_socket(&p, 0660, nobody->pw_uid, nobody->pw_gid);
     char want[128];
