@@ -213,6 +213,7 @@ static const field_t fjob_fields[] = {
     FT(0), FT(1), FT(2), FT(3), FT(4), FT(5), FT(6), FT(7),
     TYPED("odt", wf_cfjob_t, odt, K_DTYPE),
     { "fp8", offsetof(wf_cfjob_t, fp8), K_BOOL, F_OMIT, 0, 0 },
+    { "a2a", offsetof(wf_cfjob_t, alltoall), K_BOOL, F_OMIT, 0, 0 },
 };
 _Static_assert(WF_CFJOB_MAX_TENSORS == 8 && WF_CFJOB_MAX_RANK == 6,
                "fjob_fields lists 8 inputs of 6 dims");

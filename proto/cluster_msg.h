@@ -268,6 +268,9 @@ typedef struct wf_cfjob {
     wf_cfjob_tensor_t t[WF_CFJOB_MAX_TENSORS];
     wf_dtype_t odt;                  /* "odt": the outputs' dtype */
     bool fp8;                        /* "fp8": precision fp8 (key absent when false) */
+    bool alltoall;                   /* "a2a": the ring rotates one shard per step
+                                        (the coordinator's rotate_method; key
+                                        absent when allgather) */
 } wf_cfjob_t;
 
 /* One control message: its type and the body of that type. */

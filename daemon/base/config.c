@@ -104,7 +104,8 @@ static const setting_def_t settings_table[] = {
       "empty = tp=devices; a change runs a hot reconfiguration; cluster: the "
       "world's mesh (the coordinator's counts), dp fitted to the world" },
     { "rotate_method", KIND_ROTATE, OFF(rotate_method), "allgather", 0, 0, true,
-      "jobs' default ring K/V movement: allgather or alltoall" },
+      "jobs' default ring K/V movement: allgather or alltoall; a resident model's "
+      "forwards use it too (alltoall: one K/V shard per step, memory 1/ring)" },
     { "convert_to_fp32", KIND_BOOL, OFF(convert_to_fp32), "true", 0, 0, true,
       "jobs' default: merge ring steps in fp32" },
     { "ring_anything", KIND_BOOL, OFF(ring_anything), "false", 0, 0, true,

@@ -145,6 +145,7 @@ static wf_status_t fjob_encode(wf_ctl_msg_t *m, const wf_djob_t *job)
     }
     d->odt = job->out_desc[0].dtype;
     d->fp8 = a->fp8;
+    d->alltoall = job->rotate_method == WF_ROTATE_ALLTOALL;
     return wf_cmsg_put(m, &msg);
 }
 
@@ -489,6 +490,7 @@ static void member_fjob(wf_world_t *w, const wf_ctl_msg_t *m)
         n++;
     }
     job->req.n_tensors = n;
+    job->rotate_method = d.alltoall ? WF_ROTATE_ALLTOALL : WF_ROTATE_ALLGATHER;
     wf_status_t st = w->hooks.forward_plan(w->hooks.arg, job, d.lid, mesh, err,
                                            sizeof err);
     if (st == WF_OK && (uint32_t)job->group_size != d.g) {

@@ -43,6 +43,7 @@ static void io_of(const wf_djob_t *job, bool frames, wf_fwd_io_t *io)
             io->out_data[o] = job->out[o];
     }
     io->fp8 = job->req.args.forward.fp8;
+    io->alltoall = job->rotate_method == WF_ROTATE_ALLTOALL;
     io->boundary = layer_boundary;      /* every rank's */
     io->boundary_arg = (void *)job;
 }

@@ -43,6 +43,8 @@ typedef struct wf_fwd_io {
     const wf_tensor_desc_t *out[WF_SCHEMA_MAX_OUTPUTS];
     void *out_data[WF_SCHEMA_MAX_OUTPUTS];
     bool fp8;             /* attention in fp8 (the caller checked the backend) */
+    bool alltoall;        /* the ring passes one K/V shard per step
+                             (rotate_method alltoall); else it gathers them */
     /* Layer boundaries (NULL: none), as wf_cp_job_t.boundary: every rank
      * calls boundary(arg, i) before block i with nothing in flight; the
      * same answer on every rank; not WF_OK stops the run there. */

@@ -93,6 +93,11 @@ static wf_status_t plan_forward(wf_server_t *srv, wf_djob_t *job, const wf_mesh_
     }
     if (wf_mload_forward_refused(srv->world, &srv->sched, m, mesh, err, err_len))
         return WF_E_UNAVAILABLE;
+    /* the ring's rotation: the daemon's rotate_method, as for attention
+     * jobs that do not name one */
+    job->rotate_method = srv->settings.rotate_method == WF_ROTATE_ALLTOALL
+                             ? WF_ROTATE_ALLTOALL
+                             : WF_ROTATE_ALLGATHER;
     return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
 }
 

@@ -26,7 +26,8 @@
  * softmax sums over all 8,192 keys (diffusers' output moves by 1.7e-2 of
  * max |ref| when one block of 2,048 keys is left out: far above the
  * tolerance), then ulysses 2 and ring 2 (dp 2: the job on one replica)
- * and tp 2 x ring 2; each forward's time is printed.
+ * and tp 2 x ring 2, the daemon's rotate_method alltoall (the ring passes
+ * one K / V shard per step); each forward's time is printed.
  */
 #include <math.h>
 #include <signal.h>
@@ -48,6 +49,7 @@ typedef struct wan_case {
     const char *name;                   /* the test's argument */
     const char *model_dir, *io_file;    /* under FIXTURES_DIR */
     const char *first_mesh;             /* --mesh: meshes[0] */
+    const char *rotate;                 /* --rotate-method: the ring's rotation */
     const wf_mesh_degrees_t *meshes;
     size_t n_meshes;
 } wan_case_t;
@@ -72,10 +74,11 @@ static const wf_mesh_degrees_t long_meshes[] = {
 };
 
 static const wan_case_t cases[] = {
-    { "tiny", "wan-tiny", "io-wan-tiny-f32.safetensors", "dp=4", tiny_meshes,
+    { "tiny", "wan-tiny", "io-wan-tiny-f32.safetensors", "dp=4", "allgather", tiny_meshes,
       sizeof tiny_meshes / sizeof tiny_meshes[0] },
-    { "long", "wan-long", "io-wan-long.safetensors", "ring=2,ulysses=2", long_meshes,
-      sizeof long_meshes / sizeof long_meshes[0] },
+    /* long sequences: the ring passes one K / V shard per step */
+    { "long", "wan-long", "io-wan-long.safetensors", "ring=2,ulysses=2", "alltoall",
+      long_meshes, sizeof long_meshes / sizeof long_meshes[0] },
 };
 
 /* The tiny case's checks beyond parity: list_models' entry, tp 4 and a
@@ -176,6 +179,7 @@ int main(int argc, char **argv)
     snprintf(endpoint, sizeof endpoint, "ipc://%s/weftd.sock", tmpl);
 
     const char *dargv[] = { weftd, "--devices", "cpu:4", "--mesh", wc->first_mesh,
+                            "--rotate-method", wc->rotate,
                             "--listen", endpoint, "--model-root", fixtures,
                             "--log-level", "warning", NULL };
     pid_t pid = spawn_daemon(dargv, NULL);

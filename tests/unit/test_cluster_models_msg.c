@@ -145,8 +145,9 @@ int main(void)
         memcpy(f->t[i].shape, ins[i].shape, sizeof ins[i].shape);
     }
     f->odt = WF_DTYPE_BF16;
-    for (int fp8 = 0; fp8 < 2; fp8++) {
-        f->fp8 = fp8;
+    for (int k = 0; k < 4; k++) {
+        f->fp8 = k & 1;
+        f->alltoall = k >= 2;
         CHECK_TRUE(wire(&in, &out, err, sizeof err) == WF_OK);
         CHECK_TRUE(out.type == WF_CMSG_FJOB && memcmp(f, &out.u.fjob, sizeof *f) == 0);
     }

@@ -600,6 +600,17 @@ static void test_fixture(fixture_t *f)
             CHECK(e <= TOL_PLAN, "%s mesh (%d,%d,%d): device vs cpu %.3g > %.3g", f->name, T, R,
                   U, e, TOL_PLAN);
         }
+        if (R > 1) {
+            /* the ring's other rotation: one K / V shard per step */
+            wf_flux_job_t ja = f->job;
+            ja.alltoall = true;
+            memset(out, 0, f->nout * sizeof(float));
+            if (run_mesh(shards[T], &ja, T, R, U, out, f->nout, -1, NULL))
+                check_out(f, out, "cpu a2a", T, R, U, &worst64, &worst32);
+            memset(dout, 0, f->nout * sizeof(float));
+            if (run_mesh_dev(f->host, &def, &ja, T, R, U, dout, f->nout))
+                check_out(f, dout, "dev a2a", T, R, U, &dworst64, &dworst32);
+        }
     }
     if (f->ref64)
         printf("  worst: vs float64 %.3g / device %.3g (tol %.0e), vs float32 %.3g / device "

@@ -54,7 +54,7 @@ wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
     j.hq_end = Hl;
     j.scale = (float)(1.0 / sqrt((double)g->D));
     j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
-    j.rotate_method = WF_CP_ROTATE_ALLGATHER;
+    j.rotate_method = g->alltoall ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER;
     j.convert_to_fp32 = true;
     /* uneven shards of the joint sequence (flux_tokens) and uneven heads
      * (tp * ulysses above the head count, or not dividing it): the

@@ -35,6 +35,7 @@ static void job_of(const wf_fwd_io_t *io, wf_flux_job_t *fj)
         fj->guidance_dtype = t[IN_GUIDANCE]->dtype;
     fj->out_dtype = io->out[0]->dtype;
     fj->fp8 = io->fp8;
+    fj->alltoall = io->alltoall;
     fj->boundary = io->boundary;
     fj->boundary_arg = io->boundary_arg;
     fj->hidden_states = io->in_data[IN_HS];

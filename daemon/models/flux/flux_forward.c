@@ -251,6 +251,7 @@ static geo_t geo_base(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int
     g.PD = cfg->pooled_projection_dim;
     g.NA = cfg->n_axes;
     g.fp8 = job->fp8;
+    g.alltoall = job->alltoall;
     return g;
 }
 

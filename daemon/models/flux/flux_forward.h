@@ -81,6 +81,8 @@ typedef struct wf_flux_job {
     bool fp8;                           /* every attention in fp8 (backend.h
                                            wf_attn_params_t.fp8; the caller
                                            checked attention_fp8_ok) */
+    bool alltoall;                      /* the ring passes one K/V shard per
+                                           step (else it gathers them) */
     /* Layer boundaries (NULL: none), as wf_cp_job_t.boundary: every rank
      * calls boundary(arg, i) before block i (the double blocks, then the
      * single blocks, i = 0..num_layers + num_single_layers - 1) with

@@ -39,6 +39,7 @@ typedef struct geo {
     int64_t IN, J, PD, NA;       /* input widths */
     int T, R, U, P;              /* degrees */
     bool fp8;                    /* the attention in fp8 (wf_flux_job_t.fp8) */
+    bool alltoall;               /* the ring's rotation (wf_flux_job_t.alltoall) */
 } geo_t;
 
 /* One input record: what one seq rank needs of the inputs, f32, floats

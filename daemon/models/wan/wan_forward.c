@@ -107,6 +107,7 @@ typedef struct geo {
     int64_t Lm, Nm, Nt;            /* most tokens and rows on a seq rank; text rows */
     int64_t KV;                    /* most rows of a projection: max(Nm, Nt, Ni) */
     int T, R, U, P;                /* degrees */
+    bool alltoall;                 /* the ring's rotation (wf_fwd_io_t.alltoall) */
 } geo_t;
 
 /* Byte offsets of the workspace's regions (256 bytes apart; float counts
@@ -201,6 +202,7 @@ static void geo_of(const wf_wan_config_t *c, const wf_fwd_io_t *io, int T, int R
     g->FQ = c->freq_dim;
     g->PIN = (int64_t)c->in_channels * c->patch_elems;
     g->OC = (int64_t)c->out_channels * c->patch_elems;
+    g->alltoall = io->alltoall;
     g->T = T;
     g->R = R;
     g->U = U;
@@ -235,7 +237,7 @@ static wf_cp_job_t cp_job_of(const geo_t *g)
     j.hq_end = g->Hl;
     j.scale = (float)(1.0 / sqrt((double)g->D));
     j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
-    j.rotate_method = WF_CP_ROTATE_ALLGATHER;
+    j.rotate_method = g->alltoall ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER;
     j.convert_to_fp32 = true;
     j.ring_anything = g->S % g->P != 0;
     j.ulysses_anything = g->Hl % g->U != 0;
