@@ -16,6 +16,7 @@
  */
 #include "support/standin_dev.h"
 
+#include "ops_check.h"
 #include "reference.h"
 #include "tensor.h"
 
@@ -791,9 +792,42 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
                                                STANDIN_ALIGN * STANDIN_ALIGN);
         st = cws ? WF_OK : WF_E_NO_MEMORY;
     }
+    /* a bf16 / f16 weight: the input rounded to its dtype first, as the
+     * CUDA backend's GEMM takes it */
+    float *xr = NULL;
+    wf_linear_params_t chk = *p;
+    if (st == WF_OK) {
+        /* the CPU op's own checks on the staged layout (operands that
+         * overlap are refused there), before x is copied apart */
+        chk.x = stg.r[ix].host;
+        for (uint32_t k = 0; k < p->nwb; k++)
+            chk.wb[k] = stg.r[iw[k]].host;
+        chk.bias = stg.r[ib].host;
+        chk.y = stg.r[iy].host;
+    }
+    if (st == WF_OK && p->w_dtype != WF_DTYPE_F32 && p->rows > 0 && p->in > 0 &&
+        wf_ops_linear_ok(&chk)) {
+        size_t esz = dt_size(p->w_dtype);
+        xr = malloc((size_t)(p->rows * p->in) * sizeof(float));
+        unsigned char *row = malloc((size_t)p->in * esz);
+        if (!xr || !row) {
+            st = WF_E_NO_MEMORY;
+        } else {
+            const float *x = stg.r[ix].host;
+            for (int64_t r = 0; r < p->rows; r++) {
+                wf_convert_from_f32(row, p->w_dtype, x + r * p->ldx, (size_t)p->in);
+                wf_convert_to_f32(xr + r * p->in, row, p->w_dtype, (size_t)p->in);
+            }
+        }
+        free(row);
+    }
     if (st == WF_OK) {
         wf_linear_params_t hp = *p;
         hp.x = stg.r[ix].host;
+        if (xr) {
+            hp.x = xr;
+            hp.ldx = p->in;
+        }
         for (uint32_t k = 0; k < p->nwb; k++)
             hp.wb[k] = stg.r[iw[k]].host;
         hp.bias = stg.r[ib].host;
@@ -803,6 +837,7 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
     if (st == WF_OK && wsb)
         memset(workspace, 0x5A, wsb); /* junk (scrambled: 0xFF bytes, NaNs) */
     free(cws);
+    free(xr);
     return stage_finish(ctx, &stg, st);
 }
 

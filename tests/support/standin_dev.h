@@ -49,6 +49,11 @@
  * alias as on the device) and scramble the written ranges back whole:
  * results are the CPU op's bit for bit, bytes between strided rows are
  * kept, and a refusal by the CPU op leaves the device memory untouched.
+ * A linear whose weight is bf16 or f16 first rounds its input to that
+ * dtype, as the CUDA backend's does (its GEMM takes both operands in the
+ * weight's dtype, accumulating in f32): the device's numerics, so tests
+ * hold the device path of a bf16 model to bf16 tolerances (with f32
+ * weights it is the CPU op's bit for bit).
  * linear_workspace asks for a contiguous f32 copy of x (rows * in * 4,
  * rounded up to 256), as a device backend converting operands might;
  * linear checks that the workspace is device memory, 256-byte aligned and

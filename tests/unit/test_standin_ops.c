@@ -95,8 +95,9 @@ static uint64_t kernels(void) { return wf_standin_counters(dctx).kernels; }
 
 /* linear: x (5, 24) ldx 30, W (out 11, 24) ldw 29 as 3 column blocks of
  * a wider matrix (8, 10, 6 columns at 0, 8, 18: a rowwise shard in place),
- * y (5, 11) ldy 13, with and without bias, each act, each weight dtype;
- * then the refusals. */
+ * y (5, 11) ldy 13, with and without bias, each act, each weight dtype
+ * (a bf16 / f16 weight: the CPU op on x rounded to that dtype, as the
+ * device's GEMM takes it); then the refusals. */
 static void test_linear(void)
 {
     static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16};
@@ -126,10 +127,21 @@ static void test_linear(void)
                     hp.wb[k] = w.h + (size_t)col[k] * es;
                     dp.wb[k] = (unsigned char *)w.d + (size_t)col[k] * es;
                 }
+                float *xr = NULL;
+                if (dt != WF_DTYPE_F32) {
+                    size_t nx = (size_t)(rows * ldx);
+                    unsigned char *t = malloc(nx * es);
+                    xr = malloc(nx * sizeof(float));
+                    wf_convert_from_f32(t, dt, hp.x, nx);
+                    wf_convert_to_f32(xr, t, dt, nx);
+                    free(t);
+                    hp.x = xr;
+                }
                 size_t cws = cpu->linear_workspace(&hp);
                 void *cw = cws ? aligned_alloc(256, (cws + 255) / 256 * 256) : NULL;
                 CHECK(cpu->linear(cctx, &hp, cw) == WF_OK, "cpu linear");
                 free(cw);
+                free(xr);
                 size_t wsb = sd->linear_workspace(&dp);
                 CHECK(wsb >= (size_t)(rows * in * 4), "stand-in workspace %zu", wsb);
                 void *ws = NULL;

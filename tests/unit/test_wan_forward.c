@@ -560,8 +560,9 @@ static const struct {
  * float64 and float32 runs (a bf16 checkpoint's: upcast to f32).
  * Tolerances (max abs error / max |ref|): 1e-5 vs float64 (f32 GEMMs and
  * attention, norm statistics in double, 2 blocks) and 2e-5 vs float32
- * (both sides' f32 errors). The stand-in's linear converts bf16 weights
- * and keeps f32 activations, so bf16 weights meet the same bounds. */
+ * (both sides' f32 errors). bf16 weights on the device: 2e-2, as FLUX's
+ * bf16 fixtures (the stand-in rounds each linear's input to bf16, as the
+ * device's GEMM does: about 2e-3 here). */
 static void test_meshes(const char *name, const wf_model_host_t *h, const wf_model_host_t *hd,
                         const fwd_t *f)
 {
@@ -576,20 +577,23 @@ static void test_meshes(const char *name, const wf_model_host_t *h, const wf_mod
         for (int d = 0; d < (meshes[i].R > 1 ? 4 : 2); d++) {
             int T = meshes[i].T, R = meshes[i].R, U = meshes[i].U;
             bool dev = d & 1, a2a = d >= 2;
-            if (!run_mesh(run, dev ? hd : h, &plan, f, T, R, U, dev, a2a, WF_DTYPE_F32,
-                              got))
+            if (!run_mesh(run, dev ? hd : h, &plan, f, T, R, U, dev, a2a, WF_DTYPE_F32, got))
                 continue;
+            const char *how = dev ? (a2a ? " (device, alltoall)" : " (device)")
+                                  : (a2a ? " (alltoall)" : "");
+            bool bf16 = dev && hd != h;
             double e64 = rel_err(got, f->ref64, f->nout), e32 = rel_err(got, f->ref, f->nout);
-            CHECK(e64 <= 1e-5, "%s tp %d ring %d ulysses %d%s: %.3g vs diffusers f64", name, T,
-                  R, U, dev ? (a2a ? " (device, alltoall)" : " (device)") : (a2a ? " (alltoall)" : ""), e64);
-            CHECK(e32 <= 2e-5, "%s tp %d ring %d ulysses %d%s: %.3g vs diffusers f32", name, T,
-                  R, U, dev ? (a2a ? " (device, alltoall)" : " (device)") : (a2a ? " (alltoall)" : ""), e32);
+            CHECK(e64 <= (bf16 ? 2e-2 : 1e-5), "%s tp %d ring %d ulysses %d%s: %.3g vs "
+                  "diffusers f64", name, T, R, U, how, e64);
+            CHECK(e32 <= (bf16 ? 2e-2 : 2e-5), "%s tp %d ring %d ulysses %d%s: %.3g vs "
+                  "diffusers f32", name, T, R, U, how, e32);
             worst[dev] = e64 > worst[dev] ? e64 : worst[dev];
         }
     }
     printf("%s: %zu meshes (rings with both rotations), worst rel err vs diffusers f64 "
-           "%.3g on the CPU, %.3g on the "
-           "stand-in device\n", name, sizeof meshes / sizeof meshes[0], worst[0], worst[1]);
+           "%.3g on the CPU, %.3g on the stand-in device%s\n", name,
+           sizeof meshes / sizeof meshes[0], worst[0], worst[1],
+           hd != h ? " (bf16 weights there)" : "");
     free(got);
 }
 
