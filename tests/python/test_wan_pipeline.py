@@ -363,6 +363,40 @@ class WanPipelineTest(unittest.TestCase):
         self.assertEqual(out.dtype, torch.bfloat16)
         wt.close()
 
+    def test_7_image_and_token_inputs_in_diffusers_forms(self) -> None:
+        """The image-conditioned and per-token-timestep fixtures
+        (tests/fixtures: wan-tiny-i2v, -flf2v, -ti2v, written by diffusers)
+        resident in weftd, each called through WeftWanTransformer with the
+        arguments as diffusers' WanTransformer3DModel takes them: I2V's
+        encoder_hidden_states_image (B, 5, 24); FLF2V's (2 B, 5, 24), the
+        first and last frames' tokens of each sample (the adapter views it
+        as the schema's (B, 10, 24)); TI2V's rank-2 timestep (sent as
+        timestep_tokens). Each against diffusers' float64 output within
+        ONE_CALL_TOL of max |ref|."""
+        from weft.diffusers import WeftWanTransformer
+        root = self.built["root"]
+        for name in ("wan-tiny-i2v", "wan-tiny-flf2v", "wan-tiny-ti2v"):
+            shutil.copytree(FIXTURES / name, root / name, dirs_exist_ok=True)
+            io = load_file(str(FIXTURES / f"io-{name}-f32.safetensors"))
+            args = {"hidden_states": io["hidden_states"],
+                    "encoder_hidden_states": io["encoder_hidden_states"]}
+            args["timestep"] = io["timestep_tokens"] if "timestep_tokens" in io \
+                else io["timestep"]
+            if "encoder_hidden_states_image" in io:
+                img = io["encoder_hidden_states_image"]
+                if name.endswith("flf2v"):
+                    # diffusers' argument: two images of 5 tokens per sample
+                    img = img.reshape(-1, img.shape[1] // 2, img.shape[2])
+                args["encoder_hidden_states_image"] = img
+            wt = WeftWanTransformer(self.d.endpoint, name, path=name, model_root=root)
+            got = wt(**args, return_dict=False)[0]
+            ref = io["output_f64"]
+            e = max_diff(got, ref) / float(ref.abs().max())
+            print(f"{name} through the adapter: {e:.2e} of max|ref| vs diffusers f64")
+            self.assertLess(e, ONE_CALL_TOL)
+            wt.client.unload_model(name)
+            wt.close()
+
 
 if __name__ == "__main__":
     t0 = time.monotonic()
