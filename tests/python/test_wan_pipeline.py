@@ -43,7 +43,9 @@ a config that differs, a model of another family), what is sent for
 each timestep form and for FLF2V's image tokens; num_videos_per_prompt
 with CFG and batch-1 text embeddings and timestep against diffusers,
 from_pretrained taken by WanPipeline.from_pretrained without diffusers'
-"Expected types" warning, a bf16 move.
+"Expected types" warning, a bf16 move; the image-to-video,
+first-last-frame and per-token-timestep fixtures served through the
+adapter with diffusers' own argument forms.
 """
 from __future__ import annotations
 
