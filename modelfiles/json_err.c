@@ -49,7 +49,9 @@ const char *wf_json_ordinal(size_t n)
     }
 }
 
-bool wf_json_config_keys_known(json_t *root, const char *const *names, size_t n,
+/* Whether every key of `root` is a `_` key or a field of the table; else
+ * false, with err naming the first other key by its position. */
+static bool config_keys_known(json_t *root, const char *const *names, size_t n,
                                size_t stride, const char *label,
                                const char *class_name, char *err, size_t err_len)
 {
@@ -74,4 +76,54 @@ bool wf_json_config_keys_known(json_t *root, const char *const *names, size_t n,
         }
     }
     return true;
+}
+
+const char *wf_json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+wf_status_t wf_json_config_open(const char *text, size_t len, const char *label,
+                                const char *class_name, const char *const *names,
+                                size_t n, size_t stride, json_t **ret_root, char *err,
+                                size_t err_len)
+{
+    *ret_root = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        char where[128];
+        wf_errf(err, err_len, "%s: JSON invalid %s", label,
+                wf_json_error_where(&jerr, where, sizeof where));
+        return WF_E_MALFORMED; /* not a config: PROTOCOL.md 12.2 */
+    }
+    if (!json_is_object(root)) {
+        wf_errf(err, err_len, "%s: not a JSON object", label);
+        json_decref(root);
+        return WF_E_MALFORMED;
+    }
+    json_t *cls = json_object_get(root, "_class_name");
+    if (cls == NULL || !json_is_string(cls)) {
+        wf_errf(err, err_len, "%s: '_class_name' is %s, expected \"%s\"", label,
+                cls == NULL ? "missing" : "not a string", class_name);
+    } else if (strcmp(json_string_value(cls), class_name) != 0) {
+        /* the value is not echoed: a message never quotes file content */
+        wf_errf(err, err_len, "%s: model class ('_class_name') is not supported: it is "
+                "not \"%s\"", label, class_name);
+    } else if (config_keys_known(root, names, n, stride, label, class_name, err, err_len)) {
+        *ret_root = root;
+        return WF_OK;
+    }
+    json_decref(root);
+    return WF_E_BAD_FIELD;
 }

@@ -50,21 +50,6 @@ static const field_def_t fields[] = {
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 static const uint32_t default_axes[3] = { 16, 56, 56 };
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
 static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v,
                               wf_flux_config_t *c, char *err, size_t err_len)
 {
@@ -73,7 +58,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
     case FIELD_BOOL:
         if (!json_is_boolean(v)) {
             wf_errf(err, err_len, "%s: field '%s' is %s, expected true or false",
-                    label, f->name, json_type_name(v));
+                    label, f->name, wf_json_type_name(v));
             return WF_E_BAD_FIELD;
         }
         *(bool *)((char *)c + f->offset) = json_is_true(v);
@@ -88,7 +73,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
     case FIELD_LAYERS: {
         if (!json_is_integer(v)) {
             wf_errf(err, err_len, "%s: field '%s' is %s, expected an integer%s",
-                    label, f->name, json_type_name(v),
+                    label, f->name, wf_json_type_name(v),
                     f->kind == FIELD_OPTIONAL ? " or null" : "");
             return WF_E_BAD_FIELD;
         }
@@ -109,7 +94,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
     case FIELD_AXES: {
         if (!json_is_array(v)) {
             wf_errf(err, err_len, "%s: field '%s' is %s, expected an array of integers",
-                    label, f->name, json_type_name(v));
+                    label, f->name, wf_json_type_name(v));
             return WF_E_BAD_FIELD;
         }
         size_t n = json_array_size(v);
@@ -143,40 +128,16 @@ wf_status_t wf_flux_config_parse(const char *text, size_t len, unsigned flags,
 {
     if (label == NULL)
         label = "config.json";
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        char where[128];
-        wf_errf(err, err_len, "%s: JSON invalid %s", label,
-                wf_json_error_where(&jerr, where, sizeof where));
-        return WF_E_MALFORMED; /* not a config: PROTOCOL.md 12.2 */
-    }
-    wf_status_t s = WF_E_BAD_FIELD;
+    json_t *root = NULL;
+    wf_status_t s = wf_json_config_open(text, len, label, WF_FLUX_CLASS_NAME,
+                                        &fields[0].name, N_FIELDS, sizeof fields[0], &root,
+                                        err, err_len);
+    if (s != WF_OK)
+        return s;
+    s = WF_E_BAD_FIELD;
     wf_flux_config_t c;
     memset(&c, 0, sizeof c);
     bool axes_defaulted = false;
-    if (!json_is_object(root)) {
-        wf_errf(err, err_len, "%s: not a JSON object", label);
-        s = WF_E_MALFORMED;
-        goto out;
-    }
-
-    json_t *cls = json_object_get(root, "_class_name");
-    if (cls == NULL || !json_is_string(cls)) {
-        wf_errf(err, err_len, "%s: '_class_name' is %s, expected \"%s\"", label,
-                cls == NULL ? "missing" : "not a string", WF_FLUX_CLASS_NAME);
-        goto out;
-    }
-    if (strcmp(json_string_value(cls), WF_FLUX_CLASS_NAME) != 0) {
-        /* the value is not echoed: a message never quotes file content */
-        wf_errf(err, err_len, "%s: model class ('_class_name') is not supported "
-                "(weft serves \"%s\")", label, WF_FLUX_CLASS_NAME);
-        goto out;
-    }
-
-    if (!wf_json_config_keys_known(root, &fields[0].name, N_FIELDS, sizeof fields[0],
-                                   label, WF_FLUX_CLASS_NAME, err, err_len))
-        goto out;
 
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field_def_t *f = &fields[i];

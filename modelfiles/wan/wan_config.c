@@ -65,21 +65,6 @@ static const field_def_t fields[] = {
 static const uint32_t default_patch[3] = { 1, 2, 2 };
 #define DEFAULT_EPS 1e-6f
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
 static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v,
                               wf_wan_config_t *c, char *err, size_t err_len)
 {
@@ -89,7 +74,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
         if (!json_is_boolean(v))
             return wf_errf_status(WF_E_BAD_FIELD, err, err_len,
                                   "%s: field '%s' is %s, expected true or false", label,
-                                  f->name, json_type_name(v));
+                                  f->name, wf_json_type_name(v));
         *(bool *)(void *)at = json_is_true(v);
         return WF_OK;
     case FIELD_QK_NORM:
@@ -101,14 +86,14 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
             return wf_errf_status(WF_E_BAD_FIELD, err, err_len,
                                   "%s: field 'qk_norm' is %s, expected \"rms_norm_across_heads\" "
                                   "or null", label,
-                                  json_is_string(v) ? "another string" : json_type_name(v));
+                                  json_is_string(v) ? "another string" : wf_json_type_name(v));
         *(bool *)(void *)at = true;
         return WF_OK;
     case FIELD_REAL: {
         if (!json_is_number(v))
             return wf_errf_status(WF_E_BAD_FIELD, err, err_len,
                                   "%s: field '%s' is %s, expected a number", label, f->name,
-                                  json_type_name(v));
+                                  wf_json_type_name(v));
         double x = json_number_value(v);
         if (!isfinite(x) || x < 0 || x > 1.0)
             return wf_errf_status(WF_E_BAD_FIELD, err, err_len,
@@ -123,7 +108,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
                                   "%s: field '%s' is %s, expected an array of 3 integers "
                                   "(frames, height, width)", label, f->name,
                                   json_is_array(v) ? "an array of another length"
-                                                   : json_type_name(v));
+                                                   : wf_json_type_name(v));
         uint32_t *u = (uint32_t *)(void *)at;
         for (size_t i = 0; i < 3; i++) {
             json_t *e = json_array_get(v, i);
@@ -147,7 +132,7 @@ static wf_status_t read_field(const char *label, const field_def_t *f, json_t *v
         if (!json_is_integer(v))
             return wf_errf_status(WF_E_BAD_FIELD, err, err_len,
                                   "%s: field '%s' is %s, expected an integer%s", label, f->name,
-                                  json_type_name(v),
+                                  wf_json_type_name(v),
                                   f->kind != FIELD_POSITIVE ? " or null" : "");
         json_int_t x = json_integer_value(v);
         json_int_t hi = strcmp(f->name, "num_layers") == 0 ? WF_WAN_MAX_LAYERS : WF_WAN_MAX_DIM;
@@ -192,31 +177,14 @@ wf_status_t wf_wan_config_parse(const char *text, size_t len, unsigned flags,
 {
     if (label == NULL)
         label = "config.json";
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        char where[128];
-        wf_errf(err, err_len, "%s: JSON invalid %s", label,
-                wf_json_error_where(&jerr, where, sizeof where));
-        return WF_E_MALFORMED;
-    }
-    wf_status_t s = WF_E_BAD_FIELD;
+    json_t *root = NULL;
+    wf_status_t s = wf_json_config_open(text, len, label, WF_WAN_CLASS_NAME, &fields[0].name,
+                                        N_FIELDS, sizeof fields[0], &root, err, err_len);
+    if (s != WF_OK)
+        return s;
+    s = WF_E_BAD_FIELD;
     wf_wan_config_t c;
     memset(&c, 0, sizeof c);
-    if (!json_is_object(root)) {
-        wf_errf(err, err_len, "%s: not a JSON object", label);
-        s = WF_E_MALFORMED;
-        goto out;
-    }
-    json_t *cls = json_object_get(root, "_class_name");
-    if (cls == NULL || !json_is_string(cls) ||
-        strcmp(json_string_value(cls), WF_WAN_CLASS_NAME) != 0) {
-        wf_errf(err, err_len, "%s: '_class_name' is not \"%s\"", label, WF_WAN_CLASS_NAME);
-        goto out;
-    }
-    if (!wf_json_config_keys_known(root, &fields[0].name, N_FIELDS, sizeof fields[0],
-                                   label, WF_WAN_CLASS_NAME, err, err_len))
-        goto out;
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field_def_t *f = &fields[i];
         json_t *v = json_object_get(root, f->name);
