@@ -2,6 +2,9 @@
  * family's forward shares (family_run.h). */
 #include "models/family_run.h"
 
+#include <math.h>
+#include <string.h>
+
 extern const wf_family_run_t wf_flux_family_run;
 extern const wf_family_run_t wf_wan_family_run;
 
@@ -83,4 +86,42 @@ wf_status_t wf_fwd_seq_tokens(const wf_cp_job_t *job, int R, int U, int seq_inde
     *ret_row0 = job->Sq;
     *ret_len = 0;
     return WF_OK;
+}
+
+wf_cp_job_t wf_fwd_self_attention(int64_t B, int64_t S, int64_t H, int64_t D, int P, int U,
+                                  bool alltoall)
+{
+    wf_cp_job_t j;
+    memset(&j, 0, sizeof j);
+    j.B = B;
+    j.Sq = j.Skv = S;
+    j.Hq = j.Hkv = H;
+    j.D = D;
+    j.hq_begin = 0;
+    j.hq_end = H;
+    j.scale = (float)(1.0 / sqrt((double)D));
+    j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
+    j.rotate_method = alltoall ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER;
+    j.convert_to_fp32 = true;
+    j.ring_anything = S % P != 0;
+    j.ulysses_anything = H % U != 0;
+    j.local = true;
+    return j;
+}
+
+wf_attn_params_t wf_fwd_attention_params(int64_t B, int64_t Sq, int64_t Skv, int64_t H,
+                                         int64_t D)
+{
+    wf_attn_params_t p;
+    memset(&p, 0, sizeof p);
+    p.B = B;
+    p.Sq = Sq;
+    p.Skv = Skv;
+    p.Hq = p.Hkv = H;
+    p.D = D;
+    p.h_begin = 0;
+    p.h_end = H;
+    p.scale = (float)(1.0 / sqrt((double)D));
+    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
+    return p;
 }

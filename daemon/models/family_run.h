@@ -101,6 +101,21 @@ void wf_fwd_group_abort(const wf_fwd_group_t *grp);
  * ("copy_d2h", ...), or NULL (none lacking, or the CPU backend). */
 const char *wf_fwd_device_entry_missing(const wf_backend_ops_t *ops);
 
+/* The cp job of a model's self-attention over the seq group, without
+ * pointers: local mode (each rank passes its own tokens), B batches of S
+ * tokens, H heads of D on this tp rank (all of them: scale 1 / sqrt(D)),
+ * f32 in and out, the ring rotating its K / V as `alltoall` says, and the
+ * anything modes where ring x ulysses = P does not divide S or ulysses U
+ * does not divide H (tensor_split's sizes). */
+wf_cp_job_t wf_fwd_self_attention(int64_t B, int64_t S, int64_t H, int64_t D, int P, int U,
+                                  bool alltoall);
+
+/* The kernel params of an attention of Sq queries against Skv keys, B
+ * batches, H heads of D (all of them; scale 1 / sqrt(D)), f32, without
+ * pointers. */
+wf_attn_params_t wf_fwd_attention_params(int64_t B, int64_t Sq, int64_t Skv, int64_t H,
+                                         int64_t D);
+
 /* Seq rank seq_index's tokens [*ret_row0, *ret_row0 + *ret_len) of the
  * query sequence of a local-mode cp job (job's pointers unused) on ring
  * R x ulysses U: its seq shard of wf_cp_attention_segments, one

@@ -42,26 +42,10 @@ static wf_status_t gate_add(run_t *x, float *S, const float *lo, int64_t nbatch,
  * pointers. */
 wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
 {
-    wf_cp_job_t j;
-    memset(&j, 0, sizeof j);
-    j.B = g->B;
-    j.Sq = g->S;
-    j.Skv = g->S;
-    j.Hq = Hl;
-    j.Hkv = Hl;
-    j.D = g->D;
-    j.hq_begin = 0;
-    j.hq_end = Hl;
-    j.scale = (float)(1.0 / sqrt((double)g->D));
-    j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
-    j.rotate_method = g->alltoall ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER;
-    j.convert_to_fp32 = true;
     /* uneven shards of the joint sequence (flux_tokens) and uneven heads
      * (tp * ulysses above the head count, or not dividing it): the
      * anything modes, tensor_split's sizes */
-    j.ring_anything = g->S % g->P != 0;
-    j.ulysses_anything = Hl % g->U != 0;
-    j.local = true;
+    wf_cp_job_t j = wf_fwd_self_attention(g->B, g->S, Hl, g->D, g->P, g->U, g->alltoall);
     j.fp8 = g->fp8;
     return j;
 }
@@ -69,18 +53,7 @@ wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
 /* Kernel params of the single-rank attention (P = 1), without pointers. */
 wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl)
 {
-    wf_attn_params_t p;
-    memset(&p, 0, sizeof p);
-    p.B = g->B;
-    p.Sq = g->L;
-    p.Skv = g->L;
-    p.Hq = Hl;
-    p.Hkv = Hl;
-    p.D = g->D;
-    p.h_begin = 0;
-    p.h_end = Hl;
-    p.scale = (float)(1.0 / sqrt((double)g->D));
-    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
+    wf_attn_params_t p = wf_fwd_attention_params(g->B, g->L, g->L, Hl, g->D);
     p.fp8 = g->fp8;
     return p;
 }

@@ -227,40 +227,14 @@ static void geo_of(const wf_wan_config_t *c, const wf_fwd_io_t *io, int T, int R
  * without pointers: the anything modes where the degrees do not divide. */
 static wf_cp_job_t cp_job_of(const geo_t *g)
 {
-    wf_cp_job_t j;
-    memset(&j, 0, sizeof j);
-    j.B = g->B;
-    j.Sq = j.Skv = g->S;
-    j.Hq = j.Hkv = g->Hl;
-    j.D = g->D;
-    j.hq_begin = 0;
-    j.hq_end = g->Hl;
-    j.scale = (float)(1.0 / sqrt((double)g->D));
-    j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = WF_DTYPE_F32;
-    j.rotate_method = g->alltoall ? WF_CP_ROTATE_ALLTOALL : WF_CP_ROTATE_ALLGATHER;
-    j.convert_to_fp32 = true;
-    j.ring_anything = g->S % g->P != 0;
-    j.ulysses_anything = g->Hl % g->U != 0;
-    j.local = true;
-    return j;
+    return wf_fwd_self_attention(g->B, g->S, g->Hl, g->D, g->P, g->U, g->alltoall);
 }
 
 /* Kernel params of an attention of Li query tokens against Skv keys on
  * a tp rank's heads, without pointers. */
 static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Li, int64_t Skv)
 {
-    wf_attn_params_t p;
-    memset(&p, 0, sizeof p);
-    p.B = g->B;
-    p.Sq = Li;
-    p.Skv = Skv;
-    p.Hq = p.Hkv = g->Hl;
-    p.D = g->D;
-    p.h_begin = 0;
-    p.h_end = g->Hl;
-    p.scale = (float)(1.0 / sqrt((double)g->D));
-    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
-    return p;
+    return wf_fwd_attention_params(g->B, Li, Skv, g->Hl, g->D);
 }
 
 /* Seq rank j's tokens [*row0, *row0 + *len): cp_attention's seq shard. */
