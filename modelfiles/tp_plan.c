@@ -467,3 +467,16 @@ out:
     json_decref(root);
     return s;
 }
+
+wf_status_t wf_tp_plan_all_matched(const wf_tp_plan_t *plan, const bool *matched,
+                                   bool allow_unmatched, char *err, size_t err_len)
+{
+    for (uint32_t r = 0; r < plan->n && !allow_unmatched; r++)
+        if (!matched[r])
+            return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
+                                  "tp_plan rule '%s' matches no linear layer of this model",
+                                  plan->rules[r].glob);
+    if (err && err_len)
+        err[0] = '\0';
+    return WF_OK;
+}

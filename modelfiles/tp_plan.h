@@ -52,6 +52,13 @@ bool wf_tp_glob_match(const char *glob, const char *name);
  * WF_E_BAD_FIELD with a message naming the rule. */
 wf_status_t wf_tp_plan_check(const wf_tp_plan_t *plan, char *err, size_t err_len);
 
+/* The end of a family's plan check, once it matched plan's rules against
+ * its linear layers (matched[r]: rule r matched one): unless
+ * allow_unmatched (a default plan), WF_E_BAD_ARGUMENT naming the first
+ * rule that matched none; else WF_OK, err emptied. */
+wf_status_t wf_tp_plan_all_matched(const wf_tp_plan_t *plan, const bool *matched,
+                                   bool allow_unmatched, char *err, size_t err_len);
+
 /* The rule index matching module `name`, -1 when none. When several
  * match, the first. */
 int wf_tp_plan_find(const wf_tp_plan_t *plan, const char *name);

@@ -192,15 +192,7 @@ wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
     wf_status_t st = walk(cfg, NULL, pcheck_visit, &pc);
     if (st != WF_OK)
         return st;
-    if (!allow_unmatched)
-        for (uint32_t r = 0; r < plan->n; r++)
-            if (!pc.matched[r])
-                return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
-                                      "tp_plan rule '%s' matches no linear layer of this model",
-                                      plan->rules[r].glob);
-    if (err && err_len)
-        err[0] = '\0';
-    return WF_OK;
+    return wf_tp_plan_all_matched(plan, pc.matched, allow_unmatched, err, err_len);
 }
 
 /* ---- shards ---------------------------------------------------------------- */

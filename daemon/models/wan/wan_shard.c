@@ -78,15 +78,7 @@ wf_status_t wan_plan_check(const wf_wan_config_t *cfg, const wf_tp_plan_t *plan,
     free(specs);
     if (st != WF_OK)
         return st;
-    if (!allow_unmatched)
-        for (uint32_t r = 0; r < plan->n; r++)
-            if (!matched[r])
-                return wf_errf_status(WF_E_BAD_ARGUMENT, err, err_len,
-                                      "tp_plan rule '%s' matches no linear layer of this model",
-                                      plan->rules[r].glob);
-    if (err && err_len)
-        err[0] = '\0';
-    return WF_OK;
+    return wf_tp_plan_all_matched(plan, matched, allow_unmatched, err, err_len);
 }
 
 /* Every piece of a shard in state_dict order (shard.h's walk); s is
