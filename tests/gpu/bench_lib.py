@@ -112,7 +112,8 @@ class Weft:
             return 124, out + f"\n(weftctl timed out after {timeout} s)"
 
     def up(self, wait_s=30.0):
-        """True once weftd answers hello; False as soon as it exits."""
+        """True once weftd answers hello (each try waits up to 1 s for the
+        reply); False as soon as it exits, or after wait_s."""
         end = time.monotonic() + wait_s
         while time.monotonic() < end:
             if self.proc.poll() is not None:
@@ -120,7 +121,6 @@ class Weft:
             rc, _ = self.ctl("--timeout", "1000", "hello", timeout=10)
             if rc == 0:
                 return True
-            time.sleep(0.2)
         return False
 
     def stop(self):

@@ -136,16 +136,16 @@ gpu=$PWD/tests/gpu
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$gpu/lib.sh"
 
-# wait_socket SOCK PID SECONDS: true once the daemon PID has bound SOCK;
-# false as soon as it exits, or after SECONDS.
+# wait_socket SOCK PID SECONDS: true once the daemon PID answers hello on
+# SOCK (each try waits up to 1 s for the reply); false as soon as it
+# exits, or after SECONDS.
 wait_socket() {
-  local i
-  for ((i = 0; i < $3 * 10; i++)); do
-    [ -S "$1" ] && return 0
+  local end=$((SECONDS + $3))
+  while [ "$SECONDS" -lt "$end" ]; do
     kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
+    "$bd"/client/weftctl --endpoint "ipc://$1" --timeout 1000 hello >/dev/null 2>&1 && return 0
   done
-  [ -S "$1" ]
+  return 1
 }
 
 # The carried prefix: tests/gpu/debs/root.tar.xz (prepare.sh), unpacked
