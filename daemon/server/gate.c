@@ -137,7 +137,9 @@ struct wf_gate {
     pthread_mutex_t mu;          /* guards keys, n_keys, limits */
     wf_key_entry_t *keys;
     size_t n_keys;
-    uint64_t keys_gen;           /* bumped by wf_gate_set_keys (under mu) */
+    /* bumped by wf_gate_set_keys (under mu, with the keys); read by the
+     * thread without mu on every wake */
+    atomic_uint_least64_t keys_gen;
     uint64_t keys_seen;          /* thread only: the generation applied to
                                     the open connections */
     wf_gate_limits_t limits;
@@ -1117,7 +1119,7 @@ static void close_with(wf_gate_t *g, uint32_t i, const char *why)
 static void keys_apply(wf_gate_t *g)
 {
     pthread_mutex_lock(&g->mu);
-    uint64_t gen = g->keys_gen;
+    uint64_t gen = atomic_load(&g->keys_gen);
     for (uint32_t i = g->n_conns; i-- > 0;) {
         conn_t *c = g->conns[i];
         if (!c->cv || c->st != C_ACTIVE || c->lingering)
@@ -1236,10 +1238,7 @@ static void *gate_thread(void *arg)
             ssize_t r = read(g->wake, &v, sizeof v);
             (void)r;
         }
-        pthread_mutex_lock(&g->mu);
-        bool rekey = g->keys_gen != g->keys_seen;
-        pthread_mutex_unlock(&g->mu);
-        if (rekey) {
+        if (atomic_load(&g->keys_gen) != g->keys_seen) {
             keys_apply(g);
             continue;   /* the poll items are stale: closes moved connections */
         }
@@ -1531,7 +1530,7 @@ wf_status_t wf_gate_set_keys(wf_gate_t *g, const wf_key_entry_t *e, size_t n)
     wf_key_entry_t *old = g->keys;
     g->keys = copy;
     g->n_keys = n;
-    g->keys_gen++;
+    atomic_fetch_add(&g->keys_gen, 1);
     pthread_mutex_unlock(&g->mu);
     free(old);
     /* the thread applies them to the open connections */
