@@ -842,8 +842,10 @@ fail:
 
 /* A tensor's bytes the host copy no longer needs: its own allocation
  * freed, or the whole pages it covers in the slab returned to the system
- * (munmap of a part of a mapping; wf_model_host_free's munmap of the
- * whole skips the hole). Its neighbours' bytes stay. */
+ * with MADV_DONTNEED. The range stays mapped, so nothing else can be
+ * mapped into it before wf_model_host_free unmaps the whole slab (an
+ * munmap hole could be reused by another mapping, which that munmap would
+ * then take away). Its neighbours' bytes stay. */
 static void release(wf_model_host_t *h, void *data, size_t nbytes)
 {
     if (!in_slab(h, data)) {
@@ -855,7 +857,7 @@ static void release(wf_model_host_t *h, void *data, size_t nbytes)
     uintptr_t lo = ((uintptr_t)data + page - 1) / page * page;
     uintptr_t hi = ((uintptr_t)data + nbytes) / page * page;
     if (hi > lo)
-        munmap((void *)lo, hi - lo);
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 wf_status_t wf_model_host_to_f32(wf_model_host_t *h, char *err, size_t err_len)

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -297,6 +298,15 @@ static void test_plain(void)
             free(ref);
         }
         CHECK(bad == 0, "to_f32: %zu tensors differ", bad);
+        /* the converted tensors' slab pages are given back, but the slab
+         * stays mapped whole: a hole could be taken by another mapping
+         * that freeing the slab would then unmap */
+        long pg = sysconf(_SC_PAGESIZE);
+        unsigned char *vec = pg > 0 ? malloc(h16->slab_bytes / (size_t)pg + 1) : NULL;
+        int mc = vec ? mincore(h16->slab, h16->slab_bytes, vec) : -1;
+        CHECK(mc == 0, "to_f32: slab %p of %zu bytes not mapped whole: %s", h16->slab,
+              h16->slab_bytes, strerror(errno));
+        free(vec);
         /* an f32 copy converts nothing */
         uint64_t b32 = plain[0] ? plain[0]->bytes : 0;
         CHECK(plain[0] == NULL || (wf_model_host_to_f32(plain[0], e2, sizeof e2) == WF_OK &&
