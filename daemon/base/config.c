@@ -116,8 +116,8 @@ static const setting_def_t settings_table[] = {
       "jobs' default: zigzag sharding of causal ring attention" },
     { "coordinator", KIND_HOSTPORT, OFF(coordinator), "", 0, 0, false,
       "cluster: HOST:PORT of the rendezvous, the same on every node; with "
-      "node_keys coordinator_node binds it, without the first node that can "
-      "bind it coordinates (loopback only, or allow_anonymous); empty = single node" },
+      "node_keys coordinator_node binds it, without (allow_anonymous) the first "
+      "node that can bind it coordinates; empty = single node" },
     { "nodes", KIND_U32, OFF(nodes), "1", 1, WF_SETTINGS_MAX_NODES, false,
       "cluster: nodes expected in the world (the coordinator's value counts)" },
     { "node_name", KIND_NAME, OFF(node_name), "", 0, 0, false,
@@ -144,9 +144,9 @@ static const setting_def_t settings_table[] = {
       "admin, KEY a Z85 public key); set = CURVE on tcp:// endpoints; SIGHUP "
       "re-reads it; empty = none" },
     { "allow_anonymous", KIND_BOOL, OFF(allow_anonymous), "false", 0, 0, false,
-      "allow a tcp:// client endpoint without client_keys, or a cluster without "
-      "node_keys, on addresses other than loopback (anyone reaching them may "
-      "do anything)" },
+      "allow a tcp:// client endpoint without client_keys on addresses other "
+      "than loopback, and a cluster without node_keys on any address (anyone "
+      "reaching them, on loopback any local user, may do anything)" },
     { "anonymous_admin", KIND_BOOL, OFF(anonymous_admin), "false", 0, 0, false,
       "anonymous clients of a loopback tcp:// endpoint (no client_keys) get the "
       "admin role; false: submit, as other local users on the ipc:// socket "

@@ -103,7 +103,7 @@ typedef struct wf_settings {
     /* security (README "Security") */
     char key_file[WF_SETTINGS_PATH_MAX]; /* this daemon's CURVE key pair; "" = none */
     char client_keys[WF_SETTINGS_PATH_MAX]; /* tcp clients' keys and roles; "" = no CURVE */
-    bool allow_anonymous;        /* tcp / cluster without keys off loopback */
+    bool allow_anonymous;        /* tcp without keys off loopback, cluster without keys */
     bool anonymous_admin;        /* anonymous loopback tcp clients are admin */
     uint32_t socket_mode;        /* ipc socket file mode bits */
     char socket_group[WF_SETTINGS_NAME_MAX]; /* ipc socket file group; "" = ours */

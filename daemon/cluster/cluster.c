@@ -260,52 +260,26 @@ void wf_cluster_self_name(const wf_settings_t *settings,
         snprintf(out, WF_SETTINGS_NAME_MAX, "node");
 }
 
-/* A loopback host: localhost, 127.0.0.0/8, ::1 (with or without []). */
-static bool loopback_host(const char *h, size_t len)
-{
-    if (len >= 2 && h[0] == '[' && h[len - 1] == ']') {
-        h++;
-        len -= 2;
-    }
-    if ((len == 9 && strncmp(h, "localhost", 9) == 0) ||
-        (len == 3 && strncmp(h, "::1", 3) == 0))
-        return true;
-    /* 127.a.b.c, each part decimal */
-    if (len < 9 || strncmp(h, "127.", 4) != 0)
-        return false;
-    unsigned dots = 0;
-    for (size_t i = 4; i < len; i++) {
-        if (h[i] == '.')
-            dots++;
-        else if (h[i] < '0' || h[i] > '9')
-            return false;
-    }
-    return dots == 2;
-}
-
-/* Protected mode: a cluster without node_keys only on loopback, unless
- * allow_anonymous says anyone reaching its sockets may join it. */
+/* Without node_keys a cluster has no way to tell its nodes from any other
+ * process that reaches its sockets: on loopback that is every local user
+ * (the rendezvous, the tensor channel and the comm_zmq ports are tcp://),
+ * who would join the world, be given ranks and receive tenants' tensors.
+ * So a cluster needs node_keys, on loopback too, unless allow_anonymous
+ * says everyone who can reach those ports is trusted. */
 static wf_status_t check_anonymous(const wf_settings_t *s, wf_log_t *log)
 {
     if (s->allow_anonymous) {
         wf_log(log, WF_LOG_WARNING, "cluster: no node_keys and allow_anonymous "
-               "set: any peer that reaches the rendezvous, the tensor channel or "
-               "the comm endpoints may join the world and read its tensors");
+               "set: any process that reaches the rendezvous, the tensor channel "
+               "or the comm endpoints (on loopback: any local user) may join the "
+               "world and read its tensors");
         return WF_OK;
     }
-    const char *colon = strrchr(s->coordinator, ':');
-    size_t hl = colon ? (size_t)(colon - s->coordinator) : strlen(s->coordinator);
-    bool coord_lo = loopback_host(s->coordinator, hl);
-    bool data_lo = s->data_address[0] &&
-                   loopback_host(s->data_address, strlen(s->data_address));
-    if (coord_lo && data_lo)
-        return WF_OK;
-    wf_log(log, WF_LOG_ERR, "cluster: refusing to start without node_keys on %s "
-           "%s: anyone who reaches it could join the world (set node_keys, "
-           "key_file and coordinator_node, or allow_anonymous = true on an "
-           "isolated network)", coord_lo ? "data_address" : "coordinator",
-           coord_lo ? (s->data_address[0] ? s->data_address : "(the hostname)")
-                    : s->coordinator);
+    wf_log(log, WF_LOG_ERR, "cluster: refusing to start without node_keys "
+           "(coordinator %s): any process that reaches it, on loopback any local "
+           "user, could join the world and read its tensors (set node_keys, "
+           "key_file and coordinator_node, or allow_anonymous = true where every "
+           "such process is trusted)", s->coordinator);
     return WF_E_BAD_ARGUMENT;
 }
 

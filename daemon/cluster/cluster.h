@@ -122,8 +122,8 @@ void wf_cluster_self_name(const wf_settings_t *settings,
  * that this node and coordinator_node are listed (and that this node's
  * listed key is its own), and give the list to `zap` (WF_ZAP_NODES).
  * *ret NULL when node_keys is empty: then the cluster runs without
- * authentication, which is refused (protected mode) when the coordinator
- * address or data_address is not loopback and allow_anonymous is false.
+ * authentication, which is refused unless allow_anonymous (on loopback
+ * too: every local user reaches the cluster's tcp:// sockets).
  * Every refusal is logged naming the setting; WF_E_BAD_ARGUMENT. */
 wf_status_t wf_cluster_keys_load(const wf_settings_t *settings,
                                  const wf_keypair_t *self, wf_zap_t *zap,

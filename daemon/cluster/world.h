@@ -85,7 +85,7 @@ typedef struct wf_world_cfg {
 } wf_world_cfg_t;
 
 /* Load the cluster's keys (node_keys; cluster.h wf_cluster_keys_load: a
- * bad or missing key, or a cluster without keys off loopback, is an
+ * bad or missing key, or a cluster without keys nor allow_anonymous, is an
  * error), bind the spare comm endpoints, start the control plane
  * (cluster.h), bind the tensor channel (coordinator), become the
  * scheduler's remote hook.

@@ -72,7 +72,8 @@ static bool node_start(node_t *d, const char *weftd, const char *name,
                            "--nodes", nodes, "--node-name", name,
                            "--cluster-timeout-ms", cluster_timeout,
                            "--heartbeat-ms", HB, "--heartbeat-timeout-ms",
-                           STR(HB_TIMEOUT_MS), "--cpu-memory", "256M", NULL };
+                           STR(HB_TIMEOUT_MS), "--cpu-memory", "256M",
+                           "--allow-anonymous", "true", NULL };
     return clusterd_exec(d, argv, env);
 }
 

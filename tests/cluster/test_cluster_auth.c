@@ -45,8 +45,10 @@
  *            b ready); a new node x says hello
  *            with epoch 2^64-1 and dies: the epochs go 2 (with x) and 3
  *            (x lost), never wrap; x's entry expires; jobs are correct.
- *            A cluster without node_keys off loopback is refused at start
- *            naming node_keys and allow_anonymous.
+ *            A cluster without node_keys is refused at start naming
+ *            node_keys and allow_anonymous, off loopback and on it (every
+ *            local user could join); the no-keys scenarios set
+ *            allow_anonymous.
  *
  * Usage: test_cluster_auth PATH_TO_WEFTD keys|channel|squatter|table.
  */
@@ -117,6 +119,7 @@ typedef struct dopts {
     const char *coordinator_node;
     const char *level;               /* --log-level */
     bool log;                        /* stderr to a file (d->p.log_path) */
+    bool anonymous;                  /* --allow-anonymous true */
 } dopts_t;
 
 static bool node_start(node_t *d, const dopts_t *o)
@@ -141,6 +144,10 @@ static bool node_start(node_t *d, const dopts_t *o)
         argv[n++] = o->key_file;
         argv[n++] = "--coordinator-node";
         argv[n++] = o->coordinator_node;
+    }
+    if (o->anonymous) {
+        argv[n++] = "--allow-anonymous";
+        argv[n++] = "true";
     }
     argv[n] = NULL;
     return clusterd_exec(&d->p, argv, NULL);
@@ -502,8 +509,8 @@ static void scenario_keys(void)
     CHECK(file_write(list_ss, text));
 
     node_t a, b, sb, ss;
-    dopts_t oa = { "a", "127.0.0.1", list, ka.path, "a", "info", true };
-    dopts_t ob = { "b", "127.0.0.2", list, kb.path, "a", NULL, false };
+    dopts_t oa = { "a", "127.0.0.1", list, ka.path, "a", "info", true, false };
+    dopts_t ob = { "b", "127.0.0.2", list, kb.path, "a", NULL, false, false };
     CHECK(node_start(&a, &oa));
     CHECK(clusterd_node_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));
     CHECK(node_start(&b, &ob));
@@ -515,8 +522,8 @@ static void scenario_keys(void)
     CHECK(min_served(&b) > 0);
 
     /* strangers: stock weftd with their own key and list */
-    dopts_t osb = { "b", "127.0.0.3", list_sb, ks.path, "a", NULL, false };
-    dopts_t oss = { "s", "127.0.0.4", list_ss, ks.path, "a", NULL, false };
+    dopts_t osb = { "b", "127.0.0.3", list_sb, ks.path, "a", NULL, false, false };
+    dopts_t oss = { "s", "127.0.0.4", list_ss, ks.path, "a", NULL, false, false };
     CHECK(node_start(&sb, &osb));
     CHECK(node_start(&ss, &oss));
     CHECK(clusterd_node_wait(&sb, "READY=1", TIMEOUT_MS, NULL, 0));
@@ -602,8 +609,8 @@ static void scenario_keys(void)
 static void scenario_channel(void)
 {
     node_t a, b;
-    dopts_t oa = { "a", "127.0.0.1", NULL, NULL, NULL, "info", true };
-    dopts_t ob = { "b", "127.0.0.2", NULL, NULL, NULL, NULL, false };
+    dopts_t oa = { "a", "127.0.0.1", NULL, NULL, NULL, "info", true, true };
+    dopts_t ob = { "b", "127.0.0.2", NULL, NULL, NULL, NULL, false, true };
     CHECK(node_start(&a, &oa));
     CHECK(clusterd_node_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));
     CHECK(node_start(&b, &ob));
@@ -652,8 +659,8 @@ static void scenario_squatter(void)
     CHECK(zmq_bind(sq, rdv_ep) == 0);
 
     node_t a, b;
-    dopts_t oa = { "a", "127.0.0.1", list, ka.path, "a", NULL, true };
-    dopts_t ob = { "b", "127.0.0.2", list, kb.path, "a", NULL, false };
+    dopts_t oa = { "a", "127.0.0.1", list, ka.path, "a", NULL, true, false };
+    dopts_t ob = { "b", "127.0.0.2", list, kb.path, "a", NULL, false, false };
     CHECK(node_start(&a, &oa));
     CHECK(clusterd_wait_exit(&a.p, TIMEOUT_MS));
     /* 1: serving failed (not a sanitizer's exit code) */
@@ -696,27 +703,36 @@ static void scenario_squatter(void)
     clusterd_node_close(&a);
 }
 
-static void scenario_table(void)
+/* A cluster without node_keys nor allow_anonymous at `coord` (a loopback
+ * one too: every local user reaches it) exits 1 at start naming both. */
+static void refused_without_keys(const char *coord)
 {
-    /* protected mode: no keys, a coordinator address off loopback */
     node_t p;
     char saved[64];
     snprintf(saved, sizeof saved, "%s", coordinator);
-    snprintf(coordinator, sizeof coordinator, "192.0.2.1:7300");
-    dopts_t op = { "p", "127.0.0.1", NULL, NULL, NULL, NULL, true };
+    snprintf(coordinator, sizeof coordinator, "%s", coord);
+    dopts_t op = { "p", "127.0.0.1", NULL, NULL, NULL, NULL, true, false };
     CHECK(node_start(&p, &op));
     CHECK(clusterd_wait_exit(&p.p, TIMEOUT_MS));
     CHECK(p.p.reaped && WIFEXITED(p.p.exit_status) && WEXITSTATUS(p.p.exit_status) == 1);
     char line[512] = "";
     CHECK(clusterd_log_find(&p.p, "without node_keys", TIMEOUT_MS, line, sizeof line));
-    printf("protected mode: %s\n", line);
-    CHECK(strstr(line, "allow_anonymous") != NULL);
+    printf("no keys at %s: %s\n", coord, line);
+    CHECK(strstr(line, "allow_anonymous") != NULL && strstr(line, "local user") != NULL);
     clusterd_node_close(&p);
     snprintf(coordinator, sizeof coordinator, "%s", saved);
+}
+
+static void scenario_table(void)
+{
+    char loopback[64];
+    snprintf(loopback, sizeof loopback, "%s", coordinator);
+    refused_without_keys("192.0.2.1:7300");
+    refused_without_keys(loopback);
 
     node_t a, b;
-    dopts_t oa = { "a", "127.0.0.1", NULL, NULL, NULL, "info", true };
-    dopts_t ob = { "b", "127.0.0.2", NULL, NULL, NULL, NULL, false };
+    dopts_t oa = { "a", "127.0.0.1", NULL, NULL, NULL, "info", true, true };
+    dopts_t ob = { "b", "127.0.0.2", NULL, NULL, NULL, NULL, false, true };
     CHECK(node_start(&a, &oa));
     CHECK(clusterd_node_wait(&a, "READY=1", TIMEOUT_MS, NULL, 0));
     wf_status_info_t si;

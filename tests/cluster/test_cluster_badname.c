@@ -127,7 +127,7 @@ int main(int argc, char **argv)
                              "--mesh", "ring=2", "--coordinator", coord, "--nodes", "2",
                              "--node-name", "a", "--cluster-timeout-ms", "60000",
                              "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1000",
-                             "--cpu-memory", "256M", NULL };
+                             "--cpu-memory", "256M", "--allow-anonymous", "true", NULL };
     CHECK(clusterd_exec(&a, argv_a, NULL));
     CHECK(notify_scan(&a, TIMEOUT_MS, "READY=1"));
     static wf_status_info_t si;

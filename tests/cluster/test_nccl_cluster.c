@@ -62,7 +62,8 @@ static bool node_start(node_t *d, const char *name, const char *env)
                            "--coordinator", coordinator, "--nodes", "3",
                            "--node-name", name, "--cluster-timeout-ms", "5000",
                            "--heartbeat-ms", "200", "--heartbeat-timeout-ms", hbt,
-                           "--cpu-memory", "256M", "--log-level", "info", NULL };
+                           "--cpu-memory", "256M", "--log-level", "info",
+                           "--allow-anonymous", "true", NULL };
     return clusterd_exec(&d->p, argv, env);
 }
 

@@ -367,12 +367,12 @@ static void test_cluster(bool all_standin)
     const char *common[] = { "--devices", "cpu:1", "--cpu-memory", "512M", "--mesh",
                              "ring=2", "--coordinator", coord, "--nodes", "2",
                              "--cluster-timeout-ms", tmo, "--data-address", "127.0.0.1",
-                             "--node-name", NULL, NULL };
-    const char *ea[18], *em[18];
+                             "--allow-anonymous", "true", "--node-name", NULL, NULL };
+    const char *ea[20], *em[20];
     memcpy(ea, common, sizeof common);
     memcpy(em, common, sizeof common);
-    ea[15] = "n0";
-    em[15] = "n1";
+    ea[17] = "n0";
+    em[17] = "n1";
     bool up = start(&a, standin, "n0", ea);
     up = start(&m, all_standin ? standin : weftd, "n1", em) && up;
     up = up && clusterd_node_wait(&a, "STATUS=cluster serving: epoch 1, 2 node(s)",

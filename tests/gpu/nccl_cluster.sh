@@ -46,7 +46,7 @@ dlog=$logs/weftd-nccl-cluster.log
 rm -f "$sock"
 # shellcheck disable=SC2086
 "$weftd" --devices "$devices" --coordinator "127.0.0.1:$port" --nodes 1 --node-name gpu0 \
-    --data-address 127.0.0.1 --model-root "$fx" --listen "ipc://$sock" --log-level info \
+    --data-address 127.0.0.1 --allow-anonymous true --model-root "$fx" --listen "ipc://$sock" --log-level info \
     ${WEFT_NC_FLAGS:-} > "$dlog" 2>&1 &
 wpid=$!
 served=0

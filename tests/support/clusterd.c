@@ -265,8 +265,9 @@ bool clusterd_node_start(clusterd_node_t *d, const char *weftd,
                              "--coordinator", o->coordinator, "--nodes", "3",
                              "--node-name", o->name, "--cluster-timeout-ms", tmo,
                              "--heartbeat-ms", hb, "--heartbeat-timeout-ms", hbt,
-                             "--cpu-memory", "1G", "--log-level", level };
-    int n = 25;
+                             "--cpu-memory", "1G", "--log-level", level,
+                             "--allow-anonymous", "true" };
+    int n = 27;
     if (o->max_tensor_bytes) {
         argv[n++] = "--max-tensor-bytes";
         argv[n++] = o->max_tensor_bytes;
