@@ -671,6 +671,14 @@ typedef struct wf_forward_opts {
                              still applies) */
     wf_precision_t precision; /* WF_PRECISION_FP8: the model's attention in
                                  fp8 (see wf_precision_t); added in 0.5 */
+    uint32_t split_batch; /* non-zero: the batch's samples are independent
+                             (classifier-free guidance's branches, several
+                             images per prompt): the daemon splits them over
+                             its dp replicas, each computing its part at once
+                             with its own ring / ulysses / tp group, and the
+                             output is theirs in batch order, equal to the
+                             unsplit forward's. Ignored where dp is 1 or B is
+                             1; refused by daemons before 0.9 (WF_E_BAD_FIELD) */
 } wf_forward_opts_t;
 
 /* Forward of resident model `model` with named tensors: `inputs` as the

@@ -651,23 +651,28 @@ static wf_status_t decode_unload_model(dec_t *d, const msgpack_object *args,
     return no_tensors(d, req);
 }
 
-/* forward: {"model", "out_dtype"?, "deadline_ms"?, "precision"?}; its
+/* forward: {"model", "out_dtype"?, "deadline_ms"?, "precision"?,
+ * "split_batch"?}; its
  * tensors are the model's inputs by name, which only the daemon knows
  * (wf_schema_bind against the model's schema): here only that there is
  * at least one (names are unique in every message). */
 static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_request_t *req)
 {
-    static const char *const names[] = { "model", "out_dtype", "deadline_ms", "precision" };
-    const msgpack_object *f[4] = { NULL, NULL, NULL, NULL };
+    static const char *const names[] = { "model", "out_dtype", "deadline_ms", "precision",
+                                         "split_batch" };
+    const msgpack_object *f[5] = { NULL, NULL, NULL, NULL, NULL };
     wf_forward_args_t *a = &req->args.forward;
     wf_status_t rc;
     char buf[40];
+    wf_opt_t split = WF_OPT_DEFAULT;
 
-    if (args && (rc = map_fields(d, args, "args", names, 4, f)) != WF_OK)
+    if (args && (rc = map_fields(d, args, "args", names, 5, f)) != WF_OK)
         return rc;
     if ((rc = opt_deadline(d, f[2], &a->deadline_ms)) != WF_OK ||
-        (rc = opt_precision(d, f[3], &a->fp8)) != WF_OK)
+        (rc = opt_precision(d, f[3], &a->fp8)) != WF_OK ||
+        (rc = opt_flag(d, f[4], "split_batch", &split)) != WF_OK)
         return rc;
+    a->split_batch = split == WF_OPT_ON;
     if ((rc = take_str(d, f[0], "args.model", wf_check_model_name, a->model,
                        sizeof(a->model))) != WF_OK)
         return rc;

@@ -321,7 +321,7 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     if (fwd) {
         put_str(&e, "args");
         e.failed |= msgpack_pack_map(&e.pk, 1 + fw->has_out_dtype + (fw->deadline_ms != 0) +
-                                                fw->fp8);
+                                                fw->fp8 + fw->split_batch);
         put_key_str(&e, "model", fw->model);
         if (fw->has_out_dtype)
             put_key_str(&e, "out_dtype", wf_dtype_name(fw->out_dtype));
@@ -329,6 +329,8 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
             put_key_uint(&e, "deadline_ms", fw->deadline_ms);
         if (fw->fp8)
             put_key_str(&e, "precision", "fp8");
+        if (fw->split_batch)
+            put_key_bool(&e, "split_batch", true);
     }
     if (cancel) {
         put_str(&e, "args");
@@ -339,7 +341,7 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
 }
 
 static const char *const feature_names[WF_FEATURES_COUNT] = {
-    "reconfigure", "cp_options", "models", "roles", "fp8",
+    "reconfigure", "cp_options", "models", "roles", "fp8", "split_batch",
 };
 
 const char *wf_feature_name(unsigned i)

@@ -123,7 +123,7 @@ typedef struct wf_unload_model_args {
 
 /* Arguments of forward: {"model": str}, "out_dtype"?: dtype name
  * (default: the dtype of the model's first input), "deadline_ms"?,
- * "precision"?; tensors: the model's inputs by name (its schema,
+ * "precision"?, "split_batch"?: bool; tensors: the model's inputs by name (its schema,
  * list_models; each at most once). The decoder checks only what needs no
  * model; the daemon binds the tensors to the model's schema
  * (wf_schema_bind). */
@@ -134,6 +134,9 @@ typedef struct wf_forward_args {
     uint32_t deadline_ms;      /* "deadline_ms": ms from receipt; 0 / absent = none */
     bool fp8;                  /* "precision": "fp8" (true) or "default" / absent
                                 * (false): the model's attention in fp8 */
+    bool split_batch;          /* "split_batch": true: the batch's samples are
+                                * independent; the daemon may split them over
+                                * the dp replicas (absent = false) */
 } wf_forward_args_t;
 
 /* Arguments of cancel: {"id": uint}, the id of a job this connection
@@ -201,8 +204,9 @@ enum {
     WF_FEATURE_ROLES = 1u << 3,         /* "roles": roles, status code 10 */
     WF_FEATURE_FP8 = 1u << 4,           /* "fp8": args "precision" of attention and
                                            forward, status code 29 */
+    WF_FEATURE_SPLIT_BATCH = 1u << 5,   /* "split_batch": forward's arg "split_batch" */
 };
-#define WF_FEATURES_COUNT 5
+#define WF_FEATURES_COUNT 6
 /* Every feature this build serves: what weftd announces. */
 #define WF_FEATURES_ALL ((1u << WF_FEATURES_COUNT) - 1u)
 /* The name of feature bit i (0 .. WF_FEATURES_COUNT - 1), else NULL. */

@@ -175,9 +175,17 @@ wf_status_t wf_forward_named_submit(wf_client_t *client, const char *model,
         if (outputs[i].tensor->dtype != outputs[0].tensor->dtype)
             return fail(c, WF_E_BAD_ARGUMENT, "outputs %s and %s differ in dtype",
                         outputs[0].name, outputs[i].name);
-    /* last: it may ask the daemon (a hello) */
+    /* last: they may ask the daemon (a hello) */
     if (opts && (st = wfc_check_precision(c, opts->precision)) != WF_OK)
         return st;
+    /* split_batch only where announced: elsewhere the job runs unsplit,
+     * which gives the same output */
+    bool split = false;
+    if (opts && opts->split_batch) {
+        if (!c->hello_ok && (st = wf_hello(c, NULL)) != WF_OK)
+            return st;
+        split = (c->features & WF_FEATURE_SPLIT_BATCH) != 0;
+    }
 
     wf_job_t *job = calloc(1, sizeof *job);
     if (!job)
@@ -213,6 +221,7 @@ wf_status_t wf_forward_named_submit(wf_client_t *client, const char *model,
     a->out_dtype = outputs[0].tensor->dtype;
     a->deadline_ms = opts ? opts->deadline_ms : 0;
     a->fp8 = opts && opts->precision == WF_PRECISION_FP8;
+    a->split_batch = split;
 
     st = wfc_send_request(c, job, (int)n_inputs, data, bytes, deadline);
     if (st != WF_OK) {

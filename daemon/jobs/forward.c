@@ -19,12 +19,46 @@ static wf_status_t layer_boundary(void *arg, int64_t step, bool ahead)
     return ahead ? wf_djob_boundary_ahead(arg, step + 1) : wf_djob_boundary(arg, step + 1);
 }
 
+/* Samples [*b0, *b0 + *n) of B for replica `rep` of a split over k:
+ * tensor_split's pieces (the first B % k replicas take one more). */
+static void split_range(int64_t B, uint32_t k, uint32_t rep, int64_t *b0, int64_t *n)
+{
+    int64_t q = B / (int64_t)k, r = B % (int64_t)k, i = (int64_t)rep;
+    *n = q + (i < r);
+    *b0 = i * q + (i < r ? i : r);
+}
+
+/* Descriptors of one replica's slice of a split forward. */
+typedef struct io_slice {
+    wf_tensor_desc_t in[WF_SCHEMA_MAX_INPUTS];
+    wf_tensor_desc_t out[WF_DJOB_MAX_OUTPUTS];
+} io_slice_t;
+
+/* d cut to samples [b0, b0 + n) of its dimension 0 (of B); the byte
+ * offset of the first. */
+static size_t slice_desc(wf_tensor_desc_t *d, int64_t B, int64_t b0, int64_t n)
+{
+    uint64_t per = d->nbytes / (uint64_t)B;
+    d->shape[0] = n;
+    d->numel = d->numel / (uint64_t)B * (uint64_t)n;
+    d->nbytes = per * (uint64_t)n;
+    return (size_t)(per * (uint64_t)b0);
+}
+
 /* The bound forward of a job, with the frames' pointers when `frames`
- * (the root's). */
-static void io_of(const wf_djob_t *job, bool frames, wf_fwd_io_t *io)
+ * (a root's); a split job's replica `rep` sees its samples of every
+ * batched input and output (descriptors in *sl). */
+static void io_of(const wf_djob_t *job, bool frames, uint32_t rep, io_slice_t *sl,
+                  wf_fwd_io_t *io)
 {
     const wf_tensor_desc_t *t = job->req.tensors;
     zmq_msg_t *f = (zmq_msg_t *)job->frames;
+    bool split = job->split > 1;
+    int64_t B = 0, b0 = 0, n = 0;
+    if (split) {
+        B = wf_schema_sym(&job->bind, "B");
+        split_range(B, job->split, rep, &b0, &n);
+    }
     memset(io, 0, sizeof *io);
     io->bind = &job->bind;
     io->n_in = job->n_in;
@@ -33,19 +67,53 @@ static void io_of(const wf_djob_t *job, bool frames, wf_fwd_io_t *io)
         if (i < 0)
             continue;
         io->in[k] = &t[i];
+        size_t off = 0;
+        if (split && (job->batched >> k & 1u)) {
+            sl->in[k] = t[i];
+            off = slice_desc(&sl->in[k], B, b0, n);
+            io->in[k] = &sl->in[k];
+        }
         if (frames)
-            io->in_data[k] = zmq_msg_data(&f[t[i].frame]);
+            io->in_data[k] = (const char *)zmq_msg_data(&f[t[i].frame]) + off;
     }
     io->n_out = job->n_outputs;
     for (uint32_t o = 0; o < job->n_outputs; o++) {
         io->out[o] = &job->out_desc[o];
+        size_t off = 0;
+        if (split) {
+            sl->out[o] = job->out_desc[o];
+            off = slice_desc(&sl->out[o], B, b0, n);
+            io->out[o] = &sl->out[o];
+        }
         if (frames)
-            io->out_data[o] = job->out[o];
+            io->out_data[o] = (char *)job->out[o] + off;
     }
     io->fp8 = job->req.args.forward.fp8;
     io->alltoall = job->rotate_method == WF_ROTATE_ALLTOALL;
     io->boundary = layer_boundary;      /* every rank's */
     io->boundary_arg = (void *)job;
+}
+
+/* The schema inputs whose dimension 0 is the batch B (bits), when B
+ * appears nowhere else in the inputs and is dimension 0 of every output:
+ * then the samples are independent rows of every tensor that has them.
+ * *ok false otherwise (the forward runs unsplit). */
+static uint32_t batched_inputs(const wf_model_schema_t *s, bool *ok)
+{
+    uint32_t bits = 0;
+    *ok = true;
+    for (uint32_t k = 0; k < s->n_inputs; k++)
+        for (uint32_t d = 0; d < s->inputs[k].rank; d++)
+            if (s->inputs[k].dim[d].size == 0 && strcmp(s->inputs[k].dim[d].sym, "B") == 0) {
+                if (d != 0)
+                    *ok = false;
+                bits |= 1u << k;
+            }
+    for (uint32_t o = 0; o < s->n_outputs; o++)
+        if (s->outputs[o].rank < 1 || s->outputs[o].dim[0].size != 0 ||
+            strcmp(s->outputs[o].dim[0].sym, "B") != 0)
+            *ok = false;
+    return bits;
 }
 
 wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
@@ -90,8 +158,19 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     }
     job->n_outputs = m->schema.n_outputs;
     int T = (int)mesh->deg.tp, R = (int)mesh->deg.ring, U = (int)mesh->deg.ulysses;
+    /* split_batch: the samples over min(dp, B) replicas, each its
+     * tensor_split piece (replica 0 the largest) */
+    bool splittable;
+    job->batched = batched_inputs(&m->schema, &splittable);
+    int64_t B = wf_schema_sym(&job->bind, "B");
+    job->split = 1;
+    if (a->split_batch && splittable && mesh->deg.dp > 1 && B > 1)
+        job->split = B < (int64_t)mesh->deg.dp ? (uint32_t)B : mesh->deg.dp;
+    uint32_t k = job->split;
+    job->split = 1;                     /* the whole forward checked first */
+    io_slice_t sl;
     wf_fwd_io_t io;
-    io_of(job, false, &io);
+    io_of(job, false, 0, &sl, &io);
     st = m->run->forward_check(cfg, &io, T, R, U, err, err_len);
     /* On the wire WF_E_BAD_SHAPE means a descriptor invalid on its own
      * (PROTOCOL.md section 6); inputs that do not fit the model or a
@@ -101,14 +180,17 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
         st = WF_E_BAD_ARGUMENT;
     if (st != WF_OK)
         return st;
+    job->split = k;
+    io_of(job, false, 0, &sl, &io);     /* replica 0's piece: the largest */
     size_t hws = 0;
     size_t ws = m->run->workspace(cfg, &io, T, R, U, ops, &hws);
     if (ws == SIZE_MAX || hws == SIZE_MAX) {
         snprintf(err, err_len, "forward workspace overflows");
         return WF_E_BAD_ARGUMENT;
     }
-    job->cp = true;     /* every rank of the replica, rank = replica rank */
-    job->group_size = R * U * T;
+    job->cp = true;     /* every rank of the replica (of each replica of a
+                           split job), rank = replica rank (+ its offset) */
+    job->group_size = (int)k * R * U * T;
     memset(job->reserve, 0, sizeof job->reserve);
     /* What the device holds: on the CPU the workspace and, on the root,
      * the outputs (host memory both); on a device the workspace in the
@@ -124,7 +206,6 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
 wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
                             wf_worker_t *w)
 {
-    (void)group_size;
     wf_status_t st = WF_E_INTERNAL;
     const wf_rank_model_t *rm = wf_rank_models_find(&w->models, job->model_id);
     const void *shard = rm ? rm->shard : NULL;
@@ -148,8 +229,13 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
     if (st != WF_OK)
         return st;
     const wf_mesh_t *m = &job->mesh;
+    /* a split job: this rank's replica, and its rank there (0: the root
+     * that reads that replica's samples and writes its output rows) */
+    uint32_t per = job->split > 1 ? (uint32_t)group_size / job->split : (uint32_t)group_size;
+    uint32_t rep = (uint32_t)rank / per;
+    io_slice_t sl;
     wf_fwd_io_t io;
-    io_of(job, rank == 0, &io);
+    io_of(job, (uint32_t)rank % per == 0, rep, &sl, &io);
     wf_fwd_group_t grp = {
         .tp = m->deg.tp > 1 ? w->group[WF_MESH_DIM_TP] : NULL,
         .seq = m->deg.ring * m->deg.ulysses > 1 ? w->group[WF_MESH_DIM_SEQ] : NULL,

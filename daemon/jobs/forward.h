@@ -3,6 +3,13 @@
  * shard of the resident model (models.h) and its mesh communicators.
  * Replica rank r has tp coordinate r % tp and seq index r / tp; rank 0 is
  * the root: it reads the request's frames and writes the output buffer.
+ * With split_batch the batch's samples go to min(dp, B) replicas at once
+ * (job->split; tensor_split's pieces, in replica order): job rank r is
+ * rank r % g of the (r / g)-th, g = ring x ulysses x tp; each replica's
+ * root reads its samples of every input with the batch as dimension 0
+ * (the others whole) and writes its rows of the one output buffer. No
+ * collective crosses replicas; the layer boundaries are the job's, so
+ * every replica stops at the same one.
  * Every check happens in the plan, on the main thread, so a bad job never
  * reaches a collective.
  */

@@ -105,7 +105,15 @@ struct wf_djob {
     /* scheduling (main thread) */
     uint64_t seq;              /* global sequence number, in admission order */
     uint64_t epoch;            /* mesh epoch it runs under (set at dispatch) */
-    uint32_t replica;          /* dp replica it runs on (set at dispatch) */
+    uint32_t replica;          /* dp replica it runs on (set at dispatch; a
+                                  split job: the first of reps[]) */
+    uint32_t split;            /* forward: dp replicas its batch is split over
+                                  (0 / 1: one replica); job rank r runs on
+                                  reps[r / (group_size / split)] */
+    uint32_t reps[WF_SETTINGS_MAX_DEVICES]; /* a split job's replicas (at dispatch) */
+    uint32_t batched;          /* forward, split: bit k = schema input k has the
+                                  batch B as its dimension 0 (the others go
+                                  whole to every replica) */
     wf_djob_run_fn run;        /* step function of every rank */
     int group_size;            /* g: ranks of the gang */
     uint32_t device[WF_SETTINGS_MAX_DEVICES];  /* device of each rank */

@@ -280,7 +280,9 @@ static wf_status_t check_fit(const wf_sched_t *s, wf_djob_t *job, char *err,
         }
         replica = best;
     }
-    if ((uint32_t)job->group_size > replica || need > biggest) {
+    uint32_t per_replica = job->split > 1 ? (uint32_t)job->group_size / job->split
+                                          : (uint32_t)job->group_size;
+    if (per_replica > replica || need > biggest) {
         snprintf(err, err_len, "job needs %" PRIu64 " bytes on each of %d "
                  "device(s); a device has %" PRIu64, need, job->group_size,
                  biggest);
@@ -390,12 +392,19 @@ static void sort_by_free(const wf_sched_t *s, uint32_t *cand, uint32_t n)
     }
 }
 
-/* Give the job its devices on replica `rep`; false when they are not all
- * idle with room. */
-static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
+/* The job's ranks on one replica: a split job's share of its group. */
+static uint32_t ranks_per_replica(const wf_djob_t *job)
+{
+    return job->split > 1 ? (uint32_t)job->group_size / job->split
+                          : (uint32_t)job->group_size;
+}
+
+/* Give job ranks off .. off + g - 1 (g = ranks_per_replica) devices on
+ * replica `rep`; false when they are not all idle with room. */
+static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep, uint32_t off)
 {
     uint32_t n = s->n_devices / s->mesh.deg.dp, base = rep * n;
-    uint32_t g = (uint32_t)job->group_size;
+    uint32_t g = ranks_per_replica(job);
     uint32_t cand[WF_SETTINGS_MAX_DEVICES], nc = 0;
     if (s->cluster && usable_in_replica(s, job, rep, true) < g)
         return false;
@@ -426,13 +435,12 @@ static bool pick_on_replica(wf_sched_t *s, wf_djob_t *job, uint32_t rep)
     }
     for (uint32_t r = 0; r < g; r++) {
         uint32_t d = cand[r];
-        if (s->tasks[d] != 0 ||
-            s->used[d] > cap(s, d) || job->reserve[r] > cap(s, d) - s->used[d])
+        if (s->tasks[d] != 0 || s->used[d] > cap(s, d) ||
+            job->reserve[off + r] > cap(s, d) - s->used[d])
             return false;
     }
     for (uint32_t r = 0; r < g; r++)
-        job->device[r] = cand[r];
-    job->replica = rep;
+        job->device[off + r] = cand[r];
     return true;
 }
 
@@ -452,13 +460,23 @@ static bool pick_devices(wf_sched_t *s, wf_djob_t *job)
         }
         order[j] = c;
     }
-    for (uint32_t i = 0; i < dp; i++) {
-        if (pick_on_replica(s, job, order[i])) {
+    /* a split job takes the first `split` replicas that can take their
+     * ranks, in that order (its pieces in replica order) */
+    uint32_t want = job->split > 1 ? job->split : 1, got = 0;
+    for (uint32_t i = 0; i < dp && got < want; i++) {
+        if (pick_on_replica(s, job, order[i], got * ranks_per_replica(job))) {
+            job->reps[got++] = order[i];
             s->next_replica = (order[i] + 1) % dp;
-            return true;
         }
     }
-    return false;
+    job->replica = job->reps[0];
+    return got == want;
+}
+
+/* The replicas a dispatched job holds: reps[0 .. n). */
+static uint32_t replicas_of(const wf_djob_t *job)
+{
+    return job->split > 1 ? job->split : 1;
 }
 
 static bool alloc_outputs(wf_djob_t *job)
@@ -517,7 +535,8 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
             s->used[d] += job->reserve[r];
             s->tasks[d]++;
         }
-        s->replica_jobs[job->replica]++;
+        for (uint32_t i = 0; i < replicas_of(job); i++)
+            s->replica_jobs[job->reps[i]]++;
         s->in_flight++;
         /* every rank here (none on another node): the ranks share this
          * struct and may agree to stop at a step boundary */
@@ -557,7 +576,8 @@ void wf_sched_complete(wf_sched_t *s, const wf_djob_t *job)
         s->used[d] -= job->reserve[r];
         s->tasks[d]--;
     }
-    s->replica_jobs[job->replica]--;
+    for (uint32_t i = 0; i < replicas_of(job); i++)
+        s->replica_jobs[job->reps[i]]--;
     s->in_flight--;
     if (job->run_prev)
         job->run_prev->run_next = job->run_next;

@@ -98,6 +98,10 @@ static wf_status_t plan_forward(wf_server_t *srv, wf_djob_t *job, const wf_mesh_
     job->rotate_method = srv->settings.rotate_method == WF_ROTATE_ALLTOALL
                              ? WF_ROTATE_ALLTOALL
                              : WF_ROTATE_ALLGATHER;
+    /* a split job's replicas all run on this node's workers: in a cluster
+     * the forward runs unsplit (the same output) */
+    if (srv->sched.cluster)
+        job->req.args.forward.split_batch = false;
     return wf_forward_plan(job, srv->ops, mesh, m, err, err_len);
 }
 

@@ -12,3 +12,14 @@ set_tests_properties(e2e_wan PROPERTIES TIMEOUT 120)
 add_test(NAME e2e_wan_long COMMAND test_wan_e2e $<TARGET_FILE:weftd> ${WEFT_TESTS_DIR}/fixtures
   long)
 set_tests_properties(e2e_wan_long PROPERTIES TIMEOUT 180)
+
+# split_batch (tests/e2e/test_split_batch.c): flux-tiny and wan-tiny in a
+# weftd cpu:4, their batch split over the dp replicas on dp 2 (x ulysses,
+# ring, tp) and dp 4, against diffusers' float64 output and the unsplit
+# forward, the devices that served each.
+add_executable(test_split_batch ${CMAKE_CURRENT_LIST_DIR}/test_split_batch.c)
+target_link_libraries(test_split_batch PRIVATE weft_fluxio weft_testsupport weft_modelfiles
+  weft Threads::Threads m)
+add_test(NAME e2e_split_batch COMMAND test_split_batch $<TARGET_FILE:weftd>
+  ${WEFT_TESTS_DIR}/fixtures)
+set_tests_properties(e2e_split_batch PROPERTIES TIMEOUT 120)

@@ -427,13 +427,14 @@ static void test_forward_requests(void)
             strcpy(r.args.forward.model, "flux-tiny");
             r.args.forward.has_out_dtype = od >= 0;
             r.args.forward.out_dtype = (wf_dtype_t)(od >= 0 ? od : 0);
+            r.args.forward.split_batch = g == 1;
             wf_buf_reset(&buf);
             CHECK(wf_request_encode(&r, &buf) == WF_OK, "encode forward %d/%d", g, od);
             rc = wf_request_decode(buf.data, buf.len, &lim, &d, err, sizeof(err));
             const wf_forward_args_t *a = &d.args.forward;
             CHECK(rc == WF_OK && d.op == WF_OP_FORWARD && d.n_tensors == (uint32_t)n &&
                   strcmp(a->model, "flux-tiny") == 0 && a->has_out_dtype == (od >= 0) &&
-                  (od < 0 || a->out_dtype == (wf_dtype_t)od),
+                  (od < 0 || a->out_dtype == (wf_dtype_t)od) && a->split_batch == (g == 1),
                   "forward %d/%d round trip: %s %s", g, od, wf_status_name(rc), err);
             for (int i = 0; rc == WF_OK && i < n; i++)
                 CHECK(strcmp(d.tensors[i].name, t[i].name) == 0 &&
@@ -483,6 +484,16 @@ static void test_forward_requests(void)
     expect_req("forward out_dtype f64", WF_E_BAD_DTYPE, 1021, "args.out_dtype");
     B(); fwd_prefix(1021, t, n); mpb(&sb, "M2 ss si", "model", "m", "out_dtype", 0);
     expect_req("forward out_dtype int", WF_E_BAD_FIELD, 1021, "args.out_dtype: must be a str");
+    B(); fwd_prefix(1022, t, n); mpb(&sb, "M2 ss sb", "model", "m", "split_batch", true);
+    rc = wf_request_decode(sb.data, sb.size, &lim, &d, err, sizeof(err));
+    CHECK(rc == WF_OK && d.args.forward.split_batch, "forward split_batch true: %s %s",
+          wf_status_name(rc), err);
+    B(); fwd_prefix(1023, t, n); mpb(&sb, "M2 ss sb", "model", "m", "split_batch", false);
+    rc = wf_request_decode(sb.data, sb.size, &lim, &d, err, sizeof(err));
+    CHECK(rc == WF_OK && !d.args.forward.split_batch, "forward split_batch false: %s %s",
+          wf_status_name(rc), err);
+    B(); fwd_prefix(1024, t, n); mpb(&sb, "M2 ss si", "model", "m", "split_batch", 1);
+    expect_req("forward split_batch int", WF_E_BAD_FIELD, 1024, "args.split_batch: must be a bool");
     /* a bad arg comes before the tensors */
     B(); fwd_prefix(1021, t, 2); mpb(&sb, "M1 si", "model", 1);
     expect_req("bad model before missing tensors", WF_E_BAD_FIELD, 1021, "args.model");

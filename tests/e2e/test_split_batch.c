@@ -1,0 +1,295 @@
+/* test_split_batch.c — end to end: a forward's batch split over the dp
+ * replicas (split_batch) in a real weftd.
+ *
+ * usage: test_split_batch PATH_TO_WEFTD FIXTURES_DIR
+ *
+ * One weftd on cpu:4 (the fixtures directory as its model root) loads
+ * flux-tiny and wan-tiny. On dp 2 x ulysses 2, dp 2 x ring 2, dp 2 x
+ * tp 2, dp 4 and ring 2 x ulysses 2 (dp 1: split_batch changes nothing), each model's forward runs on its fixture's batch (B = 2) and
+ * on a batch of 3 made of the fixture's samples 0, 1, 0 (uneven pieces:
+ * 2 + 1 over two replicas), once unsplit and once with split_batch:
+ *   - the split output against diffusers' float64 run (its rows picked
+ *     alike) within the fixtures' tolerance (1e-5 of max |ref|), and
+ *     against the unsplit output within 1e-6 of max |ref| (each replica
+ *     computes its samples as one replica computes them all; rows of a
+ *     GEMM may round differently with the row count);
+ *   - the reply's `devices`: min(dp, B) replicas' worth for the split
+ *     job, one replica's for the unsplit one (and on dp 1 both);
+ *   - on dp 2 x ulysses 2, status: each of the 4 devices served the
+ *     split job (jobs_served + 1 on every device; the unsplit job adds 1
+ *     on one replica's 2 only).
+ * The daemon exits 0 on SIGTERM.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support/check.h"
+#include "support/fluxio.h"
+#include "support/jobcheck.h"
+#include "support/spawn.h"
+#include "support/wait.h"
+#include "weft.h"
+
+#define MAX_IN 8
+/* The split output against the unsplit one, of max |ref|. */
+#define SPLIT_TOLERANCE 1e-6
+
+/* One model's forward: named inputs, which of them carry the batch as
+ * dimension 0, and diffusers' output. */
+typedef struct named_io {
+    const char *model;
+    uint32_t n;
+    const char *name[MAX_IN];
+    wf_tensor_t in[MAX_IN];
+    bool batched[MAX_IN];
+    wf_tensor_t ref;                  /* f32 */
+    double tol;                       /* against ref, of max |ref| */
+} named_io_t;
+
+static bool batched_name(const char *n)
+{
+    static const char *const names[] = { "hidden_states", "encoder_hidden_states",
+                                         "pooled_projections", "timestep", "guidance",
+                                         "timestep_tokens", "encoder_hidden_states_image" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(n, names[i]) == 0)
+            return true;
+    return false;
+}
+
+static void add(named_io_t *io, const char *name, const wf_tensor_t *t)
+{
+    io->name[io->n] = name;
+    io->in[io->n] = *t;
+    io->batched[io->n] = batched_name(name);
+    io->n++;
+}
+
+/* t's samples rows[0 .. nr) along dimension 0, into *ret (malloc'ed). */
+static bool gather(const wf_tensor_t *t, const int *rows, int nr, wf_tensor_t *ret)
+{
+    size_t per = wf_dtype_size(t->dtype) * (size_t)(wf_tensor_numel(t) / t->shape[0]);
+    *ret = *t;
+    ret->shape[0] = nr;
+    ret->data = malloc(per * (size_t)nr);
+    if (!ret->data)
+        return false;
+    for (int i = 0; i < nr; i++)
+        memcpy((char *)ret->data + per * (size_t)i,
+               (const char *)t->data + per * (size_t)rows[i], per);
+    return true;
+}
+
+/* io's forward with its batch made of samples rows[0 .. nr). */
+static bool regather(const named_io_t *io, const int *rows, int nr, named_io_t *ret)
+{
+    *ret = *io;
+    bool ok = gather(&io->ref, rows, nr, &ret->ref);
+    for (uint32_t i = 0; i < io->n; i++)
+        if (io->batched[i])
+            ok = gather(&io->in[i], rows, nr, &ret->in[i]) && ok;
+    return ok;
+}
+
+static void free_gathered(named_io_t *g)
+{
+    free(g->ref.data);
+    for (uint32_t i = 0; i < g->n; i++)
+        if (g->batched[i])
+            free(g->in[i].data);
+}
+
+static double max_abs(const wf_tensor_t *t)
+{
+    double m = 0;
+    const float *p = t->data;
+    for (int64_t i = 0; i < wf_tensor_numel(t); i++)
+        m = fmax(m, fabs(p[i]));
+    return m;
+}
+
+/* max |a - b| / max |ref| (NaN anywhere: INFINITY). */
+static double rel_diff(const float *a, const float *b, int64_t n, double ref_max)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d))
+            return INFINITY;
+        m = fmax(m, d);
+    }
+    return m / (ref_max > 0 ? ref_max : 1);
+}
+
+/* One forward into *out (an f32 tensor of ref's shape, malloc'ed). */
+static wf_status_t forward(wf_client_t *c, const named_io_t *io, bool split,
+                           wf_tensor_t *out, wf_job_result_t *res)
+{
+    *out = io->ref;
+    int64_t n = wf_tensor_numel(out);
+    out->data = malloc((size_t)n * sizeof(float));
+    if (!out->data)
+        return WF_E_NO_MEMORY;
+    for (int64_t i = 0; i < n; i++)
+        ((float *)out->data)[i] = NAN;
+    wf_named_tensor_t ins[MAX_IN], outs[1] = { { "output", out } };
+    for (uint32_t i = 0; i < io->n; i++)
+        ins[i] = (wf_named_tensor_t){ io->name[i], &io->in[i] };
+    wf_forward_opts_t o = { .split_batch = split };
+    return wf_forward_named(c, io->model, ins, io->n, outs, 1, &o, res);
+}
+
+static uint64_t served(wf_client_t *c, uint64_t ret[4])
+{
+    static wf_status_info_t si;
+    if (wf_status(c, &si) != WF_OK || si.device_count != 4)
+        return 0;
+    uint64_t sum = 0;
+    for (int d = 0; d < 4; d++)
+        sum += ret[d] = si.devices[d].jobs_served;
+    return sum;
+}
+
+/* The unsplit and split forwards of io on mesh m; checks as the header. */
+static void both(wf_client_t *c, const named_io_t *io, const wf_mesh_degrees_t *m,
+                 bool count_devices)
+{
+    int64_t B = io->ref.shape[0];
+    uint32_t per = m->ring * m->ulysses * m->tp;
+    uint32_t k = m->dp < (uint32_t)B ? m->dp : (uint32_t)B;
+    wf_tensor_t ou, os;
+    wf_job_result_t ru, rs;
+    uint64_t before[4], mid[4], after[4];
+    served(c, before);
+    wf_status_t su = forward(c, io, false, &ou, &ru);
+    served(c, mid);
+    wf_status_t ss = forward(c, io, true, &os, &rs);
+    served(c, after);
+    double rmax = max_abs(&io->ref);
+    int64_t n = wf_tensor_numel(&io->ref);
+    CHECK(su == WF_OK && ss == WF_OK, "%s B %lld dp %u ring %u ulysses %u tp %u: "
+          "unsplit %s, split %s (%s)", io->model, (long long)B, m->dp, m->ring, m->ulysses,
+          m->tp, wf_status_name(su), wf_status_name(ss), wf_client_last_error(c));
+    if (su == WF_OK && ss == WF_OK) {
+        double e_ref = rel_diff(os.data, io->ref.data, n, rmax);
+        double e_u = rel_diff(os.data, ou.data, n, rmax);
+        CHECK(e_ref <= io->tol, "%s B %lld dp %u: split vs diffusers %.3g", io->model,
+              (long long)B, m->dp, e_ref);
+        CHECK(e_u <= SPLIT_TOLERANCE, "%s B %lld dp %u: split vs unsplit %.3g", io->model,
+              (long long)B, m->dp, e_u);
+        CHECK(ru.devices == per && rs.devices == k * per, "%s B %lld dp %u: devices "
+              "unsplit %u (want %u), split %u (want %u)", io->model, (long long)B, m->dp,
+              ru.devices, per, rs.devices, k * per);
+        printf("%-5s B %lld, dp %u ring %u ulysses %u tp %u: split over %u replica(s), "
+               "%u devices; vs diffusers f64 %.3g, vs unsplit %.3g\n", io->model,
+               (long long)B, m->dp, m->ring, m->ulysses, m->tp, k, rs.devices, e_ref, e_u);
+    }
+    if (count_devices) {
+        /* the unsplit job on one replica's devices, the split one on all */
+        uint32_t on_u = 0, on_s = 0;
+        for (int d = 0; d < 4; d++) {
+            on_u += mid[d] - before[d] == 1;
+            on_s += after[d] - mid[d] == 1;
+        }
+        CHECK(on_u == per && on_s == k * per, "%s B %lld: devices serving: unsplit %u "
+              "(want %u), split %u (want %u)", io->model, (long long)B, on_u, per, on_s,
+              k * per);
+    }
+    free(ou.data);
+    free(os.data);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s PATH_TO_WEFTD FIXTURES_DIR\n", argv[0]);
+        return 2;
+    }
+    block_test_signals();
+    const char *weftd = argv[1], *fixtures = argv[2];
+    fluxio_t fio;
+    wanio_t wio;
+    if (!fluxio_load(&fio, fixtures, "io-flux-tiny-f32.safetensors") ||
+        !wanio_load(&wio, fixtures, "io-wan-tiny-f32.safetensors"))
+        return 1;
+    named_io_t flux = { .model = "flux", .ref = fio.ref, .tol = fluxio_tolerance(&fio) };
+    add(&flux, "hidden_states", &fio.hs);
+    add(&flux, "encoder_hidden_states", &fio.enc);
+    add(&flux, "pooled_projections", &fio.pooled);
+    add(&flux, "timestep", &fio.t);
+    add(&flux, "img_ids", &fio.img_ids);
+    add(&flux, "txt_ids", &fio.txt_ids);
+    named_io_t wan = { .model = "wan", .ref = wio.ref, .tol = WANIO_TOLERANCE };
+    for (uint32_t i = 0; i < wio.n; i++)
+        add(&wan, wio.name[i], &wio.in[i]);
+    CHECK(flux.ref.dtype == WF_DTYPE_F32 && wan.ref.dtype == WF_DTYPE_F32 &&
+          flux.ref.shape[0] == 2 && wan.ref.shape[0] == 2, "fixtures: f32 references, B 2");
+
+    char err[512], endpoint[300], tmpl[] = "/tmp/weft-split-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/weftd.sock", tmpl);
+    const char *dargv[] = { weftd, "--devices", "cpu:4", "--mesh", "dp=2,ulysses=2",
+                            "--listen", endpoint, "--model-root", fixtures,
+                            "--log-level", "warning", NULL };
+    pid_t pid = spawn_daemon(dargv, NULL);
+    if (pid < 0 || !wait_ready(endpoint)) {
+        fprintf(stderr, "weftd did not start\n");
+        if (pid > 0)
+            kill(pid, SIGKILL);
+        return 1;
+    }
+    wf_client_t *c = NULL;
+    CHECK(wf_client_connect(endpoint, (int)WAIT_EVENT_MS, &c) == WF_OK, "connect");
+    CHECK(wf_hello(c, NULL) == WF_OK && wf_client_has_feature(c, "split_batch"),
+          "the daemon announces split_batch");
+    wf_model_info_t info;
+    CHECK(wf_load_model(c, "flux", "flux-tiny", NULL, &info) == WF_OK &&
+          wf_load_model(c, "wan", "wan-tiny", NULL, &info) == WF_OK, "load: %s",
+          wf_client_last_error(c));
+
+    static const int rows3[] = { 0, 1, 0 };
+    named_io_t flux3, wan3;
+    CHECK(regather(&flux, rows3, 3, &flux3) && regather(&wan, rows3, 3, &wan3),
+          "batches of 3");
+    static const wf_mesh_degrees_t meshes[] = {
+        { .dp = 2, .ring = 1, .ulysses = 2, .tp = 1 },
+        { .dp = 2, .ring = 2, .ulysses = 1, .tp = 1 },
+        { .dp = 2, .ring = 1, .ulysses = 1, .tp = 2 },
+        { .dp = 4, .ring = 1, .ulysses = 1, .tp = 1 },
+        { .dp = 1, .ring = 2, .ulysses = 2, .tp = 1 },
+    };
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        const wf_mesh_degrees_t *m = &meshes[i];
+        if (i > 0) {
+            wf_status_t rs = wf_reconfigure(c, m, NULL);
+            CHECK(rs == WF_OK, "reconfigure dp %u ring %u ulysses %u tp %u: %s %s", m->dp,
+                  m->ring, m->ulysses, m->tp, wf_status_name(rs), wf_client_last_error(c));
+            if (rs != WF_OK)
+                continue;
+        }
+        bool count = m->dp == 2 && m->ulysses == 2;
+        both(c, &flux, m, count);
+        both(c, &wan, m, count);
+        both(c, &flux3, m, false);
+        both(c, &wan3, m, false);
+    }
+    free_gathered(&flux3);
+    free_gathered(&wan3);
+    wf_client_destroy(&c);
+    CHECK(stop_daemon(pid, SPAWN_STOP_MS, err, sizeof err), "weftd: %s", err);
+    fluxio_free(&fio);
+    wanio_free(&wio);
+    char sock[400];
+    snprintf(sock, sizeof sock, "%s/weftd.sock", tmpl);
+    unlink(sock);
+    rmdir(tmpl);
+    printf("%d checks, %d failures\n", passed + failed, failed);
+    return failed ? 1 : 0;
+}
