@@ -18,7 +18,10 @@
  *            sends a message of too many frames: the log line for it
  *            (the channel reads in order) says a read every message of
  *            the flood. a's peak stays within the bound; a burst after
- *            is correct.
+ *            is correct. (a's main loop reads the channel as fast as it
+ *            comes and drops what is no job's, so this holds without the
+ *            HWM too; the HWM is what bounds a peer while the main loop
+ *            is busy, and `comm` shows it at work.)
  *  comm      a forked process holds a comm_zmq world of two ranks (rank
  *            threads, M = 2 MiB + 4 KiB, H = 4, U = 4 x M). (b) The raw
  *            peer floods rank 0's port with FLOOD whole messages while
