@@ -139,7 +139,8 @@ static const setting_def_t settings_table[] = {
       "pushes back on the sender (whose sends still never block: its own "
       "queue grows). A peer's complete messages then take at most (this + 2) "
       "x (2 x max_tensor_bytes + 4 KiB) there; not bounded by it: one "
-      "multipart message that never ends (README \"Limits\")" },
+      "multipart message that never ends (README \"Bounded cluster data "
+      "plane\")" },
     { "comm_unexpected_bytes", KIND_U64, OFF(comm_unexpected_bytes), "0", 0,
       UINT64_C(1) << 50, false, "cluster: payload bytes one peer rank may have "
       "sent to a comm_zmq rank ahead of the receives posted for them; the "

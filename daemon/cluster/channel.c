@@ -46,7 +46,8 @@ static int64_t max_msg(const wf_channel_t *ch)
     return (int64_t)wf_settings_data_msg_bytes(ch->settings);
 }
 
-/* What a peer can make this socket hold (README "Limits"):
+/* What a peer can make this socket hold (README "Bounded cluster data
+ * plane"):
  *   - sends are never refused (SNDHWM 0): what we queue is bounded by
  *     the jobs in flight, and a full queue must not fail a job's inputs;
  *   - at most cluster_recv_messages whole messages per connection wait

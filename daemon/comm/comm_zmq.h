@@ -110,7 +110,7 @@ typedef struct wf_comm_zmq_config {
     int64_t max_message_bytes;    /* ZMQ_MAXMSGSIZE of the socket; <= 0:
                                    * no limit */
     /* Bounds on what one peer connection can make a rank hold (README
-     * "Limits"): ZeroMQ queues at most recv_messages whole messages of a
+     * "Bounded cluster data plane"): ZeroMQ queues at most recv_messages whole messages of a
      * connection unread (ZMQ_RCVHWM; then it stops reading it and TCP
      * pushes back on the sender, whose sends still never block); the
      * rank keeps at most unexpected_bytes of payload from one source

@@ -34,11 +34,11 @@
  * and vice versa. ZeroMQ keeps order per connection, so order per ordered
  * pair is posting order. Self-messages skip the socket.
  *
- * Bounds (README "Limits"). A connection has at most cfg->recv_messages
- * whole messages waiting in ZeroMQ (ZMQ_RCVHWM; TCP pushes back past
- * it); a message that is not for this world is closed as it is read; a
- * source rank has at most cfg->unexpected_bytes of payload unexpected:
- * the message that would go over is dropped and counted (`over`) and
+ * Bounds (README "Bounded cluster data plane"). A connection has at
+ * most cfg->recv_messages whole messages waiting in ZeroMQ (ZMQ_RCVHWM;
+ * TCP pushes back past it); a message that is not for this world is
+ * closed as it is read; a source rank has at most cfg->unexpected_bytes
+ * of payload unexpected: the message that would go over is dropped and counted (`over`) and
  * fails the call with WF_E_LIMIT, which aborts the domain.
  *
  * Progress happens only inside calls, on the rank's thread: zmq_poll on
@@ -202,7 +202,8 @@ void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes, int recv_messages
          * messages unread ZeroMQ stops reading that peer and TCP pushes
          * back; the sender's queue grows instead, its sends still do not
          * block. The rank reads only inside calls, so between jobs this
-         * is what bounds a peer (README "Limits"). */
+         * is what bounds a peer (README "Bounded cluster data
+         * plane"). */
         set_int(s, ZMQ_SNDHWM, 0) != 0 ||
         set_int(s, ZMQ_RCVHWM, recv_messages > 0 ? recv_messages : 0) != 0 ||
         set_int(s, ZMQ_RECONNECT_IVL, RECONNECT_IVL_MS) != 0 ||

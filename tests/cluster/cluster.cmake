@@ -91,8 +91,9 @@ endforeach()
 # rank sending past comm_unexpected_bytes (WF_E_LIMIT); peak RSS within
 # (cluster_recv_messages + 2) x the largest message (+ U) + slack.
 # `multipart` (a message that never ends) is a known gap: libzmq holds it
-# whole before the daemon can read a frame (README "Limits"); DISABLED
-# until the cluster plane reads ZMTP itself as the client plane's gate does.
+# whole before the daemon can read a frame (README "Bounded cluster data
+# plane"); DISABLED until the cluster plane reads ZMTP itself, as the
+# client plane's gate does.
 add_executable(test_data_bounds ${CMAKE_CURRENT_LIST_DIR}/test_data_bounds.c)
 target_link_libraries(test_data_bounds PRIVATE weft_clusterd weft_testsupport weft_rawd
   weftd_core weft_proto weft PkgConfig::ZMQ Threads::Threads m)

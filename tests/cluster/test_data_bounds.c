@@ -1,9 +1,9 @@
 /* test_data_bounds.c — the cluster plane's data sockets against a raw
  * ZMTP peer (plain TCP here, no libzmq on the attacking side, so that
  * what the peer has written is known byte for byte), with the bounds of
- * README "Limits": cluster_recv_messages (H) whole messages per
- * connection unread (ZMQ_RCVHWM), comm_unexpected_bytes (U) per source
- * rank of a comm_zmq rank. A message is at most M = 2 x max_tensor_bytes
+ * README "Bounded cluster data plane": cluster_recv_messages (H) whole
+ * messages per connection unread (ZMQ_RCVHWM), comm_unexpected_bytes (U)
+ * per source rank of a comm_zmq rank. A message is at most M = 2 x max_tensor_bytes
  * + 4 KiB; a peer's complete messages take at most (H + 2) x M of the
  * receiver (H queued, one decoded, one being read). The stated bound of
  * each phase is RSS before + that + SLACK (allocator, the jobs, ZeroMQ's
