@@ -38,6 +38,7 @@ static wf_status_t bind_spares(wf_world_t *w)
     size_t o = 0;
     w->data[0] = '\0';
     int64_t max = (int64_t)wf_settings_data_msg_bytes(w->settings);
+    int hwm = (int)w->settings->cluster_recv_messages;
     char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
     snprintf(host, sizeof host, "%s", w->settings->data_address);
     if (host[0] == '\0' && gethostname(host, sizeof host) != 0)
@@ -46,8 +47,7 @@ static wf_status_t bind_spares(wf_world_t *w)
     snprintf(bind, sizeof bind, "tcp://%s:*", host);
     for (uint32_t d = 0; d < w->n_workers; d++) {
         wf_comm_zmq_endpoint_destroy(&w->spare[d]);
-        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max,
-                                                  (int)w->settings->cluster_recv_messages,
+        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max, hwm,
                                                   w->keys ? &w->keys->self : NULL,
                                                   &w->spare[d]);
         if (st != WF_OK) {

@@ -194,11 +194,13 @@ static inline int64_t wf_zmq_now_ms(void)
 /* one rank (comm_zmq_rank.c)                                              */
 
 /* A ROUTER with the options every rank socket needs; set before any bind
- * or connect because ZeroMQ copies them into each new connection. With
- * curve, a CURVE server in WF_ZAP_NODES for what it binds next. NULL
- * on failure (errno says why). */
-void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes, int recv_messages,
-                        const wf_keypair_t *curve);
+ * or connect because ZeroMQ copies them into each new connection.
+ * recv_messages: ZMQ_RCVHWM (<= 0: none); max_message_bytes:
+ * ZMQ_MAXMSGSIZE (<= 0: none). With curve, a CURVE server in
+ * WF_ZAP_NODES for what it binds next. NULL on failure (errno says
+ * why). */
+void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
+                        int recv_messages, const wf_keypair_t *curve);
 
 /* The rank of world cfg->world_id at `rank`, without its socket: routing
  * ids, queues, the request pool, the zero-copy eventfd, with CURVE the

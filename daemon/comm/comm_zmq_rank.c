@@ -38,8 +38,9 @@
  * most cfg->recv_messages whole messages waiting in ZeroMQ (ZMQ_RCVHWM;
  * TCP pushes back past it); a message that is not for this world is
  * closed as it is read; a source rank has at most cfg->unexpected_bytes
- * of payload unexpected: the message that would go over is dropped and counted (`over`) and
- * fails the call with WF_E_LIMIT, which aborts the domain.
+ * of payload unexpected: the message that would go over is dropped and
+ * counted (`over`) and fails the call with WF_E_LIMIT, which aborts the
+ * domain.
  *
  * Progress happens only inside calls, on the rank's thread: zmq_poll on
  * the socket, the domain's abort eventfd (written once, never read, so it
@@ -186,8 +187,8 @@ static int set_int(void *s, int opt, int v)
 
 /* A ROUTER with the options every rank socket needs; set before any bind
  * or connect because ZeroMQ copies them into each new connection. */
-void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes, int recv_messages,
-                        const wf_keypair_t *curve)
+void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
+                        int recv_messages, const wf_keypair_t *curve)
 {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     if (!s)
