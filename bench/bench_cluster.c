@@ -405,7 +405,7 @@ static void dp_child(int proc, int up, int down, const wf_keypair_t *kp_all,
     for (int t = 0; t < DP_TPP; t++) {
         rk[t] = (dp_rank_t){.rank = proc * DP_TPP + t, .fd = up};
         char addr[WF_COMM_ZMQ_ENDPOINT_MAX] = {0};
-        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, kp,
+        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, 0, kp,
                                      &rk[t].ep) != WF_OK)
             _exit(4);
         snprintf(addr, sizeof addr, "%s", wf_comm_zmq_endpoint_address(rk[t].ep));

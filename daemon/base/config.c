@@ -132,6 +132,21 @@ static const setting_def_t settings_table[] = {
       "cluster: address (host name or IP) this node's data-plane endpoints "
       "bind and announce to the other nodes; must be reachable from them; "
       "empty = the hostname" },
+    { "cluster_recv_messages", KIND_U32, OFF(cluster_recv_messages), "4", 1,
+      65536, false, "cluster: whole messages one peer's connection may have "
+      "waiting unread on the tensor channel and on each comm_zmq data port "
+      "(ZMQ_RCVHWM); past it ZeroMQ stops reading that connection and TCP "
+      "pushes back on the sender (whose sends still never block: its own "
+      "queue grows). A peer's complete messages then take at most (this + 2) "
+      "x (2 x max_tensor_bytes + 4 KiB) there; not bounded by it: one "
+      "multipart message that never ends (README \"Bounded cluster data "
+      "plane\")" },
+    { "comm_unexpected_bytes", KIND_U64, OFF(comm_unexpected_bytes), "0", 0,
+      UINT64_C(1) << 50, false, "cluster: payload bytes one peer rank may have "
+      "sent to a comm_zmq rank ahead of the receives posted for them; the "
+      "message that would go over is dropped and counted and fails the "
+      "rank's operation with WF_E_LIMIT (the world is aborted: the job fails, "
+      "the daemon stays); 0 = 4 x (2 x max_tensor_bytes + 4 KiB)" },
     { "model_root", KIND_PATH, OFF(model_root), "", 0, 0, false,
       "absolute directory that load_model paths are relative to (nothing "
       "outside it is read); empty = no models" },

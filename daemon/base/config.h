@@ -98,6 +98,12 @@ typedef struct wf_settings {
     uint32_t heartbeat_timeout_ms; /* silence after which a peer is lost */
     char data_address[WF_SETTINGS_NAME_MAX]; /* host / IP the data-plane
                                     endpoints bind and announce; "" = hostname */
+    uint32_t cluster_recv_messages; /* whole messages one peer connection may
+                                    have unread in the tensor channel and
+                                    each comm_zmq data port (ZMQ_RCVHWM) */
+    uint64_t comm_unexpected_bytes; /* comm_zmq: payload bytes one peer rank
+                                    may send ahead of posted receives;
+                                    0 = 4 x (2 x max_tensor_bytes + 4 KiB) */
     /* resident models */
     char model_root[WF_SETTINGS_PATH_MAX]; /* directory models load from; "" = none */
     /* security (README "Security") */
@@ -130,6 +136,21 @@ typedef struct wf_settings {
     uint32_t client_max_frames;  /* frames of one client message */
     wf_test_hooks_t test;        /* test-only hooks (environment only) */
 } wf_settings_t;
+
+/* Largest message of the cluster's data plane (tensor channel, comm_zmq):
+ * an output may be twice its input (f16 in, f32 out), plus a header. */
+static inline uint64_t wf_settings_data_msg_bytes(const wf_settings_t *s)
+{
+    return 2 * s->limits.max_tensor_bytes + 4096;
+}
+
+/* comm_unexpected_bytes resolved: 0 is four of the largest messages (a
+ * peer is at most a step or two ahead of us on each of its comms). */
+static inline uint64_t wf_settings_comm_unexpected(const wf_settings_t *s)
+{
+    return s->comm_unexpected_bytes ? s->comm_unexpected_bytes
+                                    : 4 * wf_settings_data_msg_bytes(s);
+}
 
 /* Command-line flags that are not settings, plus the setting flags in the
  * order given (applied last, so they win). */

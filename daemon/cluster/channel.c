@@ -21,6 +21,8 @@ struct wf_channel {
     const wf_cluster_keys_t *keys; /* borrowed; NULL: no CURVE */
     uint64_t dropped;            /* messages of impostors dropped */
     uint64_t drop_logged_us;     /* last time one was logged */
+    uint64_t oversized;          /* messages of too many frames dropped */
+    wf_log_limit_t over_lim;     /* rate limit of their log lines */
     wf_log_t *log;               /* borrowed */
     wf_channel_msg_fn fn;        /* owner's handler of received messages */
     void *arg;                   /* its argument */
@@ -41,21 +43,40 @@ static void free_output(void *data, void *hint)
  * in, f32 out). */
 static int64_t max_msg(const wf_channel_t *ch)
 {
-    return (int64_t)(2 * ch->settings->limits.max_tensor_bytes) + 4096;
+    return (int64_t)wf_settings_data_msg_bytes(ch->settings);
 }
 
-/* A member takes what its coordinator sends at any size (-1): the
- * coordinator bounds the inputs by its own max_tensor_bytes, and a member
- * whose limit is smaller must still take them to fail the job (its
- * descriptor check), as ZeroMQ cuts a connection over ZMQ_MAXMSGSIZE
- * for good and every later job rooted here would stall. */
+/* What a peer can make this socket hold (README "Bounded cluster data
+ * plane"):
+ *   - sends are never refused (SNDHWM 0): what we queue is bounded by
+ *     the jobs in flight, and a full queue must not fail a job's inputs;
+ *   - at most cluster_recv_messages whole messages per connection wait
+ *     unread (RCVHWM; libzmq's HWM is per peer pipe): past it ZeroMQ
+ *     stops reading that connection and TCP pushes back on the sender,
+ *     nothing is dropped, so the coordinator's messages to a member are
+ *     delayed at worst, never cut. wf_channel_recv reads every message
+ *     and hands it on or closes it at once (the owner keeps only what a
+ *     job in flight expects), so with the message being decoded a peer
+ *     holds at most (cluster_recv_messages + 2) x max_msg here;
+ *   - the coordinator refuses a frame over max_msg (ZMQ_MAXMSGSIZE: the
+ *     peer's connection is cut). A member takes what its coordinator
+ *     sends at any size (-1): the coordinator bounds the inputs by its
+ *     own max_tensor_bytes, and a member whose limit is smaller must
+ *     still take them to fail the job (its descriptor check), as ZeroMQ
+ *     cuts a connection over ZMQ_MAXMSGSIZE for good and every later job
+ *     rooted here would stall.
+ * Not bounded here: one multipart message that never ends. ZeroMQ
+ * passes a message to the reader only once its last frame is in, and
+ * checks the HWM at a message's first frame only, so it holds such a
+ * message whole before wf_channel_recv sees any of it; a message of more
+ * frames than a transfer has is dropped when read (counted, logged). */
 static void set_opts(wf_channel_t *ch, void *sock)
 {
-    int zero = 0;
+    int zero = 0, hwm = (int)ch->settings->cluster_recv_messages;
     int64_t max = ch->coord ? max_msg(ch) : -1;
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);  /* bounded by */
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);  /* jobs in flight */
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
 }
 
@@ -114,6 +135,8 @@ wf_status_t wf_channel_new(void *zctx, bool coord, const wf_settings_t *settings
     ch->log = log;
     ch->fn = fn;
     ch->arg = arg;
+    wf_log_limit_init(&ch->over_lim, "tensor channel messages of too many frames",
+                      4, 60);
     if (coord) {
         wf_status_t st = bind_router(ch);
         if (st != WF_OK) {
@@ -133,6 +156,7 @@ void wf_channel_destroy(wf_channel_t **pch)
     if (ch->sock)
         zmq_close(ch->sock);
     wf_buf_free(&ch->buf);
+    wf_log_limit_destroy(&ch->over_lim);
     free(ch);
     *pch = NULL;
 }
@@ -334,6 +358,12 @@ void wf_channel_recv(wf_channel_t *ch)
         if (n == 0)
             return;
         uint32_t h = coord ? 1 : 0;
+        if (over) {
+            ch->oversized++;
+            wf_log_limited(ch->log, &ch->over_lim, WF_LOG_WARNING, "cluster: "
+                           "tensor channel: a message of more than %u frames "
+                           "dropped (%" PRIu64 " so far)", max, ch->oversized);
+        }
         char name[WF_SETTINGS_NAME_MAX] = "";
         char err[WF_PROTO_ERROR_MAX];
         bool ok = false;

@@ -37,7 +37,8 @@ static wf_status_t bind_spares(wf_world_t *w)
 {
     size_t o = 0;
     w->data[0] = '\0';
-    int64_t max = (int64_t)(2 * w->settings->limits.max_tensor_bytes) + 4096;
+    int64_t max = (int64_t)wf_settings_data_msg_bytes(w->settings);
+    int hwm = (int)w->settings->cluster_recv_messages;
     char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
     snprintf(host, sizeof host, "%s", w->settings->data_address);
     if (host[0] == '\0' && gethostname(host, sizeof host) != 0)
@@ -46,7 +47,7 @@ static wf_status_t bind_spares(wf_world_t *w)
     snprintf(bind, sizeof bind, "tcp://%s:*", host);
     for (uint32_t d = 0; d < w->n_workers; d++) {
         wf_comm_zmq_endpoint_destroy(&w->spare[d]);
-        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max,
+        wf_status_t st = wf_comm_zmq_endpoint_new(w->zctx, bind, max, hwm,
                                                   w->keys ? &w->keys->self : NULL,
                                                   &w->spare[d]);
         if (st != WF_OK) {
@@ -268,7 +269,9 @@ static void cluster_new_world(wf_world_t *w, const wf_cluster_node_t *nw,
     zw->cfg.endpoints = zw->ep_ptrs;
     zw->cfg.connect_timeout_ms = (int)w->settings->cluster_timeout_ms;
     zw->cfg.op_timeout_ms = 0;      /* node loss aborts blocked ranks */
-    zw->cfg.max_message_bytes = (int64_t)(2 * w->settings->limits.max_tensor_bytes) + 4096;
+    zw->cfg.max_message_bytes = (int64_t)wf_settings_data_msg_bytes(w->settings);
+    zw->cfg.recv_messages = (int)w->settings->cluster_recv_messages;
+    zw->cfg.unexpected_bytes = (int64_t)wf_settings_comm_unexpected(w->settings);
     world_plane(w, zw, epoch);
     if (zw->nccl)
         world_nccl_next(w, zw, prev, n_prev, prev_ok, nw, nn, epoch);

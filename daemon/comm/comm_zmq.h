@@ -109,6 +109,21 @@ typedef struct wf_comm_zmq_config {
     int op_timeout_ms;            /* per blocking call; <= 0: none */
     int64_t max_message_bytes;    /* ZMQ_MAXMSGSIZE of the socket; <= 0:
                                    * no limit */
+    /* Bounds on what one peer connection can make a rank hold (README
+     * "Bounded cluster data plane"): ZeroMQ queues at most recv_messages whole messages of a
+     * connection unread (ZMQ_RCVHWM; then it stops reading it and TCP
+     * pushes back on the sender, whose sends still never block); the
+     * rank keeps at most unexpected_bytes of payload from one source
+     * rank ahead of the receives posted for them; the message that would
+     * go over is dropped, counted (wf_comm_zmq_dropped, _over) and fails
+     * the call that was progressing with WF_E_LIMIT, aborting the domain
+     * (a dropped message would leave its receive waiting for ever).
+     * Messages that are not for this world (unknown routing id, another
+     * world id, malformed) are dropped as they are read, never kept. One
+     * multipart message that never ends is not bounded by either:
+     * ZeroMQ holds it whole before the rank can read any frame. */
+    int recv_messages;            /* ZMQ_RCVHWM per connection; <= 0: none */
+    int64_t unexpected_bytes;     /* per source rank; <= 0: no limit */
     /* CURVE (README "Security"); curve NULL: plain tcp, the fields below
      * unused. With it, every rank's socket is a CURVE server in the
      * WF_ZAP_NODES domain (base/zap.h) for the peers that connect to it,
@@ -156,14 +171,16 @@ void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l);
 /* --- endpoints -------------------------------------------------------- */
 
 /* Create a ROUTER socket on zmq_ctx and bind it to bind_addr (a wildcard
- * port such as "tcp://127.0.0.1:*" is allowed). max_message_bytes as in
- * the config (<= 0: no limit); curve as in the config (NULL: plain tcp;
+ * port such as "tcp://127.0.0.1:*" is allowed). max_message_bytes and
+ * recv_messages as in the config (<= 0: no limit; a bound endpoint takes
+ * connections before it joins a world, so they are set here); curve as in the config (NULL: plain tcp;
  * else a CURVE server in WF_ZAP_NODES, set before the bind; the world it
  * joins must then have curve set too). Caller owns *ret_ep. Errors:
  * WF_E_BAD_ARGUMENT (address too long, malformed key pair), WF_E_CONNECT (bind failed),
  * WF_E_NO_MEMORY, WF_E_INTERNAL. */
 wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
                                      int64_t max_message_bytes,
+                                     int recv_messages,
                                      const wf_keypair_t *curve,
                                      wf_comm_zmq_endpoint_t **ret_ep);
 
@@ -211,5 +228,10 @@ uint64_t wf_comm_zmq_dropped(const wf_comm_t *c);
  * node posing as another's rank); 0 on a plain world. This module does
  * not log: the caller may log a change of this count. */
 uint64_t wf_comm_zmq_refused(const wf_comm_t *c);
+
+/* Of those, the messages dropped because their source rank already had
+ * unexpected_bytes (config) waiting; each also failed a call with
+ * WF_E_LIMIT. */
+uint64_t wf_comm_zmq_over(const wf_comm_t *c);
 
 #endif /* WF_COMM_ZMQ_H */

@@ -113,6 +113,8 @@ typedef struct zrank {
     unsigned char *ids;         /* nranks * ID_LEN routing ids */
     req_fifo_t *posted;         /* nranks: posted receives per source */
     umsg_fifo_t *unexp;         /* nranks: unexpected messages per source */
+    uint64_t *unexp_bytes;      /* nranks: their payload bytes per source */
+    uint64_t unexp_max;         /* bound on each; 0: none */
     umsg_t *free_umsg;          /* recycled unexpected-message nodes */
     wf_req_pool_t reqs;         /* request pool */
     unsigned char *joined;      /* nranks: hello (higher) / ack (lower) seen */
@@ -122,6 +124,7 @@ typedef struct zrank {
     _Atomic uint64_t dropped;   /* rejected messages (refused too) */
     _Atomic uint64_t refused;   /* CURVE: from a node not holding the
                                  * rank its routing id names */
+    _Atomic uint64_t over;      /* dropped past unexp_max (WF_E_LIMIT) */
     char **nodes;               /* CURVE: nranks node names (copies);
                                  * NULL on a plain world */
     int zc_efd;                 /* eventfd: a zero-copy buffer released */
@@ -191,11 +194,13 @@ static inline int64_t wf_zmq_now_ms(void)
 /* one rank (comm_zmq_rank.c)                                              */
 
 /* A ROUTER with the options every rank socket needs; set before any bind
- * or connect because ZeroMQ copies them into each new connection. With
- * curve, a CURVE server in WF_ZAP_NODES for what it binds next. NULL
- * on failure (errno says why). */
+ * or connect because ZeroMQ copies them into each new connection.
+ * recv_messages: ZMQ_RCVHWM (<= 0: none); max_message_bytes:
+ * ZMQ_MAXMSGSIZE (<= 0: none). With curve, a CURVE server in
+ * WF_ZAP_NODES for what it binds next. NULL on failure (errno says
+ * why). */
 void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
-                        const wf_keypair_t *curve);
+                        int recv_messages, const wf_keypair_t *curve);
 
 /* The rank of world cfg->world_id at `rank`, without its socket: routing
  * ids, queues, the request pool, the zero-copy eventfd, with CURVE the

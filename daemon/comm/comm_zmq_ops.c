@@ -537,6 +537,12 @@ uint64_t wf_comm_zmq_refused(const wf_comm_t *c)
     return atomic_load(&((const zcomm_t *)c)->rs->refused);
 }
 
+uint64_t wf_comm_zmq_over(const wf_comm_t *c)
+{
+    assert(c && c->iface == &zmq_iface);
+    return atomic_load(&((const zcomm_t *)c)->rs->over);
+}
+
 static const struct wf_comm_iface zmq_iface = {
     .name = "zmq",
     .destroy = z_destroy,

@@ -34,6 +34,14 @@
  * and vice versa. ZeroMQ keeps order per connection, so order per ordered
  * pair is posting order. Self-messages skip the socket.
  *
+ * Bounds (README "Bounded cluster data plane"). A connection has at
+ * most cfg->recv_messages whole messages waiting in ZeroMQ (ZMQ_RCVHWM;
+ * TCP pushes back past it); a message that is not for this world is
+ * closed as it is read; a source rank has at most cfg->unexpected_bytes
+ * of payload unexpected: the message that would go over is dropped and
+ * counted (`over`) and fails the call with WF_E_LIMIT, which aborts the
+ * domain.
+ *
  * Progress happens only inside calls, on the rank's thread: zmq_poll on
  * the socket, the domain's abort eventfd (written once, never read, so it
  * stays readable and wakes every poller of every rank at once) and the
@@ -180,7 +188,7 @@ static int set_int(void *s, int opt, int v)
 /* A ROUTER with the options every rank socket needs; set before any bind
  * or connect because ZeroMQ copies them into each new connection. */
 void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
-                        const wf_keypair_t *curve)
+                        int recv_messages, const wf_keypair_t *curve)
 {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     if (!s)
@@ -188,10 +196,17 @@ void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
     int64_t maxmsg = max_message_bytes > 0 ? max_message_bytes : -1;
     if (set_int(s, ZMQ_LINGER, 0) != 0 ||
         set_int(s, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
-        /* unlimited queues: a send never waits for the receiver (this is
-         * what makes ring exchanges deadlock-free); memory is bounded by
-         * the operations the caller has in flight */
-        set_int(s, ZMQ_SNDHWM, 0) != 0 || set_int(s, ZMQ_RCVHWM, 0) != 0 ||
+        /* an unlimited send queue: a send never waits for the receiver
+         * (this is what makes ring exchanges deadlock-free); memory is
+         * bounded by the operations the caller has in flight. A bounded
+         * receive queue per connection: past recv_messages whole
+         * messages unread ZeroMQ stops reading that peer and TCP pushes
+         * back; the sender's queue grows instead, its sends still do not
+         * block. The rank reads only inside calls, so between jobs this
+         * is what bounds a peer (README "Bounded cluster data
+         * plane"). */
+        set_int(s, ZMQ_SNDHWM, 0) != 0 ||
+        set_int(s, ZMQ_RCVHWM, recv_messages > 0 ? recv_messages : 0) != 0 ||
         set_int(s, ZMQ_RECONNECT_IVL, RECONNECT_IVL_MS) != 0 ||
         set_int(s, ZMQ_RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS) != 0 ||
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
@@ -285,7 +300,11 @@ static int key_match(uint64_t comm_a, uint32_t tag_a, int phase_a,
 
 /* A data message from world rank src: complete the first matching posted
  * receive, or keep it as unexpected. Takes the payload (closes or moves
- * it). WF_E_NO_MEMORY when it can be neither. */
+ * it). WF_E_NO_MEMORY when it can be neither; WF_E_LIMIT (dropped and
+ * counted) when keeping it would bring src's unexpected payload over
+ * rs->unexp_max: src sent further ahead than any exchange of ours goes,
+ * and the world ends rather than hold it or wait for ever on a receive
+ * whose message was dropped. */
 static wf_status_t deliver(zrank_t *rs, int src, uint64_t comm_id,
                            uint32_t tag, int phase, int op, zmq_msg_t *pay)
 {
@@ -305,6 +324,13 @@ static wf_status_t deliver(zrank_t *rs, int src, uint64_t comm_id,
         zmq_msg_close(pay);
         return WF_OK;
     }
+    size_t size = zmq_msg_size(pay);
+    if (rs->unexp_max && size > rs->unexp_max - rs->unexp_bytes[src]) {
+        zmq_msg_close(pay);
+        atomic_fetch_add(&rs->dropped, 1);
+        atomic_fetch_add(&rs->over, 1);
+        return WF_E_LIMIT;
+    }
     umsg_t *u = rs->free_umsg;
     if (u)
         rs->free_umsg = u->next;
@@ -320,6 +346,7 @@ static wf_status_t deliver(zrank_t *rs, int src, uint64_t comm_id,
     zmq_msg_init(&u->msg);
     zmq_msg_move(&u->msg, pay);
     zmq_msg_close(pay);
+    rs->unexp_bytes[src] += size;
     umsg_fifo_t *uq = &rs->unexp[src];
     if (uq->tail)
         uq->tail->next = u;
@@ -603,6 +630,7 @@ wf_status_t wf_zmq_post_recv(zcomm_t *zc, void *buf, size_t bytes, int peer,
             uq->head = u->next;
         if (uq->tail == u)
             uq->tail = prev;
+        rs->unexp_bytes[src] -= zmq_msg_size(&u->msg);
         complete_recv(r, u->op, zmq_msg_data(&u->msg), zmq_msg_size(&u->msg));
         zmq_msg_close(&u->msg);
         u->next = rs->free_umsg;
@@ -722,14 +750,18 @@ zrank_t *wf_zmq_rank_alloc(const wf_comm_zmq_config_t *cfg, int rank)
     atomic_init(&rs->refs, 1);
     atomic_init(&rs->dropped, 0);
     atomic_init(&rs->refused, 0);
+    atomic_init(&rs->over, 0);
+    rs->unexp_max = cfg->unexpected_bytes > 0 ? (uint64_t)cfg->unexpected_bytes : 0;
     rs->ids = malloc(n * ID_LEN);
     rs->posted = calloc(n, sizeof *rs->posted);
     rs->unexp = calloc(n, sizeof *rs->unexp);
+    rs->unexp_bytes = calloc(n, sizeof *rs->unexp_bytes);
     rs->joined = calloc(n, 1);
     int mu = pthread_mutex_init(&rs->zc_mu, NULL) == 0;
     int cv = mu && pthread_cond_init(&rs->zc_cv, NULL) == 0;
     rs->zc_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!rs->ids || !rs->posted || !rs->unexp || !rs->joined || !mu || !cv ||
+    if (!rs->ids || !rs->posted || !rs->unexp || !rs->unexp_bytes ||
+        !rs->joined || !mu || !cv ||
         rs->zc_efd < 0 ||
         wf_req_pool_init(&rs->reqs, sizeof(wf_comm_req_t), req_init,
                          rs) != WF_OK) {
@@ -743,6 +775,7 @@ zrank_t *wf_zmq_rank_alloc(const wf_comm_zmq_config_t *cfg, int rank)
         free(rs->ids);
         free(rs->posted);
         free(rs->unexp);
+        free(rs->unexp_bytes);
         free(rs->joined);
         free(rs);
         return NULL;
@@ -792,6 +825,7 @@ void wf_zmq_rank_free(zrank_t *rs, int linger_ms)
     wf_req_pool_fini(&rs->reqs);
     free(rs->posted);
     free(rs->unexp);
+    free(rs->unexp_bytes);
     free(rs->ids);
     free(rs->joined);
     free(rs->scratch);

@@ -23,6 +23,7 @@
 
 wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
                                      int64_t max_message_bytes,
+                                     int recv_messages,
                                      const wf_keypair_t *curve,
                                      wf_comm_zmq_endpoint_t **ret_ep)
 {
@@ -36,7 +37,8 @@ wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
     if (!ep)
         return WF_E_NO_MEMORY;
     ep->curve = curve != NULL;
-    ep->sock = wf_zmq_router_new(zmq_ctx, max_message_bytes, curve);
+    ep->sock = wf_zmq_router_new(zmq_ctx, max_message_bytes, recv_messages,
+                                  curve);
     if (!ep->sock) {
         free(ep);
         return WF_E_INTERNAL;
@@ -182,7 +184,7 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
         ep = NULL;
     } else {
         rs->sock = wf_zmq_router_new(cfg->zmq_ctx, cfg->max_message_bytes,
-                                     cfg->curve);
+                                     cfg->recv_messages, cfg->curve);
         if (!rs->sock) {
             wf_errf(err, errlen, "comm zmq: socket: %s", zmq_strerror(errno));
             st = WF_E_INTERNAL;

@@ -373,7 +373,7 @@ static void child_main(const world_opts_t *o, int proc, int up, int down)
     child_rank_t cr[MAXTPP];
     for (int t = 0; t < o->tpp; t++) {
         cr[t] = (child_rank_t){.rank = proc * o->tpp + t, .up = up, .o = o};
-        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, kp,
+        if (wf_comm_zmq_endpoint_new(zctx, "tcp://127.0.0.1:*", 0, 0, kp,
                                      &cr[t].ep) != WF_OK)
             _exit(5);
         send_rec(up, REC_ADDR, cr[t].rank, 0,
@@ -1172,7 +1172,7 @@ static wf_comm_zmq_endpoint_t *curve_ep(void *ctx, const wf_keypair_t *kp,
                                         char addr[ADDR_MAX])
 {
     wf_comm_zmq_endpoint_t *ep = NULL;
-    if (wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, kp, &ep) !=
+    if (wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, 0, kp, &ep) !=
         WF_OK)
         return NULL;
     snprintf(addr, ADDR_MAX, "%s", wf_comm_zmq_endpoint_address(ep));
@@ -1408,7 +1408,7 @@ static int test_curve_refusals(void)
     {
         char a0[ADDR_MAX];
         wf_comm_zmq_endpoint_t *plain = NULL, *bad = NULL;
-        EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL,
+        EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, 0, NULL,
                                            &plain));
         snprintf(a0, sizeof a0, "%s",
                  plain ? wf_comm_zmq_endpoint_address(plain) : "");
@@ -1423,7 +1423,7 @@ static int test_curve_refusals(void)
                WF_E_BAD_ARGUMENT && !c && !plain);
         wf_keypair_t broken = A;
         broken.secret_key[0] = '\0';
-        EXPECT(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, &broken,
+        EXPECT(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, 0, &broken,
                                         &bad) == WF_E_BAD_ARGUMENT && !bad);
         /* a world whose rank 0 is another node's key than ours */
         keys[0] = B.public_key;
@@ -1459,8 +1459,8 @@ static int test_plain_squatter(void)
     void *ctx = zmq_ctx_new();
     uint64_t wid = 0x5a7;
     wf_comm_zmq_endpoint_t *e0 = NULL, *e1 = NULL;
-    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &e0));
-    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &e1));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, 0, NULL, &e0));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, 0, NULL, &e1));
     if (!e0 || !e1)
         return fails + 1;
     char a0[ADDR_MAX], a1[ADDR_MAX];
@@ -1498,9 +1498,9 @@ static int test_join_timeout(void)
     int fails = 0;
     void *ctx = zmq_ctx_new();
     wf_comm_zmq_endpoint_t *ep = NULL, *other = NULL;
-    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &ep));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, 0, NULL, &ep));
     /* a bound port nobody answers on: rank 0 of the world */
-    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, NULL, &other));
+    EXPECT_OK(wf_comm_zmq_endpoint_new(ctx, "tcp://127.0.0.1:*", 0, 0, NULL, &other));
     if (!ep || !other)
         return fails + 1;
     const char *eps[2] = {wf_comm_zmq_endpoint_address(other),

@@ -208,7 +208,7 @@ static wf_status_t join(wf_nccl_standin_t *s, const char *root_ep, uint64_t nonc
     if (timeout_ms == 0)
         timeout_ms = 60000;
     wf_comm_zmq_endpoint_t *ep = NULL;
-    wf_status_t st = wf_comm_zmq_endpoint_new(s->zctx, "tcp://127.0.0.1:*", 0, NULL, &ep);
+    wf_status_t st = wf_comm_zmq_endpoint_new(s->zctx, "tcp://127.0.0.1:*", 0, 0, NULL, &ep);
     if (st != WF_OK)
         return st;
     void *d = zmq_socket(s->zctx, ZMQ_DEALER);
