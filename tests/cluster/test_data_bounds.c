@@ -11,7 +11,7 @@
  * One scenario per run (argv[2]):
  *
  *  channel   weftd a (coordinator, --max-tensor-bytes 1M, H = 4) and b,
- *            mesh dp=2 x ring=2, no keys (loopback): b's replica has its
+ *            mesh dp=2 x ring=2, no keys (allow_anonymous, loopback): b's replica has its
  *            roots on b, so its jobs cross the tensor channel. A raw peer
  *            on a's tensor channel floods FLOOD whole messages of M
  *            bytes while a burst of jobs runs (every job correct), then
@@ -331,7 +331,7 @@ static bool node_start(node_t *d, const char *name, const char *addr, bool log)
                            "--node-name", name, "--cluster-timeout-ms", "2000",
                            "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1000",
                            "--cpu-memory", "512M", "--max-tensor-bytes", "1M",
-                           "--cluster-recv-messages", hwm,
+                           "--cluster-recv-messages", hwm, "--allow-anonymous", "true",
                            "--log-level", log ? "info" : "warning", NULL };
     return clusterd_exec(&d->p, argv, NULL);
 }
