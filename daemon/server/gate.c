@@ -861,14 +861,17 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
                 c->fbuf = NULL;
                 if (!ok)
                     return false;
+            } else if (c->cv) {
+                /* CURVE: every frame after the handshake is a MESSAGE
+                 * box, the command flag or not (RFC 26; libzmq closes on
+                 * anything else): an unboxed command is no one's */
+                if (!curve_frame(g, c, why))
+                    return false;
             } else if (c->fflags & F_COMMAND) {
                 c->in_body = false;
                 active_command(c, c->fbuf, (size_t)c->fsize);
                 free(c->fbuf);
                 c->fbuf = NULL;
-            } else if (c->cv) {
-                if (!curve_frame(g, c, why))
-                    return false;
             } else {
                 frame_end(c, c->fflags & F_MORE);
             }

@@ -26,6 +26,13 @@ set(_weft_py_env
 # with diffusers' transformer vs weftd's on tp=1, ulysses=2, ring=2 and
 # tp=2 once weftd serves it (weftd --devices cpu:2); num_videos_per_prompt
 # with CFG, from_pretrained.
+# python_gate_interop: weftd's client gate (gate.c, gate_curve.c) against
+# a second ZeroMQ stack, pyzmq's bundled libzmq (NULL and CURVE; a key not
+# listed, another server key, mechanism mismatches), and raw-socket ZMTP /
+# CurveZMQ handshakes made byte for byte (libsodium through ctypes) with
+# every command truncated, reordered, replayed and bit-flipped: each
+# refused, nothing served, handshakes_refused counted, RSS bounded, and
+# well-behaved clients served after (about 5 s; two daemons, cpu:1).
 # A sanitized libweft.so loads into a Python that is not: the ASan
 # runtime must come first (preloaded), and Python's own allocations are
 # not ours to report as leaks.
@@ -35,7 +42,7 @@ if(WEFT_SANITIZE)
   list(APPEND _weft_py_env "LD_PRELOAD=${_weft_asan}"
        "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=0")
 endif()
-foreach(t binding pipeline wan_pipeline)
+foreach(t binding pipeline wan_pipeline gate_interop)
   add_test(NAME python_${t}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh ${WEFT_PY_VENV}
                    ${CMAKE_CURRENT_LIST_DIR}/test_${t}.py)
