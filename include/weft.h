@@ -33,9 +33,9 @@ extern "C" {
 #endif
 
 #define WF_VERSION_MAJOR 0
-#define WF_VERSION_MINOR 6
+#define WF_VERSION_MINOR 7
 #define WF_VERSION_PATCH 0
-#define WF_VERSION_STRING "0.6.0"
+#define WF_VERSION_STRING "0.7.0"
 
 /* Wire protocol versions spoken by this library (the "v" field): it
  * sends WF_PROTOCOL_VERSION and accepts replies of either (PROTOCOL.md
@@ -678,7 +678,10 @@ typedef struct wf_forward_opts {
                              with its own ring / ulysses / tp group, and the
                              output is theirs in batch order, equal to the
                              unsplit forward's. Ignored where dp is 1 or B is
-                             1; refused by daemons before 0.9 (WF_E_BAD_FIELD) */
+                             1, and in a cluster (the job runs unsplit).
+                             Added in 0.7: libweft sends it only to a daemon
+                             announcing the feature "split_batch"; an older
+                             one runs the job unsplit */
 } wf_forward_opts_t;
 
 /* Forward of resident model `model` with named tensors: `inputs` as the

@@ -4,7 +4,7 @@
  * libweft where the case is about the library (hello features), raw
  * ZeroMQ + the codec where the bytes matter (an op of 2^32, the drain).
  *
- *  1. hello: weft_version is the build's (0.6.0, section 9's history) and
+ *  1. hello: weft_version is the build's (0.7.0, section 9's history) and
  *     the reply announces its features (libweft's wf_client_has_feature
  *     and the raw reply's `features` list).
  *  2. an op of 2^32 or more is answered 4 and echoed as 2^32 - 1; an op
@@ -232,7 +232,7 @@ static void test_hello(wf_client_t *c, void *zctx, const char *endpoint)
     wf_status_t st = wf_hello(c, &h);
     CHECK(st == WF_OK, "hello: %s", wf_status_name(st));
     CHECK(strcmp(h.weft_version, WF_VERSION_STRING) == 0 &&
-          strcmp(h.weft_version, "0.6.0") == 0,
+          strcmp(h.weft_version, "0.7.0") == 0,
           "hello weft_version %s, libweft %s", h.weft_version, WF_VERSION_STRING);
     const char *feats[] = { "reconfigure", "cp_options", "models", "roles" };
     for (size_t i = 0; i < sizeof feats / sizeof feats[0]; i++)

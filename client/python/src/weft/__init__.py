@@ -42,7 +42,7 @@ from .errors import (AbortedError, AuthError, BadArgumentError, BadDtypeError,
                      UnavailableError, UnknownOpError, UnsupportedError, VersionError,
                      WeftError, error_for)
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 #: the loaded libweft's version (wf_version; "" from a libweft without it)
 library_version: str = _library_version()
 

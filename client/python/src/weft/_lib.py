@@ -190,7 +190,7 @@ _TP = ctypes.POINTER(wf_tensor_t)
 
 
 class wf_forward_opts_t(ctypes.Structure):
-    _fields_ = [("deadline_ms", c_u32), ("precision", c_int)]
+    _fields_ = [("deadline_ms", c_u32), ("precision", c_int), ("split_batch", c_u32)]
 
 
 class wf_named_tensor_t(ctypes.Structure):
@@ -334,7 +334,7 @@ set_connect_timeout = _proto("wf_client_set_connect_timeout", c_int, _P, c_int, 
 
 
 def version() -> str:
-    """libweft's version ("0.6.0"); "" from a libweft without wf_version."""
+    """libweft's version ("0.7.0"); "" from a libweft without wf_version."""
     return cstr(_version()) if _version is not None else ""
 
 

@@ -845,7 +845,8 @@ class Client(_Owned):
 
     def _forward_args(self, model: str, inputs: Mapping[str, T.ArrayLike],
                       out: Optional[Mapping[str, T.ArrayLike]], out_dtype: Optional[str],
-                      deadline_ms: int, precision: str) -> Tuple[List[Any], Dict[str, Any]]:
+                      deadline_ms: int, precision: str,
+                      split_batch: bool = False) -> Tuple[List[Any], Dict[str, Any]]:
         """The named tensors of a forward, checked against the model's
         schema before anything is sent: (what the job must keep alive,
         its outputs by name in the schema's order)."""
@@ -862,6 +863,7 @@ class Client(_Owned):
         fo = _lib.wf_forward_opts_t()
         fo.deadline_ms = _u32(deadline_ms, "deadline_ms")
         fo.precision = _precision(precision)
+        fo.split_batch = 1 if split_batch else 0
         for n in list(inputs) + list(out or {}):
             if not isinstance(n, str):
                 raise TypeError(f"tensor names must be str, got {n!r}")
@@ -893,7 +895,7 @@ class Client(_Owned):
     def forward_named(self, model: str, inputs: Mapping[str, T.ArrayLike], *,
                       out: Optional[Mapping[str, T.ArrayLike]] = None,
                       out_dtype: Optional[str] = None, deadline_ms: int = 0,
-                      precision: str = "default") -> ForwardOutput:
+                      precision: str = "default", split_batch: bool = False) -> ForwardOutput:
         """Forward of resident model `model` of any family, synchronous.
 
         inputs: {name: tensor} as the model's schema names them
@@ -914,10 +916,16 @@ class Client(_Owned):
         torch out) with the shapes the schema gives, in out_dtype (default:
         a given output's dtype, else the first input's). Every output has
         the same dtype (the daemon converts to it). deadline_ms and
-        precision as forward(). Returns a ForwardOutput whose `outputs`
-        holds every output by name.
+        precision as forward(). split_batch: the batch's samples are
+        independent (classifier-free guidance's branches, several images
+        per prompt): the daemon splits them over its dp replicas, which
+        compute their parts at once; the output is the unsplit forward's
+        (ignored where dp or B is 1, and by daemons without the feature
+        "split_batch"). Returns a ForwardOutput whose `outputs` holds
+        every output by name.
         """
-        keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision)
+        keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision,
+                                         split_batch)
         r = _lib.wf_job_result_t()
         with self._lock:
             self._check(lib.wf_forward_named(self._h(), keep[0], keep[1], keep[2], keep[3],
@@ -927,10 +935,11 @@ class Client(_Owned):
     def submit_forward_named(self, model: str, inputs: Mapping[str, T.ArrayLike], *,
                              out: Optional[Mapping[str, T.ArrayLike]] = None,
                              out_dtype: Optional[str] = None, deadline_ms: int = 0,
-                             precision: str = "default") -> Job:
+                             precision: str = "default", split_batch: bool = False) -> Job:
         """forward_named, asynchronous: checks and sends the job and returns
         a Job at once; Job.wait() gives the ForwardOutput."""
-        keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision)
+        keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision,
+                                         split_batch)
         h = ctypes.c_void_p()
         with self._lock:
             self._check(lib.wf_forward_named_submit(self._h(), keep[0], keep[1], keep[2],
@@ -949,7 +958,8 @@ class Client(_Owned):
                 guidance: Optional[T.ArrayLike] = None, *,
                 out: Optional[Union[T.ArrayLike, Mapping[str, T.ArrayLike]]] = None,
                 out_dtype: Optional[str] = None, out_channels: Optional[int] = None,
-                deadline_ms: int = 0, precision: str = "default") -> ForwardOutput:
+                deadline_ms: int = 0, precision: str = "default",
+                split_batch: bool = False) -> ForwardOutput:
         """Forward of resident model `model`, synchronous.
 
         forward(model, {name: tensor, ...}, out=..., out_dtype=...): any
@@ -977,7 +987,8 @@ class Client(_Owned):
                                    timestep, img_ids, txt_ids, guidance, out, out_dtype,
                                    out_channels)
         return self.forward_named(model, inputs, out=outs, out_dtype=out_dtype,
-                                  deadline_ms=deadline_ms, precision=precision)
+                                  deadline_ms=deadline_ms, precision=precision,
+                                  split_batch=split_batch)
 
     def submit_forward(self, model: str,
                        hidden_states: Union[T.ArrayLike, Mapping[str, T.ArrayLike]],
@@ -989,7 +1000,8 @@ class Client(_Owned):
                        guidance: Optional[T.ArrayLike] = None, *,
                        out: Optional[Union[T.ArrayLike, Mapping[str, T.ArrayLike]]] = None,
                        out_dtype: Optional[str] = None, out_channels: Optional[int] = None,
-                       deadline_ms: int = 0, precision: str = "default") -> Job:
+                       deadline_ms: int = 0, precision: str = "default",
+                       split_batch: bool = False) -> Job:
         """Forward, asynchronous (arguments as forward(): a dict of named
         inputs, or FLUX's): returns a Job at once; Job.wait() gives the
         ForwardOutput."""
@@ -997,7 +1009,8 @@ class Client(_Owned):
                                    timestep, img_ids, txt_ids, guidance, out, out_dtype,
                                    out_channels)
         return self.submit_forward_named(model, inputs, out=outs, out_dtype=out_dtype,
-                                         deadline_ms=deadline_ms, precision=precision)
+                                         deadline_ms=deadline_ms, precision=precision,
+                                         split_batch=split_batch)
 
 
 _FLUX_INPUTS = ("hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
