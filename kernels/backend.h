@@ -506,6 +506,19 @@ typedef struct wf_backend_ops {
     /* Sinusoidal timestep embedding (wf_timestep_params_t). */
     wf_status_t (*timestep_embed)(wf_backend_ctx_t *ctx, const wf_timestep_params_t *p);
 
+    /* y[i] += alpha * x[i] for n elements, y apart from x (the first-block
+     * cache's residuals: a difference, a cached residual added). */
+    wf_status_t (*axpy)(wf_backend_ctx_t *ctx, float *y, float alpha, const float *x,
+                        int64_t n);
+
+    /* The sums a change test needs, in double: ret[0] = sum |a[i] - b[i]|,
+     * ret[1] = sum |b[i]| over n elements (a, b apart or the same); ret is
+     * host memory, written once everything queued before has run (the
+     * call waits for it: the host decides on the sums). scratch: 16 bytes
+     * of the backend's memory, 8-byte aligned, the call's own. */
+    wf_status_t (*change_sums)(wf_backend_ctx_t *ctx, const float *a, const float *b,
+                               int64_t n, double *scratch, double ret[2]);
+
     /* ---- resident memory (optional, with dev_alloc) ------------------ */
 
     /* (optional) `bytes` of the context's memory that live until mem_free
@@ -592,7 +605,9 @@ typedef enum wf_backend_op {
     WF_BACKEND_OP_LAYER_NORM = 13,
     WF_BACKEND_OP_ROPE_GRID = 14,
     WF_BACKEND_OP_TIMESTEP_EMBED = 15,
-    WF_BACKEND_OP_COUNT = 16
+    WF_BACKEND_OP_AXPY = 16,
+    WF_BACKEND_OP_CHANGE_SUMS = 17,
+    WF_BACKEND_OP_COUNT = 18
 } wf_backend_op_t;
 
 /* Whether backend `ops` has op `op` (its entries non-NULL). false for a

@@ -24,6 +24,8 @@ static const char *const op_names[WF_BACKEND_OP_COUNT] = {
     [WF_BACKEND_OP_LAYER_NORM] = "layer_norm",
     [WF_BACKEND_OP_ROPE_GRID] = "rope_grid",
     [WF_BACKEND_OP_TIMESTEP_EMBED] = "timestep_embed",
+    [WF_BACKEND_OP_AXPY] = "axpy",
+    [WF_BACKEND_OP_CHANGE_SUMS] = "change_sums",
 };
 
 bool wf_backend_supports(const wf_backend_ops_t *o, wf_backend_op_t op)
@@ -47,6 +49,8 @@ bool wf_backend_supports(const wf_backend_ops_t *o, wf_backend_op_t op)
     case WF_BACKEND_OP_LAYER_NORM: return o->layer_norm != NULL;
     case WF_BACKEND_OP_ROPE_GRID: return o->rope_grid != NULL;
     case WF_BACKEND_OP_TIMESTEP_EMBED: return o->timestep_embed != NULL;
+    case WF_BACKEND_OP_AXPY: return o->axpy != NULL;
+    case WF_BACKEND_OP_CHANGE_SUMS: return o->change_sums != NULL;
     case WF_BACKEND_OP_COUNT: break;
     }
     return false;

@@ -132,6 +132,17 @@ bool wf_ops_add_ok(const float *dst, const float *src, int64_t n)
     return pair_ok(dst, src, n);
 }
 
+bool wf_ops_axpy_ok(const float *y, float alpha, const float *x, int64_t n)
+{
+    return isfinite(alpha) && pair_ok(y, x, n) && (n == 0 || y != x);
+}
+
+bool wf_ops_change_sums_ok(const float *a, const float *b, int64_t n, const double *scratch,
+                           const double *ret)
+{
+    return pair_ok(a, b, n) && scratch && ((uintptr_t)scratch & 7u) == 0 && ret;
+}
+
 /* ---- modln, gate_residual, head_norm_rope -------------------------------------------- */
 
 bool wf_ops_modln_ok(const wf_modln_params_t *p)

@@ -42,6 +42,14 @@ bool wf_ops_act_ok(const float *dst, const float *src, int64_t n, wf_act_t act);
 /* add: dst, src (n); dst is src or apart from it. */
 bool wf_ops_add_ok(const float *dst, const float *src, int64_t n);
 
+/* axpy: alpha finite; y, x (n) present and apart. */
+bool wf_ops_axpy_ok(const float *y, float alpha, const float *x, int64_t n);
+
+/* change_sums: a, b (n) present, apart or the same; scratch 8-byte
+ * aligned; ret present. */
+bool wf_ops_change_sums_ok(const float *a, const float *b, int64_t n, const double *scratch,
+                           const double *ret);
+
 /* modln: eps finite >= 0; dst is src (same ld) or apart from it; shift,
  * scale (nbatch, C) apart from dst; pointers when nbatch * per > 0. */
 bool wf_ops_modln_ok(const wf_modln_params_t *p);

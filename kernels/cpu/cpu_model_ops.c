@@ -289,6 +289,33 @@ static void double_inplace(float *v, int64_t n)
         v[i] += v[i];
 }
 
+wf_status_t wf_cpu_axpy(wf_backend_ctx_t *ctx, float *y, float alpha, const float *x,
+                        int64_t n)
+{
+    (void)ctx;
+    if (!wf_ops_axpy_ok(y, alpha, x, n))
+        return WF_E_BAD_ARGUMENT;
+    for (int64_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+    return WF_OK;
+}
+
+wf_status_t wf_cpu_change_sums(wf_backend_ctx_t *ctx, const float *a, const float *b,
+                               int64_t n, double *scratch, double ret[2])
+{
+    (void)ctx;
+    if (!wf_ops_change_sums_ok(a, b, n, scratch, ret))
+        return WF_E_BAD_ARGUMENT;
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += fabs((double)a[i] - (double)b[i]);
+        m += fabs((double)b[i]);
+    }
+    ret[0] = d;
+    ret[1] = m;
+    return WF_OK;
+}
+
 wf_status_t wf_cpu_add(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n)
 {

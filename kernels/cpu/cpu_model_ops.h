@@ -25,6 +25,10 @@ wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
                             wf_act_t act);
 wf_status_t wf_cpu_act(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n, wf_act_t act);
+wf_status_t wf_cpu_axpy(wf_backend_ctx_t *ctx, float *y, float alpha, const float *x,
+                        int64_t n);
+wf_status_t wf_cpu_change_sums(wf_backend_ctx_t *ctx, const float *a, const float *b,
+                               int64_t n, double *scratch, double ret[2]);
 wf_status_t wf_cpu_add(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n);
 wf_status_t wf_cpu_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p);

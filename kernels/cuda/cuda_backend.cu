@@ -506,6 +506,38 @@ wf_status_t add(wf_backend_ctx_t *c, float *dst, const float *src, int64_t n)
     return wf_cuda_add_launch(dst, src, n, &c->limits, c->stream);
 }
 
+wf_status_t axpy(wf_backend_ctx_t *c, float *y, float alpha, const float *x, int64_t n)
+{
+    if (!c || !wf_ops_axpy_ok(y, alpha, x, n))
+        return WF_E_BAD_ARGUMENT;
+    if (n == 0)
+        return WF_OK;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    return wf_cuda_axpy_launch(y, alpha, x, n, &c->limits, c->stream);
+}
+
+/* The sums into scratch on the stream, then to the host: the stream is
+ * waited for (the host decides on them). */
+wf_status_t change_sums(wf_backend_ctx_t *c, const float *a, const float *b, int64_t n,
+                        double *scratch, double ret[2])
+{
+    if (!c || !wf_ops_change_sums_ok(a, b, n, scratch, ret))
+        return WF_E_BAD_ARGUMENT;
+    if (!on_device(c))
+        return WF_E_INTERNAL;
+    wf_status_t st = wf_cuda_change_sums_launch(a, b, n, scratch, &c->limits, c->stream);
+    if (st != WF_OK)
+        return st;
+    if (cudaMemcpyAsync(ret, scratch, 2 * sizeof(double), cudaMemcpyDeviceToHost,
+                        c->stream) != cudaSuccess ||
+        cudaStreamSynchronize(c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return WF_E_INTERNAL;
+    }
+    return WF_OK;
+}
+
 wf_status_t modln(wf_backend_ctx_t *c, const wf_modln_params_t *p)
 {
     if (!c || !wf_cuda_modln_ok(p))
@@ -906,6 +938,8 @@ wf_backend_ops_t make_ops()
     o.bias_act = bias_act;
     o.act = act;
     o.add = add;
+    o.axpy = axpy;
+    o.change_sums = change_sums;
     o.modln = modln;
     o.gate_residual = gate_residual;
     o.head_norm_rope = head_norm_rope;

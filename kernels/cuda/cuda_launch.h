@@ -79,6 +79,16 @@ wf_status_t wf_cuda_act_launch(float *dst, const float *src, int64_t n, wf_act_t
 wf_status_t wf_cuda_add_launch(float *dst, const float *src, int64_t n,
                                const wf_cuda_limits_t *lim, cudaStream_t stream);
 
+/* y[i] += alpha * x[i], n elements. */
+wf_status_t wf_cuda_axpy_launch(float *y, float alpha, const float *x, int64_t n,
+                                const wf_cuda_limits_t *lim, cudaStream_t stream);
+
+/* sums[0] = sum |a - b|, sums[1] = sum |b| (device doubles, zeroed here
+ * first), n elements. */
+wf_status_t wf_cuda_change_sums_launch(const float *a, const float *b, int64_t n,
+                                       double *sums, const wf_cuda_limits_t *lim,
+                                       cudaStream_t stream);
+
 /* xw (rows, in) contiguous in dt (bf16 / f16) = x (rows, in) rows ldx
  * apart, rounded to nearest even (a linear's B operand). */
 wf_status_t wf_cuda_round_rows_launch(void *xw, wf_dtype_t dt, const float *x, int64_t rows,

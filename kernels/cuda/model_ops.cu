@@ -75,6 +75,42 @@ __global__ void add_kernel(float *dst, const float *src, size_t n)
         dst[i] += src[i];
 }
 
+__global__ void axpy_kernel(float *y, float alpha, const float *x, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += alpha * x[i];
+}
+
+/* Each thread sums its elements in double, a block reduces in shared
+ * memory, thread 0 adds the block's pair to sums (atomicAdd on double:
+ * compute capability 6.0 and later). The order of the additions varies
+ * from run to run; the sums decide a threshold test, not a result. */
+__global__ void change_sums_kernel(const float *a, const float *b, size_t n, double *sums)
+{
+    __shared__ double sd[256], sm[256];
+    double d = 0, m = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        d += fabs((double)a[i] - (double)b[i]);
+        m += fabs((double)b[i]);
+    }
+    sd[threadIdx.x] = d;
+    sm[threadIdx.x] = m;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            sd[threadIdx.x] += sd[threadIdx.x + s];
+            sm[threadIdx.x] += sm[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        atomicAdd(&sums[0], sd[0]);
+        atomicAdd(&sums[1], sm[0]);
+    }
+}
+
 __device__ __forceinline__ void store_rn(__nv_bfloat16 *d, float v) { *d = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_rn(__half *d, float v) { *d = __float2half_rn(v); }
 
@@ -385,6 +421,33 @@ wf_status_t wf_cuda_act_launch(float *dst, const float *src, int64_t n, wf_act_t
     unsigned g[3], b[3];
     wf_cuda_convert_geometry((size_t)n, lim, g, b);
     act_kernel<<<d3(g), d3(b), 0, stream>>>(dst, src, (size_t)n, (int)act);
+    return launched();
+}
+
+wf_status_t wf_cuda_axpy_launch(float *y, float alpha, const float *x, int64_t n,
+                                const wf_cuda_limits_t *lim, cudaStream_t stream)
+{
+    if (n == 0)
+        return WF_OK;
+    unsigned g[3], b[3];
+    wf_cuda_convert_geometry((size_t)n, lim, g, b);
+    axpy_kernel<<<d3(g), d3(b), 0, stream>>>(y, alpha, x, (size_t)n);
+    return launched();
+}
+
+wf_status_t wf_cuda_change_sums_launch(const float *a, const float *b, int64_t n,
+                                       double *sums, const wf_cuda_limits_t *lim,
+                                       cudaStream_t stream)
+{
+    (void)lim;
+    if (cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream) != cudaSuccess)
+        return launched();
+    if (n == 0)
+        return WF_OK;
+    /* 256 threads a block (the shared arrays' size), at most 1024 blocks */
+    size_t blocks = ((size_t)n + 255) / 256;
+    change_sums_kernel<<<blocks < 1024 ? (unsigned)blocks : 1024u, 256, 0, stream>>>(
+        a, b, (size_t)n, sums);
     return launched();
 }
 

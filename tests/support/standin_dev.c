@@ -888,6 +888,40 @@ static wf_status_t standin_add(wf_backend_ctx_t *ctx, float *dst, const float *s
     return stage_finish(ctx, &stg, st);
 }
 
+static wf_status_t standin_axpy(wf_backend_ctx_t *ctx, float *y, float alpha, const float *x,
+                                int64_t n)
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    stage_t stg = {.n = 0};
+    int iy = stage_add(&stg, y, 1, n, 0, sizeof(float), true);
+    int ix = stage_add(&stg, x, 1, n, 0, sizeof(float), false);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->axpy(ctx->cpu, stg.r[iy].host, alpha, stg.r[ix].host, n);
+    return stage_finish(ctx, &stg, st);
+}
+
+/* The sums go to host memory, as the device's do; scratch must be the
+ * context's memory (it holds them on the way on a device). */
+static wf_status_t standin_change_sums(wf_backend_ctx_t *ctx, const float *a, const float *b,
+                                       int64_t n, double *scratch, double ret[2])
+{
+    const wf_backend_ops_t *cpu = wf_backend_cpu();
+    if (!ctx)
+        return WF_E_BAD_ARGUMENT;
+    stage_t stg = {.n = 0};
+    int ia = stage_add(&stg, a, 1, n, 0, sizeof(float), false);
+    int ib = stage_add(&stg, b, 1, n, 0, sizeof(float), false);
+    int is = stage_add(&stg, scratch, 1, 2, 0, sizeof(double), true);
+    wf_status_t st = stage_pull(ctx, &stg);
+    if (st == WF_OK)
+        st = cpu->change_sums(ctx->cpu, stg.r[ia].host, stg.r[ib].host, n,
+                              stg.r[is].host, ret);
+    return stage_finish(ctx, &stg, st);
+}
+
 static wf_status_t standin_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p)
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
@@ -1533,6 +1567,8 @@ static const wf_backend_ops_t standin_ops = {
     .bias_act = standin_bias_act,
     .act = standin_act,
     .add = standin_add,
+    .axpy = standin_axpy,
+    .change_sums = standin_change_sums,
     .modln = standin_modln,
     .gate_residual = standin_gate_residual,
     .head_norm_rope = standin_head_norm_rope,

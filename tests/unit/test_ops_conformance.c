@@ -274,6 +274,63 @@ static size_t row_add(bk_t *b, float *got, double *ref, double *tol)
     return N;
 }
 
+/* axpy: 257 values, alpha -0.75; tol u(|ax| + |ref|) (a product and a sum). */
+static size_t row_axpy(bk_t *b, float *got, double *ref, double *tol)
+{
+    enum { N = 257 };
+    float x[N], y[N];
+    seed(WF_BACKEND_OP_AXPY);
+    fill(x, N, -3, 3);
+    fill(y, N, -3, 3);
+    float *dx = put(b, x, sizeof x), *dy = put(b, y, sizeof y);
+    CHECK(b->broken || b->o->axpy(b->c, dy, -0.75f, dx, N) == WF_OK, "%s axpy", b->name);
+    get(b, got, dy, sizeof y);
+    for (int i = 0; ref && i < N; i++) {
+        ref[i] = (double)y[i] - 0.75 * x[i];
+        tol[i] = U * (fabs(0.75 * x[i]) + fabs(ref[i]));
+    }
+    return N;
+}
+
+/* change_sums: 5000 values (more than one block of the device's
+ * reduction), then a against itself (0 change); the sums in double of f32
+ * values: tol 1e-12 |ref| (the order of the additions). */
+static size_t row_change_sums(bk_t *b, float *got, double *ref, double *tol)
+{
+    enum { N = 5000 };
+    static float x[N], y[N];
+    seed(WF_BACKEND_OP_CHANGE_SUMS);
+    fill(x, N, -3, 3);
+    fill(y, N, -3, 3);
+    float *dx = put(b, x, sizeof x), *dy = put(b, y, sizeof y);
+    double *scr = put(b, NULL, 2 * sizeof(double)), s[2] = {NAN, NAN}, t[2] = {NAN, NAN};
+    CHECK(b->broken || b->o->change_sums(b->c, dx, dy, N, scr, s) == WF_OK, "%s change_sums",
+          b->name);
+    CHECK(b->broken || b->o->change_sums(b->c, dx, dx, N, scr, t) == WF_OK,
+          "%s change_sums of a with itself", b->name);
+    got[0] = (float)s[0];
+    got[1] = (float)s[1];
+    got[2] = (float)t[0];
+    if (ref) {
+        double d = 0, m = 0, mx = 0;
+        for (int i = 0; i < N; i++) {
+            d += fabs((double)x[i] - (double)y[i]);
+            m += fabs((double)y[i]);
+            mx += fabs((double)x[i]);
+        }
+        ref[0] = d;
+        ref[1] = m;
+        ref[2] = 0;
+        CHECK(b->broken || (fabs(s[0] - d) <= 1e-12 * d && fabs(s[1] - m) <= 1e-12 * m &&
+                            t[0] == 0 && fabs(t[1] - mx) <= 1e-12 * mx),
+              "%s change_sums in double: %.17g %.17g %.17g %.17g", b->name, s[0], s[1], t[0],
+              t[1]);
+        for (int i = 0; i < 3; i++)
+            tol[i] = U * fabs(ref[i]);
+    }
+    return 3;
+}
+
 /* Mean and 1 / sqrt(var + eps) of n values in double. */
 static void stats(const float *x, int n, double eps, double *ret_mean, double *ret_inv)
 {
@@ -702,6 +759,9 @@ static const row_t rows[] = {
     [WF_BACKEND_OP_ROPE_GRID] = {WF_BACKEND_OP_ROPE_GRID, row_rope_grid, "u", 2},
     [WF_BACKEND_OP_TIMESTEP_EMBED] = {WF_BACKEND_OP_TIMESTEP_EMBED, row_timestep_embed,
                                       "4e-7|arg| + 2e-7", 2},
+    [WF_BACKEND_OP_AXPY] = {WF_BACKEND_OP_AXPY, row_axpy, "u(|ax|+|ref|)", 1},
+    [WF_BACKEND_OP_CHANGE_SUMS] = {WF_BACKEND_OP_CHANGE_SUMS, row_change_sums,
+                                   "u|ref| (as f32); 1e-12|ref| in double", 1},
 };
 _Static_assert(sizeof rows / sizeof rows[0] == WF_BACKEND_OP_COUNT,
                "every op of wf_backend_op_t needs its row in the conformance table");
