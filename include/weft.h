@@ -415,6 +415,15 @@ typedef struct wf_attention_opts {
 WF_API wf_status_t wf_reconfigure(wf_client_t *client, const wf_mesh_degrees_t *mesh,
                                   uint64_t *ret_epoch);
 
+/* What a forward of a denoising session did with its first-block cache
+ * (wf_forward_opts_t.session). */
+typedef enum wf_cache_use {
+    WF_CACHE_NONE = 0,      /* no session: every block computed */
+    WF_CACHE_COMPUTED = 1,  /* every block computed (the cache refreshed) */
+    WF_CACHE_REUSED = 2     /* the first block computed, the rest's residual
+                               reused from the session's last computed step */
+} wf_cache_use_t;
+
 /* Result of a finished job. */
 typedef struct wf_job_result {
     wf_status_t status;   /* WF_OK or the error */
@@ -422,6 +431,8 @@ typedef struct wf_job_result {
     uint64_t queue_us;    /* time waiting in the daemon's queue */
     uint64_t compute_us;  /* time on the devices */
     uint32_t devices;     /* devices the job used */
+    uint32_t cache;       /* a forward: a wf_cache_use_t (added in 0.7, in
+                             what was padding: the struct's size is 0.6's) */
 } wf_job_result_t;
 
 /* Attention forward, synchronous.
@@ -682,7 +693,33 @@ typedef struct wf_forward_opts {
                              Added in 0.7: libweft sends it only to a daemon
                              announcing the feature "split_batch"; an older
                              one runs the job unsplit */
+    /* A denoising session (added in 0.7; feature "sessions", else
+     * WF_E_UNSUPPORTED): the forwards of one generation tagged with the
+     * same non-zero id (the client's own; per connection, or per CURVE
+     * key) and their step index (0, 1, ...; an index not above the last
+     * one starts the session over). Its forwards run on one replica, which
+     * keeps its first-block cache state until wf_end_session, the
+     * daemon's session_idle_ms without a forward, or a reconfiguration;
+     * its batch is never split. cache_threshold > 0: after the first
+     * transformer block, when the relative L1 change of that block's
+     * output residual since the session's last computed step is at most
+     * the threshold, the other blocks are skipped and their cached residual
+     * added (diffusers' FirstBlockCacheConfig(threshold)); 0: every block
+     * computed, the output that of a forward without a session.
+     * wf_job_result_t.cache says which. */
+    uint64_t session;
+    uint64_t step;
+    double cache_threshold;
 } wf_forward_opts_t;
+
+/* End denoising session `session` of this client (wf_forward_opts_t): its
+ * state on the devices is freed once its last forward is done. The
+ * session's forwards and how many of them reused the cache into
+ * *ret_steps / *ret_reused (either may be NULL). WF_E_BAD_ARGUMENT when
+ * no such session is open (ended, or idle past the daemon's
+ * session_idle_ms). Synchronous. */
+WF_API wf_status_t wf_end_session(wf_client_t *client, uint64_t session, uint64_t *ret_steps,
+                                  uint64_t *ret_reused);
 
 /* Forward of resident model `model` with named tensors: `inputs` as the
  * model's schema names them (wf_model_info_t.schema, from wf_list_models:

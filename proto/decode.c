@@ -659,20 +659,36 @@ static wf_status_t decode_unload_model(dec_t *d, const msgpack_object *args,
 static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_request_t *req)
 {
     static const char *const names[] = { "model", "out_dtype", "deadline_ms", "precision",
-                                         "split_batch" };
-    const msgpack_object *f[5] = { NULL, NULL, NULL, NULL, NULL };
+                                         "split_batch", "session", "step",
+                                         "cache_threshold" };
+    const msgpack_object *f[8] = { NULL };
     wf_forward_args_t *a = &req->args.forward;
     wf_status_t rc;
     char buf[40];
     wf_opt_t split = WF_OPT_DEFAULT;
 
-    if (args && (rc = map_fields(d, args, "args", names, 5, f)) != WF_OK)
+    if (args && (rc = map_fields(d, args, "args", names, 8, f)) != WF_OK)
         return rc;
     if ((rc = opt_deadline(d, f[2], &a->deadline_ms)) != WF_OK ||
         (rc = opt_precision(d, f[3], &a->fp8)) != WF_OK ||
         (rc = opt_flag(d, f[4], "split_batch", &split)) != WF_OK)
         return rc;
     a->split_batch = split == WF_OPT_ON;
+    if (f[5] && (!as_uint(f[5], &a->session) || a->session == 0))
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.session: must be an unsigned integer "
+                           ">= 1, got %s", f[5]->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+                                               ? "0" : type_name(f[5]));
+    if (f[6] && !as_uint(f[6], &a->step))
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.step: must be an unsigned integer, got %s",
+                           type_name(f[6]));
+    a->has_step = f[6] != NULL;
+    if (f[7] && (!as_number(f[7], &a->cache_threshold) || !isfinite(a->cache_threshold) ||
+                 a->cache_threshold < 0))
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.cache_threshold: must be a finite "
+                           "number >= 0");
+    if ((f[6] || f[7]) && !f[5])
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.%s: only with args.session",
+                           f[6] ? "step" : "cache_threshold");
     if ((rc = take_str(d, f[0], "args.model", wf_check_model_name, a->model,
                        sizeof(a->model))) != WF_OK)
         return rc;
@@ -689,6 +705,22 @@ static wf_status_t decode_forward(dec_t *d, const msgpack_object *args, wf_reque
         return wf_errf_buf(d, WF_E_BAD_FIELD, "tensors: a forward carries the model's "
                            "inputs, got none");
     return WF_OK;
+}
+
+/* end_session: {"session": uint >= 1}, no tensors. */
+static wf_status_t decode_end_session(dec_t *d, const msgpack_object *args, wf_request_t *req)
+{
+    static const char *const names[] = { "session" };
+    const msgpack_object *f[1] = { NULL };
+    wf_status_t rc;
+    if (args && (rc = map_fields(d, args, "args", names, 1, f)) != WF_OK)
+        return rc;
+    if (!f[0])
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.session: missing");
+    if (!as_uint(f[0], &req->args.end_session.session) || req->args.end_session.session == 0)
+        return wf_errf_buf(d, WF_E_BAD_FIELD, "args.session: must be an unsigned integer "
+                           ">= 1");
+    return no_tensors(d, req);
 }
 
 /* cancel: {"id": uint}, no tensors. */
@@ -750,7 +782,7 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
     if (!as_uint(f[2], &u))
         return wf_errf_buf(d, WF_E_BAD_FIELD, "op: must be an unsigned integer, got %s",
                            type_name(f[2]));
-    if (u < WF_OP_HELLO || u > WF_OP_CANCEL)
+    if (u < WF_OP_HELLO || u > WF_OP_END_SESSION)
         return wf_errf_buf(d, WF_E_UNKNOWN_OP, "op: unknown op %llu", (unsigned long long)u);
 
     if (f[3] && (rc = decode_tensors(d, f[3], true, lim->max_tensors,
@@ -772,6 +804,8 @@ static wf_status_t decode_request_obj(dec_t *d, const msgpack_object *o,
         return decode_forward(d, f[4], req);
     if (req->op == WF_OP_CANCEL)
         return decode_cancel(d, f[4], req);
+    if (req->op == WF_OP_END_SESSION)
+        return decode_end_session(d, f[4], req);
     /* hello, status and list_models: no arguments, no tensors */
     if (f[4] && f[4]->via.map.size > 0) {
         char buf[40];
@@ -1367,8 +1401,22 @@ static wf_status_t decode_reply_obj(dec_t *d, const msgpack_object *o, wf_reply_
         TRY(opt_u64(d, x, "result", "queue_us", &f->queue_us));
         TRY(opt_u64(d, x, "result", "compute_us", &f->compute_us));
         TRY(opt_u32(d, x, "result", "devices", &f->devices));
+        const msgpack_object *c = map_get(x, "cache");
+        if (c) {
+            if (str_is(c, "computed"))
+                f->cache = WF_CACHE_COMPUTED;
+            else if (str_is(c, "reused"))
+                f->cache = WF_CACHE_REUSED;
+            else
+                return wf_errf_buf(d, WF_E_PROTOCOL, "result.cache: \"computed\" or "
+                                   "\"reused\", got %s", type_name(c));
+        }
         return WF_OK;
     }
+    case WF_OP_END_SESSION:
+        TRY(opt_u64(d, x, "result", "steps", &rep->result.end_session.steps));
+        TRY(opt_u64(d, x, "result", "reused", &rep->result.end_session.reused));
+        return WF_OK;
     case WF_OP_LOAD_MODEL:
     case WF_OP_LIST_MODELS:
         return decode_models_result(d, x, rep->op, &rep->result.models);

@@ -6,6 +6,7 @@
  * into WF_E_NO_MEMORY. Only the header is encoded here: tensor bytes travel in
  * their own frames and never pass through msgpack.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -243,20 +244,25 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     bool unload = req->op == WF_OP_UNLOAD_MODEL;
     bool fwd = req->op == WF_OP_FORWARD;
     bool cancel = req->op == WF_OP_CANCEL;
+    bool endsess = req->op == WF_OP_END_SESSION;
     if (load && !load_model_ok(lm))
         return WF_E_BAD_ARGUMENT;
     if (unload && !fixstr_ok(req->args.unload_model.name,
                              sizeof(req->args.unload_model.name)))
         return WF_E_BAD_ARGUMENT;
     if (fwd && (!fixstr_ok(fw->model, sizeof(fw->model)) ||
-                (fw->has_out_dtype && !wf_dtype_name(fw->out_dtype))))
+                (fw->has_out_dtype && !wf_dtype_name(fw->out_dtype)) ||
+                !isfinite(fw->cache_threshold) || fw->cache_threshold < 0 ||
+                (!fw->session && (fw->has_step || fw->cache_threshold > 0))))
+        return WF_E_BAD_ARGUMENT;
+    if (endsess && req->args.end_session.session == 0)
         return WF_E_BAD_ARGUMENT;
 
     enc_t e = { .failed = 0 };
     size_t start = out->len;
     msgpack_packer_init(&e.pk, out, buf_write);
     uint32_t n = 3 + (req->n_tensors > 0) + (attn || recon || load || unload || fwd ||
-                                                  cancel);
+                                                  cancel || endsess);
     e.failed |= msgpack_pack_map(&e.pk, n);
     /* a zeroed version means "the one this library speaks" */
     put_key_uint(&e, "v", req->version ? req->version : WF_PROTOCOL_VERSION);
@@ -320,8 +326,11 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
     }
     if (fwd) {
         put_str(&e, "args");
+        bool sess = fw->session != 0;
         e.failed |= msgpack_pack_map(&e.pk, 1 + fw->has_out_dtype + (fw->deadline_ms != 0) +
-                                                fw->fp8 + fw->split_batch);
+                                                fw->fp8 + fw->split_batch + sess +
+                                                (sess && fw->has_step) +
+                                                (sess && fw->cache_threshold > 0));
         put_key_str(&e, "model", fw->model);
         if (fw->has_out_dtype)
             put_key_str(&e, "out_dtype", wf_dtype_name(fw->out_dtype));
@@ -331,6 +340,20 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
             put_key_str(&e, "precision", "fp8");
         if (fw->split_batch)
             put_key_bool(&e, "split_batch", true);
+        if (sess) {
+            put_key_uint(&e, "session", fw->session);
+            if (fw->has_step)
+                put_key_uint(&e, "step", fw->step);
+            if (fw->cache_threshold > 0) {
+                put_str(&e, "cache_threshold");
+                e.failed |= msgpack_pack_double(&e.pk, fw->cache_threshold);
+            }
+        }
+    }
+    if (endsess) {
+        put_str(&e, "args");
+        e.failed |= msgpack_pack_map(&e.pk, 1);
+        put_key_uint(&e, "session", req->args.end_session.session);
     }
     if (cancel) {
         put_str(&e, "args");
@@ -341,7 +364,7 @@ wf_status_t wf_request_encode(const wf_request_t *req, wf_buf_t *out)
 }
 
 static const char *const feature_names[WF_FEATURES_COUNT] = {
-    "reconfigure", "cp_options", "models", "roles", "fp8", "split_batch",
+    "reconfigure", "cp_options", "models", "roles", "fp8", "split_batch", "sessions",
 };
 
 const char *wf_feature_name(unsigned i)
@@ -596,7 +619,8 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
                              rep->op == WF_OP_ATTENTION ||
                              rep->op == WF_OP_RECONFIGURE ||
                              rep->op == WF_OP_LOAD_MODEL ||
-                             rep->op == WF_OP_LIST_MODELS || rep->op == WF_OP_FORWARD);
+                             rep->op == WF_OP_LIST_MODELS || rep->op == WF_OP_FORWARD ||
+                             rep->op == WF_OP_END_SESSION);
 
     enc_t e = { .failed = 0 };
     size_t start = out->len;
@@ -642,12 +666,20 @@ wf_status_t wf_reply_encode(const wf_reply_t *rep, wf_buf_t *out)
         }
         case WF_OP_FORWARD: {
             const wf_forward_result_t *f = &rep->result.forward;
-            e.failed |= msgpack_pack_map(&e.pk, 3);
+            bool cache = f->cache == WF_CACHE_COMPUTED || f->cache == WF_CACHE_REUSED;
+            e.failed |= msgpack_pack_map(&e.pk, 3 + cache);
             put_key_uint(&e, "queue_us", f->queue_us);
             put_key_uint(&e, "compute_us", f->compute_us);
             put_key_uint(&e, "devices", f->devices);
+            if (cache)
+                put_key_str(&e, "cache", f->cache == WF_CACHE_REUSED ? "reused" : "computed");
             break;
         }
+        case WF_OP_END_SESSION:
+            e.failed |= msgpack_pack_map(&e.pk, 2);
+            put_key_uint(&e, "steps", rep->result.end_session.steps);
+            put_key_uint(&e, "reused", rep->result.end_session.reused);
+            break;
         default: {
             const wf_attention_result_t *a = &rep->result.attention;
             e.failed |= msgpack_pack_map(&e.pk, 3);

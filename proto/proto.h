@@ -29,7 +29,8 @@ typedef enum wf_op {
     WF_OP_UNLOAD_MODEL = 6,
     WF_OP_LIST_MODELS = 7,
     WF_OP_FORWARD = 8,
-    WF_OP_CANCEL = 9
+    WF_OP_CANCEL = 9,
+    WF_OP_END_SESSION = 10
 } wf_op_t;
 
 /* Compile-time ceilings of the structs below; the runtime limits
@@ -137,7 +138,19 @@ typedef struct wf_forward_args {
     bool split_batch;          /* "split_batch": true: the batch's samples are
                                 * independent; the daemon may split them over
                                 * the dp replicas (absent = false) */
+    uint64_t session;          /* "session": the client's denoising session
+                                * (>= 1); 0 / absent: none */
+    uint64_t step;             /* "step": the step's index in the session */
+    bool has_step;
+    double cache_threshold;    /* "cache_threshold" (>= 0, finite): the
+                                * first-block cache's; 0 / absent: every
+                                * step computed */
 } wf_forward_args_t;
+
+/* Arguments of end_session: {"session": uint >= 1}. No tensors. */
+typedef struct wf_end_session_args {
+    uint64_t session;
+} wf_end_session_args_t;
 
 /* Arguments of cancel: {"id": uint}, the id of a job this connection
  * submitted (an admin's: any connection's). No tensors. */
@@ -159,6 +172,7 @@ typedef struct wf_request {
         wf_unload_model_args_t unload_model; /* op == WF_OP_UNLOAD_MODEL */
         wf_forward_args_t forward;         /* op == WF_OP_FORWARD */
         wf_cancel_args_t cancel;           /* op == WF_OP_CANCEL */
+        wf_end_session_args_t end_session; /* op == WF_OP_END_SESSION */
     } args;
 } wf_request_t;
 
@@ -176,7 +190,17 @@ typedef struct wf_forward_result {
     uint64_t queue_us;    /* time in the daemon's queue */
     uint64_t compute_us;  /* time on the devices */
     uint32_t devices;     /* devices of the replica */
+    uint32_t cache;       /* "cache" of a session's forward: WF_CACHE_COMPUTED
+                             ("computed") or WF_CACHE_REUSED ("reused");
+                             WF_CACHE_NONE (absent) without a session */
 } wf_forward_result_t;
+
+/* Result of end_session: {"steps", "reused"}: the session's forwards and
+ * how many of them reused the first-block cache. */
+typedef struct wf_end_session_result {
+    uint64_t steps;
+    uint64_t reused;
+} wf_end_session_result_t;
 
 /* Result of a reconfigure reply: {"epoch", "mesh": {"dp","ring","ulysses","tp"}}. */
 typedef struct wf_reconfigure_result {
@@ -205,8 +229,10 @@ enum {
     WF_FEATURE_FP8 = 1u << 4,           /* "fp8": args "precision" of attention and
                                            forward, status code 29 */
     WF_FEATURE_SPLIT_BATCH = 1u << 5,   /* "split_batch": forward's arg "split_batch" */
+    WF_FEATURE_SESSIONS = 1u << 6,      /* "sessions": forward's "session", "step",
+                                           "cache_threshold", result "cache"; op 10 */
 };
-#define WF_FEATURES_COUNT 6
+#define WF_FEATURES_COUNT 7
 /* Every feature this build serves: what weftd announces. */
 #define WF_FEATURES_ALL ((1u << WF_FEATURES_COUNT) - 1u)
 /* The name of feature bit i (0 .. WF_FEATURES_COUNT - 1), else NULL. */
@@ -231,6 +257,7 @@ typedef struct wf_reply {
         wf_reconfigure_result_t reconfigure; /* op == WF_OP_RECONFIGURE */
         wf_models_result_t models;     /* LOAD_MODEL (n = 1), LIST_MODELS */
         wf_forward_result_t forward;   /* op == WF_OP_FORWARD */
+        wf_end_session_result_t end_session; /* op == WF_OP_END_SESSION */
     } result;
     uint32_t features;                /* hello: WF_FEATURE_* announced */
 } wf_reply_t;

@@ -71,6 +71,7 @@ static const uint32_t op_of[] = {
     [JOB_LIST_MODELS] = WF_OP_LIST_MODELS,
     [JOB_FORWARD] = WF_OP_FORWARD,
     [JOB_CANCEL] = WF_OP_CANCEL,
+    [JOB_END_SESSION] = WF_OP_END_SESSION,
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -702,6 +703,7 @@ static wf_status_t recv_reply(wf_client_t *c)
         job->result.queue_us = f->queue_us;
         job->result.compute_us = f->compute_us;
         job->result.devices = f->devices;
+        job->result.cache = f->cache;
         take_outputs(c, job, r, more);
     } else if (job->kind == JOB_ATTENTION) {
         const wf_attention_result_t *a = &r->result.attention;
@@ -733,6 +735,10 @@ static wf_status_t recv_reply(wf_client_t *c)
         case JOB_RECONFIGURE:
             if (job->answer)
                 *(wf_reconfigure_result_t *)job->answer = r->result.reconfigure;
+            break;
+        case JOB_END_SESSION:
+            if (job->answer)
+                *(wf_end_session_result_t *)job->answer = r->result.end_session;
             break;
         case JOB_LOAD_MODEL:
             if (r->result.models.n != 1)
@@ -1309,6 +1315,29 @@ const char *wf_version(void)
 uint64_t wf_job_id(const wf_job_t *job)
 {
     return job ? job->id : 0;
+}
+
+wf_status_t wf_end_session(wf_client_t *client, uint64_t session, uint64_t *ret_steps,
+                           uint64_t *ret_reused)
+{
+    if (!client)
+        return WF_E_BAD_ARGUMENT;
+    if (session == 0)
+        return fail(client, WF_E_BAD_ARGUMENT, "session 0 is none");
+    wf_status_t st = wfc_need_feature(client, WF_FEATURE_SESSIONS, "sessions",
+                                      "end_session");
+    if (st != WF_OK)
+        return st;
+    wfc_request_begin(client, JOB_END_SESSION)->args.end_session.session = session;
+    wf_end_session_result_t r = { 0, 0 };
+    st = wfc_simple_call(client, JOB_END_SESSION, &r);
+    if (st == WF_OK) {
+        if (ret_steps)
+            *ret_steps = r.steps;
+        if (ret_reused)
+            *ret_reused = r.reused;
+    }
+    return st;
 }
 
 wf_status_t wf_cancel_id(wf_client_t *client, uint64_t id)

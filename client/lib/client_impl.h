@@ -32,7 +32,8 @@ typedef enum job_kind {
     JOB_UNLOAD_MODEL,
     JOB_LIST_MODELS,
     JOB_FORWARD,
-    JOB_CANCEL
+    JOB_CANCEL,
+    JOB_END_SESSION
 } job_kind_t;
 
 /* An output tensor a job expects in its reply, and where its bytes go. */

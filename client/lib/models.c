@@ -4,6 +4,7 @@
  */
 #include "client_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,16 @@ wf_status_t wf_forward_named_submit(wf_client_t *client, const char *model,
     /* last: they may ask the daemon (a hello) */
     if (opts && (st = wfc_check_precision(c, opts->precision)) != WF_OK)
         return st;
+    /* a session where announced (WF_E_UNSUPPORTED elsewhere, nothing sent) */
+    if (opts && opts->session) {
+        if (!isfinite(opts->cache_threshold) || opts->cache_threshold < 0)
+            return fail(c, WF_E_BAD_ARGUMENT, "cache_threshold %g: a finite number >= 0",
+                        opts->cache_threshold);
+        if ((st = wfc_need_feature(c, WF_FEATURE_SESSIONS, "sessions", "session")) != WF_OK)
+            return st;
+    } else if (opts && (opts->step || opts->cache_threshold != 0)) {
+        return fail(c, WF_E_BAD_ARGUMENT, "step and cache_threshold need a session");
+    }
     /* split_batch only where announced: elsewhere the job runs unsplit,
      * which gives the same output */
     bool split = false;
@@ -222,6 +233,12 @@ wf_status_t wf_forward_named_submit(wf_client_t *client, const char *model,
     a->deadline_ms = opts ? opts->deadline_ms : 0;
     a->fp8 = opts && opts->precision == WF_PRECISION_FP8;
     a->split_batch = split;
+    if (opts && opts->session) {
+        a->session = opts->session;
+        a->step = opts->step;
+        a->has_step = true;
+        a->cache_threshold = opts->cache_threshold;
+    }
 
     st = wfc_send_request(c, job, (int)n_inputs, data, bytes, deadline);
     if (st != WF_OK) {

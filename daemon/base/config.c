@@ -60,6 +60,12 @@ static const setting_def_t settings_table[] = {
     { "client_queue_jobs", KIND_U32, OFF(client_queue_jobs), "0", 0, 65536, true,
       "jobs one client (a CURVE key, else a connection) may have waiting; "
       "more get WF_E_QUEUE_FULL; 0 = a quarter of queue_capacity" },
+    { "session_max", KIND_U32, OFF(session_max), "16", 1, 64, false,
+      "denoising sessions open at once (forward's session); a new one past it "
+      "gets WF_E_LIMIT" },
+    { "session_idle_ms", KIND_U32, OFF(session_idle_ms), "60000", 100, UINT32_MAX, true,
+      "a denoising session without a forward for this long ends (its cache "
+      "state is freed)" },
     { "client_queue_bytes", KIND_U64, OFF(client_queue_bytes), "1G", 1,
       UINT64_C(1) << 50, true, "input bytes of one client's jobs, from receipt "
       "to completion; more get WF_E_QUEUE_FULL" },

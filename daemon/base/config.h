@@ -71,6 +71,8 @@ typedef struct wf_settings {
     uint32_t queue_capacity;     /* jobs admitted and waiting for devices */
     uint32_t client_queue_jobs;  /* per client share: jobs waiting; 0 = a
                                     quarter of queue_capacity (at least 1) */
+    uint32_t session_max;        /* denoising sessions open at once (<= 64) */
+    uint32_t session_idle_ms;    /* a session without a forward this long ends */
     uint64_t client_queue_bytes; /* per client share: input bytes of its jobs
                                     from receipt to completion */
     uint64_t client_reply_bytes; /* per client share: output bytes of its jobs

@@ -164,7 +164,8 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
     job->batched = batched_inputs(&m->schema, &splittable);
     int64_t B = wf_schema_sym(&job->bind, "B");
     job->split = 1;
-    if (a->split_batch && splittable && mesh->deg.dp > 1 && B > 1)
+    /* a session's steps keep their state on one replica: never split */
+    if (a->split_batch && splittable && mesh->deg.dp > 1 && B > 1 && !job->session_sid)
         job->split = B < (int64_t)mesh->deg.dp ? (uint32_t)B : mesh->deg.dp;
     uint32_t k = job->split;
     job->split = 1;                     /* the whole forward checked first */
@@ -188,6 +189,18 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
         snprintf(err, err_len, "forward workspace overflows");
         return WF_E_BAD_ARGUMENT;
     }
+    /* a session's step: its ranks' cache states, counted with the job too
+     * (so that the first step, which places them, fits) */
+    uint64_t state = 0;
+    if (job->session_sid) {
+        job->cache_floats = m->run->cache_floats(cfg, &io, T, R, U);
+        size_t sb = wf_fbc_bytes(job->cache_floats);
+        if (job->cache_floats == 0 || sb == SIZE_MAX) {
+            snprintf(err, err_len, "forward: the session's cache state overflows");
+            return WF_E_BAD_ARGUMENT;
+        }
+        state = sb;
+    }
     job->cp = true;     /* every rank of the replica (of each replica of a
                            split job), rank = replica rank (+ its offset) */
     job->group_size = (int)k * R * U * T;
@@ -198,7 +211,7 @@ wf_status_t wf_forward_plan(wf_djob_t *job, const wf_backend_ops_t *ops,
      * host workspace being host memory (as attention jobs count them). */
     uint64_t own = ops->dev_alloc ? ((uint64_t)ws + 255) & ~(uint64_t)255 : ws;
     for (int r = 0; r < job->group_size; r++)
-        job->reserve[r] = own + (r == 0 && !ops->dev_alloc ? out_bytes : 0);
+        job->reserve[r] = own + state + (r == 0 && !ops->dev_alloc ? out_bytes : 0);
     job->run = wf_forward_step;
     return WF_OK;
 }
@@ -225,6 +238,21 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
                "the coordinator are missing or do not match", w->name, job->seq);
         goto out;
     }
+    /* a session's cache state, before any dev_alloc (resident memory) */
+    wf_fbc_t *fbc = NULL;
+    if (job->session_sid) {
+        fbc = wf_worker_session(w, job->session_sid, job->cache_floats);
+        if (!fbc) {
+            wf_log(w->log, WF_LOG_ERR, "%s: forward job %" PRIu64 ": no room for session "
+                   "%" PRIu64 "'s cache state (%zu floats a buffer)", w->name, job->seq,
+                   job->session_sid, job->cache_floats);
+            st = WF_E_NO_MEMORY;
+            goto out;
+        }
+        fbc->threshold = job->cache_threshold;
+        if (job->cache_reset)
+            fbc->held = false;
+    }
     st = wf_djob_boundary(job, 0);      /* the start: before any collective */
     if (st != WF_OK)
         return st;
@@ -236,6 +264,7 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
     io_slice_t sl;
     wf_fwd_io_t io;
     io_of(job, (uint32_t)rank % per == 0, rep, &sl, &io);
+    io.fbc = fbc;
     wf_fwd_group_t grp = {
         .tp = m->deg.tp > 1 ? w->group[WF_MESH_DIM_TP] : NULL,
         .seq = m->deg.ring * m->deg.ulysses > 1 ? w->group[WF_MESH_DIM_SEQ] : NULL,
@@ -277,6 +306,8 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
     if (st == WF_OK)
         st = ss;
 out:
+    if (st == WF_OK && fbc && rank == 0)
+        atomic_store(&job->cache_used, fbc->reused ? WF_CACHE_REUSED : WF_CACHE_COMPUTED);
     /* not after a layer boundary stopped every rank alike */
     if (st != WF_OK && st != WF_E_DEADLINE && st != WF_E_CANCELLED && w->world)
         wf_comm_abort(w->world);

@@ -125,3 +125,108 @@ wf_attn_params_t wf_fwd_attention_params(int64_t B, int64_t Sq, int64_t Skv, int
     p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
     return p;
 }
+
+/* ---- the first-block cache ---------------------------------------------------------- */
+
+#define FBC_ALIGN 256u
+
+static size_t fbc_piece(size_t floats)
+{
+    return (floats * sizeof(float) + FBC_ALIGN - 1) / FBC_ALIGN * FBC_ALIGN;
+}
+
+size_t wf_fbc_bytes(size_t floats)
+{
+    if (floats > (SIZE_MAX - 4 * FBC_ALIGN) / 4 / sizeof(float) / 4)
+        return SIZE_MAX;
+    return 4 * fbc_piece(floats) + FBC_ALIGN;
+}
+
+void wf_fbc_init(wf_fbc_t *f, void *block, size_t floats)
+{
+    memset(f, 0, sizeof *f);
+    unsigned char *p = block;
+    size_t piece = fbc_piece(floats);
+    f->res[0] = (float *)p;
+    f->res[1] = (float *)(p + piece);
+    f->head = (float *)(p + 2 * piece);
+    f->tail = (float *)(p + 3 * piece);
+    f->scratch = (double *)(p + 4 * piece);
+    f->cap = floats;
+    f->change = NAN;
+}
+
+/* dst = src, n floats, on the backend. */
+static wf_status_t fbc_copy(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx, float *dst,
+                            const float *src, size_t n)
+{
+    return n ? ops->copy_rows(ctx, dst, n * sizeof(float), src, n * sizeof(float), 1,
+                              n * sizeof(float))
+             : WF_OK;
+}
+
+wf_status_t wf_fbc_head_begin(wf_fbc_t *f, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                              const float *res_rows, size_t res_n, size_t state_n)
+{
+    f->reused = false;
+    f->change = NAN;
+    if (res_n > f->cap || state_n > f->cap || res_n > state_n)
+        return WF_E_INTERNAL;
+    if (res_n != f->res_n || state_n != f->state_n)
+        f->held = false;
+    f->res_n = res_n;
+    f->state_n = state_n;
+    return fbc_copy(ops, ctx, f->res[1 - f->cur], res_rows, res_n);
+}
+
+wf_status_t wf_fbc_head_end(wf_fbc_t *f, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                            wf_comm_t *seq, const float *res_rows, float *stream, bool *skip)
+{
+    int nxt = 1 - f->cur;
+    *skip = false;
+    wf_status_t st = f->res_n ? ops->axpy(ctx, f->res[nxt], -1.0f, res_rows, (int64_t)f->res_n)
+                              : WF_OK;
+    if (st != WF_OK)
+        return st;
+    if (f->held && f->threshold > 0) {
+        double sums[2];
+        st = ops->change_sums(ctx, f->res[nxt], f->res[f->cur], (int64_t)f->res_n,
+                              f->scratch, sums);
+        if (st == WF_OK && seq) {
+            /* the whole sequence's sums: every seq rank takes the same
+             * decision (tp ranks hold the same rows and sums) */
+            if (ops->copy_h2d) {
+                if ((st = ops->copy_h2d(ctx, f->scratch, sums, sizeof sums)) == WF_OK &&
+                    (st = ops->synchronize(ctx)) == WF_OK &&
+                    (st = wf_comm_allreduce(seq, f->scratch, f->scratch, 2, WF_COMM_F64,
+                                            WF_COMM_SUM)) == WF_OK &&
+                    (st = ops->copy_d2h(ctx, sums, f->scratch, sizeof sums)) == WF_OK)
+                    st = ops->synchronize(ctx);
+            } else {
+                st = wf_comm_allreduce(seq, sums, sums, 2, WF_COMM_F64, WF_COMM_SUM);
+            }
+        }
+        if (st != WF_OK)
+            return st;
+        f->change = sums[1] > 0 ? sums[0] / sums[1] : (sums[0] > 0 ? INFINITY : 0);
+        /* diffusers computes the remaining blocks when change > threshold */
+        *skip = !(f->change > f->threshold);
+    }
+    if (*skip) {
+        f->reused = true;
+        return ops->axpy(ctx, stream, 1.0f, f->tail, (int64_t)f->state_n);
+    }
+    f->cur = nxt;
+    f->held = false;            /* until the tail of this step is in */
+    return fbc_copy(ops, ctx, f->head, stream, f->state_n);
+}
+
+wf_status_t wf_fbc_tail_end(wf_fbc_t *f, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                            const float *stream)
+{
+    wf_status_t st = fbc_copy(ops, ctx, f->tail, stream, f->state_n);
+    if (st == WF_OK && f->state_n)
+        st = ops->axpy(ctx, f->tail, -1.0f, f->head, (int64_t)f->state_n);
+    f->held = st == WF_OK;
+    return st;
+}

@@ -30,6 +30,54 @@ typedef struct wf_fwd_group {
     int tp_degree, ring_degree, ulysses_degree;
 } wf_fwd_group_t;
 
+/* The first-block cache of one rank (diffusers' apply_first_block_cache)
+ * across the steps of a denoising session: after the head block (the
+ * first) the relative L1 change of its output residual on the image /
+ * video rows since the session's last computed step, summed over the seq
+ * ranks so every rank decides alike, decides whether the other blocks run
+ * (change > threshold, or nothing held, or threshold 0) or are replaced by
+ * the residual they added at that step (the stream after the last block
+ * minus the stream after the head, text rows included). Buffers on the
+ * backend's memory, held by the worker between steps (the session's
+ * state); residuals are kept negated (input - output: one axpy), which
+ * changes no sum of absolute values. */
+typedef struct wf_fbc {
+    float *res[2];       /* head residuals: res[cur] the last computed step's */
+    float *head;         /* the stream after the head block, that step */
+    float *tail;         /* the stream after the last block minus head, that step */
+    double *scratch;     /* 16 bytes for change_sums and the sums' reduction */
+    size_t cap;          /* floats of each of the four */
+    size_t res_n, state_n; /* floats in use (the shapes of the steps held) */
+    int cur;
+    bool held;           /* res[cur], head and tail hold a computed step */
+    double threshold;    /* this step's (0: compute) */
+    bool reused;         /* out: the blocks after the head were not run */
+    double change;       /* out: the change measured (NAN: none) */
+} wf_fbc_t;
+
+/* Bytes of a cache state of `floats` per buffer (four buffers and the
+ * scratch, each 256-byte aligned from a 256-byte aligned block). */
+size_t wf_fbc_bytes(size_t floats);
+
+/* Lay a state out on `block` (wf_fbc_bytes(floats) bytes); nothing held. */
+void wf_fbc_init(wf_fbc_t *f, void *block, size_t floats);
+
+/* Before the head block: res_rows (res_n floats, the image / video rows of
+ * the stream) copied aside; a step whose sizes differ from those held
+ * drops what is held. WF_E_INTERNAL when the sizes exceed the state's. */
+wf_status_t wf_fbc_head_begin(wf_fbc_t *f, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                              const float *res_rows, size_t res_n, size_t state_n);
+
+/* After the head block: the residual, the change (reduced over seq when
+ * not NULL), the decision into *skip. Skipping, stream (state_n floats)
+ * gets the held tail added: it is the output of the last block then. */
+wf_status_t wf_fbc_head_end(wf_fbc_t *f, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                            wf_comm_t *seq, const float *res_rows, float *stream, bool *skip);
+
+/* After the last block of a computed step: the tail residual held. */
+wf_status_t wf_fbc_tail_end(wf_fbc_t *f, const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                            const float *stream);
+
 /* One forward as every rank sees it: the inputs in the model's schema
  * order (bound by wf_schema_bind), the outputs' descriptors, the data
  * on the root only (NULL elsewhere). */
@@ -50,6 +98,7 @@ typedef struct wf_fwd_io {
      * same answer on every rank; not WF_OK stops the run there. */
     wf_status_t (*boundary)(void *arg, int64_t step, bool ahead);
     void *boundary_arg;
+    wf_fbc_t *fbc;        /* this rank's first-block cache (NULL: none) */
 } wf_fwd_io_t;
 
 typedef struct wf_family_run {
@@ -81,6 +130,10 @@ typedef struct wf_family_run {
      * it; *ret_host: a device backend's host part). SIZE_MAX: overflow. */
     size_t (*workspace)(const void *cfg, const wf_fwd_io_t *io, int tp, int R, int U,
                         const wf_backend_ops_t *ops, size_t *ret_host);
+    /* Floats per buffer of a first-block cache state on any rank of this
+     * forward (the residual stream's size on the rank that holds most).
+     * 0: overflow, or a forward the check refuses. */
+    size_t (*cache_floats)(const void *cfg, const wf_fwd_io_t *io, int tp, int R, int U);
     /* The forward on this rank with its shard. */
     wf_status_t (*run)(const void *shard, const wf_fwd_io_t *io,
                        const wf_fwd_group_t *group, const wf_backend_ops_t *ops,

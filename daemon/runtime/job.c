@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/notify.h"
+#include "session.h"
 
 wf_djob_t *wf_djob_new(void)
 {
@@ -28,6 +29,8 @@ void wf_djob_free(wf_djob_t **job)
     if (!job || !*job)
         return;
     wf_djob_t *j = *job;
+    if (j->session)
+        wf_session_unref(j->session);
     zmq_msg_close(&j->identity);
     for (uint32_t i = 0; i < j->n_frames; i++)
         zmq_msg_close(&j->frames[i]);

@@ -114,6 +114,14 @@ struct wf_djob {
     uint32_t batched;          /* forward, split: bit k = schema input k has the
                                   batch B as its dimension 0 (the others go
                                   whole to every replica) */
+    struct wf_session *session; /* forward of a denoising session (runtime/
+                                  session.h; main thread), else NULL */
+    uint64_t session_sid;      /* its id on the workers (0: none) */
+    double cache_threshold;    /* the step's first-block cache threshold */
+    bool cache_reset;          /* the session starts over at this step: its
+                                  state holds nothing before it runs */
+    size_t cache_floats;       /* floats per buffer of a rank's cache state */
+    atomic_int cache_used;     /* the root's wf_cache_use_t after the run */
     wf_djob_run_fn run;        /* step function of every rank */
     int group_size;            /* g: ranks of the gang */
     uint32_t device[WF_SETTINGS_MAX_DEVICES];  /* device of each rank */

@@ -45,7 +45,8 @@ void wf_sched_resize(wf_sched_t *s, uint32_t n_devices, uint32_t local_first,
  * model shards. */
 static uint64_t cap(const wf_sched_t *s, uint32_t d)
 {
-    return s->mem_total[d] > s->resident ? s->mem_total[d] - s->resident : 0;
+    uint64_t taken = s->resident + s->sessions.held[d];
+    return s->mem_total[d] > taken ? s->mem_total[d] - taken : 0;
 }
 
 static bool is_local(const wf_sched_t *s, uint32_t d)
@@ -460,6 +461,14 @@ static bool pick_devices(wf_sched_t *s, wf_djob_t *job)
         }
         order[j] = c;
     }
+    /* a session's job runs where its state is */
+    int pin = job->session ? wf_session_replica(s, job->session) : -1;
+    if (pin >= 0) {
+        if (!pick_on_replica(s, job, (uint32_t)pin, 0))
+            return false;
+        job->reps[0] = job->replica = (uint32_t)pin;
+        return true;
+    }
     /* a split job takes the first `split` replicas that can take their
      * ranks, in that order (its pieces in replica order) */
     uint32_t want = job->split > 1 ? job->split : 1, got = 0;
@@ -538,6 +547,9 @@ size_t wf_sched_dispatch(wf_sched_t *s, uint64_t now_us, wf_djob_t **ret_failed)
         for (uint32_t i = 0; i < replicas_of(job); i++)
             s->replica_jobs[job->reps[i]]++;
         s->in_flight++;
+        if (job->session)
+            wf_session_place(s, job->session, job->replica, job->device,
+                             (uint32_t)job->group_size, wf_fbc_bytes(job->cache_floats));
         /* every rank here (none on another node): the ranks share this
          * struct and may agree to stop at a step boundary */
         job->stoppable = local == job->group_size;

@@ -35,6 +35,7 @@
 
 #include "job.h"
 #include "base/log.h"
+#include "session.h"
 #include "worker.h"
 
 /* A client's share of the queue and of the daemon's memory: what the jobs
@@ -114,6 +115,8 @@ typedef struct wf_sched {
                                     memory summed (set by init / resize) */
     wf_djob_t *running;          /* dispatched, not completed (run_next list;
                                     for cancels) */
+    wf_sessions_t sessions;      /* denoising sessions (session.h); their
+                                    states' bytes leave the devices' capacity */
     wf_log_t *log;               /* borrowed */
 } wf_sched_t;
 

@@ -49,6 +49,103 @@ static void hold_wait(wf_worker_t *w, const wf_djob_t *job, int rank)
         atomic_store(w->hold_open, true);
 }
 
+/* ---- denoising sessions' states ---------------------------------------------------- */
+
+static void session_free(wf_worker_t *w, wf_worker_session_t *s)
+{
+    if (s->block) {
+        if (w->ops->mem_free)
+            w->ops->mem_free(w->ctx, s->block);
+        else
+            free(s->block);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+/* Every state (a new mesh, or the end). */
+static void sessions_clear(wf_worker_t *w)
+{
+    if (w->ops->synchronize && w->ctx)
+        (void)w->ops->synchronize(w->ctx);
+    for (int i = 0; i < WF_WORKER_SESSIONS; i++)
+        session_free(w, &w->sessions[i]);
+}
+
+/* The drops the main thread posted (called without w->mu held). */
+static void sessions_drop(wf_worker_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint32_t n = w->n_drops;
+    uint64_t *d = w->drops;
+    w->drops = NULL;
+    w->n_drops = w->cap_drops = 0;
+    pthread_mutex_unlock(&w->mu);
+    if (n && w->ops->synchronize)
+        (void)w->ops->synchronize(w->ctx);
+    for (uint32_t k = 0; k < n; k++)
+        for (int i = 0; i < WF_WORKER_SESSIONS; i++)
+            if (w->sessions[i].sid == d[k])
+                session_free(w, &w->sessions[i]);
+    free(d);
+}
+
+void wf_worker_drop_session(wf_worker_t *w, uint64_t sid)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->n_drops == w->cap_drops) {
+        uint32_t cap = w->cap_drops ? 2 * w->cap_drops : 16;
+        uint64_t *d = realloc(w->drops, cap * sizeof *d);
+        if (!d) {
+            /* keep what is queued; this state goes with the next mesh or
+             * at the end (the slot stays taken meanwhile) */
+            pthread_mutex_unlock(&w->mu);
+            wf_log(w->log, WF_LOG_WARNING, "%s: out of memory dropping session %llu",
+                   w->name, (unsigned long long)sid);
+            return;
+        }
+        w->drops = d;
+        w->cap_drops = cap;
+    }
+    w->drops[w->n_drops++] = sid;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+wf_fbc_t *wf_worker_session(wf_worker_t *w, uint64_t sid, size_t floats)
+{
+    wf_worker_session_t *s = NULL, *free_slot = NULL;
+    for (int i = 0; i < WF_WORKER_SESSIONS; i++) {
+        if (w->sessions[i].sid == sid)
+            s = &w->sessions[i];
+        else if (!w->sessions[i].sid && !free_slot)
+            free_slot = &w->sessions[i];
+    }
+    if (s && s->floats != floats) {
+        if (w->ops->synchronize)
+            (void)w->ops->synchronize(w->ctx);
+        session_free(w, s);
+        free_slot = s;
+        s = NULL;
+    }
+    if (s)
+        return &s->fbc;
+    size_t bytes = wf_fbc_bytes(floats);
+    if (!free_slot || floats == 0 || bytes == SIZE_MAX)
+        return NULL;
+    void *block = NULL;
+    if (w->ops->mem_alloc) {
+        if (w->ops->mem_alloc(w->ctx, bytes, &block) != WF_OK)
+            return NULL;
+    } else if (!(block = aligned_alloc(256, bytes))) {
+        return NULL;
+    }
+    free_slot->sid = sid;
+    free_slot->block = block;
+    free_slot->floats = floats;
+    wf_fbc_init(&free_slot->fbc, block, floats);
+    return &free_slot->fbc;
+}
+
 /* Wake the main thread without handing it a job: it drains the box (maybe
  * empty) and looks at the state of the comm world. */
 static void poke(wf_done_box_t *box)
@@ -85,8 +182,13 @@ static void *worker_main(void *arg)
 
     for (;;) {
         pthread_mutex_lock(&w->mu);
-        while (!w->head && !w->stop)
+        while (!w->head && !w->stop && !w->n_drops)
             pthread_cond_wait(&w->cv, &w->mu);
+        if (w->n_drops) {
+            pthread_mutex_unlock(&w->mu);
+            sessions_drop(w);
+            continue;
+        }
         wf_task_t *t = w->head;
         if (!t) {                       /* stop, and the FIFO is empty */
             pthread_mutex_unlock(&w->mu);
@@ -140,6 +242,8 @@ static void *worker_main(void *arg)
     }
 
     drop_comms(w);
+    sessions_drop(w);
+    sessions_clear(w);
     wf_rank_models_clear(&w->models);
     free(w->arena);
     w->arena = NULL;
@@ -218,6 +322,8 @@ wf_status_t wf_worker_regroup_run(wf_djob_t *job, int rank, int group_size,
                                   wf_worker_t *w)
 {
     (void)group_size;
+    /* a new mesh: the sessions' states are for the old one */
+    sessions_clear(w);
     for (int i = 0; i < WF_MESH_NGROUPS; i++)
         wf_comm_destroy(&w->group[i]);
     int grank = job->rank_base + rank;     /* world rank */

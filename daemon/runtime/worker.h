@@ -31,9 +31,22 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/mesh.h"
+#include "models/family_run.h"
 
 /* Sequence numbers the test hook may list (WEFT_TEST_FAIL_JOB). */
 #define WF_WORKER_MAX_FAULTS WF_TEST_MAX_FAIL_JOBS
+
+/* The sessions a worker holds a first-block cache state of at once (the
+ * setting session_max is at most this). */
+#define WF_WORKER_SESSIONS 64
+
+/* One denoising session's state on this device (worker thread only). */
+typedef struct wf_worker_session {
+    uint64_t sid;                /* the daemon's session id; 0: a free slot */
+    void *block;                 /* its memory: ops->mem_alloc, or malloc */
+    size_t floats;               /* per buffer (wf_fbc_bytes) */
+    wf_fbc_t fbc;                /* laid out on block */
+} wf_worker_session_t;
 
 struct wf_worker {
     uint32_t index;              /* device index in the daemon (= global rank) */
@@ -70,6 +83,12 @@ struct wf_worker {
      * task, read-only after. */
     int hold_fd;
     atomic_bool *hold_open;      /* the server's: once set, nothing is held */
+    /* Denoising sessions' cache states (worker thread only), and the
+     * sessions the main thread dropped (guarded by mu; the worker frees
+     * their states before its next task, or at once when idle). */
+    wf_worker_session_t sessions[WF_WORKER_SESSIONS];
+    uint64_t *drops;
+    uint32_t n_drops, cap_drops;
 
     pthread_t thread;            /* the worker thread */
     pthread_mutex_t mu;          /* guards the FIFO, stop, started */
@@ -120,6 +139,17 @@ void wf_worker_set_fault(wf_worker_t *w, const uint64_t *seq, uint32_t n);
  * the first wf_worker_submit. fd and open are borrowed until the worker
  * stops. */
 void wf_worker_set_hold(wf_worker_t *w, int fd, atomic_bool *open);
+
+/* Main thread: session sid ended; the worker frees its state (if it holds
+ * one) before its next task, or at once when idle. No job of the session
+ * may be queued on w still. */
+void wf_worker_drop_session(wf_worker_t *w, uint64_t sid);
+
+/* Worker thread, outside a job's dev_alloc .. dev_reset: session sid's
+ * state with buffers of `floats` floats, made (or made anew, holding
+ * nothing, when its size differs) on this device. NULL when it cannot be
+ * had: no free slot, or no memory. */
+wf_fbc_t *wf_worker_session(wf_worker_t *w, uint64_t sid, size_t floats);
 
 /* Append a task (main thread). The worker runs it after those before it. */
 void wf_worker_submit(wf_worker_t *w, wf_task_t *task);

@@ -33,9 +33,9 @@
 
 /* Wire codes are below 100 (wf_status_on_wire). */
 #define N_CODES 100
-/* Op slots: the wire ops 1..9 (WF_OP_HELLO .. WF_OP_CANCEL); 0 for
- * anything else. */
-#define N_OPS 10
+/* Op slots: the wire ops 1..10 (WF_OP_HELLO .. WF_OP_END_SESSION); 0
+ * for anything else. */
+#define N_OPS 11
 /* Ops with a latency histogram: attention, forward. */
 #define N_JOB_OPS 2
 
@@ -116,6 +116,7 @@ struct srv_metrics {
     histogram_t latency[N_JOB_OPS];
     counter_t reconf_ok, reconf_failed;
     counter_t reload_ok, reload_failed;
+    counter_t cache_computed, cache_reused; /* forwards of sessions */
     counter_t reconf_bucket[N_REC + 1];
     counter_t reconf_sum_us;
     /* gauges (srv_metrics_refresh) */
@@ -127,9 +128,9 @@ struct srv_metrics {
 
 static const char *const op_names[N_OPS] = {
     "other", "hello", "status", "attention", "reconfigure", "load_model",
-    "unload_model", "list_models", "forward", "cancel"
+    "unload_model", "list_models", "forward", "cancel", "end_session"
 };
-_Static_assert(WF_OP_CANCEL == N_OPS - 1, "an op slot and a label per wire op");
+_Static_assert(WF_OP_END_SESSION == N_OPS - 1, "an op slot and a label per wire op");
 
 static uint32_t op_slot(uint32_t op)
 {
@@ -202,6 +203,13 @@ void srv_metrics_reloaded(wf_server_t *srv, bool ok)
     srv_metrics_t *m = srv->metrics;
     if (m)
         inc(ok ? &m->reload_ok : &m->reload_failed, 1);
+}
+
+void srv_metrics_cache(wf_server_t *srv, bool reused)
+{
+    srv_metrics_t *m = srv->metrics;
+    if (m)
+        inc(reused ? &m->cache_reused : &m->cache_computed, 1);
 }
 
 void srv_metrics_reconfigured(wf_server_t *srv, bool ok, uint64_t dur_us)
@@ -464,6 +472,13 @@ char *srv_metrics_render(srv_metrics_t *m, size_t *len)
     put(&t, "weft_reloads_total{result=\"ok\"} %" PRIu64 "\n", get(&m->reload_ok));
     put(&t, "weft_reloads_total{result=\"failed\"} %" PRIu64 "\n",
         get(&m->reload_failed));
+    head(&t, "weft_forward_cache_total", "counter", "forwards of denoising sessions by "
+         "what the first-block cache did: computed = every block run, reused = the "
+         "blocks after the first replaced by the session's cached residual");
+    put(&t, "weft_forward_cache_total{result=\"computed\"} %" PRIu64 "\n",
+        get(&m->cache_computed));
+    put(&t, "weft_forward_cache_total{result=\"reused\"} %" PRIu64 "\n",
+        get(&m->cache_reused));
     head(&t, "weft_reconfiguration_duration_seconds", "histogram", "hot "
          "reconfigurations: validated to installed (or failed)");
     histogram_put(&t, "weft_reconfiguration_duration_seconds", "", m->reconf_bucket,

@@ -66,6 +66,9 @@ void srv_metrics_reconfigured(wf_server_t *srv, bool ok, uint64_t dur_us);
  * or keys stay). */
 void srv_metrics_reloaded(wf_server_t *srv, bool ok);
 
+/* A forward of a denoising session was served: reused its cache or not. */
+void srv_metrics_cache(wf_server_t *srv, bool reused);
+
 /* The counters into a status reply (si->has_counters = 1). */
 void srv_metrics_fill_status(const wf_server_t *srv, wf_status_info_t *si);
 

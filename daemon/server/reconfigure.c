@@ -167,6 +167,8 @@ wf_status_t srv_reconf_start(wf_server_t *srv, const wf_reconf_req_t *req,
 void srv_reconf_finish(wf_server_t *srv, wf_status_t st)
 {
     uint64_t now = wf_now_usec();
+    /* every worker dropped its sessions' cache states at the regroup */
+    wf_sessions_unplace_all(&srv->sched);
     char from[96], to[96];
     wf_mesh_degrees_format(&srv->sched.mesh.deg, from, sizeof from); /* before it changes */
     wf_mesh_degrees_format(&srv->reconf.target.deg, to, sizeof to);

@@ -298,6 +298,15 @@ void srv_reply_job(wf_server_t *srv, wf_djob_t *job)
         rep->result.forward.queue_us = queue_us;
         rep->result.forward.compute_us = compute_us;
         rep->result.forward.devices = (uint32_t)job->group_size;
+        if (job->session) {
+            /* the session's count, and the metric, of what the cache did */
+            bool reused = atomic_load(&job->cache_used) == WF_CACHE_REUSED;
+            rep->result.forward.cache = reused ? WF_CACHE_REUSED : WF_CACHE_COMPUTED;
+            job->session->steps++;
+            job->session->reused += reused;
+            job->session->last_us = job->t_done_us;
+            srv_metrics_cache(srv, reused);
+        }
     } else {
         rep->result.attention.queue_us = queue_us;
         rep->result.attention.compute_us = compute_us;

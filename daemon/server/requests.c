@@ -120,30 +120,78 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
  * connection (parts[0], the routing id): on ipc:// a uid is not a share,
  * so that one user's processes do not starve each other. NULL when out
  * of memory. */
-static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts,
-                                const wf_gate_meta_t *meta)
+/* The client's key (its share's): 'k' and the CURVE key's name, else 'c'
+ * and the connection's routing id; its length; label: how messages name
+ * it. */
+static size_t client_key(const wf_server_t *srv, zmq_msg_t *identity,
+                         const wf_gate_meta_t *meta, unsigned char key[1 + 256],
+                         char label[96])
 {
-    unsigned char key[1 + 256];
-    char label[96];
     size_t len;
     const char *name = srv->access.mode == SRV_ACCESS_CURVE && meta->curve &&
                        meta->key_role != WF_ROLE_NONE ? meta->key_name : NULL;
     if (name) {
         char qn[WF_QUOTE_MAX];
         wf_quote(qn, name);
-        snprintf(label, sizeof label, "key '%s'", qn);
-        len = strnlen(name, sizeof key - 1);
+        snprintf(label, 96, "key '%s'", qn);
+        len = strnlen(name, 256);
         key[0] = 'k';
         memcpy(key + 1, name, len);
     } else {
-        snprintf(label, sizeof label, "this connection");
-        len = zmq_msg_size(&parts[0]);
-        if (len > sizeof key - 1)
-            len = sizeof key - 1;
+        snprintf(label, 96, "this connection");
+        len = zmq_msg_size(identity);
+        if (len > 256)
+            len = 256;
         key[0] = 'c';
-        memcpy(key + 1, zmq_msg_data(&parts[0]), len);
+        memcpy(key + 1, zmq_msg_data(identity), len);
     }
-    return wf_sched_share(&srv->sched, key, len + 1, label);
+    return len + 1;
+}
+
+static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts,
+                                const wf_gate_meta_t *meta)
+{
+    unsigned char key[1 + 256];
+    char label[96];
+    size_t len = client_key(srv, &parts[0], meta, key, label);
+    return wf_sched_share(&srv->sched, key, len, label);
+}
+
+/* A forward of a denoising session (args.session): the job joins its
+ * client's session (opened by its first forward), whose state its ranks
+ * use. In a cluster the forward runs without (every block computed). */
+static wf_status_t join_session(wf_server_t *srv, wf_djob_t *job, zmq_msg_t *identity,
+                                const wf_gate_meta_t *meta, char *err, size_t err_len)
+{
+    const wf_forward_args_t *a = &job->req.args.forward;
+    if (job->req.op != WF_OP_FORWARD || !a->session || srv->world)
+        return WF_OK;
+    unsigned char key[1 + 256];
+    char label[96];
+    size_t len = client_key(srv, identity, meta, key, label);
+    if (len > WF_SESSION_KEY_MAX)
+        len = WF_SESSION_KEY_MAX;
+    wf_status_t st;
+    wf_session_t *sess = wf_session_get(&srv->sched, key, len, a->session, true,
+                                        job->t_recv_us, &st);
+    if (!sess) {
+        if (st == WF_E_LIMIT)
+            snprintf(err, err_len, "session %" PRIu64 ": session_max (%u) sessions are "
+                     "open; end one (end_session) or let one idle for session_idle_ms "
+                     "(%u)", a->session, srv->settings.session_max,
+                     srv->settings.session_idle_ms);
+        else
+            snprintf(err, err_len, "session %" PRIu64 ": %s", a->session,
+                     wf_status_str(st));
+        return st;
+    }
+    wf_session_ref(sess);
+    job->session = sess;
+    job->session_sid = sess->sid;
+    job->cache_threshold = a->cache_threshold;
+    job->cache_reset = a->has_step && wf_session_step(sess, a->step);
+    sess->last_us = job->t_recv_us;
+    return WF_OK;
 }
 
 /* A job request (attention or forward) that passed validation: plan
@@ -179,7 +227,9 @@ static void submit_job(wf_server_t *srv, zmq_msg_t *parts, size_t h, size_t n,
     job->has_delim = delim;
     job->t_recv_us = t_recv;
     job->done = &srv->done;
-    st = srv_plan_job(srv, job, &srv->sched.mesh, err, sizeof err);
+    st = join_session(srv, job, &parts[0], meta, err, sizeof err);
+    if (st == WF_OK)
+        st = srv_plan_job(srv, job, &srv->sched.mesh, err, sizeof err);
     if (st == WF_OK) {
         for (size_t i = h + 1; i < n; i++)
             job->in_bytes += zmq_msg_size(&parts[i]);
@@ -231,7 +281,36 @@ static void handle_forward(wf_server_t *srv, zmq_msg_t *parts, size_t h,
     submit_job(srv, parts, h, n, delim, t_recv, meta);
 }
 
-/* Does the job come from the connection with this routing identity? */
+/* end_session (op 10): the client's session ends; its state is freed
+ * once its last job is done. The reply counts its forwards. */
+static void handle_end_session(wf_server_t *srv, zmq_msg_t *identity,
+                               const wf_gate_meta_t *meta, bool delim)
+{
+    const wf_request_t *req = &srv->req;
+    uint64_t id = req->args.end_session.session;
+    unsigned char key[1 + 256];
+    char label[96], err[WF_PROTO_ERROR_MAX];
+    size_t len = client_key(srv, identity, meta, key, label);
+    if (len > WF_SESSION_KEY_MAX)
+        len = WF_SESSION_KEY_MAX;
+    wf_status_t st;
+    wf_session_t *sess = wf_session_get(&srv->sched, key, len, id, false, 0, &st);
+    if (!sess) {
+        srv->rejected++;
+        snprintf(err, sizeof err, "no session %" PRIu64 " of %s is open (ended "
+                 "already, idle past session_idle_ms, or never opened)", id, label);
+        srv_reply_error(srv, identity, delim, req->id, req->op, WF_E_BAD_ARGUMENT, err);
+        return;
+    }
+    wf_reply_t *rep = srv_reply_ok(srv, req->id, req->op);
+    rep->result.end_session.steps = sess->steps;
+    rep->result.end_session.reused = sess->reused;
+    wf_session_end(&srv->sched, sess, wf_now_usec());
+    srv_reply_send(srv, identity, delim, rep, NULL);
+    srv_dispatch(srv);          /* its memory may let the head in */
+}
+
+/* Does the job come from the connection with this routing id? */
 static bool same_peer(wf_djob_t *job, zmq_msg_t *identity)
 {
     size_t n = zmq_msg_size(identity);
@@ -335,6 +414,7 @@ static const char *op_label(uint32_t op)
     case WF_OP_LIST_MODELS: return "list_models";
     case WF_OP_FORWARD: return "forward";
     case WF_OP_CANCEL: return "cancel";
+    case WF_OP_END_SESSION: return "end_session";
     default: return "this op";
     }
 }
@@ -462,6 +542,9 @@ static void handle_message(wf_server_t *srv, zmq_msg_t *parts, size_t n,
         return;
     case WF_OP_CANCEL:
         handle_cancel(srv, &parts[0], meta, delim);
+        return;
+    case WF_OP_END_SESSION:
+        handle_end_session(srv, &parts[0], meta, delim);
         return;
     default:
         /* The decoder refuses unknown ops; keep a reply for a new one. */

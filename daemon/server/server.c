@@ -573,6 +573,7 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
     srv->nccl = use_nccl(settings, cluster);
     wf_sched_init(&srv->sched, srv->workers, settings->device_count,
                   settings->queue_capacity, &mesh, log);
+    srv->sched.sessions.max = settings->session_max;
     set_share_limits(srv);
     if (!cluster && regroup_at_start(srv) != WF_OK)
         goto fail;
@@ -679,6 +680,7 @@ void wf_server_destroy(wf_server_t **psrv)
     }
     srv_replies_drop_all(srv);
     wf_sched_shares_free(&srv->sched);
+    wf_sessions_free(&srv->sched);
     wf_world_destroy(&srv->world);
     wf_registry_destroy(&srv->models);
     srv_access_stop(srv);
@@ -933,6 +935,14 @@ static void handle_signals(wf_server_t *srv)
 static int poll_timeout_ms(const wf_server_t *srv, uint64_t now)
 {
     int t = wf_notify_timeout_ms(&srv->notify, now);
+    /* the next denoising session to become idle */
+    uint64_t idle = wf_sessions_next_idle(&srv->sched,
+                                          (uint64_t)srv->settings.session_idle_ms * 1000);
+    if (idle) {
+        int s = idle <= now ? 0 : (int)((idle - now + 999) / 1000);
+        if (t < 0 || s < t)
+            t = s;
+    }
     /* queued jobs' deadlines, a reconfiguration's timeout */
     int e = srv_expire_timeout_ms(srv, now), r = srv_reconf_timeout_ms(srv, now);
     if (e >= 0 && (t < 0 || e < t))
@@ -1161,6 +1171,9 @@ wf_status_t wf_server_run(wf_server_t *srv)
         wf_notify_watchdog(&srv->notify, wf_now_usec());
         srv_models_notify(srv, wf_now_usec());
         srv_expire(srv, wf_now_usec());       /* deadlines of queued jobs */
+        if (wf_sessions_reap(&srv->sched, wf_now_usec(),
+                             (uint64_t)srv->settings.session_idle_ms * 1000))
+            srv_dispatch(srv);                /* their memory is free again */
         srv_reconf_tick(srv, wf_now_usec());  /* a reconfiguration's timeout */
         if (srv->world) {
             /* timers run on every wake-up, messages when there are some */

@@ -473,8 +473,8 @@ static void test_request_errors(void)
     expect_req("op 0", WF_E_UNKNOWN_OP, 9, NULL);
     B(); mpb(&sb, "M3 si si sU", "v", 1, "id", 9, "op", (uint64_t)1 << 40);
     expect_req("op 2^40", WF_E_UNKNOWN_OP, 9, NULL);
-    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 9, "op", 10);
-    expect_req("op 10 (after cancel)", WF_E_UNKNOWN_OP, 9, "10");
+    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 9, "op", 11);
+    expect_req("op 11 (after end_session)", WF_E_UNKNOWN_OP, 9, "11");
     /* cancel (op 9): {"id": uint}, nothing else */
     B(); mpb(&sb, "M3 si si si", "v", 1, "id", 9, "op", 9);
     expect_req("cancel without args.id", WF_E_BAD_FIELD, 9, "args.id");

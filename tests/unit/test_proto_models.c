@@ -358,8 +358,17 @@ static void test_models_requests(void)
     B(); mpb(&sb, "M4 si si si sA1", "v", 1, "id", 942, "op", WF_OP_LIST_MODELS, "tensors");
     mpb_tensor(&sb, "x", "f32", 1, SQ, 0);
     expect_req("list_models with a tensor", WF_E_BAD_ARGUMENT, 942, "no tensors");
-    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 943, "op", WF_OP_CANCEL + 1);
-    expect_req("op 10 (after cancel)", WF_E_UNKNOWN_OP, 943, "10");
+    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 943, "op", WF_OP_END_SESSION + 1);
+    expect_req("op 11 (after end_session)", WF_E_UNKNOWN_OP, 943, "11");
+    /* end_session (op 10): {"session": uint >= 1} */
+    B(); mpb(&sb, "M3 si si si", "v", 1, "id", 944, "op", WF_OP_END_SESSION);
+    expect_req("end_session without args", WF_E_BAD_FIELD, 944, "args.session: missing");
+    B(); mpb(&sb, "M4 si si si s M1 si", "v", 1, "id", 945, "op", WF_OP_END_SESSION, "args",
+             "session", 0);
+    expect_req("end_session of session 0", WF_E_BAD_FIELD, 945, "args.session");
+    B(); mpb(&sb, "M4 si si si s M1 si", "v", 1, "id", 946, "op", WF_OP_END_SESSION, "args",
+             "session", 7);
+    expect_req("end_session 7", WF_OK, 946, NULL);
     wf_buf_free(&buf);
 }
 
@@ -494,6 +503,30 @@ static void test_forward_requests(void)
           wf_status_name(rc), err);
     B(); fwd_prefix(1024, t, n); mpb(&sb, "M2 ss si", "model", "m", "split_batch", 1);
     expect_req("forward split_batch int", WF_E_BAD_FIELD, 1024, "args.split_batch: must be a bool");
+    /* a denoising session: session >= 1; step and cache_threshold only with it */
+    B(); fwd_prefix(1025, t, n);
+    mpb(&sb, "M4 ss si si sd", "model", "m", "session", 3, "step", 7, "cache_threshold", 0.12);
+    rc = wf_request_decode(sb.data, sb.size, &lim, &d, err, sizeof(err));
+    CHECK(rc == WF_OK && d.args.forward.session == 3 && d.args.forward.has_step &&
+          d.args.forward.step == 7 && d.args.forward.cache_threshold == 0.12,
+          "forward of a session: %s %s", wf_status_name(rc), err);
+    /* and back through the encoder */
+    wf_buf_reset(&buf);
+    CHECK(wf_request_encode(&d, &buf) == WF_OK, "encode a session's forward");
+    static wf_request_t d2;
+    rc = wf_request_decode(buf.data, buf.len, &lim, &d2, err, sizeof(err));
+    CHECK(rc == WF_OK && d2.args.forward.session == 3 && d2.args.forward.step == 7 &&
+          d2.args.forward.cache_threshold == 0.12, "a session's forward round trip: %s %s",
+          wf_status_name(rc), err);
+    B(); fwd_prefix(1026, t, n); mpb(&sb, "M2 ss si", "model", "m", "session", 0);
+    expect_req("forward session 0", WF_E_BAD_FIELD, 1026, "args.session");
+    B(); fwd_prefix(1027, t, n); mpb(&sb, "M2 ss si", "model", "m", "step", 1);
+    expect_req("forward step without a session", WF_E_BAD_FIELD, 1027, "only with args.session");
+    B(); fwd_prefix(1028, t, n);
+    mpb(&sb, "M3 ss si sd", "model", "m", "session", 1, "cache_threshold", -0.5);
+    expect_req("forward cache_threshold < 0", WF_E_BAD_FIELD, 1028, "args.cache_threshold");
+    B(); fwd_prefix(1029, t, n); mpb(&sb, "M3 ss si ss", "model", "m", "session", 1, "step", "x");
+    expect_req("forward step a str", WF_E_BAD_FIELD, 1029, "args.step");
     /* a bad arg comes before the tensors */
     B(); fwd_prefix(1021, t, 2); mpb(&sb, "M1 si", "model", 1);
     expect_req("bad model before missing tensors", WF_E_BAD_FIELD, 1021, "args.model");

@@ -47,6 +47,7 @@ static void job_of(const wf_fwd_io_t *io, wf_flux_job_t *fj)
     if (fj->has_guidance)
         fj->guidance = io->in_data[IN_GUIDANCE];
     fj->output = io->out_data[0];
+    fj->fbc = io->fbc;
 }
 
 static wf_status_t backend_check(const void *cfg, const wf_backend_ops_t *ops,
@@ -108,6 +109,13 @@ static size_t workspace(const void *cfg, const wf_fwd_io_t *io, int tp, int R, i
     return wf_flux_forward_workspace(cfg, &fj, tp, R, U, ops, ret_host);
 }
 
+static size_t cache_floats(const void *cfg, const wf_fwd_io_t *io, int tp, int R, int U)
+{
+    wf_flux_job_t fj;
+    job_of(io, &fj);
+    return wf_flux_cache_floats(cfg, &fj, tp, R, U);
+}
+
 static wf_status_t run(const void *shard, const wf_fwd_io_t *io,
                        const wf_fwd_group_t *group, const wf_backend_ops_t *ops,
                        wf_backend_ctx_t *ctx, void *ws, size_t bytes, void *host_ws,
@@ -129,5 +137,6 @@ const wf_family_run_t wf_flux_family_run = {
     .shard_mem = shard_mem,
     .forward_check = forward_check,
     .workspace = workspace,
+    .cache_floats = cache_floats,
     .run = run,
 };

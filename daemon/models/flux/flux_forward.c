@@ -63,6 +63,7 @@
 #include <string.h>
 
 #include "errf.h"
+#include "models/family_run.h"
 #include "tensor.h"
 
 /* Largest rows of one GEMM (the CPU backend's BLAS takes int). */
@@ -451,6 +452,17 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, bool dev,
     return w;
 }
 
+size_t wf_flux_cache_floats(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int tp,
+                            int R, int U)
+{
+    geo_t g;
+    if (wf_flux_forward_check(cfg, job, tp, R, U, NULL, 0) != WF_OK ||
+        geo_of(cfg, job, tp, R, U, &g) != WF_OK || g.Nm <= 0 || g.C <= 0 ||
+        g.Nm > (int64_t)(SIZE_MAX / 16) / g.C)
+        return 0;
+    return (size_t)(g.Nm * g.C);
+}
+
 size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
                                  const wf_flux_job_t *job, int tp, int R, int U,
                                  const wf_backend_ops_t *ops, size_t *ret_host)
@@ -630,22 +642,30 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
         (st = wf_linear_apply_full(&x.lin, &shard->context_embedder, rec + x.W.rec.enc, g->J,
                                    &lj, g->Nt, WF_ACT_NONE, S)) != WF_OK)
         goto fail;
-    for (uint32_t b = 0; b < x.cfg->num_layers; b++) {
+    /* the blocks in order, double then single; with a first-block cache
+     * the first is the head: after it the cache may stand for the rest */
+    uint32_t nd = x.cfg->num_layers, nblocks = nd + x.cfg->num_single_layers;
+    wf_fbc_t *fbc = job->fbc;
+    float *img = S + g->Nt * g->C;
+    size_t res_n = (size_t)(g->Ni * g->C), state_n = (size_t)((g->Nt + g->Ni) * g->C);
+    bool skip = false;
+    for (uint32_t b = 0; b < nblocks && !skip; b++) {
         if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {
             stopped = true;
             goto fail;
         }
-        if ((st = flux_double_block(&x, &shard->dbl[b])) != WF_OK)
+        if (b == 0 && fbc && (st = wf_fbc_head_begin(fbc, ops, ctx, img, res_n, state_n)) != WF_OK)
+            goto fail;
+        st = b < nd ? flux_double_block(&x, &shard->dbl[b])
+                    : flux_single_block(&x, &shard->sgl[b - nd]);
+        if (st != WF_OK)
+            goto fail;
+        if (b == 0 && fbc &&
+            (st = wf_fbc_head_end(fbc, ops, ctx, group->seq, img, S, &skip)) != WF_OK)
             goto fail;
     }
-    for (uint32_t b = 0; b < x.cfg->num_single_layers; b++) {
-        if (job->boundary && (st = job->boundary(job->boundary_arg, step++, false)) != WF_OK) {
-            stopped = true;
-            goto fail;
-        }
-        if ((st = flux_single_block(&x, &shard->sgl[b])) != WF_OK)
-            goto fail;
-    }
+    if (fbc && !skip && (st = wf_fbc_tail_end(fbc, ops, ctx, S)) != WF_OK)
+        goto fail;
     if ((st = finish(&x)) != WF_OK)
         goto fail;
     /* the output (and everything else queued) complete on return */

@@ -90,6 +90,10 @@ typedef struct wf_flux_job {
      * agrees); not WF_OK stops the run there on every rank, no abort. */
     wf_status_t (*boundary)(void *arg, int64_t step, bool ahead); /* ahead: false */
     void *boundary_arg;
+    /* This rank's first-block cache (family_run.h; NULL: none): the head
+     * block is the first block run (double block 0), the residual its
+     * image rows', the stream the text and image rows. */
+    struct wf_fbc *fbc;
 } wf_flux_job_t;
 
 
@@ -121,6 +125,11 @@ wf_status_t wf_flux_backend_check(const wf_flux_config_t *cfg,
  * backend, whose one workspace is host memory; on a device backend the
  * counts of the v-collectives and cp_attention's host part). SIZE_MAX
  * (both) on overflow, and for a job wf_flux_forward_check refuses. */
+/* Floats of the residual stream on the rank holding most rows (a
+ * first-block cache buffer, family_run.h); 0 for a job the check refuses. */
+size_t wf_flux_cache_floats(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int tp,
+                            int R, int U);
+
 size_t wf_flux_forward_workspace(const wf_flux_config_t *cfg,
                                  const wf_flux_job_t *job, int tp, int R, int U,
                                  const wf_backend_ops_t *ops, size_t *ret_host);

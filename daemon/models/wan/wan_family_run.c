@@ -62,6 +62,11 @@ static wf_status_t run(const void *shard, const wf_fwd_io_t *io, const wf_fwd_gr
     return wan_forward_run(shard, io, group, ops, ctx, ws, bytes, host_ws, host_bytes);
 }
 
+static size_t cache_floats(const void *cfg, const wf_fwd_io_t *io, int tp, int R, int U)
+{
+    return wan_cache_floats(cfg, io, tp, R, U);
+}
+
 const wf_family_run_t wf_wan_family_run = {
     .fam = &wf_wan_family,
     .backend_check = backend_check,
@@ -72,5 +77,6 @@ const wf_family_run_t wf_wan_family_run = {
     .shard_mem = shard_mem,
     .forward_check = forward_check,
     .workspace = workspace,
+    .cache_floats = cache_floats,
     .run = run,
 };

@@ -496,6 +496,17 @@ wf_status_t wan_forward_check(const wf_wan_config_t *c, const wf_fwd_io_t *io, i
     return WF_OK;
 }
 
+size_t wan_cache_floats(const wf_wan_config_t *c, const wf_fwd_io_t *io, int tp, int R, int U)
+{
+    if (wan_forward_check(c, io, tp, R, U, NULL, 0) != WF_OK)
+        return 0;
+    geo_t g;
+    geo_of(c, io, tp, R, U, &g);
+    if (g.Nm <= 0 || g.C <= 0 || g.Nm > (int64_t)(SIZE_MAX / 16) / g.C)
+        return 0;
+    return (size_t)(g.Nm * g.C);
+}
+
 size_t wan_forward_workspace(const wf_wan_config_t *c, const wf_fwd_io_t *io, int tp, int R,
                              int U, const wf_backend_ops_t *ops, size_t *ret_host)
 {
@@ -916,7 +927,13 @@ static wf_status_t forward(run_t *x, bool *stopped)
     TRY(lin_full(x, &x->s->patch, fp(x, x->W.in + x->W.pat), x->N, WF_ACT_NONE,
                  fp(x, x->W.S)));
     TRY(embed(x));
-    for (uint32_t b = 0; b < x->cfg->num_layers; b++) {
+    /* with a first-block cache, block 0 is the head: after it the cache
+     * may stand for the rest (the stream is the video rows alone) */
+    wf_fbc_t *fbc = x->io->fbc;
+    float *S = fp(x, x->W.S);
+    size_t n = (size_t)(x->N * x->g.C);
+    bool skip = false;
+    for (uint32_t b = 0; b < x->cfg->num_layers && !skip; b++) {
         if (x->io->boundary) {
             /* the same answer on every rank, nothing in flight: stop here */
             st = x->io->boundary(x->io->boundary_arg, (int64_t)b, false);
@@ -925,8 +942,14 @@ static wf_status_t forward(run_t *x, bool *stopped)
                 return st;
             }
         }
+        if (b == 0 && fbc)
+            TRY(wf_fbc_head_begin(fbc, x->ops, x->ctx, S, n, n));
         TRY(block(x, &x->s->blk[b]));
+        if (b == 0 && fbc)
+            TRY(wf_fbc_head_end(fbc, x->ops, x->ctx, x->grp->seq, S, S, &skip));
     }
+    if (fbc && !skip)
+        TRY(wf_fbc_tail_end(fbc, x->ops, x->ctx, S));
     TRY(finish(x));
     /* the output (and everything else queued) complete on return */
     return x->dev ? x->ops->synchronize(x->ctx) : WF_OK;

@@ -91,6 +91,8 @@ wf_status_t wan_backend_check(const wf_wan_config_t *cfg, const wf_backend_ops_t
                               char *err, size_t err_len);
 wf_status_t wan_forward_check(const wf_wan_config_t *cfg, const wf_fwd_io_t *io, int tp,
                               int R, int U, char *err, size_t err_len);
+size_t wan_cache_floats(const wf_wan_config_t *cfg, const wf_fwd_io_t *io, int tp, int R,
+                        int U);
 size_t wan_forward_workspace(const wf_wan_config_t *cfg, const wf_fwd_io_t *io, int tp,
                              int R, int U, const wf_backend_ops_t *ops, size_t *ret_host);
 wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,

@@ -126,7 +126,7 @@ class wf_attention_opts_t(ctypes.Structure):
 
 class wf_job_result_t(ctypes.Structure):
     _fields_ = [("status", c_int), ("epoch", c_u64), ("queue_us", c_u64),
-                ("compute_us", c_u64), ("devices", c_u32)]
+                ("compute_us", c_u64), ("devices", c_u32), ("cache", c_u32)]
 
 
 class wf_tp_rule_t(ctypes.Structure):
@@ -190,7 +190,8 @@ _TP = ctypes.POINTER(wf_tensor_t)
 
 
 class wf_forward_opts_t(ctypes.Structure):
-    _fields_ = [("deadline_ms", c_u32), ("precision", c_int), ("split_batch", c_u32)]
+    _fields_ = [("deadline_ms", c_u32), ("precision", c_int), ("split_batch", c_u32),
+                ("session", c_u64), ("step", c_u64), ("cache_threshold", ctypes.c_double)]
 
 
 class wf_named_tensor_t(ctypes.Structure):
@@ -331,6 +332,9 @@ _version = _proto("wf_version", _CP, optional=True)
 cancel_id = _proto("wf_cancel_id", c_int, _P, c_u64, optional=True)
 # 0.6: a connect timeout apart from the reply timeout
 set_connect_timeout = _proto("wf_client_set_connect_timeout", c_int, _P, c_int, optional=True)
+# 0.7: denoising sessions
+end_session = _proto("wf_end_session", c_int, _P, c_u64, ctypes.POINTER(c_u64),
+                     ctypes.POINTER(c_u64), optional=True)
 
 
 def version() -> str:
