@@ -34,113 +34,15 @@
 #include "support/wait.h"
 #include "weft.h"
 
-#define MAX_IN 8
 /* The split output against the unsplit one, of max |ref|. */
 #define SPLIT_TOLERANCE 1e-6
 
-/* One model's forward: named inputs, which of them carry the batch as
- * dimension 0, and diffusers' output. */
-typedef struct named_io {
-    const char *model;
-    uint32_t n;
-    const char *name[MAX_IN];
-    wf_tensor_t in[MAX_IN];
-    bool batched[MAX_IN];
-    wf_tensor_t ref;                  /* f32 */
-    double tol;                       /* against ref, of max |ref| */
-} named_io_t;
-
-static bool batched_name(const char *n)
-{
-    static const char *const names[] = { "hidden_states", "encoder_hidden_states",
-                                         "pooled_projections", "timestep", "guidance",
-                                         "timestep_tokens", "encoder_hidden_states_image" };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(n, names[i]) == 0)
-            return true;
-    return false;
-}
-
-static void add(named_io_t *io, const char *name, const wf_tensor_t *t)
-{
-    io->name[io->n] = name;
-    io->in[io->n] = *t;
-    io->batched[io->n] = batched_name(name);
-    io->n++;
-}
-
-/* t's samples rows[0 .. nr) along dimension 0, into *ret (malloc'ed). */
-static bool gather(const wf_tensor_t *t, const int *rows, int nr, wf_tensor_t *ret)
-{
-    size_t per = wf_dtype_size(t->dtype) * (size_t)(wf_tensor_numel(t) / t->shape[0]);
-    *ret = *t;
-    ret->shape[0] = nr;
-    ret->data = malloc(per * (size_t)nr);
-    if (!ret->data)
-        return false;
-    for (int i = 0; i < nr; i++)
-        memcpy((char *)ret->data + per * (size_t)i,
-               (const char *)t->data + per * (size_t)rows[i], per);
-    return true;
-}
-
-/* io's forward with its batch made of samples rows[0 .. nr). */
-static bool regather(const named_io_t *io, const int *rows, int nr, named_io_t *ret)
-{
-    *ret = *io;
-    bool ok = gather(&io->ref, rows, nr, &ret->ref);
-    for (uint32_t i = 0; i < io->n; i++)
-        if (io->batched[i])
-            ok = gather(&io->in[i], rows, nr, &ret->in[i]) && ok;
-    return ok;
-}
-
-static void free_gathered(named_io_t *g)
-{
-    free(g->ref.data);
-    for (uint32_t i = 0; i < g->n; i++)
-        if (g->batched[i])
-            free(g->in[i].data);
-}
-
-static double max_abs(const wf_tensor_t *t)
-{
-    double m = 0;
-    const float *p = t->data;
-    for (int64_t i = 0; i < wf_tensor_numel(t); i++)
-        m = fmax(m, fabs(p[i]));
-    return m;
-}
-
-/* max |a - b| / max |ref| (NaN anywhere: INFINITY). */
-static double rel_diff(const float *a, const float *b, int64_t n, double ref_max)
-{
-    double m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (isnan(d))
-            return INFINITY;
-        m = fmax(m, d);
-    }
-    return m / (ref_max > 0 ? ref_max : 1);
-}
-
-/* One forward into *out (an f32 tensor of ref's shape, malloc'ed). */
-static wf_status_t forward(wf_client_t *c, const named_io_t *io, bool split,
+/* One forward, split or not. */
+static wf_status_t forward(wf_client_t *c, const fwdio_t *io, bool split,
                            wf_tensor_t *out, wf_job_result_t *res)
 {
-    *out = io->ref;
-    int64_t n = wf_tensor_numel(out);
-    out->data = malloc((size_t)n * sizeof(float));
-    if (!out->data)
-        return WF_E_NO_MEMORY;
-    for (int64_t i = 0; i < n; i++)
-        ((float *)out->data)[i] = NAN;
-    wf_named_tensor_t ins[MAX_IN], outs[1] = { { "output", out } };
-    for (uint32_t i = 0; i < io->n; i++)
-        ins[i] = (wf_named_tensor_t){ io->name[i], &io->in[i] };
     wf_forward_opts_t o = { .split_batch = split };
-    return wf_forward_named(c, io->model, ins, io->n, outs, 1, &o, res);
+    return fwdio_forward(c, io, &o, out, res);
 }
 
 static uint64_t served(wf_client_t *c, uint64_t ret[4])
@@ -155,7 +57,7 @@ static uint64_t served(wf_client_t *c, uint64_t ret[4])
 }
 
 /* The unsplit and split forwards of io on mesh m; checks as the header. */
-static void both(wf_client_t *c, const named_io_t *io, const wf_mesh_degrees_t *m,
+static void both(wf_client_t *c, const fwdio_t *io, const wf_mesh_degrees_t *m,
                  bool count_devices)
 {
     int64_t B = io->ref.shape[0];
@@ -169,14 +71,14 @@ static void both(wf_client_t *c, const named_io_t *io, const wf_mesh_degrees_t *
     served(c, mid);
     wf_status_t ss = forward(c, io, true, &os, &rs);
     served(c, after);
-    double rmax = max_abs(&io->ref);
+    double rmax = fwdio_max_abs(&io->ref);
     int64_t n = wf_tensor_numel(&io->ref);
     CHECK(su == WF_OK && ss == WF_OK, "%s B %lld dp %u ring %u ulysses %u tp %u: "
           "unsplit %s, split %s (%s)", io->model, (long long)B, m->dp, m->ring, m->ulysses,
           m->tp, wf_status_name(su), wf_status_name(ss), wf_client_last_error(c));
     if (su == WF_OK && ss == WF_OK) {
-        double e_ref = rel_diff(os.data, io->ref.data, n, rmax);
-        double e_u = rel_diff(os.data, ou.data, n, rmax);
+        double e_ref = fwdio_diff(os.data, io->ref.data, n, rmax);
+        double e_u = fwdio_diff(os.data, ou.data, n, rmax);
         CHECK(e_ref <= io->tol, "%s B %lld dp %u: split vs diffusers %.3g", io->model,
               (long long)B, m->dp, e_ref);
         CHECK(e_u <= SPLIT_TOLERANCE, "%s B %lld dp %u: split vs unsplit %.3g", io->model,
@@ -216,16 +118,9 @@ int main(int argc, char **argv)
     if (!fluxio_load(&fio, fixtures, "io-flux-tiny-f32.safetensors") ||
         !wanio_load(&wio, fixtures, "io-wan-tiny-f32.safetensors"))
         return 1;
-    named_io_t flux = { .model = "flux", .ref = fio.ref, .tol = fluxio_tolerance(&fio) };
-    add(&flux, "hidden_states", &fio.hs);
-    add(&flux, "encoder_hidden_states", &fio.enc);
-    add(&flux, "pooled_projections", &fio.pooled);
-    add(&flux, "timestep", &fio.t);
-    add(&flux, "img_ids", &fio.img_ids);
-    add(&flux, "txt_ids", &fio.txt_ids);
-    named_io_t wan = { .model = "wan", .ref = wio.ref, .tol = WANIO_TOLERANCE };
-    for (uint32_t i = 0; i < wio.n; i++)
-        add(&wan, wio.name[i], &wio.in[i]);
+    fwdio_t flux, wan;
+    fwdio_from_flux(&flux, "flux", &fio);
+    fwdio_from_wan(&wan, "wan", &wio);
     CHECK(flux.ref.dtype == WF_DTYPE_F32 && wan.ref.dtype == WF_DTYPE_F32 &&
           flux.ref.shape[0] == 2 && wan.ref.shape[0] == 2, "fixtures: f32 references, B 2");
 
@@ -255,8 +150,8 @@ int main(int argc, char **argv)
           wf_client_last_error(c));
 
     static const int rows3[] = { 0, 1, 0 };
-    named_io_t flux3, wan3;
-    CHECK(regather(&flux, rows3, 3, &flux3) && regather(&wan, rows3, 3, &wan3),
+    fwdio_t flux3, wan3;
+    CHECK(fwdio_gather(&flux, rows3, 3, &flux3) && fwdio_gather(&wan, rows3, 3, &wan3),
           "batches of 3");
     static const wf_mesh_degrees_t meshes[] = {
         { .dp = 2, .ring = 1, .ulysses = 2, .tp = 1 },
@@ -280,8 +175,8 @@ int main(int argc, char **argv)
         both(c, &flux3, m, false);
         both(c, &wan3, m, false);
     }
-    free_gathered(&flux3);
-    free_gathered(&wan3);
+    fwdio_free_gathered(&flux3);
+    fwdio_free_gathered(&wan3);
     wf_client_destroy(&c);
     CHECK(stop_daemon(pid, SPAWN_STOP_MS, err, sizeof err), "weftd: %s", err);
     fluxio_free(&fio);

@@ -23,3 +23,15 @@ target_link_libraries(test_split_batch PRIVATE weft_fluxio weft_testsupport weft
 add_test(NAME e2e_split_batch COMMAND test_split_batch $<TARGET_FILE:weftd>
   ${WEFT_TESTS_DIR}/fixtures)
 set_tests_properties(e2e_split_batch PROPERTIES TIMEOUT 120)
+
+# Denoising sessions and the first-block cache (tests/e2e/test_sessions.c):
+# flux-tiny and wan-tiny in a weftd cpu:4 on four meshes: threshold 0
+# bit-identical to a forward without a session, reuse on unchanged and
+# changed inputs, a session started over, end_session's counts, the state
+# dropped by a reconfiguration, session_max and session_idle_ms.
+add_executable(test_sessions ${CMAKE_CURRENT_LIST_DIR}/test_sessions.c)
+target_link_libraries(test_sessions PRIVATE weft_fluxio weft_testsupport weft_modelfiles
+  weft Threads::Threads m)
+add_test(NAME e2e_sessions COMMAND test_sessions $<TARGET_FILE:weftd>
+  ${WEFT_TESTS_DIR}/fixtures)
+set_tests_properties(e2e_sessions PROPERTIES TIMEOUT 120)

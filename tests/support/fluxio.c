@@ -194,3 +194,118 @@ double wanio_forward(wf_client_t *c, const char *model, const wanio_t *io,
     free(o.data);
     return e;
 }
+
+/* ---- any family's forward by name ----------------------------------------------- */
+
+static bool batched_name(const char *n)
+{
+    static const char *const names[] = { "hidden_states", "encoder_hidden_states",
+                                         "pooled_projections", "timestep", "guidance",
+                                         "timestep_tokens", "encoder_hidden_states_image" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(n, names[i]) == 0)
+            return true;
+    return false;
+}
+
+static void fwdio_add(fwdio_t *f, const char *name, const wf_tensor_t *t)
+{
+    f->name[f->n] = name;
+    f->in[f->n] = *t;
+    f->batched[f->n] = batched_name(name);
+    f->n++;
+}
+
+void fwdio_from_flux(fwdio_t *f, const char *model, const fluxio_t *io)
+{
+    memset(f, 0, sizeof *f);
+    f->model = model;
+    f->ref = io->ref;
+    f->tol = fluxio_tolerance(io);
+    fwdio_add(f, "hidden_states", &io->hs);
+    fwdio_add(f, "encoder_hidden_states", &io->enc);
+    fwdio_add(f, "pooled_projections", &io->pooled);
+    fwdio_add(f, "timestep", &io->t);
+    fwdio_add(f, "img_ids", &io->img_ids);
+    fwdio_add(f, "txt_ids", &io->txt_ids);
+}
+
+void fwdio_from_wan(fwdio_t *f, const char *model, const wanio_t *io)
+{
+    memset(f, 0, sizeof *f);
+    f->model = model;
+    f->ref = io->ref;
+    f->tol = WANIO_TOLERANCE;
+    for (uint32_t i = 0; i < io->n; i++)
+        fwdio_add(f, io->name[i], &io->in[i]);
+}
+
+static bool gather_rows(const wf_tensor_t *t, const int *rows, int nr, wf_tensor_t *ret)
+{
+    size_t per = wf_dtype_size(t->dtype) * (size_t)(wf_tensor_numel(t) / t->shape[0]);
+    *ret = *t;
+    ret->shape[0] = nr;
+    ret->data = malloc(per * (size_t)nr);
+    if (!ret->data)
+        return false;
+    for (int i = 0; i < nr; i++)
+        memcpy((char *)ret->data + per * (size_t)i,
+               (const char *)t->data + per * (size_t)rows[i], per);
+    return true;
+}
+
+bool fwdio_gather(const fwdio_t *f, const int *rows, int nr, fwdio_t *ret)
+{
+    *ret = *f;
+    bool ok = gather_rows(&f->ref, rows, nr, &ret->ref);
+    for (uint32_t i = 0; i < f->n; i++)
+        if (f->batched[i])
+            ok = gather_rows(&f->in[i], rows, nr, &ret->in[i]) && ok;
+    return ok;
+}
+
+void fwdio_free_gathered(fwdio_t *g)
+{
+    free(g->ref.data);
+    for (uint32_t i = 0; i < g->n; i++)
+        if (g->batched[i])
+            free(g->in[i].data);
+}
+
+wf_status_t fwdio_forward(wf_client_t *c, const fwdio_t *f, const wf_forward_opts_t *opts,
+                          wf_tensor_t *out, wf_job_result_t *res)
+{
+    *out = f->ref;
+    out->dtype = WF_DTYPE_F32;
+    int64_t n = wf_tensor_numel(out);
+    out->data = malloc((size_t)n * sizeof(float));
+    if (!out->data)
+        return WF_E_NO_MEMORY;
+    for (int64_t i = 0; i < n; i++)
+        ((float *)out->data)[i] = NAN;
+    wf_named_tensor_t ins[FWDIO_MAX_IN], outs[1] = { { "output", out } };
+    for (uint32_t i = 0; i < f->n; i++)
+        ins[i] = (wf_named_tensor_t){ f->name[i], &f->in[i] };
+    return wf_forward_named(c, f->model, ins, f->n, outs, 1, opts, res);
+}
+
+double fwdio_diff(const float *a, const float *b, int64_t n, double scale)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d))
+            return INFINITY;
+        m = fmax(m, d);
+    }
+    return m / (scale > 0 ? scale : 1);
+}
+
+double fwdio_max_abs(const wf_tensor_t *t)
+{
+    double m = 0;
+    const float *p = t->data;
+    for (int64_t i = 0; i < wf_tensor_numel(t); i++)
+        m = fmax(m, fabs(p[i]));
+    return m;
+}

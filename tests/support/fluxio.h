@@ -77,4 +77,42 @@ double wanio_forward(wf_client_t *c, const char *model, const wanio_t *io,
                      const wf_tensor_t *ref, wf_status_t *ret_st,
                      wf_job_result_t *ret_res);
 
+/* ------------------------------------------------------------------ */
+/* Any family's forward by name (wf_forward_named) with options */
+
+#define FWDIO_MAX_IN 8
+
+/* One forward: a model name, its named inputs (borrowed), which carry the
+ * batch as dimension 0, diffusers' f32 output and the tolerance against it
+ * (of max |ref|). */
+typedef struct fwdio {
+    const char *model;
+    uint32_t n;
+    const char *name[FWDIO_MAX_IN];
+    wf_tensor_t in[FWDIO_MAX_IN];
+    bool batched[FWDIO_MAX_IN];
+    wf_tensor_t ref;
+    double tol;
+} fwdio_t;
+
+/* From a FLUX io file's data (guidance left out) / a Wan io file's. */
+void fwdio_from_flux(fwdio_t *f, const char *model, const fluxio_t *io);
+void fwdio_from_wan(fwdio_t *f, const char *model, const wanio_t *io);
+
+/* f with its batch made of samples rows[0 .. nr) (the batched inputs and
+ * the reference copied: fwdio_free_gathered). False when out of memory. */
+bool fwdio_gather(const fwdio_t *f, const int *rows, int nr, fwdio_t *ret);
+void fwdio_free_gathered(fwdio_t *g);
+
+/* One forward of f into *out (an f32 tensor of ref's shape, malloc'ed,
+ * NaN-filled first; the caller frees out->data), with opts (may be NULL). */
+wf_status_t fwdio_forward(wf_client_t *c, const fwdio_t *f, const wf_forward_opts_t *opts,
+                          wf_tensor_t *out, wf_job_result_t *res);
+
+/* max |a - b| over n floats / scale (NaN anywhere: INFINITY). */
+double fwdio_diff(const float *a, const float *b, int64_t n, double scale);
+
+/* max |t| of an f32 tensor. */
+double fwdio_max_abs(const wf_tensor_t *t);
+
 #endif /* WF_TEST_FLUXIO_H */
