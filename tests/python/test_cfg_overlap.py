@@ -338,15 +338,21 @@ class CfgOverlapTest(unittest.TestCase):
             else:
                 self.assertIs(type(got), torch.Tensor, name)
                 self.assertTrue(torch.equal(got, ref), name)
-        # a tuple result, and a bf16 latent's result (copied in at the use)
+        # a tuple result; a caller that changes its latents in place before
+        # using the result (the forward sent its own copy); a bf16 latent's
+        # result (copied in at the use)
         t = over(**args, return_dict=False)[0]
+        self.assertTrue(torch.equal(t, want))
+        hs = args["hidden_states"].clone()
+        t = over(**dict(args, hidden_states=hs)).sample
+        hs.add_(100.0)
         self.assertTrue(torch.equal(t, want))
         bf = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in args.items()}
         t = over(**bf).sample
         self.assertEqual(t.dtype, torch.bfloat16)
         self.assertTrue(torch.equal(t, sync(**bf).sample))
         print(f"uses of an overlapped result, each equal to the synchronous one: "
-              f"{', '.join(uses)}, tuple, bf16")
+              f"{', '.join(uses)}, tuple, latents changed before the use, bf16")
         over.close()
         sync.close()
 

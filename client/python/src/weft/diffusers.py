@@ -418,12 +418,17 @@ class _PendingTensor(torch.Tensor):
         if call is None:
             return
         call.wait()
-        fill = self.__dict__.get("_weft_fill")
-        if fill is not None:
-            with torch._C.DisableTorchFunctionSubclass():
-                self.copy_(fill)
-        del self._weft_call, self._weft_fill
-        self.__class__ = torch.Tensor
+        # under the call's lock: another thread resolving the same tensor
+        # reads it only once it is filled
+        with call._lock:
+            if self.__dict__.get("_weft_call") is None:
+                return
+            fill = self.__dict__.pop("_weft_fill", None)
+            if fill is not None:
+                with torch._C.DisableTorchFunctionSubclass():
+                    self.copy_(fill)
+            self.__class__ = torch.Tensor
+            del self._weft_call
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (),
@@ -444,7 +449,7 @@ def _private(inputs: Dict[str, torch.Tensor], *given: Optional[torch.Tensor]
     sent again by a retry) after forward returned, when the caller may
     have changed its own tensors."""
     theirs = {g.untyped_storage().data_ptr() for g in given
-              if g is not None and g.device.type == "cpu"}
+              if isinstance(g, torch.Tensor) and g.device.type == "cpu"}
     return {n: t.clone() if t.untyped_storage().data_ptr() in theirs else t
             for n, t in inputs.items()}
 
