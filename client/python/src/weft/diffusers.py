@@ -322,14 +322,16 @@ class _ForwardCall:
 
     def _reply(self) -> ForwardOutput:
         """The job's reply, awaited up to its deadline plus
-        FORWARD_REPLY_GRACE_MS from when it was sent."""
+        FORWARD_REPLY_GRACE_MS from when it was sent, and at least
+        FORWARD_REPLY_GRACE_MS from now (a result first used long after
+        its reply came still reads it)."""
         job = self._job
         assert job is not None
         wait = self._owner._forward_timeout_ms
         left = None
         if wait is not None:
             spent = int((time.monotonic() - self._sent) * 1000)
-            left = max(0, wait + FORWARD_REPLY_GRACE_MS - spent)
+            left = max(FORWARD_REPLY_GRACE_MS, wait + FORWARD_REPLY_GRACE_MS - spent)
         with job:
             return job.wait(left)
 
