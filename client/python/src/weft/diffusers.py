@@ -70,7 +70,8 @@ bit. The errors of the job (DeadlineError, a daemon that went away and
 did not come back, a refusal of the daemon) are raised at that first
 use, as the same exception types the synchronous forward raises, and
 again at every later use; errors found before anything is sent (the
-schema's checks, NotServedError) are raised by the call itself.
+schema's checks, NotServedError) are raised by the call itself. A
+result never used is never waited for: its job's error goes unseen.
 `overlap_forwards=False` waits for each job inside the call.
 
 Connection: `connect_timeout_ms` (default CONNECT_TIMEOUT_MS, 5 s)
@@ -113,7 +114,6 @@ from diffusers import FluxTransformer2DModel, WanTransformer3DModel
 from diffusers.configuration_utils import ConfigMixin
 from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from diffusers.models.modeling_utils import ModelMixin
-
 from torch.utils._pytree import tree_flatten
 
 from .client import (Client, ForwardOutput, Job, JobResult, ModelConfig, ModelInfo, ModelSchema,
