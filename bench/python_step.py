@@ -25,7 +25,8 @@ bench/python_step.sh (the venv, the core pinning); not run by CI.
    this process; Client.forward (the binding: numpy/torch -> wf_tensor_t,
    libweft's send, the daemon, the reply written into a preallocated
    output); WeftFluxTransformer (the diffusers adapter on top: input
-   casts, output allocation, Transformer2DModelOutput); `weftctl forward
+   casts, output allocation, Transformer2DModelOutput; overlap_forwards
+   off, so that the call waits for its reply); `weftctl forward
    --iters` (the C client's round trip, another process: the same wire
    and daemon without Python); and the daemon's own compute time
    (JobResult.compute_us). binding + IPC overhead = Client.forward round
@@ -151,8 +152,10 @@ def main() -> None:
                  "img_ids", "txt_ids")
         ins = [x[k].contiguous() for k in names]
         model = FluxTransformer2DModel.from_pretrained(str(root / "flux-tiny")).eval()
+        # waited for inside each call, so that a call's time is its round
+        # trip (an overlapped forward would return before its reply)
         wt_tiny = WeftFluxTransformer(d.endpoint, "overhead",
-                                      config=str(root / "flux-tiny"))
+                                      config=str(root / "flux-tiny"), overlap_forwards=False)
         out = torch.empty_like(x["hidden_states"])
         kw = dict(zip(names, ins))
         computes: List[float] = []

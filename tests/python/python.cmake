@@ -33,6 +33,11 @@ set(_weft_py_env
 # every command truncated, reordered, replayed and bit-flipped: each
 # refused, nothing served, handshakes_refused counted, RSS bounded, and
 # well-behaved clients served after (about 5 s; two daemons, cpu:1).
+# python_cfg_overlap: the transformers' overlapped forwards: WanPipeline
+# with CFG and FluxPipeline with true CFG against diffusers and against
+# the synchronous forwards, both branches in flight at once on dp = 2
+# (held jobs), errors raised where the result is used (weftd --devices
+# cpu:2).
 # A sanitized libweft.so loads into a Python that is not: the ASan
 # runtime must come first (preloaded), and Python's own allocations are
 # not ours to report as leaks.
@@ -42,7 +47,7 @@ if(WEFT_SANITIZE)
   list(APPEND _weft_py_env "LD_PRELOAD=${_weft_asan}"
        "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=0")
 endif()
-foreach(t binding pipeline wan_pipeline gate_interop)
+foreach(t binding pipeline wan_pipeline gate_interop cfg_overlap)
   add_test(NAME python_${t}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh ${WEFT_PY_VENV}
                    ${CMAKE_CURRENT_LIST_DIR}/test_${t}.py)

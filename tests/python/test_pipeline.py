@@ -168,10 +168,12 @@ class Pipeline(unittest.TestCase):
         self.assertEqual(dict(by_name.config), dict(wt.config))
         self.assertEqual(by_name.model_info.config["in_channels"], 16)
         by_name.close()
-        # precision="fp8" reaches the forward: a CPU daemon refuses it (29)
+        # precision="fp8" reaches the forward: a CPU daemon refuses it (29),
+        # raised where the result is first used (overlapped forwards)
         fp8 = WeftFluxTransformer(self.d.endpoint, "tiny-flux", precision="fp8")
+        refused = fp8(**args, return_dict=False)[0]
         with self.assertRaises(weft.UnsupportedError) as cm3:
-            fp8(**args, return_dict=False)
+            refused.sum()
         self.assertIn("precision fp8: device cpu:", cm3.exception.message)
         fp8.close()
         with self.assertRaises(ValueError):
@@ -460,8 +462,9 @@ class Pipeline(unittest.TestCase):
                 blocker = c.submit_attention(q, q, q)
                 self.assertTrue(wait_for(lambda: c.status().devices[0].busy),
                                 "the held job never showed busy")
+                late = quick(**self.one_call_args()).sample
                 with self.assertRaises(weft.DeadlineError):
-                    quick(**self.one_call_args())
+                    late.sum()          # raised at the result's first use
                 hold.open_gate(1)
                 blocker.wait()
                 blocker.close()

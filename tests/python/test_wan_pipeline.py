@@ -257,10 +257,12 @@ class WanPipelineTest(unittest.TestCase):
         pipe.set_progress_bar_config(disable=True)
         with self.assertRaises(NotServedError):
             tw.run(pipe, "latent", steps=1, attention_kwargs={"scale": 0.5})
-        # what the daemon refuses comes back as its error: a height that is
-        # not a multiple of the patch
+        # what the daemon refuses comes back as its error, where the result
+        # is first used (overlapped forwards): a height that is not a
+        # multiple of the patch
+        refused = wt(**dict(args, hidden_states=torch.randn(2, 4, 2, 5, 6))).sample
         with self.assertRaises(weft.RequestError) as cm3:
-            wt(**dict(args, hidden_states=torch.randn(2, 4, 2, 5, 6)))
+            refused.sum()
         self.assertIn("patch_size", cm3.exception.message)
         # attach by name alone: the config comes from weftd, eps as diffusers'
         # default (1e-6, the fixture's too)

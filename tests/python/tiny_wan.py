@@ -117,16 +117,16 @@ def build(work: Path, seed: int = 4321) -> Dict[str, Any]:
 
 
 def run(pipe: Any, output_type: str = "np", steps: int = STEPS, seed: int = 7,
-        **kw: Any) -> torch.Tensor:
+        guidance: float = GUIDANCE, **kw: Any) -> torch.Tensor:
     """One generation: its `frames` (output_type "latent": the final
     latents (1, C, F, H, W); "np": the decoded video (1, FRAMES, HEIGHT,
     WIDTH, 3) in [0, 1], as a tensor). The prompts PROMPT and NEGATIVE,
     unless kw has their embeddings (prompt_embeds, image-to-video's
-    i2v_kw)."""
+    i2v_kw); guidance 1.0 is one transformer call per step (no CFG)."""
     if "prompt_embeds" not in kw:
         kw = dict(kw, prompt=PROMPT, negative_prompt=NEGATIVE)
     out = pipe(height=HEIGHT, width=WIDTH,
-               num_frames=FRAMES, num_inference_steps=steps, guidance_scale=GUIDANCE,
+               num_frames=FRAMES, num_inference_steps=steps, guidance_scale=guidance,
                max_sequence_length=MAX_SEQ, generator=torch.Generator().manual_seed(seed),
                output_type=output_type, **kw)
     return torch.as_tensor(out.frames)

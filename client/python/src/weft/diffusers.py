@@ -54,6 +54,26 @@ not list them. Model CPU offload (pipe.enable_model_cpu_offload) works:
 the adapter holds no weights, so moving it is a no-op, and the other
 components are offloaded as usual.
 
+Overlapped forwards (`overlap_forwards=True`, the default): a forward
+sends its job and returns at once; its result (the sample tensor) is a
+tensor whose values arrive with the job's reply, and its first use
+(arithmetic, .to, indexing, numpy(), printing, passing it to another
+call) waits for the reply and fills it in, after which it is a plain
+torch.Tensor. The pipelines' two classifier-free-guidance branches
+(WanPipeline with guidance_scale > 1, FluxPipeline with true_cfg_scale
+> 1: the conditional call, then the unconditional one, then their
+combination) are so both in weftd at once, on two replicas of a dp = 2
+mesh instead of one after the other. Nothing is read before the reply
+(a pipeline without CFG reads the result right after the call, which
+then waits there), and the values are the synchronous path's, bit for
+bit. The errors of the job (DeadlineError, a daemon that went away and
+did not come back, a refusal of the daemon) are raised at that first
+use, as the same exception types the synchronous forward raises, and
+again at every later use; errors found before anything is sent (the
+schema's checks, NotServedError) are raised by the call itself. A
+result never used is never waited for: its job's error goes unseen.
+`overlap_forwards=False` waits for each job inside the call.
+
 Connection: `connect_timeout_ms` (default CONNECT_TIMEOUT_MS, 5 s)
 bounds the wait for a daemon that is not there (a wrong endpoint, a
 stopped weftd): the constructor raises weft.ConnectError naming the
@@ -63,7 +83,8 @@ daemon answers DeadlineError); a daemon that stops fails the waiting
 forward at once. After the daemon restarts, the next forward reconnects
 and, when the model is no longer resident, loads it again from the path
 weftd had loaded it from (reload=False: raises instead, saying what to
-do); that happens once, then forwards run as before.
+do); that happens once, then forwards run as before. With overlapped
+forwards this recovery happens where the result is first used.
 
 The model's configuration comes from the daemon (list_models' `config`,
 under diffusers' names), so attaching by name is enough:
@@ -82,6 +103,8 @@ import inspect
 import json
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 from typing import (Any, Callable, Dict, Iterator, Mapping, Optional, Set, Tuple, TypeVar,
                     Union)
@@ -91,8 +114,10 @@ from diffusers import FluxTransformer2DModel, WanTransformer3DModel
 from diffusers.configuration_utils import ConfigMixin
 from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from diffusers.models.modeling_utils import ModelMixin
+from torch.utils._pytree import tree_flatten
 
-from .client import Client, ForwardOutput, JobResult, ModelConfig, ModelInfo, ModelSchema, TpRule
+from .client import (Client, ForwardOutput, Job, JobResult, ModelConfig, ModelInfo, ModelSchema,
+                     TpRule)
 from .errors import BadArgumentError, ConnectError, ConnectionClosedError
 
 log = logging.getLogger(__name__)
@@ -249,6 +274,188 @@ def _refusal(name: str, why: str) -> Callable[..., Any]:
     return refuse
 
 
+#: the errors after which a forward is sent again, once (_WeftTransformer._recover)
+_RECOVERABLE = (ConnectionClosedError, ConnectError, BadArgumentError)
+
+
+class _ForwardCall:
+    """One forward job of a transformer: sent when it is made, its reply
+    awaited by wait(). A daemon that went away or no longer holds the
+    model is recovered from once (_WeftTransformer._recover) and the job
+    sent again, whether the send or the reply failed: the synchronous and
+    the overlapped forward run this same code, the first calling wait()
+    at once, the second at the first use of its result (_PendingTensor).
+
+    inputs are the call's own tensors (nothing the caller may change
+    before the reply: libweft sends them without a copy, and a retry
+    sends them again); out the outputs libweft writes when the reply
+    arrives."""
+
+    def __init__(self, owner: "_WeftTransformer", inputs: Mapping[str, torch.Tensor],
+                 out: Mapping[str, torch.Tensor]) -> None:
+        self._owner = owner
+        self._inputs = inputs
+        self._out = out
+        self._retried = False
+        self._lock = threading.Lock()
+        self._job: Optional[Job] = None
+        self._client: Optional[Client] = None
+        self._sent = 0.0
+        self.result: Optional[ForwardOutput] = None
+        self.error: Optional[BaseException] = None
+        self._send()
+
+    def _send(self) -> None:
+        o = self._owner
+        while True:
+            try:
+                self._client = o._client
+                self._sent = time.monotonic()
+                self._job = o._client.submit_forward_named(
+                    o.model_name, self._inputs, out=self._out,
+                    deadline_ms=o._forward_timeout_ms or 0, precision=o._precision)
+                return
+            except _RECOVERABLE as e:
+                if self._retried or not o._recover(e):
+                    raise
+                self._retried = True
+
+    def _reply(self) -> ForwardOutput:
+        """The job's reply, awaited up to its deadline plus
+        FORWARD_REPLY_GRACE_MS from when it was sent, and at least
+        FORWARD_REPLY_GRACE_MS from now (a result first used long after
+        its reply came still reads it)."""
+        job = self._job
+        assert job is not None
+        wait = self._owner._forward_timeout_ms
+        left = None
+        if wait is not None:
+            spent = int((time.monotonic() - self._sent) * 1000)
+            left = max(FORWARD_REPLY_GRACE_MS, wait + FORWARD_REPLY_GRACE_MS - spent)
+        with job:
+            return job.wait(left)
+
+    def wait(self) -> ForwardOutput:
+        """The forward's outputs (written into `out`), or its error; the
+        same error again on every later call."""
+        with self._lock:
+            if self.result is not None:
+                return self.result
+            if self.error is not None:
+                raise self.error
+            o = self._owner
+            try:
+                while True:
+                    try:
+                        if self._client is not o._client:
+                            # another forward's recovery replaced the
+                            # connection (closing this job): it is up again
+                            # and holds the model; send this one again
+                            if self._retried:
+                                raise ConnectionClosedError(
+                                    108, f"the connection to {o._client.endpoint} was "
+                                    "replaced while this forward was in flight")
+                            self._retried = True
+                            self._send()
+                        r = self._reply()
+                        break
+                    except _RECOVERABLE as e:
+                        if self._retried or not o._recover(e):
+                            raise
+                        self._retried = True
+                        self._send()
+            except BaseException as e:
+                self.error = e
+                self._inputs = self._out = {}
+                raise
+            self.result = r
+            self._inputs = {}
+            o.last_result = r.result
+            return r
+
+
+#: what a tensor's metadata is read by: known without its values, so read
+#: without waiting for the job (a pipeline may look at a result's shape
+#: before its other branch is sent)
+_METADATA = frozenset({
+    torch.Tensor.shape.__get__, torch.Tensor.dtype.__get__, torch.Tensor.device.__get__,
+    torch.Tensor.ndim.__get__, torch.Tensor.layout.__get__, torch.Tensor.is_cuda.__get__,
+    torch.Tensor.requires_grad.__get__, torch.Tensor.size, torch.Tensor.dim,
+    torch.Tensor.numel, torch.Tensor.__len__, torch.Tensor.is_floating_point,
+    torch.Tensor.element_size})
+
+
+class _PendingTensor(torch.Tensor):
+    """A forward's result before its reply: a tensor of the result's shape,
+    dtype and device whose values arrive with the job's reply. Its first
+    use (any torch function or method taking it: arithmetic, .to,
+    indexing, numpy(), printing, being sent by another forward) waits for
+    the job (_ForwardCall.wait), copies the output in when it is not
+    written in place, and turns it into a plain torch.Tensor (its class
+    becomes torch.Tensor): from then on it is one, and what the ops
+    return is plain. A job that failed raises its error at that use, and
+    at every later one; the values are never read before the reply.
+    Metadata (shape, dtype, device, size(), ...) is read without
+    waiting."""
+
+    _weft_call: Optional[_ForwardCall]
+    _weft_fill: Optional[torch.Tensor]
+
+    @staticmethod
+    def make(call: _ForwardCall, raw: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """The result of `call` as diffusers returns it: in the latents'
+        (`like`'s) dtype and on their device. `raw` is the output libweft
+        writes: the result itself when it already is of that dtype on the
+        CPU, else copied from at resolution (the same conversion as the
+        synchronous path's .to)."""
+        same = raw.dtype == like.dtype and like.device.type == "cpu"
+        data = raw if same else torch.empty(raw.shape, dtype=like.dtype, device=like.device)
+        t = torch.Tensor._make_subclass(_PendingTensor, data, False)
+        t._weft_call = call
+        t._weft_fill = None if same else raw
+        return t
+
+    def _weft_resolve(self) -> None:
+        call = self.__dict__.get("_weft_call")
+        if call is None:
+            return
+        call.wait()
+        # under the call's lock: another thread resolving the same tensor
+        # reads it only once it is filled
+        with call._lock:
+            if self.__dict__.get("_weft_call") is None:
+                return
+            fill = self.__dict__.pop("_weft_fill", None)
+            if fill is not None:
+                with torch._C.DisableTorchFunctionSubclass():
+                    self.copy_(fill)
+            self.__class__ = torch.Tensor
+            del self._weft_call
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func not in _METADATA:
+            for a in tree_flatten((args, kwargs))[0]:
+                if isinstance(a, _PendingTensor):
+                    a._weft_resolve()
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+def _private(inputs: Dict[str, torch.Tensor], *given: Optional[torch.Tensor]
+             ) -> Dict[str, torch.Tensor]:
+    """inputs with a copy of each that shares memory with a tensor the
+    caller passed (`given`): an overlapped forward's inputs are read (and
+    sent again by a retry) after forward returned, when the caller may
+    have changed its own tensors."""
+    theirs = {g.untyped_storage().data_ptr() for g in given
+              if isinstance(g, torch.Tensor) and g.device.type == "cpu"}
+    return {n: t.clone() if t.untyped_storage().data_ptr() in theirs else t
+            for n, t in inputs.items()}
+
+
 class _WeftTransformer(ModelMixin, ConfigMixin):
     """What every transformer served by weftd shares: the connection, the
     resident model (attached or loaded, and loaded again after a daemon
@@ -290,8 +497,14 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
     precision: "fp8" runs every forward's attention in fp8 (e4m3) on a
       daemon whose devices take it (UnsupportedError otherwise); "default"
       as the inputs' dtypes.
+    overlap_forwards: send each forward's job and return at once a result
+      whose first use waits for the reply (True: the default, so that the
+      pipelines' two guidance branches run at once on a dp > 1 mesh; a
+      job's error is raised at that first use), or wait inside forward
+      (False).
 
-    After each forward, `last_result` holds how the job ran (JobResult).
+    After each forward's reply is taken, `last_result` holds how the job
+    ran (JobResult).
     A `with` block closes the connection at its end (the model stays
     resident).
     """
@@ -316,7 +529,7 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
                  dtype: torch.dtype = torch.float32,
                  server_key: Optional[str] = None,
                  client_key_file: Optional[str] = None,
-                 precision: str = "default") -> None:
+                 precision: str = "default", overlap_forwards: bool = True) -> None:
         # ModelMixin's, not the diffusers class's (the next in the MRO):
         # that one would build the model's layers here
         ModelMixin.__init__(self)
@@ -326,6 +539,7 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
         if precision not in ("default", "fp8"):
             raise ValueError(f"precision {precision!r}: 'default' or 'fp8'")
         self._precision = precision
+        self._overlap_forwards = bool(overlap_forwards)
         if not dtype.is_floating_point:
             raise ValueError(f"dtype {dtype}: a floating-point dtype")
         if forward_timeout_ms is not None and forward_timeout_ms <= 0:
@@ -565,24 +779,27 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
 
     def _forward_job(self, inputs: Mapping[str, torch.Tensor],
                      out: Mapping[str, torch.Tensor]) -> ForwardOutput:
-        """One forward job on the resident model, its outputs written into
-        `out`. A daemon that went away (the connection closed, or none is
-        up) or that no longer holds the model is recovered from once
-        (_recover), and the job sent again."""
-        for attempt in (0, 1):
-            try:
-                job = self._client.submit_forward_named(
-                    self.model_name, inputs, out=out, deadline_ms=self._forward_timeout_ms or 0,
-                    precision=self._precision)
-                with job:
-                    wait = self._forward_timeout_ms
-                    r = job.wait(None if wait is None else wait + FORWARD_REPLY_GRACE_MS)
-                self.last_result = r.result
-                return r
-            except (ConnectionClosedError, ConnectError, BadArgumentError) as e:
-                if attempt or not self._recover(e):
-                    raise
-        raise AssertionError("unreachable")
+        """One forward job on the resident model, waited for: its outputs
+        written into `out`. A daemon that went away (the connection
+        closed, or none is up) or that no longer holds the model is
+        recovered from once (_recover), and the job sent again."""
+        return _ForwardCall(self, inputs, out).wait()
+
+    def _forward(self, inputs: Dict[str, torch.Tensor], raw: torch.Tensor, out_name: str,
+                 like: torch.Tensor, given: Tuple[Optional[torch.Tensor], ...],
+                 return_dict: bool) -> Union[Tuple[torch.Tensor], Transformer2DModelOutput]:
+        """The forward of `inputs` into `raw` (the output `out_name`) as
+        diffusers returns it: waited for here, or, with overlap_forwards,
+        sent and returned at once as a _PendingTensor (its inputs copied
+        where they share memory with the caller's tensors `given`)."""
+        if not self._overlap_forwards:
+            self._forward_job(inputs, {out_name: raw})
+            return self._result(raw, like, return_dict)
+        call = _ForwardCall(self, _private(inputs, *given), {out_name: raw})
+        sample = _PendingTensor.make(call, raw, like)
+        if not return_dict:
+            return (sample,)
+        return Transformer2DModelOutput(sample=sample)
 
     def _recover(self, e: Exception) -> bool:
         """After a forward failed with `e`: when the daemon went away,
@@ -695,8 +912,9 @@ class WeftFluxTransformer(_WeftTransformer, FluxTransformer2DModel):
         p = cfg.patch_size
         out_ch = (cfg.out_channels or cfg.in_channels) * p * p
         output = torch.empty((b, hidden_states.shape[1], out_ch), dtype=act)
-        self._forward_job(inputs, {"output": output})
-        return self._result(output, hidden_states, return_dict)
+        return self._forward(inputs, output, "output", hidden_states,
+                             (hidden_states, encoder_hidden_states, pooled_projections,
+                              timestep, img_ids, txt_ids, guidance), return_dict)
 
 
 def _wan_inputs(schema: ModelSchema, patch_size: Tuple[int, ...],
@@ -803,5 +1021,6 @@ class WeftWanTransformer(_WeftTransformer, WanTransformer3DModel):
         b, _, f, h, w = hs.shape
         out_name = schema.outputs[0].name
         output = torch.empty((b, cfg.out_channels or cfg.in_channels, f, h, w), dtype=hs.dtype)
-        self._forward_job(inputs, {out_name: output})
-        return self._result(output, hidden_states, return_dict)
+        return self._forward(inputs, output, out_name, hidden_states,
+                             (hidden_states, timestep, encoder_hidden_states,
+                              encoder_hidden_states_image), return_dict)
