@@ -47,7 +47,7 @@ if(WEFT_SANITIZE)
   list(APPEND _weft_py_env "LD_PRELOAD=${_weft_asan}"
        "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=0")
 endif()
-foreach(t binding pipeline wan_pipeline gate_interop cfg_overlap)
+foreach(t binding pipeline wan_pipeline gate_interop cfg_overlap cache)
   add_test(NAME python_${t}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh ${WEFT_PY_VENV}
                    ${CMAKE_CURRENT_LIST_DIR}/test_${t}.py)

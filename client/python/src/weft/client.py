@@ -14,6 +14,7 @@ Job keeps its inputs and outputs alive until it is closed.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 import weakref
@@ -130,11 +131,14 @@ class StatusInfo:
 @dataclass(frozen=True)
 class JobResult:
     """How a finished job ran: the mesh epoch, its time queued and on the
-    devices (microseconds), how many devices it used."""
+    devices (microseconds), how many devices it used, and for a forward of
+    a denoising session what its first-block cache did ("computed" or
+    "reused"; "none" without a session)."""
     epoch: int
     queue_us: int
     compute_us: int
     devices: int
+    cache: str = "none"
 
 
 @dataclass(frozen=True)
@@ -235,8 +239,12 @@ def _s(b: bytes) -> str:
     return _lib.cstr(b)
 
 
+_CACHE_USE = {0: "none", 1: "computed", 2: "reused"}
+
+
 def _job_result(r: _lib.wf_job_result_t) -> JobResult:
-    return JobResult(int(r.epoch), int(r.queue_us), int(r.compute_us), int(r.devices))
+    return JobResult(int(r.epoch), int(r.queue_us), int(r.compute_us), int(r.devices),
+                     _CACHE_USE.get(int(r.cache), "none"))
 
 
 def _model_info(m: _lib.wf_model_info_t) -> ModelInfo:
@@ -724,6 +732,19 @@ class Client(_Owned):
         self._jobs.add(job)
         return job
 
+    def end_session(self, session: int) -> Tuple[int, int]:
+        """End denoising session `session` of this client (forward_named's
+        session=): its state on the daemon's devices is freed once its
+        last forward is done. Returns (forwards, of them reused).
+        BadArgumentError when it is not open (ended, or idle past the
+        daemon's session_idle_ms)."""
+        fn = _lib.need(_lib.end_session, "wf_end_session")
+        steps, reused = ctypes.c_uint64(0), ctypes.c_uint64(0)
+        with self._lock:
+            self._check(fn(self._h(), ctypes.c_uint64(int(session)), ctypes.byref(steps),
+                           ctypes.byref(reused)))
+        return int(steps.value), int(reused.value)
+
     def cancel_id(self, job_id: int) -> None:
         """Cancel a job by its request id (Job.id, the daemon's log), as
         weftctl cancel does: a submit client reaches only its own
@@ -845,8 +866,9 @@ class Client(_Owned):
 
     def _forward_args(self, model: str, inputs: Mapping[str, T.ArrayLike],
                       out: Optional[Mapping[str, T.ArrayLike]], out_dtype: Optional[str],
-                      deadline_ms: int, precision: str,
-                      split_batch: bool = False) -> Tuple[List[Any], Dict[str, Any]]:
+                      deadline_ms: int, precision: str, split_batch: bool = False,
+                      session: int = 0, step: int = 0,
+                      cache_threshold: float = 0.0) -> Tuple[List[Any], Dict[str, Any]]:
         """The named tensors of a forward, checked against the model's
         schema before anything is sent: (what the job must keep alive,
         its outputs by name in the schema's order)."""
@@ -864,6 +886,18 @@ class Client(_Owned):
         fo.deadline_ms = _u32(deadline_ms, "deadline_ms")
         fo.precision = _precision(precision)
         fo.split_batch = 1 if split_batch else 0
+        if session:
+            if not 0 < int(session) < 2**64:
+                raise ValueError(f"session {session}: 1 .. 2**64 - 1 (0: none)")
+            if not 0 <= int(step) < 2**64:
+                raise ValueError(f"step {step}: >= 0")
+            if not (cache_threshold >= 0 and math.isfinite(cache_threshold)):
+                raise ValueError(f"cache_threshold {cache_threshold}: a finite number >= 0")
+            fo.session = int(session)
+            fo.step = int(step)
+            fo.cache_threshold = float(cache_threshold)
+        elif step or cache_threshold:
+            raise ValueError("step and cache_threshold need a session")
         for n in list(inputs) + list(out or {}):
             if not isinstance(n, str):
                 raise TypeError(f"tensor names must be str, got {n!r}")
@@ -895,7 +929,9 @@ class Client(_Owned):
     def forward_named(self, model: str, inputs: Mapping[str, T.ArrayLike], *,
                       out: Optional[Mapping[str, T.ArrayLike]] = None,
                       out_dtype: Optional[str] = None, deadline_ms: int = 0,
-                      precision: str = "default", split_batch: bool = False) -> ForwardOutput:
+                      precision: str = "default", split_batch: bool = False,
+                      session: int = 0, step: int = 0,
+                      cache_threshold: float = 0.0) -> ForwardOutput:
         """Forward of resident model `model` of any family, synchronous.
 
         inputs: {name: tensor} as the model's schema names them
@@ -921,11 +957,16 @@ class Client(_Owned):
         per prompt): the daemon splits them over its dp replicas, which
         compute their parts at once; the output is the unsplit forward's
         (ignored where dp or B is 1, and by daemons without the feature
-        "split_batch"). Returns a ForwardOutput whose `outputs` holds
-        every output by name.
+        "split_batch"). session (a non-zero id of this client's choosing),
+        step (its index, 0, 1, ...; one not above the last starts the
+        session over) and cache_threshold (>= 0): a denoising session whose
+        forwards keep a first-block cache on the daemon (diffusers'
+        FirstBlockCacheConfig(threshold)); end it with end_session().
+        Returns a ForwardOutput whose `outputs` holds every output by name
+        (its result.cache: "computed" or "reused").
         """
         keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision,
-                                         split_batch)
+                                         split_batch, session, step, cache_threshold)
         r = _lib.wf_job_result_t()
         with self._lock:
             self._check(lib.wf_forward_named(self._h(), keep[0], keep[1], keep[2], keep[3],
@@ -935,11 +976,13 @@ class Client(_Owned):
     def submit_forward_named(self, model: str, inputs: Mapping[str, T.ArrayLike], *,
                              out: Optional[Mapping[str, T.ArrayLike]] = None,
                              out_dtype: Optional[str] = None, deadline_ms: int = 0,
-                             precision: str = "default", split_batch: bool = False) -> Job:
+                             precision: str = "default", split_batch: bool = False,
+                             session: int = 0, step: int = 0,
+                             cache_threshold: float = 0.0) -> Job:
         """forward_named, asynchronous: checks and sends the job and returns
         a Job at once; Job.wait() gives the ForwardOutput."""
         keep, outs = self._forward_args(model, inputs, out, out_dtype, deadline_ms, precision,
-                                         split_batch)
+                                         split_batch, session, step, cache_threshold)
         h = ctypes.c_void_p()
         with self._lock:
             self._check(lib.wf_forward_named_submit(self._h(), keep[0], keep[1], keep[2],

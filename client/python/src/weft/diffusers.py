@@ -47,7 +47,8 @@ ignored: attention kwargs other than a LoRA `scale` of 1.0, FLUX's
 controlnet residuals, LoRA adapters (load_lora_adapter, set_adapters,
 fuse_lora, ...: the pipeline's load_lora_weights reaches them), IP
 adapters, attention backends other than diffusers' default ("native":
-weftd runs its own attention kernels), step caches (enable_cache),
+weftd runs its own attention kernels), step caches other than the
+first-block cache (enable_cache with another config),
 diffusers' parallelism (enable_parallelism: weftd's mesh decides),
 save_pretrained; for Wan, image embeddings for a model whose schema does
 not list them. Model CPU offload (pipe.enable_model_cpu_offload) works:
@@ -73,6 +74,27 @@ again at every later use; errors found before anything is sent (the
 schema's checks, NotServedError) are raised by the call itself. A
 result never used is never waited for: its job's error goes unseen.
 `overlap_forwards=False` waits for each job inside the call.
+
+Batches: every forward asks weftd to split its batch over the mesh's dp
+replicas (split_batch: two images per prompt, or a pipeline that batches
+its guidance branches, run on two replicas at once; the output is the
+unsplit forward's).
+
+First-block cache (`cache_threshold=` t > 0, or
+`enable_cache(FirstBlockCacheConfig(threshold=t))` as with diffusers'
+own transformer: the same t means the same test): the forwards of one
+pipeline call under one cache_context name ("cond", "uncond"; the
+pipelines open them around each call) form a denoising session on weftd,
+each forward tagged with its step index in that context. After the first
+transformer block weftd compares that block's output residual with the
+session's last computed step's (the mean absolute change over the mean
+absolute value, over the whole sequence), and at or under t adds the
+residual the other blocks added then instead of running them
+(diffusers' apply_first_block_cache). The sessions end when the pipeline
+call ends (diffusers calls _reset_stateful_cache from
+maybe_free_model_hooks), on disable_cache(), or after weftd's
+session_idle_ms; `last_result.cache` says "computed" or "reused". With
+t = 0 (the default) no session is opened and every step is computed.
 
 Connection: `connect_timeout_ms` (default CONNECT_TIMEOUT_MS, 5 s)
 bounds the wait for a daemon that is not there (a wrong endpoint, a
@@ -103,6 +125,7 @@ import inspect
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -252,8 +275,6 @@ _REFUSED = {
     "enable_xformers_memory_efficient_attention": _ATTENTION,
     "set_use_memory_efficient_attention_xformers": _ATTENTION,
     "enable_npu_flash_attention": _ATTENTION, "enable_xla_flash_attention": _ATTENTION,
-    "enable_cache": "weftd computes every step in full: diffusers' step caches need "
-                    "diffusers' own transformer",
     "enable_group_offload": "the weights are in weftd, not here: there is nothing to "
                             "offload (enable_model_cpu_offload works and offloads the "
                             "other components)",
@@ -297,6 +318,7 @@ class _ForwardCall:
         self._inputs = inputs
         self._out = out
         self._retried = False
+        self._session = owner._session_args()
         self._lock = threading.Lock()
         self._job: Optional[Job] = None
         self._client: Optional[Client] = None
@@ -313,7 +335,8 @@ class _ForwardCall:
                 self._sent = time.monotonic()
                 self._job = o._client.submit_forward_named(
                     o.model_name, self._inputs, out=self._out,
-                    deadline_ms=o._forward_timeout_ms or 0, precision=o._precision)
+                    deadline_ms=o._forward_timeout_ms or 0, precision=o._precision,
+                    split_batch=True, **self._session)
                 return
             except _RECOVERABLE as e:
                 if self._retried or not o._recover(e):
@@ -529,7 +552,8 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
                  dtype: torch.dtype = torch.float32,
                  server_key: Optional[str] = None,
                  client_key_file: Optional[str] = None,
-                 precision: str = "default", overlap_forwards: bool = True) -> None:
+                 precision: str = "default", overlap_forwards: bool = True,
+                 cache_threshold: float = 0.0) -> None:
         # ModelMixin's, not the diffusers class's (the next in the MRO):
         # that one would build the model's layers here
         ModelMixin.__init__(self)
@@ -540,6 +564,10 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
             raise ValueError(f"precision {precision!r}: 'default' or 'fp8'")
         self._precision = precision
         self._overlap_forwards = bool(overlap_forwards)
+        self._set_cache_threshold(cache_threshold)
+        #: the denoising session of each cache_context name: [id, next step]
+        self._sessions: Dict[str, list] = {}
+        self._cache_name: Optional[str] = None
         if not dtype.is_floating_point:
             raise ValueError(f"dtype {dtype}: a floating-point dtype")
         if forward_timeout_ms is not None and forward_timeout_ms <= 0:
@@ -746,9 +774,65 @@ class _WeftTransformer(ModelMixin, ConfigMixin):
 
     @contextlib.contextmanager
     def cache_context(self, name: str, **kwargs: Any) -> Iterator[None]:
-        """Pipelines wrap each call in one (diffusers' CacheMixin, with the
-        step's index and sigma); weft has no step caches: nothing to do."""
-        yield
+        """Pipelines wrap each call in one (diffusers' CacheMixin: "cond",
+        "uncond"): with a cache threshold, the forwards under one name form
+        one denoising session on weftd (its steps counted here)."""
+        before = self._cache_name
+        self._cache_name = str(name)
+        try:
+            yield
+        finally:
+            self._cache_name = before
+
+    def _set_cache_threshold(self, t: float) -> None:
+        t = float(t)
+        if not (t >= 0 and t < float("inf")):
+            raise ValueError(f"cache_threshold {t}: a finite number >= 0")
+        self._cache_threshold = t
+
+    @property
+    def is_cache_enabled(self) -> bool:
+        """Whether the first-block cache is on (a threshold above 0)."""
+        return self._cache_threshold > 0
+
+    def enable_cache(self, config: Any) -> None:
+        """diffusers' CacheMixin.enable_cache for its FirstBlockCacheConfig:
+        weftd's first-block cache with the config's threshold (the module
+        docstring); any other cache config is NotServedError."""
+        if type(config).__name__ != "FirstBlockCacheConfig" or not hasattr(config, "threshold"):
+            raise NotServedError(f"{type(self).__name__}.enable_cache("
+                                 f"{type(config).__name__}): weftd serves the first-block "
+                                 "cache only (diffusers.FirstBlockCacheConfig)")
+        self._set_cache_threshold(config.threshold)
+
+    def disable_cache(self) -> None:
+        """The first-block cache off; the open sessions end."""
+        self._reset_stateful_cache()
+        self._cache_threshold = 0.0
+
+    def _reset_stateful_cache(self, recurse: bool = True) -> None:
+        """The end of a pipeline call (diffusers' maybe_free_model_hooks
+        calls it): every denoising session of this transformer ends on
+        weftd, freeing its state there."""
+        sessions, self._sessions = self._sessions, {}
+        for sid, _ in sessions.values():
+            try:
+                self._client.end_session(sid)
+            except (BadArgumentError, ConnectionClosedError, ConnectError):
+                pass    # idle past session_idle_ms, or the daemon went away: gone
+
+    def _session_args(self) -> Dict[str, Any]:
+        """The session arguments of the next forward: none without a cache
+        threshold; else the current cache_context's session and step."""
+        if self._cache_threshold <= 0:
+            return {}
+        name = self._cache_name or ""
+        entry = self._sessions.get(name)
+        if entry is None:
+            entry = self._sessions[name] = [secrets.randbits(63) | 1, 0]
+        step = entry[1]
+        entry[1] += 1
+        return {"session": entry[0], "step": step, "cache_threshold": self._cache_threshold}
 
     def set_attention_backend(self, backend: str) -> None:
         """diffusers' default backend ("native") is accepted and changes
