@@ -1,5 +1,6 @@
 /* flux_blocks.c — the FLUX forward's transformer blocks: the joint
- * attention (q / k / v projections, per-head RMSNorm and RoPE, the
+ * attention (q / k / v projections as one fused linear where the plan
+ * allows, each read in its strided slice; per-head RMSNorm and RoPE, the
  * attention over the seq group, back to stream order; flux_forward.c
  * "Stream order") and diffusers' FluxTransformerBlock /
  * FluxSingleTransformerBlock with their AdaLN-Zero modulation.
@@ -174,9 +175,10 @@ static wf_status_t attend(run_t *x, int64_t Hl)
  * normalized stream, full) through group g into the proj region -> q /
  * k / v of the joint buffers: per-head RMSNorm (norms[0..1]) and RoPE of
  * q and k, v as is, each read from its slice of the group's output with
- * its row stride (txt: the part is the text rows; single block: all N
- * rows, text rows first). The members after the third (a single block's
- * MLP-in) stay in parts[3..] for the caller; acts their activations. */
+ * its row stride. `which`: 0 the part is the text rows, 1 the image
+ * rows, 2 all N rows (a single block: text rows first). The members
+ * after the third (a single block's MLP-in) stay in parts[3..] for the
+ * caller; acts (NULL: none) their activations. */
 static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, int64_t rows,
                            int which, const float *const *norms, const wf_act_t *acts,
                            const wf_layout_t *al, int64_t Hl, wf_linear_part_t *parts)

@@ -23,6 +23,11 @@
  *     returns the block at once.
  * Norm weights, embedders, AdaLN linears and the final projection follow
  * the plan too (the default replicates them).
+ * Projections on one input are one fused weight where their placements
+ * allow (shard.h's wf_shard_linear_fused; a copy on the CPU, never a
+ * view): each double block's q / k / v of either stream, each single
+ * block's q / k / v / proj_mlp; and every AdaLN linear (all on
+ * silu(temb)) is one batched weight, its members' placements kept.
   */
 #ifndef WF_FLUX_SHARD_H
 #define WF_FLUX_SHARD_H
