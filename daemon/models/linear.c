@@ -135,9 +135,17 @@ wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_
     const int64_t wl = wf_layout_width(sl, T);
     if (same)
         return copy_cols(e, dst, ld_dst, src, ld_src, rows, wl);
-    if (ld_src != wl || (size_t)(rows * sl->n) > e->G_n || !e->tp)
+    if ((size_t)(rows * sl->n) > e->G_n || !e->tp)
         return WF_E_INTERNAL;
     float *G = e->G;
+    if (ld_src != wl) {
+        /* a strided slice (a fused linear's member): compacted into this
+         * rank's block of the landing, gathered in place */
+        float *own = G + (int64_t)e->t * rows * wl;
+        if ((st = copy_cols(e, own, wl, src, ld_src, rows, wl)) != WF_OK)
+            return st;
+        src = own;
+    }
     st = wf_comm_allgather(e->tp, src, G, (size_t)(rows * wl) * sizeof(float));
     if (st != WF_OK)
         return st;
@@ -262,4 +270,54 @@ wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
         return st;
     wf_layout_t full = wf_layout_full(p->out);
     return wf_layout_convert(e, Y, p->local_out, &ol, rows, &full, 0, dst, p->out);
+}
+
+int64_t wf_linear_group_width(const wf_linear_group_t *g)
+{
+    int64_t w = 0;
+    for (uint32_t k = 0; k < g->n; k++)
+        w += g->m[k].place.local_out;
+    return w;
+}
+
+wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_group_t *g,
+                                  const float *in, int64_t ld_in, const wf_layout_t *il,
+                                  int64_t rows, const wf_act_t *acts, float *dst,
+                                  wf_linear_part_t *parts)
+{
+    const int64_t W = wf_linear_group_width(g);
+    wf_status_t st;
+    if (g->n < 1 || g->n > WF_LINEAR_GROUP_MAX)
+        return WF_E_INTERNAL;
+    if (g->fused) {
+        wf_layout_t fl;
+        if (g->all.place.local_out != W)
+            return WF_E_INTERNAL;
+        if ((st = wf_linear_apply(e, &g->all, in, ld_in, il, rows, WF_ACT_NONE, dst, &fl)) !=
+            WF_OK)
+            return st;
+    }
+    int64_t off = 0;
+    for (uint32_t k = 0; k < g->n; k++) {
+        const wf_linear_t *L = &g->m[k];
+        wf_act_t act = acts ? acts[k] : WF_ACT_NONE;
+        wf_linear_part_t *pt = &parts[k];
+        pt->lay = wf_layout_of(&L->place, false, e->T);
+        if (g->fused) {
+            pt->y = dst + off;
+            pt->ld = W;
+            if (act != WF_ACT_NONE && rows > 0 &&
+                (st = e->ops->bias_act(e->ctx, pt->y, rows, L->place.local_out, W, NULL,
+                                       act)) != WF_OK)
+                return st;
+        } else {
+            wf_layout_t ol;
+            pt->y = dst + rows * off;
+            pt->ld = L->place.local_out;
+            if ((st = wf_linear_apply(e, L, in, ld_in, il, rows, act, pt->y, &ol)) != WF_OK)
+                return st;
+        }
+        off += L->place.local_out;
+    }
+    return WF_OK;
 }

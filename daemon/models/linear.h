@@ -59,6 +59,27 @@ typedef struct wf_layout {
     int64_t block[WF_TP_MAX_BLOCKS]; /* full sizes of the blocks (sum n) */
 } wf_layout_t;
 
+/* Most members of a linear group. */
+#define WF_LINEAR_GROUP_MAX 4
+
+/* Linears that take the same input (q / k / v, and a single block's
+ * MLP-in), run as one linear where their placements allow
+ * (shard.h's wf_shard_linear_fused). */
+typedef struct wf_linear_group {
+    uint32_t n;                          /* members */
+    bool fused;                          /* `all` holds every member's weight */
+    wf_linear_t all;                     /* the fused linear (fused only) */
+    wf_linear_t m[WF_LINEAR_GROUP_MAX];  /* the members: placements always,
+                                            weights when not fused */
+} wf_linear_group_t;
+
+/* Where one member's output lies after wf_linear_group_apply. */
+typedef struct wf_linear_part {
+    float *y;         /* first element: rows x width(lay) floats */
+    int64_t ld;       /* floats between rows */
+    wf_layout_t lay;  /* its layout over tp (the member's output layout) */
+} wf_linear_part_t;
+
 /* Where this rank's linear layers run: the backend, the tp group, and
  * the scratch regions of the forward's workspace (backend memory), each
  * with its size. Borrowed for the forward. */
@@ -102,7 +123,8 @@ int wf_layout_window(const wf_layout_t *l, int r, int T, int64_t a, int64_t w, i
  * ld_src) -> this rank's columns of layout tl inside the window
  * [a, a + sl->n) of tl's dim, into dst (row stride ld_dst); collective
  * over tp when sl is split and the pieces differ on some rank (every tp
- * rank decides alike). WF_E_INTERNAL when e's scratch is short. */
+ * rank decides alike; a strided split src is compacted into e->G first).
+ * WF_E_INTERNAL when e's scratch is short. */
 wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_t ld_src,
                               const wf_layout_t *sl, int64_t rows, const wf_layout_t *tl,
                               int64_t a, float *dst, int64_t ld_dst);
@@ -126,5 +148,22 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
 wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
                                  const float *in, int64_t ld_in, const wf_layout_t *il,
                                  int64_t rows, wf_act_t act, float *dst);
+
+/* Floats per row of a group's outputs on this rank (sum of the
+ * members' local_out). */
+int64_t wf_linear_group_width(const wf_linear_group_t *g);
+
+/* Every member of g on `rows` rows of one input (layout il, row stride
+ * ld_in), each with its bias and then acts[k] (acts NULL: none), into
+ * dst (rows x wf_linear_group_width floats; parts[k] says where member k
+ * is). Fused: one linear, member k's columns at dst + (the local_out of
+ * the members before it), row stride the group's width (a strided slice:
+ * consumers read it with their row stride), its activation by bias_act
+ * on that slice. Not fused: one wf_linear_apply per member, member k's
+ * rows contiguous at dst + rows x (the local_out before it). */
+wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_group_t *g,
+                                  const float *in, int64_t ld_in, const wf_layout_t *il,
+                                  int64_t rows, const wf_act_t *acts, float *dst,
+                                  wf_linear_part_t *parts);
 
 #endif /* WF_LINEAR_H */

@@ -386,6 +386,231 @@ wf_status_t wf_shard_vector(wf_shard_cut_t *c, const char *name, int64_t n, floa
     return WF_OK;
 }
 
+/* ---- linears on one input, fused ------------------------------------------------- */
+
+/* Member k's rows on this rank: its pieces when its placement splits the
+ * rows, else all of them (replicated, rowwise, or every style at tp 1 as
+ * a fused member). */
+static int member_rows(const wf_shard_cut_t *c, const wf_tp_place_t *p, int64_t *ps, int64_t *pl)
+{
+    if (!on_rows(p) || c->tp == 1) {
+        ps[0] = 0;
+        pl[0] = p->out;
+        return 1;
+    }
+    wf_tp_pieces(p, c->rank, c->tp, ps, pl);
+    return (int)p->n_blocks;
+}
+
+/* The fused placement of members with placements pl[0 .. n) when they
+ * can be one weight (see shard.h), into *ret; false otherwise. */
+static bool fused_place(const wf_shard_cut_t *c, uint32_t n, const wf_tp_place_t *pl,
+                        wf_tp_place_t *ret)
+{
+    wf_tp_place_t f;
+    memset(&f, 0, sizeof f);
+    f.in = f.local_in = pl[0].in;
+    bool rep = true, col = true;
+    for (uint32_t k = 0; k < n; k++) {
+        rep = rep && pl[k].style == WF_TP_REPLICATED;
+        col = col && on_rows(&pl[k]);
+        if (pl[k].in != f.in)
+            return false;
+        f.out += pl[k].out;
+        f.local_out += c->tp == 1 ? pl[k].out : pl[k].local_out;
+    }
+    if (c->tp == 1 || rep) {
+        f.style = WF_TP_REPLICATED;
+        f.n_blocks = 1;
+        f.block[0] = f.out;
+        *ret = f;
+        return true;
+    }
+    if (!col)
+        return false;
+    f.style = WF_TP_PACKED_COLWISE;
+    for (uint32_t k = 0; k < n; k++)
+        for (uint32_t b = 0; b < pl[k].n_blocks; b++) {
+            if (f.n_blocks == WF_TP_MAX_BLOCKS)
+                return false;
+            f.block[f.n_blocks++] = pl[k].block[b];
+        }
+    *ret = f;
+    return true;
+}
+
+/* The fused weight and bias of members w[k] / b[k] (host tensors) with
+ * placements pl[k], into *lin (place set): each member's rows of this
+ * rank in member order; on the CPU an f32 copy the shard owns, on a
+ * device one piece in the members' dtype. */
+static wf_status_t cut_fused(wf_shard_cut_t *c, uint32_t n, const wf_tp_place_t *pl,
+                             const wf_host_tensor_t *const *w, const wf_host_tensor_t *const *b,
+                             wf_linear_t *lin)
+{
+    const wf_tp_place_t *p = &lin->place;
+    const int64_t in = p->in;
+    const bool dev = c->mode != CUT_CPU;
+    const wf_dtype_t wdt = w[0]->dtype;
+    const size_t es = dev ? wf_dtype_size(wdt) : sizeof(float);
+    uint64_t wbytes = (uint64_t)p->local_out * (uint64_t)in * es;
+    unsigned char *d;
+    wf_status_t st = WF_OK;
+    if (dev) {
+        d = dev_take(c, wbytes);
+        lin->w = NULL;
+        lin->w_dtype = wdt;
+        lin->w_view = true;
+    } else {
+        if (!(lin->w = falloc(c, (uint64_t)p->local_out * (uint64_t)in)))
+            return WF_E_NO_MEMORY;
+        d = lin->w;
+        lin->w_dtype = WF_DTYPE_F32;
+        lin->w_view = false;
+        c->mem->bytes += (uint64_t)p->local_out * (uint64_t)in * sizeof(float);
+    }
+    lin->ldw = in;
+    lin->nwb = 1;
+    lin->wb[0] = d;
+    lin->wbw[0] = in;
+    /* weight: whole rows of each piece, contiguous in the host copy */
+    uint64_t o = 0;
+    for (uint32_t k = 0; k < n && st == WF_OK; k++) {
+        int64_t ps[WF_TP_MAX_BLOCKS], pn[WF_TP_MAX_BLOCKS];
+        int np = member_rows(c, &pl[k], ps, pn);
+        const unsigned char *wd = w[k]->data;
+        const size_t hes = wf_dtype_size(w[k]->dtype);
+        for (int j = 0; j < np && st == WF_OK; j++) {
+            uint64_t cnt = (uint64_t)(pn[j] * in);
+            if (dev)
+                st = dev_put(c, c->mode == CUT_MEASURE ? NULL : d + o * es,
+                             wd + (size_t)(ps[j] * in) * hes, cnt * es, false);
+            else
+                wf_convert_to_f32((float *)(void *)d + o, wd + (size_t)(ps[j] * in) * hes,
+                                  w[k]->dtype, (size_t)cnt);
+            o += cnt;
+        }
+    }
+    if (st != WF_OK || !b[0])
+        return st;
+    /* bias: f32, the same pieces */
+    float *h;
+    if (dev) {
+        lin->b = (float *)(void *)dev_take(c, (uint64_t)p->local_out * sizeof(float));
+        lin->b_view = true;
+        h = (float *)(void *)stage_get(c, (uint64_t)p->local_out * sizeof(float), &st);
+        if (st != WF_OK || c->mode == CUT_MEASURE)
+            return st;
+    } else {
+        if (!(lin->b = falloc(c, (uint64_t)p->local_out)))
+            return WF_E_NO_MEMORY;
+        lin->b_view = false;
+        h = lin->b;
+        c->mem->bytes += (uint64_t)p->local_out * sizeof(float);
+    }
+    float *bo = h;
+    for (uint32_t k = 0; k < n; k++) {
+        int64_t ps[WF_TP_MAX_BLOCKS], pn[WF_TP_MAX_BLOCKS];
+        int np = member_rows(c, &pl[k], ps, pn);
+        const size_t bes = wf_dtype_size(b[k]->dtype);
+        for (int j = 0; j < np; j++) {
+            wf_convert_to_f32(bo, (const unsigned char *)b[k]->data + (size_t)ps[j] * bes,
+                              b[k]->dtype, (size_t)pn[j]);
+            bo += pn[j];
+        }
+    }
+    return dev ? dev_put(c, lin->b, h, (uint64_t)p->local_out * sizeof(float), true) : WF_OK;
+}
+
+wf_status_t wf_shard_linear_fused(wf_shard_cut_t *c, uint32_t n, const char *const *modules,
+                                  const int64_t *outs, int64_t in, bool has_bias,
+                                  wf_linear_t *const *members, wf_linear_t *fused,
+                                  bool *ret_fused)
+{
+    wf_status_t st = WF_E_NO_MEMORY;
+    wf_tp_place_t *pl = calloc(n ? n : 1, sizeof *pl);
+    const wf_host_tensor_t **w = calloc(n ? n : 1, sizeof *w);
+    const wf_host_tensor_t **b = calloc(n ? n : 1, sizeof *b);
+    wf_tp_place_t fp;
+    bool fuse = false;
+    if (!pl || !w || !b) {
+        wf_errf(c->err, c->err_len, "out of host memory for the shard");
+        goto done;
+    }
+    st = WF_E_BAD_ARGUMENT;
+    for (uint32_t k = 0; k < n; k++)
+        if (wf_tp_place(c->plan, modules[k], outs[k], in, c->tp, &pl[k], c->err, c->err_len) !=
+            WF_OK)
+            goto done;
+    fuse = n > 1 && fused_place(c, n, pl, &fp);
+    /* one weight dtype: a device piece has one */
+    char name[WF_TENSOR_SPEC_NAME_MAX + 8];
+    for (uint32_t k = 0; fuse && c->mode != CUT_SIZE && k < n; k++) {
+        snprintf(name, sizeof name, "%s.weight", modules[k]);
+        if (!(w[k] = host_tensor(c, name, outs[k], (uint64_t)outs[k] * (uint64_t)in, false,
+                                 &st)))
+            goto done;
+        if (has_bias) {
+            snprintf(name, sizeof name, "%s.bias", modules[k]);
+            if (!(b[k] = host_tensor(c, name, outs[k], (uint64_t)outs[k], false, &st)))
+                goto done;
+        }
+        fuse = w[k]->dtype == w[0]->dtype;
+    }
+    st = WF_OK;
+    if (!fuse) {
+        for (uint32_t k = 0; k < n && st == WF_OK; k++)
+            st = wf_shard_linear(c, modules[k], outs[k], in, has_bias,
+                                 members ? members[k] : NULL);
+        goto done;
+    }
+    for (uint32_t k = 0; members && k < n; k++) {
+        memset(members[k], 0, sizeof *members[k]);
+        members[k]->place = pl[k];
+    }
+    if (c->mode == CUT_SIZE) {
+        uint64_t we = (uint64_t)fp.local_out * (uint64_t)fp.local_in;
+        uint64_t be = has_bias ? (uint64_t)fp.local_out * sizeof(float) : 0;
+        c->bytes += c->dev_size ? dev_round(we * c->wes) + dev_round(be)
+                                : we * sizeof(float) + be;
+        goto done;
+    }
+    memset(fused, 0, sizeof *fused);
+    fused->place = fp;
+    st = cut_fused(c, n, pl, w, b, fused);
+done:
+    if (st == WF_OK && ret_fused)
+        *ret_fused = fuse;
+    free(pl);
+    free(w);
+    free(b);
+    return st;
+}
+
+wf_status_t wf_shard_linear_group(wf_shard_cut_t *c, const char *prefix, uint32_t n,
+                                  const char *const *names, const int64_t *outs, int64_t in,
+                                  bool has_bias, wf_linear_group_t *g)
+{
+    char buf[WF_LINEAR_GROUP_MAX][WF_TENSOR_SPEC_NAME_MAX];
+    const char *mods[WF_LINEAR_GROUP_MAX];
+    wf_linear_t *mem[WF_LINEAR_GROUP_MAX];
+    if (n < 1 || n > WF_LINEAR_GROUP_MAX)
+        return wf_errf_status(WF_E_INTERNAL, c->err, c->err_len, "a group of %u linears",
+                              (unsigned)n);
+    for (uint32_t k = 0; k < n; k++) {
+        snprintf(buf[k], sizeof buf[k], "%s%s", prefix, names[k]);
+        mods[k] = buf[k];
+        mem[k] = g ? &g->m[k] : NULL;
+    }
+    bool fused = false;
+    wf_status_t st = wf_shard_linear_fused(c, n, mods, outs, in, has_bias, g ? mem : NULL,
+                                           g ? &g->all : NULL, &fused);
+    if (st == WF_OK && g) {
+        g->n = n;
+        g->fused = fused;
+    }
+    return st;
+}
+
 /* ---- a whole cut ------------------------------------------------------------------ */
 
 static void human(uint64_t b, char *buf, size_t len)

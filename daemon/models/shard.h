@@ -63,6 +63,32 @@ typedef wf_status_t (*wf_shard_walk_fn)(wf_shard_cut_t *c, void *arg);
 wf_status_t wf_shard_linear(wf_shard_cut_t *c, const char *module, int64_t out, int64_t in,
                             bool has_bias, wf_linear_t *lin);
 
+/* Linears that take the same input, cut as one weight where their
+ * placements allow it: modules[k] ([outs[k], in], with a bias each when
+ * has_bias). They fuse when there are two or more and, at tp 1, always;
+ * at tp > 1 when all are replicated (the fused one is too) or all split
+ * their rows (colwise / packed_colwise) with at most WF_TP_MAX_BLOCKS
+ * blocks in all (the fused one is packed_colwise over the members'
+ * blocks in order: this rank's rows are each member's rows of this rank,
+ * member after member, so one linear emits [member 0 | member 1 | ...]
+ * per row, each member's columns in its own output layout); and, with a
+ * host copy, when every weight has one dtype. Fused: *fused gets the one
+ * linear (on the CPU an f32 copy the shard owns, never a view: the
+ * members are separate host tensors), each members[k] its placement only
+ * (no weight), *ret_fused true. Otherwise each member is cut as
+ * wf_shard_linear cuts it and *ret_fused is false. members and fused are
+ * NULL when sizing (wf_shard_size), which counts the same bytes. */
+wf_status_t wf_shard_linear_fused(wf_shard_cut_t *c, uint32_t n, const char *const *modules,
+                                  const int64_t *outs, int64_t in, bool has_bias,
+                                  wf_linear_t *const *members, wf_linear_t *fused,
+                                  bool *ret_fused);
+
+/* wf_shard_linear_fused of up to WF_LINEAR_GROUP_MAX modules `prefix` +
+ * names[k] into group g (NULL when sizing). */
+wf_status_t wf_shard_linear_group(wf_shard_cut_t *c, const char *prefix, uint32_t n,
+                                  const char *const *names, const int64_t *outs, int64_t in,
+                                  bool has_bias, wf_linear_group_t *g);
+
 /* Tensor `name` of n elements (any shape) as an f32 vector on the
  * backend's memory, into *ret. */
 wf_status_t wf_shard_vector(wf_shard_cut_t *c, const char *name, int64_t n, float **ret);

@@ -828,6 +828,16 @@ static void test_plans(fixture_t *f)
         wf_status_t st = wf_flux_plan_check(wf_flux_cfg(&f->host->cfg), &odd, T, false, err, sizeof err);
         CHECK(st == WF_OK, "odd plan at tp %d: %s", T, err);
         wf_flux_shard_t **sd = make_shards(f->host, &def, T), **so = make_shards(f->host, &odd, T);
+        /* the default plan fuses every projection group and batches the
+         * modulation; the odd plan's rowwise single-block to_k and its
+         * split AdaLN linears (more blocks than a packed layout holds)
+         * run unfused, its colwise double-block groups fused */
+        if (sd && so)
+            CHECK(sd[0]->dbl[0].qkv.fused && sd[0]->dbl[0].add_qkv.fused &&
+                      sd[0]->sgl[0].qkvm.fused && sd[0]->mod_fused &&
+                      so[0]->dbl[0].qkv.fused && !so[0]->sgl[0].qkvm.fused &&
+                      !so[0]->mod_fused,
+                  "%s: fused groups at tp %d", f->name, T);
         CHECK(wf_flux_shard_bytes(wf_flux_cfg(&f->host->cfg), &odd, T) !=
                   wf_flux_shard_bytes(wf_flux_cfg(&f->host->cfg), &def, T),
               "the odd plan cuts other shards than the default");

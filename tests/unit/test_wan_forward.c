@@ -590,6 +590,34 @@ static void test_meshes(const char *name, const wf_model_host_t *h, const wf_mod
             worst[dev] = e64 > worst[dev] ? e64 : worst[dev];
         }
     }
+    /* projection groups that do not fuse (a rowwise attn1.to_k, a
+     * replicated attn2.to_v, a rowwise add_v_proj: each member on its
+     * own, converted to the head split) and the stand-in's fused shards
+     * checked against their figure: tp 2, with and without a seq dim */
+    wf_tp_plan_t odd = plan;
+    static const struct {
+        const char *glob;
+        wf_tp_style_t style;
+    } over[] = {
+        { "blocks.*.attn1.to_k", WF_TP_ROWWISE },
+        { "blocks.*.attn2.to_v", WF_TP_REPLICATED },
+        { "blocks.*.attn2.add_v_proj", WF_TP_ROWWISE },
+    };
+    for (size_t k = 0; k < sizeof over / sizeof over[0]; k++)
+        for (uint32_t r = 0; r < odd.n; r++)
+            if (strcmp(odd.rules[r].glob, over[k].glob) == 0)
+                odd.rules[r].style = over[k].style;
+    for (int d = 0; d < 4; d++) {
+        bool dev = d & 1;
+        int U = d >= 2 ? 2 : 1;
+        if (!run_mesh(run, dev ? hd : h, &odd, f, 2, 1, U, dev, false, WF_DTYPE_F32, got))
+            continue;
+        bool bf16 = dev && hd != h;
+        double e64 = rel_err(got, f->ref64, f->nout);
+        CHECK(e64 <= (bf16 ? 2e-2 : 1e-5), "%s unfused groups, tp 2 ulysses %d%s: %.3g vs "
+              "diffusers f64", name, U, dev ? " (device)" : "", e64);
+        worst[dev] = e64 > worst[dev] ? e64 : worst[dev];
+    }
     printf("%s: %zu meshes (rings with both rotations), worst rel err vs diffusers f64 "
            "%.3g on the CPU, %.3g on the stand-in device%s\n", name,
            sizeof meshes / sizeof meshes[0], worst[0], worst[1],

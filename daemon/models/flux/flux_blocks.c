@@ -1,5 +1,6 @@
 /* flux_blocks.c — the FLUX forward's transformer blocks: the joint
- * attention (q / k / v projections, per-head RMSNorm and RoPE, the
+ * attention (q / k / v projections as one fused linear where the plan
+ * allows, each read in its strided slice; per-head RMSNorm and RoPE, the
  * attention over the seq group, back to stream order; flux_forward.c
  * "Stream order") and diffusers' FluxTransformerBlock /
  * FluxSingleTransformerBlock with their AdaLN-Zero modulation.
@@ -67,18 +68,19 @@ bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops)
     return g->P > 1;
 }
 
-/* The layout the attention runs in: the common output layout of the n
- * projections when they agree and keep whole heads, else full (every
- * head on every tp rank). */
-static wf_layout_t attn_lay(const run_t *x, const wf_linear_t *const *proj, int n)
+/* The layout the attention runs in: the common output layout of the
+ * groups' q / k / v members when they agree and keep whole heads, else
+ * full (every head on every tp rank). */
+static wf_layout_t attn_lay(const run_t *x, const wf_linear_group_t *const *grp, int n)
 {
     const int T = x->g.T;
-    wf_layout_t a = wf_layout_of(&proj[0]->place, false, T);
-    for (int k = 1; k < n; k++) {
-        wf_layout_t b = wf_layout_of(&proj[k]->place, false, T);
-        if (!wf_layout_same(&a, &b))
-            return wf_layout_full(x->g.C);
-    }
+    wf_layout_t a = wf_layout_of(&grp[0]->m[0].place, false, T);
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < 3; k++) {
+            wf_layout_t b = wf_layout_of(&grp[j]->m[k].place, false, T);
+            if (!wf_layout_same(&a, &b))
+                return wf_layout_full(x->g.C);
+        }
     int64_t st[WF_TP_MAX_BLOCKS], ln[WF_TP_MAX_BLOCKS];
     int np = wf_layout_pieces(&a, 0, T, st, ln);
     for (int k = 0; k < np; k++)
@@ -119,23 +121,23 @@ static wf_status_t unpack(const run_t *x, const float *src, int64_t w, float *ds
                              (size_t)(g->Li * w) * fs);
 }
 
-/* A projection's part (raw output in layout pl, rows x its width) in the
- * attention layout: as is, or converted into Xc. */
-static wf_status_t to_attn(run_t *x, const float *raw, const wf_layout_t *pl, int64_t rows,
-                           const wf_layout_t *al, const float **ret, int64_t *ret_ld)
+/* A projection's part (rows x its width in layout pl, row stride ld) in
+ * the attention layout: as is, or converted into Xc. */
+static wf_status_t to_attn(run_t *x, const float *raw, int64_t ld, const wf_layout_t *pl,
+                           int64_t rows, const wf_layout_t *al, const float **ret,
+                           int64_t *ret_ld)
 {
     const int T = x->g.T;
     if (wf_layout_same(pl, al)) {
         *ret = raw;
-        *ret_ld = wf_layout_width(pl, T);
+        *ret_ld = ld;
         return WF_OK;
     }
     int64_t w = wf_layout_width(al, T);
     if ((size_t)(rows * w) > x->W.Xc_n)
         return WF_E_INTERNAL;
     float *xc = fp(x, x->W.Xc);
-    wf_status_t st =
-        wf_layout_convert(&x->lin, raw, wf_layout_width(pl, T), pl, rows, al, 0, xc, w);
+    wf_status_t st = wf_layout_convert(&x->lin, raw, ld, pl, rows, al, 0, xc, w);
     *ret = xc;
     *ret_ld = w;
     return st;
@@ -169,80 +171,56 @@ static wf_status_t attend(run_t *x, int64_t Hl)
     return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
 }
 
-/* Projections q / k / v of one or two stream parts -> attention -> the
- * output in stream order in the k region, width Hl * D, layout *ret_al.
- * parts: 1 (single block: all N rows with proj[0..2]) or 2 (double
- * block: txt rows with proj[3..5], img rows with proj[0..2]); `in` is
- * the normalized stream (N, C) full. norms[0..1] for img / all q, k,
- * norms[2..3] for txt q, k. */
-static wf_status_t attention(run_t *x, const wf_linear_t *const *proj, int parts,
-                             const float *const *norms, wf_layout_t *ret_al)
+/* The projections of one stream part (rows [row0, row0 + rows) of the
+ * normalized stream, full) through group g into the proj region -> q /
+ * k / v of the joint buffers: per-head RMSNorm (norms[0..1]) and RoPE of
+ * q and k, v as is, each read from its slice of the group's output with
+ * its row stride. `which`: 0 the part is the text rows, 1 the image
+ * rows, 2 all N rows (a single block: text rows first). The members
+ * after the third (a single block's MLP-in) stay in parts[3..] for the
+ * caller; acts (NULL: none) their activations. */
+static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, int64_t rows,
+                           int which, const float *const *norms, const wf_act_t *acts,
+                           const wf_layout_t *al, int64_t Hl, wf_linear_part_t *parts)
 {
-    const geo_t *g = &x->g;
-    const int64_t C = g->C;
-    const float *nx = fp(x, x->W.nx);
-    float *raw[3] = {fp(x, x->W.q), fp(x, x->W.k), fp(x, x->W.v)};
+    const geo_t *g0 = &x->g;
+    const int64_t C = g0->C;
     float *joint[3] = {fp(x, x->W.qj), fp(x, x->W.kj), fp(x, x->W.vj)};
     wf_layout_t full = wf_layout_full(C);
-    wf_layout_t al = attn_lay(x, proj, parts == 2 ? 6 : 3);
-    int64_t Hl = wf_layout_width(&al, g->T) / g->D;
     wf_status_t st;
+    if ((size_t)(rows * wf_linear_group_width(g)) > x->W.proj_n)
+        return WF_E_INTERNAL;
+    if ((st = wf_linear_group_apply(&x->lin, g, fp(x, x->W.nx) + row0 * C, C, &full, rows,
+                                    acts, fp(x, x->W.proj), parts)) != WF_OK)
+        return st;
     for (int w = 0; w < 3; w++) {
-        /* (part rows, first row, projection, its q/k norm) */
-        struct {
-            int64_t rows, row0;
-            const wf_linear_t *L;
-            const float *norm;
-            bool txt;
-        } pp[2];
-        int np;
-        if (parts == 1) {
-            pp[0].rows = g->N;
-            pp[0].row0 = 0;
-            pp[0].L = proj[w];
-            pp[0].norm = w < 2 ? norms[w] : NULL;
-            np = 1;
-        } else {
-            pp[0].rows = g->Nt;
-            pp[0].row0 = 0;
-            pp[0].L = proj[3 + w];
-            pp[0].norm = w < 2 ? norms[2 + w] : NULL;
-            pp[0].txt = true;
-            pp[1].rows = g->Ni;
-            pp[1].row0 = g->Nt;
-            pp[1].L = proj[w];
-            pp[1].norm = w < 2 ? norms[w] : NULL;
-            pp[1].txt = false;
-            np = 2;
-        }
-        for (int k = 0; k < np; k++) {
-            float *dst = raw[w] + pp[k].row0 * C; /* room for rows x C */
-            wf_layout_t pl;
-            st = wf_linear_apply(&x->lin, pp[k].L, nx + pp[k].row0 * C, C, &full, pp[k].rows,
-                                 WF_ACT_NONE, dst, &pl);
-            if (st != WF_OK)
+        const float *a;
+        int64_t lda;
+        const float *norm = w < 2 ? norms[w] : NULL;
+        if ((st = to_attn(x, parts[w].y, parts[w].ld, &parts[w].lay, rows, al, &a, &lda)) !=
+            WF_OK)
+            return st;
+        if (which == 2) {
+            /* stream order: txt rows then img rows */
+            if ((st = pack(x, a, lda, true, Hl, norm, w < 2, joint[w])) != WF_OK ||
+                (st = pack(x, a + g0->Nt * lda, lda, false, Hl, norm, w < 2, joint[w])) !=
+                    WF_OK)
                 return st;
-            const float *a;
-            int64_t lda;
-            if ((st = to_attn(x, dst, &pl, pp[k].rows, &al, &a, &lda)) != WF_OK)
-                return st;
-            if (parts == 1) {
-                /* stream order: txt rows then img rows */
-                if ((st = pack(x, a, lda, true, Hl, pp[k].norm, w < 2, joint[w])) != WF_OK ||
-                    (st = pack(x, a + g->Nt * lda, lda, false, Hl, pp[k].norm, w < 2,
-                               joint[w])) != WF_OK)
-                    return st;
-            } else if ((st = pack(x, a, lda, pp[k].txt, Hl, pp[k].norm, w < 2, joint[w])) !=
-                       WF_OK) {
-                return st;
-            }
+        } else if ((st = pack(x, a, lda, which == 0, Hl, norm, w < 2, joint[w])) != WF_OK) {
+            return st;
         }
     }
-    if ((st = attend(x, Hl)) != WF_OK ||
-        (st = unpack(x, fp(x, x->W.q), Hl * g->D, fp(x, x->W.k))) != WF_OK)
-        return st;
-    *ret_al = al;
     return WF_OK;
+}
+
+/* Attention of the packed joint q / k / v (Hl heads) -> the output in
+ * stream order in the k region, width Hl * D. */
+static wf_status_t attend_unpack(run_t *x, int64_t Hl)
+{
+    wf_status_t st;
+    if ((st = attend(x, Hl)) != WF_OK)
+        return st;
+    return unpack(x, fp(x, x->W.q), Hl * x->g.D, fp(x, x->W.k));
 }
 
 /* ---- blocks ------------------------------------------------------------------------------ */
@@ -254,29 +232,47 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     const geo_t *g = &x->g;
     const int64_t B = g->B, C = g->C, Nt = g->Nt, Ni = g->Ni;
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
-    float *mi = fp(x, x->W.modA), *mt = fp(x, x->W.modB), *semb = fp(x, x->W.semb);
+    float *mi, *mt, *semb = fp(x, x->W.semb);
     float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k);
+    int64_t ldm;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
     const wf_linear_env_t *le = &x->lin;
-    if ((st = wf_linear_apply_full(le, &d->norm1, semb, C, &lc, B, WF_ACT_NONE, mi)) != WF_OK ||
-        (st = wf_linear_apply_full(le, &d->norm1_context, semb, C, &lc, B, WF_ACT_NONE, mt)) !=
-            WF_OK ||
-        (st = flux_ln_mod(x, S, nx, B, g->Lt, mt, 6 * C, 0, C)) != WF_OK ||
-        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mi, 6 * C, 0, C)) != WF_OK)
+    if (x->s->mod_fused) {
+        /* the batched modulation, computed once (flux_mod_all) */
+        mi = fp(x, x->W.mod) + d->mod_off;
+        mt = fp(x, x->W.mod) + d->mod_off_ctx;
+        ldm = x->s->mod_width;
+    } else {
+        mi = fp(x, x->W.modA);
+        mt = fp(x, x->W.modB);
+        ldm = 6 * C;
+        if ((st = wf_linear_apply_full(le, &d->norm1, semb, C, &lc, B, WF_ACT_NONE, mi)) !=
+                WF_OK ||
+            (st = wf_linear_apply_full(le, &d->norm1_context, semb, C, &lc, B, WF_ACT_NONE,
+                                       mt)) != WF_OK)
+            return st;
+    }
+    if ((st = flux_ln_mod(x, S, nx, B, g->Lt, mt, ldm, 0, C)) != WF_OK ||
+        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mi, ldm, 0, C)) != WF_OK)
         return st;
-    const wf_linear_t *proj[6] = {&d->to_q, &d->to_k, &d->to_v,
-                                  &d->add_q, &d->add_k, &d->add_v};
-    const float *norms[4] = {d->norm_q, d->norm_k, d->norm_added_q, d->norm_added_k};
-    wf_layout_t al;
-    if ((st = attention(x, proj, 2, norms, &al)) != WF_OK)
+    const wf_linear_group_t *grp[2] = {&d->qkv, &d->add_qkv};
+    const float *norms[2] = {d->norm_q, d->norm_k}, *cnorms[2] = {d->norm_added_q,
+                                                                   d->norm_added_k};
+    wf_layout_t al = attn_lay(x, grp, 2);
+    int64_t Hl = wf_layout_width(&al, g->T) / g->D;
+    wf_linear_part_t parts[WF_LINEAR_GROUP_MAX];
+    /* text rows through add_q / k / v, then image rows through to_q / k / v */
+    if ((st = project(x, &d->add_qkv, 0, Nt, 0, cnorms, NULL, &al, Hl, parts)) != WF_OK ||
+        (st = project(x, &d->qkv, Nt, Ni, 1, norms, NULL, &al, Hl, parts)) != WF_OK ||
+        (st = attend_unpack(x, Hl)) != WF_OK)
         return st;
     int64_t wa = wf_layout_width(&al, g->T);
     if ((st = wf_linear_apply_full(le, &d->to_out, o + Nt * wa, wa, &al, Ni, WF_ACT_NONE,
                                    lo + Nt * C)) != WF_OK ||
         (st = wf_linear_apply_full(le, &d->to_add_out, o, wa, &al, Nt, WF_ACT_NONE, lo)) != WF_OK ||
-        (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mi, 6 * C, 2 * C)) != WF_OK ||
-        (st = gate_add(x, S, lo, B, g->Lt, mt, 6 * C, 2 * C)) != WF_OK)
+        (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mi, ldm, 2 * C)) != WF_OK ||
+        (st = gate_add(x, S, lo, B, g->Lt, mt, ldm, 2 * C)) != WF_OK)
         return st;
     /* feed-forwards: image stream, then text stream */
     for (int part = 0; part < 2; part++) {
@@ -286,7 +282,7 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
         const wf_linear_t *f0 = img ? &d->ff0 : &d->ffc0, *f2 = img ? &d->ff2 : &d->ffc2;
         wf_layout_t hl;
         /* GELU in the linear, or after the all-reduce of a rowwise one */
-        if ((st = flux_ln_mod(x, S + r0 * C, nx + r0 * C, B, per, mod, 6 * C, 3 * C, 4 * C)) !=
+        if ((st = flux_ln_mod(x, S + r0 * C, nx + r0 * C, B, per, mod, ldm, 3 * C, 4 * C)) !=
                 WF_OK ||
             (st = wf_linear_apply(le, f0, nx + r0 * C, C, &lc, rows, WF_ACT_GELU_TANH, hid,
                                   &hl)) != WF_OK)
@@ -294,7 +290,7 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
         int64_t hw = wf_layout_width(&hl, g->T);
         if ((st = wf_linear_apply_full(le, f2, hid, hw, &hl, rows, WF_ACT_NONE, lo + r0 * C)) !=
                 WF_OK ||
-            (st = gate_add(x, S + r0 * C, lo + r0 * C, B, per, mod, 6 * C, 5 * C)) != WF_OK)
+            (st = gate_add(x, S + r0 * C, lo + r0 * C, B, per, mod, ldm, 5 * C)) != WF_OK)
             return st;
     }
     return WF_OK;
@@ -308,25 +304,37 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     const int T = g->T;
     const int64_t B = g->B, C = g->C, M = g->M, N = g->N, Nt = g->Nt;
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
-    float *mod = fp(x, x->W.modA), *semb = fp(x, x->W.semb);
-    float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k), *cat = fp(x, x->W.cat);
+    float *mod, *semb = fp(x, x->W.semb);
+    float *o = fp(x, x->W.k), *cat = fp(x, x->W.cat);
+    int64_t ldm;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    wf_layout_t ml;
     const wf_linear_env_t *le = &x->lin;
-    if ((st = wf_linear_apply_full(le, &sb->norm, semb, C, &lc, B, WF_ACT_NONE, mod)) != WF_OK ||
-        (st = flux_ln_mod(x, S, nx, B, g->Lt, mod, 3 * C, 0, C)) != WF_OK ||
-        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 3 * C, 0, C)) != WF_OK ||
-        (st = wf_linear_apply(le, &sb->proj_mlp, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &ml)) !=
+    if (x->s->mod_fused) {
+        mod = fp(x, x->W.mod) + sb->mod_off;
+        ldm = x->s->mod_width;
+    } else {
+        mod = fp(x, x->W.modA);
+        ldm = 3 * C;
+        if ((st = wf_linear_apply_full(le, &sb->norm, semb, C, &lc, B, WF_ACT_NONE, mod)) !=
             WF_OK)
+            return st;
+    }
+    if ((st = flux_ln_mod(x, S, nx, B, g->Lt, mod, ldm, 0, C)) != WF_OK ||
+        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, ldm, 0, C)) != WF_OK)
         return st;
-    const wf_linear_t *proj[3] = {&sb->to_q, &sb->to_k, &sb->to_v};
+    /* q, k, v and the MLP-in (GELU) of the normalised stream as one group */
+    const wf_linear_group_t *grp[1] = {&sb->qkvm};
     const float *norms[2] = {sb->norm_q, sb->norm_k};
-    wf_layout_t al;
-    if ((st = attention(x, proj, 1, norms, &al)) != WF_OK)
+    static const wf_act_t acts[4] = {WF_ACT_NONE, WF_ACT_NONE, WF_ACT_NONE, WF_ACT_GELU_TANH};
+    wf_layout_t al = attn_lay(x, grp, 1);
+    int64_t Hl = wf_layout_width(&al, T) / g->D;
+    wf_linear_part_t parts[WF_LINEAR_GROUP_MAX];
+    if ((st = project(x, &sb->qkvm, 0, N, 2, norms, acts, &al, Hl, parts)) != WF_OK)
         return st;
     /* cat([attn (C), mlp (M)]) in the layout proj_out takes: its pieces
-     * ascend, so the attention columns come first in every row */
+     * ascend, so the attention columns come first in every row; the MLP
+     * part moves before the attention reuses the proj region */
     wf_layout_t need = wf_layout_of(&sb->proj_out.place, true, T);
     int64_t ps[WF_TP_MAX_BLOCKS], pn[WF_TP_MAX_BLOCKS], wo = 0, wm = 0;
     int n = wf_layout_window(&need, x->t, T, 0, C, ps, pn);
@@ -338,15 +346,16 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     int64_t ldc = wo + wm;
     if (ldc != sb->proj_out.place.local_in)
         return WF_E_INTERNAL;
-    if ((st = wf_layout_convert(le, o, wf_layout_width(&al, T), &al, N, &need, 0, cat, ldc)) !=
-            WF_OK ||
-        (st = wf_layout_convert(le, hid, wf_layout_width(&ml, T), &ml, N, &need, C, cat + wo,
-                                ldc)) != WF_OK)
+    if ((st = wf_layout_convert(le, parts[3].y, parts[3].ld, &parts[3].lay, N, &need, C,
+                                cat + wo, ldc)) != WF_OK ||
+        (st = attend_unpack(x, Hl)) != WF_OK ||
+        (st = wf_layout_convert(le, o, wf_layout_width(&al, T), &al, N, &need, 0, cat, ldc)) !=
+            WF_OK)
         return st;
     if ((st = wf_linear_apply_full(le, &sb->proj_out, cat, ldc, &need, N, WF_ACT_NONE, lo)) !=
             WF_OK ||
-        (st = gate_add(x, S, lo, B, g->Lt, mod, 3 * C, 2 * C)) != WF_OK ||
-        (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, 3 * C, 2 * C)) != WF_OK)
+        (st = gate_add(x, S, lo, B, g->Lt, mod, ldm, 2 * C)) != WF_OK ||
+        (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, ldm, 2 * C)) != WF_OK)
         return st;
     return WF_OK;
 }

@@ -246,6 +246,8 @@ static geo_t geo_base(const wf_flux_config_t *cfg, const wf_flux_job_t *job, int
     g.H = cfg->num_attention_heads;
     g.D = cfg->attention_head_dim;
     g.M = cfg->mlp_hidden_dim;
+    g.nd = cfg->num_layers;
+    g.ns = cfg->num_single_layers;
     g.OC = (int64_t)cfg->patch_size * cfg->patch_size * cfg->out_channels;
     g.IN = cfg->in_channels;
     g.J = cfg->joint_attention_dim;
@@ -362,9 +364,11 @@ static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, siz
 static size_t lin_ws(const geo_t *g, const wf_backend_ops_t *ops)
 {
     const int64_t C = g->C, M = g->M, TC = WF_FLUX_TIMESTEP_CHANNELS;
-    const int64_t shapes[][2] = {{TC, C}, {C, C},     {g->PD, C}, {g->IN, C},
-                                 {g->J, C}, {C, 6 * C}, {C, 3 * C}, {C, M},
-                                 {M, C},  {C + M, C}, {C, 2 * C}, {C, g->OC}};
+    const int64_t MW = (12 * g->nd + 3 * g->ns + 2) * C;
+    const int64_t shapes[][2] = {{TC, C},   {C, C},     {g->PD, C},    {g->IN, C},
+                                 {g->J, C}, {C, 6 * C}, {C, 3 * C},    {C, M},
+                                 {M, C},    {C + M, C}, {C, 2 * C},    {C, g->OC},
+                                 {C, MW},   {C, 3 * C + M}};
     const wf_dtype_t dts[3] = {WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16};
     size_t most = 0;
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
@@ -384,6 +388,13 @@ static size_t lin_ws(const geo_t *g, const wf_backend_ops_t *ops)
             most = n > most ? n : most;
         }
     return most;
+}
+
+/* Columns of the batched AdaLN linears' output (flux_shard.h): 12 C
+ * per double block, 3 C per single block, 2 C of norm_out. */
+static size_t mod_width(szc_t *c, const geo_t *g)
+{
+    return szc_mul3(c, 12u * (size_t)g->nd + 3u * (size_t)g->ns + 2u, (size_t)g->C, 1);
 }
 
 /* The regions of a rank with seq index 0 (seq0) and / or the root; on a
@@ -406,21 +417,28 @@ static wsl_t ws_layout(szc_t *c, const geo_t *g, bool seq0, bool root, bool dev,
     w.v2 = ftake(c, &off, szc_mul3(c, B, C, 1));
     w.temb = ftake(c, &off, szc_mul3(c, B, C, 1));
     w.semb = ftake(c, &off, szc_mul3(c, B, C, 1));
+    const size_t MW = mod_width(c, g);
     w.modA = ftake(c, &off, szc_mul3(c, B, 6, C));
     w.modB = ftake(c, &off, szc_mul3(c, B, 6, C));
+    w.mod = ftake(c, &off, szc_mul(c, (size_t)B, MW));
     w.S = ftake(c, &off, szc_mul3(c, N, C, 1));
     w.nx = ftake(c, &off, szc_mul3(c, N, C, 1));
-    w.q = ftake(c, &off, szc_mul3(c, N, C, 1));
-    w.k = ftake(c, &off, szc_mul3(c, N, C, 1));
-    w.v = ftake(c, &off, szc_mul3(c, N, C, 1));
+    /* proj holds a group's output, and later q and k 256 bytes apart */
+    size_t qb = szc_add(c, szc_mul3(c, N, C, sizeof(float)), 255u) & ~(size_t)255u;
+    w.proj_n = maxz(szc_mul3(c, N, 3 * C + M, 1), szc_add(c, qb / sizeof(float),
+                                                          szc_mul3(c, N, C, 1)));
+    w.proj = ftake(c, &off, w.proj_n);
+    w.q = w.proj;
+    w.k = w.proj + qb;
+    w.hid = w.proj;
     w.qj = ftake(c, &off, szc_mul3(c, N, C, 1));
     w.kj = ftake(c, &off, szc_mul3(c, N, C, 1));
     w.vj = ftake(c, &off, szc_mul3(c, N, C, 1));
     w.lo = ftake(c, &off, szc_mul3(c, N, C, 1));
-    w.hid = ftake(c, &off, szc_mul3(c, N, M, 1));
     w.cat = ftake(c, &off, szc_mul3(c, N, C + M, 1));
     /* Y: any linear's split output (rows x out) before it is made full */
-    w.Y_n = maxz(maxz(szc_mul3(c, B, 6, C), szc_mul3(c, N, C, 1)), szc_mul3(c, g->Nim, g->OC, 1));
+    w.Y_n = maxz(maxz(szc_mul(c, (size_t)B, MW), szc_mul3(c, N, C, 1)),
+                 szc_mul3(c, g->Nim, g->OC, 1));
     w.Y = ftake(c, &off, w.Y_n);
     /* Xc: any linear's input (rows x in), or a q / k / v part (N x C) */
     w.Xc_n = maxz(maxz(szc_mul3(c, N, M, 1), szc_mul3(c, g->Nim, g->IN, 1)),
@@ -505,11 +523,17 @@ static wf_status_t finish(run_t *x)
     const int64_t B = g->B, C = g->C, Nt = g->Nt, OC = g->OC;
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *mod = fp(x, x->W.modA);
     float *out = fp(x, x->W.out);
+    int64_t ldm = 2 * C;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
-    if ((st = wf_linear_apply_full(&x->lin, &x->s->norm_out, fp(x, x->W.semb), C, &lc, B,
-                                   WF_ACT_NONE, mod)) != WF_OK ||
-        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, 2 * C, C, 0)) != WF_OK ||
+    if (x->s->mod_fused) {
+        mod = fp(x, x->W.mod) + x->s->norm_out_off;
+        ldm = x->s->mod_width;
+    } else if ((st = wf_linear_apply_full(&x->lin, &x->s->norm_out, fp(x, x->W.semb), C, &lc,
+                                          B, WF_ACT_NONE, mod)) != WF_OK) {
+        return st;
+    }
+    if ((st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, ldm, C, 0)) != WF_OK ||
         (st = wf_linear_apply_full(&x->lin, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni,
                                    WF_ACT_NONE, out)) != WF_OK)
         return st;
@@ -642,6 +666,16 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
         (st = wf_linear_apply_full(&x.lin, &shard->context_embedder, rec + x.W.rec.enc, g->J,
                                    &lj, g->Nt, WF_ACT_NONE, S)) != WF_OK)
         goto fail;
+    /* every block's AdaLN modulation at once, when batched */
+    wf_layout_t lc = wf_layout_full(g->C);
+    if (shard->mod_fused &&
+        (shard->mod_width != (int64_t)mod_width(&c, g) ||
+         (st = wf_linear_apply_full(&x.lin, &shard->mod, fp(&x, x.W.semb), g->C, &lc, g->B,
+                                    WF_ACT_NONE, fp(&x, x.W.mod))) != WF_OK)) {
+        if (st == WF_OK)
+            st = WF_E_INTERNAL;
+        goto fail;
+    }
     /* the blocks in order, double then single; with a first-block cache
      * the first is the head: after it the cache may stand for the rest */
     uint32_t nd = x.cfg->num_layers, nblocks = nd + x.cfg->num_single_layers;

@@ -36,6 +36,7 @@ typedef struct geo {
                                     its own maximum) */
     int64_t Ntm, Nim, Nm;        /* B times those: the most rows */
     int64_t C, H, D, M, OC;      /* model widths */
+    int64_t nd, ns;              /* double and single blocks */
     int64_t IN, J, PD, NA;       /* input widths */
     int T, R, U, P;              /* degrees */
     bool fp8;                    /* the attention in fp8 (wf_flux_job_t.fp8) */
@@ -69,13 +70,20 @@ typedef struct wsl {
     size_t rcos, rsin; /* RoPE tables (Lm, D) */
     size_t tproj;  /* sinusoidal projection (B, 256) */
     size_t v1, v2, temb, semb; /* (B, C): embedder scratch, temb, silu(temb) */
-    size_t modA, modB; /* (B, 6C): AdaLN outputs */
+    size_t modA, modB; /* (B, 6C): one block's AdaLN outputs (not batched) */
+    size_t mod;    /* (B, MW): the batched AdaLN outputs, MW = (12 num_layers
+                      + 3 num_single_layers + 2) C */
     size_t S;      /* residual stream (N, C), stream order */
     size_t nx;     /* normalized + modulated stream (N, C) */
-    size_t q, k, v; /* projections (N, C), stream order; attention out / unpacked out */
+    size_t proj;   /* (N, 3C + M): a projection group's output (q | k | v
+                      (| MLP-in) per row when fused); once they are
+                      packed, the regions below live in it */
+    size_t proj_n; /* its floats */
+    size_t q, k;   /* in proj: attention out (joint order) at its start,
+                      unpacked out (stream order) after it, (N, C) each */
     size_t qj, kj, vj; /* attention inputs (B, L, H, D), joint order */
     size_t lo;     /* a linear's full output before the gate (N, C) */
-    size_t hid;    /* MLP hidden (N, M) */
+    size_t hid;    /* in proj: a double block's MLP hidden (N, M) */
     size_t cat;    /* single blocks' proj_out input (N, C + M) */
     size_t Y;      /* split output of a linear before it is made full */
     size_t Xc;     /* a linear's input converted to its layout */

@@ -43,28 +43,28 @@ static const size_t slot_of[WF_FLUX_MODULE_COUNT] = {
     [WF_FLUX_D_NORM1_CONTEXT] = DS(norm1_context),
     [WF_FLUX_D_NORM_Q] = DS(norm_q),
     [WF_FLUX_D_NORM_K] = DS(norm_k),
-    [WF_FLUX_D_TO_Q] = DS(to_q),
-    [WF_FLUX_D_TO_K] = DS(to_k),
-    [WF_FLUX_D_TO_V] = DS(to_v),
+    [WF_FLUX_D_TO_Q] = DS(qkv.m[0]),
+    [WF_FLUX_D_TO_K] = DS(qkv.m[1]),
+    [WF_FLUX_D_TO_V] = DS(qkv.m[2]),
     [WF_FLUX_D_TO_OUT] = DS(to_out),
     [WF_FLUX_D_NORM_ADDED_Q] = DS(norm_added_q),
     [WF_FLUX_D_NORM_ADDED_K] = DS(norm_added_k),
-    [WF_FLUX_D_ADD_Q] = DS(add_q),
-    [WF_FLUX_D_ADD_K] = DS(add_k),
-    [WF_FLUX_D_ADD_V] = DS(add_v),
+    [WF_FLUX_D_ADD_Q] = DS(add_qkv.m[0]),
+    [WF_FLUX_D_ADD_K] = DS(add_qkv.m[1]),
+    [WF_FLUX_D_ADD_V] = DS(add_qkv.m[2]),
     [WF_FLUX_D_TO_ADD_OUT] = DS(to_add_out),
     [WF_FLUX_D_FF0] = DS(ff0),
     [WF_FLUX_D_FF2] = DS(ff2),
     [WF_FLUX_D_FFC0] = DS(ffc0),
     [WF_FLUX_D_FFC2] = DS(ffc2),
     [WF_FLUX_S_NORM] = SS(norm),
-    [WF_FLUX_S_PROJ_MLP] = SS(proj_mlp),
+    [WF_FLUX_S_PROJ_MLP] = SS(qkvm.m[3]),
     [WF_FLUX_S_PROJ_OUT] = SS(proj_out),
     [WF_FLUX_S_NORM_Q] = SS(norm_q),
     [WF_FLUX_S_NORM_K] = SS(norm_k),
-    [WF_FLUX_S_TO_Q] = SS(to_q),
-    [WF_FLUX_S_TO_K] = SS(to_k),
-    [WF_FLUX_S_TO_V] = SS(to_v),
+    [WF_FLUX_S_TO_Q] = SS(qkvm.m[0]),
+    [WF_FLUX_S_TO_K] = SS(qkvm.m[1]),
+    [WF_FLUX_S_TO_V] = SS(qkvm.m[2]),
     [WF_FLUX_NORM_OUT] = MS(norm_out),
     [WF_FLUX_PROJ_OUT] = MS(proj_out),
 };
@@ -197,13 +197,66 @@ wf_status_t wf_flux_plan_check(const wf_flux_config_t *cfg,
 
 /* ---- shards ---------------------------------------------------------------- */
 
+/* The walk of a cut: every module of the config, into shard s (NULL:
+ * sizing). */
+typedef struct cut_arg {
+    const wf_flux_config_t *cfg;
+    wf_flux_shard_t *s;
+    wf_shard_cut_t *c;          /* the cut in progress */
+} cut_arg_t;
+
+/* A group of projections on one input, cut at its first member's visit:
+ * the modules prefix + names[k] (prefix: m's name without `first`). */
+static wf_status_t cut_group(wf_shard_cut_t *c, const wf_flux_module_t *m, const char *first,
+                             uint32_t n, const char *const *names, const int64_t *outs,
+                             wf_linear_group_t *g)
+{
+    char prefix[WF_FLUX_MODULE_NAME_MAX];
+    size_t nl = strlen(m->name), fl = strlen(first);
+    if (nl < fl || strcmp(m->name + nl - fl, first) != 0)
+        return WF_E_INTERNAL;
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(nl - fl), m->name);
+    return wf_shard_linear_group(c, prefix, n, names, outs, m->in, m->kind == WF_FLUX_LINEAR, g);
+}
+
 /* One module as a piece of the cut (shard.h): a norm weight as a vector,
- * a linear cut for its placement. Without a shard (sizing) lin and norm
+ * a linear cut for its placement; projections that share an input as
+ * one group (at its first member; the others are in it), the AdaLN
+ * linears by the batch (cut_mod). Without a shard (sizing) lin and norm
  * are NULL. */
 static wf_status_t cut_visit(void *arg, const wf_flux_module_t *m, wf_linear_t *lin,
                              float **norm)
 {
-    wf_shard_cut_t *c = arg;
+    const cut_arg_t *a = arg;
+    wf_shard_cut_t *c = a->c;
+    const int64_t C = m->in;
+    switch (m->id) {
+    case WF_FLUX_D_TO_Q: {
+        static const char *const nm[3] = {"attn.to_q", "attn.to_k", "attn.to_v"};
+        const int64_t outs[3] = {C, C, C};
+        return cut_group(c, m, nm[0], 3, nm, outs, a->s ? &a->s->dbl[m->block].qkv : NULL);
+    }
+    case WF_FLUX_D_ADD_Q: {
+        static const char *const nm[3] = {"attn.add_q_proj", "attn.add_k_proj",
+                                          "attn.add_v_proj"};
+        const int64_t outs[3] = {C, C, C};
+        return cut_group(c, m, nm[0], 3, nm, outs, a->s ? &a->s->dbl[m->block].add_qkv : NULL);
+    }
+    case WF_FLUX_S_PROJ_MLP: {
+        /* proj_mlp comes first in the walk; the group's order is q, k, v,
+         * MLP-in */
+        static const char *const nm[4] = {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"};
+        const int64_t outs[4] = {C, C, C, m->out};
+        return cut_group(c, m, nm[3], 4, nm, outs, a->s ? &a->s->sgl[m->block].qkvm : NULL);
+    }
+    case WF_FLUX_D_TO_K: case WF_FLUX_D_TO_V: case WF_FLUX_D_ADD_K: case WF_FLUX_D_ADD_V:
+    case WF_FLUX_S_TO_Q: case WF_FLUX_S_TO_K: case WF_FLUX_S_TO_V:
+    case WF_FLUX_D_NORM1: case WF_FLUX_D_NORM1_CONTEXT: case WF_FLUX_S_NORM:
+    case WF_FLUX_NORM_OUT:
+        return WF_OK;
+    default:
+        break;
+    }
     if (m->kind == WF_FLUX_NORM) {
         char name[WF_TENSOR_SPEC_NAME_MAX + 8];
         snprintf(name, sizeof name, "%s.weight", m->name);
@@ -212,17 +265,81 @@ static wf_status_t cut_visit(void *arg, const wf_flux_module_t *m, wf_linear_t *
     return wf_shard_linear(c, m->name, m->out, m->in, m->kind == WF_FLUX_LINEAR, lin);
 }
 
-/* The walk of a cut: every module of the config, into shard s (NULL:
- * sizing). */
-typedef struct cut_arg {
-    const wf_flux_config_t *cfg;
-    wf_flux_shard_t *s;
-} cut_arg_t;
+/* The AdaLN linears of every block and norm_out (all on silu(temb)) as
+ * one batch, in the order double blocks (norm1, norm1_context), single
+ * blocks (norm), norm_out; each member's column offset in the batch's
+ * output into the shard. */
+static wf_status_t cut_mod(wf_shard_cut_t *c, const wf_flux_config_t *cfg, wf_flux_shard_t *s)
+{
+    const uint32_t nd = cfg->num_layers, ns = cfg->num_single_layers, n = 2 * nd + ns + 1;
+    const int64_t C = cfg->inner_dim;
+    char *names = malloc((size_t)n * WF_FLUX_MODULE_NAME_MAX);
+    const char **mods = malloc((size_t)n * sizeof *mods);
+    int64_t *outs = malloc((size_t)n * sizeof *outs);
+    wf_linear_t **mem = malloc((size_t)n * sizeof *mem);
+    wf_status_t st = WF_E_NO_MEMORY;
+    if (!names || !mods || !outs || !mem)
+        goto done;
+    int64_t off = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        char *nm = names + (size_t)k * WF_FLUX_MODULE_NAME_MAX;
+        wf_linear_t *L = NULL;
+        int64_t *at = NULL;
+        if (k < 2 * nd) {
+            uint32_t b = k / 2;
+            snprintf(nm, WF_FLUX_MODULE_NAME_MAX, "transformer_blocks.%u.%s", (unsigned)b,
+                     k % 2 ? "norm1_context.linear" : "norm1.linear");
+            outs[k] = 6 * C;
+            if (s) {
+                L = k % 2 ? &s->dbl[b].norm1_context : &s->dbl[b].norm1;
+                at = k % 2 ? &s->dbl[b].mod_off_ctx : &s->dbl[b].mod_off;
+            }
+        } else if (k < 2 * nd + ns) {
+            uint32_t b = k - 2 * nd;
+            snprintf(nm, WF_FLUX_MODULE_NAME_MAX, "single_transformer_blocks.%u.norm.linear",
+                     (unsigned)b);
+            outs[k] = 3 * C;
+            if (s) {
+                L = &s->sgl[b].norm;
+                at = &s->sgl[b].mod_off;
+            }
+        } else {
+            snprintf(nm, WF_FLUX_MODULE_NAME_MAX, "norm_out.linear");
+            outs[k] = 2 * C;
+            if (s) {
+                L = &s->norm_out;
+                at = &s->norm_out_off;
+            }
+        }
+        mods[k] = nm;
+        mem[k] = L;
+        if (at)
+            *at = off;
+        off += outs[k];
+    }
+    bool fused = false;
+    st = wf_shard_linear_fused(c, n, mods, outs, C, true, s ? mem : NULL, s ? &s->mod : NULL,
+                               &fused);
+    if (st == WF_OK && s) {
+        s->mod_fused = fused;
+        s->mod_width = off;
+    }
+done:
+    free(names);
+    free(mods);
+    free(outs);
+    free(mem);
+    return st;
+}
 
 static wf_status_t cut_walk(wf_shard_cut_t *c, void *arg)
 {
-    const cut_arg_t *a = arg;
-    return walk(a->cfg, a->s, cut_visit, c);
+    cut_arg_t a = *(const cut_arg_t *)arg;
+    a.c = c;
+    wf_status_t st = cut_mod(c, a.cfg, a.s);
+    if (st != WF_OK)
+        return st;
+    return walk(a.cfg, a.s, cut_visit, &a);
 }
 
 static uint64_t shard_bytes(const wf_flux_config_t *cfg, const wf_tp_plan_t *plan, int tp,
@@ -230,7 +347,7 @@ static uint64_t shard_bytes(const wf_flux_config_t *cfg, const wf_tp_plan_t *pla
 {
     if (wf_flux_plan_check(cfg, plan, tp, true, NULL, 0) != WF_OK)
         return 0;
-    cut_arg_t a = { cfg, NULL };
+    cut_arg_t a = { cfg, NULL, NULL };
     return wf_shard_size(plan, tp, dev, wdt, cut_walk, &a);
 }
 
@@ -284,7 +401,7 @@ wf_status_t wf_flux_shard_build(const wf_model_host_t *host,
         wf_flux_shard_free(&s);
         return wf_errf_status(WF_E_NO_MEMORY, err, err_len, "out of memory");
     }
-    cut_arg_t a = { &s->cfg, s };
+    cut_arg_t a = { &s->cfg, s, NULL };
     wf_status_t st = wf_shard_cut_run(host, plan, tp, tp_rank, ops, ctx, cut_walk, &a, &s->mem,
                                       err, err_len);
     if (st != WF_OK) {

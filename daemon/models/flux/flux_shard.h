@@ -23,6 +23,11 @@
  *     returns the block at once.
  * Norm weights, embedders, AdaLN linears and the final projection follow
  * the plan too (the default replicates them).
+ * Projections on one input are one fused weight where their placements
+ * allow (shard.h's wf_shard_linear_fused; a copy on the CPU, never a
+ * view): each double block's q / k / v of either stream, each single
+ * block's q / k / v / proj_mlp; and every AdaLN linear (all on
+ * silu(temb)) is one batched weight, its members' placements kept.
   */
 #ifndef WF_FLUX_SHARD_H
 #define WF_FLUX_SHARD_H
@@ -41,8 +46,13 @@
 
 /* A double-stream block (diffusers' FluxTransformerBlock). */
 typedef struct wf_flux_double {
-    wf_linear_t norm1, norm1_context;          /* AdaLN-Zero: 6 * dim */
-    wf_linear_t to_q, to_k, to_v, add_q, add_k, add_v;
+    wf_linear_t norm1, norm1_context;          /* AdaLN-Zero: 6 * dim (weights
+                                                  only when the modulation is
+                                                  not batched) */
+    int64_t mod_off, mod_off_ctx;              /* their columns in the batched
+                                                  modulation's output */
+    wf_linear_group_t qkv;                     /* to_q, to_k, to_v */
+    wf_linear_group_t add_qkv;                 /* add_q_proj, add_k_proj, add_v_proj */
     wf_linear_t to_out, to_add_out;
     wf_linear_t ff0, ff2, ffc0, ffc2;          /* ff.net.0.proj, ff.net.2, ff_context.* */
     float *norm_q, *norm_k, *norm_added_q, *norm_added_k; /* RMSNorm [D] f32, backend memory */
@@ -50,8 +60,13 @@ typedef struct wf_flux_double {
 
 /* A single-stream block (diffusers' FluxSingleTransformerBlock). */
 typedef struct wf_flux_single {
-    wf_linear_t norm;                          /* AdaLN-Zero single: 3 * dim */
-    wf_linear_t to_q, to_k, to_v, proj_mlp, proj_out;
+    wf_linear_t norm;                          /* AdaLN-Zero single: 3 * dim
+                                                  (as norm1 above) */
+    int64_t mod_off;                           /* its columns in the batched
+                                                  modulation's output */
+    wf_linear_group_t qkvm;                    /* to_q, to_k, to_v, proj_mlp:
+                                                  one normalised input */
+    wf_linear_t proj_out;
     float *norm_q, *norm_k;
 } wf_flux_single_t;
 
@@ -66,6 +81,14 @@ typedef struct wf_flux_shard {
     wf_flux_double_t *dbl;                 /* cfg.num_layers */
     wf_flux_single_t *sgl;                 /* cfg.num_single_layers */
     wf_linear_t norm_out, proj_out;
+    /* Every AdaLN linear (each double block's norm1 and norm1_context,
+     * each single block's norm, norm_out) takes silu(temb): batched as
+     * one linear of their outputs in that order when they fuse
+     * (wf_shard_linear_fused), computed once per forward. */
+    wf_linear_t mod;                       /* the batched linear (mod_fused) */
+    bool mod_fused;                        /* else each block runs its own */
+    int64_t mod_width;                     /* its full output width */
+    int64_t norm_out_off;                  /* norm_out's columns in it */
     wf_shard_mem_t mem;                    /* where the pieces live, what
                                               the shard owns (shard.h) */
 } wf_flux_shard_t;

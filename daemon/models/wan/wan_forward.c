@@ -129,8 +129,13 @@ typedef struct wsl {
     size_t pl;                /* a projection before its conversion (KV, C); tp > 1 */
     size_t sums;              /* sums of squares of a norm split over tp (KV) */
     size_t qj, kj;            /* RoPE'd q / k (B, Lm, Hl, D) */
-    size_t ao, lo;            /* attention out (Nm, Cl), a linear's out (Nm, C) */
-    size_t hid;               /* feed-forward hidden (Nm, FF) */
+    size_t ao;                /* attention out (Nm, Cl) */
+    size_t proj, proj_n;      /* a projection group's output (KV, 3C at most:
+                                 q | k | v per row when fused), and its
+                                 floats; lo and hid live in it, used only
+                                 once the group's slices are read */
+    size_t lo;                /* in proj: a linear's out (Nm, C) */
+    size_t hid;               /* in proj: feed-forward hidden (Nm, FF) */
     size_t out;               /* proj_out (Nm, OC) */
     size_t outg;              /* seq root: every rank's (B S OC), rank-major */
     size_t Y, Xc, G;          /* linear.h's scratch (tp > 1) */
@@ -252,7 +257,8 @@ static size_t lin_ws(const wf_backend_ops_t *ops, const geo_t *g)
         { g->Nm, g->PIN, g->C }, { g->Tm, g->FQ, g->C }, { g->Tm, g->C, g->C },
         { g->Tm, g->C, 6 * g->C }, { g->Nt, g->TD, g->C }, { g->KV, g->C, g->C },
         { g->Nm, g->C, g->FF }, { g->Nm, g->FF, g->C }, { g->Nm, g->C, g->OC },
-        { g->Ni, g->ID, g->ID }, { g->Ni, g->ID, g->C },
+        { g->Ni, g->ID, g->ID }, { g->Ni, g->ID, g->C }, { g->KV, g->C, 3 * g->C },
+        { g->KV, g->C, 2 * g->C },
     };
     const wf_dtype_t dts[3] = { WF_DTYPE_F32, WF_DTYPE_BF16, WF_DTYPE_F16 };
     size_t m = 0;
@@ -368,8 +374,12 @@ static void ws_layout(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, wsl
     W->qj = ftake(c, &off, szc_mul3(c, Nm, g->Cl, 1));
     W->kj = ftake(c, &off, szc_mul3(c, Nm, g->Cl, 1));
     W->ao = ftake(c, &off, szc_mul3(c, Nm, g->Cl, 1));
-    W->lo = ftake(c, &off, szc_mul3(c, Nm, C, 1));
-    W->hid = ftake(c, &off, szc_mul3(c, Nm, g->FF, 1));
+    size_t lob = szc_add(c, szc_mul3(c, Nm, C, sizeof(float)), 255u) & ~(size_t)255u;
+    W->proj_n = maxz(szc_add(c, lob / sizeof(float), szc_mul3(c, Nm, g->FF, 1)),
+                     szc_mul3(c, KV, 3 * C, 1));
+    W->proj = ftake(c, &off, W->proj_n);
+    W->lo = W->proj;
+    W->hid = W->proj + lob;
     W->out = ftake(c, &off, szc_mul3(c, Nm, g->OC, 1));
     W->outg = ftake(c, &off, szc_mul3(c, B * g->S, g->OC, 1));
     if (g->T > 1) {
@@ -571,26 +581,76 @@ static wf_status_t ln_mod(run_t *x, const float *src, float *dst, const float *m
     return x->ops->modln(x->ctx, &p);
 }
 
-/* RMSNorm across all heads of rows (rows, Cl) in the head split, in
- * place; w the full (C) weight. Over tp: the sums of squares of every
+/* RMSNorm across all heads of rows (rows, Cl) in the head split, src
+ * (row stride ld) -> dst (rows, Cl) contiguous, or in place (dst == src,
+ * ld Cl); w the full (C) weight. Over tp: the sums of squares of every
  * rank's heads all-reduced first. */
-static wf_status_t rms(run_t *x, float *v, int64_t rows, const float *w)
+static wf_status_t rms_to(run_t *x, const float *src, int64_t ld, int64_t rows, const float *w,
+                          float *dst)
 {
     const geo_t *g = &x->g;
     wf_rmsnorm_params_t p = {
-        .rows = rows, .n = g->Cl, .src = v, .ld_src = g->Cl, .dst = v, .ld_dst = g->Cl,
+        .rows = rows, .n = g->Cl, .src = src, .ld_src = ld, .dst = dst, .ld_dst = g->Cl,
         .weight = w, .eps = x->cfg->eps,
     };
     if (g->T == 1)
         return x->ops->rms_norm(x->ctx, &p);
     float *sums = fp(x, x->W.sums);
     wf_status_t st;
-    TRY(x->ops->rms_sumsq(x->ctx, v, rows, g->Cl, g->Cl, sums));
+    TRY(x->ops->rms_sumsq(x->ctx, src, rows, g->Cl, ld, sums));
     TRY(wf_comm_allreduce(x->grp->tp, sums, sums, (size_t)rows, WF_COMM_F32, WF_COMM_SUM));
     p.weight = w + (int64_t)x->t * g->Cl;
     p.sumsq = sums;
     p.width = g->C;
     return x->ops->rms_norm(x->ctx, &p);
+}
+
+/* rms_to in place on (rows, Cl). */
+static wf_status_t rms(run_t *x, float *v, int64_t rows, const float *w)
+{
+    return rms_to(x, v, x->g.Cl, rows, w, v);
+}
+
+/* One member of a projection group (its slice p of the group's output,
+ * `rows` rows) into the head split dst (rows, Cl) contiguous, as the
+ * attention takes it; with `norm` (a q or k) the RMSNorm across heads on
+ * the way. A slice already in the head split is read where it lies (the
+ * norm reads it with its row stride; v is one strided copy), else
+ * converted first. */
+static wf_status_t to_heads(run_t *x, const wf_linear_part_t *p, int64_t rows, const float *norm,
+                            float *dst)
+{
+    const int64_t Cl = x->g.Cl;
+    wf_status_t st;
+    if (wf_layout_same(&p->lay, &x->heads)) {
+        if (norm)
+            return rms_to(x, p->y, p->ld, rows, norm, dst);
+        if (p->y == dst || rows == 0)
+            return WF_OK;
+        return x->ops->copy_rows(x->ctx, dst, (size_t)Cl * sizeof(float), p->y,
+                                 (size_t)p->ld * sizeof(float), rows,
+                                 (size_t)Cl * sizeof(float));
+    }
+    TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, dst, Cl));
+    return norm ? rms(x, dst, rows, norm) : WF_OK;
+}
+
+/* Group g on `rows` rows of in (full, its width the members' in) into
+ * the proj region, its parts into q / k / v in the head split: parts 0
+ * .. n-1 go to dst[0 .. n-1] with norms[k] (NULL: none). */
+static wf_status_t group_heads(run_t *x, const wf_linear_group_t *grp, const float *in,
+                               int64_t rows, float *const *dst, const float *const *norms)
+{
+    wf_linear_part_t parts[WF_LINEAR_GROUP_MAX];
+    const int64_t w = grp->m[0].place.in;
+    wf_layout_t il = wf_layout_full(w);
+    wf_status_t st;
+    if ((size_t)(rows * wf_linear_group_width(grp)) > x->W.proj_n)
+        return WF_E_INTERNAL;
+    TRY(wf_linear_group_apply(&x->lin, grp, in, w, &il, rows, NULL, fp(x, x->W.proj), parts));
+    for (uint32_t k = 0; k < grp->n; k++)
+        TRY(to_heads(x, &parts[k], rows, norms[k], dst[k]));
+    return WF_OK;
 }
 
 /* RoPE of this rank's rows of src (N, Cl) into dst (B, Li, Hl, D). */
@@ -831,11 +891,10 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     TRY(x->ops->bias_act(x->ctx, mod, x->trows, C6, C6, k->sst, WF_ACT_NONE));
     /* 1. self-attention on this tp rank's heads */
     TRY(ln_mod(x, S, nx, mod, C6, 0, C));
-    TRY(proj(x, &k->q1, nx, N, q));
-    TRY(proj(x, &k->k1, nx, N, kk));
-    TRY(proj(x, &k->v1, nx, N, v));
-    TRY(rms(x, q, N, k->nq1));
-    TRY(rms(x, kk, N, k->nk1));
+    float *const qkv[3] = {q, kk, v};
+    const float *const n1[3] = {k->nq1, k->nk1, NULL}, *const n2[2] = {k->nk2, NULL};
+    const float *const na[2] = {k->nak, NULL};
+    TRY(group_heads(x, &k->qkv1, nx, N, qkv, n1));
     TRY(rope(x, q, fp(x, x->W.qj)));
     TRY(rope(x, kk, fp(x, x->W.kj)));
     TRY(attend(x, fp(x, x->W.qj), fp(x, x->W.kj), v, x->Li, true, ao));
@@ -852,16 +911,12 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
         in2 = nx;
     }
     TRY(proj(x, &k->q2, in2, N, q));
-    TRY(proj(x, &k->k2, fp(x, x->W.ctx), g->Nt, kk));
-    TRY(proj(x, &k->v2, fp(x, x->W.ctx), g->Nt, v));
     TRY(rms(x, q, N, k->nq2));
-    TRY(rms(x, kk, g->Nt, k->nk2));
+    TRY(group_heads(x, &k->kv2, fp(x, x->W.ctx), g->Nt, qkv + 1, n2));
     TRY(attend(x, q, kk, v, g->St, false, ao));
     if (g->SI) {
         /* the same queries against the image tokens, added */
-        TRY(proj(x, &k->ak, fp(x, x->W.cimg), g->Ni, kk));
-        TRY(proj(x, &k->av, fp(x, x->W.cimg), g->Ni, v));
-        TRY(rms(x, kk, g->Ni, k->nak));
+        TRY(group_heads(x, &k->akv, fp(x, x->W.cimg), g->Ni, qkv + 1, na));
         TRY(attend(x, q, kk, v, g->SI, false, lo));
         TRY(x->ops->add(x->ctx, ao, lo, N * g->Cl));
     }

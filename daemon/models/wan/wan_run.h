@@ -36,13 +36,16 @@ typedef struct wan_block {
     float *sst;                    /* scale_shift_table (6, C): shift, scale,
                                       gate of the self-attention, then of
                                       the feed-forward */
-    wf_linear_t q1, k1, v1, o1;    /* attn1 (self): to_q, to_k, to_v, to_out.0 */
+    wf_linear_group_t qkv1;        /* attn1 (self): to_q, to_k, to_v on one
+                                      input, fused where the plan allows */
+    wf_linear_t o1;                /* attn1.to_out.0 */
     float *nq1, *nk1;              /* attn1 norm_q / norm_k (C): RMSNorm
                                       across all heads */
-    wf_linear_t q2, k2, v2, o2;    /* attn2 (cross): q from video, k / v
-                                      from the text */
+    wf_linear_t q2, o2;            /* attn2 (cross): to_q (from the video),
+                                      to_out.0 */
+    wf_linear_group_t kv2;         /* attn2 to_k, to_v (from the text) */
     float *nq2, *nk2;              /* attn2 norm_q / norm_k (C) */
-    wf_linear_t ak, av;            /* attn2.add_k_proj / add_v_proj: K / V of
+    wf_linear_group_t akv;         /* attn2.add_k_proj / add_v_proj: K / V of
                                       the image tokens (where added_kv_proj_dim) */
     float *nak;                    /* attn2.norm_added_k (C), or NULL */
     float *n2w, *n2b;              /* norm2 LayerNorm affine (C), NULL

@@ -153,21 +153,22 @@ static wf_status_t cut_walk(wf_shard_cut_t *c, void *arg)
         wan_block_t *k = s ? &s->blk[b] : &scratch;
         snprintf(p, sizeof p, "blocks.%" PRIu32 ".", b);
         TRY(vec(c, &k->sst, p, "scale_shift_table", 6 * C));
-        TRY(lin(c, &k->q1, p, "attn1.to_q", C, C));
-        TRY(lin(c, &k->k1, p, "attn1.to_k", C, C));
-        TRY(lin(c, &k->v1, p, "attn1.to_v", C, C));
+        static const char *const qkv1[3] = {"attn1.to_q", "attn1.to_k", "attn1.to_v"};
+        static const char *const kv2[2] = {"attn2.to_k", "attn2.to_v"};
+        static const char *const akv[2] = {"attn2.add_k_proj", "attn2.add_v_proj"};
+        const int64_t o3[3] = {C, C, C};
+        TRY(wf_shard_linear_group(c, p, 3, qkv1, o3, C, true, s ? &k->qkv1 : NULL));
         TRY(lin(c, &k->o1, p, "attn1.to_out.0", C, C));
         TRY(vec(c, &k->nq1, p, "attn1.norm_q.weight", C));
         TRY(vec(c, &k->nk1, p, "attn1.norm_k.weight", C));
         TRY(lin(c, &k->q2, p, "attn2.to_q", C, C));
-        TRY(lin(c, &k->k2, p, "attn2.to_k", C, C));
-        TRY(lin(c, &k->v2, p, "attn2.to_v", C, C));
+        TRY(wf_shard_linear_group(c, p, 2, kv2, o3, C, true, s ? &k->kv2 : NULL));
         TRY(lin(c, &k->o2, p, "attn2.to_out.0", C, C));
         TRY(vec(c, &k->nq2, p, "attn2.norm_q.weight", C));
         TRY(vec(c, &k->nk2, p, "attn2.norm_k.weight", C));
         if (cf->added_kv_proj_dim) {
-            TRY(lin(c, &k->ak, p, "attn2.add_k_proj", C, cf->added_kv_proj_dim));
-            TRY(lin(c, &k->av, p, "attn2.add_v_proj", C, cf->added_kv_proj_dim));
+            TRY(wf_shard_linear_group(c, p, 2, akv, o3, cf->added_kv_proj_dim, true,
+                                      s ? &k->akv : NULL));
             TRY(vec(c, &k->nak, p, "attn2.norm_added_k.weight", C));
         }
         if (cf->cross_attn_norm) {
