@@ -8,7 +8,8 @@
  *     the reply announces its features (libweft's wf_client_has_feature
  *     and the raw reply's `features` list).
  *  2. an op of 2^32 or more is answered 4 and echoed as 2^32 - 1; an op
- *     that fits 32 bits is echoed as sent (section 6).
+ *     that fits 32 bits is echoed as sent (section 6); end_session (op
+ *     10) of a session never opened is 9, without its args 5 (12.8).
  *  3. heads not divisible by tp: split unevenly (2 + 1) on a head-split
  *     mesh (dp 2 x tp 2), on ring 2 x tp 2 and on ulysses 2 x tp 2 alike,
  *     with one device's result; fewer heads than tp ranks is 9 where
@@ -234,15 +235,16 @@ static void test_hello(wf_client_t *c, void *zctx, const char *endpoint)
     CHECK(strcmp(h.weft_version, WF_VERSION_STRING) == 0 &&
           strcmp(h.weft_version, "0.7.0") == 0,
           "hello weft_version %s, libweft %s", h.weft_version, WF_VERSION_STRING);
-    const char *feats[] = { "reconfigure", "cp_options", "models", "roles" };
+    const char *feats[] = { "reconfigure", "cp_options", "models", "roles", "fp8",
+                            "split_batch", "sessions" };
     for (size_t i = 0; i < sizeof feats / sizeof feats[0]; i++)
         CHECK(wf_client_has_feature(c, feats[i]) == 1, "feature %s not announced",
               feats[i]);
     CHECK(wf_client_has_feature(c, "teleport") == 0, "an unknown feature announced");
     CHECK(wf_client_has_feature(c, "") == 0 && wf_client_has_feature(c, NULL) == 0 &&
           wf_client_has_feature(NULL, "models") == 0, "has_feature with NULL / \"\"");
-    printf("  hello: weft_version %s, features reconfigure cp_options models roles\n",
-           h.weft_version);
+    printf("  hello: weft_version %s, features reconfigure cp_options models roles fp8 "
+           "split_batch sessions\n", h.weft_version);
 
     /* the raw reply: features is an array of the names */
     void *s = dealer(zctx, endpoint);
@@ -294,6 +296,34 @@ static void test_hello(wf_client_t *c, void *zctx, const char *endpoint)
               rep->op, ops[i].echo);
         printf("  op %llu: status %d, echoed op %u\n", (unsigned long long)ops[i].op,
                rep->status, rep->op);
+    }
+    /* end_session (op 10, section 12.8): a session never opened is 9; no
+     * session is 5 */
+    for (int k = 0; k < 2; k++) {
+        memset(req, 0, sizeof *req);
+        req->version = 1;
+        req->id = 600 + (uint64_t)k;
+        req->op = WF_OP_END_SESSION;
+        req->args.end_session.session = 77;
+        wf_buf_reset(&b);
+        CHECK(wf_request_encode(req, &b) == WF_OK, "encode end_session");
+        if (k == 1) {
+            /* {"v": 1, "id": 601, "op": 10}: no args */
+            static const unsigned char bare[] = { 0x83, 0xa1, 'v', 0x01, 0xa2, 'i', 'd',
+                                                  0xcd, 0x02, 0x59, 0xa2, 'o', 'p', 0x0a };
+            zmq_send(s, bare, sizeof bare, 0);
+        } else {
+            zmq_send(s, b.data, b.len, 0);
+        }
+        memset(rep, 0, sizeof *rep);
+        int rc = recv_reply(s, REPLY_TIMEOUT_MS, rep);
+        wf_status_t want = k == 0 ? WF_E_BAD_ARGUMENT : WF_E_BAD_FIELD;
+        CHECK(rc == 0 && rep->id == 600 + (uint64_t)k && rep->op == WF_OP_END_SESSION &&
+              rep->status == want, "end_session %d: status %d (%s), expected %d", k,
+              rep->status, rep->error, want);
+        printf("  end_session %s: status %d (%s)\n", k == 0 ? "of a session never opened"
+                                                          : "without args", rep->status,
+               rep->error);
     }
     wf_buf_free(&b);
     free(req);
