@@ -23,6 +23,7 @@
  *   weftctl [--endpoint E] [--timeout MS] forward --model NAME
  *       --inputs FILE.safetensors [--out FILE.safetensors]
  *       [--out-dtype f32|f16|bf16] [--iters N] [--deadline-ms MS] [--fp8]
+ *       [--session ID [--cache-threshold T]]
  *   weftctl [--endpoint E] [--timeout MS] cancel ID
  *   weftctl shard --model-root ROOT --path P --tp T --out DIR
  *       [--tp-plan FILE.json]
@@ -128,10 +129,13 @@ static void usage(FILE *f)
         "                   with each one's config and forward schema\n"
         "  forward --model NAME --inputs FILE.safetensors [--out FILE.safetensors]\n"
         "          [--out-dtype D] [--iters N] [--deadline-ms MS] [--fp8]\n"
+        "          [--session ID [--cache-threshold T]]\n"
         "                   run a forward on the file's tensors named as the\n"
         "                   model's schema inputs; checks each output NAME\n"
         "                   against the file's NAME_f64 / NAME; --out writes\n"
-        "                   every output\n"
+        "                   every output; --session: the iterations are that\n"
+        "                   denoising session's steps (first-block cache with\n"
+        "                   --cache-threshold), ended after the last\n"
         "  cancel ID        cancel queued or running request ID (an admin client\n"
         "                   cancels any connection's job)\n"
         "  shard --model-root ROOT --path P --tp T --out DIR [--tp-plan FILE.json]\n"

@@ -684,7 +684,8 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     const char *model = NULL, *inputs = NULL, *out_path = NULL;
     bool has_odt = false;
     wf_dtype_t odt = WF_DTYPE_F32;
-    int64_t iters = 1, deadline_ms = 0;
+    int64_t iters = 1, deadline_ms = 0, session = 0;
+    double threshold = 0;
     bool fp8 = false;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--fp8") == 0) {
@@ -725,6 +726,18 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
                 fprintf(stderr, "weftctl: --deadline-ms: bad value '%s' (1 .. 2^32-1)\n", v);
                 return EXIT_USAGE;
             }
+        } else if (strcmp(a, "--session") == 0) {
+            if (!ctl_parse_i64(v, 1, INT64_MAX, &session)) {
+                fprintf(stderr, "weftctl: --session: bad value '%s' (1 .. 2^63-1)\n", v);
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--cache-threshold") == 0) {
+            char *end = NULL;
+            threshold = strtod(v, &end);
+            if (!end || *end || !isfinite(threshold) || threshold < 0) {
+                fprintf(stderr, "weftctl: --cache-threshold: bad value '%s' (>= 0)\n", v);
+                return EXIT_USAGE;
+            }
         } else {
             fprintf(stderr, "weftctl: forward: unknown option %s\n", a);
             return EXIT_USAGE;
@@ -733,7 +746,11 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     if (!model || !inputs) {
         fprintf(stderr, "weftctl: forward --model NAME --inputs FILE.safetensors "
                 "[--out FILE.safetensors] [--out-dtype D] [--iters N] [--deadline-ms MS] "
-                "[--fp8]\n");
+                "[--fp8] [--session ID [--cache-threshold T]]\n");
+        return EXIT_USAGE;
+    }
+    if (threshold > 0 && !session) {
+        fprintf(stderr, "weftctl: --cache-threshold needs --session\n");
         return EXIT_USAGE;
     }
 
@@ -780,17 +797,32 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     }
     wf_job_result_t res;
     memset(&res, 0, sizeof res);
+    int64_t reused = 0;
     for (int64_t it = 0; it < iters; it++) {
         double t0 = ctl_now_s();
+        /* a session's iterations are its steps 0, 1, ... */
         wf_forward_opts_t fo = { .deadline_ms = (uint32_t)deadline_ms,
                                  .precision = fp8 ? WF_PRECISION_FP8
-                                                  : WF_PRECISION_DEFAULT };
+                                                  : WF_PRECISION_DEFAULT,
+                                 .session = (uint64_t)session,
+                                 .step = session ? (uint64_t)it : 0,
+                                 .cache_threshold = threshold };
         st = wf_forward_named(c, model, f->in, f->n_in, f->out, f->n_out, &fo, &res);
         times[it] = ctl_now_s() - t0;
         if (st != WF_OK) {
             ctl_report_error(c, st, "forward");
             goto done;
         }
+        reused += res.cache == WF_CACHE_REUSED;
+    }
+    if (session) {
+        st = wf_end_session(c, (uint64_t)session, NULL, NULL);
+        if (st != WF_OK) {
+            ctl_report_error(c, st, "end_session");
+            goto done;
+        }
+        printf("session %" PRId64 ": %" PRId64 " of %" PRId64 " steps reused the first-block "
+               "cache (threshold %g)\n", session, reused, iters, threshold);
     }
     qsort(times, (size_t)iters, sizeof *times, ctl_cmp_double);
     printf("forward %s ", model);

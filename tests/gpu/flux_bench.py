@@ -500,6 +500,38 @@ def main():
         write_log(a.out)
         return ok
 
+    def cache_figures():
+        """The first-block cache's cost and gain at this shape: a plain
+        forward, a session's step with threshold 0 (the state kept, every
+        block computed) and a reused step (a threshold no change reaches
+        on the same inputs: after the first step, every one reuses), the
+        three alternated, weftctl's median of --iters each (the first
+        iteration of a reused run is its computed step)."""
+        kinds = (("plain", []), ("session, threshold 0", ["--session", "1"]),
+                 ("reused", ["--session", "2", "--cache-threshold", "1e30"]))
+        ms = {k: [] for k, _ in kinds}
+        for r in range(max(1, min(a.repeats, 3))):
+            if left() < 20:
+                break
+            for k, extra in kinds:
+                rc, out = weft.ctl("forward", "--model", "flux-bench", "--inputs", io_path,
+                                   "--iters", str(max(3, a.iters)), *extra, timeout=300)
+                w = parse_weftctl_forward(out)
+                if w["compute_ms"] is not None:
+                    ms[k].append(w["median_ms"])
+        report["cache"] = {k: spread(v) for k, v in ms.items()}
+        if ms["plain"] and ms["session, threshold 0"] and ms["reused"]:
+            p = statistics.median(ms["plain"])
+            s = statistics.median(ms["session, threshold 0"])
+            u = statistics.median(ms["reused"])
+            report["cache"]["session_over_plain"] = s / p
+            report["cache"]["reused_over_plain"] = u / p
+            say(f"== first-block cache: plain {p:.2f} ms, a session's step (threshold 0) "
+                f"{s:.2f} ms = {s / p:.3f} of plain (target < 1.02), a reused step {u:.2f} ms "
+                f"= {u / p:.3f} of plain (target < 0.10)")
+        else:
+            say("== first-block cache: no figures (a forward failed or no time left)")
+
     comp = None
     if a.compile:
         summary(None, False)
@@ -514,6 +546,8 @@ def main():
             say(f"== torch.compile: compiled and warmed up in {time.monotonic() - t:.1f} s")
             comp = alternate("compiled", cm, max(1, min(a.repeats, 3)))
             report["compile"] = comp
+    if weft and weft_ok and left() > 30:
+        cache_figures()
     if weft:
         rc = weft.stop()
         say(f"weftd exit {rc}")
