@@ -168,15 +168,14 @@ int main(int argc, char **argv)
         return 2;
     }
     block_test_signals();
-    const char *weftd = argv[1], *fixtures = argv[2];
-    fluxio_t fio;
-    wanio_t wio;
-    if (!fluxio_load(&fio, fixtures, "io-flux-tiny-f32.safetensors") ||
-        !wanio_load(&wio, fixtures, "io-wan-tiny-f32.safetensors"))
+    char idle[16];
+    snprintf(idle, sizeof idle, "%d", IDLE_MS);
+    const char *extra[] = { "--session-max", "3", "--session-idle-ms", idle, NULL };
+    static fwdd_t dd;
+    if (!fwdd_start(&dd, argv[1], argv[2], "dp=2,ulysses=2", extra))
         return 1;
-    fwdio_t flux, wan;
-    fwdio_from_flux(&flux, "flux", &fio);
-    fwdio_from_wan(&wan, "wan", &wio);
+    wf_client_t *c = dd.c;
+    fwdio_t flux = dd.flux, wan = dd.wan;
     /* the same inputs at other timesteps (a later denoising step) */
     fwdio_t flux_later = flux, wan_later = wan;
     static float tf[8], tw[8];
@@ -198,33 +197,7 @@ int main(int argc, char **argv)
         }
     CHECK(flux_later.in[3].data == tf && wan_later.in[1].data == tw,
           "the fixtures' timesteps are f32 (B) as expected");
-
-    char err[512], endpoint[300], tmpl[] = "/tmp/weft-sessions-XXXXXX", idle[16];
-    snprintf(idle, sizeof idle, "%d", IDLE_MS);
-    if (!mkdtemp(tmpl)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(endpoint, sizeof endpoint, "ipc://%s/weftd.sock", tmpl);
-    const char *dargv[] = { weftd, "--devices", "cpu:4", "--mesh", "dp=2,ulysses=2",
-                            "--listen", endpoint, "--model-root", fixtures,
-                            "--session-max", "3", "--session-idle-ms", idle,
-                            "--log-level", "warning", NULL };
-    pid_t pid = spawn_daemon(dargv, NULL);
-    if (pid < 0 || !wait_ready(endpoint)) {
-        fprintf(stderr, "weftd did not start\n");
-        if (pid > 0)
-            kill(pid, SIGKILL);
-        return 1;
-    }
-    wf_client_t *c = NULL;
-    CHECK(wf_client_connect(endpoint, (int)WAIT_EVENT_MS, &c) == WF_OK, "connect");
-    CHECK(wf_hello(c, NULL) == WF_OK && wf_client_has_feature(c, "sessions"),
-          "the daemon announces sessions");
-    wf_model_info_t info;
-    CHECK(wf_load_model(c, "flux", "flux-tiny", NULL, &info) == WF_OK &&
-          wf_load_model(c, "wan", "wan-tiny", NULL, &info) == WF_OK, "load: %s",
-          wf_client_last_error(c));
+    CHECK(wf_client_has_feature(c, "sessions"), "the daemon announces sessions");
 
     static const wf_mesh_degrees_t meshes[] = {
         { .dp = 2, .ring = 1, .ulysses = 2, .tp = 1 },
@@ -296,14 +269,7 @@ int main(int argc, char **argv)
                "%d)\n", (unsigned long long)(wait_now_ms() - t0), IDLE_MS);
     }
 
-    wf_client_destroy(&c);
-    CHECK(stop_daemon(pid, SPAWN_STOP_MS, err, sizeof err), "weftd: %s", err);
-    fluxio_free(&fio);
-    wanio_free(&wio);
-    char sock[400];
-    snprintf(sock, sizeof sock, "%s/weftd.sock", tmpl);
-    unlink(sock);
-    rmdir(tmpl);
+    fwdd_stop(&dd);
     printf("%d checks, %d failures\n", passed + failed, failed);
     return failed ? 1 : 0;
 }

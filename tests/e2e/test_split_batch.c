@@ -112,46 +112,18 @@ int main(int argc, char **argv)
         return 2;
     }
     block_test_signals();
-    const char *weftd = argv[1], *fixtures = argv[2];
-    fluxio_t fio;
-    wanio_t wio;
-    if (!fluxio_load(&fio, fixtures, "io-flux-tiny-f32.safetensors") ||
-        !wanio_load(&wio, fixtures, "io-wan-tiny-f32.safetensors"))
+    static fwdd_t d;
+    if (!fwdd_start(&d, argv[1], argv[2], "dp=2,ulysses=2", NULL))
         return 1;
-    fwdio_t flux, wan;
-    fwdio_from_flux(&flux, "flux", &fio);
-    fwdio_from_wan(&wan, "wan", &wio);
-    CHECK(flux.ref.dtype == WF_DTYPE_F32 && wan.ref.dtype == WF_DTYPE_F32 &&
-          flux.ref.shape[0] == 2 && wan.ref.shape[0] == 2, "fixtures: f32 references, B 2");
-
-    char err[512], endpoint[300], tmpl[] = "/tmp/weft-split-XXXXXX";
-    if (!mkdtemp(tmpl)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(endpoint, sizeof endpoint, "ipc://%s/weftd.sock", tmpl);
-    const char *dargv[] = { weftd, "--devices", "cpu:4", "--mesh", "dp=2,ulysses=2",
-                            "--listen", endpoint, "--model-root", fixtures,
-                            "--log-level", "warning", NULL };
-    pid_t pid = spawn_daemon(dargv, NULL);
-    if (pid < 0 || !wait_ready(endpoint)) {
-        fprintf(stderr, "weftd did not start\n");
-        if (pid > 0)
-            kill(pid, SIGKILL);
-        return 1;
-    }
-    wf_client_t *c = NULL;
-    CHECK(wf_client_connect(endpoint, (int)WAIT_EVENT_MS, &c) == WF_OK, "connect");
-    CHECK(wf_hello(c, NULL) == WF_OK && wf_client_has_feature(c, "split_batch"),
-          "the daemon announces split_batch");
-    wf_model_info_t info;
-    CHECK(wf_load_model(c, "flux", "flux-tiny", NULL, &info) == WF_OK &&
-          wf_load_model(c, "wan", "wan-tiny", NULL, &info) == WF_OK, "load: %s",
-          wf_client_last_error(c));
+    wf_client_t *c = d.c;
+    fwdio_t *flux = &d.flux, *wan = &d.wan;
+    CHECK(flux->ref.dtype == WF_DTYPE_F32 && wan->ref.dtype == WF_DTYPE_F32 &&
+          flux->ref.shape[0] == 2 && wan->ref.shape[0] == 2, "fixtures: f32 references, B 2");
+    CHECK(wf_client_has_feature(c, "split_batch"), "the daemon announces split_batch");
 
     static const int rows3[] = { 0, 1, 0 };
     fwdio_t flux3, wan3;
-    CHECK(fwdio_gather(&flux, rows3, 3, &flux3) && fwdio_gather(&wan, rows3, 3, &wan3),
+    CHECK(fwdio_gather(flux, rows3, 3, &flux3) && fwdio_gather(wan, rows3, 3, &wan3),
           "batches of 3");
     static const wf_mesh_degrees_t meshes[] = {
         { .dp = 2, .ring = 1, .ulysses = 2, .tp = 1 },
@@ -170,21 +142,14 @@ int main(int argc, char **argv)
                 continue;
         }
         bool count = m->dp == 2 && m->ulysses == 2;
-        both(c, &flux, m, count);
-        both(c, &wan, m, count);
+        both(c, flux, m, count);
+        both(c, wan, m, count);
         both(c, &flux3, m, false);
         both(c, &wan3, m, false);
     }
     fwdio_free_gathered(&flux3);
     fwdio_free_gathered(&wan3);
-    wf_client_destroy(&c);
-    CHECK(stop_daemon(pid, SPAWN_STOP_MS, err, sizeof err), "weftd: %s", err);
-    fluxio_free(&fio);
-    wanio_free(&wio);
-    char sock[400];
-    snprintf(sock, sizeof sock, "%s/weftd.sock", tmpl);
-    unlink(sock);
-    rmdir(tmpl);
+    fwdd_stop(&d);
     printf("%d checks, %d failures\n", passed + failed, failed);
     return failed ? 1 : 0;
 }

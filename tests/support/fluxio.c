@@ -8,9 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include "model_root.h"
 #include "safetensors.h"
+#include "support/check.h"
 #include "support/jobcheck.h"
+#include "support/spawn.h"
+#include "support/wait.h"
 
 static bool take(const wf_safetensors_t *st, const char *name, wf_tensor_t *t,
                  bool need)
@@ -308,4 +313,73 @@ double fwdio_max_abs(const wf_tensor_t *t)
     for (int64_t i = 0; i < wf_tensor_numel(t); i++)
         m = fmax(m, fabs(p[i]));
     return m;
+}
+
+/* ---- a weftd serving the tiny fixtures ---------------------------------------------- */
+
+bool fwdd_start(fwdd_t *d, const char *weftd, const char *fixtures, const char *mesh,
+                const char *const *extra)
+{
+    memset(d, 0, sizeof *d);
+    d->pid = -1;
+    if (!fluxio_load(&d->fio, fixtures, "io-flux-tiny-f32.safetensors"))
+        return false;
+    if (!wanio_load(&d->wio, fixtures, "io-wan-tiny-f32.safetensors")) {
+        fluxio_free(&d->fio);
+        return false;
+    }
+    fwdio_from_flux(&d->flux, "flux", &d->fio);
+    fwdio_from_wan(&d->wan, "wan", &d->wio);
+    snprintf(d->dir, sizeof d->dir, "/tmp/weft-fwdd-XXXXXX");
+    if (!mkdtemp(d->dir)) {
+        perror("mkdtemp");
+        goto fail;
+    }
+    snprintf(d->endpoint, sizeof d->endpoint, "ipc://%s/weftd.sock", d->dir);
+    const char *argv[32] = { weftd, "--devices", "cpu:4", "--mesh", mesh,
+                             "--listen", d->endpoint, "--model-root", fixtures,
+                             "--log-level", "warning" };
+    int n = 11;
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    d->pid = spawn_daemon(argv, NULL);
+    if (d->pid < 0 || !wait_ready(d->endpoint)) {
+        fprintf(stderr, "weftd did not start\n");
+        goto fail;
+    }
+    wf_model_info_t info;
+    if (wf_client_connect(d->endpoint, (int)WAIT_EVENT_MS, &d->c) != WF_OK ||
+        wf_hello(d->c, NULL) != WF_OK ||
+        wf_load_model(d->c, "flux", "flux-tiny", NULL, &info) != WF_OK ||
+        wf_load_model(d->c, "wan", "wan-tiny", NULL, &info) != WF_OK) {
+        fprintf(stderr, "connect or load: %s\n", d->c ? wf_client_last_error(d->c) : "");
+        goto fail;
+    }
+    return true;
+fail:
+    wf_client_destroy(&d->c);
+    if (d->pid > 0)
+        kill(d->pid, SIGKILL);
+    d->pid = -1;
+    fwdd_stop(d);
+    return false;
+}
+
+void fwdd_stop(fwdd_t *d)
+{
+    char err[512];
+    wf_client_destroy(&d->c);
+    if (d->pid > 0)
+        CHECK(stop_daemon(d->pid, SPAWN_STOP_MS, err, sizeof err), "weftd: %s", err);
+    d->pid = -1;
+    fluxio_free(&d->fio);
+    wanio_free(&d->wio);
+    if (d->dir[0]) {
+        char sock[128];
+        snprintf(sock, sizeof sock, "%s/weftd.sock", d->dir);
+        unlink(sock);
+        rmdir(d->dir);
+        d->dir[0] = '\0';
+    }
 }

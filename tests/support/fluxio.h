@@ -115,4 +115,27 @@ double fwdio_diff(const float *a, const float *b, int64_t n, double scale);
 /* max |t| of an f32 tensor. */
 double fwdio_max_abs(const wf_tensor_t *t);
 
+/* A weftd on cpu:4 whose model root is the fixtures directory, with
+ * flux-tiny loaded as "flux" and wan-tiny as "wan", a client connected
+ * (its hello made: the features known),
+ * and their io files' forwards (flux, wan: B = 2, f32 references). */
+typedef struct fwdd {
+    int pid;
+    wf_client_t *c;
+    char dir[64], endpoint[128];
+    fluxio_t fio;
+    wanio_t wio;
+    fwdio_t flux, wan;
+} fwdd_t;
+
+/* Start it with --mesh mesh and the arguments extra[] (NULL-terminated;
+ * may be NULL). False (message on stderr) when anything fails: nothing is
+ * left running then. */
+bool fwdd_start(fwdd_t *d, const char *weftd, const char *fixtures, const char *mesh,
+                const char *const *extra);
+
+/* Close the client, stop the daemon (a check that it exits 0 on
+ * SIGTERM), free the io and remove the folder. */
+void fwdd_stop(fwdd_t *d);
+
 #endif /* WF_TEST_FLUXIO_H */
