@@ -41,10 +41,7 @@ SOURCE = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(SOURCE / "tests" / "python"))
 sys.path.insert(0, str(SOURCE / "client" / "python" / "src"))
-
-
-def med_range(xs: List[float], f: str = ".2f") -> str:
-    return f"{statistics.median(xs):{f}} ({min(xs):{f}}–{max(xs):{f}})"
+from python_step import med_range  # noqa: E402
 
 
 def main() -> None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import time
 import statistics
@@ -55,16 +54,14 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent
 sys.path.insert(0, str(SOURCE / "tests" / "python"))
 sys.path.insert(0, str(SOURCE / "client" / "python" / "src"))
+sys.path.insert(0, str(HERE))
+from python_step import _blas_core, _cpu_model, med_range  # noqa: E402
 
 CONFIGS = {
     "a": ("dp=2, overlapped", dict(dp=2), True),
     "b": ("dp=2, one after the other", dict(dp=2), False),
     "c": ("ulysses=2, one after the other", dict(ulysses=2), False),
 }
-
-
-def med_range(xs: List[float], fmt: str = ".1f") -> str:
-    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}–{max(xs):{fmt}})"
 
 
 def main() -> None:
@@ -219,7 +216,7 @@ def render(res: Dict[str, Any]) -> str:
         "|---|---|---|",
     ]
     for k, (label, _, _) in CONFIGS.items():
-        lines.append(f"| ({k}) {label} | {med_range(st[k])} | "
+        lines.append(f"| ({k}) {label} | {med_range(st[k], '.1f')} | "
                      f"{statistics.median(res['compute_ms'][k]):.1f} |")
     rr = res["ratio_rounds"]
     lines += [
@@ -233,21 +230,6 @@ def render(res: Dict[str, Any]) -> str:
         f"{res['latents_max_abs']:.2f}).",
     ]
     return "\n".join(lines)
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def _blas_core(log: str) -> str:
-    m = re.search(r"Core: (\S+)", log)
-    return m.group(1) if m else "unknown"
 
 
 if __name__ == "__main__":

@@ -55,8 +55,10 @@ sys.path.insert(0, str(SOURCE / "tests" / "python"))
 sys.path.insert(0, str(SOURCE / "client" / "python" / "src"))
 
 
-def med_range(xs: List[float]) -> str:
-    return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
+def med_range(xs: List[float], fmt: str = ".2f") -> str:
+    """The median (min–max) of xs, each in format fmt (bench/python_cfg.py
+    and python_cache.py print theirs with it too)."""
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}–{max(xs):{fmt}})"
 
 
 def main() -> None:
