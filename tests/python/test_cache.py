@@ -15,8 +15,9 @@ and tp 2 x ring 2 (each step's result.cache recorded):
     constructor's argument; threshold 0 (no session) gives the uncached
     diffusers result; the pipeline call ends its sessions (end_session of
     one of their ids afterwards: not open).
-Two images per prompt (B = 2) on dp 2 x ulysses 2 are split over the two
-replicas (result.devices 4) and match diffusers.
+Two images per prompt (B = 2) on dp 2 x ulysses 2, dp 2 x ring 2, dp 2 x
+tp 2 and dp 4 are split over two replicas (result.devices: both
+replicas' devices) and match diffusers.
 """
 from __future__ import annotations
 
@@ -177,18 +178,23 @@ class CacheTest(unittest.TestCase):
         wt2.close()
 
     def test_2_batch_split_over_dp(self) -> None:
-        """num_images_per_prompt 2 on dp 2 x ulysses 2: each forward's two
-        samples on the two replicas at once (4 devices), as diffusers."""
+        """num_images_per_prompt 2 on dp 2 (x ulysses, ring, tp) and dp 4:
+        each forward's two samples on two replicas at once (their devices
+        all in result.devices), as diffusers."""
         ref = self.diffusers_run(0, num_images_per_prompt=2)
-        wt = self.transformer()
-        wt.client.reconfigure(dp=2, ulysses=2)
-        got = self.weft_run(wt, num_images_per_prompt=2)
-        self.assertEqual(wt.last_result.devices, 4)
-        dl = max_diff(got["latents"], ref["latents"])
         scale = float(ref["latents"].abs().max())
-        print(f"2 images per prompt on dp 2 x ulysses 2: {wt.last_result.devices} devices, "
-              f"latents {dl:.2e} of {scale:.2e}")
-        self.assertLess(dl, LATENT_TOL * scale)
+        wt = self.transformer()
+        for mesh, devices in ((dict(dp=2, ulysses=2), 4), (dict(dp=2, ring=2), 4),
+                              (dict(dp=2, tp=2), 4), (dict(dp=4), 2)):
+            wt.client.reconfigure(**mesh)
+            got = self.weft_run(wt, num_images_per_prompt=2)
+            dl = max_diff(got["latents"], ref["latents"])
+            dp = max_diff(got["image"], ref["image"])
+            print(f"2 images per prompt on {mesh}: {wt.last_result.devices} devices, "
+                  f"latents {dl:.2e} of {scale:.2e}, pixels {dp:.2e}")
+            self.assertEqual(wt.last_result.devices, devices, mesh)
+            self.assertLess(dl, LATENT_TOL * scale, mesh)
+            self.assertLess(dp, PIXEL_TOL, mesh)
         wt.close()
 
 
