@@ -49,6 +49,13 @@ _Static_assert(NCCL_SPLIT_NOCOLOR == WF_COMM_SPLIT_NOCOLOR, "no-color value");
 
 enum { REQS = 64 }; /* isend / irecv in flight per handle */
 
+/* ncclCommRevoke came with NCCL 2.28 (NCCL_VERSION_CODE 22800). */
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22800
+#define WF_HAVE_REVOKE 1
+#else
+#define WF_HAVE_REVOKE 0
+#endif
+
 /* Shared by every handle split from one world handle (refcounted). */
 typedef struct nccl_world {
     atomic_int aborted; /* raised by wf_comm_abort on any handle */
@@ -87,6 +94,7 @@ typedef struct nccl_comm {
     uint32_t init_timeout_ms; /* init / split / finalize */
     uint32_t op_timeout_ms;   /* each operation, 0 = none */
     atomic_bool nccl_aborted; /* ncclCommAbort done (set under mu) */
+    atomic_bool revoked;      /* ncclCommRevoke done (set under mu): kept for shrink */
     bool watched;             /* in the watchdog's list */
     struct nccl_comm *wd_prev, *wd_next; /* the watchdog's list (under wd.mu) */
     posted_t *group;          /* send / recv posted inside a group call */
@@ -295,7 +303,7 @@ static struct {
     bool running;           /* thread started (under life) */
     bool stop;              /* asks the thread to end */
     atomic_int kick;        /* an abort was raised: scan again at once */
-    atomic_uint_fast64_t aborts; /* communicators the watchdog aborted */
+    atomic_uint_fast64_t stops; /* communicators the watchdog aborted or revoked */
     pthread_t thread;
 } wd = {
     .life = PTHREAD_MUTEX_INITIALIZER,
@@ -323,14 +331,25 @@ static bool stream_busy(nccl_comm_t *c)
     return e == cudaErrorNotReady;
 }
 
+/* Whether the NCCL in use has ncclCommRevoke (built and running >= 2.28). */
+static bool has_revoke(void)
+{
+    return WF_HAVE_REVOKE && wf_comm_nccl_version() >= 22800;
+}
+
 /* One check of c (wd.mu held): an asynchronous NCCL error, an abort of the
  * world or of the cluster's domain (a lost node, a failed rank, a job's
  * cancel that aborted), or a stream-ordered call still running
  * op_timeout_ms after the last one was queued. The communicator is then
  * aborted (every later call returns WF_E_ABORTED, the stream's NCCL
- * kernels end so a synchronize returns), except that a world of the
- * cluster's domain stopping with WF_E_ABORTED while nothing runs on its
- * stream is only revoked, as fail() does, so the survivors can shrink it. */
+ * kernels end so a synchronize returns). A world of the cluster's domain
+ * stopping with WF_E_ABORTED is revoked instead, as fail() does, so the
+ * survivors can shrink it: only marked when nothing runs on its stream;
+ * with work in flight (a collective waiting for a lost peer would hold
+ * the worker's synchronize forever) ncclCommRevoke-d, which "stops all
+ * in-flight operations" and leaves the communicator to destroy, split or
+ * shrink once quiescent (nccl.h, 2.28), or ncclCommAbort-ed where NCCL
+ * has no revoke (then the cluster rebuilds). */
 static void wd_check(nccl_comm_t *c)
 {
     if (atomic_load(&c->nccl_aborted))
@@ -363,12 +382,21 @@ static void wd_check(nccl_comm_t *c)
         atomic_store(&c->world->aborted, 1);
         if (c->world->domain)
             wf_comm_zmq_local_abort(c->world->domain);
-        /* a world of the domain stopping with nothing on its stream is
-         * revoked only: kept for ncclCommShrink (see fail()) */
-        if (why != WF_E_ABORTED || !c->world->domain || stream_busy(c)) {
+        bool keep = why == WF_E_ABORTED && c->world->domain;
+        if (!keep) {
             ncclCommAbort(c->comm);
             atomic_store(&c->nccl_aborted, true);
-            atomic_fetch_add(&wd.aborts, 1);
+            atomic_fetch_add(&wd.stops, 1);
+        } else if (!atomic_load(&c->revoked) && stream_busy(c)) {
+            ncclResult_t r = has_revoke() ? ncclCommRevoke(c->comm, NCCL_REVOKE_DEFAULT)
+                                          : ncclInvalidUsage;
+            if (r == ncclSuccess || r == ncclInProgress) {
+                atomic_store(&c->revoked, true);
+            } else {
+                ncclCommAbort(c->comm);
+                atomic_store(&c->nccl_aborted, true);
+            }
+            atomic_fetch_add(&wd.stops, 1);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -459,9 +487,9 @@ static void wd_kick(void)
     pthread_cond_signal(&wd.cv);
 }
 
-uint64_t wf_comm_nccl_watchdog_aborts(void)
+uint64_t wf_comm_nccl_watchdog_stops(void)
 {
-    return atomic_load(&wd.aborts);
+    return atomic_load(&wd.stops);
 }
 
 /* Start of every call: refuse after an abort, select the device. */
@@ -964,6 +992,7 @@ static nccl_comm_t *handle_new(int device, cudaStream_t stream, uint32_t init_ms
     c->op_timeout_ms = op_ms;
     pthread_mutex_init(&c->mu, NULL);
     atomic_init(&c->nccl_aborted, false);
+    atomic_init(&c->revoked, false);
     atomic_init(&c->last_enq_ns, 0);
     if (cudaSetDevice(device) != cudaSuccess ||
         cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking) != cudaSuccess ||
@@ -1189,6 +1218,20 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *base, const int *exclude, int n,
         return WF_E_NO_MEMORY;
     ncclConfig_t cfg = make_config();
     int *ex = (int *)exclude;   /* NCCL's prototype is not const-correct */
+    /* a revoked communicator shrinks once quiescent (ncclCommGetAsyncError
+     * leaves ncclInProgress) */
+    wf_nccl_deadline_t d = deadline_ms(s->init_timeout_ms);
+    for (unsigned it = 0; atomic_load(&c->revoked); it++) {
+        bool busy;
+        wf_status_t qs = comm_poll(c, &busy);
+        if (qs != WF_OK || (busy && wf_nccl_deadline_expired(&d, now_ns()))) {
+            handle_free(s);
+            return WF_E_ABORTED;
+        }
+        if (!busy)
+            break;
+        pause_ns(wf_nccl_poll_delay_ns(it));
+    }
     if (!comm_lock(c)) {        /* the watchdog aborted it meanwhile */
         handle_free(s);
         return WF_E_ABORTED;

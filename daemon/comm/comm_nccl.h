@@ -52,9 +52,12 @@
  * and the domain is aborted, but the communicator is kept until
  * wf_comm_nccl_shrink (the survivors) or wf_comm_destroy (ncclCommAbort)
  * so that a shrink can drop the lost ranks; a local failure
- * (WF_E_INTERNAL) still aborts at once, and so does the watchdog when the
- * revoked world still has work on its stream (a collective waiting for a
- * lost peer would hold the worker's synchronize forever).
+ * (WF_E_INTERNAL) still aborts at once. When such a world still has work
+ * on its stream (a collective waiting for a lost peer would hold the
+ * worker's synchronize forever) the watchdog ncclCommRevoke-s it (NCCL
+ * 2.28 and later: the in-flight operations stop, the communicator stays
+ * shrinkable once quiescent), or ncclCommAbort-s it where NCCL has no
+ * revoke (the cluster then rebuilds from a new id).
  *
  * The uneven collectives (and alltoall) run as grouped ncclSend /
  * ncclRecv from the plans of p2p_plan.h, the ones comm_zmq runs too. The
@@ -143,9 +146,10 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
  * watchdog at once). */
 #define WF_NCCL_WATCHDOG_MS 10
 
-/* Communicators the watchdog has ncclCommAbort-ed in this process (for
- * tests and metrics); 0 with the stub. */
-uint64_t wf_comm_nccl_watchdog_aborts(void);
+/* Communicators the watchdog has stopped in this process (ncclCommAbort,
+ * or ncclCommRevoke for a world of the cluster's domain with work in
+ * flight), for tests and metrics; 0 with the stub. */
+uint64_t wf_comm_nccl_watchdog_stops(void);
 
 /* ---- pure host logic (no NCCL, no CUDA) ------------------------------------ */
 

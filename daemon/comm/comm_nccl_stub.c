@@ -41,7 +41,7 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
     return WF_E_UNAVAILABLE;
 }
 
-uint64_t wf_comm_nccl_watchdog_aborts(void)
+uint64_t wf_comm_nccl_watchdog_stops(void)
 {
     return 0;
 }

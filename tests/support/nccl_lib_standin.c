@@ -54,6 +54,7 @@ struct ncclComm {
     int rank;
     bool pending;           /* next GetAsyncError: ncclInProgress */
     bool gone;              /* aborted or destroyed: freed for the caller */
+    bool revoked;           /* ncclCommRevoke: its operations end unwritten */
     ncclResult_t async_err; /* set by wf_nclib_set_async_error */
     int running;            /* stream operations of it running now */
     uint64_t splits;        /* ncclCommSplit calls made */
@@ -147,7 +148,7 @@ static msg_t *take(struct CUstream_st *s, struct ncclComm *c, int src)
     world_t *w = c->w;
     int q = src * MAXR + c->rank;
     while (!w->head[q]) {
-        if (c->gone)
+        if (c->gone || c->revoked)
             return NULL;
         s->blocked = true;
         pthread_cond_broadcast(&cv);
@@ -189,7 +190,7 @@ static size_t esize(ncclDataType_t dt)
 static void run_nccl(struct CUstream_st *s, sop_t *o)
 {
     struct ncclComm *c = o->p[0].comm;
-    if (c->gone)
+    if (c->gone || c->revoked)
         return;
     c->running++;
     world_t *w = c->w;
@@ -719,12 +720,72 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *newcomm
     return ncclInProgress;
 }
 
-ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+/* Stops what runs on c and keeps it for shrink / destroy (NCCL 2.28):
+ * ncclInProgress once, then quiescent. */
+ncclResult_t ncclCommRevoke(ncclComm_t c, int revokeFlags)
+{
+    pthread_mutex_lock(&mu);
+    if (gone(c) || revokeFlags != NCCL_REVOKE_DEFAULT) {
+        pthread_mutex_unlock(&mu);
+        return ncclInvalidUsage;
+    }
+    c->revoked = true;
+    c->pending = true;
+    cnt.revokes++;
+    pthread_cond_broadcast(&cv);
+    while (c->running)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return ncclSuccess;
+}
+
+/* Collective over the survivors (an excluded rank does not call it): a
+ * split whose excluded ranks have no color, formed once every survivor
+ * came; survivors keep their order. */
+ncclResult_t ncclCommShrink(ncclComm_t c, int *excludeRanksList, int excludeRanksCount,
                             ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
-    (void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm;
     (void)config, (void)shrinkFlags;
-    return ncclInvalidUsage;    /* not modelled (nccl_standin.h covers shrink) */
+    pthread_mutex_lock(&mu);
+    if (gone(c) || !c->w) {
+        pthread_mutex_unlock(&mu);
+        return ncclInvalidUsage;
+    }
+    world_t *w = c->w;
+    uint64_t round = (1ull << 32) + ++c->splits;   /* apart from split rounds */
+    split_slot_t *sl = w->splits;
+    while (sl && sl->round != round)
+        sl = sl->next;
+    if (!sl) {
+        sl = calloc(1, sizeof *sl);
+        if (!sl)
+            abort();
+        sl->round = round;
+        sl->next = w->splits;
+        w->splits = sl;
+        for (int r = 0; r < w->nranks; r++)
+            sl->color[r] = 0;
+        for (int i = 0; i < excludeRanksCount; i++)
+            sl->color[excludeRanksList[i]] = -1;
+    }
+    sl->made[c->rank] = comm_new(NULL, -1);
+    *newcomm = sl->made[c->rank];
+    c->split = sl;
+    if (++sl->arrived == w->nranks - excludeRanksCount) {
+        world_t *nw = world_new(++next_id, sl->arrived);
+        nw->joined = sl->arrived;
+        for (int r = 0, i = 0; r < w->nranks; r++)
+            if (sl->color[r] == 0) {
+                struct ncclComm *x = sl->made[r];
+                x->w = nw;
+                x->rank = i;
+                nw->comm[i++] = x;
+            }
+        sl->done = true;
+        pthread_cond_broadcast(&cv);
+    }
+    pthread_mutex_unlock(&mu);
+    return ncclInProgress;
 }
 
 /* Add one primitive: to the group, or as a stream operation of its own. */

@@ -30,7 +30,11 @@
  *   - ncclCommAbort ends the operations of that communicator on every
  *     stream (they finish without writing), waits until none runs, and
  *     frees the communicator: any later call with it is counted
- *     (use_after_abort) and refused with ncclInvalidUsage.
+ *     (use_after_abort) and refused with ncclInvalidUsage;
+ *   - ncclCommRevoke (NCCL 2.28) ends them the same way but keeps the
+ *     communicator, quiescent after one ncclInProgress, for shrink or
+ *     destroy; ncclCommShrink is collective over the survivors (they keep
+ *     their order) and non-blocking like split.
  *
  * Not modelled: device contexts (cudaSetDevice is accepted and ignored),
  * NCCL's algorithms and numerics (allreduce is a rank-order sum, as
@@ -58,6 +62,7 @@ void wf_nclib_thread_reset(void);
 typedef struct wf_nclib_counters {
     uint64_t nccl_ops;        /* stream operations enqueued by NCCL calls (a group is one) */
     uint64_t aborts;          /* ncclCommAbort calls */
+    uint64_t revokes;         /* ncclCommRevoke calls */
     uint64_t use_after_abort; /* calls on a communicator after its abort */
     uint64_t live_comms;      /* communicators not yet destroyed or aborted */
 } wf_nclib_counters_t;

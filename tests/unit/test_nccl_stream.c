@@ -14,7 +14,9 @@
  *     its rank is blocked in a synchronize of the stream (the backend's
  *     synchronize at a job's end) or in wf_comm_sync; the operation
  *     timeout (op_timeout_ms) does the same, no earlier than configured;
- *     a world of the domain whose stream is idle is only revoked;
+ *     a world of the domain is revoked, not aborted (ncclCommRevoke when
+ *     work is in flight, only marked when its stream is idle), and the
+ *     survivor shrinks it;
  *   - no NCCL call touches a communicator after its abort.
  * Waits are for events (the stand-in's "blocked" and "done" states),
  * never sleeps. */
@@ -252,7 +254,8 @@ typedef struct {
     int wait_in_comm;  /* 1: rank 0 blocks in wf_comm_sync; 0: in the stream's synchronize */
     wf_comm_zmq_local_t *domain;
     uint64_t elapsed_ms;
-    uint64_t wd_aborts;  /* the watchdog's aborts during the run */
+    uint64_t wd_stops;  /* the watchdog's aborts / revokes during the run */
+    int shrunk;         /* node loss: the survivor shrank the world after */
 } stop_case_t;
 
 /* Rank 0 queues an allreduce rank 1 never joins and blocks on it; rank 1
@@ -263,7 +266,7 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
     int fails = 0;
     if (rank == 0) {
         float v[4] = {1, 2, 3, 4};
-        uint64_t a0 = wf_comm_nccl_watchdog_aborts();
+        uint64_t a0 = wf_comm_nccl_watchdog_stops();
         uint64_t t0 = mono_ms();
         EXPECT_OK(wf_comm_allreduce(c, v, v, 4, WF_COMM_F32, WF_COMM_SUM));
         if (k->wait_in_comm) {
@@ -273,11 +276,28 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
             EXPECT(wf_comm_sync(c) == WF_E_ABORTED);
         }
         k->elapsed_ms = mono_ms() - t0;
-        k->wd_aborts = wf_comm_nccl_watchdog_aborts() - a0;
+        k->wd_stops = wf_comm_nccl_watchdog_stops() - a0;
         /* every later call refuses */
         EXPECT(wf_comm_allreduce(c, v, v, 4, WF_COMM_F32, WF_COMM_SUM) == WF_E_ABORTED);
         EXPECT(wf_comm_barrier(c) == WF_E_ABORTED);
         fails += cc_aborted_refusals(c);
+        if (k->how == STOP_NODE_LOSS) {
+            /* revoked, not aborted: the survivor shrinks it without the
+             * lost rank, and the new world works */
+            int lost[1] = {1};
+            wf_comm_nccl_opts_t o = {.device = 0, .init_timeout_ms = 30000};
+            wf_comm_t *nc = NULL;
+            EXPECT_OK(wf_comm_nccl_shrink(c, lost, 1, &o, &nc));
+            if (nc) {
+                EXPECT(wf_comm_size(nc) == 1 && wf_comm_rank(nc) == 0);
+                float w[4] = {1, 2, 3, 4};
+                EXPECT_OK(wf_comm_allreduce(nc, w, w, 4, WF_COMM_F32, WF_COMM_SUM));
+                EXPECT_OK(wf_comm_sync(nc));
+                EXPECT(w[3] == 4.0f);
+                k->shrunk = 1;
+                wf_comm_destroy(&nc);
+            }
+        }
         return fails;
     }
     void *s0;
@@ -307,7 +327,7 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
 
 static void stop_case(stop_t how, int wait_in_comm, const char *what)
 {
-    stop_case_t k = {how, wait_in_comm, NULL, 0, 0};
+    stop_case_t k = {how, wait_in_comm, NULL, 0, 0, 0};
     uint32_t op_timeout = how == STOP_TIMEOUT ? 200 : 0;
     if (how == STOP_NODE_LOSS)
         CHECK(wf_comm_zmq_local_new(&k.domain) == WF_OK);
@@ -323,13 +343,20 @@ static void stop_case(stop_t how, int wait_in_comm, const char *what)
      * before the watchdog does; a stream synchronize only the watchdog
      * can end */
     if (!wait_in_comm)
-        CHECK(k.wd_aborts >= 1);
+        CHECK(k.wd_stops >= 1);
+    /* a lost node: the blocked rank's world revoked (NCCL 2.28), kept */
+    if (how == STOP_NODE_LOSS)
+        CHECK(c1.revokes > c0.revokes && k.shrunk);
     printf("%s, rank blocked in %s: returned WF_E_ABORTED after %llu ms "
-           "(watchdog interval %d ms%s), watchdog aborts %llu\n",
+           "(watchdog interval %d ms%s), watchdog stops %llu (NCCL aborts %llu, "
+           "revokes %llu)%s\n",
            what, wait_in_comm ? "wf_comm_sync" : "the stream's synchronize",
            (unsigned long long)k.elapsed_ms, WF_NCCL_WATCHDOG_MS,
            how == STOP_TIMEOUT ? ", op_timeout 200 ms" : "",
-           (unsigned long long)k.wd_aborts);
+           (unsigned long long)k.wd_stops,
+           (unsigned long long)(c1.aborts - c0.aborts),
+           (unsigned long long)(c1.revokes - c0.revokes),
+           k.shrunk ? ", then shrunk to the survivor" : "");
     wf_comm_zmq_local_unref(&k.domain);
 }
 
@@ -351,12 +378,12 @@ static int body_revoke(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
         wr->ready++;
         while (wr->ready < 2 * wr->n)
             pthread_cond_wait(&wr->cv, &wr->mu);
-        uint64_t a0 = wf_comm_nccl_watchdog_aborts();
+        uint64_t a0 = wf_comm_nccl_watchdog_stops();
         uint64_t n0 = wf_nclib_counters().aborts;
         wf_comm_zmq_local_abort(k->domain);
         pthread_mutex_unlock(&wr->mu);
         EXPECT(wf_comm_sync(c) == WF_E_ABORTED);
-        k->wd_aborts = wf_comm_nccl_watchdog_aborts() - a0;
+        k->wd_stops = wf_comm_nccl_watchdog_stops() - a0;
         EXPECT(wf_nclib_counters().aborts == n0);   /* revoked, not aborted */
         pthread_mutex_lock(&wr->mu);
         wr->ready++;
@@ -374,13 +401,13 @@ static int body_revoke(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
 
 static void test_revoke(void)
 {
-    stop_case_t k = {STOP_NODE_LOSS, 0, NULL, 0, 0};
+    stop_case_t k = {STOP_NODE_LOSS, 0, NULL, 0, 0, 0};
     CHECK(wf_comm_zmq_local_new(&k.domain) == WF_OK);
     wf_nclib_counters_t c0 = wf_nclib_counters();
     int f = run_world(2, 0, k.domain, body_revoke, &k);
     wf_nclib_counters_t c1 = wf_nclib_counters();
     CHECK(f == 0);
-    CHECK(k.wd_aborts == 0);
+    CHECK(k.wd_stops == 0);
     CHECK(c1.use_after_abort == c0.use_after_abort);
     CHECK(c1.live_comms == c0.live_comms);   /* destroy aborts them */
     printf("a lost node with idle streams: world revoked (no ncclCommAbort "
