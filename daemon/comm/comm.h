@@ -44,9 +44,10 @@
  * until wf_comm_sync (or a synchronize of that stream) returns. The
  * returned status reports what was known at enqueue time (bad arguments,
  * an abort seen already, a failed enqueue); a failure while the
- * operation runs surfaces in wf_comm_sync, in the next call, or as the
- * stream synchronize's return after the abort watchdog has aborted the
- * communicator. Calls that keep host completion on a device comm:
+ * operation runs shows in wf_comm_sync or the next call (WF_E_ABORTED).
+ * An operation that can never complete (a lost peer, an abort) would hold
+ * a synchronize of the stream forever: the backend's abort watchdog
+ * aborts its communicator so that the synchronize returns. Calls that keep host completion on a device comm:
  * wf_comm_barrier, wf_comm_split, wf_comm_wait (and a wf_comm_test that
  * reports done), wf_comm_sync. Host, zmq and staged comms complete every
  * call on return, as above, and their wf_comm_sync returns WF_OK.

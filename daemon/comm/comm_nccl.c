@@ -167,9 +167,7 @@ static bool world_aborted(const nccl_comm_t *c)
            (c->world->domain && wf_comm_zmq_local_aborted(c->world->domain));
 }
 
-/* Abort this handle's communicator (once) and mark the world (and the
- * cluster's domain: the other ranks of this process and the cluster learn
- * of it, as from a comm_zmq failure). */
+/* ncclCommAbort this handle's communicator, once. */
 static void abort_comm(nccl_comm_t *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -180,9 +178,16 @@ static void abort_comm(nccl_comm_t *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+static void wd_kick(void);
+
+/* Abort this handle's communicator and mark the world (and the cluster's
+ * domain: the other ranks of this process and the cluster learn of it,
+ * as from a comm_zmq failure); the watchdog stops the world's other
+ * handles at once. */
 static void abort_local(nccl_comm_t *c)
 {
     atomic_store(&c->world->aborted, 1);
+    wd_kick();
     if (c->world->domain)
         wf_comm_zmq_local_abort(c->world->domain);
     abort_comm(c);
@@ -380,7 +385,7 @@ static void wd_check(nccl_comm_t *c)
     }
     if (why != WF_OK) {
         atomic_store(&c->world->aborted, 1);
-        if (c->world->domain)
+        if (c->world->domain && !wf_comm_zmq_local_aborted(c->world->domain))
             wf_comm_zmq_local_abort(c->world->domain);
         bool keep = why == WF_E_ABORTED && c->world->domain;
         if (!keep) {
