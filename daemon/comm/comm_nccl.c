@@ -354,7 +354,7 @@ static bool has_revoke(void)
  * the worker's synchronize forever) ncclCommRevoke-d, which "stops all
  * in-flight operations" and leaves the communicator to destroy, split or
  * shrink once quiescent (nccl.h, 2.28), or ncclCommAbort-ed where NCCL
- * has no revoke (then the cluster rebuilds). */
+ * has no revoke (a shrink of it then fails with WF_E_ABORTED). */
 static void wd_check(nccl_comm_t *c)
 {
     if (atomic_load(&c->nccl_aborted))

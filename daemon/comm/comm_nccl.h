@@ -57,7 +57,8 @@
  * worker's synchronize forever) the watchdog ncclCommRevoke-s it (NCCL
  * 2.28 and later: the in-flight operations stop, the communicator stays
  * shrinkable once quiescent), or ncclCommAbort-s it where NCCL has no
- * revoke (the cluster then rebuilds from a new id).
+ * revoke (2.27: a shrink of it then fails with WF_E_ABORTED, where it
+ * would otherwise have waited forever in that synchronize).
  *
  * The uneven collectives (and alltoall) run as grouped ncclSend /
  * ncclRecv from the plans of p2p_plan.h, the ones comm_zmq runs too. The
