@@ -56,11 +56,17 @@ enum { REQS = 64 }; /* isend / irecv in flight per handle */
 #define WF_HAVE_REVOKE 0
 #endif
 
-/* Shared by every handle split from one world handle (refcounted). */
+/* Shared by every handle of one communicator's world in this process:
+ * the ranks that init it with the same unique id (one per device, in
+ * their worker threads) and every handle split from theirs, so that
+ * wf_comm_abort on any of them reaches all (comm.h). Refcounted. */
 typedef struct nccl_world {
     atomic_int aborted; /* raised by wf_comm_abort on any handle */
-    atomic_int refs;    /* handles alive */
+    atomic_int refs;    /* handles alive (changed under wd.mu) */
     wf_comm_zmq_local_t *domain; /* the cluster's abort domain (a reference), or NULL */
+    bool keyed;         /* found by id: in wd.worlds */
+    unsigned char id[WF_NCCL_ID_BYTES]; /* the unique id of its init (keyed) */
+    struct nccl_world *next; /* wd.worlds */
 } nccl_world_t;
 
 /* A posted point-to-point operation (group or asynchronous). */
@@ -304,6 +310,7 @@ static struct {
     pthread_cond_t cv;      /* wakes the thread (stop, abort) */
     pthread_once_t once;    /* cv on CLOCK_MONOTONIC */
     nccl_comm_t *head;      /* live, initialized handles */
+    nccl_world_t *worlds;   /* worlds made by init, by unique id */
     int n;                  /* handles in the list */
     bool running;           /* thread started (under life) */
     bool stop;              /* asks the thread to end */
@@ -982,9 +989,54 @@ static ncclConfig_t make_config(void)
     return cfg;
 }
 
-/* Everything of a handle but the communicator; NULL on failure. */
+/* A reference to the world of unique id `id` in this process (NULL: a
+ * world of its own), made on the first call; NULL when out of memory. */
+static nccl_world_t *world_ref(nccl_world_t *world, const wf_nccl_id_t *id,
+                               wf_comm_zmq_local_t *domain)
+{
+    pthread_mutex_lock(&wd.mu);
+    if (!world && id)
+        for (nccl_world_t *w = wd.worlds; w && !world; w = w->next)
+            if (memcmp(w->id, id->bytes, sizeof w->id) == 0)
+                world = w;
+    if (!world && (world = calloc(1, sizeof *world)) != NULL) {
+        atomic_init(&world->aborted, 0);
+        atomic_init(&world->refs, 0);
+        world->domain = domain ? wf_comm_zmq_local_ref(domain) : NULL;
+        if (id) {
+            world->keyed = true;
+            memcpy(world->id, id->bytes, sizeof world->id);
+            world->next = wd.worlds;
+            wd.worlds = world;
+        }
+    }
+    if (world)
+        atomic_fetch_add(&world->refs, 1);
+    pthread_mutex_unlock(&wd.mu);
+    return world;
+}
+
+static void world_unref(nccl_world_t *world)
+{
+    pthread_mutex_lock(&wd.mu);
+    bool last = atomic_fetch_sub(&world->refs, 1) == 1;
+    if (last && world->keyed)
+        for (nccl_world_t **p = &wd.worlds; *p; p = &(*p)->next)
+            if (*p == world) {
+                *p = world->next;
+                break;
+            }
+    pthread_mutex_unlock(&wd.mu);
+    if (last) {
+        wf_comm_zmq_local_unref(&world->domain);
+        free(world);
+    }
+}
+
+/* Everything of a handle but the communicator; NULL on failure. world:
+ * the parent's (split), else the world of id (init) or a new one. */
 static nccl_comm_t *handle_new(int device, cudaStream_t stream, uint32_t init_ms,
-                               uint32_t op_ms, nccl_world_t *world,
+                               uint32_t op_ms, nccl_world_t *world, const wf_nccl_id_t *id,
                                wf_comm_zmq_local_t *domain)
 {
     nccl_comm_t *c = calloc(1, sizeof *c);
@@ -1010,16 +1062,8 @@ static nccl_comm_t *handle_new(int device, cudaStream_t stream, uint32_t init_ms
     for (int i = 0; i < REQS; i++)
         if (cudaEventCreateWithFlags(&c->reqs[i].done, cudaEventDisableTiming) != cudaSuccess)
             goto bad;
-    if (!world) {
-        world = calloc(1, sizeof *world);
-        if (!world)
-            goto bad;
-        atomic_init(&world->aborted, 0);
-        atomic_init(&world->refs, 0);
-        world->domain = domain ? wf_comm_zmq_local_ref(domain) : NULL;
-    }
-    atomic_fetch_add(&world->refs, 1);
-    c->world = world;
+    if (!(c->world = world_ref(world, id, domain)))
+        goto bad;
     return c;
 bad:
     (void)cudaGetLastError();
@@ -1056,10 +1100,7 @@ static void handle_free(nccl_comm_t *c)
     cudaStreamDestroy(c->side);
     (void)cudaGetLastError();
     pthread_mutex_destroy(&c->mu);
-    if (atomic_fetch_sub(&c->world->refs, 1) == 1) {
-        wf_comm_zmq_local_unref(&c->world->domain);
-        free(c->world);
-    }
+    world_unref(c->world);
     free(c->group);
     free(c);
 }
@@ -1107,7 +1148,7 @@ wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
         opts->device < 0)
         return WF_E_BAD_ARGUMENT;
     nccl_comm_t *c = handle_new(opts->device, (cudaStream_t)opts->stream,
-                                opts->init_timeout_ms, opts->op_timeout_ms, NULL,
+                                opts->init_timeout_ms, opts->op_timeout_ms, NULL, id,
                                 opts->abort_domain);
     if (!c)
         return WF_E_NO_MEMORY;
@@ -1137,7 +1178,7 @@ static wf_status_t nc_split(wf_comm_t *base, int color, int key, wf_comm_t **ret
     if (st != WF_OK)
         return st;
     nccl_comm_t *s = handle_new(c->device, c->stream, c->init_timeout_ms, c->op_timeout_ms,
-                                c->world, NULL);
+                                c->world, NULL, NULL);
     if (!s)
         return fail(c, WF_E_NO_MEMORY); /* the peers wait in the split: abort them */
     ncclConfig_t cfg = make_config();
@@ -1214,11 +1255,21 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *base, const int *exclude, int n,
         (void)cudaGetLastError();
         return WF_E_INTERNAL;
     }
-    /* a new world (own abort flag): the old one may be aborted already */
+    /* a new world (own abort flag: the old one may be aborted already),
+     * shared by this process's survivors: keyed by the old world's key
+     * and the ranks dropped, which they all pass alike */
+    wf_nccl_id_t key;
+    memcpy(key.bytes, c->world->id, sizeof key.bytes);
+    uint64_t h = 0xcbf29ce484222325u;
+    for (int i = 0; i < n; i++)
+        for (size_t b = 0; b < sizeof key.bytes; b++) {
+            h = (h ^ key.bytes[b] ^ (unsigned)exclude[i]) * 0x100000001b3u;
+            key.bytes[b] = (unsigned char)(h >> 56);
+        }
     nccl_comm_t *s = handle_new(c->device, c->stream,
                                 opts->init_timeout_ms ? opts->init_timeout_ms
                                                       : c->init_timeout_ms,
-                                opts->op_timeout_ms, NULL, opts->abort_domain);
+                                opts->op_timeout_ms, NULL, &key, opts->abort_domain);
     if (!s)
         return WF_E_NO_MEMORY;
     ncclConfig_t cfg = make_config();

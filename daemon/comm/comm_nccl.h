@@ -110,7 +110,9 @@ wf_status_t wf_comm_nccl_unique_id(wf_nccl_id_t *ret_id);
 /* This rank's world handle: ncclCommInitRankConfig (non-blocking) on
  * opts->device, polled under the init timeout. Every rank of the world
  * calls it with the same id and nranks (one thread per device; ranks of
- * one process may call it concurrently). Caller owns *ret_comm
+ * one process may call it concurrently). The ranks of one process that
+ * init with the same id share the world: wf_comm_abort on any handle of
+ * theirs (or a split of one) stops all of them. Caller owns *ret_comm
  * (wf_comm_destroy). Errors: WF_E_BAD_ARGUMENT, WF_E_NO_MEMORY,
  * WF_E_ABORTED (timeout or remote failure), WF_E_INTERNAL. */
 wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,

@@ -17,6 +17,8 @@
  *     a world of the domain is revoked, not aborted (ncclCommRevoke when
  *     work is in flight, only marked when its stream is idle), and the
  *     survivor shrinks it;
+ *   - the ranks of one communicator in one process share its world: a
+ *     stop of one reaches the others' calls;
  *   - no NCCL call touches a communicator after its abort.
  * Waits are for events (the stand-in's "blocked" and "done" states),
  * never sleeps. */
@@ -316,12 +318,15 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
     case STOP_TIMEOUT:
         break;
     }
-    /* this rank's world learns of it in its next call: aborted (its own
-     * world, the domain) or still fine (the others: NCCL tells no peer) */
-    if (k->how == STOP_NODE_LOSS) {
-        float v = 0;
-        EXPECT(wf_comm_allreduce(c, &v, &v, 1, WF_COMM_F32, WF_COMM_SUM) == WF_E_ABORTED);
-    }
+    /* the ranks of one communicator in one process share its world: once
+     * rank 0's is stopped, this rank's calls refuse too (comm.h: an abort
+     * reaches every handle of the world) */
+    pthread_mutex_lock(&wr->mu);
+    while (wr->done < 1)
+        pthread_cond_wait(&wr->cv, &wr->mu);
+    pthread_mutex_unlock(&wr->mu);
+    float v = 0;
+    EXPECT(wf_comm_allreduce(c, &v, &v, 1, WF_COMM_F32, WF_COMM_SUM) == WF_E_ABORTED);
     return fails;
 }
 
