@@ -8,26 +8,39 @@
  *
  * Threads and NCCL. A handle is used by its owner thread (comm.h) and by
  * the watchdog thread, which polls ncclCommGetAsyncError and may call
- * ncclCommAbort while the owner is anywhere, including blocked in a
- * synchronize of the stream the collectives run on. NCCL documents
- * ncclCommAbort as the way to end operations that will never complete
- * ("ncclCommAbort: Frees resources associated with a communicator object
- * and aborts any operations that might still be running on the device",
- * https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/comms.html,
- * and the "Fault Tolerance" section of usage/communicators.html: with
- * non-blocking communicators (config.blocking = 0) no call but abort /
- * destroy waits, so an application thread can poll ncclCommGetAsyncError
- * and abort). This file does not rely on NCCL tolerating two threads
- * inside calls on one communicator at once: every NCCL call on a handle's
- * communicator (enqueue from ncclGroupStart to ncclGroupEnd, an
- * ncclCommGetAsyncError poll, split, abort) is made holding the handle's
- * mutex `mu`, and none of them waits (non-blocking mode); the watchdog
- * only try-locks `mu` and checks a handle whose owner is inside such a
- * call at its next round, so no owner can stall it. After ncclCommAbort the communicator is
- * freed: `nccl_aborted` is set under `mu` and every call checks it under
- * `mu` before it touches `comm`. Waiting for the stream (cudaEventQuery,
- * a backend's cudaStreamSynchronize) is not an NCCL call and holds no
- * lock: an abort ends the NCCL kernels, so that wait returns. */
+ * ncclCommAbort / ncclCommRevoke while the owner is anywhere, including
+ * blocked in a synchronize of the stream the collectives run on. What
+ * NCCL says that relies on (nccl.h 2.28; NCCL user guide, "Status and
+ * Utility Methods", https://docs.nvidia.com/deeplearning/nccl/user-guide/
+ * docs/nccl4py/communicator/status.html):
+ *   - ncclCommAbort "frees resources associated with communicator object
+ *     and aborts any operations that might still be running on the
+ *     device" (nccl.h): what ends a collective whose peer never comes;
+ *   - ncclCommRevoke "stops all in-flight operations and marks
+ *     communicator state as ncclInProgress. The state will change to
+ *     ncclSuccess when the communicator is quiescent; then, management
+ *     operations (destroy, split, shrink) can proceed safely" (nccl.h);
+ *   - "Operations with a stream argument return ncclSuccess when posted
+ *     but may report errors through [ncclCommGetAsyncError] until
+ *     completed. If any NCCL function returns ncclInProgress, users must
+ *     query the communicator state until it becomes ncclSuccess before
+ *     calling another NCCL function. Before the state becomes
+ *     ncclSuccess, do not issue CUDA kernels on streams used by NCCL. If
+ *     an error occurs, destroy the communicator with abort()" (user
+ *     guide): settle() polls before a call returns, so the caller's next
+ *     kernels come after, and an error aborts.
+ * This file does not rely on NCCL tolerating two threads inside calls on
+ * one communicator at once: every NCCL call on a handle's communicator
+ * (an enqueue from ncclGroupStart to ncclGroupEnd, an
+ * ncclCommGetAsyncError poll, split, shrink, abort, revoke) is made
+ * holding the handle's mutex `mu`, and none of them waits (non-blocking
+ * mode, config.blocking = 0); the watchdog only try-locks `mu` and checks
+ * a handle whose owner is inside such a call at its next round, so no
+ * owner can stall it. After ncclCommAbort the communicator is freed:
+ * `nccl_aborted` is set under `mu` and every call checks it under `mu`
+ * before it touches `comm`. Waiting for the stream (cudaEventQuery, a
+ * backend's cudaStreamSynchronize) is not an NCCL call and holds no lock:
+ * an abort or revoke ends the NCCL kernels, so that wait returns. */
 #include "comm_nccl.h"
 #include "comm_impl.h"
 #include "comm_zmq.h"
