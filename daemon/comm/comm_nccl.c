@@ -280,6 +280,14 @@ static wf_status_t wait_nccl_ready(nccl_comm_t *c, const wf_nccl_deadline_t *d)
     }
 }
 
+/* A stop seen after an event completed: the watchdog's abort or revoke
+ * ends the NCCL kernels, so the event completes without the operation
+ * having done its work. */
+static bool stopped(const nccl_comm_t *c)
+{
+    return atomic_load(&c->nccl_aborted) || atomic_load(&c->revoked) || world_aborted(c);
+}
+
 /* Wait for event ev, watching NCCL's asynchronous errors, the world's
  * abort flag and the operation timeout. */
 static wf_status_t wait_event(nccl_comm_t *c, cudaEvent_t ev)
@@ -288,7 +296,7 @@ static wf_status_t wait_event(nccl_comm_t *c, cudaEvent_t ev)
     for (unsigned it = 0;; it++) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess)
-            return WF_OK;
+            return stopped(c) ? fail(c, WF_E_ABORTED) : WF_OK;
         if (e != cudaErrorNotReady) {
             (void)cudaGetLastError();
             return fail(c, WF_E_INTERNAL);
@@ -732,6 +740,8 @@ static wf_status_t nc_test(wf_comm_t *base, wf_comm_req_t *req, int *ret_done)
     } else if (e != cudaSuccess) {
         (void)cudaGetLastError();
         st = fail(c, WF_E_INTERNAL);
+    } else if (stopped(c)) {
+        st = fail(c, WF_E_ABORTED);
     }
     req->used = 0;
     *ret_done = 1;

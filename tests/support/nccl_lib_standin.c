@@ -17,6 +17,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static wf_nclib_counters_t cnt;
 static uint64_t next_id;                 /* unique ids and split worlds */
+static int n_blocked;                    /* stream operations waiting for a message */
 static _Thread_local uint64_t t_waits;   /* this thread's host waits */
 
 /* ---- communicators ---------------------------------------------------- */
@@ -151,8 +152,10 @@ static msg_t *take(struct CUstream_st *s, struct ncclComm *c, int src)
         if (c->gone || c->revoked)
             return NULL;
         s->blocked = true;
+        n_blocked++;
         pthread_cond_broadcast(&cv);
         pthread_cond_wait(&cv, &mu);
+        n_blocked--;
         s->blocked = false;
     }
     msg_t *m = w->head[q];
@@ -962,4 +965,12 @@ void wf_nclib_stream_destroy(void *stream)
 {
     if (stream)
         cudaStreamDestroy((cudaStream_t)stream);
+}
+
+void wf_nclib_wait_any_blocked(void)
+{
+    pthread_mutex_lock(&mu);
+    while (n_blocked == 0)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
 }

@@ -91,4 +91,8 @@ int wf_nclib_stream_busy(void *stream);
  * not come (a collective or receive whose peer has not sent). */
 void wf_nclib_wait_blocked(void *stream);
 
+/* The same for any stream (a handle's own side stream of isend / irecv,
+ * which a test cannot name). */
+void wf_nclib_wait_any_blocked(void);
+
 #endif /* WF_TEST_NCCL_LIB_STANDIN_H */

@@ -253,7 +253,8 @@ typedef enum {
 
 typedef struct {
     stop_t how;
-    int wait_in_comm;  /* 1: rank 0 blocks in wf_comm_sync; 0: in the stream's synchronize */
+    int wait_in_comm;  /* rank 0 blocks in: 0 the stream's synchronize, 1 wf_comm_sync,
+                        * 2 wf_comm_wait on an irecv (the side stream) */
     wf_comm_zmq_local_t *domain;
     uint64_t elapsed_ms;
     uint64_t wd_stops;  /* the watchdog's aborts / revokes during the run */
@@ -270,10 +271,15 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
         float v[4] = {1, 2, 3, 4};
         uint64_t a0 = wf_comm_nccl_watchdog_stops();
         uint64_t t0 = mono_ms();
-        EXPECT_OK(wf_comm_allreduce(c, v, v, 4, WF_COMM_F32, WF_COMM_SUM));
-        if (k->wait_in_comm) {
+        if (k->wait_in_comm == 2) {
+            wf_comm_req_t *rq = NULL;
+            EXPECT_OK(wf_comm_irecv(c, v, sizeof v, 1, &rq));
+            EXPECT(wf_comm_wait(c, &rq) == WF_E_ABORTED && rq == NULL);
+        } else if (k->wait_in_comm) {
+            EXPECT_OK(wf_comm_allreduce(c, v, v, 4, WF_COMM_F32, WF_COMM_SUM));
             EXPECT(wf_comm_sync(c) == WF_E_ABORTED);
         } else {
+            EXPECT_OK(wf_comm_allreduce(c, v, v, 4, WF_COMM_F32, WF_COMM_SUM));
             wf_nclib_stream_sync(stream);   /* returns once NCCL is aborted */
             EXPECT(wf_comm_sync(c) == WF_E_ABORTED);
         }
@@ -304,7 +310,10 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
     }
     void *s0;
     wf_comm_t *c0 = peer_comm(wr, 0, &s0);
-    wf_nclib_wait_blocked(s0);  /* rank 0's collective waits for us */
+    if (k->wait_in_comm == 2)
+        wf_nclib_wait_any_blocked();    /* rank 0's receive waits for us */
+    else
+        wf_nclib_wait_blocked(s0);      /* rank 0's collective waits for us */
     switch (k->how) {
     case STOP_ASYNC_ERROR:
         EXPECT(wf_nclib_set_async_error(0, 2 /* ncclSystemError */) >= 1);
@@ -355,7 +364,8 @@ static void stop_case(stop_t how, int wait_in_comm, const char *what)
     printf("%s, rank blocked in %s: returned WF_E_ABORTED after %llu ms "
            "(watchdog interval %d ms%s), watchdog stops %llu (NCCL aborts %llu, "
            "revokes %llu)%s\n",
-           what, wait_in_comm ? "wf_comm_sync" : "the stream's synchronize",
+           what, wait_in_comm == 2 ? "wf_comm_wait (irecv)"
+                 : wait_in_comm ? "wf_comm_sync" : "the stream's synchronize",
            (unsigned long long)k.elapsed_ms, WF_NCCL_WATCHDOG_MS,
            how == STOP_TIMEOUT ? ", op_timeout 200 ms" : "",
            (unsigned long long)k.wd_stops,
@@ -428,6 +438,7 @@ int main(void)
     stop_case(STOP_ASYNC_ERROR, 0, "asynchronous NCCL error");
     stop_case(STOP_CANCEL, 0, "wf_comm_abort from another thread (a job's cancel)");
     stop_case(STOP_CANCEL, 1, "wf_comm_abort from another thread (a job's cancel)");
+    stop_case(STOP_CANCEL, 2, "wf_comm_abort from another thread (a job's cancel)");
     stop_case(STOP_NODE_LOSS, 0, "lost node (the cluster's abort domain)");
     stop_case(STOP_TIMEOUT, 0, "operation timeout");
     test_revoke();
