@@ -47,10 +47,12 @@
  * operation runs shows in wf_comm_sync or the next call (WF_E_ABORTED).
  * An operation that can never complete (a lost peer, an abort) would hold
  * a synchronize of the stream forever: the backend's abort watchdog
- * aborts its communicator so that the synchronize returns. Calls that keep host completion on a device comm:
- * wf_comm_barrier, wf_comm_split, wf_comm_wait (and a wf_comm_test that
- * reports done), wf_comm_sync. Host, zmq and staged comms complete every
- * call on return, as above, and their wf_comm_sync returns WF_OK.
+ * aborts its communicator so that the synchronize returns. Calls that
+ * keep host completion on a device comm: wf_comm_barrier, wf_comm_split,
+ * wf_comm_wait (and a wf_comm_test that reports done; isend / irecv run
+ * beside the stream, ordered after what it held when they were posted),
+ * wf_comm_sync. Host, zmq and staged comms complete every call on
+ * return, as above, and their wf_comm_sync returns WF_OK.
  *
  * This header is backend-neutral: a handle is created through its
  * backend's header (above) and used through this one only. Callers: the
