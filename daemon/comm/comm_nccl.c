@@ -370,6 +370,17 @@ static bool has_revoke(void)
     return WF_HAVE_REVOKE && wf_comm_nccl_version() >= 22800;
 }
 
+/* ncclCommRevoke of c's communicator (c->mu held; has_revoke()). */
+static ncclResult_t revoke(nccl_comm_t *c)
+{
+#if WF_HAVE_REVOKE
+    return ncclCommRevoke(c->comm, NCCL_REVOKE_DEFAULT);
+#else
+    (void)c;
+    return ncclInvalidUsage;
+#endif
+}
+
 /* One check of c (wd.mu held): an asynchronous NCCL error, an abort of the
  * world or of the cluster's domain (a lost node, a failed rank, a job's
  * cancel that aborted), or a stream-ordered call still running
@@ -421,8 +432,7 @@ static void wd_check(nccl_comm_t *c)
             atomic_store(&c->nccl_aborted, true);
             atomic_fetch_add(&wd.stops, 1);
         } else if (!atomic_load(&c->revoked) && stream_busy(c)) {
-            ncclResult_t r = has_revoke() ? ncclCommRevoke(c->comm, NCCL_REVOKE_DEFAULT)
-                                          : ncclInvalidUsage;
+            ncclResult_t r = has_revoke() ? revoke(c) : ncclInvalidUsage;
             if (r == ncclSuccess || r == ncclInProgress) {
                 atomic_store(&c->revoked, true);
             } else {
