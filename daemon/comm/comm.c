@@ -52,6 +52,14 @@ void wf_comm_destroy(wf_comm_t **c)
     x->iface->destroy(x);
 }
 
+wf_status_t wf_comm_sync(wf_comm_t *c)
+{
+    assert(c);
+    if (c->group_depth > 0)
+        return WF_E_BAD_ARGUMENT;
+    return c->iface->sync ? c->iface->sync(c) : WF_OK;
+}
+
 wf_status_t wf_comm_send(wf_comm_t *c, const void *buf, size_t bytes, int peer)
 {
     assert(c);

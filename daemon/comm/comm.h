@@ -14,8 +14,10 @@
  *   - one handle per rank per group, used by one thread at a time;
  *   - every rank of a group calls the same collectives, with matching
  *     arguments, in the same order;
- *   - a collective blocks the calling rank until its own part is complete
- *     (its output is written and its input may be reused);
+ *   - a collective completes the calling rank's part before it returns
+ *     (its output is written and its input may be reused) on the host,
+ *     zmq and staged comms; on a device comm (nccl) "complete" is
+ *     stream-ordered: see "Device comms" below;
  *   - counts and displacements are in BYTES (one interface for every
  *     dtype), except the reduction, which names its element type;
  *   - point-to-point messages between an ordered pair of ranks match in
@@ -30,6 +32,27 @@
  * Buffers passed to an operation are borrowed until it completes (for
  * isend / irecv: until wf_comm_wait / wf_comm_test reports completion).
  * Collectives do not work in place unless the function says so.
+ *
+ * Device comms (nccl; comm_nccl.h), NCCL's own model: the collectives
+ * (allgather(v), alltoall(v), allreduce, broadcast, scatterv, gatherv),
+ * blocking send / recv and group_end are STREAM-ORDERED: the call
+ * enqueues the operation on the stream the handle was made with (the
+ * worker's compute stream) and returns without waiting for it. Its
+ * output is written before anything queued on that stream after the call
+ * runs, and its input may be overwritten by work queued on that stream
+ * after the call; the host must not read the output or write the input
+ * until wf_comm_sync (or a synchronize of that stream) returns. The
+ * returned status reports what was known at enqueue time (bad arguments,
+ * an abort seen already, a failed enqueue); a failure while the
+ * operation runs shows in wf_comm_sync or the next call (WF_E_ABORTED).
+ * An operation that can never complete (a lost peer, an abort) would hold
+ * a synchronize of the stream forever: the backend's abort watchdog
+ * aborts its communicator so that the synchronize returns. Calls that
+ * keep host completion on a device comm: wf_comm_barrier, wf_comm_split,
+ * wf_comm_wait (and a wf_comm_test that reports done; isend / irecv run
+ * beside the stream, ordered after what it held when they were posted),
+ * wf_comm_sync. Host, zmq and staged comms complete every call on
+ * return, as above, and their wf_comm_sync returns WF_OK.
  *
  * This header is backend-neutral: a handle is created through its
  * backend's header (above) and used through this one only. Callers: the
@@ -91,6 +114,16 @@ void wf_comm_abort(wf_comm_t *c);
  * request must have been completed (or the world aborted). Accepts NULL
  * and a pointer to NULL. */
 void wf_comm_destroy(wf_comm_t **c);
+
+/* Block until every operation this rank started on c is complete on the
+ * host: on a device comm, everything queued on c's stream up to this call
+ * (which includes the work of every other handle sharing that stream),
+ * waited for while watching the world's abort, NCCL's asynchronous error
+ * and the operation timeout, so an abort wakes it. Returns WF_OK, or
+ * WF_E_ABORTED when the world was aborted (outputs of the operations in
+ * flight hold unspecified bytes), WF_E_INTERNAL for a local failure.
+ * Host, zmq and staged comms: their calls already completed, so WF_OK. */
+wf_status_t wf_comm_sync(wf_comm_t *c);
 
 /* --- point-to-point --------------------------------------------------- */
 

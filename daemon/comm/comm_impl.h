@@ -21,6 +21,9 @@ struct wf_comm_iface {
     void (*destroy)(wf_comm_t *c);
     /* Abort the handle's world: wake every blocked call, fail later ones. */
     void (*abort)(wf_comm_t *c);
+    /* (optional) wf_comm_sync: wait for the stream-ordered operations;
+     * NULL where every call completes on return (WF_OK). */
+    wf_status_t (*sync)(wf_comm_t *c);
     /* Collective split (see wf_comm_split). */
     wf_status_t (*split)(wf_comm_t *c, int color, int key,
                          wf_comm_t **ret_comm);

@@ -3,12 +3,29 @@
  * includes nccl.h; this header does not.
  *
  * Buffers are DEVICE pointers of the handle's device. Operations are
- * enqueued on the worker's stream (given at creation, borrowed), so they
- * are ordered after the kernels the worker queued before them; a call
- * returns when its part is complete, as comm.h says, by polling an event
- * together with ncclCommGetAsyncError, the world's abort flag and the
- * operation timeout (never a blocking NCCL or CUDA wait that an abort
- * could not interrupt).
+ * enqueued on the worker's stream (given at creation, borrowed: the CUDA
+ * backend's context stream, backend.h native_stream), so they are ordered
+ * after the kernels the worker queued before them and before the ones it
+ * queues after. The collectives, send / recv and group_end are
+ * stream-ordered (comm.h "Device comms"): they return once NCCL has
+ * enqueued them, with no host wait for the stream. The host waits only in
+ * wf_comm_sync, wf_comm_barrier and wf_comm_wait (and the backend's
+ * synchronize, e.g. before a copy_d2h's bytes are read or at the end of a
+ * job), each by polling an event together with ncclCommGetAsyncError, the
+ * world's abort flag and the operation timeout (never a blocking NCCL or
+ * CUDA wait that an abort could not interrupt). isend / irecv run on a
+ * side stream of the handle, ordered after the worker's stream at their
+ * flush.
+ *
+ * The abort watchdog: one thread per process while any handle lives
+ * polls every live communicator each WF_NCCL_WATCHDOG_MS (at once after a
+ * wf_comm_abort) and ncclCommAbort-s it on an asynchronous NCCL error, an
+ * abort of its world (wf_comm_abort on any handle of it: a failed rank,
+ * a job that aborts) or of the cluster's abort domain (a lost node), or a
+ * stream-ordered call still running op_timeout_ms after the handle's last
+ * call was queued. That is what ends a collective that will never
+ * complete while its owner thread is blocked in a synchronize of the
+ * stream, which no call of this backend could interrupt.
  *
  * Init is non-blocking (ncclConfig_t.blocking = 0): ncclCommInitRankConfig
  * and ncclCommSplit return at once and are polled under init_timeout_ms;
@@ -26,15 +43,22 @@
  *   - isend / irecv are issued as one NCCL group when a send and a receive
  *     are both pending (the ring exchange), or at the next wait / test /
  *     other call; post more than one exchange inside group_start / end.
- * abort() only raises the world's flag (safe from any thread); each
- * handle's owner thread then calls ncclCommAbort in its next poll.
+ * abort() only raises the world's flag and wakes the watchdog (safe from
+ * any thread); the watchdog calls ncclCommAbort on every handle of the
+ * world, and an owner thread that polls first does it itself.
  * A world created with an abort domain (the cluster's, opts.abort_domain)
  * is revoked instead when it stops with WF_E_ABORTED (the domain aborted
  * for a lost node, a remote error, a timeout): every later call refuses
  * and the domain is aborted, but the communicator is kept until
  * wf_comm_nccl_shrink (the survivors) or wf_comm_destroy (ncclCommAbort)
  * so that a shrink can drop the lost ranks; a local failure
- * (WF_E_INTERNAL) still aborts at once.
+ * (WF_E_INTERNAL) still aborts at once. When such a world still has work
+ * on its stream (a collective waiting for a lost peer would hold the
+ * worker's synchronize forever) the watchdog ncclCommRevoke-s it (NCCL
+ * 2.28 and later: the in-flight operations stop, the communicator stays
+ * shrinkable once quiescent), or ncclCommAbort-s it where NCCL has no
+ * revoke (2.27: a shrink of it then fails with WF_E_ABORTED, where it
+ * would otherwise have waited forever in that synchronize).
  *
  * The uneven collectives (and alltoall) run as grouped ncclSend /
  * ncclRecv from the plans of p2p_plan.h, the ones comm_zmq runs too. The
@@ -86,7 +110,9 @@ wf_status_t wf_comm_nccl_unique_id(wf_nccl_id_t *ret_id);
 /* This rank's world handle: ncclCommInitRankConfig (non-blocking) on
  * opts->device, polled under the init timeout. Every rank of the world
  * calls it with the same id and nranks (one thread per device; ranks of
- * one process may call it concurrently). Caller owns *ret_comm
+ * one process may call it concurrently). The ranks of one process that
+ * init with the same id share the world: wf_comm_abort on any handle of
+ * theirs (or a split of one) stops all of them. Caller owns *ret_comm
  * (wf_comm_destroy). Errors: WF_E_BAD_ARGUMENT, WF_E_NO_MEMORY,
  * WF_E_ABORTED (timeout or remote failure), WF_E_INTERNAL. */
 wf_status_t wf_comm_nccl_init(const wf_nccl_id_t *id, int nranks, int rank,
@@ -116,6 +142,17 @@ bool wf_comm_nccl_has_shrink(void);
  * WF_E_BAD_ARGUMENT, WF_E_NO_MEMORY, WF_E_ABORTED, WF_E_INTERNAL. */
 wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
                                 const wf_comm_nccl_opts_t *opts, wf_comm_t **ret_comm);
+
+/* Interval of the abort watchdog's checks, milliseconds: the longest an
+ * asynchronous NCCL error, a lost node or an operation timeout goes
+ * unnoticed while a rank waits on its stream (wf_comm_abort wakes the
+ * watchdog at once). */
+#define WF_NCCL_WATCHDOG_MS 10
+
+/* Communicators the watchdog has stopped in this process (ncclCommAbort,
+ * or ncclCommRevoke for a world of the cluster's domain with work in
+ * flight), for tests and metrics; 0 with the stub. */
+uint64_t wf_comm_nccl_watchdog_stops(void);
 
 /* ---- pure host logic (no NCCL, no CUDA) ------------------------------------ */
 

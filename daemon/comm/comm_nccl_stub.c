@@ -40,3 +40,8 @@ wf_status_t wf_comm_nccl_shrink(wf_comm_t *c, const int *exclude, int n,
     (void)c, (void)exclude, (void)n, (void)opts, (void)ret_comm;
     return WF_E_UNAVAILABLE;
 }
+
+uint64_t wf_comm_nccl_watchdog_stops(void)
+{
+    return 0;
+}

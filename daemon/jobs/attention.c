@@ -502,6 +502,11 @@ wf_status_t wf_attention_cp_run(wf_djob_t *job, int rank, int group_size,
         if (st != WF_OK)
             return st;
         st = cp_step(job, rank, w);
+        /* stream-ordered collectives of a device comm (comm.h "Device
+         * comms"): the result stands only if none was aborted after it
+         * was queued */
+        if (st == WF_OK)
+            st = wf_comm_sync(w->world);
     }
     /* Peers may be inside a collective waiting for this rank: abort the
      * world so they return WF_E_ABORTED; the daemon rebuilds it. Not after

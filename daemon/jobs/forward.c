@@ -296,11 +296,18 @@ wf_status_t wf_forward_step(wf_djob_t *job, int rank, int group_size,
     void *hws = wf_worker_workspace(w, hbytes);
     void *dws = NULL;
     st = hws ? o->dev_alloc(w->ctx, bytes ? bytes : 256, &dws) : WF_E_NO_MEMORY;
-    if (st == WF_OK)
+    if (st == WF_OK) {
         st = fr->run(shard, &io, &grp, o, w->ctx, dws, bytes, hws, hbytes);
-    else
+        /* a device comm's collectives are stream-ordered (comm.h "Device
+         * comms"): the output stands only if none of them was aborted
+         * after it was queued (the watchdog, a peer); WF_OK at once
+         * elsewhere */
+        if (st == WF_OK && w->world)
+            st = wf_comm_sync(w->world);
+    } else {
         wf_log(w->log, WF_LOG_ERR, "%s: forward job %" PRIu64 ": %zu bytes of device "
                "workspace: %s", w->name, job->seq, bytes, wf_status_str(st));
+    }
     wf_status_t ss = o->synchronize(w->ctx);
     o->dev_reset(w->ctx);
     if (st == WF_OK)

@@ -1522,6 +1522,14 @@ static void *nccl_rank(void *vp)
         ok &= wf_comm_broadcast(c, buf, 4, n - 1) == WF_OK;
         ok &= G->copy_d2h(ctx, g, buf, 4) == WF_OK && G->synchronize(ctx) == WF_OK;
         ok &= g[0] == (float)(n - 1);
+        /* stream-ordered: a chain of in-place allreduces, each reading
+         * the previous one's output, then one host wait (wf_comm_sync) */
+        h[0] = 1.f;
+        ok &= G->copy_h2d(ctx, buf, h, 4) == WF_OK;
+        for (int i = 0; i < 8; i++)
+            ok &= wf_comm_allreduce(c, buf, buf, 1, WF_COMM_F32, WF_COMM_SUM) == WF_OK;
+        ok &= G->copy_d2h(ctx, g, buf, 4) == WF_OK && wf_comm_sync(c) == WF_OK;
+        ok &= g[0] == powf((float)n, 8.f);
         ok &= wf_comm_barrier(c) == WF_OK;
         /* ring exchange with isend / irecv */
         h[0] = (float)r;

@@ -52,6 +52,7 @@ int cc_allgather(wf_comm_t *c, int it)
         memcpy(recv + (size_t)me * bytes, send, bytes);
     EXPECT_OK(wf_comm_allgather(c, inplace ? recv + (size_t)me * bytes : send,
                                 recv, bytes));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     for (int j = 0; j < n; j++)
         for (size_t k = 0; k < bytes; k++)
             EXPECT(recv[(size_t)j * bytes + k] == cc_pat(j, 0, it, k));
@@ -74,6 +75,7 @@ int cc_allgatherv(wf_comm_t *c, int it)
         send[k] = cc_pat(me, 0, it, k);
     memset(recv, CC_SENT, total);
     EXPECT_OK(wf_comm_allgatherv(c, send, counts[me], recv, counts, displs));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     for (int j = 0; j < n; j++) {
         for (size_t k = 0; k < counts[j]; k++)
             EXPECT(recv[displs[j] + k] == cc_pat(j, 0, it, k));
@@ -95,6 +97,7 @@ int cc_alltoall(wf_comm_t *c, int it)
         for (size_t k = 0; k < bytes; k++)
             send[(size_t)j * bytes + k] = cc_pat(me, j, it, k);
     EXPECT_OK(wf_comm_alltoall(c, send, recv, bytes));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     for (int j = 0; j < n; j++)
         for (size_t k = 0; k < bytes; k++)
             EXPECT(recv[(size_t)j * bytes + k] == cc_pat(j, me, it, k));
@@ -127,6 +130,7 @@ int cc_alltoallv(wf_comm_t *c, int it)
             send[sd[j] + k] = cc_pat(me, j, it, k);
     memset(recv, CC_SENT, rtot);
     EXPECT_OK(wf_comm_alltoallv(c, send, sc, sd, recv, rc, rd));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     for (int j = 0; j < n; j++) {
         for (size_t k = 0; k < rc[j]; k++)
             EXPECT(recv[rd[j] + k] == cc_pat(j, me, it, k));
@@ -159,6 +163,7 @@ int cc_allreduce(wf_comm_t *c, int it, size_t big)
                                 WF_COMM_SUM));
     EXPECT_OK(wf_comm_allreduce(c, inplace ? dr : ds, dr, count, WF_COMM_F64,
                                 WF_COMM_SUM));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     for (size_t k = 0; k < count; k++) {
         float fe = 0;
         double de = 0;
@@ -185,6 +190,7 @@ int cc_broadcast(wf_comm_t *c, int it)
     for (size_t k = 0; k < bytes; k++)
         buf[k] = me == root ? cc_pat(root, 9, it, k) : CC_SENT;
     EXPECT_OK(wf_comm_broadcast(c, buf, bytes, root));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     for (size_t k = 0; k < bytes; k++)
         EXPECT(buf[k] == cc_pat(root, 9, it, k));
     free(buf);
@@ -213,6 +219,7 @@ int cc_scatterv(wf_comm_t *c, int it)
     EXPECT_OK(wf_comm_scatterv(c, send, me == root ? counts : NULL,
                                me == root ? displs : NULL, recv, counts[me],
                                root));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     for (size_t k = 0; k < counts[me]; k++)
         EXPECT(recv[k] == cc_pat(root, me, it, k));
     for (size_t k = 0; k < CC_GAP; k++)
@@ -243,6 +250,7 @@ int cc_gatherv(wf_comm_t *c, int it)
     EXPECT_OK(wf_comm_gatherv(c, send, counts[me], recv,
                               me == root ? counts : NULL,
                               me == root ? displs : NULL, root));
+    EXPECT_OK(wf_comm_sync(c)); /* before the host reads (comm.h "Device comms") */
     if (me == root) {
         for (int j = 0; j < n; j++) {
             for (size_t k = 0; k < counts[j]; k++)
@@ -287,6 +295,7 @@ int cc_sendrecv(wf_comm_t *c, int it)
             EXPECT_OK(wf_comm_recv(c, in, bytes, peer));
             EXPECT_OK(wf_comm_send(c, out, bytes, peer));
         }
+        EXPECT_OK(wf_comm_sync(c));
         for (size_t k = 0; k < bytes; k++)
             EXPECT(in[k] == cc_pat(peer, me, it, k));
     }
@@ -296,6 +305,7 @@ int cc_sendrecv(wf_comm_t *c, int it)
     EXPECT_OK(wf_comm_recv(c, in, bytes, me));
     EXPECT_OK(wf_comm_send(c, out, bytes, me));
     EXPECT_OK(wf_comm_group_end(c));
+    EXPECT_OK(wf_comm_sync(c));
     for (size_t k = 0; k < bytes; k++)
         EXPECT(in[k] == out[k]);
     return fails;
@@ -416,6 +426,7 @@ int cc_body_ring_grouped(wf_comm_t *c, void *arg)
             EXPECT_OK(wf_comm_send(c, cur, SHARD, (me + 1) % n));
             EXPECT_OK(wf_comm_recv(c, nxt, SHARD, (me - 1 + n) % n));
             EXPECT_OK(wf_comm_group_end(c));
+            EXPECT_OK(wf_comm_sync(c));
             uint8_t *t = cur;
             cur = nxt;
             nxt = t;
@@ -502,6 +513,7 @@ int cc_body_split_mesh(wf_comm_t *c, void *arg)
         EXPECT(wf_comm_rank(sub[i]) == index[i]);
         int got[8];
         EXPECT_OK(wf_comm_allgather(sub[i], &me, got, sizeof me));
+        EXPECT_OK(wf_comm_sync(sub[i]));
         for (int j = 0; j < size[i]; j++)
             EXPECT(got[j] == members[i][j]);
     }
@@ -518,6 +530,7 @@ int cc_body_split_mesh(wf_comm_t *c, void *arg)
                 float v = (float)(me + 1), s = 0, e = 0;
                 EXPECT_OK(wf_comm_allreduce(sub[i], &v, &s, 1, WF_COMM_F32,
                                             WF_COMM_SUM));
+                EXPECT_OK(wf_comm_sync(sub[i]));
                 for (int j = 0; j < size[i]; j++)
                     e += (float)(members[i][j] + 1);
                 EXPECT(s == e);

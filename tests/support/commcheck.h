@@ -5,7 +5,9 @@
  * processes). Each checker runs one op on every rank of `c`, with sizes,
  * roots and data chosen by `it` (the same on every rank), checks what the
  * rank holds byte for byte and returns the failed expectations (each
- * printed on stderr). Not here: harnesses, abort, mismatch verdicts and
+ * printed on stderr). A checker calls wf_comm_sync before the host
+ * reads what an operation wrote, as comm.h asks of a device comm (nccl:
+ * stream-ordered); elsewhere it returns WF_OK at once. Not here: harnesses, abort, mismatch verdicts and
  * anything backend-specific. Tests only. */
 #ifndef WF_TEST_COMMCHECK_H
 #define WF_TEST_COMMCHECK_H

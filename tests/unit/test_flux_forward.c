@@ -36,6 +36,7 @@
  * Usage: test_flux_forward FIXTURES_DIR. */
 #include "comm/comm_host.h"
 #include "comm/comm_staged.h"
+#include "support/comm_count.h"
 #include "flux_config.h"
 #include "support/check.h"
 #include "support/standin_dev.h"
@@ -228,6 +229,7 @@ typedef struct mrun {
     const wf_flux_job_t *job;        /* the root's job */
     wf_comm_host_world_t *w;         /* the world */
     int short_rank;                  /* rank given a short workspace, or -1 */
+    bool count;                      /* device path: count comm calls and synchronizes */
 } mrun_t;
 
 typedef struct mrank {
@@ -240,6 +242,8 @@ typedef struct mrank {
     wf_standin_counters_t cnt; /* device path: counters after the run */
     bool mem_back;     /* device path: memory_info full again after freeing */
     bool shard_ok;     /* device path: shard built, its bytes as figured */
+    uint64_t n[WF_CNT_N + 1]; /* m->count: the forward's comm calls by op, then
+                               * its backend synchronizes */
 } mrank_t;
 
 #define GUARD 256
@@ -334,6 +338,17 @@ out:
     return NULL;
 }
 
+/* The backend synchronizes the forward itself makes (m->count): its ops
+ * table's synchronize, counted per rank thread; the staging's own
+ * synchronizes go to the plain table and are not counted. */
+static _Thread_local uint64_t t_syncs;
+
+static wf_status_t counting_sync(wf_backend_ctx_t *c)
+{
+    t_syncs++;
+    return wf_standin_dev_backend()->synchronize(c);
+}
+
 /* A rank of the device path: its own stand-in context, the host comm
  * behind comm_staged, a resident shard, the workspace from the arena. */
 static void *rank_main_dev(void *arg)
@@ -358,6 +373,9 @@ static void *rank_main_dev(void *arg)
     wf_mesh_coords_t co;
     if (!rank_split(m, t->rank, world, sub, &co))
         goto out;
+    for (int i = 0; i < 4 && m->count; i++)
+        if (sub[i] && wf_comm_count_wrap(sub[i], t->n, &sub[i]) != WF_OK)
+            goto out;
     t->setup_ok = true;
     wf_status_t bst = wf_flux_shard_build(m->host, m->plan, m->T, co.tp, ops, ctx, &shard, err,
                                           sizeof err);
@@ -383,7 +401,12 @@ static void *rank_main_dev(void *arg)
         goto out;
     }
     memset(hws, 0xff, hbytes);
-    t->st = wf_flux_forward_run(shard, &job, &grp, ops, ctx, ws, bytes, hws, hbytes);
+    wf_backend_ops_t cops = *ops;
+    cops.synchronize = counting_sync;
+    t_syncs = 0;
+    t->st = wf_flux_forward_run(shard, &job, &grp, m->count ? &cops : ops, ctx, ws, bytes, hws,
+                                hbytes);
+    t->n[WF_CNT_N] = t_syncs;
     wf_status_t ss = ops->synchronize(ctx);
     ops->dev_reset(ctx);
     if (t->st == WF_OK)
@@ -404,9 +427,12 @@ out:
 }
 
 /* The device path of job0 on mesh (T, R, U), shards cut by each rank
- * from host h with plan p; the root's output (f32 copy) into out. */
-static bool run_mesh_dev(const wf_model_host_t *h, const wf_tp_plan_t *p,
-                         const wf_flux_job_t *job0, int T, int R, int U, float *out, size_t nout)
+ * from host h with plan p; the root's output (f32 copy) into out;
+ * counts (optional, WF_CNT_N + 1): rank 0's comm calls and synchronizes
+ * in the forward (mrank_t.n). */
+static bool run_mesh_dev_n(const wf_model_host_t *h, const wf_tp_plan_t *p,
+                           const wf_flux_job_t *job0, int T, int R, int U, float *out,
+                           size_t nout, uint64_t *counts)
 {
     const int N = T * R * U;
     size_t es = wf_dtype_size(job0->out_dtype);
@@ -414,7 +440,8 @@ static bool run_mesh_dev(const wf_model_host_t *h, const wf_tp_plan_t *p,
     memset(ob, 0x5a, nout * es + 1);
     wf_flux_job_t job = *job0;
     job.output = ob + 1; /* odd address: the copies down take any alignment */
-    mrun_t m = {.T = T, .R = R, .U = U, .host = h, .plan = p, .job = &job, .short_rank = -1};
+    mrun_t m = {.T = T, .R = R, .U = U, .host = h, .plan = p, .job = &job, .short_rank = -1,
+                .count = counts != NULL};
     CHECK(wf_comm_host_world_new(N, &m.w) == WF_OK, "world");
     mrank_t *t = calloc((size_t)N, sizeof *t);
     for (int i = 0; i < N; i++) {
@@ -444,10 +471,83 @@ static bool run_mesh_dev(const wf_model_host_t *h, const wf_tp_plan_t *p,
     }
     if (ok && out)
         wf_convert_to_f32(out, ob + 1, job.out_dtype, nout);
+    if (counts)
+        memcpy(counts, t[0].n, sizeof t[0].n);
     CHECK(ob[0] == 0x5a, "wrote before the output");
     free(t);
     free(ob);
     return ok;
+}
+
+static bool run_mesh_dev(const wf_model_host_t *h, const wf_tp_plan_t *p,
+                         const wf_flux_job_t *job0, int T, int R, int U, float *out, size_t nout)
+{
+    return run_mesh_dev_n(h, p, job0, T, R, U, out, nout, NULL);
+}
+
+/* The comm calls of one forward, counted on the device path (the calls
+ * the forward makes through comm.h, whatever the backend) with the layer
+ * counts cut down to (1, 0), (0, 1) and (1, 1) blocks, so that the calls
+ * outside the blocks, per double block and per single block come apart;
+ * FLUX.1-dev (19 double, 38 single blocks) then issues outside + 19 x
+ * double + 38 x single. The figures depend on the default tp plan and
+ * the mesh, not on the widths (linear.c decides collectives on layouts
+ * alone). Printed for daemon/comm/README.md "Host waits per forward":
+ * on NCCL every collective, send, recv and group end waited on the host
+ * before the stream-ordered comm; now only wait, barrier and sync do,
+ * besides the forward's own backend synchronizes. */
+static void test_comm_counts(const fixture_t *f)
+{
+    wf_tp_plan_t def;
+    wf_flux_family.default_plan(NULL, &def);
+    static const int mesh[][4] = {{2, 1, 1, 0}, {1, 1, 2, 0}, {1, 2, 1, 0}, {1, 2, 1, 1}};
+    static const uint32_t layers[3][2] = {{1, 0}, {0, 1}, {1, 1}};
+    printf("%s: comm calls per forward on rank 0 (outside blocks + per double block + per "
+           "single block; FLUX.1-dev 19 + 38 blocks):\n", f->name);
+    for (size_t mi = 0; mi < sizeof mesh / sizeof mesh[0]; mi++) {
+        int T = mesh[mi][0], R = mesh[mi][1], U = mesh[mi][2];
+        uint64_t n[3][WF_CNT_N + 1];
+        bool ok = true;
+        for (int k = 0; k < 3 && ok; k++) {
+            wf_model_host_t h = *f->host;   /* shallow: the same tensors */
+            wf_flux_config_t *cfg = (wf_flux_config_t *)(void *)h.cfg.b;
+            cfg->num_layers = layers[k][0];
+            cfg->num_single_layers = layers[k][1];
+            wf_flux_job_t job = f->job;
+            job.alltoall = mesh[mi][3] != 0;
+            ok = run_mesh_dev_n(&h, &def, &job, T, R, U, NULL, f->nout, n[k]);
+        }
+        CHECK(ok, "counting run tp %d ring %d ulysses %d", T, R, U);
+        if (!ok)
+            continue;
+        uint64_t waited = 0, waits = 0, dev = 0;
+        printf("  tp %d ring %d ulysses %d%s:", T, R, U, mesh[mi][3] ? " (alltoall rotation)" : "");
+        for (int op = 0; op <= WF_CNT_N; op++) {
+            int64_t dbl = (int64_t)n[2][op] - (int64_t)n[1][op];
+            int64_t sgl = (int64_t)n[2][op] - (int64_t)n[0][op];
+            int64_t out = (int64_t)n[2][op] - dbl - sgl;
+            CHECK(dbl >= 0 && sgl >= 0 && out >= 0, "counts add up (op %d)", op);
+            uint64_t dev1 = (uint64_t)(out + 19 * dbl + 38 * sgl);
+            if (op == WF_CNT_N) {
+                printf(" | backend synchronizes %lld + %lld + %lld = %llu", (long long)out,
+                       (long long)dbl, (long long)sgl, (unsigned long long)dev1);
+                dev = dev1;
+                continue;
+            }
+            if (dev1 == 0)
+                continue;
+            printf(" %s %lld + %lld + %lld = %llu;", wf_cnt_op_name((wf_cnt_op_t)op),
+                   (long long)out, (long long)dbl, (long long)sgl, (unsigned long long)dev1);
+            bool host_now = op == WF_CNT_WAIT || op == WF_CNT_BARRIER || op == WF_CNT_SYNC;
+            bool host_before = host_now || (op != WF_CNT_ISEND && op != WF_CNT_IRECV &&
+                                            op != WF_CNT_TEST && op != WF_CNT_SPLIT);
+            waited += host_before ? dev1 : 0;
+            waits += host_now ? dev1 : 0;
+        }
+        printf("\n    FLUX.1-dev on NCCL: %llu host waits in the comm before, %llu now; plus %llu "
+               "backend synchronizes either way\n", (unsigned long long)waited,
+               (unsigned long long)waits, (unsigned long long)dev);
+    }
 }
 
 /* Shards of host h for tp ranks with plan p; NULL on failure. */
@@ -1110,6 +1210,7 @@ int main(int argc, char **argv)
         test_plans(&fx[0]);
         test_plans(&fx[1]);
         test_error_aborts(&fx[0]);
+        test_comm_counts(&fx[1]);   /* guidance, as FLUX.1-dev */
     }
     for (int i = 0; i < NFIX; i++)
         fixture_close(&fx[i]);
