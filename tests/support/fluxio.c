@@ -291,7 +291,12 @@ wf_status_t fwdio_forward(wf_client_t *c, const fwdio_t *f, const wf_forward_opt
     wf_named_tensor_t ins[FWDIO_MAX_IN], outs[1] = { { "output", out } };
     for (uint32_t i = 0; i < f->n; i++)
         ins[i] = (wf_named_tensor_t){ f->name[i], &f->in[i] };
-    return wf_forward_named(c, f->model, ins, f->n, outs, 1, opts, res);
+    wf_status_t st = wf_forward_named(c, f->model, ins, f->n, outs, 1, opts, res);
+    if (st != WF_OK) {
+        free(out->data);
+        out->data = NULL;
+    }
+    return st;
 }
 
 double fwdio_diff(const float *a, const float *b, int64_t n, double scale)

@@ -105,7 +105,8 @@ bool fwdio_gather(const fwdio_t *f, const int *rows, int nr, fwdio_t *ret);
 void fwdio_free_gathered(fwdio_t *g);
 
 /* One forward of f into *out (an f32 tensor of ref's shape, malloc'ed,
- * NaN-filled first; the caller frees out->data), with opts (may be NULL). */
+ * NaN-filled first; on WF_OK the caller frees out->data, on an error it
+ * is freed here and NULL), with opts (may be NULL). */
 wf_status_t fwdio_forward(wf_client_t *c, const fwdio_t *f, const wf_forward_opts_t *opts,
                           wf_tensor_t *out, wf_job_result_t *res);
 
