@@ -124,7 +124,7 @@ static wf_status_t tuned_ctx(const wf_backend_ops_t *G, const char *kern, wf_bac
     wf_status_t st = G->ctx_new(0, 0, &c);
     if (st != WF_OK)
         return st;
-    const wf_backend_tuning_t t = { kern, false };
+    const wf_backend_tuning_t t = { kern, false, WF_GRAPHS_OFF, 0 };
     if ((st = G->ctx_tune(c, &t)) != WF_OK) {
         G->ctx_destroy(&c);
         return st;

@@ -285,6 +285,22 @@ typedef struct wf_timestep_params {
     float *dst;
 } wf_timestep_params_t;
 
+/* Whether a backend context captures CUDA graphs (the cuda_graphs
+ * setting, wf_backend_tuning_t.graphs). */
+typedef enum wf_graph_mode {
+    WF_GRAPHS_OFF = 0,    /* never: every op launched as it comes */
+    WF_GRAPHS_BLOCKS = 1  /* a model forward's blocks (graph_begin) */
+} wf_graph_mode_t;
+
+/* graph_begin's answer: what the caller does with the ops it was about
+ * to queue. */
+typedef enum wf_graph_step {
+    WF_GRAPH_RUN = 0,      /* queue them as usual (no graph) */
+    WF_GRAPH_CAPTURE = 1,  /* queue them, then graph_end: they are
+                              recorded, not run, until graph_end */
+    WF_GRAPH_REPLAYED = 2  /* nothing: their graph is queued already */
+} wf_graph_step_t;
+
 /* The daemon's settings a backend context takes after ctx_new
  * (ctx_tune): choices between equivalent implementations, for
  * comparisons and as fallbacks. A zeroed struct is every default. */
@@ -295,6 +311,9 @@ typedef struct wf_backend_tuning {
                                name wf_cuda_attention_kernel_ok takes */
     bool gelu_kernel;       /* true: GELU after a linear as a kernel of its
                                own, never in cuBLASLt's epilogue */
+    wf_graph_mode_t graphs; /* graph_begin's answer: OFF (the default)
+                               always WF_GRAPH_RUN; BLOCKS: the cache */
+    uint32_t graphs_max;    /* most graphs a context keeps (0: 512) */
 } wf_backend_tuning_t;
 
 typedef struct wf_backend_ops {
@@ -583,6 +602,45 @@ typedef struct wf_backend_ops {
      * the main-stream work it waited for). Accepts NULL (WF_OK). There is
      * no device-side wait: a caller that waited here may queue anything. */
     wf_status_t (*xfer_wait)(wf_backend_ctx_t *ctx, wf_xfer_t *t);
+
+    /* ---- graphs (optional: both or none) -------------------------------
+     *
+     * A run of ops on the context's stream recorded once and replayed as
+     * one launch (CUDA graphs: a FLUX block is 20 to 33 launches). NULL
+     * for the CPU and the stand-in; the CUDA backend answers WF_GRAPH_RUN
+     * unless ctx_tune set graphs to WF_GRAPHS_BLOCKS.
+     *
+     * The caller's promise, which makes a replay right: key (key_bytes
+     * bytes, compared whole, at most 4096) determines every argument of
+     * every op between graph_begin and graph_end (shapes, scalars and
+     * every pointer: the workspace base and layout, the weights' block),
+     * so the same key queues the same ops with the same arguments; every
+     * resident pointer those ops read lies in the block `anchor`
+     * (mem_alloc's; NULL: none), and mem_free(anchor) drops its graphs;
+     * nothing between the two calls waits for the device, reads a
+     * result on the host, synchronizes, or calls a comm (a capture
+     * records without running). The backend's own state that changes an
+     * op's arguments is fixed once ctx_tune has run. */
+
+    /* (optional) What to do with the ops keyed `key` (wf_graph_step_t):
+     * the first time a key is seen WF_GRAPH_RUN (every lazy load and
+     * first-call allocation happens outside a capture), the second
+     * WF_GRAPH_CAPTURE (capture begun on the stream, in thread-local
+     * mode), then WF_GRAPH_REPLAYED (the graph launched on the stream).
+     * WF_GRAPH_RUN also for a key whose capture failed, with graphs off,
+     * and whenever a replay could not be launched (nothing queued).
+     * *ret_step is always set; WF_OK, or WF_E_BAD_ARGUMENT (NULL ctx or
+     * ret_step). */
+    wf_status_t (*graph_begin)(wf_backend_ctx_t *ctx, const void *key, size_t key_bytes,
+                               const void *anchor, wf_graph_step_t *ret_step);
+
+    /* (optional) End the capture of graph_begin's WF_GRAPH_CAPTURE. keep
+     * (every op between returned WF_OK): instantiate the graph, keep it
+     * under the key and launch it: WF_OK, the ops queued. Otherwise, or
+     * when the capture, instantiation or launch failed: WF_E_UNAVAILABLE,
+     * nothing queued, and the key is never captured again: the caller
+     * queues the same ops again without a capture. */
+    wf_status_t (*graph_end)(wf_backend_ctx_t *ctx, bool keep);
 } wf_backend_ops_t;
 
 /* The ops of backend.h's table that a caller may ask a backend for (a model

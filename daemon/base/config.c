@@ -33,7 +33,8 @@ typedef enum setting_kind {
     KIND_PATH,      /* char[WF_SETTINGS_PATH_MAX]: "" or an absolute path */
     KIND_MODE,      /* uint32_t file mode bits, octal text ("0660"), <= max */
     KIND_GPU_MEMORY, /* wf_gpu_memory_t: bytes or a fraction (wf_parse_gpu_memory) */
-    KIND_CUDA_ATTN  /* char[WF_SETTINGS_NAME_MAX]: wf_cuda_attention_kernel_ok */
+    KIND_CUDA_ATTN, /* char[WF_SETTINGS_NAME_MAX]: wf_cuda_attention_kernel_ok */
+    KIND_GRAPHS     /* uint32_t holding a wf_graph_mode_t: off | blocks */
 } setting_kind_t;
 
 typedef struct setting_def {
@@ -206,6 +207,13 @@ static const setting_def_t settings_table[] = {
     { "cuda_gelu_epilogue", KIND_BOOL, OFF(cuda_gelu_epilogue), "true", 0, 0, false,
       "CUDA: GELU after a linear in cuBLASLt's epilogue; false = a kernel of "
       "its own after the product (the tanh form as the CPU backend computes it)" },
+    { "cuda_graphs", KIND_GRAPHS, OFF(cuda_graphs), "off", 0, 0, false,
+      "CUDA: blocks = each transformer block of a forward recorded once per "
+      "shape as a CUDA graph and replayed as one launch (tp 1, ring x ulysses "
+      "1; elsewhere and with off every kernel is launched as it comes)" },
+    { "cuda_graphs_max", KIND_U32, OFF(cuda_graphs_max), "512", 1, 65536, false,
+      "CUDA: most graphs each GPU rank keeps with cuda_graphs = blocks (one per "
+      "block and shape; the least recently used goes)" },
     { "nccl", KIND_BOOL, OFF(nccl), "true", 0, 0, false,
       "CUDA: NCCL worlds when NCCL is built and every rank has its own GPU; "
       "false = the host comm staged through copies (for comparisons)" },
@@ -502,6 +510,19 @@ static bool parse_value(const setting_def_t *d, const char *value,
             }
         }
         memcpy(field, value, n + 1);
+        return true;
+    }
+    case KIND_GRAPHS: {
+        uint32_t u;
+        if (strcmp(value, "off") == 0) {
+            u = WF_GRAPHS_OFF;
+        } else if (strcmp(value, "blocks") == 0) {
+            u = WF_GRAPHS_BLOCKS;
+        } else {
+            snprintf(why, why_len, "expected off or blocks");
+            return false;
+        }
+        memcpy(field, &u, sizeof u);
         return true;
     }
     case KIND_ROTATE: {
@@ -948,6 +969,7 @@ static bool field_equal(const setting_def_t *d, const wf_settings_t *a,
         /* "" and "tp=N" on N devices are the same mesh */
         return memcmp(&a->mesh_deg, &b->mesh_deg, sizeof a->mesh_deg) == 0;
     case KIND_ROTATE:
+    case KIND_GRAPHS:
         return memcmp(fa, fb, sizeof(uint32_t)) == 0;
     case KIND_BOOL:
         return memcmp(fa, fb, sizeof(bool)) == 0;
@@ -995,6 +1017,7 @@ static void field_copy(const setting_def_t *d, wf_settings_t *dst,
         dst->mesh_deg = src->mesh_deg;
         break;
     case KIND_ROTATE:
+    case KIND_GRAPHS:
         memcpy(fd, fs, sizeof(uint32_t));
         break;
     case KIND_BOOL:
@@ -1094,6 +1117,10 @@ static void format_value(const setting_def_t *d, const wf_settings_t *s,
     case KIND_ROTATE:
         memcpy(&u32, f, sizeof u32);
         snprintf(buf, len, "%s", u32 == WF_ROTATE_ALLTOALL ? "alltoall" : "allgather");
+        return;
+    case KIND_GRAPHS:
+        memcpy(&u32, f, sizeof u32);
+        snprintf(buf, len, "%s", u32 == WF_GRAPHS_BLOCKS ? "blocks" : "off");
         return;
     case KIND_BOOL: {
         bool b;

@@ -128,6 +128,9 @@ typedef struct wf_settings {
                                     the backend's default */
     bool cuda_gelu_epilogue;     /* GELU in cuBLASLt's epilogue; false: a
                                     kernel of its own */
+    uint32_t cuda_graphs;        /* wf_graph_mode_t: off, or each forward
+                                    block replayed as a CUDA graph */
+    uint32_t cuda_graphs_max;    /* graphs kept per GPU rank */
     /* comm on GPUs */
     bool nccl;                   /* NCCL worlds where every rank has its own GPU */
     uint32_t nccl_init_timeout_ms; /* bound on an NCCL communicator's init */

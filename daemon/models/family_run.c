@@ -50,6 +50,29 @@ void wf_fwd_group_abort(const wf_fwd_group_t *grp)
         wf_comm_abort(c);
 }
 
+wf_status_t wf_fwd_block_run(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                             const wf_fwd_group_t *grp, const void *key, size_t key_bytes,
+                             const void *anchor, wf_status_t (*fn)(void *arg), void *arg)
+{
+    /* a collective inside a capture would be recorded, not run, and the
+     * comms wait on the host after each operation: never captured */
+    bool alone = grp->tp_degree == 1 && grp->ring_degree == 1 && grp->ulysses_degree == 1;
+    if (!ops->graph_begin || !ops->graph_end || !alone)
+        return fn(arg);
+    wf_graph_step_t step;
+    wf_status_t st = ops->graph_begin(ctx, key, key_bytes, anchor, &step);
+    if (st != WF_OK)
+        return st;
+    if (step == WF_GRAPH_REPLAYED)
+        return WF_OK;
+    st = fn(arg);
+    if (step != WF_GRAPH_CAPTURE)
+        return st;
+    if (ops->graph_end(ctx, st == WF_OK) == WF_OK)
+        return WF_OK;
+    return fn(arg); /* nothing ran: the same ops, uncaptured */
+}
+
 const char *wf_fwd_device_entry_missing(const wf_backend_ops_t *o)
 {
     if (!o->copy_h2d)

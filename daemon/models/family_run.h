@@ -149,6 +149,22 @@ bool wf_fwd_group_ok(const wf_fwd_group_t *grp);
  * no peer waits in a collective after this rank failed. */
 void wf_fwd_group_abort(const wf_fwd_group_t *grp);
 
+/* One transformer block of a forward, between two layer boundaries:
+ * fn(arg) queues its ops. Through the backend's graphs (backend.h
+ * graph_begin / graph_end) when the backend has them and the forward's
+ * group has no communicator (tp 1, ring x ulysses 1: nothing in the block
+ * calls a comm or waits on the host); otherwise, and whenever the
+ * backend says so, fn runs as it is. key (key_bytes bytes) must
+ * determine every argument of every op fn queues and anchor be the
+ * resident block of the weights it reads (graph_begin's promise): a
+ * family builds it from the block's identity, the job's sizes, the
+ * workspace base and its layout. A capture that fails (an op refusing
+ * inside it, the instantiation) runs fn again uncaptured: the capture
+ * queued nothing. Returns fn's status or the backend's. */
+wf_status_t wf_fwd_block_run(const wf_backend_ops_t *ops, wf_backend_ctx_t *ctx,
+                             const wf_fwd_group_t *grp, const void *key, size_t key_bytes,
+                             const void *anchor, wf_status_t (*fn)(void *arg), void *arg);
+
 /* The entry a backend with device memory (copy_h2d) lacks for a forward
  * whose inputs and output cross between host and device memory
  * ("copy_d2h", ...), or NULL (none lacking, or the CPU backend). */

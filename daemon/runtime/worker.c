@@ -161,7 +161,8 @@ static void *worker_main(void *arg)
     wf_backend_ctx_t *ctx = NULL;
     wf_status_t st = w->ops->ctx_new(w->device, w->memory_budget, &ctx);
     if (st == WF_OK && w->ops->ctx_tune) {
-        const wf_backend_tuning_t t = { w->attention, w->gelu_kernel };
+        const wf_backend_tuning_t t = { w->attention, w->gelu_kernel, w->graphs,
+                                        w->graphs_max };
         st = w->ops->ctx_tune(ctx, &t);
         if (st != WF_OK)
             w->ops->ctx_destroy(&ctx);
@@ -411,6 +412,8 @@ wf_status_t wf_worker_start(wf_worker_t *w, uint32_t index, int device,
     if (tuning && tuning->attention)
         snprintf(w->attention, sizeof w->attention, "%s", tuning->attention);
     w->gelu_kernel = tuning && tuning->gelu_kernel;
+    w->graphs = tuning ? tuning->graphs : WF_GRAPHS_OFF;
+    w->graphs_max = tuning ? tuning->graphs_max : 0;
     w->log = log;
     w->hold_fd = -1;
     atomic_init(&w->jobs_served, 0);

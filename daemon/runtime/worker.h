@@ -57,6 +57,8 @@ struct wf_worker {
     uint64_t memory_budget;      /* bytes asked of ctx_new */
     char attention[64];          /* the tuning's attention kernel ("" = default) */
     bool gelu_kernel;            /* the tuning's GELU choice (wf_backend_tuning_t) */
+    wf_graph_mode_t graphs;      /* the tuning's CUDA graphs mode */
+    uint32_t graphs_max;         /* the tuning's bound on kept graphs */
     uint64_t memory_total;       /* bytes the backend reports; set by start */
     wf_backend_ctx_t *ctx;       /* backend context; worker thread only */
     void *arena;                 /* workspace, 64-byte aligned; worker thread only */

@@ -559,7 +559,8 @@ wf_status_t wf_server_new(const wf_settings_t *settings, const wf_cli_t *cli,
         int dev = cuda ? settings->gpu[d] : (int)d;
         const wf_backend_tuning_t tuning = {
             strcmp(settings->cuda_attention, "auto") == 0 ? NULL : settings->cuda_attention,
-            !settings->cuda_gelu_epilogue };
+            !settings->cuda_gelu_epilogue, (wf_graph_mode_t)settings->cuda_graphs,
+            settings->cuda_graphs_max };
         wf_status_t st = wf_worker_start(&srv->workers[d], d, dev, srv->ops, budget[d],
                                          &tuning, log);
         srv->n_workers = d + 1;      /* a failed one is still joined */

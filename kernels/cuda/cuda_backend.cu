@@ -39,10 +39,18 @@
  * (see the section near the end); the staged comm's ring exchanges run
  * there beside the kernels.
  *
+ * Graphs (graph_begin / graph_end, with ctx_tune's graphs = BLOCKS): the
+ * cache of graph_cache.h keeps instantiated graphs per caller key; a
+ * capture runs in thread-local mode on the context's stream; a graph let
+ * go (evicted, its anchor freed) waits in a list until the stream is
+ * idle (synchronize, dev_reset, ctx_destroy), since a launch of it may
+ * still be queued.
+ *
  * Not here: logging (backends return statuses), staging policy (the
  * daemon decides what to copy when).
  */
 #include "cuda_launch.h"
+#include "graph_cache.h"
 
 #include <cublas_v2.h>
 
@@ -65,6 +73,10 @@ struct wf_backend_ctx {
     int cc;                   /* compute capability, 10 * major + minor */
     int fp8;                  /* 1: the fp8 kernel runs here (attention_fp8_ok) */
     wf_cuda_xfer *xfer;       /* transfer stream, made at the first xfer_* call */
+    wf_graph_cache_t *graphs; /* captured graphs (ctx_tune's graphs = BLOCKS), or NULL */
+    bool capturing;           /* between graph_begin's CAPTURE and graph_end */
+    cudaGraphExec_t *dead;    /* graphs let go, destroyed when the stream is idle */
+    size_t n_dead, cap_dead;  /* entries of dead, its capacity */
 };
 
 namespace {
@@ -99,14 +111,52 @@ wf_status_t select_attention(wf_backend_ctx_t *c, const char *sel)
     return WF_OK;
 }
 
+/* Graphs let go (graph_cache.h's free_fn): kept until the stream is
+ * idle; destroyed at once when the list cannot grow (after waiting for
+ * the stream). */
+void graph_let_go(void *user, void *graph)
+{
+    wf_backend_ctx_t *c = static_cast<wf_backend_ctx_t *>(user);
+    cudaGraphExec_t x = static_cast<cudaGraphExec_t>(graph);
+    if (c->n_dead == c->cap_dead) {
+        size_t cap = c->cap_dead ? 2 * c->cap_dead : 64;
+        void *p = realloc(c->dead, cap * sizeof *c->dead);
+        if (!p) {
+            if (!c->capturing)
+                (void)cudaStreamSynchronize(c->stream);
+            (void)cudaGraphExecDestroy(x);
+            (void)cudaGetLastError();
+            return;
+        }
+        c->dead = static_cast<cudaGraphExec_t *>(p);
+        c->cap_dead = cap;
+    }
+    c->dead[c->n_dead++] = x;
+}
+
+/* Destroy the graphs let go; the stream is idle. */
+void graph_bury(wf_backend_ctx_t *c)
+{
+    for (size_t i = 0; i < c->n_dead; i++)
+        (void)cudaGraphExecDestroy(c->dead[i]);
+    c->n_dead = 0;
+}
+
 wf_status_t ctx_tune(wf_backend_ctx_t *c, const wf_backend_tuning_t *t)
 {
-    if (!c || !t)
+    if (!c || !t || (t->graphs != WF_GRAPHS_OFF && t->graphs != WF_GRAPHS_BLOCKS) ||
+        t->graphs_max > WF_GRAPH_CACHE_MAX)
         return WF_E_BAD_ARGUMENT;
     wf_status_t st = select_attention(c, t->attention);
     if (st != WF_OK)
         return st;
     c->fuse_gelu = !t->gelu_kernel;
+    /* before any op: nothing of an earlier cache can be queued */
+    wf_graph_cache_destroy(&c->graphs);
+    graph_bury(c);
+    if (t->graphs == WF_GRAPHS_BLOCKS)
+        return wf_graph_cache_new(t->graphs_max ? t->graphs_max : 512, graph_let_go, c,
+                                  &c->graphs);
     return WF_OK;
 }
 
@@ -190,6 +240,16 @@ void ctx_destroy(wf_backend_ctx_t **pc)
     if (c->stream)
         cudaStreamSynchronize(c->stream);
     xfer_destroy(c);
+    if (c->capturing) {
+        cudaGraph_t g = nullptr;
+        if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g)
+            cudaGraphDestroy(g);
+        cudaStreamSynchronize(c->stream);
+    }
+    c->capturing = false;
+    wf_graph_cache_destroy(&c->graphs);
+    graph_bury(c);
+    free(c->dead);
     if (c->arena_base)
         cudaFree(c->arena_base);
     wf_cuda_lt_destroy(&c->lt);
@@ -338,8 +398,11 @@ wf_status_t dev_alloc(wf_backend_ctx_t *c, size_t bytes, void **ret_ptr)
 
 void dev_reset(wf_backend_ctx_t *c)
 {
-    if (c)
-        wf_cuda_arena_reset(&c->arena);
+    if (!c)
+        return;
+    wf_cuda_arena_reset(&c->arena);
+    if (!c->capturing)
+        graph_bury(c); /* after synchronize (backend.h) */
 }
 
 wf_status_t copy(wf_backend_ctx_t *c, void *dst, const void *src, size_t bytes,
@@ -376,6 +439,7 @@ wf_status_t synchronize(wf_backend_ctx_t *c)
         (void)cudaGetLastError();
         return WF_E_INTERNAL;
     }
+    graph_bury(c);
     return WF_OK;
 }
 
@@ -697,6 +761,8 @@ void mem_free(wf_backend_ctx_t *c, void *ptr)
     unsigned char *p = static_cast<unsigned char *>(ptr);
     if (p < c->arena_base || p >= c->arena_base + c->arena.capacity)
         return; /* not ours: nothing to free */
+    /* no graph outlives the weights it reads */
+    wf_graph_cache_drop_anchor(c->graphs, ptr);
     (void)wf_cuda_arena_res_free(&c->arena, (uint64_t)(p - c->arena_base));
 }
 
@@ -911,6 +977,71 @@ wf_status_t xfer_wait(wf_backend_ctx_t *c, wf_xfer_t *t)
     return WF_OK;
 }
 
+/* ---- graphs (backend.h graph_begin / graph_end) ---------------------------- */
+
+wf_status_t graph_end(wf_backend_ctx_t *c, bool keep);
+
+wf_status_t graph_begin(wf_backend_ctx_t *c, const void *key, size_t key_bytes,
+                        const void *anchor, wf_graph_step_t *ret_step)
+{
+    if (ret_step)
+        *ret_step = WF_GRAPH_RUN;
+    if (!c || !ret_step)
+        return WF_E_BAD_ARGUMENT;
+    if (!c->graphs || !on_device(c))
+        return WF_OK;
+    if (c->capturing) /* a capture never ended: drop it */
+        (void)graph_end(c, false);
+    void *graph = nullptr;
+    wf_graph_step_t step = wf_graph_cache_step(c->graphs, key, key_bytes, anchor, &graph);
+    if (step == WF_GRAPH_REPLAYED) {
+        if (cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), c->stream) != cudaSuccess) {
+            (void)cudaGetLastError();
+            wf_graph_cache_forget_last(c->graphs);
+            step = WF_GRAPH_RUN;
+        }
+    } else if (step == WF_GRAPH_CAPTURE) {
+        if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+            (void)cudaGetLastError();
+            wf_graph_cache_set(c->graphs, nullptr);
+            step = WF_GRAPH_RUN;
+        } else {
+            c->capturing = true;
+        }
+    }
+    *ret_step = step;
+    return WF_OK;
+}
+
+wf_status_t graph_end(wf_backend_ctx_t *c, bool keep)
+{
+    if (!c)
+        return WF_E_BAD_ARGUMENT;
+    if (!c->capturing)
+        return WF_E_UNAVAILABLE;
+    c->capturing = false;
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t x = nullptr;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess)
+        e = cudaStreamEndCapture(c->stream, &g);
+    if (e == cudaSuccess && keep && g)
+        e = cudaGraphInstantiateWithFlags(&x, g, 0);
+    if (g)
+        (void)cudaGraphDestroy(g);
+    if (e == cudaSuccess && keep && x)
+        e = cudaGraphLaunch(x, c->stream);
+    if (e != cudaSuccess || !keep || !x) {
+        (void)cudaGetLastError();
+        if (x)
+            (void)cudaGraphExecDestroy(x); /* never launched */
+        wf_graph_cache_set(c->graphs, nullptr);
+        return WF_E_UNAVAILABLE;
+    }
+    wf_graph_cache_set(c->graphs, x);
+    return WF_OK;
+}
+
 wf_backend_ops_t make_ops()
 {
     wf_backend_ops_t o = {};
@@ -959,6 +1090,8 @@ wf_backend_ops_t make_ops()
     o.xfer_d2h = xfer_d2h;
     o.xfer_h2d = xfer_h2d;
     o.xfer_wait = xfer_wait;
+    o.graph_begin = graph_begin;
+    o.graph_end = graph_end;
     return o;
 }
 

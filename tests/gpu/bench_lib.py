@@ -85,15 +85,17 @@ def weftd_flags(a):
 
 class Weft:
     """weftd on --devices serving one model directory, driven by weftctl
-    (its socket and log named after the benchmark)."""
+    (its socket and log named after the benchmark, and `tag` when one
+    benchmark runs two daemons)."""
 
-    def __init__(self, weftd, weftctl, devices, model_root, logdir, extra=()):
+    def __init__(self, weftd, weftctl, devices, model_root, logdir, extra=(), tag=""):
         self.weftctl = weftctl
-        self.sock = f"/tmp/weft-{NAME[0]}-{os.getpid()}.sock"
+        name = NAME[0] + (f"-{tag}" if tag else "")
+        self.sock = f"/tmp/weft-{name}-{os.getpid()}.sock"
         self.endpoint = "ipc://" + self.sock
         if os.path.exists(self.sock):
             os.unlink(self.sock)
-        self.log_path = os.path.join(logdir, f"weftd-{NAME[0]}.log")
+        self.log_path = os.path.join(logdir, f"weftd-{name}.log")
         self.log = open(self.log_path, "w")
         cmd = [weftd, "--devices", devices, "--listen", self.endpoint,
                "--model-root", model_root, *extra]

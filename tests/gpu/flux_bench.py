@@ -33,6 +33,13 @@ text tokens, B = 1), the same weights and inputs for both, in one run.
      client round trip included: the inputs (4.5 MB) and the output
      (0.5 MB) cross the daemon's socket each time; the daemon's own
      compute time of the last iteration is printed beside it);
+     A second weftd with --cuda-graphs blocks (its arena
+     --graphs-gpu-memory) serves the same directory beside the first, and
+     each repeat times it after the first (`weftctl forward --iters ITERS`
+     again): the ratio without / with graphs, round trip and daemon
+     compute, is the graphs' figure (on CPU devices the setting does
+     nothing: the figure then only checks the plumbing). --no-graphs, or
+     under --graphs-need-s left before the load, skips it;
   5. with --compile, torch.compile(model) (default mode) likewise,
      alternating with weft again, if the deadline leaves room for it;
   6. the summary: ms per forward (median of the per-repeat medians, and
@@ -254,6 +261,13 @@ def main():
                     help="skip diffusers' f32 run of the same weights (the yardstick of the "
                          "bf16 comparison; 44 GiB more GPU memory for a moment at full size)")
     ap.add_argument("--tiny", action="store_true", help="a small configuration (plumbing check)")
+    ap.add_argument("--no-graphs", action="store_true",
+                    help="no second weftd with --cuda-graphs blocks")
+    ap.add_argument("--graphs-gpu-memory", default="0.22",
+                    help="the graphs weftd's --gpu-memory (default 0.22: both arenas and "
+                         "diffusers fit one H200)")
+    ap.add_argument("--graphs-need-s", type=float, default=60.0,
+                    help="seconds that must be left to load the graphs weftd (default 60)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the configuration and the FLOP count only (no torch)")
     a = ap.parse_args()
@@ -410,8 +424,44 @@ def main():
                 else:
                     say(f"weft against the f32 reference: no result (exit {rc}): {out.strip()[-300:]}")
 
+    # the same forward with --cuda-graphs blocks: a second daemon (the
+    # setting is not reloadable), loaded from the same directory
+    wg, wg_ok = None, False
+    if not weft_ok or a.no_graphs:
+        say("cuda_graphs: skipped (" + ("--no-graphs" if a.no_graphs else "no weft timings") + ")")
+    elif left() < a.graphs_need_s:
+        say(f"cuda_graphs: skipped ({left():.0f} s left, the second load needs {a.graphs_need_s:.0f})")
+    else:
+        gextra = (["--gpu-memory", a.graphs_gpu_memory, "--cuda-graphs", "blocks",
+                   *weftd_flags(a)[2:]] + (["--mesh", a.mesh] if a.mesh else []))
+        wg = Weft(a.weftd, a.weftctl, a.devices, os.path.abspath(a.dir), a.out, gextra,
+                  tag="graphs")
+        if not a.devices.startswith("cuda"):
+            say(f"cuda_graphs: --devices {a.devices} has no CUDA: the setting does nothing "
+                "there (plumbing only, the ratio is not a measurement)")
+        if not wg.up():
+            say("graphs weftd did not come up: " + " | ".join(wg.log_tail()))
+            wg.stop()
+            wg = None
+        else:
+            t = time.monotonic()
+            rc, out = wg.ctl("load", "flux-bench", "flux-bench",
+                             timeout=max(60, min(900, left())))
+            say(f"graphs weftd: weftctl load: exit {rc} in {time.monotonic() - t:.1f} s")
+            # three forwards: a block's first sight runs uncaptured, its
+            # second is captured, the third replays
+            if rc == 0:
+                rc, out = wg.ctl("forward", "--model", "flux-bench", "--inputs", io_path,
+                                 "--iters", "3", timeout=300)
+                w = parse_weftctl_forward(out)
+                report["graphs_warmup"] = {"rc": rc, **w, "out": out.strip()[-2000:]}
+                wg_ok = w["median_ms"] is not None
+            if not wg_ok:
+                say("graphs weftd: warm-up failed: " + " | ".join(wg.log_tail()))
+
     def alternate(label, m, repeats):
         d_ms, w_ms, w_comp, w_err = [], [], [], []
+        g_ms, g_comp, g_err, g_verdicts = [], [], [], []
         tol, verdicts = None, []
         for r in range(repeats):
             if r and left() < 20:
@@ -434,9 +484,25 @@ def main():
                     verdicts.append(w["verdict"])
                     line += (f"; weft {w['median_ms']:.2f} ms (daemon compute {w['compute_ms']:.2f} ms)"
                              f", max |weft - diffusers| {w['max_err']:.3e} {w['verdict']}")
+            if wg_ok and m is model:
+                rc, out = wg.ctl("forward", "--model", "flux-bench", "--inputs", io_path,
+                                 "--iters", str(a.iters), timeout=300)
+                w = parse_weftctl_forward(out)
+                if w["median_ms"] is None:
+                    line += f"; weft+graphs FAILED (exit {rc}): {out.strip()[-300:]}"
+                else:
+                    g_ms.append(w["median_ms"])
+                    g_comp.append(w["compute_ms"])
+                    g_err.append(w["max_err"])
+                    g_verdicts.append(w["verdict"])
+                    line += (f"; weft+graphs {w['median_ms']:.2f} ms (compute "
+                             f"{w['compute_ms']:.2f} ms) {w['verdict']}")
             say(line)
         return {"diffusers_ms": spread(d_ms), "weft_ms": spread(w_ms),
                 "weft_compute_ms": spread(w_comp),
+                "graphs_ms": spread(g_ms), "graphs_compute_ms": spread(g_comp),
+                "graphs_verdicts": g_verdicts,
+                "graphs_max_err": max((e for e in g_err if e is not None), default=None),
                 "max_err": max((e for e in w_err if e is not None), default=None) if w_err else None,
                 "tol": tol, "verdicts": verdicts,
                 "raw": {"diffusers": d_ms, "weft": w_ms, "weft_compute": w_comp, "err": w_err}}
@@ -461,6 +527,9 @@ def main():
             rows.append(("diffusers torch.compile", comp["diffusers_ms"]))
         rows.append(("weft (weftctl round trip)", eager["weft_ms"]))
         rows.append(("weft (daemon compute)", eager["weft_compute_ms"]))
+        if eager["graphs_ms"]:
+            rows.append(("weft graphs (round trip)", eager["graphs_ms"]))
+            rows.append(("weft graphs (compute)", eager["graphs_compute_ms"]))
         for name, sp in rows:
             if sp:
                 share = tf / (sp["median"] * 1e-3) / rate
@@ -493,6 +562,18 @@ def main():
                     f"{report['diffusers_bf16_vs_f32']['rel']:.2e} (max error / max |f32|)")
         else:
             say("  weft: no timings (see above); diffusers' figures stand alone")
+        if eager["graphs_ms"] and eager["weft_ms"]:
+            gr = eager["weft_ms"]["median"] / eager["graphs_ms"]["median"]
+            gc = (eager["weft_compute_ms"]["median"] / eager["graphs_compute_ms"]["median"]
+                  if eager["weft_compute_ms"] and eager["graphs_compute_ms"] else float("nan"))
+            gok = bool(eager["graphs_verdicts"]) and all(v == "PASS" for v in eager["graphs_verdicts"])
+            report["graphs_ratio"] = {"round_trip": gr, "compute": gc, "ok": gok,
+                                      "cuda": a.devices.startswith("cuda")}
+            say(f"  cuda_graphs: weft without / with = {gr:.3f}x round trip, {gc:.3f}x daemon "
+                f"compute (> 1: graphs faster); outputs {'PASS' if gok else 'FAIL'}"
+                + ("" if a.devices.startswith("cuda") else " (no CUDA: plumbing only)"))
+        else:
+            say("  cuda_graphs: no figure (skipped or failed, see above)")
         say(f"flux_bench {'done' if final else 'eager part done'} in {elapsed():.0f} s")
         report["ok"] = ok
         with open(os.path.join(a.out, "flux-bench.json"), "w") as f:
@@ -548,6 +629,11 @@ def main():
             report["compile"] = comp
     if weft and weft_ok and left() > 30:
         cache_figures()
+    if wg:
+        rc = wg.stop()
+        say(f"graphs weftd exit {rc}")
+        for line in wg.log_tail(2):
+            say("  weftd (graphs): " + line)
     if weft:
         rc = weft.stop()
         say(f"weftd exit {rc}")

@@ -26,8 +26,11 @@
 #      matrix rate measured in the same run, the max difference (and
 #      against diffusers' f32 run); weftd's arena --gpu-memory 0.45. Under
 #      WEFT_FLUX_FULL_S (200 s) left: 5 + 10 blocks, said so; under 100 s:
-#      skipped. torch.compile only with WEFT_FLUX_COMPILE=1. The checkpoint
-#      is kept for step 6                                       ~90 s
+#      skipped. torch.compile only with WEFT_FLUX_COMPILE=1. The same
+#      forward with cuda_graphs = blocks, from a second weftd (arena 0.22)
+#      loaded beside the first and timed after it in each repeat: the
+#      ratio without / with graphs (WEFT_FLUX_GRAPHS=0 skips it: ~25 s
+#      of load). The checkpoint is kept for step 6              ~115 s
 #   4. attention at the FLUX forward's own shape (S = 4,608, 24 heads x
 #      128, bf16, non-causal): bench_cuda_attention (the default kernel)
 #      beside torch SDPA (sdpa_bench.py), TFLOP/s and ratio     ~20 s
@@ -308,6 +311,7 @@ flux_step() {
     say "${l}s left (< ${WEFT_FLUX_FULL_S:-200}s): the same width with 5 + 10 blocks instead of 19 + 38"
   fi
   [ "${WEFT_FLUX_COMPILE:-0}" = 1 ] && comp=(--compile)
+  [ "${WEFT_FLUX_GRAPHS:-1}" = 0 ] && comp+=(--no-graphs)
   # its own share: what the steps after it need stays (they skip
   # themselves when it is not there)
   local cap=$(( l < 180 ? l : 180 ))

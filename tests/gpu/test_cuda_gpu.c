@@ -58,7 +58,7 @@ static wf_status_t tuned_ctx(int index, uint64_t arena, const char *kern, bool g
     wf_status_t st = G->ctx_new(index, arena, &c);
     if (st != WF_OK)
         return st;
-    const wf_backend_tuning_t t = { kern, gelu_kernel };
+    const wf_backend_tuning_t t = { kern, gelu_kernel, WF_GRAPHS_OFF, 0 };
     if ((st = G->ctx_tune(c, &t)) != WF_OK) {
         G->ctx_destroy(&c);
         return st;

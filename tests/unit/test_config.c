@@ -466,6 +466,7 @@ static void test_cuda_backend_settings(const char *dir)
     CHECK_TRUE(build(1, argv0, env0, &s, err, sizeof err) == WF_OK);
     CHECK_TRUE(s.gpu_memory.bytes == 0 && s.gpu_memory.fraction == 0.0);
     CHECK_TRUE(strcmp(s.cuda_attention, "auto") == 0 && s.cuda_gelu_epilogue);
+    CHECK_TRUE(s.cuda_graphs == WF_GRAPHS_OFF && s.cuda_graphs_max == 512);
 
     /* the parser alone: bytes, fractions, the bounds of each */
     CHECK_TRUE(wf_parse_gpu_memory("0", &g, why, sizeof why) && g.bytes == 0 &&
@@ -518,6 +519,21 @@ static void test_cuda_backend_settings(const char *dir)
               strstr(err, "--cuda-attention"), "cuda_attention '%s' was taken", kern_bad[i]);
     }
     CHECK_TRUE(wf_cuda_attention_kernel_ok("auto") && wf_cuda_attention_kernel_ok("ws-full-mc"));
+    /* cuda_graphs: off or blocks; cuda_graphs_max 1..65536 */
+    char *argv5[] = { "weftd", "--cuda-graphs", "blocks", "--cuda-graphs-max", "64", NULL };
+    CHECK_TRUE(build(5, argv5, env0, &s, err, sizeof err) == WF_OK);
+    CHECK_TRUE(s.cuda_graphs == WF_GRAPHS_BLOCKS && s.cuda_graphs_max == 64);
+    char *env5[] = { "WEFT_CUDA_GRAPHS=off", NULL };
+    CHECK_TRUE(build(1, argv0, env5, &s, err, sizeof err) == WF_OK &&
+               s.cuda_graphs == WF_GRAPHS_OFF);
+    static const char *const graphs_bad[] = { "on", "Blocks", "", "whole", "1" };
+    for (size_t i = 0; i < sizeof graphs_bad / sizeof graphs_bad[0]; i++) {
+        char *argv6[] = { "weftd", "--cuda-graphs", (char *)graphs_bad[i], NULL };
+        CHECK(build(3, argv6, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT &&
+              strstr(err, "--cuda-graphs"), "cuda_graphs '%s' was taken", graphs_bad[i]);
+    }
+    char *argv7[] = { "weftd", "--cuda-graphs-max", "0", NULL };
+    CHECK_TRUE(build(3, argv7, env0, &s, err, sizeof err) == WF_E_BAD_ARGUMENT);
 
     /* a restart, not a reload */
     wf_settings_t cur, next;
@@ -526,9 +542,12 @@ static void test_cuda_backend_settings(const char *dir)
     next.gpu_memory.fraction = 0.5;
     snprintf(next.cuda_attention, sizeof next.cuda_attention, "mma");
     next.cuda_gelu_epilogue = false;
+    next.cuda_graphs = WF_GRAPHS_BLOCKS;
+    next.cuda_graphs_max = 8;
     const char *restart[8];
     size_t nr = 0;
-    CHECK_TRUE(wf_settings_apply_reload(&cur, &next, restart, 8, &nr) == 0 && nr == 3);
+    CHECK_TRUE(wf_settings_apply_reload(&cur, &next, restart, 8, &nr) == 0 && nr == 5);
+    CHECK_TRUE(cur.cuda_graphs == WF_GRAPHS_OFF);
     CHECK_TRUE(cur.gpu_memory.fraction == 0.0 && strcmp(cur.cuda_attention, "auto") == 0);
 }
 

@@ -591,6 +591,52 @@ static wf_status_t finish(run_t *x)
     return WF_OK;
 }
 
+/* One block of the forward, as wf_fwd_block_run calls it. */
+typedef struct block_arg {
+    run_t *x;       /* the run */
+    uint32_t b;     /* the block: double blocks first, then single */
+} block_arg_t;
+
+static wf_status_t run_block(void *arg)
+{
+    const block_arg_t *a = arg;
+    uint32_t nd = a->x->cfg->num_layers;
+    return a->b < nd ? flux_double_block(a->x, &a->x->s->dbl[a->b])
+                     : flux_single_block(a->x, &a->x->s->sgl[a->b - nd]);
+}
+
+/* A block's graph key (wf_fwd_block_run): everything its ops' arguments
+ * follow from. The shard's weights (the anchor's memory) by the shard
+ * and the block index; the activations by the workspace bases and
+ * layout; shapes, degrees and flags by the sizes. Zeroed first; padding
+ * that still differed could only make a key miss, never match. */
+typedef struct block_key {
+    char family[8];       /* "flux" */
+    uint32_t b;           /* the block */
+    const void *shard;    /* the shard (its pieces' addresses) */
+    const void *ws, *hws; /* workspace bases */
+    geo_t g;              /* sizes on this rank */
+    wsl_t W;              /* workspace layout */
+} block_key_t;
+_Static_assert(sizeof(block_key_t) <= 4096, "graph keys are at most 4096 bytes (backend.h)");
+
+/* Block b through the backend's graphs where it can (wf_fwd_block_run). */
+static wf_status_t flux_block(run_t *x, uint32_t b)
+{
+    block_key_t k;
+    memset(&k, 0, sizeof k);
+    memcpy(k.family, "flux", 4);
+    k.b = b;
+    k.shard = x->s;
+    k.ws = x->ws;
+    k.hws = x->hws;
+    memcpy(&k.g, &x->g, sizeof k.g);
+    memcpy(&k.W, &x->W, sizeof k.W);
+    block_arg_t a = {x, b};
+    return wf_fwd_block_run(x->ops, x->ctx, x->grp, &k, sizeof k, x->s->mem.dev, run_block,
+                            &a);
+}
+
 /* The entries the forward calls (wf_flux_backend_check's list). */
 static bool ops_ok(const wf_backend_ops_t *o)
 {
@@ -690,9 +736,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
         }
         if (b == 0 && fbc && (st = wf_fbc_head_begin(fbc, ops, ctx, img, res_n, state_n)) != WF_OK)
             goto fail;
-        st = b < nd ? flux_double_block(&x, &shard->dbl[b])
-                    : flux_single_block(&x, &shard->sgl[b - nd]);
-        if (st != WF_OK)
+        if ((st = flux_block(&x, b)) != WF_OK)
             goto fail;
         if (b == 0 && fbc &&
             (st = wf_fbc_head_end(fbc, ops, ctx, group->seq, img, S, &skip)) != WF_OK)

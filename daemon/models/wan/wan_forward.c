@@ -930,6 +930,60 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     return x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 5 * C, C6, x->mb, x->mper, C);
 }
 
+/* One block of the forward, as wf_fwd_block_run calls it. */
+typedef struct block_arg {
+    run_t *x;       /* the run */
+    uint32_t b;     /* the block */
+} block_arg_t;
+
+static wf_status_t run_block(void *arg)
+{
+    const block_arg_t *a = arg;
+    return block(a->x, &a->x->s->blk[a->b]);
+}
+
+/* A block's graph key (wf_fwd_block_run): everything its ops' arguments
+ * follow from. The shard's weights (the anchor's memory) by the shard
+ * and the block index; the activations by the workspace bases and
+ * layout; shapes, degrees and flags by the sizes and this rank's rows.
+ * Zeroed first; padding that still differed could only make a key miss,
+ * never match. */
+typedef struct block_key {
+    char family[8];           /* "wan" */
+    uint32_t b;               /* the block */
+    const void *shard;        /* the shard (its pieces' addresses) */
+    const void *ws, *hws;     /* workspace bases */
+    geo_t g;                  /* sizes */
+    wsl_t W;                  /* workspace layout */
+    int64_t row0, Li, N, trows, mb, mper; /* this rank's rows (run_t) */
+    wf_layout_t heads;        /* q / k / v's layout */
+} block_key_t;
+_Static_assert(sizeof(block_key_t) <= 4096, "graph keys are at most 4096 bytes (backend.h)");
+
+/* Block b through the backend's graphs where it can (wf_fwd_block_run). */
+static wf_status_t wan_block(run_t *x, uint32_t b)
+{
+    block_key_t k;
+    memset(&k, 0, sizeof k);
+    memcpy(k.family, "wan", 3);
+    k.b = b;
+    k.shard = x->s;
+    k.ws = x->ws;
+    k.hws = x->hws;
+    memcpy(&k.g, &x->g, sizeof k.g);
+    memcpy(&k.W, &x->W, sizeof k.W);
+    k.row0 = x->row0;
+    k.Li = x->Li;
+    k.N = x->N;
+    k.trows = x->trows;
+    k.mb = x->mb;
+    k.mper = x->mper;
+    memcpy(&k.heads, &x->heads, sizeof k.heads);
+    block_arg_t a = {x, b};
+    return wf_fwd_block_run(x->ops, x->ctx, x->grp, &k, sizeof k, x->s->mem.dev, run_block,
+                            &a);
+}
+
 /* norm_out, proj_out, the gather and (root) the output. */
 static wf_status_t finish(run_t *x)
 {
@@ -999,7 +1053,7 @@ static wf_status_t forward(run_t *x, bool *stopped)
         }
         if (b == 0 && fbc)
             TRY(wf_fbc_head_begin(fbc, x->ops, x->ctx, S, n, n));
-        TRY(block(x, &x->s->blk[b]));
+        TRY(wan_block(x, b));
         if (b == 0 && fbc)
             TRY(wf_fbc_head_end(fbc, x->ops, x->ctx, x->grp->seq, S, S, &skip));
     }
