@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import faulthandler
 import os
 import re
 import select
@@ -236,7 +237,9 @@ class Raw:
 
     def __init__(self, port: int) -> None:
         self.t0 = time.monotonic()
-        self.s = socket.create_connection(("127.0.0.1", port))
+        # a bound on the connect and on every send (a daemon that stops
+        # reading fails the row instead of hanging the test)
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=WAIT_EVENT_S)
         self.buf = b""
         self.eof = False
         self.greeted = False       # the daemon's greeting taken off buf
@@ -807,6 +810,9 @@ class GateInterop(unittest.TestCase):
               curve: Optional[Tuple[bytes, bytes, bytes]] = None) -> Tuple[Any, Any]:
         s = self.ctx.socket(kind)
         s.linger = 0
+        # a send or a receive that cannot complete (a connection that went
+        # and is not tried again) raises zmq.Again instead of blocking
+        s.sndtimeo = s.rcvtimeo = WAIT_MS
         s.setsockopt(zmq.RECONNECT_IVL, -1)      # one connection: counts exact
         if curve:
             s.curve_serverkey, s.curve_publickey, s.curve_secretkey = curve
@@ -930,6 +936,11 @@ class GateInterop(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    # every thread's stack on stderr, and the test failed, if it ever runs
+    # past ctest's TIMEOUT for it (600 s, tests/python/python.cmake) less a
+    # margin: a wait without a bound shows where it is instead of a bare
+    # timeout
+    faulthandler.dump_traceback_later(540, exit=True)
     t0 = time.monotonic()
     prog = unittest.main(exit=False, verbosity=2)
     print(f"test_gate_interop: {time.monotonic() - t0:.1f} s")
