@@ -146,7 +146,9 @@ uint32_t wf_sessions_reap(struct wf_sched *s, uint64_t now_us, uint64_t idle_us)
     wf_session_t *x = table(s)->head;
     while (x) {
         wf_session_t *next = x->next;
-        if (!x->ended && x->refs == 0 && now_us - x->last_us >= idle_us) {
+        /* last_us may be a worker's clock reading a little after now_us */
+        if (!x->ended && x->refs == 0 && now_us > x->last_us &&
+            now_us - x->last_us >= idle_us) {
             wf_session_end(s, x, now_us);
             n++;
         }
