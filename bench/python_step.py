@@ -82,7 +82,7 @@ def main() -> None:
     import diffusers
     import diffusers.utils.logging
     import transformers
-    from diffusers import FluxPipeline, FluxTransformer2DModel
+    from diffusers import FluxTransformer2DModel
     from safetensors.torch import load_file
     diffusers.utils.logging.set_verbosity_error()
     transformers.logging.set_verbosity_error()
@@ -114,10 +114,7 @@ def main() -> None:
         wt = WeftFluxTransformer(d.endpoint, "bench-a", path=built["transformer_path"],
                                  model_root=root)
         p = built["pipe"]
-        pipe_w = FluxPipeline(scheduler=p.scheduler, vae=p.vae, text_encoder=p.text_encoder,
-                              tokenizer=p.tokenizer, text_encoder_2=p.text_encoder_2,
-                              tokenizer_2=p.tokenizer_2, transformer=wt)
-        pipe_w.set_progress_bar_config(disable=True)
+        pipe_w = tf.with_transformer(p, wt)
         sides: Dict[str, Any] = {"torch": p, "weft": pipe_w}
 
         def steps_of(pipe: Any) -> Dict[str, Any]:

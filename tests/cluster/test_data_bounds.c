@@ -339,49 +339,8 @@ static bool node_start(node_t *d, const char *name, const char *addr, bool log)
 /* IN_FLIGHT jobs at once to a, each checked against the fp64 reference. */
 static unsigned burst(node_t *a, uint64_t seed, const char *label)
 {
-    static jbuf_t buf[IN_FLIGHT];
-    wf_job_t *job[IN_FLIGHT];
-    wf_client_t *cl = NULL;
-    if (wf_client_connect(a->p.endpoint, EVENT_MS, &cl) != WF_OK)
-        return 0;
-    unsigned ok = 0;
-    for (int i = 0; i < IN_FLIGHT; i++) {
-        const jcase_t *c = &cases[(size_t)i % N_CASES];
-        job[i] = NULL;
-        if (!jbuf_init(&buf[i], c, seed + (uint64_t)i))
-            continue;
-        wf_attention_opts_t o = opts_of(c);
-        if (wf_attention_submit(cl, &buf[i].q, &buf[i].k, &buf[i].v, &o, &buf[i].out,
-                                buf[i].lse, &job[i]) != WF_OK)
-            job[i] = NULL;
-    }
-    for (int i = 0; i < IN_FLIGHT; i++) {
-        const jcase_t *c = &cases[(size_t)i % N_CASES];
-        if (!job[i]) {
-            jbuf_free(&buf[i]);
-            continue;
-        }
-        wf_status_t st = wf_job_wait(cl, job[i], EVENT_MS);
-        wf_job_result_t res;
-        memset(&res, 0, sizeof res);
-        wf_job_result(job[i], &res);
-        bool good = st == WF_OK && res.status == WF_OK;
-        if (good) {
-            double eo, el, to, tl;
-            jbuf_errors(&buf[i], &eo, &el);
-            jcase_tolerances(c, true, &to, &tl);
-            good = eo <= to && (!c->want_lse || el <= tl);
-        } else {
-            fprintf(stderr, "%s: job %d: %s: %s\n", label, i,
-                    wf_status_name(st != WF_OK ? st : res.status), wf_job_error(job[i]));
-        }
-        ok += good;
-        wf_job_destroy(cl, &job[i]);
-        jbuf_free(&buf[i]);
-    }
-    wf_client_destroy(&cl);
-    printf("%s: %u/%d jobs correct\n", label, ok, IN_FLIGHT);
-    return ok;
+    return jcase_burst(a->p.endpoint, cases, N_CASES, IN_FLIGHT, seed, EVENT_MS, 0,
+                       label);
 }
 
 static void stop_clean(node_t *d)

@@ -69,13 +69,7 @@ class CacheTest(unittest.TestCase):
                                    model_root=self.flux["root"], overlap_forwards=False, **kw)
 
     def pipe(self, wt: Any) -> Any:
-        from diffusers import FluxPipeline
-        b = self.flux["pipe"]
-        pipe = FluxPipeline(scheduler=b.scheduler, vae=b.vae, text_encoder=b.text_encoder,
-                            tokenizer=b.tokenizer, text_encoder_2=b.text_encoder_2,
-                            tokenizer_2=b.tokenizer_2, transformer=wt)
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
+        return tf.with_transformer(self.flux["pipe"], wt)
 
     def diffusers_run(self, threshold: float, **kw: Any) -> Dict[str, Any]:
         """diffusers' transformer with its first-block cache (threshold >

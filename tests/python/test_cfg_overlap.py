@@ -97,13 +97,7 @@ class CfgOverlapTest(unittest.TestCase):
         return pipe
 
     def flux_pipe(self, wt: Any) -> Any:
-        from diffusers import FluxPipeline
-        b = self.flux["pipe"]
-        pipe = FluxPipeline(scheduler=b.scheduler, vae=b.vae, text_encoder=b.text_encoder,
-                            tokenizer=b.tokenizer, text_encoder_2=b.text_encoder_2,
-                            tokenizer_2=b.tokenizer_2, transformer=wt)
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
+        return tf.with_transformer(self.flux["pipe"], wt)
 
     def compare(self, label: str, ref: Dict[str, Any], over: Dict[str, Any],
                 sync: Dict[str, Any]) -> None:

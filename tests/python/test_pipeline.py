@@ -145,12 +145,7 @@ class Pipeline(unittest.TestCase):
         with self.assertRaises(NotServedError):
             wt.save_pretrained(str(self.work / "nowhere"))
         # the pipeline passes joint_attention_kwargs through: refused, not ignored
-        from diffusers import FluxPipeline
-        b = self.built["pipe"]
-        pipe = FluxPipeline(scheduler=b.scheduler, vae=b.vae, text_encoder=b.text_encoder,
-                            tokenizer=b.tokenizer, text_encoder_2=b.text_encoder_2,
-                            tokenizer_2=b.tokenizer_2, transformer=wt)
-        pipe.set_progress_bar_config(disable=True)
+        pipe = tf.with_transformer(self.built["pipe"], wt)
         with self.assertRaises(NotServedError):
             tf.run(pipe, steps=1, joint_attention_kwargs={"scale": 0.5})
         # a size mismatch (S_img 63 against img_ids' 64 rows) is refused

@@ -157,6 +157,17 @@ def build(work: Path, seed: int = 1234, size: str = "tiny") -> Dict[str, Any]:
                 transformer_path="tiny-flux/transformer", spec=spec)
 
 
+def with_transformer(pipe: Any, transformer: Any) -> Any:
+    """A FluxPipeline of pipe's components with another transformer (a
+    weft drop-in beside diffusers' own), its progress bar off."""
+    from diffusers import FluxPipeline
+    out = FluxPipeline(scheduler=pipe.scheduler, vae=pipe.vae, text_encoder=pipe.text_encoder,
+                       tokenizer=pipe.tokenizer, text_encoder_2=pipe.text_encoder_2,
+                       tokenizer_2=pipe.tokenizer_2, transformer=transformer)
+    out.set_progress_bar_config(disable=True)
+    return out
+
+
 def run(pipe: Any, steps: int = 4, seed: int = 7, spec: Optional[Dict[str, Any]] = None,
         **kw: Any) -> Dict[str, Any]:
     """One generation: the final (packed) latents, the decoded image

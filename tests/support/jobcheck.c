@@ -255,3 +255,53 @@ pid_t spawn_daemon(const char *const argv[], const char *notify_socket)
     pid_t pid;
     return spawn_exec(argv, &o, &pid, NULL) ? pid : -1;
 }
+
+unsigned jcase_burst(const char *endpoint, const jcase_t *cases, size_t n_cases, int n,
+                     uint64_t seed, int timeout_ms, uint32_t devices, const char *label)
+{
+    static jbuf_t buf[JCASE_BURST_MAX];
+    wf_job_t *job[JCASE_BURST_MAX];
+    wf_client_t *cl = NULL;
+    if (n > JCASE_BURST_MAX || n_cases == 0 ||
+        wf_client_connect(endpoint, timeout_ms, &cl) != WF_OK)
+        return 0;
+    unsigned ok = 0;
+    for (int i = 0; i < n; i++) {
+        const jcase_t *c = &cases[(size_t)i % n_cases];
+        job[i] = NULL;
+        if (!jbuf_init(&buf[i], c, seed + (uint64_t)i))
+            continue;
+        wf_attention_opts_t o = opts_of(c);
+        if (wf_attention_submit(cl, &buf[i].q, &buf[i].k, &buf[i].v, &o, &buf[i].out,
+                                buf[i].lse, &job[i]) != WF_OK)
+            job[i] = NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        const jcase_t *c = &cases[(size_t)i % n_cases];
+        if (!job[i]) {
+            jbuf_free(&buf[i]);
+            continue;
+        }
+        wf_status_t st = wf_job_wait(cl, job[i], timeout_ms);
+        wf_job_result_t res;
+        memset(&res, 0, sizeof res);
+        wf_job_result(job[i], &res);
+        bool good = st == WF_OK && res.status == WF_OK;
+        if (good) {
+            double eo, el, to, tl;
+            jbuf_errors(&buf[i], &eo, &el);
+            jcase_tolerances(c, true, &to, &tl);
+            good = eo <= to && (!c->want_lse || el <= tl) &&
+                   (devices == 0 || res.devices == devices);
+        } else {
+            fprintf(stderr, "%s: job %d: %s: %s\n", label, i,
+                    wf_status_name(st != WF_OK ? st : res.status), wf_job_error(job[i]));
+        }
+        ok += good;
+        wf_job_destroy(cl, &job[i]);
+        jbuf_free(&buf[i]);
+    }
+    wf_client_destroy(&cl);
+    printf("%s: %u/%d jobs correct\n", label, ok, n);
+    return ok;
+}

@@ -78,6 +78,18 @@ wf_attention_opts_t opts_of(const jcase_t *c);
  * errors, epoch and devices to stdout, unless quiet and within them. */
 bool jbuf_check(const jbuf_t *a, const wf_job_result_t *res, bool quiet);
 
+/* The most jobs of one jcase_burst. */
+#define JCASE_BURST_MAX 32
+
+/* n (<= JCASE_BURST_MAX) attention jobs submitted at once to the daemon at
+ * endpoint over one new connection, job i of cases[i % n_cases] with seed
+ * seed + i, then each awaited (timeout_ms) and checked against the fp64
+ * reference (jcase_tolerances with ring_merge); devices > 0: each must also
+ * have run on that many devices. Prints each failure and "label: k/n jobs
+ * correct"; returns k (0 when the connection fails). */
+unsigned jcase_burst(const char *endpoint, const jcase_t *cases, size_t n_cases, int n,
+                     uint64_t seed, int timeout_ms, uint32_t devices, const char *label);
+
 /* Run case c through cl (wf_attention, inputs seeded with seed) and check
  * it (jbuf_check): true when WF_OK and within tolerance. A failed job's
  * status and message go to stderr. The job's result goes to *ret_res
