@@ -29,7 +29,8 @@
 #include "base/config.h"
 #include "weft.h"
 
-#define WF_SESSION_KEY_MAX 128     /* a share's key: 'k' NAME or 'c' ROUTING-ID */
+#define WF_SESSION_KEY_MAX 257     /* a share's key: 'k' NAME or 'c' ROUTING-ID
+                                      (server/requests.c: at most 1 + 256) */
 
 struct wf_sched;
 

@@ -115,17 +115,20 @@ static void handle_reconfigure(wf_server_t *srv, zmq_msg_t *identity, bool delim
     srv_reply_error(srv, identity, delim, req->id, req->op, st, err);
 }
 
-/* The share (scheduler.h) of the client that sent this message: its
- * CURVE key's name (every connection with that key shares it), else the
- * connection (parts[0], the routing id): on ipc:// a uid is not a share,
- * so that one user's processes do not starve each other. NULL when out
- * of memory. */
-/* The client's key (its share's): 'k' and the CURVE key's name, else 'c'
- * and the connection's routing id; its length; label: how messages name
- * it. */
-static size_t client_key(const wf_server_t *srv, zmq_msg_t *identity,
-                         const wf_gate_meta_t *meta, unsigned char key[1 + 256],
-                         char label[96])
+/* Who sent a message, as its share (scheduler.h) and its sessions
+ * (runtime/session.h) know it: its CURVE key's name (every connection with
+ * that key is the same client), else the connection (the routing id): on
+ * ipc:// a uid is not a client, so that one user's processes do not
+ * starve each other. key: 'k' NAME or 'c' ROUTING-ID; label: how
+ * messages name it. */
+typedef struct client_id {
+    unsigned char key[1 + 256];
+    size_t len;
+    char label[96];
+} client_id_t;
+
+static void client_id_of(const wf_server_t *srv, zmq_msg_t *identity,
+                         const wf_gate_meta_t *meta, client_id_t *c)
 {
     size_t len;
     const char *name = srv->access.mode == SRV_ACCESS_CURVE && meta->curve &&
@@ -133,46 +136,32 @@ static size_t client_key(const wf_server_t *srv, zmq_msg_t *identity,
     if (name) {
         char qn[WF_QUOTE_MAX];
         wf_quote(qn, name);
-        snprintf(label, 96, "key '%s'", qn);
+        snprintf(c->label, sizeof c->label, "key '%s'", qn);
         len = strnlen(name, 256);
-        key[0] = 'k';
-        memcpy(key + 1, name, len);
+        c->key[0] = 'k';
+        memcpy(c->key + 1, name, len);
     } else {
-        snprintf(label, 96, "this connection");
+        snprintf(c->label, sizeof c->label, "this connection");
         len = zmq_msg_size(identity);
         if (len > 256)
             len = 256;
-        key[0] = 'c';
-        memcpy(key + 1, zmq_msg_data(identity), len);
+        c->key[0] = 'c';
+        memcpy(c->key + 1, zmq_msg_data(identity), len);
     }
-    return len + 1;
-}
-
-static wf_share_t *client_share(wf_server_t *srv, zmq_msg_t *parts,
-                                const wf_gate_meta_t *meta)
-{
-    unsigned char key[1 + 256];
-    char label[96];
-    size_t len = client_key(srv, &parts[0], meta, key, label);
-    return wf_sched_share(&srv->sched, key, len, label);
+    c->len = len + 1;
 }
 
 /* A forward of a denoising session (args.session): the job joins its
  * client's session (opened by its first forward), whose state its ranks
  * use. In a cluster the forward runs without (every block computed). */
-static wf_status_t join_session(wf_server_t *srv, wf_djob_t *job, zmq_msg_t *identity,
-                                const wf_gate_meta_t *meta, char *err, size_t err_len)
+static wf_status_t join_session(wf_server_t *srv, wf_djob_t *job, const client_id_t *who,
+                                char *err, size_t err_len)
 {
     const wf_forward_args_t *a = &job->req.args.forward;
     if (job->req.op != WF_OP_FORWARD || !a->session || srv->world)
         return WF_OK;
-    unsigned char key[1 + 256];
-    char label[96];
-    size_t len = client_key(srv, identity, meta, key, label);
-    if (len > WF_SESSION_KEY_MAX)
-        len = WF_SESSION_KEY_MAX;
     wf_status_t st;
-    wf_session_t *sess = wf_session_get(&srv->sched, key, len, a->session, true,
+    wf_session_t *sess = wf_session_get(&srv->sched, who->key, who->len, a->session, true,
                                         job->t_recv_us, &st);
     if (!sess) {
         if (st == WF_E_LIMIT)
@@ -227,13 +216,15 @@ static void submit_job(wf_server_t *srv, zmq_msg_t *parts, size_t h, size_t n,
     job->has_delim = delim;
     job->t_recv_us = t_recv;
     job->done = &srv->done;
-    st = join_session(srv, job, &parts[0], meta, err, sizeof err);
+    client_id_t who;
+    client_id_of(srv, &parts[0], meta, &who);
+    st = join_session(srv, job, &who, err, sizeof err);
     if (st == WF_OK)
         st = srv_plan_job(srv, job, &srv->sched.mesh, err, sizeof err);
     if (st == WF_OK) {
         for (size_t i = h + 1; i < n; i++)
             job->in_bytes += zmq_msg_size(&parts[i]);
-        job->share = client_share(srv, parts, meta);
+        job->share = wf_sched_share(&srv->sched, who.key, who.len, who.label);
         if (!job->share) {
             st = WF_E_INTERNAL;
             snprintf(err, sizeof err, "out of memory");
@@ -288,17 +279,15 @@ static void handle_end_session(wf_server_t *srv, zmq_msg_t *identity,
 {
     const wf_request_t *req = &srv->req;
     uint64_t id = req->args.end_session.session;
-    unsigned char key[1 + 256];
-    char label[96], err[WF_PROTO_ERROR_MAX];
-    size_t len = client_key(srv, identity, meta, key, label);
-    if (len > WF_SESSION_KEY_MAX)
-        len = WF_SESSION_KEY_MAX;
+    char err[WF_PROTO_ERROR_MAX];
+    client_id_t who;
+    client_id_of(srv, identity, meta, &who);
     wf_status_t st;
-    wf_session_t *sess = wf_session_get(&srv->sched, key, len, id, false, 0, &st);
+    wf_session_t *sess = wf_session_get(&srv->sched, who.key, who.len, id, false, 0, &st);
     if (!sess) {
         srv->rejected++;
         snprintf(err, sizeof err, "no session %" PRIu64 " of %s is open (ended "
-                 "already, idle past session_idle_ms, or never opened)", id, label);
+                 "already, idle past session_idle_ms, or never opened)", id, who.label);
         srv_reply_error(srv, identity, delim, req->id, req->op, WF_E_BAD_ARGUMENT, err);
         return;
     }
