@@ -426,12 +426,15 @@ static void wd_check(nccl_comm_t *c)
         atomic_store(&c->world->aborted, 1);
         if (c->world->domain && !wf_comm_zmq_local_aborted(c->world->domain))
             wf_comm_zmq_local_abort(c->world->domain);
+        /* each stop is counted before it is made: the owner blocked on
+         * the stream may wake (and read the count) as soon as it is */
         bool keep = why == WF_E_ABORTED && c->world->domain;
         if (!keep) {
+            atomic_fetch_add(&wd.stops, 1);
             ncclCommAbort(c->comm);
             atomic_store(&c->nccl_aborted, true);
-            atomic_fetch_add(&wd.stops, 1);
         } else if (!atomic_load(&c->revoked) && stream_busy(c)) {
+            atomic_fetch_add(&wd.stops, 1);
             ncclResult_t r = has_revoke() ? revoke(c) : ncclInvalidUsage;
             if (r == ncclSuccess || r == ncclInProgress) {
                 atomic_store(&c->revoked, true);
@@ -439,7 +442,6 @@ static void wd_check(nccl_comm_t *c)
                 ncclCommAbort(c->comm);
                 atomic_store(&c->nccl_aborted, true);
             }
-            atomic_fetch_add(&wd.stops, 1);
         }
     }
     pthread_mutex_unlock(&c->mu);
