@@ -219,7 +219,7 @@ static const setting_def_t settings_table[] = {
       "false = the host comm staged through copies (for comparisons)" },
     { "nccl_init_timeout_ms", KIND_U32, OFF(nccl_init_timeout_ms), "30000",
       100, 3600000, false, "CUDA: bound on building an NCCL communicator" },
-    /* zmtp: the client plane's transport (server/gate.h, PROTOCOL.md 1.1) */
+    /* zmtp: the client plane's transport (net/gate.h, PROTOCOL.md 1.1) */
     { "client_max_connections", KIND_U32, OFF(client_max_connections), "256", 1,
       65536, true, "client connections open at once; more are closed at accept" },
     { "client_max_handshakes", KIND_U32, OFF(client_max_handshakes), "64", 1,

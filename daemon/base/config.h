@@ -134,7 +134,7 @@ typedef struct wf_settings {
     /* comm on GPUs */
     bool nccl;                   /* NCCL worlds where every rank has its own GPU */
     uint32_t nccl_init_timeout_ms; /* bound on an NCCL communicator's init */
-    /* zmtp: the client plane's transport (server/gate.h) */
+    /* zmtp: the client plane's transport (net/gate.h) */
     uint32_t client_max_connections; /* client connections open at once */
     uint32_t client_max_handshakes; /* of them, not yet through the handshake */
     uint32_t client_handshake_ms; /* longest handshake of a client connection */

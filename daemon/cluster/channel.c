@@ -13,6 +13,7 @@
 
 #include "base/zap.h"
 #include "errf.h"
+#include "net/gate.h"
 
 struct wf_channel {
     void *zctx;                  /* borrowed: ZeroMQ context */
@@ -27,6 +28,8 @@ struct wf_channel {
     wf_channel_msg_fn fn;        /* owner's handler of received messages */
     void *arg;                   /* its argument */
     void *sock;                  /* ROUTER / DEALER; NULL: none */
+    wf_gate_t *gate;             /* coordinator: the listener in front of
+                                    the ROUTER (bound on inproc only) */
     char ep[WF_SETTINGS_ENDPOINT_MAX]; /* bound / connected endpoint */
     wf_buf_t buf;                /* header encoding scratch */
     wf_ctl_msg_t msg;            /* header as fields (sent or received) */
@@ -46,30 +49,33 @@ static int64_t max_msg(const wf_channel_t *ch)
     return (int64_t)wf_settings_data_msg_bytes(ch->settings);
 }
 
-/* What a peer can make this socket hold (README "Bounded cluster data
- * plane"):
+/* What a peer can make the coordinator hold (README "Bounded cluster
+ * data plane"). The coordinator's ROUTER binds inproc only; the gate
+ * (net/gate.h) owns the tcp listener in front of it and reads ZMTP
+ * itself, so that limits apply before anything is buffered:
+ *   - a frame over max_msg, a message of more frames than a transfer has
+ *     (header + WF_CMSG_XFER_MAX_FRAMES) or of more than 2 x max_msg in
+ *     all (a job's output and its LSE) closes that connection before the
+ *     frame is read; a multipart message that never ends is cut there;
+ *   - the gate assembles one message of a connection at a time and hands
+ *     it to the ROUTER through that connection's DEALER (a high-water
+ *     mark of one), and at most cluster_recv_messages whole messages per
+ *     connection wait unread in the ROUTER (RCVHWM, per peer pipe); past
+ *     them the gate stops reading that connection and TCP pushes back on
+ *     the sender. Nothing is dropped, so a member's messages are delayed
+ *     at worst. wf_channel_recv reads every message and hands it on or
+ *     closes it at once (the owner keeps only what a job in flight
+ *     expects), so a peer holds at most (cluster_recv_messages + 2) x 2
+ *     x max_msg here;
  *   - sends are never refused (SNDHWM 0): what we queue is bounded by
- *     the jobs in flight, and a full queue must not fail a job's inputs;
- *   - at most cluster_recv_messages whole messages per connection wait
- *     unread (RCVHWM; libzmq's HWM is per peer pipe): past it ZeroMQ
- *     stops reading that connection and TCP pushes back on the sender,
- *     nothing is dropped, so the coordinator's messages to a member are
- *     delayed at worst, never cut. wf_channel_recv reads every message
- *     and hands it on or closes it at once (the owner keeps only what a
- *     job in flight expects), so with the message being decoded a peer
- *     holds at most (cluster_recv_messages + 2) x max_msg here;
- *   - the coordinator refuses a frame over max_msg (ZMQ_MAXMSGSIZE: the
- *     peer's connection is cut). A member takes what its coordinator
- *     sends at any size (-1): the coordinator bounds the inputs by its
- *     own max_tensor_bytes, and a member whose limit is smaller must
- *     still take them to fail the job (its descriptor check), as ZeroMQ
- *     cuts a connection over ZMQ_MAXMSGSIZE for good and every later job
- *     rooted here would stall.
- * Not bounded here: one multipart message that never ends. ZeroMQ
- * passes a message to the reader only once its last frame is in, and
- * checks the HWM at a message's first frame only, so it holds such a
- * message whole before wf_channel_recv sees any of it; a message of more
- * frames than a transfer has is dropped when read (counted, logged). */
+ *     the jobs in flight, and a full queue must not fail a job's inputs.
+ * A member's DEALER takes what its coordinator sends at any size
+ * (ZMQ_MAXMSGSIZE -1): the coordinator bounds the inputs by its own
+ * max_tensor_bytes, and a member whose limit is smaller must still take
+ * them to fail the job (its descriptor check), as ZeroMQ cuts a
+ * connection over ZMQ_MAXMSGSIZE for good and every later job rooted
+ * here would stall. It talks to the coordinator alone (CURVE: pinned to
+ * its key). */
 static void set_opts(wf_channel_t *ch, void *sock)
 {
     int zero = 0, hwm = (int)ch->settings->cluster_recv_messages;
@@ -80,8 +86,21 @@ static void set_opts(wf_channel_t *ch, void *sock)
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
 }
 
-/* Coordinator: bind the ROUTER on data_address, any port; announced in
- * every world ("xfer"). */
+/* Connections the coordinator's channel takes at once: a member has
+ * one; the rest is room for reconnections in flight. */
+#define CHANNEL_MAX_CONNECTIONS 1024
+
+static const wf_gate_names_t channel_names = {
+    .frame_bytes = "2 x max_tensor_bytes + 4 KiB",
+    .max_frames = "a transfer's header and tensors",
+    .message_bytes = "2 x (2 x max_tensor_bytes + 4 KiB)",
+    .max_connections = "the tensor channel's 1024 connections",
+    .max_handshakes = "client_max_handshakes",
+    .handshake_ms = "client_handshake_ms",
+};
+
+/* Coordinator: the ROUTER on inproc, the gate listening on data_address,
+ * any port; announced in every world ("xfer"). */
 static wf_status_t bind_router(wf_channel_t *ch)
 {
     char host[WF_SETTINGS_NAME_MAX], bind[WF_SETTINGS_NAME_MAX + 16];
@@ -103,18 +122,47 @@ static wf_status_t bind_router(wf_channel_t *ch)
      * connection can take its name (ZeroMQ refuses the second one); a
      * restarted member gets its name once the old connection is gone. */
     zmq_setsockopt(ch->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    if (ch->keys && wf_curve_server(ch->sock, &ch->keys->self, WF_ZAP_NODES) != WF_OK) {
-        wf_log(ch->log, WF_LOG_ERR, "cluster: tensor channel: CURVE options: %s",
+    char inproc[64], why[160];
+    snprintf(inproc, sizeof inproc, "inproc://weft-channel-%p", (void *)ch);
+    if (zmq_bind(ch->sock, inproc) != 0) {
+        wf_log(ch->log, WF_LOG_ERR, "cluster: tensor channel: bind %s: %s", inproc,
                zmq_strerror(zmq_errno()));
         return WF_E_INTERNAL;
     }
-    size_t len = sizeof ch->ep;
-    if (zmq_bind(ch->sock, bind) != 0 ||
-        zmq_getsockopt(ch->sock, ZMQ_LAST_ENDPOINT, ch->ep, &len) != 0) {
+    int fd = -1;
+    bool is_unix = false;
+    if (wf_gate_listen(bind, &fd, &is_unix, ch->ep, sizeof ch->ep, why,
+                       sizeof why) != WF_OK) {
         wf_log(ch->log, WF_LOG_ERR, "cluster: cannot bind the tensor channel "
-               "on %s (data_address): %s", host, zmq_strerror(zmq_errno()));
+               "on %s (data_address): %s", host, why);
         return WF_E_INTERNAL;
     }
+    uint64_t m = (uint64_t)max_msg(ch);
+    wf_gate_cfg_t gc = {
+        .zctx = ch->zctx,
+        .router_endpoint = inproc,
+        .listen_fd = fd,
+        .endpoint = ch->ep,
+        .unix_socket = is_unix,
+        .mech = ch->keys ? WF_GATE_CURVE : WF_GATE_NULL,
+        .keys = ch->keys ? &ch->keys->self : NULL,
+        .limits = {
+            .frame_bytes = m,
+            .max_frames = 1 + WF_CMSG_XFER_MAX_FRAMES,
+            .message_bytes = 2 * m,
+            .max_connections = CHANNEL_MAX_CONNECTIONS,
+            .max_handshakes = ch->settings->client_max_handshakes,
+            .handshake_ms = ch->settings->client_handshake_ms,
+        },
+        .log = ch->log,
+        .plane = "tensor channel",
+        .names = &channel_names,
+        .zap_domain = ch->keys ? WF_ZAP_NODES : NULL,
+        .peer_routing_id = true,
+        .close_over = true,
+    };
+    if (wf_gate_start(&gc, &ch->gate) != WF_OK)  /* logged; fd closed */
+        return WF_E_INTERNAL;
     wf_log(ch->log, WF_LOG_INFO, "cluster: tensor channel on %s", ch->ep);
     return WF_OK;
 }
@@ -153,6 +201,7 @@ void wf_channel_destroy(wf_channel_t **pch)
     if (!pch || !*pch)
         return;
     wf_channel_t *ch = *pch;
+    wf_gate_stop(&ch->gate);    /* before the ROUTER its DEALERs reach */
     if (ch->sock)
         zmq_close(ch->sock);
     wf_buf_free(&ch->buf);
@@ -300,23 +349,16 @@ bool wf_channel_send_outputs(wf_channel_t *ch, wf_djob_t *job)
     return send_msg(ch, NULL, f, n);
 }
 
-/* The frame's ZAP user id (the node its key belongs to) is `name`. */
-static bool user_is(zmq_msg_t *frame, const char *name)
-{
-    const char *u = wf_msg_user_id(frame);
-    return u && strcmp(u, name) == 0;
-}
-
-/* Count a message whose user id is not its routing id's; log at most one
- * a second (the names are node names of [A-Za-z0-9._-], or escaped). */
-static void note_impostor(wf_channel_t *ch, const char *name, zmq_msg_t *frame)
+/* Count a message whose key's node (the gate's frame) is not its
+ * routing id's; log at most one a second (the names are node names of
+ * [A-Za-z0-9._-], or escaped). */
+static void note_impostor(wf_channel_t *ch, const char *name, const char *u)
 {
     ch->dropped++;
     uint64_t now = wf_now_usec();
     if (ch->drop_logged_us && now - ch->drop_logged_us < 1000000)
         return;
     ch->drop_logged_us = now;
-    const char *u = wf_msg_user_id(frame);
     char qn[WF_QUOTE_MAX], qu[WF_QUOTE_MAX];
     wf_log(ch->log, WF_LOG_WARNING, "cluster: tensor channel: message claiming "
            "node %s from node %s's key dropped (%" PRIu64 " so far)",
@@ -334,9 +376,10 @@ void wf_channel_recv(wf_channel_t *ch)
 {
     bool coord = ch->coord;
     for (int budget = 0; ch->sock && budget < 256; budget++) {
-        /* [name (ROUTER)], header, up to WF_CMSG_XFER_MAX_FRAMES frames */
-        zmq_msg_t p[2 + WF_CMSG_XFER_MAX_FRAMES];
-        uint32_t n = 0, max = coord ? 2 + WF_CMSG_XFER_MAX_FRAMES
+        /* [name, gate frame (ROUTER)], header, up to
+         * WF_CMSG_XFER_MAX_FRAMES frames */
+        zmq_msg_t p[3 + WF_CMSG_XFER_MAX_FRAMES];
+        uint32_t n = 0, max = coord ? 3 + WF_CMSG_XFER_MAX_FRAMES
                                     : 1 + WF_CMSG_XFER_MAX_FRAMES;
         bool over = false, more = true;
         while (more) {
@@ -357,7 +400,7 @@ void wf_channel_recv(wf_channel_t *ch)
         }
         if (n == 0)
             return;
-        uint32_t h = coord ? 1 : 0;
+        uint32_t h = coord ? 2 : 0;
         if (over) {
             ch->oversized++;
             wf_log_limited(ch->log, &ch->over_lim, WF_LOG_WARNING, "cluster: "
@@ -370,10 +413,14 @@ void wf_channel_recv(wf_channel_t *ch)
         if (coord && zmq_msg_size(&p[0]) < sizeof name)
             memcpy(name, zmq_msg_data(&p[0]), zmq_msg_size(&p[0]));
         bool named = !coord || (name[0] && strlen(name) == zmq_msg_size(&p[0]));
-        if (coord && named && ch->keys && n > h && !user_is(&p[h], name)) {
+        wf_gate_meta_t meta;
+        if (coord && named && (n < 2 ||
+            !wf_gate_meta_read(zmq_msg_data(&p[1]), zmq_msg_size(&p[1]), &meta)))
+            named = false;      /* not through the gate: cannot happen */
+        if (coord && named && ch->keys && (!meta.curve || strcmp(meta.key_name, name) != 0)) {
             /* the routing id claims a node the key is not */
             named = false;
-            note_impostor(ch, name, &p[h]);
+            note_impostor(ch, name, meta.curve ? meta.key_name : NULL);
         }
         if (!over && n > h && named &&
             wf_ctl_decode(zmq_msg_data(&p[h]), zmq_msg_size(&p[h]), &ch->msg,

@@ -81,6 +81,12 @@
 /* How long a normally destroyed rank's socket may keep flushing queued
  * messages to its peers (ZMQ_LINGER); an aborted one drops them at once. */
 #define WF_COMM_ZMQ_LINGER_MS 2000
+/* A rank's listener (the gate, net/gate.h, in front of its ROUTER):
+ * connections in their ZMTP / CURVE handshake at once (a new one takes
+ * the slot of the one in its handshake longest) and the longest a
+ * handshake may take. */
+#define WF_COMM_ZMQ_HANDSHAKES 64
+#define WF_COMM_ZMQ_HANDSHAKE_MS 10000
 /* Longest endpoint string (address of a bound endpoint included). */
 #define WF_COMM_ZMQ_ENDPOINT_MAX 256
 

@@ -17,6 +17,7 @@
 
 #include "comm_impl.h"
 #include "comm_zmq.h"
+#include "net/gate.h"
 #include "p2p_plan.h"
 #include "request_pool.h"
 
@@ -58,7 +59,8 @@ struct wf_comm_zmq_local {
 };
 
 struct wf_comm_zmq_endpoint {
-    void *sock;                          /* bound ROUTER */
+    void *sock;                          /* ROUTER, bound on inproc */
+    wf_gate_t *gate;                     /* the listener in front of it */
     int curve;                           /* bound as a CURVE server */
     char addr[WF_COMM_ZMQ_ENDPOINT_MAX]; /* ZMQ_LAST_ENDPOINT */
 };
@@ -106,6 +108,8 @@ typedef struct umsg_fifo {
 typedef struct zrank {
     wf_comm_zmq_local_t *local; /* abort domain (a reference) */
     void *sock;                 /* ROUTER; NULL once closed after abort */
+    wf_gate_t *gate;            /* the listener in front of it: peers of
+                                 * higher ranks connect here */
     atomic_int refs;            /* handles of this rank */
     uint64_t world_id;          /* epoch token */
     int rank, nranks;           /* this rank, world size */
@@ -193,14 +197,19 @@ static inline int64_t wf_zmq_now_ms(void)
 /* ---------------------------------------------------------------------- */
 /* one rank (comm_zmq_rank.c)                                              */
 
-/* A ROUTER with the options every rank socket needs; set before any bind
- * or connect because ZeroMQ copies them into each new connection.
- * recv_messages: ZMQ_RCVHWM (<= 0: none); max_message_bytes:
- * ZMQ_MAXMSGSIZE (<= 0: none). With curve, a CURVE server in
- * WF_ZAP_NODES for what it binds next. NULL on failure (errno says
- * why). */
-void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
-                        int recv_messages, const wf_keypair_t *curve);
+/* A rank's socket and its listener: a ROUTER with the options every
+ * rank socket needs (set before any bind or connect, as ZeroMQ copies
+ * them into each new connection; recv_messages: ZMQ_RCVHWM, <= 0: none)
+ * bound on inproc, and the gate (net/gate.h) listening on bind_addr in
+ * front of it: frames over max_message_bytes (<= 0: no limit), messages
+ * of more than a header and a payload, or more bytes than both, close
+ * the connection before they are read; with curve, CURVE with the node
+ * keys of the context's ZAP handler (WF_ZAP_NODES). *addr: the address
+ * peers connect to. WF_E_CONNECT when bind_addr cannot be bound. */
+wf_status_t wf_zmq_listen(void *zctx, const char *bind_addr,
+                          int64_t max_message_bytes, int recv_messages,
+                          const wf_keypair_t *curve, void **ret_sock,
+                          wf_gate_t **ret_gate, char *addr, size_t addr_len);
 
 /* The rank of world cfg->world_id at `rank`, without its socket: routing
  * ids, queues, the request pool, the zero-copy eventfd, with CURVE the

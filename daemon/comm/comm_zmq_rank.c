@@ -59,6 +59,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -187,8 +188,7 @@ static int set_int(void *s, int opt, int v)
 
 /* A ROUTER with the options every rank socket needs; set before any bind
  * or connect because ZeroMQ copies them into each new connection. */
-void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
-                        int recv_messages, const wf_keypair_t *curve)
+static void *router_new(void *zctx, int64_t max_message_bytes, int recv_messages)
 {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     if (!s)
@@ -209,14 +209,78 @@ void *wf_zmq_router_new(void *zctx, int64_t max_message_bytes,
         set_int(s, ZMQ_RCVHWM, recv_messages > 0 ? recv_messages : 0) != 0 ||
         set_int(s, ZMQ_RECONNECT_IVL, RECONNECT_IVL_MS) != 0 ||
         set_int(s, ZMQ_RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS) != 0 ||
-        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
-        (curve && wf_curve_server(s, curve, WF_ZAP_NODES) != WF_OK)) {
+        /* (what a lower rank sends over our own connection to it) */
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
         int e = errno;
         zmq_close(s);
         errno = e;
         return NULL;
     }
     return s;
+}
+
+static const wf_gate_names_t gate_names = {
+    .frame_bytes = "2 x max_tensor_bytes + 4 KiB",
+    .max_frames = "a header and a payload",
+    .message_bytes = "2 x max_tensor_bytes + 4 KiB and a header",
+    .max_connections = "WF_COMM_ZMQ_MAX_RANKS",
+    .max_handshakes = "WF_COMM_ZMQ_HANDSHAKES",
+    .handshake_ms = "WF_COMM_ZMQ_HANDSHAKE_MS",
+};
+
+wf_status_t wf_zmq_listen(void *zctx, const char *bind_addr,
+                          int64_t max_message_bytes, int recv_messages,
+                          const wf_keypair_t *curve, void **ret_sock,
+                          wf_gate_t **ret_gate, char *addr, size_t addr_len)
+{
+    static atomic_uint next;
+    char inproc[64], why[160];
+    snprintf(inproc, sizeof inproc, "inproc://weft-comm-%u-%u", (unsigned)getpid(),
+             atomic_fetch_add(&next, 1));
+    void *s = router_new(zctx, max_message_bytes, recv_messages);
+    if (!s)
+        return WF_E_INTERNAL;
+    if (zmq_bind(s, inproc) != 0) {
+        zmq_close(s);
+        return WF_E_INTERNAL;
+    }
+    int fd = -1;
+    bool is_unix = false;
+    wf_status_t st = wf_gate_listen(bind_addr, &fd, &is_unix, addr, addr_len,
+                                    why, sizeof why);
+    if (st != WF_OK) {
+        zmq_close(s);
+        return st == WF_E_INTERNAL ? WF_E_CONNECT : st;
+    }
+    uint64_t frame = max_message_bytes > 0 ? (uint64_t)max_message_bytes : UINT64_MAX / 2;
+    wf_gate_cfg_t gc = {
+        .zctx = zctx,
+        .router_endpoint = inproc,
+        .listen_fd = fd,
+        .endpoint = addr,
+        .unix_socket = is_unix,
+        .mech = curve ? WF_GATE_CURVE : WF_GATE_NULL,
+        .keys = curve,
+        .limits = {
+            .frame_bytes = frame,
+            .max_frames = 2,
+            .message_bytes = frame + HDR_LEN,
+            .max_connections = WF_COMM_ZMQ_MAX_RANKS,
+            .max_handshakes = WF_COMM_ZMQ_HANDSHAKES,
+            .handshake_ms = WF_COMM_ZMQ_HANDSHAKE_MS,
+        },
+        .plane = "comm data port",
+        .names = &gate_names,
+        .zap_domain = curve ? WF_ZAP_NODES : NULL,
+        .peer_routing_id = true,
+        .close_over = true,
+    };
+    if (wf_gate_start(&gc, ret_gate) != WF_OK) {   /* fd closed */
+        zmq_close(s);
+        return WF_E_INTERNAL;
+    }
+    *ret_sock = s;
+    return WF_OK;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -370,30 +434,41 @@ wf_status_t wf_zmq_send_hdr_only(zrank_t *rs, int dst, int type)
     return WF_OK;
 }
 
-/* CURVE: 1 when `frame` (one the peer sent) came from the node holding
- * world rank src (see the file comment). */
-static int from_rank_node(const zrank_t *rs, int src, zmq_msg_t *frame)
+/* 1 when a message naming world rank src came the way src's messages
+ * come (see the file comment): a higher rank's through the gate (meta,
+ * the connection it made to us; CURVE: the node ZAP admitted holds src),
+ * a lower rank's over the connection we made to it (no gate frame;
+ * CURVE: pinned to its node's key). */
+static int from_rank(const zrank_t *rs, int src, const wf_gate_meta_t *meta)
 {
-    const char *uid = wf_msg_user_id(frame);
     if (src < rs->rank)
-        return uid == NULL; /* our pinned connection to src's node */
-    return uid != NULL && strcmp(uid, rs->nodes[src]) == 0;
+        return meta == NULL;
+    if (!meta)
+        return 0;
+    return !rs->nodes || (meta->curve && strcmp(meta->key_name, rs->nodes[src]) == 0);
 }
 
-/* Handle one received message of nf frames (closes them). */
+/* Handle one received message of nf frames (closes them): [routing id,
+ * gate frame (from a higher rank), header, payload (DATA)]. */
 static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
 {
     wf_status_t st = WF_OK;
     hdr_t h;
+    wf_gate_meta_t meta;
+    int gated = nf >= 2 && wf_gate_meta_read(zmq_msg_data(&f[1]),
+                                             zmq_msg_size(&f[1]), &meta);
+    int b = gated ? 2 : 1;      /* the header's frame */
+    nf -= b - 1;                /* counted as before the gate frame */
     int ok = !extra && nf >= 2 &&
-             hdr_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), &h) &&
+             hdr_decode(zmq_msg_data(&f[b]), zmq_msg_size(&f[b]), &h) &&
              h.world_id == rs->world_id && h.src < (uint32_t)rs->nranks &&
              (int)h.src != rs->rank && zmq_msg_size(&f[0]) == ID_LEN &&
              memcmp(zmq_msg_data(&f[0]), rs->ids + (size_t)h.src * ID_LEN,
                     ID_LEN) == 0;
-    if (ok && rs->nodes && !from_rank_node(rs, (int)h.src, &f[1])) {
+    if (ok && !from_rank(rs, (int)h.src, gated ? &meta : NULL)) {
         ok = 0;
-        atomic_fetch_add(&rs->refused, 1);
+        if (rs->nodes)
+            atomic_fetch_add(&rs->refused, 1);
     }
     int src = ok ? (int)h.src : -1;
     if (ok && h.type == MSG_HELLO && nf == 2 && src > rs->rank &&
@@ -411,12 +486,12 @@ static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
             rs->missing--;
         }
     } else if (ok && h.type == MSG_DATA && nf == 3 &&
-               h.bytes == (uint64_t)zmq_msg_size(&f[2])) {
-        st = deliver(rs, src, h.comm_id, h.tag, h.phase, h.op, &f[2]);
+               h.bytes == (uint64_t)zmq_msg_size(&f[b + 1])) {
+        st = deliver(rs, src, h.comm_id, h.tag, h.phase, h.op, &f[b + 1]);
     } else {
         atomic_fetch_add(&rs->dropped, 1);
     }
-    for (int i = 0; i < nf; i++)
+    for (int i = 0; i < nf + b - 1; i++)
         zmq_msg_close(&f[i]);
     return st;
 }
@@ -425,7 +500,7 @@ static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
 static wf_status_t drain(zrank_t *rs)
 {
     for (;;) {
-        zmq_msg_t f[3], junk;
+        zmq_msg_t f[4], junk;
         zmq_msg_init(&f[0]);
         if (zmq_msg_recv(&f[0], rs->sock, ZMQ_DONTWAIT) < 0) {
             int e = errno;
@@ -437,7 +512,7 @@ static wf_status_t drain(zrank_t *rs)
         int nf = 1, extra = 0, more = zmq_msg_more(&f[0]);
         while (more) {
             /* the rest of a multipart message is already here */
-            zmq_msg_t *m = nf < 3 ? &f[nf] : &junk;
+            zmq_msg_t *m = nf < 4 ? &f[nf] : &junk;
             zmq_msg_init(m);
             if (zmq_msg_recv(m, rs->sock, 0) < 0) {
                 int e = errno;
@@ -504,6 +579,9 @@ void wf_zmq_rank_shutdown(zrank_t *rs, int linger_ms)
         set_int(rs->sock, ZMQ_LINGER, linger_ms);
         zmq_close(rs->sock);
         rs->sock = NULL;
+        /* what the ROUTER queued for higher ranks waits in the gate's
+         * DEALERs (linger > 0): the gate writes it out, within linger */
+        wf_gate_stop_flush(&rs->gate, linger_ms);
     }
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);

@@ -37,24 +37,13 @@ wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,
     if (!ep)
         return WF_E_NO_MEMORY;
     ep->curve = curve != NULL;
-    ep->sock = wf_zmq_router_new(zmq_ctx, max_message_bytes, recv_messages,
-                                  curve);
-    if (!ep->sock) {
+    wf_status_t st = wf_zmq_listen(zmq_ctx, bind_addr, max_message_bytes,
+                                   recv_messages, curve, &ep->sock, &ep->gate,
+                                   ep->addr, sizeof ep->addr);
+    if (st != WF_OK) {
         free(ep);
-        return WF_E_INTERNAL;
+        return st;
     }
-    if (zmq_bind(ep->sock, bind_addr) != 0) {
-        zmq_close(ep->sock);
-        free(ep);
-        return WF_E_CONNECT;
-    }
-    size_t len = sizeof ep->addr;
-    if (zmq_getsockopt(ep->sock, ZMQ_LAST_ENDPOINT, ep->addr, &len) != 0) {
-        zmq_close(ep->sock);
-        free(ep);
-        return WF_E_INTERNAL;
-    }
-    ep->addr[sizeof ep->addr - 1] = '\0';
     *ret_ep = ep;
     return WF_OK;
 }
@@ -69,6 +58,7 @@ void wf_comm_zmq_endpoint_destroy(wf_comm_zmq_endpoint_t **ep)
 {
     if (!ep || !*ep)
         return;
+    wf_gate_stop(&(*ep)->gate);
     zmq_close((*ep)->sock);
     free(*ep);
     *ep = NULL;
@@ -180,20 +170,18 @@ wf_status_t wf_comm_zmq_world_join(const wf_comm_zmq_config_t *cfg, int rank,
     rs->local = local; /* rs owns the reference from here */
     if (ep) {
         rs->sock = ep->sock;
+        rs->gate = ep->gate;
         free(ep);
         ep = NULL;
     } else {
-        rs->sock = wf_zmq_router_new(cfg->zmq_ctx, cfg->max_message_bytes,
-                                     cfg->recv_messages, cfg->curve);
-        if (!rs->sock) {
-            wf_errf(err, errlen, "comm zmq: socket: %s", zmq_strerror(errno));
-            st = WF_E_INTERNAL;
-            goto fail;
-        }
-        if (zmq_bind(rs->sock, cfg->endpoints[rank]) != 0) {
+        char bound[WF_COMM_ZMQ_ENDPOINT_MAX];
+        st = wf_zmq_listen(cfg->zmq_ctx, cfg->endpoints[rank],
+                           cfg->max_message_bytes, cfg->recv_messages,
+                           cfg->curve, &rs->sock, &rs->gate, bound, sizeof bound);
+        if (st != WF_OK) {
             wf_errf(err, errlen, "comm zmq: rank %d: bind %s: %s", rank,
-                    cfg->endpoints[rank], zmq_strerror(errno));
-            st = WF_E_CONNECT;
+                    cfg->endpoints[rank], st == WF_E_CONNECT
+                    ? "address not available" : "socket or thread failed");
             goto fail;
         }
     }

@@ -1,5 +1,5 @@
-/* gate.c — the client plane's ZMTP 3.1 transport (see gate.h for what
- * it bounds and how). One thread: a poll over the listening socket, every
+/* gate.c — weftd's ZMTP 3.1 listener, the client plane's transport and
+ * the cluster plane's (see gate.h for what it bounds and how). One thread: a poll over the listening socket, every
  * connection's socket and every connection's DEALER to the ROUTER.
  * Written from RFC 37 (ZMTP 3.1) and RFC 26 (CurveZMQ); what a libzmq
  * peer does where the RFCs leave room (ERROR with a 3-digit status that
@@ -96,6 +96,8 @@ typedef struct conn {
     wf_curve_conn_t *cv;         /* CURVE state */
     wf_role_t key_role;
     char key_name[WF_KEY_NAME_MAX];
+    uint8_t ident[255];          /* the routing id the peer gave (Identity) */
+    size_t ident_len;
 } conn_t;
 
 /* Bytes waiting in rbuf, and their start. */
@@ -118,6 +120,17 @@ static void rbuf_consume(conn_t *c, size_t n)
 
 struct wf_gate {
     void *zctx;
+    char plane[32];              /* "client plane", "tensor channel", ... */
+    const char *who;             /* "client" or "peer", in log lines */
+    wf_gate_names_t nm;          /* the settings behind the limits */
+    char zap_domain[32];         /* "" or the ZAP domain CURVE keys go to */
+    void *zap;                   /* DEALER to the ZAP handler; thread only */
+    uint32_t zap_seq;            /* request ids */
+    bool peer_rid;               /* cfg->peer_routing_id */
+    bool close_over;             /* cfg->close_over */
+    wf_log_t quiet;              /* the log when cfg->log is NULL: nothing */
+    char handshake_taken[128];   /* why a handshake's slot went to a newer one */
+    char handshake_late[96];     /* why a handshake that took too long closed */
     char router_ep[128];
     int lfd;
     char endpoint[WF_GATE_ADDR_MAX];
@@ -129,6 +142,9 @@ struct wf_gate {
     int done;                    /* eventfd: finishing, no connection left */
     atomic_bool stop;
     atomic_bool finish;          /* the end of a drain (wf_gate_finish) */
+    atomic_bool flush;           /* wf_gate_stop_flush: write what the
+                                    DEALERs hold, then end */
+    _Atomic uint64_t flush_end_us; /* ... until then at most */
     bool finished;               /* thread only: done written */
     atomic_int tid;
     sem_t running;               /* posted once tid is set */
@@ -155,6 +171,15 @@ struct wf_gate {
     uint64_t unanswered;         /*   messages whose reply was not taken */
     wf_log_limit_t noted;        /* refusals and closes logged */
 };
+
+static uint8_t seal[16];           /* the gate frames' seal, per process */
+static pthread_once_t seal_once = PTHREAD_ONCE_INIT;
+
+static void seal_init(void)
+{
+    if (sodium_init() >= 0)
+        randombytes_buf(seal, sizeof seal);
+}
 
 static uint64_t now_us(void)
 {
@@ -373,9 +398,9 @@ static void accept_one(wf_gate_t *g)
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
             errno == ENOMEM) {
             /* the connection stays in the backlog: do not spin on it */
-            note(g, "client plane: accept on %s: %s (client_max_connections above "
-                 "what the fd limit allows?); accepting again in 100 ms",
-                 g->endpoint, strerror(errno));
+            note(g, "%s: accept on %s: %s (%s above what the fd limit "
+                 "allows?); accepting again in 100 ms", g->plane, g->endpoint,
+                 strerror(errno), g->nm.max_connections);
             g->accept_pause_us = now_us() + 100000;
         }
         return;
@@ -403,16 +428,15 @@ static void accept_one(wf_gate_t *g)
                  g->conns[i]->deadline_us < g->conns[oldest]->deadline_us))
                 oldest = i;
         if (oldest != UINT32_MAX)
-            close_with(g, oldest, "its handshake slot taken by a newer connection "
-                       "(client_max_handshakes in their handshake)");
+            close_with(g, oldest, g->handshake_taken);
     }
-    const char *full = g->n_conns >= l.max_connections ? "client_max_connections"
-                       : g->handshaking >= l.max_handshakes ? "client_max_handshakes"
+    const char *full = g->n_conns >= l.max_connections ? g->nm.max_connections
+                       : g->handshaking >= l.max_handshakes ? g->nm.max_handshakes
                                                             : NULL;
     if (full) {
         atomic_fetch_add(&g->refused, 1);
-        note(g, "client plane: client %s on %s refused: %u connections open, "
-             "%u in their handshake (%s)", c->addr, g->endpoint, g->n_conns,
+        note(g, "%s: %s %s on %s refused: %u connections open, "
+             "%u in their handshake (%s)", g->plane, g->who, c->addr, g->endpoint, g->n_conns,
              g->handshaking, full);
         conn_free(g, c);
         return;
@@ -467,8 +491,9 @@ static size_t props_socket_type(uint8_t *p)
     return n + sizeof value - 1;
 }
 
-/* The peer's Socket-Type is one a ROUTER talks to. */
-static bool props_ok(const uint8_t *p, size_t n)
+/* The peer's Socket-Type is one a ROUTER talks to; its Identity (the
+ * routing id it asks for, up to 255 bytes) goes to c. */
+static bool props_ok(const uint8_t *p, size_t n, conn_t *c)
 {
     bool typed = false;
     size_t i = 0;
@@ -488,6 +513,11 @@ static bool props_ok(const uint8_t *p, size_t n)
             typed = (vl == 6 && memcmp(v, "DEALER", 6) == 0) ||
                     (vl == 3 && memcmp(v, "REQ", 3) == 0) ||
                     (vl == 6 && memcmp(v, "ROUTER", 6) == 0);
+        } else if (nl == 8 && strncasecmp((const char *)name, "Identity", 8) == 0) {
+            if (vl > sizeof c->ident)
+                return false;
+            memcpy(c->ident, p + i, vl);
+            c->ident_len = vl;
         }
         i += vl;
     }
@@ -506,16 +536,24 @@ static bool activate(wf_gate_t *g, conn_t *c)
     uint32_t id = ++g->next_rid;
     c->rid[0] = 0;
     memcpy(c->rid + 1, &id, 4);
+    /* the peer's own routing id where it gave one (one starting with a
+     * zero byte could meet the counter's: it gets the counter's) */
+    const void *rid = c->rid;
+    size_t rid_len = sizeof c->rid;
+    if (g->peer_rid && c->ident_len > 0 && c->ident[0] != 0) {
+        rid = c->ident;
+        rid_len = c->ident_len;
+    }
     /* one message each way waits in the pipe (the pipe's bound is the
      * sum of both sides' marks: two); linger 0: a closed connection's
      * messages go with it */
     int one = 1, zero = 0;
-    if (zmq_setsockopt(c->dealer, ZMQ_ROUTING_ID, c->rid, sizeof c->rid) != 0 ||
+    if (zmq_setsockopt(c->dealer, ZMQ_ROUTING_ID, rid, rid_len) != 0 ||
         zmq_setsockopt(c->dealer, ZMQ_SNDHWM, &one, sizeof one) != 0 ||
         zmq_setsockopt(c->dealer, ZMQ_RCVHWM, &one, sizeof one) != 0 ||
         zmq_setsockopt(c->dealer, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
         zmq_connect(c->dealer, g->router_ep) != 0) {
-        wf_log(g->log, WF_LOG_ERR, "client plane: DEALER to %s: %s", g->router_ep,
+        wf_log(g->log, WF_LOG_ERR, "%s: DEALER to %s: %s", g->plane, g->router_ep,
                zmq_strerror(zmq_errno()));
         return false;
     }
@@ -532,11 +570,93 @@ static bool activate(wf_gate_t *g, conn_t *c)
 static void refuse_key(wf_gate_t *g, conn_t *c, const char *z85)
 {
     atomic_fetch_add(&g->refused, 1);
-    note(g, "auth: refused %s from %s on " "weft-clients" ": key not in the "
-         "allow-list", z85, c->addr);
+    if (!g->zap_domain[0])      /* (ZAP logs its own refusals) */
+        note(g, "auth: refused %s from %s on " "weft-clients" ": key not in the "
+             "allow-list", z85, c->addr);
     static const uint8_t err[] = { 5, 'E', 'R', 'R', 'O', 'R', 3, '4', '0', '0' };
     out_frame(c, F_COMMAND, err, sizeof err);
     c->st = C_CLOSING;
+}
+
+#define ZAP_ENDPOINT "inproc://zeromq.zap.01"
+#define ZAP_FRAMES 8
+
+/* Ask the context's ZAP handler (RFC 27) whether c's CURVE key may
+ * connect, as libzmq asks it for its own sockets: request [version, id,
+ * domain, address, routing id, "CURVE", key], answer [version, id,
+ * status, text, user id, metadata]. True with c->key_name set to the
+ * user id on status 200. The thread waits for the answer (the handler is
+ * a thread of this process) until the handshake's deadline: no answer by
+ * then (no handler running) is a refusal. An answer to an earlier
+ * request that timed out is skipped by its id. */
+static bool zap_ask(wf_gate_t *g, conn_t *c)
+{
+    if (!g->zap) {
+        int zero = 0;
+        g->zap = zmq_socket(g->zctx, ZMQ_DEALER);
+        if (!g->zap)
+            return false;
+        if (zmq_setsockopt(g->zap, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+            zmq_connect(g->zap, ZAP_ENDPOINT) != 0) {
+            zmq_close(g->zap);
+            g->zap = NULL;
+            return false;
+        }
+    }
+    char id[16];
+    int idn = snprintf(id, sizeof id, "%u", ++g->zap_seq);
+    const char *addr = c->host[0] ? c->host : c->addr;
+    if (zmq_send(g->zap, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return false;
+    /* after the first frame the rest of the message always goes */
+    zmq_send(g->zap, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(g->zap, id, (size_t)idn, ZMQ_SNDMORE);
+    zmq_send(g->zap, g->zap_domain, strlen(g->zap_domain), ZMQ_SNDMORE);
+    zmq_send(g->zap, addr, strlen(addr), ZMQ_SNDMORE);
+    zmq_send(g->zap, c->ident, c->ident_len, ZMQ_SNDMORE);
+    zmq_send(g->zap, "CURVE", 5, ZMQ_SNDMORE);
+    zmq_send(g->zap, c->cv->client_key, 32, 0);
+    for (;;) {
+        uint64_t now = now_us();
+        if (now >= c->deadline_us)
+            return false;
+        zmq_pollitem_t it = { g->zap, -1, ZMQ_POLLIN, 0 };
+        int rc = zmq_poll(&it, 1, (long)((c->deadline_us - now + 999) / 1000));
+        if (rc < 0 && zmq_errno() != EINTR)
+            return false;
+        if (rc <= 0)
+            continue;
+        zmq_msg_t f[ZAP_FRAMES];
+        size_t n = 0;
+        for (bool more = true; more;) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, g->zap, 0) < 0) {
+                zmq_msg_close(&m);
+                break;
+            }
+            more = zmq_msg_more(&m);
+            if (n < ZAP_FRAMES) {
+                zmq_msg_init(&f[n]);
+                zmq_msg_move(&f[n++], &m);
+            }
+            zmq_msg_close(&m);
+        }
+        bool mine = n >= 6 && zmq_msg_size(&f[2]) == (size_t)idn &&
+                    memcmp(zmq_msg_data(&f[2]), id, (size_t)idn) == 0;
+        bool ok = mine && zmq_msg_size(&f[3]) == 3 &&
+                  memcmp(zmq_msg_data(&f[3]), "200", 3) == 0 &&
+                  zmq_msg_size(&f[5]) > 0 && zmq_msg_size(&f[5]) < sizeof c->key_name;
+        if (ok) {
+            memcpy(c->key_name, zmq_msg_data(&f[5]), zmq_msg_size(&f[5]));
+            c->key_name[zmq_msg_size(&f[5])] = '\0';
+            c->key_role = WF_ROLE_NONE;
+        }
+        for (size_t i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+        if (mine)
+            return ok;
+    }
 }
 
 /* One handshake command (c->fbuf, c->fsize). False: close. */
@@ -547,7 +667,7 @@ static bool handshake_command(wf_gate_t *g, conn_t *c, const char **why)
     uint8_t props[64];
     size_t pn = props_socket_type(props);
     if (c->st == C_NULL_READY) {
-        if (n < 6 || memcmp(b, "\x05READY", 6) != 0 || !props_ok(b + 6, n - 6)) {
+        if (n < 6 || memcmp(b, "\x05READY", 6) != 0 || !props_ok(b + 6, n - 6, c)) {
             *why = "not a READY of a DEALER / REQ socket";
             return false;
         }
@@ -582,20 +702,26 @@ static bool handshake_command(wf_gate_t *g, conn_t *c, const char **why)
         *why = "CURVE cryptographic error in INITIATE";
         return false;
     }
-    if (!props_ok(meta, meta_len)) {
+    if (!props_ok(meta, meta_len, c)) {
         *why = "not a DEALER / REQ socket";
         return false;
     }
     char z85[WF_KEY_Z85_LEN + 1];
     zmq_z85_encode(z85, c->cv->client_key, 32);
-    pthread_mutex_lock(&g->mu);
-    const wf_key_entry_t *e = wf_keylist_find_key(g->keys, g->n_keys, z85);
-    if (e) {
-        c->key_role = e->role;
-        snprintf(c->key_name, sizeof c->key_name, "%s", e->name);
+    bool admit;
+    if (g->zap_domain[0]) {
+        admit = zap_ask(g, c);
+    } else {
+        pthread_mutex_lock(&g->mu);
+        const wf_key_entry_t *e = wf_keylist_find_key(g->keys, g->n_keys, z85);
+        if (e) {
+            c->key_role = e->role;
+            snprintf(c->key_name, sizeof c->key_name, "%s", e->name);
+        }
+        pthread_mutex_unlock(&g->mu);
+        admit = e != NULL;
     }
-    pthread_mutex_unlock(&g->mu);
-    if (!e) {
+    if (!admit) {
         refuse_key(g, c, z85);
         return true;
     }
@@ -666,6 +792,7 @@ static bool forward(conn_t *c)
     memcpy(m.key_name, c->key_name, sizeof m.key_name);
     memcpy(m.addr, c->host[0] ? c->host : c->addr, sizeof m.addr);
     memcpy(m.limit, c->limit, sizeof m.limit);
+    memcpy(m.seal, seal, sizeof m.seal);
     if (zmq_send(c->dealer, &m, sizeof m,
                  ZMQ_DONTWAIT | (c->n_parts ? ZMQ_SNDMORE : 0)) < 0)
         return false;   /* EAGAIN: at the mark; anything else: it closes */
@@ -701,8 +828,10 @@ static void go_over(wf_gate_t *g, conn_t *c, const char *fmt, ...)
     while (c->n_parts > keep)
         zmq_msg_close(&c->parts[--c->n_parts]);
     atomic_fetch_add(&g->over_limit, 1);
-    note(g, "client plane: a message from %s on %s over a limit: %s (dropped; "
-         "refused with WF_E_LIMIT)", c->addr, g->endpoint, c->limit);
+    if (g->close_over)
+        return;         /* the caller closes the connection, naming it */
+    note(g, "%s: a message from %s on %s over a limit: %s (dropped; "
+         "refused with WF_E_LIMIT)", g->plane, c->addr, g->endpoint, c->limit);
 }
 
 /* A data frame of `size` bytes begins (NULL: its size field read; the
@@ -716,15 +845,15 @@ static void frame_begin(wf_gate_t *g, conn_t *c, uint64_t size)
     if (!c->limit[0]) {
         if (size > l.frame_bytes)
             go_over(g, c, "a frame of %" PRIu64 " bytes; the largest is %" PRIu64
-                    " (max_header_bytes, max_tensor_bytes)", size, l.frame_bytes);
+                    " (%s)", size, l.frame_bytes, g->nm.frame_bytes);
         else if (c->frames > l.max_frames || c->frames > MAX_PARTS)
-            go_over(g, c, "more than %u frames in one message (client_max_frames)",
-                    l.max_frames);
+            go_over(g, c, "more than %u frames in one message (%s)",
+                    l.max_frames, g->nm.max_frames);
         else if (c->bytes > l.message_bytes || size > l.message_bytes - c->bytes)
             /* (the first test: a reload may lower the limit below what a
              * message in progress already holds) */
             go_over(g, c, "a message of more than %" PRIu64 " bytes "
-                    "(max_header_bytes + client_queue_bytes)", l.message_bytes);
+                    "(%s)", l.message_bytes, g->nm.message_bytes);
     }
     c->in_body = true;
     c->fsize = size;
@@ -807,9 +936,9 @@ static bool curve_frame(wf_gate_t *g, conn_t *c, const char **why)
     limits_get(g, &l);
     frame_begin(g, c, n);
     c->in_body = false;
-    if (c->fdrop && dropped_too_much(c, &l)) {
+    if (c->fdrop && (g->close_over || dropped_too_much(c, &l))) {
         free(box);
-        *why = "it kept sending a message over the limit";
+        *why = g->close_over ? c->limit : "it kept sending a message over the limit";
         return false;
     }
     if (!c->fdrop) {
@@ -957,8 +1086,8 @@ static bool parse(wf_gate_t *g, conn_t *c, const char **why)
             continue;
         }
         frame_begin(g, c, size);
-        if (c->fdrop && dropped_too_much(c, &l)) {
-            *why = "it kept sending a message over the limit";
+        if (c->fdrop && (g->close_over || dropped_too_much(c, &l))) {
+            *why = g->close_over ? c->limit : "it kept sending a message over the limit";
             return false;
         }
         if (!c->fdrop && size) {
@@ -1102,15 +1231,15 @@ static void close_with(wf_gate_t *g, uint32_t i, const char *why)
         if (refusing)
             atomic_fetch_add(&g->refused, 1);
         if (refusing && g->mech == WF_GATE_CURVE)
-            note(g, "auth: client %s on %s refused: %s", c->addr, g->endpoint, why);
+            note(g, "auth: %s %s on %s refused: %s", g->who, c->addr, g->endpoint, why);
         else
-            note(g, "client plane: client %s on %s %s: %s", c->addr, g->endpoint,
+            note(g, "%s: %s %s on %s %s: %s", g->plane, g->who, c->addr, g->endpoint,
                  refusing ? "refused" : "closed", why);
     } else if (refusing && g->mech == WF_GATE_CURVE) {
         atomic_fetch_add(&g->refused, 1);
-        note(g, "auth: client %s on %s refused: it left during the CURVE "
-             "handshake (a client without keys, or with the wrong server key?)",
-             c->addr, g->endpoint);
+        note(g, "auth: %s %s on %s refused: it left during the CURVE "
+             "handshake (a %s without keys, or with the wrong server key?)",
+             g->who, c->addr, g->endpoint, g->who);
     }
     conn_close(g, i);
 }
@@ -1125,7 +1254,7 @@ static void keys_apply(wf_gate_t *g)
     uint64_t gen = atomic_load(&g->keys_gen);
     for (uint32_t i = g->n_conns; i-- > 0;) {
         conn_t *c = g->conns[i];
-        if (!c->cv || c->st != C_ACTIVE || c->lingering)
+        if (!c->cv || c->st != C_ACTIVE || c->lingering || g->zap_domain[0])
             continue;
         char z85[WF_KEY_Z85_LEN + 1];
         zmq_z85_encode(z85, c->cv->client_key, 32);
@@ -1159,6 +1288,7 @@ static void *gate_thread(void *arg)
     size_t *cix = NULL;          /* conns[i]'s item */
     size_t cap = 0;
     while (!atomic_load(&g->stop)) {
+        bool flushing = atomic_load(&g->flush);
         size_t need = 2 + 2 * (size_t)g->n_conns;
         if (need > cap) {
             zmq_pollitem_t *p = realloc(items, need * sizeof *p);
@@ -1183,10 +1313,10 @@ static void *gate_thread(void *arg)
         }
         if (finishing && g->n_conns == 0 && !g->finished) {
             g->finished = true;
-            wf_log(g->log, WF_LOG_INFO, "client plane: every connection closed: "
+            wf_log(g->log, WF_LOG_INFO, "%s: every connection closed: "
                    "%" PRIu64 " requests read since the start, %" PRIu64 " replies "
                    "written, %" PRIu64 " requests unanswered when their peer left "
-                   "first", g->requests, g->replies, g->unanswered);
+                   "first", g->plane, g->requests, g->replies, g->unanswered);
             uint64_t one = 1;
             ssize_t w = write(g->done, &one, sizeof one);
             (void)w;
@@ -1200,13 +1330,20 @@ static void *gate_thread(void *arg)
         }
         /* (finishing: fd -1, which poll skips) */
         items[k++] = (zmq_pollitem_t){ NULL, g->lfd,
-                                       finishing || paused ? 0 : ZMQ_POLLIN, 0 };
+                                       finishing || paused || flushing ? 0 : ZMQ_POLLIN, 0 };
+        if (flushing) {
+            uint64_t end = atomic_load(&g->flush_end_us);
+            int t = end <= now ? 0 : (int)((end - now + 999) / 1000);
+            if (timeout < 0 || t < timeout)
+                timeout = t;
+        }
         for (uint32_t i = 0; i < g->n_conns; i++) {
             conn_t *c = g->conns[i];
             short ev = 0;
             /* backpressure: not while a message waits; finishing: only
              * a lingering connection's end */
-            if (c->lingering || (!c->complete && c->st != C_CLOSING && !finishing))
+            if (c->lingering ||
+                (!c->complete && c->st != C_CLOSING && !finishing && !flushing))
                 ev |= ZMQ_POLLIN;
             if (c->out_off < c->out_len)
                 ev |= ZMQ_POLLOUT;
@@ -1230,7 +1367,7 @@ static void *gate_thread(void *arg)
         }
         int rc = zmq_poll(items, (int)k, timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
-            wf_log(g->log, WF_LOG_ERR, "client plane: zmq_poll: %s",
+            wf_log(g->log, WF_LOG_ERR, "%s: zmq_poll: %s", g->plane,
                    zmq_strerror(zmq_errno()));
             usleep(10000);
             continue;
@@ -1245,9 +1382,10 @@ static void *gate_thread(void *arg)
             keys_apply(g);
             continue;   /* the poll items are stale: closes moved connections */
         }
-        /* wf_gate_finish may have woken this poll: every connection is
+        /* wf_gate_finish or _stop_flush may have woken this poll: every connection is
          * looked at below, before the next one blocks */
         finishing = atomic_load(&g->finish);
+        flushing = atomic_load(&g->flush);
         /* connections, from the last (a close moves the last into i) */
         for (uint32_t i = g->n_conns; i-- > 0;) {
             conn_t *c = g->conns[i];
@@ -1268,7 +1406,7 @@ static void *gate_thread(void *arg)
                 why = "write failed";
             }
             if (ok && (it[0].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && !c->complete &&
-                c->st != C_CLOSING && !finishing)
+                c->st != C_CLOSING && !finishing && !flushing)
                 ok = conn_read(g, c, &why);
             if (ok && c->complete && c->dealer && forward(c)) {
                 /* room again: what rbuf still holds is parsed */
@@ -1290,7 +1428,7 @@ static void *gate_thread(void *arg)
                 ok = false;
             if (ok && c->deadline_us && now >= c->deadline_us && !finishing) {
                 ok = false;
-                why = "the handshake did not end within client_handshake_ms";
+                why = g->handshake_late;
             }
             if (ok && finishing && !conn_finish(c)) {
                 conn_close(g, i);
@@ -1298,6 +1436,23 @@ static void *gate_thread(void *arg)
             }
             if (!ok)
                 close_with(g, i, why);
+        }
+        if (flushing) {
+            /* done once no connection has output left, in its buffer or
+             * its DEALER (the ROUTER is closed: nothing new comes) */
+            bool idle = true;
+            for (uint32_t i = 0; i < g->n_conns && idle; i++) {
+                conn_t *c = g->conns[i];
+                int zev = 0;
+                size_t zl = sizeof zev;
+                if (c->out_off < c->out_len ||
+                    (c->dealer && zmq_getsockopt(c->dealer, ZMQ_EVENTS, &zev, &zl) == 0 &&
+                     (zev & ZMQ_POLLIN)))
+                    idle = false;
+            }
+            if (idle || now_us() >= atomic_load(&g->flush_end_us))
+                break;
+            continue;
         }
         if (finishing)
             continue;
@@ -1448,20 +1603,48 @@ wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
     return WF_OK;
 }
 
+static const wf_gate_names_t client_names = {
+    .frame_bytes = "max_header_bytes, max_tensor_bytes",
+    .max_frames = "client_max_frames",
+    .message_bytes = "max_header_bytes + client_queue_bytes",
+    .max_connections = "client_max_connections",
+    .max_handshakes = "client_max_handshakes",
+    .handshake_ms = "client_handshake_ms",
+};
+
 wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
 {
-    if (sodium_init() < 0) {
-        wf_log(cfg->log, WF_LOG_ERR, "client plane: libsodium does not start");
-        close(cfg->listen_fd);
-        return WF_E_INTERNAL;
-    }
     wf_gate_t *g = calloc(1, sizeof *g);
     if (!g) {
         close(cfg->listen_fd);
         return WF_E_INTERNAL;
     }
-    wf_log_limit_init(&g->noted, "client-plane connections refused or closed", LOG_BURST,
-                      LOG_WINDOW_S);
+    /* no log: a logger that writes nothing (level below every line's) */
+    wf_log_init(&g->quiet, -1, (wf_log_level_t)-1);
+    g->log = cfg->log ? cfg->log : &g->quiet;
+    snprintf(g->plane, sizeof g->plane, "%s", cfg->plane ? cfg->plane : "client plane");
+    g->who = cfg->plane ? "peer" : "client";
+    g->nm = cfg->names ? *cfg->names : client_names;
+    snprintf(g->zap_domain, sizeof g->zap_domain, "%s",
+             cfg->zap_domain ? cfg->zap_domain : "");
+    g->peer_rid = cfg->peer_routing_id;
+    g->close_over = cfg->close_over;
+    snprintf(g->handshake_taken, sizeof g->handshake_taken, "its handshake slot "
+             "taken by a newer connection (%s in their handshake)",
+             g->nm.max_handshakes);
+    snprintf(g->handshake_late, sizeof g->handshake_late, "the handshake did not "
+             "end within %s", g->nm.handshake_ms);
+    char what[64];
+    snprintf(what, sizeof what, "%s connections refused or closed", g->plane);
+    wf_log_limit_init(&g->noted, what, LOG_BURST, LOG_WINDOW_S);
+    pthread_once(&seal_once, seal_init);
+    if (sodium_init() < 0) {
+        wf_log(g->log, WF_LOG_ERR, "%s: libsodium does not start", g->plane);
+        close(cfg->listen_fd);
+        wf_log_limit_destroy(&g->noted);
+        free(g);
+        return WF_E_INTERNAL;
+    }
     g->zctx = cfg->zctx;
     snprintf(g->router_ep, sizeof g->router_ep, "%s", cfg->router_endpoint);
     g->lfd = cfg->listen_fd;
@@ -1470,7 +1653,6 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
     snprintf(g->endpoint, sizeof g->endpoint, "%s", q);
     g->unix_socket = cfg->unix_socket;
     g->mech = cfg->mech;
-    g->log = cfg->log;
 
     g->limits = cfg->limits;
     g->wake = -1;
@@ -1484,29 +1666,29 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
     if (g->mech == WF_GATE_CURVE &&
         (!cfg->keys || !wf_curve_server_init(&g->server, cfg->keys->public_key,
                                              cfg->keys->secret_key))) {
-        wf_log(cfg->log, WF_LOG_ERR, "client plane: CURVE needs this daemon's key pair");
+        wf_log(g->log, WF_LOG_ERR, "%s: CURVE needs this daemon's key pair", g->plane);
         goto fail;
     }
     /* the allow-list before the thread accepts a connection: a client
      * admitted later would be refused in between */
     if (g->mech == WF_GATE_CURVE &&
         wf_gate_set_keys(g, cfg->client_keys, cfg->n_client_keys) != WF_OK) {
-        wf_log(cfg->log, WF_LOG_ERR, "client plane: client_keys: out of memory");
+        wf_log(g->log, WF_LOG_ERR, "%s: client_keys: out of memory", g->plane);
         goto fail;
     }
     int fl = fcntl(g->lfd, F_GETFL);
     if (fl < 0 || fcntl(g->lfd, F_SETFL, fl | O_NONBLOCK) != 0) {
-        wf_log(cfg->log, WF_LOG_ERR, "client plane: fcntl: %s", strerror(errno));
+        wf_log(g->log, WF_LOG_ERR, "%s: fcntl: %s", g->plane, strerror(errno));
         goto fail;
     }
     g->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     g->done = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (g->wake < 0 || g->done < 0) {
-        wf_log(cfg->log, WF_LOG_ERR, "client plane: eventfd: %s", strerror(errno));
+        wf_log(g->log, WF_LOG_ERR, "%s: eventfd: %s", g->plane, strerror(errno));
         goto fail;
     }
     if (pthread_create(&g->thread, NULL, gate_thread, g) != 0) {
-        wf_log(cfg->log, WF_LOG_ERR, "client plane: cannot start its thread");
+        wf_log(g->log, WF_LOG_ERR, "%s: cannot start its thread", g->plane);
         goto fail;
     }
     pthread_setname_np(g->thread, "weft-gate");
@@ -1574,7 +1756,9 @@ bool wf_gate_meta_read(const void *data, size_t len, wf_gate_meta_t *ret)
     if (len != sizeof *ret)
         return false;
     memcpy(ret, data, sizeof *ret);
-    if (ret->magic != WF_GATE_META_MAGIC)
+    pthread_once(&seal_once, seal_init);
+    if (ret->magic != WF_GATE_META_MAGIC ||
+        sodium_memcmp(ret->seal, seal, sizeof seal) != 0)
         return false;
     ret->key_name[sizeof ret->key_name - 1] = '\0';
     ret->addr[sizeof ret->addr - 1] = '\0';
@@ -1590,6 +1774,23 @@ void wf_gate_finish(wf_gate_t *g)
     uint64_t one = 1;
     ssize_t w = write(g->wake, &one, sizeof one);
     (void)w;
+}
+
+void wf_gate_stop_flush(wf_gate_t **pg, int linger_ms)
+{
+    if (!pg || !*pg)
+        return;
+    wf_gate_t *g = *pg;
+    if (g->started && linger_ms > 0) {
+        atomic_store(&g->flush_end_us, now_us() + (uint64_t)linger_ms * 1000u);
+        atomic_store(&g->flush, true);
+        uint64_t one = 1;
+        ssize_t w = write(g->wake, &one, sizeof one);
+        (void)w;
+        pthread_join(g->thread, NULL);  /* it ends once flushed */
+        g->started = false;
+    }
+    wf_gate_stop(pg);
 }
 
 int wf_gate_done_fd(const wf_gate_t *g)
@@ -1618,6 +1819,8 @@ void wf_gate_stop(wf_gate_t **pg)
         close(g->wake);
     if (g->done >= 0)
         close(g->done);
+    if (g->zap)
+        zmq_close(g->zap);
     free(g->keys);
     sodium_memzero(&g->server, sizeof g->server);
     pthread_mutex_destroy(&g->mu);

@@ -1,5 +1,7 @@
-/* gate.h — the client plane's transport (README "Security", PROTOCOL.md
- * section 1.1): one thread that owns the client listening socket (tcp,
+/* gate.h — weftd's ZMTP listener: the client plane's transport (README
+ * "Security", PROTOCOL.md section 1.1) and the cluster plane's in front of
+ * the tensor channel and every comm_zmq data port (README "Bounded
+ * cluster data plane"). One thread that owns a listening socket (tcp,
  * ipc, abstract ipc, or the one systemd passes), accepts, and speaks
  * ZMTP 3.1 itself (RFC 37; mechanisms NULL and CURVE, RFC 26), so that
  * what a peer can make weftd hold is bounded before it is buffered:
@@ -14,7 +16,9 @@
  *     max_frames + 1, or would bring the message over message_bytes; the
  *     rest of that message is read and dropped (NULL) and the frames
  *     kept so far (the header) reach the daemon marked over the limit, so
- *     that it answers WF_E_LIMIT; a CURVE frame must be read whole for
+ *     that it answers WF_E_LIMIT (with close_over, the cluster plane's
+ *     choice, the connection is closed instead: a node never goes over);
+ *     a CURVE frame must be read whole for
  *     its "more" flag (inside the box): one over frame_bytes, or one to
  *     drop that is larger than message_bytes, closes the connection;
  *   - a complete message goes to the daemon's ROUTER (inproc) through one
@@ -31,7 +35,19 @@
  * Each message reaches the ROUTER as [routing id, gate frame, the
  * peer's frames...]: the gate frame (wf_gate_meta_t) says who the peer
  * is (ipc credentials, CURVE key name and role, address) and whether the
- * message went over a limit. The routing id is 5 bytes: 0 and a counter.
+ * message went over a limit; it carries a seal drawn once per process,
+ * so that a frame a peer sends over a connection that is not a gate's
+ * (a ROUTER's own outgoing one) never passes for one. The routing id is
+ * 5 bytes, 0 and a counter, or (peer_routing_id) the routing id the
+ * peer gives in its handshake (property Identity), as a libzmq ROUTER
+ * would name it: then the ROUTER sends to a peer by the name it chose,
+ * and a second connection under a name in use is ignored by the ROUTER
+ * as libzmq ignores one (its messages wait, unread, until it closes).
+ *
+ * CURVE keys are admitted from the gate's own list (wf_gate_set_keys:
+ * the client plane's client_keys) or, with zap_domain, by asking the
+ * context's ZAP handler (base/zap.h: the node allow-list, whose user id
+ * is the node's name), as libzmq would: ZAP logs and counts refusals.
  *
  * At the end of a drain (wf_gate_finish) it accepts and reads nothing
  * more, and closes each connection once every message read from it has
@@ -75,6 +91,12 @@ typedef struct wf_gate_limits {
     uint32_t handshake_ms;       /* longest handshake (greeting included) */
 } wf_gate_limits_t;
 
+/* The settings a peer is told about when it meets a limit. */
+typedef struct wf_gate_names {
+    const char *frame_bytes, *max_frames, *message_bytes;
+    const char *max_connections, *max_handshakes, *handshake_ms;
+} wf_gate_names_t;
+
 typedef struct wf_gate_cfg {
     void *zctx;                  /* the ROUTER's context (inproc) */
     const char *router_endpoint; /* inproc:// address the ROUTER bound */
@@ -88,7 +110,19 @@ typedef struct wf_gate_cfg {
                                     wf_gate_set_keys replaces them) */
     size_t n_client_keys;
     wf_gate_limits_t limits;
-    wf_log_t *log;               /* borrowed; thread-safe */
+    wf_log_t *log;               /* borrowed; thread-safe; NULL: no log lines */
+    /* The cluster plane's choices (zero: the client plane's) */
+    const char *plane;           /* names the plane in log lines; NULL:
+                                    "client plane" */
+    const wf_gate_names_t *names; /* the settings behind the limits, named in
+                                    log lines; NULL: the client plane's */
+    const char *zap_domain;      /* CURVE: admit keys through ZAP in this
+                                    domain (the key name is its user id);
+                                    NULL: the keys of wf_gate_set_keys */
+    bool peer_routing_id;        /* the DEALER takes the routing id the peer
+                                    gives (see above) */
+    bool close_over;             /* a message over a limit closes the
+                                    connection; nothing of it is forwarded */
 } wf_gate_cfg_t;
 
 /* What the gate says about the peer of a message (the frame after the
@@ -103,6 +137,7 @@ typedef struct wf_gate_meta {
     char addr[WF_GATE_ADDR_MAX]; /* "HOST:PORT", or the socket path; raw */
     char limit[WF_GATE_LIMIT_MAX]; /* "" or why the message went over a limit
                                       (the frames after the header dropped) */
+    uint8_t seal[16];            /* this process's (see above) */
 } wf_gate_meta_t;
 
 #define WF_GATE_META_MAGIC 0x77676174u
@@ -144,7 +179,8 @@ typedef struct wf_gate_stats {
 } wf_gate_stats_t;
 void wf_gate_stats(wf_gate_t *g, wf_gate_stats_t *ret);
 
-/* Parse the gate frame; false when it is not one. */
+/* Parse the gate frame; false when it is not one (its size, magic or
+ * seal is not a gate's of this process). */
 bool wf_gate_meta_read(const void *data, size_t len, wf_gate_meta_t *ret);
 
 /* The end of a drain (PROTOCOL.md section 1). The listening socket is
@@ -169,5 +205,11 @@ int wf_gate_done_fd(const wf_gate_t *g);
  * whose peer has not read its replies) and the listening socket; NULL is
  * fine. Before the ROUTER and the context close. */
 void wf_gate_stop(wf_gate_t **pg);
+
+/* As wf_gate_stop, once the ROUTER has been closed with a linger: first,
+ * for at most linger_ms, the messages the ROUTER queued to peers (waiting
+ * in the connections' DEALERs) are written out; nothing more is accepted
+ * or read meanwhile. linger_ms <= 0: wf_gate_stop. */
+void wf_gate_stop_flush(wf_gate_t **pg, int linger_ms);
 
 #endif /* WF_GATE_H */

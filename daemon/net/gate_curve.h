@@ -2,7 +2,7 @@
  * (gate.h): the handshake commands HELLO -> WELCOME, INITIATE -> READY,
  * and the MESSAGE boxes of an established connection, with libsodium's
  * crypto_box. Pure computation on buffers the caller owns: no I/O, no
- * logging. Private to daemon/server/gate*.c.
+ * logging. Private to daemon/net/gate*.c.
  */
 #ifndef WF_GATE_CURVE_H
 #define WF_GATE_CURVE_H

@@ -34,7 +34,7 @@
 #include <zmq.h>
 
 #include "server.h"
-#include "gate.h"
+#include "net/gate.h"
 #include "metrics.h"
 #include "backend.h"
 #include "base/mesh.h"

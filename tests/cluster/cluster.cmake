@@ -87,13 +87,12 @@ endforeach()
 
 # The data plane's bounds against a raw ZMTP peer (tests/cluster/test_data_bounds.c):
 # whole max-size messages flooding the coordinator's tensor channel while
-# jobs cross it, and a comm_zmq rank's port while its world is idle; a
-# rank sending past comm_unexpected_bytes (WF_E_LIMIT); peak RSS within
+# jobs cross it, then a message of too many frames and a message that
+# never ends (both cut by the gate); whole messages at a comm_zmq rank's
+# port while its world is idle; a rank sending past
+# comm_unexpected_bytes (WF_E_LIMIT); `multipart`: a message that never
+# ends at an idle rank's port, cut. Peak RSS within
 # (cluster_recv_messages + 2) x the largest message (+ U) + slack.
-# `multipart` (a message that never ends) is a known gap: libzmq holds it
-# whole before the daemon can read a frame (README "Bounded cluster data
-# plane"); DISABLED until the cluster plane reads ZMTP itself, as the
-# client plane's gate does.
 add_executable(test_data_bounds ${CMAKE_CURRENT_LIST_DIR}/test_data_bounds.c)
 target_link_libraries(test_data_bounds PRIVATE weft_clusterd weft_testsupport weft_rawd
   weftd_core weft_proto weft PkgConfig::ZMQ Threads::Threads m)
@@ -102,4 +101,3 @@ foreach(s channel comm multipart)
   add_test(NAME cluster_data_bounds_${s} COMMAND test_data_bounds $<TARGET_FILE:weftd> ${s})
   set_tests_properties(cluster_data_bounds_${s} PROPERTIES TIMEOUT 90 LABELS "cluster;security")
 endforeach()
-set_tests_properties(cluster_data_bounds_multipart PROPERTIES DISABLED TRUE)

@@ -48,7 +48,7 @@
  *            message's first frame, so it holds all of it: the writer
  *            gets FLOOD x M through and the peak goes past the bound.
  *            Bounding it needs a ZMTP reader of the daemon's own (as the
- *            client plane's gate, server/gate.h).
+ *            client plane's gate, net/gate.h).
  *
  * Every wait is for an event (a log line, a pipe record, a TCP window
  * shut, the writer finishing) with a WAIT_EVENT_MS bound.
@@ -228,6 +228,7 @@ typedef struct flood {
     pthread_t tid;
     atomic_uint_fast64_t written;      /* bytes of frames written */
     atomic_bool done;                  /* every frame written */
+    atomic_bool ended;                 /* the writer returned */
 } flood_t;
 
 static unsigned char *zeros;           /* MSG_BYTES of payload */
@@ -235,12 +236,14 @@ static unsigned char *zeros;           /* MSG_BYTES of payload */
 static void *flood_main(void *arg)
 {
     flood_t *f = arg;
-    for (uint32_t i = 0; i < f->count; i++) {
+    uint32_t i = 0;
+    for (; i < f->count; i++) {
         if (!zmtp_frame(f->fd, zeros, f->bytes, f->more))
-            return NULL;    /* the peer closed: done stays false */
+            break;          /* the peer closed: done stays false */
         atomic_fetch_add(&f->written, f->bytes);
     }
-    atomic_store(&f->done, true);
+    atomic_store(&f->done, i == f->count);
+    atomic_store(&f->ended, true);
     return NULL;
 }
 
@@ -252,8 +255,11 @@ static void flood_start(flood_t *f, int fd, uint32_t count, size_t bytes, bool m
     f->more = more;
     atomic_init(&f->written, 0);
     atomic_init(&f->done, false);
+    atomic_init(&f->ended, false);
     CHECK(pthread_create(&f->tid, NULL, flood_main, f) == 0);
 }
+
+static void never_ending(pid_t pid, const char *addr, const char *what);
 
 /* The TCP socket with local port lport and remote port rport, as
  * /proc/net/tcp shows it (both ends are on this host): its send and
@@ -380,11 +386,12 @@ static void scenario_channel(void)
     pthread_join(f.tid, NULL);
     CHECK(atomic_load(&f.done), "the flood was cut after %" PRIu64 " bytes",
           (uint64_t)atomic_load(&f.written));
-    /* then a message of more frames than a transfer has: read after every
-     * message of the flood (one connection keeps its order) */
+    /* then a message of more frames than a transfer has: the gate cuts
+     * the connection at its frame 1 + WF_CMSG_XFER_MAX_FRAMES + 1, read
+     * after every message of the flood (one connection keeps its order) */
     for (int i = 0; i < WF_CMSG_XFER_MAX_FRAMES + 3; i++)
-        CHECK(zmtp_frame(fd, "", 0, i + 1 < WF_CMSG_XFER_MAX_FRAMES + 3));
-    CHECK(clusterd_log_find(&a.p, "frames dropped", EVENT_MS, line, sizeof line));
+        zmtp_frame(fd, "", 0, i + 1 < WF_CMSG_XFER_MAX_FRAMES + 3);
+    CHECK(clusterd_log_find(&a.p, "frames in one message", EVENT_MS, line, sizeof line));
     uint64_t peak = hwm_of(a.p.pid), after = rss_of(a.p.pid);
     printf("channel flood: %d x %" PRIu64 " bytes (%.0f MiB) read: RSS %.1f -> "
            "peak %.1f -> %.1f MiB (bound %.1f)\n", FLOOD, MSG_BYTES,
@@ -393,6 +400,7 @@ static void scenario_channel(void)
     CHECK(peak <= before + BOUND + SLACK, "peak RSS %.1f MiB over the bound %.1f MiB",
           mib(peak), mib(before + BOUND + SLACK));
     close(fd);
+    never_ending(a.p.pid, xfer, "channel");
     CHECK(burst(&a, 30, "channel: after") == IN_FLIGHT);
     stop_clean(&b);
     stop_clean(&a);
@@ -668,6 +676,43 @@ static bool reading_stopped(void *arg)
 /* Flood rank 0's port of an idle world (nothing reads it) from a new
  * connection (*fd) in f's thread, until ZeroMQ stops reading it; check
  * the peak against the bound and that the flood did not all go in. */
+static bool flood_ended(void *arg)
+{
+    return atomic_load(&((flood_t *)arg)->ended);
+}
+
+/* A never-ending message at addr (frames of M, every one with the "more"
+ * flag, FLOOD of them if nothing stops it) from a raw peer while nothing
+ * reads the listener's socket: the listener (the gate) must cut the
+ * connection once the message goes over its frames or bytes, before
+ * the writer is through, and the daemon's peak stay within the bound. */
+static void never_ending(pid_t pid, const char *addr, const char *what)
+{
+    uint64_t before = rss_of(pid);
+    peak_reset(pid);
+    int fd = zmtp_open(addr, "zz");
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    flood_t f;
+    flood_start(&f, fd, FLOOD, MSG_BYTES, true);
+    CHECK(wait_for(flood_ended, &f, WAIT_EVENT_MS), "%s: the writer neither "
+          "finished nor was cut within %u ms", what, (unsigned)WAIT_EVENT_MS);
+    if (!atomic_load(&f.ended))
+        shutdown(fd, SHUT_RDWR);
+    pthread_join(f.tid, NULL);
+    uint64_t peak = hwm_of(pid), now = rss_of(pid);
+    uint64_t sent = atomic_load(&f.written);
+    printf("%s, never-ending message: cut after %.1f MiB written (of %.0f "
+           "MiB): RSS %.1f -> peak %.1f (now %.1f) MiB (bound %.1f)\n", what,
+           mib(sent), mib((uint64_t)FLOOD * MSG_BYTES), mib(before), mib(peak),
+           mib(now), mib(before + BOUND + SLACK));
+    CHECK(!atomic_load(&f.done), "%s: the whole never-ending message went in", what);
+    CHECK(peak <= before + BOUND + SLACK, "peak RSS %.1f MiB over the bound %.1f MiB",
+          mib(peak), mib(before + BOUND + SLACK));
+    close(fd);
+}
+
 static void flood_idle(child_t *c, const char *addr, bool more, flood_t *f, int *fd)
 {
     uint64_t before = rss_of(c->pid);
@@ -749,14 +794,13 @@ static void scenario_multipart(void)
     crec_t rec;
     CHECK(child_start(&c));
     CHECK(child_rec(&c, &rec) && rec.st0 == WF_OK && rec.st1 == WF_OK);
-    flood_t f;
-    int fd = -1;
-    flood_idle(&c, rec.addr, true, &f, &fd);
-    if (fd >= 0) {
-        shutdown(fd, SHUT_RDWR);
-        pthread_join(f.tid, NULL);
-        close(fd);
-    }
+    never_ending(c.pid, rec.addr, "comm, ranks idle");
+    /* the world still works: allreduces, each checked */
+    unsigned char cmd = CMD_LEGIT;
+    uint64_t want = 0;
+    CHECK(write_all(c.down, &cmd, 1) && write_all(c.down, &want, sizeof want));
+    CHECK(child_rec(&c, &rec));
+    CHECK(rec.st0 == WF_OK && rec.st1 == WF_OK && rec.iters > 0);
     child_end(&c);
 }
 

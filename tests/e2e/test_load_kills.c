@@ -206,7 +206,7 @@ static bool one_job(wf_client_t *c, int j, uint64_t seed)
 /* Replies to one connection that ZeroMQ and the gate hold once taken
  * from the daemon's queue (daemon/server/server.c, REPLY_SNDHWM) and
  * complete messages the gate holds per connection on their way in
- * (daemon/server/gate.h). */
+ * (daemon/net/gate.h). */
 #define REPLIES_TAKEN 6u
 #define GATE_MESSAGES 3u
 /* What the allocator keeps resident, once the daemon is idle, of memory

@@ -1,6 +1,6 @@
 /* test_zmtp.c — the client plane's bounds against a raw ZMTP peer (plain
  * TCP sockets here, no libzmq on the attacking side), on a real weftd
- * (daemon/server/gate.h, PROTOCOL.md section 1.1). The daemon runs with
+ * (daemon/net/gate.h, PROTOCOL.md section 1.1). The daemon runs with
  * --client-queue-bytes 16M --max-tensor-bytes 4M, so one message may hold
  * M = max_header_bytes (64 KiB) + 16 MiB, and one connection at most
  * 3 M of requests (gate.h): the stated bound here is RSS before + 3 M +

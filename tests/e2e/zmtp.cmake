@@ -1,4 +1,4 @@
-# The client plane's transport bounds (daemon/server/gate.h) against a raw
+# The client plane's transport bounds (daemon/net/gate.h) against a raw
 # ZMTP peer on plain TCP sockets (tests/e2e/test_zmtp.c): endless "more"
 # frames, a hello with 100 frames of 4 MiB, idle connections and a slow
 # greeting, CURVE heartbeats counted by a TCP relay; the daemon's RSS stays

@@ -43,15 +43,15 @@ if(WEFT_FUZZ)
   target_link_libraries(fuzz_config PRIVATE weft_modelfiles_fuzz)
   add_executable(fuzz_seeds ${CMAKE_CURRENT_LIST_DIR}/fuzz_seeds.c)
   target_link_libraries(fuzz_seeds PRIVATE weft_proto)
-  # fuzz_gate: the client plane's ZMTP server (daemon/server/gate.c,
+  # fuzz_gate: the client plane's ZMTP server (daemon/net/gate.c,
   # gate_curve.c) instrumented, with the log it writes to, over the
   # instrumented proto/ (keys.c, errf.c); driven through a real ipc://
   # socket by the harness (tests/fuzz/README.md).
-  add_library(weft_gate_fuzz STATIC ${PROJECT_SOURCE_DIR}/daemon/server/gate.c
-    ${PROJECT_SOURCE_DIR}/daemon/server/gate_curve.c
+  add_library(weft_gate_fuzz STATIC ${PROJECT_SOURCE_DIR}/daemon/net/gate.c
+    ${PROJECT_SOURCE_DIR}/daemon/net/gate.curve.c
     ${PROJECT_SOURCE_DIR}/daemon/base/log.c)
   target_include_directories(weft_gate_fuzz PUBLIC ${PROJECT_SOURCE_DIR}/daemon
-    ${PROJECT_SOURCE_DIR}/daemon/server)
+    ${PROJECT_SOURCE_DIR}/daemon/net)
   target_link_libraries(weft_gate_fuzz PUBLIC weft_proto_fuzz PkgConfig::ZMQ
     PkgConfig::SODIUM Threads::Threads)
   target_compile_options(weft_gate_fuzz PRIVATE ${WEFT_FUZZ_CFLAGS})

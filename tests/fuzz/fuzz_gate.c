@@ -1,5 +1,5 @@
 /* fuzz_gate.c — libFuzzer target for the client plane's gate
- * (daemon/server/gate.c, gate_curve.c): the first code an unauthenticated
+ * (daemon/net/gate.c, gate_curve.c): the first code an unauthenticated
  * remote peer reaches. Two gates run for the whole run (started once in
  * LLVMFuzzerInitialize), one NULL and one CURVE, each on an ipc:// socket
  * in a temporary directory, with one inproc ROUTER behind both as in

@@ -1,4 +1,4 @@
-"""test_gate_interop.py — weftd's client gate (daemon/server/gate.c,
+"""test_gate_interop.py — weftd's client gate (daemon/net/gate.c,
 gate_curve.c: ZMTP 3.1 and CurveZMQ written in this project) against
 stacks that are not libweft's: pyzmq (its wheel bundles its own libzmq
 and libsodium) and raw-socket handshakes made here byte for byte from

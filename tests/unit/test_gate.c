@@ -1,4 +1,4 @@
-/* test_gate.c — the client plane's gate (daemon/server/gate.h) on its
+/* test_gate.c — the client plane's gate (daemon/net/gate.h) on its
  * own, through a real ipc:// socket, with a raw CURVE client written
  * here from RFC 26 (so that the test decides what the peer does between
  * the handshake's commands):
@@ -23,7 +23,7 @@
 #include <zmq.h>
 
 #include "base/log.h"
-#include "server/gate.h"
+#include "net/gate.h"
 #include "keys.h"
 #include "support/check.h"
 #include "support/wait.h"
