@@ -113,30 +113,36 @@ typedef struct wf_comm_zmq_config {
                                    * peers connect to) */
     int connect_timeout_ms;       /* world formation; <= 0: until abort */
     int op_timeout_ms;            /* per blocking call; <= 0: none */
-    int64_t max_message_bytes;    /* ZMQ_MAXMSGSIZE of the socket; <= 0:
-                                   * no limit */
+    int64_t max_message_bytes;    /* largest frame a peer may send (the
+                                   * gate cuts the connection; on the
+                                   * connections made to lower ranks,
+                                   * ZMQ_MAXMSGSIZE); <= 0: no limit */
     /* Bounds on what one peer connection can make a rank hold (README
-     * "Bounded cluster data plane"): ZeroMQ queues at most recv_messages whole messages of a
-     * connection unread (ZMQ_RCVHWM; then it stops reading it and TCP
-     * pushes back on the sender, whose sends still never block); the
+     * "Bounded cluster data plane"): the rank's listener (the gate,
+     * net/gate.h) cuts a connection whose message goes over a header and
+     * a payload of max_message_bytes, so a message that never ends is
+     * cut; at most recv_messages whole messages of a connection wait
+     * unread behind it (the ROUTER's RCVHWM; then the gate stops reading
+     * it and TCP pushes back on the sender, whose sends still never
+     * block); the
      * rank keeps at most unexpected_bytes of payload from one source
      * rank ahead of the receives posted for them; the message that would
      * go over is dropped, counted (wf_comm_zmq_dropped, _over) and fails
      * the call that was progressing with WF_E_LIMIT, aborting the domain
      * (a dropped message would leave its receive waiting for ever).
      * Messages that are not for this world (unknown routing id, another
-     * world id, malformed) are dropped as they are read, never kept. One
-     * multipart message that never ends is not bounded by either:
-     * ZeroMQ holds it whole before the rank can read any frame. */
+     * world id, malformed, not come the way their rank's come) are
+     * dropped as they are read, never kept. */
     int recv_messages;            /* ZMQ_RCVHWM per connection; <= 0: none */
     int64_t unexpected_bytes;     /* per source rank; <= 0: no limit */
     /* CURVE (README "Security"); curve NULL: plain tcp, the fields below
-     * unused. With it, every rank's socket is a CURVE server in the
-     * WF_ZAP_NODES domain (base/zap.h) for the peers that connect to it,
-     * and a CURVE client pinned to rank_keys[j] when it connects to rank
-     * j; a frame from rank j is accepted only with the User-Id
-     * rank_nodes[j] (the node ZAP admitted): no other node, trusted or
-     * not, can speak for a rank. */
+     * unused. With it, every rank's listener is a CURVE server admitting
+     * the keys of the WF_ZAP_NODES domain (base/zap.h) for the peers that
+     * connect to it, and its socket a CURVE client pinned to rank_keys[j]
+     * when it connects to rank j; a message from a higher rank j is
+     * accepted only with the node name rank_nodes[j] in the gate's frame
+     * (the node ZAP admitted), one from a lower rank only over the pinned
+     * connection: no other node, trusted or not, can speak for a rank. */
     const wf_keypair_t *curve;    /* this node's key pair; borrowed */
     const char *const *rank_keys; /* nranks Z85 public keys: the node
                                    * holding each rank */
@@ -176,12 +182,13 @@ void wf_comm_zmq_local_unref(wf_comm_zmq_local_t **l);
 
 /* --- endpoints -------------------------------------------------------- */
 
-/* Create a ROUTER socket on zmq_ctx and bind it to bind_addr (a wildcard
- * port such as "tcp://127.0.0.1:*" is allowed). max_message_bytes and
- * recv_messages as in the config (<= 0: no limit; a bound endpoint takes
- * connections before it joins a world, so they are set here); curve as in the config (NULL: plain tcp;
- * else a CURVE server in WF_ZAP_NODES, set before the bind; the world it
- * joins must then have curve set too). Caller owns *ret_ep. Errors:
+/* Create a ROUTER socket on zmq_ctx and its listener (the gate) on
+ * bind_addr (a wildcard port such as "tcp://127.0.0.1:*" is allowed).
+ * max_message_bytes and recv_messages as in the config (<= 0: no limit;
+ * a bound endpoint takes connections before it joins a world, so they are
+ * set here); curve as in the config (NULL: plain tcp; else CURVE with
+ * the keys of WF_ZAP_NODES; the world it joins must then have curve set
+ * too). Caller owns *ret_ep. Errors:
  * WF_E_BAD_ARGUMENT (address too long, malformed key pair), WF_E_CONNECT (bind failed),
  * WF_E_NO_MEMORY, WF_E_INTERNAL. */
 wf_status_t wf_comm_zmq_endpoint_new(void *zmq_ctx, const char *bind_addr,

@@ -41,6 +41,7 @@
 #define OUT_KEEP (64u << 10)       /* an idle connection keeps this much of
                                       its output buffer */
 #define CMD_MAX 1024               /* a command after the handshake (PING) */
+#define BIG_MIN (64u << 10)        /* NULL frames written from their message */
 
 /* ZMTP frame flags */
 #define F_MORE 0x01
@@ -85,6 +86,9 @@ typedef struct conn {
     uint8_t rid[5];
     uint8_t *out;                /* bytes to write */
     size_t out_len, out_off, out_cap;
+    zmq_msg_t big;               /* a large NULL frame's body, written from
+                                    the message itself after out (no copy) */
+    size_t big_off, big_len;     /* written of it, and its size; 0: none */
     unsigned pongs;              /* PONGs in out while a reply is there */
     bool reply_out;              /* a whole reply is in out, not yet written */
     uint32_t unanswered;         /* messages forwarded whose reply is not taken */
@@ -279,7 +283,14 @@ static bool out_message(conn_t *c, bool command, bool more, const void *data,
     return true;
 }
 
-/* Write what out holds. False: the connection failed. */
+/* Output waits to be written (out, or a large frame's body). */
+static bool out_pending(const conn_t *c)
+{
+    return c->out_off < c->out_len || c->big_off < c->big_len;
+}
+
+/* Write what out holds, then the large frame's body. False: the
+ * connection failed. */
 static bool out_flush(conn_t *c)
 {
     while (c->out_off < c->out_len) {
@@ -293,6 +304,20 @@ static bool out_flush(conn_t *c)
         c->out_off += (size_t)w;
     }
     c->out_off = c->out_len = 0;
+    while (c->big_off < c->big_len) {
+        ssize_t w = send(c->fd, (const uint8_t *)zmq_msg_data(&c->big) + c->big_off,
+                         c->big_len - c->big_off, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK;
+        }
+        c->big_off += (size_t)w;
+    }
+    if (c->big_len) {
+        zmq_msg_close(&c->big);     /* (a zero-copy sender's buffer: released) */
+        c->big_off = c->big_len = 0;
+    }
     c->pongs = 0;
     if (c->reply_out) {
         c->reply_out = false;
@@ -340,6 +365,8 @@ static void conn_free(wf_gate_t *g, conn_t *c)
         sodium_memzero(c->cv, sizeof *c->cv);
         free(c->cv);
     }
+    if (c->big_len)
+        zmq_msg_close(&c->big);
     free(c);
     atomic_fetch_sub(&g->open, 1);
 }
@@ -900,7 +927,8 @@ static void frame_end(conn_t *c, bool more)
 static void active_command(conn_t *c, const uint8_t *b, size_t n)
 {
     if (n >= 7 && memcmp(b, "\x04PING", 5) == 0) {
-        if (c->pongs >= PONGS_MAX)
+        /* (not while a large body waits behind out: it would overtake) */
+        if (c->pongs >= PONGS_MAX || c->big_len)
             return;
         size_t ctx = n - 7 > 16 ? 16 : n - 7;
         uint8_t pong[5 + 16];
@@ -1157,7 +1185,10 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
 }
 
 /* Take one reply from the DEALER into out (the connection's output is
- * empty). The daemon sends one reply per message forwarded. */
+ * empty). The daemon sends one reply per message forwarded. A NULL
+ * frame of BIG_MIN bytes or more is not copied: its head goes into out,
+ * its body is written from the message (c->big), and the rest of the
+ * message is taken once both are written. */
 static bool take_reply(conn_t *c)
 {
     for (;;) {
@@ -1168,10 +1199,27 @@ static bool take_reply(conn_t *c)
             return true;
         }
         bool more = zmq_msg_more(&m);
-        bool ok = out_message(c, false, more, zmq_msg_data(&m), zmq_msg_size(&m));
+        size_t n = zmq_msg_size(&m);
+        bool ok;
+        if (!c->cv && n >= BIG_MIN) {
+            /* its head now, its body from the message itself (out_flush);
+             * the rest of the message once both are written */
+            ok = out_reserve(c, 9);
+            if (ok) {
+                c->out_len += frame_head(c->out + c->out_len, more ? F_MORE : 0, n);
+                zmq_msg_init(&c->big);
+                zmq_msg_move(&c->big, &m);
+                c->big_off = 0;
+                c->big_len = n;
+            }
+        } else {
+            ok = out_message(c, false, more, zmq_msg_data(&m), n);
+        }
         zmq_msg_close(&m);
         if (!ok)
             return false;
+        if (more && c->big_len)
+            return true;
         if (!more) {
             if (c->unanswered)
                 c->unanswered--;
@@ -1192,7 +1240,7 @@ static bool conn_finish(conn_t *c)
 {
     if (c->st != C_ACTIVE)
         return false;
-    if (c->lingering || c->complete || c->unanswered || c->out_off < c->out_len)
+    if (c->lingering || c->complete || c->unanswered || out_pending(c))
         return true;
     if (shutdown(c->fd, SHUT_WR) != 0)
         return false;
@@ -1345,7 +1393,7 @@ static void *gate_thread(void *arg)
             if (c->lingering ||
                 (!c->complete && c->st != C_CLOSING && !finishing && !flushing))
                 ev |= ZMQ_POLLIN;
-            if (c->out_off < c->out_len)
+            if (out_pending(c))
                 ev |= ZMQ_POLLOUT;
             cix[i] = k;
             items[k++] = (zmq_pollitem_t){ NULL, c->fd, ev, 0 };
@@ -1353,7 +1401,7 @@ static void *gate_thread(void *arg)
             if (c->dealer) {
                 if (c->complete)
                     dev |= ZMQ_POLLOUT;
-                if (c->out_off == c->out_len)
+                if (!out_pending(c))
                     dev |= ZMQ_POLLIN;
             }
             if (dev)    /* its own revents are not read: both are tried below */
@@ -1412,17 +1460,17 @@ static void *gate_thread(void *arg)
                 /* room again: what rbuf still holds is parsed */
                 ok = parse(g, c, &why);
             }
-            if (ok && c->dealer && c->out_off == c->out_len && !take_reply(c)) {
+            if (ok && c->dealer && !out_pending(c) && !take_reply(c)) {
                 ok = false;
                 why = "out of memory";
             }
-            if (ok && c->out_off < c->out_len && !out_flush(c)) {
+            if (ok && out_pending(c) && !out_flush(c)) {
                 ok = false;
                 why = "write failed";
             }
             /* ERROR written (here, or at POLLOUT): closed now, not at the
              * handshake's deadline (nothing else is polled for it) */
-            if (ok && c->st == C_CLOSING && c->out_off == c->out_len)
+            if (ok && c->st == C_CLOSING && !out_pending(c))
                 ok = false;
             if (ok && err)
                 ok = false;
@@ -1445,7 +1493,7 @@ static void *gate_thread(void *arg)
                 conn_t *c = g->conns[i];
                 int zev = 0;
                 size_t zl = sizeof zev;
-                if (c->out_off < c->out_len ||
+                if (out_pending(c) ||
                     (c->dealer && zmq_getsockopt(c->dealer, ZMQ_EVENTS, &zev, &zl) == 0 &&
                      (zev & ZMQ_POLLIN)))
                     idle = false;
