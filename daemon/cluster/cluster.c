@@ -18,6 +18,7 @@
 
 #include "base/mesh.h"
 #include "cluster_msg.h"
+#include "net/gate.h"
 #include "proto.h"
 
 /* The message bounds of proto/ are the daemon's own. */
@@ -228,6 +229,59 @@ static void member_timers(wf_cluster_t *c, uint64_t now)
 
 /* ------------------------------------------------------------------ */
 
+/* The rendezvous' listener: frames and messages of one control message
+ * (a member sends nothing else), ZMTP heartbeats as a member's own. */
+static const wf_gate_names_t rendezvous_names = {
+    .frame_bytes = "a control message (64 KiB + 1 KiB)",
+    .max_frames = "one frame",
+    .message_bytes = "a control message (64 KiB + 1 KiB)",
+    .max_connections = "the rendezvous' 1024 connections",
+    .max_handshakes = "client_max_handshakes",
+    .handshake_ms = "client_handshake_ms",
+};
+
+/* Coordinator: the ROUTER on inproc and the gate listening on ep in front
+ * of it. WF_E_CONNECT (errno EADDRINUSE) when ep is taken: another node
+ * coordinates. */
+static wf_status_t rendezvous_listen(wf_cluster_t *c, void *zctx, const char *ep)
+{
+    char inproc[64], bound[WF_SETTINGS_NAME_MAX + 16], why[160];
+    snprintf(inproc, sizeof inproc, "inproc://weft-rendezvous-%p", (void *)c);
+    if (zmq_bind(c->sock, inproc) != 0)
+        return WF_E_INTERNAL;
+    int fd = -1;
+    bool is_unix = false;
+    if (wf_gate_listen(ep, &fd, &is_unix, bound, sizeof bound, why, sizeof why) != WF_OK)
+        return errno == EADDRINUSE ? WF_E_CONNECT : WF_E_INTERNAL;
+    uint64_t max = WF_CTL_MAX_BYTES + 1024;
+    wf_gate_cfg_t gc = {
+        .zctx = zctx,
+        .router_endpoint = inproc,
+        .listen_fd = fd,
+        .endpoint = bound,
+        .unix_socket = is_unix,
+        .mech = c->keys ? WF_GATE_CURVE : WF_GATE_NULL,
+        .keys = c->keys ? &c->keys->self : NULL,
+        .limits = {
+            .frame_bytes = max,
+            .max_frames = 1,
+            .message_bytes = max,
+            .max_connections = 1024,
+            .max_handshakes = c->settings->client_max_handshakes,
+            .handshake_ms = c->settings->client_handshake_ms,
+        },
+        .log = c->log,
+        .plane = "rendezvous",
+        .names = &rendezvous_names,
+        .zap_domain = c->keys ? WF_ZAP_NODES : NULL,
+        .peer_routing_id = true,
+        .close_over = true,
+        .heartbeat_ms = c->settings->heartbeat_ms,
+        .heartbeat_timeout_ms = c->settings->heartbeat_timeout_ms,
+    };
+    return wf_gate_start(&gc, &c->gate) == WF_OK ? WF_OK : WF_E_INTERNAL;
+}
+
 static void set_sock_opts(void *s, const wf_settings_t *st)
 {
     int zero = 0, ivl = (int)st->heartbeat_ms, tmo = (int)st->heartbeat_timeout_ms;
@@ -411,10 +465,10 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
             goto zfail;
         zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
         set_sock_opts(c->sock, settings);
-        if (keys && wf_curve_server(c->sock, &keys->self, WF_ZAP_NODES) != WF_OK)
-            goto zfail;
     }
-    if (coord && zmq_bind(c->sock, ep) == 0) {
+    wf_status_t bound = coord ? rendezvous_listen(c, zctx, ep) : WF_E_CONNECT;
+    int bind_errno = errno;
+    if (coord && bound == WF_OK) {
         c->role = WF_CLUSTER_COORDINATOR;
         node_t *self = &c->nodes[0];
         snprintf(self->name, sizeof self->name, "%s", c->name);
@@ -434,11 +488,11 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
     } else if (coord && keys) {
         wf_log(log, WF_LOG_ERR, "cluster: this node (%s) is coordinator_node but "
                "cannot bind the rendezvous port %s: %s%s", c->name, ep,
-               zmq_strerror(zmq_errno()), zmq_errno() == EADDRINUSE
+               strerror(bind_errno), bound == WF_E_CONNECT
                ? " (another process holds it: a stale weftd, or a squatter)" : "");
         wf_cluster_destroy(&c);
         return WF_E_INTERNAL;
-    } else if (!coord || zmq_errno() == EADDRINUSE) {
+    } else if (!coord || bound == WF_E_CONNECT) {
         if (c->sock)
             zmq_close(c->sock);
         c->sock = zmq_socket(zctx, ZMQ_DEALER);
@@ -477,6 +531,7 @@ void wf_cluster_destroy(wf_cluster_t **pc)
     if (!pc || !*pc)
         return;
     wf_cluster_t *c = *pc;
+    wf_gate_stop(&c->gate);     /* before the ROUTER its DEALERs reach */
     if (c->sock)
         zmq_close(c->sock);
     wf_buf_free(&c->buf);
@@ -525,9 +580,21 @@ bool wf_cluster_handle(wf_cluster_t *c, uint64_t now)
         bool more = rc >= 0 && zmq_msg_more(&m);
         char err[160];
         if (c->role == WF_CLUSTER_COORDINATOR) {
-            /* who ZAP says sent it: the frame the peer sent carries it */
-            const char *u = rc >= 0 ? wf_msg_user_id(&m) : NULL;
-            snprintf(c->peer_user, sizeof c->peer_user, "%s", u ? u : "");
+            /* the gate's frame: who sent it (the node ZAP admitted its key
+             * as, with node_keys); then the peer's one frame */
+            wf_gate_meta_t meta;
+            bool gated = rc >= 0 && more &&
+                         wf_gate_meta_read(zmq_msg_data(&m), zmq_msg_size(&m), &meta);
+            snprintf(c->peer_user, sizeof c->peer_user, "%s",
+                     gated && meta.curve ? meta.key_name : "");
+            if (!gated)
+                id_len = -1;    /* cannot happen: drain, ignore */
+            if (rc >= 0 && more) {
+                zmq_msg_close(&m);
+                zmq_msg_init(&m);
+                rc = zmq_msg_recv(&m, c->sock, 0);
+                more = rc >= 0 && zmq_msg_more(&m);
+            }
         }
         bool ok = rc >= 0 && !more && id_len >= 0 &&
                   wf_ctl_decode(zmq_msg_data(&m), zmq_msg_size(&m), &c->in, err,

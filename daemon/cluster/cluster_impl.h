@@ -65,6 +65,8 @@ struct wf_cluster {
     wf_log_t *log;                   /* borrowed */
     wf_notify_t *notify;             /* borrowed */
     void *sock;                      /* ROUTER (coordinator) / DEALER (member) */
+    struct wf_gate *gate;            /* coordinator: the rendezvous listener in
+                                        front of the ROUTER (net/gate.h) */
     const wf_cluster_keys_t *keys;   /* borrowed; NULL: no CURVE (no node_keys) */
     char peer_user[WF_ZAP_USER_MAX]; /* coordinator: ZAP user id (node name) of
                                         the message being handled; "" without keys */

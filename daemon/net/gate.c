@@ -100,6 +100,8 @@ typedef struct conn {
     wf_curve_conn_t *cv;         /* CURVE state */
     wf_role_t key_role;
     char key_name[WF_KEY_NAME_MAX];
+    uint64_t heard_us;           /* last byte read (heartbeat) */
+    uint64_t ping_us;            /* next PING due (heartbeat) */
     uint8_t ident[255];          /* the routing id the peer gave (Identity) */
     size_t ident_len;
 } conn_t;
@@ -132,9 +134,11 @@ struct wf_gate {
     uint32_t zap_seq;            /* request ids */
     bool peer_rid;               /* cfg->peer_routing_id */
     bool close_over;             /* cfg->close_over */
+    uint64_t hb_us, hb_timeout_us; /* heartbeat; 0: none */
     wf_log_t quiet;              /* the log when cfg->log is NULL: nothing */
     char handshake_taken[128];   /* why a handshake's slot went to a newer one */
     char handshake_late[96];     /* why a handshake that took too long closed */
+    char hb_late[96];            /* why a silent connection closed */
     char router_ep[128];
     int lfd;
     char endpoint[WF_GATE_ADDR_MAX];
@@ -586,6 +590,8 @@ static bool activate(wf_gate_t *g, conn_t *c)
     }
     c->st = C_ACTIVE;
     c->deadline_us = 0;
+    c->heard_us = now_us();
+    c->ping_us = c->heard_us + g->hb_us;
     c->handshaking = false;
     g->handshaking--;
     return true;
@@ -1147,6 +1153,7 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
                 r = recv(c->fd, sink, want < sizeof sink ? want : sizeof sink, 0);
             }
             if (r > 0) {
+                c->heard_us = now_us();
                 c->fgot += (uint64_t)r;
                 if (c->fgot == c->fsize && !parse(g, c, why))
                     return false;
@@ -1164,6 +1171,7 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
                 return parse(g, c, why);
             r = recv(c->fd, c->rbuf + c->rlen, room, 0);
             if (r > 0) {
+                c->heard_us = now_us();
                 c->rlen += (size_t)r;
                 if (!parse(g, c, why))
                     return false;
@@ -1325,6 +1333,32 @@ static void keys_apply(wf_gate_t *g)
     g->keys_seen = gen;
 }
 
+/* The heartbeat of an active connection: a PING when one is due (not
+ * while a large body waits to be written: it would overtake it), and
+ * false (close) when nothing came from the peer for hb_timeout while
+ * the gate was reading it (while a message waits for the DEALER the
+ * gate does not read, and the peer is not blamed). */
+static bool heartbeat(wf_gate_t *g, conn_t *c, uint64_t now, const char **why)
+{
+    if (c->complete)
+        c->heard_us = now;
+    if (c->heard_us + g->hb_timeout_us <= now) {   /* (heard_us may be after now) */
+        *why = g->hb_late;
+        return false;
+    }
+    if (now >= c->ping_us && !c->big_len) {
+        uint64_t ds = g->hb_timeout_us / 100000u;   /* TTL, deciseconds */
+        uint8_t ping[7] = { 4, 'P', 'I', 'N', 'G', (uint8_t)((ds > 0xffff ? 0xffff : ds) >> 8),
+                            (uint8_t)(ds > 0xffff ? 0xffff : ds) };
+        if (!out_message(c, true, false, ping, sizeof ping)) {
+            *why = "out of memory";
+            return false;
+        }
+        c->ping_us = now + g->hb_us;
+    }
+    return true;
+}
+
 static void *gate_thread(void *arg)
 {
     wf_gate_t *g = arg;
@@ -1412,6 +1446,13 @@ static void *gate_thread(void *arg)
                 if (timeout < 0 || t < timeout)
                     timeout = t;
             }
+            if (g->hb_us && c->st == C_ACTIVE) {
+                uint64_t due = c->ping_us < c->heard_us + g->hb_timeout_us
+                                   ? c->ping_us : c->heard_us + g->hb_timeout_us;
+                int t = due <= now ? 0 : (int)((due - now + 999) / 1000);
+                if (timeout < 0 || t < timeout)
+                    timeout = t;
+            }
         }
         int rc = zmq_poll(items, (int)k, timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
@@ -1474,6 +1515,8 @@ static void *gate_thread(void *arg)
                 ok = false;
             if (ok && err)
                 ok = false;
+            if (ok && g->hb_us && c->st == C_ACTIVE && !c->lingering)
+                ok = heartbeat(g, c, now, &why);
             if (ok && c->deadline_us && now >= c->deadline_us && !finishing) {
                 ok = false;
                 why = g->handshake_late;
@@ -1623,9 +1666,11 @@ wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-        snprintf(why, why_len, "%s", strerror(errno));
+        int e = errno;          /* kept for the caller (EADDRINUSE) */
+        snprintf(why, why_len, "%s", strerror(e));
         close(fd);
         freeaddrinfo(ai);
+        errno = e;
         return WF_E_INTERNAL;
     }
     freeaddrinfo(ai);
@@ -1677,6 +1722,12 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
              cfg->zap_domain ? cfg->zap_domain : "");
     g->peer_rid = cfg->peer_routing_id;
     g->close_over = cfg->close_over;
+    if (cfg->heartbeat_ms && cfg->heartbeat_timeout_ms) {
+        g->hb_us = (uint64_t)cfg->heartbeat_ms * 1000u;
+        g->hb_timeout_us = (uint64_t)cfg->heartbeat_timeout_ms * 1000u;
+    }
+    snprintf(g->hb_late, sizeof g->hb_late, "nothing from it within %u ms "
+             "(heartbeat)", cfg->heartbeat_timeout_ms);
     snprintf(g->handshake_taken, sizeof g->handshake_taken, "its handshake slot "
              "taken by a newer connection (%s in their handshake)",
              g->nm.max_handshakes);

@@ -123,6 +123,13 @@ typedef struct wf_gate_cfg {
                                     gives (see above) */
     bool close_over;             /* a message over a limit closes the
                                     connection; nothing of it is forwarded */
+    uint32_t heartbeat_ms;       /* > 0: a PING to each connection this
+                                    often (ZMTP 3.1, TTL heartbeat_timeout_ms),
+                                    and a connection from which nothing came
+                                    for heartbeat_timeout_ms while the gate
+                                    read it is closed (libzmq's
+                                    ZMQ_HEARTBEAT_IVL / _TIMEOUT) */
+    uint32_t heartbeat_timeout_ms;
 } wf_gate_cfg_t;
 
 /* What the gate says about the peer of a message (the frame after the
@@ -148,7 +155,8 @@ typedef struct wf_gate_meta {
  * PORT a number, or "*" / 0 for any), ipc://PATH (an existing socket
  * file is replaced) or ipc://@NAME (abstract). *ret_fd: the listening
  * socket (close-on-exec); bound: the endpoint with the address and port
- * bound. On error the reason is in why. */
+ * bound. On error the reason is in why (and, for a tcp bind or listen
+ * that failed, in errno: EADDRINUSE). */
 wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
                            char *bound, size_t bound_len, char *why,
                            size_t why_len);

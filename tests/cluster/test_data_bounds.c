@@ -262,7 +262,9 @@ static void flood_start(flood_t *f, int fd, uint32_t count, size_t bytes, bool m
     CHECK(pthread_create(&f->tid, NULL, flood_main, f) == 0);
 }
 
-static void never_ending(pid_t pid, const char *addr, const char *what);
+static void never_ending(pid_t pid, const char *addr, const char *what,
+                         size_t frame);
+static void silent_peer(const char *addr);
 
 /* The TCP socket with local port lport and remote port rport, as
  * /proc/net/tcp shows it (both ends are on this host): its send and
@@ -403,7 +405,14 @@ static void scenario_channel(void)
     CHECK(peak <= before + BOUND + SLACK, "peak RSS %.1f MiB over the bound %.1f MiB",
           mib(peak), mib(before + BOUND + SLACK));
     close(fd);
-    never_ending(a.p.pid, xfer, "channel");
+    never_ending(a.p.pid, xfer, "channel", MSG_BYTES);
+    /* the rendezvous (the coordinator's control plane) is behind a gate
+     * too: one frame of a control message (64 KiB + 1 KiB) per message;
+     * frames of 32 KiB, each one libzmq's ZMQ_MAXMSGSIZE let through */
+    char rv[160];
+    snprintf(rv, sizeof rv, "tcp://%s", coordinator);
+    never_ending(a.p.pid, rv, "rendezvous", 32 << 10);
+    silent_peer(rv);
     CHECK(burst(&a, 30, "channel: after") == IN_FLIGHT);
     stop_clean(&b);
     stop_clean(&a);
@@ -687,12 +696,12 @@ static bool flood_ended(void *arg)
     return atomic_load(&((flood_t *)arg)->ended);
 }
 
-/* A never-ending message at addr (frames of M, every one with the "more"
- * flag, FLOOD of them if nothing stops it) from a raw peer while nothing
- * reads the listener's socket: the listener (the gate) must cut the
- * connection once the message goes over its frames or bytes, before
- * the writer is through, and the daemon's peak stay within the bound. */
-static void never_ending(pid_t pid, const char *addr, const char *what)
+/* A never-ending message at addr (frames of `frame` bytes, every one
+ * with the "more" flag, FLOOD x M bytes of them if nothing stops it)
+ * from a raw peer: the listener (the gate) must cut the connection once
+ * the message goes over its frames or bytes, before the writer is
+ * through, and the daemon's peak stay within the bound. */
+static void never_ending(pid_t pid, const char *addr, const char *what, size_t frame)
 {
     uint64_t before = rss_of(pid);
     peak_reset(pid);
@@ -701,7 +710,7 @@ static void never_ending(pid_t pid, const char *addr, const char *what)
     if (fd < 0)
         return;
     flood_t f;
-    flood_start(&f, fd, FLOOD, MSG_BYTES, true);
+    flood_start(&f, fd, (uint32_t)(FLOOD * MSG_BYTES / frame), frame, true);
     CHECK(wait_for(flood_ended, &f, WAIT_EVENT_MS), "%s: the writer neither "
           "finished nor was cut within %u ms", what, (unsigned)WAIT_EVENT_MS);
     if (!atomic_load(&f.ended))
@@ -716,6 +725,35 @@ static void never_ending(pid_t pid, const char *addr, const char *what)
     CHECK(!atomic_load(&f.done), "%s: the whole never-ending message went in", what);
     CHECK(peak <= before + BOUND + SLACK, "peak RSS %.1f MiB over the bound %.1f MiB",
           mib(peak), mib(before + BOUND + SLACK));
+    close(fd);
+}
+
+/* A peer that finishes its handshake with the rendezvous, then says
+ * nothing (answers no PING): the gate PINGs it (ZMTP 3.1) and closes it
+ * once heartbeat_timeout_ms passes with nothing from it, as libzmq's
+ * heartbeats closed a dead member's connection before. */
+static void silent_peer(const char *addr)
+{
+    int fd = zmtp_open(addr, "s");
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    double t0 = now_s();
+    bool ping = false, closed = false;
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    while (!closed && poll(&p, 1, EVENT_MS) > 0) {
+        unsigned char h[2], b[256];
+        if (!read_all(fd, h, 2) || (h[0] & 0x02) || !read_all(fd, b, h[1])) {
+            closed = true;      /* the end of the stream (or a reset) */
+            break;
+        }
+        if ((h[0] & 0x04) && h[1] >= 5 && memcmp(b, "\x04PING", 5) == 0)
+            ping = true;
+    }
+    printf("rendezvous, a silent peer: %s, %s after %.0f ms\n",
+           ping ? "PINGed" : "never PINGed", closed ? "closed" : "still open",
+           (now_s() - t0) * 1000);
+    CHECK(ping && closed);
     close(fd);
 }
 
@@ -800,7 +838,7 @@ static void scenario_multipart(void)
     crec_t rec;
     CHECK(child_start(&c));
     CHECK(child_rec(&c, &rec) && rec.st0 == WF_OK && rec.st1 == WF_OK);
-    never_ending(c.pid, rec.addr, "comm, ranks idle");
+    never_ending(c.pid, rec.addr, "comm, ranks idle", MSG_BYTES);
     /* the world still works: allreduces, each checked */
     unsigned char cmd = CMD_LEGIT;
     uint64_t want = 0;

@@ -48,7 +48,7 @@ if(WEFT_FUZZ)
   # instrumented proto/ (keys.c, errf.c); driven through a real ipc://
   # socket by the harness (tests/fuzz/README.md).
   add_library(weft_gate_fuzz STATIC ${PROJECT_SOURCE_DIR}/daemon/net/gate.c
-    ${PROJECT_SOURCE_DIR}/daemon/net/gate.curve.c
+    ${PROJECT_SOURCE_DIR}/daemon/net/gate_curve.c
     ${PROJECT_SOURCE_DIR}/daemon/base/log.c)
   target_include_directories(weft_gate_fuzz PUBLIC ${PROJECT_SOURCE_DIR}/daemon
     ${PROJECT_SOURCE_DIR}/daemon/net)
