@@ -114,6 +114,9 @@ typedef struct nccl_comm {
     uint32_t op_timeout_ms;   /* each operation, 0 = none */
     atomic_bool nccl_aborted; /* ncclCommAbort done (set under mu) */
     atomic_bool revoked;      /* ncclCommRevoke done (set under mu): kept for shrink */
+    atomic_bool cut_short;    /* a call's enqueue was given up (an abort while
+                                 NCCL was still enqueueing): what it queued
+                                 may sit on the stream, unseen by ev_last */
     bool watched;             /* in the watchdog's list */
     struct nccl_comm *wd_prev, *wd_next; /* the watchdog's list (under wd.mu) */
     posted_t *group;          /* send / recv posted inside a group call */
@@ -389,7 +392,8 @@ static ncclResult_t revoke(nccl_comm_t *c)
  * kernels end so a synchronize returns). A world of the cluster's domain
  * stopping with WF_E_ABORTED is revoked instead, as fail() does, so the
  * survivors can shrink it: only marked when nothing runs on its stream;
- * with work in flight (a collective waiting for a lost peer would hold
+ * with work in flight, or maybe in flight (a call gave up its enqueue
+ * when the abort came: cut_short), (a collective waiting for a lost peer would hold
  * the worker's synchronize forever) ncclCommRevoke-d, which "stops all
  * in-flight operations" and leaves the communicator to destroy, split or
  * shrink once quiescent (nccl.h, 2.28), or ncclCommAbort-ed where NCCL
@@ -433,7 +437,8 @@ static void wd_check(nccl_comm_t *c)
             atomic_fetch_add(&wd.stops, 1);
             ncclCommAbort(c->comm);
             atomic_store(&c->nccl_aborted, true);
-        } else if (!atomic_load(&c->revoked) && stream_busy(c)) {
+        } else if (!atomic_load(&c->revoked) &&
+                   (stream_busy(c) || atomic_load(&c->cut_short))) {
             atomic_fetch_add(&wd.stops, 1);
             ncclResult_t r = has_revoke() ? revoke(c) : ncclInvalidUsage;
             if (r == ncclSuccess || r == ncclInProgress) {
@@ -571,8 +576,11 @@ static wf_status_t settle(nccl_comm_t *c, ncclResult_t r)
 static wf_status_t ordered(nccl_comm_t *c, ncclResult_t r)
 {
     wf_status_t st = settle(c, r);
-    if (st != WF_OK)
+    if (st != WF_OK) {
+        /* the watchdog must still stop what may be stuck on the stream */
+        atomic_store(&c->cut_short, true);
         return st;
+    }
     if (cudaEventRecord(c->ev_last, c->stream) != cudaSuccess) {
         (void)cudaGetLastError();
         return fail(c, WF_E_INTERNAL);

@@ -28,6 +28,8 @@
 #include "support/nccl_lib_standin.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +261,7 @@ typedef struct {
     uint64_t elapsed_ms;
     uint64_t wd_stops;  /* the watchdog's aborts / revokes during the run */
     int shrunk;         /* node loss: the survivor shrank the world after */
+    atomic_int queued;  /* rank 0's call that queued the stuck work returned */
 } stop_case_t;
 
 /* Rank 0 queues an allreduce rank 1 never joins and blocks on it; rank 1
@@ -271,15 +274,20 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
         float v[4] = {1, 2, 3, 4};
         uint64_t a0 = wf_comm_nccl_watchdog_stops();
         uint64_t t0 = mono_ms();
+        /* (the stop comes once the queuing call has returned: the block
+         * is in the wait named, not in the call's own enqueue) */
         if (k->wait_in_comm == 2) {
             wf_comm_req_t *rq = NULL;
             EXPECT_OK(wf_comm_irecv(c, v, sizeof v, 1, &rq));
+            atomic_store(&k->queued, 1);
             EXPECT(wf_comm_wait(c, &rq) == WF_E_ABORTED && rq == NULL);
         } else if (k->wait_in_comm) {
             EXPECT_OK(wf_comm_allreduce(c, v, v, 4, WF_COMM_F32, WF_COMM_SUM));
+            atomic_store(&k->queued, 1);
             EXPECT(wf_comm_sync(c) == WF_E_ABORTED);
         } else {
             EXPECT_OK(wf_comm_allreduce(c, v, v, 4, WF_COMM_F32, WF_COMM_SUM));
+            atomic_store(&k->queued, 1);
             wf_nclib_stream_sync(stream);   /* returns once NCCL is aborted */
             EXPECT(wf_comm_sync(c) == WF_E_ABORTED);
         }
@@ -314,6 +322,8 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
         wf_nclib_wait_any_blocked();    /* rank 0's receive waits for us */
     else
         wf_nclib_wait_blocked(s0);      /* rank 0's collective waits for us */
+    while (!atomic_load(&k->queued))    /* ... and its call returned */
+        sched_yield();
     switch (k->how) {
     case STOP_ASYNC_ERROR:
         EXPECT(wf_nclib_set_async_error(0, 2 /* ncclSystemError */) >= 1);
@@ -341,7 +351,7 @@ static int body_stop(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
 
 static void stop_case(stop_t how, int wait_in_comm, const char *what)
 {
-    stop_case_t k = {how, wait_in_comm, NULL, 0, 0, 0};
+    stop_case_t k = {how, wait_in_comm, NULL, 0, 0, 0, 0};
     uint32_t op_timeout = how == STOP_TIMEOUT ? 200 : 0;
     if (how == STOP_NODE_LOSS)
         CHECK(wf_comm_zmq_local_new(&k.domain) == WF_OK);
@@ -416,7 +426,7 @@ static int body_revoke(world_run_t *wr, int rank, wf_comm_t *c, void *stream)
 
 static void test_revoke(void)
 {
-    stop_case_t k = {STOP_NODE_LOSS, 0, NULL, 0, 0, 0};
+    stop_case_t k = {STOP_NODE_LOSS, 0, NULL, 0, 0, 0, 0};
     CHECK(wf_comm_zmq_local_new(&k.domain) == WF_OK);
     wf_nclib_counters_t c0 = wf_nclib_counters();
     int f = run_world(2, 0, k.domain, body_revoke, &k);
