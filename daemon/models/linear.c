@@ -245,7 +245,7 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
         if (st != WF_OK)
             return st;
         if ((L->b || act != WF_ACT_NONE) &&
-            (st = e->ops->bias_act(e->ctx, dst, rows, lo, lo, L->b, act)) != WF_OK)
+            (st = e->ops->bias_act(e->ctx, dst, rows, lo, lo, L->b, act, NULL, 0, WF_DTYPE_F32)) != WF_OK)
             return st;
     }
     *ret_lay = wf_layout_of(p, false, T);
@@ -308,7 +308,7 @@ wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_grou
             pt->ld = W;
             if (act != WF_ACT_NONE && rows > 0 &&
                 (st = e->ops->bias_act(e->ctx, pt->y, rows, L->place.local_out, W, NULL,
-                                       act)) != WF_OK)
+                                       act, NULL, 0, WF_DTYPE_F32)) != WF_OK)
                 return st;
         } else {
             wf_layout_t ol;

@@ -1201,8 +1201,8 @@ static void test_elementwise_ops(void)
         for (int wb = 0; wb < 2; wb++) {
             float *y = hrand(ny, 6.0f), *b = hrand((size_t)n, 1.0f), *yg = malloc(ny * 4);
             float *dy = dev_copy(y, ny * 4), *dbias = dev_copy(b, (size_t)n * 4);
-            CHECK_TRUE(C->bias_act(cctx, y, rows, n, ldy, wb ? b : NULL, acts[a]) == WF_OK);
-            CHECK_TRUE(G->bias_act(gctx, dy, rows, n, ldy, wb ? dbias : NULL, acts[a]) == WF_OK);
+            CHECK_TRUE(C->bias_act(cctx, y, rows, n, ldy, wb ? b : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
+            CHECK_TRUE(G->bias_act(gctx, dy, rows, n, ldy, wb ? dbias : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
             fetch(yg, dy, ny * 4);
             char what[64];
             snprintf(what, sizeof what, "bias_act act %d bias %d", acts[a], wb);
@@ -1246,8 +1246,8 @@ static void test_elementwise_ops(void)
     CHECK_TRUE(G->act(gctx, (float *)8, (float *)8, -1, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 0) == WF_OK);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 1) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 7, NULL, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 8, NULL, (wf_act_t)5) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 7, NULL, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 8, NULL, (wf_act_t)5, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_modln_gate(void)
@@ -1268,7 +1268,7 @@ static void test_modln_gate(void)
             float *ds = dev_copy(src, ns * 4), *dm = dev_copy(mod, nm * 4);
             float *dd = inplace ? ds : dev_copy(dc, nd * 4);
             wf_modln_params_t p = {nb, per, W, src, lds, dc, ldd, mod + 0 * W, mod + 1 * W, ldm,
-                                   1e-6f};
+                                   1e-6f, WF_DTYPE_F32};
             CHECK_TRUE(C->modln(cctx, &p) == WF_OK);
             p.src = ds; p.dst = dd; p.shift = dm; p.scale = dm + W;
             CHECK_TRUE(G->modln(gctx, &p) == WF_OK);
@@ -1294,7 +1294,7 @@ static void test_modln_gate(void)
         G->dev_reset(gctx);
         free(S); free(y); free(gt); free(Sg);
     }
-    wf_modln_params_t bad = {1, 1, 8, NULL, 8, NULL, 8, NULL, NULL, 8, 1e-6f};
+    wf_modln_params_t bad = {1, 1, 8, NULL, 8, NULL, 8, NULL, NULL, 8, 1e-6f, WF_DTYPE_F32};
     CHECK_TRUE(G->modln(gctx, &bad) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->modln(gctx, NULL) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->gate_residual(gctx, (float *)8, 7, (float *)8, 8, (float *)8, 8, 1, 1, 8) ==
@@ -1318,7 +1318,7 @@ static void test_head_norm_rope(void)
             float *dcs = dev_copy(cs, nt * 4), *dsn = dev_copy(sn, nt * 4), *dd = dev_copy(dc, nd * 4);
             wf_headrope_params_t p = {nb, per, L, row0, H, D, src, lds, dc,
                                       mode & 1 ? nw : NULL, mode & 2 ? cs : NULL,
-                                      mode & 2 ? sn : NULL, 1e-6f};
+                                      mode & 2 ? sn : NULL, 1e-6f, WF_DTYPE_F32};
             CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
             p.src = dsrc; p.dst = dd; p.norm = mode & 1 ? dnw : NULL;
             p.cos = mode & 2 ? dcs : NULL; p.sin = mode & 2 ? dsn : NULL;
@@ -1332,7 +1332,7 @@ static void test_head_norm_rope(void)
             free(src); free(nw); free(cs); free(sn); free(dc); free(dg);
         }
     wf_headrope_params_t bad = {1, 4, 3, 0, 1, 8, (float *)8, 8, (float *)8, NULL, NULL, NULL,
-                                1e-6f};
+                                1e-6f, WF_DTYPE_F32};
     CHECK_TRUE(G->head_norm_rope(gctx, &bad) == WF_E_BAD_ARGUMENT); /* per > L - row0 */
 }
 

@@ -215,7 +215,7 @@ static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
     fill(y, R * LD, -4, 4);
     fill(bias, N, -1, 1);
     float *dy = put(b, y, sizeof y), *db = put(b, bias, sizeof bias);
-    CHECK(b->broken || b->o->bias_act(b->c, dy, R, N, LD, db, WF_ACT_GELU_TANH) == WF_OK,
+    CHECK(b->broken || b->o->bias_act(b->c, dy, R, N, LD, db, WF_ACT_GELU_TANH, NULL, 0, WF_DTYPE_F32) == WF_OK,
           "%s bias_act", b->name);
     float out[R * LD];
     get(b, out, dy, sizeof out);

@@ -888,7 +888,7 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
      * (per token with timestep_tokens) */
     TRY(x->ops->copy_rows(x->ctx, mod, (size_t)C6 * 4, fp(x, x->W.tproj), (size_t)C6 * 4,
                           x->trows, (size_t)C6 * 4));
-    TRY(x->ops->bias_act(x->ctx, mod, x->trows, C6, C6, k->sst, WF_ACT_NONE));
+    TRY(x->ops->bias_act(x->ctx, mod, x->trows, C6, C6, k->sst, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
     /* 1. self-attention on this tp rank's heads */
     TRY(ln_mod(x, S, nx, mod, C6, 0, C));
     float *const qkv[3] = {q, kk, v};
@@ -996,7 +996,7 @@ static wf_status_t finish(run_t *x)
                           x->trows, (size_t)C * 4));
     TRY(x->ops->copy_rows(x->ctx, modo + C, (size_t)C * 8, fp(x, x->W.temb), (size_t)C * 4,
                           x->trows, (size_t)C * 4));
-    TRY(x->ops->bias_act(x->ctx, modo, x->trows, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE));
+    TRY(x->ops->bias_act(x->ctx, modo, x->trows, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
     TRY(ln_mod(x, fp(x, x->W.S), fp(x, x->W.nx), modo, 2 * C, 0, C));
     TRY(lin_full(x, &x->s->proj_out, fp(x, x->W.nx), x->N, WF_ACT_NONE, out));
     if (x->t != 0)
