@@ -93,6 +93,18 @@ static void test_geometry(void)
                            g.kernel == WF_CUDA_KERNEL_MMA);
             }
     {
+        /* A FLUX.1-dev forward's attention at 1024 x 1024 on a bf16 device
+         * (daemon/models/flux: head_norm_rope writes q / k / v in bf16,
+         * the attention its output in bf16): the wgmma kernel. */
+        wf_attn_params_t p = attn_params(1, 4608, 4608, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA && g.grid[1] == 24);
+        /* the f32 q / k / v it took before: mma.sync */
+        p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_MMA);
+    }
+    {
         /* Shared memory too small for the wgmma tiles: mma.sync. */
         wf_cuda_limits_t w = H100W;
         w.smem_optin = 160 * 1024;
