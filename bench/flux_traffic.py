@@ -2,16 +2,18 @@
 """flux_traffic.py — device kernel launches and activation bytes of one
 FLUX forward on one GPU, counted from the op sequence of
 daemon/models/flux/flux_blocks.c and flux_forward.c (tp 1, one seq rank,
-bf16 weights, the batched AdaLN), for the two activation layouts:
+bf16 weights, the batched AdaLN), before and after the forward's bf16 activations:
 
-  f32   every activation between ops f32; each bf16 linear first rounds
-        its f32 x into the workspace (one more kernel, x read in f32 and
-        written in bf16, then read in bf16 by the GEMM)
-  bf16  the activations a GEMM or the attention reads written in bf16 by
-        the op that makes them (modln's nx, head_norm_rope's q / k / v,
-        the attention's output, the MLP hidden, cat); the GEMM reads them
-        in place; residual stream, modulation, the linears' f32 outputs
-        the gates and norms read stay f32
+  before  every activation between ops f32; each bf16 linear first rounds
+          its f32 x into the workspace (one more kernel, x read in f32 and
+          written in bf16, then read in bf16 by the GEMM); the attention's
+          output unpacked to stream order by two copy_rows
+  after   the activations a GEMM or the attention reads written in bf16 by
+          the op that makes them (modln's nx, head_norm_rope's q / k / v,
+          the attention's output, the MLP hidden, cat); the GEMM reads them
+          in place; residual stream, modulation, the linears' f32 outputs
+          the gates and norms read stay f32; with one batch row the
+          attention's output read in place (joint order = stream order)
 
 Counted: every device launch call of the blocks and of the model around
 them (a kernel or a cuBLASLt matmul; not the inputs' copies up and
@@ -30,7 +32,7 @@ import sys
 
 
 def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096, OC=64,
-            PD=768):
+            PD=768, B=1):
     N = Ni + Nt
     a = 2 if lowp else 4          # bytes of an activation a GEMM / the attention reads
     f = 4                         # f32
@@ -54,6 +56,10 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
     def gate(rows):
         op("gate_residual", 2 * rows * C * f, rows * C * f)
 
+    def unpack():               # joint order -> stream order
+        if not (lowp and B == 1):
+            op("copy_rows unpack", N * C * a, N * C * a, 2)
+
     def double():
         modln(Nt); modln(Ni)
         linear("add_qkv", Nt, C, 3 * C, a)
@@ -61,7 +67,7 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
         linear("qkv", Ni, C, 3 * C, a)
         for _ in range(3): hnr(Ni)
         op("attention", 3 * N * C * a, N * C * a)
-        op("copy_rows unpack", N * C * a, N * C * a, 2)
+        unpack()
         linear("to_out", Ni, C, C, a)
         linear("to_add_out", Nt, C, C, a)
         gate(Ni); gate(Nt)
@@ -81,14 +87,13 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
             op("copy_rows MLP -> cat", N * M * f, N * M * f)
         for _ in range(3): hnr(Nt); hnr(Ni)
         op("attention", 3 * N * C * a, N * C * a)
-        op("copy_rows unpack", N * C * a, N * C * a, 2)
+        unpack()
         op("copy_rows attn -> cat", N * C * a, N * C * a)
         linear("proj_out", N, C + M, C, a)
         gate(Nt); gate(Ni)
 
     # outside the blocks (flux_embed.c, flux_forward.c): embedders on f32
     # inputs in both layouts, rope_table, the batched AdaLN, norm_out, proj_out
-    B = 1
     linear("x_embedder", Ni, IN, C, f)
     linear("context_embedder", Nt, J, C, f)
     op("rope_table", 0, 0)
@@ -125,7 +130,7 @@ def main():
     kw = {}
     if len(args) == 4:
         kw = {"Ni": args[0], "Nt": args[1], "nd": args[2], "ns": args[3]}
-    for name, lowp in (("f32 activations", False), ("bf16 activations", True)):
+    for name, lowp in (("before (f32 activations)", False), ("after (bf16 activations)", True)):
         r = forward(lowp, **kw)
         print(name)
         for k in ("double", "single", "outside", "forward"):

@@ -795,6 +795,44 @@ static void test_short_seqs(fixture_t *f)
            "%d runs, worst %.3g (tol %.0e)\n", f->name, runs, worst, TOL_PLAN);
 }
 
+/* One batch row, where the joint order of the attention is the stream
+ * order (flux_blocks.c reads the attention's output in place, no
+ * unpack): the fixture's first sample (a prefix of every batched input;
+ * diffusers computes the samples independently) against the first
+ * sample of diffusers' outputs, on the CPU and on the stand-in device,
+ * with the fixture's tolerances (check_out). */
+static void test_batch1(fixture_t *f)
+{
+    static const int bm[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1},
+                                {1, 3, 1}};
+    wf_tp_plan_t def;
+    wf_flux_family.default_plan(NULL, &def);
+    wf_flux_shard_t **s1 = make_shards(f->host, &def, 1), **s2 = make_shards(f->host, &def, 2);
+    fixture_t g = *f; /* the first sample's references */
+    wf_flux_job_t j = f->job;
+    j.B = 1;
+    g.nout = f->nout / (size_t)f->job.B;
+    g.job = j;
+    float *out = malloc(g.nout * sizeof(float));
+    double w64 = 0, w32 = 0, d64 = 0, d32 = 0;
+    for (size_t m = 0; s1 && s2 && out && m < sizeof bm / sizeof bm[0]; m++) {
+        int T = bm[m][0], R = bm[m][1], U = bm[m][2];
+        if (wf_flux_cfg(&f->host->cfg)->num_attention_heads % (uint32_t)T != 0)
+            continue;
+        memset(out, 0, g.nout * sizeof(float));
+        if (run_mesh(T == 1 ? s1 : s2, &j, T, R, U, out, g.nout, -1, NULL))
+            check_out(&g, out, "cpu B1", T, R, U, &w64, &w32);
+        memset(out, 0, g.nout * sizeof(float));
+        if (run_mesh_dev(f->host, &def, &j, T, R, U, out, g.nout))
+            check_out(&g, out, "dev B1", T, R, U, &d64, &d32);
+    }
+    printf("%s, one batch row (no unpack): worst vs %s %.3g / device %.3g\n", f->name,
+           f->ref64 ? "float64" : "diffusers bf16", f->ref64 ? w64 : w32, f->ref64 ? d64 : d32);
+    free(out);
+    free_shards(&s1, 1);
+    free_shards(&s2, 2);
+}
+
 /* The output in bf16 is the f32 output rounded (round-to-nearest-even),
  * on the CPU and on the device (converted there, copied down). */
 static void test_out_dtype(fixture_t *f)
@@ -1230,6 +1268,9 @@ int main(int argc, char **argv)
             test_fixture(&fx[i]);
         test_out_dtype(&fx[2]);
         test_short_seqs(&fx[0]);
+        test_batch1(&fx[0]);
+        test_batch1(&fx[2]);
+        test_batch1(&fx[4]);
         for (int i = 0; i < NFIX; i++)
             test_dev_shard(&fx[i]);
         test_plans(&fx[0]);

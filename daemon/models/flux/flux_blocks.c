@@ -261,13 +261,27 @@ static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, i
 }
 
 /* Attention of the packed joint q / k / v (Hl heads) -> the output in
- * stream order in the k region, width Hl * D, in the activation dtype. */
-static wf_status_t attend_unpack(run_t *x, int64_t Hl)
+ * stream order, width Hl * D, in the activation dtype, at *ret_o: with
+ * one batch row the joint order (text tokens, then image tokens) is the
+ * stream order, so the attention's output is read where it lies (the q
+ * region); else it is unpacked into the k region. */
+static wf_status_t attend_unpack(run_t *x, int64_t Hl, void **ret_o)
 {
     wf_status_t st;
     if ((st = attend(x, Hl)) != WF_OK)
         return st;
-    return unpack(x, ap(x, x->W.q, 0), Hl * x->g.D, ap(x, x->W.k, 0));
+    if (x->g.B == 1) {
+        *ret_o = ap(x, x->W.q, 0);
+        return WF_OK;
+    }
+    *ret_o = ap(x, x->W.k, 0);
+    return unpack(x, ap(x, x->W.q, 0), Hl * x->g.D, *ret_o);
+}
+
+/* Element i of a stream-order attention output o (activation dtype). */
+static void *oat(const run_t *x, void *o, int64_t i)
+{
+    return (unsigned char *)o + (size_t)i * wf_dtype_size(x->g.adt);
 }
 
 /* ---- blocks ------------------------------------------------------------------------------ */
@@ -281,7 +295,7 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     const wf_dtype_t adt = g->adt;
     float *S = fp(x, x->W.S), *lo = fp(x, x->W.lo);
     float *mi, *mt, *semb = fp(x, x->W.semb);
-    void *hid = ap(x, x->W.hid, 0);
+    void *hid = ap(x, x->W.hid, 0), *o = NULL;
     int64_t ldm;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
@@ -314,12 +328,12 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     /* text rows through add_q / k / v, then image rows through to_q / k / v */
     if ((st = project(x, &d->add_qkv, 0, Nt, 0, cnorms, NULL, &al, Hl, parts)) != WF_OK ||
         (st = project(x, &d->qkv, Nt, Ni, 1, norms, NULL, &al, Hl, parts)) != WF_OK ||
-        (st = attend_unpack(x, Hl)) != WF_OK)
+        (st = attend_unpack(x, Hl, &o)) != WF_OK)
         return st;
     int64_t wa = wf_layout_width(&al, g->T);
-    if ((st = wf_linear_apply_full_dt(le, &d->to_out, ap(x, x->W.k, Nt * wa), adt, wa, &al, Ni,
+    if ((st = wf_linear_apply_full_dt(le, &d->to_out, oat(x, o, Nt * wa), adt, wa, &al, Ni,
                                       WF_ACT_NONE, lo + Nt * C)) != WF_OK ||
-        (st = wf_linear_apply_full_dt(le, &d->to_add_out, ap(x, x->W.k, 0), adt, wa, &al, Nt,
+        (st = wf_linear_apply_full_dt(le, &d->to_add_out, o, adt, wa, &al, Nt,
                                       WF_ACT_NONE, lo)) != WF_OK ||
         (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mi, ldm, 2 * C)) != WF_OK ||
         (st = gate_add(x, S, lo, B, g->Lt, mt, ldm, 2 * C)) != WF_OK)
@@ -422,8 +436,9 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
             st = wf_layout_convert_dt(le, adt, le->Xc, wl, &parts[3].lay, N, &need, C,
                                       ap(x, x->W.cat, wo), ldc);
     }
-    if (st != WF_OK || (st = attend_unpack(x, Hl)) != WF_OK ||
-        (st = wf_layout_convert_dt(le, adt, ap(x, x->W.k, 0), wf_layout_width(&al, T), &al, N,
+    void *o = NULL;
+    if (st != WF_OK || (st = attend_unpack(x, Hl, &o)) != WF_OK ||
+        (st = wf_layout_convert_dt(le, adt, o, wf_layout_width(&al, T), &al, N,
                                    &need, 0, ap(x, x->W.cat, 0), ldc)) != WF_OK)
         return st;
     if ((st = wf_linear_apply_full_dt(le, &sb->proj_out, ap(x, x->W.cat, 0), adt, ldc, &need,

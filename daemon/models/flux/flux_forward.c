@@ -30,8 +30,9 @@
  * attention sees the joint order (B, L) — each batch's [text piece, image
  * piece], which is what diffusers' cat([encoder, hidden]) is on one rank —
  * and pack() / unpack() (flux_blocks.c) move rows between the two
- * orders. The RoPE table is built from this rank's ids pieces in that
- * joint order.
+ * orders (with one batch row they agree: the attention's output is read
+ * where it lies). The RoPE table is built from this rank's ids pieces in
+ * that joint order.
  *
  * Layouts over tp (models/linear.h). An activation's columns are full
  * on every rank or split by the producing linear's placement;
