@@ -99,7 +99,7 @@ static void test_geometry(void)
         wf_attn_params_t p = attn_params(1, 4608, 4608, 24, 24, 128, WF_DTYPE_BF16);
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK &&
                    g.kernel == WF_CUDA_KERNEL_WGMMA && g.grid[1] == 24);
-        /* the f32 q / k / v it took before: mma.sync */
+        /* f32 q / k / v (a model whose activations stay f32): mma.sync */
         p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
         CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK &&
                    g.kernel == WF_CUDA_KERNEL_MMA);
