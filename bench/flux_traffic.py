@@ -10,10 +10,11 @@ bf16 weights, the batched AdaLN), before and after the forward's bf16 activation
           output unpacked to stream order by two copy_rows
   after   the activations a GEMM or the attention reads written in bf16 by
           the op that makes them (modln's nx, head_norm_rope's q / k / v,
-          the attention's output, the MLP hidden, cat); the GEMM reads them
-          in place; residual stream, modulation, the linears' f32 outputs
-          the gates and norms read stay f32; with one batch row the
-          attention's output read in place (joint order = stream order)
+          the attention's output, the MLP hidden, cat), and the projection
+          groups' outputs in bf16 too; the GEMM reads them in place;
+          residual stream, modulation and the linears' f32 outputs the
+          gates read stay f32; with one batch row the attention's output
+          read in place (joint order = stream order)
 
 Counted: every device launch call of the blocks and of the model around
 them (a kernel or a cuBLASLt matmul; not the inputs' copies up and
@@ -51,7 +52,7 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
         op("modln", rows * C * f, rows * C * a)
 
     def hnr(rows):               # one of q, k, v of one stream part
-        op("head_norm_rope", rows * C * f, rows * C * a)
+        op("head_norm_rope", rows * C * a, rows * C * a)
 
     def gate(rows):
         op("gate_residual", 2 * rows * C * f, rows * C * f)
@@ -62,9 +63,9 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
 
     def double():
         modln(Nt); modln(Ni)
-        linear("add_qkv", Nt, C, 3 * C, a)
+        linear("add_qkv", Nt, C, 3 * C, a, a)
         for _ in range(3): hnr(Nt)
-        linear("qkv", Ni, C, 3 * C, a)
+        linear("qkv", Ni, C, 3 * C, a, a)
         for _ in range(3): hnr(Ni)
         op("attention", 3 * N * C * a, N * C * a)
         unpack()
@@ -79,9 +80,9 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
 
     def single():
         modln(Nt); modln(Ni)
-        linear("qkv + MLP-in", N, C, 3 * C + M, a)
-        if lowp:                 # GELU from the f32 slice straight into cat
-            op("bias_act GELU -> cat", N * M * f, N * M * a)
+        linear("qkv + MLP-in", N, C, 3 * C + M, a, a)
+        if lowp:                 # GELU from the bf16 slice straight into cat
+            op("bias_act GELU -> cat", N * M * a, N * M * a)
         else:                    # GELU in place, then copied into cat
             op("bias_act GELU", N * M * f, N * M * f)
             op("copy_rows MLP -> cat", N * M * f, N * M * f)

@@ -107,9 +107,9 @@ typedef struct wf_attn_params {
  *     rows `ld` elements apart (ld >= the row's width); linear's weights
  *     may be f32, bf16 or f16;
  *   - the activations a device keeps in a low-precision dtype between
- *     ops (a GEMM's input, attention's q / k / v) have a dtype field
- *     beside their pointer: linear's x and y, modln's dst, bias_act's
- *     dst, head_norm_rope's dst. F32 (0, a zeroed struct) is the f32
+ *     ops (a GEMM's input and output, attention's q / k / v) have a
+ *     dtype field beside their pointer: linear's x and y, modln's dst,
+ *     bias_act's y and dst, head_norm_rope's src and dst. F32 (0, a zeroed struct) is the f32
  *     form; BF16 / F16 hold the value the op computes in f32, rounded to
  *     nearest even once as it is stored (an input in such a dtype is
  *     read exactly). Statistics, biases, modulation and the residual
@@ -195,7 +195,8 @@ typedef struct wf_modln_params {
 /* Per-head RMSNorm and rotary embedding, writing attention's (B, L, H, D)
  * order from a projection's rows (a stream of a joint sequence: rows
  * row0 .. row0 + per of each batch's L):
- *   src   nbatch x per rows of H * D (row stride ld_src): row (b, s)
+ *   src   nbatch x per rows of H * D (row stride ld_src) in src_dtype (a
+ *         projection's output as its GEMM stored it): row (b, s)
  *   dst   row (b, s) goes to dst + (b * L + row0 + s) * H * D elements
  *         of dst_dtype (F32, or BF16 / F16: attention's q / k / v as the
  *         device's tensor-core kernels read them); never overlapping src
@@ -210,12 +211,13 @@ typedef struct wf_modln_params {
  * norm NULL for the rotation and the reorder. */
 typedef struct wf_headrope_params {
     int64_t nbatch, per, L, row0, H, D;
-    const float *src; int64_t ld_src;
+    const void *src;  int64_t ld_src;
     void *dst;
     const float *norm;
     const float *cos, *sin;
     float eps;
     wf_dtype_t dst_dtype;            /* F32 (0), BF16 or F16 */
+    wf_dtype_t src_dtype;            /* F32 (0), BF16 or F16 */
 } wf_headrope_params_t;
 
 /* RMSNorm over whole rows, with an optional elementwise weight:
@@ -466,17 +468,18 @@ typedef struct wf_backend_ops {
     wf_status_t (*linear)(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
                           void *workspace);
 
-    /* act(y + bias) for (rows, n) f32 rows ldy apart; bias (n) or NULL,
-     * apart from y (the bias of a tp rowwise linear, added once after its
-     * all-reduce; with act NONE: a vector added to every row). dst NULL:
-     * in place into y (dst_dtype F32, ld_dst ignored); else into dst
-     * (rows, n) rows ld_dst apart in dst_dtype (F32, BF16, F16), apart
-     * from y and bias, y untouched (an activation written as the next
-     * linear's x). */
-    wf_status_t (*bias_act)(wf_backend_ctx_t *ctx, float *y, int64_t rows,
-                            int64_t n, int64_t ldy, const float *bias,
-                            wf_act_t act, void *dst, int64_t ld_dst,
-                            wf_dtype_t dst_dtype);
+    /* act(y + bias) for (rows, n) rows ldy apart in y_dtype (F32, BF16,
+     * F16); bias (n) f32 or NULL, apart from y (the bias of a tp rowwise
+     * linear, added once after its all-reduce; with act NONE: a vector
+     * added to every row, or a strided dtype conversion). dst NULL: in
+     * place into y in its dtype (dst_dtype equal to y_dtype, ld_dst
+     * ignored); else into dst (rows, n) rows ld_dst apart in dst_dtype,
+     * apart from y and bias, y untouched (an activation written as the
+     * next linear's x). */
+    wf_status_t (*bias_act)(wf_backend_ctx_t *ctx, void *y, wf_dtype_t y_dtype,
+                            int64_t rows, int64_t n, int64_t ldy,
+                            const float *bias, wf_act_t act, void *dst,
+                            int64_t ld_dst, wf_dtype_t dst_dtype);
 
     /* dst[i] = act(src[i]) for n elements (dst may be src); act != NONE. */
     wf_status_t (*act)(wf_backend_ctx_t *ctx, float *dst, const float *src,

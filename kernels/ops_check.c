@@ -113,16 +113,17 @@ bool wf_ops_linear_ok(const wf_linear_params_t *p)
 
 /* ---- bias_act, act, add -------------------------------------------------------- */
 
-bool wf_ops_bias_act_ok(const float *y, int64_t rows, int64_t n, int64_t ldy,
-                        const float *bias, wf_act_t act, const void *dst, int64_t ld_dst,
-                        wf_dtype_t dst_dtype)
+bool wf_ops_bias_act_ok(const void *y, wf_dtype_t y_dtype, int64_t rows, int64_t n,
+                        int64_t ldy, const float *bias, wf_act_t act, const void *dst,
+                        int64_t ld_dst, wf_dtype_t dst_dtype)
 {
-    if (rows < 0 || n < 0 || ldy < n || !act_known(act) || !dtype_known(dst_dtype))
+    if (rows < 0 || n < 0 || ldy < n || !act_known(act) || !dtype_known(dst_dtype) ||
+        !dtype_known(y_dtype))
         return false;
-    if (!dst && dst_dtype != WF_DTYPE_F32)
+    if (!dst && dst_dtype != y_dtype)
         return false;
     bool ok = true;
-    uint64_t ny = span_bytes(rows, n, ldy, sizeof(float), &ok);
+    uint64_t ny = span_bytes(rows, n, ldy, dt_bytes(y_dtype), &ok);
     uint64_t nbias = bias ? (uint64_t)n * 4u : 0;
     if (!ok || (ny != 0 && !y) || overlap(y, ny, bias, nbias))
         return false;
@@ -224,11 +225,11 @@ bool wf_ops_headrope_ok(const wf_headrope_params_t *p)
     if (rope && (!p->cos || !p->sin || p->D % 2 != 0))
         return false;
     if (p->ld_src < HD || !rows_fit(p->nbatch, p->per) || !rows_fit(p->nbatch, p->L) ||
-        !dtype_known(p->dst_dtype))
+        !dtype_known(p->dst_dtype) || !dtype_known(p->src_dtype))
         return false;
     bool ok = true;
     const int64_t rows = p->nbatch * p->per;
-    uint64_t ns = span_bytes(rows, HD, p->ld_src, sizeof(float), &ok);
+    uint64_t ns = span_bytes(rows, HD, p->ld_src, dt_bytes(p->src_dtype), &ok);
     uint64_t nd = span_bytes(p->nbatch * p->L, HD, HD, dt_bytes(p->dst_dtype), &ok);
     return ok && have(p->src, rows) && have(p->dst, rows) && !overlap(p->src, ns, p->dst, nd);
 }

@@ -284,7 +284,7 @@ wf_status_t wf_linear_apply_dt(const wf_linear_env_t *e, const wf_linear_t *L, c
         if (st != WF_OK)
             return st;
         if ((L->b || act != WF_ACT_NONE) &&
-            (st = e->ops->bias_act(e->ctx, dst, rows, lo, lo, L->b, act, NULL, 0, WF_DTYPE_F32)) != WF_OK)
+            (st = e->ops->bias_act(e->ctx, dst, WF_DTYPE_F32, rows, lo, lo, L->b, act, NULL, 0, WF_DTYPE_F32)) != WF_OK)
             return st;
     }
     *ret_lay = wf_layout_of(p, false, T);
@@ -336,16 +336,17 @@ wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_grou
                                   int64_t rows, const wf_act_t *acts, float *dst,
                                   wf_linear_part_t *parts)
 {
-    return wf_linear_group_apply_dt(e, g, in, WF_DTYPE_F32, ld_in, il, rows, acts, dst, parts);
+    return wf_linear_group_apply_dt(e, g, in, WF_DTYPE_F32, ld_in, il, rows, acts, dst,
+                                    WF_DTYPE_F32, parts);
 }
 
 wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_group_t *g,
                                      const void *in, wf_dtype_t in_dt, int64_t ld_in,
                                      const wf_layout_t *il, int64_t rows, const wf_act_t *acts,
-                                     float *dst, wf_linear_part_t *parts)
+                                     void *dst, wf_dtype_t out_dt, wf_linear_part_t *parts)
 {
     const int64_t W = wf_linear_group_width(g);
-    wf_dtype_t dt;
+    wf_dtype_t dt = WF_DTYPE_F32;
     wf_status_t st;
     if (g->n < 1 || g->n > WF_LINEAR_GROUP_MAX)
         return WF_E_INTERNAL;
@@ -354,7 +355,7 @@ wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_g
         if (g->all.place.local_out != W)
             return WF_E_INTERNAL;
         if ((st = wf_linear_apply_dt(e, &g->all, in, in_dt, ld_in, il, rows, WF_ACT_NONE, dst,
-                                     WF_DTYPE_F32, &fl, &dt)) != WF_OK)
+                                     out_dt, &fl, &dt)) != WF_OK)
             return st;
     }
     int64_t off = 0;
@@ -364,18 +365,20 @@ wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_g
         wf_linear_part_t *pt = &parts[k];
         pt->lay = wf_layout_of(&L->place, false, e->T);
         if (g->fused) {
-            pt->y = dst + off;
+            pt->dt = dt;
+            pt->y = (unsigned char *)dst + (size_t)off * wf_dtype_size(dt);
             pt->ld = W;
             if (act != WF_ACT_NONE && rows > 0 &&
-                (st = e->ops->bias_act(e->ctx, pt->y, rows, L->place.local_out, W, NULL,
-                                       act, NULL, 0, WF_DTYPE_F32)) != WF_OK)
+                (st = e->ops->bias_act(e->ctx, pt->y, dt, rows, L->place.local_out, W, NULL,
+                                       act, NULL, 0, dt)) != WF_OK)
                 return st;
         } else {
             wf_layout_t ol;
-            pt->y = dst + rows * off;
+            /* f32 room for each member: one that reduces over tp stays f32 */
+            pt->y = (unsigned char *)dst + (size_t)(rows * off) * sizeof(float);
             pt->ld = L->place.local_out;
-            if ((st = wf_linear_apply_dt(e, L, in, in_dt, ld_in, il, rows, act, pt->y,
-                                         WF_DTYPE_F32, &ol, &dt)) != WF_OK)
+            if ((st = wf_linear_apply_dt(e, L, in, in_dt, ld_in, il, rows, act, pt->y, out_dt,
+                                         &ol, &pt->dt)) != WF_OK)
                 return st;
         }
         off += L->place.local_out;

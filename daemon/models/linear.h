@@ -80,9 +80,10 @@ typedef struct wf_linear_group {
 
 /* Where one member's output lies after wf_linear_group_apply. */
 typedef struct wf_linear_part {
-    float *y;         /* first element: rows x width(lay) floats */
-    int64_t ld;       /* floats between rows */
+    void *y;          /* first element: rows x width(lay) elements of dt */
+    int64_t ld;       /* elements between rows */
     wf_layout_t lay;  /* its layout over tp (the member's output layout) */
+    wf_dtype_t dt;    /* its dtype (f32; the group's out_dt where asked) */
 } wf_linear_part_t;
 
 /* Where this rank's linear layers run: the backend, the tp group, and
@@ -195,11 +196,13 @@ wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_grou
                                   int64_t rows, const wf_act_t *acts, float *dst,
                                   wf_linear_part_t *parts);
 
-/* wf_linear_group_apply of an input in in_dt (as wf_linear_apply_dt);
- * the outputs f32. */
+/* wf_linear_group_apply of an input in in_dt, asking for the outputs in
+ * out_dt (as wf_linear_apply_dt: each part's dt says what it holds, f32
+ * where a member's output is a partial sum finished after its linear);
+ * dst holds rows x the group's width f32 whatever the dtype. */
 wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_group_t *g,
                                      const void *in, wf_dtype_t in_dt, int64_t ld_in,
                                      const wf_layout_t *il, int64_t rows, const wf_act_t *acts,
-                                     float *dst, wf_linear_part_t *parts);
+                                     void *dst, wf_dtype_t out_dt, wf_linear_part_t *parts);
 
 #endif /* WF_LINEAR_H */

@@ -289,30 +289,34 @@ static void bias_act_rows(float *y, int64_t rows, int64_t n, int64_t ldy,
     }
 }
 
-wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
-                            int64_t n, int64_t ldy, const float *bias,
+wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, void *y, wf_dtype_t y_dtype,
+                            int64_t rows, int64_t n, int64_t ldy, const float *bias,
                             wf_act_t act, void *dst, int64_t ld_dst,
                             wf_dtype_t dst_dtype)
 {
     (void)ctx;
-    if (!wf_ops_bias_act_ok(y, rows, n, ldy, bias, act, dst, ld_dst, dst_dtype))
+    if (!wf_ops_bias_act_ok(y, y_dtype, rows, n, ldy, bias, act, dst, ld_dst, dst_dtype))
         return WF_E_BAD_ARGUMENT;
     if (rows == 0 || n == 0)
         return WF_OK;
-    if (!dst) {
+    if (!dst && y_dtype == WF_DTYPE_F32) {
         bias_act_rows(y, rows, n, ldy, bias, act);
         return WF_OK;
     }
-    /* into dst: one f32 row at a time, then stored in dst's dtype */
+    /* one f32 row at a time (y widened exactly), then stored in the
+     * destination's dtype (dst, or y itself in place) */
     float *row = malloc((size_t)n * sizeof(float));
     if (!row)
         return WF_E_NO_MEMORY;
-    const size_t es = dst_dtype == WF_DTYPE_F32 ? 4u : 2u;
+    void *out = dst ? dst : y;
+    const wf_dtype_t odt = dst ? dst_dtype : y_dtype;
+    const int64_t ldo = dst ? ld_dst : ldy;
+    const size_t ys = esize(y_dtype), os = esize(odt);
     for (int64_t r = 0; r < rows; r++) {
-        memcpy(row, y + r * ldy, (size_t)n * sizeof(float));
+        wf_convert_to_f32(row, (const unsigned char *)y + (size_t)(r * ldy) * ys, y_dtype,
+                          (size_t)n);
         bias_act_rows(row, 1, n, n, bias, act);
-        wf_convert_from_f32((unsigned char *)dst + (size_t)(r * ld_dst) * es, dst_dtype, row,
-                            (size_t)n);
+        wf_convert_from_f32((unsigned char *)out + (size_t)(r * ldo) * os, odt, row, (size_t)n);
     }
     free(row);
     return WF_OK;
@@ -553,9 +557,21 @@ wf_status_t wf_cpu_head_norm_rope(wf_backend_ctx_t *ctx, const wf_headrope_param
     float *tmp = NULL; /* a low-precision dst: each row in f32 first */
     if (lowp && p->nbatch * p->per > 0 && !(tmp = malloc((size_t)HD * sizeof(float))))
         return WF_E_NO_MEMORY;
+    const bool lowsrc = p->src_dtype != WF_DTYPE_F32;
+    float *wide = NULL; /* a low-precision src: each row widened first */
+    if (lowsrc && p->nbatch * p->per > 0 && !(wide = malloc((size_t)HD * sizeof(float)))) {
+        free(tmp);
+        return WF_E_NO_MEMORY;
+    }
     for (int64_t b = 0; b < p->nbatch; b++)
         for (int64_t s = 0; s < p->per; s++) {
-            const float *row = p->src + (b * p->per + s) * p->ld_src;
+            const int64_t so = (b * p->per + s) * p->ld_src;
+            const float *row = (const float *)p->src + so;
+            if (lowsrc) {
+                wf_convert_to_f32(wide, (const uint16_t *)p->src + so, p->src_dtype,
+                                  (size_t)HD);
+                row = wide;
+            }
             int64_t oo = (b * p->L + p->row0 + s) * HD;
             float *o = lowp ? tmp : (float *)p->dst + oo;
             const float *c = rope ? p->cos + (p->row0 + s) * D : NULL;
@@ -572,6 +588,7 @@ wf_status_t wf_cpu_head_norm_rope(wf_backend_ctx_t *ctx, const wf_headrope_param
                 wf_convert_from_f32((uint16_t *)p->dst + oo, p->dst_dtype, tmp, (size_t)HD);
         }
     free(tmp);
+    free(wide);
     return WF_OK;
 }
 

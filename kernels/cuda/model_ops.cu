@@ -190,7 +190,8 @@ __global__ void gate_residual_kernel(float *S, long long ld_s, const float *y, l
 }
 
 /* Per-head RMSNorm + RoPE into joint order (wf_headrope_params_t): one
- * warp per (row, head) item, item = row * H + h. The norm's sum of
+ * warp per (row, head) item, item = row * H + h, src read in its dtype
+ * (a projection's bf16 output widened exactly). The norm's sum of
  * squares is a warp reduction; each lane then writes the pairs
  * (2j, 2j + 1), j = lane, lane + 32, ... (D odd, norm only: element by
  * element), in dst's dtype (bf16: the attention kernels' q / k / v). */
@@ -202,28 +203,34 @@ __global__ void head_norm_rope_kernel(wf_headrope_params_t p, int items)
     for (int it = blockIdx.x * wpb + threadIdx.x / 32; it < items; it += gridDim.x * wpb) {
         const int row = it / H, h = it % H;
         const int b = row / per, s = row % per;
-        const float *x = p.src + (long long)row * p.ld_src + (long long)h * D;
+        const long long xo = (long long)row * p.ld_src + (long long)h * D;
+        const int xdt = (int)p.src_dtype;
         const long long oo = ((long long)b * p.L + p.row0 + s) * (long long)H * D + (long long)h * D;
         const int odt = (int)p.dst_dtype;
         float inv = 1.0f;
         if (p.norm) {
             float ss = 0.0f;
-            for (int d = lane; d < D; d += 32)
-                ss += x[d] * x[d];
+            for (int d = lane; d < D; d += 32) {
+                const float v = wf_cuda_load_dt(p.src, xdt, xo + d);
+                ss += v * v;
+            }
             for (int k = 16; k > 0; k /= 2)
                 ss += __shfl_xor_sync(0xffffffffu, ss, k);
             inv = 1.0f / sqrtf(ss / (float)D + p.eps);
         }
         if (!p.cos) {
-            for (int d = lane; d < D; d += 32)
-                wf_cuda_store_dt(p.dst, odt, oo + d, p.norm ? (x[d] * inv) * p.norm[d] : x[d]);
+            for (int d = lane; d < D; d += 32) {
+                const float v = wf_cuda_load_dt(p.src, xdt, xo + d);
+                wf_cuda_store_dt(p.dst, odt, oo + d, p.norm ? (v * inv) * p.norm[d] : v);
+            }
             continue;
         }
         const float *cs = p.cos + (long long)(p.row0 + s) * D;
         const float *sn = p.sin + (long long)(p.row0 + s) * D;
         for (int j = lane; j < D / 2; j += 32) {
             const int d = 2 * j;
-            float x0 = x[d], x1 = x[d + 1];
+            float x0 = wf_cuda_load_dt(p.src, xdt, xo + d);
+            float x1 = wf_cuda_load_dt(p.src, xdt, xo + d + 1);
             if (p.norm) {
                 x0 = (x0 * inv) * p.norm[d];
                 x1 = (x1 * inv) * p.norm[d + 1];

@@ -1201,8 +1201,8 @@ static void test_elementwise_ops(void)
         for (int wb = 0; wb < 2; wb++) {
             float *y = hrand(ny, 6.0f), *b = hrand((size_t)n, 1.0f), *yg = malloc(ny * 4);
             float *dy = dev_copy(y, ny * 4), *dbias = dev_copy(b, (size_t)n * 4);
-            CHECK_TRUE(C->bias_act(cctx, y, rows, n, ldy, wb ? b : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
-            CHECK_TRUE(G->bias_act(gctx, dy, rows, n, ldy, wb ? dbias : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
+            CHECK_TRUE(C->bias_act(cctx, y, WF_DTYPE_F32, rows, n, ldy, wb ? b : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
+            CHECK_TRUE(G->bias_act(gctx, dy, WF_DTYPE_F32, rows, n, ldy, wb ? dbias : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
             fetch(yg, dy, ny * 4);
             char what[64];
             snprintf(what, sizeof what, "bias_act act %d bias %d", acts[a], wb);
@@ -1246,8 +1246,8 @@ static void test_elementwise_ops(void)
     CHECK_TRUE(G->act(gctx, (float *)8, (float *)8, -1, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 0) == WF_OK);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 1) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 7, NULL, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 8, NULL, (wf_act_t)5, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 7, NULL, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 8, NULL, (wf_act_t)5, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_modln_gate(void)
@@ -1318,7 +1318,7 @@ static void test_head_norm_rope(void)
             float *dcs = dev_copy(cs, nt * 4), *dsn = dev_copy(sn, nt * 4), *dd = dev_copy(dc, nd * 4);
             wf_headrope_params_t p = {nb, per, L, row0, H, D, src, lds, dc,
                                       mode & 1 ? nw : NULL, mode & 2 ? cs : NULL,
-                                      mode & 2 ? sn : NULL, 1e-6f, WF_DTYPE_F32};
+                                      mode & 2 ? sn : NULL, 1e-6f, WF_DTYPE_F32, WF_DTYPE_F32};
             CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
             p.src = dsrc; p.dst = dd; p.norm = mode & 1 ? dnw : NULL;
             p.cos = mode & 2 ? dcs : NULL; p.sin = mode & 2 ? dsn : NULL;
@@ -1332,7 +1332,7 @@ static void test_head_norm_rope(void)
             free(src); free(nw); free(cs); free(sn); free(dc); free(dg);
         }
     wf_headrope_params_t bad = {1, 4, 3, 0, 1, 8, (float *)8, 8, (float *)8, NULL, NULL, NULL,
-                                1e-6f, WF_DTYPE_F32};
+                                1e-6f, WF_DTYPE_F32, WF_DTYPE_F32};
     CHECK_TRUE(G->head_norm_rope(gctx, &bad) == WF_E_BAD_ARGUMENT); /* per > L - row0 */
 }
 
@@ -1430,15 +1430,27 @@ static void test_lowp_activations(void)
             hc[i] = 0x7FC0;
         float *dy = dev_copy(y, ny * 4), *db = dev_copy(bias, (size_t)N * 4);
         void *dd = dev_copy(hc, nd * 2);
-        CHECK_TRUE(C->bias_act(cctx, y, R, N, LDY, bias, WF_ACT_GELU_TANH, hc, LDD,
+        CHECK_TRUE(C->bias_act(cctx, y, WF_DTYPE_F32, R, N, LDY, bias, WF_ACT_GELU_TANH, hc, LDD,
                                WF_DTYPE_BF16) == WF_OK);
         wf_convert_to_f32(dc, hc, WF_DTYPE_BF16, nd);
-        CHECK_TRUE(G->bias_act(gctx, dy, R, N, LDY, db, WF_ACT_GELU_TANH, dd, LDD,
+        CHECK_TRUE(G->bias_act(gctx, dy, WF_DTYPE_F32, R, N, LDY, db, WF_ACT_GELU_TANH, dd, LDD,
                                WF_DTYPE_BF16) == WF_OK);
         fetch_bf16(dg, dd, nd);
         compare("bias_act GELU -> bf16", dc, dg, nd, 1e-5 + step, -1);
+        /* a bf16 y (a GEMM's bf16 output) in place */
+        uint16_t *yh = malloc(ny * 2);
+        float *yc = malloc(ny * 4), *yg = malloc(ny * 4);
+        wf_convert_from_f32(yh, WF_DTYPE_BF16, y, ny);
+        void *dyh = dev_copy(yh, ny * 2);
+        CHECK_TRUE(C->bias_act(cctx, yh, WF_DTYPE_BF16, R, N, LDY, bias, WF_ACT_GELU_TANH, NULL,
+                               0, WF_DTYPE_BF16) == WF_OK);
+        wf_convert_to_f32(yc, yh, WF_DTYPE_BF16, ny);
+        CHECK_TRUE(G->bias_act(gctx, dyh, WF_DTYPE_BF16, R, N, LDY, db, WF_ACT_GELU_TANH, NULL,
+                               0, WF_DTYPE_BF16) == WF_OK);
+        fetch_bf16(yg, dyh, ny);
+        compare("bias_act GELU bf16 in place", yc, yg, ny, 1e-5 + step, -1);
         G->dev_reset(gctx);
-        free(y); free(bias); free(dc); free(dg); free(hc);
+        free(y); free(bias); free(dc); free(dg); free(hc); free(yh); free(yc); free(yg);
     }
     /* head_norm_rope into bf16 joint q (D 128, norm and rope) */
     {
@@ -1452,13 +1464,27 @@ static void test_lowp_activations(void)
         float *dcs = dev_copy(cs, nt * 4), *dsn = dev_copy(sn, nt * 4);
         void *dd = dev_copy(hc, nd * 2);
         wf_headrope_params_t p = {nb, per, L, row0, H, D, src, lds, hc, nw, cs, sn, 1e-6f,
-                                  WF_DTYPE_BF16};
+                                  WF_DTYPE_BF16, WF_DTYPE_F32};
         CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
         wf_convert_to_f32(dc, hc, WF_DTYPE_BF16, nd);
         p.src = dsrc; p.dst = dd; p.norm = dnw; p.cos = dcs; p.sin = dsn;
         CHECK_TRUE(G->head_norm_rope(gctx, &p) == WF_OK);
         fetch_bf16(dg, dd, nd);
         compare("head_norm_rope -> bf16", dc, dg, nd, 1e-5 + step, -1);
+        /* a bf16 src (a projection's bf16 output) */
+        uint16_t *sh = malloc(ns * 2);
+        wf_convert_from_f32(sh, WF_DTYPE_BF16, src, ns);
+        void *dsh = dev_copy(sh, ns * 2);
+        memset(hc, 0, nd * 2);
+        p.src = sh; p.dst = hc; p.norm = nw; p.cos = cs; p.sin = sn;
+        p.src_dtype = WF_DTYPE_BF16;
+        CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
+        wf_convert_to_f32(dc, hc, WF_DTYPE_BF16, nd);
+        p.src = dsh; p.dst = dd; p.norm = dnw; p.cos = dcs; p.sin = dsn;
+        CHECK_TRUE(G->head_norm_rope(gctx, &p) == WF_OK);
+        fetch_bf16(dg, dd, nd);
+        compare("head_norm_rope bf16 -> bf16", dc, dg, nd, 1e-5 + step, -1);
+        free(sh);
         G->dev_reset(gctx);
         free(src); free(nw); free(cs); free(sn); free(dc); free(dg); free(hc);
     }

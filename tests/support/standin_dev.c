@@ -845,21 +845,21 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
     return stage_finish(ctx, &stg, st);
 }
 
-static wf_status_t standin_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
-                                    int64_t n, int64_t ldy, const float *bias,
-                                    wf_act_t act, void *dst, int64_t ld_dst,
-                                    wf_dtype_t dst_dtype)
+static wf_status_t standin_bias_act(wf_backend_ctx_t *ctx, void *y, wf_dtype_t y_dtype,
+                                    int64_t rows, int64_t n, int64_t ldy,
+                                    const float *bias, wf_act_t act, void *dst,
+                                    int64_t ld_dst, wf_dtype_t dst_dtype)
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
-    if (!ctx || !dt_valid(dst_dtype))
+    if (!ctx || !dt_valid(dst_dtype) || !dt_valid(y_dtype))
         return WF_E_BAD_ARGUMENT;
     stage_t stg = {.n = 0};
-    int iy = stage_add(&stg, y, rows, n, ldy, sizeof(float), !dst);
+    int iy = stage_add(&stg, y, rows, n, ldy, dt_size(y_dtype), !dst);
     int ib = stage_add(&stg, bias, 1, n, 0, sizeof(float), false);
     int id = stage_add(&stg, dst, rows, n, ld_dst, dt_size(dst_dtype), true);
     wf_status_t st = stage_pull(ctx, &stg);
     if (st == WF_OK)
-        st = cpu->bias_act(ctx->cpu, stg.r[iy].host, rows, n, ldy,
+        st = cpu->bias_act(ctx->cpu, stg.r[iy].host, y_dtype, rows, n, ldy,
                            stg.r[ib].host, act, stg.r[id].host, ld_dst, dst_dtype);
     return stage_finish(ctx, &stg, st);
 }
@@ -980,7 +980,8 @@ static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     int64_t rows, hd, last = 0, tab = 0; /* last: rows of dst staged */
     if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) || !rows_of(p->H, p->D, &hd) ||
-        p->row0 < 0 || p->L < 0 || p->per > INT64_MAX - p->row0 || !dt_valid(p->dst_dtype))
+        p->row0 < 0 || p->L < 0 || p->per > INT64_MAX - p->row0 || !dt_valid(p->dst_dtype) ||
+        !dt_valid(p->src_dtype))
         return WF_E_BAD_ARGUMENT;
     if (rows > 0) {
         /* dst: the whole (nbatch, L) joint buffer, the extent the CPU op
@@ -992,7 +993,7 @@ static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
             return WF_E_BAD_ARGUMENT;
     }
     stage_t stg = {.n = 0};
-    int is = stage_add(&stg, p->src, rows, hd, p->ld_src, sizeof(float), false);
+    int is = stage_add(&stg, p->src, rows, hd, p->ld_src, dt_size(p->src_dtype), false);
     int id = stage_add(&stg, p->dst, last, hd, hd, dt_size(p->dst_dtype), true);
     int in = stage_add(&stg, p->norm, 1, p->D, 0, sizeof(float), false);
     int ic = stage_add(&stg, p->cos, tab, p->D, p->D, sizeof(float), false);

@@ -54,8 +54,8 @@
  * weight's dtype, accumulating in f32): the device's numerics, so tests
  * hold the device path of a bf16 model to bf16 tolerances (with f32
  * weights it is the CPU op's bit for bit). Low-precision activations
- * (backend.h: linear's x / y, modln's, bias_act's and head_norm_rope's
- * dst) are staged in their dtype and go to the CPU op as they are, which
+ * (backend.h: linear's x / y, modln's dst, bias_act's y and dst,
+ * head_norm_rope's src and dst) are staged in their dtype and go to the CPU op as they are, which
  * widens an input exactly and rounds an output once as stored, where the
  * device's kernels and cuBLASLt's epilogue round it. Attention takes
  * q / k / v in their dtype as the CPU's does (exactly widened, f32

@@ -731,7 +731,8 @@ static void test_elementwise(void)
     m.eps = NAN; CHECK_TRUE(!wf_cuda_modln_ok(&m)); m.eps = 1e-6f;
     CHECK_TRUE(!wf_cuda_modln_ok(NULL));
 
-    wf_headrope_params_t h = {2, 5, 12, 7, 3, 8, hsrc, 24, hdst, NULL, buf, buf, 1e-6f, WF_DTYPE_F32};
+    wf_headrope_params_t h = {2, 5, 12, 7, 3, 8, hsrc, 24, hdst, NULL, buf, buf, 1e-6f,
+                              WF_DTYPE_F32, WF_DTYPE_F32};
     CHECK_TRUE(wf_cuda_headrope_ok(&h));
     h.row0 = 8; CHECK_TRUE(!wf_cuda_headrope_ok(&h)); h.row0 = 7; /* rows 7..11 of L = 12 */
     h.ld_src = 23; CHECK_TRUE(!wf_cuda_headrope_ok(&h)); h.ld_src = 24;

@@ -287,12 +287,12 @@ static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
     fill(bias, N, -1, 1);
     float *dy = put(b, y, sizeof y), *db = put(b, bias, sizeof bias);
     void *dh = put(b, NULL, R * 41 * 2);
-    CHECK(b->broken || b->o->bias_act(b->c, dy, R, N, LD, db, WF_ACT_GELU_TANH, dh, 41,
+    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH, dh, 41,
                                       WF_DTYPE_BF16) == WF_OK,
           "%s bias_act into bf16", b->name);
     float hb[R * 41];
     get_bf16(b, hb, dh, R * 41);
-    CHECK(b->broken || b->o->bias_act(b->c, dy, R, N, LD, db, WF_ACT_GELU_TANH, NULL, 0,
+    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH, NULL, 0,
                                       WF_DTYPE_F32) == WF_OK,
           "%s bias_act", b->name);
     float out[R * LD];
@@ -315,7 +315,34 @@ static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
                 tol[R * N + r * N + c] = bf16_tol(ref[r * N + c], tol[r * N + c]);
             }
         }
-    return 2 * R * N;
+    /* a bf16 y (a GEMM's bf16 output): into a bf16 dst, then in place;
+     * the reference of the rounded y */
+    round_bf16(y, R * LD);
+    uint16_t yh[R * LD];
+    wf_convert_from_f32(yh, WF_DTYPE_BF16, y, R * LD);
+    void *dyh = put(b, yh, sizeof yh);
+    CHECK(b->broken || b->o->bias_act(b->c, dyh, WF_DTYPE_BF16, R, N, LD, db, WF_ACT_GELU_TANH,
+                                      dh, 41, WF_DTYPE_BF16) == WF_OK,
+          "%s bias_act bf16 -> bf16", b->name);
+    float hc[R * 41], hi[R * LD];
+    get_bf16(b, hc, dh, R * 41);
+    CHECK(b->broken || b->o->bias_act(b->c, dyh, WF_DTYPE_BF16, R, N, LD, db, WF_ACT_GELU_TANH,
+                                      NULL, 0, WF_DTYPE_BF16) == WF_OK,
+          "%s bias_act bf16 in place", b->name);
+    get_bf16(b, hi, dyh, R * LD);
+    const size_t o2 = 2 * R * N, o3 = 3 * R * N;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < N; c++) {
+            got[o2 + r * N + c] = hc[r * 41 + c];
+            got[o3 + r * N + c] = hi[r * LD + c];
+            if (ref) {
+                double v = (double)y[r * LD + c] + bias[c];
+                double g = 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+                ref[o2 + r * N + c] = ref[o3 + r * N + c] = g;
+                tol[o2 + r * N + c] = tol[o3 + r * N + c] = bf16_tol(g, 4e-6 * fabs(g) + 1e-7);
+            }
+        }
+    return 4 * R * N;
 }
 
 /* act: SiLU, then the exact GELU, of 300 values in [-20, 20] into other
@@ -590,6 +617,39 @@ static size_t row_head_norm_rope(bk_t *b, float *got, double *ref, double *tol)
                         tol[n] = bf16_tol(ref[f], tol[f]);
                     }
                 }
+    /* a bf16 src (a projection's bf16 output) into bf16: the reference of
+     * the rounded inputs */
+    round_bf16(x, sizeof x / 4);
+    uint16_t xh[NB * PER * LD];
+    wf_convert_from_f32(xh, WF_DTYPE_BF16, x, NB * PER * LD);
+    p.src = put(b, xh, sizeof xh);
+    p.src_dtype = WF_DTYPE_BF16;
+    CHECK(b->broken || b->o->head_norm_rope(b->c, &p) == WF_OK,
+          "%s head_norm_rope bf16 -> bf16", b->name);
+    get_bf16(b, hb, dh, NB * L * H * D);
+    for (int bb = 0; bb < NB; bb++)
+        for (int s = 0; s < PER; s++)
+            for (int h = 0; h < H; h++) {
+                const float *xr = x + (bb * PER + s) * LD + h * D;
+                const float *o = hb + ((bb * L + ROW0 + s) * H + h) * D;
+                double ss = 0;
+                for (int d = 0; d < D; d++)
+                    ss += (double)xr[d] * xr[d];
+                double inv = 1.0 / sqrt(ss / D + (double)1e-6f);
+                for (int d = 0; d < D; d += 2, n += 2) {
+                    got[n] = o[d];
+                    got[n + 1] = o[d + 1];
+                    if (!ref)
+                        continue;
+                    double x0 = xr[d] * inv * w[d], x1 = xr[d + 1] * inv * w[d + 1];
+                    double c = cs[(ROW0 + s) * D + d], sv = sn[(ROW0 + s) * D + d];
+                    ref[n] = x0 * c - x1 * sv;
+                    ref[n + 1] = x1 * c + x0 * sv;
+                    double t = 8.0 * U * (fabs(x0 * c) + fabs(x1 * sv)) + 1e-7;
+                    tol[n] = bf16_tol(ref[n], t);
+                    tol[n + 1] = bf16_tol(ref[n + 1], t);
+                }
+            }
     return n;
 }
 
@@ -1039,11 +1099,13 @@ static void check_refusals(bk_t *b)
     m.dst = y;
     m.dst_dtype = (wf_dtype_t)7;
     CHECK(b->o->modln(b->c, &m) == bad, "%s modln unknown dst dtype", b->name);
-    CHECK(b->o->bias_act(b->c, x, 2, 8, 8, NULL, WF_ACT_SILU, NULL, 0, WF_DTYPE_BF16) == bad,
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, NULL, 0, WF_DTYPE_BF16) == bad,
           "%s bias_act in place into bf16", b->name);
-    CHECK(b->o->bias_act(b->c, x, 2, 8, 8, NULL, WF_ACT_SILU, x + 8, 8, WF_DTYPE_BF16) == bad,
+    CHECK(b->o->bias_act(b->c, x, (wf_dtype_t)9, 2, 8, 8, NULL, WF_ACT_SILU, y, 8, WF_DTYPE_BF16) ==
+              bad, "%s bias_act unknown y dtype", b->name);
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, x + 8, 8, WF_DTYPE_BF16) == bad,
           "%s bias_act dst over y", b->name);
-    CHECK(b->o->bias_act(b->c, x, 2, 8, 8, NULL, WF_ACT_SILU, y, 7, WF_DTYPE_BF16) == bad,
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, y, 7, WF_DTYPE_BF16) == bad,
           "%s bias_act ld_dst < n", b->name);
     wf_linear_params_t lp = {.rows = 2, .in = 8, .out = 4, .x = x, .ldx = 8,
                              .x_dtype = WF_DTYPE_BF16, .w_dtype = WF_DTYPE_F32, .ldw = 8,

@@ -9,11 +9,13 @@
  * attention reads is written in adt by the op that makes it (modln the
  * normalised stream nx, head_norm_rope q / k / v, the attention its
  * output, the feed-forward's first linear or bias_act the GELU'd
- * hidden); on a bf16 device that is bf16 and the linears read it as it
- * is. The residual stream S, the modulation, the linears' outputs the
- * gates and norms read (lo, the projection group's q / k / v / MLP-in
- * before their norms) stay f32: S accumulates 57 blocks of gated updates,
- * and diffusers' RMSNorm / LayerNorm take their statistics in f32.
+ * hidden), and so are the projection group's outputs (q / k / v /
+ * MLP-in before their norms and GELU, as diffusers' bf16 linears store
+ * them; the norms widen them exactly); on a bf16 device that is bf16 and
+ * the linears read it as it is. The residual stream S, the modulation
+ * and the linears' outputs the gates read (lo) stay f32: S accumulates
+ * 57 blocks of gated updates in f32 (diffusers keeps it in bf16), and
+ * the norms take their statistics in f32.
  */
 #include "flux_run.h"
 
@@ -133,19 +135,19 @@ static wf_layout_t attn_lay(const run_t *x, const wf_linear_group_t *const *grp,
 }
 
 /* One stream part of a projection (txt: Nt rows, img: Ni rows; width
- * Hl * D, row stride ld, attention layout, f32) -> its rows of the joint
- * buffer (B, L, Hl, D) in the activation dtype (the attention kernel's
- * operand): RMSNorm over each head with `norm` (NULL: none), then RoPE
- * with the table rows when `rope` (ops->head_norm_rope). */
-static wf_status_t pack(const run_t *x, const float *src, int64_t ld, bool txt, int64_t Hl,
-                        const float *norm, bool rope, void *dst)
+ * Hl * D, row stride ld, attention layout, in sdt) -> its rows of the
+ * joint buffer (B, L, Hl, D) in the activation dtype (the attention
+ * kernel's operand): RMSNorm over each head with `norm` (NULL: none),
+ * then RoPE with the table rows when `rope` (ops->head_norm_rope). */
+static wf_status_t pack(const run_t *x, const void *src, wf_dtype_t sdt, int64_t ld, bool txt,
+                        int64_t Hl, const float *norm, bool rope, void *dst)
 {
     const geo_t *g = &x->g;
     wf_headrope_params_t p = {
         .nbatch = g->B, .per = txt ? g->Lt : g->Li, .L = g->L, .row0 = txt ? 0 : g->Lt,
         .H = Hl, .D = g->D, .src = src, .ld_src = ld, .dst = dst, .norm = norm,
         .cos = rope ? fp(x, x->W.rcos) : NULL, .sin = rope ? fp(x, x->W.rsin) : NULL,
-        .eps = NORM_EPS, .dst_dtype = g->adt,
+        .eps = NORM_EPS, .dst_dtype = g->adt, .src_dtype = sdt,
     };
     return x->ops->head_norm_rope(x->ctx, &p);
 }
@@ -168,11 +170,11 @@ static wf_status_t unpack(const run_t *x, const void *src, int64_t w, void *dst)
                              (size_t)(g->Li * w) * fs);
 }
 
-/* A projection's part (rows x its width in layout pl, row stride ld) in
- * the attention layout: as is, or converted into Xc. */
-static wf_status_t to_attn(run_t *x, const float *raw, int64_t ld, const wf_layout_t *pl,
-                           int64_t rows, const wf_layout_t *al, const float **ret,
-                           int64_t *ret_ld)
+/* A projection's part (rows x its width in layout pl, row stride ld,
+ * dtype dt) in the attention layout: as is, or converted into Xc. */
+static wf_status_t to_attn(run_t *x, const void *raw, wf_dtype_t dt, int64_t ld,
+                           const wf_layout_t *pl, int64_t rows, const wf_layout_t *al,
+                           const void **ret, int64_t *ret_ld)
 {
     const int T = x->g.T;
     if (wf_layout_same(pl, al)) {
@@ -183,8 +185,8 @@ static wf_status_t to_attn(run_t *x, const float *raw, int64_t ld, const wf_layo
     int64_t w = wf_layout_width(al, T);
     if ((size_t)(rows * w) > x->W.Xc_n)
         return WF_E_INTERNAL;
-    float *xc = fp(x, x->W.Xc);
-    wf_status_t st = wf_layout_convert(&x->lin, raw, ld, pl, rows, al, 0, xc, w);
+    void *xc = fp(x, x->W.Xc);
+    wf_status_t st = wf_layout_convert_dt(&x->lin, dt, raw, ld, pl, rows, al, 0, xc, w);
     *ret = xc;
     *ret_ld = w;
     return st;
@@ -237,23 +239,27 @@ static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, i
     wf_status_t st;
     if ((size_t)(rows * wf_linear_group_width(g)) > x->W.proj_n)
         return WF_E_INTERNAL;
+    /* the group's outputs in the activation dtype too (the GEMM's
+     * epilogue rounds them once, as diffusers' bf16 linears do); the
+     * norms and RoPE widen them exactly */
     if ((st = wf_linear_group_apply_dt(&x->lin, g, ap(x, x->W.nx, row0 * C), g0->adt, C, &full,
-                                       rows, acts, fp(x, x->W.proj), parts)) != WF_OK)
+                                       rows, acts, fp(x, x->W.proj), g0->adt, parts)) != WF_OK)
         return st;
     for (int w = 0; w < 3; w++) {
-        const float *a;
+        const void *a;
         int64_t lda;
         const float *norm = w < 2 ? norms[w] : NULL;
-        if ((st = to_attn(x, parts[w].y, parts[w].ld, &parts[w].lay, rows, al, &a, &lda)) !=
+        const wf_dtype_t dt = parts[w].dt;
+        if ((st = to_attn(x, parts[w].y, dt, parts[w].ld, &parts[w].lay, rows, al, &a, &lda)) !=
             WF_OK)
             return st;
         if (which == 2) {
             /* stream order: txt rows then img rows */
-            if ((st = pack(x, a, lda, true, Hl, norm, w < 2, joint[w])) != WF_OK ||
-                (st = pack(x, a + g0->Nt * lda, lda, false, Hl, norm, w < 2, joint[w])) !=
-                    WF_OK)
+            const void *ai = (const unsigned char *)a + (size_t)(g0->Nt * lda) * wf_dtype_size(dt);
+            if ((st = pack(x, a, dt, lda, true, Hl, norm, w < 2, joint[w])) != WF_OK ||
+                (st = pack(x, ai, dt, lda, false, Hl, norm, w < 2, joint[w])) != WF_OK)
                 return st;
-        } else if ((st = pack(x, a, lda, which == 0, Hl, norm, w < 2, joint[w])) != WF_OK) {
+        } else if ((st = pack(x, a, dt, lda, which == 0, Hl, norm, w < 2, joint[w])) != WF_OK) {
             return st;
         }
     }
@@ -422,16 +428,16 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
         st = wf_layout_convert(le, parts[3].y, parts[3].ld, &parts[3].lay, N, &need, C,
                                fp(x, x->W.cat) + wo, ldc);
     } else if (T == 1) {
-        /* GELU from the group's f32 slice straight into cat's MLP columns */
-        st = x->ops->bias_act(x->ctx, parts[3].y, N, M, parts[3].ld, NULL, WF_ACT_GELU_TANH,
-                              ap(x, x->W.cat, wo), ldc, adt);
+        /* GELU from the group's slice straight into cat's MLP columns */
+        st = x->ops->bias_act(x->ctx, parts[3].y, parts[3].dt, N, M, parts[3].ld, NULL,
+                              WF_ACT_GELU_TANH, ap(x, x->W.cat, wo), ldc, adt);
     } else {
         /* GELU into Xc in adt, then to proj_out's layout */
         int64_t wl = wf_layout_width(&parts[3].lay, T);
         if ((size_t)(N * wl) * wf_dtype_size(adt) > le->Xc_n * sizeof(float))
             return WF_E_INTERNAL;
-        st = x->ops->bias_act(x->ctx, parts[3].y, N, wl, parts[3].ld, NULL, WF_ACT_GELU_TANH,
-                              le->Xc, wl, adt);
+        st = x->ops->bias_act(x->ctx, parts[3].y, parts[3].dt, N, wl, parts[3].ld, NULL,
+                              WF_ACT_GELU_TANH, le->Xc, wl, adt);
         if (st == WF_OK)
             st = wf_layout_convert_dt(le, adt, le->Xc, wl, &parts[3].lay, N, &need, C,
                                       ap(x, x->W.cat, wo), ldc);

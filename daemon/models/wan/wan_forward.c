@@ -686,7 +686,7 @@ static wf_status_t to_heads(run_t *x, const wf_linear_part_t *p, int64_t rows, c
         if (rows == 0 || (!cvt && (void *)p->y == dst))
             return WF_OK;
         if (cvt)
-            return x->ops->bias_act(x->ctx, p->y, rows, Cl, p->ld, NULL, WF_ACT_NONE, dst, Cl,
+            return x->ops->bias_act(x->ctx, p->y, WF_DTYPE_F32, rows, Cl, p->ld, NULL, WF_ACT_NONE, dst, Cl,
                                     vdt);
         return x->ops->copy_rows(x->ctx, dst, (size_t)Cl * sizeof(float), p->y,
                                  (size_t)p->ld * sizeof(float), rows,
@@ -696,7 +696,7 @@ static wf_status_t to_heads(run_t *x, const wf_linear_part_t *p, int64_t rows, c
         float *land = fp(x, x->W.pl);
         TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, land, Cl));
         return rows == 0 ? WF_OK
-                         : x->ops->bias_act(x->ctx, land, rows, Cl, Cl, NULL, WF_ACT_NONE, dst,
+                         : x->ops->bias_act(x->ctx, land, WF_DTYPE_F32, rows, Cl, Cl, NULL, WF_ACT_NONE, dst,
                                             Cl, vdt);
     }
     TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, dst, Cl));
@@ -717,8 +717,9 @@ static wf_status_t group_heads(run_t *x, const wf_linear_group_t *grp, const voi
     wf_status_t st;
     if ((size_t)(rows * wf_linear_group_width(grp)) > x->W.proj_n)
         return WF_E_INTERNAL;
+    /* f32 outputs: the RMSNorm across heads (rms_norm) reads f32 */
     TRY(wf_linear_group_apply_dt(&x->lin, grp, in, in_dt, w, &il, rows, NULL,
-                                 fp(x, x->W.proj), parts));
+                                 fp(x, x->W.proj), WF_DTYPE_F32, parts));
     for (uint32_t k = 0; k < grp->n; k++)
         TRY(to_heads(x, &parts[k], rows, norms[k], dst[k], vdt));
     return WF_OK;
@@ -965,7 +966,7 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
      * (per token with timestep_tokens) */
     TRY(x->ops->copy_rows(x->ctx, mod, (size_t)C6 * 4, fp(x, x->W.tproj), (size_t)C6 * 4,
                           x->trows, (size_t)C6 * 4));
-    TRY(x->ops->bias_act(x->ctx, mod, x->trows, C6, C6, k->sst, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
+    TRY(x->ops->bias_act(x->ctx, mod, WF_DTYPE_F32, x->trows, C6, C6, k->sst, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
     /* 1. self-attention on this tp rank's heads */
     TRY(ln_mod(x, S, nx, mod, C6, 0, C));
     void *const qkv[3] = {q, kk, v};
@@ -1077,7 +1078,7 @@ static wf_status_t finish(run_t *x)
                           x->trows, (size_t)C * 4));
     TRY(x->ops->copy_rows(x->ctx, modo + C, (size_t)C * 8, fp(x, x->W.temb), (size_t)C * 4,
                           x->trows, (size_t)C * 4));
-    TRY(x->ops->bias_act(x->ctx, modo, x->trows, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
+    TRY(x->ops->bias_act(x->ctx, modo, WF_DTYPE_F32, x->trows, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
     TRY(ln_mod(x, fp(x, x->W.S), fp(x, x->W.nx), modo, 2 * C, 0, C));
     wf_layout_t il = wf_layout_full(C);
     TRY(wf_linear_apply_full_dt(&x->lin, &x->s->proj_out, ap(x, x->W.nx, 0), g->adt, C, &il,
