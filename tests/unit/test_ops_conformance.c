@@ -202,7 +202,8 @@ static size_t row_attention(bk_t *b, float *got, double *ref, double *tol)
  * weights, bias, SiLU; tol 4 in u sum|x w| + 4u |ref| + 1e-7. Then bf16
  * weights with a bf16 x (ld 50) and a bf16 y (ld 26), one block, bias,
  * GELU(tanh): the reference of the bf16 values, the tolerance of the
- * tanh GELU's (4e-6 |ref|) on top, plus a bf16 rounding. */
+ * tanh GELU's (4e-6 |ref|, and a GPU epilogue's 2^-11 |v|) on top, plus
+ * a bf16 rounding. */
 static size_t row_linear(bk_t *b, float *got, double *ref, double *tol)
 {
     enum { R = 5, IN = 48, OUT = 24, LDX = 50, LDY = 26 };
@@ -269,8 +270,12 @@ static size_t row_linear(bk_t *b, float *got, double *ref, double *tol)
             }
             double g = 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
             ref[o0 + r * OUT + o] = g;
-            /* the sum's error passes through GELU' (|.| < 1.13) */
-            double t = 1.13 * (4.0 * IN * U * mag + 1e-7) + 4e-6 * fabs(g) + 1e-7;
+            /* the sum's error passes through GELU' (|.| < 1.13); a GPU
+             * applies GELU in cuBLASLt's epilogue, whose accuracy NVIDIA
+             * does not state: the hardware tanh's bound, 0.5 2^-10 |v|
+             * (tests/gpu/test_cuda_gpu.c, GELU_EPI_SLACK) */
+            double t = 1.13 * (4.0 * IN * U * mag + 1e-7) + 4e-6 * fabs(g) + 1e-7 +
+                       0.5 * 0x1p-10 * fabs(v);
             tol[o0 + r * OUT + o] = bf16_tol(g, t);
         }
     return 2 * R * OUT;
