@@ -284,7 +284,8 @@ wf_status_t wf_linear_apply_dt(const wf_linear_env_t *e, const wf_linear_t *L, c
         if (st != WF_OK)
             return st;
         if ((L->b || act != WF_ACT_NONE) &&
-            (st = e->ops->bias_act(e->ctx, dst, WF_DTYPE_F32, rows, lo, lo, L->b, act, NULL, 0, WF_DTYPE_F32)) != WF_OK)
+            (st = e->ops->bias_act(e->ctx, dst, WF_DTYPE_F32, rows, lo, lo, L->b, act, NULL, 0,
+                                   WF_DTYPE_F32)) != WF_OK)
             return st;
     }
     *ret_lay = wf_layout_of(p, false, T);

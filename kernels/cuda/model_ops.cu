@@ -205,7 +205,8 @@ __global__ void head_norm_rope_kernel(wf_headrope_params_t p, int items)
         const int b = row / per, s = row % per;
         const long long xo = (long long)row * p.ld_src + (long long)h * D;
         const int xdt = (int)p.src_dtype;
-        const long long oo = ((long long)b * p.L + p.row0 + s) * (long long)H * D + (long long)h * D;
+        const long long oo =
+            ((long long)b * p.L + p.row0 + s) * (long long)H * D + (long long)h * D;
         const int odt = (int)p.dst_dtype;
         float inv = 1.0f;
         if (p.norm) {

@@ -1201,8 +1201,10 @@ static void test_elementwise_ops(void)
         for (int wb = 0; wb < 2; wb++) {
             float *y = hrand(ny, 6.0f), *b = hrand((size_t)n, 1.0f), *yg = malloc(ny * 4);
             float *dy = dev_copy(y, ny * 4), *dbias = dev_copy(b, (size_t)n * 4);
-            CHECK_TRUE(C->bias_act(cctx, y, WF_DTYPE_F32, rows, n, ldy, wb ? b : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
-            CHECK_TRUE(G->bias_act(gctx, dy, WF_DTYPE_F32, rows, n, ldy, wb ? dbias : NULL, acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
+            CHECK_TRUE(C->bias_act(cctx, y, WF_DTYPE_F32, rows, n, ldy, wb ? b : NULL, acts[a],
+                                   NULL, 0, WF_DTYPE_F32) == WF_OK);
+            CHECK_TRUE(G->bias_act(gctx, dy, WF_DTYPE_F32, rows, n, ldy, wb ? dbias : NULL,
+                                   acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
             fetch(yg, dy, ny * 4);
             char what[64];
             snprintf(what, sizeof what, "bias_act act %d bias %d", acts[a], wb);
@@ -1246,8 +1248,10 @@ static void test_elementwise_ops(void)
     CHECK_TRUE(G->act(gctx, (float *)8, (float *)8, -1, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 0) == WF_OK);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 1) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 7, NULL, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 8, NULL, (wf_act_t)5, NULL, 0, WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 7, NULL, WF_ACT_SILU, NULL, 0,
+                           WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 8, NULL, (wf_act_t)5, NULL, 0,
+                           WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_modln_gate(void)
@@ -1391,7 +1395,8 @@ static void test_lowp_activations(void)
             CHECK_TRUE(G->dev_alloc(gctx, gws, &ws) == WF_OK);
         CHECK_TRUE(G->linear(gctx, &p, ws) == WF_OK);
         fetch_bf16(yg, dy, ny);
-        compare_slack(fx ? "linear f32 x -> bf16 y (GELU, bias)" : "linear bf16 x -> bf16 y (GELU, bias)",
+        compare_slack(fx ? "linear f32 x -> bf16 y (GELU, bias)"
+                         : "linear bf16 x -> bf16 y (GELU, bias)",
                       yc, yg, ny, 1e-2 + step, -1, NULL);
         G->dev_reset(gctx);
         free(x); free(wf); free(bias); free(xh); free(wh); free(yh); free(yc); free(yg);

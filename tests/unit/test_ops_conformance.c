@@ -292,12 +292,14 @@ static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
     fill(bias, N, -1, 1);
     float *dy = put(b, y, sizeof y), *db = put(b, bias, sizeof bias);
     void *dh = put(b, NULL, R * 41 * 2);
-    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH, dh, 41,
+    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH, dh,
+                                      41,
                                       WF_DTYPE_BF16) == WF_OK,
           "%s bias_act into bf16", b->name);
     float hb[R * 41];
     get_bf16(b, hb, dh, R * 41);
-    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH, NULL, 0,
+    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH,
+                                      NULL, 0,
                                       WF_DTYPE_F32) == WF_OK,
           "%s bias_act", b->name);
     float out[R * LD];
@@ -474,8 +476,9 @@ static size_t row_modln(bk_t *b, float *got, double *ref, double *tol)
     float *dx = put(b, x, sizeof x), *dm = put(b, mod, sizeof mod);
     void *dh = put(b, NULL, NB * PER * 39 * 2);
     wf_modln_params_t p = {.nbatch = NB, .per = PER, .C = C, .src = dx, .ld_src = LD, .dst = dh,
-                           .ld_dst = 39, .shift = dm ? dm + C : NULL, .scale = dm ? dm + 2 * C : NULL,
-                           .ld_mod = LDM, .eps = 1e-6f, .dst_dtype = WF_DTYPE_BF16};
+                           .ld_dst = 39, .shift = dm ? dm + C : NULL,
+                           .scale = dm ? dm + 2 * C : NULL, .ld_mod = LDM, .eps = 1e-6f,
+                           .dst_dtype = WF_DTYPE_BF16};
     /* first into a bf16 dst (rows 39 apart), then in place in f32 */
     CHECK(b->broken || b->o->modln(b->c, &p) == WF_OK, "%s modln into bf16", b->name);
     float hb[NB * PER * 39];
@@ -1104,13 +1107,16 @@ static void check_refusals(bk_t *b)
     m.dst = y;
     m.dst_dtype = (wf_dtype_t)7;
     CHECK(b->o->modln(b->c, &m) == bad, "%s modln unknown dst dtype", b->name);
-    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, NULL, 0, WF_DTYPE_BF16) == bad,
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, NULL, 0,
+                         WF_DTYPE_BF16) == bad,
           "%s bias_act in place into bf16", b->name);
     CHECK(b->o->bias_act(b->c, x, (wf_dtype_t)9, 2, 8, 8, NULL, WF_ACT_SILU, y, 8, WF_DTYPE_BF16) ==
               bad, "%s bias_act unknown y dtype", b->name);
-    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, x + 8, 8, WF_DTYPE_BF16) == bad,
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, x + 8, 8,
+                         WF_DTYPE_BF16) == bad,
           "%s bias_act dst over y", b->name);
-    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, y, 7, WF_DTYPE_BF16) == bad,
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, y, 7,
+                         WF_DTYPE_BF16) == bad,
           "%s bias_act ld_dst < n", b->name);
     wf_linear_params_t lp = {.rows = 2, .in = 8, .out = 4, .x = x, .ldx = 8,
                              .x_dtype = WF_DTYPE_BF16, .w_dtype = WF_DTYPE_F32, .ldw = 8,

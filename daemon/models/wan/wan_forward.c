@@ -686,8 +686,8 @@ static wf_status_t to_heads(run_t *x, const wf_linear_part_t *p, int64_t rows, c
         if (rows == 0 || (!cvt && (void *)p->y == dst))
             return WF_OK;
         if (cvt)
-            return x->ops->bias_act(x->ctx, p->y, WF_DTYPE_F32, rows, Cl, p->ld, NULL, WF_ACT_NONE, dst, Cl,
-                                    vdt);
+            return x->ops->bias_act(x->ctx, p->y, WF_DTYPE_F32, rows, Cl, p->ld, NULL,
+                                    WF_ACT_NONE, dst, Cl, vdt);
         return x->ops->copy_rows(x->ctx, dst, (size_t)Cl * sizeof(float), p->y,
                                  (size_t)p->ld * sizeof(float), rows,
                                  (size_t)Cl * sizeof(float));
@@ -696,8 +696,8 @@ static wf_status_t to_heads(run_t *x, const wf_linear_part_t *p, int64_t rows, c
         float *land = fp(x, x->W.pl);
         TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, land, Cl));
         return rows == 0 ? WF_OK
-                         : x->ops->bias_act(x->ctx, land, WF_DTYPE_F32, rows, Cl, Cl, NULL, WF_ACT_NONE, dst,
-                                            Cl, vdt);
+                         : x->ops->bias_act(x->ctx, land, WF_DTYPE_F32, rows, Cl, Cl, NULL,
+                                            WF_ACT_NONE, dst, Cl, vdt);
     }
     TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, dst, Cl));
     return norm ? rms(x, dst, rows, norm) : WF_OK;
@@ -966,7 +966,8 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
      * (per token with timestep_tokens) */
     TRY(x->ops->copy_rows(x->ctx, mod, (size_t)C6 * 4, fp(x, x->W.tproj), (size_t)C6 * 4,
                           x->trows, (size_t)C6 * 4));
-    TRY(x->ops->bias_act(x->ctx, mod, WF_DTYPE_F32, x->trows, C6, C6, k->sst, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
+    TRY(x->ops->bias_act(x->ctx, mod, WF_DTYPE_F32, x->trows, C6, C6, k->sst, WF_ACT_NONE, NULL,
+                         0, WF_DTYPE_F32));
     /* 1. self-attention on this tp rank's heads */
     TRY(ln_mod(x, S, nx, mod, C6, 0, C));
     void *const qkv[3] = {q, kk, v};
@@ -1078,7 +1079,8 @@ static wf_status_t finish(run_t *x)
                           x->trows, (size_t)C * 4));
     TRY(x->ops->copy_rows(x->ctx, modo + C, (size_t)C * 8, fp(x, x->W.temb), (size_t)C * 4,
                           x->trows, (size_t)C * 4));
-    TRY(x->ops->bias_act(x->ctx, modo, WF_DTYPE_F32, x->trows, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
+    TRY(x->ops->bias_act(x->ctx, modo, WF_DTYPE_F32, x->trows, 2 * C, 2 * C, x->s->sst_out,
+                         WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
     TRY(ln_mod(x, fp(x, x->W.S), fp(x, x->W.nx), modo, 2 * C, 0, C));
     wf_layout_t il = wf_layout_full(C);
     TRY(wf_linear_apply_full_dt(&x->lin, &x->s->proj_out, ap(x, x->W.nx, 0), g->adt, C, &il,
