@@ -106,6 +106,14 @@ typedef struct wf_attn_params {
  *   - activations, norm weights, tables and statistics are f32, row-major,
  *     rows `ld` elements apart (ld >= the row's width); linear's weights
  *     may be f32, bf16 or f16;
+ *   - the activations a device keeps in a low-precision dtype between
+ *     ops (a GEMM's input and output, attention's q / k / v) have a
+ *     dtype field beside their pointer: linear's x and y, modln's dst,
+ *     bias_act's y and dst, head_norm_rope's src and dst. F32 (0, a zeroed struct) is the f32
+ *     form; BF16 / F16 hold the value the op computes in f32, rounded to
+ *     nearest even once as it is stored (an input in such a dtype is
+ *     read exactly). Statistics, biases, modulation and the residual
+ *     stream stay f32;
  *   - an output never overlaps an input, except where an op allows
  *     dst == src (then with the same ld): in place;
  *   - a count of rows 0 is a no-op and needs no pointers;
@@ -134,32 +142,42 @@ typedef enum wf_act {
 } wf_act_t;
 
 /* y = act(x W^T + bias), one linear layer on one rank:
- *   x     (rows, in)  f32, rows ldx elements apart
+ *   x     (rows, in)  x_dtype, rows ldx elements apart: F32, or the
+ *                     weight's dtype when that is BF16 / F16 (the GEMM's
+ *                     operand as its producer wrote it: a device backend
+ *                     reads it as it is; an f32 x with a bf16 / f16
+ *                     weight is rounded to the weight's dtype first)
  *   W     (out, in)   w_dtype, as nwb column blocks: block k is
  *                     (out, wbw[k]) starting at wb[k], rows ldw elements
  *                     apart; sum of wbw = in, and x's columns are the
  *                     blocks' columns in block order (a rowwise tp shard
  *                     viewed in place in the host copy)
  *   bias  (out)       f32 or NULL
- *   y     (rows, out) f32, rows ldy elements apart, never overlapping x
+ *   y     (rows, out) y_dtype, rows ldy elements apart, never overlapping
+ *                     x: F32, or BF16 / F16 (act(x W^T + bias) summed and
+ *                     activated in f32, rounded once as stored; only with
+ *                     one weight block, nwb = 1: blocks accumulate in y)
  * rows = 0 is a no-op. */
 typedef struct wf_linear_params {
     int64_t rows, in, out;
-    const float *x;   int64_t ldx;
+    const void *x;    int64_t ldx;
     wf_dtype_t w_dtype; int64_t ldw;
     uint32_t nwb;
     const void *wb[WF_LINEAR_MAX_BLOCKS];
     int64_t wbw[WF_LINEAR_MAX_BLOCKS];
     const float *bias;
     wf_act_t act;
-    float *y;         int64_t ldy;
+    void *y;          int64_t ldy;
+    wf_dtype_t x_dtype;              /* F32 (0) or w_dtype (BF16 / F16) */
+    wf_dtype_t y_dtype;              /* F32 (0), BF16 or F16 */
 } wf_linear_params_t;
 
 /* Modulated LayerNorm (AdaLN), rows in nbatch groups of per:
  *   dst row (b, r) = LN(src row (b, r)) * (1 + scale[b]) + shift[b],
  *   LN(x) = (x - mean(x)) / sqrt(var(x) + eps), no affine, biased var
  *   src, dst  nbatch x per rows of C (row stride ld_src / ld_dst; dst may
- *             be src)
+ *             be src when dst_dtype is F32); src f32, dst dst_dtype (the
+ *             following linear's bf16 x, written by the norm itself)
  *   shift, scale  (nbatch, C), rows ld_mod elements apart (the chunks of
  *             an AdaLN linear's output: shift = mod + k C, ...), apart
  *             from dst
@@ -168,17 +186,20 @@ typedef struct wf_linear_params {
 typedef struct wf_modln_params {
     int64_t nbatch, per, C;
     const float *src; int64_t ld_src;
-    float *dst;       int64_t ld_dst;
+    void *dst;        int64_t ld_dst;
     const float *shift, *scale; int64_t ld_mod;
     float eps;
+    wf_dtype_t dst_dtype;            /* F32 (0), BF16 or F16 */
 } wf_modln_params_t;
 
 /* Per-head RMSNorm and rotary embedding, writing attention's (B, L, H, D)
  * order from a projection's rows (a stream of a joint sequence: rows
  * row0 .. row0 + per of each batch's L):
- *   src   nbatch x per rows of H * D (row stride ld_src): row (b, s)
- *   dst   row (b, s) goes to dst + (b * L + row0 + s) * H * D; never
- *         overlapping src
+ *   src   nbatch x per rows of H * D (row stride ld_src) in src_dtype (a
+ *         projection's output as its GEMM stored it): row (b, s)
+ *   dst   row (b, s) goes to dst + (b * L + row0 + s) * H * D elements
+ *         of dst_dtype (F32, or BF16 / F16: attention's q / k / v as the
+ *         device's tensor-core kernels read them); never overlapping src
  *   norm  (D) RMSNorm weight of every head, or NULL: no norm
  *         (x / sqrt(mean over the head's D of x^2 + eps) * w)
  *   cos, sin  (L, D) tables (rope_table, rope_grid), or NULL: no
@@ -190,11 +211,13 @@ typedef struct wf_modln_params {
  * norm NULL for the rotation and the reorder. */
 typedef struct wf_headrope_params {
     int64_t nbatch, per, L, row0, H, D;
-    const float *src; int64_t ld_src;
-    float *dst;
+    const void *src;  int64_t ld_src;
+    void *dst;
     const float *norm;
     const float *cos, *sin;
     float eps;
+    wf_dtype_t dst_dtype;            /* F32 (0), BF16 or F16 */
+    wf_dtype_t src_dtype;            /* F32 (0), BF16 or F16 */
 } wf_headrope_params_t;
 
 /* RMSNorm over whole rows, with an optional elementwise weight:
@@ -445,12 +468,18 @@ typedef struct wf_backend_ops {
     wf_status_t (*linear)(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
                           void *workspace);
 
-    /* y = act(y + bias) for (rows, n) rows ldy apart, in place; bias (n)
-     * or NULL, apart from y (the bias of a tp rowwise linear, added once
-     * after its all-reduce; with act NONE: a vector added to every row). */
-    wf_status_t (*bias_act)(wf_backend_ctx_t *ctx, float *y, int64_t rows,
-                            int64_t n, int64_t ldy, const float *bias,
-                            wf_act_t act);
+    /* act(y + bias) for (rows, n) rows ldy apart in y_dtype (F32, BF16,
+     * F16); bias (n) f32 or NULL, apart from y (the bias of a tp rowwise
+     * linear, added once after its all-reduce; with act NONE: a vector
+     * added to every row, or a strided dtype conversion). dst NULL: in
+     * place into y in its dtype (dst_dtype equal to y_dtype, ld_dst
+     * ignored); else into dst (rows, n) rows ld_dst apart in dst_dtype,
+     * apart from y and bias, y untouched (an activation written as the
+     * next linear's x). */
+    wf_status_t (*bias_act)(wf_backend_ctx_t *ctx, void *y, wf_dtype_t y_dtype,
+                            int64_t rows, int64_t n, int64_t ldy,
+                            const float *bias, wf_act_t act, void *dst,
+                            int64_t ld_dst, wf_dtype_t dst_dtype);
 
     /* dst[i] = act(src[i]) for n elements (dst may be src); act != NONE. */
     wf_status_t (*act)(wf_backend_ctx_t *ctx, float *dst, const float *src,

@@ -15,6 +15,9 @@ static bool dtype_known(wf_dtype_t dt)
     return dt == WF_DTYPE_F32 || dt == WF_DTYPE_BF16 || dt == WF_DTYPE_F16;
 }
 
+/* Bytes of an element of dtype dt. */
+static size_t dt_bytes(wf_dtype_t dt) { return dt == WF_DTYPE_F32 ? 4u : 2u; }
+
 /* A pointer to `count` elements: required unless there are none. */
 static bool have(const void *ptr, int64_t count) { return ptr != NULL || count == 0; }
 
@@ -68,6 +71,13 @@ bool wf_ops_linear_shape_ok(const wf_linear_params_t *p)
         return false;
     if (p->nwb < 1 || p->nwb > WF_LINEAR_MAX_BLOCKS)
         return false;
+    /* x in f32 or in the low-precision weight's own dtype; a low-precision
+     * y takes the whole sum in one block (blocks accumulate in y) */
+    if (p->x_dtype != WF_DTYPE_F32 &&
+        (p->x_dtype != p->w_dtype || !dtype_known(p->x_dtype)))
+        return false;
+    if (!dtype_known(p->y_dtype) || (p->y_dtype != WF_DTYPE_F32 && p->nwb != 1))
+        return false;
     int64_t sum = 0;
     for (uint32_t k = 0; k < p->nwb; k++) {
         if (p->wbw[k] < 1 || p->wbw[k] > p->in || p->ldw < p->wbw[k])
@@ -77,8 +87,8 @@ bool wf_ops_linear_shape_ok(const wf_linear_params_t *p)
             return false;
     }
     bool ok = true;
-    span_bytes(p->rows, p->in, p->ldx, sizeof(float), &ok);
-    span_bytes(p->rows, p->out, p->ldy, sizeof(float), &ok);
+    span_bytes(p->rows, p->in, p->ldx, dt_bytes(p->x_dtype), &ok);
+    span_bytes(p->rows, p->out, p->ldy, dt_bytes(p->y_dtype), &ok);
     span_bytes(p->out, p->in, p->ldw, p->w_dtype == WF_DTYPE_F32 ? 4u : 2u, &ok);
     return ok && sum == p->in;
 }
@@ -95,22 +105,34 @@ bool wf_ops_linear_ok(const wf_linear_params_t *p)
     if (!p->x || !p->y)
         return false;
     bool ok = true;
-    uint64_t nx = span_bytes(p->rows, p->in, p->ldx, sizeof(float), &ok);
-    uint64_t ny = span_bytes(p->rows, p->out, p->ldy, sizeof(float), &ok);
+    uint64_t nx = span_bytes(p->rows, p->in, p->ldx, dt_bytes(p->x_dtype), &ok);
+    uint64_t ny = span_bytes(p->rows, p->out, p->ldy, dt_bytes(p->y_dtype), &ok);
     uint64_t nb = p->bias ? (uint64_t)p->out * sizeof(float) : 0;
     return ok && !overlap(p->x, nx, p->y, ny) && !overlap(p->bias, nb, p->y, ny);
 }
 
 /* ---- bias_act, act, add -------------------------------------------------------- */
 
-bool wf_ops_bias_act_ok(const float *y, int64_t rows, int64_t n, int64_t ldy,
-                        const float *bias, wf_act_t act)
+bool wf_ops_bias_act_ok(const void *y, wf_dtype_t y_dtype, int64_t rows, int64_t n,
+                        int64_t ldy, const float *bias, wf_act_t act, const void *dst,
+                        int64_t ld_dst, wf_dtype_t dst_dtype)
 {
-    if (rows < 0 || n < 0 || ldy < n || !act_known(act))
+    if (rows < 0 || n < 0 || ldy < n || !act_known(act) || !dtype_known(dst_dtype) ||
+        !dtype_known(y_dtype))
+        return false;
+    if (!dst && dst_dtype != y_dtype)
         return false;
     bool ok = true;
-    uint64_t ny = span_bytes(rows, n, ldy, sizeof(float), &ok);
-    return ok && (ny == 0 || y) && !overlap(y, ny, bias, bias ? (uint64_t)n * 4u : 0);
+    uint64_t ny = span_bytes(rows, n, ldy, dt_bytes(y_dtype), &ok);
+    uint64_t nbias = bias ? (uint64_t)n * 4u : 0;
+    if (!ok || (ny != 0 && !y) || overlap(y, ny, bias, nbias))
+        return false;
+    if (!dst)
+        return true;
+    if (ld_dst < n)
+        return false;
+    uint64_t nd = span_bytes(rows, n, ld_dst, dt_bytes(dst_dtype), &ok);
+    return ok && !overlap(dst, nd, y, ny) && !overlap(dst, nd, bias, nbias);
 }
 
 /* dst, src (n): present, and dst is src or apart from it. */
@@ -150,10 +172,12 @@ bool wf_ops_modln_ok(const wf_modln_params_t *p)
     if (!p || p->nbatch < 0 || p->per < 0 || p->C < 1 || p->ld_src < p->C ||
         p->ld_dst < p->C || p->ld_mod < p->C || !eps_ok(p->eps) || !rows_fit(p->nbatch, p->per))
         return false;
+    if (!dtype_known(p->dst_dtype))
+        return false;
     const int64_t rows = p->nbatch * p->per;
     bool ok = true;
     uint64_t ns = span_bytes(rows, p->C, p->ld_src, sizeof(float), &ok);
-    uint64_t nd = span_bytes(rows, p->C, p->ld_dst, sizeof(float), &ok);
+    uint64_t nd = span_bytes(rows, p->C, p->ld_dst, dt_bytes(p->dst_dtype), &ok);
     uint64_t nm = span_bytes(p->nbatch, p->C, p->ld_mod, sizeof(float), &ok);
     if (!ok)
         return false;
@@ -161,9 +185,11 @@ bool wf_ops_modln_ok(const wf_modln_params_t *p)
         return true;
     if (!p->src || !p->dst || !p->shift || !p->scale)
         return false;
-    /* dst is src (same rows) or apart from it; shift / scale apart from dst */
-    bool inplace = (const float *)p->dst == p->src;
-    if (inplace ? p->ld_dst != p->ld_src : overlap(p->src, ns, p->dst, nd))
+    /* dst is src (same rows, f32) or apart from it; shift / scale apart
+     * from dst */
+    bool inplace = (const void *)p->dst == (const void *)p->src;
+    if (inplace ? p->ld_dst != p->ld_src || p->dst_dtype != WF_DTYPE_F32
+                : overlap(p->src, ns, p->dst, nd))
         return false;
     return !overlap(p->shift, nm, p->dst, nd) && !overlap(p->scale, nm, p->dst, nd);
 }
@@ -198,12 +224,13 @@ bool wf_ops_headrope_ok(const wf_headrope_params_t *p)
     bool rope = p->cos != NULL || p->sin != NULL;
     if (rope && (!p->cos || !p->sin || p->D % 2 != 0))
         return false;
-    if (p->ld_src < HD || !rows_fit(p->nbatch, p->per) || !rows_fit(p->nbatch, p->L))
+    if (p->ld_src < HD || !rows_fit(p->nbatch, p->per) || !rows_fit(p->nbatch, p->L) ||
+        !dtype_known(p->dst_dtype) || !dtype_known(p->src_dtype))
         return false;
     bool ok = true;
     const int64_t rows = p->nbatch * p->per;
-    uint64_t ns = span_bytes(rows, HD, p->ld_src, sizeof(float), &ok);
-    uint64_t nd = span_bytes(p->nbatch * p->L, HD, HD, sizeof(float), &ok);
+    uint64_t ns = span_bytes(rows, HD, p->ld_src, dt_bytes(p->src_dtype), &ok);
+    uint64_t nd = span_bytes(p->nbatch * p->L, HD, HD, dt_bytes(p->dst_dtype), &ok);
     return ok && have(p->src, rows) && have(p->dst, rows) && !overlap(p->src, ns, p->dst, nd);
 }
 

@@ -23,18 +23,23 @@
 extern "C" {
 #endif
 
-/* linear's shapes, dtype, act and strides, no pointer looked at: rows >= 0,
+/* linear's shapes, dtypes, act and strides, no pointer looked at: rows >= 0,
  * in, out >= 1, every dim and ld within int32, ldx >= in, ldy >= out,
- * 1..WF_LINEAR_MAX_BLOCKS blocks of width >= 1 summing to in, ldw >= each. */
+ * 1..WF_LINEAR_MAX_BLOCKS blocks of width >= 1 summing to in, ldw >= each;
+ * x_dtype F32 or w_dtype (a bf16 / f16 weight), y_dtype F32 / BF16 / F16
+ * with one block unless F32. */
 bool wf_ops_linear_shape_ok(const wf_linear_params_t *p);
 
 /* The shapes as above and, when rows > 0, x, y and every wb[k] present,
  * y apart from x and from bias. */
 bool wf_ops_linear_ok(const wf_linear_params_t *p);
 
-/* bias_act: y (rows, n) rows ldy apart, bias (n) or NULL apart from y. */
-bool wf_ops_bias_act_ok(const float *y, int64_t rows, int64_t n, int64_t ldy,
-                        const float *bias, wf_act_t act);
+/* bias_act: y (rows, n) of y_dtype rows ldy apart, bias (n) or NULL
+ * apart from y; dst NULL (in place, dst_dtype = y_dtype) or (rows, n) of
+ * dst_dtype rows ld_dst >= n apart, apart from y and bias. */
+bool wf_ops_bias_act_ok(const void *y, wf_dtype_t y_dtype, int64_t rows, int64_t n,
+                        int64_t ldy, const float *bias, wf_act_t act, const void *dst,
+                        int64_t ld_dst, wf_dtype_t dst_dtype);
 
 /* act: dst, src (n); dst is src or apart from it; act GELU_TANH or SILU. */
 bool wf_ops_act_ok(const float *dst, const float *src, int64_t n, wf_act_t act);
@@ -50,7 +55,8 @@ bool wf_ops_axpy_ok(const float *y, float alpha, const float *x, int64_t n);
 bool wf_ops_change_sums_ok(const float *a, const float *b, int64_t n, const double *scratch,
                            const double *ret);
 
-/* modln: eps finite >= 0; dst is src (same ld) or apart from it; shift,
+/* modln: eps finite >= 0, dst_dtype F32 / BF16 / F16; dst is src (same
+ * ld, F32) or apart from it; shift,
  * scale (nbatch, C) apart from dst; pointers when nbatch * per > 0. */
 bool wf_ops_modln_ok(const wf_modln_params_t *p);
 
@@ -60,8 +66,8 @@ bool wf_ops_gate_residual_ok(const float *S, int64_t ld_s, const float *y, int64
                              int64_t per, int64_t C);
 
 /* head_norm_rope: rows row0..row0 + per of L, ld_src >= H D, cos and sin
- * both or neither (D even with them), eps finite >= 0, dst's (nbatch L,
- * H D) apart from src. */
+ * both or neither (D even with them), eps finite >= 0, src_dtype and
+ * dst_dtype F32 / BF16 / F16, dst's (nbatch L, H D) apart from src. */
 bool wf_ops_headrope_ok(const wf_headrope_params_t *p);
 
 /* rope_table's axes: n_axes >= 1, each width even and >= 2, summing to

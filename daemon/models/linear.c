@@ -88,14 +88,21 @@ int wf_layout_window(const wf_layout_t *l, int r, int T, int64_t a, int64_t w, i
     return m;
 }
 
-/* rows x `w` floats from src (row stride ld_src floats) to dst (ld_dst). */
-static wf_status_t copy_cols(const wf_linear_env_t *e, float *dst, int64_t ld_dst, const float *src,
-                             int64_t ld_src, int64_t rows, int64_t w)
+/* Element i of an activation of es-byte elements at p. */
+static void *el(const void *p, int64_t i, size_t es)
+{
+    return (unsigned char *)(uintptr_t)p + (size_t)i * es;
+}
+
+/* rows x `w` elements of es bytes from src (row stride ld_src elements)
+ * to dst (ld_dst). */
+static wf_status_t copy_cols(const wf_linear_env_t *e, size_t es, void *dst, int64_t ld_dst,
+                             const void *src, int64_t ld_src, int64_t rows, int64_t w)
 {
     if (w <= 0 || rows <= 0)
         return WF_OK;
-    return e->ops->copy_rows(e->ctx, dst, (size_t)ld_dst * sizeof(float), src,
-                             (size_t)ld_src * sizeof(float), rows, (size_t)w * sizeof(float));
+    return e->ops->copy_rows(e->ctx, dst, (size_t)ld_dst * es, src, (size_t)ld_src * es, rows,
+                             (size_t)w * es);
 }
 
 /* Columns of an activation in layout sl (rows x its local width at src,
@@ -106,7 +113,17 @@ wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_
                               const wf_layout_t *sl, int64_t rows, const wf_layout_t *tl,
                               int64_t a, float *dst, int64_t ld_dst)
 {
+    return wf_layout_convert_dt(e, WF_DTYPE_F32, src, ld_src, sl, rows, tl, a, dst, ld_dst);
+}
+
+wf_status_t wf_layout_convert_dt(const wf_linear_env_t *e, wf_dtype_t dt, const void *src,
+                                 int64_t ld_src, const wf_layout_t *sl, int64_t rows,
+                                 const wf_layout_t *tl, int64_t a, void *dst, int64_t ld_dst)
+{
     const int T = e->T;
+    const size_t es = wf_dtype_size(dt);
+    if (es == 0)
+        return WF_E_INTERNAL;
     int64_t ts[WF_TP_MAX_BLOCKS], tn[WF_TP_MAX_BLOCKS];
     int nt = wf_layout_window(tl, e->t, T, a, sl->n, ts, tn);
     wf_status_t st;
@@ -114,7 +131,8 @@ wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_
         /* full source: a local slice, one strided copy per piece */
         int64_t o = 0;
         for (int k = 0; k < nt; k++) {
-            if ((st = copy_cols(e, dst + o, ld_dst, src + ts[k], ld_src, rows, tn[k])) != WF_OK)
+            if ((st = copy_cols(e, es, el(dst, o, es), ld_dst, el(src, ts[k], es), ld_src, rows,
+                                tn[k])) != WF_OK)
                 return st;
             o += tn[k];
         }
@@ -134,19 +152,20 @@ wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_
     }
     const int64_t wl = wf_layout_width(sl, T);
     if (same)
-        return copy_cols(e, dst, ld_dst, src, ld_src, rows, wl);
-    if ((size_t)(rows * sl->n) > e->G_n || !e->tp)
+        return copy_cols(e, es, dst, ld_dst, src, ld_src, rows, wl);
+    /* G holds G_n floats: rows x the full width of es-byte elements */
+    if ((size_t)(rows * sl->n) * es > e->G_n * sizeof(float) || !e->tp)
         return WF_E_INTERNAL;
-    float *G = e->G;
+    void *G = e->G;
     if (ld_src != wl) {
         /* a strided slice (a fused linear's member): compacted into this
          * rank's block of the landing, gathered in place */
-        float *own = G + (int64_t)e->t * rows * wl;
-        if ((st = copy_cols(e, own, wl, src, ld_src, rows, wl)) != WF_OK)
+        void *own = el(G, (int64_t)e->t * rows * wl, es);
+        if ((st = copy_cols(e, es, own, wl, src, ld_src, rows, wl)) != WF_OK)
             return st;
         src = own;
     }
-    st = wf_comm_allgather(e->tp, src, G, (size_t)(rows * wl) * sizeof(float));
+    st = wf_comm_allgather(e->tp, src, G, (size_t)(rows * wl) * es);
     if (st != WF_OK)
         return st;
     /* full column c lies in block b at offset o: rank o / q holds it at
@@ -167,7 +186,8 @@ wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_
                 pre += q;
             }
             int64_t owner = o / q, lc = pre + o % q, run = wf_min_i64(end - c, q - o % q);
-            st = copy_cols(e, dst + d, ld_dst, G + owner * rows * wl + lc, wl, rows, run);
+            st = copy_cols(e, es, el(dst, d, es), ld_dst, el(G, owner * rows * wl + lc, es), wl,
+                           rows, run);
             if (st != WF_OK)
                 return st;
             d += run;
@@ -205,19 +225,32 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
                             int64_t ld_in, const wf_layout_t *il, int64_t rows, wf_act_t act,
                             float *dst, wf_layout_t *ret_lay)
 {
+    wf_dtype_t dt;
+    return wf_linear_apply_dt(e, L, in, WF_DTYPE_F32, ld_in, il, rows, act, dst, WF_DTYPE_F32,
+                              ret_lay, &dt);
+}
+
+wf_status_t wf_linear_apply_dt(const wf_linear_env_t *e, const wf_linear_t *L, const void *in,
+                               wf_dtype_t in_dt, int64_t ld_in, const wf_layout_t *il,
+                               int64_t rows, wf_act_t act, void *dst, wf_dtype_t out_dt,
+                               wf_layout_t *ret_lay, wf_dtype_t *ret_dt)
+{
     const wf_tp_place_t *p = &L->place;
     const int T = e->T;
     wf_layout_t need = wf_layout_of(p, true, T);
-    const float *a = in;
+    const void *a = in;
     int64_t lda = ld_in;
     wf_status_t st;
     if (wf_layout_width(&need, T) != p->local_in || il->n != p->in)
         return WF_E_INTERNAL;
+    /* a low-precision input is the GEMM's operand: the weight's dtype */
+    if (in_dt != WF_DTYPE_F32 && in_dt != L->w_dtype)
+        return WF_E_INTERNAL;
     if (!wf_layout_same(il, &need)) {
-        if ((size_t)(rows * p->local_in) > e->Xc_n)
+        if ((size_t)(rows * p->local_in) * wf_dtype_size(in_dt) > e->Xc_n * sizeof(float))
             return WF_E_INTERNAL;
-        float *xc = e->Xc;
-        st = wf_layout_convert(e, in, ld_in, il, rows, &need, 0, xc, p->local_in);
+        void *xc = e->Xc;
+        st = wf_layout_convert_dt(e, in_dt, in, ld_in, il, rows, &need, 0, xc, p->local_in);
         if (st != WF_OK)
             return st;
         a = xc;
@@ -225,13 +258,19 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
     }
     const int64_t lo = p->local_out;
     bool reduce = T > 1 && (p->style == WF_TP_ROWWISE || p->style == WF_TP_PACKED_ROWWISE);
+    /* a low-precision output only where the linear's own epilogue makes
+     * the final value: partial sums (tp rowwise, several weight blocks)
+     * stay f32 */
+    wf_dtype_t y_dt = reduce || L->nwb != 1 ? WF_DTYPE_F32 : out_dt;
     wf_linear_params_t lp = wf_linear_params_of(L, rows);
     lp.x = a;
+    lp.x_dtype = in_dt;
     lp.ldx = lda;
     lp.bias = reduce ? NULL : L->b;
     lp.act = reduce ? WF_ACT_NONE : act;
     lp.y = dst;
     lp.ldy = lo;
+    lp.y_dtype = y_dt;
     size_t need_ws = e->ops->linear_workspace(&lp);
     if (need_ws > e->lws_bytes)
         return WF_E_INTERNAL;
@@ -245,10 +284,12 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
         if (st != WF_OK)
             return st;
         if ((L->b || act != WF_ACT_NONE) &&
-            (st = e->ops->bias_act(e->ctx, dst, rows, lo, lo, L->b, act)) != WF_OK)
+            (st = e->ops->bias_act(e->ctx, dst, WF_DTYPE_F32, rows, lo, lo, L->b, act, NULL, 0,
+                                   WF_DTYPE_F32)) != WF_OK)
             return st;
     }
     *ret_lay = wf_layout_of(p, false, T);
+    *ret_dt = y_dt;
     return WF_OK;
 }
 
@@ -258,14 +299,25 @@ wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
                                  const float *in, int64_t ld_in, const wf_layout_t *il,
                                  int64_t rows, wf_act_t act, float *dst)
 {
+    return wf_linear_apply_full_dt(e, L, in, WF_DTYPE_F32, ld_in, il, rows, act, dst);
+}
+
+wf_status_t wf_linear_apply_full_dt(const wf_linear_env_t *e, const wf_linear_t *L,
+                                    const void *in, wf_dtype_t in_dt, int64_t ld_in,
+                                    const wf_layout_t *il, int64_t rows, wf_act_t act,
+                                    float *dst)
+{
     const wf_tp_place_t *p = &L->place;
     wf_layout_t ol = wf_layout_of(p, false, e->T);
+    wf_dtype_t dt;
     if (ol.nb == 0)
-        return wf_linear_apply(e, L, in, ld_in, il, rows, act, dst, &ol);
+        return wf_linear_apply_dt(e, L, in, in_dt, ld_in, il, rows, act, dst, WF_DTYPE_F32, &ol,
+                                  &dt);
     if ((size_t)(rows * p->local_out) > e->Y_n)
         return WF_E_INTERNAL;
     float *Y = e->Y;
-    wf_status_t st = wf_linear_apply(e, L, in, ld_in, il, rows, act, Y, &ol);
+    wf_status_t st = wf_linear_apply_dt(e, L, in, in_dt, ld_in, il, rows, act, Y, WF_DTYPE_F32,
+                                        &ol, &dt);
     if (st != WF_OK)
         return st;
     wf_layout_t full = wf_layout_full(p->out);
@@ -285,7 +337,17 @@ wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_grou
                                   int64_t rows, const wf_act_t *acts, float *dst,
                                   wf_linear_part_t *parts)
 {
+    return wf_linear_group_apply_dt(e, g, in, WF_DTYPE_F32, ld_in, il, rows, acts, dst,
+                                    WF_DTYPE_F32, parts);
+}
+
+wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_group_t *g,
+                                     const void *in, wf_dtype_t in_dt, int64_t ld_in,
+                                     const wf_layout_t *il, int64_t rows, const wf_act_t *acts,
+                                     void *dst, wf_dtype_t out_dt, wf_linear_part_t *parts)
+{
     const int64_t W = wf_linear_group_width(g);
+    wf_dtype_t dt = WF_DTYPE_F32;
     wf_status_t st;
     if (g->n < 1 || g->n > WF_LINEAR_GROUP_MAX)
         return WF_E_INTERNAL;
@@ -293,8 +355,8 @@ wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_grou
         wf_layout_t fl;
         if (g->all.place.local_out != W)
             return WF_E_INTERNAL;
-        if ((st = wf_linear_apply(e, &g->all, in, ld_in, il, rows, WF_ACT_NONE, dst, &fl)) !=
-            WF_OK)
+        if ((st = wf_linear_apply_dt(e, &g->all, in, in_dt, ld_in, il, rows, WF_ACT_NONE, dst,
+                                     out_dt, &fl, &dt)) != WF_OK)
             return st;
     }
     int64_t off = 0;
@@ -304,17 +366,20 @@ wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_grou
         wf_linear_part_t *pt = &parts[k];
         pt->lay = wf_layout_of(&L->place, false, e->T);
         if (g->fused) {
-            pt->y = dst + off;
+            pt->dt = dt;
+            pt->y = (unsigned char *)dst + (size_t)off * wf_dtype_size(dt);
             pt->ld = W;
             if (act != WF_ACT_NONE && rows > 0 &&
-                (st = e->ops->bias_act(e->ctx, pt->y, rows, L->place.local_out, W, NULL,
-                                       act)) != WF_OK)
+                (st = e->ops->bias_act(e->ctx, pt->y, dt, rows, L->place.local_out, W, NULL,
+                                       act, NULL, 0, dt)) != WF_OK)
                 return st;
         } else {
             wf_layout_t ol;
-            pt->y = dst + rows * off;
+            /* f32 room for each member: one that reduces over tp stays f32 */
+            pt->y = (unsigned char *)dst + (size_t)(rows * off) * sizeof(float);
             pt->ld = L->place.local_out;
-            if ((st = wf_linear_apply(e, L, in, ld_in, il, rows, act, pt->y, &ol)) != WF_OK)
+            if ((st = wf_linear_apply_dt(e, L, in, in_dt, ld_in, il, rows, act, pt->y, out_dt,
+                                         &ol, &pt->dt)) != WF_OK)
                 return st;
         }
         off += L->place.local_out;

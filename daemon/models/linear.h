@@ -13,7 +13,12 @@
  * rank enters the same collectives.
  *
  * The arithmetic is the backend's (ops->linear, bias_act, copy_rows) on
- * its memory, activations f32; the collectives are the comm's. Nothing
+ * its memory; the collectives are the comm's. Activations are f32, or
+ * (the _dt forms, a device backend with bf16 / f16 weights) a linear's
+ * input in its weight's dtype and an output in bf16 / f16 where the
+ * linear's own epilogue makes the final value; partial sums (rowwise tp
+ * before the all-reduce) and the outputs the residual stream takes stay
+ * f32. Nothing
  * here allocates or logs; scratch is the caller's (wf_linear_env_t).
  *
  * Not here: cutting a layer's weights from a checkpoint (the family's
@@ -75,9 +80,10 @@ typedef struct wf_linear_group {
 
 /* Where one member's output lies after wf_linear_group_apply. */
 typedef struct wf_linear_part {
-    float *y;         /* first element: rows x width(lay) floats */
-    int64_t ld;       /* floats between rows */
+    void *y;          /* first element: rows x width(lay) elements of dt */
+    int64_t ld;       /* elements between rows */
     wf_layout_t lay;  /* its layout over tp (the member's output layout) */
+    wf_dtype_t dt;    /* its dtype (f32; the group's out_dt where asked) */
 } wf_linear_part_t;
 
 /* Where this rank's linear layers run: the backend, the tp group, and
@@ -129,6 +135,12 @@ wf_status_t wf_layout_convert(const wf_linear_env_t *e, const float *src, int64_
                               const wf_layout_t *sl, int64_t rows, const wf_layout_t *tl,
                               int64_t a, float *dst, int64_t ld_dst);
 
+/* wf_layout_convert of elements of dtype dt (f32, bf16, f16: moved as
+ * bytes, the same on src and dst; e->G holds G_n floats of them). */
+wf_status_t wf_layout_convert_dt(const wf_linear_env_t *e, wf_dtype_t dt, const void *src,
+                                 int64_t ld_src, const wf_layout_t *sl, int64_t rows,
+                                 const wf_layout_t *tl, int64_t a, void *dst, int64_t ld_dst);
+
 /* The backend's linear params of layer L on an input of `rows` rows (x,
  * y, bias and act unset). */
 wf_linear_params_t wf_linear_params_of(const wf_linear_t *L, int64_t rows);
@@ -143,11 +155,29 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
                             int64_t ld_in, const wf_layout_t *il, int64_t rows, wf_act_t act,
                             float *dst, wf_layout_t *ret_lay);
 
+/* wf_linear_apply of an input in in_dt (f32, or the weight's dtype: the
+ * GEMM reads it as it is), asking for the output in out_dt; *ret_dt the
+ * dtype dst holds: out_dt, or f32 where the output is a partial sum
+ * (rowwise over tp, several weight blocks) finished after the linear.
+ * dst holds rows x local_out f32 whatever the dtype. WF_E_INTERNAL for a
+ * low-precision input in another dtype than the weight's. */
+wf_status_t wf_linear_apply_dt(const wf_linear_env_t *e, const wf_linear_t *L, const void *in,
+                               wf_dtype_t in_dt, int64_t ld_in, const wf_layout_t *il,
+                               int64_t rows, wf_act_t act, void *dst, wf_dtype_t out_dt,
+                               wf_layout_t *ret_lay, wf_dtype_t *ret_dt);
+
 /* wf_linear_apply with the full output in dst (rows x out, contiguous):
  * a split one is gathered through e->Y. */
 wf_status_t wf_linear_apply_full(const wf_linear_env_t *e, const wf_linear_t *L,
                                  const float *in, int64_t ld_in, const wf_layout_t *il,
                                  int64_t rows, wf_act_t act, float *dst);
+
+/* wf_linear_apply_full of an input in in_dt (as wf_linear_apply_dt);
+ * the output f32. */
+wf_status_t wf_linear_apply_full_dt(const wf_linear_env_t *e, const wf_linear_t *L,
+                                    const void *in, wf_dtype_t in_dt, int64_t ld_in,
+                                    const wf_layout_t *il, int64_t rows, wf_act_t act,
+                                    float *dst);
 
 /* Floats per row of a group's outputs on this rank (sum of the
  * members' local_out). */
@@ -165,5 +195,14 @@ wf_status_t wf_linear_group_apply(const wf_linear_env_t *e, const wf_linear_grou
                                   const float *in, int64_t ld_in, const wf_layout_t *il,
                                   int64_t rows, const wf_act_t *acts, float *dst,
                                   wf_linear_part_t *parts);
+
+/* wf_linear_group_apply of an input in in_dt, asking for the outputs in
+ * out_dt (as wf_linear_apply_dt: each part's dt says what it holds, f32
+ * where a member's output is a partial sum finished after its linear);
+ * dst holds rows x the group's width f32 whatever the dtype. */
+wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_group_t *g,
+                                     const void *in, wf_dtype_t in_dt, int64_t ld_in,
+                                     const wf_layout_t *il, int64_t rows, const wf_act_t *acts,
+                                     void *dst, wf_dtype_t out_dt, wf_linear_part_t *parts);
 
 #endif /* WF_LINEAR_H */

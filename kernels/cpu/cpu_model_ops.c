@@ -21,8 +21,17 @@
  * allow dst == src call an in-place variant with a single pointer, so the
  * compiler needs no runtime overlap checks.
  *
+ * Low-precision activations (backend.h: linear's x / y, modln's,
+ * bias_act's and head_norm_rope's dst in bf16 / f16) are the device
+ * path's reference: the op computes in f32 exactly as for an f32
+ * activation, an input is widened exactly, an output rounded once to
+ * nearest even as it is stored. The CPU forward itself keeps every
+ * activation f32; those paths allocate an f32 copy per call (tests and
+ * the stand-in device only).
+ *
  * Not here: attention (cpu_backend.c), logging, allocation except the f32
- * tile of a bf16 / f16 weight (kept in the context, grown once).
+ * tile of a bf16 / f16 weight (kept in the context, grown once) and the
+ * f32 copies of low-precision activations above.
  */
 #include "cpu_model_ops.h"
 #include "ops_check.h"
@@ -158,9 +167,12 @@ static void bias_act_rows(float *y, int64_t rows, int64_t n, int64_t ldy,
 
 /* A bf16 / f16 weight: each block converted to f32 `to` output rows at a
  * time (the tile), one sgemm per tile into its columns of y; the blocks
- * accumulate in block order as with f32 weights. */
+ * accumulate in block order as with f32 weights. p's x and y are f32
+ * here (wf_cpu_linear widens / narrows around it). */
 static wf_status_t linear_lowp(wf_backend_ctx_t *ctx, const wf_linear_params_t *p)
 {
+    const float *px = p->x;
+    float *py = p->y;
     int64_t maxw = 0;
     for (uint32_t k = 0; k < p->nwb; k++)
         maxw = p->wbw[k] > maxw ? p->wbw[k] : maxw;
@@ -194,8 +206,8 @@ static wf_status_t linear_lowp(wf_backend_ctx_t *ctx, const wf_linear_params_t *
             wf_convert_rows_to_f32(tile, wb + (size_t)(o0 * p->ldw) * es, p->w_dtype,
                                    (size_t)tn, (size_t)w, (size_t)p->ldw);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->rows, (int)tn,
-                        (int)w, 1.0f, p->x + acol, (int)p->ldx, tile, (int)w,
-                        k == 0 ? 0.0f : 1.0f, p->y + o0, (int)p->ldy);
+                        (int)w, 1.0f, px + acol, (int)p->ldx, tile, (int)w,
+                        k == 0 ? 0.0f : 1.0f, py + o0, (int)p->ldy);
         }
         acol += w;
     }
@@ -211,23 +223,51 @@ wf_status_t wf_cpu_linear(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
         return WF_E_BAD_ARGUMENT;
     if (p->rows == 0)
         return WF_OK;
-    if (p->w_dtype == WF_DTYPE_F32) {
+    /* q: p with an f32 x and y (a low-precision one widened / computed in
+     * an f32 copy) */
+    wf_linear_params_t q = *p;
+    float *xf = NULL, *yf = NULL;
+    wf_status_t st = WF_OK;
+    if (p->x_dtype != WF_DTYPE_F32) {
+        xf = malloc((size_t)(p->rows * p->in) * sizeof(float));
+        if (!xf)
+            return WF_E_NO_MEMORY;
+        wf_convert_rows_to_f32(xf, p->x, p->x_dtype, (size_t)p->rows, (size_t)p->in,
+                               (size_t)p->ldx);
+        q.x = xf;
+        q.ldx = p->in;
+    }
+    if (p->y_dtype != WF_DTYPE_F32) {
+        yf = malloc((size_t)(p->rows * p->out) * sizeof(float));
+        if (!yf) {
+            free(xf);
+            return WF_E_NO_MEMORY;
+        }
+        q.y = yf;
+        q.ldy = p->out;
+    }
+    if (q.w_dtype == WF_DTYPE_F32) {
         /* one sgemm per column block, accumulating (daemon/models/linear.c) */
         int64_t acol = 0;
-        for (uint32_t k = 0; k < p->nwb; k++) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->rows,
-                        (int)p->out, (int)p->wbw[k], 1.0f, p->x + acol, (int)p->ldx,
-                        (const float *)p->wb[k], (int)p->ldw, k == 0 ? 0.0f : 1.0f,
-                        p->y, (int)p->ldy);
-            acol += p->wbw[k];
+        for (uint32_t k = 0; k < q.nwb; k++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)q.rows,
+                        (int)q.out, (int)q.wbw[k], 1.0f, (const float *)q.x + acol,
+                        (int)q.ldx, (const float *)q.wb[k], (int)q.ldw,
+                        k == 0 ? 0.0f : 1.0f, q.y, (int)q.ldy);
+            acol += q.wbw[k];
         }
     } else {
-        wf_status_t st = linear_lowp(ctx, p);
-        if (st != WF_OK)
-            return st;
+        st = linear_lowp(ctx, &q);
     }
-    bias_act_rows(p->y, p->rows, p->out, p->ldy, p->bias, p->act);
-    return WF_OK;
+    if (st == WF_OK) {
+        bias_act_rows(q.y, q.rows, q.out, q.ldy, q.bias, q.act);
+        if (yf)
+            wf_convert_rows_from_f32(p->y, p->y_dtype, (size_t)p->ldy, yf, (size_t)p->rows,
+                                     (size_t)p->out);
+    }
+    free(xf);
+    free(yf);
+    return st;
 }
 
 /* ---- bias_act, act, add -------------------------------------------------------- */
@@ -249,16 +289,36 @@ static void bias_act_rows(float *y, int64_t rows, int64_t n, int64_t ldy,
     }
 }
 
-wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
-                            int64_t n, int64_t ldy, const float *bias,
-                            wf_act_t act)
+wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, void *y, wf_dtype_t y_dtype,
+                            int64_t rows, int64_t n, int64_t ldy, const float *bias,
+                            wf_act_t act, void *dst, int64_t ld_dst,
+                            wf_dtype_t dst_dtype)
 {
     (void)ctx;
-    if (!wf_ops_bias_act_ok(y, rows, n, ldy, bias, act))
+    if (!wf_ops_bias_act_ok(y, y_dtype, rows, n, ldy, bias, act, dst, ld_dst, dst_dtype))
         return WF_E_BAD_ARGUMENT;
     if (rows == 0 || n == 0)
         return WF_OK;
-    bias_act_rows(y, rows, n, ldy, bias, act);
+    if (!dst && y_dtype == WF_DTYPE_F32) {
+        bias_act_rows(y, rows, n, ldy, bias, act);
+        return WF_OK;
+    }
+    /* one f32 row at a time (y widened exactly), then stored in the
+     * destination's dtype (dst, or y itself in place) */
+    float *row = malloc((size_t)n * sizeof(float));
+    if (!row)
+        return WF_E_NO_MEMORY;
+    void *out = dst ? dst : y;
+    const wf_dtype_t odt = dst ? dst_dtype : y_dtype;
+    const int64_t ldo = dst ? ld_dst : ldy;
+    const size_t ys = esize(y_dtype), os = esize(odt);
+    for (int64_t r = 0; r < rows; r++) {
+        wf_convert_to_f32(row, (const unsigned char *)y + (size_t)(r * ldy) * ys, y_dtype,
+                          (size_t)n);
+        bias_act_rows(row, 1, n, n, bias, act);
+        wf_convert_from_f32((unsigned char *)out + (size_t)(r * ldo) * os, odt, row, (size_t)n);
+    }
+    free(row);
     return WF_OK;
 }
 
@@ -395,13 +455,18 @@ wf_status_t wf_cpu_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p)
     (void)ctx;
     if (!wf_ops_modln_ok(p))
         return WF_E_BAD_ARGUMENT;
-    bool inplace = (const float *)p->dst == p->src;
+    bool inplace = (const void *)p->dst == (const void *)p->src;
+    const bool lowp = p->dst_dtype != WF_DTYPE_F32;
     const double C = (double)p->C, eps = (double)p->eps;
+    float *row = NULL; /* a low-precision dst: each row in f32 first */
+    if (lowp && p->nbatch * p->per > 0 && !(row = malloc((size_t)p->C * sizeof(float))))
+        return WF_E_NO_MEMORY;
     for (int64_t b = 0; b < p->nbatch; b++) {
         const float *sh = p->shift + b * p->ld_mod, *sc = p->scale + b * p->ld_mod;
         for (int64_t r = 0; r < p->per; r++) {
             const float *x = p->src + (b * p->per + r) * p->ld_src;
-            float *y = p->dst + (b * p->per + r) * p->ld_dst;
+            int64_t yo = (b * p->per + r) * p->ld_dst;
+            float *y = lowp ? row : (float *)p->dst + yo;
             double mean = sum_f64(x, p->C) / C;
             double var = sqdev_f64(x, p->C, mean) / C;
             double inv = 1.0 / sqrt(var + eps);
@@ -409,8 +474,11 @@ wf_status_t wf_cpu_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t *p)
                 modln_apply_ip(y, sc, sh, p->C, mean, inv);
             else
                 modln_apply(x, y, sc, sh, p->C, mean, inv);
+            if (lowp)
+                wf_convert_from_f32((uint16_t *)p->dst + yo, p->dst_dtype, row, (size_t)p->C);
         }
     }
+    free(row);
     return WF_OK;
 }
 
@@ -485,10 +553,27 @@ wf_status_t wf_cpu_head_norm_rope(wf_backend_ctx_t *ctx, const wf_headrope_param
     const int64_t HD = p->H * p->D;
     const bool rope = p->cos != NULL;
     const int64_t D = p->D;
+    const bool lowp = p->dst_dtype != WF_DTYPE_F32;
+    float *tmp = NULL; /* a low-precision dst: each row in f32 first */
+    if (lowp && p->nbatch * p->per > 0 && !(tmp = malloc((size_t)HD * sizeof(float))))
+        return WF_E_NO_MEMORY;
+    const bool lowsrc = p->src_dtype != WF_DTYPE_F32;
+    float *wide = NULL; /* a low-precision src: each row widened first */
+    if (lowsrc && p->nbatch * p->per > 0 && !(wide = malloc((size_t)HD * sizeof(float)))) {
+        free(tmp);
+        return WF_E_NO_MEMORY;
+    }
     for (int64_t b = 0; b < p->nbatch; b++)
         for (int64_t s = 0; s < p->per; s++) {
-            const float *row = p->src + (b * p->per + s) * p->ld_src;
-            float *o = p->dst + (b * p->L + p->row0 + s) * HD;
+            const int64_t so = (b * p->per + s) * p->ld_src;
+            const float *row = (const float *)p->src + so;
+            if (lowsrc) {
+                wf_convert_to_f32(wide, (const uint16_t *)p->src + so, p->src_dtype,
+                                  (size_t)HD);
+                row = wide;
+            }
+            int64_t oo = (b * p->L + p->row0 + s) * HD;
+            float *o = lowp ? tmp : (float *)p->dst + oo;
             const float *c = rope ? p->cos + (p->row0 + s) * D : NULL;
             const float *sn = rope ? p->sin + (p->row0 + s) * D : NULL;
             for (int64_t h = 0; h < p->H; h++) {
@@ -499,7 +584,11 @@ wf_status_t wf_cpu_head_norm_rope(wf_backend_ctx_t *ctx, const wf_headrope_param
                 if (rope)
                     rope_head(o + h * D, c, sn, D);
             }
+            if (lowp)
+                wf_convert_from_f32((uint16_t *)p->dst + oo, p->dst_dtype, tmp, (size_t)HD);
         }
+    free(tmp);
+    free(wide);
     return WF_OK;
 }
 

@@ -20,9 +20,10 @@ struct wf_backend_ctx {
 size_t wf_cpu_linear_workspace(const wf_linear_params_t *p);
 wf_status_t wf_cpu_linear(wf_backend_ctx_t *ctx, const wf_linear_params_t *p,
                           void *workspace);
-wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
-                            int64_t n, int64_t ldy, const float *bias,
-                            wf_act_t act);
+wf_status_t wf_cpu_bias_act(wf_backend_ctx_t *ctx, void *y, wf_dtype_t y_dtype,
+                            int64_t rows, int64_t n, int64_t ldy, const float *bias,
+                            wf_act_t act, void *dst, int64_t ld_dst,
+                            wf_dtype_t dst_dtype);
 wf_status_t wf_cpu_act(wf_backend_ctx_t *ctx, float *dst, const float *src,
                        int64_t n, wf_act_t act);
 wf_status_t wf_cpu_axpy(wf_backend_ctx_t *ctx, float *y, float alpha, const float *x,

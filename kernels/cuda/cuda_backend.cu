@@ -29,10 +29,11 @@
  *
  * Model ops: params checked by the checks every backend shares
  * (ops_check.h), then the CUDA limits (cuda_plan.c), launched by
- * model_ops.cu / gemm_lt.cu. A linear with bf16 / f16 weights rounds x
- * into its workspace first; the last column block's matmul carries the
- * bias and GELU as cuBLASLt epilogue; SiLU (and whatever the epilogue
- * could not take) is one bias_act kernel after.
+ * model_ops.cu / gemm_lt.cu. A linear with bf16 / f16 weights reads an
+ * x already in that dtype in place, and rounds an f32 x into its
+ * workspace first; the last column block's matmul carries the bias and
+ * GELU as cuBLASLt epilogue and stores y in its dtype; SiLU (and whatever
+ * the epilogue could not take) is one bias_act kernel after.
  *
  * Transfers (xfer_*): a second non-blocking stream per context, made at
  * the first call, ordered after the main stream by events from a pool
@@ -503,11 +504,12 @@ wf_status_t linear(wf_backend_ctx_t *c, const wf_linear_params_t *p, void *works
         return st;
     if (!on_device(c))
         return WF_E_INTERNAL;
-    const unsigned char *bbase = static_cast<const unsigned char *>(static_cast<const void *>(p->x));
-    size_t esz = 4;
+    const unsigned char *bbase = static_cast<const unsigned char *>(p->x);
+    size_t esz = p->x_dtype == WF_DTYPE_F32 ? 4 : 2;
     if (pl.convert_x) {
-        if ((st = wf_cuda_round_rows_launch(workspace, p->w_dtype, p->x, p->rows, p->in, p->ldx,
-                                            c->stream)) != WF_OK)
+        if ((st = wf_cuda_round_rows_launch(workspace, p->w_dtype,
+                                            static_cast<const float *>(p->x), p->rows, p->in,
+                                            p->ldx, c->stream)) != WF_OK)
             return st;
         bbase = static_cast<const unsigned char *>(workspace);
         esz = 2;
@@ -528,24 +530,31 @@ wf_status_t linear(wf_backend_ctx_t *c, const wf_linear_params_t *p, void *works
         }
     }
     if (post_bias || post_act != WF_ACT_NONE)
-        return wf_cuda_bias_act_launch(p->y, p->rows, p->out, p->ldy, post_bias ? p->bias : nullptr,
-                                       post_act, c->stream);
+        return wf_cuda_bias_act_launch(p->y, p->y_dtype, p->ldy, p->y, p->y_dtype, p->ldy,
+                                       p->rows, p->out, post_bias ? p->bias : nullptr, post_act,
+                                       c->stream);
     return WF_OK;
 }
 
-wf_status_t bias_act(wf_backend_ctx_t *c, float *y, int64_t rows, int64_t n, int64_t ldy,
-                     const float *bias, wf_act_t act)
+wf_status_t bias_act(wf_backend_ctx_t *c, void *y, wf_dtype_t y_dtype, int64_t rows,
+                     int64_t n, int64_t ldy, const float *bias, wf_act_t act, void *dst,
+                     int64_t ld_dst, wf_dtype_t dst_dtype)
 {
-    if (!c || !wf_ops_bias_act_ok(y, rows, n, ldy, bias, act) || rows > INT32_MAX ||
-        n > INT32_MAX || ldy > INT32_MAX)
+    if (!c ||
+        !wf_ops_bias_act_ok(y, y_dtype, rows, n, ldy, bias, act, dst, ld_dst, dst_dtype) ||
+        rows > INT32_MAX || n > INT32_MAX || ldy > INT32_MAX || ld_dst > INT32_MAX)
         return WF_E_BAD_ARGUMENT;
     if (rows == 0 || n == 0)
         return WF_OK;
-    if (!bias && act == WF_ACT_NONE)
+    if (!dst && !bias && act == WF_ACT_NONE)
         return WF_OK;
     if (!on_device(c))
         return WF_E_INTERNAL;
-    return wf_cuda_bias_act_launch(y, rows, n, ldy, bias, act, c->stream);
+    if (!dst)
+        return wf_cuda_bias_act_launch(y, y_dtype, ldy, y, y_dtype, ldy, rows, n, bias, act,
+                                       c->stream);
+    return wf_cuda_bias_act_launch(y, y_dtype, ldy, dst, dst_dtype, ld_dst, rows, n, bias, act,
+                                   c->stream);
 }
 
 wf_status_t act(wf_backend_ctx_t *c, float *dst, const float *src, int64_t n, wf_act_t a)

@@ -67,9 +67,13 @@ wf_status_t wf_cuda_fill_f32_launch(float *dst, float value, size_t n,
 
 /* ---- model ops (model_ops.cu) ---- params checked by the caller. */
 
-/* y = act(y + bias) for (rows, n) rows ldy apart; bias (n) or NULL. */
-wf_status_t wf_cuda_bias_act_launch(float *y, int64_t rows, int64_t n, int64_t ldy,
-                                    const float *bias, wf_act_t act, cudaStream_t stream);
+/* dst = act(src + bias) for (rows, n): src rows ld_src apart in src_dt,
+ * dst rows ld_dst apart in dst_dt (dst may be src with the same dtype
+ * and ld: in place); bias (n) f32 or NULL. */
+wf_status_t wf_cuda_bias_act_launch(const void *src, wf_dtype_t src_dt, int64_t ld_src,
+                                    void *dst, wf_dtype_t dst_dt, int64_t ld_dst, int64_t rows,
+                                    int64_t n, const float *bias, wf_act_t act,
+                                    cudaStream_t stream);
 
 /* dst[i] = act(src[i]), n elements. */
 wf_status_t wf_cuda_act_launch(float *dst, const float *src, int64_t n, wf_act_t act,
@@ -158,6 +162,6 @@ void wf_cuda_lt_destroy(wf_cuda_lt_t **lt);
  * ran the plain matmul: the caller applies the epilogue's bias and GELU.
  * WF_E_INTERNAL when no algorithm exists or the launch fails. */
 wf_status_t wf_cuda_lt_matmul(wf_cuda_lt_t *lt, const wf_cuda_gemm_t *g, const void *b,
-                              float *y, const float *bias, int *ret_fused, cudaStream_t stream);
+                              void *y, const float *bias, int *ret_fused, cudaStream_t stream);
 
 #endif /* WF_CUDA_LAUNCH_H */

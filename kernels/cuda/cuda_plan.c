@@ -524,7 +524,8 @@ int64_t wf_cuda_ptr_align(const void *ptr)
 
 size_t wf_cuda_linear_workspace(const wf_linear_params_t *p)
 {
-    if (!wf_ops_linear_shape_ok(p) || p->w_dtype == WF_DTYPE_F32 || p->rows == 0)
+    if (!wf_ops_linear_shape_ok(p) || p->w_dtype == WF_DTYPE_F32 ||
+        p->x_dtype != WF_DTYPE_F32 || p->rows == 0)
         return 0;
     uint64_t b = (uint64_t)p->rows * (uint64_t)p->in * 2u;
     return (size_t)((b + WF_CUDA_ALIGN - 1) & ~(uint64_t)(WF_CUDA_ALIGN - 1));
@@ -541,7 +542,7 @@ wf_status_t wf_cuda_linear_plan(const wf_linear_params_t *p, const void *workspa
         *ret = pl;
         return WF_OK;
     }
-    pl.convert_x = p->w_dtype != WF_DTYPE_F32;
+    pl.convert_x = p->w_dtype != WF_DTYPE_F32 && p->x_dtype == WF_DTYPE_F32;
     if (pl.convert_x) {
         pl.x_bytes = (uint64_t)p->rows * (uint64_t)p->in * 2u;
         if (!workspace || ((uintptr_t)workspace & (WF_CUDA_ALIGN - 1)) != 0)
@@ -551,7 +552,7 @@ wf_status_t wf_cuda_linear_plan(const wf_linear_params_t *p, const void *workspa
     pl.post_bias = p->bias && !bias_fused;
     int gelu_fused = p->act == WF_ACT_GELU_TANH && fuse_gelu && !pl.post_bias;
     pl.post_act = p->act == WF_ACT_NONE || gelu_fused ? WF_ACT_NONE : (int)p->act;
-    const size_t bsz = pl.convert_x ? 2u : 4u;
+    const size_t bsz = pl.convert_x || p->x_dtype != WF_DTYPE_F32 ? 2u : 4u;
     const unsigned char *bbase =
         pl.convert_x ? (const unsigned char *)workspace : (const unsigned char *)p->x;
     int64_t col = 0;
@@ -563,6 +564,7 @@ wf_status_t wf_cuda_linear_plan(const wf_linear_params_t *p, const void *workspa
         g->beta = i == 0 ? 0.0f : 1.0f;
         wf_cuda_gemm_key_t *k = &g->key;
         k->dtype = (int64_t)p->w_dtype;
+        k->c_dtype = (int64_t)p->y_dtype;
         k->m = p->out;
         k->n = p->rows;
         k->k = p->wbw[i];

@@ -472,9 +472,11 @@ wf_status_t wf_cuda_arena_res_free(wf_cuda_arena_t *a, uint64_t offset);
  * carries the epilogue (bias, GELU), which cuBLASLt applies to
  * alpha A B + beta C, i.e. to the full sum.
  *
- * Precision: bf16 / f16 weights: x is rounded to the weight dtype in
- * the workspace (contiguous, rows x in), products in fp32
- * (CUBLAS_COMPUTE_32F), y and bias f32. f32 weights: x used as is,
+ * Precision: bf16 / f16 weights: an f32 x is rounded to the weight dtype
+ * in the workspace (contiguous, rows x in), an x already in that dtype
+ * (x_dtype) is read in place; products in fp32 (CUBLAS_COMPUTE_32F),
+ * bias f32, y f32 or (y_dtype) bf16 / f16, the epilogue's f32 result
+ * rounded once as D is stored. f32 weights: x used as is,
  * CUBLAS_COMPUTE_32F with f32 operands, which is plain fp32 (TF32 only
  * with CUBLAS_COMPUTE_32F_FAST_TF32, never asked for). */
 
@@ -490,7 +492,8 @@ enum {
  * the context's descriptor / heuristic cache. All 64-bit fields: no
  * padding, compared with memcmp. */
 typedef struct wf_cuda_gemm_key {
-    int64_t dtype;            /* wf_dtype_t of A and B (C, D: f32) */
+    int64_t dtype;            /* wf_dtype_t of A and B */
+    int64_t c_dtype;          /* wf_dtype_t of C = D (y_dtype) */
     int64_t m, n, k;          /* column-major, see above */
     int64_t lda, ldb, ldc;    /* ldc = ldd */
     int64_t epilogue;         /* WF_CUDA_EPI_* */
@@ -510,17 +513,20 @@ typedef struct wf_cuda_linear_plan {
     int convert_x;        /* 1: x rounded to w_dtype into the workspace */
     uint64_t x_bytes;     /* bytes of that copy (rows * in * 2), else 0 */
     int post_bias;        /* 1: bias added by a kernel after the matmuls
-                             (not fused: a bias pointer not 16-byte aligned) */
+                             (not fused: a bias pointer not 16-byte aligned;
+                             with a bf16 / f16 y the kernel reads the sum
+                             already rounded to y's dtype) */
     int post_act;         /* wf_act_t applied by a kernel after the matmuls
                              (SiLU always; GELU when not fused) */
     uint32_t nwb;         /* matmuls */
     wf_cuda_gemm_t g[WF_LINEAR_MAX_BLOCKS];
 } wf_cuda_linear_plan_t;
 
-/* Bytes of workspace linear() needs: 0 for f32 weights; for bf16 / f16
- * weights rows * in * 2 rounded up to WF_CUDA_ALIGN (x rounded to the
- * weight dtype). 0 for invalid shapes or rows 0. Pure: the pointers of p
- * are not looked at (admission asks before any buffer exists). */
+/* Bytes of workspace linear() needs: 0 for f32 weights or an x already
+ * in the weight's dtype; for bf16 / f16 weights and an f32 x rows * in *
+ * 2 rounded up to WF_CUDA_ALIGN (x rounded to the weight dtype). 0 for
+ * invalid shapes or rows 0. Pure: the pointers of p are not looked at
+ * (admission asks before any buffer exists). */
 size_t wf_cuda_linear_workspace(const wf_linear_params_t *p);
 
 /* Check p (backend.h's rules: pointers non-NULL, rows >= 0, in and out

@@ -7,10 +7,11 @@
  *
  * One matmul, column-major (the mapping from row-major y = x W^T is in
  * cuda_plan.h, "linear"):
- *   D (m x n, f32, ldc) = epilogue(alpha op(A) B + beta C), C = D = y,
+ *   D (m x n, ldc) = epilogue(alpha op(A) B + beta C), C = D = y in y's
+ *   dtype (f32, or bf16 / f16: the epilogue's f32 result rounded once),
  *   A (k x m, lda) in the weight dtype, op(A) = A^T (CUBLAS_OP_T),
- *   B (k x n, ldb) in the weight dtype (bf16 / f16: x rounded into the
- *   linear's workspace) or f32, CUBLAS_OP_N,
+ *   B (k x n, ldb) in the weight dtype (bf16 / f16: x as its producer
+ *   wrote it, or rounded into the linear's workspace) or f32, CUBLAS_OP_N,
  *   compute CUBLAS_COMPUTE_32F, scale type f32 (alpha 1, beta 0 / 1).
  * The epilogue: CUBLASLT_EPILOGUE_BIAS (an f32 bias of m, broadcast over
  * the n columns, added before the activation), _GELU, _GELU_BIAS. The
@@ -47,7 +48,7 @@ struct lt_entry {
     cublasLtMatmulDescOpaque_t desc;  /* operation, epilogue */
     cublasLtMatrixLayoutOpaque_t la;  /* A (k x m) */
     cublasLtMatrixLayoutOpaque_t lb;  /* B (k x n) */
-    cublasLtMatrixLayoutOpaque_t lc;  /* C = D (m x n) f32 */
+    cublasLtMatrixLayoutOpaque_t lc;  /* C = D (m x n) in key.c_dtype */
     cublasLtMatmulAlgo_t algo;        /* the heuristic's first answer */
 };
 
@@ -108,7 +109,8 @@ bool plan_entry(wf_cuda_lt *lt, lt_entry *e, int64_t epi, const float *bias)
     }
     if (!ok(cublasLtMatrixLayoutInit(&e->la, ab, (uint64_t)k->k, (uint64_t)k->m, k->lda)) ||
         !ok(cublasLtMatrixLayoutInit(&e->lb, ab, (uint64_t)k->k, (uint64_t)k->n, k->ldb)) ||
-        !ok(cublasLtMatrixLayoutInit(&e->lc, CUDA_R_32F, (uint64_t)k->m, (uint64_t)k->n, k->ldc)))
+        !ok(cublasLtMatrixLayoutInit(&e->lc, cuda_type(k->c_dtype), (uint64_t)k->m,
+                                     (uint64_t)k->n, k->ldc)))
         return false;
     cublasLtMatmulPreferenceOpaque_t pref;
     if (!ok(cublasLtMatmulPreferenceInit(&pref)))
@@ -202,7 +204,7 @@ void wf_cuda_lt_destroy(wf_cuda_lt_t **plt)
 }
 
 wf_status_t wf_cuda_lt_matmul(wf_cuda_lt_t *lt, const wf_cuda_gemm_t *g, const void *b,
-                              float *y, const float *bias, int *ret_fused, cudaStream_t stream)
+                              void *y, const float *bias, int *ret_fused, cudaStream_t stream)
 {
     lt_entry *e = lookup(lt, &g->key, bias);
     if (!e)

@@ -45,18 +45,19 @@ __device__ __forceinline__ float apply_act(float v, int act)
     return v;
 }
 
-/* y (rows, n) rows ldy apart: y = act(y + bias). grid.y strides rows,
- * grid.x * block strides columns (wf_cuda_rows_geometry). */
-__global__ void bias_act_kernel(float *y, int rows, int n, long long ldy, const float *bias,
-                                int act)
+/* dst (rows, n) rows ldd apart in ddt = act(src + bias), src (rows, n)
+ * rows lds apart in sdt (dst may be src, same dtype and ld: each thread
+ * writes only what it read). grid.y strides rows, grid.x * block strides
+ * columns (wf_cuda_rows_geometry). */
+__global__ void bias_act_kernel(const void *src, int sdt, long long lds, void *dst, int ddt,
+                                long long ldd, int rows, int n, const float *bias, int act)
 {
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-        float *row = y + (long long)r * ldy;
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += gridDim.x * blockDim.x) {
-            float v = row[c];
+            float v = wf_cuda_load_dt(src, sdt, (long long)r * lds + c);
             if (bias)
                 v += bias[c];
-            row[c] = apply_act(v, act);
+            wf_cuda_store_dt(dst, ddt, (long long)r * ldd + c, apply_act(v, act));
         }
     }
 }
@@ -143,8 +144,9 @@ __device__ float block_sum(float v, float *sh)
 
 /* AdaLN (wf_modln_params_t): one block per row (grid strides rows).
  * Two passes for the statistics (mean, then mean squared deviation:
- * no cancellation), a third writes; each thread writes only the
- * columns it read, so dst may be src. */
+ * no cancellation), a third writes in dst's dtype (a bf16 dst is the
+ * next linear's x); each thread writes only the columns it read, so dst
+ * may be src (f32). */
 __global__ void modln_kernel(wf_modln_params_t p, int rows)
 {
     __shared__ float sh[32];
@@ -152,7 +154,7 @@ __global__ void modln_kernel(wf_modln_params_t p, int rows)
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         const int b = row / (int)p.per;
         const float *x = p.src + (long long)row * p.ld_src;
-        float *y = p.dst + (long long)row * p.ld_dst;
+        const long long yo = (long long)row * p.ld_dst;
         const float *sh_b = p.shift + (long long)b * p.ld_mod;
         const float *sc_b = p.scale + (long long)b * p.ld_mod;
         float s = 0.0f;
@@ -168,7 +170,7 @@ __global__ void modln_kernel(wf_modln_params_t p, int rows)
         const float inv = 1.0f / sqrtf(var + p.eps);
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
             float nv = (x[c] - mean) * inv;
-            y[c] = nv * (1.0f + sc_b[c]) + sh_b[c];
+            wf_cuda_store_dt(p.dst, (int)p.dst_dtype, yo + c, nv * (1.0f + sc_b[c]) + sh_b[c]);
         }
     }
 }
@@ -188,10 +190,11 @@ __global__ void gate_residual_kernel(float *S, long long ld_s, const float *y, l
 }
 
 /* Per-head RMSNorm + RoPE into joint order (wf_headrope_params_t): one
- * warp per (row, head) item, item = row * H + h. The norm's sum of
+ * warp per (row, head) item, item = row * H + h, src read in its dtype
+ * (a projection's bf16 output widened exactly). The norm's sum of
  * squares is a warp reduction; each lane then writes the pairs
  * (2j, 2j + 1), j = lane, lane + 32, ... (D odd, norm only: element by
- * element). */
+ * element), in dst's dtype (bf16: the attention kernels' q / k / v). */
 __global__ void head_norm_rope_kernel(wf_headrope_params_t p, int items)
 {
     const int lane = threadIdx.x % 32;
@@ -200,33 +203,41 @@ __global__ void head_norm_rope_kernel(wf_headrope_params_t p, int items)
     for (int it = blockIdx.x * wpb + threadIdx.x / 32; it < items; it += gridDim.x * wpb) {
         const int row = it / H, h = it % H;
         const int b = row / per, s = row % per;
-        const float *x = p.src + (long long)row * p.ld_src + (long long)h * D;
-        float *o = p.dst + ((long long)b * p.L + p.row0 + s) * (long long)H * D + (long long)h * D;
+        const long long xo = (long long)row * p.ld_src + (long long)h * D;
+        const int xdt = (int)p.src_dtype;
+        const long long oo =
+            ((long long)b * p.L + p.row0 + s) * (long long)H * D + (long long)h * D;
+        const int odt = (int)p.dst_dtype;
         float inv = 1.0f;
         if (p.norm) {
             float ss = 0.0f;
-            for (int d = lane; d < D; d += 32)
-                ss += x[d] * x[d];
+            for (int d = lane; d < D; d += 32) {
+                const float v = wf_cuda_load_dt(p.src, xdt, xo + d);
+                ss += v * v;
+            }
             for (int k = 16; k > 0; k /= 2)
                 ss += __shfl_xor_sync(0xffffffffu, ss, k);
             inv = 1.0f / sqrtf(ss / (float)D + p.eps);
         }
         if (!p.cos) {
-            for (int d = lane; d < D; d += 32)
-                o[d] = p.norm ? (x[d] * inv) * p.norm[d] : x[d];
+            for (int d = lane; d < D; d += 32) {
+                const float v = wf_cuda_load_dt(p.src, xdt, xo + d);
+                wf_cuda_store_dt(p.dst, odt, oo + d, p.norm ? (v * inv) * p.norm[d] : v);
+            }
             continue;
         }
         const float *cs = p.cos + (long long)(p.row0 + s) * D;
         const float *sn = p.sin + (long long)(p.row0 + s) * D;
         for (int j = lane; j < D / 2; j += 32) {
             const int d = 2 * j;
-            float x0 = x[d], x1 = x[d + 1];
+            float x0 = wf_cuda_load_dt(p.src, xdt, xo + d);
+            float x1 = wf_cuda_load_dt(p.src, xdt, xo + d + 1);
             if (p.norm) {
                 x0 = (x0 * inv) * p.norm[d];
                 x1 = (x1 * inv) * p.norm[d + 1];
             }
-            o[d] = x0 * cs[d] - x1 * sn[d];
-            o[d + 1] = x1 * cs[d + 1] + x0 * sn[d + 1];
+            wf_cuda_store_dt(p.dst, odt, oo + d, x0 * cs[d] - x1 * sn[d]);
+            wf_cuda_store_dt(p.dst, odt, oo + d + 1, x1 * cs[d + 1] + x0 * sn[d + 1]);
         }
     }
 }
@@ -401,15 +412,18 @@ wf_status_t launched() { return cudaGetLastError() == cudaSuccess ? WF_OK : WF_E
 
 } /* namespace */
 
-wf_status_t wf_cuda_bias_act_launch(float *y, int64_t rows, int64_t n, int64_t ldy,
-                                    const float *bias, wf_act_t act, cudaStream_t stream)
+wf_status_t wf_cuda_bias_act_launch(const void *src, wf_dtype_t src_dt, int64_t ld_src,
+                                    void *dst, wf_dtype_t dst_dt, int64_t ld_dst, int64_t rows,
+                                    int64_t n, const float *bias, wf_act_t act,
+                                    cudaStream_t stream)
 {
     if (rows == 0 || n == 0)
         return WF_OK;
     unsigned g[3], b[3];
     wf_cuda_rows_geometry(rows, n, g, b);
-    bias_act_kernel<<<d3(g), d3(b), 0, stream>>>(y, (int)rows, (int)n, (long long)ldy, bias,
-                                                 (int)act);
+    bias_act_kernel<<<d3(g), d3(b), 0, stream>>>(src, (int)src_dt, (long long)ld_src, dst,
+                                                 (int)dst_dt, (long long)ld_dst, (int)rows,
+                                                 (int)n, bias, (int)act);
     return launched();
 }
 

@@ -20,4 +20,26 @@ static __device__ __forceinline__ float wf_cuda_round_to(float x, int dt)
     return x;
 }
 
+/* Element i of buf (dtype dt: f32, bf16, f16) read as f32 / stored from v
+ * rounded to nearest even: an activation whose dtype is a kernel
+ * argument (backend.h's low-precision activations). */
+static __device__ __forceinline__ float wf_cuda_load_dt(const void *buf, int dt, long long i)
+{
+    if (dt == WF_DTYPE_BF16)
+        return __bfloat162float(static_cast<const __nv_bfloat16 *>(buf)[i]);
+    if (dt == WF_DTYPE_F16)
+        return __half2float(static_cast<const __half *>(buf)[i]);
+    return static_cast<const float *>(buf)[i];
+}
+
+static __device__ __forceinline__ void wf_cuda_store_dt(void *buf, int dt, long long i, float v)
+{
+    if (dt == WF_DTYPE_BF16)
+        static_cast<__nv_bfloat16 *>(buf)[i] = __float2bfloat16_rn(v);
+    else if (dt == WF_DTYPE_F16)
+        static_cast<__half *>(buf)[i] = __float2half_rn(v);
+    else
+        static_cast<float *>(buf)[i] = v;
+}
+
 #endif /* WF_CUDA_ROUND_DTYPE_CUH */

@@ -1201,8 +1201,10 @@ static void test_elementwise_ops(void)
         for (int wb = 0; wb < 2; wb++) {
             float *y = hrand(ny, 6.0f), *b = hrand((size_t)n, 1.0f), *yg = malloc(ny * 4);
             float *dy = dev_copy(y, ny * 4), *dbias = dev_copy(b, (size_t)n * 4);
-            CHECK_TRUE(C->bias_act(cctx, y, rows, n, ldy, wb ? b : NULL, acts[a]) == WF_OK);
-            CHECK_TRUE(G->bias_act(gctx, dy, rows, n, ldy, wb ? dbias : NULL, acts[a]) == WF_OK);
+            CHECK_TRUE(C->bias_act(cctx, y, WF_DTYPE_F32, rows, n, ldy, wb ? b : NULL, acts[a],
+                                   NULL, 0, WF_DTYPE_F32) == WF_OK);
+            CHECK_TRUE(G->bias_act(gctx, dy, WF_DTYPE_F32, rows, n, ldy, wb ? dbias : NULL,
+                                   acts[a], NULL, 0, WF_DTYPE_F32) == WF_OK);
             fetch(yg, dy, ny * 4);
             char what[64];
             snprintf(what, sizeof what, "bias_act act %d bias %d", acts[a], wb);
@@ -1246,8 +1248,10 @@ static void test_elementwise_ops(void)
     CHECK_TRUE(G->act(gctx, (float *)8, (float *)8, -1, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 0) == WF_OK);
     CHECK_TRUE(G->add(gctx, NULL, NULL, 1) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 7, NULL, WF_ACT_SILU) == WF_E_BAD_ARGUMENT);
-    CHECK_TRUE(G->bias_act(gctx, (float *)8, 2, 8, 8, NULL, (wf_act_t)5) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 7, NULL, WF_ACT_SILU, NULL, 0,
+                           WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
+    CHECK_TRUE(G->bias_act(gctx, (float *)8, WF_DTYPE_F32, 2, 8, 8, NULL, (wf_act_t)5, NULL, 0,
+                           WF_DTYPE_F32) == WF_E_BAD_ARGUMENT);
 }
 
 static void test_modln_gate(void)
@@ -1268,7 +1272,7 @@ static void test_modln_gate(void)
             float *ds = dev_copy(src, ns * 4), *dm = dev_copy(mod, nm * 4);
             float *dd = inplace ? ds : dev_copy(dc, nd * 4);
             wf_modln_params_t p = {nb, per, W, src, lds, dc, ldd, mod + 0 * W, mod + 1 * W, ldm,
-                                   1e-6f};
+                                   1e-6f, WF_DTYPE_F32};
             CHECK_TRUE(C->modln(cctx, &p) == WF_OK);
             p.src = ds; p.dst = dd; p.shift = dm; p.scale = dm + W;
             CHECK_TRUE(G->modln(gctx, &p) == WF_OK);
@@ -1294,7 +1298,7 @@ static void test_modln_gate(void)
         G->dev_reset(gctx);
         free(S); free(y); free(gt); free(Sg);
     }
-    wf_modln_params_t bad = {1, 1, 8, NULL, 8, NULL, 8, NULL, NULL, 8, 1e-6f};
+    wf_modln_params_t bad = {1, 1, 8, NULL, 8, NULL, 8, NULL, NULL, 8, 1e-6f, WF_DTYPE_F32};
     CHECK_TRUE(G->modln(gctx, &bad) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->modln(gctx, NULL) == WF_E_BAD_ARGUMENT);
     CHECK_TRUE(G->gate_residual(gctx, (float *)8, 7, (float *)8, 8, (float *)8, 8, 1, 1, 8) ==
@@ -1318,7 +1322,7 @@ static void test_head_norm_rope(void)
             float *dcs = dev_copy(cs, nt * 4), *dsn = dev_copy(sn, nt * 4), *dd = dev_copy(dc, nd * 4);
             wf_headrope_params_t p = {nb, per, L, row0, H, D, src, lds, dc,
                                       mode & 1 ? nw : NULL, mode & 2 ? cs : NULL,
-                                      mode & 2 ? sn : NULL, 1e-6f};
+                                      mode & 2 ? sn : NULL, 1e-6f, WF_DTYPE_F32, WF_DTYPE_F32};
             CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
             p.src = dsrc; p.dst = dd; p.norm = mode & 1 ? dnw : NULL;
             p.cos = mode & 2 ? dcs : NULL; p.sin = mode & 2 ? dsn : NULL;
@@ -1332,8 +1336,163 @@ static void test_head_norm_rope(void)
             free(src); free(nw); free(cs); free(sn); free(dc); free(dg);
         }
     wf_headrope_params_t bad = {1, 4, 3, 0, 1, 8, (float *)8, 8, (float *)8, NULL, NULL, NULL,
-                                1e-6f};
+                                1e-6f, WF_DTYPE_F32, WF_DTYPE_F32};
     CHECK_TRUE(G->head_norm_rope(gctx, &bad) == WF_E_BAD_ARGUMENT); /* per > L - row0 */
+}
+
+/* n bf16 values of a device buffer, widened to f32 into h. */
+static void fetch_bf16(float *h, const void *d, size_t n)
+{
+    uint16_t *t = malloc(n * 2);
+    fetch(t, d, n * 2);
+    wf_convert_to_f32(h, t, WF_DTYPE_BF16, n);
+    free(t);
+}
+
+/* The low-precision activations (backend.h): a linear reading a bf16 x
+ * in place and writing a bf16 y, modln / bias_act / head_norm_rope
+ * writing bf16, each against the CPU backend's same call (which computes
+ * in f32 and rounds once). A device value may round to the bf16
+ * neighbour of the CPU's when the f32 results straddle a rounding
+ * boundary: one bf16 step, 2^-7 relative, on top of each op's f32
+ * tolerance (the linear's bf16-product 1e-2 as in test_linear). */
+static void test_lowp_activations(void)
+{
+    NEED_CPU(linear);
+    NEED_CPU(modln);
+    NEED_CPU(head_norm_rope);
+    NEED_CPU(bias_act);
+    const double step = 0x1p-7;
+    /* linear: bf16 weights, x, y; FLUX-like width, odd rows, strided x / y */
+    for (int fx = 0; fx < 2; fx++) { /* fx 1: an f32 x (the rounding pass), bf16 y */
+        const int64_t R = 77, IN = 3072, OUT = 96, LDX = IN + 8, LDY = OUT + 4;
+        const size_t nx = (size_t)(R * LDX), nw = (size_t)(OUT * IN), ny = (size_t)(R * LDY);
+        float *x = hrand(nx, 1.0f), *wf = hrand(nw, 0.05f), *bias = hrand((size_t)OUT, 1.0f);
+        uint16_t *xh = malloc(nx * 2), *wh = malloc(nw * 2), *yh = malloc(ny * 2);
+        wf_convert_from_f32(xh, WF_DTYPE_BF16, x, nx);
+        wf_convert_from_f32(wh, WF_DTYPE_BF16, wf, nw);
+        for (size_t i = 0; i < ny; i++)
+            yh[i] = 0x7FC0; /* NaN: an element not written fails */
+        wf_linear_params_t p;
+        memset(&p, 0, sizeof p);
+        p.rows = R; p.in = IN; p.out = OUT; p.ldx = LDX; p.ldy = LDY; p.ldw = IN;
+        p.w_dtype = WF_DTYPE_BF16; p.nwb = 1; p.wbw[0] = IN; p.act = WF_ACT_GELU_TANH;
+        p.x_dtype = fx ? WF_DTYPE_F32 : WF_DTYPE_BF16;
+        p.y_dtype = WF_DTYPE_BF16;
+        p.x = fx ? (const void *)x : (const void *)xh;
+        p.wb[0] = wh; p.bias = bias; p.y = yh;
+        CHECK_TRUE(C->linear(cctx, &p, NULL) == WF_OK);
+        float *yc = malloc(ny * 4), *yg = malloc(ny * 4);
+        wf_convert_to_f32(yc, yh, WF_DTYPE_BF16, ny);
+        void *dx = fx ? dev_copy(x, nx * 4) : dev_copy(xh, nx * 2);
+        void *dw = dev_copy(wh, nw * 2), *dy = dev_copy(yh, ny * 2);
+        float *db = dev_copy(bias, (size_t)OUT * 4);
+        p.x = dx; p.wb[0] = dw; p.bias = db; p.y = dy;
+        size_t gws = G->linear_workspace(&p);
+        CHECK_TRUE(gws == (fx ? ((size_t)(R * IN * 2) + 255) / 256 * 256 : 0));
+        void *ws = NULL;
+        if (gws)
+            CHECK_TRUE(G->dev_alloc(gctx, gws, &ws) == WF_OK);
+        CHECK_TRUE(G->linear(gctx, &p, ws) == WF_OK);
+        fetch_bf16(yg, dy, ny);
+        compare_slack(fx ? "linear f32 x -> bf16 y (GELU, bias)"
+                         : "linear bf16 x -> bf16 y (GELU, bias)",
+                      yc, yg, ny, 1e-2 + step, -1, NULL);
+        G->dev_reset(gctx);
+        free(x); free(wf); free(bias); free(xh); free(wh); free(yh); free(yc); free(yg);
+    }
+    /* modln into bf16 rows (C 3072, odd row stride) */
+    {
+        const int64_t nb = 2, per = 37, W = 3072, lds = W + 5, ldd = W + 2, ldm = 6 * W;
+        const size_t ns = (size_t)(nb * per * lds), nd = (size_t)(nb * per * ldd),
+                     nm = (size_t)(nb * ldm);
+        float *src = hrand(ns, 3.0f), *mod = hrand(nm, 0.5f), *dc = malloc(nd * 4),
+              *dg = malloc(nd * 4);
+        uint16_t *hc = malloc(nd * 2);
+        for (size_t i = 0; i < nd; i++)
+            hc[i] = 0x7FC0;
+        void *dd = dev_copy(hc, nd * 2);
+        float *ds = dev_copy(src, ns * 4), *dm = dev_copy(mod, nm * 4);
+        wf_modln_params_t p = {nb, per, W, src, lds, hc, ldd, mod, mod + W, ldm, 1e-6f,
+                               WF_DTYPE_BF16};
+        CHECK_TRUE(C->modln(cctx, &p) == WF_OK);
+        wf_convert_to_f32(dc, hc, WF_DTYPE_BF16, nd);
+        p.src = ds; p.dst = dd; p.shift = dm; p.scale = dm + W;
+        CHECK_TRUE(G->modln(gctx, &p) == WF_OK);
+        fetch_bf16(dg, dd, nd);
+        compare("modln -> bf16", dc, dg, nd, 1e-5 + step, -1);
+        G->dev_reset(gctx);
+        free(src); free(mod); free(dc); free(dg); free(hc);
+    }
+    /* bias_act (GELU) from f32 rows into bf16 rows */
+    {
+        const int64_t R = 41, N = 12288, LDY = N + 3, LDD = N + 1;
+        const size_t ny = (size_t)(R * LDY), nd = (size_t)(R * LDD);
+        float *y = hrand(ny, 3.0f), *bias = hrand((size_t)N, 1.0f), *dc = malloc(nd * 4),
+              *dg = malloc(nd * 4);
+        uint16_t *hc = malloc(nd * 2);
+        for (size_t i = 0; i < nd; i++)
+            hc[i] = 0x7FC0;
+        float *dy = dev_copy(y, ny * 4), *db = dev_copy(bias, (size_t)N * 4);
+        void *dd = dev_copy(hc, nd * 2);
+        CHECK_TRUE(C->bias_act(cctx, y, WF_DTYPE_F32, R, N, LDY, bias, WF_ACT_GELU_TANH, hc, LDD,
+                               WF_DTYPE_BF16) == WF_OK);
+        wf_convert_to_f32(dc, hc, WF_DTYPE_BF16, nd);
+        CHECK_TRUE(G->bias_act(gctx, dy, WF_DTYPE_F32, R, N, LDY, db, WF_ACT_GELU_TANH, dd, LDD,
+                               WF_DTYPE_BF16) == WF_OK);
+        fetch_bf16(dg, dd, nd);
+        compare("bias_act GELU -> bf16", dc, dg, nd, 1e-5 + step, -1);
+        /* a bf16 y (a GEMM's bf16 output) in place */
+        uint16_t *yh = malloc(ny * 2);
+        float *yc = malloc(ny * 4), *yg = malloc(ny * 4);
+        wf_convert_from_f32(yh, WF_DTYPE_BF16, y, ny);
+        void *dyh = dev_copy(yh, ny * 2);
+        CHECK_TRUE(C->bias_act(cctx, yh, WF_DTYPE_BF16, R, N, LDY, bias, WF_ACT_GELU_TANH, NULL,
+                               0, WF_DTYPE_BF16) == WF_OK);
+        wf_convert_to_f32(yc, yh, WF_DTYPE_BF16, ny);
+        CHECK_TRUE(G->bias_act(gctx, dyh, WF_DTYPE_BF16, R, N, LDY, db, WF_ACT_GELU_TANH, NULL,
+                               0, WF_DTYPE_BF16) == WF_OK);
+        fetch_bf16(yg, dyh, ny);
+        compare("bias_act GELU bf16 in place", yc, yg, ny, 1e-5 + step, -1);
+        G->dev_reset(gctx);
+        free(y); free(bias); free(dc); free(dg); free(hc); free(yh); free(yc); free(yg);
+    }
+    /* head_norm_rope into bf16 joint q (D 128, norm and rope) */
+    {
+        const int64_t nb = 2, per = 23, L = 40, row0 = 9, H = 3, D = 128, lds = H * D + 7;
+        const size_t ns = (size_t)(nb * per * lds), nd = (size_t)(nb * L * H * D),
+                     nt = (size_t)(L * D);
+        float *src = hrand(ns, 4.f), *nw = hrand((size_t)D, 1.f), *cs = hrand(nt, 1.f),
+              *sn = hrand(nt, 1.f), *dc = malloc(nd * 4), *dg = malloc(nd * 4);
+        uint16_t *hc = calloc(nd, 2); /* rows outside [row0, row0 + per) stay 0 on both */
+        float *dsrc = dev_copy(src, ns * 4), *dnw = dev_copy(nw, (size_t)D * 4);
+        float *dcs = dev_copy(cs, nt * 4), *dsn = dev_copy(sn, nt * 4);
+        void *dd = dev_copy(hc, nd * 2);
+        wf_headrope_params_t p = {nb, per, L, row0, H, D, src, lds, hc, nw, cs, sn, 1e-6f,
+                                  WF_DTYPE_BF16, WF_DTYPE_F32};
+        CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
+        wf_convert_to_f32(dc, hc, WF_DTYPE_BF16, nd);
+        p.src = dsrc; p.dst = dd; p.norm = dnw; p.cos = dcs; p.sin = dsn;
+        CHECK_TRUE(G->head_norm_rope(gctx, &p) == WF_OK);
+        fetch_bf16(dg, dd, nd);
+        compare("head_norm_rope -> bf16", dc, dg, nd, 1e-5 + step, -1);
+        /* a bf16 src (a projection's bf16 output) */
+        uint16_t *sh = malloc(ns * 2);
+        wf_convert_from_f32(sh, WF_DTYPE_BF16, src, ns);
+        void *dsh = dev_copy(sh, ns * 2);
+        memset(hc, 0, nd * 2);
+        p.src = sh; p.dst = hc; p.norm = nw; p.cos = cs; p.sin = sn;
+        p.src_dtype = WF_DTYPE_BF16;
+        CHECK_TRUE(C->head_norm_rope(cctx, &p) == WF_OK);
+        wf_convert_to_f32(dc, hc, WF_DTYPE_BF16, nd);
+        p.src = dsh; p.dst = dd; p.norm = dnw; p.cos = dcs; p.sin = dsn;
+        CHECK_TRUE(G->head_norm_rope(gctx, &p) == WF_OK);
+        fetch_bf16(dg, dd, nd);
+        compare("head_norm_rope bf16 -> bf16", dc, dg, nd, 1e-5 + step, -1);
+        free(sh);
+        G->dev_reset(gctx);
+        free(src); free(nw); free(cs); free(sn); free(dc); free(dg); free(hc);
+    }
 }
 
 static void test_tables(void)
@@ -1729,6 +1888,7 @@ int main(int argc, char **argv)
     test_elementwise_ops();
     test_modln_gate();
     test_head_norm_rope();
+    test_lowp_activations();
     test_tables();
     test_copy_rows();
     test_resident_memory();

@@ -767,14 +767,16 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     if (!ctx || !p || p->nwb > WF_LINEAR_MAX_BLOCKS || !dt_valid(p->w_dtype))
         return WF_E_BAD_ARGUMENT;
+    if (!dt_valid(p->x_dtype) || !dt_valid(p->y_dtype))
+        return WF_E_BAD_ARGUMENT;
     stage_t stg = {.n = 0};
-    int ix = stage_add(&stg, p->x, p->rows, p->in, p->ldx, sizeof(float), false);
+    int ix = stage_add(&stg, p->x, p->rows, p->in, p->ldx, dt_size(p->x_dtype), false);
     int iw[WF_LINEAR_MAX_BLOCKS];
     for (uint32_t k = 0; k < p->nwb; k++)
         iw[k] = stage_add(&stg, p->wb[k], p->out, p->wbw[k], p->ldw,
                           dt_size(p->w_dtype), false);
     int ib = stage_add(&stg, p->bias, 1, p->out, 0, sizeof(float), false);
-    int iy = stage_add(&stg, p->y, p->rows, p->out, p->ldy, sizeof(float), true);
+    int iy = stage_add(&stg, p->y, p->rows, p->out, p->ldy, dt_size(p->y_dtype), true);
     size_t wsb = standin_linear_workspace(p);
     if (wsb) {
         const unsigned char *w = workspace;
@@ -792,8 +794,10 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
                                                STANDIN_ALIGN * STANDIN_ALIGN);
         st = cws ? WF_OK : WF_E_NO_MEMORY;
     }
-    /* a bf16 / f16 weight: the input rounded to its dtype first, as the
-     * CUDA backend's GEMM takes it */
+    /* a bf16 / f16 weight and an f32 x: the input rounded to the
+     * weight's dtype first, as the CUDA backend's GEMM takes it (an x
+     * already in that dtype is read as it is; a bf16 / f16 y is the CPU
+     * op's f32 result rounded once, as cuBLASLt's epilogue stores it) */
     float *xr = NULL;
     wf_linear_params_t chk = *p;
     if (st == WF_OK) {
@@ -805,8 +809,8 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
         chk.bias = stg.r[ib].host;
         chk.y = stg.r[iy].host;
     }
-    if (st == WF_OK && p->w_dtype != WF_DTYPE_F32 && p->rows > 0 && p->in > 0 &&
-        wf_ops_linear_ok(&chk)) {
+    if (st == WF_OK && p->w_dtype != WF_DTYPE_F32 && p->x_dtype == WF_DTYPE_F32 &&
+        p->rows > 0 && p->in > 0 && wf_ops_linear_ok(&chk)) {
         size_t esz = dt_size(p->w_dtype);
         xr = malloc((size_t)(p->rows * p->in) * sizeof(float));
         unsigned char *row = malloc((size_t)p->in * esz);
@@ -841,20 +845,22 @@ static wf_status_t standin_linear(wf_backend_ctx_t *ctx,
     return stage_finish(ctx, &stg, st);
 }
 
-static wf_status_t standin_bias_act(wf_backend_ctx_t *ctx, float *y, int64_t rows,
-                                    int64_t n, int64_t ldy, const float *bias,
-                                    wf_act_t act)
+static wf_status_t standin_bias_act(wf_backend_ctx_t *ctx, void *y, wf_dtype_t y_dtype,
+                                    int64_t rows, int64_t n, int64_t ldy,
+                                    const float *bias, wf_act_t act, void *dst,
+                                    int64_t ld_dst, wf_dtype_t dst_dtype)
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
-    if (!ctx)
+    if (!ctx || !dt_valid(dst_dtype) || !dt_valid(y_dtype))
         return WF_E_BAD_ARGUMENT;
     stage_t stg = {.n = 0};
-    int iy = stage_add(&stg, y, rows, n, ldy, sizeof(float), true);
+    int iy = stage_add(&stg, y, rows, n, ldy, dt_size(y_dtype), !dst);
     int ib = stage_add(&stg, bias, 1, n, 0, sizeof(float), false);
+    int id = stage_add(&stg, dst, rows, n, ld_dst, dt_size(dst_dtype), true);
     wf_status_t st = stage_pull(ctx, &stg);
     if (st == WF_OK)
-        st = cpu->bias_act(ctx->cpu, stg.r[iy].host, rows, n, ldy,
-                           stg.r[ib].host, act);
+        st = cpu->bias_act(ctx->cpu, stg.r[iy].host, y_dtype, rows, n, ldy,
+                           stg.r[ib].host, act, stg.r[id].host, ld_dst, dst_dtype);
     return stage_finish(ctx, &stg, st);
 }
 
@@ -926,11 +932,11 @@ static wf_status_t standin_modln(wf_backend_ctx_t *ctx, const wf_modln_params_t 
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     int64_t rows;
-    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows))
+    if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) || !dt_valid(p->dst_dtype))
         return WF_E_BAD_ARGUMENT;
     stage_t stg = {.n = 0};
     int is = stage_add(&stg, p->src, rows, p->C, p->ld_src, sizeof(float), false);
-    int id = stage_add(&stg, p->dst, rows, p->C, p->ld_dst, sizeof(float), true);
+    int id = stage_add(&stg, p->dst, rows, p->C, p->ld_dst, dt_size(p->dst_dtype), true);
     int ish = stage_add(&stg, p->shift, p->nbatch, p->C, p->ld_mod, sizeof(float), false);
     int isc = stage_add(&stg, p->scale, p->nbatch, p->C, p->ld_mod, sizeof(float), false);
     wf_status_t st = stage_pull(ctx, &stg);
@@ -974,7 +980,8 @@ static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
     const wf_backend_ops_t *cpu = wf_backend_cpu();
     int64_t rows, hd, last = 0, tab = 0; /* last: rows of dst staged */
     if (!ctx || !p || !rows_of(p->nbatch, p->per, &rows) || !rows_of(p->H, p->D, &hd) ||
-        p->row0 < 0 || p->L < 0 || p->per > INT64_MAX - p->row0)
+        p->row0 < 0 || p->L < 0 || p->per > INT64_MAX - p->row0 || !dt_valid(p->dst_dtype) ||
+        !dt_valid(p->src_dtype))
         return WF_E_BAD_ARGUMENT;
     if (rows > 0) {
         /* dst: the whole (nbatch, L) joint buffer, the extent the CPU op
@@ -986,8 +993,8 @@ static wf_status_t standin_head_norm_rope(wf_backend_ctx_t *ctx,
             return WF_E_BAD_ARGUMENT;
     }
     stage_t stg = {.n = 0};
-    int is = stage_add(&stg, p->src, rows, hd, p->ld_src, sizeof(float), false);
-    int id = stage_add(&stg, p->dst, last, hd, hd, sizeof(float), true);
+    int is = stage_add(&stg, p->src, rows, hd, p->ld_src, dt_size(p->src_dtype), false);
+    int id = stage_add(&stg, p->dst, last, hd, hd, dt_size(p->dst_dtype), true);
     int in = stage_add(&stg, p->norm, 1, p->D, 0, sizeof(float), false);
     int ic = stage_add(&stg, p->cos, tab, p->D, p->D, sizeof(float), false);
     int isn = stage_add(&stg, p->sin, tab, p->D, p->D, sizeof(float), false);

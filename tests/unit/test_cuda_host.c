@@ -93,6 +93,18 @@ static void test_geometry(void)
                            g.kernel == WF_CUDA_KERNEL_MMA);
             }
     {
+        /* A FLUX.1-dev forward's attention at 1024 x 1024 on a bf16 device
+         * (daemon/models/flux: head_norm_rope writes q / k / v in bf16,
+         * the attention its output in bf16): the wgmma kernel. */
+        wf_attn_params_t p = attn_params(1, 4608, 4608, 24, 24, 128, WF_DTYPE_BF16);
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_WGMMA && g.grid[1] == 24);
+        /* f32 q / k / v (a model whose activations stay f32): mma.sync */
+        p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = WF_DTYPE_F32;
+        CHECK_TRUE(wf_cuda_attn_geometry(&p, &H100W, &g) == WF_OK &&
+                   g.kernel == WF_CUDA_KERNEL_MMA);
+    }
+    {
         /* Shared memory too small for the wgmma tiles: mma.sync. */
         wf_cuda_limits_t w = H100W;
         w.smem_optin = 160 * 1024;
@@ -391,6 +403,7 @@ static wf_linear_params_t mkl(int64_t rows, int64_t in, int64_t out, wf_dtype_t 
 
 static void test_linear_plan(void)
 {
+    static float xbuf_of_plan[4096] __attribute__((aligned(256)));
     static char ws[4096] __attribute__((aligned(256)));
     static float bias[64] __attribute__((aligned(64)));
     wf_cuda_linear_plan_t pl;
@@ -451,6 +464,37 @@ static void test_linear_plan(void)
     p.bias = NULL;
     CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK);
     CHECK_TRUE(pl.g[2].key.epilogue == WF_CUDA_EPI_GELU && pl.post_bias == 0);
+    /* A bf16 x (its producer wrote the GEMM's operand): read in place with
+     * its own ld, no workspace, no rounding pass; a bf16 y: C = D bf16. */
+    p = mkl(5, 24, 12, WF_DTYPE_BF16);
+    p.ldx = 40; p.ldy = 16;
+    p.x_dtype = WF_DTYPE_BF16;
+    p.y_dtype = WF_DTYPE_BF16;
+    p.x = (const char *)xbuf_of_plan + 2;
+    CHECK_TRUE(wf_cuda_linear_workspace(&p) == 0);
+    CHECK_TRUE(wf_cuda_linear_plan(&p, NULL, 1, &pl) == WF_OK);
+    CHECK_TRUE(pl.convert_x == 0 && pl.x_bytes == 0 && pl.nwb == 1);
+    CHECK_TRUE(pl.g[0].key.ldb == 40 && pl.g[0].key.dtype == WF_DTYPE_BF16 &&
+               pl.g[0].key.c_dtype == WF_DTYPE_BF16 && pl.g[0].key.align_b == 2);
+    /* an f32 x keeps the rounding pass whatever y is; C = D f32 by default */
+    p.x_dtype = WF_DTYPE_F32;
+    p.x = xbuf_of_plan;
+    CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK && pl.convert_x == 1 &&
+               pl.g[0].key.c_dtype == WF_DTYPE_BF16);
+    p.y_dtype = WF_DTYPE_F32;
+    CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_OK &&
+               pl.g[0].key.c_dtype == WF_DTYPE_F32);
+    /* x in a dtype other than the weight's, a bf16 y over two blocks:
+     * refused */
+    p.x_dtype = WF_DTYPE_F16;
+    CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_E_BAD_ARGUMENT);
+    p.x_dtype = WF_DTYPE_BF16;
+    p.w_dtype = WF_DTYPE_F32;
+    CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_E_BAD_ARGUMENT);
+    p.x_dtype = WF_DTYPE_F32;
+    p.y_dtype = WF_DTYPE_BF16;
+    p.nwb = 2; p.wbw[0] = 8; p.wbw[1] = 16; p.wb[1] = p.wb[0];
+    CHECK_TRUE(wf_cuda_linear_plan(&p, ws, 1, &pl) == WF_E_BAD_ARGUMENT);
     /* rows 0: nothing to do, no pointers needed. */
     wf_linear_params_t z = mkl(0, 24, 12, WF_DTYPE_BF16);
     z.x = NULL; z.y = NULL; z.wb[0] = NULL;
@@ -520,7 +564,7 @@ static void test_linear_plan(void)
     CHECK_TRUE(wf_cuda_ptr_align((void *)0x1002) == 2);
     CHECK_TRUE(wf_cuda_ptr_align((void *)0x1001) == 1);
     /* The key has no padding (it is compared with memcmp). */
-    CHECK_TRUE(sizeof(wf_cuda_gemm_key_t) == 11 * sizeof(int64_t));
+    CHECK_TRUE(sizeof(wf_cuda_gemm_key_t) == 12 * sizeof(int64_t));
 }
 
 
@@ -676,7 +720,7 @@ static void test_elementwise(void)
     /* shift / scale apart from dst, and head_norm_rope's dst apart from
      * src: the common checks (ops_check.h) refuse overlaps */
     static float buf[16], mod[56], hsrc[240], hdst[576];
-    wf_modln_params_t m = {2, 3, 8, buf, 8, buf, 8, mod, mod, 48, 1e-6f};
+    wf_modln_params_t m = {2, 3, 8, buf, 8, buf, 8, mod, mod, 48, 1e-6f, WF_DTYPE_F32};
     CHECK_TRUE(wf_cuda_modln_ok(&m));
     m.ld_src = 7; CHECK_TRUE(!wf_cuda_modln_ok(&m)); m.ld_src = 8;
     m.ld_mod = 7; CHECK_TRUE(!wf_cuda_modln_ok(&m)); m.ld_mod = 48;
@@ -687,7 +731,8 @@ static void test_elementwise(void)
     m.eps = NAN; CHECK_TRUE(!wf_cuda_modln_ok(&m)); m.eps = 1e-6f;
     CHECK_TRUE(!wf_cuda_modln_ok(NULL));
 
-    wf_headrope_params_t h = {2, 5, 12, 7, 3, 8, hsrc, 24, hdst, NULL, buf, buf, 1e-6f};
+    wf_headrope_params_t h = {2, 5, 12, 7, 3, 8, hsrc, 24, hdst, NULL, buf, buf, 1e-6f,
+                              WF_DTYPE_F32, WF_DTYPE_F32};
     CHECK_TRUE(wf_cuda_headrope_ok(&h));
     h.row0 = 8; CHECK_TRUE(!wf_cuda_headrope_ok(&h)); h.row0 = 7; /* rows 7..11 of L = 12 */
     h.ld_src = 23; CHECK_TRUE(!wf_cuda_headrope_ok(&h)); h.ld_src = 24;

@@ -296,7 +296,8 @@ static void test_bias_act(void)
             fill(y0, (size_t)(rows * ldy), 5.0f);
             fill(b, (size_t)n, 1.0f);
             memcpy(y, y0, (size_t)(rows * ldy) * sizeof(float));
-            CHECK(ops->bias_act(ctx, y, rows, n, ldy, hb ? b : NULL, (wf_act_t)a) == WF_OK,
+            CHECK(ops->bias_act(ctx, y, WF_DTYPE_F32, rows, n, ldy, hb ? b : NULL, (wf_act_t)a,
+                                NULL, 0, WF_DTYPE_F32) == WF_OK,
                   "bias_act");
             int bad = 0;
             for (int64_t r = 0; r < rows; r++)
@@ -655,12 +656,18 @@ static void test_refusals(void)
     p = g; p.bias = d + 2; BAD(ops->linear(ctx, &p, NULL), "linear bias inside y");
     p = g; p.w_dtype = WF_DTYPE_BF16; p.ldx = 7; BAD(ops->linear(ctx, &p, NULL), "linear bf16 ldx");
 
-    BAD(ops->bias_act(ctx, NULL, 2, 4, 4, c, WF_ACT_SILU), "bias_act y NULL");
-    BAD(ops->bias_act(ctx, d, -1, 4, 4, c, WF_ACT_SILU), "bias_act rows < 0");
-    BAD(ops->bias_act(ctx, d, 2, -4, 4, c, WF_ACT_SILU), "bias_act n < 0");
-    BAD(ops->bias_act(ctx, d, 2, 4, 3, c, WF_ACT_SILU), "bias_act ldy < n");
-    BAD(ops->bias_act(ctx, d, 2, 4, 4, c, (wf_act_t)-1), "bias_act bad act");
-    BAD(ops->bias_act(ctx, d, 2, 4, 4, d + 2, WF_ACT_SILU), "bias_act bias inside y");
+    BAD(ops->bias_act(ctx, NULL, WF_DTYPE_F32, 2, 4, 4, c, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32),
+                      "bias_act y NULL");
+    BAD(ops->bias_act(ctx, d, WF_DTYPE_F32, -1, 4, 4, c, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32),
+                      "bias_act rows < 0");
+    BAD(ops->bias_act(ctx, d, WF_DTYPE_F32, 2, -4, 4, c, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32),
+                      "bias_act n < 0");
+    BAD(ops->bias_act(ctx, d, WF_DTYPE_F32, 2, 4, 3, c, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32),
+                      "bias_act ldy < n");
+    BAD(ops->bias_act(ctx, d, WF_DTYPE_F32, 2, 4, 4, c, (wf_act_t)-1, NULL, 0, WF_DTYPE_F32),
+                      "bias_act bad act");
+    BAD(ops->bias_act(ctx, d, WF_DTYPE_F32, 2, 4, 4, d + 2, WF_ACT_SILU, NULL, 0, WF_DTYPE_F32),
+                      "bias_act bias inside y");
 
     BAD(ops->act(ctx, NULL, a, 4, WF_ACT_SILU), "act dst NULL");
     BAD(ops->act(ctx, d, NULL, 4, WF_ACT_SILU), "act src NULL");

@@ -18,6 +18,11 @@
  * Every comparison is also run on a copy of its outputs with one element
  * moved past the tolerance (or one bit flipped), which must fail: a check
  * that cannot fail fails.
+ * The ops with a low-precision activation (linear's x / y, bias_act's,
+ * modln's and head_norm_rope's dst) run a second case in bf16 whose
+ * outputs follow the f32 ones: the same fp64 reference (of the bf16
+ * inputs), the f32 tolerance plus one bf16 rounding, 2^-8 (|ref| + tol)
+ * (BF16_U below); the stand-in still gives the CPU's bits.
  * Besides the table: wf_backend_supports / wf_backend_op_name /
  * wf_backend_require on the backends and on a table missing an entry.
  */
@@ -25,6 +30,7 @@
 #include "reference.h"
 #include "support/check.h"
 #include "support/standin_dev.h"
+#include "tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -128,6 +134,30 @@ static void fill(float *v, size_t n, float lo, float hi)
 typedef size_t (*row_fn)(bk_t *b, float *got, double *ref, double *tol);
 
 static const double U = 5.9604644775390625e-08; /* 2^-24, f32 unit roundoff */
+static const double BF16_U = 0.00390625;        /* 2^-8, bf16 unit roundoff */
+
+/* The tolerance of a value within t of ref in f32, then rounded to bf16. */
+static double bf16_tol(double r, double t) { return t + BF16_U * (fabs(r) + t); }
+
+/* n bf16 values of a backend buffer, widened to f32 into dst. */
+static void get_bf16(bk_t *b, float *dst, const void *src, size_t n)
+{
+    uint16_t *h = malloc(n * 2 + 2);
+    if (!h) {
+        b->broken = true;
+        return;
+    }
+    get(b, h, src, n * 2);
+    wf_convert_to_f32(dst, h, WF_DTYPE_BF16, n);
+    free(h);
+}
+
+/* v rounded to bf16 and back, n values in place (inputs a bf16 op reads). */
+static void round_bf16(float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = wf_bf16_to_f32(wf_f32_to_bf16(v[i]));
+}
 
 /* attention: B 1, Sq 9, Skv 11, Hq 4, Hkv 2, D 64 (a CUDA head dim),
  * causal with offsets;
@@ -169,7 +199,11 @@ static size_t row_attention(bk_t *b, float *got, double *ref, double *tol)
 }
 
 /* linear: rows 5, in 48 (two weight blocks 32 + 16), out 24, f32
- * weights, bias, SiLU; tol 4 in u sum|x w| + 4u |ref| + 1e-7. */
+ * weights, bias, SiLU; tol 4 in u sum|x w| + 4u |ref| + 1e-7. Then bf16
+ * weights with a bf16 x (ld 50) and a bf16 y (ld 26), one block, bias,
+ * GELU(tanh): the reference of the bf16 values, the tolerance of the
+ * tanh GELU's (4e-6 |ref|, and a GPU epilogue's 2^-11 |v|) on top, plus
+ * a bf16 rounding. */
 static size_t row_linear(bk_t *b, float *got, double *ref, double *tol)
 {
     enum { R = 5, IN = 48, OUT = 24, LDX = 50, LDY = 26 };
@@ -203,10 +237,52 @@ static size_t row_linear(bk_t *b, float *got, double *ref, double *tol)
             ref[r * OUT + o] = s / (1.0 + exp(-s));
             tol[r * OUT + o] = 4.0 * IN * U * mag + 4.0 * U * fabs(ref[r * OUT + o]) + 1e-7;
         }
-    return R * OUT;
+    /* the bf16 case: x, W as bf16 (the reference takes those values) */
+    round_bf16(x, R * LDX);
+    round_bf16(w, OUT * IN);
+    uint16_t xh[R * LDX], wh[OUT * IN];
+    wf_convert_from_f32(xh, WF_DTYPE_BF16, x, R * LDX);
+    wf_convert_from_f32(wh, WF_DTYPE_BF16, w, OUT * IN);
+    void *hx = put(b, xh, sizeof xh), *hw = put(b, wh, sizeof wh);
+    void *hy = put(b, NULL, R * LDY * 2);
+    wf_linear_params_t q = {.rows = R, .in = IN, .out = OUT, .x = hx, .ldx = LDX,
+                            .x_dtype = WF_DTYPE_BF16, .w_dtype = WF_DTYPE_BF16, .ldw = IN,
+                            .nwb = 1, .wb = {hw}, .wbw = {IN}, .bias = db,
+                            .act = WF_ACT_GELU_TANH, .y = hy, .ldy = LDY,
+                            .y_dtype = WF_DTYPE_BF16};
+    wsb = b->o->linear_workspace(&q);
+    CHECK(wsb == 0 || !b->dev || strcmp(b->name, "cuda") != 0,
+          "%s linear: a bf16 x needs no rounding workspace", b->name);
+    ws = wsb ? put(b, NULL, wsb) : NULL;
+    CHECK(b->broken || b->o->linear(b->c, &q, ws) == WF_OK, "%s linear bf16", b->name);
+    float yb[R * LDY];
+    get_bf16(b, yb, hy, R * LDY);
+    const size_t o0 = R * OUT;
+    for (int r = 0; r < R; r++)
+        for (int o = 0; o < OUT; o++) {
+            got[o0 + r * OUT + o] = yb[r * LDY + o];
+            if (!ref)
+                continue;
+            double v = bias[o], mag = fabs(bias[o]);
+            for (int i = 0; i < IN; i++) {
+                v += (double)x[r * LDX + i] * w[o * IN + i];
+                mag += fabs((double)x[r * LDX + i] * w[o * IN + i]);
+            }
+            double g = 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+            ref[o0 + r * OUT + o] = g;
+            /* the sum's error passes through GELU' (|.| < 1.13); a GPU
+             * applies GELU in cuBLASLt's epilogue, whose accuracy NVIDIA
+             * does not state: the hardware tanh's bound, 0.5 2^-10 |v|
+             * (tests/gpu/test_cuda_gpu.c, GELU_EPI_SLACK) */
+            double t = 1.13 * (4.0 * IN * U * mag + 1e-7) + 4e-6 * fabs(g) + 1e-7 +
+                       0.5 * 0x1p-10 * fabs(v);
+            tol[o0 + r * OUT + o] = bf16_tol(g, t);
+        }
+    return 2 * R * OUT;
 }
 
-/* bias_act: (6, 40) rows 43 apart, bias, GELU(tanh); tol 4e-6 |ref| + 1e-7. */
+/* bias_act: (6, 40) rows 43 apart, bias, GELU(tanh); tol 4e-6 |ref| + 1e-7.
+ * Then the same from the untouched input into a bf16 dst (rows 41 apart). */
 static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
 {
     enum { R = 6, N = 40, LD = 43 };
@@ -215,7 +291,16 @@ static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
     fill(y, R * LD, -4, 4);
     fill(bias, N, -1, 1);
     float *dy = put(b, y, sizeof y), *db = put(b, bias, sizeof bias);
-    CHECK(b->broken || b->o->bias_act(b->c, dy, R, N, LD, db, WF_ACT_GELU_TANH) == WF_OK,
+    void *dh = put(b, NULL, R * 41 * 2);
+    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH, dh,
+                                      41,
+                                      WF_DTYPE_BF16) == WF_OK,
+          "%s bias_act into bf16", b->name);
+    float hb[R * 41];
+    get_bf16(b, hb, dh, R * 41);
+    CHECK(b->broken || b->o->bias_act(b->c, dy, WF_DTYPE_F32, R, N, LD, db, WF_ACT_GELU_TANH,
+                                      NULL, 0,
+                                      WF_DTYPE_F32) == WF_OK,
           "%s bias_act", b->name);
     float out[R * LD];
     get(b, out, dy, sizeof out);
@@ -229,7 +314,42 @@ static size_t row_bias_act(bk_t *b, float *got, double *ref, double *tol)
                 tol[r * N + c] = 4e-6 * fabs(g) + 1e-7;
             }
         }
-    return R * N;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < N; c++) {
+            got[R * N + r * N + c] = hb[r * 41 + c];
+            if (ref) {
+                ref[R * N + r * N + c] = ref[r * N + c];
+                tol[R * N + r * N + c] = bf16_tol(ref[r * N + c], tol[r * N + c]);
+            }
+        }
+    /* a bf16 y (a GEMM's bf16 output): into a bf16 dst, then in place;
+     * the reference of the rounded y */
+    round_bf16(y, R * LD);
+    uint16_t yh[R * LD];
+    wf_convert_from_f32(yh, WF_DTYPE_BF16, y, R * LD);
+    void *dyh = put(b, yh, sizeof yh);
+    CHECK(b->broken || b->o->bias_act(b->c, dyh, WF_DTYPE_BF16, R, N, LD, db, WF_ACT_GELU_TANH,
+                                      dh, 41, WF_DTYPE_BF16) == WF_OK,
+          "%s bias_act bf16 -> bf16", b->name);
+    float hc[R * 41], hi[R * LD];
+    get_bf16(b, hc, dh, R * 41);
+    CHECK(b->broken || b->o->bias_act(b->c, dyh, WF_DTYPE_BF16, R, N, LD, db, WF_ACT_GELU_TANH,
+                                      NULL, 0, WF_DTYPE_BF16) == WF_OK,
+          "%s bias_act bf16 in place", b->name);
+    get_bf16(b, hi, dyh, R * LD);
+    const size_t o2 = 2 * R * N, o3 = 3 * R * N;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < N; c++) {
+            got[o2 + r * N + c] = hc[r * 41 + c];
+            got[o3 + r * N + c] = hi[r * LD + c];
+            if (ref) {
+                double v = (double)y[r * LD + c] + bias[c];
+                double g = 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+                ref[o2 + r * N + c] = ref[o3 + r * N + c] = g;
+                tol[o2 + r * N + c] = tol[o3 + r * N + c] = bf16_tol(g, 4e-6 * fabs(g) + 1e-7);
+            }
+        }
+    return 4 * R * N;
 }
 
 /* act: SiLU, then the exact GELU, of 300 values in [-20, 20] into other
@@ -354,9 +474,18 @@ static size_t row_modln(bk_t *b, float *got, double *ref, double *tol)
     fill(x, sizeof x / 4, -2, 5);
     fill(mod, sizeof mod / 4, -1, 1);
     float *dx = put(b, x, sizeof x), *dm = put(b, mod, sizeof mod);
-    wf_modln_params_t p = {.nbatch = NB, .per = PER, .C = C, .src = dx, .ld_src = LD, .dst = dx,
-                           .ld_dst = LD, .shift = dm ? dm + C : NULL, .scale = dm ? dm + 2 * C : NULL,
-                           .ld_mod = LDM, .eps = 1e-6f};
+    void *dh = put(b, NULL, NB * PER * 39 * 2);
+    wf_modln_params_t p = {.nbatch = NB, .per = PER, .C = C, .src = dx, .ld_src = LD, .dst = dh,
+                           .ld_dst = 39, .shift = dm ? dm + C : NULL,
+                           .scale = dm ? dm + 2 * C : NULL, .ld_mod = LDM, .eps = 1e-6f,
+                           .dst_dtype = WF_DTYPE_BF16};
+    /* first into a bf16 dst (rows 39 apart), then in place in f32 */
+    CHECK(b->broken || b->o->modln(b->c, &p) == WF_OK, "%s modln into bf16", b->name);
+    float hb[NB * PER * 39];
+    get_bf16(b, hb, dh, NB * PER * 39);
+    p.dst = dx;
+    p.ld_dst = LD;
+    p.dst_dtype = WF_DTYPE_F32;
     CHECK(b->broken || b->o->modln(b->c, &p) == WF_OK, "%s modln", b->name);
     float y[NB * PER * LD];
     get(b, y, dx, sizeof y);
@@ -373,7 +502,16 @@ static size_t row_modln(bk_t *b, float *got, double *ref, double *tol)
             tol[r * C + c] = 4.0 * U * (fabs(n * (1.0 + sc)) + fabs(sh)) + 1e-7;
         }
     }
-    return NB * PER * C;
+    const size_t o0 = NB * PER * C;
+    for (int r = 0; r < NB * PER; r++)
+        for (int c = 0; c < C; c++) {
+            got[o0 + r * C + c] = hb[r * 39 + c];
+            if (ref) {
+                ref[o0 + r * C + c] = ref[r * C + c];
+                tol[o0 + r * C + c] = bf16_tol(ref[r * C + c], tol[r * C + c]);
+            }
+        }
+    return 2 * o0;
 }
 
 /* gate_residual: nbatch 2 x per 4 rows of 33; tol 2u (|g y| + |ref|). */
@@ -445,6 +583,14 @@ static size_t row_head_norm_rope(bk_t *b, float *got, double *ref, double *tol)
     CHECK(b->broken || b->o->head_norm_rope(b->c, &p) == WF_OK, "%s head_norm_rope", b->name);
     float out[NB * L * H * D];
     get(b, out, dd, sizeof out);
+    /* the same into bf16 q / k / v (attention's operands) */
+    void *dh = put(b, NULL, NB * L * H * D * 2);
+    p.dst = dh;
+    p.dst_dtype = WF_DTYPE_BF16;
+    CHECK(b->broken || b->o->head_norm_rope(b->c, &p) == WF_OK, "%s head_norm_rope bf16",
+          b->name);
+    float hb[NB * L * H * D];
+    get_bf16(b, hb, dh, NB * L * H * D);
     size_t n = 0;
     for (int bb = 0; bb < NB; bb++)
         for (int s = 0; s < PER; s++)
@@ -465,6 +611,51 @@ static size_t row_head_norm_rope(bk_t *b, float *got, double *ref, double *tol)
                     ref[n] = x0 * c - x1 * sv;
                     ref[n + 1] = x1 * c + x0 * sv;
                     tol[n] = tol[n + 1] = 8.0 * U * (fabs(x0 * c) + fabs(x1 * sv)) + 1e-7;
+                }
+            }
+    const size_t n0 = n;
+    for (int bb = 0; bb < NB; bb++)
+        for (int s = 0; s < PER; s++)
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < D; d++, n++) {
+                    size_t f = n - n0; /* its f32 twin */
+                    got[n] = hb[((bb * L + ROW0 + s) * H + h) * D + d];
+                    if (ref) {
+                        ref[n] = ref[f];
+                        tol[n] = bf16_tol(ref[f], tol[f]);
+                    }
+                }
+    /* a bf16 src (a projection's bf16 output) into bf16: the reference of
+     * the rounded inputs */
+    round_bf16(x, sizeof x / 4);
+    uint16_t xh[NB * PER * LD];
+    wf_convert_from_f32(xh, WF_DTYPE_BF16, x, NB * PER * LD);
+    p.src = put(b, xh, sizeof xh);
+    p.src_dtype = WF_DTYPE_BF16;
+    CHECK(b->broken || b->o->head_norm_rope(b->c, &p) == WF_OK,
+          "%s head_norm_rope bf16 -> bf16", b->name);
+    get_bf16(b, hb, dh, NB * L * H * D);
+    for (int bb = 0; bb < NB; bb++)
+        for (int s = 0; s < PER; s++)
+            for (int h = 0; h < H; h++) {
+                const float *xr = x + (bb * PER + s) * LD + h * D;
+                const float *o = hb + ((bb * L + ROW0 + s) * H + h) * D;
+                double ss = 0;
+                for (int d = 0; d < D; d++)
+                    ss += (double)xr[d] * xr[d];
+                double inv = 1.0 / sqrt(ss / D + (double)1e-6f);
+                for (int d = 0; d < D; d += 2, n += 2) {
+                    got[n] = o[d];
+                    got[n + 1] = o[d + 1];
+                    if (!ref)
+                        continue;
+                    double x0 = xr[d] * inv * w[d], x1 = xr[d + 1] * inv * w[d + 1];
+                    double c = cs[(ROW0 + s) * D + d], sv = sn[(ROW0 + s) * D + d];
+                    ref[n] = x0 * c - x1 * sv;
+                    ref[n + 1] = x1 * c + x0 * sv;
+                    double t = 8.0 * U * (fabs(x0 * c) + fabs(x1 * sv)) + 1e-7;
+                    tol[n] = bf16_tol(ref[n], t);
+                    tol[n + 1] = bf16_tol(ref[n + 1], t);
                 }
             }
     return n;
@@ -739,15 +930,18 @@ typedef struct row {
 
 static const row_t rows[] = {
     [WF_BACKEND_OP_ATTENTION] = {WF_BACKEND_OP_ATTENTION, row_attention, "2e-5 + 2e-5|ref|", 4},
-    [WF_BACKEND_OP_LINEAR] = {WF_BACKEND_OP_LINEAR, row_linear, "4 in u sum|xw| + 4u|ref|", 4},
-    [WF_BACKEND_OP_BIAS_ACT] = {WF_BACKEND_OP_BIAS_ACT, row_bias_act, "4e-6|ref| + 1e-7", 4},
+    [WF_BACKEND_OP_LINEAR] = {WF_BACKEND_OP_LINEAR, row_linear,
+                                   "4 in u sum|xw| + 4u|ref|; bf16 +2^-8(|ref|+tol)", 4},
+    [WF_BACKEND_OP_BIAS_ACT] = {WF_BACKEND_OP_BIAS_ACT, row_bias_act,
+                                     "4e-6|ref| + 1e-7; bf16 +2^-8(|ref|+tol)", 4},
     [WF_BACKEND_OP_ACT] = {WF_BACKEND_OP_ACT, row_act, "4e-6|ref| + 1e-9", 4},
     [WF_BACKEND_OP_ADD] = {WF_BACKEND_OP_ADD, row_add, "u|ref|", 1},
-    [WF_BACKEND_OP_MODLN] = {WF_BACKEND_OP_MODLN, row_modln, "4u(|n(1+sc)|+|sh|) + 1e-7", 32},
+    [WF_BACKEND_OP_MODLN] = {WF_BACKEND_OP_MODLN, row_modln,
+                                  "4u(|n(1+sc)|+|sh|) + 1e-7; bf16 +2^-8(|ref|+tol)", 32},
     [WF_BACKEND_OP_GATE_RESIDUAL] = {WF_BACKEND_OP_GATE_RESIDUAL, row_gate_residual,
                                      "2u(|gy| + |ref|)", 1},
     [WF_BACKEND_OP_HEAD_NORM_ROPE] = {WF_BACKEND_OP_HEAD_NORM_ROPE, row_head_norm_rope,
-                                      "8u(|x0c|+|x1s|) + 1e-7", 16},
+                                      "8u(|x0c|+|x1s|) + 1e-7; bf16 +2^-8(|ref|+tol)", 16},
     [WF_BACKEND_OP_ROPE_TABLE] = {WF_BACKEND_OP_ROPE_TABLE, row_rope_table, "u", 2},
     [WF_BACKEND_OP_TIMESTEP_PROJ] = {WF_BACKEND_OP_TIMESTEP_PROJ, row_timestep_proj,
                                      "4e-7|arg| + 2e-7", 2},
@@ -905,6 +1099,35 @@ static void check_refusals(bk_t *b)
     CHECK(b->o->timestep_embed(b->c, &t) == bad, "%s timestep_embed shift", b->name);
     t.downscale_freq_shift = 0;
     CHECK(b->o->timestep_embed(b->c, &t) == WF_OK, "%s timestep_embed valid", b->name);
+    /* the low-precision activations' rules */
+    wf_modln_params_t m = {.nbatch = 1, .per = 2, .C = 8, .src = x, .ld_src = 8, .dst = x,
+                           .ld_dst = 8, .shift = q, .scale = q, .ld_mod = 8, .eps = 1e-6f,
+                           .dst_dtype = WF_DTYPE_BF16};
+    CHECK(b->o->modln(b->c, &m) == bad, "%s modln in place into bf16", b->name);
+    m.dst = y;
+    m.dst_dtype = (wf_dtype_t)7;
+    CHECK(b->o->modln(b->c, &m) == bad, "%s modln unknown dst dtype", b->name);
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, NULL, 0,
+                         WF_DTYPE_BF16) == bad,
+          "%s bias_act in place into bf16", b->name);
+    CHECK(b->o->bias_act(b->c, x, (wf_dtype_t)9, 2, 8, 8, NULL, WF_ACT_SILU, y, 8, WF_DTYPE_BF16) ==
+              bad, "%s bias_act unknown y dtype", b->name);
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, x + 8, 8,
+                         WF_DTYPE_BF16) == bad,
+          "%s bias_act dst over y", b->name);
+    CHECK(b->o->bias_act(b->c, x, WF_DTYPE_F32, 2, 8, 8, NULL, WF_ACT_SILU, y, 7,
+                         WF_DTYPE_BF16) == bad,
+          "%s bias_act ld_dst < n", b->name);
+    wf_linear_params_t lp = {.rows = 2, .in = 8, .out = 4, .x = x, .ldx = 8,
+                             .x_dtype = WF_DTYPE_BF16, .w_dtype = WF_DTYPE_F32, .ldw = 8,
+                             .nwb = 1, .wb = {y}, .wbw = {8}, .y = q, .ldy = 4};
+    CHECK(b->o->linear(b->c, &lp, NULL) == bad, "%s linear bf16 x, f32 weight", b->name);
+    lp.x_dtype = WF_DTYPE_F32;
+    lp.y_dtype = WF_DTYPE_BF16;
+    lp.nwb = 2;
+    lp.wb[1] = y + 4;
+    lp.wbw[0] = lp.wbw[1] = 4;
+    CHECK(b->o->linear(b->c, &lp, NULL) == bad, "%s linear bf16 y over two blocks", b->name);
     reset(b);
 }
 

@@ -229,19 +229,25 @@ static void test_bias_act(void)
         for (int bias = 0; bias < 2; bias++) {
             buf_t b = mk(9, WF_DTYPE_F32, false);
             buf_t y = mk(4 * 12, WF_DTYPE_F32, false); /* last: ends the arena's used part */
-            CHECK(cpu->bias_act(cctx, H(&y), 4, 9, 12, bias ? H(&b) : NULL, acts[ai]) ==
+            CHECK(cpu->bias_act(cctx, H(&y), WF_DTYPE_F32, 4, 9, 12, bias ? H(&b) : NULL,
+                                acts[ai], NULL, 0, WF_DTYPE_F32) ==
                       WF_OK, "cpu bias_act");
-            CHECK(sd->bias_act(dctx, D(&y), 4, 9, 12, bias ? D(&b) : NULL, acts[ai]) ==
+            CHECK(sd->bias_act(dctx, D(&y), WF_DTYPE_F32, 4, 9, 12, bias ? D(&b) : NULL, acts[ai],
+                               NULL, 0, WF_DTYPE_F32) ==
                       WF_OK, "bias_act");
             CHECK(same(&y), "bias_act act %d bias %d", (int)acts[ai], bias);
             uint64_t k0 = kernels();
-            CHECK(sd->bias_act(dctx, D(&y), 4, 9, 12, H(&b), acts[ai]) == WF_E_BAD_ARGUMENT,
+            CHECK(sd->bias_act(dctx, D(&y), WF_DTYPE_F32, 4, 9, 12, H(&b), acts[ai], NULL, 0,
+                               WF_DTYPE_F32) == WF_E_BAD_ARGUMENT,
                   "bias_act with a host bias");
-            CHECK(sd->bias_act(dctx, D(&y), 5, 9, 12, NULL, acts[ai]) == WF_E_BAD_ARGUMENT,
+            CHECK(sd->bias_act(dctx, D(&y), WF_DTYPE_F32, 5, 9, 12, NULL, acts[ai], NULL, 0,
+                               WF_DTYPE_F32) == WF_E_BAD_ARGUMENT,
                   "bias_act past the arena");
-            CHECK(sd->bias_act(dctx, D(&y), 4, 9, INT64_MAX, NULL, acts[ai]) ==
+            CHECK(sd->bias_act(dctx, D(&y), WF_DTYPE_F32, 4, 9, INT64_MAX, NULL, acts[ai], NULL,
+                               0, WF_DTYPE_F32) ==
                       WF_E_BAD_ARGUMENT, "bias_act with an extent past SIZE_MAX");
-            CHECK(sd->bias_act(dctx, D(&y), -1, 9, 12, NULL, acts[ai]) == WF_E_BAD_ARGUMENT,
+            CHECK(sd->bias_act(dctx, D(&y), WF_DTYPE_F32, -1, 9, 12, NULL, acts[ai], NULL, 0,
+                               WF_DTYPE_F32) == WF_E_BAD_ARGUMENT,
                   "bias_act with rows < 0");
             CHECK(same(&y) && kernels() == k0, "refused bias_act touched y");
             sd->dev_reset(dctx);

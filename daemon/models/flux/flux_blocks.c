@@ -4,6 +4,18 @@
  * attention over the seq group, back to stream order; flux_forward.c
  * "Stream order") and diffusers' FluxTransformerBlock /
  * FluxSingleTransformerBlock with their AdaLN-Zero modulation.
+ *
+ * Activation dtypes (geo_t.adt): every activation a GEMM or the
+ * attention reads is written in adt by the op that makes it (modln the
+ * normalised stream nx, head_norm_rope q / k / v, the attention its
+ * output, the feed-forward's first linear or bias_act the GELU'd
+ * hidden), and so are the projection group's outputs (q / k / v /
+ * MLP-in before their norms and GELU, as diffusers' bf16 linears store
+ * them; the norms widen them exactly); on a bf16 device that is bf16 and
+ * the linears read it as it is. The residual stream S, the modulation
+ * and the linears' outputs the gates read (lo) stay f32: S accumulates
+ * 57 blocks of gated updates in f32 (diffusers keeps it in bf16), and
+ * the norms take their statistics in f32.
  */
 #include "flux_run.h"
 
@@ -15,7 +27,36 @@
 
 /* ---- elementwise pieces (the backend's ops) ---------------------------------- */
 
-wf_status_t flux_ln_mod(run_t *x, const float *src, float *dst, int64_t nbatch, int64_t per,
+wf_dtype_t flux_act_dtype(const wf_flux_shard_t *s, bool dev)
+{
+    if (!dev || s->proj_out.w_dtype != WF_DTYPE_BF16)
+        return WF_DTYPE_F32;
+    for (int64_t b = 0; b < s->cfg.num_layers; b++) {
+        const wf_flux_double_t *d = &s->dbl[b];
+        const wf_linear_t *l[] = {&d->to_out, &d->to_add_out, &d->ff0, &d->ff2, &d->ffc0,
+                                  &d->ffc2};
+        for (size_t k = 0; k < sizeof l / sizeof l[0]; k++)
+            if (l[k]->w_dtype != WF_DTYPE_BF16)
+                return WF_DTYPE_F32;
+        const wf_linear_group_t *g[] = {&d->qkv, &d->add_qkv};
+        for (int j = 0; j < 2; j++)
+            for (uint32_t k = 0; k < g[j]->n; k++)
+                if ((g[j]->fused ? g[j]->all.w_dtype : g[j]->m[k].w_dtype) != WF_DTYPE_BF16)
+                    return WF_DTYPE_F32;
+    }
+    for (int64_t b = 0; b < s->cfg.num_single_layers; b++) {
+        const wf_flux_single_t *sb = &s->sgl[b];
+        if (sb->proj_out.w_dtype != WF_DTYPE_BF16)
+            return WF_DTYPE_F32;
+        for (uint32_t k = 0; k < sb->qkvm.n; k++)
+            if ((sb->qkvm.fused ? sb->qkvm.all.w_dtype : sb->qkvm.m[k].w_dtype) !=
+                WF_DTYPE_BF16)
+                return WF_DTYPE_F32;
+    }
+    return WF_DTYPE_BF16;
+}
+
+wf_status_t flux_ln_mod(run_t *x, const float *src, void *dst, int64_t nbatch, int64_t per,
                         const float *mod, int64_t ld_mod, int64_t shift_off,
                         int64_t scale_off)
 {
@@ -24,7 +65,7 @@ wf_status_t flux_ln_mod(run_t *x, const float *src, float *dst, int64_t nbatch, 
         .nbatch = nbatch, .per = per, .C = C,
         .src = src, .ld_src = C, .dst = dst, .ld_dst = C,
         .shift = mod + shift_off, .scale = mod + scale_off, .ld_mod = ld_mod,
-        .eps = NORM_EPS,
+        .eps = NORM_EPS, .dst_dtype = x->g.adt,
     };
     return x->ops->modln(x->ctx, &p);
 }
@@ -48,6 +89,9 @@ wf_cp_job_t flux_cp_job_of(const geo_t *g, int64_t Hl)
      * anything modes, tensor_split's sizes */
     wf_cp_job_t j = wf_fwd_self_attention(g->B, g->S, Hl, g->D, g->P, g->U, g->alltoall);
     j.fp8 = g->fp8;
+    /* q, k, v and the output in the activation dtype; the ring's merge
+     * stays f32 (convert_to_fp32) */
+    j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = g->adt;
     return j;
 }
 
@@ -56,6 +100,7 @@ wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl)
 {
     wf_attn_params_t p = wf_fwd_attention_params(g->B, g->L, g->L, Hl, g->D);
     p.fp8 = g->fp8;
+    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = g->adt;
     return p;
 }
 
@@ -90,42 +135,46 @@ static wf_layout_t attn_lay(const run_t *x, const wf_linear_group_t *const *grp,
 }
 
 /* One stream part of a projection (txt: Nt rows, img: Ni rows; width
- * Hl * D, row stride ld, attention layout) -> its rows of the joint
- * buffer (B, L, Hl, D): RMSNorm over each head with `norm` (NULL: none),
+ * Hl * D, row stride ld, attention layout, in sdt) -> its rows of the
+ * joint buffer (B, L, Hl, D) in the activation dtype (the attention
+ * kernel's operand): RMSNorm over each head with `norm` (NULL: none),
  * then RoPE with the table rows when `rope` (ops->head_norm_rope). */
-static wf_status_t pack(const run_t *x, const float *src, int64_t ld, bool txt, int64_t Hl,
-                        const float *norm, bool rope, float *dst)
+static wf_status_t pack(const run_t *x, const void *src, wf_dtype_t sdt, int64_t ld, bool txt,
+                        int64_t Hl, const float *norm, bool rope, void *dst)
 {
     const geo_t *g = &x->g;
     wf_headrope_params_t p = {
         .nbatch = g->B, .per = txt ? g->Lt : g->Li, .L = g->L, .row0 = txt ? 0 : g->Lt,
         .H = Hl, .D = g->D, .src = src, .ld_src = ld, .dst = dst, .norm = norm,
         .cos = rope ? fp(x, x->W.rcos) : NULL, .sin = rope ? fp(x, x->W.rsin) : NULL,
-        .eps = NORM_EPS,
+        .eps = NORM_EPS, .dst_dtype = g->adt, .src_dtype = sdt,
     };
     return x->ops->head_norm_rope(x->ctx, &p);
 }
 
-/* Joint attention output (B, L, w) -> stream order (N, w): text rows of
- * every batch, then image rows (one strided copy each). */
-static wf_status_t unpack(const run_t *x, const float *src, int64_t w, float *dst)
+/* Joint attention output (B, L, w) -> stream order (N, w), both in the
+ * activation dtype: text rows of every batch, then image rows (one
+ * strided copy each). */
+static wf_status_t unpack(const run_t *x, const void *src, int64_t w, void *dst)
 {
     const geo_t *g = &x->g;
-    const size_t fs = sizeof(float);
-    wf_status_t st = x->ops->copy_rows(x->ctx, dst, (size_t)(g->Lt * w) * fs, src,
+    const size_t fs = wf_dtype_size(g->adt);
+    const unsigned char *s = src;
+    unsigned char *d = dst;
+    wf_status_t st = x->ops->copy_rows(x->ctx, d, (size_t)(g->Lt * w) * fs, s,
                                        (size_t)(g->L * w) * fs, g->B, (size_t)(g->Lt * w) * fs);
     if (st != WF_OK)
         return st;
-    return x->ops->copy_rows(x->ctx, dst + g->Nt * w, (size_t)(g->Li * w) * fs,
-                             src + g->Lt * w, (size_t)(g->L * w) * fs, g->B,
+    return x->ops->copy_rows(x->ctx, d + (size_t)(g->Nt * w) * fs, (size_t)(g->Li * w) * fs,
+                             s + (size_t)(g->Lt * w) * fs, (size_t)(g->L * w) * fs, g->B,
                              (size_t)(g->Li * w) * fs);
 }
 
-/* A projection's part (rows x its width in layout pl, row stride ld) in
- * the attention layout: as is, or converted into Xc. */
-static wf_status_t to_attn(run_t *x, const float *raw, int64_t ld, const wf_layout_t *pl,
-                           int64_t rows, const wf_layout_t *al, const float **ret,
-                           int64_t *ret_ld)
+/* A projection's part (rows x its width in layout pl, row stride ld,
+ * dtype dt) in the attention layout: as is, or converted into Xc. */
+static wf_status_t to_attn(run_t *x, const void *raw, wf_dtype_t dt, int64_t ld,
+                           const wf_layout_t *pl, int64_t rows, const wf_layout_t *al,
+                           const void **ret, int64_t *ret_ld)
 {
     const int T = x->g.T;
     if (wf_layout_same(pl, al)) {
@@ -136,8 +185,8 @@ static wf_status_t to_attn(run_t *x, const float *raw, int64_t ld, const wf_layo
     int64_t w = wf_layout_width(al, T);
     if ((size_t)(rows * w) > x->W.Xc_n)
         return WF_E_INTERNAL;
-    float *xc = fp(x, x->W.Xc);
-    wf_status_t st = wf_layout_convert(&x->lin, raw, ld, pl, rows, al, 0, xc, w);
+    void *xc = fp(x, x->W.Xc);
+    wf_status_t st = wf_layout_convert_dt(&x->lin, dt, raw, ld, pl, rows, al, 0, xc, w);
     *ret = xc;
     *ret_ld = w;
     return st;
@@ -151,17 +200,17 @@ static wf_status_t attend(run_t *x, int64_t Hl)
     void *aws = x->ws + x->W.aws;
     if (!flux_via_cp(g, x->ops)) {
         wf_attn_params_t p = flux_attn_params_of(g, Hl);
-        p.q = fp(x, x->W.qj);
-        p.k = fp(x, x->W.kj);
-        p.v = fp(x, x->W.vj);
-        p.out = fp(x, x->W.q);
+        p.q = ap(x, x->W.qj, 0);
+        p.k = ap(x, x->W.kj, 0);
+        p.v = ap(x, x->W.vj, 0);
+        p.out = ap(x, x->W.q, 0);
         return x->ops->attention(x->ctx, &p, aws);
     }
     wf_cp_job_t j = flux_cp_job_of(g, Hl);
-    j.q = fp(x, x->W.qj);
-    j.k = fp(x, x->W.kj);
-    j.v = fp(x, x->W.vj);
-    j.out = fp(x, x->W.q);
+    j.q = ap(x, x->W.qj, 0);
+    j.k = ap(x, x->W.kj, 0);
+    j.v = ap(x, x->W.vj, 0);
+    j.out = ap(x, x->W.q, 0);
     wf_cp_group_t cg = {.seq = x->grp->seq, .ring = x->grp->ring,
                         .ulysses = x->grp->ulysses, .ring_degree = g->R,
                         .ulysses_degree = g->U};
@@ -185,28 +234,32 @@ static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, i
 {
     const geo_t *g0 = &x->g;
     const int64_t C = g0->C;
-    float *joint[3] = {fp(x, x->W.qj), fp(x, x->W.kj), fp(x, x->W.vj)};
+    void *joint[3] = {ap(x, x->W.qj, 0), ap(x, x->W.kj, 0), ap(x, x->W.vj, 0)};
     wf_layout_t full = wf_layout_full(C);
     wf_status_t st;
     if ((size_t)(rows * wf_linear_group_width(g)) > x->W.proj_n)
         return WF_E_INTERNAL;
-    if ((st = wf_linear_group_apply(&x->lin, g, fp(x, x->W.nx) + row0 * C, C, &full, rows,
-                                    acts, fp(x, x->W.proj), parts)) != WF_OK)
+    /* the group's outputs in the activation dtype too (the GEMM's
+     * epilogue rounds them once, as diffusers' bf16 linears do); the
+     * norms and RoPE widen them exactly */
+    if ((st = wf_linear_group_apply_dt(&x->lin, g, ap(x, x->W.nx, row0 * C), g0->adt, C, &full,
+                                       rows, acts, fp(x, x->W.proj), g0->adt, parts)) != WF_OK)
         return st;
     for (int w = 0; w < 3; w++) {
-        const float *a;
+        const void *a;
         int64_t lda;
         const float *norm = w < 2 ? norms[w] : NULL;
-        if ((st = to_attn(x, parts[w].y, parts[w].ld, &parts[w].lay, rows, al, &a, &lda)) !=
+        const wf_dtype_t dt = parts[w].dt;
+        if ((st = to_attn(x, parts[w].y, dt, parts[w].ld, &parts[w].lay, rows, al, &a, &lda)) !=
             WF_OK)
             return st;
         if (which == 2) {
             /* stream order: txt rows then img rows */
-            if ((st = pack(x, a, lda, true, Hl, norm, w < 2, joint[w])) != WF_OK ||
-                (st = pack(x, a + g0->Nt * lda, lda, false, Hl, norm, w < 2, joint[w])) !=
-                    WF_OK)
+            const void *ai = (const unsigned char *)a + (size_t)(g0->Nt * lda) * wf_dtype_size(dt);
+            if ((st = pack(x, a, dt, lda, true, Hl, norm, w < 2, joint[w])) != WF_OK ||
+                (st = pack(x, ai, dt, lda, false, Hl, norm, w < 2, joint[w])) != WF_OK)
                 return st;
-        } else if ((st = pack(x, a, lda, which == 0, Hl, norm, w < 2, joint[w])) != WF_OK) {
+        } else if ((st = pack(x, a, dt, lda, which == 0, Hl, norm, w < 2, joint[w])) != WF_OK) {
             return st;
         }
     }
@@ -214,13 +267,27 @@ static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, i
 }
 
 /* Attention of the packed joint q / k / v (Hl heads) -> the output in
- * stream order in the k region, width Hl * D. */
-static wf_status_t attend_unpack(run_t *x, int64_t Hl)
+ * stream order, width Hl * D, in the activation dtype, at *ret_o: with
+ * one batch row the joint order (text tokens, then image tokens) is the
+ * stream order, so the attention's output is read where it lies (the q
+ * region); else it is unpacked into the k region. */
+static wf_status_t attend_unpack(run_t *x, int64_t Hl, void **ret_o)
 {
     wf_status_t st;
     if ((st = attend(x, Hl)) != WF_OK)
         return st;
-    return unpack(x, fp(x, x->W.q), Hl * x->g.D, fp(x, x->W.k));
+    if (x->g.B == 1) {
+        *ret_o = ap(x, x->W.q, 0);
+        return WF_OK;
+    }
+    *ret_o = ap(x, x->W.k, 0);
+    return unpack(x, ap(x, x->W.q, 0), Hl * x->g.D, *ret_o);
+}
+
+/* Element i of a stream-order attention output o (activation dtype). */
+static void *oat(const run_t *x, void *o, int64_t i)
+{
+    return (unsigned char *)o + (size_t)i * wf_dtype_size(x->g.adt);
 }
 
 /* ---- blocks ------------------------------------------------------------------------------ */
@@ -231,9 +298,10 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
 {
     const geo_t *g = &x->g;
     const int64_t B = g->B, C = g->C, Nt = g->Nt, Ni = g->Ni;
-    float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
+    const wf_dtype_t adt = g->adt;
+    float *S = fp(x, x->W.S), *lo = fp(x, x->W.lo);
     float *mi, *mt, *semb = fp(x, x->W.semb);
-    float *hid = fp(x, x->W.hid), *o = fp(x, x->W.k);
+    void *hid = ap(x, x->W.hid, 0), *o = NULL;
     int64_t ldm;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
@@ -253,8 +321,9 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
                                        mt)) != WF_OK)
             return st;
     }
-    if ((st = flux_ln_mod(x, S, nx, B, g->Lt, mt, ldm, 0, C)) != WF_OK ||
-        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mi, ldm, 0, C)) != WF_OK)
+    if ((st = flux_ln_mod(x, S, ap(x, x->W.nx, 0), B, g->Lt, mt, ldm, 0, C)) != WF_OK ||
+        (st = flux_ln_mod(x, S + Nt * C, ap(x, x->W.nx, Nt * C), B, g->Li, mi, ldm, 0, C)) !=
+            WF_OK)
         return st;
     const wf_linear_group_t *grp[2] = {&d->qkv, &d->add_qkv};
     const float *norms[2] = {d->norm_q, d->norm_k}, *cnorms[2] = {d->norm_added_q,
@@ -265,12 +334,13 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
     /* text rows through add_q / k / v, then image rows through to_q / k / v */
     if ((st = project(x, &d->add_qkv, 0, Nt, 0, cnorms, NULL, &al, Hl, parts)) != WF_OK ||
         (st = project(x, &d->qkv, Nt, Ni, 1, norms, NULL, &al, Hl, parts)) != WF_OK ||
-        (st = attend_unpack(x, Hl)) != WF_OK)
+        (st = attend_unpack(x, Hl, &o)) != WF_OK)
         return st;
     int64_t wa = wf_layout_width(&al, g->T);
-    if ((st = wf_linear_apply_full(le, &d->to_out, o + Nt * wa, wa, &al, Ni, WF_ACT_NONE,
-                                   lo + Nt * C)) != WF_OK ||
-        (st = wf_linear_apply_full(le, &d->to_add_out, o, wa, &al, Nt, WF_ACT_NONE, lo)) != WF_OK ||
+    if ((st = wf_linear_apply_full_dt(le, &d->to_out, oat(x, o, Nt * wa), adt, wa, &al, Ni,
+                                      WF_ACT_NONE, lo + Nt * C)) != WF_OK ||
+        (st = wf_linear_apply_full_dt(le, &d->to_add_out, o, adt, wa, &al, Nt,
+                                      WF_ACT_NONE, lo)) != WF_OK ||
         (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mi, ldm, 2 * C)) != WF_OK ||
         (st = gate_add(x, S, lo, B, g->Lt, mt, ldm, 2 * C)) != WF_OK)
         return st;
@@ -281,15 +351,17 @@ wf_status_t flux_double_block(run_t *x, const wf_flux_double_t *d)
         const float *mod = img ? mi : mt;
         const wf_linear_t *f0 = img ? &d->ff0 : &d->ffc0, *f2 = img ? &d->ff2 : &d->ffc2;
         wf_layout_t hl;
-        /* GELU in the linear, or after the all-reduce of a rowwise one */
-        if ((st = flux_ln_mod(x, S + r0 * C, nx + r0 * C, B, per, mod, ldm, 3 * C, 4 * C)) !=
-                WF_OK ||
-            (st = wf_linear_apply(le, f0, nx + r0 * C, C, &lc, rows, WF_ACT_GELU_TANH, hid,
-                                  &hl)) != WF_OK)
+        wf_dtype_t hdt;
+        /* GELU in the linear (its output the next linear's x), or after
+         * the all-reduce of a rowwise one (then f32) */
+        if ((st = flux_ln_mod(x, S + r0 * C, ap(x, x->W.nx, r0 * C), B, per, mod, ldm, 3 * C,
+                              4 * C)) != WF_OK ||
+            (st = wf_linear_apply_dt(le, f0, ap(x, x->W.nx, r0 * C), adt, C, &lc, rows,
+                                     WF_ACT_GELU_TANH, hid, adt, &hl, &hdt)) != WF_OK)
             return st;
         int64_t hw = wf_layout_width(&hl, g->T);
-        if ((st = wf_linear_apply_full(le, f2, hid, hw, &hl, rows, WF_ACT_NONE, lo + r0 * C)) !=
-                WF_OK ||
+        if ((st = wf_linear_apply_full_dt(le, f2, hid, hdt, hw, &hl, rows, WF_ACT_NONE,
+                                          lo + r0 * C)) != WF_OK ||
             (st = gate_add(x, S + r0 * C, lo + r0 * C, B, per, mod, ldm, 5 * C)) != WF_OK)
             return st;
     }
@@ -303,9 +375,9 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     const geo_t *g = &x->g;
     const int T = g->T;
     const int64_t B = g->B, C = g->C, M = g->M, N = g->N, Nt = g->Nt;
-    float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *lo = fp(x, x->W.lo);
+    const wf_dtype_t adt = g->adt;
+    float *S = fp(x, x->W.S), *lo = fp(x, x->W.lo);
     float *mod, *semb = fp(x, x->W.semb);
-    float *o = fp(x, x->W.k), *cat = fp(x, x->W.cat);
     int64_t ldm;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
@@ -320,13 +392,19 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
             WF_OK)
             return st;
     }
-    if ((st = flux_ln_mod(x, S, nx, B, g->Lt, mod, ldm, 0, C)) != WF_OK ||
-        (st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, ldm, 0, C)) != WF_OK)
+    if ((st = flux_ln_mod(x, S, ap(x, x->W.nx, 0), B, g->Lt, mod, ldm, 0, C)) != WF_OK ||
+        (st = flux_ln_mod(x, S + Nt * C, ap(x, x->W.nx, Nt * C), B, g->Li, mod, ldm, 0, C)) !=
+            WF_OK)
         return st;
-    /* q, k, v and the MLP-in (GELU) of the normalised stream as one group */
+    /* q, k, v and the MLP-in (GELU) of the normalised stream as one group;
+     * with low-precision activations the GELU is the pass that writes the
+     * MLP part of cat (below), so the group leaves it f32 and bare */
     const wf_linear_group_t *grp[1] = {&sb->qkvm};
     const float *norms[2] = {sb->norm_q, sb->norm_k};
-    static const wf_act_t acts[4] = {WF_ACT_NONE, WF_ACT_NONE, WF_ACT_NONE, WF_ACT_GELU_TANH};
+    static const wf_act_t acts_f32[4] = {WF_ACT_NONE, WF_ACT_NONE, WF_ACT_NONE,
+                                         WF_ACT_GELU_TANH};
+    static const wf_act_t acts_low[4] = {WF_ACT_NONE, WF_ACT_NONE, WF_ACT_NONE, WF_ACT_NONE};
+    const wf_act_t *acts = adt == WF_DTYPE_F32 ? acts_f32 : acts_low;
     wf_layout_t al = attn_lay(x, grp, 1);
     int64_t Hl = wf_layout_width(&al, T) / g->D;
     wf_linear_part_t parts[WF_LINEAR_GROUP_MAX];
@@ -346,14 +424,31 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     int64_t ldc = wo + wm;
     if (ldc != sb->proj_out.place.local_in)
         return WF_E_INTERNAL;
-    if ((st = wf_layout_convert(le, parts[3].y, parts[3].ld, &parts[3].lay, N, &need, C,
-                                cat + wo, ldc)) != WF_OK ||
-        (st = attend_unpack(x, Hl)) != WF_OK ||
-        (st = wf_layout_convert(le, o, wf_layout_width(&al, T), &al, N, &need, 0, cat, ldc)) !=
-            WF_OK)
+    if (adt == WF_DTYPE_F32) {
+        st = wf_layout_convert(le, parts[3].y, parts[3].ld, &parts[3].lay, N, &need, C,
+                               fp(x, x->W.cat) + wo, ldc);
+    } else if (T == 1) {
+        /* GELU from the group's slice straight into cat's MLP columns */
+        st = x->ops->bias_act(x->ctx, parts[3].y, parts[3].dt, N, M, parts[3].ld, NULL,
+                              WF_ACT_GELU_TANH, ap(x, x->W.cat, wo), ldc, adt);
+    } else {
+        /* GELU into Xc in adt, then to proj_out's layout */
+        int64_t wl = wf_layout_width(&parts[3].lay, T);
+        if ((size_t)(N * wl) * wf_dtype_size(adt) > le->Xc_n * sizeof(float))
+            return WF_E_INTERNAL;
+        st = x->ops->bias_act(x->ctx, parts[3].y, parts[3].dt, N, wl, parts[3].ld, NULL,
+                              WF_ACT_GELU_TANH, le->Xc, wl, adt);
+        if (st == WF_OK)
+            st = wf_layout_convert_dt(le, adt, le->Xc, wl, &parts[3].lay, N, &need, C,
+                                      ap(x, x->W.cat, wo), ldc);
+    }
+    void *o = NULL;
+    if (st != WF_OK || (st = attend_unpack(x, Hl, &o)) != WF_OK ||
+        (st = wf_layout_convert_dt(le, adt, o, wf_layout_width(&al, T), &al, N,
+                                   &need, 0, ap(x, x->W.cat, 0), ldc)) != WF_OK)
         return st;
-    if ((st = wf_linear_apply_full(le, &sb->proj_out, cat, ldc, &need, N, WF_ACT_NONE, lo)) !=
-            WF_OK ||
+    if ((st = wf_linear_apply_full_dt(le, &sb->proj_out, ap(x, x->W.cat, 0), adt, ldc, &need,
+                                      N, WF_ACT_NONE, lo)) != WF_OK ||
         (st = gate_add(x, S, lo, B, g->Lt, mod, ldm, 2 * C)) != WF_OK ||
         (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, ldm, 2 * C)) != WF_OK)
         return st;

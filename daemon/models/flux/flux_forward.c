@@ -30,8 +30,9 @@
  * attention sees the joint order (B, L) — each batch's [text piece, image
  * piece], which is what diffusers' cat([encoder, hidden]) is on one rank —
  * and pack() / unpack() (flux_blocks.c) move rows between the two
- * orders. The RoPE table is built from this rank's ids pieces in that
- * joint order.
+ * orders (with one batch row they agree: the attention's output is read
+ * where it lies). The RoPE table is built from this rank's ids pieces in
+ * that joint order.
  *
  * Layouts over tp (models/linear.h). An activation's columns are full
  * on every rank or split by the producing linear's placement;
@@ -332,10 +333,15 @@ static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, siz
 {
     int64_t opts[2] = {g->H, g->H % g->T == 0 ? g->H / g->T : g->H};
     size_t most = 0, hmost = 0;
-    for (int k = 0; k < 2; k++) {
+    /* either activation dtype a device forward may take (flux_act_dtype:
+     * the admission does not see the shard) */
+    geo_t gd = *g;
+    for (int k = 0; k < 4; k++) {
         size_t n, h = 0;
+        gd.adt = k >= 2 && flux_on_device(ops) ? WF_DTYPE_BF16 : WF_DTYPE_F32;
+        g = &gd;
         if (flux_via_cp(g, ops)) {
-            wf_cp_job_t j = flux_cp_job_of(g, opts[k]);
+            wf_cp_job_t j = flux_cp_job_of(g, opts[k % 2]);
             if (flux_on_device(ops)) {
                 if (wf_cp_attention_workspace_dev(&j, g->R, g->U, ops, &n, &h) != WF_OK)
                     c->overflow = true; /* refused, or a backend without the entries */
@@ -345,7 +351,7 @@ static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, siz
                     c->overflow = true; /* refused: cannot happen after the check */
             }
         } else {
-            wf_attn_params_t p = flux_attn_params_of(g, opts[k]);
+            wf_attn_params_t p = flux_attn_params_of(g, opts[k % 2]);
             n = ops->attention_workspace ? ops->attention_workspace(&p) : 0;
         }
         if (n == SIZE_MAX)
@@ -521,7 +527,7 @@ static wf_status_t finish(run_t *x)
 {
     const geo_t *g = &x->g;
     const int64_t B = g->B, C = g->C, Nt = g->Nt, OC = g->OC;
-    float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *mod = fp(x, x->W.modA);
+    float *S = fp(x, x->W.S), *mod = fp(x, x->W.modA);
     float *out = fp(x, x->W.out);
     int64_t ldm = 2 * C;
     wf_layout_t lc = wf_layout_full(C);
@@ -533,9 +539,10 @@ static wf_status_t finish(run_t *x)
                                           B, WF_ACT_NONE, mod)) != WF_OK) {
         return st;
     }
-    if ((st = flux_ln_mod(x, S + Nt * C, nx + Nt * C, B, g->Li, mod, ldm, C, 0)) != WF_OK ||
-        (st = wf_linear_apply_full(&x->lin, &x->s->proj_out, nx + Nt * C, C, &lc, g->Ni,
-                                   WF_ACT_NONE, out)) != WF_OK)
+    if ((st = flux_ln_mod(x, S + Nt * C, ap(x, x->W.nx, Nt * C), B, g->Li, mod, ldm, C, 0)) !=
+            WF_OK ||
+        (st = wf_linear_apply_full_dt(&x->lin, &x->s->proj_out, ap(x, x->W.nx, Nt * C), g->adt,
+                                      C, &lc, g->Ni, WF_ACT_NONE, out)) != WF_OK)
         return st;
     if (x->t != 0)
         return WF_OK;
@@ -680,6 +687,7 @@ wf_status_t wf_flux_forward_run(const wf_flux_shard_t *shard,
     x.root = x.t == 0 && x.i == 0;
     if (geo_of(&shard->cfg, job, T, R, U, &x.g) != WF_OK || geo_rank(&x.g, x.i) != WF_OK)
         goto fail;
+    x.g.adt = flux_act_dtype(shard, x.dev);
     /* a device shard on the CPU or the other way round: a bug */
     if (shard->tp != T || shard->tp_rank != x.t || (shard->mem.dev != NULL) != x.dev)
         goto fail;

@@ -40,6 +40,14 @@ typedef struct geo {
     int64_t IN, J, PD, NA;       /* input widths */
     int T, R, U, P;              /* degrees */
     bool fp8;                    /* the attention in fp8 (wf_flux_job_t.fp8) */
+    wf_dtype_t adt;              /* the activations a GEMM or the attention
+                                    reads (nx, q / k / v, the attention's
+                                    output, the MLP hidden, cat): BF16 on a
+                                    device whose linears are all bf16
+                                    (flux_act_dtype), else F32; the
+                                    residual stream, the modulation and
+                                    the linears' outputs the gates read
+                                    stay f32 */
     bool alltoall;               /* the ring's rotation (wf_flux_job_t.alltoall) */
 } geo_t;
 
@@ -128,6 +136,13 @@ typedef struct flux_run {
 /* The floats at byte offset off of the run's workspace. */
 static inline float *fp(const run_t *x, size_t off) { return (float *)(void *)(x->ws + off); }
 
+/* Element i of an activation region (byte offset off) in the run's
+ * activation dtype (geo_t.adt). */
+static inline void *ap(const run_t *x, size_t off, int64_t i)
+{
+    return x->ws + off + (size_t)i * wf_dtype_size(x->g.adt);
+}
+
 /* The counts of the v-collectives: 2 * max(P, T) size_t of host memory. */
 static inline size_t *flux_meta(const run_t *x)
 {
@@ -176,11 +191,16 @@ wf_attn_params_t flux_attn_params_of(const geo_t *g, int64_t Hl);
  * mode on a device backend) rather than the backend's kernel. */
 bool flux_via_cp(const geo_t *g, const wf_backend_ops_t *ops);
 
+/* The activation dtype of a forward of shard s (geo_t.adt): BF16 on a
+ * device backend when every linear whose input is such an activation
+ * holds bf16 weights (the GEMM then reads it as it is), else F32. */
+wf_dtype_t flux_act_dtype(const wf_flux_shard_t *s, bool dev);
+
 /* dst rows = LayerNorm(src rows) * (1 + scale[b]) + shift[b] (AdaLN,
- * ops->modln): nbatch batches of `per` rows of width C (contiguous);
- * row b of mod (stride ld_mod) holds shift at shift_off and scale at
- * scale_off. */
-wf_status_t flux_ln_mod(run_t *x, const float *src, float *dst, int64_t nbatch, int64_t per,
+ * ops->modln): nbatch batches of `per` rows of width C (contiguous), dst
+ * in the activation dtype (the next linear's x); row b of mod (stride
+ * ld_mod) holds shift at shift_off and scale at scale_off. */
+wf_status_t flux_ln_mod(run_t *x, const float *src, void *dst, int64_t nbatch, int64_t per,
                         const float *mod, int64_t ld_mod, int64_t shift_off,
                         int64_t scale_off);
 

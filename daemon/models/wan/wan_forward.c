@@ -68,7 +68,14 @@
  *
  * Precision: f32 activations, the CPU backend's norms' statistics in
  * double. diffusers runs the timestep embedding and the modulation in
- * f32 whatever the model's dtype; so does this.
+ * f32 whatever the model's dtype; so does this. On a device whose block
+ * linears and proj_out hold bf16 weights (wan_act_dtype) the activations
+ * a GEMM or the self-attention reads are written in bf16 by the op that
+ * makes them (geo_t.adt): modln's nx, the self-attention's q / k (RoPE)
+ * and v and its output, the feed-forward's hidden; the residual stream,
+ * the modulation, the cross-attention (its q / k RMSNorm across heads and
+ * the image branch's sum are f32 ops) and the linears' outputs the gates
+ * read stay f32.
  *
  * Errors after validation abort the group's world, so no peer waits in a
  * collective. Nothing here logs, nothing is allocated during a run.
@@ -108,6 +115,9 @@ typedef struct geo {
     int64_t KV;                    /* most rows of a projection: max(Nm, Nt, Ni) */
     int T, R, U, P;                /* degrees */
     bool alltoall;                 /* the ring's rotation (wf_fwd_io_t.alltoall) */
+    wf_dtype_t adt;                /* the GEMM and self-attention inputs' dtype:
+                                      BF16 on a bf16 device (wan_act_dtype),
+                                      else F32 */
 } geo_t;
 
 /* Byte offsets of the workspace's regions (256 bytes apart; float counts
@@ -232,14 +242,40 @@ static void geo_of(const wf_wan_config_t *c, const wf_fwd_io_t *io, int T, int R
  * without pointers: the anything modes where the degrees do not divide. */
 static wf_cp_job_t cp_job_of(const geo_t *g)
 {
-    return wf_fwd_self_attention(g->B, g->S, g->Hl, g->D, g->P, g->U, g->alltoall);
+    wf_cp_job_t j = wf_fwd_self_attention(g->B, g->S, g->Hl, g->D, g->P, g->U, g->alltoall);
+    /* q, k, v and the output in the activation dtype; the ring's merge
+     * stays f32 (convert_to_fp32) */
+    j.q_dtype = j.k_dtype = j.v_dtype = j.out_dtype = g->adt;
+    return j;
 }
 
 /* Kernel params of an attention of Li query tokens against Skv keys on
- * a tp rank's heads, without pointers. */
-static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Li, int64_t Skv)
+ * a tp rank's heads, q / k / v and out in dt, without pointers. */
+static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Li, int64_t Skv, wf_dtype_t dt)
 {
-    return wf_fwd_attention_params(g->B, Li, Skv, g->Hl, g->D);
+    wf_attn_params_t p = wf_fwd_attention_params(g->B, Li, Skv, g->Hl, g->D);
+    p.q_dtype = p.k_dtype = p.v_dtype = p.out_dtype = dt;
+    return p;
+}
+
+/* The activation dtype of a forward of shard s (geo_t.adt): BF16 on a
+ * device when every linear that reads such an activation (the
+ * self-attention's projections and output, the feed-forward, proj_out)
+ * holds bf16 weights, else F32. */
+static wf_dtype_t wan_act_dtype(const wf_wan_shard_t *s, bool dev)
+{
+    if (!dev || s->proj_out.w_dtype != WF_DTYPE_BF16)
+        return WF_DTYPE_F32;
+    for (uint32_t b = 0; b < s->cfg.num_layers; b++) {
+        const wan_block_t *k = &s->blk[b];
+        if (k->o1.w_dtype != WF_DTYPE_BF16 || k->ff0.w_dtype != WF_DTYPE_BF16 ||
+            k->ff2.w_dtype != WF_DTYPE_BF16)
+            return WF_DTYPE_F32;
+        for (uint32_t m = 0; m < k->qkv1.n; m++)
+            if ((k->qkv1.fused ? k->qkv1.all.w_dtype : k->qkv1.m[m].w_dtype) != WF_DTYPE_BF16)
+                return WF_DTYPE_F32;
+    }
+    return WF_DTYPE_BF16;
 }
 
 /* Seq rank j's tokens [*row0, *row0 + *len): cp_attention's seq shard. */
@@ -287,26 +323,36 @@ static size_t lin_ws(const wf_backend_ops_t *ops, const geo_t *g)
  * *ret_host: cp_attention's host part on a device. */
 static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, size_t *ret_host)
 {
-    wf_attn_params_t xp = attn_params_of(g, g->Lm, g->St), sp = attn_params_of(g, g->S, g->S);
+    wf_attn_params_t xp = attn_params_of(g, g->Lm, g->St, WF_DTYPE_F32);
     size_t a = ops->attention_workspace ? ops->attention_workspace(&xp) : 0;
     if (g->SI) {
-        wf_attn_params_t ip = attn_params_of(g, g->Lm, g->SI);
+        wf_attn_params_t ip = attn_params_of(g, g->Lm, g->SI, WF_DTYPE_F32);
         size_t ai = ops->attention_workspace ? ops->attention_workspace(&ip) : 0;
         a = ai > a ? ai : a;
     }
+    /* the self-attention in either activation dtype a device forward may
+     * take (wan_act_dtype: the admission does not see the shard) */
     size_t b = 0, h = 0;
-    if (g->P > 1) {
-        wf_cp_job_t j = cp_job_of(g);
-        if (on_device(ops)) {
-            if (wf_cp_attention_workspace_dev(&j, g->R, g->U, ops, &b, &h) != WF_OK)
-                c->overflow = true;
+    geo_t gd = *g;
+    for (int d = 0; d < (on_device(ops) ? 2 : 1); d++) {
+        gd.adt = d ? WF_DTYPE_BF16 : WF_DTYPE_F32;
+        size_t bd = 0, hd = 0;
+        if (g->P > 1) {
+            wf_cp_job_t j = cp_job_of(&gd);
+            if (on_device(ops)) {
+                if (wf_cp_attention_workspace_dev(&j, g->R, g->U, ops, &bd, &hd) != WF_OK)
+                    c->overflow = true;
+            } else {
+                bd = wf_cp_attention_workspace(&j, g->R, g->U, ops);
+                if (bd == 0)
+                    c->overflow = true;
+            }
         } else {
-            b = wf_cp_attention_workspace(&j, g->R, g->U, ops);
-            if (b == 0)
-                c->overflow = true;
+            wf_attn_params_t sp = attn_params_of(&gd, g->S, g->S, gd.adt);
+            bd = ops->attention_workspace ? ops->attention_workspace(&sp) : 0;
         }
-    } else {
-        b = ops->attention_workspace ? ops->attention_workspace(&sp) : 0;
+        b = bd > b ? bd : b;
+        h = hd > h ? hd : h;
     }
     if (a == SIZE_MAX || b == SIZE_MAX)
         c->overflow = true;
@@ -553,6 +599,13 @@ static wf_status_t lin_full(run_t *x, const wf_linear_t *L, const float *in, int
     return wf_linear_apply_full(&x->lin, L, in, L->place.in, &il, rows, act, dst);
 }
 
+/* Element i of an activation region (byte offset off) in the run's
+ * activation dtype (geo_t.adt). */
+static void *ap(const run_t *x, size_t off, int64_t i)
+{
+    return x->ws + off + (size_t)i * wf_dtype_size(x->g.adt);
+}
+
 /* A q / k / v projection of `rows` full rows into dst in the head split
  * (rows, Cl). */
 static wf_status_t proj(run_t *x, const wf_linear_t *L, const float *in, int64_t rows,
@@ -568,15 +621,16 @@ static wf_status_t proj(run_t *x, const wf_linear_t *L, const float *in, int64_t
                              0, dst, x->g.Cl);
 }
 
-/* dst = LN(src) (1 + scale) + shift over this rank's rows; row b of mod
- * (ld_mod floats) holds shift at shift_off and scale at scale_off. */
-static wf_status_t ln_mod(run_t *x, const float *src, float *dst, const float *mod,
+/* dst = LN(src) (1 + scale) + shift over this rank's rows, dst in the
+ * activation dtype (the next linear's x); row b of mod (ld_mod floats)
+ * holds shift at shift_off and scale at scale_off. */
+static wf_status_t ln_mod(run_t *x, const float *src, void *dst, const float *mod,
                           int64_t ld_mod, int64_t shift_off, int64_t scale_off)
 {
     wf_modln_params_t p = {
         .nbatch = x->mb, .per = x->mper, .C = x->g.C, .src = src, .ld_src = x->g.C,
         .dst = dst, .ld_dst = x->g.C, .shift = mod + shift_off, .scale = mod + scale_off,
-        .ld_mod = ld_mod, .eps = x->cfg->eps,
+        .ld_mod = ld_mod, .eps = x->cfg->eps, .dst_dtype = x->g.adt,
     };
     return x->ops->modln(x->ctx, &p);
 }
@@ -613,33 +667,49 @@ static wf_status_t rms(run_t *x, float *v, int64_t rows, const float *w)
 
 /* One member of a projection group (its slice p of the group's output,
  * `rows` rows) into the head split dst (rows, Cl) contiguous, as the
- * attention takes it; with `norm` (a q or k) the RMSNorm across heads on
- * the way. A slice already in the head split is read where it lies (the
- * norm reads it with its row stride; v is one strided copy), else
- * converted first. */
+ * attention takes it; with `norm` (a q or k, f32) the RMSNorm across
+ * heads on the way; without, in dtype vdt (a v: f32, or the self-
+ * attention's bf16, converted by bias_act on the way). A slice already
+ * in the head split is read where it lies (the norm reads it with its
+ * row stride; v is one strided copy), else converted first (through pl
+ * when v's dtype changes: the layouts differ only at tp > 1, where pl
+ * exists). */
 static wf_status_t to_heads(run_t *x, const wf_linear_part_t *p, int64_t rows, const float *norm,
-                            float *dst)
+                            void *dst, wf_dtype_t vdt)
 {
     const int64_t Cl = x->g.Cl;
+    const bool cvt = !norm && vdt != WF_DTYPE_F32;
     wf_status_t st;
     if (wf_layout_same(&p->lay, &x->heads)) {
         if (norm)
             return rms_to(x, p->y, p->ld, rows, norm, dst);
-        if (p->y == dst || rows == 0)
+        if (rows == 0 || (!cvt && (void *)p->y == dst))
             return WF_OK;
+        if (cvt)
+            return x->ops->bias_act(x->ctx, p->y, WF_DTYPE_F32, rows, Cl, p->ld, NULL,
+                                    WF_ACT_NONE, dst, Cl, vdt);
         return x->ops->copy_rows(x->ctx, dst, (size_t)Cl * sizeof(float), p->y,
                                  (size_t)p->ld * sizeof(float), rows,
                                  (size_t)Cl * sizeof(float));
+    }
+    if (cvt) {
+        float *land = fp(x, x->W.pl);
+        TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, land, Cl));
+        return rows == 0 ? WF_OK
+                         : x->ops->bias_act(x->ctx, land, WF_DTYPE_F32, rows, Cl, Cl, NULL,
+                                            WF_ACT_NONE, dst, Cl, vdt);
     }
     TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, dst, Cl));
     return norm ? rms(x, dst, rows, norm) : WF_OK;
 }
 
-/* Group g on `rows` rows of in (full, its width the members' in) into
- * the proj region, its parts into q / k / v in the head split: parts 0
- * .. n-1 go to dst[0 .. n-1] with norms[k] (NULL: none). */
-static wf_status_t group_heads(run_t *x, const wf_linear_group_t *grp, const float *in,
-                               int64_t rows, float *const *dst, const float *const *norms)
+/* Group g on `rows` rows of in (full, its width the members' in, dtype
+ * in_dt) into the proj region, its parts into q / k / v in the head
+ * split: parts 0 .. n-1 go to dst[0 .. n-1] with norms[k] (NULL: none;
+ * then in vdt). */
+static wf_status_t group_heads(run_t *x, const wf_linear_group_t *grp, const void *in,
+                               wf_dtype_t in_dt, int64_t rows, void *const *dst,
+                               const float *const *norms, wf_dtype_t vdt)
 {
     wf_linear_part_t parts[WF_LINEAR_GROUP_MAX];
     const int64_t w = grp->m[0].place.in;
@@ -647,29 +717,33 @@ static wf_status_t group_heads(run_t *x, const wf_linear_group_t *grp, const flo
     wf_status_t st;
     if ((size_t)(rows * wf_linear_group_width(grp)) > x->W.proj_n)
         return WF_E_INTERNAL;
-    TRY(wf_linear_group_apply(&x->lin, grp, in, w, &il, rows, NULL, fp(x, x->W.proj), parts));
+    /* f32 outputs: the RMSNorm across heads (rms_norm) reads f32 */
+    TRY(wf_linear_group_apply_dt(&x->lin, grp, in, in_dt, w, &il, rows, NULL,
+                                 fp(x, x->W.proj), WF_DTYPE_F32, parts));
     for (uint32_t k = 0; k < grp->n; k++)
-        TRY(to_heads(x, &parts[k], rows, norms[k], dst[k]));
+        TRY(to_heads(x, &parts[k], rows, norms[k], dst[k], vdt));
     return WF_OK;
 }
 
-/* RoPE of this rank's rows of src (N, Cl) into dst (B, Li, Hl, D). */
-static wf_status_t rope(run_t *x, const float *src, float *dst)
+/* RoPE of this rank's rows of src (N, Cl) into dst (B, Li, Hl, D) in the
+ * activation dtype (the self-attention's q / k). */
+static wf_status_t rope(run_t *x, const float *src, void *dst)
 {
     wf_headrope_params_t p = {
         .nbatch = x->g.B, .per = x->Li, .L = x->Li, .row0 = 0, .H = x->g.Hl, .D = x->g.D,
         .src = src, .ld_src = x->g.Cl, .dst = dst, .norm = NULL, .cos = fp(x, x->W.rcos),
-        .sin = fp(x, x->W.rsin), .eps = x->cfg->eps,
+        .sin = fp(x, x->W.rsin), .eps = x->cfg->eps, .dst_dtype = x->g.adt,
     };
     return x->ops->head_norm_rope(x->ctx, &p);
 }
 
 /* Attention of this rank's queries q (B, Li, Hl, D) against k, v (B, Skv,
- * Hl, D) into out (B, Li, Hl, D): the self-attention over the seq group
- * (cp_attention's local mode, k / v then this rank's tokens too) or on
- * this rank alone. */
-static wf_status_t attend(run_t *x, const float *q, const float *k, const float *v,
-                          int64_t Skv, bool over_seq, float *out)
+ * Hl, D) into out (B, Li, Hl, D), all in the activation dtype when
+ * over_seq (the self-attention over the seq group: cp_attention's local
+ * mode, k / v then this rank's tokens too), else f32 (the
+ * cross-attention, on this rank alone). */
+static wf_status_t attend(run_t *x, const void *q, const void *k, const void *v,
+                          int64_t Skv, bool over_seq, void *out)
 {
     void *aws = x->ws + x->W.aws;
     if (over_seq && x->g.P > 1) {
@@ -686,7 +760,8 @@ static wf_status_t attend(run_t *x, const float *q, const float *k, const float 
                                            x->hws + x->W.haws, x->W.haws_bytes);
         return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
     }
-    wf_attn_params_t p = attn_params_of(&x->g, x->Li, Skv);
+    wf_attn_params_t p = attn_params_of(&x->g, x->Li, Skv,
+                                        over_seq ? x->g.adt : WF_DTYPE_F32);
     p.q = q;
     p.k = k;
     p.v = v;
@@ -878,27 +953,32 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
 {
     const geo_t *g = &x->g;
     const int64_t C = g->C, C6 = 6 * C, N = x->N;
+    const wf_dtype_t adt = g->adt;
     float *S = fp(x, x->W.S), *nx = fp(x, x->W.nx), *mod = fp(x, x->W.mod);
     float *q = fp(x, x->W.q), *kk = fp(x, x->W.k), *v = fp(x, x->W.v);
-    float *ao = fp(x, x->W.ao), *lo = fp(x, x->W.lo), *hid = fp(x, x->W.hid);
+    float *ao = fp(x, x->W.ao), *lo = fp(x, x->W.lo);
+    void *hid = ap(x, x->W.hid, 0);
     wf_layout_t hl;
+    wf_dtype_t hdt;
     wf_layout_t lc = wf_layout_full(C);
     wf_status_t st;
     /* (shift, scale, gate) x (self-attention, feed-forward) per batch row
      * (per token with timestep_tokens) */
     TRY(x->ops->copy_rows(x->ctx, mod, (size_t)C6 * 4, fp(x, x->W.tproj), (size_t)C6 * 4,
                           x->trows, (size_t)C6 * 4));
-    TRY(x->ops->bias_act(x->ctx, mod, x->trows, C6, C6, k->sst, WF_ACT_NONE));
+    TRY(x->ops->bias_act(x->ctx, mod, WF_DTYPE_F32, x->trows, C6, C6, k->sst, WF_ACT_NONE, NULL,
+                         0, WF_DTYPE_F32));
     /* 1. self-attention on this tp rank's heads */
     TRY(ln_mod(x, S, nx, mod, C6, 0, C));
-    float *const qkv[3] = {q, kk, v};
+    void *const qkv[3] = {q, kk, v};
     const float *const n1[3] = {k->nq1, k->nk1, NULL}, *const n2[2] = {k->nk2, NULL};
     const float *const na[2] = {k->nak, NULL};
-    TRY(group_heads(x, &k->qkv1, nx, N, qkv, n1));
-    TRY(rope(x, q, fp(x, x->W.qj)));
-    TRY(rope(x, kk, fp(x, x->W.kj)));
-    TRY(attend(x, fp(x, x->W.qj), fp(x, x->W.kj), v, x->Li, true, ao));
-    TRY(wf_linear_apply_full(&x->lin, &k->o1, ao, g->Cl, &x->heads, N, WF_ACT_NONE, lo));
+    TRY(group_heads(x, &k->qkv1, nx, adt, N, qkv, n1, adt));
+    TRY(rope(x, q, ap(x, x->W.qj, 0)));
+    TRY(rope(x, kk, ap(x, x->W.kj, 0)));
+    TRY(attend(x, ap(x, x->W.qj, 0), ap(x, x->W.kj, 0), v, x->Li, true, ao));
+    TRY(wf_linear_apply_full_dt(&x->lin, &k->o1, ao, adt, g->Cl, &x->heads, N, WF_ACT_NONE,
+                                lo));
     TRY(x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 2 * C, C6, x->mb, x->mper, C));
     /* 2. cross-attention: this rank's tokens against the whole text */
     const float *in2 = S;
@@ -912,11 +992,13 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     }
     TRY(proj(x, &k->q2, in2, N, q));
     TRY(rms(x, q, N, k->nq2));
-    TRY(group_heads(x, &k->kv2, fp(x, x->W.ctx), g->Nt, qkv + 1, n2));
+    TRY(group_heads(x, &k->kv2, fp(x, x->W.ctx), WF_DTYPE_F32, g->Nt, qkv + 1, n2,
+                    WF_DTYPE_F32));
     TRY(attend(x, q, kk, v, g->St, false, ao));
     if (g->SI) {
         /* the same queries against the image tokens, added */
-        TRY(group_heads(x, &k->akv, fp(x, x->W.cimg), g->Ni, qkv + 1, na));
+        TRY(group_heads(x, &k->akv, fp(x, x->W.cimg), WF_DTYPE_F32, g->Ni, qkv + 1, na,
+                        WF_DTYPE_F32));
         TRY(attend(x, q, kk, v, g->SI, false, lo));
         TRY(x->ops->add(x->ctx, ao, lo, N * g->Cl));
     }
@@ -924,9 +1006,10 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     TRY(x->ops->add(x->ctx, S, lo, N * C));
     /* 3. feed-forward, its hidden layer as the plan splits it */
     TRY(ln_mod(x, S, nx, mod, C6, 3 * C, 4 * C));
-    TRY(wf_linear_apply(&x->lin, &k->ff0, nx, C, &lc, N, WF_ACT_GELU_TANH, hid, &hl));
-    TRY(wf_linear_apply_full(&x->lin, &k->ff2, hid, wf_layout_width(&hl, g->T), &hl, N,
-                             WF_ACT_NONE, lo));
+    TRY(wf_linear_apply_dt(&x->lin, &k->ff0, nx, adt, C, &lc, N, WF_ACT_GELU_TANH, hid, adt,
+                           &hl, &hdt));
+    TRY(wf_linear_apply_full_dt(&x->lin, &k->ff2, hid, hdt, wf_layout_width(&hl, g->T), &hl, N,
+                                WF_ACT_NONE, lo));
     return x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 5 * C, C6, x->mb, x->mper, C);
 }
 
@@ -996,9 +1079,12 @@ static wf_status_t finish(run_t *x)
                           x->trows, (size_t)C * 4));
     TRY(x->ops->copy_rows(x->ctx, modo + C, (size_t)C * 8, fp(x, x->W.temb), (size_t)C * 4,
                           x->trows, (size_t)C * 4));
-    TRY(x->ops->bias_act(x->ctx, modo, x->trows, 2 * C, 2 * C, x->s->sst_out, WF_ACT_NONE));
+    TRY(x->ops->bias_act(x->ctx, modo, WF_DTYPE_F32, x->trows, 2 * C, 2 * C, x->s->sst_out,
+                         WF_ACT_NONE, NULL, 0, WF_DTYPE_F32));
     TRY(ln_mod(x, fp(x, x->W.S), fp(x, x->W.nx), modo, 2 * C, 0, C));
-    TRY(lin_full(x, &x->s->proj_out, fp(x, x->W.nx), x->N, WF_ACT_NONE, out));
+    wf_layout_t il = wf_layout_full(C);
+    TRY(wf_linear_apply_full_dt(&x->lin, &x->s->proj_out, ap(x, x->W.nx, 0), g->adt, C, &il,
+                                x->N, WF_ACT_NONE, out));
     if (x->t != 0)
         return WF_OK;
     size_t n = (size_t)(x->N * g->OC) * sizeof(float);
@@ -1090,6 +1176,7 @@ wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,
     x.dev = on_device(ops);
     x.hws = x.dev ? host_ws : workspace;
     geo_of(x.cfg, io, T, R, U, &x.g);
+    x.g.adt = wan_act_dtype(shard, x.dev);
     const geo_t *g = &x.g;
     wf_status_t st = WF_E_BAD_ARGUMENT;
     bool stopped = false;
