@@ -122,28 +122,10 @@ static wf_status_t bind_router(wf_channel_t *ch)
      * connection can take its name (ZeroMQ refuses the second one); a
      * restarted member gets its name once the old connection is gone. */
     zmq_setsockopt(ch->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    char inproc[64], why[160];
-    snprintf(inproc, sizeof inproc, "inproc://weft-channel-%p", (void *)ch);
-    if (zmq_bind(ch->sock, inproc) != 0) {
-        wf_log(ch->log, WF_LOG_ERR, "cluster: tensor channel: bind %s: %s", inproc,
-               zmq_strerror(zmq_errno()));
-        return WF_E_INTERNAL;
-    }
-    int fd = -1;
-    bool is_unix = false;
-    if (wf_gate_listen(bind, &fd, &is_unix, ch->ep, sizeof ch->ep, why,
-                       sizeof why) != WF_OK) {
-        wf_log(ch->log, WF_LOG_ERR, "cluster: cannot bind the tensor channel "
-               "on %s (data_address): %s", host, why);
-        return WF_E_INTERNAL;
-    }
+    char why[160];
     uint64_t m = (uint64_t)max_msg(ch);
     wf_gate_cfg_t gc = {
         .zctx = ch->zctx,
-        .router_endpoint = inproc,
-        .listen_fd = fd,
-        .endpoint = ch->ep,
-        .unix_socket = is_unix,
         .mech = ch->keys ? WF_GATE_CURVE : WF_GATE_NULL,
         .keys = ch->keys ? &ch->keys->self : NULL,
         .limits = {
@@ -161,8 +143,12 @@ static wf_status_t bind_router(wf_channel_t *ch)
         .peer_routing_id = true,
         .close_over = true,
     };
-    if (wf_gate_start(&gc, &ch->gate) != WF_OK)  /* logged; fd closed */
+    if (wf_gate_front(ch->sock, bind, &gc, ch->ep, sizeof ch->ep, why, sizeof why,
+                      &ch->gate) != WF_OK) {
+        wf_log(ch->log, WF_LOG_ERR, "cluster: cannot bind the tensor channel "
+               "on %s (data_address): %s", host, why);
         return WF_E_INTERNAL;
+    }
     wf_log(ch->log, WF_LOG_INFO, "cluster: tensor channel on %s", ch->ep);
     return WF_OK;
 }

@@ -245,21 +245,10 @@ static const wf_gate_names_t rendezvous_names = {
  * coordinates. */
 static wf_status_t rendezvous_listen(wf_cluster_t *c, void *zctx, const char *ep)
 {
-    char inproc[64], bound[WF_SETTINGS_NAME_MAX + 16], why[160];
-    snprintf(inproc, sizeof inproc, "inproc://weft-rendezvous-%p", (void *)c);
-    if (zmq_bind(c->sock, inproc) != 0)
-        return WF_E_INTERNAL;
-    int fd = -1;
-    bool is_unix = false;
-    if (wf_gate_listen(ep, &fd, &is_unix, bound, sizeof bound, why, sizeof why) != WF_OK)
-        return errno == EADDRINUSE ? WF_E_CONNECT : WF_E_INTERNAL;
+    char bound[WF_SETTINGS_NAME_MAX + 16], why[160];
     uint64_t max = WF_CTL_MAX_BYTES + 1024;
     wf_gate_cfg_t gc = {
         .zctx = zctx,
-        .router_endpoint = inproc,
-        .listen_fd = fd,
-        .endpoint = bound,
-        .unix_socket = is_unix,
         .mech = c->keys ? WF_GATE_CURVE : WF_GATE_NULL,
         .keys = c->keys ? &c->keys->self : NULL,
         .limits = {
@@ -279,7 +268,10 @@ static wf_status_t rendezvous_listen(wf_cluster_t *c, void *zctx, const char *ep
         .heartbeat_ms = c->settings->heartbeat_ms,
         .heartbeat_timeout_ms = c->settings->heartbeat_timeout_ms,
     };
-    return wf_gate_start(&gc, &c->gate) == WF_OK ? WF_OK : WF_E_INTERNAL;
+    if (wf_gate_front(c->sock, ep, &gc, bound, sizeof bound, why, sizeof why,
+                      &c->gate) == WF_OK)
+        return WF_OK;
+    return errno == EADDRINUSE ? WF_E_CONNECT : WF_E_INTERNAL;
 }
 
 static void set_sock_opts(void *s, const wf_settings_t *st)

@@ -233,32 +233,13 @@ wf_status_t wf_zmq_listen(void *zctx, const char *bind_addr,
                           const wf_keypair_t *curve, void **ret_sock,
                           wf_gate_t **ret_gate, char *addr, size_t addr_len)
 {
-    static atomic_uint next;
-    char inproc[64], why[160];
-    snprintf(inproc, sizeof inproc, "inproc://weft-comm-%u-%u", (unsigned)getpid(),
-             atomic_fetch_add(&next, 1));
+    char why[160];
     void *s = router_new(zctx, max_message_bytes, recv_messages);
     if (!s)
         return WF_E_INTERNAL;
-    if (zmq_bind(s, inproc) != 0) {
-        zmq_close(s);
-        return WF_E_INTERNAL;
-    }
-    int fd = -1;
-    bool is_unix = false;
-    wf_status_t st = wf_gate_listen(bind_addr, &fd, &is_unix, addr, addr_len,
-                                    why, sizeof why);
-    if (st != WF_OK) {
-        zmq_close(s);
-        return st == WF_E_INTERNAL ? WF_E_CONNECT : st;
-    }
     uint64_t frame = max_message_bytes > 0 ? (uint64_t)max_message_bytes : UINT64_MAX / 2;
     wf_gate_cfg_t gc = {
         .zctx = zctx,
-        .router_endpoint = inproc,
-        .listen_fd = fd,
-        .endpoint = addr,
-        .unix_socket = is_unix,
         .mech = curve ? WF_GATE_CURVE : WF_GATE_NULL,
         .keys = curve,
         .limits = {
@@ -275,9 +256,11 @@ wf_status_t wf_zmq_listen(void *zctx, const char *bind_addr,
         .peer_routing_id = true,
         .close_over = true,
     };
-    if (wf_gate_start(&gc, ret_gate) != WF_OK) {   /* fd closed */
+    wf_status_t st = wf_gate_front(s, bind_addr, &gc, addr, addr_len, why, sizeof why,
+                                   ret_gate);
+    if (st != WF_OK) {
         zmq_close(s);
-        return WF_E_INTERNAL;
+        return st == WF_E_BAD_ARGUMENT ? st : WF_E_CONNECT;
     }
     *ret_sock = s;
     return WF_OK;

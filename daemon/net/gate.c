@@ -1801,6 +1801,42 @@ fail:
     return WF_E_INTERNAL;
 }
 
+wf_status_t wf_gate_front(void *router, const char *endpoint, wf_gate_cfg_t *cfg,
+                          char *bound, size_t bound_len, char *why,
+                          size_t why_len, wf_gate_t **ret)
+{
+    static atomic_uint next;
+    char inproc[64];
+    snprintf(inproc, sizeof inproc, "inproc://weft-gate-%u-%u", (unsigned)getpid(),
+             atomic_fetch_add(&next, 1));
+    if (zmq_bind(router, inproc) != 0) {
+        snprintf(why, why_len, "bind %s: %s", inproc, zmq_strerror(zmq_errno()));
+        errno = EINVAL;
+        return WF_E_INTERNAL;
+    }
+    int fd = -1;
+    bool is_unix = false;
+    wf_status_t st = wf_gate_listen(endpoint, &fd, &is_unix, bound, bound_len,
+                                    why, why_len);
+    if (st != WF_OK) {
+        int e = errno;
+        zmq_unbind(router, inproc);
+        errno = e;
+        return st;
+    }
+    cfg->router_endpoint = inproc;
+    cfg->listen_fd = fd;
+    cfg->endpoint = bound;
+    cfg->unix_socket = is_unix;
+    if (wf_gate_start(cfg, ret) != WF_OK) {     /* logged; fd closed */
+        snprintf(why, why_len, "the listener did not start");
+        zmq_unbind(router, inproc);
+        errno = EINVAL;
+        return WF_E_INTERNAL;
+    }
+    return WF_OK;
+}
+
 wf_status_t wf_gate_set_keys(wf_gate_t *g, const wf_key_entry_t *e, size_t n)
 {
     wf_key_entry_t *copy = NULL;

@@ -161,6 +161,17 @@ wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
                            char *bound, size_t bound_len, char *why,
                            size_t why_len);
 
+/* A gate in front of `router` (a ROUTER of cfg->zctx with its options
+ * set): the ROUTER bound on an inproc endpoint of its own, a listener on
+ * `endpoint` (wf_gate_listen) and the gate started with the rest of cfg
+ * (router_endpoint, listen_fd, endpoint and unix_socket are filled
+ * here). bound: the endpoint bound, for peers. On error nothing is left
+ * but the ROUTER, why says what failed, and errno is EADDRINUSE where
+ * the address was taken. */
+wf_status_t wf_gate_front(void *router, const char *endpoint, wf_gate_cfg_t *cfg,
+                          char *bound, size_t bound_len, char *why,
+                          size_t why_len, wf_gate_t **ret);
+
 /* Start the thread. On error (logged) nothing is left and the listening
  * socket is closed. */
 wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret);

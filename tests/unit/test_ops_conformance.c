@@ -556,12 +556,54 @@ static void ref_table(const double *pos, int L, const uint32_t *dims, int n_axes
     }
 }
 
+/* head_norm_rope's case below: nbatch 2 x per 3 rows of H 3 x D 8 into
+ * rows 2..5 of L 6, source row stride 26. */
+enum { RP_NB = 2, RP_PER = 3, RP_L = 6, RP_ROW0 = 2, RP_H = 3, RP_D = 8, RP_LD = 26 };
+typedef struct rope_case {
+    const float *x, *w, *cs, *sn;  /* source rows, norm weight, tables */
+} rope_case_t;
+
+/* The fp64 reference of head_norm_rope for the written rows of o (the
+ * (nbatch, L, H, D) result read back as f32): got / ref / tol from n
+ * on, tol 8u (|x0 c| + |x1 s|) + 1e-7, widened for a bf16 result
+ * (bf16_tol of each value). Returns the new n. */
+static size_t rope_check(const rope_case_t *k, const float *o, bool bf16, float *got,
+                         double *ref, double *tol, size_t n)
+{
+    for (int bb = 0; bb < RP_NB; bb++)
+        for (int s = 0; s < RP_PER; s++)
+            for (int h = 0; h < RP_H; h++) {
+                const float *xr = k->x + (bb * RP_PER + s) * RP_LD + h * RP_D;
+                const float *orow = o + ((bb * RP_L + RP_ROW0 + s) * RP_H + h) * RP_D;
+                double ss = 0;
+                for (int d = 0; d < RP_D; d++)
+                    ss += (double)xr[d] * xr[d];
+                double inv = 1.0 / sqrt(ss / RP_D + (double)1e-6f);
+                for (int d = 0; d < RP_D; d += 2, n += 2) {
+                    got[n] = orow[d];
+                    got[n + 1] = orow[d + 1];
+                    if (!ref)
+                        continue;
+                    double x0 = xr[d] * inv * k->w[d], x1 = xr[d + 1] * inv * k->w[d + 1];
+                    double c = k->cs[(RP_ROW0 + s) * RP_D + d];
+                    double sv = k->sn[(RP_ROW0 + s) * RP_D + d];
+                    ref[n] = x0 * c - x1 * sv;
+                    ref[n + 1] = x1 * c + x0 * sv;
+                    double t = 8.0 * U * (fabs(x0 * c) + fabs(x1 * sv)) + 1e-7;
+                    tol[n] = bf16 ? bf16_tol(ref[n], t) : t;
+                    tol[n + 1] = bf16 ? bf16_tol(ref[n + 1], t) : t;
+                }
+            }
+    return n;
+}
+
 /* head_norm_rope: nbatch 2 x per 3 rows of H 3 x D 8 into rows 2..5 of L
  * 6, norm weight, tables from ref_table (f32); tol 8u (|x0 c| + |x1 s|)
  * + 1e-7 on the written rows (the rest stays NaN and is not compared). */
 static size_t row_head_norm_rope(bk_t *b, float *got, double *ref, double *tol)
 {
-    enum { NB = 2, PER = 3, L = 6, ROW0 = 2, H = 3, D = 8, LD = 26 };
+    enum { NB = RP_NB, PER = RP_PER, L = RP_L, ROW0 = RP_ROW0, H = RP_H, D = RP_D,
+           LD = RP_LD };
     float x[NB * PER * LD], w[D], cs[L * D], sn[L * D];
     double pos[L], rc[L * D], rs[L * D];
     const uint32_t dims[1] = {D};
@@ -591,28 +633,7 @@ static size_t row_head_norm_rope(bk_t *b, float *got, double *ref, double *tol)
           b->name);
     float hb[NB * L * H * D];
     get_bf16(b, hb, dh, NB * L * H * D);
-    size_t n = 0;
-    for (int bb = 0; bb < NB; bb++)
-        for (int s = 0; s < PER; s++)
-            for (int h = 0; h < H; h++) {
-                const float *xr = x + (bb * PER + s) * LD + h * D;
-                const float *o = out + ((bb * L + ROW0 + s) * H + h) * D;
-                double ss = 0;
-                for (int d = 0; d < D; d++)
-                    ss += (double)xr[d] * xr[d];
-                double inv = 1.0 / sqrt(ss / D + (double)1e-6f);
-                for (int d = 0; d < D; d += 2, n += 2) {
-                    got[n] = o[d];
-                    got[n + 1] = o[d + 1];
-                    if (!ref)
-                        continue;
-                    double x0 = xr[d] * inv * w[d], x1 = xr[d + 1] * inv * w[d + 1];
-                    double c = cs[(ROW0 + s) * D + d], sv = sn[(ROW0 + s) * D + d];
-                    ref[n] = x0 * c - x1 * sv;
-                    ref[n + 1] = x1 * c + x0 * sv;
-                    tol[n] = tol[n + 1] = 8.0 * U * (fabs(x0 * c) + fabs(x1 * sv)) + 1e-7;
-                }
-            }
+    size_t n = rope_check(&(rope_case_t){x, w, cs, sn}, out, false, got, ref, tol, 0);
     const size_t n0 = n;
     for (int bb = 0; bb < NB; bb++)
         for (int s = 0; s < PER; s++)
@@ -635,29 +656,7 @@ static size_t row_head_norm_rope(bk_t *b, float *got, double *ref, double *tol)
     CHECK(b->broken || b->o->head_norm_rope(b->c, &p) == WF_OK,
           "%s head_norm_rope bf16 -> bf16", b->name);
     get_bf16(b, hb, dh, NB * L * H * D);
-    for (int bb = 0; bb < NB; bb++)
-        for (int s = 0; s < PER; s++)
-            for (int h = 0; h < H; h++) {
-                const float *xr = x + (bb * PER + s) * LD + h * D;
-                const float *o = hb + ((bb * L + ROW0 + s) * H + h) * D;
-                double ss = 0;
-                for (int d = 0; d < D; d++)
-                    ss += (double)xr[d] * xr[d];
-                double inv = 1.0 / sqrt(ss / D + (double)1e-6f);
-                for (int d = 0; d < D; d += 2, n += 2) {
-                    got[n] = o[d];
-                    got[n + 1] = o[d + 1];
-                    if (!ref)
-                        continue;
-                    double x0 = xr[d] * inv * w[d], x1 = xr[d + 1] * inv * w[d + 1];
-                    double c = cs[(ROW0 + s) * D + d], sv = sn[(ROW0 + s) * D + d];
-                    ref[n] = x0 * c - x1 * sv;
-                    ref[n + 1] = x1 * c + x0 * sv;
-                    double t = 8.0 * U * (fabs(x0 * c) + fabs(x1 * sv)) + 1e-7;
-                    tol[n] = bf16_tol(ref[n], t);
-                    tol[n + 1] = bf16_tol(ref[n + 1], t);
-                }
-            }
+    n = rope_check(&(rope_case_t){x, w, cs, sn}, hb, true, got, ref, tol, n);
     return n;
 }
 
