@@ -18,7 +18,11 @@
  *              INITIATE sent, READY read), then the payload as records
  *              boxed into MESSAGE commands (box_records below)
  *   bits 3-5   the payload written in 1..8 chunks, each read by the gate
- *              before the next is written (partial reads)
+ *              before the next is written (partial reads); with NULL an
+ *              even count of chunks goes to a third gate, configured as
+ *              the cluster plane's (the peer's routing id kept, a message
+ *              over a limit closes the connection, heartbeats of 20 ms
+ *              with a timeout of 60 ms)
  *   bits 6-7   limit set (limit_sets below: small frames / messages, many
  *              frames, handshake_ms 1; set 3 with a CURVE handshake uses a
  *              client key not in the allow-list)
@@ -73,9 +77,10 @@ static const wf_gate_limits_t limit_sets[4] = {
 
 static struct {
     char dir[64];
-    char path[2][128];           /* NULL, CURVE */
+    char path[3][128];           /* NULL, CURVE, NULL as the cluster plane's */
     void *zctx, *router;
-    wf_gate_t *gate[2];
+    wf_gate_t *gate[3];
+    int cur;                     /* the gate of this input */
     wf_log_t log;
     const wf_gate_limits_t *lim; /* in force */
     uint8_t spub[32];            /* the daemon's key */
@@ -159,7 +164,11 @@ static bool router_one(void)
     }
     F.routed++;
     check(n >= 2, "a message without the gate frame");
-    check(zmq_msg_size(&parts[0]) == 5, "a routing id not of 5 bytes");
+    if (F.cur == 2)     /* the peer's own routing id, or the gate's */
+        check(zmq_msg_size(&parts[0]) >= 1 && zmq_msg_size(&parts[0]) <= 255,
+              "a routing id of no bytes or more than 255");
+    else
+        check(zmq_msg_size(&parts[0]) == 5, "a routing id not of 5 bytes");
     wf_gate_meta_t meta;
     check(wf_gate_meta_read(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &meta),
           "the second frame is not the gate's");
@@ -176,6 +185,8 @@ static bool router_one(void)
               "a message forwarded with other frames than sent");
         X.got++;
     }
+    check(F.cur != 2 || !meta.limit[0], "a message over a limit forwarded by a "
+          "gate that closes on one");
     if (meta.limit[0]) {
         /* the header kept: the first frame, or an empty one and the next */
         check(frames <= 2, "more than the header kept of a message over a limit");
@@ -480,8 +491,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     crypto_box_keypair(F.cnpub, F.cnsec);
     F.lim = &limit_sets[0];
-    for (int i = 0; i < 2; i++) {
-        snprintf(F.path[i], sizeof F.path[i], "%s/%s.sock", F.dir, i ? "curve" : "null");
+    for (int i = 0; i < 3; i++) {
+        snprintf(F.path[i], sizeof F.path[i], "%s/%s.sock", F.dir,
+                 i == 1 ? "curve" : i ? "cluster" : "null");
         char ep[160], bound[160];
         snprintf(ep, sizeof ep, "ipc://%s", F.path[i]);
         int fd = -1;
@@ -491,8 +503,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         wf_gate_cfg_t gc = {
             .zctx = F.zctx, .router_endpoint = "inproc://fuzz-gate", .listen_fd = fd,
             .endpoint = ep, .unix_socket = is_unix,
-            .mech = i ? WF_GATE_CURVE : WF_GATE_NULL, .keys = i ? &server : NULL,
+            .mech = i == 1 ? WF_GATE_CURVE : WF_GATE_NULL, .keys = i == 1 ? &server : NULL,
             .limits = *F.lim, .log = &F.log,
+            .plane = i == 2 ? "fuzz cluster plane" : NULL,
+            .peer_routing_id = i == 2, .close_over = i == 2,
+            .heartbeat_ms = i == 2 ? 20 : 0, .heartbeat_timeout_ms = i == 2 ? 60 : 0,
         };
         check(wf_gate_start(&gc, &F.gate[i]) == WF_OK, "wf_gate_start");
     }
@@ -513,7 +528,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int curve = sel & 1;
     unsigned prefix = (sel >> 1) & 3, chunks = ((sel >> 3) & 7) + 1, ls = sel >> 6;
     F.lim = &limit_sets[ls];
-    wf_gate_set_limits(F.gate[curve], F.lim);
+    F.cur = curve ? 1 : chunks % 2 == 0 ? 2 : 0;
+    wf_gate_set_limits(F.gate[F.cur], F.lim);
     X.on = false;
     X.n = X.got = 0;
     if (F.runs++ == 0)
@@ -523,7 +539,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     check(fd >= 0, "socket");
     struct sockaddr_un un = { .sun_family = AF_UNIX };
-    snprintf(un.sun_path, sizeof un.sun_path, "%s", F.path[curve]);
+    snprintf(un.sun_path, sizeof un.sun_path, "%s", F.path[F.cur]);
     check(connect(fd, (struct sockaddr *)&un, sizeof un) == 0, "connect");
     outbuf_t o = { malloc(OUT_MAX), 0 };
     check(o.p != NULL, "out of memory");
@@ -571,7 +587,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t gone = now_ms() + 2000;
     wf_gate_stats_t st;
     for (;;) {
-        wf_gate_stats(F.gate[curve], &st);
+        wf_gate_stats(F.gate[F.cur], &st);
         if (st.open == 0)
             break;
         check(now_ms() < gone, "the gate kept a connection its peer closed");
@@ -582,7 +598,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     X.on = false;
     if (F.verbose) {
         wf_gate_stats_t a;
-        wf_gate_stats(F.gate[curve], &a);
+        wf_gate_stats(F.gate[F.cur], &a);
         fprintf(stderr, "fuzz_gate: sel 0x%02x: accepted %llu refused %llu admitted %llu "
                 "over_limit %llu; routed %lu\n", sel, (unsigned long long)a.accepted,
                 (unsigned long long)a.refused, (unsigned long long)a.admitted,
