@@ -1347,7 +1347,7 @@ static wf_status_t run_common(const wf_cp_job_t *job, const wf_cp_group_t *group
         st = ulysses_out(&x);
     if (st == WF_OK)
         st = gather(&x);
-    if (dev) {
+    if (dev && !job->caller_syncs) {
         /* Everything queued is done before the caller releases the
          * workspace; a kernel error surfaces here. */
         wf_status_t ss = ops->synchronize(ctx);

@@ -100,6 +100,12 @@ typedef struct wf_cp_job {
                                         attention_fp8_ok */
     bool local;                      /* local mode (file comment): every rank's
                                         pointers are its own shards, all heads */
+    bool caller_syncs;               /* device mode: the caller keeps the
+                                        workspaces and waits for the stream
+                                        itself (a forward, once at its end), so
+                                        the call returns with its work queued,
+                                        not done; a kernel error surfaces at
+                                        the caller's wait */
     const void *q;                   /* root: (B, Sq, Hq, D) q_dtype, any alignment
                                         (local: every rank, (B, Lq_s, Hq, D)) */
     const void *k;                   /* root: (B, Skv, Hkv, D) k_dtype, any alignment

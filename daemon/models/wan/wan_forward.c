@@ -755,6 +755,7 @@ static wf_status_t attend(run_t *x, const void *q, const void *k, const void *v,
         wf_cp_group_t cg = { .seq = x->grp->seq, .ring = x->grp->ring,
                              .ulysses = x->grp->ulysses, .ring_degree = x->g.R,
                              .ulysses_degree = x->g.U };
+        j.caller_syncs = true;  /* the forward waits once, at its end */
         if (x->dev)
             return wf_cp_attention_run_dev(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes,
                                            x->hws + x->W.haws, x->W.haws_bytes);
