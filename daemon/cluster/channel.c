@@ -126,8 +126,6 @@ static wf_status_t bind_router(wf_channel_t *ch)
     uint64_t m = (uint64_t)max_msg(ch);
     wf_gate_cfg_t gc = {
         .zctx = ch->zctx,
-        .mech = ch->keys ? WF_GATE_CURVE : WF_GATE_NULL,
-        .keys = ch->keys ? &ch->keys->self : NULL,
         .limits = {
             .frame_bytes = m,
             .max_frames = 1 + WF_CMSG_XFER_MAX_FRAMES,
@@ -139,10 +137,8 @@ static wf_status_t bind_router(wf_channel_t *ch)
         .log = ch->log,
         .plane = "tensor channel",
         .names = &channel_names,
-        .zap_domain = ch->keys ? WF_ZAP_NODES : NULL,
-        .peer_routing_id = true,
-        .close_over = true,
     };
+    wf_gate_node_plane(&gc, ch->keys ? &ch->keys->self : NULL);
     if (wf_gate_front(ch->sock, bind, &gc, ch->ep, sizeof ch->ep, why, sizeof why,
                       &ch->gate) != WF_OK) {
         wf_log(ch->log, WF_LOG_ERR, "cluster: cannot bind the tensor channel "

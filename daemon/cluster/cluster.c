@@ -249,8 +249,6 @@ static wf_status_t rendezvous_listen(wf_cluster_t *c, void *zctx, const char *ep
     uint64_t max = WF_CTL_MAX_BYTES + 1024;
     wf_gate_cfg_t gc = {
         .zctx = zctx,
-        .mech = c->keys ? WF_GATE_CURVE : WF_GATE_NULL,
-        .keys = c->keys ? &c->keys->self : NULL,
         .limits = {
             .frame_bytes = max,
             .max_frames = 1,
@@ -262,18 +260,19 @@ static wf_status_t rendezvous_listen(wf_cluster_t *c, void *zctx, const char *ep
         .log = c->log,
         .plane = "rendezvous",
         .names = &rendezvous_names,
-        .zap_domain = c->keys ? WF_ZAP_NODES : NULL,
-        .peer_routing_id = true,
-        .close_over = true,
         .heartbeat_ms = c->settings->heartbeat_ms,
         .heartbeat_timeout_ms = c->settings->heartbeat_timeout_ms,
     };
+    wf_gate_node_plane(&gc, c->keys ? &c->keys->self : NULL);
     if (wf_gate_front(c->sock, ep, &gc, bound, sizeof bound, why, sizeof why,
                       &c->gate) == WF_OK)
         return WF_OK;
     return errno == EADDRINUSE ? WF_E_CONNECT : WF_E_INTERNAL;
 }
 
+/* A member's DEALER to the rendezvous: bounded frames from its
+ * coordinator and libzmq's heartbeats (the coordinator's side is the
+ * gate's). */
 static void set_sock_opts(void *s, const wf_settings_t *st)
 {
     int zero = 0, ivl = (int)st->heartbeat_ms, tmo = (int)st->heartbeat_timeout_ms;
@@ -455,8 +454,10 @@ wf_status_t wf_cluster_new(const wf_settings_t *settings, void *zctx,
         c->sock = zmq_socket(zctx, ZMQ_ROUTER);
         if (!c->sock)
             goto zfail;
+        /* inproc only: frame bounds and heartbeats are the gate's */
+        int zero = 0;
         zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-        set_sock_opts(c->sock, settings);
+        zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
     }
     wf_status_t bound = coord ? rendezvous_listen(c, zctx, ep) : WF_E_CONNECT;
     int bind_errno = errno;

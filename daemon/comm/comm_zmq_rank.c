@@ -55,7 +55,6 @@
  * thread touches the caller's buffers.
  */
 #include "comm_zmq_impl.h"
-#include "base/zap.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -240,8 +239,6 @@ wf_status_t wf_zmq_listen(void *zctx, const char *bind_addr,
     uint64_t frame = max_message_bytes > 0 ? (uint64_t)max_message_bytes : UINT64_MAX / 2;
     wf_gate_cfg_t gc = {
         .zctx = zctx,
-        .mech = curve ? WF_GATE_CURVE : WF_GATE_NULL,
-        .keys = curve,
         .limits = {
             .frame_bytes = frame,
             .max_frames = 2,
@@ -252,10 +249,8 @@ wf_status_t wf_zmq_listen(void *zctx, const char *bind_addr,
         },
         .plane = "comm data port",
         .names = &gate_names,
-        .zap_domain = curve ? WF_ZAP_NODES : NULL,
-        .peer_routing_id = true,
-        .close_over = true,
     };
+    wf_gate_node_plane(&gc, curve);
     wf_status_t st = wf_gate_front(s, bind_addr, &gc, addr, addr_len, why, sizeof why,
                                    ret_gate);
     if (st != WF_OK) {
@@ -441,8 +436,8 @@ static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
     int gated = nf >= 2 && wf_gate_meta_read(zmq_msg_data(&f[1]),
                                              zmq_msg_size(&f[1]), &meta);
     int b = gated ? 2 : 1;      /* the header's frame */
-    nf -= b - 1;                /* counted as before the gate frame */
-    int ok = !extra && nf >= 2 &&
+    int parts = nf - (b - 1);   /* the frames but the gate's */
+    int ok = !extra && parts >= 2 &&
              hdr_decode(zmq_msg_data(&f[b]), zmq_msg_size(&f[b]), &h) &&
              h.world_id == rs->world_id && h.src < (uint32_t)rs->nranks &&
              (int)h.src != rs->rank && zmq_msg_size(&f[0]) == ID_LEN &&
@@ -454,7 +449,7 @@ static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
             atomic_fetch_add(&rs->refused, 1);
     }
     int src = ok ? (int)h.src : -1;
-    if (ok && h.type == MSG_HELLO && nf == 2 && src > rs->rank &&
+    if (ok && h.type == MSG_HELLO && parts == 2 && src > rs->rank &&
         h.tag == (uint32_t)rs->nranks) {
         if (!rs->joined[src]) {
             rs->joined[src] = 1;
@@ -462,19 +457,19 @@ static wf_status_t handle_frames(zrank_t *rs, zmq_msg_t *f, int nf, int extra)
         }
         /* answer every hello (a peer may have restarted its handshake) */
         st = wf_zmq_send_hdr_only(rs, src, MSG_ACK);
-    } else if (ok && h.type == MSG_ACK && nf == 2 && src < rs->rank &&
+    } else if (ok && h.type == MSG_ACK && parts == 2 && src < rs->rank &&
                h.tag == (uint32_t)rs->nranks) {
         if (!rs->joined[src]) {
             rs->joined[src] = 1;
             rs->missing--;
         }
-    } else if (ok && h.type == MSG_DATA && nf == 3 &&
+    } else if (ok && h.type == MSG_DATA && parts == 3 &&
                h.bytes == (uint64_t)zmq_msg_size(&f[b + 1])) {
         st = deliver(rs, src, h.comm_id, h.tag, h.phase, h.op, &f[b + 1]);
     } else {
         atomic_fetch_add(&rs->dropped, 1);
     }
-    for (int i = 0; i < nf + b - 1; i++)
+    for (int i = 0; i < nf; i++)
         zmq_msg_close(&f[i]);
     return st;
 }

@@ -32,6 +32,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "base/zap.h"
 #include "errf.h"
 
 #define MAX_PARTS 64               /* >= the largest client_max_frames */
@@ -1153,7 +1154,8 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
                 r = recv(c->fd, sink, want < sizeof sink ? want : sizeof sink, 0);
             }
             if (r > 0) {
-                c->heard_us = now_us();
+                if (g->hb_us)
+                    c->heard_us = now_us();
                 c->fgot += (uint64_t)r;
                 if (c->fgot == c->fsize && !parse(g, c, why))
                     return false;
@@ -1171,7 +1173,8 @@ static bool conn_read(wf_gate_t *g, conn_t *c, const char **why)
                 return parse(g, c, why);
             r = recv(c->fd, c->rbuf + c->rlen, room, 0);
             if (r > 0) {
-                c->heard_us = now_us();
+                if (g->hb_us)
+                    c->heard_us = now_us();
                 c->rlen += (size_t)r;
                 if (!parse(g, c, why))
                     return false;
@@ -1799,6 +1802,15 @@ wf_status_t wf_gate_start(const wf_gate_cfg_t *cfg, wf_gate_t **ret)
 fail:
     wf_gate_stop(&g);
     return WF_E_INTERNAL;
+}
+
+void wf_gate_node_plane(wf_gate_cfg_t *cfg, const wf_keypair_t *self)
+{
+    cfg->mech = self ? WF_GATE_CURVE : WF_GATE_NULL;
+    cfg->keys = self;
+    cfg->zap_domain = self ? WF_ZAP_NODES : NULL;
+    cfg->peer_routing_id = true;
+    cfg->close_over = true;
 }
 
 wf_status_t wf_gate_front(void *router, const char *endpoint, wf_gate_cfg_t *cfg,

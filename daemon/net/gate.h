@@ -161,6 +161,12 @@ wf_status_t wf_gate_listen(const char *endpoint, int *ret_fd, bool *ret_unix,
                            char *bound, size_t bound_len, char *why,
                            size_t why_len);
 
+/* The choices every listener of the cluster plane makes: with `self`
+ * (node_keys set) CURVE with this node's pair, node keys admitted through
+ * ZAP (WF_ZAP_NODES), else NULL; the peer's routing id kept; a message
+ * over a limit closes the connection. */
+void wf_gate_node_plane(wf_gate_cfg_t *cfg, const wf_keypair_t *self);
+
 /* A gate in front of `router` (a ROUTER of cfg->zctx with its options
  * set): the ROUTER bound on an inproc endpoint of its own, a listener on
  * `endpoint` (wf_gate_listen) and the gate started with the rest of cfg
