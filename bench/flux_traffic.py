@@ -14,7 +14,10 @@ bf16 weights, the batched AdaLN), before and after the forward's bf16 activation
           groups' outputs in bf16 too; the GEMM reads them in place;
           residual stream, modulation and the linears' f32 outputs the
           gates read stay f32; with one batch row the attention's output
-          read in place (joint order = stream order)
+          read in place (joint order = stream order), and a single
+          block's norm and gate one call each over both streams; a
+          single block's MLP-in its own GEMM with the GELU in its
+          epilogue, written into cat (no pass over the hidden)
 
 Counted: every device launch call of the blocks and of the model around
 them (a kernel or a cuBLASLt matmul; not the inputs' copies up and
@@ -79,11 +82,16 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
             gate(rows)
 
     def single():
-        modln(Nt); modln(Ni)
-        linear("qkv + MLP-in", N, C, 3 * C + M, a, a)
-        if lowp:                 # GELU from the bf16 slice straight into cat
-            op("bias_act GELU -> cat", N * M * a, N * M * a)
-        else:                    # GELU in place, then copied into cat
+        if lowp and B == 1:      # one batch row: both streams one run of rows
+            modln(N)
+        else:
+            modln(Nt); modln(Ni)
+        if lowp:                 # q / k / v, then the MLP-in with the GELU in
+            # its epilogue, written into cat's MLP columns
+            linear("qkv", N, C, 3 * C, a, a)
+            linear("MLP-in (GELU) -> cat", N, C, M, a, a)
+        else:                    # one group GEMM, GELU in place, copied into cat
+            linear("qkv + MLP-in", N, C, 3 * C + M, a, a)
             op("bias_act GELU", N * M * f, N * M * f)
             op("copy_rows MLP -> cat", N * M * f, N * M * f)
         for _ in range(3): hnr(Nt); hnr(Ni)
@@ -91,7 +99,10 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
         unpack()
         op("copy_rows attn -> cat", N * C * a, N * C * a)
         linear("proj_out", N, C + M, C, a)
-        gate(Nt); gate(Ni)
+        if lowp and B == 1:
+            gate(N)
+        else:
+            gate(Nt); gate(Ni)
 
     # outside the blocks (flux_embed.c, flux_forward.c): embedders on f32
     # inputs in both layouts, rope_table, the batched AdaLN, norm_out, proj_out

@@ -23,7 +23,7 @@
  *   weftctl [--endpoint E] [--timeout MS] forward --model NAME
  *       --inputs FILE.safetensors [--out FILE.safetensors]
  *       [--out-dtype f32|f16|bf16] [--iters N] [--deadline-ms MS] [--fp8]
- *       [--session ID [--cache-threshold T]]
+ *       [--tolerance REL] [--session ID [--cache-threshold T]]
  *   weftctl [--endpoint E] [--timeout MS] cancel ID
  *   weftctl shard --model-root ROOT --path P --tp T --out DIR
  *       [--tp-plan FILE.json]
@@ -68,9 +68,10 @@
  * output NAME the file holds as `NAME_f64` (preferred) or `NAME`, that
  * tensor is the reference: the max abs error is checked against a
  * tolerance of max|ref| times 1e-4 (f32), 4e-3 (f16) or 3e-2 (bf16), the
- * loosest of the inputs' and the output's dtypes: PASS, or FAIL and exit
- * 1. --out writes every output, under its schema name, to a safetensors
- * file.
+ * loosest of the inputs' and the output's dtypes (--tolerance REL: REL
+ * instead, a bound the caller derived for its model and reference):
+ * PASS, or FAIL and exit 1. --out writes every output, under its schema
+ * name, to a safetensors file.
  *
  * forward --deadline-ms gives each forward that deadline (deadline_ms:
  * WF_E_DEADLINE when it is not done that long after the daemon got it).

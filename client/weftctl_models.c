@@ -557,7 +557,7 @@ static bool alloc_outputs(fwd_io_t *f, wf_dtype_t dt)
  * stored rounded to f32) or `name`, when it holds one: prints the max
  * abs error and PASS / FAIL. 0 pass or no reference, 1 fail. */
 static int check_output(const fwd_io_t *f, const wf_named_tensor_t *o, double in_tol,
-                        bool fp8)
+                        bool fp8, double rel_tol)
 {
     char key[WF_SCHEMA_NAME_MAX + 8];
     snprintf(key, sizeof key, "%s_f64", o->name);
@@ -603,6 +603,10 @@ static int check_output(const fwd_io_t *f, const wf_named_tensor_t *o, double in
      * every block) against a reference without it: a sanity bound */
     if (fp8)
         k = fmax(k, 0.1);
+    /* --tolerance: the caller's own bound (one derived for its model and
+     * reference) in place of the dtype's */
+    if (rel_tol > 0)
+        k = rel_tol;
     double tol = k * max_ref;
     bool pass = max_err <= tol;
     if (f->n_out > 1)
@@ -685,7 +689,7 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     bool has_odt = false;
     wf_dtype_t odt = WF_DTYPE_F32;
     int64_t iters = 1, deadline_ms = 0, session = 0;
-    double threshold = 0;
+    double threshold = 0, rel_tol = 0;
     bool fp8 = false;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--fp8") == 0) {
@@ -731,6 +735,14 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
                 fprintf(stderr, "weftctl: --session: bad value '%s' (1 .. 2^63-1)\n", v);
                 return EXIT_USAGE;
             }
+        } else if (strcmp(a, "--tolerance") == 0) {
+            char *end = NULL;
+            rel_tol = strtod(v, &end);
+            if (!end || *end || !isfinite(rel_tol) || rel_tol <= 0) {
+                fprintf(stderr, "weftctl: --tolerance: bad value '%s' (> 0, relative to "
+                        "max |reference|)\n", v);
+                return EXIT_USAGE;
+            }
         } else if (strcmp(a, "--cache-threshold") == 0) {
             char *end = NULL;
             threshold = strtod(v, &end);
@@ -746,7 +758,7 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
     if (!model || !inputs) {
         fprintf(stderr, "weftctl: forward --model NAME --inputs FILE.safetensors "
                 "[--out FILE.safetensors] [--out-dtype D] [--iters N] [--deadline-ms MS] "
-                "[--fp8] [--session ID [--cache-threshold T]]\n");
+                "[--fp8] [--tolerance REL] [--session ID [--cache-threshold T]]\n");
         return EXIT_USAGE;
     }
     if (threshold > 0 && !session) {
@@ -839,7 +851,7 @@ int ctl_cmd_forward(wf_client_t *c, int argc, char **argv)
         in_tol = fmax(in_tol, dtype_tol(f->in_t[j].dtype));
     rc = 0;
     for (size_t k = 0; k < f->n_out; k++)
-        rc |= check_output(f, &f->out[k], in_tol, fp8);
+        rc |= check_output(f, &f->out[k], in_tol, fp8, rel_tol);
     if (out_path)
         rc |= write_outputs(f, out_path);
 

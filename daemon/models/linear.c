@@ -386,3 +386,38 @@ wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_g
     }
     return WF_OK;
 }
+
+wf_status_t wf_linear_group_range_dt(const wf_linear_env_t *e, const wf_linear_group_t *g,
+                                     uint32_t k0, uint32_t k1, const void *in,
+                                     wf_dtype_t in_dt, int64_t ld_in, int64_t rows,
+                                     wf_act_t act, void *dst, int64_t ld_dst,
+                                     wf_dtype_t out_dt)
+{
+    const wf_linear_t *A = &g->all;
+    if (!g->fused || e->T != 1 || A->nwb != 1 || k0 >= k1 || k1 > g->n ||
+        (in_dt != WF_DTYPE_F32 && in_dt != A->w_dtype))
+        return WF_E_INTERNAL;
+    int64_t off = 0, w = 0;
+    for (uint32_t k = 0; k < k0; k++)
+        off += g->m[k].place.local_out;
+    for (uint32_t k = k0; k < k1; k++)
+        w += g->m[k].place.local_out;
+    if (off + w > A->place.local_out || ld_dst < w)
+        return WF_E_INTERNAL;
+    wf_linear_params_t lp = wf_linear_params_of(A, rows);
+    lp.out = w;
+    lp.wb[0] = (const unsigned char *)A->wb[0] +
+               (size_t)(off * A->ldw) * wf_dtype_size(A->w_dtype);
+    lp.bias = A->b ? A->b + off : NULL;
+    lp.act = act;
+    lp.x = in;
+    lp.x_dtype = in_dt;
+    lp.ldx = ld_in;
+    lp.y = dst;
+    lp.ldy = ld_dst;
+    lp.y_dtype = out_dt;
+    size_t need_ws = e->ops->linear_workspace(&lp);
+    if (need_ws > e->lws_bytes)
+        return WF_E_INTERNAL;
+    return rows > 0 ? e->ops->linear(e->ctx, &lp, need_ws ? e->lws : NULL) : WF_OK;
+}

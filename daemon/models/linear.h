@@ -205,4 +205,17 @@ wf_status_t wf_linear_group_apply_dt(const wf_linear_env_t *e, const wf_linear_g
                                      const wf_layout_t *il, int64_t rows, const wf_act_t *acts,
                                      void *dst, wf_dtype_t out_dt, wf_linear_part_t *parts);
 
+/* Members [k0, k1) of the fused group g on one tp rank as one linear:
+ * the rows of g->all's weight and bias that are theirs, `act` on all of
+ * them, from `rows` rows of the full input (row stride ld_in, in_dt as
+ * wf_linear_apply_dt) into dst (rows x their width, row stride ld_dst)
+ * in out_dt. A single block's q / k / v and its GELU'd MLP-in go apart
+ * this way, the MLP-in straight into the concatenation proj_out reads.
+ * WF_E_INTERNAL unless g is fused, T is 1 and the weight is one block. */
+wf_status_t wf_linear_group_range_dt(const wf_linear_env_t *e, const wf_linear_group_t *g,
+                                     uint32_t k0, uint32_t k1, const void *in,
+                                     wf_dtype_t in_dt, int64_t ld_in, int64_t rows,
+                                     wf_act_t act, void *dst, int64_t ld_dst,
+                                     wf_dtype_t out_dt);
+
 #endif /* WF_LINEAR_H */

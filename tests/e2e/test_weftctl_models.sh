@@ -130,6 +130,17 @@ forward_ok bf16 bf16 io-flux-tiny-bf16.safetensors
 expect fwd_bf16 ' bf16 -> bf16 '
 forward_ok d64 d64 io-flux-small-d64-bf16.safetensors
 expect fwd_d64 ' bf16 -> bf16 '
+# --tolerance replaces the dtype's bound: one below any error fails (exit
+# 1), a loose one passes
+run tol_tight 1 ctl forward --model bf16 --inputs "$fixtures/io-flux-tiny-bf16.safetensors" \
+    --tolerance 1e-12
+expect tol_tight '^max abs error [0-9.e+-]+ \(tolerance [0-9.e+-]+\) FAIL$'
+run tol_loose 0 ctl forward --model bf16 --inputs "$fixtures/io-flux-tiny-bf16.safetensors" \
+    --tolerance 0.5
+expect tol_loose '^max abs error [0-9.e+-]+ \(tolerance [0-9.e+-]+\) PASS$'
+run tol_bad 2 ctl forward --model bf16 --inputs "$fixtures/io-flux-tiny-bf16.safetensors" \
+    --tolerance 0
+expect tol_bad "--tolerance: bad value '0'"
 
 # -- live re-shard: dp=2 tp=2 ----------------------------------------------
 run reconf 0 ctl reconfigure --dp 2 --tp 2

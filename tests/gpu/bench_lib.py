@@ -4,6 +4,7 @@ driven by weftctl (Weft), CUDA-event timing, the measured bf16 matrix
 rate, weftctl forward's figures, medians and their spread, and the
 SIGTERM of run.sh's deadline (start() installs it). Imported, never run.
 """
+import math
 import os
 import re
 import shlex
@@ -212,6 +213,40 @@ def versions_and_rate(torch, diffusers, a, report, timer):
     report["matmul"] = {"n": n, "ms": mm_ms, "flops_per_s": rate}
     say(f"bf16 matmul {n}^3: {mm_ms:.3f} ms, {rate / 1e12:.1f} TFLOP/s (this run's ceiling)")
     return rate
+
+
+BF16_U = 2.0 ** -8   # bf16's unit roundoff (half its relative step)
+
+
+def derived_tolerance(report, k_roundings):
+    """The bound on max |weft - diffusers bf16| / max |diffusers bf16| a
+    benchmark holds weft to, derived, not picked. -> (tol, weft_vs_f32
+    bound or None, how).
+
+    With diffusers' f32 run of the same weights (the yardstick in
+    report["diffusers_bf16_vs_f32"], its error e_d = max |diffusers bf16 -
+    f32| / max |f32|): weft must be no further from the f32 result than
+    2 e_d (it rounds fewer tensors than diffusers' bf16 run, whose
+    residual stream is bf16 too; 2 leaves room for the max over the
+    output being noisy), and then |weft - diffusers| <= |weft - f32| +
+    |diffusers - f32| <= 3 e_d by the triangle inequality. At least 2 u.
+
+    Without it, the probabilistic model of rounding errors: each path
+    rounds about K tensors of relative error up to u, of both signs, so
+    each element of each output is off by about sqrt(K) u, the difference
+    of the two (independent roundings) by sqrt(2 K) u, and the largest
+    of some 10^5 - 10^6 elements lies within 4.5 of those: 4.5 sqrt(2 K)
+    u, a sanity bound (at FLUX.1-dev's K = 276, 0.41)."""
+    d = report.get("diffusers_bf16_vs_f32")
+    if d:
+        e = d["rel"]
+        tol = max(3.0 * e, 2.0 * BF16_U)
+        return tol, max(2.0 * e, BF16_U), (
+            f"3 x diffusers' own bf16 error {e:.2e} against its f32 run "
+            f"(weft within 2 x that of the f32 run, triangle inequality)")
+    tol = 4.5 * math.sqrt(2.0 * k_roundings) * BF16_U
+    return tol, None, (f"4.5 sqrt(2 K) u with K = {k_roundings} roundings per path "
+                       f"(no f32 yardstick: a sanity bound)")
 
 
 def reference(torch, model, dev_in, host_in, path, stem, meta, report, f32_ref, device):

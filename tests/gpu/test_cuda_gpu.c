@@ -1285,8 +1285,11 @@ static void test_modln_gate(void)
             G->dev_reset(gctx);
             free(src); free(mod); free(dg);
         }
-    {
-        const int64_t nb = 2, per = 19, W = 700, lds = 720, ldy = 705, ldg = 6 * W;
+    /* strides off the float4 grid (the scalar kernel), then on it (the
+     * float4 kernel) */
+    for (int vec = 0; vec < 2; vec++) {
+        const int64_t nb = 2, per = 19, W = vec ? 768 : 700, lds = vec ? 784 : 720,
+                      ldy = vec ? 1024 : 705, ldg = 6 * W;
         const size_t ns = (size_t)(nb * per * lds), ny = (size_t)(nb * per * ldy),
                      ng = (size_t)(nb * ldg);
         float *S = hrand(ns, 2.f), *y = hrand(ny, 2.f), *gt = hrand(ng, 1.f), *Sg = malloc(ns * 4);
@@ -1294,7 +1297,7 @@ static void test_modln_gate(void)
         CHECK_TRUE(C->gate_residual(cctx, S, lds, y, ldy, gt + 2 * W, ldg, nb, per, W) == WF_OK);
         CHECK_TRUE(G->gate_residual(gctx, dS, lds, dy, ldy, dg + 2 * W, ldg, nb, per, W) == WF_OK);
         fetch(Sg, dS, ns * 4);
-        compare("gate_residual", S, Sg, ns, 1e-6, -1);
+        compare(vec ? "gate_residual (float4)" : "gate_residual", S, Sg, ns, 1e-6, -1);
         G->dev_reset(gctx);
         free(S); free(y); free(gt); free(Sg);
     }

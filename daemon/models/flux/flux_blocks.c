@@ -221,31 +221,17 @@ static wf_status_t attend(run_t *x, int64_t Hl)
     return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
 }
 
-/* The projections of one stream part (rows [row0, row0 + rows) of the
- * normalized stream, full) through group g into the proj region -> q /
- * k / v of the joint buffers: per-head RMSNorm (norms[0..1]) and RoPE of
- * q and k, v as is, each read from its slice of the group's output with
- * its row stride. `which`: 0 the part is the text rows, 1 the image
- * rows, 2 all N rows (a single block: text rows first). The members
- * after the third (a single block's MLP-in) stay in parts[3..] for the
- * caller; acts (NULL: none) their activations. */
-static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, int64_t rows,
-                           int which, const float *const *norms, const wf_act_t *acts,
-                           const wf_layout_t *al, int64_t Hl, wf_linear_part_t *parts)
+/* The q / k / v parts of a projection (`rows` rows: `which` 0 the text
+ * rows, 1 the image rows, 2 all N rows, a single block's, text rows
+ * first) -> q / k / v of the joint buffers: per-head RMSNorm (norms[0..1])
+ * and RoPE of q and k, v as is, each read from its slice with its row
+ * stride. */
+static wf_status_t pack_parts(run_t *x, const wf_linear_part_t *parts, int64_t rows, int which,
+                              const float *const *norms, const wf_layout_t *al, int64_t Hl)
 {
     const geo_t *g0 = &x->g;
-    const int64_t C = g0->C;
     void *joint[3] = {ap(x, x->W.qj, 0), ap(x, x->W.kj, 0), ap(x, x->W.vj, 0)};
-    wf_layout_t full = wf_layout_full(C);
     wf_status_t st;
-    if ((size_t)(rows * wf_linear_group_width(g)) > x->W.proj_n)
-        return WF_E_INTERNAL;
-    /* the group's outputs in the activation dtype too (the GEMM's
-     * epilogue rounds them once, as diffusers' bf16 linears do); the
-     * norms and RoPE widen them exactly */
-    if ((st = wf_linear_group_apply_dt(&x->lin, g, ap(x, x->W.nx, row0 * C), g0->adt, C, &full,
-                                       rows, acts, fp(x, x->W.proj), g0->adt, parts)) != WF_OK)
-        return st;
     for (int w = 0; w < 3; w++) {
         const void *a;
         int64_t lda;
@@ -265,6 +251,30 @@ static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, i
         }
     }
     return WF_OK;
+}
+
+/* The projections of one stream part (rows [row0, row0 + rows) of the
+ * normalized stream, full) through group g into the proj region -> q /
+ * k / v of the joint buffers (pack_parts). The members after the third
+ * (a single block's MLP-in) stay in parts[3..] for the caller; acts
+ * (NULL: none) their activations. */
+static wf_status_t project(run_t *x, const wf_linear_group_t *g, int64_t row0, int64_t rows,
+                           int which, const float *const *norms, const wf_act_t *acts,
+                           const wf_layout_t *al, int64_t Hl, wf_linear_part_t *parts)
+{
+    const geo_t *g0 = &x->g;
+    const int64_t C = g0->C;
+    wf_layout_t full = wf_layout_full(C);
+    wf_status_t st;
+    if ((size_t)(rows * wf_linear_group_width(g)) > x->W.proj_n)
+        return WF_E_INTERNAL;
+    /* the group's outputs in the activation dtype too (the GEMM's
+     * epilogue rounds them once, as diffusers' bf16 linears do); the
+     * norms and RoPE widen them exactly */
+    if ((st = wf_linear_group_apply_dt(&x->lin, g, ap(x, x->W.nx, row0 * C), g0->adt, C, &full,
+                                       rows, acts, fp(x, x->W.proj), g0->adt, parts)) != WF_OK)
+        return st;
+    return pack_parts(x, parts, rows, which, norms, al, Hl);
 }
 
 /* Attention of the packed joint q / k / v (Hl heads) -> the output in
@@ -393,13 +403,18 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
             WF_OK)
             return st;
     }
-    if ((st = flux_ln_mod(x, S, ap(x, x->W.nx, 0), B, g->Lt, mod, ldm, 0, C)) != WF_OK ||
-        (st = flux_ln_mod(x, S + Nt * C, ap(x, x->W.nx, Nt * C), B, g->Li, mod, ldm, 0, C)) !=
-            WF_OK)
+    /* one modulation for both streams: with one batch row the stream's
+     * text rows and image rows are one run of rows */
+    if (B == 1)
+        st = flux_ln_mod(x, S, ap(x, x->W.nx, 0), 1, N, mod, ldm, 0, C);
+    else if ((st = flux_ln_mod(x, S, ap(x, x->W.nx, 0), B, g->Lt, mod, ldm, 0, C)) == WF_OK)
+        st = flux_ln_mod(x, S + Nt * C, ap(x, x->W.nx, Nt * C), B, g->Li, mod, ldm, 0, C);
+    if (st != WF_OK)
         return st;
-    /* q, k, v and the MLP-in (GELU) of the normalised stream as one group;
-     * with low-precision activations the GELU is the pass that writes the
-     * MLP part of cat (below), so the group leaves it f32 and bare */
+    /* q, k, v and the MLP-in (GELU) of the normalised stream as one
+     * group; with low-precision activations the GELU writes the MLP part
+     * of cat (below): the MLP-in GEMM's epilogue at one tp rank, else a
+     * pass of its own, so the group leaves it bare */
     const wf_linear_group_t *grp[1] = {&sb->qkvm};
     const float *norms[2] = {sb->norm_q, sb->norm_k};
     static const wf_act_t acts_f32[4] = {WF_ACT_NONE, WF_ACT_NONE, WF_ACT_NONE,
@@ -409,11 +424,8 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     wf_layout_t al = attn_lay(x, grp, 1);
     int64_t Hl = wf_layout_width(&al, T) / g->D;
     wf_linear_part_t parts[WF_LINEAR_GROUP_MAX];
-    if ((st = project(x, &sb->qkvm, 0, N, 2, norms, acts, &al, Hl, parts)) != WF_OK)
-        return st;
     /* cat([attn (C), mlp (M)]) in the layout proj_out takes: its pieces
-     * ascend, so the attention columns come first in every row; the MLP
-     * part moves before the attention reuses the proj region */
+     * ascend, so the attention columns come first in every row */
     wf_layout_t need = wf_layout_of(&sb->proj_out.place, true, T);
     int64_t ps[WF_TP_MAX_BLOCKS], pn[WF_TP_MAX_BLOCKS], wo = 0, wm = 0;
     int n = wf_layout_window(&need, x->t, T, 0, C, ps, pn);
@@ -425,7 +437,29 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
     int64_t ldc = wo + wm;
     if (ldc != sb->proj_out.place.local_in)
         return WF_E_INTERNAL;
-    if (adt == WF_DTYPE_F32) {
+    if (adt != WF_DTYPE_F32 && T == 1 && sb->qkvm.fused && sb->qkvm.n == 4) {
+        /* one tp rank, low-precision activations: q / k / v as one GEMM
+         * into the proj region, the MLP-in as another whose epilogue
+         * applies the GELU and writes cat's MLP columns (no pass over the
+         * hidden between them) */
+        if ((size_t)(N * 3 * C) > x->W.proj_n)
+            return WF_E_INTERNAL;
+        if ((st = wf_linear_group_range_dt(le, &sb->qkvm, 0, 3, ap(x, x->W.nx, 0), adt, C, N,
+                                           WF_ACT_NONE, fp(x, x->W.proj), 3 * C, adt)) !=
+                WF_OK ||
+            (st = wf_linear_group_range_dt(le, &sb->qkvm, 3, 4, ap(x, x->W.nx, 0), adt, C, N,
+                                           WF_ACT_GELU_TANH, ap(x, x->W.cat, wo), ldc, adt)) !=
+                WF_OK)
+            return st;
+        for (int k = 0; k < 3; k++)
+            parts[k] = (wf_linear_part_t){
+                .y = (unsigned char *)fp(x, x->W.proj) + (size_t)(k * C) * wf_dtype_size(adt),
+                .ld = 3 * C, .lay = wf_layout_full(C), .dt = adt};
+        st = pack_parts(x, parts, N, 2, norms, &al, Hl);
+    } else if ((st = project(x, &sb->qkvm, 0, N, 2, norms, acts, &al, Hl, parts)) != WF_OK) {
+        return st;
+    } else if (adt == WF_DTYPE_F32) {
+        /* the MLP part moves before the attention reuses the proj region */
         st = wf_layout_convert(le, parts[3].y, parts[3].ld, &parts[3].lay, N, &need, C,
                                fp(x, x->W.cat) + wo, ldc);
     } else if (T == 1) {
@@ -449,9 +483,11 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
                                    &need, 0, ap(x, x->W.cat, 0), ldc)) != WF_OK)
         return st;
     if ((st = wf_linear_apply_full_dt(le, &sb->proj_out, ap(x, x->W.cat, 0), adt, ldc, &need,
-                                      N, WF_ACT_NONE, lo)) != WF_OK ||
-        (st = gate_add(x, S, lo, B, g->Lt, mod, ldm, 2 * C)) != WF_OK ||
-        (st = gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, ldm, 2 * C)) != WF_OK)
+                                      N, WF_ACT_NONE, lo)) != WF_OK)
         return st;
-    return WF_OK;
+    if (B == 1)
+        return gate_add(x, S, lo, 1, N, mod, ldm, 2 * C);
+    if ((st = gate_add(x, S, lo, B, g->Lt, mod, ldm, 2 * C)) != WF_OK)
+        return st;
+    return gate_add(x, S + Nt * C, lo + Nt * C, B, g->Li, mod, ldm, 2 * C);
 }
