@@ -14,7 +14,8 @@ bf16 weights, the batched AdaLN), before and after the forward's bf16 activation
           groups' outputs in bf16 too; the GEMM reads them in place;
           residual stream, modulation and the linears' f32 outputs the
           gates read stay f32; with one batch row the attention's output
-          read in place (joint order = stream order), and a single
+          read in place (joint order = stream order; a single block's
+          written by the attention into cat's rows), and a single
           block's norm and gate one call each over both streams; a
           single block's MLP-in its own GEMM with the GELU in its
           epilogue, written into cat (no pass over the hidden)
@@ -96,8 +97,9 @@ def forward(lowp, Ni=4096, Nt=512, C=3072, M=12288, nd=19, ns=38, IN=64, J=4096,
             op("copy_rows MLP -> cat", N * M * f, N * M * f)
         for _ in range(3): hnr(Nt); hnr(Ni)
         op("attention", 3 * N * C * a, N * C * a)
-        unpack()
-        op("copy_rows attn -> cat", N * C * a, N * C * a)
+        if not (lowp and B == 1):   # one batch row: written into cat's rows
+            unpack()
+            op("copy_rows attn -> cat", N * C * a, N * C * a)
         linear("proj_out", N, C + M, C, a)
         if lowp and B == 1:
             gate(N)

@@ -8,6 +8,7 @@
  * Layout of attention tensors, as in diffusers:
  *   q    (B, Sq,  Hq,  D)      k, v (B, Skv, Hkv, D), Hkv divides Hq
  *   out  (B, Sq,  Hq,  D)      lse  (B, Sq, Hq) f32, natural log
+ *   (out's query rows may lie ld_out elements apart: wf_attn_params_t)
  * Query head h reads K/V head h / (Hq / Hkv) (GQA), unless an explicit
  * mapping is given (gqa_group > 0, for a rank holding a slice of the
  * heads of a larger problem on local buffers): local query head h reads
@@ -60,6 +61,12 @@ typedef struct wf_attn_params {
     const void *k;  wf_dtype_t k_dtype;  /* any alignment */
     const void *v;  wf_dtype_t v_dtype;  /* any alignment */
     void *out;      wf_dtype_t out_dtype; /* full (B, Sq, Hq, D); only the head range is written */
+    /* Elements between consecutive query rows (b, s) of out; 0: Hq * D
+     * (dense). Otherwise >= Hq * D and a multiple of 8, without merge:
+     * the rows of another tensor (a single block's attention output
+     * written into its concatenation); a batch of out spans Sq ld_out
+     * elements. lse and final_out stay dense. */
+    int64_t ld_out;
     float *lse;                      /* full (B, Sq, Hq) or NULL; only the head range is written */
     /* Explicit GQA mapping; all zero = the default h / (Hq / Hkv). */
     int64_t gqa_group;               /* query heads per K/V head of the global problem; 0 = Hq / Hkv */
@@ -94,6 +101,20 @@ typedef struct wf_attn_params {
     void *final_out;
     wf_dtype_t final_dtype;
 } wf_attn_params_t;
+
+/* out's row stride in elements: ld_out, or Hq * D when it is 0. */
+static inline int64_t wf_attn_ld_out(const wf_attn_params_t *p)
+{
+    return p->ld_out ? p->ld_out : p->Hq * p->D;
+}
+
+/* Whether ld_out is one backend.h allows: 0, or at least Hq * D, a
+ * multiple of 8, and not in merge mode. */
+static inline bool wf_attn_ld_out_ok(const wf_attn_params_t *p)
+{
+    return p->ld_out == 0 ||
+           (p->ld_out >= p->Hq * p->D && p->ld_out % 8 == 0 && !p->merge);
+}
 
 /* ---- model ops -----------------------------------------------------------
  *

@@ -232,7 +232,7 @@ static bool params_valid(const wf_attn_params_t *p)
         if (dts[i] != WF_DTYPE_F32 && dts[i] != WF_DTYPE_F16 &&
             dts[i] != WF_DTYPE_BF16)
             return false;
-    if (!p->q || !p->k || !p->v || !p->out)
+    if (!p->q || !p->k || !p->v || !p->out || !wf_attn_ld_out_ok(p))
         return false;
     /* merge mode: an f32 accumulator with its lse; final_out any dtype */
     if (p->merge && (p->out_dtype != WF_DTYPE_F32 || !p->lse ||
@@ -555,9 +555,11 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
                     merge_tile(p, b, q0, h, tq, of, mf);
                     continue;
                 }
-                wf_convert_rows_from_f32(
-                    (void *)at4(p->out, p->out_dtype, b, q0, h, Sq, Hq, D),
-                    p->out_dtype, (size_t)(Hq * D), of, (size_t)tq, (size_t)D);
+                const int64_t ldo = wf_attn_ld_out(p);
+                wf_convert_rows_from_f32((unsigned char *)p->out +
+                                             (size_t)((b * Sq + q0) * ldo + h * D) *
+                                                 dt_size(p->out_dtype),
+                                         p->out_dtype, (size_t)ldo, of, (size_t)tq, (size_t)D);
                 if (p->lse)
                     for (int64_t i = 0; i < tq; i++)
                         p->lse[(b * Sq + q0 + i) * Hq + h] = mf[i];

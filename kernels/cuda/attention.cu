@@ -370,10 +370,11 @@ flash_fwd_kernel(attn_args a, int stages)
             /* merge mode: the accumulator's row plan (every lane) */
             const wf_merge::row_plan mp = epilogue_plan(a, live, li, lse);
             if (live) {
+                const long long lo = out_row<D>(a, b, q0 + row, h);
 #pragma unroll
                 for (int n = 0; n < NT_O; n++)
-                    epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[mt][n][2 * r] * inv,
-                                    o[mt][n][2 * r + 1] * inv);
+                    epilogue_store2(a, mp, li * D + n * 8 + 2 * t, lo + n * 8 + 2 * t,
+                                    o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
                 if (t == 0)
                     epilogue_lse(a, mp, li, lse);
             }

@@ -21,6 +21,7 @@ namespace wf_attn {
 struct attn_args {
     const char *q, *k, *v; /* device, 16-byte aligned */
     char *out;
+    long long out_ld;      /* elements between out's query rows (backend.h ld_out) */
     float *lse;            /* or nullptr */
     int q_dt, k_dt, v_dt, out_dt;
     int Sq, Skv, Hq, Hkv;
@@ -189,14 +190,24 @@ __device__ __forceinline__ wf_merge::row_plan epilogue_plan(const attn_args &a, 
     return m;
 }
 
-/* Two consecutive outputs (p0 at element e, p1 at e + 1) of a live row:
- * stored in out_dt, or in merge mode merged into the f32 accumulator
- * (and the merged values stored to final_out when it is set). */
+/* Element of out where query row (b, s) of head h starts: rows out_ld
+ * apart (dense: out_ld = Hq D, the element li D of the row's lse index
+ * li). */
+template <int D>
+__device__ __forceinline__ long long out_row(const attn_args &a, int b, int s, int h)
+{
+    return ((long long)b * a.Sq + s) * a.out_ld + (long long)h * D;
+}
+
+/* Two consecutive outputs (p0, p1) of a live row: stored in out_dt at
+ * elements eo, eo + 1 of out (out_row), or in merge mode (out dense)
+ * merged into the f32 accumulator at e, e + 1 (and the merged values
+ * stored to final_out when it is set). */
 __device__ __forceinline__ void epilogue_store2(const attn_args &a, const wf_merge::row_plan &m,
-                                                long long e, float p0, float p1)
+                                                long long e, long long eo, float p0, float p1)
 {
     if (!a.merge) {
-        store2(a.out, a.out_dt, e, p0, p1);
+        store2(a.out, a.out_dt, eo, p0, p1);
         return;
     }
     float2 *acc = reinterpret_cast<float2 *>(a.out + e * 4);
@@ -225,6 +236,7 @@ inline attn_args make_args(const wf_attn_params_t *p)
     a.k = static_cast<const char *>(p->k);
     a.v = static_cast<const char *>(p->v);
     a.out = static_cast<char *>(p->out);
+    a.out_ld = wf_attn_ld_out(p);
     a.lse = p->lse;
     a.q_dt = p->q_dtype;
     a.k_dt = p->k_dtype;

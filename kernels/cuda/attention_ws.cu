@@ -860,9 +860,10 @@ wf_status_t wf_cuda_attention_ws_launch(const wf_attn_params_t *p, const wf_cuda
     w.total = (int)g->tiles;
     w.stages = g->stages;
     w.pingpong = (g->ws_features & WF_CUDA_WS_PINGPONG) ? 1 : 0;
-    /* merge mode merges into an f32 accumulator: direct stores */
+    /* merge mode merges into an f32 accumulator, and the out map is of a
+     * dense (B, Sq, Hq, D) tensor: direct stores for both */
     w.tma_store = (g->ws_features & WF_CUDA_WS_TMA_STORE) && p->out_dtype != WF_DTYPE_F32 &&
-                  !p->merge;
+                  !p->merge && wf_attn_ld_out(p) == p->Hq * p->D;
     const attn_args a = make_args(p);
     const bool pipe = (g->ws_features & WF_CUDA_WS_PIPE) != 0;
     if (g->compute_bf16) {

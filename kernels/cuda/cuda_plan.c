@@ -59,6 +59,8 @@ int wf_cuda_attn_params_ok(const wf_attn_params_t *p)
         return 0;
     if (p->merge && !wf_cuda_attn_merge_ok(p))
         return 0;
+    if (!wf_attn_ld_out_ok(p))
+        return 0;
     return 1;
 }
 
@@ -494,7 +496,9 @@ uint64_t wf_cuda_attn_job_bytes(const wf_attn_params_t *p)
     t = add_region(t, mul_sat(qn, dtype_bytes(p->q_dtype)));
     t = add_region(t, mul_sat(kvn, dtype_bytes(p->k_dtype)));
     t = add_region(t, mul_sat(kvn, dtype_bytes(p->v_dtype)));
-    t = add_region(t, mul_sat(qn, dtype_bytes(p->out_dtype)));
+    /* out: B Sq rows ld_out apart */
+    t = add_region(t, mul_sat(mul_sat(mul_sat(B, Sq), (uint64_t)wf_attn_ld_out(p)),
+                              dtype_bytes(p->out_dtype)));
     t = add_region(t, mul_sat(mul_sat(mul_sat(B, Sq), Hq), 4u));
     t = add_region(t, (uint64_t)wf_cuda_attn_workspace(p));
     return t;

@@ -193,10 +193,11 @@ __device__ __forceinline__ void epilogue_rows(const attn_args &a, const float *o
         const wf_merge::row_plan mp = epilogue_plan(a, row < q_rows, li, lse);
         if (row < q_rows) {
             if (store_o) {
+                const long long lo = out_row<D>(a, b, q0 + row, h);
 #pragma unroll
                 for (int n = 0; n < D / 8; n++)
-                    epilogue_store2(a, mp, li * D + n * 8 + 2 * t, o[n * 4 + 2 * r] * inv,
-                                    o[n * 4 + 2 * r + 1] * inv);
+                    epilogue_store2(a, mp, li * D + n * 8 + 2 * t, lo + n * 8 + 2 * t,
+                                    o[n * 4 + 2 * r] * inv, o[n * 4 + 2 * r + 1] * inv);
             }
             if (t == 0)
                 epilogue_lse(a, mp, li, lse);

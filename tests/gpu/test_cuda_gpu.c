@@ -332,6 +332,54 @@ static const acase_t attn_cases[] = {
 };
 _Static_assert(ATTN_FP8_CASES <= sizeof attn_cases / sizeof attn_cases[0], "ATTN_FP8_CASES");
 
+/* out's rows ld_out apart (backend.h), the single block's attention
+ * written into its concatenation: bf16 q / k / v and out, B 2, S 300,
+ * 4 heads, D 64 and 128, ld_out = Hq D + 64. The strided result must
+ * equal the same kernel's dense one bit for bit, and the 64 elements
+ * between rows keep what they held. */
+static void test_attention_ld_out(void)
+{
+    for (int64_t D = 64; D <= 128; D *= 2) {
+        const acase_t t = {2, 300, 300, 4, 4, D, 0, 4, 0, 0, 0, 0, 0, 0};
+        const int64_t W = t.Hq * D, LDO = W + 64, rows = t.B * t.Sq;
+        const size_t nq = (size_t)(rows * W), no = (size_t)(rows * LDO);
+        float *f = malloc(3 * nq * sizeof *f);
+        uint16_t *q = malloc(nq * 2), *k = malloc(nq * 2), *v = malloc(nq * 2);
+        uint16_t *dense = malloc(nq * 2), *held = malloc(no * 2), *got = malloc(no * 2);
+        fill_inputs(&t, WF_DTYPE_BF16, NULL, f, q, k, v);
+        for (size_t i = 0; i < no; i++)
+            held[i] = (uint16_t)(0x3f00 + i % 97);
+        wf_attn_params_t p = params_of(&t, WF_DTYPE_BF16, WF_DTYPE_BF16);
+        p.q = dev_copy(q, nq * 2);
+        p.k = dev_copy(k, nq * 2);
+        p.v = dev_copy(v, nq * 2);
+        p.out = dev_copy(held, nq * 2);
+        void *so = dev_copy(held, no * 2);
+        CHECK_TRUE(p.q && p.k && p.v && p.out && so);
+        CHECK_TRUE(G->attention(gctx, &p, NULL) == WF_OK);
+        wf_attn_params_t ps = p;
+        ps.out = so;
+        ps.ld_out = LDO;
+        CHECK_TRUE(G->attention(gctx, &ps, NULL) == WF_OK);
+        ps.ld_out = LDO + 4; /* not a multiple of 8 */
+        CHECK_TRUE(G->attention(gctx, &ps, NULL) == WF_E_BAD_ARGUMENT);
+        CHECK_TRUE(G->copy_d2h(gctx, dense, p.out, nq * 2) == WF_OK);
+        CHECK_TRUE(G->copy_d2h(gctx, got, so, no * 2) == WF_OK);
+        CHECK_TRUE(G->synchronize(gctx) == WF_OK);
+        G->dev_reset(gctx);
+        size_t diff = 0, clobbered = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            diff += memcmp(got + r * LDO, dense + r * W, (size_t)W * 2) != 0;
+            clobbered += memcmp(got + r * LDO + W, held + r * LDO + W, 64 * 2) != 0;
+        }
+        printf("  attn ld_out %lld (D %lld, bf16): %zu rows differ from the dense output, %zu "
+               "gaps written%s\n", (long long)LDO, (long long)D, diff, clobbered,
+               diff || clobbered ? "  FAIL" : "");
+        CHECK_TRUE(diff == 0 && clobbered == 0);
+        free(f); free(q); free(k); free(v); free(dense); free(held); free(got);
+    }
+}
+
 static void test_attention(void)
 {
     static const wf_dtype_t dts[] = {WF_DTYPE_F32, WF_DTYPE_F16, WF_DTYPE_BF16};
@@ -346,6 +394,7 @@ static void test_attention(void)
     p.q = p.k = p.v = p.out = x;
     CHECK_TRUE(G->attention(gctx, &p, NULL) == WF_E_BAD_ARGUMENT);
     G->dev_reset(gctx);
+    test_attention_ld_out();
 }
 
 /* ---- fp8 attention --------------------------------------------------------

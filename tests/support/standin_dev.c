@@ -354,12 +354,25 @@ static bool tensor_bytes(int64_t B, int64_t S, int64_t H, int64_t D,
            mul_ok(n, (size_t)D, &n) && mul_ok(n, dt_size(dt), ret);
 }
 
-/* Scramble the head range [h0, h1) of every (b, s) row of a host tensor
- * (rows of H * D elements of esize bytes) into the device tensor. */
-static void push_heads(void *dev, const void *host, size_t rows, int64_t H,
-                       int64_t D, int64_t h0, int64_t h1, size_t esize)
+/* Bytes of attention's out: B Sq rows ld_out apart, the last one Hq D
+ * elements long. */
+static bool out_bytes(const wf_attn_params_t *p, size_t *ret)
 {
-    size_t row = (size_t)(H * D) * esize;
+    size_t rows, n;
+    if (!tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->out_dtype, ret) ||
+        !mul_ok((size_t)(p->B * p->Sq - 1), (size_t)wf_attn_ld_out(p), &rows))
+        return false;
+    n = rows + (size_t)(p->Hq * p->D);
+    return n >= rows && mul_ok(n, dt_size(p->out_dtype), ret);
+}
+
+/* Scramble the head range [h0, h1) of every (b, s) row of a host tensor
+ * (rows ld elements of esize bytes apart, H heads of D) into the device
+ * tensor of the same layout. */
+static void push_heads(void *dev, const void *host, size_t rows, int64_t ld, int64_t D,
+                       int64_t h0, int64_t h1, size_t esize)
+{
+    size_t row = (size_t)ld * esize;
     size_t off = (size_t)(h0 * D) * esize, len = (size_t)((h1 - h0) * D) * esize;
     for (size_t r = 0; r < rows; r++)
         wf_standin_xor((char *)dev + r * row + off,
@@ -449,13 +462,15 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
 {
     if (!ctx || !p || !dt_valid(p->q_dtype) || !dt_valid(p->k_dtype) ||
         !dt_valid(p->v_dtype) || !dt_valid(p->out_dtype) || p->h_begin < 0 ||
-        p->h_end < p->h_begin || p->h_end > p->Hq)
+        p->h_end < p->h_begin || p->h_end > p->Hq || p->Hq < 1 || p->D < 1 ||
+        !wf_attn_ld_out_ok(p))
         return WF_E_BAD_ARGUMENT;
     size_t qb, kb, vb, ob, lb = 0;
+    /* out: B Sq rows ld_out apart, the last one Hq D long */
     if (!tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->q_dtype, &qb) ||
         !tensor_bytes(p->B, p->Skv, p->Hkv, p->D, p->k_dtype, &kb) ||
         !tensor_bytes(p->B, p->Skv, p->Hkv, p->D, p->v_dtype, &vb) ||
-        !tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->out_dtype, &ob) ||
+        !out_bytes(p, &ob) ||
         (p->lse && !tensor_bytes(p->B, p->Sq, p->Hq, 1, WF_DTYPE_F32, &lb)))
         return WF_E_BAD_ARGUMENT;
     if (!dev_range(ctx, p->out, ob) || !dev_range(ctx, p->lse, lb))
@@ -488,13 +503,13 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
     }
     if (st == WF_OK) {
         size_t rows = (size_t)(p->B * p->Sq);
-        push_heads(p->out, out, rows, p->Hq, p->D, p->h_begin, p->h_end,
+        push_heads(p->out, out, rows, wf_attn_ld_out(p), p->D, p->h_begin, p->h_end,
                    dt_size(p->out_dtype));
         if (p->lse)
             push_heads(p->lse, lse, rows, p->Hq, 1, p->h_begin, p->h_end,
                        sizeof(float));
         if (fin)
-            push_heads(p->final_out, fin, rows, p->Hq, p->D, p->h_begin, p->h_end,
+            push_heads(p->final_out, fin, rows, p->Hq * p->D, p->D, p->h_begin, p->h_end,
                        dt_size(p->final_dtype));
         ctx->counters.kernels++;
         ctx->counters.merged_attentions += p->merge;

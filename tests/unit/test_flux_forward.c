@@ -432,7 +432,7 @@ out:
  * in the forward (mrank_t.n). */
 static bool run_mesh_dev_n(const wf_model_host_t *h, const wf_tp_plan_t *p,
                            const wf_flux_job_t *job0, int T, int R, int U, float *out,
-                           size_t nout, uint64_t *counts)
+                           size_t nout, uint64_t *counts, uint64_t *kernels)
 {
     const int N = T * R * U;
     size_t es = wf_dtype_size(job0->out_dtype);
@@ -473,6 +473,8 @@ static bool run_mesh_dev_n(const wf_model_host_t *h, const wf_tp_plan_t *p,
         wf_convert_to_f32(out, ob + 1, job.out_dtype, nout);
     if (counts)
         memcpy(counts, t[0].n, sizeof t[0].n);
+    if (kernels)
+        *kernels = t[0].cnt.kernels;
     CHECK(ob[0] == 0x5a, "wrote before the output");
     free(t);
     free(ob);
@@ -482,7 +484,7 @@ static bool run_mesh_dev_n(const wf_model_host_t *h, const wf_tp_plan_t *p,
 static bool run_mesh_dev(const wf_model_host_t *h, const wf_tp_plan_t *p,
                          const wf_flux_job_t *job0, int T, int R, int U, float *out, size_t nout)
 {
-    return run_mesh_dev_n(h, p, job0, T, R, U, out, nout, NULL);
+    return run_mesh_dev_n(h, p, job0, T, R, U, out, nout, NULL, NULL);
 }
 
 /* The comm calls of one forward, counted on the device path (the calls
@@ -515,7 +517,7 @@ static void test_comm_counts(const fixture_t *f)
             cfg->num_single_layers = layers[k][1];
             wf_flux_job_t job = f->job;
             job.alltoall = mesh[mi][3] != 0;
-            ok = run_mesh_dev_n(&h, &def, &job, T, R, U, NULL, f->nout, n[k]);
+            ok = run_mesh_dev_n(&h, &def, &job, T, R, U, NULL, f->nout, n[k], NULL);
         }
         CHECK(ok, "counting run tp %d ring %d ulysses %d", T, R, U);
         if (!ok)
@@ -548,6 +550,46 @@ static void test_comm_counts(const fixture_t *f)
                "backend synchronizes either way\n", (unsigned long long)waited,
                (unsigned long long)waits, (unsigned long long)dev);
     }
+}
+
+/* The device's kernel calls of one forward (the stand-in counts every
+ * attention, model op, conversion and fill it runs: on CUDA each is one
+ * launch call) of a bf16 fixture at one batch row on one rank, with the
+ * layer counts cut down to (1, 0), (0, 1) and (1, 1) blocks as
+ * test_comm_counts does: per double block and per single block they
+ * must be the figures bench/flux_traffic.py counts from the op sequence
+ * and daemon/models/README.md gives (23 and 12: no rounding pass, no
+ * unpack, the single block's GELU in its MLP-in GEMM and its attention
+ * written into cat, one norm and one gate over both streams). */
+static void test_launch_counts(const fixture_t *f)
+{
+    wf_tp_plan_t def;
+    wf_flux_family.default_plan(NULL, &def);
+    static const uint32_t layers[3][2] = {{1, 0}, {0, 1}, {1, 1}};
+    uint64_t n[3] = {0, 0, 0};
+    bool ok = true;
+    for (int k = 0; k < 3 && ok; k++) {
+        wf_model_host_t h = *f->host;   /* shallow: the same tensors */
+        wf_flux_config_t *cfg = (wf_flux_config_t *)(void *)h.cfg.b;
+        cfg->num_layers = layers[k][0];
+        cfg->num_single_layers = layers[k][1];
+        wf_flux_job_t job = f->job;
+        job.B = 1;
+        ok = run_mesh_dev_n(&h, &def, &job, 1, 1, 1, NULL, f->nout / (size_t)f->job.B, NULL,
+                            &n[k]);
+    }
+    CHECK(ok, "%s: counting runs", f->name);
+    if (!ok)
+        return;
+    int64_t dbl = (int64_t)n[2] - (int64_t)n[1], sgl = (int64_t)n[2] - (int64_t)n[0];
+    int64_t out = (int64_t)n[2] - dbl - sgl;
+    CHECK(dbl == 23 && sgl == 12 && out > 0,
+          "%s: device kernel calls per double block %lld (want 23), per single block %lld "
+          "(want 12), outside %lld", f->name, (long long)dbl, (long long)sgl, (long long)out);
+    printf("%s: device kernel calls at one batch row, one rank: %lld outside + %lld per double "
+           "block + %lld per single block (FLUX.1-dev's 19 + 38 blocks: %lld in the blocks)\n",
+           f->name, (long long)out, (long long)dbl, (long long)sgl,
+           (long long)(19 * dbl + 38 * sgl));
 }
 
 /* Shards of host h for tp ranks with plan p; NULL on failure. */
@@ -1283,6 +1325,7 @@ int main(int argc, char **argv)
         test_plans(&fx[1]);
         test_error_aborts(&fx[0]);
         test_comm_counts(&fx[1]);   /* guidance, as FLUX.1-dev */
+        test_launch_counts(&fx[4]);
     }
     for (int i = 0; i < NFIX; i++)
         fixture_close(&fx[i]);

@@ -691,6 +691,20 @@ static void test_contexts_and_validation(const wf_backend_ops_t *ops)
     bad = good;
     bad.out_dtype = (wf_dtype_t)7;
     CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "bad dtype");
+    /* ld_out: at least Hq D (8 here), a multiple of 8, not in merge mode */
+    bad = good;
+    bad.ld_out = 16;
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_OK, "ld_out 16");
+    bad.ld_out = 12;
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "ld_out not a multiple of 8");
+    bad.ld_out = 0;
+    bad.D = 8;
+    bad.ld_out = 8;
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "ld_out < Hq D");
+    bad = good;
+    bad.ld_out = 8;
+    bad.merge = true;
+    CHECK(ops->attention(ctx, &bad, ws_buf) == WF_E_BAD_ARGUMENT, "ld_out in merge mode");
     bad = good;
     bad.Skv = INT64_MAX / 2;
     CHECK(ops->attention_workspace(&bad) == SIZE_MAX, "overflowing workspace size");

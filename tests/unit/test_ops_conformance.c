@@ -160,8 +160,8 @@ static void round_bf16(float *v, size_t n)
 }
 
 /* attention: B 1, Sq 9, Skv 11, Hq 4, Hkv 2, D 64 (a CUDA head dim),
- * causal with offsets;
- * tol 2e-5 + 2e-5 |ref| (out), 2e-5 (lse). */
+ * causal with offsets; tol 2e-5 + 2e-5 |ref| (out), 2e-5 (lse). Then
+ * out again in bf16, rows ld_out apart: tol + 2^-8 (|ref| + tol). */
 static size_t row_attention(bk_t *b, float *got, double *ref, double *tol)
 {
     const int64_t B = 1, Sq = 9, Skv = 11, Hq = 4, Hkv = 2, D = 64;
@@ -188,14 +188,45 @@ static size_t row_attention(bk_t *b, float *got, double *ref, double *tol)
     CHECK(b->broken || b->o->attention(b->c, &p, ws) == WF_OK, "%s attention", b->name);
     get(b, got, p.out, nq * 4);
     get(b, got + nq, p.lse, (size_t)(B * Sq * Hq) * 4);
+    /* the same into bf16 rows ld_out = Hq D + 8 apart (the rows of a
+     * wider tensor): the 8 elements between rows keep what they held */
+    enum { LDO = 4 * 64 + 8 };
+    const size_t no = (size_t)(B * Sq * LDO), nl = (size_t)(B * Sq * Hq);
+    uint16_t held[9 * LDO], hs[9 * LDO];
+    for (size_t i = 0; i < no; i++)
+        held[i] = (uint16_t)(0x3f00 + i % 97); /* finite bf16 values */
+    memset(hs, 0, sizeof hs);
+    wf_attn_params_t ps = p;
+    ps.out_dtype = WF_DTYPE_BF16;
+    ps.ld_out = LDO;
+    ps.lse = NULL;
+    ps.out = put(b, held, no * 2);
+    CHECK(b->broken || b->o->attention(b->c, &ps, ws) == WF_OK, "%s attention, ld_out",
+          b->name);
+    get(b, hs, ps.out, no * 2);
+    size_t kept = 0;
+    for (int64_t r = 0; r < B * Sq; r++) {
+        for (int64_t c = 0; c < Hq * D; c++)
+            got[nq + nl + (size_t)(r * Hq * D + c)] = wf_bf16_to_f32(hs[r * LDO + c]);
+        for (int64_t c = Hq * D; c < LDO; c++)
+            kept += hs[r * LDO + c] == held[r * LDO + c];
+    }
+    CHECK(b->broken || kept == (size_t)(B * Sq * (LDO - Hq * D)),
+          "%s attention, ld_out: %zu of %lld elements between rows kept", b->name, kept,
+          (long long)(B * Sq * (LDO - Hq * D)));
     if (ref) {
         wf_ref_attn_t a = {.B = B, .Sq = Sq, .Skv = Skv, .Hq = Hq, .Hkv = Hkv, .D = D,
                            .scale = 0.25, .causal = true, .q_offset = 4, .kv_offset = 0};
         CHECK(wf_ref_attention(&a, q, k, v, ref, ref + nq) == WF_OK);
-        for (size_t i = 0; i < nq + (size_t)(B * Sq * Hq); i++)
+        for (size_t i = 0; i < nq + nl; i++)
             tol[i] = 2e-5 + (i < nq ? 2e-5 * fabs(ref[i]) : 0.0);
+        /* the strided bf16 copy: the f32 tolerance plus one bf16 rounding */
+        for (size_t i = 0; i < nq; i++) {
+            ref[nq + nl + i] = ref[i];
+            tol[nq + nl + i] = tol[i] + 0x1p-8 * (fabs(ref[i]) + tol[i]);
+        }
     }
-    return nq + (size_t)(B * Sq * Hq);
+    return nq + nl + nq;
 }
 
 /* linear: rows 5, in 48 (two weight blocks 32 + 16), out 24, f32
@@ -928,7 +959,8 @@ typedef struct row {
 } row_t;
 
 static const row_t rows[] = {
-    [WF_BACKEND_OP_ATTENTION] = {WF_BACKEND_OP_ATTENTION, row_attention, "2e-5 + 2e-5|ref|", 4},
+    [WF_BACKEND_OP_ATTENTION] = {WF_BACKEND_OP_ATTENTION, row_attention,
+                                 "2e-5 + 2e-5|ref|; bf16 ld_out +2^-8(|ref|+tol)", 4},
     [WF_BACKEND_OP_LINEAR] = {WF_BACKEND_OP_LINEAR, row_linear,
                                    "4 in u sum|xw| + 4u|ref|; bf16 +2^-8(|ref|+tol)", 4},
     [WF_BACKEND_OP_BIAS_ACT] = {WF_BACKEND_OP_BIAS_ACT, row_bias_act,

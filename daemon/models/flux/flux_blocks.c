@@ -192,9 +192,9 @@ static wf_status_t to_attn(run_t *x, const void *raw, wf_dtype_t dt, int64_t ld,
     return st;
 }
 
-/* Attention of the joint q / k / v buffers (Hl heads) into the q region
- * (joint order). */
-static wf_status_t attend(run_t *x, int64_t Hl)
+/* Attention of the joint q / k / v buffers (Hl heads) into out (joint
+ * order; query rows ld_out elements apart, 0: dense, only without cp). */
+static wf_status_t attend_to(run_t *x, int64_t Hl, void *out, int64_t ld_out)
 {
     const geo_t *g = &x->g;
     void *aws = x->ws + x->W.aws;
@@ -203,14 +203,17 @@ static wf_status_t attend(run_t *x, int64_t Hl)
         p.q = ap(x, x->W.qj, 0);
         p.k = ap(x, x->W.kj, 0);
         p.v = ap(x, x->W.vj, 0);
-        p.out = ap(x, x->W.q, 0);
+        p.out = out;
+        p.ld_out = ld_out;
         return x->ops->attention(x->ctx, &p, aws);
     }
+    if (ld_out)
+        return WF_E_INTERNAL;
     wf_cp_job_t j = flux_cp_job_of(g, Hl);
     j.q = ap(x, x->W.qj, 0);
     j.k = ap(x, x->W.kj, 0);
     j.v = ap(x, x->W.vj, 0);
-    j.out = ap(x, x->W.q, 0);
+    j.out = out;
     wf_cp_group_t cg = {.seq = x->grp->seq, .ring = x->grp->ring,
                         .ulysses = x->grp->ulysses, .ring_degree = g->R,
                         .ulysses_degree = g->U};
@@ -219,6 +222,13 @@ static wf_status_t attend(run_t *x, int64_t Hl)
         return wf_cp_attention_run_dev(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes,
                                        x->hws + x->W.haws, x->W.haws_bytes);
     return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
+}
+
+/* Attention of the joint q / k / v buffers (Hl heads) into the q region
+ * (joint order, dense). */
+static wf_status_t attend(run_t *x, int64_t Hl)
+{
+    return attend_to(x, Hl, ap(x, x->W.q, 0), 0);
 }
 
 /* The q / k / v parts of a projection (`rows` rows: `which` 0 the text
@@ -477,11 +487,21 @@ wf_status_t flux_single_block(run_t *x, const wf_flux_single_t *sb)
             st = wf_layout_convert_dt(le, adt, le->Xc, wl, &parts[3].lay, N, &need, C,
                                       ap(x, x->W.cat, wo), ldc);
     }
-    void *o = NULL;
-    if (st != WF_OK || (st = attend_unpack(x, Hl, &o)) != WF_OK ||
-        (st = wf_layout_convert_dt(le, adt, o, wf_layout_width(&al, T), &al, N,
-                                   &need, 0, ap(x, x->W.cat, 0), ldc)) != WF_OK)
+    if (st != WF_OK)
         return st;
+    if (!flux_via_cp(g, x->ops) && B == 1 && T == 1 && ldc % 8 == 0) {
+        /* one seq rank, one batch row, one tp rank: the attention's output
+         * (joint order = stream order, every head) written straight into
+         * cat's attention columns, rows ldc apart */
+        if ((st = attend_to(x, Hl, ap(x, x->W.cat, 0), ldc)) != WF_OK)
+            return st;
+    } else {
+        void *o = NULL;
+        if ((st = attend_unpack(x, Hl, &o)) != WF_OK ||
+            (st = wf_layout_convert_dt(le, adt, o, wf_layout_width(&al, T), &al, N, &need, 0,
+                                       ap(x, x->W.cat, 0), ldc)) != WF_OK)
+            return st;
+    }
     if ((st = wf_linear_apply_full_dt(le, &sb->proj_out, ap(x, x->W.cat, 0), adt, ldc, &need,
                                       N, WF_ACT_NONE, lo)) != WF_OK)
         return st;
