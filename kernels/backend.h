@@ -745,6 +745,13 @@ wf_status_t wf_backend_require(const wf_backend_ops_t *ops, const wf_backend_op_
  * rounded up to 64 bytes (tq = min(Sq, 128), tk = min(Skv, 512)). */
 const wf_backend_ops_t *wf_backend_cpu(void);
 
+/* The CPU backend's attention() with P (the softmax numerators) rounded
+ * to p_round (BF16, F16; F32: not) before P V, the row sums taken from
+ * the unrounded P: what a GPU kernel's 16-bit tensor-core products do.
+ * The tests' stand-in device runs its attention through it. */
+wf_status_t wf_cpu_attention_round_p(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                                     void *workspace, wf_dtype_t p_round);
+
 /* Whether OpenBLAS runs the best kernels this CPU takes: false, with a
  * sentence for the log in msg, when it fell back to an older kernel set
  * than the CPU's vector units allow (a CPU model newer than the library:

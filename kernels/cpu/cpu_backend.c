@@ -313,6 +313,8 @@ typedef struct tile_mode {
     float alpha;  /* fast: the sgemm's alpha */
     float b1, b2; /* safe: b1 * b2 = scale * log2 e */
     double scale; /* safe: the lse */
+    wf_dtype_t p_round; /* F32: P as computed; BF16 / F16: P rounded to it
+                           before P V, the row sums of the f32 P */
 } tile_mode_t;
 
 static tile_mode_t mode_of(const wf_attn_params_t *p, bool safe)
@@ -435,6 +437,9 @@ static bool attend_tile(const wf_attn_params_t *p, const tile_mode_t *md,
                 corr = m[i] == m_new ? 1.0f
                                      : exp2f((m[i] - m_new) * md->b1 * md->b2);
             }
+            if (md->p_round != WF_DTYPE_F32)
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = wf_round_to_dtype(row[j], md->p_round);
             l[i] = l[i] * corr + sum;
             m[i] = m_new;
             if (corr != 1.0f) {
@@ -484,8 +489,10 @@ static void merge_tile(const wf_attn_params_t *p, int64_t b, int64_t q0, int64_t
     }
 }
 
-static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
-                                 const wf_attn_params_t *p, void *workspace)
+/* attention() with P rounded to p_round (F32: not) before P V; a
+ * rounding run takes the cblas path. */
+static wf_status_t attention_impl(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                                  void *workspace, wf_dtype_t p_round)
 {
     (void)ctx;
     /* no fp8 here (attention_fp8_ok is NULL): the daemon refuses such a
@@ -507,10 +514,11 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
     float *sf = (float *)(void *)(base + w.s);
     float *mf = (float *)(void *)(base + w.m);
     float *lf = (float *)(void *)(base + w.l);
-    const tile_mode_t fast = mode_of(p, false), safe = mode_of(p, true);
+    tile_mode_t fast = mode_of(p, false), safe = mode_of(p, true);
+    fast.p_round = safe.p_round = p_round;
     /* use_tile_path implies fast mode with a retry (scale > 0, normal
      * alpha): a tile it gives up on reruns in safe mode below */
-    const bool tile = use_tile_path(p);
+    const bool tile = use_tile_path(p) && p_round == WF_DTYPE_F32;
     float *kp = tile ? (float *)(void *)(base + w.kp) : NULL;
     const int64_t tq_max = tile ? FQ : TQ;
 
@@ -567,6 +575,20 @@ static wf_status_t cpu_attention(wf_backend_ctx_t *ctx,
         }
     }
     return WF_OK;
+}
+
+static wf_status_t cpu_attention(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                                 void *workspace)
+{
+    return attention_impl(ctx, p, workspace, WF_DTYPE_F32);
+}
+
+wf_status_t wf_cpu_attention_round_p(wf_backend_ctx_t *ctx, const wf_attn_params_t *p,
+                                     void *workspace, wf_dtype_t p_round)
+{
+    if (p_round != WF_DTYPE_F32 && p_round != WF_DTYPE_BF16 && p_round != WF_DTYPE_F16)
+        return WF_E_BAD_ARGUMENT;
+    return attention_impl(ctx, p, workspace, p_round);
 }
 
 double wf_attention_flops(const wf_attn_params_t *p)

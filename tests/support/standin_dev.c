@@ -499,7 +499,13 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
         hp.out = out;
         hp.lse = lse;
         hp.final_out = fin;
-        st = cpu->attention(ctx->cpu, &hp, ws);
+        /* 16-bit q / k / v: P rounded to their dtype before P V, as the
+         * GPU kernels' tensor-core products take it (fp8: emulated
+         * without its e4m3 P, above) */
+        wf_dtype_t pr = !p->fp8 && (p->q_dtype == WF_DTYPE_BF16 || p->q_dtype == WF_DTYPE_F16)
+                            ? p->q_dtype
+                            : WF_DTYPE_F32;
+        st = wf_cpu_attention_round_p(ctx->cpu, &hp, ws, pr);
     }
     if (st == WF_OK) {
         size_t rows = (size_t)(p->B * p->Sq);

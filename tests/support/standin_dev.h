@@ -59,7 +59,9 @@
  * widens an input exactly and rounds an output once as stored, where the
  * device's kernels and cuBLASLt's epilogue round it. Attention takes
  * q / k / v in their dtype as the CPU's does (exactly widened, f32
- * products); unlike a GPU kernel it does not round P to bf16 before P V.
+ * products) and, with 16-bit q / k / v, rounds P to their dtype before
+ * P V as a GPU kernel's tensor-core product takes it, the row sums from
+ * the f32 P (wf_cpu_attention_round_p: the CPU's cblas path).
  * linear_workspace asks for a contiguous f32 copy of x (rows * in * 4,
  * rounded up to 256), as a device backend converting operands might;
  * linear checks that the workspace is device memory, 256-byte aligned and

@@ -414,12 +414,18 @@ static int ring_case(const rcase_t *c)
         res[i] = ring_run(&d);
         CHECK(res[i].ok, "run %d failed", i);
     }
-    /* bit for bit: the merge is the same code on every path */
+    /* bit for bit: the merge is the same code on every path; with 16-bit
+     * inputs the stand-in device rounds P before P V (as a GPU kernel
+     * does) and the CPU does not, so its runs agree among themselves */
+    const bool p_rounds = !c->fp8 && c->in != WF_DTYPE_F32;
     for (int i = first + 1; i < NRUNS; i++) {
-        CHECK(memcmp(out[i], out[first], nq * dsize(c->out)) == 0,
-              "run %d: out differs from the unfused run %d", i, first);
-        CHECK(memcmp(lse[i], lse[first], nl * sizeof(float)) == 0,
-              "run %d: lse differs from the unfused run %d", i, first);
+        int base = p_rounds && i > RUN_DEV_OLD ? RUN_DEV_OLD : first;
+        if (p_rounds && i == RUN_DEV_OLD)
+            continue;
+        CHECK(memcmp(out[i], out[base], nq * dsize(c->out)) == 0,
+              "run %d: out differs from the unfused run %d", i, base);
+        CHECK(memcmp(lse[i], lse[base], nl * sizeof(float)) == 0,
+              "run %d: lse differs from the unfused run %d", i, base);
     }
     /* what ran: the fused runs merged in the kernel, never in lse_merge */
     long calls = atomic_load(&cpu_calls), mcalls = atomic_load(&cpu_merge_calls),
@@ -485,6 +491,13 @@ static int ring_case(const rcase_t *c)
     double tol_out = 4e-6 + 2.0 * eps_of(c->out), tol_lse = 2e-6 * (1.0 + max_lse);
     if (!c->fp32 && c->in != WF_DTYPE_F32 && c->R > 1)
         tol_out += (2.0 * c->R + 2.0) * eps_of(c->in);
+    if (p_rounds) {
+        /* the stand-in's P rounding: at most u max |v| per output */
+        double vmax = 0;
+        for (size_t i = 0; i < nkv; i++)
+            vmax = fmax(vmax, fabs(vf[i]));
+        tol_out += eps_of(c->in) * vmax / (maxref > 0 ? maxref : 1);
+    }
     CHECK(eo <= tol_out, "out error %.3g > %.3g", eo, tol_out);
     CHECK(el <= tol_lse, "lse error %.3g > %.3g", el, tol_lse);
 
