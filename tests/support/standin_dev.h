@@ -54,12 +54,13 @@
  * weight's dtype, accumulating in f32): the device's numerics, so tests
  * hold the device path of a bf16 model to bf16 tolerances (with f32
  * weights it is the CPU op's bit for bit). Low-precision activations
- * (backend.h: linear's x / y, modln's dst, bias_act's y and dst,
- * head_norm_rope's src and dst) are staged in their dtype and go to the CPU op as they are, which
- * widens an input exactly and rounds an output once as stored, where the
- * device's kernels and cuBLASLt's epilogue round it. Attention takes
- * q / k / v in their dtype as the CPU's does (exactly widened, f32
- * products); unlike a GPU kernel it does not round P to bf16 before P V.
+ * (backend.h: linear's x / y, modln's, rms_norm's and layer_norm's dst,
+ * bias_act's y and dst, head_norm_rope's src and dst) are staged in their
+ * dtype and go to the CPU op as they are, which widens an input exactly
+ * and rounds an output once as stored, where the device's kernels and
+ * cuBLASLt's epilogue round it. Attention takes q / k / v in their dtype
+ * as the CPU's does (exactly widened, f32 products); unlike a GPU kernel
+ * it does not round P to bf16 before P V.
  * linear_workspace asks for a contiguous f32 copy of x (rows * in * 4,
  * rounded up to 256), as a device backend converting operands might;
  * linear checks that the workspace is device memory, 256-byte aligned and
