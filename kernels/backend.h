@@ -129,8 +129,9 @@ static inline bool wf_attn_ld_out_ok(const wf_attn_params_t *p)
  *     may be f32, bf16 or f16;
  *   - the activations a device keeps in a low-precision dtype between
  *     ops (a GEMM's input and output, attention's q / k / v) have a
- *     dtype field beside their pointer: linear's x and y, modln's dst,
- *     bias_act's y and dst, head_norm_rope's src and dst. F32 (0, a zeroed struct) is the f32
+ *     dtype field beside their pointer: linear's x and y, modln's,
+ *     rms_norm's and layer_norm's dst, bias_act's y and dst,
+ *     head_norm_rope's src and dst. F32 (0, a zeroed struct) is the f32
  *     form; BF16 / F16 hold the value the op computes in f32, rounded to
  *     nearest even once as it is stored (an input in such a dtype is
  *     read exactly). Statistics, biases, modulation and the residual
@@ -243,7 +244,9 @@ typedef struct wf_headrope_params {
 
 /* RMSNorm over whole rows, with an optional elementwise weight:
  *   dst row r = src row r / sqrt(ss_r / width + eps) * weight
- *   src, dst  (rows, n), rows ld_src / ld_dst apart; dst may be src
+ *   src, dst  (rows, n), rows ld_src / ld_dst apart; src f32, dst
+ *             dst_dtype (attention's q / k, written by the norm itself);
+ *             dst may be src when dst_dtype is F32
  *   weight    (n) or NULL (no affine)
  *   sumsq     NULL: ss_r is the sum of src row r's squares over its n
  *             elements and width must be 0 (meaning n);
@@ -260,25 +263,29 @@ typedef struct wf_headrope_params {
 typedef struct wf_rmsnorm_params {
     int64_t rows, n;
     const float *src; int64_t ld_src;
-    float *dst;       int64_t ld_dst;
+    void *dst;        int64_t ld_dst;
     const float *weight;             /* (n) or NULL */
     float eps;                       /* finite, >= 0 */
     const float *sumsq;              /* (rows) reduced sums, or NULL */
     int64_t width;                   /* with sumsq: the full row width; else 0 */
+    wf_dtype_t dst_dtype;            /* F32 (0), BF16 or F16 */
 } wf_rmsnorm_params_t;
 
 /* LayerNorm over whole rows with an optional elementwise affine (no
  * modulation; modln is the modulated one):
  *   dst row r = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias,
  *   x = src row r, biased var over C
- *   src, dst  (rows, C), rows ld_src / ld_dst apart; dst may be src
+ *   src, dst  (rows, C), rows ld_src / ld_dst apart; src f32, dst
+ *             dst_dtype (the following linear's x, written by the norm
+ *             itself); dst may be src when dst_dtype is F32
  *   weight, bias  (C) each, or NULL (1, 0), apart from dst */
 typedef struct wf_layernorm_params {
     int64_t rows, C;
     const float *src; int64_t ld_src;
-    float *dst;       int64_t ld_dst;
+    void *dst;        int64_t ld_dst;
     const float *weight, *bias;
     float eps;                       /* finite, >= 0 */
+    wf_dtype_t dst_dtype;            /* F32 (0), BF16 or F16 */
 } wf_layernorm_params_t;
 
 /* Most axes of a rope_grid. */

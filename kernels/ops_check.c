@@ -302,28 +302,28 @@ bool wf_ops_rms_sumsq_ok(const float *src, int64_t rows, int64_t n, int64_t ld_s
     return ok && have(src, rows) && have(sumsq, rows) && !overlap(src, ns, sumsq, nq);
 }
 
-/* A row norm's src and dst (rows, n): dst is src with the same ld, or
- * apart from it; *ret_nd the bytes of dst. */
-static bool norm_rows_ok(const float *src, int64_t ld_src, const float *dst, int64_t ld_dst,
-                         int64_t rows, int64_t n, uint64_t *ret_nd)
+/* A row norm's f32 src and dst (rows, n) of dst_dtype: dst is src with
+ * the same ld (f32), or apart from it; *ret_nd the bytes of dst. */
+static bool norm_rows_ok(const float *src, int64_t ld_src, const void *dst, int64_t ld_dst,
+                         wf_dtype_t dst_dtype, int64_t rows, int64_t n, uint64_t *ret_nd)
 {
-    if (rows < 0 || n < 1 || ld_src < n || ld_dst < n)
+    if (rows < 0 || n < 1 || ld_src < n || ld_dst < n || !dtype_known(dst_dtype))
         return false;
     bool ok = true;
     uint64_t ns = span_bytes(rows, n, ld_src, sizeof(float), &ok);
-    *ret_nd = span_bytes(rows, n, ld_dst, sizeof(float), &ok);
+    *ret_nd = span_bytes(rows, n, ld_dst, dt_bytes(dst_dtype), &ok);
     if (!ok || !have(src, rows) || !have(dst, rows))
         return false;
-    if (src == dst && rows > 0)
-        return ld_src == ld_dst;
+    if ((const void *)src == dst && rows > 0)
+        return ld_src == ld_dst && dst_dtype == WF_DTYPE_F32;
     return !overlap(src, ns, dst, *ret_nd);
 }
 
 bool wf_ops_rms_norm_ok(const wf_rmsnorm_params_t *p)
 {
     uint64_t nd;
-    if (!p || !eps_ok(p->eps) || !norm_rows_ok(p->src, p->ld_src, p->dst, p->ld_dst, p->rows,
-                                               p->n, &nd))
+    if (!p || !eps_ok(p->eps) || !norm_rows_ok(p->src, p->ld_src, p->dst, p->ld_dst,
+                                               p->dst_dtype, p->rows, p->n, &nd))
         return false;
     if (p->sumsq ? p->width < p->n : p->width != 0)
         return false;
@@ -335,8 +335,8 @@ bool wf_ops_rms_norm_ok(const wf_rmsnorm_params_t *p)
 bool wf_ops_layer_norm_ok(const wf_layernorm_params_t *p)
 {
     uint64_t nd;
-    if (!p || !eps_ok(p->eps) || !norm_rows_ok(p->src, p->ld_src, p->dst, p->ld_dst, p->rows,
-                                               p->C, &nd))
+    if (!p || !eps_ok(p->eps) || !norm_rows_ok(p->src, p->ld_src, p->dst, p->ld_dst,
+                                               p->dst_dtype, p->rows, p->C, &nd))
         return false;
     const uint64_t nc = (uint64_t)p->C * sizeof(float);
     return !overlap(p->weight, p->weight ? nc : 0, p->dst, nd) &&

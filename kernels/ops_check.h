@@ -95,13 +95,15 @@ bool wf_ops_copy_rows_ok(const void *dst, size_t ld_dst, const void *src, size_t
 bool wf_ops_rms_sumsq_ok(const float *src, int64_t rows, int64_t n, int64_t ld_src,
                          const float *sumsq);
 
-/* rms_norm: rows >= 0, n >= 1, ld_src, ld_dst >= n, eps finite >= 0; dst
- * is src (same ld) or apart from it; weight (n) and sumsq (rows) apart
- * from dst; width 0 without sumsq, >= n with it. */
+/* rms_norm: rows >= 0, n >= 1, ld_src, ld_dst >= n, eps finite >= 0,
+ * dst_dtype F32 / BF16 / F16; dst is src (same ld, F32) or apart from
+ * it; weight (n) and sumsq (rows) apart from dst; width 0 without
+ * sumsq, >= n with it. */
 bool wf_ops_rms_norm_ok(const wf_rmsnorm_params_t *p);
 
-/* layer_norm: rows >= 0, C >= 1, ld_src, ld_dst >= C, eps finite >= 0;
- * dst is src (same ld) or apart from it; weight, bias (C) apart from dst. */
+/* layer_norm: rows >= 0, C >= 1, ld_src, ld_dst >= C, eps finite >= 0,
+ * dst_dtype F32 / BF16 / F16; dst is src (same ld, F32) or apart from
+ * it; weight, bias (C) apart from dst. */
 bool wf_ops_layer_norm_ok(const wf_layernorm_params_t *p);
 
 /* rope_grid: 1..WF_ROPE_MAX_AXES axes, each grid >= 1 with a product

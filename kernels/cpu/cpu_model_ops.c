@@ -22,12 +22,12 @@
  * compiler needs no runtime overlap checks.
  *
  * Low-precision activations (backend.h: linear's x / y, modln's,
- * bias_act's and head_norm_rope's dst in bf16 / f16) are the device
- * path's reference: the op computes in f32 exactly as for an f32
- * activation, an input is widened exactly, an output rounded once to
- * nearest even as it is stored. The CPU forward itself keeps every
- * activation f32; those paths allocate an f32 copy per call (tests and
- * the stand-in device only).
+ * rms_norm's, layer_norm's, bias_act's and head_norm_rope's dst in
+ * bf16 / f16) are the device path's reference: the op computes in f32
+ * exactly as for an f32 activation, an input is widened exactly, an
+ * output rounded once to nearest even as it is stored. The CPU forward
+ * itself keeps every activation f32; those paths allocate an f32 copy
+ * per call (tests and the stand-in device only).
  *
  * Not here: attention (cpu_backend.c), logging, allocation except the f32
  * tile of a bf16 / f16 weight (kept in the context, grown once) and the
@@ -634,18 +634,26 @@ wf_status_t wf_cpu_rms_norm(wf_backend_ctx_t *ctx, const wf_rmsnorm_params_t *p)
     (void)ctx;
     if (!wf_ops_rms_norm_ok(p))
         return WF_E_BAD_ARGUMENT;
-    const bool inplace = (const float *)p->dst == p->src;
+    const bool inplace = (const void *)p->dst == (const void *)p->src;
+    const bool lowp = p->dst_dtype != WF_DTYPE_F32;
     const double width = (double)(p->sumsq ? p->width : p->n), eps = (double)p->eps;
+    float *row = NULL; /* a low-precision dst: each row in f32 first */
+    if (lowp && p->rows > 0 && !(row = malloc((size_t)p->n * sizeof(float))))
+        return WF_E_NO_MEMORY;
     for (int64_t r = 0; r < p->rows; r++) {
         const float *x = p->src + r * p->ld_src;
-        float *y = p->dst + r * p->ld_dst;
+        int64_t yo = r * p->ld_dst;
+        float *y = lowp ? row : (float *)p->dst + yo;
         double ss = p->sumsq ? (double)p->sumsq[r] : sumsq_f64(x, p->n);
         double inv = 1.0 / sqrt(ss / width + eps);
         if (inplace)
             rms_apply_ip(y, p->weight, p->n, inv);
         else
             rms_apply(x, y, p->weight, p->n, inv);
+        if (lowp)
+            wf_convert_from_f32((uint16_t *)p->dst + yo, p->dst_dtype, row, (size_t)p->n);
     }
+    free(row);
     return WF_OK;
 }
 
@@ -670,14 +678,22 @@ wf_status_t wf_cpu_layer_norm(wf_backend_ctx_t *ctx, const wf_layernorm_params_t
     (void)ctx;
     if (!wf_ops_layer_norm_ok(p))
         return WF_E_BAD_ARGUMENT;
+    const bool lowp = p->dst_dtype != WF_DTYPE_F32;
     const double C = (double)p->C, eps = (double)p->eps;
+    float *row = NULL; /* a low-precision dst: each row in f32 first */
+    if (lowp && p->rows > 0 && !(row = malloc((size_t)p->C * sizeof(float))))
+        return WF_E_NO_MEMORY;
     for (int64_t r = 0; r < p->rows; r++) {
         const float *x = p->src + r * p->ld_src;
+        int64_t yo = r * p->ld_dst;
         double mean = sum_f64(x, p->C) / C;
         double var = sqdev_f64(x, p->C, mean) / C;
-        ln_apply(x, p->dst + r * p->ld_dst, p->weight, p->bias, p->C, mean,
+        ln_apply(x, lowp ? row : (float *)p->dst + yo, p->weight, p->bias, p->C, mean,
                  1.0 / sqrt(var + eps));
+        if (lowp)
+            wf_convert_from_f32((uint16_t *)p->dst + yo, p->dst_dtype, row, (size_t)p->C);
     }
+    free(row);
     return WF_OK;
 }
 

@@ -326,16 +326,18 @@ __global__ void rms_sumsq_kernel(const float *src, int rows, int n, long long ld
     }
 }
 
-/* RMSNorm (wf_rmsnorm_params_t): one block per row; each thread writes
- * only the columns it read, so dst may be src. */
+/* RMSNorm (wf_rmsnorm_params_t): one block per row, written in dst's
+ * dtype (a bf16 dst is attention's q / k); each thread writes only the
+ * columns it read, so dst may be src (f32). */
 __global__ void rms_norm_kernel(wf_rmsnorm_params_t p)
 {
     __shared__ float sh[32];
     const int n = (int)p.n, rows = (int)p.rows;
+    const int odt = (int)p.dst_dtype;
     const float width = (float)(p.sumsq ? p.width : p.n);
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         const float *x = p.src + (long long)row * p.ld_src;
-        float *y = p.dst + (long long)row * p.ld_dst;
+        const long long yo = (long long)row * p.ld_dst;
         float ss;
         if (p.sumsq) {
             ss = p.sumsq[row];
@@ -347,19 +349,22 @@ __global__ void rms_norm_kernel(wf_rmsnorm_params_t p)
         }
         const float inv = 1.0f / sqrtf(ss / width + p.eps);
         for (int c = threadIdx.x; c < n; c += blockDim.x)
-            y[c] = p.weight ? (x[c] * inv) * p.weight[c] : x[c] * inv;
+            wf_cuda_store_dt(p.dst, odt, yo + c,
+                             p.weight ? (x[c] * inv) * p.weight[c] : x[c] * inv);
     }
 }
 
 /* LayerNorm with an optional affine (wf_layernorm_params_t): as
- * modln_kernel, two passes for the statistics. */
+ * modln_kernel, two passes for the statistics, a third writes in dst's
+ * dtype (a bf16 dst is the next linear's x). */
 __global__ void layer_norm_kernel(wf_layernorm_params_t p)
 {
     __shared__ float sh[32];
     const int C = (int)p.C, rows = (int)p.rows;
+    const int odt = (int)p.dst_dtype;
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         const float *x = p.src + (long long)row * p.ld_src;
-        float *y = p.dst + (long long)row * p.ld_dst;
+        const long long yo = (long long)row * p.ld_dst;
         float s = 0.0f;
         for (int c = threadIdx.x; c < C; c += blockDim.x)
             s += x[c];
@@ -377,7 +382,7 @@ __global__ void layer_norm_kernel(wf_layernorm_params_t p)
                 nv *= p.weight[c];
             if (p.bias)
                 nv += p.bias[c];
-            y[c] = nv;
+            wf_cuda_store_dt(p.dst, odt, yo + c, nv);
         }
     }
 }

@@ -11,8 +11,9 @@
  * variant and the fp8 kernel), device conversions, the model ops against the CPU
  * backend's same ops (linear for every weight dtype, column blocks,
  * strided rows, fused bias / GELU epilogues and the kernel fallback;
- * bias_act, act, add, modln, gate_residual, head_norm_rope, rope_table,
- * timestep_proj, copy_rows; parameter refusals), cuBLASLt's GELU form,
+ * bias_act, act, add, modln, gate_residual, head_norm_rope, layer_norm,
+ * rms_norm, rope_table, timestep_proj, copy_rows; the activations they
+ * write in bf16; parameter refusals), cuBLASLt's GELU form,
  * resident memory beside the job buffers, host registration, and the
  * NCCL comm backend with a world of 1 (and of N when N GPUs exist).
  * Exits 77 (skipped) where no GPU can be opened. Uses the ops table
@@ -1547,6 +1548,83 @@ static void test_lowp_activations(void)
     }
 }
 
+/* layer_norm (with affine) and rms_norm (whole rows, and split over two
+ * "tp ranks" from the reduced sums) at Wan 14B's width, into f32 and into
+ * bf16 rows (the cross-attention's nx, q and k), against the CPU's same
+ * call: 1e-5 (f32 statistics against the CPU's double), bf16 one step
+ * more (the f32 values may straddle a rounding boundary, as in
+ * test_lowp_activations). */
+static void test_row_norms(void)
+{
+    NEED_CPU(layer_norm);
+    NEED_CPU(rms_norm);
+    NEED_CPU(rms_sumsq);
+    const double step = 0x1p-7;
+    const int64_t R = 37, W = 5120, HALF = W / 2, lds = W + 5, ldd = W + 3;
+    const size_t ns = (size_t)(R * lds), nd = (size_t)(R * ldd);
+    float *src = hrand(ns, 3.0f), *w = hrand((size_t)W, 1.0f), *bi = hrand((size_t)W, 0.5f);
+    for (size_t i = 0; i < ns; i++)
+        src[i] += 10.0f; /* an offset mean: the two-pass variance matters */
+    float *ds = dev_copy(src, ns * 4), *dw = dev_copy(w, (size_t)W * 4);
+    float *dbi = dev_copy(bi, (size_t)W * 4), *dc = malloc(nd * 4), *dg = malloc(nd * 4);
+    float *q0 = hfill((size_t)R, 0.f), *q1 = hfill((size_t)R, 0.f), *qs = hfill((size_t)R, 0.f);
+    float *dq0 = dev_copy(q0, (size_t)R * 4), *dq1 = dev_copy(q1, (size_t)R * 4);
+    /* the split's sums on each side: the CPU's double sums rounded, the
+     * device's f32 ones, each all-reduced on the host */
+    CHECK_TRUE(C->rms_sumsq(cctx, src, R, HALF, lds, q0) == WF_OK);
+    CHECK_TRUE(C->rms_sumsq(cctx, src + HALF, R, HALF, lds, q1) == WF_OK);
+    for (int64_t r = 0; r < R; r++)
+        qs[r] = q0[r] + q1[r];
+    CHECK_TRUE(G->rms_sumsq(gctx, ds, R, HALF, lds, dq0) == WF_OK);
+    CHECK_TRUE(G->rms_sumsq(gctx, ds + HALF, R, HALF, lds, dq1) == WF_OK);
+    fetch(q0, dq0, (size_t)R * 4);
+    fetch(q1, dq1, (size_t)R * 4);
+    for (int64_t r = 0; r < R; r++)
+        q0[r] += q1[r];
+    float *dqs = dev_copy(q0, (size_t)R * 4);
+    for (int bf = 0; bf < 2; bf++) {
+        const wf_dtype_t dt = bf ? WF_DTYPE_BF16 : WF_DTYPE_F32;
+        const size_t eb = bf ? 2 : 4;
+        void *hd = malloc(nd * eb);
+        for (int op = 0; op < 3; op++) { /* layer_norm, rms_norm whole, rms_norm split */
+            memset(hd, 0, nd * eb); /* columns past W stay 0 on both */
+            void *dd = dev_copy(hd, nd * eb);
+            if (op == 0) {
+                wf_layernorm_params_t p = {R, W, src, lds, hd, ldd, w, bi, 1e-6f, dt};
+                CHECK_TRUE(C->layer_norm(cctx, &p) == WF_OK);
+                p.src = ds; p.dst = dd; p.weight = dw; p.bias = dbi;
+                CHECK_TRUE(G->layer_norm(gctx, &p) == WF_OK);
+            } else {
+                for (int k = 0; k < (op == 1 ? 1 : 2); k++) {
+                    const int64_t c0 = k * HALF, n = op == 1 ? W : HALF;
+                    wf_rmsnorm_params_t p = {R, n, src + c0, lds, (char *)hd + c0 * eb, ldd,
+                                             w + c0, 1e-6f, op == 1 ? NULL : qs,
+                                             op == 1 ? 0 : W, dt};
+                    CHECK_TRUE(C->rms_norm(cctx, &p) == WF_OK);
+                    p.src = ds + c0; p.dst = (char *)dd + c0 * eb; p.weight = dw + c0;
+                    p.sumsq = op == 1 ? NULL : dqs;
+                    CHECK_TRUE(G->rms_norm(gctx, &p) == WF_OK);
+                }
+            }
+            if (bf) {
+                wf_convert_to_f32(dc, hd, WF_DTYPE_BF16, nd);
+                fetch_bf16(dg, dd, nd);
+            } else {
+                memcpy(dc, hd, nd * 4);
+                fetch(dg, dd, nd * 4);
+            }
+            static const char *const name[3] = {"layer_norm", "rms_norm", "rms_norm split"};
+            char what[64];
+            snprintf(what, sizeof what, "%s C %lld%s", name[op], (long long)W,
+                     bf ? " -> bf16" : "");
+            compare(what, dc, dg, nd, 1e-5 + (bf ? step : 0), -1);
+        }
+        free(hd);
+    }
+    G->dev_reset(gctx);
+    free(src); free(w); free(bi); free(dc); free(dg); free(q0); free(q1); free(qs);
+}
+
 static void test_tables(void)
 {
     NEED_CPU(rope_table);
@@ -1941,6 +2019,7 @@ int main(int argc, char **argv)
     test_modln_gate();
     test_head_norm_rope();
     test_lowp_activations();
+    test_row_norms();
     test_tables();
     test_copy_rows();
     test_resident_memory();

@@ -1104,11 +1104,11 @@ static wf_status_t standin_rms_sumsq(wf_backend_ctx_t *ctx, const float *src, in
 static wf_status_t standin_rms_norm(wf_backend_ctx_t *ctx, const wf_rmsnorm_params_t *p)
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
-    if (!ctx || !p)
+    if (!ctx || !p || !dt_valid(p->dst_dtype))
         return WF_E_BAD_ARGUMENT;
     stage_t stg = {.n = 0};
     int is = stage_add(&stg, p->src, p->rows, p->n, p->ld_src, sizeof(float), false);
-    int id = stage_add(&stg, p->dst, p->rows, p->n, p->ld_dst, sizeof(float), true);
+    int id = stage_add(&stg, p->dst, p->rows, p->n, p->ld_dst, dt_size(p->dst_dtype), true);
     int iw = stage_add(&stg, p->weight, 1, p->n, 0, sizeof(float), false);
     int iq = stage_add(&stg, p->sumsq, 1, p->rows, 0, sizeof(float), false);
     wf_status_t st = stage_pull(ctx, &stg);
@@ -1126,11 +1126,11 @@ static wf_status_t standin_rms_norm(wf_backend_ctx_t *ctx, const wf_rmsnorm_para
 static wf_status_t standin_layer_norm(wf_backend_ctx_t *ctx, const wf_layernorm_params_t *p)
 {
     const wf_backend_ops_t *cpu = wf_backend_cpu();
-    if (!ctx || !p)
+    if (!ctx || !p || !dt_valid(p->dst_dtype))
         return WF_E_BAD_ARGUMENT;
     stage_t stg = {.n = 0};
     int is = stage_add(&stg, p->src, p->rows, p->C, p->ld_src, sizeof(float), false);
-    int id = stage_add(&stg, p->dst, p->rows, p->C, p->ld_dst, sizeof(float), true);
+    int id = stage_add(&stg, p->dst, p->rows, p->C, p->ld_dst, dt_size(p->dst_dtype), true);
     int iw = stage_add(&stg, p->weight, 1, p->C, 0, sizeof(float), false);
     int ib = stage_add(&stg, p->bias, 1, p->C, 0, sizeof(float), false);
     wf_status_t st = stage_pull(ctx, &stg);

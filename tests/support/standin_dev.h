@@ -54,14 +54,15 @@
  * weight's dtype, accumulating in f32): the device's numerics, so tests
  * hold the device path of a bf16 model to bf16 tolerances (with f32
  * weights it is the CPU op's bit for bit). Low-precision activations
- * (backend.h: linear's x / y, modln's dst, bias_act's y and dst,
- * head_norm_rope's src and dst) are staged in their dtype and go to the CPU op as they are, which
- * widens an input exactly and rounds an output once as stored, where the
- * device's kernels and cuBLASLt's epilogue round it. Attention takes
- * q / k / v in their dtype as the CPU's does (exactly widened, f32
- * products) and, with 16-bit q / k / v, rounds P to their dtype before
- * P V as a GPU kernel's tensor-core product takes it, the row sums from
- * the f32 P (wf_cpu_attention_round_p: the CPU's cblas path).
+ * (backend.h: linear's x / y, modln's, rms_norm's and layer_norm's dst,
+ * bias_act's y and dst, head_norm_rope's src and dst) are staged in their
+ * dtype and go to the CPU op as they are, which widens an input exactly
+ * and rounds an output once as stored, where the device's kernels and
+ * cuBLASLt's epilogue round it. Attention takes q / k / v in their dtype
+ * as the CPU's does (exactly widened, f32 products) and, with 16-bit
+ * q / k / v, rounds P to their dtype before P V as a GPU kernel's
+ * tensor-core product takes it, the row sums from the f32 P
+ * (wf_cpu_attention_round_p: the CPU's cblas path).
  * linear_workspace asks for a contiguous f32 copy of x (rows * in * 4,
  * rounded up to 256), as a device backend converting operands might;
  * linear checks that the workspace is device memory, 256-byte aligned and

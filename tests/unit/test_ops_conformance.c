@@ -19,7 +19,8 @@
  * moved past the tolerance (or one bit flipped), which must fail: a check
  * that cannot fail fails.
  * The ops with a low-precision activation (linear's x / y, bias_act's,
- * modln's and head_norm_rope's dst) run a second case in bf16 whose
+ * modln's, rms_norm's, layer_norm's and head_norm_rope's dst) run a
+ * second case in bf16 whose
  * outputs follow the f32 ones: the same fp64 reference (of the bf16
  * inputs), the f32 tolerance plus one bf16 rounding, 2^-8 (|ref| + tol)
  * (BF16_U below); the stand-in still gives the CPU's bits.
@@ -795,16 +796,18 @@ static size_t row_rms_sumsq(bk_t *b, float *got, double *ref, double *tol)
 }
 
 /* rms_norm: rows of W = 48 (Wan's q norm across all heads: H 4 x D 12),
- * weight (48), eps 1e-6, three ways into one output each:
+ * weight (48), eps 1e-6, five ways into one output each:
  *   whole   one call on the full rows (sumsq NULL);
  *   split   two "tp ranks" of 24 columns: rms_sumsq on each, the sums
  *           added on the host in f32 (the all-reduce), rms_norm with them,
  *           width 48 and each rank's half of the weight;
- *   inplace one call without weight, dst = src.
- * tol 4u |ref| + 1e-7 (the split's f32 sums add about 2u). */
+ *   inplace one call without weight, dst = src;
+ *   whole and split again into bf16 rows 49 apart (attention's q / k).
+ * tol 4u |ref| + 1e-7 (the split's f32 sums add about 2u); bf16 that
+ * plus one rounding (bf16_tol). */
 static size_t row_rms_norm(bk_t *b, float *got, double *ref, double *tol)
 {
-    enum { R = 4, W = 48, HALF = 24, LD = 50 };
+    enum { R = 4, W = 48, HALF = 24, LD = 50, LDH = 49 };
     float x[R * LD], w[W];
     seed(WF_BACKEND_OP_RMS_NORM);
     fill(x, sizeof x / 4, -2, 2);
@@ -812,9 +815,15 @@ static size_t row_rms_norm(bk_t *b, float *got, double *ref, double *tol)
     float *dx = put(b, x, sizeof x), *dw = put(b, w, sizeof w);
     float *d1 = put(b, NULL, R * W * 4), *d2 = put(b, NULL, R * W * 4);
     float *d3 = put(b, x, sizeof x), *dq0 = put(b, NULL, R * 4), *dq1 = put(b, NULL, R * 4);
+    uint16_t *dh[2] = {put(b, NULL, R * LDH * 2), put(b, NULL, R * LDH * 2)};
     wf_rmsnorm_params_t p = {.rows = R, .n = W, .src = dx, .ld_src = LD, .dst = d1, .ld_dst = W,
                              .weight = dw, .eps = 1e-6f};
     CHECK(b->broken || b->o->rms_norm(b->c, &p) == WF_OK, "%s rms_norm whole", b->name);
+    p.dst = dh[0];
+    p.ld_dst = LDH;
+    p.dst_dtype = WF_DTYPE_BF16;
+    CHECK(b->broken || b->o->rms_norm(b->c, &p) == WF_OK, "%s rms_norm whole into bf16",
+          b->name);
     /* the split: ranks 0 and 1 hold columns [0, 24) and [24, 48) */
     float q0[R], q1[R], qs[R];
     CHECK(b->broken || b->o->rms_sumsq(b->c, dx, R, HALF, LD, dq0) == WF_OK);
@@ -830,38 +839,52 @@ static size_t row_rms_norm(bk_t *b, float *got, double *ref, double *tol)
                                  .weight = dw ? dw + k * HALF : NULL, .eps = 1e-6f, .sumsq = dqs,
                                  .width = W};
         CHECK(b->broken || b->o->rms_norm(b->c, &s) == WF_OK, "%s rms_norm split %d", b->name, k);
+        s.dst = dh[1] ? dh[1] + k * HALF : NULL;
+        s.ld_dst = LDH;
+        s.dst_dtype = WF_DTYPE_BF16;
+        CHECK(b->broken || b->o->rms_norm(b->c, &s) == WF_OK, "%s rms_norm split %d into bf16",
+              b->name, k);
     }
     wf_rmsnorm_params_t ip = {.rows = R, .n = W, .src = d3, .ld_src = LD, .dst = d3, .ld_dst = LD,
                               .eps = 1e-6f};
     CHECK(b->broken || b->o->rms_norm(b->c, &ip) == WF_OK, "%s rms_norm in place", b->name);
-    float o3[R * LD];
+    float o3[R * LD], hb[2][R * LDH];
     get(b, got, d1, R * W * 4);
     get(b, got + R * W, d2, R * W * 4);
     get(b, o3, d3, sizeof o3);
+    get_bf16(b, hb[0], dh[0], R * LDH);
+    get_bf16(b, hb[1], dh[1], R * LDH);
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < W; c++)
+        for (int c = 0; c < W; c++) {
             got[2 * R * W + r * W + c] = o3[r * LD + c];
+            got[3 * R * W + r * W + c] = hb[0][r * LDH + c];
+            got[4 * R * W + r * W + c] = hb[1][r * LDH + c];
+        }
     for (int r = 0; ref && r < R; r++) {
         double ss = 0;
         for (int c = 0; c < W; c++)
             ss += (double)x[r * LD + c] * x[r * LD + c];
         double inv = 1.0 / sqrt(ss / W + (double)1e-6f);
         for (int c = 0; c < W; c++) {
-            double v = x[r * LD + c] * inv;
+            double v = x[r * LD + c] * inv, t = 4.0 * U * fabs(v * w[c]) + 1e-7;
             ref[r * W + c] = ref[R * W + r * W + c] = v * w[c];
             ref[2 * R * W + r * W + c] = v;
-            tol[r * W + c] = tol[R * W + r * W + c] = 4.0 * U * fabs(v * w[c]) + 1e-7;
+            tol[r * W + c] = tol[R * W + r * W + c] = t;
             tol[2 * R * W + r * W + c] = 4.0 * U * fabs(v) + 1e-7;
+            ref[3 * R * W + r * W + c] = ref[4 * R * W + r * W + c] = v * w[c];
+            tol[3 * R * W + r * W + c] = tol[4 * R * W + r * W + c] = bf16_tol(v * w[c], t);
         }
     }
-    return 3 * R * W;
+    return 5 * R * W;
 }
 
 /* layer_norm: 5 rows of 45, weight and bias (Wan's norm2), out of place,
- * then the same rows without affine in place; tol 4u (|n w| + |b|) + 1e-7. */
+ * the same into bf16 rows 46 apart (the next linear's x), then the same
+ * rows without affine in place; tol 4u (|n w| + |b|) + 1e-7, bf16 that
+ * plus one rounding (bf16_tol). */
 static size_t row_layer_norm(bk_t *b, float *got, double *ref, double *tol)
 {
-    enum { R = 5, C = 45, LD = 47 };
+    enum { R = 5, C = 45, LD = 47, LDH = 46 };
     float x[R * LD], w[C], bi[C];
     seed(WF_BACKEND_OP_LAYER_NORM);
     fill(x, sizeof x / 4, -1, 6);
@@ -869,20 +892,27 @@ static size_t row_layer_norm(bk_t *b, float *got, double *ref, double *tol)
     fill(bi, C, -1, 1);
     float *dx = put(b, x, sizeof x), *dw = put(b, w, sizeof w), *db = put(b, bi, sizeof bi);
     float *dd = put(b, NULL, R * C * 4), *dx2 = put(b, x, sizeof x);
+    void *dh = put(b, NULL, R * LDH * 2);
     wf_layernorm_params_t p = {.rows = R, .C = C, .src = dx, .ld_src = LD, .dst = dd, .ld_dst = C,
                                .weight = dw, .bias = db, .eps = 1e-6f};
     CHECK(b->broken || b->o->layer_norm(b->c, &p) == WF_OK, "%s layer_norm", b->name);
+    p.dst = dh;
+    p.ld_dst = LDH;
+    p.dst_dtype = WF_DTYPE_BF16;
+    CHECK(b->broken || b->o->layer_norm(b->c, &p) == WF_OK, "%s layer_norm into bf16", b->name);
     wf_layernorm_params_t q = {.rows = R, .C = C, .src = dx2, .ld_src = LD, .dst = dx2,
                                .ld_dst = LD, .eps = 1e-6f};
     CHECK(b->broken || b->o->layer_norm(b->c, &q) == WF_OK, "%s layer_norm in place", b->name);
-    float o2[R * LD];
+    float o2[R * LD], hb[R * LDH];
     get(b, got, dd, R * C * 4);
     get(b, o2, dx2, sizeof o2);
+    get_bf16(b, hb, dh, R * LDH);
     for (int r = 0; r < R; r++) {
         double m, inv;
         stats(x + r * LD, C, (double)1e-6f, &m, &inv);
         for (int c = 0; c < C; c++) {
             got[R * C + r * C + c] = o2[r * LD + c];
+            got[2 * R * C + r * C + c] = hb[r * LDH + c];
             if (!ref)
                 continue;
             double n = (x[r * LD + c] - m) * inv;
@@ -890,9 +920,11 @@ static size_t row_layer_norm(bk_t *b, float *got, double *ref, double *tol)
             tol[r * C + c] = 4.0 * U * (fabs(n * w[c]) + fabs(bi[c])) + 1e-7;
             ref[R * C + r * C + c] = n;
             tol[R * C + r * C + c] = 2.0 * U * fabs(n) + 1e-7;
+            ref[2 * R * C + r * C + c] = ref[r * C + c];
+            tol[2 * R * C + r * C + c] = bf16_tol(ref[r * C + c], tol[r * C + c]);
         }
     }
-    return 2 * R * C;
+    return 3 * R * C;
 }
 
 /* rope_grid: Wan's axes for D 24 ((t, h, w) = (8, 8, 8)), grid (3, 4,
@@ -978,9 +1010,10 @@ static const row_t rows[] = {
                                      "4e-7|arg| + 2e-7", 2},
     [WF_BACKEND_OP_COPY_ROWS] = {WF_BACKEND_OP_COPY_ROWS, row_copy_rows, "0 (exact)", 1},
     [WF_BACKEND_OP_RMS_SUMSQ] = {WF_BACKEND_OP_RMS_SUMSQ, row_rms_sumsq, "u|ref|", 96},
-    [WF_BACKEND_OP_RMS_NORM] = {WF_BACKEND_OP_RMS_NORM, row_rms_norm, "4u|ref| + 1e-7", 32},
+    [WF_BACKEND_OP_RMS_NORM] = {WF_BACKEND_OP_RMS_NORM, row_rms_norm,
+                                "4u|ref| + 1e-7; bf16 +2^-8(|ref|+tol)", 32},
     [WF_BACKEND_OP_LAYER_NORM] = {WF_BACKEND_OP_LAYER_NORM, row_layer_norm,
-                                  "4u(|nw|+|b|) + 1e-7", 32},
+                                  "4u(|nw|+|b|) + 1e-7; bf16 +2^-8(|ref|+tol)", 32},
     [WF_BACKEND_OP_ROPE_GRID] = {WF_BACKEND_OP_ROPE_GRID, row_rope_grid, "u", 2},
     [WF_BACKEND_OP_TIMESTEP_EMBED] = {WF_BACKEND_OP_TIMESTEP_EMBED, row_timestep_embed,
                                       "4e-7|arg| + 2e-7", 2},
@@ -1109,12 +1142,25 @@ static void check_refusals(bk_t *b)
     r.width = 16;
     r.dst = x + 4; /* overlapping src, not in place */
     CHECK(b->o->rms_norm(b->c, &r) == bad, "%s rms_norm overlap", b->name);
+    r.dst = x;
+    r.dst_dtype = WF_DTYPE_BF16;
+    CHECK(b->o->rms_norm(b->c, &r) == bad, "%s rms_norm in place into bf16", b->name);
+    r.dst = y;
+    r.dst_dtype = (wf_dtype_t)7;
+    CHECK(b->o->rms_norm(b->c, &r) == bad, "%s rms_norm unknown dst dtype", b->name);
     CHECK(b->o->rms_sumsq(b->c, x, 2, 8, 8, x + 15) == bad, "%s rms_sumsq overlap", b->name);
     CHECK(b->o->rms_sumsq(b->c, x, 2, 8, 7, q) == bad, "%s rms_sumsq ld < n", b->name);
     wf_layernorm_params_t l = {.rows = 2, .C = 8, .src = x, .ld_src = 8, .dst = x, .ld_dst = 9,
                                .eps = 1e-6f};
     CHECK(b->o->layer_norm(b->c, &l) == bad, "%s layer_norm in place, ld differs", b->name);
     l.ld_dst = 8;
+    l.dst_dtype = WF_DTYPE_BF16;
+    CHECK(b->o->layer_norm(b->c, &l) == bad, "%s layer_norm in place into bf16", b->name);
+    l.dst = y;
+    l.dst_dtype = (wf_dtype_t)7;
+    CHECK(b->o->layer_norm(b->c, &l) == bad, "%s layer_norm unknown dst dtype", b->name);
+    l.dst = x;
+    l.dst_dtype = WF_DTYPE_F32;
     l.eps = -1.0f;
     CHECK(b->o->layer_norm(b->c, &l) == bad, "%s layer_norm eps < 0", b->name);
     wf_rope_grid_params_t g = {.n_axes = 2, .grid = {2, 3}, .axes_dims = {2, 2}, .theta = 1e4,

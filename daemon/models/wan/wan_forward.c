@@ -70,12 +70,17 @@
  * double. diffusers runs the timestep embedding and the modulation in
  * f32 whatever the model's dtype; so does this. On a device whose block
  * linears and proj_out hold bf16 weights (wan_act_dtype) the activations
- * a GEMM or the self-attention reads are written in bf16 by the op that
- * makes them (geo_t.adt): modln's nx, the self-attention's q / k (RoPE)
- * and v and its output, the feed-forward's hidden; the residual stream,
- * the modulation, the cross-attention (its q / k RMSNorm across heads and
- * the image branch's sum are f32 ops) and the linears' outputs the gates
- * read stay f32.
+ * a GEMM or an attention reads are written in bf16 by the op that makes
+ * them (geo_t.adt): modln's nx, the self-attention's q / k (RoPE) and v
+ * and its output, the feed-forward's hidden, and without image tokens
+ * the cross-attention's (xattn_dtype): norm2's nx (layer_norm; without
+ * norm2 the stream converted by bias_act), q and k (the RMSNorm across
+ * heads), v and its output. With image tokens the cross-attention stays
+ * f32: its two attentions' outputs are summed by add, an f32 op, before
+ * to_out reads the sum, and its linears round their f32 x themselves.
+ * The residual stream, the modulation, the text embedder's output (every
+ * block's to_k / to_v round it as their x), the projections' outputs
+ * before their norms, and the linears' outputs the gates read stay f32.
  *
  * Errors after validation abort the group's world, so no peer waits in a
  * collective. Nothing here logs, nothing is allocated during a run.
@@ -115,9 +120,10 @@ typedef struct geo {
     int64_t KV;                    /* most rows of a projection: max(Nm, Nt, Ni) */
     int T, R, U, P;                /* degrees */
     bool alltoall;                 /* the ring's rotation (wf_fwd_io_t.alltoall) */
-    wf_dtype_t adt;                /* the GEMM and self-attention inputs' dtype:
+    wf_dtype_t adt;                /* the GEMM and attention inputs' dtype:
                                       BF16 on a bf16 device (wan_act_dtype),
-                                      else F32 */
+                                      else F32; the cross-attention's is
+                                      xattn_dtype */
 } geo_t;
 
 /* Byte offsets of the workspace's regions (256 bytes apart; float counts
@@ -258,10 +264,19 @@ static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Li, int64_t Skv, 
     return p;
 }
 
+/* The dtype of the text cross-attention's activations (its nx, q, k, v
+ * and output): the activation dtype, but f32 with image tokens, where
+ * the image attention's output is added to the text attention's by add
+ * (f32) before to_out reads the sum. */
+static wf_dtype_t xattn_dtype(const geo_t *g)
+{
+    return g->SI ? WF_DTYPE_F32 : g->adt;
+}
+
 /* The activation dtype of a forward of shard s (geo_t.adt): BF16 on a
  * device when every linear that reads such an activation (the
- * self-attention's projections and output, the feed-forward, proj_out)
- * holds bf16 weights, else F32. */
+ * self-attention's projections and output, the cross-attention's q and
+ * output, the feed-forward, proj_out) holds bf16 weights, else F32. */
 static wf_dtype_t wan_act_dtype(const wf_wan_shard_t *s, bool dev)
 {
     if (!dev || s->proj_out.w_dtype != WF_DTYPE_BF16)
@@ -269,7 +284,8 @@ static wf_dtype_t wan_act_dtype(const wf_wan_shard_t *s, bool dev)
     for (uint32_t b = 0; b < s->cfg.num_layers; b++) {
         const wan_block_t *k = &s->blk[b];
         if (k->o1.w_dtype != WF_DTYPE_BF16 || k->ff0.w_dtype != WF_DTYPE_BF16 ||
-            k->ff2.w_dtype != WF_DTYPE_BF16)
+            k->ff2.w_dtype != WF_DTYPE_BF16 || k->q2.w_dtype != WF_DTYPE_BF16 ||
+            k->o2.w_dtype != WF_DTYPE_BF16)
             return WF_DTYPE_F32;
         for (uint32_t m = 0; m < k->qkv1.n; m++)
             if ((k->qkv1.fused ? k->qkv1.all.w_dtype : k->qkv1.m[m].w_dtype) != WF_DTYPE_BF16)
@@ -319,23 +335,23 @@ static size_t lin_ws(const wf_backend_ops_t *ops, const geo_t *g)
 }
 
 /* Attention workspace: the cross-attention's kernel and the
- * self-attention's (cp_attention over P > 1, else the kernel);
+ * self-attention's (cp_attention over P > 1, else the kernel), each in
+ * either activation dtype a device forward may take (wan_act_dtype: the
+ * admission does not see the shard; the image attention is f32);
  * *ret_host: cp_attention's host part on a device. */
 static size_t attn_ws(szc_t *c, const geo_t *g, const wf_backend_ops_t *ops, size_t *ret_host)
 {
-    wf_attn_params_t xp = attn_params_of(g, g->Lm, g->St, WF_DTYPE_F32);
-    size_t a = ops->attention_workspace ? ops->attention_workspace(&xp) : 0;
+    size_t a = 0, b = 0, h = 0;
     if (g->SI) {
         wf_attn_params_t ip = attn_params_of(g, g->Lm, g->SI, WF_DTYPE_F32);
-        size_t ai = ops->attention_workspace ? ops->attention_workspace(&ip) : 0;
-        a = ai > a ? ai : a;
+        a = ops->attention_workspace ? ops->attention_workspace(&ip) : 0;
     }
-    /* the self-attention in either activation dtype a device forward may
-     * take (wan_act_dtype: the admission does not see the shard) */
-    size_t b = 0, h = 0;
     geo_t gd = *g;
     for (int d = 0; d < (on_device(ops) ? 2 : 1); d++) {
         gd.adt = d ? WF_DTYPE_BF16 : WF_DTYPE_F32;
+        wf_attn_params_t xp = attn_params_of(g, g->Lm, g->St, xattn_dtype(&gd));
+        size_t ad = ops->attention_workspace ? ops->attention_workspace(&xp) : 0;
+        a = ad > a ? ad : a;
         size_t bd = 0, hd = 0;
         if (g->P > 1) {
             wf_cp_job_t j = cp_job_of(&gd);
@@ -606,17 +622,20 @@ static void *ap(const run_t *x, size_t off, int64_t i)
     return x->ws + off + (size_t)i * wf_dtype_size(x->g.adt);
 }
 
-/* A q / k / v projection of `rows` full rows into dst in the head split
- * (rows, Cl). */
-static wf_status_t proj(run_t *x, const wf_linear_t *L, const float *in, int64_t rows,
-                        float *dst)
+/* A q / k / v projection of `rows` full rows of in (dtype in_dt: f32, or
+ * the weight's) into dst in the head split (rows, Cl), f32 (the RMSNorm
+ * across heads reads it). */
+static wf_status_t proj(run_t *x, const wf_linear_t *L, const void *in, wf_dtype_t in_dt,
+                        int64_t rows, float *dst)
 {
     wf_layout_t il = wf_layout_full(L->place.in), ol;
-    if (x->g.T == 1)
-        return wf_linear_apply(&x->lin, L, in, L->place.in, &il, rows, WF_ACT_NONE, dst, &ol);
-    float *land = fp(x, x->W.pl);
+    wf_dtype_t odt;
+    float *land = x->g.T == 1 ? dst : fp(x, x->W.pl);
     wf_status_t st;
-    TRY(wf_linear_apply(&x->lin, L, in, L->place.in, &il, rows, WF_ACT_NONE, land, &ol));
+    TRY(wf_linear_apply_dt(&x->lin, L, in, in_dt, L->place.in, &il, rows, WF_ACT_NONE, land,
+                           WF_DTYPE_F32, &ol, &odt));
+    if (x->g.T == 1)
+        return WF_OK;
     return wf_layout_convert(&x->lin, land, wf_layout_width(&ol, x->g.T), &ol, rows, &x->heads,
                              0, dst, x->g.Cl);
 }
@@ -636,16 +655,16 @@ static wf_status_t ln_mod(run_t *x, const float *src, void *dst, const float *mo
 }
 
 /* RMSNorm across all heads of rows (rows, Cl) in the head split, src
- * (row stride ld) -> dst (rows, Cl) contiguous, or in place (dst == src,
- * ld Cl); w the full (C) weight. Over tp: the sums of squares of every
- * rank's heads all-reduced first. */
+ * (f32, row stride ld) -> dst (rows, Cl) contiguous in dtype dt, or in
+ * place (dst == src, ld Cl, f32); w the full (C) weight. Over tp: the
+ * sums of squares of every rank's heads all-reduced first. */
 static wf_status_t rms_to(run_t *x, const float *src, int64_t ld, int64_t rows, const float *w,
-                          float *dst)
+                          void *dst, wf_dtype_t dt)
 {
     const geo_t *g = &x->g;
     wf_rmsnorm_params_t p = {
         .rows = rows, .n = g->Cl, .src = src, .ld_src = ld, .dst = dst, .ld_dst = g->Cl,
-        .weight = w, .eps = x->cfg->eps,
+        .weight = w, .eps = x->cfg->eps, .dst_dtype = dt,
     };
     if (g->T == 1)
         return x->ops->rms_norm(x->ctx, &p);
@@ -659,57 +678,47 @@ static wf_status_t rms_to(run_t *x, const float *src, int64_t ld, int64_t rows, 
     return x->ops->rms_norm(x->ctx, &p);
 }
 
-/* rms_to in place on (rows, Cl). */
-static wf_status_t rms(run_t *x, float *v, int64_t rows, const float *w)
-{
-    return rms_to(x, v, x->g.Cl, rows, w, v);
-}
-
 /* One member of a projection group (its slice p of the group's output,
- * `rows` rows) into the head split dst (rows, Cl) contiguous, as the
- * attention takes it; with `norm` (a q or k, f32) the RMSNorm across
- * heads on the way; without, in dtype vdt (a v: f32, or the self-
- * attention's bf16, converted by bias_act on the way). A slice already
- * in the head split is read where it lies (the norm reads it with its
- * row stride; v is one strided copy), else converted first (through pl
- * when v's dtype changes: the layouts differ only at tp > 1, where pl
- * exists). */
+ * f32, `rows` rows) into the head split dst (rows, Cl) contiguous in
+ * dtype dt, as the attention takes it; with `norm` (a q or k) the
+ * RMSNorm across heads on the way, which writes dt; without (a v)
+ * bias_act's conversion when dt is not f32. A slice already in the head
+ * split is read where it lies (the norm reads it with its row stride;
+ * v is one strided copy), else converted first: into dst itself for an
+ * f32 dst (normed there in place), else through pl (the layouts differ
+ * only at tp > 1, where pl exists). */
 static wf_status_t to_heads(run_t *x, const wf_linear_part_t *p, int64_t rows, const float *norm,
-                            void *dst, wf_dtype_t vdt)
+                            void *dst, wf_dtype_t dt)
 {
     const int64_t Cl = x->g.Cl;
-    const bool cvt = !norm && vdt != WF_DTYPE_F32;
+    const bool cvt = dt != WF_DTYPE_F32;
     wf_status_t st;
-    if (wf_layout_same(&p->lay, &x->heads)) {
-        if (norm)
-            return rms_to(x, p->y, p->ld, rows, norm, dst);
-        if (rows == 0 || (!cvt && (void *)p->y == dst))
-            return WF_OK;
-        if (cvt)
-            return x->ops->bias_act(x->ctx, p->y, WF_DTYPE_F32, rows, Cl, p->ld, NULL,
-                                    WF_ACT_NONE, dst, Cl, vdt);
-        return x->ops->copy_rows(x->ctx, dst, (size_t)Cl * sizeof(float), p->y,
-                                 (size_t)p->ld * sizeof(float), rows,
-                                 (size_t)Cl * sizeof(float));
-    }
-    if (cvt) {
-        float *land = fp(x, x->W.pl);
+    float *src = p->y;
+    int64_t ld = p->ld;
+    if (!wf_layout_same(&p->lay, &x->heads)) {
+        float *land = cvt ? fp(x, x->W.pl) : dst;
         TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, land, Cl));
-        return rows == 0 ? WF_OK
-                         : x->ops->bias_act(x->ctx, land, WF_DTYPE_F32, rows, Cl, Cl, NULL,
-                                            WF_ACT_NONE, dst, Cl, vdt);
+        src = land;
+        ld = Cl;
     }
-    TRY(wf_layout_convert(&x->lin, p->y, p->ld, &p->lay, rows, &x->heads, 0, dst, Cl));
-    return norm ? rms(x, dst, rows, norm) : WF_OK;
+    if (norm)
+        return rms_to(x, src, ld, rows, norm, dst, dt);
+    if (rows == 0 || (!cvt && (const void *)src == dst))
+        return WF_OK;
+    if (cvt)
+        return x->ops->bias_act(x->ctx, src, WF_DTYPE_F32, rows, Cl, ld, NULL, WF_ACT_NONE, dst,
+                                Cl, dt);
+    return x->ops->copy_rows(x->ctx, dst, (size_t)Cl * sizeof(float), src,
+                             (size_t)ld * sizeof(float), rows, (size_t)Cl * sizeof(float));
 }
 
 /* Group g on `rows` rows of in (full, its width the members' in, dtype
  * in_dt) into the proj region, its parts into q / k / v in the head
- * split: parts 0 .. n-1 go to dst[0 .. n-1] with norms[k] (NULL: none;
- * then in vdt). */
+ * split: parts 0 .. n-1 go to dst[0 .. n-1] in dts[k] with norms[k]
+ * (NULL: none). */
 static wf_status_t group_heads(run_t *x, const wf_linear_group_t *grp, const void *in,
                                wf_dtype_t in_dt, int64_t rows, void *const *dst,
-                               const float *const *norms, wf_dtype_t vdt)
+                               const float *const *norms, const wf_dtype_t *dts)
 {
     wf_linear_part_t parts[WF_LINEAR_GROUP_MAX];
     const int64_t w = grp->m[0].place.in;
@@ -721,7 +730,7 @@ static wf_status_t group_heads(run_t *x, const wf_linear_group_t *grp, const voi
     TRY(wf_linear_group_apply_dt(&x->lin, grp, in, in_dt, w, &il, rows, NULL,
                                  fp(x, x->W.proj), WF_DTYPE_F32, parts));
     for (uint32_t k = 0; k < grp->n; k++)
-        TRY(to_heads(x, &parts[k], rows, norms[k], dst[k], vdt));
+        TRY(to_heads(x, &parts[k], rows, norms[k], dst[k], dts[k]));
     return WF_OK;
 }
 
@@ -738,12 +747,12 @@ static wf_status_t rope(run_t *x, const float *src, void *dst)
 }
 
 /* Attention of this rank's queries q (B, Li, Hl, D) against k, v (B, Skv,
- * Hl, D) into out (B, Li, Hl, D), all in the activation dtype when
- * over_seq (the self-attention over the seq group: cp_attention's local
- * mode, k / v then this rank's tokens too), else f32 (the
- * cross-attention, on this rank alone). */
+ * Hl, D) into out (B, Li, Hl, D), all in dtype dt: over_seq, the
+ * self-attention over the seq group (cp_attention's local mode, k / v
+ * then this rank's tokens too, dt the activation dtype); else a
+ * cross-attention on this rank alone. */
 static wf_status_t attend(run_t *x, const void *q, const void *k, const void *v,
-                          int64_t Skv, bool over_seq, void *out)
+                          int64_t Skv, bool over_seq, wf_dtype_t dt, void *out)
 {
     void *aws = x->ws + x->W.aws;
     if (over_seq && x->g.P > 1) {
@@ -761,8 +770,7 @@ static wf_status_t attend(run_t *x, const void *q, const void *k, const void *v,
                                            x->hws + x->W.haws, x->W.haws_bytes);
         return wf_cp_attention_run(&j, &cg, x->ops, x->ctx, aws, x->W.aws_bytes);
     }
-    wf_attn_params_t p = attn_params_of(&x->g, x->Li, Skv,
-                                        over_seq ? x->g.adt : WF_DTYPE_F32);
+    wf_attn_params_t p = attn_params_of(&x->g, x->Li, Skv, dt);
     p.q = q;
     p.k = k;
     p.v = v;
@@ -974,36 +982,51 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     void *const qkv[3] = {q, kk, v};
     const float *const n1[3] = {k->nq1, k->nk1, NULL}, *const n2[2] = {k->nk2, NULL};
     const float *const na[2] = {k->nak, NULL};
-    TRY(group_heads(x, &k->qkv1, nx, adt, N, qkv, n1, adt));
+    /* q / k f32 for the RoPE, which writes them in adt; v in adt */
+    const wf_dtype_t d1[3] = {WF_DTYPE_F32, WF_DTYPE_F32, adt};
+    TRY(group_heads(x, &k->qkv1, nx, adt, N, qkv, n1, d1));
     TRY(rope(x, q, ap(x, x->W.qj, 0)));
     TRY(rope(x, kk, ap(x, x->W.kj, 0)));
-    TRY(attend(x, ap(x, x->W.qj, 0), ap(x, x->W.kj, 0), v, x->Li, true, ao));
+    TRY(attend(x, ap(x, x->W.qj, 0), ap(x, x->W.kj, 0), v, x->Li, true, adt, ao));
     TRY(wf_linear_apply_full_dt(&x->lin, &k->o1, ao, adt, g->Cl, &x->heads, N, WF_ACT_NONE,
                                 lo));
     TRY(x->ops->gate_residual(x->ctx, S, C, lo, C, mod + 2 * C, C6, x->mb, x->mper, C));
-    /* 2. cross-attention: this rank's tokens against the whole text */
-    const float *in2 = S;
+    /* 2. cross-attention: this rank's tokens against the whole text, its
+     * nx, q / k / v and output in xdt (xattn_dtype) */
+    const wf_dtype_t xdt = xattn_dtype(g);
+    const void *in2 = S;
+    wf_dtype_t in2_dt = WF_DTYPE_F32;
     if (k->n2w) {
         wf_layernorm_params_t lp = {
             .rows = N, .C = C, .src = S, .ld_src = C, .dst = nx, .ld_dst = C,
-            .weight = k->n2w, .bias = k->n2b, .eps = x->cfg->eps,
+            .weight = k->n2w, .bias = k->n2b, .eps = x->cfg->eps, .dst_dtype = xdt,
         };
         TRY(x->ops->layer_norm(x->ctx, &lp));
         in2 = nx;
+        in2_dt = xdt;
+    } else if (xdt != WF_DTYPE_F32) {
+        /* no norm2 (diffusers' Identity): the stream itself, converted
+         * for q's GEMM */
+        TRY(x->ops->bias_act(x->ctx, S, WF_DTYPE_F32, N, C, C, NULL, WF_ACT_NONE, nx, C, xdt));
+        in2 = nx;
+        in2_dt = xdt;
     }
-    TRY(proj(x, &k->q2, in2, N, q));
-    TRY(rms(x, q, N, k->nq2));
-    TRY(group_heads(x, &k->kv2, fp(x, x->W.ctx), WF_DTYPE_F32, g->Nt, qkv + 1, n2,
-                    WF_DTYPE_F32));
-    TRY(attend(x, q, kk, v, g->St, false, ao));
+    TRY(proj(x, &k->q2, in2, in2_dt, N, q));
+    /* q normed in place in f32 (the image attention reads it too), else
+     * into qj (free until the next block's RoPE) in xdt */
+    void *qx = xdt == WF_DTYPE_F32 ? (void *)q : ap(x, x->W.qj, 0);
+    TRY(rms_to(x, q, g->Cl, N, k->nq2, qx, xdt));
+    const wf_dtype_t d2[2] = {xdt, xdt}, da[2] = {WF_DTYPE_F32, WF_DTYPE_F32};
+    TRY(group_heads(x, &k->kv2, fp(x, x->W.ctx), WF_DTYPE_F32, g->Nt, qkv + 1, n2, d2));
+    TRY(attend(x, qx, kk, v, g->St, false, xdt, ao));
     if (g->SI) {
-        /* the same queries against the image tokens, added */
-        TRY(group_heads(x, &k->akv, fp(x, x->W.cimg), WF_DTYPE_F32, g->Ni, qkv + 1, na,
-                        WF_DTYPE_F32));
-        TRY(attend(x, q, kk, v, g->SI, false, lo));
+        /* the same queries against the image tokens, added (xdt is f32) */
+        TRY(group_heads(x, &k->akv, fp(x, x->W.cimg), WF_DTYPE_F32, g->Ni, qkv + 1, na, da));
+        TRY(attend(x, q, kk, v, g->SI, false, WF_DTYPE_F32, lo));
         TRY(x->ops->add(x->ctx, ao, lo, N * g->Cl));
     }
-    TRY(wf_linear_apply_full(&x->lin, &k->o2, ao, g->Cl, &x->heads, N, WF_ACT_NONE, lo));
+    TRY(wf_linear_apply_full_dt(&x->lin, &k->o2, ao, xdt, g->Cl, &x->heads, N, WF_ACT_NONE,
+                                lo));
     TRY(x->ops->add(x->ctx, S, lo, N * C));
     /* 3. feed-forward, its hidden layer as the plan splits it */
     TRY(ln_mod(x, S, nx, mod, C6, 3 * C, 4 * C));
