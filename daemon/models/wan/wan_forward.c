@@ -78,9 +78,10 @@
  * heads), v and its output. With image tokens the cross-attention stays
  * f32: its two attentions' outputs are summed by add, an f32 op, before
  * to_out reads the sum, and its linears round their f32 x themselves.
- * The residual stream, the modulation, the text embedder's output (every
- * block's to_k / to_v round it as their x), the projections' outputs
- * before their norms, and the linears' outputs the gates read stay f32.
+ * The text embedder's output is rounded to bf16 once per forward for the
+ * blocks' to_k / to_v (text_dtype). The residual stream, the modulation,
+ * the projections' outputs before their norms, and the linears' outputs
+ * the gates read stay f32.
  *
  * Errors after validation abort the group's world, so no peer waits in a
  * collective. Nothing here logs, nothing is allocated during a run.
@@ -271,6 +272,24 @@ static wf_attn_params_t attn_params_of(const geo_t *g, int64_t Li, int64_t Skv, 
 static wf_dtype_t xattn_dtype(const geo_t *g)
 {
     return g->SI ? WF_DTYPE_F32 : g->adt;
+}
+
+/* The dtype the text (the text embedder's output) is kept in for the
+ * blocks' to_k / to_v: the cross-attention's (xattn_dtype) when every
+ * block's to_k / to_v weight is in it (their GEMMs then read the text as
+ * it is, rounded once per forward instead of once per block), else f32. */
+static wf_dtype_t text_dtype(const wf_wan_shard_t *s, const geo_t *g)
+{
+    const wf_dtype_t xdt = xattn_dtype(g);
+    if (xdt == WF_DTYPE_F32)
+        return xdt;
+    for (uint32_t b = 0; b < s->cfg.num_layers; b++) {
+        const wf_linear_group_t *kv = &s->blk[b].kv2;
+        for (uint32_t m = 0; m < kv->n; m++)
+            if ((kv->fused ? kv->all.w_dtype : kv->m[m].w_dtype) != xdt)
+                return WF_DTYPE_F32;
+    }
+    return xdt;
 }
 
 /* The activation dtype of a forward of shard s (geo_t.adt): BF16 on a
@@ -948,6 +967,12 @@ static wf_status_t embed(run_t *x)
     TRY(lin_full(x, &s->x1, fp(x, x->W.in + x->W.eh), g->Nt, WF_ACT_GELU_TANH,
                  fp(x, x->W.ctxh)));
     TRY(lin_full(x, &s->x2, fp(x, x->W.ctxh), g->Nt, WF_ACT_NONE, fp(x, x->W.ctx)));
+    /* the text in its blocks' dtype (text_dtype), once: into ctxh, free
+     * from here on */
+    const wf_dtype_t tdt = text_dtype(s, g);
+    if (tdt != WF_DTYPE_F32 && g->Nt > 0)
+        TRY(x->ops->bias_act(x->ctx, fp(x, x->W.ctx), WF_DTYPE_F32, g->Nt, g->C, g->C, NULL,
+                             WF_ACT_NONE, fp(x, x->W.ctxh), g->C, tdt));
     wf_rope_grid_params_t rp = {
         .n_axes = 3, .grid = { g->Fp, g->Hp, g->Wp },
         .axes_dims = { x->cfg->rope_dims[0], x->cfg->rope_dims[1], x->cfg->rope_dims[2] },
@@ -1017,7 +1042,9 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     void *qx = xdt == WF_DTYPE_F32 ? (void *)q : ap(x, x->W.qj, 0);
     TRY(rms_to(x, q, g->Cl, N, k->nq2, qx, xdt));
     const wf_dtype_t d2[2] = {xdt, xdt}, da[2] = {WF_DTYPE_F32, WF_DTYPE_F32};
-    TRY(group_heads(x, &k->kv2, fp(x, x->W.ctx), WF_DTYPE_F32, g->Nt, qkv + 1, n2, d2));
+    const wf_dtype_t tdt = text_dtype(x->s, g);
+    TRY(group_heads(x, &k->kv2, tdt == WF_DTYPE_F32 ? fp(x, x->W.ctx) : fp(x, x->W.ctxh), tdt,
+                    g->Nt, qkv + 1, n2, d2));
     TRY(attend(x, qx, kk, v, g->St, false, xdt, ao));
     if (g->SI) {
         /* the same queries against the image tokens, added (xdt is f32) */
