@@ -230,6 +230,27 @@ wf_status_t wf_linear_apply(const wf_linear_env_t *e, const wf_linear_t *L, cons
                               ret_lay, &dt);
 }
 
+/* lp's x, y, bias and activation set (params of wf_linear_params_of),
+ * then the backend's linear with the env's workspace: WF_E_INTERNAL when
+ * that is short; nothing runs for no rows. */
+static wf_status_t run_linear(const wf_linear_env_t *e, wf_linear_params_t *lp, const void *x,
+                              wf_dtype_t x_dt, int64_t ldx, const float *bias, wf_act_t act,
+                              void *y, int64_t ldy, wf_dtype_t y_dt)
+{
+    lp->x = x;
+    lp->x_dtype = x_dt;
+    lp->ldx = ldx;
+    lp->bias = bias;
+    lp->act = act;
+    lp->y = y;
+    lp->ldy = ldy;
+    lp->y_dtype = y_dt;
+    size_t need_ws = e->ops->linear_workspace(lp);
+    if (need_ws > e->lws_bytes)
+        return WF_E_INTERNAL;
+    return lp->rows > 0 ? e->ops->linear(e->ctx, lp, need_ws ? e->lws : NULL) : WF_OK;
+}
+
 wf_status_t wf_linear_apply_dt(const wf_linear_env_t *e, const wf_linear_t *L, const void *in,
                                wf_dtype_t in_dt, int64_t ld_in, const wf_layout_t *il,
                                int64_t rows, wf_act_t act, void *dst, wf_dtype_t out_dt,
@@ -263,18 +284,8 @@ wf_status_t wf_linear_apply_dt(const wf_linear_env_t *e, const wf_linear_t *L, c
      * stay f32 */
     wf_dtype_t y_dt = reduce || L->nwb != 1 ? WF_DTYPE_F32 : out_dt;
     wf_linear_params_t lp = wf_linear_params_of(L, rows);
-    lp.x = a;
-    lp.x_dtype = in_dt;
-    lp.ldx = lda;
-    lp.bias = reduce ? NULL : L->b;
-    lp.act = reduce ? WF_ACT_NONE : act;
-    lp.y = dst;
-    lp.ldy = lo;
-    lp.y_dtype = y_dt;
-    size_t need_ws = e->ops->linear_workspace(&lp);
-    if (need_ws > e->lws_bytes)
-        return WF_E_INTERNAL;
-    if (rows > 0 && (st = e->ops->linear(e->ctx, &lp, need_ws ? e->lws : NULL)) != WF_OK)
+    if ((st = run_linear(e, &lp, a, in_dt, lda, reduce ? NULL : L->b,
+                         reduce ? WF_ACT_NONE : act, dst, lo, y_dt)) != WF_OK)
         return st;
     if (reduce) {
         if (!e->tp)
@@ -408,16 +419,6 @@ wf_status_t wf_linear_group_range_dt(const wf_linear_env_t *e, const wf_linear_g
     lp.out = w;
     lp.wb[0] = (const unsigned char *)A->wb[0] +
                (size_t)(off * A->ldw) * wf_dtype_size(A->w_dtype);
-    lp.bias = A->b ? A->b + off : NULL;
-    lp.act = act;
-    lp.x = in;
-    lp.x_dtype = in_dt;
-    lp.ldx = ld_in;
-    lp.y = dst;
-    lp.ldy = ld_dst;
-    lp.y_dtype = out_dt;
-    size_t need_ws = e->ops->linear_workspace(&lp);
-    if (need_ws > e->lws_bytes)
-        return WF_E_INTERNAL;
-    return rows > 0 ? e->ops->linear(e->ctx, &lp, need_ws ? e->lws : NULL) : WF_OK;
+    return run_linear(e, &lp, in, in_dt, ld_in, A->b ? A->b + off : NULL, act, dst, ld_dst,
+                      out_dt);
 }

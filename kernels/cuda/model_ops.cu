@@ -175,41 +175,33 @@ __global__ void modln_kernel(wf_modln_params_t p, int rows)
     }
 }
 
-/* S row (b, r) += gate[b] * y row (b, r); rows = nbatch * per. The
- * launcher takes the float4 form (C, row strides in float4s) when every
- * row of all three starts 16-byte aligned and C is a multiple of 4: one
- * 16-byte load of each operand and one store per thread and step. */
-__global__ void gate_residual4_kernel(float4 *S, long long ld_s, const float4 *y, long long ld_y,
-                                      const float4 *gate, long long ld_gate, int rows, int per,
-                                      int C4)
+/* S row (b, r) += gate[b] * y row (b, r); rows = nbatch * per, C and
+ * the row strides in elements of V. The launcher takes V = float4 when
+ * every row of all three starts 16-byte aligned and C is a multiple of
+ * 4 (one 16-byte load of each operand and one store per thread and
+ * step), else float. */
+__device__ __forceinline__ void gate_add(float &s, float g, float y) { s += g * y; }
+__device__ __forceinline__ void gate_add(float4 &s, float4 g, float4 y)
 {
-    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-        const float4 *g = gate + (long long)(r / per) * ld_gate;
-        float4 *s = S + (long long)r * ld_s;
-        const float4 *yr = y + (long long)r * ld_y;
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C4;
-             c += gridDim.x * blockDim.x) {
-            const float4 gv = g[c], yv = yr[c];
-            float4 sv = s[c];
-            sv.x += gv.x * yv.x;
-            sv.y += gv.y * yv.y;
-            sv.z += gv.z * yv.z;
-            sv.w += gv.w * yv.w;
-            s[c] = sv;
-        }
-    }
+    s.x += g.x * y.x;
+    s.y += g.y * y.y;
+    s.z += g.z * y.z;
+    s.w += g.w * y.w;
 }
 
-__global__ void gate_residual_kernel(float *S, long long ld_s, const float *y, long long ld_y,
-                                     const float *gate, long long ld_gate, int rows, int per,
-                                     int C)
+template <typename V>
+__global__ void gate_residual_kernel(V *S, long long ld_s, const V *y, long long ld_y,
+                                     const V *gate, long long ld_gate, int rows, int per, int C)
 {
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-        const float *g = gate + (long long)(r / per) * ld_gate;
-        float *s = S + (long long)r * ld_s;
-        const float *yr = y + (long long)r * ld_y;
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
-            s[c] += g[c] * yr[c];
+        const V *g = gate + (long long)(r / per) * ld_gate;
+        V *s = S + (long long)r * ld_s;
+        const V *yr = y + (long long)r * ld_y;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+            V sv = s[c];
+            gate_add(sv, g[c], yr[c]);
+            s[c] = sv;
+        }
     }
 }
 
@@ -546,7 +538,7 @@ wf_status_t wf_cuda_gate_residual_launch(float *S, int64_t ld_s, const float *y,
                       reinterpret_cast<uintptr_t>(gate)) % 16 == 0;
     if (vec) {
         wf_cuda_rows_geometry(rows, C / 4, g, b);
-        gate_residual4_kernel<<<d3(g), d3(b), 0, stream>>>(
+        gate_residual_kernel<float4><<<d3(g), d3(b), 0, stream>>>(
             reinterpret_cast<float4 *>(S), (long long)(ld_s / 4),
             reinterpret_cast<const float4 *>(y), (long long)(ld_y / 4),
             reinterpret_cast<const float4 *>(gate), (long long)(ld_gate / 4), (int)rows,
@@ -554,9 +546,10 @@ wf_status_t wf_cuda_gate_residual_launch(float *S, int64_t ld_s, const float *y,
         return launched();
     }
     wf_cuda_rows_geometry(rows, C, g, b);
-    gate_residual_kernel<<<d3(g), d3(b), 0, stream>>>(S, (long long)ld_s, y, (long long)ld_y,
-                                                      gate, (long long)ld_gate, (int)rows,
-                                                      (int)per, (int)C);
+    gate_residual_kernel<float><<<d3(g), d3(b), 0, stream>>>(S, (long long)ld_s, y,
+                                                             (long long)ld_y, gate,
+                                                             (long long)ld_gate, (int)rows,
+                                                             (int)per, (int)C);
     return launched();
 }
 

@@ -487,6 +487,17 @@ static bool run_mesh_dev(const wf_model_host_t *h, const wf_tp_plan_t *p,
     return run_mesh_dev_n(h, p, job0, T, R, U, out, nout, NULL, NULL);
 }
 
+/* The fixture's host with its layer counts cut down to nd double and ns
+ * single blocks (shallow: the same tensors, the first blocks'). */
+static wf_model_host_t with_layers(const fixture_t *f, uint32_t nd, uint32_t ns)
+{
+    wf_model_host_t h = *f->host;
+    wf_flux_config_t *cfg = (wf_flux_config_t *)(void *)h.cfg.b;
+    cfg->num_layers = nd;
+    cfg->num_single_layers = ns;
+    return h;
+}
+
 /* The comm calls of one forward, counted on the device path (the calls
  * the forward makes through comm.h, whatever the backend) with the layer
  * counts cut down to (1, 0), (0, 1) and (1, 1) blocks, so that the calls
@@ -511,10 +522,7 @@ static void test_comm_counts(const fixture_t *f)
         uint64_t n[3][WF_CNT_N + 1];
         bool ok = true;
         for (int k = 0; k < 3 && ok; k++) {
-            wf_model_host_t h = *f->host;   /* shallow: the same tensors */
-            wf_flux_config_t *cfg = (wf_flux_config_t *)(void *)h.cfg.b;
-            cfg->num_layers = layers[k][0];
-            cfg->num_single_layers = layers[k][1];
+            wf_model_host_t h = with_layers(f, layers[k][0], layers[k][1]);
             wf_flux_job_t job = f->job;
             job.alltoall = mesh[mi][3] != 0;
             ok = run_mesh_dev_n(&h, &def, &job, T, R, U, NULL, f->nout, n[k], NULL);
@@ -569,10 +577,7 @@ static void test_launch_counts(const fixture_t *f)
     uint64_t n[3] = {0, 0, 0};
     bool ok = true;
     for (int k = 0; k < 3 && ok; k++) {
-        wf_model_host_t h = *f->host;   /* shallow: the same tensors */
-        wf_flux_config_t *cfg = (wf_flux_config_t *)(void *)h.cfg.b;
-        cfg->num_layers = layers[k][0];
-        cfg->num_single_layers = layers[k][1];
+        wf_model_host_t h = with_layers(f, layers[k][0], layers[k][1]);
         wf_flux_job_t job = f->job;
         job.B = 1;
         ok = run_mesh_dev_n(&h, &def, &job, 1, 1, 1, NULL, f->nout / (size_t)f->job.B, NULL,
