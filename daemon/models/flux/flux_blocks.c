@@ -16,6 +16,13 @@
  * and the linears' outputs the gates read (lo) stay f32: S accumulates
  * 57 blocks of gated updates in f32 (diffusers keeps it in bf16), and
  * the norms take their statistics in f32.
+ *
+ * cat, a single block's proj_out input, is written in place where it can
+ * be: at one tp rank with bf16 activations the MLP-in is a GEMM of its
+ * own whose epilogue applies the GELU and stores cat's MLP columns, and
+ * at one seq rank and one batch row the attention stores its output in
+ * cat's attention columns (backend.h ld_out); elsewhere a pass moves
+ * each part into cat.
  */
 #include "flux_run.h"
 
