@@ -358,12 +358,13 @@ static bool tensor_bytes(int64_t B, int64_t S, int64_t H, int64_t D,
  * elements long. */
 static bool out_bytes(const wf_attn_params_t *p, size_t *ret)
 {
-    size_t rows, n;
-    if (!tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->out_dtype, ret) ||
-        !mul_ok((size_t)(p->B * p->Sq - 1), (size_t)wf_attn_ld_out(p), &rows))
+    size_t rows, row, span;
+    if (p->B < 1 || p->Sq < 1 || p->Hq < 1 || p->D < 1 ||
+        !mul_ok((size_t)p->B, (size_t)p->Sq, &rows) ||
+        !mul_ok((size_t)p->Hq, (size_t)p->D, &row) ||
+        !mul_ok(rows - 1, (size_t)wf_attn_ld_out(p), &span) || span + row < span)
         return false;
-    n = rows + (size_t)(p->Hq * p->D);
-    return n >= rows && mul_ok(n, dt_size(p->out_dtype), ret);
+    return mul_ok(span + row, dt_size(p->out_dtype), ret);
 }
 
 /* Scramble the head range [h0, h1) of every (b, s) row of a host tensor
@@ -462,11 +463,9 @@ static wf_status_t standin_attention(wf_backend_ctx_t *ctx,
 {
     if (!ctx || !p || !dt_valid(p->q_dtype) || !dt_valid(p->k_dtype) ||
         !dt_valid(p->v_dtype) || !dt_valid(p->out_dtype) || p->h_begin < 0 ||
-        p->h_end < p->h_begin || p->h_end > p->Hq || p->Hq < 1 || p->D < 1 ||
-        !wf_attn_ld_out_ok(p))
+        p->h_end < p->h_begin || p->h_end > p->Hq || !wf_attn_ld_out_ok(p))
         return WF_E_BAD_ARGUMENT;
     size_t qb, kb, vb, ob, lb = 0;
-    /* out: B Sq rows ld_out apart, the last one Hq D long */
     if (!tensor_bytes(p->B, p->Sq, p->Hq, p->D, p->q_dtype, &qb) ||
         !tensor_bytes(p->B, p->Skv, p->Hkv, p->D, p->k_dtype, &kb) ||
         !tensor_bytes(p->B, p->Skv, p->Hkv, p->D, p->v_dtype, &vb) ||

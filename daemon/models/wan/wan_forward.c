@@ -125,6 +125,8 @@ typedef struct geo {
                                       BF16 on a bf16 device (wan_act_dtype),
                                       else F32; the cross-attention's is
                                       xattn_dtype */
+    wf_dtype_t tdt;                /* the text's dtype for the blocks' to_k /
+                                      to_v (text_dtype; set with adt) */
 } geo_t;
 
 /* Byte offsets of the workspace's regions (256 bytes apart; float counts
@@ -969,10 +971,9 @@ static wf_status_t embed(run_t *x)
     TRY(lin_full(x, &s->x2, fp(x, x->W.ctxh), g->Nt, WF_ACT_NONE, fp(x, x->W.ctx)));
     /* the text in its blocks' dtype (text_dtype), once: into ctxh, free
      * from here on */
-    const wf_dtype_t tdt = text_dtype(s, g);
-    if (tdt != WF_DTYPE_F32 && g->Nt > 0)
+    if (g->tdt != WF_DTYPE_F32 && g->Nt > 0)
         TRY(x->ops->bias_act(x->ctx, fp(x, x->W.ctx), WF_DTYPE_F32, g->Nt, g->C, g->C, NULL,
-                             WF_ACT_NONE, fp(x, x->W.ctxh), g->C, tdt));
+                             WF_ACT_NONE, fp(x, x->W.ctxh), g->C, g->tdt));
     wf_rope_grid_params_t rp = {
         .n_axes = 3, .grid = { g->Fp, g->Hp, g->Wp },
         .axes_dims = { x->cfg->rope_dims[0], x->cfg->rope_dims[1], x->cfg->rope_dims[2] },
@@ -1042,9 +1043,8 @@ static wf_status_t block(run_t *x, const wan_block_t *k)
     void *qx = xdt == WF_DTYPE_F32 ? (void *)q : ap(x, x->W.qj, 0);
     TRY(rms_to(x, q, g->Cl, N, k->nq2, qx, xdt));
     const wf_dtype_t d2[2] = {xdt, xdt}, da[2] = {WF_DTYPE_F32, WF_DTYPE_F32};
-    const wf_dtype_t tdt = text_dtype(x->s, g);
-    TRY(group_heads(x, &k->kv2, tdt == WF_DTYPE_F32 ? fp(x, x->W.ctx) : fp(x, x->W.ctxh), tdt,
-                    g->Nt, qkv + 1, n2, d2));
+    TRY(group_heads(x, &k->kv2, g->tdt == WF_DTYPE_F32 ? fp(x, x->W.ctx) : fp(x, x->W.ctxh),
+                    g->tdt, g->Nt, qkv + 1, n2, d2));
     TRY(attend(x, qx, kk, v, g->St, false, xdt, ao));
     if (g->SI) {
         /* the same queries against the image tokens, added (xdt is f32) */
@@ -1228,6 +1228,7 @@ wf_status_t wan_forward_run(const wf_wan_shard_t *shard, const wf_fwd_io_t *io,
     x.hws = x.dev ? host_ws : workspace;
     geo_of(x.cfg, io, T, R, U, &x.g);
     x.g.adt = wan_act_dtype(shard, x.dev);
+    x.g.tdt = text_dtype(shard, &x.g);
     const geo_t *g = &x.g;
     wf_status_t st = WF_E_BAD_ARGUMENT;
     bool stopped = false;
